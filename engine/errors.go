@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind classifies an error the way the API reports it (addendum 3 types).
+type Kind string
+
+// Error kinds; the API maps each to one HTTP status.
+const (
+	KindBadRequest          Kind = "bad-request"           // 400
+	KindNotFound            Kind = "not-found"             // 404
+	KindConflict            Kind = "conflict"              // 409
+	KindInsufficientCredits Kind = "insufficient-credits"  // 409
+	KindReservationExpired  Kind = "reservation-expired"   // 409
+	KindValidation          Kind = "validation-error"      // 422
+	KindInternal            Kind = "internal"              // 500
+)
+
+// Error is a domain error that names its kind and, for input errors, the field.
+type Error struct {
+	Kind   Kind
+	Field  string
+	Detail string
+	// Extra carries kind-specific members of the problem body (the gauge
+	// 409's current, cap, shortfall).
+	Extra map[string]any
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %s", e.Kind, e.Field, e.Detail)
+	}
+	return fmt.Sprintf("%s: %s", e.Kind, e.Detail)
+}
+
+// Is makes errors.Is match on kind and detail-free sentinels.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind && (t.Detail == "" || t.Detail == e.Detail) && (t.Field == "" || t.Field == e.Field)
+}
+
+// Invalid is a 422 naming field.
+func Invalid(field, detail string) *Error {
+	return &Error{Kind: KindValidation, Field: field, Detail: detail}
+}
+
+// BadRequest is a 400, naming field when there is one.
+func BadRequest(field, detail string) *Error {
+	return &Error{Kind: KindBadRequest, Field: field, Detail: detail}
+}
+
+// NotFound is a 404.
+func NotFound(detail string) *Error { return &Error{Kind: KindNotFound, Detail: detail} }
+
+// Conflict is a generic 409.
+func Conflict(detail string) *Error { return &Error{Kind: KindConflict, Detail: detail} }
+
+// Sentinel errors returned by stores; compare with errors.Is.
+var (
+	// ErrNotFound: no such row in scope.
+	ErrNotFound = errors.New("not found")
+	// ErrExternalIDTaken: a live customer already has that external id.
+	ErrExternalIDTaken = errors.New("external_id taken")
+	// ErrStateMissing: the block store holds nothing for the customer; load it.
+	ErrStateMissing = errors.New("credit state missing from the block store")
+	// ErrInsufficientCredits: the effective balance cannot cover the debit.
+	ErrInsufficientCredits = &Error{Kind: KindInsufficientCredits, Detail: "the effective balance is smaller than the amount"}
+	// ErrNoAccount: a debit on a customer that never had an account.
+	ErrNoAccount = &Error{Kind: KindNotFound, Detail: "the customer has no credit account"}
+	// ErrOverflow: the result would not fit in int64.
+	ErrOverflow = &Error{Kind: KindValidation, Detail: "the amount would overflow a 64-bit balance"}
+	// ErrStackNoMatch: stack_after with fallback reject found no block.
+	ErrStackNoMatch = &Error{Kind: KindConflict, Field: "stack_after", Detail: "no block matches stack_after.metadata_match and fallback is reject"}
+	// ErrIdempotencyMismatch: the key was applied with another request body.
+	ErrIdempotencyMismatch = &Error{Kind: KindConflict, Detail: "the Idempotency-Key was already used with a different request"}
+)
+
+// AsError returns err as a domain *Error when it is one.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}

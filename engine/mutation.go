@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// MutationKind names the operation that produced a Mutation.
+type MutationKind string
+
+// Mutation kinds written by the Lua scripts.
+const (
+	MutationGrant  MutationKind = "grant"
+	MutationDebit  MutationKind = "debit"
+	MutationExpire MutationKind = "expire"
+)
+
+// EntryRole separates the entries an operation asked for from the expiry
+// entries a script wrote on the way (blocks that ran out before it).
+type EntryRole string
+
+// Entry roles.
+const (
+	RoleMain   EntryRole = "main"
+	RoleExpiry EntryRole = "expiry"
+)
+
+// Mutation is one atomic change of one customer's credit state. A Lua script
+// produces it, appends it to the customer's outbox partition in the same
+// script, and returns it; the persister writes it to Postgres keyed by OpID
+// and entry ids, so a replay inserts nothing twice. Its JSON form (the tags
+// below) is the outbox wire format; docs/design.md describes it.
+type Mutation struct {
+	OpID           uuid.UUID    `json:"op"`
+	Kind           MutationKind `json:"kind"`
+	TenantID       uuid.UUID    `json:"tenant"`
+	CustomerID     uuid.UUID    `json:"customer"`
+	Environment    Environment  `json:"env"`
+	IdempotencyKey string       `json:"idem"`
+	// RequestHash fingerprints the request body, so a reused key with another
+	// body is told apart from a retry even after the HTTP replay cache is gone.
+	RequestHash string            `json:"rh"`
+	AtMS        int64             `json:"at"`
+	Account     MutationAccount   `json:"account"`
+	Entries     []MutationEntry   `json:"entries"`
+	Blocks      []MutationBlock   `json:"blocks"`
+	Extra       json.RawMessage   `json:"extra,omitempty"`
+	Attrs       map[string]string `json:"attrs,omitempty"`
+}
+
+// MutationAccount is the account as it stands after a mutation.
+type MutationAccount struct {
+	ID             string `json:"id"`
+	Version        int64  `json:"version"`
+	Balance        int64  `json:"balance"`
+	Reserved       int64  `json:"reserved"`
+	Pending        int64  `json:"pending"`
+	LifetimeEarned int64  `json:"lifetime_earned"`
+}
+
+// MutationEntry is one ledger entry of a mutation; its id is derived from the
+// mutation's OpID and its index (EntryID), so every reader agrees on it.
+type MutationEntry struct {
+	Role     EntryRole       `json:"role"`
+	Delta    int64           `json:"delta"`
+	Type     EntryType       `json:"type"`
+	Source   *Source         `json:"source"`
+	BlockID  *uuid.UUID      `json:"block"`
+	Metric   *string         `json:"metric,omitempty"`
+	Units    *int64          `json:"units,omitempty"`
+	Rate     *int64          `json:"rate,omitempty"`
+	Ref      *uuid.UUID      `json:"ref,omitempty"`
+	Reason   *string         `json:"reason,omitempty"`
+	Metadata json.RawMessage `json:"meta,omitempty"`
+}
+
+// MutationBlock is the full state of a block a mutation created or changed.
+type MutationBlock struct {
+	ID        uuid.UUID       `json:"id"`
+	Original  int64           `json:"original"`
+	Remaining int64           `json:"remaining"`
+	Priority  int             `json:"priority"`
+	Source    Source          `json:"source"`
+	StartsMS  int64           `json:"starts"`
+	ExpiresMS *int64          `json:"expires"`
+	CreatedMS int64           `json:"created"`
+	Metadata  json.RawMessage `json:"meta,omitempty"`
+}
+
+// entryNamespace seeds EntryID; changing it would re-key every ledger entry.
+var entryNamespace = uuid.MustParse("6f1c3f52-8a47-4b7e-9d56-0c1e2a9f4b10")
+
+// EntryID is the id of entry i of operation op: a name-based UUID, so the
+// API response, the persister and a replay all derive the same id.
+func EntryID(op uuid.UUID, i int) uuid.UUID {
+	return uuid.NewSHA1(entryNamespace, append(op[:], strconv.Itoa(i)...))
+}
+
+// At is the mutation's instant.
+func (m *Mutation) At() time.Time { return time.UnixMilli(m.AtMS).UTC() }
+
+// LedgerEntries turns the mutation's entries into ledger rows, all of them
+// when role is empty, else only those of that role.
+func (m *Mutation) LedgerEntries(role EntryRole) []LedgerEntry {
+	out := make([]LedgerEntry, 0, len(m.Entries))
+	for i, e := range m.Entries {
+		if role != "" && e.Role != role {
+			continue
+		}
+		out = append(out, m.ledgerEntry(i, e))
+	}
+	return out
+}
+
+func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
+	meta := Metadata{}
+	if len(e.Metadata) > 0 {
+		_ = json.Unmarshal(e.Metadata, &meta)
+	}
+	return LedgerEntry{
+		ID:                EntryID(m.OpID, i),
+		TenantID:          m.TenantID,
+		CustomerID:        m.CustomerID,
+		Environment:       m.Environment,
+		Delta:             e.Delta,
+		Type:              e.Type,
+		Source:            e.Source,
+		CreditBlockID:     e.BlockID,
+		BillableMetricKey: e.Metric,
+		CostUnits:         e.Units,
+		ExchangeRate:      e.Rate,
+		IdempotencyKey:    m.IdempotencyKey,
+		ReferenceID:       e.Ref,
+		Reason:            e.Reason,
+		Metadata:          meta,
+		CreatedAt:         m.At(),
+	}
+}
+
+// Block turns a mutation block into a Block of customer.
+func (b MutationBlock) Block(customer uuid.UUID) Block {
+	meta := Metadata{}
+	if len(b.Metadata) > 0 {
+		_ = json.Unmarshal(b.Metadata, &meta)
+	}
+	out := Block{
+		ID:              b.ID,
+		CustomerID:      customer,
+		OriginalAmount:  b.Original,
+		RemainingAmount: b.Remaining,
+		Source:          b.Source,
+		Priority:        b.Priority,
+		StartsAt:        time.UnixMilli(b.StartsMS).UTC(),
+		CreatedAt:       time.UnixMilli(b.CreatedMS).UTC(),
+		Metadata:        meta,
+	}
+	if b.ExpiresMS != nil {
+		t := time.UnixMilli(*b.ExpiresMS).UTC()
+		out.ExpiresAt = &t
+	}
+	return out
+}
+
+// AccountState is everything needed to rebuild one customer's Redis state
+// from Postgres: the account row, its live blocks, and the operations it
+// applied recently (so a retry after a rebuild still replays, invariant 4).
+type AccountState struct {
+	TenantID       uuid.UUID
+	CustomerID     uuid.UUID
+	Environment    Environment
+	AccountID      string
+	Version        int64
+	Reserved       int64
+	LifetimeEarned int64
+	UpdatedAtMS    int64
+	// Blocks are the blocks with credit left that have not been expired.
+	Blocks []MutationBlock
+	// Applied are recent mutations with an idempotency key, newest last.
+	Applied []Mutation
+}

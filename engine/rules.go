@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// MaxSafeAmount bounds every money value: int64 (invariant 7). Anything that
+// would pass it is refused with ErrOverflow instead of wrapping.
+const MaxSafeAmount int64 = math.MaxInt64
+
+// Spend order (interface.md "Credit block"): lowest priority first; ties by
+// soonest expiry, a block without expiry last; then oldest; then by id so the
+// order is total and Lua and Go agree on it.
+func spendsBefore(a, b MutationBlock) bool {
+	if a.Priority != b.Priority {
+		return a.Priority < b.Priority
+	}
+	switch {
+	case a.ExpiresMS != nil && b.ExpiresMS == nil:
+		return true
+	case a.ExpiresMS == nil && b.ExpiresMS != nil:
+		return false
+	case a.ExpiresMS != nil && *a.ExpiresMS != *b.ExpiresMS:
+		return *a.ExpiresMS < *b.ExpiresMS
+	}
+	if a.CreatedMS != b.CreatedMS {
+		return a.CreatedMS < b.CreatedMS
+	}
+	return a.ID.String() < b.ID.String()
+}
+
+// SpendOrder sorts blocks in the order they are spent.
+func SpendOrder(blocks []MutationBlock) {
+	sort.SliceStable(blocks, func(i, j int) bool { return spendsBefore(blocks[i], blocks[j]) })
+}
+
+// Live reports whether b still counts at nowMS: it has credit and has not
+// reached its expires_at (a block stops counting at that instant).
+func (b MutationBlock) Live(nowMS int64) bool {
+	return b.Remaining > 0 && (b.ExpiresMS == nil || *b.ExpiresMS > nowMS)
+}
+
+// Started reports whether b may be spent at nowMS (stack_after blocks wait).
+func (b MutationBlock) Started(nowMS int64) bool { return b.StartsMS <= nowMS }
+
+// Balances are the derived figures of an account at one instant.
+type Balances struct {
+	Balance, Reserved, Pending, Effective int64
+}
+
+// ComputeBalances sums live blocks at nowMS: balance counts every live block,
+// pending those not started yet; effective is balance - reserved - pending.
+func ComputeBalances(blocks []MutationBlock, reserved int64, nowMS int64) Balances {
+	var out Balances
+	for _, b := range blocks {
+		if !b.Live(nowMS) {
+			continue
+		}
+		out.Balance += b.Remaining
+		if !b.Started(nowMS) {
+			out.Pending += b.Remaining
+		}
+	}
+	out.Reserved = reserved
+	out.Effective = out.Balance - reserved - out.Pending
+	return out
+}
+
+// Draw is the amount a debit takes from one block.
+type Draw struct {
+	Block  MutationBlock
+	Amount int64
+}
+
+// PlanDebit takes amount from the started live blocks in spend order. ok is
+// false, with no draws, when the effective balance is short.
+func PlanDebit(blocks []MutationBlock, reserved, amount int64, nowMS int64) (draws []Draw, ok bool) {
+	if ComputeBalances(blocks, reserved, nowMS).Effective < amount {
+		return nil, false
+	}
+	spendable := make([]MutationBlock, 0, len(blocks))
+	for _, b := range blocks {
+		if b.Live(nowMS) && b.Started(nowMS) {
+			spendable = append(spendable, b)
+		}
+	}
+	SpendOrder(spendable)
+	left := amount
+	for _, b := range spendable {
+		if left == 0 {
+			break
+		}
+		take := min(b.Remaining, left)
+		draws = append(draws, Draw{Block: b, Amount: take})
+		left -= take
+	}
+	return draws, true
+}
+
+// AddChecked adds two amounts, reporting false on int64 overflow.
+func AddChecked(a, b int64) (int64, bool) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, false
+	}
+	return s, true
+}
+
+// MS is t in Unix milliseconds.
+func MS(t time.Time) int64 { return t.UnixMilli() }

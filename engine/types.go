@@ -1,0 +1,200 @@
+// Package engine holds creditd's domain: tenants, customers, credit blocks,
+// ledger entries and the rules that move money between them. It declares the
+// small interfaces it needs (BlockStore, Ledger, Directory, Clock) and never
+// imports the packages that implement them (lua/, persist/) nor the API.
+package engine
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Environment is the world an API key selects: live or sandbox.
+type Environment string
+
+// Environments a key can select.
+const (
+	EnvironmentLive    Environment = "live"
+	EnvironmentSandbox Environment = "sandbox"
+)
+
+// Valid reports whether e is one of the two environments.
+func (e Environment) Valid() bool { return e == EnvironmentLive || e == EnvironmentSandbox }
+
+// OveragePolicy says what happens when usage outruns the balance.
+type OveragePolicy string
+
+// Overage policies of interface.md "General conventions".
+const (
+	OveragePolicyBlock  OveragePolicy = "block"
+	OveragePolicyAllow  OveragePolicy = "allow"
+	OveragePolicyNotify OveragePolicy = "notify"
+)
+
+// Valid reports whether p is a known policy.
+func (p OveragePolicy) Valid() bool {
+	return p == OveragePolicyBlock || p == OveragePolicyAllow || p == OveragePolicyNotify
+}
+
+// Source is where credit came from (grant sources and ledger sources).
+type Source string
+
+// Sources of interface.md "Ledger entry".
+const (
+	SourcePlanGrant    Source = "plan_grant"
+	SourceTopup        Source = "topup"
+	SourcePromotional  Source = "promotional"
+	SourceCompensation Source = "compensation"
+	SourceReferral     Source = "referral"
+	SourceManual       Source = "manual"
+	SourceMigration    Source = "migration"
+)
+
+// ValidGrantSource reports whether s may be named by a grant or adjust call.
+func (s Source) ValidGrantSource() bool {
+	switch s {
+	case SourcePromotional, SourceCompensation, SourceReferral, SourceManual, SourceMigration:
+		return true
+	}
+	return false
+}
+
+// EntryType is the kind of a ledger entry.
+type EntryType string
+
+// Ledger entry types of interface.md "Ledger entry".
+const (
+	EntryPlanGrant   EntryType = "plan_grant"
+	EntryTopup       EntryType = "topup"
+	EntryConsumption EntryType = "consumption"
+	EntryReservation EntryType = "reservation"
+	EntryRelease     EntryType = "release"
+	EntryExpiry      EntryType = "expiry"
+	EntryAdjustment  EntryType = "adjustment"
+)
+
+// Valid reports whether t is a known entry type.
+func (t EntryType) Valid() bool {
+	switch t {
+	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment:
+		return true
+	}
+	return false
+}
+
+// Metadata is a free-form JSON object; values stay raw so numbers keep their
+// exact text and merging is key by key.
+type Metadata map[string]json.RawMessage
+
+// Tenant is one developer account.
+type Tenant struct {
+	ID                           uuid.UUID     `json:"id"`
+	Name                         string        `json:"name"`
+	DefaultOveragePolicy         OveragePolicy `json:"default_overage_policy"`
+	DefaultLowBalanceThresholdMC int64         `json:"default_low_balance_threshold_mc"`
+	WebhookURL                   *string       `json:"webhook_url"`
+	WebhookSecret                *string       `json:"-"`
+	RateLimitPerSecond           int           `json:"rate_limit_per_second"`
+	RateLimitBurst               int           `json:"rate_limit_burst"`
+	CreatedAt                    time.Time     `json:"created_at"`
+	UpdatedAt                    time.Time     `json:"updated_at"`
+}
+
+// Scope is what an API key grants: one tenant in one environment.
+type Scope struct {
+	TenantID    uuid.UUID
+	Environment Environment
+	KeyID       uuid.UUID
+}
+
+// APIKey is a stored key; the plain text exists only at creation.
+type APIKey struct {
+	ID          uuid.UUID   `json:"id"`
+	TenantID    uuid.UUID   `json:"tenant_id"`
+	Environment Environment `json:"environment"`
+	// Key is the plain key, filled only in the response that creates it.
+	Key       string     `json:"key,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Customer is one customer of a tenant.
+type Customer struct {
+	ID                    uuid.UUID      `json:"id"`
+	TenantID              uuid.UUID      `json:"tenant_id"`
+	Environment           Environment    `json:"environment"`
+	ExternalID            string         `json:"external_id"`
+	DisplayName           *string        `json:"display_name"`
+	OveragePolicy         *OveragePolicy `json:"overage_policy"`
+	LowBalanceThresholdMC *int64         `json:"low_balance_threshold_mc"`
+	Metadata              Metadata       `json:"metadata"`
+	CreatedAt             time.Time      `json:"created_at"`
+	UpdatedAt             time.Time      `json:"updated_at"`
+	DeletedAt             *time.Time     `json:"-"`
+}
+
+// Block is one credit block: an amount granted at once, spent down over time.
+type Block struct {
+	ID              uuid.UUID  `json:"id"`
+	CustomerID      uuid.UUID  `json:"customer_id"`
+	OriginalAmount  int64      `json:"original_amount"`
+	RemainingAmount int64      `json:"remaining_amount"`
+	Source          Source     `json:"source"`
+	Priority        int        `json:"priority"`
+	StartsAt        time.Time  `json:"starts_at"`
+	ExpiresAt       *time.Time `json:"expires_at"`
+	CreatedAt       time.Time  `json:"created_at"`
+	Metadata        Metadata   `json:"metadata"`
+}
+
+// Account is a customer's balance snapshot.
+type Account struct {
+	// ID is empty when no account exists yet (no money ever moved).
+	ID               string      `json:"id"`
+	TenantID         uuid.UUID   `json:"tenant_id"`
+	CustomerID       uuid.UUID   `json:"customer_id"`
+	Environment      Environment `json:"environment"`
+	Balance          int64       `json:"balance"`
+	ReservedBalance  int64       `json:"reserved_balance"`
+	PendingBalance   int64       `json:"pending_balance"`
+	EffectiveBalance int64       `json:"effective_balance"`
+	LifetimeEarned   int64       `json:"lifetime_earned"`
+	Version          int64       `json:"version"`
+	UpdatedAt        time.Time   `json:"updated_at"`
+	Blocks           []Block     `json:"blocks"`
+}
+
+// LedgerEntry is one append-only ledger row.
+type LedgerEntry struct {
+	ID                uuid.UUID   `json:"id"`
+	TenantID          uuid.UUID   `json:"tenant_id"`
+	CustomerID        uuid.UUID   `json:"customer_id"`
+	Environment       Environment `json:"environment"`
+	Delta             int64       `json:"delta"`
+	Type              EntryType   `json:"type"`
+	Source            *Source     `json:"source"`
+	CreditBlockID     *uuid.UUID  `json:"credit_block_id,omitempty"`
+	BillableMetricKey *string     `json:"billable_metric_key,omitempty"`
+	CostUnits         *int64      `json:"cost_units,omitempty"`
+	ExchangeRate      *int64      `json:"exchange_rate,omitempty"`
+	IdempotencyKey    string      `json:"idempotency_key"`
+	ReferenceID       *uuid.UUID  `json:"reference_id,omitempty"`
+	Reason            *string     `json:"reason,omitempty"`
+	Metadata          Metadata    `json:"metadata"`
+	CreatedAt         time.Time   `json:"created_at"`
+}
+
+// OverageLine is the overage of one metric in a window.
+type OverageLine struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	OverageMC         int64  `json:"overage_mc"`
+}
+
+// Page is one page of a cursor-paged list.
+type Page[T any] struct {
+	Data       []T
+	HasMore    bool
+	NextCursor string
+}
