@@ -10,13 +10,13 @@ type Kind string
 
 // Error kinds; the API maps each to one HTTP status.
 const (
-	KindBadRequest          Kind = "bad-request"           // 400
-	KindNotFound            Kind = "not-found"             // 404
-	KindConflict            Kind = "conflict"              // 409
-	KindInsufficientCredits Kind = "insufficient-credits"  // 409
-	KindReservationExpired  Kind = "reservation-expired"   // 409
-	KindValidation          Kind = "validation-error"      // 422
-	KindInternal            Kind = "internal"              // 500
+	KindBadRequest          Kind = "bad-request"          // 400
+	KindNotFound            Kind = "not-found"            // 404
+	KindConflict            Kind = "conflict"             // 409
+	KindInsufficientCredits Kind = "insufficient-credits" // 409
+	KindReservationExpired  Kind = "reservation-expired"  // 409
+	KindValidation          Kind = "validation-error"     // 422
+	KindInternal            Kind = "internal"             // 500
 )
 
 // Error is a domain error that names its kind and, for input errors, the field.
