@@ -64,15 +64,17 @@ type MutationAccount struct {
 // MutationEntry is one ledger entry of a mutation; its id is derived from the
 // mutation's OpID and its index (EntryID), so every reader agrees on it.
 type MutationEntry struct {
-	Role     EntryRole       `json:"role"`
-	Delta    int64           `json:"delta"`
-	Type     EntryType       `json:"type"`
-	Source   *Source         `json:"source"`
-	BlockID  *uuid.UUID      `json:"block"`
-	Metric   *string         `json:"metric,omitempty"`
-	Units    *int64          `json:"units,omitempty"`
-	Rate     *int64          `json:"rate,omitempty"`
-	Ref      *uuid.UUID      `json:"ref,omitempty"`
+	Role    EntryRole  `json:"role"`
+	Delta   int64      `json:"delta"`
+	Type    EntryType  `json:"type"`
+	Source  *Source    `json:"source"`
+	BlockID *uuid.UUID `json:"block"`
+	Metric  *string    `json:"metric,omitempty"`
+	Units   *int64     `json:"units,omitempty"`
+	Rate    *int64     `json:"rate,omitempty"`
+	Ref     *uuid.UUID `json:"ref,omitempty"`
+	// Overage is what a consume could not charge under allow/notify.
+	Overage  *int64          `json:"overage,omitempty"`
 	Reason   *string         `json:"reason,omitempty"`
 	Metadata json.RawMessage `json:"meta,omitempty"`
 }

@@ -1,0 +1,63 @@
+// Package lua keeps creditd's hot credit state in Redis: one hash per
+// customer, changed only by the atomic Lua scripts embedded here, each of
+// which appends its Mutation to the customer's outbox partition in the same
+// script. It implements engine.BlockStore, engine.Outbox and
+// engine.IdempotencyRecords on a redis.UniversalClient, so the same code runs
+// on a single Redis and on Redis Cluster.
+package lua
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Partitions is the fixed number of outbox partitions. It is part of every
+// key name, so changing it orphans existing state: keep it.
+const Partitions = 32
+
+// Store is the Redis implementation of the engine's hot-state ports. It is
+// safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewStore returns a Store on rdb whose keys all start with "{prefix:".
+func NewStore(rdb redis.UniversalClient, prefix string) *Store {
+	return &Store{rdb: rdb, prefix: prefix}
+}
+
+// Partition is the outbox partition of a customer.
+func Partition(customer uuid.UUID) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(customer.String()))
+	return int(h.Sum32() % Partitions)
+}
+
+// Partitions reports the fixed partition count.
+func (s *Store) Partitions() int { return Partitions }
+
+// tag is the hash tag shared by every key of partition p.
+func (s *Store) tag(p int) string { return fmt.Sprintf("{%s:p%02d}", s.prefix, p) }
+
+// accountKey is the customer's hash of account fields and blocks.
+func (s *Store) accountKey(c uuid.UUID) string { return s.tag(Partition(c)) + ":a:" + c.String() }
+
+// opKey remembers what an idempotency key did for one customer.
+func (s *Store) opKey(c uuid.UUID, idemHash string) string {
+	return s.tag(Partition(c)) + ":op:" + c.String() + ":" + idemHash
+}
+
+// outboxKey is partition p's stream.
+func (s *Store) outboxKey(p int) string { return s.tag(p) + ":outbox" }
+
+// expiryKey is partition p's customer -> next expiry zset.
+func (s *Store) expiryKey(p int) string { return s.tag(p) + ":exp" }
+
+// idemKey is the tenant's HTTP idempotency record of one key (hashed).
+func (s *Store) idemKey(tenant uuid.UUID, keyHash string) string {
+	return "{" + s.prefix + ":t:" + tenant.String() + "}:idem:" + keyHash
+}
