@@ -17,6 +17,8 @@ const (
 	KindReservationExpired  Kind = "reservation-expired"  // 409
 	KindValidation          Kind = "validation-error"     // 422
 	KindInternal            Kind = "internal"             // 500
+	KindUnauthorized        Kind = "unauthorized"         // 401
+	KindRateLimited         Kind = "rate-limited"         // 429
 )
 
 // Error is a domain error that names its kind and, for input errors, the field.

@@ -1,0 +1,251 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// MaxDisplayNameChars is the longest display_name (interface.md Limits).
+const MaxDisplayNameChars = 200
+
+// MaxExternalIDChars bounds external ids (our limit; addendum leaves it open).
+const MaxExternalIDChars = 255
+
+// Customers creates, reads, changes and deletes a tenant's customers, and
+// resolves the customer a request names (interface.md Common rules 3-5).
+type Customers struct {
+	dir   Directory
+	clock Clock
+}
+
+// NewCustomers returns the customer service.
+func NewCustomers(dir Directory, clock Clock) *Customers {
+	return &Customers{dir: dir, clock: clock}
+}
+
+// CustomerRef is how a request names a customer: a lenient own-or-external id,
+// or (Strict) an external id only.
+type CustomerRef struct {
+	Value  string
+	Strict bool
+}
+
+// CreateCustomerInput is the body of POST /v1/customers.
+type CreateCustomerInput struct {
+	ExternalID            *string  `json:"external_id"`
+	DisplayName           *string  `json:"display_name"`
+	OveragePolicy         *string  `json:"overage_policy"`
+	LowBalanceThresholdMC *int64   `json:"low_balance_threshold_mc"`
+	Metadata              Metadata `json:"metadata"`
+}
+
+// Validate names the first wrong field.
+func (in *CreateCustomerInput) Validate() error {
+	if in.ExternalID == nil || strings.TrimSpace(*in.ExternalID) == "" {
+		return Invalid("external_id", "external_id is required")
+	}
+	if utf8.RuneCountInString(*in.ExternalID) > MaxExternalIDChars {
+		return Invalid("external_id", "external_id is longer than 255 characters")
+	}
+	if in.DisplayName != nil && utf8.RuneCountInString(*in.DisplayName) > MaxDisplayNameChars {
+		return Invalid("display_name", "display_name is longer than 200 characters")
+	}
+	if in.OveragePolicy != nil && *in.OveragePolicy != "" && !OveragePolicy(*in.OveragePolicy).Valid() {
+		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
+	}
+	if in.LowBalanceThresholdMC != nil && *in.LowBalanceThresholdMC < 0 {
+		return Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
+	}
+	return nil
+}
+
+// UpdateCustomerInput is the body of PATCH /v1/customers/{id}; nil fields
+// keep their value.
+type UpdateCustomerInput struct {
+	DisplayName           *string  `json:"display_name"`
+	OveragePolicy         *string  `json:"overage_policy"`
+	LowBalanceThresholdMC *int64   `json:"low_balance_threshold_mc"`
+	Metadata              Metadata `json:"metadata"`
+}
+
+// Validate names the first wrong field.
+func (in *UpdateCustomerInput) Validate() error {
+	if in.DisplayName != nil && utf8.RuneCountInString(*in.DisplayName) > MaxDisplayNameChars {
+		return Invalid("display_name", "display_name is longer than 200 characters")
+	}
+	if in.OveragePolicy != nil && *in.OveragePolicy != "" && !OveragePolicy(*in.OveragePolicy).Valid() {
+		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
+	}
+	if in.LowBalanceThresholdMC != nil && *in.LowBalanceThresholdMC < 0 {
+		return Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
+	}
+	return nil
+}
+
+// Create adds a customer. Errors: 422 from Validate, 409 when the external id
+// is taken in this tenant and environment.
+func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomerInput) (Customer, error) {
+	if err := in.Validate(); err != nil {
+		return Customer{}, err
+	}
+	now := s.clock.Now()
+	c := Customer{
+		ID:          uuid.Must(uuid.NewV7()),
+		TenantID:    scope.TenantID,
+		Environment: scope.Environment,
+		ExternalID:  *in.ExternalID,
+		Metadata:    in.Metadata,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+	}
+	if c.Metadata == nil {
+		c.Metadata = Metadata{}
+	}
+	if in.DisplayName != nil && *in.DisplayName != "" {
+		c.DisplayName = in.DisplayName
+	}
+	if in.OveragePolicy != nil && *in.OveragePolicy != "" {
+		p := OveragePolicy(*in.OveragePolicy)
+		c.OveragePolicy = &p
+	}
+	c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
+	if err := s.dir.CreateCustomer(ctx, c); err != nil {
+		if errors.Is(err, ErrExternalIDTaken) {
+			return Customer{}, &Error{Kind: KindConflict, Field: "external_id", Detail: "a customer with this external_id already exists"}
+		}
+		return Customer{}, err
+	}
+	return c, nil
+}
+
+// Get reads one live customer. Errors: 404.
+func (s *Customers) Get(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
+	return s.Resolve(ctx, scope, ref, false)
+}
+
+// Update changes the given fields; metadata merges key by key. Errors: 404, 422.
+func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in UpdateCustomerInput) (Customer, error) {
+	if err := in.Validate(); err != nil {
+		return Customer{}, err
+	}
+	c, err := s.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return Customer{}, err
+	}
+	if in.DisplayName != nil {
+		if *in.DisplayName == "" {
+			c.DisplayName = nil
+		} else {
+			c.DisplayName = in.DisplayName
+		}
+	}
+	if in.OveragePolicy != nil {
+		if *in.OveragePolicy == "" {
+			c.OveragePolicy = nil
+		} else {
+			p := OveragePolicy(*in.OveragePolicy)
+			c.OveragePolicy = &p
+		}
+	}
+	if in.LowBalanceThresholdMC != nil {
+		c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
+	}
+	if c.Metadata == nil {
+		c.Metadata = Metadata{}
+	}
+	for k, v := range in.Metadata {
+		c.Metadata[k] = v
+	}
+	c.UpdatedAt = s.clock.Now()
+	if err := s.dir.UpdateCustomer(ctx, c); err != nil {
+		return Customer{}, err
+	}
+	return c, nil
+}
+
+// Delete soft-deletes a customer; a second delete is a 404.
+func (s *Customers) Delete(ctx context.Context, scope Scope, ref CustomerRef) error {
+	c, err := s.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return err
+	}
+	if err := s.dir.DeleteCustomer(ctx, scope, c.ID, s.clock.Now()); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return NotFound("customer not found")
+		}
+		return err
+	}
+	return nil
+}
+
+// List pages customers newest first.
+func (s *Customers) List(ctx context.Context, scope Scope, search, cursor string, limit int) (Page[Customer], error) {
+	return s.dir.ListCustomers(ctx, scope, search, cursor, limit)
+}
+
+// Resolve finds the customer ref names in scope. A lenient ref tries the
+// external id first, then the UUID. With create, an unknown lenient value
+// becomes a new customer whose external id is the value (Common rules 4), and
+// a UUID of a customer outside scope is a 400 (Common rules 5); without it
+// both are 404, so nothing about other tenants leaks.
+func (s *Customers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
+	if ref.Value == "" {
+		return Customer{}, NotFound("customer not found")
+	}
+	c, err := s.dir.CustomerByExternalID(ctx, scope, ref.Value)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return Customer{}, err
+	}
+	if ref.Strict {
+		return Customer{}, NotFound("no customer with this external_id")
+	}
+	if id, perr := uuid.Parse(ref.Value); perr == nil {
+		c, err := s.dir.CustomerByID(ctx, id)
+		switch {
+		case err == nil && c.TenantID == scope.TenantID && c.Environment == scope.Environment:
+			return c, nil
+		case err == nil && create:
+			return Customer{}, BadRequest("customer_id", "customer_id belongs to another tenant or environment")
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Customer{}, err
+		}
+	}
+	if !create {
+		return Customer{}, NotFound("customer not found")
+	}
+	if utf8.RuneCountInString(ref.Value) > MaxExternalIDChars {
+		return Customer{}, Invalid("customer_id", "customer_id is longer than 255 characters")
+	}
+	ext := ref.Value
+	created, err := s.Create(ctx, scope, CreateCustomerInput{ExternalID: &ext})
+	if err != nil {
+		// A concurrent auto-create of the same value won; use its customer.
+		if e, ok := AsError(err); ok && e.Kind == KindConflict {
+			return s.dir.CustomerByExternalID(ctx, scope, ref.Value)
+		}
+		return Customer{}, err
+	}
+	return created, nil
+}
+
+// CustomerKeyOf is the credit-state key of c.
+func CustomerKeyOf(c Customer) CustomerKey {
+	return CustomerKey{TenantID: c.TenantID, Environment: c.Environment, CustomerID: c.ID}
+}
+
+// rawJSON encodes v for splicing into a Mutation, "null" for nil.
+func rawJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
+}

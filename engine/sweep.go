@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// ExpirySweeper writes the expiry ledger entries of blocks whose expires_at
+// has passed. Balances already ignore such blocks at that instant; the sweep
+// makes the ledger say so (invariant 1) for customers nobody touches.
+type ExpirySweeper struct {
+	Blocks   BlockStore
+	Credits  *Credits
+	Clock    Clock
+	Interval time.Duration // default 1s
+	Batch    int           // customers per partition per pass, default 500
+	Log      zerolog.Logger
+}
+
+// Run sweeps every Interval until ctx ends.
+func (s *ExpirySweeper) Run(ctx context.Context) {
+	interval := s.Interval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s.SweepOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// SweepOnce expires what is due now in every partition; it returns how many
+// customers had blocks expired.
+func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
+	batch := s.Batch
+	if batch <= 0 {
+		batch = 500
+	}
+	n := 0
+	now := s.Clock.Now()
+	for p := 0; p < s.Blocks.Partitions(); p++ {
+		due, err := s.Blocks.DueExpiries(ctx, p, now, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Log.Warn().Err(err).Int("partition", p).Msg("expiry sweep: list due")
+			}
+			continue
+		}
+		for _, c := range due {
+			_, ok, err := s.Blocks.Expire(ctx, uuid.Must(uuid.NewV7()), c, now)
+			if errors.Is(err, ErrStateMissing) && s.Credits != nil {
+				if err = s.Credits.Load(ctx, c); err == nil {
+					_, ok, err = s.Blocks.Expire(ctx, uuid.Must(uuid.NewV7()), c, now)
+				}
+			}
+			if err != nil {
+				s.Log.Warn().Err(err).Str("customer_id", c.CustomerID.String()).Msg("expiry sweep")
+				continue
+			}
+			if ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// RebuildProgress reports how far a rebuild got.
+type RebuildProgress struct {
+	Done, Total, Loaded int64
+}
+
+// Rebuild loads every account Postgres holds into the block store. Accounts
+// whose store version is already at or past Postgres' are left alone (the
+// load is fenced), so a rebuild is safe while creditd serves. progress is
+// called after every page.
+func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Clock, pageSize int, progress func(RebuildProgress)) (RebuildProgress, error) {
+	var pr RebuildProgress
+	total, err := src.CountAccounts(ctx)
+	if err != nil {
+		return pr, err
+	}
+	pr.Total = total
+	if pageSize <= 0 {
+		pageSize = 1000
+	}
+	after := uuid.Nil
+	since := clock.Now().Add(-AppliedRetention)
+	for {
+		states, err := src.AccountStates(ctx, after, pageSize, since)
+		if err != nil {
+			return pr, err
+		}
+		if len(states) == 0 {
+			return pr, nil
+		}
+		if err := loadAll(ctx, blocks, states, &pr); err != nil {
+			return pr, err
+		}
+		after = states[len(states)-1].CustomerID
+		if progress != nil {
+			progress(pr)
+		}
+	}
+}
+
+// loadAll loads a page with a few workers: each Load is one round trip, and
+// a rebuild of a million accounts is bound by round trips.
+func loadAll(ctx context.Context, blocks BlockStore, states []AccountState, pr *RebuildProgress) error {
+	const workers = 16
+	type result struct {
+		loaded bool
+		err    error
+	}
+	jobs := make(chan AccountState)
+	results := make(chan result, len(states))
+	for w := 0; w < workers; w++ {
+		go func() {
+			for st := range jobs {
+				ok, err := blocks.Load(ctx, st)
+				results <- result{ok, err}
+			}
+		}()
+	}
+	for _, st := range states {
+		jobs <- st
+	}
+	close(jobs)
+	var firstErr error
+	for range states {
+		r := <-results
+		pr.Done++
+		if r.loaded {
+			pr.Loaded++
+		}
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+		}
+	}
+	return firstErr
+}

@@ -1,0 +1,374 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"math/big"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// API key prefixes (addendum 1): the prefix picks the environment.
+const (
+	LiveKeyPrefix    = "ck_live_"
+	SandboxKeyPrefix = "ck_test_"
+	keyRandomChars   = 32
+	// authCacheTTL bounds how long a key stays trusted without a Postgres
+	// look-up in another process; a revoke in this process is seen at once.
+	authCacheTTL = 2 * time.Second
+	// Default rate limit per API key (addendum 10).
+	DefaultRateLimitPerSecond = 1000
+	DefaultRateLimitBurst     = 2000
+)
+
+// Tenants manages tenants, their API keys and configuration, and turns a
+// presented key into a Scope.
+type Tenants struct {
+	dir          Directory
+	clock        Clock
+	allowPrivate bool
+
+	mu    sync.Mutex
+	cache map[[32]byte]authEntry
+}
+
+type authEntry struct {
+	scope   Scope
+	tenant  Tenant
+	expires time.Time
+}
+
+// NewTenants returns the tenant service; allowPrivate lets webhook URLs point
+// at loopback or private addresses (dev mode and tests, addendum 12).
+func NewTenants(dir Directory, clock Clock, allowPrivate bool) *Tenants {
+	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{}}
+}
+
+// NewTenantResult is the 201 body of POST /admin/v1/tenants.
+type NewTenantResult struct {
+	Tenant struct {
+		ID        uuid.UUID `json:"id"`
+		Name      string    `json:"name"`
+		CreatedAt time.Time `json:"created_at"`
+	} `json:"tenant"`
+	APIKeys struct {
+		Live    string `json:"live"`
+		Sandbox string `json:"sandbox"`
+	} `json:"api_keys"`
+}
+
+// Create makes a tenant with one live and one sandbox key. Errors: 422.
+func (s *Tenants) Create(ctx context.Context, name string) (NewTenantResult, error) {
+	var out NewTenantResult
+	if strings.TrimSpace(name) == "" {
+		return out, Invalid("name", "name is required")
+	}
+	now := s.clock.Now()
+	t := Tenant{
+		ID: uuid.Must(uuid.NewV7()), Name: name, DefaultOveragePolicy: OveragePolicyBlock,
+		RateLimitPerSecond: DefaultRateLimitPerSecond, RateLimitBurst: DefaultRateLimitBurst,
+		CreatedAt: now, UpdatedAt: now,
+	}
+	if err := s.dir.CreateTenant(ctx, t); err != nil {
+		return out, err
+	}
+	live, err := s.CreateKey(ctx, t.ID, EnvironmentLive)
+	if err != nil {
+		return out, err
+	}
+	sandbox, err := s.CreateKey(ctx, t.ID, EnvironmentSandbox)
+	if err != nil {
+		return out, err
+	}
+	out.Tenant.ID, out.Tenant.Name, out.Tenant.CreatedAt = t.ID, t.Name, t.CreatedAt
+	out.APIKeys.Live, out.APIKeys.Sandbox = live.Key, sandbox.Key
+	return out, nil
+}
+
+// Get reads a tenant. Errors: 404.
+func (s *Tenants) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
+	t, err := s.dir.GetTenant(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Tenant{}, NotFound("tenant not found")
+	}
+	return t, err
+}
+
+// CreateKey issues a key; its plain text is only in the result.
+func (s *Tenants) CreateKey(ctx context.Context, tenant uuid.UUID, env Environment) (APIKey, error) {
+	if !env.Valid() {
+		return APIKey{}, Invalid("environment", "environment must be live or sandbox")
+	}
+	if _, err := s.Get(ctx, tenant); err != nil {
+		return APIKey{}, err
+	}
+	prefix := LiveKeyPrefix
+	if env == EnvironmentSandbox {
+		prefix = SandboxKeyPrefix
+	}
+	plain := prefix + randomBase62(keyRandomChars)
+	sum := sha256.Sum256([]byte(plain))
+	k := APIKey{ID: uuid.Must(uuid.NewV7()), TenantID: tenant, Environment: env, CreatedAt: s.clock.Now()}
+	if err := s.dir.CreateAPIKey(ctx, k, sum[:]); err != nil {
+		return APIKey{}, err
+	}
+	k.Key = plain
+	return k, nil
+}
+
+// RevokeKey revokes a key; requests with it get 401 from now on.
+func (s *Tenants) RevokeKey(ctx context.Context, tenant, key uuid.UUID) error {
+	if err := s.dir.RevokeAPIKey(ctx, tenant, key, s.clock.Now()); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return NotFound("api key not found")
+		}
+		return err
+	}
+	s.mu.Lock()
+	for h, e := range s.cache {
+		if e.scope.KeyID == key {
+			delete(s.cache, h)
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// ErrUnauthenticated: the key is missing, malformed, unknown or revoked.
+var ErrUnauthenticated = &Error{Kind: KindUnauthorized, Detail: "missing or invalid API key"}
+
+// Authenticate turns a presented key into its scope and tenant.
+func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant, error) {
+	if !strings.HasPrefix(plain, LiveKeyPrefix) && !strings.HasPrefix(plain, SandboxKeyPrefix) {
+		return Scope{}, Tenant{}, ErrUnauthenticated
+	}
+	sum := sha256.Sum256([]byte(plain))
+	now := time.Now()
+	s.mu.Lock()
+	e, ok := s.cache[sum]
+	s.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.scope, e.tenant, nil
+	}
+	k, err := s.dir.APIKeyByHash(ctx, sum[:])
+	if errors.Is(err, ErrNotFound) {
+		return Scope{}, Tenant{}, ErrUnauthenticated
+	}
+	if err != nil {
+		return Scope{}, Tenant{}, err
+	}
+	t, err := s.dir.GetTenant(ctx, k.TenantID)
+	if err != nil {
+		return Scope{}, Tenant{}, err
+	}
+	scope := Scope{TenantID: k.TenantID, Environment: k.Environment, KeyID: k.ID}
+	s.mu.Lock()
+	if len(s.cache) > 100_000 {
+		s.cache = map[[32]byte]authEntry{}
+	}
+	s.cache[sum] = authEntry{scope: scope, tenant: t, expires: now.Add(authCacheTTL)}
+	s.mu.Unlock()
+	return scope, t, nil
+}
+
+// forget drops cached keys of a tenant whose configuration changed.
+func (s *Tenants) forget(tenant uuid.UUID) {
+	s.mu.Lock()
+	for h, e := range s.cache {
+		if e.scope.TenantID == tenant {
+			delete(s.cache, h)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Webhook is the tenant's webhook URL and signing secret.
+type Webhook struct {
+	URL    *string `json:"url"`
+	Secret *string `json:"secret"`
+}
+
+// SetWebhook stores the URL and, when the tenant has none yet, a new secret.
+// Errors: 404, 422 (bad URL, private address without dev mode).
+func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (Webhook, error) {
+	if err := s.checkWebhookURL(rawURL); err != nil {
+		return Webhook{}, err
+	}
+	t, err := s.Get(ctx, tenant)
+	if err != nil {
+		return Webhook{}, err
+	}
+	t.WebhookURL = &rawURL
+	if t.WebhookSecret == nil {
+		sec := newWebhookSecret()
+		t.WebhookSecret = &sec
+	}
+	return s.saveWebhook(ctx, t)
+}
+
+// RotateSecret replaces the signing secret. Errors: 404.
+func (s *Tenants) RotateSecret(ctx context.Context, tenant uuid.UUID) (Webhook, error) {
+	t, err := s.Get(ctx, tenant)
+	if err != nil {
+		return Webhook{}, err
+	}
+	sec := newWebhookSecret()
+	t.WebhookSecret = &sec
+	return s.saveWebhook(ctx, t)
+}
+
+// DeleteWebhook removes URL and secret. Errors: 404.
+func (s *Tenants) DeleteWebhook(ctx context.Context, tenant uuid.UUID) error {
+	t, err := s.Get(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	t.WebhookURL, t.WebhookSecret = nil, nil
+	_, err = s.saveWebhook(ctx, t)
+	return err
+}
+
+func (s *Tenants) saveWebhook(ctx context.Context, t Tenant) (Webhook, error) {
+	t.UpdatedAt = s.clock.Now()
+	if err := s.dir.UpdateTenant(ctx, t); err != nil {
+		return Webhook{}, err
+	}
+	s.forget(t.ID)
+	return Webhook{URL: t.WebhookURL, Secret: t.WebhookSecret}, nil
+}
+
+func (s *Tenants) checkWebhookURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Invalid("url", "url must be an absolute http or https URL")
+	}
+	if s.allowPrivate {
+		return nil
+	}
+	ips, err := net.LookupIP(u.Hostname())
+	if err != nil {
+		return Invalid("url", "url host does not resolve")
+	}
+	for _, ip := range ips {
+		if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() {
+			return Invalid("url", "url resolves to a loopback, private or link-local address")
+		}
+	}
+	return nil
+}
+
+// TenantConfigInput is the body of PATCH /v1/tenant (addendum 2).
+type TenantConfigInput struct {
+	DefaultOveragePolicy         *string `json:"default_overage_policy"`
+	DefaultLowBalanceThresholdMC *int64  `json:"default_low_balance_threshold_mc"`
+}
+
+// TenantConfig is the body of GET /v1/tenant.
+type TenantConfig struct {
+	ID                           uuid.UUID     `json:"id"`
+	Name                         string        `json:"name"`
+	DefaultOveragePolicy         OveragePolicy `json:"default_overage_policy"`
+	DefaultLowBalanceThresholdMC int64         `json:"default_low_balance_threshold_mc"`
+	WebhookURL                   *string       `json:"webhook_url"`
+	RateLimitPerSecond           int           `json:"rate_limit_per_second"`
+	RateLimitBurst               int           `json:"rate_limit_burst"`
+	CreatedAt                    time.Time     `json:"created_at"`
+	UpdatedAt                    time.Time     `json:"updated_at"`
+}
+
+// ConfigOf is t's configuration as the API shows it.
+func ConfigOf(t Tenant) TenantConfig {
+	return TenantConfig{
+		ID: t.ID, Name: t.Name, DefaultOveragePolicy: t.DefaultOveragePolicy,
+		DefaultLowBalanceThresholdMC: t.DefaultLowBalanceThresholdMC, WebhookURL: t.WebhookURL,
+		RateLimitPerSecond: t.RateLimitPerSecond, RateLimitBurst: t.RateLimitBurst,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}
+}
+
+// UpdateConfig changes the tenant defaults. Errors: 422.
+func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantConfigInput) (TenantConfig, error) {
+	if in.DefaultOveragePolicy != nil && !OveragePolicy(*in.DefaultOveragePolicy).Valid() {
+		return TenantConfig{}, Invalid("default_overage_policy", "default_overage_policy must be block, allow or notify")
+	}
+	if in.DefaultLowBalanceThresholdMC != nil && *in.DefaultLowBalanceThresholdMC < 0 {
+		return TenantConfig{}, Invalid("default_low_balance_threshold_mc", "default_low_balance_threshold_mc must be >= 0")
+	}
+	t, err := s.Get(ctx, tenant)
+	if err != nil {
+		return TenantConfig{}, err
+	}
+	if in.DefaultOveragePolicy != nil {
+		t.DefaultOveragePolicy = OveragePolicy(*in.DefaultOveragePolicy)
+	}
+	if in.DefaultLowBalanceThresholdMC != nil {
+		t.DefaultLowBalanceThresholdMC = *in.DefaultLowBalanceThresholdMC
+	}
+	t.UpdatedAt = s.clock.Now()
+	if err := s.dir.UpdateTenant(ctx, t); err != nil {
+		return TenantConfig{}, err
+	}
+	s.forget(t.ID)
+	return ConfigOf(t), nil
+}
+
+// RateLimitInput is the operator's rate limit change.
+type RateLimitInput struct {
+	PerSecond *int `json:"rate_limit_per_second"`
+	Burst     *int `json:"rate_limit_burst"`
+}
+
+// SetRateLimit changes a tenant's per-key token bucket. Errors: 404, 422.
+func (s *Tenants) SetRateLimit(ctx context.Context, tenant uuid.UUID, in RateLimitInput) (TenantConfig, error) {
+	if in.PerSecond != nil && (*in.PerSecond < 1 || *in.PerSecond > 1_000_000) {
+		return TenantConfig{}, Invalid("rate_limit_per_second", "rate_limit_per_second must be between 1 and 1000000")
+	}
+	if in.Burst != nil && (*in.Burst < 1 || *in.Burst > 10_000_000) {
+		return TenantConfig{}, Invalid("rate_limit_burst", "rate_limit_burst must be between 1 and 10000000")
+	}
+	t, err := s.Get(ctx, tenant)
+	if err != nil {
+		return TenantConfig{}, err
+	}
+	if in.PerSecond != nil {
+		t.RateLimitPerSecond = *in.PerSecond
+	}
+	if in.Burst != nil {
+		t.RateLimitBurst = *in.Burst
+	}
+	t.UpdatedAt = s.clock.Now()
+	if err := s.dir.UpdateTenant(ctx, t); err != nil {
+		return TenantConfig{}, err
+	}
+	s.forget(t.ID)
+	return ConfigOf(t), nil
+}
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func randomBase62(n int) string {
+	out := make([]byte, n)
+	max := big.NewInt(int64(len(base62)))
+	for i := range out {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			panic(err) // crypto/rand never fails on Linux
+		}
+		out[i] = base62[v.Int64()]
+	}
+	return string(out)
+}
+
+func newWebhookSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return "whsec_" + base64.StdEncoding.EncodeToString(b[:])
+}
