@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/persist"
+)
+
+// config is creditd's environment (addendum 11 plus our own CREDITD_* knobs).
+type config struct {
+	RedisURL       string
+	DatabaseURL    string
+	Addr           string
+	AdminToken     string
+	LogLevel       string
+	RedisPrefix    string
+	Dev            bool
+	DevFile        string
+	AllowPrivate   bool
+	MaxLag         time.Duration
+	SweepInterval  time.Duration
+	BodyLimitBytes int
+	Consumer       string
+	RedisPoolSize  int
+}
+
+func loadConfig() config {
+	host, _ := os.Hostname()
+	return config{
+		RedisURL:       env("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		DatabaseURL:    env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		Addr:           env("CREDITD_ADDR", ":8080"),
+		AdminToken:     os.Getenv("CREDITD_ADMIN_TOKEN"),
+		LogLevel:       env("LOG_LEVEL", "info"),
+		RedisPrefix:    env("CREDITD_REDIS_PREFIX", "cd"),
+		Dev:            envBool("CREDITD_DEV"),
+		DevFile:        env("CREDITD_DEV_FILE", ".data/dev-tenant.json"),
+		AllowPrivate:   envBool("CREDITD_WEBHOOK_ALLOW_PRIVATE"),
+		MaxLag:         envDuration("CREDITD_MAX_PERSISTER_LAG", 5*time.Second),
+		SweepInterval:  envDuration("CREDITD_SWEEP_INTERVAL", time.Second),
+		BodyLimitBytes: envInt("CREDITD_BODY_LIMIT_BYTES", 1<<20),
+		Consumer:       env("CREDITD_INSTANCE", host),
+		RedisPoolSize:  envInt("CREDITD_REDIS_POOL_SIZE", 64),
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envBool(name string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(name))
+	return v
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func newLogger(level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "creditd").Logger()
+}
+
+// connectRedis opens REDIS_URL: a redis:// URL, a comma list of cluster
+// seeds, or "embedded" (an in-process miniredis for a machine without
+// redis-server: nothing survives a restart).
+func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.UniversalClient, func(), error) {
+	var rdb redis.UniversalClient
+	closer := func() {}
+	switch {
+	case cfg.RedisURL == "embedded":
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Warn().Msg("REDIS_URL=embedded: using an in-process miniredis. NOT DURABLE: unpersisted ledger entries are lost on exit. Install redis-server for real use.")
+		fmt.Fprintln(os.Stderr, "\n*** WARNING: embedded Redis (miniredis) is NOT DURABLE. Install redis-server. ***")
+		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: cfg.RedisPoolSize})
+		closer = mr.Close
+	case strings.Contains(cfg.RedisURL, ","):
+		var addrs []string
+		for _, s := range strings.Split(cfg.RedisURL, ",") {
+			s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "redis://"))
+			if i := strings.Index(s, "/"); i >= 0 {
+				s = s[:i]
+			}
+			if s != "" {
+				addrs = append(addrs, s)
+			}
+		}
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: cfg.RedisPoolSize,
+			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
+	default:
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		opt.PoolSize = cfg.RedisPoolSize
+		opt.ReadTimeout, opt.WriteTimeout = 3*time.Second, 3*time.Second
+		rdb = redis.NewClient(opt)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		closer()
+		return nil, nil, fmt.Errorf("redis unreachable at %s: %w", cfg.RedisURL, err)
+	}
+	return rdb, func() { _ = rdb.Close(); closer() }, nil
+}
+
+// connectPostgres opens DATABASE_URL and applies the migrations.
+func connectPostgres(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
+	pool, err := persist.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres unreachable at %s: %w", cfg.DatabaseURL, err)
+	}
+	if err := persist.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return pool, nil
+}
