@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
@@ -33,81 +32,33 @@ func serve() error {
 	}
 	defer pool.Close()
 
-	clock := engine.SystemClock{}
-	store := lua.NewStore(rdb, cfg.RedisPrefix)
-	db := persist.NewStore(pool)
-	tenants := engine.NewTenants(db, clock, cfg.AllowPrivate)
-	customers := engine.NewCustomers(db, clock)
-	credits := engine.NewCredits(customers, store, db, clock)
-
-	persister := persist.NewPersister(store, db, persist.PersisterConfig{Consumer: cfg.Consumer}, log)
-	bg, cancelBG := context.WithCancel(context.Background())
-	defer cancelBG()
-	persisterDone := make(chan struct{})
-	go func() {
-		defer close(persisterDone)
-		if err := persister.Run(bg); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error().Err(err).Msg("persister stopped")
-		}
-	}()
-	sweeper := &engine.ExpirySweeper{Blocks: store, Credits: credits, Clock: clock, Interval: cfg.SweepInterval, Log: log}
-	go sweeper.Run(bg)
-
+	a := app.New(rdb, pool, app.Config{
+		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
+		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
+		Consumer: cfg.Consumer,
+	}, log)
 	if cfg.Dev {
-		if err := devTenant(ctx, cfg, tenants); err != nil {
+		if err := devTenant(ctx, cfg, a.Tenants); err != nil {
 			return fmt.Errorf("dev tenant: %w", err)
 		}
 	}
-
-	srv := api.New(api.Config{
-		Tenants: tenants, Customers: customers, Credits: credits, Idempotency: store,
-		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
-		Ready: []api.HealthCheck{
-			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-			{Name: "postgres", Check: pool.Ping},
-			{Name: "persister", Check: func(ctx context.Context) error {
-				lag, _, err := persister.Lag(ctx)
-				if err != nil {
-					return err
-				}
-				if lag > cfg.MaxLag {
-					return fmt.Errorf("persister lag %s exceeds %s", lag.Round(time.Millisecond), cfg.MaxLag)
-				}
-				return nil
-			}},
-		},
-		Metrics: func(w io.Writer) { writePersisterMetrics(context.Background(), w, persister) },
-	})
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	a.Start()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe(cfg.Addr) }()
-	log.Info().Str("addr", cfg.Addr).Msg("creditd listening")
+	go func() { errc <- a.Serve(ln) }()
+	log.Info().Str("addr", ln.Addr().String()).Msg("creditd listening")
+	fmt.Printf("creditd ready on %s\n", ln.Addr())
 
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
+		log.Info().Msg("shutting down")
 	}
-	log.Info().Msg("shutting down")
-	_ = srv.Shutdown()
-	// Give the persister a moment to write what the last requests produced;
-	// whatever is left stays in the outbox for the next start.
-	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = persister.Drain(dctx, 5*time.Second)
-	cancel()
-	cancelBG()
-	<-persisterDone
-	return nil
-}
-
-func writePersisterMetrics(ctx context.Context, w io.Writer, p *persist.Persister) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	lag, backlog, err := p.Lag(ctx)
-	if err == nil {
-		fmt.Fprintf(w, "# HELP creditd_persister_lag_seconds Age of the oldest outbox entry not yet committed to Postgres.\n# TYPE creditd_persister_lag_seconds gauge\ncreditd_persister_lag_seconds %g\n", lag.Seconds())
-		fmt.Fprintf(w, "# HELP creditd_persister_backlog Outbox entries not yet committed to Postgres.\n# TYPE creditd_persister_backlog gauge\ncreditd_persister_backlog %d\n", backlog)
-	}
-	p.WriteMetrics(w)
+	a.Stop(5 * time.Second)
+	return err
 }
 
 func migrate() error {
@@ -138,7 +89,7 @@ func rebuild() error {
 	defer pool.Close()
 	store := lua.NewStore(rdb, cfg.RedisPrefix)
 	start := time.Now()
-	last := time.Time{}
+	var last time.Time
 	pr, err := engine.Rebuild(ctx, persist.NewStore(pool), store, engine.SystemClock{}, 1000, func(p engine.RebuildProgress) {
 		if time.Since(last) < 200*time.Millisecond && p.Done < p.Total {
 			return

@@ -1,0 +1,146 @@
+// Package app assembles a running creditd from its parts: the Redis store,
+// the Postgres store, the engine services, the persister, the expiry sweep
+// and the HTTP server. cmd/creditd and the end-to-end tests both use it, so
+// what the tests run is what ships.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/api"
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/lua"
+	"github.com/creditd/creditd/persist"
+)
+
+// Config is what an App needs besides its connections.
+type Config struct {
+	RedisPrefix    string
+	AdminToken     string
+	AllowPrivate   bool
+	MaxLag         time.Duration // readiness bound on persister lag; default 5s
+	SweepInterval  time.Duration // expiry sweep period; default 1s
+	BodyLimitBytes int
+	Consumer       string // persister consumer name; default "creditd"
+	Clock          engine.Clock
+}
+
+// App is one creditd process.
+type App struct {
+	Redis     redis.UniversalClient
+	Pool      *pgxpool.Pool
+	Store     *lua.Store
+	DB        *persist.Store
+	Tenants   *engine.Tenants
+	Customers *engine.Customers
+	Credits   *engine.Credits
+	Persister *persist.Persister
+	Sweeper   *engine.ExpirySweeper
+	Server    *api.Server
+
+	cfg    Config
+	log    zerolog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New wires an App on open connections; Start runs its background work.
+func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.Logger) *App {
+	if cfg.Clock == nil {
+		cfg.Clock = engine.SystemClock{}
+	}
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = 5 * time.Second
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "creditd"
+	}
+	if cfg.RedisPrefix == "" {
+		cfg.RedisPrefix = "cd"
+	}
+	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log}
+	a.Store = lua.NewStore(rdb, cfg.RedisPrefix)
+	a.DB = persist.NewStore(pool)
+	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
+	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
+	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock)
+	a.Persister = persist.NewPersister(a.Store, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer}, log)
+	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
+	a.Server = api.New(api.Config{
+		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store,
+		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
+		Ready: []api.HealthCheck{
+			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+			{Name: "postgres", Check: pool.Ping},
+			{Name: "persister", Check: a.checkLag},
+		},
+		Metrics: a.writeMetrics,
+	})
+	return a
+}
+
+// Start runs the persister and the expiry sweep until Stop.
+func (a *App) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		if err := a.Persister.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Error().Err(err).Msg("persister stopped")
+		}
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.Sweeper.Run(ctx)
+	}()
+}
+
+// Serve answers HTTP on ln until Stop.
+func (a *App) Serve(ln net.Listener) error { return a.Server.Serve(ln) }
+
+// Stop shuts the server down, lets the persister write what is queued (up
+// to drain), and stops the background work.
+func (a *App) Stop(drain time.Duration) {
+	_ = a.Server.Shutdown()
+	if drain > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		_ = a.Persister.Drain(ctx, drain)
+		cancel()
+	}
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+}
+
+func (a *App) checkLag(ctx context.Context) error {
+	lag, _, err := a.Persister.Lag(ctx)
+	if err != nil {
+		return err
+	}
+	if lag > a.cfg.MaxLag {
+		return fmt.Errorf("persister lag %s exceeds %s", lag.Round(time.Millisecond), a.cfg.MaxLag)
+	}
+	return nil
+}
+
+func (a *App) writeMetrics(w io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if lag, backlog, err := a.Persister.Lag(ctx); err == nil {
+		fmt.Fprintf(w, "# HELP creditd_persister_lag_seconds Age of the oldest outbox entry not yet committed to Postgres.\n# TYPE creditd_persister_lag_seconds gauge\ncreditd_persister_lag_seconds %g\n", lag.Seconds())
+		fmt.Fprintf(w, "# HELP creditd_persister_backlog Outbox entries not yet committed to Postgres.\n# TYPE creditd_persister_backlog gauge\ncreditd_persister_backlog %d\n", backlog)
+	}
+	a.Persister.WriteMetrics(w)
+}
