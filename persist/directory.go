@@ -1,0 +1,343 @@
+package persist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Store is the Postgres implementation of the engine's Directory,
+// LedgerReader, LedgerWriter and RebuildSource. It is safe for concurrent
+// use; every method is bounded by the pool's statement timeout.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var (
+	_ engine.Directory     = (*Store)(nil)
+	_ engine.LedgerReader  = (*Store)(nil)
+	_ engine.LedgerWriter  = (*Store)(nil)
+	_ engine.RebuildSource = (*Store)(nil)
+)
+
+// NewStore returns a Store on pool (see Open); the caller keeps ownership
+// of the pool and closes it.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// uniqueViolation is SQLSTATE 23505.
+const uniqueViolation = "23505"
+
+func isUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == uniqueViolation &&
+		(constraint == "" || pgErr.ConstraintName == constraint)
+}
+
+// notFound wraps engine.ErrNotFound with what was missing, for logs.
+func notFound(what string) error { return fmt.Errorf("%s: %w", what, engine.ErrNotFound) }
+
+// metadataJSON renders m as a JSON object; nil becomes {} so the column
+// never holds a JSON null.
+func metadataJSON(m engine.Metadata) ([]byte, error) {
+	if m == nil {
+		return []byte("{}"), nil
+	}
+	return json.Marshal(m)
+}
+
+// rawObject keeps raw JSON as is, turning empty or null into {}.
+func rawObject(raw json.RawMessage) []byte {
+	if len(raw) == 0 || string(raw) == "null" {
+		return []byte("{}")
+	}
+	return raw
+}
+
+// parseMetadata decodes a JSONB object column.
+func parseMetadata(b []byte) (engine.Metadata, error) {
+	m := engine.Metadata{}
+	if len(b) == 0 {
+		return m, nil
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("persist: bad metadata: %w", err)
+	}
+	if m == nil {
+		m = engine.Metadata{}
+	}
+	return m, nil
+}
+
+// ---- tenants ----
+
+const tenantColumns = `id, name, default_overage_policy, default_low_balance_threshold_mc,
+	webhook_url, webhook_secret, rate_limit_per_second, rate_limit_burst, created_at, updated_at`
+
+// CreateTenant inserts t as given (the caller fills defaults and times).
+func (s *Store) CreateTenant(ctx context.Context, t engine.Tenant) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO tenants (`+tenantColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		t.ID, t.Name, string(t.DefaultOveragePolicy), t.DefaultLowBalanceThresholdMC,
+		t.WebhookURL, t.WebhookSecret, t.RateLimitPerSecond, t.RateLimitBurst, t.CreatedAt, t.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("persist: create tenant: %w", err)
+	}
+	return nil
+}
+
+// GetTenant reads one tenant; engine.ErrNotFound when unknown.
+func (s *Store) GetTenant(ctx context.Context, id uuid.UUID) (engine.Tenant, error) {
+	var t engine.Tenant
+	var policy string
+	err := s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id).Scan(
+		&t.ID, &t.Name, &policy, &t.DefaultLowBalanceThresholdMC, &t.WebhookURL, &t.WebhookSecret,
+		&t.RateLimitPerSecond, &t.RateLimitBurst, &t.CreatedAt, &t.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return engine.Tenant{}, notFound("tenant")
+	}
+	if err != nil {
+		return engine.Tenant{}, fmt.Errorf("persist: get tenant: %w", err)
+	}
+	t.DefaultOveragePolicy = engine.OveragePolicy(policy)
+	return t, nil
+}
+
+// UpdateTenant writes every mutable field of t (all but id and created_at);
+// engine.ErrNotFound when unknown.
+func (s *Store) UpdateTenant(ctx context.Context, t engine.Tenant) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE tenants SET name = $2, default_overage_policy = $3,
+			default_low_balance_threshold_mc = $4, webhook_url = $5, webhook_secret = $6,
+			rate_limit_per_second = $7, rate_limit_burst = $8, updated_at = $9
+		WHERE id = $1`,
+		t.ID, t.Name, string(t.DefaultOveragePolicy), t.DefaultLowBalanceThresholdMC,
+		t.WebhookURL, t.WebhookSecret, t.RateLimitPerSecond, t.RateLimitBurst, t.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("persist: update tenant: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("tenant")
+	}
+	return nil
+}
+
+// ---- API keys ----
+
+// CreateAPIKey stores k under hash, the SHA-256 of its plain text; the
+// plain text (k.Key) is never stored.
+func (s *Store) CreateAPIKey(ctx context.Context, k engine.APIKey, hash []byte) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, environment, key_hash, created_at, revoked_at)
+		VALUES ($1, $2, $3, $4, $5, $6)`,
+		k.ID, k.TenantID, string(k.Environment), hash, k.CreatedAt, k.RevokedAt)
+	if err != nil {
+		return fmt.Errorf("persist: create api key: %w", err)
+	}
+	return nil
+}
+
+// APIKeyByHash finds an unrevoked key by the SHA-256 of its text;
+// engine.ErrNotFound when unknown or revoked.
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (engine.APIKey, error) {
+	var k engine.APIKey
+	var env string
+	err := s.pool.QueryRow(ctx, `SELECT id, tenant_id, environment, created_at, revoked_at
+		FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash).Scan(
+		&k.ID, &k.TenantID, &env, &k.CreatedAt, &k.RevokedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return engine.APIKey{}, notFound("api key")
+	}
+	if err != nil {
+		return engine.APIKey{}, fmt.Errorf("persist: api key by hash: %w", err)
+	}
+	k.Environment = engine.Environment(env)
+	return k, nil
+}
+
+// RevokeAPIKey marks key of tenant revoked at at; engine.ErrNotFound when
+// the tenant has no such key or it is already revoked.
+func (s *Store) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = $3
+		WHERE id = $2 AND tenant_id = $1 AND revoked_at IS NULL`, tenant, key, at)
+	if err != nil {
+		return fmt.Errorf("persist: revoke api key: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("api key")
+	}
+	return nil
+}
+
+// ---- customers ----
+
+const customerColumns = `id, tenant_id, environment, external_id, display_name, overage_policy,
+	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at`
+
+// customerExternalIDKey is the partial unique index of live external ids.
+const customerExternalIDKey = "customers_external_id_key"
+
+func scanCustomer(row pgx.Row) (engine.Customer, error) {
+	var c engine.Customer
+	var env string
+	var policy *string
+	var meta []byte
+	if err := row.Scan(&c.ID, &c.TenantID, &env, &c.ExternalID, &c.DisplayName, &policy,
+		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt); err != nil {
+		return engine.Customer{}, err
+	}
+	c.Environment = engine.Environment(env)
+	if policy != nil {
+		p := engine.OveragePolicy(*policy)
+		c.OveragePolicy = &p
+	}
+	m, err := parseMetadata(meta)
+	if err != nil {
+		return engine.Customer{}, err
+	}
+	c.Metadata = m
+	return c, nil
+}
+
+func policyParam(p *engine.OveragePolicy) *string {
+	if p == nil {
+		return nil
+	}
+	s := string(*p)
+	return &s
+}
+
+// CreateCustomer inserts c; engine.ErrExternalIDTaken when a live customer
+// of the same tenant and environment already has its external id.
+func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
+	meta, err := metadataJSON(c.Metadata)
+	if err != nil {
+		return fmt.Errorf("persist: create customer: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
+		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt)
+	if isUniqueViolation(err, customerExternalIDKey) {
+		return engine.ErrExternalIDTaken
+	}
+	if err != nil {
+		return fmt.Errorf("persist: create customer: %w", err)
+	}
+	return nil
+}
+
+// UpdateCustomer writes display_name, overage_policy,
+// low_balance_threshold_mc, metadata and updated_at of the live customer
+// c.ID in c's tenant and environment; engine.ErrNotFound when there is none.
+// The external id never changes.
+func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
+	meta, err := metadataJSON(c.Metadata)
+	if err != nil {
+		return fmt.Errorf("persist: update customer: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
+			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8
+		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
+		c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
+		c.LowBalanceThresholdMC, meta, c.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("persist: update customer: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("customer")
+	}
+	return nil
+}
+
+// DeleteCustomer soft-deletes customer id of scope s (sets deleted_at
+// only, interface.md Customers); engine.ErrNotFound when it is missing or
+// already deleted.
+func (s *Store) DeleteCustomer(ctx context.Context, sc engine.Scope, id uuid.UUID, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE customers SET deleted_at = $4
+		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
+		id, sc.TenantID, string(sc.Environment), at)
+	if err != nil {
+		return fmt.Errorf("persist: delete customer: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("customer")
+	}
+	return nil
+}
+
+// CustomerByExternalID finds the live customer with externalID in scope
+// s; engine.ErrNotFound when there is none.
+func (s *Store) CustomerByExternalID(ctx context.Context, sc engine.Scope, externalID string) (engine.Customer, error) {
+	c, err := scanCustomer(s.pool.QueryRow(ctx, `SELECT `+customerColumns+` FROM customers
+		WHERE tenant_id = $1 AND environment = $2 AND external_id = $3 AND deleted_at IS NULL`,
+		sc.TenantID, string(sc.Environment), externalID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return engine.Customer{}, notFound("customer")
+	}
+	if err != nil {
+		return engine.Customer{}, fmt.Errorf("persist: customer by external id: %w", err)
+	}
+	return c, nil
+}
+
+// CustomerByID finds a live customer by id in any tenant and environment,
+// so the caller can tell "other tenant" from "unknown"; engine.ErrNotFound
+// when unknown or deleted.
+func (s *Store) CustomerByID(ctx context.Context, id uuid.UUID) (engine.Customer, error) {
+	c, err := scanCustomer(s.pool.QueryRow(ctx, `SELECT `+customerColumns+` FROM customers
+		WHERE id = $1 AND deleted_at IS NULL`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return engine.Customer{}, notFound("customer")
+	}
+	if err != nil {
+		return engine.Customer{}, fmt.Errorf("persist: customer by id: %w", err)
+	}
+	return c, nil
+}
+
+// likeEscaper makes user text match literally inside a LIKE pattern
+// (backslash is LIKE's default escape character).
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// ListCustomers pages the live customers of scope s newest first
+// (created_at DESC, id DESC). A non-empty search keeps those whose
+// external_id or display_name contains it, ignoring case. limit is 1..100
+// (validated by the caller); a bad cursor is engine.BadRequest("cursor").
+func (s *Store) ListCustomers(ctx context.Context, sc engine.Scope, search, cursor string, limit int) (engine.Page[engine.Customer], error) {
+	after, hasAfter, err := decodeCursor(cursor)
+	if err != nil {
+		return engine.Page[engine.Customer]{}, err
+	}
+	var q strings.Builder
+	q.WriteString(`SELECT ` + customerColumns + ` FROM customers
+		WHERE tenant_id = $1 AND environment = $2 AND deleted_at IS NULL`)
+	args := []any{sc.TenantID, string(sc.Environment)}
+	if search != "" {
+		args = append(args, "%"+likeEscaper.Replace(search)+"%")
+		fmt.Fprintf(&q, ` AND (external_id ILIKE $%d OR display_name ILIKE $%[1]d)`, len(args))
+	}
+	if hasAfter {
+		args = append(args, after.at, after.id)
+		fmt.Fprintf(&q, ` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	args = append(args, limit+1)
+	fmt.Fprintf(&q, ` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+
+	rows, err := s.pool.Query(ctx, q.String(), args...)
+	if err != nil {
+		return engine.Page[engine.Customer]{}, fmt.Errorf("persist: list customers: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Customer, error) { return scanCustomer(r) })
+	if err != nil {
+		return engine.Page[engine.Customer]{}, fmt.Errorf("persist: list customers: %w", err)
+	}
+	return pageOf(list, limit, func(c engine.Customer) pageKey { return pageKey{at: c.CreatedAt, id: c.ID} }), nil
+}

@@ -1,0 +1,290 @@
+package persist
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// The four statements of Apply each take whole columns as arrays and
+// unnest them, so a batch of any size is one pipelined round trip of four
+// statements inside one transaction. Rows are sorted by key first, so two
+// Applies racing on the same rows lock them in the same order and cannot
+// deadlock.
+
+const insertOperationsSQL = `INSERT INTO operations
+	(op_id, tenant_id, customer_id, idempotency_key, request_hash, account_version, mutation, created_at)
+SELECT op_id, tenant_id, customer_id, idem, rh, version, m::jsonb, at
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
+	AS t(op_id, tenant_id, customer_id, idem, rh, version, m, at)
+ON CONFLICT (op_id) DO NOTHING`
+
+const insertEntriesSQL = `INSERT INTO ledger_entries
+	(id, op_id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
+	 billable_metric_key, cost_units, exchange_rate, overage_mc, idempotency_key, reference_id,
+	 reason, metadata, created_at)
+SELECT id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
+	overage, idem, ref, reason, meta::jsonb, at
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
+	$8::text[], $9::uuid[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
+	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[])
+	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
+	     overage, idem, ref, reason, meta, at)
+ON CONFLICT (id) DO NOTHING`
+
+const upsertBlocksSQL = `INSERT INTO credit_blocks AS b
+	(id, tenant_id, customer_id, original_amount, remaining_amount, priority, source, starts_at,
+	 expires_at, created_at, metadata, version)
+SELECT id, tenant_id, customer_id, original, remaining, priority, source, starts, expires,
+	created, meta::jsonb, version
+FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::bigint[], $6::int[], $7::text[],
+	$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::bigint[])
+	AS t(id, tenant_id, customer_id, original, remaining, priority, source, starts, expires,
+	     created, meta, version)
+ON CONFLICT (id) DO UPDATE SET
+	original_amount = EXCLUDED.original_amount, remaining_amount = EXCLUDED.remaining_amount,
+	priority = EXCLUDED.priority, source = EXCLUDED.source, starts_at = EXCLUDED.starts_at,
+	expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at,
+	metadata = EXCLUDED.metadata, version = EXCLUDED.version
+WHERE b.version < EXCLUDED.version`
+
+const upsertAccountsSQL = `INSERT INTO credit_accounts AS a
+	(customer_id, id, tenant_id, environment, balance, reserved_balance, pending_balance,
+	 lifetime_earned, version, updated_at)
+SELECT customer_id, NULLIF(id, '')::uuid, tenant_id, env, balance, reserved, pending, earned,
+	version, at
+FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[],
+	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[])
+	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at)
+ON CONFLICT (customer_id) DO UPDATE SET
+	id = COALESCE(EXCLUDED.id, a.id), tenant_id = EXCLUDED.tenant_id,
+	environment = EXCLUDED.environment, balance = EXCLUDED.balance,
+	reserved_balance = EXCLUDED.reserved_balance, pending_balance = EXCLUDED.pending_balance,
+	lifetime_earned = EXCLUDED.lifetime_earned, version = EXCLUDED.version,
+	updated_at = EXCLUDED.updated_at
+WHERE a.version < EXCLUDED.version`
+
+// Apply writes ms in one transaction, idempotently (engine.LedgerWriter):
+// operations with an idempotency key and ledger entries (id
+// engine.EntryID(op, i)) are inserted unless present; blocks and accounts
+// are upserted only when the incoming account version is newer than the
+// stored one, so a late or replayed Mutation never rolls state back
+// (invariant 5). It is safe to call with the same batch twice or from
+// several goroutines at once.
+func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	cols, err := columnsOf(ms)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if o := cols.ops; len(o.opID) > 0 {
+			b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
+		}
+		if e := cols.entries; len(e.id) > 0 {
+			b.Queue(insertEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
+				e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at)
+		}
+		if k := cols.blocks; len(k.id) > 0 {
+			b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
+				k.starts, k.expires, k.created, k.meta, k.version)
+		}
+		a := cols.accounts
+		b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
+			a.earned, a.version, a.at)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
+	}
+	return nil
+}
+
+// applyColumns are Apply's rows, column by column.
+type applyColumns struct {
+	ops struct {
+		opID, tenant, customer []uuid.UUID
+		idem, rh, mutation     []string
+		version                []int64
+		at                     []time.Time
+	}
+	entries struct {
+		id, opID, tenant, customer []uuid.UUID
+		env, typ, idem, meta       []string
+		source, metric, reason     []*string
+		block, ref                 []*uuid.UUID
+		delta, overage             []int64
+		units, rate                []*int64
+		at                         []time.Time
+	}
+	blocks struct {
+		id, tenant, customer         []uuid.UUID
+		original, remaining, version []int64
+		priority                     []int32
+		source, meta                 []string
+		starts, created              []time.Time
+		expires                      []*time.Time
+	}
+	accounts struct {
+		customer, tenant                            []uuid.UUID
+		id, env                                     []string
+		balance, reserved, pending, earned, version []int64
+		at                                          []time.Time
+	}
+}
+
+// entryRow is one ledger entry before it is split into columns.
+type entryRow struct {
+	id uuid.UUID
+	m  *engine.Mutation
+	e  *engine.MutationEntry
+}
+
+// blockRow is the newest state of one block within the batch.
+type blockRow struct {
+	b       *engine.MutationBlock
+	m       *engine.Mutation
+	version int64
+}
+
+// columnsOf flattens ms into columns. A Mutation delivered twice in one
+// batch counts once, and a block or account changed by several Mutations
+// keeps only its newest version: one statement may not upsert a row twice.
+func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
+	c := &applyColumns{}
+	seenOp := make(map[uuid.UUID]bool, len(ms))
+	var entries []entryRow
+	blocks := map[uuid.UUID]blockRow{}
+	accounts := map[uuid.UUID]*engine.Mutation{}
+	var ops []*engine.Mutation
+	for i := range ms {
+		m := &ms[i]
+		if seenOp[m.OpID] {
+			continue
+		}
+		seenOp[m.OpID] = true
+		if m.IdempotencyKey != "" {
+			ops = append(ops, m)
+		}
+		for j := range m.Entries {
+			entries = append(entries, entryRow{id: engine.EntryID(m.OpID, j), m: m, e: &m.Entries[j]})
+		}
+		for j := range m.Blocks {
+			b := &m.Blocks[j]
+			if cur, ok := blocks[b.ID]; !ok || cur.version < m.Account.Version {
+				blocks[b.ID] = blockRow{b: b, m: m, version: m.Account.Version}
+			}
+		}
+		if cur, ok := accounts[m.CustomerID]; !ok || cur.Account.Version < m.Account.Version {
+			accounts[m.CustomerID] = m
+		}
+	}
+
+	sort.Slice(ops, func(i, j int) bool { return bytes.Compare(ops[i].OpID[:], ops[j].OpID[:]) < 0 })
+	o := &c.ops
+	for _, m := range ops {
+		doc, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("persist: encode mutation %s: %w", m.OpID, err)
+		}
+		o.opID = append(o.opID, m.OpID)
+		o.tenant = append(o.tenant, m.TenantID)
+		o.customer = append(o.customer, m.CustomerID)
+		o.idem = append(o.idem, m.IdempotencyKey)
+		o.rh = append(o.rh, m.RequestHash)
+		o.version = append(o.version, m.Account.Version)
+		o.mutation = append(o.mutation, string(doc))
+		o.at = append(o.at, m.At())
+	}
+
+	sort.Slice(entries, func(i, j int) bool { return bytes.Compare(entries[i].id[:], entries[j].id[:]) < 0 })
+	e := &c.entries
+	for _, r := range entries {
+		var src *string
+		if r.e.Source != nil {
+			s := string(*r.e.Source)
+			src = &s
+		}
+		var overage int64
+		if r.e.Overage != nil {
+			overage = *r.e.Overage
+		}
+		e.id = append(e.id, r.id)
+		e.opID = append(e.opID, r.m.OpID)
+		e.tenant = append(e.tenant, r.m.TenantID)
+		e.customer = append(e.customer, r.m.CustomerID)
+		e.env = append(e.env, string(r.m.Environment))
+		e.delta = append(e.delta, r.e.Delta)
+		e.typ = append(e.typ, string(r.e.Type))
+		e.source = append(e.source, src)
+		e.block = append(e.block, r.e.BlockID)
+		e.metric = append(e.metric, r.e.Metric)
+		e.units = append(e.units, r.e.Units)
+		e.rate = append(e.rate, r.e.Rate)
+		e.overage = append(e.overage, overage)
+		e.idem = append(e.idem, r.m.IdempotencyKey)
+		e.ref = append(e.ref, r.e.Ref)
+		e.reason = append(e.reason, r.e.Reason)
+		e.meta = append(e.meta, string(rawObject(r.e.Metadata)))
+		e.at = append(e.at, r.m.At())
+	}
+
+	blockIDs := make([]uuid.UUID, 0, len(blocks))
+	for id := range blocks {
+		blockIDs = append(blockIDs, id)
+	}
+	sort.Slice(blockIDs, func(i, j int) bool { return bytes.Compare(blockIDs[i][:], blockIDs[j][:]) < 0 })
+	k := &c.blocks
+	for _, id := range blockIDs {
+		r := blocks[id]
+		var expires *time.Time
+		if r.b.ExpiresMS != nil {
+			t := time.UnixMilli(*r.b.ExpiresMS).UTC()
+			expires = &t
+		}
+		k.id = append(k.id, id)
+		k.tenant = append(k.tenant, r.m.TenantID)
+		k.customer = append(k.customer, r.m.CustomerID)
+		k.original = append(k.original, r.b.Original)
+		k.remaining = append(k.remaining, r.b.Remaining)
+		k.priority = append(k.priority, int32(r.b.Priority))
+		k.source = append(k.source, string(r.b.Source))
+		k.starts = append(k.starts, time.UnixMilli(r.b.StartsMS).UTC())
+		k.expires = append(k.expires, expires)
+		k.created = append(k.created, time.UnixMilli(r.b.CreatedMS).UTC())
+		k.meta = append(k.meta, string(rawObject(r.b.Metadata)))
+		k.version = append(k.version, r.version)
+	}
+
+	customers := make([]uuid.UUID, 0, len(accounts))
+	for id := range accounts {
+		customers = append(customers, id)
+	}
+	sort.Slice(customers, func(i, j int) bool { return bytes.Compare(customers[i][:], customers[j][:]) < 0 })
+	a := &c.accounts
+	for _, id := range customers {
+		m := accounts[id]
+		a.customer = append(a.customer, id)
+		a.id = append(a.id, m.Account.ID)
+		a.tenant = append(a.tenant, m.TenantID)
+		a.env = append(a.env, string(m.Environment))
+		a.balance = append(a.balance, m.Account.Balance)
+		a.reserved = append(a.reserved, m.Account.Reserved)
+		a.pending = append(a.pending, m.Account.Pending)
+		a.earned = append(a.earned, m.Account.LifetimeEarned)
+		a.version = append(a.version, m.Account.Version)
+		a.at = append(a.at, m.At())
+	}
+	return c, nil
+}

@@ -1,0 +1,262 @@
+package persist
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+const entryColumns = `id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
+	billable_metric_key, cost_units, exchange_rate, idempotency_key, reference_id, reason,
+	metadata, created_at`
+
+func scanEntry(row pgx.Row) (engine.LedgerEntry, error) {
+	var e engine.LedgerEntry
+	var env, typ string
+	var source *string
+	var meta []byte
+	if err := row.Scan(&e.ID, &e.TenantID, &e.CustomerID, &env, &e.Delta, &typ, &source, &e.CreditBlockID,
+		&e.BillableMetricKey, &e.CostUnits, &e.ExchangeRate, &e.IdempotencyKey, &e.ReferenceID, &e.Reason,
+		&meta, &e.CreatedAt); err != nil {
+		return engine.LedgerEntry{}, err
+	}
+	e.Environment = engine.Environment(env)
+	e.Type = engine.EntryType(typ)
+	if source != nil {
+		s := engine.Source(*source)
+		e.Source = &s
+	}
+	m, err := parseMetadata(meta)
+	if err != nil {
+		return engine.LedgerEntry{}, err
+	}
+	e.Metadata = m
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e, nil
+}
+
+// History pages customer q.CustomerID's ledger newest first (created_at
+// DESC, id DESC), keeping entries that match every filter given: type,
+// source, billable_metric_key, From (inclusive) and To (exclusive).
+// q.Limit is 1..100 (validated by the caller); a bad cursor is
+// engine.BadRequest("cursor").
+func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page[engine.LedgerEntry], error) {
+	after, hasAfter, err := decodeCursor(q.Cursor)
+	if err != nil {
+		return engine.Page[engine.LedgerEntry]{}, err
+	}
+	var sql strings.Builder
+	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1`)
+	args := []any{q.CustomerID}
+	where := func(cond string, v any) {
+		args = append(args, v)
+		fmt.Fprintf(&sql, cond, len(args))
+	}
+	if q.Type != nil {
+		where(` AND type = $%d`, string(*q.Type))
+	}
+	if q.Source != nil {
+		where(` AND source = $%d`, string(*q.Source))
+	}
+	if q.BillableMetricKey != nil {
+		where(` AND billable_metric_key = $%d`, *q.BillableMetricKey)
+	}
+	if q.From != nil {
+		where(` AND created_at >= $%d`, *q.From)
+	}
+	if q.To != nil {
+		where(` AND created_at < $%d`, *q.To)
+	}
+	if hasAfter {
+		args = append(args, after.at, after.id)
+		fmt.Fprintf(&sql, ` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	args = append(args, q.Limit+1)
+	fmt.Fprintf(&sql, ` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+
+	rows, err := s.pool.Query(ctx, sql.String(), args...)
+	if err != nil {
+		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.LedgerEntry, error) { return scanEntry(r) })
+	if err != nil {
+		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
+	}
+	return pageOf(list, q.Limit, func(e engine.LedgerEntry) pageKey { return pageKey{at: e.CreatedAt, id: e.ID} }), nil
+}
+
+// Overage sums the overage of customer's entries created in [from, to) per
+// billable metric key, sorted by key (byte order); metrics without overage
+// are left out and an empty window gives an empty, non-nil slice. A sum
+// beyond int64 is an error rather than a wrapped number (invariant 7).
+func (s *Store) Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.OverageLine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT billable_metric_key, SUM(overage_mc)::bigint
+		FROM ledger_entries
+		WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
+			AND billable_metric_key IS NOT NULL
+		GROUP BY billable_metric_key
+		ORDER BY billable_metric_key COLLATE "C"`, customer, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("persist: overage: %w", err)
+	}
+	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.OverageLine, error) {
+		var l engine.OverageLine
+		err := r.Scan(&l.BillableMetricKey, &l.OverageMC)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: overage: %w", err)
+	}
+	if lines == nil {
+		lines = []engine.OverageLine{}
+	}
+	return lines, nil
+}
+
+const accountColumns = `customer_id, COALESCE(id::text, ''), tenant_id, environment, reserved_balance,
+	lifetime_earned, version, updated_at`
+
+func scanAccount(row pgx.Row) (engine.AccountState, error) {
+	var st engine.AccountState
+	var env string
+	var updated time.Time
+	if err := row.Scan(&st.CustomerID, &st.AccountID, &st.TenantID, &env, &st.Reserved,
+		&st.LifetimeEarned, &st.Version, &updated); err != nil {
+		return engine.AccountState{}, err
+	}
+	st.Environment = engine.Environment(env)
+	st.UpdatedAtMS = updated.UnixMilli()
+	st.Blocks = []engine.MutationBlock{}
+	st.Applied = []engine.Mutation{}
+	return st, nil
+}
+
+// AccountState reads what a rebuild of customer c needs: the account row,
+// every block with credit left (whether or not past expires_at: the Load
+// script and the expiry sweep judge time), and the operations with an
+// idempotency key applied at or after appliedSince, oldest first. ok is
+// false when the customer has no account row.
+func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedSince time.Time) (engine.AccountState, bool, error) {
+	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1`,
+		[]any{c.CustomerID}, appliedSince)
+	if err != nil {
+		return engine.AccountState{}, false, fmt.Errorf("persist: account state: %w", err)
+	}
+	if len(states) == 0 {
+		return engine.AccountState{}, false, nil
+	}
+	return states[0], true, nil
+}
+
+// AccountStates returns up to limit account states with customer id
+// greater than after, in customer id order, for creditd rebuild: three
+// queries per page whatever its size (accounts, their live blocks, their
+// recent operations), so walking a million accounts stays cheap.
+func (s *Store) AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]engine.AccountState, error) {
+	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts
+		WHERE customer_id > $1 ORDER BY customer_id LIMIT $2`, []any{after, limit}, appliedSince)
+	if err != nil {
+		return nil, fmt.Errorf("persist: account states: %w", err)
+	}
+	return states, nil
+}
+
+// CountAccounts is the number of account rows, for rebuild progress.
+func (s *Store) CountAccounts(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM credit_accounts`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("persist: count accounts: %w", err)
+	}
+	return n, nil
+}
+
+// accountStates runs accountSQL and fills each account's blocks and
+// applied operations, all in one repeatable-read snapshot so the three
+// reads agree with each other.
+func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any, appliedSince time.Time) ([]engine.AccountState, error) {
+	var states []engine.AccountState
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, accountSQL, args...)
+		if err != nil {
+			return err
+		}
+		states, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.AccountState, error) { return scanAccount(r) })
+		if err != nil || len(states) == 0 {
+			return err
+		}
+		index := make(map[uuid.UUID]*engine.AccountState, len(states))
+		ids := make([]uuid.UUID, len(states))
+		for i := range states {
+			index[states[i].CustomerID] = &states[i]
+			ids[i] = states[i].CustomerID
+		}
+
+		rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
+				starts_at, expires_at, created_at, metadata
+			FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
+			ORDER BY customer_id, created_at, id`, ids)
+		if err != nil {
+			return err
+		}
+		var customer uuid.UUID
+		var b engine.MutationBlock
+		var source string
+		var starts, created time.Time
+		var expires *time.Time
+		var meta []byte
+		_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
+			&starts, &expires, &created, &meta}, func() error {
+			blk := b
+			blk.Source = engine.Source(source)
+			blk.StartsMS = starts.UnixMilli()
+			blk.CreatedMS = created.UnixMilli()
+			blk.ExpiresMS = nil
+			if expires != nil {
+				ms := expires.UnixMilli()
+				blk.ExpiresMS = &ms
+			}
+			blk.Metadata = nil
+			if len(meta) > 0 && string(meta) != "{}" {
+				blk.Metadata = json.RawMessage(append([]byte(nil), meta...))
+			}
+			st := index[customer]
+			st.Blocks = append(st.Blocks, blk)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+
+		rows, err = tx.Query(ctx, `SELECT customer_id, mutation FROM operations
+			WHERE customer_id = ANY($1) AND created_at >= $2
+			ORDER BY customer_id, account_version, created_at, op_id`, ids, appliedSince)
+		if err != nil {
+			return err
+		}
+		var doc []byte
+		_, err = pgx.ForEachRow(rows, []any{&customer, &doc}, func() error {
+			var m engine.Mutation
+			if err := json.Unmarshal(doc, &m); err != nil {
+				return fmt.Errorf("decode operation of customer %s: %w", customer, err)
+			}
+			st := index[customer]
+			st.Applied = append(st.Applied, m)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if states == nil {
+		states = []engine.AccountState{}
+	}
+	return states, nil
+}
