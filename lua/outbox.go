@@ -37,10 +37,13 @@ var _ engine.Outbox = (*Store)(nil)
 // Acks ID. Until it does, every Read of that consumer returns this error again,
 // and the other messages of the batch stay pending and come back after it.
 type MalformedEntryError struct {
+	// Partition is the outbox partition the entry is in.
 	Partition int
-	ID        string
+	// ID is the stream id to dead-letter and then Ack.
+	ID string
 	// Raw is the entry's `m` field as stored (empty when it had none).
 	Raw []byte
+	// Err is why it could not be decoded.
 	Err error
 }
 

@@ -469,7 +469,9 @@ func TestOutboxReadBlocks(t *testing.T) {
 // refused before Redis is asked.
 func TestOutboxBadArguments(t *testing.T) {
 	t.Parallel()
-	s := NewStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), "x")
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := NewStore(rdb, "x")
 	ctx := context.Background()
 	for name, err := range map[string]error{
 		"read partition":  func() error { _, err := s.Read(ctx, Partitions, "c", 1, 0); return err }(),
@@ -502,4 +504,32 @@ func TestStreamIDMillis(t *testing.T) {
 			t.Errorf("streamIDMillis(%q) = %d, %v", tc.id, got, err)
 		}
 	}
+}
+
+// TestOutboxDeletedWhilePending checks that an entry deleted from the stream
+// while still pending (a trim, a manual XDEL) is acknowledged and skipped
+// instead of coming back forever as an empty Mutation.
+func TestOutboxDeletedWhilePending(t *testing.T) {
+	t.Parallel()
+	portBackends(t, func(t *testing.T, b portBundle) {
+		ctx := context.Background()
+		const p = 19
+		m1, m2 := outboxMutation(t), outboxMutation(t)
+		gone := xadd(t, b, p, "", m1)
+		xadd(t, b, p, "", m2)
+		if _, err := b.store.Read(ctx, p, "c1", 10, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.rdb.XDel(ctx, b.store.outboxKey(p), gone).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.store.Read(ctx, p, "c1", 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, got, m2)
+		if n := pendingCount(t, b, p); n != 1 {
+			t.Fatalf("pending %d, want 1 (the deleted entry acknowledged)", n)
+		}
+	})
 }
