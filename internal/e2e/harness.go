@@ -1,0 +1,329 @@
+// Package e2e drives creditd from the outside, over HTTP, as a tenant would:
+// an in-process App for behaviour tests, and a real creditd binary for crash
+// tests that kill it with -9.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/testenv"
+	"github.com/creditd/creditd/persist"
+)
+
+// AdminToken is the operator token every test stack uses.
+const AdminToken = "test-admin-token"
+
+// Stack is an in-process creditd on real Redis and Postgres.
+type Stack struct {
+	T           testing.TB
+	App         *app.App
+	URL         string
+	Redis       redis.UniversalClient
+	Prefix      string
+	DatabaseURL string
+	Pool        *pgxpool.Pool
+	HTTP        *http.Client
+}
+
+// StackOption changes how a Stack is built.
+type StackOption func(*stackOptions)
+
+type stackOptions struct {
+	redis  redis.UniversalClient
+	prefix string
+	clock  engine.Clock
+}
+
+// WithRedis runs the stack on a given Redis (a private server) and prefix.
+func WithRedis(rdb redis.UniversalClient, prefix string) StackOption {
+	return func(o *stackOptions) { o.redis, o.prefix = rdb, prefix }
+}
+
+// WithClock runs the stack on a test clock.
+func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.clock = c } }
+
+// NewStack starts creditd in process on a fresh database and key prefix.
+func NewStack(t testing.TB, opts ...StackOption) *Stack {
+	t.Helper()
+	var o stackOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.redis == nil {
+		o.redis, o.prefix = testenv.Redis(t)
+	}
+	dbURL := testenv.Database(t)
+	ctx := context.Background()
+	pool, err := persist.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	if err := persist.Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	log := zerolog.New(io.Discard)
+	if os.Getenv("E2E_LOG") != "" {
+		log = zerolog.New(os.Stderr)
+	}
+	a := app.New(o.redis, pool, app.Config{
+		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
+		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
+	}, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Start()
+	go func() { _ = a.Serve(ln) }()
+	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	t.Cleanup(func() {
+		a.Stop(0)
+		pool.Close()
+	})
+	return s
+}
+
+// Tenant is a tenant's keys as the admin API returned them.
+type Tenant struct {
+	ID      string
+	Live    string
+	Sandbox string
+}
+
+// Response is a decoded HTTP answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Raw    []byte
+	Body   map[string]any
+}
+
+// Call sends one request to base; body may be nil, a string (sent as is) or a
+// value encoded as JSON. headers are name, value pairs.
+func Call(t testing.TB, client *http.Client, base, method, path string, body any, headers ...string) Response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := Response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if len(raw) > 0 && raw[0] == '{' {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		_ = d.Decode(&out.Body)
+	}
+	return out
+}
+
+// Do calls the stack with a tenant key (empty for none) and, for writes, an
+// Idempotency-Key (empty for none).
+func (s *Stack) Do(method, path, key, idem string, body any) Response {
+	s.T.Helper()
+	h := []string{}
+	if key != "" {
+		h = append(h, "X-API-Key", key)
+	}
+	if idem != "" {
+		h = append(h, "Idempotency-Key", idem)
+	}
+	return Call(s.T, s.HTTP, s.URL, method, path, body, h...)
+}
+
+// NewTenant creates a tenant through the admin API.
+func (s *Stack) NewTenant(name string) Tenant {
+	s.T.Helper()
+	return CreateTenant(s.T, s.HTTP, s.URL, name)
+}
+
+// CreateTenant creates a tenant through the admin API at base.
+func CreateTenant(t testing.TB, client *http.Client, base, name string) Tenant {
+	t.Helper()
+	r := Call(t, client, base, "POST", "/admin/v1/tenants", map[string]any{"name": name}, "Authorization", "Bearer "+AdminToken)
+	if r.Status != 201 {
+		t.Fatalf("create tenant: %d %s", r.Status, r.Raw)
+	}
+	tn := r.Body["tenant"].(map[string]any)
+	keys := r.Body["api_keys"].(map[string]any)
+	return Tenant{ID: tn["id"].(string), Live: keys["live"].(string), Sandbox: keys["sandbox"].(string)}
+}
+
+// Drain waits until the persister has written everything to Postgres.
+func (s *Stack) Drain() {
+	s.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.App.Persister.Drain(ctx, 30*time.Second); err != nil {
+		s.T.Fatalf("drain: %v", err)
+	}
+}
+
+// Int reads an integer member of a decoded body (json.Number).
+func Int(t testing.TB, v any) int64 {
+	t.Helper()
+	n, ok := v.(json.Number)
+	if !ok {
+		t.Fatalf("not a number: %#v", v)
+	}
+	i, err := n.Int64()
+	if err != nil {
+		t.Fatalf("not an int64: %v", n)
+	}
+	return i
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/creditd once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "creditd-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "creditd")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/creditd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Process is a creditd binary run by a crash test.
+type Process struct {
+	t    testing.TB
+	URL  string
+	env  []string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	mu   sync.Mutex
+}
+
+// StartProcess runs creditd serve with env (REDIS_URL, DATABASE_URL, ...) on
+// a free port and waits for /healthz.
+func StartProcess(t testing.TB, env ...string) *Process {
+	t.Helper()
+	port := testenv.FreePort(t)
+	p := &Process{t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", port),
+		env: append(append(os.Environ(), env...), fmt.Sprintf("CREDITD_ADDR=127.0.0.1:%d", port),
+			"CREDITD_ADMIN_TOKEN="+AdminToken, "CREDITD_WEBHOOK_ALLOW_PRIVATE=true", "LOG_LEVEL=warn")}
+	p.start()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+func (p *Process) start() {
+	p.t.Helper()
+	p.mu.Lock()
+	p.logs = &bytes.Buffer{}
+	p.cmd = exec.Command(Binary(p.t), "serve")
+	p.cmd.Env = p.env
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		p.mu.Unlock()
+		p.t.Fatalf("start creditd: %v", err)
+	}
+	cmd := p.cmd
+	p.mu.Unlock()
+	go func() { _ = cmd.Wait() }()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := client.Get(p.URL + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("creditd did not become healthy:\n%s", p.Logs())
+}
+
+// Logs is what the process printed so far.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// PID is the running process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (p *Process) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL)
+	for i := 0; i < 200; i++ {
+		if err := syscall.Kill(p.cmd.Process.Pid, 0); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Restart starts the binary again with the same environment and port.
+func (p *Process) Restart() { p.start() }
