@@ -55,6 +55,14 @@ func (e *MalformedEntryError) Error() string {
 // Unwrap exposes the decoding error.
 func (e *MalformedEntryError) Unwrap() error { return e.Err }
 
+// OutboxEntryID is the entry's stream id. With RawEntry it lets a caller that
+// must not import this package (persist depends on engine only) find the
+// entry with errors.As on interface{ OutboxEntryID() string }.
+func (e *MalformedEntryError) OutboxEntryID() string { return e.ID }
+
+// RawEntry is the entry's stored `m` field, for the dead letter.
+func (e *MalformedEntryError) RawEntry() []byte { return e.Raw }
+
 // EnsureOutboxGroups creates the persister group on every partition stream
 // (creating empty streams as needed). Read, Claim and Ack recreate a missing
 // group on their own; calling this at start only saves that first round trip.

@@ -424,6 +424,14 @@ func TestOutboxMalformedEntry(t *testing.T) {
 				if id == bad && string(me.Raw) != "{not json" {
 					t.Fatalf("Raw = %q", me.Raw)
 				}
+				// How persist, which does not import lua, finds the entry.
+				var dead interface {
+					OutboxEntryID() string
+					RawEntry() []byte
+				}
+				if !errors.As(err, &dead) || dead.OutboxEntryID() != id {
+					t.Fatalf("error %v does not expose its entry id", err)
+				}
 			}
 			if err := b.store.Ack(ctx, p, []string{id}); err != nil {
 				t.Fatal(err)
