@@ -49,3 +49,9 @@ func (b *bundle) tenant(t *testing.T) (live, sandbox engine.Scope) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func contextCanceled(b *bundle) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	return ctx, cancel
+}

@@ -1,0 +1,248 @@
+package persist
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// account builds consecutive Mutations of one customer, the way the Lua
+// scripts would: each bumps the version and carries the account after it.
+type account struct {
+	key     engine.CustomerKey
+	id      string
+	version int64
+	balance int64
+	earned  int64
+	at      time.Time
+	blocks  map[uuid.UUID]*engine.MutationBlock
+}
+
+func newAccount(s engine.Scope, at time.Time) *account {
+	return &account{
+		key: engine.CustomerKey{TenantID: s.TenantID, Environment: s.Environment, CustomerID: uuid.New()},
+		id:  uuid.NewString(), at: at, blocks: map[uuid.UUID]*engine.MutationBlock{},
+	}
+}
+
+func (a *account) mutation(kind engine.MutationKind, idem string, entries []engine.MutationEntry, blocks ...engine.MutationBlock) engine.Mutation {
+	a.version++
+	a.at = a.at.Add(time.Second)
+	return engine.Mutation{
+		OpID: uuid.New(), Kind: kind, TenantID: a.key.TenantID, CustomerID: a.key.CustomerID,
+		Environment: a.key.Environment, IdempotencyKey: idem, RequestHash: "rh-" + idem, AtMS: a.at.UnixMilli(),
+		Account: engine.MutationAccount{ID: a.id, Version: a.version, Balance: a.balance, LifetimeEarned: a.earned},
+		Entries: entries, Blocks: blocks,
+	}
+}
+
+// grant adds a block of amount.
+func (a *account) grant(idem string, amount int64, expires *time.Time) engine.Mutation {
+	b := engine.MutationBlock{ID: uuid.New(), Original: amount, Remaining: amount, Source: engine.SourcePromotional,
+		StartsMS: a.at.UnixMilli(), CreatedMS: a.at.UnixMilli(), Metadata: json.RawMessage(`{"campaign":"x"}`)}
+	if expires != nil {
+		ms := expires.UnixMilli()
+		b.ExpiresMS = &ms
+	}
+	a.blocks[b.ID] = &b
+	a.balance += amount
+	a.earned += amount
+	src := engine.SourcePromotional
+	return a.mutation(engine.MutationGrant, idem, []engine.MutationEntry{{
+		Role: engine.RoleMain, Delta: amount, Type: engine.EntryAdjustment, Source: &src, BlockID: &b.ID, Reason: ptr("welcome"),
+	}}, b)
+}
+
+// consume drains amount from block, recording overage on metric.
+func (a *account) consume(idem string, block uuid.UUID, amount int64, metric string, overage int64) engine.Mutation {
+	b := a.blocks[block]
+	b.Remaining -= amount
+	a.balance -= amount
+	e := engine.MutationEntry{Role: engine.RoleMain, Delta: -amount, Type: engine.EntryConsumption, BlockID: &block,
+		Metric: &metric, Units: ptr(int64(1)), Rate: ptr(amount)}
+	if overage > 0 {
+		e.Overage = &overage
+	}
+	return a.mutation(engine.MutationDebit, idem, []engine.MutationEntry{e}, *b)
+}
+
+func (b *bundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (b *bundle) accountRow(t *testing.T, customer uuid.UUID) (version, balance int64) {
+	t.Helper()
+	if err := b.pool.QueryRow(b.ctx, "SELECT version, balance FROM credit_accounts WHERE customer_id = $1", customer).Scan(&version, &balance); err != nil {
+		t.Fatal(err)
+	}
+	return version, balance
+}
+
+func (b *bundle) blockRemaining(t *testing.T, id uuid.UUID) int64 {
+	t.Helper()
+	var n int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT remaining_amount FROM credit_blocks WHERE id = $1", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestApplyIdempotent states invariant 3's Postgres half: applying the same
+// batch twice, or a batch holding the same Mutation twice, or racing
+// Applies of one Mutation, writes each entry and operation exactly once.
+func TestApplyIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	g := a.grant("k1", 1000, nil)
+	var blockID uuid.UUID
+	for id := range a.blocks {
+		blockID = id
+	}
+	d := a.consume("", blockID, 300, "api_call", 0)
+	batch := []engine.Mutation{g, d}
+
+	if err := b.store.Apply(b.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Apply(b.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Apply(b.ctx, []engine.Mutation{g, g, d, d}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- b.store.Apply(b.ctx, batch)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Apply: %v", err)
+		}
+	}
+
+	counts := map[string]int{"ledger_entries": 2, "operations": 1, "credit_blocks": 1, "credit_accounts": 1}
+	for table, want := range counts {
+		if got := b.count(t, table); got != want {
+			t.Fatalf("%s has %d rows, want %d", table, got, want)
+		}
+	}
+	if v, bal := b.accountRow(t, a.key.CustomerID); v != 2 || bal != 700 {
+		t.Fatalf("account version %d balance %d, want 2 and 700", v, bal)
+	}
+	var sum int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT sum(delta) FROM ledger_entries WHERE customer_id = $1", a.key.CustomerID).Scan(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum != 700 || b.blockRemaining(t, blockID) != 700 {
+		t.Fatalf("books do not balance: ledger %d, block %d, want 700", sum, b.blockRemaining(t, blockID))
+	}
+	if err := b.store.Apply(b.ctx, nil); err != nil {
+		t.Fatalf("empty Apply: %v", err)
+	}
+}
+
+// TestApplyVersionFencing states invariant 5: a Mutation older than what
+// Postgres holds (a late redelivery) adds its entries but never rolls the
+// account or a block back; within one batch the newest version wins.
+func TestApplyVersionFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tests := []struct {
+		name    string
+		batches func(g, d1, d2 engine.Mutation) [][]engine.Mutation
+	}{
+		{"newer first, older later", func(g, d1, d2 engine.Mutation) [][]engine.Mutation {
+			return [][]engine.Mutation{{g, d2}, {d1}}
+		}},
+		{"out of order in one batch", func(g, d1, d2 engine.Mutation) [][]engine.Mutation {
+			return [][]engine.Mutation{{d2, g, d1}}
+		}},
+		{"oldest last", func(g, d1, d2 engine.Mutation) [][]engine.Mutation {
+			return [][]engine.Mutation{{d2}, {d1}, {g}}
+		}},
+	}
+	for _, tc := range tests {
+		a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+		g := a.grant("", 1000, nil)
+		var blockID uuid.UUID
+		for id := range a.blocks {
+			blockID = id
+		}
+		d1 := a.consume("", blockID, 100, "m", 0)
+		d2 := a.consume("", blockID, 200, "m", 0)
+		for _, batch := range tc.batches(g, d1, d2) {
+			if err := b.store.Apply(b.ctx, batch); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		if v, bal := b.accountRow(t, a.key.CustomerID); v != 3 || bal != 700 {
+			t.Fatalf("%s: account version %d balance %d, want 3 and 700", tc.name, v, bal)
+		}
+		if rem := b.blockRemaining(t, blockID); rem != 700 {
+			t.Fatalf("%s: block remaining %d, want 700", tc.name, rem)
+		}
+	}
+}
+
+// TestApplyLargeBatch writes 500 mutations of 100 customers in one call.
+func TestApplyLargeBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, sandbox := b.tenant(t)
+	var batch []engine.Mutation
+	for i := range 100 {
+		s := live
+		if i%2 == 1 {
+			s = sandbox
+		}
+		a := newAccount(s, time.Now().UTC().Truncate(time.Millisecond))
+		for j := range 5 {
+			batch = append(batch, a.grant(uuid.NewString()[:j+1], 10, nil))
+		}
+	}
+	if err := b.store.Apply(b.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, "ledger_entries"); n != 500 {
+		t.Fatalf("%d entries, want 500", n)
+	}
+	if n, err := b.store.CountAccounts(b.ctx); err != nil || n != 100 {
+		t.Fatalf("CountAccounts = %d, %v", n, err)
+	}
+}
+
+func TestApplyCanceledWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now())
+	ctx, cancel := contextCanceled(b)
+	defer cancel()
+	if err := b.store.Apply(ctx, []engine.Mutation{a.grant("k", 5, nil)}); err == nil || !errors.Is(err, ctx.Err()) {
+		t.Fatalf("Apply on a canceled context: %v", err)
+	}
+	if n := b.count(t, "ledger_entries"); n != 0 {
+		t.Fatalf("%d entries after a failed Apply", n)
+	}
+}

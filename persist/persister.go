@@ -1,0 +1,275 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Persister defaults (invariant 11).
+const (
+	// DefaultBatchSize is the most outbox messages one transaction writes.
+	DefaultBatchSize = 500
+	// DefaultBlock is how long one Read waits for new messages.
+	DefaultBlock = 200 * time.Millisecond
+	// DefaultClaimIdle is how long a message sits unacknowledged in another
+	// consumer before this one takes it over (that consumer died).
+	DefaultClaimIdle = 30 * time.Second
+	// maxBackoff caps the wait between retries of a failing Apply or Read.
+	maxBackoff = 5 * time.Second
+	// minBackoff is the first retry wait.
+	minBackoff = 50 * time.Millisecond
+	// drainPoll is how often Drain looks at the backlog.
+	drainPoll = 20 * time.Millisecond
+)
+
+// PersisterConfig tunes a Persister; zero fields take the defaults.
+type PersisterConfig struct {
+	// Consumer names this process in the outbox consumer group; each
+	// creditd process needs its own so a dead one's messages can be claimed.
+	Consumer string
+	// BatchSize is the most messages read and applied at once (default 500).
+	BatchSize int
+	// Block is how long a Read waits for messages (default 200ms).
+	Block time.Duration
+	// ClaimIdle is the idle time after which messages of another consumer
+	// are claimed, and how often this one looks for them (default 30s).
+	ClaimIdle time.Duration
+	// Clock measures lag (default engine.SystemClock, invariant 6).
+	Clock engine.Clock
+}
+
+// PersisterStats are the persister's counters since it was made.
+type PersisterStats struct {
+	// MutationsPersisted counts mutations in committed batches (replays included).
+	MutationsPersisted int64
+	// Batches counts committed batches.
+	Batches int64
+	// ApplyErrors counts failed Apply calls (each one is retried).
+	ApplyErrors int64
+	// LastBatch is how long the last committed Apply took.
+	LastBatch time.Duration
+}
+
+// Persister streams the Redis outbox into Postgres: one loop per outbox
+// partition reads a batch, applies it in one transaction and acknowledges
+// it only after the commit, so a crash at any point redelivers messages
+// whose replay is a no-op (invariant 3). Its methods are safe for
+// concurrent use.
+type Persister struct {
+	outbox engine.Outbox
+	writer engine.LedgerWriter
+	cfg    PersisterConfig
+	log    zerolog.Logger
+
+	mutations   atomic.Int64
+	batches     atomic.Int64
+	applyErrors atomic.Int64
+	lastBatchNS atomic.Int64
+}
+
+// NewPersister returns a Persister from outbox to writer; cfg's zero
+// fields take the defaults, and an empty Consumer becomes "creditd".
+func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg PersisterConfig, log zerolog.Logger) *Persister {
+	if cfg.Consumer == "" {
+		cfg.Consumer = "creditd"
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Block <= 0 {
+		cfg.Block = DefaultBlock
+	}
+	if cfg.ClaimIdle <= 0 {
+		cfg.ClaimIdle = DefaultClaimIdle
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = engine.SystemClock{}
+	}
+	return &Persister{outbox: outbox, writer: writer, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
+}
+
+// Run persists every partition until ctx is done, then returns ctx's error
+// once every partition loop has stopped. Messages read but not committed
+// when it stops stay pending and are delivered again on the next Run.
+func (p *Persister) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for part := range p.outbox.Partitions() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runPartition(ctx, part)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// runPartition is one partition's loop: claim (now and then), read, persist.
+func (p *Persister) runPartition(ctx context.Context, part int) {
+	log := p.log.With().Int("partition", part).Logger()
+	backoff := newBackoff()
+	var lastClaim time.Time
+	for ctx.Err() == nil {
+		if time.Since(lastClaim) >= p.cfg.ClaimIdle {
+			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error().Err(err).Msg("outbox claim failed")
+				}
+			} else {
+				lastClaim = time.Now()
+				if len(msgs) > 0 {
+					log.Info().Int("count", len(msgs)).Msg("claimed messages of an idle consumer")
+					p.persist(ctx, log, part, msgs)
+				}
+			}
+		}
+		msgs, err := p.outbox.Read(ctx, part, p.cfg.Consumer, p.cfg.BatchSize, p.cfg.Block)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Error().Err(err).Msg("outbox read failed")
+			backoff.wait(ctx)
+			continue
+		}
+		backoff.reset()
+		if len(msgs) > 0 {
+			p.persist(ctx, log, part, msgs)
+		}
+	}
+}
+
+// persist applies msgs until the commit succeeds (or ctx is done), then
+// acknowledges them. Nothing is acknowledged before its commit.
+func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+	ms := make([]engine.Mutation, len(msgs))
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ms[i] = m.Mutation
+		ids[i] = m.ID
+	}
+	backoff := newBackoff()
+	for {
+		start := time.Now()
+		err := p.writer.Apply(ctx, ms)
+		if err == nil {
+			p.lastBatchNS.Store(int64(time.Since(start)))
+			p.batches.Add(1)
+			p.mutations.Add(int64(len(ms)))
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.applyErrors.Add(1)
+		log.Error().Err(err).Int("count", len(ms)).Str("first_id", ids[0]).Msg("apply failed; retrying without ack")
+		backoff.wait(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	// The batch is committed: acknowledge it even if ctx just ended, so a
+	// clean shutdown does not leave committed messages to replay.
+	ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := p.outbox.Ack(ackCtx, part, ids); err != nil {
+		// Harmless: the messages stay pending, come back on the next Read
+		// and replay into no-ops.
+		log.Warn().Err(err).Int("count", len(ids)).Msg("ack failed after commit; messages will replay")
+	}
+}
+
+// Lag is the age of the oldest outbox message not yet committed, the
+// largest over all partitions (0 when none), and the total backlog.
+func (p *Persister) Lag(ctx context.Context) (time.Duration, int64, error) {
+	now := p.cfg.Clock.Now().UnixMilli()
+	var lagMS, total int64
+	for part := range p.outbox.Partitions() {
+		n, oldestMS, err := p.outbox.Backlog(ctx, part)
+		if err != nil {
+			return 0, 0, fmt.Errorf("persist: backlog of partition %d: %w", part, err)
+		}
+		total += n
+		if n > 0 && oldestMS > 0 && now-oldestMS > lagMS {
+			lagMS = now - oldestMS
+		}
+	}
+	return time.Duration(lagMS) * time.Millisecond, total, nil
+}
+
+// ErrDrainTimeout is returned by Drain when the backlog outlives its timeout.
+var ErrDrainTimeout = errors.New("persist: outbox not drained before the timeout")
+
+// Drain waits until every partition's backlog is empty (the running
+// persister committed everything queued), or until timeout or ctx ends.
+func (p *Persister) Drain(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		_, n, err := p.Lag(ctx)
+		if err == nil && n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrDrainTimeout, err)
+			}
+			return fmt.Errorf("%w: %d messages left", ErrDrainTimeout, n)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stats reads the counters.
+func (p *Persister) Stats() PersisterStats {
+	return PersisterStats{
+		MutationsPersisted: p.mutations.Load(),
+		Batches:            p.batches.Load(),
+		ApplyErrors:        p.applyErrors.Load(),
+		LastBatch:          time.Duration(p.lastBatchNS.Load()),
+	}
+}
+
+// WriteMetrics writes the counters in the Prometheus text format.
+func (p *Persister) WriteMetrics(w io.Writer) {
+	s := p.Stats()
+	fmt.Fprintf(w, "# HELP creditd_persister_mutations_total Mutations in committed persister batches.\n"+
+		"# TYPE creditd_persister_mutations_total counter\ncreditd_persister_mutations_total %d\n", s.MutationsPersisted)
+	fmt.Fprintf(w, "# HELP creditd_persister_batches_total Committed persister batches.\n"+
+		"# TYPE creditd_persister_batches_total counter\ncreditd_persister_batches_total %d\n", s.Batches)
+	fmt.Fprintf(w, "# HELP creditd_persister_apply_errors_total Failed persister transactions (each retried).\n"+
+		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
+	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
+		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
+}
+
+// backoff doubles a retry wait from minBackoff up to maxBackoff.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: minBackoff} }
+
+func (b *backoff) reset() { b.next = minBackoff }
+
+// wait sleeps the current delay (or until ctx ends) and doubles it.
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	b.next = min(2*b.next, maxBackoff)
+}
