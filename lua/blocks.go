@@ -1,0 +1,367 @@
+package lua
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Compile-time check that Store keeps the hot credit state.
+var _ engine.BlockStore = (*Store)(nil)
+
+// OpRetention is how long a customer's op key remembers what an idempotency
+// key did (invariant 4); it matches the window the engine reloads Applied
+// mutations for (engine.AppliedRetention), so a rebuild restores every key a
+// retry could still name.
+const OpRetention = 7 * 24 * time.Hour
+
+// maxDueExpiries bounds one DueExpiries page whatever the caller asks.
+const maxDueExpiries = 10000
+
+// opKeyOf is the op key of an idempotency key for customer c: the key text is
+// hashed (sha256, 32 hex digits) so client text never reaches a key name.
+func (s *Store) opKeyOf(c uuid.UUID, idempotencyKey string) string {
+	sum := sha256.Sum256([]byte(idempotencyKey))
+	return s.opKey(c, hex.EncodeToString(sum[:])[:32])
+}
+
+// moneyKeys are the keys of a money script for c: account, outbox, expiry
+// zset and, with an idempotency key, the op key.
+func (s *Store) moneyKeys(c uuid.UUID, idempotencyKey string) []string {
+	p := Partition(c)
+	keys := []string{s.accountKey(c), s.outboxKey(p), s.expiryKey(p)}
+	if idempotencyKey != "" {
+		keys = append(keys, s.opKeyOf(c, idempotencyKey))
+	}
+	return keys
+}
+
+// jsonText is v as JSON text for a script to splice, "" for empty metadata
+// and nil reasons (the scripts then omit the member).
+func jsonText(v any) (string, error) {
+	switch x := v.(type) {
+	case engine.Metadata:
+		if len(x) == 0 {
+			return "", nil
+		}
+	case *string:
+		if x == nil {
+			return "", nil
+		}
+	}
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// commonArgs are ARGV[1..8] of grant.lua and debit.lua.
+func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKey, requestHash string) ([]any, error) {
+	idem, err := json.Marshal(idempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	return []any{
+		strconv.FormatInt(now.UnixMilli(), 10), op.String(), c.TenantID.String(), string(c.Environment),
+		c.CustomerID.String(), string(idem), requestHash, strconv.FormatInt(OpRetention.Milliseconds(), 10),
+	}, nil
+}
+
+// Grant adds cmd.Block to the customer (grant.lua): it expires due blocks
+// first, stacks the block after the latest matching one under StackAfter,
+// creates the account on the first grant and appends the Mutation to the
+// outbox. Errors: engine.ErrStateMissing, ErrStackNoMatch, ErrOverflow,
+// ErrIdempotencyMismatch; a retried idempotency key returns the original
+// Mutation with Replayed set.
+func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
+	if cmd.Block.OriginalAmount <= 0 {
+		return engine.MutationResult{}, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
+	}
+	if cmd.StackAfter != nil && cmd.DurationSeconds <= 0 {
+		return engine.MutationResult{}, errors.New("lua: grant: stack_after needs a duration")
+	}
+	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	reason, err := jsonText(cmd.Reason)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	entryMeta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	blockMeta, err := jsonText(cmd.Block.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	nowMS := cmd.Now.UnixMilli()
+	expires := ""
+	switch {
+	case cmd.Block.ExpiresAt != nil:
+		expires = strconv.FormatInt(cmd.Block.ExpiresAt.UnixMilli(), 10)
+	case cmd.DurationSeconds > 0:
+		expires = strconv.FormatInt(nowMS+cmd.DurationSeconds*1000, 10)
+	}
+	stackMS, fallback, match := "", "", "{}"
+	if cmd.StackAfter != nil {
+		stackMS = strconv.FormatInt(cmd.DurationSeconds*1000, 10)
+		fallback = cmd.StackAfter.Fallback
+		if fallback == "" {
+			fallback = engine.FallbackNow
+		}
+		if len(cmd.StackAfter.MetadataMatch) > 0 {
+			b, err := json.Marshal(cmd.StackAfter.MetadataMatch)
+			if err != nil {
+				return engine.MutationResult{}, err
+			}
+			match = string(b)
+		}
+	}
+	args = append(args,
+		uuidText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
+		cmd.Block.ID.String(), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
+		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
+		expires, stackMS, fallback, match)
+	return s.runMoney(ctx, grantScript, "grant", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// Debit drains cmd.Amount from the customer's started blocks in spend order
+// (debit.lua), one ledger entry per block, after expiring due blocks; it
+// changes nothing when refused. Errors: engine.ErrStateMissing,
+// ErrInsufficientCredits, ErrNoAccount, ErrIdempotencyMismatch.
+func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
+	if cmd.Amount <= 0 {
+		return engine.MutationResult{}, fmt.Errorf("lua: debit: amount %d is not positive", cmd.Amount)
+	}
+	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	reason, err := jsonText(cmd.Reason)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	entryMeta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	source := ""
+	if cmd.Source != nil {
+		source = string(*cmd.Source)
+	}
+	args = append(args, strconv.FormatInt(cmd.Amount, 10), string(cmd.EntryType), source, reason, entryMeta)
+	return s.runMoney(ctx, debitScript, "debit", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// runMoney runs a money script and decodes its Mutation.
+func (s *Store) runMoney(ctx context.Context, script *redis.Script, name string, keys []string, args []any) (engine.MutationResult, error) {
+	v, err := script.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return engine.MutationResult{}, scriptError(name, err)
+	}
+	res, _, err := mutationReply(name, v)
+	return res, err
+}
+
+// Expire records the expiry of every block of c whose expires_at is at or
+// before now (expire.lua). ok is false, with nothing written and the version
+// unchanged, when no block is due. Errors: engine.ErrStateMissing.
+func (s *Store) Expire(ctx context.Context, opID uuid.UUID, c engine.CustomerKey, now time.Time) (engine.MutationResult, bool, error) {
+	p := Partition(c.CustomerID)
+	keys := []string{s.accountKey(c.CustomerID), s.outboxKey(p), s.expiryKey(p)}
+	v, err := expireScript.Run(ctx, s.rdb, keys, strconv.FormatInt(now.UnixMilli(), 10), opID.String(),
+		c.TenantID.String(), string(c.Environment), c.CustomerID.String()).Result()
+	if err != nil {
+		return engine.MutationResult{}, false, scriptError("expire", err)
+	}
+	return mutationReply("expire", v)
+}
+
+// snapshotReply is snapshot.lua's JSON.
+type snapshotReply struct {
+	ID             string                 `json:"id"`
+	Version        int64                  `json:"version"`
+	Reserved       int64                  `json:"reserved"`
+	LifetimeEarned int64                  `json:"lifetime_earned"`
+	UpdatedMS      int64                  `json:"updated"`
+	Blocks         []engine.MutationBlock `json:"blocks"`
+}
+
+// Snapshot reads c's account as of now (snapshot.lua, read-only): balances by
+// engine.ComputeBalances and the blocks live at now in spend order, so a
+// block past expires_at no longer counts even before the sweep expires it.
+// ID is "" and UpdatedAt the zero time when no account exists yet. Errors:
+// engine.ErrStateMissing.
+func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Account, error) {
+	raw, err := snapshotScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}).Text()
+	if err != nil {
+		return engine.Account{}, scriptError("snapshot", err)
+	}
+	var r snapshotReply
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return engine.Account{}, fmt.Errorf("lua: snapshot: decode: %w", err)
+	}
+	nowMS := now.UnixMilli()
+	live := make([]engine.MutationBlock, 0, len(r.Blocks))
+	for _, b := range r.Blocks {
+		if b.Live(nowMS) {
+			live = append(live, b)
+		}
+	}
+	engine.SpendOrder(live)
+	bal := engine.ComputeBalances(live, r.Reserved, nowMS)
+	acct := engine.Account{
+		ID:               r.ID,
+		TenantID:         c.TenantID,
+		CustomerID:       c.CustomerID,
+		Environment:      c.Environment,
+		Balance:          bal.Balance,
+		ReservedBalance:  bal.Reserved,
+		PendingBalance:   bal.Pending,
+		EffectiveBalance: bal.Effective,
+		LifetimeEarned:   r.LifetimeEarned,
+		Version:          r.Version,
+		Blocks:           make([]engine.Block, 0, len(live)),
+	}
+	if r.ID != "" {
+		acct.UpdatedAt = time.UnixMilli(r.UpdatedMS).UTC()
+	}
+	for _, b := range live {
+		acct.Blocks = append(acct.Blocks, b.Block(c.CustomerID))
+	}
+	return acct, nil
+}
+
+// DueExpiries lists up to limit (at most 10000) customers of partition p
+// with a block expiring at or before now, soonest first, from the
+// partition's expiry zset (members "tenant|env|customer").
+func (s *Store) DueExpiries(ctx context.Context, p int, now time.Time, limit int) ([]engine.CustomerKey, error) {
+	if p < 0 || p >= Partitions {
+		return nil, fmt.Errorf("lua: due expiries: partition %d out of range", p)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	limit = min(limit, maxDueExpiries)
+	members, err := s.rdb.ZRangeByScore(ctx, s.expiryKey(p), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lua: due expiries: %w", err)
+	}
+	out := make([]engine.CustomerKey, 0, len(members))
+	for _, m := range members {
+		k, err := parseExpiryMember(m)
+		if err != nil {
+			return nil, fmt.Errorf("lua: due expiries: partition %d: %w", p, err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// parseExpiryMember reads a "tenant|env|customer" zset member.
+func parseExpiryMember(m string) (engine.CustomerKey, error) {
+	parts := strings.Split(m, "|")
+	if len(parts) != 3 {
+		return engine.CustomerKey{}, fmt.Errorf("bad expiry member %q", m)
+	}
+	t, err1 := uuid.Parse(parts[0])
+	c, err2 := uuid.Parse(parts[2])
+	if err := errors.Join(err1, err2); err != nil {
+		return engine.CustomerKey{}, fmt.Errorf("bad expiry member %q: %w", m, err)
+	}
+	return engine.CustomerKey{TenantID: t, Environment: engine.Environment(parts[1]), CustomerID: c}, nil
+}
+
+// Load installs st unless the store holds this or a newer version of the
+// account (load.lua, invariant 5), reporting whether it wrote. Op keys of
+// st.Applied get what is left of OpRetention, measured on the wall clock;
+// LoadAt takes the instant explicitly.
+func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {
+	return s.LoadAt(ctx, st, engine.SystemClock{}.Now())
+}
+
+// LoadAt is Load with the instant the op keys' remaining retention is
+// measured from; an applied mutation older than OpRetention at now gets no
+// op key.
+func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Time) (bool, error) {
+	c := st.CustomerID
+	p := Partition(c)
+	keys := []string{s.accountKey(c), s.expiryKey(p)}
+	args := []any{
+		st.TenantID.String(), string(st.Environment), c.String(), st.AccountID,
+		strconv.FormatInt(st.Version, 10), strconv.FormatInt(st.Reserved, 10),
+		strconv.FormatInt(st.LifetimeEarned, 10), strconv.FormatInt(st.UpdatedAtMS, 10),
+		strconv.Itoa(len(st.Blocks)),
+	}
+	for _, b := range st.Blocks {
+		expires := ""
+		if b.ExpiresMS != nil {
+			expires = strconv.FormatInt(*b.ExpiresMS, 10)
+		}
+		meta, err := compactMeta(b.Metadata)
+		if err != nil {
+			return false, fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+		}
+		args = append(args, b.ID.String(), strconv.FormatInt(b.Remaining, 10), strconv.FormatInt(b.Original, 10),
+			strconv.Itoa(b.Priority), strconv.FormatInt(b.StartsMS, 10), expires,
+			strconv.FormatInt(b.CreatedMS, 10), string(b.Source), meta)
+	}
+	nowMS := now.UnixMilli()
+	for _, m := range st.Applied {
+		if m.IdempotencyKey == "" {
+			continue
+		}
+		ttlMS := OpRetention.Milliseconds() - (nowMS - m.AtMS)
+		if ttlMS <= 0 {
+			continue
+		}
+		body, err := json.Marshal(m)
+		if err != nil {
+			return false, fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
+		}
+		keys = append(keys, s.opKeyOf(c, m.IdempotencyKey))
+		args = append(args, strconv.FormatInt(ttlMS, 10), string(body))
+	}
+	n, err := loadScript.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return false, scriptError("load", err)
+	}
+	return n == 1, nil
+}
+
+// compactMeta is block metadata as the compact JSON text the block encoding
+// stores, "" when empty (the encoding keeps metadata only when non-empty).
+func compactMeta(raw json.RawMessage) (string, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); len(raw) > 0 && err != nil {
+		return "", err
+	}
+	switch s := buf.String(); s {
+	case "", "{}", "null":
+		return "", nil
+	default:
+		return s, nil
+	}
+}
+
+// uuidText is id as text, "" for the nil UUID.
+func uuidText(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return ""
+	}
+	return id.String()
+}

@@ -1,0 +1,68 @@
+-- debit.lua drains an amount from a customer's started blocks in spend order
+-- (engine.SpendOrder), one ledger entry per block touched, after expiring
+-- the blocks that are due, and appends the Mutation to the outbox. It decides
+-- before any write, so a refused debit changes nothing at all.
+--
+-- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
+-- KEYS[2]  partition outbox      {prefix:pNN}:outbox
+-- KEYS[3]  partition expiry zset {prefix:pNN}:exp
+-- KEYS[4]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
+-- ARGV[1]  now, Unix ms           ARGV[2]  op id
+-- ARGV[3]  tenant id              ARGV[4]  environment
+-- ARGV[5]  customer id            ARGV[6]  idempotency key as JSON text ("" when none)
+-- ARGV[7]  request hash           ARGV[8]  op key TTL in ms
+-- ARGV[9]  amount (decimal, > 0)  ARGV[10] entry type
+-- ARGV[11] entry source, "" for each block's own source
+-- ARGV[12] reason JSON text or "" ARGV[13] entry metadata JSON text or ""
+--
+-- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- NOSTATE (no account hash), MISMATCH, NOACCOUNT (no money ever moved),
+-- INSUFFICIENT (effective balance below the amount), BADARG.
+local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
+local amount, entry_type, entry_source = m_parse(ARGV[9]), ARGV[10], ARGV[11]
+local reason, entry_meta = ARGV[12], ARGV[13]
+
+if not now or not amount or not m_pos(amount) then
+  return redis.error_reply('BADARG now or amount')
+end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local r = replay(op_key, request_hash)
+if r then return r end
+if a.id == '' then return redis.error_reply('NOACCOUNT the customer has no credit account') end
+
+local _, _, effective = balances(a.blocks, a.rs, now)
+if m_cmp(effective, amount) < 0 then
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the amount')
+end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+
+local spendable = {}
+for _, b in ipairs(a.blocks) do
+  if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
+end
+table.sort(spendable, spends_before)
+local left = amount
+for _, b in ipairs(spendable) do
+  if not m_pos(left) then break end
+  local take = m_min(b.rem, left)
+  b.rem = m_sub(b.rem, take)
+  left = m_sub(left, take)
+  local src = entry_source
+  if src == '' then src = b.src end
+  entries[#entries + 1] = entry_json('main', m_neg(take), entry_type, src, b.id, reason, entry_meta)
+  changed[#changed + 1] = b
+end
+
+a.v = a.v + 1
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+local json = mutation_json({op = op_id, kind = 'debit', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now}, a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

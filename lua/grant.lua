@@ -1,0 +1,86 @@
+-- grant.lua adds one credit block and its ledger entry to a customer, after
+-- expiring the blocks that are due, and appends the Mutation to the outbox.
+--
+-- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
+-- KEYS[2]  partition outbox      {prefix:pNN}:outbox
+-- KEYS[3]  partition expiry zset {prefix:pNN}:exp
+-- KEYS[4]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
+-- ARGV[1]  now, Unix ms           ARGV[2]  op id
+-- ARGV[3]  tenant id              ARGV[4]  environment
+-- ARGV[5]  customer id            ARGV[6]  idempotency key as JSON text ("" when none)
+-- ARGV[7]  request hash           ARGV[8]  op key TTL in ms
+-- ARGV[9]  account id to create   ARGV[10] entry type
+-- ARGV[11] reason JSON text or "" ARGV[12] entry metadata JSON text or ""
+-- ARGV[13] block id               ARGV[14] amount (decimal, > 0)
+-- ARGV[15] priority               ARGV[16] source
+-- ARGV[17] block metadata JSON text or ""
+-- ARGV[18] expires_at ms or "" (no expiry); ignored with stack_after
+-- ARGV[19] stack_after duration ms ("" without stack_after)
+-- ARGV[20] stack_after fallback "now" or "reject" ("" without stack_after)
+-- ARGV[21] stack_after metadata_match JSON object text
+--
+-- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- NOSTATE (no account hash), MISMATCH (key used by another request), NOMATCH
+-- (stack_after reject without a match), OVERFLOW, BADARG. Nothing is written
+-- before every check has passed.
+local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
+local account_id, entry_type, reason, entry_meta = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local block_id, amount, priority, source = ARGV[13], m_parse(ARGV[14]), int_parse(ARGV[15]), ARGV[16]
+local block_meta, expires_arg = ARGV[17], ARGV[18]
+local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
+
+if not now or not amount or not m_pos(amount) or not priority then
+  return redis.error_reply('BADARG now, amount or priority')
+end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local r = replay(op_key, request_hash)
+if r then return r end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+
+local starts, expires = now, int_parse(expires_arg)
+if stack_fallback ~= '' then
+  if not stack_ms then return redis.error_reply('BADARG stack_after needs a duration') end
+  local match = cjson.decode(stack_match)
+  local latest = nil
+  for _, b in ipairs(a.blocks) do
+    if b.expires and live(b, now) and (latest == nil or b.expires > latest) then
+      local meta = {}
+      if b.meta ~= '' then meta = cjson.decode(b.meta) end
+      if meta_matches(meta, match) then latest = b.expires end
+    end
+  end
+  if latest then
+    starts = latest
+  elseif stack_fallback == 'reject' then
+    return redis.error_reply('NOMATCH no block matches stack_after.metadata_match')
+  end
+  expires = starts + stack_ms
+end
+
+local balance = balances(a.blocks, a.rs, now)
+local earned = m_add(a.le, amount)
+if not m_fits(m_add(balance, amount)) or not m_fits(earned) then
+  return redis.error_reply('OVERFLOW the balance would not fit in int64')
+end
+
+if a.id == '' then a.id = account_id end
+a.v = a.v + 1
+a.le = earned
+local block = {id = block_id, rem = amount, orig = amount, prio = priority, created = now,
+  starts = starts, expires = expires, src = source, meta = block_meta}
+a.blocks[#a.blocks + 1] = block
+changed[#changed + 1] = block
+entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id, reason, entry_meta)
+
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now}, a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

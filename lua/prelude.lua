@@ -1,0 +1,342 @@
+-- prelude.lua is concatenated in front of every money/state script (see
+-- scripts.go), so the scripts share one definition of money arithmetic, of
+-- the block encoding and of the Mutation JSON. It only defines locals: Redis
+-- forbids globals in scripts.
+--
+-- Money: Lua numbers are doubles, exact only to 2^53, while balances are
+-- int64 millicredits. A money value is therefore a pair {hi, lo} with
+-- value = hi * 1e9 + lo and 0 <= lo < 1e9; both limbs stay far below 2^53, so
+-- every addition is exact. Money enters and leaves as decimal strings.
+--
+-- Block encoding (the value of field "b:<block id>" of the account hash),
+-- eight fields joined by "|", the last one free text:
+--   remaining|original|priority|created|starts-created|expires-starts|source|meta
+-- money in decimal; instants in Unix ms written in base 36 to save memory
+-- (created absolute, starts as an offset from created, "" for 0; expires as
+-- an offset from starts, "" for no expiry); source as a one-letter code for
+-- the known sources (else the text); meta the block's metadata JSON, "" when
+-- empty. Three blocks and the account fields fit in < 500 bytes of Redis.
+
+local MONEY_BASE = 1000000000
+local MONEY_ZERO = {0, 0}
+-- int64 bounds as limbs: 9223372036854775807 and -9223372036854775808.
+local MONEY_MAX = {9223372036, 854775807}
+local MONEY_MIN = {-9223372037, 145224192}
+
+local function m_norm(hi, lo)
+  local carry = math.floor(lo / MONEY_BASE)
+  return {hi + carry, lo - carry * MONEY_BASE}
+end
+
+local function m_add(a, b) return m_norm(a[1] + b[1], a[2] + b[2]) end
+
+local function m_neg(a)
+  if a[2] == 0 then return {-a[1], 0} end
+  return {-a[1] - 1, MONEY_BASE - a[2]}
+end
+
+local function m_sub(a, b) return m_add(a, m_neg(b)) end
+
+-- m_cmp is -1, 0 or 1 as a is below, equal to or above b.
+local function m_cmp(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] and -1 or 1 end
+  if a[2] ~= b[2] then return a[2] < b[2] and -1 or 1 end
+  return 0
+end
+
+local function m_pos(a) return m_cmp(a, MONEY_ZERO) > 0 end
+
+-- m_fits reports whether a is inside int64 (results outside are OVERFLOW).
+local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX) <= 0 end
+
+-- i_fmt formats an integral double exactly (tostring would use %.14g).
+local function i_fmt(n) return string.format('%.0f', n) end
+
+-- m_parse reads a decimal int64; nil when s is not one.
+local function m_parse(s)
+  if type(s) ~= 'string' then return nil end
+  local sign, digits = string.match(s, '^(%-?)(%d+)$')
+  if not digits then return nil end
+  digits = (string.gsub(digits, '^0+', ''))
+  local n = #digits
+  if n > 19 then return nil end
+  local m = {0, 0}
+  if n > 9 then
+    m = {tonumber(string.sub(digits, 1, n - 9)), tonumber(string.sub(digits, n - 8))}
+  elseif n > 0 then
+    m = {0, tonumber(digits)}
+  end
+  if sign == '-' then m = m_neg(m) end
+  if not m_fits(m) then return nil end
+  return m
+end
+
+local function m_fmt(m)
+  if m[1] < 0 then return '-' .. m_fmt(m_neg(m)) end
+  if m[1] == 0 then return i_fmt(m[2]) end
+  local lo = i_fmt(m[2])
+  return i_fmt(m[1]) .. string.rep('0', 9 - #lo) .. lo
+end
+
+-- m_min is the smaller of a and b.
+local function m_min(a, b)
+  if m_cmp(a, b) <= 0 then return a end
+  return b
+end
+
+-- int_parse reads an integral ARGV (ms, versions, priorities); nil if not one.
+local function int_parse(s)
+  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') then return nil end
+  return tonumber(s)
+end
+
+local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function b36_enc(n)
+  if n == 0 then return '0' end
+  local sign = ''
+  if n < 0 then sign, n = '-', -n end
+  local out = ''
+  while n > 0 do
+    local d = n % 36
+    out = string.sub(B36, d + 1, d + 1) .. out
+    n = (n - d) / 36
+  end
+  return sign .. out
+end
+
+local function b36_dec(s)
+  if string.sub(s, 1, 1) == '-' then return -tonumber(string.sub(s, 2), 36) end
+  return tonumber(s, 36)
+end
+
+-- Known sources are stored as one letter; anything else as its text (always
+-- longer than one letter, so the two never collide).
+local SOURCE_CODE = {plan_grant = 'p', topup = 't', promotional = 'o', compensation = 'c',
+  referral = 'r', manual = 'm', migration = 'g'}
+local SOURCE_NAME = {}
+for name, code in pairs(SOURCE_CODE) do SOURCE_NAME[code] = name end
+
+local function src_enc(s) return SOURCE_CODE[s] or s end
+local function src_dec(s) return SOURCE_NAME[s] or s end
+
+-- j_str encodes a short trusted string (ids, enums, hashes) as JSON text;
+-- client text arrives pre-encoded by Go instead.
+local function j_str(s)
+  return '"' .. (string.gsub(s, '[%c"\\]', function(c)
+    if c == '"' then return '\\"' end
+    if c == '\\' then return '\\\\' end
+    return string.format('\\u%04x', string.byte(c))
+  end)) .. '"'
+end
+
+-- block_enc is the hash value of block b (format above).
+local function block_enc(b)
+  local exp = ''
+  if b.expires then exp = b36_enc(b.expires - b.starts) end
+  local st = ''
+  if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
+  return m_fmt(b.rem) .. '|' .. m_fmt(b.orig) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|' .. b.meta
+end
+
+-- block_dec reads the block id stored as raw.
+local function block_dec(id, raw)
+  local p, pos = {}, 1
+  for i = 1, 7 do
+    local j = string.find(raw, '|', pos, true)
+    p[i] = string.sub(raw, pos, j - 1)
+    pos = j + 1
+  end
+  local created = b36_dec(p[4])
+  local starts = created
+  if p[5] ~= '' then starts = created + b36_dec(p[5]) end
+  local expires = nil
+  if p[6] ~= '' then expires = starts + b36_dec(p[6]) end
+  return {id = id, rem = m_parse(p[1]), orig = m_parse(p[2]), prio = tonumber(p[3]),
+    created = created, starts = starts, expires = expires, src = src_dec(p[7]),
+    meta = string.sub(raw, pos)}
+end
+
+-- block_json is b as an engine.MutationBlock.
+local function block_json(b)
+  local exp = 'null'
+  if b.expires then exp = i_fmt(b.expires) end
+  local s = '{"id":' .. j_str(b.id) .. ',"original":' .. m_fmt(b.orig) .. ',"remaining":' .. m_fmt(b.rem) ..
+    ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. j_str(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
+    ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
+  if b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
+  return s .. '}'
+end
+
+-- entry_json is one engine.MutationEntry; reason and meta are JSON text or ''.
+local function entry_json(role, delta, typ, src, block_id, reason, meta)
+  local s = '{"role":"' .. role .. '","delta":' .. m_fmt(delta) .. ',"type":' .. j_str(typ) ..
+    ',"source":' .. j_str(src) .. ',"block":' .. j_str(block_id)
+  if reason ~= '' then s = s .. ',"reason":' .. reason end
+  if meta ~= '' then s = s .. ',"meta":' .. meta end
+  return s .. '}'
+end
+
+-- deep_eq compares two decoded JSON values (objects key by key).
+local function deep_eq(x, y)
+  if type(x) ~= type(y) then return false end
+  if type(x) ~= 'table' then return x == y end
+  for k, v in pairs(x) do
+    if not deep_eq(v, y[k]) then return false end
+  end
+  for k in pairs(y) do
+    if x[k] == nil then return false end
+  end
+  return true
+end
+
+-- meta_matches: meta holds every key of match with an equal JSON value.
+local function meta_matches(meta, match)
+  if type(meta) ~= 'table' then return false end
+  for k, v in pairs(match) do
+    if not deep_eq(meta[k], v) then return false end
+  end
+  return true
+end
+
+-- acct_read loads the account hash: nil when it is missing (NOSTATE).
+local function acct_read(key)
+  local raw = redis.call('HGETALL', key)
+  if #raw == 0 then return nil end
+  local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {}}
+  for i = 1, #raw, 2 do
+    local f, v = raw[i], raw[i + 1]
+    if string.sub(f, 1, 2) == 'b:' then
+      a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+    elseif f == 'v' or f == 'ua' then
+      a[f] = tonumber(v)
+    elseif f == 'rs' or f == 'le' then
+      a[f] = m_parse(v)
+    else
+      a[f] = v
+    end
+  end
+  return a
+end
+
+-- live: the block has credit and has not reached expires_at (a block stops
+-- counting at that very instant), as engine.MutationBlock.Live.
+local function live(b, now) return m_pos(b.rem) and (b.expires == nil or b.expires > now) end
+
+-- started: the block may be spent (stack_after blocks wait for their start).
+local function started(b, now) return b.starts <= now end
+
+-- str_less compares bytes, as Go does; Lua's < follows the server's locale.
+local function str_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- spends_before is engine.SpendOrder: priority asc, then soonest expiry (no
+-- expiry last), then oldest, then id.
+local function spends_before(a, b)
+  if a.prio ~= b.prio then return a.prio < b.prio end
+  if a.expires and not b.expires then return true end
+  if b.expires and not a.expires then return false end
+  if a.expires and a.expires ~= b.expires then return a.expires < b.expires end
+  if a.created ~= b.created then return a.created < b.created end
+  return str_less(a.id, b.id)
+end
+
+-- balances sums live blocks at now as engine.ComputeBalances: balance,
+-- pending (not started) and effective = balance - reserved - pending.
+local function balances(blocks, reserved, now)
+  local bal, pend = MONEY_ZERO, MONEY_ZERO
+  for _, b in ipairs(blocks) do
+    if live(b, now) then
+      bal = m_add(bal, b.rem)
+      if not started(b, now) then pend = m_add(pend, b.rem) end
+    end
+  end
+  return bal, pend, m_sub(m_sub(bal, reserved), pend)
+end
+
+-- expire_due zeroes every block with credit whose expires_at is at or before
+-- now, appending its expiry entry and the block to entries and changed.
+local function expire_due(a, now, entries, changed)
+  local due = {}
+  for _, b in ipairs(a.blocks) do
+    if b.expires and b.expires <= now and m_pos(b.rem) then due[#due + 1] = b end
+  end
+  table.sort(due, spends_before)
+  for _, b in ipairs(due) do
+    entries[#entries + 1] = entry_json('expiry', m_neg(b.rem), 'expiry', b.src, b.id, '', '')
+    b.rem = MONEY_ZERO
+    changed[#changed + 1] = b
+  end
+end
+
+-- replay answers a retried idempotency key: nil when op_key is absent or
+-- unused, else the reply to return (the stored Mutation, or MISMATCH when it
+-- was produced by another request).
+local function replay(op_key, rh)
+  if not op_key then return nil end
+  local prev = redis.call('GET', op_key)
+  if not prev then return nil end
+  local ok, m = pcall(cjson.decode, prev)
+  if ok and type(m) == 'table' and m.rh ~= rh then
+    return redis.error_reply('MISMATCH idempotency key used with another request')
+  end
+  return {'replay', prev}
+end
+
+-- zset_sync keeps member's score in the partition expiry zset at the
+-- soonest expires_at of its blocks with credit, removing it when none.
+local function zset_sync(zkey, member, blocks)
+  local soonest = nil
+  for _, b in ipairs(blocks) do
+    if m_pos(b.rem) and b.expires and (soonest == nil or b.expires < soonest) then soonest = b.expires end
+  end
+  if soonest then
+    redis.call('ZADD', zkey, i_fmt(soonest), member)
+  else
+    redis.call('ZREM', zkey, member)
+  end
+end
+
+-- acct_commit writes the account fields and the changed blocks (emptied
+-- ones are deleted: Postgres keeps their history), then the expiry zset.
+local function acct_commit(akey, zkey, member, a, changed, now)
+  redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now))
+  for _, b in ipairs(changed) do
+    if m_pos(b.rem) then
+      redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
+    else
+      redis.call('HDEL', akey, 'b:' .. b.id)
+    end
+  end
+  zset_sync(zkey, member, a.blocks)
+end
+
+-- mutation_json builds the engine.Mutation of a change (account figures at
+-- now, after it); m holds op, kind, tenant, customer, env, idem (JSON text),
+-- rh, now, the account a, entries and changed blocks.
+local function mutation_json(m, a, entries, changed)
+  local bal, pend = balances(a.blocks, a.rs, m.now)
+  local bj = {}
+  for i, b in ipairs(changed) do bj[i] = block_json(b) end
+  return '{"op":' .. j_str(m.op) .. ',"kind":"' .. m.kind .. '","tenant":' .. j_str(m.tenant) ..
+    ',"customer":' .. j_str(m.customer) .. ',"env":' .. j_str(m.env) .. ',"idem":' .. m.idem ..
+    ',"rh":' .. j_str(m.rh) .. ',"at":' .. i_fmt(m.now) ..
+    ',"account":{"id":' .. j_str(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m_fmt(bal) ..
+    ',"reserved":' .. m_fmt(a.rs) .. ',"pending":' .. m_fmt(pend) .. ',"lifetime_earned":' .. m_fmt(a.le) ..
+    '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']}'
+end
+
+-- publish appends the Mutation to the partition outbox and, under an
+-- idempotency key, remembers it for ttl_ms so a retry replays it.
+local function publish(outbox, op_key, ttl_ms, json)
+  redis.call('XADD', outbox, '*', 'm', json)
+  if op_key then redis.call('SET', op_key, json, 'PX', ttl_ms) end
+end
+
