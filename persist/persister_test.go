@@ -1,0 +1,287 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// fakeOutbox is an in-memory engine.Outbox with Redis-stream semantics: a
+// message read by a consumer stays pending for it until acknowledged, Read
+// returns the consumer's pending messages before new ones, and Claim moves
+// messages idle in other consumers.
+type fakeOutbox struct {
+	mu      sync.Mutex
+	parts   int
+	seq     int
+	queue   [][]fakeMsg           // per partition, unread
+	pending []map[string]*fakeMsg // per partition, delivered and unacked
+	acked   atomic.Int64
+	now     func() time.Time
+}
+
+type fakeMsg struct {
+	msg       engine.OutboxMessage
+	consumer  string
+	delivered time.Time
+	addedMS   int64
+}
+
+func newFakeOutbox(parts int) *fakeOutbox {
+	o := &fakeOutbox{parts: parts, queue: make([][]fakeMsg, parts), pending: make([]map[string]*fakeMsg, parts), now: time.Now}
+	for i := range o.pending {
+		o.pending[i] = map[string]*fakeMsg{}
+	}
+	return o
+}
+
+func (o *fakeOutbox) add(p int, ms ...engine.Mutation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, m := range ms {
+		o.seq++
+		o.queue[p] = append(o.queue[p], fakeMsg{msg: engine.OutboxMessage{ID: fmt.Sprintf("%d-0", o.seq), Mutation: m}, addedMS: o.now().UnixMilli()})
+	}
+}
+
+func (o *fakeOutbox) Partitions() int { return o.parts }
+
+func (o *fakeOutbox) Read(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
+	deadline := time.Now().Add(block)
+	for {
+		o.mu.Lock()
+		var out []engine.OutboxMessage
+		for _, m := range o.sortedPending(p) {
+			if m.consumer == consumer && len(out) < count {
+				m.delivered = o.now()
+				out = append(out, m.msg)
+			}
+		}
+		for len(out) < count && len(o.queue[p]) > 0 {
+			m := o.queue[p][0]
+			o.queue[p] = o.queue[p][1:]
+			m.consumer, m.delivered = consumer, o.now()
+			o.pending[p][m.msg.ID] = &m
+			out = append(out, m.msg)
+		}
+		o.mu.Unlock()
+		if len(out) > 0 || time.Now().After(deadline) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// sortedPending lists partition p's pending messages in id order.
+func (o *fakeOutbox) sortedPending(p int) []*fakeMsg {
+	out := make([]*fakeMsg, 0, len(o.pending[p]))
+	for _, m := range o.pending[p] {
+		out = append(out, m)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && idLess(out[j].msg.ID, out[j-1].msg.ID); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func idLess(a, b string) bool {
+	var x, y int
+	fmt.Sscanf(a, "%d-", &x)
+	fmt.Sscanf(b, "%d-", &y)
+	return x < y
+}
+
+func (o *fakeOutbox) Claim(ctx context.Context, p int, consumer string, minIdle time.Duration, count int) ([]engine.OutboxMessage, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []engine.OutboxMessage
+	for _, m := range o.sortedPending(p) {
+		if m.consumer != consumer && o.now().Sub(m.delivered) >= minIdle && len(out) < count {
+			m.consumer, m.delivered = consumer, o.now()
+			out = append(out, m.msg)
+		}
+	}
+	return out, nil
+}
+
+func (o *fakeOutbox) Ack(ctx context.Context, p int, ids []string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := o.pending[p][id]; ok {
+			delete(o.pending[p], id)
+			o.acked.Add(1)
+		}
+	}
+	return nil
+}
+
+func (o *fakeOutbox) Backlog(ctx context.Context, p int) (int64, int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var oldest int64
+	for _, m := range o.pending[p] {
+		if oldest == 0 || m.addedMS < oldest {
+			oldest = m.addedMS
+		}
+	}
+	if len(o.queue[p]) > 0 && (oldest == 0 || o.queue[p][0].addedMS < oldest) {
+		oldest = o.queue[p][0].addedMS
+	}
+	return int64(len(o.pending[p]) + len(o.queue[p])), oldest, nil
+}
+
+// flakyWriter fails its first n Applies, committing the first of them
+// anyway: a crash after the commit but before the ack.
+type flakyWriter struct {
+	inner    engine.LedgerWriter
+	failures atomic.Int64
+	calls    atomic.Int64
+	commitOn int64 // the call number (1-based) that commits and then fails
+}
+
+func (w *flakyWriter) Apply(ctx context.Context, ms []engine.Mutation) error {
+	n := w.calls.Add(1)
+	if n == w.commitOn {
+		if err := w.inner.Apply(ctx, ms); err != nil {
+			return err
+		}
+		w.failures.Add(1)
+		return errors.New("connection lost after commit")
+	}
+	if w.failures.Load() < 3 {
+		w.failures.Add(1)
+		return errors.New("connection refused")
+	}
+	return w.inner.Apply(ctx, ms)
+}
+
+func quietLog() zerolog.Logger { return zerolog.Nop() }
+
+// TestPersisterExactlyOnce states invariant 3 for the persister: with
+// Applies failing before and after their commit, every outbox message
+// still reaches Postgres exactly once and is acknowledged only after.
+func TestPersisterExactlyOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	ob := newFakeOutbox(4)
+	want := 0
+	for p := range 4 {
+		a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+		for i := range 30 {
+			ob.add(p, a.grant(fmt.Sprintf("k%d", i), 1, nil))
+			want++
+		}
+	}
+	w := &flakyWriter{inner: b.store, commitOn: 1}
+	per := NewPersister(ob, w, PersisterConfig{Consumer: "c1", BatchSize: 7, Block: 10 * time.Millisecond}, quietLog())
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- per.Run(ctx) }()
+
+	if err := per.Drain(b.ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+	if n := b.count(t, "ledger_entries"); n != want {
+		t.Fatalf("%d ledger entries, want %d", n, want)
+	}
+	if n := b.count(t, "operations"); n != want {
+		t.Fatalf("%d operations, want %d", n, want)
+	}
+	st := per.Stats()
+	if st.ApplyErrors < 3 || st.MutationsPersisted < int64(want) || st.Batches == 0 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if ob.acked.Load() != int64(want) {
+		t.Fatalf("acked %d, want %d", ob.acked.Load(), want)
+	}
+	lag, backlog, err := per.Lag(b.ctx)
+	if err != nil || lag != 0 || backlog != 0 {
+		t.Fatalf("Lag = %v %d %v", lag, backlog, err)
+	}
+	var sb strings.Builder
+	per.WriteMetrics(&sb)
+	if !strings.Contains(sb.String(), fmt.Sprintf("creditd_persister_mutations_total %d", st.MutationsPersisted)) {
+		t.Fatalf("metrics:\n%s", sb.String())
+	}
+}
+
+// TestPersisterRedeliveryAfterCrash: a consumer that read messages and died
+// before committing leaves them pending; a restarted consumer of the same
+// name resumes them, and another consumer claims them once idle. Either
+// way each lands exactly once.
+func TestPersisterRedeliveryAfterCrash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	ob := newFakeOutbox(1)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	for i := range 10 {
+		ob.add(0, a.grant(fmt.Sprintf("k%d", i), 1, nil))
+	}
+	// "dead" reads five and crashes before Apply commits.
+	if got, _ := ob.Read(b.ctx, 0, "dead", 5, 0); len(got) != 5 {
+		t.Fatalf("read %d", len(got))
+	}
+	// It had applied (but not acked) the first two before dying.
+	first := []engine.Mutation{}
+	for _, m := range ob.sortedPending(0)[:2] {
+		first = append(first, m.msg.Mutation)
+	}
+	if err := b.store.Apply(b.ctx, first); err != nil {
+		t.Fatal(err)
+	}
+
+	lag, backlog, err := NewPersister(ob, b.store, PersisterConfig{}, quietLog()).Lag(b.ctx)
+	if err != nil || backlog != 10 || lag < 0 {
+		t.Fatalf("Lag before = %v %d %v", lag, backlog, err)
+	}
+
+	per := NewPersister(ob, b.store, PersisterConfig{Consumer: "alive", Block: 5 * time.Millisecond, ClaimIdle: 20 * time.Millisecond}, quietLog())
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- per.Run(ctx) }()
+	if err := per.Drain(b.ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if n := b.count(t, "ledger_entries"); n != 10 {
+		t.Fatalf("%d ledger entries, want 10", n)
+	}
+	if v, bal := b.accountRow(t, a.key.CustomerID); v != 10 || bal != 10 {
+		t.Fatalf("account version %d balance %d", v, bal)
+	}
+}
+
+func TestDrainTimesOut(t *testing.T) {
+	t.Parallel()
+	ob := newFakeOutbox(2)
+	ob.add(1, engine.Mutation{})
+	per := NewPersister(ob, nil, PersisterConfig{}, quietLog())
+	err := per.Drain(context.Background(), 30*time.Millisecond)
+	if !errors.Is(err, ErrDrainTimeout) {
+		t.Fatalf("Drain = %v", err)
+	}
+}
