@@ -613,7 +613,7 @@ func TestGrantOverflow(t *testing.T) {
 			t.Errorf("refused grant changed state")
 		}
 		res, err := b.store.Debit(context.Background(), debitCmd(c, math.MaxInt64-1, t0))
-		if err != nil || res.Mutation.Account.Balance != 1 || res.Mutation.Entries[0].Delta != -(math.MaxInt64 - 1) {
+		if err != nil || res.Mutation.Account.Balance != 1 || res.Mutation.Entries[0].Delta != -(math.MaxInt64-1) {
 			t.Errorf("big debit: %v %+v", err, res.Mutation.Account)
 		}
 		// Lifetime earned alone overflows too, though the balance would fit.

@@ -1,0 +1,71 @@
+package lua
+
+import (
+	"context"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// moneyProbe runs prelude.lua's money arithmetic on two decimal strings and
+// replies {a+b, a-b, cmp(a,b)} with "OVERFLOW" for results outside int64, or
+// "BAD" when an operand does not parse.
+var moneyProbe = withPrelude(`
+local a, b = m_parse(ARGV[1]), m_parse(ARGV[2])
+if not a or not b then return 'BAD' end
+local function out(m) if m_fits(m) then return m_fmt(m) end return 'OVERFLOW' end
+return {out(m_add(a, b)), out(m_sub(a, b)), tostring(m_cmp(a, b))}
+`)
+
+// bigWant is what moneyProbe must answer, computed with math/big.
+func bigWant(a, b int64) []string {
+	out := func(x *big.Int) string {
+		if !x.IsInt64() {
+			return "OVERFLOW"
+		}
+		return x.String()
+	}
+	x, y := big.NewInt(a), big.NewInt(b)
+	return []string{out(new(big.Int).Add(x, y)), out(new(big.Int).Sub(x, y)), strconv.Itoa(x.Cmp(y))}
+}
+
+// TestMoneyArithmetic: Lua money is exact over all of int64 and refuses
+// results outside it (invariant 7), checked against math/big on edge values
+// and random pairs, on every backend.
+func TestMoneyArithmetic(t *testing.T) {
+	t.Parallel()
+	edges := []int64{0, 1, -1, 999_999_999, 1_000_000_000, -1_000_000_000, -999_999_999, 1 << 53, 1<<53 + 1,
+		-(1<<53 + 1), math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, math.MinInt64 + 1, 9_223_372_036_000_000_000}
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		check := func(a, c int64) {
+			t.Helper()
+			got, err := moneyProbe.Run(ctx, b.rdb, []string{"{x}"}, strconv.FormatInt(a, 10), strconv.FormatInt(c, 10)).StringSlice()
+			if err != nil {
+				t.Fatalf("%d, %d: %v", a, c, err)
+			}
+			if want := bigWant(a, c); len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+				t.Errorf("%d, %d: got %v, want %v", a, c, got, want)
+			}
+		}
+		for _, a := range edges {
+			for _, c := range edges {
+				check(a, c)
+			}
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 300 {
+			check(int64(r.Uint64()), int64(r.Uint64()>>uint(r.IntN(64))))
+		}
+		for _, bad := range []string{"", "1.5", "1e3", "9223372036854775808", "-9223372036854775809", "12345678901234567890", "+1", " 1"} {
+			if v, err := moneyProbe.Run(ctx, b.rdb, []string{"{x}"}, bad, "0").Text(); err != nil || v != "BAD" {
+				t.Errorf("parse %q: %v %v, want BAD", bad, v, err)
+			}
+		}
+		if v, err := moneyProbe.Run(ctx, b.rdb, []string{"{x}"}, "-000000000000000000000007", "0").StringSlice(); err != nil || v[0] != "-7" {
+			t.Errorf("leading zeros: %v %v", v, err)
+		}
+	})
+}
