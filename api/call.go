@@ -1,0 +1,140 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// maxRequestIDChars bounds an incoming X-Request-Id we reuse.
+const maxRequestIDChars = 128
+
+var (
+	headerRequestID = []byte("X-Request-Id")
+	contentJSON     = []byte("application/json")
+	contentProblem  = []byte("application/problem+json")
+)
+
+// call is the state of one request as it passes the middleware. Calls are
+// pooled; nothing may keep one after serveHTTP returns.
+type call struct {
+	ctx    *fasthttp.RequestCtx
+	s      *Server
+	route  *route
+	scope  engine.Scope
+	tenant engine.Tenant
+	idem   engine.Idempotency
+	reqID  []byte
+	idBuf  [maxRequestIDChars]byte
+}
+
+func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) {
+	buf := c.idBuf
+	*c = call{ctx: ctx, s: s}
+	c.idBuf = buf
+}
+
+// requestID picks the request id: the client's X-Request-Id when it is
+// 1-128 visible ASCII characters, else a fresh one.
+func (c *call) requestID(ctx *fasthttp.RequestCtx) []byte {
+	in := ctx.Request.Header.PeekBytes(headerRequestID)
+	if saneRequestID(in) {
+		c.reqID = append(c.idBuf[:0], in...)
+	} else {
+		c.reqID = newRequestID(c.idBuf[:0])
+	}
+	return c.reqID
+}
+
+func saneRequestID(b []byte) bool {
+	if len(b) == 0 || len(b) > maxRequestIDChars {
+		return false
+	}
+	for _, ch := range b {
+		if ch <= ' ' || ch > '~' || ch == '"' || ch == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// Request ids are a random per-process prefix and a counter: unique across
+// processes with overwhelming odds, and free of a crypto/rand read per request.
+var (
+	requestIDPrefix = func() []byte {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return []byte(hex.EncodeToString(b[:]))
+	}()
+	requestIDSeq atomic.Uint64
+)
+
+func newRequestID(dst []byte) []byte {
+	dst = append(dst, requestIDPrefix...)
+	dst = append(dst, '-')
+	n := requestIDSeq.Add(1)
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, digits[(n>>uint(shift))&0xf])
+	}
+	return dst
+}
+
+// errPanic stands for a recovered panic; the problem says only "internal".
+var errPanic = fmt.Errorf("api: handler panicked")
+
+// invoke runs ep, turning a panic into errPanic so the middleware above
+// (idempotency abort, access log) still runs.
+func (c *call) invoke(ep endpoint) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.logPanic(r)
+			err = errPanic
+		}
+	}()
+	return ep(c)
+}
+
+// recovered answers a panic that escaped the middleware itself.
+func (c *call) recovered(r any) {
+	c.logPanic(r)
+	c.fail(errPanic)
+}
+
+func (c *call) logPanic(r any) {
+	c.s.log.Error().Bytes("request_id", c.reqID).Interface("panic", r).Bytes("stack", debug.Stack()).Msg("handler panicked")
+}
+
+// json writes v as the JSON body with status.
+func (c *call) json(status int, v any) error {
+	ctx := c.ctx
+	ctx.ResetBody()
+	if err := json.NewEncoder(ctx.Response.BodyWriter()).Encode(v); err != nil {
+		ctx.ResetBody()
+		return fmt.Errorf("api: encode response: %w", err)
+	}
+	ctx.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(contentJSON)
+	return nil
+}
+
+// noContent answers 204 without a body.
+func (c *call) noContent() error {
+	c.ctx.ResetBody()
+	c.ctx.SetStatusCode(fasthttp.StatusNoContent)
+	return nil
+}
+
+// userValue is a path parameter, percent-decoded: the router matches the raw
+// path so an external id may carry an escaped slash.
+func (c *call) pathParam(name string) (string, bool) {
+	raw, _ := c.ctx.UserValue(name).(string)
+	return unescapePath(raw)
+}

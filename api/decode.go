@@ -1,0 +1,150 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Pagination limits (interface.md Common rules 2).
+const (
+	defaultPageLimit = 20
+	maxPageLimit     = 100
+)
+
+// decodeBody reads a JSON object into v, which must be a pointer to one of
+// the engine's <Op>Input structs. Empty, unparseable or non-object bodies are
+// 400; a member of the wrong JSON type (or an integer outside its Go type)
+// is 422 naming the member; unknown members are ignored.
+func decodeBody(body []byte, v any) error {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 {
+		return engine.BadRequest("", "the request body is required: a JSON object")
+	}
+	if trimmed[0] != '{' {
+		if !json.Valid(trimmed) {
+			return engine.BadRequest("", "the request body is not valid JSON")
+		}
+		return engine.BadRequest("", "the request body must be a JSON object")
+	}
+	err := json.Unmarshal(trimmed, v)
+	if err == nil {
+		return nil
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return engine.BadRequest("", "the request body is not valid JSON: "+syntax.Error()+" at byte "+strconv.FormatInt(syntax.Offset, 10))
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Field != "" {
+		return engine.Invalid(typ.Field, typ.Field+" must be "+jsonTypeName(typ))
+	}
+	return engine.BadRequest("", "the request body could not be decoded")
+}
+
+// jsonTypeName says what JSON a Go field accepts, for a 422 message.
+func jsonTypeName(e *json.UnmarshalTypeError) string {
+	t := e.Type
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "of another JSON type"
+	}
+	switch t.Kind() {
+	case reflect.Int64:
+		return "an integer between -9223372036854775808 and 9223372036854775807"
+	case reflect.Int, reflect.Int32, reflect.Int16, reflect.Int8, reflect.Uint, reflect.Uint64, reflect.Uint32:
+		if strings.HasPrefix(e.Value, "number") {
+			return "an integer in range"
+		}
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 { // json.RawMessage: any JSON value
+			return "valid JSON"
+		}
+		return "an array"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	}
+	return "of another JSON type"
+}
+
+// queryLimit reads the page size: default 20, else an integer 1..100.
+func (c *call) queryLimit() (int, error) {
+	args := c.ctx.QueryArgs()
+	if !args.Has("limit") {
+		return defaultPageLimit, nil
+	}
+	n, err := strconv.Atoi(string(args.Peek("limit")))
+	if err != nil || n < 1 || n > maxPageLimit {
+		return 0, engine.BadRequest("limit", "limit must be an integer between 1 and 100")
+	}
+	return n, nil
+}
+
+// queryBool reads a boolean query parameter (true/false/1/0), false when absent.
+func (c *call) queryBool(name string) (bool, error) {
+	args := c.ctx.QueryArgs()
+	if !args.Has(name) {
+		return false, nil
+	}
+	switch string(args.Peek(name)) {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, engine.BadRequest(name, name+" must be true, false, 1 or 0")
+}
+
+// query is a query parameter's decoded text ("" when absent).
+func (c *call) query(name string) string {
+	return string(c.ctx.QueryArgs().Peek(name))
+}
+
+// unescapePath percent-decodes one path segment; ok is false for a bad escape.
+func unescapePath(raw string) (string, bool) {
+	if strings.IndexByte(raw, '%') < 0 {
+		return raw, true
+	}
+	v, err := url.PathUnescape(raw)
+	return v, err == nil
+}
+
+// pageBody is the list envelope of interface.md Common rules 2.
+type pageBody[T any] struct {
+	Data       []T            `json:"data"`
+	Pagination pageNavigation `json:"pagination"`
+}
+
+// pageNavigation says whether another page follows and how to ask for it.
+type pageNavigation struct {
+	HasMore    bool    `json:"has_more"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// pageOf wraps an engine page; data is [] never null, next_cursor null when none.
+func pageOf[T any](p engine.Page[T]) pageBody[T] {
+	out := pageBody[T]{Data: p.Data, Pagination: pageNavigation{HasMore: p.HasMore}}
+	if out.Data == nil {
+		out.Data = []T{}
+	}
+	if p.NextCursor != "" {
+		cur := p.NextCursor
+		out.Pagination.NextCursor = &cur
+	}
+	return out
+}

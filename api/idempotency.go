@@ -1,0 +1,131 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+	"unicode/utf8"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Idempotency limits (interface.md Common rules 1 and Limits).
+const (
+	maxIdempotencyKeyChars = 256
+	// idemLockTTL is how long a claim lives without Finish or Abort: a
+	// crashed claimer's retry runs afresh after it.
+	idemLockTTL = 30 * time.Second
+	// idemReplayTTL is the replay window.
+	idemReplayTTL = 24 * time.Hour
+	// idemWait bounds how long a duplicate waits for the request that holds
+	// the key; idemPoll is how often it looks.
+	idemWait = 10 * time.Second
+	idemPoll = 10 * time.Millisecond
+)
+
+var (
+	headerIdempotencyKey = []byte("Idempotency-Key")
+	headerReplayed       = []byte("X-Idempotent-Replayed")
+	valueTrue            = []byte("true")
+)
+
+var (
+	errIdemKeyMissing = engine.Invalid("Idempotency-Key", "the Idempotency-Key header is required on this request")
+	errIdemKeyLong    = engine.Invalid("Idempotency-Key", "the Idempotency-Key header is longer than 256 characters")
+	errIdemBusy       = engine.Conflict("a request with this Idempotency-Key is still in progress; retry with the same key later")
+)
+
+// idempotent runs a POST or PATCH at most once per tenant and key: the first
+// request claims the key and runs; its 2xx response is stored for 24 h and
+// replayed to every retry with the same fingerprint; a failure drops the
+// claim so a retry runs afresh. A duplicate arriving while the first still
+// runs waits for its answer, so racing twins produce one effect and one
+// answer. A key reused with another fingerprint is a 409.
+func (s *Server) idempotent(rt *route, c *call) {
+	ctx := c.ctx
+	key := ctx.Request.Header.PeekBytes(headerIdempotencyKey)
+	switch {
+	case len(key) == 0:
+		c.fail(errIdemKeyMissing)
+		return
+	case len(key) > maxIdempotencyKeyChars && utf8.RuneCount(key) > maxIdempotencyKeyChars:
+		c.fail(errIdemKeyLong)
+		return
+	}
+	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
+	tenant := c.scope.TenantID
+	deadline := time.Now().Add(idemWait)
+	for {
+		rec, claimed, err := s.idem.Begin(ctx, tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
+		switch {
+		case err != nil:
+			c.fail(err)
+			return
+		case claimed:
+			s.runClaimed(rt, c)
+			return
+		case rec.RequestHash != c.idem.RequestHash:
+			c.fail(engine.ErrIdempotencyMismatch)
+			return
+		case rec.Done:
+			ctx.SetStatusCode(rec.Status)
+			ctx.Response.Header.SetContentType(rec.ContentType)
+			ctx.SetBody(rec.Body)
+			ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
+			return
+		case time.Now().After(deadline):
+			c.fail(errIdemBusy)
+			return
+		}
+		select {
+		case <-ctx.Done(): // server shutting down
+			c.fail(errIdemBusy)
+			return
+		case <-time.After(idemPoll):
+		}
+	}
+}
+
+// runClaimed runs the endpoint under a claimed key and settles the claim:
+// Finish stores a 2xx, Abort forgets anything else (a 4xx changed nothing).
+func (s *Server) runClaimed(rt *route, c *call) {
+	ctx := c.ctx
+	if err := c.invoke(rt.ep); err != nil {
+		c.fail(err)
+	}
+	tenant := c.scope.TenantID
+	status := ctx.Response.StatusCode()
+	if status < 200 || status > 299 {
+		if err := s.idem.Abort(ctx, tenant, c.idem.Key, c.idem.RequestHash); err != nil {
+			s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency abort failed; the key stays locked until its claim lapses")
+		}
+		return
+	}
+	rec := engine.IdemRecord{
+		RequestHash: c.idem.RequestHash,
+		Done:        true,
+		Status:      status,
+		ContentType: string(ctx.Response.Header.ContentType()),
+		Body:        append([]byte(nil), ctx.Response.Body()...),
+	}
+	if err := s.idem.Finish(ctx, tenant, c.idem.Key, rec, idemReplayTTL); err != nil {
+		// The effect happened and the client gets its answer; a retry finds
+		// the customer-level key memory of the Lua scripts instead.
+		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
+	}
+}
+
+// fingerprint is the request hash: sha256 hex of method, raw path and body,
+// so a reused key on another path or with another body is told apart.
+func fingerprint(method, path, body []byte) string {
+	h := sha256.New()
+	h.Write(method)
+	h.Write([]byte{' '})
+	h.Write(path)
+	h.Write([]byte{'\n'})
+	h.Write(body)
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h.Sum(sum[:0]))
+	return string(out[:])
+}

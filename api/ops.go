@@ -1,0 +1,94 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+)
+
+// openAPIDocument is the hand-written OpenAPI 3.1 description of every route
+// register serves; a test keeps the two in step.
+//
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// healthz answers 200 while the process runs.
+func (s *Server) healthz(c *call) error {
+	c.ctx.SetStatusCode(fasthttp.StatusOK)
+	c.ctx.Response.Header.SetContentTypeBytes(contentJSON)
+	c.ctx.SetBodyString(`{"status":"ok"}`)
+	return nil
+}
+
+// readyBody is the /readyz answer: each check's "ok" or its error.
+type readyBody struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// readyz runs every readiness check at once, each bounded by 2 s; any
+// failure makes the answer 503 so a load balancer stops sending traffic.
+func (s *Server) readyz(c *call) error {
+	body := readyBody{Status: "ready", Checks: make(map[string]string, len(s.ready))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := false
+	for _, hc := range s.ready {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), readyCheckTimeout)
+			defer cancel()
+			err := hc.Check(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				body.Checks[hc.Name] = err.Error()
+				failed = true
+				return
+			}
+			body.Checks[hc.Name] = "ok"
+		}()
+	}
+	wg.Wait()
+	if failed {
+		body.Status = "unavailable"
+		return c.json(fasthttp.StatusServiceUnavailable, body)
+	}
+	return c.json(fasthttp.StatusOK, body)
+}
+
+// metricsText renders the HTTP metrics and then cfg.Metrics' own.
+func (s *Server) metricsText(c *call) error {
+	ctx := c.ctx
+	ctx.ResetBody()
+	w := ctx.Response.BodyWriter()
+	s.metrics.write(w)
+	if s.extra != nil {
+		s.extra(w)
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	return nil
+}
+
+// openAPI serves the embedded OpenAPI document.
+func (s *Server) openAPI(c *call) error {
+	c.ctx.SetStatusCode(fasthttp.StatusOK)
+	c.ctx.Response.Header.SetContentTypeBytes(contentJSON)
+	c.ctx.SetBody(openAPIDocument)
+	return nil
+}
+
+// adminAuthorized checks "Authorization: Bearer <token>" in constant time.
+func (s *Server) adminAuthorized(ctx *fasthttp.RequestCtx) bool {
+	const prefix = "Bearer "
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
+		return false
+	}
+	return subtle.ConstantTimeCompare(h[len(prefix):], s.admin) == 1
+}

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Rate limiter bounds: 64 shards of at most 1024 keys keep memory under a
+// few MB whatever the number of keys; a bucket that has refilled is dropped
+// first, since a fresh bucket behaves the same.
+const (
+	limiterShards      = 64
+	limiterKeysInShard = 1024
+)
+
+var (
+	headerLimit      = []byte("RateLimit-Limit")
+	headerRemaining  = []byte("RateLimit-Remaining")
+	headerReset      = []byte("RateLimit-Reset")
+	headerRetryAfter = []byte("Retry-After")
+)
+
+// errRateLimited is the 429 problem.
+var errRateLimited = &engine.Error{Kind: engine.KindRateLimited, Detail: "too many requests for this API key; retry after the Retry-After seconds"}
+
+// rateLimiter is an in-process token bucket per API key (addendum 10). Each
+// creditd process limits on its own, so N processes allow up to N times the
+// tenant's rate; the tenant's rate and burst are read on every request, so
+// an operator change applies within the auth cache's 2 s.
+type rateLimiter struct {
+	shards [limiterShards]limiterShard
+	now    func() time.Time
+}
+
+type limiterShard struct {
+	mu      sync.Mutex
+	buckets map[uuid.UUID]bucket
+}
+
+// bucket holds the tokens left at last and the figures to refill it.
+type bucket struct {
+	tokens float64
+	last   int64 // unix nanoseconds
+	rate   float64
+	burst  float64
+}
+
+func newRateLimiter() *rateLimiter {
+	l := &rateLimiter{now: time.Now}
+	for i := range l.shards {
+		l.shards[i].buckets = make(map[uuid.UUID]bucket)
+	}
+	return l
+}
+
+// decision is one take from a bucket and what the headers say about it.
+type decision struct {
+	allowed       bool
+	limit         int
+	remaining     int
+	resetSeconds  int // until the bucket is full again
+	retryAfterSec int // until one token is back (only when refused)
+}
+
+// take spends one token of key's bucket, refilled at perSecond up to burst.
+func (l *rateLimiter) take(key uuid.UUID, perSecond, burst int) decision {
+	if perSecond <= 0 {
+		perSecond = engine.DefaultRateLimitPerSecond
+	}
+	if burst <= 0 {
+		burst = engine.DefaultRateLimitBurst
+	}
+	rate, capacity := float64(perSecond), float64(burst)
+	now := l.now().UnixNano()
+	sh := &l.shards[key[15]%limiterShards]
+	sh.mu.Lock()
+	b, ok := sh.buckets[key]
+	if !ok {
+		if len(sh.buckets) >= limiterKeysInShard {
+			sh.evict(now)
+		}
+		b = bucket{tokens: capacity, last: now}
+	} else if elapsed := now - b.last; elapsed > 0 {
+		b.tokens = math.Min(capacity, b.tokens+float64(elapsed)/1e9*rate)
+		b.last = now
+	}
+	b.tokens = math.Min(b.tokens, capacity) // a lowered burst applies at once
+	b.rate, b.burst = rate, capacity
+	d := decision{limit: burst}
+	if b.tokens >= 1 {
+		b.tokens--
+		d.allowed = true
+	} else {
+		d.retryAfterSec = int(math.Ceil((1 - b.tokens) / rate))
+	}
+	sh.buckets[key] = b
+	sh.mu.Unlock()
+	d.remaining = int(b.tokens)
+	d.resetSeconds = int(math.Ceil((capacity - b.tokens) / rate))
+	return d
+}
+
+// evict drops the buckets that have refilled by now; when every key is
+// busy it drops the one idle longest, so the map never outgrows its bound.
+func (sh *limiterShard) evict(now int64) {
+	oldestKey, oldest := uuid.Nil, int64(math.MaxInt64)
+	for k, b := range sh.buckets {
+		if b.tokens+float64(now-b.last)/1e9*b.rate >= b.burst {
+			delete(sh.buckets, k)
+			continue
+		}
+		if b.last < oldest {
+			oldestKey, oldest = k, b.last
+		}
+	}
+	if len(sh.buckets) >= limiterKeysInShard {
+		delete(sh.buckets, oldestKey)
+	}
+}
+
+// rateLimit applies the caller's key bucket and sets the RateLimit headers;
+// false means the 429 has been written.
+func (s *Server) rateLimit(c *call) bool {
+	d := s.limiter.take(c.scope.KeyID, c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
+	h := &c.ctx.Response.Header
+	var buf [20]byte
+	h.SetBytesKV(headerLimit, strconv.AppendInt(buf[:0], int64(d.limit), 10))
+	h.SetBytesKV(headerRemaining, strconv.AppendInt(buf[:0], int64(d.remaining), 10))
+	h.SetBytesKV(headerReset, strconv.AppendInt(buf[:0], int64(d.resetSeconds), 10))
+	if d.allowed {
+		return true
+	}
+	h.SetBytesKV(headerRetryAfter, strconv.AppendInt(buf[:0], int64(max(d.retryAfterSec, 1)), 10))
+	c.fail(errRateLimited)
+	return false
+}

@@ -1,0 +1,373 @@
+// Package api is creditd's HTTP surface: a fasthttp server that authenticates
+// tenants, rate-limits their keys, enforces Idempotency-Key, decodes bodies
+// and turns engine results and errors into JSON and RFC 9457 problems. It
+// talks to the engine services only.
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Server limits (invariant 11: a limit on everything).
+const (
+	// DefaultBodyLimitBytes is the largest request body when Config leaves it 0.
+	DefaultBodyLimitBytes = 1 << 20
+	readTimeout           = 10 * time.Second
+	writeTimeout          = 10 * time.Second
+	idleTimeout           = 60 * time.Second
+	// maxConcurrency bounds connections served at once; beyond it fasthttp
+	// answers 503 instead of letting goroutines and buffers grow without end.
+	maxConcurrency = 16 * 1024
+	// readBufferBytes bounds the request line plus headers (a 256-character
+	// Idempotency-Key and an API key fit many times over).
+	readBufferBytes = 8 * 1024
+	// shutdownWait bounds how long Shutdown waits for in-flight requests.
+	shutdownWait = 30 * time.Second
+	// readyCheckTimeout bounds each /readyz check.
+	readyCheckTimeout = 2 * time.Second
+)
+
+// HealthCheck is one named readiness probe of /readyz (Redis, Postgres,
+// persister lag); Check returns nil when the dependency is usable.
+type HealthCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Config wires the server to the engine services and operations hooks.
+type Config struct {
+	Tenants     *engine.Tenants
+	Customers   *engine.Customers
+	Credits     *engine.Credits
+	Idempotency engine.IdempotencyRecords
+	// Ready lists the probes /readyz runs, all of them, concurrently.
+	Ready []HealthCheck
+	// Metrics, when set, appends more Prometheus text (persister lag and
+	// stats) to /metrics.
+	Metrics func(w io.Writer)
+	// AdminToken is the operator bearer token; empty turns the admin API off
+	// (its routes are not registered, so they answer 404).
+	AdminToken string
+	// BodyLimitBytes bounds request bodies (0 means DefaultBodyLimitBytes);
+	// larger ones get a 413 problem.
+	BodyLimitBytes int
+	Log            zerolog.Logger
+}
+
+// Server is creditd's HTTP server. It is safe for concurrent use.
+type Server struct {
+	tenants   *engine.Tenants
+	customers *engine.Customers
+	credits   *engine.Credits
+	idem      engine.IdempotencyRecords
+	ready     []HealthCheck
+	extra     func(w io.Writer)
+	admin     []byte
+	bodyLimit int
+	log       zerolog.Logger
+
+	router  *router.Router
+	routes  []*route
+	metrics *httpMetrics
+	limiter *rateLimiter
+	calls   sync.Pool
+	srv     *fasthttp.Server
+}
+
+// New builds the server and registers every route.
+func New(cfg Config) *Server {
+	s := &Server{
+		tenants:   cfg.Tenants,
+		customers: cfg.Customers,
+		credits:   cfg.Credits,
+		idem:      cfg.Idempotency,
+		ready:     cfg.Ready,
+		extra:     cfg.Metrics,
+		admin:     []byte(cfg.AdminToken),
+		bodyLimit: cfg.BodyLimitBytes,
+		log:       cfg.Log,
+		metrics:   newHTTPMetrics(),
+		limiter:   newRateLimiter(),
+	}
+	if s.bodyLimit <= 0 {
+		s.bodyLimit = DefaultBodyLimitBytes
+	}
+	s.calls.New = func() any { return new(call) }
+	r := router.New()
+	// An API answers a wrong path with 404, never a redirect to a guess.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleOPTIONS = false
+	r.HandleMethodNotAllowed = true
+	r.NotFound = s.notFound
+	r.MethodNotAllowed = s.methodNotAllowed
+	s.router = r
+	s.register()
+	s.srv = &fasthttp.Server{
+		Handler:               s.serveHTTP,
+		ErrorHandler:          s.connError,
+		Name:                  "creditd",
+		ReadTimeout:           readTimeout,
+		WriteTimeout:          writeTimeout,
+		IdleTimeout:           idleTimeout,
+		MaxRequestBodySize:    s.bodyLimit,
+		Concurrency:           maxConcurrency,
+		ReadBufferSize:        readBufferBytes,
+		NoDefaultServerHeader: true,
+		Logger:                fasthttpLogger{s.log},
+	}
+	return s
+}
+
+// Handler is the request handler with every middleware applied (request id,
+// access log, metrics, panic recovery, auth, rate limit, idempotency).
+func (s *Server) Handler() fasthttp.RequestHandler { return s.serveHTTP }
+
+// ListenAndServe serves on addr (host:port) until Shutdown.
+func (s *Server) ListenAndServe(addr string) error { return s.srv.ListenAndServe(addr) }
+
+// Serve serves on ln until Shutdown; tests pass an in-memory listener.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting connections and waits, at most 30 s, for the
+// requests in flight to finish.
+func (s *Server) Shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer cancel()
+	return s.srv.ShutdownWithContext(ctx)
+}
+
+// Routes lists every registered route as "METHOD /path/{param}", sorted; the
+// OpenAPI test compares it with api/openapi.json.
+func (s *Server) Routes() []string {
+	out := make([]string, 0, len(s.routes))
+	for _, rt := range s.routes {
+		out = append(out, rt.method+" "+rt.path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// routeOpts selects the middleware a route runs behind.
+type routeOpts uint8
+
+const (
+	// optTenant: X-API-Key auth and the per-key rate limit.
+	optTenant routeOpts = 1 << iota
+	// optIdem: Idempotency-Key required, response stored and replayed.
+	optIdem
+	// optAdmin: operator bearer token.
+	optAdmin
+)
+
+// endpoint is one operation; it writes its success response through the
+// call and returns an error for the problem writer.
+type endpoint func(c *call) error
+
+// route is one registered method and path with its metrics.
+type route struct {
+	method, path string
+	opts         routeOpts
+	ep           endpoint
+	metrics      *routeMetrics
+}
+
+func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
+	rt := &route{method: method, path: path, opts: opts, ep: ep, metrics: s.metrics.route(path, method)}
+	s.routes = append(s.routes, rt)
+	s.router.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
+		c, _ := ctx.UserValue(callKey).(*call)
+		if c == nil { // the router was reached without serveHTTP; never in production
+			c = &call{ctx: ctx, s: s}
+		}
+		c.route = rt
+		s.serveRoute(rt, c)
+	})
+}
+
+// register lists every route the server serves; api/openapi.json documents
+// exactly these.
+func (s *Server) register() {
+	s.handle("GET", "/healthz", 0, s.healthz)
+	s.handle("GET", "/readyz", 0, s.readyz)
+	s.handle("GET", "/metrics", 0, s.metricsText)
+	s.handle("GET", "/openapi.json", 0, s.openAPI)
+
+	s.handle("GET", "/v1/tenant", optTenant, s.getTenant)
+	s.handle("PATCH", "/v1/tenant", optTenant|optIdem, s.patchTenant)
+
+	s.handle("GET", "/v1/customers", optTenant, s.listCustomers)
+	s.handle("POST", "/v1/customers", optTenant|optIdem, s.createCustomer)
+	for _, form := range []struct {
+		prefix string
+		strict bool
+	}{{"/v1/customers/{id}", false}, {"/v1/customer-by-external-id/{external_id}", true}} {
+		ref := refParam(form.strict)
+		s.handle("GET", form.prefix, optTenant, s.getCustomer(ref))
+		s.handle("PATCH", form.prefix, optTenant|optIdem, s.patchCustomer(ref))
+		s.handle("DELETE", form.prefix, optTenant, s.deleteCustomer(ref))
+		s.handle("GET", form.prefix+"/credits", optTenant, s.getCredits(ref))
+		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem, s.grant(ref))
+		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem, s.adjust(ref))
+	}
+	lenient := refParam(false)
+	s.handle("GET", "/v1/customers/{id}/credits/history", optTenant, s.history(lenient))
+	s.handle("GET", "/v1/customers/{id}/overage", optTenant, s.overage(lenient))
+
+	if len(s.admin) == 0 {
+		return
+	}
+	s.handle("POST", "/admin/v1/tenants", optAdmin, s.adminCreateTenant)
+	s.handle("GET", "/admin/v1/tenants/{id}", optAdmin, s.adminGetTenant)
+	s.handle("PATCH", "/admin/v1/tenants/{id}", optAdmin, s.adminPatchTenant)
+	s.handle("POST", "/admin/v1/tenants/{id}/api-keys", optAdmin, s.adminCreateKey)
+	s.handle("DELETE", "/admin/v1/tenants/{id}/api-keys/{key_id}", optAdmin, s.adminRevokeKey)
+	s.handle("PUT", "/admin/v1/tenants/{id}/webhook", optAdmin, s.adminSetWebhook)
+	s.handle("POST", "/admin/v1/tenants/{id}/webhook/rotate-secret", optAdmin, s.adminRotateSecret)
+	s.handle("DELETE", "/admin/v1/tenants/{id}/webhook", optAdmin, s.adminDeleteWebhook)
+}
+
+// callKey is the user value under which serveHTTP hands the call to routes.
+const callKey = "creditd.call"
+
+// serveHTTP is the outermost handler: request id, dispatch, access log and
+// metrics, for every request including 404s and 405s.
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	s.metrics.inFlight.Add(1)
+	c := s.calls.Get().(*call)
+	c.reset(ctx, s)
+	ctx.Response.Header.SetBytesKV(headerRequestID, c.requestID(ctx))
+	ctx.SetUserValue(callKey, c)
+	s.dispatch(c)
+	s.complete(c, time.Since(start))
+	ctx.RemoveUserValue(callKey)
+	c.reset(nil, nil)
+	s.calls.Put(c)
+	s.metrics.inFlight.Add(-1)
+}
+
+// dispatch routes the request; a panic anywhere below becomes a 500.
+func (s *Server) dispatch(c *call) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.recovered(r)
+		}
+	}()
+	s.router.Handler(c.ctx)
+}
+
+// serveRoute runs the middleware the route's options ask for, then the endpoint.
+func (s *Server) serveRoute(rt *route, c *call) {
+	ctx := c.ctx
+	if len(ctx.Request.Body()) > s.bodyLimit {
+		c.fail(errTooLarge)
+		return
+	}
+	if rt.opts&optAdmin != 0 && !s.adminAuthorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="creditd-admin"`)
+		c.fail(errAdminUnauthorized)
+		return
+	}
+	if rt.opts&optTenant != 0 {
+		if !s.authenticate(c) || !s.rateLimit(c) {
+			return
+		}
+	}
+	if rt.opts&optIdem != 0 {
+		s.idempotent(rt, c)
+		return
+	}
+	if err := c.invoke(rt.ep); err != nil {
+		c.fail(err)
+	}
+}
+
+// authenticate resolves X-API-Key into the call's scope and tenant.
+func (s *Server) authenticate(c *call) bool {
+	key := c.ctx.Request.Header.Peek("X-API-Key")
+	if len(key) == 0 {
+		c.fail(engine.ErrUnauthenticated)
+		return false
+	}
+	scope, tenant, err := s.tenants.Authenticate(c.ctx, string(key))
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	c.scope, c.tenant = scope, tenant
+	return true
+}
+
+// complete writes the access log line and the metrics of one request.
+func (s *Server) complete(c *call, d time.Duration) {
+	ctx := c.ctx
+	status := ctx.Response.StatusCode()
+	path := "unmatched"
+	m := s.metrics.unmatchedFor(ctx.Method())
+	if c.route != nil {
+		path, m = c.route.path, c.route.metrics
+	}
+	m.observe(status, d)
+	s.log.Info().
+		Bytes("request_id", c.reqID).
+		Bytes("method", ctx.Method()).
+		Str("route", path).
+		Int("status", status).
+		Dur("duration", d).
+		Msg("request")
+}
+
+// notFound answers paths no route matches.
+func (s *Server) notFound(ctx *fasthttp.RequestCtx) {
+	s.callOf(ctx).fail(&engine.Error{Kind: engine.KindNotFound, Detail: "no route matches this path"})
+}
+
+// methodNotAllowed answers a known path asked with another method; the
+// router has already set the Allow header.
+func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx) {
+	s.callOf(ctx).failStatus(fasthttp.StatusMethodNotAllowed, engine.KindBadRequest, "Method Not Allowed", "", "this method is not allowed on this path; see the Allow header")
+}
+
+// connError answers requests fasthttp refused before any handler ran: a
+// body over the limit (413) or an unreadable request (400).
+func (s *Server) connError(ctx *fasthttp.RequestCtx, err error) {
+	c := s.calls.Get().(*call)
+	c.reset(ctx, s)
+	ctx.Response.Header.SetBytesKV(headerRequestID, c.requestID(ctx))
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		c.fail(errTooLarge)
+	} else {
+		c.fail(engine.BadRequest("", "the request could not be read"))
+	}
+	s.log.Info().Bytes("request_id", c.reqID).Err(err).Int("status", ctx.Response.StatusCode()).Msg("request refused")
+	c.reset(nil, nil)
+	s.calls.Put(c)
+}
+
+func (s *Server) callOf(ctx *fasthttp.RequestCtx) *call {
+	if c, ok := ctx.UserValue(callKey).(*call); ok {
+		return c
+	}
+	return &call{ctx: ctx, s: s}
+}
+
+// fasthttpLogger sends fasthttp's own messages to zerolog.
+type fasthttpLogger struct{ log zerolog.Logger }
+
+// Printf implements fasthttp.Logger.
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Warn().Msgf(format, args...)
+}
