@@ -87,6 +87,9 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 	if cmd.Block.OriginalAmount <= 0 {
 		return engine.MutationResult{}, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
 	}
+	if err := checkSource(cmd.Block.Source); err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: grant: %w", err)
+	}
 	if cmd.StackAfter != nil && cmd.DurationSeconds <= 0 {
 		return engine.MutationResult{}, errors.New("lua: grant: stack_after needs a duration")
 	}
@@ -312,6 +315,9 @@ func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Tim
 		if b.ExpiresMS != nil {
 			expires = strconv.FormatInt(*b.ExpiresMS, 10)
 		}
+		if err := checkSource(b.Source); err != nil {
+			return false, fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+		}
 		meta, err := compactMeta(b.Metadata)
 		if err != nil {
 			return false, fmt.Errorf("lua: load: block %s: %w", b.ID, err)
@@ -341,6 +347,15 @@ func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Tim
 		return false, scriptError("load", err)
 	}
 	return n == 1, nil
+}
+
+// checkSource refuses a source the block encoding cannot hold: its fields
+// are separated by "|".
+func checkSource(s engine.Source) error {
+	if strings.Contains(string(s), "|") {
+		return fmt.Errorf("source %q contains '|'", s)
+	}
+	return nil
 }
 
 // compactMeta is block metadata as the compact JSON text the block encoding
