@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,8 @@ const (
 	maxBackoff = 5 * time.Second
 	// minBackoff is the first retry wait.
 	minBackoff = 50 * time.Millisecond
+	// ackTimeout bounds an Ack sent after ctx ended.
+	ackTimeout = 5 * time.Second
 	// drainPoll is how often Drain looks at the backlog.
 	drainPoll = 20 * time.Millisecond
 )
@@ -57,6 +60,8 @@ type PersisterStats struct {
 	ApplyErrors int64
 	// LastBatch is how long the last committed Apply took.
 	LastBatch time.Duration
+	// DeadLettered counts outbox entries set aside as unpersistable.
+	DeadLettered int64
 }
 
 // Persister streams the Redis outbox into Postgres: one loop per outbox
@@ -70,10 +75,12 @@ type Persister struct {
 	cfg    PersisterConfig
 	log    zerolog.Logger
 
-	mutations   atomic.Int64
-	batches     atomic.Int64
-	applyErrors atomic.Int64
-	lastBatchNS atomic.Int64
+	mutations    atomic.Int64
+	batches      atomic.Int64
+	applyErrors  atomic.Int64
+	lastBatchNS  atomic.Int64
+	deadLettered atomic.Int64
+	dead         DeadLetters
 }
 
 // NewPersister returns a Persister from outbox to writer; cfg's zero
@@ -94,7 +101,8 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	if cfg.Clock == nil {
 		cfg.Clock = engine.SystemClock{}
 	}
-	return &Persister{outbox: outbox, writer: writer, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
+	dead, _ := writer.(DeadLetters)
+	return &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
 }
 
 // Run persists every partition until ctx is done, then returns ctx's error
@@ -122,7 +130,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 		if time.Since(lastClaim) >= p.cfg.ClaimIdle {
 			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
 			if err != nil {
-				if ctx.Err() == nil {
+				if !p.setAside(ctx, log, part, err) && ctx.Err() == nil {
 					log.Error().Err(err).Msg("outbox claim failed")
 				}
 			} else {
@@ -138,6 +146,9 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 			if ctx.Err() != nil {
 				return
 			}
+			if p.setAside(ctx, log, part, err) {
+				continue
+			}
 			log.Error().Err(err).Msg("outbox read failed")
 			backoff.wait(ctx)
 			continue
@@ -149,14 +160,40 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	}
 }
 
-// persist applies msgs until the commit succeeds (or ctx is done), then
-// acknowledges them. Nothing is acknowledged before its commit.
+// persist commits msgs (see apply), then acknowledges them. Nothing is
+// acknowledged before its commit.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
-	ms := make([]engine.Mutation, len(msgs))
+	if !p.apply(ctx, log, part, msgs) {
+		return
+	}
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
-		ms[i] = m.Mutation
 		ids[i] = m.ID
+	}
+	p.ack(ctx, log, part, ids)
+}
+
+// ack acknowledges committed messages even if ctx just ended, so a clean
+// shutdown does not leave committed messages to replay.
+func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids []string) {
+	ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	if err := p.outbox.Ack(ackCtx, part, ids); err != nil {
+		// Harmless: the messages stay pending, come back on the next Read
+		// and replay into no-ops.
+		log.Warn().Err(err).Int("count", len(ids)).Msg("ack failed after commit; messages will replay")
+	}
+}
+
+// apply writes msgs in one transaction, retrying with backoff until it
+// commits; it reports false when ctx ended first. When Postgres refuses a
+// batch for its data, the batch is halved until the refused Mutation stands
+// alone, and that one is dead-lettered (when the writer keeps dead letters)
+// so the rest of the partition moves on.
+func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) bool {
+	ms := make([]engine.Mutation, len(msgs))
+	for i, m := range msgs {
+		ms[i] = m.Mutation
 	}
 	backoff := newBackoff()
 	for {
@@ -166,27 +203,54 @@ func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, m
 			p.lastBatchNS.Store(int64(time.Since(start)))
 			p.batches.Add(1)
 			p.mutations.Add(int64(len(ms)))
-			break
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		p.applyErrors.Add(1)
-		log.Error().Err(err).Int("count", len(ms)).Str("first_id", ids[0]).Msg("apply failed; retrying without ack")
+		if p.dead != nil && refusedData(err) {
+			if len(msgs) > 1 {
+				half := len(msgs) / 2
+				return p.apply(ctx, log, part, msgs[:half]) && p.apply(ctx, log, part, msgs[half:])
+			}
+			raw, jerr := json.Marshal(ms[0])
+			if jerr == nil && p.deadLetter(ctx, log, part, msgs[0].ID, raw, err) {
+				return true
+			}
+		}
+		log.Error().Err(err).Int("count", len(ms)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
 		backoff.wait(ctx)
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 	}
-	// The batch is committed: acknowledge it even if ctx just ended, so a
-	// clean shutdown does not leave committed messages to replay.
-	ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := p.outbox.Ack(ackCtx, part, ids); err != nil {
-		// Harmless: the messages stay pending, come back on the next Read
-		// and replay into no-ops.
-		log.Warn().Err(err).Int("count", len(ids)).Msg("ack failed after commit; messages will replay")
+}
+
+// deadLetter stores one entry that can never be persisted; true when it did.
+func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, part int, id string, raw []byte, cause error) bool {
+	if err := p.dead.DeadLetter(ctx, part, id, raw, cause.Error()); err != nil {
+		log.Error().Err(err).Str("entry_id", id).Msg("dead letter failed")
+		return false
 	}
+	p.deadLettered.Add(1)
+	log.Error().Err(cause).Str("entry_id", id).Msg("outbox entry dead-lettered: it can never be persisted")
+	return true
+}
+
+// setAside dead-letters and acknowledges the undecodable entry a Read or
+// Claim error names, so the partition moves past it; false when err names
+// none or the dead letter failed.
+func (p *Persister) setAside(ctx context.Context, log zerolog.Logger, part int, err error) bool {
+	var bad malformedEntry
+	if p.dead == nil || !errors.As(err, &bad) {
+		return false
+	}
+	if !p.deadLetter(ctx, log, part, bad.OutboxEntryID(), bad.RawEntry(), err) {
+		return false
+	}
+	p.ack(ctx, log, part, []string{bad.OutboxEntryID()})
+	return true
 }
 
 // Lag is the age of the oldest outbox message not yet committed, the
@@ -240,6 +304,7 @@ func (p *Persister) Stats() PersisterStats {
 		Batches:            p.batches.Load(),
 		ApplyErrors:        p.applyErrors.Load(),
 		LastBatch:          time.Duration(p.lastBatchNS.Load()),
+		DeadLettered:       p.deadLettered.Load(),
 	}
 }
 
@@ -252,6 +317,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_batches_total counter\ncreditd_persister_batches_total %d\n", s.Batches)
 	fmt.Fprintf(w, "# HELP creditd_persister_apply_errors_total Failed persister transactions (each retried).\n"+
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
+	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries set aside as unpersistable.\n"+
+		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }

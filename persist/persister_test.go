@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +32,7 @@ type fakeOutbox struct {
 
 type fakeMsg struct {
 	msg       engine.OutboxMessage
+	bad       []byte // set: the entry is undecodable
 	consumer  string
 	delivered time.Time
 	addedMS   int64
@@ -53,6 +55,24 @@ func (o *fakeOutbox) add(p int, ms ...engine.Mutation) {
 	}
 }
 
+// addBad appends an undecodable entry.
+func (o *fakeOutbox) addBad(p int, raw string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seq++
+	o.queue[p] = append(o.queue[p], fakeMsg{msg: engine.OutboxMessage{ID: fmt.Sprintf("%d-0", o.seq)}, bad: []byte(raw), addedMS: o.now().UnixMilli()})
+}
+
+// malformedErr has the shape of lua.MalformedEntryError.
+type malformedErr struct {
+	id  string
+	raw []byte
+}
+
+func (e *malformedErr) Error() string         { return "undecodable entry " + e.id }
+func (e *malformedErr) OutboxEntryID() string { return e.id }
+func (e *malformedErr) RawEntry() []byte      { return e.raw }
+
 func (o *fakeOutbox) Partitions() int { return o.parts }
 
 func (o *fakeOutbox) Read(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
@@ -60,20 +80,33 @@ func (o *fakeOutbox) Read(ctx context.Context, p int, consumer string, count int
 	for {
 		o.mu.Lock()
 		var out []engine.OutboxMessage
+		var bad error
 		for _, m := range o.sortedPending(p) {
 			if m.consumer == consumer && len(out) < count {
 				m.delivered = o.now()
 				out = append(out, m.msg)
+				if m.bad != nil && bad == nil {
+					bad = &malformedErr{id: m.msg.ID, raw: m.bad}
+				}
 			}
 		}
-		for len(out) < count && len(o.queue[p]) > 0 {
-			m := o.queue[p][0]
-			o.queue[p] = o.queue[p][1:]
-			m.consumer, m.delivered = consumer, o.now()
-			o.pending[p][m.msg.ID] = &m
-			out = append(out, m.msg)
+		for len(out) == 0 && len(o.queue[p]) > 0 && len(out) < count {
+			for len(out) < count && len(o.queue[p]) > 0 {
+				m := o.queue[p][0]
+				o.queue[p] = o.queue[p][1:]
+				m.consumer, m.delivered = consumer, o.now()
+				o.pending[p][m.msg.ID] = &m
+				out = append(out, m.msg)
+				if m.bad != nil && bad == nil {
+					bad = &malformedErr{id: m.msg.ID, raw: m.bad}
+				}
+			}
 		}
 		o.mu.Unlock()
+		if bad != nil {
+			// As lua.Store: the error and no messages; all stay pending.
+			return nil, bad
+		}
 		if len(out) > 0 || time.Now().After(deadline) {
 			return out, nil
 		}
@@ -283,5 +316,55 @@ func TestDrainTimesOut(t *testing.T) {
 	err := per.Drain(context.Background(), 30*time.Millisecond)
 	if !errors.Is(err, ErrDrainTimeout) {
 		t.Fatalf("Drain = %v", err)
+	}
+}
+
+// TestPersisterDeadLetters: an undecodable outbox entry and a Mutation
+// Postgres refuses (a NUL in its JSON metadata) are each set aside in
+// outbox_dead_letters and acknowledged; every other message of the
+// partition, including those batched with them, is persisted.
+func TestPersisterDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	ob := newFakeOutbox(1)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	ob.add(0, a.grant("k0", 1, nil), a.grant("k1", 1, nil))
+	ob.addBad(0, "{not json")
+	poison := a.grant("k2", 1, nil)
+	poison.Entries[0].Metadata = json.RawMessage(`{"x":"\u0000"}`)
+	ob.add(0, a.grant("k3", 1, nil), poison, a.grant("k4", 1, nil), a.grant("k5", 1, nil))
+
+	per := NewPersister(ob, b.store, PersisterConfig{Consumer: "c", Block: 5 * time.Millisecond}, quietLog())
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- per.Run(ctx) }()
+	if err := per.Drain(b.ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if n := b.count(t, "ledger_entries"); n != 5 {
+		t.Fatalf("%d ledger entries, want 5", n)
+	}
+	rows, err := b.pool.Query(b.ctx, "SELECT entry_id, raw FROM outbox_dead_letters ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws []string
+	for rows.Next() {
+		var id string
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, string(raw))
+	}
+	if len(raws) != 2 || raws[0] != "{not json" || !strings.Contains(raws[1], poison.OpID.String()) {
+		t.Fatalf("dead letters = %q", raws)
+	}
+	if st := per.Stats(); st.DeadLettered != 2 {
+		t.Fatalf("stats = %+v", st)
 	}
 }
