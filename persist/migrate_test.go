@@ -1,8 +1,11 @@
 package persist
 
 import (
+	"context"
 	"sync"
 	"testing"
+
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 // TestMigrateIdempotent runs Migrate again, and from several goroutines at
@@ -48,5 +51,32 @@ func TestMigrateIdempotent(t *testing.T) {
 	}
 	if timeout != "10s" {
 		t.Fatalf("statement_timeout = %q, want 10s", timeout)
+	}
+}
+
+func TestOpenPoolLimits(t *testing.T) {
+	t.Parallel()
+	url := testenv.Database(t)
+	tests := []struct {
+		name string
+		url  string
+		want int32
+	}{
+		{"default", url, DefaultMaxConns},
+		{"url sets it", url + "&pool_max_conns=3", 3},
+	}
+	for _, tc := range tests {
+		pool, err := Open(context.Background(), tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := pool.Config().MaxConns
+		pool.Close()
+		if got != tc.want {
+			t.Fatalf("%s: MaxConns = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if _, err := Open(context.Background(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"); err == nil {
+		t.Fatal("Open of an unreachable server succeeded")
 	}
 }
