@@ -294,7 +294,7 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 // st.Applied get what is left of OpRetention, measured on the wall clock;
 // LoadAt takes the instant explicitly.
 func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {
-	return s.LoadAt(ctx, st, engine.SystemClock{}.Now())
+	return s.LoadAt(ctx, st, s.clock.Now())
 }
 
 // LoadAt is Load with the instant the op keys' remaining retention is

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
 )
 
 // Partitions is the fixed number of outbox partitions. It is part of every
@@ -23,11 +25,19 @@ const Partitions = 32
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	clock  engine.Clock
 }
 
-// NewStore returns a Store on rdb whose keys all start with "{prefix:".
+// NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
+// clock (for what a rebuild restores) is the system clock until WithClock.
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix}
+	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}}
+}
+
+// WithClock makes Load read c (invariant 6: one injectable clock).
+func (s *Store) WithClock(c engine.Clock) *Store {
+	s.clock = c
+	return s
 }
 
 // Partition is the outbox partition of a customer.

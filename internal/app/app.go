@@ -69,7 +69,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		cfg.RedisPrefix = "cd"
 	}
 	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log}
-	a.Store = lua.NewStore(rdb, cfg.RedisPrefix)
+	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.DB = persist.NewStore(pool)
 	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
 	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
