@@ -25,7 +25,7 @@ var _ engine.BlockStore = (*Store)(nil)
 // key did (invariant 4); it matches the window the engine reloads Applied
 // mutations for (engine.AppliedRetention), so a rebuild restores every key a
 // retry could still name.
-const OpRetention = 7 * 24 * time.Hour
+const OpRetention = engine.AppliedRetention
 
 // maxDueExpiries bounds one DueExpiries page whatever the caller asks.
 const maxDueExpiries = 10000
@@ -291,7 +291,7 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 
 // Load installs st unless the store holds this or a newer version of the
 // account (load.lua, invariant 5), reporting whether it wrote. Op keys of
-// st.Applied get what is left of OpRetention, measured on the wall clock;
+// st.Applied get what is left of OpRetention, measured on the store clock;
 // LoadAt takes the instant explicitly.
 func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {
 	return s.LoadAt(ctx, st, s.clock.Now())
