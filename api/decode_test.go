@@ -1,0 +1,180 @@
+package api
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestDecodeBody: bad bodies are 400, wrong-typed members 422 naming the
+// member (nested ones by their path), unknown members ignored.
+func TestDecodeBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body string
+		kind       engine.Kind
+		field      string
+	}{
+		{"empty", "", engine.KindBadRequest, ""},
+		{"blank", "  \n", engine.KindBadRequest, ""},
+		{"unparseable", `{"credits":`, engine.KindBadRequest, ""},
+		{"trailing garbage", `{"credits":1} x`, engine.KindBadRequest, ""},
+		{"array", `[1,2]`, engine.KindBadRequest, ""},
+		{"string", `"credits"`, engine.KindBadRequest, ""},
+		{"null", `null`, engine.KindBadRequest, ""},
+		{"string for int64", `{"credits":"abc"}`, engine.KindValidation, "credits"},
+		{"fraction for int64", `{"credits":1.5}`, engine.KindValidation, "credits"},
+		{"int64 overflow", `{"credits":9223372036854775808}`, engine.KindValidation, "credits"},
+		{"int64 underflow", `{"priority":-9223372036854775809}`, engine.KindValidation, "priority"},
+		{"number for string", `{"source":5}`, engine.KindValidation, "source"},
+		{"string for object", `{"metadata":"x"}`, engine.KindValidation, "metadata"},
+		{"nested wrong type", `{"stack_after":{"fallback":7}}`, engine.KindValidation, "stack_after.fallback"},
+		{"object for struct", `{"stack_after":[]}`, engine.KindValidation, "stack_after"},
+		{"unknown members ignored", `{"credits":1,"idempotency_key":"old","zzz":{"a":[1]}}`, "", ""},
+		{"max int64", `{"credits":9223372036854775807}`, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in engine.GrantInput
+			err := decodeBody([]byte(tc.body), &in)
+			if tc.kind == "" {
+				if err != nil {
+					t.Fatalf("err = %v, want nil", err)
+				}
+				return
+			}
+			e, ok := engine.AsError(err)
+			if !ok || e.Kind != tc.kind || e.Field != tc.field {
+				t.Fatalf("err = %v, want kind %s field %q", err, tc.kind, tc.field)
+			}
+		})
+	}
+}
+
+// TestBodyErrorsOverHTTP: the decoding rules reach the client as problems,
+// and the missing-field 422 comes from the engine naming the field.
+func TestBodyErrorsOverHTTP(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	for i, tc := range []struct {
+		name, path, body string
+		status           int
+		typ, field       string
+	}{
+		{"unparseable", "/v1/customers", `{"external_id":`, 400, "bad-request", ""},
+		{"empty", "/v1/customers", ``, 400, "bad-request", ""},
+		{"not an object", "/v1/customers", `["a"]`, 400, "bad-request", ""},
+		{"missing external_id", "/v1/customers", `{}`, 422, "validation-error", "external_id"},
+		{"wrong type threshold", "/v1/customers", `{"external_id":"a","low_balance_threshold_mc":"abc"}`, 422, "validation-error", "low_balance_threshold_mc"},
+		{"missing credits", "/v1/customers/c1/credits/grant", `{"source":"manual","reason":"r"}`, 422, "validation-error", "credits"},
+		{"credits as text", "/v1/customers/c1/credits/grant", `{"credits":"abc","source":"manual","reason":"r"}`, 422, "validation-error", "credits"},
+		{"delta overflow", "/v1/customers/c1/credits/adjust", `{"delta":99999999999999999999,"source":"manual","reason":"r"}`, 422, "validation-error", "delta"},
+		{"tenant policy type", "/v1/tenant", `{"default_overage_policy":1}`, 422, "validation-error", "default_overage_policy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := "POST"
+			if tc.path == "/v1/tenant" {
+				method = "PATCH"
+			}
+			r := h.do(method, tc.path, tc.body, h.idemKey("decode-"+string(rune('a'+i)))...)
+			wantProblem(t, r, tc.status, tc.typ, tc.field)
+		})
+	}
+	if n := len(h.dir.customers); n != 0 {
+		t.Fatalf("bad input created %d customers", n)
+	}
+	if keys := h.idem.keys(); len(keys) != 0 {
+		t.Fatalf("failed requests left idempotency records %v", keys)
+	}
+}
+
+// TestBodyLimit: a body over BodyLimitBytes is a 413 problem, through
+// Handler() and through the real server (where fasthttp refuses it first).
+func TestBodyLimit(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(c *Config) { c.BodyLimitBytes = 64 })
+	big := `{"external_id":"` + strings.Repeat("x", 100) + `"}`
+	r := h.do("POST", "/v1/customers", big, h.idemKey("big")...)
+	p := wantProblem(t, r, 413, "bad-request", "")
+	if p["title"] != "Payload Too Large" {
+		t.Fatalf("title = %v", p["title"])
+	}
+
+	ln := fasthttputil.NewInmemoryListener()
+	go func() { _ = h.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = h.srv.Shutdown() })
+	client := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{big, 413},
+		{`{"external_id":"small"}`, 201},
+	} {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://creditd/v1/customers")
+		req.Header.SetMethod("POST")
+		req.Header.Set("X-API-Key", h.live)
+		req.Header.Set("Idempotency-Key", "over-the-wire-"+tc.body[:5]+string(rune('0'+tc.status%10)))
+		req.SetBodyString(tc.body)
+		if err := client.DoTimeout(req, resp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != tc.status {
+			t.Fatalf("status = %d, want %d: %s", resp.StatusCode(), tc.status, resp.Body())
+		}
+		if len(resp.Header.Peek("X-Request-Id")) == 0 {
+			t.Fatal("no X-Request-Id")
+		}
+		if tc.status == 413 && (!bytes.Contains(resp.Body(), []byte(`"status":413`)) || string(resp.Header.ContentType()) != "application/problem+json") {
+			t.Fatalf("413 is not a problem: %s", resp.Body())
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+}
+
+// TestQueryParams: limit must be an integer 1..100 and include_blocks a
+// boolean; anything else is a 400 naming the parameter.
+func TestQueryParams(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	if r := h.do("POST", "/v1/customers", `{"external_id":"q1"}`, h.idemKey("q1")...); r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		uri    string
+		status int
+		field  string
+	}{
+		{"/v1/customers?limit=0", 400, "limit"},
+		{"/v1/customers?limit=101", 400, "limit"},
+		{"/v1/customers?limit=abc", 400, "limit"},
+		{"/v1/customers?limit=", 400, "limit"},
+		{"/v1/customers?limit=1.5", 400, "limit"},
+		{"/v1/customers?limit=1", 200, ""},
+		{"/v1/customers?limit=100", 200, ""},
+		{"/v1/customers/q1/credits/history?limit=0", 400, "limit"},
+		{"/v1/customers/q1/credits?include_blocks=yes", 400, "include_blocks"},
+		{"/v1/customers/q1/credits?include_blocks=1", 200, ""},
+		{"/v1/customers/q1/credits?include_blocks=false", 200, ""},
+		{"/v1/customers?cursor=bogus", 400, "cursor"},
+	} {
+		t.Run(tc.uri, func(t *testing.T) {
+			r := h.do("GET", tc.uri, "", h.key()...)
+			if tc.status != 200 {
+				wantProblem(t, r, tc.status, "bad-request", tc.field)
+				return
+			}
+			if r.status != 200 {
+				t.Fatalf("status = %d: %s", r.status, r.body)
+			}
+		})
+	}
+}
