@@ -124,6 +124,16 @@ type Response struct {
 // value encoded as JSON. headers are name, value pairs.
 func Call(t testing.TB, client *http.Client, base, method, path string, body any, headers ...string) Response {
 	t.Helper()
+	out, err := TryCall(client, base, method, path, body, headers...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return out
+}
+
+// TryCall is Call for requests that may meet a dead server (crash tests):
+// a transport error, including a body cut short, is returned, not fatal.
+func TryCall(client *http.Client, base, method, path string, body any, headers ...string) (Response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -134,13 +144,13 @@ func Call(t testing.TB, client *http.Client, base, method, path string, body any
 	default:
 		enc, err := json.Marshal(b)
 		if err != nil {
-			t.Fatal(err)
+			return Response{}, err
 		}
 		rd = bytes.NewReader(enc)
 	}
 	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return Response{}, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -150,17 +160,20 @@ func Call(t testing.TB, client *http.Client, base, method, path string, body any
 	}
 	res, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return Response{}, err
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return Response{}, fmt.Errorf("read body: %w", err)
+	}
 	out := Response{Status: res.StatusCode, Header: res.Header, Raw: raw}
 	if len(raw) > 0 && raw[0] == '{' {
 		d := json.NewDecoder(bytes.NewReader(raw))
 		d.UseNumber()
 		_ = d.Decode(&out.Body)
 	}
-	return out
+	return out, nil
 }
 
 // Do calls the stack with a tenant key (empty for none) and, for writes, an

@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/internal/testenv"
+)
+
+// rebuildCustomers is how many customers the rebuild test fills.
+const rebuildCustomers = 6
+
+// TestRebuildFromPostgresIsExactAndFenced protects invariant 5. After a
+// workload of prioritised and expiring grants, stacked grants that start
+// later (pending_balance > 0) and negative adjusts, the persister drains and
+// each account is recorded through the API. Then Redis is flushed:
+//
+//	(a) the next read of each customer loads it from Postgres, and every
+//	    figure and block equals the recorded one;
+//	(b) after a second flush, `creditd rebuild` reports progress, exits 0
+//	    and writes every account hash (checked in Redis before any API
+//	    call); the API again shows the recorded figures and blocks, and a
+//	    retried adjust replays its original transactions (invariant 4 across
+//	    a rebuild);
+//	(c) fencing: with Postgres held behind Redis (a newer grant not yet
+//	    persisted), a second `creditd rebuild` rolls nothing back: version
+//	    and balance keep the newer values, and once released the persister
+//	    (on an outbox the flush deleted, so its consumer group is recreated)
+//	    brings Postgres to them.
+func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := "rb" + randomID()
+	s := NewStack(t, WithRedis(rdb, prefix))
+	tn := s.NewTenant("rebuild")
+	ctx := context.Background()
+
+	type adjustDone struct {
+		customer, key string
+		body        []byte
+		txIDs       string
+	}
+	var customers []string
+	var adjusts []adjustDone
+	now := time.Now().UTC()
+	for i := range rebuildCustomers {
+		c := createCustomer(t, s.HTTP, s.URL, tn.Live, fmt.Sprintf("rebuild-%s-%d", randomID(), i))
+		customers = append(customers, c)
+		grants := []map[string]any{
+			{"credits": 5000, "source": "promotional", "reason": "base", "priority": 10,
+				"expires_at": now.Add(2 * time.Hour).Format(time.RFC3339Nano), "metadata": map[string]any{"plan": "pro", "n": i}},
+			{"credits": 3000, "source": "compensation", "reason": "sorry"},
+			{"credits": 2000, "source": "referral", "reason": "next period", "duration_seconds": 3600,
+				"stack_after": map[string]any{"metadata_match": map[string]any{"plan": "pro"}}, "priority": 3},
+			{"credits": 1000 + int64(i), "source": "manual", "reason": "short", "priority": 5,
+				"expires_at": now.Add(time.Hour).Format(time.RFC3339Nano), "metadata": map[string]any{"tier": "x"}},
+		}
+		for j, g := range grants {
+			r := s.Do("POST", "/v1/customers/"+c+"/credits/grant", tn.Live, fmt.Sprintf("g-%s-%d", c, j), g)
+			if r.Status != 201 {
+				t.Fatalf("grant %d: %d %s", j, r.Status, r.Raw)
+			}
+		}
+		for j, d := range []int64{-2500, -(int64(i)*100 + 1)} {
+			key := fmt.Sprintf("a-%s-%d", c, j)
+			body, _ := json.Marshal(map[string]any{"delta": d, "source": "manual", "reason": "spend"})
+			r := s.Do("POST", "/v1/customers/"+c+"/credits/adjust", tn.Live, key, body)
+			if r.Status != 200 {
+				t.Fatalf("adjust %d: %d %s", d, r.Status, r.Raw)
+			}
+			adjusts = append(adjusts, adjustDone{customer: c, key: key, body: body, txIDs: txIDsOf(r)})
+		}
+	}
+
+	s.Drain()
+	recorded := map[string]map[string]any{}
+	for i, c := range customers {
+		r := getCredits(t, s.HTTP, s.URL, tn.Live, c, true)
+		wantBalance := int64(5000+3000+2000+1000+i) - 2500 - int64(i*100+1)
+		if got := Int(t, r.Body["balance"]); got != wantBalance {
+			t.Errorf("customer %d: balance %d, want %d", i, got, wantBalance)
+		}
+		if got := Int(t, r.Body["pending_balance"]); got != 2000 {
+			t.Errorf("customer %d: pending_balance %d, want 2000 (the stacked block)", i, got)
+		}
+		if got := Int(t, r.Body["effective_balance"]); got != wantBalance-2000 {
+			t.Errorf("customer %d: effective_balance %d, want %d", i, got, wantBalance-2000)
+		}
+		if blocks, _ := r.Body["blocks"].([]any); len(blocks) < 3 {
+			t.Errorf("customer %d: %d live blocks, want at least 3: %s", i, len(blocks), r.Raw)
+		}
+		recorded[c] = r.Body
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	same := func(phase string) {
+		t.Helper()
+		for _, c := range customers {
+			r := getCredits(t, s.HTTP, s.URL, tn.Live, c, true)
+			if !reflect.DeepEqual(r.Body, recorded[c]) {
+				t.Errorf("%s: customer %s differs from before the flush\n got: %s\nwant: %s", phase, c, r.Raw, mustJSON(recorded[c]))
+			}
+		}
+	}
+
+	// (a) lazy loading on first use.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	same("lazy load")
+	for _, c := range customers {
+		if n, _ := rdb.Exists(ctx, accountKey(prefix, c)).Result(); n != 1 {
+			t.Errorf("lazy load: account hash %s missing after a read", accountKey(prefix, c))
+		}
+	}
+
+	// (b) creditd rebuild.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	if !strings.Contains(out, "rebuild:") {
+		t.Errorf("creditd rebuild printed no progress:\n%s", out)
+	}
+	if loaded, total := rebuildCounts(t, out); loaded != rebuildCustomers || total != rebuildCustomers {
+		t.Errorf("creditd rebuild: %d of %d accounts loaded, want %d of %d:\n%s", loaded, total, rebuildCustomers, rebuildCustomers, out)
+	}
+	for _, c := range customers {
+		v, err := rdb.HGet(ctx, accountKey(prefix, c), "v").Result()
+		if err != nil {
+			t.Errorf("after rebuild, before any API call: account hash %s: %v", accountKey(prefix, c), err)
+			continue
+		}
+		if want := Int(t, recorded[c]["version"]); v != strconv.FormatInt(want, 10) {
+			t.Errorf("after rebuild: account hash %s has version %s, want %d", accountKey(prefix, c), v, want)
+		}
+	}
+	same("creditd rebuild")
+	for _, a := range adjusts {
+		r := s.Do("POST", "/v1/customers/"+a.customer+"/credits/adjust", tn.Live, a.key, a.body)
+		if r.Status != 200 || txIDsOf(r) != a.txIDs {
+			t.Errorf("retried adjust %s after rebuild: %d %s, want 200 replaying transactions %s", a.key, r.Status, r.Raw, a.txIDs)
+		}
+	}
+	same("retries after rebuild")
+
+	// (c) a stale rebuild never rolls back newer state.
+	c := customers[0]
+	oldBalance, oldVersion := Int(t, recorded[c]["balance"]), Int(t, recorded[c]["version"])
+	hold, err := s.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	// Readers go on; the persister's upsert of the account waits.
+	if _, err := hold.Exec(ctx, "LOCK TABLE credit_accounts IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	g := s.Do("POST", "/v1/customers/"+c+"/credits/grant", tn.Live, "after-rebuild-"+c,
+		map[string]any{"credits": 777, "source": "manual", "reason": "newer than Postgres"})
+	if g.Status != 201 {
+		t.Fatalf("grant after rebuild: %d %s", g.Status, g.Raw)
+	}
+	newVersion := Int(t, g.Body["account"].(map[string]any)["version"])
+	if newVersion <= oldVersion {
+		t.Fatalf("grant after rebuild: version %d, want above %d", newVersion, oldVersion)
+	}
+	var pgVersion int64
+	if err := s.Pool.QueryRow(ctx, `SELECT version FROM credit_accounts WHERE customer_id = $1`, c).Scan(&pgVersion); err != nil {
+		t.Fatal(err)
+	}
+	if pgVersion != oldVersion {
+		t.Fatalf("Postgres already at version %d, want it held at %d: the fence check would test nothing", pgVersion, oldVersion)
+	}
+	out = runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	if loaded, _ := rebuildCounts(t, out); loaded != 0 {
+		t.Errorf("stale creditd rebuild loaded %d accounts, want 0 (every hash is current or newer):\n%s", loaded, out)
+	}
+	r := getCredits(t, s.HTTP, s.URL, tn.Live, c, true)
+	if v, b := Int(t, r.Body["version"]), Int(t, r.Body["balance"]); v != newVersion || b != oldBalance+777 {
+		t.Errorf("after a stale rebuild: version %d balance %d, want %d and %d (rolled back)", v, b, newVersion, oldBalance+777)
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s.Drain()
+	var pgBalance, ledger int64
+	if err := s.Pool.QueryRow(ctx, `SELECT a.version, a.balance, (SELECT COALESCE(SUM(delta), 0) FROM ledger_entries l WHERE l.customer_id = a.customer_id)
+		FROM credit_accounts a WHERE a.customer_id = $1`, c).Scan(&pgVersion, &pgBalance, &ledger); err != nil {
+		t.Fatal(err)
+	}
+	if pgVersion != newVersion || pgBalance != oldBalance+777 || ledger != oldBalance+777 {
+		t.Errorf("Postgres after the flushed outbox drained: version %d balance %d ledger sum %d, want %d, %d, %d",
+			pgVersion, pgBalance, ledger, newVersion, oldBalance+777, oldBalance+777)
+	}
+}
+
+// accountKey is a customer's account hash as docs/design.md lays it out:
+// {prefix:pNN}:a:<customer>, NN = fnv32a(customer uuid text) % 32.
+func accountKey(prefix, customer string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(customer))
+	return fmt.Sprintf("{%s:p%02d}:a:%s", prefix, h.Sum32()%32, customer)
+}
+
+// runRebuild runs `creditd rebuild` and returns what it printed; it fails
+// the test unless the command exits 0.
+func runRebuild(t *testing.T, redisURL, dbURL, prefix string) string {
+	t.Helper()
+	cmd := exec.Command(Binary(t), "rebuild")
+	cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL, "DATABASE_URL="+dbURL, "CREDITD_REDIS_PREFIX="+prefix, "LOG_LEVEL=warn")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("creditd rebuild: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("creditd rebuild did not finish in 30 s\n%s", out.String())
+	}
+	return out.String()
+}
+
+var rebuiltLine = regexp.MustCompile(`rebuilt (\d+) accounts \((\d+) loaded`)
+
+// rebuildCounts reads "rebuilt N accounts (L loaded, ...)" from the output.
+func rebuildCounts(t *testing.T, out string) (loaded, total int) {
+	t.Helper()
+	m := rebuiltLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("creditd rebuild: no summary line in:\n%s", out)
+	}
+	total, _ = strconv.Atoi(m[1])
+	loaded, _ = strconv.Atoi(m[2])
+	return loaded, total
+}
+
+// txIDsOf lists the transaction ids of an adjust response, comma-joined.
+func txIDsOf(r Response) string {
+	txs, _ := r.Body["transactions"].([]any)
+	ids := make([]string, 0, len(txs))
+	for _, tx := range txs {
+		m, _ := tx.(map[string]any)
+		id, _ := m["id"].(string)
+		ids = append(ids, id)
+	}
+	return strings.Join(ids, ",")
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
