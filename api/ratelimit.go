@@ -2,6 +2,7 @@ package api
 
 import (
 	"math"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -106,21 +107,30 @@ func (l *rateLimiter) take(key uuid.UUID, perSecond, burst int) decision {
 	return d
 }
 
-// evict drops the buckets that have refilled by now; when every key is
-// busy it drops the one idle longest, so the map never outgrows its bound.
+// evict drops the buckets that have refilled by now (a fresh bucket acts
+// the same) and, if that frees less than an eighth of the shard, the ones
+// idle longest, so the next inserts find room without another scan.
 func (sh *limiterShard) evict(now int64) {
-	oldestKey, oldest := uuid.Nil, int64(math.MaxInt64)
 	for k, b := range sh.buckets {
 		if b.tokens+float64(now-b.last)/1e9*b.rate >= b.burst {
 			delete(sh.buckets, k)
-			continue
-		}
-		if b.last < oldest {
-			oldestKey, oldest = k, b.last
 		}
 	}
-	if len(sh.buckets) >= limiterKeysInShard {
-		delete(sh.buckets, oldestKey)
+	const keep = limiterKeysInShard - limiterKeysInShard/8
+	if len(sh.buckets) <= keep {
+		return
+	}
+	type idle struct {
+		key  uuid.UUID
+		last int64
+	}
+	all := make([]idle, 0, len(sh.buckets))
+	for k, b := range sh.buckets {
+		all = append(all, idle{k, b.last})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].last < all[j].last })
+	for _, e := range all[:len(all)-keep] {
+		delete(sh.buckets, e.key)
 	}
 }
 
