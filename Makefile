@@ -1,0 +1,31 @@
+# creditd: `make help` lists the targets.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# Go may live in /usr/local/go/bin without being on PATH (CI, fresh machines).
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+
+.PHONY: help build run test lint clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/creditd
+	$(GO) build -o bin/creditd ./cmd/creditd
+
+run: build ## Build, ensure Redis+Postgres (installing when missing), run creditd serve in dev mode on :8080
+	scripts/run.sh
+
+test: ## vet, gofmt check, go test -race on single Redis, then again on a 3-master Redis Cluster
+	GO=$(GO) scripts/test.sh
+
+lint: ## gofmt -l and go vet
+	@out=$$(gofmt -l $$($(GO) list -e -f '{{.Dir}}' ./...)); \
+	if [ -n "$$out" ]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean: ## Stop the private services and remove bin/ and .data/
+	scripts/services.sh stop --purge
+	rm -rf bin .data

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# A local 3-master Redis Cluster (no replicas) for tests.
+#
+#   scripts/redis-cluster.sh start DIR
+#       Starts three redis-server nodes on free ports (data, logs, pidfiles
+#       and cluster config files under DIR), creates the cluster, waits until
+#       every node reports cluster_state:ok and prints the seeds on stdout:
+#       127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3 (also written to DIR/seeds).
+#   scripts/redis-cluster.sh stop DIR
+#       Stops the nodes by their pidfiles in DIR. Data stays; delete DIR.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LOG_TAG=redis-cluster
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
+
+usage() { die "usage: $0 start|stop DIR"; }
+[[ $# -eq 2 ]] || usage
+cmd=$1
+dir=$2
+
+stop() {
+	[[ -d $dir ]] || return 0
+	local f
+	for f in "$dir"/node-*.pid; do
+		[[ -e $f ]] || continue
+		kill_pidfile "$f" redis
+	done
+}
+
+start() {
+	ensure_redis_bins || die "redis-server and redis-cli are not installed: install Redis
+  (Debian/Ubuntu: sudo apt-get install redis-server)"
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	# Clean up a half-started cluster if anything below fails.
+	trap 'rc=$?; if ((rc != 0)); then log "start failed; stopping the nodes"; stop; fi' EXIT
+
+	local ports=() p i
+	for i in 1 2 3; do
+		while :; do
+			# Cluster bus port is port+10000: both must be free, and distinct
+			# from the nodes already picked.
+			p=$(free_port 15000 22000 10000)
+			[[ " ${ports[*]-} " == *" $p "* ]] && continue
+			break
+		done
+		ports+=("$p")
+		log "starting node on 127.0.0.1:$p"
+		redis-server --port "$p" --bind 127.0.0.1 --dir "$dir" \
+			--cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
+			--cluster-node-timeout 5000 \
+			--appendonly no --save "" \
+			--daemonize yes --pidfile "$dir/node-$p.pid" --logfile "$dir/node-$p.log" >&2 ||
+			die "redis-server on port $p failed to start (log: $dir/node-$p.log)"
+	done
+
+	for p in "${ports[@]}"; do
+		for ((i = 0; i < 200; i++)); do
+			redis_ping 127.0.0.1 "$p" && break
+			sleep 0.1
+		done
+		redis_ping 127.0.0.1 "$p" || die "node 127.0.0.1:$p does not answer (log: $dir/node-$p.log)"
+	done
+
+	local addrs=()
+	for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+	log "creating cluster ${addrs[*]}"
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+		</dev/null >"$dir/create.log" 2>&1 ||
+		{ cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
+
+	local ok
+	for ((i = 0; i < 300; i++)); do
+		ok=1
+		for p in "${ports[@]}"; do
+			if ! redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+				ok=""
+				break
+			fi
+		done
+		[[ -n $ok ]] && break
+		sleep 0.1
+	done
+	[[ -n $ok ]] || die "cluster did not reach cluster_state:ok within 30 s"
+
+	local seeds
+	seeds=$(IFS=,; echo "${addrs[*]}")
+	echo "$seeds" >"$dir/seeds"
+	log "cluster ok: $seeds"
+	trap - EXIT
+	echo "$seeds"
+}
+
+case $cmd in
+start) start ;;
+stop) stop ;;
+*) usage ;;
+esac

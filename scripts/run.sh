@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make run`: ensures Redis and Postgres (scripts/services.sh, which installs
+# them when missing) and execs creditd in dev mode. Arguments go to
+# `creditd serve`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+[[ -x bin/creditd ]] || { echo "run: bin/creditd missing; run \`make run\` (it builds first)" >&2; exit 1; }
+
+envfile=${CREDITD_DATA_DIR:-$ROOT/.data}/services.env
+# With no redis-server to be had, creditd runs on embedded miniredis and
+# warns loudly that nothing is durable.
+scripts/services.sh --allow-embedded "$envfile"
+# shellcheck disable=SC1090
+. "$envfile"
+
+export REDIS_URL DATABASE_URL
+export CREDITD_DEV=1
+export CREDITD_ADMIN_TOKEN=${CREDITD_ADMIN_TOKEN:-dev-admin-token}
+export CREDITD_WEBHOOK_ALLOW_PRIVATE=true
+export CREDITD_ADDR=${CREDITD_ADDR:-:8080}
+
+echo "run: REDIS_URL=$REDIS_URL" >&2
+echo "run: DATABASE_URL=$DATABASE_URL" >&2
+echo "run: CREDITD_ADDR=$CREDITD_ADDR CREDITD_ADMIN_TOKEN=$CREDITD_ADMIN_TOKEN" >&2
+exec bin/creditd serve "$@"

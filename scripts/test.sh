@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make test`: the whole gate, as CI runs it.
+#   1. Redis and Postgres (scripts/services.sh; installs them when missing);
+#   2. go vet ./... and a gofmt check;
+#   3. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
+#   4. go test -race again on a private 3-master Redis Cluster
+#      (TEST_REDIS_CLUSTER), always stopped afterwards.
+# Exits non-zero on the first failure.
+#
+# Environment: TEST_REDIS_URL / TEST_DATABASE_URL, when set, name the servers
+# to use instead; GO_TEST_FLAGS adds go test flags (say -run or -v);
+# TEST_PKGS picks packages (default ./...).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+GO=${GO:-go}
+command -v "$GO" >/dev/null 2>&1 || { [[ -x /usr/local/go/bin/go ]] && export PATH=/usr/local/go/bin:$PATH; }
+command -v "$GO" >/dev/null 2>&1 || { echo "test: go not found (install Go, or put /usr/local/go/bin on PATH)" >&2; exit 1; }
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+read -r -a pkgs <<<"${TEST_PKGS:-./...}"
+read -r -a flags <<<"${GO_TEST_FLAGS:-}"
+
+step "services"
+data=${CREDITD_DATA_DIR:-$ROOT/.data}
+mkdir -p "$data"
+envfile=$data/services.test.env
+REDIS_URL=${TEST_REDIS_URL:-} DATABASE_URL=${TEST_DATABASE_URL:-} \
+	scripts/services.sh --with-redis-server "$envfile"
+# shellcheck disable=SC1090
+. "$envfile"
+export TEST_REDIS_URL=$REDIS_URL TEST_DATABASE_URL=$DATABASE_URL
+unset TEST_REDIS_CLUSTER REDIS_URL DATABASE_URL
+echo "TEST_REDIS_URL=$TEST_REDIS_URL TEST_DATABASE_URL=$TEST_DATABASE_URL" >&2
+
+step "go vet"
+"$GO" vet "${pkgs[@]}"
+
+step "gofmt"
+mapfile -t dirs < <("$GO" list -e -f '{{.Dir}}' "${pkgs[@]}")
+unformatted=$( ((${#dirs[@]})) && gofmt -l "${dirs[@]}" || true)
+if [[ -n $unformatted ]]; then
+	echo "gofmt: these files need formatting (run gofmt -w):" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+step "go test -race (single Redis)"
+"$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+
+step "go test -race (Redis Cluster)"
+cluster=$data/cluster-$$
+cleanup() { scripts/redis-cluster.sh stop "$cluster" || true; rm -rf "$cluster"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+TEST_REDIS_CLUSTER=$(scripts/redis-cluster.sh start "$cluster")
+export TEST_REDIS_CLUSTER
+echo "TEST_REDIS_CLUSTER=$TEST_REDIS_CLUSTER" >&2
+"$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+
+step "all passed"
