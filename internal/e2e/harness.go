@@ -34,6 +34,13 @@ import (
 // AdminToken is the operator token every test stack uses.
 const AdminToken = "test-admin-token"
 
+// StackRedisPoolSize is the Redis pool a Stack needs, as cmd/creditd's
+// CREDITD_REDIS_POOL_SIZE default: the persister blocks one connection per
+// outbox partition (32), and go-redis' default (10 per CPU) starves the API
+// behind them on a 2-CPU machine. Clients given through WithRedis should be
+// sized alike.
+const StackRedisPoolSize = 64
+
 // Stack is an in-process creditd on real Redis and Postgres.
 type Stack struct {
 	T           testing.TB
@@ -71,7 +78,9 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 		f(&o)
 	}
 	if o.redis == nil {
-		o.redis, o.prefix = testenv.Redis(t)
+		// Sized like cmd/creditd's pool: the persister's 32 blocking outbox
+		// reads would otherwise starve the API of connections.
+		o.redis, o.prefix = testenv.RedisPool(t, StackRedisPoolSize)
 	}
 	dbURL := testenv.Database(t)
 	ctx := context.Background()

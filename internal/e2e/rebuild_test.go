@@ -43,17 +43,19 @@ const rebuildCustomers = 6
 func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "rb" + randomID()
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant("rebuild")
 	ctx := context.Background()
+	begin := time.Now()
+	phase := func(name string) { t.Logf("%s at %s", name, time.Since(begin).Round(time.Millisecond)) }
 
 	type adjustDone struct {
 		customer, key string
-		body        []byte
-		txIDs       string
+		body          []byte
+		txIDs         string
 	}
 	var customers []string
 	var adjusts []adjustDone
@@ -87,7 +89,9 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 		}
 	}
 
+	phase("workload done")
 	s.Drain()
+	phase("drained")
 	recorded := map[string]map[string]any{}
 	for i, c := range customers {
 		r := getCredits(t, s.HTTP, s.URL, tn.Live, c, true)
@@ -130,10 +134,12 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 		}
 	}
 
+	phase("lazy load checked")
 	// (b) creditd rebuild.
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	phase("flushed again")
 	out := runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
 	if !strings.Contains(out, "rebuild:") {
 		t.Errorf("creditd rebuild printed no progress:\n%s", out)
@@ -159,6 +165,7 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 		}
 	}
 	same("retries after rebuild")
+	phase("rebuild checked")
 
 	// (c) a stale rebuild never rolls back newer state.
 	c := customers[0]
@@ -188,6 +195,7 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	if pgVersion != oldVersion {
 		t.Fatalf("Postgres already at version %d, want it held at %d: the fence check would test nothing", pgVersion, oldVersion)
 	}
+	phase("fence grant done")
 	out = runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
 	if loaded, _ := rebuildCounts(t, out); loaded != 0 {
 		t.Errorf("stale creditd rebuild loaded %d accounts, want 0 (every hash is current or newer):\n%s", loaded, out)
@@ -200,7 +208,9 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	phase("stale rebuild checked")
 	s.Drain()
+	phase("drained after flush")
 	var pgBalance, ledger int64
 	if err := s.Pool.QueryRow(ctx, `SELECT a.version, a.balance, (SELECT COALESCE(SUM(delta), 0) FROM ledger_entries l WHERE l.customer_id = a.customer_id)
 		FROM credit_accounts a WHERE a.customer_id = $1`, c).Scan(&pgVersion, &pgBalance, &ledger); err != nil {

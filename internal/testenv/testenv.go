@@ -69,13 +69,25 @@ func RedisTarget() string {
 // fresh key prefix; the prefix's keys are deleted when the test ends.
 func Redis(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
+	return RedisPool(t, 0)
+}
+
+// RedisPool is Redis with a connection pool of poolSize per node (0 keeps
+// go-redis' default of 10 per CPU). A whole creditd needs more than the
+// default on a small machine: its persister holds one blocking connection
+// per outbox partition (32), so cmd/creditd uses 64.
+func RedisPool(t testing.TB, poolSize int) (redis.UniversalClient, string) {
+	t.Helper()
 	var client redis.UniversalClient
 	if seeds := ClusterSeeds(); len(seeds) > 0 {
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds})
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, PoolSize: poolSize})
 	} else {
 		opt, err := redis.ParseURL(RedisURL())
 		if err != nil {
 			t.Fatalf("testenv: bad TEST_REDIS_URL: %v", err)
+		}
+		if poolSize > 0 {
+			opt.PoolSize = poolSize
 		}
 		client = redis.NewClient(opt)
 	}
