@@ -510,12 +510,15 @@ func TestConformanceExpiry(t *testing.T) {
 	tn := s.NewTenant(uniq("exp"))
 	a := s.as(t, tn.Live)
 	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 250})
 	expAt := time.Now().Add(1500 * time.Millisecond).UTC()
 	g := a.grant(id, map[string]any{"credits": 1000, "expires_at": expAt.Format(time.RFC3339Nano)})
 	bid := obj(t, g["block"], "block")["id"]
-	a.grant(id, map[string]any{"credits": 250})
-	if bal := a.balance(id); bal != 1250 {
-		t.Fatalf("balance before expiry %d, want 1250", bal)
+	if bal := Int(t, obj(t, g["account"], "account")["balance"]); bal != 1250 {
+		t.Fatalf("balance in the grant answer %d, want 1250", bal)
+	}
+	if c := a.credits(id); time.Now().Before(expAt) && Int(t, c["balance"]) != 1250 {
+		t.Fatalf("balance before expiry %v, want 1250", c["balance"])
 	}
 	deadline := time.Now().Add(6 * time.Second)
 	var c map[string]any
