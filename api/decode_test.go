@@ -178,3 +178,28 @@ func TestQueryParams(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeBody: whatever the bytes, decoding never panics and fails only
+// with a 400 or a 422 naming a field, never an internal error.
+func FuzzDecodeBody(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"credits":1}`, `{"credits":"x"}`, `[`, `{"stack_after":{"fallback":1}}`, `{"metadata":{"a":1e400}}`, `{"credits":-0}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in engine.GrantInput
+		err := decodeBody(body, &in)
+		if err == nil {
+			return
+		}
+		e, ok := engine.AsError(err)
+		if !ok {
+			t.Fatalf("non-engine error %v", err)
+		}
+		switch {
+		case e.Kind == engine.KindBadRequest:
+		case e.Kind == engine.KindValidation && e.Field != "":
+		default:
+			t.Fatalf("unexpected error %+v for %q", e, body)
+		}
+	})
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	_ "embed"
-	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -29,32 +29,45 @@ type readyBody struct {
 	Checks map[string]string `json:"checks"`
 }
 
-// readyz runs every readiness check at once, each bounded by 2 s; any
+// readyz runs every readiness check at once, each bounded by 2 s (a check
+// that ignores its context is reported as timed out, not waited for); any
 // failure makes the answer 503 so a load balancer stops sending traffic.
 func (s *Server) readyz(c *call) error {
-	body := readyBody{Status: "ready", Checks: make(map[string]string, len(s.ready))}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	failed := false
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, len(s.ready)) // buffered: a late check never blocks
 	for _, hc := range s.ready {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), readyCheckTimeout)
 			defer cancel()
-			err := hc.Check(ctx)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				body.Checks[hc.Name] = err.Error()
-				failed = true
-				return
-			}
-			body.Checks[hc.Name] = "ok"
+			results <- result{hc.Name, hc.Check(ctx)}
 		}()
 	}
-	wg.Wait()
-	if failed {
+	body := readyBody{Status: "ready", Checks: make(map[string]string, len(s.ready))}
+	for _, hc := range s.ready {
+		body.Checks[hc.Name] = "check timed out"
+	}
+	timeout := time.NewTimer(readyCheckTimeout + 100*time.Millisecond)
+	defer timeout.Stop()
+	ok := true
+collect:
+	for range s.ready {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				body.Checks[r.name] = r.err.Error()
+				ok = false
+				continue
+			}
+			body.Checks[r.name] = "ok"
+		case <-timeout.C:
+			ok = false
+			break collect
+		}
+	}
+	if !ok {
 		body.Status = "unavailable"
 		return c.json(fasthttp.StatusServiceUnavailable, body)
 	}

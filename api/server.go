@@ -188,10 +188,7 @@ func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
 	rt := &route{method: method, path: path, opts: opts, ep: ep, metrics: s.metrics.route(path, method)}
 	s.routes = append(s.routes, rt)
 	s.router.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
-		c, _ := ctx.UserValue(callKey).(*call)
-		if c == nil { // the router was reached without serveHTTP; never in production
-			c = &call{ctx: ctx, s: s}
-		}
+		c := s.callOf(ctx)
 		c.route = rt
 		s.serveRoute(rt, c)
 	})
@@ -352,11 +349,14 @@ func (s *Server) connError(ctx *fasthttp.RequestCtx, err error) {
 	} else {
 		c.fail(engine.BadRequest("", "the request could not be read"))
 	}
-	s.log.Info().Bytes("request_id", c.reqID).Err(err).Int("status", ctx.Response.StatusCode()).Msg("request refused")
+	s.log.Debug().Bytes("request_id", c.reqID).Err(err).Msg("request refused before routing")
+	s.complete(c, 0)
 	c.reset(nil, nil)
 	s.calls.Put(c)
 }
 
+// callOf is the call serveHTTP attached to ctx; a bare one if the router
+// was somehow reached without it.
 func (s *Server) callOf(ctx *fasthttp.RequestCtx) *call {
 	if c, ok := ctx.UserValue(callKey).(*call); ok {
 		return c
