@@ -35,11 +35,8 @@ type call struct {
 	idBuf  [maxRequestIDChars]byte
 }
 
-func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) {
-	buf := c.idBuf
-	*c = call{ctx: ctx, s: s}
-	c.idBuf = buf
-}
+// reset readies a pooled call for ctx (nil when returning it to the pool).
+func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) { *c = call{ctx: ctx, s: s} }
 
 // requestID picks the request id: the client's X-Request-Id when it is
 // 1-128 visible ASCII characters, else a fresh one.
@@ -132,7 +129,7 @@ func (c *call) noContent() error {
 	return nil
 }
 
-// userValue is a path parameter, percent-decoded: the router matches the raw
+// pathParam is a path parameter, percent-decoded: the router matches the raw
 // path so an external id may carry an escaped slash.
 func (c *call) pathParam(name string) (string, bool) {
 	raw, _ := c.ctx.UserValue(name).(string)
