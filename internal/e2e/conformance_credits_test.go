@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -602,5 +603,114 @@ func TestConformanceOverflow(t *testing.T) {
 	}
 	if h := a.history(id, ""); len(h) != 2 {
 		t.Errorf("history has %d entries, want 2", len(h))
+	}
+}
+
+// TestConformanceRacingAdjusts: invariant 2: N racing debits against credit
+// for K succeed exactly K times and the balance never goes below zero; the
+// others get 409 (insufficient-credits, or conflict retried with the same
+// key as the Credits errors say). Racing grants all land.
+func TestConformanceRacingAdjusts(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("racing"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	const n, k = 24, 5
+	a.grant(id, map[string]any{"credits": k * 1000})
+
+	run := func(body map[string]any) []Response {
+		out := make([]Response, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := idemKey()
+				<-start
+				for try := 0; try < 20; try++ {
+					out[i] = Call(t, s.HTTP, s.URL, "POST", "/v1/customers/"+id+"/credits/adjust", body,
+						"X-API-Key", tn.Live, "Idempotency-Key", key)
+					if out[i].Status != 409 || out[i].Body["type"] != "conflict" {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		return out
+	}
+	ok, insufficient := 0, 0
+	for i, r := range run(map[string]any{"delta": -1000, "source": "manual", "reason": "race"}) {
+		switch {
+		case r.Status == 200:
+			ok++
+		case r.Status == 409 && r.Body["type"] == "insufficient-credits":
+			insufficient++
+		default:
+			t.Errorf("debit %d: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	if ok != k || insufficient != n-k {
+		t.Errorf("%d racing debits of 1000 against %d: %d succeeded, %d insufficient; want %d and %d", n, k*1000, ok, insufficient, k, n-k)
+	}
+	c := a.credits(id)
+	if Int(t, c["balance"]) != 0 || Int(t, c["effective_balance"]) != 0 {
+		t.Errorf("after racing debits: balance %v effective %v, want 0", c["balance"], c["effective_balance"])
+	}
+
+	for i, r := range run(map[string]any{"delta": 250, "source": "manual", "reason": "race"}) {
+		checkStatus(t, r, 200, fmt.Sprintf("racing credit %d", i))
+	}
+	c = a.credits(id)
+	if Int(t, c["balance"]) != n*250 || Int(t, c["lifetime_earned"]) != k*1000+n*250 {
+		t.Errorf("after racing credits: balance %v lifetime %v, want %d/%d", c["balance"], c["lifetime_earned"], n*250, k*1000+n*250)
+	}
+	// Books balance: the ledger sums to the balance, one entry per effect.
+	var sum int64
+	h := a.history(id, "?limit=100")
+	for _, e := range h {
+		sum += Int(t, obj(t, e, "e")["delta"])
+	}
+	if sum != n*250 || len(h) != 1+k+n {
+		t.Errorf("ledger: %d entries summing to %d, want %d entries summing to %d", len(h), sum, 1+k+n, n*250)
+	}
+}
+
+// TestConformanceAdjustEntries: every adjust entry carries the request's
+// Idempotency-Key and the adjust's source and metadata; delta -2^63 is
+// refused (invariant 7).
+func TestConformanceAdjustEntries(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("adjent"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 1000})
+	a.grant(id, map[string]any{"credits": 1000})
+	key := idemKey()
+	r := a.do("POST", "/v1/customers/"+id+"/credits/adjust", key, map[string]any{
+		"delta": -1500, "source": "compensation", "reason": "r", "metadata": map[string]any{"ticket": "T-1"}, "idempotency_key": "body-key-ignored",
+	})
+	wantStatus(t, r, 200, "adjust")
+	txs := arr(t, r.Body["transactions"], "transactions")
+	if len(txs) != 2 {
+		t.Fatalf("%d transactions, want 2 (one per block drained)", len(txs))
+	}
+	for i, x := range txs {
+		e := obj(t, x, "tx")
+		if e["idempotency_key"] != key || e["source"] != "compensation" || e["customer_id"] != id || e["environment"] != "live" {
+			t.Errorf("entry %d: %v", i, e)
+		}
+		if md, _ := e["metadata"].(map[string]any); md["ticket"] != "T-1" {
+			t.Errorf("entry %d metadata %v, want ticket T-1", i, e["metadata"])
+		}
+		checkUUID(t, e["credit_block_id"], "credit_block_id")
+	}
+	checkProblem(t, a.post("/v1/customers/"+id+"/credits/adjust", `{"delta": -9223372036854775808, "source": "manual", "reason": "r"}`),
+		422, "validation-error", "", "delta -2^63")
+	if bal := a.balance(id); bal != 500 {
+		t.Errorf("balance %d, want 500", bal)
 	}
 }

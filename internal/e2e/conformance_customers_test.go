@@ -405,3 +405,65 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// TestConformanceCustomerIDsAndTypes: external ids are the tenant's own
+// strings (emails, spaces, unicode) and work URL-escaped in every path;
+// fields of the wrong JSON type are 422 naming the field ("missing or wrong
+// field"); an empty PATCH changes nothing.
+func TestConformanceCustomerIDsAndTypes(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("ids"))
+	a := s.as(t, tn.Live)
+	for _, ext := range []string{"ada@example.com", "name with space", "ünïcødé-顧客", "a+b=c", "123"} {
+		c := a.createCustomer(map[string]any{"external_id": ext})
+		p := url.PathEscape(ext)
+		for _, path := range []string{"/v1/customers/" + p, "/v1/customer-by-external-id/" + p} {
+			r := a.get(path)
+			if checkStatus(t, r, 200, "GET "+path) && (r.Body["id"] != c["id"] || r.Body["external_id"] != ext) {
+				t.Errorf("GET %s: %s", path, r.Raw)
+			}
+		}
+		g := a.post("/v1/customer-by-external-id/"+p+"/credits/grant", map[string]any{"credits": 10, "source": "manual", "reason": "r"})
+		if checkStatus(t, g, 201, "strict grant "+ext) && obj(t, g.Body["account"], "a")["customer_id"] != c["id"] {
+			t.Errorf("strict grant %q reached %v", ext, g.Body["account"])
+		}
+	}
+	// Auto-create keeps the exact presented value.
+	auto := "new.user+tag@example.com"
+	wantStatus(t, a.post("/v1/customers/"+url.PathEscape(auto)+"/credits/grant", map[string]any{"credits": 10, "source": "manual", "reason": "r"}), 201, "auto-create email")
+	if r := a.get("/v1/customer-by-external-id/" + url.PathEscape(auto)); checkStatus(t, r, 200, "auto-created email") && r.Body["external_id"] != auto {
+		t.Errorf("auto-created external_id %v, want %q", r.Body["external_id"], auto)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		body  any
+		field string
+	}{
+		{"external_id number", map[string]any{"external_id": 42}, "external_id"},
+		{"display_name number", map[string]any{"external_id": uniq("t"), "display_name": 7}, "display_name"},
+		{"threshold string", map[string]any{"external_id": uniq("t"), "low_balance_threshold_mc": "100"}, "low_balance_threshold_mc"},
+		{"threshold fraction", map[string]any{"external_id": uniq("t"), "low_balance_threshold_mc": 1.5}, "low_balance_threshold_mc"},
+		{"metadata array", map[string]any{"external_id": uniq("t"), "metadata": []any{1, 2}}, "metadata"},
+		{"metadata string", map[string]any{"external_id": uniq("t"), "metadata": "x"}, "metadata"},
+		{"external_id 256 chars", map[string]any{"external_id": strings.Repeat("e", 256)}, "external_id"},
+	} {
+		checkProblem(t, a.post("/v1/customers", tc.body), 422, "validation-error", tc.field, tc.name)
+	}
+	checkProblem(t, a.post("/v1/customers", `[{"external_id": "x"}]`), 400, "bad-request", "", "array body")
+
+	id, _ := a.newCustomer()
+	before := a.get("/v1/customers/" + id)
+	r := a.patch("/v1/customers/"+id, map[string]any{})
+	if checkStatus(t, r, 200, "empty PATCH") {
+		for _, k := range []string{"external_id", "display_name", "overage_policy", "low_balance_threshold_mc", "created_at"} {
+			if fmt.Sprint(r.Body[k]) != fmt.Sprint(before.Body[k]) {
+				t.Errorf("empty PATCH changed %s: %v -> %v", k, before.Body[k], r.Body[k])
+			}
+		}
+	}
+	checkProblem(t, a.patch("/v1/customers/"+id, map[string]any{"metadata": "x"}), 422, "validation-error", "metadata", "PATCH metadata string")
+	if ct := before.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("200 Content-Type %q, want application/json", ct)
+	}
+}

@@ -156,3 +156,12 @@ func TestConformanceOps(t *testing.T) {
 		t.Errorf("/openapi.json lists only %d paths", len(doc.Paths))
 	}
 }
+
+// TestConformanceUnknownRoute: a path outside the API is a 404 problem, and
+// an unknown /v1 path needs no special treatment beyond that.
+func TestConformanceUnknownRoute(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("route"))
+	checkProblem(t, s.as(t, tn.Live).get("/v1/no-such-resource"), 404, "not-found", "", "unknown /v1 path")
+	checkProblem(t, s.as(t, tn.Live).get("/v2/customers"), 404, "not-found", "", "unknown version")
+}
