@@ -261,6 +261,11 @@ func TestConformanceAdminTenantsAndKeys(t *testing.T) {
 	bad := adminCall(t, s, AdminToken, "POST", "/admin/v1/tenants/"+tid+"/api-keys", map[string]any{"environment": "staging"})
 	checkProblem(t, bad, 422, "validation-error", "environment", "key with bad environment")
 
+	ghost := "0190a5c4-0000-7000-8000-000000000001"
+	checkProblem(t, adminCall(t, s, AdminToken, "POST", "/admin/v1/tenants/"+ghost+"/api-keys", map[string]any{"environment": "live"}), 404, "not-found", "", "key for unknown tenant")
+	checkProblem(t, adminCall(t, s, AdminToken, "GET", "/admin/v1/tenants/"+ghost, nil), 404, "not-found", "", "get unknown tenant")
+	checkProblem(t, adminCall(t, s, AdminToken, "POST", "/admin/v1/tenants", map[string]any{"name": ""}), 422, "validation-error", "name", "tenant without name")
+
 	// Operator auth.
 	for _, tc := range []struct{ name, token string }{{"wrong token", "not-the-token"}, {"no token", ""}, {"tenant key as token", live}} {
 		r := adminCall(t, s, tc.token, "POST", "/admin/v1/tenants", map[string]any{"name": "nope"})

@@ -138,11 +138,33 @@ func TestConformanceGrant(t *testing.T) {
 	if c["id"] == "" {
 		t.Error("account id is still empty after grants")
 	}
+	if u := checkTime(t, c["updated_at"], "account updated_at"); u.Year() < 2000 {
+		t.Errorf("account updated_at %v after grants", c["updated_at"])
+	}
 	if len(arr(t, c["blocks"], "blocks")) != 2 {
 		t.Errorf("blocks %v, want 2", c["blocks"])
 	}
 	if b := a.get("/v1/customers/" + id + "/credits"); len(arr(t, b.Body["blocks"], "blocks")) != 0 {
 		t.Errorf("blocks without include_blocks: %v, want []", b.Body["blocks"])
+	}
+
+	// expires_at with an offset is the same instant.
+	off := time.Now().Add(72 * time.Hour).Truncate(time.Second).In(time.FixedZone("x", 2*3600))
+	ro := a.post("/v1/customers/"+id+"/credits/grant", map[string]any{"credits": 1, "source": "manual", "reason": "r", "expires_at": off.Format(time.RFC3339)})
+	if checkStatus(t, ro, 201, "expires_at with offset") {
+		if got := checkTime(t, obj(t, ro.Body["block"], "b")["expires_at"], "expires_at"); !got.Equal(off) {
+			t.Errorf("expires_at %v, want the instant %v", got, off)
+		}
+	}
+
+	// A UUID-shaped value that names nobody is an external id to create.
+	ghostUUID := "0190a5c4-1111-7222-8333-444455556666"
+	ug := a.post("/v1/customers/"+ghostUUID+"/credits/grant", map[string]any{"credits": 1, "source": "manual", "reason": "r"})
+	if checkStatus(t, ug, 201, "grant to an unknown UUID-shaped id") {
+		cr := a.get("/v1/customer-by-external-id/" + ghostUUID)
+		if checkStatus(t, cr, 200, "customer created from a UUID-shaped id") && (cr.Body["external_id"] != ghostUUID || cr.Body["id"] == ghostUUID) {
+			t.Errorf("created %s", cr.Raw)
+		}
 	}
 
 	// Limits inclusive.

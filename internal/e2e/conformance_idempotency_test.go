@@ -259,3 +259,38 @@ func TestConformanceIdempotencyConcurrent(t *testing.T) {
 		t.Errorf("%d ledger entries, want 1", len(h))
 	}
 }
+
+// TestConformanceIdempotencyNotOnReadsAndDelete: Common rules 1: "Reads and
+// customer DELETE do not use it": a DELETE with a key is not replayed, and
+// reads need no key. A replayed answer keeps its JSON content type.
+func TestConformanceIdempotencyNotOnReadsAndDelete(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("idemdel"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	key := idemKey()
+	wantStatus(t, a.do("DELETE", "/v1/customers/"+id, key, nil), 204, "delete with a key")
+	r := a.do("DELETE", "/v1/customers/"+id, key, nil)
+	checkProblem(t, r, 404, "not-found", "", "second delete with the same key")
+	if r.Header.Get("X-Idempotent-Replayed") == "true" {
+		t.Error("customer DELETE was replayed")
+	}
+	// GET with a key: not stored either (a later GET sees the change).
+	id2, _ := a.newCustomer()
+	gk := idemKey()
+	g1 := a.do("GET", "/v1/customers/"+id2, gk, nil)
+	wantStatus(t, g1, 200, "GET with key")
+	wantStatus(t, a.patch("/v1/customers/"+id2, map[string]any{"display_name": "Changed"}), 200, "patch")
+	g2 := a.do("GET", "/v1/customers/"+id2, gk, nil)
+	if g2.Body["display_name"] != "Changed" || g2.Header.Get("X-Idempotent-Replayed") == "true" {
+		t.Errorf("GET with a reused key replayed an old answer: %s", g2.Raw)
+	}
+
+	body := map[string]any{"external_id": uniq("ct")}
+	k := idemKey()
+	first := a.do("POST", "/v1/customers", k, body)
+	again := a.do("POST", "/v1/customers", k, body)
+	if ct := again.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") || ct != first.Header.Get("Content-Type") {
+		t.Errorf("replay Content-Type %q, first %q", ct, first.Header.Get("Content-Type"))
+	}
+}
