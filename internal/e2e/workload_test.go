@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,8 @@ type opResult struct {
 	unknown  bool
 	attempts int
 	lastErr  string
+	// firstErr is why the first attempt without an answer failed.
+	firstErr string
 }
 
 // workload runs moneyOps against one creditd with concurrent workers; the
@@ -201,10 +204,10 @@ func (w *workload) attempt(i int) bool {
 			"X-API-Key", w.apiKey, "Idempotency-Key", op.key)
 		switch {
 		case err != nil:
-			res.unknown, res.lastErr = true, err.Error()
+			res.fail(err.Error())
 			return false
 		case r.Status >= 500:
-			res.unknown, res.lastErr = true, fmt.Sprintf("%d %s", r.Status, r.Raw)
+			res.fail(fmt.Sprintf("%d %s", r.Status, r.Raw))
 			return false
 		case r.Status == http.StatusTooManyRequests:
 			time.Sleep(10 * time.Millisecond)
@@ -240,6 +243,48 @@ func (w *workload) attempt(i int) bool {
 	}
 }
 
+// fail records an attempt that ended without a definitive answer.
+func (r *opResult) fail(why string) {
+	if !r.unknown {
+		r.firstErr = why
+	}
+	r.unknown, r.lastErr = true, why
+}
+
+// replayAcknowledged sends again, with the same key and body, every op that
+// met the outage and every 50th other acknowledged op: each must answer its
+// first status and transactions (invariant 4) and change nothing, which the
+// ledger checks that follow confirm.
+func (w *workload) replayAcknowledged(t *testing.T) {
+	t.Helper()
+	replayed := 0
+	for i, op := range w.ops {
+		res := w.res[i]
+		if res.status/100 != 2 || (!res.unknown && i%50 != 0) {
+			continue
+		}
+		replayed++
+		r, err := TryCall(w.client, w.base, "POST", op.path, op.body, "X-API-Key", w.apiKey, "Idempotency-Key", op.key)
+		if err != nil {
+			t.Errorf("replay of op %d (%s): %v", i, op.key, err)
+			continue
+		}
+		var ids []string
+		if op.grant {
+			m, _ := r.Body["transaction"].(map[string]any)
+			id, _ := m["id"].(string)
+			ids = []string{id}
+		} else {
+			ids = strings.Split(txIDsOf(r), ",")
+		}
+		if r.Status != res.status || strings.Join(ids, ",") != strings.Join(res.txIDs, ",") {
+			t.Errorf("replay of op %d (%s): %d with transactions %v, want the first answer %d with %v: %s",
+				i, op.key, r.Status, ids, res.status, res.txIDs, r.Raw)
+		}
+	}
+	t.Logf("replayed %d acknowledged ops with their keys", replayed)
+}
+
 // summarize logs what the run saw and checks every op ended in 2xx or 409
 // insufficient-credits.
 func (w *workload) summarize(t *testing.T) {
@@ -263,6 +308,13 @@ func (w *workload) summarize(t *testing.T) {
 	}
 	t.Logf("workload: %d ops, %d 2xx, %d insufficient-credits, %d unknown and retried (%d of them 2xx after retry)",
 		len(w.ops), ok, short, unknown, retriedOK)
+	shown := 0
+	for i, r := range w.res {
+		if r.unknown && shown < 5 {
+			shown++
+			t.Logf("op %d (%s) first failed with: %.200s", i, w.ops[i].key, r.firstErr)
+		}
+	}
 	if ok == 0 {
 		t.Errorf("no op succeeded")
 	}
