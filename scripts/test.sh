@@ -19,6 +19,26 @@ command -v "$GO" >/dev/null 2>&1 || { [[ -x /usr/local/go/bin/go ]] && export PA
 command -v "$GO" >/dev/null 2>&1 || { echo "test: go not found (install Go, or put /usr/local/go/bin on PATH)" >&2; exit 1; }
 
 step() { printf '\n==> %s\n' "$*" >&2; }
+
+# run CMD...: runs CMD in the background and waits, so a SIGTERM/SIGINT to
+# this script is handled at once (forwarded to CMD, then the EXIT trap
+# stops the cluster) rather than after CMD ends.
+child=""
+run() {
+	local rc=0
+	"$@" &
+	child=$!
+	wait "$child" || rc=$?
+	child=""
+	return "$rc"
+}
+on_signal() {
+	[[ -n $child ]] && kill "-$1" "$child" 2>/dev/null || true
+	wait 2>/dev/null || true
+	exit "$2"
+}
+trap 'on_signal INT 130' INT
+trap 'on_signal TERM 143' TERM
 read -r -a pkgs <<<"${TEST_PKGS:-./...}"
 read -r -a flags <<<"${GO_TEST_FLAGS:-}"
 
@@ -47,17 +67,15 @@ if [[ -n $unformatted ]]; then
 fi
 
 step "go test -race (single Redis)"
-"$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+run "$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
 
 step "go test -race (Redis Cluster)"
 cluster=$data/cluster-$$
 cleanup() { scripts/redis-cluster.sh stop "$cluster" || true; rm -rf "$cluster"; }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 TEST_REDIS_CLUSTER=$(scripts/redis-cluster.sh start "$cluster")
 export TEST_REDIS_CLUSTER
 echo "TEST_REDIS_CLUSTER=$TEST_REDIS_CLUSTER" >&2
-"$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+run "$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
 
 step "all passed"
