@@ -483,6 +483,10 @@ func TestConformanceStackAfter(t *testing.T) {
 	if Int(t, acct["balance"]) != 5900 {
 		t.Errorf("account balance %v, want 5900 (pending counts in balance)", acct["balance"])
 	}
+	// docs/decisions.md: the grant's account also carries pending and effective.
+	if fmt.Sprint(acct["pending_balance"]) != "300" || fmt.Sprint(acct["effective_balance"]) != "5600" {
+		t.Errorf("grant account pending %v effective %v, want 300/5600", acct["pending_balance"], acct["effective_balance"])
+	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 5900 || Int(t, c["pending_balance"]) != 300 || Int(t, c["effective_balance"]) != 5600 {
 		t.Errorf("after stacked grant: balance %v pending %v effective %v, want 5900/300/5600", c["balance"], c["pending_balance"], c["effective_balance"])
@@ -651,8 +655,12 @@ func TestConformanceRacingAdjusts(t *testing.T) {
 				key := idemKey()
 				<-start
 				for try := 0; try < 20; try++ {
+					began := time.Now()
 					out[i] = Call(t, s.HTTP, s.URL, "POST", "/v1/customers/"+id+"/credits/adjust", body,
 						"X-API-Key", tn.Live, "Idempotency-Key", key)
+					if d := time.Since(began); d > 2*time.Second {
+						t.Logf("slow adjust: %v, answer %d %s", d, out[i].Status, out[i].Raw)
+					}
 					if out[i].Status != 409 || out[i].Body["type"] != "conflict" {
 						return
 					}
@@ -692,7 +700,11 @@ func TestConformanceRacingAdjusts(t *testing.T) {
 	}
 	// Books balance: the ledger sums to the balance, one entry per effect.
 	var sum int64
+	began := time.Now()
 	h := a.history(id, "?limit=100")
+	if d := time.Since(began); d > 2*time.Second {
+		t.Logf("slow history read: %v", d)
+	}
 	for _, e := range h {
 		sum += Int(t, obj(t, e, "e")["delta"])
 	}

@@ -170,6 +170,18 @@ func TestConformanceCustomerPatch(t *testing.T) {
 		t.Errorf("created_at changed: %v", r.Body["created_at"])
 	}
 
+	// "a key cannot be removed": a null value does not drop the key.
+	r = a.patch("/v1/customers/"+id, map[string]any{"metadata": map[string]any{"a": nil}})
+	wantStatus(t, r, 200, "patch metadata null")
+	if md := obj(t, r.Body["metadata"], "metadata"); len(md) != 3 {
+		t.Errorf("metadata after {a: null} = %v, want the key a kept (3 keys)", md)
+	} else if _, ok := md["a"]; !ok {
+		t.Errorf("metadata key a removed: %v", md)
+	}
+	if g := a.get("/v1/customers/" + id); len(obj(t, g.Body["metadata"], "md")) != 3 {
+		t.Errorf("GET metadata after {a: null} = %v", g.Body["metadata"])
+	}
+
 	r = a.patch("/v1/customers/"+id, map[string]any{"display_name": "", "overage_policy": ""})
 	wantStatus(t, r, 200, "clear")
 	for _, k := range []string{"display_name", "overage_policy"} {

@@ -196,3 +196,35 @@ func TestConformanceOverage(t *testing.T) {
 	checkProblem(t, a.get("/v1/customers/"+ghost+"/overage?from="+from+"&to="+to), 404, "not-found", "", "overage of unknown")
 	checkProblem(t, a.get("/v1/customers/"+ghost), 404, "not-found", "", "overage did not create the customer")
 }
+
+// TestConformanceHistoryDefaultPage: Common rules 2: history pages default
+// to 20 entries and max 100.
+func TestConformanceHistoryDefaultPage(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("histpage"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	for i := 0; i < 23; i++ {
+		a.grant(id, map[string]any{"credits": i + 1})
+	}
+	r := a.get("/v1/customers/" + id + "/credits/history")
+	wantStatus(t, r, 200, "history")
+	data, more, next := page(t, r)
+	if len(data) != 20 || !more || next == nil {
+		t.Fatalf("default page: %d entries has_more %v next %v, want 20/true/cursor", len(data), more, next)
+	}
+	if Int(t, obj(t, data[0], "e")["delta"]) != 23 || Int(t, obj(t, data[19], "e")["delta"]) != 4 {
+		t.Errorf("default page is not the newest 20: first %v last %v", obj(t, data[0], "e")["delta"], obj(t, data[19], "e")["delta"])
+	}
+	r = a.get("/v1/customers/" + id + "/credits/history?cursor=" + url.QueryEscape(fmt.Sprint(next)))
+	wantStatus(t, r, 200, "history page 2")
+	data, more, next = page(t, r)
+	if len(data) != 3 || more || next != nil || Int(t, obj(t, data[2], "e")["delta"]) != 1 {
+		t.Errorf("page 2: %s", r.Raw)
+	}
+	r = a.get("/v1/customers/" + id + "/credits/history?limit=100")
+	wantStatus(t, r, 200, "limit=100")
+	if data, more, _ := page(t, r); len(data) != 23 || more {
+		t.Errorf("limit=100: %d entries has_more %v", len(data), more)
+	}
+}
