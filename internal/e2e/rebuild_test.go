@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +47,8 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "rb" + randomID()
-	s := NewStack(t, WithRedis(rdb, prefix))
+	clock := newTestClock(time.Now())
+	s := NewStack(t, WithRedis(rdb, prefix), WithClock(clock))
 	tn := s.NewTenant("rebuild")
 	ctx := context.Background()
 	begin := time.Now()
@@ -59,7 +61,7 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	}
 	var customers []string
 	var adjusts []adjustDone
-	now := time.Now().UTC()
+	now := clock.Now()
 	for i := range rebuildCustomers {
 		c := createCustomer(t, s.HTTP, s.URL, tn.Live, fmt.Sprintf("rebuild-%s-%d", randomID(), i))
 		customers = append(customers, c)
@@ -71,6 +73,9 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 				"stack_after": map[string]any{"metadata_match": map[string]any{"plan": "pro"}}, "priority": 3},
 			{"credits": 1000 + int64(i), "source": "manual", "reason": "short", "priority": 5,
 				"expires_at": now.Add(time.Hour).Format(time.RFC3339Nano), "metadata": map[string]any{"tier": "x"}},
+			// Spent last, expired before the flush: a rebuild must not revive it.
+			{"credits": 400, "source": "promotional", "reason": "flash", "priority": 200,
+				"expires_at": now.Add(time.Second).Format(time.RFC3339Nano)},
 		}
 		for j, g := range grants {
 			r := s.Do("POST", "/v1/customers/"+c+"/credits/grant", tn.Live, fmt.Sprintf("g-%s-%d", c, j), g)
@@ -90,6 +95,9 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	}
 
 	phase("workload done")
+	// Expire the flash blocks; the sweep writes their expiry entries.
+	clock.Advance(2 * time.Second)
+	waitRows(t, s, `SELECT COUNT(*) FROM ledger_entries WHERE type = 'expiry' AND delta = -400`, rebuildCustomers)
 	s.Drain()
 	phase("drained")
 	recorded := map[string]map[string]any{}
@@ -109,13 +117,32 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 			t.Errorf("customer %d: %d live blocks, want at least 3: %s", i, len(blocks), r.Raw)
 		}
 		recorded[c] = r.Body
+		// Invariant 1 in Postgres: ledger sum (expiry included) = account
+		// balance = remaining credit of the blocks still active.
+		var ledger, account, active int64
+		if err := s.Pool.QueryRow(ctx, `SELECT (SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1),
+			(SELECT balance FROM credit_accounts WHERE customer_id = $1),
+			(SELECT COALESCE(SUM(remaining_amount), 0) FROM credit_blocks WHERE customer_id = $1 AND (expires_at IS NULL OR expires_at > $2))`,
+			c, clock.Now()).Scan(&ledger, &account, &active); err != nil {
+			t.Fatal(err)
+		}
+		if ledger != wantBalance || account != wantBalance || active != wantBalance {
+			t.Errorf("customer %d in Postgres: ledger sum %d, credit_accounts.balance %d, active blocks %d, want all %d", i, ledger, account, active, wantBalance)
+		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
+	// A customer that never moved money has no account row: it reads as
+	// zeros before and after a flush alike.
+	empty := createCustomer(t, s.HTTP, s.URL, tn.Live, "rebuild-empty-"+randomID())
+	recorded[empty] = getCredits(t, s.HTTP, s.URL, tn.Live, empty, true).Body
+	if id, _ := recorded[empty]["id"].(string); id != "" || Int(t, recorded[empty]["balance"]) != 0 {
+		t.Errorf("customer without account: %s, want id \"\" and zero balance", mustJSON(recorded[empty]))
+	}
 	same := func(phase string) {
 		t.Helper()
-		for _, c := range customers {
+		for _, c := range append([]string{empty}, customers...) {
 			r := getCredits(t, s.HTTP, s.URL, tn.Live, c, true)
 			if !reflect.DeepEqual(r.Body, recorded[c]) {
 				t.Errorf("%s: customer %s differs from before the flush\n got: %s\nwant: %s", phase, c, r.Raw, mustJSON(recorded[c]))
@@ -284,4 +311,46 @@ func txIDsOf(r Response) string {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// testClock is an engine.Clock a test moves by hand (invariant 6).
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock(start time.Time) *testClock {
+	return &testClock{now: start.UTC().Truncate(time.Millisecond)}
+}
+
+// Now implements engine.Clock.
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// waitRows polls query (a single COUNT) until it returns want, for up to 10 s
+// of background work (sweep, persister) to land.
+func waitRows(t *testing.T, s *Stack, query string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int64
+		err := s.Pool.QueryRow(context.Background(), query).Scan(&n)
+		if err == nil && n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got %d (err %v), want %d", query, n, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
