@@ -581,6 +581,9 @@ func TestConformanceExpiry(t *testing.T) {
 	if Int(t, found["delta"]) != -1000 || found["credit_block_id"] != bid || found["type"] != "expiry" {
 		t.Errorf("expiry entry %v, want delta -1000 on block %v", found, bid)
 	}
+	// Expired credit cannot be spent.
+	checkProblem(t, a.post("/v1/customers/"+id+"/credits/adjust", map[string]any{"delta": -251, "source": "manual", "reason": "r"}),
+		409, "insufficient-credits", "", "debit of expired credit")
 	// Books balance (invariant 1): the ledger sums to the balance.
 	var sum int64
 	for _, e := range a.history(id, "?limit=100") {
@@ -746,5 +749,35 @@ func TestConformanceAdjustEntries(t *testing.T) {
 		422, "validation-error", "", "delta -2^63")
 	if bal := a.balance(id); bal != 500 {
 		t.Errorf("balance %d, want 500", bal)
+	}
+}
+
+// TestConformanceStackedNotSpent: a stacked block's credits are pending until
+// it starts, so a debit skips it even when its priority would put it first.
+func TestConformanceStackedNotSpent(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("stackspend"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	base := a.grant(id, map[string]any{"credits": 1000, "priority": 5, "duration_seconds": 3600, "metadata": map[string]any{"plan": "pro"}})
+	baseID := obj(t, base["block"], "block")["id"]
+	st := a.grant(id, map[string]any{"credits": 300, "priority": 0, "duration_seconds": 600,
+		"stack_after": map[string]any{"metadata_match": map[string]any{"plan": "pro"}, "fallback": "reject"}})
+	stID := obj(t, st["block"], "block")["id"]
+	r := a.post("/v1/customers/"+id+"/credits/adjust", map[string]any{"delta": -500, "source": "manual", "reason": "r"})
+	wantStatus(t, r, 200, "debit")
+	for _, x := range arr(t, r.Body["transactions"], "transactions") {
+		if e := obj(t, x, "tx"); e["credit_block_id"] != baseID {
+			t.Errorf("debit drained block %v, want only the started block %v (stacked %v)", e["credit_block_id"], baseID, stID)
+		}
+	}
+	c := a.credits(id)
+	if Int(t, c["balance"]) != 800 || Int(t, c["pending_balance"]) != 300 || Int(t, c["effective_balance"]) != 500 {
+		t.Errorf("after debit: balance %v pending %v effective %v, want 800/300/500", c["balance"], c["pending_balance"], c["effective_balance"])
+	}
+	for _, b := range arr(t, c["blocks"], "blocks") {
+		if m := obj(t, b, "b"); m["id"] == stID && Int(t, m["remaining_amount"]) != 300 {
+			t.Errorf("stacked block remaining %v, want 300", m["remaining_amount"])
+		}
 	}
 }
