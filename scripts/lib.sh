@@ -3,6 +3,13 @@
 # Everything here logs to stderr: stdout of the scripts is for their
 # machine-readable answer only (export lines, cluster seeds).
 
+# have BIN: BIN is on PATH and executable (bash's `command -v` also answers
+# with a file it found but cannot execute).
+have() {
+	local p
+	p=$(command -v "$1" 2>/dev/null) && [[ -x $p ]]
+}
+
 log() { printf '%s: %s\n' "${LOG_TAG:-creditd}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -59,7 +66,7 @@ kill_pidfile() {
 # redis_ping HOST PORT: a Redis answers PONG there (no auth needed).
 redis_ping() {
 	local h=$1 p=$2
-	if command -v redis-cli >/dev/null 2>&1; then
+	if have redis-cli; then
 		[[ $(timeout 5 redis-cli -h "$h" -p "$p" ping 2>/dev/null) == PONG ]]
 	else
 		# shellcheck disable=SC2016
@@ -71,7 +78,7 @@ redis_ping() {
 }
 
 # can_install: root with apt-get, so missing server binaries can be installed.
-can_install() { [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; }
+can_install() { [[ $(id -u) -eq 0 ]] && have apt-get; }
 
 # apt_install PKG...: install Debian packages quietly (apt-get update once
 # per script run). All output goes to stderr.
@@ -92,13 +99,15 @@ apt_install() {
 # Debian package redis-server (which brings redis-tools) when root.
 # Returns 1 when they are missing and cannot be installed.
 ensure_redis_bins() {
-	if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+	if have redis-server && have redis-cli; then
 		return 0
 	fi
 	if can_install; then
-		apt_install redis-server redis-tools || die "apt-get install redis-server failed"
+		# A postinst that cannot start the distro service (no init system)
+		# fails the install although the binaries are in place: judge by them.
+		apt_install redis-server redis-tools || log "apt-get install redis-server reported an error"
 		hash -r
-		command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return 0
+		have redis-server && have redis-cli && return 0
 	fi
 	return 1
 }

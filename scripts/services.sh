@@ -44,7 +44,7 @@ PROBE_PG_PORT=${CREDITD_PROBE_PG_PORT:-5432}
 # to start two private servers on one data directory. The servers this
 # script starts must not inherit fd 9, or they would hold the lock forever.
 lock() {
-	if command -v flock >/dev/null 2>&1; then
+	if have flock; then
 		exec 9>"$DATA/.services.lock"
 		flock -w 300 9 || die "timed out waiting for $DATA/.services.lock"
 	fi
@@ -67,8 +67,8 @@ pg_bindir() {
 			return 0
 		fi
 	done
-	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
-		dirname "$(command -v initdb)"
+	if have initdb && have pg_ctl; then
+		dirname "$(readlink -f "$(command -v initdb)")"
 		return 0
 	fi
 	return 1
@@ -101,7 +101,7 @@ pick_pg_user() {
 as_pg() {
 	if [[ -z $PG_USER ]]; then
 		"$@"
-	elif command -v runuser >/dev/null 2>&1; then
+	elif have runuser; then
 		(cd / && runuser -u "$PG_USER" -- "$@")
 	else
 		(cd / && su -s /bin/sh "$PG_USER" -c "$(printf '%q ' "$@")")
@@ -114,8 +114,8 @@ pg_url() { echo "postgres://postgres@$1:$2/postgres?sslmode=disable"; }
 # when psql is available, user postgres logs in without a password.
 pg_answers() {
 	local h=$1 p=$2 bin=${3:-} isready psql
-	isready=$( [[ -n $bin && -x $bin/pg_isready ]] && echo "$bin/pg_isready" || command -v pg_isready || true)
-	psql=$( [[ -n $bin && -x $bin/psql ]] && echo "$bin/psql" || command -v psql || true)
+	isready=$( [[ -n $bin && -x $bin/pg_isready ]] && echo "$bin/pg_isready" || { have pg_isready && command -v pg_isready; } || true)
+	psql=$( [[ -n $bin && -x $bin/psql ]] && echo "$bin/psql" || { have psql && command -v psql; } || true)
 	if [[ -n $isready ]]; then
 		"$isready" -q -h "$h" -p "$p" -t 5 >/dev/null 2>&1 || return 1
 	else
@@ -140,7 +140,7 @@ pg_datadir_ready() {
 		[[ -n $PG_USER ]] && chown "$PG_USER:" "$PG_DIR"
 		chmod 700 "$PG_DIR"
 	fi
-	if [[ -n $PG_USER ]] && ! as_pg test -w "$PG_DIR/." 2>/dev/null; then
+	if [[ -n $PG_USER ]] && ! as_pg test -w "$(readlink -f "$PG_DIR")/." 2>/dev/null; then
 		if [[ -L $PG_DIR ]]; then
 			die "$PG_DIR points to a directory $PG_USER cannot write"
 		fi
@@ -163,9 +163,9 @@ start_private_pg() {
 	local bin port
 	if ! bin=$(pg_bindir); then
 		if can_install; then
-			apt_install postgresql || die "apt-get install postgresql failed"
+			apt_install postgresql || log "apt-get install postgresql reported an error"
 			hash -r
-			bin=$(pg_bindir) || die "postgresql installed but initdb/pg_ctl not found"
+			bin=$(pg_bindir) || die "initdb/pg_ctl still not found after apt-get install postgresql"
 		else
 			die "no Postgres answers and initdb/pg_ctl are not installed: install PostgreSQL
   (Debian/Ubuntu: sudo apt-get install postgresql; macOS: brew install postgresql),
@@ -174,13 +174,17 @@ start_private_pg() {
 	fi
 	pick_pg_user
 	pg_datadir_ready
+	# The pg tools get the resolved path: PG_USER may not traverse a
+	# symlink's own location.
+	local PGD
+	PGD=$(readlink -f "$PG_DIR")
 
-	if [[ ! -s $PG_DIR/PG_VERSION ]]; then
+	if [[ ! -s $PGD/PG_VERSION ]]; then
 		log "initdb a private Postgres cluster in $PG_DIR (as ${PG_USER:-$(id -un)})"
-		as_pg "$bin/initdb" -D "$PG_DIR" -U postgres --auth=trust -E UTF8 --no-locale >"$DATA/pg-initdb.log" 2>&1 ||
+		as_pg "$bin/initdb" -D "$PGD" -U postgres --auth=trust -E UTF8 --no-locale >"$DATA/pg-initdb.log" 2>&1 ||
 			{ cat "$DATA/pg-initdb.log" >&2; die "initdb failed"; }
 		# Settings of this dev/test cluster; the port is given at start.
-		as_pg sh -c "cat >>'$PG_DIR/postgresql.conf'" <<-'EOF'
+		as_pg sh -c "cat >>'$PGD/postgresql.conf'" <<-'EOF'
 
 			# creditd private cluster (scripts/services.sh)
 			listen_addresses = '127.0.0.1'
@@ -191,15 +195,15 @@ start_private_pg() {
 	fi
 
 	# Reuse the running one.
-	if [[ -s $PG_DIR/postmaster.pid ]] && as_pg "$bin/pg_ctl" status -D "$PG_DIR" >/dev/null 2>&1; then
-		port=$(sed -n 4p "$PG_DIR/postmaster.pid")
+	if [[ -s $PGD/postmaster.pid ]] && as_pg "$bin/pg_ctl" status -D "$PGD" >/dev/null 2>&1; then
+		port=$(sed -n 4p "$PGD/postmaster.pid")
 		if [[ $port =~ ^[0-9]+$ ]] && pg_answers 127.0.0.1 "$port" "$bin"; then
 			log "using private Postgres on 127.0.0.1:$port ($PG_DIR)"
 			PG_PORT=$port
 			return 0
 		fi
 		log "private Postgres in $PG_DIR runs but does not answer; restarting it"
-		as_pg "$bin/pg_ctl" stop -D "$PG_DIR" -m fast -w >/dev/null 2>&1 || true
+		as_pg "$bin/pg_ctl" stop -D "$PGD" -m fast -w >/dev/null 2>&1 || true
 	fi
 
 	port=""
@@ -208,8 +212,8 @@ start_private_pg() {
 		port=$(free_port 15000 32000)
 	fi
 	log "starting private Postgres on 127.0.0.1:$port ($PG_DIR)"
-	if ! as_pg "$bin/pg_ctl" start -D "$PG_DIR" -w -t 60 -l "$PG_DIR/server.log" -o "-p $port" >/dev/null 2>&1 9>&-; then
-		tail -n 30 "$PG_DIR/server.log" >&2 2>/dev/null || true
+	if ! as_pg "$bin/pg_ctl" start -D "$PGD" -w -t 60 -l "$PGD/server.log" -o "-p $port" >/dev/null 2>&1 9>&-; then
+		tail -n 30 "$PGD/server.log" >&2 2>/dev/null || true
 		die "private Postgres did not start (log: $PG_DIR/server.log)"
 	fi
 	echo "$port" >"$DATA/pg.port"
@@ -222,9 +226,11 @@ stop_private_pg() {
 	local bin
 	bin=$(pg_bindir) || { log "pg_ctl not found; cannot stop the Postgres in $PG_DIR"; return 0; }
 	pick_pg_user
-	if as_pg "$bin/pg_ctl" status -D "$PG_DIR" >/dev/null 2>&1; then
+	local PGD
+	PGD=$(readlink -f "$PG_DIR")
+	if as_pg "$bin/pg_ctl" status -D "$PGD" >/dev/null 2>&1; then
 		log "stopping private Postgres ($PG_DIR)"
-		as_pg "$bin/pg_ctl" stop -D "$PG_DIR" -m fast -w -t 60 >/dev/null
+		as_pg "$bin/pg_ctl" stop -D "$PGD" -m fast -w -t 60 >/dev/null
 	fi
 }
 
