@@ -24,9 +24,12 @@ import (
 const (
 	// DefaultBodyLimitBytes is the largest request body when Config leaves it 0.
 	DefaultBodyLimitBytes = 1 << 20
-	readTimeout           = 10 * time.Second
-	writeTimeout          = 10 * time.Second
-	idleTimeout           = 60 * time.Second
+	// hardBodyCapFactor times the body limit is where fasthttp itself stops
+	// reading a body.
+	hardBodyCapFactor = 8
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 10 * time.Second
+	idleTimeout       = 60 * time.Second
 	// maxConcurrency bounds connections served at once; beyond it fasthttp
 	// answers 503 instead of letting goroutines and buffers grow without end.
 	maxConcurrency = 16 * 1024
@@ -116,13 +119,17 @@ func New(cfg Config) *Server {
 	s.router = r
 	s.register()
 	s.srv = &fasthttp.Server{
-		Handler:               s.serveHTTP,
-		ErrorHandler:          s.connError,
-		Name:                  "creditd",
-		ReadTimeout:           readTimeout,
-		WriteTimeout:          writeTimeout,
-		IdleTimeout:           idleTimeout,
-		MaxRequestBodySize:    s.bodyLimit,
+		Handler:      s.serveHTTP,
+		ErrorHandler: s.connError,
+		Name:         "creditd",
+		ReadTimeout:  readTimeout,
+		WriteTimeout: writeTimeout,
+		IdleTimeout:  idleTimeout,
+		// fasthttp refuses an over-limit body by closing the socket unread,
+		// which can reset the connection before the client reads the 413; so
+		// it reads bodies up to a hard cap and the handler answers a clean
+		// 413 for anything past bodyLimit.
+		MaxRequestBodySize:    hardBodyCapFactor * s.bodyLimit,
 		Concurrency:           maxConcurrency,
 		ReadBufferSize:        readBufferBytes,
 		NoDefaultServerHeader: true,
