@@ -52,13 +52,18 @@ func (in *CreateCustomerInput) Validate() error {
 	if utf8.RuneCountInString(*in.ExternalID) > MaxExternalIDChars {
 		return Invalid("external_id", "external_id is longer than 255 characters")
 	}
-	if in.DisplayName != nil && utf8.RuneCountInString(*in.DisplayName) > MaxDisplayNameChars {
+	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+}
+
+// validateCustomerFields checks the fields create and update share.
+func validateCustomerFields(displayName, policy *string, threshold *int64) error {
+	if displayName != nil && utf8.RuneCountInString(*displayName) > MaxDisplayNameChars {
 		return Invalid("display_name", "display_name is longer than 200 characters")
 	}
-	if in.OveragePolicy != nil && *in.OveragePolicy != "" && !OveragePolicy(*in.OveragePolicy).Valid() {
+	if policy != nil && *policy != "" && !OveragePolicy(*policy).Valid() {
 		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
 	}
-	if in.LowBalanceThresholdMC != nil && *in.LowBalanceThresholdMC < 0 {
+	if threshold != nil && *threshold < 0 {
 		return Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
 	}
 	return nil
@@ -75,16 +80,7 @@ type UpdateCustomerInput struct {
 
 // Validate names the first wrong field.
 func (in *UpdateCustomerInput) Validate() error {
-	if in.DisplayName != nil && utf8.RuneCountInString(*in.DisplayName) > MaxDisplayNameChars {
-		return Invalid("display_name", "display_name is longer than 200 characters")
-	}
-	if in.OveragePolicy != nil && *in.OveragePolicy != "" && !OveragePolicy(*in.OveragePolicy).Valid() {
-		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
-	}
-	if in.LowBalanceThresholdMC != nil && *in.LowBalanceThresholdMC < 0 {
-		return Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
-	}
-	return nil
+	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
 }
 
 // Create adds a customer. Errors: 422 from Validate, 409 when the external id

@@ -147,3 +147,17 @@ func connectPostgres(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 	}
 	return pool, nil
 }
+
+// connectAll opens Redis and Postgres (migrated); closeAll closes both.
+func connectAll(ctx context.Context, cfg config, log zerolog.Logger) (redis.UniversalClient, *pgxpool.Pool, func(), error) {
+	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := connectPostgres(ctx, cfg)
+	if err != nil {
+		closeRedis()
+		return nil, nil, nil, err
+	}
+	return rdb, pool, func() { pool.Close(); closeRedis() }, nil
+}

@@ -21,16 +21,11 @@ func serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
+	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	pool, err := connectPostgres(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer closeAll()
 
 	a := app.New(rdb, pool, app.Config{
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
@@ -77,16 +72,11 @@ func rebuild() error {
 	log := newLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
+	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	pool, err := connectPostgres(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer closeAll()
 	store := lua.NewStore(rdb, cfg.RedisPrefix)
 	start := time.Now()
 	var last time.Time
