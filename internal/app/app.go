@@ -48,10 +48,13 @@ type App struct {
 	Sweeper   *engine.ExpirySweeper
 	Server    *api.Server
 
-	cfg    Config
-	log    zerolog.Logger
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// outboxRedis serves the persister alone: its blocking reads hold one
+	// connection per partition, which must not starve the API's pool.
+	outboxRedis redis.UniversalClient
+	cfg         Config
+	log         zerolog.Logger
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 // New wires an App on open connections; Start runs its background work.
@@ -74,7 +77,9 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
 	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
 	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock)
-	a.Persister = persist.NewPersister(a.Store, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer}, log)
+	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
+	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
+	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock}, log)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Server = api.New(api.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store,
@@ -122,6 +127,25 @@ func (a *App) Stop(drain time.Duration) {
 		a.cancel()
 	}
 	a.wg.Wait()
+	if a.outboxRedis != a.Redis {
+		_ = a.outboxRedis.Close()
+	}
+}
+
+// dedicatedClient is a client to the same Redis (or Cluster) as rdb with its
+// own pool of poolSize connections; other client kinds are shared as is.
+func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalClient {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		opt := *c.Options()
+		opt.PoolSize = poolSize
+		return redis.NewClient(&opt)
+	case *redis.ClusterClient:
+		opt := *c.Options()
+		opt.PoolSize = poolSize
+		return redis.NewClusterClient(&opt)
+	}
+	return rdb
 }
 
 func (a *App) checkLag(ctx context.Context) error {
