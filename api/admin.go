@@ -44,7 +44,7 @@ func (s *Server) adminCreateTenant(c *call) error {
 	if in.Name != nil {
 		name = *in.Name
 	}
-	res, err := s.tenants.Create(c.ctx, name)
+	res, err := s.tenants.Create(c.reqContext(), name)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) adminGetTenant(c *call) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.tenants.Get(c.ctx, id)
+	t, err := s.tenants.Get(c.reqContext(), id)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (s *Server) adminPatchTenant(c *call) error {
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	cfg, err := s.tenants.SetRateLimit(c.ctx, id, in)
+	cfg, err := s.tenants.SetRateLimit(c.reqContext(), id, in)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (s *Server) adminCreateKey(c *call) error {
 	if in.Environment == nil {
 		return engine.Invalid("environment", "environment is required: live or sandbox")
 	}
-	k, err := s.tenants.CreateKey(c.ctx, id, engine.Environment(*in.Environment))
+	k, err := s.tenants.CreateKey(c.reqContext(), id, engine.Environment(*in.Environment))
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (s *Server) adminRevokeKey(c *call) error {
 	if err != nil {
 		return err
 	}
-	if err := s.tenants.RevokeKey(c.ctx, id, keyID); err != nil {
+	if err := s.tenants.RevokeKey(c.reqContext(), id, keyID); err != nil {
 		return err
 	}
 	return c.noContent()
@@ -148,7 +148,7 @@ func (s *Server) adminSetWebhook(c *call) error {
 	if in.URL == nil || *in.URL == "" {
 		return engine.Invalid("url", "url is required")
 	}
-	wh, err := s.tenants.SetWebhook(c.ctx, id, *in.URL)
+	wh, err := s.tenants.SetWebhook(c.reqContext(), id, *in.URL)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func (s *Server) adminRotateSecret(c *call) error {
 	if err != nil {
 		return err
 	}
-	wh, err := s.tenants.RotateSecret(c.ctx, id)
+	wh, err := s.tenants.RotateSecret(c.reqContext(), id)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (s *Server) adminDeleteWebhook(c *call) error {
 	if err != nil {
 		return err
 	}
-	if err := s.tenants.DeleteWebhook(c.ctx, id); err != nil {
+	if err := s.tenants.DeleteWebhook(c.reqContext(), id); err != nil {
 		return err
 	}
 	return c.noContent()

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -37,6 +38,12 @@ type call struct {
 
 // reset readies a pooled call for ctx (nil when returning it to the pool).
 func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) { *c = call{ctx: ctx, s: s} }
+
+// reqContext is the context engine calls run under. It is not the
+// RequestCtx: fasthttp's RequestCtx.Done races with Server.Shutdown when a
+// context package goroutine watches it, and the Redis and Postgres clients
+// bound every call with their own timeouts anyway.
+func (c *call) reqContext() context.Context { return context.Background() }
 
 // requestID picks the request id: the client's X-Request-Id when it is
 // 1-128 visible ASCII characters, else a fresh one.

@@ -17,7 +17,7 @@ func (s *Server) getCredits(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		acct, err := s.credits.Account(c.ctx, c.scope, r, blocks)
+		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks)
 		if err != nil {
 			return err
 		}
@@ -36,7 +36,7 @@ func (s *Server) grant(ref refFunc) endpoint {
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
-		res, err := s.credits.Grant(c.ctx, c.scope, r, c.idem, in)
+		res, err := s.credits.Grant(c.reqContext(), c.scope, r, c.idem, in)
 		if err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func (s *Server) adjust(ref refFunc) endpoint {
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
-		res, err := s.credits.Adjust(c.ctx, c.scope, r, c.idem, in)
+		res, err := s.credits.Adjust(c.reqContext(), c.scope, r, c.idem, in)
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func (s *Server) history(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		page, err := s.credits.History(c.ctx, c.scope, r, engine.HistoryInput{
+		page, err := s.credits.History(c.reqContext(), c.scope, r, engine.HistoryInput{
 			Type: c.query("type"), Source: c.query("source"), BillableMetricKey: c.query("billable_metric_key"),
 			From: c.query("from"), To: c.query("to"), Cursor: c.query("cursor"), Limit: limit,
 		})
@@ -95,7 +95,7 @@ func (s *Server) overage(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		rep, err := s.credits.Overage(c.ctx, c.scope, r, c.query("from"), c.query("to"))
+		rep, err := s.credits.Overage(c.reqContext(), c.scope, r, c.query("from"), c.query("to"))
 		if err != nil {
 			return err
 		}

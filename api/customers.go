@@ -30,7 +30,7 @@ func (s *Server) listCustomers(c *call) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.customers.List(c.ctx, c.scope, c.query("search"), c.query("cursor"), limit)
+	page, err := s.customers.List(c.reqContext(), c.scope, c.query("search"), c.query("cursor"), limit)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (s *Server) createCustomer(c *call) error {
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	cust, err := s.customers.Create(c.ctx, c.scope, in)
+	cust, err := s.customers.Create(c.reqContext(), c.scope, in)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) getCustomer(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		cust, err := s.customers.Get(c.ctx, c.scope, r)
+		cust, err := s.customers.Get(c.reqContext(), c.scope, r)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
-		cust, err := s.customers.Update(c.ctx, c.scope, r, in)
+		cust, err := s.customers.Update(c.reqContext(), c.scope, r, in)
 		if err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func (s *Server) deleteCustomer(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		if err := s.customers.Delete(c.ctx, c.scope, r); err != nil {
+		if err := s.customers.Delete(c.reqContext(), c.scope, r); err != nil {
 			return err
 		}
 		return c.noContent()

@@ -56,7 +56,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 	tenant := c.scope.TenantID
 	deadline := time.Now().Add(idemWait)
 	for {
-		rec, claimed, err := s.idem.Begin(ctx, tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
+		rec, claimed, err := s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
 		switch {
 		case err != nil:
 			c.fail(err)
@@ -96,7 +96,7 @@ func (s *Server) runClaimed(rt *route, c *call) {
 	tenant := c.scope.TenantID
 	status := ctx.Response.StatusCode()
 	if status < 200 || status > 299 {
-		if err := s.idem.Abort(ctx, tenant, c.idem.Key, c.idem.RequestHash); err != nil {
+		if err := s.idem.Abort(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash); err != nil {
 			s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency abort failed; the key stays locked until its claim lapses")
 		}
 		return
@@ -108,7 +108,7 @@ func (s *Server) runClaimed(rt *route, c *call) {
 		ContentType: string(ctx.Response.Header.ContentType()),
 		Body:        append([]byte(nil), ctx.Response.Body()...),
 	}
-	if err := s.idem.Finish(ctx, tenant, c.idem.Key, rec, idemReplayTTL); err != nil {
+	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, rec, idemReplayTTL); err != nil {
 		// The effect happened and the client gets its answer; a retry finds
 		// the customer-level key memory of the Lua scripts instead.
 		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")

@@ -306,7 +306,7 @@ func (s *Server) authenticate(c *call) bool {
 		c.fail(engine.ErrUnauthenticated)
 		return false
 	}
-	scope, tenant, err := s.tenants.Authenticate(c.ctx, string(key))
+	scope, tenant, err := s.tenants.Authenticate(c.reqContext(), string(key))
 	if err != nil {
 		c.fail(err)
 		return false

@@ -9,7 +9,7 @@ import (
 // getTenant answers GET /v1/tenant from a fresh read, not the auth cache,
 // so a change made a moment ago shows.
 func (s *Server) getTenant(c *call) error {
-	t, err := s.tenants.Get(c.ctx, c.scope.TenantID)
+	t, err := s.tenants.Get(c.reqContext(), c.scope.TenantID)
 	if err != nil {
 		return err
 	}
@@ -22,7 +22,7 @@ func (s *Server) patchTenant(c *call) error {
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	cfg, err := s.tenants.UpdateConfig(c.ctx, c.scope.TenantID, in)
+	cfg, err := s.tenants.UpdateConfig(c.reqContext(), c.scope.TenantID, in)
 	if err != nil {
 		return err
 	}

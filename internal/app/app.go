@@ -139,10 +139,14 @@ func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalCli
 	case *redis.Client:
 		opt := *c.Options()
 		opt.PoolSize = poolSize
+		// A copied config pointer would make both clients register the same
+		// notification handlers; let the new client build its own.
+		opt.MaintNotificationsConfig = nil
 		return redis.NewClient(&opt)
 	case *redis.ClusterClient:
 		opt := *c.Options()
 		opt.PoolSize = poolSize
+		opt.MaintNotificationsConfig = nil
 		return redis.NewClusterClient(&opt)
 	}
 	return rdb
