@@ -16,6 +16,14 @@ const (
 	MutationGrant  MutationKind = "grant"
 	MutationDebit  MutationKind = "debit"
 	MutationExpire MutationKind = "expire"
+	// MutationConsume charges priced usage (or records a refusal).
+	MutationConsume MutationKind = "consume"
+	// Reservation kinds.
+	MutationReserve MutationKind = "reserve"
+	MutationCommit  MutationKind = "commit"
+	MutationRelease MutationKind = "release"
+	// MutationGaugeKind moves a gauge counter; it has no ledger entries.
+	MutationGaugeKind MutationKind = "gauge"
 )
 
 // EntryRole separates the entries an operation asked for from the expiry
@@ -42,13 +50,19 @@ type Mutation struct {
 	IdempotencyKey string       `json:"idem"`
 	// RequestHash fingerprints the request body, so a reused key with another
 	// body is told apart from a retry even after the HTTP replay cache is gone.
-	RequestHash string            `json:"rh"`
-	AtMS        int64             `json:"at"`
-	Account     MutationAccount   `json:"account"`
-	Entries     []MutationEntry   `json:"entries"`
-	Blocks      []MutationBlock   `json:"blocks"`
-	Extra       json.RawMessage   `json:"extra,omitempty"`
-	Attrs       map[string]string `json:"attrs,omitempty"`
+	RequestHash string          `json:"rh"`
+	AtMS        int64           `json:"at"`
+	Account     MutationAccount `json:"account"`
+	Entries     []MutationEntry `json:"entries"`
+	Blocks      []MutationBlock `json:"blocks"`
+	// Context is what Go told the script about the request (spliced as is).
+	Context *MutationContext `json:"ctx,omitempty"`
+	// EffectiveBefore is the effective balance before the change, so event
+	// crossings (low balance, exhausted) can be derived from the Mutation.
+	EffectiveBefore *int64               `json:"eb,omitempty"`
+	Usage           *MutationUsage       `json:"usage,omitempty"`
+	Reservation     *MutationReservation `json:"res,omitempty"`
+	Gauge           *MutationGauge       `json:"gauge,omitempty"`
 }
 
 // MutationAccount is the account as it stands after a mutation.
@@ -182,4 +196,9 @@ type AccountState struct {
 	Blocks []MutationBlock
 	// Applied are recent mutations with an idempotency key, newest last.
 	Applied []Mutation
+	// Reservations are the holds still active, and those finalized within
+	// the last day (so a second commit or release still answers 409).
+	Reservations []MutationReservation
+	// Gauges are the customer's gauge counters by metric key.
+	Gauges map[string]int64
 }

@@ -103,6 +103,11 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 		a := cols.accounts
 		b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
 			a.earned, a.version, a.at)
+		for _, section := range sectionWriters {
+			if err := section.queue(b, ms); err != nil {
+				return fmt.Errorf("%s: %w", section.name, err)
+			}
+		}
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -288,3 +293,15 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 	}
 	return c, nil
 }
+
+// sectionWriter queues the statements that persist one optional section of
+// a batch of Mutations (reservations, gauges, events) into Apply's batch, in
+// the same transaction as the ledger entries. Each must be idempotent and
+// move rows only forward in version.
+type sectionWriter struct {
+	name  string
+	queue func(b *pgx.Batch, ms []engine.Mutation) error
+}
+
+// sectionWriters are registered by the files that own each section.
+var sectionWriters []sectionWriter

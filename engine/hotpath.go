@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// MutationContext is request context Go hands to a script, which splices it
+// verbatim into the Mutation (field "ctx"), so the persister can derive the
+// events a mutation owes without another look-up.
+type MutationContext struct {
+	ExternalID  string        `json:"ext"`
+	ThresholdMC int64         `json:"th"`
+	Policy      OveragePolicy `json:"policy,omitempty"`
+	// Event names the credit.granted emitter when it is not a plain grant.
+	Emitter string `json:"emitter,omitempty"`
+}
+
+// MutationUsage is what a consume or a reservation commit priced and charged.
+type MutationUsage struct {
+	Metric  string `json:"metric"`
+	Units   int64  `json:"units"`
+	Cost    int64  `json:"cost"`
+	Charged int64  `json:"charged"`
+	Overage int64  `json:"overage"`
+	// Refused is true when a block customer was refused (nothing charged).
+	Refused bool `json:"refused,omitempty"`
+	// ReservationID is set when a commit produced the usage.
+	ReservationID *uuid.UUID `json:"reservation,omitempty"`
+}
+
+// ReservationStatus is a hold's state.
+type ReservationStatus string
+
+// Reservation states of interface.md "Reservation".
+const (
+	ReservationActive    ReservationStatus = "active"
+	ReservationCommitted ReservationStatus = "committed"
+	ReservationReleased  ReservationStatus = "released"
+	ReservationExpired   ReservationStatus = "expired"
+)
+
+// Valid reports whether s is a known status.
+func (s ReservationStatus) Valid() bool {
+	switch s {
+	case ReservationActive, ReservationCommitted, ReservationReleased, ReservationExpired:
+		return true
+	}
+	return false
+}
+
+// MutationReservation is the full state of a reservation after a mutation.
+type MutationReservation struct {
+	ID             uuid.UUID         `json:"id"`
+	Metric         string            `json:"metric"`
+	EstimatedUnits int64             `json:"est_units"`
+	EstimatedCost  int64             `json:"est_cost"`
+	ActualUnits    *int64            `json:"act_units,omitempty"`
+	ActualCost     *int64            `json:"act_cost,omitempty"`
+	Released       int64             `json:"released"`
+	Status         ReservationStatus `json:"status"`
+	ExpiresMS      int64             `json:"expires"`
+	CreatedMS      int64             `json:"created"`
+	CommittedMS    *int64            `json:"committed,omitempty"`
+	ReleasedMS     *int64            `json:"released_at,omitempty"`
+	Metadata       json.RawMessage   `json:"meta,omitempty"`
+}
+
+// MutationGauge is a gauge counter after a mutation.
+type MutationGauge struct {
+	Metric  string `json:"metric"`
+	Current int64  `json:"current"`
+}
+
+// Reservation is the API view of a hold.
+type Reservation struct {
+	ID                uuid.UUID         `json:"id"`
+	TenantID          uuid.UUID         `json:"tenant_id"`
+	CustomerID        uuid.UUID         `json:"customer_id"`
+	Environment       Environment       `json:"environment"`
+	BillableMetricKey string            `json:"billable_metric_key"`
+	EstimatedUnits    int64             `json:"estimated_units"`
+	EstimatedCost     int64             `json:"estimated_cost"`
+	ActualUnits       *int64            `json:"actual_units"`
+	ActualCost        *int64            `json:"actual_cost"`
+	Status            ReservationStatus `json:"status"`
+	ReferenceID       uuid.UUID         `json:"reference_id"`
+	ExpiresAt         time.Time         `json:"expires_at"`
+	Metadata          Metadata          `json:"metadata"`
+	CreatedAt         time.Time         `json:"created_at"`
+	CommittedAt       *time.Time        `json:"committed_at"`
+	ReleasedAt        *time.Time        `json:"released_at"`
+}
+
+// RuleTerms is what a script needs to price: a rule's pricing fields.
+type RuleTerms struct {
+	CostType   CostType    `json:"cost_type"`
+	BaseCost   int64       `json:"base_cost"`
+	UnitCost   int64       `json:"unit_cost"`
+	TierConfig *TierConfig `json:"tier_config"`
+}
+
+// TermsOf is r's pricing fields.
+func TermsOf(r MeteringRule) RuleTerms {
+	return RuleTerms{CostType: r.CostType, BaseCost: r.BaseCost, UnitCost: r.UnitCost, TierConfig: r.TierConfig}
+}
+
+// ConsumeCommand prices units of a metric and charges them in one script.
+// Under block a short effective balance refuses with ErrInsufficientCredits
+// and charges nothing (the script still records the refusal in the outbox,
+// for credit.exhausted); under allow and notify the charge takes what the
+// effective balance has and records the rest as overage.
+type ConsumeCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	Metric         string
+	Units          int64
+	Terms          RuleTerms
+	Policy         OveragePolicy
+	EntryMetadata  Metadata
+	Context        MutationContext
+}
+
+// ReserveCommand holds the estimated cost of a job.
+type ReserveCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	Metric         string
+	EstimatedUnits int64
+	Terms          RuleTerms
+	ExpiresAt      time.Time
+	Metadata       Metadata
+	Context        MutationContext
+}
+
+// CommitCommand settles a hold at the actual units, priced with the rule
+// current at commit. SweepGrace is how long after expires_at a commit is a
+// 409 reservation-expired rather than a commit (the sweep window).
+type CommitCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	ActualUnits    int64
+	Terms          RuleTerms
+	Metadata       Metadata
+	Context        MutationContext
+}
+
+// ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
+type ReleaseCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	// Expire marks the hold expired (the sweep) instead of released, and
+	// only when its expires_at has passed.
+	Expire  bool
+	Context MutationContext
+}
+
+// GaugeCommand moves a gauge counter by Delta (positive: increment).
+type GaugeCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	Metric         string
+	Delta          int64
+	Cap            int64
+	// Allow lets an increment pass the cap (policy allow).
+	Allow   bool
+	Context MutationContext
+}
+
+// Errors of the hot-path scripts.
+var (
+	// ErrReservationNotFound: no such hold for the customer.
+	ErrReservationNotFound = &Error{Kind: KindNotFound, Detail: "reservation not found"}
+	// ErrReservationNotActive: the hold was committed, released or expired.
+	ErrReservationNotActive = &Error{Kind: KindConflict, Detail: "the reservation is not active"}
+	// ErrReservationExpired: commit after expires_at, before the sweep.
+	ErrReservationExpired = &Error{Kind: KindReservationExpired, Detail: "the reservation expired"}
+	// ErrGaugeBelowZero: a decrement larger than the count.
+	ErrGaugeBelowZero = &Error{Kind: KindConflict, Field: "amount", Detail: "the decrement is larger than the current count"}
+)
+
+// GaugeCapError is the 409 of an increment past the cap under block; its
+// members go into the problem body (interface.md Errors).
+func GaugeCapError(current, cap, shortfall int64) *Error {
+	return &Error{Kind: KindConflict, Detail: "the increment would pass the gauge cap",
+		Extra: map[string]any{"current": current, "cap": cap, "shortfall": shortfall}}
+}
+
+// HotStore is the Redis side of pricing, entitlements and holds; every
+// method is one atomic script on one customer and returns ErrStateMissing
+// when the customer must be loaded first.
+type HotStore interface {
+	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
+	// ErrIdempotencyMismatch, ErrStateMissing.
+	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	// Reserve errors: ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
+	Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
+	// Commit errors: ErrReservationNotFound, ErrReservationNotActive,
+	// ErrReservationExpired, ErrInsufficientCredits, ErrIdempotencyMismatch, ErrStateMissing.
+	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
+	// Release errors: ErrReservationNotFound, ErrReservationNotActive, ErrStateMissing.
+	Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error)
+	// Gauge errors: GaugeCapError, ErrGaugeBelowZero, ErrStateMissing.
+	Gauge(ctx context.Context, cmd GaugeCommand) (MutationResult, error)
+	// GaugeValue reads a counter (0 when never used). Errors: ErrStateMissing.
+	GaugeValue(ctx context.Context, c CustomerKey, metric string) (int64, error)
+	// DueReservations lists up to limit active holds of partition p whose
+	// expires_at is at or before now.
+	DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]DueReservation, error)
+	// ReservationCustomer finds the customer of a hold (any tenant); ok is
+	// false when the store does not know it.
+	ReservationCustomer(ctx context.Context, id uuid.UUID) (CustomerKey, bool, error)
+}
+
+// DueReservation is a hold the sweep must expire.
+type DueReservation struct {
+	Customer      CustomerKey
+	ReservationID uuid.UUID
+}
