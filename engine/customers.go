@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -21,11 +23,65 @@ const MaxExternalIDChars = 255
 type Customers struct {
 	dir   Directory
 	clock Clock
+
+	mu    sync.Mutex
+	cache map[resolveKey]cachedCustomer
+}
+
+// customerCacheTTL bounds how long another process may still resolve a
+// customer this one changed or deleted; the hot path (checks, consumes)
+// resolves from this cache instead of Postgres.
+const customerCacheTTL = 2 * time.Second
+
+type resolveKey struct {
+	scope  Scope
+	value  string
+	strict bool
+}
+
+type cachedCustomer struct {
+	c       Customer
+	expires time.Time
 }
 
 // NewCustomers returns the customer service.
 func NewCustomers(dir Directory, clock Clock) *Customers {
-	return &Customers{dir: dir, clock: clock}
+	return &Customers{dir: dir, clock: clock, cache: map[resolveKey]cachedCustomer{}}
+}
+
+// Cached resolves ref like Resolve, from a short-lived cache of found
+// customers (misses and errors are never cached).
+func (s *Customers) Cached(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
+	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
+	now := time.Now()
+	s.mu.Lock()
+	e, ok := s.cache[k]
+	s.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.c, nil
+	}
+	c, err := s.Resolve(ctx, scope, ref, create)
+	if err != nil {
+		return Customer{}, err
+	}
+	s.mu.Lock()
+	if len(s.cache) > 200_000 {
+		s.cache = map[resolveKey]cachedCustomer{}
+	}
+	s.cache[k] = cachedCustomer{c: c, expires: now.Add(customerCacheTTL)}
+	s.mu.Unlock()
+	return c, nil
+}
+
+// forget drops cached resolutions of customer id after a change.
+func (s *Customers) forget(id uuid.UUID) {
+	s.mu.Lock()
+	for k, e := range s.cache {
+		if e.c.ID == id {
+			delete(s.cache, k)
+		}
+	}
+	s.mu.Unlock()
 }
 
 // CustomerRef is how a request names a customer: a lenient own-or-external id,
@@ -161,6 +217,7 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	if err := s.dir.UpdateCustomer(ctx, c); err != nil {
 		return Customer{}, err
 	}
+	s.forget(c.ID)
 	return c, nil
 }
 
@@ -176,6 +233,7 @@ func (s *Customers) Delete(ctx context.Context, scope Scope, ref CustomerRef) er
 		}
 		return err
 	}
+	s.forget(c.ID)
 	return nil
 }
 

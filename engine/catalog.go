@@ -1,0 +1,347 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Catalog stores billable metrics and metering rules (Postgres).
+type Catalog interface {
+	// CreateMetric inserts m; a Conflict error when the key exists.
+	CreateMetric(ctx context.Context, m BillableMetric) error
+	// GetMetric finds a metric by key in scope (ErrNotFound).
+	GetMetric(ctx context.Context, s Scope, key string) (BillableMetric, error)
+	// UpdateMetric writes m's mutable fields.
+	UpdateMetric(ctx context.Context, m BillableMetric) error
+	// ListMetrics pages metrics oldest first.
+	ListMetrics(ctx context.Context, s Scope, cursor string, limit int) (Page[BillableMetric], error)
+	// AllMetrics lists every metric in scope (bounded).
+	AllMetrics(ctx context.Context, s Scope) ([]BillableMetric, error)
+	// CreateRule ends the active rule of the key and inserts r in one
+	// transaction, creating metricIfMissing when the key has no metric.
+	CreateRule(ctx context.Context, r MeteringRule, metricIfMissing BillableMetric) error
+	// ListRules pages rules oldest first.
+	ListRules(ctx context.Context, s Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error)
+	// ActiveRule is the rule with no effective_until (ErrNotFound).
+	ActiveRule(ctx context.Context, s Scope, metricKey string) (MeteringRule, error)
+}
+
+// catalogCacheTTL bounds how stale another process's view of a metric or
+// rule change can be; this process sees its own changes at once.
+const catalogCacheTTL = 2 * time.Second
+
+// metricKeyPattern is what a billable metric key may look like: it appears
+// in URL paths and Redis field names.
+var metricKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// Metering manages billable metrics and metering rules, and serves the hot
+// path's look-ups of them from a short-lived cache.
+type Metering struct {
+	store Catalog
+	clock Clock
+
+	mu      sync.Mutex
+	metrics map[catalogKey]cachedMetric
+	rules   map[catalogKey]cachedRule
+}
+
+type catalogKey struct {
+	scope Scope
+	key   string
+}
+
+type cachedMetric struct {
+	m       BillableMetric
+	found   bool
+	expires time.Time
+}
+
+type cachedRule struct {
+	r       MeteringRule
+	found   bool
+	expires time.Time
+}
+
+// NewMetering returns the metering service.
+func NewMetering(store Catalog, clock Clock) *Metering {
+	return &Metering{store: store, clock: clock, metrics: map[catalogKey]cachedMetric{}, rules: map[catalogKey]cachedRule{}}
+}
+
+// MetricInput is the body of POST and PATCH /v1/billable-metrics.
+type MetricInput struct {
+	Key          *string         `json:"key"`
+	Name         *string         `json:"name"`
+	Type         *string         `json:"type"`
+	DefaultValue json.RawMessage `json:"default_value"`
+	Metadata     Metadata        `json:"metadata"`
+}
+
+// CreateMetric adds a metric. Errors: 422 naming the field, 409 key taken.
+func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput) (BillableMetric, error) {
+	if in.Key == nil || *in.Key == "" {
+		return BillableMetric{}, Invalid("key", "key is required")
+	}
+	if !metricKeyPattern.MatchString(*in.Key) {
+		return BillableMetric{}, Invalid("key", "key must be 1-128 letters, digits, '_', '.', ':' or '-'")
+	}
+	if in.Type == nil || *in.Type == "" {
+		return BillableMetric{}, Invalid("type", "type is required")
+	}
+	t := MetricType(*in.Type)
+	if !t.Valid() {
+		return BillableMetric{}, Invalid("type", "type must be metered, boolean, gauge or static")
+	}
+	def, err := normalizeDefault(t, in.DefaultValue)
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	name := *in.Key
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return BillableMetric{}, Invalid("name", "name must not be empty")
+		}
+		name = *in.Name
+	}
+	now := s.clock.Now()
+	m := BillableMetric{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		Key: *in.Key, Name: name, Type: t, DefaultValue: def, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateMetric(ctx, m); err != nil {
+		return BillableMetric{}, err
+	}
+	s.forgetMetric(scope, m.Key)
+	return m, nil
+}
+
+// UpdateMetric changes name, default_value and metadata (replaced); the type
+// is immutable (422 when a different one is sent). Errors: 404, 422.
+func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in MetricInput) (BillableMetric, error) {
+	m, err := s.store.GetMetric(ctx, scope, key)
+	if errors.Is(err, ErrNotFound) {
+		return BillableMetric{}, NotFound("billable metric not found")
+	}
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	if in.Type != nil && MetricType(*in.Type) != m.Type {
+		return BillableMetric{}, Invalid("type", "type cannot be changed")
+	}
+	if in.Key != nil && *in.Key != m.Key {
+		return BillableMetric{}, Invalid("key", "key cannot be changed")
+	}
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return BillableMetric{}, Invalid("name", "name must not be empty")
+		}
+		m.Name = *in.Name
+	}
+	if in.DefaultValue != nil {
+		if m.DefaultValue, err = normalizeDefault(m.Type, in.DefaultValue); err != nil {
+			return BillableMetric{}, err
+		}
+	}
+	if in.Metadata != nil {
+		m.Metadata = in.Metadata
+	}
+	m.UpdatedAt = s.clock.Now()
+	if err := s.store.UpdateMetric(ctx, m); err != nil {
+		return BillableMetric{}, err
+	}
+	s.forgetMetric(scope, key)
+	return m, nil
+}
+
+// GetMetric reads one metric. Errors: 404.
+func (s *Metering) GetMetric(ctx context.Context, scope Scope, key string) (BillableMetric, error) {
+	m, ok, err := s.Metric(ctx, scope, key)
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	if !ok {
+		return BillableMetric{}, NotFound("billable metric not found")
+	}
+	return m, nil
+}
+
+// ListMetrics pages metrics oldest first.
+func (s *Metering) ListMetrics(ctx context.Context, scope Scope, cursor string, limit int) (Page[BillableMetric], error) {
+	return s.store.ListMetrics(ctx, scope, cursor, limit)
+}
+
+// normalizeDefault checks a default_value against the metric type
+// (addendum 4) and fills the documented defaults.
+func normalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
+	empty := len(raw) == 0 || string(raw) == "null"
+	switch t {
+	case MetricMetered:
+		if !empty {
+			return nil, Invalid("default_value", "a metered metric has no default_value")
+		}
+		return json.RawMessage("null"), nil
+	case MetricBoolean:
+		if empty {
+			return json.RawMessage(`{"enabled":false}`), nil
+		}
+		var v struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if json.Unmarshal(raw, &v) != nil || v.Enabled == nil {
+			return nil, Invalid("default_value.enabled", "a boolean default_value is {\"enabled\": true|false}")
+		}
+		return json.Marshal(map[string]bool{"enabled": *v.Enabled})
+	case MetricGauge:
+		if empty {
+			return json.RawMessage(`{"cap":0}`), nil
+		}
+		var v struct {
+			Cap *int64 `json:"cap"`
+		}
+		if json.Unmarshal(raw, &v) != nil || v.Cap == nil || *v.Cap < 0 {
+			return nil, Invalid("default_value.cap", "a gauge default_value is {\"cap\": integer >= 0}")
+		}
+		return json.Marshal(map[string]int64{"cap": *v.Cap})
+	case MetricStatic:
+		if empty {
+			return json.RawMessage(`{"config":{}}`), nil
+		}
+		var v struct {
+			Config json.RawMessage `json:"config"`
+		}
+		if json.Unmarshal(raw, &v) != nil || len(v.Config) == 0 || v.Config[0] != '{' {
+			return nil, Invalid("default_value.config", "a static default_value is {\"config\": object}")
+		}
+		return json.Marshal(map[string]json.RawMessage{"config": v.Config})
+	}
+	return nil, Invalid("type", "unknown type")
+}
+
+// RuleInput is the body of POST /v1/metering-rules.
+type RuleInput struct {
+	BillableMetricKey *string     `json:"billable_metric_key"`
+	CostType          *string     `json:"cost_type"`
+	BaseCost          *int64      `json:"base_cost"`
+	UnitCost          *int64      `json:"unit_cost"`
+	TierConfig        *TierConfig `json:"tier_config"`
+	Metadata          Metadata    `json:"metadata"`
+}
+
+// CreateRule makes r the active rule of its metric, ending the previous
+// one, and creates a missing metric as metered. Errors: 422 naming the field,
+// 400 when the key names a metric that is not metered.
+func (s *Metering) CreateRule(ctx context.Context, scope Scope, in RuleInput) (MeteringRule, error) {
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key is required")
+	}
+	if !metricKeyPattern.MatchString(*in.BillableMetricKey) {
+		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key must be 1-128 letters, digits, '_', '.', ':' or '-'")
+	}
+	if in.CostType == nil || *in.CostType == "" {
+		return MeteringRule{}, Invalid("cost_type", "cost_type is required")
+	}
+	now := s.clock.Now()
+	r := MeteringRule{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		BillableMetricKey: *in.BillableMetricKey, CostType: CostType(*in.CostType), TierConfig: in.TierConfig,
+		EffectiveFrom: now, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+	if in.BaseCost != nil {
+		r.BaseCost = *in.BaseCost
+	} else if r.CostType == CostFlat {
+		return MeteringRule{}, Invalid("base_cost", "base_cost is required for flat")
+	}
+	if in.UnitCost != nil {
+		r.UnitCost = *in.UnitCost
+	}
+	if r.CostType != CostTiered {
+		r.TierConfig = nil
+	}
+	if err := ValidateRule(r); err != nil {
+		return MeteringRule{}, err
+	}
+	m, ok, err := s.Metric(ctx, scope, r.BillableMetricKey)
+	if err != nil {
+		return MeteringRule{}, err
+	}
+	if ok && m.Type != MetricMetered {
+		return MeteringRule{}, BadRequest("billable_metric_key", "only metered metrics take metering rules")
+	}
+	missing := BillableMetric{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		Key: r.BillableMetricKey, Name: r.BillableMetricKey, Type: MetricMetered, DefaultValue: json.RawMessage("null"),
+		Metadata: Metadata{}, CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateRule(ctx, r, missing); err != nil {
+		return MeteringRule{}, err
+	}
+	s.forgetMetric(scope, r.BillableMetricKey)
+	return r, nil
+}
+
+// ListRules pages rules oldest first.
+func (s *Metering) ListRules(ctx context.Context, scope Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error) {
+	return s.store.ListRules(ctx, scope, metricKey, activeOnly, cursor, limit)
+}
+
+// Metric is the cached look-up of a metric; ok is false when none exists.
+func (s *Metering) Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error) {
+	k := catalogKey{scope, key}
+	now := time.Now()
+	s.mu.Lock()
+	c, hit := s.metrics[k]
+	s.mu.Unlock()
+	if hit && now.Before(c.expires) {
+		return c.m, c.found, nil
+	}
+	m, err := s.store.GetMetric(ctx, scope, key)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return BillableMetric{}, false, err
+	}
+	s.mu.Lock()
+	if len(s.metrics) > 100_000 {
+		s.metrics = map[catalogKey]cachedMetric{}
+	}
+	s.metrics[k] = cachedMetric{m: m, found: found, expires: now.Add(catalogCacheTTL)}
+	s.mu.Unlock()
+	return m, found, nil
+}
+
+// ActiveRule is the cached look-up of a metric's active rule; ok is false
+// when it has none.
+func (s *Metering) ActiveRule(ctx context.Context, scope Scope, key string) (MeteringRule, bool, error) {
+	k := catalogKey{scope, key}
+	now := time.Now()
+	s.mu.Lock()
+	c, hit := s.rules[k]
+	s.mu.Unlock()
+	if hit && now.Before(c.expires) {
+		return c.r, c.found, nil
+	}
+	r, err := s.store.ActiveRule(ctx, scope, key)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return MeteringRule{}, false, err
+	}
+	s.mu.Lock()
+	if len(s.rules) > 100_000 {
+		s.rules = map[catalogKey]cachedRule{}
+	}
+	s.rules[k] = cachedRule{r: r, found: found, expires: now.Add(catalogCacheTTL)}
+	s.mu.Unlock()
+	return r, found, nil
+}
+
+// AllMetrics lists every metric of the scope.
+func (s *Metering) AllMetrics(ctx context.Context, scope Scope) ([]BillableMetric, error) {
+	return s.store.AllMetrics(ctx, scope)
+}
+
+func (s *Metering) forgetMetric(scope Scope, key string) {
+	k := catalogKey{scope, key}
+	s.mu.Lock()
+	delete(s.metrics, k)
+	delete(s.rules, k)
+	s.mu.Unlock()
+}

@@ -1,0 +1,479 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// httpReplayWindow is the HTTP idempotency replay window (Common rules 1);
+// a retry the customer's memory catches after it is a duplicate_replay.
+const httpReplayWindow = 24 * time.Hour
+
+// Entitlements answers checks and charges usage: the hot path. A metered
+// check is one Redis round trip: customer, tenant, metric and rule come from
+// in-process caches.
+type Entitlements struct {
+	customers *Customers
+	metering  *Metering
+	credits   *Credits
+	hot       HotStore
+	clock     Clock
+}
+
+// NewEntitlements returns the entitlement service.
+func NewEntitlements(customers *Customers, metering *Metering, credits *Credits, hot HotStore, clock Clock) *Entitlements {
+	return &Entitlements{customers: customers, metering: metering, credits: credits, hot: hot, clock: clock}
+}
+
+// CheckResult is the body of an entitlement check; which members appear
+// depends on the metric type (interface.md "Entitlement checks").
+type CheckResult struct {
+	Type               MetricType      `json:"type"`
+	Allowed            bool            `json:"allowed"`
+	CustomerID         uuid.UUID       `json:"customer_id"`
+	BillableMetricKey  string          `json:"billable_metric_key"`
+	Units              *int64          `json:"units,omitempty"`
+	Balance            *int64          `json:"balance,omitempty"`
+	ReservedBalance    *int64          `json:"reserved_balance,omitempty"`
+	PendingBalance     *int64          `json:"pending_balance,omitempty"`
+	EffectiveBalance   *int64          `json:"effective_balance,omitempty"`
+	EstimatedCost      *int64          `json:"estimated_cost,omitempty"`
+	BalanceAfter       *int64          `json:"balance_after,omitempty"`
+	Enabled            *bool           `json:"enabled,omitempty"`
+	Config             json.RawMessage `json:"config,omitempty"`
+	Current            *int64          `json:"current,omitempty"`
+	Cap                *int64          `json:"cap,omitempty"`
+	Headroom           *int64          `json:"headroom,omitempty"`
+	SubscriptionStatus *string         `json:"subscription_status"`
+	OveragePolicy      *OveragePolicy  `json:"overage_policy,omitempty"`
+}
+
+// ParseUnits reads the optional units query value: default 1; anything but
+// an integer >= 1 is a 400.
+func ParseUnits(raw string) (int64, error) {
+	if raw == "" {
+		return 1, nil
+	}
+	var n int64
+	for i, ch := range raw {
+		if ch < '0' || ch > '9' || i > 18 {
+			return 0, BadRequest("units", "units must be an integer >= 1")
+		}
+		n = n*10 + int64(ch-'0')
+	}
+	if n < 1 {
+		return 0, BadRequest("units", "units must be an integer >= 1")
+	}
+	return n, nil
+}
+
+// Check answers whether the customer may use the metric now; it never
+// changes a balance. A lenient ref auto-creates the customer (Common rules 4)
+// once the metric is known to be checkable. Errors: 400 (units, cross-tenant
+// id), 404 (metered without an active rule, strict unknown external id).
+func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, units int64) (CheckResult, error) {
+	if metricKey == "" {
+		return CheckResult{}, BadRequest("billable_metric_key", "billable_metric_key is required")
+	}
+	if units < 1 {
+		return CheckResult{}, BadRequest("units", "units must be an integer >= 1")
+	}
+	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	mtype := MetricMetered
+	if ok {
+		mtype = m.Type
+	}
+	var rule MeteringRule
+	if mtype == MetricMetered {
+		r, found, err := s.metering.ActiveRule(ctx, scope, metricKey)
+		if err != nil {
+			return CheckResult{}, err
+		}
+		if !found {
+			return CheckResult{}, NotFound("no active metering rule for " + metricKey)
+		}
+		rule = r
+	}
+	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	res := CheckResult{Type: mtype, CustomerID: c.ID, BillableMetricKey: metricKey}
+	switch mtype {
+	case MetricMetered:
+		return s.checkMetered(ctx, c, tenant, rule, units, res)
+	case MetricBoolean:
+		var v struct {
+			Enabled bool `json:"enabled"`
+		}
+		_ = json.Unmarshal(m.DefaultValue, &v)
+		res.Enabled, res.Allowed = &v.Enabled, v.Enabled
+	case MetricStatic:
+		var v struct {
+			Config json.RawMessage `json:"config"`
+		}
+		_ = json.Unmarshal(m.DefaultValue, &v)
+		if len(v.Config) == 0 {
+			v.Config = json.RawMessage("{}")
+		}
+		res.Config, res.Allowed = v.Config, true
+	case MetricGauge:
+		capMC := gaugeCap(m)
+		var cur int64
+		_, err := withLoad(ctx, s.credits, CustomerKeyOf(c), func() (MutationResult, error) {
+			var e error
+			cur, e = s.hot.GaugeValue(ctx, CustomerKeyOf(c), metricKey)
+			return MutationResult{}, e
+		})
+		if err != nil {
+			return CheckResult{}, err
+		}
+		head := capMC - cur
+		res.Current, res.Cap, res.Headroom, res.Allowed = &cur, &capMC, &head, head > 0
+	}
+	return res, nil
+}
+
+func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tenant, rule MeteringRule, units int64, res CheckResult) (CheckResult, error) {
+	cost, err := Price(rule, units)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	key := CustomerKeyOf(c)
+	var acct Account
+	_, err = withLoad(ctx, s.credits, key, func() (MutationResult, error) {
+		var e error
+		acct, e = s.credits.blocks.Snapshot(ctx, key, s.clock.Now())
+		return MutationResult{}, e
+	})
+	if err != nil {
+		return CheckResult{}, err
+	}
+	policy := PolicyOf(c, tenant)
+	after := acct.EffectiveBalance - cost
+	res.Units, res.EstimatedCost, res.BalanceAfter = &units, &cost, &after
+	res.Balance, res.ReservedBalance = &acct.Balance, &acct.ReservedBalance
+	res.PendingBalance, res.EffectiveBalance = &acct.PendingBalance, &acct.EffectiveBalance
+	res.OveragePolicy = &policy
+	res.Allowed = after >= 0 || policy != OveragePolicyBlock
+	return res, nil
+}
+
+// PolicyOf is the customer's overage policy, else the tenant default.
+func PolicyOf(c Customer, t Tenant) OveragePolicy {
+	if c.OveragePolicy != nil {
+		return *c.OveragePolicy
+	}
+	if t.DefaultOveragePolicy.Valid() {
+		return t.DefaultOveragePolicy
+	}
+	return OveragePolicyBlock
+}
+
+// ThresholdOf is the customer's low-balance threshold, else the tenant's.
+func ThresholdOf(c Customer, t Tenant) int64 {
+	if c.LowBalanceThresholdMC != nil {
+		return *c.LowBalanceThresholdMC
+	}
+	return t.DefaultLowBalanceThresholdMC
+}
+
+func contextOf(c Customer, t Tenant) MutationContext {
+	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t)}
+}
+
+func gaugeCap(m BillableMetric) int64 {
+	var v struct {
+		Cap int64 `json:"cap"`
+	}
+	_ = json.Unmarshal(m.DefaultValue, &v)
+	return v.Cap
+}
+
+// ConsumeInput is the body of POST /v1/entitlements/consume.
+type ConsumeInput struct {
+	CustomerID        *string  `json:"customer_id"`
+	BillableMetricKey *string  `json:"billable_metric_key"`
+	Units             *int64   `json:"units"`
+	Metadata          Metadata `json:"metadata"`
+}
+
+// ConsumeResult is the 200 body of a consume (addendum 7).
+type ConsumeResult struct {
+	TransactionID     *uuid.UUID `json:"transaction_id"`
+	CustomerID        uuid.UUID  `json:"customer_id"`
+	BillableMetricKey string     `json:"billable_metric_key"`
+	Units             int64      `json:"units"`
+	Cost              int64      `json:"cost"`
+	Charged           int64      `json:"charged"`
+	OverageMC         int64      `json:"overage_mc"`
+	BalanceAfter      int64      `json:"balance_after"`
+	EffectiveBalance  int64      `json:"effective_balance"`
+	Reason            *string    `json:"reason"`
+}
+
+// ReasonDuplicateReplay marks a consume retried after the HTTP replay window.
+const ReasonDuplicateReplay = "duplicate_replay"
+
+// meteredRule finds the active rule of a metered metric, or the 400/404 a
+// consume or hold gets without one.
+func (s *Entitlements) meteredRule(ctx context.Context, scope Scope, key string) (MeteringRule, error) {
+	m, ok, err := s.metering.Metric(ctx, scope, key)
+	if err != nil {
+		return MeteringRule{}, err
+	}
+	if ok && m.Type != MetricMetered {
+		return MeteringRule{}, BadRequest("billable_metric_key", "the metric is not metered")
+	}
+	r, found, err := s.metering.ActiveRule(ctx, scope, key)
+	if err != nil {
+		return MeteringRule{}, err
+	}
+	if !found {
+		return MeteringRule{}, NotFound("no active metering rule for " + key)
+	}
+	return r, nil
+}
+
+// Consume prices and charges units atomically. Errors: 422/400 for the body,
+// 400 non-metered metric or cross-tenant id, 404 no active rule, 409
+// insufficient-credits under block (nothing charged).
+func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeResult, error) {
+	if in.CustomerID == nil || *in.CustomerID == "" {
+		return ConsumeResult{}, Invalid("customer_id", "customer_id is required")
+	}
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return ConsumeResult{}, Invalid("billable_metric_key", "billable_metric_key is required")
+	}
+	if in.Units == nil {
+		return ConsumeResult{}, Invalid("units", "units is required")
+	}
+	if *in.Units < 1 {
+		return ConsumeResult{}, BadRequest("units", "units must be >= 1")
+	}
+	rule, err := s.meteredRule(ctx, scope, *in.BillableMetricKey)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	if _, err := Price(rule, *in.Units); err != nil {
+		return ConsumeResult{}, priceError(err, "units")
+	}
+	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	return s.consume(ctx, c, tenant, idem, rule, *in.Units, orEmpty(in.Metadata))
+}
+
+func (s *Entitlements) consume(ctx context.Context, c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) (ConsumeResult, error) {
+	now := s.clock.Now()
+	cmd := ConsumeCommand{
+		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: now, Metric: rule.BillableMetricKey, Units: units,
+		Terms: TermsOf(rule), Policy: PolicyOf(c, tenant), EntryMetadata: meta, Context: contextOf(c, tenant),
+	}
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+	if err != nil {
+		return ConsumeResult{}, priceError(err, "units")
+	}
+	out := consumeResult(res.Mutation)
+	if res.Replayed && now.Sub(res.Mutation.At()) > httpReplayWindow {
+		r := ReasonDuplicateReplay
+		out.Reason = &r
+	}
+	return out, nil
+}
+
+// priceError names the field of an overflow.
+func priceError(err error, field string) error {
+	if errors.Is(err, ErrOverflow) {
+		return Invalid(field, "the cost would overflow a 64-bit amount")
+	}
+	return err
+}
+
+func consumeResult(m Mutation) ConsumeResult {
+	out := ConsumeResult{CustomerID: m.CustomerID}
+	if u := m.Usage; u != nil {
+		out.BillableMetricKey, out.Units, out.Cost, out.Charged, out.OverageMC = u.Metric, u.Units, u.Cost, u.Charged, u.Overage
+	}
+	for i, e := range m.Entries {
+		if e.Role == RoleMain {
+			id := EntryID(m.OpID, i)
+			out.TransactionID = &id
+			break
+		}
+	}
+	eff := m.Account.Balance - m.Account.Reserved - m.Account.Pending
+	out.BalanceAfter, out.EffectiveBalance = eff, eff
+	return out
+}
+
+// UsageInput is the body of POST /v1/usage (addendum 7).
+type UsageInput struct {
+	Events []UsageEvent `json:"events"`
+}
+
+// UsageEvent is one metered use in a batch.
+type UsageEvent struct {
+	EventID           *string  `json:"event_id"`
+	CustomerID        *string  `json:"customer_id"`
+	BillableMetricKey *string  `json:"billable_metric_key"`
+	Units             *int64   `json:"units"`
+	Metadata          Metadata `json:"metadata"`
+}
+
+// UsageEventResult is one event's outcome.
+type UsageEventResult struct {
+	EventID       string     `json:"event_id"`
+	Status        string     `json:"status"`
+	TransactionID *uuid.UUID `json:"transaction_id"`
+	Charged       int64      `json:"charged"`
+	OverageMC     int64      `json:"overage_mc"`
+	Error         *string    `json:"error"`
+}
+
+// Usage event statuses.
+const (
+	UsageCharged   = "charged"
+	UsageDuplicate = "duplicate"
+	UsageRefused   = "refused"
+	UsageFailed    = "failed"
+)
+
+// MaxUsageEvents bounds one usage batch (addendum 7).
+const MaxUsageEvents = 1000
+
+// Usage charges a batch of events, each as a consume whose idempotency key
+// is its event_id, so a re-sent event is charged once; one bad event never
+// fails the others. Errors (whole batch): 422 for a missing or oversized list.
+func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in UsageInput) ([]UsageEventResult, error) {
+	if in.Events == nil {
+		return nil, Invalid("events", "events is required")
+	}
+	if len(in.Events) > MaxUsageEvents {
+		return nil, Invalid("events", "at most 1000 events per call")
+	}
+	out := make([]UsageEventResult, len(in.Events))
+	for i, ev := range in.Events {
+		out[i] = s.usageEvent(ctx, scope, tenant, ev)
+	}
+	return out, nil
+}
+
+func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) UsageEventResult {
+	fail := func(id string, err error) UsageEventResult {
+		msg := err.Error()
+		if e, ok := AsError(err); ok {
+			msg = e.Detail
+			if e.Field != "" {
+				msg = e.Field + ": " + e.Detail
+			}
+		}
+		status := UsageFailed
+		if errors.Is(err, ErrInsufficientCredits) {
+			status = UsageRefused
+		}
+		return UsageEventResult{EventID: id, Status: status, Error: &msg}
+	}
+	if ev.EventID == nil || *ev.EventID == "" {
+		return fail("", Invalid("event_id", "event_id is required"))
+	}
+	id := *ev.EventID
+	if len(id) > 256 {
+		return fail(id, Invalid("event_id", "event_id is longer than 256 characters"))
+	}
+	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: "usage:" + id, RequestHash: usageHash(ev)},
+		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
+	if errors.Is(err, ErrIdempotencyMismatch) {
+		return fail(id, Conflict("event_id was already used for a different event"))
+	}
+	if err != nil {
+		return fail(id, err)
+	}
+	status := UsageCharged
+	if res.Reason != nil {
+		status = UsageDuplicate
+	}
+	return UsageEventResult{EventID: id, Status: status, TransactionID: res.TransactionID, Charged: res.Charged, OverageMC: res.OverageMC}
+}
+
+// usageHash fingerprints an event's content, so a re-sent event_id with the
+// same content is a duplicate and with other content a conflict.
+func usageHash(ev UsageEvent) string {
+	b, _ := json.Marshal(ev)
+	return "usage-" + hashHex(b)
+}
+
+// GaugeInput is the body of the gauge operations.
+type GaugeInput struct {
+	Amount *int64          `json:"amount"`
+	Policy *string         `json:"policy"`
+	Meta   json.RawMessage `json:"metadata"`
+}
+
+// GaugeResult is the 200 body of a gauge operation.
+type GaugeResult struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	Current           int64  `json:"current"`
+	Cap               int64  `json:"cap"`
+	Allowed           bool   `json:"allowed"`
+	Headroom          int64  `json:"headroom"`
+}
+
+// MoveGauge increments (up) or decrements a gauge. Errors: 400 (amount,
+// policy, not a gauge, cross-tenant id), 404 (no such metric), 409 (cap
+// under block, below zero).
+func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, up bool, idem Idempotency, in GaugeInput) (GaugeResult, error) {
+	if in.Amount == nil || *in.Amount < 1 {
+		return GaugeResult{}, BadRequest("amount", "amount must be an integer >= 1")
+	}
+	allow := false
+	if up && in.Policy != nil {
+		switch *in.Policy {
+		case "block":
+		case "allow":
+			allow = true
+		default:
+			return GaugeResult{}, BadRequest("policy", "policy must be block or allow")
+		}
+	}
+	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	if !ok {
+		return GaugeResult{}, NotFound("billable metric not found")
+	}
+	if m.Type != MetricGauge {
+		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
+	}
+	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	delta := *in.Amount
+	if !up {
+		delta = -delta
+	}
+	capMC := gaugeCap(m)
+	cmd := GaugeCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, Delta: delta, Cap: capMC,
+		Allow: allow, Context: contextOf(c, tenant)}
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Gauge(ctx, cmd) })
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	var cur int64
+	if g := res.Mutation.Gauge; g != nil {
+		cur = g.Current
+	}
+	return GaugeResult{BillableMetricKey: metricKey, Current: cur, Cap: capMC, Allowed: cur <= capMC, Headroom: capMC - cur}, nil
+}

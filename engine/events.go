@@ -1,0 +1,323 @@
+package engine
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// EventType names a webhook event kind (interface.md "Event kinds and emitters").
+type EventType string
+
+// Event kinds creditd emits.
+const (
+	EventCreditGranted    EventType = "credit.granted"
+	EventCreditConsumed   EventType = "credit.consumed"
+	EventCreditLowBalance EventType = "credit.low_balance"
+	EventCreditExhausted  EventType = "credit.exhausted"
+	EventTestPing         EventType = "test.ping"
+)
+
+// EventStatus is a webhook event's delivery state (interface.md "States and
+// transitions", Webhook event).
+type EventStatus string
+
+// Event states.
+const (
+	EventPending    EventStatus = "pending"
+	EventDelivered  EventStatus = "delivered"
+	EventFailed     EventStatus = "failed"
+	EventDeadLetter EventStatus = "dead_letter"
+)
+
+// Event is one webhook event: what a tenant is owed, its delivery state and
+// the attempts made so far.
+type Event struct {
+	ID          uuid.UUID   `json:"id"`
+	TenantID    uuid.UUID   `json:"-"`
+	Environment Environment `json:"environment"`
+	CustomerID  *uuid.UUID  `json:"-"`
+	EventType   EventType   `json:"event_type"`
+	// Payload is the exact JSON body delivered (an Envelope).
+	Payload     json.RawMessage `json:"payload"`
+	Status      EventStatus     `json:"status"`
+	Attempts    int             `json:"attempts"`
+	NextRetryAt *time.Time      `json:"next_retry_at"`
+	LastError   *string         `json:"last_error"`
+	CreatedAt   time.Time       `json:"created_at"`
+	DeliveredAt *time.Time      `json:"delivered_at"`
+	// Deliveries are the attempts, oldest first.
+	Deliveries []Delivery `json:"deliveries"`
+}
+
+// Delivery is one recorded delivery attempt.
+type Delivery struct {
+	ID           uuid.UUID `json:"-"`
+	EventID      uuid.UUID `json:"-"`
+	StatusCode   *int      `json:"status_code"`
+	ResponseBody string    `json:"response_body"`
+	Error        *string   `json:"error"`
+	DurationMS   int64     `json:"duration_ms"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// Envelope is the delivered body of every event (addendum 8).
+type Envelope struct {
+	EventID            uuid.UUID   `json:"event_id"`
+	EventType          EventType   `json:"event_type"`
+	TenantID           uuid.UUID   `json:"tenant_id"`
+	Environment        Environment `json:"environment"`
+	CustomerID         *uuid.UUID  `json:"customer_id"`
+	ExternalCustomerID *string     `json:"external_customer_id"`
+	CreatedAt          time.Time   `json:"created_at"`
+	IdempotencyKey     string      `json:"idempotency_key"`
+	Data               any         `json:"data"`
+}
+
+// GrantedData is the data of credit.granted: the grant's figures and its
+// ledger entry's fields (interface.md "Delivered body").
+type GrantedData struct {
+	TransactionID uuid.UUID `json:"transaction_id"`
+	Credits       int64     `json:"credits"`
+	Source        *Source   `json:"source"`
+	Reason        *string   `json:"reason"`
+	// BalanceAfter is the effective balance after the grant.
+	BalanceAfter int64 `json:"balance_after"`
+	LedgerEntry
+}
+
+// ConsumedData is the data of credit.consumed (addendum 8).
+type ConsumedData struct {
+	TransactionID     uuid.UUID  `json:"transaction_id"`
+	BillableMetricKey *string    `json:"billable_metric_key"`
+	Units             *int64     `json:"units"`
+	Credits           int64      `json:"credits"`
+	OverageMC         int64      `json:"overage_mc"`
+	BalanceAfter      int64      `json:"balance_after"`
+	ReservationID     *uuid.UUID `json:"reservation_id"`
+}
+
+// LowBalanceData is the data of credit.low_balance.
+type LowBalanceData struct {
+	BalanceMC   int64 `json:"balance_mc"`
+	ThresholdMC int64 `json:"threshold_mc"`
+}
+
+// ExhaustedData is the data of credit.exhausted.
+type ExhaustedData struct {
+	BalanceMC         int64   `json:"balance_mc"`
+	BillableMetricKey *string `json:"billable_metric_key"`
+}
+
+// PingData is the data of test.ping.
+type PingData struct {
+	Message string `json:"message"`
+}
+
+// Event slots: each kind a Mutation can owe has a fixed slot, so its id does
+// not depend on which other events the same Mutation owes.
+const (
+	SlotMain       = 0 // credit.granted or credit.consumed
+	SlotLowBalance = 1
+	SlotExhausted  = 2
+)
+
+// eventNamespace seeds EventID; changing it would re-key every event.
+var eventNamespace = uuid.MustParse("3d0b7a5e-52c1-4b8e-a7f4-9a61f0c2d8e3")
+
+// EventID is the id of the event in slot of operation op: name-based, so a
+// replayed Mutation derives the same ids and inserts nothing twice.
+func EventID(op uuid.UUID, slot int) uuid.UUID {
+	name := append(append(op[:], "event"...), strconv.Itoa(slot)...)
+	return uuid.NewSHA1(eventNamespace, name)
+}
+
+// EffectiveAfter is the effective balance after m: balance - reserved - pending.
+func (m *Mutation) EffectiveAfter() int64 {
+	return m.Account.Balance - m.Account.Reserved - m.Account.Pending
+}
+
+// EffectiveBeforeOf is the effective balance before m: the script's figure
+// when it gave one, else derived from what a debit or consume took (neither
+// moves reserved or pending). ok is false when it cannot be known.
+func EffectiveBeforeOf(m *Mutation) (int64, bool) {
+	if m.EffectiveBefore != nil {
+		return *m.EffectiveBefore, true
+	}
+	after := m.EffectiveAfter()
+	switch m.Kind {
+	case MutationDebit:
+		return after + m.mainDebited(), true
+	case MutationConsume:
+		if m.Usage != nil {
+			return after + m.Usage.Charged, true
+		}
+	}
+	return 0, false
+}
+
+// mainDebited is the credit the main entries took (positive).
+func (m *Mutation) mainDebited() int64 {
+	var n int64
+	for _, e := range m.Entries {
+		if e.Role == RoleMain && e.Delta < 0 {
+			n -= e.Delta
+		}
+	}
+	return n
+}
+
+// firstMain is the index of the first main entry, -1 when none.
+func (m *Mutation) firstMain() int {
+	for i, e := range m.Entries {
+		if e.Role == RoleMain {
+			return i
+		}
+	}
+	return -1
+}
+
+// LowBalanceCrossed reports a crossing of threshold: from at-or-above it to
+// below it (addendum 8). A threshold of 0 is off.
+func LowBalanceCrossed(before, after, threshold int64) bool {
+	return threshold > 0 && before >= threshold && after < threshold
+}
+
+// crossingKinds are the operations credit.low_balance and credit.exhausted
+// watch (interface.md: consume, reservation create, commit, adjust).
+func crossingKind(k MutationKind) bool {
+	switch k {
+	case MutationConsume, MutationReserve, MutationCommit, MutationDebit:
+		return true
+	}
+	return false
+}
+
+// EventsOf derives the events a Mutation owes; it is pure, so the persister
+// writes them in the same transaction as the Mutation's ledger entries and a
+// replay derives the same ids. The rules (interface.md "Event kinds and
+// emitters", addendum 8):
+//   - grant: credit.granted (a positive adjust or a grant; ctx.Emitter names
+//     other emitters);
+//   - consume that charged something, commit with usage, debit (negative
+//     adjust): credit.consumed; a consume that charged nothing but ran into
+//     overage fires it too, except under notify (no webhook for overage);
+//   - consume, reserve, commit, debit: credit.low_balance when the effective
+//     balance crosses the threshold downwards, credit.exhausted when it moves
+//     from > 0 to 0; a refused block consume fires credit.exhausted;
+//   - nothing for release, gauge, expiry or load.
+//
+// A Mutation without a Context yields no credit.low_balance (its threshold is
+// unknown here) and a null external_customer_id; the persister fills both in.
+func EventsOf(m Mutation) []Event {
+	var out []Event
+	ext, threshold := (*string)(nil), int64(0)
+	if m.Context != nil {
+		ext = &m.Context.ExternalID
+		threshold = m.Context.ThresholdMC
+	}
+	add := func(slot int, t EventType, data any) {
+		out = append(out, newMutationEvent(m, slot, t, ext, data))
+	}
+	after := m.EffectiveAfter()
+	main := m.firstMain()
+	switch m.Kind {
+	case MutationGrant:
+		if main < 0 {
+			break
+		}
+		e := m.ledgerEntry(main, m.Entries[main])
+		add(SlotMain, EventCreditGranted, GrantedData{TransactionID: e.ID, Credits: e.Delta,
+			Source: e.Source, Reason: e.Reason, BalanceAfter: after, LedgerEntry: e})
+	case MutationDebit:
+		if main < 0 {
+			break
+		}
+		add(SlotMain, EventCreditConsumed, ConsumedData{TransactionID: EntryID(m.OpID, main),
+			Credits: m.mainDebited(), BalanceAfter: after})
+	case MutationConsume, MutationCommit:
+		u := m.Usage
+		if u == nil || u.Refused || main < 0 {
+			break
+		}
+		policy := OveragePolicy("")
+		if m.Context != nil {
+			policy = m.Context.Policy
+		}
+		if u.Charged > 0 || (u.Overage > 0 && policy != OveragePolicyNotify) {
+			metric, units := u.Metric, u.Units
+			add(SlotMain, EventCreditConsumed, ConsumedData{TransactionID: EntryID(m.OpID, main),
+				BillableMetricKey: &metric, Units: &units, Credits: u.Charged, OverageMC: u.Overage,
+				BalanceAfter: after, ReservationID: u.ReservationID})
+		}
+	}
+	if !crossingKind(m.Kind) {
+		return out
+	}
+	var metric *string
+	if m.Usage != nil && m.Usage.Metric != "" {
+		k := m.Usage.Metric
+		metric = &k
+	} else if m.Reservation != nil && m.Reservation.Metric != "" {
+		k := m.Reservation.Metric
+		metric = &k
+	}
+	if m.Usage != nil && m.Usage.Refused {
+		add(SlotExhausted, EventCreditExhausted, ExhaustedData{BalanceMC: 0, BillableMetricKey: metric})
+		return out
+	}
+	before, ok := EffectiveBeforeOf(&m)
+	if !ok {
+		return out
+	}
+	if LowBalanceCrossed(before, after, threshold) {
+		add(SlotLowBalance, EventCreditLowBalance, LowBalanceData{BalanceMC: after, ThresholdMC: threshold})
+	}
+	if before > 0 && after <= 0 {
+		add(SlotExhausted, EventCreditExhausted, ExhaustedData{BalanceMC: 0, BillableMetricKey: metric})
+	}
+	return out
+}
+
+// LowBalanceEvent is the credit.low_balance event m owes under threshold,
+// for a persister that learns the threshold only after EventsOf (a Mutation
+// without a Context). ok is false when m does not cross it.
+func LowBalanceEvent(m Mutation, threshold int64) (Event, bool) {
+	if !crossingKind(m.Kind) || (m.Usage != nil && m.Usage.Refused) {
+		return Event{}, false
+	}
+	before, ok := EffectiveBeforeOf(&m)
+	after := m.EffectiveAfter()
+	if !ok || !LowBalanceCrossed(before, after, threshold) {
+		return Event{}, false
+	}
+	var ext *string
+	if m.Context != nil {
+		ext = &m.Context.ExternalID
+	}
+	return newMutationEvent(m, SlotLowBalance, EventCreditLowBalance, ext,
+		LowBalanceData{BalanceMC: after, ThresholdMC: threshold}), true
+}
+
+func newMutationEvent(m Mutation, slot int, t EventType, ext *string, data any) Event {
+	customer := m.CustomerID
+	return NewEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, ext, m.At(), m.IdempotencyKey, data)
+}
+
+// NewEvent builds a pending event and its delivered body; the first attempt
+// is due at once (at created).
+func NewEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, customer *uuid.UUID, ext *string,
+	created time.Time, idemKey string, data any) Event {
+	created = created.UTC()
+	payload, err := json.Marshal(Envelope{EventID: id, EventType: t, TenantID: tenant, Environment: env,
+		CustomerID: customer, ExternalCustomerID: ext, CreatedAt: created, IdempotencyKey: idemKey, Data: data})
+	if err != nil {
+		// Every data type above marshals; a failure is a programming error.
+		panic("engine: marshal event payload: " + err.Error())
+	}
+	next := created
+	return Event{ID: id, TenantID: tenant, Environment: env, CustomerID: customer, EventType: t,
+		Payload: payload, Status: EventPending, NextRetryAt: &next, CreatedAt: created}
+}
