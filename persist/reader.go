@@ -136,14 +136,18 @@ func scanAccount(row pgx.Row) (engine.AccountState, error) {
 	st.UpdatedAtMS = updated.UnixMilli()
 	st.Blocks = []engine.MutationBlock{}
 	st.Applied = []engine.Mutation{}
+	st.Reservations = []engine.MutationReservation{}
+	st.Gauges = map[string]int64{}
 	return st, nil
 }
 
 // AccountState reads what a rebuild of customer c needs: the account row,
 // every block with credit left (whether or not past expires_at: the Load
-// script and the expiry sweep judge time), and the operations with an
-// idempotency key applied at or after appliedSince, oldest first. ok is
-// false when the customer has no account row.
+// script and the expiry sweep judge time), the operations with an
+// idempotency key applied at or after appliedSince, oldest first, the
+// reservations still active or finalized within FinalizedHoldWindow (see
+// finalizedSince), and every gauge counter. ok is false when the customer
+// has no account row.
 func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedSince time.Time) (engine.AccountState, bool, error) {
 	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1`,
 		[]any{c.CustomerID}, appliedSince)
@@ -157,9 +161,10 @@ func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedS
 }
 
 // AccountStates returns up to limit account states with customer id
-// greater than after, in customer id order, for creditd rebuild: three
+// greater than after, in customer id order, for creditd rebuild: five
 // queries per page whatever its size (accounts, their live blocks, their
-// recent operations), so walking a million accounts stays cheap.
+// recent operations, their holds, their gauges), so walking a million
+// accounts stays cheap.
 func (s *Store) AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]engine.AccountState, error) {
 	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts
 		WHERE customer_id > $1 ORDER BY customer_id LIMIT $2`, []any{after, limit}, appliedSince)
@@ -178,8 +183,8 @@ func (s *Store) CountAccounts(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// accountStates runs accountSQL and fills each account's blocks and
-// applied operations, all in one repeatable-read snapshot so the three
+// accountStates runs accountSQL and fills each account's blocks, applied
+// operations, holds and gauges, all in one repeatable-read snapshot so the
 // reads agree with each other.
 func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any, appliedSince time.Time) ([]engine.AccountState, error) {
 	var states []engine.AccountState
@@ -251,7 +256,10 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 			st.Applied = append(st.Applied, m)
 			return nil
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		return fillHolds(ctx, tx, index, ids, finalizedSince(appliedSince))
 	})
 	if err != nil {
 		return nil, err
