@@ -22,7 +22,76 @@ type Entitlements struct {
 	credits   *Credits
 	hot       HotStore
 	clock     Clock
+	plans     PlanView
 }
+
+// PlanView tells the entitlement service what a customer's subscription
+// grants; until subscriptions exist, every value is the metric default.
+type PlanView interface {
+	// ForCustomer returns the facts of the customer's live subscription, or
+	// nil when it has none. Implementations cache (the hot path calls it).
+	ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error)
+}
+
+// SubscriptionFacts is what a live subscription says on a check.
+type SubscriptionFacts struct {
+	Status   string
+	PlanName string
+	// AllowUsage is false while past_due on a variant that forbids usage
+	// while overdue (addendum 6).
+	AllowUsage bool
+	// Values maps a metric key to its value: a live override, else the
+	// variant entitlement (addendum 5 resolution order).
+	Values map[string]json.RawMessage
+}
+
+// SetPlanView plugs subscriptions into checks, consumes and holds.
+func (s *Entitlements) SetPlanView(pv PlanView) { s.plans = pv }
+
+// facts is the customer's subscription facts, nil without a plan view or
+// subscription.
+func (s *Entitlements) facts(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
+	if s.plans == nil {
+		return nil, nil
+	}
+	return s.plans.ForCustomer(ctx, c)
+}
+
+// value is the metric's value for a customer: subscription (override or
+// variant) first, else the metric default.
+func value(f *SubscriptionFacts, m BillableMetric) json.RawMessage {
+	if f != nil {
+		if v, ok := f.Values[m.Key]; ok {
+			return v
+		}
+	}
+	return m.DefaultValue
+}
+
+// meteredDenied reports whether the subscription keeps the customer from a
+// metered metric: usage while overdue is off, or the variant says
+// {enabled: false} for it.
+func meteredDenied(f *SubscriptionFacts, key string) bool {
+	if f == nil {
+		return false
+	}
+	if !f.AllowUsage {
+		return true
+	}
+	if v, ok := f.Values[key]; ok {
+		var e struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if json.Unmarshal(v, &e) == nil && e.Enabled != nil && !*e.Enabled {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrUsageNotAllowed: the subscription forbids usage now (past_due without
+// allow_usage_while_overdue, or the plan denies the metric).
+var ErrUsageNotAllowed = &Error{Kind: KindConflict, Detail: "the customer's subscription does not allow this usage now"}
 
 // NewEntitlements returns the entitlement service.
 func NewEntitlements(customers *Customers, metering *Metering, credits *Credits, hot HotStore, clock Clock) *Entitlements {
@@ -105,27 +174,39 @@ func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, re
 	if err != nil {
 		return CheckResult{}, err
 	}
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return CheckResult{}, err
+	}
 	res := CheckResult{Type: mtype, CustomerID: c.ID, BillableMetricKey: metricKey}
+	if f != nil {
+		st := f.Status
+		res.SubscriptionStatus = &st
+	}
 	switch mtype {
 	case MetricMetered:
-		return s.checkMetered(ctx, c, tenant, rule, units, res)
+		res, err = s.checkMetered(ctx, c, tenant, rule, units, res)
+		if err == nil && meteredDenied(f, metricKey) {
+			res.Allowed = false
+		}
+		return res, err
 	case MetricBoolean:
 		var v struct {
 			Enabled bool `json:"enabled"`
 		}
-		_ = json.Unmarshal(m.DefaultValue, &v)
+		_ = json.Unmarshal(value(f, m), &v)
 		res.Enabled, res.Allowed = &v.Enabled, v.Enabled
 	case MetricStatic:
 		var v struct {
 			Config json.RawMessage `json:"config"`
 		}
-		_ = json.Unmarshal(m.DefaultValue, &v)
+		_ = json.Unmarshal(value(f, m), &v)
 		if len(v.Config) == 0 {
 			v.Config = json.RawMessage("{}")
 		}
 		res.Config, res.Allowed = v.Config, true
 	case MetricGauge:
-		capMC := gaugeCap(m)
+		capMC := gaugeCap(value(f, m))
 		var cur int64
 		_, err := withLoad(ctx, s.credits, CustomerKeyOf(c), func() (MutationResult, error) {
 			var e error
@@ -189,11 +270,11 @@ func contextOf(c Customer, t Tenant) MutationContext {
 	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t)}
 }
 
-func gaugeCap(m BillableMetric) int64 {
+func gaugeCap(raw json.RawMessage) int64 {
 	var v struct {
 		Cap int64 `json:"cap"`
 	}
-	_ = json.Unmarshal(m.DefaultValue, &v)
+	_ = json.Unmarshal(raw, &v)
 	return v.Cap
 }
 
@@ -269,7 +350,22 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 	if err != nil {
 		return ConsumeResult{}, err
 	}
+	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
+		return ConsumeResult{}, err
+	}
 	return s.consume(ctx, c, tenant, idem, rule, *in.Units, orEmpty(in.Metadata))
+}
+
+// usageAllowed refuses usage the customer's subscription forbids.
+func (s *Entitlements) usageAllowed(ctx context.Context, c Customer, metricKey string) error {
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return err
+	}
+	if meteredDenied(f, metricKey) {
+		return ErrUsageNotAllowed
+	}
+	return nil
 }
 
 func (s *Entitlements) consume(ctx context.Context, c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) (ConsumeResult, error) {
@@ -463,7 +559,11 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 	if !up {
 		delta = -delta
 	}
-	capMC := gaugeCap(m)
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	capMC := gaugeCap(value(f, m))
 	cmd := GaugeCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, Delta: delta, Cap: capMC,
 		Allow: allow, Context: contextOf(c, tenant)}

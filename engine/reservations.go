@@ -118,6 +118,9 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 		}
 		return ReserveResult{}, err
 	}
+	if err := s.ent.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
+		return ReserveResult{}, err
+	}
 	now := s.ent.clock.Now()
 	cmd := ReserveCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: now, ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
