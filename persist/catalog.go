@@ -16,6 +16,8 @@ import (
 // (addendum 4, interface.md Metering rules). Both are per tenant and
 // environment and are written by the API directly.
 
+var _ engine.Catalog = (*Store)(nil)
+
 // ErrMetricKeyTaken is the 409 of a second billable metric with the same
 // key in one tenant and environment (addendum 4).
 var ErrMetricKeyTaken = &engine.Error{Kind: engine.KindConflict, Field: "key", Detail: "a billable metric with this key exists"}
@@ -44,6 +46,9 @@ func scanMetric(row pgx.Row) (engine.BillableMetric, error) {
 	}
 	m.Environment = engine.Environment(env)
 	m.Type = engine.MetricType(typ)
+	// A NULL default (metered metrics) reads back as JSON null, the form
+	// the engine builds.
+	m.DefaultValue = json.RawMessage("null")
 	if def != nil {
 		m.DefaultValue = json.RawMessage(def)
 	}

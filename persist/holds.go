@@ -19,6 +19,8 @@ import (
 // persister writes in Apply's transaction, and the reads of them (the
 // reservation API and the rebuild).
 
+var _ engine.HoldReader = (*Store)(nil)
+
 func init() {
 	sectionWriters = append(sectionWriters,
 		sectionWriter{name: "reservations", queue: queueReservations},
