@@ -23,6 +23,7 @@ type Entitlements struct {
 	hot       HotStore
 	clock     Clock
 	plans     PlanView
+	snapshots snapshotCache
 }
 
 // PlanView tells the entitlement service what a customer's subscription

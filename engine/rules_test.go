@@ -140,3 +140,28 @@ func TestEntryID(t *testing.T) {
 		t.Fatal("EntryID collides")
 	}
 }
+
+// TestAffordableUnits: the snapshot's affordable_units is the most units
+// whose price fits the effective balance.
+func TestAffordableUnits(t *testing.T) {
+	perUnit := MeteringRule{CostType: CostPerUnit, UnitCost: 7}
+	flat := MeteringRule{CostType: CostFlat, BaseCost: 50}
+	tests := []struct {
+		name      string
+		rule      MeteringRule
+		effective int64
+		want      *int64
+	}{
+		{"per unit floors", perUnit, 100, ms(14)},
+		{"per unit none", perUnit, 6, ms(0)},
+		{"flat covered is unbounded", flat, 50, nil},
+		{"flat not covered", flat, 49, ms(0)},
+		{"empty balance", perUnit, 0, ms(0)},
+	}
+	for _, tt := range tests {
+		got := affordableUnits(tt.rule, tt.effective)
+		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+			t.Fatalf("%s: got %v want %v", tt.name, got, tt.want)
+		}
+	}
+}

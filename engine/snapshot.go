@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SnapshotMaxAge is how old a served snapshot may be (interface.md Limits).
+const SnapshotMaxAge = 30 * time.Second
+
+// Snapshot is a customer's whole entitlement picture (interface.md
+// "Entitlement checks", snapshot).
+type Snapshot struct {
+	CustomerID         uuid.UUID                `json:"customer_id"`
+	Environment        Environment              `json:"environment"`
+	Balance            int64                    `json:"balance"`
+	ReservedBalance    int64                    `json:"reserved_balance"`
+	PendingBalance     int64                    `json:"pending_balance"`
+	EffectiveBalance   int64                    `json:"effective_balance"`
+	SubscriptionStatus *string                  `json:"subscription_status"`
+	PlanName           *string                  `json:"plan_name"`
+	Entitlements       map[string]SnapshotEntry `json:"entitlements"`
+	CachedAt           time.Time                `json:"cached_at"`
+}
+
+// SnapshotEntry is one metric in a snapshot.
+type SnapshotEntry struct {
+	Type                 MetricType      `json:"type"`
+	BillableMetricKey    string          `json:"billable_metric_key"`
+	Allowed              bool            `json:"allowed"`
+	EstimatedCostPerUnit *int64          `json:"estimated_cost_per_unit,omitempty"`
+	AffordableUnits      *int64          `json:"affordable_units,omitempty"`
+	CostType             *CostType       `json:"cost_type,omitempty"`
+	Enabled              *bool           `json:"enabled,omitempty"`
+	Current              *int64          `json:"current,omitempty"`
+	Cap                  *int64          `json:"cap,omitempty"`
+	Headroom             *int64          `json:"headroom,omitempty"`
+	Config               json.RawMessage `json:"config,omitempty"`
+}
+
+// snapshotCache keeps built snapshots per customer for SnapshotMaxAge.
+type snapshotCache struct {
+	mu      sync.Mutex
+	entries map[uuid.UUID]Snapshot
+}
+
+func (c *snapshotCache) get(id uuid.UUID, now time.Time) (Snapshot, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.entries[id]
+	if !ok || now.Sub(s.CachedAt) >= SnapshotMaxAge {
+		return Snapshot{}, false
+	}
+	return s, true
+}
+
+func (c *snapshotCache) put(s Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) > 100_000 {
+		c.entries = map[uuid.UUID]Snapshot{}
+	}
+	c.entries[s.CustomerID] = s
+}
+
+// Forget drops a customer's cached snapshot (an override changed).
+func (c *snapshotCache) Forget(id uuid.UUID) {
+	c.mu.Lock()
+	delete(c.entries, id)
+	c.mu.Unlock()
+}
+
+// ForgetSnapshot drops a customer's cached snapshot, so the next one is
+// built afresh (overrides refresh it at once).
+func (s *Entitlements) ForgetSnapshot(customer uuid.UUID) { s.snapshots.Forget(customer) }
+
+// Snapshot builds (or serves from cache, unless fresh is set) the
+// customer's entitlement picture: one entry per metric the tenant defines.
+// A lenient ref auto-creates the customer; a strict one is 404 when unknown.
+func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, fresh bool) (Snapshot, error) {
+	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	now := s.clock.Now()
+	if !fresh {
+		if snap, ok := s.snapshots.get(c.ID, now); ok {
+			return snap, nil
+		}
+	}
+	key := CustomerKeyOf(c)
+	var acct Account
+	if _, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) {
+		var e error
+		acct, e = s.credits.blocks.Snapshot(ctx, key, now)
+		return MutationResult{}, e
+	}); err != nil {
+		return Snapshot{}, err
+	}
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	metrics, err := s.metering.AllMetrics(ctx, scope)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := Snapshot{CustomerID: c.ID, Environment: c.Environment, Balance: acct.Balance,
+		ReservedBalance: acct.ReservedBalance, PendingBalance: acct.PendingBalance,
+		EffectiveBalance: acct.EffectiveBalance, Entitlements: make(map[string]SnapshotEntry, len(metrics)), CachedAt: now}
+	if f != nil {
+		st, pn := f.Status, f.PlanName
+		snap.SubscriptionStatus, snap.PlanName = &st, &pn
+	}
+	for _, m := range metrics {
+		e, err := s.snapshotEntry(ctx, scope, key, m, f, acct.EffectiveBalance)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Entitlements[m.Key] = e
+	}
+	s.snapshots.put(snap)
+	return snap, nil
+}
+
+func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key CustomerKey, m BillableMetric, f *SubscriptionFacts, effective int64) (SnapshotEntry, error) {
+	e := SnapshotEntry{Type: m.Type, BillableMetricKey: m.Key}
+	switch m.Type {
+	case MetricMetered:
+		r, found, err := s.metering.ActiveRule(ctx, scope, m.Key)
+		if err != nil {
+			return e, err
+		}
+		if !found {
+			return e, nil
+		}
+		ct := r.CostType
+		e.CostType = &ct
+		if per, err := Price(r, 1); err == nil {
+			e.EstimatedCostPerUnit = &per
+			e.Allowed = per <= effective && !meteredDenied(f, m.Key)
+		}
+		e.AffordableUnits = affordableUnits(r, effective)
+	case MetricBoolean:
+		var v struct {
+			Enabled bool `json:"enabled"`
+		}
+		_ = json.Unmarshal(value(f, m), &v)
+		e.Enabled, e.Allowed = &v.Enabled, v.Enabled
+	case MetricStatic:
+		var v struct {
+			Config json.RawMessage `json:"config"`
+		}
+		_ = json.Unmarshal(value(f, m), &v)
+		if len(v.Config) == 0 {
+			v.Config = json.RawMessage("{}")
+		}
+		e.Config, e.Allowed = v.Config, true
+	case MetricGauge:
+		capMC := gaugeCap(value(f, m))
+		cur, err := s.hot.GaugeValue(ctx, key, m.Key)
+		if err != nil {
+			return e, err
+		}
+		head := capMC - cur
+		e.Current, e.Cap, e.Headroom, e.Allowed = &cur, &capMC, &head, head > 0
+	}
+	return e, nil
+}
+
+// affordableUnits is the most units whose price fits in effective: a binary
+// search over Price, which only grows with units. It is nil when the price
+// never outgrows the balance (a flat or free rule the balance covers).
+func affordableUnits(r MeteringRule, effective int64) *int64 {
+	var zero int64
+	if effective <= 0 {
+		if p, err := Price(r, 1); err == nil && p <= effective {
+			return nil
+		}
+		return &zero
+	}
+	fits := func(n int64) bool {
+		p, err := Price(r, n)
+		return err == nil && p <= effective
+	}
+	if fits(math.MaxInt64) {
+		return nil
+	}
+	lo, hi := int64(0), int64(math.MaxInt64)
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return &lo
+}

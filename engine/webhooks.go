@@ -1,0 +1,376 @@
+package engine
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// Delivery limits (interface.md Delivery and Limits; invariant 11).
+const (
+	// MaxDeliveryAttempts is how many failures turn an event into a dead letter.
+	MaxDeliveryAttempts = 7
+	// DeliveryTimeout bounds one attempt, connect to last byte.
+	DeliveryTimeout = 5 * time.Second
+	// MaxStoredResponseBytes is how much of a response body an attempt keeps.
+	MaxStoredResponseBytes = 4096
+	// DeliveryLease is how long a claimed event stays with its worker; a
+	// worker that dies leaves it to be claimed again once the lease lapses.
+	DeliveryLease = 30 * time.Second
+	// DefaultDeliveryWorkers is the worker pool size of a process.
+	DefaultDeliveryWorkers = 8
+	// DefaultTenantInFlight caps one tenant's attempts in flight per
+	// process, so a slow endpoint holds at most that many workers.
+	DefaultTenantInFlight = 2
+	// DefaultDeliveryPoll is how often idle workers look for due events.
+	DefaultDeliveryPoll = 200 * time.Millisecond
+	// ErrNoWebhookURL is the last_error of an attempt made while the tenant
+	// has no URL or secret: it counts as a failed attempt.
+	ErrNoWebhookURL = "no webhook URL configured"
+)
+
+// RetryDelays are the delays before attempts 2..7, after the previous
+// attempt (interface.md Delivery 3); the first attempt is immediate.
+var RetryDelays = [MaxDeliveryAttempts - 1]time.Duration{
+	30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 8 * time.Hour, 24 * time.Hour,
+}
+
+// EventStore is the durable event record (Postgres).
+type EventStore interface {
+	// InsertEvent writes a pending event unless its id exists.
+	InsertEvent(ctx context.Context, e Event) error
+	// ClaimDue leases up to limit events due at now (pending or failed,
+	// next_retry_at <= now, no live lease) until now+lease, at most perTenant
+	// of any one tenant and none of the tenants in skip. Each claimed event
+	// carries its lease token in the returned Claim; safe across processes.
+	ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]Claim, error)
+	// RecordAttempt stores one attempt and the event's new state, provided
+	// the claim's lease is still the event's; ok is false when it was not
+	// (the attempt is dropped: another worker owns the event now).
+	RecordAttempt(ctx context.Context, c Claim, a Attempt) (ok bool, err error)
+	// ListEvents pages a tenant's events (both environments) newest first.
+	ListEvents(ctx context.Context, tenant uuid.UUID, q EventQuery) (Page[Event], error)
+	// Redeliver moves a dead letter back to pending with attempts 0, due at
+	// now. Errors: ErrNotFound (unknown or another tenant's), ErrNotDeadLetter.
+	Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (Event, error)
+}
+
+// ErrNotDeadLetter: redeliver of an event that is not a dead letter.
+var ErrNotDeadLetter = &Error{Kind: KindConflict, Detail: "only a dead_letter event can be redelivered"}
+
+// Claim is one leased event.
+type Claim struct {
+	Event Event
+	Lease uuid.UUID
+}
+
+// Attempt is the outcome of one delivery attempt and the state it leads to.
+type Attempt struct {
+	At           time.Time
+	StatusCode   *int
+	ResponseBody string
+	Error        *string
+	DurationMS   int64
+	// Status, NextRetryAt, LastError, DeliveredAt are the event's new state;
+	// Attempts is its new attempt count.
+	Status      EventStatus
+	Attempts    int
+	NextRetryAt *time.Time
+	LastError   *string
+	DeliveredAt *time.Time
+}
+
+// EventQuery filters the events list.
+type EventQuery struct {
+	Status    string
+	EventType string
+	Cursor    string
+	Limit     int
+}
+
+// TenantReader reads a tenant afresh (the webhook URL and current secret).
+type TenantReader interface {
+	GetTenant(ctx context.Context, id uuid.UUID) (Tenant, error)
+}
+
+// SendResult is what an endpoint answered.
+type SendResult struct {
+	StatusCode int // 0 when no response arrived
+	Body       []byte
+	// Err is the transport error; Timeout marks it a timeout.
+	Err     error
+	Timeout bool
+}
+
+// Sender posts one signed body (internal/sender on net/http).
+type Sender interface {
+	Send(ctx context.Context, url string, headers map[string]string, body []byte) SendResult
+}
+
+// Sign is the Standard Webhooks signature header value of body (addendum
+// 9): "v1," + base64 HMAC-SHA256 keyed by the base64-decoded part of a
+// whsec_ secret, over "{id}.{timestamp}.{body}".
+func Sign(secret, id string, timestamp int64, body []byte) (string, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return "", fmt.Errorf("engine: webhook secret is not base64: %w", err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id))
+	mac.Write([]byte{'.'})
+	mac.Write([]byte(strconv.FormatInt(timestamp, 10)))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// Webhooks is the webhook service: the events list, redelivery, test pings
+// and the delivery worker pool.
+type Webhooks struct {
+	store   EventStore
+	tenants TenantReader
+	sender  Sender
+	clock   Clock
+	log     zerolog.Logger
+
+	// Workers is the pool size (DefaultDeliveryWorkers when 0).
+	Workers int
+	// TenantInFlight caps one tenant's attempts in flight (DefaultTenantInFlight when 0).
+	TenantInFlight int
+	// Poll is how often the pool looks for due events (DefaultDeliveryPoll when 0).
+	Poll time.Duration
+}
+
+// NewWebhooks returns the webhook service.
+func NewWebhooks(store EventStore, tenants TenantReader, sender Sender, clock Clock, log zerolog.Logger) *Webhooks {
+	return &Webhooks{store: store, tenants: tenants, sender: sender, clock: clock, log: log}
+}
+
+// ListEventsInput is the query of GET /v1/webhooks/events.
+type ListEventsInput = EventQuery
+
+// List pages the tenant's events newest first, both environments. An
+// unknown status matches nothing. Errors: 400 bad cursor.
+func (w *Webhooks) List(ctx context.Context, scope Scope, in ListEventsInput) (Page[Event], error) {
+	return w.store.ListEvents(ctx, scope.TenantID, in)
+}
+
+// Redeliver requeues a dead letter for a fresh 7-attempt schedule. Errors:
+// 422 id not a UUID, 404, 409 not a dead letter.
+func (w *Webhooks) Redeliver(ctx context.Context, scope Scope, rawID string) (Event, error) {
+	id, err := uuid.Parse(rawID)
+	if err != nil {
+		return Event{}, Invalid("id", "id must be a UUID")
+	}
+	e, err := w.store.Redeliver(ctx, scope.TenantID, id, w.clock.Now())
+	if errors.Is(err, ErrNotFound) {
+		return Event{}, NotFound("webhook event not found")
+	}
+	return e, err
+}
+
+// TestResult is the 202 body of POST /v1/webhooks/test.
+type TestResult struct {
+	EventID   uuid.UUID   `json:"event_id"`
+	EventType EventType   `json:"event_type"`
+	Status    EventStatus `json:"status"`
+}
+
+// Test queues a test.ping. Errors: 409 without a URL or secret.
+func (w *Webhooks) Test(ctx context.Context, scope Scope, idem Idempotency) (TestResult, error) {
+	t, err := w.tenants.GetTenant(ctx, scope.TenantID)
+	if err != nil {
+		return TestResult{}, err
+	}
+	if t.WebhookURL == nil || *t.WebhookURL == "" || t.WebhookSecret == nil || *t.WebhookSecret == "" {
+		return TestResult{}, Conflict("no webhook URL or signing secret is configured")
+	}
+	e := NewEvent(uuid.Must(uuid.NewV7()), EventTestPing, scope.TenantID, scope.Environment, nil, nil,
+		w.clock.Now(), idem.Key, PingData{Message: "ping"})
+	if err := w.store.InsertEvent(ctx, e); err != nil {
+		return TestResult{}, err
+	}
+	return TestResult{EventID: e.ID, EventType: e.EventType, Status: e.Status}, nil
+}
+
+// Run delivers due events until ctx ends: one dispatcher claims events for
+// free workers, never more than TenantInFlight per tenant, and looks again
+// every Poll or as soon as a worker frees up.
+func (w *Webhooks) Run(ctx context.Context) {
+	workers, perTenant, poll := w.Workers, w.TenantInFlight, w.Poll
+	if workers <= 0 {
+		workers = DefaultDeliveryWorkers
+	}
+	if perTenant <= 0 {
+		perTenant = DefaultTenantInFlight
+	}
+	if poll <= 0 {
+		poll = DefaultDeliveryPoll
+	}
+	jobs := make(chan Claim)
+	freed := make(chan uuid.UUID, workers)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range jobs {
+				w.Deliver(ctx, c)
+				freed <- c.Event.TenantID
+			}
+		}()
+	}
+	defer func() {
+		close(jobs)
+		wg.Wait()
+	}()
+
+	inFlight := map[uuid.UUID]int{}
+	busy := 0
+	ticker := time.NewTicker(poll)
+	defer ticker.Stop()
+	for {
+		if busy < workers {
+			skip := make([]uuid.UUID, 0, len(inFlight))
+			for t, n := range inFlight {
+				if n > 0 {
+					skip = append(skip, t)
+				}
+			}
+			claims, err := w.store.ClaimDue(ctx, w.clock.Now(), DeliveryLease, workers-busy, perTenant, skip)
+			if err != nil && ctx.Err() == nil {
+				w.log.Warn().Err(err).Msg("webhooks: claim due events")
+			}
+			// Claims go out in random order so no tenant is always first.
+			rand.Shuffle(len(claims), func(i, j int) { claims[i], claims[j] = claims[j], claims[i] })
+			for _, c := range claims {
+				inFlight[c.Event.TenantID]++
+				busy++
+				select {
+				case jobs <- c:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-freed:
+			w.release(inFlight, t)
+			busy--
+			// Collect every other worker that finished meanwhile.
+			for more := true; more; {
+				select {
+				case t := <-freed:
+					w.release(inFlight, t)
+					busy--
+				default:
+					more = false
+				}
+			}
+		case <-ticker.C:
+		}
+	}
+}
+
+func (w *Webhooks) release(inFlight map[uuid.UUID]int, t uuid.UUID) {
+	if inFlight[t] <= 1 {
+		delete(inFlight, t)
+		return
+	}
+	inFlight[t]--
+}
+
+// Deliver makes one attempt at a claimed event: it reads the tenant's URL and
+// current secret afresh, posts the signed payload, and records the attempt
+// and the event's next state.
+func (w *Webhooks) Deliver(ctx context.Context, c Claim) {
+	a := w.attempt(ctx, c.Event)
+	if ctx.Err() != nil {
+		// Shutting down mid-attempt: the attempt proves nothing about the
+		// endpoint, so it is not counted; the lease lapses and the event is
+		// tried again (at-least-once).
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := w.store.RecordAttempt(rctx, c, a); err != nil {
+		w.log.Warn().Err(err).Str("event_id", c.Event.ID.String()).Msg("webhooks: record attempt")
+	}
+}
+
+// attempt sends the event once and works out its next state.
+func (w *Webhooks) attempt(ctx context.Context, e Event) Attempt {
+	start := time.Now()
+	var a Attempt
+	t, err := w.tenants.GetTenant(ctx, e.TenantID)
+	switch {
+	case err != nil:
+		a.Error = ptrTo("tenant look-up failed: " + err.Error())
+	case t.WebhookURL == nil || *t.WebhookURL == "" || t.WebhookSecret == nil || *t.WebhookSecret == "":
+		a.Error = ptrTo(ErrNoWebhookURL)
+	default:
+		ts := w.clock.Now().Unix()
+		sig, serr := Sign(*t.WebhookSecret, e.ID.String(), ts, e.Payload)
+		if serr != nil {
+			a.Error = ptrTo(serr.Error())
+			break
+		}
+		headers := map[string]string{
+			"Content-Type":      "application/json",
+			"webhook-id":        e.ID.String(),
+			"webhook-timestamp": strconv.FormatInt(ts, 10),
+			"webhook-signature": sig,
+		}
+		res := w.sender.Send(ctx, *t.WebhookURL, headers, e.Payload)
+		body := res.Body
+		if len(body) > MaxStoredResponseBytes {
+			body = body[:MaxStoredResponseBytes]
+		}
+		a.ResponseBody = strings.ToValidUTF8(string(body), "\uFFFD")
+		a.ResponseBody = strings.ReplaceAll(a.ResponseBody, "\x00", "\uFFFD")
+		switch {
+		case res.Err != nil && res.Timeout:
+			a.Error = ptrTo("timeout")
+		case res.Err != nil:
+			a.Error = ptrTo(res.Err.Error())
+		default:
+			code := res.StatusCode
+			a.StatusCode = &code
+		}
+	}
+	a.DurationMS = time.Since(start).Milliseconds()
+	now := w.clock.Now()
+	a.At = now
+	a.Attempts = e.Attempts + 1
+	if a.Error == nil && a.StatusCode != nil && *a.StatusCode >= 200 && *a.StatusCode < 300 {
+		a.Status, a.DeliveredAt = EventDelivered, &now
+		return a
+	}
+	if a.Error != nil {
+		a.LastError = a.Error
+	} else {
+		a.LastError = ptrTo(fmt.Sprintf("HTTP %d", *a.StatusCode))
+	}
+	if a.Attempts >= MaxDeliveryAttempts {
+		a.Status = EventDeadLetter
+		return a
+	}
+	next := now.Add(RetryDelays[a.Attempts-1])
+	a.Status, a.NextRetryAt = EventFailed, &next
+	return a
+}
+
+func ptrTo[T any](v T) *T { return &v }
