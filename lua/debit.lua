@@ -14,6 +14,7 @@
 -- ARGV[9]  amount (decimal, > 0)  ARGV[10] entry type
 -- ARGV[11] entry source, "" for each block's own source
 -- ARGV[12] reason JSON text or "" ARGV[13] entry metadata JSON text or ""
+-- ARGV[14] engine.MutationContext JSON text, "" or absent when none
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
 -- NOSTATE (no account hash), MISMATCH, NOACCOUNT (no money ever moved),
@@ -23,7 +24,7 @@ local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
 local amount, entry_type, entry_source = m_parse(ARGV[9]), ARGV[10], ARGV[11]
-local reason, entry_meta = ARGV[12], ARGV[13]
+local reason, entry_meta, ctx = ARGV[12], ARGV[13], ARGV[14] or ''
 
 if not now or not amount or not m_pos(amount) then
   return redis.error_reply('BADARG now or amount')
@@ -63,6 +64,6 @@ end
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'debit', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now}, a, entries, changed)
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

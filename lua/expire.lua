@@ -22,6 +22,9 @@ local a = acct_read(account_key)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 
 local member = tenant .. '|' .. env .. '|' .. customer
+-- Due blocks already count for nothing, so the effective balance is the
+-- same before and after; eb is written for the persister all the same.
+local _, _, effective = balances(a.blocks, a.rs, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 if #entries == 0 then
@@ -32,6 +35,6 @@ end
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, member, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'expire', tenant = tenant, customer = customer, env = env,
-  idem = '""', rh = '', now = now}, a, entries, changed)
+  idem = '""', rh = '', now = now, eb = effective}, a, entries, changed)
 publish(outbox_key, nil, nil, json)
 return {'new', json}

@@ -18,6 +18,7 @@
 -- ARGV[19] stack_after duration ms ("" without stack_after)
 -- ARGV[20] stack_after fallback "now" or "reject" ("" without stack_after)
 -- ARGV[21] stack_after metadata_match JSON object text
+-- ARGV[22] engine.MutationContext JSON text, "" or absent when none
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
 -- NOSTATE (no account hash), MISMATCH (key used by another request), NOMATCH
@@ -31,6 +32,7 @@ local account_id, entry_type, reason, entry_meta = ARGV[9], ARGV[10], ARGV[11], 
 local block_id, amount, priority, source = ARGV[13], m_parse(ARGV[14]), int_parse(ARGV[15]), ARGV[16]
 local block_meta, expires_arg = ARGV[17], ARGV[18]
 local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
+local ctx = ARGV[22] or ''
 
 if not now or not amount or not m_pos(amount) or not priority then
   return redis.error_reply('BADARG now, amount or priority')
@@ -41,6 +43,7 @@ if not a then return redis.error_reply('NOSTATE no credit state for the customer
 local r = replay(op_key, request_hash)
 if r then return r end
 
+local _, _, effective_before = balances(a.blocks, a.rs, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 
@@ -81,6 +84,6 @@ entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id,
 
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now}, a, entries, changed)
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

@@ -84,6 +84,125 @@ local function m_min(a, b)
   return b
 end
 
+-- Multiplication. A product of two int64 values reaches 2^126, so the
+-- factors are cut into base-1e6 digits: a digit product stays below 1e12
+-- and a column sums at most four of them (< 2^53), so every step is exact.
+local MUL_BASE = 1000000
+
+-- m_digits6 is non-negative a in base-1e6 digits, least significant first.
+local function m_digits6(a)
+  local s, d = m_fmt(a), {}
+  local i = #s
+  while i >= 1 do
+    local j = math.max(1, i - 5)
+    d[#d + 1] = tonumber(string.sub(s, j, i))
+    i = j - 1
+  end
+  return d
+end
+
+-- m_mul is a * b as engine's mulChecked: zero when either factor is zero,
+-- else nil (overflow) when either is negative or the product leaves int64.
+local function m_mul(a, b)
+  if m_cmp(a, MONEY_ZERO) == 0 or m_cmp(b, MONEY_ZERO) == 0 then return MONEY_ZERO end
+  if m_cmp(a, MONEY_ZERO) < 0 or m_cmp(b, MONEY_ZERO) < 0 then return nil end
+  local x, y, p = m_digits6(a), m_digits6(b), {}
+  for k = 1, #x + #y do p[k] = 0 end
+  for i = 1, #x do
+    for j = 1, #y do p[i + j - 1] = p[i + j - 1] + x[i] * y[j] end
+  end
+  local carry = 0
+  for k = 1, #p do
+    local v = p[k] + carry
+    carry = math.floor(v / MUL_BASE)
+    p[k] = v - carry * MUL_BASE
+  end
+  -- Back to decimal text: m_parse refuses anything past int64.
+  local parts = {}
+  for k = #p, 1, -1 do
+    local d = i_fmt(p[k])
+    parts[#parts + 1] = string.rep('0', 6 - #d) .. d
+  end
+  return m_parse(table.concat(parts))
+end
+
+-- Pricing terms, as lua.termsArg encodes an engine.RuleTerms:
+--   cost_type|base_cost|unit_cost|mode|tiers
+-- tiers are "up_to:unit_cost:flat_cost" joined by ",", up_to "" for null.
+local function terms_parse(s)
+  if type(s) ~= 'string' then return nil end
+  local f = {}
+  for part in string.gmatch(s .. '|', '([^|]*)|') do f[#f + 1] = part end
+  if #f ~= 5 then return nil end
+  local t = {kind = f[1], base = m_parse(f[2]), unit = m_parse(f[3]), mode = f[4], tiers = {}}
+  if not t.base or not t.unit then return nil end
+  if f[5] ~= '' then
+    for tier in string.gmatch(f[5] .. ',', '([^,]*),') do
+      local up, unit, flat = string.match(tier, '^([^:]*):([^:]*):([^:]*)$')
+      if not up then return nil end
+      local x = {upto = nil, unit = m_parse(unit), flat = m_parse(flat)}
+      if up ~= '' then
+        x.upto = m_parse(up)
+        if not x.upto then return nil end
+      end
+      if not x.unit or not x.flat then return nil end
+      t.tiers[#t.tiers + 1] = x
+    end
+  end
+  return t
+end
+
+local MONEY_ONE = {0, 1}
+local PRICE_OVERFLOW = 'OVERFLOW the cost would not fit in int64'
+
+-- price is engine.Price of units under terms t: flat charges base_cost per
+-- call; per_unit unit_cost x units; tiered graduated prices each tier's
+-- slice plus the flat_cost of every tier reached; tiered volume prices
+-- every unit at the first tier whose up_to (inclusive) holds the total,
+-- plus that tier's flat_cost. It returns the cost, or nil and an error
+-- reply text (OVERFLOW when the cost leaves int64, as Go refuses it).
+local function price(t, units)
+  if m_cmp(units, MONEY_ONE) < 0 then return nil, 'BADARG units must be >= 1' end
+  if t.kind == 'flat' then return t.base end
+  if t.kind == 'per_unit' then
+    local c = m_mul(t.unit, units)
+    if not c then return nil, PRICE_OVERFLOW end
+    return c
+  end
+  if t.kind ~= 'tiered' or #t.tiers == 0 then return nil, 'BADTERMS no price for these terms' end
+  if t.mode == 'volume' then
+    local tier = t.tiers[#t.tiers]
+    for _, cand in ipairs(t.tiers) do
+      if cand.upto == nil or m_cmp(units, cand.upto) <= 0 then
+        tier = cand
+        break
+      end
+    end
+    local c = m_mul(tier.unit, units)
+    if not c then return nil, PRICE_OVERFLOW end
+    c = m_add(c, tier.flat)
+    if not m_fits(c) then return nil, PRICE_OVERFLOW end
+    return c
+  end
+  local total, below = MONEY_ZERO, MONEY_ZERO
+  for _, tier in ipairs(t.tiers) do
+    if m_cmp(units, below) <= 0 then break end
+    local top = units
+    if tier.upto and m_cmp(tier.upto, units) < 0 then top = tier.upto end
+    local slice = m_sub(top, below)
+    if m_pos(slice) then
+      local c = m_mul(tier.unit, slice)
+      if not c then return nil, PRICE_OVERFLOW end
+      total = m_add(total, c)
+      if not m_fits(total) then return nil, PRICE_OVERFLOW end
+      total = m_add(total, tier.flat)
+      if not m_fits(total) then return nil, PRICE_OVERFLOW end
+      below = top
+    end
+  end
+  return total
+end
+
 -- int_parse reads an integral ARGV (ms, versions, priorities); nil if not one.
 local function int_parse(s)
   if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') then return nil end
@@ -178,6 +297,186 @@ local function entry_json(role, delta, typ, src, block_id, reason, meta)
   return s .. '}'
 end
 
+-- entry_obj is one engine.MutationEntry from the table e: role, delta
+-- (money) and type, and optionally src and block (null when absent), metric,
+-- units (money), ref, overage (money), reason and meta (JSON text or '').
+local function entry_obj(e)
+  local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. j_str(e.type) ..
+    ',"source":' .. (e.src and j_str(e.src) or 'null') .. ',"block":' .. (e.block and j_str(e.block) or 'null')
+  if e.metric then s = s .. ',"metric":' .. j_str(e.metric) end
+  if e.units then s = s .. ',"units":' .. m_fmt(e.units) end
+  if e.ref then s = s .. ',"ref":' .. j_str(e.ref) end
+  if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
+  if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
+  if e.meta and e.meta ~= '' then s = s .. ',"meta":' .. e.meta end
+  return s .. '}'
+end
+
+-- usage_json is an engine.MutationUsage; res_id is nil outside a commit.
+local function usage_json(metric, units, cost, charged, overage, refused, res_id)
+  local s = '{"metric":' .. j_str(metric) .. ',"units":' .. m_fmt(units) .. ',"cost":' .. m_fmt(cost) ..
+    ',"charged":' .. m_fmt(charged) .. ',"overage":' .. m_fmt(overage)
+  if refused then s = s .. ',"refused":true' end
+  if res_id then s = s .. ',"reservation":' .. j_str(res_id) end
+  return s .. '}'
+end
+
+-- Reservation encoding (the value of field "r:<reservation id>"), eleven
+-- fields joined by "|", the last one free text:
+--   status|est units|est cost|expires|created|finalized|actual units|actual cost|released|metric|meta
+-- status one letter (a active, c committed, r released, e expired); money
+-- and units in decimal; instants in Unix ms base 36 (finalized "" while
+-- active); actual units and cost "" until committed; released the money
+-- the hold returned; metric a metric key (never holds "|"); meta the
+-- metadata JSON, "" when empty. A finalized reservation stays RES_KEEP_MS,
+-- so a second commit or release still answers 409 without Postgres.
+local RES_KEEP_MS = 24 * 3600 * 1000
+local RES_CODE = {active = 'a', committed = 'c', released = 'r', expired = 'e'}
+local RES_NAME = {}
+for name, code in pairs(RES_CODE) do RES_NAME[code] = name end
+
+local function res_dec(id, raw)
+  local p, pos = {}, 1
+  for i = 1, 10 do
+    local j = string.find(raw, '|', pos, true)
+    p[i] = string.sub(raw, pos, j - 1)
+    pos = j + 1
+  end
+  local r = {id = id, status = RES_NAME[p[1]], est_units = m_parse(p[2]), est_cost = m_parse(p[3]),
+    expires = b36_dec(p[4]), created = b36_dec(p[5]), released = m_parse(p[9]), metric = p[10],
+    meta = string.sub(raw, pos)}
+  if p[6] ~= '' then r.final = b36_dec(p[6]) end
+  if p[7] ~= '' then r.act_units = m_parse(p[7]) end
+  if p[8] ~= '' then r.act_cost = m_parse(p[8]) end
+  return r
+end
+
+local function res_enc(r)
+  local final, au, ac = '', '', ''
+  if r.final then final = b36_enc(r.final) end
+  if r.act_units then au = m_fmt(r.act_units) end
+  if r.act_cost then ac = m_fmt(r.act_cost) end
+  return RES_CODE[r.status] .. '|' .. m_fmt(r.est_units) .. '|' .. m_fmt(r.est_cost) .. '|' ..
+    b36_enc(r.expires) .. '|' .. b36_enc(r.created) .. '|' .. final .. '|' .. au .. '|' .. ac .. '|' ..
+    m_fmt(r.released) .. '|' .. r.metric .. '|' .. r.meta
+end
+
+-- res_json is r as an engine.MutationReservation.
+local function res_json(r)
+  local s = '{"id":' .. j_str(r.id) .. ',"metric":' .. j_str(r.metric) .. ',"est_units":' .. m_fmt(r.est_units) ..
+    ',"est_cost":' .. m_fmt(r.est_cost)
+  if r.act_units then s = s .. ',"act_units":' .. m_fmt(r.act_units) end
+  if r.act_cost then s = s .. ',"act_cost":' .. m_fmt(r.act_cost) end
+  s = s .. ',"released":' .. m_fmt(r.released) .. ',"status":"' .. r.status .. '","expires":' .. i_fmt(r.expires) ..
+    ',"created":' .. i_fmt(r.created)
+  if r.final and r.status == 'committed' then s = s .. ',"committed":' .. i_fmt(r.final) end
+  if r.final and r.status ~= 'committed' then s = s .. ',"released_at":' .. i_fmt(r.final) end
+  if r.meta ~= '' then s = s .. ',"meta":' .. r.meta end
+  return s .. '}'
+end
+
+-- res_stale: the encoded reservation was finalized RES_KEEP_MS or more ago.
+local function res_stale(raw, now)
+  if string.sub(raw, 1, 1) == 'a' then return false end
+  local r = res_dec('', raw)
+  return r.final ~= nil and r.final + RES_KEEP_MS <= now
+end
+
+-- res_member is the partition hold-expiry zset member of a reservation.
+local function res_member(tenant, env, customer, id)
+  return tenant .. '|' .. env .. '|' .. customer .. '|' .. id
+end
+
+-- json_members splits JSON object text into its members {key text, value
+-- text}, both raw (values keep their exact digits, which a cjson round trip
+-- would not); nil when s is not an object.
+local function json_members(s)
+  local out, i, n = {}, 1, #s
+  local function ch() return string.sub(s, i, i) end
+  local function ws() i = string.find(s, '[^ \t\r\n]', i) or (n + 1) end
+  -- str_end is the index of the quote closing the string opening at j.
+  local function str_end(j)
+    j = j + 1
+    while j <= n do
+      local c = string.sub(s, j, j)
+      if c == '\\' then j = j + 2 elseif c == '"' then return j else j = j + 1 end
+    end
+    return nil
+  end
+  ws()
+  if ch() ~= '{' then return nil end
+  i = i + 1
+  ws()
+  if ch() == '}' then return out end
+  while true do
+    ws()
+    if ch() ~= '"' then return nil end
+    local ke = str_end(i)
+    if not ke then return nil end
+    local key = string.sub(s, i, ke)
+    i = ke + 1
+    ws()
+    if ch() ~= ':' then return nil end
+    i = i + 1
+    ws()
+    local vs, depth = i, 0
+    while i <= n do
+      local c = ch()
+      if c == '"' then
+        local e = str_end(i)
+        if not e then return nil end
+        i = e + 1
+      elseif c == '{' or c == '[' then
+        depth = depth + 1
+        i = i + 1
+      elseif c == '}' or c == ']' then
+        if depth == 0 then break end
+        depth = depth - 1
+        i = i + 1
+      elseif c == ',' and depth == 0 then
+        break
+      else
+        i = i + 1
+      end
+    end
+    local val = string.match(string.sub(s, vs, i - 1), '^(.-)%s*$')
+    if val == '' then return nil end
+    out[#out + 1] = {key, val}
+    if ch() == ',' then
+      i = i + 1
+    elseif ch() == '}' then
+      return out
+    else
+      return nil
+    end
+  end
+end
+
+-- meta_merge is the stored metadata object with the keys of incoming
+-- added or replaced (both JSON text, '' when empty); nil when either is
+-- not a JSON object. Keys compare decoded, so differently escaped
+-- spellings of one key are one key.
+local function meta_merge(stored, incoming)
+  if incoming == '' then return stored end
+  if stored == '' then return incoming end
+  local a, b = json_members(stored), json_members(incoming)
+  if not a or not b then return nil end
+  local pos = {}
+  for i, m in ipairs(a) do pos[cjson.decode(m[1])] = i end
+  for _, m in ipairs(b) do
+    local k = cjson.decode(m[1])
+    if pos[k] then
+      a[pos[k]] = m
+    else
+      a[#a + 1] = m
+      pos[k] = #a
+    end
+  end
+  local parts = {}
+  for i, m in ipairs(a) do parts[i] = m[1] .. ':' .. m[2] end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+
 -- deep_eq compares two decoded JSON values (objects key by key).
 local function deep_eq(x, y)
   if type(x) ~= type(y) then return false end
@@ -204,11 +503,18 @@ end
 local function acct_read(key)
   local raw = redis.call('HGETALL', key)
   if #raw == 0 then return nil end
-  local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {}}
+  local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
+    res = {}, res_dirty = {}, gauges = {}}
   for i = 1, #raw, 2 do
     local f, v = raw[i], raw[i + 1]
-    if string.sub(f, 1, 2) == 'b:' then
+    local kind = string.sub(f, 1, 2)
+    if kind == 'b:' then
       a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+    elseif kind == 'r:' then
+      -- Reservations stay encoded until a script asks for one (res_get).
+      a.res[string.sub(f, 3)] = v
+    elseif kind == 'g:' then
+      a.gauges[string.sub(f, 3)] = v
     elseif f == 'v' or f == 'ua' then
       a[f] = tonumber(v)
     elseif f == 'rs' or f == 'le' then
@@ -276,6 +582,28 @@ local function expire_due(a, now, entries, changed)
   end
 end
 
+-- drain takes amount from a's started live blocks in spend order
+-- (engine.SpendOrder), appending each block touched to changed; it returns
+-- the draws {b = block, take = money}. The caller has checked that the
+-- blocks hold amount.
+local function drain(a, now, amount, changed)
+  local spendable = {}
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
+  end
+  table.sort(spendable, spends_before)
+  local draws, left = {}, amount
+  for _, b in ipairs(spendable) do
+    if not m_pos(left) then break end
+    local take = m_min(b.rem, left)
+    b.rem = m_sub(b.rem, take)
+    left = m_sub(left, take)
+    draws[#draws + 1] = {b = b, take = take}
+    changed[#changed + 1] = b
+  end
+  return draws
+end
+
 -- replay answers a retried idempotency key: nil when op_key is absent or
 -- unused, else the reply to return (the stored Mutation, or MISMATCH when it
 -- was produced by another request).
@@ -304,10 +632,12 @@ local function zset_sync(zkey, member, blocks)
   end
 end
 
--- acct_commit writes the account fields and the changed blocks (emptied
--- ones are deleted: Postgres keeps their history), then the expiry zset.
+-- acct_commit writes the account fields, the changed blocks (emptied ones
+-- are deleted: Postgres keeps their history) and the changed reservations,
+-- drops reservations finalized more than RES_KEEP_MS ago, then syncs the
+-- expiry zset.
 local function acct_commit(akey, zkey, member, a, changed, now)
-  redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now))
+  redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now))
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
       redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
@@ -315,12 +645,22 @@ local function acct_commit(akey, zkey, member, a, changed, now)
       redis.call('HDEL', akey, 'b:' .. b.id)
     end
   end
+  for id, raw in pairs(a.res) do
+    if a.res_dirty[id] then
+      redis.call('HSET', akey, 'r:' .. id, raw)
+    elseif res_stale(raw, now) then
+      redis.call('HDEL', akey, 'r:' .. id)
+    end
+  end
   zset_sync(zkey, member, a.blocks)
 end
 
 -- mutation_json builds the engine.Mutation of a change (account figures at
 -- now, after it); m holds op, kind, tenant, customer, env, idem (JSON text),
--- rh, now, the account a, entries and changed blocks.
+-- rh, now and optionally ctx (engine.MutationContext JSON text from Go,
+-- spliced as is), eb (effective balance before the change, money) and
+-- extra (more members: ',"usage":{...}'); then the account a, entries and
+-- changed blocks.
 local function mutation_json(m, a, entries, changed)
   local bal, pend = balances(a.blocks, a.rs, m.now)
   local bj = {}
@@ -330,7 +670,9 @@ local function mutation_json(m, a, entries, changed)
     ',"rh":' .. j_str(m.rh) .. ',"at":' .. i_fmt(m.now) ..
     ',"account":{"id":' .. j_str(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m_fmt(bal) ..
     ',"reserved":' .. m_fmt(a.rs) .. ',"pending":' .. m_fmt(pend) .. ',"lifetime_earned":' .. m_fmt(a.le) ..
-    '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']}'
+    '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
+    ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
+    (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') .. '}'
 end
 
 -- publish appends the Mutation to the partition outbox and, under an
