@@ -161,7 +161,14 @@ func TestAffordableUnits(t *testing.T) {
 	for _, tt := range tests {
 		got := affordableUnits(tt.rule, tt.effective)
 		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
-			t.Fatalf("%s: got %v want %v", tt.name, got, tt.want)
+			t.Fatalf("%s: got %v want %v", tt.name, deref(got), deref(tt.want))
 		}
 	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

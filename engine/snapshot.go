@@ -193,7 +193,7 @@ func affordableUnits(r MeteringRule, effective int64) *int64 {
 	}
 	lo, hi := int64(0), int64(math.MaxInt64)
 	for lo < hi {
-		mid := lo + (hi-lo+1)/2
+		mid := lo + (hi-lo)/2 + 1 // never overflows, unlike (hi-lo+1)/2
 		if fits(mid) {
 			lo = mid
 		} else {
