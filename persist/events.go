@@ -1,0 +1,311 @@
+package persist
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+var _ engine.EventStore = (*Store)(nil)
+
+func init() {
+	sectionWriters = append(sectionWriters, sectionWriter{name: "events", queue: queueEvents})
+}
+
+// insertMutationEventsSQL writes the events of a batch of Mutations. A
+// Mutation without a Context (the grant and debit scripts carry none) has
+// its external id, and its threshold for the low-balance candidate row
+// (low), read from the customer and tenant rows in the same statement: the
+// candidate is kept only when it crosses that threshold.
+const insertMutationEventsSQL = `INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
+SELECT e.id, e.tenant, e.env, e.customer, e.type,
+	CASE
+		WHEN NOT e.fill THEN e.payload::jsonb
+		WHEN e.low THEN jsonb_set(jsonb_set(e.payload::jsonb, '{external_customer_id}',
+			COALESCE(to_jsonb(c.external_id), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb(th.v))
+		ELSE jsonb_set(e.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))
+	END,
+	'pending', 0, e.at, e.at
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
+	$8::bool[], $9::bool[], $10::bigint[], $11::bigint[])
+	AS e(id, tenant, env, customer, type, payload, at, fill, low, eb, ea)
+LEFT JOIN customers c ON e.fill AND c.id = e.customer
+LEFT JOIN tenants t ON e.fill AND t.id = e.tenant
+CROSS JOIN LATERAL (SELECT COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0) AS v) th
+WHERE NOT e.low OR (th.v > 0 AND e.eb >= th.v AND e.ea < th.v)
+ORDER BY e.id
+ON CONFLICT (id) DO NOTHING`
+
+// eventRow is one event row of insertMutationEventsSQL.
+type eventRow struct {
+	e         engine.Event
+	fill, low bool
+	eb, ea    int64
+}
+
+// queueEvents is the events section of Apply: every event the batch's
+// Mutations owe (engine.EventsOf), inserted once (ON CONFLICT DO NOTHING),
+// pending and due at once.
+func queueEvents(b *pgx.Batch, ms []engine.Mutation) error {
+	var rows []eventRow
+	for _, m := range ms {
+		fill := m.Context == nil
+		for _, e := range engine.EventsOf(m) {
+			rows = append(rows, eventRow{e: e, fill: fill})
+		}
+		if !fill {
+			continue
+		}
+		// The threshold is unknown here: queue the candidate and let the
+		// statement keep it only if it crosses.
+		eb, ok := engine.EffectiveBeforeOf(&m)
+		ea := m.EffectiveAfter()
+		if !ok || eb <= 0 || ea >= eb || (m.Usage != nil && m.Usage.Refused) {
+			continue
+		}
+		if ev, crossed := engine.LowBalanceEvent(m, eb); crossed {
+			rows = append(rows, eventRow{e: ev, fill: true, low: true, eb: eb, ea: ea})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	sort.Slice(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
+	n := len(rows)
+	var (
+		id, tenant     = make([]uuid.UUID, n), make([]uuid.UUID, n)
+		customer       = make([]*uuid.UUID, n)
+		env, typ, body = make([]string, n), make([]string, n), make([]string, n)
+		at             = make([]time.Time, n)
+		fill, low      = make([]bool, n), make([]bool, n)
+		eb, ea         = make([]int64, n), make([]int64, n)
+	)
+	for i, r := range rows {
+		id[i], tenant[i], customer[i] = r.e.ID, r.e.TenantID, r.e.CustomerID
+		env[i], typ[i], body[i] = string(r.e.Environment), string(r.e.EventType), string(r.e.Payload)
+		at[i], fill[i], low[i], eb[i], ea[i] = r.e.CreatedAt, r.fill, r.low, r.eb, r.ea
+	}
+	b.Queue(insertMutationEventsSQL, id, tenant, env, customer, typ, body, at, fill, low, eb, ea)
+	return nil
+}
+
+// InsertEvent writes one event born outside a Lua script (test.ping,
+// subscription events) unless its id exists.
+func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
+	next := e.CreatedAt
+	if e.NextRetryAt != nil {
+		next = *e.NextRetryAt
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO webhook_events
+		(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'pending', 0, $7, $8)
+		ON CONFLICT (id) DO NOTHING`,
+		e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType), string(e.Payload), next, e.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("persist: insert event: %w", err)
+	}
+	return nil
+}
+
+const eventColumns = `id, tenant_id, environment, customer_id, event_type, payload::text, status, attempts,
+	next_retry_at, last_error, created_at, delivered_at`
+
+func scanEvent(row pgx.Row) (engine.Event, error) {
+	var e engine.Event
+	var env, typ, status, payload string
+	if err := row.Scan(&e.ID, &e.TenantID, &env, &e.CustomerID, &typ, &payload, &status, &e.Attempts,
+		&e.NextRetryAt, &e.LastError, &e.CreatedAt, &e.DeliveredAt); err != nil {
+		return engine.Event{}, err
+	}
+	e.Environment, e.EventType, e.Status = engine.Environment(env), engine.EventType(typ), engine.EventStatus(status)
+	e.Payload = []byte(payload)
+	e.CreatedAt = e.CreatedAt.UTC()
+	e.NextRetryAt = eventTimeUTC(e.NextRetryAt)
+	e.DeliveredAt = eventTimeUTC(e.DeliveredAt)
+	e.Deliveries = []engine.Delivery{}
+	return e, nil
+}
+
+func eventTimeUTC(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// claimDueSQL leases due events fairly: up to $4 per tenant (tenants in $5
+// skipped), each tenant's first before any tenant's second, at most $3 in
+// all; rows another process holds are skipped, and the due conditions are
+// checked again under the row lock so no event is claimed twice.
+const claimDueSQL = `WITH cand AS (
+	SELECT w.id FROM (
+		SELECT DISTINCT tenant_id FROM webhook_events
+		WHERE status IN ('pending', 'failed') AND next_retry_at <= $1 AND NOT (tenant_id = ANY($5::uuid[]))
+	) t
+	CROSS JOIN LATERAL (
+		SELECT e.id, row_number() OVER (ORDER BY e.next_retry_at, e.id) AS rn
+		FROM webhook_events e
+		WHERE e.tenant_id = t.tenant_id AND e.status IN ('pending', 'failed') AND e.next_retry_at <= $1
+			AND (e.locked_until IS NULL OR e.locked_until <= $1)
+		ORDER BY e.next_retry_at, e.id
+		LIMIT $4
+	) w
+	ORDER BY w.rn, random()
+	LIMIT $3
+), locked AS (
+	SELECT id FROM webhook_events
+	WHERE id IN (SELECT id FROM cand) AND status IN ('pending', 'failed') AND next_retry_at <= $1
+		AND (locked_until IS NULL OR locked_until <= $1)
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE webhook_events SET locked_until = $2, lease = $6
+WHERE id IN (SELECT id FROM locked)
+RETURNING ` + eventColumns
+
+// ClaimDue implements engine.EventStore.
+func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]engine.Claim, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if skip == nil {
+		skip = []uuid.UUID{}
+	}
+	token := uuid.New()
+	rows, err := s.pool.Query(ctx, claimDueSQL, now, now.Add(lease), limit, perTenant, skip, token)
+	if err != nil {
+		return nil, fmt.Errorf("persist: claim events: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("persist: claim events: %w", err)
+	}
+	out := make([]engine.Claim, len(evs))
+	for i, e := range evs {
+		out[i] = engine.Claim{Event: e, Lease: token}
+	}
+	return out, nil
+}
+
+// recordAttemptSQL moves the event to its new state and stores the attempt,
+// only while the claim's lease is still the event's.
+const recordAttemptSQL = `WITH upd AS (
+	UPDATE webhook_events SET status = $3, attempts = $4, next_retry_at = $5, last_error = $6,
+		delivered_at = COALESCE($7, delivered_at), locked_until = NULL, lease = NULL
+	WHERE id = $1 AND lease = $2
+	RETURNING id
+)
+INSERT INTO webhook_deliveries (id, event_id, status_code, response_body, error, duration_ms, created_at)
+SELECT $8, id, $9, $10, $11, $12, $13 FROM upd`
+
+// RecordAttempt implements engine.EventStore.
+func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Attempt) (bool, error) {
+	tag, err := s.pool.Exec(ctx, recordAttemptSQL, c.Event.ID, c.Lease, string(a.Status), a.Attempts, a.NextRetryAt,
+		a.LastError, a.DeliveredAt, uuid.Must(uuid.NewV7()), a.StatusCode, a.ResponseBody, a.Error, a.DurationMS, a.At)
+	if err != nil {
+		return false, fmt.Errorf("persist: record attempt: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ListEvents implements engine.EventStore: newest first by (created_at, id),
+// both environments; an unknown status or type simply matches nothing.
+func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.EventQuery) (engine.Page[engine.Event], error) {
+	after, hasAfter, err := decodeCursor(q.Cursor)
+	if err != nil {
+		return engine.Page[engine.Event]{}, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM webhook_events
+		WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
+			AND (NOT $4 OR (created_at, id) < ($5, $6))
+		ORDER BY created_at DESC, id DESC LIMIT $7`,
+		tenant, q.Status, q.EventType, hasAfter, after.at, after.id, limit+1)
+	if err != nil {
+		return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
+	if err != nil {
+		return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+	}
+	page := pageOf(evs, limit, func(e engine.Event) pageKey { return pageKey{at: e.CreatedAt, id: e.ID} })
+	if err := s.attachDeliveries(ctx, page.Data); err != nil {
+		return engine.Page[engine.Event]{}, err
+	}
+	return page, nil
+}
+
+// attachDeliveries fills each event's attempts, oldest first.
+func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(evs))
+	index := make(map[uuid.UUID]int, len(evs))
+	for i, e := range evs {
+		ids[i], index[e.ID] = e.ID, i
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, event_id, status_code, response_body, error, duration_ms, created_at
+		FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY created_at, id`, ids)
+	if err != nil {
+		return fmt.Errorf("persist: read deliveries: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Delivery, error) {
+		var d engine.Delivery
+		var code *int32
+		err := r.Scan(&d.ID, &d.EventID, &code, &d.ResponseBody, &d.Error, &d.DurationMS, &d.CreatedAt)
+		if code != nil {
+			c := int(*code)
+			d.StatusCode = &c
+		}
+		d.CreatedAt = d.CreatedAt.UTC()
+		return d, err
+	})
+	if err != nil {
+		return fmt.Errorf("persist: read deliveries: %w", err)
+	}
+	for _, d := range ds {
+		i := index[d.EventID]
+		evs[i].Deliveries = append(evs[i].Deliveries, d)
+	}
+	return nil
+}
+
+// Redeliver implements engine.EventStore.
+func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (engine.Event, error) {
+	e, err := scanEvent(s.pool.QueryRow(ctx, `UPDATE webhook_events
+		SET status = 'pending', attempts = 0, next_retry_at = $3, locked_until = NULL, lease = NULL
+		WHERE id = $1 AND tenant_id = $2 AND status = 'dead_letter'
+		RETURNING `+eventColumns, id, tenant, now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var one int
+		err := s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return engine.Event{}, engine.ErrNotFound
+		}
+		if err != nil {
+			return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+		}
+		return engine.Event{}, engine.ErrNotDeadLetter
+	}
+	if err != nil {
+		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+	}
+	evs := []engine.Event{e}
+	if err := s.attachDeliveries(ctx, evs); err != nil {
+		return engine.Event{}, err
+	}
+	return evs[0], nil
+}
