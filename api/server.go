@@ -55,6 +55,12 @@ type Config struct {
 	Customers   *engine.Customers
 	Credits     *engine.Credits
 	Idempotency engine.IdempotencyRecords
+
+	// Metering, Entitlements and Reservations serve pricing and the hot path.
+	Metering     *engine.Metering
+	Entitlements *engine.Entitlements
+	Reservations *engine.Reservations
+
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
 	// Metrics, when set, appends more Prometheus text (persister lag and
@@ -81,6 +87,10 @@ type Server struct {
 	bodyLimit int
 	log       zerolog.Logger
 
+	metering     *engine.Metering
+	entitlements *engine.Entitlements
+	reservations *engine.Reservations
+
 	router  *router.Router
 	routes  []*route
 	metrics *httpMetrics
@@ -104,6 +114,7 @@ func New(cfg Config) *Server {
 		metrics:   newHTTPMetrics(),
 		limiter:   newRateLimiter(),
 	}
+	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -229,6 +240,7 @@ func (s *Server) register() {
 	lenient := refParam(false)
 	s.handle("GET", "/v1/customers/{id}/credits/history", optTenant, s.history(lenient))
 	s.handle("GET", "/v1/customers/{id}/overage", optTenant, s.overage(lenient))
+	s.registerPricing()
 
 	if len(s.admin) == 0 {
 		return

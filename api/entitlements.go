@@ -1,0 +1,125 @@
+package api
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// The handlers here are the hot path: tenants call checks and consumes from
+// their own request paths thousands of times a second. They decode, call the
+// engine once and encode; nothing else.
+
+// checkQuery answers GET /v1/entitlements/check?customer_id=&billable_metric_key=&units=.
+// customer_id is own or external id (auto-created); a missing parameter is a
+// 400 naming it.
+func (s *Server) checkQuery(c *call) error {
+	args := c.ctx.QueryArgs()
+	cust := args.Peek("customer_id")
+	if len(cust) == 0 {
+		return errCheckCustomerMissing
+	}
+	metric := args.Peek("billable_metric_key")
+	if len(metric) == 0 {
+		return errCheckMetricMissing
+	}
+	units, err := engine.ParseUnits(string(args.Peek("units")))
+	if err != nil {
+		return err
+	}
+	res, err := s.entitlements.Check(c.reqContext(), c.scope, c.tenant,
+		engine.CustomerRef{Value: string(cust)}, string(metric), units)
+	if err != nil {
+		return err
+	}
+	return c.json(fasthttp.StatusOK, &res)
+}
+
+var (
+	errCheckCustomerMissing = engine.BadRequest("customer_id", "the customer_id query parameter is required")
+	errCheckMetricMissing   = engine.BadRequest("billable_metric_key", "the billable_metric_key query parameter is required")
+)
+
+// checkPath answers GET .../entitlements/{metric}: the check with the
+// customer and metric in the path.
+func (s *Server) checkPath(ref refFunc) endpoint {
+	return func(c *call) error {
+		r, err := ref(c)
+		if err != nil {
+			return err
+		}
+		metric, ok := c.pathParam("metric")
+		if !ok || metric == "" {
+			return engine.NotFound("billable metric not found")
+		}
+		units, err := engine.ParseUnits(string(c.ctx.QueryArgs().Peek("units")))
+		if err != nil {
+			return err
+		}
+		res, err := s.entitlements.Check(c.reqContext(), c.scope, c.tenant, r, metric, units)
+		if err != nil {
+			return err
+		}
+		return c.json(fasthttp.StatusOK, &res)
+	}
+}
+
+// consume answers POST /v1/entitlements/consume with 200 (addendum 7).
+func (s *Server) consume(c *call) error {
+	var in engine.ConsumeInput
+	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+		return err
+	}
+	res, err := s.entitlements.Consume(c.reqContext(), c.scope, c.tenant, c.idem, in)
+	if err != nil {
+		return err
+	}
+	return c.json(fasthttp.StatusOK, &res)
+}
+
+// usageBody is the 200 body of POST /v1/usage.
+type usageBody struct {
+	Results []engine.UsageEventResult `json:"results"`
+}
+
+// usage answers POST /v1/usage: each event is charged as its own consume,
+// so one bad event never fails the others.
+func (s *Server) usage(c *call) error {
+	var in engine.UsageInput
+	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+		return err
+	}
+	res, err := s.entitlements.Usage(c.reqContext(), c.scope, c.tenant, in)
+	if err != nil {
+		return err
+	}
+	if res == nil {
+		res = []engine.UsageEventResult{}
+	}
+	return c.json(fasthttp.StatusOK, usageBody{Results: res})
+}
+
+// moveGauge answers POST .../entitlements/{billable_metric_key}/increment
+// (up) and /decrement with 200; a cap refusal is a 409 whose problem body
+// carries current, cap and shortfall.
+func (s *Server) moveGauge(ref refFunc, up bool) endpoint {
+	return func(c *call) error {
+		r, err := ref(c)
+		if err != nil {
+			return err
+		}
+		metric, ok := c.pathParam("billable_metric_key")
+		if !ok || metric == "" {
+			return engine.NotFound("billable metric not found")
+		}
+		var in engine.GaugeInput
+		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+			return err
+		}
+		res, err := s.entitlements.MoveGauge(c.reqContext(), c.scope, c.tenant, r, metric, up, c.idem, in)
+		if err != nil {
+			return err
+		}
+		return c.json(fasthttp.StatusOK, &res)
+	}
+}
