@@ -60,6 +60,8 @@ type Config struct {
 	Metering     *engine.Metering
 	Entitlements *engine.Entitlements
 	Reservations *engine.Reservations
+	// Webhooks serves the webhook events list, redelivery and test pings.
+	Webhooks *engine.Webhooks
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -90,6 +92,7 @@ type Server struct {
 	metering     *engine.Metering
 	entitlements *engine.Entitlements
 	reservations *engine.Reservations
+	webhooks     *engine.Webhooks
 
 	router  *router.Router
 	routes  []*route
@@ -115,6 +118,7 @@ func New(cfg Config) *Server {
 		limiter:   newRateLimiter(),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
+	s.webhooks = cfg.Webhooks
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -241,6 +245,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/customers/{id}/credits/history", optTenant, s.history(lenient))
 	s.handle("GET", "/v1/customers/{id}/overage", optTenant, s.overage(lenient))
 	s.registerPricing()
+	s.registerWebhooks()
 
 	if len(s.admin) == 0 {
 		return
