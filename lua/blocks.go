@@ -27,6 +27,11 @@ var _ engine.BlockStore = (*Store)(nil)
 // retry could still name.
 const OpRetention = engine.AppliedRetention
 
+// reservationKeep is how long a finalized hold stays in the account hash
+// (prelude.lua RES_KEEP_MS), so a second commit or release still answers
+// 409 without asking Postgres.
+const reservationKeep = 24 * time.Hour
+
 // maxDueExpiries bounds one DueExpiries page whatever the caller asks.
 const maxDueExpiries = 10000
 
@@ -303,7 +308,7 @@ func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) 
 func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Time) (bool, error) {
 	c := st.CustomerID
 	p := Partition(c)
-	keys := []string{s.accountKey(c), s.expiryKey(p)}
+	keys := []string{s.accountKey(c), s.expiryKey(p), s.holdExpiryKey(p)}
 	args := []any{
 		st.TenantID.String(), string(st.Environment), c.String(), st.AccountID,
 		strconv.FormatInt(st.Version, 10), strconv.FormatInt(st.Reserved, 10),
@@ -342,11 +347,69 @@ func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Tim
 		keys = append(keys, s.opKeyOf(c, m.IdempotencyKey))
 		args = append(args, strconv.FormatInt(ttlMS, 10), string(body))
 	}
+	holds, err := reservationArgs(st.Reservations, nowMS)
+	if err != nil {
+		return false, fmt.Errorf("lua: load: %w", err)
+	}
+	args = append(args, holds...)
+	args = append(args, strconv.Itoa(len(st.Gauges)))
+	for metric, n := range st.Gauges {
+		args = append(args, metric, strconv.FormatInt(n, 10))
+	}
 	n, err := loadScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return false, scriptError("load", err)
 	}
 	return n == 1, nil
+}
+
+// reservationArgs are load.lua's reservation values: the count, then 12
+// per hold. Holds finalized a day or more before nowMS are left out (the
+// scripts would drop them at once).
+func reservationArgs(rs []engine.MutationReservation, nowMS int64) ([]any, error) {
+	opt := func(v *int64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatInt(*v, 10)
+	}
+	out := []any{""}
+	n := 0
+	for _, r := range rs {
+		if !r.Status.Valid() {
+			return nil, fmt.Errorf("reservation %s: status %q", r.ID, r.Status)
+		}
+		if err := checkMetric(r.Metric); err != nil {
+			return nil, fmt.Errorf("reservation %s: %w", r.ID, err)
+		}
+		final := ""
+		switch {
+		case r.Status == engine.ReservationActive:
+		case r.Status == engine.ReservationCommitted && r.CommittedMS != nil:
+			final = strconv.FormatInt(*r.CommittedMS, 10)
+		case r.Status != engine.ReservationCommitted && r.ReleasedMS != nil:
+			final = strconv.FormatInt(*r.ReleasedMS, 10)
+		default:
+			return nil, fmt.Errorf("reservation %s: %s without its instant", r.ID, r.Status)
+		}
+		if final != "" {
+			ms, _ := strconv.ParseInt(final, 10, 64)
+			if ms+reservationKeep.Milliseconds() <= nowMS {
+				continue
+			}
+		}
+		meta, err := compactMeta(r.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("reservation %s: %w", r.ID, err)
+		}
+		out = append(out, r.ID.String(), string(r.Status), strconv.FormatInt(r.EstimatedUnits, 10),
+			strconv.FormatInt(r.EstimatedCost, 10), strconv.FormatInt(r.ExpiresMS, 10),
+			strconv.FormatInt(r.CreatedMS, 10), final, opt(r.ActualUnits), opt(r.ActualCost),
+			strconv.FormatInt(r.Released, 10), r.Metric, meta)
+		n++
+	}
+	out[0] = strconv.Itoa(n)
+	return out, nil
 }
 
 // checkSource refuses a source the block encoding cannot hold: its fields

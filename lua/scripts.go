@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -28,12 +29,31 @@ var (
 	snapshotLua string
 	//go:embed load.lua
 	loadLua string
+	//go:embed consume.lua
+	consumeLua string
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed commit.lua
+	commitLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed gauge.lua
+	gaugeLua string
+	//go:embed gauge_value.lua
+	gaugeValueLua string
 
 	grantScript    = withPrelude(grantLua)
 	debitScript    = withPrelude(debitLua)
 	expireScript   = withPrelude(expireLua)
 	snapshotScript = withPrelude(snapshotLua)
 	loadScript     = withPrelude(loadLua)
+	consumeScript  = withPrelude(consumeLua)
+	reserveScript  = withPrelude(reserveLua)
+	commitScript   = withPrelude(commitLua)
+	releaseScript  = withPrelude(releaseLua)
+	gaugeScript    = withPrelude(gaugeLua)
+	// gauge_value.lua is a two-line read: it needs no prelude.
+	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )
 
 func withPrelude(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
@@ -54,19 +74,57 @@ var scriptErrors = map[string]error{
 	"OVERFLOW":     engine.ErrOverflow,
 	"NOMATCH":      engine.ErrStackNoMatch,
 	"MISMATCH":     engine.ErrIdempotencyMismatch,
+	"NOTFOUND":     engine.ErrReservationNotFound,
+	"NOTACTIVE":    engine.ErrReservationNotActive,
+	"EXPIRED":      engine.ErrReservationExpired,
+	"NOTDUE":       ErrReservationNotDue,
+	"BELOWZERO":    engine.ErrGaugeBelowZero,
 }
+
+// ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)
+// of a hold whose expires_at has not passed: nothing changed. It matches
+// engine.ErrReservationNotActive under errors.Is, so a sweep that skips
+// holds no longer active skips it too.
+var ErrReservationNotDue error = notDueError{}
+
+type notDueError struct{}
+
+func (notDueError) Error() string { return "the reservation is not due to expire" }
+func (notDueError) Unwrap() error { return engine.ErrReservationNotActive }
 
 // scriptError turns a script's error reply into the engine error its code
 // names; any other error (network, BADARG from a caller bug) is wrapped.
 func scriptError(script string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		code, _, _ := strings.Cut(rerr.Error(), " ")
+		code, rest, _ := strings.Cut(rerr.Error(), " ")
 		if e, ok := scriptErrors[code]; ok {
 			return e
 		}
+		if code == "GAUGECAP" {
+			if e, ok := gaugeCapError(rest); ok {
+				return e
+			}
+		}
 	}
 	return fmt.Errorf("lua: %s: %w", script, err)
+}
+
+// gaugeCapError reads gauge.lua's "<current> <cap> <shortfall>".
+func gaugeCapError(rest string) (*engine.Error, bool) {
+	f := strings.Fields(rest)
+	if len(f) != 3 {
+		return nil, false
+	}
+	var n [3]int64
+	for i, s := range f {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		n[i] = v
+	}
+	return engine.GaugeCapError(n[0], n[1], n[2]), true
 }
 
 // mutationReply decodes a money script's {status, mutation JSON} reply;

@@ -7,6 +7,7 @@
 package lua
 
 import (
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 
@@ -66,6 +67,17 @@ func (s *Store) outboxKey(p int) string { return s.tag(p) + ":outbox" }
 
 // expiryKey is partition p's customer -> next expiry zset.
 func (s *Store) expiryKey(p int) string { return s.tag(p) + ":exp" }
+
+// holdExpiryKey is partition p's zset of active holds by expires_at (ms);
+// members are "tenant|env|customer|reservation id".
+func (s *Store) holdExpiryKey(p int) string { return s.tag(p) + ":rexp" }
+
+// reservationIndexKey maps a reservation id to its customer. It lives
+// outside the customer's slot (the id alone must find it), spread over 256
+// tags by the id's first byte; a script never touches it.
+func (s *Store) reservationIndexKey(id uuid.UUID) string {
+	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
+}
 
 // idemKey is the tenant's HTTP idempotency record of one key (hashed).
 func (s *Store) idemKey(tenant uuid.UUID, keyHash string) string {

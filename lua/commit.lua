@@ -1,0 +1,88 @@
+-- commit.lua settles an active hold at its actual units
+-- (engine.CommitCommand), priced at the terms current at commit.
+--
+-- Actual units 0: the whole hold returns, one zero-delta "release" entry,
+-- no usage; the status is still committed. Actual units > 0: the cost may
+-- use the hold plus the free effective balance (the effective balance with
+-- the hold released); when it does not fit, INSUFFICIENT and nothing
+-- changes (the hold stays active). Else the hold returns and the cost is
+-- drained from the started blocks in spend order: consumption entries
+-- (metric, actual units, ref = reservation id; one zero-delta entry when
+-- the cost is 0), usage {charged = cost, overage 0, reservation}. Metadata
+-- given with units > 0 is merged into the stored metadata (key by key).
+-- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
+--
+-- KEYS[1..5] as reserve.lua           ARGV[1..9] as reserve.lua
+-- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
+-- ARGV[12] pricing terms ("" allowed with 0 units)
+-- ARGV[13] metadata JSON text or ""
+--
+-- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
+-- NOTFOUND (no such reservation for the customer), NOTACTIVE (already
+-- committed, released or expired), EXPIRED (expires_at reached, not yet
+-- swept), INSUFFICIENT, OVERFLOW, BADTERMS, BADARG.
+local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local res_id, actual, terms_arg, meta = ARGV[10], m_parse(ARGV[11]), ARGV[12], ARGV[13]
+
+if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
+  return redis.error_reply('BADARG now, reservation id or actual units')
+end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local rp = replay(op_key, request_hash)
+if rp then return rp end
+
+local raw = a.res[res_id]
+if not raw then return redis.error_reply('NOTFOUND no such reservation') end
+local r = res_dec(res_id, raw)
+if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
+-- The hold ends at expires_at exactly, the instant the sweep may take it.
+if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
+
+local _, _, effective = balances(a.blocks, a.rs, now)
+local entries, changed = {}, {}
+local cost, usage = MONEY_ZERO, ''
+if m_pos(actual) then
+  local terms = terms_parse(terms_arg)
+  if not terms then return redis.error_reply('BADARG terms') end
+  local err
+  cost, err = price(terms, actual)
+  if not cost then return redis.error_reply(err) end
+  if m_cmp(cost, m_add(effective, r.est_cost)) > 0 then
+    return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+  end
+  local merged = meta_merge(r.meta, meta)
+  if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
+  expire_due(a, now, entries, changed)
+  a.rs = m_sub(a.rs, r.est_cost)
+  local draws = drain(a, now, cost, changed)
+  if #draws == 0 then
+    entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption',
+      metric = r.metric, units = actual, ref = res_id})
+  end
+  for _, d in ipairs(draws) do
+    entries[#entries + 1] = entry_obj({role = 'main', delta = m_neg(d.take), type = 'consumption',
+      src = d.b.src, block = d.b.id, metric = r.metric, units = actual, ref = res_id})
+  end
+  r.meta = merged
+  usage = ',"usage":' .. usage_json(r.metric, actual, cost, cost, MONEY_ZERO, false, res_id)
+else
+  expire_due(a, now, entries, changed)
+  a.rs = m_sub(a.rs, r.est_cost)
+  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
+end
+
+r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
+a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+a.v = a.v + 1
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
+local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage .. ',"res":' .. res_json(r)},
+  a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

@@ -1,0 +1,90 @@
+-- consume.lua prices units of a metric and charges them in one step
+-- (engine.ConsumeCommand), after expiring the blocks that are due, and
+-- appends the Mutation (kind "consume", with a usage section) to the outbox.
+--
+-- Under policy block a cost above the effective balance (balance - reserved
+-- - pending) changes nothing in the account: the script only appends a
+-- refusal record (usage.refused, no entries, the same version, no
+-- idempotency key, so Postgres never takes it for an applied operation)
+-- for credit.exhausted, and answers INSUFFICIENT. Under allow and notify
+-- the charge is min(cost, max(effective, 0)) and the rest is overage.
+--
+-- Entries: one consumption entry per block drained, each with the metric
+-- and the units of the call, the overage on the last one; when nothing is
+-- drained (a zero cost, or no effective balance) one zero-delta consumption
+-- entry without a block records the call and carries the overage.
+--
+-- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
+-- KEYS[2]  partition outbox      {prefix:pNN}:outbox
+-- KEYS[3]  partition expiry zset {prefix:pNN}:exp
+-- KEYS[4]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
+-- ARGV[1..8] as grant.lua (now, op id, tenant, env, customer, idempotency
+--          key JSON text, request hash, op key TTL ms)
+-- ARGV[9]  engine.MutationContext JSON text or ""
+-- ARGV[10] metric key             ARGV[11] units (decimal, >= 1)
+-- ARGV[12] pricing terms (prelude terms_parse)
+-- ARGV[13] policy: block, allow or notify
+-- ARGV[14] entry metadata JSON text or ""
+--
+-- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (the cost leaves
+-- int64), BADTERMS, BADARG.
+local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local metric, units, terms, policy, entry_meta = ARGV[10], m_parse(ARGV[11]), terms_parse(ARGV[12]), ARGV[13], ARGV[14]
+
+if not now or not units or not terms or metric == '' or
+    (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
+  return redis.error_reply('BADARG now, metric, units, terms or policy')
+end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local r = replay(op_key, request_hash)
+if r then return r end
+
+local cost, err = price(terms, units)
+if not cost then return redis.error_reply(err) end
+
+local _, _, effective = balances(a.blocks, a.rs, now)
+local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
+
+if policy == 'block' and m_cmp(effective, cost) < 0 then
+  m.idem, m.rh = '""', ''
+  m.extra = ',"usage":' .. usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil)
+  redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+end
+
+local charge = cost
+if m_cmp(effective, cost) < 0 then
+  charge = MONEY_ZERO
+  if m_pos(effective) then charge = effective end
+end
+local overage = m_sub(cost, charge)
+local overage_field = nil
+if m_pos(overage) then overage_field = overage end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+local draws = drain(a, now, charge, changed)
+if #draws == 0 then
+  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption', metric = metric,
+    units = units, overage = overage_field, meta = entry_meta})
+end
+for i, d in ipairs(draws) do
+  local e = {role = 'main', delta = m_neg(d.take), type = 'consumption', src = d.b.src, block = d.b.id,
+    metric = metric, units = units, meta = entry_meta}
+  if i == #draws then e.overage = overage_field end
+  entries[#entries + 1] = entry_obj(e)
+end
+
+a.v = a.v + 1
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+m.extra = ',"usage":' .. usage_json(metric, units, cost, charge, overage, false, nil)
+local json = mutation_json(m, a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

@@ -1,0 +1,325 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Compile-time check that Store prices, entitles and holds on the hot path.
+var _ engine.HotStore = (*Store)(nil)
+
+const (
+	// maxDueReservations bounds one DueReservations page whatever the caller asks.
+	maxDueReservations = 10000
+	// reservationIndexSlack is how long the reservation -> customer index
+	// outlives a hold's expires_at: the sweep's window plus the 24 h a
+	// finalized hold stays in the account hash, with room to spare.
+	reservationIndexSlack = 48 * time.Hour
+)
+
+// termsArg encodes a rule's pricing fields for the scripts' terms_parse:
+// "cost_type|base_cost|unit_cost|mode|tiers", tiers "up_to:unit_cost:flat_cost"
+// joined by ",", up_to "" for null.
+func termsArg(t engine.RuleTerms) (string, error) {
+	if strings.ContainsAny(string(t.CostType), "|") {
+		return "", fmt.Errorf("cost type %q contains '|'", t.CostType)
+	}
+	var sb strings.Builder
+	sb.WriteString(string(t.CostType))
+	sb.WriteByte('|')
+	sb.WriteString(strconv.FormatInt(t.BaseCost, 10))
+	sb.WriteByte('|')
+	sb.WriteString(strconv.FormatInt(t.UnitCost, 10))
+	sb.WriteByte('|')
+	if t.TierConfig != nil {
+		if strings.ContainsAny(string(t.TierConfig.Mode), "|,:") {
+			return "", fmt.Errorf("tier mode %q contains a separator", t.TierConfig.Mode)
+		}
+		sb.WriteString(string(t.TierConfig.Mode))
+		sb.WriteByte('|')
+		for i, tier := range t.TierConfig.Tiers {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			if tier.UpTo != nil {
+				sb.WriteString(strconv.FormatInt(*tier.UpTo, 10))
+			}
+			sb.WriteByte(':')
+			sb.WriteString(strconv.FormatInt(tier.UnitCost, 10))
+			sb.WriteByte(':')
+			sb.WriteString(strconv.FormatInt(tier.FlatCost, 10))
+		}
+	} else {
+		sb.WriteByte('|')
+	}
+	return sb.String(), nil
+}
+
+// checkMetric refuses a metric key the reservation encoding cannot hold
+// (engine's metric keys never contain "|").
+func checkMetric(metric string) error {
+	if metric == "" || strings.Contains(metric, "|") {
+		return fmt.Errorf("metric key %q is empty or contains '|'", metric)
+	}
+	return nil
+}
+
+// hotArgs are ARGV[1..9] of the hot-path scripts: commonArgs and the
+// request context as JSON.
+func hotArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKey, requestHash string, mc engine.MutationContext) ([]any, error) {
+	args, err := commonArgs(now, op, c, idempotencyKey, requestHash)
+	if err != nil {
+		return nil, err
+	}
+	ctxJSON, err := json.Marshal(mc)
+	if err != nil {
+		return nil, err
+	}
+	return append(args, string(ctxJSON)), nil
+}
+
+// holdKeys are the keys of reserve.lua, commit.lua and release.lua for c:
+// account, outbox, expiry zset, hold-expiry zset and, with an idempotency
+// key, the op key.
+func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
+	p := Partition(c)
+	keys := []string{s.accountKey(c), s.outboxKey(p), s.expiryKey(p), s.holdExpiryKey(p)}
+	if idempotencyKey != "" {
+		keys = append(keys, s.opKeyOf(c, idempotencyKey))
+	}
+	return keys
+}
+
+// Consume prices cmd.Units at cmd.Terms and charges them (consume.lua),
+// after expiring due blocks. Under policy block a cost above the effective
+// balance charges nothing and returns engine.ErrInsufficientCredits (the
+// script still appends a refusal record, usage.refused, to the outbox);
+// under allow and notify the charge takes what the effective balance has
+// and the rest is overage. Errors: ErrInsufficientCredits, ErrOverflow,
+// ErrIdempotencyMismatch, ErrStateMissing, a bad-request error for units < 1.
+func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	if cmd.Units < 1 {
+		return engine.MutationResult{}, engine.BadRequest("units", "units must be >= 1")
+	}
+	if err := checkMetric(cmd.Metric); err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: consume: %w", err)
+	}
+	if !cmd.Policy.Valid() {
+		return engine.MutationResult{}, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
+	}
+	terms, err := termsArg(cmd.Terms)
+	if err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: consume: %w", err)
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	meta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
+	return s.runMoney(ctx, consumeScript, "consume", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms
+// (reserve.lua): reserved_balance rises by it, the hold is stored in the
+// customer's hash and the partition's hold-expiry zset. It then records
+// reservation id -> customer for ReservationCustomer (best effort: a lost
+// record only sends the look-up to Postgres). Errors:
+// ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
+// ErrStateMissing, a bad-request error for units < 1.
+func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	if cmd.EstimatedUnits < 1 {
+		return engine.MutationResult{}, engine.BadRequest("estimated_units", "estimated_units must be >= 1")
+	}
+	if err := checkMetric(cmd.Metric); err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+	}
+	if !cmd.ExpiresAt.After(cmd.Now) {
+		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
+	}
+	if cmd.ReservationID == uuid.Nil {
+		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
+	}
+	terms, err := termsArg(cmd.Terms)
+	if err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	meta, err := jsonText(cmd.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	args = append(args, cmd.ReservationID.String(), cmd.Metric, strconv.FormatInt(cmd.EstimatedUnits, 10), terms,
+		strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), meta)
+	res, err := s.runMoney(ctx, reserveScript, "reserve", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	if err != nil {
+		return res, err
+	}
+	if r := res.Mutation.Reservation; r != nil {
+		ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack
+		_ = s.rdb.Set(ctx, s.reservationIndexKey(r.ID), customerMember(cmd.Customer), ttl).Err()
+	}
+	return res, nil
+}
+
+// Commit settles the active hold cmd.ReservationID at cmd.ActualUnits
+// priced at cmd.Terms (commit.lua): 0 units returns the whole hold; more
+// may use the hold plus the free effective balance, and cmd.Metadata is
+// merged key by key into the stored metadata. Errors:
+// ErrReservationNotFound, ErrReservationNotActive, ErrReservationExpired
+// (expires_at reached, not swept yet), ErrInsufficientCredits (the hold
+// stays active), ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
+func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
+	if cmd.ActualUnits < 0 {
+		return engine.MutationResult{}, engine.Invalid("actual_units", "actual_units must be >= 0")
+	}
+	terms := ""
+	if cmd.ActualUnits > 0 {
+		var err error
+		if terms, err = termsArg(cmd.Terms); err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
+		}
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	meta, err := jsonText(cmd.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ActualUnits, 10), terms, meta)
+	return s.runMoney(ctx, commitScript, "commit", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// Release returns the active hold cmd.ReservationID whole (release.lua):
+// status released, or expired when cmd.Expire (the sweep; only once
+// expires_at has passed). Errors: ErrReservationNotFound,
+// ErrReservationNotActive, ErrReservationNotDue (Expire before expires_at;
+// it also matches ErrReservationNotActive), ErrIdempotencyMismatch,
+// ErrStateMissing.
+func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	expire := "0"
+	if cmd.Expire {
+		expire = "1"
+	}
+	args = append(args, cmd.ReservationID.String(), expire)
+	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// Gauge moves the gauge cmd.Metric by cmd.Delta (gauge.lua). An increment
+// past cmd.Cap is refused unless cmd.Allow; a decrement never goes below
+// zero. Errors: engine.GaugeCapError (current, cap, shortfall),
+// ErrGaugeBelowZero, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
+func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
+	if cmd.Delta == 0 {
+		return engine.MutationResult{}, engine.Invalid("amount", "amount must be >= 1")
+	}
+	if cmd.Metric == "" {
+		return engine.MutationResult{}, errors.New("lua: gauge: no metric")
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	allow := "0"
+	if cmd.Allow {
+		allow = "1"
+	}
+	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Delta, 10), strconv.FormatInt(cmd.Cap, 10), allow)
+	return s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// GaugeValue reads c's counter of metric, 0 when never used
+// (gauge_value.lua, read-only). Errors: engine.ErrStateMissing.
+func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric string) (int64, error) {
+	v, err := gaugeValueScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}, metric).Text()
+	if err != nil {
+		return 0, scriptError("gauge value", err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("lua: gauge value: %w", err)
+	}
+	return n, nil
+}
+
+// DueReservations lists up to limit (at most 10000) active holds of
+// partition p whose expires_at is at or before now, soonest first, from the
+// partition's hold-expiry zset.
+func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]engine.DueReservation, error) {
+	if p < 0 || p >= Partitions {
+		return nil, fmt.Errorf("lua: due reservations: partition %d out of range", p)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	limit = min(limit, maxDueReservations)
+	members, err := s.rdb.ZRangeByScore(ctx, s.holdExpiryKey(p), &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lua: due reservations: %w", err)
+	}
+	out := make([]engine.DueReservation, 0, len(members))
+	for _, m := range members {
+		i := strings.LastIndexByte(m, '|')
+		if i < 0 {
+			return nil, fmt.Errorf("lua: due reservations: partition %d: bad member %q", p, m)
+		}
+		c, err := parseExpiryMember(m[:i])
+		if err != nil {
+			return nil, fmt.Errorf("lua: due reservations: partition %d: %w", p, err)
+		}
+		id, err := uuid.Parse(m[i+1:])
+		if err != nil {
+			return nil, fmt.Errorf("lua: due reservations: partition %d: bad member %q: %w", p, m, err)
+		}
+		out = append(out, engine.DueReservation{Customer: c, ReservationID: id})
+	}
+	return out, nil
+}
+
+// ReservationCustomer finds the customer of hold id from the index Reserve
+// writes; ok is false when the index does not know it (never written,
+// lost, or past its TTL), and the caller asks Postgres.
+func (s *Store) ReservationCustomer(ctx context.Context, id uuid.UUID) (engine.CustomerKey, bool, error) {
+	v, err := s.rdb.Get(ctx, s.reservationIndexKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return engine.CustomerKey{}, false, nil
+	}
+	if err != nil {
+		return engine.CustomerKey{}, false, fmt.Errorf("lua: reservation customer: %w", err)
+	}
+	c, err := parseExpiryMember(v)
+	if err != nil {
+		return engine.CustomerKey{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
+	}
+	return c, true, nil
+}
+
+// customerMember is c as "tenant|env|customer", the form of the expiry
+// zset members.
+func customerMember(c engine.CustomerKey) string {
+	return c.TenantID.String() + "|" + string(c.Environment) + "|" + c.CustomerID.String()
+}

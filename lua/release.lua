@@ -1,0 +1,60 @@
+-- release.lua returns an active hold whole (engine.ReleaseCommand): a
+-- manual release (status released, allowed past expires_at) or the sweep's
+-- expiry (status expired, only once expires_at has passed). One zero-delta
+-- "release" entry (ref = reservation id); the reservation leaves the
+-- hold-expiry zset; the Mutation is kind "release".
+--
+-- KEYS[1..5] as reserve.lua           ARGV[1..9] as reserve.lua
+-- ARGV[10] reservation id             ARGV[11] "1" to expire (the sweep), else "0"
+--
+-- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
+-- NOTFOUND, NOTACTIVE, NOTDUE (expire before expires_at). Only the sweep's
+-- refusals write, and only to the hold-expiry zset: a member whose hold is
+-- gone or finalized is removed, one not due yet gets its true score, so the
+-- sweep does not pick it again.
+local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local res_id, expire = ARGV[10], ARGV[11] == '1'
+
+if not now or res_id == '' then return redis.error_reply('BADARG now or reservation id') end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local rp = replay(op_key, request_hash)
+if rp then return rp end
+
+local member = res_member(tenant, env, customer, res_id)
+local raw = a.res[res_id]
+if not raw then
+  if expire then redis.call('ZREM', rexp_key, member) end
+  return redis.error_reply('NOTFOUND no such reservation')
+end
+local r = res_dec(res_id, raw)
+if r.status ~= 'active' then
+  if expire then redis.call('ZREM', rexp_key, member) end
+  return redis.error_reply('NOTACTIVE the reservation is ' .. r.status)
+end
+if expire and r.expires > now then
+  redis.call('ZADD', rexp_key, i_fmt(r.expires), member)
+  return redis.error_reply('NOTDUE the reservation expires later')
+end
+
+local _, _, effective = balances(a.blocks, a.rs, now)
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+a.rs = m_sub(a.rs, r.est_cost)
+r.status, r.final, r.released = 'released', now, r.est_cost
+if expire then r.status = 'expired' end
+a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
+
+a.v = a.v + 1
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+redis.call('ZREM', rexp_key, member)
+local json = mutation_json({op = op_id, kind = 'release', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = ',"res":' .. res_json(r)},
+  a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

@@ -1,0 +1,63 @@
+-- reserve.lua holds the estimated cost of a job (engine.ReserveCommand):
+-- it prices the estimated units, refuses when the effective balance
+-- (balance - reserved - pending) is below that cost, else raises the
+-- account's reserved total, stores the reservation in the account hash
+-- (field "r:<id>", prelude encoding), adds it to the partition hold-expiry
+-- zset, writes one zero-delta "reservation" entry (ref = reservation id)
+-- and appends the Mutation (kind "reserve", with the res section).
+--
+-- KEYS[1]  account hash               {prefix:pNN}:a:<customer>
+-- KEYS[2]  partition outbox           {prefix:pNN}:outbox
+-- KEYS[3]  partition expiry zset      {prefix:pNN}:exp
+-- KEYS[4]  partition hold-expiry zset {prefix:pNN}:rexp
+-- KEYS[5]  op key, only with an idempotency key
+-- ARGV[1..8] as grant.lua             ARGV[9]  context JSON text or ""
+-- ARGV[10] reservation id             ARGV[11] metric key
+-- ARGV[12] estimated units (>= 1)     ARGV[13] pricing terms
+-- ARGV[14] expires_at ms (> now)      ARGV[15] metadata JSON text or ""
+--
+-- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
+-- INSUFFICIENT, OVERFLOW, BADTERMS, BADARG (also for a reservation id the
+-- customer already has). Nothing is written before every check has passed.
+local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local res_id, metric, est_units, terms = ARGV[10], ARGV[11], m_parse(ARGV[12]), terms_parse(ARGV[13])
+local expires, meta = int_parse(ARGV[14]), ARGV[15]
+
+if not now or not est_units or not terms or not expires or expires <= now or res_id == '' or metric == '' then
+  return redis.error_reply('BADARG now, reservation id, metric, units, terms or expires_at')
+end
+
+local a = acct_read(account_key)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local rp = replay(op_key, request_hash)
+if rp then return rp end
+if a.res[res_id] then return redis.error_reply('BADARG the reservation id is taken') end
+
+local cost, err = price(terms, est_units)
+if not cost then return redis.error_reply(err) end
+local _, _, effective = balances(a.blocks, a.rs, now)
+if m_cmp(effective, cost) < 0 then
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
+end
+local reserved = m_add(a.rs, cost)
+if not m_fits(reserved) then return redis.error_reply('OVERFLOW the reserved balance would not fit in int64') end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+a.rs = reserved
+local r = {id = res_id, status = 'active', est_units = est_units, est_cost = cost, expires = expires,
+  created = now, released = MONEY_ZERO, metric = metric, meta = meta}
+a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', metric = metric, ref = res_id})
+
+a.v = a.v + 1
+acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+redis.call('ZADD', rexp_key, i_fmt(expires), res_member(tenant, env, customer, res_id))
+local json = mutation_json({op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = ',"res":' .. res_json(r)},
+  a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}
