@@ -19,6 +19,7 @@ import (
 
 	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/sender"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
@@ -33,6 +34,10 @@ type Config struct {
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
 	Clock          engine.Clock
+	// WebhookWorkers and WebhookPoll size the webhook delivery pool
+	// (engine defaults: 8 workers, 200 ms).
+	WebhookWorkers int
+	WebhookPoll    time.Duration
 }
 
 // App is one creditd process.
@@ -46,6 +51,7 @@ type App struct {
 	Credits   *engine.Credits
 	Persister *persist.Persister
 	Sweeper   *engine.ExpirySweeper
+	Webhooks  *engine.Webhooks
 	Server    *api.Server
 
 	// outboxRedis serves the persister alone: its blocking reads hold one
@@ -81,8 +87,10 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock}, log)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
+	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout), cfg.Clock, log)
+	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
 	a.Server = api.New(api.Config{
-		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store,
+		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -94,11 +102,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	return a
 }
 
-// Start runs the persister and the expiry sweep until Stop.
+// Start runs the persister, the expiry sweep and the webhook delivery pool until Stop.
 func (a *App) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.wg.Add(2)
+	a.wg.Add(3)
 	go func() {
 		defer a.wg.Done()
 		if err := a.Persister.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -108,6 +116,10 @@ func (a *App) Start() {
 	go func() {
 		defer a.wg.Done()
 		a.Sweeper.Run(ctx)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.Webhooks.Run(ctx)
 	}()
 }
 
