@@ -62,6 +62,8 @@ type Config struct {
 	Reservations *engine.Reservations
 	// Webhooks serves the webhook events list, redelivery and test pings.
 	Webhooks *engine.Webhooks
+	// Plans serves the product catalogue (plans, variants, grants, entitlements).
+	Plans *engine.Plans
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -93,6 +95,7 @@ type Server struct {
 	entitlements *engine.Entitlements
 	reservations *engine.Reservations
 	webhooks     *engine.Webhooks
+	plans        *engine.Plans
 
 	router  *router.Router
 	routes  []*route
@@ -119,6 +122,7 @@ func New(cfg Config) *Server {
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
+	s.plans = cfg.Plans
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -246,6 +250,7 @@ func (s *Server) register() {
 	s.handle("GET", "/v1/customers/{id}/overage", optTenant, s.overage(lenient))
 	s.registerPricing()
 	s.registerWebhooks()
+	s.registerPlans()
 
 	if len(s.admin) == 0 {
 		return
