@@ -34,6 +34,9 @@ type Config struct {
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
 	Clock          engine.Clock
+	// ReservationSweepInterval is the hold expiry sweep period (default one
+	// minute, as interface.md says; tests shorten it).
+	ReservationSweepInterval time.Duration
 	// WebhookWorkers and WebhookPoll size the webhook delivery pool
 	// (engine defaults: 8 workers, 200 ms).
 	WebhookWorkers int
@@ -53,6 +56,13 @@ type App struct {
 	Sweeper   *engine.ExpirySweeper
 	Webhooks  *engine.Webhooks
 	Server    *api.Server
+
+	// Metering, Entitlements and Reservations price usage and hold credit;
+	// HoldSweeper expires holds past their expires_at.
+	Metering     *engine.Metering
+	Entitlements *engine.Entitlements
+	Reservations *engine.Reservations
+	HoldSweeper  *engine.ReservationSweeper
 
 	// outboxRedis serves the persister alone: its blocking reads hold one
 	// connection per partition, which must not starve the API's pool.
@@ -89,8 +99,13 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
+	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
+	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
+	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
+	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Server = api.New(api.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
+		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -116,6 +131,11 @@ func (a *App) Start() {
 	go func() {
 		defer a.wg.Done()
 		a.Sweeper.Run(ctx)
+	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.HoldSweeper.Run(ctx)
 	}()
 	go func() {
 		defer a.wg.Done()
