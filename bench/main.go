@@ -1,0 +1,241 @@
+// Command bench measures creditd against its ceilings and its alternative in
+// one run on one machine: it starts creditd (the binary, as its own process)
+// on a fresh database and key prefix, seeds customers through the API,
+// drives open-loop load per scenario (ramp to the limit, then a run at 70 %
+// of it), measures raw Redis (redis-benchmark EVALSHA), a minimal HTTP +
+// one-EVALSHA server, and a Postgres-only consume (pgbench), checks that the
+// ledger in Postgres matches what was acknowledged, times `creditd rebuild`,
+// and writes bench/results/<time>/{report.md,results.json,
+// latency_vs_throughput.svg} and bench/results/latest.md.
+//
+//	go run ./bench [-quick] [-duration 15s] [-customers 1000] [-scenarios check,consume,...] [-hot]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options are the command-line settings.
+type Options struct {
+	Duration         time.Duration
+	StepDuration     time.Duration
+	LagDuration      time.Duration
+	Customers        int
+	Rate             float64
+	Scenarios        []string
+	Hot              bool
+	Quick            bool
+	Out              string
+	RebuildCustomers int
+	Workers          int
+	PGBenchClients   int
+	PGBenchDuration  time.Duration
+	RedisBenchN      int
+	MaxP99           time.Duration
+	Keep             bool
+}
+
+func main() {
+	var (
+		o          Options
+		scenarios  string
+		ceilingSrv string
+		ceilingKey string
+	)
+	flag.DurationVar(&o.Duration, "duration", 0, "length of each scenario's run at 70% of its max (default 15s; -quick 4s)")
+	flag.DurationVar(&o.StepDuration, "step", 0, "length of each ramp step (default 2s; -quick 1s)")
+	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
+	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
+	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
+	flag.StringVar(&scenarios, "scenarios", "check,consume,gauge,reserve,usage,mixed", "scenarios to run (check,consume,gauge,reserve,usage,mixed)")
+	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
+	flag.BoolVar(&o.Quick, "quick", false, "a smoke run of about a minute")
+	flag.StringVar(&o.Out, "out", "bench/results", "results directory")
+	flag.IntVar(&o.RebuildCustomers, "rebuild-customers", -1, "customers seeded into Postgres for the rebuild timing (default 1000000; -quick 50000; 0 skips)")
+	flag.IntVar(&o.Workers, "workers", 128, "load generator workers (requests in flight at most)")
+	flag.IntVar(&o.PGBenchClients, "pgbench-clients", 8, "pgbench client connections")
+	flag.DurationVar(&o.PGBenchDuration, "pgbench-duration", 0, "pgbench run length per spread (default 15s; -quick 5s)")
+	flag.IntVar(&o.RedisBenchN, "redis-benchmark-n", 0, "redis-benchmark requests (default 500000; -quick 100000)")
+	flag.DurationVar(&o.MaxP99, "ramp-max-p99", 50*time.Millisecond, "a ramp stops at the first step whose p99 exceeds this")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the database and Redis keys afterwards")
+	flag.StringVar(&ceilingSrv, "ceiling-server", "", "internal: serve the HTTP+EVALSHA ceiling on this address")
+	flag.StringVar(&ceilingKey, "ceiling-key", "", "internal: the key the ceiling server reads")
+	flag.Parse()
+
+	if ceilingSrv != "" {
+		if err := serveCeiling(ceilingSrv, os.Getenv("REDIS_URL"), ceilingKey); err != nil {
+			fmt.Fprintln(os.Stderr, "ceiling server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o.defaults()
+	for _, s := range strings.Split(scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.Scenarios = append(o.Scenarios, s)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, o)
+	if res != nil {
+		if werr := writeReport(o, res); werr != nil {
+			fmt.Fprintln(os.Stderr, "bench: write report:", werr)
+			os.Exit(1)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (o *Options) defaults() {
+	pick := func(d *time.Duration, normal, quick time.Duration) {
+		if *d == 0 {
+			*d = map[bool]time.Duration{false: normal, true: quick}[o.Quick]
+		}
+	}
+	pick(&o.Duration, 15*time.Second, 4*time.Second)
+	pick(&o.StepDuration, 2*time.Second, time.Second)
+	pick(&o.LagDuration, 60*time.Second, 8*time.Second)
+	pick(&o.PGBenchDuration, 15*time.Second, 5*time.Second)
+	if o.Customers == 0 {
+		o.Customers = map[bool]int{false: 1000, true: 200}[o.Quick]
+	}
+	if o.RebuildCustomers < 0 {
+		o.RebuildCustomers = map[bool]int{false: 1_000_000, true: 50_000}[o.Quick]
+	}
+	if o.RedisBenchN == 0 {
+		o.RedisBenchN = map[bool]int{false: 500_000, true: 100_000}[o.Quick]
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// run is the whole bench; the results it has when it fails are still
+// reported.
+func run(ctx context.Context, o Options) (*Results, error) {
+	started := time.Now()
+	res := &Results{Started: started.UTC(), Options: o, Machine: machine()}
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	redisURL, baseDB, err := services(root)
+	if err != nil {
+		return nil, err
+	}
+	logf("redis %s, postgres %s", redact(redisURL), redact(baseDB))
+	ropt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+
+	stamp := started.UTC().Format("20060102t150405")
+	runID := "bench" + stamp + fmt.Sprintf("%04x", uuid.New().ID()&0xffff)
+	prefix := runID
+	dbName := runID
+	res.RunID = runID
+	tmp, err := os.MkdirTemp("", "creditd-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	probe := &CPUProbe{Extra: map[string]int{}}
+	if v, err := redisInfo(ctx, rdb, "server", "process_id"); err == nil {
+		var pid int
+		fmt.Sscan(v, &pid)
+		if isComm(pid, "redis") {
+			probe.Redis = pid
+		}
+	}
+	res.Machine.RedisVersion, _ = redisInfo(ctx, rdb, "server", "redis_version")
+
+	logf("building cmd/creditd")
+	bin, err := buildCreditd(root, tmp)
+	if err != nil {
+		return nil, err
+	}
+	dbURL, err := createDatabase(ctx, baseDB, dbName)
+	if err != nil {
+		return nil, err
+	}
+	probe.Postmaster = postmasterPid(ctx, dbURL)
+	res.PGSettings = pgSettings(ctx, dbURL)
+	defer func() {
+		if o.Keep {
+			logf("kept database %s and Redis prefix %s", dbName, prefix)
+			return
+		}
+		if err := dropDatabase(context.Background(), baseDB, dbName); err != nil {
+			logf("drop database: %v", err)
+		}
+		if n, err := deletePrefix(context.Background(), rdb, prefix); err != nil {
+			logf("delete keys: %v", err)
+		} else {
+			logf("deleted %d Redis keys of prefix %s", n, prefix)
+		}
+	}()
+
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logf("starting creditd on %s (database %s, prefix %s)", addr, dbName, prefix)
+	cd, err := startProc("creditd", bin, []string{"serve"}, []string{
+		"REDIS_URL=" + redisURL, "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
+		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench",
+	}, addr, filepath.Join(tmp, "creditd.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer cd.Stop()
+	probe.Creditd = cd.Pid()
+
+	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, prefix: prefix, runID: runID,
+		addr: addr, probe: probe, tmp: tmp, root: root}
+	if err := b.seed(ctx); err != nil {
+		res.Errors = append(res.Errors, "seed: "+err.Error())
+		return res, err
+	}
+	b.ceilings(ctx)
+	b.scenarios(ctx)
+	b.ledger(ctx)
+	cd.Stop()
+	probe.Creditd = 0
+	if tailLog := strings.TrimSpace(tail(filepath.Join(tmp, "creditd.log"), 1500)); tailLog != "" {
+		res.CreditdLogTail = tailLog
+	}
+	if o.RebuildCustomers > 0 && ctx.Err() == nil {
+		r := runRebuild(ctx, bin, baseDB, dbName+"rb", redisURL, rdb, o.RebuildCustomers, probe, logf)
+		res.Rebuild = &r
+		if r.Error != "" {
+			logf("rebuild: %s", r.Error)
+		} else {
+			logf("rebuild: %d accounts in %.1fs (%.0f/s), %.0f bytes/customer", r.Customers, r.Seconds, r.AccountsPerSecond, r.BytesPerCustomer)
+		}
+	}
+	res.Finished = time.Now().UTC()
+	res.computeTargets()
+	return res, ctx.Err()
+}
