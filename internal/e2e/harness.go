@@ -60,6 +60,8 @@ type stackOptions struct {
 	redis  redis.UniversalClient
 	prefix string
 	clock  engine.Clock
+	// holdSweep is the reservation expiry sweep period (default 100 ms).
+	holdSweep time.Duration
 }
 
 // WithRedis runs the stack on a given Redis (a private server) and prefix.
@@ -69,6 +71,10 @@ func WithRedis(rdb redis.UniversalClient, prefix string) StackOption {
 
 // WithClock runs the stack on a test clock.
 func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.clock = c } }
+
+// WithHoldSweep sets the reservation expiry sweep period, so a test can
+// see a hold past its expires_at before the sweep reaches it.
+func WithHoldSweep(d time.Duration) StackOption { return func(o *stackOptions) { o.holdSweep = d } }
 
 // NewStack starts creditd in process on a fresh database and key prefix.
 func NewStack(t testing.TB, opts ...StackOption) *Stack {
@@ -81,6 +87,9 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 		// Sized like cmd/creditd's pool: the persister's 32 blocking outbox
 		// reads would otherwise starve the API of connections.
 		o.redis, o.prefix = testenv.RedisPool(t, StackRedisPoolSize)
+	}
+	if o.holdSweep <= 0 {
+		o.holdSweep = 100 * time.Millisecond
 	}
 	dbURL := testenv.Database(t)
 	ctx := context.Background()
@@ -98,6 +107,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	a := app.New(o.redis, pool, app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
+		ReservationSweepInterval: o.holdSweep,
 	}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
