@@ -55,7 +55,9 @@ type App struct {
 	Persister *persist.Persister
 	Sweeper   *engine.ExpirySweeper
 	Webhooks  *engine.Webhooks
-	Server    *api.Server
+	// Plans is the product catalogue.
+	Plans  *engine.Plans
+	Server *api.Server
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
 	// HoldSweeper expires holds past their expires_at.
@@ -102,10 +104,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
 	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
+	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Server = api.New(api.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
-		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations,
+		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},

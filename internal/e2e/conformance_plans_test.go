@@ -93,7 +93,7 @@ func TestConformancePlanCreateGetPatch(t *testing.T) {
 	}
 	// GET one plan never nests variants, even when it has some.
 	a.newVariant(id, map[string]any{"billing_cycle": "monthly"})
-	if vs := arr(t, a.get("/v1/plans/"+id).Body["variants"], "variants"); len(vs) != 0 {
+	if vs := arr(t, a.get("/v1/plans/" + id).Body["variants"], "variants"); len(vs) != 0 {
 		t.Errorf("GET /v1/plans/{id} nested variants %v", vs)
 	}
 	checkProblem(t, a.get("/v1/plans/00000000-0000-4000-8000-000000000000"), 404, "not-found", "", "unknown plan")
@@ -146,17 +146,17 @@ func TestConformancePlanCreateGetPatch(t *testing.T) {
 		t.Fatalf("default plan %v", d1)
 	}
 	d2 := a.newPlan(map[string]any{"name": "D2", "is_default": true})
-	if a.get("/v1/plans/"+d1["id"].(string)).Body["is_default"] != false || d2["is_default"] != true {
+	if a.get("/v1/plans/" + d1["id"].(string)).Body["is_default"] != false || d2["is_default"] != true {
 		t.Errorf("the previous default was not cleared")
 	}
 	r = a.patch("/v1/plans/"+id, map[string]any{"is_default": true})
 	wantStatus(t, r, 200, "make default by PATCH")
-	if a.get("/v1/plans/"+d2["id"].(string)).Body["is_default"] != false {
+	if a.get("/v1/plans/" + d2["id"].(string)).Body["is_default"] != false {
 		t.Errorf("PATCH is_default did not clear the previous default")
 	}
 	// The sandbox default is separate.
 	sd := sb.newPlan(map[string]any{"name": "SD", "is_default": true})
-	if a.get("/v1/plans/"+id).Body["is_default"] != true || sd["is_default"] != true {
+	if a.get("/v1/plans/" + id).Body["is_default"] != true || sd["is_default"] != true {
 		t.Errorf("a sandbox default changed the live default")
 	}
 
@@ -385,7 +385,7 @@ func TestConformancePlanVariants(t *testing.T) {
 			t.Errorf("%s: %v", path, d)
 		}
 	}
-	if d := arr(t, sb.get("/v1/plans/"+plan+"/variants").Body["data"], "data"); len(d) != 0 {
+	if d := arr(t, sb.get("/v1/plans/" + plan + "/variants").Body["data"], "data"); len(d) != 0 {
 		t.Errorf("the other environment sees variants %v", d)
 	}
 }
@@ -482,7 +482,7 @@ func TestConformancePlanGrants(t *testing.T) {
 	checkProblem(t, sb.post(path, base(nil)), 404, "not-found", "", "variant of the other environment")
 
 	// Only the 201s were stored, oldest first.
-	gs := arr(t, a.get("/v1/plan-variants/"+vid).Body["grants"], "grants")
+	gs := arr(t, a.get("/v1/plan-variants/" + vid).Body["grants"], "grants")
 	if len(gs) != 16 || obj(t, gs[0], "first")["id"] != g["id"] {
 		t.Errorf("stored grants: %d, want 16 with the minimal one first", len(gs))
 	}
@@ -509,7 +509,7 @@ func TestConformanceVariantEntitlements(t *testing.T) {
 	made := map[string]map[string]any{}
 	for _, tc := range []struct {
 		key, typ, want string
-		value         any
+		value          any
 	}{
 		{"feat", "boolean", `{"enabled":true}`, map[string]any{"enabled": true}},
 		{"seats", "gauge", `{"cap":10}`, map[string]any{"cap": 10}},
