@@ -295,7 +295,10 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 }
 
 // Load installs st unless the store holds this or a newer version of the
-// account (load.lua, invariant 5), reporting whether it wrote. Op keys of
+// account (load.lua, invariant 5), reporting whether it wrote: blocks,
+// gauges, active holds (also in the partition's hold-expiry zset) and holds
+// finalized less than a day ago (so a second commit or release is a 409);
+// older finalized holds are left out. Op keys of
 // st.Applied get what is left of OpRetention, measured on the store clock;
 // LoadAt takes the instant explicitly.
 func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {

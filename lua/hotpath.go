@@ -142,7 +142,7 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 // ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
 	if cmd.EstimatedUnits < 1 {
-		return engine.MutationResult{}, engine.BadRequest("estimated_units", "estimated_units must be >= 1")
+		return engine.MutationResult{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
 	}
 	if err := checkMetric(cmd.Metric); err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
@@ -172,8 +172,10 @@ func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 		return res, err
 	}
 	if r := res.Mutation.Reservation; r != nil {
-		ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack
-		_ = s.rdb.Set(ctx, s.reservationIndexKey(r.ID), customerMember(cmd.Customer), ttl).Err()
+		// A replay long after the hold ended has nothing left to index.
+		if ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack; ttl > 0 {
+			_ = s.rdb.Set(ctx, s.reservationIndexKey(r.ID), customerMember(cmd.Customer), ttl).Err()
+		}
 	}
 	return res, nil
 }
@@ -233,7 +235,7 @@ func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 // ErrGaugeBelowZero, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
 	if cmd.Delta == 0 {
-		return engine.MutationResult{}, engine.Invalid("amount", "amount must be >= 1")
+		return engine.MutationResult{}, engine.BadRequest("amount", "amount must be >= 1")
 	}
 	if cmd.Metric == "" {
 		return engine.MutationResult{}, errors.New("lua: gauge: no metric")
