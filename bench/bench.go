@@ -31,6 +31,7 @@ type Bench struct {
 	root     string
 	api      *API
 	target   *Target
+	pg       *pgx.Conn // for pg_stat_database of the run's database
 }
 
 const grantCredits = 1_000_000_000
@@ -280,7 +281,9 @@ func (b *Bench) scenarios(ctx context.Context) {
 			return
 		}
 		sc := all[p.name](p.hot)
-		route := map[string]string{"check": "GET /v1/entitlements/check", "consume": "POST /v1/entitlements/consume"}[p.name]
+		route := map[string]string{"check": "GET /v1/entitlements/check", "consume": "POST /v1/entitlements/consume",
+			"gauge": "POST /v1/customers/{id}/entitlements/{billable_metric_key}/increment", "reserve": "POST /v1/reservations",
+			"usage": "POST /v1/usage", "mixed": "GET /v1/entitlements/check"}[p.name]
 		sr := b.load(ctx, sc, strings.TrimPrefix(b.target.Base, "http://"), route)
 		if p.name == "consume" && !p.hot && sr.Skipped == "" && sr.Max > 0 && ctx.Err() == nil {
 			sr.Lag = b.lagRun(ctx, sc, sr.Max)
@@ -320,10 +323,16 @@ func (b *Bench) load(ctx context.Context, sc Scenario, addr, route string) Scena
 	if route != "" {
 		before, _ = b.api.Metrics()
 	}
+	cs0, pg0 := commandStats(ctx, b.rdb), pgStats(ctx, b.pg)
 	cpu0 := b.probe.Sample()
 	r := g.Run(ctx, rate, b.o.Duration, sc.op)
 	sr.CPU = b.probe.Sample().Sub(cpu0)
 	sr.Run = &r
+	sr.Redis = redisDelta(cs0, commandStats(ctx, b.rdb), float64(r.OK))
+	if b.pg != nil && route != "" {
+		d := pgStats(ctx, b.pg).sub(pg0, float64(r.OK))
+		sr.PG = &d
+	}
 	if route != "" && before != nil {
 		if after, err := b.api.Metrics(); err == nil {
 			method, path, _ := strings.Cut(route, " ")

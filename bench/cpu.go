@@ -82,16 +82,31 @@ func (p *CPUProbe) Sample() CPUSample {
 	if s, _, _, err := procTimes(os.Getpid()); err == nil {
 		out["bench (load generator)"] = s
 	}
+	out[machineKey] = machineBusy()
 	return out
 }
+
+// machineKey holds the whole machine's busy CPU seconds in a sample; Sub
+// turns it into otherKey, what processes outside the run used.
+const (
+	machineKey = "machine"
+	otherKey   = "other processes"
+)
 
 // Sub is the CPU seconds spent between two samples.
 func (s CPUSample) Sub(before CPUSample) CPUSample {
 	out := CPUSample{}
 	for k, v := range s {
-		if b, ok := before[k]; ok {
+		if b, ok := before[k]; ok && k != machineKey {
 			out[k] = v - b
 		}
+	}
+	if m, ok := s[machineKey]; ok {
+		other := m - before[machineKey]
+		for _, v := range out {
+			other -= v
+		}
+		out[otherKey] = max(other, 0)
 	}
 	return out
 }

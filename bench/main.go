@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,6 +45,7 @@ type Options struct {
 	RedisBenchN      int
 	MaxP99           time.Duration
 	Keep             bool
+	RebuildTimeout   time.Duration
 }
 
 func main() {
@@ -53,7 +55,7 @@ func main() {
 		ceilingSrv string
 		ceilingKey string
 	)
-	flag.DurationVar(&o.Duration, "duration", 0, "length of each scenario's run at 70% of its max (default 15s; -quick 4s)")
+	flag.DurationVar(&o.Duration, "duration", 0, "length of each scenario's run at 70% of its max (default 10s; -quick 4s)")
 	flag.DurationVar(&o.StepDuration, "step", 0, "length of each ramp step (default 2s; -quick 1s)")
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
@@ -65,9 +67,10 @@ func main() {
 	flag.IntVar(&o.RebuildCustomers, "rebuild-customers", -1, "customers seeded into Postgres for the rebuild timing (default 1000000; -quick 50000; 0 skips)")
 	flag.IntVar(&o.Workers, "workers", 128, "load generator workers (requests in flight at most)")
 	flag.IntVar(&o.PGBenchClients, "pgbench-clients", 8, "pgbench client connections")
-	flag.DurationVar(&o.PGBenchDuration, "pgbench-duration", 0, "pgbench run length per spread (default 15s; -quick 5s)")
+	flag.DurationVar(&o.PGBenchDuration, "pgbench-duration", 0, "pgbench run length per spread (default 10s; -quick 5s)")
 	flag.IntVar(&o.RedisBenchN, "redis-benchmark-n", 0, "redis-benchmark requests (default 500000; -quick 100000)")
 	flag.DurationVar(&o.MaxP99, "ramp-max-p99", 50*time.Millisecond, "a ramp stops at the first step whose p99 exceeds this")
+	flag.DurationVar(&o.RebuildTimeout, "rebuild-timeout", 150*time.Second, "stop creditd rebuild after this long and report the rate it reached")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the database and Redis keys afterwards")
 	flag.StringVar(&ceilingSrv, "ceiling-server", "", "internal: serve the HTTP+EVALSHA ceiling on this address")
 	flag.StringVar(&ceilingKey, "ceiling-key", "", "internal: the key the ceiling server reads")
@@ -107,10 +110,10 @@ func (o *Options) defaults() {
 			*d = map[bool]time.Duration{false: normal, true: quick}[o.Quick]
 		}
 	}
-	pick(&o.Duration, 15*time.Second, 4*time.Second)
+	pick(&o.Duration, 10*time.Second, 4*time.Second)
 	pick(&o.StepDuration, 2*time.Second, time.Second)
 	pick(&o.LagDuration, 60*time.Second, 8*time.Second)
-	pick(&o.PGBenchDuration, 15*time.Second, 5*time.Second)
+	pick(&o.PGBenchDuration, 10*time.Second, 5*time.Second)
 	if o.Customers == 0 {
 		o.Customers = map[bool]int{false: 1000, true: 200}[o.Quick]
 	}
@@ -214,6 +217,10 @@ func run(ctx context.Context, o Options) (*Results, error) {
 
 	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, prefix: prefix, runID: runID,
 		addr: addr, probe: probe, tmp: tmp, root: root}
+	if b.pg, err = pgx.Connect(ctx, dbURL); err != nil {
+		return nil, err
+	}
+	defer b.pg.Close(context.Background())
 	if err := b.seed(ctx); err != nil {
 		res.Errors = append(res.Errors, "seed: "+err.Error())
 		return res, err
@@ -227,7 +234,7 @@ func run(ctx context.Context, o Options) (*Results, error) {
 		res.CreditdLogTail = tailLog
 	}
 	if o.RebuildCustomers > 0 && ctx.Err() == nil {
-		r := runRebuild(ctx, bin, baseDB, dbName+"rb", redisURL, rdb, o.RebuildCustomers, probe, logf)
+		r := runRebuild(ctx, bin, baseDB, dbName+"rb", redisURL, rdb, o.RebuildCustomers, o.RebuildTimeout, probe, logf)
 		res.Rebuild = &r
 		if r.Error != "" {
 			logf("rebuild: %s", r.Error)
@@ -236,6 +243,9 @@ func run(ctx context.Context, o Options) (*Results, error) {
 		}
 	}
 	res.Finished = time.Now().UTC()
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.Machine.LoadAvgEnd = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
 	res.computeTargets()
 	return res, ctx.Err()
 }

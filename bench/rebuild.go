@@ -6,7 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,7 +35,21 @@ type RebuildResult struct {
 	SampleKeyBytes    int64     `json:"sample_account_key_bytes"`
 	KeysLoaded        int64     `json:"keys_loaded"`
 	CPU               CPUSample `json:"cpu_seconds"`
+	TimedOut          bool      `json:"timed_out,omitempty"`
+	Done              int64     `json:"accounts_rebuilt"`
 	Error             string    `json:"error,omitempty"`
+}
+
+var progressRe = regexp.MustCompile(`rebuild: ([0-9]+)/[0-9]+ accounts`)
+
+// lastProgress is the account count of creditd rebuild's last progress line.
+func lastProgress(s string) int64 {
+	m := progressRe.FindAllStringSubmatch(s, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseInt(m[len(m)-1][1], 10, 64)
+	return v
 }
 
 // seedAccounts COPYs n accounts with 3 live blocks each into the credit
@@ -102,7 +119,7 @@ func seedAccounts(ctx context.Context, dbURL string, n int) (sample uuid.UUID, e
 
 // runRebuild seeds n customers into a fresh database and times the creditd
 // binary's rebuild into a fresh key prefix; the keys are deleted afterwards.
-func runRebuild(ctx context.Context, bin, baseDB, dbName, redisURL string, rdb *redis.Client, n int, probe *CPUProbe, logf func(string, ...any)) RebuildResult {
+func runRebuild(ctx context.Context, bin, baseDB, dbName, redisURL string, rdb *redis.Client, n int, timeout time.Duration, probe *CPUProbe, logf func(string, ...any)) RebuildResult {
 	out := RebuildResult{Customers: n, BlocksPerCustomer: 3}
 	fail := func(err error) RebuildResult { out.Error = err.Error(); return out }
 	dbURL, err := createDatabase(ctx, baseDB, dbName)
@@ -133,7 +150,12 @@ func runRebuild(ctx context.Context, bin, baseDB, dbName, redisURL string, rdb *
 		return fail(err)
 	}
 	logf("rebuild: seeded in %.1fs; running creditd rebuild", out.SeedSeconds)
-	cmd := exec.CommandContext(ctx, bin, "rebuild")
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, bin, "rebuild")
+	// On timeout creditd gets SIGTERM and stops between pages.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 15 * time.Second
 	cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL, "DATABASE_URL="+dbURL, "CREDITD_REDIS_PREFIX="+prefix, "LOG_LEVEL=warn")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -146,14 +168,26 @@ func runRebuild(ctx context.Context, bin, baseDB, dbName, redisURL string, rdb *
 		out.CPU["creditd rebuild"] = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	}
 	out.Output = strings.TrimSpace(stdout.String())
-	if err != nil {
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		// Timed out: report the rate it reached from its last progress line.
+		done := lastProgress(stderr.String())
+		out.TimedOut = true
+		out.Done = done
+		out.AccountsPerSecond = float64(done) / out.Seconds
+		out.Output = fmt.Sprintf("stopped after %s: %d of %d accounts rebuilt", timeout, done, n)
+		logf("rebuild: %s", out.Output)
+	} else if err != nil {
 		return fail(fmt.Errorf("creditd rebuild: %v: %s", err, lastLines(stderr.String()+stdout.String(), 3)))
+	} else {
+		out.Done = int64(n)
+		out.AccountsPerSecond = float64(n) / out.Seconds
 	}
-	out.AccountsPerSecond = float64(n) / out.Seconds
 	if out.RedisBytesAfter, err = redisUsedMemory(ctx, rdb); err != nil {
 		return fail(err)
 	}
-	out.BytesPerCustomer = float64(out.RedisBytesAfter-out.RedisBytesBefore) / float64(n)
+	if out.Done > 0 {
+		out.BytesPerCustomer = float64(out.RedisBytesAfter-out.RedisBytesBefore) / float64(out.Done)
+	}
 	key := accountKey(prefix, sample)
 	out.SampleKeyBytes, _ = rdb.MemoryUsage(ctx, key).Result()
 	out.KeysLoaded, _ = countKeys(ctx, rdb, "{"+prefix+":*:a:*")

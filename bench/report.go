@@ -42,6 +42,7 @@ type Machine struct {
 	Commit       string `json:"commit"`
 	RedisVersion string `json:"redis_version"`
 	LoadAvg      string `json:"loadavg_at_start"`
+	LoadAvgEnd   string `json:"loadavg_at_end"`
 }
 
 // SeedResult is the API seeding and the Redis memory it took.
@@ -78,6 +79,8 @@ type ScenarioResult struct {
 	CPU     CPUSample      `json:"cpu_seconds,omitempty"`
 	Server  *ServerLatency `json:"server_latency,omitempty"`
 	Lag     *LagResult     `json:"persister_lag,omitempty"`
+	Redis   []RedisCalls   `json:"redis_commands,omitempty"`
+	PG      *PGStats       `json:"postgres,omitempty"`
 }
 
 // ServerLatency is creditd's own duration histogram for the route.
@@ -226,14 +229,17 @@ func (r *Results) computeTargets() {
 	}
 	add("consume ledger rows vs acknowledged, after drain", "equal (0 lost, 0 duplicated)", measured, lost)
 	if rb := r.Rebuild; rb != nil && rb.Error == "" {
-		per1M := rb.Seconds * 1e6 / float64(rb.Customers)
-		m := fmt.Sprintf("%d accounts in %.1f s (%.0f/s)", rb.Customers, rb.Seconds, rb.AccountsPerSecond)
-		if rb.Customers != 1_000_000 {
+		per1M := 1e6 / rb.AccountsPerSecond
+		m := fmt.Sprintf("%d accounts in %.1f s (%.0f/s)", rb.Done, rb.Seconds, rb.AccountsPerSecond)
+		if rb.TimedOut {
+			m += fmt.Sprintf(" (stopped at the %.0f s limit)", rb.Seconds)
+		}
+		if rb.Customers != 1_000_000 || rb.TimedOut {
 			m += fmt.Sprintf("; %.1f s per 1M extrapolated", per1M)
 		}
 		add("rebuild of 1M customers", "<= 60 s", m, boolp(per1M <= 60))
 		add("Redis memory per customer with 3 blocks (after rebuild)", "<= 500 bytes",
-			fmt.Sprintf("%.0f bytes (INFO used_memory delta / %d); one account hash: %d bytes", rb.BytesPerCustomer, rb.Customers, rb.SampleKeyBytes),
+			fmt.Sprintf("%.0f bytes (INFO used_memory delta / %d); one account hash: %d bytes", rb.BytesPerCustomer, rb.Done, rb.SampleKeyBytes),
 			boolp(rb.BytesPerCustomer <= 500))
 	} else {
 		add("rebuild of 1M customers", "<= 60 s", "not measured", nil)
@@ -314,8 +320,8 @@ func markdown(r *Results, rel string) string {
 	}
 	w("Run `%s`: %s mode, %d customers, latency runs of %s at 70%% of each scenario's max, ramp steps of %s, %d load workers. ",
 		r.RunID, mode, r.Options.Customers, r.Options.Duration, r.Options.StepDuration, r.Options.Workers)
-	w("Machine: %d CPUs (%s), %s, Redis %s, commit %s, load average at start %s. ",
-		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.GoVersion, r.Machine.RedisVersion, r.Machine.Commit, r.Machine.LoadAvg)
+	w("Machine: %d CPUs (%s), %s, Redis %s, commit %s, load average %s at start, %s at the end. ",
+		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.GoVersion, r.Machine.RedisVersion, r.Machine.Commit, r.Machine.LoadAvg, r.Machine.LoadAvgEnd)
 	w("Everything (creditd, Redis, Postgres, the load generator, the ceilings) shares these CPUs, on loopback.\n\n")
 	w("Reproduce: `make bench` (or `go run ./bench -quick` for a smoke run); raw figures: [results.json](%sresults.json).\n\n", rel)
 
@@ -352,7 +358,28 @@ func markdown(r *Results, rel string) string {
 	for i := range r.Scenarios {
 		row(&r.Scenarios[i])
 	}
-	w("\nCPU per op: µs of CPU per acknowledged op in the 70%% run, for creditd (cd), redis-server (rd), Postgres (pg) and the load generator (gen); the ceiling server shows as (ce).\n")
+	w("\nCPU per op: µs of CPU per acknowledged op in the 70%% run, for creditd (cd), redis-server (rd), Postgres (pg), the load generator (gen), the ceiling server (ce), and every other process on the machine (oth: other work sharing these 2 CPUs during the run). Redis and Postgres are the machine's shared servers, so their figures include any other client's work.\n")
+	w("\n### Where the work goes (per acknowledged op, during the 70%% run)\n\n| scenario | Redis commands (calls/op, µs/call) | Postgres commits/op | rows inserted/op | rows updated/op |\n|---|---|---|---|---|\n")
+	profRow := func(s *ScenarioResult) {
+		if s == nil || s.Run == nil || (len(s.Redis) == 0 && s.PG == nil) {
+			return
+		}
+		var rc []string
+		for _, c := range s.Redis {
+			if c.CallsPerOp >= 0.01 {
+				rc = append(rc, fmt.Sprintf("%s %.2f x %.0f µs", c.Command, c.CallsPerOp, c.UsecPerCall))
+			}
+		}
+		pgc, pgi, pgu := "", "", ""
+		if s.PG != nil {
+			pgc, pgi, pgu = fmt.Sprintf("%.2f", s.PG.CommitsPerOp), fmt.Sprintf("%.2f", s.PG.InsertedPerOp), fmt.Sprintf("%.2f", s.PG.UpdatedPerOp)
+		}
+		w("| %s | %s | %s | %s | %s |\n", s.Name, strings.Join(rc, "; "), pgc, pgi, pgu)
+	}
+	profRow(r.Ceiling)
+	for i := range r.Scenarios {
+		profRow(&r.Scenarios[i])
+	}
 	for _, s := range r.Scenarios {
 		if s.Server != nil {
 			w("\ncreditd's own histogram for `%s` during its run: %.2f%% of %d requests took <= 1 ms; p50 bucket <= %g ms, p99 bucket <= %g ms.\n",
@@ -433,7 +460,7 @@ func markdown(r *Results, rel string) string {
 		if rb.Error != "" {
 			w("Error: %s\n", rb.Error)
 		} else {
-			w("%d accounts with 3 blocks each COPYed into a fresh database (%.1f s), then `creditd rebuild` into a fresh prefix: **%.1f s, %.0f accounts/s**; Redis grew **%.0f bytes per customer** (INFO used_memory), one account hash %d bytes; %d account keys loaded. CPU: %s.\n\n`%s`\n",
+			w("%d accounts with 3 blocks each COPYed into a fresh database (%.1f s), then `creditd rebuild` into a fresh prefix: **%.1f s, %.0f accounts/s**; Redis grew **%.0f bytes per customer** (INFO used_memory over the accounts rebuilt; shared Redis, so others' keys move it too), one account hash %d bytes; %d account keys loaded. CPU: %s.\n\n`%s`\n",
 				rb.Customers, rb.SeedSeconds, rb.Seconds, rb.AccountsPerSecond, rb.BytesPerCustomer, rb.SampleKeyBytes, rb.KeysLoaded, cpuText(rb.CPU, 0), rb.Output)
 		}
 	}
@@ -453,9 +480,9 @@ func shortCPU(c CPUSample, ops float64) string {
 	if ops <= 0 || len(c) == 0 {
 		return ""
 	}
-	abbrev := map[string]string{"creditd": "cd", "redis-server": "rd", "postgres": "pg", "bench (load generator)": "gen", "ceiling server": "ce"}
+	abbrev := map[string]string{"creditd": "cd", "redis-server": "rd", "postgres": "pg", "bench (load generator)": "gen", "ceiling server": "ce", otherKey: "oth"}
 	var parts []string
-	for _, k := range []string{"creditd", "ceiling server", "redis-server", "postgres", "bench (load generator)"} {
+	for _, k := range []string{"creditd", "ceiling server", "redis-server", "postgres", "bench (load generator)", otherKey} {
 		if v, ok := c[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.0f", abbrev[k], v*1e6/ops))
 		}
