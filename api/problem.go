@@ -84,8 +84,13 @@ func titleOf(k engine.Kind) string {
 func (c *call) fail(err error) {
 	e, ok := engine.AsError(err)
 	if !ok || statusOf(e.Kind) == http.StatusInternalServerError {
-		c.s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("internal error")
-		c.writeProblem(http.StatusInternalServerError, engine.KindInternal, titleOf(engine.KindInternal), "", internalDetail, nil)
+		detail := internalDetail
+		if ok && e.Documented {
+			detail = e.Detail
+		} else {
+			c.s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("internal error")
+		}
+		c.writeProblem(http.StatusInternalServerError, engine.KindInternal, titleOf(engine.KindInternal), "", detail, nil)
 		return
 	}
 	status, title := statusOf(e.Kind), titleOf(e.Kind)

@@ -299,6 +299,9 @@ type ConsumeResult struct {
 	BalanceAfter      int64      `json:"balance_after"`
 	EffectiveBalance  int64      `json:"effective_balance"`
 	Reason            *string    `json:"reason"`
+	// replayed: the customer had applied this key before (a usage batch
+	// reports the event as a duplicate).
+	replayed bool
 }
 
 // ReasonDuplicateReplay marks a consume retried after the HTTP replay window.
@@ -381,6 +384,7 @@ func (s *Entitlements) consume(ctx context.Context, c Customer, tenant Tenant, i
 		return ConsumeResult{}, priceError(err, "units")
 	}
 	out := consumeResult(res.Mutation)
+	out.replayed = res.Replayed
 	if res.Replayed && now.Sub(res.Mutation.At()) > httpReplayWindow {
 		r := ReasonDuplicateReplay
 		out.Reason = &r
@@ -496,7 +500,7 @@ func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenan
 		return fail(id, err)
 	}
 	status := UsageCharged
-	if res.Reason != nil {
+	if res.replayed {
 		status = UsageDuplicate
 	}
 	return UsageEventResult{EventID: id, Status: status, TransactionID: res.TransactionID, Charged: res.Charged, OverageMC: res.OverageMC}

@@ -29,6 +29,15 @@ type Error struct {
 	// Extra carries kind-specific members of the problem body (the gauge
 	// 409's current, cap, shortfall).
 	Extra map[string]any
+	// Documented marks an internal error the spec documents as a 500 (a hold
+	// without a rule, an unknown status filter): its detail is ours and safe
+	// to show, unlike an unexpected failure's.
+	Documented bool
+}
+
+// DocumentedInternal is a 500 the spec lists, with a detail clients may read.
+func DocumentedInternal(detail string) *Error {
+	return &Error{Kind: KindInternal, Detail: detail, Documented: true}
 }
 
 // Error implements error.

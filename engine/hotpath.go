@@ -144,8 +144,8 @@ type ReserveCommand struct {
 }
 
 // CommitCommand settles a hold at the actual units, priced with the rule
-// current at commit. SweepGrace is how long after expires_at a commit is a
-// 409 reservation-expired rather than a commit (the sweep window).
+// current at commit. From expires_at until the sweep expires the hold, a
+// commit is a 409 reservation-expired.
 type CommitCommand struct {
 	OpID           uuid.UUID
 	Customer       CustomerKey

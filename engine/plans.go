@@ -17,17 +17,17 @@ import (
 // Plan credit grant, Plans; addendum 5). Like metrics, every row belongs to
 // one tenant and one environment: the API key that writes it selects both.
 
-// Status is the lifecycle flag of a plan or variant.
-type Status string
+// PlanStatus is the lifecycle flag of a plan or variant.
+type PlanStatus string
 
 // Plan and variant statuses (interface.md "Plan and plan variant status").
 const (
-	StatusActive  Status = "active"
-	StatusRetired Status = "retired"
+	PlanActive  PlanStatus = "active"
+	PlanRetired PlanStatus = "retired"
 )
 
 // Valid reports whether st is active or retired.
-func (st Status) Valid() bool { return st == StatusActive || st == StatusRetired }
+func (st PlanStatus) Valid() bool { return st == PlanActive || st == PlanRetired }
 
 // BillingCycle is how long one period of a variant lasts.
 type BillingCycle string
@@ -102,7 +102,7 @@ type Plan struct {
 	Environment Environment `json:"environment"`
 	Name        string      `json:"name"`
 	IsDefault   bool        `json:"is_default"`
-	Status      Status      `json:"status"`
+	Status      PlanStatus  `json:"status"`
 	Metadata    Metadata    `json:"metadata"`
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
@@ -118,7 +118,7 @@ type PlanVariant struct {
 	Environment            Environment  `json:"environment"`
 	BillingCycle           BillingCycle `json:"billing_cycle"`
 	TrialDays              int          `json:"trial_days"`
-	Status                 Status       `json:"status"`
+	Status                 PlanStatus   `json:"status"`
 	BillingMode            BillingMode  `json:"billing_mode"`
 	RenewalDueDays         int          `json:"renewal_due_days"`
 	GracePeriodDays        int          `json:"grace_period_days"`
@@ -297,7 +297,7 @@ func (in *UpdatePlanInput) Validate() error {
 			return err
 		}
 	}
-	if in.Status != nil && !Status(*in.Status).Valid() {
+	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
 		return Invalid("status", "status must be active or retired")
 	}
 	return nil
@@ -315,7 +315,7 @@ func (s *Plans) CreatePlan(ctx context.Context, scope Scope, in CreatePlanInput)
 	}
 	now := s.clock.Now()
 	p := Plan{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
-		Name: *in.Name, IsDefault: in.IsDefault != nil && *in.IsDefault, Status: StatusActive,
+		Name: *in.Name, IsDefault: in.IsDefault != nil && *in.IsDefault, Status: PlanActive,
 		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now, Variants: []VariantDetail{}}
 	if err := s.store.CreatePlan(ctx, p); err != nil {
 		return Plan{}, err
@@ -349,7 +349,7 @@ func (s *Plans) UpdatePlan(ctx context.Context, scope Scope, id uuid.UUID, in Up
 			p.Name = *in.Name
 		}
 		if in.Status != nil {
-			p.Status = Status(*in.Status)
+			p.Status = PlanStatus(*in.Status)
 		}
 		if in.IsDefault != nil {
 			p.IsDefault = *in.IsDefault
@@ -357,7 +357,7 @@ func (s *Plans) UpdatePlan(ctx context.Context, scope Scope, id uuid.UUID, in Up
 		if in.Metadata != nil {
 			p.Metadata = in.Metadata
 		}
-		if p.IsDefault && p.Status == StatusRetired {
+		if p.IsDefault && p.Status == PlanRetired {
 			if in.Status != nil {
 				return errRetireDefault
 			}
@@ -500,7 +500,7 @@ type UpdateVariantInput struct {
 
 // Validate names the first wrong field among the mutable ones.
 func (in *UpdateVariantInput) Validate() error {
-	if in.Status != nil && !Status(*in.Status).Valid() {
+	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
 		return Invalid("status", "status must be active or retired")
 	}
 	return validateDays("trial_days", in.TrialDays)
@@ -536,7 +536,7 @@ func (s *Plans) CreateVariant(ctx context.Context, scope Scope, planID uuid.UUID
 	}
 	now := s.clock.Now()
 	v := PlanVariant{ID: uuid.Must(uuid.NewV7()), PlanID: planID, TenantID: scope.TenantID, Environment: scope.Environment,
-		BillingCycle: BillingCycle(*in.BillingCycle), Status: StatusActive, BillingMode: BillingPrepaid,
+		BillingCycle: BillingCycle(*in.BillingCycle), Status: PlanActive, BillingMode: BillingPrepaid,
 		RenewalDueDays: DefaultRenewalDueDays, GracePeriodDays: DefaultGracePeriodDays, AllowUsageWhileOverdue: true,
 		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	if in.TrialDays != nil {
@@ -576,7 +576,7 @@ func (s *Plans) UpdateVariant(ctx context.Context, scope Scope, planID, id uuid.
 			return err
 		}
 		if in.Status != nil {
-			v.Status = Status(*in.Status)
+			v.Status = PlanStatus(*in.Status)
 		}
 		if in.TrialDays != nil {
 			v.TrialDays = *in.TrialDays

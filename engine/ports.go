@@ -44,6 +44,8 @@ type GrantCommand struct {
 	// DurationSeconds is the block's lifetime from its start; used with StackAfter.
 	DurationSeconds int64
 	StackAfter      *StackAfter
+	// Context is spliced into the Mutation for the events it owes.
+	Context *MutationContext
 }
 
 // StackAfter starts a block when the latest-expiring block matching
@@ -73,6 +75,8 @@ type DebitCommand struct {
 	Source         *Source
 	Reason         *string
 	EntryMetadata  Metadata
+	// Context is spliced into the Mutation for the events it owes.
+	Context *MutationContext
 }
 
 // MutationResult is what a money-moving script returns.

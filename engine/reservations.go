@@ -100,7 +100,7 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	rule, err := s.ent.meteredRule(ctx, scope, *in.BillableMetricKey)
 	if err != nil {
 		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
-			return ReserveResult{}, &Error{Kind: KindInternal, Detail: "the metric has no active metering rule"}
+			return ReserveResult{}, DocumentedInternal("the metric has no active metering rule")
 		}
 		return ReserveResult{}, err
 	}
@@ -190,7 +190,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 			return CommitResult{}, err
 		}
 		if !found {
-			return CommitResult{}, &Error{Kind: KindInternal, Detail: "the metric has no active metering rule"}
+			return CommitResult{}, DocumentedInternal("the metric has no active metering rule")
 		}
 		if _, err := Price(rule, *in.ActualUnits); err != nil {
 			return CommitResult{}, priceError(err, "actual_units")
@@ -262,7 +262,7 @@ func (s *Reservations) Get(ctx context.Context, scope Scope, id uuid.UUID) (Rese
 // An unrecognized status is the 500 the spec documents.
 func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, status, cursor string, limit int) (Page[Reservation], error) {
 	if status != "" && !ReservationStatus(status).Valid() {
-		return Page[Reservation]{}, &Error{Kind: KindInternal, Detail: "unrecognized reservation status filter"}
+		return Page[Reservation]{}, DocumentedInternal("unrecognized reservation status filter: use active, committed, released or expired")
 	}
 	c, err := s.ent.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {

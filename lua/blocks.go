@@ -141,7 +141,7 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		uuidText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
 		cmd.Block.ID.String(), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
 		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
-		expires, stackMS, fallback, match)
+		expires, stackMS, fallback, match, contextText(cmd.Context))
 	return s.runMoney(ctx, grantScript, "grant", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
 }
 
@@ -169,7 +169,8 @@ func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 	if cmd.Source != nil {
 		source = string(*cmd.Source)
 	}
-	args = append(args, strconv.FormatInt(cmd.Amount, 10), string(cmd.EntryType), source, reason, entryMeta)
+	args = append(args, strconv.FormatInt(cmd.Amount, 10), string(cmd.EntryType), source, reason, entryMeta,
+		contextText(cmd.Context))
 	return s.runMoney(ctx, debitScript, "debit", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
 }
 
@@ -445,4 +446,17 @@ func uuidText(id uuid.UUID) string {
 		return ""
 	}
 	return id.String()
+}
+
+// contextText is the optional request context as the JSON the scripts
+// splice into the Mutation, "" when there is none.
+func contextText(mc *engine.MutationContext) string {
+	if mc == nil {
+		return ""
+	}
+	b, err := json.Marshal(mc)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
