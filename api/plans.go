@@ -50,8 +50,8 @@ func (s *Server) listPlans(c *call) error {
 	}
 	withRetired := false
 	switch c.query("status") {
-	case "", string(engine.StatusActive):
-	case string(engine.StatusRetired):
+	case "", string(engine.PlanActive):
+	case string(engine.PlanRetired):
 		withRetired = true
 	default:
 		return engine.BadRequest("status", "status must be active or retired")

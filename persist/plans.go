@@ -39,7 +39,7 @@ func scanPlan(row pgx.Row) (engine.Plan, error) {
 		return engine.Plan{}, err
 	}
 	p.Environment = engine.Environment(env)
-	p.Status = engine.Status(status)
+	p.Status = engine.PlanStatus(status)
 	md, err := parseMetadata(meta)
 	if err != nil {
 		return engine.Plan{}, err
@@ -48,6 +48,20 @@ func scanPlan(row pgx.Row) (engine.Plan, error) {
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 	p.Variants = []engine.VariantDetail{}
 	return p, nil
+}
+
+// planScopeLockClass is the first key of the transaction advisory lock that
+// serializes the writes that may move a scope's default plan ("plan"); the
+// two-key lock space never overlaps Migrate's one-key lock.
+const planScopeLockClass = 0x706c616e
+
+// lockPlanScope takes the scope's default-plan lock for the rest of tx.
+// Writers take it before any plan row lock, so they never deadlock, and
+// each sees the default the previous one committed.
+func lockPlanScope(ctx context.Context, tx pgx.Tx, sc engine.Scope) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
+		int32(planScopeLockClass), sc.TenantID.String()+"/"+string(sc.Environment))
+	return err
 }
 
 // clearDefault un-defaults every other plan of p's scope, in tx.
@@ -59,8 +73,8 @@ func clearDefault(ctx context.Context, tx pgx.Tx, p engine.Plan) error {
 }
 
 // withDefaultRetry runs fn in a transaction, again when it trips the
-// one-default index (another transaction set a default meanwhile; the next
-// attempt sees and clears it).
+// one-default index. With the scope lock that should not happen; the index
+// and the retry are the backstop.
 func (s *Store) withDefaultRetry(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := pgx.BeginFunc(ctx, s.pool, fn)
@@ -80,6 +94,9 @@ func (s *Store) CreatePlan(ctx context.Context, p engine.Plan) error {
 	}
 	err = s.withDefaultRetry(ctx, func(tx pgx.Tx) error {
 		if p.IsDefault {
+			if err := lockPlanScope(ctx, tx, engine.Scope{TenantID: p.TenantID, Environment: p.Environment}); err != nil {
+				return err
+			}
 			if err := clearDefault(ctx, tx, p); err != nil {
 				return err
 			}
@@ -107,14 +124,20 @@ func (s *Store) GetPlan(ctx context.Context, sc engine.Scope, id uuid.UUID) (eng
 	return p, nil
 }
 
-// UpdatePlan locks plan id of scope sc, applies change and writes name,
-// is_default, status, metadata and updated_at; a plan that ends up the
-// default clears the previous one, all in one transaction. An error of
+// UpdatePlan takes the scope's default-plan lock, locks plan id of scope
+// sc, applies change and writes name, is_default, status, metadata and
+// updated_at; a plan that ends up the default clears the previous one, all
+// in one transaction. An error of
 // change is returned as is and writes nothing.
 func (s *Store) UpdatePlan(ctx context.Context, sc engine.Scope, id uuid.UUID, change func(*engine.Plan) error) (engine.Plan, error) {
 	var out engine.Plan
 	var changeErr error
 	err := s.withDefaultRetry(ctx, func(tx pgx.Tx) error {
+		// Any change may make the plan the default, so every update takes
+		// the scope lock first (plan updates are rare).
+		if err := lockPlanScope(ctx, tx, sc); err != nil {
+			return err
+		}
 		p, err := scanPlan(tx.QueryRow(ctx, `SELECT `+planColumns+` FROM plans
 			WHERE id = $1 AND tenant_id = $2 AND environment = $3 FOR UPDATE`, id, sc.TenantID, string(sc.Environment)))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -195,7 +218,7 @@ func scanVariant(row pgx.Row) (engine.PlanVariant, error) {
 	}
 	v.Environment = engine.Environment(env)
 	v.BillingCycle = engine.BillingCycle(cycle)
-	v.Status = engine.Status(status)
+	v.Status = engine.PlanStatus(status)
 	v.BillingMode = engine.BillingMode(mode)
 	md, err := parseMetadata(meta)
 	if err != nil {

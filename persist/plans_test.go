@@ -14,13 +14,13 @@ import (
 
 func plan(s engine.Scope, name string, isDefault bool, at time.Time) engine.Plan {
 	return engine.Plan{ID: uuid.Must(uuid.NewV7()), TenantID: s.TenantID, Environment: s.Environment, Name: name,
-		IsDefault: isDefault, Status: engine.StatusActive, Metadata: engine.Metadata{"tier": json.RawMessage(`"gold"`)},
+		IsDefault: isDefault, Status: engine.PlanActive, Metadata: engine.Metadata{"tier": json.RawMessage(`"gold"`)},
 		CreatedAt: at, UpdatedAt: at}
 }
 
 func variant(s engine.Scope, planID uuid.UUID, at time.Time) engine.PlanVariant {
 	return engine.PlanVariant{ID: uuid.Must(uuid.NewV7()), PlanID: planID, TenantID: s.TenantID, Environment: s.Environment,
-		BillingCycle: engine.CycleMonthly, TrialDays: 14, Status: engine.StatusActive, BillingMode: engine.BillingPostpaid,
+		BillingCycle: engine.CycleMonthly, TrialDays: 14, Status: engine.PlanActive, BillingMode: engine.BillingPostpaid,
 		RenewalDueDays: 2, GracePeriodDays: 5, AllowUsageWhileOverdue: false, Metadata: engine.Metadata{},
 		CreatedAt: at, UpdatedAt: at}
 }
@@ -60,7 +60,7 @@ func TestPlanStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := b.store.GetPlan(b.ctx, live, a.ID)
-	if err != nil || got.Name != "A" || !got.IsDefault || got.Status != engine.StatusActive ||
+	if err != nil || got.Name != "A" || !got.IsDefault || got.Status != engine.PlanActive ||
 		string(got.Metadata["tier"]) != `"gold"` || !got.CreatedAt.Equal(now) || got.Variants == nil {
 		t.Fatalf("GetPlan = %+v, %v", got, err)
 	}
@@ -106,11 +106,11 @@ func TestPlanStore(t *testing.T) {
 		t.Fatalf("update from the other environment: %v", err)
 	}
 	// The schema refuses a retired default, whatever the engine does.
-	_, err = b.store.UpdatePlan(b.ctx, live, a.ID, func(p *engine.Plan) error { p.Status = engine.StatusRetired; return nil })
+	_, err = b.store.UpdatePlan(b.ctx, live, a.ID, func(p *engine.Plan) error { p.Status = engine.PlanRetired; return nil })
 	if err == nil {
 		t.Fatal("a retired default plan was stored")
 	}
-	if _, err := b.store.UpdatePlan(b.ctx, live, bp.ID, func(p *engine.Plan) error { p.Status = engine.StatusRetired; return nil }); err != nil {
+	if _, err := b.store.UpdatePlan(b.ctx, live, bp.ID, func(p *engine.Plan) error { p.Status = engine.PlanRetired; return nil }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -240,14 +240,14 @@ func TestVariantGrantEntitlementStore(t *testing.T) {
 	}
 	later := now.Add(time.Minute)
 	up, err := b.store.UpdateVariant(b.ctx, live, p.ID, v1.ID, func(v *engine.PlanVariant) error {
-		v.Status, v.TrialDays, v.UpdatedAt = engine.StatusRetired, 0, later
+		v.Status, v.TrialDays, v.UpdatedAt = engine.PlanRetired, 0, later
 		v.BillingCycle = engine.CycleDaily // fixed: never written
 		return nil
 	})
-	if err != nil || up.Status != engine.StatusRetired {
+	if err != nil || up.Status != engine.PlanRetired {
 		t.Fatalf("UpdateVariant = %+v, %v", up, err)
 	}
-	if v, _ := b.store.GetVariant(b.ctx, live, v1.ID); v.Status != engine.StatusRetired || v.TrialDays != 0 ||
+	if v, _ := b.store.GetVariant(b.ctx, live, v1.ID); v.Status != engine.PlanRetired || v.TrialDays != 0 ||
 		v.BillingCycle != engine.CycleMonthly || !v.UpdatedAt.Equal(later) {
 		t.Fatalf("after update %+v", v)
 	}
