@@ -222,6 +222,9 @@ func (b *Bench) ceilings(ctx context.Context) {
 				logf("  %s: %.0f tps, latency avg %.2fms", r.Name, r.TPS, r.LatencyMS)
 			}
 		}
+		// Backends flush pg_stat_database about once a second: let pgbench's
+		// land before the next run reads its own.
+		time.Sleep(1500 * time.Millisecond)
 	}
 }
 
