@@ -256,23 +256,43 @@ type RampConfig struct {
 
 // Ramp raises the rate step by step until the server cannot keep up (p99
 // over the bound, errors over the bound, or achieved rate under 90 % of
-// offered) and returns the steps and the highest achieved rate.
+// offered) and returns the steps and the highest achieved rate. A short
+// warm-up opens the connections first, and a step that fails is tried once
+// more before the ramp stops, so one burst of noise from a shared machine
+// does not end it.
 func (g *Generator) Ramp(ctx context.Context, rc RampConfig, op opFunc, logf func(string, ...any)) ([]Step, float64) {
+	_ = g.Run(ctx, rc.Start/2, time.Second, op)
+	time.Sleep(rc.Pause)
 	var steps []Step
 	best := 0.0
-	for rate := rc.Start; rate <= rc.Max && ctx.Err() == nil; rate *= rc.Factor {
+	retried := false
+	for rate := rc.Start; rate <= rc.Max && ctx.Err() == nil; {
 		r := g.Run(ctx, rate, rc.StepDur, op)
 		blown := r.Latency.P99 > ms(rc.MaxP99) || r.ErrorRate > rc.MaxError || r.Achieved < 0.9*rate
 		steps = append(steps, Step{RunResult: r, Blown: blown})
+		note := ""
+		switch {
+		case blown && !retried:
+			note = "  <- over the limit; once more"
+		case blown:
+			note = "  <- limit"
+		}
 		logf("  ramp %7.0f/s: achieved %7.0f/s p50 %.2fms p99 %.2fms errors %s%s", rate, r.Achieved,
-			r.Latency.P50, r.Latency.P99, r.ErrorSummary(), map[bool]string{true: "  <- limit", false: ""}[blown])
+			r.Latency.P50, r.Latency.P99, r.ErrorSummary(), note)
 		if r.Achieved > best && r.ErrorRate <= rc.MaxError {
 			best = r.Achieved
 		}
-		if blown {
-			break
-		}
 		time.Sleep(rc.Pause)
+		if blown {
+			if retried {
+				break
+			}
+			retried = true
+			time.Sleep(rc.Pause)
+			continue
+		}
+		retried = false
+		rate *= rc.Factor
 	}
 	return steps, best
 }
