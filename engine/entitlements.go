@@ -24,6 +24,7 @@ type Entitlements struct {
 	clock     Clock
 	plans     PlanView
 	snapshots snapshotCache
+	applied   AppliedReader
 }
 
 // PlanView tells the entitlement service what a customer's subscription
@@ -462,11 +463,58 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 	if len(in.Events) > MaxUsageEvents {
 		return nil, Invalid("events", "at most 1000 events per call")
 	}
+	applied, err := s.appliedUsage(ctx, scope, in.Events)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]UsageEventResult, len(in.Events))
 	for i, ev := range in.Events {
+		if ev.EventID != nil {
+			if m, ok := applied[usageKey(*ev.EventID)]; ok && m.Environment == scope.Environment {
+				out[i] = duplicateOf(*ev.EventID, m, usageHash(ev))
+				continue
+			}
+		}
 		out[i] = s.usageEvent(ctx, scope, tenant, ev)
 	}
 	return out, nil
+}
+
+// AppliedReader finds persisted operations by idempotency key.
+type AppliedReader interface {
+	// AppliedMutations returns the tenant's persisted Mutations by key.
+	AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []string) (map[string]Mutation, error)
+}
+
+// SetAppliedReader lets usage batches find events charged so long ago that
+// Redis no longer remembers them (event ids are idempotent forever).
+func (s *Entitlements) SetAppliedReader(r AppliedReader) { s.applied = r }
+
+func usageKey(eventID string) string { return "usage:" + eventID }
+
+// appliedUsage looks the batch's event ids up in Postgres in one query.
+func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []UsageEvent) (map[string]Mutation, error) {
+	if s.applied == nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(events))
+	for _, ev := range events {
+		if ev.EventID != nil && *ev.EventID != "" {
+			keys = append(keys, usageKey(*ev.EventID))
+		}
+	}
+	return s.applied.AppliedMutations(ctx, scope.TenantID, keys)
+}
+
+// duplicateOf answers a re-sent event from its original Mutation; another
+// content under the same event_id is a conflict.
+func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
+	if m.RequestHash != requestHash {
+		msg := "event_id was already used for a different event"
+		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg}
+	}
+	r := consumeResult(m)
+	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
 func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) UsageEventResult {
@@ -491,7 +539,7 @@ func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenan
 	if len(id) > 256 {
 		return fail(id, Invalid("event_id", "event_id is longer than 256 characters"))
 	}
-	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: "usage:" + id, RequestHash: usageHash(ev)},
+	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev)},
 		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
 	if errors.Is(err, ErrIdempotencyMismatch) {
 		return fail(id, Conflict("event_id was already used for a different event"))

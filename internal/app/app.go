@@ -103,6 +103,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
+	a.Entitlements.SetAppliedReader(a.DB)
 	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
 	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}

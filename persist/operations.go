@@ -1,0 +1,46 @@
+package persist
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// maxAppliedKeys bounds one AppliedMutations look-up (a usage batch).
+const maxAppliedKeys = engine.MaxUsageEvents
+
+// AppliedMutations returns the persisted Mutations of the tenant whose
+// idempotency key is one of keys, by key (engine.AppliedReader). A key
+// applied to several customers returns one of them.
+func (s *Store) AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []string) (map[string]engine.Mutation, error) {
+	out := map[string]engine.Mutation{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	if len(keys) > maxAppliedKeys {
+		return nil, fmt.Errorf("persist: %d keys exceed the look-up bound %d", len(keys), maxAppliedKeys)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT idempotency_key, mutation FROM operations
+		WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
+	if err != nil {
+		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var doc []byte
+		if err := rows.Scan(&key, &doc); err != nil {
+			return nil, err
+		}
+		var m engine.Mutation
+		if err := json.Unmarshal(doc, &m); err != nil {
+			return nil, fmt.Errorf("persist: applied mutation %s: %w", key, err)
+		}
+		out[key] = m
+	}
+	return out, rows.Err()
+}
