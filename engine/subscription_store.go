@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SubscriptionRecord is a subscription with the scheduler's bookkeeping,
+// stored in one row so one lock guards both.
+type SubscriptionRecord struct {
+	Subscription
+	// ActivatedAt is when the subscription last became active with fresh
+	// grants (create without trial, trial end, upgrade); nil while trialing.
+	ActivatedAt *time.Time
+	// RenewalWarned is true once subscription.renewal_due went out for the
+	// current period.
+	RenewalWarned bool
+	// Grants is the firing state of each plan grant of the current variant.
+	Grants []GrantState
+	// NextActionAt is the soonest instant the scheduler has work for the
+	// subscription; nil when none. The engine computes it.
+	NextActionAt *time.Time
+}
+
+// GrantState is one plan grant's firing state on one subscription.
+type GrantState struct {
+	PlanGrantID uuid.UUID `json:"plan_grant_id"`
+	// Anchor is the origin of the grant's own clock (daily, weekly, monthly,
+	// ISO durations); Fired counts its firings on that clock.
+	Anchor      time.Time  `json:"anchor"`
+	Fired       int64      `json:"fired"`
+	LastFiredAt *time.Time `json:"last_fired_at,omitempty"`
+	// NextFireAt is the next firing on the grant's own clock; nil when the
+	// grant fires only at period starts, or never again.
+	NextFireAt *time.Time `json:"next_fire_at,omitempty"`
+	// RolloverCycles counts consecutive renewals that carried credit.
+	RolloverCycles int `json:"rollover_cycles"`
+	// BlockIDs are the blocks of the current cycle (grant and rollover).
+	BlockIDs []uuid.UUID `json:"block_ids"`
+}
+
+// MetricUsage is one metric's consumption over a period.
+type MetricUsage struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	// Units is the sum of the consumed units; Credits the credit charged.
+	Units     int64 `json:"units"`
+	Credits   int64 `json:"credits"`
+	OverageMC int64 `json:"overage_mc"`
+}
+
+// ErrLiveSubscription is what a store returns when the customer already has
+// a live subscription.
+var ErrLiveSubscription = &Error{Kind: KindConflict, Field: "customer_id",
+	Detail: "the customer already has a live subscription; cancel it or upgrade it instead"}
+
+// SubscriptionStore keeps subscriptions and their scheduler state (Postgres).
+type SubscriptionStore interface {
+	SubscriptionReader
+	// CreateSubscription inserts r; ErrLiveSubscription when the customer
+	// already has a live subscription.
+	CreateSubscription(ctx context.Context, r SubscriptionRecord) error
+	// GetRecord reads a subscription with its bookkeeping (ErrNotFound).
+	GetRecord(ctx context.Context, s Scope, id uuid.UUID) (SubscriptionRecord, error)
+	// ListSubscriptions pages a customer's subscriptions newest first.
+	ListSubscriptions(ctx context.Context, s Scope, customer uuid.UUID, cursor string, limit int) (Page[Subscription], error)
+	// UpdateSubscription locks subscription id of scope s, lets change edit
+	// the record (an error aborts and is returned as is) and writes it, in
+	// one transaction (ErrNotFound).
+	UpdateSubscription(ctx context.Context, s Scope, id uuid.UUID, change func(*SubscriptionRecord) error) (SubscriptionRecord, error)
+	// RunDue runs change on up to limit subscriptions whose NextActionAt is
+	// at or before now, each locked (FOR UPDATE SKIP LOCKED, so processes
+	// share the work) and written in its own transaction. A change error
+	// rolls that one back and skips it until the next call. It returns how
+	// many it ran.
+	RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error)
+	// PeriodUsage sums the customer's consumption per metric in [from, to).
+	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
+}
