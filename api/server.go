@@ -64,6 +64,11 @@ type Config struct {
 	Webhooks *engine.Webhooks
 	// Plans serves the product catalogue (plans, variants, grants, entitlements).
 	Plans *engine.Plans
+	// Overrides, Topups and Imports serve subscription overrides, paid
+	// credit and the bulk import.
+	Overrides *engine.Overrides
+	Topups    *engine.Topups
+	Imports   *engine.Imports
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -96,6 +101,9 @@ type Server struct {
 	reservations *engine.Reservations
 	webhooks     *engine.Webhooks
 	plans        *engine.Plans
+	overrides    *engine.Overrides
+	topups       *engine.Topups
+	imports      *engine.Imports
 
 	router  *router.Router
 	routes  []*route
@@ -123,6 +131,7 @@ func New(cfg Config) *Server {
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
 	s.plans = cfg.Plans
+	s.overrides, s.topups, s.imports = cfg.Overrides, cfg.Topups, cfg.Imports
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -251,6 +260,10 @@ func (s *Server) register() {
 	s.registerPricing()
 	s.registerWebhooks()
 	s.registerPlans()
+	s.registerOverrides()
+	s.registerSnapshot()
+	s.registerTopups()
+	s.registerImports()
 
 	if len(s.admin) == 0 {
 		return

@@ -200,7 +200,8 @@ func crossingKind(k MutationKind) bool {
 // replay derives the same ids. The rules (interface.md "Event kinds and
 // emitters", addendum 8):
 //   - grant: credit.granted (a positive adjust or a grant; ctx.Emitter names
-//     other emitters);
+//     other emitters), except for an import (EmitterImport), which never
+//     fires it;
 //   - consume that charged something, commit with usage, debit (negative
 //     adjust): credit.consumed; a consume that charged nothing but ran into
 //     overage fires it too, except under notify (no webhook for overage);
@@ -225,7 +226,7 @@ func EventsOf(m Mutation) []Event {
 	main := m.firstMain()
 	switch m.Kind {
 	case MutationGrant:
-		if main < 0 {
+		if main < 0 || (m.Context != nil && m.Context.Emitter == EmitterImport) {
 			break
 		}
 		e := m.ledgerEntry(main, m.Entries[main])

@@ -56,8 +56,13 @@ type App struct {
 	Sweeper   *engine.ExpirySweeper
 	Webhooks  *engine.Webhooks
 	// Plans is the product catalogue.
-	Plans  *engine.Plans
-	Server *api.Server
+	Plans *engine.Plans
+	// Overrides, Topups and Imports serve subscription overrides, paid
+	// credit and the bulk import.
+	Overrides *engine.Overrides
+	Topups    *engine.Topups
+	Imports   *engine.Imports
+	Server    *api.Server
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
 	// HoldSweeper expires holds past their expires_at.
@@ -106,10 +111,14 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Entitlements.SetAppliedReader(a.DB)
 	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
 	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
+	a.Overrides = engine.NewOverrides(a.DB, a.DB, a.Metering, a.Entitlements, cfg.Clock)
+	a.Topups = engine.NewTopups(a.Credits, a.DB)
+	a.Imports = engine.NewImports(a.Customers, a.Credits)
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Server = api.New(api.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
+		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},

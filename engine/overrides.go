@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Overrides change one entitlement for one subscription (interface.md
+// Override, Overrides, States "Override"). A live override beats the variant
+// value, which beats the metric default, on every check and snapshot
+// (addendum 5); the PlanView resolves that order, this service keeps the rows.
+
+// MaxOverrideReasonChars bounds an override reason (docs/decisions.md).
+const MaxOverrideReasonChars = 1000
+
+// ErrOverrideExists: the subscription already has a live override for the
+// metric (a store's answer; the service turns it into the 409).
+var ErrOverrideExists = errors.New("a live override exists for this metric")
+
+// OverrideStore keeps overrides (Postgres). Rows are never removed: a
+// deleted or replaced override keeps its row with deleted_at set.
+type OverrideStore interface {
+	OverrideReader
+	// CreateOverride inserts o for a subscription of env. When an undeleted
+	// override of that metric exists it is ErrOverrideExists if still live
+	// at now, else it is marked deleted in the same transaction.
+	CreateOverride(ctx context.Context, env Environment, o Override, now time.Time) error
+	// UpdateOverride locks the override of key that is live at now on the
+	// subscription, lets change edit it (an error from change aborts and is
+	// returned as is) and writes it (ErrNotFound when none is live).
+	UpdateOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time, change func(*Override) error) (Override, error)
+	// DeleteOverride marks the override of key live at now deleted
+	// (ErrNotFound when none is live).
+	DeleteOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time) error
+}
+
+// Overrides serves the override endpoints.
+type Overrides struct {
+	store   OverrideStore
+	subs    SubscriptionReader
+	metrics MetricLookup
+	ents    *Entitlements
+	clock   Clock
+
+	// OnOverrideChange, when set, runs after every override write of this
+	// process, so a PlanView cache can forget the subscription's values at
+	// once (the entitlement snapshot is forgotten here already).
+	OnOverrideChange func(subscriptionID, customerID uuid.UUID)
+}
+
+// NewOverrides returns the override service; ents may be nil (no snapshot
+// cache to refresh).
+func NewOverrides(store OverrideStore, subs SubscriptionReader, metrics MetricLookup, ents *Entitlements, clock Clock) *Overrides {
+	return &Overrides{store: store, subs: subs, metrics: metrics, ents: ents, clock: clock}
+}
+
+// CreateOverrideInput is the body of POST /v1/subscriptions/{id}/overrides.
+type CreateOverrideInput struct {
+	BillableMetricKey *string         `json:"billable_metric_key"`
+	Value             json.RawMessage `json:"value"`
+	ExpiresAt         *string         `json:"expires_at"`
+	Reason            *string         `json:"reason"`
+}
+
+// UpdateOverrideInput is the body of PATCH .../overrides/{key}. ExpiresAt is
+// raw so an explicit null (permanent) differs from an omitted member (keep).
+type UpdateOverrideInput struct {
+	Value     json.RawMessage `json:"value"`
+	ExpiresAt json.RawMessage `json:"expires_at"`
+	Reason    *string         `json:"reason"`
+}
+
+// overrideExpiry reads an override expires_at: an RFC 3339 instant in the
+// future. The spec lists only 400s for override bodies, so it is one.
+func overrideExpiry(raw string, now time.Time) (*time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return nil, BadRequest("expires_at", "expires_at must be an RFC 3339 date-time")
+	}
+	t = t.UTC().Truncate(time.Millisecond)
+	if !t.After(now) {
+		return nil, BadRequest("expires_at", "expires_at must be in the future")
+	}
+	return &t, nil
+}
+
+func checkReason(r *string) error {
+	if r != nil && utf8.RuneCountInString(*r) > MaxOverrideReasonChars {
+		return BadRequest("reason", "reason is longer than 1000 characters")
+	}
+	return nil
+}
+
+// subscription finds the subscription in scope; another environment's or
+// tenant's is 404 (Authentication 5).
+func (s *Overrides) subscription(ctx context.Context, scope Scope, id uuid.UUID) (Subscription, error) {
+	sub, err := s.subs.GetSubscription(ctx, scope, id)
+	if errors.Is(err, ErrNotFound) {
+		return Subscription{}, NotFound("subscription not found")
+	}
+	if err != nil {
+		return Subscription{}, err
+	}
+	if sub.TenantID != scope.TenantID || sub.Environment != scope.Environment {
+		return Subscription{}, NotFound("subscription not found")
+	}
+	return sub, nil
+}
+
+// overridable finds the metric of key and refuses metered ones.
+func (s *Overrides) overridable(ctx context.Context, scope Scope, key string) (BillableMetric, error) {
+	m, ok, err := s.metrics.Metric(ctx, scope, key)
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	if !ok {
+		return BillableMetric{}, &Error{Kind: KindNotFound, Field: "billable_metric_key", Detail: "no billable metric has this key"}
+	}
+	if m.Type == MetricMetered {
+		return BillableMetric{}, BadRequest("billable_metric_key", "metered metrics cannot be overridden")
+	}
+	return m, nil
+}
+
+// List is every live override of the subscription, oldest first. Errors: 404.
+func (s *Overrides) List(ctx context.Context, scope Scope, subscription uuid.UUID) ([]Override, error) {
+	sub, err := s.subscription(ctx, scope, subscription)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.store.LiveOverrides(ctx, sub.ID, s.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []Override{}
+	}
+	return list, nil
+}
+
+// Create adds a live override. Errors: 400 (missing field, metered metric,
+// value not shaped for the type, bad expires_at), 404 (subscription, metric),
+// 409 (a live override exists for the metric).
+func (s *Overrides) Create(ctx context.Context, scope Scope, subscription uuid.UUID, in CreateOverrideInput) (Override, error) {
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return Override{}, BadRequest("billable_metric_key", "billable_metric_key is required")
+	}
+	if len(in.Value) == 0 || string(in.Value) == "null" {
+		return Override{}, BadRequest("value", "value is required")
+	}
+	if err := checkReason(in.Reason); err != nil {
+		return Override{}, err
+	}
+	now := s.clock.Now()
+	var expires *time.Time
+	if in.ExpiresAt != nil {
+		var err error
+		if expires, err = overrideExpiry(*in.ExpiresAt, now); err != nil {
+			return Override{}, err
+		}
+	}
+	sub, err := s.subscription(ctx, scope, subscription)
+	if err != nil {
+		return Override{}, err
+	}
+	m, err := s.overridable(ctx, scope, *in.BillableMetricKey)
+	if err != nil {
+		return Override{}, err
+	}
+	val, err := EntitlementValue(m.Type, in.Value)
+	if err != nil {
+		return Override{}, err
+	}
+	o := Override{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, SubscriptionID: sub.ID,
+		BillableMetricID: m.ID, BillableMetricKey: m.Key, Value: val, ExpiresAt: expires,
+		CreatedAt: now, UpdatedAt: now}
+	if in.Reason != nil {
+		o.Reason = *in.Reason
+	}
+	if err := s.store.CreateOverride(ctx, scope.Environment, o, now); err != nil {
+		if errors.Is(err, ErrOverrideExists) {
+			return Override{}, &Error{Kind: KindConflict, Field: "billable_metric_key", Detail: "a live override already exists for this metric"}
+		}
+		return Override{}, err
+	}
+	s.changed(sub)
+	return o, nil
+}
+
+// Update changes the live override of key: value (shaped by the type),
+// expires_at (null: permanent, omitted: kept), reason. Errors: 400, 404.
+func (s *Overrides) Update(ctx context.Context, scope Scope, subscription uuid.UUID, key string, in UpdateOverrideInput) (Override, error) {
+	if err := checkReason(in.Reason); err != nil {
+		return Override{}, err
+	}
+	now := s.clock.Now()
+	setExpiry, clearExpiry := false, false
+	var expires *time.Time
+	switch {
+	case len(in.ExpiresAt) == 0:
+	case string(in.ExpiresAt) == "null":
+		setExpiry, clearExpiry = true, true
+	default:
+		var raw string
+		if json.Unmarshal(in.ExpiresAt, &raw) != nil {
+			return Override{}, BadRequest("expires_at", "expires_at must be an RFC 3339 date-time or null")
+		}
+		var err error
+		if expires, err = overrideExpiry(raw, now); err != nil {
+			return Override{}, err
+		}
+		setExpiry = true
+	}
+	sub, err := s.subscription(ctx, scope, subscription)
+	if err != nil {
+		return Override{}, err
+	}
+	var val json.RawMessage
+	if len(in.Value) > 0 && string(in.Value) != "null" {
+		m, err := s.overridable(ctx, scope, key)
+		if err != nil {
+			if e, ok := AsError(err); ok && e.Kind == KindNotFound {
+				return Override{}, NotFound("override not found")
+			}
+			return Override{}, err
+		}
+		if val, err = EntitlementValue(m.Type, in.Value); err != nil {
+			return Override{}, err
+		}
+	} else if string(in.Value) == "null" {
+		return Override{}, BadRequest("value", "value cannot be null; omit it to keep the value")
+	}
+	o, err := s.store.UpdateOverride(ctx, scope, sub.ID, key, now, func(o *Override) error {
+		if val != nil {
+			o.Value = val
+		}
+		if setExpiry {
+			o.ExpiresAt = expires
+			if clearExpiry {
+				o.ExpiresAt = nil
+			}
+		}
+		if in.Reason != nil {
+			o.Reason = *in.Reason
+		}
+		o.UpdatedAt = now
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Override{}, NotFound("override not found")
+	}
+	if err != nil {
+		return Override{}, err
+	}
+	s.changed(sub)
+	return o, nil
+}
+
+// Delete marks the live override of key deleted; it moves no credit.
+// Errors: 404.
+func (s *Overrides) Delete(ctx context.Context, scope Scope, subscription uuid.UUID, key string) error {
+	sub, err := s.subscription(ctx, scope, subscription)
+	if err != nil {
+		return err
+	}
+	err = s.store.DeleteOverride(ctx, scope, sub.ID, key, s.clock.Now())
+	if errors.Is(err, ErrNotFound) {
+		return NotFound("override not found")
+	}
+	if err != nil {
+		return err
+	}
+	s.changed(sub)
+	return nil
+}
+
+// changed refreshes what this process caches about the subscription's
+// customer: its snapshot, and (through the hook) its plan view.
+func (s *Overrides) changed(sub Subscription) {
+	if s.ents != nil {
+		s.ents.ForgetSnapshot(sub.CustomerID)
+	}
+	if s.OnOverrideChange != nil {
+		s.OnOverrideChange(sub.ID, sub.CustomerID)
+	}
+}
