@@ -46,6 +46,10 @@ type GrantCommand struct {
 	StackAfter      *StackAfter
 	// Context is spliced into the Mutation for the events it owes.
 	Context *MutationContext
+	// AccumulationCap, when set, grants at most cap - balance (nothing at or
+	// above it; the result is then a zero Mutation), atomically with the
+	// balance read (plan grants' accumulation_cap).
+	AccumulationCap *int64
 }
 
 // StackAfter starts a block when the latest-expiring block matching

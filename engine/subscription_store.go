@@ -78,3 +78,31 @@ type SubscriptionStore interface {
 	// PeriodUsage sums the customer's consumption per metric in [from, to).
 	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
 }
+
+// MutationRollover is the kind of a rollover Mutation: the previous cycle's
+// blocks of a plan grant expire and part of their credit moves to a new
+// block. It owes no event (the credit was granted before).
+const MutationRollover MutationKind = "rollover"
+
+// RolloverCommand carries Percentage of the unused credit of Blocks into a
+// new block (Block: ID, Priority, Source, Metadata, ExpiresAt) and expires
+// Blocks, in one atomic step.
+type RolloverCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	Now            time.Time
+	Blocks         []uuid.UUID
+	Percentage     int
+	Block          Block
+	EntryType      EntryType
+	EntryMetadata  Metadata
+	Context        *MutationContext
+}
+
+// RolloverStore runs rollovers on the hot credit state (Redis).
+type RolloverStore interface {
+	// Rollover returns a zero Mutation when no listed block has credit left
+	// (and none was due). Errors: ErrStateMissing, ErrIdempotencyMismatch.
+	Rollover(ctx context.Context, cmd RolloverCommand) (MutationResult, error)
+}

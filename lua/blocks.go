@@ -141,8 +141,16 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		uuidText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
 		cmd.Block.ID.String(), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
 		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
-		expires, stackMS, fallback, match, contextText(cmd.Context))
+		expires, stackMS, fallback, match, contextText(cmd.Context), capText(cmd.AccumulationCap))
 	return s.runMoney(ctx, grantScript, "grant", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
+
+// capText is the cap argument of grant.lua: "" when there is none.
+func capText(cap *int64) string {
+	if cap == nil {
+		return ""
+	}
+	return strconv.FormatInt(*cap, 10)
 }
 
 // Debit drains cmd.Amount from the customer's started blocks in spend order

@@ -19,8 +19,13 @@
 -- ARGV[20] stack_after fallback "now" or "reject" ("" without stack_after)
 -- ARGV[21] stack_after metadata_match JSON object text
 -- ARGV[22] engine.MutationContext JSON text, "" or absent when none
+-- ARGV[23] accumulation cap (decimal, > 0), "" or absent when none: the block
+--          gets min(amount, cap - balance) and nothing when the balance is at
+--          or above the cap
 --
--- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; with a
+-- cap that leaves nothing to grant {"noop", ""} (the idempotency key then
+-- remembers a Mutation without entries, so a retry stays a no-op); errors
 -- NOSTATE (no account hash), MISMATCH (key used by another request), NOMATCH
 -- (stack_after reject without a match), OVERFLOW, BADARG. Nothing is written
 -- before every check has passed.
@@ -33,6 +38,12 @@ local block_id, amount, priority, source = ARGV[13], m_parse(ARGV[14]), int_pars
 local block_meta, expires_arg = ARGV[17], ARGV[18]
 local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
 local ctx = ARGV[22] or ''
+local cap_arg = ARGV[23] or ''
+local cap = nil
+if cap_arg ~= '' then
+  cap = m_parse(cap_arg)
+  if not cap or not m_pos(cap) then return redis.error_reply('BADARG cap') end
+end
 
 if not now or not amount or not m_pos(amount) or not priority then
   return redis.error_reply('BADARG now, amount or priority')
@@ -68,6 +79,28 @@ if stack_fallback ~= '' then
 end
 
 local balance = balances(a.blocks, a.rs, now)
+if cap then
+  local room = m_sub(cap, balance)
+  if not m_pos(room) then
+    if #entries == 0 then
+      -- Nothing expired and nothing to grant: remember the no-op only.
+      if op_key then
+        local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
+          idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
+        redis.call('SET', op_key, json, 'PX', op_ttl_ms)
+      end
+      return {'noop', ''}
+    end
+    -- Only the due expiries to record.
+    a.v = a.v + 1
+    acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+    local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
+      idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
+    publish(outbox_key, op_key, op_ttl_ms, json)
+    return {'new', json}
+  end
+  amount = m_min(amount, room)
+end
 local earned = m_add(a.le, amount)
 if not m_fits(m_add(balance, amount)) or not m_fits(earned) then
   return redis.error_reply('OVERFLOW the balance would not fit in int64')

@@ -1,0 +1,60 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/creditd/creditd/engine"
+)
+
+var (
+	//go:embed rollover.lua
+	rolloverLua    string
+	rolloverScript = withPrelude(rolloverLua)
+)
+
+var _ engine.RolloverStore = (*Store)(nil)
+
+// Rollover expires cmd.Blocks and carries cmd.Percentage of their unused
+// credit into cmd.Block (rollover.lua). A zero Mutation means no listed
+// block had credit left. Errors: engine.ErrStateMissing,
+// ErrIdempotencyMismatch; a retried key replays the original Mutation.
+func (s *Store) Rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
+	if cmd.Percentage < 0 || cmd.Percentage > 100 {
+		return engine.MutationResult{}, fmt.Errorf("lua: rollover: percentage %d outside 0..100", cmd.Percentage)
+	}
+	if err := checkSource(cmd.Block.Source); err != nil {
+		return engine.MutationResult{}, fmt.Errorf("lua: rollover: %w", err)
+	}
+	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, "")
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	ids := make([]string, len(cmd.Blocks))
+	for i, id := range cmd.Blocks {
+		ids[i] = id.String()
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	blockMeta, err := jsonText(cmd.Block.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	entryMeta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	expires := ""
+	if cmd.Block.ExpiresAt != nil {
+		expires = strconv.FormatInt(cmd.Block.ExpiresAt.UnixMilli(), 10)
+	}
+	args = append(args, string(idsJSON), strconv.Itoa(cmd.Percentage), cmd.Block.ID.String(),
+		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta, expires, string(cmd.EntryType),
+		entryMeta, contextText(cmd.Context))
+	return s.runMoney(ctx, rolloverScript, "rollover", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+}
