@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -158,4 +159,80 @@ func BenchmarkHotPath(b *testing.B) {
 				"X-API-Key", p.key, "Idempotency-Key", "prof-c-"+strconv.FormatUint(n, 10)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		}, 200)
 	})
+}
+
+// BenchmarkLuaPrelude measures what a script costs Redis by itself: a bare
+// one-HGET script, the same HGET behind lua/prelude.lua (which every money
+// and state script carries), and the snapshot script a check runs, on a
+// private redis-server so INFO commandstats holds only these calls:
+//
+//	go test ./bench -run '^$' -bench LuaPrelude
+func BenchmarkLuaPrelude(b *testing.B) {
+	prelude, err := os.ReadFile("../lua/prelude.lua")
+	if err != nil {
+		b.Skip(err)
+	}
+	snapshot, err := os.ReadFile("../lua/snapshot.lua")
+	if err != nil {
+		b.Skip(err)
+	}
+	rdb := privateRedis(b)
+	ctx := context.Background()
+	// One account hash as lua/prelude.lua encodes it: account fields and
+	// three blocks (remaining|original|priority|created|starts|expires|source|meta).
+	key := "{p:p00}:a:00000000-0000-4000-8000-000000000001"
+	rdb.HSet(ctx, key, "id", "00000000-0000-4000-8000-000000000002", "t", "00000000-0000-4000-8000-000000000003", "e", "live",
+		"v", "3", "rs", "0", "le", "3000000000", "ua", "1763700000000",
+		"b:00000000-0000-4000-8000-00000000000a", "1000000000|1000000000|0|mi6kq0xc||1fzjdc0|p|",
+		"b:00000000-0000-4000-8000-00000000000b", "1000000000|1000000000|1|mi6kq0xc|||p|",
+		"b:00000000-0000-4000-8000-00000000000c", "1000000000|1000000000|2|mi6kq0xc|||p|")
+	for _, tc := range []struct{ name, src string }{
+		{"bare-hget", hgetScript},
+		{"prelude+hget", string(prelude) + "\n" + hgetScript},
+		{"snapshot", string(prelude) + "\n" + string(snapshot)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := redis.NewScript(tc.src)
+			if err := s.Run(ctx, rdb, []string{key}, "v").Err(); err != nil && err != redis.Nil {
+				b.Fatalf("%s: %v", tc.name, err)
+			}
+			before := commandStats(ctx, rdb)["evalsha"]
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := s.Run(ctx, rdb, []string{key}, "v").Err(); err != nil && err != redis.Nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			after := commandStats(ctx, rdb)["evalsha"]
+			if n := after[0] - before[0]; n > 0 {
+				b.ReportMetric(float64(after[1]-before[1])/float64(n), "redis-µs/call")
+			}
+		})
+	}
+}
+
+// privateRedis starts a redis-server of our own on a free port.
+func privateRedis(b *testing.B) *redis.Client {
+	b.Helper()
+	addr, err := freeAddr()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		b.Skipf("no redis-server: %v", err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	b.Cleanup(func() { rdb.Close() })
+	for i := 0; i < 100; i++ {
+		if rdb.Ping(context.Background()).Err() == nil {
+			return rdb
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatal("private redis-server did not start")
+	return nil
 }
