@@ -66,6 +66,7 @@ func TestConformanceOverrides(t *testing.T) {
 	variant := a.newVariant(plan["id"].(string), map[string]any{"billing_cycle": "monthly"})
 	cust, _ := a.newCustomer()
 	sub, viaAPI := a.newSubscription(cust, plan, variant)
+	t.Logf("subscription through POST /v1/subscriptions: %v", viaAPI)
 	base := "/v1/subscriptions/" + sub + "/overrides"
 
 	r := a.get(base)
@@ -184,6 +185,9 @@ func TestConformanceOverrides(t *testing.T) {
 		if c := a.get("/v1/customers/" + cust + "/entitlements/" + seats); jsonInt(c.Body["cap"]) != 70 {
 			t.Errorf("check after override: %s", c.Raw)
 		}
+		if c := obj(t, ents[flag], "sso"); c["enabled"] != true {
+			t.Errorf("the boolean override is not in the snapshot: %v", c)
+		}
 	}
 
 	// DELETE: needs a key, 204, soft, replays, then 404.
@@ -198,6 +202,13 @@ func TestConformanceOverrides(t *testing.T) {
 		t.Errorf("replayed delete: %d %v", r.Status, r.Header)
 	}
 	checkProblem(t, a.do("DELETE", flagPath, idemKey(), nil), 404, "not-found", "", "second delete")
+	if viaAPI {
+		// The delete clears the cache: the metric default (disabled) is back at once.
+		ents := obj(t, a.get("/v1/customers/"+cust+"/entitlements").Body["entitlements"], "entitlements")
+		if c := obj(t, ents[flag], "sso"); c["enabled"] != false {
+			t.Errorf("the snapshot kept a deleted override: %v", c)
+		}
+	}
 	var kept int
 	if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM subscription_overrides WHERE id = $1 AND deleted_at IS NOT NULL`, flagID).Scan(&kept); err != nil || kept != 1 {
 		t.Errorf("the deleted override's row: %d, %v; want kept with deleted_at", kept, err)
