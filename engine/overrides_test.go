@@ -18,7 +18,9 @@ type memOverrides struct {
 	deleted map[uuid.UUID]bool
 }
 
-func overrideLive(o Override, now time.Time) bool { return o.ExpiresAt == nil || o.ExpiresAt.After(now) }
+func overrideLive(o Override, now time.Time) bool {
+	return o.ExpiresAt == nil || o.ExpiresAt.After(now)
+}
 
 func (m *memOverrides) LiveOverrides(_ context.Context, sub uuid.UUID, now time.Time) ([]Override, error) {
 	m.mu.Lock()

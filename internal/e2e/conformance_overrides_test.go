@@ -204,7 +204,7 @@ func TestConformanceOverrides(t *testing.T) {
 	checkProblem(t, a.do("DELETE", flagPath, idemKey(), nil), 404, "not-found", "", "second delete")
 	if viaAPI {
 		// The delete clears the cache: the metric default (disabled) is back at once.
-		ents := obj(t, a.get("/v1/customers/"+cust+"/entitlements").Body["entitlements"], "entitlements")
+		ents := obj(t, a.get("/v1/customers/" + cust + "/entitlements").Body["entitlements"], "entitlements")
 		if c := obj(t, ents[flag], "sso"); c["enabled"] != false {
 			t.Errorf("the snapshot kept a deleted override: %v", c)
 		}
