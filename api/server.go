@@ -69,6 +69,8 @@ type Config struct {
 	Overrides *engine.Overrides
 	Topups    *engine.Topups
 	Imports   *engine.Imports
+	// Subscriptions serves subscriptions (addendum 6).
+	Subscriptions *engine.Subscriptions
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -104,6 +106,8 @@ type Server struct {
 	overrides    *engine.Overrides
 	topups       *engine.Topups
 	imports      *engine.Imports
+	// subscriptions serves the subscription routes (nil: not registered).
+	subscriptions *engine.Subscriptions
 
 	router  *router.Router
 	routes  []*route
@@ -132,6 +136,7 @@ func New(cfg Config) *Server {
 	s.webhooks = cfg.Webhooks
 	s.plans = cfg.Plans
 	s.overrides, s.topups, s.imports = cfg.Overrides, cfg.Topups, cfg.Imports
+	s.subscriptions = cfg.Subscriptions
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -261,6 +266,7 @@ func (s *Server) register() {
 	s.registerWebhooks()
 	s.registerPlans()
 	s.registerOverrides()
+	s.registerSubscriptions()
 	s.registerSnapshot()
 	s.registerTopups()
 	s.registerImports()

@@ -39,6 +39,11 @@ type GrantState struct {
 	RolloverCycles int `json:"rollover_cycles"`
 	// BlockIDs are the blocks of the current cycle (grant and rollover).
 	BlockIDs []uuid.UUID `json:"block_ids"`
+	// NextKey names the pending firing of a grant that is not on its own
+	// clock (activation, period start), for its idempotency key.
+	NextKey string `json:"next_key,omitempty"`
+	// Rollover is owed by a prepaid renewal; it runs before the firing.
+	Rollover *PendingRollover `json:"rollover,omitempty"`
 }
 
 // MetricUsage is one metric's consumption over a period.
@@ -105,4 +110,11 @@ type RolloverStore interface {
 	// Rollover returns a zero Mutation when no listed block has credit left
 	// (and none was due). Errors: ErrStateMissing, ErrIdempotencyMismatch.
 	Rollover(ctx context.Context, cmd RolloverCommand) (MutationResult, error)
+}
+
+// PendingRollover is a rollover a prepaid renewal owes a grant: Percent of
+// the unused credit of the grant's current blocks (0: they only expire).
+type PendingRollover struct {
+	Percent int    `json:"percent"`
+	Key     string `json:"key"`
 }

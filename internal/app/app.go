@@ -41,6 +41,9 @@ type Config struct {
 	// (engine defaults: 8 workers, 200 ms).
 	WebhookWorkers int
 	WebhookPoll    time.Duration
+	// SchedulerInterval is the subscription scheduler's poll period
+	// (default 1s; tests shorten it).
+	SchedulerInterval time.Duration
 }
 
 // App is one creditd process.
@@ -70,6 +73,12 @@ type App struct {
 	Entitlements *engine.Entitlements
 	Reservations *engine.Reservations
 	HoldSweeper  *engine.ReservationSweeper
+
+	// Subscriptions puts customers on plans; Scheduler moves them on time;
+	// PlanFacts is the entitlement service's view of them.
+	Subscriptions *engine.Subscriptions
+	Scheduler     *engine.Scheduler
+	PlanFacts     *engine.PlanFacts
 
 	// outboxRedis serves the persister alone: its blocking reads hold one
 	// connection per partition, which must not starve the API's pool.
@@ -114,11 +123,17 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Overrides = engine.NewOverrides(a.DB, a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
 	a.Imports = engine.NewImports(a.Customers, a.Credits)
+	a.PlanFacts = engine.NewPlanFacts(a.DB, a.Plans, a.DB, cfg.Clock)
+	a.Entitlements.SetPlanView(a.PlanFacts)
+	a.Overrides.OnOverrideChange = a.PlanFacts.ForgetSubscription
+	a.Subscriptions = engine.NewSubscriptions(a.DB, a.Plans, a.Customers, a.Credits, a.Store, a.Store, a.DB, cfg.Clock, log)
+	a.Subscriptions.SetPlanFacts(a.PlanFacts)
+	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Server = api.New(api.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
-		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports,
+		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -153,6 +168,11 @@ func (a *App) Start() {
 	go func() {
 		defer a.wg.Done()
 		a.Webhooks.Run(ctx)
+	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.Scheduler.Run(ctx)
 	}()
 }
 

@@ -62,6 +62,8 @@ type stackOptions struct {
 	clock  engine.Clock
 	// holdSweep is the reservation expiry sweep period (default 100 ms).
 	holdSweep time.Duration
+	// scheduler is the subscription scheduler period (default 50 ms).
+	scheduler time.Duration
 }
 
 // WithRedis runs the stack on a given Redis (a private server) and prefix.
@@ -75,6 +77,11 @@ func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.cl
 // WithHoldSweep sets the reservation expiry sweep period, so a test can
 // see a hold past its expires_at before the sweep reaches it.
 func WithHoldSweep(d time.Duration) StackOption { return func(o *stackOptions) { o.holdSweep = d } }
+
+// WithSchedulerInterval sets the subscription scheduler period.
+func WithSchedulerInterval(d time.Duration) StackOption {
+	return func(o *stackOptions) { o.scheduler = d }
+}
 
 // NewStack starts creditd in process on a fresh database and key prefix.
 func NewStack(t testing.TB, opts ...StackOption) *Stack {
@@ -90,6 +97,9 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	}
 	if o.holdSweep <= 0 {
 		o.holdSweep = 100 * time.Millisecond
+	}
+	if o.scheduler <= 0 {
+		o.scheduler = 50 * time.Millisecond
 	}
 	dbURL := testenv.Database(t)
 	ctx := context.Background()
@@ -107,7 +117,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	a := app.New(o.redis, pool, app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
-		ReservationSweepInterval: o.holdSweep,
+		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
 	}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
