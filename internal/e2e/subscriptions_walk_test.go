@@ -271,7 +271,7 @@ func TestSubscriptionPostpaidWalk(t *testing.T) {
 	if lines := arr(t, u.Body["data"], "data"); len(lines) != 1 {
 		t.Fatalf("first period usage %s", u.Raw)
 	}
-	if lines := arr(t, a.get("/v1/subscriptions/"+id+"/usage").Body["data"], "data"); len(lines) != 0 {
+	if lines := arr(t, a.get("/v1/subscriptions/" + id + "/usage").Body["data"], "data"); len(lines) != 0 {
 		t.Fatalf("current period usage %v", lines)
 	}
 	if n := len(a.subEvents("credit.granted", cust)); n != 3 {
