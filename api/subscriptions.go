@@ -8,9 +8,6 @@ import (
 
 // registerSubscriptions adds the subscription routes (addendum 6).
 func (s *Server) registerSubscriptions() {
-	if s.subscriptions == nil {
-		return
-	}
 	s.handle("POST", "/v1/subscriptions", optTenant|optIdem, s.createSubscription)
 	s.handle("GET", "/v1/subscriptions/{id}", optTenant, s.getSubscription)
 	s.handle("GET", "/v1/subscriptions/{id}/usage", optTenant, s.subscriptionUsage)
