@@ -206,41 +206,27 @@ func (s *Store) Expire(ctx context.Context, opID uuid.UUID, c engine.CustomerKey
 	return mutationReply("expire", v)
 }
 
-// snapshotReply is snapshot.lua's JSON.
-type snapshotReply struct {
-	ID             string                 `json:"id"`
-	Version        int64                  `json:"version"`
-	Reserved       int64                  `json:"reserved"`
-	LifetimeEarned int64                  `json:"lifetime_earned"`
-	UpdatedMS      int64                  `json:"updated"`
-	Blocks         []engine.MutationBlock `json:"blocks"`
-}
-
-// Snapshot reads c's account as of now (snapshot.lua, read-only): balances by
+// Snapshot reads c's account as of now (one HGETALL, decoded in Go): balances by
 // engine.ComputeBalances and the blocks live at now in spend order, so a
 // block past expires_at no longer counts even before the sweep expires it.
 // ID is "" and UpdatedAt the zero time when no account exists yet. Errors:
 // engine.ErrStateMissing.
 func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Account, error) {
-	raw, err := snapshotScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}).Text()
+	r, err := s.readAccount(ctx, s.accountKey(c.CustomerID))
 	if err != nil {
-		return engine.Account{}, scriptError("snapshot", err)
-	}
-	var r snapshotReply
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return engine.Account{}, fmt.Errorf("lua: snapshot: decode: %w", err)
+		return engine.Account{}, err
 	}
 	nowMS := now.UnixMilli()
-	live := make([]engine.MutationBlock, 0, len(r.Blocks))
-	for _, b := range r.Blocks {
+	live := make([]engine.MutationBlock, 0, len(r.blocks))
+	for _, b := range r.blocks {
 		if b.Live(nowMS) {
 			live = append(live, b)
 		}
 	}
 	engine.SpendOrder(live)
-	bal := engine.ComputeBalances(live, r.Reserved, nowMS)
+	bal := engine.ComputeBalances(live, r.reserved, nowMS)
 	acct := engine.Account{
-		ID:               r.ID,
+		ID:               r.id,
 		TenantID:         c.TenantID,
 		CustomerID:       c.CustomerID,
 		Environment:      c.Environment,
@@ -248,12 +234,12 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 		ReservedBalance:  bal.Reserved,
 		PendingBalance:   bal.Pending,
 		EffectiveBalance: bal.Effective,
-		LifetimeEarned:   r.LifetimeEarned,
-		Version:          r.Version,
+		LifetimeEarned:   r.lifetimeEarned,
+		Version:          r.version,
 		Blocks:           make([]engine.Block, 0, len(live)),
 	}
-	if r.ID != "" {
-		acct.UpdatedAt = time.UnixMilli(r.UpdatedMS).UTC()
+	if r.id != "" {
+		acct.UpdatedAt = time.UnixMilli(r.updatedMS).UTC()
 	}
 	for _, b := range live {
 		acct.Blocks = append(acct.Blocks, b.Block(c.CustomerID))

@@ -25,8 +25,6 @@ var (
 	debitLua string
 	//go:embed expire.lua
 	expireLua string
-	//go:embed snapshot.lua
-	snapshotLua string
 	//go:embed load.lua
 	loadLua string
 	//go:embed consume.lua
@@ -42,16 +40,15 @@ var (
 	//go:embed gauge_value.lua
 	gaugeValueLua string
 
-	grantScript    = withPrelude(grantLua)
-	debitScript    = withPrelude(debitLua)
-	expireScript   = withPrelude(expireLua)
-	snapshotScript = withPrelude(snapshotLua)
-	loadScript     = withPrelude(loadLua)
-	consumeScript  = withPrelude(consumeLua)
-	reserveScript  = withPrelude(reserveLua)
-	commitScript   = withPrelude(commitLua)
-	releaseScript  = withPrelude(releaseLua)
-	gaugeScript    = withPrelude(gaugeLua)
+	grantScript   = withPrelude(grantLua)
+	debitScript   = withPrelude(debitLua)
+	expireScript  = withPrelude(expireLua)
+	loadScript    = withPrelude(loadLua)
+	consumeScript = withPrelude(consumeLua)
+	reserveScript = withPrelude(reserveLua)
+	commitScript  = withPrelude(commitLua)
+	releaseScript = withPrelude(releaseLua)
+	gaugeScript   = withPrelude(gaugeLua)
 	// gauge_value.lua is a two-line read: it needs no prelude.
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )
