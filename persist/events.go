@@ -144,13 +144,15 @@ func eventTimeUTC(t *time.Time) *time.Time {
 }
 
 // claimDueSQL leases due events fairly: up to $4 per tenant (tenants in $5
-// skipped), each tenant's first before any tenant's second, at most $3 in
+// skipped, and tenants without a webhook URL and secret: their events wait,
+// attempts untouched, until one is configured), each tenant's first before any tenant's second, at most $3 in
 // all; rows another process holds are skipped, and the due conditions are
 // checked again under the row lock so no event is claimed twice.
 const claimDueSQL = `WITH cand AS (
 	SELECT w.id FROM (
 		SELECT DISTINCT tenant_id FROM webhook_events
 		WHERE status IN ('pending', 'failed') AND next_retry_at <= $1 AND NOT (tenant_id = ANY($5::uuid[]))
+			AND tenant_id IN (SELECT id FROM tenants WHERE webhook_url IS NOT NULL AND webhook_secret IS NOT NULL)
 	) t
 	CROSS JOIN LATERAL (
 		SELECT e.id, row_number() OVER (ORDER BY e.next_retry_at, e.id) AS rn

@@ -267,6 +267,9 @@ func TestClaimFairAndLeased(t *testing.T) {
 	a, _ := b.tenant(t)
 	c, _ := b.tenant(t)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/h', webhook_secret = 'whsec_c2VjcmV0'`); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 10; i++ {
 		for _, s := range []engine.Scope{a, c} {
 			e := engine.NewEvent(uuid.New(), engine.EventTestPing, s.TenantID, s.Environment, nil, nil, now, "k", engine.PingData{Message: "ping"})
@@ -314,5 +317,29 @@ func TestClaimFairAndLeased(t *testing.T) {
 	ok, err := b.store.RecordAttempt(b.ctx, claims[0], engine.Attempt{At: now, Status: engine.EventDelivered, Attempts: 1, DeliveredAt: &now})
 	if err != nil || ok {
 		t.Fatalf("stale lease recorded: %v %v", ok, err)
+	}
+}
+
+// TestClaimWaitsForWebhookURL: events of a tenant without a webhook URL are
+// not attempted (no attempts burnt); once a URL is set they are due.
+func TestClaimWaitsForWebhookURL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a, _ := b.tenant(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := engine.NewEvent(uuid.New(), engine.EventTestPing, a.TenantID, a.Environment, nil, nil, now, "k", engine.PingData{Message: "ping"})
+	if err := b.store.InsertEvent(b.ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.ClaimDue(b.ctx, now, time.Minute, 8, 2, nil)
+	if err != nil || len(claims) != 0 {
+		t.Fatalf("claimed %d events of a tenant without a URL (%v)", len(claims), err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/h', webhook_secret = 'whsec_c2VjcmV0' WHERE id = $1`, a.TenantID); err != nil {
+		t.Fatal(err)
+	}
+	claims, err = b.store.ClaimDue(b.ctx, now, time.Minute, 8, 2, nil)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("after setting a URL: %d claims (%v)", len(claims), err)
 	}
 }
