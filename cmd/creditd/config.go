@@ -32,6 +32,10 @@ type config struct {
 	BodyLimitBytes int
 	Consumer       string
 	RedisPoolSize  int
+	HoldSweep      time.Duration
+	Scheduler      time.Duration
+	WebhookWorkers int
+	WebhookPoll    time.Duration
 }
 
 func loadConfig() config {
@@ -51,6 +55,10 @@ func loadConfig() config {
 		BodyLimitBytes: envInt("CREDITD_BODY_LIMIT_BYTES", 1<<20),
 		Consumer:       env("CREDITD_INSTANCE", host),
 		RedisPoolSize:  envInt("CREDITD_REDIS_POOL_SIZE", 64),
+		HoldSweep:      envDuration("CREDITD_RESERVATION_SWEEP_INTERVAL", time.Minute),
+		Scheduler:      envDuration("CREDITD_SCHEDULER_INTERVAL", time.Second),
+		WebhookWorkers: envInt("CREDITD_WEBHOOK_WORKERS", 8),
+		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
 	}
 }
 

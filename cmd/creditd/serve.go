@@ -30,7 +30,8 @@ func serve() error {
 	a := app.New(rdb, pool, app.Config{
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
-		Consumer: cfg.Consumer,
+		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
+		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll,
 	}, log)
 	if cfg.Dev {
 		if err := devTenant(ctx, cfg, a.Tenants); err != nil {
