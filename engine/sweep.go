@@ -114,9 +114,20 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 	}
 }
 
-// loadAll loads a page with a few workers: each Load is one round trip, and
-// a rebuild of a million accounts is bound by round trips.
+// BatchLoader loads many states in one round trip, each fenced like Load.
+type BatchLoader interface {
+	LoadBatch(ctx context.Context, states []AccountState) ([]bool, error)
+}
+
+// loadChunk is how many states one pipelined LoadBatch carries.
+const loadChunk = 100
+
+// loadAll loads a page with a few workers: a rebuild of a million accounts
+// is bound by round trips, so a store that loads in batches gets chunks.
 func loadAll(ctx context.Context, blocks BlockStore, states []AccountState, pr *RebuildProgress) error {
+	if bl, ok := blocks.(BatchLoader); ok {
+		return loadChunks(ctx, bl, states, pr)
+	}
 	const workers = 16
 	type result struct {
 		loaded bool
@@ -143,6 +154,51 @@ func loadAll(ctx context.Context, blocks BlockStore, states []AccountState, pr *
 		if r.loaded {
 			pr.Loaded++
 		}
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+		}
+	}
+	return firstErr
+}
+
+// loadChunks pipelines a page in chunks of loadChunk over a few workers.
+func loadChunks(ctx context.Context, bl BatchLoader, states []AccountState, pr *RebuildProgress) error {
+	const workers = 4
+	type result struct {
+		n, loaded int64
+		err       error
+	}
+	jobs := make(chan []AccountState)
+	results := make(chan result)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for chunk := range jobs {
+				ok, err := bl.LoadBatch(ctx, chunk)
+				r := result{n: int64(len(chunk)), err: err}
+				for _, l := range ok {
+					if l {
+						r.loaded++
+					}
+				}
+				results <- r
+			}
+		}()
+	}
+	var chunks [][]AccountState
+	for i := 0; i < len(states); i += loadChunk {
+		chunks = append(chunks, states[i:min(i+loadChunk, len(states))])
+	}
+	go func() {
+		for _, c := range chunks {
+			jobs <- c
+		}
+		close(jobs)
+	}()
+	var firstErr error
+	for range chunks {
+		r := <-results
+		pr.Done += r.n
+		pr.Loaded += r.loaded
 		if r.err != nil && firstErr == nil {
 			firstErr = r.err
 		}
