@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/persist"
@@ -110,7 +111,7 @@ func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.Un
 		}
 		log.Warn().Msg("REDIS_URL=embedded: using an in-process miniredis. NOT DURABLE: unpersisted ledger entries are lost on exit. Install redis-server for real use.")
 		fmt.Fprintln(os.Stderr, "\n*** WARNING: embedded Redis (miniredis) is NOT DURABLE. Install redis-server. ***")
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: cfg.RedisPoolSize})
+		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: cfg.RedisPoolSize, MaintNotificationsConfig: noMaintNotifications()})
 		closer = mr.Close
 	case strings.Contains(cfg.RedisURL, ","):
 		var addrs []string
@@ -124,7 +125,7 @@ func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.Un
 			}
 		}
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: cfg.RedisPoolSize,
-			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
+			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, MaintNotificationsConfig: noMaintNotifications()})
 	default:
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
@@ -132,6 +133,7 @@ func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.Un
 		}
 		opt.PoolSize = cfg.RedisPoolSize
 		opt.ReadTimeout, opt.WriteTimeout = 3*time.Second, 3*time.Second
+		opt.MaintNotificationsConfig = noMaintNotifications()
 		rdb = redis.NewClient(opt)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -168,4 +170,11 @@ func connectAll(ctx context.Context, cfg config, log zerolog.Logger) (redis.Univ
 		return nil, nil, nil, err
 	}
 	return rdb, pool, func() { pool.Close(); closeRedis() }, nil
+}
+
+// noMaintNotifications turns off go-redis's maintenance notifications (a
+// managed-Redis feature): open-source Redis 7 refuses the handshake and the
+// client logs a warning at every start.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/api"
@@ -205,13 +206,13 @@ func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalCli
 		opt := *c.Options()
 		opt.PoolSize = poolSize
 		// A copied config pointer would make both clients register the same
-		// notification handlers; let the new client build its own.
-		opt.MaintNotificationsConfig = nil
+		// notification handlers.
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		return redis.NewClient(&opt)
 	case *redis.ClusterClient:
 		opt := *c.Options()
 		opt.PoolSize = poolSize
-		opt.MaintNotificationsConfig = nil
+		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		return redis.NewClusterClient(&opt)
 	}
 	return rdb
