@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// TestMixedWorkloadBooksBalance states invariants 1 and 2 under the hot path:
+// after concurrent consumes (block and allow customers), holds, commits and
+// releases, and a drained persister, every account's balance equals the sum
+// of its ledger deltas in Postgres, its account row and its live blocks; its
+// reserved balance equals the estimated cost of its active holds; and no
+// block customer's effective balance ever went below zero.
+func TestMixedWorkloadBooksBalance(t *testing.T) {
+	t.Parallel()
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("books"))
+	raiseRateLimit(t, s.HTTP, s.URL, tn.ID)
+	a := s.as(t, tn.Sandbox)
+	metric := uniq("calls")
+	wantStatus(t, a.post("/v1/metering-rules", map[string]any{
+		"billable_metric_key": metric, "cost_type": "per_unit", "unit_cost": 3}), 201, "rule")
+
+	const customers = 8
+	ids := make([]string, customers)
+	for i := range ids {
+		policy := "block"
+		if i%2 == 1 {
+			policy = "allow"
+		}
+		c := a.createCustomer(map[string]any{"external_id": uniq("c"), "overage_policy": policy})
+		ids[i] = c["id"].(string)
+		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed"})
+	}
+
+	client := loadClient()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var negative []string
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			call := func(method, path string, body any) Response {
+				return Call(t, client, s.URL, method, path, body, "X-API-Key", tn.Sandbox, "Idempotency-Key", idemKey())
+			}
+			for op := 0; op < 40; op++ {
+				cust := ids[rng.IntN(customers)]
+				switch rng.IntN(3) {
+				case 0:
+					r := call("POST", "/v1/entitlements/consume", map[string]any{
+						"customer_id": cust, "billable_metric_key": metric, "units": 1 + rng.IntN(6)})
+					if r.Status != 200 && r.Status != 409 {
+						t.Errorf("consume: %d %s", r.Status, r.Raw)
+					}
+					if r.Status == 200 && Int(t, r.Body["effective_balance"]) < 0 {
+						mu.Lock()
+						negative = append(negative, cust)
+						mu.Unlock()
+					}
+				default:
+					r := call("POST", "/v1/reservations", map[string]any{
+						"customer_id": cust, "billable_metric_key": metric, "estimated_units": 1 + rng.IntN(8)})
+					if r.Status == 409 {
+						continue
+					}
+					if r.Status != 201 {
+						t.Errorf("reserve: %d %s", r.Status, r.Raw)
+						continue
+					}
+					id := r.Body["id"].(string)
+					switch rng.IntN(3) {
+					case 0:
+						r = call("POST", "/v1/reservations/"+id+"/release", nil)
+					case 1:
+						r = call("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": rng.IntN(12)})
+					default:
+						continue // left active: its hold must still be counted
+					}
+					if r.Status != 200 && r.Status != 409 {
+						t.Errorf("settle %s: %d %s", id, r.Status, r.Raw)
+					}
+				}
+			}
+		}(uint64(w + 1))
+	}
+	wg.Wait()
+	s.Drain()
+
+	ctx := context.Background()
+	for i, cust := range ids {
+		acct := a.credits(cust)
+		balance, reserved := Int(t, acct["balance"]), Int(t, acct["reserved_balance"])
+		effective := Int(t, acct["effective_balance"])
+		var ledger, row, blocks, holds int64
+		q := func(sql string, dst *int64) {
+			if err := s.Pool.QueryRow(ctx, sql, cust).Scan(dst); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		q(`SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1`, &ledger)
+		q(`SELECT balance FROM credit_accounts WHERE customer_id = $1`, &row)
+		q(`SELECT COALESCE(SUM(remaining_amount), 0) FROM credit_blocks WHERE customer_id = $1`, &blocks)
+		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &holds)
+		what := fmt.Sprintf("customer %d (%s)", i, cust)
+		if balance != ledger || balance != row || balance != blocks {
+			t.Errorf("%s: balance %d, ledger sum %d, account row %d, blocks %d", what, balance, ledger, row, blocks)
+		}
+		if reserved != holds {
+			t.Errorf("%s: reserved %d, active holds %d", what, reserved, holds)
+		}
+		if i%2 == 0 && effective < 0 {
+			t.Errorf("%s: block customer's effective balance %d < 0", what, effective)
+		}
+	}
+	if len(negative) > 0 {
+		t.Errorf("consumes answered a negative effective balance for %v", negative)
+	}
+}
