@@ -193,20 +193,10 @@ func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, re
 		}
 		return res, err
 	case MetricBoolean:
-		var v struct {
-			Enabled bool `json:"enabled"`
-		}
-		_ = json.Unmarshal(value(f, m), &v)
-		res.Enabled, res.Allowed = &v.Enabled, v.Enabled
+		on := enabledOf(value(f, m))
+		res.Enabled, res.Allowed = &on, on
 	case MetricStatic:
-		var v struct {
-			Config json.RawMessage `json:"config"`
-		}
-		_ = json.Unmarshal(value(f, m), &v)
-		if len(v.Config) == 0 {
-			v.Config = json.RawMessage("{}")
-		}
-		res.Config, res.Allowed = v.Config, true
+		res.Config, res.Allowed = configOf(value(f, m)), true
 	case MetricGauge:
 		capMC := gaugeCap(value(f, m))
 		var cur int64
@@ -270,6 +260,27 @@ func ThresholdOf(c Customer, t Tenant) int64 {
 
 func contextOf(c Customer, t Tenant) MutationContext {
 	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t)}
+}
+
+// enabledOf reads a boolean value {enabled}.
+func enabledOf(raw json.RawMessage) bool {
+	var v struct {
+		Enabled bool `json:"enabled"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	return v.Enabled
+}
+
+// configOf reads a static value {config}; {} when absent.
+func configOf(raw json.RawMessage) json.RawMessage {
+	var v struct {
+		Config json.RawMessage `json:"config"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	if len(v.Config) == 0 {
+		return json.RawMessage("{}")
+	}
+	return v.Config
 }
 
 func gaugeCap(raw json.RawMessage) int64 {

@@ -26,20 +26,7 @@ type Scheduler struct {
 
 // Run runs a pass every Interval until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) {
-	interval := s.Interval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		s.RunOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	every(ctx, s.Interval, time.Second, func() { s.RunOnce(ctx) })
 }
 
 // RunOnce does the work due now and returns how many subscriptions it

@@ -147,20 +147,10 @@ func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key Custo
 		}
 		e.AffordableUnits = affordableUnits(r, effective)
 	case MetricBoolean:
-		var v struct {
-			Enabled bool `json:"enabled"`
-		}
-		_ = json.Unmarshal(value(f, m), &v)
-		e.Enabled, e.Allowed = &v.Enabled, v.Enabled
+		on := enabledOf(value(f, m))
+		e.Enabled, e.Allowed = &on, on
 	case MetricStatic:
-		var v struct {
-			Config json.RawMessage `json:"config"`
-		}
-		_ = json.Unmarshal(value(f, m), &v)
-		if len(v.Config) == 0 {
-			v.Config = json.RawMessage("{}")
-		}
-		e.Config, e.Allowed = v.Config, true
+		e.Config, e.Allowed = configOf(value(f, m)), true
 	case MetricGauge:
 		capMC := gaugeCap(value(f, m))
 		cur, err := s.hot.GaugeValue(ctx, key, m.Key)

@@ -23,14 +23,19 @@ type ExpirySweeper struct {
 
 // Run sweeps every Interval until ctx ends.
 func (s *ExpirySweeper) Run(ctx context.Context) {
-	interval := s.Interval
+	every(ctx, s.Interval, time.Second, func() { s.SweepOnce(ctx) })
+}
+
+// every runs pass at once and then every interval (def when interval is not
+// positive) until ctx ends: the loop of the sweeps and the scheduler.
+func every(ctx context.Context, interval, def time.Duration, pass func()) {
 	if interval <= 0 {
-		interval = time.Second
+		interval = def
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.SweepOnce(ctx)
+		pass()
 		select {
 		case <-ctx.Done():
 			return
