@@ -209,7 +209,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
 	if err != nil {
-		return CommitResult{}, priceError(err, "actual_units")
+		return CommitResult{}, priceError(settled(err, hold), "actual_units")
 	}
 	m := res.Mutation
 	r := reservationOf(m)
@@ -236,7 +236,7 @@ type ReleaseResult struct {
 
 // Release returns a hold, even past its expires_at. Errors: 404, 409.
 func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency) (ReleaseResult, error) {
-	c, _, err := s.locate(ctx, scope, id)
+	c, hold, err := s.locate(ctx, scope, id)
 	if err != nil {
 		return ReleaseResult{}, err
 	}
@@ -244,7 +244,7 @@ func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, 
 		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
 	if err != nil {
-		return ReleaseResult{}, err
+		return ReleaseResult{}, settled(err, hold)
 	}
 	m := res.Mutation
 	r := reservationOf(m)
@@ -421,4 +421,14 @@ func derefString(p *string) string {
 func hashHex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// settled turns the store's "no such hold" into the 409 a finalized hold
+// gets: Redis keeps finalized holds only briefly, Postgres keeps them (and
+// locate waited for it to catch up).
+func settled(err error, hold Reservation) error {
+	if errors.Is(err, ErrReservationNotFound) && hold.Status != "" && hold.Status != ReservationActive {
+		return ErrReservationNotActive
+	}
+	return err
 }

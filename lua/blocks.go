@@ -28,9 +28,9 @@ var _ engine.BlockStore = (*Store)(nil)
 const OpRetention = engine.AppliedRetention
 
 // reservationKeep is how long a finalized hold stays in the account hash
-// (prelude.lua RES_KEEP_MS), so a second commit or release still answers
+// (prelude.lua RES_KEEP_MS), so a quick second commit or release answers
 // 409 without asking Postgres.
-const reservationKeep = 24 * time.Hour
+const reservationKeep = 10 * time.Minute
 
 // maxDueExpiries bounds one DueExpiries page whatever the caller asks.
 const maxDueExpiries = 10000

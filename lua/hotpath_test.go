@@ -462,9 +462,10 @@ func TestReservationSweep(t *testing.T) {
 	})
 }
 
-// TestFinalizedReservationsKeptOneDay: a finalized hold answers 409 for a
-// day, then the next script on the account drops it (404 after that).
-func TestFinalizedReservationsKeptOneDay(t *testing.T) {
+// TestFinalizedReservationsKeptAWhile: a finalized hold answers 409 for
+// reservationKeep, then the next script on the account drops it (the store
+// says 404 after that; the engine answers 409 from Postgres).
+func TestFinalizedReservationsKeptAWhile(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -474,16 +475,16 @@ func TestFinalizedReservationsKeptOneDay(t *testing.T) {
 			t.Fatal(err)
 		}
 		field := "r:" + r.ID.String()
-		b.grant(t, grantCmd(c, 1, t0.Add(24*time.Hour-time.Millisecond)))
-		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(24*time.Hour))); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("release within the day: %v", err)
+		b.grant(t, grantCmd(c, 1, t0.Add(reservationKeep-time.Millisecond)))
+		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(reservationKeep))); !errors.Is(err, engine.ErrReservationNotActive) {
+			t.Errorf("release within the keep window: %v", err)
 		}
-		b.grant(t, grantCmd(c, 1, t0.Add(24*time.Hour)))
+		b.grant(t, grantCmd(c, 1, t0.Add(reservationKeep)))
 		if b.rdb.HExists(ctx, b.store.accountKey(c.CustomerID), field).Val() {
-			t.Errorf("finalized hold kept past a day")
+			t.Errorf("finalized hold kept past the keep window")
 		}
-		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(25*time.Hour))); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("release after the day: %v", err)
+		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(reservationKeep+time.Hour))); !errors.Is(err, engine.ErrReservationNotFound) {
+			t.Errorf("release after the keep window: %v", err)
 		}
 	})
 }

@@ -329,8 +329,10 @@ end
 -- active); actual units and cost "" until committed; released the money
 -- the hold returned; metric a metric key (never holds "|"); meta the
 -- metadata JSON, "" when empty. A finalized reservation stays RES_KEEP_MS,
--- so a second commit or release still answers 409 without Postgres.
-local RES_KEEP_MS = 24 * 3600 * 1000
+-- so a quick second commit or release answers 409 without Postgres; after
+-- that the engine reads the final status from Postgres. Kept short: every
+-- script on the account reads every field of its hash.
+local RES_KEEP_MS = 10 * 60 * 1000
 local RES_CODE = {active = 'a', committed = 'c', released = 'r', expired = 'e'}
 local RES_NAME = {}
 for name, code in pairs(RES_CODE) do RES_NAME[code] = name end
