@@ -99,24 +99,46 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 	if pageSize <= 0 {
 		pageSize = 1000
 	}
-	after := uuid.Nil
 	since := clock.Now().Add(-AppliedRetention)
-	for {
-		states, err := src.AccountStates(ctx, after, pageSize, since)
-		if err != nil {
-			return pr, err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The next page is read from Postgres while this one loads into Redis.
+	type page struct {
+		states []AccountState
+		err    error
+	}
+	pages := make(chan page, 2)
+	go func() {
+		defer close(pages)
+		after := uuid.Nil
+		for {
+			states, err := src.AccountStates(ctx, after, pageSize, since)
+			select {
+			case pages <- page{states, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(states) == 0 {
+				return
+			}
+			after = states[len(states)-1].CustomerID
 		}
-		if len(states) == 0 {
+	}()
+	for pg := range pages {
+		if pg.err != nil {
+			return pr, pg.err
+		}
+		if len(pg.states) == 0 {
 			return pr, nil
 		}
-		if err := loadAll(ctx, blocks, states, &pr); err != nil {
+		if err := loadAll(ctx, blocks, pg.states, &pr); err != nil {
 			return pr, err
 		}
-		after = states[len(states)-1].CustomerID
 		if progress != nil {
 			progress(pr)
 		}
 	}
+	return pr, ctx.Err()
 }
 
 // BatchLoader loads many states in one round trip, each fenced like Load.
