@@ -26,6 +26,7 @@ type Customers struct {
 
 	mu    sync.Mutex
 	cache map[resolveKey]cachedCustomer
+	ttl   time.Duration // customerCacheTTL; tests shorten it
 }
 
 // customerCacheTTL bounds how long another process may still resolve a
@@ -40,37 +41,82 @@ type resolveKey struct {
 }
 
 type cachedCustomer struct {
-	c       Customer
-	expires time.Time
+	c          Customer
+	expires    time.Time
+	refreshing bool
 }
 
 // NewCustomers returns the customer service.
 func NewCustomers(dir Directory, clock Clock) *Customers {
-	return &Customers{dir: dir, clock: clock, cache: map[resolveKey]cachedCustomer{}}
+	return &Customers{dir: dir, clock: clock, cache: map[resolveKey]cachedCustomer{}, ttl: customerCacheTTL}
 }
 
 // Cached resolves ref like Resolve, from a short-lived cache of found
-// customers (misses and errors are never cached).
+// customers (misses and errors are never cached). An entry past its TTL but
+// younger than customerStaleLimit is served at once while one background
+// look-up refreshes it, so the hot path never waits on Postgres for a
+// customer it has seen lately; a customer deleted elsewhere drops out at
+// that refresh.
 func (s *Customers) Cached(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
 	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
 	now := time.Now()
 	s.mu.Lock()
 	e, ok := s.cache[k]
+	refresh := ok && !now.Before(e.expires) && now.Before(e.expires.Add(customerStaleLimit)) && !e.refreshing
+	if refresh {
+		e.refreshing = true
+		s.cache[k] = e
+	}
 	s.mu.Unlock()
-	if ok && now.Before(e.expires) {
+	switch {
+	case ok && now.Before(e.expires):
+		return e.c, nil
+	case refresh:
+		go s.refresh(k, scope, ref)
+		return e.c, nil
+	case ok && e.refreshing && now.Before(e.expires.Add(customerStaleLimit)):
 		return e.c, nil
 	}
 	c, err := s.Resolve(ctx, scope, ref, create)
 	if err != nil {
 		return Customer{}, err
 	}
+	s.store(k, c, now)
+	return c, nil
+}
+
+// customerStaleLimit bounds how long past its TTL a cached customer may be
+// served while its refresh runs.
+const customerStaleLimit = time.Minute
+
+// refresh looks a cached customer up again in the background.
+func (s *Customers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := s.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		s.mu.Lock()
+		if e, ok := s.cache[k]; ok {
+			if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
+				delete(s.cache, k)
+			} else {
+				e.refreshing = false
+				s.cache[k] = e
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.store(k, c, time.Now())
+}
+
+func (s *Customers) store(k resolveKey, c Customer, now time.Time) {
 	s.mu.Lock()
 	if len(s.cache) > 200_000 {
 		s.cache = map[resolveKey]cachedCustomer{}
 	}
-	s.cache[k] = cachedCustomer{c: c, expires: now.Add(customerCacheTTL)}
+	s.cache[k] = cachedCustomer{c: c, expires: now.Add(s.ttl)}
 	s.mu.Unlock()
-	return c, nil
 }
 
 // forget drops cached resolutions of customer id after a change.

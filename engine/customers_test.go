@@ -148,3 +148,41 @@ func TestCreateCustomerValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedServesStaleWhileRefreshing: past its TTL a cached customer is
+// served at once while a background look-up refreshes it; a customer
+// deleted meanwhile drops out of the cache at that refresh.
+func TestCachedServesStaleWhileRefreshing(t *testing.T) {
+	dir := &memDirectory{}
+	svc := NewCustomers(dir, fixedClock{time.Unix(1000, 0)})
+	svc.ttl = time.Millisecond
+	ctx := context.Background()
+	scope := Scope{TenantID: uuid.New(), Environment: EnvironmentLive}
+	ext := "dora"
+	c, err := svc.Create(ctx, scope, CreateCustomerInput{ExternalID: &ext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := CustomerRef{Value: ext}
+	if got, err := svc.Cached(ctx, scope, ref, false); err != nil || got.ID != c.ID {
+		t.Fatalf("first resolve: %v %v", got.ID, err)
+	}
+	dir.mu.Lock()
+	now := time.Now()
+	dir.customers[0].DeletedAt = &now
+	dir.mu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	if got, err := svc.Cached(ctx, scope, ref, false); err != nil || got.ID != c.ID {
+		t.Fatalf("stale entry not served while refreshing: %v %v", got.ID, err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if _, err := svc.Cached(ctx, scope, ref, false); err != nil {
+			break // the refresh saw the delete
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a deleted customer is still served after its refresh")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
