@@ -4,11 +4,13 @@
 -- Actual units 0: the whole hold returns, one zero-delta "release" entry,
 -- no usage; the status is still committed. Actual units > 0: the cost may
 -- use the hold plus the free effective balance (the effective balance with
--- the hold released); when it does not fit, INSUFFICIENT and nothing
--- changes (the hold stays active). Else the hold returns and the cost is
--- drained from the started blocks in spend order: consumption entries
--- (metric, actual units, ref = reservation id; one zero-delta entry when
--- the cost is 0), usage {charged = cost, overage 0, reservation}. Metadata
+-- the hold released); when it does not fit, under block (ctx.policy) it is
+-- INSUFFICIENT and nothing changes (the hold stays active), under allow and
+-- notify the charge is what fits and the rest is overage. Then the hold
+-- returns and the charge is drained from the started blocks in spend order:
+-- consumption entries (metric, actual units, ref = reservation id; the
+-- overage on the last; one zero-delta entry when nothing is drained),
+-- usage {cost, charged, overage, reservation}. Metadata
 -- given with units > 0 is merged into the stored metadata (key by key).
 -- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
 --
@@ -52,24 +54,39 @@ if m_pos(actual) then
   local err
   cost, err = price(terms, actual)
   if not cost then return redis.error_reply(err) end
-  if m_cmp(cost, m_add(effective, r.est_cost)) > 0 then
-    return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+  -- Under block a cost past the hold plus the free balance is refused;
+  -- under allow and notify (ctx.policy) the commit takes what is there and
+  -- the rest is overage, so actual_cost can read higher than what was
+  -- collected (interface.md Reservation).
+  local available = m_add(effective, r.est_cost)
+  if not m_pos(available) then available = MONEY_ZERO end
+  local charge, overage = cost, MONEY_ZERO
+  if m_cmp(cost, available) > 0 then
+    local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
+    if policy ~= 'allow' and policy ~= 'notify' then
+      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+    end
+    charge, overage = available, m_sub(cost, available)
   end
+  local overage_field = nil
+  if m_pos(overage) then overage_field = overage end
   local merged = meta_merge(r.meta, meta)
   if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
-  local draws = drain(a, now, cost, changed)
+  local draws = drain(a, now, charge, changed)
   if #draws == 0 then
     entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption',
-      metric = r.metric, units = actual, ref = res_id})
+      metric = r.metric, units = actual, ref = res_id, overage = overage_field})
   end
-  for _, d in ipairs(draws) do
-    entries[#entries + 1] = entry_obj({role = 'main', delta = m_neg(d.take), type = 'consumption',
-      src = d.b.src, block = d.b.id, metric = r.metric, units = actual, ref = res_id})
+  for i, d in ipairs(draws) do
+    local e = {role = 'main', delta = m_neg(d.take), type = 'consumption',
+      src = d.b.src, block = d.b.id, metric = r.metric, units = actual, ref = res_id}
+    if i == #draws then e.overage = overage_field end
+    entries[#entries + 1] = entry_obj(e)
   end
   r.meta = merged
-  usage = ',"usage":' .. usage_json(r.metric, actual, cost, cost, MONEY_ZERO, false, res_id)
+  usage = ',"usage":' .. usage_json(r.metric, actual, cost, charge, overage, false, res_id)
 else
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)

@@ -743,3 +743,44 @@ func holdMember(c engine.CustomerKey, id uuid.UUID) string {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// TestCommitPastFundsUnderAllow: under allow a commit whose cost passes the
+// hold plus the free balance takes what is there and records the rest as
+// overage (actual_cost reads higher than what was collected); under block
+// the same commit is refused with nothing changed.
+func TestCommitPastFundsUnderAllow(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c, _ := b.funded(t) // balance 100
+		r := b.reserve(t, reserveCmd(c, 30, perUnitTerms(1), time.Hour, t0)).Reservation
+		block := commitCmd(c, r.ID, 150, perUnitTerms(1), t0)
+		block.Context = engine.MutationContext{Policy: engine.OveragePolicyBlock}
+		if _, err := b.store.Commit(ctx, block); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Fatalf("block commit past funds: %v", err)
+		}
+		allow := commitCmd(c, r.ID, 150, perUnitTerms(1), t0)
+		allow.Context = engine.MutationContext{Policy: engine.OveragePolicyAllow}
+		res, err := b.store.Commit(ctx, allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, m := res.Mutation.Usage, res.Mutation
+		if u == nil || u.Cost != 150 || u.Charged != 100 || u.Overage != 50 {
+			t.Fatalf("usage %+v, want cost 150 charged 100 overage 50", u)
+		}
+		var overage, delta int64
+		for _, e := range m.Entries {
+			delta += e.Delta
+			if e.Overage != nil {
+				overage += *e.Overage
+			}
+		}
+		if delta != -100 || overage != 50 || m.Account.Balance != 0 || m.Account.Reserved != 0 {
+			t.Fatalf("entries delta %d overage %d, account %+v", delta, overage, m.Account)
+		}
+		if m.Reservation == nil || m.Reservation.ActualCost == nil || *m.Reservation.ActualCost != 150 {
+			t.Fatalf("actual cost %+v, want 150", m.Reservation)
+		}
+	})
+}
