@@ -32,7 +32,7 @@ type Customers struct {
 // customerCacheTTL bounds how long another process may still resolve a
 // customer this one changed or deleted; the hot path (checks, consumes)
 // resolves from this cache instead of Postgres.
-const customerCacheTTL = 2 * time.Second
+const customerCacheTTL = 5 * time.Second
 
 type resolveKey struct {
 	scope  Scope
