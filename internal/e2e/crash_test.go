@@ -113,7 +113,7 @@ func TestRedisKilledMidRunLosesNothing(t *testing.T) {
 	killedAt := w.done.Load()
 	// creditd keeps serving without Redis for longer than go-redis retries
 	// ride out: its answers are 5xx, and the workers defer those ops.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(3 * time.Second)
 	rig.redis.Restart()
 	t.Logf("redis killed after %d ops, back after %s", killedAt, time.Since(begin).Round(time.Millisecond))
 	w.finish(t)
