@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -53,6 +54,10 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	// affects text rendering, but keep it fixed for psql users too.
 	setDefault(params, "timezone", "UTC")
 
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerUUID(conn.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("persist: open pool: %w", err)
