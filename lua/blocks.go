@@ -251,18 +251,9 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 // with a block expiring at or before now, soonest first, from the
 // partition's expiry zset (members "tenant|env|customer").
 func (s *Store) DueExpiries(ctx context.Context, p int, now time.Time, limit int) ([]engine.CustomerKey, error) {
-	if p < 0 || p >= Partitions {
-		return nil, fmt.Errorf("lua: due expiries: partition %d out of range", p)
-	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	limit = min(limit, maxDueExpiries)
-	members, err := s.rdb.ZRangeByScore(ctx, s.expiryKey(p), &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit),
-	}).Result()
+	members, err := s.due(ctx, "due expiries", p, s.expiryKey(p), now, min(limit, maxDueExpiries))
 	if err != nil {
-		return nil, fmt.Errorf("lua: due expiries: %w", err)
+		return nil, err
 	}
 	out := make([]engine.CustomerKey, 0, len(members))
 	for _, m := range members {
@@ -273,6 +264,24 @@ func (s *Store) DueExpiries(ctx context.Context, p int, now time.Time, limit int
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// due reads up to limit members of a partition's zset scored at or before
+// now, soonest first; what names the caller in errors.
+func (s *Store) due(ctx context.Context, what string, p int, key string, now time.Time, limit int) ([]string, error) {
+	if p < 0 || p >= Partitions {
+		return nil, fmt.Errorf("lua: %s: partition %d out of range", what, p)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	members, err := s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lua: %s: %w", what, err)
+	}
+	return members, nil
 }
 
 // parseExpiryMember reads a "tenant|env|customer" zset member.

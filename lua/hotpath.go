@@ -270,18 +270,9 @@ func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric str
 // partition p whose expires_at is at or before now, soonest first, from the
 // partition's hold-expiry zset.
 func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]engine.DueReservation, error) {
-	if p < 0 || p >= Partitions {
-		return nil, fmt.Errorf("lua: due reservations: partition %d out of range", p)
-	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	limit = min(limit, maxDueReservations)
-	members, err := s.rdb.ZRangeByScore(ctx, s.holdExpiryKey(p), &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(limit),
-	}).Result()
+	members, err := s.due(ctx, "due reservations", p, s.holdExpiryKey(p), now, min(limit, maxDueReservations))
 	if err != nil {
-		return nil, fmt.Errorf("lua: due reservations: %w", err)
+		return nil, err
 	}
 	out := make([]engine.DueReservation, 0, len(members))
 	for _, m := range members {
