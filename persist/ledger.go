@@ -22,7 +22,7 @@ import (
 
 const insertOperationsSQL = `INSERT INTO operations
 	(op_id, tenant_id, customer_id, idempotency_key, request_hash, account_version, mutation, created_at)
-SELECT op_id, tenant_id, customer_id, idem, rh, version, m::jsonb, at
+SELECT op_id, tenant_id, customer_id, idem, rh, version, m, at
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
 	AS t(op_id, tenant_id, customer_id, idem, rh, version, m, at)
 ON CONFLICT (op_id) DO NOTHING`
