@@ -375,7 +375,14 @@ func (p *Persister) write(ctx context.Context, ms []engine.Mutation) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return <-req.done
+	// The committer may have stopped with the request still in its buffer:
+	// give up with ctx, leaving the messages unacknowledged for a replay.
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // commitGroups gathers the batches partitions hand in within groupLinger

@@ -370,3 +370,44 @@ func TestPersisterDeadLetters(t *testing.T) {
 		t.Fatalf("stats = %+v", st)
 	}
 }
+
+// slowWriter delays every Apply, so a shutdown lands mid-commit.
+type slowWriter struct{ inner engine.LedgerWriter }
+
+func (w slowWriter) Apply(ctx context.Context, ms []engine.Mutation) error {
+	select {
+	case <-time.After(3 * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return w.inner.Apply(ctx, ms)
+}
+
+// TestPersisterStopsMidCommit: cancelling Run while batches wait for the
+// group committer returns promptly (no partition waits forever on a
+// committer that has stopped), and leaves what it did not commit pending.
+func TestPersisterStopsMidCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	for round := 0; round < 10; round++ {
+		ob := newFakeOutbox(8)
+		for p := range 8 {
+			a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+			for i := range 20 {
+				ob.add(p, a.grant(fmt.Sprintf("r%d-k%d", round, i), 1, nil))
+			}
+		}
+		per := NewPersister(ob, slowWriter{b.store}, PersisterConfig{Consumer: "c", BatchSize: 3, Block: time.Millisecond}, quietLog())
+		ctx, cancel := context.WithCancel(b.ctx)
+		done := make(chan error, 1)
+		go func() { done <- per.Run(ctx) }()
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Run did not return after cancel", round)
+		}
+	}
+}
