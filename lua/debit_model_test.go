@@ -113,31 +113,12 @@ func TestConcurrentDebitsNoDoubleSpend(t *testing.T) {
 	c := newCustomer()
 	b.known(t, c)
 	b.grant(t, grantCmd(c, k, t0))
-	var (
-		wg               sync.WaitGroup
-		mu               sync.Mutex
-		succeeded, short int
-	)
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := debitCmd(c, 1, t0.Add(time.Duration(i)*time.Millisecond))
-			d.IdempotencyKey, d.RequestHash = fmt.Sprintf("w%d", i), "h"
-			_, err := b.store.Debit(context.Background(), d)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				succeeded++
-			case errors.Is(err, engine.ErrInsufficientCredits):
-				short++
-			default:
-				t.Errorf("debit: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
+	succeeded, short := race(t, workers, func(i int) error {
+		d := debitCmd(c, 1, t0.Add(time.Duration(i)*time.Millisecond))
+		d.IdempotencyKey, d.RequestHash = fmt.Sprintf("w%d", i), "h"
+		_, err := b.store.Debit(context.Background(), d)
+		return err
+	})
 	if succeeded != k || short != workers-k {
 		t.Errorf("%d succeeded and %d refused, want %d and %d", succeeded, short, k, workers-k)
 	}
@@ -148,4 +129,33 @@ func TestConcurrentDebitsNoDoubleSpend(t *testing.T) {
 	if n := len(b.outbox(t, c)); n != 1+k {
 		t.Errorf("outbox has %d entries, want %d", n, 1+k)
 	}
+}
+
+// race runs op from workers goroutines at once and counts how many succeeded
+// and how many were refused for credit; any other error fails the test.
+func race(t *testing.T, workers int, op func(i int) error) (succeeded, short int) {
+	t.Helper()
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := op(i)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				succeeded++
+			case errors.Is(err, engine.ErrInsufficientCredits):
+				short++
+			default:
+				t.Errorf("worker %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return succeeded, short
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -648,31 +647,12 @@ func TestConcurrentConsumesNoDoubleSpend(t *testing.T) {
 	c := newCustomer()
 	b.known(t, c)
 	b.grant(t, grantCmd(c, k, t0))
-	var (
-		wg               sync.WaitGroup
-		mu               sync.Mutex
-		succeeded, short int
-	)
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := consumeCmd(c, 1, perUnitTerms(1), engine.OveragePolicyBlock, t0.Add(time.Duration(i)*time.Millisecond))
-			cmd.IdempotencyKey, cmd.RequestHash = fmt.Sprintf("w%d", i), "h"
-			_, err := b.store.Consume(context.Background(), cmd)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				succeeded++
-			case errors.Is(err, engine.ErrInsufficientCredits):
-				short++
-			default:
-				t.Errorf("consume: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
+	succeeded, short := race(t, workers, func(i int) error {
+		cmd := consumeCmd(c, 1, perUnitTerms(1), engine.OveragePolicyBlock, t0.Add(time.Duration(i)*time.Millisecond))
+		cmd.IdempotencyKey, cmd.RequestHash = fmt.Sprintf("w%d", i), "h"
+		_, err := b.store.Consume(context.Background(), cmd)
+		return err
+	})
 	if succeeded != k || short != workers-k {
 		t.Errorf("%d succeeded and %d refused, want %d and %d", succeeded, short, k, workers-k)
 	}
@@ -701,29 +681,10 @@ func TestConcurrentReservesNoOverhold(t *testing.T) {
 	c := newCustomer()
 	b.known(t, c)
 	b.grant(t, grantCmd(c, k, t0))
-	var (
-		wg               sync.WaitGroup
-		mu               sync.Mutex
-		succeeded, short int
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := b.store.Reserve(context.Background(), reserveCmd(c, 1, perUnitTerms(1), time.Hour, t0))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				succeeded++
-			case errors.Is(err, engine.ErrInsufficientCredits):
-				short++
-			default:
-				t.Errorf("reserve: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
+	succeeded, short := race(t, workers, func(int) error {
+		_, err := b.store.Reserve(context.Background(), reserveCmd(c, 1, perUnitTerms(1), time.Hour, t0))
+		return err
+	})
 	if succeeded != k || short != workers-k {
 		t.Errorf("%d succeeded and %d refused, want %d and %d", succeeded, short, k, workers-k)
 	}
