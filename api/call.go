@@ -95,7 +95,9 @@ func newRequestID(dst []byte) []byte {
 var errPanic = fmt.Errorf("api: handler panicked")
 
 // invoke runs ep, turning a panic into errPanic so the middleware above
-// (idempotency abort, access log) still runs.
+// (idempotency abort, access log) still runs. Every path parameter, query
+// parameter and the Idempotency-Key are checked first, so no handler sees
+// text Postgres would refuse.
 func (c *call) invoke(ep endpoint) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -103,7 +105,48 @@ func (c *call) invoke(ep endpoint) (err error) {
 			err = errPanic
 		}
 	}()
+	if err := c.checkRequestText(); err != nil {
+		return err
+	}
 	return ep(c)
+}
+
+// checkRequestText refuses (400, naming the parameter) a path parameter,
+// query parameter or Idempotency-Key that is not valid UTF-8 or holds a
+// control character, once decoded. A path escape that does not decode is
+// left to the handler, which answers 404 as before.
+func (c *call) checkRequestText() error {
+	var err error
+	c.ctx.VisitUserValues(func(k []byte, v any) {
+		raw, ok := v.(string)
+		if !ok || err != nil {
+			return
+		}
+		if val, ok := unescapePath(raw); ok {
+			err = engine.CheckLine(string(k), val)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	c.ctx.QueryArgs().VisitAll(func(k, v []byte) {
+		if err != nil {
+			return
+		}
+		name := string(k)
+		if engine.CheckLine("query", name) != nil {
+			err = engine.BadRequest("", "a query parameter name must be valid UTF-8 text without control characters")
+			return
+		}
+		err = engine.CheckLine(name, string(v))
+	})
+	if err != nil {
+		return err
+	}
+	if c.idem.Key != "" {
+		return engine.CheckLine("Idempotency-Key", c.idem.Key)
+	}
+	return nil
 }
 
 // recovered answers a panic that escaped the middleware itself.

@@ -20,8 +20,11 @@ const (
 
 // decodeBody reads a JSON object into v, which must be a pointer to one of
 // the engine's <Op>Input structs. Empty, unparseable or non-object bodies are
-// 400; a member of the wrong JSON type (or an integer outside its Go type)
-// is 422 naming the member; unknown members are ignored.
+// 400; so is any text engine.ScanJSON refuses (bad UTF-8, control
+// characters, unpaired surrogates, a repeated member, nesting past
+// engine.MaxJSONDepth, a member named like a known one but in another case),
+// naming the member. A member of the wrong JSON type (or a number outside
+// its Go type) is 422 naming the member; unknown members are ignored.
 func decodeBody(body []byte, v any) error {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -32,6 +35,11 @@ func decodeBody(body []byte, v any) error {
 			return engine.BadRequest("", "the request body is not valid JSON")
 		}
 		return engine.BadRequest("", "the request body must be a JSON object")
+	}
+	// The scan runs first: encoding/json would replace bad text with U+FFFD,
+	// keep the last of two equal members and bind members case-insensitively.
+	if err := engine.ScanJSON(trimmed, "", engine.ShapeOf(reflect.TypeOf(v)), engine.MaxJSONDepth); err != nil {
+		return err
 	}
 	err := json.Unmarshal(trimmed, v)
 	if err == nil {

@@ -102,6 +102,9 @@ func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput
 	if err != nil {
 		return BillableMetric{}, err
 	}
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return BillableMetric{}, err
+	}
 	name := *in.Key
 	if in.Name != nil {
 		if strings.TrimSpace(*in.Name) == "" {
@@ -147,7 +150,9 @@ func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in
 		}
 	}
 	if in.Metadata != nil {
-		m.Metadata = in.Metadata
+		if m.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+			return BillableMetric{}, err
+		}
 	}
 	m.UpdatedAt = s.clock.Now()
 	if err := s.store.UpdateMetric(ctx, m); err != nil {
@@ -243,6 +248,10 @@ func (s *Metering) CreateRule(ctx context.Context, scope Scope, in RuleInput) (M
 	}
 	if in.CostType == nil || *in.CostType == "" {
 		return MeteringRule{}, Invalid("cost_type", "cost_type is required")
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return MeteringRule{}, err
 	}
 	now := s.clock.Now()
 	r := MeteringRule{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,

@@ -76,10 +76,13 @@ func (in *GrantInput) validate(now time.Time) (expires *time.Time, stack *StackA
 	if in.DurationSeconds != nil && (*in.DurationSeconds < 1 || *in.DurationSeconds > MaxDurationSeconds) {
 		return nil, nil, Invalid("duration_seconds", "duration_seconds must be between 1 and 315360000")
 	}
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return nil, nil, err
+	}
 	if in.ExpiresAt != nil {
-		t, perr := time.Parse(time.RFC3339Nano, *in.ExpiresAt)
+		t, perr := ParseInstant("expires_at", *in.ExpiresAt, KindValidation)
 		if perr != nil {
-			return nil, nil, Invalid("expires_at", "expires_at must be an RFC 3339 date-time")
+			return nil, nil, perr
 		}
 		t = t.UTC().Truncate(time.Millisecond)
 		if !t.After(now) {
@@ -93,6 +96,9 @@ func (in *GrantInput) validate(now time.Time) (expires *time.Time, stack *StackA
 		}
 		if in.StackAfter.MetadataMatch == nil {
 			return nil, nil, Invalid("stack_after.metadata_match", "stack_after.metadata_match is required")
+		}
+		if in.StackAfter.MetadataMatch, err = in.StackAfter.MetadataMatch.Canonical("stack_after.metadata_match"); err != nil {
+			return nil, nil, err
 		}
 		fb := FallbackNow
 		if in.StackAfter.Fallback != nil {
@@ -119,7 +125,7 @@ func validateSourceReason(source, reason *string) error {
 	if reason == nil || strings.TrimSpace(*reason) == "" {
 		return Invalid("reason", "reason is required")
 	}
-	return nil
+	return CheckText("reason", *reason)
 }
 
 // AdjustInput is the body of the adjust endpoints.
@@ -221,6 +227,10 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 		return AdjustResult{}, Invalid("delta", "delta is required and must not be 0")
 	}
 	if err := validateSourceReason(in.Source, in.Reason); err != nil {
+		return AdjustResult{}, err
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
 		return AdjustResult{}, err
 	}
 	c, err := s.customers.Resolve(ctx, scope, ref, false)
@@ -410,9 +420,9 @@ func parseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 	if v == "" {
 		return nil, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := ParseInstant(field, v, kind)
 	if err != nil {
-		return nil, &Error{Kind: kind, Field: field, Detail: field + " must be an RFC 3339 date-time"}
+		return nil, err
 	}
 	return &t, nil
 }

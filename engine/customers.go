@@ -154,6 +154,13 @@ func (in *CreateCustomerInput) Validate() error {
 	if utf8.RuneCountInString(*in.ExternalID) > MaxExternalIDChars {
 		return Invalid("external_id", "external_id is longer than 255 characters")
 	}
+	if err := CheckLine("external_id", *in.ExternalID); err != nil {
+		return err
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
 	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
 }
 
@@ -161,6 +168,11 @@ func (in *CreateCustomerInput) Validate() error {
 func validateCustomerFields(displayName, policy *string, threshold *int64) error {
 	if displayName != nil && utf8.RuneCountInString(*displayName) > MaxDisplayNameChars {
 		return Invalid("display_name", "display_name is longer than 200 characters")
+	}
+	if displayName != nil {
+		if err := CheckText("display_name", *displayName); err != nil {
+			return err
+		}
 	}
 	if policy != nil && *policy != "" && !OveragePolicy(*policy).Valid() {
 		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
@@ -182,6 +194,10 @@ type UpdateCustomerInput struct {
 
 // Validate names the first wrong field.
 func (in *UpdateCustomerInput) Validate() error {
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
 	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
 }
 
@@ -256,8 +272,16 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	if c.Metadata == nil {
 		c.Metadata = Metadata{}
 	}
+	merged := make(Metadata, len(c.Metadata)+len(in.Metadata))
+	for k, v := range c.Metadata {
+		merged[k] = v
+	}
 	for k, v := range in.Metadata {
-		c.Metadata[k] = v
+		merged[k] = v
+	}
+	// The merge may pass a limit neither half did.
+	if c.Metadata, err = merged.Canonical("metadata"); err != nil {
+		return Customer{}, err
 	}
 	c.UpdatedAt = s.clock.Now()
 	if err := s.dir.UpdateCustomer(ctx, c); err != nil {
@@ -285,6 +309,9 @@ func (s *Customers) Delete(ctx context.Context, scope Scope, ref CustomerRef) er
 
 // List pages customers newest first.
 func (s *Customers) List(ctx context.Context, scope Scope, search, cursor string, limit int) (Page[Customer], error) {
+	if err := CheckLine("search", search); err != nil {
+		return Page[Customer]{}, err
+	}
 	return s.dir.ListCustomers(ctx, scope, search, cursor, limit)
 }
 
@@ -296,6 +323,9 @@ func (s *Customers) List(ctx context.Context, scope Scope, search, cursor string
 func (s *Customers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
 	if ref.Value == "" {
 		return Customer{}, NotFound("customer not found")
+	}
+	if err := CheckLine("customer_id", ref.Value); err != nil {
+		return Customer{}, err
 	}
 	c, err := s.dir.CustomerByExternalID(ctx, scope, ref.Value)
 	if err == nil {

@@ -355,6 +355,13 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 	if *in.Units < 1 {
 		return ConsumeResult{}, BadRequest("units", "units must be >= 1")
 	}
+	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
+		return ConsumeResult{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ConsumeResult{}, err
+	}
 	rule, err := s.meteredRule(ctx, scope, *in.BillableMetricKey)
 	if err != nil {
 		return ConsumeResult{}, err
@@ -369,7 +376,7 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
 		return ConsumeResult{}, err
 	}
-	return s.consume(ctx, c, tenant, idem, rule, *in.Units, orEmpty(in.Metadata))
+	return s.consume(ctx, c, tenant, idem, rule, *in.Units, orEmpty(meta))
 }
 
 // usageAllowed refuses usage the customer's subscription forbids.
@@ -510,7 +517,8 @@ func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []U
 	}
 	keys := make([]string, 0, len(events))
 	for _, ev := range events {
-		if ev.EventID != nil && *ev.EventID != "" {
+		// An id Postgres cannot hold is refused per event, never looked up.
+		if ev.EventID != nil && *ev.EventID != "" && cleanText(*ev.EventID, false) {
 			keys = append(keys, usageKey(*ev.EventID))
 		}
 	}
@@ -549,6 +557,9 @@ func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenan
 	id := *ev.EventID
 	if len(id) > 256 {
 		return fail(id, Invalid("event_id", "event_id is longer than 256 characters"))
+	}
+	if err := CheckLine("event_id", id); err != nil {
+		return fail(id, err)
 	}
 	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev)},
 		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})

@@ -78,9 +78,9 @@ type UpdateOverrideInput struct {
 // overrideExpiry reads an override expires_at: an RFC 3339 instant in the
 // future. The spec lists only 400s for override bodies, so it is one.
 func overrideExpiry(raw string, now time.Time) (*time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, raw)
+	t, err := ParseInstant("expires_at", raw, KindBadRequest)
 	if err != nil {
-		return nil, BadRequest("expires_at", "expires_at must be an RFC 3339 date-time")
+		return nil, err
 	}
 	t = t.UTC().Truncate(time.Millisecond)
 	if !t.After(now) {

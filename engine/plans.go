@@ -268,6 +268,10 @@ func (in *CreatePlanInput) Validate() error {
 	if in.Name == nil {
 		return Invalid("name", "name is required")
 	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
 	return validatePlanName(*in.Name)
 }
 
@@ -278,7 +282,7 @@ func validatePlanName(name string) error {
 	if utf8.RuneCountInString(name) > MaxPlanNameChars {
 		return Invalid("name", "name is longer than 200 characters")
 	}
-	return nil
+	return CheckLine("name", name)
 }
 
 // UpdatePlanInput is the body of PATCH /v1/plans/{id}; nil fields keep
@@ -300,7 +304,9 @@ func (in *UpdatePlanInput) Validate() error {
 	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
 		return Invalid("status", "status must be active or retired")
 	}
-	return nil
+	var err error
+	in.Metadata, err = in.Metadata.Canonical("metadata")
+	return err
 }
 
 // errRetireDefault is the 409 of interface.md "Plan and plan variant status".
@@ -473,6 +479,10 @@ func (in *CreateVariantInput) Validate() error {
 	if err := validateDays("renewal_due_days", in.RenewalDueDays); err != nil {
 		return err
 	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
 	return validateDays("grace_period_days", in.GracePeriodDays)
 }
 
@@ -502,6 +512,10 @@ type UpdateVariantInput struct {
 func (in *UpdateVariantInput) Validate() error {
 	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
 		return Invalid("status", "status must be active or retired")
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
 	}
 	return validateDays("trial_days", in.TrialDays)
 }

@@ -97,6 +97,13 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 			return ReserveResult{}, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
 		}
 	}
+	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
+		return ReserveResult{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ReserveResult{}, err
+	}
 	rule, err := s.ent.meteredRule(ctx, scope, *in.BillableMetricKey)
 	if err != nil {
 		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
@@ -125,7 +132,7 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	cmd := ReserveCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: now, ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
 		EstimatedUnits: *in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(ttl) * time.Second),
-		Metadata: orEmpty(in.Metadata), Context: contextOf(c, tenant)}
+		Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
 	if err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
@@ -178,6 +185,10 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	if *in.ActualUnits < 0 {
 		return CommitResult{}, Invalid("actual_units", "actual_units must be >= 0")
 	}
+	extra, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return CommitResult{}, err
+	}
 	c, hold, err := s.locate(ctx, scope, id)
 	if err != nil {
 		return CommitResult{}, err
@@ -197,12 +208,16 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 		}
 		terms = TermsOf(rule)
 	}
-	meta := hold.Metadata
-	if meta == nil {
-		meta = Metadata{}
-	}
-	for k, v := range in.Metadata {
+	meta := make(Metadata, len(hold.Metadata)+len(extra))
+	for k, v := range hold.Metadata {
 		meta[k] = v
+	}
+	for k, v := range extra {
+		meta[k] = v
+	}
+	// The merge may pass a limit neither half did.
+	if meta, err = meta.Canonical("metadata"); err != nil {
+		return CommitResult{}, err
 	}
 	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, ActualUnits: *in.ActualUnits,

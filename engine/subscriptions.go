@@ -125,6 +125,10 @@ func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscr
 	if in.PlanVariantID == nil || *in.PlanVariantID == "" {
 		return Subscription{}, Invalid("plan_variant_id", "plan_variant_id is required")
 	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return Subscription{}, err
+	}
 	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, false)
 	if err != nil {
 		return Subscription{}, err
@@ -136,7 +140,7 @@ func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscr
 	now := s.clock.Now()
 	r := SubscriptionRecord{Subscription: Subscription{
 		ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment, CustomerID: c.ID,
-		PlanID: v.PlanID, PlanVariantID: v.ID, BillingMode: v.BillingMode, Metadata: orEmpty(in.Metadata),
+		PlanID: v.PlanID, PlanVariantID: v.ID, BillingMode: v.BillingMode, Metadata: orEmpty(meta),
 		CreatedAt: now, UpdatedAt: now,
 	}}
 	if v.TrialDays > 0 {
@@ -203,9 +207,9 @@ func (s *Subscriptions) Usage(ctx context.Context, scope Scope, rawID, periodSta
 	}
 	start, end := sub.CurrentPeriodStart, sub.CurrentPeriodEnd
 	if periodStart != "" {
-		t, err := time.Parse(time.RFC3339Nano, periodStart)
+		t, err := ParseInstant("period_start", periodStart, KindBadRequest)
 		if err != nil {
-			return UsageReport{}, BadRequest("period_start", "period_start must be an RFC 3339 date-time")
+			return UsageReport{}, err
 		}
 		start = t.UTC().Truncate(time.Millisecond)
 		if !start.Equal(sub.CurrentPeriodStart) {

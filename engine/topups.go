@@ -45,15 +45,24 @@ func (in *TopupInput) validate(now time.Time) (*time.Time, error) {
 	if in.PaymentReference != nil && utf8.RuneCountInString(*in.PaymentReference) > MaxPaymentReferenceChars {
 		return nil, Invalid("payment_reference", "payment_reference is longer than 255 characters")
 	}
+	if in.PaymentReference != nil {
+		if err := CheckLine("payment_reference", *in.PaymentReference); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return nil, err
+	}
 	if in.Priority != nil && (*in.Priority < 0 || *in.Priority > MaxPriority) {
 		return nil, Invalid("priority", "priority must be between 0 and 255")
 	}
 	if in.ExpiresAt == nil {
 		return nil, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, *in.ExpiresAt)
+	t, err := ParseInstant("expires_at", *in.ExpiresAt, KindValidation)
 	if err != nil {
-		return nil, Invalid("expires_at", "expires_at must be an RFC 3339 date-time")
+		return nil, err
 	}
 	t = t.UTC().Truncate(time.Millisecond)
 	if !t.After(now) {
