@@ -38,7 +38,13 @@ var freeTextMembers = map[string]bool{"reason": true, "description": true, "disp
 // ignored is refused, since encoding/json would bind it. field prefixes the
 // path of the member an error names. Errors are 400, numbers out of range 422.
 func ScanJSON(doc []byte, field string, shape *Shape, maxDepth int) error {
-	s := jsonScanner{doc: doc, maxDepth: maxDepth}
+	return scanJSON(doc, field, shape, 0, maxDepth)
+}
+
+// scanJSON is ScanJSON for a document that sits depth levels down in another
+// (a metadata value inside its metadata object).
+func scanJSON(doc []byte, field string, shape *Shape, depth, maxDepth int) error {
+	s := jsonScanner{doc: doc, depth: depth, maxDepth: maxDepth}
 	if field != "" {
 		s.path = append(s.path, field)
 	}

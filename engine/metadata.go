@@ -53,7 +53,7 @@ func (m Metadata) Canonical(field string) (Metadata, error) {
 		if len(raw) == 0 {
 			return nil, BadRequest(name, name+" is not a JSON value")
 		}
-		if err := ScanJSON(raw, name, nil, MaxMetadataDepth-1); err != nil {
+		if err := scanJSON(raw, name, nil, 1, MaxMetadataDepth); err != nil {
 			return nil, err
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
