@@ -130,7 +130,7 @@ func (c *call) checkRequestText() error {
 		return err
 	}
 	c.ctx.QueryArgs().VisitAll(func(k, v []byte) {
-		if err != nil {
+		if err != nil || (printableASCII(k) && printableASCII(v)) {
 			return
 		}
 		name := string(k)
@@ -184,4 +184,14 @@ func (c *call) noContent() error {
 func (c *call) pathParam(name string) (string, bool) {
 	raw, _ := c.ctx.UserValue(name).(string)
 	return unescapePath(raw)
+}
+
+// printableASCII is the common case of a parameter: clean without a closer look.
+func printableASCII(b []byte) bool {
+	for _, ch := range b {
+		if ch < ' ' || ch > '~' {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"reflect"
 	"strconv"
 	"strings"
@@ -45,8 +46,9 @@ func ScanJSON(doc []byte, field string, shape *Shape, maxDepth int) error {
 // (a metadata value inside its metadata object).
 func scanJSON(doc []byte, field string, shape *Shape, depth, maxDepth int) error {
 	s := jsonScanner{doc: doc, depth: depth, maxDepth: maxDepth}
+	s.path = s.pathBuf[:0]
 	if field != "" {
-		s.path = append(s.path, field)
+		s.path = append(s.path, pathElem{key: []byte(field), index: -1})
 	}
 	s.skipSpace()
 	if err := s.value(shape, shape == nil); err != nil {
@@ -59,24 +61,35 @@ func scanJSON(doc []byte, field string, shape *Shape, depth, maxDepth int) error
 	return nil
 }
 
-// jsonScanner walks one document; path holds the member names and [i]
-// indexes leading to the value being read.
+// jsonScanner walks one document; path holds the member names and array
+// indexes leading to the value being read, rendered only for an error.
 type jsonScanner struct {
 	doc      []byte
 	pos      int
 	depth    int
 	maxDepth int
-	path     []string
+	path     []pathElem
+	pathBuf  [8]pathElem
+}
+
+// pathElem is a member name, or an array index when index >= 0.
+type pathElem struct {
+	key   []byte
+	index int
 }
 
 // fieldName renders the path as the API names fields: a.b[2].c.
 func (s *jsonScanner) fieldName() string {
 	var b strings.Builder
 	for i, p := range s.path {
-		if i > 0 && !strings.HasPrefix(p, "[") {
+		if p.index >= 0 {
+			b.WriteString("[" + strconv.Itoa(p.index) + "]")
+			continue
+		}
+		if i > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(p)
+		b.Write(p.key)
 	}
 	return b.String()
 }
@@ -169,7 +182,7 @@ func (s *jsonScanner) object(shape *Shape) error {
 		if err != nil {
 			return err
 		}
-		s.path = append(s.path, key)
+		s.path = append(s.path, pathElem{key: key, index: -1})
 		if !seen.add(key) {
 			return s.refuse("is given more than once")
 		}
@@ -218,7 +231,7 @@ func (s *jsonScanner) array(shape *Shape) error {
 	}
 	elem, multiline := shape.element()
 	for i := 0; ; i++ {
-		s.path = append(s.path, "["+strconv.Itoa(i)+"]")
+		s.path = append(s.path, pathElem{index: i})
 		s.skipSpace()
 		if err := s.value(elem, multiline); err != nil {
 			return err
@@ -242,8 +255,9 @@ func (s *jsonScanner) array(shape *Shape) error {
 }
 
 // str reads a string at s.pos (the opening quote); it returns the decoded
-// text only for member names (key), which need it.
-func (s *jsonScanner) str(key, multiline bool) (string, error) {
+// text only for member names (key), which need it: a slice of the document
+// unless an escape made a copy necessary.
+func (s *jsonScanner) str(key, multiline bool) ([]byte, error) {
 	s.pos++ // "
 	start := s.pos
 	var b []byte // decoded key, built only once an escape appears
@@ -252,18 +266,18 @@ func (s *jsonScanner) str(key, multiline bool) (string, error) {
 		c := s.doc[s.pos]
 		switch {
 		case c == '"':
-			out := ""
+			var out []byte
 			if key {
 				if escaped {
-					out = string(b)
+					out = b
 				} else {
-					out = string(s.doc[start:s.pos])
+					out = s.doc[start:s.pos]
 				}
 			}
 			s.pos++
 			return out, nil
 		case c < 0x20:
-			return "", s.textError(key, "holds a raw control character")
+			return nil, s.textError(key, "holds a raw control character")
 		case c == '\\':
 			if key && !escaped {
 				b = append(b, s.doc[start:s.pos]...)
@@ -271,7 +285,7 @@ func (s *jsonScanner) str(key, multiline bool) (string, error) {
 			}
 			r, err := s.escape(key, multiline)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if key {
 				b = utf8.AppendRune(b, r)
@@ -284,7 +298,7 @@ func (s *jsonScanner) str(key, multiline bool) (string, error) {
 		default:
 			r, size := utf8.DecodeRune(s.doc[s.pos:])
 			if r == utf8.RuneError && size <= 1 {
-				return "", s.textError(key, "is not valid UTF-8")
+				return nil, s.textError(key, "is not valid UTF-8")
 			}
 			if escaped {
 				b = append(b, s.doc[s.pos:s.pos+size]...)
@@ -292,7 +306,7 @@ func (s *jsonScanner) str(key, multiline bool) (string, error) {
 			s.pos += size
 		}
 	}
-	return "", s.syntax("unterminated string")
+	return nil, s.syntax("unterminated string")
 }
 
 // escape reads one backslash escape and returns the rune it stands for.
@@ -448,35 +462,37 @@ func (s *jsonScanner) digits() int {
 	return n
 }
 
-// memberSet finds duplicate member names: a short list for the usual small
-// object, a map once it grows.
+// memberSet finds duplicate member names: a short inline list for the
+// usual small object, a map once it grows.
 type memberSet struct {
-	few  []string
+	few  [12][]byte
+	n    int
 	many map[string]struct{}
 }
 
-func (m *memberSet) add(k string) bool {
+func (m *memberSet) add(k []byte) bool {
 	if m.many != nil {
-		if _, dup := m.many[k]; dup {
+		if _, dup := m.many[string(k)]; dup {
 			return false
 		}
-		m.many[k] = struct{}{}
+		m.many[string(k)] = struct{}{}
 		return true
 	}
-	for _, f := range m.few {
-		if f == k {
+	for _, f := range m.few[:m.n] {
+		if bytes.Equal(f, k) {
 			return false
 		}
 	}
-	if len(m.few) < 16 {
-		m.few = append(m.few, k)
+	if m.n < len(m.few) {
+		m.few[m.n] = k
+		m.n++
 		return true
 	}
-	m.many = make(map[string]struct{}, 2*len(m.few))
+	m.many = make(map[string]struct{}, 4*len(m.few))
 	for _, f := range m.few {
-		m.many[f] = struct{}{}
+		m.many[string(f)] = struct{}{}
 	}
-	m.many[k] = struct{}{}
+	m.many[string(k)] = struct{}{}
 	return true
 }
 
@@ -510,56 +526,67 @@ var (
 	jsonUnmarshaler = reflect.TypeFor[interface{ UnmarshalJSON([]byte) error }]()
 )
 
-// ShapeOf is the shape of t (pointers followed), computed once per type.
+// ShapeOf is the shape of t (pointers followed), computed once per type; a
+// nil t has no shape (anything goes).
 func ShapeOf(t reflect.Type) *Shape {
+	if t == nil {
+		return nil
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if v, ok := shapes.Load(t); ok {
 		return v.(*Shape)
 	}
-	sh := &Shape{}
-	v, loaded := shapes.LoadOrStore(t, sh)
-	if loaded {
-		return v.(*Shape)
-	}
-	// Stored before it is filled so a recursive type ends; a concurrent
-	// reader may see it half filled only for a self-referencing type, none of
-	// which the inputs have.
-	fillShape(sh, t)
-	return sh
+	// Built whole before it is shared, so no reader sees it half filled.
+	v, _ := shapes.LoadOrStore(t, buildShape(t, map[reflect.Type]*Shape{}))
+	return v.(*Shape)
 }
 
-func fillShape(sh *Shape, t reflect.Type) {
+// buildShape builds the shape of t; building holds the shapes under
+// construction, so a recursive type ends.
+func buildShape(t reflect.Type, building map[reflect.Type]*Shape) *Shape {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if v, ok := shapes.Load(t); ok {
+		return v.(*Shape)
+	}
+	if sh, ok := building[t]; ok {
+		return sh
+	}
+	sh := &Shape{}
+	building[t] = sh
 	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
 		sh.kind = shapeOpaque
-		return
+		return sh
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		sh.kind = shapeStruct
 		sh.members = map[string]*Shape{}
-		addMembers(sh, t)
+		addMembers(sh, t, building)
 	case reflect.Slice, reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 { // []byte: base64 text
 			sh.kind = shapeScalar
-			return
+			return sh
 		}
 		sh.kind = shapeList
-		sh.elem = ShapeOf(t.Elem())
+		sh.elem = buildShape(t.Elem(), building)
 	case reflect.Map:
 		sh.kind = shapeList
-		sh.elem = ShapeOf(t.Elem())
+		sh.elem = buildShape(t.Elem(), building)
 	case reflect.Interface:
 		sh.kind = shapeOpaque
 	default:
 		sh.kind = shapeScalar
 	}
+	return sh
 }
 
 // addMembers lists the json names of t's fields, promoting those of
 // untagged embedded structs as encoding/json does.
-func addMembers(sh *Shape, t reflect.Type) {
+func addMembers(sh *Shape, t reflect.Type, building map[reflect.Type]*Shape) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		tag := f.Tag.Get("json")
@@ -572,7 +599,7 @@ func addMembers(sh *Shape, t reflect.Type) {
 			ft = ft.Elem()
 		}
 		if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
-			addMembers(sh, ft)
+			addMembers(sh, ft, building)
 			continue
 		}
 		if !f.IsExported() {
@@ -584,14 +611,14 @@ func addMembers(sh *Shape, t reflect.Type) {
 		if _, dup := sh.members[name]; !dup {
 			sh.names = append(sh.names, name)
 		}
-		sh.members[name] = ShapeOf(f.Type)
+		sh.members[name] = buildShape(f.Type, building)
 	}
 }
 
 // member is the shape of member key of an object of shape sh and whether its
 // strings may be multi-line; an error when key matches a member only when
 // case is ignored.
-func (sh *Shape) member(key string) (*Shape, bool, error) {
+func (sh *Shape) member(key []byte) (*Shape, bool, error) {
 	if sh == nil || sh.kind == shapeOpaque {
 		return nil, true, nil
 	}
@@ -599,12 +626,12 @@ func (sh *Shape) member(key string) (*Shape, bool, error) {
 	case shapeList:
 		return sh.elem, sh.elem.multiline(key), nil
 	case shapeStruct:
-		if c, ok := sh.members[key]; ok {
+		if c, ok := sh.members[string(key)]; ok {
 			return c, c.multiline(key), nil
 		}
 		for _, n := range sh.names {
-			if strings.EqualFold(n, key) {
-				return nil, false, newCaseError(key, n)
+			if strings.EqualFold(n, string(key)) {
+				return nil, false, newCaseError(string(key), n)
 			}
 		}
 	}
@@ -626,14 +653,14 @@ func (sh *Shape) element() (*Shape, bool) {
 	if sh == nil || sh.kind != shapeList {
 		return nil, sh == nil || sh.kind == shapeOpaque
 	}
-	return sh.elem, sh.elem.multiline("")
+	return sh.elem, sh.elem.multiline(nil)
 }
 
 // multiline says whether strings of a value of shape sh held by member key
 // may hold tab, line feed and carriage return.
-func (sh *Shape) multiline(key string) bool {
+func (sh *Shape) multiline(key []byte) bool {
 	if sh == nil || sh.kind == shapeOpaque {
 		return true
 	}
-	return freeTextMembers[key]
+	return freeTextMembers[string(key)]
 }

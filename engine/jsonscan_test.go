@@ -142,3 +142,35 @@ func TestShapeOf(t *testing.T) {
 		t.Error("shape not cached per type")
 	}
 }
+
+// shapeRaceProbe is used by no other test, so its shape is built under race.
+type shapeRaceProbe struct {
+	A    *int64            `json:"a"`
+	Next *shapeRaceProbe   `json:"next"`
+	M    map[string]string `json:"m"`
+}
+
+// TestShapeOfConcurrent: first use of a type from many goroutines shares one
+// fully built shape (run with -race); a recursive type ends.
+func TestShapeOfConcurrent(t *testing.T) {
+	t.Parallel()
+	done := make(chan *Shape)
+	for i := 0; i < 8; i++ {
+		go func() {
+			sh := ShapeOf(reflect.TypeFor[shapeRaceProbe]())
+			if err := ScanJSON([]byte(`{"next":{"next":{"A":1}}}`), "", sh, MaxJSONDepth); err == nil {
+				t.Error("case-folded member in a recursive type passed")
+			}
+			done <- sh
+		}()
+	}
+	first := <-done
+	for i := 1; i < 8; i++ {
+		if sh := <-done; sh != first {
+			t.Error("two shapes for one type")
+		}
+	}
+	if first.members["next"] != first {
+		t.Error("recursive member does not point back at its type")
+	}
+}
