@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // scanProbe is a body type with the shapes ScanJSON distinguishes: scalars,
@@ -173,4 +176,54 @@ func TestShapeOfConcurrent(t *testing.T) {
 	if first.members["next"] != first {
 		t.Error("recursive member does not point back at its type")
 	}
+}
+
+// FuzzScanJSON: ScanJSON never accepts what encoding/json rejects, and what
+// it accepts decodes to clean text (no C0 control but tab and line breaks,
+// no U+FFFD that the document did not spell) and no repeated member.
+func FuzzScanJSON(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":"\u0000"}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `{"a":1,"a":2}`,
+		`{"a":[1e300,-0.5,{"b":null}]}`, `{"a":1e999999}`, `[[[[]]]]`, `"\ud83d\ude00"`, `{"a":"\t\n"}`, `{"A":1,"a":2}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		err := ScanJSON(doc, "", nil, MaxJSONDepth)
+		if err != nil {
+			if _, ok := AsError(err); !ok {
+				t.Fatalf("non-engine error %v", err)
+			}
+			return
+		}
+		if !json.Valid(doc) {
+			t.Fatalf("accepted invalid JSON %q", doc)
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(doc))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("accepted %q that does not decode: %v", doc, err)
+		}
+		spelled := bytes.Contains(doc, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(doc), []byte(`\ufffd`))
+		var walk func(v any)
+		walk = func(v any) {
+			switch x := v.(type) {
+			case string:
+				if !cleanText(x, true) || (!spelled && strings.ContainsRune(x, utf8.RuneError)) {
+					t.Fatalf("accepted %q holding unclean text %q", doc, x)
+				}
+			case []any:
+				for _, e := range x {
+					walk(e)
+				}
+			case map[string]any:
+				for k, e := range x {
+					if !cleanText(k, false) || (!spelled && strings.ContainsRune(k, utf8.RuneError)) {
+						t.Fatalf("accepted %q holding unclean member name %q", doc, k)
+					}
+					walk(e)
+				}
+			}
+		}
+		walk(v)
+	})
 }
