@@ -59,6 +59,20 @@ func TestConformanceInputBoundary(t *testing.T) {
 		}
 	}
 
+	// Clean but unexpected query values never reach Postgres as a 500.
+	big := strings.Repeat("z", 5000)
+	for _, p := range []string{"/v1/customers/" + id + "/credits/history?type=zzz&source=" + big + "&billable_metric_key=" + big,
+		"/v1/customers/" + id + "/credits/history?from=9999-12-31T23:59:59Z&to=0001-01-01T00:00:00Z",
+		"/v1/customers/" + id + "/overage?from=0001-01-01T00:00:00Z&to=9999-12-31T23:59:59Z",
+		"/v1/customers?search=%25_%5C&cursor=" + big, "/v1/customers/" + big, "/v1/customer-by-external-id/" + big,
+		"/v1/entitlements/check?customer_id=" + big + "&billable_metric_key=" + big + "&units=1",
+		"/v1/webhooks/events?status=" + big + "&event_type=" + big, "/v1/subscriptions/" + big + "/usage?period_start=" + big,
+		"/v1/billable-metrics/" + big, "/v1/metering-rules?billable_metric_key=" + big} {
+		if r := a.get(p); r.Status >= 500 {
+			t.Errorf("GET %.80s: %d %s", p, r.Status, r.Raw)
+		}
+	}
+
 	s.Drain()
 	var dead int
 	if err := s.Pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_dead_letters").Scan(&dead); err != nil {
