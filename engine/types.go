@@ -85,7 +85,8 @@ func (t EntryType) Valid() bool {
 }
 
 // Metadata is a free-form JSON object; values stay raw so numbers keep their
-// exact text and merging is key by key.
+// exact text and merging is key by key. Input metadata passes Canonical
+// (engine/metadata.go) before it goes anywhere: limits and one encoding.
 type Metadata map[string]json.RawMessage
 
 // Tenant is one developer account.
