@@ -146,7 +146,7 @@ func (s *jsonScanner) value(shape *Shape, multiline bool) error {
 }
 
 func (s *jsonScanner) literal(word string) error {
-	if !strings.HasPrefix(string(s.doc[s.pos:min(len(s.doc), s.pos+len(word))]), word) {
+	if string(s.doc[s.pos:min(len(s.doc), s.pos+len(word))]) != word {
 		return s.syntax("unexpected character")
 	}
 	s.pos += len(word)
