@@ -83,10 +83,11 @@ type importBlock struct {
 // validate checks one customer entry and returns its blocks; the error
 // names the member (credits[2].priority).
 func (c *ImportCustomer) validate(now time.Time) ([]importBlock, error) {
-	in := CreateCustomerInput{ExternalID: c.ExternalID, DisplayName: c.DisplayName}
+	in := CreateCustomerInput{ExternalID: c.ExternalID, DisplayName: c.DisplayName, Metadata: c.Metadata}
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}
+	c.Metadata = in.Metadata // canonical
 	if len(c.Credits) > MaxImportBlocks {
 		return nil, Invalid("credits", "at most 100 credit blocks per customer")
 	}
@@ -110,9 +111,9 @@ func (c *ImportCustomer) validate(now time.Time) ([]importBlock, error) {
 			b.priority = int(*cr.Priority)
 		}
 		if cr.ExpiresAt != nil {
-			t, err := time.Parse(time.RFC3339Nano, *cr.ExpiresAt)
+			t, err := ParseInstant(field+".expires_at", *cr.ExpiresAt, KindValidation)
 			if err != nil {
-				return nil, Invalid(field+".expires_at", "expires_at must be an RFC 3339 date-time")
+				return nil, err
 			}
 			t = t.UTC().Truncate(time.Millisecond)
 			if !t.After(now) {

@@ -59,6 +59,20 @@ func TestConformanceInputBoundary(t *testing.T) {
 		}
 	}
 
+	// Import rows past a metadata limit or year 9999 are reported per row.
+	keys := make([]string, 51)
+	for i := range keys {
+		keys[i] = `"k` + strconv.Itoa(i) + `":1`
+	}
+	imp := a.do("POST", "/v1/import", idemKey(), `{"customers":[`+
+		`{"external_id":"imp-a-`+randomID()+`","metadata":{`+strings.Join(keys, ",")+`}},`+
+		`{"external_id":"imp-b-`+randomID()+`","credits":[{"credits":5,"expires_at":"9999-12-31T23:59:59-01:00"}]},`+
+		`{"external_id":"imp-c-`+randomID()+`","metadata":{"ok":1.50},"credits":[{"credits":5}]}]}`)
+	wantStatus(t, imp, 200, "import")
+	if errs := arr(t, imp.Body["errors"], "import errors"); len(errs) != 2 || Int(t, imp.Body["created"]) != 1 {
+		t.Fatalf("import: %s", imp.Raw)
+	}
+
 	// Clean but unexpected query values never reach Postgres as a 500.
 	big := strings.Repeat("z", 5000)
 	for _, p := range []string{"/v1/customers/" + id + "/credits/history?type=zzz&source=" + big + "&billable_metric_key=" + big,
