@@ -7,7 +7,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: help build run test lint clean bench
+.PHONY: help build run test lint clean bench hostile
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,10 @@ run: build ## Build, ensure Redis+Postgres (installing when missing), run credit
 
 test: ## vet, gofmt check, go test -race on single Redis, then again on a 3-master Redis Cluster
 	GO=$(GO) scripts/test.sh
+
+hostile: ## Long hostile-input property run: CREDITD_HOSTILE_N requests (default 20000), CREDITD_HOSTILE_SEED
+	CREDITD_HOSTILE_N=$${CREDITD_HOSTILE_N:-20000} GO_TEST_FLAGS="-run TestHostile -timeout 90m" \
+		TEST_PKGS=./internal/e2e GO=$(GO) scripts/test.sh
 
 bench: ## Benchmark creditd vs raw Redis, HTTP+EVALSHA and Postgres-only (~10 min; BENCH_FLAGS=-quick for ~1 min)
 	$(GO) run ./bench $(BENCH_FLAGS)
