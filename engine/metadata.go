@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -65,7 +66,7 @@ func (m Metadata) Canonical(field string) (Metadata, error) {
 		if err := checkMetadataValue(name, v); err != nil {
 			return nil, err
 		}
-		enc, err := canonicalJSON(v)
+		enc, err := canonicalJSON(numbersAsStored(v))
 		if err != nil {
 			return nil, BadRequest(name, name+" is not a JSON value")
 		}
@@ -126,8 +127,91 @@ func checkMetadataValue(name string, v any) error {
 	return nil
 }
 
+// CanonicalValue re-encodes one stored JSON value canonically without the
+// limits of the door: rebuild reads metadata back from Postgres (jsonb orders
+// members by length and writes numbers its own way) and must reproduce the
+// bytes the door wrote, even for values stored before a limit existed.
+func CanonicalValue(raw json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return canonicalJSON(numbersAsStored(v))
+}
+
+// numbersAsStored rewrites every json.Number of a decoded value into the
+// text Postgres numeric prints for it, so a value keeps its bytes across a
+// round trip through jsonb (1e2 comes back as 100, -0 as 0).
+func numbersAsStored(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return json.Number(numericText(string(x)))
+	case []any:
+		for i, e := range x {
+			x[i] = numbersAsStored(e)
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbersAsStored(e)
+		}
+	}
+	return v
+}
+
+// numericText is the output of Postgres numeric_out(numeric_in(s)) for a
+// JSON number s: plain positional notation, as many fraction digits as the
+// written scale (fraction digits minus exponent, at least 0), no negative
+// zero. s must be a valid JSON number whose exponent the door bounded.
+func numericText(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	mant, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant = s[:i]
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil {
+			return s
+		}
+		exp = e
+	}
+	intPart, frac := mant, ""
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		intPart, frac = mant[:i], mant[i+1:]
+	}
+	digits := intPart + frac
+	point := len(intPart) + exp // digits before the decimal point
+	scale := len(frac) - exp
+	if scale < 0 {
+		scale = 0
+	}
+	// Pad so the point falls inside the digits and scale digits follow it.
+	if point < 0 {
+		digits = strings.Repeat("0", -point) + digits
+		point = 0
+	}
+	if need := point + scale; len(digits) < need {
+		digits += strings.Repeat("0", need-len(digits))
+	}
+	whole := strings.TrimLeft(digits[:point], "0")
+	if whole == "" {
+		whole = "0"
+	}
+	out := whole
+	if scale > 0 {
+		out += "." + digits[point:point+scale]
+	}
+	if neg && strings.Trim(out, "0.") != "" {
+		out = "-" + out
+	}
+	return out
+}
+
 // canonicalJSON encodes a decoded value: object members sorted (as
-// encoding/json sorts map keys), no HTML escaping, numbers as written.
+// encoding/json sorts map keys), no HTML escaping, numbers as given.
 func canonicalJSON(v any) (json.RawMessage, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

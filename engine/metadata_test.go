@@ -171,3 +171,19 @@ func TestCleanText(t *testing.T) {
 		}
 	}
 }
+
+// TestNumericText pins the Postgres numeric output form the door writes
+// numbers in (persist's TestMetadataSurvivesJSONB checks it against jsonb).
+func TestNumericText(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"0", "0"}, {"-0", "0"}, {"-0.0", "0.0"}, {"12", "12"}, {"-12", "-12"},
+		{"1e2", "100"}, {"1E+2", "100"}, {"1.50e1", "15.0"}, {"1e-3", "0.001"},
+		{"123.456e-1", "12.3456"}, {"0.000", "0.000"}, {"-12.5e-3", "-0.0125"},
+		{"9223372036854775808", "9223372036854775808"}, {"2.0", "2.0"}, {"5e0", "5"},
+	}
+	for _, c := range cases {
+		if got := numericText(c.in); got != c.want {
+			t.Errorf("numericText(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

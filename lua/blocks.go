@@ -1,7 +1,6 @@
 package lua
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -476,16 +475,24 @@ func checkSource(s engine.Source) error {
 // compactMeta is block metadata as the compact JSON text the block encoding
 // stores, "" when empty (the encoding keeps metadata only when non-empty).
 func compactMeta(raw json.RawMessage) (string, error) {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); len(raw) > 0 && err != nil {
+	if len(raw) == 0 {
+		return "", nil
+	}
+	// Postgres jsonb reorders members and rewrites numbers; the door's
+	// canonical form, encoded as jsonText encodes it, makes a rebuilt block
+	// byte-identical to the one the grant wrote.
+	var m engine.Metadata
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return "", err
 	}
-	switch s := buf.String(); s {
-	case "", "{}", "null":
-		return "", nil
-	default:
-		return s, nil
+	for k, v := range m {
+		c, err := engine.CanonicalValue(v)
+		if err != nil {
+			return "", err
+		}
+		m[k] = c
 	}
+	return jsonText(m)
 }
 
 // uuidText is id as text, "" for the nil UUID.
