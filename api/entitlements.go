@@ -96,6 +96,17 @@ func (s *Server) usage(c *call) error {
 	if res == nil {
 		res = []engine.UsageEventResult{}
 	}
+	for i := range res {
+		if res[i].Cause == nil {
+			continue
+		}
+		// Like a 500: the cause goes to the log, the body gets the request
+		// id to quote (an event's error is no place for SQL states).
+		s.log.Error().Bytes("request_id", c.reqID).Str("event_id", res[i].EventID).Err(res[i].Cause).
+			Msg("usage event: internal error")
+		msg := engine.UsageInternalError + "; quote request_id " + string(c.reqID) + " when reporting it"
+		res[i].Error = &msg
+	}
 	return c.json(fasthttp.StatusOK, usageBody{Results: res})
 }
 

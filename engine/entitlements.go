@@ -458,7 +458,15 @@ type UsageEventResult struct {
 	Charged       int64      `json:"charged"`
 	OverageMC     int64      `json:"overage_mc"`
 	Error         *string    `json:"error"`
+	// Cause is the unexpected failure behind an UsageInternalError, for the
+	// log only: its text may name tables, addresses or SQL states. The API
+	// logs it and adds the request id to Error.
+	Cause error `json:"-"`
 }
+
+// UsageInternalError is the error of an event that failed for a reason that
+// is not the caller's (no known engine error); what happened is only logged.
+const UsageInternalError = "internal: an unexpected error occurred"
 
 // Usage event statuses.
 const (
@@ -538,12 +546,14 @@ func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 
 func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) UsageEventResult {
 	fail := func(id string, err error) UsageEventResult {
-		msg := err.Error()
-		if e, ok := AsError(err); ok {
-			msg = e.Detail
-			if e.Field != "" {
-				msg = e.Field + ": " + e.Detail
-			}
+		e, ok := AsError(err)
+		if !ok || (e.Kind == KindInternal && !e.Documented) {
+			msg := UsageInternalError
+			return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
+		}
+		msg := e.Detail
+		if e.Field != "" {
+			msg = e.Field + ": " + e.Detail
 		}
 		status := UsageFailed
 		if errors.Is(err, ErrInsufficientCredits) {

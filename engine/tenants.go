@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/big"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -35,6 +36,8 @@ type Tenants struct {
 	dir          Directory
 	clock        Clock
 	allowPrivate bool
+	// resolve looks a webhook host up (net.DefaultResolver; tests swap it).
+	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 
 	mu    sync.Mutex
 	cache map[[32]byte]authEntry
@@ -49,7 +52,10 @@ type authEntry struct {
 // NewTenants returns the tenant service; allowPrivate lets webhook URLs point
 // at loopback or private addresses (dev mode and tests, addendum 12).
 func NewTenants(dir Directory, clock Clock, allowPrivate bool) *Tenants {
-	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{}}
+	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{},
+		resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}}
 }
 
 // NewTenantResult is the 201 body of POST /admin/v1/tenants.
@@ -199,7 +205,7 @@ type Webhook struct {
 // SetWebhook stores the URL and, when the tenant has none yet, a new secret.
 // Errors: 404, 422 (bad URL, private address without dev mode).
 func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (Webhook, error) {
-	if err := s.checkWebhookURL(rawURL); err != nil {
+	if err := s.checkWebhookURL(ctx, rawURL); err != nil {
 		return Webhook{}, err
 	}
 	t, err := s.Get(ctx, tenant)
@@ -245,7 +251,14 @@ func (s *Tenants) saveWebhook(ctx context.Context, t Tenant) (Webhook, error) {
 	return Webhook{URL: t.WebhookURL, Secret: t.WebhookSecret}, nil
 }
 
-func (s *Tenants) checkWebhookURL(raw string) error {
+// webhookResolveTimeout bounds the DNS look-up of a webhook URL being set.
+const webhookResolveTimeout = 5 * time.Second
+
+// checkWebhookURL refuses a URL that is not absolute http(s) or whose host
+// resolves to a special-purpose address. This is fast feedback only: DNS can
+// change after it (rebinding), so the sender checks every connect again
+// against the same table.
+func (s *Tenants) checkWebhookURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Invalid("url", "url must be an absolute http or https URL")
@@ -253,13 +266,15 @@ func (s *Tenants) checkWebhookURL(raw string) error {
 	if s.allowPrivate {
 		return nil
 	}
-	ips, err := net.LookupIP(u.Hostname())
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, webhookResolveTimeout)
+	defer cancel()
+	addrs, err := s.resolve(ctx, u.Hostname())
+	if err != nil || len(addrs) == 0 {
 		return Invalid("url", "url host does not resolve")
 	}
-	for _, ip := range ips {
-		if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() {
-			return Invalid("url", "url resolves to a loopback, private or link-local address")
+	for _, a := range addrs {
+		if _, special := SpecialPurpose(a); special {
+			return Invalid("url", "url resolves to a loopback, private, link-local or other special-purpose address")
 		}
 	}
 	return nil

@@ -108,10 +108,39 @@ type TenantReader interface {
 type SendResult struct {
 	StatusCode int // 0 when no response arrived
 	Body       []byte
-	// Err is the transport error; Timeout marks it a timeout.
-	Err     error
-	Timeout bool
+	// Err is the transport error, for the log only: its text can name
+	// addresses, ports and what listens there, so it never reaches a tenant.
+	Err error
+	// Failure is Err's category, what last_error shows (FailureOther when unset).
+	Failure DeliveryFailure
 }
+
+// DeliveryFailure is why an attempt got no HTTP answer, as last_error and a
+// delivery's error show it: a fixed category, never transport error text
+// (raw dial errors would turn deliveries into a port scanner).
+type DeliveryFailure string
+
+// Delivery failure categories. An attempt that got an answer other than 2xx
+// shows "HTTP <status>" instead (a redirect is not followed: "HTTP 302").
+const (
+	FailureTimeout DeliveryFailure = "timeout"
+	FailureDNS     DeliveryFailure = "dns"
+	// FailureRefused: nothing listens at the address (connection refused).
+	FailureRefused DeliveryFailure = "connection_refused"
+	// FailureReset: the endpoint closed or reset the connection before answering.
+	FailureReset DeliveryFailure = "connection_reset"
+	// FailureUnreachable: no route to the network or host.
+	FailureUnreachable DeliveryFailure = "unreachable"
+	FailureTLS         DeliveryFailure = "tls"
+	// FailureBlocked: the host resolved to a special-purpose address
+	// (SpecialPurposeRanges) at connect time; no connection was made.
+	FailureBlocked DeliveryFailure = "blocked_address"
+	// FailureOther: any other transport failure (a malformed response, ...).
+	FailureOther DeliveryFailure = "other"
+	// FailureInternal: creditd itself failed before sending (tenant look-up,
+	// signing); the cause is in the log.
+	FailureInternal DeliveryFailure = "internal"
+)
 
 // Sender posts one signed body (internal/sender on net/http).
 type Sender interface {
@@ -318,14 +347,14 @@ func (w *Webhooks) attempt(ctx context.Context, e Event) Attempt {
 	t, err := w.tenants.GetTenant(ctx, e.TenantID)
 	switch {
 	case err != nil:
-		a.Error = ptrTo("tenant look-up failed: " + err.Error())
+		a.Error = w.failed(e, FailureInternal, err)
 	case t.WebhookURL == nil || *t.WebhookURL == "" || t.WebhookSecret == nil || *t.WebhookSecret == "":
 		a.Error = ptrTo(ErrNoWebhookURL)
 	default:
 		ts := w.clock.Now().Unix()
 		sig, serr := Sign(*t.WebhookSecret, e.ID.String(), ts, e.Payload)
 		if serr != nil {
-			a.Error = ptrTo(serr.Error())
+			a.Error = w.failed(e, FailureInternal, serr)
 			break
 		}
 		headers := map[string]string{
@@ -342,10 +371,12 @@ func (w *Webhooks) attempt(ctx context.Context, e Event) Attempt {
 		a.ResponseBody = strings.ToValidUTF8(string(body), "\uFFFD")
 		a.ResponseBody = strings.ReplaceAll(a.ResponseBody, "\x00", "\uFFFD")
 		switch {
-		case res.Err != nil && res.Timeout:
-			a.Error = ptrTo("timeout")
 		case res.Err != nil:
-			a.Error = ptrTo(res.Err.Error())
+			f := res.Failure
+			if f == "" {
+				f = FailureOther
+			}
+			a.Error = w.failed(e, f, res.Err)
 		default:
 			code := res.StatusCode
 			a.StatusCode = &code
@@ -371,6 +402,18 @@ func (w *Webhooks) attempt(ctx context.Context, e Event) Attempt {
 	next := now.Add(RetryDelays[a.Attempts-1])
 	a.Status, a.NextRetryAt = EventFailed, &next
 	return a
+}
+
+// failed logs an attempt's cause for the operator and returns the category
+// the tenant sees.
+func (w *Webhooks) failed(e Event, f DeliveryFailure, cause error) *string {
+	ev := w.log.Info()
+	if f == FailureInternal {
+		ev = w.log.Error()
+	}
+	ev.Err(cause).Str("event_id", e.ID.String()).Str("tenant_id", e.TenantID.String()).
+		Str("failure", string(f)).Msg("webhooks: attempt failed")
+	return ptrTo(string(f))
 }
 
 func ptrTo[T any](v T) *T { return &v }

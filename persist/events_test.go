@@ -163,7 +163,7 @@ func TestDeliveryScheduleDeadLetterRedeliver(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := &movableClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	wh := engine.NewWebhooks(b.store, b.store, sender.New(0), clock, zerolog.Nop())
+	wh := engine.NewWebhooks(b.store, b.store, sender.New(0, true), clock, zerolog.Nop())
 	wh.Poll = 5 * time.Millisecond
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan struct{})
