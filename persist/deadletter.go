@@ -47,7 +47,8 @@ type Letter struct {
 // an alarm) instead of retrying them for ever, and holds each account's
 // later Mutations behind them; *Store implements it.
 type DeadLetters interface {
-	// DeadLetter stores l unresolved and returns its id.
+	// DeadLetter stores l unresolved and returns its id; a Mutation already
+	// set aside and unresolved keeps its row and id.
 	DeadLetter(ctx context.Context, l Letter) (int64, error)
 	// HeldBehind maps each of customers that has unresolved dead letters to
 	// the first of them in replay order.
@@ -64,7 +65,8 @@ func humanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
 }
 
-// DeadLetter stores one outbox entry in outbox_dead_letters, unresolved.
+// DeadLetter stores one outbox entry in outbox_dead_letters, unresolved,
+// once per unresolved Mutation.
 func (s *Store) DeadLetter(ctx context.Context, l Letter) (int64, error) {
 	raw := l.Raw
 	if raw == nil {
@@ -84,10 +86,20 @@ func (s *Store) DeadLetter(ctx context.Context, l Letter) (int64, error) {
 	if l.HeldBy != 0 {
 		heldBy = &l.HeldBy
 	}
+	// An entry delivered again (a crash before its ack, a retried batch)
+	// finds its Mutation already set aside and keeps that row.
 	var id int64
-	err := s.pool.QueryRow(ctx, `INSERT INTO outbox_dead_letters
-		(partition, entry_id, raw, error, op_id, tenant_id, customer_id, kind, account_version, sqlstate, held_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+	err := s.pool.QueryRow(ctx, `WITH existing AS (
+			SELECT id FROM outbox_dead_letters
+			WHERE customer_id = $7 AND op_id = $5 AND resolved_at IS NULL LIMIT 1
+		), inserted AS (
+			INSERT INTO outbox_dead_letters
+				(partition, entry_id, raw, error, op_id, tenant_id, customer_id, kind, account_version, sqlstate, held_by)
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+			WHERE NOT EXISTS (SELECT 1 FROM existing)
+			RETURNING id
+		)
+		SELECT id FROM inserted UNION ALL SELECT id FROM existing`,
 		l.Partition, l.EntryID, raw, humanText(l.Reason), opID, tenant, customer, kind, version, sqlstate, heldBy).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("persist: dead letter %d/%s: %w", l.Partition, l.EntryID, err)

@@ -164,6 +164,10 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 		t.Fatalf("list = %+v", list)
 	}
 	ids := []int64{list[0].ID, list[1].ID, list[2].ID}
+	// Delivered again (a crash before the ack): the same row, not a second.
+	if id, err := b.store.DeadLetter(b.ctx, Letter{EntryID: "again", Raw: []byte("{}"), Mutation: &c3}); err != nil || id != ids[1] {
+		t.Fatalf("DeadLetter of c3 again = %d, %v; want %d", id, err, ids[1])
+	}
 
 	// Postgres still refuses: nothing changes, the refusal is reported and
 	// kept, and the account's later dead letters are not tried.
