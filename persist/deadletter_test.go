@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/engine"
@@ -331,4 +333,69 @@ func TestDeadLetterUndecodable(t *testing.T) {
 	if out, err := b.store.RetryDeadLetters(b.ctx, []int64{id}); err != nil || statuses(out) != fmt.Sprintf("%d:already_resolved", id) {
 		t.Fatalf("retry after discard = %s, %v", statuses(out), err)
 	}
+}
+
+// countingDeadLetters counts the persister's held-account look-ups.
+type countingDeadLetters struct {
+	*Store
+	lookups atomic.Int64
+}
+
+func (c *countingDeadLetters) HeldBehind(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error) {
+	c.lookups.Add(1)
+	return c.Store.HeldBehind(ctx, customers)
+}
+
+// TestPersisterHoldLookupOnlyWhileUnresolved: with no unresolved dead
+// letter the persister writes batches without looking accounts up (the
+// hold costs the hot path nothing); a refusal turns the look-up on at once,
+// so the account's next Mutation is held; once a retry resolves it, the
+// re-count turns the look-up off again.
+func TestPersisterHoldLookupOnlyWhileUnresolved(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	w := &countingDeadLetters{Store: b.store}
+	ob := newFakeOutbox(1)
+	per := NewPersister(ob, w, PersisterConfig{Consumer: "c", Block: 5 * time.Millisecond, HoldRefresh: 5 * time.Millisecond}, quietLog())
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- per.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitHold := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); per.mayHold.Load() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("mayHold stayed %v", !want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitHold(false)
+
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	before := w.lookups.Load()
+	ob.add(0, a.grant("q1", 1, nil), a.grant("q2", 2, nil))
+	b.drain(t, per)
+	if n := w.lookups.Load() - before; n != 0 {
+		t.Fatalf("%d held-account look-ups with no dead letter", n)
+	}
+
+	b.refuseReason(t, "refuse-me")
+	bad := a.grant("q3", 3, nil)
+	bad.Entries[0].Reason = ptr("refuse-me")
+	ob.add(0, bad)
+	b.drain(t, per)
+	ob.add(0, a.grant("q4", 4, nil))
+	b.drain(t, per)
+	if n, _ := b.store.UnresolvedDeadLetters(b.ctx); n != 2 || w.lookups.Load() == before {
+		t.Fatalf("unresolved = %d, look-ups %d: q4 was not held behind q3", n, w.lookups.Load()-before)
+	}
+
+	b.acceptAll(t)
+	if out, err := b.store.RetryAllDeadLetters(b.ctx); err != nil || len(out) != 2 {
+		t.Fatalf("retry = %s, %v", statuses(out), err)
+	}
+	waitHold(false)
+	b.wantBooks(t, a, 4)
 }

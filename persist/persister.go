@@ -39,11 +39,11 @@ const (
 	groupLinger = 2 * time.Millisecond
 	// groupMaxMutations bounds one group transaction.
 	groupMaxMutations = 2000
-	// holdRefresh is how often the persister re-counts unresolved dead
-	// letters: while there are none it skips the per-batch look-up of held
-	// accounts (a retry elsewhere may have resolved them, or another
+	// DefaultHoldRefresh is how often the persister re-counts unresolved
+	// dead letters: while there are none it skips the per-batch look-up of
+	// held accounts (a retry elsewhere may have resolved them, or another
 	// process set one aside).
-	holdRefresh = time.Second
+	DefaultHoldRefresh = time.Second
 )
 
 // PersisterConfig tunes a Persister; zero fields take the defaults.
@@ -60,6 +60,9 @@ type PersisterConfig struct {
 	ClaimIdle time.Duration
 	// Clock measures lag (default engine.SystemClock, invariant 6).
 	Clock engine.Clock
+	// HoldRefresh is how often unresolved dead letters are re-counted
+	// (default 1s).
+	HoldRefresh time.Duration
 }
 
 // PersisterStats are the persister's counters since it was made.
@@ -128,6 +131,9 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = engine.SystemClock{}
+	}
+	if cfg.HoldRefresh <= 0 {
+		cfg.HoldRefresh = DefaultHoldRefresh
 	}
 	dead, _ := writer.(DeadLetters)
 	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
@@ -317,10 +323,10 @@ func (p *Persister) hold(ctx context.Context, log zerolog.Logger, part int, msgs
 	return rest, nil
 }
 
-// refreshHold re-counts unresolved dead letters every holdRefresh until ctx
+// refreshHold re-counts unresolved dead letters every HoldRefresh until ctx
 // ends, so hold looks accounts up only while some may be held.
 func (p *Persister) refreshHold(ctx context.Context) {
-	t := time.NewTicker(holdRefresh)
+	t := time.NewTicker(p.cfg.HoldRefresh)
 	defer t.Stop()
 	for {
 		select {
