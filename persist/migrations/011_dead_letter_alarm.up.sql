@@ -22,8 +22,9 @@ ALTER TABLE outbox_dead_letters
     ADD COLUMN resolution      TEXT;
 
 -- Rows written before this migration carry the Mutation only in raw: read
--- the names out of it where it is JSON at all (json, not jsonb, so a NUL
--- escape elsewhere in the document does not refuse the whole row).
+-- the names out of it where it is JSON at all. A \u0000 escape (the usual
+-- reason for the dead letter) would make Postgres refuse the whole
+-- document, so it is blanked first; the names read never contain one.
 DO $$
 DECLARE
     r RECORD;
@@ -31,7 +32,7 @@ DECLARE
 BEGIN
     FOR r IN SELECT id, raw FROM outbox_dead_letters LOOP
         BEGIN
-            doc := convert_from(r.raw, 'UTF8')::json;
+            doc := replace(convert_from(r.raw, 'UTF8'), '\u0000', '?')::json;
             UPDATE outbox_dead_letters SET
                 op_id = (doc->>'op')::uuid,
                 tenant_id = (doc->>'tenant')::uuid,
