@@ -254,7 +254,12 @@ func (s *Store) RetryDeadLetters(ctx context.Context, ids []int64) ([]RetryOutco
 	var out []RetryOutcome
 	var chains [][]pendingLetter
 	seen := map[uuid.UUID]bool{}
+	asked := map[int64]bool{}
 	for _, id := range ids {
+		if asked[id] {
+			continue
+		}
+		asked[id] = true
 		r, err := s.GetDeadLetter(ctx, id)
 		switch {
 		case errors.Is(err, engine.ErrNotFound):

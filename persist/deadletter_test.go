@@ -232,7 +232,7 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 	if out, err := b.store.RetryAllDeadLetters(b.ctx); err != nil || len(out) != 0 {
 		t.Fatalf("second retry all = %s, %v", statuses(out), err)
 	}
-	out, err = b.store.RetryDeadLetters(b.ctx, append(ids, 999999))
+	out, err = b.store.RetryDeadLetters(b.ctx, append(ids, 999999, ids[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ type PersisterStats struct {
 	ApplyErrors int64
 	// LastBatch is how long the last committed Apply took.
 	LastBatch time.Duration
-	// DeadLettered counts outbox entries set aside as unpersistable.
+	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
 }
 
@@ -457,7 +457,7 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_batches_total counter\ncreditd_persister_batches_total %d\n", s.Batches)
 	fmt.Fprintf(w, "# HELP creditd_persister_apply_errors_total Failed persister transactions (each retried).\n"+
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
-	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries set aside as unpersistable.\n"+
+	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries this process set aside (refused by Postgres, undecodable, or held behind one).\n"+
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
