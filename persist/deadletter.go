@@ -1,12 +1,16 @@
 package persist
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -237,6 +241,16 @@ type RetryOutcome struct {
 	Error      string      `json:"error,omitempty"`
 }
 
+// RetryOptions tune a retry.
+type RetryOptions struct {
+	// Repair replaces, before the write, what Postgres can never store in
+	// the Mutation's text (NUL becomes U+FFFD, invalid UTF-8 too) and
+	// numbers beyond jsonb's range (kept as their text): the money (deltas,
+	// balances, versions) is written as Redis has it; Postgres keeps the
+	// repaired text. It cannot help a refusal of anything else.
+	Repair bool
+}
+
 // pendingLetter is a dead letter in a replay plan.
 type pendingLetter struct {
 	id       int64
@@ -250,7 +264,7 @@ type pendingLetter struct {
 // before it; after a failure the account's later ones are held, untried.
 // Each replay writes the Mutation (the persister's idempotent, version
 // fenced Apply) and marks it resolved in one transaction.
-func (s *Store) RetryDeadLetters(ctx context.Context, ids []int64) ([]RetryOutcome, error) {
+func (s *Store) RetryDeadLetters(ctx context.Context, ids []int64, opts RetryOptions) ([]RetryOutcome, error) {
 	var out []RetryOutcome
 	var chains [][]pendingLetter
 	seen := map[uuid.UUID]bool{}
@@ -285,7 +299,7 @@ func (s *Store) RetryDeadLetters(ctx context.Context, ids []int64) ([]RetryOutco
 		chains = append(chains, chain)
 	}
 	for _, chain := range chains {
-		out = append(out, s.replayChain(ctx, chain)...)
+		out = append(out, s.replayChain(ctx, chain, opts)...)
 	}
 	return out, ctx.Err()
 }
@@ -334,7 +348,7 @@ func (s *Store) unresolved(ctx context.Context, cond string, args ...any) ([]pen
 // the ones being replayed (it holds an account until its dead letters are
 // resolved), so it looks again, up to MaxRetryPasses times, until a pass
 // finds none it has not tried.
-func (s *Store) RetryAllDeadLetters(ctx context.Context) ([]RetryOutcome, error) {
+func (s *Store) RetryAllDeadLetters(ctx context.Context, opts RetryOptions) ([]RetryOutcome, error) {
 	var out []RetryOutcome
 	tried := map[int64]bool{}
 	stuck := map[uuid.UUID]int64{} // accounts whose replay failed, by the failed dead letter
@@ -365,7 +379,7 @@ func (s *Store) RetryAllDeadLetters(ctx context.Context) ([]RetryOutcome, error)
 			break
 		}
 		for _, chain := range chains {
-			res := s.replayChain(ctx, chain)
+			res := s.replayChain(ctx, chain, opts)
 			for _, r := range res {
 				if r.Status == RetryFailed && chain[0].customer != nil {
 					stuck[*chain[0].customer] = r.ID
@@ -386,10 +400,10 @@ func sameCustomer(a, b pendingLetter) bool {
 
 // replayChain replays one account's dead letters in order, stopping at the
 // first that fails: the rest are held.
-func (s *Store) replayChain(ctx context.Context, chain []pendingLetter) []RetryOutcome {
+func (s *Store) replayChain(ctx context.Context, chain []pendingLetter, opts RetryOptions) []RetryOutcome {
 	out := make([]RetryOutcome, 0, len(chain))
 	for i, l := range chain {
-		r := s.replay(ctx, l.id)
+		r := s.replay(ctx, l.id, opts)
 		out = append(out, r)
 		if r.Status != RetryFailed {
 			continue
@@ -407,7 +421,7 @@ func (s *Store) replayChain(ctx context.Context, chain []pendingLetter) []RetryO
 // transaction, under the row's lock: two retries at once write it once, and
 // a retry of a resolved one writes nothing. When Postgres refuses it again
 // the refusal is recorded on the row, which stays unresolved.
-func (s *Store) replay(ctx context.Context, id int64) RetryOutcome {
+func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOutcome {
 	out := RetryOutcome{ID: id}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var raw []byte
@@ -424,6 +438,18 @@ func (s *Store) replay(ctx context.Context, id int64) RetryOutcome {
 		if resolved != nil {
 			out.Status = RetryAlreadyResolved
 			return nil
+		}
+		resolution := "replayed"
+		if opts.Repair {
+			fixed, changed, err := repairText(raw)
+			if err != nil {
+				return s.recordRetryFailure(ctx, tx, &out, fmt.Errorf("undecodable outbox entry: it can only be discarded: %v", err))
+			}
+			// fixed means the same as raw but for what was replaced.
+			raw = fixed
+			if changed {
+				resolution = "replayed, repaired: text and numbers Postgres refuses were replaced"
+			}
 		}
 		var m engine.Mutation
 		if err := json.Unmarshal(raw, &m); err != nil || m.OpID == uuid.Nil {
@@ -446,8 +472,8 @@ func (s *Store) replay(ctx context.Context, id int64) RetryOutcome {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE outbox_dead_letters
-			SET resolved_at = now(), resolution = 'replayed', retries = retries + 1, retry_error = NULL
-			WHERE id = $1`, id)
+			SET resolved_at = now(), resolution = $2, retries = retries + 1, retry_error = NULL
+			WHERE id = $1`, id, resolution)
 		out.Status = RetryResolved
 		return err
 	})
@@ -490,6 +516,97 @@ func nullable(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// Postgres' numeric (and so jsonb's number) bounds: digits before and
+// after the decimal point.
+const (
+	numericMaxBefore = 131072
+	numericMaxAfter  = 16383
+)
+
+// repairText re-encodes a Mutation's JSON with every string (keys too) free
+// of NUL and valid UTF-8, and every number Postgres' numeric cannot hold
+// turned into its text, so a Mutation refused for those alone can be
+// written; changed says whether anything was replaced. Numbers that fit
+// keep their exact text.
+func repairText(raw []byte) (fixed []byte, changed bool, err error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false, err
+	}
+	// The decoder already turned invalid UTF-8 and lone surrogate escapes
+	// into U+FFFD: look at the input to notice them (a valid surrogate pair
+	// counts too; changed only labels the resolution).
+	changed = !utf8.Valid(raw) || surrogateEscape.Match(raw)
+	fixed, err = json.Marshal(repairValue(v, &changed))
+	return fixed, changed, err
+}
+
+// surrogateEscape is a JSON \uD800-\uDFFF escape.
+var surrogateEscape = regexp.MustCompile(`(?i)\\ud[89a-f][0-9a-f]{2}`)
+
+func repairValue(v any, changed *bool) any {
+	switch x := v.(type) {
+	case string:
+		return repairString(x, changed)
+	case json.Number:
+		if !fitsNumeric(string(x)) {
+			*changed = true
+			return string(x)
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = repairValue(x[i], changed)
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[repairString(k, changed)] = repairValue(e, changed)
+		}
+		return out
+	}
+	return v
+}
+
+// repairString drops what TEXT refuses: NUL becomes U+FFFD (invalid UTF-8
+// already did, in the decoder).
+func repairString(s string, changed *bool) string {
+	if !strings.Contains(s, "\x00") {
+		return s
+	}
+	*changed = true
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// fitsNumeric reports whether JSON number n is within Postgres' numeric
+// range (jsonb refuses the rest with SQLSTATE 22003).
+func fitsNumeric(n string) bool {
+	mant, exp := strings.TrimPrefix(n, "-"), int64(0)
+	if i := strings.IndexAny(mant, "eE"); i >= 0 {
+		e, err := strconv.ParseInt(mant[i+1:], 10, 32)
+		if err != nil {
+			return false
+		}
+		mant, exp = mant[:i], e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	whole = strings.TrimLeft(whole, "0")
+	// point is where the decimal point falls in digits, the significant ones.
+	digits, point := whole+frac, int64(len(whole))+exp
+	if whole == "" {
+		sig := strings.TrimLeft(frac, "0")
+		digits, point = sig, point-int64(len(frac)-len(sig))
+	}
+	digits = strings.TrimRight(digits, "0")
+	if digits == "" {
+		return true
+	}
+	return point <= numericMaxBefore && int64(len(digits))-point <= numericMaxAfter
 }
 
 // malformedEntry is how an Outbox reports an entry it cannot decode

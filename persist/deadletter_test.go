@@ -174,7 +174,7 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 
 	// Postgres still refuses: nothing changes, the refusal is reported and
 	// kept, and the account's later dead letters are not tried.
-	out, err := b.store.RetryAllDeadLetters(b.ctx)
+	out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 	// Postgres accepts again. Retrying c3 replays g2 first, then c3; g4
 	// stays, and holds the account's next Mutation behind it.
 	b.acceptAll(t)
-	out, err = b.store.RetryDeadLetters(b.ctx, []int64{ids[1]})
+	out, err = b.store.RetryDeadLetters(b.ctx, []int64{ids[1]}, RetryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 	if n, _ := b.store.UnresolvedDeadLetters(b.ctx); n != 2 {
 		t.Fatalf("unresolved = %d, want 2 (g4 and g5 held behind it)", n)
 	}
-	out, err = b.store.RetryAllDeadLetters(b.ctx)
+	out, err = b.store.RetryAllDeadLetters(b.ctx, RetryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,10 +229,10 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 	}
 
 	// Exactly once: retrying again writes nothing.
-	if out, err := b.store.RetryAllDeadLetters(b.ctx); err != nil || len(out) != 0 {
+	if out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{}); err != nil || len(out) != 0 {
 		t.Fatalf("second retry all = %s, %v", statuses(out), err)
 	}
-	out, err = b.store.RetryDeadLetters(b.ctx, append(ids, 999999, ids[0]))
+	out, err = b.store.RetryDeadLetters(b.ctx, append(ids, 999999, ids[0]), RetryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestDeadLetterRetryRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := b.store.RetryAllDeadLetters(b.ctx)
+			out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -311,7 +311,7 @@ func TestDeadLetterUndecodable(t *testing.T) {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
 	id := list[0].ID
-	out, err := b.store.RetryAllDeadLetters(b.ctx)
+	out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{})
 	if err != nil || len(out) != 1 || out[0].Status != RetryFailed || !strings.Contains(out[0].Error, "undecodable") {
 		t.Fatalf("retry = %+v, %v", out, err)
 	}
@@ -331,7 +331,7 @@ func TestDeadLetterUndecodable(t *testing.T) {
 	if n, _ := b.store.UnresolvedDeadLetters(b.ctx); n != 0 {
 		t.Fatalf("unresolved = %d after discard", n)
 	}
-	if out, err := b.store.RetryDeadLetters(b.ctx, []int64{id}); err != nil || statuses(out) != fmt.Sprintf("%d:already_resolved", id) {
+	if out, err := b.store.RetryDeadLetters(b.ctx, []int64{id}, RetryOptions{}); err != nil || statuses(out) != fmt.Sprintf("%d:already_resolved", id) {
 		t.Fatalf("retry after discard = %s, %v", statuses(out), err)
 	}
 }
@@ -394,7 +394,7 @@ func TestPersisterHoldLookupOnlyWhileUnresolved(t *testing.T) {
 	}
 
 	b.acceptAll(t)
-	if out, err := b.store.RetryAllDeadLetters(b.ctx); err != nil || len(out) != 2 {
+	if out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{}); err != nil || len(out) != 2 {
 		t.Fatalf("retry = %s, %v", statuses(out), err)
 	}
 	waitHold(false)
@@ -444,5 +444,94 @@ func TestDeadLetterMigrationBackfill(t *testing.T) {
 		named.TenantID == nil || *named.TenantID != m.TenantID || named.Kind == nil || *named.Kind != string(m.Kind) ||
 		named.AccountVersion == nil || *named.AccountVersion != m.Account.Version {
 		t.Errorf("backfilled row = %+v, want op %s of customer %s", named, m.OpID, m.CustomerID)
+	}
+}
+
+// TestFitsNumeric: the numbers a repair keeps are the ones Postgres'
+// numeric (jsonb) takes: up to 131,072 digits before the point and 16,383
+// after.
+func TestFitsNumeric(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    string
+		want bool
+	}{
+		{"0", true}, {"-0.0", true}, {"12345.678", true}, {"1e131071", true}, {"1e131072", false},
+		{"9.99e131071", true}, {"1e999999", false}, {"-1e999999", false}, {"1e-16383", true},
+		{"1e-16384", false}, {"0.000123", true}, {"0.5e131072", true}, {"0.5e131073", false},
+		{"0e999999", true}, {"1e99999999999", false}, {"100e-2", true},
+	} {
+		if got := fitsNumeric(tc.n); got != tc.want {
+			t.Errorf("fitsNumeric(%s) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestRepairText: a repair replaces NUL and invalid UTF-8 in strings and
+// keys, turns out-of-range numbers into their text, and keeps every other
+// number's exact text.
+func TestRepairText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":"x\u0000y","n":12345678901234567890123,"m":-7}`, `{"a":"x` + "\uFFFD" + `y","m":-7,"n":12345678901234567890123}`},
+		{`{"k\u0000":{"deep":[1e999999,"` + "\xff" + `"]}}`, `{"k` + "\uFFFD" + `":{"deep":["1e999999","` + "\uFFFD" + `"]}}`},
+		{`{"s":"\ud800 lone"}`, `{"s":"` + "\uFFFD" + ` lone"}`},
+		{`{"ok":"plain","f":1.5}`, `{"f":1.5,"ok":"plain"}`},
+	} {
+		got, changed, err := repairText([]byte(tc.in))
+		if err != nil || string(got) != tc.want || changed != (tc.want != `{"f":1.5,"ok":"plain"}`) {
+			t.Errorf("repairText(%q) = %s, %v, %v; want %s", tc.in, got, changed, err, tc.want)
+		}
+	}
+	if _, _, err := repairText([]byte("{not json")); err == nil {
+		t.Error("repairText accepted undecodable input")
+	}
+}
+
+// TestDeadLetterRepair: Mutations refused for text Postgres cannot store
+// (a NUL in metadata, 22P05) or a number beyond jsonb's range (22003), the
+// issue 9 poison, fail a plain retry for ever; a retry with Repair writes
+// them and the one held behind them, with the money exactly as Redis had
+// it and the offending values replaced, and records that it repaired.
+func TestDeadLetterRepair(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	nul := a.grant("n1", 10, nil)
+	nul.Entries[0].Metadata = json.RawMessage(`{"note":"a\u0000b"}`)
+	huge := a.grant("n2", 20, nil)
+	huge.Entries[0].Metadata = json.RawMessage(`{"n":1e999999}`)
+	ob := newFakeOutbox(1)
+	ob.add(0, nul, huge, a.grant("n3", 30, nil))
+	per := b.runPersister(t, ob, quietLog())
+	b.drain(t, per)
+	list, _, err := b.store.ListDeadLetters(b.ctx, 10)
+	if err != nil || len(list) != 3 || list[0].SQLState == nil || *list[0].SQLState != "22P05" {
+		t.Fatalf("dead letters = %+v, %v", list, err)
+	}
+
+	out, err := b.store.RetryAllDeadLetters(b.ctx, RetryOptions{})
+	if err != nil || len(out) != 3 || out[0].Status != RetryFailed || !strings.Contains(out[0].Error, "22P05") {
+		t.Fatalf("plain retry = %+v, %v", out, err)
+	}
+	out, err = b.store.RetryAllDeadLetters(b.ctx, RetryOptions{Repair: true})
+	if err != nil || statuses(out) != fmt.Sprintf("%d:resolved %d:resolved %d:resolved", list[0].ID, list[1].ID, list[2].ID) {
+		t.Fatalf("retry with repair = %s (%+v), %v", statuses(out), out, err)
+	}
+	b.wantBooks(t, a, 3)
+	var note, n string
+	if err := b.pool.QueryRow(b.ctx, `SELECT metadata->>'note' FROM ledger_entries WHERE op_id = $1`, nul.OpID).Scan(&note); err != nil || note != "a\uFFFDb" {
+		t.Errorf("repaired note = %q, %v", note, err)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT metadata->>'n' FROM ledger_entries WHERE op_id = $1`, huge.OpID).Scan(&n); err != nil || n != "1e999999" {
+		t.Errorf("repaired number = %q, %v", n, err)
+	}
+	r, err := b.store.GetDeadLetter(b.ctx, list[0].ID)
+	if err != nil || r.Resolution == nil || !strings.Contains(*r.Resolution, "repaired") {
+		t.Errorf("resolution = %+v, %v", r.Resolution, err)
+	}
+	if r, _ := b.store.GetDeadLetter(b.ctx, list[2].ID); r.Resolution == nil || *r.Resolution != "replayed" {
+		t.Errorf("the held grant needed no repair, resolution = %v", r.Resolution)
 	}
 }

@@ -20,8 +20,12 @@ import (
 
 const deadLettersUsage = `usage: creditd deadletters COMMAND
   list [--json] [--limit N]       unresolved dead letters, in the order retry replays them
-  retry ID... | --all [--json]    replay into Postgres, each exactly once; an account's
-                                  earlier dead letters replay first, in version order
+  retry ID... | --all [--json] [--repair]
+                                  replay into Postgres, each exactly once; an account's
+                                  earlier dead letters replay first, in version order.
+                                  --repair first replaces text Postgres cannot store (NUL,
+                                  invalid UTF-8 -> U+FFFD) and numbers beyond its range
+                                  (kept as text); money and versions are written unchanged
   discard ID --note TEXT          resolve WITHOUT writing (an entry that can never be
                                   replayed, dealt with by hand); the note is kept
 
@@ -31,8 +35,8 @@ until every one is resolved. Exit status is 1 when a retry leaves any unresolved
 // deadLetterStore is what the deadletters command needs of persist.Store.
 type deadLetterStore interface {
 	ListDeadLetters(ctx context.Context, limit int) ([]persist.DeadLetterRecord, int64, error)
-	RetryDeadLetters(ctx context.Context, ids []int64) ([]persist.RetryOutcome, error)
-	RetryAllDeadLetters(ctx context.Context) ([]persist.RetryOutcome, error)
+	RetryDeadLetters(ctx context.Context, ids []int64, opts persist.RetryOptions) ([]persist.RetryOutcome, error)
+	RetryAllDeadLetters(ctx context.Context, opts persist.RetryOptions) ([]persist.RetryOutcome, error)
 	DiscardDeadLetter(ctx context.Context, id int64, note string) error
 }
 
@@ -65,6 +69,7 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 	limit := fs.Int("limit", 100, "")
 	all := fs.Bool("all", false, "")
 	note := fs.String("note", "", "")
+	repair := fs.Bool("repair", false, "")
 	if err := fs.Parse(reorderFlags(args[1:])); err != nil {
 		return fmt.Errorf("%v\n%s", err, deadLettersUsage)
 	}
@@ -78,7 +83,7 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 	}
 	switch args[0] {
 	case "list":
-		if len(ids) > 0 || *all || *note != "" {
+		if len(ids) > 0 || *all || *note != "" || *repair {
 			return fmt.Errorf("list takes only --json and --limit\n%s", deadLettersUsage)
 		}
 		if *limit <= 0 || *limit > persist.MaxDeadLetterList {
@@ -98,9 +103,9 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 		var err error
 		switch {
 		case *all && len(ids) == 0:
-			out, err = store.RetryAllDeadLetters(ctx)
+			out, err = store.RetryAllDeadLetters(ctx, persist.RetryOptions{Repair: *repair})
 		case !*all && len(ids) > 0:
-			out, err = store.RetryDeadLetters(ctx, ids)
+			out, err = store.RetryDeadLetters(ctx, ids, persist.RetryOptions{Repair: *repair})
 		default:
 			return fmt.Errorf("retry takes dead letter ids or --all\n%s", deadLettersUsage)
 		}
@@ -121,7 +126,7 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 		}
 		return nil
 	case "discard":
-		if len(ids) != 1 || strings.TrimSpace(*note) == "" {
+		if len(ids) != 1 || strings.TrimSpace(*note) == "" || *all || *repair {
 			return fmt.Errorf("discard takes one id and a --note\n%s", deadLettersUsage)
 		}
 		if err := store.DiscardDeadLetter(ctx, ids[0], *note); err != nil {

@@ -77,6 +77,8 @@ func TestDeadLettersCommand(t *testing.T) {
 		{"id not a number", []string{"retry", "x"}, "not a positive integer"},
 		{"negative id", []string{"retry", "-3"}, "flag provided but not defined"},
 		{"list with ids", []string{"list", "1"}, "only --json"},
+		{"list with --repair", []string{"list", "--repair"}, "only --json"},
+		{"discard with --repair", []string{"discard", "1", "--note", "n", "--repair"}, "--note"},
 		{"limit too large", []string{"list", "--limit", "10001"}, "--limit"},
 		{"discard without note", []string{"discard", "1"}, "--note"},
 		{"unknown", []string{"frobnicate"}, "unknown deadletters command"},

@@ -97,7 +97,7 @@ func TestDeadLetterAlarmAndReplay(t *testing.T) {
 	if _, err := s.Pool.Exec(ctx, `ALTER TABLE ledger_entries DROP CONSTRAINT test_refuse`); err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.App.DB.RetryAllDeadLetters(ctx)
+	out, err := s.App.DB.RetryAllDeadLetters(ctx, persist.RetryOptions{})
 	if err != nil || len(out) != 2 || out[0].Status != persist.RetryResolved || out[1].Status != persist.RetryResolved {
 		t.Fatalf("retry = %+v, %v", out, err)
 	}
@@ -113,10 +113,10 @@ func TestDeadLetterAlarmAndReplay(t *testing.T) {
 		return entries
 	}
 	before := count()
-	if out, err := s.App.DB.RetryAllDeadLetters(ctx); err != nil || len(out) != 0 {
+	if out, err := s.App.DB.RetryAllDeadLetters(ctx, persist.RetryOptions{}); err != nil || len(out) != 0 {
 		t.Fatalf("second retry = %+v, %v", out, err)
 	}
-	out, err = s.App.DB.RetryDeadLetters(ctx, []int64{list[0].ID, list[1].ID})
+	out, err = s.App.DB.RetryDeadLetters(ctx, []int64{list[0].ID, list[1].ID}, persist.RetryOptions{})
 	if err != nil || out[0].Status != persist.RetryAlreadyResolved || out[1].Status != persist.RetryAlreadyResolved {
 		t.Fatalf("retry of resolved ids = %+v, %v", out, err)
 	}
