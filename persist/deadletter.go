@@ -453,6 +453,9 @@ func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOu
 		}
 		var m engine.Mutation
 		if err := json.Unmarshal(raw, &m); err != nil || m.OpID == uuid.Nil {
+			if err == nil {
+				err = errors.New("no op id")
+			}
 			return s.recordRetryFailure(ctx, tx, &out, fmt.Errorf("undecodable outbox entry: it can only be discarded: %v", err))
 		}
 		sp, err := tx.Begin(ctx)
