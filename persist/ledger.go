@@ -83,37 +83,41 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	cols, err := columnsOf(ms)
-	if err != nil {
-		return err
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		if o := cols.ops; len(o.opID) > 0 {
-			b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
-		}
-		if e := cols.entries; len(e.id) > 0 {
-			b.Queue(insertEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
-				e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at)
-		}
-		if k := cols.blocks; len(k.id) > 0 {
-			b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
-				k.starts, k.expires, k.created, k.meta, k.version)
-		}
-		a := cols.accounts
-		b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
-			a.earned, a.version, a.at)
-		for _, section := range sectionWriters {
-			if err := section.queue(b, ms); err != nil {
-				return fmt.Errorf("%s: %w", section.name, err)
-			}
-		}
-		return tx.SendBatch(ctx, b).Close()
-	})
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return applyIn(ctx, tx, ms) })
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}
 	return nil
+}
+
+// applyIn is Apply's statements inside tx, so a dead-letter replay can
+// commit them with its own bookkeeping (deadletter.go).
+func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
+	cols, err := columnsOf(ms)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	if o := cols.ops; len(o.opID) > 0 {
+		b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
+	}
+	if e := cols.entries; len(e.id) > 0 {
+		b.Queue(insertEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
+			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at)
+	}
+	if k := cols.blocks; len(k.id) > 0 {
+		b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
+			k.starts, k.expires, k.created, k.meta, k.version)
+	}
+	a := cols.accounts
+	b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
+		a.earned, a.version, a.at)
+	for _, section := range sectionWriters {
+		if err := section.queue(b, ms); err != nil {
+			return fmt.Errorf("%s: %w", section.name, err)
+		}
+	}
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // applyColumns are Apply's rows, column by column.

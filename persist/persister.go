@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/engine"
@@ -38,6 +39,11 @@ const (
 	groupLinger = 2 * time.Millisecond
 	// groupMaxMutations bounds one group transaction.
 	groupMaxMutations = 2000
+	// DefaultHoldRefresh is how often the persister re-counts unresolved
+	// dead letters: while there are none it skips the per-batch look-up of
+	// held accounts (a retry elsewhere may have resolved them, or another
+	// process set one aside).
+	DefaultHoldRefresh = time.Second
 )
 
 // PersisterConfig tunes a Persister; zero fields take the defaults.
@@ -54,6 +60,9 @@ type PersisterConfig struct {
 	ClaimIdle time.Duration
 	// Clock measures lag (default engine.SystemClock, invariant 6).
 	Clock engine.Clock
+	// HoldRefresh is how often unresolved dead letters are re-counted
+	// (default 1s).
+	HoldRefresh time.Duration
 }
 
 // PersisterStats are the persister's counters since it was made.
@@ -66,7 +75,7 @@ type PersisterStats struct {
 	ApplyErrors int64
 	// LastBatch is how long the last committed Apply took.
 	LastBatch time.Duration
-	// DeadLettered counts outbox entries set aside as unpersistable.
+	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
 }
 
@@ -87,6 +96,13 @@ type Persister struct {
 	lastBatchNS  atomic.Int64
 	deadLettered atomic.Int64
 	dead         DeadLetters
+	// mayHold is false only while no dead letter is known to be unresolved,
+	// so the hot path skips HeldBehind. Every dead letter sets it and bumps
+	// holdGen under holdMu; the refresh in Run clears it only when the count
+	// found none and no dead letter came in meanwhile.
+	mayHold atomic.Bool
+	holdMu  sync.Mutex
+	holdGen int64
 	// commits feeds the group committer while Run runs; nil otherwise (the
 	// partition loops then apply on their own).
 	commits chan commitRequest
@@ -116,8 +132,13 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	if cfg.Clock == nil {
 		cfg.Clock = engine.SystemClock{}
 	}
+	if cfg.HoldRefresh <= 0 {
+		cfg.HoldRefresh = DefaultHoldRefresh
+	}
 	dead, _ := writer.(DeadLetters)
-	return &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
+	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
+	p.mayHold.Store(dead != nil)
+	return p
 }
 
 // Run persists every partition until ctx is done, then returns ctx's error
@@ -133,6 +154,13 @@ func (p *Persister) Run(ctx context.Context) error {
 		p.commitGroups(ctx, commits)
 	}()
 	defer func() { <-committerDone }()
+	if p.dead != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.refreshHold(ctx)
+		}()
+	}
 	for part := range p.outbox.Partitions() {
 		wg.Add(1)
 		go func() {
@@ -212,21 +240,30 @@ func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids [
 // commits; it reports false when ctx ended first. When Postgres refuses a
 // batch for its data, the batch is halved until the refused Mutation stands
 // alone, and that one is dead-lettered (when the writer keeps dead letters)
-// so the rest of the partition moves on.
+// so the rest of the partition moves on. Mutations of an account with an
+// unresolved dead letter are dead-lettered behind it, in order, and not
+// written: Postgres keeps the account as it stood before the refused one
+// (books balanced) until `creditd deadletters retry` replays them all.
 func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) bool {
-	ms := make([]engine.Mutation, len(msgs))
-	for i, m := range msgs {
-		ms[i] = m.Mutation
-	}
 	backoff := newBackoff()
 	for {
-		start := time.Now()
-		err := p.write(ctx, ms)
+		rest, err := p.hold(ctx, log, part, msgs)
 		if err == nil {
-			p.lastBatchNS.Store(int64(time.Since(start)))
-			p.batches.Add(1)
-			p.mutations.Add(int64(len(ms)))
-			return true
+			msgs = rest
+			if len(msgs) == 0 {
+				return true
+			}
+			ms := make([]engine.Mutation, len(msgs))
+			for i, m := range msgs {
+				ms[i] = m.Mutation
+			}
+			start := time.Now()
+			if err = p.write(ctx, ms); err == nil {
+				p.lastBatchNS.Store(int64(time.Since(start)))
+				p.batches.Add(1)
+				p.mutations.Add(int64(len(ms)))
+				return true
+			}
 		}
 		if ctx.Err() != nil {
 			return false
@@ -237,12 +274,13 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 				half := len(msgs) / 2
 				return p.apply(ctx, log, part, msgs[:half]) && p.apply(ctx, log, part, msgs[half:])
 			}
-			raw, jerr := json.Marshal(ms[0])
-			if jerr == nil && p.deadLetter(ctx, log, part, msgs[0].ID, raw, err) {
+			raw, jerr := json.Marshal(msgs[0].Mutation)
+			if jerr == nil && p.deadLetter(ctx, log, Letter{Partition: part, EntryID: msgs[0].ID, Raw: raw,
+				Reason: err.Error(), Mutation: &msgs[0].Mutation, SQLState: sqlState(err)}) {
 				return true
 			}
 		}
-		log.Error().Err(err).Int("count", len(ms)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
+		log.Error().Err(err).Int("count", len(msgs)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
 		backoff.wait(ctx)
 		if ctx.Err() != nil {
 			return false
@@ -250,14 +288,93 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 	}
 }
 
-// deadLetter stores one entry that can never be persisted; true when it did.
-func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, part int, id string, raw []byte, cause error) bool {
-	if err := p.dead.DeadLetter(ctx, part, id, raw, cause.Error()); err != nil {
-		log.Error().Err(err).Str("entry_id", id).Msg("dead letter failed")
+// hold dead-letters, in stream order, the messages of accounts that have an
+// unresolved dead letter, and returns the others. An account refused within
+// msgs itself is held from the next call on (apply halves the batch, and
+// each half asks again).
+func (p *Persister) hold(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) ([]engine.OutboxMessage, error) {
+	if p.dead == nil || !p.mayHold.Load() {
+		return msgs, nil
+	}
+	customers := make([]uuid.UUID, 0, len(msgs))
+	for _, m := range msgs {
+		customers = append(customers, m.Mutation.CustomerID)
+	}
+	held, err := p.dead.HeldBehind(ctx, customers)
+	if err != nil || len(held) == 0 {
+		return msgs, err
+	}
+	rest := make([]engine.OutboxMessage, 0, len(msgs))
+	for i, m := range msgs {
+		first, ok := held[m.Mutation.CustomerID]
+		if !ok {
+			rest = append(rest, m)
+			continue
+		}
+		raw, err := json.Marshal(m.Mutation)
+		if err != nil {
+			return nil, err
+		}
+		if !p.deadLetter(ctx, log, Letter{Partition: part, EntryID: m.ID, Raw: raw, Mutation: &msgs[i].Mutation, HeldBy: first,
+			Reason: fmt.Sprintf("held behind dead letter %d of the same account", first)}) {
+			return nil, fmt.Errorf("persist: hold %s behind dead letter %d failed", m.ID, first)
+		}
+	}
+	return rest, nil
+}
+
+// refreshHold re-counts unresolved dead letters every HoldRefresh until ctx
+// ends, so hold looks accounts up only while some may be held.
+func (p *Persister) refreshHold(ctx context.Context) {
+	t := time.NewTicker(p.cfg.HoldRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.holdMu.Lock()
+		gen := p.holdGen
+		p.holdMu.Unlock()
+		n, err := p.dead.UnresolvedDeadLetters(ctx)
+		if err != nil {
+			continue
+		}
+		p.holdMu.Lock()
+		// A dead letter stored while the count ran bumped holdGen after its
+		// insert committed: keep holding.
+		p.mayHold.Store(n > 0 || gen != p.holdGen)
+		p.holdMu.Unlock()
+	}
+}
+
+// deadLetter stores one entry that cannot be persisted now, raises the
+// alarm (counter, error log naming the op, tenant, customer and SQLSTATE)
+// and reports whether it did.
+func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, l Letter) bool {
+	id, err := p.dead.DeadLetter(ctx, l)
+	if err != nil {
+		log.Error().Err(err).Str("entry_id", l.EntryID).Msg("dead letter failed")
 		return false
 	}
+	p.holdMu.Lock()
+	p.holdGen++
+	p.mayHold.Store(true)
+	p.holdMu.Unlock()
 	p.deadLettered.Add(1)
-	log.Error().Err(cause).Str("entry_id", id).Msg("outbox entry dead-lettered: it can never be persisted")
+	ev := log.Error().Int64("dead_letter_id", id).Str("entry_id", l.EntryID).Str("reason", l.Reason)
+	if m := l.Mutation; m != nil {
+		ev = ev.Str("op_id", m.OpID.String()).Str("tenant_id", m.TenantID.String()).
+			Str("customer_id", m.CustomerID.String()).Str("kind", string(m.Kind)).Int64("account_version", m.Account.Version)
+	}
+	if l.SQLState != "" {
+		ev = ev.Str("sqlstate", l.SQLState)
+	}
+	if l.HeldBy != 0 {
+		ev = ev.Int64("held_by", l.HeldBy)
+	}
+	ev.Msg("outbox entry dead-lettered: missing from Postgres until `creditd deadletters retry`; /readyz fails meanwhile")
 	return true
 }
 
@@ -269,7 +386,7 @@ func (p *Persister) setAside(ctx context.Context, log zerolog.Logger, part int, 
 	if p.dead == nil || !errors.As(err, &bad) {
 		return false
 	}
-	if !p.deadLetter(ctx, log, part, bad.OutboxEntryID(), bad.RawEntry(), err) {
+	if !p.deadLetter(ctx, log, Letter{Partition: part, EntryID: bad.OutboxEntryID(), Raw: bad.RawEntry(), Reason: err.Error()}) {
 		return false
 	}
 	p.ack(ctx, log, part, []string{bad.OutboxEntryID()})
@@ -340,7 +457,7 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_batches_total counter\ncreditd_persister_batches_total %d\n", s.Batches)
 	fmt.Fprintf(w, "# HELP creditd_persister_apply_errors_total Failed persister transactions (each retried).\n"+
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
-	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries set aside as unpersistable.\n"+
+	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries this process set aside (refused by Postgres, undecodable, or held behind one).\n"+
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())

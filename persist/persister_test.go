@@ -323,19 +323,21 @@ func TestDrainTimesOut(t *testing.T) {
 
 // TestPersisterDeadLetters: an undecodable outbox entry and a Mutation
 // Postgres refuses (a NUL in its JSON metadata) are each set aside in
-// outbox_dead_letters and acknowledged; every other message of the
-// partition, including those batched with them, is persisted.
+// outbox_dead_letters and acknowledged; the account's later Mutations are
+// held behind the refused one (set aside too, naming it), and every other
+// message of the partition, including those batched with them, is persisted.
 func TestPersisterDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)
 	ob := newFakeOutbox(1)
 	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	other := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
 	ob.add(0, a.grant("k0", 1, nil), a.grant("k1", 1, nil))
 	ob.addBad(0, "{not json")
 	poison := a.grant("k2", 1, nil)
 	poison.Entries[0].Metadata = json.RawMessage(`{"x":"\u0000"}`)
-	ob.add(0, a.grant("k3", 1, nil), poison, a.grant("k4", 1, nil), a.grant("k5", 1, nil))
+	ob.add(0, other.grant("o1", 1, nil), poison, a.grant("k3", 1, nil), other.grant("o2", 1, nil), a.grant("k4", 1, nil))
 
 	per := NewPersister(ob, b.store, PersisterConfig{Consumer: "c", Block: 5 * time.Millisecond}, quietLog())
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -347,26 +349,39 @@ func TestPersisterDeadLetters(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if n := b.count(t, "ledger_entries"); n != 5 {
-		t.Fatalf("%d ledger entries, want 5", n)
+	if n := b.count(t, "ledger_entries"); n != 4 {
+		t.Fatalf("%d ledger entries, want 4 (k0, k1, o1, o2)", n)
 	}
-	rows, err := b.pool.Query(b.ctx, "SELECT entry_id, raw FROM outbox_dead_letters ORDER BY id")
+	rows, err := b.pool.Query(b.ctx, "SELECT id, raw, sqlstate, held_by FROM outbox_dead_letters ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var raws []string
+	type row struct {
+		id       int64
+		raw      string
+		sqlstate *string
+		heldBy   *int64
+	}
+	var got []row
 	for rows.Next() {
-		var id string
+		var r row
 		var raw []byte
-		if err := rows.Scan(&id, &raw); err != nil {
+		if err := rows.Scan(&r.id, &raw, &r.sqlstate, &r.heldBy); err != nil {
 			t.Fatal(err)
 		}
-		raws = append(raws, string(raw))
+		r.raw = string(raw)
+		got = append(got, r)
 	}
-	if len(raws) != 2 || raws[0] != "{not json" || !strings.Contains(raws[1], poison.OpID.String()) {
-		t.Fatalf("dead letters = %q", raws)
+	if len(got) != 4 || got[0].raw != "{not json" || !strings.Contains(got[1].raw, poison.OpID.String()) ||
+		got[1].sqlstate == nil || *got[1].sqlstate != "22P05" || got[1].heldBy != nil {
+		t.Fatalf("dead letters = %+v", got)
 	}
-	if st := per.Stats(); st.DeadLettered != 2 {
+	for _, held := range got[2:] {
+		if held.heldBy == nil || *held.heldBy != got[1].id || held.sqlstate != nil {
+			t.Fatalf("held dead letter %+v does not name %d", held, got[1].id)
+		}
+	}
+	if st := per.Stats(); st.DeadLettered != 4 {
 		t.Fatalf("stats = %+v", st)
 	}
 }

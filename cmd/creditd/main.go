@@ -4,6 +4,7 @@
 //	creditd rebuild   rebuild every customer's Redis state from Postgres
 //	creditd migrate   apply database migrations and exit
 //	creditd admin ... operator commands (tenants, API keys, webhooks); see `creditd admin help`
+//	creditd deadletters list|retry|discard  mutations Postgres refused; see `creditd deadletters help`
 //
 // Configuration comes from the environment (addendum 11): REDIS_URL,
 // DATABASE_URL, CREDITD_ADDR, CREDITD_ADMIN_TOKEN, LOG_LEVEL and the
@@ -31,11 +32,13 @@ func main() {
 		err = migrate()
 	case "admin":
 		err = admin(args)
+	case "deadletters":
+		err = deadletters(args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: creditd [serve|rebuild|migrate|admin ...]")
+		fmt.Println("usage: creditd [serve|rebuild|migrate|admin ...|deadletters ...]")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (try: serve, rebuild, migrate, admin)", cmd)
+		err = fmt.Errorf("unknown command %q (try: serve, rebuild, migrate, admin, deadletters)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "creditd:", err)

@@ -140,6 +140,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 			{Name: "postgres", Check: pool.Ping},
 			{Name: "persister", Check: a.checkLag},
+			{Name: "dead_letters", Check: a.checkDeadLetters},
 		},
 		Metrics: a.writeMetrics,
 	})
@@ -229,12 +230,28 @@ func (a *App) checkLag(ctx context.Context) error {
 	return nil
 }
 
+// checkDeadLetters fails readiness while any dead letter is unresolved: an
+// acknowledged money mutation is missing from Postgres (invariant 12).
+func (a *App) checkDeadLetters(ctx context.Context) error {
+	n, err := a.DB.UnresolvedDeadLetters(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n)
+	}
+	return nil
+}
+
 func (a *App) writeMetrics(w io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if lag, backlog, err := a.Persister.Lag(ctx); err == nil {
 		fmt.Fprintf(w, "# HELP creditd_persister_lag_seconds Age of the oldest outbox entry not yet committed to Postgres.\n# TYPE creditd_persister_lag_seconds gauge\ncreditd_persister_lag_seconds %g\n", lag.Seconds())
 		fmt.Fprintf(w, "# HELP creditd_persister_backlog Outbox entries not yet committed to Postgres.\n# TYPE creditd_persister_backlog gauge\ncreditd_persister_backlog %d\n", backlog)
+	}
+	if n, err := a.DB.UnresolvedDeadLetters(ctx); err == nil {
+		fmt.Fprintf(w, "# HELP creditd_dead_letters_unresolved Outbox entries set aside and not yet replayed or discarded.\n# TYPE creditd_dead_letters_unresolved gauge\ncreditd_dead_letters_unresolved %d\n", n)
 	}
 	a.Persister.WriteMetrics(w)
 }

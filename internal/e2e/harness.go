@@ -64,6 +64,8 @@ type stackOptions struct {
 	holdSweep time.Duration
 	// scheduler is the subscription scheduler period (default 50 ms).
 	scheduler time.Duration
+	// log receives the stack's logs (default: discarded).
+	log io.Writer
 }
 
 // WithRedis runs the stack on a given Redis (a private server) and prefix.
@@ -82,6 +84,9 @@ func WithHoldSweep(d time.Duration) StackOption { return func(o *stackOptions) {
 func WithSchedulerInterval(d time.Duration) StackOption {
 	return func(o *stackOptions) { o.scheduler = d }
 }
+
+// WithLog sends the stack's JSON logs to w, so a test can assert on them.
+func WithLog(w io.Writer) StackOption { return func(o *stackOptions) { o.log = w } }
 
 // NewStack starts creditd in process on a fresh database and key prefix.
 func NewStack(t testing.TB, opts ...StackOption) *Stack {
@@ -113,6 +118,9 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	log := zerolog.New(io.Discard)
 	if os.Getenv("E2E_LOG") != "" {
 		log = zerolog.New(os.Stderr)
+	}
+	if o.log != nil {
+		log = zerolog.New(o.log)
 	}
 	a := app.New(o.redis, pool, app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
