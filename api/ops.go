@@ -23,10 +23,26 @@ func (s *Server) healthz(c *call) error {
 	return nil
 }
 
+// NotReady is a readiness failure whose text /readyz may show: /readyz needs
+// no key, so any other error (a dial error naming hosts and ports) is
+// answered as "unavailable" and its text goes to the log only.
+type NotReady string
+
+// Error is the public text of the failure.
+func (e NotReady) Error() string { return string(e) }
+
 // readyBody is the /readyz answer: each check's "ok" or its error.
 type readyBody struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
+}
+
+// publicReadyText is what /readyz shows of a failed check.
+func publicReadyText(err error) string {
+	if nr, ok := err.(NotReady); ok {
+		return string(nr)
+	}
+	return "unavailable"
 }
 
 // readyz runs every readiness check at once, each bounded by 2 s (a check
@@ -57,7 +73,10 @@ collect:
 		select {
 		case r := <-results:
 			if r.err != nil {
-				body.Checks[r.name] = r.err.Error()
+				body.Checks[r.name] = publicReadyText(r.err)
+				if _, public := r.err.(NotReady); !public {
+					s.log.Warn().Bytes("request_id", c.reqID).Str("check", r.name).Err(r.err).Msg("readiness check failed")
+				}
 				ok = false
 				continue
 			}

@@ -76,7 +76,8 @@ func resolves(doc map[string]any, ref string) bool {
 }
 
 // TestHealthAndReadiness: /healthz is always 200; /readyz is 503 naming
-// each failing check and 200 when all pass.
+// each failing check and 200 when all pass; only NotReady text is shown,
+// any other error (it may name hosts and ports) reads "unavailable".
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -87,7 +88,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	}{
 		{"no checks", nil, 200, map[string]string{}},
 		{"all ok", []HealthCheck{{"redis", func(context.Context) error { return nil }}, {"postgres", func(context.Context) error { return nil }}}, 200, map[string]string{"redis": "ok", "postgres": "ok"}},
-		{"one failing", []HealthCheck{{"redis", func(context.Context) error { return nil }}, {"persister_lag", func(context.Context) error { return errors.New("lag 12s over 5s") }}}, 503, map[string]string{"redis": "ok", "persister_lag": "lag 12s over 5s"}},
+		{"one failing", []HealthCheck{{"redis", func(context.Context) error { return nil }}, {"persister_lag", func(context.Context) error { return NotReady("lag 12s over 5s") }}}, 503, map[string]string{"redis": "ok", "persister_lag": "lag 12s over 5s"}},
+		{"internal text hidden", []HealthCheck{{"postgres", func(context.Context) error { return errors.New("dial tcp 10.0.0.7:5432: connect: connection refused") }}}, 503, map[string]string{"postgres": "unavailable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -225,7 +225,7 @@ func (a *App) checkLag(ctx context.Context) error {
 		return err
 	}
 	if lag > a.cfg.MaxLag {
-		return fmt.Errorf("persister lag %s exceeds %s", lag.Round(time.Millisecond), a.cfg.MaxLag)
+		return api.NotReady(fmt.Sprintf("persister lag %s exceeds %s", lag.Round(time.Millisecond), a.cfg.MaxLag))
 	}
 	return nil
 }
@@ -238,7 +238,7 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 		return err
 	}
 	if n > 0 {
-		return fmt.Errorf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n)
+		return api.NotReady(fmt.Sprintf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n))
 	}
 	return nil
 }
