@@ -58,7 +58,7 @@ func TestDoorRefusesBeforeTheBody(t *testing.T) {
 		typ    string
 	}{
 		{"100 MB with a valid key", head(100<<20, "X-API-Key", tn.Live, "Idempotency-Key", idemKey()), 413, "bad-request"},
-		{"8 MB without a key", head(8<<20), 413, "bad-request"},
+		{"8 MB without a key", head(8 << 20), 413, "bad-request"},
 		{"512 KiB without a key", head(512<<10, "Idempotency-Key", idemKey()), 401, "unauthorized"},
 		{"512 KiB with an unknown key", head(512<<10, "X-API-Key", "ck_live_"+strings.Repeat("z", 32)), 401, "unauthorized"},
 		{"512 KiB with a revoked-looking sandbox key", head(512<<10, "X-API-Key", "ck_test_"+strings.Repeat("q", 32)), 401, "unauthorized"},
@@ -174,7 +174,9 @@ func TestDoorAdjustCrossTenant(t *testing.T) {
 	b.grant(bid, map[string]any{"credits": 3000})
 	aid, _ := a.newCustomer()
 	a.grant(aid, map[string]any{"credits": 100})
-	body := func(delta int) map[string]any { return map[string]any{"delta": delta, "source": "manual", "reason": "x"} }
+	body := func(delta int) map[string]any {
+		return map[string]any{"delta": delta, "source": "manual", "reason": "x"}
+	}
 	for _, tc := range []struct {
 		name  string
 		as    api
