@@ -393,3 +393,40 @@ func BenchmarkServeConsume(b *testing.B) {
 		}
 	}
 }
+
+// TestAdjustCrossTenant: adjust naming another tenant's or the other
+// environment's customer UUID is a 400 naming customer_id, like grant; a
+// UUID naming nobody stays 404.
+func TestAdjustCrossTenant(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	other, err := h.tenants.Create(t.Context(), "Other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.do("POST", "/v1/customers", `{"external_id":"theirs"}`, "X-API-Key", other.APIKeys.Live, "Idempotency-Key", "c")
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	theirs := r.json()["id"].(string)
+	r = h.do("POST", "/v1/customers", `{"external_id":"ours"}`, h.idemKey("c")...)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	ours := r.json()["id"].(string)
+	body := `{"delta":-1,"source":"manual","reason":"r"}`
+	for _, tc := range []struct {
+		name, id, key string
+		status        int
+		typ, field    string
+	}{
+		{"other tenant", theirs, h.live, 400, "bad-request", "customer_id"},
+		{"other environment", ours, h.sandbox, 400, "bad-request", "customer_id"},
+		{"nobody", "01900000-0000-7000-8000-000000000000", h.live, 404, "not-found", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.do("POST", "/v1/customers/"+tc.id+"/credits/adjust", body, "X-API-Key", tc.key, "Idempotency-Key", "adj-"+tc.name)
+			wantProblem(t, r, tc.status, tc.typ, tc.field)
+		})
+	}
+}
