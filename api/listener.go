@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Door limits (invariant 11).
@@ -46,13 +48,17 @@ var tooManyConns = func() []byte {
 type doorListener struct {
 	net.Listener
 	maxPerClient int
+	log          zerolog.Logger
+	// lastWarn is when a refusal was last logged (unix ns): at most one a
+	// minute, so a flood of connections cannot flood the log.
+	lastWarn atomic.Int64
 
 	mu   sync.Mutex
 	open map[netip.Addr]int
 }
 
-func newDoorListener(ln net.Listener, maxPerClient int) *doorListener {
-	return &doorListener{Listener: ln, maxPerClient: maxPerClient, open: map[netip.Addr]int{}}
+func newDoorListener(ln net.Listener, maxPerClient int, log zerolog.Logger) *doorListener {
+	return &doorListener{Listener: ln, maxPerClient: maxPerClient, log: log, open: map[netip.Addr]int{}}
 }
 
 // Accept returns the next connection within its client's cap; one over the
@@ -73,6 +79,9 @@ func (l *doorListener) Accept() (net.Conn, error) {
 		_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
 		_, _ = c.Write(tooManyConns)
 		_ = c.Close()
+		if now, last := time.Now().UnixNano(), l.lastWarn.Load(); now-last > int64(time.Minute) && l.lastWarn.CompareAndSwap(last, now) {
+			l.log.Warn().Str("client", client.String()).Int("max_conns_per_ip", l.maxPerClient).Msg("connection refused: client over its connection cap (logged at most once a minute)")
+		}
 	}
 }
 

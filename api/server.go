@@ -206,7 +206,9 @@ func (s *Server) ListenAndServe(addr string) error {
 
 // Serve serves on ln until Shutdown, behind the per-client connection cap;
 // tests pass an in-memory listener.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(newDoorListener(ln, s.maxConns)) }
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(newDoorListener(ln, s.maxConns, s.log))
+}
 
 // Shutdown stops accepting connections and waits, at most 30 s, for the
 // requests in flight to finish.
