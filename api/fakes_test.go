@@ -37,6 +37,8 @@ type fakeDirectory struct {
 	keys      map[string]engine.APIKey // by hex hash
 	customers map[uuid.UUID]engine.Customer
 	order     []uuid.UUID // creation order of customers
+	// keyLookups counts APIKeyByHash calls (the auth path's queries).
+	keyLookups atomic.Int64
 }
 
 func newFakeDirectory() *fakeDirectory {
@@ -82,6 +84,7 @@ func (d *fakeDirectory) CreateAPIKey(_ context.Context, k engine.APIKey, hash []
 }
 
 func (d *fakeDirectory) APIKeyByHash(_ context.Context, hash []byte) (engine.APIKey, error) {
+	d.keyLookups.Add(1)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k, ok := d.keys[string(hash)]
@@ -196,6 +199,8 @@ type fakeBlocks struct {
 	grants   atomic.Int64
 	delay    time.Duration
 	ledger   *fakeLedger
+	// fail, when set, is what Grant returns (a store outage).
+	fail error
 }
 
 type fakeAccount struct {
@@ -227,6 +232,9 @@ func (f *fakeBlocks) mutation(kind engine.MutationKind, op uuid.UUID, c engine.C
 }
 
 func (f *fakeBlocks) Grant(_ context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
+	if f.fail != nil {
+		return engine.MutationResult{}, f.fail
+	}
 	f.grants.Add(1)
 	if f.delay > 0 {
 		time.Sleep(f.delay)
@@ -407,4 +415,11 @@ func mustJSON(b []byte) map[string]any {
 		panic("bad JSON " + string(b) + ": " + err.Error())
 	}
 	return m
+}
+
+// record is the stored record under a keys() entry.
+func (f *fakeIdem) record(k string) engine.IdemRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.records[k]
 }

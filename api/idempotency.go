@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/creditd/creditd/engine"
 )
 
@@ -35,12 +37,15 @@ var (
 	errIdemBusy       = engine.Conflict("a request with this Idempotency-Key is still in progress; retry with the same key later")
 )
 
-// idempotent runs a POST or PATCH at most once per tenant and key: the first
-// request claims the key and runs; its 2xx response is stored for 24 h and
-// replayed to every retry with the same fingerprint; a failure drops the
-// claim so a retry runs afresh. A duplicate arriving while the first still
-// runs waits for its answer, so racing twins produce one effect and one
-// answer. A key reused with another fingerprint is a 409.
+// idempotent runs a POST or PATCH at most once per tenant and key
+// (interface.md Common rules 1): the first request claims the key and runs;
+// its completed response (2xx or 4xx, see storable) is stored for 24 h and
+// replayed to every retry with the same fingerprint; a 5xx drops the claim
+// so a retry runs afresh. A duplicate arriving while the first still runs
+// waits for its answer, so racing twins produce one effect and one answer. A
+// key reused with another fingerprint (another path, body or environment)
+// is a 409. Requests refused before this point (auth, rate limit, a missing
+// key) leave no record.
 func (s *Server) idempotent(rt *route, c *call) {
 	ctx := c.ctx
 	key := ctx.Request.Header.PeekBytes(headerIdempotencyKey)
@@ -52,7 +57,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 		c.fail(errIdemKeyLong)
 		return
 	}
-	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
+	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(c.scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
 	tenant := c.scope.TenantID
 	deadline := time.Now().Add(idemWait)
 	for {
@@ -87,7 +92,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 }
 
 // runClaimed runs the endpoint under a claimed key and settles the claim:
-// Finish stores a 2xx, Abort forgets anything else (a 4xx changed nothing).
+// Finish stores a completed response, Abort forgets anything else.
 func (s *Server) runClaimed(rt *route, c *call) {
 	ctx := c.ctx
 	if err := c.invoke(rt.ep); err != nil {
@@ -95,7 +100,7 @@ func (s *Server) runClaimed(rt *route, c *call) {
 	}
 	tenant := c.scope.TenantID
 	status := ctx.Response.StatusCode()
-	if status < 200 || status > 299 {
+	if !storable(status) {
 		if err := s.idem.Abort(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash); err != nil {
 			s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency abort failed; the key stays locked until its claim lapses")
 		}
@@ -115,10 +120,22 @@ func (s *Server) runClaimed(rt *route, c *call) {
 	}
 }
 
-// fingerprint is the request hash: sha256 hex of method, raw path and body,
-// so a reused key on another path or with another body is told apart.
-func fingerprint(method, path, body []byte) string {
+// storable reports whether a response under a claimed key is the request's
+// final answer: 2xx and 4xx are (a 409 insufficient-credits stays the answer
+// to that key even after a top-up: a new attempt takes a new key); 429 and
+// 5xx are not (the request did not run to its end, so a retry must run). A
+// 409 "still in progress" never gets here: it is answered before a claim.
+func storable(status int) bool {
+	return status >= 200 && status < 500 && status != fasthttp.StatusTooManyRequests && (status < 300 || status >= 400)
+}
+
+// fingerprint is the request hash: sha256 hex of environment, method, raw
+// path and body, so a reused key on another path, with another body, or with
+// the other environment's API key is told apart (the record itself is keyed
+// by tenant and key alone, addendum 12).
+func fingerprint(env engine.Environment, method, path, body []byte) string {
 	h := sha256.New()
+	h.Write(envTag(env))
 	h.Write(method)
 	h.Write([]byte{' '})
 	h.Write(path)
@@ -128,4 +145,17 @@ func fingerprint(method, path, body []byte) string {
 	var out [2 * sha256.Size]byte
 	hex.Encode(out[:], h.Sum(sum[:0]))
 	return string(out[:])
+}
+
+var (
+	tagLive    = []byte("live ")
+	tagSandbox = []byte("sandbox ")
+)
+
+// envTag is env as the fingerprint's first words, without an allocation.
+func envTag(env engine.Environment) []byte {
+	if env == engine.EnvironmentSandbox {
+		return tagSandbox
+	}
+	return tagLive
 }

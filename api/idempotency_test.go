@@ -2,10 +2,13 @@ package api
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/creditd/creditd/engine"
 )
 
 const grantBody = `{"credits":5000,"source":"manual","reason":"welcome"}`
@@ -83,11 +86,110 @@ func TestIdempotencyReplay(t *testing.T) {
 		t.Fatalf("other tenant same key: %d %s", r.status, r.body)
 	}
 
+	// A refused request is a completed one: the key keeps its answer, so a
+	// corrected body under the same key is a reuse (409), and a new key runs.
 	bad := h.do("POST", "/v1/customers/cust-1/credits/adjust", `{"delta":-999999,"source":"manual","reason":"r"}`, h.idemKey("a-1")...)
 	wantProblem(t, bad, 409, "insufficient-credits", "")
-	fixed := h.do("POST", "/v1/customers/cust-1/credits/adjust", `{"delta":-1000,"source":"manual","reason":"r"}`, h.idemKey("a-1")...)
+	reused := h.do("POST", "/v1/customers/cust-1/credits/adjust", `{"delta":-1000,"source":"manual","reason":"r"}`, h.idemKey("a-1")...)
+	wantProblem(t, reused, 409, "conflict", "")
+	fixed := h.do("POST", "/v1/customers/cust-1/credits/adjust", `{"delta":-1000,"source":"manual","reason":"r"}`, h.idemKey("a-2")...)
 	if fixed.status != 200 || fixed.get("X-Idempotent-Replayed") != "" {
-		t.Fatalf("retry after a failure: %d %s", fixed.status, fixed.body)
+		t.Fatalf("new key after a refusal: %d %s", fixed.status, fixed.body)
+	}
+}
+
+// TestIdempotencyStoresCompletedResponses: Common rules 1 replays "the first
+// status and body": a 4xx answered under a claimed key is stored and
+// replayed (even after the state changed, so a refused debit never charges
+// later), a 5xx is not (the claim is dropped and the retry runs), and
+// refusals before the claim (auth, missing key, rate limit) leave nothing.
+func TestIdempotencyStoresCompletedResponses(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	grant := func(key, credits string) response {
+		return h.do("POST", "/v1/customers/c-1/credits/grant", `{"credits":`+credits+`,"source":"manual","reason":"r"}`, h.idemKey(key)...)
+	}
+	if r := grant("g-seed", "1000"); r.status != 201 {
+		t.Fatalf("seed grant: %d %s", r.status, r.body)
+	}
+	debit := `{"delta":-5000,"source":"manual","reason":"r"}`
+	for _, tc := range []struct {
+		name, path, body, typ, field string
+		status                       int
+	}{
+		{"409 insufficient", "/v1/customers/c-1/credits/adjust", debit, "insufficient-credits", "", 409},
+		{"422 validation", "/v1/customers/c-1/credits/grant", `{"credits":0,"source":"manual","reason":"r"}`, "validation-error", "credits", 422},
+		{"404 unknown customer", "/v1/customers/nobody/credits/adjust", debit, "not-found", "", 404},
+		{"400 bad body", "/v1/customers", `{"external_id":`, "bad-request", "", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + tc.name
+			first := h.do("POST", tc.path, tc.body, h.idemKey(key)...)
+			wantProblem(t, first, tc.status, tc.typ, tc.field)
+			if tc.status == 409 {
+				// The state changes so that a fresh run would succeed.
+				if r := grant("g-topup", "100000"); r.status != 201 {
+					t.Fatalf("top-up: %d %s", r.status, r.body)
+				}
+			}
+			again := h.do("POST", tc.path, tc.body, h.idemKey(key)...)
+			if again.status != tc.status || !bytes.Equal(again.body, first.body) || again.get("X-Idempotent-Replayed") != "true" {
+				t.Fatalf("retry: %d replayed=%q %s, want the first %d replayed: %s", again.status, again.get("X-Idempotent-Replayed"), again.body, tc.status, first.body)
+			}
+			if ct := again.get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("replayed Content-Type = %q", ct)
+			}
+		})
+	}
+	if r := h.do("GET", "/v1/customers/c-1/credits", "", h.key()...); r.status != 200 || r.json()["balance"] != float64(101000) {
+		t.Fatalf("balance after replayed refusal: %d %s, want 101000 (nothing charged)", r.status, r.body)
+	}
+
+	// A 5xx is not an answer: the claim goes and the retry runs.
+	h.blocks.fail = errors.New("store down")
+	wantProblem(t, grant("g-5xx", "7"), 500, "internal", "")
+	h.blocks.fail = nil
+	if r := grant("g-5xx", "7"); r.status != 201 || r.get("X-Idempotent-Replayed") != "" {
+		t.Fatalf("retry after a 500: %d %s, want a fresh 201", r.status, r.body)
+	}
+
+	// Refused before the claim: no record under these keys.
+	before := len(h.idem.keys())
+	h.do("POST", "/v1/customers/c-1/credits/grant", grantBody, "Idempotency-Key", "no-auth")
+	h.do("POST", "/v1/customers/c-1/credits/grant", grantBody, "X-API-Key", "ck_live_wrongwrongwrongwrongwrongwrong", "Idempotency-Key", "bad-auth")
+	if after := len(h.idem.keys()); after != before {
+		t.Fatalf("refusals before the claim stored %d records", after-before)
+	}
+}
+
+// TestIdempotencyStorable: which statuses are a request's final answer.
+func TestIdempotencyStorable(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]bool{200: true, 201: true, 204: true, 400: true, 404: true, 409: true, 422: true,
+		429: false, 500: false, 502: false, 503: false, 304: false} {
+		if got := storable(status); got != want {
+			t.Errorf("storable(%d) = %v, want %v", status, got, want)
+		}
+	}
+}
+
+// TestIdempotencyEnvironment: the fingerprint includes the environment, so
+// the sandbox key reusing a live request's key never replays the live
+// answer: the key is one per tenant (addendum 12), so it is a 409.
+func TestIdempotencyEnvironment(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	live := h.do("POST", "/v1/customers/env-1/credits/grant", grantBody, h.idemKey("env-key")...)
+	if live.status != 201 {
+		t.Fatalf("live grant: %d %s", live.status, live.body)
+	}
+	sandbox := h.do("POST", "/v1/customers/env-1/credits/grant", grantBody, "X-API-Key", h.sandbox, "Idempotency-Key", "env-key")
+	wantProblem(t, sandbox, 409, "conflict", "")
+	if bytes.Contains(sandbox.body, []byte(`"live"`)) || h.blocks.grants.Load() != 1 {
+		t.Fatalf("sandbox reuse: grants=%d body %s", h.blocks.grants.Load(), sandbox.body)
+	}
+	if fingerprint(engine.EnvironmentLive, []byte("POST"), []byte("/p"), []byte("{}")) == fingerprint(engine.EnvironmentSandbox, []byte("POST"), []byte("/p"), []byte("{}")) {
+		t.Fatal("fingerprint ignores the environment")
 	}
 }
 

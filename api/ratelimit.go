@@ -2,6 +2,7 @@ package api
 
 import (
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"sync"
@@ -138,6 +139,43 @@ func (sh *limiterShard) evict(now int64) {
 // false means the 429 has been written.
 func (s *Server) rateLimit(c *call) bool {
 	d := s.limiter.take(c.scope.KeyID, c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
+	return c.applyLimit(d, errRateLimited)
+}
+
+// The admin API's bucket per client address: operators script it, but a
+// loop (or a token guesser) must not reach Postgres at line rate.
+const (
+	adminRatePerSecond = 20
+	adminRateBurst     = 100
+)
+
+// errAdminRateLimited is the admin API's 429.
+var errAdminRateLimited = &engine.Error{Kind: engine.KindRateLimited, Detail: "too many admin requests from this address; retry after the Retry-After seconds"}
+
+// adminRateLimit applies the client address's admin bucket; false means the
+// 429 has been written.
+func (s *Server) adminRateLimit(c *call) bool {
+	d := s.adminLimiter.take(clientBucket(c.ctx.RemoteAddr()), adminRatePerSecond, adminRateBurst)
+	return c.applyLimit(d, errAdminRateLimited)
+}
+
+// clientBucket is the limiter key of a client address (clientOf: an IPv4
+// address or an IPv6 /64), as 16 bytes. The limiter shards on the last
+// byte, so the address's upper bytes are folded into it: still one key per
+// address, spread over the shards. Non-TCP peers share one bucket.
+func clientBucket(addr net.Addr) uuid.UUID {
+	client, ok := clientOf(addr)
+	if !ok {
+		return uuid.Nil
+	}
+	k := uuid.UUID(client.As16())
+	k[15] ^= k[4] ^ k[5] ^ k[6] ^ k[7] ^ k[12] ^ k[13] ^ k[14]
+	return k
+}
+
+// applyLimit sets the RateLimit headers of d; false means the 429 (refused)
+// has been written.
+func (c *call) applyLimit(d decision, refused error) bool {
 	h := &c.ctx.Response.Header
 	var buf [20]byte
 	h.SetBytesKV(headerLimit, strconv.AppendInt(buf[:0], int64(d.limit), 10))
@@ -147,6 +185,6 @@ func (s *Server) rateLimit(c *call) bool {
 		return true
 	}
 	h.SetBytesKV(headerRetryAfter, strconv.AppendInt(buf[:0], int64(max(d.retryAfterSec, 1)), 10))
-	c.fail(errRateLimited)
+	c.fail(refused)
 	return false
 }

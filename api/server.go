@@ -5,8 +5,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sort"
@@ -24,12 +27,14 @@ import (
 const (
 	// DefaultBodyLimitBytes is the largest request body when Config leaves it 0.
 	DefaultBodyLimitBytes = 1 << 20
-	// hardBodyCapFactor times the body limit is where fasthttp itself stops
-	// reading a body.
-	hardBodyCapFactor = 8
-	readTimeout       = 10 * time.Second
-	writeTimeout      = 10 * time.Second
-	idleTimeout       = 60 * time.Second
+	// anonymousBodyBytes is the most of a body the server buffers before it
+	// has seen a valid API key or admin token: a larger body of a request
+	// without one is refused (401) unread, so unauthenticated clients cannot
+	// make it hold megabytes each.
+	anonymousBodyBytes = 64 << 10
+	readTimeout        = 10 * time.Second
+	writeTimeout       = 10 * time.Second
+	idleTimeout        = 60 * time.Second
 	// maxConcurrency bounds connections served at once; beyond it fasthttp
 	// answers 503 instead of letting goroutines and buffers grow without end.
 	maxConcurrency = 16 * 1024
@@ -83,7 +88,10 @@ type Config struct {
 	// BodyLimitBytes bounds request bodies (0 means DefaultBodyLimitBytes);
 	// larger ones get a 413 problem.
 	BodyLimitBytes int
-	Log            zerolog.Logger
+	// MaxConnsPerIP caps the open connections of one client (an IPv4
+	// address or an IPv6 /64); 0 means DefaultMaxConnsPerIP.
+	MaxConnsPerIP int
+	Log           zerolog.Logger
 }
 
 // Server is creditd's HTTP server. It is safe for concurrent use.
@@ -96,6 +104,7 @@ type Server struct {
 	extra     func(w io.Writer)
 	admin     []byte
 	bodyLimit int
+	maxConns  int
 	log       zerolog.Logger
 
 	metering     *engine.Metering
@@ -113,8 +122,10 @@ type Server struct {
 	routes  []*route
 	metrics *httpMetrics
 	limiter *rateLimiter
-	calls   sync.Pool
-	srv     *fasthttp.Server
+	// adminLimiter is the admin API's token bucket per client address.
+	adminLimiter *rateLimiter
+	calls        sync.Pool
+	srv          *fasthttp.Server
 }
 
 // New builds the server and registers every route.
@@ -128,9 +139,12 @@ func New(cfg Config) *Server {
 		extra:     cfg.Metrics,
 		admin:     []byte(cfg.AdminToken),
 		bodyLimit: cfg.BodyLimitBytes,
+		maxConns:  cfg.MaxConnsPerIP,
 		log:       cfg.Log,
 		metrics:   newHTTPMetrics(),
 		limiter:   newRateLimiter(),
+
+		adminLimiter: newRateLimiter(),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
@@ -139,6 +153,9 @@ func New(cfg Config) *Server {
 	s.subscriptions = cfg.Subscriptions
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
+	}
+	if s.maxConns <= 0 {
+		s.maxConns = DefaultMaxConnsPerIP
 	}
 	s.calls.New = func() any { return new(call) }
 	r := router.New()
@@ -158,11 +175,14 @@ func New(cfg Config) *Server {
 		ReadTimeout:  readTimeout,
 		WriteTimeout: writeTimeout,
 		IdleTimeout:  idleTimeout,
-		// fasthttp refuses an over-limit body by closing the socket unread,
-		// which can reset the connection before the client reads the 413; so
-		// it reads bodies up to a hard cap and the handler answers a clean
-		// 413 for anything past bodyLimit.
-		MaxRequestBodySize:    hardBodyCapFactor * s.bodyLimit,
+		// A Content-Length over the limit is refused before a byte of the
+		// body is read (connError answers 413); a chunked body stops at the
+		// limit. headerReceived lowers the limit for requests without valid
+		// credentials; doorConn drains what a refused client still sends so
+		// the refusal reaches it.
+		MaxRequestBodySize:    s.bodyLimit,
+		HeaderReceived:        s.headerReceived,
+		ExpectHandler:         s.expectContinue,
 		Concurrency:           maxConcurrency,
 		ReadBufferSize:        readBufferBytes,
 		NoDefaultServerHeader: true,
@@ -176,10 +196,19 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() fasthttp.RequestHandler { return s.serveHTTP }
 
 // ListenAndServe serves on addr (host:port) until Shutdown.
-func (s *Server) ListenAndServe(addr string) error { return s.srv.ListenAndServe(addr) }
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ln)
+}
 
-// Serve serves on ln until Shutdown; tests pass an in-memory listener.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve serves on ln until Shutdown, behind the per-client connection cap;
+// tests pass an in-memory listener.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(newDoorListener(ln, s.maxConns, s.log))
+}
 
 // Shutdown stops accepting connections and waits, at most 30 s, for the
 // requests in flight to finish.
@@ -321,10 +350,16 @@ func (s *Server) serveRoute(rt *route, c *call) {
 		c.fail(errTooLarge)
 		return
 	}
-	if rt.opts&optAdmin != 0 && !s.adminAuthorized(ctx) {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="creditd-admin"`)
-		c.fail(errAdminUnauthorized)
-		return
+	if rt.opts&optAdmin != 0 {
+		// The limit comes first, so guessing the token costs a slot too.
+		if !s.adminRateLimit(c) {
+			return
+		}
+		if !s.adminAuthorized(ctx) {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="creditd-admin"`)
+			c.fail(errAdminUnauthorized)
+			return
+		}
 	}
 	if rt.opts&optTenant != 0 {
 		if !s.authenticate(c) || !s.rateLimit(c) {
@@ -386,18 +421,127 @@ func (s *Server) methodNotAllowed(ctx *fasthttp.RequestCtx) {
 	s.callOf(ctx).failStatus(fasthttp.StatusMethodNotAllowed, engine.KindBadRequest, "Method Not Allowed", "", "this method is not allowed on this path; see the Allow header")
 }
 
+// headerReceived runs once the headers are read, before any of the body:
+// a body larger than anonymousBodyBytes (or chunked, size unknown) is
+// buffered only for a request with a valid API key or admin token; without
+// one the limit drops to anonymousBodyBytes, so fasthttp refuses a larger
+// Content-Length unread and connError answers 401. Small bodies, the hot
+// path, skip the credential check here (the handler makes it anyway).
+func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	n := h.ContentLength()
+	if n == -2 || (n >= 0 && n <= anonymousBodyBytes) || n > s.bodyLimit {
+		// -2 is no body at all; over the limit is refused unread anyway.
+		return fasthttp.RequestConfig{}
+	}
+	if s.credentialed(h) {
+		return fasthttp.RequestConfig{}
+	}
+	return fasthttp.RequestConfig{MaxRequestBodySize: anonymousBodyBytes}
+}
+
+// credentialed reports whether h carries the admin token or an API key that
+// is not known to be invalid (a directory failure counts as valid: the
+// handler then answers it, and the body limit still holds).
+func (s *Server) credentialed(h *fasthttp.RequestHeader) bool {
+	if s.adminHeaderAuthorized(h) {
+		return true
+	}
+	key := h.Peek("X-API-Key")
+	if len(key) == 0 {
+		return false
+	}
+	_, _, err := s.tenants.Authenticate(context.Background(), string(key))
+	return !errors.Is(err, engine.ErrUnauthenticated)
+}
+
+// adminHeaderAuthorized is adminAuthorized on the bare request header.
+func (s *Server) adminHeaderAuthorized(h *fasthttp.RequestHeader) bool {
+	const prefix = "Bearer "
+	v := h.Peek(fasthttp.HeaderAuthorization)
+	if len(s.admin) == 0 || len(v) <= len(prefix) || string(v[:len(prefix)]) != prefix {
+		return false
+	}
+	return subtle.ConstantTimeCompare(v[len(prefix):], s.admin) == 1
+}
+
+// refusal is the problem for a request refused before its body is read:
+// 413 over the body limit, 401 for a large body without valid credentials;
+// nil when the body may be read.
+func (s *Server) refusal(ctx *fasthttp.RequestCtx) error {
+	n := ctx.Request.Header.ContentLength()
+	switch {
+	case n > s.bodyLimit:
+		return errTooLarge
+	case n == -2 || (n >= 0 && n <= anonymousBodyBytes):
+		return nil
+	case !s.credentialed(&ctx.Request.Header):
+		if bytes.HasPrefix(ctx.Path(), adminPathPrefix) {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="creditd-admin"`)
+			return errAdminUnauthorized
+		}
+		return engine.ErrUnauthenticated
+	}
+	return nil
+}
+
+var adminPathPrefix = []byte("/admin/")
+
+// expectContinue answers "Expect: 100-continue" with the final refusal when
+// the body would be refused anyway, so the client never sends it; else 100.
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx) int {
+	err := s.refusal(ctx)
+	if err == nil {
+		return fasthttp.StatusContinue
+	}
+	if dc, ok := ctx.Conn().(*doorConn); ok {
+		dc.lingerOnClose() // a client that stops waiting sends the body anyway
+	}
+	s.refuse(ctx, err, nil)
+	return ctx.Response.StatusCode()
+}
+
 // connError answers requests fasthttp refused before any handler ran: a
-// body over the limit (413) or an unreadable request (400).
+// body over the limit (413), a large body without valid credentials (401),
+// or an unreadable request (400). The connection then closes, after
+// draining what the client still sends (doorConn).
 func (s *Server) connError(ctx *fasthttp.RequestCtx, err error) {
+	if dc, ok := ctx.Conn().(*doorConn); ok {
+		dc.lingerOnClose()
+	}
+	var problem error = engine.BadRequest("", "the request could not be read")
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		if ctx.Request.Header.ContentLength() <= 0 {
+			// A chunked body ran past its cap and fasthttp reset the request:
+			// whether the cap was the limit or the anonymous one is lost.
+			detail := fmt.Sprintf("the request body is larger than the limit (%d bytes; %d bytes without a valid API key)", s.bodyLimit, anonymousBodyBytes)
+			s.refuseWith(ctx, err, func(c *call) {
+				c.failStatus(fasthttp.StatusRequestEntityTooLarge, engine.KindBadRequest, "Payload Too Large", "", detail)
+			})
+			return
+		}
+		problem = errTooLarge
+		if e := s.refusal(ctx); e != nil {
+			problem = e
+		}
+	}
+	s.refuse(ctx, problem, err)
+}
+
+// refuse writes problem for a request no route saw, with its request id,
+// access log and metrics.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, problem, cause error) {
+	s.refuseWith(ctx, cause, func(c *call) { c.fail(problem) })
+}
+
+// refuseWith is refuse with its own problem writer.
+func (s *Server) refuseWith(ctx *fasthttp.RequestCtx, cause error, write func(c *call)) {
 	c := s.calls.Get().(*call)
 	c.reset(ctx, s)
 	ctx.Response.Header.SetBytesKV(headerRequestID, c.requestID(ctx))
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		c.fail(errTooLarge)
-	} else {
-		c.fail(engine.BadRequest("", "the request could not be read"))
+	write(c)
+	if cause != nil {
+		s.log.Debug().Bytes("request_id", c.reqID).Err(cause).Msg("request refused before routing")
 	}
-	s.log.Debug().Bytes("request_id", c.reqID).Err(err).Msg("request refused before routing")
 	s.complete(c, 0)
 	c.reset(nil, nil)
 	s.calls.Put(c)
@@ -415,7 +559,15 @@ func (s *Server) callOf(ctx *fasthttp.RequestCtx) *call {
 // fasthttpLogger sends fasthttp's own messages to zerolog.
 type fasthttpLogger struct{ log zerolog.Logger }
 
-// Printf implements fasthttp.Logger.
+// Printf implements fasthttp.Logger. A connection closed over a refused
+// body is the client's doing and already in the access log: debug only, so
+// a flood of them cannot flood the log.
 func (l fasthttpLogger) Printf(format string, args ...any) {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			l.log.Debug().Msgf(format, args...)
+			return
+		}
+	}
 	l.log.Warn().Msgf(format, args...)
 }

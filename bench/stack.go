@@ -25,7 +25,7 @@ import (
 )
 
 // adminToken is the operator token of the creditd the bench starts.
-const adminToken = "bench-admin-token"
+const adminToken = "bench-admin-token-of-at-least-32-characters"
 
 // services finds Redis and Postgres: REDIS_URL / DATABASE_URL when both are
 // set, else what scripts/services.sh answers (it starts private ones when no

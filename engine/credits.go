@@ -219,9 +219,9 @@ func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem 
 }
 
 // Adjust adds (one new block) or removes (drains blocks in spend order)
-// credit. A lenient id never creates a customer here. Errors: 422, 404
-// (unknown customer; negative delta without an account), 409
-// (insufficient-credits with nothing changed, key reused).
+// credit. A lenient id never creates a customer here. Errors: 422, 400
+// (cross-tenant id), 404 (unknown customer; negative delta without an
+// account), 409 (insufficient-credits with nothing changed, key reused).
 func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem Idempotency, in AdjustInput) (AdjustResult, error) {
 	if in.Delta == nil || *in.Delta == 0 {
 		return AdjustResult{}, Invalid("delta", "delta is required and must not be 0")
@@ -233,7 +233,7 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
 		return AdjustResult{}, err
 	}
-	c, err := s.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.adjustCustomer(ctx, scope, ref)
 	if err != nil {
 		return AdjustResult{}, err
 	}
@@ -265,6 +265,26 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 		return AdjustResult{}, err
 	}
 	return adjustResult(res.Mutation), nil
+}
+
+// adjustCustomer resolves an adjust's customer without creating one. The
+// spec lists "400 cross-tenant customer_id" for adjust as for grant: a UUID
+// naming another tenant's (or environment's) customer is a 400 like grant's,
+// while an id naming nobody stays a 404.
+func (s *Credits) adjustCustomer(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
+	c, err := s.customers.Resolve(ctx, scope, ref, false)
+	if e, ok := AsError(err); !ok || e.Kind != KindNotFound || ref.Strict {
+		return c, err
+	}
+	id, perr := uuid.Parse(ref.Value)
+	if perr != nil {
+		return c, err
+	}
+	other, oerr := s.customers.dir.CustomerByID(ctx, id)
+	if oerr == nil && (other.TenantID != scope.TenantID || other.Environment != scope.Environment) {
+		return Customer{}, BadRequest("customer_id", "customer_id belongs to another tenant or environment")
+	}
+	return c, err
 }
 
 const minInt64 = -1 << 63

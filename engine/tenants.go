@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -25,6 +26,17 @@ const (
 	// authCacheTTL bounds how long a key stays trusted without a Postgres
 	// look-up in another process; a revoke in this process is seen at once.
 	authCacheTTL = 2 * time.Second
+	// unknownKeyTTL is how long a key Postgres did not know is refused from
+	// memory, so a stream of random well-prefixed keys costs one query per
+	// distinct key per 2 s, not one per request; maxUnknownKeys bounds that
+	// memory (a full cache drops expired entries, then an eighth at random).
+	unknownKeyTTL  = 2 * time.Second
+	maxUnknownKeys = 10_000
+	// MaxTenantNameChars bounds a tenant name (the style of display_name).
+	MaxTenantNameChars = 200
+	// MaxWebhookURLBytes bounds a webhook URL (what browsers and proxies
+	// reliably carry).
+	MaxWebhookURLBytes = 2048
 	// Default rate limit per API key (addendum 10).
 	DefaultRateLimitPerSecond = 1000
 	DefaultRateLimitBurst     = 2000
@@ -41,6 +53,9 @@ type Tenants struct {
 
 	mu    sync.Mutex
 	cache map[[32]byte]authEntry
+	// unknown holds hashes of keys the directory did not know, with when
+	// that answer expires.
+	unknown map[[32]byte]time.Time
 }
 
 type authEntry struct {
@@ -52,7 +67,7 @@ type authEntry struct {
 // NewTenants returns the tenant service; allowPrivate lets webhook URLs point
 // at loopback or private addresses (dev mode and tests, addendum 12).
 func NewTenants(dir Directory, clock Clock, allowPrivate bool) *Tenants {
-	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{},
+	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{}, unknown: map[[32]byte]time.Time{},
 		resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}}
@@ -76,6 +91,9 @@ func (s *Tenants) Create(ctx context.Context, name string) (NewTenantResult, err
 	var out NewTenantResult
 	if strings.TrimSpace(name) == "" {
 		return out, Invalid("name", "name is required")
+	}
+	if utf8.RuneCountInString(name) > MaxTenantNameChars {
+		return out, Invalid("name", "name is longer than 200 characters")
 	}
 	now := s.clock.Now()
 	t := Tenant{
@@ -126,6 +144,11 @@ func (s *Tenants) CreateKey(ctx context.Context, tenant uuid.UUID, env Environme
 	if err := s.dir.CreateAPIKey(ctx, k, sum[:]); err != nil {
 		return APIKey{}, err
 	}
+	// The new key works at once in this process even if someone presented
+	// it a moment ago; another process may refuse it for up to unknownKeyTTL.
+	s.mu.Lock()
+	delete(s.unknown, sum)
+	s.mu.Unlock()
 	k.Key = plain
 	return k, nil
 }
@@ -160,12 +183,19 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 	now := time.Now()
 	s.mu.Lock()
 	e, ok := s.cache[sum]
+	if !ok {
+		if until, seen := s.unknown[sum]; seen && now.Before(until) {
+			s.mu.Unlock()
+			return Scope{}, Tenant{}, ErrUnauthenticated
+		}
+	}
 	s.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		return e.scope, e.tenant, nil
 	}
 	k, err := s.dir.APIKeyByHash(ctx, sum[:])
 	if errors.Is(err, ErrNotFound) {
+		s.rememberUnknown(sum, now)
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
 	if err != nil {
@@ -183,6 +213,29 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 	s.cache[sum] = authEntry{scope: scope, tenant: t, expires: now.Add(authCacheTTL)}
 	s.mu.Unlock()
 	return scope, t, nil
+}
+
+// rememberUnknown notes that the directory does not know the key hashed to
+// sum, keeping the cache within maxUnknownKeys.
+func (s *Tenants) rememberUnknown(sum [32]byte, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unknown) >= maxUnknownKeys {
+		for h, until := range s.unknown {
+			if !now.Before(until) {
+				delete(s.unknown, h)
+			}
+		}
+		// Still full: a flood of distinct keys. Drop an eighth (map order
+		// is random), so each insert does not rescan.
+		for h := range s.unknown {
+			if len(s.unknown) < maxUnknownKeys-maxUnknownKeys/8 {
+				break
+			}
+			delete(s.unknown, h)
+		}
+	}
+	s.unknown[sum] = now.Add(unknownKeyTTL)
 }
 
 // forget drops cached keys of a tenant whose configuration changed.
@@ -205,6 +258,9 @@ type Webhook struct {
 // SetWebhook stores the URL and, when the tenant has none yet, a new secret.
 // Errors: 404, 422 (bad URL, private address without dev mode).
 func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (Webhook, error) {
+	if len(rawURL) > MaxWebhookURLBytes {
+		return Webhook{}, Invalid("url", "url is longer than 2048 bytes")
+	}
 	if err := s.checkWebhookURL(ctx, rawURL); err != nil {
 		return Webhook{}, err
 	}

@@ -18,7 +18,16 @@ scripts/services.sh --allow-embedded "$envfile"
 
 export REDIS_URL DATABASE_URL
 export CREDITD_DEV=1
-export CREDITD_ADMIN_TOKEN=${CREDITD_ADMIN_TOKEN:-dev-admin-token}
+# creditd refuses an admin token under 32 characters; dev mode makes one
+# once and keeps it next to the dev tenant's keys, so it survives restarts.
+if [[ -z ${CREDITD_ADMIN_TOKEN:-} ]]; then
+  tokenfile=$(dirname "$envfile")/admin-token
+  if [[ ! -s $tokenfile ]]; then
+    (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$tokenfile")
+  fi
+  CREDITD_ADMIN_TOKEN=$(<"$tokenfile")
+fi
+export CREDITD_ADMIN_TOKEN
 export CREDITD_WEBHOOK_ALLOW_PRIVATE=true
 export CREDITD_ADDR=${CREDITD_ADDR:-:8080}
 

@@ -37,7 +37,13 @@ type config struct {
 	Scheduler      time.Duration
 	WebhookWorkers int
 	WebhookPoll    time.Duration
+	MaxConnsPerIP  int
 }
+
+// minAdminTokenChars is the shortest operator token serve accepts: the token
+// opens every tenant, so it must be out of reach of guessing (32 characters
+// of any reasonable alphabet are over 128 bits).
+const minAdminTokenChars = 32
 
 func loadConfig() config {
 	host, _ := os.Hostname()
@@ -60,7 +66,16 @@ func loadConfig() config {
 		Scheduler:      envDuration("CREDITD_SCHEDULER_INTERVAL", time.Second),
 		WebhookWorkers: envInt("CREDITD_WEBHOOK_WORKERS", 8),
 		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
+		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
 	}
+}
+
+// check refuses a configuration serve must not start with.
+func (c config) check() error {
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenChars {
+		return fmt.Errorf("CREDITD_ADMIN_TOKEN is %d characters; it must be at least %d (for example: openssl rand -hex 32), or unset to turn the admin API off", len(c.AdminToken), minAdminTokenChars)
+	}
+	return nil
 }
 
 func env(name, def string) string {

@@ -17,6 +17,9 @@ import (
 
 func serve() error {
 	cfg := loadConfig()
+	if err := cfg.check(); err != nil {
+		return err
+	}
 	log := newLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -31,7 +34,7 @@ func serve() error {
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
 		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
-		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll,
+		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll, MaxConnsPerIP: cfg.MaxConnsPerIP,
 	}, log)
 	if cfg.Dev {
 		if err := devTenant(ctx, cfg, a.Tenants); err != nil {

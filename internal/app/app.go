@@ -45,6 +45,9 @@ type Config struct {
 	// SchedulerInterval is the subscription scheduler's poll period
 	// (default 1s; tests shorten it).
 	SchedulerInterval time.Duration
+	// MaxConnsPerIP caps one client's open connections (0: the api
+	// default, 1,024).
+	MaxConnsPerIP int
 }
 
 // App is one creditd process.
@@ -136,6 +139,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
+		MaxConnsPerIP: cfg.MaxConnsPerIP,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 			{Name: "postgres", Check: pool.Ping},

@@ -158,8 +158,9 @@ func TestConformanceTenantIsolation(t *testing.T) {
 		checkProblem(t, a.do(tc.method, tc.path, "", nil), 404, "not-found", "", "tenant A "+tc.name)
 	}
 	checkProblem(t, a.patch("/v1/customers/"+bid, map[string]any{"display_name": "hijack"}), 404, "not-found", "", "tenant A patch")
+	// interface.md lists "400 cross-tenant customer_id" for adjust as for grant.
 	checkProblem(t, a.post("/v1/customers/"+bid+"/credits/adjust",
-		map[string]any{"delta": -1000, "source": "manual", "reason": "x"}), 404, "not-found", "", "tenant A adjust")
+		map[string]any{"delta": -1000, "source": "manual", "reason": "x"}), 400, "bad-request", "customer_id", "tenant A adjust")
 
 	r := a.post("/v1/customers/"+bid+"/credits/grant", map[string]any{"credits": 1000, "source": "manual", "reason": "x"})
 	checkProblem(t, r, 400, "bad-request", "", "tenant A grant by tenant B's UUID")

@@ -138,19 +138,23 @@ func TestConformanceIdempotencyReplay(t *testing.T) {
 		}
 	})
 
-	t.Run("errors are not stored", func(t *testing.T) {
-		// docs/decisions.md: only 2xx answers are stored, so a corrected
-		// retry with the same key runs.
+	t.Run("4xx answers are stored", func(t *testing.T) {
+		// Common rules 1 replays "the first status and body": a 422 is the
+		// key's answer, so a corrected body under the same key is a reuse
+		// (409) and a new key runs.
 		a := s.as(t, tn.Live)
 		key := idemKey()
 		path := "/v1/customers/" + id + "/credits/grant"
-		bad := a.do("POST", path, key, map[string]any{"credits": 0, "source": "manual", "reason": "r"})
+		badBody := map[string]any{"credits": 0, "source": "manual", "reason": "r"}
+		bad := a.do("POST", path, key, badBody)
 		checkProblem(t, bad, 422, "validation-error", "credits", "bad grant")
-		good := a.do("POST", path, key, map[string]any{"credits": 500, "source": "manual", "reason": "r"})
-		checkStatus(t, good, 201, "corrected retry with the same key")
-		if good.Header.Get("X-Idempotent-Replayed") == "true" {
-			t.Error("corrected retry was a replay")
+		again := a.do("POST", path, key, badBody)
+		if again.Status != 422 || !bytes.Equal(again.Raw, bad.Raw) || again.Header.Get("X-Idempotent-Replayed") != "true" {
+			t.Errorf("retry of a 422: %d replayed=%q %s", again.Status, again.Header.Get("X-Idempotent-Replayed"), again.Raw)
 		}
+		fixed := map[string]any{"credits": 500, "source": "manual", "reason": "r"}
+		checkProblem(t, a.do("POST", path, key, fixed), 409, "conflict", "", "corrected body under the used key")
+		checkStatus(t, a.do("POST", path, idemKey(), fixed), 201, "corrected body under a new key")
 	})
 }
 
@@ -188,16 +192,18 @@ func TestConformanceIdempotencyScope(t *testing.T) {
 		t.Errorf("tenant B's customer has tenant_id %v, want %s", rb.Body["tenant_id"], tb.ID)
 	}
 
-	// One scope for both environments: the sandbox key replays the live
-	// answer and creates nothing in sandbox.
+	// One scope for both environments, and the environment is part of the
+	// fingerprint: the sandbox key reusing a live key is a 409, never the
+	// live answer, and creates nothing in sandbox.
 	envKey := idemKey()
 	body := map[string]any{"external_id": uniq("env")}
 	live := a.do("POST", "/v1/customers", envKey, body)
 	wantStatus(t, live, 201, "live create")
 	sb := s.as(t, ta.Sandbox)
 	again := sb.do("POST", "/v1/customers", envKey, body)
-	if again.Status != 201 || again.Header.Get("X-Idempotent-Replayed") != "true" || !bytes.Equal(again.Raw, live.Raw) {
-		t.Errorf("sandbox reuse of a live key: %d replayed=%q %s", again.Status, again.Header.Get("X-Idempotent-Replayed"), again.Raw)
+	checkProblem(t, again, 409, "conflict", "", "sandbox reuse of a live key")
+	if bytes.Contains(again.Raw, []byte(`"live"`)) {
+		t.Errorf("sandbox reuse shows the live answer: %s", again.Raw)
 	}
 	lr := sb.get("/v1/customers")
 	wantStatus(t, lr, 200, "sandbox list")

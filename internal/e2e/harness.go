@@ -32,7 +32,7 @@ import (
 )
 
 // AdminToken is the operator token every test stack uses.
-const AdminToken = "test-admin-token"
+const AdminToken = "test-admin-token-of-at-least-32-characters"
 
 // StackRedisPoolSize is the Redis pool a Stack needs, as cmd/creditd's
 // CREDITD_REDIS_POOL_SIZE default: the persister blocks one connection per
