@@ -14,8 +14,24 @@
 -- money in decimal; instants in Unix ms written in base 36 to save memory
 -- (created absolute, starts as an offset from created, "" for 0; expires as
 -- an offset from starts, "" for no expiry); source as a one-letter code for
--- the known sources (else the text); meta the block's metadata JSON, "" when
--- empty. Three blocks and the account fields fit in < 500 bytes of Redis.
+-- the known sources (else the text); meta "" (older hashes kept the block's
+-- metadata JSON here; it is still read). Three blocks and the account fields
+-- fit in < 500 bytes of Redis.
+--
+-- Block metadata lives in its own field "m:<block id>" of the account hash,
+-- written once when the block is created and deleted with the block. Every
+-- script reads the hash without those fields (acct_read), so a customer's
+-- metadata costs a money script nothing (invariant 13), and only the
+-- Mutation of the script that creates a block carries its metadata: a drain
+-- never copies it into the outbox or an op key.
+--
+-- Bounds (invariant 13, docs/limits.md): a customer holds at most
+-- MAX_LIVE_BLOCKS live blocks and MAX_ACTIVE_HOLDS active holds; a script
+-- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
+-- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
+-- them (a test keeps the pairs equal).
+local MAX_LIVE_BLOCKS = 100
+local MAX_ACTIVE_HOLDS = 100
 
 local MONEY_BASE = 1000000000
 local MONEY_ZERO = {0, 0}
@@ -256,7 +272,7 @@ local function block_enc(b)
   local st = ''
   if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
   return m_fmt(b.rem) .. '|' .. m_fmt(b.orig) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
-    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|' .. b.meta
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|'
 end
 
 -- block_dec reads the block id stored as raw.
@@ -277,14 +293,16 @@ local function block_dec(id, raw)
     meta = string.sub(raw, pos)}
 end
 
--- block_json is b as an engine.MutationBlock.
+-- block_json is b as an engine.MutationBlock; only a block created by this
+-- script (b.fresh) carries its metadata: the persister keeps the metadata
+-- Postgres has for a block whose Mutation carries none.
 local function block_json(b)
   local exp = 'null'
   if b.expires then exp = i_fmt(b.expires) end
   local s = '{"id":' .. j_str(b.id) .. ',"original":' .. m_fmt(b.orig) .. ',"remaining":' .. m_fmt(b.rem) ..
     ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. j_str(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
     ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
-  if b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
+  if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
   return s .. '}'
 end
 
@@ -501,29 +519,42 @@ local function meta_matches(meta, match)
   return true
 end
 
--- acct_read loads the account hash: nil when it is missing (NOSTATE).
+-- acct_field decodes one account hash field into a.
+local function acct_field(a, f, v)
+  local kind = string.sub(f, 1, 2)
+  if kind == 'b:' then
+    a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+  elseif kind == 'r:' then
+    -- Reservations stay encoded until a script asks for one (res_get).
+    a.res[string.sub(f, 3)] = v
+    if string.sub(v, 1, 1) == 'a' then a.active = a.active + 1 end
+  elseif kind == 'g:' then
+    a.gauges[string.sub(f, 3)] = v
+  elseif f == 'v' or f == 'ua' then
+    a[f] = tonumber(v)
+  elseif f == 'rs' or f == 'le' then
+    a[f] = m_parse(v)
+  else
+    a[f] = v
+  end
+end
+
+-- acct_read loads the account hash but its block metadata fields: nil when
+-- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
+-- limit) instead of HGETALL, so metadata is never copied into the script.
 local function acct_read(key)
-  local raw = redis.call('HGETALL', key)
-  if #raw == 0 then return nil end
+  local names = redis.call('HKEYS', key)
+  if #names == 0 then return nil end
   local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, gauges = {}}
-  for i = 1, #raw, 2 do
-    local f, v = raw[i], raw[i + 1]
-    local kind = string.sub(f, 1, 2)
-    if kind == 'b:' then
-      a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
-    elseif kind == 'r:' then
-      -- Reservations stay encoded until a script asks for one (res_get).
-      a.res[string.sub(f, 3)] = v
-    elseif kind == 'g:' then
-      a.gauges[string.sub(f, 3)] = v
-    elseif f == 'v' or f == 'ua' then
-      a[f] = tonumber(v)
-    elseif f == 'rs' or f == 'le' then
-      a[f] = m_parse(v)
-    else
-      a[f] = v
-    end
+    res = {}, res_dirty = {}, gauges = {}, active = 0}
+  local want = {}
+  for _, f in ipairs(names) do
+    if string.sub(f, 1, 2) ~= 'm:' then want[#want + 1] = f end
+  end
+  for first = 1, #want, 1000 do
+    local last = math.min(first + 999, #want)
+    local vals = redis.call('HMGET', key, unpack(want, first, last))
+    for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
   return a
 end
@@ -534,6 +565,21 @@ local function live(b, now) return m_pos(b.rem) and (b.expires == nil or b.expir
 
 -- started: the block may be spent (stack_after blocks wait for their start).
 local function started(b, now) return b.starts <= now end
+
+-- live_count is the number of a's live blocks at now (MAX_LIVE_BLOCKS).
+local function live_count(a, now)
+  local n = 0
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) then n = n + 1 end
+  end
+  return n
+end
+
+-- block_meta is the metadata JSON text of block b, '' when it has none.
+local function block_meta(key, b)
+  if b.meta ~= '' then return b.meta end
+  return redis.call('HGET', key, 'm:' .. b.id) or ''
+end
 
 -- str_less compares bytes, as Go does; Lua's < follows the server's locale.
 local function str_less(a, b)
@@ -635,7 +681,7 @@ local function zset_sync(zkey, member, blocks)
 end
 
 -- acct_commit writes the account fields, the changed blocks (emptied ones
--- are deleted: Postgres keeps their history) and the changed reservations,
+-- are deleted with their metadata: Postgres keeps their history) and the changed reservations,
 -- drops reservations finalized more than RES_KEEP_MS ago, then syncs the
 -- expiry zset.
 local function acct_commit(akey, zkey, member, a, changed, now)
@@ -643,8 +689,11 @@ local function acct_commit(akey, zkey, member, a, changed, now)
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
       redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
+      -- A new block's metadata, or an older hash's inline metadata moving
+      -- to its own field.
+      if b.meta ~= '' then redis.call('HSET', akey, 'm:' .. b.id, b.meta) end
     else
-      redis.call('HDEL', akey, 'b:' .. b.id)
+      redis.call('HDEL', akey, 'b:' .. b.id, 'm:' .. b.id)
     end
   end
   for id, raw in pairs(a.res) do
