@@ -100,7 +100,7 @@ func (c *ImportCustomer) validate(now time.Time) ([]importBlock, error) {
 		return nil, err
 	}
 	if len(c.Credits) > MaxImportBlocks {
-		return nil, Invalid("credits", "at most 100 credit blocks per customer")
+		return nil, Invalid("credits", "at most "+strconv.Itoa(MaxImportBlocks)+" credit blocks per customer")
 	}
 	out := make([]importBlock, 0, len(c.Credits))
 	var total int64

@@ -93,7 +93,22 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	return s.runMoney(ctx, grantScript, "grant", keys, args)
+	if cmd.StackAfter == nil {
+		return s.runMoney(ctx, grantScript, "grant", keys, args)
+	}
+	// stack_after: Go finds the latest matching block (bounded.go); the
+	// script refuses with STALE when the account moved since.
+	for range staleRetries {
+		start, ok, version, err := s.stackStart(ctx, cmd.Customer.CustomerID, cmd.StackAfter.MetadataMatch, cmd.Now)
+		if err != nil {
+			return engine.MutationResult{}, err
+		}
+		res, err := s.runMoney(ctx, grantScript, "grant", keys, append(args[:len(args):len(args)], stackArgs(start, ok, version)...))
+		if !errors.Is(err, errStale) {
+			return res, err
+		}
+	}
+	return engine.MutationResult{}, errStaleGaveUp
 }
 
 // GrantBatch runs grants in one pipelined round trip, one grant.lua call

@@ -22,6 +22,10 @@
 -- ARGV[23] accumulation cap (decimal, > 0), "" or absent when none: the block
 --          gets min(amount, cap - balance) and nothing when the balance is at
 --          or above the cap
+-- ARGV[24] stack_after start Go found (ms) or "none", and ARGV[25] the
+--          account version Go read it at (lua/bounded.go); STALE when the
+--          version moved. Without them the script matches the metadata
+--          itself, which costs milliseconds at the largest metadata.
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; with a
 -- cap that leaves nothing to grant {"noop", ""} (the idempotency key then
@@ -62,21 +66,27 @@ expire_due(a, now, entries, changed)
 local starts, expires = now, int_parse(expires_arg)
 if stack_fallback ~= '' then
   if not stack_ms then return redis.error_reply('BADARG stack_after needs a duration') end
-  local match = cjson.decode(stack_match)
-  -- The latest-expiring match: candidates newest expiry first, so only the
-  -- metadata up to the first match is read and decoded.
-  local cands = {}
-  for _, b in ipairs(a.blocks) do
-    if b.expires and live(b, now) then cands[#cands + 1] = b end
-  end
-  table.sort(cands, function(x, y) return x.expires > y.expires end)
   local latest = nil
-  for _, b in ipairs(cands) do
-    local text, meta = block_meta(account_key, b), {}
-    if text ~= '' then meta = cjson.decode(text) end
-    if meta_matches(meta, match) then
-      latest = b.expires
-      break
+  if ARGV[25] then
+    -- Go matched the metadata (lua/bounded.go) at version ARGV[25].
+    if int_parse(ARGV[25]) ~= a.v then return redis.error_reply('STALE the account changed since it was read') end
+    latest = int_parse(ARGV[24])
+  else
+    -- The latest-expiring match: candidates newest expiry first, so only
+    -- the metadata up to the first match is read and decoded.
+    local match = cjson.decode(stack_match)
+    local cands = {}
+    for _, b in ipairs(a.blocks) do
+      if b.expires and live(b, now) then cands[#cands + 1] = b end
+    end
+    table.sort(cands, function(x, y) return x.expires > y.expires end)
+    for _, b in ipairs(cands) do
+      local text, meta = block_meta(account_key, b), {}
+      if text ~= '' then meta = cjson.decode(text) end
+      if meta_matches(meta, match) then
+        latest = b.expires
+        break
+      end
     end
   end
   if latest then

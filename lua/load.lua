@@ -90,6 +90,7 @@ end
 zset_sync(expiry_key, tenant .. '|' .. env .. '|' .. customer, blocks)
 for _, r in ipairs(holds) do
   redis.call('HSET', account_key, 'r:' .. r.id, res_enc(r))
+  if r.meta ~= '' then redis.call('HSET', account_key, 'n:' .. r.id, r.meta) end
   if r.status == 'active' then
     redis.call('ZADD', rexp_key, i_fmt(r.expires), res_member(tenant, env, customer, r.id))
   end

@@ -30,8 +30,12 @@
 -- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
 -- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
 -- them (a test keeps the pairs equal).
-local MAX_LIVE_BLOCKS = 100
-local MAX_ACTIVE_HOLDS = 100
+local MAX_LIVE_BLOCKS = 32
+local MAX_ACTIVE_HOLDS = 32
+-- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
+-- RES_KEEP_MS; past that the oldest leave early (engine then reads their
+-- final status from Postgres, as after RES_KEEP_MS).
+local MAX_KEPT_HOLDS = 32
 
 local MONEY_BASE = 1000000000
 local MONEY_ZERO = {0, 0}
@@ -68,11 +72,20 @@ local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX)
 -- i_fmt formats an integral double exactly (tostring would use %.14g).
 local function i_fmt(n) return string.format('%.0f', n) end
 
--- m_parse reads a decimal int64; nil when s is not one.
+-- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
+-- (below 2^53, exact as a double) it splits the number directly: every
+-- script parses each block's amounts, so this path is the common one.
 local function m_parse(s)
   if type(s) ~= 'string' then return nil end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
+  if #digits <= 15 then
+    local n = tonumber(digits)
+    local hi = math.floor(n / MONEY_BASE)
+    local m = {hi, n - hi * MONEY_BASE}
+    if sign == '-' then m = m_neg(m) end
+    return m
+  end
   digits = (string.gsub(digits, '^0+', ''))
   local n = #digits
   if n > 19 then return nil end
@@ -277,20 +290,16 @@ end
 
 -- block_dec reads the block id stored as raw.
 local function block_dec(id, raw)
-  local p, pos = {}, 1
-  for i = 1, 7 do
-    local j = string.find(raw, '|', pos, true)
-    p[i] = string.sub(raw, pos, j - 1)
-    pos = j + 1
-  end
-  local created = b36_dec(p[4])
+  -- One match for all eight fields: every script decodes every block.
+  local rem, orig, prio, c36, s36, e36, src, meta =
+    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local created = b36_dec(c36)
   local starts = created
-  if p[5] ~= '' then starts = created + b36_dec(p[5]) end
+  if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
-  if p[6] ~= '' then expires = starts + b36_dec(p[6]) end
-  return {id = id, rem = m_parse(p[1]), orig = m_parse(p[2]), prio = tonumber(p[3]),
-    created = created, starts = starts, expires = expires, src = src_dec(p[7]),
-    meta = string.sub(raw, pos)}
+  if e36 ~= '' then expires = starts + b36_dec(e36) end
+  return {id = id, rem = m_parse(rem), orig = m_parse(orig), prio = tonumber(prio),
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
 end
 
 -- block_json is b as an engine.MutationBlock; only a block created by this
@@ -345,8 +354,10 @@ end
 -- status one letter (a active, c committed, r released, e expired); money
 -- and units in decimal; instants in Unix ms base 36 (finalized "" while
 -- active); actual units and cost "" until committed; released the money
--- the hold returned; metric a metric key (never holds "|"); meta the
--- metadata JSON, "" when empty. A finalized reservation stays RES_KEEP_MS,
+-- the hold returned; metric a metric key (never holds "|"); meta "" (older
+-- hashes kept the metadata JSON here; it is still read): a hold's metadata
+-- lives in field "n:<reservation id>", which acct_read skips like block
+-- metadata. A finalized reservation stays RES_KEEP_MS,
 -- so a quick second commit or release answers 409 without Postgres; after
 -- that the engine reads the final status from Postgres. Kept short: every
 -- script on the account reads every field of its hash.
@@ -378,7 +389,21 @@ local function res_enc(r)
   if r.act_cost then ac = m_fmt(r.act_cost) end
   return RES_CODE[r.status] .. '|' .. m_fmt(r.est_units) .. '|' .. m_fmt(r.est_cost) .. '|' ..
     b36_enc(r.expires) .. '|' .. b36_enc(r.created) .. '|' .. final .. '|' .. au .. '|' .. ac .. '|' ..
-    m_fmt(r.released) .. '|' .. r.metric .. '|' .. r.meta
+    m_fmt(r.released) .. '|' .. r.metric .. '|'
+end
+
+-- res_get decodes the hold id stored as raw with its metadata (field
+-- "n:<id>", or inline in an older hash).
+local function res_get(key, id, raw)
+  local r = res_dec(id, raw)
+  if r.meta == '' then r.meta = redis.call('HGET', key, 'n:' .. id) or '' end
+  return r
+end
+
+-- res_put stores hold r in a, to be written by acct_commit with its
+-- metadata.
+local function res_put(a, r)
+  a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, r.meta
 end
 
 -- res_json is r as an engine.MutationReservation.
@@ -395,11 +420,14 @@ local function res_json(r)
   return s .. '}'
 end
 
--- res_stale: the encoded reservation was finalized RES_KEEP_MS or more ago.
-local function res_stale(raw, now)
-  if string.sub(raw, 1, 1) == 'a' then return false end
-  local r = res_dec('', raw)
-  return r.final ~= nil and r.final + RES_KEEP_MS <= now
+-- res_final is when the encoded reservation was finalized (ms), nil while
+-- it is active: one pattern match, not a whole res_dec, because every
+-- script checks every kept hold.
+local function res_final(raw)
+  if string.sub(raw, 1, 1) == 'a' then return nil end
+  local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
+  if not f or f == '' then return nil end
+  return b36_dec(f)
 end
 
 -- res_member is the partition hold-expiry zset member of a reservation.
@@ -539,17 +567,18 @@ local function acct_field(a, f, v)
   end
 end
 
--- acct_read loads the account hash but its block metadata fields: nil when
+-- acct_read loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
 local function acct_read(key)
   local names = redis.call('HKEYS', key)
   if #names == 0 then return nil end
   local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, gauges = {}, active = 0}
+    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0}
   local want = {}
   for _, f in ipairs(names) do
-    if string.sub(f, 1, 2) ~= 'm:' then want[#want + 1] = f end
+    local kind = string.sub(f, 1, 2)
+    if kind ~= 'm:' and kind ~= 'n:' then want[#want + 1] = f end
   end
   for first = 1, #want, 1000 do
     local last = math.min(first + 999, #want)
@@ -639,10 +668,28 @@ local function drain(a, now, amount, changed)
   for _, b in ipairs(a.blocks) do
     if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
   end
-  table.sort(spendable, spends_before)
-  local draws, left = {}, amount
-  for _, b in ipairs(spendable) do
-    if not m_pos(left) then break end
+  -- The next block in spend order, picked by a scan rather than a sort of
+  -- them all: a charge usually draws from one or two blocks, so this costs
+  -- one pass per block drawn instead of n log n comparisons (invariant 13).
+  -- After four picks the rest is sorted once (a drain of many blocks).
+  local draws, left, sorted = {}, amount, false
+  while m_pos(left) and #spendable > 0 do
+    local b
+    if sorted then
+      b = table.remove(spendable)
+    elseif #draws == 4 then
+      table.sort(spendable, function(x, y) return spends_before(y, x) end)
+      sorted = true
+      b = table.remove(spendable)
+    else
+      local at = 1
+      for i = 2, #spendable do
+        if spends_before(spendable[i], spendable[at]) then at = i end
+      end
+      b = spendable[at]
+      spendable[at] = spendable[#spendable]
+      spendable[#spendable] = nil
+    end
     local take = m_min(b.rem, left)
     b.rem = m_sub(b.rem, take)
     left = m_sub(left, take)
@@ -681,9 +728,10 @@ local function zset_sync(zkey, member, blocks)
 end
 
 -- acct_commit writes the account fields, the changed blocks (emptied ones
--- are deleted with their metadata: Postgres keeps their history) and the changed reservations,
--- drops reservations finalized more than RES_KEEP_MS ago, then syncs the
--- expiry zset.
+-- are deleted with their metadata: Postgres keeps their history) and the
+-- changed reservations with their metadata, drops reservations finalized
+-- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), then
+-- syncs the expiry zset.
 local function acct_commit(akey, zkey, member, a, changed, now)
   redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now))
   for _, b in ipairs(changed) do
@@ -696,11 +744,27 @@ local function acct_commit(akey, zkey, member, a, changed, now)
       redis.call('HDEL', akey, 'b:' .. b.id, 'm:' .. b.id)
     end
   end
+  local kept = {}
   for id, raw in pairs(a.res) do
     if a.res_dirty[id] then
       redis.call('HSET', akey, 'r:' .. id, raw)
-    elseif res_stale(raw, now) then
-      redis.call('HDEL', akey, 'r:' .. id)
+      if a.res_meta[id] and a.res_meta[id] ~= '' then
+        redis.call('HSET', akey, 'n:' .. id, a.res_meta[id])
+      end
+    end
+    local final = res_final(raw)
+    if final and final + RES_KEEP_MS <= now then
+      redis.call('HDEL', akey, 'r:' .. id, 'n:' .. id)
+    elseif final then
+      kept[#kept + 1] = {id, final}
+    end
+  end
+  if #kept > MAX_KEPT_HOLDS then
+    -- The oldest finalized holds leave early, down to half the cap, so
+    -- this sort runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
+    table.sort(kept, function(x, y) return x[2] < y[2] end)
+    for i = 1, #kept - MAX_KEPT_HOLDS / 2 do
+      redis.call('HDEL', akey, 'r:' .. kept[i][1], 'n:' .. kept[i][1])
     end
   end
   zset_sync(zkey, member, a.blocks)

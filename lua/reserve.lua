@@ -54,7 +54,7 @@ expire_due(a, now, entries, changed)
 a.rs = reserved
 local r = {id = res_id, status = 'active', est_units = est_units, est_cost = cost, expires = expires,
   created = now, released = MONEY_ZERO, metric = metric, meta = meta}
-a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', metric = metric, ref = res_id})
 
 a.v = a.v + 1

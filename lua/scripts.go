@@ -80,6 +80,7 @@ var scriptErrors = map[string]error{
 	// MAX_ACTIVE_HOLDS).
 	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
 	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
+	"STALE":         errStale,
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)
