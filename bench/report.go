@@ -359,6 +359,9 @@ func markdown(r *Results, rel string) string {
 		}
 		w("\nMax %d us per script call (%s); largest other command of the run (reads: HGETALL of the hash) %d us; account hash %d bytes. Caps refused as they should: %s.\n",
 			wr.MaxUS, wr.MaxPhase, wr.ReadMaxUS, wr.HashBytes, strings.Join(wr.Refusals, "; "))
+		for _, im := range wr.Imports {
+			w("\nImport of %d customers x %d blocks: %.2f s (%d created, %d errors).\n", im.Customers, im.Blocks, im.Seconds, im.Created, im.Errors)
+		}
 	}
 
 	w("\n## Throughput and latency\n\n")

@@ -30,18 +30,19 @@ const metricWorst = "worst_tiers"
 
 // WorstResult is the scenario's outcome.
 type WorstResult struct {
-	Blocks     int          `json:"live_blocks"`
-	Holds      int          `json:"active_holds"`
-	Tiers      int          `json:"tiers"`
-	MetaBytes  int          `json:"metadata_bytes_per_block"`
-	Phases     []WorstPhase `json:"phases"`
-	MaxUS      int64        `json:"max_script_us"`
-	MaxPhase   string       `json:"max_script_phase"`
-	Refusals   []string     `json:"cap_refusals"`
-	ReadMaxUS  int64        `json:"max_read_us"`
-	Error      string       `json:"error,omitempty"`
-	HashBytes  int64        `json:"account_hash_bytes"`
-	ScriptRuns int          `json:"script_calls"`
+	Blocks     int           `json:"live_blocks"`
+	Holds      int           `json:"active_holds"`
+	Tiers      int           `json:"tiers"`
+	MetaBytes  int           `json:"metadata_bytes_per_block"`
+	Phases     []WorstPhase  `json:"phases"`
+	MaxUS      int64         `json:"max_script_us"`
+	MaxPhase   string        `json:"max_script_phase"`
+	Refusals   []string      `json:"cap_refusals"`
+	ReadMaxUS  int64         `json:"max_read_us"`
+	Error      string        `json:"error,omitempty"`
+	HashBytes  int64         `json:"account_hash_bytes"`
+	Imports    []WorstImport `json:"imports"`
+	ScriptRuns int           `json:"script_calls"`
 }
 
 // WorstPhase is the Redis time of the script calls of one kind of request.
@@ -55,6 +56,15 @@ type WorstPhase struct {
 	// the rest are the HTTP idempotency scripts).
 	MoneyCalls int   `json:"money_script_calls"`
 	MoneyP50US int64 `json:"money_p50_us"`
+}
+
+// WorstImport is one import call at a call limit, timed from the client.
+type WorstImport struct {
+	Customers int     `json:"customers"`
+	Blocks    int     `json:"blocks_each"`
+	Seconds   float64 `json:"seconds"`
+	Created   int     `json:"created"`
+	Errors    int     `json:"errors"`
 }
 
 // worstMeta is a metadata object of about n bytes of JSON: keys of 8
@@ -346,6 +356,34 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 	}
 	r.Blocks, r.Holds = engine.MaxLiveBlocks, engine.MaxActiveHolds
+
+	// Import at its limits: it must finish well inside its 30 s claim.
+	for _, shape := range [][2]int{{engine.MaxImportTotalBlocks / engine.MaxImportBlocks, engine.MaxImportBlocks},
+		{engine.MaxImportCustomers, engine.MaxImportTotalBlocks / engine.MaxImportCustomers}} {
+		rows := make([]map[string]any, shape[0])
+		for i := range rows {
+			credits := make([]map[string]any, shape[1])
+			for j := range credits {
+				credits[j] = map[string]any{"credits": 1000 + j, "priority": j % 5}
+			}
+			rows[i] = map[string]any{"external_id": fmt.Sprintf("imp-%d-%d-%s", shape[0], i, b.runID), "credits": credits}
+		}
+		t0 := time.Now()
+		a, err := b.api.Call("POST", "/v1/import", map[string]any{"customers": rows}, idem()...)
+		if err := expect(200, a, err); err != nil {
+			return fmt.Errorf("import %dx%d: %w", shape[0], shape[1], err)
+		}
+		var res struct {
+			Created int
+			Errors  []any
+		}
+		if err := a.Decode(&res); err != nil {
+			return err
+		}
+		im := WorstImport{Customers: shape[0], Blocks: shape[1], Seconds: time.Since(t0).Seconds(), Created: res.Created, Errors: len(res.Errors)}
+		r.Imports = append(r.Imports, im)
+		logf("worst: import of %d customers x %d blocks: %.2f s, %d created, %d errors", im.Customers, im.Blocks, im.Seconds, im.Created, im.Errors)
+	}
 	return nil
 }
 
