@@ -250,8 +250,8 @@ func (s *Imports) importOne(ctx context.Context, scope Scope, tenant Tenant, ide
 }
 
 // grantAll writes the blocks of customer i, each under its own key derived
-// from the call's, so the Lua idempotency memory tells them apart: the
-// first loads the customer's state, the rest go in one batch.
+// from the call's, so the Lua idempotency memory tells them apart, all in
+// one batch when the block store batches.
 func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem Idempotency, i int, blocks []importBlock, now time.Time) error {
 	mc := contextOf(c, tenant)
 	mc.Emitter = EmitterImport
@@ -275,23 +275,25 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 	if len(cmds) == 0 {
 		return nil
 	}
-	if err := one(cmds[0]); err != nil {
-		return err
-	}
-	rest := cmds[1:]
 	bg, ok := s.credits.blocks.(BatchGranter)
-	if !ok || len(rest) == 0 {
-		for _, cmd := range rest {
+	if !ok {
+		for _, cmd := range cmds {
 			if err := one(cmd); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	for j, err := range bg.GrantBatch(ctx, rest) {
+	// The customer was created just now, so Postgres has nothing to
+	// rebuild: install its empty state (version 0 only creates a missing
+	// hash) and send every block in one batch.
+	if _, err := s.credits.blocks.Load(ctx, AccountState{TenantID: c.TenantID, CustomerID: c.ID, Environment: c.Environment}); err != nil {
+		return err
+	}
+	for j, err := range bg.GrantBatch(ctx, cmds) {
 		if errors.Is(err, ErrStateMissing) {
 			// The state went away mid-import (a flush): load and retry.
-			err = one(rest[j])
+			err = one(cmds[j])
 		}
 		if err != nil {
 			return err
