@@ -179,8 +179,8 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 }
 
 // TestKeptHoldsBounded: finalized holds stay in the hash for a while, but
-// never more than MAX_KEPT_HOLDS of them, and hold metadata is kept out of
-// what every script reads (field "n:<id>").
+// never more than MAX_KEPT_HOLDS of them; hold metadata is kept out of what
+// every script reads (field "n:<id>") and out of release Mutations.
 func TestKeptHoldsBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -190,8 +190,12 @@ func TestKeptHoldsBounded(t *testing.T) {
 			r := reserveCmd(c, 1, terms, time.Hour, t0)
 			r.Metadata = engine.Metadata{"i": json.RawMessage(fmt.Sprint(i))}
 			b.reserve(t, r)
-			if _, err := b.store.Release(ctx, releaseCmd(c, r.ReservationID, false, t0)); err != nil {
+			res, err := b.store.Release(ctx, releaseCmd(c, r.ReservationID, false, t0))
+			if err != nil {
 				t.Fatal(err)
+			}
+			if len(res.Mutation.Reservation.Metadata) != 0 {
+				t.Fatalf("a release Mutation carries the hold metadata %s", res.Mutation.Reservation.Metadata)
 			}
 		}
 		var holds, metas int

@@ -31,7 +31,9 @@ if not raw then
   if expire then redis.call('ZREM', rexp_key, member) end
   return redis.error_reply('NOTFOUND no such reservation')
 end
-local r = res_get(account_key, res_id, raw)
+-- Without its metadata (res_dec): a release neither changes it nor copies
+-- it into its Mutation; Postgres keeps what the reserve or commit stored.
+local r = res_dec(res_id, raw)
 if r.status ~= 'active' then
   if expire then redis.call('ZREM', rexp_key, member) end
   return redis.error_reply('NOTACTIVE the reservation is ' .. r.status)

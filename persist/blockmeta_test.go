@@ -59,3 +59,33 @@ func TestDrainKeepsBlockMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseKeepsHoldMetadata: a release Mutation carries no hold
+// metadata, and Postgres keeps what the reserve stored, in a later batch or
+// in the reserve's own batch.
+func TestReleaseKeepsHoldMetadata(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, sameBatch := range []bool{false, true} {
+		a := newAccount(live, now)
+		b.apply(t, a.grant("", 1000, nil))
+		res, h := a.reserve("", "gpu", 100, time.Hour)
+		rel := a.finish(h, engine.ReservationReleased, 0)
+		rel.Reservation.Metadata = nil
+		if sameBatch {
+			b.apply(t, res, rel)
+		} else {
+			b.apply(t, res)
+			b.apply(t, rel)
+		}
+		var meta, status string
+		if err := b.pool.QueryRow(b.ctx, `SELECT metadata::text, status FROM reservations WHERE id = $1`, h.ID).Scan(&meta, &status); err != nil {
+			t.Fatal(err)
+		}
+		if meta != `{"job": "j1"}` || status != "released" {
+			t.Errorf("same batch %v: hold metadata %s status %s, want the reserve's and released", sameBatch, meta, status)
+		}
+	}
+}
