@@ -48,6 +48,7 @@ type Options struct {
 	Keep             bool
 	RebuildTimeout   time.Duration
 	WorstMetaBytes   int
+	WorstPace        time.Duration
 }
 
 // onlyWorst: the run is the "worst allowed input" scenario alone, which
@@ -68,6 +69,7 @@ func main() {
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
 	flag.StringVar(&scenarios, "scenarios", "check,consume,gauge,reserve,usage,mixed,worst", "scenarios to run (check,consume,gauge,reserve,usage,mixed,worst); worst alone skips everything else")
 	flag.StringVar(&scenarios, "scenario", "check,consume,gauge,reserve,usage,mixed,worst", "alias of -scenarios (e.g. -scenario worst)")
+	flag.DurationVar(&o.WorstPace, "worst-pace", 25*time.Millisecond, "pause before each measured call of the worst scenario (lets creditd and the persister go idle)")
 	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", 16<<10, "metadata bytes per block and hold in the worst scenario (smaller when the API refuses it)")
 	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
 	flag.BoolVar(&o.Quick, "quick", false, "a smoke run of about a minute")

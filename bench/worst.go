@@ -124,7 +124,9 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	}
 	// The largest metadata the API takes (the boundary's limits may be
 	// tighter than the first guess).
+	pace := time.Duration(0)
 	grant := func(i int, meta map[string]any, extra map[string]any) (Answer, error) {
+		time.Sleep(pace)
 		body := map[string]any{"credits": grantCredits, "source": "promotional", "reason": "worst",
 			"priority": i % 5, "duration_seconds": 30*24*3600 + i*60, "metadata": meta}
 		for k, v := range extra {
@@ -158,6 +160,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	}
 	holds := make([]string, 0, engine.MaxActiveHolds)
 	reserve := func(tag string) (Answer, error) {
+		time.Sleep(pace)
 		return b.api.Call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
@@ -173,6 +176,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		holds = append(holds, h.ID)
 	}
 
+	pace = b.o.WorstPace
 	restore, err := slowlogAll(ctx, b.rdb)
 	if err != nil {
 		return err
@@ -209,6 +213,12 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 		return nil
 	}
+	// paced leaves creditd and its persister idle before each measured
+	// call, so SLOWLOG times the script, not the CPU it shares with them.
+	paced := func(method, path string, body any, headers ...string) (Answer, error) {
+		time.Sleep(b.o.WorstPace)
+		return b.api.Call(method, path, body, headers...)
+	}
 	nomatch := map[string]any{"stack_after": map[string]any{"metadata_match": map[string]any{"tag": "none", "k0000000": "x"},
 		"fallback": "now"}}
 	steps := []struct {
@@ -229,7 +239,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}},
 		{"consume through every tier", func() error {
 			for i := 0; i < 20; i++ {
-				a, err := b.api.Call("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
+				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
 					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50, "metadata": worstMeta(r.MetaBytes, "c")}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
@@ -243,7 +253,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 				events[i] = map[string]any{"event_id": b.runID + "-worst-ev-" + strconv.Itoa(i), "customer_id": ext,
 					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 1}
 			}
-			a, err := b.api.Call("POST", "/v1/usage", map[string]any{"events": events}, idem()...)
+			a, err := paced("POST", "/v1/usage", map[string]any{"events": events}, idem()...)
 			return expect(200, a, err)
 		}},
 		{"reserve to the hold cap, then past it (409)", func() error {
@@ -267,7 +277,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			for i := 0; i < 10; i++ {
 				id := holds[len(holds)-1]
 				holds = holds[:len(holds)-1]
-				a, err := b.api.Call("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": engine.MaxTiers + 5,
+				a, err := paced("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": engine.MaxTiers + 5,
 					"metadata": worstMeta(r.MetaBytes, "commit")}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
@@ -279,7 +289,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			for i := 0; i < 10; i++ {
 				id := holds[len(holds)-1]
 				holds = holds[:len(holds)-1]
-				a, err := b.api.Call("POST", "/v1/reservations/"+id+"/release", map[string]any{}, idem()...)
+				a, err := paced("POST", "/v1/reservations/"+id+"/release", map[string]any{}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
 				}
@@ -291,7 +301,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			// so the next calls read the most holds a hash may keep.
 			for i := 0; i < 2*engine.MaxActiveHolds; i++ {
 				if len(holds) == engine.MaxActiveHolds {
-					a, err := b.api.Call("POST", "/v1/reservations/"+holds[0]+"/release", map[string]any{}, idem()...)
+					a, err := paced("POST", "/v1/reservations/"+holds[0]+"/release", map[string]any{}, idem()...)
 					if err := expect(200, a, err); err != nil {
 						return err
 					}
@@ -311,7 +321,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}},
 		{"consume with every hold kept", func() error {
 			for i := 0; i < 20; i++ {
-				a, err := b.api.Call("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
+				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
 					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
@@ -321,7 +331,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}},
 		{"negative adjust draining blocks", func() error {
 			for i := 0; i < 5; i++ {
-				a, err := b.api.Call("POST", "/v1/customers/"+ext+"/credits/adjust", map[string]any{"delta": -(grantCredits + 7), "source": "manual",
+				a, err := paced("POST", "/v1/customers/"+ext+"/credits/adjust", map[string]any{"delta": -(grantCredits + 7), "source": "manual",
 					"reason": "worst drain"}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
@@ -331,7 +341,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}},
 		{"check and balance reads (not scripts)", func() error {
 			for i := 0; i < 10; i++ {
-				a, err := b.api.Call("GET", "/v1/entitlements/check?customer_id="+ext+"&billable_metric_key="+metricWorst+"&units=150", nil)
+				a, err := paced("GET", "/v1/entitlements/check?customer_id="+ext+"&billable_metric_key="+metricWorst+"&units=150", nil)
 				if err := expect(200, a, err); err != nil {
 					return err
 				}

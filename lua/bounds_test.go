@@ -15,6 +15,10 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
+// maxKeptHolds is prelude.lua MAX_KEPT_HOLDS: finalized holds kept in the
+// account hash (docs/limits.md).
+const maxKeptHolds = 8
+
 // TestPreludeBoundsMirrorEngine: the caps prelude.lua enforces are the
 // ones the engine documents and names in its errors (invariant 13).
 func TestPreludeBoundsMirrorEngine(t *testing.T) {
@@ -24,7 +28,7 @@ func TestPreludeBoundsMirrorEngine(t *testing.T) {
 	}{
 		{"MAX_LIVE_BLOCKS", engine.MaxLiveBlocks},
 		{"MAX_ACTIVE_HOLDS", engine.MaxActiveHolds},
-		{"MAX_KEPT_HOLDS", engine.MaxActiveHolds},
+		{"MAX_KEPT_HOLDS", maxKeptHolds},
 	} {
 		m := regexp.MustCompile(`(?m)^local ` + tc.lua + ` = (\d+)$`).FindStringSubmatch(preludeLua)
 		if m == nil || m[1] != fmt.Sprint(tc.want) {
@@ -207,8 +211,8 @@ func TestKeptHoldsBounded(t *testing.T) {
 				metas++
 			}
 		}
-		if holds > engine.MaxActiveHolds || holds == 0 || metas != holds {
-			t.Errorf("hash keeps %d finalized holds and %d hold metadata fields, want 1..%d of each", holds, metas, engine.MaxActiveHolds)
+		if holds > maxKeptHolds || holds == 0 || metas != holds {
+			t.Errorf("hash keeps %d finalized holds and %d hold metadata fields, want 1..%d of each", holds, metas, maxKeptHolds)
 		}
 	})
 }

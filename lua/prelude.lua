@@ -35,7 +35,7 @@ local MAX_ACTIVE_HOLDS = 32
 -- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
 -- RES_KEEP_MS; past that the oldest leave early (engine then reads their
 -- final status from Postgres, as after RES_KEEP_MS).
-local MAX_KEPT_HOLDS = 32
+local MAX_KEPT_HOLDS = 8
 
 local MONEY_BASE = 1000000000
 local MONEY_ZERO = {0, 0}
@@ -424,7 +424,7 @@ end
 -- it is active: one pattern match, not a whole res_dec, because every
 -- script checks every kept hold.
 local function res_final(raw)
-  if string.sub(raw, 1, 1) == 'a' then return nil end
+  if string.byte(raw, 1) == 97 then return nil end -- 'a': active
   local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
   if not f or f == '' then return nil end
   return b36_dec(f)
@@ -548,15 +548,19 @@ local function meta_matches(meta, match)
 end
 
 -- acct_field decodes one account hash field into a.
+-- Kinds are told by byte, not by substring: every script reads every
+-- field, and each new Lua string costs an allocation and an intern.
+local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 103, 109, 110, 97
+
 local function acct_field(a, f, v)
-  local kind = string.sub(f, 1, 2)
-  if kind == 'b:' then
+  local k1, k2 = string.byte(f, 1, 2)
+  if k2 == BYTE_COLON and k1 == BYTE_B then
     a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
-  elseif kind == 'r:' then
+  elseif k2 == BYTE_COLON and k1 == BYTE_R then
     -- Reservations stay encoded until a script asks for one (res_get).
     a.res[string.sub(f, 3)] = v
-    if string.sub(v, 1, 1) == 'a' then a.active = a.active + 1 end
-  elseif kind == 'g:' then
+    if string.byte(v, 1) == BYTE_A then a.active = a.active + 1 end
+  elseif k2 == BYTE_COLON and k1 == BYTE_G then
     a.gauges[string.sub(f, 3)] = v
   elseif f == 'v' or f == 'ua' then
     a[f] = tonumber(v)
@@ -577,8 +581,8 @@ local function acct_read(key)
     res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0}
   local want = {}
   for _, f in ipairs(names) do
-    local kind = string.sub(f, 1, 2)
-    if kind ~= 'm:' and kind ~= 'n:' then want[#want + 1] = f end
+    local k1, k2 = string.byte(f, 1, 2)
+    if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
   end
   for first = 1, #want, 1000 do
     local last = math.min(first + 999, #want)
