@@ -73,6 +73,10 @@ func (b *Bench) seed(ctx context.Context) error {
 		b.res.Warnings = append(b.res.Warnings, "gauge metric: "+err.Error())
 	}
 
+	if b.o.onlyWorst() {
+		b.target = &Target{Base: b.api.Base, Key: b.api.Key, RunID: b.runID, Acks: &Acks{}}
+		return nil
+	}
 	memBefore, err := redisUsedMemory(ctx, b.rdb)
 	if err != nil {
 		return err
@@ -270,6 +274,9 @@ func (b *Bench) scenarios(ctx context.Context) {
 	}
 	var plan []planned
 	for _, name := range b.o.Scenarios {
+		if name == "worst" {
+			continue // run on its own customer after the others (worst.go)
+		}
 		if _, ok := all[name]; !ok {
 			b.res.Errors = append(b.res.Errors, "unknown scenario "+name)
 			continue

@@ -9,6 +9,7 @@
 // latency_vs_throughput.svg} and bench/results/latest.md.
 //
 //	go run ./bench [-quick] [-duration 15s] [-customers 1000] [-scenarios check,consume,...] [-hot]
+//	go run ./bench -scenario worst   # the worst allowed input alone (invariant 13)
 package main
 
 import (
@@ -46,7 +47,13 @@ type Options struct {
 	MaxP99           time.Duration
 	Keep             bool
 	RebuildTimeout   time.Duration
+	WorstMetaBytes   int
+	WorstPace        time.Duration
 }
+
+// onlyWorst: the run is the "worst allowed input" scenario alone, which
+// needs no seeded customers, ceilings, ledger check or rebuild.
+func (o Options) onlyWorst() bool { return len(o.Scenarios) == 1 && o.Scenarios[0] == "worst" }
 
 func main() {
 	var (
@@ -60,7 +67,10 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	flag.StringVar(&scenarios, "scenarios", "check,consume,gauge,reserve,usage,mixed", "scenarios to run (check,consume,gauge,reserve,usage,mixed)")
+	flag.StringVar(&scenarios, "scenarios", "check,consume,gauge,reserve,usage,mixed,worst", "scenarios to run (check,consume,gauge,reserve,usage,mixed,worst); worst alone skips everything else")
+	flag.StringVar(&scenarios, "scenario", "check,consume,gauge,reserve,usage,mixed,worst", "alias of -scenarios (e.g. -scenario worst)")
+	flag.DurationVar(&o.WorstPace, "worst-pace", 25*time.Millisecond, "pause before each measured call of the worst scenario (lets creditd and the persister go idle)")
+	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", 16<<10, "metadata bytes per block and hold in the worst scenario (smaller when the API refuses it)")
 	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
 	flag.BoolVar(&o.Quick, "quick", false, "a smoke run of about a minute")
 	flag.StringVar(&o.Out, "out", "bench/results", "results directory")
@@ -225,15 +235,24 @@ func run(ctx context.Context, o Options) (*Results, error) {
 		res.Errors = append(res.Errors, "seed: "+err.Error())
 		return res, err
 	}
-	b.ceilings(ctx)
-	b.scenarios(ctx)
-	b.ledger(ctx)
+	if !o.onlyWorst() {
+		b.ceilings(ctx)
+		b.scenarios(ctx)
+	}
+	for _, s := range o.Scenarios {
+		if s == "worst" && ctx.Err() == nil {
+			b.worst(ctx)
+		}
+	}
+	if !o.onlyWorst() {
+		b.ledger(ctx)
+	}
 	cd.Stop()
 	probe.Creditd = 0
 	if tailLog := strings.TrimSpace(tail(filepath.Join(tmp, "creditd.log"), 1500)); tailLog != "" {
 		res.CreditdLogTail = tailLog
 	}
-	if o.RebuildCustomers > 0 && ctx.Err() == nil {
+	if o.RebuildCustomers > 0 && ctx.Err() == nil && !o.onlyWorst() {
 		r := runRebuild(ctx, bin, baseDB, dbName+"rb", redisURL, rdb, o.RebuildCustomers, o.RebuildTimeout, probe, logf)
 		res.Rebuild = &r
 		if r.Error != "" {

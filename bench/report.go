@@ -28,6 +28,7 @@ type Results struct {
 	Scenarios      []ScenarioResult `json:"scenarios"`
 	Ledger         *LedgerCheck     `json:"ledger,omitempty"`
 	Rebuild        *RebuildResult   `json:"rebuild,omitempty"`
+	Worst          *WorstResult     `json:"worst_allowed_input,omitempty"`
 	Targets        []Target6        `json:"targets"`
 	Warnings       []string         `json:"warnings,omitempty"`
 	Errors         []string         `json:"errors,omitempty"`
@@ -250,6 +251,16 @@ func (r *Results) computeTargets() {
 			add("Redis memory per customer with 3 blocks", "<= 500 bytes", "not measured", nil)
 		}
 	}
+	if w := r.Worst; w != nil && w.Error == "" && w.ScriptRuns > 0 {
+		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms",
+			fmt.Sprintf("max %d us (%s) over %d calls: %d live blocks and %d holds with %d B metadata each, %d tiers",
+				w.MaxUS, w.MaxPhase, w.ScriptRuns, w.Blocks, w.Holds, w.MetaBytes, w.Tiers),
+			boolp(time.Duration(w.MaxUS)*time.Microsecond <= worstBudget))
+	} else if w != nil {
+		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms", "failed: "+w.Error, boolp(false))
+	} else {
+		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms", "not measured", nil)
+	}
 	r.Targets = ts
 }
 
@@ -332,6 +343,25 @@ func markdown(r *Results, rel string) string {
 			met = map[bool]string{true: "**met**", false: "**missed**"}[*t.Met]
 		}
 		w("| %s | %s | %s | %s |\n", t.Name, t.Want, t.Measured, met)
+	}
+
+	if wr := r.Worst; wr != nil {
+		w("\n## Worst allowed input (issue 9, invariant 13)\n\n")
+		w("One customer at every cap: %d live blocks and %d active holds, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
+			wr.Blocks, wr.Holds, wr.MetaBytes, wr.Tiers)
+		w("Redis time per script call from SLOWLOG (slowlog-log-slower-than 0, this run's keys only). Run alone: `go run ./bench -scenario worst`.\n\n")
+		if wr.Error != "" {
+			w("**Failed:** %s\n\n", wr.Error)
+		}
+		w("| requests | script calls | max us | p99 us | p50 us | money scripts | their p50 us |\n|---|---|---|---|---|---|---|\n")
+		for _, p := range wr.Phases {
+			w("| %s | %d | %d | %d | %d | %d | %d |\n", p.Name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.MoneyCalls, p.MoneyP50US)
+		}
+		w("\nMax %d us per script call (%s); largest other command of the run (reads: HGETALL of the hash) %d us; account hash %d bytes. Caps refused as they should: %s.\n",
+			wr.MaxUS, wr.MaxPhase, wr.ReadMaxUS, wr.HashBytes, strings.Join(wr.Refusals, "; "))
+		for _, im := range wr.Imports {
+			w("\nImport of %d customers x %d blocks: %.2f s (%d created, %d errors).\n", im.Customers, im.Blocks, im.Seconds, im.Created, im.Errors)
+		}
 	}
 
 	w("\n## Throughput and latency\n\n")

@@ -5,17 +5,29 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// Import limits (docs/decisions.md): one call stays well inside the
-// request timeout.
+// Import limits (docs/limits.md): one call stays well inside the request
+// timeout and its idempotency claim. A customer's blocks never pass
+// MaxLiveBlocks.
 const (
-	MaxImportCustomers = 1000
-	MaxImportBlocks    = 100
+	MaxImportCustomers   = 1000
+	MaxImportBlocks      = MaxLiveBlocks
+	MaxImportTotalBlocks = 10000
+	// importWorkers customers are imported at once.
+	importWorkers = 8
 )
+
+// BatchGranter is a BlockStore that runs many grants in one round trip,
+// each its own script call; Import uses it when the store has it.
+type BatchGranter interface {
+	// GrantBatch applies cmds and returns each one's error, as Grant would.
+	GrantBatch(ctx context.Context, cmds []GrantCommand) []error
+}
 
 // importReason is the reason of every imported block's ledger entry.
 const importReason = "import"
@@ -89,7 +101,7 @@ func (c *ImportCustomer) validate(now time.Time) ([]importBlock, error) {
 	}
 	c.Metadata = in.Metadata // canonical
 	if len(c.Credits) > MaxImportBlocks {
-		return nil, Invalid("credits", "at most 100 credit blocks per customer")
+		return nil, Invalid("credits", "at most "+strconv.Itoa(MaxImportBlocks)+" credit blocks per customer")
 	}
 	out := make([]importBlock, 0, len(c.Credits))
 	var total int64
@@ -129,7 +141,9 @@ func (c *ImportCustomer) validate(now time.Time) ([]importBlock, error) {
 // Import creates each customer whose external_id is new (an existing one is
 // skipped, its credit untouched) with one `migration` block per credit entry
 // (ledger type adjustment, reason "import"), and never fires credit.granted.
-// A bad entry is reported in errors and never stops the others; dry_run
+// Every row is judged on its own: a bad or failing row is reported in errors
+// by index and never stops the others. Rows run importWorkers at a time and
+// a customer's blocks go to Redis in one pipelined round trip. dry_run
 // validates and counts without writing. Errors (whole call): 422 for a
 // missing or oversized customers list.
 func (s *Imports) Import(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ImportInput) (ImportResult, error) {
@@ -139,63 +153,113 @@ func (s *Imports) Import(ctx context.Context, scope Scope, tenant Tenant, idem I
 	if len(in.Customers) > MaxImportCustomers {
 		return ImportResult{}, Invalid("customers", "at most 1000 customers per call")
 	}
-	out := ImportResult{Errors: []ImportError{}}
+	total := 0
+	for i := range in.Customers {
+		total += len(in.Customers[i].Credits)
+	}
+	if total > MaxImportTotalBlocks {
+		return ImportResult{}, Invalid("customers", "at most 10000 credit blocks per call, over all customers")
+	}
 	now := s.credits.clock.Now()
+	type row struct {
+		index  int
+		blocks []importBlock
+	}
+	outcome := make([]importOutcome, len(in.Customers))
 	seen := make(map[string]bool, len(in.Customers))
+	var rows []row
 	for i := range in.Customers {
 		ic := &in.Customers[i]
 		blocks, err := ic.validate(now)
 		if err != nil {
-			out.Errors = append(out.Errors, ImportError{Index: i, Error: errorText(err)})
+			outcome[i] = importOutcome{err: err}
 			continue
 		}
 		ext := *ic.ExternalID
 		if seen[ext] {
-			out.Skipped++
+			outcome[i] = importOutcome{skipped: true}
 			continue
 		}
 		seen[ext] = true
-		if in.Options.DryRun {
-			_, err := s.customers.dir.CustomerByExternalID(ctx, scope, ext)
-			switch {
-			case err == nil:
-				out.Skipped++
-			case errors.Is(err, ErrNotFound):
-				out.Created++
-			default:
-				return ImportResult{}, err
+		rows = append(rows, row{index: i, blocks: blocks})
+	}
+
+	next := make(chan row)
+	var wg sync.WaitGroup
+	for w := 0; w < min(importWorkers, len(rows)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range next {
+				outcome[r.index] = s.importOne(ctx, scope, tenant, idem, in, r.index, r.blocks, now)
 			}
-			continue
-		}
-		c, err := s.customers.Create(ctx, scope, CreateCustomerInput{ExternalID: ic.ExternalID,
-			DisplayName: ic.DisplayName, Metadata: ic.Metadata})
-		if e, ok := AsError(err); ok && e.Kind == KindConflict {
+		}()
+	}
+	for _, r := range rows {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+
+	out := ImportResult{Errors: []ImportError{}}
+	for i, o := range outcome {
+		switch {
+		case o.err != nil:
+			out.Errors = append(out.Errors, ImportError{Index: i, Error: errorText(o.err)})
+		case o.skipped:
 			out.Skipped++
-			continue
+		default:
+			out.Created++
 		}
-		if err != nil {
-			return ImportResult{}, err
-		}
-		if err := s.grantAll(ctx, c, tenant, idem, i, blocks, now); err != nil {
-			if _, ok := AsError(err); !ok {
-				return ImportResult{}, err
-			}
-			out.Errors = append(out.Errors, ImportError{Index: i, Error: errorText(err)})
-			continue
-		}
-		out.Created++
 	}
 	return out, nil
 }
 
+// importOutcome is what became of one row: created (the zero value),
+// skipped, or an error.
+type importOutcome struct {
+	skipped bool
+	err     error
+}
+
+// importOne imports row i: its customer, then its blocks.
+func (s *Imports) importOne(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ImportInput, i int, blocks []importBlock, now time.Time) importOutcome {
+	ic := &in.Customers[i]
+	if in.Options.DryRun {
+		_, err := s.customers.dir.CustomerByExternalID(ctx, scope, *ic.ExternalID)
+		switch {
+		case err == nil:
+			return importOutcome{skipped: true}
+		case errors.Is(err, ErrNotFound):
+			return importOutcome{}
+		default:
+			return importOutcome{err: err}
+		}
+	}
+	c, err := s.customers.Create(ctx, scope, CreateCustomerInput{ExternalID: ic.ExternalID,
+		DisplayName: ic.DisplayName, Metadata: ic.Metadata})
+	if e, ok := AsError(err); ok && e.Kind == KindConflict {
+		return importOutcome{skipped: true}
+	}
+	if err != nil {
+		return importOutcome{err: err}
+	}
+	if err := s.grantAll(ctx, c, tenant, idem, i, blocks, now); err != nil {
+		return importOutcome{err: err}
+	}
+	return importOutcome{}
+}
+
 // grantAll writes the blocks of customer i, each under its own key derived
-// from the call's, so the Lua idempotency memory tells them apart.
+// from the call's, so the Lua idempotency memory tells them apart, all in
+// one batch when the block store batches.
 func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem Idempotency, i int, blocks []importBlock, now time.Time) error {
 	mc := contextOf(c, tenant)
 	mc.Emitter = EmitterImport
 	reason := importReason
+	cmds := make([]GrantCommand, len(blocks))
 	for j, b := range blocks {
-		cmd := GrantCommand{
+		cmds[j] = GrantCommand{
 			OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), AccountID: uuid.Must(uuid.NewV7()),
 			IdempotencyKey: idem.Key + "#import:" + strconv.Itoa(i) + ":" + strconv.Itoa(j),
 			RequestHash:    idem.RequestHash, Now: now,
@@ -204,20 +268,49 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 				Source: SourceMigration, Priority: b.priority, ExpiresAt: b.expires, Metadata: Metadata{}},
 			Context: &mc,
 		}
-		if _, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.credits.blocks.Grant(ctx, cmd) }); err != nil {
+	}
+	one := func(cmd GrantCommand) error {
+		_, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.credits.blocks.Grant(ctx, cmd) })
+		return err
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	bg, ok := s.credits.blocks.(BatchGranter)
+	if !ok {
+		for _, cmd := range cmds {
+			if err := one(cmd); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// The customer was created just now, so Postgres has nothing to
+	// rebuild: install its empty state (version 0 only creates a missing
+	// hash) and send every block in one batch.
+	if _, err := s.credits.blocks.Load(ctx, AccountState{TenantID: c.TenantID, CustomerID: c.ID, Environment: c.Environment}); err != nil {
+		return err
+	}
+	for j, err := range bg.GrantBatch(ctx, cmds) {
+		if errors.Is(err, ErrStateMissing) {
+			// The state went away mid-import (a flush): load and retry.
+			err = one(cmds[j])
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// errorText is a domain error as one line naming its field.
+// errorText is a domain error as one line naming its field; anything else
+// (a store failure) says only "internal error", never its Go text.
 func errorText(err error) string {
-	if e, ok := AsError(err); ok {
+	if e, ok := AsError(err); ok && (e.Kind != KindInternal || e.Documented) {
 		if e.Field != "" && !strings.HasPrefix(e.Detail, e.Field) {
 			return e.Field + ": " + e.Detail
 		}
 		return e.Detail
 	}
-	return err.Error()
+	return "internal error"
 }

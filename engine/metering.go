@@ -179,6 +179,11 @@ func addOrOverflow(a, b int64) (int64, error) {
 	return s, nil
 }
 
+// MaxTiers bounds the tiers of one rule (invariant 13): every consume,
+// check and reservation prices through all of them inside its script, and
+// 100 keeps that well under the 1 ms per script call (bench "worst").
+const MaxTiers = 100
+
 // ValidateRule checks a rule's pricing fields, naming the wrong field
 // (interface.md Metering rules; addendum 12 for tiers).
 func ValidateRule(r MeteringRule) error {
@@ -210,6 +215,9 @@ func ValidateRule(r MeteringRule) error {
 	}
 	if len(tc.Tiers) == 0 {
 		return Invalid("tier_config.tiers", "tier_config.tiers must not be empty")
+	}
+	if len(tc.Tiers) > MaxTiers {
+		return Invalid("tier_config.tiers", "tier_config.tiers may hold at most 100 tiers")
 	}
 	var prev int64
 	for i, t := range tc.Tiers {

@@ -88,30 +88,112 @@ func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKe
 // ErrIdempotencyMismatch; a retried idempotency key returns the original
 // Mutation with Replayed set.
 func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
+	keys, args, err := s.grantArgs(cmd)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	if cmd.StackAfter == nil {
+		return s.runMoney(ctx, grantScript, "grant", keys, args)
+	}
+	// stack_after: Go finds the latest matching block (bounded.go); the
+	// script refuses with STALE when the account moved since.
+	for range staleRetries {
+		start, ok, version, err := s.stackStart(ctx, cmd.Customer.CustomerID, cmd.StackAfter.MetadataMatch, cmd.Now)
+		if err != nil {
+			return engine.MutationResult{}, err
+		}
+		res, err := s.runMoney(ctx, grantScript, "grant", keys, append(args[:len(args):len(args)], stackArgs(start, ok, version)...))
+		if !errors.Is(err, errStale) {
+			return res, err
+		}
+	}
+	return engine.MutationResult{}, errStaleGaveUp
+}
+
+// GrantBatch runs grants in one pipelined round trip, one grant.lua call
+// each (so each call's work stays bounded), and returns each one's error
+// (nil when it applied or replayed), as Grant would. Import uses it: a
+// customer's blocks cost one round trip instead of one each.
+func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []error {
+	errs := make([]error, len(cmds))
+	keys := make([][]string, len(cmds))
+	args := make([][]any, len(cmds))
+	for i, cmd := range cmds {
+		keys[i], args[i], errs[i] = s.grantArgs(cmd)
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		pipe := s.rdb.Pipeline()
+		cmdsOut := make([]*redis.Cmd, len(cmds))
+		for i := range cmds {
+			if errs[i] == nil && args[i] != nil {
+				cmdsOut[i] = grantScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		noScript := false
+		for i, c := range cmdsOut {
+			if c == nil {
+				continue
+			}
+			v, err := c.Result()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				noScript = true
+				continue
+			}
+			args[i] = nil // done, whatever the outcome
+			if err != nil {
+				errs[i] = scriptError("grant", err)
+				continue
+			}
+			_, _, errs[i] = mutationReply("grant", v)
+		}
+		if !noScript {
+			break
+		}
+		// After a server restart: load the script and run what it refused.
+		if err := grantScript.Load(ctx, s.rdb).Err(); err != nil {
+			for i := range cmds {
+				if errs[i] == nil && args[i] != nil {
+					errs[i] = scriptError("grant", err)
+				}
+			}
+			break
+		}
+	}
+	for i := range cmds {
+		if errs[i] == nil && args[i] != nil {
+			errs[i] = errors.New("lua: grant: the script is not loaded")
+		}
+	}
+	return errs
+}
+
+// grantArgs are the keys and arguments of grant.lua for cmd.
+func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, []any, error) {
 	if cmd.Block.OriginalAmount <= 0 {
-		return engine.MutationResult{}, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
+		return nil, nil, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
 	}
 	if err := checkSource(cmd.Block.Source); err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: grant: %w", err)
+		return nil, nil, fmt.Errorf("lua: grant: %w", err)
 	}
 	if cmd.StackAfter != nil && cmd.DurationSeconds <= 0 {
-		return engine.MutationResult{}, errors.New("lua: grant: stack_after needs a duration")
+		return nil, nil, errors.New("lua: grant: stack_after needs a duration")
 	}
 	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, nil, err
 	}
 	reason, err := jsonText(cmd.Reason)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, nil, err
 	}
 	entryMeta, err := jsonText(cmd.EntryMetadata)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, nil, err
 	}
 	blockMeta, err := jsonText(cmd.Block.Metadata)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, nil, err
 	}
 	nowMS := cmd.Now.UnixMilli()
 	expires := ""
@@ -131,7 +213,7 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		if len(cmd.StackAfter.MetadataMatch) > 0 {
 			b, err := json.Marshal(cmd.StackAfter.MetadataMatch)
 			if err != nil {
-				return engine.MutationResult{}, err
+				return nil, nil, err
 			}
 			match = string(b)
 		}
@@ -141,7 +223,7 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		cmd.Block.ID.String(), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
 		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
 		expires, stackMS, fallback, match, contextText(cmd.Context), capText(cmd.AccumulationCap))
-	return s.runMoney(ctx, grantScript, "grant", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
 }
 
 // capText is the cap argument of grant.lua: "" when there is none.

@@ -18,6 +18,10 @@
 -- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
 -- ARGV[12] pricing terms ("" allowed with 0 units)
 -- ARGV[13] metadata JSON text or ""
+-- ARGV[14] the hold's stored metadata as Go read it, and ARGV[15] ARGV[13]
+--          merged into it by Go (both absent: the script merges, which
+--          costs milliseconds at the largest metadata); STALE when the
+--          stored metadata is no longer ARGV[14]
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- NOTFOUND (no such reservation for the customer), NOTACTIVE (already
@@ -40,7 +44,7 @@ if rp then return rp end
 
 local raw = a.res[res_id]
 if not raw then return redis.error_reply('NOTFOUND no such reservation') end
-local r = res_dec(res_id, raw)
+local r = res_get(account_key, res_id, raw)
 if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
 -- The hold ends at expires_at exactly, the instant the sweep may take it.
 if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
@@ -70,8 +74,15 @@ if m_pos(actual) then
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  local merged = meta_merge(r.meta, meta)
-  if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
+  local merged
+  if ARGV[15] then
+    -- Go merged (lua/bounded.go): only check it merged into this text.
+    if r.meta ~= ARGV[14] then return redis.error_reply('STALE the hold changed since it was read') end
+    merged = ARGV[15]
+  else
+    merged = meta_merge(r.meta, meta)
+    if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
+  end
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
   local draws = drain(a, now, charge, changed)
@@ -94,7 +105,7 @@ else
 end
 
 r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
-a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+res_put(a, r)
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))

@@ -22,12 +22,17 @@
 -- ARGV[23] accumulation cap (decimal, > 0), "" or absent when none: the block
 --          gets min(amount, cap - balance) and nothing when the balance is at
 --          or above the cap
+-- ARGV[24] stack_after start Go found (ms) or "none", and ARGV[25] the
+--          account version Go read it at (lua/bounded.go); STALE when the
+--          version moved. Without them the script matches the metadata
+--          itself, which costs milliseconds at the largest metadata.
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; with a
 -- cap that leaves nothing to grant {"noop", ""} (the idempotency key then
 -- remembers a Mutation without entries, so a retry stays a no-op); errors
 -- NOSTATE (no account hash), MISMATCH (key used by another request), NOMATCH
--- (stack_after reject without a match), OVERFLOW, BADARG. Nothing is written
+-- (stack_after reject without a match), OVERFLOW, TOOMANYBLOCKS (the
+-- customer already holds MAX_LIVE_BLOCKS live blocks), BADARG. Nothing is written
 -- before every check has passed.
 local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
@@ -35,7 +40,7 @@ local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
 local account_id, entry_type, reason, entry_meta = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local block_id, amount, priority, source = ARGV[13], m_parse(ARGV[14]), int_parse(ARGV[15]), ARGV[16]
-local block_meta, expires_arg = ARGV[17], ARGV[18]
+local new_meta, expires_arg = ARGV[17], ARGV[18]
 local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
 local ctx = ARGV[22] or ''
 local cap_arg = ARGV[23] or ''
@@ -61,13 +66,27 @@ expire_due(a, now, entries, changed)
 local starts, expires = now, int_parse(expires_arg)
 if stack_fallback ~= '' then
   if not stack_ms then return redis.error_reply('BADARG stack_after needs a duration') end
-  local match = cjson.decode(stack_match)
   local latest = nil
-  for _, b in ipairs(a.blocks) do
-    if b.expires and live(b, now) and (latest == nil or b.expires > latest) then
-      local meta = {}
-      if b.meta ~= '' then meta = cjson.decode(b.meta) end
-      if meta_matches(meta, match) then latest = b.expires end
+  if ARGV[25] then
+    -- Go matched the metadata (lua/bounded.go) at version ARGV[25].
+    if int_parse(ARGV[25]) ~= a.v then return redis.error_reply('STALE the account changed since it was read') end
+    latest = int_parse(ARGV[24])
+  else
+    -- The latest-expiring match: candidates newest expiry first, so only
+    -- the metadata up to the first match is read and decoded.
+    local match = cjson.decode(stack_match)
+    local cands = {}
+    for _, b in ipairs(a.blocks) do
+      if b.expires and live(b, now) then cands[#cands + 1] = b end
+    end
+    table.sort(cands, function(x, y) return x.expires > y.expires end)
+    for _, b in ipairs(cands) do
+      local text, meta = block_meta(account_key, b), {}
+      if text ~= '' then meta = cjson.decode(text) end
+      if meta_matches(meta, match) then
+        latest = b.expires
+        break
+      end
     end
   end
   if latest then
@@ -101,6 +120,9 @@ if cap then
   end
   amount = m_min(amount, room)
 end
+if live_count(a, now) >= MAX_LIVE_BLOCKS then
+  return redis.error_reply('TOOMANYBLOCKS the customer has the most live blocks it may hold')
+end
 local earned = m_add(a.le, amount)
 if not m_fits(m_add(balance, amount)) or not m_fits(earned) then
   return redis.error_reply('OVERFLOW the balance would not fit in int64')
@@ -110,7 +132,7 @@ if a.id == '' then a.id = account_id end
 a.v = a.v + 1
 a.le = earned
 local block = {id = block_id, rem = amount, orig = amount, prio = priority, created = now,
-  starts = starts, expires = expires, src = source, meta = block_meta}
+  starts = starts, expires = expires, src = source, meta = new_meta, fresh = true}
 a.blocks[#a.blocks + 1] = block
 changed[#changed + 1] = block
 entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id, reason, entry_meta)

@@ -27,6 +27,24 @@ const (
 	reservationIndexSlack = 48 * time.Hour
 )
 
+// pricedTermsArg is termsArg for a call that prices units: a tiered rule
+// is priced here by engine.Price (the function the scripts' price mirrors,
+// price_test.go) and sent as flat terms of that cost, so a script never
+// walks up to engine.MaxTiers tiers in Lua (invariant 13: parsing and
+// pricing 100 tiers cost a script about 1.5 ms). Flat and per_unit terms go
+// as they are. A cost past int64 is engine.ErrOverflow, as the script says.
+func pricedTermsArg(t engine.RuleTerms, units int64) (string, error) {
+	if t.CostType != engine.CostTiered || units < 1 {
+		return termsArg(t)
+	}
+	cost, err := engine.Price(engine.MeteringRule{CostType: t.CostType, BaseCost: t.BaseCost, UnitCost: t.UnitCost,
+		TierConfig: t.TierConfig}, units)
+	if err != nil {
+		return "", err
+	}
+	return termsArg(engine.RuleTerms{CostType: engine.CostFlat, BaseCost: cost})
+}
+
 // termsArg encodes a rule's pricing fields for the scripts' terms_parse:
 // "cost_type|base_cost|unit_cost|mode|tiers", tiers "up_to:unit_cost:flat_cost"
 // joined by ",", up_to "" for null.
@@ -117,7 +135,10 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 	if !cmd.Policy.Valid() {
 		return engine.MutationResult{}, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
 	}
-	terms, err := termsArg(cmd.Terms)
+	terms, err := pricedTermsArg(cmd.Terms, cmd.Units)
+	if _, ok := engine.AsError(err); ok {
+		return engine.MutationResult{}, err
+	}
 	if err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: consume: %w", err)
 	}
@@ -153,7 +174,10 @@ func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if cmd.ReservationID == uuid.Nil {
 		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
 	}
-	terms, err := termsArg(cmd.Terms)
+	terms, err := pricedTermsArg(cmd.Terms, cmd.EstimatedUnits)
+	if _, ok := engine.AsError(err); ok {
+		return engine.MutationResult{}, err
+	}
 	if err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
 	}
@@ -194,7 +218,11 @@ func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	terms := ""
 	if cmd.ActualUnits > 0 {
 		var err error
-		if terms, err = termsArg(cmd.Terms); err != nil {
+		terms, err = pricedTermsArg(cmd.Terms, cmd.ActualUnits)
+		if _, ok := engine.AsError(err); ok {
+			return engine.MutationResult{}, err
+		}
+		if err != nil {
 			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
 		}
 	}
@@ -207,7 +235,32 @@ func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 		return engine.MutationResult{}, err
 	}
 	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ActualUnits, 10), terms, meta)
-	return s.runMoney(ctx, commitScript, "commit", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	keys := s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
+	if meta == "" || cmd.ActualUnits == 0 {
+		return s.runMoney(ctx, commitScript, "commit", keys, args)
+	}
+	// Go merges the metadata (bounded.go); the script checks that the
+	// hold's stored metadata is still what Go merged into (STALE if not).
+	for range staleRetries {
+		stored, found, err := s.holdMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
+		if err != nil {
+			return engine.MutationResult{}, err
+		}
+		if !found {
+			// Not in Redis (state missing, or finalized and gone): the
+			// script answers NOSTATE or NOTFOUND without merging.
+			return s.runMoney(ctx, commitScript, "commit", keys, args)
+		}
+		merged, err := mergeMeta(stored, meta)
+		if err != nil {
+			return engine.MutationResult{}, err
+		}
+		res, err := s.runMoney(ctx, commitScript, "commit", keys, append(args[:len(args):len(args)], stored, merged))
+		if !errors.Is(err, errStale) {
+			return res, err
+		}
+	}
+	return engine.MutationResult{}, errStaleGaveUp
 }
 
 // Release returns the active hold cmd.ReservationID whole (release.lua):

@@ -82,11 +82,15 @@ redis.call('DEL', account_key)
 redis.call('HSET', account_key, 'id', account_id, 't', tenant, 'e', env, 'v', i_fmt(version),
   'rs', m_fmt(reserved), 'le', m_fmt(earned), 'ua', i_fmt(updated_ms))
 for _, b in ipairs(blocks) do
-  if m_pos(b.rem) then redis.call('HSET', account_key, 'b:' .. b.id, block_enc(b)) end
+  if m_pos(b.rem) then
+    redis.call('HSET', account_key, 'b:' .. b.id, block_enc(b))
+    if b.meta ~= '' then redis.call('HSET', account_key, 'm:' .. b.id, b.meta) end
+  end
 end
 zset_sync(expiry_key, tenant .. '|' .. env .. '|' .. customer, blocks)
 for _, r in ipairs(holds) do
   redis.call('HSET', account_key, 'r:' .. r.id, res_enc(r))
+  if r.meta ~= '' then redis.call('HSET', account_key, 'n:' .. r.id, r.meta) end
   if r.status == 'active' then
     redis.call('ZADD', rexp_key, i_fmt(r.expires), res_member(tenant, env, customer, r.id))
   end

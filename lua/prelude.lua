@@ -14,8 +14,28 @@
 -- money in decimal; instants in Unix ms written in base 36 to save memory
 -- (created absolute, starts as an offset from created, "" for 0; expires as
 -- an offset from starts, "" for no expiry); source as a one-letter code for
--- the known sources (else the text); meta the block's metadata JSON, "" when
--- empty. Three blocks and the account fields fit in < 500 bytes of Redis.
+-- the known sources (else the text); meta "" (older hashes kept the block's
+-- metadata JSON here; it is still read). Three blocks and the account fields
+-- fit in < 500 bytes of Redis.
+--
+-- Block metadata lives in its own field "m:<block id>" of the account hash,
+-- written once when the block is created and deleted with the block. Every
+-- script reads the hash without those fields (acct_read), so a customer's
+-- metadata costs a money script nothing (invariant 13), and only the
+-- Mutation of the script that creates a block carries its metadata: a drain
+-- never copies it into the outbox or an op key.
+--
+-- Bounds (invariant 13, docs/limits.md): a customer holds at most
+-- MAX_LIVE_BLOCKS live blocks and MAX_ACTIVE_HOLDS active holds; a script
+-- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
+-- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
+-- them (a test keeps the pairs equal).
+local MAX_LIVE_BLOCKS = 32
+local MAX_ACTIVE_HOLDS = 32
+-- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
+-- RES_KEEP_MS; past that the oldest leave early (engine then reads their
+-- final status from Postgres, as after RES_KEEP_MS).
+local MAX_KEPT_HOLDS = 8
 
 local MONEY_BASE = 1000000000
 local MONEY_ZERO = {0, 0}
@@ -52,11 +72,20 @@ local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX)
 -- i_fmt formats an integral double exactly (tostring would use %.14g).
 local function i_fmt(n) return string.format('%.0f', n) end
 
--- m_parse reads a decimal int64; nil when s is not one.
+-- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
+-- (below 2^53, exact as a double) it splits the number directly: every
+-- script parses each block's amounts, so this path is the common one.
 local function m_parse(s)
   if type(s) ~= 'string' then return nil end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
+  if #digits <= 15 then
+    local n = tonumber(digits)
+    local hi = math.floor(n / MONEY_BASE)
+    local m = {hi, n - hi * MONEY_BASE}
+    if sign == '-' then m = m_neg(m) end
+    return m
+  end
   digits = (string.gsub(digits, '^0+', ''))
   local n = #digits
   if n > 19 then return nil end
@@ -256,35 +285,33 @@ local function block_enc(b)
   local st = ''
   if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
   return m_fmt(b.rem) .. '|' .. m_fmt(b.orig) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
-    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|' .. b.meta
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|'
 end
 
 -- block_dec reads the block id stored as raw.
 local function block_dec(id, raw)
-  local p, pos = {}, 1
-  for i = 1, 7 do
-    local j = string.find(raw, '|', pos, true)
-    p[i] = string.sub(raw, pos, j - 1)
-    pos = j + 1
-  end
-  local created = b36_dec(p[4])
+  -- One match for all eight fields: every script decodes every block.
+  local rem, orig, prio, c36, s36, e36, src, meta =
+    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local created = b36_dec(c36)
   local starts = created
-  if p[5] ~= '' then starts = created + b36_dec(p[5]) end
+  if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
-  if p[6] ~= '' then expires = starts + b36_dec(p[6]) end
-  return {id = id, rem = m_parse(p[1]), orig = m_parse(p[2]), prio = tonumber(p[3]),
-    created = created, starts = starts, expires = expires, src = src_dec(p[7]),
-    meta = string.sub(raw, pos)}
+  if e36 ~= '' then expires = starts + b36_dec(e36) end
+  return {id = id, rem = m_parse(rem), orig = m_parse(orig), prio = tonumber(prio),
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
 end
 
--- block_json is b as an engine.MutationBlock.
+-- block_json is b as an engine.MutationBlock; only a block created by this
+-- script (b.fresh) carries its metadata: the persister keeps the metadata
+-- Postgres has for a block whose Mutation carries none.
 local function block_json(b)
   local exp = 'null'
   if b.expires then exp = i_fmt(b.expires) end
   local s = '{"id":' .. j_str(b.id) .. ',"original":' .. m_fmt(b.orig) .. ',"remaining":' .. m_fmt(b.rem) ..
     ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. j_str(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
     ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
-  if b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
+  if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
   return s .. '}'
 end
 
@@ -327,8 +354,10 @@ end
 -- status one letter (a active, c committed, r released, e expired); money
 -- and units in decimal; instants in Unix ms base 36 (finalized "" while
 -- active); actual units and cost "" until committed; released the money
--- the hold returned; metric a metric key (never holds "|"); meta the
--- metadata JSON, "" when empty. A finalized reservation stays RES_KEEP_MS,
+-- the hold returned; metric a metric key (never holds "|"); meta "" (older
+-- hashes kept the metadata JSON here; it is still read): a hold's metadata
+-- lives in field "n:<reservation id>", which acct_read skips like block
+-- metadata. A finalized reservation stays RES_KEEP_MS,
 -- so a quick second commit or release answers 409 without Postgres; after
 -- that the engine reads the final status from Postgres. Kept short: every
 -- script on the account reads every field of its hash.
@@ -360,7 +389,21 @@ local function res_enc(r)
   if r.act_cost then ac = m_fmt(r.act_cost) end
   return RES_CODE[r.status] .. '|' .. m_fmt(r.est_units) .. '|' .. m_fmt(r.est_cost) .. '|' ..
     b36_enc(r.expires) .. '|' .. b36_enc(r.created) .. '|' .. final .. '|' .. au .. '|' .. ac .. '|' ..
-    m_fmt(r.released) .. '|' .. r.metric .. '|' .. r.meta
+    m_fmt(r.released) .. '|' .. r.metric .. '|'
+end
+
+-- res_get decodes the hold id stored as raw with its metadata (field
+-- "n:<id>", or inline in an older hash).
+local function res_get(key, id, raw)
+  local r = res_dec(id, raw)
+  if r.meta == '' then r.meta = redis.call('HGET', key, 'n:' .. id) or '' end
+  return r
+end
+
+-- res_put stores hold r in a, to be written by acct_commit with its
+-- metadata.
+local function res_put(a, r)
+  a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, r.meta
 end
 
 -- res_json is r as an engine.MutationReservation.
@@ -377,11 +420,14 @@ local function res_json(r)
   return s .. '}'
 end
 
--- res_stale: the encoded reservation was finalized RES_KEEP_MS or more ago.
-local function res_stale(raw, now)
-  if string.sub(raw, 1, 1) == 'a' then return false end
-  local r = res_dec('', raw)
-  return r.final ~= nil and r.final + RES_KEEP_MS <= now
+-- res_final is when the encoded reservation was finalized (ms), nil while
+-- it is active: one pattern match, not a whole res_dec, because every
+-- script checks every kept hold.
+local function res_final(raw)
+  if string.byte(raw, 1) == 97 then return nil end -- 'a': active
+  local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
+  if not f or f == '' then return nil end
+  return b36_dec(f)
 end
 
 -- res_member is the partition hold-expiry zset member of a reservation.
@@ -501,29 +547,47 @@ local function meta_matches(meta, match)
   return true
 end
 
--- acct_read loads the account hash: nil when it is missing (NOSTATE).
+-- acct_field decodes one account hash field into a.
+-- Kinds are told by byte, not by substring: every script reads every
+-- field, and each new Lua string costs an allocation and an intern.
+local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 103, 109, 110, 97
+
+local function acct_field(a, f, v)
+  local k1, k2 = string.byte(f, 1, 2)
+  if k2 == BYTE_COLON and k1 == BYTE_B then
+    a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+  elseif k2 == BYTE_COLON and k1 == BYTE_R then
+    -- Reservations stay encoded until a script asks for one (res_get).
+    a.res[string.sub(f, 3)] = v
+    if string.byte(v, 1) == BYTE_A then a.active = a.active + 1 end
+  elseif k2 == BYTE_COLON and k1 == BYTE_G then
+    a.gauges[string.sub(f, 3)] = v
+  elseif f == 'v' or f == 'ua' then
+    a[f] = tonumber(v)
+  elseif f == 'rs' or f == 'le' then
+    a[f] = m_parse(v)
+  else
+    a[f] = v
+  end
+end
+
+-- acct_read loads the account hash but its metadata fields: nil when
+-- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
+-- limit) instead of HGETALL, so metadata is never copied into the script.
 local function acct_read(key)
-  local raw = redis.call('HGETALL', key)
-  if #raw == 0 then return nil end
+  local names = redis.call('HKEYS', key)
+  if #names == 0 then return nil end
   local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, gauges = {}}
-  for i = 1, #raw, 2 do
-    local f, v = raw[i], raw[i + 1]
-    local kind = string.sub(f, 1, 2)
-    if kind == 'b:' then
-      a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
-    elseif kind == 'r:' then
-      -- Reservations stay encoded until a script asks for one (res_get).
-      a.res[string.sub(f, 3)] = v
-    elseif kind == 'g:' then
-      a.gauges[string.sub(f, 3)] = v
-    elseif f == 'v' or f == 'ua' then
-      a[f] = tonumber(v)
-    elseif f == 'rs' or f == 'le' then
-      a[f] = m_parse(v)
-    else
-      a[f] = v
-    end
+    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0}
+  local want = {}
+  for _, f in ipairs(names) do
+    local k1, k2 = string.byte(f, 1, 2)
+    if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
+  end
+  for first = 1, #want, 1000 do
+    local last = math.min(first + 999, #want)
+    local vals = redis.call('HMGET', key, unpack(want, first, last))
+    for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
   return a
 end
@@ -534,6 +598,21 @@ local function live(b, now) return m_pos(b.rem) and (b.expires == nil or b.expir
 
 -- started: the block may be spent (stack_after blocks wait for their start).
 local function started(b, now) return b.starts <= now end
+
+-- live_count is the number of a's live blocks at now (MAX_LIVE_BLOCKS).
+local function live_count(a, now)
+  local n = 0
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) then n = n + 1 end
+  end
+  return n
+end
+
+-- block_meta is the metadata JSON text of block b, '' when it has none.
+local function block_meta(key, b)
+  if b.meta ~= '' then return b.meta end
+  return redis.call('HGET', key, 'm:' .. b.id) or ''
+end
 
 -- str_less compares bytes, as Go does; Lua's < follows the server's locale.
 local function str_less(a, b)
@@ -593,10 +672,28 @@ local function drain(a, now, amount, changed)
   for _, b in ipairs(a.blocks) do
     if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
   end
-  table.sort(spendable, spends_before)
-  local draws, left = {}, amount
-  for _, b in ipairs(spendable) do
-    if not m_pos(left) then break end
+  -- The next block in spend order, picked by a scan rather than a sort of
+  -- them all: a charge usually draws from one or two blocks, so this costs
+  -- one pass per block drawn instead of n log n comparisons (invariant 13).
+  -- After four picks the rest is sorted once (a drain of many blocks).
+  local draws, left, sorted = {}, amount, false
+  while m_pos(left) and #spendable > 0 do
+    local b
+    if sorted then
+      b = table.remove(spendable)
+    elseif #draws == 4 then
+      table.sort(spendable, function(x, y) return spends_before(y, x) end)
+      sorted = true
+      b = table.remove(spendable)
+    else
+      local at = 1
+      for i = 2, #spendable do
+        if spends_before(spendable[i], spendable[at]) then at = i end
+      end
+      b = spendable[at]
+      spendable[at] = spendable[#spendable]
+      spendable[#spendable] = nil
+    end
     local take = m_min(b.rem, left)
     b.rem = m_sub(b.rem, take)
     left = m_sub(left, take)
@@ -635,23 +732,43 @@ local function zset_sync(zkey, member, blocks)
 end
 
 -- acct_commit writes the account fields, the changed blocks (emptied ones
--- are deleted: Postgres keeps their history) and the changed reservations,
--- drops reservations finalized more than RES_KEEP_MS ago, then syncs the
--- expiry zset.
+-- are deleted with their metadata: Postgres keeps their history) and the
+-- changed reservations with their metadata, drops reservations finalized
+-- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), then
+-- syncs the expiry zset.
 local function acct_commit(akey, zkey, member, a, changed, now)
   redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now))
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
       redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
+      -- A new block's metadata, or an older hash's inline metadata moving
+      -- to its own field.
+      if b.meta ~= '' then redis.call('HSET', akey, 'm:' .. b.id, b.meta) end
     else
-      redis.call('HDEL', akey, 'b:' .. b.id)
+      redis.call('HDEL', akey, 'b:' .. b.id, 'm:' .. b.id)
     end
   end
+  local kept = {}
   for id, raw in pairs(a.res) do
     if a.res_dirty[id] then
       redis.call('HSET', akey, 'r:' .. id, raw)
-    elseif res_stale(raw, now) then
-      redis.call('HDEL', akey, 'r:' .. id)
+      if a.res_meta[id] and a.res_meta[id] ~= '' then
+        redis.call('HSET', akey, 'n:' .. id, a.res_meta[id])
+      end
+    end
+    local final = res_final(raw)
+    if final and final + RES_KEEP_MS <= now then
+      redis.call('HDEL', akey, 'r:' .. id, 'n:' .. id)
+    elseif final then
+      kept[#kept + 1] = {id, final}
+    end
+  end
+  if #kept > MAX_KEPT_HOLDS then
+    -- The oldest finalized holds leave early, down to half the cap, so
+    -- this sort runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
+    table.sort(kept, function(x, y) return x[2] < y[2] end)
+    for i = 1, #kept - MAX_KEPT_HOLDS / 2 do
+      redis.call('HDEL', akey, 'r:' .. kept[i][1], 'n:' .. kept[i][1])
     end
   end
   zset_sync(zkey, member, a.blocks)

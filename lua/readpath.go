@@ -49,6 +49,8 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 	var err error
 	for f, v := range raw {
 		switch {
+		case strings.HasPrefix(f, "m:"):
+			// Block metadata (prelude.lua): joined to its block below.
 		case strings.HasPrefix(f, "b:"):
 			b, berr := decodeBlock(f[2:], v)
 			if berr != nil {
@@ -70,11 +72,18 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 			return accountFields{}, fmt.Errorf("lua: account field %s: %w", f, err)
 		}
 	}
+	for i := range a.blocks {
+		b := &a.blocks[i]
+		if meta, ok := raw["m:"+b.ID.String()]; ok && meta != "" {
+			b.Metadata = json.RawMessage(meta)
+		}
+	}
 	return a, nil
 }
 
 // decodeBlock reads block_enc's "rem|orig|prio|created36|starts-created36|
-// expires-starts36|source|meta".
+// expires-starts36|source|meta" (meta "" since metadata moved to field
+// "m:<id>"; older hashes still hold it inline).
 func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	p := strings.SplitN(raw, "|", 8)
 	if len(p) != 8 {

@@ -31,6 +31,8 @@ if not raw then
   if expire then redis.call('ZREM', rexp_key, member) end
   return redis.error_reply('NOTFOUND no such reservation')
 end
+-- Without its metadata (res_dec): a release neither changes it nor copies
+-- it into its Mutation; Postgres keeps what the reserve or commit stored.
 local r = res_dec(res_id, raw)
 if r.status ~= 'active' then
   if expire then redis.call('ZREM', rexp_key, member) end
@@ -47,7 +49,7 @@ expire_due(a, now, entries, changed)
 a.rs = m_sub(a.rs, r.est_cost)
 r.status, r.final, r.released = 'released', now, r.est_cost
 if expire then r.status = 'expired' end
-a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
 
 a.v = a.v + 1

@@ -17,7 +17,8 @@
 -- ARGV[14] expires_at ms (> now)      ARGV[15] metadata JSON text or ""
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
--- INSUFFICIENT, OVERFLOW, BADTERMS, BADARG (also for a reservation id the
+-- INSUFFICIENT, OVERFLOW, BADTERMS, TOOMANYHOLDS (MAX_ACTIVE_HOLDS active
+-- already), BADARG (also for a reservation id the
 -- customer already has). Nothing is written before every check has passed.
 local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = int_parse(ARGV[1])
@@ -35,6 +36,9 @@ if not a then return redis.error_reply('NOSTATE no credit state for the customer
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 if a.res[res_id] then return redis.error_reply('BADARG the reservation id is taken') end
+if a.active >= MAX_ACTIVE_HOLDS then
+  return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
+end
 
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
@@ -50,7 +54,7 @@ expire_due(a, now, entries, changed)
 a.rs = reserved
 local r = {id = res_id, status = 'active', est_units = est_units, est_cost = cost, expires = expires,
   created = now, released = MONEY_ZERO, metric = metric, meta = meta}
-a.res[res_id], a.res_dirty[res_id] = res_enc(r), true
+res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', metric = metric, ref = res_id})
 
 a.v = a.v + 1

@@ -17,13 +17,14 @@
 --
 -- Reply: {"new", mutation JSON} (kind "rollover"), {"replay", stored}, or
 -- {"noop", ""} when no listed block has credit left and none is due;
--- errors NOSTATE, MISMATCH, BADARG.
+-- errors NOSTATE, MISMATCH, TOOMANYBLOCKS (the carried block would pass
+-- MAX_LIVE_BLOCKS; nothing written), BADARG.
 local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
 local ids, pct = cjson.decode(ARGV[9]), int_parse(ARGV[10])
-local block_id, priority, source, block_meta = ARGV[11], int_parse(ARGV[12]), ARGV[13], ARGV[14]
+local block_id, priority, source, new_meta = ARGV[11], int_parse(ARGV[12]), ARGV[13], ARGV[14]
 local expires, entry_type, entry_meta, ctx = int_parse(ARGV[15]), ARGV[16], ARGV[17], ARGV[18] or ''
 
 if not now or not pct or pct < 0 or pct > 100 or not priority or type(ids) ~= 'table' then
@@ -61,8 +62,11 @@ local hi, lo = unused[1], unused[2]
 local q = {math.floor(hi / 100), (hi % 100) * 10000000 + math.floor(lo / 100)}
 local carry = m_add(m_mul(q, {0, pct}), {0, math.floor((lo % 100) * pct / 100)})
 if m_pos(carry) then
+  if live_count(a, now) >= MAX_LIVE_BLOCKS then
+    return redis.error_reply('TOOMANYBLOCKS the customer has the most live blocks it may hold')
+  end
   local block = {id = block_id, rem = carry, orig = carry, prio = priority, created = now,
-    starts = now, expires = expires, src = source, meta = block_meta}
+    starts = now, expires = expires, src = source, meta = new_meta, fresh = true}
   a.blocks[#a.blocks + 1] = block
   changed[#changed + 1] = block
   entries[#entries + 1] = entry_json('main', carry, entry_type, source, block_id, '', entry_meta)

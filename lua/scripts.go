@@ -76,6 +76,11 @@ var scriptErrors = map[string]error{
 	"EXPIRED":      engine.ErrReservationExpired,
 	"NOTDUE":       ErrReservationNotDue,
 	"BELOWZERO":    engine.ErrGaugeBelowZero,
+	// Per-customer bounds of invariant 13 (prelude.lua MAX_LIVE_BLOCKS,
+	// MAX_ACTIVE_HOLDS).
+	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
+	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
+	"STALE":         errStale,
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)

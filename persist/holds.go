@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -33,6 +34,9 @@ func init() {
 // release of it still answers 409 rather than 404.
 const FinalizedHoldWindow = 24 * time.Hour
 
+// upsertReservationsSQL keeps a hold's stored metadata when the incoming
+// row has none: a release or expiry Mutation does not carry the hold's
+// metadata (invariant 13), only the reserve and a commit that merges into it.
 const upsertReservationsSQL = `INSERT INTO reservations AS r
 	(id, tenant_id, customer_id, environment, billable_metric_key, estimated_units, estimated_cost,
 	 actual_units, actual_cost, released, status, reference_id, expires_at, metadata, created_at,
@@ -50,7 +54,8 @@ ON CONFLICT (id) DO UPDATE SET
 	estimated_units = EXCLUDED.estimated_units, estimated_cost = EXCLUDED.estimated_cost,
 	actual_units = EXCLUDED.actual_units, actual_cost = EXCLUDED.actual_cost,
 	released = EXCLUDED.released, status = EXCLUDED.status, expires_at = EXCLUDED.expires_at,
-	metadata = EXCLUDED.metadata, created_at = EXCLUDED.created_at,
+	metadata = CASE WHEN EXCLUDED.metadata = '{}'::jsonb THEN r.metadata ELSE EXCLUDED.metadata END,
+	created_at = EXCLUDED.created_at,
 	committed_at = EXCLUDED.committed_at, released_at = EXCLUDED.released_at,
 	version = EXCLUDED.version
 WHERE r.version < EXCLUDED.version`
@@ -109,6 +114,19 @@ func queueReservations(b *pgx.Batch, ms []engine.Mutation) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	// The newest metadata of each hold in the batch, for a newest state
+	// whose Mutation (a release) does not carry it.
+	metaOf := map[uuid.UUID]json.RawMessage{}
+	metaVersion := map[uuid.UUID]int64{}
+	for i := range ms {
+		r := ms[i].Reservation
+		if r == nil || len(r.Metadata) == 0 {
+			continue
+		}
+		if v, ok := metaVersion[r.ID]; !ok || ms[i].Account.Version > v {
+			metaOf[r.ID], metaVersion[r.ID] = r.Metadata, ms[i].Account.Version
+		}
+	}
 	var (
 		tenant, customer                     []uuid.UUID
 		env, metric, status, meta            []string
@@ -131,7 +149,11 @@ func queueReservations(b *pgx.Batch, ms []engine.Mutation) error {
 		released = append(released, r.Released)
 		status = append(status, string(r.Status))
 		expires = append(expires, time.UnixMilli(r.ExpiresMS).UTC())
-		meta = append(meta, string(rawObject(r.Metadata)))
+		raw := r.Metadata
+		if len(raw) == 0 {
+			raw = metaOf[id]
+		}
+		meta = append(meta, string(rawObject(raw)))
 		created = append(created, time.UnixMilli(r.CreatedMS).UTC())
 		committed = append(committed, msTime(r.CommittedMS))
 		releasedAt = append(releasedAt, msTime(r.ReleasedMS))

@@ -40,6 +40,9 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigi
 	     overage, idem, ref, reason, meta, at)
 ON CONFLICT (id) DO NOTHING`
 
+// upsertBlocksSQL keeps a block's stored metadata when the incoming row has
+// none: only the Mutation that creates a block carries its metadata (a
+// drain does not copy it, invariant 13), and metadata never changes after.
 const upsertBlocksSQL = `INSERT INTO credit_blocks AS b
 	(id, tenant_id, customer_id, original_amount, remaining_amount, priority, source, starts_at,
 	 expires_at, created_at, metadata, version)
@@ -53,7 +56,8 @@ ON CONFLICT (id) DO UPDATE SET
 	original_amount = EXCLUDED.original_amount, remaining_amount = EXCLUDED.remaining_amount,
 	priority = EXCLUDED.priority, source = EXCLUDED.source, starts_at = EXCLUDED.starts_at,
 	expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at,
-	metadata = EXCLUDED.metadata, version = EXCLUDED.version
+	metadata = CASE WHEN EXCLUDED.metadata = '{}'::jsonb THEN b.metadata ELSE EXCLUDED.metadata END,
+	version = EXCLUDED.version
 WHERE b.version < EXCLUDED.version`
 
 const upsertAccountsSQL = `INSERT INTO credit_accounts AS a
@@ -191,8 +195,24 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		}
 		for j := range m.Blocks {
 			b := &m.Blocks[j]
-			if cur, ok := blocks[b.ID]; !ok || cur.version < m.Account.Version {
+			cur, ok := blocks[b.ID]
+			switch {
+			case !ok:
 				blocks[b.ID] = blockRow{b: b, m: m, version: m.Account.Version}
+			case cur.version < m.Account.Version:
+				// The newer state of a block created earlier in the batch:
+				// keep the creating Mutation's metadata, which a drain omits.
+				if len(b.Metadata) == 0 && len(cur.b.Metadata) > 0 {
+					nb := *b
+					nb.Metadata = cur.b.Metadata
+					b = &nb
+				}
+				blocks[b.ID] = blockRow{b: b, m: m, version: m.Account.Version}
+			case len(cur.b.Metadata) == 0 && len(b.Metadata) > 0:
+				nb := *cur.b
+				nb.Metadata = b.Metadata
+				cur.b = &nb
+				blocks[b.ID] = cur
 			}
 		}
 		if cur, ok := accounts[m.CustomerID]; !ok || cur.Account.Version < m.Account.Version {

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// The "worst allowed input" scenario (issue 9, invariant 13): one customer
+// at every per-customer cap (engine.MaxLiveBlocks live blocks and
+// engine.MaxActiveHolds active holds, each with metadata of the largest
+// size the API takes) charged under a rule of engine.MaxTiers graduated
+// tiers. Every money script the API runs on it is timed by Redis itself
+// (SLOWLOG with slowlog-log-slower-than 0, only this run's keys), and the
+// slowest single script call must stay within worstBudget.
+
+// worstBudget is the most Redis time one script call may take.
+const worstBudget = time.Millisecond
+
+const metricWorst = "worst_tiers"
+
+// WorstResult is the scenario's outcome.
+type WorstResult struct {
+	Blocks     int           `json:"live_blocks"`
+	Holds      int           `json:"active_holds"`
+	Tiers      int           `json:"tiers"`
+	MetaBytes  int           `json:"metadata_bytes_per_block"`
+	Phases     []WorstPhase  `json:"phases"`
+	MaxUS      int64         `json:"max_script_us"`
+	MaxPhase   string        `json:"max_script_phase"`
+	Refusals   []string      `json:"cap_refusals"`
+	ReadMaxUS  int64         `json:"max_read_us"`
+	Error      string        `json:"error,omitempty"`
+	HashBytes  int64         `json:"account_hash_bytes"`
+	Imports    []WorstImport `json:"imports"`
+	ScriptRuns int           `json:"script_calls"`
+}
+
+// WorstPhase is the Redis time of the script calls of one kind of request.
+type WorstPhase struct {
+	Name  string `json:"name"`
+	Calls int    `json:"script_calls"`
+	MaxUS int64  `json:"max_us"`
+	P99US int64  `json:"p99_us"`
+	P50US int64  `json:"p50_us"`
+	// The same over the money scripts alone (those on the account hash;
+	// the rest are the HTTP idempotency scripts).
+	MoneyCalls int   `json:"money_script_calls"`
+	MoneyP50US int64 `json:"money_p50_us"`
+}
+
+// WorstImport is one import call at a call limit, timed from the client.
+type WorstImport struct {
+	Customers int     `json:"customers"`
+	Blocks    int     `json:"blocks_each"`
+	Seconds   float64 `json:"seconds"`
+	Created   int     `json:"created"`
+	Errors    int     `json:"errors"`
+}
+
+// worstMeta is a metadata object of about n bytes of JSON: keys of 8
+// characters with values of up to 200 characters.
+func worstMeta(n int, tag string) map[string]any {
+	m := map[string]any{"tag": tag}
+	size := 12 + len(tag)
+	for i := 0; size < n; i++ {
+		v := strings.Repeat(string(rune('a'+i%26)), min(200, n-size))
+		m[fmt.Sprintf("k%07d", i)] = v
+		size += len(v) + 14
+	}
+	return m
+}
+
+// worst builds the worst allowed customer and times its scripts.
+func (b *Bench) worst(ctx context.Context) {
+	r := &WorstResult{Tiers: engine.MaxTiers}
+	b.res.Worst = r
+	if err := b.worstRun(ctx, r); err != nil {
+		r.Error = err.Error()
+		logf("worst: %v", err)
+	}
+}
+
+func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
+	idemN := 0
+	idem := func() []string {
+		idemN++
+		return []string{"Idempotency-Key", b.runID + "-worst-" + strconv.Itoa(idemN)}
+	}
+	tiers := make([]map[string]any, engine.MaxTiers)
+	for i := range tiers {
+		t := map[string]any{"unit_cost": 1 + i%7, "flat_cost": i % 3}
+		if i < len(tiers)-1 {
+			t["up_to"] = i + 1
+		} else {
+			t["up_to"] = nil
+		}
+		tiers[i] = t
+	}
+	if _, err := b.api.Expect(201, "POST", "/v1/metering-rules", map[string]any{"billable_metric_key": metricWorst,
+		"cost_type": "tiered", "tier_config": map[string]any{"mode": "graduated", "tiers": tiers}}, idem()...); err != nil {
+		return fmt.Errorf("tiered rule: %w", err)
+	}
+	tooMany := append(tiers, map[string]any{"unit_cost": 1, "flat_cost": 0, "up_to": nil})
+	tooMany[len(tiers)-1] = map[string]any{"unit_cost": 1, "flat_cost": 0, "up_to": len(tiers)}
+	if a, _ := b.api.Call("POST", "/v1/metering-rules", map[string]any{"billable_metric_key": metricWorst + "_over",
+		"cost_type": "tiered", "tier_config": map[string]any{"mode": "graduated", "tiers": tooMany}}, idem()...); a.Status != 422 {
+		return fmt.Errorf("a rule of %d tiers: want 422, got %s", len(tooMany), a)
+	}
+	r.Refusals = append(r.Refusals, fmt.Sprintf("rule of %d tiers: 422", len(tooMany)))
+
+	ext := "worst-" + b.runID
+	if _, err := b.api.Expect(201, "POST", "/v1/customers", map[string]any{"external_id": ext}, idem()...); err != nil {
+		return err
+	}
+	// The largest metadata the API takes (the boundary's limits may be
+	// tighter than the first guess).
+	pace := time.Duration(0)
+	grant := func(i int, meta map[string]any, extra map[string]any) (Answer, error) {
+		time.Sleep(pace)
+		body := map[string]any{"credits": grantCredits, "source": "promotional", "reason": "worst",
+			"priority": i % 5, "duration_seconds": 30*24*3600 + i*60, "metadata": meta}
+		for k, v := range extra {
+			body[k] = v
+		}
+		return b.api.Call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
+	}
+	var meta map[string]any
+	for _, n := range []int{b.o.WorstMetaBytes, 16 << 10, 8 << 10, 4 << 10, 2 << 10, 1 << 10} {
+		meta = worstMeta(n, "b0")
+		a, err := grant(0, meta, nil)
+		if err != nil {
+			return err
+		}
+		if a.Status == 201 {
+			r.MetaBytes = n
+			break
+		}
+		logf("worst: metadata of %d bytes refused (%d); trying smaller", n, a.Status)
+	}
+	if r.MetaBytes == 0 {
+		return fmt.Errorf("no metadata size was accepted")
+	}
+	logf("worst: %d blocks and %d holds with %d bytes of metadata each, a rule of %d tiers",
+		engine.MaxLiveBlocks, engine.MaxActiveHolds, r.MetaBytes, engine.MaxTiers)
+	// All but one block, so a stack_after grant can still fill the last slot.
+	for i := 1; i < engine.MaxLiveBlocks-1; i++ {
+		if a, err := grant(i, worstMeta(r.MetaBytes, "b"+strconv.Itoa(i)), nil); err != nil || a.Status != 201 {
+			return fmt.Errorf("grant %d: %v %s", i, err, a)
+		}
+	}
+	holds := make([]string, 0, engine.MaxActiveHolds)
+	reserve := func(tag string) (Answer, error) {
+		time.Sleep(pace)
+		return b.api.Call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
+			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
+	}
+	for i := 0; i < engine.MaxActiveHolds-1; i++ {
+		a, err := reserve("h" + strconv.Itoa(i))
+		if err != nil || a.Status != 201 {
+			return fmt.Errorf("reserve %d: %v %s", i, err, a)
+		}
+		var h struct{ ID string }
+		if err := a.Decode(&h); err != nil {
+			return err
+		}
+		holds = append(holds, h.ID)
+	}
+
+	pace = b.o.WorstPace
+	restore, err := slowlogAll(ctx, b.rdb)
+	if err != nil {
+		return err
+	}
+	defer restore()
+
+	phase := func(name string, f func() error) error {
+		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
+			return err
+		}
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		p, reads, err := b.slowlogPhase(ctx, name)
+		if err != nil {
+			return err
+		}
+		r.ReadMaxUS = max(r.ReadMaxUS, reads)
+		r.Phases = append(r.Phases, p)
+		r.ScriptRuns += p.Calls
+		if p.MaxUS > r.MaxUS {
+			r.MaxUS, r.MaxPhase = p.MaxUS, name
+		}
+		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us; %4d money scripts: p50 %4d us",
+			name, p.Calls, p.MaxUS, p.P99US, p.MoneyCalls, p.MoneyP50US)
+		return nil
+	}
+	expect := func(want int, a Answer, err error) error {
+		if err != nil {
+			return err
+		}
+		if a.Status != want {
+			return fmt.Errorf("want %d, got %s", want, a)
+		}
+		return nil
+	}
+	// paced leaves creditd and its persister idle before each measured
+	// call, so SLOWLOG times the script, not the CPU it shares with them.
+	paced := func(method, path string, body any, headers ...string) (Answer, error) {
+		time.Sleep(b.o.WorstPace)
+		return b.api.Call(method, path, body, headers...)
+	}
+	nomatch := map[string]any{"stack_after": map[string]any{"metadata_match": map[string]any{"tag": "none", "k0000000": "x"},
+		"fallback": "now"}}
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"grant: stack_after scanning every block", func() error {
+			a, err := grant(engine.MaxLiveBlocks-1, worstMeta(r.MetaBytes, "last"), nomatch)
+			return expect(201, a, err)
+		}},
+		{"grant past the live-block cap (409)", func() error {
+			a, err := grant(engine.MaxLiveBlocks, worstMeta(r.MetaBytes, "over"), nomatch)
+			if err := expect(409, a, err); err != nil {
+				return err
+			}
+			r.Refusals = append(r.Refusals, fmt.Sprintf("grant %d: 409", engine.MaxLiveBlocks+1))
+			return nil
+		}},
+		{"consume through every tier", func() error {
+			for i := 0; i < 20; i++ {
+				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
+					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50, "metadata": worstMeta(r.MetaBytes, "c")}, idem()...)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"usage batch of 100 events", func() error {
+			events := make([]map[string]any, 100)
+			for i := range events {
+				events[i] = map[string]any{"event_id": b.runID + "-worst-ev-" + strconv.Itoa(i), "customer_id": ext,
+					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 1}
+			}
+			a, err := paced("POST", "/v1/usage", map[string]any{"events": events}, idem()...)
+			return expect(200, a, err)
+		}},
+		{"reserve to the hold cap, then past it (409)", func() error {
+			a, err := reserve("last")
+			if err := expect(201, a, err); err != nil {
+				return err
+			}
+			var h struct{ ID string }
+			if err := a.Decode(&h); err != nil {
+				return err
+			}
+			holds = append(holds, h.ID)
+			a, err = reserve("over")
+			if err := expect(409, a, err); err != nil {
+				return err
+			}
+			r.Refusals = append(r.Refusals, fmt.Sprintf("reservation %d: 409", engine.MaxActiveHolds+1))
+			return nil
+		}},
+		{"commit holds with metadata", func() error {
+			for i := 0; i < 10; i++ {
+				id := holds[len(holds)-1]
+				holds = holds[:len(holds)-1]
+				a, err := paced("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": engine.MaxTiers + 5,
+					"metadata": worstMeta(r.MetaBytes, "commit")}, idem()...)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"release holds", func() error {
+			for i := 0; i < 10; i++ {
+				id := holds[len(holds)-1]
+				holds = holds[:len(holds)-1]
+				a, err := paced("POST", "/v1/reservations/"+id+"/release", map[string]any{}, idem()...)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"reserve and release to the kept-hold cap", func() error {
+			// Active holds back at the cap and finalized ones past theirs,
+			// so the next calls read the most holds a hash may keep.
+			for i := 0; i < 2*engine.MaxActiveHolds; i++ {
+				if len(holds) == engine.MaxActiveHolds {
+					a, err := paced("POST", "/v1/reservations/"+holds[0]+"/release", map[string]any{}, idem()...)
+					if err := expect(200, a, err); err != nil {
+						return err
+					}
+					holds = holds[1:]
+				}
+				a, err := reserve("cycle")
+				if err := expect(201, a, err); err != nil {
+					return err
+				}
+				var h struct{ ID string }
+				if err := a.Decode(&h); err != nil {
+					return err
+				}
+				holds = append(holds, h.ID)
+			}
+			return nil
+		}},
+		{"consume with every hold kept", func() error {
+			for i := 0; i < 20; i++ {
+				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
+					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50}, idem()...)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"negative adjust draining blocks", func() error {
+			for i := 0; i < 5; i++ {
+				a, err := paced("POST", "/v1/customers/"+ext+"/credits/adjust", map[string]any{"delta": -(grantCredits + 7), "source": "manual",
+					"reason": "worst drain"}, idem()...)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"check and balance reads (not scripts)", func() error {
+			for i := 0; i < 10; i++ {
+				a, err := paced("GET", "/v1/entitlements/check?customer_id="+ext+"&billable_metric_key="+metricWorst+"&units=150", nil)
+				if err := expect(200, a, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := phase(s.name, s.f); err != nil {
+			return err
+		}
+	}
+	if a, err := b.api.Call("GET", "/v1/customers/"+ext, nil); err == nil && a.Status == 200 {
+		var c struct{ ID string }
+		if a.Decode(&c) == nil {
+			if id, err := uuid.Parse(c.ID); err == nil {
+				r.HashBytes, _ = b.rdb.MemoryUsage(ctx, accountKey(b.prefix, id)).Result()
+			}
+		}
+	}
+	r.Blocks, r.Holds = engine.MaxLiveBlocks, engine.MaxActiveHolds
+
+	// Import at its limits: it must finish well inside its 30 s claim.
+	for _, shape := range [][2]int{{engine.MaxImportTotalBlocks / engine.MaxImportBlocks, engine.MaxImportBlocks},
+		{engine.MaxImportCustomers, engine.MaxImportTotalBlocks / engine.MaxImportCustomers}} {
+		rows := make([]map[string]any, shape[0])
+		for i := range rows {
+			credits := make([]map[string]any, shape[1])
+			for j := range credits {
+				credits[j] = map[string]any{"credits": 1000 + j, "priority": j % 5}
+			}
+			rows[i] = map[string]any{"external_id": fmt.Sprintf("imp-%d-%d-%s", shape[0], i, b.runID), "credits": credits}
+		}
+		t0 := time.Now()
+		a, err := b.api.Call("POST", "/v1/import", map[string]any{"customers": rows}, idem()...)
+		if err := expect(200, a, err); err != nil {
+			return fmt.Errorf("import %dx%d: %w", shape[0], shape[1], err)
+		}
+		var res struct {
+			Created int
+			Errors  []any
+		}
+		if err := a.Decode(&res); err != nil {
+			return err
+		}
+		im := WorstImport{Customers: shape[0], Blocks: shape[1], Seconds: time.Since(t0).Seconds(), Created: res.Created, Errors: len(res.Errors)}
+		r.Imports = append(r.Imports, im)
+		logf("worst: import of %d customers x %d blocks: %.2f s, %d created, %d errors", im.Customers, im.Blocks, im.Seconds, im.Created, im.Errors)
+	}
+	return nil
+}
+
+// slowlogAll makes Redis log every command (restore puts the settings
+// back): SLOWLOG then holds the execution time of each script call.
+func slowlogAll(ctx context.Context, rdb *redis.Client) (restore func(), err error) {
+	old := map[string]string{}
+	for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
+		v, err := rdb.ConfigGet(ctx, k).Result()
+		if err != nil {
+			return nil, fmt.Errorf("CONFIG GET %s: %w", k, err)
+		}
+		old[k] = v[k]
+	}
+	if err := rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
+		return nil, err
+	}
+	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		return nil, err
+	}
+	return func() {
+		for k, v := range old {
+			_ = rdb.ConfigSet(context.Background(), k, v).Err()
+		}
+	}, nil
+}
+
+// slowlogPhase reads the SLOWLOG entries of this run's keys: script calls
+// (EVALSHA, EVAL) make the phase; the largest other command is returned as
+// reads.
+func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, int64, error) {
+	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		return WorstPhase{}, 0, err
+	}
+	p := WorstPhase{Name: name}
+	var us, money []int64
+	var reads int64
+	for _, l := range logs {
+		if !ownCommand(l.Args, b.prefix) {
+			continue
+		}
+		d := l.Duration.Microseconds()
+		if os.Getenv("BENCH_WORST_DEBUG") != "" && d > 1000 {
+			logf("  slow: %d us %q", d, l.Args[:min(len(l.Args), 5)])
+		}
+		switch strings.ToLower(l.Args[0]) {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
+			us = append(us, d)
+			if len(l.Args) > 3 && strings.Contains(l.Args[3], "}:a:") {
+				money = append(money, d)
+			}
+		default:
+			reads = max(reads, d)
+		}
+	}
+	sort.Slice(us, func(i, j int) bool { return us[i] < us[j] })
+	sort.Slice(money, func(i, j int) bool { return money[i] < money[j] })
+	p.Calls, p.MoneyCalls = len(us), len(money)
+	if len(us) > 0 {
+		p.MaxUS, p.P50US, p.P99US = us[len(us)-1], us[len(us)/2], us[len(us)*99/100]
+	}
+	if len(money) > 0 {
+		p.MoneyP50US = money[len(money)/2]
+	}
+	return p, reads, nil
+}
+
+// ownCommand: one of the arguments names a key of this run.
+func ownCommand(args []string, prefix string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	for _, a := range args[1:min(len(args), 8)] {
+		if strings.Contains(a, "{"+prefix+":") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,151 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Work the scripts leave to Go (invariant 13): matching stack_after against
+// every block's metadata and merging a commit's metadata into its hold's
+// cost a script milliseconds in Lua at the largest metadata the API takes,
+// so Go does both from a plain read and the script only checks that what
+// Go read is still current (STALE otherwise, and Go reads again).
+
+// staleRetries bounds how often a grant or commit re-reads after STALE.
+const staleRetries = 5
+
+// errStale is a script's STALE reply: the account changed since Go read it.
+var errStale = errors.New("lua: the account changed since it was read")
+
+// errStaleGaveUp is the answer when every retry found the account changed:
+// other calls keep changing the customer; the caller may retry.
+var errStaleGaveUp = engine.Conflict("the customer's credit changed during the call; retry")
+
+// stackStart is where a stack_after block starts: the latest expires_at
+// (ms) among the live blocks at now whose metadata matches, or ok false when
+// none does; version is the account version it was read at.
+func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metadata, now time.Time) (start int64, ok bool, version int64, err error) {
+	a, err := s.readAccount(ctx, s.accountKey(c))
+	if err != nil {
+		return 0, false, 0, err
+	}
+	want := map[string]any{}
+	for k, v := range match {
+		var x any
+		if err := json.Unmarshal(v, &x); err != nil {
+			return 0, false, 0, fmt.Errorf("lua: stack_after match %q: %w", k, err)
+		}
+		want[k] = x
+	}
+	nowMS := now.UnixMilli()
+	for _, b := range a.blocks {
+		if b.ExpiresMS == nil || !b.Live(nowMS) || (ok && *b.ExpiresMS <= start) {
+			continue
+		}
+		have := map[string]any{}
+		if len(b.Metadata) > 0 {
+			if err := json.Unmarshal(b.Metadata, &have); err != nil {
+				continue // not an object: matches nothing, as in Lua
+			}
+		}
+		if metaMatches(have, want) {
+			start, ok = *b.ExpiresMS, true
+		}
+	}
+	return start, ok, a.version, nil
+}
+
+// metaMatches: have holds every key of want with an equal JSON value (as
+// prelude.lua meta_matches compared cjson-decoded values: numbers as
+// float64, and an empty object equal to an empty array).
+func metaMatches(have, want map[string]any) bool {
+	for k, v := range want {
+		if !jsonEqual(have[k], v) {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonEqual(x, y any) bool {
+	if isEmptyContainer(x) && isEmptyContainer(y) {
+		return true
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func isEmptyContainer(v any) bool {
+	switch t := v.(type) {
+	case map[string]any:
+		return len(t) == 0
+	case []any:
+		return len(t) == 0
+	}
+	return false
+}
+
+// holdMeta is the stored metadata of hold id ("" when none) and whether the
+// hold is in the hash at all.
+func (s *Store) holdMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
+	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
+	if err != nil {
+		return "", false, fmt.Errorf("lua: read hold: %w", err)
+	}
+	raw, found := v[0].(string)
+	if !found {
+		return "", false, nil
+	}
+	if meta, ok := v[1].(string); ok && meta != "" {
+		return meta, true, nil
+	}
+	// An older hash keeps the metadata inline, after the tenth "|".
+	p := strings.SplitN(raw, "|", 11)
+	if len(p) == 11 {
+		return p[10], true, nil
+	}
+	return "", true, nil
+}
+
+// mergeMeta is stored with incoming's keys added or replaced (both JSON
+// object text, "" when empty), as prelude.lua meta_merge: values keep their
+// exact text.
+func mergeMeta(stored, incoming string) (string, error) {
+	if incoming == "" {
+		return stored, nil
+	}
+	if stored == "" {
+		return incoming, nil
+	}
+	var a, b map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(stored), &a); err != nil {
+		return "", fmt.Errorf("lua: stored hold metadata: %w", err)
+	}
+	if err := json.Unmarshal([]byte(incoming), &b); err != nil {
+		return "", fmt.Errorf("lua: commit metadata: %w", err)
+	}
+	for k, v := range b {
+		a[k] = v
+	}
+	out, err := json.Marshal(a)
+	return string(out), err
+}
+
+// stackArgs are grant.lua's ARGV[24] (the start Go found: ms, or "none")
+// and ARGV[25] (the version it read).
+func stackArgs(start int64, ok bool, version int64) []any {
+	s := "none"
+	if ok {
+		s = strconv.FormatInt(start, 10)
+	}
+	return []any{s, strconv.FormatInt(version, 10)}
+}

@@ -1,0 +1,251 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// maxKeptHolds is prelude.lua MAX_KEPT_HOLDS: finalized holds kept in the
+// account hash (docs/limits.md).
+const maxKeptHolds = 8
+
+// TestPreludeBoundsMirrorEngine: the caps prelude.lua enforces are the
+// ones the engine documents and names in its errors (invariant 13).
+func TestPreludeBoundsMirrorEngine(t *testing.T) {
+	for _, tc := range []struct {
+		lua  string
+		want int
+	}{
+		{"MAX_LIVE_BLOCKS", engine.MaxLiveBlocks},
+		{"MAX_ACTIVE_HOLDS", engine.MaxActiveHolds},
+		{"MAX_KEPT_HOLDS", maxKeptHolds},
+	} {
+		m := regexp.MustCompile(`(?m)^local ` + tc.lua + ` = (\d+)$`).FindStringSubmatch(preludeLua)
+		if m == nil || m[1] != fmt.Sprint(tc.want) {
+			t.Errorf("prelude %s = %v, want %d", tc.lua, m, tc.want)
+		}
+	}
+	for _, e := range []*engine.Error{engine.ErrTooManyBlocks, engine.ErrTooManyHolds} {
+		if !strings.Contains(e.Detail, fmt.Sprint(engine.MaxLiveBlocks)) || e.Kind != engine.KindConflict || e.Field == "" {
+			t.Errorf("cap error %+v: want a 409 naming its field and the cap", e)
+		}
+	}
+}
+
+// withMeta is a grant carrying block metadata.
+func withMeta(c engine.CustomerKey, amount int64, now time.Time, meta string) engine.GrantCommand {
+	g := grantCmd(c, amount, now)
+	g.Block.Metadata = engine.Metadata{"tag": json.RawMessage(`"` + meta + `"`)}
+	return g
+}
+
+// TestCapsRefuseAndChangeNothing: at MaxLiveBlocks live blocks a grant is
+// ErrTooManyBlocks and at MaxActiveHolds active holds a reservation is
+// ErrTooManyHolds, each leaving every key as it was; an expired or emptied
+// block frees its slot (invariant 13, invariant 9).
+func TestCapsRefuseAndChangeNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		short := withMeta(c, 5, t0, "short")
+		short.Block.ExpiresAt = ptr(t0.Add(time.Hour))
+		b.grant(t, short)
+		for i := 1; i < engine.MaxLiveBlocks; i++ {
+			b.grant(t, withMeta(c, 1000, t0, fmt.Sprint("b", i)))
+		}
+		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 1}
+		for i := 0; i < engine.MaxActiveHolds; i++ {
+			b.reserve(t, reserveCmd(c, 1, terms, time.Hour, t0))
+		}
+		cases := []struct {
+			name string
+			run  func() error
+			want error
+		}{
+			{"grant past the live-block cap", func() error {
+				_, err := b.store.Grant(ctx, withMeta(c, 1, t0, "over"))
+				return err
+			}, engine.ErrTooManyBlocks},
+			{"reserve past the hold cap", func() error {
+				_, err := b.store.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
+				return err
+			}, engine.ErrTooManyHolds},
+			{"stack_after grant past the cap", func() error {
+				g := withMeta(c, 1, t0, "stack")
+				g.DurationSeconds = 60
+				g.StackAfter = &engine.StackAfter{MetadataMatch: engine.Metadata{"tag": json.RawMessage(`"b1"`)}, Fallback: engine.FallbackNow}
+				_, err := b.store.Grant(ctx, g)
+				return err
+			}, engine.ErrTooManyBlocks},
+		}
+		for _, tc := range cases {
+			before := b.holdDump(t, c)
+			if err := tc.run(); !errors.Is(err, tc.want) {
+				t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
+			}
+			if after := b.holdDump(t, c); after != before {
+				t.Errorf("%s changed state:\nbefore %s\nafter  %s", tc.name, before, after)
+			}
+		}
+		// The short block expires at t0+1h: its slot is free again.
+		if _, err := b.store.Grant(ctx, withMeta(c, 1, t0.Add(2*time.Hour), "after expiry")); err != nil {
+			t.Errorf("grant once a block expired: %v", err)
+		}
+	})
+}
+
+// TestDrainCarriesNoBlockMetadata: only the Mutation that creates a block
+// carries its metadata; a consume, debit, commit or expiry that drains it
+// does not, and its op key does not keep it, while the block still shows
+// it and a rebuild from the (metadata-keeping) state restores it.
+func TestDrainCarriesNoBlockMetadata(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		big := strings.Repeat("m", 8000)
+		g := withMeta(c, 100, t0, big)
+		g.Block.ExpiresAt = ptr(t0.Add(time.Hour))
+		if m := b.grant(t, g); len(m.Blocks) != 1 || !strings.Contains(string(m.Blocks[0].Metadata), big) {
+			t.Fatalf("the grant's Mutation must carry the block metadata: %+v", m.Blocks)
+		}
+		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 1}
+		cons := consumeCmd(c, 10, terms, engine.OveragePolicyBlock, t0)
+		cons.IdempotencyKey = "drain-key"
+		if _, err := b.store.Consume(ctx, cons); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.Debit(ctx, debitCmd(c, 10, t0)); err != nil {
+			t.Fatal(err)
+		}
+		hold := b.reserve(t, reserveCmd(c, 10, terms, time.Minute, t0))
+		if _, err := b.store.Commit(ctx, commitCmd(c, hold.Reservation.ID, 5, terms, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if a := b.snapshot(t, c, t0); len(a.Blocks) != 1 || a.Blocks[0].Metadata["tag"] == nil {
+			t.Errorf("the block lost its metadata in Redis: %+v", a.Blocks)
+		}
+		if _, _, err := b.store.Expire(ctx, uuid.New(), c, t0.Add(2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		ms := b.outbox(t, c)
+		if len(ms) != 6 {
+			t.Fatalf("outbox has %d mutations, want 6", len(ms))
+		}
+		for _, m := range ms[1:] {
+			for _, blk := range m.Blocks {
+				if len(blk.Metadata) > 0 {
+					t.Errorf("%s Mutation carries block metadata", m.Kind)
+				}
+			}
+		}
+		op := b.rdb.Get(ctx, b.store.opKeyOf(c.CustomerID, "drain-key")).Val()
+		if op == "" || strings.Contains(op, big) {
+			t.Errorf("op key of the consume: %d bytes, holds the metadata: %v", len(op), strings.Contains(op, big))
+		}
+		// Emptied, the block leaves the hash with its metadata field.
+		keys := b.rdb.HKeys(ctx, b.store.accountKey(c.CustomerID)).Val()
+		for _, k := range keys {
+			if strings.HasPrefix(k, "m:") {
+				t.Errorf("metadata field %s outlived its block", k)
+			}
+		}
+
+		// A rebuild installs the metadata Postgres kept; drains after it
+		// still carry none, and the block still shows it.
+		c2 := newCustomer()
+		blk := engine.MutationBlock{ID: uuid.New(), Original: 50, Remaining: 50, Source: engine.SourceManual,
+			StartsMS: t0.UnixMilli(), CreatedMS: t0.UnixMilli(), Metadata: json.RawMessage(`{"tag":"` + big + `"}`)}
+		if ok, err := b.store.LoadAt(ctx, engine.AccountState{TenantID: c2.TenantID, CustomerID: c2.CustomerID,
+			Environment: c2.Environment, AccountID: uuid.NewString(), Version: 3, LifetimeEarned: 50,
+			Blocks: []engine.MutationBlock{blk}}, t0); err != nil || !ok {
+			t.Fatalf("load: %v %v", ok, err)
+		}
+		if a := b.snapshot(t, c2, t0); len(a.Blocks) != 1 || string(a.Blocks[0].Metadata["tag"]) != `"`+big+`"` {
+			t.Errorf("rebuilt block metadata %v", a.Blocks)
+		}
+		res, err := b.store.Debit(ctx, debitCmd(c2, 5, t0))
+		if err != nil || len(res.Mutation.Blocks) != 1 || len(res.Mutation.Blocks[0].Metadata) != 0 {
+			t.Errorf("debit after rebuild: %v %+v", err, res.Mutation.Blocks)
+		}
+	})
+}
+
+// TestKeptHoldsBounded: finalized holds stay in the hash for a while, but
+// never more than MAX_KEPT_HOLDS of them; hold metadata is kept out of what
+// every script reads (field "n:<id>") and out of release Mutations.
+func TestKeptHoldsBounded(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c, _ := b.funded(t)
+		terms := engine.RuleTerms{CostType: engine.CostFlat, BaseCost: 1}
+		for i := 0; i < 2*engine.MaxActiveHolds+5; i++ {
+			r := reserveCmd(c, 1, terms, time.Hour, t0)
+			r.Metadata = engine.Metadata{"i": json.RawMessage(fmt.Sprint(i))}
+			b.reserve(t, r)
+			res, err := b.store.Release(ctx, releaseCmd(c, r.ReservationID, false, t0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Mutation.Reservation.Metadata) != 0 {
+				t.Fatalf("a release Mutation carries the hold metadata %s", res.Mutation.Reservation.Metadata)
+			}
+		}
+		var holds, metas int
+		for _, k := range b.rdb.HKeys(ctx, b.store.accountKey(c.CustomerID)).Val() {
+			switch {
+			case strings.HasPrefix(k, "r:"):
+				holds++
+			case strings.HasPrefix(k, "n:"):
+				metas++
+			}
+		}
+		if holds > maxKeptHolds || holds == 0 || metas != holds {
+			t.Errorf("hash keeps %d finalized holds and %d hold metadata fields, want 1..%d of each", holds, metas, maxKeptHolds)
+		}
+	})
+}
+
+// TestCommitMergesMetadataInGo: the commit's metadata is merged into the
+// hold's by Go and the script only checks the hold is unchanged; the result
+// is the key-by-key merge either way.
+func TestCommitMergesMetadataInGo(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c, _ := b.funded(t)
+		terms := engine.RuleTerms{CostType: engine.CostTiered, TierConfig: &engine.TierConfig{Mode: engine.TierGraduated,
+			Tiers: []engine.Tier{{UpTo: ptr(int64(2)), UnitCost: 1}, {UnitCost: 2, FlatCost: 3}}}}
+		r := reserveCmd(c, 3, terms, time.Hour, t0)
+		r.Metadata = engine.Metadata{"a": json.RawMessage(`1`), "b": json.RawMessage(`"x"`)}
+		if m := b.reserve(t, r); m.Reservation == nil || m.Reservation.EstimatedCost != 2+2+3 {
+			t.Fatalf("reserve priced %+v, want 7 (2 x 1 + 1 x 2 + flat 3)", m.Reservation)
+		}
+		cm := commitCmd(c, r.ReservationID, 1, terms, t0)
+		cm.Metadata = engine.Metadata{"b": json.RawMessage(`"y"`), "c": json.RawMessage(`12345678901234567890`)}
+		res, err := b.store.Commit(ctx, cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]json.RawMessage{}
+		if err := json.Unmarshal(res.Mutation.Reservation.Metadata, &got); err != nil {
+			t.Fatal(err)
+		}
+		if string(got["a"]) != "1" || string(got["b"]) != `"y"` || string(got["c"]) != "12345678901234567890" {
+			t.Errorf("merged metadata %s", res.Mutation.Reservation.Metadata)
+		}
+		if res.Mutation.Usage == nil || res.Mutation.Usage.Cost != 1 {
+			t.Errorf("commit usage %+v, want cost 1", res.Mutation.Usage)
+		}
+	})
+}
