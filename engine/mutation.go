@@ -91,6 +91,17 @@ type MutationEntry struct {
 	Overage  *int64          `json:"overage,omitempty"`
 	Reason   *string         `json:"reason,omitempty"`
 	Metadata json.RawMessage `json:"meta,omitempty"`
+	// Draws says what each block paid when one entry drained several (a
+	// consume, a commit and a usage event write one debit: interface.md);
+	// BlockID is then nil. Entries that drain one block leave it empty.
+	Draws []EntryDraw `json:"draws,omitempty"`
+}
+
+// EntryDraw is what one block paid towards a ledger entry.
+type EntryDraw struct {
+	BlockID uuid.UUID `json:"b"`
+	// Amount is the positive amount the block paid.
+	Amount int64 `json:"d"`
 }
 
 // MutationBlock is the full state of a block a mutation created or changed.
