@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,6 +91,10 @@ type RebuildProgress struct {
 // whose store version is already at or past Postgres' are left alone (the
 // load is fenced), so a rebuild is safe while creditd serves. progress is
 // called after every page.
+//
+// The customer id space is cut into rebuildReaders ranges walked in
+// parallel (a page read is Postgres and decoding work, a page load is Redis
+// work; both overlap), and up to rebuildLoaders pages load at once.
 func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Clock, pageSize int, progress func(RebuildProgress)) (RebuildProgress, error) {
 	var pr RebuildProgress
 	total, err := src.CountAccounts(ctx)
@@ -102,37 +108,83 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 	since := clock.Now().Add(-AppliedRetention)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The next page is read from Postgres while this one loads into Redis.
 	type page struct {
 		states []AccountState
 		err    error
 	}
-	pages := make(chan page, 2)
+	pages := make(chan page, rebuildLoaders)
+	var readers sync.WaitGroup
+	for r := 0; r < rebuildReaders; r++ {
+		from, to := rebuildRange(r)
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			after := from
+			for {
+				states, err := src.AccountStates(ctx, after, pageSize, since)
+				last := len(states) < pageSize
+				if to != nil {
+					// The page may run into the next reader's range.
+					for i, st := range states {
+						if bytes.Compare(st.CustomerID[:], to[:]) >= 0 {
+							states, last = states[:i], true
+							break
+						}
+					}
+				}
+				if err != nil || len(states) > 0 {
+					select {
+					case pages <- page{states, err}:
+					case <-ctx.Done():
+						return
+					}
+				}
+				if err != nil || last {
+					return
+				}
+				after = states[len(states)-1].CustomerID
+			}
+		}()
+	}
 	go func() {
-		defer close(pages)
-		after := uuid.Nil
-		for {
-			states, err := src.AccountStates(ctx, after, pageSize, since)
-			select {
-			case pages <- page{states, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil || len(states) == 0 {
-				return
-			}
-			after = states[len(states)-1].CustomerID
-		}
+		readers.Wait()
+		close(pages)
 	}()
-	for pg := range pages {
-		if pg.err != nil {
-			return pr, pg.err
-		}
-		if len(pg.states) == 0 {
-			return pr, nil
-		}
-		if err := loadAll(ctx, blocks, pg.states, &pr); err != nil {
-			return pr, err
+	type loaded struct {
+		pr  RebuildProgress
+		err error
+	}
+	results := make(chan loaded)
+	var loaders sync.WaitGroup
+	for l := 0; l < rebuildLoaders; l++ {
+		loaders.Add(1)
+		go func() {
+			defer loaders.Done()
+			for pg := range pages {
+				var r loaded
+				if r.err = pg.err; r.err == nil {
+					r.err = loadAll(ctx, blocks, pg.states, &r.pr)
+				}
+				select {
+				case results <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		loaders.Wait()
+		close(results)
+	}()
+	for r := range results {
+		pr.Done += r.pr.Done
+		pr.Loaded += r.pr.Loaded
+		if r.err != nil {
+			cancel()
+			for range results {
+			}
+			return pr, r.err
 		}
 		if progress != nil {
 			progress(pr)
@@ -141,13 +193,50 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 	return pr, ctx.Err()
 }
 
+// rebuildReaders is how many customer id ranges a rebuild reads in
+// parallel; rebuildLoaders how many pages load into the store at once.
+const (
+	rebuildReaders = 4
+	rebuildLoaders = 4
+)
+
+// rebuildRange is reader r's customer ids: after from (exclusive: the page
+// read is "greater than"), before to (nil: no end). The ranges split the
+// first byte evenly; v4 and v7 ids spread over it alike.
+func rebuildRange(r int) (from uuid.UUID, to *uuid.UUID) {
+	if r > 0 {
+		from[0] = byte(r * 256 / rebuildReaders)
+		// "Greater than" from: step back to the last id before the range.
+		from = uuid.UUID(prevID(from))
+	}
+	if r < rebuildReaders-1 {
+		var end uuid.UUID
+		end[0] = byte((r + 1) * 256 / rebuildReaders)
+		to = &end
+	}
+	return from, to
+}
+
+// prevID is the id just before u (u is not the zero id).
+func prevID(u uuid.UUID) uuid.UUID {
+	for i := len(u) - 1; i >= 0; i-- {
+		if u[i] > 0 {
+			u[i]--
+			return u
+		}
+		u[i] = 0xff
+	}
+	return u
+}
+
 // BatchLoader loads many states in one round trip, each fenced like Load.
 type BatchLoader interface {
 	LoadBatch(ctx context.Context, states []AccountState) ([]bool, error)
 }
 
-// loadChunk is how many states one pipelined LoadBatch carries.
-const loadChunk = 100
+// loadChunk is how many states one pipelined LoadBatch carries: a whole
+// page, so the store can batch accounts of one partition into one call.
+const loadChunk = 2000
 
 // loadAll loads a page with a few workers: a rebuild of a million accounts
 // is bound by round trips, so a store that loads in batches gets chunks.

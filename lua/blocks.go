@@ -394,20 +394,30 @@ func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) 
 // measured from; an applied mutation older than OpRetention at now gets no
 // op key.
 func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Time) (bool, error) {
-	keys, args, err := s.loadArgs(st, now)
-	if err != nil {
+	var b loadCall
+	if err := s.loadArgs(&b, st, now); err != nil {
 		return false, err
 	}
-	n, err := loadScript.Run(ctx, s.rdb, keys, args...).Int()
+	got, err := loadScript.Run(ctx, s.rdb, b.keys, b.argv()...).Int64Slice()
 	if err != nil {
 		return false, scriptError("load", err)
 	}
-	return n == 1, nil
+	if len(got) != 1 {
+		return false, fmt.Errorf("lua: load: %d replies for one account", len(got))
+	}
+	return got[0] == 1, nil
 }
 
-// LoadBatch loads many states in one pipelined round trip (per cluster
-// node), each fenced like Load; a rebuild of a million accounts is bound by
-// round trips, not by the script. It reports, per state, whether it wrote.
+// loadBatchMax is how many accounts one load.lua call carries at most: the
+// script's fixed cost (the prelude's top level) is paid once per call, and
+// a call stays well under a millisecond of Redis time.
+const loadBatchMax = 64
+
+// LoadBatch loads many states, each fenced like Load, with one load.lua
+// call per partition and up to loadBatchMax accounts, all calls pipelined in
+// one round trip (per cluster node): a rebuild of a million accounts is
+// bound by Redis running the script, so the script's fixed cost is shared
+// by a batch. It reports, per state, whether it wrote.
 func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]bool, error) {
 	if len(states) == 0 {
 		return nil, nil
@@ -416,59 +426,96 @@ func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]
 		return nil, fmt.Errorf("lua: load script: %w", err)
 	}
 	now := s.clock.Now()
-	cmds := make([]*redis.Cmd, len(states))
-	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, st := range states {
-			keys, args, err := s.loadArgs(st, now)
-			if err != nil {
-				return err
+	var byPart [Partitions][]int
+	for i, st := range states {
+		p := Partition(st.CustomerID)
+		byPart[p] = append(byPart[p], i)
+	}
+	var calls []*loadCall
+	for _, idx := range byPart {
+		for from := 0; from < len(idx); from += loadBatchMax {
+			c := &loadCall{index: idx[from:min(from+loadBatchMax, len(idx))]}
+			for _, i := range c.index {
+				if err := s.loadArgs(c, states[i], now); err != nil {
+					return nil, err
+				}
 			}
-			cmds[i] = loadScript.EvalSha(ctx, pipe, keys, args...)
+			calls = append(calls, c)
+		}
+	}
+	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, c := range calls {
+			c.cmd = loadScript.EvalSha(ctx, pipe, c.keys, c.argv()...)
 		}
 		return nil
 	})
-	if err != nil && cmds[len(cmds)-1] == nil {
+	if err != nil && calls[len(calls)-1].cmd == nil {
 		return nil, fmt.Errorf("lua: load batch: %w", err)
 	}
 	out := make([]bool, len(states))
-	for i, cmd := range cmds {
-		n, err := cmd.Int()
+	for _, c := range calls {
+		got, err := c.cmd.Int64Slice()
 		if err != nil {
 			return nil, scriptError("load", err)
 		}
-		out[i] = n == 1
+		if len(got) != len(c.index) {
+			return nil, fmt.Errorf("lua: load: %d replies for %d accounts", len(got), len(c.index))
+		}
+		for j, i := range c.index {
+			out[i] = got[j] == 1
+		}
 	}
 	return out, nil
 }
 
-// loadArgs are load.lua's KEYS and ARGV for st.
-func (s *Store) loadArgs(st engine.AccountState, now time.Time) ([]string, []any, error) {
-	c := st.CustomerID
-	p := Partition(c)
-	keys := []string{s.accountKey(c), s.expiryKey(p), s.holdExpiryKey(p)}
-	args := []any{
-		st.TenantID.String(), string(st.Environment), c.String(), st.AccountID,
+// loadCall is one load.lua call: accounts of one partition.
+type loadCall struct {
+	index []int // the states' positions in the LoadBatch argument
+	keys  []string
+	args  []any // without the leading account count
+	n     int
+	cmd   *redis.Cmd
+}
+
+// argv is the call's ARGV: the account count, then each account's values.
+func (c *loadCall) argv() []any {
+	return append([]any{strconv.Itoa(c.n)}, c.args...)
+}
+
+// loadArgs appends st's KEYS and ARGV to c (load.lua's layout); the first
+// account also brings the partition's two zsets.
+func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
+	cust := st.CustomerID
+	p := Partition(cust)
+	if c.n == 0 {
+		c.keys = append(c.keys, s.expiryKey(p), s.holdExpiryKey(p))
+	}
+	c.keys = append(c.keys, s.accountKey(cust))
+	opsAt := len(c.args)
+	args := append(c.args, "",
+		st.TenantID.String(), string(st.Environment), cust.String(), st.AccountID,
 		strconv.FormatInt(st.Version, 10), strconv.FormatInt(st.Reserved, 10),
 		strconv.FormatInt(st.LifetimeEarned, 10), strconv.FormatInt(st.UpdatedAtMS, 10),
 		strconv.Itoa(len(st.Blocks)),
-	}
+	)
 	for _, b := range st.Blocks {
 		expires := ""
 		if b.ExpiresMS != nil {
 			expires = strconv.FormatInt(*b.ExpiresMS, 10)
 		}
 		if err := checkSource(b.Source); err != nil {
-			return nil, nil, fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
 		}
 		meta, err := compactMeta(b.Metadata)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
 		}
 		args = append(args, b.ID.String(), strconv.FormatInt(b.Remaining, 10), strconv.FormatInt(b.Original, 10),
 			strconv.Itoa(b.Priority), strconv.FormatInt(b.StartsMS, 10), expires,
 			strconv.FormatInt(b.CreatedMS, 10), string(b.Source), meta)
 	}
 	nowMS := now.UnixMilli()
+	ops := 0
 	for _, m := range st.Applied {
 		if m.IdempotencyKey == "" {
 			continue
@@ -479,21 +526,25 @@ func (s *Store) loadArgs(st engine.AccountState, now time.Time) ([]string, []any
 		}
 		body, err := json.Marshal(m)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
+			return fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
 		}
-		keys = append(keys, s.opKeyOf(c, m.IdempotencyKey))
+		c.keys = append(c.keys, s.opKeyOf(cust, m.IdempotencyKey))
 		args = append(args, strconv.FormatInt(ttlMS, 10), string(body))
+		ops++
 	}
+	args[opsAt] = strconv.Itoa(ops)
 	holds, err := reservationArgs(st.Reservations, nowMS)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lua: load: %w", err)
+		return fmt.Errorf("lua: load: %w", err)
 	}
 	args = append(args, holds...)
 	args = append(args, strconv.Itoa(len(st.Gauges)))
 	for metric, n := range st.Gauges {
 		args = append(args, metric, strconv.FormatInt(n, 10))
 	}
-	return keys, args, nil
+	c.args = args
+	c.n++
+	return nil
 }
 
 // reservationArgs are load.lua's reservation values: the count, then 12

@@ -758,3 +758,56 @@ func TestLoadBatch(t *testing.T) {
 type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// TestLoadBatchManyPerPartition: a batch larger than one load.lua call per
+// partition (loadBatchMax) lands every state on its own hash with its own
+// op keys and gauges, and each account is fenced on its own: the ones Redis
+// holds at a newer version keep it (invariant 5).
+func TestLoadBatchManyPerPartition(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		b.store.WithClock(fixedClock(t0))
+		const n = Partitions * loadBatchMax * 3 / 2 // about 75 per partition: two calls each
+		var states []engine.AccountState
+		var keys []engine.CustomerKey
+		for i := 0; i < n; i++ {
+			c := newCustomer()
+			keys = append(keys, c)
+			rem := int64(100 + i)
+			states = append(states, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID,
+				Environment: c.Environment, AccountID: "acct", Version: 3, LifetimeEarned: rem, UpdatedAtMS: t0.UnixMilli(),
+				Blocks: []engine.MutationBlock{{ID: uuid.New(), Original: rem, Remaining: rem,
+					Source: engine.SourceManual, StartsMS: t0.UnixMilli(), CreatedMS: t0.UnixMilli()}},
+				Applied: []engine.Mutation{{OpID: uuid.New(), IdempotencyKey: fmt.Sprintf("op-%d", i), AtMS: t0.UnixMilli()}},
+				Gauges:  map[string]int64{"seats": int64(i)}})
+		}
+		// Every seventh account is already newer in Redis.
+		for i := 0; i < n; i += 7 {
+			st := states[i]
+			st.Version, st.LifetimeEarned, st.Blocks = 9, 5, []engine.MutationBlock{{ID: uuid.New(), Original: 5, Remaining: 5,
+				Source: engine.SourceManual, StartsMS: t0.UnixMilli(), CreatedMS: t0.UnixMilli()}}
+			st.Applied, st.Gauges = nil, nil
+			if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
+				t.Fatalf("seed %d: %v %v", i, ok, err)
+			}
+		}
+		got, err := b.store.LoadBatch(ctx, states)
+		if err != nil || len(got) != n {
+			t.Fatalf("LoadBatch: %d replies, %v", len(got), err)
+		}
+		for i, c := range keys {
+			a := b.snapshot(t, c, t0)
+			opKey := b.rdb.Exists(ctx, b.store.opKeyOf(c.CustomerID, fmt.Sprintf("op-%d", i))).Val()
+			if i%7 == 0 {
+				if got[i] || a.Version != 9 || a.Balance != 5 || opKey != 0 {
+					t.Errorf("account %d: loaded %v, %+v, op key %d; want the newer Redis state kept", i, got[i], a, opKey)
+				}
+				continue
+			}
+			if !got[i] || a.Version != 3 || a.Balance != int64(100+i) || opKey != 1 {
+				t.Errorf("account %d: loaded %v, %+v, op key %d; want version 3, balance %d and its op key", i, got[i], a, opKey, 100+i)
+			}
+		}
+	})
+}

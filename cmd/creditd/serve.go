@@ -84,7 +84,7 @@ func rebuild() error {
 	store := lua.NewStore(rdb, cfg.RedisPrefix)
 	start := time.Now()
 	var last time.Time
-	pr, err := engine.Rebuild(ctx, persist.NewStore(pool), store, engine.SystemClock{}, 1000, func(p engine.RebuildProgress) {
+	pr, err := engine.Rebuild(ctx, persist.NewStore(pool), store, engine.SystemClock{}, 2000, func(p engine.RebuildProgress) {
 		if time.Since(last) < 200*time.Millisecond && p.Done < p.Total {
 			return
 		}
