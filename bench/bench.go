@@ -73,7 +73,7 @@ func (b *Bench) seed(ctx context.Context) error {
 		b.res.Warnings = append(b.res.Warnings, "gauge metric: "+err.Error())
 	}
 
-	if b.o.onlyWorst() {
+	if !b.o.needsCustomers() {
 		b.target = &Target{Base: b.api.Base, Key: b.api.Key, RunID: b.runID, Acks: &Acks{}}
 		return nil
 	}
@@ -274,8 +274,8 @@ func (b *Bench) scenarios(ctx context.Context) {
 	}
 	var plan []planned
 	for _, name := range b.o.Scenarios {
-		if name == "worst" {
-			continue // run on its own customer after the others (worst.go)
+		if name == "worst" || name == "memory" || name == "rebuild" {
+			continue // run on their own (worst.go, memory.go, rebuild.go)
 		}
 		if _, ok := all[name]; !ok {
 			b.res.Errors = append(b.res.Errors, "unknown scenario "+name)

@@ -10,6 +10,8 @@
 //
 //	go run ./bench [-quick] [-duration 15s] [-customers 1000] [-scenarios check,consume,...] [-hot]
 //	go run ./bench -scenario worst   # the worst allowed input alone (invariant 13)
+//	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
+//	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 package main
 
 import (
@@ -49,11 +51,37 @@ type Options struct {
 	RebuildTimeout   time.Duration
 	WorstMetaBytes   int
 	WorstPace        time.Duration
+	MemoryRate       float64
+	MemoryDuration   time.Duration
+	MemoryEvery      time.Duration
 }
 
-// onlyWorst: the run is the "worst allowed input" scenario alone, which
-// needs no seeded customers, ceilings, ledger check or rebuild.
-func (o Options) onlyWorst() bool { return len(o.Scenarios) == 1 && o.Scenarios[0] == "worst" }
+// loadScenarios are the scenarios that ramp creditd and need the ceilings.
+var loadScenarios = map[string]bool{"check": true, "consume": true, "gauge": true, "reserve": true, "usage": true, "mixed": true}
+
+// has reports whether the run includes scenario name.
+func (o Options) has(name string) bool {
+	for _, s := range o.Scenarios {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// full: the run ramps creditd's load scenarios (and so measures the
+// ceilings, the persister lag and the ledger).
+func (o Options) full() bool {
+	for _, s := range o.Scenarios {
+		if loadScenarios[s] {
+			return true
+		}
+	}
+	return false
+}
+
+// needsCustomers: some scenario drives load at the seeded customers.
+func (o Options) needsCustomers() bool { return o.full() || o.has("memory") }
 
 func main() {
 	var (
@@ -67,8 +95,12 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	flag.StringVar(&scenarios, "scenarios", "check,consume,gauge,reserve,usage,mixed,worst", "scenarios to run (check,consume,gauge,reserve,usage,mixed,worst); worst alone skips everything else")
-	flag.StringVar(&scenarios, "scenario", "check,consume,gauge,reserve,usage,mixed,worst", "alias of -scenarios (e.g. -scenario worst)")
+	const all = "check,consume,gauge,reserve,usage,mixed,worst,memory,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"); worst, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
+	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
+	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
+	flag.DurationVar(&o.MemoryDuration, "memory-duration", 0, "length of the memory scenario (default 3m; -quick 30s)")
+	flag.DurationVar(&o.MemoryEvery, "memory-every", 0, "how often the memory scenario samples Redis (default 15s; -quick 5s)")
 	flag.DurationVar(&o.WorstPace, "worst-pace", 25*time.Millisecond, "pause before each measured call of the worst scenario (lets creditd and the persister go idle)")
 	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", 16<<10, "metadata bytes per block and hold in the worst scenario (smaller when the API refuses it)")
 	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
@@ -124,6 +156,8 @@ func (o *Options) defaults() {
 	pick(&o.StepDuration, 2*time.Second, time.Second)
 	pick(&o.LagDuration, 60*time.Second, 8*time.Second)
 	pick(&o.PGBenchDuration, 10*time.Second, 5*time.Second)
+	pick(&o.MemoryDuration, 3*time.Minute, 30*time.Second)
+	pick(&o.MemoryEvery, 15*time.Second, 5*time.Second)
 	if o.Customers == 0 {
 		o.Customers = map[bool]int{false: 1000, true: 200}[o.Quick]
 	}
@@ -231,20 +265,25 @@ func run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	defer b.pg.Close(context.Background())
-	if err := b.seed(ctx); err != nil {
-		res.Errors = append(res.Errors, "seed: "+err.Error())
-		return res, err
+	if o.needsCustomers() || o.has("worst") {
+		if err := b.seed(ctx); err != nil {
+			res.Errors = append(res.Errors, "seed: "+err.Error())
+			return res, err
+		}
 	}
-	if !o.onlyWorst() {
+	// The memory census comes first: the run's keys are then the seeding's
+	// and its own.
+	if o.has("memory") && ctx.Err() == nil {
+		b.memory(ctx)
+	}
+	if o.full() {
 		b.ceilings(ctx)
 		b.scenarios(ctx)
 	}
-	for _, s := range o.Scenarios {
-		if s == "worst" && ctx.Err() == nil {
-			b.worst(ctx)
-		}
+	if o.has("worst") && ctx.Err() == nil {
+		b.worst(ctx)
 	}
-	if !o.onlyWorst() {
+	if o.needsCustomers() {
 		b.ledger(ctx)
 	}
 	cd.Stop()
@@ -252,7 +291,7 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	if tailLog := strings.TrimSpace(tail(filepath.Join(tmp, "creditd.log"), 1500)); tailLog != "" {
 		res.CreditdLogTail = tailLog
 	}
-	if o.RebuildCustomers > 0 && ctx.Err() == nil && !o.onlyWorst() {
+	if o.has("rebuild") && o.RebuildCustomers > 0 && ctx.Err() == nil {
 		r := runRebuild(ctx, bin, baseDB, dbName+"rb", redisURL, rdb, o.RebuildCustomers, o.RebuildTimeout, probe, logf)
 		res.Rebuild = &r
 		if r.Error != "" {

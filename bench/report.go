@@ -29,7 +29,8 @@ type Results struct {
 	Ledger         *LedgerCheck     `json:"ledger,omitempty"`
 	Rebuild        *RebuildResult   `json:"rebuild,omitempty"`
 	Worst          *WorstResult     `json:"worst_allowed_input,omitempty"`
-	Targets        []Target6        `json:"targets"`
+	Memory         *MemoryResult    `json:"memory,omitempty"`
+	Goals          []Goal           `json:"goals"`
 	Warnings       []string         `json:"warnings,omitempty"`
 	Errors         []string         `json:"errors,omitempty"`
 	CreditdLogTail string           `json:"creditd_log_tail,omitempty"`
@@ -124,14 +125,6 @@ type LedgerRow struct {
 	Match        *bool  `json:"match,omitempty"`
 }
 
-// Target6 is one target of issue 6, computed.
-type Target6 struct {
-	Name     string `json:"name"`
-	Want     string `json:"want"`
-	Measured string `json:"measured"`
-	Met      *bool  `json:"met"` // null: not measured
-}
-
 func machine() Machine {
 	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -174,100 +167,10 @@ func (r *Results) pgbench(name string) *PGBench {
 
 func boolp(b bool) *bool { return &b }
 
-// computeTargets fills Targets from the measurements (issue 6).
-func (r *Results) computeTargets() {
-	var ts []Target6
-	add := func(name, want, measured string, met *bool) {
-		ts = append(ts, Target6{Name: name, Want: want, Measured: measured, Met: met})
-	}
-	check := r.scenario("check")
-	if check != nil && r.RedisBenchmark != nil && r.RedisBenchmark.RPS > 0 {
-		ratio := check.Max / r.RedisBenchmark.RPS
-		add("check throughput vs raw Redis EVALSHA", ">= 0.5x",
-			fmt.Sprintf("%.0f / %.0f = %.2fx", check.Max, r.RedisBenchmark.RPS, ratio), boolp(ratio >= 0.5))
-	} else {
-		add("check throughput vs raw Redis EVALSHA", ">= 0.5x", "not measured", nil)
-	}
-	for _, v := range []struct{ sc, pg, want string }{{"consume", "spread", "4"}, {"consume-hot", "hot", "20"}} {
-		s, p := r.scenario(v.sc), r.pgbench(v.pg)
-		name := fmt.Sprintf("consume throughput vs Postgres-only (%s)", v.pg)
-		if s == nil || p == nil || p.TPS == 0 {
-			add(name, ">= "+v.want+"x", "not measured", nil)
-			continue
-		}
-		ratio := s.Max / p.TPS
-		var want float64
-		fmt.Sscan(v.want, &want)
-		add(name, ">= "+v.want+"x", fmt.Sprintf("%.0f / %.0f = %.1fx", s.Max, p.TPS, ratio), boolp(ratio >= want))
-	}
-	if check != nil && check.Run != nil {
-		m := fmt.Sprintf("client p99 %.3f ms at %.0f/s", check.Run.Latency.P99, check.Run.Offered)
-		met := check.Run.Latency.P99 <= 1
-		if check.Server != nil {
-			m += fmt.Sprintf("; server: %.2f%% of requests <= 1 ms (p99 bucket <= %g ms)", 100*check.Server.ShareUnder1ms, check.Server.P99UpperMS)
-			met = check.Server.ShareUnder1ms >= 0.99
-		}
-		add("check p99 server latency at 70% of max", "<= 1 ms", m, boolp(met))
-	} else {
-		add("check p99 server latency at 70% of max", "<= 1 ms", "not measured", nil)
-	}
-	if c := r.scenario("consume"); c != nil && c.Lag != nil && c.Lag.Error == "" {
-		add(fmt.Sprintf("persister lag after %.0f s at max consume throughput", c.Lag.Seconds), "<= 1 s",
-			fmt.Sprintf("%.3f s (backlog %d) at %.0f/s offered, %.0f/s achieved; drained in %.1f s",
-				c.Lag.LagSeconds, c.Lag.Backlog, c.Lag.Rate, c.Lag.Run.Achieved, c.Lag.DrainSeconds), boolp(c.Lag.LagSeconds <= 1))
-	} else {
-		add("persister lag after 60 s at max consume throughput", "<= 1 s", "not measured", nil)
-	}
-	var lost *bool
-	measured := "not measured"
-	if r.Ledger != nil && r.Ledger.Error == "" {
-		for _, row := range r.Ledger.Rows {
-			if row.Metric == metricConsume && row.Type == "consumption" && row.Acknowledged != nil {
-				measured = fmt.Sprintf("%d ledger rows (%d ops) for %d acknowledged consumes", row.Rows, row.Ops, *row.Acknowledged)
-				lost = boolp(*row.Match)
-			}
-		}
-	}
-	add("consume ledger rows vs acknowledged, after drain", "equal (0 lost, 0 duplicated)", measured, lost)
-	if rb := r.Rebuild; rb != nil && rb.Error == "" {
-		per1M := 1e6 / rb.AccountsPerSecond
-		m := fmt.Sprintf("%d accounts in %.1f s (%.0f/s)", rb.Done, rb.Seconds, rb.AccountsPerSecond)
-		if rb.TimedOut {
-			m += fmt.Sprintf(" (stopped at the %.0f s limit)", rb.Seconds)
-		}
-		if rb.Customers != 1_000_000 || rb.TimedOut {
-			m += fmt.Sprintf("; %.1f s per 1M extrapolated", per1M)
-		}
-		add("rebuild of 1M customers", "<= 60 s", m, boolp(per1M <= 60))
-		add("Redis memory per customer with 3 blocks (after rebuild)", "<= 500 bytes",
-			fmt.Sprintf("%.0f bytes (INFO used_memory delta / %d); one account hash: %d bytes", rb.BytesPerCustomer, rb.Done, rb.SampleKeyBytes),
-			boolp(rb.BytesPerCustomer <= 500))
-	} else {
-		add("rebuild of 1M customers", "<= 60 s", "not measured", nil)
-		if r.Seed != nil && r.Seed.SampleKeyBytes > 0 {
-			add("Redis memory per customer with 3 blocks", "<= 500 bytes",
-				fmt.Sprintf("account hash %d bytes (MEMORY USAGE)", r.Seed.SampleKeyBytes), boolp(r.Seed.SampleKeyBytes <= 500))
-		} else {
-			add("Redis memory per customer with 3 blocks", "<= 500 bytes", "not measured", nil)
-		}
-	}
-	if w := r.Worst; w != nil && w.Error == "" && w.ScriptRuns > 0 {
-		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms",
-			fmt.Sprintf("max %d us (%s) over %d calls: %d live blocks and %d holds with %d B metadata each, %d tiers",
-				w.MaxUS, w.MaxPhase, w.ScriptRuns, w.Blocks, w.Holds, w.MetaBytes, w.Tiers),
-			boolp(time.Duration(w.MaxUS)*time.Microsecond <= worstBudget))
-	} else if w != nil {
-		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms", "failed: "+w.Error, boolp(false))
-	} else {
-		add("Redis time of one script call, worst allowed input (issue 9)", "<= 1 ms", "not measured", nil)
-	}
-	r.Targets = ts
-}
-
 // writeReport writes results.json, report.md and the plot under
 // o.Out/<time>/, and a copy of the report as o.Out/latest.md.
 func writeReport(o Options, r *Results) error {
-	if r.Targets == nil {
+	if r.Goals == nil {
 		r.computeTargets()
 	}
 	stamp := r.Started.Format("20060102-150405")
@@ -336,13 +239,14 @@ func markdown(r *Results, rel string) string {
 	w("Everything (creditd, Redis, Postgres, the load generator, the ceilings) shares these CPUs, on loopback.\n\n")
 	w("Reproduce: `make bench` (or `go run ./bench -quick` for a smoke run); raw figures: [results.json](%sresults.json).\n\n", rel)
 
-	w("## Targets (issue 6)\n\n| target | want | measured | met |\n|---|---|---|---|\n")
-	for _, t := range r.Targets {
+	w("## Goals (issue 10)\n\nCPU per op counts creditd, redis-server and Postgres (all their processes) during each scenario's 70 %% run, per acknowledged op; it counts only when the persister kept up at max consume (the lag row).\n\n")
+	w("| figure | goal | now | met |\n|---|---|---|---|\n")
+	for _, g := range r.Goals {
 		met := "not measured"
-		if t.Met != nil {
-			met = map[bool]string{true: "**met**", false: "**missed**"}[*t.Met]
+		if g.Met != nil {
+			met = map[bool]string{true: "**met**", false: "**missed**"}[*g.Met]
 		}
-		w("| %s | %s | %s | %s |\n", t.Name, t.Want, t.Measured, met)
+		w("| %s | %s | %s | %s |\n", g.Name, g.Goal, strings.ReplaceAll(g.Now, "|", "\\|"), met)
 	}
 
 	if wr := r.Worst; wr != nil {
@@ -484,6 +388,9 @@ func markdown(r *Results, rel string) string {
 		for _, k := range s.KeyClasses {
 			w("| %s | %d | %d | %.0f |\n", k.Class, k.Keys, k.Bytes, k.BytesPerCustomer)
 		}
+	}
+	if m := r.Memory; m != nil {
+		memoryMarkdown(w, m)
 	}
 	if rb := r.Rebuild; rb != nil {
 		w("\n## Rebuild\n\n")

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestMemoryFigures: the projection is customers x per-customer bytes +
+// each per-op kind's keys over its own TTL, and it is flat only when every
+// per-op key expires within the 24 h window and nothing else grows per op.
+func TestMemoryFigures(t *testing.T) {
+	const day = 86400.0
+	acct := func(bytes float64) MemoryClass {
+		return MemoryClass{Kind: "account hash", Keys: 1000, BytesPerKey: bytes / 1000, Bytes: bytes}
+	}
+	perOp := func(kind string, keys int64, per, ttl float64, noTTL int) MemoryClass {
+		return MemoryClass{Kind: kind, Keys: keys, BytesPerKey: per, Bytes: float64(keys) * per, PerOp: true, MaxTTLSec: ttl, NoTTL: noTTL, Sampled: 10}
+	}
+	for _, tc := range []struct {
+		name        string
+		first, last []MemoryClass
+		ops         int64
+		perKey      float64
+		flat        bool
+		why         string
+		total24h    float64 // bytes
+		total7d     float64
+	}{
+		{
+			name:  "today: idempotency records 24 h, op keys 7 days",
+			first: []MemoryClass{acct(500_000), perOp("idem", 4000, 860, day, 0), perOp("op", 3000, 870, 7*day, 0)},
+			last:  []MemoryClass{acct(500_000), perOp("idem", 14000, 860, day, 0), perOp("op", 13000, 870, 7*day, 0)},
+			ops:   10000, perKey: 1730, flat: false, why: "7.0 days",
+			total24h: 1e6*500 + 1000*day*1730,
+			total7d:  1e6*500 + 1000*day*860 + 1000*7*day*870,
+		},
+		{
+			name:  "compact records kept exactly 24 h",
+			first: []MemoryClass{acct(400_000), perOp("rec", 0, 90, day, 0)},
+			last:  []MemoryClass{acct(400_000), perOp("rec", 10000, 90, day, 0)},
+			ops:   10000, perKey: 90, flat: true, why: "yes",
+			total24h: 1e6*400 + 1000*day*90,
+			total7d:  1e6*400 + 1000*day*90,
+		},
+		{
+			name:  "records without a TTL",
+			first: []MemoryClass{acct(400_000), perOp("rec", 0, 90, 0, 10)},
+			last:  []MemoryClass{acct(400_000), perOp("rec", 10000, 90, 0, 10)},
+			ops:   10000, perKey: 90, flat: false, why: "without a TTL",
+			total24h: 1e6*400 + 1000*day*90,
+			total7d:  1e6*400 + 1000*7*day*90,
+		},
+		{
+			name:  "history piling up in the account hash",
+			first: []MemoryClass{acct(400_000)},
+			last:  []MemoryClass{acct(1_400_000)},
+			ops:   10000, perKey: 100, flat: false, why: "without a TTL",
+			total24h: 1e6*1400 + 1000*day*100,
+			total7d:  1e6*1400 + 1000*7*day*100,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, p := memoryFigures(tc.first, tc.last, tc.ops, 1000, nil)
+			if math.Abs(g.BytesPerRemembered-tc.perKey) > 0.5 {
+				t.Errorf("bytes per remembered key %.1f, want %.1f", g.BytesPerRemembered, tc.perKey)
+			}
+			if g.Flat != tc.flat || !strings.Contains(g.FlatWhy, tc.why) {
+				t.Errorf("flat %v (%s), want %v (%q)", g.Flat, g.FlatWhy, tc.flat, tc.why)
+			}
+			if math.Abs(p.Total24h-tc.total24h) > 1e3 || math.Abs(p.Total7d-tc.total7d) > 1e3 {
+				t.Errorf("projection 24 h %.4g B, 7 d %.4g B; want %.4g, %.4g", p.Total24h, p.Total7d, tc.total24h, tc.total7d)
+			}
+		})
+	}
+}
