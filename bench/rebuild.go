@@ -56,7 +56,13 @@ func lastProgress(s string) int64 {
 // tables (the persister's tables, the rebuild's source), as if the
 // persister had written them: version 3, balance the blocks' sum.
 func seedAccounts(ctx context.Context, dbURL string, n int) (sample uuid.UUID, err error) {
-	pool, err := persist.Open(ctx, dbURL)
+	// Seeding COPYs are long on a busy machine: no statement timeout here
+	// (persist.Open's default would stop them).
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	pool, err := persist.Open(ctx, dbURL+sep+"statement_timeout=0")
 	if err != nil {
 		return uuid.Nil, err
 	}
@@ -78,7 +84,7 @@ func seedAccounts(ctx context.Context, dbURL string, n int) (sample uuid.UUID, e
 	}
 	now := time.Now().UTC()
 	expires := now.Add(90 * 24 * time.Hour)
-	const chunk = 50_000
+	const chunk = 20_000
 	for done := 0; done < n; done += chunk {
 		m := min(chunk, n-done)
 		accounts := make([][]any, 0, m)

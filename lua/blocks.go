@@ -409,15 +409,16 @@ func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Tim
 }
 
 // loadBatchMax is how many accounts one load.lua call carries at most: the
-// script's fixed cost (the prelude's top level) is paid once per call, and
-// a call stays well under a millisecond of Redis time.
+// script's fixed cost is paid once per call, and a call stays well under a
+// millisecond of Redis time.
 const loadBatchMax = 64
 
 // LoadBatch loads many states, each fenced like Load, with one load.lua
 // call per partition and up to loadBatchMax accounts, all calls pipelined in
 // one round trip (per cluster node): a rebuild of a million accounts is
-// bound by Redis running the script, so the script's fixed cost is shared
-// by a batch. It reports, per state, whether it wrote.
+// bound by Redis running the script, so Go prepares every hash field
+// (lua/load.go) and a call's fixed cost is shared by a batch. It reports,
+// per state, whether it wrote.
 func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]bool, error) {
 	if len(states) == 0 {
 		return nil, nil
@@ -465,134 +466,6 @@ func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]
 			out[i] = got[j] == 1
 		}
 	}
-	return out, nil
-}
-
-// loadCall is one load.lua call: accounts of one partition.
-type loadCall struct {
-	index []int // the states' positions in the LoadBatch argument
-	keys  []string
-	args  []any // without the leading account count
-	n     int
-	cmd   *redis.Cmd
-}
-
-// argv is the call's ARGV: the account count, then each account's values.
-func (c *loadCall) argv() []any {
-	return append([]any{strconv.Itoa(c.n)}, c.args...)
-}
-
-// loadArgs appends st's KEYS and ARGV to c (load.lua's layout); the first
-// account also brings the partition's two zsets.
-func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
-	cust := st.CustomerID
-	p := Partition(cust)
-	if c.n == 0 {
-		c.keys = append(c.keys, s.expiryKey(p), s.holdExpiryKey(p))
-	}
-	c.keys = append(c.keys, s.accountKey(cust))
-	opsAt := len(c.args)
-	args := append(c.args, "",
-		st.TenantID.String(), string(st.Environment), cust.String(), st.AccountID,
-		strconv.FormatInt(st.Version, 10), strconv.FormatInt(st.Reserved, 10),
-		strconv.FormatInt(st.LifetimeEarned, 10), strconv.FormatInt(st.UpdatedAtMS, 10),
-		strconv.Itoa(len(st.Blocks)),
-	)
-	for _, b := range st.Blocks {
-		expires := ""
-		if b.ExpiresMS != nil {
-			expires = strconv.FormatInt(*b.ExpiresMS, 10)
-		}
-		if err := checkSource(b.Source); err != nil {
-			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
-		}
-		meta, err := compactMeta(b.Metadata)
-		if err != nil {
-			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
-		}
-		args = append(args, b.ID.String(), strconv.FormatInt(b.Remaining, 10), strconv.FormatInt(b.Original, 10),
-			strconv.Itoa(b.Priority), strconv.FormatInt(b.StartsMS, 10), expires,
-			strconv.FormatInt(b.CreatedMS, 10), string(b.Source), meta)
-	}
-	nowMS := now.UnixMilli()
-	ops := 0
-	for _, m := range st.Applied {
-		if m.IdempotencyKey == "" {
-			continue
-		}
-		ttlMS := OpRetention.Milliseconds() - (nowMS - m.AtMS)
-		if ttlMS <= 0 {
-			continue
-		}
-		body, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
-		}
-		c.keys = append(c.keys, s.opKeyOf(cust, m.IdempotencyKey))
-		args = append(args, strconv.FormatInt(ttlMS, 10), string(body))
-		ops++
-	}
-	args[opsAt] = strconv.Itoa(ops)
-	holds, err := reservationArgs(st.Reservations, nowMS)
-	if err != nil {
-		return fmt.Errorf("lua: load: %w", err)
-	}
-	args = append(args, holds...)
-	args = append(args, strconv.Itoa(len(st.Gauges)))
-	for metric, n := range st.Gauges {
-		args = append(args, metric, strconv.FormatInt(n, 10))
-	}
-	c.args = args
-	c.n++
-	return nil
-}
-
-// reservationArgs are load.lua's reservation values: the count, then 12
-// per hold. Holds finalized a day or more before nowMS are left out (the
-// scripts would drop them at once).
-func reservationArgs(rs []engine.MutationReservation, nowMS int64) ([]any, error) {
-	opt := func(v *int64) string {
-		if v == nil {
-			return ""
-		}
-		return strconv.FormatInt(*v, 10)
-	}
-	out := []any{""}
-	n := 0
-	for _, r := range rs {
-		if !r.Status.Valid() {
-			return nil, fmt.Errorf("reservation %s: status %q", r.ID, r.Status)
-		}
-		if err := checkMetric(r.Metric); err != nil {
-			return nil, fmt.Errorf("reservation %s: %w", r.ID, err)
-		}
-		final := ""
-		switch {
-		case r.Status == engine.ReservationActive:
-		case r.Status == engine.ReservationCommitted && r.CommittedMS != nil:
-			final = strconv.FormatInt(*r.CommittedMS, 10)
-		case r.Status != engine.ReservationCommitted && r.ReleasedMS != nil:
-			final = strconv.FormatInt(*r.ReleasedMS, 10)
-		default:
-			return nil, fmt.Errorf("reservation %s: %s without its instant", r.ID, r.Status)
-		}
-		if final != "" {
-			ms, _ := strconv.ParseInt(final, 10, 64)
-			if ms+reservationKeep.Milliseconds() <= nowMS {
-				continue
-			}
-		}
-		meta, err := compactMeta(r.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("reservation %s: %w", r.ID, err)
-		}
-		out = append(out, r.ID.String(), string(r.Status), strconv.FormatInt(r.EstimatedUnits, 10),
-			strconv.FormatInt(r.EstimatedCost, 10), strconv.FormatInt(r.ExpiresMS, 10),
-			strconv.FormatInt(r.CreatedMS, 10), final, opt(r.ActualUnits), opt(r.ActualCost),
-			strconv.FormatInt(r.Released, 10), r.Metric, meta)
-		n++
-	}
-	out[0] = strconv.Itoa(n)
 	return out, nil
 }
 

@@ -1,10 +1,12 @@
 -- load.lua installs the states of several customers of one partition,
--- rebuilt from Postgres, in one call: the prelude's top level runs once per
--- batch, not once per account, which is what bound a rebuild of a million
--- accounts. Each account is fenced by version on its own (invariant 5): a
--- hash already at this or a newer version is left alone, so a stale load
--- never overwrites newer state. A state of version 0 without an account id
--- ("customer known, no account") therefore only creates a missing hash.
+-- rebuilt from Postgres, in one call. Go prepares every hash field in the
+-- encoding the prelude reads (lua/load.go: blocks, holds, gauges, metadata
+-- and the account fields), so the script only fences and writes: a rebuild
+-- of a million accounts is bound by Redis running it. Each account is
+-- fenced by version on its own (invariant 5): a hash already at this or a
+-- newer version is left alone, so a stale load never overwrites newer
+-- state. A state of version 0 without an account id ("customer known, no
+-- account") therefore only creates a missing hash.
 --
 -- KEYS[1]   partition expiry zset      {prefix:pNN}:exp
 -- KEYS[2]   partition hold-expiry zset {prefix:pNN}:rexp
@@ -12,87 +14,36 @@
 --   of its recently applied mutations, one per op
 -- ARGV[1]   account count
 -- then per account:
---   op key count k, tenant id, environment, customer id, account id (""),
---   version, reserved, lifetime earned, updated_at ms, block count n
---   then 9 values per block: id, remaining, original, priority, starts ms,
---     expires ms or "", created ms, source, metadata JSON text or ""
---   then 2 values per op key: TTL ms, mutation JSON
---   then the reservation count, and 12 values per reservation: id, status,
---     estimated units, estimated cost, expires ms, created ms, finalized ms
---     ("" while active), actual units (""), actual cost (""), released,
---     metric, metadata JSON text or ""
---   then the gauge count, and 2 values per gauge: metric, count
+--   version, op key count k, field count f (name and value pairs),
+--   expiry zset member ("tenant|env|customer") and its score (the soonest
+--   expiry of its blocks with credit; "" removes the member), active hold
+--   count h,
+--   then h pairs: hold-expiry zset score and member,
+--   then f pairs: hash field name and value (the first is "v"),
+--   then k pairs: op key TTL ms and mutation JSON
 --
--- Every account is parsed before the first write, so bad input anywhere in
--- the batch changes nothing. Reply: one integer per account, 1 when its
--- state was written, 0 when the fence kept its hash.
-local expiry_key, rexp_key = KEYS[1], KEYS[2]
-local count = int_parse(ARGV[1])
+-- Every account is checked before the first write, so malformed input
+-- anywhere in the batch changes nothing. Reply: one integer per account, 1
+-- when its state was written, 0 when the fence kept its hash.
+local count = tonumber(ARGV[1])
 if not count then return redis.error_reply('BADARG account count') end
-
-local function opt(s) if s == '' then return nil end return m_parse(s) end
 
 local accounts = {}
 local o, k = 1, 2
-for _ = 1, count do
-  local ops = int_parse(ARGV[o + 1])
-  local a = {key = KEYS[k + 1], tenant = ARGV[o + 2], env = ARGV[o + 3], customer = ARGV[o + 4],
-    id = ARGV[o + 5], version = int_parse(ARGV[o + 6]), reserved = m_parse(ARGV[o + 7]),
-    earned = m_parse(ARGV[o + 8]), updated = int_parse(ARGV[o + 9])}
-  local n = int_parse(ARGV[o + 10])
-  if not ops or not a.key or not a.version or not a.reserved or not a.earned or not a.updated or not n then
-    return redis.error_reply('BADARG account fields ' .. tostring(a.customer))
+for i = 1, count do
+  local version, ops, fields, holds = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 6])
+  local score = ARGV[o + 5]
+  if not version or not ops or not fields or fields < 1 or not holds or not KEYS[k + 1 + ops] or
+      (score ~= '' and not tonumber(score)) then
+    return redis.error_reply('BADARG account ' .. i)
   end
-  o = o + 10
-  a.blocks = {}
-  for i = 1, n do
-    local b = {id = ARGV[o + 1], rem = m_parse(ARGV[o + 2]), orig = m_parse(ARGV[o + 3]),
-      prio = int_parse(ARGV[o + 4]), starts = int_parse(ARGV[o + 5]), expires = int_parse(ARGV[o + 6]),
-      created = int_parse(ARGV[o + 7]), src = ARGV[o + 8], meta = ARGV[o + 9]}
-    if not b.rem or not b.orig or not b.prio or not b.starts or not b.created or
-        (ARGV[o + 6] ~= '' and not b.expires) then
-      return redis.error_reply('BADARG block ' .. tostring(b.id))
-    end
-    a.blocks[i] = b
-    o = o + 9
-  end
-  a.ops = {}
-  for i = 1, ops do
-    local ttl = int_parse(ARGV[o + 1])
-    if not ttl or not KEYS[k + 1 + i] then return redis.error_reply('BADARG op key of ' .. a.customer) end
-    a.ops[i] = {KEYS[k + 1 + i], ARGV[o + 1], ARGV[o + 2]}
-    o = o + 2
-  end
+  local a = {key = KEYS[k + 1], version = version, member = ARGV[o + 4], score = score,
+    holds = o + 6, fields = o + 6 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
+  a.opargs = a.fields + 2 * fields
+  o = a.opargs + 2 * ops
   k = k + 1 + ops
-  local nres = int_parse(ARGV[o + 1])
-  if not nres then return redis.error_reply('BADARG reservation count') end
-  o = o + 1
-  a.holds = {}
-  for i = 1, nres do
-    local r = {id = ARGV[o + 1], status = ARGV[o + 2], est_units = m_parse(ARGV[o + 3]), est_cost = m_parse(ARGV[o + 4]),
-      expires = int_parse(ARGV[o + 5]), created = int_parse(ARGV[o + 6]), final = int_parse(ARGV[o + 7]),
-      act_units = opt(ARGV[o + 8]), act_cost = opt(ARGV[o + 9]), released = m_parse(ARGV[o + 10]),
-      metric = ARGV[o + 11], meta = ARGV[o + 12]}
-    if not RES_CODE[r.status] or not r.est_units or not r.est_cost or not r.expires or not r.created or
-        not r.released or (r.status ~= 'active' and not r.final) or string.find(r.metric, '|', 1, true) or
-        (ARGV[o + 8] ~= '' and not r.act_units) or (ARGV[o + 9] ~= '' and not r.act_cost) then
-      return redis.error_reply('BADARG reservation ' .. tostring(r.id))
-    end
-    if r.status == 'active' then r.final = nil end
-    a.holds[i] = r
-    o = o + 12
-  end
-  local ngauges = int_parse(ARGV[o + 1])
-  if not ngauges then return redis.error_reply('BADARG gauge count') end
-  o = o + 1
-  a.gauges = {}
-  for i = 1, ngauges do
-    local metric, n = ARGV[o + 1], m_parse(ARGV[o + 2])
-    if not n or metric == '' then return redis.error_reply('BADARG gauge ' .. tostring(metric)) end
-    a.gauges[i] = {metric, n}
-    o = o + 2
-  end
-  accounts[#accounts + 1] = a
+  if ARGV[o] == nil then return redis.error_reply('BADARG account ' .. i .. ' is short') end
+  accounts[i] = a
 end
 if ARGV[o + 1] ~= nil or KEYS[k + 1] ~= nil then return redis.error_reply('BADARG trailing values') end
 
@@ -102,32 +53,23 @@ for i, a in ipairs(accounts) do
   if current and tonumber(current) >= a.version then
     reply[i] = 0
   else
-    -- The whole hash in one HSET: account fields, then blocks with credit,
-    -- holds and gauges, each metadata in its own field.
-    local f = {'id', a.id, 't', a.tenant, 'e', a.env, 'v', i_fmt(a.version), 'rs', m_fmt(a.reserved),
-      'le', m_fmt(a.earned), 'ua', i_fmt(a.updated)}
-    for _, b in ipairs(a.blocks) do
-      if m_pos(b.rem) then
-        f[#f + 1] = 'b:' .. b.id
-        f[#f + 1] = block_enc(b)
-        if b.meta ~= '' then f[#f + 1] = 'm:' .. b.id; f[#f + 1] = b.meta end
-      end
-    end
-    local member = a.tenant .. '|' .. a.env .. '|' .. a.customer
-    for _, r in ipairs(a.holds) do
-      f[#f + 1] = 'r:' .. r.id
-      f[#f + 1] = res_enc(r)
-      if r.meta ~= '' then f[#f + 1] = 'n:' .. r.id; f[#f + 1] = r.meta end
-      if r.status == 'active' then
-        redis.call('ZADD', rexp_key, i_fmt(r.expires), res_member(a.tenant, a.env, a.customer, r.id))
-      end
-    end
-    for _, g in ipairs(a.gauges) do f[#f + 1] = 'g:' .. g[1]; f[#f + 1] = m_fmt(g[2]) end
     redis.call('DEL', a.key)
-    -- unpack is bounded by Lua's C stack: a hash of many gauges goes in parts.
-    for from = 1, #f, 1000 do redis.call('HSET', a.key, unpack(f, from, math.min(from + 999, #f))) end
-    zset_sync(expiry_key, member, a.blocks)
-    for _, op in ipairs(a.ops) do redis.call('SET', op[1], op[3], 'PX', op[2]) end
+    -- unpack is bounded by Lua's C stack: a hash of many fields goes in parts.
+    local from, last = a.fields + 1, a.fields + 2 * a.nfields
+    while from <= last do
+      local to = math.min(from + 999, last)
+      redis.call('HSET', a.key, unpack(ARGV, from, to))
+      from = to + 1
+    end
+    if a.score ~= '' then
+      redis.call('ZADD', KEYS[1], a.score, a.member)
+    else
+      redis.call('ZREM', KEYS[1], a.member)
+    end
+    for j = a.holds + 1, a.fields, 2 do redis.call('ZADD', KEYS[2], ARGV[j], ARGV[j + 1]) end
+    for j = 0, a.nops - 1 do
+      redis.call('SET', KEYS[a.ops + 1 + j], ARGV[a.opargs + 2 * j + 2], 'PX', ARGV[a.opargs + 2 * j + 1])
+    end
     reply[i] = 1
   end
 end

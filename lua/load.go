@@ -1,0 +1,191 @@
+package lua
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Go side of load.lua: a rebuild writes each account hash in the encoding
+// prelude.lua reads (its header comment; blockValue and holdValue mirror
+// block_enc and res_enc, and TestLoadEncodingMatchesPrelude keeps them
+// equal), so Redis only fences and writes.
+
+// sourceCodes are prelude.lua's one-letter source codes (SOURCE_CODE).
+var sourceCodes = func() map[engine.Source]string {
+	m := make(map[engine.Source]string, len(sourceNames))
+	for code, name := range sourceNames {
+		m[name] = code
+	}
+	return m
+}()
+
+// holdCodes are prelude.lua's one-letter reservation statuses (RES_CODE).
+var holdCodes = map[engine.ReservationStatus]string{
+	engine.ReservationActive: "a", engine.ReservationCommitted: "c",
+	engine.ReservationReleased: "r", engine.ReservationExpired: "e",
+}
+
+func b36(n int64) string { return strconv.FormatInt(n, 36) }
+
+func dec(n int64) string { return strconv.FormatInt(n, 10) }
+
+// blockValue is field "b:<id>" of block b (prelude.lua block_enc): its
+// metadata lives in field "m:<id>".
+func blockValue(b engine.MutationBlock) string {
+	st, exp := "", ""
+	if b.StartsMS != b.CreatedMS {
+		st = b36(b.StartsMS - b.CreatedMS)
+	}
+	if b.ExpiresMS != nil {
+		exp = b36(*b.ExpiresMS - b.StartsMS)
+	}
+	src, ok := sourceCodes[b.Source]
+	if !ok {
+		src = string(b.Source)
+	}
+	return dec(b.Remaining) + "|" + dec(b.Original) + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
+		"|" + st + "|" + exp + "|" + src + "|"
+}
+
+// holdValue is field "r:<id>" of hold r (prelude.lua res_enc); final is
+// when it was finalized, nil while active. Its metadata lives in field
+// "n:<id>".
+func holdValue(r engine.MutationReservation, final *int64) string {
+	opt := func(v *int64, enc func(int64) string) string {
+		if v == nil {
+			return ""
+		}
+		return enc(*v)
+	}
+	return holdCodes[r.Status] + "|" + dec(r.EstimatedUnits) + "|" + dec(r.EstimatedCost) + "|" + b36(r.ExpiresMS) +
+		"|" + b36(r.CreatedMS) + "|" + opt(final, b36) + "|" + opt(r.ActualUnits, dec) + "|" + opt(r.ActualCost, dec) +
+		"|" + dec(r.Released) + "|" + r.Metric + "|"
+}
+
+// loadCall is one load.lua call: accounts of one partition.
+type loadCall struct {
+	index []int // the states' positions in the LoadBatch argument
+	keys  []string
+	args  []any // without the leading account count
+	n     int
+	cmd   *redis.Cmd
+}
+
+// argv is the call's ARGV: the account count, then each account's values.
+func (c *loadCall) argv() []any {
+	return append([]any{strconv.Itoa(c.n)}, c.args...)
+}
+
+// loadArgs appends st's KEYS and ARGV to c in load.lua's layout; the first
+// account also brings the partition's two zsets. Op keys of st.Applied get
+// what is left of OpRetention at now; holds finalized reservationKeep or
+// more before now are left out (the scripts would drop them at once).
+func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
+	cust := st.CustomerID
+	p := Partition(cust)
+	if c.n == 0 {
+		c.keys = append(c.keys, s.expiryKey(p), s.holdExpiryKey(p))
+	}
+	nowMS := now.UnixMilli()
+	member := st.TenantID.String() + "|" + string(st.Environment) + "|" + cust.String()
+
+	fields := []any{"v", dec(st.Version), "id", st.AccountID, "t", st.TenantID.String(), "e", string(st.Environment),
+		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
+	var soonest *int64
+	for _, b := range st.Blocks {
+		if err := checkSource(b.Source); err != nil {
+			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+		}
+		meta, err := compactMeta(b.Metadata)
+		if err != nil {
+			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
+		}
+		if b.Remaining <= 0 {
+			continue // emptied blocks live in Postgres only
+		}
+		id := b.ID.String()
+		fields = append(fields, "b:"+id, blockValue(b))
+		if meta != "" {
+			fields = append(fields, "m:"+id, meta)
+		}
+		if b.ExpiresMS != nil && (soonest == nil || *b.ExpiresMS < *soonest) {
+			soonest = b.ExpiresMS
+		}
+	}
+	var holdZ []any
+	for _, r := range st.Reservations {
+		if _, ok := holdCodes[r.Status]; !ok {
+			return fmt.Errorf("lua: load: reservation %s: status %q", r.ID, r.Status)
+		}
+		if err := checkMetric(r.Metric); err != nil {
+			return fmt.Errorf("lua: load: reservation %s: %w", r.ID, err)
+		}
+		var final *int64
+		switch {
+		case r.Status == engine.ReservationActive:
+		case r.Status == engine.ReservationCommitted && r.CommittedMS != nil:
+			final = r.CommittedMS
+		case r.Status != engine.ReservationCommitted && r.ReleasedMS != nil:
+			final = r.ReleasedMS
+		default:
+			return fmt.Errorf("lua: load: reservation %s: %s without its instant", r.ID, r.Status)
+		}
+		if final != nil && *final+reservationKeep.Milliseconds() <= nowMS {
+			continue
+		}
+		meta, err := compactMeta(r.Metadata)
+		if err != nil {
+			return fmt.Errorf("lua: load: reservation %s: %w", r.ID, err)
+		}
+		id := r.ID.String()
+		fields = append(fields, "r:"+id, holdValue(r, final))
+		if meta != "" {
+			fields = append(fields, "n:"+id, meta)
+		}
+		if r.Status == engine.ReservationActive {
+			holdZ = append(holdZ, dec(r.ExpiresMS), member+"|"+id)
+		}
+	}
+	for metric, n := range st.Gauges {
+		if metric == "" {
+			return fmt.Errorf("lua: load: gauge without a metric")
+		}
+		fields = append(fields, "g:"+metric, dec(n))
+	}
+
+	c.keys = append(c.keys, s.accountKey(cust))
+	var ops []any
+	for _, m := range st.Applied {
+		if m.IdempotencyKey == "" {
+			continue
+		}
+		ttlMS := OpRetention.Milliseconds() - (nowMS - m.AtMS)
+		if ttlMS <= 0 {
+			continue
+		}
+		body, err := json.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
+		}
+		c.keys = append(c.keys, s.opKeyOf(cust, m.IdempotencyKey))
+		ops = append(ops, dec(ttlMS), string(body))
+	}
+
+	score := ""
+	if soonest != nil {
+		score = dec(*soonest)
+	}
+	c.args = append(c.args, dec(st.Version), strconv.Itoa(len(ops)/2), strconv.Itoa(len(fields)/2), member, score,
+		strconv.Itoa(len(holdZ)/2))
+	c.args = append(c.args, holdZ...)
+	c.args = append(c.args, fields...)
+	c.args = append(c.args, ops...)
+	c.n++
+	return nil
+}

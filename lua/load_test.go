@@ -1,0 +1,124 @@
+package lua
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestLoadEncodingMatchesPrelude: the hash values Go prepares for load.lua
+// are byte for byte what prelude.lua's block_enc and res_enc write, so a
+// rebuilt account reads exactly like one the scripts wrote. A change of the
+// encoding in prelude.lua fails here until load.go follows.
+func TestLoadEncodingMatchesPrelude(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	ctx := context.Background()
+	blockLua := preludeLua + `
+local b = {rem = m_parse(ARGV[1]), orig = m_parse(ARGV[2]), prio = int_parse(ARGV[3]), created = int_parse(ARGV[4]),
+  starts = int_parse(ARGV[5]), expires = int_parse(ARGV[6]), src = ARGV[7]}
+return block_enc(b)`
+	holdLua := preludeLua + `
+local function opt(s) if s == '' then return nil end return m_parse(s) end
+local r = {status = ARGV[1], est_units = m_parse(ARGV[2]), est_cost = m_parse(ARGV[3]), expires = int_parse(ARGV[4]),
+  created = int_parse(ARGV[5]), final = int_parse(ARGV[6]), act_units = opt(ARGV[7]), act_cost = opt(ARGV[8]),
+  released = m_parse(ARGV[9]), metric = ARGV[10]}
+return res_enc(r)`
+	rng := rand.New(rand.NewPCG(10, 10))
+	money := []int64{1, 999_999_999, 1_000_000_000, 123_456_789_012_345, math.MaxInt64, 9_007_199_254_740_993}
+	instants := []int64{0, 1, 1_763_900_000_000, 4_102_444_800_000}
+	sources := []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional, engine.SourceCompensation,
+		engine.SourceReferral, engine.SourceManual, engine.SourceMigration, "partner_credit"}
+	pick := func(s []int64) int64 { return s[rng.IntN(len(s))] + rng.Int64N(1000) }
+	str := func(v *int64) string {
+		if v == nil {
+			return ""
+		}
+		return dec(*v)
+	}
+	for i := 0; i < 300; i++ {
+		created := pick(instants)
+		starts := created
+		if i%2 == 1 {
+			starts += rng.Int64N(1e9)
+		}
+		var expires *int64
+		if i%3 != 0 {
+			e := starts + 1 + rng.Int64N(1e10)
+			expires = &e
+		}
+		rem := min(pick(money), math.MaxInt64)
+		b := engine.MutationBlock{ID: uuid.New(), Remaining: rem, Original: rem, Priority: rng.IntN(100),
+			CreatedMS: created, StartsMS: starts, ExpiresMS: expires, Source: sources[i%len(sources)]}
+		want, err := rdb.Eval(ctx, blockLua, nil, dec(b.Remaining), dec(b.Original), dec(int64(b.Priority)),
+			dec(b.CreatedMS), dec(b.StartsMS), str(b.ExpiresMS), string(b.Source)).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := blockValue(b); got != want {
+			t.Fatalf("block %+v: Go %q, prelude %q", b, got, want)
+		}
+
+		status := []engine.ReservationStatus{engine.ReservationActive, engine.ReservationCommitted,
+			engine.ReservationReleased, engine.ReservationExpired}[i%4]
+		r := engine.MutationReservation{ID: uuid.New(), Status: status, EstimatedUnits: pick(money), EstimatedCost: pick(money),
+			ExpiresMS: pick(instants), CreatedMS: pick(instants), Released: pick(money) - 1, Metric: "tokens"}
+		var final *int64
+		if status != engine.ReservationActive {
+			f := pick(instants)
+			final = &f
+			if i%8 < 4 {
+				au, ac := pick(money), pick(money)
+				r.ActualUnits, r.ActualCost = &au, &ac
+			}
+		}
+		want, err = rdb.Eval(ctx, holdLua, nil, string(status), dec(r.EstimatedUnits), dec(r.EstimatedCost), dec(r.ExpiresMS),
+			dec(r.CreatedMS), str(final), str(r.ActualUnits), str(r.ActualCost), dec(r.Released), r.Metric).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := holdValue(r, final); got != want {
+			t.Fatalf("hold %+v: Go %q, prelude %q", r, got, want)
+		}
+	}
+}
+
+// TestLoadRefusesMalformedBatch: load.lua checks every account of a call
+// before it writes, so a malformed one changes nothing for any of them.
+func TestLoadRefusesMalformedBatch(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	ctx := context.Background()
+	keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:2"}
+	good := []any{"3", "0", "1", "t|live|1", "", "0", "v", "3"}
+	for _, tc := range []struct {
+		name string
+		bad  []any
+	}{
+		{"version not a number", []any{"x", "0", "1", "t|live|2", "", "0", "v", "x"}},
+		{"short of its fields", []any{"3", "0", "2", "t|live|2", "", "0", "v", "3"}},
+		{"score not a number", []any{"3", "0", "1", "t|live|2", "soon", "0", "v", "3"}},
+		{"names an op key it lacks", []any{"3", "1", "1", "t|live|2", "", "0", "v", "3", "1000", "{}"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]any{"2"}, good...), tc.bad...)
+			if err := loadScript.Run(ctx, rdb, keys, args...).Err(); err == nil {
+				t.Fatal("load.lua accepted a malformed account")
+			}
+			if n := rdb.Exists(ctx, keys[2], keys[3]).Val(); n != 0 {
+				t.Fatalf("%d hashes written by a refused batch", n)
+			}
+		})
+	}
+	args := append(append([]any{"2"}, good...), "4", "0", "1", "t|live|2", "", "0", "v", "4")
+	if got, err := loadScript.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
+		t.Fatalf("well-formed batch: %v, %v", got, err)
+	}
+}
