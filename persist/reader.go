@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -240,19 +241,34 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 			return err
 		}
 
+		// The page's customers are one id range (rebuild pages are in id
+		// order): a range scan of operations_customer_idx, not one probe per
+		// id; a row of a customer outside the page is skipped.
+		lo, hi := ids[0], ids[0]
+		for _, id := range ids[1:] {
+			if bytes.Compare(id[:], lo[:]) < 0 {
+				lo = id
+			}
+			if bytes.Compare(id[:], hi[:]) > 0 {
+				hi = id
+			}
+		}
 		rows, err = tx.Query(ctx, `SELECT customer_id, mutation FROM operations
-			WHERE customer_id = ANY($1) AND created_at >= $2
-			ORDER BY customer_id, account_version, created_at, op_id`, ids, appliedSince)
+			WHERE customer_id BETWEEN $1 AND $2 AND created_at >= $3
+			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince)
 		if err != nil {
 			return err
 		}
 		var doc []byte
 		_, err = pgx.ForEachRow(rows, []any{&customer, &doc}, func() error {
+			st := index[customer]
+			if st == nil {
+				return nil
+			}
 			var m engine.Mutation
 			if err := json.Unmarshal(doc, &m); err != nil {
 				return fmt.Errorf("decode operation of customer %s: %w", customer, err)
 			}
-			st := index[customer]
 			st.Applied = append(st.Applied, m)
 			return nil
 		})
