@@ -74,6 +74,7 @@ type loadCall struct {
 	keys  []string
 	args  []any // without the leading account count
 	n     int
+	tag   string // the partition's key tag, s.tag(p)
 	cmd   *redis.Cmd
 }
 
@@ -88,14 +89,17 @@ func (c *loadCall) argv() []any {
 // more before now are left out (the scripts would drop them at once).
 func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
 	cust := st.CustomerID
-	p := Partition(cust)
 	if c.n == 0 {
+		p := Partition(cust)
+		c.tag = s.tag(p)
 		c.keys = append(c.keys, s.expiryKey(p), s.holdExpiryKey(p))
 	}
 	nowMS := now.UnixMilli()
-	member := st.TenantID.String() + "|" + string(st.Environment) + "|" + cust.String()
+	// Every account of a call is of its partition (LoadBatch groups them).
+	cs, tenant := cust.String(), st.TenantID.String()
+	member := tenant + "|" + string(st.Environment) + "|" + cs
 
-	fields := []any{"v", dec(st.Version), "id", st.AccountID, "t", st.TenantID.String(), "e", string(st.Environment),
+	fields := []any{"v", dec(st.Version), "id", st.AccountID, "t", tenant, "e", string(st.Environment),
 		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
 	var soonest *int64
 	for _, b := range st.Blocks {
@@ -159,7 +163,7 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 		fields = append(fields, "g:"+metric, dec(n))
 	}
 
-	c.keys = append(c.keys, s.accountKey(cust))
+	c.keys = append(c.keys, c.tag+":a:"+cs) // s.accountKey(cust)
 	var ops []any
 	for _, m := range st.Applied {
 		if m.IdempotencyKey == "" {
