@@ -47,7 +47,9 @@ for i = 1, count do
 end
 if ARGV[o + 1] ~= nil or KEYS[k + 1] ~= nil then return redis.error_reply('BADARG trailing values') end
 
-local reply = {}
+-- The expiry zset's members of the whole call go in one ZADD and one ZREM
+-- (the last state written of a customer decides its member).
+local reply, zset = {}, {}
 for i, a in ipairs(accounts) do
   local current = redis.call('HGET', a.key, 'v')
   if current and tonumber(current) >= a.version then
@@ -61,11 +63,7 @@ for i, a in ipairs(accounts) do
       redis.call('HSET', a.key, unpack(ARGV, from, to))
       from = to + 1
     end
-    if a.score ~= '' then
-      redis.call('ZADD', KEYS[1], a.score, a.member)
-    else
-      redis.call('ZREM', KEYS[1], a.member)
-    end
+    zset[a.member] = a.score
     for j = a.holds + 1, a.fields, 2 do redis.call('ZADD', KEYS[2], ARGV[j], ARGV[j + 1]) end
     for j = 0, a.nops - 1 do
       redis.call('SET', KEYS[a.ops + 1 + j], ARGV[a.opargs + 2 * j + 2], 'PX', ARGV[a.opargs + 2 * j + 1])
@@ -73,4 +71,15 @@ for i, a in ipairs(accounts) do
     reply[i] = 1
   end
 end
+local zadd, zrem = {}, {}
+for member, score in pairs(zset) do
+  if score ~= '' then
+    zadd[#zadd + 1] = score
+    zadd[#zadd + 1] = member
+  else
+    zrem[#zrem + 1] = member
+  end
+end
+for from = 1, #zadd, 1000 do redis.call('ZADD', KEYS[1], unpack(zadd, from, math.min(from + 999, #zadd))) end
+for from = 1, #zrem, 1000 do redis.call('ZREM', KEYS[1], unpack(zrem, from, math.min(from + 999, #zrem))) end
 return reply

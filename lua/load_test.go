@@ -122,3 +122,38 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 		t.Fatalf("well-formed batch: %v, %v", got, err)
 	}
 }
+
+// TestLoadSameCustomerTwiceInOneCall: when one call carries two states of a
+// customer, the newer one is written last and decides its expiry-zset
+// member, as if the two had been loaded one after the other.
+func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name          string
+		first, second string // expiry score of each state ("" none)
+		wantMember    bool
+		wantScore     float64
+	}{
+		{"expiry added by the newer state", "", "5000", true, 5000},
+		{"expiry removed by the newer state", "5000", "", false, 0},
+		{"expiry moved by the newer state", "5000", "7000", true, 7000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+			keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:1"}
+			args := []any{"2", "3", "0", "1", "t|live|1", tc.first, "0", "v", "3", "4", "0", "1", "t|live|1", tc.second, "0", "v", "4"}
+			got, err := loadScript.Run(ctx, rdb, keys, args...).Int64Slice()
+			if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
+				t.Fatalf("load: %v, %v", got, err)
+			}
+			if v := rdb.HGet(ctx, "{p}:a:1", "v").Val(); v != "4" {
+				t.Fatalf("version %q, want 4", v)
+			}
+			score, err := rdb.ZScore(ctx, "{p}:exp", "t|live|1").Result()
+			if present := err == nil; present != tc.wantMember || (present && score != tc.wantScore) {
+				t.Fatalf("member present %v score %v (%v); want %v %v", present, score, err, tc.wantMember, tc.wantScore)
+			}
+		})
+	}
+}
