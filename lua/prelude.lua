@@ -30,8 +30,8 @@
 -- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
 -- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
 -- them (a test keeps the pairs equal).
-local MAX_LIVE_BLOCKS = 32
-local MAX_ACTIVE_HOLDS = 32
+local MAX_LIVE_BLOCKS = 100
+local MAX_ACTIVE_HOLDS = 100
 -- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
 -- RES_KEEP_MS; past that the oldest leave early (engine then reads their
 -- final status from Postgres, as after RES_KEEP_MS).
