@@ -97,11 +97,19 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
 // commit them with its own bookkeeping (deadletter.go).
 func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
+	b := &pgx.Batch{}
+	if err := queueApply(b, ms); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueApply queues Apply's statements for ms into b.
+func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
 	cols, err := columnsOf(ms)
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
 	if o := cols.ops; len(o.opID) > 0 {
 		b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
 	}
@@ -121,7 +129,7 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 			return fmt.Errorf("%s: %w", section.name, err)
 		}
 	}
-	return tx.SendBatch(ctx, b).Close()
+	return nil
 }
 
 // applyColumns are Apply's rows, column by column.
