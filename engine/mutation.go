@@ -147,6 +147,13 @@ func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
 	if len(e.Metadata) > 0 {
 		_ = json.Unmarshal(e.Metadata, &meta)
 	}
+	var draws []LedgerDraw
+	if len(e.Draws) > 0 {
+		draws = make([]LedgerDraw, len(e.Draws))
+		for j, d := range e.Draws {
+			draws[j] = LedgerDraw{CreditBlockID: d.BlockID, Amount: d.Amount}
+		}
+	}
 	return LedgerEntry{
 		ID:                EntryID(m.OpID, i),
 		TenantID:          m.TenantID,
@@ -164,6 +171,7 @@ func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
 		Reason:            e.Reason,
 		Metadata:          meta,
 		CreatedAt:         m.At(),
+		Draws:             draws,
 	}
 }
 
