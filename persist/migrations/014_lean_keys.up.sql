@@ -13,3 +13,9 @@ CREATE UNIQUE INDEX operations_tenant_key_op_key ON operations (tenant_id, idemp
 -- (customer_id, created_at) prefix for the one query that sums a period's
 -- consumption; that query reads the history index and filters on type.
 DROP INDEX ledger_entries_consumption_idx;
+
+-- webhook_events_due_idx (status, next_retry_at) answered only the claim's
+-- "which tenants have due events" scan, which the partial per-tenant due
+-- index (pending and failed rows only) answers as well; every consume's
+-- credit.consumed event paid for it.
+DROP INDEX webhook_events_due_idx;
