@@ -93,7 +93,14 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return applyIn(ctx, tx, ms) })
+	// One pipelined round trip: pgx runs a batch in one implicit
+	// transaction (committed at its Sync, rolled back at the first error),
+	// so BEGIN and COMMIT need no round trips of their own.
+	b := &pgx.Batch{}
+	err := queueApply(b, ms)
+	if err == nil {
+		err = s.pool.SendBatch(ctx, b).Close()
+	}
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}

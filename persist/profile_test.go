@@ -22,6 +22,9 @@ import (
 // rows inserted and updated, statements and commits, WAL bytes. It is a
 // measurement, not a check: it runs only when CREDITD_PG_PROFILE is set
 // (to the batch sizes to try, e.g. "1,4,50,500") and logs the figures.
+// CREDITD_PG_PROFILE_DRAWS=1 writes one entry per consume with Draws;
+// CREDITD_PG_PROFILE_PARAMS adds URL parameters (e.g.
+// "&synchronous_commit=off" to see what the WAL flush costs).
 func TestApplyProfile(t *testing.T) {
 	sizes := os.Getenv("CREDITD_PG_PROFILE")
 	if sizes == "" {
@@ -33,7 +36,7 @@ func TestApplyProfile(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	pool, err := Open(ctx, url+sep+"pool_max_conns=1")
+	pool, err := Open(ctx, url+sep+"pool_max_conns=1"+os.Getenv("CREDITD_PG_PROFILE_PARAMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
