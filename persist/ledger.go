@@ -284,7 +284,8 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		e.delta = append(e.delta, r.e.Delta)
 		e.typ = append(e.typ, string(r.e.Type))
 		e.source = append(e.source, src)
-		e.block = append(e.block, r.e.BlockID)
+		block, draws := r.e.PaidBy()
+		e.block = append(e.block, block)
 		e.metric = append(e.metric, r.e.Metric)
 		e.units = append(e.units, r.e.Units)
 		e.rate = append(e.rate, r.e.Rate)
@@ -295,7 +296,7 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		e.meta = append(e.meta, string(rawObject(r.e.Metadata)))
 		e.at = append(e.at, r.m.At())
 		e.drawFrom = append(e.drawFrom, int32(len(e.drawBlock)+1))
-		for _, d := range r.e.Draws {
+		for _, d := range draws {
 			e.drawBlock = append(e.drawBlock, d.BlockID)
 			e.drawAmount = append(e.drawAmount, d.Amount)
 		}
