@@ -32,7 +32,7 @@ func (s *Server) checkQuery(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.json(fasthttp.StatusOK, &res)
+	return c.check(&res)
 }
 
 var (
@@ -60,7 +60,7 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		return c.json(fasthttp.StatusOK, &res)
+		return c.check(&res)
 	}
 }
 
@@ -74,7 +74,7 @@ func (s *Server) consume(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.json(fasthttp.StatusOK, &res)
+	return c.consumed(&res)
 }
 
 // usageBody is the 200 body of POST /v1/usage.
