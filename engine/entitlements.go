@@ -45,6 +45,9 @@ type SubscriptionFacts struct {
 	// Values maps a metric key to its value: a live override, else the
 	// variant entitlement (addendum 5 resolution order).
 	Values map[string]json.RawMessage
+	// expiresAt is the soonest expiry of an override in Values (zero when
+	// none): facts are never served stale past it.
+	expiresAt time.Time
 }
 
 // SetPlanView plugs subscriptions into checks, consumes and holds.
