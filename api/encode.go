@@ -28,7 +28,8 @@ func (c *call) bytesOut(status int, body []byte) error {
 // raw JSON encoding/json compacts and escapes), else through json.
 func (c *call) check(res *engine.CheckResult) error {
 	if res.Config != nil {
-		return c.json(200, res)
+		v := *res // a copy, so res itself stays on the handler's stack
+		return c.json(200, &v)
 	}
 	c.out = appendCheck(c.out[:0], res)
 	return c.bytesOut(200, c.out)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -181,7 +182,19 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 	if !strings.HasPrefix(plain, LiveKeyPrefix) && !strings.HasPrefix(plain, SandboxKeyPrefix) {
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
-	sum := keyHash(plain)
+	return s.authenticate(ctx, sha256.Sum256([]byte(plain)))
+}
+
+// AuthenticateBytes is Authenticate of a key still in the request's
+// buffer: the hot path hashes it without copying it to a string.
+func (s *Tenants) AuthenticateBytes(ctx context.Context, plain []byte) (Scope, Tenant, error) {
+	if !bytes.HasPrefix(plain, []byte(LiveKeyPrefix)) && !bytes.HasPrefix(plain, []byte(SandboxKeyPrefix)) {
+		return Scope{}, Tenant{}, ErrUnauthenticated
+	}
+	return s.authenticate(ctx, sha256.Sum256(plain))
+}
+
+func (s *Tenants) authenticate(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
 	now := time.Now()
 	e, st := s.cache.get(sum, now, authStaleLimit)
 	switch st {
@@ -204,16 +217,6 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
 	return s.lookUp(ctx, sum)
-}
-
-// keyHash is the sha256 of a presented key, hashed from a stack copy.
-func keyHash(plain string) [32]byte {
-	var buf [64]byte
-	if len(plain) <= len(buf) {
-		n := copy(buf[:], plain)
-		return sha256.Sum256(buf[:n])
-	}
-	return sha256.Sum256([]byte(plain))
 }
 
 // lookUp asks the directory for the key hashed to sum and caches the
