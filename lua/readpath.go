@@ -137,12 +137,13 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	return b, nil
 }
 
-// Balances is a check's lean read of c's account: one HGETALL of which only
+// Balances is a check's lean read of c's account: one HGETALL (pipelined
+// with concurrent checks' reads, readBatcher) of which only
 // the reserved total and each block's remaining, starts and expires are
 // parsed (no block ids, sources, metadata or reservations decoded, nothing
 // sorted). Figures match Snapshot's. Errors: engine.ErrStateMissing.
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
-	raw, err := s.rdb.HGetAll(ctx, s.accountKeyOf(c.CustomerID)).Result()
+	raw, err := s.reads.hgetall(s.rdb, s.accountKeyOf(c.CustomerID))
 	if err != nil {
 		return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,4 +81,46 @@ func TestBlockFiguresMalformed(t *testing.T) {
 			t.Errorf("blockFigures(%q): no error", v)
 		}
 	}
+}
+
+// TestBalancesConcurrent: checks read at once (so their reads are pipelined
+// together) each get their own customer's figures, and a missing account
+// stays ErrStateMissing inside a batch.
+func TestBalancesConcurrent(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		customers := make([]engine.CustomerKey, 6)
+		for i := range customers {
+			customers[i] = newCustomer()
+			if i == 0 {
+				continue // never loaded
+			}
+			b.known(t, customers[i])
+			b.grant(t, grantCmd(customers[i], int64(100*i), t0.Add(-time.Minute)))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 64*30)
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; n < 30; n++ {
+					i := (g + n) % len(customers)
+					got, err := b.store.Balances(ctx, customers[i], t0)
+					switch {
+					case i == 0 && !errors.Is(err, engine.ErrStateMissing):
+						errs <- fmt.Errorf("missing account: err %v", err)
+					case i != 0 && (err != nil || got.Balance != int64(100*i) || got.Effective != int64(100*i)):
+						errs <- fmt.Errorf("customer %d: %+v %v", i, got, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
 }
