@@ -67,7 +67,7 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 // consume answers POST /v1/entitlements/consume with 200 (addendum 7).
 func (s *Server) consume(c *call) error {
 	var in engine.ConsumeInput
-	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+	if err := decodeConsume(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
 	res, err := s.entitlements.Consume(c.reqContext(), c.scope, c.tenant, c.idem, in)
