@@ -3,8 +3,8 @@ package api
 import (
 	"bytes"
 	"fmt"
-	"reflect"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
