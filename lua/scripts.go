@@ -53,7 +53,6 @@ var (
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )
 
-func withPrelude(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
 
 // Reply statuses of the money scripts ({status, mutation JSON}).
 const (
