@@ -53,7 +53,6 @@ var (
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )
 
-
 // Reply statuses of the money scripts ({status, mutation JSON}).
 const (
 	replyNew    = "new"
