@@ -9,10 +9,11 @@
 -- for credit.exhausted, and answers INSUFFICIENT. Under allow and notify
 -- the charge is min(cost, max(effective, 0)) and the rest is overage.
 --
--- Entries: one consumption entry per block drained, each with the metric
--- and the units of the call, the overage on the last one; when nothing is
--- drained (a zero cost, or no effective balance) one zero-delta consumption
--- entry without a block records the call and carries the overage.
+-- Entries: ONE consumption entry (the spec's one debit) with the metric,
+-- the units of the call and the overage: it names the block when one block
+-- paid, else its block is null and its draws list what each block paid;
+-- when nothing is drained (a zero cost, or no effective balance) it has a
+-- zero delta and no block. Expiry entries of blocks that ran out come first.
 --
 -- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox      {prefix:pNN}:outbox
@@ -71,16 +72,8 @@ if m_pos(overage) then overage_field = overage end
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 local draws = drain(a, now, charge, changed)
-if #draws == 0 then
-  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption', metric = metric,
-    units = units, overage = overage_field, meta = entry_meta})
-end
-for i, d in ipairs(draws) do
-  local e = {role = 'main', delta = m_neg(d.take), type = 'consumption', src = d.b.src, block = d.b.id,
-    metric = metric, units = units, meta = entry_meta}
-  if i == #draws then e.overage = overage_field end
-  entries[#entries + 1] = entry_obj(e)
-end
+entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric = metric,
+  units = units, overage = overage_field, meta = entry_meta}, draws))
 
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)

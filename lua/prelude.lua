@@ -364,7 +364,29 @@ local function entry_obj(e)
   if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
   if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
   if e.meta and e.meta ~= '' then s = s .. ',"meta":' .. e.meta end
+  if e.draws then
+    local d = {}
+    for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
+    s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
+  end
   return s .. '}'
+end
+
+-- debit_entry fills the consumption entry e (an entry_obj table) from the
+-- draws of one drain: ONE ledger entry per charge (interface.md: a consume,
+-- a commit and a usage event write one debit). Its delta is minus the
+-- total drawn; it names the block and its source when one block paid, and
+-- lists what each block paid (engine.EntryDraw) when several did.
+local function debit_entry(e, draws)
+  local total = MONEY_ZERO
+  for _, d in ipairs(draws) do total = m_add(total, d.take) end
+  e.delta = m_neg(total)
+  if #draws == 1 then
+    e.src, e.block = draws[1].b.src, draws[1].b.id
+  elseif #draws > 1 then
+    e.draws = draws
+  end
+  return e
 end
 
 -- usage_json is an engine.MutationUsage; res_id is nil outside a commit.
