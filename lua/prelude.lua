@@ -104,6 +104,8 @@ end
 -- MONEY_FAST_HI bounds the high limb of a value whose hi * 1e9 + lo stays
 -- below 2^53 in magnitude: such a value is formatted as one double.
 local MONEY_FAST_HI = 9000000
+-- MONEY_EXACT is 2^53, the first integer past which doubles skip integers.
+local MONEY_EXACT = 9007199254740992
 
 -- m_stored reads a decimal this code wrote itself (a hash field): no
 -- pattern check, which costs more than the rest of the parse.
@@ -153,6 +155,16 @@ end
 local function m_mul(a, b)
   if m_cmp(a, MONEY_ZERO) == 0 or m_cmp(b, MONEY_ZERO) == 0 then return MONEY_ZERO end
   if m_cmp(a, MONEY_ZERO) < 0 or m_cmp(b, MONEY_ZERO) < 0 then return nil end
+  -- Both factors below 2^53 and a product below 2^53: the double product
+  -- is exact (the true product is representable, and rounding is
+  -- monotonic, so a true product at or past 2^53 never reads below it).
+  if a[1] < MONEY_FAST_HI and b[1] < MONEY_FAST_HI then
+    local x = (a[1] * MONEY_BASE + a[2]) * (b[1] * MONEY_BASE + b[2])
+    if x < MONEY_EXACT then
+      local hi = math.floor(x / MONEY_BASE)
+      return {hi, x - hi * MONEY_BASE}
+    end
+  end
   local x, y, p = m_digits6(a), m_digits6(b), {}
   for k = 1, #x + #y do p[k] = 0 end
   for i = 1, #x do
@@ -280,8 +292,10 @@ end
 -- longer than one letter, so the two never collide).
 local SOURCE_CODE = {plan_grant = 'p', topup = 't', promotional = 'o', compensation = 'c',
   referral = 'r', manual = 'm', migration = 'g'}
-local SOURCE_NAME = {}
-for name, code in pairs(SOURCE_CODE) do SOURCE_NAME[code] = name end
+-- SOURCE_NAME inverts SOURCE_CODE, written out: a loop at the top level
+-- would run on every call.
+local SOURCE_NAME = {p = 'plan_grant', t = 'topup', o = 'promotional', c = 'compensation',
+  r = 'referral', m = 'manual', g = 'migration'}
 
 local function src_enc(s) return SOURCE_CODE[s] or s end
 local function src_dec(s) return SOURCE_NAME[s] or s end
@@ -308,6 +322,9 @@ end
 
 -- block_enc is the hash value of block b (format above).
 local function block_enc(b)
+  -- A drain changes only the remaining amount: the rest of a block read
+  -- from the hash is written back as it was read (b36_enc is a Lua loop).
+  if b.tail then return m_fmt(b.rem) .. b.tail end
   local exp = ''
   if b.expires then exp = b36_enc(b.expires - b.starts) end
   local st = ''
@@ -326,8 +343,12 @@ local function block_dec(id, raw)
   if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
   if e36 ~= '' then expires = starts + b36_dec(e36) end
+  -- tail: the encoding after the remaining amount, reused by block_enc
+  -- (meta "" only: an older hash's inline metadata moves to its own field).
+  local tail = nil
+  if meta == '' then tail = string.sub(raw, #rem + 1) end
   return {id = id, rem = m_stored(rem), orig = m_stored(orig), prio = tonumber(prio),
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta, tail = tail}
 end
 
 -- block_json is b as an engine.MutationBlock; only a block created by this
@@ -413,8 +434,7 @@ end
 -- script on the account reads every field of its hash.
 local RES_KEEP_MS = 10 * 60 * 1000
 local RES_CODE = {active = 'a', committed = 'c', released = 'r', expired = 'e'}
-local RES_NAME = {}
-for name, code in pairs(RES_CODE) do RES_NAME[code] = name end
+local RES_NAME = {a = 'active', c = 'committed', r = 'released', e = 'expired'}
 
 local function res_dec(id, raw)
   local p, pos = {}, 1
@@ -621,6 +641,16 @@ local function acct_field(a, f, v)
   end
 end
 
+-- soonest_expiry is the soonest expires_at of the blocks with credit, nil
+-- when none: the score of the customer in the partition expiry zset.
+local function soonest_expiry(blocks)
+  local soonest = nil
+  for _, b in ipairs(blocks) do
+    if b.expires and m_pos(b.rem) and (soonest == nil or b.expires < soonest) then soonest = b.expires end
+  end
+  return soonest
+end
+
 -- acct_read loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
@@ -639,6 +669,7 @@ local function acct_read(key)
     local vals = redis.call('HMGET', key, unpack(want, first, last))
     for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
+  a.soonest = soonest_expiry(a.blocks)
   return a
 end
 
@@ -770,10 +801,7 @@ end
 -- zset_sync keeps member's score in the partition expiry zset at the
 -- soonest expires_at of its blocks with credit, removing it when none.
 local function zset_sync(zkey, member, blocks)
-  local soonest = nil
-  for _, b in ipairs(blocks) do
-    if m_pos(b.rem) and b.expires and (soonest == nil or b.expires < soonest) then soonest = b.expires end
-  end
+  local soonest = soonest_expiry(blocks)
   if soonest then
     redis.call('ZADD', zkey, i_fmt(soonest), member)
   else
@@ -785,30 +813,32 @@ end
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
 -- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), then
--- syncs the expiry zset.
+-- syncs the expiry zset. Each redis.call costs ~15,000 instructions, so the
+-- writes go as one HSET and at most one HDEL, and the zset is written only
+-- when the soonest expiry moved (a.soonest, read by acct_read: the zset
+-- already holds it, every script keeping the two in step).
 local function acct_commit(akey, zkey, member, a, changed, now)
-  redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now))
+  local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  local del = {}
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
-      redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
+      set[#set + 1], set[#set + 2] = 'b:' .. b.id, block_enc(b)
       -- A new block's metadata, or an older hash's inline metadata moving
       -- to its own field.
-      if b.meta ~= '' then redis.call('HSET', akey, 'm:' .. b.id, b.meta) end
+      if b.meta ~= '' then set[#set + 1], set[#set + 2] = 'm:' .. b.id, b.meta end
     else
-      redis.call('HDEL', akey, 'b:' .. b.id, 'm:' .. b.id)
+      del[#del + 1], del[#del + 2] = 'b:' .. b.id, 'm:' .. b.id
     end
   end
   local kept = {}
   for id, raw in pairs(a.res) do
     if a.res_dirty[id] then
-      redis.call('HSET', akey, 'r:' .. id, raw)
-      if a.res_meta[id] and a.res_meta[id] ~= '' then
-        redis.call('HSET', akey, 'n:' .. id, a.res_meta[id])
-      end
+      set[#set + 1], set[#set + 2] = 'r:' .. id, raw
+      if a.res_meta[id] and a.res_meta[id] ~= '' then set[#set + 1], set[#set + 2] = 'n:' .. id, a.res_meta[id] end
     end
     local final = res_final(raw)
     if final and final + RES_KEEP_MS <= now then
-      redis.call('HDEL', akey, 'r:' .. id, 'n:' .. id)
+      del[#del + 1], del[#del + 2] = 'r:' .. id, 'n:' .. id
     elseif final then
       kept[#kept + 1] = {id, final}
     end
@@ -818,10 +848,19 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     -- this sort runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
     table.sort(kept, function(x, y) return x[2] < y[2] end)
     for i = 1, #kept - MAX_KEPT_HOLDS / 2 do
-      redis.call('HDEL', akey, 'r:' .. kept[i][1], 'n:' .. kept[i][1])
+      del[#del + 1], del[#del + 2] = 'r:' .. kept[i][1], 'n:' .. kept[i][1]
     end
   end
-  zset_sync(zkey, member, a.blocks)
+  redis.call('HSET', akey, unpack(set))
+  if #del > 0 then redis.call('HDEL', akey, unpack(del)) end
+  local soonest = soonest_expiry(a.blocks)
+  if soonest ~= a.soonest then
+    if soonest then
+      redis.call('ZADD', zkey, i_fmt(soonest), member)
+    else
+      redis.call('ZREM', zkey, member)
+    end
+  end
 end
 
 -- mutation_json builds the engine.Mutation of a change (account figures at
