@@ -27,7 +27,8 @@
 -- ARGV[13] policy: block, allow or notify
 -- ARGV[14] entry metadata JSON text or ""
 --
--- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- Reply: {"new", mutation JSON} or {"replay", stored op record} (the
+-- compact consume record, or a Mutation JSON a rebuild stored); errors
 -- NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (the cost leaves
 -- int64), BADTERMS, BADARG.
 local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -72,12 +73,17 @@ if m_pos(overage) then overage_field = overage end
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 local draws = drain(a, now, charge, changed)
-entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric = metric,
-  units = units, overage = overage_field, meta = entry_meta}, draws))
+-- Each member is formatted once for the entry, the usage and the op record.
+local metric_j, su = j_str(metric), m_fmt(units)
+entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
+  units_s = su, overage = overage_field, meta = entry_meta}, draws))
 
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
-m.extra = ',"usage":' .. usage_json(metric, units, cost, charge, overage, false, nil)
+local sc, sch, so = m_fmt(cost), m_fmt(charge), m_fmt(overage)
+m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil)
 local json = mutation_json(m, a, entries, changed)
-publish(outbox_key, op_key, op_ttl_ms, json)
+local record = nil
+if op_key then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
+publish(outbox_key, op_key, op_ttl_ms, json, record)
 return {'new', json}

@@ -179,6 +179,20 @@ func TestConsumePolicies(t *testing.T) {
 				if err != nil || !r2.Replayed || r2.Mutation.OpID != cmd.OpID {
 					t.Errorf("replay: %v %+v", err, r2)
 				}
+				// The compact op record answers with the numbers of the
+				// original: usage, account figures, the consumption entry at
+				// its index, the instant and the customer.
+				if err == nil {
+					o, g := m, r2.Mutation
+					main := len(o.Entries) - 1
+					if *g.Usage != *o.Usage || g.Account.Balance != o.Account.Balance || g.Account.Reserved != o.Account.Reserved ||
+						g.Account.Pending != o.Account.Pending || g.AtMS != o.AtMS || g.CustomerID != c.CustomerID ||
+						g.TenantID != c.TenantID || g.Environment != c.Environment || len(g.Entries) != len(o.Entries) ||
+						g.Entries[main].Role != engine.RoleMain || g.Entries[main].Delta != o.Entries[main].Delta ||
+						*g.Entries[main].Units != *o.Entries[main].Units || *g.Entries[main].Metric != *o.Entries[main].Metric {
+						t.Errorf("replayed %+v\nwant numbers of %+v", g, o)
+					}
+				}
 				again.RequestHash = "h2"
 				if _, err := b.store.Consume(context.Background(), again); !errors.Is(err, engine.ErrIdempotencyMismatch) {
 					t.Errorf("other body: %v", err)
