@@ -284,7 +284,7 @@ local function b36_enc(n)
 end
 
 local function b36_dec(s)
-  if string.sub(s, 1, 1) == '-' then return -tonumber(string.sub(s, 2), 36) end
+  if string.byte(s, 1) == 45 then return -tonumber(string.sub(s, 2), 36) end -- '-'
   return tonumber(s, 36)
 end
 
@@ -324,12 +324,12 @@ end
 local function block_enc(b)
   -- A drain changes only the remaining amount: the rest of a block read
   -- from the hash is written back as it was read (b36_enc is a Lua loop).
-  if b.tail then return m_fmt(b.rem) .. b.tail end
+  if b.raw then return m_fmt(b.rem) .. string.sub(b.raw, b.rem_len + 1) end
   local exp = ''
   if b.expires then exp = b36_enc(b.expires - b.starts) end
   local st = ''
   if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
-  return m_fmt(b.rem) .. '|' .. m_fmt(b.orig) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
+  return m_fmt(b.rem) .. '|' .. (b.orig_s or m_fmt(b.orig)) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
     '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|'
 end
 
@@ -343,12 +343,14 @@ local function block_dec(id, raw)
   if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
   if e36 ~= '' then expires = starts + b36_dec(e36) end
-  -- tail: the encoding after the remaining amount, reused by block_enc
-  -- (meta "" only: an older hash's inline metadata moves to its own field).
-  local tail = nil
-  if meta == '' then tail = string.sub(raw, #rem + 1) end
-  return {id = id, rem = m_stored(rem), orig = m_stored(orig), prio = tonumber(prio),
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta, tail = tail}
+  -- raw: block_enc writes the encoding after the remaining amount back
+  -- as read (meta "" only: an older hash's inline metadata moves to its
+  -- own field). The original amount stays text (orig_s): no script does
+  -- arithmetic on it.
+  local b = {id = id, rem = m_stored(rem), orig_s = orig, prio = tonumber(prio),
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
+  if meta == '' then b.raw, b.rem_len = raw, #rem end
+  return b
 end
 
 -- block_json is b as an engine.MutationBlock; only a block created by this
@@ -357,7 +359,7 @@ end
 local function block_json(b)
   local exp = 'null'
   if b.expires then exp = i_fmt(b.expires) end
-  local s = '{"id":' .. q(b.id) .. ',"original":' .. m_fmt(b.orig) .. ',"remaining":' .. m_fmt(b.rem) ..
+  local s = '{"id":' .. q(b.id) .. ',"original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. m_fmt(b.rem) ..
     ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. src_json(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
     ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
   if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
