@@ -22,7 +22,9 @@ import (
 // TestProfileScripts measures Redis CPU per script call (INFO commandstats
 // usec_per_call of evalsha) on a private Redis named by PROFILE_REDIS
 // (host:port; it is flushed). It asserts nothing: speed lives in bench/,
-// this only prints the per-script figures docs/design.md quotes.
+// this only prints the per-script figures docs/decisions.md quotes.
+// PROFILE_ONLY_CONSUME limits it to consumes; PROFILE_KEEP keeps the
+// callgrind dumps (for callgrind_annotate).
 func TestProfileScripts(t *testing.T) {
 	addr := os.Getenv("PROFILE_REDIS")
 	if addr == "" {
@@ -115,7 +117,6 @@ func TestProfileScripts(t *testing.T) {
 				_, err := s.Consume(ctx, cmd)
 				must(err)
 			})
-			_ = exec.Command("cp", "-f", "/dev/null", "/tmp/i10lua/keep").Run()
 			continue
 		}
 		measure("consume/"+shape.name, func(i int) {
@@ -140,7 +141,6 @@ func TestProfileScripts(t *testing.T) {
 			_, err := s.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "seats", Delta: 1, Cap: 1 << 40})
 			must(err)
 		})
-		holds := make([]uuid.UUID, 0, n)
 		hc := newFunded(shape.blocks, shape.meta)
 		if shape.blocks > 1 {
 			for h := 0; h < 31; h++ {
@@ -163,7 +163,6 @@ func TestProfileScripts(t *testing.T) {
 			must(err)
 			pending = cmd.ReservationID
 		})
-		_ = holds
 		measure("reserve+commit/"+shape.name, func(i int) {
 			if pending != uuid.Nil {
 				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
@@ -207,10 +206,16 @@ func TestProfileScripts(t *testing.T) {
 	fmt.Printf("PROFILE op key %s: %d bytes, ttl %s\n", key, mem, ttl)
 }
 
-// callgrindKInstr reads the newest callgrind dump of pid: thousands of
-// instructions per script call (the dump also counts the reply traffic).
+// callgrindKInstr reads the newest callgrind dump of pid, named
+// $PROFILE_CALLGRIND_OUT<pid>.<n> (valgrind --callgrind-out-file=<that>%p;
+// default /tmp/cg.): thousands of instructions per script call (the count
+// also covers reading the commands and writing the replies).
 func callgrindKInstr(pid string, calls int64) string {
-	files, _ := filepath.Glob("/tmp/i10lua/cg." + pid + ".*")
+	prefix := os.Getenv("PROFILE_CALLGRIND_OUT")
+	if prefix == "" {
+		prefix = "/tmp/cg."
+	}
+	files, _ := filepath.Glob(prefix + pid + ".*")
 	sort.Strings(files)
 	if len(files) == 0 || calls == 0 {
 		return ""
