@@ -1,8 +1,11 @@
 package lua
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/creditd/creditd/engine"
 )
 
 // TestDecodeConsumeRecord: a well-formed record decodes; a damaged one is
@@ -21,13 +24,13 @@ func TestDecodeConsumeRecord(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"", "c", "cabc", "xabc\n" + strings.TrimPrefix(good, "cabc\n"),
-		"cabc\n" + op + "|1|1|5|15|10|5|90|3|0",                     // a field short
-		"cabc\nnot-a-uuid|1|0|5|15|10|5|90|3|0|m",                   // op id
-		"cabc\n" + op + "|1|0|5|1x|10|5|90|3|0|m",                   // number
-		"cabc\n" + op + "|1|-1|5|15|10|5|90|3|0|m",                  // index
-		"cabc\n" + op + "|1|99|5|15|10|5|90|3|0|m",                  // index past the blocks
-		"cabc\n" + op + "|1|0|5|15|10|5|90|3|0|m|extra",             // a field long
-		"cabc\n" + op + "|1|0|5|15|10|5|99999999999999999999|3|0|m", // past int64
+		"cabc\n" + op + "|1|1|5|15|10|5|90|3|0",                                              // a field short
+		"cabc\nnot-a-uuid|1|0|5|15|10|5|90|3|0|m",                                            // op id
+		"cabc\n" + op + "|1|0|5|1x|10|5|90|3|0|m",                                            // number
+		"cabc\n" + op + "|1|-1|5|15|10|5|90|3|0|m",                                           // index
+		"cabc\n" + op + "|1|" + strconv.Itoa(engine.MaxLiveBlocks+1) + "|5|15|10|5|90|3|0|m", // index past the blocks
+		"cabc\n" + op + "|1|0|5|15|10|5|90|3|0|m|extra",                                      // a field long
+		"cabc\n" + op + "|1|0|5|15|10|5|99999999999999999999|3|0|m",                          // past int64
 	} {
 		if _, err := decodeConsumeRecord(bad); err == nil {
 			t.Errorf("decodeConsumeRecord(%q) = nil error", bad)
