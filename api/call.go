@@ -34,10 +34,15 @@ type call struct {
 	idem   engine.Idempotency
 	reqID  []byte
 	idBuf  [maxRequestIDChars]byte
+	// out is scratch for the appended bodies of the hot routes; it is kept
+	// when the call returns to the pool.
+	out []byte
 }
 
 // reset readies a pooled call for ctx (nil when returning it to the pool).
-func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) { *c = call{ctx: ctx, s: s} }
+func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) {
+	*c = call{ctx: ctx, s: s, out: c.out[:0]}
+}
 
 // reqContext is the context engine calls run under. It is not the
 // RequestCtx: fasthttp's RequestCtx.Done races with Server.Shutdown when a

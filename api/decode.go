@@ -156,3 +156,133 @@ func pageOf[T any](p engine.Page[T]) pageBody[T] {
 	}
 	return out
 }
+
+// decodeConsume is decodeBody for a consume, the hot money route: the body
+// is scanned the same way, and the common shape (string ids, an integer
+// units, no or null metadata, no other member) is read directly; anything
+// else goes through decodeBody, so errors and edge cases are its.
+func decodeConsume(body []byte, in *engine.ConsumeInput) error {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return decodeBody(body, in)
+	}
+	if err := engine.ScanJSON(trimmed, "", consumeShape, engine.MaxJSONDepth); err != nil {
+		return err
+	}
+	if flatConsume(trimmed, in) {
+		return nil
+	}
+	*in = engine.ConsumeInput{}
+	return decodeBody(body, in)
+}
+
+var consumeShape = engine.ShapeOf(reflect.TypeOf(&engine.ConsumeInput{}))
+
+// flatConsume reads {"customer_id":"..","billable_metric_key":"..",
+// "units":n,"metadata":null} in any order and spacing; false when the body
+// has any other shape (an escape, a fraction, another member...).
+func flatConsume(b []byte, in *engine.ConsumeInput) bool {
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == '}' {
+		return allSpace(b[i+1:])
+	}
+	for {
+		name, j, ok := plainString(b, i)
+		if !ok {
+			return false
+		}
+		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		switch string(name) {
+		case "customer_id", "billable_metric_key":
+			v, j, ok := plainString(b, i)
+			if !ok {
+				return false
+			}
+			s := string(v)
+			if name[0] == 'c' {
+				in.CustomerID = &s
+			} else {
+				in.BillableMetricKey = &s
+			}
+			i = j
+		case "units":
+			n, j, ok := plainInt(b, i)
+			if !ok {
+				return false
+			}
+			in.Units, i = &n, j
+		case "metadata":
+			if !bytes.HasPrefix(b[i:], []byte("null")) {
+				return false
+			}
+			i += 4
+		default:
+			return false
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return allSpace(b[i+1:])
+		default:
+			return false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func allSpace(b []byte) bool { return skipSpace(b, 0) == len(b) }
+
+// plainString reads a string at b[i] without escapes or control bytes; j is
+// just past its closing quote.
+func plainString(b []byte, i int) (s []byte, j int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j = i + 1; j < len(b); j++ {
+		switch ch := b[j]; {
+		case ch == '"':
+			return b[i+1 : j], j + 1, true
+		case ch == '\\' || ch < ' ':
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// plainInt reads an integer literal at b[i] that fits int64 (no fraction,
+// exponent or leading zero).
+func plainInt(b []byte, i int) (n int64, j int, ok bool) {
+	j = i
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	start := j
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	digits := j - start
+	if digits == 0 || (digits > 1 && b[start] == '0') {
+		return 0, 0, false
+	}
+	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseInt(string(b[i:j]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return n, j, true
+}

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -205,4 +207,59 @@ func FuzzDecodeBody(f *testing.F) {
 			t.Fatalf("unexpected error %+v for %q", e, body)
 		}
 	})
+}
+
+// TestDecodeConsumeMatchesDecodeBody: the consume fast path decodes every
+// body to what decodeBody gives, and refuses what it refuses, the same way.
+func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
+	t.Parallel()
+	bodies := []string{
+		`{"customer_id":"c1","billable_metric_key":"api_calls","units":1}`,
+		` {"units": 25 ,"billable_metric_key" : "a.b:c-d",	"customer_id":"0191e3c1-8b7a-7c2d-9e4f-a1b2c3d4e5f6"} ` + "\n",
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,"metadata":null}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,"metadata":{"a":1}}`,
+		`{"customer_id":"c\u00e9","billable_metric_key":"k","units":1}`,
+		`{"customer_id":"é","billable_metric_key":"k","units":-0}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":-12}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1.5}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1e3}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":9223372036854775807}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":9223372036854775808}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":"1"}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":01}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":null}`,
+		`{"customer_id":null,"billable_metric_key":"k","units":1}`,
+		`{"customer_id":7,"billable_metric_key":"k","units":1}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,"extra":[1,2]}`,
+		`{"customer_id":"c1","customer_id":"c2","billable_metric_key":"k","units":1}`,
+		`{"Customer_ID":"c1","billable_metric_key":"k","units":1}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1} x`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,}`,
+		`{"customer_id":"c1" "billable_metric_key":"k"}`,
+		`{"customer_id":"c1\u0000"}`,
+		"{\"customer_id\":\"c\x01\"}",
+		`{}`,
+		`{ }`,
+		`[]`,
+		``,
+		`{"customer_id":"c1","units":1`,
+	}
+	for i, body := range bodies[:3] {
+		var in engine.ConsumeInput
+		if !flatConsume(bytes.TrimSpace([]byte(body)), &in) {
+			t.Errorf("body %d takes the slow path: %s", i, body)
+		}
+	}
+	for _, body := range bodies {
+		var want, got engine.ConsumeInput
+		werr := decodeBody([]byte(body), &want)
+		gerr := decodeConsume([]byte(body), &got)
+		if fmt.Sprint(werr) != fmt.Sprint(gerr) {
+			t.Errorf("%s: error %v, decodeBody says %v", body, gerr, werr)
+			continue
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: decoded %+v, decodeBody says %+v", body, got, want)
+		}
+	}
 }

@@ -32,7 +32,7 @@ func (s *Server) checkQuery(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.json(fasthttp.StatusOK, &res)
+	return c.check(&res)
 }
 
 var (
@@ -60,21 +60,21 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		return c.json(fasthttp.StatusOK, &res)
+		return c.check(&res)
 	}
 }
 
 // consume answers POST /v1/entitlements/consume with 200 (addendum 7).
 func (s *Server) consume(c *call) error {
 	var in engine.ConsumeInput
-	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+	if err := decodeConsume(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
 	res, err := s.entitlements.Consume(c.reqContext(), c.scope, c.tenant, c.idem, in)
 	if err != nil {
 		return err
 	}
-	return c.json(fasthttp.StatusOK, &res)
+	return c.consumed(&res)
 }
 
 // usageBody is the 200 body of POST /v1/usage.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -110,7 +111,7 @@ func (s *Server) runClaimed(rt *route, c *call) {
 		RequestHash: c.idem.RequestHash,
 		Done:        true,
 		Status:      status,
-		ContentType: string(ctx.Response.Header.ContentType()),
+		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
 		Body:        append([]byte(nil), ctx.Response.Body()...),
 	}
 	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, rec, idemReplayTTL); err != nil {
@@ -158,4 +159,16 @@ func envTag(env engine.Environment) []byte {
 		return tagSandbox
 	}
 	return tagLive
+}
+
+// contentTypeOf is ct as a string, without an allocation for the two types
+// the API answers with.
+func contentTypeOf(ct []byte) string {
+	switch {
+	case bytes.Equal(ct, contentJSON):
+		return "application/json"
+	case bytes.Equal(ct, contentProblem):
+		return "application/problem+json"
+	}
+	return string(ct)
 }

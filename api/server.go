@@ -382,7 +382,7 @@ func (s *Server) authenticate(c *call) bool {
 		c.fail(engine.ErrUnauthenticated)
 		return false
 	}
-	scope, tenant, err := s.tenants.Authenticate(c.reqContext(), string(key))
+	scope, tenant, err := s.tenants.AuthenticateBytes(c.reqContext(), key)
 	if err != nil {
 		c.fail(err)
 		return false

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,7 +33,8 @@ type Catalog interface {
 }
 
 // catalogCacheTTL bounds how stale another process's view of a metric or
-// rule change can be; this process sees its own changes at once.
+// rule change can be (plus one background refresh of a key in use); this
+// process sees its own changes at once.
 const catalogCacheTTL = 2 * time.Second
 
 // metricKeyPattern is what a billable metric key may look like: it appears
@@ -47,9 +47,8 @@ type Metering struct {
 	store Catalog
 	clock Clock
 
-	mu      sync.Mutex
-	metrics map[catalogKey]cachedMetric
-	rules   map[catalogKey]cachedRule
+	metrics *swrCache[catalogKey, cachedMetric]
+	rules   *swrCache[catalogKey, cachedRule]
 }
 
 type catalogKey struct {
@@ -58,20 +57,27 @@ type catalogKey struct {
 }
 
 type cachedMetric struct {
-	m       BillableMetric
-	found   bool
-	expires time.Time
+	m     BillableMetric
+	found bool
 }
 
 type cachedRule struct {
-	r       MeteringRule
-	found   bool
-	expires time.Time
+	r     MeteringRule
+	found bool
 }
+
+// catalogStaleLimit bounds how long past catalogCacheTTL a metric or rule
+// is served while its background refresh runs; maxCatalogEntries bounds
+// each cache's memory.
+const (
+	catalogStaleLimit = 10 * time.Second
+	maxCatalogEntries = 100_000
+)
 
 // NewMetering returns the metering service.
 func NewMetering(store Catalog, clock Clock) *Metering {
-	return &Metering{store: store, clock: clock, metrics: map[catalogKey]cachedMetric{}, rules: map[catalogKey]cachedRule{}}
+	return &Metering{store: store, clock: clock, metrics: newSWRCache[catalogKey, cachedMetric](maxCatalogEntries),
+		rules: newSWRCache[catalogKey, cachedRule](maxCatalogEntries)}
 }
 
 // MetricInput is the body of POST and PATCH /v1/billable-metrics.
@@ -294,52 +300,70 @@ func (s *Metering) ListRules(ctx context.Context, scope Scope, metricKey string,
 }
 
 // Metric is the cached look-up of a metric; ok is false when none exists.
+// A hot key past its TTL is served while one background read refreshes it.
 func (s *Metering) Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error) {
 	k := catalogKey{scope, key}
-	now := time.Now()
-	s.mu.Lock()
-	c, hit := s.metrics[k]
-	s.mu.Unlock()
-	if hit && now.Before(c.expires) {
+	c, st := s.metrics.get(k, time.Now(), catalogStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c.m, c.found, nil
+	case cacheRefresh:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := s.loadMetric(ctx, k); err != nil {
+				s.metrics.refreshFailed(k)
+			}
+		}()
 		return c.m, c.found, nil
 	}
-	m, err := s.store.GetMetric(ctx, scope, key)
-	found := err == nil
+	c, err := s.loadMetric(ctx, k)
+	return c.m, c.found, err
+}
+
+func (s *Metering) loadMetric(ctx context.Context, k catalogKey) (cachedMetric, error) {
+	gen := s.metrics.generation()
+	m, err := s.store.GetMetric(ctx, k.scope, k.key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return BillableMetric{}, false, err
+		return cachedMetric{}, err
 	}
-	s.mu.Lock()
-	if len(s.metrics) > 100_000 {
-		s.metrics = map[catalogKey]cachedMetric{}
-	}
-	s.metrics[k] = cachedMetric{m: m, found: found, expires: now.Add(catalogCacheTTL)}
-	s.mu.Unlock()
-	return m, found, nil
+	c := cachedMetric{m: m, found: err == nil}
+	s.metrics.put(k, c, time.Now().Add(catalogCacheTTL), gen)
+	return c, nil
 }
 
 // ActiveRule is the cached look-up of a metric's active rule; ok is false
-// when it has none.
+// when it has none. A hot key past its TTL is served while one background
+// read refreshes it.
 func (s *Metering) ActiveRule(ctx context.Context, scope Scope, key string) (MeteringRule, bool, error) {
 	k := catalogKey{scope, key}
-	now := time.Now()
-	s.mu.Lock()
-	c, hit := s.rules[k]
-	s.mu.Unlock()
-	if hit && now.Before(c.expires) {
+	c, st := s.rules.get(k, time.Now(), catalogStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c.r, c.found, nil
+	case cacheRefresh:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := s.loadRule(ctx, k); err != nil {
+				s.rules.refreshFailed(k)
+			}
+		}()
 		return c.r, c.found, nil
 	}
-	r, err := s.store.ActiveRule(ctx, scope, key)
-	found := err == nil
+	c, err := s.loadRule(ctx, k)
+	return c.r, c.found, err
+}
+
+func (s *Metering) loadRule(ctx context.Context, k catalogKey) (cachedRule, error) {
+	gen := s.rules.generation()
+	r, err := s.store.ActiveRule(ctx, k.scope, k.key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return MeteringRule{}, false, err
+		return cachedRule{}, err
 	}
-	s.mu.Lock()
-	if len(s.rules) > 100_000 {
-		s.rules = map[catalogKey]cachedRule{}
-	}
-	s.rules[k] = cachedRule{r: r, found: found, expires: now.Add(catalogCacheTTL)}
-	s.mu.Unlock()
-	return r, found, nil
+	c := cachedRule{r: r, found: err == nil}
+	s.rules.put(k, c, time.Now().Add(catalogCacheTTL), gen)
+	return c, nil
 }
 
 // AllMetrics lists every metric of the scope.
@@ -349,8 +373,6 @@ func (s *Metering) AllMetrics(ctx context.Context, scope Scope) ([]BillableMetri
 
 func (s *Metering) forgetMetric(scope Scope, key string) {
 	k := catalogKey{scope, key}
-	s.mu.Lock()
-	delete(s.metrics, k)
-	delete(s.rules, k)
-	s.mu.Unlock()
+	s.metrics.delete(k)
+	s.rules.delete(k)
 }

@@ -564,10 +564,10 @@ func orEmpty(m Metadata) Metadata {
 // customer (invariant 13): every money script reads and orders them, so
 // the cap keeps its Redis time under 1 ms (bench scenario "worst",
 // docs/limits.md). lua/prelude.lua MAX_LIVE_BLOCKS enforces it atomically.
-const MaxLiveBlocks = 32
+const MaxLiveBlocks = 100
 
 // ErrTooManyBlocks refuses a grant, topup, rollover or plan grant that would
 // give the customer more than MaxLiveBlocks live blocks: a 409 (a state
 // limit, like insufficient credit), nothing written.
 var ErrTooManyBlocks = &Error{Kind: KindConflict, Field: "credits",
-	Detail: "the customer already holds 32 live credit blocks, the most allowed; spend or expire some before granting more"}
+	Detail: "the customer already holds 100 live credit blocks, the most allowed; spend or expire some before granting more"}

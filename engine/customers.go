@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,8 +23,7 @@ type Customers struct {
 	dir   Directory
 	clock Clock
 
-	mu    sync.Mutex
-	cache map[resolveKey]cachedCustomer
+	cache *swrCache[resolveKey, Customer]
 	ttl   time.Duration // customerCacheTTL; tests shorten it
 }
 
@@ -34,54 +32,43 @@ type Customers struct {
 // resolves from this cache instead of Postgres.
 const customerCacheTTL = 5 * time.Second
 
+// maxCachedCustomers bounds the cache's memory; a full cache starts over.
+const maxCachedCustomers = 200_000
+
 type resolveKey struct {
 	scope  Scope
 	value  string
 	strict bool
 }
 
-type cachedCustomer struct {
-	c          Customer
-	expires    time.Time
-	refreshing bool
-}
-
 // NewCustomers returns the customer service.
 func NewCustomers(dir Directory, clock Clock) *Customers {
-	return &Customers{dir: dir, clock: clock, cache: map[resolveKey]cachedCustomer{}, ttl: customerCacheTTL}
+	return &Customers{dir: dir, clock: clock, cache: newSWRCache[resolveKey, Customer](maxCachedCustomers), ttl: customerCacheTTL}
 }
 
-// Cached resolves ref like Resolve, from a short-lived cache of found
-// customers (misses and errors are never cached). An entry past its TTL but
-// younger than customerStaleLimit is served at once while one background
-// look-up refreshes it, so the hot path never waits on Postgres for a
-// customer it has seen lately; a customer deleted elsewhere drops out at
-// that refresh.
+// Cached resolves ref like Resolve, from a short-lived lock-free cache of
+// found customers (misses and errors are never cached). An entry past its
+// TTL but younger than customerStaleLimit is served at once while one
+// background look-up refreshes it, so the hot path never waits on Postgres
+// for a customer it has seen lately; a customer deleted elsewhere drops out
+// at that refresh.
 func (s *Customers) Cached(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
 	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
 	now := time.Now()
-	s.mu.Lock()
-	e, ok := s.cache[k]
-	refresh := ok && !now.Before(e.expires) && now.Before(e.expires.Add(customerStaleLimit)) && !e.refreshing
-	if refresh {
-		e.refreshing = true
-		s.cache[k] = e
-	}
-	s.mu.Unlock()
-	switch {
-	case ok && now.Before(e.expires):
-		return e.c, nil
-	case refresh:
+	c, st := s.cache.get(k, now, customerStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c, nil
+	case cacheRefresh:
 		go s.refresh(k, scope, ref)
-		return e.c, nil
-	case ok && e.refreshing && now.Before(e.expires.Add(customerStaleLimit)):
-		return e.c, nil
+		return c, nil
 	}
+	gen := s.cache.generation()
 	c, err := s.Resolve(ctx, scope, ref, create)
 	if err != nil {
 		return Customer{}, err
 	}
-	s.store(k, c, now)
+	s.cache.put(k, c, now.Add(s.ttl), gen)
 	return c, nil
 }
 
@@ -93,41 +80,22 @@ const customerStaleLimit = time.Minute
 func (s *Customers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	gen := s.cache.generation()
 	c, err := s.Resolve(ctx, scope, ref, false)
 	if err != nil {
-		s.mu.Lock()
-		if e, ok := s.cache[k]; ok {
-			if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
-				delete(s.cache, k)
-			} else {
-				e.refreshing = false
-				s.cache[k] = e
-			}
+		if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
+			s.cache.delete(k)
+		} else {
+			s.cache.refreshFailed(k)
 		}
-		s.mu.Unlock()
 		return
 	}
-	s.store(k, c, time.Now())
-}
-
-func (s *Customers) store(k resolveKey, c Customer, now time.Time) {
-	s.mu.Lock()
-	if len(s.cache) > 200_000 {
-		s.cache = map[resolveKey]cachedCustomer{}
-	}
-	s.cache[k] = cachedCustomer{c: c, expires: now.Add(s.ttl)}
-	s.mu.Unlock()
+	s.cache.put(k, c, time.Now().Add(s.ttl), gen)
 }
 
 // forget drops cached resolutions of customer id after a change.
 func (s *Customers) forget(id uuid.UUID) {
-	s.mu.Lock()
-	for k, e := range s.cache {
-		if e.c.ID == id {
-			delete(s.cache, k)
-		}
-	}
-	s.mu.Unlock()
+	s.cache.deleteWhere(func(_ resolveKey, c Customer) bool { return c.ID == id })
 }
 
 // CustomerRef is how a request names a customer: a lenient own-or-external id,

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,6 +47,9 @@ type SubscriptionFacts struct {
 	// Values maps a metric key to its value: a live override, else the
 	// variant entitlement (addendum 5 resolution order).
 	Values map[string]json.RawMessage
+	// expiresAt is the soonest expiry of an override in Values (zero when
+	// none): facts are never served stale past it.
+	expiresAt time.Time
 }
 
 // SetPlanView plugs subscriptions into checks, consumes and holds.
@@ -219,24 +224,48 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	if err != nil {
 		return CheckResult{}, err
 	}
-	key := CustomerKeyOf(c)
-	var acct Account
-	_, err = withLoad(ctx, s.credits, key, func() (MutationResult, error) {
-		var e error
-		acct, e = s.credits.blocks.Snapshot(ctx, key, s.clock.Now())
-		return MutationResult{}, e
-	})
+	bal, err := s.balances(ctx, CustomerKeyOf(c))
 	if err != nil {
 		return CheckResult{}, err
 	}
-	policy := PolicyOf(c, tenant)
-	after := acct.EffectiveBalance - cost
-	res.Units, res.EstimatedCost, res.BalanceAfter = &units, &cost, &after
-	res.Balance, res.ReservedBalance = &acct.Balance, &acct.ReservedBalance
-	res.PendingBalance, res.EffectiveBalance = &acct.PendingBalance, &acct.EffectiveBalance
-	res.OveragePolicy = &policy
-	res.Allowed = after >= 0 || policy != OveragePolicyBlock
+	// One allocation holds every figure the result points at.
+	fig := &checkFigures{units: units, cost: cost, bal: bal, after: bal.Effective - cost, policy: PolicyOf(c, tenant)}
+	res.Units, res.EstimatedCost, res.BalanceAfter = &fig.units, &fig.cost, &fig.after
+	res.Balance, res.ReservedBalance = &fig.bal.Balance, &fig.bal.Reserved
+	res.PendingBalance, res.EffectiveBalance = &fig.bal.Pending, &fig.bal.Effective
+	res.OveragePolicy = &fig.policy
+	res.Allowed = fig.after >= 0 || fig.policy != OveragePolicyBlock
 	return res, nil
+}
+
+// checkFigures backs a metered CheckResult's pointers.
+type checkFigures struct {
+	units, cost, after int64
+	bal                Balances
+	policy             OveragePolicy
+}
+
+// balances reads the customer's figures for a check: the store's lean read
+// when it has one (no blocks decoded), else a Snapshot; loaded from
+// Postgres first when the store does not hold the customer.
+func (s *Entitlements) balances(ctx context.Context, key CustomerKey) (Balances, error) {
+	bal, err := s.readBalances(ctx, key)
+	if !errors.Is(err, ErrStateMissing) {
+		return bal, err
+	}
+	if err := s.credits.Load(ctx, key); err != nil {
+		return Balances{}, err
+	}
+	return s.readBalances(ctx, key)
+}
+
+func (s *Entitlements) readBalances(ctx context.Context, key CustomerKey) (Balances, error) {
+	now := s.clock.Now()
+	if br, ok := s.credits.blocks.(BalanceReader); ok {
+		return br.Balances(ctx, key, now)
+	}
+	acct, err := s.credits.blocks.Snapshot(ctx, key, now)
+	return Balances{Balance: acct.Balance, Reserved: acct.ReservedBalance, Pending: acct.PendingBalance, Effective: acct.EffectiveBalance}, err
 }
 
 // PolicyOf is the customer's overage policy, else the tenant default.
@@ -426,7 +455,7 @@ func consumeResult(m Mutation) ConsumeResult {
 	}
 	for i, e := range m.Entries {
 		if e.Role == RoleMain {
-			id := EntryID(m.OpID, i)
+			id := entryID(m.OpID, i)
 			out.TransactionID = &id
 			break
 		}
@@ -434,6 +463,20 @@ func consumeResult(m Mutation) ConsumeResult {
 	eff := m.Account.Balance - m.Account.Reserved - m.Account.Pending
 	out.BalanceAfter, out.EffectiveBalance = eff, eff
 	return out
+}
+
+// entryID is EntryID computed on the stack (uuid.NewSHA1 allocates its hash
+// and input): the consume response names its entry on every call.
+func entryID(op uuid.UUID, i int) uuid.UUID {
+	var in [16 + 16 + 20]byte
+	b := append(append(in[:0], entryNamespace[:]...), op[:]...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	sum := sha1.Sum(b)
+	var u uuid.UUID
+	copy(u[:], sum[:16])
+	u[6] = (u[6] & 0x0f) | 0x50 // version 5
+	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return u
 }
 
 // UsageInput is the body of POST /v1/usage (addendum 7).

@@ -97,6 +97,20 @@ type MutationEntry struct {
 	Draws []EntryDraw `json:"draws,omitempty"`
 }
 
+// PaidBy is the entry's block when one block paid (BlockID, or its single
+// draw), else nil and the draws of the several blocks that paid: the form
+// the ledger stores and history shows, whichever way a script wrote it.
+func (e *MutationEntry) PaidBy() (*uuid.UUID, []EntryDraw) {
+	switch {
+	case len(e.Draws) > 1:
+		return e.BlockID, e.Draws
+	case len(e.Draws) == 1 && e.BlockID == nil:
+		id := e.Draws[0].BlockID
+		return &id, nil
+	}
+	return e.BlockID, nil
+}
+
 // EntryDraw is what one block paid towards a ledger entry.
 type EntryDraw struct {
 	BlockID uuid.UUID `json:"b"`
@@ -147,6 +161,14 @@ func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
 	if len(e.Metadata) > 0 {
 		_ = json.Unmarshal(e.Metadata, &meta)
 	}
+	block, paid := e.PaidBy()
+	var draws []LedgerDraw
+	if len(paid) > 0 {
+		draws = make([]LedgerDraw, len(paid))
+		for j, d := range paid {
+			draws[j] = LedgerDraw{CreditBlockID: d.BlockID, Amount: d.Amount}
+		}
+	}
 	return LedgerEntry{
 		ID:                EntryID(m.OpID, i),
 		TenantID:          m.TenantID,
@@ -155,7 +177,7 @@ func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
 		Delta:             e.Delta,
 		Type:              e.Type,
 		Source:            e.Source,
-		CreditBlockID:     e.BlockID,
+		CreditBlockID:     block,
 		BillableMetricKey: e.Metric,
 		CostUnits:         e.Units,
 		ExchangeRate:      e.Rate,
@@ -164,6 +186,7 @@ func (m *Mutation) ledgerEntry(i int, e MutationEntry) LedgerEntry {
 		Reason:            e.Reason,
 		Metadata:          meta,
 		CreatedAt:         m.At(),
+		Draws:             draws,
 	}
 }
 

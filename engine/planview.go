@@ -23,18 +23,18 @@ type PlanFacts struct {
 	overrides OverrideReader
 	clock     Clock
 
+	cache *swrCache[uuid.UUID, *SubscriptionFacts]
 	mu    sync.Mutex
-	cache map[uuid.UUID]cachedFacts
 	names map[uuid.UUID]cachedName
 }
 
+// planFactsStaleLimit bounds how long past its TTL a customer's facts are
+// served while one background read refreshes them; an override's expiry
+// is never served stale (its entry expires at that instant with no grace).
+const planFactsStaleLimit = 10 * time.Second
+
 type cachedName struct {
 	name    string
-	expires time.Time
-}
-
-type cachedFacts struct {
-	f       *SubscriptionFacts
 	expires time.Time
 }
 
@@ -42,16 +42,14 @@ var _ PlanView = (*PlanFacts)(nil)
 
 // NewPlanFacts returns the PlanView; overrides may be nil (no overrides).
 func NewPlanFacts(subs SubscriptionReader, plans *Plans, overrides OverrideReader, clock Clock) *PlanFacts {
-	return &PlanFacts{subs: subs, plans: plans, overrides: overrides, clock: clock, cache: map[uuid.UUID]cachedFacts{},
+	return &PlanFacts{subs: subs, plans: plans, overrides: overrides, clock: clock, cache: newSWRCache[uuid.UUID, *SubscriptionFacts](100_000),
 		names: map[uuid.UUID]cachedName{}}
 }
 
 // Forget drops the cached facts of a customer (its subscription or an
 // override changed in this process).
 func (p *PlanFacts) Forget(customer uuid.UUID) {
-	p.mu.Lock()
-	delete(p.cache, customer)
-	p.mu.Unlock()
+	p.cache.delete(customer)
 }
 
 // ForgetSubscription drops the cached facts of the subscription's customer;
@@ -61,13 +59,31 @@ func (p *PlanFacts) ForgetSubscription(_, customer uuid.UUID) { p.Forget(custome
 // ForCustomer returns the facts of c's live subscription, nil when it has
 // none.
 func (p *PlanFacts) ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
-	wall := time.Now()
-	p.mu.Lock()
-	e, hit := p.cache[c.ID]
-	p.mu.Unlock()
-	if hit && wall.Before(e.expires) {
-		return e.f, nil
+	f, st := p.cache.get(c.ID, time.Now(), planFactsStaleLimit)
+	switch st {
+	case cacheFresh:
+		return f, nil
+	case cacheRefresh:
+		if f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt) {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, err := p.refresh(ctx, c); err != nil {
+					p.cache.refreshFailed(c.ID)
+				}
+			}()
+			return f, nil
+		}
+		// An override in these facts has expired: read through.
 	}
+	return p.refresh(ctx, c)
+}
+
+// refresh reads the customer's facts and caches them for planFactsTTL, or
+// until the soonest override expiry when that comes first.
+func (p *PlanFacts) refresh(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
+	wall := time.Now()
+	gen := p.cache.generation()
 	f, until, err := p.load(ctx, c)
 	if err != nil {
 		return nil, err
@@ -77,13 +93,9 @@ func (p *PlanFacts) ForCustomer(ctx context.Context, c Customer) (*SubscriptionF
 		if d := until.Sub(p.clock.Now()); d < planFactsTTL {
 			exp = wall.Add(max(d, 0))
 		}
+		f.expiresAt = *until
 	}
-	p.mu.Lock()
-	if len(p.cache) > 100_000 {
-		p.cache = map[uuid.UUID]cachedFacts{}
-	}
-	p.cache[c.ID] = cachedFacts{f: f, expires: exp}
-	p.mu.Unlock()
+	p.cache.put(c.ID, f, exp, gen)
 	return f, nil
 }
 

@@ -117,6 +117,14 @@ type BlockStore interface {
 	Load(ctx context.Context, s AccountState) (bool, error)
 }
 
+// BalanceReader is a BlockStore's lean read for checks: the balances of
+// Snapshot without decoding, ordering or copying the blocks. Errors:
+// ErrStateMissing.
+type BalanceReader interface {
+	// Balances are the account's figures as of now.
+	Balances(ctx context.Context, c CustomerKey, now time.Time) (Balances, error)
+}
+
 // LedgerReader reads the system of record (Postgres).
 type LedgerReader interface {
 	// History pages a customer's ledger newest first.

@@ -21,12 +21,12 @@ const (
 // MaxActiveHolds bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude.lua
 // MAX_ACTIVE_HOLDS enforces it atomically.
-const MaxActiveHolds = 32
+const MaxActiveHolds = 100
 
 // ErrTooManyHolds refuses a reservation past MaxActiveHolds: a 409 (a state
 // limit), nothing written.
 var ErrTooManyHolds = &Error{Kind: KindConflict, Field: "customer_id",
-	Detail: "the customer already has 32 active reservations, the most allowed; commit or release some first"}
+	Detail: "the customer already has 100 active reservations, the most allowed; commit or release some first"}
 
 // HoldReader reads reservations from the system of record.
 type HoldReader interface {

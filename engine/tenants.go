@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -51,23 +52,31 @@ type Tenants struct {
 	// resolve looks a webhook host up (net.DefaultResolver; tests swap it).
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 
+	// cache maps a key's sha256 to what it authenticates (lock-free reads).
+	cache *swrCache[[32]byte, authEntry]
 	mu    sync.Mutex
-	cache map[[32]byte]authEntry
 	// unknown holds hashes of keys the directory did not know, with when
 	// that answer expires.
 	unknown map[[32]byte]time.Time
 }
 
 type authEntry struct {
-	scope   Scope
-	tenant  Tenant
-	expires time.Time
+	scope  Scope
+	tenant Tenant
 }
+
+// authStaleLimit bounds how long past authCacheTTL a key in use is trusted
+// while its background re-check runs (a revoke elsewhere is seen within
+// authCacheTTL plus that re-check); maxCachedKeys bounds the cache.
+const (
+	authStaleLimit = 5 * time.Second
+	maxCachedKeys  = 100_000
+)
 
 // NewTenants returns the tenant service; allowPrivate lets webhook URLs point
 // at loopback or private addresses (dev mode and tests, addendum 12).
 func NewTenants(dir Directory, clock Clock, allowPrivate bool) *Tenants {
-	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: map[[32]byte]authEntry{}, unknown: map[[32]byte]time.Time{},
+	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: newSWRCache[[32]byte, authEntry](maxCachedKeys), unknown: map[[32]byte]time.Time{},
 		resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}}
@@ -161,13 +170,7 @@ func (s *Tenants) RevokeKey(ctx context.Context, tenant, key uuid.UUID) error {
 		}
 		return err
 	}
-	s.mu.Lock()
-	for h, e := range s.cache {
-		if e.scope.KeyID == key {
-			delete(s.cache, h)
-		}
-	}
-	s.mu.Unlock()
+	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.KeyID == key })
 	return nil
 }
 
@@ -179,22 +182,51 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 	if !strings.HasPrefix(plain, LiveKeyPrefix) && !strings.HasPrefix(plain, SandboxKeyPrefix) {
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
-	sum := sha256.Sum256([]byte(plain))
-	now := time.Now()
-	s.mu.Lock()
-	e, ok := s.cache[sum]
-	if !ok {
-		if until, seen := s.unknown[sum]; seen && now.Before(until) {
-			s.mu.Unlock()
-			return Scope{}, Tenant{}, ErrUnauthenticated
-		}
+	return s.authenticate(ctx, sha256.Sum256([]byte(plain)))
+}
+
+// AuthenticateBytes is Authenticate of a key still in the request's
+// buffer: the hot path hashes it without copying it to a string.
+func (s *Tenants) AuthenticateBytes(ctx context.Context, plain []byte) (Scope, Tenant, error) {
+	if !bytes.HasPrefix(plain, []byte(LiveKeyPrefix)) && !bytes.HasPrefix(plain, []byte(SandboxKeyPrefix)) {
+		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
-	s.mu.Unlock()
-	if ok && now.Before(e.expires) {
+	return s.authenticate(ctx, sha256.Sum256(plain))
+}
+
+func (s *Tenants) authenticate(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
+	now := time.Now()
+	e, st := s.cache.get(sum, now, authStaleLimit)
+	switch st {
+	case cacheFresh:
+		return e.scope, e.tenant, nil
+	case cacheRefresh:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, _, err := s.lookUp(ctx, sum); err != nil {
+				s.cache.refreshFailed(sum)
+			}
+		}()
 		return e.scope, e.tenant, nil
 	}
+	s.mu.Lock()
+	until, seen := s.unknown[sum]
+	s.mu.Unlock()
+	if seen && now.Before(until) {
+		return Scope{}, Tenant{}, ErrUnauthenticated
+	}
+	return s.lookUp(ctx, sum)
+}
+
+// lookUp asks the directory for the key hashed to sum and caches the
+// answer: its scope and tenant, or (unknown key) the refusal.
+func (s *Tenants) lookUp(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
+	gen := s.cache.generation()
+	now := time.Now()
 	k, err := s.dir.APIKeyByHash(ctx, sum[:])
 	if errors.Is(err, ErrNotFound) {
+		s.cache.delete(sum)
 		s.rememberUnknown(sum, now)
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
@@ -206,12 +238,7 @@ func (s *Tenants) Authenticate(ctx context.Context, plain string) (Scope, Tenant
 		return Scope{}, Tenant{}, err
 	}
 	scope := Scope{TenantID: k.TenantID, Environment: k.Environment, KeyID: k.ID}
-	s.mu.Lock()
-	if len(s.cache) > 100_000 {
-		s.cache = map[[32]byte]authEntry{}
-	}
-	s.cache[sum] = authEntry{scope: scope, tenant: t, expires: now.Add(authCacheTTL)}
-	s.mu.Unlock()
+	s.cache.put(sum, authEntry{scope: scope, tenant: t}, now.Add(authCacheTTL), gen)
 	return scope, t, nil
 }
 
@@ -240,13 +267,7 @@ func (s *Tenants) rememberUnknown(sum [32]byte, now time.Time) {
 
 // forget drops cached keys of a tenant whose configuration changed.
 func (s *Tenants) forget(tenant uuid.UUID) {
-	s.mu.Lock()
-	for h, e := range s.cache {
-		if e.scope.TenantID == tenant {
-			delete(s.cache, h)
-		}
-	}
-	s.mu.Unlock()
+	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.TenantID == tenant })
 }
 
 // Webhook is the tenant's webhook URL and signing secret.

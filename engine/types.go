@@ -185,6 +185,16 @@ type LedgerEntry struct {
 	Reason            *string     `json:"reason,omitempty"`
 	Metadata          Metadata    `json:"metadata"`
 	CreatedAt         time.Time   `json:"created_at"`
+	// Draws lists what each block paid when one debit drained several
+	// (CreditBlockID is then absent); empty for an entry of one block.
+	Draws []LedgerDraw `json:"draws,omitempty"`
+}
+
+// LedgerDraw is what one credit block paid towards a ledger entry.
+type LedgerDraw struct {
+	CreditBlockID uuid.UUID `json:"credit_block_id"`
+	// Amount is the positive amount, in millicredits, the block paid.
+	Amount int64 `json:"amount"`
 }
 
 // OverageLine is the overage of one metric in a window.

@@ -75,6 +75,13 @@ func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKe
 	if err != nil {
 		return nil, err
 	}
+	// The scripts splice the request hash into JSON unescaped (prelude q):
+	// it is a hex fingerprint, so anything else is a caller bug.
+	for i := 0; i < len(requestHash); i++ {
+		if c := requestHash[i]; c < 0x20 || c == '"' || c == '\\' {
+			return nil, fmt.Errorf("lua: request hash %q is not plain text", requestHash)
+		}
+	}
 	return []any{
 		strconv.FormatInt(now.UnixMilli(), 10), op.String(), c.TenantID.String(), string(c.Environment),
 		c.CustomerID.String(), string(idem), requestHash, strconv.FormatInt(OpRetention.Milliseconds(), 10),

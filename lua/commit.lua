@@ -8,8 +8,9 @@
 -- INSUFFICIENT and nothing changes (the hold stays active), under allow and
 -- notify the charge is what fits and the rest is overage. Then the hold
 -- returns and the charge is drained from the started blocks in spend order:
--- consumption entries (metric, actual units, ref = reservation id; the
--- overage on the last; one zero-delta entry when nothing is drained),
+-- ONE consumption entry (metric, actual units, ref = reservation id, the
+-- overage; the block when one paid, else draws per block; a zero delta
+-- when nothing is drained),
 -- usage {cost, charged, overage, reservation}. Metadata
 -- given with units > 0 is merged into the stored metadata (key by key).
 -- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
@@ -86,16 +87,8 @@ if m_pos(actual) then
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
   local draws = drain(a, now, charge, changed)
-  if #draws == 0 then
-    entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption',
-      metric = r.metric, units = actual, ref = res_id, overage = overage_field})
-  end
-  for i, d in ipairs(draws) do
-    local e = {role = 'main', delta = m_neg(d.take), type = 'consumption',
-      src = d.b.src, block = d.b.id, metric = r.metric, units = actual, ref = res_id}
-    if i == #draws then e.overage = overage_field end
-    entries[#entries + 1] = entry_obj(e)
-  end
+  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric = r.metric,
+    units = actual, ref = res_id, overage = overage_field}, draws))
   r.meta = merged
   usage = ',"usage":' .. usage_json(r.metric, actual, cost, charge, overage, false, res_id)
 else

@@ -9,10 +9,11 @@
 -- for credit.exhausted, and answers INSUFFICIENT. Under allow and notify
 -- the charge is min(cost, max(effective, 0)) and the rest is overage.
 --
--- Entries: one consumption entry per block drained, each with the metric
--- and the units of the call, the overage on the last one; when nothing is
--- drained (a zero cost, or no effective balance) one zero-delta consumption
--- entry without a block records the call and carries the overage.
+-- Entries: ONE consumption entry (the spec's one debit) with the metric,
+-- the units of the call and the overage: it names the block when one block
+-- paid, else its block is null and its draws list what each block paid;
+-- when nothing is drained (a zero cost, or no effective balance) it has a
+-- zero delta and no block. Expiry entries of blocks that ran out come first.
 --
 -- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox      {prefix:pNN}:outbox
@@ -26,7 +27,8 @@
 -- ARGV[13] policy: block, allow or notify
 -- ARGV[14] entry metadata JSON text or ""
 --
--- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
+-- Reply: {"new", mutation JSON} or {"replay", stored op record} (the
+-- compact consume record, or a Mutation JSON a rebuild stored); errors
 -- NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (the cost leaves
 -- int64), BADTERMS, BADARG.
 local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -71,20 +73,17 @@ if m_pos(overage) then overage_field = overage end
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 local draws = drain(a, now, charge, changed)
-if #draws == 0 then
-  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'consumption', metric = metric,
-    units = units, overage = overage_field, meta = entry_meta})
-end
-for i, d in ipairs(draws) do
-  local e = {role = 'main', delta = m_neg(d.take), type = 'consumption', src = d.b.src, block = d.b.id,
-    metric = metric, units = units, meta = entry_meta}
-  if i == #draws then e.overage = overage_field end
-  entries[#entries + 1] = entry_obj(e)
-end
+-- Each member is formatted once for the entry, the usage and the op record.
+local metric_j, su = j_str(metric), m_fmt(units)
+entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
+  units_s = su, overage = overage_field, meta = entry_meta}, draws))
 
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
-m.extra = ',"usage":' .. usage_json(metric, units, cost, charge, overage, false, nil)
+local sc, sch, so = m_fmt(cost), m_fmt(charge), m_fmt(overage)
+m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil)
 local json = mutation_json(m, a, entries, changed)
-publish(outbox_key, op_key, op_ttl_ms, json)
+local record = nil
+if op_key then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
+publish(outbox_key, op_key, op_ttl_ms, json, record)
 return {'new', json}

@@ -151,7 +151,11 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 		return engine.MutationResult{}, err
 	}
 	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
-	return s.runMoney(ctx, consumeScript, "consume", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	res, err := s.runMoney(ctx, consumeScript, "consume", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	if err == nil && res.Replayed {
+		fillReplayCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
+	}
+	return res, err
 }
 
 // Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms

@@ -61,7 +61,7 @@ func (b bundle) holdDump(t *testing.T, c engine.CustomerKey, idemKeys ...string)
 	return b.dump(t, c, idemKeys...) + fmt.Sprintf("rexp %v\n", z)
 }
 
-// draws renders a mutation's entries as "block:delta/units/overage".
+// draws renders a mutation's entries as "block:delta/units/overage[draws]".
 func draws(m engine.Mutation, names map[uuid.UUID]string) []string {
 	var out []string
 	for _, e := range m.Entries {
@@ -75,6 +75,13 @@ func draws(m engine.Mutation, names map[uuid.UUID]string) []string {
 		}
 		if e.Overage != nil {
 			s += fmt.Sprintf("/o%d", *e.Overage)
+		}
+		if len(e.Draws) > 0 {
+			var ds []string
+			for _, d := range e.Draws {
+				ds = append(ds, fmt.Sprintf("%s:%d", names[d.BlockID], d.Amount))
+			}
+			s += fmt.Sprint(ds)
 		}
 		out = append(out, s)
 	}
@@ -99,11 +106,11 @@ func TestConsumePolicies(t *testing.T) {
 		wantBalance int64
 	}{
 		{"block within", engine.OveragePolicyBlock, perUnitTerms(10), 4, nil, []string{"b1:-40/u4"}, 40, 0, 60},
-		{"block two blocks", engine.OveragePolicyBlock, perUnitTerms(10), 7, nil, []string{"b1:-60/u7", "b2:-10/u7"}, 70, 0, 30},
-		{"block exact balance", engine.OveragePolicyBlock, perUnitTerms(10), 10, nil, []string{"b1:-60/u10", "b2:-40/u10"}, 100, 0, 0},
+		{"block two blocks", engine.OveragePolicyBlock, perUnitTerms(10), 7, nil, []string{"-:-70/u7[b1:60 b2:10]"}, 70, 0, 30},
+		{"block exact balance", engine.OveragePolicyBlock, perUnitTerms(10), 10, nil, []string{"-:-100/u10[b1:60 b2:40]"}, 100, 0, 0},
 		{"block one short", engine.OveragePolicyBlock, perUnitTerms(101), 1, engine.ErrInsufficientCredits, nil, 0, 0, 100},
-		{"allow overage split", engine.OveragePolicyAllow, perUnitTerms(13), 10, nil, []string{"b1:-60/u10", "b2:-40/u10/o30"}, 100, 30, 0},
-		{"notify overage split", engine.OveragePolicyNotify, flatTerms(150), 3, nil, []string{"b1:-60/u3", "b2:-40/u3/o50"}, 100, 50, 0},
+		{"allow overage split", engine.OveragePolicyAllow, perUnitTerms(13), 10, nil, []string{"-:-100/u10/o30[b1:60 b2:40]"}, 100, 30, 0},
+		{"notify overage split", engine.OveragePolicyNotify, flatTerms(150), 3, nil, []string{"-:-100/u3/o50[b1:60 b2:40]"}, 100, 50, 0},
 		{"allow within", engine.OveragePolicyAllow, perUnitTerms(1), 5, nil, []string{"b1:-5/u5"}, 5, 0, 95},
 		{"zero cost", engine.OveragePolicyBlock, flatTerms(0), 9, nil, []string{"-:0/u9"}, 0, 0, 100},
 		{"tiered", engine.OveragePolicyBlock, tieredTerms(engine.TierGraduated, tier(ptr[int64](2), 10, 5), tier(nil, 1, 0)), 4, nil, []string{"b1:-27/u4"}, 27, 0, 73},
@@ -171,6 +178,20 @@ func TestConsumePolicies(t *testing.T) {
 				r2, err := b.store.Consume(context.Background(), again)
 				if err != nil || !r2.Replayed || r2.Mutation.OpID != cmd.OpID {
 					t.Errorf("replay: %v %+v", err, r2)
+				}
+				// The compact op record answers with the numbers of the
+				// original: usage, account figures, the consumption entry at
+				// its index, the instant and the customer.
+				if err == nil {
+					o, g := m, r2.Mutation
+					main := len(o.Entries) - 1
+					if *g.Usage != *o.Usage || g.Account.Balance != o.Account.Balance || g.Account.Reserved != o.Account.Reserved ||
+						g.Account.Pending != o.Account.Pending || g.AtMS != o.AtMS || g.CustomerID != c.CustomerID ||
+						g.TenantID != c.TenantID || g.Environment != c.Environment || len(g.Entries) != len(o.Entries) ||
+						g.Entries[main].Role != engine.RoleMain || g.Entries[main].Delta != o.Entries[main].Delta ||
+						*g.Entries[main].Units != *o.Entries[main].Units || *g.Entries[main].Metric != *o.Entries[main].Metric {
+						t.Errorf("replayed %+v\nwant numbers of %+v", g, o)
+					}
 				}
 				again.RequestHash = "h2"
 				if _, err := b.store.Consume(context.Background(), again); !errors.Is(err, engine.ErrIdempotencyMismatch) {
@@ -345,7 +366,7 @@ func TestReservationLifecycle(t *testing.T) {
 			u.ReservationID == nil || *u.ReservationID != rc.ReservationID || u.Metric != "gpu.seconds" {
 			t.Errorf("commit usage %+v", m.Usage)
 		}
-		if got := fmt.Sprint(draws(m, names)); got != "[b1:-60/u8 b2:-20/u8]" {
+		if got := fmt.Sprint(draws(m, names)); got != "[-:-80/u8[b1:60 b2:20]]" {
 			t.Errorf("commit entries %s", got)
 		}
 		for _, e := range m.Entries {

@@ -30,8 +30,8 @@
 -- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
 -- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
 -- them (a test keeps the pairs equal).
-local MAX_LIVE_BLOCKS = 32
-local MAX_ACTIVE_HOLDS = 32
+local MAX_LIVE_BLOCKS = 100
+local MAX_ACTIVE_HOLDS = 100
 -- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
 -- RES_KEEP_MS; past that the oldest leave early (engine then reads their
 -- final status from Postgres, as after RES_KEEP_MS).
@@ -69,8 +69,9 @@ local function m_pos(a) return m_cmp(a, MONEY_ZERO) > 0 end
 -- m_fits reports whether a is inside int64 (results outside are OVERFLOW).
 local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX) <= 0 end
 
--- i_fmt formats an integral double exactly (tostring would use %.14g).
-local function i_fmt(n) return string.format('%.0f', n) end
+-- i_fmt formats an integral double below 2^53 exactly (tostring would use
+-- %.14g); '%d' goes through a C long, cheaper than '%.0f'.
+local function i_fmt(n) return string.format('%d', n) end
 
 -- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
 -- (below 2^53, exact as a double) it splits the number directly: every
@@ -100,7 +101,26 @@ local function m_parse(s)
   return m
 end
 
+-- MONEY_FAST_HI bounds the high limb of a value whose hi * 1e9 + lo stays
+-- below 2^53 in magnitude: such a value is formatted as one double.
+local MONEY_FAST_HI = 9000000
+-- MONEY_EXACT is 2^53, the first integer past which doubles skip integers.
+local MONEY_EXACT = 9007199254740992
+
+-- m_stored reads a decimal this code wrote itself (a hash field): no
+-- pattern check, which costs more than the rest of the parse.
+local function m_stored(s)
+  if #s <= 15 then
+    local n = tonumber(s)
+    local hi = math.floor(n / MONEY_BASE)
+    return {hi, n - hi * MONEY_BASE}
+  end
+  return m_parse(s)
+end
+
 local function m_fmt(m)
+  local hi = m[1]
+  if hi < MONEY_FAST_HI and hi > -MONEY_FAST_HI then return string.format('%d', hi * MONEY_BASE + m[2]) end
   if m[1] < 0 then return '-' .. m_fmt(m_neg(m)) end
   if m[1] == 0 then return i_fmt(m[2]) end
   local lo = i_fmt(m[2])
@@ -135,6 +155,16 @@ end
 local function m_mul(a, b)
   if m_cmp(a, MONEY_ZERO) == 0 or m_cmp(b, MONEY_ZERO) == 0 then return MONEY_ZERO end
   if m_cmp(a, MONEY_ZERO) < 0 or m_cmp(b, MONEY_ZERO) < 0 then return nil end
+  -- Both factors below 2^53 and a product below 2^53: the double product
+  -- is exact (the true product is representable, and rounding is
+  -- monotonic, so a true product at or past 2^53 never reads below it).
+  if a[1] < MONEY_FAST_HI and b[1] < MONEY_FAST_HI then
+    local x = (a[1] * MONEY_BASE + a[2]) * (b[1] * MONEY_BASE + b[2])
+    if x < MONEY_EXACT then
+      local hi = math.floor(x / MONEY_BASE)
+      return {hi, x - hi * MONEY_BASE}
+    end
+  end
   local x, y, p = m_digits6(a), m_digits6(b), {}
   for k = 1, #x + #y do p[k] = 0 end
   for i = 1, #x do
@@ -254,7 +284,7 @@ local function b36_enc(n)
 end
 
 local function b36_dec(s)
-  if string.sub(s, 1, 1) == '-' then return -tonumber(string.sub(s, 2), 36) end
+  if string.byte(s, 1) == 45 then return -tonumber(string.sub(s, 2), 36) end -- '-'
   return tonumber(s, 36)
 end
 
@@ -262,11 +292,17 @@ end
 -- longer than one letter, so the two never collide).
 local SOURCE_CODE = {plan_grant = 'p', topup = 't', promotional = 'o', compensation = 'c',
   referral = 'r', manual = 'm', migration = 'g'}
-local SOURCE_NAME = {}
-for name, code in pairs(SOURCE_CODE) do SOURCE_NAME[code] = name end
+-- SOURCE_NAME inverts SOURCE_CODE, written out: a loop at the top level
+-- would run on every call.
+local SOURCE_NAME = {p = 'plan_grant', t = 'topup', o = 'promotional', c = 'compensation',
+  r = 'referral', m = 'manual', g = 'migration'}
 
 local function src_enc(s) return SOURCE_CODE[s] or s end
 local function src_dec(s) return SOURCE_NAME[s] or s end
+
+-- q quotes text that needs no JSON escaping: UUIDs, enums and hex hashes
+-- that Go formatted (j_str's pattern costs ~10,000 instructions a call).
+local function q(s) return '"' .. s .. '"' end
 
 -- j_str encodes a short trusted string (ids, enums, hashes) as JSON text;
 -- client text arrives pre-encoded by Go instead.
@@ -278,13 +314,22 @@ local function j_str(s)
   end)) .. '"'
 end
 
+-- src_json is source s as JSON text (known sources need no escaping).
+local function src_json(s)
+  if SOURCE_CODE[s] then return '"' .. s .. '"' end
+  return j_str(s)
+end
+
 -- block_enc is the hash value of block b (format above).
 local function block_enc(b)
+  -- A drain changes only the remaining amount: the rest of a block read
+  -- from the hash is written back as it was read (b36_enc is a Lua loop).
+  if b.raw then return m_fmt(b.rem) .. string.sub(b.raw, b.rem_len + 1) end
   local exp = ''
   if b.expires then exp = b36_enc(b.expires - b.starts) end
   local st = ''
   if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
-  return m_fmt(b.rem) .. '|' .. m_fmt(b.orig) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
+  return m_fmt(b.rem) .. '|' .. (b.orig_s or m_fmt(b.orig)) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
     '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|'
 end
 
@@ -298,8 +343,14 @@ local function block_dec(id, raw)
   if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
   if e36 ~= '' then expires = starts + b36_dec(e36) end
-  return {id = id, rem = m_parse(rem), orig = m_parse(orig), prio = tonumber(prio),
+  -- raw: block_enc writes the encoding after the remaining amount back
+  -- as read (meta "" only: an older hash's inline metadata moves to its
+  -- own field). The original amount stays text (orig_s): no script does
+  -- arithmetic on it.
+  local b = {id = id, rem = m_stored(rem), orig_s = orig, prio = tonumber(prio),
     created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
+  if meta == '' then b.raw, b.rem_len = raw, #rem end
+  return b
 end
 
 -- block_json is b as an engine.MutationBlock; only a block created by this
@@ -308,8 +359,8 @@ end
 local function block_json(b)
   local exp = 'null'
   if b.expires then exp = i_fmt(b.expires) end
-  local s = '{"id":' .. j_str(b.id) .. ',"original":' .. m_fmt(b.orig) .. ',"remaining":' .. m_fmt(b.rem) ..
-    ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. j_str(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
+  local s = '{"id":' .. q(b.id) .. ',"original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. m_fmt(b.rem) ..
+    ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. src_json(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
     ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
   if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
   return s .. '}'
@@ -317,8 +368,8 @@ end
 
 -- entry_json is one engine.MutationEntry; reason and meta are JSON text or ''.
 local function entry_json(role, delta, typ, src, block_id, reason, meta)
-  local s = '{"role":"' .. role .. '","delta":' .. m_fmt(delta) .. ',"type":' .. j_str(typ) ..
-    ',"source":' .. j_str(src) .. ',"block":' .. j_str(block_id)
+  local s = '{"role":"' .. role .. '","delta":' .. m_fmt(delta) .. ',"type":' .. q(typ) ..
+    ',"source":' .. src_json(src) .. ',"block":' .. q(block_id)
   if reason ~= '' then s = s .. ',"reason":' .. reason end
   if meta ~= '' then s = s .. ',"meta":' .. meta end
   return s .. '}'
@@ -328,24 +379,54 @@ end
 -- (money) and type, and optionally src and block (null when absent), metric,
 -- units (money), ref, overage (money), reason and meta (JSON text or '').
 local function entry_obj(e)
-  local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. j_str(e.type) ..
-    ',"source":' .. (e.src and j_str(e.src) or 'null') .. ',"block":' .. (e.block and j_str(e.block) or 'null')
-  if e.metric then s = s .. ',"metric":' .. j_str(e.metric) end
-  if e.units then s = s .. ',"units":' .. m_fmt(e.units) end
-  if e.ref then s = s .. ',"ref":' .. j_str(e.ref) end
+  local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. q(e.type) ..
+    ',"source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. (e.block and q(e.block) or 'null')
+  if e.metric_j then s = s .. ',"metric":' .. e.metric_j elseif e.metric then s = s .. ',"metric":' .. j_str(e.metric) end
+  if e.units_s then s = s .. ',"units":' .. e.units_s elseif e.units then s = s .. ',"units":' .. m_fmt(e.units) end
+  if e.ref then s = s .. ',"ref":' .. q(e.ref) end
   if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
   if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
   if e.meta and e.meta ~= '' then s = s .. ',"meta":' .. e.meta end
+  if e.draws then
+    local d = {}
+    for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
+    s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
+  end
+  return s .. '}'
+end
+
+-- debit_entry fills the consumption entry e (an entry_obj table) from the
+-- draws of one drain: ONE ledger entry per charge (interface.md: a consume,
+-- a commit and a usage event write one debit). Its delta is minus the
+-- total drawn; it names the block and its source when one block paid, and
+-- lists what each block paid (engine.EntryDraw) when several did.
+local function debit_entry(e, draws)
+  local total = MONEY_ZERO
+  for _, d in ipairs(draws) do total = m_add(total, d.take) end
+  e.delta = m_neg(total)
+  if #draws == 1 then
+    e.src, e.block = draws[1].b.src, draws[1].b.id
+  elseif #draws > 1 then
+    e.draws = draws
+  end
+  return e
+end
+
+-- usage_json_s is an engine.MutationUsage from its members already
+-- formatted (the metric as JSON text, money in decimal), so a script that
+-- also writes them elsewhere formats each once; res_id is nil outside a
+-- commit.
+local function usage_json_s(metric_j, units, cost, charged, overage, refused, res_id)
+  local s = '{"metric":' .. metric_j .. ',"units":' .. units .. ',"cost":' .. cost ..
+    ',"charged":' .. charged .. ',"overage":' .. overage
+  if refused then s = s .. ',"refused":true' end
+  if res_id then s = s .. ',"reservation":' .. q(res_id) end
   return s .. '}'
 end
 
 -- usage_json is an engine.MutationUsage; res_id is nil outside a commit.
 local function usage_json(metric, units, cost, charged, overage, refused, res_id)
-  local s = '{"metric":' .. j_str(metric) .. ',"units":' .. m_fmt(units) .. ',"cost":' .. m_fmt(cost) ..
-    ',"charged":' .. m_fmt(charged) .. ',"overage":' .. m_fmt(overage)
-  if refused then s = s .. ',"refused":true' end
-  if res_id then s = s .. ',"reservation":' .. j_str(res_id) end
-  return s .. '}'
+  return usage_json_s(j_str(metric), m_fmt(units), m_fmt(cost), m_fmt(charged), m_fmt(overage), refused, res_id)
 end
 
 -- Reservation encoding (the value of field "r:<reservation id>"), eleven
@@ -363,8 +444,7 @@ end
 -- script on the account reads every field of its hash.
 local RES_KEEP_MS = 10 * 60 * 1000
 local RES_CODE = {active = 'a', committed = 'c', released = 'r', expired = 'e'}
-local RES_NAME = {}
-for name, code in pairs(RES_CODE) do RES_NAME[code] = name end
+local RES_NAME = {a = 'active', c = 'committed', r = 'released', e = 'expired'}
 
 local function res_dec(id, raw)
   local p, pos = {}, 1
@@ -408,7 +488,7 @@ end
 
 -- res_json is r as an engine.MutationReservation.
 local function res_json(r)
-  local s = '{"id":' .. j_str(r.id) .. ',"metric":' .. j_str(r.metric) .. ',"est_units":' .. m_fmt(r.est_units) ..
+  local s = '{"id":' .. q(r.id) .. ',"metric":' .. j_str(r.metric) .. ',"est_units":' .. m_fmt(r.est_units) ..
     ',"est_cost":' .. m_fmt(r.est_cost)
   if r.act_units then s = s .. ',"act_units":' .. m_fmt(r.act_units) end
   if r.act_cost then s = s .. ',"act_cost":' .. m_fmt(r.act_cost) end
@@ -571,6 +651,16 @@ local function acct_field(a, f, v)
   end
 end
 
+-- soonest_expiry is the soonest expires_at of the blocks with credit, nil
+-- when none: the score of the customer in the partition expiry zset.
+local function soonest_expiry(blocks)
+  local soonest = nil
+  for _, b in ipairs(blocks) do
+    if b.expires and m_pos(b.rem) and (soonest == nil or b.expires < soonest) then soonest = b.expires end
+  end
+  return soonest
+end
+
 -- acct_read loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
@@ -589,6 +679,7 @@ local function acct_read(key)
     local vals = redis.call('HMGET', key, unpack(want, first, last))
     for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
+  a.soonest = soonest_expiry(a.blocks)
   return a
 end
 
@@ -703,6 +794,27 @@ local function drain(a, now, amount, changed)
   return draws
 end
 
+-- OP_RECORD_CONSUME ('c') opens the compact op record of a consume; a
+-- stored Mutation JSON (other scripts, and every op key a rebuild writes)
+-- opens with '{'. OP_RH_LEN is how much of the request hash it keeps: 128
+-- bits tell a retry from another request as well as the whole hash.
+local OP_RECORD_CONSUME = 99
+local OP_RH_LEN = 32
+
+-- op_record_consume is what a consume's op key remembers (lua/oprecord.go
+-- decodes it): "c" request hash prefix "\n" then, joined by "|", op id, at
+-- (ms), index of the consumption entry, units, cost, charged, overage,
+-- balance, reserved, pending and the metric (never holds "|"). That is every
+-- number the consume answer is built from, in about a fifth of the bytes
+-- of the Mutation JSON.
+-- Its arguments come formatted (mutation_json left the account figures in
+-- m), so nothing is formatted twice.
+local function op_record_consume(m, idx, metric, units, cost, charged, overage)
+  return 'c' .. string.sub(m.rh, 1, OP_RH_LEN) .. '\n' .. m.op .. '|' .. m.at_s .. '|' .. idx .. '|' ..
+    units .. '|' .. cost .. '|' .. charged .. '|' .. overage .. '|' .. m.bal_s .. '|' .. m.rs_s .. '|' ..
+    m.pend_s .. '|' .. metric
+end
+
 -- replay answers a retried idempotency key: nil when op_key is absent or
 -- unused, else the reply to return (the stored Mutation, or MISMATCH when it
 -- was produced by another request).
@@ -710,6 +822,15 @@ local function replay(op_key, rh)
   if not op_key then return nil end
   local prev = redis.call('GET', op_key)
   if not prev then return nil end
+  if string.byte(prev, 1) == OP_RECORD_CONSUME then
+    -- A compact consume record (op_record_consume): the request hash
+    -- prefix runs up to the first newline.
+    local nl = string.find(prev, '\n', 1, true)
+    if not nl or string.sub(prev, 2, nl - 1) ~= string.sub(rh, 1, OP_RH_LEN) then
+      return redis.error_reply('MISMATCH idempotency key used with another request')
+    end
+    return {'replay', prev}
+  end
   local ok, m = pcall(cjson.decode, prev)
   if ok and type(m) == 'table' and m.rh ~= rh then
     return redis.error_reply('MISMATCH idempotency key used with another request')
@@ -720,10 +841,7 @@ end
 -- zset_sync keeps member's score in the partition expiry zset at the
 -- soonest expires_at of its blocks with credit, removing it when none.
 local function zset_sync(zkey, member, blocks)
-  local soonest = nil
-  for _, b in ipairs(blocks) do
-    if m_pos(b.rem) and b.expires and (soonest == nil or b.expires < soonest) then soonest = b.expires end
-  end
+  local soonest = soonest_expiry(blocks)
   if soonest then
     redis.call('ZADD', zkey, i_fmt(soonest), member)
   else
@@ -735,30 +853,32 @@ end
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
 -- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), then
--- syncs the expiry zset.
+-- syncs the expiry zset. Each redis.call costs ~15,000 instructions, so the
+-- writes go as one HSET and at most one HDEL, and the zset is written only
+-- when the soonest expiry moved (a.soonest, read by acct_read: the zset
+-- already holds it, every script keeping the two in step).
 local function acct_commit(akey, zkey, member, a, changed, now)
-  redis.call('HSET', akey, 'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now))
+  local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  local del = {}
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
-      redis.call('HSET', akey, 'b:' .. b.id, block_enc(b))
+      set[#set + 1], set[#set + 2] = 'b:' .. b.id, block_enc(b)
       -- A new block's metadata, or an older hash's inline metadata moving
       -- to its own field.
-      if b.meta ~= '' then redis.call('HSET', akey, 'm:' .. b.id, b.meta) end
+      if b.meta ~= '' then set[#set + 1], set[#set + 2] = 'm:' .. b.id, b.meta end
     else
-      redis.call('HDEL', akey, 'b:' .. b.id, 'm:' .. b.id)
+      del[#del + 1], del[#del + 2] = 'b:' .. b.id, 'm:' .. b.id
     end
   end
   local kept = {}
   for id, raw in pairs(a.res) do
     if a.res_dirty[id] then
-      redis.call('HSET', akey, 'r:' .. id, raw)
-      if a.res_meta[id] and a.res_meta[id] ~= '' then
-        redis.call('HSET', akey, 'n:' .. id, a.res_meta[id])
-      end
+      set[#set + 1], set[#set + 2] = 'r:' .. id, raw
+      if a.res_meta[id] and a.res_meta[id] ~= '' then set[#set + 1], set[#set + 2] = 'n:' .. id, a.res_meta[id] end
     end
     local final = res_final(raw)
     if final and final + RES_KEEP_MS <= now then
-      redis.call('HDEL', akey, 'r:' .. id, 'n:' .. id)
+      del[#del + 1], del[#del + 2] = 'r:' .. id, 'n:' .. id
     elseif final then
       kept[#kept + 1] = {id, final}
     end
@@ -768,10 +888,19 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     -- this sort runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
     table.sort(kept, function(x, y) return x[2] < y[2] end)
     for i = 1, #kept - MAX_KEPT_HOLDS / 2 do
-      redis.call('HDEL', akey, 'r:' .. kept[i][1], 'n:' .. kept[i][1])
+      del[#del + 1], del[#del + 2] = 'r:' .. kept[i][1], 'n:' .. kept[i][1]
     end
   end
-  zset_sync(zkey, member, a.blocks)
+  redis.call('HSET', akey, unpack(set))
+  if #del > 0 then redis.call('HDEL', akey, unpack(del)) end
+  local soonest = soonest_expiry(a.blocks)
+  if soonest ~= a.soonest then
+    if soonest then
+      redis.call('ZADD', zkey, i_fmt(soonest), member)
+    else
+      redis.call('ZREM', zkey, member)
+    end
+  end
 end
 
 -- mutation_json builds the engine.Mutation of a change (account figures at
@@ -782,22 +911,25 @@ end
 -- changed blocks.
 local function mutation_json(m, a, entries, changed)
   local bal, pend = balances(a.blocks, a.rs, m.now)
+  -- Kept formatted for an op record (op_record_consume).
+  m.bal_s, m.rs_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(a.rs), m_fmt(pend), i_fmt(m.now)
   local bj = {}
   for i, b in ipairs(changed) do bj[i] = block_json(b) end
-  return '{"op":' .. j_str(m.op) .. ',"kind":"' .. m.kind .. '","tenant":' .. j_str(m.tenant) ..
-    ',"customer":' .. j_str(m.customer) .. ',"env":' .. j_str(m.env) .. ',"idem":' .. m.idem ..
-    ',"rh":' .. j_str(m.rh) .. ',"at":' .. i_fmt(m.now) ..
-    ',"account":{"id":' .. j_str(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m_fmt(bal) ..
-    ',"reserved":' .. m_fmt(a.rs) .. ',"pending":' .. m_fmt(pend) .. ',"lifetime_earned":' .. m_fmt(a.le) ..
+  return '{"op":' .. q(m.op) .. ',"kind":"' .. m.kind .. '","tenant":' .. q(m.tenant) ..
+    ',"customer":' .. q(m.customer) .. ',"env":' .. q(m.env) .. ',"idem":' .. m.idem ..
+    ',"rh":' .. q(m.rh) .. ',"at":' .. m.at_s ..
+    ',"account":{"id":' .. q(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m.bal_s ..
+    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
     '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
     (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') .. '}'
 end
 
 -- publish appends the Mutation to the partition outbox and, under an
--- idempotency key, remembers it for ttl_ms so a retry replays it.
-local function publish(outbox, op_key, ttl_ms, json)
+-- idempotency key, remembers record (the Mutation itself when nil) for
+-- ttl_ms so a retry replays it.
+local function publish(outbox, op_key, ttl_ms, json, record)
   redis.call('XADD', outbox, '*', 'm', json)
-  if op_key then redis.call('SET', op_key, json, 'PX', ttl_ms) end
+  if op_key then redis.call('SET', op_key, record or json, 'PX', ttl_ms) end
 end
 

@@ -3,9 +3,11 @@ package lua
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -133,4 +135,125 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil
+}
+
+// Balances is a check's lean read of c's account: one HGETALL (pipelined
+// with concurrent checks' reads, readBatcher) of which only
+// the reserved total and each block's remaining, starts and expires are
+// parsed (no block ids, sources, metadata or reservations decoded, nothing
+// sorted). Figures match Snapshot's. Errors: engine.ErrStateMissing.
+func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
+	raw, err := s.reads.hgetall(s.rdb, s.accountKeyOf(c.CustomerID))
+	if err != nil {
+		return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
+	}
+	if len(raw) == 0 {
+		return engine.Balances{}, engine.ErrStateMissing
+	}
+	return balancesOf(raw, now.UnixMilli())
+}
+
+// balancesOf sums the live blocks of an account hash at nowMS the way
+// engine.ComputeBalances does.
+func balancesOf(raw map[string]string, nowMS int64) (engine.Balances, error) {
+	var out engine.Balances
+	for f, v := range raw {
+		switch {
+		case len(f) > 2 && f[0] == 'b' && f[1] == ':':
+			rem, starts, expires, hasExpiry, err := blockFigures(v)
+			if err != nil {
+				return engine.Balances{}, fmt.Errorf("lua: block %s: %w", f[2:], err)
+			}
+			if rem <= 0 || (hasExpiry && expires <= nowMS) {
+				continue
+			}
+			out.Balance += rem
+			if starts > nowMS {
+				out.Pending += rem
+			}
+		case f == "rs":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return engine.Balances{}, fmt.Errorf("lua: account field rs: %w", err)
+			}
+			out.Reserved = n
+		}
+	}
+	out.Effective = out.Balance - out.Reserved - out.Pending
+	return out, nil
+}
+
+// blockFigures reads remaining, starts and expires (ms) out of block_enc's
+// "rem|orig|prio|created36|starts-created36|expires-starts36|..." without
+// splitting the rest.
+func blockFigures(v string) (rem, starts, expires int64, hasExpiry bool, err error) {
+	var p [6]string
+	for i := 0; i < 6; i++ {
+		j := strings.IndexByte(v, '|')
+		if j < 0 {
+			return 0, 0, 0, false, errMalformedBlock
+		}
+		p[i], v = v[:j], v[j+1:]
+	}
+	if rem, err = strconv.ParseInt(p[0], 10, 64); err != nil {
+		return 0, 0, 0, false, err
+	}
+	if starts, err = strconv.ParseInt(p[3], 36, 64); err != nil {
+		return 0, 0, 0, false, err
+	}
+	if p[4] != "" {
+		off, err := strconv.ParseInt(p[4], 36, 64)
+		if err != nil {
+			return 0, 0, 0, false, err
+		}
+		starts += off
+	}
+	if p[5] != "" {
+		off, err := strconv.ParseInt(p[5], 36, 64)
+		if err != nil {
+			return 0, 0, 0, false, err
+		}
+		expires, hasExpiry = starts+off, true
+	}
+	return rem, starts, expires, hasExpiry, nil
+}
+
+var errMalformedBlock = errors.New("malformed")
+
+// accountKeyOf is accountKey built without fmt: the check path calls it
+// once per request.
+func (s *Store) accountKeyOf(c uuid.UUID) string {
+	var id [36]byte
+	hexUUID(id[:], c)
+	// FNV-1a of the id text, as Partition computes it.
+	h := uint32(2166136261)
+	for _, ch := range id {
+		h = (h ^ uint32(ch)) * 16777619
+	}
+	p := int(h % Partitions)
+	var buf [128]byte
+	b := append(buf[:0], '{')
+	b = append(b, s.prefix...)
+	b = append(b, ":p"...)
+	if p < 10 {
+		b = append(b, '0')
+	}
+	b = strconv.AppendInt(b, int64(p), 10)
+	b = append(b, "}:a:"...)
+	b = append(b, id[:]...)
+	return string(b)
+}
+
+// hexUUID writes u's canonical 36-character form into dst.
+func hexUUID(dst []byte, u uuid.UUID) {
+	const digits = "0123456789abcdef"
+	j := 0
+	for i, x := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst[j] = '-'
+			j++
+		}
+		dst[j], dst[j+1] = digits[x>>4], digits[x&0xf]
+		j += 2
+	}
 }

@@ -53,8 +53,6 @@ var (
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )
 
-func withPrelude(body string) *redis.Script { return redis.NewScript(preludeLua + "\n" + body) }
-
 // Reply statuses of the money scripts ({status, mutation JSON}).
 const (
 	replyNew    = "new"
@@ -129,8 +127,9 @@ func gaugeCapError(rest string) (*engine.Error, bool) {
 	return engine.GaugeCapError(n[0], n[1], n[2]), true
 }
 
-// mutationReply decodes a money script's {status, mutation JSON} reply;
-// ok is false for the "noop" status.
+// mutationReply decodes a money script's {status, mutation JSON} reply
+// (a replayed consume may answer with its compact op record instead,
+// oprecord.go); ok is false for the "noop" status.
 func mutationReply(script string, v any) (res engine.MutationResult, ok bool, err error) {
 	parts, isSlice := v.([]any)
 	if !isSlice || len(parts) != 2 {
@@ -144,6 +143,13 @@ func mutationReply(script string, v any) (res engine.MutationResult, ok bool, er
 	case replyNew, replyReplay:
 	default:
 		return res, false, fmt.Errorf("lua: %s: unexpected reply status %q", script, status)
+	}
+	if status == replyReplay && len(body) > 0 && body[0] == opRecordConsume {
+		m, err := decodeConsumeRecord(body)
+		if err != nil {
+			return res, false, fmt.Errorf("lua: %s: %w", script, err)
+		}
+		return engine.MutationResult{Mutation: m, Replayed: true}, true, nil
 	}
 	if err := json.Unmarshal([]byte(body), &res.Mutation); err != nil {
 		return res, false, fmt.Errorf("lua: %s: decode mutation: %w", script, err)

@@ -27,6 +27,7 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	clock  engine.Clock
+	reads  readBatcher // checks' account reads (readpath.go)
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its

@@ -20,26 +20,36 @@ func init() {
 	sectionWriters = append(sectionWriters, sectionWriter{name: "events", queue: queueEvents})
 }
 
-// insertMutationEventsSQL writes the events of a batch of Mutations. A
-// Mutation without a Context (the grant and debit scripts carry none) has
-// its external id, and its threshold for the low-balance candidate row
-// (low), read from the customer and tenant rows in the same statement: the
-// candidate is kept only when it crosses that threshold.
+// insertMutationEventsSQL writes the events of a batch of Mutations that
+// carry a Context (every hot-path script): their payloads are complete, so
+// they are stored as sent, typed arrays in, no JSON parsed (issue 10).
 const insertMutationEventsSQL = `INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
+SELECT id, tenant, env, customer, type, payload, 'pending', 0, at, at
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[])
+	AS e(id, tenant, env, customer, type, payload, at)
+ORDER BY id
+ON CONFLICT (id) DO NOTHING`
+
+// insertFilledEventsSQL writes the events of Mutations without a Context
+// (the grant and debit scripts carry none): their external id, and the
+// threshold of the low-balance candidate row (low), are read from the
+// customer and tenant rows in the same statement, and the candidate is
+// kept only when it crosses that threshold.
+const insertFilledEventsSQL = `INSERT INTO webhook_events
 	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
 SELECT e.id, e.tenant, e.env, e.customer, e.type,
 	CASE
-		WHEN NOT e.fill THEN e.payload::jsonb
 		WHEN e.low THEN jsonb_set(jsonb_set(e.payload::jsonb, '{external_customer_id}',
 			COALESCE(to_jsonb(c.external_id), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb(th.v))
 		ELSE jsonb_set(e.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))
-	END,
+	END::text,
 	'pending', 0, e.at, e.at
 FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
-	$8::bool[], $9::bool[], $10::bigint[], $11::bigint[])
-	AS e(id, tenant, env, customer, type, payload, at, fill, low, eb, ea)
-LEFT JOIN customers c ON e.fill AND c.id = e.customer
-LEFT JOIN tenants t ON e.fill AND t.id = e.tenant
+	$8::bool[], $9::bigint[], $10::bigint[])
+	AS e(id, tenant, env, customer, type, payload, at, low, eb, ea)
+LEFT JOIN customers c ON c.id = e.customer
+LEFT JOIN tenants t ON t.id = e.tenant
 CROSS JOIN LATERAL (SELECT COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0) AS v) th
 WHERE NOT e.low OR (th.v > 0 AND e.eb >= th.v AND e.ea < th.v)
 ORDER BY e.id
@@ -76,26 +86,39 @@ func queueEvents(b *pgx.Batch, ms []engine.Mutation) error {
 			rows = append(rows, eventRow{e: ev, fill: true, low: true, eb: eb, ea: ea})
 		}
 	}
-	if len(rows) == 0 {
-		return nil
-	}
 	sort.Slice(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
-	n := len(rows)
-	var (
-		id, tenant     = make([]uuid.UUID, n), make([]uuid.UUID, n)
-		customer       = make([]*uuid.UUID, n)
-		env, typ, body = make([]string, n), make([]string, n), make([]string, n)
-		at             = make([]time.Time, n)
-		fill, low      = make([]bool, n), make([]bool, n)
-		eb, ea         = make([]int64, n), make([]int64, n)
-	)
-	for i, r := range rows {
-		id[i], tenant[i], customer[i] = r.e.ID, r.e.TenantID, r.e.CustomerID
-		env[i], typ[i], body[i] = string(r.e.Environment), string(r.e.EventType), string(r.e.Payload)
-		at[i], fill[i], low[i], eb[i], ea[i] = r.e.CreatedAt, r.fill, r.low, r.eb, r.ea
+	var plain, filled eventBatch
+	for _, r := range rows {
+		if r.fill {
+			filled.add(r)
+		} else {
+			plain.add(r)
+		}
 	}
-	b.Queue(insertMutationEventsSQL, id, tenant, env, customer, typ, body, at, fill, low, eb, ea)
+	if len(plain.id) > 0 {
+		b.Queue(insertMutationEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
+	}
+	if len(filled.id) > 0 {
+		b.Queue(insertFilledEventsSQL, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body,
+			filled.at, filled.low, filled.eb, filled.ea)
+	}
 	return nil
+}
+
+// eventBatch is event rows column by column.
+type eventBatch struct {
+	id, tenant     []uuid.UUID
+	customer       []*uuid.UUID
+	env, typ, body []string
+	at             []time.Time
+	low            []bool
+	eb, ea         []int64
+}
+
+func (c *eventBatch) add(r eventRow) {
+	c.id, c.tenant, c.customer = append(c.id, r.e.ID), append(c.tenant, r.e.TenantID), append(c.customer, r.e.CustomerID)
+	c.env, c.typ, c.body = append(c.env, string(r.e.Environment)), append(c.typ, string(r.e.EventType)), append(c.body, string(r.e.Payload))
+	c.at, c.low, c.eb, c.ea = append(c.at, r.e.CreatedAt), append(c.low, r.low), append(c.eb, r.eb), append(c.ea, r.ea)
 }
 
 // InsertEvent writes one event born outside a Lua script (test.ping,
@@ -107,7 +130,7 @@ func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO webhook_events
 		(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, 'pending', 0, $7, $8)
+		VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8)
 		ON CONFLICT (id) DO NOTHING`,
 		e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType), string(e.Payload), next, e.CreatedAt)
 	if err != nil {

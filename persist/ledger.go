@@ -25,19 +25,25 @@ const insertOperationsSQL = `INSERT INTO operations
 SELECT op_id, tenant_id, customer_id, idem, rh, version, m, at
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
 	AS t(op_id, tenant_id, customer_id, idem, rh, version, m, at)
-ON CONFLICT (op_id) DO NOTHING`
+ON CONFLICT (tenant_id, idempotency_key, op_id) DO NOTHING`
 
+// insertEntriesSQL takes the entries' draws as two flat arrays ($19 block
+// ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so
+// an entry that several blocks paid gets its draws as slices of typed
+// arrays: no JSON, no side-table rows (migration 012).
 const insertEntriesSQL = `INSERT INTO ledger_entries
 	(id, op_id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
 	 billable_metric_key, cost_units, exchange_rate, overage_mc, idempotency_key, reference_id,
-	 reason, metadata, created_at)
+	 reason, metadata, created_at, draw_block_ids, draw_amounts)
 SELECT id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
-	overage, idem, ref, reason, meta::jsonb, at
+	overage, idem, ref, reason, meta::jsonb, at,
+	CASE WHEN dto >= dfrom THEN ($19::uuid[])[dfrom:dto] END,
+	CASE WHEN dto >= dfrom THEN ($20::bigint[])[dfrom:dto] END
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
 	$8::text[], $9::uuid[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
-	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[])
+	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[])
 	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
-	     overage, idem, ref, reason, meta, at)
+	     overage, idem, ref, reason, meta, at, dfrom, dto)
 ON CONFLICT (id) DO NOTHING`
 
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
@@ -87,7 +93,14 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return applyIn(ctx, tx, ms) })
+	// One pipelined round trip: pgx runs a batch in one implicit
+	// transaction (committed at its Sync, rolled back at the first error),
+	// so BEGIN and COMMIT need no round trips of their own.
+	b := &pgx.Batch{}
+	err := queueApply(b, ms)
+	if err == nil {
+		err = s.pool.SendBatch(ctx, b).Close()
+	}
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}
@@ -97,17 +110,26 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
 // commit them with its own bookkeeping (deadletter.go).
 func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
+	b := &pgx.Batch{}
+	if err := queueApply(b, ms); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueApply queues Apply's statements for ms into b.
+func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
 	cols, err := columnsOf(ms)
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
 	if o := cols.ops; len(o.opID) > 0 {
 		b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
 	}
 	if e := cols.entries; len(e.id) > 0 {
 		b.Queue(insertEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
-			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at)
+			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
+			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo)
 	}
 	if k := cols.blocks; len(k.id) > 0 {
 		b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
@@ -121,7 +143,7 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 			return fmt.Errorf("%s: %w", section.name, err)
 		}
 	}
-	return tx.SendBatch(ctx, b).Close()
+	return nil
 }
 
 // applyColumns are Apply's rows, column by column.
@@ -140,6 +162,11 @@ type applyColumns struct {
 		delta, overage             []int64
 		units, rate                []*int64
 		at                         []time.Time
+		// The draws of every entry, flat, and each entry's 1-based
+		// inclusive range in them (to < from: none).
+		drawBlock        []uuid.UUID
+		drawAmount       []int64
+		drawFrom, drawTo []int32
 	}
 	blocks struct {
 		id, tenant, customer         []uuid.UUID
@@ -257,7 +284,8 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		e.delta = append(e.delta, r.e.Delta)
 		e.typ = append(e.typ, string(r.e.Type))
 		e.source = append(e.source, src)
-		e.block = append(e.block, r.e.BlockID)
+		block, draws := r.e.PaidBy()
+		e.block = append(e.block, block)
 		e.metric = append(e.metric, r.e.Metric)
 		e.units = append(e.units, r.e.Units)
 		e.rate = append(e.rate, r.e.Rate)
@@ -267,6 +295,15 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		e.reason = append(e.reason, r.e.Reason)
 		e.meta = append(e.meta, string(rawObject(r.e.Metadata)))
 		e.at = append(e.at, r.m.At())
+		e.drawFrom = append(e.drawFrom, int32(len(e.drawBlock)+1))
+		for _, d := range draws {
+			e.drawBlock = append(e.drawBlock, d.BlockID)
+			e.drawAmount = append(e.drawAmount, d.Amount)
+		}
+		e.drawTo = append(e.drawTo, int32(len(e.drawBlock)))
+	}
+	if e.drawBlock == nil {
+		e.drawBlock, e.drawAmount = []uuid.UUID{}, []int64{}
 	}
 
 	blockIDs := make([]uuid.UUID, 0, len(blocks))

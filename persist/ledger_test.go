@@ -246,3 +246,74 @@ func TestApplyCanceledWritesNothing(t *testing.T) {
 		t.Fatalf("%d entries after a failed Apply", n)
 	}
 }
+
+// consumeAcross drains amounts from blocks in one debit entry with Draws
+// (the one ledger row per consume of issue 10).
+func (a *account) consumeAcross(idem string, blocks []uuid.UUID, amounts []int64) engine.Mutation {
+	e := engine.MutationEntry{Role: engine.RoleMain, Type: engine.EntryConsumption, Metric: ptr("tokens"), Units: ptr(int64(1))}
+	var changed []engine.MutationBlock
+	for i, id := range blocks {
+		b := a.blocks[id]
+		b.Remaining -= amounts[i]
+		a.balance -= amounts[i]
+		e.Delta -= amounts[i]
+		e.Draws = append(e.Draws, engine.EntryDraw{BlockID: id, Amount: amounts[i]})
+		changed = append(changed, *b)
+	}
+	e.Rate = ptr(-e.Delta)
+	return a.mutation(engine.MutationConsume, idem, []engine.MutationEntry{e}, changed...)
+}
+
+// TestApplyDraws states that a debit several blocks paid is one ledger row
+// whose draws history shows in order, next to entries of one block (the
+// scripts before issue 10), and that a replay in the same or a later batch
+// writes none twice.
+func TestApplyDraws(t *testing.T) {
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	g1, g2 := a.grant("g1", 1000, nil), a.grant("g2", 500, nil)
+	b1, b2 := g1.Blocks[0].ID, g2.Blocks[0].ID
+	across := a.consumeAcross("c1", []uuid.UUID{b1, b2}, []int64{1000, 200})
+	single := a.consume("c2", b2, 50, "tokens", 0)
+	oneDraw := a.consumeAcross("c3", []uuid.UUID{b2}, []int64{50})
+	batch := []engine.Mutation{g1, g2, across, single, across, oneDraw}
+	for range 2 {
+		if err := b.store.Apply(b.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.count(t, "ledger_entries"); n != 5 {
+		t.Fatalf("ledger rows = %d, want 5 (two grants, one debit of two blocks, two of one)", n)
+	}
+	if r1, r2 := b.blockRemaining(t, b1), b.blockRemaining(t, b2); r1 != 0 || r2 != 200 {
+		t.Fatalf("remaining = %d, %d; want 0, 200", r1, r2)
+	}
+	p, err := b.store.History(b.ctx, engine.HistoryQuery{CustomerID: a.key.CustomerID, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	byID := map[uuid.UUID]engine.LedgerEntry{}
+	for _, e := range p.Data {
+		sum += e.Delta
+		byID[e.ID] = e
+	}
+	if _, bal := b.accountRow(t, a.key.CustomerID); sum != bal || bal != 200 {
+		t.Fatalf("sum of deltas %d, balance %d; want both 200", sum, bal)
+	}
+	got := byID[engine.EntryID(across.OpID, 0)]
+	want := []engine.LedgerDraw{{CreditBlockID: b1, Amount: 1000}, {CreditBlockID: b2, Amount: 200}}
+	if got.CreditBlockID != nil || got.Delta != -1200 || len(got.Draws) != 2 || got.Draws[0] != want[0] || got.Draws[1] != want[1] {
+		t.Fatalf("debit of two blocks = block %v delta %d draws %+v; want no block, -1200, %+v", got.CreditBlockID, got.Delta, got.Draws, want)
+	}
+	for _, m := range []engine.Mutation{single, oneDraw} {
+		one := byID[engine.EntryID(m.OpID, 0)]
+		if one.CreditBlockID == nil || *one.CreditBlockID != b2 || one.Draws != nil {
+			t.Fatalf("debit of one block = block %v draws %+v; want %s and no draws", one.CreditBlockID, one.Draws, b2)
+		}
+	}
+	if fromMutation := across.LedgerEntries(engine.RoleMain)[0]; len(fromMutation.Draws) != 2 || fromMutation.Draws[1] != want[1] {
+		t.Fatalf("Mutation's ledger entry draws = %+v, want %+v", fromMutation.Draws, want)
+	}
+}

@@ -17,17 +17,28 @@ import (
 
 const entryColumns = `id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
 	billable_metric_key, cost_units, exchange_rate, idempotency_key, reference_id, reason,
-	metadata, created_at`
+	metadata, created_at, draw_block_ids, draw_amounts`
 
 func scanEntry(row pgx.Row) (engine.LedgerEntry, error) {
 	var e engine.LedgerEntry
 	var env, typ string
 	var source *string
 	var meta []byte
+	var drawBlocks []uuid.UUID
+	var drawAmounts []int64
 	if err := row.Scan(&e.ID, &e.TenantID, &e.CustomerID, &env, &e.Delta, &typ, &source, &e.CreditBlockID,
 		&e.BillableMetricKey, &e.CostUnits, &e.ExchangeRate, &e.IdempotencyKey, &e.ReferenceID, &e.Reason,
-		&meta, &e.CreatedAt); err != nil {
+		&meta, &e.CreatedAt, &drawBlocks, &drawAmounts); err != nil {
 		return engine.LedgerEntry{}, err
+	}
+	if len(drawBlocks) != len(drawAmounts) {
+		return engine.LedgerEntry{}, fmt.Errorf("persist: entry %s has %d draw blocks and %d amounts", e.ID, len(drawBlocks), len(drawAmounts))
+	}
+	if len(drawBlocks) > 0 {
+		e.Draws = make([]engine.LedgerDraw, len(drawBlocks))
+		for i := range drawBlocks {
+			e.Draws[i] = engine.LedgerDraw{CreditBlockID: drawBlocks[i], Amount: drawAmounts[i]}
+		}
 	}
 	e.Environment = engine.Environment(env)
 	e.Type = engine.EntryType(typ)

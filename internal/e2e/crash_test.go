@@ -12,7 +12,7 @@ import (
 
 // Crash workload size (the numbers).
 const (
-	crashCustomers = 20
+	crashCustomers = 50
 	crashOps       = 10000
 	crashWorkers   = 16
 	crashAfter     = 3000

@@ -1,39 +1,24 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 // doorRaw sends only the request head (no body) to the stack and reads the
-// answer, which must come within 2 s: a server waiting for the body would
-// time out instead.
+// answer (testenv.HeadOnly).
 func doorRaw(t *testing.T, s *Stack, head string) (int, []byte) {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, head); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer before the body was sent: %v", err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	res, b := testenv.HeadOnly(t, strings.TrimPrefix(s.URL, "http://"), head)
 	return res.StatusCode, b
 }
 

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestAppendMatchesEncoder: the appended check and consume bodies are byte
+// for byte what encoding/json's Encoder writes, for every member shape.
+func TestAppendMatchesEncoder(t *testing.T) {
+	t.Parallel()
+	n := func(v int64) *int64 { return &v }
+	s := func(v string) *string { return &v }
+	on, off := true, false
+	pol := engine.OveragePolicyNotify
+	id := uuid.MustParse("0191e3c1-8b7a-7c2d-9e4f-a1b2c3d4e5f6")
+	checks := map[string]engine.CheckResult{
+		"metered": {Type: engine.MetricMetered, Allowed: true, CustomerID: id, BillableMetricKey: "api_calls",
+			Units: n(3), Balance: n(9_000_000_000_000), ReservedBalance: n(0), PendingBalance: n(7), EffectiveBalance: n(-12),
+			EstimatedCost: n(9), BalanceAfter: n(-21), OveragePolicy: &pol},
+		"metered with subscription": {Type: engine.MetricMetered, CustomerID: id, BillableMetricKey: "a.b:c-d",
+			Units: n(1), Balance: n(1), ReservedBalance: n(1), PendingBalance: n(0), EffectiveBalance: n(0),
+			EstimatedCost: n(1), BalanceAfter: n(-1), SubscriptionStatus: s("past_due"), OveragePolicy: &pol},
+		"boolean": {Type: engine.MetricBoolean, Allowed: false, CustomerID: id, BillableMetricKey: "sso", Enabled: &off},
+		"boolean on": {Type: engine.MetricBoolean, Allowed: true, CustomerID: id, BillableMetricKey: "sso", Enabled: &on,
+			SubscriptionStatus: s("active")},
+		"gauge":          {Type: engine.MetricGauge, Allowed: true, CustomerID: id, BillableMetricKey: "seats", Current: n(2), Cap: n(5), Headroom: n(3)},
+		"escaped key":    {Type: engine.MetricGauge, CustomerID: id, BillableMetricKey: "<a&b>\"\\\u2028é\xff\n"},
+		"zero customer":  {Type: engine.MetricMetered},
+		"empty statuses": {Type: engine.MetricMetered, SubscriptionStatus: s("")},
+	}
+	for name, r := range checks {
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(&r)
+		if got := appendCheck(nil, &r); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("check %s:\n got %s\nwant %s", name, got, want.Bytes())
+		}
+	}
+	tx := uuid.MustParse("0191e3c1-8b7a-7c2d-9e4f-000000000001")
+	consumes := map[string]engine.ConsumeResult{
+		"charged": {TransactionID: &tx, CustomerID: id, BillableMetricKey: "api_calls", Units: 2, Cost: 6, Charged: 6,
+			BalanceAfter: 994, EffectiveBalance: 994},
+		"overage": {TransactionID: &tx, CustomerID: id, BillableMetricKey: "api_calls", Units: 2, Cost: 6, Charged: 1,
+			OverageMC: 5, BalanceAfter: -5, EffectiveBalance: -5},
+		"replay":   {CustomerID: id, BillableMetricKey: "k", Reason: s(engine.ReasonDuplicateReplay)},
+		"escaped":  {BillableMetricKey: "<\u2029>", Reason: s("a&b")},
+		"negative": {Units: -1, Cost: -9_223_372_036_854_775_808},
+	}
+	for name, r := range consumes {
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(&r)
+		if got := appendConsume(nil, &r); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("consume %s:\n got %s\nwant %s", name, got, want.Bytes())
+		}
+	}
+}

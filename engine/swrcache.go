@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// swrCache is the request path's lock-free cache (stale while revalidate):
+// reads are a sync.Map load, never a mutex; an entry past its expiry is
+// still served, for at most staleLimit, to the callers that come while one
+// of them refreshes it in the background, so a hot key never waits on
+// Postgres. Changes made in this process bump the generation, so a refresh
+// that read the old row before the change cannot store it after.
+type swrCache[K comparable, V any] struct {
+	m   sync.Map // K -> *swrEntry[V]
+	n   atomic.Int64
+	gen atomic.Uint64
+	max int64
+}
+
+type swrEntry[V any] struct {
+	v          V
+	expires    int64 // unix nanoseconds
+	refreshing atomic.Bool
+}
+
+// cacheState is what get found.
+type cacheState uint8
+
+const (
+	cacheMiss    cacheState = iota // absent or too stale: read through
+	cacheFresh                     // serve
+	cacheRefresh                   // serve, and the caller refreshes it in the background
+)
+
+func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
+	return &swrCache[K, V]{max: max}
+}
+
+// get looks k up at now.
+func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration) (V, cacheState) {
+	var zero V
+	x, ok := c.m.Load(k)
+	if !ok {
+		return zero, cacheMiss
+	}
+	e := x.(*swrEntry[V])
+	n := now.UnixNano()
+	switch {
+	case n < e.expires:
+		return e.v, cacheFresh
+	case n >= e.expires+int64(staleLimit):
+		return zero, cacheMiss
+	case e.refreshing.CompareAndSwap(false, true):
+		return e.v, cacheRefresh
+	}
+	return e.v, cacheFresh
+}
+
+// generation is taken before reading the source of truth and handed to put.
+func (c *swrCache[K, V]) generation() uint64 { return c.gen.Load() }
+
+// put stores v until expires unless the cache was invalidated since gen.
+// A full cache starts over (the bound is memory, not precision).
+func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen uint64) {
+	if c.gen.Load() != gen {
+		return
+	}
+	if c.n.Load() >= c.max {
+		c.m.Clear()
+		c.n.Store(0)
+	}
+	if _, loaded := c.m.Swap(k, &swrEntry[V]{v: v, expires: expires.UnixNano()}); !loaded {
+		c.n.Add(1)
+	}
+}
+
+// refreshFailed lets the next caller try the refresh again.
+func (c *swrCache[K, V]) refreshFailed(k K) {
+	if x, ok := c.m.Load(k); ok {
+		x.(*swrEntry[V]).refreshing.Store(false)
+	}
+}
+
+// delete drops k and invalidates refreshes in flight.
+func (c *swrCache[K, V]) delete(k K) {
+	c.gen.Add(1)
+	if _, loaded := c.m.LoadAndDelete(k); loaded {
+		c.n.Add(-1)
+	}
+}
+
+// deleteWhere drops every entry drop picks and invalidates refreshes in
+// flight.
+func (c *swrCache[K, V]) deleteWhere(drop func(K, V) bool) {
+	c.gen.Add(1)
+	c.m.Range(func(k, x any) bool {
+		if drop(k.(K), x.(*swrEntry[V]).v) {
+			if _, loaded := c.m.LoadAndDelete(k); loaded {
+				c.n.Add(-1)
+			}
+		}
+		return true
+	})
+}
+
+// clear drops everything.
+func (c *swrCache[K, V]) clear() {
+	c.gen.Add(1)
+	c.m.Clear()
+	c.n.Store(0)
+}

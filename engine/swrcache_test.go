@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSWRCache: fresh entries are served; past expiry exactly one caller
+// is told to refresh while the others keep the stale value; past the stale
+// limit it is a miss; a delete during a refresh keeps the refresh's old
+// value out; a full cache starts over.
+func TestSWRCache(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	c := newSWRCache[string, int](3)
+	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+		t.Fatalf("empty: state %d", st)
+	}
+	c.put("a", 1, t0.Add(time.Second), c.generation())
+	steps := []struct {
+		at    time.Duration
+		want  int
+		state cacheState
+	}{
+		{0, 1, cacheFresh},
+		{999 * time.Millisecond, 1, cacheFresh},
+		{time.Second, 1, cacheRefresh},
+		{1500 * time.Millisecond, 1, cacheFresh},
+		{2 * time.Second, 0, cacheMiss},
+	}
+	for _, s := range steps {
+		v, st := c.get("a", t0.Add(s.at), time.Second)
+		if v != s.want || st != s.state {
+			t.Errorf("at +%v: %d state %d, want %d state %d", s.at, v, st, s.want, s.state)
+		}
+	}
+	c.refreshFailed("a")
+	if _, st := c.get("a", t0.Add(1500*time.Millisecond), time.Second); st != cacheRefresh {
+		t.Errorf("after a failed refresh: state %d, want another refresh", st)
+	}
+	gen := c.generation()
+	c.delete("a")
+	c.put("a", 2, t0.Add(time.Hour), gen)
+	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+		t.Error("a refresh begun before the delete stored its value")
+	}
+	for i, k := range []string{"a", "b", "c"} {
+		c.put(k, i, t0.Add(time.Hour), c.generation())
+	}
+	c.deleteWhere(func(_ string, v int) bool { return v == 1 })
+	if _, st := c.get("b", t0, time.Second); st != cacheMiss {
+		t.Error("deleteWhere kept b")
+	}
+	c.put("b", 5, t0.Add(time.Hour), c.generation())
+	c.put("d", 6, t0.Add(time.Hour), c.generation())
+	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+		t.Error("a full cache did not start over")
+	}
+	if v, st := c.get("d", t0, time.Second); st != cacheFresh || v != 6 {
+		t.Errorf("d after the start-over: %d state %d", v, st)
+	}
+}

@@ -1,0 +1,74 @@
+package lua
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// opRecordConsume opens the compact op record a consume leaves under its
+// idempotency key (prelude.lua op_record_consume); a record opening with
+// '{' is a whole Mutation (the other scripts, and every op key a rebuild
+// writes from Postgres).
+const opRecordConsume = 'c'
+
+// decodeConsumeRecord turns a compact consume op record into the Mutation
+// a replayed consume answers from: op id, instant, the account figures,
+// the usage and the consumption entry at its index (the expiry entries
+// before it stand in as bare expiry entries, so engine.EntryID of the
+// consumption entry is the original one). It carries no blocks and only
+// the request hash prefix; tenant, customer and environment come from the
+// caller (fillReplayCustomer).
+func decodeConsumeRecord(body string) (engine.Mutation, error) {
+	var m engine.Mutation
+	head, rest, ok := strings.Cut(body, "\n")
+	if !ok || len(head) == 0 || head[0] != opRecordConsume {
+		return m, fmt.Errorf("lua: consume op record: no request hash line")
+	}
+	f := strings.Split(rest, "|")
+	if len(f) != 11 {
+		return m, fmt.Errorf("lua: consume op record: %d fields, want 11", len(f))
+	}
+	op, err := uuid.Parse(f[0])
+	if err != nil {
+		return m, fmt.Errorf("lua: consume op record: op id: %w", err)
+	}
+	var n [9]int64
+	for i := range n {
+		if n[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return m, fmt.Errorf("lua: consume op record: field %d: %w", i+2, err)
+		}
+	}
+	at, idx, units, cost, charged, overage := n[0], n[1], n[2], n[3], n[4], n[5]
+	if idx < 0 || idx > engine.MaxLiveBlocks {
+		return m, fmt.Errorf("lua: consume op record: entry index %d", idx)
+	}
+	metric := f[10]
+	m = engine.Mutation{OpID: op, Kind: engine.MutationConsume, RequestHash: head[1:], AtMS: at,
+		Account: engine.MutationAccount{Balance: n[6], Reserved: n[7], Pending: n[8]},
+		Usage:   &engine.MutationUsage{Metric: metric, Units: units, Cost: cost, Charged: charged, Overage: overage}}
+	m.Entries = make([]engine.MutationEntry, idx+1)
+	for i := range m.Entries[:idx] {
+		m.Entries[i] = engine.MutationEntry{Role: engine.RoleExpiry, Type: engine.EntryExpiry}
+	}
+	main := engine.MutationEntry{Role: engine.RoleMain, Delta: -charged, Type: engine.EntryConsumption,
+		Metric: &metric, Units: &units}
+	if overage > 0 {
+		main.Overage = &overage
+	}
+	m.Entries[idx] = main
+	return m, nil
+}
+
+// fillReplayCustomer names the customer of a Mutation decoded from a
+// compact op record (which does not repeat what the key name says).
+func fillReplayCustomer(res *engine.MutationResult, c engine.CustomerKey, idempotencyKey string) {
+	m := &res.Mutation
+	if m.CustomerID == uuid.Nil {
+		m.TenantID, m.CustomerID, m.Environment, m.IdempotencyKey = c.TenantID, c.CustomerID, c.Environment, idempotencyKey
+	}
+}

@@ -1,0 +1,249 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestProfileScripts measures Redis CPU per script call (INFO commandstats
+// usec_per_call of evalsha) on a private Redis named by PROFILE_REDIS
+// (host:port; it is flushed). It asserts nothing: speed lives in bench/,
+// this only prints the per-script figures docs/decisions.md quotes.
+// PROFILE_ONLY_CONSUME limits it to consumes; PROFILE_KEEP keeps the
+// callgrind dumps (for callgrind_annotate).
+func TestProfileScripts(t *testing.T) {
+	addr := os.Getenv("PROFILE_REDIS")
+	if addr == "" {
+		t.Skip("PROFILE_REDIS not set")
+	}
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.FlushAll(ctx)
+	s := NewStore(rdb, "prof")
+	n := 2000
+	usec := func() (float64, int64) {
+		info := rdb.Info(ctx, "commandstats").Val()
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_fcall:") {
+				var calls, us int64
+				for _, kv := range strings.Split(strings.TrimSpace(strings.SplitN(line, ":", 2)[1]), ",") {
+					k, v, _ := strings.Cut(kv, "=")
+					switch k {
+					case "calls":
+						calls, _ = strconv.ParseInt(v, 10, 64)
+					case "usec":
+						us, _ = strconv.ParseInt(v, 10, 64)
+					}
+				}
+				return float64(us) / float64(calls), calls
+			}
+		}
+		return 0, 0
+	}
+	// PROFILE_CALLGRIND names the pid of a redis-server run under
+	// valgrind --tool=callgrind: instructions per call are then counted
+	// exactly (a shared box makes microseconds noisy).
+	cgPid := os.Getenv("PROFILE_CALLGRIND")
+	if cgPid != "" {
+		n = 100
+	}
+	measure := func(name string, run func(i int)) {
+		run(-1) // warm: script loaded
+		rdb.ConfigResetStat(ctx)
+		if cgPid != "" {
+			_ = exec.Command("callgrind_control", "-z", cgPid).Run()
+		}
+		for i := 0; i < n; i++ {
+			run(i)
+		}
+		u, calls := usec()
+		kinstr := ""
+		if cgPid != "" {
+			_ = exec.Command("callgrind_control", "-d", cgPid).Run()
+			kinstr = callgrindKInstr(cgPid, calls)
+		}
+		fmt.Printf("PROFILE %-28s %8.1f us/call %s (%d calls)\n", name, u, kinstr, calls)
+	}
+	now := t0
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	newFunded := func(blocks int, meta engine.Metadata) engine.CustomerKey {
+		c := newCustomer()
+		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0)
+		if err != nil || !ok {
+			t.Fatal(err)
+		}
+		for i := 0; i < blocks; i++ {
+			g := grantCmd(c, 1_000_000_000_000, now.Add(-time.Minute))
+			g.Block.Priority = i % 5
+			g.Block.Metadata = meta
+			exp := now.Add(time.Duration(30*24+i) * time.Hour)
+			g.Block.ExpiresAt = &exp
+			_, err := s.Grant(ctx, g)
+			must(err)
+		}
+		return c
+	}
+	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+	for _, shape := range []struct {
+		name   string
+		blocks int
+		meta   engine.Metadata
+	}{{"1block", 1, nil}, {"worst32", 32, bigMeta()}} {
+		c := newFunded(shape.blocks, shape.meta)
+		if os.Getenv("PROFILE_ONLY_CONSUME") != "" {
+			measure("consume/"+shape.name, func(i int) {
+				cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
+				cmd.IdempotencyKey = "k-" + uuid.NewString()
+				cmd.RequestHash = "rh"
+				_, err := s.Consume(ctx, cmd)
+				must(err)
+			})
+			continue
+		}
+		measure("consume/"+shape.name, func(i int) {
+			cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
+			cmd.IdempotencyKey = "k-" + uuid.NewString()
+			cmd.RequestHash = "rh"
+			_, err := s.Consume(ctx, cmd)
+			must(err)
+		})
+		// A drain over every block: a charge as large as the blocks hold
+		// but the last one.
+		measure("debit-many/"+shape.name, func(i int) {
+			if i >= 50 {
+				return
+			}
+			cmd := debitCmd(c, 1_000_000_000_000*int64(shape.blocks-1)/100+1, now)
+			cmd.IdempotencyKey = "d-" + uuid.NewString()
+			_, err := s.Debit(ctx, cmd)
+			must(err)
+		})
+		measure("gauge/"+shape.name, func(i int) {
+			_, err := s.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "seats", Delta: 1, Cap: 1 << 40})
+			must(err)
+		})
+		hc := newFunded(shape.blocks, shape.meta)
+		if shape.blocks > 1 {
+			for h := 0; h < 31; h++ {
+				cmd := reserveCmd(hc, 1, terms, time.Hour, now)
+				cmd.Metadata = bigMeta()
+				_, err := s.Reserve(ctx, cmd)
+				must(err)
+			}
+		}
+		var pending uuid.UUID
+		measure("reserve/"+shape.name, func(i int) {
+			if pending != uuid.Nil {
+				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
+				must(err)
+				pending = uuid.Nil
+			}
+			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
+			cmd.IdempotencyKey = "r-" + uuid.NewString()
+			_, err := s.Reserve(ctx, cmd)
+			must(err)
+			pending = cmd.ReservationID
+		})
+		measure("reserve+commit/"+shape.name, func(i int) {
+			if pending != uuid.Nil {
+				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
+				must(err)
+				pending = uuid.Nil
+			}
+			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
+			_, err := s.Reserve(ctx, cmd)
+			must(err)
+			cc := commitCmd(hc, cmd.ReservationID, 2, terms, now)
+			cc.IdempotencyKey = "c-" + uuid.NewString()
+			_, err = s.Commit(ctx, cc)
+			must(err)
+		})
+		gc := newCustomer()
+		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: gc.TenantID, CustomerID: gc.CustomerID, Environment: gc.Environment}, t0)
+		if err != nil || !ok {
+			t.Fatal(err)
+		}
+		measure("grant/"+shape.name, func(i int) {
+			if i >= 30 {
+				return
+			}
+			g := grantCmd(gc, 1000, now)
+			g.IdempotencyKey = "g-" + uuid.NewString()
+			g.Block.Metadata = shape.meta
+			_, err := s.Grant(ctx, g)
+			must(err)
+		})
+	}
+	// Op key memory of a consume.
+	c := newFunded(1, nil)
+	cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
+	cmd.IdempotencyKey = "mem-key-0123456789"
+	cmd.RequestHash = strings.Repeat("f", 64)
+	_, err := s.Consume(ctx, cmd)
+	must(err)
+	key := s.opKeyOf(c.CustomerID, cmd.IdempotencyKey)
+	mem, _ := rdb.MemoryUsage(ctx, key).Result()
+	ttl, _ := rdb.PTTL(ctx, key).Result()
+	fmt.Printf("PROFILE op key %s: %d bytes, ttl %s\n", key, mem, ttl)
+}
+
+// callgrindKInstr reads the newest callgrind dump of pid, named
+// $PROFILE_CALLGRIND_OUT<pid>.<n> (valgrind --callgrind-out-file=<that>%p;
+// default /tmp/cg.): thousands of instructions per script call (the count
+// also covers reading the commands and writing the replies).
+func callgrindKInstr(pid string, calls int64) string {
+	prefix := os.Getenv("PROFILE_CALLGRIND_OUT")
+	if prefix == "" {
+		prefix = "/tmp/cg."
+	}
+	files, _ := filepath.Glob(prefix + pid + ".*")
+	sort.Strings(files)
+	if len(files) == 0 || calls == 0 {
+		return ""
+	}
+	defer func() {
+		for _, f := range files {
+			if os.Getenv("PROFILE_KEEP") == "" {
+				_ = os.Remove(f)
+			}
+		}
+	}()
+	body, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "summary:") || strings.HasPrefix(line, "totals:") {
+			v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return fmt.Sprintf("%6d kinstr/call", v/calls/1000)
+		}
+	}
+	return ""
+}
+
+func bigMeta() engine.Metadata {
+	m := engine.Metadata{}
+	for i := 0; i < 80; i++ {
+		m[fmt.Sprintf("k%07d", i)] = json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)
+	}
+	return m
+}
