@@ -31,12 +31,19 @@ type Credits struct {
 	ledger    LedgerReader
 	clock     Clock
 	loads     singleLoad
+	// hurry, when set, tells the local persister a read is waiting for its
+	// next commit, so it ends its group-commit linger at once.
+	hurry func()
 }
 
 // NewCredits returns the credit service.
 func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock) *Credits {
 	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock}
 }
+
+// SetPersistHurry wires the local persister's hurry signal (cmd wires it;
+// without it a read-your-writes wait also ends, only later).
+func (s *Credits) SetPersistHurry(hurry func()) { s.hurry = hurry }
 
 // GrantInput is the body of the grant endpoints.
 type GrantInput struct {
@@ -427,6 +434,9 @@ func (s *Credits) awaitPersisted(ctx context.Context, c CustomerKey) {
 		v, err := vr.PersistedVersion(ctx, c.CustomerID)
 		if err != nil || v >= acct.Version || time.Now().After(deadline) {
 			return
+		}
+		if s.hurry != nil {
+			s.hurry()
 		}
 		select {
 		case <-ctx.Done():

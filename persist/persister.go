@@ -113,6 +113,21 @@ type Persister struct {
 	// commits feeds the group committer while Run runs; nil otherwise (the
 	// partition loops then apply on their own).
 	commits chan commitRequest
+	// hurry ends the committer's linger at once: a request waiting to read
+	// its own write (a commit after its reserve, history after a consume)
+	// should not wait for a bigger group.
+	hurry chan struct{}
+	// linger is groupLinger; a test sets it long to see Hurry end it.
+	linger time.Duration
+}
+
+// Hurry asks the committer to commit what it has gathered now instead of
+// lingering for a bigger group; it never blocks.
+func (p *Persister) Hurry() {
+	select {
+	case p.hurry <- struct{}{}:
+	default:
+	}
 }
 
 // commitRequest is one partition's batch waiting for a group transaction.
@@ -143,7 +158,8 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 		cfg.HoldRefresh = DefaultHoldRefresh
 	}
 	dead, _ := writer.(DeadLetters)
-	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, log: log.With().Str("component", "persister").Logger()}
+	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, hurry: make(chan struct{}, 1),
+		linger: groupLinger, log: log.With().Str("component", "persister").Logger()}
 	p.mayHold.Store(dead != nil)
 	return p
 }
@@ -523,7 +539,7 @@ func (p *Persister) commitGroups(ctx context.Context, commits chan commitRequest
 		}
 		group := []commitRequest{first}
 		n := len(first.ms)
-		timer := time.NewTimer(groupLinger)
+		timer := time.NewTimer(p.linger)
 	gather:
 		for n < groupTarget {
 			select {
@@ -531,6 +547,8 @@ func (p *Persister) commitGroups(ctx context.Context, commits chan commitRequest
 				group = append(group, r)
 				n += len(r.ms)
 			case <-timer.C:
+				break gather
+			case <-p.hurry:
 				break gather
 			}
 		}

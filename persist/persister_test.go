@@ -426,3 +426,47 @@ func TestPersisterStopsMidCommit(t *testing.T) {
 		}
 	}
 }
+
+// recordingWriter counts Applies and the mutations each carried.
+type recordingWriter struct{ applied chan int }
+
+func (w *recordingWriter) Apply(_ context.Context, ms []engine.Mutation) error {
+	w.applied <- len(ms)
+	return nil
+}
+
+// TestHurryEndsTheLinger: a read waiting for its own write (Credits'
+// read-your-writes wait calls Hurry) gets the batch gathered so far
+// committed at once, not after the group-commit linger; without Hurry the
+// committer keeps gathering.
+func TestHurryEndsTheLinger(t *testing.T) {
+	w := &recordingWriter{applied: make(chan int, 4)}
+	p := NewPersister(nil, w, PersisterConfig{}, zerolog.Nop())
+	p.linger = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	commits := make(chan commitRequest)
+	go p.commitGroups(ctx, commits)
+	done := make(chan error, 2)
+	commits <- commitRequest{ms: make([]engine.Mutation, 2), done: done}
+	commits <- commitRequest{ms: make([]engine.Mutation, 1), done: done}
+	select {
+	case n := <-w.applied:
+		t.Fatalf("applied %d mutations before anyone hurried (linger is an hour)", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.Hurry()
+	select {
+	case n := <-w.applied:
+		if n != 3 {
+			t.Fatalf("the hurried group carried %d mutations, want both batches' 3", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Hurry did not end the linger")
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
