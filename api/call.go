@@ -100,9 +100,9 @@ func newRequestID(dst []byte) []byte {
 var errPanic = fmt.Errorf("api: handler panicked")
 
 // invoke runs ep, turning a panic into errPanic so the middleware above
-// (idempotency abort, access log) still runs. Every path parameter, query
-// parameter and the Idempotency-Key are checked first, so no handler sees
-// text Postgres would refuse.
+// (idempotency abort, access log) still runs. Every path and query
+// parameter is checked first (the Idempotency-Key before its claim, in
+// idempotent), so no handler sees text Postgres would refuse.
 func (c *call) invoke(ep endpoint) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -116,8 +116,8 @@ func (c *call) invoke(ep endpoint) (err error) {
 	return ep(c)
 }
 
-// checkRequestText refuses (400, naming the parameter) a path parameter,
-// query parameter or Idempotency-Key that is not valid UTF-8 or holds a
+// checkRequestText refuses (400, naming the parameter) a path parameter or
+// query parameter that is not valid UTF-8 or holds a
 // control character, once decoded. A path escape that does not decode is
 // left to the handler, which answers 404 as before.
 func (c *call) checkRequestText() error {
@@ -145,13 +145,7 @@ func (c *call) checkRequestText() error {
 		}
 		err = engine.CheckLine(name, string(v))
 	})
-	if err != nil {
-		return err
-	}
-	if c.idem.Key != "" {
-		return engine.CheckLine("Idempotency-Key", c.idem.Key)
-	}
-	return nil
+	return err
 }
 
 // recovered answers a panic that escaped the middleware itself.

@@ -57,6 +57,13 @@ func (s *Server) idempotent(rt *route, c *call) {
 	case len(key) > maxIdempotencyKeyChars && utf8.RuneCount(key) > maxIdempotencyKeyChars:
 		c.fail(errIdemKeyLong)
 		return
+	case !printableASCII(key):
+		// Checked before the claim: a key Postgres would refuse is never
+		// remembered, so a retry with it gets the same 400, not a replay.
+		if err := engine.CheckLine("Idempotency-Key", string(key)); err != nil {
+			c.fail(err)
+			return
+		}
 	}
 	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(c.scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
 	tenant := c.scope.TenantID
