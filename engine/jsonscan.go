@@ -161,16 +161,44 @@ func (s *jsonScanner) enter() error {
 	return nil
 }
 
-func (s *jsonScanner) object(shape *Shape) error {
+// open steps into an object or array (past its opening character) and
+// reports whether it is empty, in which case it is already closed.
+func (s *jsonScanner) open(closer byte) (empty bool, err error) {
 	if err := s.enter(); err != nil {
-		return err
+		return false, err
 	}
-	s.pos++ // {
+	s.pos++
 	s.skipSpace()
-	if s.pos < len(s.doc) && s.doc[s.pos] == '}' {
+	if s.pos < len(s.doc) && s.doc[s.pos] == closer {
 		s.pos++
 		s.depth--
-		return nil
+		return true, nil
+	}
+	return false, nil
+}
+
+// next reads what follows a member or element: a ',' (more to come) or
+// the closer (done, and the container is left).
+func (s *jsonScanner) next(closer byte) (done bool, err error) {
+	s.skipSpace()
+	if s.pos >= len(s.doc) {
+		return false, s.syntax("unexpected end of the document")
+	}
+	switch s.doc[s.pos] {
+	case ',':
+		s.pos++
+		return false, nil
+	case closer:
+		s.pos++
+		s.depth--
+		return true, nil
+	}
+	return false, s.syntax("expected ',' or '" + string(closer) + "'")
+}
+
+func (s *jsonScanner) object(shape *Shape) error {
+	if empty, err := s.open('}'); empty || err != nil {
+		return err
 	}
 	var seen memberSet
 	for {
@@ -201,33 +229,15 @@ func (s *jsonScanner) object(shape *Shape) error {
 			return err
 		}
 		s.path = s.path[:len(s.path)-1]
-		s.skipSpace()
-		if s.pos >= len(s.doc) {
-			return s.syntax("unexpected end of the document")
-		}
-		switch s.doc[s.pos] {
-		case ',':
-			s.pos++
-		case '}':
-			s.pos++
-			s.depth--
-			return nil
-		default:
-			return s.syntax("expected ',' or '}'")
+		if done, err := s.next('}'); done || err != nil {
+			return err
 		}
 	}
 }
 
 func (s *jsonScanner) array(shape *Shape) error {
-	if err := s.enter(); err != nil {
+	if empty, err := s.open(']'); empty || err != nil {
 		return err
-	}
-	s.pos++ // [
-	s.skipSpace()
-	if s.pos < len(s.doc) && s.doc[s.pos] == ']' {
-		s.pos++
-		s.depth--
-		return nil
 	}
 	elem, multiline := shape.element()
 	for i := 0; ; i++ {
@@ -237,19 +247,8 @@ func (s *jsonScanner) array(shape *Shape) error {
 			return err
 		}
 		s.path = s.path[:len(s.path)-1]
-		s.skipSpace()
-		if s.pos >= len(s.doc) {
-			return s.syntax("unexpected end of the document")
-		}
-		switch s.doc[s.pos] {
-		case ',':
-			s.pos++
-		case ']':
-			s.pos++
-			s.depth--
-			return nil
-		default:
-			return s.syntax("expected ',' or ']'")
+		if done, err := s.next(']'); done || err != nil {
+			return err
 		}
 	}
 }
