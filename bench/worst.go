@@ -164,16 +164,23 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		return b.api.Call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
-	for i := 0; i < engine.MaxActiveHolds-1; i++ {
-		a, err := reserve("h" + strconv.Itoa(i))
+	// hold reserves one more hold (a 201 is required) and keeps its id.
+	hold := func(tag string) error {
+		a, err := reserve(tag)
 		if err != nil || a.Status != 201 {
-			return fmt.Errorf("reserve %d: %v %s", i, err, a)
+			return fmt.Errorf("reserve %s: %v %s", tag, err, a)
 		}
 		var h struct{ ID string }
 		if err := a.Decode(&h); err != nil {
 			return err
 		}
 		holds = append(holds, h.ID)
+		return nil
+	}
+	for i := 0; i < engine.MaxActiveHolds-1; i++ {
+		if err := hold("h" + strconv.Itoa(i)); err != nil {
+			return err
+		}
 	}
 
 	pace = b.o.WorstPace
@@ -257,16 +264,10 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			return expect(200, a, err)
 		}},
 		{"reserve to the hold cap, then past it (409)", func() error {
-			a, err := reserve("last")
-			if err := expect(201, a, err); err != nil {
+			if err := hold("last"); err != nil {
 				return err
 			}
-			var h struct{ ID string }
-			if err := a.Decode(&h); err != nil {
-				return err
-			}
-			holds = append(holds, h.ID)
-			a, err = reserve("over")
+			a, err := reserve("over")
 			if err := expect(409, a, err); err != nil {
 				return err
 			}
@@ -307,15 +308,9 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 					}
 					holds = holds[1:]
 				}
-				a, err := reserve("cycle")
-				if err := expect(201, a, err); err != nil {
+				if err := hold("cycle"); err != nil {
 					return err
 				}
-				var h struct{ ID string }
-				if err := a.Decode(&h); err != nil {
-					return err
-				}
-				holds = append(holds, h.ID)
 			}
 			return nil
 		}},
