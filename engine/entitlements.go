@@ -589,14 +589,10 @@ func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 
 func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) UsageEventResult {
 	fail := func(id string, err error) UsageEventResult {
-		e, ok := AsError(err)
-		if !ok || (e.Kind == KindInternal && !e.Documented) {
-			msg := UsageInternalError
+		msg, public := ItemErrorText(err)
+		if !public {
+			msg = UsageInternalError
 			return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
-		}
-		msg := e.Detail
-		if e.Field != "" {
-			msg = e.Field + ": " + e.Detail
 		}
 		status := UsageFailed
 		if errors.Is(err, ErrInsufficientCredits) {

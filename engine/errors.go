@@ -98,3 +98,19 @@ func AsError(err error) (*Error, bool) {
 	}
 	return nil, false
 }
+
+// ItemErrorText is the one-line text of a per-item error inside a 200 body
+// (a usage event, an import row): "field: detail" for a domain error. For
+// anything else (a store failure, an undocumented internal error) it is
+// false and the caller shows a generic text and logs err: its Go text may
+// name hosts, SQL or SQLSTATEs.
+func ItemErrorText(err error) (string, bool) {
+	e, ok := AsError(err)
+	if !ok || (e.Kind == KindInternal && !e.Documented) {
+		return "", false
+	}
+	if e.Field != "" {
+		return e.Field + ": " + e.Detail, true
+	}
+	return e.Detail, true
+}

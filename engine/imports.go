@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -303,14 +302,11 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 	return nil
 }
 
-// errorText is a domain error as one line naming its field; anything else
-// (a store failure) says only "internal error", never its Go text.
+// errorText is a row's error as one line naming its field; a store failure
+// says only "internal error", never its Go text.
 func errorText(err error) string {
-	if e, ok := AsError(err); ok && (e.Kind != KindInternal || e.Documented) {
-		if e.Field != "" && !strings.HasPrefix(e.Detail, e.Field) {
-			return e.Field + ": " + e.Detail
-		}
-		return e.Detail
+	if msg, public := ItemErrorText(err); public {
+		return msg
 	}
 	return "internal error"
 }
