@@ -213,6 +213,11 @@ type RebuildSource interface {
 	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
 	// CountAccounts is the total, for the progress display.
 	CountAccounts(ctx context.Context) (int64, error)
+	// AccountIDCuts is up to parts-1 customer ids, ascending, that cut the
+	// accounts into parts of about equal count: the rebuild's parallel
+	// readers start at them (ids are time-ordered, so an even split of the
+	// id space would leave most accounts to one reader).
+	AccountIDCuts(ctx context.Context, parts int) ([]uuid.UUID, error)
 }
 
 // IdemRecord is the HTTP idempotency record of one key.

@@ -33,6 +33,14 @@ func (p *pageSource) AccountStates(_ context.Context, after uuid.UUID, limit int
 
 func (p *pageSource) CountAccounts(context.Context) (int64, error) { return int64(len(p.ids)), nil }
 
+func (p *pageSource) AccountIDCuts(_ context.Context, parts int) ([]uuid.UUID, error) {
+	var cuts []uuid.UUID
+	for k := 1; k < parts && len(p.ids) >= parts; k++ {
+		cuts = append(cuts, p.ids[len(p.ids)*k/parts])
+	}
+	return cuts, nil
+}
+
 // batchStore records every load; ids in ahead are "already newer".
 type batchStore struct {
 	BlockStore
@@ -122,4 +130,38 @@ func uniqueIDs(ids []uuid.UUID) []uuid.UUID {
 		}
 	}
 	return out
+}
+
+// TestRebuildRangesSplitV7IDs: time-ordered (v7) ids share their leading
+// bytes, yet the readers' ranges, cut where the source says, each get a
+// quarter of them and cover each id exactly once.
+func TestRebuildRangesSplitV7IDs(t *testing.T) {
+	ids := make([]uuid.UUID, 4000)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	sort.Slice(ids, func(i, j int) bool { return bytes.Compare(ids[i][:], ids[j][:]) < 0 })
+	cuts, _ := (&pageSource{ids: ids}).AccountIDCuts(context.Background(), rebuildReaders)
+	per := make([]int, len(cuts)+1)
+	for _, id := range ids {
+		in := 0
+		for r := range per {
+			from, to := rebuildRange(r, cuts)
+			if bytes.Compare(id[:], from[:]) > 0 && (to == nil || bytes.Compare(id[:], to[:]) < 0) {
+				in++
+				per[r]++
+			}
+		}
+		if in != 1 {
+			t.Fatalf("id %s is in %d ranges", id, in)
+		}
+	}
+	if len(per) != rebuildReaders {
+		t.Fatalf("%d ranges, want %d", len(per), rebuildReaders)
+	}
+	for r, n := range per {
+		if n != len(ids)/rebuildReaders {
+			t.Fatalf("reader %d gets %d of %d ids (all: %v)", r, n, len(ids), per)
+		}
+	}
 }

@@ -102,6 +102,10 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 		return pr, err
 	}
 	pr.Total = total
+	cuts, err := src.AccountIDCuts(ctx, rebuildReaders)
+	if err != nil {
+		return pr, err
+	}
 	if pageSize <= 0 {
 		pageSize = 1000
 	}
@@ -114,8 +118,8 @@ func Rebuild(ctx context.Context, src RebuildSource, blocks BlockStore, clock Cl
 	}
 	pages := make(chan page, rebuildLoaders)
 	var readers sync.WaitGroup
-	for r := 0; r < rebuildReaders; r++ {
-		from, to := rebuildRange(r)
+	for r := 0; r <= len(cuts); r++ {
+		from, to := rebuildRange(r, cuts)
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -201,18 +205,14 @@ const (
 )
 
 // rebuildRange is reader r's customer ids: after from (exclusive: the page
-// read is "greater than"), before to (nil: no end). The ranges split the
-// first byte evenly; v4 and v7 ids spread over it alike.
-func rebuildRange(r int) (from uuid.UUID, to *uuid.UUID) {
+// read is "greater than"), before to (nil: no end), between the cuts.
+func rebuildRange(r int, cuts []uuid.UUID) (from uuid.UUID, to *uuid.UUID) {
 	if r > 0 {
-		from[0] = byte(r * 256 / rebuildReaders)
-		// "Greater than" from: step back to the last id before the range.
-		from = uuid.UUID(prevID(from))
+		// "Greater than" from: step back to the last id before the cut.
+		from = prevID(cuts[r-1])
 	}
-	if r < rebuildReaders-1 {
-		var end uuid.UUID
-		end[0] = byte((r + 1) * 256 / rebuildReaders)
-		to = &end
+	if r < len(cuts) {
+		to = &cuts[r]
 	}
 	return from, to
 }

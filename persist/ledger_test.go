@@ -230,6 +230,17 @@ func TestApplyLargeBatch(t *testing.T) {
 	if n, err := b.store.CountAccounts(b.ctx); err != nil || n != 100 {
 		t.Fatalf("CountAccounts = %d, %v", n, err)
 	}
+	// The rebuild's reader cuts: 3 ids, ascending, each a quarter further.
+	cuts, err := b.store.AccountIDCuts(b.ctx, 4)
+	if err != nil || len(cuts) != 3 {
+		t.Fatalf("AccountIDCuts = %v, %v", cuts, err)
+	}
+	for k, c := range cuts {
+		var below int
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM credit_accounts WHERE customer_id < $1`, c).Scan(&below); err != nil || below != 25*(k+1) {
+			t.Fatalf("cut %d has %d accounts below it (%v), want %d", k, below, err, 25*(k+1))
+		}
+	}
 }
 
 func TestApplyCanceledWritesNothing(t *testing.T) {
