@@ -32,6 +32,10 @@ type Bench struct {
 	api      *API
 	target   *Target
 	pg       *pgx.Conn // for pg_stat_database of the run's database
+	// pprofAddr serves creditd's runtime profiles (CREDITD_PPROF_ADDR), and
+	// bin is the creditd binary they describe.
+	pprofAddr string
+	bin       string
 }
 
 const grantCredits = 1_000_000_000
@@ -334,9 +338,28 @@ func (b *Bench) load(ctx context.Context, sc Scenario, addr, route string) Scena
 		before, _ = b.api.Metrics()
 	}
 	cs0, pg0 := commandStats(ctx, b.rdb), pgStats(ctx, b.pg)
+	// creditd's own CPU profile of the run (not of the hot twin, whose
+	// profile would say the same), to name where its CPU goes.
+	var prof chan []byte
+	if b.pprofAddr != "" && route != "" && !sc.Hot {
+		prof = make(chan []byte, 1)
+		go func() {
+			raw, err := fetchProfile(ctx, b.pprofAddr, b.o.Duration)
+			if err != nil {
+				logf("  pprof: %v", err)
+			}
+			prof <- raw
+		}()
+	}
 	cpu0 := b.probe.Sample()
 	r := g.Run(ctx, rate, b.o.Duration, sc.op)
 	sr.CPU = b.probe.Sample().Sub(cpu0)
+	if prof != nil {
+		if raw := <-prof; len(raw) > 0 {
+			p := summarizeProfile(b.bin, raw, b.tmp, sc.Name)
+			sr.Profile = &p
+		}
+	}
 	sr.Run = &r
 	sr.Redis = redisDelta(cs0, commandStats(ctx, b.rdb), float64(r.OK))
 	if b.pg != nil && route != "" {

@@ -248,10 +248,15 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	logf("starting creditd on %s (database %s, prefix %s)", addr, dbName, prefix)
 	cd, err := startProc("creditd", bin, []string{"serve"}, []string{
 		"REDIS_URL=" + redisURL, "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
 		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench",
+		"CREDITD_PPROF_ADDR=" + pprofAddr,
 	}, addr, filepath.Join(tmp, "creditd.log"))
 	if err != nil {
 		return nil, err
@@ -260,7 +265,7 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	probe.Creditd = cd.Pid()
 
 	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, prefix: prefix, runID: runID,
-		addr: addr, probe: probe, tmp: tmp, root: root}
+		addr: addr, probe: probe, tmp: tmp, root: root, pprofAddr: pprofAddr, bin: bin}
 	if b.pg, err = pgx.Connect(ctx, dbURL); err != nil {
 		return nil, err
 	}

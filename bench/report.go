@@ -83,6 +83,7 @@ type ScenarioResult struct {
 	Lag     *LagResult     `json:"persister_lag,omitempty"`
 	Redis   []RedisCalls   `json:"redis_commands,omitempty"`
 	PG      *PGStats       `json:"postgres,omitempty"`
+	Profile *CPUProfile    `json:"creditd_profile,omitempty"`
 }
 
 // ServerLatency is creditd's own duration histogram for the route.
@@ -187,6 +188,14 @@ func writeReport(o Options, r *Results) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "latency_vs_throughput.svg"), []byte(plotSVG(r)), 0o644); err != nil {
 		return err
+	}
+	for i := range r.Scenarios {
+		if p := r.Scenarios[i].Profile; p != nil && len(p.raw) > 0 {
+			p.File = r.Scenarios[i].Name + ".pprof"
+			if err := os.WriteFile(filepath.Join(dir, p.File), p.raw, 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(markdown(r, "")), 0o644); err != nil {
 		return err
@@ -314,6 +323,7 @@ func markdown(r *Results, rel string) string {
 	for i := range r.Scenarios {
 		profRow(&r.Scenarios[i])
 	}
+	profileSection(w, r, rel)
 	for _, s := range r.Scenarios {
 		if s.Server != nil {
 			w("\ncreditd's own histogram for `%s` during its run: %.2f%% of %d requests took <= 1 ms; p50 bucket <= %g ms, p99 bucket <= %g ms.\n",

@@ -38,6 +38,7 @@ type config struct {
 	WebhookWorkers int
 	WebhookPoll    time.Duration
 	MaxConnsPerIP  int
+	PprofAddr      string
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token
@@ -67,6 +68,7 @@ func loadConfig() config {
 		WebhookWorkers: envInt("CREDITD_WEBHOOK_WORKERS", 8),
 		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
 		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
+		PprofAddr:      os.Getenv("CREDITD_PPROF_ADDR"),
 	}
 }
 

@@ -42,6 +42,13 @@ func serve() error {
 			return fmt.Errorf("dev tenant: %w", err)
 		}
 	}
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return fmt.Errorf("CREDITD_PPROF_ADDR: %w", err)
+		}
+		defer stopPprof()
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
