@@ -198,3 +198,35 @@ func profileSection(w func(string, ...any), r *Results, rel string) {
 		w("| %s | %.1f s | %s | %s |\n", file, p.Seconds, strings.Join(pk, ", "), strings.Join(fn, "; "))
 	}
 }
+
+// tablesSection writes which Postgres tables each scenario's op writes and
+// reads by index (pg_stat_user_tables, per acknowledged op).
+func tablesSection(w func(string, ...any), r *Results) {
+	var rows []string
+	for _, s := range r.Scenarios {
+		if s.PG == nil || len(s.PG.Tables) == 0 {
+			continue
+		}
+		var parts []string
+		for _, t := range s.PG.Tables {
+			var f []string
+			for _, c := range []struct {
+				n string
+				v float64
+			}{{"ins", t.Inserted}, {"upd", t.Updated}, {"del", t.Deleted}, {"idx", t.IdxScans}} {
+				if c.v >= 0.01 {
+					f = append(f, fmt.Sprintf("%s %.2f", c.n, c.v))
+				}
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s)", t.Name, strings.Join(f, ", ")))
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s |\n", s.Name, strings.Join(parts, "; ")))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("\n### What Postgres does per op (pg_stat_user_tables, 70%% run)\n\nRows inserted, updated and deleted and index scans per acknowledged op, by table (the persister's batches included). pg_stat_statements would name statements, but it needs `shared_preload_libraries`, which this machine's Postgres does not load.\n\n| scenario | tables |\n|---|---|\n")
+	for _, row := range rows {
+		w("%s", row)
+	}
+}

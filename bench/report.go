@@ -324,6 +324,7 @@ func markdown(r *Results, rel string) string {
 		profRow(&r.Scenarios[i])
 	}
 	profileSection(w, r, rel)
+	tablesSection(w, r)
 	for _, s := range r.Scenarios {
 		if s.Server != nil {
 			w("\ncreditd's own histogram for `%s` during its run: %.2f%% of %d requests took <= 1 ms; p50 bucket <= %g ms, p99 bucket <= %g ms.\n",

@@ -104,6 +104,21 @@ type PGStats struct {
 	CommitsPerOp  float64 `json:"commits_per_op"`
 	InsertedPerOp float64 `json:"inserted_per_op"`
 	UpdatedPerOp  float64 `json:"updated_per_op"`
+	// Tables is pg_stat_user_tables by table: which tables an op writes and
+	// reads through an index. pg_stat_statements would name the statements,
+	// but it needs shared_preload_libraries, which a stock Postgres lacks.
+	Tables []PGTable `json:"tables,omitempty"`
+	tables map[string]PGTable
+}
+
+// PGTable is one table's row and index-scan counters (per op once
+// subtracted).
+type PGTable struct {
+	Name     string  `json:"name"`
+	Inserted float64 `json:"inserted"`
+	Updated  float64 `json:"updated"`
+	Deleted  float64 `json:"deleted"`
+	IdxScans float64 `json:"idx_scans"`
 }
 
 func pgStats(ctx context.Context, conn *pgx.Conn) PGStats {
@@ -113,6 +128,20 @@ func pgStats(ctx context.Context, conn *pgx.Conn) PGStats {
 	}
 	_ = conn.QueryRow(ctx, `SELECT xact_commit, tup_inserted, tup_updated, tup_fetched
 		FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.Commits, &s.Inserted, &s.Updated, &s.Fetched)
+	rows, err := conn.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, coalesce(idx_scan, 0) FROM pg_stat_user_tables`)
+	if err != nil {
+		return s
+	}
+	defer rows.Close()
+	s.tables = map[string]PGTable{}
+	for rows.Next() {
+		var t PGTable
+		var ins, upd, del, idx int64
+		if rows.Scan(&t.Name, &ins, &upd, &del, &idx) == nil {
+			t.Inserted, t.Updated, t.Deleted, t.IdxScans = float64(ins), float64(upd), float64(del), float64(idx)
+			s.tables[t.Name] = t
+		}
+	}
 	return s
 }
 
@@ -120,6 +149,17 @@ func (s PGStats) sub(b PGStats, ops float64) PGStats {
 	d := PGStats{Commits: s.Commits - b.Commits, Inserted: s.Inserted - b.Inserted, Updated: s.Updated - b.Updated, Fetched: s.Fetched - b.Fetched}
 	if ops > 0 {
 		d.CommitsPerOp, d.InsertedPerOp, d.UpdatedPerOp = float64(d.Commits)/ops, float64(d.Inserted)/ops, float64(d.Updated)/ops
+		for name, t := range s.tables {
+			p := b.tables[name]
+			x := PGTable{Name: name, Inserted: (t.Inserted - p.Inserted) / ops, Updated: (t.Updated - p.Updated) / ops,
+				Deleted: (t.Deleted - p.Deleted) / ops, IdxScans: (t.IdxScans - p.IdxScans) / ops}
+			if x.Inserted+x.Updated+x.Deleted+x.IdxScans >= 0.01 {
+				d.Tables = append(d.Tables, x)
+			}
+		}
+		sortBy(d.Tables, func(x, y PGTable) bool {
+			return x.Inserted+x.Updated+x.Deleted+x.IdxScans > y.Inserted+y.Updated+y.Deleted+y.IdxScans
+		})
 	}
 	return d
 }
