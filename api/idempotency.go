@@ -26,6 +26,14 @@ const (
 	idemPoll = 10 * time.Millisecond
 )
 
+// A rerun mark (replaysByRerun) lives idemReplayTTL from after its request's
+// script ran; the op key a retry replays from lives engine.AppliedRetention
+// (lua.OpRetention) from that run. The op key must outlive the mark, or a
+// retry late in the window would find the mark but not the op key and apply
+// the operation twice: this fails to compile unless the op key lives at
+// least an hour longer.
+const _ = uint64(engine.AppliedRetention - idemReplayTTL - time.Hour)
+
 var (
 	headerIdempotencyKey = []byte("Idempotency-Key")
 	headerReplayed       = []byte("X-Idempotent-Replayed")
@@ -40,9 +48,11 @@ var (
 
 // idempotent runs a POST or PATCH at most once per tenant and key
 // (interface.md Common rules 1): the first request claims the key and runs;
-// its completed response (2xx or 4xx, see storable) is stored for 24 h and
-// replayed to every retry with the same fingerprint; a 5xx drops the claim
-// so a retry runs afresh. A duplicate arriving while the first still runs
+// its completed response (2xx or 4xx, see storable) is remembered for 24 h
+// and replayed to every retry with the same fingerprint; a 5xx drops the
+// claim so a retry runs afresh. A money route's 2xx is remembered without
+// its body: the retry re-runs the endpoint, whose script replays the
+// operation from its op key (replaysByRerun). A duplicate arriving while the first still runs
 // waits for its answer, so racing twins produce one effect and one answer. A
 // key reused with another fingerprint (another path, body or environment)
 // is a 409. Requests refused before this point (auth, rate limit, a missing
