@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -115,8 +117,8 @@ func (s *Server) idempotent(rt *route, c *call) {
 
 // runClaimed runs the endpoint under a claim taken at claimedAt and settles
 // it: Finish stores a completed answer (for a money route's 2xx only the
-// mark "done, replay by re-running", see replaysByRerun), Abort forgets
-// anything else.
+// mark "done, replay by re-running", written after the answer, see
+// markRerun), Abort forgets anything else.
 func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 	ctx := c.ctx
 	if err := c.invoke(rt.ep); err != nil {
@@ -130,25 +132,62 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 		}
 		return
 	}
-	var rec engine.IdemRecord
 	if status < 300 && replaysByRerun(rt) {
-		rec.Rerun = true
-	} else {
-		rec = engine.IdemRecord{
-			Status:      status,
-			ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
-			Body:        ctx.Response.Body(), // Finish copies it into its record
-		}
+		s.markRerun(c, claimedAt)
+		return
 	}
-	// Only expiry ends a claim that its holder neither finished nor aborted,
-	// so one taken less than half its lock TTL ago (a margin for the
-	// clocks and the round trip) is still ours: Finish may overwrite it
-	// with a plain SET instead of checking it first.
-	held := time.Since(claimedAt) < idemLockTTL/2
-	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, idemReplayTTL, held); err != nil {
+	rec := engine.IdemRecord{
+		Status:      status,
+		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
+		Body:        ctx.Response.Body(), // Finish copies it into its record
+	}
+	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, idemReplayTTL, held(claimedAt)); err != nil {
 		// The effect happened and the client gets its answer; a retry finds
 		// the customer-level key memory of the Lua scripts instead.
 		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
+	}
+}
+
+// held reports whether a claim taken at claimedAt certainly still stands.
+// Only expiry ends a claim that its holder neither finished nor aborted, so
+// one taken less than half its lock TTL ago (a margin for the clocks and the
+// round trip) is still ours: Finish may overwrite it with a plain SET
+// instead of checking it first.
+func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
+
+// markSlots bounds the rerun marks being written after their answer went
+// out; when all are taken the mark is written before the answer, as a
+// stored body is, so a slow Redis slows requests instead of piling up
+// goroutines.
+var markSlots = make(chan struct{}, 1024)
+
+// markRerun finishes c's claim with the rerun mark (replaysByRerun) after
+// the answer has gone out, so a money request costs the client two Redis
+// round trips (claim and script), not three. Losing the mark (a crash, a
+// failed write) is safe: the claim lapses and the retry runs the endpoint,
+// whose script replays from its op key. A retry arriving before the mark
+// lands finds the claim and waits for it, as for any running request.
+func (s *Server) markRerun(c *call, claimedAt time.Time) {
+	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
+	select {
+	case markSlots <- struct{}{}:
+	default:
+		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
+		return
+	}
+	reqID := append([]byte(nil), c.reqID...) // c is reused once the answer is out
+	go func() {
+		defer func() { <-markSlots }()
+		ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
+		defer cancel()
+		s.finishRerun(ctx, tenant, key, hash, claimedAt, reqID)
+	}()
+}
+
+// finishRerun writes the rerun mark of key for hash.
+func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash string, claimedAt time.Time, reqID []byte) {
+	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, idemReplayTTL, held(claimedAt)); err != nil {
+		s.log.Error().Bytes("request_id", reqID).Err(err).Msg("idempotency finish failed; the claim lapses and a retry re-runs into the op key")
 	}
 }
 

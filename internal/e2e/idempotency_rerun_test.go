@@ -16,18 +16,23 @@ import (
 // idemRecord reads the raw HTTP idempotency record of tenant's key (the
 // layout of lua/idempotency.go: "{prefix:idem:" and base64url of the first
 // 12 bytes of sha256(tenant id bytes, key); the value's first byte is its
-// state) and its PTTL.
+// state) and its PTTL, once it is finished (a rerun mark is written after
+// the answer).
 func idemRecord(t testing.TB, s *Stack, tenant, key string) (string, time.Duration) {
 	t.Helper()
 	id := uuid.MustParse(tenant)
 	sum := sha256.Sum256(append(id[:], key...))
 	k := "{" + s.Prefix + ":idem:" + base64.RawURLEncoding.EncodeToString(sum[:12])
 	ctx := context.Background()
-	v, err := s.Redis.Get(ctx, k).Result()
-	if err != nil {
-		t.Fatalf("idempotency record %q: %v", k, err)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		v, err := s.Redis.Get(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("idempotency record %q: %v", k, err)
+		}
+		if v[0] != 'p' || time.Now().After(deadline) {
+			return v, s.Redis.PTTL(ctx, k).Val()
+		}
 	}
-	return v, s.Redis.PTTL(ctx, k).Val()
 }
 
 // headersOf is h without the headers that differ on every answer.
