@@ -196,9 +196,12 @@ func (d *fakeDirectory) ListCustomers(_ context.Context, s engine.Scope, search,
 type fakeBlocks struct {
 	mu       sync.Mutex
 	accounts map[uuid.UUID]*fakeAccount
-	grants   atomic.Int64
-	delay    time.Duration
-	ledger   *fakeLedger
+	// ops is what the scripts' op keys remember: each applied idempotency
+	// key of a customer and its result, so a retry replays.
+	ops    map[string]engine.MutationResult
+	grants atomic.Int64
+	delay  time.Duration
+	ledger *fakeLedger
 	// fail, when set, is what Grant returns (a store outage).
 	fail error
 }
@@ -235,6 +238,9 @@ func (f *fakeBlocks) Grant(_ context.Context, cmd engine.GrantCommand) (engine.M
 	if f.fail != nil {
 		return engine.MutationResult{}, f.fail
 	}
+	if res, ok := f.replay(cmd.Customer, cmd.IdempotencyKey); ok {
+		return res, nil
+	}
 	f.grants.Add(1)
 	if f.delay > 0 {
 		time.Sleep(f.delay)
@@ -260,10 +266,31 @@ func (f *fakeBlocks) Grant(_ context.Context, cmd engine.GrantCommand) (engine.M
 	m.Entries = []engine.MutationEntry{{Role: engine.RoleMain, Delta: b.Original, Type: cmd.EntryType, Source: &src, BlockID: &b.ID, Reason: cmd.Reason}}
 	m.Blocks = []engine.MutationBlock{b}
 	f.ledger.record(m)
+	f.remember(cmd.Customer, cmd.IdempotencyKey, m)
 	return engine.MutationResult{Mutation: m}, nil
 }
 
+// replay is the result remembered for customer c and key, as a replay.
+func (f *fakeBlocks) replay(c engine.CustomerKey, key string) (engine.MutationResult, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res, ok := f.ops[c.CustomerID.String()+"|"+key]
+	res.Replayed = true
+	return res, ok
+}
+
+// remember keeps m under customer c and key; f.mu is held.
+func (f *fakeBlocks) remember(c engine.CustomerKey, key string, m engine.Mutation) {
+	if f.ops == nil {
+		f.ops = map[string]engine.MutationResult{}
+	}
+	f.ops[c.CustomerID.String()+"|"+key] = engine.MutationResult{Mutation: m}
+}
+
 func (f *fakeBlocks) Debit(_ context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
+	if res, ok := f.replay(cmd.Customer, cmd.IdempotencyKey); ok {
+		return res, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.account(cmd.Customer)
@@ -290,6 +317,7 @@ func (f *fakeBlocks) Debit(_ context.Context, cmd engine.DebitCommand) (engine.M
 	m := f.mutation(engine.MutationDebit, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Now, a)
 	m.Entries, m.Blocks = entries, changed
 	f.ledger.record(m)
+	f.remember(cmd.Customer, cmd.IdempotencyKey, m)
 	return engine.MutationResult{Mutation: m}, nil
 }
 
@@ -359,30 +387,43 @@ func (l *fakeLedger) AccountState(context.Context, engine.CustomerKey, time.Time
 // fakeIdem is engine.IdempotencyRecords over a map (no TTLs: tests are short).
 type fakeIdem struct {
 	mu      sync.Mutex
-	records map[string]engine.IdemRecord
+	records map[string]fakeIdemRecord
 }
 
-func newFakeIdem() *fakeIdem { return &fakeIdem{records: map[string]engine.IdemRecord{}} }
+// fakeIdemRecord is a stored record with the request hash it belongs to.
+type fakeIdemRecord struct {
+	hash string
+	rec  engine.IdemRecord
+}
+
+func newFakeIdem() *fakeIdem { return &fakeIdem{records: map[string]fakeIdemRecord{}} }
 
 func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, _ time.Duration) (engine.IdemRecord, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := tenant.String() + "|" + key
-	if rec, ok := f.records[k]; ok {
+	if cur, ok := f.records[k]; ok {
+		rec := cur.rec
+		rec.Mismatch = cur.hash != hash
 		return rec, false, nil
 	}
-	f.records[k] = engine.IdemRecord{RequestHash: hash}
-	return engine.IdemRecord{RequestHash: hash}, true, nil
+	f.records[k] = fakeIdemRecord{hash: hash}
+	return engine.IdemRecord{}, true, nil
 }
 
-func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key string, rec engine.IdemRecord, _ time.Duration) error {
+func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string, rec engine.IdemRecord, _ time.Duration, held bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := tenant.String() + "|" + key
-	if cur, ok := f.records[k]; ok && (cur.Done || cur.RequestHash != rec.RequestHash) {
+	cur, ok := f.records[k]
+	if held && (!ok || cur.hash != hash || cur.rec.Done) {
+		panic("Finish says held but the claim is gone")
+	}
+	if ok && (cur.rec.Done || cur.hash != hash) {
 		return nil
 	}
-	f.records[k] = rec
+	rec.Done, rec.Body = true, append([]byte(nil), rec.Body...)
+	f.records[k] = fakeIdemRecord{hash: hash, rec: rec}
 	return nil
 }
 
@@ -390,7 +431,7 @@ func (f *fakeIdem) Abort(_ context.Context, tenant uuid.UUID, key, hash string) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := tenant.String() + "|" + key
-	if cur, ok := f.records[k]; ok && !cur.Done && cur.RequestHash == hash {
+	if cur, ok := f.records[k]; ok && !cur.rec.Done && cur.hash == hash {
 		delete(f.records, k)
 	}
 	return nil
@@ -421,5 +462,5 @@ func mustJSON(b []byte) map[string]any {
 func (f *fakeIdem) record(k string) engine.IdemRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.records[k]
+	return f.records[k].rec
 }

@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -26,6 +28,14 @@ const (
 	idemPoll = 10 * time.Millisecond
 )
 
+// A rerun mark (replaysByRerun) lives idemReplayTTL from after its request's
+// script ran; the op key a retry replays from lives engine.AppliedRetention
+// (lua.OpRetention) from that run. The op key must outlive the mark, or a
+// retry late in the window would find the mark but not the op key and apply
+// the operation twice: this fails to compile unless the op key lives at
+// least an hour longer.
+const _ = uint64(engine.AppliedRetention - idemReplayTTL - time.Hour)
+
 var (
 	headerIdempotencyKey = []byte("Idempotency-Key")
 	headerReplayed       = []byte("X-Idempotent-Replayed")
@@ -40,9 +50,11 @@ var (
 
 // idempotent runs a POST or PATCH at most once per tenant and key
 // (interface.md Common rules 1): the first request claims the key and runs;
-// its completed response (2xx or 4xx, see storable) is stored for 24 h and
-// replayed to every retry with the same fingerprint; a 5xx drops the claim
-// so a retry runs afresh. A duplicate arriving while the first still runs
+// its completed response (2xx or 4xx, see storable) is remembered for 24 h
+// and replayed to every retry with the same fingerprint; a 5xx drops the
+// claim so a retry runs afresh. A money route's 2xx is remembered without
+// its body: the retry re-runs the endpoint, whose script replays the
+// operation from its op key (replaysByRerun). A duplicate arriving while the first still runs
 // waits for its answer, so racing twins produce one effect and one answer. A
 // key reused with another fingerprint (another path, body or environment)
 // is a 409. Requests refused before this point (auth, rate limit, a missing
@@ -69,16 +81,20 @@ func (s *Server) idempotent(rt *route, c *call) {
 	tenant := c.scope.TenantID
 	deadline := time.Now().Add(idemWait)
 	for {
+		claimedAt := time.Now()
 		rec, claimed, err := s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
 		switch {
 		case err != nil:
 			c.fail(err)
 			return
 		case claimed:
-			s.runClaimed(rt, c)
+			s.runClaimed(rt, c, claimedAt)
 			return
-		case rec.RequestHash != c.idem.RequestHash:
+		case rec.Mismatch:
 			c.fail(engine.ErrIdempotencyMismatch)
+			return
+		case rec.Rerun:
+			s.rerun(rt, c)
 			return
 		case rec.Done:
 			ctx.SetStatusCode(rec.Status)
@@ -99,9 +115,11 @@ func (s *Server) idempotent(rt *route, c *call) {
 	}
 }
 
-// runClaimed runs the endpoint under a claimed key and settles the claim:
-// Finish stores a completed response, Abort forgets anything else.
-func (s *Server) runClaimed(rt *route, c *call) {
+// runClaimed runs the endpoint under a claim taken at claimedAt and settles
+// it: Finish stores a completed answer (for a money route's 2xx only the
+// mark "done, replay by re-running", written after the answer, see
+// markRerun), Abort forgets anything else.
+func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 	ctx := c.ctx
 	if err := c.invoke(rt.ep); err != nil {
 		c.fail(err)
@@ -114,18 +132,103 @@ func (s *Server) runClaimed(rt *route, c *call) {
 		}
 		return
 	}
+	if status < 300 && replaysByRerun(rt) {
+		s.markRerun(c, claimedAt)
+		return
+	}
 	rec := engine.IdemRecord{
-		RequestHash: c.idem.RequestHash,
-		Done:        true,
 		Status:      status,
 		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
-		Body:        append([]byte(nil), ctx.Response.Body()...),
+		Body:        ctx.Response.Body(), // Finish copies it into its record
 	}
-	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, rec, idemReplayTTL); err != nil {
+	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, idemReplayTTL, held(claimedAt)); err != nil {
 		// The effect happened and the client gets its answer; a retry finds
 		// the customer-level key memory of the Lua scripts instead.
 		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
 	}
+}
+
+// held reports whether a claim taken at claimedAt certainly still stands.
+// Only expiry ends a claim that its holder neither finished nor aborted, so
+// one taken less than half its lock TTL ago (a margin for the clocks and the
+// round trip) is still ours: Finish may overwrite it with a plain SET
+// instead of checking it first.
+func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
+
+// markSlots bounds the rerun marks being written after their answer went
+// out; when all are taken the mark is written before the answer, as a
+// stored body is, so a slow Redis slows requests instead of piling up
+// goroutines.
+var markSlots = make(chan struct{}, 1024)
+
+// markRerun finishes c's claim with the rerun mark (replaysByRerun) after
+// the answer has gone out, so a money request costs the client two Redis
+// round trips (claim and script), not three. Losing the mark (a crash, a
+// failed write) is safe: the claim lapses and the retry runs the endpoint,
+// whose script replays from its op key. A retry arriving before the mark
+// lands finds the claim and waits for it, as for any running request.
+func (s *Server) markRerun(c *call, claimedAt time.Time) {
+	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
+	select {
+	case markSlots <- struct{}{}:
+	default:
+		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
+		return
+	}
+	reqID := append([]byte(nil), c.reqID...) // c is reused once the answer is out
+	go func() {
+		defer func() { <-markSlots }()
+		ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
+		defer cancel()
+		s.finishRerun(ctx, tenant, key, hash, claimedAt, reqID)
+	}()
+}
+
+// finishRerun writes the rerun mark of key for hash.
+func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash string, claimedAt time.Time, reqID []byte) {
+	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, idemReplayTTL, held(claimedAt)); err != nil {
+		s.log.Error().Bytes("request_id", reqID).Err(err).Msg("idempotency finish failed; the claim lapses and a retry re-runs into the op key")
+	}
+}
+
+// rerun answers a retry of a money request whose record says "done, replay
+// by re-running": the endpoint runs again and its script, finding the
+// operation under its op key, changes nothing and answers from the record
+// of the first run, so status and body are the first ones.
+func (s *Server) rerun(rt *route, c *call) {
+	if err := c.invoke(rt.ep); err != nil {
+		c.fail(err)
+	}
+	if status := c.ctx.Response.StatusCode(); status >= 300 {
+		// Not the first answer (that was a 2xx): what the endpoint checks
+		// before its script changed since (the customer was deleted, the
+		// metric lost its rule), or a 5xx. The client gets it as it is.
+		s.log.Warn().Bytes("request_id", c.reqID).Int("status", status).Msg("an idempotent replay by re-running did not answer 2xx")
+		return
+	}
+	c.ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
+}
+
+// replaysByRerun reports whether rt's 2xx answers are left unstored because
+// a retry re-runs the endpoint and gets the same status and body: the route's
+// whole effect is one money script that remembers the operation under its
+// op key (prelude.lua replay) for longer than the 24 h window, and its
+// answer is built from that record alone. TestReplayByRerunIdentical
+// (internal/e2e) checks each of these byte for byte. Not here: usage
+// batches (a replayed event answers "duplicate"), gauges, top-ups and every
+// route whose effect is in Postgres.
+func replaysByRerun(rt *route) bool {
+	if rt.method != "POST" {
+		return false
+	}
+	switch rt.path {
+	case "/v1/entitlements/consume",
+		"/v1/customers/{id}/credits/grant", "/v1/customer-by-external-id/{external_id}/credits/grant",
+		"/v1/customers/{id}/credits/adjust", "/v1/customer-by-external-id/{external_id}/credits/adjust",
+		"/v1/reservations", "/v1/reservations/{id}/commit", "/v1/reservations/{id}/release":
+		return true
+	}
+	return false
 }
 
 // storable reports whether a response under a claimed key is the request's

@@ -226,3 +226,94 @@ func TestIdempotencyRace(t *testing.T) {
 		t.Fatalf("replayed = %d, want %d", replayed, n-1)
 	}
 }
+
+// TestIdempotencyRerun: a money route's 2xx is remembered as a bare "done,
+// re-run" mark; its retry runs the endpoint again, which replays from the
+// store's op memory (one effect, the first body, X-Idempotent-Replayed). A
+// re-run that cannot answer 2xx any more answers what it got, unmarked.
+// Other routes, and a money route's 4xx, keep their body.
+func TestIdempotencyRerun(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	first := h.do("POST", "/v1/customers/re-1/credits/grant", grantBody, h.idemKey("re-g")...)
+	if first.status != 201 {
+		t.Fatalf("grant: %d %s", first.status, first.body)
+	}
+	created := h.do("POST", "/v1/customers", `{"external_id":"re-2"}`, h.idemKey("re-c")...)
+	if created.status != 201 {
+		t.Fatalf("create: %d %s", created.status, created.body)
+	}
+	refused := h.do("POST", "/v1/customers/re-1/credits/adjust", `{"delta":-99999999,"source":"manual","reason":"r"}`, h.idemKey("re-a")...)
+	wantProblem(t, refused, 409, "insufficient-credits", "")
+	for _, tc := range []struct {
+		key         string
+		rerun, body bool
+	}{
+		{"re-g", true, false},
+		{"re-c", false, true},
+		{"re-a", false, true},
+	} {
+		rec := h.idem.record(h.tenant.String() + "|" + tc.key)
+		for i := 0; tc.rerun && !rec.Done && i < 200; i++ { // the mark is written after the answer
+			time.Sleep(5 * time.Millisecond)
+			rec = h.idem.record(h.tenant.String() + "|" + tc.key)
+		}
+		if !rec.Done || rec.Rerun != tc.rerun || (len(rec.Body) > 0) != tc.body {
+			t.Errorf("%s: record %+v, want rerun=%v body=%v", tc.key, rec, tc.rerun, tc.body)
+		}
+	}
+
+	again := h.do("POST", "/v1/customers/re-1/credits/grant", grantBody, h.idemKey("re-g")...)
+	if again.status != 201 || !bytes.Equal(again.body, first.body) || again.get("X-Idempotent-Replayed") != "true" ||
+		again.get("Content-Type") != first.get("Content-Type") {
+		t.Fatalf("re-run replay: %d replayed=%q %s, want %s", again.status, again.get("X-Idempotent-Replayed"), again.body, first.body)
+	}
+	if n := h.blocks.grants.Load(); n != 1 {
+		t.Fatalf("grants applied = %d, want 1", n)
+	}
+	wantProblem(t, h.do("POST", "/v1/customers/re-1/credits/grant", `{"credits":1,"source":"manual","reason":"welcome"}`, h.idemKey("re-g")...), 409, "conflict", "")
+	wantProblem(t, h.do("POST", "/v1/customers/re-1/credits/adjust", grantBody, h.idemKey("re-g")...), 409, "conflict", "")
+
+	// The re-run fails (a store outage): its 500 goes out unmarked and the
+	// mark stays, so the next retry replays.
+	h.blocks.fail = errors.New("store down")
+	down := h.do("POST", "/v1/customers/re-1/credits/grant", grantBody, h.idemKey("re-g")...)
+	h.blocks.fail = nil
+	if down.status != 500 || down.get("X-Idempotent-Replayed") != "" {
+		t.Fatalf("re-run during an outage: %d replayed=%q", down.status, down.get("X-Idempotent-Replayed"))
+	}
+	if r := h.do("POST", "/v1/customers/re-1/credits/grant", grantBody, h.idemKey("re-g")...); r.status != 201 || !bytes.Equal(r.body, first.body) {
+		t.Fatalf("replay after the outage: %d %s", r.status, r.body)
+	}
+}
+
+// TestReplaysByRerunRoutes: every path replaysByRerun names is a registered
+// POST route (a renamed route would silently store bodies again), and the
+// routes with effects outside one money script are not among them.
+func TestReplaysByRerunRoutes(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	registered := map[string]*route{}
+	for _, rt := range h.srv.routes {
+		registered[rt.method+" "+rt.path] = rt
+	}
+	for _, p := range []string{"/v1/entitlements/consume",
+		"/v1/customers/{id}/credits/grant", "/v1/customer-by-external-id/{external_id}/credits/grant",
+		"/v1/customers/{id}/credits/adjust", "/v1/customer-by-external-id/{external_id}/credits/adjust",
+		"/v1/reservations", "/v1/reservations/{id}/commit", "/v1/reservations/{id}/release"} {
+		rt, ok := registered["POST "+p]
+		if !ok {
+			t.Errorf("POST %s is not a route", p)
+			continue
+		}
+		if !replaysByRerun(rt) || rt.opts&optIdem == 0 {
+			t.Errorf("POST %s: replaysByRerun=%v, idempotent=%v", p, replaysByRerun(rt), rt.opts&optIdem != 0)
+		}
+	}
+	for _, p := range []string{"/v1/usage", "/v1/customers", "/v1/customers/{id}/topups", "/v1/subscriptions", "/v1/import",
+		"/v1/customers/{id}/entitlements/{billable_metric_key}/increment"} {
+		if rt, ok := registered["POST "+p]; ok && replaysByRerun(rt) {
+			t.Errorf("POST %s replays by re-running", p)
+		}
+	}
+}

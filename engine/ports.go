@@ -220,10 +220,19 @@ type RebuildSource interface {
 	AccountIDCuts(ctx context.Context, parts int) ([]uuid.UUID, error)
 }
 
-// IdemRecord is the HTTP idempotency record of one key.
+// IdemRecord is the HTTP idempotency record of one key, as Begin finds it
+// and Finish stores it.
 type IdemRecord struct {
-	RequestHash string
-	Done        bool
+	// Mismatch: the record was written for another request hash (a key
+	// reused with another method, path, body or environment). Set by Begin.
+	Mismatch bool
+	// Done: the request ran to its final answer; false while it runs.
+	Done bool
+	// Rerun: done, and no response is stored because running the endpoint
+	// again answers byte for byte the same: the money scripts remember the
+	// operation under its own op key and replay it.
+	Rerun bool
+	// Status, ContentType and Body are the stored response (Done, not Rerun).
 	Status      int
 	ContentType string
 	Body        []byte
@@ -237,8 +246,11 @@ type IdempotencyRecords interface {
 	// (so a crashed claimer's retry can run again) and returns claimed=true.
 	// Otherwise it returns the existing record and claimed=false.
 	Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (rec IdemRecord, claimed bool, err error)
-	// Finish stores the response for ttl (24 h).
-	Finish(ctx context.Context, tenant uuid.UUID, key string, rec IdemRecord, ttl time.Duration) error
+	// Finish stores rec as requestHash's final answer for ttl (24 h). It
+	// never replaces a record of another request hash nor a finished one;
+	// held tells it the caller's claim certainly still stands (taken well
+	// within its lock TTL), so no other record can be there to protect.
+	Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec IdemRecord, ttl time.Duration, held bool) error
 	// Abort drops an in-progress record of requestHash (the request changed
 	// nothing, so a retry must run afresh).
 	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error

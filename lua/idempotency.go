@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
+	"encoding/base64"
+	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,10 +19,6 @@ import (
 var _ engine.IdempotencyRecords = (*Store)(nil)
 
 var (
-	//go:embed idem_begin.lua
-	idemBeginLua    string
-	idemBeginScript = redis.NewScript(idemBeginLua)
-
 	//go:embed idem_finish.lua
 	idemFinishLua    string
 	idemFinishScript = redis.NewScript(idemFinishLua)
@@ -32,69 +28,173 @@ var (
 	idemAbortScript = redis.NewScript(idemAbortLua)
 )
 
+// An HTTP idempotency record is one Redis string, written with plain
+// commands on the usual path (a claim is one SET NX GET, a finish one SET):
+//
+//	byte 0       state: idemRunning, idemRerun or idemDone
+//	bytes 1..11  fingerprint: sha256(tenant, request hash), first 11 bytes
+//	idemDone only:
+//	bytes 12..13 HTTP status, big endian
+//	byte 14      content type: 'j' JSON, 'p' problem JSON, 'n' none, or
+//	             'x' followed by one length byte and the type's text
+//	the rest     the body
+//
+// A claim or a rerun record is 12 bytes under a 25-byte key (prefix "cd"):
+// Redis's MEMORY USAGE is 88 bytes, the smallest allocation classes of
+// both key and value (a key up to 30 bytes and a value up to 12 share them).
+const (
+	idemRunning = 'p'
+	idemRerun   = 'r'
+	idemDone    = 'd'
+
+	idemFingerprintLen = 11
+	idemHeadLen        = 1 + idemFingerprintLen
+	// idemKeyHashLen bytes of sha256(tenant, key) name the record: 96 bits,
+	// so two live keys of a day at 1,000/s share a name with odds ~1e-13.
+	idemKeyHashLen = 12
+)
+
 // idemRecordKey is the Redis key of tenant's record for the Idempotency-Key
-// value key. The value is hashed because it is client text of up to 256
-// characters: the hash keeps key names short and free of stray braces that
-// would change the hash tag.
+// value key: "{prefix:idem:" and 16 base64url characters of a hash of the
+// tenant and the key (the key is client text of up to 256 characters). It
+// has no closing brace, so no hash tag: records spread over every slot.
 func (s *Store) idemRecordKey(tenant uuid.UUID, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return s.idemKey(tenant, hex.EncodeToString(sum[:]))
+	h := sha256.New()
+	h.Write(tenant[:])
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	var name [16]byte // base64 of idemKeyHashLen bytes
+	base64.RawURLEncoding.Encode(name[:], h.Sum(sum[:0])[:idemKeyHashLen])
+	return "{" + s.prefix + ":idem:" + string(name[:])
+}
+
+// idemHead is the first 12 bytes of tenant's record for requestHash in
+// state: the tenant is hashed in so that two tenants whose keys share a
+// record name can only ever see a mismatch, never each other's answer.
+func idemHead(state byte, tenant uuid.UUID, requestHash string) []byte {
+	h := sha256.New()
+	h.Write(tenant[:])
+	h.Write([]byte(requestHash))
+	var sum [sha256.Size]byte
+	out := make([]byte, idemHeadLen, idemHeadLen+3)
+	out[0] = state
+	copy(out[1:], h.Sum(sum[:0]))
+	return out
 }
 
 // Begin claims key of tenant for a request whose fingerprint is requestHash
-// (idem_begin.lua). When no record exists it writes an in-progress one that
-// lapses after lockTTL and returns claimed=true; otherwise it returns the
-// stored record (Done false while its request is still running) and
-// claimed=false. lockTTL must be at least 1 ms.
+// with one SET NX GET PX (Redis >= 7.0): when no record exists it writes an
+// in-progress one that lapses after lockTTL and returns claimed=true;
+// otherwise it returns the stored record and claimed=false. lockTTL must be
+// at least 1 ms.
 func (s *Store) Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (engine.IdemRecord, bool, error) {
 	ttlMS, err := idemTTLMillis("lock TTL", lockTTL)
 	if err != nil {
 		return engine.IdemRecord{}, false, err
 	}
-	k := s.idemRecordKey(tenant, key)
-	res, err := idemBeginScript.Run(ctx, s.rdb, []string{k}, requestHash, ttlMS).Slice()
+	head := idemHead(idemRunning, tenant, requestHash)
+	prev, err := s.rdb.Do(ctx, "SET", s.idemRecordKey(tenant, key), head, "NX", "GET", "PX", ttlMS).Text()
+	if errors.Is(err, redis.Nil) {
+		return engine.IdemRecord{}, true, nil
+	}
 	if err != nil {
 		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
 	}
-	if len(res) == 0 {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: empty reply")
+	return decodeIdemRecord(prev, head)
+}
+
+// decodeIdemRecord reads a stored record; head is the caller's in-progress
+// record, whose fingerprint tells a mismatch.
+func decodeIdemRecord(v string, head []byte) (engine.IdemRecord, bool, error) {
+	if len(v) < idemHeadLen {
+		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: record of %d bytes", len(v))
 	}
-	if claimed, _ := res[0].(int64); claimed == 1 {
-		return engine.IdemRecord{RequestHash: requestHash}, true, nil
+	rec := engine.IdemRecord{Mismatch: v[1:idemHeadLen] != string(head[1:])}
+	switch v[0] {
+	case idemRunning:
+		return rec, false, nil
+	case idemRerun:
+		rec.Done, rec.Rerun = true, true
+		return rec, false, nil
+	case idemDone:
+	default:
+		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: record state %q", v[0])
 	}
-	if len(res) != 6 {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: reply of %d items, want 6", len(res))
+	rest := v[idemHeadLen:]
+	if len(rest) < 3 {
+		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: finished record of %d bytes", len(v))
 	}
-	rec := engine.IdemRecord{
-		RequestHash: idemString(res[1]),
-		Done:        idemString(res[2]) == "1",
-		ContentType: idemString(res[4]),
-	}
-	if st := idemString(res[3]); st != "" {
-		rec.Status, err = strconv.Atoi(st)
-		if err != nil {
-			return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: bad stored status %q", st)
+	rec.Done, rec.Status = true, int(rest[0])<<8|int(rest[1])
+	ct := rest[2]
+	rest = rest[3:]
+	switch ct {
+	case 'j':
+		rec.ContentType = "application/json"
+	case 'p':
+		rec.ContentType = "application/problem+json"
+	case 'n':
+	case 'x':
+		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+			return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: cut content type")
 		}
+		n := int(rest[0])
+		rec.ContentType, rest = rest[1:1+n], rest[1+n:]
+	default:
+		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: content type code %q", ct)
 	}
-	if b := idemString(res[5]); b != "" {
-		rec.Body = []byte(b)
+	if rest != "" {
+		rec.Body = []byte(rest)
 	}
 	return rec, false, nil
 }
 
-// Finish stores rec's status, content type and body under key of tenant for
-// ttl (24 h), marking the record done (idem_finish.lua). It writes only when
-// the record is rec.RequestHash's and in progress, or has lapsed: a record of
-// another request, or one already finished (its response was the first), is
-// left alone without error. ttl must be at least 1 ms.
-func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key string, rec engine.IdemRecord, ttl time.Duration) error {
+// encodeIdemRecord is rec finished for requestHash of tenant.
+func encodeIdemRecord(tenant uuid.UUID, requestHash string, rec engine.IdemRecord) ([]byte, error) {
+	if rec.Rerun {
+		return idemHead(idemRerun, tenant, requestHash), nil
+	}
+	if rec.Status < 100 || rec.Status > 999 {
+		return nil, fmt.Errorf("lua: idempotency finish: status %d", rec.Status)
+	}
+	out := idemHead(idemDone, tenant, requestHash)
+	out = append(out, byte(rec.Status>>8), byte(rec.Status))
+	switch rec.ContentType {
+	case "application/json":
+		out = append(out, 'j')
+	case "application/problem+json":
+		out = append(out, 'p')
+	case "":
+		out = append(out, 'n')
+	default:
+		if len(rec.ContentType) > 255 {
+			return nil, fmt.Errorf("lua: idempotency finish: content type of %d bytes", len(rec.ContentType))
+		}
+		out = append(append(out, 'x', byte(len(rec.ContentType))), rec.ContentType...)
+	}
+	return append(out, rec.Body...), nil
+}
+
+// Finish stores rec as requestHash's final answer under key of tenant for
+// ttl (24 h). With held (the caller's claim certainly still stands) it is
+// one plain SET PX; otherwise idem_finish.lua writes only when the record
+// is requestHash's and in progress, or has lapsed: a record of another
+// request, or one already finished (its answer was the first), is left
+// alone without error. ttl must be at least 1 ms.
+func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec engine.IdemRecord, ttl time.Duration, held bool) error {
 	ttlMS, err := idemTTLMillis("TTL", ttl)
 	if err != nil {
 		return err
 	}
+	v, err := encodeIdemRecord(tenant, requestHash, rec)
+	if err != nil {
+		return err
+	}
 	k := s.idemRecordKey(tenant, key)
-	err = idemFinishScript.Run(ctx, s.rdb, []string{k},
-		rec.RequestHash, rec.Status, rec.ContentType, rec.Body, ttlMS).Err()
+	if held {
+		err = s.rdb.Do(ctx, "SET", k, v, "PX", ttlMS).Err()
+	} else {
+		err = idemFinishScript.Run(ctx, s.rdb, []string{k}, v, ttlMS).Err()
+	}
 	if err != nil {
 		return fmt.Errorf("lua: idempotency finish: %w", err)
 	}
@@ -106,25 +206,18 @@ func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key string, rec en
 // runs afresh; any other record stays.
 func (s *Store) Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error {
 	k := s.idemRecordKey(tenant, key)
-	if err := idemAbortScript.Run(ctx, s.rdb, []string{k}, requestHash).Err(); err != nil {
+	if err := idemAbortScript.Run(ctx, s.rdb, []string{k}, idemHead(idemRunning, tenant, requestHash)).Err(); err != nil {
 		return fmt.Errorf("lua: idempotency abort: %w", err)
 	}
 	return nil
 }
 
-// idemTTLMillis converts a TTL for PEXPIRE, refusing one under 1 ms, which
-// PEXPIRE would turn into an immediate delete (or an error).
+// idemTTLMillis converts a TTL for PX, refusing one under 1 ms, which Redis
+// would refuse (or turn into an immediate expiry).
 func idemTTLMillis(what string, d time.Duration) (int64, error) {
 	ms := d.Milliseconds()
 	if ms < 1 {
 		return 0, fmt.Errorf("lua: idempotency %s %s must be at least 1ms", what, d)
 	}
 	return ms, nil
-}
-
-// idemString reads one bulk item of a script reply; nil (an absent hash
-// field) reads as "".
-func idemString(v any) string {
-	s, _ := v.(string)
-	return s
 }

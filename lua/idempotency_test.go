@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 const (
@@ -24,6 +25,13 @@ func idemBegin(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string) (en
 		t.Fatalf("Begin: %v", err)
 	}
 	return rec, claimed
+}
+
+func idemFinish(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string, rec engine.IdemRecord, held bool) {
+	t.Helper()
+	if err := b.store.Finish(context.Background(), tenant, key, rh, rec, idemTTL, held); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
 }
 
 // TestIdempotencyBeginRace checks that of 20 requests racing with one key
@@ -45,7 +53,7 @@ func TestIdempotencyBeginRace(t *testing.T) {
 					t.Errorf("Begin: %v", err)
 					return
 				}
-				if !ok && (rec.Done || rec.RequestHash != "rh1") {
+				if !ok && (rec.Done || rec.Mismatch) {
 					t.Errorf("loser saw %+v, want in progress of rh1", rec)
 				}
 				if ok {
@@ -63,69 +71,78 @@ func TestIdempotencyBeginRace(t *testing.T) {
 }
 
 // TestIdempotencyFinishReplay checks that a finished record replays its
-// status, content type and body byte for byte, for the TTL given.
+// status, content type and body byte for byte, a rerun record says so with
+// no body, both for exactly the TTL given, and another request hash sees a
+// mismatch.
 func TestIdempotencyFinishReplay(t *testing.T) {
 	t.Parallel()
 	portBackends(t, func(t *testing.T, b portBundle) {
 		ctx := context.Background()
 		tenant := uuid.New()
-		rec, claimed := idemBegin(t, b, tenant, "k1", "rh1")
-		if !claimed || rec.RequestHash != "rh1" || rec.Done {
-			t.Fatalf("first Begin = %+v, %v", rec, claimed)
-		}
 		body := []byte("{\"id\":\"x\"}\x00\xff\n")
-		if err := b.store.Finish(ctx, tenant, "k1", engine.IdemRecord{RequestHash: "rh1", Status: 201, ContentType: "application/json", Body: body}, idemTTL); err != nil {
-			t.Fatal(err)
-		}
-		for _, rh := range []string{"rh1", "rh-other"} {
-			got, claimed := idemBegin(t, b, tenant, "k1", rh)
-			if claimed || !got.Done || got.RequestHash != "rh1" || got.Status != 201 || got.ContentType != "application/json" || !bytes.Equal(got.Body, body) {
-				t.Fatalf("Begin(%s) after Finish = %+v, %v", rh, got, claimed)
+		for _, tc := range []struct {
+			name string
+			rec  engine.IdemRecord
+			held bool
+		}{
+			{"json body, held", engine.IdemRecord{Status: 201, ContentType: "application/json", Body: body}, true},
+			{"problem, checked", engine.IdemRecord{Status: 409, ContentType: "application/problem+json", Body: body}, false},
+			{"empty body", engine.IdemRecord{Status: 204}, true},
+			{"other content type", engine.IdemRecord{Status: 200, ContentType: "text/plain; charset=utf-8", Body: []byte("ok")}, false},
+			{"rerun, held", engine.IdemRecord{Rerun: true}, true},
+			{"rerun, checked", engine.IdemRecord{Rerun: true}, false},
+		} {
+			key := "k-" + tc.name
+			if rec, claimed := idemBegin(t, b, tenant, key, "rh1"); !claimed {
+				t.Fatalf("%s: first Begin = %+v, not claimed", tc.name, rec)
 			}
-		}
-		ttl := b.rdb.PTTL(ctx, b.store.idemRecordKey(tenant, "k1")).Val()
-		if ttl <= idemTTL-time.Minute || ttl > idemTTL {
-			t.Fatalf("record TTL %s, want about %s", ttl, idemTTL)
-		}
-
-		// An empty body replays as empty.
-		idemBegin(t, b, tenant, "k2", "rh2")
-		if err := b.store.Finish(ctx, tenant, "k2", engine.IdemRecord{RequestHash: "rh2", Status: 204}, idemTTL); err != nil {
-			t.Fatal(err)
-		}
-		got, _ := idemBegin(t, b, tenant, "k2", "rh2")
-		if !got.Done || got.Status != 204 || len(got.Body) != 0 || got.ContentType != "" {
-			t.Fatalf("empty-body replay %+v", got)
+			if rec, claimed := idemBegin(t, b, tenant, key, "rh1"); claimed || rec.Done || rec.Mismatch {
+				t.Fatalf("%s: Begin while running = %+v, %v", tc.name, rec, claimed)
+			}
+			idemFinish(t, b, tenant, key, "rh1", tc.rec, tc.held)
+			want := tc.rec
+			want.Done = true
+			for _, rh := range []string{"rh1", "rh-other"} {
+				got, claimed := idemBegin(t, b, tenant, key, rh)
+				want.Mismatch = rh != "rh1"
+				if claimed || got.Done != want.Done || got.Rerun != want.Rerun || got.Mismatch != want.Mismatch ||
+					got.Status != want.Status || got.ContentType != want.ContentType || !bytes.Equal(got.Body, want.Body) {
+					t.Fatalf("%s: Begin(%s) after Finish = %+v, %v, want %+v", tc.name, rh, got, claimed, want)
+				}
+			}
+			// Exactly the window: set by Finish, not left from the claim.
+			ttl := b.rdb.PTTL(ctx, b.store.idemRecordKey(tenant, key)).Val()
+			if ttl <= idemTTL-5*time.Second || ttl > idemTTL {
+				t.Fatalf("%s: record TTL %s, want %s", tc.name, ttl, idemTTL)
+			}
 		}
 	})
 }
 
-// TestIdempotencyFinishKeepsOthers checks that Finish never overwrites a
-// record of another request nor the first stored response, and stores the
-// response when the lock lapsed and nobody claimed since.
+// TestIdempotencyFinishKeepsOthers checks that an unheld Finish never
+// overwrites a record of another request nor the first stored answer, and
+// stores the answer when the lock lapsed and nobody claimed since.
 func TestIdempotencyFinishKeepsOthers(t *testing.T) {
 	t.Parallel()
 	portBackends(t, func(t *testing.T, b portBundle) {
-		ctx := context.Background()
 		tenant := uuid.New()
 		finish := func(key, rh string, status int) {
 			t.Helper()
-			if err := b.store.Finish(ctx, tenant, key, engine.IdemRecord{RequestHash: rh, Status: status, Body: []byte("b")}, idemTTL); err != nil {
-				t.Fatal(err)
-			}
+			idemFinish(t, b, tenant, key, rh, engine.IdemRecord{Status: status, Body: []byte("b")}, false)
 		}
 
 		idemBegin(t, b, tenant, "other", "rh1")
 		finish("other", "rh2", 200)
-		if got, _ := idemBegin(t, b, tenant, "other", "rh1"); got.Done || got.RequestHash != "rh1" {
+		if got, _ := idemBegin(t, b, tenant, "other", "rh1"); got.Done || got.Mismatch {
 			t.Fatalf("Finish of another hash changed the record: %+v", got)
 		}
 
 		idemBegin(t, b, tenant, "first", "rh1")
 		finish("first", "rh1", 201)
 		finish("first", "rh1", 500)
-		if got, _ := idemBegin(t, b, tenant, "first", "rh1"); got.Status != 201 {
-			t.Fatalf("second Finish replaced the first response: %+v", got)
+		idemFinish(t, b, tenant, "first", "rh1", engine.IdemRecord{Rerun: true}, false)
+		if got, _ := idemBegin(t, b, tenant, "first", "rh1"); got.Status != 201 || got.Rerun {
+			t.Fatalf("second Finish replaced the first answer: %+v", got)
 		}
 
 		finish("lapsed", "rh1", 202)
@@ -157,18 +174,16 @@ func TestIdempotencyAbort(t *testing.T) {
 				idemBegin(t, b, tenant, "k", "rh1")
 			}
 			if tc.finished {
-				if err := b.store.Finish(ctx, tenant, "k", engine.IdemRecord{RequestHash: "rh1", Status: 200}, idemTTL); err != nil {
-					t.Fatal(err)
-				}
+				idemFinish(t, b, tenant, "k", "rh1", engine.IdemRecord{Rerun: true}, true)
 			}
 			if err := b.store.Abort(ctx, tenant, "k", tc.abortHash); err != nil {
 				t.Fatalf("%s: Abort: %v", tc.name, err)
 			}
-			rec, claimed := idemBegin(t, b, tenant, "k", "rh3")
+			rec, claimed := idemBegin(t, b, tenant, "k", "rh1")
 			if claimed != tc.freed {
 				t.Fatalf("%s: Begin after Abort claimed=%v (%+v), want %v", tc.name, claimed, rec, tc.freed)
 			}
-			if !tc.freed && (rec.RequestHash != "rh1" || rec.Done != tc.finished) {
+			if !tc.freed && rec.Done != tc.finished {
 				t.Fatalf("%s: record after Abort %+v", tc.name, rec)
 			}
 		}
@@ -215,6 +230,9 @@ func TestIdempotencyScope(t *testing.T) {
 		if _, claimed := idemBegin(t, b, a, "{brace}", "rh1"); !claimed {
 			t.Fatal("a key with braces did not claim")
 		}
+		if got := idemHead(idemRunning, a, "rh1"); bytes.Equal(got, idemHead(idemRunning, c, "rh1")) {
+			t.Fatal("the fingerprint ignores the tenant: a shared record name could replay another tenant's answer")
+		}
 	})
 }
 
@@ -227,11 +245,53 @@ func TestIdempotencyBadTTL(t *testing.T) {
 		if _, _, err := b.store.Begin(ctx, tenant, "k", "rh", 0); err == nil {
 			t.Fatal("Begin with a zero lock TTL accepted")
 		}
-		if err := b.store.Finish(ctx, tenant, "k", engine.IdemRecord{RequestHash: "rh"}, time.Microsecond); err == nil {
+		if err := b.store.Finish(ctx, tenant, "k", "rh", engine.IdemRecord{Rerun: true}, time.Microsecond, true); err == nil {
 			t.Fatal("Finish with a sub-ms TTL accepted")
 		}
 		if n := b.rdb.Exists(ctx, b.store.idemRecordKey(tenant, "k")).Val(); n != 0 {
 			t.Fatal("a refused call wrote a record")
 		}
 	})
+}
+
+// TestIdempotencyRecordBytes measures on real Redis what one remembered key
+// costs (MEMORY USAGE: key, value and dict entry) with the production prefix
+// "cd": a claim and a money route's rerun record must fit in 100 bytes, for
+// the whole 24 h window (issue 10). A stored body costs what it holds.
+func TestIdempotencyRecordBytes(t *testing.T) {
+	t.Parallel()
+	rdb, _ := testenv.Redis(t)
+	ctx := context.Background()
+	store := NewStore(rdb, "cd")
+	tenant := uuid.New()
+	const rh = "4f0c0e9f7b6c5a1d2e3f405162738495a6b7c8d9e0f1a2b3c4d5e6f708192a3b"
+	for i, tc := range []struct {
+		name string
+		rec  *engine.IdemRecord // nil: in progress
+		max  int64
+	}{
+		{"claim", nil, 100},
+		{"rerun", &engine.IdemRecord{Rerun: true}, 100},
+		{"problem body", &engine.IdemRecord{Status: 409, ContentType: "application/problem+json", Body: bytes.Repeat([]byte("x"), 300)}, 300 + 160},
+	} {
+		key := "bytes-" + uuid.NewString() + string(rune('a'+i))
+		k := store.idemRecordKey(tenant, key)
+		t.Cleanup(func() { rdb.Del(context.Background(), k) })
+		if _, claimed, err := store.Begin(ctx, tenant, key, rh, time.Minute); err != nil || !claimed {
+			t.Fatalf("%s: Begin = %v, %v", tc.name, claimed, err)
+		}
+		if tc.rec != nil {
+			if err := store.Finish(ctx, tenant, key, rh, *tc.rec, idemTTL, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := rdb.MemoryUsage(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: key %q (%d bytes), MEMORY USAGE %d", tc.name, k, len(k), n)
+		if n > tc.max {
+			t.Errorf("%s: MEMORY USAGE %d bytes, want <= %d", tc.name, n, tc.max)
+		}
+	}
 }
