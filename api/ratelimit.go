@@ -31,10 +31,12 @@ var (
 // errRateLimited is the 429 problem.
 var errRateLimited = &engine.Error{Kind: engine.KindRateLimited, Detail: "too many requests for this API key; retry after the Retry-After seconds"}
 
-// rateLimiter is an in-process token bucket per API key (addendum 10). Each
-// creditd process limits on its own, so N processes allow up to N times the
-// tenant's rate; the tenant's rate and burst are read on every request, so
-// an operator change applies within the auth cache's 2 s.
+// rateLimiter is an in-process token bucket per API key (addendum 10). It
+// limits one process only, so it serves where one process is the point: the
+// admin API's bucket per client address, and the fallback of the per-key
+// limit while the shared budgets (Config.RateBudgets) cannot be reached.
+// The tenant's rate and burst are read on every request, so an operator
+// change applies within the auth cache's 2 s.
 type rateLimiter struct {
 	shards [limiterShards]limiterShard
 	now    func() time.Time
@@ -135,11 +137,63 @@ func (sh *limiterShard) evict(now int64) {
 	}
 }
 
-// rateLimit applies the caller's key bucket and sets the RateLimit headers;
-// false means the 429 has been written.
+// rateBudgetWarnEvery spaces the warnings of an unreachable budget store:
+// one line per interval, not one per request.
+const rateBudgetWarnEvery = 10 * time.Second
+
+// rateLimit applies the caller's key budget and sets the RateLimit headers;
+// false means the 429 has been written. The budget is the fleet's one in
+// Redis (gcra.lua, one EVALSHA) when the server has one; while that store
+// fails, the request is limited by this process's own bucket instead (fail
+// open to a per-node limit: docs/decisions.md "Rate limits across the
+// fleet").
 func (s *Server) rateLimit(c *call) bool {
-	d := s.limiter.take(c.scope.KeyID, c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
-	return c.applyLimit(d, errRateLimited)
+	perSecond, burst := c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst
+	if perSecond <= 0 {
+		perSecond = engine.DefaultRateLimitPerSecond
+	}
+	if burst <= 0 {
+		burst = engine.DefaultRateLimitBurst
+	}
+	if s.budgets != nil {
+		var now time.Time // zero: the budget store's clock, shared by all nodes
+		if s.budgetClock != nil {
+			now = s.budgetClock()
+		}
+		rd, err := s.budgets.TakeRate(c.reqContext(), c.tenant.ID, c.scope.KeyID, perSecond, burst, now)
+		if err == nil {
+			return c.applyLimit(decisionOf(rd), errRateLimited)
+		}
+		s.warnBudgets(err)
+	}
+	return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
+}
+
+// decisionOf is the header figures of a shared budget's answer, in whole
+// seconds rounded up, as the in-process bucket gives them.
+func decisionOf(rd engine.RateDecision) decision {
+	return decision{
+		allowed:       rd.Allowed,
+		limit:         rd.Limit,
+		remaining:     rd.Remaining,
+		resetSeconds:  ceilSeconds(rd.Reset),
+		retryAfterSec: ceilSeconds(rd.RetryAfter),
+	}
+}
+
+func ceilSeconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// warnBudgets logs a failure of the shared budgets at most once per
+// rateBudgetWarnEvery.
+func (s *Server) warnBudgets(err error) {
+	now := time.Now().UnixNano()
+	last := s.budgetWarned.Load()
+	if now-last < int64(rateBudgetWarnEvery) || !s.budgetWarned.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn().Err(err).Msg("shared rate budgets unreachable; limiting per process until they answer")
 }
 
 // The admin API's bucket per client address: operators script it, but a

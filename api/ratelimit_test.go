@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -96,5 +98,81 @@ func TestRateLimiterBounded(t *testing.T) {
 		if n := len(l.shards[i].buckets); n > limiterKeysInShard {
 			t.Fatalf("shard %d holds %d buckets, bound %d", i, n, limiterKeysInShard)
 		}
+	}
+}
+
+// fakeBudgets is a shared budget store that answers what a test sets and
+// records what it was asked.
+type fakeBudgets struct {
+	mu     sync.Mutex
+	answer engine.RateDecision
+	err    error
+	asked  []budgetCall
+}
+
+type budgetCall struct {
+	tenant           uuid.UUID
+	perSecond, burst int
+	now              time.Time
+}
+
+func (f *fakeBudgets) TakeRate(_ context.Context, tenant, _ uuid.UUID, perSecond, burst int, now time.Time) (engine.RateDecision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, budgetCall{tenant, perSecond, burst, now})
+	return f.answer, f.err
+}
+
+// TestRateLimitSharedBudgets: with shared budgets the server answers with
+// their decision (headers in whole seconds, rounded up) and passes the
+// tenant's rate; when they fail it falls back to its own bucket, so a
+// Redis outage neither refuses every request nor lifts the limit.
+func TestRateLimitSharedBudgets(t *testing.T) {
+	t.Parallel()
+	budgets := &fakeBudgets{}
+	h := setup(t, func(c *Config) { c.RateBudgets = budgets })
+	clock := time.Unix(1_900_000_000, 0)
+	h.srv.budgetClock = func() time.Time { return clock }
+	h.srv.limiter.now = func() time.Time { return clock }
+	one, three := 1, 3
+	if _, err := h.tenants.SetRateLimit(t.Context(), h.tenant, engine.RateLimitInput{PerSecond: &three, Burst: &one}); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("redis: connection refused")
+	for i, tc := range []struct {
+		answer                  engine.RateDecision
+		err                     error
+		status                  int
+		limit, remaining, reset string
+		retryAfter              string
+	}{
+		{engine.RateDecision{Allowed: true, Limit: 1, Remaining: 0, Reset: 333333 * time.Microsecond}, nil, 200, "1", "0", "1", ""},
+		{engine.RateDecision{Limit: 1, Reset: 1500 * time.Millisecond, RetryAfter: 1200 * time.Millisecond}, nil, 429, "1", "0", "2", "2"},
+		{engine.RateDecision{Limit: 1, Reset: time.Millisecond, RetryAfter: time.Microsecond}, nil, 429, "1", "0", "1", "1"},
+		// Budgets down: this process's bucket (3/s burst 1) decides.
+		{engine.RateDecision{}, failed, 200, "1", "0", "1", ""},
+		{engine.RateDecision{}, failed, 429, "1", "0", "1", "1"},
+	} {
+		budgets.mu.Lock()
+		budgets.answer, budgets.err = tc.answer, tc.err
+		budgets.mu.Unlock()
+		r := h.do("GET", "/v1/tenant", "", "X-API-Key", h.live)
+		if tc.status == 429 {
+			wantProblem(t, r, 429, "rate-limited", "")
+		} else if r.status != tc.status {
+			t.Fatalf("step %d: status %d, want %d: %s", i, r.status, tc.status, r.body)
+		}
+		got := [4]string{r.get("RateLimit-Limit"), r.get("RateLimit-Remaining"), r.get("RateLimit-Reset"), r.get("Retry-After")}
+		if want := [4]string{tc.limit, tc.remaining, tc.reset, tc.retryAfter}; got != want {
+			t.Fatalf("step %d: headers %v, want %v", i, got, want)
+		}
+	}
+	budgets.mu.Lock()
+	defer budgets.mu.Unlock()
+	if len(budgets.asked) != 5 {
+		t.Fatalf("budgets asked %d times, want 5", len(budgets.asked))
+	}
+	if want := (budgetCall{h.tenant, 3, 1, clock}); budgets.asked[0] != want {
+		t.Fatalf("budgets asked %+v, want %+v", budgets.asked[0], want)
 	}
 }

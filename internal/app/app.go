@@ -140,7 +140,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
-		MaxConnsPerIP: cfg.MaxConnsPerIP,
+		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 			{Name: "postgres", Check: pool.Ping},
