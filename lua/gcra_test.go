@@ -175,3 +175,16 @@ func newTestClient(t *testing.T) redis.UniversalClient {
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
+
+// BenchmarkGCRATake is one request's rate decision on the suite's Redis:
+// the cost the shared budget adds to every /v1 request.
+func BenchmarkGCRATake(b *testing.B) {
+	rdb, prefix := testenv.Redis(b)
+	s := NewStore(rdb, prefix)
+	tenant, key := uuid.New(), uuid.New()
+	for b.Loop() {
+		if _, err := s.TakeRate(context.Background(), tenant, key, 1_000_000, 1_000_000, time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
