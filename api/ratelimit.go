@@ -157,11 +157,19 @@ func (s *Server) rateLimit(c *call) bool {
 	}
 	if s.budgets != nil {
 		var now time.Time // zero: the budget store's clock, shared by all nodes
+		local := time.Now()
 		if s.budgetClock != nil {
 			now = s.budgetClock()
+			local = now
+		}
+		if d, ok := s.refusals.check(c.scope.KeyID, local, burst); ok {
+			return c.applyLimit(d, errRateLimited)
 		}
 		rd, err := s.budgets.TakeRate(c.reqContext(), c.tenant.ID, c.scope.KeyID, perSecond, burst, now)
 		if err == nil {
+			if !rd.Allowed {
+				s.refusals.remember(c.scope.KeyID, local, rd)
+			}
 			return c.applyLimit(decisionOf(rd), errRateLimited)
 		}
 		s.warnBudgets(err)
@@ -183,6 +191,86 @@ func decisionOf(rd engine.RateDecision) decision {
 
 func ceilSeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
+}
+
+// refusals remembers, per API key, until when the shared budget refuses
+// every request, so a flood is refused in process instead of costing a
+// Redis round trip each. It is exact: only an allowed request moves a GCRA
+// budget (forward), so a request that budget refused with Retry-After r is
+// refused on every node until r has passed. A changed rate applies once
+// the window (at most one request's interval, 1 s at 1/s) is over. Bounded
+// like the buckets: at most limiterKeysInShard keys per shard; a full shard
+// drops the windows that are over, then any, down to seven eighths.
+type refusals struct {
+	shards [limiterShards]refusalShard
+}
+
+type refusalShard struct {
+	mu    sync.Mutex
+	byKey map[uuid.UUID]refusal
+}
+
+// refusal is one refused key's window: refused until until, full again at
+// full (unix nanoseconds of the node's clock).
+type refusal struct {
+	until, full int64
+}
+
+func newRefusals() *refusals {
+	r := &refusals{}
+	for i := range r.shards {
+		r.shards[i].byKey = make(map[uuid.UUID]refusal)
+	}
+	return r
+}
+
+// check answers key's request at now from a remembered refusal window;
+// ok is false when there is none (ask the shared budget).
+func (r *refusals) check(key uuid.UUID, now time.Time, burst int) (decision, bool) {
+	sh := &r.shards[key[15]%limiterShards]
+	t := now.UnixNano()
+	sh.mu.Lock()
+	w, ok := sh.byKey[key]
+	if ok && t >= w.until {
+		delete(sh.byKey, key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok {
+		return decision{}, false
+	}
+	return decision{
+		limit:         burst,
+		resetSeconds:  ceilSeconds(time.Duration(w.full - t)),
+		retryAfterSec: ceilSeconds(time.Duration(w.until - t)),
+	}, true
+}
+
+// remember keeps the window of a refusal the shared budget gave at now.
+func (r *refusals) remember(key uuid.UUID, now time.Time, rd engine.RateDecision) {
+	if rd.RetryAfter <= 0 {
+		return
+	}
+	sh := &r.shards[key[15]%limiterShards]
+	t := now.UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.byKey[key]; !ok && len(sh.byKey) >= limiterKeysInShard {
+		for k, w := range sh.byKey {
+			if t >= w.until {
+				delete(sh.byKey, k)
+			}
+		}
+		// Forgetting a window only costs a round trip to Redis: drop any
+		// eighth, so the next inserts find room without another scan.
+		for k := range sh.byKey {
+			if len(sh.byKey) < limiterKeysInShard-limiterKeysInShard/8 {
+				break
+			}
+			delete(sh.byKey, k)
+		}
+	}
+	sh.byKey[key] = refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset)}
 }
 
 // warnBudgets logs a failure of the shared budgets at most once per

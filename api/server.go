@@ -128,9 +128,11 @@ type Server struct {
 	metrics *httpMetrics
 	limiter *rateLimiter
 	// budgets is the fleet-wide per-key limit (nil: limiter alone);
+	// refusals the windows in which it is known to refuse a key;
 	// budgetClock, when set, is a test's clock for it (nil: Redis' TIME);
 	// budgetWarned is when its failure was last logged (unix ns).
 	budgets      engine.RateBudgets
+	refusals     *refusals
 	budgetClock  func() time.Time
 	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
@@ -155,6 +157,7 @@ func New(cfg Config) *Server {
 		metrics:   newHTTPMetrics(),
 		limiter:   newRateLimiter(),
 		budgets:   cfg.RateBudgets,
+		refusals:  newRefusals(),
 
 		adminLimiter: newRateLimiter(),
 	}
