@@ -266,3 +266,15 @@ type RateBudgets interface {
 	// own clock, the one clock every node agrees on; tests pass a fake one.
 	TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst int, now time.Time) (RateDecision, error)
 }
+
+// DeliverySlots caps one tenant's webhook attempts in flight across every
+// node that shares them (lua.Store: a set of leased slots in Redis), so a
+// slow endpoint holds the same number of attempts however many nodes run.
+type DeliverySlots interface {
+	// AcquireDeliverySlot takes one of tenant's limit slots for holder
+	// until lease has passed (a crashed node's slot frees itself); false
+	// when all are held. A holder that holds one renews it.
+	AcquireDeliverySlot(ctx context.Context, tenant, holder uuid.UUID, limit int, lease time.Duration) (bool, error)
+	// ReleaseDeliverySlot gives holder's slot back.
+	ReleaseDeliverySlot(ctx context.Context, tenant, holder uuid.UUID) error
+}

@@ -120,6 +120,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
+	a.Webhooks.Slots = a.Store
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
 	a.Entitlements.SetAppliedReader(a.DB)
