@@ -4,7 +4,8 @@
 #   scripts/fleet.sh start
 #       1. Redis Cluster of 3 masters + 3 replicas, AOF everysec
 #          (scripts/redis-cluster.sh, data in .data/fleet/redis);
-#       2. Postgres: DATABASE_URL, else the local one, else a private one
+#       2. Postgres: DATABASE_URL, else database creditd_fleet (created
+#          when missing) on the local server or a private one
 #          (scripts/services.sh, which installs it when missing);
 #       3. 3 creditd nodes (bin/creditd serve) on free ports, the first in
 #          dev mode so it makes the dev tenant and its keys;
@@ -99,6 +100,28 @@ ensure_haproxy() {
   (Debian/Ubuntu: sudo apt-get install haproxy)"
 }
 
+# fleet_database: points DATABASE_URL (services.sh's, database postgres) at
+# database $FLEET_DB on the same server, creating it when missing.
+FLEET_DB=creditd_fleet
+fleet_database() {
+	local psql="" d
+	if have psql; then
+		psql=$(command -v psql)
+	else
+		for d in $(printf '%s\n' /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+			[[ -x $d/psql ]] && { psql=$d/psql; break; }
+		done
+	fi
+	[[ -n $psql ]] || die "psql not found: it is needed to create the fleet's database (or set DATABASE_URL)"
+	[[ $DATABASE_URL == *"/postgres?"* ]] || die "unexpected DATABASE_URL $DATABASE_URL from services.sh; set DATABASE_URL"
+	if [[ -z $("$psql" -w -X -At -d "$DATABASE_URL" -c "select 1 from pg_database where datname = '$FLEET_DB'" </dev/null) ]]; then
+		log "creating database $FLEET_DB"
+		"$psql" -w -X -q -d "$DATABASE_URL" -c "create database $FLEET_DB" </dev/null >&2 ||
+			die "could not create database $FLEET_DB"
+	fi
+	DATABASE_URL=${DATABASE_URL/\/postgres\?//$FLEET_DB?}
+}
+
 cmd_start() {
 	[[ -x bin/creditd ]] || die "bin/creditd missing; run \`make fleet\` (it builds first)"
 	have curl || die "curl is needed to check the nodes (Debian/Ubuntu: sudo apt-get install curl)"
@@ -122,9 +145,14 @@ cmd_start() {
 		"$ROOT/scripts/redis-cluster.sh" start "$FLEET/redis")
 
 	# 2. Postgres (REDIS_URL set: services.sh only looks for Postgres).
+	local own_db=""
+	[[ -z ${DATABASE_URL:-} ]] && own_db=1
 	REDIS_URL=$seeds CREDITD_DATA_DIR=$DATA "$ROOT/scripts/services.sh" "$FLEET/services.env"
 	# shellcheck disable=SC1091
 	. "$FLEET/services.env"
+	# The fleet keeps its own database: `make run` keeps its hot state in
+	# another Redis, and two hot states over one ledger would disagree.
+	[[ -n $own_db ]] && fleet_database
 
 	# 3. creditd nodes. The admin token is made once and kept, as make run does.
 	local token tokenfile=$FLEET/admin-token
