@@ -168,6 +168,8 @@ func (s *Server) rateLimit(c *call) bool {
 		rd, err := s.budgets.TakeRate(c.reqContext(), c.tenant.ID, c.scope.KeyID, perSecond, burst, now)
 		if err == nil {
 			if !rd.Allowed {
+				// local was read before the call, so the window ends no later
+				// than the budget's own: it never refuses what Redis would allow.
 				s.refusals.remember(c.scope.KeyID, local, rd)
 			}
 			return c.applyLimit(decisionOf(rd), errRateLimited)
@@ -189,6 +191,7 @@ func decisionOf(rd engine.RateDecision) decision {
 	}
 }
 
+// ceilSeconds is d in whole seconds, rounded up (the headers' unit).
 func ceilSeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
