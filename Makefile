@@ -7,16 +7,22 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: help build run test lint clean bench hostile
+.PHONY: help build run test lint clean bench hostile fleet fleet-stop
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/creditd
 	$(GO) build -o bin/creditd ./cmd/creditd
 
 run: build ## Build, ensure Redis+Postgres (installing when missing), run creditd serve in dev mode on :8080
 	scripts/run.sh
+
+fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (3 masters + 3 replicas) and Postgres; prints URL and keys
+	scripts/fleet.sh start
+
+fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)
+	scripts/fleet.sh stop
 
 test: ## vet, gofmt check, go test -race on single Redis, then again on a 3-master Redis Cluster
 	GO=$(GO) scripts/test.sh
@@ -33,6 +39,7 @@ lint: ## gofmt -l and go vet
 	if [ -n "$$out" ]; then echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-clean: ## Stop the private services and remove bin/ and .data/
+clean: ## Stop the private services and the fleet and remove bin/ and .data/
+	scripts/fleet.sh stop
 	scripts/services.sh stop --purge
 	rm -rf bin .data

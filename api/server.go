@@ -14,6 +14,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/router"
@@ -88,6 +89,10 @@ type Config struct {
 	// BodyLimitBytes bounds request bodies (0 means DefaultBodyLimitBytes);
 	// larger ones get a 413 problem.
 	BodyLimitBytes int
+	// RateBudgets, when set, keeps each API key's rate limit in one budget
+	// shared by every node (lua.Store: gcra.lua in Redis); nil, or an error
+	// from it, limits each process on its own.
+	RateBudgets engine.RateBudgets
 	// MaxConnsPerIP caps the open connections of one client (an IPv4
 	// address or an IPv6 /64); 0 means DefaultMaxConnsPerIP.
 	MaxConnsPerIP int
@@ -122,6 +127,14 @@ type Server struct {
 	routes  []*route
 	metrics *httpMetrics
 	limiter *rateLimiter
+	// budgets is the fleet-wide per-key limit (nil: limiter alone);
+	// refusals the windows in which it is known to refuse a key;
+	// budgetClock, when set, is a test's clock for it (nil: Redis' TIME);
+	// budgetWarned is when its failure was last logged (unix ns).
+	budgets      engine.RateBudgets
+	refusals     *refusals
+	budgetClock  func() time.Time
+	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
 	adminLimiter *rateLimiter
 	calls        sync.Pool
@@ -143,6 +156,8 @@ func New(cfg Config) *Server {
 		log:       cfg.Log,
 		metrics:   newHTTPMetrics(),
 		limiter:   newRateLimiter(),
+		budgets:   cfg.RateBudgets,
+		refusals:  newRefusals(),
 
 		adminLimiter: newRateLimiter(),
 	}

@@ -255,3 +255,38 @@ type IdempotencyRecords interface {
 	// nothing, so a retry must run afresh).
 	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error
 }
+
+// RateDecision is one request's take from an API key's rate budget and the
+// figures of the RateLimit headers (addendum 10).
+type RateDecision struct {
+	Allowed bool
+	// Limit is the burst: the most requests the budget holds.
+	Limit int
+	// Remaining is the whole requests left in the budget after this one.
+	Remaining int
+	// Reset is the time until the budget is full again.
+	Reset time.Duration
+	// RetryAfter is the time until one request is allowed (refused only).
+	RetryAfter time.Duration
+}
+
+// RateBudgets keeps the per-API-key rate budgets that every creditd node
+// shares, so N nodes together allow a key its rate once, not N times.
+type RateBudgets interface {
+	// TakeRate spends one request of key's budget (tenant's, refilled at
+	// perSecond up to burst, both at least 1). A zero now reads the store's
+	// own clock, the one clock every node agrees on; tests pass a fake one.
+	TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst int, now time.Time) (RateDecision, error)
+}
+
+// DeliverySlots caps one tenant's webhook attempts in flight across every
+// node that shares them (lua.Store: a set of leased slots in Redis), so a
+// slow endpoint holds the same number of attempts however many nodes run.
+type DeliverySlots interface {
+	// AcquireDeliverySlot takes one of tenant's limit slots for holder
+	// until lease has passed (a crashed node's slot frees itself); false
+	// when all are held. A holder that holds one renews it.
+	AcquireDeliverySlot(ctx context.Context, tenant, holder uuid.UUID, limit int, lease time.Duration) (bool, error)
+	// ReleaseDeliverySlot gives holder's slot back.
+	ReleaseDeliverySlot(ctx context.Context, tenant, holder uuid.UUID) error
+}

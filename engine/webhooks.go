@@ -35,6 +35,15 @@ const (
 	DefaultTenantInFlight = 2
 	// DefaultDeliveryPoll is how often idle workers look for due events.
 	DefaultDeliveryPoll = 200 * time.Millisecond
+	// DeliverySlotLease is how long a fleet-wide delivery slot (Slots)
+	// stays taken without its release: twice an attempt's timeout, so only
+	// a node that died mid-attempt leaves it to lapse.
+	DeliverySlotLease = 2 * DeliveryTimeout
+	// maxSlotWait bounds how long a claimed event waits for a fleet-wide
+	// slot: half the claim's lease, so an attempt that starts in time still
+	// ends (DeliveryTimeout) and is recorded before the lease runs out. An
+	// event that waited in vain is claimed again once its lease lapses.
+	maxSlotWait = DeliveryLease / 2
 	// ErrNoWebhookURL is the last_error of an attempt made while the tenant
 	// has no URL or secret: it counts as a failed attempt.
 	ErrNoWebhookURL = "no webhook URL configured"
@@ -175,8 +184,12 @@ type Webhooks struct {
 
 	// Workers is the pool size (DefaultDeliveryWorkers when 0).
 	Workers int
-	// TenantInFlight caps one tenant's attempts in flight (DefaultTenantInFlight when 0).
+	// TenantInFlight caps one tenant's attempts in flight (DefaultTenantInFlight when 0):
+	// per process, and with Slots across every node that shares them.
 	TenantInFlight int
+	// Slots, when set, makes TenantInFlight one cap for the fleet
+	// (lua.Store in Redis); nil, or an error from it, caps per process.
+	Slots DeliverySlots
 	// Poll is how often the pool looks for due events (DefaultDeliveryPoll when 0).
 	Poll time.Duration
 }
@@ -255,7 +268,7 @@ func (w *Webhooks) Run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for c := range jobs {
-				w.Deliver(ctx, c)
+				w.deliverInSlot(ctx, c, perTenant, poll)
 				freed <- c.Event.TenantID
 			}
 		}()
@@ -312,6 +325,54 @@ func (w *Webhooks) Run(ctx context.Context) {
 		case <-ticker.C:
 		}
 	}
+}
+
+// deliverInSlot delivers c once it holds one of its tenant's fleet-wide
+// slots (Slots), so TenantInFlight bounds the tenant's attempts across all
+// nodes. It waits for a slot, looking every poll, at most maxSlotWait; in
+// vain, it leaves the claim to lapse (the event is claimed again later). A
+// worker that waits is one the per-process cap already counts for the
+// tenant, so a slow endpoint still holds at most TenantInFlight workers of
+// a node. When Slots fail (Redis unreachable), it delivers at once: the
+// per-process cap still holds, and webhooks must not stop with Redis.
+func (w *Webhooks) deliverInSlot(ctx context.Context, c Claim, perTenant int, poll time.Duration) {
+	if w.Slots == nil {
+		w.Deliver(ctx, c)
+		return
+	}
+	tenant := c.Event.TenantID
+	deadline := time.Now().Add(maxSlotWait)
+	for {
+		ok, err := w.Slots.AcquireDeliverySlot(ctx, tenant, c.Lease, perTenant, DeliverySlotLease)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn().Err(err).Str("tenant_id", tenant.String()).Msg("webhooks: fleet-wide delivery slots unreachable; capping per process")
+			w.Deliver(ctx, c)
+			return
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(poll):
+		}
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := w.Slots.ReleaseDeliverySlot(rctx, tenant, c.Lease); err != nil {
+			// The slot lapses after DeliverySlotLease.
+			w.log.Warn().Err(err).Str("tenant_id", tenant.String()).Msg("webhooks: release delivery slot")
+		}
+	}()
+	w.Deliver(ctx, c)
 }
 
 func (w *Webhooks) release(inFlight map[uuid.UUID]int, t uuid.UUID) {

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# A local 3-master Redis Cluster (no replicas) for tests.
+# A local 3-master Redis Cluster: without replicas for tests, with them for
+# `make fleet` (scripts/fleet.sh).
 #
 #   scripts/redis-cluster.sh start DIR
-#       Starts three redis-server nodes on free ports (data, logs, pidfiles
-#       and cluster config files under DIR), creates the cluster, waits until
-#       every node reports cluster_state:ok and prints the seeds on stdout:
-#       127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3 (also written to DIR/seeds).
+#       Starts three redis-server masters (and REDIS_CLUSTER_REPLICAS
+#       replicas of each, default 0) on free ports (data, logs, pidfiles and
+#       cluster config files under DIR), creates the cluster, waits until
+#       every node reports cluster_state:ok and every replica's link to its
+#       master is up, and prints the seeds on stdout:
+#       127.0.0.1:p1,127.0.0.1:p2,... (also written to DIR/seeds).
+#       REDIS_CLUSTER_AOF=everysec|always turns the AOF on with that fsync
+#       policy (default: no persistence, as tests need none).
 #   scripts/redis-cluster.sh stop DIR
 #       Stops the nodes by their pidfiles in DIR. Data stays; delete DIR.
 set -euo pipefail
@@ -37,8 +42,16 @@ start() {
 	# Clean up a half-started cluster if anything below fails.
 	trap 'rc=$?; if ((rc != 0)); then log "start failed; stopping the nodes"; stop; fi' EXIT
 
+	local replicas=${REDIS_CLUSTER_REPLICAS:-0} aof=${REDIS_CLUSTER_AOF:-}
+	[[ $replicas =~ ^[0-9]$ ]] || die "REDIS_CLUSTER_REPLICAS=$replicas: want 0-9"
+	local persist=(--appendonly no --save "")
+	if [[ -n $aof ]]; then
+		[[ $aof == everysec || $aof == always ]] || die "REDIS_CLUSTER_AOF=$aof: want everysec or always"
+		persist=(--appendonly yes --appendfsync "$aof" --appendfilename "appendonly-PORT.aof"
+			--appenddirname "aof-PORT" --save "")
+	fi
 	local ports=() p i
-	for i in 1 2 3; do
+	for ((i = 1; i <= 3 * (1 + replicas); i++)); do
 		while :; do
 			# Cluster bus port is port+10000: both must be free, and distinct
 			# from the nodes already picked.
@@ -51,7 +64,7 @@ start() {
 		redis-server --port "$p" --bind 127.0.0.1 --dir "$dir" \
 			--cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
 			--cluster-node-timeout 5000 \
-			--appendonly no --save "" \
+			"${persist[@]//PORT/$p}" \
 			--daemonize yes --pidfile "$dir/node-$p.pid" --logfile "$dir/node-$p.log" >&2 ||
 			die "redis-server on port $p failed to start (log: $dir/node-$p.log)"
 	done
@@ -67,7 +80,7 @@ start() {
 	local addrs=()
 	for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
 	log "creating cluster ${addrs[*]}"
-	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
 		</dev/null >"$dir/create.log" 2>&1 ||
 		{ cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
 
@@ -79,11 +92,17 @@ start() {
 				ok=""
 				break
 			fi
+			# A replica counts once its first sync is done.
+			if ((replicas > 0)) && redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | grep -q '^role:slave' &&
+				! redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | grep -q '^master_link_status:up'; then
+				ok=""
+				break
+			fi
 		done
 		[[ -n $ok ]] && break
 		sleep 0.1
 	done
-	[[ -n $ok ]] || die "cluster did not reach cluster_state:ok within 30 s"
+	[[ -n $ok ]] || die "cluster did not reach cluster_state:ok (replicas in sync) within 30 s"
 
 	local seeds
 	seeds=$(IFS=,; echo "${addrs[*]}")

@@ -120,6 +120,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
+	a.Webhooks.Slots = a.Store
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
 	a.Entitlements.SetAppliedReader(a.DB)
@@ -140,7 +141,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
-		MaxConnsPerIP: cfg.MaxConnsPerIP,
+		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
 		Ready: []api.HealthCheck{
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 			{Name: "postgres", Check: pool.Ping},

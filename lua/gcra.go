@@ -1,0 +1,56 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Compile-time check that Store keeps the fleet-wide rate budgets.
+var _ engine.RateBudgets = (*Store)(nil)
+
+var (
+	//go:embed gcra.lua
+	gcraLua    string
+	gcraScript = redis.NewScript(gcraLua)
+)
+
+// rateKey is the budget of one API key. It shares the tenant's hash tag (as
+// the idempotency records do), so a tenant's keys live on one Cluster slot.
+func (s *Store) rateKey(tenant, key uuid.UUID) string {
+	return "{" + s.prefix + ":t:" + tenant.String() + "}:rl:" + key.String()
+}
+
+// TakeRate spends one request of key's budget with one EVALSHA of gcra.lua:
+// the budget lives in Redis, so every node that shares the Redis shares it.
+// perSecond and burst must be at least 1; a zero now uses Redis' clock.
+// Errors are Redis' (the caller decides what an unreachable Redis means).
+func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst int, now time.Time) (engine.RateDecision, error) {
+	if perSecond < 1 || burst < 1 {
+		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: rate %d/s burst %d must be at least 1", perSecond, burst)
+	}
+	var nowMicros int64
+	if !now.IsZero() {
+		nowMicros = now.UnixMicro()
+	}
+	res, err := gcraScript.Run(ctx, s.rdb, []string{s.rateKey(tenant, key)}, perSecond, burst, nowMicros).Int64Slice()
+	if err != nil {
+		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: %w", err)
+	}
+	if len(res) != 4 {
+		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: reply of %d items, want 4", len(res))
+	}
+	return engine.RateDecision{
+		Allowed:    res[0] == 1,
+		Limit:      burst,
+		Remaining:  int(res[1]),
+		RetryAfter: time.Duration(res[2]) * time.Microsecond,
+		Reset:      time.Duration(res[3]) * time.Microsecond,
+	}, nil
+}

@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# `make fleet`: a whole creditd fleet on this machine (issue 11).
+#
+#   scripts/fleet.sh start
+#       1. Redis Cluster of 3 masters + 3 replicas, AOF everysec
+#          (scripts/redis-cluster.sh, data in .data/fleet/redis);
+#       2. Postgres: DATABASE_URL, else database creditd_fleet (created
+#          when missing) on the local server or a private one
+#          (scripts/services.sh, which installs it when missing);
+#       3. 3 creditd nodes (bin/creditd serve) on free ports, the first in
+#          dev mode so it makes the dev tenant and its keys;
+#       4. HAProxy (deploy/haproxy.cfg; apt-get installs it when missing)
+#          on 127.0.0.1:$FLEET_PORT (default 8090), round robin over the
+#          nodes that pass /readyz.
+#       Prints the URL, the sandbox key and how to stop. Logs, pidfiles and
+#       keys live in .data/fleet (CREDITD_DATA_DIR/fleet).
+#   scripts/fleet.sh stop
+#       Stops HAProxy, the nodes and the Redis Cluster by their pidfiles
+#       (Postgres is shared with `make run`/`make test`: `make clean` stops
+#       it). Data stays; `scripts/fleet.sh stop --purge` deletes it.
+#   scripts/fleet.sh status
+#       Says what runs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LOG_TAG=fleet
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
+cd "$ROOT"
+
+DATA=${CREDITD_DATA_DIR:-$ROOT/.data}
+FLEET=$DATA/fleet
+NODES=3
+PORT=${FLEET_PORT:-8090}
+
+node_pid() { echo "$FLEET/creditd-$1.pid"; }
+
+# wait_ready URL SECONDS: URL answers 200 within SECONDS.
+wait_ready() {
+	local url=$1 secs=$2 i
+	for ((i = 0; i < secs * 10; i++)); do
+		[[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null) == 200 ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+cmd_stop() {
+	local i
+	[[ -d $FLEET ]] || { log "nothing to stop ($FLEET does not exist)"; return 0; }
+	if pid_alive "$FLEET/haproxy.pid" haproxy; then log "stopping HAProxy"; fi
+	kill_pidfile "$FLEET/haproxy.pid" haproxy
+	for ((i = 1; i <= NODES; i++)); do
+		if pid_alive "$(node_pid "$i")" creditd; then log "stopping creditd node $i"; fi
+		kill_pidfile "$(node_pid "$i")" creditd
+	done
+	if [[ -d $FLEET/redis ]]; then
+		log "stopping the Redis Cluster"
+		"$ROOT/scripts/redis-cluster.sh" stop "$FLEET/redis"
+	fi
+	if [[ ${1:-} == --purge ]]; then
+		log "deleting $FLEET"
+		rm -rf "$FLEET"
+	fi
+}
+
+cmd_status() {
+	local i up=0
+	pid_alive "$FLEET/haproxy.pid" haproxy && { echo "haproxy: running (pid $(<"$FLEET/haproxy.pid")), $(<"$FLEET/url")"; up=1; } ||
+		echo "haproxy: stopped"
+	for ((i = 1; i <= NODES; i++)); do
+		if pid_alive "$(node_pid "$i")" creditd; then
+			echo "creditd node $i: running (pid $(<"$(node_pid "$i")")) on $(<"$FLEET/creditd-$i.addr")"
+			up=1
+		else
+			echo "creditd node $i: stopped"
+		fi
+	done
+	local f redis=0
+	for f in "$FLEET"/redis/node-*.pid; do
+		pid_alive "$f" redis && redis=$((redis + 1))
+	done
+	if ((redis)); then
+		echo "redis cluster: $redis nodes running, seeds $(<"$FLEET/redis/seeds")"
+		up=1
+	else
+		echo "redis cluster: stopped"
+	fi
+	((up)) || return 3
+}
+
+ensure_haproxy() {
+	have haproxy && return 0
+	if can_install; then
+		apt_install haproxy || log "apt-get install haproxy reported an error"
+		hash -r
+		have haproxy && return 0
+	fi
+	die "haproxy is not installed and cannot be installed here: install it
+  (Debian/Ubuntu: sudo apt-get install haproxy)"
+}
+
+# fleet_database: points DATABASE_URL (services.sh's, database postgres) at
+# database $FLEET_DB on the same server, creating it when missing.
+FLEET_DB=creditd_fleet
+fleet_database() {
+	local psql="" d
+	if have psql; then
+		psql=$(command -v psql)
+	else
+		for d in $(printf '%s\n' /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+			[[ -x $d/psql ]] && { psql=$d/psql; break; }
+		done
+	fi
+	[[ -n $psql ]] || die "psql not found: it is needed to create the fleet's database (or set DATABASE_URL)"
+	[[ $DATABASE_URL == *"/postgres?"* ]] || die "unexpected DATABASE_URL $DATABASE_URL from services.sh; set DATABASE_URL"
+	if [[ -z $("$psql" -w -X -At -d "$DATABASE_URL" -c "select 1 from pg_database where datname = '$FLEET_DB'" </dev/null) ]]; then
+		log "creating database $FLEET_DB"
+		"$psql" -w -X -q -d "$DATABASE_URL" -c "create database $FLEET_DB" </dev/null >&2 ||
+			die "could not create database $FLEET_DB"
+	fi
+	DATABASE_URL=${DATABASE_URL/\/postgres\?//$FLEET_DB?}
+}
+
+cmd_start() {
+	[[ -x bin/creditd ]] || die "bin/creditd missing; run \`make fleet\` (it builds first)"
+	have curl || die "curl is needed to check the nodes (Debian/Ubuntu: sudo apt-get install curl)"
+	if pid_alive "$FLEET/haproxy.pid" haproxy || pid_alive "$(node_pid 1)" creditd; then
+		cmd_status
+		die "the fleet already runs; stop it first (make fleet-stop)"
+	fi
+	port_in_use "$PORT" && die "port $PORT is taken; set FLEET_PORT to a free one"
+	ensure_haproxy
+	mkdir -p "$FLEET"
+	# A start that fails half-way stops what it started.
+	trap 'rc=$?; if ((rc != 0)); then log "start failed; stopping what started"; cmd_stop; fi' EXIT
+
+	# 1. Redis Cluster, fresh each start: a cluster's node files name ports
+	#    that are free no longer. The hot state is rebuilt from Postgres on
+	#    demand (a customer missing from Redis is loaded on first use).
+	"$ROOT/scripts/redis-cluster.sh" stop "$FLEET/redis"
+	rm -rf "$FLEET/redis"
+	local seeds
+	seeds=$(REDIS_CLUSTER_REPLICAS=1 REDIS_CLUSTER_AOF=everysec \
+		"$ROOT/scripts/redis-cluster.sh" start "$FLEET/redis")
+
+	# 2. Postgres (REDIS_URL set: services.sh only looks for Postgres).
+	local own_db=""
+	[[ -z ${DATABASE_URL:-} ]] && own_db=1
+	REDIS_URL=$seeds CREDITD_DATA_DIR=$DATA "$ROOT/scripts/services.sh" "$FLEET/services.env"
+	# shellcheck disable=SC1091
+	. "$FLEET/services.env"
+	# The fleet keeps its own database: `make run` keeps its hot state in
+	# another Redis, and two hot states over one ledger would disagree.
+	[[ -n $own_db ]] && fleet_database
+
+	# 3. creditd nodes. The admin token is made once and kept, as make run does.
+	local token tokenfile=$FLEET/admin-token
+	if [[ -n ${CREDITD_ADMIN_TOKEN:-} ]]; then
+		token=$CREDITD_ADMIN_TOKEN
+	else
+		[[ -s $tokenfile ]] || (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$tokenfile")
+		token=$(<"$tokenfile")
+	fi
+	local i p addrs=()
+	for ((i = 1; i <= NODES; i++)); do
+		while :; do
+			p=$(free_port 15000 22000)
+			[[ " ${addrs[*]-} " == *" 127.0.0.1:$p "* ]] || break
+		done
+		addrs+=("127.0.0.1:$p")
+		echo "127.0.0.1:$p" >"$FLEET/creditd-$i.addr"
+		log "starting creditd node $i on 127.0.0.1:$p (log: $FLEET/creditd-$i.log)"
+		# Node 1 makes the dev tenant; the others start once it exists, so
+		# two nodes never race to make two.
+		REDIS_URL=$seeds DATABASE_URL=$DATABASE_URL CREDITD_ADDR=127.0.0.1:$p \
+			CREDITD_ADMIN_TOKEN=$token CREDITD_INSTANCE=fleet-$i \
+			CREDITD_DEV=$([[ $i == 1 ]] && echo 1 || echo 0) CREDITD_DEV_FILE=$FLEET/dev-tenant.json \
+			CREDITD_WEBHOOK_ALLOW_PRIVATE=true \
+			setsid bin/creditd serve </dev/null >"$FLEET/creditd-$i.log" 2>&1 &
+		echo $! >"$(node_pid "$i")"
+		if [[ $i == 1 ]]; then
+			wait_ready "http://127.0.0.1:$p/readyz" 60 ||
+				{ tail -n 20 "$FLEET/creditd-1.log" >&2; die "creditd node 1 is not ready after 60 s"; }
+		fi
+	done
+	for ((i = 2; i <= NODES; i++)); do
+		wait_ready "http://${addrs[i - 1]}/readyz" 60 ||
+			{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready after 60 s"; }
+	done
+
+	# 4. HAProxy.
+	log "starting HAProxy on 127.0.0.1:$PORT"
+	FLEET_LISTEN=127.0.0.1:$PORT FLEET_NODE1=${addrs[0]} FLEET_NODE2=${addrs[1]} FLEET_NODE3=${addrs[2]} \
+		haproxy -f "$ROOT/deploy/haproxy.cfg" -D -p "$FLEET/haproxy.pid" </dev/null >"$FLEET/haproxy.log" 2>&1 ||
+		{ cat "$FLEET/haproxy.log" >&2; die "haproxy did not start"; }
+	local url=http://127.0.0.1:$PORT
+	echo "$url" >"$FLEET/url"
+	wait_ready "$url/readyz" 30 || die "HAProxy on $url does not pass requests to a ready node"
+	trap - EXIT
+
+	local sandbox
+	sandbox=$(sed -n 's/.*"sandbox": *"\([^"]*\)".*/\1/p' "$FLEET/dev-tenant.json")
+	cat <<-EOF
+
+		creditd fleet: ${NODES} nodes behind HAProxy, Redis Cluster 3 masters + 3 replicas (AOF everysec)
+		  URL:         $url
+		  sandbox key: $sandbox
+		  admin token: $token
+		  nodes:       ${addrs[*]}
+		  redis:       $seeds
+		  logs:        $FLEET/*.log
+
+		Try it:
+		  curl -s -X POST $url/v1/customers/alice/credits/grant \\
+		    -H 'X-API-Key: $sandbox' -H 'Idempotency-Key: fleet-grant-1' -H 'Content-Type: application/json' \\
+		    -d '{"credits": 10000, "source": "promotional", "reason": "welcome"}'
+		  curl -s $url/v1/customers/alice/credits -H 'X-API-Key: $sandbox'
+
+		Stop it: make fleet-stop   (or scripts/fleet.sh stop)
+	EOF
+}
+
+case ${1:-start} in
+start) cmd_start ;;
+stop) shift; cmd_stop "$@" ;;
+status) cmd_status ;;
+*) die "usage: $0 start|stop [--purge]|status" ;;
+esac
