@@ -38,19 +38,19 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 
-local raw = a.res[res_id]
+local raw = a.x['r:' .. res_id]
 if not raw then return redis.error_reply('NOTFOUND no such reservation') end
 local r = res_get(account_key, res_id, raw)
 if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
 -- The hold ends at expires_at exactly, the instant the sweep may take it.
 if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 local cost, usage = MONEY_ZERO, ''
 if m_pos(actual) then

@@ -20,13 +20,13 @@ local res_id, expire = ARGV[10], ARGV[11] == '1'
 
 if not now or res_id == '' then return redis.error_reply('BADARG now or reservation id') end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 
 local member = res_member(tenant, env, customer, res_id)
-local raw = a.res[res_id]
+local raw = a.x['r:' .. res_id]
 if not raw then
   if expire then redis.call('ZREM', rexp_key, member) end
   return redis.error_reply('NOTFOUND no such reservation')
@@ -43,7 +43,7 @@ if expire and r.expires > now then
   return redis.error_reply('NOTDUE the reservation expires later')
 end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 a.rs = m_sub(a.rs, r.est_cost)

@@ -31,18 +31,18 @@ if not now or not est_units or not terms or not expires or expires <= now or res
   return redis.error_reply('BADARG now, reservation id, metric, units, terms or expires_at')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
-if a.res[res_id] then return redis.error_reply('BADARG the reservation id is taken') end
+if a.x['r:' .. res_id] then return redis.error_reply('BADARG the reservation id is taken') end
 if a.active >= MAX_ACTIVE_HOLDS then
   return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
 end
 
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
 end
