@@ -25,6 +25,11 @@
 -- Mutation of the script that creates a block carries its metadata: a drain
 -- never copies it into the outbox or an op key.
 --
+-- An account of 8 or more blocks and holds also keeps a summary, a
+-- spend-order index and its kept-hold list (fields "s", "o", "k"; see
+-- "Account layout v2" below), so a money script reads only the blocks it
+-- drains.
+--
 -- Bounds (invariant 13, docs/limits.md): a customer holds at most
 -- MAX_LIVE_BLOCKS live blocks and MAX_ACTIVE_HOLDS active holds; a script
 -- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
