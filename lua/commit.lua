@@ -103,7 +103,7 @@ a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage .. ',"res":' .. res_json(r)},
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage, res = r},
   a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

@@ -30,7 +30,7 @@ if not now or not amount or not m_pos(amount) then
   return redis.error_reply('BADARG now or amount')
 end
 
-local a = acct_read(account_key, now, {})
+local a = acct_read(account_key, now, {'o'})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end

@@ -55,7 +55,7 @@ if not now or not amount or not m_pos(amount) or not priority then
 end
 
 -- Matching stack_after metadata in the script needs every block.
-local a = acct_read(account_key, now, {}, stack_fallback ~= '' and not ARGV[25])
+local a = acct_read(account_key, now, {'o'}, stack_fallback ~= '' and not ARGV[25])
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end

@@ -500,8 +500,10 @@ local function res_put(a, r)
   end
 end
 
--- res_json is r as an engine.MutationReservation.
-local function res_json(r)
+-- res_json_head is r as an engine.MutationReservation but its metadata and
+-- closing brace, which mutation_json splices in (m.res): every copy of a
+-- long string costs Redis's Lua a hash of all its bytes (~4 ns a byte).
+local function res_json_head(r)
   local s = '{"id":' .. q(r.id) .. ',"metric":' .. j_str(r.metric) .. ',"est_units":' .. m_fmt(r.est_units) ..
     ',"est_cost":' .. m_fmt(r.est_cost)
   if r.act_units then s = s .. ',"act_units":' .. m_fmt(r.act_units) end
@@ -510,8 +512,7 @@ local function res_json(r)
     ',"created":' .. i_fmt(r.created)
   if r.final and r.status == 'committed' then s = s .. ',"committed":' .. i_fmt(r.final) end
   if r.final and r.status ~= 'committed' then s = s .. ',"released_at":' .. i_fmt(r.final) end
-  if r.meta ~= '' then s = s .. ',"meta":' .. r.meta end
-  return s .. '}'
+  return s
 end
 
 -- res_final is when the encoded reservation was finalized (ms), nil while
@@ -849,15 +850,21 @@ end
 
 -- acct_read loads what a money script needs of the account hash: nil when
 -- it is missing (NOSTATE). On the fast path one HMGET of the account
--- fields, the summary, the index, the kept list and extras (field names
--- the script needs, as a.x[name], nil when absent) and no block: a.fast,
--- a.bal, a.pend, a.nlive, a.idx; drain then reads only the blocks it takes.
+-- fields, the summary, the kept list and extras (field names the script
+-- needs, as a.x[name], nil when absent; "o", the index, only for a script
+-- that drains or adds a block: a long string costs a hash of every byte)
+-- and no block: a.fast, a.bal, a.pend, a.nlive, a.idx; drain then reads
+-- only the blocks it takes.
 -- full (or a hash the summary does not cover at now) reads every block
 -- (acct_read_all).
 local function acct_read(key, now, extras, full)
   if not full then
-    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'o', 'k', unpack(extras))
-    if v[2] and v[6] and v[7] and v[8] then
+    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', unpack(extras))
+    local whole = v[2] and v[6] and v[7]
+    for i, name in ipairs(extras) do
+      if name == 'o' and not v[7 + i] then whole = false end
+    end
+    if whole then
       local bal, pend, nlive, nact, e, st, f =
         string.match(v[6], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
       e, st, f = tonumber(e), tonumber(st), tonumber(f)
@@ -868,13 +875,14 @@ local function acct_read(key, now, extras, full)
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
           ua = tonumber(v[5] or '0'), blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
-          soonest = e, exp_min = e, start_min = st, start_max = f, idx = v[7]}
+          soonest = e, exp_min = e, start_min = st, start_max = f}
         -- Every block of the index is live (now and u are before E).
         a.nblocks = a.nlive
         if v[3] then a.rs = m_parse(v[3]) end
         if v[4] then a.le = m_parse(v[4]) end
-        for id, fin in string.gmatch(v[8], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
-        for i, name in ipairs(extras) do a.x[name] = v[8 + i] or nil end
+        for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
+        for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
+        a.idx = a.x.o
         return a
       end
     end
@@ -887,7 +895,7 @@ local function acct_read(key, now, extras, full)
       a.x[name] = a.res[string.sub(name, 3)]
     elseif k2 == BYTE_COLON and k1 == BYTE_G then
       a.x[name] = a.gauges[string.sub(name, 3)]
-    else
+    elseif name ~= 'o' then -- the slow path rebuilds the index
       a.x[name] = redis.call('HGET', key, name) or nil
     end
   end
@@ -926,6 +934,7 @@ local function drain(a, now, amount, changed)
   if a.fast then
     -- Walk the spend-order index, reading only the blocks taken from (in
     -- HMGETs of 2, 8, 32 ... entries), skipping those not started yet.
+    if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
     local draws, left, pos, want = {}, amount, 1, 2
     while m_pos(left) do
       local ids, names = {}, {}
@@ -1067,6 +1076,7 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     else
       del[#del + 1], del[#del + 2] = 'b:' .. b.id, 'm:' .. b.id
     end
+    if a.fast and not a.idx then a.idx = redis.call('HGET', akey, 'o') or '' end
     if a.fast then
       -- Every block of the index is live and started or pending as the
       -- summary says (now is before E and S): only the change moves it.
@@ -1167,11 +1177,13 @@ end
 -- mutation_json builds the engine.Mutation of a change (account figures at
 -- now, after it); m holds op, kind, tenant, customer, env, idem (JSON text),
 -- rh, now and optionally ctx (engine.MutationContext JSON text from Go,
--- spliced as is), eb (effective balance before the change, money) and
--- extra (more members: ',"usage":{...}'); then the account a, entries and
--- changed blocks.
+-- spliced as is), eb (effective balance before the change, money),
+-- extra (more members: ',"usage":{...}') and res (a reservation, written
+-- as member "res" with its metadata, in the same concatenation: a long
+-- string is copied once); then the account a, entries and changed blocks.
 local function mutation_json(m, a, entries, changed)
   local bal, pend = acct_bal(a, m.now)
+  local r = m.res
   -- Kept formatted for an op record (op_record_consume).
   m.bal_s, m.rs_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(a.rs), m_fmt(pend), i_fmt(m.now)
   local bj = {}
@@ -1183,7 +1195,9 @@ local function mutation_json(m, a, entries, changed)
     ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
     '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
-    (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') .. '}'
+    (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') ..
+    (r and (',"res":' .. res_json_head(r)) or '') .. ((r and r.meta ~= '') and ',"meta":' or '') ..
+    (r and r.meta or '') .. (r and '}' or '') .. '}'
 end
 
 -- publish appends the Mutation to the partition outbox and, under an
