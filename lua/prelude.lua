@@ -688,7 +688,12 @@ local function acct_read_all(key)
   local want = {}
   for _, f in ipairs(names) do
     local k1, k2 = string.byte(f, 1, 2)
-    if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
+    if f == 's' or f == 'o' or f == 'k' then
+      -- Layout v2 fields: rebuilt by acct_commit, never read here.
+      a.layout = true
+    elseif k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then
+      want[#want + 1] = f
+    end
   end
   for first = 1, #want, 1000 do
     local last = math.min(first + 999, #want)
@@ -858,7 +863,10 @@ end
 -- full (or a hash the summary does not cover at now) reads every block
 -- (acct_read_all).
 local function acct_read(key, now, extras, full)
-  if not full then
+  -- HLEN first (O(1)): a hash of fewer fields than the account fields and
+  -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
+  -- straight to the slow path, which is short for it.
+  if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
     local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', unpack(extras))
     local whole = v[2] and v[6] and v[7]
     for i, name in ipairs(extras) do
@@ -1157,7 +1165,7 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     end
     set[#set + 1], set[#set + 2] = 's', m_fmt(a.bal) .. '|' .. m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' ..
       i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' .. opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
-  elseif a.fast or a.s or a.o or a.k then
+  elseif a.fast or a.layout then
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
   end
