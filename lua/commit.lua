@@ -38,7 +38,10 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
-local a = acct_read(account_key, now, {'r:' .. res_id})
+-- The index only when the commit drains.
+local wants = {'r:' .. res_id}
+if m_pos(actual) then wants[2] = 'o' end
+local a = acct_read(account_key, now, wants)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end

@@ -76,7 +76,8 @@ local draws = drain(a, now, charge, changed)
 -- Each member is formatted once for the entry, the usage and the op record.
 local metric_j, su = j_str(metric), m_fmt(units)
 entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-  units_s = su, overage = overage_field, meta = entry_meta}, draws))
+  units_s = su, overage = overage_field, open = true}, draws))
+m.open_meta = entry_meta
 
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)

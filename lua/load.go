@@ -206,7 +206,7 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 }
 
 // layoutMinItems is prelude.lua's LAYOUT_MIN_ITEMS: an account of fewer
-// blocks and holds goes without the layout v2 fields.
+// blocks and active holds goes without the layout v2 fields.
 const layoutMinItems = 8
 
 // keptHold is a finalized hold kept in the hash: its id and when it was
@@ -222,7 +222,7 @@ type keptHold struct {
 // "ua"): byte for byte what acct_commit writes, so a rebuilt hash takes the
 // scripts' fast path at once and equals the hash it replaces.
 func layoutFields(blocks []engine.MutationBlock, active int, kept []keptHold, u int64) []any {
-	if len(blocks)+active+len(kept) < layoutMinItems {
+	if len(blocks)+active < layoutMinItems {
 		return nil
 	}
 	var bal, pend int64

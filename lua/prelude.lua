@@ -25,7 +25,7 @@
 -- Mutation of the script that creates a block carries its metadata: a drain
 -- never copies it into the outbox or an op key.
 --
--- An account of 8 or more blocks and holds also keeps a summary, a
+-- An account of 8 or more blocks and active holds also keeps a summary, a
 -- spend-order index and its kept-hold list (fields "s", "o", "k"; see
 -- "Account layout v2" below), so a money script reads only the blocks it
 -- drains.
@@ -382,7 +382,8 @@ end
 
 -- entry_obj is one engine.MutationEntry from the table e: role, delta
 -- (money) and type, and optionally src and block (null when absent), metric,
--- units (money), ref, overage (money), reason and meta (JSON text or '').
+-- units (money), ref, overage (money), reason, meta (JSON text or '') and
+-- open.
 local function entry_obj(e)
   local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. q(e.type) ..
     ',"source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. (e.block and q(e.block) or 'null')
@@ -391,12 +392,15 @@ local function entry_obj(e)
   if e.ref then s = s .. ',"ref":' .. q(e.ref) end
   if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
   if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
-  if e.meta and e.meta ~= '' then s = s .. ',"meta":' .. e.meta end
+  if e.meta and e.meta ~= '' and not e.open then s = s .. ',"meta":' .. e.meta end
   if e.draws then
     local d = {}
     for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
     s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
   end
+  -- open: the last entry of a Mutation, left open for mutation_json to
+  -- splice its metadata (m.open_meta) into its one concatenation.
+  if e.open then return s end
   return s .. '}'
 end
 
@@ -785,7 +789,8 @@ end
 -- live one). A hash without them (written before layout v2), or with now
 -- outside [F, min(E, S)), takes the slow path: acct_read_all, expire what
 -- is due, and acct_commit rewrites all three.
--- LAYOUT_MIN_ITEMS: an account of fewer blocks and holds than this goes
+-- LAYOUT_MIN_ITEMS: an account of fewer blocks and active holds than this
+-- (kept holds, at most MAX_KEPT_HOLDS, do not count) goes
 -- without the three fields (its slow path reads a handful of fields, and
 -- the index, longer than 64 bytes, would turn a compact listpack hash into
 -- a hashtable: three times the memory).
@@ -1139,9 +1144,13 @@ local function acct_commit(akey, zkey, member, a, changed, now)
       kept[#kept + 1] = k
     end
   end
-  if kept_moved then
+  local big = a.nblocks + a.active >= LAYOUT_MIN_ITEMS
+  -- Sorted for field "k", or to prune; a small account's kept holds need
+  -- no order (kept_before ties cost a byte loop).
+  if (kept_moved and big) or #kept > MAX_KEPT_HOLDS then
     table.sort(kept, kept_before)
     if #kept > MAX_KEPT_HOLDS then
+      kept_moved = true
       -- The oldest finalized holds leave early, down to half the cap, so
       -- this runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
       local drop = #kept - MAX_KEPT_HOLDS / 2
@@ -1150,7 +1159,7 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     end
   end
   a.kept = kept
-  if a.nblocks + a.active + #kept >= LAYOUT_MIN_ITEMS then
+  if big then
     if keep then
       table.sort(keep, spends_before)
       local ents = {}
@@ -1186,6 +1195,7 @@ end
 -- now, after it); m holds op, kind, tenant, customer, env, idem (JSON text),
 -- rh, now and optionally ctx (engine.MutationContext JSON text from Go,
 -- spliced as is), eb (effective balance before the change, money),
+-- open_meta (the metadata of the last entry, which entry_obj left open),
 -- extra (more members: ',"usage":{...}') and res (a reservation, written
 -- as member "res" with its metadata, in the same concatenation: a long
 -- string is copied once); then the account a, entries and changed blocks.
@@ -1201,7 +1211,8 @@ local function mutation_json(m, a, entries, changed)
     ',"rh":' .. q(m.rh) .. ',"at":' .. m.at_s ..
     ',"account":{"id":' .. q(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m.bal_s ..
     ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
-    '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
+    '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
+    (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
     (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') ..
     (r and (',"res":' .. res_json_head(r)) or '') .. ((r and r.meta ~= '') and ',"meta":' or '') ..
