@@ -881,21 +881,53 @@ local function acct_read(key, now, extras, full)
       local bal, pend, nlive, nact, e, st, f =
         string.match(v[6], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
       e, st, f = tonumber(e), tonumber(st), tonumber(f)
+      local u = tonumber(v[5] or '0')
       -- E past u too: a write that left due blocks (gauge expires
       -- nothing) is never trusted, even by a clock behind it.
-      if bal and (f == nil or f <= now) and (e == nil or (now < e and tonumber(v[5] or '0') < e)) and
-          (st == nil or now < st) then
+      local fast = bal and (f == nil or f <= now) and (e == nil or (now < e and u < e)) and (st == nil or now < st)
+      -- Time moved past E or S since a clean write: the refresh below
+      -- reads just the blocks that expired or started.
+      local refresh = not fast and bal and u <= now and (e == nil or u < e)
+      if fast or refresh then
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
-          ua = tonumber(v[5] or '0'), blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
+          ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
           soonest = e, exp_min = e, start_min = st, start_max = f}
-        -- Every block of the index is live (now and u are before E).
+        -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs = m_parse(v[3]) end
         if v[4] then a.le = m_parse(v[4]) end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
         for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
         a.idx = a.x.o
+        if refresh then
+          -- Blocks due at now leave the figures (expire_due zeroes them:
+          -- a.due); blocks started in (u, now] leave pending. Only they
+          -- are read.
+          if not a.idx then a.idx = redis.call('HGET', key, 'o') or '' end
+          local touched, names = {}, {}
+          for id, exp, sts in string.gmatch(a.idx, '([^ ,]+),[^,]*,([^,]*),[^,]*,([^ ]*)') do
+            local x, y = tonumber(exp), tonumber(sts)
+            if (x and x <= now) or (y > u and y <= now) then
+              touched[#touched + 1] = {id, x and x <= now, y > u}
+              names[#names + 1] = 'b:' .. id
+            end
+          end
+          a.due = {}
+          if #names > 0 then
+            local vals = redis.call('HMGET', key, unpack(names))
+            for i, t in ipairs(touched) do
+              if not vals[i] then error('the spend-order index names block ' .. t[1] .. ', which the hash lacks') end
+              local b = block_dec(t[1], vals[i])
+              if t[3] then a.pend = m_sub(a.pend, b.rem) end
+              if t[2] then
+                a.bal, a.nlive, b.gone = m_sub(a.bal, b.rem), a.nlive - 1, true
+                a.due[#a.due + 1] = b
+              end
+            end
+          end
+          a.bounds_stale = true
+        end
         return a
       end
     end
@@ -925,8 +957,19 @@ end
 -- expire_due zeroes every block with credit whose expires_at is at or before
 -- now, appending its expiry entry and the block to entries and changed.
 local function expire_due(a, now, entries, changed)
-  -- On the fast path now is before E: nothing is due.
-  if a.fast then return end
+  -- On the fast path only the blocks a refresh found due (acct_read).
+  if a.fast then
+    if a.due and #a.due > 0 then
+      table.sort(a.due, spends_before)
+      for _, b in ipairs(a.due) do
+        entries[#entries + 1] = entry_json('expiry', m_neg(b.rem), 'expiry', b.src, b.id, '', '')
+        b.rem = MONEY_ZERO
+        changed[#changed + 1] = b
+      end
+    end
+    a.due = nil
+    return
+  end
   local due = {}
   for _, b in ipairs(a.blocks) do
     if b.expires and b.expires <= now and m_pos(b.rem) then due[#due + 1] = b end
@@ -952,10 +995,12 @@ local function drain(a, now, amount, changed)
     while m_pos(left) do
       local ids, names = {}, {}
       while #ids < want do
-        local s, fin, id, _, _, _, st = string.find(a.idx, IDX_PAT, pos)
+        local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
         if not s then break end
         pos = fin + 2
-        if tonumber(st) <= now then
+        local x = tonumber(exp)
+        -- Not started, or due (a refresh's expire_due zeroed it already).
+        if tonumber(st) <= now and (x == nil or x > now) then
           ids[#ids + 1] = id
           names[#names + 1] = 'b:' .. id
         end
@@ -1099,6 +1144,9 @@ local function acct_commit(akey, zkey, member, a, changed, now)
           a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
           if not started(b, now) then a.pend = m_add(a.pend, b.rem) end
         end
+      elseif b.gone then
+        -- Due: already out of the figures (acct_read's refresh).
+        a.idx, a.nblocks, idx_moved = idx_remove(a.idx, b.id), a.nblocks - 1, true
       else
         a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
         if not m_pos(b.rem) then
@@ -1128,7 +1176,7 @@ local function acct_commit(akey, zkey, member, a, changed, now)
       end
     end
     a.bal, a.pend, a.nlive, a.nblocks, a.exp_min, a.start_min, a.start_max = bal, pend, n, #keep, e, st, f
-  elseif idx_moved then
+  elseif idx_moved or a.bounds_stale then
     a.exp_min, a.start_min, a.start_max = idx_bounds(a.idx, now)
   end
   for id in pairs(a.res_dirty) do
