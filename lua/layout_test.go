@@ -333,3 +333,67 @@ func TestLayoutValidUntilBoundary(t *testing.T) {
 		}
 	})
 }
+
+// TestLayoutBalancesFromSummary: a check of a big account reads the
+// summary alone once it has seen one (a block it cannot parse is never
+// read), with the figures the blocks give at every instant around the
+// expiries and starts, and falls back to the whole hash outside the
+// summary's window or once the summary is gone.
+func TestLayoutBalancesFromSummary(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		u := t0.UnixMilli()
+		st := layoutState(rand.New(rand.NewPCG(7, 7)), c, 14, u)
+		st.Reserved = 5
+		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
+			t.Fatalf("load: %v %v", ok, err)
+		}
+		key := b.store.accountKey(c.CustomerID)
+		want := func(nowMS int64) engine.Balances {
+			a, err := b.store.readAccount(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return engine.ComputeBalances(a.blocks, a.reserved, nowMS)
+		}
+		instants := []int64{u, u + 1}
+		for _, bl := range st.Blocks {
+			if bl.ExpiresMS != nil {
+				instants = append(instants, *bl.ExpiresMS-1, *bl.ExpiresMS)
+			}
+			if bl.StartsMS > u {
+				instants = append(instants, bl.StartsMS-1, bl.StartsMS)
+			}
+		}
+		for _, at := range instants {
+			for i := 0; i < 2; i++ {
+				got, err := b.store.Balances(ctx, c, time.UnixMilli(at))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := want(at); got != w {
+					t.Fatalf("at %d (read %d): %+v, blocks say %+v", at, i, got, w)
+				}
+			}
+		}
+		if !b.store.layouts.has(key) {
+			t.Fatal("the account's summary was not remembered")
+		}
+		w := want(u)
+		if err := b.rdb.HSet(ctx, key, "b:"+st.Blocks[0].ID.String(), "unreadable").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.store.Balances(ctx, c, t0); err != nil || got != w {
+			t.Fatalf("from the summary: %+v %v, want %+v", got, err, w)
+		}
+		oldLayout(t, b, c)
+		if _, err := b.store.Balances(ctx, c, t0); err == nil {
+			t.Fatal("without a summary the check read the summary")
+		}
+		if b.store.layouts.has(key) {
+			t.Fatal("an account without a summary is still remembered")
+		}
+	})
+}
