@@ -38,19 +38,22 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
-local a = acct_read(account_key)
+-- The index only when the commit drains.
+local wants = {'r:' .. res_id}
+if m_pos(actual) then wants[2] = 'o' end
+local a = acct_read(account_key, now, wants)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 
-local raw = a.res[res_id]
+local raw = a.x['r:' .. res_id]
 if not raw then return redis.error_reply('NOTFOUND no such reservation') end
 local r = res_get(account_key, res_id, raw)
 if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
 -- The hold ends at expires_at exactly, the instant the sweep may take it.
 if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 local cost, usage = MONEY_ZERO, ''
 if m_pos(actual) then
@@ -103,7 +106,7 @@ a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage .. ',"res":' .. res_json(r)},
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage, res = r},
   a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

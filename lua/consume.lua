@@ -42,7 +42,7 @@ if not now or not units or not terms or metric == '' or
   return redis.error_reply('BADARG now, metric, units, terms or policy')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'o'})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end
@@ -50,7 +50,7 @@ if r then return r end
 local cost, err = price(terms, units)
 if not cost then return redis.error_reply(err) end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
 
@@ -76,7 +76,8 @@ local draws = drain(a, now, charge, changed)
 -- Each member is formatted once for the entry, the usage and the op record.
 local metric_j, su = j_str(metric), m_fmt(units)
 entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-  units_s = su, overage = overage_field, meta = entry_meta}, draws))
+  units_s = su, overage = overage_field, open = true}, draws))
+m.open_meta = entry_meta
 
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)

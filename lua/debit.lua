@@ -30,13 +30,13 @@ if not now or not amount or not m_pos(amount) then
   return redis.error_reply('BADARG now or amount')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'o'})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end
 if a.id == '' then return redis.error_reply('NOACCOUNT the customer has no credit account') end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, amount) < 0 then
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the amount')
 end
@@ -44,21 +44,11 @@ end
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 
-local spendable = {}
-for _, b in ipairs(a.blocks) do
-  if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
-end
-table.sort(spendable, spends_before)
-local left = amount
-for _, b in ipairs(spendable) do
-  if not m_pos(left) then break end
-  local take = m_min(b.rem, left)
-  b.rem = m_sub(b.rem, take)
-  left = m_sub(left, take)
+-- One entry per block drawn, in spend order.
+for _, d in ipairs(drain(a, now, amount, changed)) do
   local src = entry_source
-  if src == '' then src = b.src end
-  entries[#entries + 1] = entry_json('main', m_neg(take), entry_type, src, b.id, reason, entry_meta)
-  changed[#changed + 1] = b
+  if src == '' then src = d.b.src end
+  entries[#entries + 1] = entry_json('main', m_neg(d.take), entry_type, src, d.b.id, reason, entry_meta)
 end
 
 a.v = a.v + 1

@@ -18,13 +18,13 @@ local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
 if not now then return redis.error_reply('BADARG now') end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {}, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 
 local member = tenant .. '|' .. env .. '|' .. customer
 -- Due blocks already count for nothing, so the effective balance is the
 -- same before and after; eb is written for the persister all the same.
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 if #entries == 0 then

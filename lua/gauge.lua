@@ -23,13 +23,14 @@ if not now or not delta or not cap or metric == '' or m_cmp(delta, MONEY_ZERO) =
   return redis.error_reply('BADARG now, metric, delta or cap')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'g:' .. metric})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 
 local cur = MONEY_ZERO
-if a.gauges[metric] then cur = m_parse(a.gauges[metric]) or MONEY_ZERO end
+local stored = a.x['g:' .. metric]
+if stored then cur = m_parse(stored) or MONEY_ZERO end
 local new = m_add(cur, delta)
 if not m_fits(new) then return redis.error_reply('OVERFLOW the gauge would not fit in int64') end
 if m_pos(delta) and not allow and m_cmp(new, cap) > 0 then
@@ -39,7 +40,7 @@ if m_cmp(new, MONEY_ZERO) < 0 then
   return redis.error_reply('BELOWZERO the decrement is larger than the current count')
 end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, {}, now)
 redis.call('HSET', account_key, 'g:' .. metric, m_fmt(new))

@@ -54,12 +54,13 @@ if not now or not amount or not m_pos(amount) or not priority then
   return redis.error_reply('BADARG now, amount or priority')
 end
 
-local a = acct_read(account_key)
+-- Matching stack_after metadata in the script needs every block.
+local a = acct_read(account_key, now, {'o'}, stack_fallback ~= '' and not ARGV[25])
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end
 
-local _, _, effective_before = balances(a.blocks, a.rs, now)
+local _, _, effective_before = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 
@@ -97,7 +98,7 @@ if stack_fallback ~= '' then
   expires = starts + stack_ms
 end
 
-local balance = balances(a.blocks, a.rs, now)
+local balance = acct_bal(a, now)
 if cap then
   local room = m_sub(cap, balance)
   if not m_pos(room) then

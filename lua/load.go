@@ -3,7 +3,9 @@ package lua
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,6 +104,9 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 	fields := []any{"v", dec(st.Version), "id", st.AccountID, "t", tenant, "e", string(st.Environment),
 		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
 	var soonest *int64
+	var kept []keptHold
+	var stored []engine.MutationBlock
+	active := 0
 	for _, b := range st.Blocks {
 		if err := checkSource(b.Source); err != nil {
 			return fmt.Errorf("lua: load: block %s: %w", b.ID, err)
@@ -114,6 +119,7 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 			continue // emptied blocks live in Postgres only
 		}
 		id := b.ID.String()
+		stored = append(stored, b)
 		fields = append(fields, "b:"+id, blockValue(b))
 		if meta != "" {
 			fields = append(fields, "m:"+id, meta)
@@ -154,6 +160,9 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 		}
 		if r.Status == engine.ReservationActive {
 			holdZ = append(holdZ, dec(r.ExpiresMS), member+"|"+id)
+			active++
+		} else {
+			kept = append(kept, keptHold{id, *final})
 		}
 	}
 	for metric, n := range st.Gauges {
@@ -162,6 +171,8 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 		}
 		fields = append(fields, "g:"+metric, dec(n))
 	}
+
+	fields = append(fields, layoutFields(stored, active, kept, st.UpdatedAtMS)...)
 
 	c.keys = append(c.keys, c.tag+":a:"+cs) // s.accountKey(cust)
 	var ops []any
@@ -192,4 +203,73 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 	c.args = append(c.args, ops...)
 	c.n++
 	return nil
+}
+
+// layoutMinItems is prelude.lua's LAYOUT_MIN_ITEMS: an account of fewer
+// blocks and active holds goes without the layout v2 fields.
+const layoutMinItems = 8
+
+// keptHold is a finalized hold kept in the hash: its id and when it was
+// finalized (ms).
+type keptHold struct {
+	id    string
+	final int64
+}
+
+// layoutFields are the layout v2 fields "s", "o" and "k" (prelude.lua,
+// "Account layout v2") of an account hash holding blocks (all with credit),
+// active holds and the kept finalized holds, last written at u (field
+// "ua"): byte for byte what acct_commit writes, so a rebuilt hash takes the
+// scripts' fast path at once and equals the hash it replaces.
+func layoutFields(blocks []engine.MutationBlock, active int, kept []keptHold, u int64) []any {
+	if len(blocks)+active < layoutMinItems {
+		return nil
+	}
+	var bal, pend int64
+	var nlive int
+	var e, st, f *int64
+	opt := func(v *int64) string {
+		if v == nil {
+			return ""
+		}
+		return dec(*v)
+	}
+	for _, b := range blocks {
+		if b.Live(u) {
+			nlive++
+			bal += b.Remaining
+			if !b.Started(u) {
+				pend += b.Remaining
+			}
+		}
+		if b.ExpiresMS != nil && (e == nil || *b.ExpiresMS < *e) {
+			e = b.ExpiresMS
+		}
+		starts := b.StartsMS
+		if starts > u {
+			if st == nil || starts < *st {
+				st = &starts
+			}
+		} else if f == nil || starts > *f {
+			f = &starts
+		}
+	}
+	order := append([]engine.MutationBlock(nil), blocks...)
+	engine.SpendOrder(order)
+	idx := make([]string, len(order))
+	for i, b := range order {
+		idx[i] = b.ID.String() + "," + strconv.Itoa(b.Priority) + "," + opt(b.ExpiresMS) + "," + dec(b.CreatedMS) + "," + dec(b.StartsMS)
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		if kept[i].final != kept[j].final {
+			return kept[i].final < kept[j].final
+		}
+		return kept[i].id < kept[j].id
+	})
+	ks := make([]string, len(kept))
+	for i, k := range kept {
+		ks[i] = k.id + "," + dec(k.final)
+	}
+	sum := dec(bal) + "|" + dec(pend) + "|" + strconv.Itoa(nlive) + "|" + strconv.Itoa(active) + "|" + opt(e) + "|" + opt(st) + "|" + opt(f)
+	return []any{"o", strings.Join(idx, " "), "k", strings.Join(ks, " "), "s", sum}
 }

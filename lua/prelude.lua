@@ -25,6 +25,11 @@
 -- Mutation of the script that creates a block carries its metadata: a drain
 -- never copies it into the outbox or an op key.
 --
+-- An account of 8 or more blocks and active holds also keeps a summary, a
+-- spend-order index and its kept-hold list (fields "s", "o", "k"; see
+-- "Account layout v2" below), so a money script reads only the blocks it
+-- drains.
+--
 -- Bounds (invariant 13, docs/limits.md): a customer holds at most
 -- MAX_LIVE_BLOCKS live blocks and MAX_ACTIVE_HOLDS active holds; a script
 -- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
@@ -377,7 +382,8 @@ end
 
 -- entry_obj is one engine.MutationEntry from the table e: role, delta
 -- (money) and type, and optionally src and block (null when absent), metric,
--- units (money), ref, overage (money), reason and meta (JSON text or '').
+-- units (money), ref, overage (money), reason, meta (JSON text or '') and
+-- open.
 local function entry_obj(e)
   local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. q(e.type) ..
     ',"source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. (e.block and q(e.block) or 'null')
@@ -386,12 +392,15 @@ local function entry_obj(e)
   if e.ref then s = s .. ',"ref":' .. q(e.ref) end
   if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
   if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
-  if e.meta and e.meta ~= '' then s = s .. ',"meta":' .. e.meta end
+  if e.meta and e.meta ~= '' and not e.open then s = s .. ',"meta":' .. e.meta end
   if e.draws then
     local d = {}
     for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
     s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
   end
+  -- open: the last entry of a Mutation, left open for mutation_json to
+  -- splice its metadata (m.open_meta) into its one concatenation.
+  if e.open then return s end
   return s .. '}'
 end
 
@@ -484,10 +493,21 @@ end
 -- metadata.
 local function res_put(a, r)
   a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, r.meta
+  -- Every res_put either opens a hold (reserve) or finalizes an active
+  -- one (commit, release): the active count and the kept list follow.
+  if r.status == 'active' then
+    a.active = a.active + 1
+  else
+    a.active = a.active - 1
+    a.kept[#a.kept + 1] = {r.id, r.final}
+    a.kept_moved = true
+  end
 end
 
--- res_json is r as an engine.MutationReservation.
-local function res_json(r)
+-- res_json_head is r as an engine.MutationReservation but its metadata and
+-- closing brace, which mutation_json splices in (m.res): every copy of a
+-- long string costs Redis's Lua a hash of all its bytes (~4 ns a byte).
+local function res_json_head(r)
   local s = '{"id":' .. q(r.id) .. ',"metric":' .. j_str(r.metric) .. ',"est_units":' .. m_fmt(r.est_units) ..
     ',"est_cost":' .. m_fmt(r.est_cost)
   if r.act_units then s = s .. ',"act_units":' .. m_fmt(r.act_units) end
@@ -496,8 +516,7 @@ local function res_json(r)
     ',"created":' .. i_fmt(r.created)
   if r.final and r.status == 'committed' then s = s .. ',"committed":' .. i_fmt(r.final) end
   if r.final and r.status ~= 'committed' then s = s .. ',"released_at":' .. i_fmt(r.final) end
-  if r.meta ~= '' then s = s .. ',"meta":' .. r.meta end
-  return s .. '}'
+  return s
 end
 
 -- res_final is when the encoded reservation was finalized (ms), nil while
@@ -661,18 +680,24 @@ local function soonest_expiry(blocks)
   return soonest
 end
 
--- acct_read loads the account hash but its metadata fields: nil when
+-- acct_read_all loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
-local function acct_read(key)
+-- The slow path of acct_read: every block decoded, every hold counted.
+local function acct_read_all(key)
   local names = redis.call('HKEYS', key)
   if #names == 0 then return nil end
-  local a = {id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0}
+  local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
+    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}}
   local want = {}
   for _, f in ipairs(names) do
     local k1, k2 = string.byte(f, 1, 2)
-    if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
+    if f == 's' or f == 'o' or f == 'k' then
+      -- Layout v2 fields: rebuilt by acct_commit, never read here.
+      a.layout = true
+    elseif k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then
+      want[#want + 1] = f
+    end
   end
   for first = 1, #want, 1000 do
     local last = math.min(first + 999, #want)
@@ -680,6 +705,10 @@ local function acct_read(key)
     for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
   a.soonest = soonest_expiry(a.blocks)
+  for id, raw in pairs(a.res) do
+    local final = res_final(raw)
+    if final then a.kept[#a.kept + 1] = {id, final} end
+  end
   return a
 end
 
@@ -692,6 +721,7 @@ local function started(b, now) return b.starts <= now end
 
 -- live_count is the number of a's live blocks at now (MAX_LIVE_BLOCKS).
 local function live_count(a, now)
+  if a.fast then return a.nlive end
   local n = 0
   for _, b in ipairs(a.blocks) do
     if live(b, now) then n = n + 1 end
@@ -739,9 +769,207 @@ local function balances(blocks, reserved, now)
   return bal, pend, m_sub(m_sub(bal, reserved), pend)
 end
 
+-- Account layout v2 (docs/decisions.md, "Account layout v2"): three fields
+-- let a money script touch only what it drains instead of decoding every
+-- block and hold of the hash.
+--   "s"  summary: balance|pending|live blocks|active holds|E|S|F, money and
+--        counts in decimal, instants in decimal Unix ms ("" for none): the
+--        figures of the live blocks at the instant u of the last write
+--        (field "ua"); E the soonest expires_at of a block with credit, S
+--        the soonest start after u, F the latest start at or before u. While
+--        F <= now < min(E, S) no block has expired or started since, so the
+--        summary is exact at now without decoding a block.
+--   "o"  spend-order index: every block with credit as
+--        "id,priority,expires,created,starts" (instants decimal, expires ""
+--        for none), joined by " " in engine.SpendOrder order (spends_before).
+--   "k"  kept finalized holds as "id,finalized" joined by " ", by
+--        (finalized, id): pruning reads one field.
+-- All three are a function of the hash's blocks and holds and of u (load.go
+-- writes the same from Postgres, so a rebuilt hash is byte for byte the
+-- live one). A hash without them (written before layout v2), or with now
+-- outside [F, min(E, S)), takes the slow path: acct_read_all, expire what
+-- is due, and acct_commit rewrites all three.
+-- LAYOUT_MIN_ITEMS: an account of fewer blocks and active holds than this
+-- (kept holds, at most MAX_KEPT_HOLDS, do not count) goes
+-- without the three fields (its slow path reads a handful of fields, and
+-- the index, longer than 64 bytes, would turn a compact listpack hash into
+-- a hashtable: three times the memory).
+local LAYOUT_MIN_ITEMS = 8
+local IDX_PAT = '([^ ,]+),([^,]*),([^,]*),([^,]*),([^ ]*)'
+
+-- idx_entry is block b's entry in the spend-order index.
+local function idx_entry(b)
+  local exp = ''
+  if b.expires then exp = i_fmt(b.expires) end
+  return b.id .. ',' .. i_fmt(b.prio) .. ',' .. exp .. ',' .. i_fmt(b.created) .. ',' .. i_fmt(b.starts)
+end
+
+-- idx_insert is index idx with block b's entry at its spend-order place:
+-- one pass over the entries before it (bounded by MAX_LIVE_BLOCKS).
+local function idx_insert(idx, b)
+  local e, pos = idx_entry(b), 1
+  while true do
+    local s, fin, id, prio, exp, created = string.find(idx, IDX_PAT, pos)
+    if not s then break end
+    if spends_before(b, {id = id, prio = tonumber(prio), expires = tonumber(exp), created = tonumber(created)}) then
+      return string.sub(idx, 1, s - 1) .. e .. ' ' .. string.sub(idx, s)
+    end
+    pos = fin + 2
+  end
+  if idx == '' then return e end
+  return idx .. ' ' .. e
+end
+
+-- idx_remove is index idx without block id's entry (ids are UUIDs, so
+-- "id," only ever opens an entry).
+local function idx_remove(idx, id)
+  local s = string.find(idx, id .. ',', 1, true)
+  if not s then return idx end
+  local sp = string.find(idx, ' ', s, true)
+  if sp then return string.sub(idx, 1, s - 1) .. string.sub(idx, sp + 1) end
+  if s == 1 then return '' end
+  return string.sub(idx, 1, s - 2)
+end
+
+-- idx_bounds is E, S and F (summary) of the blocks of index idx at u.
+local function idx_bounds(idx, u)
+  local e, s, f = nil, nil, nil
+  for exp, st in string.gmatch(idx, '[^ ,]+,[^,]*,([^,]*),[^,]*,([^ ]*)') do
+    local x, y = tonumber(exp), tonumber(st)
+    if x and (e == nil or x < e) then e = x end
+    if y > u then
+      if s == nil or y < s then s = y end
+    elseif f == nil or y > f then
+      f = y
+    end
+  end
+  return e, s, f
+end
+
+-- opt_fmt is an optional instant as summary text.
+local function opt_fmt(n)
+  if n then return i_fmt(n) end
+  return ''
+end
+
+-- kept_before orders kept holds {id, finalized}: oldest first, then id.
+local function kept_before(x, y)
+  if x[2] ~= y[2] then return x[2] < y[2] end
+  return str_less(x[1], y[1])
+end
+
+-- acct_read loads what a money script needs of the account hash: nil when
+-- it is missing (NOSTATE). On the fast path one HMGET of the account
+-- fields, the summary, the kept list and extras (field names the script
+-- needs, as a.x[name], nil when absent; "o", the index, only for a script
+-- that drains or adds a block: a long string costs a hash of every byte)
+-- and no block: a.fast, a.bal, a.pend, a.nlive, a.idx; drain then reads
+-- only the blocks it takes.
+-- full (or a hash the summary does not cover at now) reads every block
+-- (acct_read_all).
+local function acct_read(key, now, extras, full)
+  -- HLEN first (O(1)): a hash of fewer fields than the account fields and
+  -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
+  -- straight to the slow path, which is short for it.
+  if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
+    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', unpack(extras))
+    local whole = v[2] and v[6] and v[7]
+    for i, name in ipairs(extras) do
+      if name == 'o' and not v[7 + i] then whole = false end
+    end
+    if whole then
+      local bal, pend, nlive, nact, e, st, f =
+        string.match(v[6], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+      e, st, f = tonumber(e), tonumber(st), tonumber(f)
+      local u = tonumber(v[5] or '0')
+      -- E past u too: a write that left due blocks (gauge expires
+      -- nothing) is never trusted, even by a clock behind it.
+      local fast = bal and (f == nil or f <= now) and (e == nil or (now < e and u < e)) and (st == nil or now < st)
+      -- Time moved past E or S since a clean write: the refresh below
+      -- reads just the blocks that expired or started.
+      local refresh = not fast and bal and u <= now and (e == nil or u < e)
+      if fast or refresh then
+        local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
+          ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
+          bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
+          soonest = e, exp_min = e, start_min = st, start_max = f}
+        -- Every block of the index is live at u (E is past u).
+        a.nblocks = a.nlive
+        if v[3] then a.rs = m_parse(v[3]) end
+        if v[4] then a.le = m_parse(v[4]) end
+        for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
+        for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
+        a.idx = a.x.o
+        if refresh then
+          -- Blocks due at now leave the figures (expire_due zeroes them:
+          -- a.due); blocks started in (u, now] leave pending. Only they
+          -- are read.
+          if not a.idx then a.idx = redis.call('HGET', key, 'o') or '' end
+          local touched, names = {}, {}
+          for id, exp, sts in string.gmatch(a.idx, '([^ ,]+),[^,]*,([^,]*),[^,]*,([^ ]*)') do
+            local x, y = tonumber(exp), tonumber(sts)
+            if (x and x <= now) or (y > u and y <= now) then
+              touched[#touched + 1] = {id, x and x <= now, y > u}
+              names[#names + 1] = 'b:' .. id
+            end
+          end
+          a.due = {}
+          if #names > 0 then
+            local vals = redis.call('HMGET', key, unpack(names))
+            for i, t in ipairs(touched) do
+              if not vals[i] then error('the spend-order index names block ' .. t[1] .. ', which the hash lacks') end
+              local b = block_dec(t[1], vals[i])
+              if t[3] then a.pend = m_sub(a.pend, b.rem) end
+              if t[2] then
+                a.bal, a.nlive, b.gone = m_sub(a.bal, b.rem), a.nlive - 1, true
+                a.due[#a.due + 1] = b
+              end
+            end
+          end
+          a.bounds_stale = true
+        end
+        return a
+      end
+    end
+  end
+  local a = acct_read_all(key)
+  if not a then return nil end
+  for _, name in ipairs(extras) do
+    local k1, k2 = string.byte(name, 1, 2)
+    if k2 == BYTE_COLON and k1 == BYTE_R then
+      a.x[name] = a.res[string.sub(name, 3)]
+    elseif k2 == BYTE_COLON and k1 == BYTE_G then
+      a.x[name] = a.gauges[string.sub(name, 3)]
+    elseif name ~= 'o' then -- the slow path rebuilds the index
+      a.x[name] = redis.call('HGET', key, name) or nil
+    end
+  end
+  return a
+end
+
+-- acct_bal is balances of a at now: the summary's figures (kept current by
+-- acct_commit) when a has them, else summed over a.blocks.
+local function acct_bal(a, now)
+  if a.bal then return a.bal, a.pend, m_sub(m_sub(a.bal, a.rs), a.pend) end
+  return balances(a.blocks, a.rs, now)
+end
+
 -- expire_due zeroes every block with credit whose expires_at is at or before
 -- now, appending its expiry entry and the block to entries and changed.
 local function expire_due(a, now, entries, changed)
+  -- On the fast path only the blocks a refresh found due (acct_read).
+  if a.fast then
+    if a.due and #a.due > 0 then
+      table.sort(a.due, spends_before)
+      for _, b in ipairs(a.due) do
+        entries[#entries + 1] = entry_json('expiry', m_neg(b.rem), 'expiry', b.src, b.id, '', '')
+        b.rem = MONEY_ZERO
+        changed[#changed + 1] = b
+      end
+    end
+    a.due = nil
+    return
+  end
   local due = {}
   for _, b in ipairs(a.blocks) do
     if b.expires and b.expires <= now and m_pos(b.rem) then due[#due + 1] = b end
@@ -759,6 +987,41 @@ end
 -- the draws {b = block, take = money}. The caller has checked that the
 -- blocks hold amount.
 local function drain(a, now, amount, changed)
+  if a.fast then
+    -- Walk the spend-order index, reading only the blocks taken from (in
+    -- HMGETs of 2, 8, 32 ... entries), skipping those not started yet.
+    if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
+    local draws, left, pos, want = {}, amount, 1, 2
+    while m_pos(left) do
+      local ids, names = {}, {}
+      while #ids < want do
+        local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
+        if not s then break end
+        pos = fin + 2
+        local x = tonumber(exp)
+        -- Not started, or due (a refresh's expire_due zeroed it already).
+        if tonumber(st) <= now and (x == nil or x > now) then
+          ids[#ids + 1] = id
+          names[#names + 1] = 'b:' .. id
+        end
+      end
+      if #ids == 0 then break end
+      local vals = redis.call('HMGET', a.key, unpack(names))
+      for i, id in ipairs(ids) do
+        if not m_pos(left) then break end
+        if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
+        local b = block_dec(id, vals[i])
+        b.rem0 = b.rem
+        local take = m_min(b.rem, left)
+        b.rem = m_sub(b.rem, take)
+        left = m_sub(left, take)
+        draws[#draws + 1] = {b = b, take = take}
+        changed[#changed + 1] = b
+      end
+      want = want * 4
+    end
+    return draws
+  end
   local spendable = {}
   for _, b in ipairs(a.blocks) do
     if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
@@ -767,24 +1030,24 @@ local function drain(a, now, amount, changed)
   -- them all: a charge usually draws from one or two blocks, so this costs
   -- one pass per block drawn instead of n log n comparisons (invariant 13).
   -- After four picks the rest is sorted once (a drain of many blocks).
-  local draws, left, sorted = {}, amount, false
-  while m_pos(left) and #spendable > 0 do
+  local draws, left, sorted, at = {}, amount, false, 0
+  while m_pos(left) do
     local b
     if sorted then
-      b = table.remove(spendable)
-    elseif #draws == 4 then
-      table.sort(spendable, function(x, y) return spends_before(y, x) end)
-      sorted = true
-      b = table.remove(spendable)
-    else
-      local at = 1
-      for i = 2, #spendable do
-        if spends_before(spendable[i], spendable[at]) then at = i end
-      end
+      at = at + 1
       b = spendable[at]
-      spendable[at] = spendable[#spendable]
-      spendable[#spendable] = nil
+    elseif #draws == 4 then
+      table.sort(spendable, spends_before)
+      sorted, at = true, 1
+      b = spendable[1]
+    elseif #spendable > 0 then
+      local i0 = 1
+      for i = 2, #spendable do
+        if spends_before(spendable[i], spendable[i0]) then i0 = i end
+      end
+      b = table.remove(spendable, i0)
     end
+    if not b then break end
     local take = m_min(b.rem, left)
     b.rem = m_sub(b.rem, take)
     left = m_sub(left, take)
@@ -852,14 +1115,16 @@ end
 -- acct_commit writes the account fields, the changed blocks (emptied ones
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
--- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), then
--- syncs the expiry zset. Each redis.call costs ~15,000 instructions, so the
+-- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), keeps the
+-- summary, index and kept list (layout v2 above) exact at now, then syncs
+-- the expiry zset. Each redis.call costs ~15,000 instructions, so the
 -- writes go as one HSET and at most one HDEL, and the zset is written only
--- when the soonest expiry moved (a.soonest, read by acct_read: the zset
--- already holds it, every script keeping the two in step).
+-- when the soonest expiry moved (a.soonest: the zset already holds it,
+-- every script keeping the two in step).
 local function acct_commit(akey, zkey, member, a, changed, now)
   local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
   local del = {}
+  local idx_moved = false
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
       set[#set + 1], set[#set + 2] = 'b:' .. b.id, block_enc(b)
@@ -869,31 +1134,101 @@ local function acct_commit(akey, zkey, member, a, changed, now)
     else
       del[#del + 1], del[#del + 2] = 'b:' .. b.id, 'm:' .. b.id
     end
+    if a.fast and not a.idx then a.idx = redis.call('HGET', akey, 'o') or '' end
+    if a.fast then
+      -- Every block of the index is live and started or pending as the
+      -- summary says (now is before E and S): only the change moves it.
+      if b.fresh then
+        a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
+        if live(b, now) then
+          a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
+          if not started(b, now) then a.pend = m_add(a.pend, b.rem) end
+        end
+      elseif b.gone then
+        -- Due: already out of the figures (acct_read's refresh).
+        a.idx, a.nblocks, idx_moved = idx_remove(a.idx, b.id), a.nblocks - 1, true
+      else
+        a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
+        if not m_pos(b.rem) then
+          a.idx, a.nlive, a.nblocks, idx_moved = idx_remove(a.idx, b.id), a.nlive - 1, a.nblocks - 1, true
+        end
+      end
+    end
   end
-  local kept = {}
-  for id, raw in pairs(a.res) do
-    if a.res_dirty[id] then
-      set[#set + 1], set[#set + 2] = 'r:' .. id, raw
-      if a.res_meta[id] and a.res_meta[id] ~= '' then set[#set + 1], set[#set + 2] = 'n:' .. id, a.res_meta[id] end
+  local keep = nil
+  if not a.fast then
+    -- Slow path: the summary from every block.
+    local bal, pend, n, e, st, f = MONEY_ZERO, MONEY_ZERO, 0, nil, nil, nil
+    keep = {}
+    for _, b in ipairs(a.blocks) do
+      if m_pos(b.rem) then
+        keep[#keep + 1] = b
+        if live(b, now) then
+          n, bal = n + 1, m_add(bal, b.rem)
+          if not started(b, now) then pend = m_add(pend, b.rem) end
+        end
+        if b.expires and (e == nil or b.expires < e) then e = b.expires end
+        if b.starts > now then
+          if st == nil or b.starts < st then st = b.starts end
+        elseif f == nil or b.starts > f then
+          f = b.starts
+        end
+      end
     end
-    local final = res_final(raw)
-    if final and final + RES_KEEP_MS <= now then
-      del[#del + 1], del[#del + 2] = 'r:' .. id, 'n:' .. id
-    elseif final then
-      kept[#kept + 1] = {id, final}
+    a.bal, a.pend, a.nlive, a.nblocks, a.exp_min, a.start_min, a.start_max = bal, pend, n, #keep, e, st, f
+  elseif idx_moved or a.bounds_stale then
+    a.exp_min, a.start_min, a.start_max = idx_bounds(a.idx, now)
+  end
+  for id in pairs(a.res_dirty) do
+    set[#set + 1], set[#set + 2] = 'r:' .. id, a.res[id]
+    if a.res_meta[id] and a.res_meta[id] ~= '' then set[#set + 1], set[#set + 2] = 'n:' .. id, a.res_meta[id] end
+  end
+  local kept, kept_moved = {}, a.kept_moved or not a.fast
+  for _, k in ipairs(a.kept) do
+    if k[2] + RES_KEEP_MS <= now then
+      del[#del + 1], del[#del + 2] = 'r:' .. k[1], 'n:' .. k[1]
+      kept_moved = true
+    else
+      kept[#kept + 1] = k
     end
   end
-  if #kept > MAX_KEPT_HOLDS then
-    -- The oldest finalized holds leave early, down to half the cap, so
-    -- this sort runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
-    table.sort(kept, function(x, y) return x[2] < y[2] end)
-    for i = 1, #kept - MAX_KEPT_HOLDS / 2 do
-      del[#del + 1], del[#del + 2] = 'r:' .. kept[i][1], 'n:' .. kept[i][1]
+  local big = a.nblocks + a.active >= LAYOUT_MIN_ITEMS
+  -- Sorted for field "k", or to prune; a small account's kept holds need
+  -- no order (kept_before ties cost a byte loop).
+  if (kept_moved and big) or #kept > MAX_KEPT_HOLDS then
+    table.sort(kept, kept_before)
+    if #kept > MAX_KEPT_HOLDS then
+      kept_moved = true
+      -- The oldest finalized holds leave early, down to half the cap, so
+      -- this runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
+      local drop = #kept - MAX_KEPT_HOLDS / 2
+      for i = 1, drop do del[#del + 1], del[#del + 2] = 'r:' .. kept[i][1], 'n:' .. kept[i][1] end
+      kept = {unpack(kept, drop + 1)}
     end
+  end
+  a.kept = kept
+  if big then
+    if keep then
+      table.sort(keep, spends_before)
+      local ents = {}
+      for i, b in ipairs(keep) do ents[i] = idx_entry(b) end
+      a.idx, idx_moved = table.concat(ents, ' '), true
+    end
+    if idx_moved then set[#set + 1], set[#set + 2] = 'o', a.idx end
+    if kept_moved then
+      local ks = {}
+      for i, k in ipairs(kept) do ks[i] = k[1] .. ',' .. i_fmt(k[2]) end
+      set[#set + 1], set[#set + 2] = 'k', table.concat(ks, ' ')
+    end
+    set[#set + 1], set[#set + 2] = 's', m_fmt(a.bal) .. '|' .. m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' ..
+      i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' .. opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
+  elseif a.fast or a.layout then
+    -- A small account goes without them (a listpack hash stays one).
+    del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
   end
   redis.call('HSET', akey, unpack(set))
   if #del > 0 then redis.call('HDEL', akey, unpack(del)) end
-  local soonest = soonest_expiry(a.blocks)
+  local soonest = a.exp_min
   if soonest ~= a.soonest then
     if soonest then
       redis.call('ZADD', zkey, i_fmt(soonest), member)
@@ -901,16 +1236,20 @@ local function acct_commit(akey, zkey, member, a, changed, now)
       redis.call('ZREM', zkey, member)
     end
   end
+  a.soonest = soonest
 end
 
 -- mutation_json builds the engine.Mutation of a change (account figures at
 -- now, after it); m holds op, kind, tenant, customer, env, idem (JSON text),
 -- rh, now and optionally ctx (engine.MutationContext JSON text from Go,
--- spliced as is), eb (effective balance before the change, money) and
--- extra (more members: ',"usage":{...}'); then the account a, entries and
--- changed blocks.
+-- spliced as is), eb (effective balance before the change, money),
+-- open_meta (the metadata of the last entry, which entry_obj left open),
+-- extra (more members: ',"usage":{...}') and res (a reservation, written
+-- as member "res" with its metadata, in the same concatenation: a long
+-- string is copied once); then the account a, entries and changed blocks.
 local function mutation_json(m, a, entries, changed)
-  local bal, pend = balances(a.blocks, a.rs, m.now)
+  local bal, pend = acct_bal(a, m.now)
+  local r = m.res
   -- Kept formatted for an op record (op_record_consume).
   m.bal_s, m.rs_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(a.rs), m_fmt(pend), i_fmt(m.now)
   local bj = {}
@@ -920,9 +1259,12 @@ local function mutation_json(m, a, entries, changed)
     ',"rh":' .. q(m.rh) .. ',"at":' .. m.at_s ..
     ',"account":{"id":' .. q(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m.bal_s ..
     ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
-    '},"entries":[' .. table.concat(entries, ',') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
+    '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
+    (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
-    (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') .. '}'
+    (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') ..
+    (r and (',"res":' .. res_json_head(r)) or '') .. ((r and r.meta ~= '') and ',"meta":' or '') ..
+    (r and r.meta or '') .. (r and '}' or '') .. '}'
 end
 
 -- publish appends the Mutation to the partition outbox and, under an

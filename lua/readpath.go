@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,15 +143,103 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 // the reserved total and each block's remaining, starts and expires are
 // parsed (no block ids, sources, metadata or reservations decoded, nothing
 // sorted). Figures match Snapshot's. Errors: engine.ErrStateMissing.
+//
+// An account known to keep the layout v2 summary (field "s", prelude.lua)
+// is read by one HMGET of the summary instead: a big account's HGETALL
+// copies every block's and hold's metadata (megabytes at the caps). The
+// summary answers only inside its window; outside it the HGETALL does.
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
-	raw, err := s.reads.hgetall(s.rdb, s.accountKeyOf(c.CustomerID))
+	key, nowMS := s.accountKeyOf(c.CustomerID), now.UnixMilli()
+	if s.layouts.has(key) {
+		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua").Result()
+		if err != nil {
+			return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
+		}
+		sum, _ := v[0].(string)
+		rs, _ := v[1].(string)
+		ua, _ := v[2].(string)
+		if sum == "" {
+			s.layouts.set(key, false)
+		} else if b, ok := summaryBalances(sum, rs, ua, nowMS); ok {
+			return b, nil
+		}
+	}
+	raw, err := s.reads.hgetall(s.rdb, key)
 	if err != nil {
 		return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 	}
 	if len(raw) == 0 {
 		return engine.Balances{}, engine.ErrStateMissing
 	}
-	return balancesOf(raw, now.UnixMilli())
+	if _, ok := raw["s"]; ok {
+		s.layouts.set(key, true)
+	}
+	return balancesOf(raw, nowMS)
+}
+
+// summaryBalances are the figures of the layout v2 summary sum
+// ("balance|pending|live|active|E|S|F", prelude.lua) with the reserved
+// total rs, when the summary written at ua holds at nowMS: F <= nowMS <
+// min(E, S) and ua < E (no block expired or started since). ok is false
+// outside that window or for a summary it cannot read.
+func summaryBalances(sum, rs, ua string, nowMS int64) (b engine.Balances, ok bool) {
+	p := strings.Split(sum, "|")
+	if len(p) != 7 {
+		return b, false
+	}
+	at := func(s string) (int64, bool, bool) { // value, present, well formed
+		if s == "" {
+			return 0, false, true
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, true, err == nil
+	}
+	e, hasE, okE := at(p[4])
+	st, hasS, okS := at(p[5])
+	f, hasF, okF := at(p[6])
+	u, _, okU := at(ua)
+	reserved, _, okR := at(rs)
+	if !okE || !okS || !okF || !okU || !okR || (hasF && f > nowMS) || (hasE && (nowMS >= e || u >= e)) || (hasS && nowMS >= st) {
+		return b, false
+	}
+	bal, err1 := strconv.ParseInt(p[0], 10, 64)
+	pend, err2 := strconv.ParseInt(p[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return b, false
+	}
+	return engine.Balances{Balance: bal, Reserved: reserved, Pending: pend, Effective: bal - reserved - pend}, true
+}
+
+// maxLayoutKeys bounds layoutSet: past it the set starts over (a key
+// forgotten only costs its next check one HGETALL).
+const maxLayoutKeys = 1 << 16
+
+// layoutSet is a bounded set of account keys.
+type layoutSet struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+// has reports whether key is in the set.
+func (l *layoutSet) has(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.keys[key]
+	return ok
+}
+
+// set adds key (on) or removes it.
+func (l *layoutSet) set(key string, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !on {
+		delete(l.keys, key)
+		return
+	}
+	if l.keys == nil || len(l.keys) >= maxLayoutKeys {
+		l.keys = make(map[string]struct{})
+	}
+	l.keys[key] = struct{}{}
 }
 
 // balancesOf sums the live blocks of an account hash at nowMS the way

@@ -20,13 +20,13 @@ local res_id, expire = ARGV[10], ARGV[11] == '1'
 
 if not now or res_id == '' then return redis.error_reply('BADARG now or reservation id') end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
 
 local member = res_member(tenant, env, customer, res_id)
-local raw = a.res[res_id]
+local raw = a.x['r:' .. res_id]
 if not raw then
   if expire then redis.call('ZREM', rexp_key, member) end
   return redis.error_reply('NOTFOUND no such reservation')
@@ -43,7 +43,7 @@ if expire and r.expires > now then
   return redis.error_reply('NOTDUE the reservation expires later')
 end
 
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 a.rs = m_sub(a.rs, r.est_cost)
@@ -56,7 +56,7 @@ a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 redis.call('ZREM', rexp_key, member)
 local json = mutation_json({op = op_id, kind = 'release', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = ',"res":' .. res_json(r)},
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},
   a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

@@ -31,18 +31,18 @@ if not now or not est_units or not terms or not expires or expires <= now or res
   return redis.error_reply('BADARG now, reservation id, metric, units, terms or expires_at')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local rp = replay(op_key, request_hash)
 if rp then return rp end
-if a.res[res_id] then return redis.error_reply('BADARG the reservation id is taken') end
+if a.x['r:' .. res_id] then return redis.error_reply('BADARG the reservation id is taken') end
 if a.active >= MAX_ACTIVE_HOLDS then
   return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
 end
 
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
-local _, _, effective = balances(a.blocks, a.rs, now)
+local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
 end
@@ -61,7 +61,7 @@ a.v = a.v + 1
 acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
 redis.call('ZADD', rexp_key, i_fmt(expires), res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = ',"res":' .. res_json(r)},
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},
   a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

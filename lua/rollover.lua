@@ -31,12 +31,12 @@ if not now or not pct or pct < 0 or pct > 100 or not priority or type(ids) ~= 't
   return redis.error_reply('BADARG now, percent, priority or block ids')
 end
 
-local a = acct_read(account_key)
+local a = acct_read(account_key, now, {}, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end
 
-local _, _, effective_before = balances(a.blocks, a.rs, now)
+local _, _, effective_before = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 

@@ -28,6 +28,9 @@ type Store struct {
 	prefix string
 	clock  engine.Clock
 	reads  readBatcher // checks' account reads (readpath.go)
+	// layouts are the account keys last seen with the layout v2 summary:
+	// their checks read the summary alone (readpath.go).
+	layouts layoutSet
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
