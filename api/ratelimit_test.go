@@ -401,3 +401,20 @@ func TestLeaseFleet(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLeaseTake is one request's rate decision at 100k/s on one node
+// (the budgets in memory): what the shared limit costs a request served
+// from a lease, amortising the lease's takes.
+func BenchmarkLeaseTake(b *testing.B) {
+	g := &gcraBudgets{}
+	r, l := newRefusals(), newLeases()
+	tenant, key := uuid.New(), uuid.New()
+	now := time.Unix(1_900_000_000, 0)
+	for b.Loop() {
+		now = now.Add(10 * time.Microsecond)
+		if d, err := takeShared(context.Background(), g, r, l, tenant, key, 100_000, 200_000, now, now); err != nil || !d.allowed {
+			b.Fatal(d, err)
+		}
+	}
+	b.ReportMetric(float64(g.takes)/float64(b.N), "takes/op")
+}
