@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"math"
 	"net"
 	"sort"
@@ -143,10 +144,10 @@ const rateBudgetWarnEvery = 10 * time.Second
 
 // rateLimit applies the caller's key budget and sets the RateLimit headers;
 // false means the 429 has been written. The budget is the fleet's one in
-// Redis (gcra.lua, one EVALSHA) when the server has one; while that store
-// fails, the request is limited by this process's own bucket instead (fail
-// open to a per-node limit: docs/decisions.md "Rate limits across the
-// fleet").
+// Redis (gcra.lua) when the server has one, taken in leases (takeShared:
+// one EVALSHA per lease, not per request); while that store fails, the
+// request is limited by this process's own bucket instead (fail open to a
+// per-node limit: docs/decisions.md "Rate limits across the fleet").
 func (s *Server) rateLimit(c *call) bool {
 	perSecond, burst := c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst
 	if perSecond <= 0 {
@@ -162,32 +163,258 @@ func (s *Server) rateLimit(c *call) bool {
 			now = s.budgetClock()
 			local = now
 		}
-		if d, ok := s.refusals.check(c.scope.KeyID, local, burst); ok {
-			return c.applyLimit(d, errRateLimited)
-		}
-		rd, err := s.budgets.TakeRate(c.reqContext(), c.tenant.ID, c.scope.KeyID, perSecond, burst, now)
+		d, err := takeShared(c.reqContext(), s.budgets, s.refusals, s.leases, c.tenant.ID, c.scope.KeyID, perSecond, burst, now, local)
 		if err == nil {
-			if !rd.Allowed {
-				// local was read before the call, so the window ends no later
-				// than the budget's own: it never refuses what Redis would allow.
-				s.refusals.remember(c.scope.KeyID, local, rd)
-			}
-			return c.applyLimit(decisionOf(rd), errRateLimited)
+			return c.applyLimit(d, errRateLimited)
 		}
 		s.warnBudgets(err)
 	}
 	return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
 }
 
-// decisionOf is the header figures of a shared budget's answer, in whole
-// seconds rounded up, as the in-process bucket gives them.
-func decisionOf(rd engine.RateDecision) decision {
+// takeShared decides one request of key against the shared budgets: from
+// this node's lease, else from a remembered refusal window, else with one
+// take of the budgets (a new lease when this request owns the key's next
+// take; a request that finds another one taking it waits for that answer,
+// at most leaseWaits times, rather than costing a round trip of its own).
+// now is the budgets' clock (zero: theirs), local this node's. An error is
+// the budgets' or ctx's (the caller falls back to its own bucket).
+func takeShared(ctx context.Context, budgets engine.RateBudgets, r *refusals, l *leases, tenant, key uuid.UUID, perSecond, burst int, now, local time.Time) (decision, error) {
+	var want int
+	var owner bool
+	for waits := 0; ; waits++ {
+		if d, ok := l.spend(key, local, perSecond, burst); ok {
+			return d, nil
+		}
+		if d, ok := r.check(key, local, burst); ok {
+			return d, nil
+		}
+		var taking <-chan struct{}
+		want, owner, taking = l.claim(key, local, perSecond, burst, waits < leaseWaits)
+		if taking == nil {
+			break
+		}
+		select {
+		case <-taking:
+		case <-ctx.Done():
+			return decision{}, ctx.Err()
+		}
+	}
+	rd, err := budgets.TakeRate(ctx, tenant, key, perSecond, burst, want, now)
+	if owner {
+		l.settle(key, local, perSecond, want, rd, err)
+	}
+	if err != nil {
+		return decision{}, err
+	}
+	switch {
+	case !rd.Allowed:
+		// local was read before the call, so the window ends no later than
+		// the budget's own for one request. A lease of n waits for n: n-1
+		// intervals more (at most one lease's life), in which the budget
+		// only fills, so nothing is lost (the burst holds two leases).
+		if want > 1 {
+			rd.RetryAfter += min(time.Duration(want-1)*interval(perSecond), leaseLife(want, perSecond))
+		}
+		r.remember(key, local, rd)
+	case want > 1 && rd.Granted < want:
+		// The budget is spent but for these: once they are served, wait
+		// until a whole lease is back rather than asking for crumbs (the
+		// budget fills meanwhile, so nothing is lost).
+		r.remember(key, local, engine.RateDecision{Limit: rd.Limit, Reset: rd.Reset,
+			RetryAfter: min(time.Duration(want)*interval(perSecond), leaseLife(want, perSecond))})
+	}
+	return leaseDecision(rd, rd.Granted-1, 0, perSecond), nil
+}
+
+// leaseDecision is the header figures of a budget's answer rd when unserved
+// of its granted requests are still held by this node, elapsed after the
+// answer, in whole seconds rounded up as the in-process bucket gives them.
+// The held requests count as remaining (they are the key's), as does the
+// refill since the answer, and the budget is full again that much sooner
+// than the script said; other nodes' takes since then are not seen (at
+// most one lease's life, 10 ms).
+func leaseDecision(rd engine.RateDecision, unserved int, elapsed time.Duration, perSecond int) decision {
+	unserved = max(unserved, 0)
 	return decision{
 		allowed:       rd.Allowed,
 		limit:         rd.Limit,
-		remaining:     rd.Remaining,
-		resetSeconds:  ceilSeconds(rd.Reset),
+		remaining:     min(rd.Remaining+unserved+int(elapsed/interval(perSecond)), max(rd.Limit, 0)),
+		resetSeconds:  ceilSeconds(max(rd.Reset-elapsed-time.Duration(unserved)*interval(perSecond), 0)),
 		retryAfterSec: ceilSeconds(rd.RetryAfter),
+	}
+}
+
+// interval is the time one request of a perSecond budget represents.
+func interval(perSecond int) time.Duration {
+	return time.Second / time.Duration(perSecond)
+}
+
+// Leases: a node takes a key's budget n requests at a time (one EVALSHA)
+// and serves them from memory, so a busy key costs Redis about
+// leaseCallsPerSecond calls per node, not one per request.
+const (
+	// leaseCallsPerSecond sets the largest lease: rate/100 requests, the
+	// budget of 10 ms, so a node at full speed asks 100 times a second.
+	leaseCallsPerSecond = 100
+	// leaseMinLife is the shortest time leased requests may be served; a
+	// lease lives the time its requests represent at the rate, or this.
+	leaseMinLife = 10 * time.Millisecond
+	// leaseWaits is how many takes of other requests one request waits
+	// for before it asks for a request of its own.
+	leaseWaits = 2
+)
+
+// leaseCap is the most requests a node leases at once of a key limited to
+// perSecond up to burst: rate/100, at most half the burst (so two nodes'
+// leases fit in it), at least 1. A key under 200/s (or burst under 4) is
+// never leased: each request takes 1, exactly as without leases.
+func leaseCap(perSecond, burst int) int {
+	return max(1, min(perSecond/leaseCallsPerSecond, burst/2))
+}
+
+// leaseLife is how long a lease of n requests may be served: the time they
+// represent at perSecond, at least leaseMinLife. After it the unserved
+// ones are dropped, so a node never saves a lease to spend it in a burst
+// later: the fleet can only under-use its budget.
+func leaseLife(n, perSecond int) time.Duration {
+	return max(time.Duration(n)*interval(perSecond), leaseMinLife)
+}
+
+// leases holds this node's leases per API key, bounded like the buckets.
+type leases struct {
+	shards [limiterShards]leaseShard
+}
+
+type leaseShard struct {
+	mu    sync.Mutex
+	byKey map[uuid.UUID]lease
+}
+
+// lease is what a node holds of one key's budget. Its size follows the
+// node's demand: it doubles while the requests outrun it (all served
+// before it ended) and shrinks to what was served in its life otherwise,
+// so a node whose share of the traffic is small takes little and wastes
+// little of the fleet's budget.
+type lease struct {
+	left    int   // requests still to serve
+	granted int   // requests the last take granted
+	served  int   // of those, served (the first included)
+	size    int   // requests the last take asked for
+	expires int64 // unix ns of the node's clock: left is void from then
+	// taking, while a take of this key's next lease is in flight, is
+	// closed when its answer is settled.
+	taking chan struct{}
+	// The budget's answer to the last take and when it came (headers).
+	answer engine.RateDecision
+	at     int64
+}
+
+func newLeases() *leases {
+	l := &leases{}
+	for i := range l.shards {
+		l.shards[i].byKey = make(map[uuid.UUID]lease)
+	}
+	return l
+}
+
+// spend serves key's request at now from the node's lease, if it holds one.
+func (l *leases) spend(key uuid.UUID, now time.Time, perSecond, burst int) (decision, bool) {
+	if leaseCap(perSecond, burst) == 1 {
+		return decision{}, false
+	}
+	t := now.UnixNano()
+	sh := &l.shards[key[15]%limiterShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls, found := sh.byKey[key]
+	if !found || ls.left <= 0 || t >= ls.expires {
+		return decision{}, false
+	}
+	ls.left--
+	ls.served++
+	sh.byKey[key] = ls
+	return leaseDecision(ls.answer, ls.left, time.Duration(t-ls.at), perSecond), true
+}
+
+// claim is what to ask the budgets for when the lease is spent. When
+// another request is taking the key's next lease and wait allows, taking
+// is closed once that is settled (look again then). Else want is the
+// requests to ask for: the next lease's size when owner (the caller must
+// then settle), or 1 when the key is never leased or another request is
+// taking its next lease.
+func (l *leases) claim(key uuid.UUID, now time.Time, perSecond, burst int, wait bool) (want int, owner bool, taking <-chan struct{}) {
+	most := leaseCap(perSecond, burst)
+	if most == 1 {
+		return 1, false, nil
+	}
+	t := now.UnixNano()
+	sh := &l.shards[key[15]%limiterShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ls, found := sh.byKey[key]
+	if found && ls.taking != nil {
+		if wait {
+			return 0, false, ls.taking
+		}
+		return 1, false, nil
+	}
+	size := 1
+	if found {
+		if t < ls.expires {
+			size = max(ls.size, 2*ls.granted) // all served before the end
+		} else {
+			size = ls.served
+		}
+	} else if len(sh.byKey) >= limiterKeysInShard {
+		sh.evict(t)
+	}
+	ls.size = min(max(size, 1), most)
+	ls.taking = make(chan struct{})
+	sh.byKey[key] = ls
+	return ls.size, true, nil
+}
+
+// settle records the budgets' answer rd (or failure err) to the take of
+// want requests that claim gave the caller at now: a new lease of what was
+// granted beyond the caller's own request.
+func (l *leases) settle(key uuid.UUID, now time.Time, perSecond, want int, rd engine.RateDecision, err error) {
+	t := now.UnixNano()
+	sh := &l.shards[key[15]%limiterShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if prev, ok := sh.byKey[key]; ok && prev.taking != nil {
+		close(prev.taking)
+	}
+	ls := lease{size: want, served: want, granted: want, expires: t}
+	if err == nil && rd.Granted > 0 {
+		ls = lease{
+			left: rd.Granted - 1, granted: rd.Granted, served: 1, size: want,
+			expires: t + int64(leaseLife(rd.Granted, perSecond)),
+			answer:  rd, at: t,
+		}
+	}
+	// Refused or failed: nothing held, and the next take asks for as many
+	// again (served = want), once the refusal window is over.
+	sh.byKey[key] = ls
+}
+
+// evict drops the leases that are over (none in flight) and, if that frees
+// less than an eighth of the shard, any others not in flight: a dropped
+// lease only costs its unserved requests and a take.
+func (sh *leaseShard) evict(t int64) {
+	for k, ls := range sh.byKey {
+		if ls.taking == nil && t >= ls.expires {
+			delete(sh.byKey, k)
+		}
+	}
+	for k, ls := range sh.byKey {
+		if len(sh.byKey) < limiterKeysInShard-limiterKeysInShard/8 {
+			break
+		}
+		if ls.taking == nil {
+			delete(sh.byKey, k)
+		}
 	}
 }
 
@@ -273,7 +500,11 @@ func (r *refusals) remember(key uuid.UUID, now time.Time, rd engine.RateDecision
 			delete(sh.byKey, k)
 		}
 	}
-	sh.byKey[key] = refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset)}
+	w := refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset)}
+	if old, ok := sh.byKey[key]; ok && old.until > w.until {
+		return // a longer window of a lease's take stands
+	}
+	sh.byKey[key] = w
 }
 
 // warnBudgets logs a failure of the shared budgets at most once per

@@ -129,10 +129,12 @@ type Server struct {
 	limiter *rateLimiter
 	// budgets is the fleet-wide per-key limit (nil: limiter alone);
 	// refusals the windows in which it is known to refuse a key;
+	// leases the requests this node took from it ahead and serves;
 	// budgetClock, when set, is a test's clock for it (nil: Redis' TIME);
 	// budgetWarned is when its failure was last logged (unix ns).
 	budgets      engine.RateBudgets
 	refusals     *refusals
+	leases       *leases
 	budgetClock  func() time.Time
 	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
@@ -158,6 +160,7 @@ func New(cfg Config) *Server {
 		limiter:   newRateLimiter(),
 		budgets:   cfg.RateBudgets,
 		refusals:  newRefusals(),
+		leases:    newLeases(),
 
 		adminLimiter: newRateLimiter(),
 	}

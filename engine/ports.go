@@ -256,13 +256,16 @@ type IdempotencyRecords interface {
 	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error
 }
 
-// RateDecision is one request's take from an API key's rate budget and the
-// figures of the RateLimit headers (addendum 10).
+// RateDecision is one take from an API key's rate budget (a lease of one or
+// more requests) and the figures of the RateLimit headers (addendum 10).
 type RateDecision struct {
 	Allowed bool
+	// Granted is the requests the take spent (0 when refused): the ones
+	// asked for, or fewer when only those fitted.
+	Granted int
 	// Limit is the burst: the most requests the budget holds.
 	Limit int
-	// Remaining is the whole requests left in the budget after this one.
+	// Remaining is the whole requests left in the budget after this take.
 	Remaining int
 	// Reset is the time until the budget is full again.
 	Reset time.Duration
@@ -273,10 +276,13 @@ type RateDecision struct {
 // RateBudgets keeps the per-API-key rate budgets that every creditd node
 // shares, so N nodes together allow a key its rate once, not N times.
 type RateBudgets interface {
-	// TakeRate spends one request of key's budget (tenant's, refilled at
-	// perSecond up to burst, both at least 1). A zero now reads the store's
-	// own clock, the one clock every node agrees on; tests pass a fake one.
-	TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst int, now time.Time) (RateDecision, error)
+	// TakeRate spends up to requests (at least 1) of key's budget
+	// (tenant's, refilled at perSecond up to burst, both at least 1): all
+	// of them when they fit, else as many as fit, else none (refused). A
+	// node serves the ones granted beyond the first from memory (a lease).
+	// A zero now reads the store's own clock, the one clock every node
+	// agrees on; tests pass a fake one.
+	TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (RateDecision, error)
 }
 
 // DeliverySlots caps one tenant's webhook attempts in flight across every

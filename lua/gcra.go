@@ -27,19 +27,21 @@ func (s *Store) rateKey(tenant, key uuid.UUID) string {
 	return "{" + s.prefix + ":t:" + tenant.String() + "}:rl:" + key.String()
 }
 
-// TakeRate spends one request of key's budget with one EVALSHA of gcra.lua:
-// the budget lives in Redis, so every node that shares the Redis shares it.
-// perSecond and burst must be at least 1; a zero now uses Redis' clock.
+// TakeRate spends up to requests of key's budget (a lease: all when they
+// fit, else as many as fit, else none) with one EVALSHA of gcra.lua: the
+// budget lives in Redis, so every node that shares the Redis shares it.
+// perSecond, burst and requests must be at least 1; a zero now uses
+// Redis' clock.
 // Errors are Redis' (the caller decides what an unreachable Redis means).
-func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst int, now time.Time) (engine.RateDecision, error) {
-	if perSecond < 1 || burst < 1 {
-		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: rate %d/s burst %d must be at least 1", perSecond, burst)
+func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (engine.RateDecision, error) {
+	if perSecond < 1 || burst < 1 || requests < 1 {
+		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: rate %d/s burst %d requests %d must be at least 1", perSecond, burst, requests)
 	}
 	var nowMicros int64
 	if !now.IsZero() {
 		nowMicros = now.UnixMicro()
 	}
-	res, err := gcraScript.Run(ctx, s.rdb, []string{s.rateKey(tenant, key)}, perSecond, burst, nowMicros).Int64Slice()
+	res, err := gcraScript.Run(ctx, s.rdb, []string{s.rateKey(tenant, key)}, perSecond, burst, nowMicros, requests).Int64Slice()
 	if err != nil {
 		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: %w", err)
 	}
@@ -47,7 +49,8 @@ func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, 
 		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: reply of %d items, want 4", len(res))
 	}
 	return engine.RateDecision{
-		Allowed:    res[0] == 1,
+		Allowed:    res[0] > 0,
+		Granted:    int(res[0]),
 		Limit:      burst,
 		Remaining:  int(res[1]),
 		RetryAfter: time.Duration(res[2]) * time.Microsecond,

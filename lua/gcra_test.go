@@ -69,7 +69,7 @@ func TestGCRABudget(t *testing.T) {
 			now := t0
 			for i, st := range tc.steps {
 				now = now.Add(st.advance)
-				d, err := b.store.TakeRate(context.Background(), tenant, key, tc.perSecond, tc.burst, now)
+				d, err := b.store.TakeRate(context.Background(), tenant, key, tc.perSecond, tc.burst, 1, now)
 				if err != nil {
 					t.Fatalf("%s step %d: %v", tc.name, i, err)
 				}
@@ -82,13 +82,66 @@ func TestGCRABudget(t *testing.T) {
 	})
 }
 
-// TestGCRABadArguments: a rate or burst under 1 is refused before Redis.
+// TestGCRALease: a take of n requests (a node's lease) advances the TAT n
+// intervals when all n fit; when they do not it grants what fits, down to
+// one, so a small budget is still spent to the last request; with nothing
+// left it is refused with the time until one request is back.
+func TestGCRALease(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		advance           time.Duration
+		want              int
+		granted           int
+		remaining         int
+		retryAfter, reset time.Duration
+	}
+	ms := time.Millisecond
+	cases := []struct {
+		name             string
+		perSecond, burst int
+		steps            []step
+	}{
+		{"whole leases then what is left", 1000, 20, []step{
+			{0, 10, 10, 10, 0, 10 * ms},
+			{0, 8, 8, 2, 0, 18 * ms},
+			{0, 10, 2, 0, 0, 20 * ms},
+			{0, 10, 0, 0, ms, 20 * ms},
+			{5 * ms, 10, 5, 0, 0, 20 * ms},
+			{100 * ms, 10, 10, 10, 0, 10 * ms}}},
+		{"lease of one is a plain take", 5, 2, []step{
+			{0, 1, 1, 1, 0, 200 * ms},
+			{0, 1, 1, 0, 0, 400 * ms},
+			{0, 1, 0, 0, 200 * ms, 400 * ms}}},
+		{"a lease never exceeds the burst", 10_000, 2000, []step{
+			{0, 5000, 2000, 0, 0, 200 * ms},
+			{ms, 5000, 10, 0, 0, 200 * ms}}},
+	}
+	eachBackend(t, func(t *testing.T, b bundle) {
+		for _, tc := range cases {
+			tenant, key := uuid.New(), uuid.New()
+			now := t0
+			for i, st := range tc.steps {
+				now = now.Add(st.advance)
+				d, err := b.store.TakeRate(context.Background(), tenant, key, tc.perSecond, tc.burst, st.want, now)
+				if err != nil {
+					t.Fatalf("%s step %d: %v", tc.name, i, err)
+				}
+				got := step{st.advance, st.want, d.Granted, d.Remaining, d.RetryAfter, d.Reset}
+				if got != st || d.Allowed != (st.granted > 0) {
+					t.Fatalf("%s step %d: got %+v allowed %v, want %+v", tc.name, i, got, d.Allowed, st)
+				}
+			}
+		}
+	})
+}
+
+// TestGCRABadArguments: a rate, burst or requests under 1 is refused before Redis.
 func TestGCRABadArguments(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
-		for _, rb := range [][2]int{{0, 1}, {1, 0}, {-1, 5}} {
-			if _, err := b.store.TakeRate(context.Background(), uuid.New(), uuid.New(), rb[0], rb[1], t0); err == nil {
-				t.Fatalf("rate %d burst %d accepted", rb[0], rb[1])
+		for _, rb := range [][3]int{{0, 1, 1}, {1, 0, 1}, {-1, 5, 1}, {5, 5, 0}} {
+			if _, err := b.store.TakeRate(context.Background(), uuid.New(), uuid.New(), rb[0], rb[1], rb[2], t0); err == nil {
+				t.Fatalf("rate %d burst %d requests %d accepted", rb[0], rb[1], rb[2])
 			}
 		}
 	})
@@ -102,7 +155,7 @@ func TestGCRARedisClock(t *testing.T) {
 		tenant, key := uuid.New(), uuid.New()
 		var allowed int
 		for range 3 {
-			d, err := b.store.TakeRate(context.Background(), tenant, key, 1, 2, time.Time{})
+			d, err := b.store.TakeRate(context.Background(), tenant, key, 1, 2, 1, time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +194,7 @@ func TestGCRAFleetBudget(t *testing.T) {
 	allowed := make([]int, nodes)
 	for now := t0; now.Before(t0.Add(span)); now = now.Add(step) {
 		for n, s := range stores {
-			d, err := s.TakeRate(context.Background(), tenant, key, perSecond, burst, now)
+			d, err := s.TakeRate(context.Background(), tenant, key, perSecond, burst, 1, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +236,7 @@ func BenchmarkGCRATake(b *testing.B) {
 	s := NewStore(rdb, prefix)
 	tenant, key := uuid.New(), uuid.New()
 	for b.Loop() {
-		if _, err := s.TakeRate(context.Background(), tenant, key, 1_000_000, 1_000_000, time.Time{}); err != nil {
+		if _, err := s.TakeRate(context.Background(), tenant, key, 1_000_000, 1_000_000, 1, time.Time{}); err != nil {
 			b.Fatal(err)
 		}
 	}
