@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,9 @@ import (
 // use; every method is bounded by the pool's statement timeout.
 type Store struct {
 	pool *pgxpool.Pool
+	// replays counts Applies whose lean copy met a stored row and were
+	// written again with ON CONFLICT (ledger.go).
+	replays atomic.Int64
 }
 
 var (
