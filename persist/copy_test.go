@@ -8,14 +8,26 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// TestCopyApplyReplays states that the lean write keeps Apply idempotent:
-// a batch holding Mutations already stored (a replay after a crash between
-// commit and acknowledgement, whole or mixed with new ones) falls back to
-// the ON CONFLICT write and stores every row exactly once, while a fresh
-// batch (duplicates within it included) never needs the fallback.
-func TestCopyApplyReplays(t *testing.T) {
+// TestLeanApplyReplays states that the lean write, by COPY or by INSERT,
+// keeps Apply idempotent: a batch holding Mutations already stored (a
+// replay after a crash between commit and acknowledgement, whole or mixed
+// with new ones) falls back to the ON CONFLICT write and stores every row
+// exactly once, while a fresh batch (duplicates within it included) never
+// needs the fallback.
+func TestLeanApplyReplays(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	for _, way := range []struct {
+		name    string
+		copyMin int
+	}{{"copy", 1}, {"insert", copyMinMutations}} {
+		t.Run(way.name, func(t *testing.T) {
+			leanApplyReplays(t, b, &Store{pool: b.pool, copyMin: way.copyMin})
+		})
+	}
+}
+
+func leanApplyReplays(t *testing.T, b *bundle, store *Store) {
 	tenant := uuid.New()
 	tests := []struct {
 		name string
@@ -35,7 +47,7 @@ func TestCopyApplyReplays(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
-			if err := b.store.Apply(b.ctx, []engine.Mutation{c.grant(tenant)}); err != nil {
+			if err := store.Apply(b.ctx, []engine.Mutation{c.grant(tenant)}); err != nil {
 				t.Fatal(err)
 			}
 			ms := make([]engine.Mutation, 3)
@@ -45,7 +57,7 @@ func TestCopyApplyReplays(t *testing.T) {
 					ms[i].IdempotencyKey = ""
 				}
 			}
-			before := b.store.ReplayedApplies()
+			before := store.ReplayedApplies()
 			seen := map[int]bool{}
 			for _, idx := range tt.batches {
 				var batch []engine.Mutation
@@ -53,11 +65,11 @@ func TestCopyApplyReplays(t *testing.T) {
 					batch = append(batch, ms[i])
 					seen[i] = true
 				}
-				if err := b.store.Apply(b.ctx, batch); err != nil {
+				if err := store.Apply(b.ctx, batch); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if got := b.store.ReplayedApplies() - before; got != tt.wantFallback {
+			if got := store.ReplayedApplies() - before; got != tt.wantFallback {
 				t.Errorf("%d Applies fell back to ON CONFLICT, want %d", got, tt.wantFallback)
 			}
 			n := len(seen)

@@ -90,17 +90,22 @@ WHERE a.version < EXCLUDED.version`
 // (invariant 5). It is safe to call with the same batch twice or from
 // several goroutines at once.
 //
-// It first tries the lean write (copyApply): operations, entries and events
-// copied in, no per-row conflict check. A batch holding a Mutation already
-// stored (a replay after a crash between commit and acknowledgement, or a
-// claimed batch another process committed) fails that copy on a unique key
-// and is written again with the per-row ON CONFLICT statements, which skip
-// what is there.
+// It first tries the lean write (copy.go): operations, entries and events
+// inserted with no per-row conflict check. A batch holding a Mutation
+// already stored (a replay after a crash between commit and
+// acknowledgement, or a claimed batch another process committed) fails
+// that on a unique key and is written again with the per-row ON CONFLICT
+// statements, which skip what is there.
 func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	err := s.copyApply(ctx, ms)
+	var err error
+	if len(ms) >= s.copyMin {
+		err = s.copyApply(ctx, ms)
+	} else {
+		err = s.insertApply(ctx, ms)
+	}
 	if sqlState(err) == uniqueViolation {
 		s.replays.Add(1)
 		err = s.pipelinedApply(ctx, ms)

@@ -35,12 +35,13 @@ const (
 	drainPoll = 20 * time.Millisecond
 	// groupLinger is the longest the committer waits for more partitions'
 	// batches before it commits. A transaction's fixed cost dwarfs its
-	// per-row cost (issue 10 profile, persist/profile_test.go: ~550 µs of
-	// Postgres CPU per consume committed alone, ~110 in groups of 50, ~70
-	// in groups of 500), and at 2 ms the bench committed every 2 consumes.
-	// 20 ms keeps the lag far under its 1 s bound; a ledger read right
-	// after a write waits for it at most that much longer.
-	groupLinger = 20 * time.Millisecond
+	// per-row cost (persist/profile_test.go, lean COPY write: ~75 µs of
+	// Postgres CPU per consume in groups of 30, ~52 in groups of 150, ~45
+	// in groups of 500); at 20 ms the bench's ~1400 consumes/s make groups
+	// of ~30 (1400/s × 20 ms). 100 ms makes them ~150 and keeps the
+	// lag far under its 1 s bound; a read of its own write never waits for
+	// it (Hurry), and a webhook is stored at most that much later.
+	groupLinger = 100 * time.Millisecond
 	// groupTarget ends the linger early: a group this big already spreads
 	// the transaction's fixed cost thin, and under a backlog waiting longer
 	// would only slow the partitions down.
