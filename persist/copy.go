@@ -91,17 +91,10 @@ var (
 // then COPY into webhook_events (the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
 func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation) error {
-	cols, err := columnsOf(ms)
+	steps, err := copySteps(ms)
 	if err != nil {
 		return err
 	}
-	plain, filled := eventRowsOf(ms)
-	b := &pgx.Batch{}
-	if err := queueStateAndSections(b, cols, ms); err != nil {
-		return err
-	}
-	queueFilledEvents(b, filled)
-
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -109,43 +102,66 @@ func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation) error {
 	// After Commit, Rollback does nothing; on an error it ends the
 	// transaction even if ctx has ended.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	if o := &cols.ops; len(o.opID) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"operations"}, operationCopyColumns,
-			pgx.CopyFromSlice(len(o.opID), func(i int) ([]any, error) {
-				return []any{o.opID[i], o.tenant[i], o.customer[i], o.idem[i], o.rh[i], o.version[i], o.mutation[i], o.at[i]}, nil
-			})); err != nil {
-			return err
-		}
-	}
-	if e := &cols.entries; len(e.id) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_entries"}, entryCopyColumns,
-			pgx.CopyFromSlice(len(e.id), func(i int) ([]any, error) {
-				var blocks []uuid.UUID
-				var amounts []int64
-				if from, to := e.drawFrom[i], e.drawTo[i]; to >= from {
-					blocks, amounts = e.drawBlock[from-1:to], e.drawAmount[from-1:to]
-				}
-				return []any{e.id[i], e.opID[i], e.tenant[i], e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
-					e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
-					e.meta[i], e.at[i], blocks, amounts}, nil
-			})); err != nil {
-			return err
-		}
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	if len(plain.id) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, eventCopyColumns,
-			pgx.CopyFromSlice(len(plain.id), func(i int) ([]any, error) {
-				return []any{plain.id[i], plain.tenant[i], plain.env[i], plain.customer[i], plain.typ[i], plain.body[i],
-					string(engine.EventPending), int32(0), plain.at[i], plain.at[i]}, nil
-			})); err != nil {
+	for _, step := range steps {
+		if err := step.run(ctx, tx); err != nil {
 			return err
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// copyStep is one round trip of copyApply, named for the profile.
+type copyStep struct {
+	name string
+	run  func(ctx context.Context, tx pgx.Tx) error
+}
+
+// copySteps are copyApply's round trips for ms, in order.
+func copySteps(ms []engine.Mutation) ([]copyStep, error) {
+	cols, err := columnsOf(ms)
+	if err != nil {
+		return nil, err
+	}
+	plain, filled := eventRowsOf(ms)
+	b := &pgx.Batch{}
+	if err := queueStateAndSections(b, cols, ms); err != nil {
+		return nil, err
+	}
+	queueFilledEvents(b, filled)
+	var steps []copyStep
+	copyIn := func(table string, columns []string, n int, row func(i int) []any) {
+		if n == 0 {
+			return
+		}
+		steps = append(steps, copyStep{name: "COPY " + table, run: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{table}, columns,
+				pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil }))
+			return err
+		}})
+	}
+	o := &cols.ops
+	copyIn("operations", operationCopyColumns, len(o.opID), func(i int) []any {
+		return []any{o.opID[i], o.tenant[i], o.customer[i], o.idem[i], o.rh[i], o.version[i], o.mutation[i], o.at[i]}
+	})
+	e := &cols.entries
+	copyIn("ledger_entries", entryCopyColumns, len(e.id), func(i int) []any {
+		var blocks []uuid.UUID
+		var amounts []int64
+		if from, to := e.drawFrom[i], e.drawTo[i]; to >= from {
+			blocks, amounts = e.drawBlock[from-1:to], e.drawAmount[from-1:to]
+		}
+		return []any{e.id[i], e.opID[i], e.tenant[i], e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
+			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
+			e.meta[i], e.at[i], blocks, amounts}
+	})
+	steps = append(steps, copyStep{name: "upserts", run: func(ctx context.Context, tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	}})
+	copyIn("webhook_events", eventCopyColumns, len(plain.id), func(i int) []any {
+		return []any{plain.id[i], plain.tenant[i], plain.env[i], plain.customer[i], plain.typ[i], plain.body[i],
+			string(engine.EventPending), int32(0), plain.at[i], plain.at[i]}
+	})
+	return steps, nil
 }
 
 // ReplayedApplies counts the Applies whose lean copy met a row already
