@@ -85,7 +85,14 @@ type PersisterStats struct {
 	LastBatch time.Duration
 	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
+	// ReplayedBatches counts Applies that met rows already stored (a
+	// redelivery after a commit) and were written again with ON CONFLICT
+	// statements (0 when the writer does not tell).
+	ReplayedBatches int64
 }
+
+// replayCounter is a LedgerWriter that counts replayed Applies (Store).
+type replayCounter interface{ ReplayedApplies() int64 }
 
 // Persister streams the Redis outbox into Postgres: one loop per outbox
 // partition reads a batch, applies it in one transaction and acknowledges
@@ -463,7 +470,12 @@ func (p *Persister) Drain(ctx context.Context, timeout time.Duration) error {
 
 // Stats reads the counters.
 func (p *Persister) Stats() PersisterStats {
+	var replayed int64
+	if r, ok := p.writer.(replayCounter); ok {
+		replayed = r.ReplayedApplies()
+	}
 	return PersisterStats{
+		ReplayedBatches:    replayed,
 		MutationsPersisted: p.mutations.Load(),
 		Batches:            p.batches.Load(),
 		ApplyErrors:        p.applyErrors.Load(),
@@ -483,6 +495,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
 	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries this process set aside (refused by Postgres, undecodable, or held behind one).\n"+
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
+	fmt.Fprintf(w, "# HELP creditd_persister_replayed_batches_total Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.\n"+
+		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }

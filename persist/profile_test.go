@@ -144,7 +144,7 @@ func (a pgCounters) minus(b pgCounters) pgCounters {
 		commits: a.commits - b.commits, wal: a.wal - b.wal}
 }
 
-func pgSnapshot(t *testing.T, pool *pgxpool.Pool) pgCounters {
+func pgSnapshot(t testing.TB, pool *pgxpool.Pool) pgCounters {
 	t.Helper()
 	ctx := context.Background()
 	var c pgCounters
@@ -173,7 +173,7 @@ func pgSnapshot(t *testing.T, pool *pgxpool.Pool) pgCounters {
 
 // backendCPU is the CPU time process pid has run: the scheduler's own
 // nanosecond count (/proc/pid/schedstat), else user+system in 10 ms ticks.
-func backendCPU(t *testing.T, pid int) time.Duration {
+func backendCPU(t testing.TB, pid int) time.Duration {
 	t.Helper()
 	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid)); err == nil {
 		if f := strings.Fields(string(raw)); len(f) > 0 {
