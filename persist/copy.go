@@ -22,13 +22,13 @@ import (
 // WAL record per page of rows rather than one per row, no executor per
 // row) but which costs five round trips (BEGIN, three COPYs, COMMIT around
 // the upserts); a small one is one pipelined round trip of plain INSERTs.
-// Postgres CPU per consume (persist/profile_test.go, 3 runs each): groups
-// of 30, ~75 µs by COPY and ~65 by INSERT; of 150, ~50 and ~55; of 500,
-// ~42 and ~46.
+// Postgres CPU per consume (persist/profile_test.go, schedstat, 3 runs):
+// groups of 30, ~64 µs by COPY and ~59 by INSERT; of 60, ~53 both; of
+// 150, ~47 and ~51; of 300, ~44 and ~48.
 
 // copyMinMutations is the smallest batch copyApply writes; smaller ones
 // go through insertApply.
-const copyMinMutations = 100
+const copyMinMutations = 60
 
 // Apply's INSERTs without their ON CONFLICT clause: the lean write lets a
 // stored row fail the batch instead.

@@ -24,7 +24,9 @@ import (
 // (to the batch sizes to try, e.g. "1,4,50,500") and logs the figures.
 // CREDITD_PG_PROFILE_DRAWS=1 writes one entry per consume with Draws;
 // CREDITD_PG_PROFILE_PARAMS adds URL parameters (e.g.
-// "&synchronous_commit=off" to see what the WAL flush costs).
+// "&synchronous_commit=off" to see what the WAL flush costs);
+// CREDITD_PG_PROFILE_COPY_MIN sets the smallest batch written by COPY
+// (default copyMinMutations).
 func TestApplyProfile(t *testing.T) {
 	sizes := os.Getenv("CREDITD_PG_PROFILE")
 	if sizes == "" {
@@ -45,6 +47,9 @@ func TestApplyProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := NewStore(pool)
+	if n, err := strconv.Atoi(os.Getenv("CREDITD_PG_PROFILE_COPY_MIN")); err == nil {
+		store.copyMin = n
+	}
 	draws := os.Getenv("CREDITD_PG_PROFILE_DRAWS") != ""
 	const customers, ops = 2000, 8000
 	tenant := uuid.New()
