@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,11 @@ import (
 // use; every method is bounded by the pool's statement timeout.
 type Store struct {
 	pool *pgxpool.Pool
+	// replays counts Applies whose lean write met a stored row and were
+	// written again with ON CONFLICT (ledger.go).
+	replays atomic.Int64
+	// copyMin is the smallest batch the lean write copies in (copy.go).
+	copyMin int
 }
 
 var (
@@ -32,7 +38,7 @@ var (
 
 // NewStore returns a Store on pool (see Open); the caller keeps ownership
 // of the pool and closes it.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, copyMin: copyMinMutations} }
 
 // uniqueViolation is SQLSTATE 23505.
 const uniqueViolation = "23505"

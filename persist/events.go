@@ -16,10 +16,6 @@ import (
 
 var _ engine.EventStore = (*Store)(nil)
 
-func init() {
-	sectionWriters = append(sectionWriters, sectionWriter{name: "events", queue: queueEvents})
-}
-
 // insertMutationEventsSQL writes the events of a batch of Mutations that
 // carry a Context (every hot-path script): their payloads are complete, so
 // they are stored as sent, typed arrays in, no JSON parsed (issue 10).
@@ -62,10 +58,31 @@ type eventRow struct {
 	eb, ea    int64
 }
 
-// queueEvents is the events section of Apply: every event the batch's
-// Mutations owe (engine.EventsOf), inserted once (ON CONFLICT DO NOTHING),
-// pending and due at once.
-func queueEvents(b *pgx.Batch, ms []engine.Mutation) error {
+// queueEvents is the events section of Apply, queued after every other
+// section (the filled rows before the plain ones, as copyApply takes
+// them): every event the batch's Mutations owe (engine.EventsOf), inserted
+// once (ON CONFLICT DO NOTHING), pending and due at once.
+func queueEvents(b *pgx.Batch, ms []engine.Mutation) {
+	plain, filled := eventRowsOf(ms)
+	queueFilledEvents(b, filled)
+	if len(plain.id) > 0 {
+		b.Queue(insertMutationEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
+	}
+}
+
+// queueFilledEvents queues the events that SQL completes from the
+// customer and tenant rows (insertFilledEventsSQL), if any.
+func queueFilledEvents(b *pgx.Batch, filled *eventBatch) {
+	if len(filled.id) > 0 {
+		b.Queue(insertFilledEventsSQL, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body,
+			filled.at, filled.low, filled.eb, filled.ea)
+	}
+}
+
+// eventRowsOf derives the events ms owe, sorted by id, each once (a
+// Mutation delivered twice in a batch owes its events once): plain rows
+// are stored as they are, filled rows go through insertFilledEventsSQL.
+func eventRowsOf(ms []engine.Mutation) (plain, filled *eventBatch) {
 	var rows []eventRow
 	for _, m := range ms {
 		fill := m.Context == nil
@@ -87,22 +104,18 @@ func queueEvents(b *pgx.Batch, ms []engine.Mutation) error {
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
-	var plain, filled eventBatch
-	for _, r := range rows {
+	plain, filled = &eventBatch{}, &eventBatch{}
+	for i, r := range rows {
+		if i > 0 && rows[i-1].e.ID == r.e.ID {
+			continue
+		}
 		if r.fill {
 			filled.add(r)
 		} else {
 			plain.add(r)
 		}
 	}
-	if len(plain.id) > 0 {
-		b.Queue(insertMutationEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
-	}
-	if len(filled.id) > 0 {
-		b.Queue(insertFilledEventsSQL, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body,
-			filled.at, filled.low, filled.eb, filled.ea)
-	}
-	return nil
+	return plain, filled
 }
 
 // eventBatch is event rows column by column.

@@ -14,11 +14,11 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// The four statements of Apply each take whole columns as arrays and
-// unnest them, so a batch of any size is one pipelined round trip of four
-// statements inside one transaction. Rows are sorted by key first, so two
-// Applies racing on the same rows lock them in the same order and cannot
-// deadlock.
+// The ON CONFLICT statements of Apply (a replay, a dead-letter retry)
+// each take whole columns as arrays and unnest them, so a batch of any
+// size is one pipelined round trip inside one transaction. Rows are sorted
+// by key first, so two Applies racing on the same rows lock them in the
+// same order and cannot deadlock.
 
 const insertOperationsSQL = `INSERT INTO operations
 	(op_id, tenant_id, customer_id, idempotency_key, request_hash, account_version, mutation, created_at)
@@ -89,22 +89,43 @@ WHERE a.version < EXCLUDED.version`
 // stored one, so a late or replayed Mutation never rolls state back
 // (invariant 5). It is safe to call with the same batch twice or from
 // several goroutines at once.
+//
+// It first tries the lean write (copy.go): operations, entries and events
+// inserted with no per-row conflict check. A batch holding a Mutation
+// already stored (a replay after a crash between commit and
+// acknowledgement, or a claimed batch another process committed) fails
+// that on a unique key and is written again with the per-row ON CONFLICT
+// statements, which skip what is there.
 func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	// One pipelined round trip: pgx runs a batch in one implicit
-	// transaction (committed at its Sync, rolled back at the first error),
-	// so BEGIN and COMMIT need no round trips of their own.
-	b := &pgx.Batch{}
-	err := queueApply(b, ms)
-	if err == nil {
-		err = s.pool.SendBatch(ctx, b).Close()
+	var err error
+	if len(ms) >= s.copyMin {
+		err = s.copyApply(ctx, ms)
+	} else {
+		err = s.insertApply(ctx, ms)
+	}
+	if sqlState(err) == uniqueViolation {
+		s.replays.Add(1)
+		err = s.pipelinedApply(ctx, ms)
 	}
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}
 	return nil
+}
+
+// pipelinedApply writes ms with the ON CONFLICT statements in one
+// pipelined round trip: pgx runs a batch in one implicit transaction
+// (committed at its Sync, rolled back at the first error), so BEGIN and
+// COMMIT need no round trips of their own.
+func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation) error {
+	b := &pgx.Batch{}
+	if err := queueApply(b, ms); err != nil {
+		return err
+	}
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
@@ -117,7 +138,10 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// queueApply queues Apply's statements for ms into b.
+// queueApply queues Apply's ON CONFLICT statements for ms into b. Every
+// writer of these tables takes them in one order (operations, entries,
+// blocks, accounts, the sections, events; rows sorted by key within each),
+// so two transactions racing on the same rows wait rather than deadlock.
 func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
 	cols, err := columnsOf(ms)
 	if err != nil {
@@ -131,6 +155,16 @@ func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
 			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
 			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo)
 	}
+	if err := queueStateAndSections(b, cols, ms); err != nil {
+		return err
+	}
+	queueEvents(b, ms)
+	return nil
+}
+
+// queueStateAndSections queues the block and account upserts and the
+// optional sections (reservations, gauges).
+func queueStateAndSections(b *pgx.Batch, cols *applyColumns, ms []engine.Mutation) error {
 	if k := cols.blocks; len(k.id) > 0 {
 		b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
 			k.starts, k.expires, k.created, k.meta, k.version)

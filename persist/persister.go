@@ -35,12 +35,13 @@ const (
 	drainPoll = 20 * time.Millisecond
 	// groupLinger is the longest the committer waits for more partitions'
 	// batches before it commits. A transaction's fixed cost dwarfs its
-	// per-row cost (issue 10 profile, persist/profile_test.go: ~550 µs of
-	// Postgres CPU per consume committed alone, ~110 in groups of 50, ~70
-	// in groups of 500), and at 2 ms the bench committed every 2 consumes.
-	// 20 ms keeps the lag far under its 1 s bound; a ledger read right
-	// after a write waits for it at most that much longer.
-	groupLinger = 20 * time.Millisecond
+	// per-row cost (persist/profile_test.go, lean COPY write: ~75 µs of
+	// Postgres CPU per consume in groups of 30, ~52 in groups of 150, ~45
+	// in groups of 500); at 20 ms the bench's ~1400 consumes/s make groups
+	// of ~30 (1400/s × 20 ms). 100 ms makes them ~150 and keeps the
+	// lag far under its 1 s bound; a read of its own write never waits for
+	// it (Hurry), and a webhook is stored at most that much later.
+	groupLinger = 100 * time.Millisecond
 	// groupTarget ends the linger early: a group this big already spreads
 	// the transaction's fixed cost thin, and under a backlog waiting longer
 	// would only slow the partitions down.
@@ -84,7 +85,14 @@ type PersisterStats struct {
 	LastBatch time.Duration
 	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
+	// ReplayedBatches counts Applies that met rows already stored (a
+	// redelivery after a commit) and were written again with ON CONFLICT
+	// statements (0 when the writer does not tell).
+	ReplayedBatches int64
 }
+
+// replayCounter is a LedgerWriter that counts replayed Applies (Store).
+type replayCounter interface{ ReplayedApplies() int64 }
 
 // Persister streams the Redis outbox into Postgres: one loop per outbox
 // partition reads a batch, applies it in one transaction and acknowledges
@@ -462,7 +470,12 @@ func (p *Persister) Drain(ctx context.Context, timeout time.Duration) error {
 
 // Stats reads the counters.
 func (p *Persister) Stats() PersisterStats {
+	var replayed int64
+	if r, ok := p.writer.(replayCounter); ok {
+		replayed = r.ReplayedApplies()
+	}
 	return PersisterStats{
+		ReplayedBatches:    replayed,
 		MutationsPersisted: p.mutations.Load(),
 		Batches:            p.batches.Load(),
 		ApplyErrors:        p.applyErrors.Load(),
@@ -482,6 +495,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
 	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries this process set aside (refused by Postgres, undecodable, or held behind one).\n"+
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
+	fmt.Fprintf(w, "# HELP creditd_persister_replayed_batches_total Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.\n"+
+		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }

@@ -24,7 +24,9 @@ import (
 // (to the batch sizes to try, e.g. "1,4,50,500") and logs the figures.
 // CREDITD_PG_PROFILE_DRAWS=1 writes one entry per consume with Draws;
 // CREDITD_PG_PROFILE_PARAMS adds URL parameters (e.g.
-// "&synchronous_commit=off" to see what the WAL flush costs).
+// "&synchronous_commit=off" to see what the WAL flush costs);
+// CREDITD_PG_PROFILE_COPY_MIN sets the smallest batch written by COPY
+// (default copyMinMutations).
 func TestApplyProfile(t *testing.T) {
 	sizes := os.Getenv("CREDITD_PG_PROFILE")
 	if sizes == "" {
@@ -45,6 +47,9 @@ func TestApplyProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := NewStore(pool)
+	if n, err := strconv.Atoi(os.Getenv("CREDITD_PG_PROFILE_COPY_MIN")); err == nil {
+		store.copyMin = n
+	}
 	draws := os.Getenv("CREDITD_PG_PROFILE_DRAWS") != ""
 	const customers, ops = 2000, 8000
 	tenant := uuid.New()
@@ -74,8 +79,8 @@ func TestApplyProfile(t *testing.T) {
 		}
 		after := pgSnapshot(t, pool)
 		d := after.minus(before)
-		t.Logf("batch %4d draws=%v: backend CPU %.1f µs/op, inserted %.2f, updated %.2f, commits %.3f, WAL %.0f B/op (%d ops)",
-			batch, draws, float64(d.cpu.Microseconds())/ops, float64(d.ins)/ops, float64(d.upd)/ops,
+		t.Logf("batch %4d draws=%v: backend CPU %.1f µs/op, inserted %.2f, updated %.2f (HOT %.2f), commits %.3f, WAL %.0f B/op (%d ops)",
+			batch, draws, float64(d.cpu.Microseconds())/ops, float64(d.ins)/ops, float64(d.upd)/ops, float64(d.hot)/ops,
 			float64(d.commits)/ops, float64(d.wal)/ops, ops)
 	}
 }
@@ -134,16 +139,17 @@ func (c *profileCustomer) consume(tenant uuid.UUID, draws bool) engine.Mutation 
 // pgCounters are cumulative Postgres figures of the test database and the
 // pool's one backend.
 type pgCounters struct {
-	cpu               time.Duration
-	ins, upd, commits int64
-	wal               int64
+	cpu                    time.Duration
+	ins, upd, hot, commits int64
+	wal                    int64
 }
 
 func (a pgCounters) minus(b pgCounters) pgCounters {
-	return pgCounters{cpu: a.cpu - b.cpu, ins: a.ins - b.ins, upd: a.upd - b.upd, commits: a.commits - b.commits, wal: a.wal - b.wal}
+	return pgCounters{cpu: a.cpu - b.cpu, ins: a.ins - b.ins, upd: a.upd - b.upd, hot: a.hot - b.hot,
+		commits: a.commits - b.commits, wal: a.wal - b.wal}
 }
 
-func pgSnapshot(t *testing.T, pool *pgxpool.Pool) pgCounters {
+func pgSnapshot(t testing.TB, pool *pgxpool.Pool) pgCounters {
 	t.Helper()
 	ctx := context.Background()
 	var c pgCounters
@@ -155,8 +161,9 @@ func pgSnapshot(t *testing.T, pool *pgxpool.Pool) pgCounters {
 	err := pool.QueryRow(ctx, `SELECT pg_backend_pid(),
 		(SELECT COALESCE(sum(n_tup_ins), 0)::bigint FROM pg_stat_user_tables),
 		(SELECT COALESCE(sum(n_tup_upd), 0)::bigint FROM pg_stat_user_tables),
+		(SELECT COALESCE(sum(n_tup_hot_upd), 0)::bigint FROM pg_stat_user_tables),
 		(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
-		pg_current_wal_lsn()::text`).Scan(&pid, &c.ins, &c.upd, &c.commits, &lsn)
+		pg_current_wal_lsn()::text`).Scan(&pid, &c.ins, &c.upd, &c.hot, &c.commits, &lsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,9 +176,17 @@ func pgSnapshot(t *testing.T, pool *pgxpool.Pool) pgCounters {
 	return c
 }
 
-// backendCPU is the user+system CPU time of process pid (10 ms ticks).
-func backendCPU(t *testing.T, pid int) time.Duration {
+// backendCPU is the CPU time process pid has run: the scheduler's own
+// nanosecond count (/proc/pid/schedstat), else user+system in 10 ms ticks.
+func backendCPU(t testing.TB, pid int) time.Duration {
 	t.Helper()
+	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid)); err == nil {
+		if f := strings.Fields(string(raw)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return time.Duration(ns)
+			}
+		}
+	}
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +199,9 @@ func backendCPU(t *testing.T, pid int) time.Duration {
 
 // TestApplyStatementProfile runs Apply's statements one at a time on
 // batches of CREDITD_PG_PROFILE_BATCH consume Mutations and logs the
-// backend CPU of each per Mutation (10 ms ticks: use big batches).
+// backend CPU of each per Mutation (10 ms ticks: use big batches): the ON
+// CONFLICT statements, or with CREDITD_PG_PROFILE_WAY=copy the lean COPY
+// write's round trips and its commit.
 func TestApplyStatementProfile(t *testing.T) {
 	size, _ := strconv.Atoi(os.Getenv("CREDITD_PG_PROFILE_BATCH"))
 	if size <= 0 {
@@ -209,21 +226,32 @@ func TestApplyStatementProfile(t *testing.T) {
 	}
 	spent := map[string]time.Duration{}
 	var order []string
+	profile := profileStatements
+	if os.Getenv("CREDITD_PG_PROFILE_WAY") == "copy" {
+		profile = profileCopySteps
+	}
 	for i := 0; i < ops; i += size {
 		tx, err := b.pool.Begin(b.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		for _, q := range profileStatements(t, b, tx, ms[i:min(i+size, ops)]) {
+		var pid int
+		if err := tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		timed := profile(t, b, tx, ms[i:min(i+size, ops)])
+		cpu := backendCPU(t, pid)
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		timed = append(timed, timedStatement{name: "COMMIT", took: backendCPU(t, pid) - cpu})
+		for _, q := range timed {
 			name := q.name
 			if _, ok := spent[name]; !ok {
 				order = append(order, name)
 			}
 			spent[name] += q.took
-		}
-		if err := tx.Commit(b.ctx); err != nil {
-			t.Fatal(err)
 		}
 		spent["wall"] += time.Since(start)
 	}
@@ -256,6 +284,28 @@ func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation)
 		}
 		f := strings.Fields(q.SQL)
 		out = append(out, timedStatement{name: strings.Join(f[:min(3, len(f))], " "), took: backendCPU(t, pid) - start})
+	}
+	return out
+}
+
+// profileCopySteps runs copyApply's round trips for ms in tx one by one.
+func profileCopySteps(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) []timedStatement {
+	t.Helper()
+	steps, err := copySteps(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var out []timedStatement
+	for _, step := range steps {
+		start := backendCPU(t, pid)
+		if err := step.run(b.ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, timedStatement{name: step.name, took: backendCPU(t, pid) - start})
 	}
 	return out
 }

@@ -1,0 +1,190 @@
+package persist
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestLeanApplyReplays states that the lean write, by COPY or by INSERT,
+// keeps Apply idempotent: a batch holding Mutations already stored (a
+// replay after a crash between commit and acknowledgement, whole or mixed
+// with new ones) falls back to the ON CONFLICT write and stores every row
+// exactly once, while a fresh batch (duplicates within it included) never
+// needs the fallback.
+func TestLeanApplyReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, way := range []struct {
+		name    string
+		copyMin int
+	}{{"copy", 1}, {"insert", copyMinMutations}} {
+		t.Run(way.name, func(t *testing.T) {
+			leanApplyReplays(t, b, &Store{pool: b.pool, copyMin: way.copyMin})
+		})
+	}
+}
+
+func leanApplyReplays(t *testing.T, b *bundle, store *Store) {
+	tenant := uuid.New()
+	tests := []struct {
+		name string
+		// batches are applied in order; each is a list of indexes into the
+		// customer's consumes.
+		batches      [][]int
+		keyless      bool
+		wantFallback int64
+	}{
+		{"fresh batches", [][]int{{0, 1}, {2}}, false, 0},
+		{"duplicate inside one batch", [][]int{{0, 0, 1, 1}}, false, 0},
+		{"same batch twice", [][]int{{0, 1, 2}, {0, 1, 2}}, false, 1},
+		{"stored mixed with new", [][]int{{0}, {0, 1, 2}}, false, 1},
+		{"new, then a replay of an older one alone", [][]int{{0, 1}, {2}, {1}}, false, 1},
+		{"keyless replay", [][]int{{0, 1}, {1, 2}}, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
+			if err := store.Apply(b.ctx, []engine.Mutation{c.grant(tenant)}); err != nil {
+				t.Fatal(err)
+			}
+			ms := make([]engine.Mutation, 3)
+			for i := range ms {
+				ms[i] = c.consume(tenant, true)
+				if tt.keyless {
+					ms[i].IdempotencyKey = ""
+				}
+			}
+			before := store.ReplayedApplies()
+			seen := map[int]bool{}
+			for _, idx := range tt.batches {
+				var batch []engine.Mutation
+				for _, i := range idx {
+					batch = append(batch, ms[i])
+					seen[i] = true
+				}
+				if err := store.Apply(b.ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := store.ReplayedApplies() - before; got != tt.wantFallback {
+				t.Errorf("%d Applies fell back to ON CONFLICT, want %d", got, tt.wantFallback)
+			}
+			n := len(seen)
+			wantOps := n + 1 // and the grant's
+			if tt.keyless {
+				wantOps = 1
+			}
+			for _, q := range []struct {
+				sql  string
+				want int
+			}{
+				{`SELECT count(*) FROM ledger_entries WHERE customer_id = $1 AND type = 'consumption'`, n},
+				{`SELECT count(*) FROM operations WHERE customer_id = $1`, wantOps},
+				{`SELECT count(*) FROM webhook_events WHERE customer_id = $1 AND event_type = 'credit.consumed'`, n},
+			} {
+				var got int
+				if err := b.pool.QueryRow(b.ctx, q.sql, c.id).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != q.want {
+					t.Errorf("%s: %d, want %d", q.sql, got, q.want)
+				}
+			}
+			var sum int64
+			if err := b.pool.QueryRow(b.ctx, `SELECT sum(delta) FROM ledger_entries WHERE customer_id = $1`, c.id).Scan(&sum); err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(2_000_000 - 300*n); sum != want {
+				t.Errorf("ledger sums to %d, want %d", sum, want)
+			}
+		})
+	}
+}
+
+// TestLeanWriteStoresWhatConflictWriteStores states that the lean write,
+// by COPY and by INSERT, stores row for row what the ON CONFLICT statements
+// store, over Mutations of every section: grants and top-ups with metadata,
+// expiry and reason, debits with overage, consumes with draws and with a
+// Context (events stored as sent), drains without block metadata, holds,
+// gauges and keyless Mutations, in batches of several sizes.
+func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	expires := now.Add(48 * time.Hour)
+	live := engine.Scope{TenantID: uuid.New(), Environment: engine.EnvironmentLive}
+	var ms []engine.Mutation
+	for i := range 3 {
+		a := newAccount(live, now)
+		g := a.grant(fmt.Sprintf("g%d", i), 5000, &expires)
+		tp := a.topup(fmt.Sprintf("t%d", i), 3000, ptr("ref-1"), 2, nil)
+		ms = append(ms, g, tp,
+			a.consume(fmt.Sprintf("c%d", i), g.Blocks[0].ID, 100, "tokens", 7),
+			a.consumeAcross(fmt.Sprintf("x%d", i), []uuid.UUID{g.Blocks[0].ID, tp.Blocks[0].ID}, []int64{200, 300}),
+			a.drain(*a.blocks[tp.Blocks[0].ID], 10))
+		r, h := a.reserve(fmt.Sprintf("r%d", i), "tokens", 400, time.Hour)
+		ms = append(ms, r, a.finish(h, engine.ReservationCommitted, 250), a.gauge("seats", int64(i+1)))
+		c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
+		ms = append(ms, c.grant(live.TenantID), c.consume(live.TenantID, true), c.consume(live.TenantID, false))
+	}
+	ways := []struct {
+		name  string
+		apply func(s *Store, ctx context.Context, ms []engine.Mutation) error
+	}{
+		{"on conflict", (*Store).pipelinedApply},
+		{"copy", (*Store).copyApply},
+		{"insert", (*Store).insertApply},
+	}
+	tables := []string{"operations", "ledger_entries", "credit_blocks", "credit_accounts", "webhook_events",
+		"reservations", "gauges"}
+	var want map[string][]string
+	for _, way := range ways {
+		b := setup(t)
+		for _, size := range []int{1, 4, len(ms)} {
+			// Each size writes the whole list once more: the first pass stores it,
+			// the later ones must fail (lean) or skip (ON CONFLICT) on stored rows.
+			for i := 0; i < len(ms); i += size {
+				err := way.apply(b.store, b.ctx, ms[i:min(i+size, len(ms))])
+				if size > 1 && way.name != "on conflict" {
+					if sqlState(err) != uniqueViolation {
+						t.Fatalf("%s: replayed batch of %d: %v, want a unique violation", way.name, size, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: batch of %d: %v", way.name, size, err)
+				}
+			}
+		}
+		got := map[string][]string{}
+		for _, table := range tables {
+			rows, err := b.pool.Query(b.ctx, `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[table], err = pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got[table]) == 0 {
+				t.Fatalf("%s: %s is empty", way.name, table)
+			}
+		}
+		if want == nil {
+			want = got
+			continue
+		}
+		for _, table := range tables {
+			if !slices.Equal(got[table], want[table]) {
+				t.Errorf("%s: %s differs from the ON CONFLICT write:\n got %q\nwant %q", way.name, table, got[table], want[table])
+			}
+		}
+	}
+}
