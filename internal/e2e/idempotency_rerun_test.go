@@ -40,7 +40,9 @@ func headersOf(h http.Header) string {
 	var out []string
 	for name, vs := range h {
 		switch name {
-		case "Date", "X-Request-Id", "X-Idempotent-Replayed":
+		case "Date", "X-Request-Id", "X-Idempotent-Replayed",
+			// The rate budget moves with every request, replays included.
+			"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset":
 			continue
 		}
 		for _, v := range vs {
