@@ -1,0 +1,148 @@
+package lua
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestProfileWorst times each script call of the bench's worst allowed
+// input (issue 9: 100 live blocks and 100 active holds with 8 KiB of
+// metadata each) from SLOWLOG of a private Redis named by PROFILE_REDIS
+// (host:port; it is flushed). The minimum over the trials is what the
+// script costs; the maximum is what a loaded box added to it. It asserts
+// nothing: the bound lives in bench/.
+func TestProfileWorst(t *testing.T) {
+	addr := os.Getenv("PROFILE_REDIS")
+	if addr == "" {
+		t.Skip("PROFILE_REDIS not set")
+	}
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.FlushAll(ctx)
+	rdb.ConfigSet(ctx, "slowlog-max-len", "100000")
+	rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+	s := NewStore(rdb, "worst")
+	scriptNames := map[string]string{grantScript.Hash(): "grant", commitScript.Hash(): "commit",
+		reserveScript.Hash(): "reserve", releaseScript.Hash(): "release", consumeScript.Hash(): "consume"}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := func(tag string) engine.Metadata {
+		m := engine.Metadata{"tag": json.RawMessage(`"` + tag + `"`)}
+		for i := 0; i < 36; i++ {
+			m[fmt.Sprintf("k%07d", i)] = json.RawMessage(`"` + strings.Repeat("x", 210) + `"`)
+		}
+		return m
+	}
+	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+	now := t0
+	times := map[string][]int64{}
+	timed := func(name string, f func()) {
+		rdb.SlowLogReset(ctx)
+		f()
+		logs, err := rdb.SlowLogGet(ctx, -1).Result()
+		must(err)
+		for _, l := range logs {
+			if strings.EqualFold(l.Args[0], "evalsha") && len(l.Args) > 1 {
+				k := name + " " + scriptNames[l.Args[1]]
+				times[k] = append(times[k], l.Duration.Microseconds())
+			}
+		}
+	}
+	for trial := 0; trial < 5; trial++ {
+		c := newCustomer()
+		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0)
+		if err != nil || !ok {
+			t.Fatal(err)
+		}
+		for i := 1; i < engine.MaxLiveBlocks-1; i++ {
+			g := grantCmd(c, 1_000_000_000, now)
+			g.Block.Priority = i % 5
+			g.Block.Metadata = meta(fmt.Sprintf("b%d", i))
+			exp := now.Add(time.Duration(30*24+i) * time.Hour)
+			g.Block.ExpiresAt = &exp
+			_, err := s.Grant(ctx, g)
+			must(err)
+		}
+		var holds []uuid.UUID
+		for i := 0; i < engine.MaxActiveHolds-1; i++ {
+			cmd := reserveCmd(c, 10, terms, time.Hour, now)
+			cmd.Metadata = meta(fmt.Sprintf("h%d", i))
+			_, err := s.Reserve(ctx, cmd)
+			must(err)
+			holds = append(holds, cmd.ReservationID)
+		}
+		now = now.Add(time.Millisecond)
+		timed("grant stack_after", func() {
+			g := grantCmd(c, 1_000_000_000, now)
+			g.Block.Metadata = meta("last")
+			g.IdempotencyKey = "g-" + uuid.NewString()
+			g.DurationSeconds = 3600
+			g.StackAfter = &engine.StackAfter{MetadataMatch: engine.Metadata{"tag": json.RawMessage(`"none"`)}, Fallback: "now"}
+			_, err := s.Grant(ctx, g)
+			must(err)
+		})
+		timed("commit with metadata", func() {
+			for i := 0; i < 5; i++ {
+				now = now.Add(time.Millisecond)
+				cc := commitCmd(c, holds[0], 7, terms, now)
+				cc.Metadata = meta("commit")
+				cc.IdempotencyKey = "c-" + uuid.NewString()
+				_, err := s.Commit(ctx, cc)
+				must(err)
+				holds = holds[1:]
+			}
+		})
+		timed("reserve/release kept cap", func() {
+			for i := 0; i < 40; i++ {
+				now = now.Add(time.Millisecond)
+				if len(holds) >= engine.MaxActiveHolds {
+					_, err := s.Release(ctx, releaseCmd(c, holds[0], false, now))
+					must(err)
+					holds = holds[1:]
+				}
+				cmd := reserveCmd(c, 10, terms, time.Hour, now)
+				cmd.Metadata = meta("cycle")
+				cmd.IdempotencyKey = "r-" + uuid.NewString()
+				_, err := s.Reserve(ctx, cmd)
+				must(err)
+				holds = append(holds, cmd.ReservationID)
+			}
+		})
+		timed("consume", func() {
+			for i := 0; i < 5; i++ {
+				now = now.Add(time.Millisecond)
+				cmd := consumeCmd(c, 150, terms, engine.OveragePolicyBlock, now)
+				cmd.IdempotencyKey = "k-" + uuid.NewString()
+				cmd.RequestHash = "rh"
+				_, err := s.Consume(ctx, cmd)
+				must(err)
+			}
+		})
+	}
+	names := make([]string, 0, len(times))
+	for n := range times {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		d := times[n]
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		fmt.Printf("PROFILE worst %-34s calls %3d  min %5d  p50 %5d  max %5d us\n", n, len(d), d[0], d[len(d)/2], d[len(d)-1])
+	}
+}
