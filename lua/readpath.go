@@ -34,8 +34,18 @@ type accountFields struct {
 	blocks         []engine.MutationBlock
 }
 
-// readAccount HGETALLs a customer's hash; engine.ErrStateMissing when absent.
+// readAccount reads a customer's hash; engine.ErrStateMissing when absent.
+// A small account is one HGETALL. An account known to keep the layout v2
+// summary (a big one, up to megabytes of block and hold metadata at the
+// caps) is read in slices instead (readAccountSliced), so no single command
+// holds Redis for every tenant while it copies the whole hash.
 func (s *Store) readAccount(ctx context.Context, key string) (accountFields, error) {
+	if s.layouts.has(key) {
+		a, err := s.readAccountSliced(ctx, key)
+		if !errors.Is(err, errAccountMoving) {
+			return a, err
+		}
+	}
 	raw, err := s.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
 		return accountFields{}, fmt.Errorf("lua: read account: %w", err)
@@ -43,7 +53,85 @@ func (s *Store) readAccount(ctx context.Context, key string) (accountFields, err
 	if len(raw) == 0 {
 		return accountFields{}, engine.ErrStateMissing
 	}
+	if _, ok := raw["s"]; ok {
+		s.layouts.set(key, true)
+	}
 	return decodeAccount(raw)
+}
+
+// sliceMetaFields is how many block metadata fields one HMGET of a sliced
+// read asks for: at the 16 KiB metadata limit, 256 KiB per command.
+const sliceMetaFields = 16
+
+// errAccountMoving: the account changed under a sliced read every time it
+// was tried; the caller reads it whole.
+var errAccountMoving = errors.New("lua: account changed during a sliced read")
+
+// readAccountSliced reads the fields decodeAccount uses (never the holds'
+// metadata) with HKEYS and HMGETs of bounded size. Every HMGET also reads
+// the version, and every script that changes a block or the reserved total
+// moves it, so equal versions across the slices make one consistent
+// snapshot; a read that saw the version move is tried again, twice.
+func (s *Store) readAccountSliced(ctx context.Context, key string) (accountFields, error) {
+	for try := 0; try < 3; try++ {
+		names, err := s.rdb.HKeys(ctx, key).Result()
+		if err != nil {
+			return accountFields{}, fmt.Errorf("lua: read account: %w", err)
+		}
+		if len(names) == 0 {
+			return accountFields{}, engine.ErrStateMissing
+		}
+		head := []string{"v", "id", "rs", "le", "ua", "s"}
+		var meta []string
+		for _, n := range names {
+			switch {
+			case strings.HasPrefix(n, "b:"):
+				head = append(head, n)
+			case strings.HasPrefix(n, "m:"):
+				meta = append(meta, n)
+			}
+		}
+		raw := make(map[string]string, len(head)+len(meta))
+		version, moved := "", false
+		read := func(fields []string) error {
+			vals, err := s.rdb.HMGet(ctx, key, fields...).Result()
+			if err != nil {
+				return fmt.Errorf("lua: read account: %w", err)
+			}
+			for i, v := range vals {
+				if str, ok := v.(string); ok {
+					raw[fields[i]] = str
+				}
+			}
+			v, _ := vals[0].(string)
+			if version == "" {
+				version = v
+			} else if v != version {
+				moved = true
+			}
+			return nil
+		}
+		if err := read(head); err != nil {
+			return accountFields{}, err
+		}
+		for first := 0; first < len(meta) && !moved; first += sliceMetaFields {
+			fields := append([]string{"v"}, meta[first:min(first+sliceMetaFields, len(meta))]...)
+			if err := read(fields); err != nil {
+				return accountFields{}, err
+			}
+		}
+		if version == "" {
+			return accountFields{}, engine.ErrStateMissing
+		}
+		if moved {
+			continue
+		}
+		if _, ok := raw["s"]; !ok {
+			s.layouts.set(key, false)
+		}
+		return decodeAccount(raw)
+	}
+	return accountFields{}, errAccountMoving
 }
 
 // decodeAccount reads the fields prelude.lua's acct_commit writes.
