@@ -41,7 +41,7 @@ type accountFields struct {
 // holds Redis for every tenant while it copies the whole hash.
 func (s *Store) readAccount(ctx context.Context, key string) (accountFields, error) {
 	if s.layouts.has(key) {
-		a, err := s.readAccountSliced(ctx, key)
+		a, err := s.readAccountSliced(ctx, key, true)
 		if !errors.Is(err, errAccountMoving) {
 			return a, err
 		}
@@ -68,11 +68,11 @@ const sliceMetaFields = 16
 var errAccountMoving = errors.New("lua: account changed during a sliced read")
 
 // readAccountSliced reads the fields decodeAccount uses (never the holds'
-// metadata) with HKEYS and HMGETs of bounded size. Every HMGET also reads
+// metadata, and the blocks' only withMeta) with HKEYS and HMGETs of bounded size. Every HMGET also reads
 // the version, and every script that changes a block or the reserved total
 // moves it, so equal versions across the slices make one consistent
 // snapshot; a read that saw the version move is tried again, twice.
-func (s *Store) readAccountSliced(ctx context.Context, key string) (accountFields, error) {
+func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool) (accountFields, error) {
 	for try := 0; try < 3; try++ {
 		names, err := s.rdb.HKeys(ctx, key).Result()
 		if err != nil {
@@ -87,7 +87,7 @@ func (s *Store) readAccountSliced(ctx context.Context, key string) (accountField
 			switch {
 			case strings.HasPrefix(n, "b:"):
 				head = append(head, n)
-			case strings.HasPrefix(n, "m:"):
+			case withMeta && strings.HasPrefix(n, "m:"):
 				meta = append(meta, n)
 			}
 		}
@@ -250,6 +250,13 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 			s.layouts.set(key, false)
 		} else if b, ok := summaryBalances(sum, rs, ua, nowMS); ok {
 			return b, nil
+		} else if a, err := s.readAccountSliced(ctx, key, false); !errors.Is(err, errAccountMoving) {
+			// Outside the summary's window: the blocks, in slices, without
+			// their metadata (megabytes at the caps).
+			if err != nil {
+				return engine.Balances{}, err
+			}
+			return engine.ComputeBalances(a.blocks, a.reserved, nowMS), nil
 		}
 	}
 	raw, err := s.reads.hgetall(s.rdb, key)

@@ -37,7 +37,7 @@ func TestSlicedReadEqualsWholeRead(t *testing.T) {
 		if !b.store.layouts.has(key) {
 			t.Fatalf("a loaded account of %d blocks has no layout v2 summary", len(st.Blocks))
 		}
-		sliced, err := b.store.readAccountSliced(ctx, key)
+		sliced, err := b.store.readAccountSliced(ctx, key, true)
 		if err != nil {
 			t.Fatal(err)
 		}
