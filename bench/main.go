@@ -264,13 +264,13 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	defer cd.Stop()
 	probe.Creditd = cd.Pid()
 
-	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, prefix: prefix, runID: runID,
+	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, baseDB: baseDB, prefix: prefix, runID: runID,
 		addr: addr, probe: probe, tmp: tmp, root: root, pprofAddr: pprofAddr, bin: bin}
 	if b.pg, err = pgx.Connect(ctx, dbURL); err != nil {
 		return nil, err
 	}
 	defer b.pg.Close(context.Background())
-	if o.needsCustomers() || o.has("worst") {
+	if o.needsCustomers() {
 		if err := b.seed(ctx); err != nil {
 			res.Errors = append(res.Errors, "seed: "+err.Error())
 			return res, err

@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,15 +35,20 @@ const metricWorst = "worst_tiers"
 
 // WorstResult is the scenario's outcome.
 type WorstResult struct {
-	Blocks     int           `json:"live_blocks"`
-	Holds      int           `json:"active_holds"`
-	Tiers      int           `json:"tiers"`
-	MetaBytes  int           `json:"metadata_bytes_per_block"`
-	Phases     []WorstPhase  `json:"phases"`
-	MaxUS      int64         `json:"max_script_us"`
-	MaxPhase   string        `json:"max_script_phase"`
-	Refusals   []string      `json:"cap_refusals"`
-	ReadMaxUS  int64         `json:"max_read_us"`
+	Blocks     int          `json:"live_blocks"`
+	Holds      int          `json:"active_holds"`
+	Tiers      int          `json:"tiers"`
+	MetaBytes  int          `json:"metadata_bytes_per_block"`
+	Phases     []WorstPhase `json:"phases"`
+	MaxUS      int64        `json:"max_script_us"`
+	MaxPhase   string       `json:"max_script_phase"`
+	Refusals   []string     `json:"cap_refusals"`
+	P99US      int64        `json:"max_phase_p99_us"`
+	ReadMaxUS  int64        `json:"max_read_us"`
+	ReadMaxCmd string       `json:"max_read_command"`
+	// Setting says where the figures were taken: the private redis-server,
+	// the pace, and what else ran on the machine.
+	Setting    string        `json:"setting"`
 	Error      string        `json:"error,omitempty"`
 	HashBytes  int64         `json:"account_hash_bytes"`
 	Imports    []WorstImport `json:"imports"`
@@ -56,6 +66,19 @@ type WorstPhase struct {
 	// the rest are the HTTP idempotency scripts).
 	MoneyCalls int   `json:"money_script_calls"`
 	MoneyP50US int64 `json:"money_p50_us"`
+	// CmdUSPerCall is INFO commandstats usec per script call (every
+	// EVALSHA on the private Redis): time inside the command, as SLOWLOG.
+	CmdUSPerCall float64 `json:"commandstats_us_per_script_call"`
+	// CPUUSPerCall is the redis-server main thread's CPU time
+	// (/proc/<pid>/task/<pid>/schedstat) over the phase divided by its
+	// script calls: everything Redis did, scripts or not, per script call.
+	CPUUSPerCall float64 `json:"redis_cpu_us_per_script_call"`
+	// WaitUS is how long the main thread was runnable but not running
+	// (waiting for a core) during the phase.
+	WaitUS int64 `json:"redis_runqueue_wait_us"`
+	// TopCmd is the slowest non-script command of the phase.
+	TopCmd   string `json:"top_other_command"`
+	TopCmdUS int64  `json:"top_other_command_us"`
 }
 
 // WorstImport is one import call at a call limit, timed from the client.
@@ -80,14 +103,164 @@ func worstMeta(n int, tag string) map[string]any {
 	return m
 }
 
-// worst builds the worst allowed customer and times its scripts.
+// worst builds the worst allowed customer and times its scripts, on a
+// redis-server and a creditd of its own: on the shared Redis other
+// branches' scripts and traffic put calls of any script over the budget.
 func (b *Bench) worst(ctx context.Context) {
 	r := &WorstResult{Tiers: engine.MaxTiers}
 	b.res.Worst = r
-	if err := b.worstRun(ctx, r); err != nil {
+	err := func() error {
+		wb, stop, err := b.worstStack(ctx, r)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return wb.worstRun(ctx, r)
+	}()
+	if err != nil {
 		r.Error = err.Error()
 		logf("worst: %v", err)
 	}
+}
+
+// worstStack starts the scenario's own redis-server (every command logged
+// by SLOWLOG, nothing saved) and its own creditd on a fresh database, and
+// returns a Bench that drives them; stop ends both by PID and drops the
+// database.
+func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	raddr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, port, _ := net.SplitHostPort(raddr)
+	rlog, err := os.Create(filepath.Join(b.tmp, "redis-worst.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000")
+	rs.Stdout, rs.Stderr = rlog, rlog
+	rs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := rs.Start(); err != nil {
+		rlog.Close()
+		return nil, nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	stops = append(stops, func() {
+		_ = rs.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = rs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = rs.Process.Kill()
+			<-done
+		}
+		rlog.Close()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: raddr})
+	stops = append(stops, func() { rdb.Close() })
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i == 100 {
+			return nil, nil, fmt.Errorf("private redis-server on %s did not answer:\n%s", raddr, tail(rlog.Name(), 1000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	version, _ := redisInfo(ctx, rdb, "server", "redis_version")
+
+	dbName := b.runID + "w"
+	dbURL, err := createDatabase(ctx, b.baseDB, dbName)
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() {
+		if b.o.Keep {
+			logf("worst: kept database %s (its Redis is gone)", dbName)
+			return
+		}
+		if err := dropDatabase(context.Background(), b.baseDB, dbName); err != nil {
+			logf("worst: drop database: %v", err)
+		}
+	})
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := b.prefix + "w"
+	cd, err := startProc("creditd-worst", b.bin, []string{"serve"}, []string{
+		"REDIS_URL=redis://" + raddr + "/0", "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
+		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench-worst",
+	}, addr, filepath.Join(b.tmp, "creditd-worst.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, cd.Stop)
+	api, err := newTenant(addr, b.runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenant: %w", err)
+	}
+	w := *b
+	w.rdb, w.prefix, w.addr, w.api, w.dbURL, w.redisURL = rdb, prefix, addr, api, dbURL, "redis://"+raddr+"/0"
+	w.worstRedisPid = rs.Process.Pid
+	others := "the bench's own creditd idle on the shared Redis"
+	if b.o.full() || b.o.has("memory") {
+		others = "the bench's creditd idle after its load scenarios (its persister polling the shared Redis)"
+	}
+	load := ""
+	if lb, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(lb))[:3], " ")
+	}
+	r.Setting = fmt.Sprintf("a private redis-server %s (pid %d, no persistence, 0 other scripts cached, only this scenario's creditd as client) "+
+		"and a creditd of its own on a fresh database; each measured call after a %s pause; also on the %d-core machine: %s and whatever other "+
+		"users ran (load average %s at the start)", version, rs.Process.Pid, b.o.WorstPace, runtime.NumCPU(), others, load)
+	logf("worst: private redis-server %s on %s (pid %d), creditd on %s (database %s)", version, raddr, rs.Process.Pid, addr, dbName)
+	return &w, stop, nil
+}
+
+// threadSched is a thread's time on a CPU and waiting for one
+// (/proc/<pid>/task/<pid>/schedstat, nanoseconds).
+func threadSched(pid int) (run, wait int64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, raw)
+	}
+	run, _ = strconv.ParseInt(f[0], 10, 64)
+	wait, _ = strconv.ParseInt(f[1], 10, 64)
+	return run, wait, nil
+}
+
+// scriptStats sums INFO commandstats over the script commands.
+func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec int64) {
+	for name, v := range commandStats(ctx, rdb) {
+		if scriptCommand(name) {
+			calls += v[0]
+			usec += v[1]
+		}
+	}
+	return calls, usec
+}
+
+// scriptCommand: the command runs a Lua script.
+func scriptCommand(name string) bool {
+	switch strings.ToLower(name) {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+		return true
+	}
+	return false
 }
 
 func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
@@ -184,31 +357,42 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	}
 
 	pace = b.o.WorstPace
-	restore, err := slowlogAll(ctx, b.rdb)
-	if err != nil {
-		return err
-	}
-	defer restore()
-
 	phase := func(name string, f func() error) error {
 		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
 			return err
 		}
+		calls0, usec0 := scriptStats(ctx, b.rdb)
+		run0, wait0, serr := threadSched(b.worstRedisPid)
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		p, reads, err := b.slowlogPhase(ctx, name)
+		run1, wait1, serr1 := threadSched(b.worstRedisPid)
+		calls1, usec1 := scriptStats(ctx, b.rdb)
+		p, err := b.slowlogPhase(ctx, name)
 		if err != nil {
 			return err
 		}
-		r.ReadMaxUS = max(r.ReadMaxUS, reads)
+		if n := calls1 - calls0; n > 0 {
+			p.CmdUSPerCall = float64(usec1-usec0) / float64(n)
+		}
+		if serr == nil && serr1 == nil {
+			if p.Calls > 0 {
+				p.CPUUSPerCall = float64(run1-run0) / 1e3 / float64(p.Calls)
+			}
+			p.WaitUS = (wait1 - wait0) / 1e3
+		}
+		if p.TopCmdUS > r.ReadMaxUS {
+			r.ReadMaxUS, r.ReadMaxCmd = p.TopCmdUS, p.TopCmd
+		}
 		r.Phases = append(r.Phases, p)
 		r.ScriptRuns += p.Calls
 		if p.MaxUS > r.MaxUS {
 			r.MaxUS, r.MaxPhase = p.MaxUS, name
 		}
-		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us; %4d money scripts: p50 %4d us",
-			name, p.Calls, p.MaxUS, p.P99US, p.MoneyCalls, p.MoneyP50US)
+		r.P99US = max(r.P99US, p.P99US)
+		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us, p50 %4d us; Redis CPU %5.0f us/call, in-command %5.0f us/call, "+
+			"run-queue wait %d us; top other %s %d us", name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.CPUUSPerCall, p.CmdUSPerCall,
+			p.WaitUS, p.TopCmd, p.TopCmdUS)
 		return nil
 	}
 	expect := func(want int, a Answer, err error) error {
@@ -392,57 +576,31 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	return nil
 }
 
-// slowlogAll makes Redis log every command (restore puts the settings
-// back): SLOWLOG then holds the execution time of each script call.
-func slowlogAll(ctx context.Context, rdb *redis.Client) (restore func(), err error) {
-	old := map[string]string{}
-	for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
-		v, err := rdb.ConfigGet(ctx, k).Result()
-		if err != nil {
-			return nil, fmt.Errorf("CONFIG GET %s: %w", k, err)
-		}
-		old[k] = v[k]
-	}
-	if err := rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
-		return nil, err
-	}
-	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
-		return nil, err
-	}
-	return func() {
-		for k, v := range old {
-			_ = rdb.ConfigSet(context.Background(), k, v).Err()
-		}
-	}, nil
-}
-
 // slowlogPhase reads the SLOWLOG entries of this run's keys: script calls
-// (EVALSHA, EVAL) make the phase; the largest other command is returned as
-// reads.
-func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, int64, error) {
+// (EVALSHA, EVAL) make the phase; the slowest other command is kept as
+// TopCmd.
+func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, error) {
 	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
 	if err != nil {
-		return WorstPhase{}, 0, err
+		return WorstPhase{}, err
 	}
 	p := WorstPhase{Name: name}
 	var us, money []int64
-	var reads int64
 	for _, l := range logs {
 		if !ownCommand(l.Args, b.prefix) {
 			continue
 		}
 		d := l.Duration.Microseconds()
 		if os.Getenv("BENCH_WORST_DEBUG") != "" && d > 1000 {
-			logf("  slow: %d us %q", d, l.Args[:min(len(l.Args), 5)])
+			logf("  slow: %d us %q", d, l.Args[:min(len(l.Args), 6)])
 		}
-		switch strings.ToLower(l.Args[0]) {
-		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
+		if scriptCommand(l.Args[0]) {
 			us = append(us, d)
 			if len(l.Args) > 3 && strings.Contains(l.Args[3], "}:a:") {
 				money = append(money, d)
 			}
-		default:
-			reads = max(reads, d)
+		} else if d > p.TopCmdUS {
+			p.TopCmd, p.TopCmdUS = strings.ToUpper(l.Args[0]), d
 		}
 	}
 	sort.Slice(us, func(i, j int) bool { return us[i] < us[j] })
@@ -454,7 +612,7 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, int6
 	if len(money) > 0 {
 		p.MoneyP50US = money[len(money)/2]
 	}
-	return p, reads, nil
+	return p, nil
 }
 
 // ownCommand: one of the arguments names a key of this run.
