@@ -76,6 +76,9 @@ type WorstPhase struct {
 	// WaitUS is how long the main thread was runnable but not running
 	// (waiting for a core) during the phase.
 	WaitUS int64 `json:"redis_runqueue_wait_us"`
+	// Compiles counts EVAL calls (a script's first call on this Redis;
+	// the warm-up should leave none).
+	Compiles int `json:"compiles"`
 	// TopCmd is the slowest non-script command of the phase.
 	TopCmd   string `json:"top_other_command"`
 	TopCmdUS int64  `json:"top_other_command_us"`
@@ -227,6 +230,80 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 	return &w, stop, nil
 }
 
+// worstWarm runs each kind of request once on a customer of its own and
+// returns the scripts each ran (SHA -> request).
+func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string]string, error) {
+	ext := "warm-" + b.runID
+	scripts := map[string]string{}
+	var holdID string
+	steps := []struct {
+		name            string
+		method, path    string
+		body            func() any
+		want            int
+		keepReservation bool
+	}{
+		{"create customer", "POST", "/v1/customers", func() any { return map[string]any{"external_id": ext} }, 201, false},
+		{"grant", "POST", "/v1/customers/" + ext + "/credits/grant", func() any {
+			return map[string]any{"credits": grantCredits, "source": "promotional", "reason": "warm"}
+		}, 201, false},
+		{"consume", "POST", "/v1/entitlements/consume", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "units": 1}
+		}, 200, false},
+		{"usage", "POST", "/v1/usage", func() any {
+			return map[string]any{"events": []map[string]any{{"event_id": b.runID + "-warm-ev", "customer_id": ext,
+				"billable_metric_key": metricWorst, "units": 1}}}
+		}, 200, false},
+		{"reserve", "POST", "/v1/reservations", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
+		}, 201, true},
+		{"commit", "POST", "/v1/reservations/{hold}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
+		{"reserve", "POST", "/v1/reservations", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
+		}, 201, true},
+		{"release", "POST", "/v1/reservations/{hold}/release", func() any { return map[string]any{} }, 200, false},
+		{"adjust", "POST", "/v1/customers/" + ext + "/credits/adjust", func() any {
+			return map[string]any{"delta": -1, "source": "manual", "reason": "warm"}
+		}, 200, false},
+		{"check", "GET", "/v1/entitlements/check?customer_id=" + ext + "&billable_metric_key=" + metricWorst + "&units=1", nil, 200, false},
+	}
+	for _, st := range steps {
+		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
+			return nil, err
+		}
+		var body any
+		if st.body != nil {
+			body = st.body()
+		}
+		a, err := b.api.Call(st.method, strings.Replace(st.path, "{hold}", holdID, 1), body, idem()...)
+		if err != nil {
+			return nil, err
+		}
+		if a.Status != st.want {
+			return nil, fmt.Errorf("%s: want %d, got %s", st.name, st.want, a)
+		}
+		if st.keepReservation {
+			var h struct{ ID string }
+			if err := a.Decode(&h); err != nil {
+				return nil, err
+			}
+			holdID = h.ID
+		}
+		logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range logs {
+			if len(l.Args) > 1 && scriptCommand(l.Args[0]) && !strings.EqualFold(l.Args[0], "eval") {
+				if _, seen := scripts[l.Args[1]]; !seen {
+					scripts[l.Args[1]] = st.name
+				}
+			}
+		}
+	}
+	return scripts, nil
+}
+
 // threadSched is a thread's time on a CPU and waiting for one
 // (/proc/<pid>/task/<pid>/schedstat, nanoseconds).
 func threadSched(pid int) (run, wait int64, err error) {
@@ -356,6 +433,16 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 	}
 
+	// Warm every script on a small customer of its own first: on a fresh
+	// Redis the first call of a script compiles it (EVALSHA answers
+	// NOSCRIPT, then EVAL of 40-55 KB of source, 1.7-2.2 ms), a cost of
+	// the Redis process, not of the input. The SHAs seen per request name
+	// the scripts in BENCH_WORST_DEBUG output.
+	scripts, err := b.worstWarm(ctx, idem)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+
 	pace = b.o.WorstPace
 	phase := func(name string, f func() error) error {
 		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
@@ -368,7 +455,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 		run1, wait1, serr1 := threadSched(b.worstRedisPid)
 		calls1, usec1 := scriptStats(ctx, b.rdb)
-		p, err := b.slowlogPhase(ctx, name)
+		p, err := b.slowlogPhase(ctx, name, scripts)
 		if err != nil {
 			return err
 		}
@@ -390,6 +477,9 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			r.MaxUS, r.MaxPhase = p.MaxUS, name
 		}
 		r.P99US = max(r.P99US, p.P99US)
+		if p.Compiles > 0 {
+			logf("worst: %s: %d script compiles (EVAL) in a measured phase", name, p.Compiles)
+		}
 		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us, p50 %4d us; Redis CPU %5.0f us/call, in-command %5.0f us/call, "+
 			"run-queue wait %d us; top other %s %d us", name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.CPUUSPerCall, p.CmdUSPerCall,
 			p.WaitUS, p.TopCmd, p.TopCmdUS)
@@ -579,7 +669,9 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 // slowlogPhase reads the SLOWLOG entries of this run's keys: script calls
 // (EVALSHA, EVAL) make the phase; the slowest other command is kept as
 // TopCmd.
-func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, error) {
+// Script calls over 1 ms are logged with the request that first ran the
+// script (scripts) when BENCH_WORST_DEBUG is set.
+func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[string]string) (WorstPhase, error) {
 	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
 	if err != nil {
 		return WorstPhase{}, err
@@ -592,7 +684,14 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, erro
 		}
 		d := l.Duration.Microseconds()
 		if os.Getenv("BENCH_WORST_DEBUG") != "" && d > 1000 {
-			logf("  slow: %d us %q", d, l.Args[:min(len(l.Args), 6)])
+			what := ""
+			if len(l.Args) > 1 {
+				what = scripts[l.Args[1]]
+			}
+			logf("  slow: %d us (script of %q) %q", d, what, l.Args[:min(len(l.Args), 8)])
+		}
+		if strings.EqualFold(l.Args[0], "eval") {
+			p.Compiles++
 		}
 		if scriptCommand(l.Args[0]) {
 			us = append(us, d)
