@@ -76,6 +76,11 @@ type WorstPhase struct {
 	// WaitUS is how long the main thread was runnable but not running
 	// (waiting for a core) during the phase.
 	WaitUS int64 `json:"redis_runqueue_wait_us"`
+	// RequestMaxCPUUS is the most CPU Redis's main thread spent within one
+	// request of the phase (every command of it, and whatever else Redis
+	// did meanwhile); RequestMaxWaitUS the most it waited for a core.
+	RequestMaxCPUUS  int64 `json:"request_max_redis_cpu_us"`
+	RequestMaxWaitUS int64 `json:"request_max_redis_wait_us"`
 	// Compiles counts EVAL calls (a script's first call on this Redis;
 	// the warm-up should leave none).
 	Compiles int `json:"compiles"`
@@ -375,6 +380,18 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	// The largest metadata the API takes (the boundary's limits may be
 	// tighter than the first guess).
 	pace := time.Duration(0)
+	// call sends one request and keeps the most CPU and run-queue wait
+	// Redis's main thread had within one request (all its commands): a
+	// SLOWLOG time above that CPU was spent waiting for a core.
+	var winCPU, winWait int64
+	call := func(method, path string, body any, headers ...string) (Answer, error) {
+		run0, wait0, err0 := threadSched(b.worstRedisPid)
+		a, err := b.api.Call(method, path, body, headers...)
+		if run1, wait1, err1 := threadSched(b.worstRedisPid); err0 == nil && err1 == nil {
+			winCPU, winWait = max(winCPU, (run1-run0)/1e3), max(winWait, (wait1-wait0)/1e3)
+		}
+		return a, err
+	}
 	grant := func(i int, meta map[string]any, extra map[string]any) (Answer, error) {
 		time.Sleep(pace)
 		body := map[string]any{"credits": grantCredits, "source": "promotional", "reason": "worst",
@@ -382,7 +399,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		for k, v := range extra {
 			body[k] = v
 		}
-		return b.api.Call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
+		return call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
 	}
 	var meta map[string]any
 	for _, n := range []int{b.o.WorstMetaBytes, 16 << 10, 8 << 10, 4 << 10, 2 << 10, 1 << 10} {
@@ -411,7 +428,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	holds := make([]string, 0, engine.MaxActiveHolds)
 	reserve := func(tag string) (Answer, error) {
 		time.Sleep(pace)
-		return b.api.Call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
+		return call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
 	// hold reserves one more hold (a 201 is required) and keeps its id.
@@ -450,6 +467,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 		calls0, usec0 := scriptStats(ctx, b.rdb)
 		run0, wait0, serr := threadSched(b.worstRedisPid)
+		winCPU, winWait = 0, 0
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -468,6 +486,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			p.WaitUS = (wait1 - wait0) / 1e3
 		}
+		p.RequestMaxCPUUS, p.RequestMaxWaitUS = winCPU, winWait
 		if p.TopCmdUS > r.ReadMaxUS {
 			r.ReadMaxUS, r.ReadMaxCmd = p.TopCmdUS, p.TopCmd
 		}
@@ -481,8 +500,8 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			logf("worst: %s: %d script compiles (EVAL) in a measured phase", name, p.Compiles)
 		}
 		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us, p50 %4d us; Redis CPU %5.0f us/call, in-command %5.0f us/call, "+
-			"run-queue wait %d us; top other %s %d us", name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.CPUUSPerCall, p.CmdUSPerCall,
-			p.WaitUS, p.TopCmd, p.TopCmdUS)
+			"run-queue wait %d us; one request at most %d us CPU, %d us wait; top other %s %d us", name, p.Calls, p.MaxUS, p.P99US, p.P50US,
+			p.CPUUSPerCall, p.CmdUSPerCall, p.WaitUS, p.RequestMaxCPUUS, p.RequestMaxWaitUS, p.TopCmd, p.TopCmdUS)
 		return nil
 	}
 	expect := func(want int, a Answer, err error) error {
@@ -498,7 +517,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	// call, so SLOWLOG times the script, not the CPU it shares with them.
 	paced := func(method, path string, body any, headers ...string) (Answer, error) {
 		time.Sleep(b.o.WorstPace)
-		return b.api.Call(method, path, body, headers...)
+		return call(method, path, body, headers...)
 	}
 	nomatch := map[string]any{"stack_after": map[string]any{"metadata_match": map[string]any{"tag": "none", "k0000000": "x"},
 		"fallback": "now"}}
