@@ -81,6 +81,13 @@ type WorstPhase struct {
 	// did meanwhile); RequestMaxWaitUS the most it waited for a core.
 	RequestMaxCPUUS  int64 `json:"request_max_redis_cpu_us"`
 	RequestMaxWaitUS int64 `json:"request_max_redis_wait_us"`
+	// MaxCallCPUUS and MaxCallWaitUS are the Redis main thread's CPU and
+	// run-queue wait within the request that made the slowest script call
+	// (-1: not known): when that CPU is below the call's SLOWLOG time, the
+	// call spent the difference without a core.
+	MaxCallCPUUS  int64 `json:"slowest_call_request_redis_cpu_us"`
+	MaxCallWaitUS int64 `json:"slowest_call_request_redis_wait_us"`
+	maxID         int64 // SLOWLOG id of the slowest script call
 	// Compiles counts EVAL calls (a script's first call on this Redis;
 	// the warm-up should leave none).
 	Compiles int `json:"compiles"`
@@ -309,6 +316,14 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 	return scripts, nil
 }
 
+// requestWindow is one request of the worst scenario: the newest SLOWLOG
+// id before it, and the CPU and run-queue wait of Redis's main thread while
+// it ran.
+type requestWindow struct {
+	after         int64
+	cpuUS, waitUS int64
+}
+
 // threadSched is a thread's time on a CPU and waiting for one
 // (/proc/<pid>/task/<pid>/schedstat, nanoseconds).
 func threadSched(pid int) (run, wait int64, err error) {
@@ -383,12 +398,21 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	// call sends one request and keeps the most CPU and run-queue wait
 	// Redis's main thread had within one request (all its commands): a
 	// SLOWLOG time above that CPU was spent waiting for a core.
+	// Each request's window starts after the newest SLOWLOG entry before
+	// it, so the slowest call can be matched to its request's CPU.
 	var winCPU, winWait int64
+	var windows []requestWindow
 	call := func(method, path string, body any, headers ...string) (Answer, error) {
+		var after int64 = -1
+		if l, err := b.rdb.SlowLogGet(ctx, 1).Result(); err == nil && len(l) == 1 {
+			after = l[0].ID
+		}
 		run0, wait0, err0 := threadSched(b.worstRedisPid)
 		a, err := b.api.Call(method, path, body, headers...)
-		if run1, wait1, err1 := threadSched(b.worstRedisPid); err0 == nil && err1 == nil {
-			winCPU, winWait = max(winCPU, (run1-run0)/1e3), max(winWait, (wait1-wait0)/1e3)
+		if run1, wait1, err1 := threadSched(b.worstRedisPid); err0 == nil && err1 == nil && after >= 0 {
+			w := requestWindow{after: after, cpuUS: (run1 - run0) / 1e3, waitUS: (wait1 - wait0) / 1e3}
+			winCPU, winWait = max(winCPU, w.cpuUS), max(winWait, w.waitUS)
+			windows = append(windows, w)
 		}
 		return a, err
 	}
@@ -467,7 +491,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 		calls0, usec0 := scriptStats(ctx, b.rdb)
 		run0, wait0, serr := threadSched(b.worstRedisPid)
-		winCPU, winWait = 0, 0
+		winCPU, winWait, windows = 0, 0, nil
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -487,6 +511,12 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			p.WaitUS = (wait1 - wait0) / 1e3
 		}
 		p.RequestMaxCPUUS, p.RequestMaxWaitUS = winCPU, winWait
+		p.MaxCallCPUUS, p.MaxCallWaitUS = -1, -1
+		for _, w := range windows {
+			if w.after < p.maxID {
+				p.MaxCallCPUUS, p.MaxCallWaitUS = w.cpuUS, w.waitUS
+			}
+		}
 		if p.TopCmdUS > r.ReadMaxUS {
 			r.ReadMaxUS, r.ReadMaxCmd = p.TopCmdUS, p.TopCmd
 		}
@@ -500,8 +530,9 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			logf("worst: %s: %d script compiles (EVAL) in a measured phase", name, p.Compiles)
 		}
 		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us, p50 %4d us; Redis CPU %5.0f us/call, in-command %5.0f us/call, "+
-			"run-queue wait %d us; one request at most %d us CPU, %d us wait; top other %s %d us", name, p.Calls, p.MaxUS, p.P99US, p.P50US,
-			p.CPUUSPerCall, p.CmdUSPerCall, p.WaitUS, p.RequestMaxCPUUS, p.RequestMaxWaitUS, p.TopCmd, p.TopCmdUS)
+			"run-queue wait %d us; one request at most %d us CPU, %d us wait; the slowest call's request %d us CPU, %d us wait; top other %s %d us",
+			name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.CPUUSPerCall, p.CmdUSPerCall, p.WaitUS, p.RequestMaxCPUUS, p.RequestMaxWaitUS,
+			p.MaxCallCPUUS, p.MaxCallWaitUS, p.TopCmd, p.TopCmdUS)
 		return nil
 	}
 	expect := func(want int, a Answer, err error) error {
@@ -697,6 +728,7 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[strin
 	}
 	p := WorstPhase{Name: name}
 	var us, money []int64
+	var slowest int64
 	for _, l := range logs {
 		if !ownCommand(l.Args, b.prefix) {
 			continue
@@ -713,6 +745,9 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[strin
 			p.Compiles++
 		}
 		if scriptCommand(l.Args[0]) {
+			if len(us) == 0 || d > slowest {
+				slowest, p.maxID = d, l.ID
+			}
 			us = append(us, d)
 			if len(l.Args) > 3 && strings.Contains(l.Args[3], "}:a:") {
 				money = append(money, d)
