@@ -192,6 +192,14 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 		time.Sleep(50 * time.Millisecond)
 	}
 	version, _ := redisInfo(ctx, rdb, "server", "redis_version")
+	nice := ""
+	if b.o.WorstRedisNice != 0 {
+		// Only the main thread, the one that runs commands.
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, rs.Process.Pid, b.o.WorstRedisNice); err != nil {
+			return nil, nil, fmt.Errorf("nice %d for redis-server: %w", b.o.WorstRedisNice, err)
+		}
+		nice = fmt.Sprintf(", main thread at nice %d", b.o.WorstRedisNice)
+	}
 
 	dbName := b.runID + "w"
 	dbURL, err := createDatabase(ctx, b.baseDB, dbName)
@@ -235,9 +243,9 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 	if lb, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = strings.Join(strings.Fields(string(lb))[:3], " ")
 	}
-	r.Setting = fmt.Sprintf("a private redis-server %s (pid %d, no persistence, 0 other scripts cached, only this scenario's creditd as client) "+
+	r.Setting = fmt.Sprintf("a private redis-server %s (pid %d%s, no persistence, 0 other scripts cached, only this scenario's creditd as client) "+
 		"and a creditd of its own on a fresh database; each measured call after a %s pause; also on the %d-core machine: %s and whatever other "+
-		"users ran (load average %s at the start)", version, rs.Process.Pid, b.o.WorstPace, runtime.NumCPU(), others, load)
+		"users ran (load average %s at the start)", version, rs.Process.Pid, nice, b.o.WorstPace, runtime.NumCPU(), others, load)
 	logf("worst: private redis-server %s on %s (pid %d), creditd on %s (database %s)", version, raddr, rs.Process.Pid, addr, dbName)
 	return &w, stop, nil
 }
