@@ -23,6 +23,7 @@ type Bench struct {
 	rdb      *redis.Client
 	redisURL string
 	dbURL    string
+	baseDB   string // the server's maintenance database, to create more
 	prefix   string
 	runID    string
 	addr     string
@@ -36,33 +37,46 @@ type Bench struct {
 	// bin is the creditd binary they describe.
 	pprofAddr string
 	bin       string
+	// worstRedisPid is the worst scenario's private redis-server.
+	worstRedisPid int
 }
 
 const grantCredits = 1_000_000_000
 
-// seed creates the tenant, lifts its rate limit (the bench measures creditd,
-// not its limiter), defines the metrics and rules, and seeds customers with
-// 3 blocks each through the API.
-func (b *Bench) seed(ctx context.Context) error {
+// newTenant creates a tenant on the creditd at addr and lifts its rate
+// limit (the bench measures creditd, not its limiter); the API it returns
+// calls with the tenant's live key.
+func newTenant(addr, runID string) (*API, error) {
 	httpc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	admin := &API{Base: "http://" + b.addr, HTTP: httpc}
+	admin := &API{Base: "http://" + addr, HTTP: httpc}
 	bearer := []string{"Authorization", "Bearer " + adminToken}
-	a, err := admin.Expect(201, "POST", "/admin/v1/tenants", map[string]any{"name": "bench " + b.runID}, bearer...)
+	a, err := admin.Expect(201, "POST", "/admin/v1/tenants", map[string]any{"name": "bench " + runID}, bearer...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var tn struct {
 		Tenant  struct{ ID string }   `json:"tenant"`
 		APIKeys struct{ Live string } `json:"api_keys"`
 	}
 	if err := a.Decode(&tn); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := admin.Expect(200, "PATCH", "/admin/v1/tenants/"+tn.Tenant.ID,
 		map[string]any{"rate_limit_per_second": 1_000_000, "rate_limit_burst": 10_000_000}, bearer...); err != nil {
+		return nil, err
+	}
+	return &API{Base: admin.Base, Key: tn.APIKeys.Live, HTTP: httpc}, nil
+}
+
+// seed creates the tenant, lifts its rate limit (the bench measures creditd,
+// not its limiter), defines the metrics and rules, and seeds customers with
+// 3 blocks each through the API.
+func (b *Bench) seed(ctx context.Context) error {
+	api, err := newTenant(b.addr, b.runID)
+	if err != nil {
 		return err
 	}
-	b.api = &API{Base: admin.Base, Key: tn.APIKeys.Live, HTTP: httpc}
+	b.api = api
 	idem := func(s string) []string { return []string{"Idempotency-Key", b.runID + "-seed-" + s} }
 
 	for _, m := range []string{metricConsume, metricUsage, metricReserve} {

@@ -51,6 +51,7 @@ type Options struct {
 	RebuildTimeout   time.Duration
 	WorstMetaBytes   int
 	WorstPace        time.Duration
+	WorstRedisNice   int
 	MemoryRate       float64
 	MemoryDuration   time.Duration
 	MemoryEvery      time.Duration
@@ -102,6 +103,7 @@ func main() {
 	flag.DurationVar(&o.MemoryDuration, "memory-duration", 0, "length of the memory scenario (default 3m; -quick 30s)")
 	flag.DurationVar(&o.MemoryEvery, "memory-every", 0, "how often the memory scenario samples Redis (default 15s; -quick 5s)")
 	flag.DurationVar(&o.WorstPace, "worst-pace", 25*time.Millisecond, "pause before each measured call of the worst scenario (lets creditd and the persister go idle)")
+	flag.IntVar(&o.WorstRedisNice, "worst-redis-nice", 0, "nice value of the worst scenario's private redis-server main thread (e.g. -10: it waits less for a core on a busy machine, as on a core of its own; needs root)")
 	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", 16<<10, "metadata bytes per block and hold in the worst scenario (smaller when the API refuses it)")
 	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
 	flag.BoolVar(&o.Quick, "quick", false, "a smoke run of about a minute")
@@ -264,13 +266,13 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	defer cd.Stop()
 	probe.Creditd = cd.Pid()
 
-	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, prefix: prefix, runID: runID,
+	b := &Bench{o: o, res: res, rdb: rdb, redisURL: redisURL, dbURL: dbURL, baseDB: baseDB, prefix: prefix, runID: runID,
 		addr: addr, probe: probe, tmp: tmp, root: root, pprofAddr: pprofAddr, bin: bin}
 	if b.pg, err = pgx.Connect(ctx, dbURL); err != nil {
 		return nil, err
 	}
 	defer b.pg.Close(context.Background())
-	if o.needsCustomers() || o.has("worst") {
+	if o.needsCustomers() {
 		if err := b.seed(ctx); err != nil {
 			res.Errors = append(res.Errors, "seed: "+err.Error())
 			return res, err

@@ -262,16 +262,20 @@ func markdown(r *Results, rel string) string {
 		w("\n## Worst allowed input (issue 9, invariant 13)\n\n")
 		w("One customer at every cap: %d live blocks and %d active holds, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
 			wr.Blocks, wr.Holds, wr.MetaBytes, wr.Tiers)
-		w("Redis time per script call from SLOWLOG (slowlog-log-slower-than 0, this run's keys only). Run alone: `go run ./bench -scenario worst`.\n\n")
+		w("Measured on %s. ", wr.Setting)
+		w("Redis time per script call from SLOWLOG (slowlog-log-slower-than 0, this scenario's keys only); max is one call and can be the machine taking the core mid-command, p99 and p50 are the cost. ")
+		w("Redis CPU per call is the redis-server main thread's CPU time over the phase (schedstat; every command, scripts or not) divided by the phase's script calls; in-command is INFO commandstats usec per script call; run-queue wait is how long Redis was ready but had no core; the request columns are the most CPU and wait Redis had within one request of the phase (all its commands), and the slowest call's request columns are Redis's CPU and wait within the request that made the phase's slowest script call: when that CPU is below the call's max, the call spent the rest without a core. ")
+		w("Run alone: `go run ./bench -scenario worst`.\n\n")
 		if wr.Error != "" {
 			w("**Failed:** %s\n\n", wr.Error)
 		}
-		w("| requests | script calls | max us | p99 us | p50 us | money scripts | their p50 us |\n|---|---|---|---|---|---|---|\n")
+		w("| requests | script calls | max us | p99 us | p50 us | money scripts | their p50 us | Redis CPU us/call | in-command us/call | run-queue wait us | one request: Redis CPU / wait us | slowest call's request: Redis CPU / wait us | slowest other command |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, p := range wr.Phases {
-			w("| %s | %d | %d | %d | %d | %d | %d |\n", p.Name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.MoneyCalls, p.MoneyP50US)
+			w("| %s | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %d | %d / %d | %d / %d | %s %d us |\n", p.Name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.MoneyCalls, p.MoneyP50US,
+				p.CPUUSPerCall, p.CmdUSPerCall, p.WaitUS, p.RequestMaxCPUUS, p.RequestMaxWaitUS, p.MaxCallCPUUS, p.MaxCallWaitUS, p.TopCmd, p.TopCmdUS)
 		}
-		w("\nMax %d us per script call (%s); largest other command of the run (reads: HGETALL of the hash) %d us; account hash %d bytes. Caps refused as they should: %s.\n",
-			wr.MaxUS, wr.MaxPhase, wr.ReadMaxUS, wr.HashBytes, strings.Join(wr.Refusals, "; "))
+		w("\nMax %d us per script call (%s), highest phase p99 %d us; slowest non-script command of the run %s %d us (HGETALL is the snapshot read of the whole hash); account hash %d bytes. Caps refused as they should: %s.\n",
+			wr.MaxUS, wr.MaxPhase, wr.P99US, wr.ReadMaxCmd, wr.ReadMaxUS, wr.HashBytes, strings.Join(wr.Refusals, "; "))
 		for _, im := range wr.Imports {
 			w("\nImport of %d customers x %d blocks: %.2f s (%d created, %d errors).\n", im.Customers, im.Blocks, im.Seconds, im.Created, im.Errors)
 		}

@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,15 +35,20 @@ const metricWorst = "worst_tiers"
 
 // WorstResult is the scenario's outcome.
 type WorstResult struct {
-	Blocks     int           `json:"live_blocks"`
-	Holds      int           `json:"active_holds"`
-	Tiers      int           `json:"tiers"`
-	MetaBytes  int           `json:"metadata_bytes_per_block"`
-	Phases     []WorstPhase  `json:"phases"`
-	MaxUS      int64         `json:"max_script_us"`
-	MaxPhase   string        `json:"max_script_phase"`
-	Refusals   []string      `json:"cap_refusals"`
-	ReadMaxUS  int64         `json:"max_read_us"`
+	Blocks     int          `json:"live_blocks"`
+	Holds      int          `json:"active_holds"`
+	Tiers      int          `json:"tiers"`
+	MetaBytes  int          `json:"metadata_bytes_per_block"`
+	Phases     []WorstPhase `json:"phases"`
+	MaxUS      int64        `json:"max_script_us"`
+	MaxPhase   string       `json:"max_script_phase"`
+	Refusals   []string     `json:"cap_refusals"`
+	P99US      int64        `json:"max_phase_p99_us"`
+	ReadMaxUS  int64        `json:"max_read_us"`
+	ReadMaxCmd string       `json:"max_read_command"`
+	// Setting says where the figures were taken: the private redis-server,
+	// the pace, and what else ran on the machine.
+	Setting    string        `json:"setting"`
 	Error      string        `json:"error,omitempty"`
 	HashBytes  int64         `json:"account_hash_bytes"`
 	Imports    []WorstImport `json:"imports"`
@@ -56,6 +66,34 @@ type WorstPhase struct {
 	// the rest are the HTTP idempotency scripts).
 	MoneyCalls int   `json:"money_script_calls"`
 	MoneyP50US int64 `json:"money_p50_us"`
+	// CmdUSPerCall is INFO commandstats usec per script call (every
+	// EVALSHA on the private Redis): time inside the command, as SLOWLOG.
+	CmdUSPerCall float64 `json:"commandstats_us_per_script_call"`
+	// CPUUSPerCall is the redis-server main thread's CPU time
+	// (/proc/<pid>/task/<pid>/schedstat) over the phase divided by its
+	// script calls: everything Redis did, scripts or not, per script call.
+	CPUUSPerCall float64 `json:"redis_cpu_us_per_script_call"`
+	// WaitUS is how long the main thread was runnable but not running
+	// (waiting for a core) during the phase.
+	WaitUS int64 `json:"redis_runqueue_wait_us"`
+	// RequestMaxCPUUS is the most CPU Redis's main thread spent within one
+	// request of the phase (every command of it, and whatever else Redis
+	// did meanwhile); RequestMaxWaitUS the most it waited for a core.
+	RequestMaxCPUUS  int64 `json:"request_max_redis_cpu_us"`
+	RequestMaxWaitUS int64 `json:"request_max_redis_wait_us"`
+	// MaxCallCPUUS and MaxCallWaitUS are the Redis main thread's CPU and
+	// run-queue wait within the request that made the slowest script call
+	// (-1: not known): when that CPU is below the call's SLOWLOG time, the
+	// call spent the difference without a core.
+	MaxCallCPUUS  int64 `json:"slowest_call_request_redis_cpu_us"`
+	MaxCallWaitUS int64 `json:"slowest_call_request_redis_wait_us"`
+	maxID         int64 // SLOWLOG id of the slowest script call
+	// Compiles counts EVAL calls (a script's first call on this Redis;
+	// the warm-up should leave none).
+	Compiles int `json:"compiles"`
+	// TopCmd is the slowest non-script command of the phase.
+	TopCmd   string `json:"top_other_command"`
+	TopCmdUS int64  `json:"top_other_command_us"`
 }
 
 // WorstImport is one import call at a call limit, timed from the client.
@@ -80,14 +118,254 @@ func worstMeta(n int, tag string) map[string]any {
 	return m
 }
 
-// worst builds the worst allowed customer and times its scripts.
+// worst builds the worst allowed customer and times its scripts, on a
+// redis-server and a creditd of its own: on the shared Redis other
+// branches' scripts and traffic put calls of any script over the budget.
 func (b *Bench) worst(ctx context.Context) {
 	r := &WorstResult{Tiers: engine.MaxTiers}
 	b.res.Worst = r
-	if err := b.worstRun(ctx, r); err != nil {
+	err := func() error {
+		wb, stop, err := b.worstStack(ctx, r)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return wb.worstRun(ctx, r)
+	}()
+	if err != nil {
 		r.Error = err.Error()
 		logf("worst: %v", err)
 	}
+}
+
+// worstStack starts the scenario's own redis-server (every command logged
+// by SLOWLOG, nothing saved) and its own creditd on a fresh database, and
+// returns a Bench that drives them; stop ends both by PID and drops the
+// database.
+func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	raddr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, port, _ := net.SplitHostPort(raddr)
+	rlog, err := os.Create(filepath.Join(b.tmp, "redis-worst.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000")
+	rs.Stdout, rs.Stderr = rlog, rlog
+	rs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := rs.Start(); err != nil {
+		rlog.Close()
+		return nil, nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	stops = append(stops, func() {
+		_ = rs.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = rs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = rs.Process.Kill()
+			<-done
+		}
+		rlog.Close()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: raddr})
+	stops = append(stops, func() { rdb.Close() })
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i == 100 {
+			return nil, nil, fmt.Errorf("private redis-server on %s did not answer:\n%s", raddr, tail(rlog.Name(), 1000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	version, _ := redisInfo(ctx, rdb, "server", "redis_version")
+	nice := ""
+	if b.o.WorstRedisNice != 0 {
+		// Only the main thread, the one that runs commands.
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, rs.Process.Pid, b.o.WorstRedisNice); err != nil {
+			return nil, nil, fmt.Errorf("nice %d for redis-server: %w", b.o.WorstRedisNice, err)
+		}
+		nice = fmt.Sprintf(", main thread at nice %d", b.o.WorstRedisNice)
+	}
+
+	dbName := b.runID + "w"
+	dbURL, err := createDatabase(ctx, b.baseDB, dbName)
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, func() {
+		if b.o.Keep {
+			logf("worst: kept database %s (its Redis is gone)", dbName)
+			return
+		}
+		if err := dropDatabase(context.Background(), b.baseDB, dbName); err != nil {
+			logf("worst: drop database: %v", err)
+		}
+	})
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := b.prefix + "w"
+	cd, err := startProc("creditd-worst", b.bin, []string{"serve"}, []string{
+		"REDIS_URL=redis://" + raddr + "/0", "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
+		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench-worst",
+	}, addr, filepath.Join(b.tmp, "creditd-worst.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	stops = append(stops, cd.Stop)
+	api, err := newTenant(addr, b.runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tenant: %w", err)
+	}
+	w := *b
+	w.rdb, w.prefix, w.addr, w.api, w.dbURL, w.redisURL = rdb, prefix, addr, api, dbURL, "redis://"+raddr+"/0"
+	w.worstRedisPid = rs.Process.Pid
+	others := "the bench's own creditd idle on the shared Redis"
+	if b.o.full() || b.o.has("memory") {
+		others = "the bench's creditd idle after its load scenarios (its persister polling the shared Redis)"
+	}
+	load := ""
+	if lb, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(lb))[:3], " ")
+	}
+	r.Setting = fmt.Sprintf("a private redis-server %s (pid %d%s, no persistence, 0 other scripts cached, only this scenario's creditd as client) "+
+		"and a creditd of its own on a fresh database; each measured call after a %s pause; also on the %d-core machine: %s and whatever other "+
+		"users ran (load average %s at the start)", version, rs.Process.Pid, nice, b.o.WorstPace, runtime.NumCPU(), others, load)
+	logf("worst: private redis-server %s on %s (pid %d), creditd on %s (database %s)", version, raddr, rs.Process.Pid, addr, dbName)
+	return &w, stop, nil
+}
+
+// worstWarm runs each kind of request once on a customer of its own and
+// returns the scripts each ran (SHA -> request).
+func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string]string, error) {
+	ext := "warm-" + b.runID
+	scripts := map[string]string{}
+	var holdID string
+	steps := []struct {
+		name            string
+		method, path    string
+		body            func() any
+		want            int
+		keepReservation bool
+	}{
+		{"create customer", "POST", "/v1/customers", func() any { return map[string]any{"external_id": ext} }, 201, false},
+		{"grant", "POST", "/v1/customers/" + ext + "/credits/grant", func() any {
+			return map[string]any{"credits": grantCredits, "source": "promotional", "reason": "warm"}
+		}, 201, false},
+		{"consume", "POST", "/v1/entitlements/consume", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "units": 1}
+		}, 200, false},
+		{"usage", "POST", "/v1/usage", func() any {
+			return map[string]any{"events": []map[string]any{{"event_id": b.runID + "-warm-ev", "customer_id": ext,
+				"billable_metric_key": metricWorst, "units": 1}}}
+		}, 200, false},
+		{"reserve", "POST", "/v1/reservations", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
+		}, 201, true},
+		{"commit", "POST", "/v1/reservations/{hold}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
+		{"reserve", "POST", "/v1/reservations", func() any {
+			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
+		}, 201, true},
+		{"release", "POST", "/v1/reservations/{hold}/release", func() any { return map[string]any{} }, 200, false},
+		{"adjust", "POST", "/v1/customers/" + ext + "/credits/adjust", func() any {
+			return map[string]any{"delta": -1, "source": "manual", "reason": "warm"}
+		}, 200, false},
+		{"check", "GET", "/v1/entitlements/check?customer_id=" + ext + "&billable_metric_key=" + metricWorst + "&units=1", nil, 200, false},
+	}
+	for _, st := range steps {
+		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
+			return nil, err
+		}
+		var body any
+		if st.body != nil {
+			body = st.body()
+		}
+		a, err := b.api.Call(st.method, strings.Replace(st.path, "{hold}", holdID, 1), body, idem()...)
+		if err != nil {
+			return nil, err
+		}
+		if a.Status != st.want {
+			return nil, fmt.Errorf("%s: want %d, got %s", st.name, st.want, a)
+		}
+		if st.keepReservation {
+			var h struct{ ID string }
+			if err := a.Decode(&h); err != nil {
+				return nil, err
+			}
+			holdID = h.ID
+		}
+		logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range logs {
+			if len(l.Args) > 1 && scriptCommand(l.Args[0]) && !strings.EqualFold(l.Args[0], "eval") {
+				if _, seen := scripts[l.Args[1]]; !seen {
+					scripts[l.Args[1]] = st.name
+				}
+			}
+		}
+	}
+	return scripts, nil
+}
+
+// requestWindow is one request of the worst scenario: the newest SLOWLOG
+// id before it, and the CPU and run-queue wait of Redis's main thread while
+// it ran.
+type requestWindow struct {
+	after         int64
+	cpuUS, waitUS int64
+}
+
+// threadSched is a thread's time on a CPU and waiting for one
+// (/proc/<pid>/task/<pid>/schedstat, nanoseconds).
+func threadSched(pid int) (run, wait int64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("schedstat of %d: %q", pid, raw)
+	}
+	run, _ = strconv.ParseInt(f[0], 10, 64)
+	wait, _ = strconv.ParseInt(f[1], 10, 64)
+	return run, wait, nil
+}
+
+// scriptStats sums INFO commandstats over the script commands.
+func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec int64) {
+	for name, v := range commandStats(ctx, rdb) {
+		if scriptCommand(name) {
+			calls += v[0]
+			usec += v[1]
+		}
+	}
+	return calls, usec
+}
+
+// scriptCommand: the command runs a Lua script.
+func scriptCommand(name string) bool {
+	switch strings.ToLower(name) {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+		return true
+	}
+	return false
 }
 
 func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
@@ -125,6 +403,27 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	// The largest metadata the API takes (the boundary's limits may be
 	// tighter than the first guess).
 	pace := time.Duration(0)
+	// call sends one request and keeps the most CPU and run-queue wait
+	// Redis's main thread had within one request (all its commands): a
+	// SLOWLOG time above that CPU was spent waiting for a core.
+	// Each request's window starts after the newest SLOWLOG entry before
+	// it, so the slowest call can be matched to its request's CPU.
+	var winCPU, winWait int64
+	var windows []requestWindow
+	call := func(method, path string, body any, headers ...string) (Answer, error) {
+		var after int64 = -1
+		if l, err := b.rdb.SlowLogGet(ctx, 1).Result(); err == nil && len(l) == 1 {
+			after = l[0].ID
+		}
+		run0, wait0, err0 := threadSched(b.worstRedisPid)
+		a, err := b.api.Call(method, path, body, headers...)
+		if run1, wait1, err1 := threadSched(b.worstRedisPid); err0 == nil && err1 == nil && after >= 0 {
+			w := requestWindow{after: after, cpuUS: (run1 - run0) / 1e3, waitUS: (wait1 - wait0) / 1e3}
+			winCPU, winWait = max(winCPU, w.cpuUS), max(winWait, w.waitUS)
+			windows = append(windows, w)
+		}
+		return a, err
+	}
 	grant := func(i int, meta map[string]any, extra map[string]any) (Answer, error) {
 		time.Sleep(pace)
 		body := map[string]any{"credits": grantCredits, "source": "promotional", "reason": "worst",
@@ -132,7 +431,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		for k, v := range extra {
 			body[k] = v
 		}
-		return b.api.Call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
+		return call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
 	}
 	var meta map[string]any
 	for _, n := range []int{b.o.WorstMetaBytes, 16 << 10, 8 << 10, 4 << 10, 2 << 10, 1 << 10} {
@@ -161,7 +460,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	holds := make([]string, 0, engine.MaxActiveHolds)
 	reserve := func(tag string) (Answer, error) {
 		time.Sleep(pace)
-		return b.api.Call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
+		return call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
 	// hold reserves one more hold (a 201 is required) and keeps its id.
@@ -183,32 +482,65 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		}
 	}
 
-	pace = b.o.WorstPace
-	restore, err := slowlogAll(ctx, b.rdb)
+	// Warm every script on a small customer of its own first: on a fresh
+	// Redis the first call of a script compiles it (EVALSHA answers
+	// NOSCRIPT, then EVAL of 40-55 KB of source, 1.7-2.2 ms), a cost of
+	// the Redis process, not of the input. The SHAs seen per request name
+	// the scripts in BENCH_WORST_DEBUG output.
+	scripts, err := b.worstWarm(ctx, idem)
 	if err != nil {
-		return err
+		return fmt.Errorf("warm-up: %w", err)
 	}
-	defer restore()
 
+	pace = b.o.WorstPace
 	phase := func(name string, f func() error) error {
 		if err := b.rdb.SlowLogReset(ctx).Err(); err != nil {
 			return err
 		}
+		calls0, usec0 := scriptStats(ctx, b.rdb)
+		run0, wait0, serr := threadSched(b.worstRedisPid)
+		winCPU, winWait, windows = 0, 0, nil
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		p, reads, err := b.slowlogPhase(ctx, name)
+		run1, wait1, serr1 := threadSched(b.worstRedisPid)
+		calls1, usec1 := scriptStats(ctx, b.rdb)
+		p, err := b.slowlogPhase(ctx, name, scripts)
 		if err != nil {
 			return err
 		}
-		r.ReadMaxUS = max(r.ReadMaxUS, reads)
+		if n := calls1 - calls0; n > 0 {
+			p.CmdUSPerCall = float64(usec1-usec0) / float64(n)
+		}
+		if serr == nil && serr1 == nil {
+			if p.Calls > 0 {
+				p.CPUUSPerCall = float64(run1-run0) / 1e3 / float64(p.Calls)
+			}
+			p.WaitUS = (wait1 - wait0) / 1e3
+		}
+		p.RequestMaxCPUUS, p.RequestMaxWaitUS = winCPU, winWait
+		p.MaxCallCPUUS, p.MaxCallWaitUS = -1, -1
+		for _, w := range windows {
+			if w.after < p.maxID {
+				p.MaxCallCPUUS, p.MaxCallWaitUS = w.cpuUS, w.waitUS
+			}
+		}
+		if p.TopCmdUS > r.ReadMaxUS {
+			r.ReadMaxUS, r.ReadMaxCmd = p.TopCmdUS, p.TopCmd
+		}
 		r.Phases = append(r.Phases, p)
 		r.ScriptRuns += p.Calls
 		if p.MaxUS > r.MaxUS {
 			r.MaxUS, r.MaxPhase = p.MaxUS, name
 		}
-		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us; %4d money scripts: p50 %4d us",
-			name, p.Calls, p.MaxUS, p.P99US, p.MoneyCalls, p.MoneyP50US)
+		r.P99US = max(r.P99US, p.P99US)
+		if p.Compiles > 0 {
+			logf("worst: %s: %d script compiles (EVAL) in a measured phase", name, p.Compiles)
+		}
+		logf("worst: %-46s %4d script calls: max %5d us, p99 %5d us, p50 %4d us; Redis CPU %5.0f us/call, in-command %5.0f us/call, "+
+			"run-queue wait %d us; one request at most %d us CPU, %d us wait; the slowest call's request %d us CPU, %d us wait; top other %s %d us",
+			name, p.Calls, p.MaxUS, p.P99US, p.P50US, p.CPUUSPerCall, p.CmdUSPerCall, p.WaitUS, p.RequestMaxCPUUS, p.RequestMaxWaitUS,
+			p.MaxCallCPUUS, p.MaxCallWaitUS, p.TopCmd, p.TopCmdUS)
 		return nil
 	}
 	expect := func(want int, a Answer, err error) error {
@@ -224,7 +556,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	// call, so SLOWLOG times the script, not the CPU it shares with them.
 	paced := func(method, path string, body any, headers ...string) (Answer, error) {
 		time.Sleep(b.o.WorstPace)
-		return b.api.Call(method, path, body, headers...)
+		return call(method, path, body, headers...)
 	}
 	nomatch := map[string]any{"stack_after": map[string]any{"metadata_match": map[string]any{"tag": "none", "k0000000": "x"},
 		"fallback": "now"}}
@@ -392,57 +724,44 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	return nil
 }
 
-// slowlogAll makes Redis log every command (restore puts the settings
-// back): SLOWLOG then holds the execution time of each script call.
-func slowlogAll(ctx context.Context, rdb *redis.Client) (restore func(), err error) {
-	old := map[string]string{}
-	for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
-		v, err := rdb.ConfigGet(ctx, k).Result()
-		if err != nil {
-			return nil, fmt.Errorf("CONFIG GET %s: %w", k, err)
-		}
-		old[k] = v[k]
-	}
-	if err := rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
-		return nil, err
-	}
-	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
-		return nil, err
-	}
-	return func() {
-		for k, v := range old {
-			_ = rdb.ConfigSet(context.Background(), k, v).Err()
-		}
-	}, nil
-}
-
 // slowlogPhase reads the SLOWLOG entries of this run's keys: script calls
-// (EVALSHA, EVAL) make the phase; the largest other command is returned as
-// reads.
-func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, int64, error) {
+// (EVALSHA, EVAL) make the phase; the slowest other command is kept as
+// TopCmd.
+// Script calls over 1 ms are logged with the request that first ran the
+// script (scripts) when BENCH_WORST_DEBUG is set.
+func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[string]string) (WorstPhase, error) {
 	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
 	if err != nil {
-		return WorstPhase{}, 0, err
+		return WorstPhase{}, err
 	}
 	p := WorstPhase{Name: name}
 	var us, money []int64
-	var reads int64
+	var slowest int64
 	for _, l := range logs {
 		if !ownCommand(l.Args, b.prefix) {
 			continue
 		}
 		d := l.Duration.Microseconds()
 		if os.Getenv("BENCH_WORST_DEBUG") != "" && d > 1000 {
-			logf("  slow: %d us %q", d, l.Args[:min(len(l.Args), 5)])
+			what := ""
+			if len(l.Args) > 1 {
+				what = scripts[l.Args[1]]
+			}
+			logf("  slow: %d us (script of %q) %q", d, what, l.Args[:min(len(l.Args), 8)])
 		}
-		switch strings.ToLower(l.Args[0]) {
-		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
+		if strings.EqualFold(l.Args[0], "eval") {
+			p.Compiles++
+		}
+		if scriptCommand(l.Args[0]) {
+			if len(us) == 0 || d > slowest {
+				slowest, p.maxID = d, l.ID
+			}
 			us = append(us, d)
 			if len(l.Args) > 3 && strings.Contains(l.Args[3], "}:a:") {
 				money = append(money, d)
 			}
-		default:
-			reads = max(reads, d)
+		} else if d > p.TopCmdUS {
+			p.TopCmd, p.TopCmdUS = strings.ToUpper(l.Args[0]), d
 		}
 	}
 	sort.Slice(us, func(i, j int) bool { return us[i] < us[j] })
@@ -454,7 +773,7 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string) (WorstPhase, int6
 	if len(money) > 0 {
 		p.MoneyP50US = money[len(money)/2]
 	}
-	return p, reads, nil
+	return p, nil
 }
 
 // ownCommand: one of the arguments names a key of this run.
