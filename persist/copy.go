@@ -51,20 +51,8 @@ func withoutConflictClause(sql string) string {
 // and order without the conflict clauses, in one pipelined round trip
 // (pgx commits a batch as one implicit transaction).
 func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
-	cols, err := columnsOf(ms)
-	if err != nil {
-		return err
-	}
 	b := &pgx.Batch{}
-	if o := cols.ops; len(o.opID) > 0 {
-		b.Queue(freshOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
-	}
-	if e := cols.entries; len(e.id) > 0 {
-		b.Queue(freshEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
-			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
-			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo)
-	}
-	if err := queueStateAndSections(b, cols, ms); err != nil {
+	if err := queueRows(b, ms, freshOperationsSQL, freshEntriesSQL); err != nil {
 		return err
 	}
 	plain, filled := eventRowsOf(ms)

@@ -143,23 +143,31 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 // blocks, accounts, the sections, events; rows sorted by key within each),
 // so two transactions racing on the same rows wait rather than deadlock.
 func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
+	if err := queueRows(b, ms, insertOperationsSQL, insertEntriesSQL); err != nil {
+		return err
+	}
+	queueEvents(b, ms)
+	return nil
+}
+
+// queueRows queues ms's operations and ledger entries with the given
+// statements (with or without their conflict clauses), then the block and
+// account upserts and the sections: every write path takes the tables in
+// this one order.
+func queueRows(b *pgx.Batch, ms []engine.Mutation, operationsSQL, entriesSQL string) error {
 	cols, err := columnsOf(ms)
 	if err != nil {
 		return err
 	}
 	if o := cols.ops; len(o.opID) > 0 {
-		b.Queue(insertOperationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
+		b.Queue(operationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
 	}
 	if e := cols.entries; len(e.id) > 0 {
-		b.Queue(insertEntriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
+		b.Queue(entriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
 			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
 			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo)
 	}
-	if err := queueStateAndSections(b, cols, ms); err != nil {
-		return err
-	}
-	queueEvents(b, ms)
-	return nil
+	return queueStateAndSections(b, cols, ms)
 }
 
 // queueStateAndSections queues the block and account upserts and the
