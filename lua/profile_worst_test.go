@@ -21,7 +21,9 @@ import (
 // metadata each) from SLOWLOG of a private Redis named by PROFILE_REDIS
 // (host:port; it is flushed). The minimum over the trials is what the
 // script costs; the maximum is what a loaded box added to it. It asserts
-// nothing: the bound lives in bench/.
+// nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-hold
+// loop's calls in order ("SEQ reserve 166"), to tell a periodic slow path
+// (one call in N) from noise.
 func TestProfileWorst(t *testing.T) {
 	addr := os.Getenv("PROFILE_REDIS")
 	if addr == "" {
@@ -57,6 +59,14 @@ func TestProfileWorst(t *testing.T) {
 		f()
 		logs, err := rdb.SlowLogGet(ctx, -1).Result()
 		must(err)
+		if os.Getenv("PROFILE_SEQ") != "" && strings.Contains(name, "kept") {
+			for i := len(logs) - 1; i >= 0; i-- {
+				l := logs[i]
+				if strings.EqualFold(l.Args[0], "evalsha") && len(l.Args) > 1 {
+					fmt.Printf("SEQ %s %d\n", scriptNames[l.Args[1]], l.Duration.Microseconds())
+				}
+			}
+		}
 		for _, l := range logs {
 			if strings.EqualFold(l.Args[0], "evalsha") && len(l.Args) > 1 {
 				k := name + " " + scriptNames[l.Args[1]]
