@@ -93,7 +93,7 @@ var (
 	// write did not reach a replica in time, so it is not acknowledged (a
 	// failover could still lose it); a retry with the same Idempotency-Key
 	// applies it once and waits again.
-	ErrNotReplicated = &Error{Kind: KindUnavailable, Detail: "the operation is not yet replicated; retry with the same Idempotency-Key after the Retry-After seconds"}
+	ErrNotReplicated = &Error{Kind: KindUnavailable, Detail: "the operation reached the Redis master but no replica yet, so it is not acknowledged; retry it with the same Idempotency-Key (or event_id) after the Retry-After seconds"}
 )
 
 // AsError returns err as a domain *Error when it is one.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -100,13 +101,18 @@ func TestReplicaAcks(t *testing.T) {
 }
 
 // TestReplicaAckCost measures consume on a private master + replica with
-// the wait off and on (REPLICA_ACK_COST=1; it prints, it does not assert).
+// the wait off and on (REPLICA_ACK_COST=yes for 16 workers, =n for n; it
+// prints, it does not assert).
 func TestReplicaAckCost(t *testing.T) {
 	if os.Getenv("REPLICA_ACK_COST") == "" {
 		t.Skip("set REPLICA_ACK_COST=1 to measure")
 	}
 	rdb, _ := replicated(t)
-	const workers, dur = 16, 5 * time.Second
+	const dur = 5 * time.Second
+	workers := 16
+	if n, err := strconv.Atoi(os.Getenv("REPLICA_ACK_COST")); err == nil && n > 0 {
+		workers = n // REPLICA_ACK_COST=n: n workers
+	}
 	for _, mode := range []struct {
 		name string
 		acks int
