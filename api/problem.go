@@ -27,6 +27,10 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// retryAfterOne is the Retry-After of a 503: a replica that missed a
+// 50 ms WAIT has usually caught up a second later.
+var retryAfterOne = []byte("1")
+
 // internalDetail is all a 500 says; the cause goes to the log only.
 const internalDetail = "an unexpected error occurred; quote the request_id when reporting it"
 
@@ -52,6 +56,8 @@ func statusOf(k engine.Kind) int {
 		return http.StatusUnprocessableEntity
 	case engine.KindRateLimited:
 		return http.StatusTooManyRequests
+	case engine.KindUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -75,6 +81,8 @@ func titleOf(k engine.Kind) string {
 		return "Validation Error"
 	case engine.KindRateLimited:
 		return "Rate Limited"
+	case engine.KindUnavailable:
+		return "Service Unavailable"
 	}
 	return "Internal Server Error"
 }
@@ -96,6 +104,11 @@ func (c *call) fail(err error) {
 	status, title := statusOf(e.Kind), titleOf(e.Kind)
 	if e == errTooLarge {
 		status, title = http.StatusRequestEntityTooLarge, "Payload Too Large"
+	}
+	if status == http.StatusServiceUnavailable {
+		// Retryable: the idempotency claim is dropped for a 5xx, so the
+		// retry runs and replays what already applied.
+		c.ctx.Response.Header.SetBytesKV(headerRetryAfter, retryAfterOne)
 	}
 	c.writeProblem(status, e.Kind, title, e.Field, e.Detail, e.Extra)
 }

@@ -19,6 +19,7 @@ const (
 	KindInternal            Kind = "internal"             // 500
 	KindUnauthorized        Kind = "unauthorized"         // 401
 	KindRateLimited         Kind = "rate-limited"         // 429
+	KindUnavailable         Kind = "unavailable"          // 503, retry after a second
 )
 
 // Error is a domain error that names its kind and, for input errors, the field.
@@ -88,6 +89,11 @@ var (
 	ErrStackNoMatch = &Error{Kind: KindConflict, Field: "stack_after", Detail: "no block matches stack_after.metadata_match and fallback is reject"}
 	// ErrIdempotencyMismatch: the key was applied with another request body.
 	ErrIdempotencyMismatch = &Error{Kind: KindConflict, Detail: "the Idempotency-Key was already used with a different request"}
+	// ErrNotReplicated: the operation applied on the Redis master but its
+	// write did not reach a replica in time, so it is not acknowledged (a
+	// failover could still lose it); a retry with the same Idempotency-Key
+	// applies it once and waits again.
+	ErrNotReplicated = &Error{Kind: KindUnavailable, Detail: "the operation reached the Redis master but no replica yet, so it is not acknowledged; retry it with the same Idempotency-Key (or event_id) after the Retry-After seconds"}
 )
 
 // AsError returns err as a domain *Error when it is one.

@@ -172,7 +172,34 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 			errs[i] = errors.New("lua: grant: the script is not loaded")
 		}
 	}
+	s.ackBatch(ctx, keys, errs)
 	return errs
+}
+
+// ackBatch makes the grants of a batch that applied wait for the replicas
+// (WithReplicaAcks): one mark and WAIT per slot covers every earlier write
+// of the slot (ackMark), so a slot whose wait runs out turns its applied
+// grants into engine.ErrNotReplicated.
+func (s *Store) ackBatch(ctx context.Context, keys [][]string, errs []error) {
+	acked := map[string]bool{}
+	for i, err := range errs {
+		if err != nil || len(keys[i]) == 0 {
+			continue
+		}
+		node, want, aerr := s.ackNode(ctx, keys[i][0])
+		if aerr == nil && node == nil {
+			return // acks are off
+		}
+		tag := keys[i][1] // the partition's outbox key names the slot
+		ok, seen := acked[tag]
+		if !seen {
+			ok = aerr == nil && (want == 0 || s.ackMark(ctx, keys[i][0], want) >= want)
+			acked[tag] = ok
+		}
+		if !ok {
+			errs[i] = engine.ErrNotReplicated
+		}
+	}
 }
 
 // grantArgs are the keys and arguments of grant.lua for cmd.
@@ -270,14 +297,34 @@ func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 	return s.runMoney(ctx, debitScript, "debit", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
 }
 
-// runMoney runs a money script and decodes its Mutation.
+// runMoney runs a money script and decodes its Mutation. With replica acks
+// on (WithReplicaAcks) the script and a WAIT share one round trip on the
+// slot master's connection, and an applied or replayed Mutation that did
+// not reach the replicas is engine.ErrNotReplicated, not an answer. A
+// refusal (a script error) is answered as it is: it moved no money.
 func (s *Store) runMoney(ctx context.Context, script *redis.Script, name string, keys []string, args []any) (engine.MutationResult, error) {
-	v, err := script.Run(ctx, s.rdb, keys, args...).Result()
+	node, want, err := s.ackNode(ctx, keys[0])
+	if err != nil {
+		return engine.MutationResult{}, scriptError(name, err)
+	}
+	var v any
+	acked := 0
+	if want == 0 {
+		v, err = script.Run(ctx, s.rdb, keys, args...).Result()
+	} else {
+		v, acked, err = s.runAcked(ctx, node, script, keys, args, want)
+	}
 	if err != nil {
 		return engine.MutationResult{}, scriptError(name, err)
 	}
 	res, _, err := mutationReply(name, v)
-	return res, err
+	if err != nil || want == 0 {
+		return res, err
+	}
+	if !s.acknowledged(ctx, res, keys[0], acked, want) {
+		return engine.MutationResult{}, engine.ErrNotReplicated
+	}
+	return res, nil
 }
 
 // Expire records the expiry of every block of c whose expires_at is at or

@@ -31,6 +31,9 @@ type Store struct {
 	// layouts are the account keys last seen with the layout v2 summary:
 	// their checks read the summary alone (readpath.go).
 	layouts layoutSet
+	// acks is the replica acknowledgement of money operations
+	// (replicaack.go); nil is off.
+	acks *replicaAck
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
+	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
 
@@ -39,6 +41,10 @@ type config struct {
 	WebhookPoll    time.Duration
 	MaxConnsPerIP  int
 	PprofAddr      string
+	// ReplicaAcks is how many replicas a money operation waits for
+	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).
+	ReplicaAcks       int
+	ReplicaAckTimeout time.Duration
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token
@@ -69,11 +75,35 @@ func loadConfig() config {
 		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
 		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
 		PprofAddr:      os.Getenv("CREDITD_PPROF_ADDR"),
+		ReplicaAcks:    envReplicaAcks("CREDITD_REPLICA_ACKS"),
+		// WAIT takes whole milliseconds: less than 1ms is the default.
+		ReplicaAckTimeout: envDuration("CREDITD_REPLICA_ACK_TIMEOUT", lua.DefaultReplicaAckTimeout),
 	}
+}
+
+// appReplicaAcks is ReplicaAcks as app.Config spells it (its zero is auto).
+func (c config) appReplicaAcks() int {
+	if c.ReplicaAcks == 0 {
+		return app.ReplicaAcksOff
+	}
+	return c.ReplicaAcks
+}
+
+// envReplicaAcks reads a replica count: "auto" or unset is
+// lua.ReplicaAcksAuto, "0" turns the wait off, n waits for n replicas.
+func envReplicaAcks(name string) int {
+	v := strings.TrimSpace(os.Getenv(name))
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return n
+	}
+	return lua.ReplicaAcksAuto
 }
 
 // check refuses a configuration serve must not start with.
 func (c config) check() error {
+	if v := strings.TrimSpace(os.Getenv("CREDITD_REPLICA_ACKS")); v != "" && v != "auto" && c.ReplicaAcks == lua.ReplicaAcksAuto {
+		return fmt.Errorf("CREDITD_REPLICA_ACKS is %q; it must be auto, 0 (off) or a replica count", v)
+	}
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenChars {
 		return fmt.Errorf("CREDITD_ADMIN_TOKEN is %d characters; it must be at least %d (for example: openssl rand -hex 32), or unset to turn the admin API off", len(c.AdminToken), minAdminTokenChars)
 	}

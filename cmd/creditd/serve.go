@@ -36,6 +36,7 @@ func serve() error {
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
 		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
 		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll, MaxConnsPerIP: cfg.MaxConnsPerIP,
+		ReplicaAcks: cfg.appReplicaAcks(), ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 	}, log)
 	if cfg.Dev {
 		if err := devTenant(ctx, cfg, a.Tenants); err != nil {

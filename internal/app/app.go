@@ -48,6 +48,28 @@ type Config struct {
 	// MaxConnsPerIP caps one client's open connections (0: the api
 	// default, 1,024).
 	MaxConnsPerIP int
+	// ReplicaAcks is how many replicas a money operation's writes must
+	// reach before it is acknowledged (lua.WithReplicaAcks; 0 is
+	// lua.ReplicaAcksAuto, so a zero Config waits whenever there are
+	// replicas; ReplicaAcksOff turns it off). ReplicaAckTimeout bounds the
+	// wait (default lua.DefaultReplicaAckTimeout).
+	ReplicaAcks       int
+	ReplicaAckTimeout time.Duration
+}
+
+// ReplicaAcksOff is the Config.ReplicaAcks that never waits for replicas
+// (Config's zero value means auto).
+const ReplicaAcksOff = -2
+
+// replicaAcks is the lua.WithReplicaAcks count of cfg.
+func (cfg Config) replicaAcks() int {
+	switch cfg.ReplicaAcks {
+	case 0:
+		return lua.ReplicaAcksAuto
+	case ReplicaAcksOff:
+		return 0
+	}
+	return cfg.ReplicaAcks
 }
 
 // App is one creditd process.
@@ -108,7 +130,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		cfg.RedisPrefix = "cd"
 	}
 	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log}
-	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock)
+	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
 	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
 	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)

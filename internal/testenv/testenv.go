@@ -267,3 +267,42 @@ func WaitTCP(t testing.TB, addr string, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// StartRedisReplica starts a private redis-server replicating master and
+// waits until master counts it as a connected replica in sync, so a WAIT on
+// master can be acknowledged by it.
+func StartRedisReplica(t testing.TB, master *RedisServer, extra ...string) *RedisServer {
+	t.Helper()
+	host, port, err := net.SplitHostPort(master.Addr)
+	if err != nil {
+		t.Fatalf("testenv: master address %q: %v", master.Addr, err)
+	}
+	r := StartRedisServer(t, append([]string{"--replicaof", host, port}, extra...)...)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, ",state=online,") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: replica %s of %s not online: %v %s", r.Addr, master.Addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Pause stops the server's process (SIGSTOP) until Resume: it keeps its
+// connections open and answers nothing, like a stalled replica. The test's
+// end resumes it before the kill.
+func (s *RedisServer) Pause() {
+	s.t.Helper()
+	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("testenv: pause redis-server: %v", err)
+	}
+	s.t.Cleanup(s.Resume)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *RedisServer) Resume() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }

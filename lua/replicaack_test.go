@@ -1,0 +1,156 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
+)
+
+func TestConnectedReplicas(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		info string
+		want int64
+	}{
+		{"# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=x\r\n", 2},
+		{"# Replication\r\nrole:master\r\nconnected_slaves:0\r\n", 0},
+		{"", 0},
+		{"connected_slaves:x\r\n", 0},
+	} {
+		if got := connectedReplicas(tc.info); got != tc.want {
+			t.Errorf("connectedReplicas(%q) = %d, want %d", tc.info, got, tc.want)
+		}
+	}
+}
+
+// replicated is a private master with one online replica.
+func replicated(t testing.TB) (*redis.Client, *testenv.RedisServer) {
+	master := testenv.StartRedisServer(t)
+	replica := testenv.StartRedisReplica(t, master)
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: 64})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, replica
+}
+
+// TestReplicaAcks: a money operation whose WAIT falls short (2 replicas
+// wanted, 1 exists) applies on the master but answers ErrNotReplicated,
+// grants of a batch included; the retry of its key where the wait can
+// succeed replays the same Mutation, acknowledged, and moves nothing again;
+// auto mode waits for the one replica and off never waits.
+func TestReplicaAcks(t *testing.T) {
+	t.Parallel()
+	rdb, replica := replicated(t)
+	ctx := context.Background()
+	prefix := "ra" + testenv.RandomSuffix()
+	short := bundle{store: NewStore(rdb, prefix).WithReplicaAcks(2, 5*time.Millisecond), rdb: rdb, real: true}
+	one := bundle{store: NewStore(rdb, prefix).WithReplicaAcks(1, time.Second), rdb: rdb, real: true}
+	auto := NewStore(rdb, prefix).WithReplicaAcks(ReplicaAcksAuto, 0)
+
+	c, _ := one.funded(t)
+	cmd := consumeCmd(c, 3, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+	cmd.IdempotencyKey, cmd.RequestHash = "k1", "h1"
+	if _, err := short.store.Consume(ctx, cmd); !errors.Is(err, engine.ErrNotReplicated) {
+		t.Fatalf("consume short of replicas: %v, want ErrNotReplicated", err)
+	}
+	if a := one.snapshot(t, c, t0); a.Balance != 70 {
+		t.Fatalf("balance %d after the unacknowledged consume, want 70 (applied on the master)", a.Balance)
+	}
+	res, err := one.store.Consume(ctx, cmd)
+	if err != nil || !res.Replayed || res.Mutation.OpID != cmd.OpID {
+		t.Fatalf("retry: %+v %v, want the replayed Mutation", res, err)
+	}
+	// A replay is acknowledged through a fresh write, not this
+	// connection's old ones: with the replica stalled it is refused.
+	replica.Pause()
+	stalled := NewStore(rdb, prefix).WithReplicaAcks(1, 20*time.Millisecond)
+	if _, err := stalled.Consume(ctx, cmd); !errors.Is(err, engine.ErrNotReplicated) {
+		t.Fatalf("replay with the replica stalled: %v, want ErrNotReplicated", err)
+	}
+	replica.Resume()
+
+	g := grantCmd(c, 5, t0)
+	g.IdempotencyKey, g.RequestHash = "g1", "h2"
+	if errs := short.store.GrantBatch(ctx, []engine.GrantCommand{g}); !errors.Is(errs[0], engine.ErrNotReplicated) {
+		t.Fatalf("grant batch short of replicas: %v", errs)
+	}
+	if errs := one.store.GrantBatch(ctx, []engine.GrantCommand{g}); errs[0] != nil {
+		t.Fatalf("grant batch retry: %v", errs)
+	}
+
+	cmd2 := consumeCmd(c, 1, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+	if res, err := auto.Consume(ctx, cmd2); err != nil || res.Mutation.OpID != cmd2.OpID {
+		t.Fatalf("auto consume: %+v %v", res, err)
+	}
+	if n := auto.replicasOf(ctx, rdb); n != 1 {
+		t.Fatalf("auto mode saw %d replicas, want 1", n)
+	}
+	if a := one.snapshot(t, c, t0); a.Balance != 65 {
+		t.Fatalf("balance %d, want 65 (70 + 5 - 10)", a.Balance)
+	}
+}
+
+// TestReplicaAckCost measures consume on a private master + replica with
+// the wait off and on (REPLICA_ACK_COST=yes for 16 workers, =n for n; it
+// prints, it does not assert).
+func TestReplicaAckCost(t *testing.T) {
+	if os.Getenv("REPLICA_ACK_COST") == "" {
+		t.Skip("set REPLICA_ACK_COST=1 to measure")
+	}
+	rdb, _ := replicated(t)
+	const dur = 5 * time.Second
+	workers := 16
+	if n, err := strconv.Atoi(os.Getenv("REPLICA_ACK_COST")); err == nil && n > 0 {
+		workers = n // REPLICA_ACK_COST=n: n workers
+	}
+	for _, mode := range []struct {
+		name string
+		acks int
+	}{{"off", 0}, {"acks=1", 1}, {"off", 0}, {"acks=1", 1}} {
+		prefix := "rc" + testenv.RandomSuffix()
+		b := bundle{store: NewStore(rdb, prefix).WithReplicaAcks(mode.acks, 0), rdb: rdb, real: true}
+		var mu sync.Mutex
+		var lat []time.Duration
+		var wg sync.WaitGroup
+		end := time.Now().Add(dur)
+		for w := 0; w < workers; w++ {
+			c := newCustomer()
+			b.known(t, c)
+			g := grantCmd(c, 1<<40, t0.Add(-time.Minute))
+			b.grant(t, g)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []time.Duration
+				for i := 0; time.Now().Before(end); i++ {
+					cmd := consumeCmd(c, 1, perUnitTerms(1), engine.OveragePolicyBlock, t0)
+					cmd.IdempotencyKey, cmd.RequestHash = fmt.Sprint("k", i), "h"
+					start := time.Now()
+					if _, err := b.store.Consume(context.Background(), cmd); err != nil {
+						t.Error(err)
+						return
+					}
+					mine = append(mine, time.Since(start))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))].Round(time.Microsecond) }
+		t.Logf("%-7s %d workers: %6.0f consumes/s, p50 %v p99 %v max %v", mode.name, workers,
+			float64(len(lat))/dur.Seconds(), q(0.5), q(0.99), lat[len(lat)-1].Round(time.Microsecond))
+	}
+}
