@@ -182,5 +182,11 @@ func (r *Results) computeTargets() {
 	} else {
 		none(worstName, "<= 1 ms")
 	}
+	const ackName = "replica acknowledgement: consume with CREDITD_REPLICA_ACKS=1 vs 0, private Redis (issue 11)"
+	if now, ok := replicaAckGoal(r.ReplicaAck); ok || r.ReplicaAck != nil {
+		add(ackName, "measured", now, nil)
+	} else {
+		none(ackName, "measured")
+	}
 	r.Goals = gs
 }

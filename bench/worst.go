@@ -154,43 +154,13 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 			stop()
 		}
 	}()
-	raddr, err := freeAddr()
-	if err != nil {
-		return nil, nil, err
-	}
-	_, port, _ := net.SplitHostPort(raddr)
-	rlog, err := os.Create(filepath.Join(b.tmp, "redis-worst.log"))
-	if err != nil {
-		return nil, nil, err
-	}
-	rs := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	pr, err := startPrivateRedis(ctx, filepath.Join(b.tmp, "redis-worst.log"),
 		"--slowlog-log-slower-than", "0", "--slowlog-max-len", "100000")
-	rs.Stdout, rs.Stderr = rlog, rlog
-	rs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := rs.Start(); err != nil {
-		rlog.Close()
-		return nil, nil, fmt.Errorf("start redis-server: %w", err)
+	if err != nil {
+		return nil, nil, err
 	}
-	stops = append(stops, func() {
-		_ = rs.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = rs.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = rs.Process.Kill()
-			<-done
-		}
-		rlog.Close()
-	})
-	rdb := redis.NewClient(&redis.Options{Addr: raddr})
-	stops = append(stops, func() { rdb.Close() })
-	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
-		if i == 100 {
-			return nil, nil, fmt.Errorf("private redis-server on %s did not answer:\n%s", raddr, tail(rlog.Name(), 1000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	stops = append(stops, pr.Stop)
+	rs, rdb, raddr := pr.cmd, pr.rdb, pr.Addr
 	version, _ := redisInfo(ctx, rdb, "server", "redis_version")
 	nice := ""
 	if b.o.WorstRedisNice != 0 {
@@ -787,4 +757,63 @@ func ownCommand(args []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// ownRedis is a redis-server of a scenario's own (nothing saved), so
+// that other branches' scripts and traffic on the shared Redis stay out of
+// its figures.
+type ownRedis struct {
+	Addr string
+	cmd  *exec.Cmd
+	rdb  *redis.Client
+	log  *os.File
+}
+
+// startPrivateRedis starts redis-server on a free port with args added,
+// logging to logPath, and waits until it answers PING.
+func startPrivateRedis(ctx context.Context, logPath string, args ...string) (*ownRedis, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	rlog, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	rs := exec.Command("redis-server", append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
+	rs.Stdout, rs.Stderr = rlog, rlog
+	rs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := rs.Start(); err != nil {
+		rlog.Close()
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	p := &ownRedis{Addr: addr, cmd: rs, rdb: redis.NewClient(&redis.Options{Addr: addr}), log: rlog}
+	for i := 0; p.rdb.Ping(ctx).Err() != nil; i++ {
+		if i == 100 || ctx.Err() != nil {
+			p.Stop()
+			return nil, fmt.Errorf("private redis-server on %s did not answer:\n%s", addr, tail(logPath, 1000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return p, nil
+}
+
+// Pid is the redis-server's process id.
+func (p *ownRedis) Pid() int { return p.cmd.Process.Pid }
+
+// Stop closes the client and ends the redis-server by its PID (SIGTERM,
+// then SIGKILL after 5 s).
+func (p *ownRedis) Stop() {
+	p.rdb.Close()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.log.Close()
 }
