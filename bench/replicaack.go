@@ -14,7 +14,9 @@ import (
 // (--replicaof), a creditd of its own on a fresh database, and the consume
 // scenario's load (ramp to the limit, then 70 % of it) twice: once with
 // CREDITD_REPLICA_ACKS=0 and once with 1, creditd restarted between on the
-// same database, keys and customers.
+// same database, keys and customers. Each 70 % run is at its own max, so a
+// third run, acks off at the acks-on run's rate, compares latency at equal
+// load.
 
 // ackCustomers is how many customers the scenario seeds: enough to spread
 // the load over many account hashes, few enough to seed in seconds.
@@ -23,7 +25,8 @@ const ackCustomers = 200
 // ReplicaAckResult is the scenario's outcome.
 type ReplicaAckResult struct {
 	Setting string `json:"setting"`
-	// Runs are the consume load with acks off (0) and on (1).
+	// Runs are the consume load with acks off (0) and on (1), each ramped
+	// and run at 70 % of its max, then acks off at the acks-on run's rate.
 	Runs  []ReplicaAckRun `json:"runs"`
 	Error string          `json:"error,omitempty"`
 }
@@ -31,22 +34,28 @@ type ReplicaAckResult struct {
 // ReplicaAckRun is the consume scenario under one CREDITD_REPLICA_ACKS.
 type ReplicaAckRun struct {
 	Acks   string         `json:"creditd_replica_acks"`
+	// AtRate is the offered rate when the run is not ramped (the
+	// equal-load run), else 0.
+	AtRate float64        `json:"at_rate,omitempty"`
 	Result ScenarioResult `json:"consume"`
 	// ReplicaCPUUS is the replica's CPU per consume in the 70 % run.
 	ReplicaCPUUS float64 `json:"replica_cpu_us_per_op"`
 }
 
-// cost is the runs' figures in order off, on; ok is false when either
-// did not reach a 70 % run.
-func (r *ReplicaAckResult) cost() (off, on *ReplicaAckRun, ok bool) {
-	if r == nil || len(r.Runs) != 2 {
-		return nil, nil, false
+// cost is the runs' figures: acks off and on, each at 70 % of its max,
+// and acks off at the acks-on run's rate (equal); ok is false when one did
+// not reach its latency run.
+func (r *ReplicaAckResult) cost() (off, on, equal *ReplicaAckRun, ok bool) {
+	if r == nil || len(r.Runs) != 3 {
+		return nil, nil, nil, false
 	}
-	off, on = &r.Runs[0], &r.Runs[1]
-	if off.Result.Run == nil || on.Result.Run == nil || off.Result.Run.OK == 0 || on.Result.Run.OK == 0 {
-		return off, on, false
+	off, on, equal = &r.Runs[0], &r.Runs[1], &r.Runs[2]
+	for _, x := range r.Runs {
+		if x.Result.Run == nil || x.Result.Run.OK == 0 {
+			return off, on, equal, false
+		}
 	}
-	return off, on, true
+	return off, on, equal, true
 }
 
 // replicaAck runs the scenario and stores its result; a failure is
@@ -117,9 +126,18 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 	w.rdb, w.prefix, w.addr, w.dbURL, w.redisURL, w.pprofAddr, w.pg = master.rdb, prefix, addr, dbURL, redisURL, "", nil
 	w.probe = &CPUProbe{Redis: master.Pid(), Postmaster: b.probe.Postmaster, Extra: map[string]int{"redis-server replica": replica.Pid()}}
 
-	for i, acks := range []string{"0", "1"} {
+	for i, acks := range []string{"0", "1", "0"} {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		w.o.Rate = b.o.Rate
+		if i == 2 {
+			// Acks off at the acks-on run's offered rate: latency at equal load.
+			on := r.Runs[1].Result
+			if on.Run == nil {
+				break
+			}
+			w.o.Rate = on.Run.Offered
 		}
 		cd, err := start(acks)
 		if err != nil {
@@ -136,10 +154,16 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 		}
 		sc := w.target.scenarios()["consume"](false)
 		sc.Name = "consume, CREDITD_REPLICA_ACKS=" + acks
+		if i == 2 {
+			sc.Name += fmt.Sprintf(" at %.0f/s", w.o.Rate)
+		}
 		sr := w.load(ctx, sc, addr, "POST /v1/entitlements/consume")
 		cd.Stop()
 		w.probe.Creditd = 0
 		run := ReplicaAckRun{Acks: acks, Result: sr}
+		if i == 2 {
+			run.AtRate = w.o.Rate
+		}
 		if sr.Run != nil && sr.Run.OK > 0 {
 			run.ReplicaCPUUS = sr.CPU["redis-server replica"] * 1e6 / float64(sr.Run.OK)
 		}
@@ -148,10 +172,10 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 	r.Setting = fmt.Sprintf("a private redis-server %s master and one replica (--replicaof, no persistence) on this machine, "+
 		"a creditd of its own on a fresh database with %d customers (3 blocks each), restarted between the runs; "+
 		"CREDITD_REPLICA_ACK_TIMEOUT at its default", version, ackCustomers)
-	if off, on, ok := r.cost(); ok {
-		logf("replica-ack: max %.0f/s -> %.0f/s, p50 %.3f -> %.3f ms, p99 %.3f -> %.3f ms, CPU %s -> %s per consume",
-			off.Result.Max, on.Result.Max, off.Result.Run.Latency.P50, on.Result.Run.Latency.P50,
-			off.Result.Run.Latency.P99, on.Result.Run.Latency.P99,
+	if off, on, equal, ok := r.cost(); ok {
+		logf("replica-ack: max %.0f/s -> %.0f/s, at %.0f/s p50 %.3f -> %.3f ms, p99 %.3f -> %.3f ms, CPU %s -> %s per consume",
+			off.Result.Max, on.Result.Max, equal.AtRate, equal.Result.Run.Latency.P50, on.Result.Run.Latency.P50,
+			equal.Result.Run.Latency.P99, on.Result.Run.Latency.P99,
 			perOp(off.Result.CPU, float64(off.Result.Run.OK)), perOp(on.Result.CPU, float64(on.Result.Run.OK)))
 	}
 	return nil
@@ -184,7 +208,7 @@ func ratio(on, off float64) float64 {
 // replicaAckMarkdown writes the scenario's report section.
 func replicaAckMarkdown(w func(string, ...any), r *ReplicaAckResult) {
 	w("\n## Replica acknowledgement (issue 11)\n\n")
-	w("The consume scenario's load (ramp to the limit, then 70 %% of it) with `CREDITD_REPLICA_ACKS=0` and `=1` (each money script and `WAIT 1 timeout` as one pipeline on the master). ")
+	w("The consume scenario's load (ramp to the limit, then 70 %% of it) with `CREDITD_REPLICA_ACKS=0` and `=1` (each money script and `WAIT 1 timeout` as one pipeline on the master), then `=0` again at the `=1` run's offered rate: the ratios compare latency and CPU at that equal rate, max throughput between the ramps. ")
 	w("Measured on %s. CPU per consume is creditd + master redis-server + Postgres; the replica's is shown apart. ", r.Setting)
 	w("Run alone: `go run ./bench -scenario replica-ack`.\n\n")
 	if r.Error != "" {
@@ -193,33 +217,38 @@ func replicaAckMarkdown(w func(string, ...any), r *ReplicaAckResult) {
 	w("| CREDITD_REPLICA_ACKS | max consumes/s | 70 %% run at | p50 ms | p99 ms | errors | CPU per consume | replica CPU µs |\n|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.Runs {
 		s := run.Result
+		maxCol := f0(s.Max)
+		if run.AtRate > 0 {
+			maxCol = "(not ramped: the =1 run's rate)"
+		}
 		if s.Run == nil {
-			w("| %s | %.0f | not run | | | %s | | |\n", run.Acks, s.Max, s.Skipped)
+			w("| %s | %s | not run | | | %s | | |\n", run.Acks, maxCol, s.Skipped)
 			continue
 		}
-		w("| %s | %.0f | %.0f/s | %.3f | %.3f | %s | %s | %.0f |\n", run.Acks, s.Max, s.Run.Achieved, s.Run.Latency.P50, s.Run.Latency.P99,
+		w("| %s | %s | %.0f/s | %.3f | %.3f | %s | %s | %.0f |\n", run.Acks, maxCol, s.Run.Achieved, s.Run.Latency.P50, s.Run.Latency.P99,
 			s.Run.ErrorSummary(), perOp(s.CPU, float64(s.Run.OK)), run.ReplicaCPUUS)
 	}
-	if off, on, ok := r.cost(); ok {
-		w("| on / off | %.2f | | %.2f | %.2f | | %.2f | |\n", ratio(on.Result.Max, off.Result.Max),
-			ratio(on.Result.Run.Latency.P50, off.Result.Run.Latency.P50), ratio(on.Result.Run.Latency.P99, off.Result.Run.Latency.P99),
-			ratio(perOp(on.Result.CPU, float64(on.Result.Run.OK)).total(), perOp(off.Result.CPU, float64(off.Result.Run.OK)).total()))
+	if off, on, equal, ok := r.cost(); ok {
+		w("| on / off (latency and CPU at equal rate) | %.2f | | %.2f | %.2f | | %.2f | |\n", ratio(on.Result.Max, off.Result.Max),
+			ratio(on.Result.Run.Latency.P50, equal.Result.Run.Latency.P50), ratio(on.Result.Run.Latency.P99, equal.Result.Run.Latency.P99),
+			ratio(perOp(on.Result.CPU, float64(on.Result.Run.OK)).total(), perOp(equal.Result.CPU, float64(equal.Result.Run.OK)).total()))
 	}
 }
 
 // replicaAckGoal is the scenario's row of the goal table: measured, no goal.
 func replicaAckGoal(r *ReplicaAckResult) (now string, measured bool) {
-	off, on, ok := r.cost()
+	off, on, equal, ok := r.cost()
 	if !ok {
 		if r != nil && r.Error != "" {
 			return "failed: " + r.Error, false
 		}
 		return "not measured", false
 	}
-	cOff, cOn := perOp(off.Result.CPU, float64(off.Result.Run.OK)), perOp(on.Result.CPU, float64(on.Result.Run.OK))
-	return fmt.Sprintf("acks on vs off: max %.0f vs %.0f consumes/s (x%.2f), p50 %.3f vs %.3f ms (+%.3f), p99 %.3f vs %.3f ms, CPU %.0f vs %.0f µs per consume (x%.2f), private master + 1 replica",
-		on.Result.Max, off.Result.Max, ratio(on.Result.Max, off.Result.Max),
-		on.Result.Run.Latency.P50, off.Result.Run.Latency.P50, on.Result.Run.Latency.P50-off.Result.Run.Latency.P50,
-		on.Result.Run.Latency.P99, off.Result.Run.Latency.P99,
+	cOff, cOn := perOp(equal.Result.CPU, float64(equal.Result.Run.OK)), perOp(on.Result.CPU, float64(on.Result.Run.OK))
+	return fmt.Sprintf("acks on vs off: max %.0f vs %.0f consumes/s (x%.2f); at %.0f/s p50 %.3f vs %.3f ms (%+.3f), p99 %.3f vs %.3f ms, "+
+		"CPU %.0f vs %.0f µs per consume (x%.2f); private master + 1 replica",
+		on.Result.Max, off.Result.Max, ratio(on.Result.Max, off.Result.Max), equal.AtRate,
+		on.Result.Run.Latency.P50, equal.Result.Run.Latency.P50, on.Result.Run.Latency.P50-equal.Result.Run.Latency.P50,
+		on.Result.Run.Latency.P99, equal.Result.Run.Latency.P99,
 		cOn.total(), cOff.total(), ratio(cOn.total(), cOff.total())), true
 }

@@ -253,6 +253,9 @@ func markdown(r *Results, rel string) string {
 	w("| figure | goal | now | met |\n|---|---|---|---|\n")
 	for _, g := range r.Goals {
 		met := "not measured"
+		if g.Goal == "measured" && !strings.HasPrefix(g.Now, "not measured") && !strings.HasPrefix(g.Now, "failed") {
+			met = "measured (no goal)"
+		}
 		if g.Met != nil {
 			met = map[bool]string{true: "**met**", false: "**missed**"}[*g.Met]
 		}
