@@ -33,7 +33,7 @@ type ReplicaAckResult struct {
 
 // ReplicaAckRun is the consume scenario under one CREDITD_REPLICA_ACKS.
 type ReplicaAckRun struct {
-	Acks   string         `json:"creditd_replica_acks"`
+	Acks string `json:"creditd_replica_acks"`
 	// AtRate is the offered rate when the run is not ramped (the
 	// equal-load run), else 0.
 	AtRate float64        `json:"at_rate,omitempty"`
