@@ -176,7 +176,7 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 		logf("replica-ack: max %.0f/s -> %.0f/s, at %.0f/s p50 %.3f -> %.3f ms, p99 %.3f -> %.3f ms, CPU %s -> %s per consume",
 			off.Result.Max, on.Result.Max, equal.AtRate, equal.Result.Run.Latency.P50, on.Result.Run.Latency.P50,
 			equal.Result.Run.Latency.P99, on.Result.Run.Latency.P99,
-			perOp(off.Result.CPU, float64(off.Result.Run.OK)), perOp(on.Result.CPU, float64(on.Result.Run.OK)))
+			perOp(equal.Result.CPU, float64(equal.Result.Run.OK)), perOp(on.Result.CPU, float64(on.Result.Run.OK)))
 	}
 	return nil
 }
