@@ -308,13 +308,10 @@ func (s *Metering) Metric(ctx context.Context, scope Scope, key string) (Billabl
 	case cacheFresh:
 		return c.m, c.found, nil
 	case cacheRefresh:
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := s.loadMetric(ctx, k); err != nil {
-				s.metrics.refreshFailed(k)
-			}
-		}()
+		s.metrics.refreshInBackground(k, func(ctx context.Context) error {
+			_, err := s.loadMetric(ctx, k)
+			return err
+		})
 		return c.m, c.found, nil
 	}
 	c, err := s.loadMetric(ctx, k)
@@ -342,13 +339,10 @@ func (s *Metering) ActiveRule(ctx context.Context, scope Scope, key string) (Met
 	case cacheFresh:
 		return c.r, c.found, nil
 	case cacheRefresh:
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := s.loadRule(ctx, k); err != nil {
-				s.rules.refreshFailed(k)
-			}
-		}()
+		s.rules.refreshInBackground(k, func(ctx context.Context) error {
+			_, err := s.loadRule(ctx, k)
+			return err
+		})
 		return c.r, c.found, nil
 	}
 	c, err := s.loadRule(ctx, k)

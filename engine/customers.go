@@ -78,7 +78,7 @@ const customerStaleLimit = time.Minute
 
 // refresh looks a cached customer up again in the background.
 func (s *Customers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
 	gen := s.cache.generation()
 	c, err := s.Resolve(ctx, scope, ref, false)

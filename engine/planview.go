@@ -65,13 +65,10 @@ func (p *PlanFacts) ForCustomer(ctx context.Context, c Customer) (*SubscriptionF
 		return f, nil
 	case cacheRefresh:
 		if f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt) {
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if _, err := p.refresh(ctx, c); err != nil {
-					p.cache.refreshFailed(c.ID)
-				}
-			}()
+			p.cache.refreshInBackground(c.ID, func(ctx context.Context) error {
+				_, err := p.refresh(ctx, c)
+				return err
+			})
 			return f, nil
 		}
 		// An override in these facts has expired: read through.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,22 @@ func (c *swrCache[K, V]) refreshFailed(k K) {
 	if x, ok := c.m.Load(k); ok {
 		x.(*swrEntry[V]).refreshing.Store(false)
 	}
+}
+
+// refreshTimeout bounds one background refresh.
+const refreshTimeout = 5 * time.Second
+
+// refreshInBackground runs load, the read-through of k that get answered
+// cacheRefresh for, in a goroutine of its own; when it fails, the next
+// caller past the expiry tries again.
+func (c *swrCache[K, V]) refreshInBackground(k K, load func(context.Context) error) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+		defer cancel()
+		if err := load(ctx); err != nil {
+			c.refreshFailed(k)
+		}
+	}()
 }
 
 // delete drops k and invalidates refreshes in flight.

@@ -201,13 +201,10 @@ func (s *Tenants) authenticate(ctx context.Context, sum [32]byte) (Scope, Tenant
 	case cacheFresh:
 		return e.scope, e.tenant, nil
 	case cacheRefresh:
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, _, err := s.lookUp(ctx, sum); err != nil {
-				s.cache.refreshFailed(sum)
-			}
-		}()
+		s.cache.refreshInBackground(sum, func(ctx context.Context) error {
+			_, _, err := s.lookUp(ctx, sum)
+			return err
+		})
 		return e.scope, e.tenant, nil
 	}
 	s.mu.Lock()
