@@ -403,17 +403,25 @@ func (l *leases) settle(key uuid.UUID, now time.Time, perSecond, want int, rd en
 // less than an eighth of the shard, any others not in flight: a dropped
 // lease only costs its unserved requests and a take.
 func (sh *leaseShard) evict(t int64) {
-	for k, ls := range sh.byKey {
-		if ls.taking == nil && t >= ls.expires {
-			delete(sh.byKey, k)
+	idle := func(ls lease) bool { return ls.taking == nil }
+	trimShard(sh.byKey, func(ls lease) bool { return idle(ls) && t >= ls.expires }, idle)
+}
+
+// trimShard makes room in a full shard m: it drops the entries that are
+// over and, if that frees less than an eighth of the shard, any others
+// that may go, so the next inserts find room without another scan.
+func trimShard[V any](m map[uuid.UUID]V, over, mayGo func(V) bool) {
+	for k, v := range m {
+		if over(v) {
+			delete(m, k)
 		}
 	}
-	for k, ls := range sh.byKey {
-		if len(sh.byKey) < limiterKeysInShard-limiterKeysInShard/8 {
+	for k, v := range m {
+		if len(m) < limiterKeysInShard-limiterKeysInShard/8 {
 			break
 		}
-		if ls.taking == nil {
-			delete(sh.byKey, k)
+		if mayGo(v) {
+			delete(m, k)
 		}
 	}
 }
@@ -486,19 +494,8 @@ func (r *refusals) remember(key uuid.UUID, now time.Time, rd engine.RateDecision
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.byKey[key]; !ok && len(sh.byKey) >= limiterKeysInShard {
-		for k, w := range sh.byKey {
-			if t >= w.until {
-				delete(sh.byKey, k)
-			}
-		}
-		// Forgetting a window only costs a round trip to Redis: drop any
-		// eighth, so the next inserts find room without another scan.
-		for k := range sh.byKey {
-			if len(sh.byKey) < limiterKeysInShard-limiterKeysInShard/8 {
-				break
-			}
-			delete(sh.byKey, k)
-		}
+		// Forgetting a window only costs a round trip to Redis: any may go.
+		trimShard(sh.byKey, func(w refusal) bool { return t >= w.until }, func(refusal) bool { return true })
 	}
 	w := refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset)}
 	if old, ok := sh.byKey[key]; ok && old.until > w.until {
