@@ -155,11 +155,11 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 // instead of checking it first.
 func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
 
-// markSlots bounds the rerun marks being written after their answer went
-// out; when all are taken the mark is written before the answer, as a
-// stored body is, so a slow Redis slows requests instead of piling up
-// goroutines.
-var markSlots = make(chan struct{}, 1024)
+// maxMarksInFlight bounds the rerun marks of one server being written after
+// their answer went out (Server.markSlots); when all are taken the mark is
+// written before the answer, as a stored body is, so a slow Redis slows
+// requests instead of piling up goroutines.
+const maxMarksInFlight = 1024
 
 // markRerun finishes c's claim with the rerun mark (replaysByRerun) after
 // the answer has gone out, so a money request costs the client two Redis
@@ -170,14 +170,14 @@ var markSlots = make(chan struct{}, 1024)
 func (s *Server) markRerun(c *call, claimedAt time.Time) {
 	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
 	select {
-	case markSlots <- struct{}{}:
+	case s.markSlots <- struct{}{}:
 	default:
 		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
 		return
 	}
 	reqID := append([]byte(nil), c.reqID...) // c is reused once the answer is out
 	go func() {
-		defer func() { <-markSlots }()
+		defer func() { <-s.markSlots }()
 		ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
 		defer cancel()
 		s.finishRerun(ctx, tenant, key, hash, claimedAt, reqID)

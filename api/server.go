@@ -139,8 +139,11 @@ type Server struct {
 	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
 	adminLimiter *rateLimiter
-	calls        sync.Pool
-	srv          *fasthttp.Server
+	// markSlots bounds the rerun marks written after their answer
+	// (markRerun).
+	markSlots chan struct{}
+	calls     sync.Pool
+	srv       *fasthttp.Server
 }
 
 // New builds the server and registers every route.
@@ -163,6 +166,7 @@ func New(cfg Config) *Server {
 		leases:    newLeases(),
 
 		adminLimiter: newRateLimiter(),
+		markSlots:    make(chan struct{}, maxMarksInFlight),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
