@@ -2,10 +2,8 @@ package engine
 
 import (
 	"context"
-	"crypto/sha1"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -455,7 +453,7 @@ func consumeResult(m Mutation) ConsumeResult {
 	}
 	for i, e := range m.Entries {
 		if e.Role == RoleMain {
-			id := entryID(m.OpID, i)
+			id := EntryID(m.OpID, i)
 			out.TransactionID = &id
 			break
 		}
@@ -463,20 +461,6 @@ func consumeResult(m Mutation) ConsumeResult {
 	eff := m.Account.Balance - m.Account.Reserved - m.Account.Pending
 	out.BalanceAfter, out.EffectiveBalance = eff, eff
 	return out
-}
-
-// entryID is EntryID computed on the stack (uuid.NewSHA1 allocates its hash
-// and input): the consume response names its entry on every call.
-func entryID(op uuid.UUID, i int) uuid.UUID {
-	var in [16 + 16 + 20]byte
-	b := append(append(in[:0], entryNamespace[:]...), op[:]...)
-	b = strconv.AppendInt(b, int64(i), 10)
-	sum := sha1.Sum(b)
-	var u uuid.UUID
-	copy(u[:], sum[:16])
-	u[6] = (u[6] & 0x0f) | 0x50 // version 5
-	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
-	return u
 }
 
 // UsageInput is the body of POST /v1/usage (addendum 7).

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/sha1"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -135,9 +136,20 @@ type MutationBlock struct {
 var entryNamespace = uuid.MustParse("6f1c3f52-8a47-4b7e-9d56-0c1e2a9f4b10")
 
 // EntryID is the id of entry i of operation op: a name-based UUID, so the
-// API response, the persister and a replay all derive the same id.
+// API response, the persister and a replay all derive the same id. It is
+// uuid.NewSHA1(entryNamespace, op bytes + decimal i) computed on the stack
+// (NewSHA1 allocates its hash and input): the consume response and the
+// persister name an entry on every call.
 func EntryID(op uuid.UUID, i int) uuid.UUID {
-	return uuid.NewSHA1(entryNamespace, append(op[:], strconv.Itoa(i)...))
+	var in [16 + 16 + 20]byte
+	b := append(append(in[:0], entryNamespace[:]...), op[:]...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	sum := sha1.Sum(b)
+	var u uuid.UUID
+	copy(u[:], sum[:16])
+	u[6] = (u[6] & 0x0f) | 0x50 // version 5
+	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return u
 }
 
 // At is the mutation's instant.
