@@ -65,11 +65,7 @@ func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = appendOptInt(b, `,"cap":`, r.Cap)
 	b = appendOptInt(b, `,"headroom":`, r.Headroom)
 	b = append(b, `,"subscription_status":`...)
-	if r.SubscriptionStatus == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendString(b, *r.SubscriptionStatus)
-	}
+	b = appendStringOrNull(b, r.SubscriptionStatus)
 	if r.OveragePolicy != nil {
 		b = append(b, `,"overage_policy":`...)
 		b = appendString(b, string(*r.OveragePolicy))
@@ -95,11 +91,7 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	b = appendInt(b, `,"balance_after":`, r.BalanceAfter)
 	b = appendInt(b, `,"effective_balance":`, r.EffectiveBalance)
 	b = append(b, `,"reason":`...)
-	if r.Reason == nil {
-		b = append(b, "null"...)
-	} else {
-		b = appendString(b, *r.Reason)
-	}
+	b = appendStringOrNull(b, r.Reason)
 	return append(b, "}\n"...)
 }
 
@@ -140,6 +132,14 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// appendStringOrNull writes *s as a JSON string, null when s is nil.
+func appendStringOrNull(b []byte, s *string) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	return appendString(b, *s)
 }
 
 func appendStringSlow(b []byte, s string) []byte {
