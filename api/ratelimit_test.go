@@ -43,15 +43,7 @@ func TestRateLimitHTTP(t *testing.T) {
 		now = now.Add(tc.advance)
 		mu.Unlock()
 		r := h.do("GET", "/v1/tenant", "", "X-API-Key", tc.key)
-		if tc.status == 429 {
-			wantProblem(t, r, 429, "rate-limited", "")
-		} else if r.status != tc.status {
-			t.Fatalf("step %d: status %d, want %d: %s", i, r.status, tc.status, r.body)
-		}
-		got := [4]string{r.get("RateLimit-Limit"), r.get("RateLimit-Remaining"), r.get("RateLimit-Reset"), r.get("Retry-After")}
-		if want := [4]string{tc.limit, tc.remaining, tc.reset, tc.retryAfter}; got != want {
-			t.Fatalf("step %d: headers %v, want %v", i, got, want)
-		}
+		wantLimitStep(t, i, r, tc.status, [4]string{tc.limit, tc.remaining, tc.reset, tc.retryAfter})
 	}
 }
 
@@ -170,15 +162,7 @@ func TestRateLimitSharedBudgets(t *testing.T) {
 		before := len(budgets.asked)
 		budgets.mu.Unlock()
 		r := h.do("GET", "/v1/tenant", "", "X-API-Key", h.live)
-		if tc.status == 429 {
-			wantProblem(t, r, 429, "rate-limited", "")
-		} else if r.status != tc.status {
-			t.Fatalf("step %d: status %d, want %d: %s", i, r.status, tc.status, r.body)
-		}
-		got := [4]string{r.get("RateLimit-Limit"), r.get("RateLimit-Remaining"), r.get("RateLimit-Reset"), r.get("Retry-After")}
-		if want := [4]string{tc.limit, tc.remaining, tc.reset, tc.retryAfter}; got != want {
-			t.Fatalf("step %d: headers %v, want %v", i, got, want)
-		}
+		wantLimitStep(t, i, r, tc.status, [4]string{tc.limit, tc.remaining, tc.reset, tc.retryAfter})
 		budgets.mu.Lock()
 		asked := len(budgets.asked) > before
 		budgets.mu.Unlock()
@@ -417,4 +401,20 @@ func BenchmarkLeaseTake(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(g.takes)/float64(b.N), "takes/op")
+}
+
+// wantLimitStep checks step i's answer r: its status (a 429 as the
+// rate-limited problem) and its RateLimit-Limit, -Remaining, -Reset and
+// Retry-After headers, in that order.
+func wantLimitStep(t *testing.T, i int, r response, status int, want [4]string) {
+	t.Helper()
+	if status == 429 {
+		wantProblem(t, r, 429, "rate-limited", "")
+	} else if r.status != status {
+		t.Fatalf("step %d: status %d, want %d: %s", i, r.status, status, r.body)
+	}
+	got := [4]string{r.get("RateLimit-Limit"), r.get("RateLimit-Remaining"), r.get("RateLimit-Reset"), r.get("Retry-After")}
+	if got != want {
+		t.Fatalf("step %d: headers %v, want %v", i, got, want)
+	}
 }
