@@ -64,6 +64,17 @@ func newRateLimiter() *rateLimiter {
 	return l
 }
 
+// keyLimits is a key's rate and burst, the defaults where unset (0).
+func keyLimits(perSecond, burst int) (int, int) {
+	if perSecond <= 0 {
+		perSecond = engine.DefaultRateLimitPerSecond
+	}
+	if burst <= 0 {
+		burst = engine.DefaultRateLimitBurst
+	}
+	return perSecond, burst
+}
+
 // decision is one take from a bucket and what the headers say about it.
 type decision struct {
 	allowed       bool
@@ -75,12 +86,7 @@ type decision struct {
 
 // take spends one token of key's bucket, refilled at perSecond up to burst.
 func (l *rateLimiter) take(key uuid.UUID, perSecond, burst int) decision {
-	if perSecond <= 0 {
-		perSecond = engine.DefaultRateLimitPerSecond
-	}
-	if burst <= 0 {
-		burst = engine.DefaultRateLimitBurst
-	}
+	perSecond, burst = keyLimits(perSecond, burst)
 	rate, capacity := float64(perSecond), float64(burst)
 	now := l.now().UnixNano()
 	sh := &l.shards[key[15]%limiterShards]
@@ -149,13 +155,7 @@ const rateBudgetWarnEvery = 10 * time.Second
 // request is limited by this process's own bucket instead (fail open to a
 // per-node limit: docs/decisions.md "Rate limits across the fleet").
 func (s *Server) rateLimit(c *call) bool {
-	perSecond, burst := c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst
-	if perSecond <= 0 {
-		perSecond = engine.DefaultRateLimitPerSecond
-	}
-	if burst <= 0 {
-		burst = engine.DefaultRateLimitBurst
-	}
+	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	if s.budgets != nil {
 		var now time.Time // zero: the budget store's clock, shared by all nodes
 		local := time.Now()
