@@ -45,6 +45,8 @@ type config struct {
 	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).
 	ReplicaAcks       int
 	ReplicaAckTimeout time.Duration
+	// replicaAcksErr is CREDITD_REPLICA_ACKS's refusal (check returns it).
+	replicaAcksErr error
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token
@@ -54,7 +56,7 @@ const minAdminTokenChars = 32
 
 func loadConfig() config {
 	host, _ := os.Hostname()
-	return config{
+	c := config{
 		RedisURL:       env("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		DatabaseURL:    env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		Addr:           env("CREDITD_ADDR", ":8080"),
@@ -75,10 +77,11 @@ func loadConfig() config {
 		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
 		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
 		PprofAddr:      os.Getenv("CREDITD_PPROF_ADDR"),
-		ReplicaAcks:    envReplicaAcks("CREDITD_REPLICA_ACKS"),
 		// WAIT takes whole milliseconds: less than 1ms is the default.
 		ReplicaAckTimeout: envDuration("CREDITD_REPLICA_ACK_TIMEOUT", lua.DefaultReplicaAckTimeout),
 	}
+	c.ReplicaAcks, c.replicaAcksErr = envReplicaAcks("CREDITD_REPLICA_ACKS")
+	return c
 }
 
 // appReplicaAcks is ReplicaAcks as app.Config spells it (its zero is auto).
@@ -90,19 +93,23 @@ func (c config) appReplicaAcks() int {
 }
 
 // envReplicaAcks reads a replica count: "auto" or unset is
-// lua.ReplicaAcksAuto, "0" turns the wait off, n waits for n replicas.
-func envReplicaAcks(name string) int {
+// lua.ReplicaAcksAuto, "0" turns the wait off, n waits for n replicas;
+// anything else is lua.ReplicaAcksAuto and an error serve refuses.
+func envReplicaAcks(name string) (int, error) {
 	v := strings.TrimSpace(os.Getenv(name))
 	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return n
+		return n, nil
 	}
-	return lua.ReplicaAcksAuto
+	if v != "" && v != "auto" {
+		return lua.ReplicaAcksAuto, fmt.Errorf("%s is %q; it must be auto, 0 (off) or a replica count", name, v)
+	}
+	return lua.ReplicaAcksAuto, nil
 }
 
 // check refuses a configuration serve must not start with.
 func (c config) check() error {
-	if v := strings.TrimSpace(os.Getenv("CREDITD_REPLICA_ACKS")); v != "" && v != "auto" && c.ReplicaAcks == lua.ReplicaAcksAuto {
-		return fmt.Errorf("CREDITD_REPLICA_ACKS is %q; it must be auto, 0 (off) or a replica count", v)
+	if c.replicaAcksErr != nil {
+		return c.replicaAcksErr
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenChars {
 		return fmt.Errorf("CREDITD_ADMIN_TOKEN is %d characters; it must be at least %d (for example: openssl rand -hex 32), or unset to turn the admin API off", len(c.AdminToken), minAdminTokenChars)
