@@ -55,11 +55,7 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
 	if err := queueRows(b, ms, freshOperationsSQL, freshEntriesSQL); err != nil {
 		return err
 	}
-	plain, filled := eventRowsOf(ms)
-	queueFilledEvents(b, filled)
-	if len(plain.id) > 0 {
-		b.Queue(freshEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
-	}
+	queueEvents(b, ms, freshEventsSQL)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
