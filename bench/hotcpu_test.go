@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strconv"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,38 +14,16 @@ import (
 //
 //	go test ./bench -run '^$' -bench HotCPU -benchtime 20000x -benchmem
 func BenchmarkHotCPU(b *testing.B) {
-	p := newInproc(b, 200)
-	var seq atomic.Uint64
-	run := func(b *testing.B, op func(n uint64) (int, []byte), want int) {
+	newInproc(b, 200).checkAndConsume(b, "cpu-c-", func(b *testing.B, run func()) {
 		// As many requests in flight as the bench's load generator keeps
 		// (128 workers), not just one per CPU.
 		b.SetParallelism(64)
 		b.ReportAllocs()
 		b.ResetTimer()
 		before := cpuTime()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if st, raw := op(seq.Add(1)); st != want {
-					b.Errorf("status %d: %s", st, raw)
-					return
-				}
-			}
-		})
+		run()
 		b.StopTimer()
 		b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
-	}
-	b.Run("check", func(b *testing.B) {
-		run(b, func(n uint64) (int, []byte) {
-			c := p.customers[n%uint64(len(p.customers))]
-			return p.call("GET", "/v1/entitlements/check?customer_id="+c+"&billable_metric_key=api_calls&units=1", nil, "X-API-Key", p.key)
-		}, 200)
-	})
-	b.Run("consume", func(b *testing.B) {
-		run(b, func(n uint64) (int, []byte) {
-			c := p.customers[n%uint64(len(p.customers))]
-			return p.call("POST", "/v1/entitlements/consume", []byte(`{"customer_id":"`+c+`","billable_metric_key":"api_calls","units":1}`),
-				"X-API-Key", p.key, "Idempotency-Key", "cpu-c-"+strconv.FormatUint(n, 10)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-		}, 200)
 	})
 }
 

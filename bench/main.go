@@ -256,11 +256,9 @@ func run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	logf("starting creditd on %s (database %s, prefix %s)", addr, dbName, prefix)
-	cd, err := startProc("creditd", bin, []string{"serve"}, []string{
-		"REDIS_URL=" + redisURL, "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
-		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench",
-		"CREDITD_PPROF_ADDR=" + pprofAddr,
-	}, addr, filepath.Join(tmp, "creditd.log"))
+	cd, err := startProc("creditd", bin, []string{"serve"},
+		creditdEnv(redisURL, dbURL, prefix, addr, "bench", "CREDITD_PPROF_ADDR="+pprofAddr),
+		addr, filepath.Join(tmp, "creditd.log"))
 	if err != nil {
 		return nil, err
 	}

@@ -132,32 +132,43 @@ func newInproc(b *testing.B, customers int) *inproc {
 }
 
 func BenchmarkHotPath(b *testing.B) {
-	p := newInproc(b, 200)
-	var seq atomic.Uint64
-	run := func(b *testing.B, op func(n uint64) (int, []byte), want int) {
+	newInproc(b, 200).checkAndConsume(b, "prof-c-", func(b *testing.B, run func()) {
 		b.ReportAllocs()
 		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if st, raw := op(seq.Add(1)); st != want {
-					b.Errorf("status %d: %s", st, raw)
-					return
+		run()
+	})
+}
+
+// checkAndConsume runs the check and consume sub-benchmarks through p on
+// its customers in turn, failing on any status but 200; measure wraps each
+// sub-benchmark's parallel run (idem prefixes the consumes' idempotency
+// keys).
+func (p *inproc) checkAndConsume(b *testing.B, idem string, measure func(b *testing.B, run func())) {
+	var seq atomic.Uint64
+	bench := func(b *testing.B, op func(n uint64) (int, []byte)) {
+		measure(b, func() {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if st, raw := op(seq.Add(1)); st != 200 {
+						b.Errorf("status %d: %s", st, raw)
+						return
+					}
 				}
-			}
+			})
 		})
 	}
 	b.Run("check", func(b *testing.B) {
-		run(b, func(n uint64) (int, []byte) {
+		bench(b, func(n uint64) (int, []byte) {
 			c := p.customers[n%uint64(len(p.customers))]
 			return p.call("GET", "/v1/entitlements/check?customer_id="+c+"&billable_metric_key=api_calls&units=1", nil, "X-API-Key", p.key)
-		}, 200)
+		})
 	})
 	b.Run("consume", func(b *testing.B) {
-		run(b, func(n uint64) (int, []byte) {
+		bench(b, func(n uint64) (int, []byte) {
 			c := p.customers[n%uint64(len(p.customers))]
 			return p.call("POST", "/v1/entitlements/consume", []byte(`{"customer_id":"`+c+`","billable_metric_key":"api_calls","units":1}`),
-				"X-API-Key", p.key, "Idempotency-Key", "prof-c-"+strconv.FormatUint(n, 10)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-		}, 200)
+				"X-API-Key", p.key, "Idempotency-Key", idem+strconv.FormatUint(n, 10)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		})
 	})
 }
 

@@ -88,20 +88,11 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 	}
 	version, _ := redisInfo(ctx, master.rdb, "server", "redis_version")
 
-	dbName := b.runID + "a"
-	dbURL, err := createDatabase(ctx, b.baseDB, dbName)
+	dbName, dbURL, drop, err := b.scenarioDatabase(ctx, "replica-ack", "a")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if b.o.Keep {
-			logf("replica-ack: kept database %s (its Redis is gone)", dbName)
-			return
-		}
-		if err := dropDatabase(context.Background(), b.baseDB, dbName); err != nil {
-			logf("replica-ack: drop database: %v", err)
-		}
-	}()
+	defer drop()
 	addr, err := freeAddr()
 	if err != nil {
 		return err
@@ -109,11 +100,9 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 	prefix := b.prefix + "a"
 	redisURL := "redis://" + master.Addr + "/0"
 	start := func(acks string) (*Proc, error) {
-		return startProc("creditd-ack"+acks, b.bin, []string{"serve"}, []string{
-			"REDIS_URL=" + redisURL, "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
-			"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench-ack",
-			"CREDITD_REPLICA_ACKS=" + acks,
-		}, addr, filepath.Join(b.tmp, "creditd-ack"+acks+".log"))
+		return startProc("creditd-ack"+acks, b.bin, []string{"serve"},
+			creditdEnv(redisURL, dbURL, prefix, addr, "bench-ack", "CREDITD_REPLICA_ACKS="+acks),
+			addr, filepath.Join(b.tmp, "creditd-ack"+acks+".log"))
 	}
 
 	// A copy of the bench that drives this stack: its own results (the

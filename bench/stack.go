@@ -113,6 +113,34 @@ func dropDatabase(ctx context.Context, base, name string) error {
 	return err
 }
 
+// scenarioDatabase creates the fresh database of a scenario's own stack,
+// named after the run and suffix, and returns its name, its URL and the
+// func that drops it (or, under -keep, logs that it was kept).
+func (b *Bench) scenarioDatabase(ctx context.Context, scenario, suffix string) (name, dbURL string, drop func(), err error) {
+	name = b.runID + suffix
+	if dbURL, err = createDatabase(ctx, b.baseDB, name); err != nil {
+		return "", "", nil, err
+	}
+	return name, dbURL, func() {
+		if b.o.Keep {
+			logf("%s: kept database %s (its Redis is gone)", scenario, name)
+			return
+		}
+		if err := dropDatabase(context.Background(), b.baseDB, name); err != nil {
+			logf("%s: drop database: %v", scenario, err)
+		}
+	}, nil
+}
+
+// creditdEnv is the environment of a creditd the bench starts: its Redis,
+// database, key prefix, address and instance name, then extra settings.
+func creditdEnv(redisURL, dbURL, prefix, addr, instance string, extra ...string) []string {
+	return append([]string{
+		"REDIS_URL=" + redisURL, "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
+		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=" + instance,
+	}, extra...)
+}
+
 func redact(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {

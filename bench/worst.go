@@ -171,29 +171,19 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 		nice = fmt.Sprintf(", main thread at nice %d", b.o.WorstRedisNice)
 	}
 
-	dbName := b.runID + "w"
-	dbURL, err := createDatabase(ctx, b.baseDB, dbName)
+	dbName, dbURL, drop, err := b.scenarioDatabase(ctx, "worst", "w")
 	if err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, func() {
-		if b.o.Keep {
-			logf("worst: kept database %s (its Redis is gone)", dbName)
-			return
-		}
-		if err := dropDatabase(context.Background(), b.baseDB, dbName); err != nil {
-			logf("worst: drop database: %v", err)
-		}
-	})
+	stops = append(stops, drop)
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, nil, err
 	}
 	prefix := b.prefix + "w"
-	cd, err := startProc("creditd-worst", b.bin, []string{"serve"}, []string{
-		"REDIS_URL=redis://" + raddr + "/0", "DATABASE_URL=" + dbURL, "CREDITD_REDIS_PREFIX=" + prefix,
-		"CREDITD_ADDR=" + addr, "CREDITD_ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn", "CREDITD_INSTANCE=bench-worst",
-	}, addr, filepath.Join(b.tmp, "creditd-worst.log"))
+	redisURL := "redis://" + raddr + "/0"
+	cd, err := startProc("creditd-worst", b.bin, []string{"serve"}, creditdEnv(redisURL, dbURL, prefix, addr, "bench-worst"),
+		addr, filepath.Join(b.tmp, "creditd-worst.log"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -203,7 +193,7 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 		return nil, nil, fmt.Errorf("tenant: %w", err)
 	}
 	w := *b
-	w.rdb, w.prefix, w.addr, w.api, w.dbURL, w.redisURL = rdb, prefix, addr, api, dbURL, "redis://"+raddr+"/0"
+	w.rdb, w.prefix, w.addr, w.api, w.dbURL, w.redisURL = rdb, prefix, addr, api, dbURL, redisURL
 	w.worstRedisPid = rs.Process.Pid
 	others := "the bench's own creditd idle on the shared Redis"
 	if b.o.full() || b.o.has("memory") {

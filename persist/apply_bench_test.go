@@ -3,13 +3,9 @@ package persist
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/creditd/creditd/engine"
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // BenchmarkApplyConsumes applies consume Mutations (one ledger row with two
@@ -23,30 +19,9 @@ func BenchmarkApplyConsumes(b *testing.B) {
 	for _, batch := range []int{30, 150, 500} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
-			url := testenv.Database(b)
-			sep := "?"
-			if strings.Contains(url, "?") {
-				sep = "&"
-			}
-			pool, err := Open(ctx, url+sep+"pool_max_conns=1")
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Close()
-			if err := Migrate(ctx, pool); err != nil {
-				b.Fatal(err)
-			}
+			pool := profilePool(ctx, b, "")
 			store := NewStore(pool)
-			tenant := uuid.New()
-			cs := make([]profileCustomer, 2000)
-			grants := make([]engine.Mutation, len(cs))
-			for i := range cs {
-				cs[i] = profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
-				grants[i] = cs[i].grant(tenant)
-			}
-			if err := store.Apply(ctx, grants); err != nil {
-				b.Fatal(err)
-			}
+			tenant, cs := seedProfileCustomers(ctx, b, store, 2000)
 			ms := make([]engine.Mutation, b.N)
 			for i := range ms {
 				ms[i] = cs[i%len(cs)].consume(tenant, true)

@@ -55,24 +55,30 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
 	if err := queueRows(b, ms, freshOperationsSQL, freshEntriesSQL); err != nil {
 		return err
 	}
-	plain, filled := eventRowsOf(ms)
-	queueFilledEvents(b, filled)
-	if len(plain.id) > 0 {
-		b.Queue(freshEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
-	}
+	queueEvents(b, ms, freshEventsSQL)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
-// Column lists of the copies, in the order copyApply gives the values.
+// Column lists of the copies, in the order copyApply gives the values:
+// those of Apply's INSERTs, so the two writes cannot drift apart.
 var (
-	operationCopyColumns = []string{"op_id", "tenant_id", "customer_id", "idempotency_key", "request_hash",
-		"account_version", "mutation", "created_at"}
-	entryCopyColumns = []string{"id", "op_id", "tenant_id", "customer_id", "environment", "delta", "type", "source",
-		"credit_block_id", "billable_metric_key", "cost_units", "exchange_rate", "overage_mc", "idempotency_key",
-		"reference_id", "reason", "metadata", "created_at", "draw_block_ids", "draw_amounts"}
-	eventCopyColumns = []string{"id", "tenant_id", "environment", "customer_id", "event_type", "payload", "status",
-		"attempts", "next_retry_at", "created_at"}
+	operationCopyColumns = insertColumns(insertOperationsSQL)
+	entryCopyColumns     = insertColumns(insertEntriesSQL)
+	eventCopyColumns     = insertColumns(insertMutationEventsSQL)
 )
+
+// insertColumns is the column list of sql's INSERT INTO table (...) clause.
+func insertColumns(sql string) []string {
+	open, end := strings.Index(sql, "("), strings.Index(sql, ")")
+	if open < 0 || end < open {
+		panic("persist: no column list in " + sql)
+	}
+	cols := strings.Split(sql[open+1:end], ",")
+	for i := range cols {
+		cols[i] = strings.TrimSpace(cols[i])
+	}
+	return cols
+}
 
 // copyApply writes ms in one transaction: COPY into operations and
 // ledger_entries, then the upserts and sections in one pipelined batch,

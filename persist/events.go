@@ -60,13 +60,15 @@ type eventRow struct {
 
 // queueEvents is the events section of Apply, queued after every other
 // section (the filled rows before the plain ones, as copyApply takes
-// them): every event the batch's Mutations owe (engine.EventsOf), inserted
-// once (ON CONFLICT DO NOTHING), pending and due at once.
-func queueEvents(b *pgx.Batch, ms []engine.Mutation) {
+// them): every event the batch's Mutations owe (engine.EventsOf), pending
+// and due at once. The plain rows go in by plainSQL: insertMutationEventsSQL
+// (inserted once, ON CONFLICT DO NOTHING) or the lean write's statement
+// without that clause.
+func queueEvents(b *pgx.Batch, ms []engine.Mutation, plainSQL string) {
 	plain, filled := eventRowsOf(ms)
 	queueFilledEvents(b, filled)
 	if len(plain.id) > 0 {
-		b.Queue(insertMutationEventsSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
+		b.Queue(plainSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
 	}
 }
 

@@ -146,7 +146,7 @@ func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
 	if err := queueRows(b, ms, insertOperationsSQL, insertEntriesSQL); err != nil {
 		return err
 	}
-	queueEvents(b, ms)
+	queueEvents(b, ms, insertMutationEventsSQL)
 	return nil
 }
 

@@ -17,6 +17,44 @@ import (
 	"github.com/creditd/creditd/internal/testenv"
 )
 
+// profilePool opens a pool of one connection on a fresh migrated database,
+// so pgSnapshot reads the backend Apply ran on; params are appended to the
+// URL (e.g. "&synchronous_commit=off").
+func profilePool(ctx context.Context, tb testing.TB, params string) *pgxpool.Pool {
+	tb.Helper()
+	url := testenv.Database(tb)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool, err := Open(ctx, url+sep+"pool_max_conns=1"+params)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := Migrate(ctx, pool); err != nil {
+		tb.Fatal(err)
+	}
+	return pool
+}
+
+// seedProfileCustomers stores n customers of a new tenant, two blocks
+// each, and returns the tenant and the customers to consume from.
+func seedProfileCustomers(ctx context.Context, tb testing.TB, store *Store, n int) (uuid.UUID, []profileCustomer) {
+	tb.Helper()
+	tenant := uuid.New()
+	cs := make([]profileCustomer, n)
+	grants := make([]engine.Mutation, n)
+	for i := range cs {
+		cs[i] = profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
+		grants[i] = cs[i].grant(tenant)
+	}
+	if err := store.Apply(ctx, grants); err != nil {
+		tb.Fatal(err)
+	}
+	return tenant, cs
+}
+
 // TestApplyProfile measures what Postgres spends per consume Mutation in
 // Apply: backend CPU (from /proc, the single pooled connection's backend),
 // rows inserted and updated, statements and commits, WAL bytes. It is a
@@ -33,35 +71,14 @@ func TestApplyProfile(t *testing.T) {
 		t.Skip("set CREDITD_PG_PROFILE=1,4,50,500 to profile Apply")
 	}
 	ctx := context.Background()
-	url := testenv.Database(t)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	pool, err := Open(ctx, url+sep+"pool_max_conns=1"+os.Getenv("CREDITD_PG_PROFILE_PARAMS"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := profilePool(ctx, t, os.Getenv("CREDITD_PG_PROFILE_PARAMS"))
 	store := NewStore(pool)
 	if n, err := strconv.Atoi(os.Getenv("CREDITD_PG_PROFILE_COPY_MIN")); err == nil {
 		store.copyMin = n
 	}
 	draws := os.Getenv("CREDITD_PG_PROFILE_DRAWS") != ""
 	const customers, ops = 2000, 8000
-	tenant := uuid.New()
-	cs := make([]profileCustomer, customers)
-	var grants []engine.Mutation
-	for i := range cs {
-		cs[i] = profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
-		grants = append(grants, cs[i].grant(tenant))
-	}
-	if err := store.Apply(ctx, grants); err != nil {
-		t.Fatal(err)
-	}
+	tenant, cs := seedProfileCustomers(ctx, t, store, customers)
 	for _, f := range strings.Split(sizes, ",") {
 		batch, err := strconv.Atoi(f)
 		if err != nil || batch <= 0 {
@@ -210,16 +227,7 @@ func TestApplyStatementProfile(t *testing.T) {
 	b := setup(t)
 	draws := os.Getenv("CREDITD_PG_PROFILE_DRAWS") != ""
 	const customers, ops = 2000, 32000
-	tenant := uuid.New()
-	cs := make([]profileCustomer, customers)
-	var grants []engine.Mutation
-	for i := range cs {
-		cs[i] = profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
-		grants = append(grants, cs[i].grant(tenant))
-	}
-	if err := b.store.Apply(b.ctx, grants); err != nil {
-		t.Fatal(err)
-	}
+	tenant, cs := seedProfileCustomers(b.ctx, t, b.store, customers)
 	ms := make([]engine.Mutation, ops)
 	for i := range ms {
 		ms[i] = cs[i%customers].consume(tenant, draws)

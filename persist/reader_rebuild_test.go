@@ -30,19 +30,7 @@ func TestAccountStatesPageOperations(t *testing.T) {
 			want[a.key.CustomerID] = append(want[a.key.CustomerID], key)
 		}
 	}
-	var got []engine.AccountState
-	after := uuid.Nil
-	for {
-		page, err := b.store.AccountStates(b.ctx, after, 5, now.Add(-24*time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		got = append(got, page...)
-		after = page[len(page)-1].CustomerID
-	}
+	got := b.allAccountStates(t, 5, now.Add(-24*time.Hour))
 	if len(got) != len(want) {
 		t.Fatalf("walked %d accounts, want %d", len(got), len(want))
 	}
@@ -59,5 +47,24 @@ func TestAccountStatesPageOperations(t *testing.T) {
 				t.Fatalf("account %s: applied %d is %q, want %q", st.CustomerID, k, m.IdempotencyKey, keys[k])
 			}
 		}
+	}
+}
+
+// allAccountStates walks AccountStates page by page (size accounts each)
+// from the first customer id and returns every account it read.
+func (b *bundle) allAccountStates(t *testing.T, size int, since time.Time) []engine.AccountState {
+	t.Helper()
+	var all []engine.AccountState
+	after := uuid.Nil
+	for {
+		page, err := b.store.AccountStates(b.ctx, after, size, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			return all
+		}
+		all = append(all, page...)
+		after = page[len(page)-1].CustomerID
 	}
 }

@@ -215,19 +215,7 @@ func TestAccountStates(t *testing.T) {
 	}
 
 	// Paging by customer id walks both accounts once, in order.
-	var all []engine.AccountState
-	after := uuid.Nil
-	for {
-		page, err := b.store.AccountStates(b.ctx, after, 1, now.Add(-24*time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(page) == 0 {
-			break
-		}
-		all = append(all, page...)
-		after = page[len(page)-1].CustomerID
-	}
+	all := b.allAccountStates(t, 1, now.Add(-24*time.Hour))
 	if len(all) != 2 || all[0].CustomerID.String() >= all[1].CustomerID.String() {
 		t.Fatalf("AccountStates walked %d accounts", len(all))
 	}

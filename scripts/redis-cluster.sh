@@ -84,7 +84,7 @@ start() {
 		</dev/null >"$dir/create.log" 2>&1 ||
 		{ cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
 
-	local ok
+	local ok repl
 	for ((i = 0; i < 300; i++)); do
 		ok=1
 		for p in "${ports[@]}"; do
@@ -93,10 +93,12 @@ start() {
 				break
 			fi
 			# A replica counts once its first sync is done.
-			if ((replicas > 0)) && redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | grep -q '^role:slave' &&
-				! redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | grep -q '^master_link_status:up'; then
-				ok=""
-				break
+			if ((replicas > 0)); then
+				repl=$(redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null || true)
+				if grep -q '^role:slave' <<<"$repl" && ! grep -q '^master_link_status:up' <<<"$repl"; then
+					ok=""
+					break
+				fi
 			fi
 		done
 		[[ -n $ok ]] && break
