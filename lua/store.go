@@ -85,8 +85,3 @@ func (s *Store) holdExpiryKey(p int) string { return s.tag(p) + ":rexp" }
 func (s *Store) reservationIndexKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
 }
-
-// idemKey is the tenant's HTTP idempotency record of one key (hashed).
-func (s *Store) idemKey(tenant uuid.UUID, keyHash string) string {
-	return "{" + s.prefix + ":t:" + tenant.String() + "}:idem:" + keyHash
-}
