@@ -144,13 +144,16 @@ func TestProfileScripts(t *testing.T) {
 				must(err)
 			}
 		}
-		var pending uuid.UUID
-		measure("reserve/"+shape.name, func(i int) {
+		var pending uuid.UUID // the last measured reserve's hold, released before the next call
+		releasePending := func() {
 			if pending != uuid.Nil {
 				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
 				must(err)
 				pending = uuid.Nil
 			}
+		}
+		measure("reserve/"+shape.name, func(i int) {
+			releasePending()
 			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
 			cmd.IdempotencyKey = "r-" + uuid.NewString()
 			_, err := s.Reserve(ctx, cmd)
@@ -158,11 +161,7 @@ func TestProfileScripts(t *testing.T) {
 			pending = cmd.ReservationID
 		})
 		measure("reserve+commit/"+shape.name, func(i int) {
-			if pending != uuid.Nil {
-				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
-				must(err)
-				pending = uuid.Nil
-			}
+			releasePending()
 			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
 			_, err := s.Reserve(ctx, cmd)
 			must(err)
