@@ -85,3 +85,9 @@ func (s *Store) holdExpiryKey(p int) string { return s.tag(p) + ":rexp" }
 func (s *Store) reservationIndexKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
 }
+
+// tenantTag is the hash tag of tenant's own keys (rate budgets, delivery
+// slots): one Cluster slot per tenant.
+func (s *Store) tenantTag(tenant uuid.UUID) string {
+	return "{" + s.prefix + ":t:" + tenant.String() + "}"
+}
