@@ -79,6 +79,15 @@ func (b bundle) known(t *testing.T, c engine.CustomerKey) {
 	}
 }
 
+// load writes st as a rebuild would (LoadAt at t0) and fails the test
+// unless it was written.
+func (b bundle) load(t *testing.T, st engine.AccountState) {
+	t.Helper()
+	if ok, err := b.store.LoadAt(context.Background(), st, t0); err != nil || !ok {
+		t.Fatalf("load: %v %v", ok, err)
+	}
+}
+
 // grantCmd is a plain grant of amount at now.
 func grantCmd(c engine.CustomerKey, amount int64, now time.Time) engine.GrantCommand {
 	return engine.GrantCommand{

@@ -23,7 +23,7 @@ var (
 
 // deliverySlotsKey is the tenant's slots, under the tenant's hash tag.
 func (s *Store) deliverySlotsKey(tenant uuid.UUID) string {
-	return "{" + s.prefix + ":t:" + tenant.String() + "}:wh:slots"
+	return s.tenantTag(tenant) + ":wh:slots"
 }
 
 // AcquireDeliverySlot takes one of tenant's limit slots for holder until

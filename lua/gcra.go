@@ -22,9 +22,9 @@ var (
 )
 
 // rateKey is the budget of one API key. It shares the tenant's hash tag (as
-// the idempotency records do), so a tenant's keys live on one Cluster slot.
+// the delivery slots do), so a tenant's keys live on one Cluster slot.
 func (s *Store) rateKey(tenant, key uuid.UUID) string {
-	return "{" + s.prefix + ":t:" + tenant.String() + "}:rl:" + key.String()
+	return s.tenantTag(tenant) + ":rl:" + key.String()
 }
 
 // TakeRate spends up to requests of key's budget (a lease: all when they

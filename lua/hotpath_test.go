@@ -618,9 +618,7 @@ func TestLoadRestoresHoldsAndGauges(t *testing.T) {
 			},
 			Gauges: map[string]int64{"seats": 3, "projects": 1 << 60},
 		}
-		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
-		}
+		b.load(t, st)
 		if a := b.snapshot(t, c, t0); a.Balance != 100 || a.ReservedBalance != 30 || a.EffectiveBalance != 70 || a.Version != 9 {
 			t.Errorf("loaded account %+v", a)
 		}

@@ -96,9 +96,7 @@ func TestLayoutFastEqualsSlow(t *testing.T) {
 			st := layoutState(rng, fast, 6+rng.IntN(20), u)
 			for _, c := range []engine.CustomerKey{fast, slow} {
 				st.CustomerID = c.CustomerID
-				if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-					t.Fatalf("load: %v %v", ok, err)
-				}
+				b.load(t, st)
 			}
 			// Instants: every expiry and start exactly, one before, and
 			// random ones, in order.
@@ -228,9 +226,7 @@ func TestLayoutOldHashUpgraded(t *testing.T) {
 		for i := range st.Blocks {
 			st.Blocks[i].StartsMS, st.Blocks[i].ExpiresMS = st.Blocks[i].CreatedMS, nil
 		}
-		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
-		}
+		b.load(t, st)
 		key := b.store.accountKey(c.CustomerID)
 		rebuilt := b.rdb.HMGet(ctx, key, "s", "o", "k").Val()
 		oldLayout(t, b, c)
@@ -291,9 +287,7 @@ func TestLayoutValidUntilBoundary(t *testing.T) {
 		// for start, spent first once started.
 		st.Blocks[0].Priority, st.Blocks[0].ExpiresMS = 0, &exp
 		st.Blocks[1].Priority, st.Blocks[1].StartsMS = 0, start
-		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
-		}
+		b.load(t, st)
 		total := st.LifetimeEarned
 		rest := append([]engine.MutationBlock(nil), st.Blocks[2:]...)
 		engine.SpendOrder(rest)
@@ -347,9 +341,7 @@ func TestLayoutBalancesFromSummary(t *testing.T) {
 		u := t0.UnixMilli()
 		st := layoutState(rand.New(rand.NewPCG(7, 7)), c, 14, u)
 		st.Reserved = 5
-		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
-		}
+		b.load(t, st)
 		key := b.store.accountKey(c.CustomerID)
 		want := func(nowMS int64) engine.Balances {
 			a, err := b.store.readAccount(ctx, key)

@@ -1004,6 +1004,17 @@ local function expire_due(a, now, entries, changed)
   end
 end
 
+-- draw takes what it can of left from block b, records the draw and the
+-- changed block, and returns what is left: both of drain's walks draw
+-- through it, so they cannot differ in how a block is charged.
+local function draw(b, left, draws, changed)
+  local take = m_min(b.rem, left)
+  b.rem = m_sub(b.rem, take)
+  draws[#draws + 1] = {b = b, take = take}
+  changed[#changed + 1] = b
+  return m_sub(left, take)
+end
+
 -- drain takes amount from a's started live blocks in spend order
 -- (engine.SpendOrder), appending each block touched to changed; it returns
 -- the draws {b = block, take = money}. The caller has checked that the
@@ -1034,11 +1045,7 @@ local function drain(a, now, amount, changed)
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
         local b = block_dec(id, vals[i])
         b.rem0 = b.rem
-        local take = m_min(b.rem, left)
-        b.rem = m_sub(b.rem, take)
-        left = m_sub(left, take)
-        draws[#draws + 1] = {b = b, take = take}
-        changed[#changed + 1] = b
+        left = draw(b, left, draws, changed)
       end
       want = want * 4
     end
@@ -1070,11 +1077,7 @@ local function drain(a, now, amount, changed)
       b = table.remove(spendable, i0)
     end
     if not b then break end
-    local take = m_min(b.rem, left)
-    b.rem = m_sub(b.rem, take)
-    left = m_sub(left, take)
-    draws[#draws + 1] = {b = b, take = take}
-    changed[#changed + 1] = b
+    left = draw(b, left, draws, changed)
   end
   return draws
 end

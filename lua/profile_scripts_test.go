@@ -26,14 +26,8 @@ import (
 // PROFILE_ONLY_CONSUME limits it to consumes; PROFILE_KEEP keeps the
 // callgrind dumps (for callgrind_annotate).
 func TestProfileScripts(t *testing.T) {
-	addr := os.Getenv("PROFILE_REDIS")
-	if addr == "" {
-		t.Skip("PROFILE_REDIS not set")
-	}
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	rdb.FlushAll(ctx)
+	rdb := profileRedis(t)
 	s := NewStore(rdb, "prof")
 	n := 2000
 	usec := func() (float64, int64) {
@@ -150,13 +144,16 @@ func TestProfileScripts(t *testing.T) {
 				must(err)
 			}
 		}
-		var pending uuid.UUID
-		measure("reserve/"+shape.name, func(i int) {
+		var pending uuid.UUID // the last measured reserve's hold, released before the next call
+		releasePending := func() {
 			if pending != uuid.Nil {
 				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
 				must(err)
 				pending = uuid.Nil
 			}
+		}
+		measure("reserve/"+shape.name, func(i int) {
+			releasePending()
 			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
 			cmd.IdempotencyKey = "r-" + uuid.NewString()
 			_, err := s.Reserve(ctx, cmd)
@@ -164,11 +161,7 @@ func TestProfileScripts(t *testing.T) {
 			pending = cmd.ReservationID
 		})
 		measure("reserve+commit/"+shape.name, func(i int) {
-			if pending != uuid.Nil {
-				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
-				must(err)
-				pending = uuid.Nil
-			}
+			releasePending()
 			cmd := reserveCmd(hc, 2, terms, time.Hour, now)
 			_, err := s.Reserve(ctx, cmd)
 			must(err)
@@ -238,6 +231,20 @@ func callgrindKInstr(pid string, calls int64) string {
 		}
 	}
 	return ""
+}
+
+// profileRedis is a client of the private Redis named by PROFILE_REDIS
+// (host:port), flushed: the profiles time every call on it, so it must not
+// be the suite's shared Redis. The test is skipped when it is not set.
+func profileRedis(t *testing.T) *redis.Client {
+	addr := os.Getenv("PROFILE_REDIS")
+	if addr == "" {
+		t.Skip("PROFILE_REDIS not set")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.FlushAll(context.Background())
+	return rdb
 }
 
 func bigMeta() engine.Metadata {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -25,14 +24,8 @@ import (
 // loop's calls in order ("SEQ reserve 166"), to tell a periodic slow path
 // (one call in N) from noise.
 func TestProfileWorst(t *testing.T) {
-	addr := os.Getenv("PROFILE_REDIS")
-	if addr == "" {
-		t.Skip("PROFILE_REDIS not set")
-	}
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	rdb.FlushAll(ctx)
+	rdb := profileRedis(t)
 	rdb.ConfigSet(ctx, "slowlog-max-len", "100000")
 	rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0")
 	s := NewStore(rdb, "worst")

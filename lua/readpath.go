@@ -237,7 +237,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 // copies every block's and hold's metadata (megabytes at the caps). The
 // summary answers only inside its window; outside it the HGETALL does.
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
-	key, nowMS := s.accountKeyOf(c.CustomerID), now.UnixMilli()
+	key, nowMS := s.accountKey(c.CustomerID), now.UnixMilli()
 	if s.layouts.has(key) {
 		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua").Result()
 		if err != nil {
@@ -403,30 +403,6 @@ func blockFigures(v string) (rem, starts, expires int64, hasExpiry bool, err err
 }
 
 var errMalformedBlock = errors.New("malformed")
-
-// accountKeyOf is accountKey built without fmt: the check path calls it
-// once per request.
-func (s *Store) accountKeyOf(c uuid.UUID) string {
-	var id [36]byte
-	hexUUID(id[:], c)
-	// FNV-1a of the id text, as Partition computes it.
-	h := uint32(2166136261)
-	for _, ch := range id {
-		h = (h ^ uint32(ch)) * 16777619
-	}
-	p := int(h % Partitions)
-	var buf [128]byte
-	b := append(buf[:0], '{')
-	b = append(b, s.prefix...)
-	b = append(b, ":p"...)
-	if p < 10 {
-		b = append(b, '0')
-	}
-	b = strconv.AppendInt(b, int64(p), 10)
-	b = append(b, "}:a:"...)
-	b = append(b, id[:]...)
-	return string(b)
-}
 
 // hexUUID writes u's canonical 36-character form into dst.
 func hexUUID(dst []byte, u uuid.UUID) {

@@ -26,9 +26,7 @@ func TestSlicedReadEqualsWholeRead(t *testing.T) {
 			st.Blocks[i].Metadata = json.RawMessage(`{"n":` + strings.Repeat("1", 1+i%7) + `,"pad":"` + strings.Repeat("x", 900) + `"}`)
 		}
 		st.Reserved = 17
-		if ok, err := b.store.LoadAt(ctx, st, t0); err != nil || !ok {
-			t.Fatalf("load: %v %v", ok, err)
-		}
+		b.load(t, st)
 		key := b.store.accountKey(c.CustomerID)
 		whole, err := b.store.readAccount(ctx, key) // learns the layout
 		if err != nil {

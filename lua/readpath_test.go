@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"testing"
 	"time"
@@ -58,15 +59,19 @@ func TestBalancesMatchSnapshot(t *testing.T) {
 	})
 }
 
-// TestAccountKeyOf: the fmt-free key is the key every script uses.
+// TestAccountKeyOf: the fmt-free account key is the tag's layout
+// ("{prefix:pNN}:a:<id>") with hash/fnv's partition, the key every script
+// uses.
 func TestAccountKeyOf(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"t", "bench20261121t07550110dd", ""} {
 		s := NewStore(nil, prefix)
 		for i := 0; i < 200; i++ {
 			id := uuid.New()
-			if got, want := s.accountKeyOf(id), s.accountKey(id); got != want {
-				t.Fatalf("accountKeyOf(%s) = %q, want %q", id, got, want)
+			h := fnv.New32a()
+			h.Write([]byte(id.String()))
+			if got, want := s.accountKey(id), s.tag(int(h.Sum32()%Partitions))+":a:"+id.String(); got != want {
+				t.Fatalf("accountKey(%s) = %q, want %q", id, got, want)
 			}
 		}
 	}

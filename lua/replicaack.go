@@ -139,7 +139,7 @@ func connectedReplicas(info string) int64 {
 // connection that sends it). It returns the script's reply and the replicas
 // that acknowledged. A slot that moved away from node (MOVED, ASK) runs
 // the script through the cluster client instead, which follows the
-// redirect, and then waits through a fresh write (ackMark).
+// redirect, and answers no acknowledgement: acknowledged marks the slot.
 func (s *Store) runAcked(ctx context.Context, node *redis.Client, script *redis.Script, keys []string, args []any, want int) (any, int, error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := node.Pipeline()
@@ -156,10 +156,13 @@ func (s *Store) runAcked(ctx context.Context, node *redis.Client, script *redis.
 		case err != nil && attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT"):
 			continue // after a server restart: send the text
 		case err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
+			// The script ran on another connection, so no WAIT here
+			// covers it: none acknowledged yet, and acknowledged then
+			// waits through one fresh mark (ackMark), replay or not.
 			if v, err = script.Run(ctx, s.rdb, keys, args...).Result(); err != nil {
 				return nil, 0, err
 			}
-			return v, s.ackMark(ctx, keys[0], want), nil
+			return v, 0, nil
 		case err != nil:
 			return nil, 0, err
 		}

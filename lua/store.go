@@ -9,7 +9,7 @@ package lua
 import (
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -50,9 +50,20 @@ func (s *Store) WithClock(c engine.Clock) *Store {
 
 // Partition is the outbox partition of a customer.
 func Partition(customer uuid.UUID) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(customer.String()))
-	return int(h.Sum32() % Partitions)
+	var id [36]byte
+	hexUUID(id[:], customer)
+	return partitionOf(&id)
+}
+
+// partitionOf is the partition of a customer id's canonical text: FNV-1a
+// of it, computed without hash/fnv's allocations (the check path builds a
+// key per request).
+func partitionOf(id *[36]byte) int {
+	h := uint32(2166136261)
+	for _, ch := range id {
+		h = (h ^ uint32(ch)) * 16777619
+	}
+	return int(h % Partitions)
 }
 
 // Partitions reports the fixed partition count.
@@ -61,8 +72,25 @@ func (s *Store) Partitions() int { return Partitions }
 // tag is the hash tag shared by every key of partition p.
 func (s *Store) tag(p int) string { return fmt.Sprintf("{%s:p%02d}", s.prefix, p) }
 
-// accountKey is the customer's hash of account fields and blocks.
-func (s *Store) accountKey(c uuid.UUID) string { return s.tag(Partition(c)) + ":a:" + c.String() }
+// accountKey is the customer's hash of account fields and blocks
+// ("{prefix:pNN}:a:<id>", as tag builds the tag), built without fmt: the
+// check path calls it once per request.
+func (s *Store) accountKey(c uuid.UUID) string {
+	var id [36]byte
+	hexUUID(id[:], c)
+	p := partitionOf(&id)
+	var buf [128]byte
+	b := append(buf[:0], '{')
+	b = append(b, s.prefix...)
+	b = append(b, ":p"...)
+	if p < 10 {
+		b = append(b, '0')
+	}
+	b = strconv.AppendInt(b, int64(p), 10)
+	b = append(b, "}:a:"...)
+	b = append(b, id[:]...)
+	return string(b)
+}
 
 // opKey remembers what an idempotency key did for one customer.
 func (s *Store) opKey(c uuid.UUID, idemHash string) string {
@@ -86,7 +114,8 @@ func (s *Store) reservationIndexKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
 }
 
-// idemKey is the tenant's HTTP idempotency record of one key (hashed).
-func (s *Store) idemKey(tenant uuid.UUID, keyHash string) string {
-	return "{" + s.prefix + ":t:" + tenant.String() + "}:idem:" + keyHash
+// tenantTag is the hash tag of tenant's own keys (rate budgets, delivery
+// slots): one Cluster slot per tenant.
+func (s *Store) tenantTag(tenant uuid.UUID) string {
+	return "{" + s.prefix + ":t:" + tenant.String() + "}"
 }
