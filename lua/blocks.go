@@ -133,7 +133,7 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 		cmdsOut := make([]*redis.Cmd, len(cmds))
 		for i := range cmds {
 			if errs[i] == nil && args[i] != nil {
-				cmdsOut[i] = grantScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+				cmdsOut[i] = s.queue(ctx, pipe, grantScript, keys[i], args[i]...)
 			}
 		}
 		_, _ = pipe.Exec(ctx)
@@ -143,7 +143,7 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 				continue
 			}
 			v, err := c.Result()
-			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err != nil && s.missing(err) {
 				noScript = true
 				continue
 			}
@@ -158,7 +158,7 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 			break
 		}
 		// After a server restart: load the script and run what it refused.
-		if err := grantScript.Load(ctx, s.rdb).Err(); err != nil {
+		if err := s.prepare(ctx, grantScript); err != nil {
 			for i := range cmds {
 				if errs[i] == nil && args[i] != nil {
 					errs[i] = scriptError("grant", err)
@@ -302,7 +302,7 @@ func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 // slot master's connection, and an applied or replayed Mutation that did
 // not reach the replicas is engine.ErrNotReplicated, not an answer. A
 // refusal (a script error) is answered as it is: it moved no money.
-func (s *Store) runMoney(ctx context.Context, script *redis.Script, name string, keys []string, args []any) (engine.MutationResult, error) {
+func (s *Store) runMoney(ctx context.Context, script *script, name string, keys []string, args []any) (engine.MutationResult, error) {
 	node, want, err := s.ackNode(ctx, keys[0])
 	if err != nil {
 		return engine.MutationResult{}, scriptError(name, err)
@@ -310,7 +310,7 @@ func (s *Store) runMoney(ctx context.Context, script *redis.Script, name string,
 	var v any
 	acked := 0
 	if want == 0 {
-		v, err = script.Run(ctx, s.rdb, keys, args...).Result()
+		v, err = s.call(ctx, script, keys, args...).Result()
 	} else {
 		v, acked, err = s.runAcked(ctx, node, script, keys, args, want)
 	}
@@ -333,7 +333,7 @@ func (s *Store) runMoney(ctx context.Context, script *redis.Script, name string,
 func (s *Store) Expire(ctx context.Context, opID uuid.UUID, c engine.CustomerKey, now time.Time) (engine.MutationResult, bool, error) {
 	p := Partition(c.CustomerID)
 	keys := []string{s.accountKey(c.CustomerID), s.outboxKey(p), s.expiryKey(p)}
-	v, err := expireScript.Run(ctx, s.rdb, keys, strconv.FormatInt(now.UnixMilli(), 10), opID.String(),
+	v, err := s.call(ctx, expireScript, keys, strconv.FormatInt(now.UnixMilli(), 10), opID.String(),
 		c.TenantID.String(), string(c.Environment), c.CustomerID.String()).Result()
 	if err != nil {
 		return engine.MutationResult{}, false, scriptError("expire", err)
@@ -452,7 +452,7 @@ func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Tim
 	if err := s.loadArgs(&b, st, now); err != nil {
 		return false, err
 	}
-	got, err := loadScript.Run(ctx, s.rdb, b.keys, b.argv()...).Int64Slice()
+	got, err := s.call(ctx, loadScript, b.keys, b.argv()...).Int64Slice()
 	if err != nil {
 		return false, scriptError("load", err)
 	}
@@ -477,7 +477,7 @@ func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]
 	if len(states) == 0 {
 		return nil, nil
 	}
-	if err := loadScript.Load(ctx, s.rdb).Err(); err != nil {
+	if err := s.prepare(ctx, loadScript); err != nil {
 		return nil, fmt.Errorf("lua: load script: %w", err)
 	}
 	now := s.clock.Now()
@@ -500,7 +500,7 @@ func (s *Store) LoadBatch(ctx context.Context, states []engine.AccountState) ([]
 	}
 	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, c := range calls {
-			c.cmd = loadScript.EvalSha(ctx, pipe, c.keys, c.argv()...)
+			c.cmd = s.queue(ctx, pipe, loadScript, c.keys, c.argv()...)
 		}
 		return nil
 	})

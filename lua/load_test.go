@@ -109,7 +109,7 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]any{"2"}, good...), tc.bad...)
-			if err := loadScript.Run(ctx, rdb, keys, args...).Err(); err == nil {
+			if err := loadScript.eval.Run(ctx, rdb, keys, args...).Err(); err == nil {
 				t.Fatal("load.lua accepted a malformed account")
 			}
 			if n := rdb.Exists(ctx, keys[2], keys[3]).Val(); n != 0 {
@@ -118,7 +118,7 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 		})
 	}
 	args := append(append([]any{"2"}, good...), "4", "0", "1", "t|live|2", "", "0", "v", "4")
-	if got, err := loadScript.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
+	if got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
 		t.Fatalf("well-formed batch: %v, %v", got, err)
 	}
 }
@@ -143,7 +143,7 @@ func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 			keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:1"}
 			args := []any{"2", "3", "0", "1", "t|live|1", tc.first, "0", "v", "3", "4", "0", "1", "t|live|1", tc.second, "0", "v", "4"}
-			got, err := loadScript.Run(ctx, rdb, keys, args...).Int64Slice()
+			got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice()
 			if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
 				t.Fatalf("load: %v, %v", got, err)
 			}

@@ -140,26 +140,29 @@ func connectedReplicas(info string) int64 {
 // that acknowledged. A slot that moved away from node (MOVED, ASK) runs
 // the script through the cluster client instead, which follows the
 // redirect, and answers no acknowledgement: acknowledged marks the slot.
-func (s *Store) runAcked(ctx context.Context, node *redis.Client, script *redis.Script, keys []string, args []any, want int) (any, int, error) {
+func (s *Store) runAcked(ctx context.Context, node *redis.Client, script *script, keys []string, args []any, want int) (any, int, error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := node.Pipeline()
 		var c *redis.Cmd
-		if attempt == 0 {
-			c = script.EvalSha(ctx, pipe, keys, args...)
-		} else {
-			c = script.Eval(ctx, pipe, keys, args...)
+		if attempt > 0 {
+			// The node lacked the code (a restart, a new version): load it
+			// there, then run it again.
+			if err := s.prepareOn(ctx, node, script); err != nil {
+				return nil, 0, err
+			}
 		}
+		c = s.queue(ctx, pipe, script, keys, args...)
 		w := pipe.Do(ctx, "wait", want, s.acks.timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		v, err := c.Result()
 		switch {
-		case err != nil && attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case err != nil && attempt == 0 && s.missing(err):
 			continue // after a server restart: send the text
 		case err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")):
 			// The script ran on another connection, so no WAIT here
 			// covers it: none acknowledged yet, and acknowledged then
 			// waits through one fresh mark (ackMark), replay or not.
-			if v, err = script.Run(ctx, s.rdb, keys, args...).Result(); err != nil {
+			if v, err = s.call(ctx, script, keys, args...).Result(); err != nil {
 				return nil, 0, err
 			}
 			return v, 0, nil

@@ -13,7 +13,7 @@ import (
 var (
 	//go:embed rollover.lua
 	rolloverLua    string
-	rolloverScript = withPrelude(rolloverLua)
+	rolloverScript = newScript("rollover", rolloverLua)
 )
 
 var _ engine.RolloverStore = (*Store)(nil)

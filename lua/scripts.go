@@ -40,15 +40,15 @@ var (
 	//go:embed gauge_value.lua
 	gaugeValueLua string
 
-	grantScript   = withPrelude(grantLua)
-	debitScript   = withPrelude(debitLua)
-	expireScript  = withPrelude(expireLua)
-	loadScript    = withPrelude(loadLua)
-	consumeScript = withPrelude(consumeLua)
-	reserveScript = withPrelude(reserveLua)
-	commitScript  = withPrelude(commitLua)
-	releaseScript = withPrelude(releaseLua)
-	gaugeScript   = withPrelude(gaugeLua)
+	grantScript   = newScript("grant", grantLua)
+	debitScript   = newScript("debit", debitLua)
+	expireScript  = newScript("expire", expireLua)
+	loadScript    = newScript("load", loadLua)
+	consumeScript = newScript("consume", consumeLua)
+	reserveScript = newScript("reserve", reserveLua)
+	commitScript  = newScript("commit", commitLua)
+	releaseScript = newScript("release", releaseLua)
+	gaugeScript   = newScript("gauge", gaugeLua)
 	// gauge_value.lua is a two-line read: it needs no prelude.
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )

@@ -34,6 +34,8 @@ type Store struct {
 	// acks is the replica acknowledgement of money operations
 	// (replicaack.go); nil is off.
 	acks *replicaAck
+	// funcs is whether the server runs the creditd library (library.go).
+	funcs functionsState
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
