@@ -2,7 +2,11 @@ package lua
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -73,5 +77,73 @@ func TestLibraryFallsBackWithoutFunctions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("grant %d: %v", i, err)
 		}
+	}
+}
+
+// TestScriptMutationsTakeTheFastPath: every kind of Mutation the scripts
+// write to the outbox (grants with metadata and expiry, consumes with
+// context and entry metadata, a drain over several blocks, holds with
+// metadata, commit, release, gauge, negative adjust, expiry) is read by
+// engine.DecodeMutation's own decoder, not handed to encoding/json.
+func TestScriptMutationsTakeTheFastPath(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := NewStore(rdb, prefix)
+	c := newCustomer()
+	if ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0); err != nil || !ok {
+		t.Fatalf("load: %v %v", ok, err)
+	}
+	meta := engine.Metadata{"k": json.RawMessage(`"v é \" \n"`), "n": json.RawMessage(`[1,2.5,{"x":null}]`)}
+	for i := 0; i < 3; i++ {
+		g := grantCmd(c, 100, t0)
+		g.Block.Metadata = meta
+		exp := t0.Add(time.Duration(i+1) * time.Hour)
+		g.Block.ExpiresAt = &exp
+		if _, err := s.Grant(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+	cc := consumeCmd(c, 50, terms, engine.OveragePolicyBlock, t0)
+	cc.EntryMetadata = meta
+	cc.Context = engine.MutationContext{ExternalID: "ext-1", ThresholdMC: 10}
+	must := func(_ engine.MutationResult, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.Consume(ctx, cc))
+	rc := reserveCmd(c, 2, terms, time.Hour, t0)
+	rc.Metadata = meta
+	hold, err := s.Reserve(ctx, rc)
+	must(hold, err)
+	must(s.Commit(ctx, commitCmd(c, hold.Mutation.Reservation.ID, 1, terms, t0)))
+	hold2, err := s.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
+	must(hold2, err)
+	must(s.Release(ctx, releaseCmd(c, hold2.Mutation.Reservation.ID, false, t0)))
+	must(s.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats", Delta: 1, Cap: 10}))
+	must(s.Debit(ctx, debitCmd(c, 20, t0)))
+	if _, _, err := s.Expire(ctx, uuid.New(), c, t0.Add(90*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := rdb.XRange(ctx, s.outboxKey(Partition(c.CustomerID)), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, m := range msgs {
+		doc, _ := m.Values[outboxField].(string)
+		var mu engine.Mutation
+		if err := engine.DecodeMutation([]byte(doc), &mu); err != nil || mu.CustomerID != c.CustomerID {
+			continue // another test's customer on this partition
+		}
+		kinds[string(mu.Kind)] = true
+		if !engine.MutationFastPath([]byte(doc)) {
+			t.Errorf("%s mutation took the slow path: %.300s", mu.Kind, doc)
+		}
+	}
+	if len(kinds) < 7 {
+		t.Fatalf("only %d kinds of mutation seen: %v", len(kinds), kinds)
 	}
 }

@@ -2,7 +2,6 @@ package lua
 
 import (
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -151,7 +150,7 @@ func mutationReply(script string, v any) (res engine.MutationResult, ok bool, er
 		}
 		return engine.MutationResult{Mutation: m, Replayed: true}, true, nil
 	}
-	if err := json.Unmarshal([]byte(body), &res.Mutation); err != nil {
+	if err := engine.DecodeMutation([]byte(body), &res.Mutation); err != nil {
 		return res, false, fmt.Errorf("lua: %s: decode mutation: %w", script, err)
 	}
 	res.Replayed = status == replyReplay

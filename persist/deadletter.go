@@ -452,7 +452,7 @@ func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOu
 			}
 		}
 		var m engine.Mutation
-		if err := json.Unmarshal(raw, &m); err != nil || m.OpID == uuid.Nil {
+		if err := engine.DecodeMutation(raw, &m); err != nil || m.OpID == uuid.Nil {
 			if err == nil {
 				err = errors.New("no op id")
 			}

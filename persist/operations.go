@@ -2,7 +2,6 @@ package persist
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -37,7 +36,7 @@ func (s *Store) AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []s
 			return nil, err
 		}
 		var m engine.Mutation
-		if err := json.Unmarshal(doc, &m); err != nil {
+		if err := engine.DecodeMutation(doc, &m); err != nil {
 			return nil, fmt.Errorf("persist: applied mutation %s: %w", key, err)
 		}
 		out[key] = m

@@ -299,7 +299,7 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 				return nil
 			}
 			var m engine.Mutation
-			if err := json.Unmarshal(doc, &m); err != nil {
+			if err := engine.DecodeMutation(doc, &m); err != nil {
 				return fmt.Errorf("decode operation of customer %s: %w", customer, err)
 			}
 			st.Applied = append(st.Applied, m)

@@ -186,9 +186,10 @@ func TestDoorAdjustCrossTenant(t *testing.T) {
 // TestDoorAdminTokenTooShort: creditd serve refuses to start with an admin
 // token under 32 characters and says why, before connecting to anything.
 func TestDoorAdminTokenTooShort(t *testing.T) {
+	bin := Binary(t) // built first: on a loaded box the build alone can take the timeout
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, Binary(t), "serve")
+	cmd := exec.CommandContext(ctx, bin, "serve")
 	cmd.Env = []string{"CREDITD_ADMIN_TOKEN=short-token", "REDIS_URL=redis://127.0.0.1:1/0",
 		"DATABASE_URL=postgres://nobody@127.0.0.1:1/x", "CREDITD_ADDR=127.0.0.1:0"}
 	out, err := cmd.CombinedOutput()
