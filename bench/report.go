@@ -261,6 +261,7 @@ func markdown(r *Results, rel string) string {
 		}
 		w("| %s | %s | %s | %s |\n", g.Name, g.Goal, strings.ReplaceAll(g.Now, "|", "\\|"), met)
 	}
+	r.floorsMarkdown(w)
 
 	if r.ReplicaAck != nil {
 		replicaAckMarkdown(w, r.ReplicaAck)
