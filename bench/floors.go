@@ -44,7 +44,7 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 	}
 	for _, v := range []struct {
 		name, label, unit string
-		requests         float64 // HTTP requests per op: each costs at least the floor
+		requests          float64 // HTTP requests per op: each costs at least the floor
 	}{
 		{"consume", "consume", "consume", 1}, {"reserve", "reserve + commit", "create+commit", 2}, {"usage", "usage", "call of 10 events", 1},
 	} {
