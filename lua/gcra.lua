@@ -63,7 +63,12 @@ local granted = math.min(want, fits)
 local new_tat = tat + granted * interval
 -- What the budget holds after these requests, in microseconds of refill.
 local left = now + capacity - new_tat
-redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.max(1, math.ceil((new_tat - now) / 1000)))
+-- The key outlives TAT by 10 s: a missing key and a TAT in the past mean the
+-- same full budget (tat = now above), so the grace changes no decision; it
+-- only keeps a caller whose clock runs behind the key's writer (another
+-- node's, a test's fake clock while the box stalls) from finding the key
+-- expired early and a fresh budget.
+redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 10000)
 local remaining = math.floor((left + slack) / interval)
 if remaining < 0 then
   remaining = 0
