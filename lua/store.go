@@ -34,12 +34,17 @@ type Store struct {
 	// acks is the replica acknowledgement of money operations
 	// (replicaack.go); nil is off.
 	acks *replicaAck
+	// unavail classifies transient Redis failures (unavailable.go).
+	unavail unavailableHook
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
 // clock (for what a rebuild restores) is the system clock until WithClock.
+// It installs on rdb (once per client) a hook that makes transient Redis
+// failures match engine.ErrUnavailable and refreshes a cluster's slot map
+// after them (unavailable.go).
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}}
+	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb)}
 }
 
 // WithClock makes Load read c (invariant 6: one injectable clock).
