@@ -23,8 +23,20 @@ const (
 	// DefaultBlock is how long one Read waits for new messages.
 	DefaultBlock = 200 * time.Millisecond
 	// DefaultClaimIdle is how long a message sits unacknowledged in another
-	// consumer before this one takes it over (that consumer died).
-	DefaultClaimIdle = 30 * time.Second
+	// consumer before this one takes it over (that consumer died). A live
+	// consumer acknowledges a batch within a group commit (well under a
+	// second), so 3 s only runs out for a dead or stalled one; with the
+	// look every ClaimIdle/claimLooks, a dead node's batch is taken over
+	// within 4 s of its last delivery, inside the readiness bound on lag
+	// (5 s), so the surviving nodes stay ready (issue 11.4). A stalled
+	// node's batch may be applied twice: Apply is idempotent (ON CONFLICT,
+	// version-fenced upserts), so the effect is once and the cost one
+	// extra write of at most a batch per partition and ClaimIdle.
+	DefaultClaimIdle = 3 * time.Second
+	// claimLooks is how many times per ClaimIdle a partition loop looks
+	// for idle messages of other consumers: the takeover bound is
+	// ClaimIdle + ClaimIdle/claimLooks.
+	claimLooks = 3
 	// maxBackoff caps the wait between retries of a failing Apply or Read.
 	maxBackoff = 5 * time.Second
 	// minBackoff is the first retry wait.
@@ -64,7 +76,9 @@ type PersisterConfig struct {
 	// Block is how long a Read waits for messages (default 200ms).
 	Block time.Duration
 	// ClaimIdle is the idle time after which messages of another consumer
-	// are claimed, and how often this one looks for them (default 30s).
+	// are claimed (default 3s); each partition looks for them every
+	// ClaimIdle/3, so a dead consumer's messages are taken over within
+	// 4/3 ClaimIdle of their delivery.
 	ClaimIdle time.Duration
 	// Clock measures lag (default engine.SystemClock, invariant 6).
 	Clock engine.Clock
@@ -208,8 +222,9 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	log := p.log.With().Int("partition", part).Logger()
 	backoff := newBackoff()
 	var lastClaim time.Time
+	claimEvery := p.cfg.ClaimIdle / claimLooks
 	for ctx.Err() == nil {
-		if time.Since(lastClaim) >= p.cfg.ClaimIdle {
+		if time.Since(lastClaim) >= claimEvery {
 			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
 			if err != nil {
 				if !p.setAside(ctx, log, part, err) && ctx.Err() == nil {
