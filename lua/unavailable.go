@@ -81,6 +81,10 @@ var hooked sync.Map // redis.UniversalClient -> unavailableHook
 // hook, whose classify also serves what bypasses the client's hooks (the
 // replica-acknowledged scripts run on a node's own client).
 func withUnavailable(rdb redis.UniversalClient) unavailableHook {
+	if rdb == nil {
+		// A Store without a client builds keys only.
+		return unavailableHook{reload: func() {}}
+	}
 	if h, ok := hooked.Load(rdb); ok {
 		return h.(unavailableHook)
 	}
