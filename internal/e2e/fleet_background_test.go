@@ -2,16 +2,19 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
@@ -273,4 +276,86 @@ func TestFleetTakeover(t *testing.T) {
 		t.Errorf("%d ledger entries, want %d (one per operation)", m, ops)
 	}
 	t.Logf("takeover: messages persisted after %s, events delivered after %s", persisted.Round(time.Millisecond), lease)
+}
+
+// errKilled stands for a scheduler node dying before its transaction
+// commits.
+var errKilled = errors.New("node killed before its commit")
+
+// killedScheduler is a scheduler node's subscription store that dies right
+// after a firing's work: change runs (its grants reach Redis), then the
+// transaction rolls back as a kill -9 of the node would make Postgres roll
+// it back, leaving the subscription as it was.
+type killedScheduler struct {
+	*persist.Store
+	fired atomic.Int64
+}
+
+// RunDue implements engine.SubscriptionStore.
+func (k *killedScheduler) RunDue(ctx context.Context, now time.Time, limit int, change func(context.Context, *engine.SubscriptionRecord) error) (int, error) {
+	return k.Store.RunDue(ctx, now, limit, func(ctx context.Context, r *engine.SubscriptionRecord) error {
+		if err := change(ctx, r); err != nil {
+			return err
+		}
+		k.fired.Add(1)
+		return errKilled
+	})
+}
+
+// TestSchedulerKilledMidFiring (issue 11.4): a scheduler node fires a due
+// renewal (the plan grant lands in Redis) and dies before its Postgres
+// commit; the row lock goes with its session, and another node's next pass
+// fires the same renewal again: the grant replays under its firing's key,
+// so the customer is granted once for the period and the subscription
+// moves on once.
+func TestSchedulerKilledMidFiring(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := newSettableClock(t0)
+	s := NewStack(t, WithClock(clock), WithSchedulerInterval(20*time.Millisecond), WithoutStart())
+	tn := s.NewTenant(uniq("killed-sched"))
+	a := s.as(t, tn.Live)
+	plan := str(t, a.newPlan(map[string]any{"name": "Daily"})["id"], "plan")
+	vid := str(t, a.newVariant(plan, map[string]any{"billing_cycle": "daily", "billing_mode": "postpaid"})["id"], "variant")
+	a.newGrant(plan, vid, map[string]any{"credits": 1000, "grant_interval": "billing_period", "grant_type": "recurring"})
+	cust, _ := a.newCustomer()
+	r := a.post("/v1/subscriptions", map[string]any{"customer_id": cust, "plan_variant_id": vid})
+	wantStatus(t, r, 201, "create")
+	sub := str(t, r.Body["id"], "id")
+	if b := a.balance(cust); b != 1000 {
+		t.Fatalf("balance at start %d, want 1000", b)
+	}
+
+	// The dying node: its scheduler fires the renewal, then dies.
+	clock.Set(t0.AddDate(0, 0, 1).Add(time.Minute))
+	app1 := s.App
+	dying := &killedScheduler{Store: app1.DB}
+	subs := engine.NewSubscriptions(dying, app1.Plans, app1.Customers, app1.Credits, app1.Store, app1.Store, app1.DB, clock, zerolog.New(io.Discard))
+	subs.SetPlanFacts(app1.PlanFacts)
+	(&engine.Scheduler{Subscriptions: subs, Clock: clock, Log: zerolog.New(io.Discard)}).RunOnce(context.Background())
+	if dying.fired.Load() != 1 {
+		t.Fatalf("the dying node fired %d subscriptions, want 1", dying.fired.Load())
+	}
+	if b := a.balance(cust); b != 2000 {
+		t.Fatalf("balance after the dying node's firing %d, want 2000 (its grant reached Redis)", b)
+	}
+	if start := mustTime(t, a.subscription(sub)["current_period_start"]); !start.Equal(t0) {
+		t.Fatalf("period start %s after the rollback, want %s", start, t0)
+	}
+
+	// The surviving node takes the subscription over on its next pass.
+	s.App.Start()
+	eventually(t, "the renewal", func() bool {
+		return mustTime(t, a.subscription(sub)["current_period_start"]).Equal(t0.AddDate(0, 0, 1))
+	})
+	time.Sleep(200 * time.Millisecond)
+	if b := a.balance(cust); b != 2000 {
+		t.Errorf("balance %d after the takeover, want 2000 (one grant per period)", b)
+	}
+	s.Drain()
+	if g := a.history(cust, "?type=plan_grant&limit=100"); len(g) != 2 {
+		t.Errorf("%d plan_grant entries, want 2", len(g))
+	}
+	if n := len(a.subEvents("subscription.renewed", cust)); n != 1 {
+		t.Errorf("%d subscription.renewed events, want 1", n)
+	}
 }
