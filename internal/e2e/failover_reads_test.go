@@ -38,7 +38,9 @@ type privateCluster struct {
 func startPrivateCluster(t *testing.T) *privateCluster {
 	t.Helper()
 	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", fmt.Sprint(failoverNodeTimeoutMS), "--appendonly", "no"}
+		"--cluster-node-timeout", fmt.Sprint(failoverNodeTimeoutMS), "--appendonly", "no",
+		// A replica syncs at once instead of after Redis' 5 s wait for more.
+		"--repl-diskless-sync-delay", "0"}
 	pc := &privateCluster{}
 	for i := 0; i < 3; i++ {
 		pc.masters = append(pc.masters, testenv.StartRedisServer(t, args...))
