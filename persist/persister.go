@@ -24,8 +24,8 @@ const (
 	DefaultBlock = 200 * time.Millisecond
 	// DefaultClaimIdle is how long a message sits unacknowledged in another
 	// consumer before this one takes it over (that consumer died). A live
-	// consumer acknowledges a batch within a group commit (well under a
-	// second), so 3 s only runs out for a dead or stalled one; with the
+	// consumer renews the batch it works on (renewWhile), so 3 s only runs
+	// out for a dead or stalled one, or one whose Apply failed; with the
 	// look every ClaimIdle/claimLooks, a dead node's batch is taken over
 	// within 4 s of its last delivery, inside the readiness bound on lag
 	// (5 s), so the surviving nodes stay ready (issue 11.4). A stalled
@@ -257,10 +257,21 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	}
 }
 
+// outboxRenewer is an Outbox that can keep a consumer's messages from
+// growing idle while it works on them (lua.Store.Renew).
+type outboxRenewer interface {
+	Renew(ctx context.Context, p int, consumer string, ids []string) error
+}
+
 // persist commits msgs (see apply), then acknowledges them. Nothing is
-// acknowledged before its commit.
+// acknowledged before its commit. Meanwhile it renews the messages (see
+// renewWhile), so a batch waiting on a busy Postgres is not claimed and
+// written a second time by another node.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
-	if !p.apply(ctx, log, part, msgs) {
+	stop := p.renewWhile(ctx, part, msgs)
+	ok := p.apply(ctx, log, part, msgs)
+	stop()
+	if !ok {
 		return
 	}
 	ids := make([]string, len(msgs))
@@ -268,6 +279,50 @@ func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, m
 		ids[i] = m.ID
 	}
 	p.ack(ctx, log, part, ids)
+}
+
+// renewWhile renews msgs every ClaimIdle/claimLooks until the returned
+// stop is called, so they never reach the claim idle time while this
+// consumer works on them. It gives up once any Apply fails: a Postgres this
+// node cannot write to may be one another node can, so after ClaimIdle the
+// batch is theirs to try (an idempotent second write). Without a renewing
+// outbox it does nothing.
+func (p *Persister) renewWhile(ctx context.Context, part int, msgs []engine.OutboxMessage) (stop func()) {
+	r, ok := p.outbox.(outboxRenewer)
+	if !ok || len(msgs) == 0 {
+		return func() {}
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	errs := p.applyErrors.Load()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(p.cfg.ClaimIdle / claimLooks)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if p.applyErrors.Load() != errs {
+				return
+			}
+			if err := r.Renew(ctx, part, p.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
+				p.log.Warn().Err(err).Int("partition", part).Msg("outbox renew failed; another node may claim the batch")
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // ack acknowledges committed messages even if ctx just ended, so a clean

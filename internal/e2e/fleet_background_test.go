@@ -359,3 +359,122 @@ func TestSchedulerKilledMidFiring(t *testing.T) {
 		t.Errorf("%d subscription.renewed events, want 1", n)
 	}
 }
+
+// slowWriter is a node's Postgres side that takes delay over each of its
+// first slow Applies (a busy Postgres), or fails them after it when fail is
+// set, and records every op id it wrote.
+type slowWriter struct {
+	inner engine.LedgerWriter
+	delay time.Duration
+	slow  atomic.Int64
+	fail  bool
+	// started is closed when the first Apply begins.
+	started chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	ops     map[string]int
+}
+
+func newSlowWriter(inner engine.LedgerWriter, delay time.Duration, slow int64, fail bool) *slowWriter {
+	w := &slowWriter{inner: inner, delay: delay, fail: fail, started: make(chan struct{}), ops: map[string]int{}}
+	w.slow.Store(slow)
+	return w
+}
+
+// Apply implements engine.LedgerWriter.
+func (w *slowWriter) Apply(ctx context.Context, ms []engine.Mutation) error {
+	w.once.Do(func() { close(w.started) })
+	if w.slow.Add(-1) >= 0 {
+		select {
+		case <-time.After(w.delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if w.fail {
+			return errors.New("postgres unreachable from this node")
+		}
+	}
+	if err := w.inner.Apply(ctx, ms); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	for _, m := range ms {
+		w.ops[m.OpID.String()]++
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+// written is the op ids w committed.
+func (w *slowWriter) written() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.ops {
+		out[k] = v
+	}
+	return out
+}
+
+// TestPersisterRenewsSlowBatch (issue 11.4): a node whose batch waits on a
+// busy Postgres for three times the claim idle keeps it (it renews the
+// messages while it works), so no other node writes it a second time; a
+// node whose write fails stops renewing, and another node takes the batch
+// over after the claim idle and writes it.
+func TestPersisterRenewsSlowBatch(t *testing.T) {
+	const claimIdle = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		fail bool
+	}{{"slow", false}, {"failing", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStack(t, WithoutStart())
+			tn := s.NewTenant(uniq("renew"))
+			a := s.as(t, tn.Live)
+			const ops = 6
+			id, _ := a.newCustomer()
+			for range ops {
+				a.grant(id, map[string]any{"credits": 10})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			run := func(consumer string, w *slowWriter) *persist.Persister {
+				per := persist.NewPersister(lua.NewStore(s.Redis, s.Prefix), w, persist.PersisterConfig{
+					Consumer: consumer, ClaimIdle: claimIdle, Block: 10 * time.Millisecond}, zerolog.New(io.Discard))
+				go func() { _ = per.Run(ctx) }()
+				return per
+			}
+			slow := int64(1) // one busy write, then it commits
+			if tc.fail {
+				slow = 1 << 20 // every write fails, after the delay
+			}
+			first := newSlowWriter(s.App.DB, 3*claimIdle, slow, tc.fail)
+			per := run("first", first)
+			<-first.started
+			second := newSlowWriter(s.App.DB, 0, 0, false)
+			run("second", second)
+			if err := per.Drain(ctx, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			one, two := first.written(), second.written()
+			if len(one)+len(two) < ops {
+				t.Fatalf("%d + %d ops written, want %d", len(one), len(two), ops)
+			}
+			both := 0
+			for op := range one {
+				if two[op] > 0 {
+					both++
+				}
+			}
+			switch {
+			case !tc.fail && (both > 0 || len(one) != ops):
+				t.Errorf("the slow node wrote %d ops, the other %d, %d of them twice: want all by the slow node, none twice", len(one), len(two), both)
+			case tc.fail && len(two) != ops:
+				t.Errorf("after the failed write the other node wrote %d ops, want %d", len(two), ops)
+			}
+			if n := s.sqlInt(t, `SELECT count(DISTINCT op_id) FROM ledger_entries WHERE customer_id = $1`, id); n != ops {
+				t.Errorf("%d ops in the ledger, want %d", n, ops)
+			}
+		})
+	}
+}
