@@ -27,15 +27,15 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	clock  engine.Clock
-	reads  readBatcher // checks' account reads (readpath.go)
+	// unavail classifies transient Redis failures (unavailable.go).
+	unavail unavailableHook
+	reads   readBatcher // checks' account reads (readpath.go)
 	// layouts are the account keys last seen with the layout v2 summary:
 	// their checks read the summary alone (readpath.go).
 	layouts layoutSet
 	// acks is the replica acknowledgement of money operations
 	// (replicaack.go); nil is off.
 	acks *replicaAck
-	// unavail classifies transient Redis failures (unavailable.go).
-	unavail unavailableHook
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its

@@ -234,7 +234,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 				lastClaim = time.Now()
 				if len(msgs) > 0 {
 					log.Info().Int("count", len(msgs)).Msg("claimed messages of an idle consumer")
-					p.persist(ctx, log, part, msgs)
+					p.persistRenewed(ctx, log, part, msgs)
 				}
 			}
 		}
@@ -252,7 +252,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 		}
 		backoff.reset()
 		if len(msgs) > 0 {
-			p.persist(ctx, log, part, msgs)
+			p.persistRenewed(ctx, log, part, msgs)
 		}
 	}
 }
@@ -264,14 +264,9 @@ type outboxRenewer interface {
 }
 
 // persist commits msgs (see apply), then acknowledges them. Nothing is
-// acknowledged before its commit. Meanwhile it renews the messages (see
-// renewWhile), so a batch waiting on a busy Postgres is not claimed and
-// written a second time by another node.
+// acknowledged before its commit.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
-	stop := p.renewWhile(ctx, part, msgs)
-	ok := p.apply(ctx, log, part, msgs)
-	stop()
-	if !ok {
+	if !p.apply(ctx, log, part, msgs) {
 		return
 	}
 	ids := make([]string, len(msgs))
@@ -279,6 +274,15 @@ func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, m
 		ids[i] = m.ID
 	}
 	p.ack(ctx, log, part, ids)
+}
+
+// persistRenewed is persist while renewWhile keeps msgs this consumer's,
+// so a batch waiting on a busy Postgres is not claimed and written a
+// second time by another node.
+func (p *Persister) persistRenewed(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+	stop := p.renewWhile(ctx, part, msgs)
+	defer stop()
+	p.persist(ctx, log, part, msgs)
 }
 
 // renewWhile renews msgs every ClaimIdle/claimLooks until the returned
