@@ -257,12 +257,6 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	}
 }
 
-// outboxRenewer is an Outbox that can keep a consumer's messages from
-// growing idle while it works on them (lua.Store.Renew).
-type outboxRenewer interface {
-	Renew(ctx context.Context, p int, consumer string, ids []string) error
-}
-
 // persist commits msgs (see apply), then acknowledges them. Nothing is
 // acknowledged before its commit.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
@@ -283,6 +277,12 @@ func (p *Persister) persistRenewed(ctx context.Context, log zerolog.Logger, part
 	stop := p.renewWhile(ctx, part, msgs)
 	defer stop()
 	p.persist(ctx, log, part, msgs)
+}
+
+// outboxRenewer is an Outbox that can keep a consumer's messages from
+// growing idle while it works on them (lua.Store.Renew).
+type outboxRenewer interface {
+	Renew(ctx context.Context, p int, consumer string, ids []string) error
 }
 
 // renewWhile renews msgs every ClaimIdle/claimLooks until the returned
