@@ -305,7 +305,7 @@ func (p *Persister) renewWhile(ctx context.Context, part int, msgs []engine.Outb
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(p.cfg.ClaimIdle / claimLooks)
+		t := time.NewTicker(max(p.cfg.ClaimIdle/claimLooks, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
