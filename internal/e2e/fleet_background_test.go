@@ -272,8 +272,10 @@ func TestFleetTakeover(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond)
 	count, first := rcv.deliveries()
+	var last time.Duration
 	for id := range pingIDs {
 		after := first[id].Sub(diedAt)
+		last = max(last, after)
 		if count[id] != 1 {
 			t.Errorf("event %s delivered %d times", id, count[id])
 		}
@@ -284,7 +286,8 @@ func TestFleetTakeover(t *testing.T) {
 	if m := s.sqlInt(t, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1`, tn.ID); m != ops {
 		t.Errorf("%d ledger entries, want %d (one per operation)", m, ops)
 	}
-	t.Logf("takeover: messages persisted after %s, events delivered after %s", persisted.Round(time.Millisecond), lease)
+	t.Logf("takeover: messages persisted %s after the death (claim idle %s), events delivered by %s after it (lease %s)",
+		persisted.Round(time.Millisecond), claimIdle, last.Round(time.Millisecond), lease)
 }
 
 // errKilled stands for a scheduler node dying before its transaction
