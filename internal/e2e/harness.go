@@ -74,6 +74,18 @@ type stackOptions struct {
 	// noStart leaves the background work off until the test calls
 	// App.Start.
 	noStart bool
+	// applied is the configuration the node was built with.
+	applied app.Config
+}
+
+// newApp builds the stack's node on the options' Redis: cfg, changed by
+// WithConfig, is remembered as the node's configuration.
+func (o *stackOptions) newApp(pool *pgxpool.Pool, cfg app.Config, log zerolog.Logger) *app.App {
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	o.applied = cfg
+	return app.New(o.redis, pool, cfg, log)
 }
 
 // WithoutStart serves the API but leaves the node's background work
@@ -139,15 +151,11 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	if o.log != nil {
 		log = zerolog.New(o.log)
 	}
-	cfg := app.Config{
+	a := o.newApp(pool, app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
 		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
-	}
-	if o.config != nil {
-		o.config(&cfg)
-	}
-	a := app.New(o.redis, pool, cfg, log)
+	}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +165,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	}
 	go func() { _ = a.Serve(ln) }()
 	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
-		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}, Config: cfg}
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}, Config: o.applied}
 	t.Cleanup(func() {
 		a.Stop(0)
 		pool.Close()
