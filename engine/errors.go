@@ -89,6 +89,12 @@ var (
 	ErrStackNoMatch = &Error{Kind: KindConflict, Field: "stack_after", Detail: "no block matches stack_after.metadata_match and fallback is reject"}
 	// ErrIdempotencyMismatch: the key was applied with another request body.
 	ErrIdempotencyMismatch = &Error{Kind: KindConflict, Detail: "the Idempotency-Key was already used with a different request"}
+	// ErrUnavailable: the hot store could not answer for a moment (a Redis
+	// master died and its replica is not promoted yet, a connection broke,
+	// a timeout). Nothing is known about the operation, so nothing is
+	// answered from elsewhere: the client retries with the same
+	// Idempotency-Key, which applies it once (issue 11.5).
+	ErrUnavailable = &Error{Kind: KindUnavailable, Detail: "the credit store is unavailable for a moment (a failover or a broken connection); retry with the same Idempotency-Key (or event_id) after the Retry-After seconds"}
 	// ErrNotReplicated: the operation applied on the Redis master but its
 	// write did not reach a replica in time, so it is not acknowledged (a
 	// failover could still lose it); a retry with the same Idempotency-Key

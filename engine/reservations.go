@@ -414,7 +414,7 @@ func (s *ReservationSweeper) Run(ctx context.Context) {
 func (s *ReservationSweeper) SweepOnce(ctx context.Context) int {
 	n := 0
 	now := s.Clock.Now()
-	for p := 0; p < s.Credits.blocks.Partitions(); p++ {
+	for p := range sweepOrder(s.Credits.blocks.Partitions()) {
 		due, err := s.Hot.DueReservations(ctx, p, now, 500)
 		if err != nil {
 			if ctx.Err() == nil {

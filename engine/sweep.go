@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -46,6 +47,28 @@ func every(ctx context.Context, interval, def time.Duration, pass func()) {
 	}
 }
 
+// sweepOrder yields the partitions 0..n-1 from a random one on. Every
+// node of a fleet sweeps every partition (expire.lua and release.lua are
+// atomic and refuse what is no longer due, so an expiry happens once
+// whichever node gets there first); starting each pass at a random
+// partition sets the nodes to work on different partitions, and one that
+// reaches a partition another already swept finds nothing due, so a fleet
+// does little more work than one node (docs/decisions.md "Background work
+// across nodes").
+func sweepOrder(n int) func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		if n <= 0 {
+			return
+		}
+		start := rand.IntN(n)
+		for i := range n {
+			if !yield((start + i) % n) {
+				return
+			}
+		}
+	}
+}
+
 // SweepOnce expires what is due now in every partition; it returns how many
 // customers had blocks expired.
 func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
@@ -55,7 +78,7 @@ func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
 	}
 	n := 0
 	now := s.Clock.Now()
-	for p := 0; p < s.Blocks.Partitions(); p++ {
+	for p := range sweepOrder(s.Blocks.Partitions()) {
 		due, err := s.Blocks.DueExpiries(ctx, p, now, batch)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -26,7 +26,9 @@ const (
 	// MaxStoredResponseBytes is how much of a response body an attempt keeps.
 	MaxStoredResponseBytes = 4096
 	// DeliveryLease is how long a claimed event stays with its worker; a
-	// worker that dies leaves it to be claimed again once the lease lapses.
+	// worker that dies leaves it to be claimed again once the lease lapses,
+	// so it is the takeover bound of a dead node's deliveries (Webhooks.Lease
+	// changes it).
 	DeliveryLease = 30 * time.Second
 	// DefaultDeliveryWorkers is the worker pool size of a process.
 	DefaultDeliveryWorkers = 8
@@ -39,11 +41,6 @@ const (
 	// stays taken without its release: twice an attempt's timeout, so only
 	// a node that died mid-attempt leaves it to lapse.
 	DeliverySlotLease = 2 * DeliveryTimeout
-	// maxSlotWait bounds how long a claimed event waits for a fleet-wide
-	// slot: half the claim's lease, so an attempt that starts in time still
-	// ends (DeliveryTimeout) and is recorded before the lease runs out. An
-	// event that waited in vain is claimed again once its lease lapses.
-	maxSlotWait = DeliveryLease / 2
 	// ErrNoWebhookURL is the last_error of an attempt made while the tenant
 	// has no URL or secret: it counts as a failed attempt.
 	ErrNoWebhookURL = "no webhook URL configured"
@@ -192,6 +189,20 @@ type Webhooks struct {
 	Slots DeliverySlots
 	// Poll is how often the pool looks for due events (DefaultDeliveryPoll when 0).
 	Poll time.Duration
+	// Lease is how long a claimed event stays with this node's worker
+	// (DeliveryLease when 0): a node that dies mid-attempt leaves its
+	// events to the other nodes once it lapses. It must exceed
+	// DeliveryTimeout plus the slot wait (Lease/2) for an attempt to be
+	// recorded in time; tests whose endpoints answer at once shorten it.
+	Lease time.Duration
+}
+
+// lease is Lease or its default.
+func (w *Webhooks) lease() time.Duration {
+	if w.Lease > 0 {
+		return w.Lease
+	}
+	return DeliveryLease
 }
 
 // NewWebhooks returns the webhook service.
@@ -290,7 +301,7 @@ func (w *Webhooks) Run(ctx context.Context) {
 					skip = append(skip, t)
 				}
 			}
-			claims, err := w.store.ClaimDue(ctx, w.clock.Now(), DeliveryLease, workers-busy, perTenant, skip)
+			claims, err := w.store.ClaimDue(ctx, w.clock.Now(), w.lease(), workers-busy, perTenant, skip)
 			if err != nil && ctx.Err() == nil {
 				w.log.Warn().Err(err).Msg("webhooks: claim due events")
 			}
@@ -329,7 +340,9 @@ func (w *Webhooks) Run(ctx context.Context) {
 
 // deliverInSlot delivers c once it holds one of its tenant's fleet-wide
 // slots (Slots), so TenantInFlight bounds the tenant's attempts across all
-// nodes. It waits for a slot, looking every poll, at most maxSlotWait; in
+// nodes. It waits for a slot, looking every poll, at most half the lease
+// (so an attempt that starts in time still ends, DeliveryTimeout, and is
+// recorded before the lease runs out); in
 // vain, it leaves the claim to lapse (the event is claimed again later). A
 // worker that waits is one the per-process cap already counts for the
 // tenant, so a slow endpoint still holds at most TenantInFlight workers of
@@ -341,7 +354,7 @@ func (w *Webhooks) deliverInSlot(ctx context.Context, c Claim, perTenant int, po
 		return
 	}
 	tenant := c.Event.TenantID
-	deadline := time.Now().Add(maxSlotWait)
+	deadline := time.Now().Add(w.lease() / 2)
 	for {
 		ok, err := w.Slots.AcquireDeliverySlot(ctx, tenant, c.Lease, perTenant, DeliverySlotLease)
 		if err != nil {

@@ -305,14 +305,17 @@ func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 func (s *Store) runMoney(ctx context.Context, script *script, name string, keys []string, args []any) (engine.MutationResult, error) {
 	node, want, err := s.ackNode(ctx, keys[0])
 	if err != nil {
-		return engine.MutationResult{}, scriptError(name, err)
+		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))
 	}
 	var v any
 	acked := 0
 	if want == 0 {
 		v, err = s.call(ctx, script, keys, args...).Result()
 	} else {
+		// The node's own client has no hook: a dead master's dial error
+		// must still be a 503 and refresh the slot map.
 		v, acked, err = s.runAcked(ctx, node, script, keys, args, want)
+		err = s.unavail.classify(err)
 	}
 	if err != nil {
 		return engine.MutationResult{}, scriptError(name, err)

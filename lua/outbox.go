@@ -262,6 +262,30 @@ func (s *Store) Ack(ctx context.Context, p int, ids []string) error {
 	return nil
 }
 
+// Renew resets the idle time of messages consumer is still working on (an
+// XCLAIM to itself with min idle 0 and JUSTID, which counts no delivery), so
+// another consumer's Claim leaves them alone while their batch waits on
+// Postgres: only a dead or stalled consumer's messages grow idle. Ids
+// already acknowledged are skipped.
+func (s *Store) Renew(ctx context.Context, p int, consumer string, ids []string) error {
+	if err := s.checkOutboxPartition(p); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	key := s.outboxKey(p)
+	err := s.withOutboxGroup(ctx, p, func() error {
+		return s.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
+			Stream: key, Group: OutboxGroup, Consumer: consumer, MinIdle: 0, Messages: ids,
+		}).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("lua: renew outbox partition %d: %w", p, err)
+	}
+	return nil
+}
+
 // Backlog reports the messages of partition p not yet acknowledged (read or
 // not) and the Unix ms of the oldest, 0 when there are none. Because Ack
 // deletes what it acknowledges, the stream length is exactly that count and

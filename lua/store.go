@@ -27,7 +27,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	clock  engine.Clock
-	reads  readBatcher // checks' account reads (readpath.go)
+	// unavail classifies transient Redis failures (unavailable.go).
+	unavail unavailableHook
+	reads   readBatcher // checks' account reads (readpath.go)
 	// layouts are the account keys last seen with the layout v2 summary:
 	// their checks read the summary alone (readpath.go).
 	layouts layoutSet
@@ -40,8 +42,11 @@ type Store struct {
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
 // clock (for what a rebuild restores) is the system clock until WithClock.
+// It installs on rdb (once per client) a hook that makes transient Redis
+// failures match engine.ErrUnavailable and refreshes a cluster's slot map
+// after them (unavailable.go).
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}}
+	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb)}
 }
 
 // WithClock makes Load read c (invariant 6: one injectable clock).

@@ -23,8 +23,20 @@ const (
 	// DefaultBlock is how long one Read waits for new messages.
 	DefaultBlock = 200 * time.Millisecond
 	// DefaultClaimIdle is how long a message sits unacknowledged in another
-	// consumer before this one takes it over (that consumer died).
-	DefaultClaimIdle = 30 * time.Second
+	// consumer before this one takes it over (that consumer died). A live
+	// consumer renews the batch it works on (renewWhile), so 3 s only runs
+	// out for a dead or stalled one, or one whose Apply failed; with the
+	// look every ClaimIdle/claimLooks, a dead node's batch is taken over
+	// within 4 s of its last delivery, inside the readiness bound on lag
+	// (5 s), so the surviving nodes stay ready (issue 11.4). A stalled
+	// node's batch may be applied twice: Apply is idempotent (ON CONFLICT,
+	// version-fenced upserts), so the effect is once and the cost one
+	// extra write of at most a batch per partition and ClaimIdle.
+	DefaultClaimIdle = 3 * time.Second
+	// claimLooks is how many times per ClaimIdle a partition loop looks
+	// for idle messages of other consumers: the takeover bound is
+	// ClaimIdle + ClaimIdle/claimLooks.
+	claimLooks = 3
 	// maxBackoff caps the wait between retries of a failing Apply or Read.
 	maxBackoff = 5 * time.Second
 	// minBackoff is the first retry wait.
@@ -64,7 +76,9 @@ type PersisterConfig struct {
 	// Block is how long a Read waits for messages (default 200ms).
 	Block time.Duration
 	// ClaimIdle is the idle time after which messages of another consumer
-	// are claimed, and how often this one looks for them (default 30s).
+	// are claimed (default 3s); each partition looks for them every
+	// ClaimIdle/3, so a dead consumer's messages are taken over within
+	// 4/3 ClaimIdle of their delivery.
 	ClaimIdle time.Duration
 	// Clock measures lag (default engine.SystemClock, invariant 6).
 	Clock engine.Clock
@@ -208,8 +222,9 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	log := p.log.With().Int("partition", part).Logger()
 	backoff := newBackoff()
 	var lastClaim time.Time
+	claimEvery := p.cfg.ClaimIdle / claimLooks
 	for ctx.Err() == nil {
-		if time.Since(lastClaim) >= p.cfg.ClaimIdle {
+		if time.Since(lastClaim) >= claimEvery {
 			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
 			if err != nil {
 				if !p.setAside(ctx, log, part, err) && ctx.Err() == nil {
@@ -219,7 +234,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 				lastClaim = time.Now()
 				if len(msgs) > 0 {
 					log.Info().Int("count", len(msgs)).Msg("claimed messages of an idle consumer")
-					p.persist(ctx, log, part, msgs)
+					p.persistRenewed(ctx, log, part, msgs)
 				}
 			}
 		}
@@ -237,7 +252,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 		}
 		backoff.reset()
 		if len(msgs) > 0 {
-			p.persist(ctx, log, part, msgs)
+			p.persistRenewed(ctx, log, part, msgs)
 		}
 	}
 }
@@ -253,6 +268,65 @@ func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, m
 		ids[i] = m.ID
 	}
 	p.ack(ctx, log, part, ids)
+}
+
+// persistRenewed is persist while renewWhile keeps msgs this consumer's,
+// so a batch waiting on a busy Postgres is not claimed and written a
+// second time by another node.
+func (p *Persister) persistRenewed(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+	stop := p.renewWhile(ctx, part, msgs)
+	defer stop()
+	p.persist(ctx, log, part, msgs)
+}
+
+// outboxRenewer is an Outbox that can keep a consumer's messages from
+// growing idle while it works on them (lua.Store.Renew).
+type outboxRenewer interface {
+	Renew(ctx context.Context, p int, consumer string, ids []string) error
+}
+
+// renewWhile renews msgs every ClaimIdle/claimLooks until the returned
+// stop is called, so they never reach the claim idle time while this
+// consumer works on them. It gives up once any Apply fails: a Postgres this
+// node cannot write to may be one another node can, so after ClaimIdle the
+// batch is theirs to try (an idempotent second write). Without a renewing
+// outbox it does nothing.
+func (p *Persister) renewWhile(ctx context.Context, part int, msgs []engine.OutboxMessage) (stop func()) {
+	r, ok := p.outbox.(outboxRenewer)
+	if !ok || len(msgs) == 0 {
+		return func() {}
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	errs := p.applyErrors.Load()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(max(p.cfg.ClaimIdle/claimLooks, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if p.applyErrors.Load() != errs {
+				return
+			}
+			if err := r.Renew(ctx, part, p.cfg.Consumer, ids); err != nil && ctx.Err() == nil {
+				p.log.Warn().Err(err).Int("partition", part).Msg("outbox renew failed; another node may claim the batch")
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // ack acknowledges committed messages even if ctx just ended, so a clean

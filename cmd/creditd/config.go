@@ -178,7 +178,14 @@ func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.Un
 				addrs = append(addrs, s)
 			}
 		}
+		// Reads go to masters only (ReadOnly, RouteByLatency and
+		// RouteRandomly off): a replica may lag, and a balance must never
+		// be older than an acknowledged write (issue 11.5). MaxRedirects
+		// bounds both MOVED/ASK hops and the retries of CLUSTERDOWN,
+		// TRYAGAIN and dead-node errors; what still fails is a 503 with
+		// Retry-After (lua.UnavailableError), and the slot map is reloaded.
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: cfg.RedisPoolSize,
+			ReadOnly: false, RouteByLatency: false, RouteRandomly: false, MaxRedirects: 3,
 			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, MaintNotificationsConfig: noMaintNotifications()})
 	default:
 		opt, err := redis.ParseURL(cfg.RedisURL)

@@ -45,6 +45,14 @@ type Config struct {
 	// SchedulerInterval is the subscription scheduler's poll period
 	// (default 1s; tests shorten it).
 	SchedulerInterval time.Duration
+	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
+	// another node's consumer before this node's persister takes them over
+	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
+	// webhook event stays with this node (engine.DeliveryLease when 0).
+	// They bound the takeover of a node killed mid-batch (docs/decisions.md
+	// "Background work across nodes"); tests shorten them.
+	OutboxClaimIdle time.Duration
+	WebhookLease    time.Duration
 	// MaxConnsPerIP caps one client's open connections (0: the api
 	// default, 1,024).
 	MaxConnsPerIP int
@@ -137,11 +145,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
-	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock}, log)
+	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
 	a.Credits.SetPersistHurry(a.Persister.Hurry)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
-	a.Webhooks.Workers, a.Webhooks.Poll = cfg.WebhookWorkers, cfg.WebhookPoll
+	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)

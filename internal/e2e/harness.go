@@ -51,6 +51,9 @@ type Stack struct {
 	DatabaseURL string
 	Pool        *pgxpool.Pool
 	HTTP        *http.Client
+	// Config is the configuration the stack's node runs with, for tests
+	// that start more nodes on the same stores.
+	Config app.Config
 }
 
 // StackOption changes how a Stack is built.
@@ -66,7 +69,33 @@ type stackOptions struct {
 	scheduler time.Duration
 	// log receives the stack's logs (default: discarded).
 	log io.Writer
+	// config changes the node's app.Config after the defaults.
+	config func(*app.Config)
+	// noStart leaves the background work off until the test calls
+	// App.Start.
+	noStart bool
+	// applied is the configuration the node was built with.
+	applied app.Config
 }
+
+// newApp builds the stack's node on the options' Redis: cfg, changed by
+// WithConfig, is remembered as the node's configuration.
+func (o *stackOptions) newApp(pool *pgxpool.Pool, cfg app.Config, log zerolog.Logger) *app.App {
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	o.applied = cfg
+	return app.New(o.redis, pool, cfg, log)
+}
+
+// WithoutStart serves the API but leaves the node's background work
+// (persister, sweeps, scheduler, webhooks) off until the test calls
+// s.App.Start: a test can stage what a dead node left behind first.
+func WithoutStart() StackOption { return func(o *stackOptions) { o.noStart = true } }
+
+// WithConfig changes the stack node's app.Config after the harness set its
+// defaults (a shorter takeover bound, say).
+func WithConfig(f func(*app.Config)) StackOption { return func(o *stackOptions) { o.config = f } }
 
 // WithRedis runs the stack on a given Redis (a private server) and prefix.
 func WithRedis(rdb redis.UniversalClient, prefix string) StackOption {
@@ -122,7 +151,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	if o.log != nil {
 		log = zerolog.New(o.log)
 	}
-	a := app.New(o.redis, pool, app.Config{
+	a := o.newApp(pool, app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
 		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
@@ -131,10 +160,12 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Start()
+	if !o.noStart {
+		a.Start()
+	}
 	go func() { _ = a.Serve(ln) }()
 	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
-		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}}
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}, Config: o.applied}
 	t.Cleanup(func() {
 		a.Stop(0)
 		pool.Close()
