@@ -86,8 +86,8 @@ func memoryKind(k string) (kind string, perOp bool) {
 		return "account hash", false
 	case strings.Contains(k, ":op:"):
 		return "op key (:op:)", true
-	case strings.Contains(k, ":idem:"):
-		return "HTTP idempotency record (:idem:)", true
+	case strings.Contains(k, ":i:"):
+		return "HTTP idempotency record (:i:)", true
 	case strings.HasSuffix(k, ":outbox"):
 		return "outbox stream", false
 	case strings.HasSuffix(k, ":rexp"):
