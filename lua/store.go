@@ -34,6 +34,9 @@ type Store struct {
 	// acks is the replica acknowledgement of money operations
 	// (replicaack.go); nil is off.
 	acks *replicaAck
+	// applied finds operations Postgres holds (applied.go); nil: op keys
+	// are the only memory.
+	applied engine.AppliedOps
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
