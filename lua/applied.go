@@ -28,7 +28,8 @@ func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
 	return s
 }
 
-// appliedFirst runs a money call for key of customer c: when Postgres holds
+// appliedFirst runs a money call for key of customer c (a failed look-up is
+// engine.ErrAppliedUnknown, a 503, and runs nothing): when Postgres holds
 // the key's operation for c it answers from it (Replayed, or
 // ErrIdempotencyMismatch for another request hash) without running the
 // script; otherwise run runs the script under a deadline of
@@ -45,7 +46,7 @@ func (s *Store) appliedFirst(ctx context.Context, c engine.CustomerKey, key, req
 		checkedAt = time.Now()
 		ms, found, err := s.applied.AppliedOps(ctx, []engine.OpRef{{Customer: c, Key: key}})
 		if err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: applied look-up: %w", err)
+			return engine.MutationResult{}, fmt.Errorf("lua: applied look-up: %w: %w", engine.ErrAppliedUnknown, err)
 		}
 		if found[0] {
 			return appliedReplay(ms[0], requestHash)
@@ -86,7 +87,7 @@ func (s *Store) appliedBatch(ctx context.Context, cmds []engine.GrantCommand) (d
 	}
 	ms, found, err := s.applied.AppliedOps(ctx, refs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lua: applied look-up: %w", err)
+		return nil, nil, fmt.Errorf("lua: applied look-up: %w: %w", engine.ErrAppliedUnknown, err)
 	}
 	for j, i := range at {
 		if found[j] {

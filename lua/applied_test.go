@@ -36,6 +36,43 @@ func (c *countingApplied) AppliedOps(_ context.Context, refs []engine.OpRef) ([]
 	return make([]engine.Mutation, len(refs)), make([]bool, len(refs)), nil
 }
 
+// failingApplied is a Postgres that does not answer.
+type failingApplied struct{}
+
+func (failingApplied) AppliedOps(context.Context, []engine.OpRef) ([]engine.Mutation, []bool, error) {
+	return nil, nil, errors.New("connection refused")
+}
+
+// TestAppliedFirstUnknown: when Postgres cannot say whether a key was
+// applied, a money call with that key runs nothing and answers
+// ErrAppliedUnknown (a 503 to retry), never a guess that could apply twice.
+func TestAppliedFirstUnknown(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		b.grant(t, grantCmd(c, 100, t0))
+		version := b.snapshot(t, c, t0).Version
+		b.store.WithAppliedOps(failingApplied{})
+		g := grantCmd(c, 5, t0)
+		g.IdempotencyKey, g.RequestHash = "g", "rh"
+		if _, err := b.store.Grant(ctx, g); !errors.Is(err, engine.ErrAppliedUnknown) {
+			t.Errorf("grant: %v, want ErrAppliedUnknown", err)
+		}
+		if errs := b.store.GrantBatch(ctx, []engine.GrantCommand{g}); !errors.Is(errs[0], engine.ErrAppliedUnknown) {
+			t.Errorf("grant batch: %v, want ErrAppliedUnknown", errs[0])
+		}
+		if v := b.snapshot(t, c, t0).Version; v != version {
+			t.Errorf("account moved to version %d (was %d)", v, version)
+		}
+		// Without a key there is nothing to look up.
+		if _, err := b.store.Grant(ctx, grantCmd(c, 5, t0)); err != nil {
+			t.Errorf("grant without a key: %v", err)
+		}
+	})
+}
+
 // TestAppliedFirst: once the persister let an op key go, every money call
 // with that key answers from Postgres (the original Mutation, Replayed, or
 // a mismatch for another request) and moves nothing: exactly one effect per
