@@ -28,14 +28,6 @@ const (
 	idemPoll = 10 * time.Millisecond
 )
 
-// A rerun mark (replaysByRerun) lives idemReplayTTL from after its request's
-// script ran; the op key a retry replays from lives engine.AppliedRetention
-// (lua.OpRetention) from that run. The op key must outlive the mark, or a
-// retry late in the window would find the mark but not the op key and apply
-// the operation twice: this fails to compile unless the op key lives at
-// least an hour longer.
-const _ = uint64(engine.AppliedRetention - idemReplayTTL - time.Hour)
-
 var (
 	headerIdempotencyKey = []byte("Idempotency-Key")
 	headerReplayed       = []byte("X-Idempotent-Replayed")
@@ -53,8 +45,8 @@ var (
 // its completed response (2xx or 4xx, see storable) is remembered for 24 h
 // and replayed to every retry with the same fingerprint; a 5xx drops the
 // claim so a retry runs afresh. A money route's 2xx is remembered without
-// its body: the retry re-runs the endpoint, whose script replays the
-// operation from its op key (replaysByRerun). A duplicate arriving while the first still runs
+// its body: the retry re-runs the endpoint, which replays the operation
+// from Postgres or from its op key (replaysByRerun). A duplicate arriving while the first still runs
 // waits for its answer, so racing twins produce one effect and one answer. A
 // key reused with another fingerprint (another path, body or environment)
 // is a 409. Requests refused before this point (auth, rate limit, a missing
@@ -192,9 +184,10 @@ func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash st
 }
 
 // rerun answers a retry of a money request whose record says "done, replay
-// by re-running": the endpoint runs again and its script, finding the
-// operation under its op key, changes nothing and answers from the record
-// of the first run, so status and body are the first ones.
+// by re-running": the endpoint runs again and its store call, finding the
+// operation in Postgres (lua appliedFirst) or, before the persister
+// committed it, under its op key, changes nothing and answers from the
+// record of the first run, so status and body are the first ones.
 func (s *Server) rerun(rt *route, c *call) {
 	if err := c.invoke(rt.ep); err != nil {
 		c.fail(err)
@@ -212,8 +205,9 @@ func (s *Server) rerun(rt *route, c *call) {
 // replaysByRerun reports whether rt's 2xx answers are left unstored because
 // a retry re-runs the endpoint and gets the same status and body: the route's
 // whole effect is one money script that remembers the operation under its
-// op key (prelude.lua replay) for longer than the 24 h window, and its
-// answer is built from that record alone. TestReplayByRerunIdentical
+// op key (prelude.lua replay) until Postgres holds it, where every money
+// call looks its key up first (lua appliedFirst, forever), and its answer
+// is built from that record alone. TestReplayByRerunIdentical
 // (internal/e2e) checks each of these byte for byte. Not here: usage
 // batches (a replayed event answers "duplicate"), gauges, top-ups and every
 // route whose effect is in Postgres.

@@ -162,8 +162,8 @@ func keyClasses(ctx context.Context, rdb *redis.Client, prefix string, customers
 			return "account hash (a:<customer>)"
 		case strings.Contains(k, ":op:"):
 			return "operation record (op:<customer>:<key>, TTL)"
-		case strings.Contains(k, ":idem:"):
-			return "HTTP idempotency record (idem:<key>, TTL 24 h)"
+		case strings.Contains(k, ":i:"):
+			return "HTTP idempotency record (i:<hash>, TTL 24 h)"
 		case strings.HasSuffix(k, ":outbox"):
 			return "outbox stream (per partition)"
 		case strings.HasSuffix(k, ":exp"):

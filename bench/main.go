@@ -204,7 +204,11 @@ func run(ctx context.Context, o Options) (*Results, error) {
 
 	stamp := started.UTC().Format("20060102t150405")
 	runID := "bench" + stamp + fmt.Sprintf("%04x", uuid.New().ID()&0xffff)
-	prefix := runID
+	// The Redis prefix is short, as production's "cd" is: key names carry
+	// it, and the memory figures (issue 10) should count the keys creditd
+	// writes, not the bench's naming. 9 characters keep an idempotency
+	// record in Redis's smallest allocation classes (lua/idempotency.go).
+	prefix := fmt.Sprintf("b%08x", uuid.New().ID())
 	dbName := runID
 	res.RunID = runID
 	tmp, err := os.MkdirTemp("", "creditd-bench-")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -49,6 +50,9 @@ type MemoryClass struct {
 	MaxTTLSec   float64 `json:"max_ttl_seconds"`
 	NoTTL       int     `json:"sampled_without_ttl"`
 	GrowthPerOp float64 `json:"bytes_growth_per_op"` // (bytes at end - at start) / ops of the run
+	// LifeSec is how long a per-op key lives: its mean life when keys left
+	// during the run (op keys let go after their commit), else its TTL.
+	LifeSec float64 `json:"life_seconds"`
 }
 
 // MemoryGrowth is the run's derived figures.
@@ -86,8 +90,8 @@ func memoryKind(k string) (kind string, perOp bool) {
 		return "account hash", false
 	case strings.Contains(k, ":op:"):
 		return "op key (:op:)", true
-	case strings.Contains(k, ":idem:"):
-		return "HTTP idempotency record (:idem:)", true
+	case strings.Contains(k, ":i:"):
+		return "HTTP idempotency record (:i:)", true
 	case strings.HasSuffix(k, ":outbox"):
 		return "outbox stream", false
 	case strings.HasSuffix(k, ":rexp"):
@@ -97,6 +101,9 @@ func memoryKind(k string) (kind string, perOp bool) {
 	}
 	return "other", false
 }
+
+// seedingSuffix marks the kind of per-op keys written before the run.
+const seedingSuffix = " of the seeding"
 
 // projectCustomers is the customer count of the projection.
 const projectCustomers = 1_000_000
@@ -112,12 +119,16 @@ func (b *Bench) memory(ctx context.Context) {
 	acks := &b.target.Acks.Consumes
 	ops0 := acks.Load()
 	start := time.Now()
+	// Per-op keys already there at the first look (the seeding's, some with
+	// stored bodies) are a kind of their own, so the per-op kinds measure
+	// the scenario's consumes alone.
+	seeded := map[string]bool{}
 	sample := func() ([]MemoryClass, error) {
 		used, err := redisUsedMemory(ctx, b.rdb)
 		if err != nil {
 			return nil, err
 		}
-		classes, err := memoryClasses(ctx, b.rdb, b.prefix, 200)
+		classes, err := memoryClasses(ctx, b.rdb, b.prefix, 200, seeded, len(mr.Samples) == 0)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +181,16 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 	for _, c := range first {
 		before[c.Kind] = c
 	}
-	var perOpBytes, growth float64
+	day := 24 * time.Hour.Seconds()
+	var run float64 // seconds between the first and the last look
+	if n := len(samples); n >= 2 {
+		run = samples[n-1].At - samples[0].At
+	}
+	// keyBytes is what a per-op kind holds per op over its life: the
+	// growth per op for keys that outlive the run, else the bytes of a key
+	// (only rate x life of them are alive at a time).
+	keyBytes, lives := map[string]float64{}, map[string]float64{}
+	var remembered, growth float64
 	for i := range last {
 		c := &last[i]
 		if ops > 0 {
@@ -182,18 +202,29 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 		switch {
 		case c.PerOp:
 			// A remembered key costs its kinds' bytes per op once the window
-			// holds one key of each kind per op.
-			perOpBytes += c.GrowthPerOp
-			g.WindowSeconds = max(g.WindowSeconds, c.MaxTTLSec)
-			if c.NoTTL > 0 {
-				g.UnboundedPerOpBytes += c.GrowthPerOp
+			// holds one key of each kind per op; a kind whose keys leave
+			// during the run (op keys let go after their commit) holds only
+			// its keys of the last life-time.
+			life := c.MaxTTLSec
+			keyBytes[c.Kind] = c.GrowthPerOp
+			if kept := float64(c.Keys-before[c.Kind].Keys) / float64(max(ops, 1)); run > 0 && ops > 0 && kept < 0.9 {
+				life, keyBytes[c.Kind] = max(kept, 0)*run, c.BytesPerKey
 			}
+			c.LifeSec = life
+			if c.NoTTL > 0 {
+				life, c.LifeSec = math.Inf(1), 0 // none; JSON has no infinity
+				g.UnboundedPerOpBytes += c.GrowthPerOp
+			} else {
+				g.WindowSeconds = max(g.WindowSeconds, life)
+			}
+			lives[c.Kind] = life
+			remembered += keyBytes[c.Kind] * min(life, day) / day
 		case c.Kind == "account hash":
 			g.AccountHashBytes = c.BytesPerKey
 			g.BytesPerCustomer += c.Bytes / float64(customers)
 		case c.Kind == "expiry zset" || c.Kind == "hold-expiry zset":
 			g.BytesPerCustomer += c.Bytes / float64(customers)
-		case c.Kind != "outbox stream" && c.GrowthPerOp > 1:
+		case c.Kind != "outbox stream" && c.GrowthPerOp > 1 && !strings.HasSuffix(c.Kind, seedingSuffix):
 			// Growth in a kind without one key per op: history piling up in
 			// a per-customer or per-partition structure.
 			g.UnboundedPerOpBytes += c.GrowthPerOp
@@ -201,13 +232,15 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 		if c.Kind == "account hash" && c.GrowthPerOp > 1 {
 			g.UnboundedPerOpBytes += c.GrowthPerOp
 		}
+		if !c.PerOp && c.Kind != "outbox stream" && !strings.HasSuffix(c.Kind, seedingSuffix) {
+			remembered += c.GrowthPerOp
+		}
 	}
 	g.BytesPerOp = growth
-	g.BytesPerRemembered = growth
+	g.BytesPerRemembered = remembered
 	if n := len(samples); n >= 2 && ops > 0 {
 		g.UsedMemoryPerOp = float64(samples[n-1].UsedMemory-samples[0].UsedMemory) / float64(ops)
 	}
-	day := 24 * time.Hour.Seconds()
 	switch {
 	case g.UnboundedPerOpBytes > 0:
 		g.FlatWhy = fmt.Sprintf("no: %.0f bytes per op land in keys without a TTL (grows with history)", g.UnboundedPerOpBytes)
@@ -228,11 +261,7 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 			if !c.PerOp {
 				continue
 			}
-			window := min(d, c.MaxTTLSec)
-			if c.NoTTL > 0 {
-				window = d
-			}
-			total += p.Rate * window * c.GrowthPerOp
+			total += p.Rate * min(d, lives[c.Kind]) * keyBytes[c.Kind]
 		}
 		for _, c := range last {
 			if !c.PerOp && c.Kind != "outbox stream" && c.GrowthPerOp > 0 && c.Kind != "expiry zset" && c.Kind != "hold-expiry zset" {
@@ -246,8 +275,10 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 }
 
 // memoryClasses counts the prefix's keys by kind and samples up to perKind
-// of each for MEMORY USAGE and PTTL.
-func memoryClasses(ctx context.Context, rdb *redis.Client, prefix string, perKind int) ([]MemoryClass, error) {
+// of each for MEMORY USAGE and PTTL. A per-op key in seeded (the keys of the
+// first look, which records them all) counts in a kind of its own, "... of
+// the seeding", not one per op.
+func memoryClasses(ctx context.Context, rdb *redis.Client, prefix string, perKind int, seeded map[string]bool, record bool) ([]MemoryClass, error) {
 	byKind := map[string][]string{}
 	counts := map[string]int64{}
 	perOp := map[string]bool{}
@@ -257,6 +288,12 @@ func memoryClasses(ctx context.Context, rdb *redis.Client, prefix string, perKin
 		for iter.Next(ctx) {
 			k := iter.Val()
 			kind, po := memoryKind(k)
+			if record {
+				seeded[k] = true
+			}
+			if po && seeded[k] {
+				kind, po = kind+seedingSuffix, false
+			}
 			perOp[kind] = po
 			counts[kind]++
 			// Reservoir sample of perKind keys per kind.
@@ -284,15 +321,17 @@ func memoryClasses(ctx context.Context, rdb *redis.Client, prefix string, perKin
 		var sum int64
 		for i := range keys {
 			v, err := mem[i].Result()
-			if err != nil {
-				continue // expired between SCAN and now
+			d := ttl[i].Val()
+			if err != nil || d == -2 {
+				// Expired between SCAN and now, or between MEMORY USAGE and
+				// PTTL (-2: no such key; go-redis keeps -1 and -2 as they are).
+				continue
 			}
 			sum += v
 			c.Sampled++
-			switch d := ttl[i].Val(); {
-			case d < 0:
+			if d == -1 {
 				c.NoTTL++
-			default:
+			} else {
 				c.MaxTTLSec = max(c.MaxTTLSec, d.Seconds())
 			}
 		}
@@ -338,18 +377,25 @@ func memoryMarkdown(w func(string, ...any), m *MemoryResult) {
 		}
 	}
 	if len(m.Classes) > 0 {
-		w("\n| kind at the end | keys | bytes per key | bytes | growth per consume | one per op | longest TTL | sampled without TTL |\n|---|---|---|---|---|---|---|---|\n")
+		w("\n| kind at the end | keys | bytes per key | bytes | growth per consume | one per op | longest TTL | life of a key | sampled without TTL |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range m.Classes {
 			ttl := "none"
 			if c.MaxTTLSec > 0 {
 				ttl = fmt.Sprintf("%.1f h", c.MaxTTLSec/3600)
 			}
-			w("| %s | %d | %.0f | %.0f | %.1f B | %v | %s | %d of %d |\n", c.Kind, c.Keys, c.BytesPerKey, c.Bytes, c.GrowthPerOp, c.PerOp, ttl, c.NoTTL, c.Sampled)
+			life := "-"
+			switch {
+			case c.PerOp && c.NoTTL > 0:
+				life = "unbounded"
+			case c.PerOp:
+				life = fmt.Sprintf("%.0f s", c.LifeSec)
+			}
+			w("| %s | %d | %.0f | %.0f | %.1f B | %v | %s | %s | %d of %d |\n", c.Kind, c.Keys, c.BytesPerKey, c.Bytes, c.GrowthPerOp, c.PerOp, ttl, life, c.NoTTL, c.Sampled)
 		}
 	}
 	g, p := m.Growth, m.Project
 	w("\n- Redis bytes per consume: **%.0f B** (growth of the run's keys, outbox streams aside; INFO used_memory grew %.0f B per consume, shared Redis, so others' keys move it too).\n", g.BytesPerOp, g.UsedMemoryPerOp)
-	w("- Bytes per remembered idempotency key (every per-op record: HTTP record, op key, and any growth elsewhere per op): **%.0f B**; per-op keys live up to %.1f h.\n", g.BytesPerRemembered, g.WindowSeconds/3600)
+	w("- Bytes per remembered idempotency key (every per-op record over its own life in the 24 h window: HTTP record, op key until its commit plus the grace, and any growth elsewhere per op): **%.0f B**; per-op keys live up to %.1f h.\n", g.BytesPerRemembered, g.WindowSeconds/3600)
 	w("- Bytes per customer with 3 blocks (account hash %.0f B, plus its share of the expiry zsets): **%.0f B**.\n", g.AccountHashBytes, g.BytesPerCustomer)
 	w("- Projection at %.0f consumes/s for %d customers: customers x per-customer bytes (%.2f GB) + keys in the window x per-key bytes (%.0f keys in 24 h x %.0f B = %.2f GB): **%.2f GB after 24 h**, %.2f GB after 7 days, %.2f GB after 30 days (each per-op kind holds rate x its own TTL).\n",
 		p.Rate, p.Customers, p.CustomerBytes/1e9, p.KeysInWindow, g.BytesPerRemembered, p.KeyBytes/1e9, p.Total24h/1e9, p.Total7d/1e9, p.Total30d/1e9)

@@ -26,6 +26,7 @@ func TestMemoryFigures(t *testing.T) {
 		why         string
 		total24h    float64 // bytes
 		total7d     float64
+		run         float64 // seconds of the run; 0: no samples
 	}{
 		{
 			name:  "today: idempotency records 24 h, op keys 7 days",
@@ -42,6 +43,29 @@ func TestMemoryFigures(t *testing.T) {
 			ops:   10000, perKey: 90, flat: true, why: "yes",
 			total24h: 1e6*400 + 1000*day*90,
 			total7d:  1e6*400 + 1000*day*90,
+		},
+		{
+			// 10,000 consumes in 100 s: the HTTP records stay (24 h), the op
+			// keys leave after their commit plus the grace, so only 600 of
+			// them (6 s of ops) are alive at the end, whatever their TTL.
+			name:  "op keys let go after commit",
+			first: []MemoryClass{acct(400_000), perOp("rec", 0, 88, day, 0), perOp("op", 0, 300, day, 0)},
+			last:  []MemoryClass{acct(400_000), perOp("rec", 10000, 88, day, 0), perOp("op", 600, 300, day, 0)},
+			ops:   10000, perKey: 88 + 300*6/day, flat: true, why: "yes", run: 100,
+			total24h: 1e6*400 + 1000*day*88 + 1000*6*300,
+			total7d:  1e6*400 + 1000*day*88 + 1000*6*300,
+		},
+		{
+			// The seeding's records (stored bodies) leave or stay: they count
+			// neither for nor against the run's per-op bytes.
+			name: "seeding's records apart",
+			first: []MemoryClass{acct(400_000), {Kind: "rec" + seedingSuffix, Keys: 4000, BytesPerKey: 500, Bytes: 2e6},
+				{Kind: "op" + seedingSuffix, Keys: 3000, BytesPerKey: 300, Bytes: 9e5}},
+			last: []MemoryClass{acct(400_000), {Kind: "rec" + seedingSuffix, Keys: 4000, BytesPerKey: 500, Bytes: 2e6},
+				perOp("rec", 10000, 88, day, 0), perOp("op", 600, 300, day, 0)},
+			ops: 10000, perKey: 88 + 300*6/day, flat: true, why: "yes", run: 100,
+			total24h: 1e6*400 + 1000*day*88 + 1000*6*300,
+			total7d:  1e6*400 + 1000*day*88 + 1000*6*300,
 		},
 		{
 			name:  "records without a TTL",
@@ -61,7 +85,11 @@ func TestMemoryFigures(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, p := memoryFigures(tc.first, tc.last, tc.ops, 1000, nil)
+			var samples []MemorySample
+			if tc.run > 0 {
+				samples = []MemorySample{{At: 0}, {At: tc.run}}
+			}
+			g, p := memoryFigures(tc.first, tc.last, tc.ops, 1000, samples)
 			if math.Abs(g.BytesPerRemembered-tc.perKey) > 0.5 {
 				t.Errorf("bytes per remembered key %.1f, want %.1f", g.BytesPerRemembered, tc.perKey)
 			}

@@ -14,9 +14,10 @@ import (
 const (
 	MaxDurationSeconds = 315360000
 	MaxPriority        = 255
-	// AppliedRetention is how long a customer remembers the idempotency keys
-	// it applied (invariant 4); longer than the 24 h HTTP replay window so a
-	// late retry still finds its original effect.
+	// AppliedRetention is how far back a load reads a customer's applied
+	// operations (AccountState.Applied). Redis no longer gets op keys from
+	// them (Postgres answers retries, AppliedOps); the persist reader still
+	// derives its finalized-holds cutoff from it.
 	AppliedRetention = 7 * 24 * time.Hour
 	// readYourWritesWait bounds how long a ledger read waits for the
 	// write-behind persister to reach the version Redis already shows.
@@ -148,6 +149,10 @@ type AdjustInput struct {
 type Idempotency struct {
 	Key         string
 	RequestHash string
+	// CheckedAt is when (wall clock) a Postgres look-up found no operation
+	// under Key (a usage batch looks its events up at once); zero when
+	// none was made.
+	CheckedAt time.Time
 }
 
 // AccountSummary is the account member of grant and adjust responses.

@@ -424,6 +424,7 @@ func (s *Entitlements) consume(ctx context.Context, c Customer, tenant Tenant, i
 		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: now, Metric: rule.BillableMetricKey, Units: units,
 		Terms: TermsOf(rule), Policy: PolicyOf(c, tenant), EntryMetadata: meta, Context: contextOf(c, tenant),
+		AppliedCheckedAt: idem.CheckedAt,
 	}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
 	if err != nil {
@@ -516,19 +517,30 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 	if len(in.Events) > MaxUsageEvents {
 		return nil, Invalid("events", "at most 1000 events per call")
 	}
+	checkedAt := time.Now()
 	applied, err := s.appliedUsage(ctx, scope, in.Events)
 	if err != nil {
 		return nil, err
 	}
+	if s.applied == nil {
+		checkedAt = time.Time{}
+	}
 	out := make([]UsageEventResult, len(in.Events))
 	for i, ev := range in.Events {
+		checked := checkedAt
 		if ev.EventID != nil {
-			if m, ok := applied[usageKey(*ev.EventID)]; ok && m.Environment == scope.Environment {
+			m, ok := applied[usageKey(*ev.EventID)]
+			if ok && m.Environment == scope.Environment {
 				out[i] = duplicateOf(*ev.EventID, m, usageHash(ev))
 				continue
 			}
+			if ok {
+				// Found for the other environment only (one row per key is
+				// returned): the store looks this customer's key up itself.
+				checked = time.Time{}
+			}
 		}
-		out[i] = s.usageEvent(ctx, scope, tenant, ev)
+		out[i] = s.usageEvent(ctx, scope, tenant, ev, checked)
 	}
 	return out, nil
 }
@@ -571,7 +583,9 @@ func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
-func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) UsageEventResult {
+// usageEvent charges one event; checkedAt is when the batch's Postgres
+// look-up found no operation under its id (zero: not looked up).
+func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) UsageEventResult {
 	fail := func(id string, err error) UsageEventResult {
 		msg, public := ItemErrorText(err)
 		if !public {
@@ -594,7 +608,7 @@ func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenan
 	if err := CheckLine("event_id", id); err != nil {
 		return fail(id, err)
 	}
-	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev)},
+	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev), CheckedAt: checkedAt},
 		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
 	if errors.Is(err, ErrIdempotencyMismatch) {
 		return fail(id, Conflict("event_id was already used for a different event"))

@@ -100,6 +100,10 @@ var (
 	// failover could still lose it); a retry with the same Idempotency-Key
 	// applies it once and waits again.
 	ErrNotReplicated = &Error{Kind: KindUnavailable, Detail: "the operation reached the Redis master but no replica yet, so it is not acknowledged; retry it with the same Idempotency-Key (or event_id) after the Retry-After seconds"}
+	// ErrAppliedUnknown: Postgres could not say whether the idempotency key
+	// was applied before (AppliedOps failed), so nothing ran; a retry with
+	// the same key is safe.
+	ErrAppliedUnknown = &Error{Kind: KindUnavailable, Detail: "could not check whether this Idempotency-Key (or event_id) was applied before, so nothing changed; retry it with the same key after the Retry-After seconds"}
 )
 
 // AsError returns err as a domain *Error when it is one.

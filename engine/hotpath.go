@@ -125,6 +125,10 @@ type ConsumeCommand struct {
 	Policy         OveragePolicy
 	EntryMetadata  Metadata
 	Context        MutationContext
+	// AppliedCheckedAt is when (wall clock) the caller looked
+	// IdempotencyKey up in Postgres and found nothing; zero when it did not,
+	// and the store looks it up itself (engine.AppliedOps).
+	AppliedCheckedAt time.Time
 }
 
 // ReserveCommand holds the estimated cost of a job.

@@ -20,12 +20,6 @@ import (
 // Compile-time check that Store keeps the hot credit state.
 var _ engine.BlockStore = (*Store)(nil)
 
-// OpRetention is how long a customer's op key remembers what an idempotency
-// key did (invariant 4); it matches the window the engine reloads Applied
-// mutations for (engine.AppliedRetention), so a rebuild restores every key a
-// retry could still name.
-const OpRetention = engine.AppliedRetention
-
 // reservationKeep is how long a finalized hold stays in the account hash
 // (prelude.lua RES_KEEP_MS), so a quick second commit or release answers
 // 409 without asking Postgres.
@@ -95,6 +89,12 @@ func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKe
 // ErrIdempotencyMismatch; a retried idempotency key returns the original
 // Mutation with Replayed set.
 func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.grant(ctx, cmd) })
+}
+
+// grant is Grant once Postgres does not hold the key (appliedFirst).
+func (s *Store) grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
 	keys, args, err := s.grantArgs(cmd)
 	if err != nil {
 		return engine.MutationResult{}, err
@@ -122,11 +122,23 @@ func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 // (nil when it applied or replayed), as Grant would. Import uses it: a
 // customer's blocks cost one round trip instead of one each.
 func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []error {
-	errs := make([]error, len(cmds))
+	looked := time.Now()
+	done, errs, err := s.appliedBatch(ctx, cmds)
+	if err != nil {
+		errs = make([]error, len(cmds))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	ctx, cancel := context.WithDeadline(ctx, looked.Add(engine.AppliedLookupFresh))
+	defer cancel()
 	keys := make([][]string, len(cmds))
 	args := make([][]any, len(cmds))
 	for i, cmd := range cmds {
-		keys[i], args[i], errs[i] = s.grantArgs(cmd)
+		if !done[i] { // else answered from Postgres (appliedBatch)
+			keys[i], args[i], errs[i] = s.grantArgs(cmd)
+		}
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := s.rdb.Pipeline()
@@ -273,6 +285,12 @@ func capText(cap *int64) string {
 // changes nothing when refused. Errors: engine.ErrStateMissing,
 // ErrInsufficientCredits, ErrNoAccount, ErrIdempotencyMismatch.
 func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.debit(ctx, cmd) })
+}
+
+// debit is Debit once Postgres does not hold the key (appliedFirst).
+func (s *Store) debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
 	if cmd.Amount <= 0 {
 		return engine.MutationResult{}, fmt.Errorf("lua: debit: amount %d is not positive", cmd.Amount)
 	}
@@ -440,16 +458,14 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 // account (load.lua, invariant 5), reporting whether it wrote: blocks,
 // gauges, active holds (also in the partition's hold-expiry zset) and holds
 // finalized less than a day ago (so a second commit or release is a 409);
-// older finalized holds are left out. Op keys of
-// st.Applied get what is left of OpRetention, measured on the store clock;
-// LoadAt takes the instant explicitly.
+// older finalized holds are left out. It writes no op key: Postgres
+// answers a retry of st.Applied (appliedFirst). The instant is the store
+// clock's; LoadAt takes it explicitly.
 func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {
 	return s.LoadAt(ctx, st, s.clock.Now())
 }
 
-// LoadAt is Load with the instant the op keys' remaining retention is
-// measured from; an applied mutation older than OpRetention at now gets no
-// op key.
+// LoadAt is Load with the instant finalized holds are judged at.
 func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Time) (bool, error) {
 	var b loadCall
 	if err := s.loadArgs(&b, st, now); err != nil {

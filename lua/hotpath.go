@@ -126,6 +126,12 @@ func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
 // and the rest is overage. Errors: ErrInsufficientCredits, ErrOverflow,
 // ErrIdempotencyMismatch, ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.AppliedCheckedAt,
+		func(ctx context.Context) (engine.MutationResult, error) { return s.consume(ctx, cmd) })
+}
+
+// consume is Consume once Postgres does not hold the key (appliedFirst).
+func (s *Store) consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
 	if cmd.Units < 1 {
 		return engine.MutationResult{}, engine.BadRequest("units", "units must be >= 1")
 	}
@@ -166,6 +172,12 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
 // ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.reserve(ctx, cmd) })
+}
+
+// reserve is Reserve once Postgres does not hold the key (appliedFirst).
+func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
 	if cmd.EstimatedUnits < 1 {
 		return engine.MutationResult{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
 	}
@@ -216,6 +228,12 @@ func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 // (expires_at reached, not swept yet), ErrInsufficientCredits (the hold
 // stays active), ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.commit(ctx, cmd) })
+}
+
+// commit is Commit once Postgres does not hold the key (appliedFirst).
+func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
 	if cmd.ActualUnits < 0 {
 		return engine.MutationResult{}, engine.Invalid("actual_units", "actual_units must be >= 0")
 	}
@@ -274,6 +292,12 @@ func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 // it also matches ErrReservationNotActive), ErrIdempotencyMismatch,
 // ErrStateMissing.
 func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.release(ctx, cmd) })
+}
+
+// release is Release once Postgres does not hold the key (appliedFirst).
+func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
 	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
 	if err != nil {
 		return engine.MutationResult{}, err
@@ -291,6 +315,12 @@ func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 // zero. Errors: engine.GaugeCapError (current, cap, shortfall),
 // ErrGaugeBelowZero, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.gauge(ctx, cmd) })
+}
+
+// gauge is Gauge once Postgres does not hold the key (appliedFirst).
+func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
 	if cmd.Delta == 0 {
 		return engine.MutationResult{}, engine.BadRequest("amount", "amount must be >= 1")
 	}

@@ -39,9 +39,10 @@ var (
 //	             'x' followed by one length byte and the type's text
 //	the rest     the body
 //
-// A claim or a rerun record is 12 bytes under a 25-byte key (prefix "cd"):
+// A claim or a rerun record is 12 bytes under a 22-byte key (prefix "cd"):
 // Redis's MEMORY USAGE is 88 bytes, the smallest allocation classes of
-// both key and value (a key up to 30 bytes and a value up to 12 share them).
+// both key and value (a key up to 30 bytes and a value up to 12 share them;
+// so any prefix of up to 10 characters keeps a record at 88 bytes).
 const (
 	idemRunning = 'p'
 	idemRerun   = 'r'
@@ -55,9 +56,12 @@ const (
 )
 
 // idemRecordKey is the Redis key of tenant's record for the Idempotency-Key
-// value key: "{prefix:idem:" and 16 base64url characters of a hash of the
-// tenant and the key (the key is client text of up to 256 characters). It
-// has no closing brace, so no hash tag: records spread over every slot.
+// value key: "{prefix:i:" and 16 base64url characters of a hash of the
+// tenant and the key (the key is client text of up to 256 characters), a
+// fixed 14 bytes beside the prefix. It has no closing brace, so no hash
+// tag: records spread over every slot (only single-key commands and
+// one-key scripts touch a record). The opening brace keeps the record in
+// the prefix's "{prefix:*" SCAN that test and bench clean-ups use.
 func (s *Store) idemRecordKey(tenant uuid.UUID, key string) string {
 	h := sha256.New()
 	h.Write(tenant[:])
@@ -65,7 +69,7 @@ func (s *Store) idemRecordKey(tenant uuid.UUID, key string) string {
 	var sum [sha256.Size]byte
 	var name [16]byte // base64 of idemKeyHashLen bytes
 	base64.RawURLEncoding.Encode(name[:], h.Sum(sum[:0])[:idemKeyHashLen])
-	return "{" + s.prefix + ":idem:" + string(name[:])
+	return "{" + s.prefix + ":i:" + string(name[:])
 }
 
 // idemHead is the first 12 bytes of tenant's record for requestHash in

@@ -1,7 +1,6 @@
 package lua
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -86,8 +85,8 @@ func (c *loadCall) argv() []any {
 }
 
 // loadArgs appends st's KEYS and ARGV to c in load.lua's layout; the first
-// account also brings the partition's two zsets. Op keys of st.Applied get
-// what is left of OpRetention at now; holds finalized reservationKeep or
+// account also brings the partition's two zsets. st.Applied writes no op
+// key (Postgres answers their retries); holds finalized reservationKeep or
 // more before now are left out (the scripts would drop them at once).
 func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
 	cust := st.CustomerID
@@ -175,22 +174,10 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 	fields = append(fields, layoutFields(stored, active, kept, st.UpdatedAtMS)...)
 
 	c.keys = append(c.keys, c.tag+":a:"+cs) // s.accountKey(cust)
+	// No op keys: st.Applied is in Postgres, which answers a retry of any of
+	// them (appliedFirst), so a rebuild writes none (issue 10: an op key
+	// lives only until its operation is committed).
 	var ops []any
-	for _, m := range st.Applied {
-		if m.IdempotencyKey == "" {
-			continue
-		}
-		ttlMS := OpRetention.Milliseconds() - (nowMS - m.AtMS)
-		if ttlMS <= 0 {
-			continue
-		}
-		body, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("lua: load: encode applied mutation %s: %w", m.OpID, err)
-		}
-		c.keys = append(c.keys, s.opKeyOf(cust, m.IdempotencyKey))
-		ops = append(ops, dec(ttlMS), string(body))
-	}
 
 	score := ""
 	if soonest != nil {

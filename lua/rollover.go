@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -23,6 +24,12 @@ var _ engine.RolloverStore = (*Store)(nil)
 // block had credit left. Errors: engine.ErrStateMissing,
 // ErrIdempotencyMismatch; a retried key replays the original Mutation.
 func (s *Store) Rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, "", time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.rollover(ctx, cmd) })
+}
+
+// rollover is Rollover once Postgres does not hold the key (appliedFirst).
+func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
 	if cmd.Percentage < 0 || cmd.Percentage > 100 {
 		return engine.MutationResult{}, fmt.Errorf("lua: rollover: percentage %d outside 0..100", cmd.Percentage)
 	}

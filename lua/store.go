@@ -38,6 +38,9 @@ type Store struct {
 	acks *replicaAck
 	// funcs is whether the server runs the creditd library (library.go).
 	funcs functionsState
+	// applied finds operations Postgres holds (applied.go); nil: op keys
+	// are the only memory.
+	applied engine.AppliedOps
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its

@@ -140,6 +140,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log}
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
+	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
 	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
 	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
 	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock)

@@ -14,7 +14,7 @@ import (
 )
 
 // idemRecord reads the raw HTTP idempotency record of tenant's key (the
-// layout of lua/idempotency.go: "{prefix:idem:" and base64url of the first
+// layout of lua/idempotency.go: "{prefix:i:" and base64url of the first
 // 12 bytes of sha256(tenant id bytes, key); the value's first byte is its
 // state) and its PTTL, once it is finished (a rerun mark is written after
 // the answer).
@@ -22,7 +22,7 @@ func idemRecord(t testing.TB, s *Stack, tenant, key string) (string, time.Durati
 	t.Helper()
 	id := uuid.MustParse(tenant)
 	sum := sha256.Sum256(append(id[:], key...))
-	k := "{" + s.Prefix + ":idem:" + base64.RawURLEncoding.EncodeToString(sum[:12])
+	k := "{" + s.Prefix + ":i:" + base64.RawURLEncoding.EncodeToString(sum[:12])
 	ctx := context.Background()
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 		v, err := s.Redis.Get(ctx, k).Result()

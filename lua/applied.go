@@ -1,0 +1,125 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Compile-time check that Store lets the persister shorten op keys.
+var _ engine.OpKeyForgetter = (*Store)(nil)
+
+// OpRetention is the life a money script gives an op key
+// (engine.OpKeyRetention): a safety net, since the persister shortens the
+// key to engine.OpKeyGrace once the operation is in Postgres.
+const OpRetention = engine.OpKeyRetention
+
+// WithAppliedOps makes every money call with an idempotency key ask a first
+// (Postgres, engine.AppliedOps) whether the key was applied to the customer
+// already, so a retry whose op key Redis has let go replays instead of
+// applying twice (invariant 4, forever). Without it (unit tests of the
+// scripts alone) the op key is the only memory.
+func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
+	s.applied = a
+	return s
+}
+
+// appliedFirst runs a money call for key of customer c (a failed look-up is
+// engine.ErrAppliedUnknown, a 503, and runs nothing): when Postgres holds
+// the key's operation for c it answers from it (Replayed, or
+// ErrIdempotencyMismatch for another request hash) without running the
+// script; otherwise run runs the script under a deadline of
+// engine.AppliedLookupFresh after the look-up, so an operation committed
+// after the look-up missed it still has its op key when the script runs
+// (engine.OpKeyGrace). checkedAt, when recent, is a look-up the caller made
+// already (a usage batch looks all its events up at once).
+func (s *Store) appliedFirst(ctx context.Context, c engine.CustomerKey, key, requestHash string, checkedAt time.Time,
+	run func(context.Context) (engine.MutationResult, error)) (engine.MutationResult, error) {
+	if key == "" || s.applied == nil {
+		return run(ctx)
+	}
+	if !engine.AppliedChecked(checkedAt, time.Now()) {
+		checkedAt = time.Now()
+		ms, found, err := s.applied.AppliedOps(ctx, []engine.OpRef{{Customer: c, Key: key}})
+		if err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: applied look-up: %w: %w", engine.ErrAppliedUnknown, err)
+		}
+		if found[0] {
+			return appliedReplay(ms[0], requestHash)
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, checkedAt.Add(engine.AppliedLookupFresh))
+	defer cancel()
+	return run(ctx)
+}
+
+// appliedReplay answers a retry from its persisted Mutation m, as a script
+// answers from an op key: the original, or a mismatch when m was produced
+// by another request.
+func appliedReplay(m engine.Mutation, requestHash string) (engine.MutationResult, error) {
+	if m.RequestHash != requestHash {
+		return engine.MutationResult{}, engine.ErrIdempotencyMismatch
+	}
+	return engine.MutationResult{Mutation: m, Replayed: true}, nil
+}
+
+// appliedBatch looks up the keys of cmds (GrantBatch) in one call: for each
+// grant applied already, its outcome (nil, or the mismatch) with done set.
+func (s *Store) appliedBatch(ctx context.Context, cmds []engine.GrantCommand) (done []bool, errs []error, err error) {
+	done, errs = make([]bool, len(cmds)), make([]error, len(cmds))
+	if s.applied == nil {
+		return done, errs, nil
+	}
+	refs := make([]engine.OpRef, 0, len(cmds))
+	at := make([]int, 0, len(cmds))
+	for i, cmd := range cmds {
+		if cmd.IdempotencyKey != "" {
+			refs = append(refs, engine.OpRef{Customer: cmd.Customer, Key: cmd.IdempotencyKey})
+			at = append(at, i)
+		}
+	}
+	if len(refs) == 0 {
+		return done, errs, nil
+	}
+	ms, found, err := s.applied.AppliedOps(ctx, refs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lua: applied look-up: %w: %w", engine.ErrAppliedUnknown, err)
+	}
+	for j, i := range at {
+		if found[j] {
+			done[i] = true
+			_, errs[i] = appliedReplay(ms[j], cmds[i].RequestHash)
+		}
+	}
+	return done, errs, nil
+}
+
+// ForgetOps shortens to engine.OpKeyGrace the op keys of ms, committed
+// mutations of outbox partition p (engine.OpKeyForgetter): one pipelined
+// PEXPIRE per key, all in p's slot. A key already gone is left alone.
+func (s *Store) ForgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
+	if err := s.checkOutboxPartition(p); err != nil {
+		return err
+	}
+	pipe := s.rdb.Pipeline()
+	n := 0
+	for i := range ms {
+		m := &ms[i]
+		if m.IdempotencyKey == "" {
+			continue
+		}
+		pipe.PExpire(ctx, s.opKeyOf(m.CustomerID, m.IdempotencyKey), engine.OpKeyGrace)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return fmt.Errorf("lua: forget op keys of partition %d: %w", p, err)
+	}
+	return nil
+}
