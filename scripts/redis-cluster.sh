@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A local 3-master Redis Cluster: without replicas for tests, with them for
-# `make fleet` (scripts/fleet.sh).
+# A local 3-master Redis Cluster, with one replica per master for tests
+# (scripts/test.sh) and for `make fleet` (scripts/fleet.sh).
 #
 #   scripts/redis-cluster.sh start DIR
 #       Starts three redis-server masters (and REDIS_CLUSTER_REPLICAS
