@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 )
@@ -52,7 +53,19 @@ type FleetScaleResult struct {
 	Balancing string `json:"balancing"`
 	// Counts are the measurements at 1, 2, ... nodes.
 	Counts []FleetCount `json:"node_counts"`
-	Error  string       `json:"error,omitempty"`
+	// Storage is what the run left in Postgres per row of the tables a
+	// consume writes (the ledger plan in docs/scaling.md).
+	Storage []TableSize `json:"storage,omitempty"`
+	Error   string      `json:"error,omitempty"`
+}
+
+// TableSize is one table's rows and on-disk bytes (indexes and TOAST
+// included) at the end of the run.
+type TableSize struct {
+	Table       string  `json:"table"`
+	Rows        int64   `json:"rows"`
+	Bytes       int64   `json:"bytes"`
+	BytesPerRow float64 `json:"bytes_per_row"`
 }
 
 // FleetCount is one node count's consume and check runs.
@@ -77,6 +90,33 @@ type FleetRun struct {
 	// LagSeconds is the largest persister lag any node reported right
 	// after the consume run (did Postgres keep up).
 	LagSeconds float64 `json:"persister_lag_seconds,omitempty"`
+	// RedisUsecPerOp is the masters' in-command time per op (INFO
+	// commandstats, every command): Redis's cost without its network I/O.
+	RedisUsecPerOp float64 `json:"redis_in_command_usec_per_op"`
+	// RedisCalls is the masters' busiest commands, summed over masters.
+	RedisCalls []RedisCalls `json:"redis_calls,omitempty"`
+	// PG is the scenario database's commits and rows per op: 1/commits
+	// per op is the persister's rows per transaction.
+	PG *PGStats `json:"postgres,omitempty"`
+}
+
+// fleetProbes are what a run samples around its 70 % run.
+type fleetProbes struct {
+	cpu     *CPUProbe
+	masters []*redis.Client
+	pg      *pgx.Conn
+}
+
+// redisStats sums INFO commandstats over the masters.
+func (p fleetProbes) redisStats(ctx context.Context) map[string][2]int64 {
+	out := map[string][2]int64{}
+	for _, m := range p.masters {
+		for cmd, v := range commandStats(ctx, m) {
+			o := out[cmd]
+			out[cmd] = [2]int64{o[0] + v[0], o[1] + v[1]}
+		}
+	}
+	return out
 }
 
 // fleetCPU is µs of CPU per acknowledged op by kind of process.
@@ -169,9 +209,18 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		strconv.Itoa(b.o.Workers) + " per node, " + strconv.Itoa(b.o.Workers) + " requests in flight at most): no proxy process shares the CPUs"
 
 	probe := &CPUProbe{Postmaster: b.probe.Postmaster, Extra: map[string]int{}}
+	probes := fleetProbes{cpu: probe}
 	for i, n := range cluster.nodes {
 		probe.Extra[fmt.Sprintf("redis %s %d", n.role, i+1)] = n.Pid()
+		if n.role == "master" {
+			probes.masters = append(probes.masters, n.rdb)
+		}
 	}
+	if probes.pg, err = pgx.Connect(ctx, dbURL); err != nil {
+		return err
+	}
+	defer probes.pg.Close(context.Background())
+	defer func() { r.Storage = tableSizes(context.Background(), probes.pg) }()
 	var nodes []*Proc
 	defer func() {
 		for _, p := range nodes {
@@ -214,11 +263,11 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		for k, v := range fc.Idle {
 			fc.Idle[k] = v / fleetIdle.Seconds()
 		}
-		fc.Consume = fleetLoad(ctx, b.o.Workers, addrs, target.consume(false), max(500, 0.6*prevConsume), probe)
+		fc.Consume = fleetLoad(ctx, b.o.Workers, addrs, target.consume(false), max(500, 0.6*prevConsume), probes)
 		fc.Consume.LagSeconds = fleetLag(apis)
 		// Let the persisters drain, so the check run does not pay for it.
 		fleetDrained(ctx, apis, 30*time.Second)
-		fc.Check = fleetLoad(ctx, b.o.Workers, addrs, target.check(false), max(2000, 0.6*prevCheck), probe)
+		fc.Check = fleetLoad(ctx, b.o.Workers, addrs, target.check(false), max(2000, 0.6*prevCheck), probes)
 		prevConsume, prevCheck = fc.Consume.Max, fc.Check.Max
 		c, _ := fc.Consume.cpu()
 		k, _ := fc.Check.cpu()
@@ -267,7 +316,7 @@ func fleetSeed(ctx context.Context, addr, runID string) (*Target, error) {
 
 // fleetLoad ramps op over the nodes at addrs (round-robin by op number)
 // from start, then runs it at 70 % of the max with the CPU probe around it.
-func fleetLoad(ctx context.Context, workers int, addrs []string, op opFunc, start float64, probe *CPUProbe) FleetRun {
+func fleetLoad(ctx context.Context, workers int, addrs []string, op opFunc, start float64, probes fleetProbes) FleetRun {
 	var fr FleetRun
 	clients := make([]*fasthttp.HostClient, len(addrs))
 	for i, a := range addrs {
@@ -284,13 +333,44 @@ func fleetLoad(ctx context.Context, workers int, addrs []string, op opFunc, star
 		return fr
 	}
 	time.Sleep(500 * time.Millisecond)
-	cpu0 := probe.Sample()
+	cs0, pg0 := probes.redisStats(ctx), pgStats(ctx, probes.pg)
+	cpu0 := probes.cpu.Sample()
 	run := g.Run(ctx, 0.7*fr.Max, fleetRun, rr)
-	fr.CPU = probe.Sample().Sub(cpu0)
+	fr.CPU = probes.cpu.Sample().Sub(cpu0)
 	fr.Run = &run
+	if ops := float64(run.OK); ops > 0 {
+		cs1 := probes.redisStats(ctx)
+		fr.RedisCalls = redisDelta(cs0, cs1, ops)
+		var usec int64
+		for cmd, v := range cs1 {
+			usec += v[1] - cs0[cmd][1]
+		}
+		fr.RedisUsecPerOp = float64(usec) / ops
+		// Backends flush their counters about once a second.
+		time.Sleep(1200 * time.Millisecond)
+		d := pgStats(ctx, probes.pg).sub(pg0, ops)
+		fr.PG = &d
+	}
 	logf("  at %.0f/s (70%% of max %.0f/s): achieved %.0f/s p50 %.3fms p99 %.3fms errors %s",
 		0.7*fr.Max, fr.Max, run.Achieved, run.Latency.P50, run.Latency.P99, run.ErrorSummary())
 	return fr
+}
+
+// tableSizes is the on-disk size per row of the tables a consume writes.
+func tableSizes(ctx context.Context, pg *pgx.Conn) []TableSize {
+	var out []TableSize
+	for _, t := range []string{"ledger_entries", "operations", "webhook_events", "credit_accounts", "credit_blocks"} {
+		ts := TableSize{Table: t}
+		err := pg.QueryRow(ctx, "SELECT count(*), pg_total_relation_size('"+t+"') FROM "+t).Scan(&ts.Rows, &ts.Bytes)
+		if err != nil {
+			continue
+		}
+		if ts.Rows > 0 {
+			ts.BytesPerRow = float64(ts.Bytes) / float64(ts.Rows)
+		}
+		out = append(out, ts)
+	}
+	return out
 }
 
 // fleetLag is the largest persister lag the nodes report now.
@@ -394,7 +474,9 @@ func startCluster(ctx context.Context, dir string, masters, replicas int) (*ownC
 			return c, err
 		}
 		rs := exec.Command("redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+p+".conf", "--cluster-node-timeout", "5000")
+			"--dir", dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+p+".conf", "--cluster-node-timeout", "5000",
+			// A replica syncs at once, not after the default 5 s wait for others.
+			"--repl-diskless-sync-delay", "0")
 		rs.Stdout, rs.Stderr = rlog, rlog
 		rs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := rs.Start(); err != nil {
@@ -458,25 +540,40 @@ func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 	if r.Error != "" {
 		w("**Failed:** %s\n\n", r.Error)
 	}
-	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | busiest master's share | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | busiest master's share | Redis in-command µs/op | consumes per Postgres commit | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, fc := range r.Counts {
-		w("| %d | (idle, no load, CPU per second) | | | | | | %s | | |\n", fc.Nodes, byKind(fc.Idle, 1e6))
+		w("| %d | (idle, no load, CPU per second) | | | | | | %s | | | | |\n", fc.Nodes, byKind(fc.Idle, 1e6))
 		for _, x := range []struct {
 			name string
 			run  FleetRun
 		}{{"consume", fc.Consume}, {"check", fc.Check}} {
 			if x.run.Run == nil {
-				w("| %d | %s | %s | not run | | | | | | |\n", fc.Nodes, x.name, f0(x.run.Max))
+				w("| %d | %s | %s | not run | | | | | | | | |\n", fc.Nodes, x.name, f0(x.run.Max))
 				continue
 			}
 			c, _ := x.run.cpu()
-			lag := ""
+			lag, rows := "", ""
 			if x.name == "consume" {
 				lag = fmt.Sprintf("%.2f s", x.run.LagSeconds)
+				if pg := x.run.PG; pg != nil && pg.CommitsPerOp > 0 {
+					rows = fmt.Sprintf("%.0f", 1/pg.CommitsPerOp)
+				}
 			}
-			w("| %d | %s | %s | %.0f | %.3f | %.3f | %s | %s | %.0f %% | %s |\n", fc.Nodes, x.name, f0(x.run.Max), x.run.Run.Achieved,
-				x.run.Run.Latency.P50, x.run.Run.Latency.P99, x.run.Run.ErrorSummary(), c, 100*c.hottestMaster, lag)
+			w("| %d | %s | %s | %.0f | %.3f | %.3f | %s | %s | %.0f %% | %.0f | %s | %s |\n", fc.Nodes, x.name, f0(x.run.Max), x.run.Run.Achieved,
+				x.run.Run.Latency.P50, x.run.Run.Latency.P99, x.run.Run.ErrorSummary(), c, 100*c.hottestMaster, x.run.RedisUsecPerOp, rows, lag)
 		}
+	}
+	fleetStorageMarkdown(w, r)
+}
+
+// fleetStorageMarkdown writes the Postgres bytes per row the run left.
+func fleetStorageMarkdown(w func(string, ...any), r *FleetScaleResult) {
+	if len(r.Storage) == 0 {
+		return
+	}
+	w("\nPostgres on disk after the run (indexes and TOAST included; the tables hold the seeding's rows too):\n\n| table | rows | bytes | bytes per row |\n|---|---|---|---|\n")
+	for _, t := range r.Storage {
+		w("| %s | %d | %d | %.0f |\n", t.Table, t.Rows, t.Bytes, t.BytesPerRow)
 	}
 }
 
