@@ -277,9 +277,14 @@ func StartRedisReplica(t testing.TB, master *RedisServer, extra ...string) *Redi
 	if err != nil {
 		t.Fatalf("testenv: master address %q: %v", master.Addr, err)
 	}
-	r := StartRedisServer(t, append([]string{"--replicaof", host, port}, extra...)...)
 	c := redis.NewClient(&redis.Options{Addr: master.Addr})
 	defer c.Close()
+	// The master's first full sync would wait Redis' default 5 s for more
+	// replicas to join (repl-diskless-sync-delay): start it at once.
+	if err := c.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatalf("testenv: master %s: %v", master.Addr, err)
+	}
+	r := StartRedisServer(t, append([]string{"--replicaof", host, port}, extra...)...)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		info, err := c.Info(context.Background(), "replication").Result()
