@@ -134,6 +134,21 @@ func (r FleetRun) cpu() (fleetCPU, bool) {
 	return byKind(r.CPU, 1e6/float64(r.Run.OK)), true
 }
 
+// aboveIdle is r's CPU per acknowledged op by kind of process less what
+// the processes burn with no load (c.Idle per second over the run's
+// length): the marginal cost of an op, which the background work of more
+// nodes and a busy machine blur less than the plain figure.
+func (c FleetCount) aboveIdle(r FleetRun) (fleetCPU, bool) {
+	if r.Run == nil || r.Run.OK == 0 || c.Idle == nil {
+		return fleetCPU{}, false
+	}
+	d := CPUSample{}
+	for k, v := range r.CPU {
+		d[k] = max(v-c.Idle[k]*r.Run.Seconds, 0)
+	}
+	return byKind(d, 1e6/float64(r.Run.OK)), true
+}
+
 // byKind sums a CPU sample by kind of process, each scaled by per.
 func byKind(sample CPUSample, per float64) fleetCPU {
 	var c fleetCPU
@@ -164,6 +179,11 @@ func byKind(sample CPUSample, per float64) fleetCPU {
 
 // fleetIdle is how long the idle sample of each node count lasts.
 const fleetIdle = 2 * time.Second
+
+// short is the servers' part: creditd, masters, replicas, Postgres.
+func (c fleetCPU) short() string {
+	return fmt.Sprintf("cd %.0f / masters %.0f / replicas %.0f / pg %.0f µs", c.creditd, c.masters, c.replicas, c.postgres)
+}
 
 func (c fleetCPU) String() string {
 	return fmt.Sprintf("cd %.0f / masters %.0f / replicas %.0f / pg %.0f / gen %.0f / oth %.0f µs",
@@ -536,22 +556,25 @@ func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 	w("Consume, then check, ramped to the limit (rate x1.6 per step until p99 > 50 ms, errors > 1 %% or achieved < 90 %% of offered) and run at 70 %% of it, with 1, 2 and 3 creditd nodes. ")
 	w("Measured on %s. Balancing: %s. ", r.Setting, r.Balancing)
 	w("Every process shares the machine's CPUs, so the curve shows what one machine does, not what N machines do: CPU per op (µs per acknowledged op in the 70 %% run: creditd nodes, Redis masters, Redis replicas, Postgres, the load generator, other processes) is the figure that carries over (docs/scaling.md). ")
+	w("CPU per op above idle subtracts each process's CPU per second with no load (the idle row of each node count: persister polls, sweeps, cluster chatter) over the run's length. ")
+	w("The busiest master's share is of the masters' CPU: an account and its outbox partition share one of 32 hash tags, and the masters carry as many tags as hash into their slots. ")
 	w("Run alone: `go run ./bench -scenario fleet-scale`.\n\n")
 	if r.Error != "" {
 		w("**Failed:** %s\n\n", r.Error)
 	}
-	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | busiest master's share | Redis in-command µs/op | consumes per Postgres commit | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | CPU per op above idle | busiest master's share | Redis in-command µs/op | consumes per Postgres commit | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, fc := range r.Counts {
-		w("| %d | (idle, no load, CPU per second) | | | | | | %s | | | | |\n", fc.Nodes, byKind(fc.Idle, 1e6))
+		w("| %d | (idle, no load, CPU per second) | | | | | | %s | | | | | |\n", fc.Nodes, byKind(fc.Idle, 1e6))
 		for _, x := range []struct {
 			name string
 			run  FleetRun
 		}{{"consume", fc.Consume}, {"check", fc.Check}} {
 			if x.run.Run == nil {
-				w("| %d | %s | %s | not run | | | | | | | | |\n", fc.Nodes, x.name, f0(x.run.Max))
+				w("| %d | %s | %s | not run | | | | | | | | | |\n", fc.Nodes, x.name, f0(x.run.Max))
 				continue
 			}
 			c, _ := x.run.cpu()
+			a, _ := fc.aboveIdle(x.run)
 			lag, rows := "", ""
 			if x.name == "consume" {
 				lag = fmt.Sprintf("%.2f s", x.run.LagSeconds)
@@ -559,8 +582,8 @@ func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 					rows = fmt.Sprintf("%.0f", 1/pg.CommitsPerOp)
 				}
 			}
-			w("| %d | %s | %s | %.0f | %.3f | %.3f | %s | %s | %.0f %% | %.0f | %s | %s |\n", fc.Nodes, x.name, f0(x.run.Max), x.run.Run.Achieved,
-				x.run.Run.Latency.P50, x.run.Run.Latency.P99, x.run.Run.ErrorSummary(), c, 100*c.hottestMaster, x.run.RedisUsecPerOp, rows, lag)
+			w("| %d | %s | %s | %.0f | %.3f | %.3f | %s | %s | %s | %.0f %% | %.0f | %s | %s |\n", fc.Nodes, x.name, f0(x.run.Max), x.run.Run.Achieved,
+				x.run.Run.Latency.P50, x.run.Run.Latency.P99, x.run.Run.ErrorSummary(), c, a.short(), 100*c.hottestMaster, x.run.RedisUsecPerOp, rows, lag)
 		}
 	}
 	fleetStorageMarkdown(w, r)
