@@ -44,6 +44,8 @@ const (
 	// so the scenario stays under two minutes inside `make bench`.
 	fleetStep = time.Second
 	fleetRun  = 4 * time.Second
+	// fleetPoolConns is each node's Postgres pool (pool_max_conns).
+	fleetPoolConns = 8
 )
 
 // FleetScaleResult is the scenario's outcome.
@@ -221,10 +223,14 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 	defer drop()
 	prefix := b.prefix + "f"
 	seeds := cluster.seeds()
+	// Each node's Postgres pool is fleetPoolConns, not the default 16: the
+	// machine's Postgres (max_connections 100 by default) also serves the
+	// bench's own creditd and whatever else runs here.
+	nodeDB := dbURL + map[bool]string{true: "&", false: "?"}[strings.Contains(dbURL, "?")] + "pool_max_conns=" + strconv.Itoa(fleetPoolConns)
 	r.Setting = fmt.Sprintf("a private Redis Cluster (redis-server %s, %d masters with %d replica each, no persistence, "+
 		"CREDITD_REPLICA_ACKS at its default auto: every money operation waits for one replica), a fresh database (%s) "+
-		"on the machine's Postgres, %d customers with one grant each, creditd nodes added one at a time (all running while measured); "+
-		"ramp steps of %s, runs of %s at 70 %% of each max", version, fleetMasters, fleetReplicas, dbName, fleetCustomers, fleetStep, fleetRun)
+		"on the machine's Postgres (a pool of %d connections per node), %d customers with one grant each, creditd nodes added one at a time (all running while measured); "+
+		"ramp steps of %s, runs of %s at 70 %% of each max", version, fleetMasters, fleetReplicas, dbName, fleetPoolConns, fleetCustomers, fleetStep, fleetRun)
 	r.Balancing = "round-robin in the load generator (op i to node i mod n, one connection pool of up to " +
 		strconv.Itoa(b.o.Workers) + " per node, " + strconv.Itoa(b.o.Workers) + " requests in flight at most): no proxy process shares the CPUs"
 
@@ -255,8 +261,7 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		if err != nil {
 			return err
 		}
-		p, err := startProc(fmt.Sprintf("creditd-fleet%d", n), b.bin, []string{"serve"},
-			creditdEnv(seeds, dbURL, prefix, addr, fmt.Sprintf("bench-fleet-%d", n)),
+		p, err := startFleetNode(ctx, b.bin, n, creditdEnv(seeds, nodeDB, prefix, addr, fmt.Sprintf("bench-fleet-%d", n)),
 			addr, filepath.Join(b.tmp, fmt.Sprintf("creditd-fleet%d.log", n)))
 		if err != nil {
 			return err
@@ -295,6 +300,33 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		r.Counts = append(r.Counts, fc)
 	}
 	return ctx.Err()
+}
+
+// startFleetNode starts creditd node n, trying again (3 times, 2 s apart)
+// when it exits at start: a Postgres shared with other work can refuse a
+// connection for a moment (too many clients).
+func startFleetNode(ctx context.Context, bin string, n int, env []string, addr, logPath string) (*Proc, error) {
+	var err error
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		if try > 0 {
+			logf("fleet-scale: node %d did not start (%v); again in 2 s", n, firstLine(err))
+			time.Sleep(2 * time.Second)
+		}
+		var p *Proc
+		if p, err = startProc(fmt.Sprintf("creditd-fleet%d", n), bin, []string{"serve"}, env, addr, logPath); err == nil {
+			return p, nil
+		}
+	}
+	return nil, err
+}
+
+// firstLine is err's text up to its first line break.
+func firstLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }
 
 // fleetSeed creates the tenant (rate limit lifted), the consume metric's
