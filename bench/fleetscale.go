@@ -356,8 +356,19 @@ func fleetSeed(ctx context.Context, addr, runID string) (*Target, error) {
 			return err
 		}
 		customers[i] = Customer{Ext: ext, ID: c.ID}
-		_, err = api.Expect(201, "POST", "/v1/customers/"+ext+"/credits/grant",
-			map[string]any{"credits": grantCredits, "source": "promotional", "reason": "bench seed"}, idem("grant-"+ext)...)
+		// A grant no replica acknowledged in time answers 503 with
+		// Retry-After 1: retried with its key, as a client would.
+		for try := 0; ; try++ {
+			a, err = api.Call("POST", "/v1/customers/"+ext+"/credits/grant",
+				map[string]any{"credits": grantCredits, "source": "promotional", "reason": "bench seed"}, idem("grant-"+ext)...)
+			if err != nil || a.Status != 503 || try == 10 || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err == nil && a.Status != 201 {
+			err = fmt.Errorf("grant %s: want 201, got %s", ext, a)
+		}
 		return err
 	})
 	if err != nil {

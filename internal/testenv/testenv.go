@@ -38,6 +38,16 @@ func RandomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ReplicaAckTimeout is the replica acknowledgement timeout of every creditd
+// a test runs (app.Config.ReplicaAckTimeout, CREDITD_REPLICA_ACK_TIMEOUT).
+// Production's 50 ms (lua.DefaultReplicaAckTimeout) assumes a replica with
+// a core of its own; on a shared test machine a replica waits tens of ms
+// for a core now and then (1 WAIT in 30,000 ran out at 50 ms with the load
+// average at 10-14 on 2 cores), which would turn a test's money call on the
+// cluster with replicas into a 503. A wait that runs out is still a 503: a
+// test that stalls its replica (RedisServer.Pause) sees it after this long.
+const ReplicaAckTimeout = time.Second
+
 // RedisURL is the single-Redis URL tests use.
 func RedisURL() string {
 	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
