@@ -100,9 +100,15 @@ type FleetRun struct {
 	ScriptUsecPerOp float64 `json:"redis_script_usec_per_op"`
 	// RedisCalls is the masters' busiest commands, summed over masters.
 	RedisCalls []RedisCalls `json:"redis_calls,omitempty"`
-	// PG is the scenario database's commits and rows per op: 1/commits
-	// per op is the persister's rows per transaction.
+	// PG is the scenario database's transactions (reads included) and
+	// rows per op.
 	PG *PGStats `json:"postgres,omitempty"`
+	// LedgerRowsPerWrite is the run's consumption entries per Postgres
+	// transaction that wrote them (rows sharing an xmin were written by
+	// one persister group commit).
+	LedgerRowsPerWrite float64 `json:"ledger_rows_per_write_transaction,omitempty"`
+	// from and to bound the 70 % run (the ledger rows it wrote).
+	from, to time.Time
 }
 
 // fleetProbes are what a run samples around its 70 % run.
@@ -293,8 +299,10 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		}
 		fc.Consume = fleetLoad(ctx, b.o.Workers, addrs, target.consume(false), max(500, 0.6*prevConsume), probes)
 		fc.Consume.LagSeconds = fleetLag(apis)
-		// Let the persisters drain, so the check run does not pay for it.
+		// Let the persisters drain, so the check run does not pay for it
+		// and the run's ledger rows are all in.
 		fleetDrained(ctx, apis, 30*time.Second)
+		fc.Consume.LedgerRowsPerWrite = rowsPerWrite(ctx, probes.pg, fc.Consume.from, fc.Consume.to)
 		fc.Check = fleetLoad(ctx, b.o.Workers, addrs, target.check(false), max(2000, 0.6*prevCheck), probes)
 		prevConsume, prevCheck = fc.Consume.Max, fc.Check.Max
 		c, _ := fc.Consume.cpu()
@@ -401,7 +409,9 @@ func fleetLoad(ctx context.Context, workers int, addrs []string, op opFunc, star
 	time.Sleep(500 * time.Millisecond)
 	cs0, pg0 := probes.redisStats(ctx), pgStats(ctx, probes.pg)
 	cpu0 := probes.cpu.Sample()
+	fr.from = time.Now()
 	run := g.Run(ctx, 0.7*fr.Max, fleetRun, rr)
+	fr.to = time.Now()
 	fr.CPU = probes.cpu.Sample().Sub(cpu0)
 	fr.Run = &run
 	if ops := float64(run.OK); ops > 0 {
@@ -420,6 +430,18 @@ func fleetLoad(ctx context.Context, workers int, addrs []string, op opFunc, star
 	logf("  at %.0f/s (70%% of max %.0f/s): achieved %.0f/s p50 %.3fms p99 %.3fms errors %s",
 		0.7*fr.Max, fr.Max, run.Achieved, run.Latency.P50, run.Latency.P99, run.ErrorSummary())
 	return fr
+}
+
+// rowsPerWrite is the consumption entries created in [from, to) per
+// transaction that inserted them (their xmin): the persister's group size.
+func rowsPerWrite(ctx context.Context, pg *pgx.Conn, from, to time.Time) float64 {
+	var rows, txns int64
+	err := pg.QueryRow(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM ledger_entries
+		WHERE type = 'consumption' AND created_at >= $1 AND created_at < $2`, from, to).Scan(&rows, &txns)
+	if err != nil || txns == 0 {
+		return 0
+	}
+	return float64(rows) / float64(txns)
 }
 
 // tableSizes is the on-disk size per row of the tables a consume writes.
@@ -610,7 +632,7 @@ func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 	if r.Error != "" {
 		w("**Failed:** %s\n\n", r.Error)
 	}
-	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | CPU per op above idle | busiest master's share | Redis script µs/op | consumes per Postgres commit | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| nodes | op | max /s | run /s | p50 ms | p99 ms | errors | CPU per op | CPU per op above idle | busiest master's share | Redis script µs/op | consumes per persister transaction | persister lag after |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, fc := range r.Counts {
 		w("| %d | (idle, no load, CPU per second) | | | | | | %s | | | | | |\n", fc.Nodes, byKind(fc.Idle, 1e6))
 		for _, x := range []struct {
@@ -626,8 +648,8 @@ func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 			lag, rows := "", ""
 			if x.name == "consume" {
 				lag = fmt.Sprintf("%.2f s", x.run.LagSeconds)
-				if pg := x.run.PG; pg != nil && pg.CommitsPerOp > 0 {
-					rows = fmt.Sprintf("%.0f", 1/pg.CommitsPerOp)
+				if x.run.LedgerRowsPerWrite > 0 {
+					rows = fmt.Sprintf("%.0f", x.run.LedgerRowsPerWrite)
 				}
 			}
 			w("| %d | %s | %s | %.0f | %.3f | %.3f | %s | %s | %s | %.0f %% | %.0f | %s | %s |\n", fc.Nodes, x.name, f0(x.run.Max), x.run.Run.Achieved,
