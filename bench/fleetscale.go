@@ -265,25 +265,31 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 	var target *Target
 	var apis []*API
 	var prevConsume, prevCheck float64
-	for n := 1; n <= fleetNodes && ctx.Err() == nil; n++ {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
+	for _, n := range fleetCounts(b.o.Quick) {
+		if ctx.Err() != nil {
+			break
 		}
-		p, err := startFleetNode(ctx, b.bin, n, creditdEnv(seeds, nodeDB, prefix, addr, fmt.Sprintf("bench-fleet-%d", n)),
-			addr, filepath.Join(b.tmp, fmt.Sprintf("creditd-fleet%d.log", n)))
-		if err != nil {
-			return err
-		}
-		nodes = append(nodes, p)
-		probe.Extra[fmt.Sprintf("creditd %d", n)] = p.Pid()
-		if n == 1 {
-			logf("fleet-scale: cluster %s (redis-server %s), creditd node 1 on %s (database %s)", seeds, version, addr, dbName)
-			if target, err = fleetSeed(ctx, addr, b.runID+"f"); err != nil {
-				return fmt.Errorf("seed: %w", err)
+		for len(nodes) < n {
+			i := len(nodes) + 1
+			addr, err := freeAddr()
+			if err != nil {
+				return err
 			}
+			p, err := startFleetNode(ctx, b.bin, i, creditdEnv(seeds, nodeDB, prefix, addr, fmt.Sprintf("bench-fleet-%d", i)),
+				addr, filepath.Join(b.tmp, fmt.Sprintf("creditd-fleet%d.log", i)))
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, p)
+			probe.Extra[fmt.Sprintf("creditd %d", i)] = p.Pid()
+			if i == 1 {
+				logf("fleet-scale: cluster %s (redis-server %s), creditd node 1 on %s (database %s)", seeds, version, addr, dbName)
+				if target, err = fleetSeed(ctx, addr, b.runID+"f"); err != nil {
+					return fmt.Errorf("seed: %w", err)
+				}
+			}
+			apis = append(apis, &API{Base: "http://" + addr, HTTP: &http.Client{Timeout: 5 * time.Second}})
 		}
-		apis = append(apis, &API{Base: "http://" + addr, HTTP: &http.Client{Timeout: 5 * time.Second}})
 		addrs := make([]string, len(nodes))
 		for i, p := range nodes {
 			addrs[i] = p.Addr
@@ -311,6 +317,20 @@ func (b *Bench) fleetScaleRun(ctx context.Context, r *FleetScaleResult) error {
 		r.Counts = append(r.Counts, fc)
 	}
 	return ctx.Err()
+}
+
+// fleetCounts are the node counts measured: 1 to fleetNodes, or in a
+// -quick run only 1 and fleetNodes (the ends of the curve, in half the
+// time).
+func fleetCounts(quick bool) []int {
+	if quick {
+		return []int{1, fleetNodes}
+	}
+	out := make([]int, fleetNodes)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out
 }
 
 // startFleetNode starts creditd node n, trying again (3 times, 2 s apart)
@@ -621,7 +641,7 @@ func startCluster(ctx context.Context, dir string, masters, replicas int) (*ownC
 // fleetScaleMarkdown writes the scenario's report section.
 func fleetScaleMarkdown(w func(string, ...any), r *FleetScaleResult) {
 	w("\n## Fleet scale: 1 to %d creditd nodes on Redis Cluster (issue 11)\n\n", fleetNodes)
-	w("Consume, then check, ramped to the limit (rate x1.6 per step until p99 > 50 ms, errors > 1 %% or achieved < 90 %% of offered) and run at 70 %% of it, with 1, 2 and 3 creditd nodes. ")
+	w("Consume, then check, ramped to the limit (rate x1.6 per step until p99 > 50 ms, errors > 1 %% or achieved < 90 %% of offered) and run at 70 %% of it, with 1 to %d creditd nodes (-quick: 1 and %d). ", fleetNodes, fleetNodes)
 	w("Measured on %s. Balancing: %s. ", r.Setting, r.Balancing)
 	w("Every process shares the machine's CPUs, so the curve shows what one machine does, not what N machines do: CPU per op (µs per acknowledged op in the 70 %% run: creditd nodes, Redis masters, Redis replicas, Postgres, the load generator, other processes) is the figure that carries over (docs/scaling.md). ")
 	w("Postgres is the machine's shared server: its CPU counts every backend, other databases' work included, so read it only on a quiet machine. ")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -40,5 +41,18 @@ func TestFleetCPU(t *testing.T) {
 	}
 	if _, ok := (FleetRun{}).cpu(); ok {
 		t.Error("a run that did not happen has a CPU per op")
+	}
+}
+
+// TestFleetCounts: a run measures every node count from 1, a quick one the
+// two ends.
+func TestFleetCounts(t *testing.T) {
+	for _, tc := range []struct {
+		quick bool
+		want  string
+	}{{false, "[1 2 3]"}, {true, "[1 3]"}} {
+		if got := fmt.Sprint(fleetCounts(tc.quick)); got != tc.want {
+			t.Errorf("fleetCounts(quick=%v) = %s, want %s", tc.quick, got, tc.want)
+		}
 	}
 }
