@@ -698,15 +698,16 @@ func fleetScaleGoal(r *FleetScaleResult) (now string, measured bool) {
 		}
 		return "not measured", false
 	}
-	var cons, chk []string
+	var counts, cons, chk []string
 	for _, fc := range r.Counts {
+		counts = append(counts, strconv.Itoa(fc.Nodes))
 		cons = append(cons, f0(fc.Consume.Max))
 		chk = append(chk, f0(fc.Check.Max))
 	}
 	last := r.Counts[len(r.Counts)-1]
 	c, _ := last.Consume.cpu()
-	now = fmt.Sprintf("max consumes/s with 1..%d nodes: %s; checks/s: %s; CPU per consume at %d nodes: creditd %.0f, Redis masters %.0f, replicas %.0f, Postgres %.0f µs; 3 masters + %d replica each, round-robin client, one 2-core machine",
-		len(r.Counts), strings.Join(cons, " / "), strings.Join(chk, " / "), last.Nodes, c.creditd, c.masters, c.replicas, c.postgres, fleetReplicas)
+	now = fmt.Sprintf("max consumes/s with %s nodes: %s; checks/s: %s; CPU per consume at %d nodes: creditd %.0f, Redis masters %.0f, replicas %.0f µs; 3 masters + %d replica each, round-robin client, one 2-core machine",
+		strings.Join(counts, " / "), strings.Join(cons, " / "), strings.Join(chk, " / "), last.Nodes, c.creditd, c.masters, c.replicas, fleetReplicas)
 	if r.Error != "" {
 		now += " (then failed: " + r.Error + ")"
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,21 @@ func TestFleetCounts(t *testing.T) {
 		if got := fmt.Sprint(fleetCounts(tc.quick)); got != tc.want {
 			t.Errorf("fleetCounts(quick=%v) = %s, want %s", tc.quick, got, tc.want)
 		}
+	}
+}
+
+// TestFleetScaleGoal: the goal row names the node counts measured, not
+// their number.
+func TestFleetScaleGoal(t *testing.T) {
+	run := func(max float64) FleetRun {
+		return FleetRun{Max: max, Run: &RunResult{OK: 100, Seconds: 1}, CPU: CPUSample{"creditd 1": 0.03}}
+	}
+	r := &FleetScaleResult{Counts: []FleetCount{{Nodes: 1, Consume: run(1000), Check: run(9000)}, {Nodes: 3, Consume: run(800), Check: run(7000)}}}
+	now, ok := fleetScaleGoal(r)
+	if want := "max consumes/s with 1 / 3 nodes: 1000 / 800; checks/s: 9000 / 7000; CPU per consume at 3 nodes: creditd 300,"; !ok || !strings.HasPrefix(now, want) {
+		t.Fatalf("goal row %q (ok %v), want it to start %q", now, ok, want)
+	}
+	if now, ok := fleetScaleGoal(&FleetScaleResult{Error: "boom"}); ok || now != "failed: boom" {
+		t.Fatalf("failed run's row %q (ok %v)", now, ok)
 	}
 }
