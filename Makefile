@@ -24,7 +24,7 @@ fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (
 fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)
 	scripts/fleet.sh stop
 
-test: ## vet, gofmt check, go test -race on single Redis, then again on a 3-master Redis Cluster
+test: ## vet, gofmt check, go test -race on single Redis, then again on a Redis Cluster of 3 masters with a replica each
 	GO=$(GO) scripts/test.sh
 
 hostile: ## Long hostile-input property run: CREDITD_HOSTILE_N requests (default 20000), CREDITD_HOSTILE_SEED

@@ -188,5 +188,11 @@ func (r *Results) computeTargets() {
 	} else {
 		none(ackName, "measured")
 	}
+	const fleetName = "fleet scale: max consume and check with 1 to 3 creditd nodes on a 3-master Redis Cluster (issue 11)"
+	if now, ok := fleetScaleGoal(r.FleetScale); ok || r.FleetScale != nil {
+		add(fleetName, "measured", now, nil)
+	} else {
+		none(fleetName, "measured")
+	}
 	r.Goals = gs
 }

@@ -11,6 +11,7 @@
 //	go run ./bench [-quick] [-duration 15s] [-customers 1000] [-scenarios check,consume,...] [-hot]
 //	go run ./bench -scenario worst   # the worst allowed input alone (invariant 13)
 //	go run ./bench -scenario replica-ack # consume with replica acks off and on, private master + replica
+//	go run ./bench -scenario fleet-scale # consume and check on 1, 2, 3 creditd nodes, private Redis Cluster
 //	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 package main
@@ -98,8 +99,8 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,gauge,reserve,usage,mixed,worst,replica-ack,memory,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"); worst, replica-ack, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,gauge,reserve,usage,mixed,worst,replica-ack,fleet-scale,memory,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"); worst, replica-ack, fleet-scale, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
 	flag.DurationVar(&o.MemoryDuration, "memory-duration", 0, "length of the memory scenario (default 3m; -quick 30s)")
@@ -301,6 +302,9 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.has("replica-ack") && ctx.Err() == nil {
 		b.replicaAck(ctx)
+	}
+	if o.has("fleet-scale") && ctx.Err() == nil {
+		b.fleetScale(ctx)
 	}
 	if o.needsCustomers() {
 		b.ledger(ctx)

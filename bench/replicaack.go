@@ -78,6 +78,11 @@ func (b *Bench) replicaAckRun(ctx context.Context, r *ReplicaAckResult) error {
 	}
 	defer master.Stop()
 	host, port, _ := net.SplitHostPort(master.Addr)
+	// The master starts its first full sync at once, not after Redis' 5 s
+	// wait for more replicas.
+	if err := master.rdb.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		return err
+	}
 	replica, err := startPrivateRedis(ctx, filepath.Join(b.tmp, "redis-ack-replica.log"), "--replicaof", host, port)
 	if err != nil {
 		return err

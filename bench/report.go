@@ -31,6 +31,7 @@ type Results struct {
 	Worst          *WorstResult      `json:"worst_allowed_input,omitempty"`
 	Memory         *MemoryResult     `json:"memory,omitempty"`
 	ReplicaAck     *ReplicaAckResult `json:"replica_ack,omitempty"`
+	FleetScale     *FleetScaleResult `json:"fleet_scale,omitempty"`
 	Goals          []Goal            `json:"goals"`
 	Warnings       []string          `json:"warnings,omitempty"`
 	Errors         []string          `json:"errors,omitempty"`
@@ -265,6 +266,9 @@ func markdown(r *Results, rel string) string {
 
 	if r.ReplicaAck != nil {
 		replicaAckMarkdown(w, r.ReplicaAck)
+	}
+	if r.FleetScale != nil {
+		fleetScaleMarkdown(w, r.FleetScale)
 	}
 	if wr := r.Worst; wr != nil {
 		w("\n## Worst allowed input (issue 9, invariant 13)\n\n")

@@ -3,13 +3,18 @@
 #   1. Redis and Postgres (scripts/services.sh; installs them when missing);
 #   2. go vet ./... and a gofmt check;
 #   3. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
-#   4. go test -race again on a private 3-master Redis Cluster
-#      (TEST_REDIS_CLUSTER), always stopped afterwards.
-# Exits non-zero on the first failure.
+#   4. go test -race again on a private Redis Cluster of 3 masters with one
+#      replica each (TEST_REDIS_CLUSTER), always stopped afterwards: the
+#      fleet's topology, so every money operation of the suite also waits
+#      for a replica (CREDITD_REPLICA_ACKS auto, issue 11).
+# Each test phase prints how long it took. Exits non-zero on the first
+# failure.
 #
 # Environment: TEST_REDIS_URL / TEST_DATABASE_URL, when set, name the servers
 # to use instead; GO_TEST_FLAGS adds go test flags (say -run or -v);
-# TEST_PKGS picks packages (default ./...).
+# TEST_PKGS picks packages (default ./...); TEST_REDIS_CLUSTER_REPLICAS is
+# the replicas per master of the cluster phase (default 1; 0 is the old
+# replica-less cluster).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -67,15 +72,20 @@ if [[ -n $unformatted ]]; then
 fi
 
 step "go test -race (single Redis)"
+t0=$SECONDS
 run "$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+echo "single Redis phase: $((SECONDS - t0)) s" >&2
 
-step "go test -race (Redis Cluster)"
+replicas=${TEST_REDIS_CLUSTER_REPLICAS:-1}
+step "go test -race (Redis Cluster, 3 masters x $replicas replica(s))"
+t0=$SECONDS
 cluster=$data/cluster-$$
 cleanup() { scripts/redis-cluster.sh stop "$cluster" || true; rm -rf "$cluster"; }
 trap cleanup EXIT
-TEST_REDIS_CLUSTER=$(scripts/redis-cluster.sh start "$cluster")
+TEST_REDIS_CLUSTER=$(REDIS_CLUSTER_REPLICAS=$replicas scripts/redis-cluster.sh start "$cluster")
 export TEST_REDIS_CLUSTER
 echo "TEST_REDIS_CLUSTER=$TEST_REDIS_CLUSTER" >&2
 run "$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
+echo "Redis Cluster phase: $((SECONDS - t0)) s (cluster start included)" >&2
 
 step "all passed"

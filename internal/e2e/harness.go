@@ -155,6 +155,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
 		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
+		ReplicaAckTimeout: testenv.ReplicaAckTimeout,
 	}, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -346,7 +347,10 @@ func StartProcess(t testing.TB, env ...string) *Process {
 	t.Helper()
 	port := testenv.FreePort(t)
 	p := &Process{t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", port),
-		env: append(append(os.Environ(), env...), fmt.Sprintf("CREDITD_ADDR=127.0.0.1:%d", port),
+		// The test's own env comes after the replica-ack timeout (the
+		// last value of a name wins), so a test can set another.
+		env: append(append(append(os.Environ(), "CREDITD_REPLICA_ACK_TIMEOUT="+testenv.ReplicaAckTimeout.String()), env...),
+			fmt.Sprintf("CREDITD_ADDR=127.0.0.1:%d", port),
 			"CREDITD_ADMIN_TOKEN="+AdminToken, "CREDITD_WEBHOOK_ALLOW_PRIVATE=true", "LOG_LEVEL=warn")}
 	p.start()
 	t.Cleanup(p.Kill)

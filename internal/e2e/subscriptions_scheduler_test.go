@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/testenv"
 	"github.com/creditd/creditd/persist"
 )
 
@@ -26,7 +27,8 @@ func TestSchedulerTwoProcessesCatchUp(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	second := app.New(s.Redis, pool, app.Config{RedisPrefix: s.Prefix, Consumer: "e2e-2", Clock: clock,
-		SweepInterval: 50 * time.Millisecond, SchedulerInterval: 20 * time.Millisecond}, zerolog.New(io.Discard))
+		SweepInterval: 50 * time.Millisecond, SchedulerInterval: 20 * time.Millisecond,
+		ReplicaAckTimeout: testenv.ReplicaAckTimeout}, zerolog.New(io.Discard))
 	second.Start()
 	t.Cleanup(func() { second.Stop(0) })
 

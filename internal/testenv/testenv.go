@@ -38,6 +38,16 @@ func RandomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ReplicaAckTimeout is the replica acknowledgement timeout of every creditd
+// a test runs (app.Config.ReplicaAckTimeout, CREDITD_REPLICA_ACK_TIMEOUT).
+// Production's 50 ms (lua.DefaultReplicaAckTimeout) assumes a replica with
+// a core of its own; on a shared test machine a replica waits tens of ms
+// for a core now and then (1 WAIT in 30,000 ran out at 50 ms with the load
+// average at 10-14 on 2 cores), which would turn a test's money call on the
+// cluster with replicas into a 503. A wait that runs out is still a 503: a
+// test that stalls its replica (RedisServer.Pause) sees it after this long.
+const ReplicaAckTimeout = time.Second
+
 // RedisURL is the single-Redis URL tests use.
 func RedisURL() string {
 	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
@@ -277,9 +287,14 @@ func StartRedisReplica(t testing.TB, master *RedisServer, extra ...string) *Redi
 	if err != nil {
 		t.Fatalf("testenv: master address %q: %v", master.Addr, err)
 	}
-	r := StartRedisServer(t, append([]string{"--replicaof", host, port}, extra...)...)
 	c := redis.NewClient(&redis.Options{Addr: master.Addr})
 	defer c.Close()
+	// The master's first full sync would wait Redis' default 5 s for more
+	// replicas to join (repl-diskless-sync-delay): start it at once.
+	if err := c.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatalf("testenv: master %s: %v", master.Addr, err)
+	}
+	r := StartRedisServer(t, append([]string{"--replicaof", host, port}, extra...)...)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		info, err := c.Info(context.Background(), "replication").Result()
