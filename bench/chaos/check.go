@@ -33,8 +33,13 @@ type pgState struct {
 	customers map[string]string // external id -> id
 	opsByKey  map[string][]string
 	opDelta   map[string]int64
-	account   map[string]int64 // customer id -> balance
-	ledger    map[string]int64 // customer id -> sum of deltas
+	opInfo    map[string]string // op id -> "vN at time"
+	// forks are (customer, account version) pairs that two operations
+	// claim: Redis applied a version, lost it in a failover and applied
+	// the same version again, and Postgres kept both.
+	forks   []string
+	account map[string]int64 // customer id -> balance
+	ledger  map[string]int64 // customer id -> sum of deltas
 }
 
 func readPostgres(ctx context.Context, dbURL, tenant string) (*pgState, error) {
@@ -43,7 +48,7 @@ func readPostgres(ctx context.Context, dbURL, tenant string) (*pgState, error) {
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	s := &pgState{customers: map[string]string{}, opsByKey: map[string][]string{}, opDelta: map[string]int64{},
+	s := &pgState{customers: map[string]string{}, opsByKey: map[string][]string{}, opDelta: map[string]int64{}, opInfo: map[string]string{},
 		account: map[string]int64{}, ledger: map[string]int64{}}
 	scan := func(q string, row func(rows pgx.Rows) error) error {
 		rows, err := conn.Query(ctx, q, tenant)
@@ -69,14 +74,27 @@ func readPostgres(ctx context.Context, dbURL, tenant string) (*pgState, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("customers: %w", err)
 	}
-	if err := scan(`SELECT idempotency_key, op_id::text FROM operations WHERE tenant_id = $1`, func(rows pgx.Rows) error {
-		if err := rows.Scan(&a, &b); err != nil {
+	var at time.Time
+	if err := scan(`SELECT idempotency_key, op_id::text, account_version, created_at FROM operations WHERE tenant_id = $1 ORDER BY created_at`, func(rows pgx.Rows) error {
+		if err := rows.Scan(&a, &b, &n, &at); err != nil {
 			return err
 		}
 		s.opsByKey[a] = append(s.opsByKey[a], b)
+		s.opInfo[b] = fmt.Sprintf("account version %d at %s", n, at.UTC().Format("15:04:05.000"))
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("operations: %w", err)
+	}
+	var keys string
+	if err := scan(`SELECT customer_id::text, account_version, string_agg(idempotency_key || ' ' || to_char(created_at AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), ', ' ORDER BY created_at)
+		FROM operations WHERE tenant_id = $1 GROUP BY customer_id, account_version HAVING count(*) > 1`, func(rows pgx.Rows) error {
+		if err := rows.Scan(&a, &n, &keys); err != nil {
+			return err
+		}
+		s.forks = append(s.forks, fmt.Sprintf("customer %s version %d: %s", a, n, keys))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("operation versions: %w", err)
 	}
 	if err := scan(`SELECT op_id::text, sum(delta)::bigint FROM ledger_entries WHERE tenant_id = $1 GROUP BY op_id`, func(rows pgx.Rows) error {
 		if err := rows.Scan(&a, &n); err != nil {
@@ -132,7 +150,7 @@ func compareKeys(ops []*Op, pg *pgState) keyFindings {
 		case len(ids) > 1:
 			var sums []string
 			for _, id := range ids {
-				sums = append(sums, fmt.Sprintf("%s:%d", id, pg.opDelta[id]))
+				sums = append(sums, fmt.Sprintf("op %s delta %d %s", id, pg.opDelta[id], pg.opInfo[id]))
 			}
 			k.duplicated = append(k.duplicated, fmt.Sprintf("%s %s %s delta %d (attempts %d): %d operations in Postgres (%s)", op.Key, op.Kind, op.Customer, op.Delta, op.Attempts, len(ids), strings.Join(sums, ", ")))
 		case pg.opDelta[ids[0]] != op.Delta:
@@ -183,6 +201,7 @@ func verify(ctx context.Context, r *RunResult, f *Fleet, api *API, tenant, key s
 	r.check("lost", len(k.lost) == 0, true, "%d of %d acknowledged operations have no operation row (by Idempotency-Key) in Postgres%s", len(k.lost), l.counts.Acknowledged, list(k.lost))
 	r.check("duplicated", len(k.duplicated) == 0, true, "%d idempotency keys with more than one operation in Postgres%s", len(k.duplicated), list(k.duplicated))
 	r.check("amounts", len(k.wrongAmount) == 0, true, "%d acknowledged operations whose ledger entries do not sum to the acknowledged delta%s", len(k.wrongAmount), list(k.wrongAmount))
+	r.check("no account version applied twice", len(pg.forks) == 0, true, "%d (customer, account version) pairs that two operations in Postgres claim: Redis lost a version in a failover after the persister had copied it%s", len(pg.forks), list(pg.forks))
 	r.check("no effect without acknowledgement", len(k.phantom) == 0, true, "%d refused operations with rows in Postgres%s", len(k.phantom), list(k.phantom))
 
 	// Books: the client's sum, Redis, the account row and the ledger.
