@@ -69,7 +69,7 @@ func markdown(r *RunResult) string {
 		}
 	}
 	if fl := r.Flood; fl != nil {
-		w("\n## Rate limit flood\n\nOne API key limited to %d/s (burst %d), GET /v1/customers through HAProxy from 4 clients at 4x the rate for %.1f s while a creditd node was killed and started again: %d 2xx (want %.0f +-10 %%), %d 429, %d other, %d requests.\n",
+		w("\n## Rate limit flood\n\nOne API key limited to %d/s (burst %d), GET /v1/customers through HAProxy from 8 clients at 4x the rate together for %.1f s while a creditd node was killed and started again: %d 2xx (want %.0f +-10 %%), %d 429, %d other, %d requests.\n",
 			fl.PerSecond, fl.Burst, fl.Seconds, fl.OK, fl.Want, fl.Limited, fl.Other, fl.Offered)
 	}
 	w("\n## Failovers\n\n| master killed | pid | replica promoted | promoted after | restarted | back as in-sync replica after |\n|---|---|---|---|---|---|\n")

@@ -197,7 +197,7 @@ func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, tl 
 		}
 		if c == floodCycle {
 			done := make(chan FloodResult, 1)
-			tl.add("rate-limit flood starts: key limited to %d/s (burst %d), 4 clients at 4x that through HAProxy for %s", o.RateLimit, o.Burst, o.Flood)
+			tl.add("rate-limit flood starts: key limited to %d/s (burst %d), 8 clients at 4x that together through HAProxy for %s", o.RateLimit, o.Burst, o.Flood)
 			go func() { done <- flood(ctx, api, rlKey, o.RateLimit, o.Burst, o.Flood) }()
 			if err := restart(); err != nil {
 				return err
