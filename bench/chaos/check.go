@@ -239,8 +239,8 @@ func verify(ctx context.Context, r *RunResult, f *Fleet, api *API, tenant, key s
 			fl.OK, fl.Seconds, fl.PerSecond, fl.Burst, fl.Want, 0.9*fl.Want, 1.1*fl.Want, fl.RatePerS, fl.Limited, fl.Other, 3*fl.Want)
 	}
 	strict := os.Getenv("CHAOS_STRICT_5XX") == "1"
-	r.check("5xx other than 503", l.counts.Other5xx == 0, strict, "%d answers with a 5xx other than 503 (retried with the same key; %d 503s). Gates only with CHAOS_STRICT_5XX=1: issue 11 item 5 (503 while a slot has no master) is separate work",
-		l.counts.Other5xx, l.counts.Got503)
+	r.check("creditd 5xx other than 503", l.counts.Other5xx == 0, strict, "%d answers from creditd with a 5xx other than 503 (retried with the same key; %d 503s, %d HAProxy 502/504 for requests in flight on a killed node). Gates only with CHAOS_STRICT_5XX=1: issue 11 item 5 (503 while a slot has no master) is separate work",
+		l.counts.Other5xx, l.counts.Got503, l.counts.Balancer5xx)
 }
 
 // apiBalance reads a customer's balance through the balancer, retrying

@@ -60,7 +60,10 @@ type Answer struct {
 	Status   int
 	Body     []byte
 	Replayed bool
-	Err      error
+	// FromCreditd: the body is a problem document (JSON), not the
+	// balancer's own HTML error page.
+	FromCreditd bool
+	Err         error
 }
 
 func (a *API) call(ctx context.Context, method, path string, body any, headers ...string) Answer {
@@ -91,7 +94,8 @@ func (a *API) call(ctx context.Context, method, path string, body any, headers .
 	if err != nil {
 		return Answer{Status: 0, Err: err}
 	}
-	return Answer{Status: res.StatusCode, Body: b, Replayed: res.Header.Get("X-Idempotent-Replayed") == "true"}
+	return Answer{Status: res.StatusCode, Body: b, Replayed: res.Header.Get("X-Idempotent-Replayed") == "true",
+		FromCreditd: strings.Contains(res.Header.Get("Content-Type"), "json")}
 }
 
 // outcome classifies an answer to a money request: definitive (2xx, or a
@@ -142,8 +146,11 @@ type Counts struct {
 	Transport    int64            `json:"transport_errors"`
 	ByStatus     map[string]int64 `json:"by_status"`
 	Other5xx     int64            `json:"5xx_other_than_503"`
-	Got503       int64            `json:"503"`
-	InProgress   int64            `json:"409_in_progress"`
+	// Balancer5xx are HAProxy's own 5xx other than 503 (a 502 for a
+	// request in flight on a node killed -9): not creditd's answers.
+	Balancer5xx int64 `json:"balancer_5xx_other_than_503"`
+	Got503      int64 `json:"503"`
+	InProgress  int64 `json:"409_in_progress"`
 	// Answers are the distinct non-2xx answers and how many of each.
 	Answers map[string]int64 `json:"non_2xx_answers"`
 }
@@ -207,6 +214,13 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 		}
 		if a.Status < 200 || a.Status >= 300 {
 			l.sample(a)
+		}
+		if a.Status >= 500 && a.Status != 503 {
+			if a.FromCreditd {
+				l.counts.Other5xx++
+			} else {
+				l.counts.Balancer5xx++
+			}
 		}
 		l.mu.Unlock()
 		if outcome(a) {
@@ -399,9 +413,6 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 	l.counts.ByStatus = map[string]int64{}
 	for s, n := range l.status {
 		l.counts.ByStatus[strconv.Itoa(s)] = n
-		if s >= 500 && s != 503 {
-			l.counts.Other5xx += n
-		}
 		if s == 503 {
 			l.counts.Got503 += n
 		}

@@ -50,7 +50,8 @@ func markdown(r *RunResult) string {
 	w("\n## Counts\n\n| figure | value |\n|---|---|\n")
 	w("| money operations (distinct Idempotency-Keys) | %d |\n| acknowledged (2xx) | %d |\n| of which answered with X-Idempotent-Replayed | %d |\n", c.Sent, c.Acknowledged, c.Replayed)
 	w("| refused (4xx) | %d |\n| unresolved | %d |\n| HTTP requests (attempts) | %d |\n| operations retried | %d |\n| retries | %d |\n", c.Refused, c.Unresolved, c.Requests, c.Retried, c.Retries)
-	w("| 503 answers | %d |\n| 5xx other than 503 | %d |\n| 409 still in progress | %d |\n| transport errors | %d |\n", c.Got503, c.Other5xx, c.InProgress, c.Transport)
+	w("| 503 answers | %d |\n| creditd 5xx other than 503 | %d |\n| HAProxy 5xx other than 503 (in flight on a killed node) | %d |\n| 409 still in progress | %d |\n| transport errors | %d |\n",
+		c.Got503, c.Other5xx, c.Balancer5xx, c.InProgress, c.Transport)
 	var codes []string
 	for s, n := range c.ByStatus {
 		codes = append(codes, fmt.Sprintf("%s: %d", s, n))
