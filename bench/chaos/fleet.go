@@ -415,13 +415,22 @@ type Failover struct {
 	PromotedOK  bool      `json:"promoted_ok"`
 	RejoinedOK  bool      `json:"rejoined_as_replica"`
 	ClusterOKAt time.Time `json:"cluster_ok"`
+	// ReplicaStall is how long the replica was stopped (SIGSTOP) right
+	// before the master's kill, so that the master dies with writes no
+	// replica has: the failover loses them for certain (0: not stalled).
+	ReplicaStall float64 `json:"replica_stall_s,omitempty"`
 }
 
 // failMaster kills -9 the master chosen for cycle i, waits for its
 // replica's promotion and cluster_state:ok, restarts the killed
 // redis-server and waits until it is an in-sync replica; every step goes
 // on the timeline.
-func (f *Fleet) failMaster(ctx context.Context, i int, tl *Timeline) (Failover, error) {
+//
+// With stall > 0 the replica is stopped (SIGSTOP) for stall before the
+// kill and continued right after it: the master keeps applying (and the
+// persister copying) writes the replica never gets, the replica-lag case
+// of a real failover, made certain instead of a few milliseconds' chance.
+func (f *Fleet) failMaster(ctx context.Context, i int, stall time.Duration, tl *Timeline) (Failover, error) {
 	var fo Failover
 	nodes, _, err := f.clusterView(ctx, "")
 	if err != nil {
@@ -433,10 +442,40 @@ func (f *Fleet) failMaster(ctx context.Context, i int, tl *Timeline) (Failover, 
 	}
 	fo.Master, fo.Replica = m.Addr, r.Addr
 	redisDir := filepath.Join(f.dir, "redis")
+	if stall > 0 {
+		// A stopped replica alone loses nothing: on loopback the kernel
+		// still delivers what the master had written to the socket. So the
+		// replica is stopped (it cannot reconnect) and the master drops its
+		// link (CLIENT KILL TYPE replica discards the unsent stream).
+		rpid, err := pidOf(filepath.Join(redisDir, "node-"+port(r.Addr)+".pid"))
+		if err != nil {
+			return fo, err
+		}
+		if err := syscall.Kill(rpid, syscall.SIGSTOP); err != nil {
+			return fo, fmt.Errorf("stop replica %s: %w", r.Addr, err)
+		}
+		defer func() { _ = syscall.Kill(rpid, syscall.SIGCONT) }()
+		mc := redisAt(m.Addr)
+		n, err := mc.ClientKillByFilter(ctx, "TYPE", "replica").Result()
+		mc.Close()
+		if err != nil {
+			return fo, fmt.Errorf("CLIENT KILL TYPE replica on %s: %w", m.Addr, err)
+		}
+		tl.add("replica %s stopped (SIGSTOP, pid %d) and its link dropped by the master (%d link): the master's writes for the next %s reach no replica", r.Addr, rpid, n, stall)
+		sleepCtx(ctx, stall)
+		fo.ReplicaStall = stall.Seconds()
+	}
 	fo.MasterPid, err = killHard(filepath.Join(redisDir, "node-"+port(m.Addr)+".pid"))
 	fo.Killed = time.Now()
 	if err != nil {
 		return fo, err
+	}
+	if stall > 0 {
+		rpid, _ := pidOf(filepath.Join(redisDir, "node-"+port(r.Addr)+".pid"))
+		if err := syscall.Kill(rpid, syscall.SIGCONT); err != nil {
+			return fo, fmt.Errorf("continue replica %s: %w", r.Addr, err)
+		}
+		tl.add("replica %s continued (SIGCONT) right after the kill", r.Addr)
 	}
 	tl.add("kill -9 redis master %s (pid %d, slots %s); its replica is %s", m.Addr, fo.MasterPid, strings.Join(m.Slots, " "), r.Addr)
 	fo.PromotedOK = waitFor(ctx, 60*time.Second, func() bool {

@@ -226,7 +226,7 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 		if outcome(a) {
 			break
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			op.Status = 0
 			op.Body = fmt.Sprintf("unresolved after %d attempts; last %d %v %s", op.Attempts, a.Status, a.Err, trunc(a.Body))
 			l.record(op)
@@ -382,6 +382,14 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 			rng := rand.New(rand.NewPCG(uint64(w)+1, uint64(time.Now().UnixNano())))
 			next := time.Now().Add(time.Duration(rng.Int64N(int64(interval))))
 			for n := 0; ; n++ {
+				// Stop first: a worker behind its pace has its tick due at
+				// once, and select would pick between the two at random,
+				// starting new operations after the stop.
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				select {
 				case <-stop:
 					return

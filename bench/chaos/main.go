@@ -34,9 +34,12 @@ type Options struct {
 	RateLimit int
 	Burst     int
 	Flood     time.Duration
-	Out       string
-	Keep      bool
-	Root      string
+	// ReplicaStall stops the last cycle's replica this long before its
+	// master is killed (0: every failover is a plain kill -9).
+	ReplicaStall time.Duration
+	Out          string
+	Keep         bool
+	Root         string
 }
 
 func main() {
@@ -51,6 +54,7 @@ func main() {
 	flag.IntVar(&o.RateLimit, "rate-limit", 50, "R: requests per second of the rate-limited API key flooded during the chaos")
 	flag.IntVar(&o.Burst, "burst", 10, "the rate-limited key's burst")
 	flag.DurationVar(&o.Flood, "flood", 10*time.Second, "length of the rate-limit flood")
+	flag.DurationVar(&o.ReplicaStall, "replica-stall", 0, "the last cycle stops its replica (SIGSTOP) this long before killing the master, so the failover certainly loses writes the persister may have copied (0: off)")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory of the reports")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the fleet's data directory and database even when the run passes (a failing run keeps them always)")
 	flag.Parse()

@@ -26,8 +26,11 @@ type RunResult struct {
 	Drain     Drain        `json:"drain"`
 	Checks    []Check      `json:"checks"`
 	Problems  []string     `json:"problems,omitempty"`
-	Error     string       `json:"error,omitempty"`
-	Kept      string       `json:"kept,omitempty"`
+	// RetriedOps are the operations that needed more than one attempt,
+	// with their final answers: where a failover's effects show first.
+	RetriedOps []*Op  `json:"retried_operations,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Kept       string `json:"kept,omitempty"`
 }
 
 // NodeKill is one creditd node kill and its restart.
@@ -154,6 +157,11 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	tl.add("load stopping: workers finish the operations they hold")
 	<-loadDone
 	r.Counts = l.counts
+	for _, op := range l.ops {
+		if op.Attempts > 1 {
+			r.RetriedOps = append(r.RetriedOps, op)
+		}
+	}
 	tl.add("load stopped: %d operations, %d acknowledged", r.Counts.Sent, r.Counts.Acknowledged)
 
 	r.Drain = drain(ctx, f, 3*time.Minute)
@@ -208,7 +216,11 @@ func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, tl 
 		} else if !sleepCtx(ctx, time.Second) {
 			return ctx.Err()
 		}
-		fo, err := f.failMaster(ctx, c, tl)
+		var stall time.Duration
+		if c == o.Failovers-1 {
+			stall = o.ReplicaStall
+		}
+		fo, err := f.failMaster(ctx, c, stall, tl)
 		r.Failovers = append(r.Failovers, fo)
 		if err != nil {
 			return err
