@@ -107,6 +107,9 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	r.Setting = fmt.Sprintf("scripts/fleet.sh: 3 creditd nodes behind HAProxy (round robin over /readyz), Redis Cluster 3 masters + 3 replicas "+
 		"(AOF everysec, cluster-node-timeout 5000 ms), CREDITD_REPLICA_ACKS at its default; %d workers offering %.0f money operations/s "+
 		"(25 %% grants, 25 %% adjusts, 50 %% consumes) over %d customers; %s", o.Workers, o.Rate, o.Customers, machine())
+	if o.ReplicaStall > 0 {
+		r.Setting += fmt.Sprintf("; the last failover's replica stopped and cut off %s before its master's kill (-replica-stall %s)", o.ReplicaStall, o.ReplicaStall)
+	}
 	api := newAPI(f.URL)
 
 	// Tenants: one for the load (limit raised out of the way), one for the
