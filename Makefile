@@ -7,7 +7,7 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: help build run test lint clean bench hostile fleet fleet-stop
+.PHONY: help build run test lint clean bench hostile fleet fleet-stop chaos
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +20,9 @@ run: build ## Build, ensure Redis+Postgres (installing when missing), run credit
 
 fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (3 masters + 3 replicas) and Postgres; prints URL and keys
 	scripts/fleet.sh start
+
+chaos: build ## Fleet chaos (issue 11): money load, kill -9 nodes and Redis masters, check nothing lost or doubled; CHAOS_RUNS runs (default 3, ~3 min each); report in bench/results/chaos-*.md
+	$(GO) run ./bench/chaos -runs $${CHAOS_RUNS:-3} $(CHAOS_FLAGS)
 
 fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)
 	scripts/fleet.sh stop

@@ -20,6 +20,10 @@
 #       it). Data stays; `scripts/fleet.sh stop --purge` deletes it.
 #   scripts/fleet.sh status
 #       Says what runs.
+#   scripts/fleet.sh start-node N
+#       Starts creditd node N (1-3) of a running fleet again, with the
+#       command line and address `start` gave it, and waits until it is
+#       ready (`make chaos` kills nodes with kill -9 and restarts them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -122,6 +126,42 @@ fleet_database() {
 	DATABASE_URL=${DATABASE_URL/\/postgres\?//$FLEET_DB?}
 }
 
+# launch_node N ADDR SEEDS DATABASE_URL TOKEN: creditd node N in the
+# background, its pid in its pidfile.
+launch_node() {
+	local i=$1 addr=$2 seeds=$3 db=$4 token=$5
+	log "starting creditd node $i on $addr (log: $FLEET/creditd-$i.log)"
+	# Node 1 makes the dev tenant; the others start once it exists, so
+	# two nodes never race to make two.
+	REDIS_URL=$seeds DATABASE_URL=$db CREDITD_ADDR=$addr \
+		CREDITD_ADMIN_TOKEN=$token CREDITD_INSTANCE=fleet-$i \
+		CREDITD_DEV=$([[ $i == 1 ]] && echo 1 || echo 0) CREDITD_DEV_FILE=$FLEET/dev-tenant.json \
+		CREDITD_WEBHOOK_ALLOW_PRIVATE=true \
+		setsid bin/creditd serve </dev/null >>"$FLEET/creditd-$i.log" 2>&1 &
+	echo $! >"$(node_pid "$i")"
+}
+
+# cmd_start_node N: node N again, as cmd_start started it.
+cmd_start_node() {
+	local i=${1:-} pid token
+	[[ $i =~ ^[1-9]$ ]] && ((i <= NODES)) || die "usage: $0 start-node N (1-$NODES)"
+	[[ -s $FLEET/creditd-$i.addr && -s $FLEET/database-url && -s $FLEET/redis/seeds ]] ||
+		die "no fleet started in $FLEET"
+	if pid_alive "$(node_pid "$i")" creditd; then
+		pid=$(<"$(node_pid "$i")")
+		# A killed node nobody reaped yet is a zombie: dead.
+		[[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] || die "creditd node $i still runs (pid $pid)"
+	fi
+	token=${CREDITD_ADMIN_TOKEN:-$(cat "$FLEET/admin-token" 2>/dev/null || true)}
+	[[ -n $token ]] || die "no admin token: set CREDITD_ADMIN_TOKEN as for start"
+	local addr
+	addr=$(<"$FLEET/creditd-$i.addr")
+	launch_node "$i" "$addr" "$(<"$FLEET/redis/seeds")" "$(<"$FLEET/database-url")" "$token"
+	wait_ready "http://$addr/readyz" 60 ||
+		{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready after 60 s"; }
+	log "creditd node $i ready on $addr"
+}
+
 cmd_start() {
 	[[ -x bin/creditd ]] || die "bin/creditd missing; run \`make fleet\` (it builds first)"
 	have curl || die "curl is needed to check the nodes (Debian/Ubuntu: sudo apt-get install curl)"
@@ -162,6 +202,8 @@ cmd_start() {
 		[[ -s $tokenfile ]] || (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$tokenfile")
 		token=$(<"$tokenfile")
 	fi
+	# start-node reads the database back (the seeds and token have files).
+	(umask 077 && echo "$DATABASE_URL" >"$FLEET/database-url")
 	local i p addrs=()
 	for ((i = 1; i <= NODES; i++)); do
 		while :; do
@@ -170,15 +212,8 @@ cmd_start() {
 		done
 		addrs+=("127.0.0.1:$p")
 		echo "127.0.0.1:$p" >"$FLEET/creditd-$i.addr"
-		log "starting creditd node $i on 127.0.0.1:$p (log: $FLEET/creditd-$i.log)"
-		# Node 1 makes the dev tenant; the others start once it exists, so
-		# two nodes never race to make two.
-		REDIS_URL=$seeds DATABASE_URL=$DATABASE_URL CREDITD_ADDR=127.0.0.1:$p \
-			CREDITD_ADMIN_TOKEN=$token CREDITD_INSTANCE=fleet-$i \
-			CREDITD_DEV=$([[ $i == 1 ]] && echo 1 || echo 0) CREDITD_DEV_FILE=$FLEET/dev-tenant.json \
-			CREDITD_WEBHOOK_ALLOW_PRIVATE=true \
-			setsid bin/creditd serve </dev/null >"$FLEET/creditd-$i.log" 2>&1 &
-		echo $! >"$(node_pid "$i")"
+		: >"$FLEET/creditd-$i.log"
+		launch_node "$i" "127.0.0.1:$p" "$seeds" "$DATABASE_URL" "$token"
 		if [[ $i == 1 ]]; then
 			wait_ready "http://127.0.0.1:$p/readyz" 60 ||
 				{ tail -n 20 "$FLEET/creditd-1.log" >&2; die "creditd node 1 is not ready after 60 s"; }
@@ -225,5 +260,6 @@ case ${1:-start} in
 start) cmd_start ;;
 stop) shift; cmd_stop "$@" ;;
 status) cmd_status ;;
-*) die "usage: $0 start|stop [--purge]|status" ;;
+start-node) cmd_start_node "${2:-}" ;;
+*) die "usage: $0 start|stop [--purge]|status|start-node N" ;;
 esac

@@ -13,6 +13,11 @@
 #       policy (default: no persistence, as tests need none).
 #   scripts/redis-cluster.sh stop DIR
 #       Stops the nodes by their pidfiles in DIR. Data stays; delete DIR.
+#   scripts/redis-cluster.sh restart-node DIR PORT
+#       Starts the node of PORT again, as `start` did (same port, node file
+#       and AOF), after it died (`make chaos` kills masters with kill -9): it
+#       rejoins the cluster from its node file, as a replica when its replica
+#       was promoted meanwhile.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,8 +25,8 @@ LOG_TAG=redis-cluster
 # shellcheck source=scripts/lib.sh
 . "$ROOT/scripts/lib.sh"
 
-usage() { die "usage: $0 start|stop DIR"; }
-[[ $# -eq 2 ]] || usage
+usage() { die "usage: $0 start|stop DIR | restart-node DIR PORT"; }
+[[ $# -eq 2 || ($# -eq 3 && $1 == restart-node) ]] || usage
 cmd=$1
 dir=$2
 
@@ -34,6 +39,44 @@ stop() {
 	done
 }
 
+# launch PORT AOF: one cluster node on PORT, data and files under $dir.
+launch() {
+	local p=$1 aof=$2
+	local persist=(--appendonly no --save "")
+	if [[ -n $aof ]]; then
+		persist=(--appendonly yes --appendfsync "$aof" --appendfilename "appendonly-$p.aof"
+			--appenddirname "aof-$p" --save "")
+	fi
+	log "starting node on 127.0.0.1:$p"
+	# --repl-diskless-sync-delay 0: a master's full sync to its replica
+	# starts at once instead of after Redis' default 5 s wait for more
+	# replicas to join (each master has at most a few, all known at create):
+	# the replicas are in sync 5 s sooner at start and after a failover.
+	redis-server --port "$p" --bind 127.0.0.1 --dir "$dir" \
+		--cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
+		--cluster-node-timeout 5000 \
+		--repl-diskless-sync-delay 0 \
+		"${persist[@]}" \
+		--daemonize yes --pidfile "$dir/node-$p.pid" --logfile "$dir/node-$p.log" >&2 ||
+		die "redis-server on port $p failed to start (log: $dir/node-$p.log)"
+}
+
+restart_node() {
+	local p=$1 i
+	[[ $p =~ ^[0-9]+$ && -e $dir/nodes-$p.conf ]] || die "no cluster node of port $p in $dir"
+	if pid_alive "$dir/node-$p.pid" redis; then
+		# A killed node nobody reaped yet is a zombie: dead.
+		[[ $(awk '{print $3}' "/proc/$(<"$dir/node-$p.pid")/stat" 2>/dev/null) == Z ]] ||
+			die "the node of port $p still runs"
+	fi
+	launch "$p" "$(cat "$dir/aof" 2>/dev/null || true)"
+	for ((i = 0; i < 200; i++)); do
+		redis_ping 127.0.0.1 "$p" && return 0
+		sleep 0.1
+	done
+	die "node 127.0.0.1:$p does not answer (log: $dir/node-$p.log)"
+}
+
 start() {
 	ensure_redis_bins || die "redis-server and redis-cli are not installed: install Redis
   (Debian/Ubuntu: sudo apt-get install redis-server)"
@@ -44,16 +87,9 @@ start() {
 
 	local replicas=${REDIS_CLUSTER_REPLICAS:-0} aof=${REDIS_CLUSTER_AOF:-}
 	[[ $replicas =~ ^[0-9]$ ]] || die "REDIS_CLUSTER_REPLICAS=$replicas: want 0-9"
-	local persist=(--appendonly no --save "")
-	if [[ -n $aof ]]; then
-		[[ $aof == everysec || $aof == always ]] || die "REDIS_CLUSTER_AOF=$aof: want everysec or always"
-		persist=(--appendonly yes --appendfsync "$aof" --appendfilename "appendonly-PORT.aof"
-			--appenddirname "aof-PORT" --save "")
-	fi
-	# --repl-diskless-sync-delay 0: a master's full sync to its replica
-	# starts at once instead of after Redis' default 5 s wait for more
-	# replicas to join (each master has at most a few, all known at create):
-	# the replicas are in sync 5 s sooner at start and after a failover.
+	[[ -z $aof || $aof == everysec || $aof == always ]] || die "REDIS_CLUSTER_AOF=$aof: want everysec or always"
+	# restart-node starts a node again with the same persistence.
+	echo "$aof" >"$dir/aof"
 	local ports=() p i
 	for ((i = 1; i <= 3 * (1 + replicas); i++)); do
 		while :; do
@@ -64,14 +100,7 @@ start() {
 			break
 		done
 		ports+=("$p")
-		log "starting node on 127.0.0.1:$p"
-		redis-server --port "$p" --bind 127.0.0.1 --dir "$dir" \
-			--cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
-			--cluster-node-timeout 5000 \
-			--repl-diskless-sync-delay 0 \
-			"${persist[@]//PORT/$p}" \
-			--daemonize yes --pidfile "$dir/node-$p.pid" --logfile "$dir/node-$p.log" >&2 ||
-			die "redis-server on port $p failed to start (log: $dir/node-$p.log)"
+		launch "$p" "$aof"
 	done
 
 	for p in "${ports[@]}"; do
@@ -122,5 +151,6 @@ start() {
 case $cmd in
 start) start ;;
 stop) stop ;;
+restart-node) restart_node "$3" ;;
 *) usage ;;
 esac

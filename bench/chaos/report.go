@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// writeReport writes chaos-<stamp>.md and .json under dir.
+func writeReport(dir string, r *RunResult) (md, js string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	md = filepath.Join(dir, "chaos-"+r.Stamp+".md")
+	js = filepath.Join(dir, "chaos-"+r.Stamp+".json")
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	return md, js, os.WriteFile(md, []byte(markdown(r)), 0o644)
+}
+
+// markdown is the run's report.
+func markdown(r *RunResult) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# make chaos: %s (%s)\n\n", r.Verdict(), r.Started.Format("2006-01-02 15:04:05 UTC"))
+	w("Issue 11 item 6. %s. Run length %.0f s. Reproduce: `make chaos` (or `go run ./bench/chaos -runs 1`).\n\n", r.Setting, r.Finished.Sub(r.Started).Seconds())
+	if r.Error != "" {
+		w("**Run error:** %s\n\n", r.Error)
+	}
+	w("## Checks\n\n| check | result | detail |\n|---|---|---|\n")
+	for _, c := range r.Checks {
+		res := "PASS"
+		if !c.Pass {
+			res = "FAIL"
+		}
+		if !c.Gating {
+			res += " (reported, not gating)"
+		}
+		w("| %s | %s | %s |\n", c.Name, res, strings.ReplaceAll(c.Detail, "|", "\\|"))
+	}
+	c := r.Counts
+	w("\n## Counts\n\n| figure | value |\n|---|---|\n")
+	w("| money operations (distinct Idempotency-Keys) | %d |\n| acknowledged (2xx) | %d |\n| of which answered with X-Idempotent-Replayed | %d |\n", c.Sent, c.Acknowledged, c.Replayed)
+	w("| refused (4xx) | %d |\n| unresolved | %d |\n| HTTP requests (attempts) | %d |\n| operations retried | %d |\n| retries | %d |\n", c.Refused, c.Unresolved, c.Requests, c.Retried, c.Retries)
+	w("| 503 answers | %d |\n| creditd 5xx other than 503 | %d |\n| HAProxy 5xx other than 503 (in flight on a killed node) | %d |\n| 409 still in progress | %d |\n| transport errors | %d |\n",
+		c.Got503, c.Other5xx, c.Balancer5xx, c.InProgress, c.Transport)
+	var codes []string
+	for s, n := range c.ByStatus {
+		codes = append(codes, fmt.Sprintf("%s: %d", s, n))
+	}
+	sort.Strings(codes)
+	w("| answers by status | %s |\n", strings.Join(codes, ", "))
+	if len(c.Answers) > 0 {
+		w("\nAnswers other than 2xx to the money load (digits blanked to N):\n\n| count | answer |\n|---|---|\n")
+		var kinds []string
+		for k := range c.Answers {
+			kinds = append(kinds, k)
+		}
+		sort.Slice(kinds, func(i, j int) bool { return c.Answers[kinds[i]] > c.Answers[kinds[j]] })
+		for _, k := range kinds {
+			w("| %d | %s |\n", c.Answers[k], strings.ReplaceAll(k, "|", "\\|"))
+		}
+	}
+	if fl := r.Flood; fl != nil {
+		w("\n## Rate limit flood\n\nOne API key limited to %d/s (burst %d), GET /v1/customers through HAProxy from 8 clients at 4x the rate together for %.1f s while a creditd node was killed and started again: %d 2xx (want %.0f +-10 %%), %d 429, %d other, %d requests.\n",
+			fl.PerSecond, fl.Burst, fl.Seconds, fl.OK, fl.Want, fl.Limited, fl.Other, fl.Offered)
+	}
+	w("\n## Failovers\n\n| master killed | pid | replica promoted | promoted after | restarted | back as in-sync replica after |\n|---|---|---|---|---|---|\n")
+	for _, fo := range r.Failovers {
+		w("| %s | %d | %s | %s | %s | %s |\n", fo.Master, fo.MasterPid, fo.Replica, since(fo.PromotedOK, fo.Promoted.Sub(fo.Killed).Seconds()),
+			fo.Restarted.Format("15:04:05"), since(fo.RejoinedOK, fo.Rejoined.Sub(fo.Killed).Seconds()))
+	}
+	w("\n## creditd node kills\n\n| node | pid | killed | ready again after |\n|---|---|---|---|\n")
+	for _, nk := range r.NodeKills {
+		w("| %d | %d | %s | %s |\n", nk.Node, nk.Pid, nk.Killed.Format("15:04:05"), since(nk.Ready, nk.Restarted.Sub(nk.Killed).Seconds()))
+	}
+	w("\n## Timeline\n\n| UTC | +s | event |\n|---|---|---|\n")
+	for _, e := range r.Timeline {
+		w("| %s | %.1f | %s |\n", e.Time.Format("15:04:05.0"), e.At, strings.ReplaceAll(e.What, "|", "\\|"))
+	}
+	if len(r.Problems) > 0 {
+		w("\n## Problems (first 50)\n\n")
+		for i, p := range r.Problems {
+			if i == 50 {
+				break
+			}
+			w("- %s\n", p)
+		}
+	}
+	if r.Kept != "" {
+		w("\nKept for inspection: %s.\n", r.Kept)
+	}
+	return b.String()
+}
+
+func since(ok bool, s float64) string {
+	if !ok {
+		return "not within the limit"
+	}
+	return fmt.Sprintf("%.1f s", s)
+}
