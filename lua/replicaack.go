@@ -41,6 +41,16 @@ type replicaCount struct {
 	n       atomic.Int64
 	checked atomic.Int64 // unix ns of the last INFO
 	busy    atomic.Bool  // an INFO is under way
+	// had: this master was once seen with a replica. From then on it
+	// counts at least one, whatever INFO says at that second: a replica
+	// whose link is down counts none, and acknowledging without it would
+	// lose the operations if the master then died (make chaos's replica
+	// stall found it). Its writes answer 503 until a replica is back
+	// (durability first); a fleet that drops replication for good sets
+	// CREDITD_REPLICA_ACKS=0. A master promoted a moment ago was never
+	// seen with one, so it acknowledges alone until its replica rejoins:
+	// only a second failure inside that window could lose an operation.
+	had atomic.Bool
 }
 
 // WithReplicaAcks makes every money operation wait, after its script, until
@@ -117,6 +127,11 @@ func (rc *replicaCount) refresh(ctx context.Context, node *redis.Client) {
 	n := int64(0)
 	if info, err := node.Info(ctx, "replication").Result(); err == nil {
 		n = connectedReplicas(info)
+	}
+	if n > 0 {
+		rc.had.Store(true)
+	} else if rc.had.Load() {
+		n = 1
 	}
 	rc.n.Store(n)
 	rc.checked.Store(time.Now().UnixNano())

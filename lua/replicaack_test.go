@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,5 +153,65 @@ func TestReplicaAckCost(t *testing.T) {
 		q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))].Round(time.Microsecond) }
 		t.Logf("%-7s %d workers: %6.0f consumes/s, p50 %v p99 %v max %v", mode.name, workers,
 			float64(len(lat))/dur.Seconds(), q(0.5), q(0.99), lat[len(lat)-1].Round(time.Microsecond))
+	}
+}
+
+// TestReplicaGoneStillWaited: auto mode, once it saw a master with a
+// replica, keeps waiting for one when the replica stalls (its link silent)
+// and when it is gone (the master counts 0 connected): a money operation
+// then answers ErrNotReplicated, never an acknowledgement a failover of
+// that master could take back. A retry once the replica is back replays.
+func TestReplicaGoneStillWaited(t *testing.T) {
+	t.Parallel()
+	rdb, replica := replicated(t)
+	ctx := context.Background()
+	prefix := "rs" + testenv.RandomSuffix()
+	// Funded with a patient wait (a loaded box can take 30 ms to ack);
+	// measured with a short one.
+	funding := bundle{store: NewStore(rdb, prefix).WithReplicaAcks(ReplicaAcksAuto, 2*time.Second), rdb: rdb, real: true}
+	c, _ := funding.funded(t)
+	auto := bundle{store: NewStore(rdb, prefix).WithReplicaAcks(ReplicaAcksAuto, 30*time.Millisecond), rdb: rdb, real: true}
+	if n := auto.store.replicasOf(ctx, rdb); n != 1 {
+		t.Fatalf("auto mode saw %d replicas, want 1", n)
+	}
+	replica.Pause()
+	cmd := consumeCmd(c, 1, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+	cmd.IdempotencyKey, cmd.RequestHash = "stall-1", "h"
+	if _, err := auto.store.Consume(ctx, cmd); !errors.Is(err, engine.ErrNotReplicated) {
+		replica.Resume()
+		t.Fatalf("consume with the replica stalled: %v, want ErrNotReplicated", err)
+	}
+	replica.Resume()
+	var res engine.MutationResult
+	var err error
+	for i := 0; i < 50; i++ { // the replica catches up first
+		if res, err = auto.store.Consume(ctx, cmd); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || !res.Replayed {
+		t.Fatalf("retry after the replica came back: %+v %v, want the acknowledged replay", res, err)
+	}
+	// The replica gone (the master counts 0 connected, as a master just
+	// promoted does): auto mode, having seen one, still waits for it.
+	replica.Kill()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		info := rdb.Info(ctx, "replication").Val()
+		if strings.Contains(info, "connected_slaves:0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the master still counts the killed replica: %s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(replicaCountTTL + 100*time.Millisecond)
+	auto.store.replicasOf(ctx, rdb) // the background refresh of the count
+	time.Sleep(100 * time.Millisecond)
+	cmd2 := consumeCmd(c, 1, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+	cmd2.IdempotencyKey, cmd2.RequestHash = "gone-1", "h"
+	if _, err := auto.store.Consume(ctx, cmd2); !errors.Is(err, engine.ErrNotReplicated) {
+		t.Fatalf("consume with the replica gone (count %d): %v, want ErrNotReplicated", auto.store.replicasOf(ctx, rdb), err)
 	}
 }
