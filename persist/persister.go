@@ -308,6 +308,12 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			raw, jerr := json.Marshal(msgs[0].Mutation)
 			if jerr == nil && p.deadLetter(ctx, log, Letter{Partition: part, EntryID: msgs[0].ID, Raw: raw,
 				Reason: err.Error(), Mutation: &msgs[0].Mutation, SQLState: sqlState(err)}) {
+				if sqlState(err) == forkRefused {
+					// Before the rest of the batch: an unfenced fork holds
+					// the account's later entries, a fenced one refuses
+					// those of the forked history.
+					p.fenceForks(ctx, log)
+				}
 				return true
 			}
 		}
@@ -372,11 +378,36 @@ func (p *Persister) refreshHold(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if n > 0 {
+			p.fenceForks(ctx, p.log) // a fence that failed, or a process that died first
+		}
 		p.holdMu.Lock()
 		// A dead letter stored while the count ran bumped holdGen after its
 		// insert committed: keep holding.
 		p.mayHold.Store(n > 0 || gen != p.holdGen)
 		p.holdMu.Unlock()
+	}
+}
+
+// fenceForks fences every fork dead letter no fence covers yet and reloads
+// its account in Redis from Postgres (forks.go), when the writer keeps
+// forks and the outbox is the hot store; a failure is logged and retried
+// at the next hold refresh.
+func (p *Persister) fenceForks(ctx context.Context, log zerolog.Logger) {
+	w, ok := p.writer.(forkWriter)
+	store, ok2 := p.outbox.(engine.ReconcileStore)
+	if !ok || !ok2 {
+		return
+	}
+	forks, err := w.UnfencedForks(ctx)
+	if err != nil {
+		log.Error().Err(err).Msg("fork look-up failed")
+		return
+	}
+	for _, f := range forks {
+		if err := fenceFork(ctx, w, store, f.Customer, p.cfg.Clock, log); err != nil {
+			log.Error().Err(err).Str("customer_id", f.Customer.CustomerID.String()).Msg("fork fence failed; retried at the next hold refresh")
+		}
 	}
 }
 

@@ -153,3 +153,87 @@ func TestReconcileFindsAndMendsRolledBackAccounts(t *testing.T) {
 		})
 	}
 }
+
+// TestPersisterRefusesForkedHistory protects invariants 1 and 14 on the
+// write path. An op L is persisted, then Redis loses it (the account hash
+// restored from a DUMP taken before L, as a promoted replica that never got
+// L), and the forked Redis runs ops at versions Postgres already holds from
+// L. The persister must not take them: Postgres keeps L's state and
+// ledger (books balance), each forked op becomes a dead letter with
+// SQLSTATE 23F01, and the account is reloaded from Postgres, so the next op
+// applies on Postgres' state and persists. A reconcile pass then finds 0
+// differences and the API balance equals the ledger sum.
+func TestPersisterRefusesForkedHistory(t *testing.T) {
+	t.Parallel()
+	s := NewStack(t)
+	tn := s.NewTenant("fork")
+	a := s.as(t, tn.Live)
+	ctx := context.Background()
+	adjust := func(c string, delta int64, reason string) {
+		t.Helper()
+		r := a.post("/v1/customers/"+c+"/credits/adjust", map[string]any{"delta": delta, "source": "manual", "reason": reason})
+		wantStatus(t, r, 200, "adjust "+reason)
+	}
+	for _, tc := range []struct {
+		name   string
+		forked []int64 // deltas of the ops the forked Redis runs
+	}{
+		{"one forked op", []int64{-100}},
+		{"three forked ops", []int64{-100, -10, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := a.newCustomer()
+			a.grant(c, map[string]any{"credits": 1000})
+			s.Drain()
+			key := accountKeyOf(s, c)
+			dump, err := s.Redis.Dump(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			adjust(c, -300, "L")
+			s.Drain()
+			if err := s.Redis.RestoreReplace(ctx, key, 0, dump).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range tc.forked {
+				adjust(c, d, fmt.Sprintf("forked %d", i))
+			}
+			s.Drain()
+
+			// Postgres kept L's history: state and ledger agree, and no
+			// forked op reached the ledger.
+			var balance int64
+			if err := s.Pool.QueryRow(ctx, `SELECT balance FROM credit_accounts WHERE customer_id = $1`, c).Scan(&balance); err != nil {
+				t.Fatal(err)
+			}
+			var forkedEntries, letters int64
+			if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE customer_id = $1 AND reason LIKE 'forked%'`,
+				c).Scan(&forkedEntries); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_dead_letters WHERE customer_id = $1 AND sqlstate = '23F01'`,
+				c).Scan(&letters); err != nil {
+				t.Fatal(err)
+			}
+			if forkedEntries != 0 || balance != 700 {
+				t.Fatalf("postgres took the forked history: balance %d (want 700), %d forked entries", balance, forkedEntries)
+			}
+			if letters < 1 {
+				t.Fatalf("%d fork dead letters, want at least 1", letters)
+			}
+			if got := a.balance(c); got != 700 {
+				t.Fatalf("API balance %d after the fork was fenced, want 700 (reloaded from postgres)", got)
+			}
+
+			// The reloaded account takes writes, and they persist.
+			adjust(c, -50, "after")
+			s.Drain()
+			if got, sum := a.balance(c), ledgerSum(a, c); got != 650 || sum != 650 {
+				t.Fatalf("after the fence: API balance %d, ledger sum %d; want 650", got, sum)
+			}
+			if rep := reconcileOf(t, s, false); rep.Found != 0 {
+				t.Fatalf("reconcile after the fence: %v", rep.First)
+			}
+		})
+	}
+}
