@@ -65,6 +65,15 @@ type ReconcileSource interface {
 	LedgerSums(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error)
 }
 
+// ReconcileFencer is a ReconcileSource that can fence a store's diverged
+// history before a reload: versions up to past storeVersion are refused to
+// the persister from then on, and the account's version moves above them
+// (persist.Store.FenceFork). It returns the fence; ok is false when
+// Postgres holds no account.
+type ReconcileFencer interface {
+	FenceFork(ctx context.Context, c CustomerKey, storeVersion int64) (fenced int64, ok bool, err error)
+}
+
 // ReconcileOptions tune a pass; zero fields take the defaults.
 type ReconcileOptions struct {
 	// PageSize is how many accounts a page reads (default 500).
@@ -287,13 +296,24 @@ func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Di
 			return false, nil
 		}
 	}
-	st, ok, err := src.AccountState(ctx, d.Customer, clock.Now().Add(-AppliedRetention))
+	since := clock.Now().Add(-AppliedRetention)
+	st, ok, err := src.AccountState(ctx, d.Customer, since)
 	if err != nil || !ok {
 		return false, err
 	}
 	if st.Version != d.PostgresVersion {
 		// The persister moved Postgres since: the next pass compares again.
 		return false, nil
+	}
+	if f, ok := src.(ReconcileFencer); ok && d.StoreVersion >= d.PostgresVersion {
+		// The store ran a history of its own up to its version: fence it,
+		// so an entry of it still in flight is refused, never persisted.
+		if _, ok, err := f.FenceFork(ctx, d.Customer, d.StoreVersion); err != nil || !ok {
+			return false, err
+		}
+		if st, ok, err = src.AccountState(ctx, d.Customer, since); err != nil || !ok {
+			return false, err
+		}
 	}
 	wrote, err := store.Reload(ctx, st, d.StoreVersion)
 	if err != nil {
