@@ -85,6 +85,9 @@ type PersisterStats struct {
 	LastBatch time.Duration
 	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
+	// NotReplicated counts batches read again because they had not reached
+	// a replica yet (replica acks on).
+	NotReplicated int64
 	// ReplayedBatches counts Applies that met rows already stored (a
 	// redelivery after a commit) and were written again with ON CONFLICT
 	// statements (0 when the writer does not tell).
@@ -110,7 +113,10 @@ type Persister struct {
 	applyErrors  atomic.Int64
 	lastBatchNS  atomic.Int64
 	deadLettered atomic.Int64
-	dead         DeadLetters
+	// notReplicated counts batches put back because they had not reached a
+	// replica yet.
+	notReplicated atomic.Int64
+	dead          DeadLetters
 	// mayHold is false only while no dead letter is known to be unresolved,
 	// so the hot path skips HeldBehind. Every dead letter sets it and bumps
 	// holdGen under holdMu; the refresh in Run clears it only when the count
@@ -242,9 +248,39 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	}
 }
 
+// replicatedOutbox is an outbox that tells whether what a partition's
+// reads returned has reached the replicas (lua.Store.Replicated).
+type replicatedOutbox interface {
+	Replicated(ctx context.Context, p int) (bool, error)
+}
+
+// notReplicatedWait is how long a partition waits before reading its batch
+// again when the batch had not reached a replica (the WAIT's own timeout
+// comes on top).
+const notReplicatedWait = 50 * time.Millisecond
+
 // persist commits msgs (see apply), then acknowledges them. Nothing is
-// acknowledged before its commit.
+// acknowledged before its commit, and nothing is committed before it
+// reached a replica when the outbox can tell (issue 11: Postgres must not
+// hold an op a failover can take from Redis); such a batch stays pending
+// and is read again.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+	if r, ok := p.outbox.(replicatedOutbox); ok {
+		replicated, err := r.Replicated(ctx, part)
+		if err != nil || !replicated {
+			p.notReplicated.Add(1)
+			if err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Msg("outbox replication check failed; batch read again")
+			}
+			t := time.NewTimer(notReplicatedWait)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			return
+		}
+	}
 	if !p.apply(ctx, log, part, msgs) {
 		return
 	}
@@ -512,6 +548,7 @@ func (p *Persister) Stats() PersisterStats {
 		ApplyErrors:        p.applyErrors.Load(),
 		LastBatch:          time.Duration(p.lastBatchNS.Load()),
 		DeadLettered:       p.deadLettered.Load(),
+		NotReplicated:      p.notReplicated.Load(),
 	}
 }
 
@@ -528,6 +565,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
 	fmt.Fprintf(w, "# HELP creditd_persister_replayed_batches_total Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.\n"+
 		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
+	fmt.Fprintf(w, "# HELP creditd_persister_unreplicated_batches_total Outbox batches read again because they had not reached a replica yet.\n"+
+		"# TYPE creditd_persister_unreplicated_batches_total counter\ncreditd_persister_unreplicated_batches_total %d\n", s.NotReplicated)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }
