@@ -119,9 +119,9 @@ func (s *Store) HeldBehind(ctx context.Context, customers []uuid.UUID) (map[uuid
 	// from Postgres and the ops on it since persist as usual (forks.go).
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (d.customer_id) d.customer_id, d.id
 		FROM outbox_dead_letters d
-		LEFT JOIN account_forks f ON f.customer_id = d.customer_id
+		LEFT JOIN credit_accounts a ON a.customer_id = d.customer_id
 		WHERE d.resolved_at IS NULL AND d.customer_id = ANY($1)
-		  AND NOT COALESCE(d.account_version <= f.fenced_version AND (d.sqlstate = $2 OR EXISTS (
+		  AND NOT COALESCE(d.account_version <= a.fenced_version AND (d.sqlstate = $2 OR EXISTS (
 			SELECT 1 FROM outbox_dead_letters h WHERE h.id = d.held_by AND h.sqlstate = $2)), false)
 		ORDER BY d.customer_id, d.account_version, d.id`, customers, forkRefused)
 	if err != nil {

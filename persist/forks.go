@@ -41,11 +41,10 @@ type ForkedMutation struct {
 }
 
 // FenceFork fences c's fork above storeVersion, the version the forked
-// Redis holds: fenced_version becomes at least storeVersion +
-// forkFenceMargin and the account's version one more (its op_id cleared:
-// no op set it). It returns the account as a reload should write it (with
-// applied operations since appliedSince); ok is false when Postgres has no
-// account.
+// Redis holds: the account's fenced_version becomes at least
+// max(its version, storeVersion) + forkFenceMargin and its version one
+// more (its op_id cleared: no op set it). It returns the fence; ok is
+// false when Postgres has no account.
 func (s *Store) FenceFork(ctx context.Context, c engine.CustomerKey, storeVersion int64) (fenced int64, ok bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var stored int64
@@ -58,14 +57,8 @@ func (s *Store) FenceFork(ctx context.Context, c engine.CustomerKey, storeVersio
 		}
 		ok = true
 		fenced = max(stored, storeVersion) + forkFenceMargin
-		if _, err := tx.Exec(ctx, `INSERT INTO account_forks AS f (customer_id, tenant_id, environment, fenced_version)
-			VALUES ($1, $2, $3, $4)
-			ON CONFLICT (customer_id) DO UPDATE SET fenced_version = GREATEST(f.fenced_version, EXCLUDED.fenced_version),
-				fenced_at = now()`,
-			c.CustomerID, c.TenantID, string(c.Environment), fenced); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE credit_accounts SET version = GREATEST(version, $2 + 1), op_id = NULL
+		_, err := tx.Exec(ctx, `UPDATE credit_accounts SET version = GREATEST(version, $2 + 1), op_id = NULL,
+				fenced_version = GREATEST(fenced_version, $2), fenced_at = now()
 			WHERE customer_id = $1`, c.CustomerID, fenced)
 		return err
 	})
@@ -81,9 +74,8 @@ func (s *Store) UnfencedForks(ctx context.Context) ([]ForkedMutation, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (d.customer_id) d.customer_id, d.tenant_id, a.environment, d.account_version
 		FROM outbox_dead_letters d
 		JOIN credit_accounts a ON a.customer_id = d.customer_id
-		LEFT JOIN account_forks f ON f.customer_id = d.customer_id
 		WHERE d.resolved_at IS NULL AND d.sqlstate = $1
-		  AND (f.fenced_version IS NULL OR f.fenced_version < d.account_version)
+		  AND (a.fenced_version IS NULL OR a.fenced_version < d.account_version)
 		ORDER BY d.customer_id, d.account_version DESC
 		LIMIT $2`, forkRefused, forkScanLimit)
 	if err != nil {
