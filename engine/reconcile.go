@@ -289,12 +289,20 @@ func compareOne(ctx context.Context, src ReconcileSource, store ReconcileStore, 
 // reload replaces the store's state of d's customer with Postgres', fenced
 // on the store version d saw, then compares again; it reports whether the
 // two now agree. A Postgres that disagrees with its own ledger is left for
-// an operator: loading it would spread the error.
+// an operator (loading it would spread the error), and so is a store
+// ahead of Postgres (its ops are still on their way).
 func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Difference, clock Clock) (bool, error) {
 	for _, k := range d.Kinds {
 		if k == DivergenceLedger {
 			return false, nil
 		}
+	}
+	if d.StoreVersion > d.PostgresVersion {
+		// The store is ahead: its outbox entries are not in Postgres yet
+		// (the persister lags, or waits for a replica). A reload would
+		// drop ops that may have been acknowledged; the difference stays
+		// reported until they land.
+		return false, nil
 	}
 	since := clock.Now().Add(-AppliedRetention)
 	st, ok, err := src.AccountState(ctx, d.Customer, since)
@@ -305,9 +313,10 @@ func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Di
 		// The persister moved Postgres since: the next pass compares again.
 		return false, nil
 	}
-	if f, ok := src.(ReconcileFencer); ok && d.StoreVersion >= d.PostgresVersion {
-		// The store ran a history of its own up to its version: fence it,
-		// so an entry of it still in flight is refused, never persisted.
+	if f, ok := src.(ReconcileFencer); ok && d.StoreVersion == d.PostgresVersion {
+		// Same version, other state: the store ran a history of its own.
+		// Fence it, so an entry of it still in flight is refused, never
+		// persisted.
 		if _, ok, err := f.FenceFork(ctx, d.Customer, d.StoreVersion); err != nil || !ok {
 			return false, err
 		}
