@@ -87,7 +87,7 @@ WHERE a.version < EXCLUDED.version`
 // forkCheckSQL refuses a batch holding an op of a second history of an
 // account (SQLSTATE 23F01, migration 015); it runs before the batch writes
 // anything, so a new op's own entries cannot vouch for it.
-const forkCheckSQL = `SELECT credit_fork_check($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[])`
+const forkCheckSQL = `SELECT credit_fork_check($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[], $5::timestamptz[])`
 
 // forkRefused is the SQLSTATE of credit_fork_check.
 const forkRefused = "23F01"
@@ -99,6 +99,7 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 	versions := make([]int64, 0, len(ms))
 	ops := make([]uuid.UUID, 0, len(ms))
 	entries := make([]*uuid.UUID, 0, len(ms))
+	instants := make([]time.Time, 0, len(ms))
 	for i := range ms {
 		m := &ms[i]
 		if m.Usage != nil && m.Usage.Refused {
@@ -113,9 +114,10 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 			first = &id
 		}
 		entries = append(entries, first)
+		instants = append(instants, m.At())
 	}
 	if len(customers) > 0 {
-		b.Queue(forkCheckSQL, customers, versions, ops, entries)
+		b.Queue(forkCheckSQL, customers, versions, ops, entries, instants)
 	}
 }
 

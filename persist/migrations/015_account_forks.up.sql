@@ -22,34 +22,47 @@ ALTER TABLE credit_accounts
 
 -- credit_fork_check raises SQLSTATE 23F01 (an integrity violation: the
 -- persister dead-letters the one Mutation and moves on) when a Mutation
--- (customer, version, op) would write a second history: the account
--- stores that version from another op, or a fence covers it. The arrays
--- are one row per state-changing Mutation of a batch; entries holds the
--- id of each one's first ledger entry (NULL: none), so a replay of an op
--- Postgres already holds is never refused by a fence. It runs before the
--- batch inserts anything.
+-- (customer, version, op, instant) would write a second history:
+--   (a) the account stores that version from another op;
+--   (b) its version is below the stored one, yet it was made more than 2 s
+--       after the stored state (updated_at): within one history versions
+--       and instants grow together, so only a Redis that lost the stored
+--       ops can make it (a late delivery of an older op, after a consumer
+--       died, is older than the stored state; 2 s covers clock skew between
+--       creditd nodes, and a failover takes longer than that to promote a
+--       replica);
+--   (c) a fence covers its version.
+-- (b) and (c) spare an op whose first ledger entry Postgres already holds
+-- (a replay). The arrays are one row per state-changing Mutation of a
+-- batch; entries holds the id of each one's first ledger entry (NULL:
+-- none). It runs before the batch inserts anything.
+--
 -- The accounts are read by customer_id = ANY (one index probe each, in any
 -- plan) and matched to the elements in memory: a join of the unnested
 -- arrays to the table gets a generic plan that may scan it whole.
-CREATE FUNCTION credit_fork_check(customers UUID[], versions BIGINT[], ops UUID[], entries UUID[]) RETURNS void
+CREATE FUNCTION credit_fork_check(customers UUID[], versions BIGINT[], ops UUID[], entries UUID[],
+    instants TIMESTAMPTZ[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     r RECORD;
 BEGIN
     WITH a AS MATERIALIZED (
-        SELECT customer_id, version, op_id, fenced_version FROM credit_accounts WHERE customer_id = ANY(customers)
+        SELECT customer_id, version, op_id, fenced_version, updated_at
+        FROM credit_accounts WHERE customer_id = ANY(customers)
     )
-    SELECT t.customer_id, t.version, t.op, a.version AS stored, a.op_id AS stored_op, a.fenced_version
+    SELECT t.customer_id, t.version, t.op, t.at, a.version AS stored, a.op_id AS stored_op, a.fenced_version,
+        a.updated_at
     INTO r
-    FROM unnest(customers, versions, ops, entries) AS t(customer_id, version, op, entry)
+    FROM unnest(customers, versions, ops, entries, instants) AS t(customer_id, version, op, entry, at)
     JOIN a ON a.customer_id = t.customer_id
     WHERE (a.version = t.version AND a.op_id <> t.op)
-       OR (t.version <= a.fenced_version
+       OR ((t.version <= a.fenced_version
+            OR (t.version < a.version AND t.at > a.updated_at + interval '2 seconds'))
            AND (t.entry IS NULL OR NOT EXISTS (SELECT 1 FROM ledger_entries e WHERE e.id = t.entry)))
     LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'account % forked: op % at version % (postgres holds version % from op %, fenced up to %)',
-            r.customer_id, r.op, r.version, r.stored, r.stored_op, r.fenced_version
+        RAISE EXCEPTION 'account % forked: op % at version % made %, postgres holds version % from op % made % (fenced up to %)',
+            r.customer_id, r.op, r.version, r.at, r.stored, r.stored_op, r.updated_at, r.fenced_version
             USING ERRCODE = '23F01';
     END IF;
 END
