@@ -41,11 +41,16 @@ type backlogReader interface {
 	Backlog(ctx context.Context, p int) (count int64, oldestMS int64, err error)
 }
 
-// reconcile runs one reconcile pass on REDIS_URL and DATABASE_URL.
+// reconcile runs one reconcile pass on REDIS_URL and DATABASE_URL; bad
+// arguments are refused before anything connects.
 func reconcile(args []string) error {
 	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
 		fmt.Println(reconcileUsage)
 		return nil
+	}
+	opts, err := parseReconcileArgs(args, os.Stderr)
+	if err != nil {
+		return err
 	}
 	cfg := loadConfig()
 	log := newLogger(cfg.LogLevel)
@@ -57,13 +62,17 @@ func reconcile(args []string) error {
 	}
 	defer closeAll()
 	store := lua.NewStore(rdb, cfg.RedisPrefix)
-	return runReconcile(ctx, persist.NewStore(pool), store, store, args, os.Stdout, os.Stderr)
+	return runReconcile(ctx, persist.NewStore(pool), store, store, opts, os.Stdout, os.Stderr)
 }
 
-// runReconcile parses args, waits for the outbox to drain, runs the pass
-// and prints its report to out (progress notes to note).
-func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.ReconcileStore, outbox backlogReader,
-	args []string, out, note io.Writer) error {
+// reconcileArgs are the parsed flags of `creditd reconcile`.
+type reconcileArgs struct {
+	pass  engine.ReconcileOptions
+	drain time.Duration
+}
+
+// parseReconcileArgs reads the flags; usage goes to note.
+func parseReconcileArgs(args []string, note io.Writer) (reconcileArgs, error) {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(note)
 	fix := fs.Bool("fix", false, "reload diverged customers from Postgres")
@@ -73,25 +82,32 @@ func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.
 	pageSize := fs.Int("page", engine.DefaultReconcilePage, "accounts per page")
 	fs.Usage = func() { fmt.Fprintln(note, reconcileUsage) }
 	if err := fs.Parse(args); err != nil {
-		return err
+		return reconcileArgs{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0))
+		return reconcileArgs{}, fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0))
 	}
 	if *limit <= 0 || *pageSize <= 0 || *pageSize > 10_000 || *drain < 0 || *confirm < 0 {
-		return errors.New("reconcile: --limit and --page (at most 10000) must be positive, durations not negative")
+		return reconcileArgs{}, errors.New("reconcile: --limit and --page (at most 10000) must be positive, durations not negative")
 	}
-	if *drain > 0 {
-		if left, err := waitDrained(ctx, outbox, *drain); err != nil {
+	return reconcileArgs{drain: *drain, pass: engine.ReconcileOptions{Fix: *fix, Reported: *limit, PageSize: *pageSize,
+		Confirm: *confirm}}, nil
+}
+
+// runReconcile waits for the outbox to drain, runs the pass and prints its
+// report to out (progress notes to note).
+func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.ReconcileStore, outbox backlogReader,
+	opts reconcileArgs, out, note io.Writer) error {
+	if opts.drain > 0 {
+		if left, err := waitDrained(ctx, outbox, opts.drain); err != nil {
 			return err
 		} else if left > 0 {
 			fmt.Fprintf(note, "reconcile: %d outbox entries still pending after %s; differences they explain are confirmed after %s\n",
-				left, *drain, *confirm)
+				left, opts.drain, opts.pass.Confirm)
 		}
 	}
 	start := time.Now()
-	rep, err := engine.Reconcile(ctx, src, store, engine.ReconcileOptions{Fix: *fix, Reported: *limit, PageSize: *pageSize,
-		Confirm: *confirm})
+	rep, err := engine.Reconcile(ctx, src, store, opts.pass)
 	if err != nil {
 		return err
 	}

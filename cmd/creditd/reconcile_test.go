@@ -61,7 +61,11 @@ func TestReconcileCommand(t *testing.T) {
 	}
 	run := func(args ...string) (string, error) {
 		var out, note bytes.Buffer
-		err := runReconcile(ctx, src, store, store, append([]string{"--confirm", "0", "--drain-timeout", "0"}, args...), &out, &note)
+		opts, err := parseReconcileArgs(append([]string{"--confirm", "0", "--drain-timeout", "0"}, args...), &note)
+		if err != nil {
+			return "", err
+		}
+		err = runReconcile(ctx, src, store, store, opts, &out, &note)
 		return out.String(), err
 	}
 	rollBack := func() {
@@ -109,5 +113,41 @@ func TestReconcileCommand(t *testing.T) {
 		if _, err := run(bad...); err == nil || errors.Is(err, errDifferencesLeft) {
 			t.Errorf("args %v: %v, want a usage error", bad, err)
 		}
+	}
+}
+
+// fakeBacklog drains one entry per Backlog round over all partitions.
+type fakeBacklog struct{ left int64 }
+
+func (f *fakeBacklog) Partitions() int { return 2 }
+
+func (f *fakeBacklog) Backlog(_ context.Context, p int) (int64, int64, error) {
+	n := f.left
+	if p == 1 && f.left > 0 {
+		f.left-- // one committed per round
+	}
+	return n, 0, nil
+}
+
+// TestWaitDrained: the drain wait returns 0 as soon as every partition is
+// empty, and the entries left when its timeout passes first.
+func TestWaitDrained(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		backlog  int64
+		timeout  time.Duration
+		wantLeft bool
+	}{
+		{"empty", 0, time.Second, false},
+		{"drains", 2, 5 * time.Second, false},
+		{"times out", 1000, 150 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			left, err := waitDrained(context.Background(), &fakeBacklog{left: tc.backlog}, tc.timeout)
+			if err != nil || (left > 0) != tc.wantLeft {
+				t.Fatalf("left %d, %v; want entries left: %v", left, err, tc.wantLeft)
+			}
+		})
 	}
 }
