@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,6 +325,7 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			ms := make([]engine.Mutation, len(msgs))
 			for i, m := range msgs {
 				ms[i] = m.Mutation
+				ms[i].OutboxMS = streamMS(m.ID)
 			}
 			start := time.Now()
 			if err = p.write(ctx, ms); err == nil {
@@ -569,6 +572,17 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_unreplicated_batches_total counter\ncreditd_persister_unreplicated_batches_total %d\n", s.NotReplicated)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
+}
+
+// streamMS is the millisecond part of a stream id ("<ms>-<seq>"), 0 when
+// it has none.
+func streamMS(id string) int64 {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // backoff doubles a retry wait from minBackoff up to maxBackoff.
