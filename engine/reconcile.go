@@ -150,6 +150,9 @@ type ReconcileReport struct {
 	Found, Fixed int64
 	// First are the first Reported differences, in customer id order.
 	First []Difference
+	// ByKind counts the differing customers by what differed (one
+	// customer counts under each of its kinds).
+	ByKind map[Divergence]int64
 }
 
 // Remaining is the differences left after the pass (Found - Fixed).
@@ -199,6 +202,12 @@ func Reconcile(ctx context.Context, src ReconcileSource, store ReconcileStore, o
 				}
 			}
 			rep.Found++
+			if rep.ByKind == nil {
+				rep.ByKind = map[Divergence]int64{}
+			}
+			for _, k := range d.Kinds {
+				rep.ByKind[k]++
+			}
 			if d.Fixed {
 				rep.Fixed++
 			}

@@ -117,8 +117,18 @@ func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.
 	if rep.Found > int64(len(rep.First)) {
 		fmt.Fprintf(out, "... and %d more\n", rep.Found-int64(len(rep.First)))
 	}
-	fmt.Fprintf(out, "reconcile: %d found, %d reloaded from postgres, %d not in redis (loaded on use), in %s\n",
-		rep.Found, rep.Fixed, rep.NotLoaded, time.Since(start).Round(time.Millisecond))
+	kinds := ""
+	for _, k := range []engine.Divergence{engine.DivergenceVersion, engine.DivergenceBlocks, engine.DivergenceReserved,
+		engine.DivergenceEarned, engine.DivergenceAccountID, engine.DivergenceLedger} {
+		if n := rep.ByKind[k]; n > 0 {
+			kinds += fmt.Sprintf(" %s=%d", k, n)
+		}
+	}
+	if kinds != "" {
+		kinds = " (" + kinds[1:] + ")"
+	}
+	fmt.Fprintf(out, "reconcile: %d found%s, %d reloaded from postgres, %d not in redis (loaded on use), in %s\n",
+		rep.Found, kinds, rep.Fixed, rep.NotLoaded, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "reconcile: %d customers checked, %d differences\n", rep.Checked, rep.Remaining())
 	if rep.Remaining() > 0 {
 		return errDifferencesLeft

@@ -83,10 +83,12 @@ func TestReconcileCommand(t *testing.T) {
 		wantLine string
 		wantErr  error
 		wantCust bool
+		// wantKinds is in the summary line when set.
+		wantKinds string
 	}{
 		{name: "in step", wantLine: "reconcile: 1 customers checked, 0 differences"},
 		{name: "rolled back", before: rollBack, wantLine: "reconcile: 1 customers checked, 1 differences",
-			wantErr: errDifferencesLeft, wantCust: true},
+			wantErr: errDifferencesLeft, wantCust: true, wantKinds: "(version=1 blocks=1)"},
 		{name: "still rolled back without --fix", wantLine: "reconcile: 1 customers checked, 1 differences",
 			wantErr: errDifferencesLeft, wantCust: true},
 		{name: "--fix", args: []string{"--fix"}, wantLine: "reconcile: 1 customers checked, 0 differences", wantCust: true},
@@ -103,6 +105,9 @@ func TestReconcileCommand(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if last := lines[len(lines)-1]; last != tc.wantLine {
 				t.Fatalf("last line %q, want %q; output:\n%s", last, tc.wantLine, out)
+			}
+			if tc.wantKinds != "" && !strings.Contains(out, tc.wantKinds) {
+				t.Fatalf("summary lacks %q; output:\n%s", tc.wantKinds, out)
 			}
 			if got := strings.Contains(out, customer.String()); got != tc.wantCust {
 				t.Fatalf("output names the customer: %v, want %v; output:\n%s", got, tc.wantCust, out)
