@@ -29,8 +29,9 @@ const reconcileUsage = `usage: creditd reconcile [--fix] [--limit N] [--drain-ti
                      so a write the persister has not committed yet is no difference
                      (default 2s)
   --page N           accounts per page (default 500)
-The last line is "reconcile: N customers checked, M differences", M counting the
-differences left (after --fix, those it could not mend); exit status 1 when M > 0.`
+The last line, the only one starting "reconcile:", is "reconcile: N customers checked,
+M differences", M counting the differences left (after --fix, those it could not mend);
+exit status 1 when M > 0.`
 
 // errDifferencesLeft makes the exit status 1 when a pass leaves differences.
 var errDifferencesLeft = errors.New("reconcile: differences left")
@@ -102,7 +103,7 @@ func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.
 		if left, err := waitDrained(ctx, outbox, opts.drain); err != nil {
 			return err
 		} else if left > 0 {
-			fmt.Fprintf(note, "reconcile: %d outbox entries still pending after %s; differences they explain are confirmed after %s\n",
+			fmt.Fprintf(note, "outbox: %d entries still pending after %s; differences they explain are confirmed after %s\n",
 				left, opts.drain, opts.pass.Confirm)
 		}
 	}
@@ -127,7 +128,8 @@ func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.
 	if kinds != "" {
 		kinds = " (" + kinds[1:] + ")"
 	}
-	fmt.Fprintf(out, "reconcile: %d found%s, %d reloaded from postgres, %d not in redis (loaded on use), in %s\n",
+	// Only the last line starts with "reconcile:", for scripts that look for it.
+	fmt.Fprintf(out, "differing customers: %d%s, reloaded from postgres: %d, not in redis (loaded on use): %d, in %s\n",
 		rep.Found, kinds, rep.Fixed, rep.NotLoaded, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "reconcile: %d customers checked, %d differences\n", rep.Checked, rep.Remaining())
 	if rep.Remaining() > 0 {

@@ -106,6 +106,9 @@ func TestReconcileCommand(t *testing.T) {
 			if last := lines[len(lines)-1]; last != tc.wantLine {
 				t.Fatalf("last line %q, want %q; output:\n%s", last, tc.wantLine, out)
 			}
+			if n := strings.Count(out, "reconcile:"); n != 1 {
+				t.Fatalf("%d lines start with reconcile:, want only the last; output:\n%s", n, out)
+			}
 			if tc.wantKinds != "" && !strings.Contains(out, tc.wantKinds) {
 				t.Fatalf("summary lacks %q; output:\n%s", tc.wantKinds, out)
 			}
