@@ -64,6 +64,10 @@ type Mutation struct {
 	Usage           *MutationUsage       `json:"usage,omitempty"`
 	Reservation     *MutationReservation `json:"res,omitempty"`
 	Gauge           *MutationGauge       `json:"gauge,omitempty"`
+	// OutboxMS is the millisecond part of the outbox entry's stream id
+	// (Redis' clock at XADD), set by the persister from the entry it read;
+	// 0 when unknown. It is not part of the wire format.
+	OutboxMS int64 `json:"-"`
 }
 
 // MutationAccount is the account as it stands after a mutation.

@@ -89,6 +89,13 @@ func (c *loadCall) argv() []any {
 // key (Postgres answers their retries); holds finalized reservationKeep or
 // more before now are left out (the scripts would drop them at once).
 func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
+	return s.loadArgsExpecting(c, st, now, "")
+}
+
+// loadArgsExpecting is loadArgs with load.lua's expected version: "" for
+// the version fence, else the decimal version the hash must still hold
+// (-1: absent) to be replaced (a reconcile's reload).
+func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.Time, expect string) error {
 	cust := st.CustomerID
 	if c.n == 0 {
 		p := Partition(cust)
@@ -184,7 +191,7 @@ func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) err
 		score = dec(*soonest)
 	}
 	c.args = append(c.args, dec(st.Version), strconv.Itoa(len(ops)/2), strconv.Itoa(len(fields)/2), member, score,
-		strconv.Itoa(len(holdZ)/2))
+		strconv.Itoa(len(holdZ)/2), expect)
 	c.args = append(c.args, holdZ...)
 	c.args = append(c.args, fields...)
 	c.args = append(c.args, ops...)

@@ -17,10 +17,16 @@
 --   version, op key count k, field count f (name and value pairs),
 --   expiry zset member ("tenant|env|customer") and its score (the soonest
 --   expiry of its blocks with credit; "" removes the member), active hold
---   count h,
+--   count h, expected version x ("" for the version fence; else see below),
 --   then h pairs: hold-expiry zset score and member,
 --   then f pairs: hash field name and value (the first is "v"),
 --   then k pairs: op key TTL ms and mutation JSON
+--
+-- A reload (creditd reconcile --fix) replaces a hash that diverged from
+-- Postgres, whatever its version: it passes the version x it compared, and
+-- the hash is replaced only while it still holds x (-1: absent), so a
+-- script that moved the account since is never overwritten (it is compared
+-- again on the next pass).
 --
 -- Every account is checked before the first write, so malformed input
 -- anywhere in the batch changes nothing. Reply: one integer per account, 1
@@ -32,13 +38,13 @@ local accounts = {}
 local o, k = 1, 2
 for i = 1, count do
   local version, ops, fields, holds = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 6])
-  local score = ARGV[o + 5]
+  local score, expect = ARGV[o + 5], ARGV[o + 7]
   if not version or not ops or not fields or fields < 1 or not holds or not KEYS[k + 1 + ops] or
-      (score ~= '' and not tonumber(score)) then
+      (score ~= '' and not tonumber(score)) or not expect or (expect ~= '' and not tonumber(expect)) then
     return redis.error_reply('BADARG account ' .. i)
   end
-  local a = {key = KEYS[k + 1], version = version, member = ARGV[o + 4], score = score,
-    holds = o + 6, fields = o + 6 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
+  local a = {key = KEYS[k + 1], version = version, member = ARGV[o + 4], score = score, expect = tonumber(expect),
+    holds = o + 7, fields = o + 7 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
   a.opargs = a.fields + 2 * fields
   o = a.opargs + 2 * ops
   k = k + 1 + ops
@@ -52,7 +58,13 @@ if ARGV[o + 1] ~= nil or KEYS[k + 1] ~= nil then return redis.error_reply('BADAR
 local reply, zset = {}, {}
 for i, a in ipairs(accounts) do
   local current = redis.call('HGET', a.key, 'v')
-  if current and tonumber(current) >= a.version then
+  local keep
+  if a.expect then
+    keep = (tonumber(current) or -1) ~= a.expect
+  else
+    keep = current and tonumber(current) >= a.version
+  end
+  if keep then
     reply[i] = 0
   else
     redis.call('DEL', a.key)

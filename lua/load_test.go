@@ -97,15 +97,15 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	ctx := context.Background()
 	keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:2"}
-	good := []any{"3", "0", "1", "t|live|1", "", "0", "v", "3"}
+	good := []any{"3", "0", "1", "t|live|1", "", "0", "", "v", "3"}
 	for _, tc := range []struct {
 		name string
 		bad  []any
 	}{
-		{"version not a number", []any{"x", "0", "1", "t|live|2", "", "0", "v", "x"}},
-		{"short of its fields", []any{"3", "0", "2", "t|live|2", "", "0", "v", "3"}},
-		{"score not a number", []any{"3", "0", "1", "t|live|2", "soon", "0", "v", "3"}},
-		{"names an op key it lacks", []any{"3", "1", "1", "t|live|2", "", "0", "v", "3", "1000", "{}"}},
+		{"version not a number", []any{"x", "0", "1", "t|live|2", "", "0", "", "v", "x"}},
+		{"short of its fields", []any{"3", "0", "2", "t|live|2", "", "0", "", "v", "3"}},
+		{"score not a number", []any{"3", "0", "1", "t|live|2", "soon", "0", "", "v", "3"}},
+		{"names an op key it lacks", []any{"3", "1", "1", "t|live|2", "", "0", "", "v", "3", "1000", "{}"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]any{"2"}, good...), tc.bad...)
@@ -117,7 +117,7 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 			}
 		})
 	}
-	args := append(append([]any{"2"}, good...), "4", "0", "1", "t|live|2", "", "0", "v", "4")
+	args := append(append([]any{"2"}, good...), "4", "0", "1", "t|live|2", "", "0", "", "v", "4")
 	if got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
 		t.Fatalf("well-formed batch: %v, %v", got, err)
 	}
@@ -142,7 +142,7 @@ func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
 			mr := miniredis.RunT(t)
 			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 			keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:1"}
-			args := []any{"2", "3", "0", "1", "t|live|1", tc.first, "0", "v", "3", "4", "0", "1", "t|live|1", tc.second, "0", "v", "4"}
+			args := []any{"2", "3", "0", "1", "t|live|1", tc.first, "0", "", "v", "3", "4", "0", "1", "t|live|1", tc.second, "0", "", "v", "4"}
 			got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice()
 			if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
 				t.Fatalf("load: %v, %v", got, err)

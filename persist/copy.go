@@ -122,7 +122,15 @@ func copySteps(ms []engine.Mutation) ([]copyStep, error) {
 		return nil, err
 	}
 	queueFilledEvents(b, filled)
+	check := &pgx.Batch{}
+	queueForkCheck(check, ms)
+	// The fork check reads the accounts before anything of the batch is in.
 	var steps []copyStep
+	if check.Len() > 0 {
+		steps = append(steps, copyStep{name: "fork check", run: func(ctx context.Context, tx pgx.Tx) error {
+			return tx.SendBatch(ctx, check).Close()
+		}})
+	}
 	copyIn := func(table string, columns []string, n int, row func(i int) []any) {
 		if n == 0 {
 			return

@@ -114,10 +114,16 @@ func (s *Store) DeadLetter(ctx context.Context, l Letter) (int64, error) {
 // HeldBehind maps each of customers with unresolved dead letters to the
 // first of them in replay order (account version, then id).
 func (s *Store) HeldBehind(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (customer_id) customer_id, id
-		FROM outbox_dead_letters
-		WHERE resolved_at IS NULL AND customer_id = ANY($1)
-		ORDER BY customer_id, account_version, id`, customers)
+	// A fenced fork's letters (its refused op and those held behind it,
+	// all of the forked history) hold nothing: the account was reloaded
+	// from Postgres and the ops on it since persist as usual (forks.go).
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (d.customer_id) d.customer_id, d.id
+		FROM outbox_dead_letters d
+		LEFT JOIN credit_accounts a ON a.customer_id = d.customer_id
+		WHERE d.resolved_at IS NULL AND d.customer_id = ANY($1)
+		  AND NOT COALESCE(d.account_version <= a.fenced_version AND (d.sqlstate = $2 OR EXISTS (
+			SELECT 1 FROM outbox_dead_letters h WHERE h.id = d.held_by AND h.sqlstate = $2)), false)
+		ORDER BY d.customer_id, d.account_version, d.id`, customers, forkRefused)
 	if err != nil {
 		return nil, fmt.Errorf("persist: held accounts: %w", err)
 	}

@@ -66,21 +66,61 @@ ON CONFLICT (id) DO UPDATE SET
 	version = EXCLUDED.version
 WHERE b.version < EXCLUDED.version`
 
+// upsertAccountsSQL also stores the op that set the version (op_id) and its
+// outbox entry's stream id milliseconds (outbox_ms, NULL when unknown),
+// which credit_fork_check compares (migration 015).
 const upsertAccountsSQL = `INSERT INTO credit_accounts AS a
 	(customer_id, id, tenant_id, environment, balance, reserved_balance, pending_balance,
-	 lifetime_earned, version, updated_at)
+	 lifetime_earned, version, updated_at, op_id, outbox_ms)
 SELECT customer_id, NULLIF(id, '')::uuid, tenant_id, env, balance, reserved, pending, earned,
-	version, at
+	version, at, op, NULLIF(outbox, 0)
 FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[],
-	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[])
-	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at)
+	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[], $11::uuid[], $12::bigint[])
+	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at, op, outbox)
 ON CONFLICT (customer_id) DO UPDATE SET
 	id = COALESCE(EXCLUDED.id, a.id), tenant_id = EXCLUDED.tenant_id,
 	environment = EXCLUDED.environment, balance = EXCLUDED.balance,
 	reserved_balance = EXCLUDED.reserved_balance, pending_balance = EXCLUDED.pending_balance,
 	lifetime_earned = EXCLUDED.lifetime_earned, version = EXCLUDED.version,
-	updated_at = EXCLUDED.updated_at
+	updated_at = EXCLUDED.updated_at, op_id = EXCLUDED.op_id, outbox_ms = EXCLUDED.outbox_ms
 WHERE a.version < EXCLUDED.version`
+
+// forkCheckSQL refuses a batch holding an op of a second history of an
+// account (SQLSTATE 23F01, migration 015); it runs before the batch writes
+// anything, so a new op's own entries cannot vouch for it.
+const forkCheckSQL = `SELECT credit_fork_check($1::uuid[], $2::bigint[], $3::uuid[], $4::uuid[], $5::bigint[])`
+
+// forkRefused is the SQLSTATE of credit_fork_check.
+const forkRefused = "23F01"
+
+// queueForkCheck queues forkCheckSQL for the state-changing Mutations of
+// ms: all but refusal records, which keep the version they found.
+func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
+	customers := make([]uuid.UUID, 0, len(ms))
+	versions := make([]int64, 0, len(ms))
+	ops := make([]uuid.UUID, 0, len(ms))
+	entries := make([]*uuid.UUID, 0, len(ms))
+	outbox := make([]int64, 0, len(ms))
+	for i := range ms {
+		m := &ms[i]
+		if m.Usage != nil && m.Usage.Refused {
+			continue
+		}
+		customers = append(customers, m.CustomerID)
+		versions = append(versions, m.Account.Version)
+		ops = append(ops, m.OpID)
+		var first *uuid.UUID
+		if len(m.Entries) > 0 {
+			id := engine.EntryID(m.OpID, 0)
+			first = &id
+		}
+		entries = append(entries, first)
+		outbox = append(outbox, m.OutboxMS)
+	}
+	if len(customers) > 0 {
+		b.Queue(forkCheckSQL, customers, versions, ops, entries, outbox)
+	}
+}
 
 // Apply writes ms in one transaction, idempotently (engine.LedgerWriter):
 // operations with an idempotency key and ledger entries (id
@@ -159,6 +199,7 @@ func queueRows(b *pgx.Batch, ms []engine.Mutation, operationsSQL, entriesSQL str
 	if err != nil {
 		return err
 	}
+	queueForkCheck(b, ms)
 	if o := cols.ops; len(o.opID) > 0 {
 		b.Queue(operationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
 	}
@@ -179,7 +220,7 @@ func queueStateAndSections(b *pgx.Batch, cols *applyColumns, ms []engine.Mutatio
 	}
 	a := cols.accounts
 	b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
-		a.earned, a.version, a.at)
+		a.earned, a.version, a.at, a.op, a.outbox)
 	for _, section := range sectionWriters {
 		if err := section.queue(b, ms); err != nil {
 			return fmt.Errorf("%s: %w", section.name, err)
@@ -219,9 +260,10 @@ type applyColumns struct {
 		expires                      []*time.Time
 	}
 	accounts struct {
-		customer, tenant                            []uuid.UUID
+		customer, tenant, op                        []uuid.UUID
 		id, env                                     []string
 		balance, reserved, pending, earned, version []int64
+		outbox                                      []int64
 		at                                          []time.Time
 	}
 }
@@ -393,6 +435,8 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		a.earned = append(a.earned, m.Account.LifetimeEarned)
 		a.version = append(a.version, m.Account.Version)
 		a.at = append(a.at, m.At())
+		a.op = append(a.op, m.OpID)
+		a.outbox = append(a.outbox, m.OutboxMS)
 	}
 	return c, nil
 }

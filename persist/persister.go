@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +101,9 @@ type PersisterStats struct {
 	LastBatch time.Duration
 	// DeadLettered counts outbox entries set aside: refused, undecodable, or held behind one.
 	DeadLettered int64
+	// NotReplicated counts batches read again because they had not reached
+	// a replica yet (replica acks on).
+	NotReplicated int64
 	// ReplayedBatches counts Applies that met rows already stored (a
 	// redelivery after a commit) and were written again with ON CONFLICT
 	// statements (0 when the writer does not tell).
@@ -124,7 +129,10 @@ type Persister struct {
 	applyErrors  atomic.Int64
 	lastBatchNS  atomic.Int64
 	deadLettered atomic.Int64
-	dead         DeadLetters
+	// notReplicated counts batches put back because they had not reached a
+	// replica yet.
+	notReplicated atomic.Int64
+	dead          DeadLetters
 	// mayHold is false only while no dead letter is known to be unresolved,
 	// so the hot path skips HeldBehind. Every dead letter sets it and bumps
 	// holdGen under holdMu; the refresh in Run clears it only when the count
@@ -257,9 +265,39 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 	}
 }
 
+// replicatedOutbox is an outbox that tells whether what a partition's
+// reads returned has reached the replicas (lua.Store.Replicated).
+type replicatedOutbox interface {
+	Replicated(ctx context.Context, p int) (bool, error)
+}
+
+// notReplicatedWait is how long a partition waits before reading its batch
+// again when the batch had not reached a replica (the WAIT's own timeout
+// comes on top).
+const notReplicatedWait = 50 * time.Millisecond
+
 // persist commits msgs (see apply), then acknowledges them. Nothing is
-// acknowledged before its commit.
+// acknowledged before its commit, and nothing is committed before it
+// reached a replica when the outbox can tell (issue 11: Postgres must not
+// hold an op a failover can take from Redis); such a batch stays pending
+// and is read again.
 func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+	if r, ok := p.outbox.(replicatedOutbox); ok {
+		replicated, err := r.Replicated(ctx, part)
+		if err != nil || !replicated {
+			p.notReplicated.Add(1)
+			if err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Msg("outbox replication check failed; batch read again")
+			}
+			t := time.NewTimer(notReplicatedWait)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			return
+		}
+	}
 	if !p.apply(ctx, log, part, msgs) {
 		return
 	}
@@ -361,6 +399,7 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			ms := make([]engine.Mutation, len(msgs))
 			for i, m := range msgs {
 				ms[i] = m.Mutation
+				ms[i].OutboxMS = streamMS(m.ID)
 			}
 			start := time.Now()
 			if err = p.write(ctx, ms); err == nil {
@@ -383,6 +422,12 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			raw, jerr := json.Marshal(msgs[0].Mutation)
 			if jerr == nil && p.deadLetter(ctx, log, Letter{Partition: part, EntryID: msgs[0].ID, Raw: raw,
 				Reason: err.Error(), Mutation: &msgs[0].Mutation, SQLState: sqlState(err)}) {
+				if sqlState(err) == forkRefused {
+					// Before the rest of the batch: an unfenced fork holds
+					// the account's later entries, a fenced one refuses
+					// those of the forked history.
+					p.fenceForks(ctx, log)
+				}
 				return true
 			}
 		}
@@ -447,11 +492,36 @@ func (p *Persister) refreshHold(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if n > 0 {
+			p.fenceForks(ctx, p.log) // a fence that failed, or a process that died first
+		}
 		p.holdMu.Lock()
 		// A dead letter stored while the count ran bumped holdGen after its
 		// insert committed: keep holding.
 		p.mayHold.Store(n > 0 || gen != p.holdGen)
 		p.holdMu.Unlock()
+	}
+}
+
+// fenceForks fences every fork dead letter no fence covers yet and reloads
+// its account in Redis from Postgres (forks.go), when the writer keeps
+// forks and the outbox is the hot store; a failure is logged and retried
+// at the next hold refresh.
+func (p *Persister) fenceForks(ctx context.Context, log zerolog.Logger) {
+	w, ok := p.writer.(forkWriter)
+	store, ok2 := p.outbox.(engine.ReconcileStore)
+	if !ok || !ok2 {
+		return
+	}
+	forks, err := w.UnfencedForks(ctx)
+	if err != nil {
+		log.Error().Err(err).Msg("fork look-up failed")
+		return
+	}
+	for _, f := range forks {
+		if err := fenceFork(ctx, w, store, f.Customer, p.cfg.Clock, log); err != nil {
+			log.Error().Err(err).Str("customer_id", f.Customer.CustomerID.String()).Msg("fork fence failed; retried at the next hold refresh")
+		}
 	}
 }
 
@@ -556,6 +626,7 @@ func (p *Persister) Stats() PersisterStats {
 		ApplyErrors:        p.applyErrors.Load(),
 		LastBatch:          time.Duration(p.lastBatchNS.Load()),
 		DeadLettered:       p.deadLettered.Load(),
+		NotReplicated:      p.notReplicated.Load(),
 	}
 }
 
@@ -572,8 +643,21 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
 	fmt.Fprintf(w, "# HELP creditd_persister_replayed_batches_total Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.\n"+
 		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
+	fmt.Fprintf(w, "# HELP creditd_persister_unreplicated_batches_total Outbox batches read again because they had not reached a replica yet.\n"+
+		"# TYPE creditd_persister_unreplicated_batches_total counter\ncreditd_persister_unreplicated_batches_total %d\n", s.NotReplicated)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
+}
+
+// streamMS is the millisecond part of a stream id ("<ms>-<seq>"), 0 when
+// it has none.
+func streamMS(id string) int64 {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // backoff doubles a retry wait from minBackoff up to maxBackoff.

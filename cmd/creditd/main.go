@@ -5,6 +5,7 @@
 //	creditd migrate   apply database migrations and exit
 //	creditd admin ... operator commands (tenants, API keys, webhooks); see `creditd admin help`
 //	creditd deadletters list|retry|discard  mutations Postgres refused; see `creditd deadletters help`
+//	creditd reconcile [--fix]  compare every customer's Redis state with Postgres; see `creditd reconcile help`
 //
 // Configuration comes from the environment (addendum 11): REDIS_URL,
 // DATABASE_URL, CREDITD_ADDR, CREDITD_ADMIN_TOKEN, LOG_LEVEL and the
@@ -34,11 +35,13 @@ func main() {
 		err = admin(args)
 	case "deadletters":
 		err = deadletters(args)
+	case "reconcile":
+		err = reconcile(args)
 	case "help", "-h", "--help":
-		fmt.Println("usage: creditd [serve|rebuild|migrate|admin ...|deadletters ...]")
+		fmt.Println("usage: creditd [serve|rebuild|migrate|admin ...|deadletters ...|reconcile [--fix]]")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (try: serve, rebuild, migrate, admin, deadletters)", cmd)
+		err = fmt.Errorf("unknown command %q (try: serve, rebuild, migrate, admin, deadletters, reconcile)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "creditd:", err)

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
+	"github.com/creditd/creditd/lua"
+	"github.com/creditd/creditd/persist"
+)
+
+// TestReconcileCommand drives `creditd reconcile` on a real Postgres and
+// Redis holding one account: in step it prints "reconcile: 1 customers
+// checked, 0 differences" and exits 0; with Redis rolled back to an older
+// version it lists the customer, prints 1 difference and exits non-zero
+// (twice: a pass without --fix changes nothing); --fix reloads it and
+// exits 0, and the next pass finds nothing; bad arguments are refused.
+func TestReconcileCommand(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := persist.Open(ctx, testenv.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := persist.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	src := persist.NewStore(pool)
+	rdb, prefix := testenv.Redis(t)
+	store := lua.NewStore(rdb, prefix)
+
+	now := time.Now().UnixMilli()
+	customer, block, tenant, account := uuid.New(), uuid.New(), uuid.New(), uuid.NewString()
+	grant := func(version, remaining int64) engine.Mutation {
+		return engine.Mutation{OpID: uuid.New(), Kind: engine.MutationGrant, TenantID: tenant, CustomerID: customer,
+			Environment: engine.EnvironmentLive, AtMS: now,
+			Account: engine.MutationAccount{ID: account, Version: version, Balance: remaining, LifetimeEarned: 100},
+			Blocks: []engine.MutationBlock{{ID: block, Original: 100, Remaining: remaining, Source: engine.SourceManual,
+				StartsMS: now, CreatedMS: now}},
+			Entries: []engine.MutationEntry{{Role: engine.RoleMain, Delta: 100, Type: engine.EntryAdjustment, BlockID: &block},
+				{Role: engine.RoleMain, Delta: remaining - 100, Type: engine.EntryAdjustment, BlockID: &block}}}
+	}
+	if err := src.Apply(ctx, []engine.Mutation{grant(2, 60)}); err != nil {
+		t.Fatal(err)
+	}
+	st, ok, err := src.AccountState(ctx, engine.CustomerKey{CustomerID: customer}, time.Now())
+	if err != nil || !ok {
+		t.Fatalf("account state: %v %v", ok, err)
+	}
+	if _, err := store.Load(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		var out, note bytes.Buffer
+		opts, err := parseReconcileArgs(append([]string{"--confirm", "0", "--drain-timeout", "0"}, args...), &note)
+		if err != nil {
+			return "", err
+		}
+		err = runReconcile(ctx, src, store, store, opts, &out, &note)
+		return out.String(), err
+	}
+	rollBack := func() {
+		old := st
+		old.Version, old.Blocks = 1, []engine.MutationBlock{{ID: block, Original: 100, Remaining: 100,
+			Source: engine.SourceManual, StartsMS: now, CreatedMS: now}}
+		if ok, err := store.Reload(ctx, old, 2); err != nil || !ok {
+			t.Fatalf("roll back: %v %v", ok, err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		before   func()
+		args     []string
+		wantLine string
+		wantErr  error
+		wantCust bool
+		// wantKinds is in the summary line when set.
+		wantKinds string
+	}{
+		{name: "in step", wantLine: "reconcile: 1 customers checked, 0 differences"},
+		{name: "rolled back", before: rollBack, wantLine: "reconcile: 1 customers checked, 1 differences",
+			wantErr: errDifferencesLeft, wantCust: true, wantKinds: "(version=1 blocks=1)"},
+		{name: "still rolled back without --fix", wantLine: "reconcile: 1 customers checked, 1 differences",
+			wantErr: errDifferencesLeft, wantCust: true},
+		{name: "--fix", args: []string{"--fix"}, wantLine: "reconcile: 1 customers checked, 0 differences", wantCust: true},
+		{name: "after --fix", wantLine: "reconcile: 1 customers checked, 0 differences"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.before != nil {
+				tc.before()
+			}
+			out, err := run(tc.args...)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v; output:\n%s", err, tc.wantErr, out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if last := lines[len(lines)-1]; last != tc.wantLine {
+				t.Fatalf("last line %q, want %q; output:\n%s", last, tc.wantLine, out)
+			}
+			if n := strings.Count(out, "reconcile:"); n != 1 {
+				t.Fatalf("%d lines start with reconcile:, want only the last; output:\n%s", n, out)
+			}
+			if tc.wantKinds != "" && !strings.Contains(out, tc.wantKinds) {
+				t.Fatalf("summary lacks %q; output:\n%s", tc.wantKinds, out)
+			}
+			if got := strings.Contains(out, customer.String()); got != tc.wantCust {
+				t.Fatalf("output names the customer: %v, want %v; output:\n%s", got, tc.wantCust, out)
+			}
+		})
+	}
+	for _, bad := range [][]string{{"--limit", "0"}, {"--page", "100000"}, {"extra"}, {"--no-such-flag"}} {
+		if _, err := run(bad...); err == nil || errors.Is(err, errDifferencesLeft) {
+			t.Errorf("args %v: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// fakeBacklog drains one entry per Backlog round over all partitions.
+type fakeBacklog struct{ left int64 }
+
+func (f *fakeBacklog) Partitions() int { return 2 }
+
+func (f *fakeBacklog) Backlog(_ context.Context, p int) (int64, int64, error) {
+	n := f.left
+	if p == 1 && f.left > 0 {
+		f.left-- // one committed per round
+	}
+	return n, 0, nil
+}
+
+// TestWaitDrained: the drain wait returns 0 as soon as every partition is
+// empty, and the entries left when its timeout passes first.
+func TestWaitDrained(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		backlog  int64
+		timeout  time.Duration
+		wantLeft bool
+	}{
+		{"empty", 0, time.Second, false},
+		{"drains", 2, 5 * time.Second, false},
+		{"times out", 1000, 150 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			left, err := waitDrained(context.Background(), &fakeBacklog{left: tc.backlog}, tc.timeout)
+			if err != nil || (left > 0) != tc.wantLeft {
+				t.Fatalf("left %d, %v; want entries left: %v", left, err, tc.wantLeft)
+			}
+		})
+	}
+}

@@ -1,0 +1,121 @@
+package persist
+
+import (
+	"testing"
+	"time"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestForkCheck protects invariant 1 in Postgres across a failover (issue
+// 11, credit_fork_check): on an account stored at version 3 from op S
+// (outbox entry at ms 1000), Apply refuses with SQLSTATE 23F01, writing
+// nothing, an op of a second history (same version from another op; a
+// lower version appended later; a version under a fence) and accepts a
+// replay, a late delivery of an older op (its entries stored, the state
+// left as it is), an op whose entry is unknown, a refusal record and the
+// next version.
+func TestForkCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, tc := range []struct {
+		name string
+		// fence sets the account's fence at this version first (0: none).
+		fence int64
+		// make builds the Mutation applied after the stored three.
+		make    func(a *account, stored engine.Mutation) engine.Mutation
+		refused bool
+		// wantVersion is the account version after the Apply.
+		wantVersion int64
+	}{
+		{name: "replay of the stored op", make: func(_ *account, s engine.Mutation) engine.Mutation { return s },
+			wantVersion: 3},
+		{name: "next version", make: func(a *account, _ engine.Mutation) engine.Mutation {
+			m := a.grant("next", 5, nil)
+			m.OutboxMS = 2000
+			return m
+		}, wantVersion: 4},
+		{name: "same version, other op", refused: true, wantVersion: 3, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 2
+			m := a.grant("forked", 5, nil)
+			m.OutboxMS = 2000
+			return m
+		}},
+		{name: "lower version appended later", refused: true, wantVersion: 3, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 1
+			m := a.grant("forked-low", 5, nil)
+			m.OutboxMS = 2000
+			return m
+		}},
+		{name: "lower version appended earlier (late delivery)", wantVersion: 3, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 1
+			m := a.grant("late", 5, nil)
+			m.OutboxMS = 999
+			return m
+		}},
+		{name: "lower version, entry unknown (replayed by hand)", wantVersion: 3, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 1
+			return a.grant("by-hand", 5, nil)
+		}},
+		{name: "refusal record at the stored version", wantVersion: 3, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 2
+			m := a.mutation(engine.MutationConsume, "", nil)
+			m.Usage = &engine.MutationUsage{Metric: "m", Units: 1, Cost: 1, Refused: true}
+			m.OutboxMS = 2000
+			return m
+		}},
+		{name: "under a fence", fence: 1003, refused: true, wantVersion: 1004, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 4
+			m := a.grant("fenced", 5, nil)
+			m.OutboxMS = 2000
+			return m
+		}},
+		{name: "replay under a fence", fence: 1003, wantVersion: 1004, make: func(_ *account, s engine.Mutation) engine.Mutation {
+			return s
+		}},
+		{name: "past a fence", fence: 1003, wantVersion: 1005, make: func(a *account, _ engine.Mutation) engine.Mutation {
+			a.version = 1004
+			m := a.grant("past", 5, nil)
+			m.OutboxMS = 2000
+			return m
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAccount(live, now)
+			ms := []engine.Mutation{a.grant("g1", 100, nil), a.grant("g2", 10, nil), a.grant("g3", 1, nil)}
+			for i := range ms {
+				ms[i].OutboxMS = int64(998 + i)
+			}
+			if err := b.store.Apply(b.ctx, ms); err != nil {
+				t.Fatal(err)
+			}
+			stored := ms[2]
+			if tc.fence > 0 {
+				if _, ok, err := b.store.FenceFork(b.ctx, a.key, tc.fence-forkFenceMargin); err != nil || !ok {
+					t.Fatalf("fence: %v %v", ok, err)
+				}
+			}
+			var before int64
+			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_entries WHERE customer_id = $1`, a.key.CustomerID).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			m := tc.make(a, stored)
+			err := b.store.Apply(b.ctx, []engine.Mutation{m})
+			if got := sqlState(err) == forkRefused; got != tc.refused || (!tc.refused && err != nil) {
+				t.Fatalf("Apply: %v; want refused %v", err, tc.refused)
+			}
+			var after int64
+			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_entries WHERE customer_id = $1`, a.key.CustomerID).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if tc.refused && after != before {
+				t.Fatalf("a refused op wrote %d ledger entries", after-before)
+			}
+			if v, _ := b.accountRow(t, a.key.CustomerID); v != tc.wantVersion {
+				t.Fatalf("account version %d, want %d", v, tc.wantVersion)
+			}
+		})
+	}
+}
