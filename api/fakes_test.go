@@ -388,6 +388,9 @@ func (l *fakeLedger) AccountState(context.Context, engine.CustomerKey, time.Time
 type fakeIdem struct {
 	mu      sync.Mutex
 	records map[string]fakeIdemRecord
+	// abortFails is how many Aborts still fail (a Redis slot without a
+	// master), each counted in aborts.
+	abortFails, aborts int
 }
 
 // fakeIdemRecord is a stored record with the request hash it belongs to.
@@ -430,6 +433,11 @@ func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string,
 func (f *fakeIdem) Abort(_ context.Context, tenant uuid.UUID, key, hash string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.aborts++
+	if f.abortFails > 0 {
+		f.abortFails--
+		return engine.ErrUnavailable
+	}
 	k := tenant.String() + "|" + key
 	if cur, ok := f.records[k]; ok && !cur.rec.Done && cur.hash == hash {
 		delete(f.records, k)

@@ -26,6 +26,9 @@ const (
 	// the key; idemPoll is how often it looks.
 	idemWait = 10 * time.Second
 	idemPoll = 10 * time.Millisecond
+	// idemAbortRetry is how often a failed Abort is tried again
+	// (abortLater): a Redis failover takes a few seconds.
+	idemAbortRetry = 250 * time.Millisecond
 )
 
 var (
@@ -120,7 +123,7 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 	status := ctx.Response.StatusCode()
 	if !storable(status) {
 		if err := s.idem.Abort(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash); err != nil {
-			s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency abort failed; the key stays locked until its claim lapses")
+			s.abortLater(tenant, c.idem.Key, c.idem.RequestHash, c.reqID, err)
 		}
 		return
 	}
@@ -153,6 +156,10 @@ func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL
 // requests instead of piling up goroutines.
 const maxMarksInFlight = 1024
 
+// maxAbortsInFlight bounds the claims abortLater releases at once: a
+// failover fails every write of its slot for a few seconds.
+const maxAbortsInFlight = 1024
+
 // markRerun finishes c's claim with the rerun mark (replaysByRerun) after
 // the answer has gone out, so a money request costs the client two Redis
 // round trips (claim and script), not three. Losing the mark (a crash, a
@@ -173,6 +180,37 @@ func (s *Server) markRerun(c *call, claimedAt time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
 		defer cancel()
 		s.finishRerun(ctx, tenant, key, hash, claimedAt, reqID)
+	}()
+}
+
+// abortLater keeps trying to drop a claim whose Abort failed, typically a
+// 503 while the key's Redis slot had no master: the release then fails for
+// the same reason, and a retry with the key would wait out idemWait and get
+// 409 "still in progress" while the claim lives (idemLockTTL). Tried again
+// every idemAbortRetry until it works or the claim has lapsed anyway, the
+// retry of the operation can run once the slot has a master again.
+func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, first error) {
+	select {
+	case s.abortSlots <- struct{}{}:
+	default:
+		s.log.Error().Bytes("request_id", reqID).Err(first).Msg("idempotency abort failed; the key stays locked until its claim lapses")
+		return
+	}
+	s.log.Warn().Bytes("request_id", reqID).Err(first).Msg("idempotency abort failed; trying again until the claim lapses")
+	reqID = append([]byte(nil), reqID...) // the call is reused once the answer is out
+	go func() {
+		defer func() { <-s.abortSlots }()
+		deadline := time.Now().Add(idemLockTTL)
+		for time.Now().Before(deadline) {
+			time.Sleep(idemAbortRetry)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := s.idem.Abort(ctx, tenant, key, hash)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+		s.log.Error().Bytes("request_id", reqID).Msg("idempotency abort kept failing; the claim lapsed on its own")
 	}()
 }
 

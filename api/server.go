@@ -142,8 +142,11 @@ type Server struct {
 	// markSlots bounds the rerun marks written after their answer
 	// (markRerun).
 	markSlots chan struct{}
-	calls     sync.Pool
-	srv       *fasthttp.Server
+	// abortSlots bounds the claims being released in the background
+	// (abortLater): past it, a claim lapses on its own.
+	abortSlots chan struct{}
+	calls      sync.Pool
+	srv        *fasthttp.Server
 }
 
 // New builds the server and registers every route.
@@ -167,6 +170,7 @@ func New(cfg Config) *Server {
 
 		adminLimiter: newRateLimiter(),
 		markSlots:    make(chan struct{}, maxMarksInFlight),
+		abortSlots:   make(chan struct{}, maxAbortsInFlight),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks

@@ -47,3 +47,36 @@ func TestUnavailableIs503(t *testing.T) {
 		t.Error("the chain lost a member")
 	}
 }
+
+// TestUnavailableAbortRetried: a write that meets a failover answers 503,
+// and the release of its claim fails too while the slot has no master. The
+// claim is then released in the background once Redis answers, so the
+// client's retry with the same key runs the write instead of waiting out
+// the claim and getting 409 "still in progress".
+func TestUnavailableAbortRetried(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	down := fmt.Errorf("lua: consume: %w", redisDown{io.EOF})
+	runs := 0
+	h.srv.handle("POST", "/test/abort", optTenant|optIdem, func(c *call) error {
+		runs++
+		if runs == 1 {
+			return down
+		}
+		c.ctx.SetStatusCode(200)
+		return nil
+	})
+	h.idem.mu.Lock()
+	h.idem.abortFails = 3
+	h.idem.mu.Unlock()
+	wantProblem(t, h.do("POST", "/test/abort", `{}`, h.idemKey("k-abort")...), 503, "unavailable", "")
+	r := h.do("POST", "/test/abort", `{}`, h.idemKey("k-abort")...)
+	if r.status != 200 || runs != 2 {
+		t.Fatalf("retry: status %d, %d runs; want 200 and the write run again", r.status, runs)
+	}
+	h.idem.mu.Lock()
+	defer h.idem.mu.Unlock()
+	if h.idem.aborts < 4 {
+		t.Errorf("%d aborts, want the failed one tried again until it worked (4)", h.idem.aborts)
+	}
+}
