@@ -48,6 +48,9 @@ launch() {
 			--appenddirname "aof-$p" --save "")
 	fi
 	log "starting node on 127.0.0.1:$p"
+	# --cluster-require-full-coverage no: while one master is down and not
+	# yet replaced, only its slots refuse (CLUSTERDOWN -> 503); with Redis'
+	# default every slot of the cluster would, every tenant at once.
 	# --repl-diskless-sync-delay 0: a master's full sync to its replica
 	# starts at once instead of after Redis' default 5 s wait for more
 	# replicas to join (each master has at most a few, all known at create):
@@ -56,6 +59,7 @@ launch() {
 		--cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
 		--cluster-node-timeout 5000 \
 		--repl-diskless-sync-delay 0 \
+		--cluster-require-full-coverage no \
 		"${persist[@]}" \
 		--daemonize yes --pidfile "$dir/node-$p.pid" --logfile "$dir/node-$p.log" >&2 ||
 		die "redis-server on port $p failed to start (log: $dir/node-$p.log)"
