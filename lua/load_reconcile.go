@@ -95,7 +95,7 @@ func (s *Store) Reload(ctx context.Context, st engine.AccountState, expect int64
 	if err := s.loadArgsExpecting(&c, st, s.clock.Now(), strconv.FormatInt(expect, 10)); err != nil {
 		return false, err
 	}
-	got, err := loadScript.Run(ctx, s.rdb, c.keys, c.argv()...).Int64Slice()
+	got, err := s.call(ctx, loadScript, c.keys, c.argv()...).Int64Slice()
 	if err != nil {
 		return false, scriptError("load", err)
 	}
