@@ -47,10 +47,15 @@ type replicaCount struct {
 	// lose the operations if the master then died (make chaos's replica
 	// stall found it). Its writes answer 503 until a replica is back
 	// (durability first); a fleet that drops replication for good sets
-	// CREDITD_REPLICA_ACKS=0. A master promoted a moment ago was never
-	// seen with one, so it acknowledges alone until its replica rejoins:
-	// only a second failure inside that window could lose an operation.
+	// CREDITD_REPLICA_ACKS=0. A master promoted a moment ago (a new
+	// master_replid, even behind the same address) was never seen with
+	// one, so it acknowledges alone until its replica rejoins: only a
+	// second failure inside that window could lose an operation.
 	had atomic.Bool
+	// replid is the master_replid of the server that was seen with a
+	// replica. A new one is another history (a replica promoted behind the
+	// same address, a master restarted empty): had starts over.
+	replid atomic.Value // string
 }
 
 // WithReplicaAcks makes every money operation wait, after its script, until
@@ -124,9 +129,13 @@ func (rc *replicaCount) refresh(ctx context.Context, node *redis.Client) {
 	defer rc.busy.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	n := int64(0)
+	n, id := int64(0), ""
 	if info, err := node.Info(ctx, "replication").Result(); err == nil {
-		n = connectedReplicas(info)
+		n, id = connectedReplicas(info), replicationID(info)
+	}
+	if prev, _ := rc.replid.Load().(string); id != prev {
+		rc.had.Store(false)
+		rc.replid.Store(id)
 	}
 	if n > 0 {
 		rc.had.Store(true)
@@ -135,6 +144,17 @@ func (rc *replicaCount) refresh(ctx context.Context, node *redis.Client) {
 	}
 	rc.n.Store(n)
 	rc.checked.Store(time.Now().UnixNano())
+}
+
+// replicationID is the master_replid field of an INFO replication text,
+// "" when absent.
+func replicationID(info string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // connectedReplicas is the connected_slaves field of an INFO replication
