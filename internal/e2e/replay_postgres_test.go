@@ -7,17 +7,33 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // redisKeys lists the stack's keys matching pattern (after "{prefix").
 func redisKeys(t *testing.T, s *Stack, pattern string) []string {
 	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
 	var out []string
-	iter := s.Redis.Scan(context.Background(), 0, "{"+s.Prefix+pattern, 1000).Iterator()
-	for iter.Next(context.Background()) {
-		out = append(out, iter.Val())
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, "{"+s.Prefix+pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	var err error
+	if cc, ok := s.Redis.(*redis.ClusterClient); ok {
+		// A Cluster's SCAN covers one node: every master's keys.
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.Redis)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out
