@@ -119,11 +119,16 @@ func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
 			w.err = err
 		}
 	}
-	// The ordinal (1-based) of a row names the ref it answers.
+	// The ordinal (1-based) of a row names the ref it answers. The customer
+	// is compared as "IS TRUE", which no index can answer: with a plain
+	// equality the planner, its statistics stale on a table that grows by
+	// thousands of rows a second, ANDed the (tenant, key) index with the
+	// customer index and read every operation of the customer for each
+	// key (the bench's consume fell from 3,000/s to under 500/s).
 	rows, err := s.pool.Query(ctx, `SELECT k.i, o.mutation
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS k(tenant_id, customer_id, idempotency_key, i)
 		JOIN operations o ON o.tenant_id = k.tenant_id AND o.idempotency_key = k.idempotency_key
-			AND o.customer_id = k.customer_id`, tenants, customers, keys)
+			AND (o.customer_id = k.customer_id) IS TRUE`, tenants, customers, keys)
 	if err != nil {
 		fail(fmt.Errorf("persist: applied ops: %w", err))
 		return
