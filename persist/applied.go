@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"sync"
 	"time"
 
@@ -125,10 +126,16 @@ func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
 	// thousands of rows a second, ANDed the (tenant, key) index with the
 	// customer index and read every operation of the customer for each
 	// key (the bench's consume fell from 3,000/s to under 500/s).
+	//
+	// QueryExecModeExec plans every execution with its own arrays: a
+	// prepared statement's generic plan, made while the table was small,
+	// hash-joined a sequential scan of operations, and kept doing so as it
+	// grew to millions of rows (the look-up then cost Postgres more than
+	// everything else a consume does).
 	rows, err := s.pool.Query(ctx, `SELECT k.i, o.mutation
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS k(tenant_id, customer_id, idempotency_key, i)
 		JOIN operations o ON o.tenant_id = k.tenant_id AND o.idempotency_key = k.idempotency_key
-			AND (o.customer_id = k.customer_id) IS TRUE`, tenants, customers, keys)
+			AND (o.customer_id = k.customer_id) IS TRUE`, pgx.QueryExecModeExec, tenants, customers, keys)
 	if err != nil {
 		fail(fmt.Errorf("persist: applied ops: %w", err))
 		return
