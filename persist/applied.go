@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/creditd/creditd/engine"
 )
 
@@ -105,13 +103,14 @@ func (b *AppliedBatcher) drain() {
 
 // appliedOps answers every wait of batch with one query.
 func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
-	var tenants, customers []uuid.UUID
-	var keys []string
+	// Text, not uuid.UUID: QueryExecModeExec (below) sends its parameters
+	// as text, and Postgres casts them ($1::uuid[]).
+	var tenants, customers, keys []string
 	for _, w := range batch {
 		w.ms, w.found = make([]engine.Mutation, len(w.refs)), make([]bool, len(w.refs))
 		for _, r := range w.refs {
-			tenants = append(tenants, r.Customer.TenantID)
-			customers = append(customers, r.Customer.CustomerID)
+			tenants = append(tenants, r.Customer.TenantID.String())
+			customers = append(customers, r.Customer.CustomerID.String())
 			keys = append(keys, r.Key)
 		}
 	}
