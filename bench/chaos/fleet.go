@@ -116,8 +116,9 @@ func (f *Fleet) stop(purge bool) {
 }
 
 // baseDatabase is DATABASE_URL, else what scripts/services.sh finds or
-// starts (the local server, else a private one); REDIS_URL is set to a
-// placeholder so services.sh looks for Postgres only.
+// starts (the local server, else a private one). services.sh leaves alone
+// a service whose URL is already set, so REDIS_URL=unused keeps it from
+// starting a Redis the fleet does not use (the fleet has its own cluster).
 func baseDatabase(ctx context.Context, root, dataDir string) (string, error) {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u, nil

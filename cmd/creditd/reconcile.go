@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/creditd/creditd/engine"
@@ -53,17 +51,9 @@ func reconcile(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := loadConfig()
-	log := newLogger(cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	store := lua.NewStore(rdb, cfg.RedisPrefix)
-	return runReconcile(ctx, persist.NewStore(pool), store, store, opts, os.Stdout, os.Stderr)
+	return withStores(func(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
+		return runReconcile(ctx, ledger, store, store, opts, os.Stdout, os.Stderr)
+	})
 }
 
 // reconcileArgs are the parsed flags of `creditd reconcile`.

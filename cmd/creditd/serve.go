@@ -80,7 +80,9 @@ func migrate() error {
 	return nil
 }
 
-func rebuild() error {
+// withStores runs an operator command (rebuild, reconcile) on the Redis and
+// Postgres of the configuration, until it ends or SIGINT/SIGTERM.
+func withStores(run func(ctx context.Context, ledger *persist.Store, store *lua.Store) error) error {
 	cfg := loadConfig()
 	log := newLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -90,13 +92,18 @@ func rebuild() error {
 		return err
 	}
 	defer closeAll()
-	store := lua.NewStore(rdb, cfg.RedisPrefix)
+	return run(ctx, persist.NewStore(pool), lua.NewStore(rdb, cfg.RedisPrefix))
+}
+
+func rebuild() error { return withStores(rebuildOn) }
+
+func rebuildOn(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
 	// A rebuild's heap is a few pages in flight, so the default GC target
 	// collects every few pages: a quarter of its CPU went to the GC.
 	debug.SetGCPercent(400)
 	start := time.Now()
 	var last time.Time
-	pr, err := engine.Rebuild(ctx, persist.NewStore(pool), store, engine.SystemClock{}, 2000, func(p engine.RebuildProgress) {
+	pr, err := engine.Rebuild(ctx, ledger, store, engine.SystemClock{}, 2000, func(p engine.RebuildProgress) {
 		if time.Since(last) < 200*time.Millisecond && p.Done < p.Total {
 			return
 		}
