@@ -26,9 +26,10 @@ import (
 // and, for servers without functions, the same body linked with the
 // prelude as a script of its own.
 type script struct {
-	name string        // the file's name ("consume")
-	body string        // the file's text
-	eval *redis.Script // prelude-linked body for EVALSHA
+	name   string        // the file's name ("consume")
+	body   string        // the file's text
+	eval   *redis.Script // prelude-linked body for EVALSHA
+	fnName string        // its function in the library, set by library()
 }
 
 // newScript is body (a file of lua/) as a script of the library; it joins
@@ -45,7 +46,10 @@ func (sc *script) Hash() string { return sc.eval.Hash() }
 // fn is the script's function in the library. Function names are global
 // to a Redis server, so they carry the library's version: two creditd
 // versions sharing a Redis during a rolling upgrade call their own code.
-func (sc *script) fn() string { return "creditd_" + sc.name + "_" + library().version }
+func (sc *script) fn() string {
+	library()
+	return sc.fnName
+}
 
 var libraryScripts []*script
 
@@ -76,7 +80,9 @@ func library() lib {
 		b.WriteString("#!lua name=creditd_" + v + "\n")
 		b.WriteString(preludeLua)
 		for _, sc := range libraryScripts {
-			b.WriteString("\nredis.register_function('creditd_" + sc.name + "_" + v + "', function(KEYS, ARGV)\n")
+			// Named once here, not per call: every money FCALL sends it.
+			sc.fnName = "creditd_" + sc.name + "_" + v
+			b.WriteString("\nredis.register_function('" + sc.fnName + "', function(KEYS, ARGV)\n")
 			b.WriteString(sc.body)
 			b.WriteString("\nend)\n")
 		}
