@@ -105,15 +105,21 @@ type WorstImport struct {
 	Errors    int     `json:"errors"`
 }
 
-// worstMeta is a metadata object of about n bytes of JSON: keys of 8
-// characters with values of up to 200 characters.
+// worstMeta is a metadata object whose canonical JSON is exactly n bytes
+// (n >= 64; the API caps it at engine.MaxMetadataBytes): member "tag", then
+// keys of 8 characters with values of up to the longest string allowed.
 func worstMeta(n int, tag string) map[string]any {
 	m := map[string]any{"tag": tag}
-	size := 12 + len(tag)
+	size := 10 + len(tag) // {"tag":"<tag>"}
 	for i := 0; size < n; i++ {
-		v := strings.Repeat(string(rune('a'+i%26)), min(200, n-size))
-		m[fmt.Sprintf("k%07d", i)] = v
-		size += len(v) + 14
+		// ,"k0000000":"<v>" is 14 bytes besides v; a value of at least one
+		// character must fit, else the last one takes what is left.
+		v := min(engine.MaxMetadataStringChars, n-size-14)
+		if rest := n - size - 14 - v; rest > 0 && rest < 15 {
+			v -= 15 - rest
+		}
+		m[fmt.Sprintf("k%07d", i)] = strings.Repeat(string(rune('a'+i%26)), v)
+		size += v + 14
 	}
 	return m
 }
@@ -407,7 +413,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		return call("POST", "/v1/customers/"+ext+"/credits/grant", body, idem()...)
 	}
 	var meta map[string]any
-	for _, n := range []int{b.o.WorstMetaBytes, 16 << 10, 8 << 10, 4 << 10, 2 << 10, 1 << 10} {
+	for _, n := range []int{b.o.WorstMetaBytes, engine.MaxMetadataBytes, engine.MaxMetadataBytes / 2, engine.MaxMetadataBytes / 4} {
 		meta = worstMeta(n, "b0")
 		a, err := grant(0, meta, nil)
 		if err != nil {

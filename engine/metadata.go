@@ -14,7 +14,10 @@ import (
 // mutations and Postgres jsonb, so its size is bounded where it enters.
 const (
 	// MaxMetadataBytes bounds the canonical encoding of one metadata object.
-	MaxMetadataBytes = 16 * 1024
+	// Redis's Lua hashes every byte of each string a script makes or reads,
+	// so metadata's size is what a script call on a customer at every cap
+	// pays (docs/decisions.md, "Metadata of 4 KiB").
+	MaxMetadataBytes = 4 * 1024
 	// MaxMetadataKeys bounds the members of any object in metadata.
 	MaxMetadataKeys = 50
 	// MaxMetadataDepth bounds nesting: the metadata object is level 1.

@@ -33,6 +33,18 @@ func TestMetadataCanonical(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		big["k"+strconv.Itoa(i)] = json.RawMessage(`"` + strings.Repeat("x", 450) + `"`)
 	}
+	// atCap encodes to exactly MaxMetadataBytes plus extra bytes: 9 members
+	// "kN":"..." (7 bytes each besides the value), 8 commas and 2 braces.
+	atCap := func(extra int) Metadata {
+		m := Metadata{}
+		left := MaxMetadataBytes + extra - 2 - 8 - 9*7
+		for i := 0; i < 9; i++ {
+			n := min(MaxMetadataStringChars, left-(8-i))
+			m["k"+strconv.Itoa(i)] = json.RawMessage(`"` + strings.Repeat("x", n) + `"`)
+			left -= n
+		}
+		return m
+	}
 	for _, tc := range []struct {
 		name  string
 		in    Metadata
@@ -57,7 +69,9 @@ func TestMetadataCanonical(t *testing.T) {
 		{"string of 500", Metadata{"a": json.RawMessage(`"` + strings.Repeat("é", 500) + `"`)}, nil, "", ""},
 		{"string of 501", Metadata{"a": json.RawMessage(`"` + strings.Repeat("é", 501) + `"`)}, nil, KindValidation, "metadata.a"},
 		{"array string of 501", Metadata{"a": json.RawMessage(`[1,"` + strings.Repeat("x", 501) + `"]`)}, nil, KindValidation, "metadata.a[1]"},
-		{"over 16 KiB", big, nil, KindValidation, "metadata"},
+		{"40 values of 450 characters", big, nil, KindValidation, "metadata"},
+		{"exactly the size cap", atCap(0), nil, "", ""},
+		{"a byte over the size cap", atCap(1), nil, KindValidation, "metadata"},
 		{"NUL value", Metadata{"a": json.RawMessage(`"\u0000"`)}, nil, KindBadRequest, "metadata.a"},
 		{"bad UTF-8 value", Metadata{"a": json.RawMessage("\"\xff\"")}, nil, KindBadRequest, "metadata.a"},
 		{"lone surrogate", Metadata{"a": json.RawMessage(`"\udfff"`)}, nil, KindBadRequest, "metadata.a"},

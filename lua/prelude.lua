@@ -842,15 +842,36 @@ local function idx_insert(idx, b)
   return string.sub(idx, 1, hi - 1) .. e .. ' ' .. string.sub(idx, hi)
 end
 
--- idx_remove is index idx without block id's entry (ids are UUIDs, so
--- "id," only ever opens an entry).
-local function idx_remove(idx, id)
-  local s = string.find(idx, id .. ',', 1, true)
-  if not s then return idx end
-  local sp = string.find(idx, ' ', s, true)
-  if sp then return string.sub(idx, 1, s - 1) .. string.sub(idx, sp + 1) end
-  if s == 1 then return '' end
-  return string.sub(idx, 1, s - 2)
+-- idx_remove is index idx without the entries of the block ids in set
+-- gone (ids are UUIDs, so "id," only ever opens an entry). Redis's Lua
+-- hashes every byte of every string it makes, so each new index string
+-- costs its length: the leading run of gone entries (a drain empties blocks
+-- in spend order, so usually all of them) leaves in one string.sub, and
+-- only the rest pay a cut each.
+local function idx_remove(idx, gone)
+  local pos, n = 1, #idx
+  while pos <= n do
+    local comma = string.find(idx, ',', pos, true)
+    if not comma or not gone[string.sub(idx, pos, comma - 1)] then break end
+    gone[string.sub(idx, pos, comma - 1)] = nil
+    local sp = string.find(idx, ' ', comma, true)
+    pos = sp and sp + 1 or n + 2
+  end
+  if pos > 1 then idx = string.sub(idx, pos) end
+  for id in pairs(gone) do
+    local s = string.find(idx, id .. ',', 1, true)
+    if s then
+      local sp = string.find(idx, ' ', s, true)
+      if sp then
+        if s == 1 then idx = string.sub(idx, sp + 1) else idx = string.sub(idx, 1, s - 1) .. string.sub(idx, sp + 1) end
+      elseif s == 1 then
+        idx = ''
+      else
+        idx = string.sub(idx, 1, s - 2)
+      end
+    end
+  end
+  return idx
 end
 
 -- idx_bounds is E, S and F (summary) of the blocks of index idx at u.
@@ -1152,6 +1173,8 @@ local function acct_commit(akey, zkey, member, a, changed, now)
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
+  -- Ids of blocks leaving the index, cut out together after the loop.
+  local gone = {}
   for _, b in ipairs(changed) do
     if m_pos(b.rem) then
       set[#set + 1], set[#set + 2] = 'b:' .. b.id, block_enc(b)
@@ -1180,18 +1203,19 @@ local function acct_commit(akey, zkey, member, a, changed, now)
         end
       elseif b.gone then
         -- Due: already out of the figures (acct_read's refresh).
-        a.idx, a.nblocks, idx_moved = idx_remove(a.idx, b.id), a.nblocks - 1, true
+        gone[b.id], a.nblocks, idx_moved = true, a.nblocks - 1, true
         bounds_moved = true
       else
         a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
         if not m_pos(b.rem) then
-          a.idx, a.nlive, a.nblocks, idx_moved = idx_remove(a.idx, b.id), a.nlive - 1, a.nblocks - 1, true
+          gone[b.id], a.nlive, a.nblocks, idx_moved = true, a.nlive - 1, a.nblocks - 1, true
           -- E, S and F move only when the emptied block held one of them.
           if b.expires == a.exp_min or b.starts == a.start_min or b.starts == a.start_max then bounds_moved = true end
         end
       end
     end
   end
+  if next(gone) then a.idx = idx_remove(a.idx, gone) end
   local keep = nil
   if not a.fast then
     -- Slow path: the summary from every block.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,23 @@ func TestProfileWorst(t *testing.T) {
 	s := NewStore(rdb, "worst")
 	scriptNames := map[string]string{grantScript.Hash(): "grant", commitScript.Hash(): "commit",
 		reserveScript.Hash(): "reserve", releaseScript.Hash(): "release", consumeScript.Hash(): "consume"}
+	// FCALL names the library function: creditd_<script>_<version>.
+	scriptOf := func(args []string) (string, bool) {
+		if len(args) < 2 {
+			return "", false
+		}
+		switch strings.ToLower(args[0]) {
+		case "evalsha":
+			return scriptNames[args[1]], true
+		case "fcall":
+			name := strings.TrimPrefix(args[1], "creditd_")
+			if i := strings.LastIndexByte(name, '_'); i > 0 {
+				name = name[:i]
+			}
+			return name, true
+		}
+		return "", false
+	}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -39,7 +58,7 @@ func TestProfileWorst(t *testing.T) {
 	}
 	meta := func(tag string) engine.Metadata {
 		m := engine.Metadata{"tag": json.RawMessage(`"` + tag + `"`)}
-		for i := 0; i < 36; i++ {
+		for i := 0; i < 18; i++ { // about engine.MaxMetadataBytes
 			m[fmt.Sprintf("k%07d", i)] = json.RawMessage(`"` + strings.Repeat("x", 210) + `"`)
 		}
 		return m
@@ -47,27 +66,46 @@ func TestProfileWorst(t *testing.T) {
 	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
 	now := t0
 	times := map[string][]int64{}
+	// PROFILE_CALLGRIND (the pid of a redis-server under callgrind) adds
+	// instructions per script call of each phase, which a busy box does
+	// not move.
+	cgPid := os.Getenv("PROFILE_CALLGRIND")
 	timed := func(name string, f func()) {
 		rdb.SlowLogReset(ctx)
+		if cgPid != "" {
+			_ = exec.Command("callgrind_control", "-z", cgPid).Run()
+		}
 		f()
+		if cgPid != "" {
+			_ = exec.Command("callgrind_control", "-d", cgPid).Run()
+		}
 		logs, err := rdb.SlowLogGet(ctx, -1).Result()
 		must(err)
 		if os.Getenv("PROFILE_SEQ") != "" && strings.Contains(name, "kept") {
 			for i := len(logs) - 1; i >= 0; i-- {
 				l := logs[i]
-				if strings.EqualFold(l.Args[0], "evalsha") && len(l.Args) > 1 {
-					fmt.Printf("SEQ %s %d\n", scriptNames[l.Args[1]], l.Duration.Microseconds())
+				if name, ok := scriptOf(l.Args); ok {
+					fmt.Printf("SEQ %s %d\n", name, l.Duration.Microseconds())
 				}
 			}
 		}
+		var calls int64
 		for _, l := range logs {
-			if strings.EqualFold(l.Args[0], "evalsha") && len(l.Args) > 1 {
-				k := name + " " + scriptNames[l.Args[1]]
+			if script, ok := scriptOf(l.Args); ok {
+				k := name + " " + script
 				times[k] = append(times[k], l.Duration.Microseconds())
+				calls++
 			}
 		}
+		if cgPid != "" {
+			fmt.Printf("PROFILE worst %-34s %s (every command, per script call; %d calls)\n", name, callgrindKInstr(cgPid, calls), calls)
+		}
 	}
-	for trial := 0; trial < 5; trial++ {
+	trials := 5
+	if n, err := strconv.Atoi(os.Getenv("PROFILE_TRIALS")); err == nil && n > 0 {
+		trials = n
+	}
+	for trial := 0; trial < trials; trial++ {
 		c := newCustomer()
 		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0)
 		if err != nil || !ok {
@@ -127,6 +165,25 @@ func TestProfileWorst(t *testing.T) {
 				holds = append(holds, cmd.ReservationID)
 			}
 		})
+		if os.Getenv("PROFILE_PROBE") != "" {
+			// Refused before any write: a taken reservation id (after the
+			// account read and the replay look-up) and a bad argument
+			// (before them): what reading the account costs.
+			timed("probe taken id", func() {
+				for i := 0; i < 20; i++ {
+					cmd := reserveCmd(c, 10, terms, time.Hour, now)
+					cmd.ReservationID = holds[0]
+					_, _ = s.Reserve(ctx, cmd)
+				}
+			})
+			timed("probe bad args", func() {
+				for i := 0; i < 20; i++ {
+					cmd := reserveCmd(c, 10, terms, time.Hour, now)
+					cmd.Metric = ""
+					_, _ = s.Reserve(ctx, cmd)
+				}
+			})
+		}
 		timed("consume", func() {
 			for i := 0; i < 5; i++ {
 				now = now.Add(time.Millisecond)

@@ -60,7 +60,7 @@ func (s *Store) readAccount(ctx context.Context, key string) (accountFields, err
 }
 
 // sliceMetaFields is how many block metadata fields one HMGET of a sliced
-// read asks for: at the 16 KiB metadata limit, 256 KiB per command.
+// read asks for: at the 4 KiB metadata limit, 64 KiB per command.
 const sliceMetaFields = 16
 
 // errAccountMoving: the account changed under a sliced read every time it

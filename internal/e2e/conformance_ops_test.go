@@ -53,7 +53,7 @@ func TestConformanceBodyLimit(t *testing.T) {
 	checkProblem(t, a.get("/v1/customers/too-big"), 404, "not-found", "", "413 created nothing")
 
 	// Comfortably under the limit: accepted (in an ignored member, since
-	// metadata has its own 16 KiB bound).
+	// metadata has its own 4 KiB bound).
 	ok := `{"external_id": "big-ok", "pad": "` + strings.Repeat("y", 500_000) + `"}`
 	checkStatus(t, a.post("/v1/customers", ok), 201, "500 kB body")
 }
