@@ -136,6 +136,14 @@ func (fakeHot) Consume(_ context.Context, cmd engine.ConsumeCommand) (engine.Mut
 		Usage:   &engine.MutationUsage{Metric: metric, Units: units, Cost: cost, Charged: cost}}}, nil
 }
 
+func (h fakeHot) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) ([]engine.MutationResult, []error) {
+	out, errs := make([]engine.MutationResult, len(cmds)), make([]error, len(cmds))
+	for i, cmd := range cmds {
+		out[i], errs[i] = h.Consume(ctx, cmd)
+	}
+	return out, errs
+}
+
 func (fakeHot) Reserve(context.Context, engine.ReserveCommand) (engine.MutationResult, error) {
 	return engine.MutationResult{}, engine.ErrInsufficientCredits
 }

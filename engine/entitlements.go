@@ -370,40 +370,50 @@ func (s *Entitlements) meteredRule(ctx context.Context, scope Scope, key string)
 // 400 non-metered metric or cross-tenant id, 404 no active rule, 409
 // insufficient-credits under block (nothing charged).
 func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeResult, error) {
+	cmd, err := s.consumeCommand(ctx, scope, tenant, idem, in)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+	return consumeOutcome(cmd, res, err)
+}
+
+// consumeCommand checks in and prices it: the command a consume runs.
+func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
 	if in.CustomerID == nil || *in.CustomerID == "" {
-		return ConsumeResult{}, Invalid("customer_id", "customer_id is required")
+		return ConsumeCommand{}, Invalid("customer_id", "customer_id is required")
 	}
 	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return ConsumeResult{}, Invalid("billable_metric_key", "billable_metric_key is required")
+		return ConsumeCommand{}, Invalid("billable_metric_key", "billable_metric_key is required")
 	}
 	if in.Units == nil {
-		return ConsumeResult{}, Invalid("units", "units is required")
+		return ConsumeCommand{}, Invalid("units", "units is required")
 	}
 	if *in.Units < 1 {
-		return ConsumeResult{}, BadRequest("units", "units must be >= 1")
+		return ConsumeCommand{}, BadRequest("units", "units must be >= 1")
 	}
 	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
-		return ConsumeResult{}, err
+		return ConsumeCommand{}, err
 	}
 	meta, err := in.Metadata.Canonical("metadata")
 	if err != nil {
-		return ConsumeResult{}, err
+		return ConsumeCommand{}, err
 	}
 	rule, err := s.meteredRule(ctx, scope, *in.BillableMetricKey)
 	if err != nil {
-		return ConsumeResult{}, err
+		return ConsumeCommand{}, err
 	}
 	if _, err := Price(rule, *in.Units); err != nil {
-		return ConsumeResult{}, priceError(err, "units")
+		return ConsumeCommand{}, priceError(err, "units")
 	}
 	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
 	if err != nil {
-		return ConsumeResult{}, err
+		return ConsumeCommand{}, err
 	}
 	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
-		return ConsumeResult{}, err
+		return ConsumeCommand{}, err
 	}
-	return s.consume(ctx, c, tenant, idem, rule, *in.Units, orEmpty(meta))
+	return s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta)), nil
 }
 
 // usageAllowed refuses usage the customer's subscription forbids.
@@ -418,21 +428,24 @@ func (s *Entitlements) usageAllowed(ctx context.Context, c Customer, metricKey s
 	return nil
 }
 
-func (s *Entitlements) consume(ctx context.Context, c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) (ConsumeResult, error) {
-	now := s.clock.Now()
-	cmd := ConsumeCommand{
+// newConsume is the command of a consume of units of rule by c, now.
+func (s *Entitlements) newConsume(c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) ConsumeCommand {
+	return ConsumeCommand{
 		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: now, Metric: rule.BillableMetricKey, Units: units,
+		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: rule.BillableMetricKey, Units: units,
 		Terms: TermsOf(rule), Policy: PolicyOf(c, tenant), EntryMetadata: meta, Context: contextOf(c, tenant),
 		AppliedCheckedAt: idem.CheckedAt,
 	}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+}
+
+// consumeOutcome is the answer to cmd from its store result.
+func consumeOutcome(cmd ConsumeCommand, res MutationResult, err error) (ConsumeResult, error) {
 	if err != nil {
 		return ConsumeResult{}, priceError(err, "units")
 	}
 	out := consumeResult(res.Mutation)
 	out.replayed = res.Replayed
-	if res.Replayed && now.Sub(res.Mutation.At()) > httpReplayWindow {
+	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > httpReplayWindow {
 		r := ReasonDuplicateReplay
 		out.Reason = &r
 	}
@@ -526,6 +539,8 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 		checkedAt = time.Time{}
 	}
 	out := make([]UsageEventResult, len(in.Events))
+	at := make([]int, 0, len(in.Events))
+	cmds := make([]ConsumeCommand, 0, len(in.Events))
 	for i, ev := range in.Events {
 		checked := checkedAt
 		if ev.EventID != nil {
@@ -540,10 +555,38 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 				checked = time.Time{}
 			}
 		}
-		out[i] = s.usageEvent(ctx, scope, tenant, ev, checked)
+		cmd, err := s.usageCommand(ctx, scope, tenant, ev, checked)
+		if err != nil {
+			out[i] = usageFailure(ev, err)
+			continue
+		}
+		at, cmds = append(at, i), append(cmds, cmd)
+	}
+	// One pipelined round trip per chunk instead of one per event; the
+	// store runs a customer's events in the batch's order.
+	for lo := 0; lo < len(cmds); lo += usagePipeline {
+		hi := min(lo+usagePipeline, len(cmds))
+		results, errs := s.hot.ConsumeBatch(ctx, cmds[lo:hi])
+		for j := lo; j < hi; j++ {
+			res, err := results[j-lo], errs[j-lo]
+			if errors.Is(err, ErrStateMissing) {
+				// Not in Redis: load it and run the event alone (its
+				// customer's later events of the chunk come here too, in
+				// order).
+				cmd := cmds[j]
+				res, err = withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+			}
+			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
+		}
 	}
 	return out, nil
 }
+
+// usagePipeline is how many of a batch's events go to Redis in one
+// pipelined round trip: large enough to spend the round trip's cost once
+// over many scripts, small enough that one call does not hold a
+// connection's replies for long.
+const usagePipeline = 64
 
 // AppliedReader finds persisted operations by idempotency key.
 type AppliedReader interface {
@@ -583,44 +626,58 @@ func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
-// usageEvent charges one event; checkedAt is when the batch's Postgres
-// look-up found no operation under its id (zero: not looked up).
-func (s *Entitlements) usageEvent(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) UsageEventResult {
-	fail := func(id string, err error) UsageEventResult {
-		msg, public := ItemErrorText(err)
-		if !public {
-			msg = UsageInternalError
-			return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
-		}
-		status := UsageFailed
-		if errors.Is(err, ErrInsufficientCredits) {
-			status = UsageRefused
-		}
-		return UsageEventResult{EventID: id, Status: status, Error: &msg}
-	}
+// usageCommand checks one event and builds its consume; checkedAt is when
+// the batch's Postgres look-up found no operation under its id (zero: not
+// looked up).
+func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) (ConsumeCommand, error) {
 	if ev.EventID == nil || *ev.EventID == "" {
-		return fail("", Invalid("event_id", "event_id is required"))
+		return ConsumeCommand{}, Invalid("event_id", "event_id is required")
 	}
 	id := *ev.EventID
 	if len(id) > 256 {
-		return fail(id, Invalid("event_id", "event_id is longer than 256 characters"))
+		return ConsumeCommand{}, Invalid("event_id", "event_id is longer than 256 characters")
 	}
 	if err := CheckLine("event_id", id); err != nil {
-		return fail(id, err)
+		return ConsumeCommand{}, err
 	}
-	res, err := s.Consume(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev), CheckedAt: checkedAt},
+	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev), CheckedAt: checkedAt},
 		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
+}
+
+// usageOutcome is event ev's result from its consume's.
+func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err error) UsageEventResult {
+	r, err := consumeOutcome(cmd, res, err)
 	if errors.Is(err, ErrIdempotencyMismatch) {
-		return fail(id, Conflict("event_id was already used for a different event"))
+		err = Conflict("event_id was already used for a different event")
 	}
 	if err != nil {
-		return fail(id, err)
+		return usageFailure(ev, err)
 	}
 	status := UsageCharged
-	if res.replayed {
+	if r.replayed {
 		status = UsageDuplicate
 	}
-	return UsageEventResult{EventID: id, Status: status, TransactionID: res.TransactionID, Charged: res.Charged, OverageMC: res.OverageMC}
+	return UsageEventResult{EventID: *ev.EventID, Status: status, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
+}
+
+// usageFailure is event ev's result when err stopped it: refused when
+// credit was short, else failed, with err's public text (or, for an
+// unexpected error, UsageInternalError and err kept for the log).
+func usageFailure(ev UsageEvent, err error) UsageEventResult {
+	id := ""
+	if ev.EventID != nil {
+		id = *ev.EventID
+	}
+	msg, public := ItemErrorText(err)
+	if !public {
+		msg = UsageInternalError
+		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
+	}
+	status := UsageFailed
+	if errors.Is(err, ErrInsufficientCredits) {
+		status = UsageRefused
+	}
+	return UsageEventResult{EventID: id, Status: status, Error: &msg}
 }
 
 // usageHash fingerprints an event's content, so a re-sent event_id with the

@@ -218,6 +218,9 @@ type HotStore interface {
 	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
 	// ErrIdempotencyMismatch, ErrStateMissing.
 	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	// ConsumeBatch runs cmds as Consume would, in one round trip, in their
+	// order for each customer; results and errors are per command.
+	ConsumeBatch(ctx context.Context, cmds []ConsumeCommand) ([]MutationResult, []error)
 	// Reserve errors: ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 	Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
 	// Commit errors: ErrReservationNotFound, ErrReservationNotActive,

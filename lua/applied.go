@@ -67,32 +67,44 @@ func appliedReplay(m engine.Mutation, requestHash string) (engine.MutationResult
 	return engine.MutationResult{Mutation: m, Replayed: true}, nil
 }
 
-// appliedBatch looks up the keys of cmds (GrantBatch) in one call: for each
-// grant applied already, its outcome (nil, or the mismatch) with done set.
-func (s *Store) appliedBatch(ctx context.Context, cmds []engine.GrantCommand) (done []bool, errs []error, err error) {
-	done, errs = make([]bool, len(cmds)), make([]error, len(cmds))
+// appliedRef is one call of a batch as the Postgres look-up sees it; key
+// "" is not looked up.
+type appliedRef struct {
+	customer    engine.CustomerKey
+	key         string
+	requestHash string
+	found       engine.Mutation
+}
+
+// appliedBatch looks up the keys of refs (GrantBatch, ConsumeBatch) in one
+// call: for each call applied already, done is set, its outcome is in errs
+// (nil, or the mismatch) and its Mutation in refs[i].found.
+func (s *Store) appliedBatch(ctx context.Context, refs []appliedRef) (done []bool, errs []error, err error) {
+	done, errs = make([]bool, len(refs)), make([]error, len(refs))
 	if s.applied == nil {
 		return done, errs, nil
 	}
-	refs := make([]engine.OpRef, 0, len(cmds))
-	at := make([]int, 0, len(cmds))
-	for i, cmd := range cmds {
-		if cmd.IdempotencyKey != "" {
-			refs = append(refs, engine.OpRef{Customer: cmd.Customer, Key: cmd.IdempotencyKey})
+	ask := make([]engine.OpRef, 0, len(refs))
+	at := make([]int, 0, len(refs))
+	for i, r := range refs {
+		if r.key != "" {
+			ask = append(ask, engine.OpRef{Customer: r.customer, Key: r.key})
 			at = append(at, i)
 		}
 	}
-	if len(refs) == 0 {
+	if len(ask) == 0 {
 		return done, errs, nil
 	}
-	ms, found, err := s.applied.AppliedOps(ctx, refs)
+	ms, found, err := s.applied.AppliedOps(ctx, ask)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lua: applied look-up: %w: %w", engine.ErrAppliedUnknown, err)
 	}
 	for j, i := range at {
 		if found[j] {
 			done[i] = true
-			_, errs[i] = appliedReplay(ms[j], cmds[i].RequestHash)
+			var res engine.MutationResult
+			res, errs[i] = appliedReplay(ms[j], refs[i].requestHash)
+			refs[i].found = res.Mutation
 		}
 	}
 	return done, errs, nil

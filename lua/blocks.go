@@ -123,7 +123,11 @@ func (s *Store) grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 // customer's blocks cost one round trip instead of one each.
 func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []error {
 	looked := time.Now()
-	done, errs, err := s.appliedBatch(ctx, cmds)
+	refs := make([]appliedRef, len(cmds))
+	for i, cmd := range cmds {
+		refs[i] = appliedRef{customer: cmd.Customer, key: cmd.IdempotencyKey, requestHash: cmd.RequestHash}
+	}
+	done, errs, err := s.appliedBatch(ctx, refs)
 	if err != nil {
 		errs = make([]error, len(cmds))
 		for i := range errs {
@@ -140,17 +144,37 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 			keys[i], args[i], errs[i] = s.grantArgs(cmd)
 		}
 	}
+	for i, v := range s.pipelined(ctx, grantScript, "grant", keys, args, errs) {
+		if errs[i] == nil && args[i] != nil {
+			_, _, errs[i] = mutationReply("grant", v)
+		}
+	}
+	s.ackBatch(ctx, keys, errs)
+	return errs
+}
+
+// pipelined runs script once for each i with args[i] set and errs[i] nil,
+// all in one pipelined round trip (in order, so one customer's calls apply
+// in the slice's order), and returns each call's reply; a call's failure
+// lands in errs[i]. When the server lost the script, it is loaded and the
+// calls it refused run again, once.
+func (s *Store) pipelined(ctx context.Context, sc *script, name string, keys [][]string, args [][]any, errs []error) []any {
+	out := make([]any, len(args))
+	todo := make([]bool, len(args))
+	for i := range args {
+		todo[i] = errs[i] == nil && args[i] != nil
+	}
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := s.rdb.Pipeline()
-		cmdsOut := make([]*redis.Cmd, len(cmds))
-		for i := range cmds {
-			if errs[i] == nil && args[i] != nil {
-				cmdsOut[i] = s.queue(ctx, pipe, grantScript, keys[i], args[i]...)
+		calls := make([]*redis.Cmd, len(args))
+		for i := range args {
+			if todo[i] {
+				calls[i] = s.queue(ctx, pipe, sc, keys[i], args[i]...)
 			}
 		}
 		_, _ = pipe.Exec(ctx)
 		noScript := false
-		for i, c := range cmdsOut {
+		for i, c := range calls {
 			if c == nil {
 				continue
 			}
@@ -159,33 +183,32 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 				noScript = true
 				continue
 			}
-			args[i] = nil // done, whatever the outcome
+			todo[i] = false
 			if err != nil {
-				errs[i] = scriptError("grant", err)
+				errs[i] = scriptError(name, s.unavail.classify(err))
 				continue
 			}
-			_, _, errs[i] = mutationReply("grant", v)
+			out[i] = v
 		}
 		if !noScript {
 			break
 		}
 		// After a server restart: load the script and run what it refused.
-		if err := s.prepare(ctx, grantScript); err != nil {
-			for i := range cmds {
-				if errs[i] == nil && args[i] != nil {
-					errs[i] = scriptError("grant", err)
+		if err := s.prepare(ctx, sc); err != nil {
+			for i := range args {
+				if todo[i] {
+					errs[i], todo[i] = scriptError(name, err), false
 				}
 			}
 			break
 		}
 	}
-	for i := range cmds {
-		if errs[i] == nil && args[i] != nil {
-			errs[i] = errors.New("lua: grant: the script is not loaded")
+	for i := range args {
+		if todo[i] {
+			errs[i] = fmt.Errorf("lua: %s: the script is not loaded", name)
 		}
 	}
-	s.ackBatch(ctx, keys, errs)
-	return errs
+	return out
 }
 
 // ackBatch makes the grants of a batch that applied wait for the replicas

@@ -132,36 +132,99 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 
 // consume is Consume once Postgres does not hold the key (appliedFirst).
 func (s *Store) consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
-	if cmd.Units < 1 {
-		return engine.MutationResult{}, engine.BadRequest("units", "units must be >= 1")
-	}
-	if err := checkMetric(cmd.Metric); err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: consume: %w", err)
-	}
-	if !cmd.Policy.Valid() {
-		return engine.MutationResult{}, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
-	}
-	terms, err := pricedTermsArg(cmd.Terms, cmd.Units)
-	if _, ok := engine.AsError(err); ok {
-		return engine.MutationResult{}, err
-	}
-	if err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: consume: %w", err)
-	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	keys, args, err := s.consumeArgs(cmd)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.EntryMetadata)
-	if err != nil {
-		return engine.MutationResult{}, err
-	}
-	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
-	res, err := s.runMoney(ctx, consumeScript, "consume", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	res, err := s.runMoney(ctx, consumeScript, "consume", keys, args)
 	if err == nil && res.Replayed {
 		fillReplayCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
 	}
 	return res, err
+}
+
+// consumeArgs are the keys and arguments of consume.lua for cmd.
+func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
+	if cmd.Units < 1 {
+		return nil, nil, engine.BadRequest("units", "units must be >= 1")
+	}
+	if err := checkMetric(cmd.Metric); err != nil {
+		return nil, nil, fmt.Errorf("lua: consume: %w", err)
+	}
+	if !cmd.Policy.Valid() {
+		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
+	}
+	terms, err := pricedTermsArg(cmd.Terms, cmd.Units)
+	if _, ok := engine.AsError(err); ok {
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("lua: consume: %w", err)
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
+}
+
+// ConsumeBatch runs cmds as Consume would, consume.lua once each, in one
+// pipelined round trip: the scripts of one customer run in cmds' order. Keys
+// Postgres was not asked about lately (AppliedCheckedAt) are looked up there
+// first, together. Usage batches use it: a batch costs a round trip, not
+// one per event.
+func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) ([]engine.MutationResult, []error) {
+	out := make([]engine.MutationResult, len(cmds))
+	now := time.Now()
+	refs := make([]appliedRef, len(cmds))
+	oldest := now
+	for i, cmd := range cmds {
+		refs[i] = appliedRef{customer: cmd.Customer, key: cmd.IdempotencyKey, requestHash: cmd.RequestHash}
+		if engine.AppliedChecked(cmd.AppliedCheckedAt, now) {
+			refs[i].key = "" // looked up lately: the script's op key is enough
+			if cmd.AppliedCheckedAt.Before(oldest) {
+				oldest = cmd.AppliedCheckedAt
+			}
+		}
+	}
+	done, errs, err := s.appliedBatch(ctx, refs)
+	if err != nil {
+		errs = make([]error, len(cmds))
+		for i := range errs {
+			errs[i] = err
+		}
+		return out, errs
+	}
+	for i := range cmds {
+		if done[i] && errs[i] == nil {
+			out[i] = engine.MutationResult{Mutation: refs[i].found, Replayed: true}
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, oldest.Add(engine.AppliedLookupFresh))
+	defer cancel()
+	keys := make([][]string, len(cmds))
+	args := make([][]any, len(cmds))
+	for i, cmd := range cmds {
+		if !done[i] {
+			keys[i], args[i], errs[i] = s.consumeArgs(cmd)
+		}
+	}
+	for i, v := range s.pipelined(ctx, consumeScript, "consume", keys, args, errs) {
+		if errs[i] != nil || args[i] == nil {
+			continue
+		}
+		out[i], _, errs[i] = mutationReply("consume", v)
+		if errs[i] == nil && out[i].Replayed {
+			fillReplayCustomer(&out[i], cmds[i].Customer, cmds[i].IdempotencyKey)
+		}
+	}
+	s.ackBatch(ctx, keys, errs)
+	return out, errs
 }
 
 // Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms

@@ -764,3 +764,59 @@ func TestCommitPastFundsUnderAllow(t *testing.T) {
 		}
 	})
 }
+
+// TestConsumeBatch: a batch runs each consume as Consume would, one
+// customer's in the batch's order (the second spends what the first left),
+// a key repeated within the batch replays the first, a customer Redis does
+// not hold answers ErrStateMissing without touching the others, and a
+// shortfall refuses only its own command.
+func TestConsumeBatch(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		a, _ := b.funded(t) // balance 100
+		o, _ := b.funded(t) // balance 100
+		missing := newCustomer()
+		keyed := func(c engine.CustomerKey, units int64, key string) engine.ConsumeCommand {
+			cmd := consumeCmd(c, units, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+			cmd.IdempotencyKey, cmd.RequestHash = key, "rh-"+key
+			return cmd
+		}
+		cmds := []engine.ConsumeCommand{
+			keyed(a, 7, "a1"),       // 70: a at 30
+			keyed(o, 1, "o1"),       // 10: o at 90
+			keyed(a, 4, "a2"),       // 40 > 30: refused
+			keyed(a, 3, "a3"),       // 30: a at 0
+			keyed(o, 1, "o1"),       // replays o1
+			keyed(missing, 1, "m1"), // no state
+		}
+		res, errs := b.store.ConsumeBatch(ctx, cmds)
+		if len(res) != len(cmds) || len(errs) != len(cmds) {
+			t.Fatalf("%d results and %d errors for %d commands", len(res), len(errs), len(cmds))
+		}
+		for i, tc := range []struct {
+			err      error
+			balance  int64
+			replayed bool
+		}{{nil, 30, false}, {nil, 90, false}, {engine.ErrInsufficientCredits, 0, false}, {nil, 0, false},
+			{nil, 90, true}, {engine.ErrStateMissing, 0, false}} {
+			if !errors.Is(errs[i], tc.err) || (tc.err == nil && errs[i] != nil) {
+				t.Errorf("command %d: error %v, want %v", i, errs[i], tc.err)
+				continue
+			}
+			if tc.err != nil {
+				continue
+			}
+			if res[i].Mutation.Account.Balance != tc.balance || res[i].Replayed != tc.replayed {
+				t.Errorf("command %d: balance %d replayed %v, want %d %v", i, res[i].Mutation.Account.Balance, res[i].Replayed, tc.balance, tc.replayed)
+			}
+		}
+		if res[4].Mutation.OpID != res[1].Mutation.OpID || res[4].Mutation.CustomerID != o.CustomerID {
+			t.Errorf("the repeated key did not replay the first: %v / %v", res[4].Mutation.OpID, res[1].Mutation.OpID)
+		}
+		// One at a time agrees: a's account moved by exactly the two charges.
+		if _, err := b.store.Consume(ctx, consumeCmd(a, 1, perUnitTerms(1), engine.OveragePolicyBlock, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Errorf("a should be empty after the batch: %v", err)
+		}
+	})
+}
