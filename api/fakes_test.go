@@ -337,10 +337,6 @@ func (f *fakeBlocks) Snapshot(_ context.Context, c engine.CustomerKey, now time.
 	return acct, nil
 }
 
-func (f *fakeBlocks) DueExpiries(context.Context, int, time.Time, int) ([]engine.CustomerKey, error) {
-	return nil, nil
-}
-
 func (f *fakeBlocks) Partitions() int { return 1 }
 
 func (f *fakeBlocks) Load(context.Context, engine.AccountState) (bool, error) { return true, nil }

@@ -167,7 +167,7 @@ func keyClasses(ctx context.Context, rdb *redis.Client, prefix string, customers
 		case strings.HasSuffix(k, ":outbox"):
 			return "outbox stream (per partition)"
 		case strings.HasSuffix(k, ":exp"):
-			return "expiry zset (per partition)"
+			return "expiry zset of an earlier version (per partition)"
 		}
 		return "other"
 	}

@@ -97,7 +97,7 @@ func memoryKind(k string) (kind string, perOp bool) {
 	case strings.HasSuffix(k, ":rexp"):
 		return "hold-expiry zset", false
 	case strings.HasSuffix(k, ":exp"):
-		return "expiry zset", false
+		return "expiry zset of an earlier version", false
 	}
 	return "other", false
 }

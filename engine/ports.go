@@ -107,14 +107,28 @@ type BlockStore interface {
 	// Snapshot reads the account as of now (blocks past expires_at excluded
 	// even before they are swept). Errors: ErrStateMissing.
 	Snapshot(ctx context.Context, c CustomerKey, now time.Time) (Account, error)
-	// DueExpiries lists up to limit customers of partition p with a block
-	// expiring at or before now.
-	DueExpiries(ctx context.Context, p int, now time.Time, limit int) ([]CustomerKey, error)
 	// Partitions is the fixed number of outbox partitions.
 	Partitions() int
 	// Load installs state rebuilt from Postgres unless the store already holds
 	// this or a newer version (fencing, invariant 5); reports whether it wrote.
 	Load(ctx context.Context, s AccountState) (bool, error)
+}
+
+// ExpiryIndex finds the customers the expiry sweep must visit: the system
+// of record knows every block's expires_at, so Redis keeps no index of its
+// own (issue 10: memory grows with customers, not with their blocks).
+type ExpiryIndex interface {
+	// DueExpiries lists up to limit customers with a block whose expires_at
+	// fell in (since, now] and that held credit when last persisted, the
+	// soonest expiry first.
+	DueExpiries(ctx context.Context, since, now time.Time, limit int) ([]DueExpiry, error)
+}
+
+// DueExpiry is a customer with a block past its expires_at: ExpiresAt is
+// its soonest such block's.
+type DueExpiry struct {
+	Customer  CustomerKey
+	ExpiresAt time.Time
 }
 
 // BalanceReader is a BlockStore's lean read for checks: the balances of

@@ -25,9 +25,6 @@ var _ engine.BlockStore = (*Store)(nil)
 // 409 without asking Postgres.
 const reservationKeep = 10 * time.Minute
 
-// maxDueExpiries bounds one DueExpiries page whatever the caller asks.
-const maxDueExpiries = 10000
-
 // opKeyOf is the op key of an idempotency key for customer c: the key text is
 // hashed (sha256, 32 hex digits) so client text never reaches a key name.
 func (s *Store) opKeyOf(c uuid.UUID, idempotencyKey string) string {
@@ -39,7 +36,7 @@ func (s *Store) opKeyOf(c uuid.UUID, idempotencyKey string) string {
 // zset and, with an idempotency key, the op key.
 func (s *Store) moneyKeys(c uuid.UUID, idempotencyKey string) []string {
 	p := Partition(c)
-	keys := []string{s.accountKey(c), s.outboxKey(p), s.expiryKey(p)}
+	keys := []string{s.accountKey(c), s.outboxKey(p)}
 	if idempotencyKey != "" {
 		keys = append(keys, s.opKeyOf(c, idempotencyKey))
 	}
@@ -376,7 +373,7 @@ func (s *Store) runMoney(ctx context.Context, script *script, name string, keys 
 // unchanged, when no block is due. Errors: engine.ErrStateMissing.
 func (s *Store) Expire(ctx context.Context, opID uuid.UUID, c engine.CustomerKey, now time.Time) (engine.MutationResult, bool, error) {
 	p := Partition(c.CustomerID)
-	keys := []string{s.accountKey(c.CustomerID), s.outboxKey(p), s.expiryKey(p)}
+	keys := []string{s.accountKey(c.CustomerID), s.outboxKey(p)}
 	v, err := s.call(ctx, expireScript, keys, strconv.FormatInt(now.UnixMilli(), 10), opID.String(),
 		c.TenantID.String(), string(c.Environment), c.CustomerID.String()).Result()
 	if err != nil {
@@ -426,25 +423,6 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 	return acct, nil
 }
 
-// DueExpiries lists up to limit (at most 10000) customers of partition p
-// with a block expiring at or before now, soonest first, from the
-// partition's expiry zset (members "tenant|env|customer").
-func (s *Store) DueExpiries(ctx context.Context, p int, now time.Time, limit int) ([]engine.CustomerKey, error) {
-	members, err := s.due(ctx, "due expiries", p, s.expiryKey(p), now, min(limit, maxDueExpiries))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]engine.CustomerKey, 0, len(members))
-	for _, m := range members {
-		k, err := parseExpiryMember(m)
-		if err != nil {
-			return nil, fmt.Errorf("lua: due expiries: partition %d: %w", p, err)
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
 // due reads up to limit members of a partition's zset scored at or before
 // now, soonest first; what names the caller in errors.
 func (s *Store) due(ctx context.Context, what string, p int, key string, now time.Time, limit int) ([]string, error) {
@@ -463,7 +441,8 @@ func (s *Store) due(ctx context.Context, what string, p int, key string, now tim
 	return members, nil
 }
 
-// parseExpiryMember reads a "tenant|env|customer" zset member.
+// parseExpiryMember reads a "tenant|env|customer" member (the prefix of a
+// hold-expiry zset member).
 func parseExpiryMember(m string) (engine.CustomerKey, error) {
 	parts := strings.Split(m, "|")
 	if len(parts) != 3 {

@@ -15,7 +15,7 @@
 -- given with units > 0 is merged into the stored metadata (key by key).
 -- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
 --
--- KEYS[1..5] as reserve.lua           ARGV[1..9] as reserve.lua
+-- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
 -- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
 -- ARGV[12] pricing terms ("" allowed with 0 units)
 -- ARGV[13] metadata JSON text or ""
@@ -28,7 +28,7 @@
 -- NOTFOUND (no such reservation for the customer), NOTACTIVE (already
 -- committed, released or expired), EXPIRED (expires_at reached, not yet
 -- swept), INSUFFICIENT, OVERFLOW, BADTERMS, BADARG.
-local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -103,7 +103,7 @@ end
 r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
 res_put(a, r)
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage, res = r},

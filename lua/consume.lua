@@ -17,8 +17,7 @@
 --
 -- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox      {prefix:pNN}:outbox
--- KEYS[3]  partition expiry zset {prefix:pNN}:exp
--- KEYS[4]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
+-- KEYS[3]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
 -- ARGV[1..8] as grant.lua (now, op id, tenant, env, customer, idempotency
 --          key JSON text, request hash, op key TTL ms)
 -- ARGV[9]  engine.MutationContext JSON text or ""
@@ -31,7 +30,7 @@
 -- compact consume record, or a Mutation JSON a rebuild stored); errors
 -- NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (the cost leaves
 -- int64), BADTERMS, BADARG.
-local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -80,7 +79,7 @@ entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumptio
 m.open_meta = entry_meta
 
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 local sc, sch, so = m_fmt(cost), m_fmt(charge), m_fmt(overage)
 m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil)
 local json = mutation_json(m, a, entries, changed)

@@ -5,8 +5,7 @@
 --
 -- KEYS[1]  account hash          {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox      {prefix:pNN}:outbox
--- KEYS[3]  partition expiry zset {prefix:pNN}:exp
--- KEYS[4]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
+-- KEYS[3]  op key, only with an idempotency key {prefix:pNN}:op:<customer>:<hash>
 -- ARGV[1]  now, Unix ms           ARGV[2]  op id
 -- ARGV[3]  tenant id              ARGV[4]  environment
 -- ARGV[5]  customer id            ARGV[6]  idempotency key as JSON text ("" when none)
@@ -19,7 +18,7 @@
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; errors
 -- NOSTATE (no account hash), MISMATCH, NOACCOUNT (no money ever moved),
 -- INSUFFICIENT (effective balance below the amount), BADARG.
-local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
@@ -52,7 +51,7 @@ for _, d in ipairs(drain(a, now, amount, changed)) do
 end
 
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'debit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)

@@ -5,7 +5,7 @@
 -- section, no entries) bumps the account version.
 --
 -- KEYS[1]  account hash          KEYS[2] partition outbox
--- KEYS[3]  partition expiry zset KEYS[4] op key, only with an idempotency key
+-- KEYS[3]  op key, only with an idempotency key
 -- ARGV[1..8] as grant.lua        ARGV[9] context JSON text or ""
 -- ARGV[10] metric key            ARGV[11] delta (non-zero; > 0 increments)
 -- ARGV[12] cap                   ARGV[13] "1" when the cap may be passed
@@ -13,7 +13,7 @@
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- "GAUGECAP <current> <cap> <shortfall>", BELOWZERO, OVERFLOW, BADARG.
 -- A refusal changes nothing.
-local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -42,7 +42,7 @@ end
 
 local _, _, effective = acct_bal(a, now)
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, {}, now)
+acct_commit(account_key, a, {}, now)
 redis.call('HSET', account_key, 'g:' .. metric, m_fmt(new))
 local json = mutation_json({op = op_id, kind = 'gauge', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective,

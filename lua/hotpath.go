@@ -111,7 +111,7 @@ func hotArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKey, 
 // key, the op key.
 func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
 	p := Partition(c)
-	keys := []string{s.accountKey(c), s.outboxKey(p), s.expiryKey(p), s.holdExpiryKey(p)}
+	keys := []string{s.accountKey(c), s.outboxKey(p), s.holdExpiryKey(p)}
 	if idempotencyKey != "" {
 		keys = append(keys, s.opKeyOf(c, idempotencyKey))
 	}

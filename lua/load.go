@@ -100,7 +100,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	if c.n == 0 {
 		p := Partition(cust)
 		c.tag = s.tag(p)
-		c.keys = append(c.keys, s.expiryKey(p), s.holdExpiryKey(p))
+		c.keys = append(c.keys, s.holdExpiryKey(p))
 	}
 	nowMS := now.UnixMilli()
 	// Every account of a call is of its partition (LoadBatch groups them).
@@ -109,7 +109,6 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 
 	fields := []any{"v", dec(st.Version), "id", st.AccountID, "t", tenant, "e", string(st.Environment),
 		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
-	var soonest *int64
 	var kept []keptHold
 	var stored []engine.MutationBlock
 	active := 0
@@ -129,9 +128,6 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		fields = append(fields, "b:"+id, blockValue(b))
 		if meta != "" {
 			fields = append(fields, "m:"+id, meta)
-		}
-		if b.ExpiresMS != nil && (soonest == nil || *b.ExpiresMS < *soonest) {
-			soonest = b.ExpiresMS
 		}
 	}
 	var holdZ []any
@@ -186,11 +182,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	// lives only until its operation is committed).
 	var ops []any
 
-	score := ""
-	if soonest != nil {
-		score = dec(*soonest)
-	}
-	c.args = append(c.args, dec(st.Version), strconv.Itoa(len(ops)/2), strconv.Itoa(len(fields)/2), member, score,
+	c.args = append(c.args, dec(st.Version), strconv.Itoa(len(ops)/2), strconv.Itoa(len(fields)/2),
 		strconv.Itoa(len(holdZ)/2), expect)
 	c.args = append(c.args, holdZ...)
 	c.args = append(c.args, fields...)

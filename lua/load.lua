@@ -8,16 +8,14 @@
 -- state. A state of version 0 without an account id ("customer known, no
 -- account") therefore only creates a missing hash.
 --
--- KEYS[1]   partition expiry zset      {prefix:pNN}:exp
--- KEYS[2]   partition hold-expiry zset {prefix:pNN}:rexp
+-- KEYS[1]   partition hold-expiry zset {prefix:pNN}:rexp
 -- then per account: its hash {prefix:pNN}:a:<customer>, then the op keys
 --   of its recently applied mutations, one per op
 -- ARGV[1]   account count
 -- then per account:
---   version, op key count k, field count f (name and value pairs),
---   expiry zset member ("tenant|env|customer") and its score (the soonest
---   expiry of its blocks with credit; "" removes the member), active hold
---   count h, expected version x ("" for the version fence; else see below),
+--   version, op key count k, field count f (name and value pairs), active
+--   hold count h, expected version x ("" for the version fence; else see
+--   below),
 --   then h pairs: hold-expiry zset score and member,
 --   then f pairs: hash field name and value (the first is "v"),
 --   then k pairs: op key TTL ms and mutation JSON
@@ -35,16 +33,16 @@ local count = tonumber(ARGV[1])
 if not count then return redis.error_reply('BADARG account count') end
 
 local accounts = {}
-local o, k = 1, 2
+local o, k = 1, 1
 for i = 1, count do
-  local version, ops, fields, holds = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 6])
-  local score, expect = ARGV[o + 5], ARGV[o + 7]
+  local version, ops, fields, holds = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+  local expect = ARGV[o + 5]
   if not version or not ops or not fields or fields < 1 or not holds or not KEYS[k + 1 + ops] or
-      (score ~= '' and not tonumber(score)) or not expect or (expect ~= '' and not tonumber(expect)) then
+      not expect or (expect ~= '' and not tonumber(expect)) then
     return redis.error_reply('BADARG account ' .. i)
   end
-  local a = {key = KEYS[k + 1], version = version, member = ARGV[o + 4], score = score, expect = tonumber(expect),
-    holds = o + 7, fields = o + 7 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
+  local a = {key = KEYS[k + 1], version = version, expect = tonumber(expect),
+    holds = o + 5, fields = o + 5 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
   a.opargs = a.fields + 2 * fields
   o = a.opargs + 2 * ops
   k = k + 1 + ops
@@ -53,9 +51,7 @@ for i = 1, count do
 end
 if ARGV[o + 1] ~= nil or KEYS[k + 1] ~= nil then return redis.error_reply('BADARG trailing values') end
 
--- The expiry zset's members of the whole call go in one ZADD and one ZREM
--- (the last state written of a customer decides its member).
-local reply, zset = {}, {}
+local reply = {}
 for i, a in ipairs(accounts) do
   local current = redis.call('HGET', a.key, 'v')
   local keep
@@ -75,23 +71,11 @@ for i, a in ipairs(accounts) do
       redis.call('HSET', a.key, unpack(ARGV, from, to))
       from = to + 1
     end
-    zset[a.member] = a.score
-    for j = a.holds + 1, a.fields, 2 do redis.call('ZADD', KEYS[2], ARGV[j], ARGV[j + 1]) end
+    for j = a.holds + 1, a.fields, 2 do redis.call('ZADD', KEYS[1], ARGV[j], ARGV[j + 1]) end
     for j = 0, a.nops - 1 do
       redis.call('SET', KEYS[a.ops + 1 + j], ARGV[a.opargs + 2 * j + 2], 'PX', ARGV[a.opargs + 2 * j + 1])
     end
     reply[i] = 1
   end
 end
-local zadd, zrem = {}, {}
-for member, score in pairs(zset) do
-  if score ~= '' then
-    zadd[#zadd + 1] = score
-    zadd[#zadd + 1] = member
-  else
-    zrem[#zrem + 1] = member
-  end
-end
-for from = 1, #zadd, 1000 do redis.call('ZADD', KEYS[1], unpack(zadd, from, math.min(from + 999, #zadd))) end
-for from = 1, #zrem, 1000 do redis.call('ZREM', KEYS[1], unpack(zrem, from, math.min(from + 999, #zrem))) end
 return reply

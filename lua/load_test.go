@@ -96,64 +96,51 @@ func TestLoadRefusesMalformedBatch(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	ctx := context.Background()
-	keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:2"}
-	good := []any{"3", "0", "1", "t|live|1", "", "0", "", "v", "3"}
+	keys := []string{"{p}:rexp", "{p}:a:1", "{p}:a:2"}
+	good := []any{"3", "0", "1", "0", "", "v", "3"}
 	for _, tc := range []struct {
 		name string
 		bad  []any
 	}{
-		{"version not a number", []any{"x", "0", "1", "t|live|2", "", "0", "", "v", "x"}},
-		{"short of its fields", []any{"3", "0", "2", "t|live|2", "", "0", "", "v", "3"}},
-		{"score not a number", []any{"3", "0", "1", "t|live|2", "soon", "0", "", "v", "3"}},
-		{"names an op key it lacks", []any{"3", "1", "1", "t|live|2", "", "0", "", "v", "3", "1000", "{}"}},
+		{"version not a number", []any{"x", "0", "1", "0", "", "v", "x"}},
+		{"short of its fields", []any{"3", "0", "2", "0", "", "v", "3"}},
+		{"expected version not a number", []any{"3", "0", "1", "0", "soon", "v", "3"}},
+		{"names an op key it lacks", []any{"3", "1", "1", "0", "", "v", "3", "1000", "{}"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]any{"2"}, good...), tc.bad...)
 			if err := loadScript.eval.Run(ctx, rdb, keys, args...).Err(); err == nil {
 				t.Fatal("load.lua accepted a malformed account")
 			}
-			if n := rdb.Exists(ctx, keys[2], keys[3]).Val(); n != 0 {
+			if n := rdb.Exists(ctx, keys[1], keys[2]).Val(); n != 0 {
 				t.Fatalf("%d hashes written by a refused batch", n)
 			}
 		})
 	}
-	args := append(append([]any{"2"}, good...), "4", "0", "1", "t|live|2", "", "0", "", "v", "4")
+	args := append(append([]any{"2"}, good...), "4", "0", "1", "0", "", "v", "4")
 	if got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice(); err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
 		t.Fatalf("well-formed batch: %v, %v", got, err)
 	}
 }
 
 // TestLoadSameCustomerTwiceInOneCall: when one call carries two states of a
-// customer, the newer one is written last and decides its expiry-zset
-// member, as if the two had been loaded one after the other.
+// customer, the newer one is written last, as if the two had been loaded
+// one after the other, and no expiry index is written (the sweep asks
+// Postgres).
 func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
 	ctx := context.Background()
-	for _, tc := range []struct {
-		name          string
-		first, second string // expiry score of each state ("" none)
-		wantMember    bool
-		wantScore     float64
-	}{
-		{"expiry added by the newer state", "", "5000", true, 5000},
-		{"expiry removed by the newer state", "5000", "", false, 0},
-		{"expiry moved by the newer state", "5000", "7000", true, 7000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mr := miniredis.RunT(t)
-			rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-			keys := []string{"{p}:exp", "{p}:rexp", "{p}:a:1", "{p}:a:1"}
-			args := []any{"2", "3", "0", "1", "t|live|1", tc.first, "0", "", "v", "3", "4", "0", "1", "t|live|1", tc.second, "0", "", "v", "4"}
-			got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice()
-			if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
-				t.Fatalf("load: %v, %v", got, err)
-			}
-			if v := rdb.HGet(ctx, "{p}:a:1", "v").Val(); v != "4" {
-				t.Fatalf("version %q, want 4", v)
-			}
-			score, err := rdb.ZScore(ctx, "{p}:exp", "t|live|1").Result()
-			if present := err == nil; present != tc.wantMember || (present && score != tc.wantScore) {
-				t.Fatalf("member present %v score %v (%v); want %v %v", present, score, err, tc.wantMember, tc.wantScore)
-			}
-		})
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	keys := []string{"{p}:rexp", "{p}:a:1", "{p}:a:1"}
+	args := []any{"2", "3", "0", "1", "0", "", "v", "3", "4", "0", "1", "0", "", "v", "4"}
+	got, err := loadScript.eval.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil || len(got) != 2 || got[0] != 1 || got[1] != 1 {
+		t.Fatalf("load: %v, %v", got, err)
+	}
+	if v := rdb.HGet(ctx, "{p}:a:1", "v").Val(); v != "4" {
+		t.Fatalf("version %q, want 4", v)
+	}
+	if keys := mr.Keys(); len(keys) != 1 || keys[0] != "{p}:a:1" {
+		t.Fatalf("keys after the load: %v, want only the account hash", keys)
 	}
 }

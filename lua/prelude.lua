@@ -670,16 +670,6 @@ local function acct_field(a, f, v)
   end
 end
 
--- soonest_expiry is the soonest expires_at of the blocks with credit, nil
--- when none: the score of the customer in the partition expiry zset.
-local function soonest_expiry(blocks)
-  local soonest = nil
-  for _, b in ipairs(blocks) do
-    if b.expires and m_pos(b.rem) and (soonest == nil or b.expires < soonest) then soonest = b.expires end
-  end
-  return soonest
-end
-
 -- acct_read_all loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
@@ -704,7 +694,6 @@ local function acct_read_all(key)
     local vals = redis.call('HMGET', key, unpack(want, first, last))
     for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
   end
-  a.soonest = soonest_expiry(a.blocks)
   for id, raw in pairs(a.res) do
     local final = res_final(raw)
     if final then a.kept[#a.kept + 1] = {id, final} end
@@ -935,7 +924,7 @@ local function acct_read(key, now, extras, full)
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
           ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
-          soonest = e, exp_min = e, start_min = st, start_max = f}
+          exp_min = e, start_min = st, start_max = f}
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs = m_parse(v[3]) end
@@ -1147,27 +1136,15 @@ local function replay(op_key, rh)
   return {'replay', prev}
 end
 
--- zset_sync keeps member's score in the partition expiry zset at the
--- soonest expires_at of its blocks with credit, removing it when none.
-local function zset_sync(zkey, member, blocks)
-  local soonest = soonest_expiry(blocks)
-  if soonest then
-    redis.call('ZADD', zkey, i_fmt(soonest), member)
-  else
-    redis.call('ZREM', zkey, member)
-  end
-end
-
 -- acct_commit writes the account fields, the changed blocks (emptied ones
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
--- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS), keeps the
--- summary, index and kept list (layout v2 above) exact at now, then syncs
--- the expiry zset. Each redis.call costs ~15,000 instructions, so the
--- writes go as one HSET and at most one HDEL, and the zset is written only
--- when the soonest expiry moved (a.soonest: the zset already holds it,
--- every script keeping the two in step).
-local function acct_commit(akey, zkey, member, a, changed, now)
+-- more than RES_KEEP_MS ago (and the oldest past MAX_KEPT_HOLDS) and keeps
+-- the summary, index and kept list (layout v2 above) exact at now. Each
+-- redis.call costs ~15,000 instructions, so the writes go as one HSET and
+-- at most one HDEL. No expiry index is kept in Redis: the sweep asks
+-- Postgres (engine.ExpiryIndex).
+local function acct_commit(akey, a, changed, now)
   local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
   local del = {}
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
@@ -1289,15 +1266,6 @@ local function acct_commit(akey, zkey, member, a, changed, now)
   end
   redis.call('HSET', akey, unpack(set))
   if #del > 0 then redis.call('HDEL', akey, unpack(del)) end
-  local soonest = a.exp_min
-  if soonest ~= a.soonest then
-    if soonest then
-      redis.call('ZADD', zkey, i_fmt(soonest), member)
-    else
-      redis.call('ZREM', zkey, member)
-    end
-  end
-  a.soonest = soonest
 end
 
 -- mutation_json builds the engine.Mutation of a change (account figures at

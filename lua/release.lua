@@ -4,7 +4,7 @@
 -- "release" entry (ref = reservation id); the reservation leaves the
 -- hold-expiry zset; the Mutation is kind "release".
 --
--- KEYS[1..5] as reserve.lua           ARGV[1..9] as reserve.lua
+-- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
 -- ARGV[10] reservation id             ARGV[11] "1" to expire (the sweep), else "0"
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
@@ -12,7 +12,7 @@
 -- refusals write, and only to the hold-expiry zset: a member whose hold is
 -- gone or finalized is removed, one not due yet gets its true score, so the
 -- sweep does not pick it again.
-local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -53,7 +53,7 @@ res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
 
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 redis.call('ZREM', rexp_key, member)
 local json = mutation_json({op = op_id, kind = 'release', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},

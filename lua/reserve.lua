@@ -8,9 +8,8 @@
 --
 -- KEYS[1]  account hash               {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox           {prefix:pNN}:outbox
--- KEYS[3]  partition expiry zset      {prefix:pNN}:exp
--- KEYS[4]  partition hold-expiry zset {prefix:pNN}:rexp
--- KEYS[5]  op key, only with an idempotency key
+-- KEYS[3]  partition hold-expiry zset {prefix:pNN}:rexp
+-- KEYS[4]  op key, only with an idempotency key
 -- ARGV[1..8] as grant.lua             ARGV[9]  context JSON text or ""
 -- ARGV[10] reservation id             ARGV[11] metric key
 -- ARGV[12] estimated units (>= 1)     ARGV[13] pricing terms
@@ -20,7 +19,7 @@
 -- INSUFFICIENT, OVERFLOW, BADTERMS, TOOMANYHOLDS (MAX_ACTIVE_HOLDS active
 -- already), BADARG (also for a reservation id the
 -- customer already has). Nothing is written before every check has passed.
-local account_key, outbox_key, expiry_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -58,7 +57,7 @@ res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', metric = metric, ref = res_id})
 
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 redis.call('ZADD', rexp_key, i_fmt(expires), res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},

@@ -19,7 +19,7 @@
 -- {"noop", ""} when no listed block has credit left and none is due;
 -- errors NOSTATE, MISMATCH, TOOMANYBLOCKS (the carried block would pass
 -- MAX_LIVE_BLOCKS; nothing written), BADARG.
-local account_key, outbox_key, expiry_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms = ARGV[6], ARGV[7], ARGV[8]
@@ -73,7 +73,7 @@ if m_pos(carry) then
 end
 
 a.v = a.v + 1
-acct_commit(account_key, expiry_key, tenant .. '|' .. env .. '|' .. customer, a, changed, now)
+acct_commit(account_key, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'rollover', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)

@@ -7,6 +7,7 @@
 package lua
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -110,8 +111,22 @@ func (s *Store) opKey(c uuid.UUID, idemHash string) string {
 // outboxKey is partition p's stream.
 func (s *Store) outboxKey(p int) string { return s.tag(p) + ":outbox" }
 
-// expiryKey is partition p's customer -> next expiry zset.
-func (s *Store) expiryKey(p int) string { return s.tag(p) + ":exp" }
+// legacyExpiryKey is partition p's customer -> next expiry zset, which
+// creditd no longer keeps (the sweep asks Postgres, engine.ExpiryIndex).
+func (s *Store) legacyExpiryKey(p int) string { return s.tag(p) + ":exp" }
+
+// DropLegacyExpiryIndex deletes the partitions' expiry zsets an earlier
+// creditd kept (a member per customer with an expiring block), freeing
+// their memory; serve calls it once at start. UNLINK frees in the
+// background, and a key already gone costs nothing.
+func (s *Store) DropLegacyExpiryIndex(ctx context.Context) error {
+	for p := 0; p < Partitions; p++ {
+		if err := s.rdb.Unlink(ctx, s.legacyExpiryKey(p)).Err(); err != nil {
+			return fmt.Errorf("lua: drop the legacy expiry index: %w", err)
+		}
+	}
+	return nil
+}
 
 // holdExpiryKey is partition p's zset of active holds by expires_at (ms);
 // members are "tenant|env|customer|reservation id".

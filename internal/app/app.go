@@ -152,7 +152,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// an op the master never replicated vanishes in a failover, and
 	// Postgres must not keep it while the promoted replica lacks it.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
-	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
+	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
@@ -201,6 +201,11 @@ func (a *App) Start() {
 	}()
 	go func() {
 		defer a.wg.Done()
+		// Memory an earlier creditd's expiry index held (issue 10): freed
+		// once, before the first sweep; a failure only leaves it in place.
+		if err := a.Store.DropLegacyExpiryIndex(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn().Err(err).Msg("expiry index of an earlier version left in Redis")
+		}
 		a.Sweeper.Run(ctx)
 	}()
 	a.wg.Add(1)
