@@ -426,8 +426,9 @@ func TestDebitSpendOrder(t *testing.T) {
 				plain++
 			}
 		}
-		if plain != 7+3 || metas > 3 {
-			t.Errorf("hash has %d fields and %d metadata fields, want 10 and at most 3", plain, metas)
+		// 5 account fields (id v rs le ua) and the 3 blocks left.
+		if plain != 5+3 || metas > 3 {
+			t.Errorf("hash has %d fields and %d metadata fields, want 8 and at most 3", plain, metas)
 		}
 		// cmd.Source overrides the blocks' own source.
 		d := debitCmd(c, 10, t0)
