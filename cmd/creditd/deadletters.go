@@ -7,13 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/creditd/creditd/persist"
 )
@@ -40,29 +39,60 @@ type deadLetterStore interface {
 	DiscardDeadLetter(ctx context.Context, id int64, note string) error
 }
 
-// deadletters lists, replays or discards the persister's dead letters,
-// straight on the database; a running creditd notices within a second.
-func deadletters(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Println(deadLettersUsage)
-		return nil
+// deadlettersCmd is `creditd deadletters list|retry|discard`, straight on
+// the database; a running creditd notices within a second. The
+// subcommands parse their own flags (runDeadLetters, tested as is), and
+// refuse bad arguments before anything connects.
+func deadlettersCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "deadletters",
+		Short: "List, replay or discard the mutations Postgres refused (DATABASE_URL)",
+		Long:  deadLettersUsage,
 	}
-	cfg := loadConfig()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	pool, err := connectPostgres(ctx, cfg)
-	if err != nil {
-		return err
+	for _, sub := range []struct{ use, short string }{
+		{"list [--json] [--limit N]", "Unresolved dead letters, in the order retry replays them"},
+		{"retry ID... | --all [--json] [--repair]", "Replay into Postgres, each exactly once"},
+		{"discard ID --note TEXT", "Resolve WITHOUT writing; the note is kept"},
+	} {
+		c.AddCommand(&cobra.Command{
+			Use: sub.use, Short: sub.short, Long: deadLettersUsage,
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				for _, a := range args {
+					if a == "-h" || a == "--help" || a == "-help" {
+						return cmd.Help()
+					}
+				}
+				args = append([]string{cmd.Name()}, args...)
+				if _, err := parseDeadLetters(args); err != nil {
+					return err
+				}
+				return withDatabase(func(ctx context.Context, _ config, store *persist.Store) error {
+					return runDeadLetters(ctx, store, args, cmd.OutOrStdout())
+				})
+			},
+		})
 	}
-	defer pool.Close()
-	return runDeadLetters(ctx, persist.NewStore(pool), args, os.Stdout)
+	return c
 }
 
 // errUnresolved is returned when a retry leaves dead letters unresolved.
 var errUnresolved = errors.New("dead letters left unresolved")
 
-// runDeadLetters is the deadletters command on store, writing to w.
-func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w io.Writer) error {
+// deadLettersRequest is a parsed deadletters command.
+type deadLettersRequest struct {
+	cmd    string
+	ids    []int64
+	asJSON bool
+	limit  int
+	all    bool
+	note   string
+	repair bool
+}
+
+// parseDeadLetters reads args (the subcommand first) and refuses what no
+// subcommand accepts.
+func parseDeadLetters(args []string) (deadLettersRequest, error) {
 	fs := flag.NewFlagSet("deadletters "+args[0], flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "")
@@ -71,29 +101,52 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 	note := fs.String("note", "", "")
 	repair := fs.Bool("repair", false, "")
 	if err := fs.Parse(reorderFlags(args[1:])); err != nil {
-		return fmt.Errorf("%v\n%s", err, deadLettersUsage)
+		return deadLettersRequest{}, fmt.Errorf("%v\n%s", err, deadLettersUsage)
 	}
 	ids := make([]int64, 0, fs.NArg())
 	for _, a := range fs.Args() {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
-			return fmt.Errorf("dead letter id %q is not a positive integer\n%s", a, deadLettersUsage)
+			return deadLettersRequest{}, fmt.Errorf("dead letter id %q is not a positive integer\n%s", a, deadLettersUsage)
 		}
 		ids = append(ids, id)
 	}
-	switch args[0] {
+	r := deadLettersRequest{cmd: args[0], ids: ids, asJSON: *asJSON, limit: *limit, all: *all, note: *note, repair: *repair}
+	switch r.cmd {
 	case "list":
 		if len(ids) > 0 || *all || *note != "" || *repair {
-			return fmt.Errorf("list takes only --json and --limit\n%s", deadLettersUsage)
+			return r, fmt.Errorf("list takes only --json and --limit\n%s", deadLettersUsage)
 		}
 		if *limit <= 0 || *limit > persist.MaxDeadLetterList {
-			return fmt.Errorf("--limit must be 1..%d", persist.MaxDeadLetterList)
+			return r, fmt.Errorf("--limit must be 1..%d", persist.MaxDeadLetterList)
 		}
-		recs, total, err := store.ListDeadLetters(ctx, *limit)
+	case "retry":
+		if *all == (len(ids) > 0) {
+			return r, fmt.Errorf("retry takes dead letter ids or --all\n%s", deadLettersUsage)
+		}
+	case "discard":
+		if len(ids) != 1 || strings.TrimSpace(*note) == "" || *all || *repair {
+			return r, fmt.Errorf("discard takes one id and a --note\n%s", deadLettersUsage)
+		}
+	default:
+		return r, fmt.Errorf("unknown deadletters command %q\n%s", args[0], deadLettersUsage)
+	}
+	return r, nil
+}
+
+// runDeadLetters is the deadletters command on store, writing to w.
+func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w io.Writer) error {
+	r, err := parseDeadLetters(args)
+	if err != nil {
+		return err
+	}
+	switch r.cmd {
+	case "list":
+		recs, total, err := store.ListDeadLetters(ctx, r.limit)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if r.asJSON {
 			return writeJSON(w, map[string]any{"dead_letters": recs, "total_unresolved": total})
 		}
 		printDeadLetters(w, recs, total)
@@ -101,15 +154,12 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 	case "retry":
 		var out []persist.RetryOutcome
 		var err error
-		switch {
-		case *all && len(ids) == 0:
-			out, err = store.RetryAllDeadLetters(ctx, persist.RetryOptions{Repair: *repair})
-		case !*all && len(ids) > 0:
-			out, err = store.RetryDeadLetters(ctx, ids, persist.RetryOptions{Repair: *repair})
-		default:
-			return fmt.Errorf("retry takes dead letter ids or --all\n%s", deadLettersUsage)
+		if r.all {
+			out, err = store.RetryAllDeadLetters(ctx, persist.RetryOptions{Repair: r.repair})
+		} else {
+			out, err = store.RetryDeadLetters(ctx, r.ids, persist.RetryOptions{Repair: r.repair})
 		}
-		if *asJSON {
+		if r.asJSON {
 			if jerr := writeJSON(w, map[string]any{"outcomes": out}); jerr != nil {
 				return jerr
 			}
@@ -125,17 +175,13 @@ func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w
 			}
 		}
 		return nil
-	case "discard":
-		if len(ids) != 1 || strings.TrimSpace(*note) == "" || *all || *repair {
-			return fmt.Errorf("discard takes one id and a --note\n%s", deadLettersUsage)
-		}
-		if err := store.DiscardDeadLetter(ctx, ids[0], *note); err != nil {
+	default: // discard
+		if err := store.DiscardDeadLetter(ctx, r.ids[0], r.note); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "dead letter %d discarded (resolved without writing it)\n", ids[0])
+		fmt.Fprintf(w, "dead letter %d discarded (resolved without writing it)\n", r.ids[0])
 		return nil
 	}
-	return fmt.Errorf("unknown deadletters command %q\n%s", args[0], deadLettersUsage)
 }
 
 // reorderFlags puts flags before positional ids, so `retry 3 --json` parses
