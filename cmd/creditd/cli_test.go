@@ -130,6 +130,8 @@ func TestCommandsRefuseBeforeConnecting(t *testing.T) {
 		{[]string{"rebuild"}, "CREDITD_MAX_PERSISTER_LAG=5", "CREDITD_MAX_PERSISTER_LAG=\"5\""},
 		{[]string{"serve"}, "CREDITD_DEV=yes", "CREDITD_DEV=\"yes\""},
 		{nil, "CREDITD_WEBHOOK_WORKERS=-1", "CREDITD_WEBHOOK_WORKERS"},
+		// No command is serve: it applies serve's own check.
+		{nil, "CREDITD_ADMIN_TOKEN=short", "CREDITD_ADMIN_TOKEN is 5 characters"},
 		{[]string{"tenant", "get", uuid.NewString()}, "", "needs CREDITD_URL"},
 		{[]string{"admin", "key", "create", uuid.NewString(), "live"}, "", "needs CREDITD_URL"},
 		{[]string{"tenant", "list"}, "CREDITD_URL=http://127.0.0.1:1", "--direct"},
