@@ -65,7 +65,7 @@ whose schema is newer than this binary; it logs the effective configuration
 		},
 		migrateCmd(),
 		reconcileCmd(),
-		deadlettersCmd(),
+		deadlettersCmd(onDatabase),
 		healthcheckCmd(),
 		adminCmd(),
 	)
