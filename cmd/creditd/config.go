@@ -113,7 +113,9 @@ func configError(err error) error {
 			continue
 		}
 		name := varOf(pe.Name)
-		want := "a valid value"
+		// The custom types (logLevel, replicaAcks) say what they want
+		// in their own error.
+		want := ""
 		switch pe.Type {
 		case reflect.TypeFor[time.Duration]():
 			want = "a duration with a unit, such as 500ms, 5s or 1m"
@@ -127,7 +129,11 @@ func configError(err error) error {
 		if errors.As(pe.Err, &ne) {
 			cause = ne.Err.Error()
 		}
-		msgs = append(msgs, fmt.Sprintf("%s=%q: %s; want %s", name, os.Getenv(name), cause, want))
+		msg := fmt.Sprintf("%s=%q: %s", name, os.Getenv(name), cause)
+		if want != "" {
+			msg += "; want " + want
+		}
+		msgs = append(msgs, msg)
 	}
 	return fmt.Errorf("configuration: %s", strings.Join(msgs, "; "))
 }
