@@ -12,8 +12,17 @@ GO ?= go
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build bin/creditd
-	$(GO) build -o bin/creditd ./cmd/creditd
+# Version stamp of `creditd version` (cmd/creditd/version.go); override on
+# the command line, e.g. make build VERSION=v1.4.0 BUILD_DATE=$(date -u +%FT%TZ).
+# BUILD_DATE defaults to the commit's time, not the clock: the same tree
+# gives the same binary, and an unchanged tree is not linked again.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell TZ=UTC0 git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null || echo unknown)
+LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+
+build: ## Build bin/creditd, stamped with version, commit and build date (creditd version)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/creditd ./cmd/creditd
 
 run: build ## Build, ensure Redis+Postgres (installing when missing), run creditd serve in dev mode on :8080
 	scripts/run.sh

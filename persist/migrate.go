@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -116,6 +117,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, v := range versions {
 		applied[int(v)] = true
 	}
+	if st := statusOf(ms, applied); len(st.Unknown) > 0 {
+		return st.Check()
+	}
 	for _, m := range ms {
 		if applied[m.version] {
 			continue
@@ -132,4 +136,90 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	return nil
+}
+
+// ErrSchemaNewer is returned when the database records a migration this
+// binary does not know: a newer creditd migrated it, and this one would
+// write rows the newer schema may reject or misread.
+var ErrSchemaNewer = errors.New("the database schema is newer than this creditd")
+
+// ErrSchemaBehind is returned by SchemaStatus.Check when migrations are
+// pending: only `creditd serve` and `creditd migrate up` apply them.
+var ErrSchemaBehind = errors.New("the database schema is older than this creditd")
+
+// SchemaStatus is where a database's schema stands against the migrations
+// embedded in this binary.
+type SchemaStatus struct {
+	// Applied lists the versions recorded in schema_migrations, ascending.
+	Applied []int
+	// Pending names the embedded migrations not applied yet, in order.
+	Pending []string
+	// Unknown lists recorded versions this binary does not embed.
+	Unknown []int
+	// Latest is the newest embedded version.
+	Latest int
+}
+
+// Check returns nil when the schema is exactly this binary's, ErrSchemaNewer
+// (wrapped, with the versions) when a newer creditd migrated it, and
+// ErrSchemaBehind when migrations are pending.
+func (s SchemaStatus) Check() error {
+	switch {
+	case len(s.Unknown) > 0:
+		return fmt.Errorf("%w: it records migration %d, this binary knows up to %d; run the newer creditd", ErrSchemaNewer, s.Unknown[len(s.Unknown)-1], s.Latest)
+	case len(s.Pending) > 0:
+		return fmt.Errorf("%w: %d migrations pending (first %s); run `creditd migrate up`", ErrSchemaBehind, len(s.Pending), s.Pending[0])
+	}
+	return nil
+}
+
+// Schema reads schema_migrations (absent: nothing applied) and compares it
+// with the embedded migrations; it changes nothing.
+func Schema(ctx context.Context, pool *pgxpool.Pool) (SchemaStatus, error) {
+	ms, err := migrations()
+	if err != nil {
+		return SchemaStatus{}, err
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
+		return SchemaStatus{}, fmt.Errorf("persist: schema: %w", err)
+	}
+	applied := map[int]bool{}
+	if exists {
+		rows, err := pool.Query(ctx, "SELECT version FROM schema_migrations")
+		if err != nil {
+			return SchemaStatus{}, fmt.Errorf("persist: schema: read schema_migrations: %w", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return SchemaStatus{}, fmt.Errorf("persist: schema: read schema_migrations: %w", err)
+		}
+		for _, v := range versions {
+			applied[int(v)] = true
+		}
+	}
+	return statusOf(ms, applied), nil
+}
+
+// statusOf compares the recorded versions with the embedded migrations ms
+// (in version order).
+func statusOf(ms []migration, applied map[int]bool) SchemaStatus {
+	var st SchemaStatus
+	known := map[int]bool{}
+	for _, m := range ms {
+		known[m.version] = true
+		st.Latest = max(st.Latest, m.version)
+		if !applied[m.version] {
+			st.Pending = append(st.Pending, m.name)
+		}
+	}
+	for v := range applied {
+		st.Applied = append(st.Applied, v)
+		if !known[v] {
+			st.Unknown = append(st.Unknown, v)
+		}
+	}
+	sort.Ints(st.Applied)
+	sort.Ints(st.Unknown)
+	return st
 }

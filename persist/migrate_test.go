@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -78,5 +79,44 @@ func TestOpenPoolLimits(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"); err == nil {
 		t.Fatal("Open of an unreachable server succeeded")
+	}
+}
+
+// TestSchemaStatus: a fresh database has every migration pending (Check
+// says behind), a migrated one is current, and one that records a version
+// this binary does not know is newer: Check and Migrate both refuse it.
+func TestSchemaStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := Open(ctx, testenv.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Schema(ctx, pool)
+	if err != nil || len(st.Pending) != len(ms) || len(st.Applied) != 0 || !errors.Is(st.Check(), ErrSchemaBehind) {
+		t.Fatalf("fresh: %+v %v, check %v", st, err, st.Check())
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	st, err = Schema(ctx, pool)
+	if err != nil || len(st.Pending) != 0 || len(st.Applied) != len(ms) || st.Latest != ms[len(ms)-1].version || st.Check() != nil {
+		t.Fatalf("migrated: %+v %v, check %v", st, err, st.Check())
+	}
+	newer := st.Latest + 1
+	if _, err := pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_the_future')", newer); err != nil {
+		t.Fatal(err)
+	}
+	st, err = Schema(ctx, pool)
+	if err != nil || len(st.Unknown) != 1 || st.Unknown[0] != newer || !errors.Is(st.Check(), ErrSchemaNewer) {
+		t.Fatalf("newer: %+v %v, check %v", st, err, st.Check())
+	}
+	if err := Migrate(ctx, pool); !errors.Is(err, ErrSchemaNewer) {
+		t.Fatalf("Migrate on a newer schema = %v, want ErrSchemaNewer", err)
 	}
 }

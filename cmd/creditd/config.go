@@ -1,52 +1,62 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/caarlos0/env/v11"
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
-	"github.com/creditd/creditd/persist"
 )
 
-// config is creditd's environment (addendum 11 plus our own CREDITD_* knobs).
+// config is creditd's environment (addendum 11 plus our own CREDITD_*
+// knobs). Every field is typed and parsed strictly: a value that does not
+// parse, or a duration or count that is not positive, is an error naming
+// the variable, never a silent default. README's configuration table is
+// checked against these tags (TestREADMEConfigTable): change both together.
+//
+// Tags: env and envDefault are caarlos0/env's; mask says how the logged
+// configuration hides the value ("secret": only whether it is set, "url":
+// passwords in URLs).
 type config struct {
-	RedisURL       string
-	DatabaseURL    string
-	Addr           string
-	AdminToken     string
-	LogLevel       string
-	RedisPrefix    string
-	Dev            bool
-	DevFile        string
-	AllowPrivate   bool
-	MaxLag         time.Duration
-	SweepInterval  time.Duration
-	BodyLimitBytes int
-	Consumer       string
-	RedisPoolSize  int
-	HoldSweep      time.Duration
-	Scheduler      time.Duration
-	WebhookWorkers int
-	WebhookPoll    time.Duration
-	MaxConnsPerIP  int
-	PprofAddr      string
+	RedisURL       string        `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0" mask:"url"`
+	DatabaseURL    string        `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" mask:"url"`
+	Addr           string        `env:"CREDITD_ADDR" envDefault:":8080"`
+	AdminToken     string        `env:"CREDITD_ADMIN_TOKEN" mask:"secret"`
+	LogLevel       logLevel      `env:"LOG_LEVEL" envDefault:"info"`
+	RedisPrefix    string        `env:"CREDITD_REDIS_PREFIX" envDefault:"cd"`
+	MaxLag         time.Duration `env:"CREDITD_MAX_PERSISTER_LAG" envDefault:"5s"`
+	SweepInterval  time.Duration `env:"CREDITD_SWEEP_INTERVAL" envDefault:"1s"`
+	BodyLimitBytes int           `env:"CREDITD_BODY_LIMIT_BYTES" envDefault:"1048576"`
+	// Consumer is the persister's consumer name; unset is the hostname.
+	Consumer       string        `env:"CREDITD_INSTANCE"`
+	RedisPoolSize  int           `env:"CREDITD_REDIS_POOL_SIZE" envDefault:"64"`
+	AllowPrivate   bool          `env:"CREDITD_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	Dev            bool          `env:"CREDITD_DEV" envDefault:"false"`
+	DevFile        string        `env:"CREDITD_DEV_FILE" envDefault:".data/dev-tenant.json"`
+	HoldSweep      time.Duration `env:"CREDITD_RESERVATION_SWEEP_INTERVAL" envDefault:"1m"`
+	Scheduler      time.Duration `env:"CREDITD_SCHEDULER_INTERVAL" envDefault:"1s"`
+	WebhookWorkers int           `env:"CREDITD_WEBHOOK_WORKERS" envDefault:"8"`
+	WebhookPoll    time.Duration `env:"CREDITD_WEBHOOK_POLL" envDefault:"200ms"`
+	MaxConnsPerIP  int           `env:"CREDITD_MAX_CONNS_PER_IP" envDefault:"1024"`
+	PprofAddr      string        `env:"CREDITD_PPROF_ADDR"`
 	// ReplicaAcks is how many replicas a money operation waits for
 	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).
-	ReplicaAcks       int
-	ReplicaAckTimeout time.Duration
-	// replicaAcksErr is CREDITD_REPLICA_ACKS's refusal (check returns it).
-	replicaAcksErr error
+	ReplicaAcks replicaAcks `env:"CREDITD_REPLICA_ACKS" envDefault:"auto"`
+	// ReplicaAckTimeout bounds that wait (lua.DefaultReplicaAckTimeout;
+	// WAIT counts whole milliseconds and the lua store rounds up).
+	ReplicaAckTimeout time.Duration `env:"CREDITD_REPLICA_ACK_TIMEOUT" envDefault:"50ms"`
+	// URL is the creditd the operator commands and healthcheck talk to.
+	URL string `env:"CREDITD_URL" mask:"url"`
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token
@@ -54,34 +64,108 @@ type config struct {
 // of any reasonable alphabet are over 128 bits).
 const minAdminTokenChars = 32
 
-func loadConfig() config {
-	host, _ := os.Hostname()
-	c := config{
-		RedisURL:       env("REDIS_URL", "redis://127.0.0.1:6379/0"),
-		DatabaseURL:    env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
-		Addr:           env("CREDITD_ADDR", ":8080"),
-		AdminToken:     os.Getenv("CREDITD_ADMIN_TOKEN"),
-		LogLevel:       env("LOG_LEVEL", "info"),
-		RedisPrefix:    env("CREDITD_REDIS_PREFIX", "cd"),
-		Dev:            envBool("CREDITD_DEV"),
-		DevFile:        env("CREDITD_DEV_FILE", ".data/dev-tenant.json"),
-		AllowPrivate:   envBool("CREDITD_WEBHOOK_ALLOW_PRIVATE"),
-		MaxLag:         envDuration("CREDITD_MAX_PERSISTER_LAG", 5*time.Second),
-		SweepInterval:  envDuration("CREDITD_SWEEP_INTERVAL", time.Second),
-		BodyLimitBytes: envInt("CREDITD_BODY_LIMIT_BYTES", 1<<20),
-		Consumer:       env("CREDITD_INSTANCE", host),
-		RedisPoolSize:  envInt("CREDITD_REDIS_POOL_SIZE", 64),
-		HoldSweep:      envDuration("CREDITD_RESERVATION_SWEEP_INTERVAL", time.Minute),
-		Scheduler:      envDuration("CREDITD_SCHEDULER_INTERVAL", time.Second),
-		WebhookWorkers: envInt("CREDITD_WEBHOOK_WORKERS", 8),
-		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
-		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
-		PprofAddr:      os.Getenv("CREDITD_PPROF_ADDR"),
-		// WAIT takes whole milliseconds: less than 1ms is the default.
-		ReplicaAckTimeout: envDuration("CREDITD_REPLICA_ACK_TIMEOUT", lua.DefaultReplicaAckTimeout),
+// loadConfig reads the environment strictly; the error names every
+// variable that is wrong and why.
+func loadConfig() (config, error) {
+	var c config
+	if err := env.Parse(&c); err != nil {
+		return c, configError(err)
 	}
-	c.ReplicaAcks, c.replicaAcksErr = envReplicaAcks("CREDITD_REPLICA_ACKS")
-	return c
+	if c.Consumer == "" {
+		c.Consumer, _ = os.Hostname()
+	}
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// configFields lists config's fields with their variable names, in order.
+func configFields() []reflect.StructField {
+	t := reflect.TypeFor[config]()
+	out := make([]reflect.StructField, 0, t.NumField())
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Tag.Get("env") != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// varOf is the environment variable of config field name.
+func varOf(name string) string {
+	f, _ := reflect.TypeFor[config]().FieldByName(name)
+	return f.Tag.Get("env")
+}
+
+// configError rewrites caarlos0/env's errors, which name Go fields, into
+// ones naming the variable, its value and what it should look like.
+func configError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	var msgs []string
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if !errors.As(e, &pe) {
+			msgs = append(msgs, e.Error())
+			continue
+		}
+		name := varOf(pe.Name)
+		// The custom types (logLevel, replicaAcks) say what they want
+		// in their own error.
+		want := ""
+		switch pe.Type {
+		case reflect.TypeFor[time.Duration]():
+			want = "a duration with a unit, such as 500ms, 5s or 1m"
+		case reflect.TypeFor[bool]():
+			want = "true or false (1 and 0 also work)"
+		case reflect.TypeFor[int]():
+			want = "a whole number"
+		}
+		cause := pe.Err.Error()
+		var ne *strconv.NumError
+		if errors.As(pe.Err, &ne) {
+			cause = ne.Err.Error()
+		}
+		msg := fmt.Sprintf("%s=%q: %s", name, os.Getenv(name), cause)
+		if want != "" {
+			msg += "; want " + want
+		}
+		msgs = append(msgs, msg)
+	}
+	return fmt.Errorf("configuration: %s", strings.Join(msgs, "; "))
+}
+
+// validate refuses durations and counts that are not positive: every one of
+// them is an interval, a size or a pool, where 0 or less means nothing
+// sensible (the old parser quietly took the default instead).
+func (c config) validate() error {
+	v := reflect.ValueOf(c)
+	var msgs []string
+	for _, f := range configFields() {
+		fv := v.FieldByIndex(f.Index)
+		switch {
+		case f.Type == reflect.TypeFor[time.Duration]() && fv.Int() <= 0:
+			msgs = append(msgs, fmt.Sprintf("%s=%q: must be a positive duration", f.Tag.Get("env"), os.Getenv(f.Tag.Get("env"))))
+		case f.Type == reflect.TypeFor[int]() && fv.Int() <= 0:
+			msgs = append(msgs, fmt.Sprintf("%s=%q: must be a positive whole number", f.Tag.Get("env"), os.Getenv(f.Tag.Get("env"))))
+		}
+	}
+	if len(msgs) > 0 {
+		return fmt.Errorf("configuration: %s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// check refuses a configuration serve must not start with (on top of what
+// loadConfig refuses for every command).
+func (c config) check() error {
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenChars {
+		return fmt.Errorf("CREDITD_ADMIN_TOKEN is %d characters; it must be at least %d (for example: openssl rand -hex 32), or unset to turn the admin API off", len(c.AdminToken), minAdminTokenChars)
+	}
+	return nil
 }
 
 // appReplicaAcks is ReplicaAcks as app.Config spells it (its zero is auto).
@@ -89,153 +173,104 @@ func (c config) appReplicaAcks() int {
 	if c.ReplicaAcks == 0 {
 		return app.ReplicaAcksOff
 	}
-	return c.ReplicaAcks
+	return int(c.ReplicaAcks)
 }
 
-// envReplicaAcks reads a replica count: "auto" or unset is
-// lua.ReplicaAcksAuto, "0" turns the wait off, n waits for n replicas;
-// anything else is lua.ReplicaAcksAuto and an error serve refuses.
-func envReplicaAcks(name string) (int, error) {
-	v := strings.TrimSpace(os.Getenv(name))
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return n, nil
-	}
-	if v != "" && v != "auto" {
-		return lua.ReplicaAcksAuto, fmt.Errorf("%s is %q; it must be auto, 0 (off) or a replica count", name, v)
-	}
-	return lua.ReplicaAcksAuto, nil
+// setting is one variable of the effective configuration, masked.
+type setting struct {
+	Name, Value string
 }
 
-// check refuses a configuration serve must not start with.
-func (c config) check() error {
-	if c.replicaAcksErr != nil {
-		return c.replicaAcksErr
+// effective is the configuration as creditd logs it at start: every
+// variable in declaration order, secrets masked.
+func (c config) effective() []setting {
+	v := reflect.ValueOf(c)
+	out := make([]setting, 0, v.NumField())
+	for _, f := range configFields() {
+		val := fmt.Sprint(v.FieldByIndex(f.Index).Interface())
+		switch f.Tag.Get("mask") {
+		case "secret":
+			if val == "" {
+				val = "unset"
+			} else {
+				val = fmt.Sprintf("set (%d characters)", len(val))
+			}
+		case "url":
+			val = redactURLs(val)
+		}
+		out = append(out, setting{Name: f.Tag.Get("env"), Value: val})
 	}
-	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenChars {
-		return fmt.Errorf("CREDITD_ADMIN_TOKEN is %d characters; it must be at least %d (for example: openssl rand -hex 32), or unset to turn the admin API off", len(c.AdminToken), minAdminTokenChars)
+	return out
+}
+
+// logDict is effective as a zerolog dictionary.
+func (c config) logDict() *zerolog.Event {
+	d := zerolog.Dict()
+	for _, s := range c.effective() {
+		d = d.Str(s.Name, s.Value)
 	}
+	return d
+}
+
+// dsnPassword matches a password in a key=value connection string.
+var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+
+// redactURLs hides the passwords of a URL, of each URL of a comma list
+// (Redis Cluster seeds), or of a key=value Postgres connection string.
+func redactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := url.Parse(p); err == nil && u.Scheme != "" && u.Host != "" {
+			if q := u.Query(); q.Has("password") {
+				q.Set("password", "xxxxx")
+				u.RawQuery = q.Encode()
+			}
+			p = u.Redacted()
+		} else {
+			p = dsnPassword.ReplaceAllString(p, "${1}xxxxx")
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}
+
+// logLevel is a zerolog level name (LOG_LEVEL).
+type logLevel string
+
+// UnmarshalText refuses a level zerolog does not know.
+func (l *logLevel) UnmarshalText(b []byte) error {
+	lvl, err := zerolog.ParseLevel(string(b))
+	if err != nil || lvl == zerolog.NoLevel {
+		return fmt.Errorf("unknown level %q; want trace, debug, info, warn, error, fatal, panic or disabled", string(b))
+	}
+	*l = logLevel(b)
 	return nil
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// replicaAcks is CREDITD_REPLICA_ACKS: "auto" (lua.ReplicaAcksAuto), 0
+// (off) or a replica count.
+type replicaAcks int
+
+// UnmarshalText reads auto or a count >= 0.
+func (r *replicaAcks) UnmarshalText(b []byte) error {
+	v := strings.TrimSpace(string(b))
+	if v == "auto" {
+		*r = lua.ReplicaAcksAuto
+		return nil
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not auto, 0 (off) or a replica count", v)
+	}
+	*r = replicaAcks(n)
+	return nil
 }
 
-func envBool(name string) bool {
-	v, _ := strconv.ParseBool(os.Getenv(name))
-	return v
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
+// String prints auto for lua.ReplicaAcksAuto.
+func (r replicaAcks) String() string {
+	if r == lua.ReplicaAcksAuto {
+		return "auto"
 	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func newLogger(level string) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "creditd").Logger()
-}
-
-// connectRedis opens REDIS_URL: a redis:// URL, a comma list of cluster
-// seeds, or "embedded" (an in-process miniredis for a machine without
-// redis-server: nothing survives a restart).
-func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.UniversalClient, func(), error) {
-	var rdb redis.UniversalClient
-	closer := func() {}
-	switch {
-	case cfg.RedisURL == "embedded":
-		mr, err := miniredis.Run()
-		if err != nil {
-			return nil, nil, err
-		}
-		log.Warn().Msg("REDIS_URL=embedded: using an in-process miniredis. NOT DURABLE: unpersisted ledger entries are lost on exit. Install redis-server for real use.")
-		fmt.Fprintln(os.Stderr, "\n*** WARNING: embedded Redis (miniredis) is NOT DURABLE. Install redis-server. ***")
-		rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: cfg.RedisPoolSize, MaintNotificationsConfig: noMaintNotifications()})
-		closer = mr.Close
-	case strings.Contains(cfg.RedisURL, ","):
-		var addrs []string
-		for _, s := range strings.Split(cfg.RedisURL, ",") {
-			s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "redis://"))
-			if i := strings.Index(s, "/"); i >= 0 {
-				s = s[:i]
-			}
-			if s != "" {
-				addrs = append(addrs, s)
-			}
-		}
-		// Reads go to masters only (ReadOnly, RouteByLatency and
-		// RouteRandomly off): a replica may lag, and a balance must never
-		// be older than an acknowledged write (issue 11.5). MaxRedirects
-		// bounds both MOVED/ASK hops and the retries of CLUSTERDOWN,
-		// TRYAGAIN and dead-node errors; what still fails is a 503 with
-		// Retry-After (lua.UnavailableError), and the slot map is reloaded.
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: cfg.RedisPoolSize,
-			ReadOnly: false, RouteByLatency: false, RouteRandomly: false, MaxRedirects: 3,
-			ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, MaintNotificationsConfig: noMaintNotifications()})
-	default:
-		opt, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		opt.PoolSize = cfg.RedisPoolSize
-		opt.ReadTimeout, opt.WriteTimeout = 3*time.Second, 3*time.Second
-		opt.MaintNotificationsConfig = noMaintNotifications()
-		rdb = redis.NewClient(opt)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		closer()
-		return nil, nil, fmt.Errorf("redis unreachable at %s: %w", cfg.RedisURL, err)
-	}
-	return rdb, func() { _ = rdb.Close(); closer() }, nil
-}
-
-// connectPostgres opens DATABASE_URL and applies the migrations.
-func connectPostgres(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
-	pool, err := persist.Open(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("postgres unreachable at %s: %w", cfg.DatabaseURL, err)
-	}
-	if err := persist.Migrate(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	return pool, nil
-}
-
-// connectAll opens Redis and Postgres (migrated); closeAll closes both.
-func connectAll(ctx context.Context, cfg config, log zerolog.Logger) (redis.UniversalClient, *pgxpool.Pool, func(), error) {
-	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	pool, err := connectPostgres(ctx, cfg)
-	if err != nil {
-		closeRedis()
-		return nil, nil, nil, err
-	}
-	return rdb, pool, func() { pool.Close(); closeRedis() }, nil
-}
-
-// noMaintNotifications turns off go-redis's maintenance notifications (a
-// managed-Redis feature): open-source Redis 7 refuses the handshake and the
-// client logs a warning at every start.
-func noMaintNotifications() *maintnotifications.Config {
-	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return strconv.Itoa(int(r))
 }

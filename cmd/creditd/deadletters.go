@@ -4,33 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/creditd/creditd/persist"
 )
 
-const deadLettersUsage = `usage: creditd deadletters COMMAND
-  list [--json] [--limit N]       unresolved dead letters, in the order retry replays them
-  retry ID... | --all [--json] [--repair]
-                                  replay into Postgres, each exactly once; an account's
-                                  earlier dead letters replay first, in version order.
-                                  --repair first replaces text Postgres cannot store (NUL,
-                                  invalid UTF-8 -> U+FFFD) and numbers beyond its range
-                                  (kept as text); money and versions are written unchanged
-  discard ID --note TEXT          resolve WITHOUT writing (an entry that can never be
-                                  replayed, dealt with by hand); the note is kept
-
-A dead letter is an acknowledged mutation missing from Postgres: /readyz fails
-until every one is resolved. Exit status is 1 when a retry leaves any unresolved.`
+const deadLettersLong = `A dead letter is an acknowledged mutation missing from Postgres: /readyz fails
+until every one is resolved. These commands work straight on DATABASE_URL; a
+running creditd notices within a second.`
 
 // deadLetterStore is what the deadletters command needs of persist.Store.
 type deadLetterStore interface {
@@ -40,124 +28,148 @@ type deadLetterStore interface {
 	DiscardDeadLetter(ctx context.Context, id int64, note string) error
 }
 
-// deadletters lists, replays or discards the persister's dead letters,
-// straight on the database; a running creditd notices within a second.
-func deadletters(args []string) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Println(deadLettersUsage)
-		return nil
-	}
-	cfg := loadConfig()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	pool, err := connectPostgres(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return runDeadLetters(ctx, persist.NewStore(pool), args, os.Stdout)
-}
-
 // errUnresolved is returned when a retry leaves dead letters unresolved.
 var errUnresolved = errors.New("dead letters left unresolved")
 
-// runDeadLetters is the deadletters command on store, writing to w.
-func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w io.Writer) error {
-	fs := flag.NewFlagSet("deadletters "+args[0], flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	asJSON := fs.Bool("json", false, "")
-	limit := fs.Int("limit", 100, "")
-	all := fs.Bool("all", false, "")
-	note := fs.String("note", "", "")
-	repair := fs.Bool("repair", false, "")
-	if err := fs.Parse(reorderFlags(args[1:])); err != nil {
-		return fmt.Errorf("%v\n%s", err, deadLettersUsage)
+// deadLettersOn opens the store a deadletters command works on and runs fn
+// on it; bad arguments are refused before it is called.
+type deadLettersOn func(fn func(ctx context.Context, store deadLetterStore) error) error
+
+// onDatabase is deadLettersOn for the command line: DATABASE_URL, schema
+// checked, never migrated.
+func onDatabase(fn func(ctx context.Context, store deadLetterStore) error) error {
+	return withDatabase(func(ctx context.Context, _ config, store *persist.Store) error { return fn(ctx, store) })
+}
+
+// deadlettersCmd is `creditd deadletters list|retry|discard` on the store
+// on opens.
+func deadlettersCmd(on deadLettersOn) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "deadletters",
+		Short: "List, replay or discard the mutations Postgres refused (DATABASE_URL)",
+		Long:  deadLettersLong,
 	}
-	ids := make([]int64, 0, fs.NArg())
-	for _, a := range fs.Args() {
+
+	var limit int
+	var listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Unresolved dead letters, in the order retry replays them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 || limit > persist.MaxDeadLetterList {
+				return fmt.Errorf("--limit must be 1..%d", persist.MaxDeadLetterList)
+			}
+			return on(func(ctx context.Context, store deadLetterStore) error {
+				recs, total, err := store.ListDeadLetters(ctx, limit)
+				if err != nil {
+					return err
+				}
+				if listJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"dead_letters": recs, "total_unresolved": total})
+				}
+				printDeadLetters(cmd.OutOrStdout(), recs, total)
+				return nil
+			})
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 100, "dead letters to list")
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+
+	var all, repair, retryJSON bool
+	retry := &cobra.Command{
+		Use:   "retry ID... | --all",
+		Short: "Replay into Postgres, each exactly once",
+		Long: `Replays dead letters into Postgres, each exactly once; an account's earlier dead
+letters replay first, in version order. --repair first replaces text Postgres
+cannot store (NUL, invalid UTF-8 -> U+FFFD) and numbers beyond its range (kept
+as text); money and versions are written unchanged. Exit status 1 when any is
+left unresolved.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := deadLetterIDs(args)
+			if err != nil {
+				return err
+			}
+			if all == (len(ids) > 0) {
+				return errors.New("retry takes dead letter ids or --all")
+			}
+			return on(func(ctx context.Context, store deadLetterStore) error {
+				var out []persist.RetryOutcome
+				if all {
+					out, err = store.RetryAllDeadLetters(ctx, persist.RetryOptions{Repair: repair})
+				} else {
+					out, err = store.RetryDeadLetters(ctx, ids, persist.RetryOptions{Repair: repair})
+				}
+				if retryJSON {
+					if jerr := writeJSON(cmd.OutOrStdout(), map[string]any{"outcomes": out}); jerr != nil {
+						return jerr
+					}
+				} else {
+					printOutcomes(cmd.OutOrStdout(), out)
+				}
+				if err != nil {
+					return err
+				}
+				for _, o := range out {
+					if o.Status != persist.RetryResolved && o.Status != persist.RetryAlreadyResolved {
+						return errUnresolved
+					}
+				}
+				return nil
+			})
+		},
+	}
+	retry.Flags().BoolVar(&all, "all", false, "replay every unresolved dead letter")
+	retry.Flags().BoolVar(&repair, "repair", false, "replace what Postgres cannot store first (text, out-of-range numbers)")
+	retry.Flags().BoolVar(&retryJSON, "json", false, "print JSON")
+
+	var note string
+	discard := &cobra.Command{
+		Use:   "discard ID --note TEXT",
+		Short: "Resolve WITHOUT writing (an entry that can never be replayed, dealt with by hand); the note is kept",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := deadLetterIDs(args)
+			if err != nil {
+				return err
+			}
+			if len(ids) != 1 || strings.TrimSpace(note) == "" {
+				return errors.New("discard takes one id and a --note")
+			}
+			return on(func(ctx context.Context, store deadLetterStore) error {
+				if err := store.DiscardDeadLetter(ctx, ids[0], note); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "dead letter %d discarded (resolved without writing it)\n", ids[0])
+				return nil
+			})
+		},
+	}
+	discard.Flags().StringVar(&note, "note", "", "why it is discarded (kept with it)")
+	c.AddCommand(list, retry, discard)
+	return c
+}
+
+// deadLetterIDs reads positive dead letter ids.
+func deadLetterIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
-			return fmt.Errorf("dead letter id %q is not a positive integer\n%s", a, deadLettersUsage)
+			return nil, fmt.Errorf("dead letter id %q is not a positive integer", a)
 		}
 		ids = append(ids, id)
 	}
-	switch args[0] {
-	case "list":
-		if len(ids) > 0 || *all || *note != "" || *repair {
-			return fmt.Errorf("list takes only --json and --limit\n%s", deadLettersUsage)
-		}
-		if *limit <= 0 || *limit > persist.MaxDeadLetterList {
-			return fmt.Errorf("--limit must be 1..%d", persist.MaxDeadLetterList)
-		}
-		recs, total, err := store.ListDeadLetters(ctx, *limit)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(w, map[string]any{"dead_letters": recs, "total_unresolved": total})
-		}
-		printDeadLetters(w, recs, total)
-		return nil
-	case "retry":
-		var out []persist.RetryOutcome
-		var err error
-		switch {
-		case *all && len(ids) == 0:
-			out, err = store.RetryAllDeadLetters(ctx, persist.RetryOptions{Repair: *repair})
-		case !*all && len(ids) > 0:
-			out, err = store.RetryDeadLetters(ctx, ids, persist.RetryOptions{Repair: *repair})
-		default:
-			return fmt.Errorf("retry takes dead letter ids or --all\n%s", deadLettersUsage)
-		}
-		if *asJSON {
-			if jerr := writeJSON(w, map[string]any{"outcomes": out}); jerr != nil {
-				return jerr
-			}
-		} else {
-			printOutcomes(w, out)
-		}
-		if err != nil {
-			return err
-		}
-		for _, o := range out {
-			if o.Status != persist.RetryResolved && o.Status != persist.RetryAlreadyResolved {
-				return errUnresolved
-			}
-		}
-		return nil
-	case "discard":
-		if len(ids) != 1 || strings.TrimSpace(*note) == "" || *all || *repair {
-			return fmt.Errorf("discard takes one id and a --note\n%s", deadLettersUsage)
-		}
-		if err := store.DiscardDeadLetter(ctx, ids[0], *note); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "dead letter %d discarded (resolved without writing it)\n", ids[0])
-		return nil
-	}
-	return fmt.Errorf("unknown deadletters command %q\n%s", args[0], deadLettersUsage)
+	return ids, nil
 }
 
-// reorderFlags puts flags before positional ids, so `retry 3 --json` parses
-// as `retry --json 3` (package flag stops at the first non-flag).
-func reorderFlags(args []string) []string {
-	var flags, rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--limit" || a == "-limit" || a == "--note" || a == "-note":
-			flags = append(flags, a)
-			if i+1 < len(args) {
-				i++
-				flags = append(flags, args[i])
-			}
-		case strings.HasPrefix(a, "-"):
-			flags = append(flags, a)
-		default:
-			rest = append(rest, a)
-		}
-	}
-	return append(flags, rest...)
+// runDeadLetters runs `creditd deadletters ARGS...` on store, writing to w.
+func runDeadLetters(ctx context.Context, store deadLetterStore, args []string, w io.Writer) error {
+	c := deadlettersCmd(func(fn func(ctx context.Context, store deadLetterStore) error) error { return fn(ctx, store) })
+	c.SetArgs(args)
+	c.SetOut(w)
+	c.SetErr(io.Discard)
+	c.SilenceUsage, c.SilenceErrors = true, true
+	return c.ExecuteContext(ctx)
 }
 
 func writeJSON(w io.Writer, v any) error {

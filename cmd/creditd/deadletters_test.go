@@ -75,13 +75,14 @@ func TestDeadLettersCommand(t *testing.T) {
 		{"retry without ids", []string{"retry"}, "ids or --all"},
 		{"retry ids and --all", []string{"retry", "--all", "1"}, "ids or --all"},
 		{"id not a number", []string{"retry", "x"}, "not a positive integer"},
-		{"negative id", []string{"retry", "-3"}, "flag provided but not defined"},
-		{"list with ids", []string{"list", "1"}, "only --json"},
-		{"list with --repair", []string{"list", "--repair"}, "only --json"},
-		{"discard with --repair", []string{"discard", "1", "--note", "n", "--repair"}, "--note"},
+		{"negative id", []string{"retry", "-3"}, "unknown shorthand flag"},
+		{"zero id", []string{"retry", "0"}, "not a positive integer"},
+		{"list with ids", []string{"list", "1"}, "unknown command"},
+		{"list with --repair", []string{"list", "--repair"}, "unknown flag: --repair"},
+		{"discard with --repair", []string{"discard", "1", "--note", "n", "--repair"}, "unknown flag: --repair"},
 		{"limit too large", []string{"list", "--limit", "10001"}, "--limit"},
 		{"discard without note", []string{"discard", "1"}, "--note"},
-		{"unknown", []string{"frobnicate"}, "unknown deadletters command"},
+		{"unknown", []string{"frobnicate"}, "unknown command"},
 	} {
 		if _, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)

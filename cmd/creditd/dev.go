@@ -58,6 +58,9 @@ Try it:
     -d '{"credits": 10000, "source": "promotional", "reason": "welcome"}'
   curl -s http://%s/v1/customers/alice/credits -H 'X-API-Key: %s'
 
-`, keys.TenantID, keys.Sandbox, keys.Live, cfg.AdminToken, port, keys.Sandbox, port, keys.Sandbox)
+Operator commands (creditd tenant|key|webhook ...) on this creditd:
+  export CREDITD_URL=http://%s CREDITD_ADMIN_TOKEN=%s
+
+`, keys.TenantID, keys.Sandbox, keys.Live, cfg.AdminToken, port, keys.Sandbox, port, keys.Sandbox, port, cfg.AdminToken)
 	return nil
 }

@@ -1,50 +1,74 @@
 // Command creditd runs the credit-metering service and its operator tools.
-//
-//	creditd serve     run the API, the persister and the expiry sweep (default)
-//	creditd rebuild   rebuild every customer's Redis state from Postgres
-//	creditd migrate   apply database migrations and exit
-//	creditd admin ... operator commands (tenants, API keys, webhooks); see `creditd admin help`
-//	creditd deadletters list|retry|discard  mutations Postgres refused; see `creditd deadletters help`
-//	creditd reconcile [--fix]  compare every customer's Redis state with Postgres; see `creditd reconcile help`
+// `creditd --help` lists the commands; `creditd` alone is `creditd serve`.
 //
 // Configuration comes from the environment (addendum 11): REDIS_URL,
 // DATABASE_URL, CREDITD_ADDR, CREDITD_ADMIN_TOKEN, LOG_LEVEL and the
-// CREDITD_* settings listed in README.md.
+// CREDITD_* settings of config.go, listed in README.md.
 package main
 
 import (
 	"fmt"
 	"os"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
-	args := os.Args[1:]
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
-	}
-	var err error
-	switch cmd {
-	case "serve":
-		err = serve()
-	case "rebuild":
-		err = rebuild()
-	case "migrate":
-		err = migrate()
-	case "admin":
-		err = admin(args)
-	case "deadletters":
-		err = deadletters(args)
-	case "reconcile":
-		err = reconcile(args)
-	case "help", "-h", "--help":
-		fmt.Println("usage: creditd [serve|rebuild|migrate|admin ...|deadletters ...|reconcile [--fix]]")
-		return
-	default:
-		err = fmt.Errorf("unknown command %q (try: serve, rebuild, migrate, admin, deadletters, reconcile)", cmd)
-	}
-	if err != nil {
+	if err := rootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "creditd:", err)
 		os.Exit(1)
 	}
+}
+
+// rootCmd is the command tree. Nothing in it connects to a service before
+// a command's RunE: --help, version and completion never touch Redis or
+// Postgres, and only serve and `migrate up` apply migrations.
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "creditd",
+		Short: "Multi-tenant credit metering and entitlements",
+		Long: `creditd: credit metering on Redis (hot path) and Postgres (system of record).
+
+With no command it runs "creditd serve". Configuration comes from the
+environment (REDIS_URL, DATABASE_URL, CREDITD_*; see README.md): a value that
+does not parse stops any command with an error naming the variable.`,
+		Version:       buildInfo().String(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          func(*cobra.Command, []string) error { return serve() },
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(
+		&cobra.Command{
+			Use:   "serve",
+			Short: "Run the API, the persister, the sweeps and webhook delivery (applies pending migrations first)",
+			Long: `Runs creditd. It applies pending migrations first and refuses a database
+whose schema is newer than this binary; it logs the effective configuration
+(secrets masked) at start.`,
+			Args: cobra.NoArgs,
+			RunE: func(*cobra.Command, []string) error { return serve() },
+		},
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print the version, commit and build date",
+			Args:  cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(cmd.OutOrStdout(), buildInfo())
+			},
+		},
+		&cobra.Command{
+			Use:   "rebuild",
+			Short: "Rebuild every customer's Redis state from Postgres, with progress",
+			Args:  cobra.NoArgs,
+			RunE:  func(*cobra.Command, []string) error { return withStores(rebuildOn) },
+		},
+		migrateCmd(),
+		reconcileCmd(),
+		deadlettersCmd(onDatabase),
+		healthcheckCmd(),
+		adminCmd(),
+	)
+	root.AddCommand(operatorGroups(true)...)
+	return root
 }

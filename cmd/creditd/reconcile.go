@@ -3,30 +3,26 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
 
-const reconcileUsage = `usage: creditd reconcile [--fix] [--limit N] [--drain-timeout D] [--confirm D] [--page N]
-  Compares every customer's Redis state (version, blocks with their remaining
-  credit, reserved, lifetime earned) with Postgres, and Postgres' blocks with
-  the sum of its ledger, once the persister has drained (after a failover the
-  promoted replica may lack the old master's last writes).
-  --fix              reload each diverged customer from Postgres, fenced on the
-                     Redis version compared (a write since is never overwritten)
-  --limit N          list the first N differing customers (default 20)
-  --drain-timeout D  wait up to D for the outbox to drain first (default 30s; 0: no wait)
-  --confirm D        read a differing customer again after D before reporting it,
-                     so a write the persister has not committed yet is no difference
-                     (default 2s)
-  --page N           accounts per page (default 500)
+const reconcileUsage = `Compares every customer's Redis state (version, blocks with their remaining
+credit, reserved, lifetime earned) with Postgres, and Postgres' blocks with the
+sum of its ledger, once the persister has drained (after a failover the promoted
+replica may lack the old master's last writes). --fix reloads each diverged
+customer from Postgres, fenced on the Redis version compared (a write since is
+never overwritten); --confirm reads a differing customer again before reporting
+it, so a write the persister has not committed yet is no difference.
+
 The last line, the only one starting "reconcile:", is "reconcile: N customers checked,
 M differences", M counting the differences left (after --fix, those it could not mend);
 exit status 1 when M > 0.`
@@ -40,20 +36,27 @@ type backlogReader interface {
 	Backlog(ctx context.Context, p int) (count int64, oldestMS int64, err error)
 }
 
-// reconcile runs one reconcile pass on REDIS_URL and DATABASE_URL; bad
-// arguments are refused before anything connects.
-func reconcile(args []string) error {
-	if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
-		fmt.Println(reconcileUsage)
-		return nil
+// reconcileCmd runs one reconcile pass on REDIS_URL and DATABASE_URL;
+// bad arguments are refused before anything connects.
+func reconcileCmd() *cobra.Command {
+	var f reconcileFlags
+	c := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Compare every customer's Redis state with Postgres; --fix reloads the diverged ones",
+		Long:  reconcileUsage,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := f.args()
+			if err != nil {
+				return err
+			}
+			return withStores(func(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
+				return runReconcile(ctx, ledger, store, store, opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			})
+		},
 	}
-	opts, err := parseReconcileArgs(args, os.Stderr)
-	if err != nil {
-		return err
-	}
-	return withStores(func(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
-		return runReconcile(ctx, ledger, store, store, opts, os.Stdout, os.Stderr)
-	})
+	f.register(c.Flags())
+	return c
 }
 
 // reconcileArgs are the parsed flags of `creditd reconcile`.
@@ -62,27 +65,43 @@ type reconcileArgs struct {
 	drain time.Duration
 }
 
-// parseReconcileArgs reads the flags; usage goes to note.
+// reconcileFlags are the flags as given, before they are checked.
+type reconcileFlags struct {
+	fix                   bool
+	limit, page           int
+	drain, confirmWaiting time.Duration
+}
+
+func (f *reconcileFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.fix, "fix", false, "reload each diverged customer from Postgres, fenced on the Redis version compared")
+	fs.IntVar(&f.limit, "limit", engine.DefaultReconcileReported, "differing customers listed")
+	fs.DurationVar(&f.drain, "drain-timeout", 30*time.Second, "wait up to this for the outbox to drain first (0: no wait)")
+	fs.DurationVar(&f.confirmWaiting, "confirm", 2*time.Second, "read a differing customer again after this before reporting it")
+	fs.IntVar(&f.page, "page", engine.DefaultReconcilePage, "accounts per page (at most 10000)")
+}
+
+// args checks the flags.
+func (f reconcileFlags) args() (reconcileArgs, error) {
+	if f.limit <= 0 || f.page <= 0 || f.page > 10_000 || f.drain < 0 || f.confirmWaiting < 0 {
+		return reconcileArgs{}, errors.New("reconcile: --limit and --page (at most 10000) must be positive, durations not negative")
+	}
+	return reconcileArgs{drain: f.drain, pass: engine.ReconcileOptions{Fix: f.fix, Reported: f.limit, PageSize: f.page,
+		Confirm: f.confirmWaiting}}, nil
+}
+
+// parseReconcileArgs reads the flags as the command does; usage goes to note.
 func parseReconcileArgs(args []string, note io.Writer) (reconcileArgs, error) {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	var f reconcileFlags
+	fs := pflag.NewFlagSet("reconcile", pflag.ContinueOnError)
 	fs.SetOutput(note)
-	fix := fs.Bool("fix", false, "reload diverged customers from Postgres")
-	limit := fs.Int("limit", engine.DefaultReconcileReported, "differing customers listed")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "wait for the outbox to drain")
-	confirm := fs.Duration("confirm", 2*time.Second, "read a differing customer again after this")
-	pageSize := fs.Int("page", engine.DefaultReconcilePage, "accounts per page")
-	fs.Usage = func() { fmt.Fprintln(note, reconcileUsage) }
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return reconcileArgs{}, err
 	}
 	if fs.NArg() > 0 {
 		return reconcileArgs{}, fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0))
 	}
-	if *limit <= 0 || *pageSize <= 0 || *pageSize > 10_000 || *drain < 0 || *confirm < 0 {
-		return reconcileArgs{}, errors.New("reconcile: --limit and --page (at most 10000) must be positive, durations not negative")
-	}
-	return reconcileArgs{drain: *drain, pass: engine.ReconcileOptions{Fix: *fix, Reported: *limit, PageSize: *pageSize,
-		Confirm: *confirm}}, nil
+	return f.args()
 }
 
 // runReconcile waits for the outbox to drain, runs the pass and prints its

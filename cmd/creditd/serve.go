@@ -16,20 +16,33 @@ import (
 	"github.com/creditd/creditd/persist"
 )
 
+// serve runs the API, the persister and the sweeps until SIGINT/SIGTERM;
+// it is the only command besides `migrate up` that applies migrations.
 func serve() error {
-	cfg := loadConfig()
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
 	if err := cfg.check(); err != nil {
 		return err
 	}
 	log := newLogger(cfg.LogLevel)
+	b := buildInfo()
+	log.Info().Str("version", b.Version).Str("commit", b.Commit).Str("built", b.Date).
+		Dict("config", cfg.logDict()).Msg("creditd starting")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
+	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer closeRedis()
+	pool, err := migrateDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 
 	a := app.New(rdb, pool, app.Config{
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
@@ -69,33 +82,46 @@ func serve() error {
 	return err
 }
 
-func migrate() error {
-	cfg := loadConfig()
-	pool, err := connectPostgres(context.Background(), cfg)
+// withDatabase runs an operator command on DATABASE_URL (schema checked,
+// never migrated), until it ends or SIGINT/SIGTERM.
+func withDatabase(run func(ctx context.Context, cfg config, store *persist.Store) error) error {
+	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
-	pool.Close()
-	fmt.Println("migrations applied")
-	return nil
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return run(ctx, cfg, persist.NewStore(pool))
 }
 
 // withStores runs an operator command (rebuild, reconcile) on the Redis and
-// Postgres of the configuration, until it ends or SIGINT/SIGTERM.
+// Postgres of the configuration (schema checked, never migrated), until it
+// ends or SIGINT/SIGTERM.
 func withStores(run func(ctx context.Context, ledger *persist.Store, store *lua.Store) error) error {
-	cfg := loadConfig()
-	log := newLogger(cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
+	cfg, err := loadConfig()
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	log := newLogger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
 	return run(ctx, persist.NewStore(pool), lua.NewStore(rdb, cfg.RedisPrefix))
 }
-
-func rebuild() error { return withStores(rebuildOn) }
 
 func rebuildOn(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
 	// A rebuild's heap is a few pages in flight, so the default GC target

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/creditd/creditd/persist"
+)
+
+// migrateCmd is `creditd migrate up|status`: the one place besides serve
+// where migrations run, and a read-only look at where the schema stands.
+func migrateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the database migrations (up) or show where the schema stands (status)",
+		Long: `Migrations are embedded in the binary and recorded in schema_migrations.
+Only "creditd serve" and "creditd migrate up" apply them; every other command
+refuses a database whose schema is behind or ahead of this binary.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("say which: creditd migrate up (apply) or creditd migrate status (show)")
+		},
+	}
+	c.AddCommand(&cobra.Command{
+		Use:   "up",
+		Short: "Apply the pending migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			pool, err := migrateDatabase(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			st, err := persist.Schema(ctx, pool)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "migrations applied: schema at version %d\n", st.Latest)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "status",
+		Short: "Show applied, pending and unknown (newer) migrations; changes nothing",
+		Long: `Prints the schema version this binary expects and what the database records.
+Exit status 1 when the schema does not match this binary (pending or newer).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			pool, err := persist.Open(ctx, cfg.DatabaseURL)
+			if err != nil {
+				return fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
+			}
+			defer pool.Close()
+			st, err := persist.Schema(ctx, pool)
+			if err != nil {
+				return err
+			}
+			printSchema(cmd.OutOrStdout(), st)
+			return st.Check()
+		},
+	})
+	return c
+}
+
+// printSchema writes a SchemaStatus for a terminal.
+func printSchema(w io.Writer, st persist.SchemaStatus) {
+	cur := 0
+	if len(st.Applied) > 0 {
+		cur = st.Applied[len(st.Applied)-1]
+	}
+	fmt.Fprintf(w, "binary schema version:   %d\n", st.Latest)
+	fmt.Fprintf(w, "database schema version: %d (%d migrations recorded)\n", cur, len(st.Applied))
+	for _, p := range st.Pending {
+		fmt.Fprintf(w, "pending: %s\n", p)
+	}
+	for _, u := range st.Unknown {
+		fmt.Fprintf(w, "unknown to this binary (newer): %d\n", u)
+	}
+	if st.Check() == nil {
+		fmt.Fprintln(w, "up to date")
+	}
+}
