@@ -64,6 +64,37 @@ func (s *Server) adminGetTenant(c *call) error {
 	return c.json(fasthttp.StatusOK, engine.ConfigOf(t))
 }
 
+// adminListTenants answers GET /admin/v1/tenants: every tenant with its
+// configuration, oldest first, paged as the tenant API's lists.
+func (s *Server) adminListTenants(c *call) error {
+	limit, err := c.queryLimit()
+	if err != nil {
+		return err
+	}
+	page, err := s.tenants.List(c.reqContext(), c.query("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	return c.json(fasthttp.StatusOK, pageOf(page))
+}
+
+// adminListKeys answers GET /admin/v1/tenants/{id}/api-keys: the tenant's
+// keys without their text, revoked ones with revoked_at.
+func (s *Server) adminListKeys(c *call) error {
+	id, err := c.tenantID()
+	if err != nil {
+		return err
+	}
+	keys, err := s.tenants.Keys(c.reqContext(), id)
+	if err != nil {
+		return err
+	}
+	if keys == nil {
+		keys = []engine.APIKey{}
+	}
+	return c.json(fasthttp.StatusOK, map[string]any{"data": keys})
+}
+
 // adminPatchTenant answers PATCH /admin/v1/tenants/{id}: the rate limit.
 func (s *Server) adminPatchTenant(c *call) error {
 	id, err := c.tenantID()

@@ -114,3 +114,75 @@ func TestAdminOperations(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminLists: GET /admin/v1/tenants pages every tenant oldest first
+// with the tenant API's envelope, and GET .../api-keys lists a tenant's
+// keys without their text, revoked ones with revoked_at.
+func TestAdminLists(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	var ids []string
+	for _, name := range []string{"One", "Two", "Three"} {
+		r := h.do("POST", "/admin/v1/tenants", `{"name":"`+name+`"}`, admin()...)
+		if r.status != 201 {
+			t.Fatalf("create tenant: %d %s", r.status, r.body)
+		}
+		ids = append(ids, r.json()["tenant"].(map[string]any)["id"].(string))
+	}
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		r := h.do("GET", "/admin/v1/tenants?limit=2"+cursor, "", admin()...)
+		if r.status != 200 {
+			t.Fatalf("list: %d %s", r.status, r.body)
+		}
+		b := r.json()
+		for _, d := range b["data"].([]any) {
+			seen[d.(map[string]any)["id"].(string)] = true
+		}
+		pg := b["pagination"].(map[string]any)
+		if pg["has_more"] != true {
+			if pg["next_cursor"] != nil {
+				t.Errorf("last page has a next_cursor: %v", pg["next_cursor"])
+			}
+			break
+		}
+		if pages > 3 {
+			t.Fatal("the list does not end")
+		}
+		cursor = "&cursor=" + pg["next_cursor"].(string)
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("tenant %s missing from the list", id)
+		}
+	}
+	base := "/admin/v1/tenants/" + ids[0]
+	key := h.do("POST", base+"/api-keys", `{"environment":"sandbox"}`, admin()...).json()
+	h.do("DELETE", base+"/api-keys/"+key["id"].(string), "", admin()...)
+	r := h.do("GET", base+"/api-keys", "", admin()...)
+	if r.status != 200 {
+		t.Fatalf("list keys: %d %s", r.status, r.body)
+	}
+	keys := r.json()["data"].([]any)
+	if len(keys) != 3 {
+		t.Fatalf("%d keys, want the 2 of the tenant's creation and the revoked one", len(keys))
+	}
+	revoked := 0
+	for _, k := range keys {
+		m := k.(map[string]any)
+		if _, ok := m["key"]; ok {
+			t.Errorf("a listed key shows its text: %v", m)
+		}
+		if m["revoked_at"] != nil {
+			revoked++
+		}
+	}
+	if revoked != 1 {
+		t.Errorf("%d revoked keys listed, want 1", revoked)
+	}
+	wantProblem(t, h.do("GET", "/admin/v1/tenants?cursor=nope", "", admin()...), 400, "bad-request", "cursor")
+	wantProblem(t, h.do("GET", "/admin/v1/tenants?limit=0", "", admin()...), 400, "bad-request", "limit")
+	wantProblem(t, h.do("GET", "/admin/v1/tenants/00000000-0000-7000-8000-000000000000/api-keys", "", admin()...), 404, "not-found", "")
+	wantProblem(t, h.do("GET", "/admin/v1/tenants", ""), 401, "unauthorized", "")
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sort"
@@ -105,6 +106,33 @@ func (d *fakeDirectory) RevokeAPIKey(_ context.Context, tenant, key uuid.UUID, a
 		}
 	}
 	return engine.ErrNotFound
+}
+
+func (d *fakeDirectory) ListTenants(_ context.Context, after uuid.UUID, limit int) ([]engine.Tenant, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []engine.Tenant
+	for _, t := range d.tenants {
+		if bytes.Compare(t.ID[:], after[:]) > 0 {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].ID[:], out[j].ID[:]) < 0 })
+	return out[:min(limit, len(out))], nil
+}
+
+func (d *fakeDirectory) ListAPIKeys(_ context.Context, tenant uuid.UUID) ([]engine.APIKey, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []engine.APIKey
+	for _, k := range d.keys {
+		if k.TenantID == tenant {
+			k.Key = ""
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
 }
 
 func (d *fakeDirectory) CreateCustomer(_ context.Context, c engine.Customer) error {

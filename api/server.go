@@ -330,9 +330,11 @@ func (s *Server) register() {
 		return
 	}
 	s.handle("POST", "/admin/v1/tenants", optAdmin, s.adminCreateTenant)
+	s.handle("GET", "/admin/v1/tenants", optAdmin, s.adminListTenants)
 	s.handle("GET", "/admin/v1/tenants/{id}", optAdmin, s.adminGetTenant)
 	s.handle("PATCH", "/admin/v1/tenants/{id}", optAdmin, s.adminPatchTenant)
 	s.handle("POST", "/admin/v1/tenants/{id}/api-keys", optAdmin, s.adminCreateKey)
+	s.handle("GET", "/admin/v1/tenants/{id}/api-keys", optAdmin, s.adminListKeys)
 	s.handle("DELETE", "/admin/v1/tenants/{id}/api-keys/{key_id}", optAdmin, s.adminRevokeKey)
 	s.handle("PUT", "/admin/v1/tenants/{id}/webhook", optAdmin, s.adminSetWebhook)
 	s.handle("POST", "/admin/v1/tenants/{id}/webhook/rotate-secret", optAdmin, s.adminRotateSecret)

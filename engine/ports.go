@@ -170,6 +170,12 @@ type Directory interface {
 	// APIKeyByHash finds a live (unrevoked) key by the SHA-256 of its text.
 	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
 	RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time.Time) error
+	// ListTenants reads up to limit tenants whose id sorts after the
+	// cursor (uuid.Nil: from the start), in id order.
+	ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]Tenant, error)
+	// ListAPIKeys reads every key of tenant, revoked ones included, oldest
+	// first, without their text.
+	ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]APIKey, error)
 
 	// CreateCustomer inserts c; ErrExternalIDTaken when the external id is in use.
 	CreateCustomer(ctx context.Context, c Customer) error

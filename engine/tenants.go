@@ -135,6 +135,44 @@ func (s *Tenants) Get(ctx context.Context, id uuid.UUID) (Tenant, error) {
 	return t, err
 }
 
+// List pages the tenants in id order (UUIDv7: oldest first) after cursor,
+// a tenant id ("" from the start), for the operator. Errors: 400 for a
+// cursor that is not a tenant id.
+func (s *Tenants) List(ctx context.Context, cursor string, limit int) (Page[TenantConfig], error) {
+	after := uuid.Nil
+	if cursor != "" {
+		id, err := uuid.Parse(cursor)
+		if err != nil {
+			return Page[TenantConfig]{}, BadRequest("cursor", "cursor is not one this list returned")
+		}
+		after = id
+	}
+	// One more than asked says whether another page follows.
+	ts, err := s.dir.ListTenants(ctx, after, limit+1)
+	if err != nil {
+		return Page[TenantConfig]{}, err
+	}
+	page := Page[TenantConfig]{Data: make([]TenantConfig, 0, min(len(ts), limit))}
+	for i, t := range ts {
+		if i == limit {
+			page.HasMore = true
+			page.NextCursor = ts[i-1].ID.String()
+			break
+		}
+		page.Data = append(page.Data, ConfigOf(t))
+	}
+	return page, nil
+}
+
+// Keys lists a tenant's API keys, revoked ones included, oldest first;
+// their text is never stored, so it is never shown. Errors: 404.
+func (s *Tenants) Keys(ctx context.Context, tenant uuid.UUID) ([]APIKey, error) {
+	if _, err := s.Get(ctx, tenant); err != nil {
+		return nil, err
+	}
+	return s.dir.ListAPIKeys(ctx, tenant)
+}
+
 // CreateKey issues a key; its plain text is only in the result.
 func (s *Tenants) CreateKey(ctx context.Context, tenant uuid.UUID, env Environment) (APIKey, error) {
 	if !env.Valid() {

@@ -187,7 +187,7 @@ func operate(parse func(args []string) (operation, error)) func(*cobra.Command, 
 func withOperator(cmd *cobra.Command, fn func(ctx context.Context, op operator, list lister) error) error {
 	if isDirect(cmd) {
 		return withDatabase(func(ctx context.Context, cfg config, store *persist.Store) error {
-			return fn(ctx, newDirectOperator(store, cfg.AllowPrivate), store)
+			return fn(ctx, newDirectOperator(store, cfg.AllowPrivate), directLister{store})
 		})
 	}
 	cfg, err := loadConfig()
@@ -203,16 +203,7 @@ func withOperator(cmd *cobra.Command, fn func(ctx context.Context, op operator, 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return fn(ctx, api, nil)
-}
-
-// needList refuses a list command over the admin API, which has no list
-// routes.
-func needList(cmd *cobra.Command, list lister) error {
-	if list == nil {
-		return fmt.Errorf("%s reads the database: the admin API has no list route; pass --direct (DATABASE_URL)", cmd.CommandPath())
-	}
-	return nil
+	return fn(ctx, api, api)
 }
 
 func tenantListCmd() *cobra.Command {
@@ -220,7 +211,7 @@ func tenantListCmd() *cobra.Command {
 	var limit int
 	var asJSON bool
 	c := &cobra.Command{
-		Use: "list", Short: "List tenants, oldest first (--direct: reads DATABASE_URL)", Args: cobra.NoArgs,
+		Use: "list", Short: "List tenants, oldest first (through CREDITD_URL, or --direct: DATABASE_URL)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cursor := uuid.Nil
 			if after != "" {
@@ -233,16 +224,9 @@ func tenantListCmd() *cobra.Command {
 				return fmt.Errorf("--limit must be 1..%d", persist.MaxTenantList)
 			}
 			return withOperator(cmd, func(ctx context.Context, _ operator, list lister) error {
-				if err := needList(cmd, list); err != nil {
-					return err
-				}
-				ts, err := list.ListTenants(ctx, cursor, limit)
+				cfgs, err := list.ListTenants(ctx, cursor, limit)
 				if err != nil {
 					return err
-				}
-				cfgs := make([]engine.TenantConfig, len(ts))
-				for i, t := range ts {
-					cfgs[i] = engine.ConfigOf(t)
 				}
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), map[string]any{"tenants": cfgs})
@@ -261,7 +245,7 @@ func tenantListCmd() *cobra.Command {
 func keyListCmd() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
-		Use: "list TENANT_ID", Short: "List a tenant's API keys, revoked ones included (--direct: reads DATABASE_URL)",
+		Use: "list TENANT_ID", Short: "List a tenant's API keys, revoked ones included (through CREDITD_URL, or --direct: DATABASE_URL)",
 		Long: "Lists id, environment, creation and revocation of each key; the key text is never stored, so it is not shown.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -270,9 +254,6 @@ func keyListCmd() *cobra.Command {
 				return err
 			}
 			return withOperator(cmd, func(ctx context.Context, _ operator, list lister) error {
-				if err := needList(cmd, list); err != nil {
-					return err
-				}
 				keys, err := list.ListAPIKeys(ctx, id)
 				if err != nil {
 					return err

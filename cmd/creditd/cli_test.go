@@ -142,7 +142,7 @@ func TestCommandsRefuseBeforeConnecting(t *testing.T) {
 		{nil, "CREDITD_ADMIN_TOKEN=short", "CREDITD_ADMIN_TOKEN is 5 characters"},
 		{[]string{"tenant", "get", uuid.NewString()}, "", "needs CREDITD_URL"},
 		{[]string{"admin", "key", "create", uuid.NewString(), "live"}, "", "needs CREDITD_URL"},
-		{[]string{"tenant", "list"}, "CREDITD_URL=http://127.0.0.1:1", "--direct"},
+		{[]string{"tenant", "list"}, "CREDITD_URL=http://127.0.0.1:1", "CREDITD_ADMIN_TOKEN is not set"},
 		{[]string{"tenant", "get", "not-a-uuid", "--direct"}, "", "not a UUID"},
 		{[]string{"reconcile", "--limit", "0"}, "", "--limit"},
 		{[]string{"reconcile", "extra"}, "", "unknown command"},
@@ -290,6 +290,13 @@ func TestOperatorOverAdminAPI(t *testing.T) {
 			w.WriteHeader(204)
 		case r.URL.Path == "/admin/v1/tenants/"+tenant.String() && r.Method == "GET":
 			_, _ = w.Write([]byte(`{"id":"` + tenant.String() + `","name":"Acme"}`))
+		case r.URL.Path == "/admin/v1/tenants" && r.Method == "GET" && r.URL.Query().Get("cursor") == "":
+			// Two pages: the list follows next_cursor.
+			_, _ = w.Write([]byte(`{"data":[{"id":"` + tenant.String() + `","name":"Acme"}],"pagination":{"has_more":true,"next_cursor":"` + tenant.String() + `"}}`))
+		case r.URL.Path == "/admin/v1/tenants" && r.Method == "GET":
+			_, _ = w.Write([]byte(`{"data":[{"id":"` + key.String() + `","name":"Globex"}],"pagination":{"has_more":false,"next_cursor":null}}`))
+		case r.URL.Path == "/admin/v1/tenants/"+tenant.String()+"/api-keys" && r.Method == "GET":
+			_, _ = w.Write([]byte(`{"data":[{"id":"` + key.String() + `","tenant_id":"` + tenant.String() + `","environment":"live","created_at":"2026-01-01T00:00:00Z"}]}`))
 		case r.Method == "PUT":
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(422)
@@ -309,6 +316,12 @@ func TestOperatorOverAdminAPI(t *testing.T) {
 	if out, err := runCLI(t, "tenant", "get", tenant.String()); err != nil || !strings.Contains(out, `"name": "Acme"`) {
 		t.Fatalf("tenant get: %v\n%s", err, out)
 	}
+	if out, err := runCLI(t, "tenant", "list", "--json"); err != nil || !strings.Contains(out, "Acme") || !strings.Contains(out, "Globex") {
+		t.Fatalf("tenant list over the admin API: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "key", "list", tenant.String(), "--json"); err != nil || !strings.Contains(out, key.String()) {
+		t.Fatalf("key list over the admin API: %v\n%s", err, out)
+	}
 	if out, err := runCLI(t, "admin", "key", "revoke", tenant.String(), key.String()); err != nil || !strings.Contains(out, `"revoked": "`+key.String()) {
 		t.Fatalf("key revoke: %v\n%s", err, out)
 	}
@@ -321,6 +334,9 @@ func TestOperatorOverAdminAPI(t *testing.T) {
 	}
 	want := []string{
 		"GET /admin/v1/tenants/" + tenant.String() + " map[]",
+		"GET /admin/v1/tenants map[]",
+		"GET /admin/v1/tenants map[]",
+		"GET /admin/v1/tenants/" + tenant.String() + "/api-keys map[]",
 		"DELETE /admin/v1/tenants/" + tenant.String() + "/api-keys/" + key.String() + " map[]",
 		"PATCH /admin/v1/tenants/" + tenant.String() + " map[rate_limit_burst:7 rate_limit_per_second:5]",
 		"PUT /admin/v1/tenants/" + tenant.String() + "/webhook map[url:http://x]",

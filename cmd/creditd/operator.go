@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,11 +34,30 @@ type operator interface {
 	SetRateLimit(ctx context.Context, tenant uuid.UUID, perSecond, burst int) (any, error)
 }
 
-// lister is what only the database answers: the admin API has no list
-// routes (addendum 1's minimum), so tenant list and key list need --direct.
+// lister is what tenant list and key list read: the admin API's list
+// routes (adminAPI) or the database (directLister, --direct).
 type lister interface {
-	ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]engine.Tenant, error)
+	ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]engine.TenantConfig, error)
 	ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error)
+}
+
+// directLister lists from the database.
+type directLister struct{ store *persist.Store }
+
+func (d directLister) ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]engine.TenantConfig, error) {
+	ts, err := d.store.ListTenants(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.TenantConfig, len(ts))
+	for i, t := range ts {
+		out[i] = engine.ConfigOf(t)
+	}
+	return out, nil
+}
+
+func (d directLister) ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error) {
+	return d.store.ListAPIKeys(ctx, tenant)
 }
 
 // revoked and deleted are what the CLI prints for the API's 204s.
@@ -190,6 +210,59 @@ func (a adminAPI) call(ctx context.Context, method, path string, body any) (json
 }
 
 func tenantPath(tenant uuid.UUID) string { return "/tenants/" + tenant.String() }
+
+// adminPageLimit is the admin API's largest page (the tenant API's).
+const adminPageLimit = 100
+
+// ListTenants pages GET /admin/v1/tenants until limit tenants or the end.
+func (a adminAPI) ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]engine.TenantConfig, error) {
+	var out []engine.TenantConfig
+	cursor := ""
+	if after != uuid.Nil {
+		cursor = after.String()
+	}
+	for len(out) < limit {
+		q := url.Values{"limit": {strconv.Itoa(min(adminPageLimit, limit-len(out)))}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		raw, err := a.call(ctx, http.MethodGet, "/tenants?"+q.Encode(), nil)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Data       []engine.TenantConfig `json:"data"`
+			Pagination struct {
+				HasMore    bool    `json:"has_more"`
+				NextCursor *string `json:"next_cursor"`
+			} `json:"pagination"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return nil, fmt.Errorf("admin API: tenant list: %w", err)
+		}
+		out = append(out, page.Data...)
+		if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+			break
+		}
+		cursor = *page.Pagination.NextCursor
+	}
+	return out, nil
+}
+
+// ListAPIKeys reads GET /admin/v1/tenants/{id}/api-keys.
+func (a adminAPI) ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error) {
+	raw, err := a.call(ctx, http.MethodGet, tenantPath(tenant)+"/api-keys", nil)
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Data []engine.APIKey `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("admin API: key list: %w", err)
+	}
+	return list.Data, nil
+}
 
 func (a adminAPI) CreateTenant(ctx context.Context, name string) (any, error) {
 	return a.call(ctx, http.MethodPost, "/tenants", map[string]string{"name": name})
