@@ -289,3 +289,48 @@ func TestNoServerImports(t *testing.T) {
 		t.Fatalf("checked %d files", checked)
 	}
 }
+
+// TestTransportErrors: a connection cut before the answer is retried for a
+// GET and for a write with an Idempotency-Key, never for a key-less
+// DELETE, which could have applied.
+func TestTransportErrors(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Method]++
+		n := seen[r.Method]
+		mu.Unlock()
+		if n == 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		_, _ = io.WriteString(w, customerJSON)
+	}))
+	t.Cleanup(srv.Close)
+	c := client.New(srv.URL, "k", client.WithRetry(3, time.Millisecond, time.Second))
+	ctx := context.Background()
+	if _, err := c.GetCustomer(ctx, "ada"); err != nil {
+		t.Fatalf("GET after a cut connection: %v", err)
+	}
+	if _, err := c.CreateCustomer(ctx, client.CreateCustomerInput{ExternalID: "ada"}); err != nil {
+		t.Fatalf("POST with a key after a cut connection: %v", err)
+	}
+	err := c.DeleteCustomer(ctx, "ada")
+	if _, isProblem := client.AsProblem(err); err == nil || isProblem {
+		t.Fatalf("key-less DELETE after a cut connection: %v, want the transport error", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["GET"] != 2 || seen["POST"] != 2 || seen["DELETE"] != 1 {
+		t.Fatalf("sends per method %v, want GET 2, POST 2, DELETE 1", seen)
+	}
+}

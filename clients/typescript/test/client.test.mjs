@@ -137,3 +137,24 @@ test("retryAfterMs reads seconds and HTTP-dates", () => {
   assert.equal(retryAfterMs("garbage", now), 0);
   assert.equal(retryAfterMs(null, now), 0);
 });
+
+test("network errors: a GET and a write with a key are sent again, a key-less DELETE is not", async (t) => {
+  const seen = {};
+  const srv = createServer((req, res) => {
+    seen[req.method] = (seen[req.method] ?? 0) + 1;
+    if (seen[req.method] === 1) return req.socket.destroy();
+    req.resume();
+    if (req.method === "DELETE") {
+      res.writeHead(204).end();
+      return;
+    }
+    res.writeHead(200, { "Content-Type": "application/json" }).end(JSON.stringify(customer));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => srv.close());
+  const client = createClient({ baseUrl: `http://127.0.0.1:${srv.address().port}`, apiKey: "k", baseDelayMs: 1 });
+  assert.equal((await client.getCustomer({ path: { id: "ada" } })).external_id, "ada");
+  assert.equal((await client.createCustomer({ body: { external_id: "ada" } })).external_id, "ada");
+  await assert.rejects(client.deleteCustomer({ path: { id: "ada" } }), (err) => !(err instanceof CreditdProblem));
+  assert.deepEqual(seen, { GET: 2, POST: 2, DELETE: 1 });
+});
