@@ -334,3 +334,44 @@ func TestTransportErrors(t *testing.T) {
 		t.Fatalf("sends per method %v, want GET 2, POST 2, DELETE 1", seen)
 	}
 }
+
+// TestAllIterates: the ...All iterators follow next_cursor page after
+// page, yield the first error once, and stop when the loop breaks.
+func TestAllIterates(t *testing.T) {
+	t.Parallel()
+	page := func(ids []string, next string) string {
+		var items []string
+		for _, id := range ids {
+			items = append(items, strings.Replace(customerJSON, `"external_id":"ada"`, `"external_id":"`+id+`"`, 1))
+		}
+		cursor := "null"
+		if next != "" {
+			cursor = `"` + next + `"`
+		}
+		return `{"data":[` + strings.Join(items, ",") + `],"pagination":{"has_more":` + strconv.FormatBool(next != "") + `,"next_cursor":` + cursor + `}}`
+	}
+	s := newScript(t, answer{200, "", page([]string{"a", "b"}, "c1")}, answer{200, "", page([]string{"c"}, "c2")}, answer{404, "", problemBody(404, "not-found", "gone")})
+	c := client.New(s.srv.URL, "k")
+	var got []string
+	var errs []error
+	for cust, err := range c.ListCustomersAll(context.Background(), &client.ListCustomersParams{Limit: client.Ptr(2)}) {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		got = append(got, cust.ExternalID)
+	}
+	if strings.Join(got, ",") != "a,b,c" || len(errs) != 1 || !client.IsProblem(errs[0], client.ProblemNotFound) {
+		t.Fatalf("iterated %v, errors %v", got, errs)
+	}
+	reqs := s.requests()
+	if len(reqs) != 3 || reqs[0].URL.Query().Has("cursor") || reqs[1].URL.Query().Get("cursor") != "c1" || reqs[2].URL.Query().Get("cursor") != "c2" || reqs[2].URL.Query().Get("limit") != "2" {
+		t.Fatalf("requests %v", reqs)
+	}
+	for range c.ListCustomersAll(context.Background(), nil) {
+		break // one more page: the script's last answer again
+	}
+	if n := len(s.requests()); n != 4 {
+		t.Fatalf("a loop that broke at once sent %d more requests, want 1", n-3)
+	}
+}

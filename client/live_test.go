@@ -279,6 +279,14 @@ func TestAgainstCreditd(t *testing.T) {
 		for _, e := range hist.Data {
 			types[e.Type]++
 		}
+		var walked []string // the same entries, two a page
+		for e, err := range c.CreditHistoryAll(ctx, "ada", &client.CreditHistoryParams{Limit: client.Ptr(2)}) {
+			must(t, err, "CreditHistoryAll")
+			walked = append(walked, e.ID)
+		}
+		if len(walked) != len(hist.Data) || walked[0] != hist.Data[0].ID || walked[4] != hist.Data[4].ID {
+			t.Fatalf("CreditHistoryAll walked %v, the one page holds %d entries", walked, len(hist.Data))
+		}
 		if len(hist.Data) != 5 || types["topup"] != 1 || types["adjustment"] != 4 {
 			t.Fatalf("CreditHistory has %d entries (%v), want 4 adjustments and a topup", len(hist.Data), types)
 		}

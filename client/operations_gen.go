@@ -4,6 +4,7 @@ package client
 
 import (
 	"context"
+	"iter"
 	"net/url"
 	"time"
 )
@@ -68,6 +69,34 @@ func (c *Client) ListCustomers(ctx context.Context, params *ListCustomersParams,
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListCustomersAll iterates over every item ListCustomers answers, page after page from
+// params.Cursor (the first page when nil), until the last page or the first error, which it yields
+// once. Stop early by breaking out of the loop.
+func (c *Client) ListCustomersAll(ctx context.Context, params *ListCustomersParams, opts ...CallOption) iter.Seq2[Customer, error] {
+	return func(yield func(Customer, error) bool) {
+		var p ListCustomersParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListCustomers(ctx, &p, opts...)
+			if err != nil {
+				yield(Customer{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }
 
 // CreateCustomer is POST /v1/customers (operation createCustomer). Create a customer. It sends an
@@ -233,6 +262,34 @@ func (c *Client) CreditHistory(ctx context.Context, id string, params *CreditHis
 	return out, nil
 }
 
+// CreditHistoryAll iterates over every item CreditHistory answers, page after page from
+// params.Cursor (the first page when nil), until the last page or the first error, which it yields
+// once. Stop early by breaking out of the loop.
+func (c *Client) CreditHistoryAll(ctx context.Context, id string, params *CreditHistoryParams, opts ...CallOption) iter.Seq2[LedgerEntry, error] {
+	return func(yield func(LedgerEntry, error) bool) {
+		var p CreditHistoryParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.CreditHistory(ctx, id, &p, opts...)
+			if err != nil {
+				yield(LedgerEntry{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
+}
+
 // OverageParams are the query and header parameters of Overage.
 type OverageParams struct {
 	// Query parameter from. Required.
@@ -388,6 +445,34 @@ func (c *Client) ListBillableMetrics(ctx context.Context, params *ListBillableMe
 	return out, nil
 }
 
+// ListBillableMetricsAll iterates over every item ListBillableMetrics answers, page after page
+// from params.Cursor (the first page when nil), until the last page or the first error, which it
+// yields once. Stop early by breaking out of the loop.
+func (c *Client) ListBillableMetricsAll(ctx context.Context, params *ListBillableMetricsParams, opts ...CallOption) iter.Seq2[BillableMetric, error] {
+	return func(yield func(BillableMetric, error) bool) {
+		var p ListBillableMetricsParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListBillableMetrics(ctx, &p, opts...)
+			if err != nil {
+				yield(BillableMetric{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
+}
+
 // CreateBillableMetric is POST /v1/billable-metrics (operation createBillableMetric). Create a
 // billable metric. 409 when the key is taken in this environment; 422 names a missing or bad
 // field. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
@@ -473,6 +558,34 @@ func (c *Client) ListMeteringRules(ctx context.Context, params *ListMeteringRule
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListMeteringRulesAll iterates over every item ListMeteringRules answers, page after page from
+// params.Cursor (the first page when nil), until the last page or the first error, which it yields
+// once. Stop early by breaking out of the loop.
+func (c *Client) ListMeteringRulesAll(ctx context.Context, params *ListMeteringRulesParams, opts ...CallOption) iter.Seq2[MeteringRule, error] {
+	return func(yield func(MeteringRule, error) bool) {
+		var p ListMeteringRulesParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListMeteringRules(ctx, &p, opts...)
+			if err != nil {
+				yield(MeteringRule{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }
 
 // CreateMeteringRule is POST /v1/metering-rules (operation createMeteringRule). Create a metering
@@ -782,6 +895,34 @@ func (c *Client) ListCustomerReservations(ctx context.Context, customerID string
 	return out, nil
 }
 
+// ListCustomerReservationsAll iterates over every item ListCustomerReservations answers, page
+// after page from params.Cursor (the first page when nil), until the last page or the first error,
+// which it yields once. Stop early by breaking out of the loop.
+func (c *Client) ListCustomerReservationsAll(ctx context.Context, customerID string, params *ListCustomerReservationsParams, opts ...CallOption) iter.Seq2[Reservation, error] {
+	return func(yield func(Reservation, error) bool) {
+		var p ListCustomerReservationsParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListCustomerReservations(ctx, customerID, &p, opts...)
+			if err != nil {
+				yield(Reservation{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
+}
+
 // ListCustomerReservationsByExternalIDParams are the query and header parameters of
 // ListCustomerReservationsByExternalID.
 type ListCustomerReservationsByExternalIDParams struct {
@@ -822,6 +963,35 @@ func (c *Client) ListCustomerReservationsByExternalID(ctx context.Context, exter
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListCustomerReservationsByExternalIDAll iterates over every item
+// ListCustomerReservationsByExternalID answers, page after page from params.Cursor (the first page
+// when nil), until the last page or the first error, which it yields once. Stop early by breaking
+// out of the loop.
+func (c *Client) ListCustomerReservationsByExternalIDAll(ctx context.Context, externalID string, params *ListCustomerReservationsByExternalIDParams, opts ...CallOption) iter.Seq2[Reservation, error] {
+	return func(yield func(Reservation, error) bool) {
+		var p ListCustomerReservationsByExternalIDParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListCustomerReservationsByExternalID(ctx, externalID, &p, opts...)
+			if err != nil {
+				yield(Reservation{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }
 
 // ListWebhookEventsParams are the query and header parameters of ListWebhookEvents.
@@ -867,6 +1037,34 @@ func (c *Client) ListWebhookEvents(ctx context.Context, params *ListWebhookEvent
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListWebhookEventsAll iterates over every item ListWebhookEvents answers, page after page from
+// params.Cursor (the first page when nil), until the last page or the first error, which it yields
+// once. Stop early by breaking out of the loop.
+func (c *Client) ListWebhookEventsAll(ctx context.Context, params *ListWebhookEventsParams, opts ...CallOption) iter.Seq2[WebhookEvent, error] {
+	return func(yield func(WebhookEvent, error) bool) {
+		var p ListWebhookEventsParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListWebhookEvents(ctx, &p, opts...)
+			if err != nil {
+				yield(WebhookEvent{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }
 
 // RedeliverWebhookEvent is POST /v1/webhooks/events/{id}/redeliver (operation
@@ -941,6 +1139,34 @@ func (c *Client) ListPlans(ctx context.Context, params *ListPlansParams, opts ..
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListPlansAll iterates over every item ListPlans answers, page after page from params.Cursor (the
+// first page when nil), until the last page or the first error, which it yields once. Stop early
+// by breaking out of the loop.
+func (c *Client) ListPlansAll(ctx context.Context, params *ListPlansParams, opts ...CallOption) iter.Seq2[Plan, error] {
+	return func(yield func(Plan, error) bool) {
+		var p ListPlansParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListPlans(ctx, &p, opts...)
+			if err != nil {
+				yield(Plan{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }
 
 // CreatePlan is POST /v1/plans (operation createPlan). Create a plan. Status active. is_default
@@ -1238,6 +1464,34 @@ func (c *Client) ListTopups(ctx context.Context, id string, params *ListTopupsPa
 	return out, nil
 }
 
+// ListTopupsAll iterates over every item ListTopups answers, page after page from params.Cursor
+// (the first page when nil), until the last page or the first error, which it yields once. Stop
+// early by breaking out of the loop.
+func (c *Client) ListTopupsAll(ctx context.Context, id string, params *ListTopupsParams, opts ...CallOption) iter.Seq2[Topup, error] {
+	return func(yield func(Topup, error) bool) {
+		var p ListTopupsParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListTopups(ctx, id, &p, opts...)
+			if err != nil {
+				yield(Topup{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
+}
+
 // ImportCustomers is POST /v1/import (operation importCustomers). Import customers and their
 // balances. Creates each customer whose external_id is new (existing ones are skipped) with one
 // migration block per credits entry (ledger type adjustment). Never emits credit.granted, even
@@ -1429,4 +1683,32 @@ func (c *Client) ListCustomerSubscriptions(ctx context.Context, id string, param
 		return nil, err
 	}
 	return out, nil
+}
+
+// ListCustomerSubscriptionsAll iterates over every item ListCustomerSubscriptions answers, page
+// after page from params.Cursor (the first page when nil), until the last page or the first error,
+// which it yields once. Stop early by breaking out of the loop.
+func (c *Client) ListCustomerSubscriptionsAll(ctx context.Context, id string, params *ListCustomerSubscriptionsParams, opts ...CallOption) iter.Seq2[Subscription, error] {
+	return func(yield func(Subscription, error) bool) {
+		var p ListCustomerSubscriptionsParams
+		if params != nil {
+			p = *params
+		}
+		for {
+			page, err := c.ListCustomerSubscriptions(ctx, id, &p, opts...)
+			if err != nil {
+				yield(Subscription{}, err)
+				return
+			}
+			for _, item := range page.Data {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if !page.Pagination.HasMore || page.Pagination.NextCursor == nil {
+				return
+			}
+			p.Cursor = page.Pagination.NextCursor
+		}
+	}
 }

@@ -32,6 +32,9 @@ type operation struct {
 	bodyType   string
 	bodyOpt    bool
 	respType   string
+	// pageItem is the item type of a cursor-paged answer ("" when the
+	// operation does not page).
+	pageItem string
 }
 
 var pathParamRE = regexp.MustCompile(`\{([^}]+)\}`)
@@ -176,9 +179,31 @@ func (g *generator) response(op *operation, rs *object) error {
 			return fmt.Errorf("response %d: %w", st, err)
 		}
 		op.respType = n
-		return g.reach(n, false)
+		if err := g.reach(n, false); err != nil {
+			return err
+		}
+		op.pageItem = g.pageItem(op, n)
+		return nil
 	}
 	return fmt.Errorf("no 2xx response")
+}
+
+// pageItem is the item type of a response schema that pages ({data:
+// [$ref], pagination}) for an operation that takes a cursor; "" otherwise.
+func (g *generator) pageItem(op *operation, schema string) string {
+	cursor := false
+	for _, p := range op.options {
+		cursor = cursor || p.in == "query" && p.name == "cursor"
+	}
+	props := g.schemas.obj(schema).obj("properties")
+	if !cursor || op.paramsRequired() || op.bodyType != "" || props.obj("pagination") == nil {
+		return ""
+	}
+	n, err := refName(props.obj("data").obj("items").str("$ref"))
+	if err != nil {
+		return ""
+	}
+	return n
 }
 
 // paramsType is the options struct of an operation ("" when none).
@@ -319,4 +344,25 @@ func (g *generator) writeMethod(b *strings.Builder, op *operation) {
 		return
 	}
 	fmt.Fprintf(b, "\tout := new(%s)\n\tr.out = out\n\tif err := c.do(ctx, r, opts); err != nil {\n\t\treturn nil, err\n\t}\n\treturn out, nil\n}\n\n", op.respType)
+	if op.pageItem != "" {
+		g.writeAll(b, op, args)
+	}
+}
+
+// writeAll writes the iterator over every item of a paged operation.
+func (g *generator) writeAll(b *strings.Builder, op *operation, args []string) {
+	g.imports["operations"]["iter"] = true
+	var call []string
+	for _, a := range args[1 : len(args)-2] { // path arguments
+		call = append(call, strings.Fields(a)[0])
+	}
+	doc := fmt.Sprintf("%sAll iterates over every item %s answers, page after page from params.Cursor (the first page when nil), "+
+		"until the last page or the first error, which it yields once. Stop early by breaking out of the loop.", op.goName, op.goName)
+	fmt.Fprintf(b, "%s\nfunc (c *Client) %sAll(%s) iter.Seq2[%s, error] {\n", comment(doc, ""), op.goName, strings.Join(args, ", "), op.pageItem)
+	fmt.Fprintf(b, "\treturn func(yield func(%s, error) bool) {\n\t\tvar p %s\n\t\tif params != nil {\n\t\t\tp = *params\n\t\t}\n", op.pageItem, op.paramsType())
+	fmt.Fprintf(b, "\t\tfor {\n\t\t\tpage, err := c.%s(%s)\n", op.goName, strings.Join(append(append([]string{"ctx"}, call...), "&p", "opts..."), ", "))
+	fmt.Fprintf(b, "\t\t\tif err != nil {\n\t\t\t\tyield(%s{}, err)\n\t\t\t\treturn\n\t\t\t}\n", op.pageItem)
+	b.WriteString("\t\t\tfor _, item := range page.Data {\n\t\t\t\tif !yield(item, nil) {\n\t\t\t\t\treturn\n\t\t\t\t}\n\t\t\t}\n")
+	b.WriteString("\t\t\tif !page.Pagination.HasMore || page.Pagination.NextCursor == nil {\n\t\t\t\treturn\n\t\t\t}\n")
+	b.WriteString("\t\t\tp.Cursor = page.Pagination.NextCursor\n\t\t}\n\t}\n}\n\n")
 }

@@ -102,9 +102,23 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
-/** A client: one function per operation, and `call` to name the operation by string. */
+/** The operations that page: a cursor query parameter and a {data, pagination} answer. */
+export type PagedOperationId = {
+  [K in OperationId]: OperationResult<K> extends { data: unknown[]; pagination: unknown }
+    ? Params<K> extends { query?: { cursor?: string } }
+      ? K
+      : never
+    : never;
+}[OperationId];
+
+/** The item type of a paged operation. */
+export type PageItem<K extends OperationId> = OperationResult<K> extends { data: (infer T)[] } ? T : never;
+
+/** A client: one function per operation, `call` to name the operation by string, `paginate` to walk pages. */
 export type CreditdClient = Operations & {
   call<K extends OperationId>(op: K, ...args: ArgsTuple<K>): Promise<OperationResult<K>>;
+  /** Every item a paged operation answers, page after page from query.cursor (the first page when unset). */
+  paginate<K extends PagedOperationId>(op: K, ...args: ArgsTuple<K>): AsyncGenerator<PageItem<K>, void, undefined>;
 };
 
 /** Problem types creditd answers. */
@@ -310,7 +324,21 @@ export function createClient(options: ClientOptions): CreditdClient {
     }
   }
 
-  const client = { call } as CreditdClient;
+  async function* paginate(op: OperationId, ...rest: unknown[]): AsyncGenerator<unknown, void, undefined> {
+    const args = { ...((rest[0] ?? {}) as { query?: Record<string, unknown> }) };
+    let query = { ...(args.query ?? {}) };
+    for (;;) {
+      const page = (await (call as (op: OperationId, ...a: unknown[]) => Promise<unknown>)(op, { ...args, query })) as {
+        data: unknown[];
+        pagination: { has_more: boolean; next_cursor: string | null };
+      };
+      yield* page.data;
+      if (!page.pagination.has_more || !page.pagination.next_cursor) return;
+      query = { ...query, cursor: page.pagination.next_cursor };
+    }
+  }
+
+  const client = { call, paginate } as unknown as CreditdClient;
   for (const op of Object.keys(routes) as OperationId[]) {
     (client as Record<string, unknown>)[op] = (...rest: unknown[]) => (call as (op: OperationId, ...a: unknown[]) => unknown)(op, ...rest);
   }

@@ -11,6 +11,8 @@ export {
   type OperationId,
   type OperationResult,
   type Operations,
+  type PagedOperationId,
+  type PageItem,
   type ProblemType,
   type ResponseInfo,
   type Schemas,

@@ -158,3 +158,13 @@ test("network errors: a GET and a write with a key are sent again, a key-less DE
   await assert.rejects(client.deleteCustomer({ path: { id: "ada" } }), (err) => !(err instanceof CreditdProblem));
   assert.deepEqual(seen, { GET: 2, POST: 2, DELETE: 1 });
 });
+
+test("paginate follows next_cursor page after page", async (t) => {
+  const page = (ids, next) => JSON.stringify({ data: ids.map((id) => ({ ...customer, external_id: id })), pagination: { has_more: next !== null, next_cursor: next } });
+  const s = await script(t, [[200, {}, page(["a", "b"], "c1")], [200, {}, page(["c"], null)]]);
+  const client = createClient({ baseUrl: s.url, apiKey: "k" });
+  const got = [];
+  for await (const cust of client.paginate("listCustomers", { query: { limit: 2 } })) got.push(cust.external_id);
+  assert.deepEqual(got, ["a", "b", "c"]);
+  assert.deepEqual(s.got.map((r) => r.url), ["/v1/customers?limit=2", "/v1/customers?limit=2&cursor=c1"]);
+});

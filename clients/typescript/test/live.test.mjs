@@ -58,6 +58,9 @@ test("customers", { skip }, async () => {
   const page = await c.listCustomers({ query: { limit: 1 } });
   assert.equal(page.data.length, 1);
   assert.equal(page.pagination.has_more, true);
+  const walked = [];
+  for await (const cust of c.paginate("listCustomers", { query: { limit: 1 } })) walked.push(cust.external_id);
+  assert.deepEqual(walked, ["bob", "ada"]);
   assert.equal(await c.deleteCustomer({ path: { id: "bob" } }), undefined);
   await assert.rejects(c.getCustomer({ path: { id: "bob" } }), (err) => isProblem(err, "not-found") && err.status === 404 && err.requestId !== "");
   await assert.rejects(c.createCustomer({ body: {} }), (err) => isProblem(err, "validation-error") && err.field === "external_id");

@@ -36,5 +36,11 @@ export async function typed(): Promise<void> {
       void status;
     }
   }
+  for await (const entry of c.paginate("creditHistory", { path: { id: "ada" }, query: { limit: 50 } })) {
+    const delta: number = entry.delta;
+    void delta;
+  }
+  // @ts-expect-error getTenant does not page
+  c.paginate("getTenant");
   void [balance, block, name, gone, pingType];
 }
