@@ -322,7 +322,7 @@ func TestAgainstCreditd(t *testing.T) {
 		if len(rules.Data) != 1 || rules.Data[0].ID != rule.ID {
 			t.Fatalf("ListMeteringRules = %+v", rules)
 		}
-		seats, err := c.CreateBillableMetric(ctx, client.MetricInput{Key: client.Ptr("seats"), Type: client.Ptr("gauge"), DefaultValue: map[string]any{"cap": 5}})
+		seats, err := c.CreateBillableMetric(ctx, client.MetricInput{Key: client.Ptr("seats"), Type: client.Ptr("gauge"), DefaultValue: client.Value(map[string]any{"cap": 5})})
 		must(t, err, "CreateBillableMetric")
 		renamed, err := c.UpdateBillableMetric(ctx, "seats", client.MetricInput{Name: client.Ptr("Seats")})
 		must(t, err, "UpdateBillableMetric")

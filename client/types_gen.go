@@ -276,8 +276,8 @@ type MetricInput struct {
 	// Defaults to the key.
 	Name *string `json:"name,omitempty"`
 	// Required on create; immutable. One of: metered, boolean, gauge, static.
-	Type         *string        `json:"type,omitempty"`
-	DefaultValue map[string]any `json:"default_value,omitempty"`
+	Type         *string                  `json:"type,omitempty"`
+	DefaultValue Nullable[map[string]any] `json:"default_value,omitzero"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }

@@ -216,7 +216,8 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 // memberType is the Go type and JSON tag option of one member: required
 // members are values (pointers when nullable); optional ones are pointers
 // with omitempty, or Nullable with omitzero when an input may send null.
-// Maps, slices and any are never pointers: nil is both null and omitted.
+// Maps, slices and any are never pointers: nil is both null and omitted
+// (in a response, or where an input cannot be null).
 func (g *generator) memberType(owner, prop string, s *object, required, input bool) (string, string, error) {
 	base, nilable, nullable, err := g.baseType(owner, prop, s, input)
 	if err != nil {
@@ -227,10 +228,10 @@ func (g *generator) memberType(owner, prop string, s *object, required, input bo
 		opt = ",omitempty"
 	}
 	switch {
-	case nilable:
-		return base, opt, nil
 	case input && !required && nullable:
 		return "Nullable[" + base + "]", ",omitzero", nil
+	case nilable:
+		return base, opt, nil
 	case !required || nullable:
 		return "*" + base, opt, nil
 	}
