@@ -6,11 +6,12 @@
 // Every POST and PATCH (and override DELETE) carries an Idempotency-Key:
 // the one WithIdempotencyKey gives, else a new UUID, and the same key on
 // each of the call's own retries, so a retried write applies once. A call is
-// retried, at most MaxAttempts times in all, on 429 and 503 (after the
-// Retry-After the server sent), on 409 "still in progress" (a twin request
-// with the same key is running) and on a transport error of a request that
-// is safe to repeat (a GET or one with an Idempotency-Key). Waits stop when
-// the context is done. Errors the API answers are *Problem (RFC 9457).
+// sent at most DefaultMaxAttempts times (WithRetry changes it): again on
+// 429 and 503 (after the Retry-After the server sent), on 409 "still in
+// progress" (a twin request with the same key is running) and on a
+// transport error of a request that is safe to repeat (a GET or one with an
+// Idempotency-Key). Waits stop when the context is done. Errors the API
+// answers are *Problem (RFC 9457). Lists that page have ...All iterators.
 //
 // The package imports nothing of the server: it is for integrators.
 package client
