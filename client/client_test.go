@@ -9,7 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -373,5 +375,24 @@ func TestAllIterates(t *testing.T) {
 	}
 	if n := len(s.requests()); n != 4 {
 		t.Fatalf("a loop that broke at once sent %d more requests, want 1", n-3)
+	}
+}
+
+// TestInProgressMarker: creditd marks its 409 for a key a twin request
+// still holds only in the detail; both clients match "still in progress"
+// there, so a change of the server's wording must fail here, not silently
+// turn the retry off.
+func TestInProgressMarker(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../api/idempotency.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`errIdemBusy\s*=\s*engine\.Conflict\("[^"]*still in progress`).Match(src) {
+		t.Fatal(`api/idempotency.go's errIdemBusy no longer says "still in progress": update Problem.InProgress and the TypeScript client's inProgress`)
+	}
+	p := &client.Problem{Type: client.ProblemConflict, Status: 409, Detail: "a request with this Idempotency-Key is still in progress; retry with the same key later"}
+	if !p.InProgress() {
+		t.Fatal("the server's busy problem is not InProgress")
 	}
 }
