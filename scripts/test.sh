@@ -59,18 +59,6 @@ export TEST_REDIS_URL=$REDIS_URL TEST_DATABASE_URL=$DATABASE_URL
 unset TEST_REDIS_CLUSTER REDIS_URL DATABASE_URL
 echo "TEST_REDIS_URL=$TEST_REDIS_URL TEST_DATABASE_URL=$TEST_DATABASE_URL" >&2
 
-step "go vet"
-"$GO" vet "${pkgs[@]}"
-
-step "gofmt"
-mapfile -t dirs < <("$GO" list -e -f '{{.Dir}}' "${pkgs[@]}")
-unformatted=$( ((${#dirs[@]})) && gofmt -l "${dirs[@]}" || true)
-if [[ -n $unformatted ]]; then
-	echo "gofmt: these files need formatting (run gofmt -w):" >&2
-	echo "$unformatted" >&2
-	exit 1
-fi
-
 # The TypeScript client (clients/typescript): its npm dependencies, from the
 # lock file, when missing. client/typescript_test.go then runs its npm test
 # against a real creditd in the single-Redis phase; without node it skips.
@@ -81,6 +69,18 @@ elif [[ ! -d clients/typescript/node_modules ]]; then
 	(cd clients/typescript && npm ci --no-audit --no-fund)
 else
 	echo "clients/typescript/node_modules present" >&2
+fi
+
+step "go vet"
+"$GO" vet "${pkgs[@]}"
+
+step "gofmt"
+mapfile -t dirs < <("$GO" list -e -f '{{.Dir}}' "${pkgs[@]}")
+unformatted=$( ((${#dirs[@]})) && gofmt -l "${dirs[@]}" || true)
+if [[ -n $unformatted ]]; then
+	echo "gofmt: these files need formatting (run gofmt -w):" >&2
+	echo "$unformatted" >&2
+	exit 1
 fi
 
 step "go test -race (single Redis)"
