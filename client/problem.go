@@ -58,7 +58,9 @@ type Problem struct {
 
 // FieldError is one entry of a problem's errors list.
 type FieldError struct {
-	Field   string `json:"field"`
+	// Field is the input member, query parameter or header at fault.
+	Field string `json:"field"`
+	// Message says what is wrong with it.
 	Message string `json:"message"`
 }
 

@@ -118,19 +118,25 @@ func (v *WebhookVerifier) Parse(header http.Header, body []byte) (*WebhookPayloa
 // WebhookPayload is the body of a webhook delivery. Dedupe on EventID (also
 // the webhook-id header): delivery is at least once.
 type WebhookPayload struct {
+	// EventID is the event's id, also the webhook-id header.
 	EventID string `json:"event_id"`
 	// EventType is credit.granted, credit.consumed, credit.low_balance,
 	// credit.exhausted, subscription.renewed, test.ping and the others the
 	// API reference lists.
-	EventType   string `json:"event_type"`
-	TenantID    string `json:"tenant_id"`
+	EventType string `json:"event_type"`
+	// TenantID is the tenant the event belongs to.
+	TenantID string `json:"tenant_id"`
+	// Environment is live or sandbox.
 	Environment string `json:"environment"`
-	// CustomerID and ExternalCustomerID are null for tenant-wide events
+	// CustomerID is the customer's id; null for tenant-wide events
 	// (test.ping).
-	CustomerID         *string   `json:"customer_id"`
-	ExternalCustomerID *string   `json:"external_customer_id"`
-	CreatedAt          time.Time `json:"created_at"`
-	IdempotencyKey     string    `json:"idempotency_key"`
+	CustomerID *string `json:"customer_id"`
+	// ExternalCustomerID is the customer's external_id; null as CustomerID.
+	ExternalCustomerID *string `json:"external_customer_id"`
+	// CreatedAt is when the event was raised.
+	CreatedAt time.Time `json:"created_at"`
+	// IdempotencyKey is the key of the request that raised the event.
+	IdempotencyKey string `json:"idempotency_key"`
 	// Data is the event's own members, decoded by the receiver per
 	// EventType.
 	Data json.RawMessage `json:"data"`
