@@ -59,6 +59,18 @@ export TEST_REDIS_URL=$REDIS_URL TEST_DATABASE_URL=$DATABASE_URL
 unset TEST_REDIS_CLUSTER REDIS_URL DATABASE_URL
 echo "TEST_REDIS_URL=$TEST_REDIS_URL TEST_DATABASE_URL=$TEST_DATABASE_URL" >&2
 
+# The TypeScript client (clients/typescript): its npm dependencies, from the
+# lock file, when missing. client/typescript_test.go then runs its npm test
+# against a real creditd in the single-Redis phase; without node it skips.
+step "typescript client dependencies"
+if ! command -v node >/dev/null 2>&1; then
+	echo "node is not installed: the TypeScript client's tests are skipped" >&2
+elif [[ ! -d clients/typescript/node_modules ]]; then
+	(cd clients/typescript && npm ci --no-audit --no-fund)
+else
+	echo "clients/typescript/node_modules present" >&2
+fi
+
 step "go vet"
 "$GO" vet "${pkgs[@]}"
 
