@@ -594,3 +594,25 @@ func contextText(mc *engine.MutationContext) string {
 	}
 	return string(b)
 }
+
+// DueBacklog counts, in every partition, the customers with blocks due to
+// expire and the holds due to lapse at now: the work the expiry and hold
+// sweeps have not done yet (one pipelined round of ZCOUNTs).
+func (s *Store) DueBacklog(ctx context.Context, now time.Time) (expiries, holds [Partitions]int64, err error) {
+	upTo := strconv.FormatInt(now.UnixMilli(), 10)
+	var exp, hold [Partitions]*redis.IntCmd
+	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for p := range Partitions {
+			exp[p] = pipe.ZCount(ctx, s.expiryKey(p), "-inf", upTo)
+			hold[p] = pipe.ZCount(ctx, s.holdExpiryKey(p), "-inf", upTo)
+		}
+		return nil
+	})
+	if err != nil {
+		return expiries, holds, fmt.Errorf("lua: due backlog: %w", err)
+	}
+	for p := range Partitions {
+		expiries[p], holds[p] = exp[p].Val(), hold[p].Val()
+	}
+	return expiries, holds, nil
+}

@@ -41,6 +41,9 @@ type config struct {
 	WebhookPoll    time.Duration
 	MaxConnsPerIP  int
 	PprofAddr      string
+	// MetricsAddr, when set, serves /metrics on its own listener instead
+	// of the API port (addendum 12).
+	MetricsAddr string
 	// ReplicaAcks is how many replicas a money operation waits for
 	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).
 	ReplicaAcks       int
@@ -77,6 +80,7 @@ func loadConfig() config {
 		WebhookPoll:    envDuration("CREDITD_WEBHOOK_POLL", 200*time.Millisecond),
 		MaxConnsPerIP:  envInt("CREDITD_MAX_CONNS_PER_IP", 1024),
 		PprofAddr:      os.Getenv("CREDITD_PPROF_ADDR"),
+		MetricsAddr:    os.Getenv("CREDITD_METRICS_ADDR"),
 		// WAIT takes whole milliseconds: less than 1ms is the default.
 		ReplicaAckTimeout: envDuration("CREDITD_REPLICA_ACK_TIMEOUT", lua.DefaultReplicaAckTimeout),
 	}
@@ -207,8 +211,8 @@ func connectRedis(ctx context.Context, cfg config, log zerolog.Logger) (redis.Un
 }
 
 // connectPostgres opens DATABASE_URL and applies the migrations.
-func connectPostgres(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
-	pool, err := persist.Open(ctx, cfg.DatabaseURL)
+func connectPostgres(ctx context.Context, cfg config, opts ...persist.OpenOption) (*pgxpool.Pool, error) {
+	pool, err := persist.Open(ctx, cfg.DatabaseURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres unreachable at %s: %w", cfg.DatabaseURL, err)
 	}
@@ -220,12 +224,12 @@ func connectPostgres(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 }
 
 // connectAll opens Redis and Postgres (migrated); closeAll closes both.
-func connectAll(ctx context.Context, cfg config, log zerolog.Logger) (redis.UniversalClient, *pgxpool.Pool, func(), error) {
+func connectAll(ctx context.Context, cfg config, log zerolog.Logger, pgOpts ...persist.OpenOption) (redis.UniversalClient, *pgxpool.Pool, func(), error) {
 	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pool, err := connectPostgres(ctx, cfg)
+	pool, err := connectPostgres(ctx, cfg, pgOpts...)
 	if err != nil {
 		closeRedis()
 		return nil, nil, nil, err

@@ -10,8 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/telemetry"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
@@ -25,13 +28,30 @@ func serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rdb, pool, closeAll, err := connectAll(ctx, cfg, log)
+	build := telemetry.BuildFromBinary()
+	tracing, err := telemetry.TracingFromEnv(ctx, build)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(sctx)
+	}()
+	var tp trace.TracerProvider
+	if tracing != nil {
+		tp = tracing.Provider
+		log.Info().Msg("tracing on: exporting spans over OTLP/HTTP")
+	}
+	registry := telemetry.NewRegistry(build)
+	rdb, pool, closeAll, err := connectAll(ctx, cfg, log, persist.WithTracer(telemetry.NewPostgresTracer(registry, tp)))
 	if err != nil {
 		return err
 	}
 	defer closeAll()
 
 	a := app.New(rdb, pool, app.Config{
+		Registry: registry, MetricsElsewhere: cfg.MetricsAddr != "", Tracing: tracing,
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
 		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
@@ -49,6 +69,14 @@ func serve() error {
 			return fmt.Errorf("CREDITD_PPROF_ADDR: %w", err)
 		}
 		defer stopPprof()
+	}
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("CREDITD_METRICS_ADDR: %w", err)
+		}
+		defer telemetry.ServeMetrics(mln, registry, log)()
+		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
