@@ -132,6 +132,8 @@ type App struct {
 	// outboxRedis serves the persister alone: its blocking reads hold one
 	// connection per partition, which must not starve the API's pool.
 	outboxRedis redis.UniversalClient
+	// readyChecks are /readyz's probes; the metrics show them too.
+	readyChecks []api.HealthCheck
 	cfg         Config
 	log         zerolog.Logger
 	cancel      context.CancelFunc
@@ -202,6 +204,12 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.readyChecks = []api.HealthCheck{
+		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		{Name: "postgres", Check: pool.Ping},
+		{Name: "persister", Check: a.checkLag},
+		{Name: "dead_letters", Check: a.checkDeadLetters},
+	}
 	var tracer api.Config
 	if cfg.Tracing != nil {
 		tracer.Tracer = cfg.Tracing.Provider.Tracer("github.com/creditd/creditd/api")
@@ -214,12 +222,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
-		Ready: []api.HealthCheck{
-			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-			{Name: "postgres", Check: pool.Ping},
-			{Name: "persister", Check: a.checkLag},
-			{Name: "dead_letters", Check: a.checkDeadLetters},
-		},
+		Ready: a.readyChecks,
 	})
 	a.registerMetrics(a.Registry)
 	return a

@@ -16,19 +16,20 @@ import (
 const scrapeTimeout = 2 * time.Second
 
 // backlogCollector reads, at each scrape, the figures that live in Redis
-// and Postgres: the persister's lag and outbox depth (in all and per
+// and Postgres: the /readyz checks, the persister's lag and outbox depth (in all and per
 // partition), unresolved dead letters, the webhook backlog, and the
 // scheduler's and sweeps' due work. A read that fails leaves its families
 // out of that scrape (and is logged at debug level).
 type backlogCollector struct {
 	a *App
 
-	lag, backlog, partLag, partDepth, deadLetters, webhookBacklog, webhookDue, schedulerBacklog, sweepBacklog *prometheus.Desc
+	ready, lag, backlog, partLag, partDepth, deadLetters, webhookBacklog, webhookDue, schedulerBacklog, sweepBacklog *prometheus.Desc
 }
 
 func newBacklogCollector(a *App) *backlogCollector {
 	return &backlogCollector{
 		a:                a,
+		ready:            prometheus.NewDesc("creditd_readiness_check", "1 when the /readyz check passes, 0 when it fails (redis, postgres, persister lag, dead_letters).", []string{"check"}, nil),
 		lag:              prometheus.NewDesc("creditd_persister_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres.", nil, nil),
 		backlog:          prometheus.NewDesc("creditd_persister_backlog", "Outbox entries not yet committed to Postgres.", nil, nil),
 		partLag:          prometheus.NewDesc("creditd_persister_partition_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
@@ -43,7 +44,7 @@ func newBacklogCollector(a *App) *backlogCollector {
 
 // Describe implements prometheus.Collector.
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lag, c.backlog, c.partLag, c.partDepth, c.deadLetters, c.webhookBacklog, c.webhookDue, c.schedulerBacklog, c.sweepBacklog} {
+	for _, d := range []*prometheus.Desc{c.ready, c.lag, c.backlog, c.partLag, c.partDepth, c.deadLetters, c.webhookBacklog, c.webhookDue, c.schedulerBacklog, c.sweepBacklog} {
 		ch <- d
 	}
 }
@@ -56,6 +57,13 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	now := a.cfg.Clock.Now()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, hc := range a.readyChecks {
+		v := 1.0
+		if err := hc.Check(ctx); err != nil {
+			v = 0
+		}
+		gauge(c.ready, v, hc.Name)
 	}
 	if parts, err := a.Persister.Partitions(ctx); c.ok("persister backlog", err) {
 		var lag time.Duration

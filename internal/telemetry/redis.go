@@ -79,7 +79,9 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name, ok := lua.ScriptName(cmd.Args()); ok {
 			sm := h.m.script(name)
 			sm.duration.Observe(d)
-			h.m.scriptError(sm, cmd.Err())
+			// The error is next's answer: go-redis sets it on cmd only
+			// after the hooks return.
+			h.m.scriptError(sm, err)
 			return err
 		}
 		h.m.op(cmd.Name()).Observe(d)
