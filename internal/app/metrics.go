@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,8 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. The reads run at once, so a
+// scrape takes as long as the slowest of them, not their sum.
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
@@ -58,14 +60,21 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	var wg sync.WaitGroup
 	for _, hc := range a.readyChecks {
-		v := 1.0
-		if err := hc.Check(ctx); err != nil {
-			v = 0
-		}
-		gauge(c.ready, v, hc.Name)
+		wg.Go(func() {
+			v := 1.0
+			if err := hc.Check(ctx); err != nil {
+				v = 0
+			}
+			gauge(c.ready, v, hc.Name)
+		})
 	}
-	if parts, err := a.Persister.Partitions(ctx); c.ok("persister backlog", err) {
+	wg.Go(func() {
+		parts, err := a.Persister.Partitions(ctx)
+		if !c.ok("persister backlog", err) {
+			return
+		}
 		var lag time.Duration
 		var total int64
 		for _, p := range parts {
@@ -76,21 +85,30 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lag, lag.Seconds())
 		gauge(c.backlog, float64(total))
-	}
-	if n, err := a.DB.UnresolvedDeadLetters(ctx); c.ok("dead letters", err) {
-		gauge(c.deadLetters, float64(n))
-	}
-	if waiting, due, err := a.DB.WebhookBacklog(ctx, now); c.ok("webhook backlog", err) {
-		gauge(c.webhookBacklog, float64(waiting))
-		gauge(c.webhookDue, float64(due))
-	}
-	if n, err := a.DB.DueSubscriptions(ctx, now); c.ok("scheduler backlog", err) {
-		gauge(c.schedulerBacklog, float64(n))
-	}
-	if exp, holds, err := a.Store.DueBacklog(ctx, now); c.ok("sweep backlog", err) {
-		gauge(c.sweepBacklog, float64(sum(exp)), "expiry")
-		gauge(c.sweepBacklog, float64(sum(holds)), "reservation")
-	}
+	})
+	wg.Go(func() {
+		if n, err := a.DB.UnresolvedDeadLetters(ctx); c.ok("dead letters", err) {
+			gauge(c.deadLetters, float64(n))
+		}
+	})
+	wg.Go(func() {
+		if waiting, due, err := a.DB.WebhookBacklog(ctx, now); c.ok("webhook backlog", err) {
+			gauge(c.webhookBacklog, float64(waiting))
+			gauge(c.webhookDue, float64(due))
+		}
+	})
+	wg.Go(func() {
+		if n, err := a.DB.DueSubscriptions(ctx, now); c.ok("scheduler backlog", err) {
+			gauge(c.schedulerBacklog, float64(n))
+		}
+	})
+	wg.Go(func() {
+		if exp, holds, err := a.Store.DueBacklog(ctx, now); c.ok("sweep backlog", err) {
+			gauge(c.sweepBacklog, float64(sum(exp)), "expiry")
+			gauge(c.sweepBacklog, float64(sum(holds)), "reservation")
+		}
+	})
+	wg.Wait()
 }
 
 func (c *backlogCollector) ok(what string, err error) bool {
