@@ -164,7 +164,10 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	var tp trace.TracerProvider
 	if cfg.Tracing != nil {
 		tp = cfg.Tracing.Provider
-		if err := cfg.Tracing.InstrumentRedis(rdb); err != nil {
+		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cfg.Tracing.InstrumentRedis(ictx, rdb)
+		cancel()
+		if err != nil {
 			log.Warn().Err(err).Msg("tracing: Redis commands will have no spans")
 		}
 	}

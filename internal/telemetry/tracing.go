@@ -104,8 +104,19 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // holds a span a child span (redisotel). Commands of background work with
 // no span (the sweeps, the webhook pool) start no trace of their own.
 // Arguments are not recorded: they carry customer ids and amounts.
-func (t *Tracing) InstrumentRedis(rdb redis.UniversalClient) error {
-	return redisotel.InstrumentTracing(rdb, redisotel.WithTracerProvider(ChildOnly(t.Provider)), redisotel.WithDBStatement(false))
+func (t *Tracing) InstrumentRedis(ctx context.Context, rdb redis.UniversalClient) error {
+	opts := []redisotel.TracingOption{redisotel.WithTracerProvider(ChildOnly(t.Provider)), redisotel.WithDBStatement(false)}
+	if err := redisotel.InstrumentTracing(rdb, opts...); err != nil {
+		return err
+	}
+	// redisotel hooks a cluster's node clients as they are made: the nodes
+	// the client already knows (it has pinged the cluster) are hooked here.
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+			return redisotel.InstrumentTracing(node, opts...)
+		})
+	}
+	return nil
 }
 
 // ChildOnly wraps tp so its tracers start a span only under a context that
