@@ -41,6 +41,7 @@ func serve() error {
 	var tp trace.TracerProvider
 	if tracing != nil {
 		tp = tracing.Provider
+		telemetry.LogErrors(log)
 		log.Info().Msg("tracing on: exporting spans over OTLP/HTTP")
 	}
 	registry := telemetry.NewRegistry(build)

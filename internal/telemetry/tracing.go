@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -27,6 +29,14 @@ type Tracing struct {
 	// Propagator reads traceparent, tracestate and baggage.
 	Propagator propagation.TextMapPropagator
 	shutdown   func(context.Context) error
+}
+
+// LogErrors sends the OpenTelemetry SDK's own errors (a failed export,
+// say) to log instead of the standard library's logger.
+func LogErrors(log zerolog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn().Err(err).Msg("tracing")
+	}))
 }
 
 // TracingFromEnv sets tracing up from the standard OTEL_* variables; it
