@@ -34,12 +34,15 @@ func (p *Persister) Partitions(ctx context.Context) ([]PartitionBacklog, error) 
 	return out, nil
 }
 
-// WebhookBacklog counts the webhook events not yet delivered nor given up
-// (pending or failed and waiting for a retry), and how many of them are due
-// at now: the delivery pool's queue.
+// WebhookBacklog counts the webhook events the delivery pool has yet to
+// deliver or give up (pending, or failed and waiting for a retry), and how
+// many of them are due at now. Events of tenants without a webhook URL and
+// secret are not counted: they wait, unattempted, until one is configured
+// (claimDueSQL), and would otherwise grow the figure with every event.
 func (s *Store) WebhookBacklog(ctx context.Context, now time.Time) (waiting, due int64, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE next_retry_at IS NULL OR next_retry_at <= $1)
-		FROM webhook_events WHERE status IN ('pending', 'failed')`, now).Scan(&waiting, &due)
+	err = s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE next_retry_at <= $1)
+		FROM webhook_events WHERE status IN ('pending', 'failed')
+			AND tenant_id IN (SELECT id FROM tenants WHERE webhook_url IS NOT NULL AND webhook_secret IS NOT NULL)`, now).Scan(&waiting, &due)
 	if err != nil {
 		return 0, 0, fmt.Errorf("persist: webhook backlog: %w", err)
 	}
