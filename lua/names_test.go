@@ -1,6 +1,14 @@
 package lua
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/internal/testenv"
+)
 
 // TestScriptName: every library script is named from its FCALL function
 // and its EVALSHA hash, the stand-alone scripts from their hash, and other
@@ -35,5 +43,33 @@ func TestScriptName(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, func() { ScriptName([]any{"fcall", libraryScripts[0].fnName, 1}) }); allocs != 0 {
 		t.Errorf("ScriptName allocates %v times", allocs)
+	}
+}
+
+// TestDueBacklog: the sweeps' backlog counts, per partition, the expiry and
+// hold entries scored at or before now, not the later ones.
+func TestDueBacklog(t *testing.T) {
+	rdb, prefix := testenv.Redis(t)
+	s := NewStore(rdb, prefix)
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := func(d time.Duration) float64 { return float64(now.Add(d).UnixMilli()) }
+	rdb.ZAdd(ctx, s.expiryKey(3), redis.Z{Score: ms(-time.Minute), Member: "a"}, redis.Z{Score: ms(0), Member: "b"}, redis.Z{Score: ms(time.Minute), Member: "c"})
+	rdb.ZAdd(ctx, s.holdExpiryKey(5), redis.Z{Score: ms(-time.Second), Member: "h"})
+	exp, holds, err := s.DueBacklog(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range Partitions {
+		wantExp, wantHolds := int64(0), int64(0)
+		if p == 3 {
+			wantExp = 2
+		}
+		if p == 5 {
+			wantHolds = 1
+		}
+		if exp[p] != wantExp || holds[p] != wantHolds {
+			t.Errorf("partition %d: %d expiries, %d holds; want %d, %d", p, exp[p], holds[p], wantExp, wantHolds)
+		}
 	}
 }
