@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -34,6 +35,13 @@ type call struct {
 	idem   engine.Idempotency
 	reqID  []byte
 	idBuf  [maxRequestIDChars]byte
+	// span and tctx are the request's server span and its context (nil
+	// with tracing off); logIDs is scratch for the tenant, key and trace
+	// ids of the access log line (two quoted UUIDs, 38 bytes each, and a
+	// 32-digit trace id).
+	span   trace.Span
+	tctx   context.Context
+	logIDs [108]byte
 	// out is scratch for the appended bodies of the hot routes; it is kept
 	// when the call returns to the pool.
 	out []byte
@@ -48,7 +56,13 @@ func (c *call) reset(ctx *fasthttp.RequestCtx, s *Server) {
 // RequestCtx: fasthttp's RequestCtx.Done races with Server.Shutdown when a
 // context package goroutine watches it, and the Redis and Postgres clients
 // bound every call with their own timeouts anyway.
-func (c *call) reqContext() context.Context { return context.Background() }
+// With tracing on it is the request span's context.
+func (c *call) reqContext() context.Context {
+	if c.tctx != nil {
+		return c.tctx
+	}
+	return context.Background()
+}
 
 // requestID picks the request id: the client's X-Request-Id when it is
 // 1-128 visible ASCII characters, else a fresh one.

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"github.com/valyala/fasthttp"
 )
 
@@ -93,17 +94,25 @@ collect:
 	return c.json(fasthttp.StatusOK, body)
 }
 
-// metricsText renders the HTTP metrics and then cfg.Metrics' own.
+// metricsText renders every family of the registry in the Prometheus
+// text format. A collector that fails (a store down at scrape time) leaves
+// its families out; the others are still served.
 func (s *Server) metricsText(c *call) error {
 	ctx := c.ctx
+	mfs, err := s.registry.Gather()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("metrics: gather")
+	}
 	ctx.ResetBody()
-	w := ctx.Response.BodyWriter()
-	s.metrics.write(w)
-	if s.extra != nil {
-		s.extra(w)
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	enc := expfmt.NewEncoder(ctx.Response.BodyWriter(), format)
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.Header.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	ctx.Response.Header.SetContentType(string(format))
 	return nil
 }
 

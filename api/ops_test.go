@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestOpenAPIMatchesRoutes: /openapi.json is valid JSON, OpenAPI 3.1, lists
@@ -109,13 +110,16 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
-// TestMetrics: /metrics counts requests per route, method and status, has a
-// histogram per route, and appends cfg.Metrics' text.
+// TestMetrics: /metrics counts requests per route, method and status
+// class, has a histogram per route, and serves every family of the
+// registry it was given.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	h := setup(t, func(c *Config) {
-		c.Metrics = func(w io.Writer) { _, _ = io.WriteString(w, "creditd_persister_lag_seconds 0.25\n") }
-	})
+	reg := prometheus.NewRegistry()
+	lag := prometheus.NewGauge(prometheus.GaugeOpts{Name: "creditd_persister_lag_seconds", Help: "test"})
+	lag.Set(0.25)
+	reg.MustRegister(lag)
+	h := setup(t, func(c *Config) { c.Registry = reg })
 	h.do("GET", "/v1/tenant", "", h.key()...)
 	h.do("GET", "/v1/tenant", "", h.key()...)
 	h.do("GET", "/v1/tenant", "")
@@ -123,11 +127,13 @@ func TestMetrics(t *testing.T) {
 	r := h.do("GET", "/metrics", "")
 	text := string(r.body)
 	for _, want := range []string{
-		`creditd_http_requests_total{route="/v1/tenant",method="GET",status="200"} 2`,
-		`creditd_http_requests_total{route="/v1/tenant",method="GET",status="401"} 1`,
-		`creditd_http_requests_total{route="unmatched",method="GET",status="404"} 1`,
-		`creditd_http_request_duration_seconds_bucket{route="/v1/tenant",method="GET",le="+Inf"} 3`,
-		`creditd_http_request_duration_seconds_count{route="/v1/tenant",method="GET"} 3`,
+		`creditd_http_requests_total{method="GET",route="/v1/tenant",status="2xx"} 2`,
+		`creditd_http_requests_total{method="GET",route="/v1/tenant",status="4xx"} 1`,
+		`creditd_http_requests_total{method="GET",route="/v1/tenant",status="5xx"} 0`,
+		`creditd_http_requests_total{method="GET",route="unmatched",status="4xx"} 1`,
+		`creditd_http_request_duration_seconds_bucket{method="GET",route="/v1/tenant",le="+Inf"} 3`,
+		`creditd_http_request_duration_seconds_bucket{method="GET",route="/v1/tenant",le="0.001"} `,
+		`creditd_http_request_duration_seconds_count{method="GET",route="/v1/tenant"} 3`,
 		"# TYPE creditd_http_request_duration_seconds histogram",
 		"creditd_http_requests_in_flight 1",
 		"creditd_persister_lag_seconds 0.25",
@@ -135,6 +141,9 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if strings.Contains(text, "tenant_id") {
+		t.Errorf("metrics carry a tenant label")
 	}
 	if !strings.HasPrefix(r.get("Content-Type"), "text/plain") {
 		t.Fatalf("Content-Type = %q", r.get("Content-Type"))

@@ -10,7 +10,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sort"
 	"sync"
@@ -18,8 +17,12 @@ import (
 	"time"
 
 	"github.com/fasthttp/router"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -80,9 +83,17 @@ type Config struct {
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
-	// Metrics, when set, appends more Prometheus text (persister lag and
-	// stats) to /metrics.
-	Metrics func(w io.Writer)
+	// Registry holds every Prometheus family /metrics serves; the server
+	// registers its HTTP families on it (nil: a registry of its own).
+	Registry *prometheus.Registry
+	// MetricsElsewhere leaves /metrics off this server: it is served on the
+	// CREDITD_METRICS_ADDR listener instead (addendum 12).
+	MetricsElsewhere bool
+	// Tracer, when set, starts a server span per request, the child of an
+	// incoming traceparent (read with Propagator); nil turns tracing off
+	// and costs one nil check per request.
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
 	// AdminToken is the operator bearer token; empty turns the admin API off
 	// (its routes are not registered, so they answer 404).
 	AdminToken string
@@ -106,11 +117,17 @@ type Server struct {
 	credits   *engine.Credits
 	idem      engine.IdempotencyRecords
 	ready     []HealthCheck
-	extra     func(w io.Writer)
 	admin     []byte
 	bodyLimit int
 	maxConns  int
 	log       zerolog.Logger
+
+	// registry holds what /metrics serves; metricsHere is false when
+	// /metrics lives on its own listener; tracer is nil with tracing off.
+	registry    *prometheus.Registry
+	metricsHere bool
+	tracer      trace.Tracer
+	propagator  propagation.TextMapPropagator
 
 	metering     *engine.Metering
 	entitlements *engine.Entitlements
@@ -157,12 +174,10 @@ func New(cfg Config) *Server {
 		credits:   cfg.Credits,
 		idem:      cfg.Idempotency,
 		ready:     cfg.Ready,
-		extra:     cfg.Metrics,
 		admin:     []byte(cfg.AdminToken),
 		bodyLimit: cfg.BodyLimitBytes,
 		maxConns:  cfg.MaxConnsPerIP,
 		log:       cfg.Log,
-		metrics:   newHTTPMetrics(),
 		limiter:   newRateLimiter(),
 		budgets:   cfg.RateBudgets,
 		refusals:  newRefusals(),
@@ -177,6 +192,15 @@ func New(cfg Config) *Server {
 	s.plans = cfg.Plans
 	s.overrides, s.topups, s.imports = cfg.Overrides, cfg.Topups, cfg.Imports
 	s.subscriptions = cfg.Subscriptions
+	s.registry, s.metricsHere = cfg.Registry, !cfg.MetricsElsewhere
+	s.tracer, s.propagator = cfg.Tracer, cfg.Propagator
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	if s.propagator == nil {
+		s.propagator = propagation.TraceContext{}
+	}
+	s.metrics = newHTTPMetrics(s.registry)
 	if s.bodyLimit <= 0 {
 		s.bodyLimit = DefaultBodyLimitBytes
 	}
@@ -294,7 +318,9 @@ func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
 func (s *Server) register() {
 	s.handle("GET", "/healthz", 0, s.healthz)
 	s.handle("GET", "/readyz", 0, s.readyz)
-	s.handle("GET", "/metrics", 0, s.metricsText)
+	if s.metricsHere {
+		s.handle("GET", "/metrics", 0, s.metricsText)
+	}
 	s.handle("GET", "/openapi.json", 0, s.openAPI)
 
 	s.handle("GET", "/v1/tenant", optTenant, s.getTenant)
@@ -348,17 +374,20 @@ const callKey = "creditd.call"
 // metrics, for every request including 404s and 405s.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	s.metrics.inFlight.Add(1)
+	s.metrics.inFlight.Inc()
 	c := s.calls.Get().(*call)
 	c.reset(ctx, s)
 	ctx.Response.Header.SetBytesKV(headerRequestID, c.requestID(ctx))
+	if s.tracer != nil {
+		s.startSpan(c)
+	}
 	ctx.SetUserValue(callKey, c)
 	s.dispatch(c)
 	s.complete(c, time.Since(start))
 	ctx.RemoveUserValue(callKey)
 	c.reset(nil, nil)
 	s.calls.Put(c)
-	s.metrics.inFlight.Add(-1)
+	s.metrics.inFlight.Dec()
 }
 
 // dispatch routes the request; a panic anywhere below becomes a 500.
@@ -429,13 +458,25 @@ func (s *Server) complete(c *call, d time.Duration) {
 		path, m = c.route.path, c.route.metrics
 	}
 	m.observe(status, d)
-	s.log.Info().
-		Bytes("request_id", c.reqID).
+	ev := s.log.Info()
+	if ev == nil {
+		c.endSpan(path, status)
+		return
+	}
+	ev = ev.Bytes("request_id", c.reqID).
 		Bytes("method", ctx.Method()).
 		Str("route", path).
 		Int("status", status).
-		Dur("duration", d).
-		Msg("request")
+		Dur("duration", d)
+	if c.scope.TenantID != uuid.Nil {
+		ev = ev.Bytes("tenant_id", bareUUID(c.logIDs[0:38], c.scope.TenantID)).
+			Bytes("key_id", bareUUID(c.logIDs[38:76], c.scope.KeyID))
+	}
+	if c.span != nil {
+		ev = ev.Bytes("trace_id", c.traceID())
+	}
+	ev.Msg("request")
+	c.endSpan(path, status)
 }
 
 // notFound answers paths no route matches.

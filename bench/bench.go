@@ -420,9 +420,11 @@ func serverLatency(before, after map[string]float64, method, path string) *Serve
 	}
 	var buckets []bucket
 	var count float64
-	label := `route="` + path + `",method="` + method + `"`
+	// Labels are matched one by one: the exposition orders them by name
+	// (method, route), and older creditd wrote route first.
+	route, meth := `route="`+path+`"`, `method="`+method+`"`
 	for k, v := range after {
-		if !strings.Contains(k, label) {
+		if !strings.Contains(k, route) || !strings.Contains(k, meth) {
 			continue
 		}
 		d := v - before[k]

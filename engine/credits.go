@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,12 +36,19 @@ type Credits struct {
 	// hurry, when set, tells the local persister a read is waiting for its
 	// next commit, so it ends its group-commit linger at once.
 	hurry func()
+	// reloads counts state loads from Postgres (after a NOSTATE reply or
+	// for a sweep), for the creditd_nostate_reloads_total metric.
+	reloads atomic.Uint64
 }
 
 // NewCredits returns the credit service.
 func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock) *Credits {
 	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock}
 }
+
+// Reloads is how many times this process loaded a customer's state from
+// Postgres into the block store because the store had none (NOSTATE).
+func (s *Credits) Reloads() uint64 { return s.reloads.Load() }
 
 // SetPersistHurry wires the local persister's hurry signal (cmd wires it;
 // without it a read-your-writes wait also ends, only later).
@@ -466,6 +474,7 @@ func parseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 // store's version fence makes a stale load harmless.
 func (s *Credits) Load(ctx context.Context, c CustomerKey) error {
 	return s.loads.do(c.CustomerID, func() error {
+		s.reloads.Add(1)
 		now := s.clock.Now()
 		st, ok, err := s.ledger.AccountState(ctx, c, now.Add(-AppliedRetention))
 		if err != nil {

@@ -596,3 +596,24 @@ func contextText(mc *engine.MutationContext) string {
 	}
 	return string(b)
 }
+
+// HoldBacklog counts, in every partition, the holds due to lapse at now:
+// the work the hold sweep has not done yet (one pipelined round of
+// ZCOUNTs). The expiry sweep's backlog is Postgres' (persist.DueExpiryCount).
+func (s *Store) HoldBacklog(ctx context.Context, now time.Time) (holds [Partitions]int64, err error) {
+	upTo := strconv.FormatInt(now.UnixMilli(), 10)
+	var hold [Partitions]*redis.IntCmd
+	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for p := range Partitions {
+			hold[p] = pipe.ZCount(ctx, s.holdExpiryKey(p), "-inf", upTo)
+		}
+		return nil
+	})
+	if err != nil {
+		return holds, fmt.Errorf("lua: hold backlog: %w", err)
+	}
+	for p := range Partitions {
+		holds[p] = hold[p].Val()
+	}
+	return holds, nil
+}

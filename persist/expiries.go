@@ -49,3 +49,16 @@ func (s *Store) DueExpiries(ctx context.Context, since, now time.Time, limit int
 	}
 	return out, nil
 }
+
+// DueExpiryCount counts the customers with a block whose expires_at fell
+// in (since, now] and that Postgres still shows with credit: the expiry
+// sweep's backlog (metrics).
+func (s *Store) DueExpiryCount(ctx context.Context, since, now time.Time) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT customer_id) FROM credit_blocks
+		WHERE expires_at > $1 AND expires_at <= $2 AND remaining_amount > 0`, since, now).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("persist: due expiry count: %w", err)
+	}
+	return n, nil
+}

@@ -61,3 +61,26 @@ func TestDueExpiries(t *testing.T) {
 		})
 	}
 }
+
+// TestDueExpiryCount: the expiry sweep's backlog counts customers, not
+// blocks, with credit left past expiry in the window.
+func TestDueExpiryCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	start := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	at := func(m int) time.Time { return start.Add(time.Duration(m) * time.Minute) }
+	a, c := newAccount(live, start), newAccount(live, start)
+	e1, e2, e3 := at(5), at(6), at(50)
+	if err := b.store.Apply(b.ctx, []engine.Mutation{a.grant("", 1, &e1), a.grant("", 1, &e2), c.grant("", 1, &e3)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		now  int
+		want int64
+	}{{4, 0}, {10, 1}, {60, 2}} {
+		if n, err := b.store.DueExpiryCount(b.ctx, at(-60), at(tc.now)); err != nil || n != tc.want {
+			t.Errorf("at +%d min: %d (%v), want %d", tc.now, n, err, tc.want)
+		}
+	}
+}

@@ -33,7 +33,7 @@ const (
 // connections (unless the URL's pool_max_conns says otherwise),
 // ConnectTimeout, and StatementTimeout as a session default. It pings once,
 // so a wrong URL fails here rather than at the first request.
-func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, databaseURL string, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("persist: parse database url: %w", err)
@@ -57,6 +57,9 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		registerUUID(conn.TypeMap())
 		return nil
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -85,4 +88,14 @@ func setDefault(m map[string]string, k, v string) {
 	if _, ok := m[k]; !ok {
 		m[k] = v
 	}
+}
+
+// OpenOption adjusts the pool configuration Open builds.
+type OpenOption func(*pgxpool.Config)
+
+// WithTracer installs a pgx tracer (metrics, spans) on every connection of
+// the pool; the tracer is fixed when a connection is made, so it can only
+// be set here.
+func WithTracer(t pgx.QueryTracer) OpenOption {
+	return func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = t }
 }

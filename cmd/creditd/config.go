@@ -49,6 +49,9 @@ type config struct {
 	WebhookPoll    time.Duration `env:"CREDITD_WEBHOOK_POLL" envDefault:"200ms"`
 	MaxConnsPerIP  int           `env:"CREDITD_MAX_CONNS_PER_IP" envDefault:"1024"`
 	PprofAddr      string        `env:"CREDITD_PPROF_ADDR"`
+	// MetricsAddr, when set, serves /metrics on its own listener instead
+	// of the API port (addendum 12).
+	MetricsAddr string `env:"CREDITD_METRICS_ADDR"`
 	// ReplicaAcks is how many replicas a money operation waits for
 	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).
 	ReplicaAcks replicaAcks `env:"CREDITD_REPLICA_ACKS" envDefault:"auto"`

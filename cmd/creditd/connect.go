@@ -101,8 +101,8 @@ func openDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
 
 // migrateDatabase opens DATABASE_URL and applies the pending migrations
 // (serve and migrate up); persist.Migrate refuses a newer schema.
-func migrateDatabase(ctx context.Context, cfg config) (*pgxpool.Pool, error) {
-	pool, err := persist.Open(ctx, cfg.DatabaseURL)
+func migrateDatabase(ctx context.Context, cfg config, opts ...persist.OpenOption) (*pgxpool.Pool, error) {
+	pool, err := persist.Open(ctx, cfg.DatabaseURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
 	}

@@ -10,8 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/telemetry"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
@@ -33,18 +36,36 @@ func serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	build := telemetry.BuildFromBinary()
+	tracing, err := telemetry.TracingFromEnv(ctx, build)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(sctx)
+	}()
+	var tp trace.TracerProvider
+	if tracing != nil {
+		tp = tracing.Provider
+		telemetry.LogErrors(log)
+		log.Info().Msg("tracing on: exporting spans over OTLP/HTTP")
+	}
+	registry := telemetry.NewRegistry(build)
 	rdb, closeRedis, err := connectRedis(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	pool, err := migrateDatabase(ctx, cfg)
+	pool, err := migrateDatabase(ctx, cfg, persist.WithTracer(telemetry.NewPostgresTracer(registry, tp)))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
 	a := app.New(rdb, pool, app.Config{
+		Registry: registry, MetricsElsewhere: cfg.MetricsAddr != "", Tracing: tracing,
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
 		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
@@ -62,6 +83,14 @@ func serve() error {
 			return fmt.Errorf("CREDITD_PPROF_ADDR: %w", err)
 		}
 		defer stopPprof()
+	}
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("CREDITD_METRICS_ADDR: %w", err)
+		}
+		defer telemetry.ServeMetrics(mln, registry, log)()
+		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

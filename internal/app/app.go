@@ -8,19 +8,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/sender"
+	"github.com/creditd/creditd/internal/telemetry"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
@@ -63,6 +65,17 @@ type Config struct {
 	// wait (default lua.DefaultReplicaAckTimeout).
 	ReplicaAcks       int
 	ReplicaAckTimeout time.Duration
+	// Registry holds every Prometheus family /metrics serves (nil: a new
+	// one with the Go runtime, process and build collectors). A pool opened
+	// with persist.WithTracer(telemetry.NewPostgresTracer(Registry, ...))
+	// feeds the Postgres latency families on it.
+	Registry *prometheus.Registry
+	// MetricsElsewhere takes /metrics off the API port: cmd/creditd serves
+	// Registry on CREDITD_METRICS_ADDR instead (addendum 12).
+	MetricsElsewhere bool
+	// Tracing, when set, traces every request with child spans for its
+	// Redis commands and Postgres queries (nil: off, the default).
+	Tracing *telemetry.Tracing
 }
 
 // ReplicaAcksOff is the Config.ReplicaAcks that never waits for replicas
@@ -100,6 +113,8 @@ type App struct {
 	Topups    *engine.Topups
 	Imports   *engine.Imports
 	Server    *api.Server
+	// Registry holds every family /metrics serves.
+	Registry *prometheus.Registry
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
 	// HoldSweeper expires holds past their expires_at.
@@ -117,6 +132,8 @@ type App struct {
 	// outboxRedis serves the persister alone: its blocking reads hold one
 	// connection per partition, which must not starve the API's pool.
 	outboxRedis redis.UniversalClient
+	// readyChecks are /readyz's probes; the metrics show them too.
+	readyChecks []api.HealthCheck
 	cfg         Config
 	log         zerolog.Logger
 	cancel      context.CancelFunc
@@ -137,7 +154,26 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	if cfg.RedisPrefix == "" {
 		cfg.RedisPrefix = "cd"
 	}
-	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log}
+	a := &App{Redis: rdb, Pool: pool, cfg: cfg, log: log, Registry: cfg.Registry}
+	if a.Registry == nil {
+		a.Registry = telemetry.NewRegistry(telemetry.BuildFromBinary())
+	}
+	// The API's client is timed per command; the outbox client's blocking
+	// reads would only blur the histogram (its pool is still collected).
+	rdb.AddHook(telemetry.NewRedisMetrics(a.Registry).Hook())
+	var tp trace.TracerProvider
+	if cfg.Tracing != nil {
+		tp = cfg.Tracing.Provider
+		ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cfg.Tracing.InstrumentRedis(ictx, rdb)
+		cancel()
+		if err != nil {
+			log.Warn().Err(err).Msg("tracing: Redis commands will have no spans")
+		}
+	}
+	// The Postgres families exist even when the pool was opened without the
+	// tracer (it then feeds nothing).
+	telemetry.NewPostgresTracer(a.Registry, tp)
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
@@ -153,7 +189,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// Postgres must not keep it while the promoted replica lacks it.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
-	a.Webhooks = engine.NewWebhooks(a.DB, a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
+	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
@@ -171,20 +207,27 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.readyChecks = []api.HealthCheck{
+		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		{Name: "postgres", Check: pool.Ping},
+		{Name: "persister", Check: a.checkLag},
+		{Name: "dead_letters", Check: a.checkDeadLetters},
+	}
+	var tracer api.Config
+	if cfg.Tracing != nil {
+		tracer.Tracer = cfg.Tracing.Provider.Tracer("github.com/creditd/creditd/api")
+		tracer.Propagator = cfg.Tracing.Propagator
+	}
 	a.Server = api.New(api.Config{
+		Registry: a.Registry, MetricsElsewhere: cfg.MetricsElsewhere, Tracer: tracer.Tracer, Propagator: tracer.Propagator,
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
-		Ready: []api.HealthCheck{
-			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-			{Name: "postgres", Check: pool.Ping},
-			{Name: "persister", Check: a.checkLag},
-			{Name: "dead_letters", Check: a.checkDeadLetters},
-		},
-		Metrics: a.writeMetrics,
+		Ready: a.readyChecks,
 	})
+	a.registerMetrics(a.Registry)
 	return a
 }
 
@@ -287,17 +330,4 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 		return api.NotReady(fmt.Sprintf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n))
 	}
 	return nil
-}
-
-func (a *App) writeMetrics(w io.Writer) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if lag, backlog, err := a.Persister.Lag(ctx); err == nil {
-		fmt.Fprintf(w, "# HELP creditd_persister_lag_seconds Age of the oldest outbox entry not yet committed to Postgres.\n# TYPE creditd_persister_lag_seconds gauge\ncreditd_persister_lag_seconds %g\n", lag.Seconds())
-		fmt.Fprintf(w, "# HELP creditd_persister_backlog Outbox entries not yet committed to Postgres.\n# TYPE creditd_persister_backlog gauge\ncreditd_persister_backlog %d\n", backlog)
-	}
-	if n, err := a.DB.UnresolvedDeadLetters(ctx); err == nil {
-		fmt.Fprintf(w, "# HELP creditd_dead_letters_unresolved Outbox entries set aside and not yet replayed or discarded.\n# TYPE creditd_dead_letters_unresolved gauge\ncreditd_dead_letters_unresolved %d\n", n)
-	}
-	a.Persister.WriteMetrics(w)
 }

@@ -1,0 +1,190 @@
+package app_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// deployDir is the repository's deploy/ from this package's directory.
+var deployDir = filepath.Join("..", "..", "deploy")
+
+// metricNames lists the metric names a PromQL expression selects.
+func metricNames(t *testing.T, p parser.Parser, expr string) []string {
+	t.Helper()
+	e, err := p.ParseExpr(expr)
+	if err != nil {
+		t.Errorf("PromQL %q: %v", expr, err)
+		return nil
+	}
+	var out []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			out = append(out, vs.Name)
+		}
+		return nil
+	})
+	if len(out) == 0 {
+		t.Errorf("PromQL %q selects no metric", expr)
+	}
+	return out
+}
+
+// served reports whether /metrics serves name: a family, or a histogram's
+// _bucket, _sum or _count series.
+func served(fams map[string]*familyInfo, name string) bool {
+	if fams[name] != nil {
+		return true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if f := fams[strings.TrimSuffix(name, suffix)]; f != nil && strings.HasSuffix(name, suffix) && (f.Type == "HISTOGRAM" || f.Type == "SUMMARY") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDeployAlertRules: deploy/prometheus/alerts.yml passes the checks of
+// `promtool check rules` (rulefmt: structure, durations, label and
+// annotation templates, every expression parsed), has the alerts the
+// runbook relies on, and every metric it names is served on /metrics.
+func TestDeployAlertRules(t *testing.T) {
+	n := startNode(t, nil, nil)
+	exercise(t, n.URL)
+	fams := scrape(t, n.URL+"/metrics")
+	p := parser.NewParser(parser.Options{})
+	groups, errs := rulefmt.ParseFile(filepath.Join(deployDir, "prometheus", "alerts.yml"), false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
+	for _, err := range errs {
+		t.Errorf("alerts.yml: %v", err)
+	}
+	if len(errs) > 0 {
+		t.FailNow()
+	}
+	alerts := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = true
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("alert %s lacks a severity label or a summary", r.Alert)
+			}
+			for _, name := range metricNames(t, p, r.Expr) {
+				if !served(fams, name) {
+					t.Errorf("alert %s uses %s, which /metrics does not serve", r.Alert, name)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"CreditdNotReady", "CreditdPersisterLagHigh", "CreditdDeadLetters", "CreditdWebhookBacklog",
+		"CreditdHigh5xxRate", "CreditdRedisLatencyHigh", "CreditdPostgresLatencyHigh"} {
+		if !alerts[want] {
+			t.Errorf("alerts.yml has no %s", want)
+		}
+	}
+}
+
+// dashboard is the part of a Grafana dashboard JSON the test checks.
+type dashboard struct {
+	Title         string  `json:"title"`
+	UID           string  `json:"uid"`
+	SchemaVersion int     `json:"schemaVersion"`
+	Panels        []panel `json:"panels"`
+	Templating    struct {
+		List []struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	} `json:"datasource"`
+	GridPos struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+}
+
+// TestDeployDashboard: deploy/grafana/creditd.json is a dashboard (valid
+// JSON, a title, uid and schema version, a Prometheus datasource
+// variable), every panel has a unique id, a type, a title, a place on the
+// 24-column grid and Prometheus targets, and every target's PromQL parses
+// and names only metrics /metrics serves.
+func TestDeployDashboard(t *testing.T) {
+	n := startNode(t, nil, nil)
+	fams := scrape(t, n.URL+"/metrics")
+	raw, err := os.ReadFile(filepath.Join(deployDir, "grafana", "creditd.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("creditd.json is not valid JSON: %v", err)
+	}
+	if d.Title == "" || d.UID == "" || d.SchemaVersion < 30 || len(d.Panels) == 0 {
+		t.Fatalf("dashboard header: title %q uid %q schema %d, %d panels", d.Title, d.UID, d.SchemaVersion, len(d.Panels))
+	}
+	hasDS := false
+	for _, v := range d.Templating.List {
+		hasDS = hasDS || (v.Name == "datasource" && v.Type == "datasource")
+	}
+	if !hasDS {
+		t.Errorf("dashboard has no datasource variable")
+	}
+	p := parser.NewParser(parser.Options{})
+	// Grafana's own variables, as Prometheus would see them expanded.
+	expand := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m")
+	ids := map[int]bool{}
+	queries := 0
+	for _, pn := range d.Panels {
+		if ids[pn.ID] || pn.ID == 0 {
+			t.Errorf("panel %q: id %d missing or repeated", pn.Title, pn.ID)
+		}
+		ids[pn.ID] = true
+		if pn.Title == "" || pn.GridPos.W <= 0 || pn.GridPos.H <= 0 || pn.GridPos.X+pn.GridPos.W > 24 {
+			t.Errorf("panel %d %q: no title or off the grid (%+v)", pn.ID, pn.Title, pn.GridPos)
+		}
+		switch pn.Type {
+		case "row":
+			continue
+		case "timeseries", "stat", "table", "gauge", "bargauge", "heatmap":
+		default:
+			t.Errorf("panel %q: unknown type %q", pn.Title, pn.Type)
+		}
+		if pn.Datasource == nil || pn.Datasource.Type != "prometheus" || len(pn.Targets) == 0 {
+			t.Errorf("panel %q: no Prometheus datasource or no targets", pn.Title)
+		}
+		refs := map[string]bool{}
+		for _, tg := range pn.Targets {
+			if tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("panel %q: target refId %q missing or repeated", pn.Title, tg.RefID)
+			}
+			refs[tg.RefID] = true
+			queries++
+			for _, name := range metricNames(t, p, expand.Replace(tg.Expr)) {
+				if !served(fams, name) {
+					t.Errorf("panel %q uses %s, which /metrics does not serve", pn.Title, name)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("dashboard has %d queries; it should cover every family group", queries)
+	}
+}
