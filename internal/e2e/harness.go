@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/apicheck"
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/internal/testenv"
 	"github.com/creditd/creditd/persist"
@@ -166,12 +167,31 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	}
 	go func() { _ = a.Serve(ln) }()
 	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
-		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}, Config: o.applied}
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: checkedTransport(t)},
+		Config: o.applied}
 	t.Cleanup(func() {
 		a.Stop(0)
 		pool.Close()
 	})
 	return s
+}
+
+// OpenAPICheckEnv turns the response check off when set to "off": every
+// Stack's client otherwise checks each answer it receives against
+// api/openapi.json and fails the test on a mismatch.
+const OpenAPICheckEnv = "CREDITD_E2E_OPENAPI"
+
+// checkedTransport is the Stack client's transport: the default one,
+// wrapped by the process's OpenAPI response checker unless it is off.
+func checkedTransport(t testing.TB) http.RoundTripper {
+	if os.Getenv(OpenAPICheckEnv) == "off" {
+		return http.DefaultTransport
+	}
+	c, err := apicheck.Shared()
+	if err != nil {
+		t.Fatalf("openapi check: %v", err)
+	}
+	return c.Transport(http.DefaultTransport, func(err error) { t.Errorf("%v", err) })
 }
 
 // Tenant is a tenant's keys as the admin API returned them.
