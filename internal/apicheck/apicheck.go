@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"sort"
@@ -18,6 +19,9 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
+	"github.com/pb33f/libopenapi-validator/helpers"
+	"github.com/pb33f/libopenapi-validator/schema_validation"
+	"github.com/pb33f/libopenapi/datamodel/high/base"
 
 	"github.com/creditd/creditd/api"
 )
@@ -27,6 +31,10 @@ import (
 type Checker struct {
 	v   validator.Validator
 	ops []operation
+	// events are the request body schemas of the document's webhooks, by
+	// event type; schemas validates a payload against one.
+	events  map[string]*base.Schema
+	schemas schema_validation.SchemaValidator
 
 	mu      sync.Mutex
 	seen    map[string]int
@@ -65,8 +73,20 @@ func New(doc []byte) (*Checker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apicheck: parse document: %w", err)
 	}
-	// Format assertions make "uuid" and "date-time" checks, not hints.
-	v, errs := validator.NewValidator(d, config.WithFormatAssertions())
+	model, buildErr := d.BuildV3Model()
+	if buildErr != nil {
+		return nil, fmt.Errorf("apicheck: build model: %w", buildErr)
+	}
+	events := map[string]*base.Schema{}
+	for typ, item := range model.Model.Webhooks.FromOldest() {
+		if item.Post == nil || item.Post.RequestBody == nil {
+			continue
+		}
+		if mt, ok := item.Post.RequestBody.Content.Get("application/json"); ok && mt.Schema != nil {
+			events[typ] = mt.Schema.Schema()
+		}
+	}
+	v, errs := validator.NewValidator(d, formats()...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("apicheck: build validator: %v", errs)
 	}
@@ -74,7 +94,26 @@ func New(doc []byte) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Checker{v: v, ops: ops, seen: map[string]int{}, samples: map[string]*Sample{}}, nil
+	return &Checker{v: v, ops: ops, events: events, schemas: schema_validation.NewSchemaValidator(formats()...),
+		seen: map[string]int{}, samples: map[string]*Sample{}}, nil
+}
+
+// formats makes "uuid", "date-time" and the integer formats checks, not
+// hints. "int64" is replaced: the validator decodes bodies into float64, in
+// which math.MaxInt64 (a real balance in the overflow tests) rounds to 2^63
+// and its own check then refuses it. Every whole float64 up to that rounded
+// bound passes; a decoded float64 cannot tell the two apart.
+func formats() []config.Option {
+	return []config.Option{config.WithFormatAssertions(), config.WithCustomFormat("int64", func(v any) error {
+		f, ok := v.(float64)
+		if !ok {
+			return nil // json.Number and int64 are not what the validator decodes
+		}
+		if f != math.Trunc(f) || f < math.MinInt64 || f > math.MaxInt64 {
+			return fmt.Errorf("must be a whole number from %d to %d", int64(math.MinInt64), int64(math.MaxInt64))
+		}
+		return nil
+	})}
 }
 
 // operations lists the document's operations with a matcher per path
@@ -137,19 +176,44 @@ func (c *Checker) Check(req *http.Request, status int, header http.Header, body 
 	if ok {
 		return nil
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s (%s) answered %d, which does not conform to api/openapi.json:", req.Method, req.URL.Path, id, status)
+	m := &Mismatch{Method: req.Method, Path: req.URL.Path, Operation: id, Status: status, Body: body, UndocumentedStatus: true}
 	for _, e := range errs {
-		fmt.Fprintf(&b, "\n  - %s", e.Message)
+		line := e.Message
 		if e.Reason != "" {
-			fmt.Fprintf(&b, ": %s", e.Reason)
+			line += ": " + e.Reason
 		}
 		for _, se := range e.SchemaValidationErrors {
-			fmt.Fprintf(&b, "\n      %s: %s", se.FieldPath, se.Reason)
+			line += fmt.Sprintf("\n      %s: %s", se.FieldPath, se.Reason)
+		}
+		m.Problems = append(m.Problems, line)
+		if e.ValidationSubType != helpers.ResponseBodyResponseCode {
+			m.UndocumentedStatus = false
 		}
 	}
-	fmt.Fprintf(&b, "\n  body: %.600s", body)
-	return fmt.Errorf("%s", b.String())
+	return m
+}
+
+// Mismatch is an answer that does not conform to the document.
+type Mismatch struct {
+	Method, Path, Operation string
+	Status                  int
+	// UndocumentedStatus: the only fault is a status the operation does not
+	// list (the body was not checked, having no schema to meet).
+	UndocumentedStatus bool
+	// Problems are the validator's findings, one per line.
+	Problems []string
+	Body     []byte
+}
+
+// Error lists the findings and the start of the body.
+func (m *Mismatch) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s (%s) answered %d, which does not conform to api/openapi.json:", m.Method, m.Path, m.Operation, m.Status)
+	for _, p := range m.Problems {
+		fmt.Fprintf(&b, "\n  - %s", p)
+	}
+	fmt.Fprintf(&b, "\n  body: %.600s", m.Body)
+	return b.String()
 }
 
 // remember counts the answer and keeps the first sample of its kind.
@@ -184,6 +248,35 @@ func (c *Checker) Samples() map[string]Sample {
 		out[id] = *sm
 	}
 	return out
+}
+
+// CheckEvent validates a delivered webhook body against the payload schema
+// the document's webhooks section gives its event_type; an event type the
+// document does not list is a mismatch too.
+func (c *Checker) CheckEvent(payload []byte) error {
+	var head struct {
+		EventType string `json:"event_type"`
+	}
+	if err := json.Unmarshal(payload, &head); err != nil {
+		return fmt.Errorf("webhook payload is not a JSON object: %v: %.300s", err, payload)
+	}
+	sch, ok := c.events[head.EventType]
+	if !ok {
+		return fmt.Errorf("webhook event_type %q is not under webhooks in api/openapi.json", head.EventType)
+	}
+	if ok, errs := c.schemas.ValidateSchemaBytes(sch, payload); !ok {
+		var b strings.Builder
+		fmt.Fprintf(&b, "webhook %s payload does not conform to api/openapi.json:", head.EventType)
+		for _, e := range errs {
+			fmt.Fprintf(&b, "\n  - %s", e.Message)
+			for _, se := range e.SchemaValidationErrors {
+				fmt.Fprintf(&b, "\n      %s: %s", se.FieldPath, se.Reason)
+			}
+		}
+		fmt.Fprintf(&b, "\n  payload: %.600s", payload)
+		return fmt.Errorf("%s", b.String())
+	}
+	return nil
 }
 
 // Seen is how many checked answers each "operationId status" pair had.

@@ -17,6 +17,12 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	credits := func(balance string) string {
+		return `{"id":"01a20bc2-1459-77b7-8bca-7725054ee841","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
+			`"customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance":` + balance +
+			`,"reserved_balance":0,"pending_balance":0,"effective_balance":` + balance + `,"lifetime_earned":` + balance +
+			`,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`
+	}
 	problem := `{"type":"not-found","title":"Not Found","status":404,"detail":"customer not found","request_id":"r1"}`
 	cases := []struct {
 		name, method, path string
@@ -25,6 +31,9 @@ func TestCheck(t *testing.T) {
 		wantErr            string
 	}{
 		{"conforming", "GET", "/healthz", 200, "application/json", `{"status":"ok"}`, ""},
+		{"int64 extremes", "GET", "/v1/customers/c1/credits", 200, "application/json", credits("9223372036854775807"), ""},
+		{"past int64", "GET", "/v1/customers/c1/credits", 200, "application/json", credits("92233720368547758070"), "does not conform"},
+		{"fraction as int64", "GET", "/v1/customers/c1/credits", 200, "application/json", credits("1.5"), "does not conform"},
 		{"wrong member type", "GET", "/healthz", 200, "application/json", `{"status":5}`, "does not conform"},
 		{"undocumented status", "GET", "/healthz", 418, "application/json", `{"status":"ok"}`, "does not conform"},
 		{"problem conforming", "GET", "/v1/customers/c1", 404, "application/problem+json", problem, ""},
@@ -66,6 +75,35 @@ func TestOperation(t *testing.T) {
 		req := httptest.NewRequest(tc.method, "http://creditd"+tc.path, nil)
 		if got := c.Operation(req); got != tc.want {
 			t.Errorf("%s %s: %q, want %q", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestCheckEvent: a payload of a listed event conforms; a wrong data member,
+// a missing envelope member and an unlisted event type do not.
+func TestCheckEvent(t *testing.T) {
+	c, err := New(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := func(typ, data string) string {
+		return `{"event_id":"01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f","event_type":"` + typ + `","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
+			`"environment":"live","customer_id":null,"external_customer_id":null,"created_at":"2026-11-24T04:13:18.52Z","idempotency_key":"k","data":` + data + `}`
+	}
+	cases := []struct {
+		name, payload string
+		ok            bool
+	}{
+		{"ping", env("test.ping", `{"message":"ping"}`), true},
+		{"ping with another message", env("test.ping", `{"message":"pong"}`), false},
+		{"low balance", env("credit.low_balance", `{"balance_mc":10,"threshold_mc":20}`), true},
+		{"low balance without threshold", env("credit.low_balance", `{"balance_mc":10}`), false},
+		{"envelope without tenant", strings.Replace(env("test.ping", `{"message":"ping"}`), `"tenant_id"`, `"tenant"`, 1), false},
+		{"unlisted type", env("credit.refunded", `{}`), false},
+	}
+	for _, tc := range cases {
+		if err := c.CheckEvent([]byte(tc.payload)); (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v", tc.name, err, tc.ok)
 		}
 	}
 }

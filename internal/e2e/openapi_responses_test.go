@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -42,10 +43,21 @@ func TestOpenAPIResponses(t *testing.T) {
 		Transport: checker.Transport(http.DefaultTransport, func(err error) { t.Errorf("%v", err) })}
 
 	var hookMu sync.Mutex
-	var delivered []http.Header
+	delivered := map[string]int{} // event_type -> deliveries
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = checker.CheckEvent(body)
+		}
+		if err != nil {
+			t.Errorf("delivered webhook: %v", err)
+		}
+		var head struct {
+			EventType string `json:"event_type"`
+		}
+		_ = json.Unmarshal(body, &head)
 		hookMu.Lock()
-		delivered = append(delivered, r.Header.Clone())
+		delivered[head.EventType]++
 		hookMu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -64,14 +76,30 @@ func TestOpenAPIResponses(t *testing.T) {
 	w.topupsAndImport()
 	w.webhooks()
 	w.problems()
-	wantStatus(t, adminCall(t, s, AdminToken, "DELETE", "/admin/v1/tenants/"+tn.ID+"/webhook", nil), 204, "DELETE webhook")
 
-	hookMu.Lock()
-	n := len(delivered)
-	hookMu.Unlock()
-	if n == 0 {
-		t.Error("no webhook was delivered to the test receiver")
+	// The walk raised these; each delivered body was checked against the
+	// document's webhooks as it arrived.
+	want := []string{"credit.granted", "credit.consumed", "test.ping", "subscription.created", "subscription.renewed", "subscription.canceled"}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hookMu.Lock()
+		var late []string
+		for _, typ := range want {
+			if delivered[typ] == 0 {
+				late = append(late, typ)
+			}
+		}
+		hookMu.Unlock()
+		if len(late) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("webhook events never delivered to the test receiver: %v", late)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	wantStatus(t, adminCall(t, s, AdminToken, "DELETE", "/admin/v1/tenants/"+tn.ID+"/webhook", nil), 204, "DELETE webhook")
 
 	seen := checker.Seen()
 	var missing []string
@@ -294,7 +322,7 @@ func (w *openAPIWalk) plansAndSubscriptions() {
 	w.want(200, "POST", "/v1/subscriptions/"+sid+"/pause", nil)
 	w.want(200, "POST", "/v1/subscriptions/"+sid+"/resume", nil)
 	w.want(200, "POST", "/v1/subscriptions/"+sid+"/upgrade", map[string]any{"plan_variant_id": yid})
-	w.want(200, "POST", "/v1/subscriptions/"+sid+"/cancel", map[string]any{"at_period_end": true})
+	w.want(200, "POST", "/v1/subscriptions/"+sid+"/cancel", map[string]any{"at_period_end": false})
 }
 
 func (w *openAPIWalk) topupsAndImport() {
