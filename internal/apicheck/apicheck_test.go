@@ -107,3 +107,23 @@ func TestCheckEvent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck is the cost the response check adds to each e2e answer
+// (a credit balance with two blocks).
+func BenchmarkCheck(b *testing.B) {
+	c, err := New(api.OpenAPI())
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"id":"01a20bc2-1459-77b7-8bca-7725054ee841","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
+		`"customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance":148500,"reserved_balance":0,` +
+		`"pending_balance":0,"effective_balance":148500,"lifetime_earned":151000,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`)
+	req := httptest.NewRequest("GET", "http://creditd/v1/customers/c1/credits", nil)
+	h := http.Header{"Content-Type": {"application/json"}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.Check(req, 200, h, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

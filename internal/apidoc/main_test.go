@@ -88,3 +88,55 @@ func TestTyp(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryBodyHasAnExample: every request body, response body and webhook
+// payload of api/openapi.json carries an example (Redocly checks each
+// against its schema), so an operation added without one fails here.
+func TestEveryBodyHasAnExample(t *testing.T) {
+	root, err := parse(api.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &renderer{root: root}
+	check := func(where string, content *node) {
+		if content == nil {
+			return
+		}
+		for _, ct := range content.keys {
+			if mt := content.fields[ct]; mt.get("example") == nil && mt.get("examples") == nil {
+				t.Errorf("%s (%s) has no example", where, ct)
+			}
+		}
+	}
+	operation := func(where string, o *node) {
+		if rb := o.get("requestBody"); rb != nil {
+			check(where+" request body", r.deref(rb).get("content"))
+		}
+		responses := o.get("responses")
+		if responses == nil {
+			return
+		}
+		for _, status := range responses.keys {
+			check(where+" "+status, r.deref(responses.fields[status]).get("content"))
+		}
+	}
+	for _, path := range root.get("paths").keys {
+		for _, m := range methods {
+			if o := root.get("paths", path, m); o != nil {
+				operation(strings.ToUpper(m)+" "+path, o)
+			}
+		}
+	}
+	hooks := root.get("webhooks")
+	if hooks == nil || len(hooks.keys) == 0 {
+		t.Fatal("the document has no webhooks")
+	}
+	for _, name := range hooks.keys {
+		post := hooks.fields[name].get("post")
+		if post == nil || post.get("requestBody") == nil {
+			t.Errorf("webhook %s has no payload", name)
+			continue
+		}
+		operation("webhook "+name, post)
+	}
+}
