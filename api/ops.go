@@ -16,6 +16,11 @@ import (
 //go:embed openapi.json
 var openAPIDocument []byte
 
+// OpenAPI returns a copy of the served OpenAPI document (api/openapi.json):
+// the e2e response checker and the API reference generator read the same
+// bytes creditd serves.
+func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
+
 // healthz answers 200 while the process runs.
 func (s *Server) healthz(c *call) error {
 	c.ctx.SetStatusCode(fasthttp.StatusOK)

@@ -2,8 +2,10 @@
 # `make test`: the whole gate, as CI runs it.
 #   1. Redis and Postgres (scripts/services.sh; installs them when missing);
 #   2. go vet ./... and a gofmt check;
-#   3. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
-#   4. go test -race again on a private Redis Cluster of 3 masters with one
+#   3. Redocly lint of api/openapi.json (tools/openapi; npm ci when its
+#      node_modules is missing), 0 errors and 0 warnings;
+#   4. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
+#   5. go test -race again on a private Redis Cluster of 3 masters with one
 #      replica each (TEST_REDIS_CLUSTER), always stopped afterwards: the
 #      fleet's topology, so every money operation of the suite also waits
 #      for a replica (CREDITD_REPLICA_ACKS auto, issue 11).
@@ -82,6 +84,9 @@ if [[ -n $unformatted ]]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
+
+step "openapi lint (Redocly)"
+scripts/openapi-lint.sh
 
 step "go test -race (single Redis)"
 t0=$SECONDS

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/apicheck"
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/internal/testenv"
 	"github.com/creditd/creditd/persist"
@@ -166,12 +168,51 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	}
 	go func() { _ = a.Serve(ln) }()
 	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
-		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second}, Config: o.applied}
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: checkedTransport(t)},
+		Config: o.applied}
 	t.Cleanup(func() {
 		a.Stop(0)
 		pool.Close()
 	})
 	return s
+}
+
+// OpenAPICheckEnv turns the response check off when set to "off": every
+// Stack's client otherwise checks each answer it receives against
+// api/openapi.json and fails the test on a mismatch.
+const OpenAPICheckEnv = "CREDITD_E2E_OPENAPI"
+
+// checkedTransport is the Stack client's transport: the default one,
+// wrapped by the process's OpenAPI response checker unless it is off.
+func checkedTransport(t testing.TB) http.RoundTripper {
+	if os.Getenv(OpenAPICheckEnv) == "off" {
+		return http.DefaultTransport
+	}
+	c, err := apicheck.Shared()
+	if err != nil {
+		t.Fatalf("openapi check: %v", err)
+	}
+	return c.Transport(http.DefaultTransport, func(err error) {
+		var m *apicheck.Mismatch
+		if errors.As(err, &m) && m.UndocumentedStatus {
+			if why, ok := undocumentedStatuses[m.Status]; ok {
+				t.Logf("known gap in api/openapi.json (%s): %v", why, err)
+				return
+			}
+		}
+		t.Errorf("%v", err)
+	})
+}
+
+// undocumentedStatuses are the statuses creditd answers on some operations
+// whose entry in api/openapi.json does not list them: gaps reported to be
+// fixed (in the document or in the code), tolerated here only when the
+// status is the whole fault. A body that misses its schema always fails.
+// Delete an entry once the gap is closed.
+var undocumentedStatuses = map[int]string{
+	400: "a path id or Idempotency-Key that is not valid UTF-8 text is a 400 on operations that list no 400",
+	422: "an over-long customer id is a 422 on the entitlement snapshot reads, which list no 422",
+	503: "the unavailable problem of a failover or a replica wait is listed on no operation",
 }
 
 // Tenant is a tenant's keys as the admin API returned them.
