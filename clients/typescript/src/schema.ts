@@ -316,7 +316,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List tenants
+         * @description Every tenant with its configuration, oldest first (tenant ids are UUIDv7), paged as the tenant API's lists: `next_cursor` is the last tenant's id.
+         */
+        get: operations["adminListTenants"];
         put?: never;
         /** Create a tenant with a live and a sandbox key */
         post: operations["adminCreateTenant"];
@@ -351,7 +355,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List a tenant's API keys
+         * @description Every key of the tenant, oldest first, revoked ones with `revoked_at`; the key text is never stored, so it is never shown.
+         */
+        get: operations["adminListAPIKeys"];
         put?: never;
         /** Issue an API key */
         post: operations["adminCreateKey"];
@@ -1289,7 +1297,228 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "credit.granted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.granted
+         * @description Credit was added: a grant (either form), a positive adjustment, a top-up, or a plan grant (subscription create, renew, resume, upgrade). Import never raises it. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditGranted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.consumed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.consumed
+         * @description Credit was used: a consume or usage event that charged (or ran into overage under allow), a reservation commit with usage, or a negative adjustment. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditConsumed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.low_balance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.low_balance
+         * @description A consume, reservation create or commit, or adjustment moved the effective balance below the customer's low_balance_threshold_mc (or the tenant default). Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditLowBalance"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.exhausted": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.exhausted
+         * @description The same operations as credit.low_balance moved the effective balance from above 0 to 0, or a block customer was refused for credit. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditExhausted"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "test.ping": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * test.ping
+         * @description Raised by POST /v1/webhooks/test. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onTestPing"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.created
+         * @description A customer was put on a plan variant (POST /v1/subscriptions). Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.renewed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.renewed
+         * @description A new period began: an explicit renew, or the scheduler at the period end (its plan grants fire with it). Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionRenewed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.renewal_due": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.renewal_due
+         * @description The period end is renewal_due_days away: time to collect payment for the next period. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionRenewalDue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.past_due": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.past_due
+         * @description The period ended without a renewal; the grace period runs until grace_ends_at. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionPastDue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.expired": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.expired
+         * @description The grace period ended without a renewal, or a one-time period ran out. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionExpired"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.canceled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * subscription.canceled
+         * @description The subscription was canceled: at once, or at the period end it was set to cancel at. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onSubscriptionCanceled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         /** @description RFC 9457 problem details. A 413 uses type bad-request; a 405 uses type bad-request. */
@@ -2515,59 +2744,360 @@ export interface components {
             /** Format: int64 */
             total_credits: number;
         };
+        /** @description The delivered body of every event; data depends on event_type. The same bytes are the payload of the event in GET /v1/webhooks/events. */
+        WebhookEnvelope: {
+            /**
+             * Format: uuid
+             * @description The event id; also the webhook-id header.
+             */
+            event_id: string;
+            event_type: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            /**
+             * Format: uuid
+             * @description Null for test.ping.
+             */
+            customer_id: string | null;
+            /** @description Null for test.ping. */
+            external_customer_id: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description The Idempotency-Key of the request that caused the event; empty for events the scheduler raises. */
+            idempotency_key: string;
+            data: Record<string, never>;
+        };
+        /** @description The grant's figures and the fields of its ledger entry (see LedgerEntry). Read balance_after rather than adding credits to a figure you hold. */
+        CreditGrantedData: {
+            /**
+             * Format: uuid
+             * @description The ledger entry's id.
+             */
+            transaction_id: string;
+            /**
+             * Format: int64
+             * @description Millicredits granted.
+             */
+            credits: number;
+            /** @enum {string|null} */
+            source: "plan_grant" | "topup" | "promotional" | "compensation" | "referral" | "manual" | "migration" | null;
+            reason: string | null;
+            /**
+             * Format: int64
+             * @description The effective balance after the grant.
+             */
+            balance_after: number;
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** Format: uuid */
+            customer_id: string;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            /** Format: int64 */
+            delta: number;
+            /** @enum {string} */
+            type: "plan_grant" | "topup" | "adjustment";
+            /** Format: uuid */
+            credit_block_id?: string;
+            idempotency_key: string;
+            /** Format: uuid */
+            reference_id?: string;
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** @description A consume, a reservation commit with usage, or a negative adjustment (then billable_metric_key and units are null). */
+        CreditConsumedData: {
+            /** Format: uuid */
+            transaction_id: string;
+            billable_metric_key: string | null;
+            /** Format: int64 */
+            units: number | null;
+            /**
+             * Format: int64
+             * @description Millicredits debited.
+             */
+            credits: number;
+            /**
+             * Format: int64
+             * @description Usage past the balance under the allow policy, in millicredits.
+             */
+            overage_mc: number;
+            /** Format: int64 */
+            balance_after: number;
+            /**
+             * Format: uuid
+             * @description The committed reservation, or null.
+             */
+            reservation_id: string | null;
+        };
+        /** @description The effective balance crossed the threshold downwards (from at-or-above to below); not raised again until it is back at or above. */
+        CreditLowBalanceData: {
+            /** Format: int64 */
+            balance_mc: number;
+            /** Format: int64 */
+            threshold_mc: number;
+        };
+        /** @description The effective balance moved from above 0 to 0, or a block customer was refused for credit. */
+        CreditExhaustedData: {
+            /**
+             * Format: int64
+             * @description Always 0.
+             */
+            balance_mc: number;
+            billable_metric_key: string | null;
+        };
+        TestPingData: {
+            /** @constant */
+            message: "ping";
+        };
+        /** @description The subscription as the event left it. */
+        SubscriptionEventData: {
+            /** Format: uuid */
+            subscription_id: string;
+            /** Format: uuid */
+            plan_variant_id: string;
+            /** Format: date-time */
+            period_start: string;
+            /** Format: date-time */
+            period_end: string | null;
+            /** Format: uuid */
+            plan_id: string;
+            /** @enum {string} */
+            status: "trialing" | "active" | "past_due" | "paused" | "canceled" | "expired";
+            /** Format: date-time */
+            trial_ends_at: string | null;
+            /** Format: date-time */
+            renewal_due_at: string | null;
+            /** Format: date-time */
+            grace_ends_at: string | null;
+            /** Format: date-time */
+            canceled_at: string | null;
+        };
+        /** @description The delivered body of credit.granted. */
+        CreditGrantedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.granted";
+            data?: components["schemas"]["CreditGrantedData"];
+        };
+        /** @description The delivered body of credit.consumed. */
+        CreditConsumedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.consumed";
+            data?: components["schemas"]["CreditConsumedData"];
+        };
+        /** @description The delivered body of credit.low_balance. */
+        CreditLowBalanceEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.low_balance";
+            data?: components["schemas"]["CreditLowBalanceData"];
+        };
+        /** @description The delivered body of credit.exhausted. */
+        CreditExhaustedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.exhausted";
+            data?: components["schemas"]["CreditExhaustedData"];
+        };
+        /** @description The delivered body of test.ping. */
+        TestPingEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "test.ping";
+            data?: components["schemas"]["TestPingData"];
+        };
+        /** @description The delivered body of subscription.created. */
+        SubscriptionCreatedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.created";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description The delivered body of subscription.renewed. */
+        SubscriptionRenewedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.renewed";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description The delivered body of subscription.renewal_due. */
+        SubscriptionRenewalDueEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.renewal_due";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description The delivered body of subscription.past_due. */
+        SubscriptionPastDueEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.past_due";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description The delivered body of subscription.expired. */
+        SubscriptionExpiredEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.expired";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description The delivered body of subscription.canceled. */
+        SubscriptionCanceledEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "subscription.canceled";
+            data?: components["schemas"]["SubscriptionEventData"];
+        };
+        /** @description A page of tenants, oldest first. */
+        TenantPage: {
+            data: components["schemas"]["TenantConfig"][];
+            pagination: components["schemas"]["Pagination"];
+        };
+        /** @description An API key as listed: its text is never stored, so never shown. */
+        APIKeyInfo: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description Present once the key is revoked.
+             */
+            revoked_at?: string;
+        };
+        /** @description A tenant's API keys, oldest first, revoked ones included. */
+        APIKeyList: {
+            data: components["schemas"]["APIKeyInfo"][];
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
         400: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "bad-request",
+                 *       "title": "Bad Request",
+                 *       "status": 400,
+                 *       "detail": "invalid cursor",
+                 *       "field": "cursor",
+                 *       "errors": [
+                 *         {
+                 *           "field": "cursor",
+                 *           "message": "invalid cursor"
+                 *         }
+                 *       ],
+                 *       "request_id": "3e70347fe690ecf9-000000000000005e"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description Missing or invalid credentials. */
         401: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "unauthorized",
+                 *       "title": "Unauthorized",
+                 *       "status": 401,
+                 *       "detail": "missing or invalid API key",
+                 *       "request_id": "3e70347fe690ecf9-0000000000000061"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description Not found. */
         404: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "not-found",
+                 *       "title": "Not Found",
+                 *       "status": 404,
+                 *       "detail": "customer not found",
+                 *       "request_id": "3e70347fe690ecf9-000000000000005d"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description Conflict: state clash, taken external_id, insufficient credits (type insufficient-credits), or an Idempotency-Key reused with another request. */
         409: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "insufficient-credits",
+                 *       "title": "Insufficient Credits",
+                 *       "status": 409,
+                 *       "detail": "the effective balance is smaller than the amount",
+                 *       "request_id": "3e70347fe690ecf9-0000000000000060"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description The body is larger than the server's limit (type bad-request). */
         413: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "bad-request",
+                 *       "title": "Payload Too Large",
+                 *       "status": 413,
+                 *       "detail": "the request body is larger than the limit",
+                 *       "request_id": "3e70347fe690ecf9-0000000000000062"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description Validation error naming the field (or the Idempotency-Key header). */
         422: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "validation-error",
+                 *       "title": "Validation Error",
+                 *       "status": 422,
+                 *       "detail": "the Idempotency-Key header is required on this request",
+                 *       "field": "Idempotency-Key",
+                 *       "errors": [
+                 *         {
+                 *           "field": "Idempotency-Key",
+                 *           "message": "the Idempotency-Key header is required on this request"
+                 *         }
+                 *       ],
+                 *       "request_id": "3e70347fe690ecf9-000000000000005f"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -2578,18 +3108,38 @@ export interface components {
                 "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                 "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                 "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "rate-limited",
+                 *       "title": "Rate Limited",
+                 *       "status": 429,
+                 *       "detail": "too many requests for this API key; retry after the Retry-After seconds",
+                 *       "request_id": "3e70347fe690ecf9-00000000000000b7"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description Unexpected error; the detail never says more. */
         500: {
             headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "internal",
+                 *       "title": "Internal Server Error",
+                 *       "status": 500,
+                 *       "detail": "an unexpected error occurred; quote the request_id when reporting it",
+                 *       "request_id": "3e70347fe690ecf9-00000000000000c3"
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -2625,6 +3175,12 @@ export interface components {
         PlanId: string;
         /** @description Plan variant id. */
         VariantId: string;
+        /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+        WebhookId: string;
+        /** @description Unix seconds of this attempt; part of the signed content. */
+        WebhookTimestamp: string;
+        /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+        WebhookSignature: string;
     };
     requestBodies: never;
     headers: {
@@ -2657,9 +3213,15 @@ export interface operations {
             /** @description Up. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "status": "ok"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Health"];
                 };
             };
@@ -2677,18 +3239,42 @@ export interface operations {
             /** @description Ready. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "status": "ready",
+                     *       "checks": {
+                     *         "dead_letters": "ok",
+                     *         "persister": "ok",
+                     *         "postgres": "ok",
+                     *         "redis": "ok"
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["Ready"];
                 };
             };
             /** @description A check failed. */
             503: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "status": "unavailable",
+                     *       "checks": {
+                     *         "dead_letters": "ok",
+                     *         "persister": "ok",
+                     *         "postgres": "unavailable",
+                     *         "redis": "ok"
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["Ready"];
                 };
             };
@@ -2706,9 +3292,18 @@ export interface operations {
             /** @description Prometheus text format 0.0.4. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example # HELP creditd_http_requests_total HTTP requests answered, by route template, method and status.
+                     *     # TYPE creditd_http_requests_total counter
+                     *     creditd_http_requests_total{route="/v1/entitlements/consume",method="POST",status="200"} 18234
+                     *     # HELP creditd_http_requests_in_flight HTTP requests being served now.
+                     *     # TYPE creditd_http_requests_in_flight gauge
+                     *     creditd_http_requests_in_flight 3
+                     */
                     "text/plain": string;
                 };
             };
@@ -2726,9 +3321,26 @@ export interface operations {
             /** @description OpenAPI 3.1. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "openapi": "3.1.0",
+                     *       "info": {
+                     *         "title": "creditd",
+                     *         "version": "1.0.0"
+                     *       },
+                     *       "paths": {
+                     *         "/healthz": {
+                     *           "get": {
+                     *             "operationId": "healthz"
+                     *           }
+                     *         }
+                     *       }
+                     *     }
+                     */
                     "application/json": Record<string, never>;
                 };
             };
@@ -2749,9 +3361,23 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "name": "Acme Inc",
+                     *       "default_overage_policy": "block",
+                     *       "default_low_balance_threshold_mc": 0,
+                     *       "webhook_url": "https://hooks.acme.example/creditd",
+                     *       "rate_limit_per_second": 500,
+                     *       "rate_limit_burst": 1000,
+                     *       "created_at": "2026-11-24T04:13:18.253Z",
+                     *       "updated_at": "2026-11-24T04:13:18.275Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
@@ -2772,6 +3398,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "default_low_balance_threshold_mc": 5000,
+                 *       "default_overage_policy": "block"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TenantConfigInput"];
             };
         };
@@ -2783,9 +3415,23 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "name": "Acme Inc",
+                     *       "default_overage_policy": "block",
+                     *       "default_low_balance_threshold_mc": 5000,
+                     *       "webhook_url": "https://hooks.acme.example/creditd",
+                     *       "rate_limit_per_second": 500,
+                     *       "rate_limit_burst": 1000,
+                     *       "created_at": "2026-11-24T04:13:18.253Z",
+                     *       "updated_at": "2026-11-24T04:13:18.279Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
@@ -2820,9 +3466,34 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "external_id": "acme-corp",
+                     *           "display_name": "Acme Corp",
+                     *           "overage_policy": "block",
+                     *           "low_balance_threshold_mc": 20000,
+                     *           "metadata": {
+                     *             "plan": "pro"
+                     *           },
+                     *           "created_at": "2026-11-24T04:13:18.28Z",
+                     *           "updated_at": "2026-11-24T04:13:18.28Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["CustomerPage"];
                 };
             };
@@ -2844,6 +3515,17 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "display_name": "Acme Corp",
+                 *       "external_id": "acme-corp",
+                 *       "low_balance_threshold_mc": 20000,
+                 *       "metadata": {
+                 *         "plan": "pro"
+                 *       },
+                 *       "overage_policy": "block"
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreateCustomerInput"];
             };
         };
@@ -2855,9 +3537,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "external_id": "acme-corp",
+                     *       "display_name": "Acme Corp",
+                     *       "overage_policy": "block",
+                     *       "low_balance_threshold_mc": 20000,
+                     *       "metadata": {
+                     *         "plan": "pro"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.28Z",
+                     *       "updated_at": "2026-11-24T04:13:18.28Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Customer"];
                 };
             };
@@ -2888,9 +3587,26 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "external_id": "acme-corp",
+                     *       "display_name": "Acme Corp",
+                     *       "overage_policy": "block",
+                     *       "low_balance_threshold_mc": 20000,
+                     *       "metadata": {
+                     *         "plan": "pro"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.28Z",
+                     *       "updated_at": "2026-11-24T04:13:18.28Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Customer"];
                 };
             };
@@ -2918,6 +3634,7 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -2943,6 +3660,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "display_name": "Acme Corporation"
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpdateCustomerInput"];
             };
         };
@@ -2954,9 +3676,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "external_id": "acme-corp",
+                     *       "display_name": "Acme Corporation",
+                     *       "overage_policy": "block",
+                     *       "low_balance_threshold_mc": 20000,
+                     *       "metadata": {
+                     *         "plan": "pro"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.28Z",
+                     *       "updated_at": "2026-11-24T04:13:18.286Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Customer"];
                 };
             };
@@ -2990,9 +3729,51 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1459-77b7-8bca-7725054ee841",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "balance": 148500,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 148500,
+                     *       "lifetime_earned": 151000,
+                     *       "version": 4,
+                     *       "updated_at": "2026-11-24T04:13:18.306Z",
+                     *       "blocks": [
+                     *         {
+                     *           "id": "01a20bc2-145e-7513-9b9e-ac2913020f3b",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "original_amount": 50000,
+                     *           "remaining_amount": 47500,
+                     *           "source": "manual",
+                     *           "priority": 0,
+                     *           "starts_at": "2026-11-24T04:13:18.301Z",
+                     *           "expires_at": null,
+                     *           "created_at": "2026-11-24T04:13:18.301Z",
+                     *           "metadata": {}
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "original_amount": 1000,
+                     *           "remaining_amount": 1000,
+                     *           "source": "manual",
+                     *           "priority": 0,
+                     *           "starts_at": "2026-11-24T04:13:18.306Z",
+                     *           "expires_at": null,
+                     *           "created_at": "2026-11-24T04:13:18.306Z",
+                     *           "metadata": {}
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["Account"];
                 };
             };
@@ -3018,6 +3799,15 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "credits": 100000,
+                 *       "duration_seconds": 2592000,
+                 *       "priority": 10,
+                 *       "reason": "welcome bonus",
+                 *       "source": "promotional"
+                 *     }
+                 */
                 "application/json": components["schemas"]["GrantInput"];
             };
         };
@@ -3029,9 +3819,49 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transaction": {
+                     *         "id": "b258a63d-4608-5ee7-a1d8-256a744291b8",
+                     *         "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "environment": "live",
+                     *         "delta": 100000,
+                     *         "type": "adjustment",
+                     *         "source": "promotional",
+                     *         "credit_block_id": "01a20bc2-1459-77b9-b019-20d8afb834ce",
+                     *         "idempotency_key": "req-7f3a9c-5",
+                     *         "reason": "welcome bonus",
+                     *         "metadata": {},
+                     *         "created_at": "2026-11-24T04:13:18.296Z"
+                     *       },
+                     *       "block": {
+                     *         "id": "01a20bc2-1459-77b9-b019-20d8afb834ce",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "original_amount": 100000,
+                     *         "remaining_amount": 100000,
+                     *         "source": "promotional",
+                     *         "priority": 10,
+                     *         "starts_at": "2026-11-24T04:13:18.296Z",
+                     *         "expires_at": "2026-12-24T04:13:18.296Z",
+                     *         "created_at": "2026-11-24T04:13:18.296Z",
+                     *         "metadata": {}
+                     *       },
+                     *       "account": {
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "balance": 100000,
+                     *         "reserved_balance": 0,
+                     *         "pending_balance": 0,
+                     *         "effective_balance": 100000,
+                     *         "lifetime_earned": 100000,
+                     *         "version": 1
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["GrantResult"];
                 };
             };
@@ -3060,6 +3890,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "delta": -2500,
+                 *       "reason": "billing correction",
+                 *       "source": "compensation"
+                 *     }
+                 */
                 "application/json": components["schemas"]["AdjustInput"];
             };
         };
@@ -3071,9 +3908,40 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transactions": [
+                     *         {
+                     *           "id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "delta": -2500,
+                     *           "type": "adjustment",
+                     *           "source": "compensation",
+                     *           "credit_block_id": "01a20bc2-145e-7513-9b9e-ac2913020f3b",
+                     *           "idempotency_key": "req-7f3a9c-7",
+                     *           "reason": "billing correction",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.304Z"
+                     *         }
+                     *       ],
+                     *       "block": null,
+                     *       "account": {
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "balance": 147500,
+                     *         "reserved_balance": 0,
+                     *         "pending_balance": 0,
+                     *         "effective_balance": 147500,
+                     *         "lifetime_earned": 150000,
+                     *         "version": 3
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["AdjustResult"];
                 };
             };
@@ -3117,9 +3985,48 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "delta": 1000,
+                     *           "type": "adjustment",
+                     *           "source": "manual",
+                     *           "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *           "idempotency_key": "req-7f3a9c-8",
+                     *           "reason": "goodwill",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.306Z"
+                     *         },
+                     *         {
+                     *           "id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "delta": -2500,
+                     *           "type": "adjustment",
+                     *           "source": "compensation",
+                     *           "credit_block_id": "01a20bc2-145e-7513-9b9e-ac2913020f3b",
+                     *           "idempotency_key": "req-7f3a9c-7",
+                     *           "reason": "billing correction",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.304Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["LedgerPage"];
                 };
             };
@@ -3151,9 +4058,20 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [],
+                     *       "total_overage_mc": 0,
+                     *       "period": {
+                     *         "from": "2026-11-24T03:13:18Z",
+                     *         "to": "2026-11-24T05:13:18Z"
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["OverageReport"];
                 };
             };
@@ -3182,9 +4100,26 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "external_id": "acme-corp",
+                     *       "display_name": "Acme Corporation",
+                     *       "overage_policy": "block",
+                     *       "low_balance_threshold_mc": 20000,
+                     *       "metadata": {
+                     *         "plan": "pro"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.28Z",
+                     *       "updated_at": "2026-11-24T04:13:18.286Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Customer"];
                 };
             };
@@ -3212,6 +4147,7 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3237,6 +4173,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "metadata": {
+                 *         "plan": "enterprise"
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpdateCustomerInput"];
             };
         };
@@ -3248,9 +4191,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "external_id": "acme-corp",
+                     *       "display_name": "Acme Corporation",
+                     *       "overage_policy": "block",
+                     *       "low_balance_threshold_mc": 20000,
+                     *       "metadata": {
+                     *         "plan": "enterprise"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.28Z",
+                     *       "updated_at": "2026-11-24T04:13:18.293Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Customer"];
                 };
             };
@@ -3284,9 +4244,26 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1459-77b7-8bca-7725054ee841",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "balance": 148500,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 148500,
+                     *       "lifetime_earned": 151000,
+                     *       "version": 4,
+                     *       "updated_at": "2026-11-24T04:13:18.306Z",
+                     *       "blocks": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["Account"];
                 };
             };
@@ -3312,6 +4289,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "credits": 50000,
+                 *       "reason": "support credit",
+                 *       "source": "manual"
+                 *     }
+                 */
                 "application/json": components["schemas"]["GrantInput"];
             };
         };
@@ -3323,9 +4307,49 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transaction": {
+                     *         "id": "c5e0470f-bfa4-5d89-ab90-25fe93fb10a1",
+                     *         "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "environment": "live",
+                     *         "delta": 50000,
+                     *         "type": "adjustment",
+                     *         "source": "manual",
+                     *         "credit_block_id": "01a20bc2-145e-7513-9b9e-ac2913020f3b",
+                     *         "idempotency_key": "req-7f3a9c-6",
+                     *         "reason": "support credit",
+                     *         "metadata": {},
+                     *         "created_at": "2026-11-24T04:13:18.301Z"
+                     *       },
+                     *       "block": {
+                     *         "id": "01a20bc2-145e-7513-9b9e-ac2913020f3b",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "original_amount": 50000,
+                     *         "remaining_amount": 50000,
+                     *         "source": "manual",
+                     *         "priority": 0,
+                     *         "starts_at": "2026-11-24T04:13:18.301Z",
+                     *         "expires_at": null,
+                     *         "created_at": "2026-11-24T04:13:18.301Z",
+                     *         "metadata": {}
+                     *       },
+                     *       "account": {
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "balance": 150000,
+                     *         "reserved_balance": 0,
+                     *         "pending_balance": 0,
+                     *         "effective_balance": 150000,
+                     *         "lifetime_earned": 150000,
+                     *         "version": 2
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["GrantResult"];
                 };
             };
@@ -3354,6 +4378,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "delta": 1000,
+                 *       "reason": "goodwill",
+                 *       "source": "manual"
+                 *     }
+                 */
                 "application/json": components["schemas"]["AdjustInput"];
             };
         };
@@ -3365,9 +4396,51 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transactions": [
+                     *         {
+                     *           "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "delta": 1000,
+                     *           "type": "adjustment",
+                     *           "source": "manual",
+                     *           "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *           "idempotency_key": "req-7f3a9c-8",
+                     *           "reason": "goodwill",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.306Z"
+                     *         }
+                     *       ],
+                     *       "block": {
+                     *         "id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "original_amount": 1000,
+                     *         "remaining_amount": 1000,
+                     *         "source": "manual",
+                     *         "priority": 0,
+                     *         "starts_at": "2026-11-24T04:13:18.306Z",
+                     *         "expires_at": null,
+                     *         "created_at": "2026-11-24T04:13:18.306Z",
+                     *         "metadata": {}
+                     *       },
+                     *       "account": {
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "balance": 148500,
+                     *         "reserved_balance": 0,
+                     *         "pending_balance": 0,
+                     *         "effective_balance": 148500,
+                     *         "lifetime_earned": 151000,
+                     *         "version": 4
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["AdjustResult"];
                 };
             };
@@ -3381,6 +4454,57 @@ export interface operations {
             500: components["responses"]["500"];
         };
     };
+    adminListTenants: {
+        parameters: {
+            query?: {
+                /** @description Opaque next_cursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tenants. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "name": "Acme Inc",
+                     *           "default_overage_policy": "block",
+                     *           "default_low_balance_threshold_mc": 0,
+                     *           "webhook_url": null,
+                     *           "rate_limit_per_second": 1000,
+                     *           "rate_limit_burst": 2000,
+                     *           "created_at": "2026-11-24T04:13:18.253Z",
+                     *           "updated_at": "2026-11-24T04:13:18.253Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": true,
+                     *         "next_cursor": "01a20bc2-142d-7532-973d-3134d15f6885"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TenantPage"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+        };
+    };
     adminCreateTenant: {
         parameters: {
             query?: never;
@@ -3390,6 +4514,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "name": "Acme Inc"
+                 *     }
+                 */
                 "application/json": components["schemas"]["NewTenantInput"];
             };
         };
@@ -3397,9 +4526,23 @@ export interface operations {
             /** @description The tenant and its keys. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "tenant": {
+                     *         "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *         "name": "Acme Inc",
+                     *         "created_at": "2026-11-24T04:13:18.253Z"
+                     *       },
+                     *       "api_keys": {
+                     *         "live": "ck_live_n12DmLV28N3UVgSukakJBuwSmxuGPZrG",
+                     *         "sandbox": "ck_test_pFHWTI1s2oR8VwuU0b2o3n3r9kbhINCZ"
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["NewTenantResult"];
                 };
             };
@@ -3425,9 +4568,23 @@ export interface operations {
             /** @description Tenant configuration. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "name": "Acme Inc",
+                     *       "default_overage_policy": "block",
+                     *       "default_low_balance_threshold_mc": 0,
+                     *       "webhook_url": null,
+                     *       "rate_limit_per_second": 1000,
+                     *       "rate_limit_burst": 2000,
+                     *       "created_at": "2026-11-24T04:13:18.253Z",
+                     *       "updated_at": "2026-11-24T04:13:18.253Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
@@ -3448,6 +4605,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "rate_limit_burst": 1000,
+                 *       "rate_limit_per_second": 500
+                 *     }
+                 */
                 "application/json": components["schemas"]["RateLimitInput"];
             };
         };
@@ -3455,9 +4618,23 @@ export interface operations {
             /** @description Tenant configuration. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "name": "Acme Inc",
+                     *       "default_overage_policy": "block",
+                     *       "default_low_balance_threshold_mc": 0,
+                     *       "webhook_url": null,
+                     *       "rate_limit_per_second": 500,
+                     *       "rate_limit_burst": 1000,
+                     *       "created_at": "2026-11-24T04:13:18.253Z",
+                     *       "updated_at": "2026-11-24T04:13:18.264Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
@@ -3466,6 +4643,53 @@ export interface operations {
             404: components["responses"]["404"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            500: components["responses"]["500"];
+        };
+    };
+    adminListAPIKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant UUID; anything else is a 404. */
+                id: components["parameters"]["TenantId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's keys. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-1439-7d35-9bb9-e348a2207ad4",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "created_at": "2026-11-24T04:13:18.265Z"
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-1440-7a11-8c2e-5f0b9d1e2a33",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "sandbox",
+                     *           "created_at": "2026-11-24T04:13:18.270Z",
+                     *           "revoked_at": "2026-11-24T05:02:00.000Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["APIKeyList"];
+                };
+            };
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
         };
     };
@@ -3481,6 +4705,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "environment": "sandbox"
+                 *     }
+                 */
                 "application/json": components["schemas"]["NewAPIKeyInput"];
             };
         };
@@ -3488,9 +4717,18 @@ export interface operations {
             /** @description The key, shown once. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1439-7d35-9bb9-e348a2207ad4",
+                     *       "key": "ck_test_lO6oIcfhVcCcvCpE7QgqRG8zmNOsqdqz",
+                     *       "environment": "sandbox",
+                     *       "created_at": "2026-11-24T04:13:18.265Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["NewAPIKey"];
                 };
             };
@@ -3518,6 +4756,7 @@ export interface operations {
             /** @description Revoked; the key gets 401 at once. */
             204: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3539,6 +4778,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "url": "https://hooks.acme.example/creditd"
+                 *     }
+                 */
                 "application/json": components["schemas"]["WebhookInput"];
             };
         };
@@ -3546,9 +4790,16 @@ export interface operations {
             /** @description URL and secret. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "url": "https://hooks.acme.example/creditd",
+                     *       "secret": "whsec_t9bdySDBFNp2Yprq3bzHb5JFfdFpyLHltxBl/0kpBp4="
+                     *     }
+                     */
                     "application/json": components["schemas"]["Webhook"];
                 };
             };
@@ -3575,6 +4826,7 @@ export interface operations {
             /** @description Removed. */
             204: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3599,9 +4851,16 @@ export interface operations {
             /** @description URL and new secret. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "url": "https://hooks.acme.example/creditd",
+                     *       "secret": "whsec_cIooyX4GQVKCwOwk4SGqQqPGZsRchph29fcBBhJliyo="
+                     *     }
+                     */
                     "application/json": components["schemas"]["Webhook"];
                 };
             };
@@ -3630,9 +4889,46 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-1479-7f1b-a4a9-3926356225f6",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "key": "api-calls",
+                     *           "name": "API calls",
+                     *           "type": "metered",
+                     *           "default_value": null,
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.329Z",
+                     *           "updated_at": "2026-11-24T04:13:18.329Z"
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-147c-72d1-b77c-cdaecd0fb535",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "key": "sso",
+                     *           "name": "Single sign-on",
+                     *           "type": "boolean",
+                     *           "default_value": {
+                     *             "enabled": false
+                     *           },
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.332Z",
+                     *           "updated_at": "2026-11-24T04:13:18.332Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["BillableMetricPage"];
                 };
             };
@@ -3654,6 +4950,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "key": "api-calls",
+                 *       "name": "API calls",
+                 *       "type": "metered"
+                 *     }
+                 */
                 "application/json": components["schemas"]["MetricInput"];
             };
         };
@@ -3665,9 +4968,24 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1479-7f1b-a4a9-3926356225f6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "key": "api-calls",
+                     *       "name": "API calls",
+                     *       "type": "metered",
+                     *       "default_value": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.329Z",
+                     *       "updated_at": "2026-11-24T04:13:18.329Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["BillableMetric"];
                 };
             };
@@ -3698,9 +5016,24 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1479-7f1b-a4a9-3926356225f6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "key": "api-calls",
+                     *       "name": "API calls",
+                     *       "type": "metered",
+                     *       "default_value": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.329Z",
+                     *       "updated_at": "2026-11-24T04:13:18.329Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["BillableMetric"];
                 };
             };
@@ -3725,6 +5058,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "metadata": {
+                 *         "unit": "request"
+                 *       },
+                 *       "name": "API requests"
+                 *     }
+                 */
                 "application/json": components["schemas"]["MetricInput"];
             };
         };
@@ -3736,9 +5077,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1479-7f1b-a4a9-3926356225f6",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "key": "api-calls",
+                     *       "name": "API requests",
+                     *       "type": "metered",
+                     *       "default_value": null,
+                     *       "metadata": {
+                     *         "unit": "request"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.329Z",
+                     *       "updated_at": "2026-11-24T04:13:18.34Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["BillableMetric"];
                 };
             };
@@ -3776,9 +5134,35 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-1485-78f4-b8cd-e0d83c0f469d",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "billable_metric_key": "api-calls",
+                     *           "cost_type": "per_unit",
+                     *           "base_cost": 0,
+                     *           "unit_cost": 250,
+                     *           "tier_config": null,
+                     *           "effective_from": "2026-11-24T04:13:18.341Z",
+                     *           "effective_until": null,
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.341Z",
+                     *           "updated_at": "2026-11-24T04:13:18.341Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["MeteringRulePage"];
                 };
             };
@@ -3800,6 +5184,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billable_metric_key": "api-calls",
+                 *       "cost_type": "per_unit",
+                 *       "unit_cost": 250
+                 *     }
+                 */
                 "application/json": components["schemas"]["RuleInput"];
             };
         };
@@ -3811,9 +5202,27 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1485-78f4-b8cd-e0d83c0f469d",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "billable_metric_key": "api-calls",
+                     *       "cost_type": "per_unit",
+                     *       "base_cost": 0,
+                     *       "unit_cost": 250,
+                     *       "tier_config": null,
+                     *       "effective_from": "2026-11-24T04:13:18.341Z",
+                     *       "effective_until": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.341Z",
+                     *       "updated_at": "2026-11-24T04:13:18.341Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["MeteringRule"];
                 };
             };
@@ -3847,9 +5256,27 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "metered",
+                     *       "allowed": true,
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "billable_metric_key": "api-calls",
+                     *       "units": 4,
+                     *       "balance": 148500,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 148500,
+                     *       "estimated_cost": 1000,
+                     *       "balance_after": 147500,
+                     *       "subscription_status": null,
+                     *       "overage_policy": "block"
+                     *     }
+                     */
                     "application/json": components["schemas"]["CheckResult"];
                 };
             };
@@ -3883,9 +5310,20 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "boolean",
+                     *       "allowed": false,
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "billable_metric_key": "sso",
+                     *       "enabled": false,
+                     *       "subscription_status": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["CheckResult"];
                 };
             };
@@ -3919,9 +5357,27 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "metered",
+                     *       "allowed": true,
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "billable_metric_key": "api-calls",
+                     *       "units": 2,
+                     *       "balance": 148500,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 148500,
+                     *       "estimated_cost": 500,
+                     *       "balance_after": 148000,
+                     *       "subscription_status": null,
+                     *       "overage_policy": "block"
+                     *     }
+                     */
                     "application/json": components["schemas"]["CheckResult"];
                 };
             };
@@ -3944,6 +5400,16 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billable_metric_key": "api-calls",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "metadata": {
+                 *         "endpoint": "/search"
+                 *       },
+                 *       "units": 4
+                 *     }
+                 */
                 "application/json": components["schemas"]["ConsumeInput"];
             };
         };
@@ -3955,9 +5421,24 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transaction_id": "a799e6df-a1e3-5224-93c3-e12072a6eca3",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "billable_metric_key": "api-calls",
+                     *       "units": 4,
+                     *       "cost": 1000,
+                     *       "charged": 1000,
+                     *       "overage_mc": 0,
+                     *       "balance_after": 147500,
+                     *       "effective_balance": 147500,
+                     *       "reason": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["ConsumeResult"];
                 };
             };
@@ -3983,6 +5464,24 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "events": [
+                 *         {
+                 *           "billable_metric_key": "api-calls",
+                 *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *           "event_id": "evt_0001",
+                 *           "units": 10
+                 *         },
+                 *         {
+                 *           "billable_metric_key": "api-calls",
+                 *           "customer_id": "acme-corp",
+                 *           "event_id": "evt_0002",
+                 *           "units": 3
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["UsageInput"];
             };
         };
@@ -3994,9 +5493,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "results": [
+                     *         {
+                     *           "event_id": "evt_0001",
+                     *           "status": "charged",
+                     *           "transaction_id": "5d843512-0127-523f-ba99-72e63d149c5c",
+                     *           "charged": 2500,
+                     *           "overage_mc": 0,
+                     *           "error": null
+                     *         },
+                     *         {
+                     *           "event_id": "evt_0002",
+                     *           "status": "charged",
+                     *           "transaction_id": "de3f7af8-004a-557d-bdff-6653a12214c7",
+                     *           "charged": 750,
+                     *           "overage_mc": 0,
+                     *           "error": null
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["UsageResult"];
                 };
             };
@@ -4025,6 +5547,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "amount": 3
+                 *     }
+                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -4036,9 +5563,19 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 3,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 7
+                     *     }
+                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
@@ -4048,9 +5585,22 @@ export interface operations {
             /** @description Past the cap under block (current, cap, shortfall), or a concurrent mutation. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "conflict",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "the increment would pass the gauge cap",
+                     *       "current": 9,
+                     *       "cap": 10,
+                     *       "shortfall": 2,
+                     *       "request_id": "3e70347fe690ecf9-00000000000000a1"
+                     *     }
+                     */
                     "application/problem+json": components["schemas"]["GaugeCapProblem"];
                 };
             };
@@ -4077,6 +5627,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "amount": 1
+                 *     }
+                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -4088,9 +5643,19 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 2,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 8
+                     *     }
+                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
@@ -4121,6 +5686,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "amount": 2,
+                 *       "policy": "block"
+                 *     }
+                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -4132,9 +5703,19 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 4,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 6
+                     *     }
+                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
@@ -4144,9 +5725,22 @@ export interface operations {
             /** @description Past the cap under block (current, cap, shortfall), or a concurrent mutation. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "type": "conflict",
+                     *       "title": "Conflict",
+                     *       "status": 409,
+                     *       "detail": "the increment would pass the gauge cap",
+                     *       "current": 9,
+                     *       "cap": 10,
+                     *       "shortfall": 2,
+                     *       "request_id": "3e70347fe690ecf9-00000000000000a1"
+                     *     }
+                     */
                     "application/problem+json": components["schemas"]["GaugeCapProblem"];
                 };
             };
@@ -4173,6 +5767,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "amount": 1
+                 *     }
+                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -4184,9 +5783,19 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 3,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 7
+                     *     }
+                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
@@ -4212,6 +5821,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billable_metric_key": "api-calls",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "estimated_units": 20,
+                 *       "ttl_seconds": 300
+                 *     }
+                 */
                 "application/json": components["schemas"]["ReserveInput"];
             };
         };
@@ -4223,9 +5840,29 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "billable_metric_key": "api-calls",
+                     *       "estimated_units": 20,
+                     *       "estimated_cost": 5000,
+                     *       "environment": "live",
+                     *       "status": "active",
+                     *       "expires_at": "2026-11-24T04:18:18.373Z",
+                     *       "account": {
+                     *         "balance": 144250,
+                     *         "reserved_balance": 5000,
+                     *         "effective_balance": 139250
+                     *       },
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.373Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["ReserveResult"];
                 };
             };
@@ -4256,9 +5893,30 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "billable_metric_key": "api-calls",
+                     *       "estimated_units": 20,
+                     *       "estimated_cost": 5000,
+                     *       "actual_units": null,
+                     *       "actual_cost": null,
+                     *       "status": "active",
+                     *       "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "expires_at": "2026-11-24T04:18:18.373Z",
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.373Z",
+                     *       "committed_at": null,
+                     *       "released_at": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["Reservation"];
                 };
             };
@@ -4283,6 +5941,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "actual_units": 12
+                 *     }
+                 */
                 "application/json": components["schemas"]["CommitInput"];
             };
         };
@@ -4294,9 +5957,36 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "reservation_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "status": "committed",
+                     *       "estimated_units": 20,
+                     *       "actual_units": 12,
+                     *       "estimated_cost": 5000,
+                     *       "actual_cost": 3000,
+                     *       "released": 5000,
+                     *       "transaction": {
+                     *         "id": "1c342fe9-2070-56f9-87c6-44cf7a2c9e14",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "delta": -3000,
+                     *         "type": "consumption",
+                     *         "billable_metric_key": "api-calls",
+                     *         "cost_units": 12,
+                     *         "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *         "created_at": "2026-11-24T04:13:18.399Z"
+                     *       },
+                     *       "account": {
+                     *         "balance": 141250,
+                     *         "reserved_balance": 0,
+                     *         "effective_balance": 141250
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["CommitResult"];
                 };
             };
@@ -4332,9 +6022,30 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "reservation_id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d4",
+                     *       "status": "released",
+                     *       "estimated_cost": 1250,
+                     *       "released": 1250,
+                     *       "transaction": {
+                     *         "id": "c947ca1f-78c6-5780-868c-d19f821a6fd4",
+                     *         "delta": 0,
+                     *         "type": "release",
+                     *         "reference_id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d4",
+                     *         "created_at": "2026-11-24T04:13:18.411Z"
+                     *       },
+                     *       "account": {
+                     *         "balance": 141250,
+                     *         "reserved_balance": 0,
+                     *         "effective_balance": 141250
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["ReleaseResult"];
                 };
             };
@@ -4372,9 +6083,38 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "billable_metric_key": "api-calls",
+                     *           "estimated_units": 20,
+                     *           "estimated_cost": 5000,
+                     *           "actual_units": 12,
+                     *           "actual_cost": 3000,
+                     *           "status": "committed",
+                     *           "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *           "expires_at": "2026-11-24T04:18:18.373Z",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.373Z",
+                     *           "committed_at": "2026-11-24T04:13:18.399Z",
+                     *           "released_at": null
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["ReservationPage"];
                 };
             };
@@ -4410,9 +6150,56 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d4",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "billable_metric_key": "api-calls",
+                     *           "estimated_units": 5,
+                     *           "estimated_cost": 1250,
+                     *           "actual_units": null,
+                     *           "actual_cost": null,
+                     *           "status": "released",
+                     *           "reference_id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d4",
+                     *           "expires_at": "2026-11-24T04:43:18.402Z",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.402Z",
+                     *           "committed_at": null,
+                     *           "released_at": "2026-11-24T04:13:18.411Z"
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "billable_metric_key": "api-calls",
+                     *           "estimated_units": 20,
+                     *           "estimated_cost": 5000,
+                     *           "actual_units": 12,
+                     *           "actual_cost": 3000,
+                     *           "status": "committed",
+                     *           "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *           "expires_at": "2026-11-24T04:18:18.373Z",
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.373Z",
+                     *           "committed_at": "2026-11-24T04:13:18.399Z",
+                     *           "released_at": null
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["ReservationPage"];
                 };
             };
@@ -4447,9 +6234,106 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *           "environment": "live",
+                     *           "event_type": "credit.granted",
+                     *           "payload": {
+                     *             "data": {
+                     *               "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *               "type": "adjustment",
+                     *               "delta": 1000,
+                     *               "reason": "goodwill",
+                     *               "source": "manual",
+                     *               "credits": 1000,
+                     *               "metadata": {},
+                     *               "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *               "created_at": "2026-11-24T04:13:18.306Z",
+                     *               "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *               "environment": "live",
+                     *               "balance_after": 148500,
+                     *               "transaction_id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *               "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *               "idempotency_key": "req-7f3a9c-8"
+                     *             },
+                     *             "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *             "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *             "created_at": "2026-11-24T04:13:18.306Z",
+                     *             "event_type": "credit.granted",
+                     *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *             "environment": "live",
+                     *             "idempotency_key": "req-7f3a9c-8",
+                     *             "external_customer_id": "acme-corp"
+                     *           },
+                     *           "status": "delivered",
+                     *           "attempts": 1,
+                     *           "next_retry_at": null,
+                     *           "last_error": null,
+                     *           "created_at": "2026-11-24T04:13:18.306Z",
+                     *           "delivered_at": "2026-11-24T04:13:18.356Z",
+                     *           "deliveries": [
+                     *             {
+                     *               "status_code": 204,
+                     *               "response_body": "",
+                     *               "error": null,
+                     *               "duration_ms": 0,
+                     *               "created_at": "2026-11-24T04:13:18.356Z"
+                     *             }
+                     *           ]
+                     *         },
+                     *         {
+                     *           "id": "a49b24bd-1bfd-5716-8941-f9703747d727",
+                     *           "environment": "live",
+                     *           "event_type": "credit.consumed",
+                     *           "payload": {
+                     *             "data": {
+                     *               "units": null,
+                     *               "credits": 2500,
+                     *               "overage_mc": 0,
+                     *               "balance_after": 147500,
+                     *               "reservation_id": null,
+                     *               "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                     *               "billable_metric_key": null
+                     *             },
+                     *             "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
+                     *             "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *             "created_at": "2026-11-24T04:13:18.304Z",
+                     *             "event_type": "credit.consumed",
+                     *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *             "environment": "live",
+                     *             "idempotency_key": "req-7f3a9c-7",
+                     *             "external_customer_id": "acme-corp"
+                     *           },
+                     *           "status": "delivered",
+                     *           "attempts": 1,
+                     *           "next_retry_at": null,
+                     *           "last_error": null,
+                     *           "created_at": "2026-11-24T04:13:18.304Z",
+                     *           "delivered_at": "2026-11-24T04:13:18.36Z",
+                     *           "deliveries": [
+                     *             {
+                     *               "status_code": 204,
+                     *               "response_body": "",
+                     *               "error": null,
+                     *               "duration_ms": 4,
+                     *               "created_at": "2026-11-24T04:13:18.36Z"
+                     *             }
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["WebhookEventPage"];
                 };
             };
@@ -4481,9 +6365,59 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *       "environment": "live",
+                     *       "event_type": "credit.granted",
+                     *       "payload": {
+                     *         "data": {
+                     *           "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *           "type": "adjustment",
+                     *           "delta": 1000,
+                     *           "reason": "goodwill",
+                     *           "source": "manual",
+                     *           "credits": 1000,
+                     *           "metadata": {},
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "created_at": "2026-11-24T04:13:18.306Z",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "balance_after": 148500,
+                     *           "transaction_id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *           "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *           "idempotency_key": "req-7f3a9c-8"
+                     *         },
+                     *         "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *         "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *         "created_at": "2026-11-24T04:13:18.306Z",
+                     *         "event_type": "credit.granted",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "environment": "live",
+                     *         "idempotency_key": "req-7f3a9c-8",
+                     *         "external_customer_id": "acme-corp"
+                     *       },
+                     *       "status": "pending",
+                     *       "attempts": 0,
+                     *       "next_retry_at": "2026-11-24T09:02:11.5Z",
+                     *       "last_error": null,
+                     *       "created_at": "2026-11-24T04:13:18.306Z",
+                     *       "delivered_at": null,
+                     *       "deliveries": [
+                     *         {
+                     *           "status_code": 500,
+                     *           "response_body": "upstream error",
+                     *           "error": "HTTP 500",
+                     *           "duration_ms": 41,
+                     *           "created_at": "2026-11-23T08:10:02.118Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["WebhookEvent"];
                 };
             };
@@ -4515,9 +6449,17 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "event_id": "01a20bc2-1531-7f04-8b82-5f8b93d3c10d",
+                     *       "event_type": "test.ping",
+                     *       "status": "pending"
+                     *     }
+                     */
                     "application/json": components["schemas"]["WebhookTestResult"];
                 };
             };
@@ -4553,9 +6495,34 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "name": "Pro",
+                     *           "is_default": false,
+                     *           "status": "active",
+                     *           "metadata": {
+                     *             "tier": "2"
+                     *           },
+                     *           "created_at": "2026-11-24T04:13:18.422Z",
+                     *           "updated_at": "2026-11-24T04:13:18.422Z",
+                     *           "variants": []
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanPage"];
                 };
             };
@@ -4577,6 +6544,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "metadata": {
+                 *         "tier": "2"
+                 *       },
+                 *       "name": "Pro"
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreatePlanInput"];
             };
         };
@@ -4588,9 +6563,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "name": "Pro",
+                     *       "is_default": false,
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "tier": "2"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.422Z",
+                     *       "updated_at": "2026-11-24T04:13:18.422Z",
+                     *       "variants": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["Plan"];
                 };
             };
@@ -4621,9 +6613,26 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "name": "Pro",
+                     *       "is_default": false,
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "tier": "2"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.422Z",
+                     *       "updated_at": "2026-11-24T04:13:18.422Z",
+                     *       "variants": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["Plan"];
                 };
             };
@@ -4648,6 +6657,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "name": "Pro (2026)"
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpdatePlanInput"];
             };
         };
@@ -4659,9 +6673,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "name": "Pro (2026)",
+                     *       "is_default": false,
+                     *       "status": "active",
+                     *       "metadata": {
+                     *         "tier": "2"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.422Z",
+                     *       "updated_at": "2026-11-24T04:13:18.426Z",
+                     *       "variants": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["Plan"];
                 };
             };
@@ -4693,9 +6724,48 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *           "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "billing_cycle": "monthly",
+                     *           "trial_days": 0,
+                     *           "status": "active",
+                     *           "billing_mode": "prepaid",
+                     *           "renewal_due_days": 3,
+                     *           "grace_period_days": 3,
+                     *           "allow_usage_while_overdue": true,
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.431Z",
+                     *           "updated_at": "2026-11-24T04:13:18.431Z"
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-14e1-71ff-9b8b-0b7755adb168",
+                     *           "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "billing_cycle": "yearly",
+                     *           "trial_days": 0,
+                     *           "status": "active",
+                     *           "billing_mode": "prepaid",
+                     *           "renewal_due_days": 3,
+                     *           "grace_period_days": 3,
+                     *           "allow_usage_while_overdue": true,
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.433Z",
+                     *           "updated_at": "2026-11-24T04:13:18.433Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanVariantList"];
                 };
             };
@@ -4719,6 +6789,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billing_cycle": "monthly",
+                 *       "billing_mode": "prepaid"
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreatePlanVariantInput"];
             };
         };
@@ -4730,9 +6806,28 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "billing_cycle": "monthly",
+                     *       "trial_days": 0,
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "renewal_due_days": 3,
+                     *       "grace_period_days": 3,
+                     *       "allow_usage_while_overdue": true,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.431Z",
+                     *       "updated_at": "2026-11-24T04:13:18.431Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanVariant"];
                 };
             };
@@ -4763,6 +6858,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "metadata": {
+                 *         "sku": "PRO-M"
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpdatePlanVariantInput"];
             };
         };
@@ -4774,9 +6876,30 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "billing_cycle": "monthly",
+                     *       "trial_days": 0,
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "renewal_due_days": 3,
+                     *       "grace_period_days": 3,
+                     *       "allow_usage_while_overdue": true,
+                     *       "metadata": {
+                     *         "sku": "PRO-M"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.431Z",
+                     *       "updated_at": "2026-11-24T04:13:18.436Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanVariant"];
                 };
             };
@@ -4807,6 +6930,15 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "credits": 500000,
+                 *       "grant_interval": "billing_period",
+                 *       "grant_type": "recurring",
+                 *       "max_rollover_cycles": 2,
+                 *       "rollover_percentage": 50
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreatePlanGrantInput"];
             };
         };
@@ -4818,9 +6950,29 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14e6-754e-b201-368930c648d1",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "credits": 500000,
+                     *       "grant_interval": "billing_period",
+                     *       "expires_after_seconds": null,
+                     *       "accumulation_cap": null,
+                     *       "rollover_percentage": 50,
+                     *       "max_rollover_cycles": 2,
+                     *       "grant_type": "recurring",
+                     *       "source": "plan_grant",
+                     *       "metadata": null,
+                     *       "created_at": "2026-11-24T04:13:18.438Z",
+                     *       "updated_at": "2026-11-24T04:13:18.438Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanGrant"];
                 };
             };
@@ -4851,6 +7003,14 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billable_metric_key": "seats",
+                 *       "value": {
+                 *         "cap": 25
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["VariantEntitlementInput"];
             };
         };
@@ -4862,9 +7022,22 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14e8-734d-82b0-4d2fdacd1887",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "billable_metric_key": "seats",
+                     *       "type": "gauge",
+                     *       "value": {
+                     *         "cap": 25
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.44Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["VariantEntitlement"];
                 };
             };
@@ -4896,9 +7069,71 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "billing_cycle": "monthly",
+                     *       "trial_days": 0,
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "renewal_due_days": 3,
+                     *       "grace_period_days": 3,
+                     *       "allow_usage_while_overdue": true,
+                     *       "metadata": {
+                     *         "sku": "PRO-M"
+                     *       },
+                     *       "created_at": "2026-11-24T04:13:18.431Z",
+                     *       "updated_at": "2026-11-24T04:13:18.436Z",
+                     *       "grants": [
+                     *         {
+                     *           "id": "01a20bc2-14e6-754e-b201-368930c648d1",
+                     *           "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "credits": 500000,
+                     *           "grant_interval": "billing_period",
+                     *           "expires_after_seconds": null,
+                     *           "accumulation_cap": null,
+                     *           "rollover_percentage": 50,
+                     *           "max_rollover_cycles": 2,
+                     *           "grant_type": "recurring",
+                     *           "source": "plan_grant",
+                     *           "metadata": null,
+                     *           "created_at": "2026-11-24T04:13:18.438Z",
+                     *           "updated_at": "2026-11-24T04:13:18.438Z"
+                     *         }
+                     *       ],
+                     *       "entitlements": [
+                     *         {
+                     *           "id": "01a20bc2-14e8-734d-82b0-4d2fdacd1887",
+                     *           "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *           "billable_metric_key": "seats",
+                     *           "type": "gauge",
+                     *           "value": {
+                     *             "cap": 25
+                     *           },
+                     *           "created_at": "2026-11-24T04:13:18.44Z"
+                     *         },
+                     *         {
+                     *           "id": "01a20bc2-14ea-7764-af82-2a66e8d85219",
+                     *           "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *           "billable_metric_key": "sso",
+                     *           "type": "boolean",
+                     *           "value": {
+                     *             "enabled": true
+                     *           },
+                     *           "created_at": "2026-11-24T04:13:18.442Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["PlanVariantDetail"];
                 };
             };
@@ -4926,9 +7161,30 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "overrides": [
+                     *         {
+                     *           "id": "01a20bc2-1504-79c1-ae8b-aee41fb1bb77",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *           "billable_metric_id": "01a20bc2-147d-75f5-ad07-f07c56d63151",
+                     *           "billable_metric_key": "seats",
+                     *           "value": {
+                     *             "cap": 50
+                     *           },
+                     *           "expires_at": null,
+                     *           "reason": "enterprise deal",
+                     *           "created_at": "2026-11-24T04:13:18.468Z",
+                     *           "updated_at": "2026-11-24T04:13:18.468Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["OverrideList"];
                 };
             };
@@ -4953,6 +7209,15 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "billable_metric_key": "seats",
+                 *       "reason": "enterprise deal",
+                 *       "value": {
+                 *         "cap": 50
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreateOverrideInput"];
             };
         };
@@ -4964,9 +7229,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1504-79c1-ae8b-aee41fb1bb77",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "billable_metric_id": "01a20bc2-147d-75f5-ad07-f07c56d63151",
+                     *       "billable_metric_key": "seats",
+                     *       "value": {
+                     *         "cap": 50
+                     *       },
+                     *       "expires_at": null,
+                     *       "reason": "enterprise deal",
+                     *       "created_at": "2026-11-24T04:13:18.468Z",
+                     *       "updated_at": "2026-11-24T04:13:18.468Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Override"];
                 };
             };
@@ -5004,6 +7286,7 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5033,6 +7316,13 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "value": {
+                 *         "cap": 60
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpdateOverrideInput"];
             };
         };
@@ -5044,9 +7334,26 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-1504-79c1-ae8b-aee41fb1bb77",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "billable_metric_id": "01a20bc2-147d-75f5-ad07-f07c56d63151",
+                     *       "billable_metric_key": "seats",
+                     *       "value": {
+                     *         "cap": 60
+                     *       },
+                     *       "expires_at": null,
+                     *       "reason": "enterprise deal",
+                     *       "created_at": "2026-11-24T04:13:18.468Z",
+                     *       "updated_at": "2026-11-24T04:13:18.473Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Override"];
                 };
             };
@@ -5081,9 +7388,55 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "environment": "live",
+                     *       "balance": 500000,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 500000,
+                     *       "subscription_status": "active",
+                     *       "plan_name": "Pro (2026)",
+                     *       "entitlements": {
+                     *         "api-calls": {
+                     *           "type": "metered",
+                     *           "billable_metric_key": "api-calls",
+                     *           "allowed": true,
+                     *           "estimated_cost_per_unit": 250,
+                     *           "affordable_units": 2000,
+                     *           "cost_type": "per_unit"
+                     *         },
+                     *         "limits": {
+                     *           "type": "static",
+                     *           "billable_metric_key": "limits",
+                     *           "allowed": true,
+                     *           "config": {
+                     *             "max_projects": 3
+                     *           }
+                     *         },
+                     *         "seats": {
+                     *           "type": "gauge",
+                     *           "billable_metric_key": "seats",
+                     *           "allowed": true,
+                     *           "current": 0,
+                     *           "cap": 25,
+                     *           "headroom": 25
+                     *         },
+                     *         "sso": {
+                     *           "type": "boolean",
+                     *           "billable_metric_key": "sso",
+                     *           "allowed": true,
+                     *           "enabled": true
+                     *         }
+                     *       },
+                     *       "cached_at": "2026-11-24T04:13:18.477Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
@@ -5115,9 +7468,55 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "environment": "live",
+                     *       "balance": 500000,
+                     *       "reserved_balance": 0,
+                     *       "pending_balance": 0,
+                     *       "effective_balance": 500000,
+                     *       "subscription_status": "active",
+                     *       "plan_name": "Pro (2026)",
+                     *       "entitlements": {
+                     *         "api-calls": {
+                     *           "type": "metered",
+                     *           "billable_metric_key": "api-calls",
+                     *           "allowed": true,
+                     *           "estimated_cost_per_unit": 250,
+                     *           "affordable_units": 2000,
+                     *           "cost_type": "per_unit"
+                     *         },
+                     *         "limits": {
+                     *           "type": "static",
+                     *           "billable_metric_key": "limits",
+                     *           "allowed": true,
+                     *           "config": {
+                     *             "max_projects": 3
+                     *           }
+                     *         },
+                     *         "seats": {
+                     *           "type": "gauge",
+                     *           "billable_metric_key": "seats",
+                     *           "allowed": true,
+                     *           "current": 0,
+                     *           "cap": 25,
+                     *           "headroom": 25
+                     *         },
+                     *         "sso": {
+                     *           "type": "boolean",
+                     *           "billable_metric_key": "sso",
+                     *           "allowed": true,
+                     *           "enabled": true
+                     *         }
+                     *       },
+                     *       "cached_at": "2026-11-24T04:13:18.477Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
@@ -5150,9 +7549,34 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "6dfa3e25-02bd-5366-b1df-23997ab309ba",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "credits": 250000,
+                     *           "payment_reference": "pi_3PqRsT2eZvKYlo2C",
+                     *           "credit_block_id": "01a20bc2-1526-7d15-8760-c4330bacdfc9",
+                     *           "expires_at": null,
+                     *           "priority": 5,
+                     *           "metadata": {
+                     *             "invoice": "INV-2026-0042"
+                     *           },
+                     *           "idempotency_key": "req-7f3a9c-47",
+                     *           "created_at": "2026-11-24T04:13:18.502Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["TopupPage"];
                 };
             };
@@ -5178,6 +7602,16 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "credits": 250000,
+                 *       "metadata": {
+                 *         "invoice": "INV-2026-0042"
+                 *       },
+                 *       "payment_reference": "pi_3PqRsT2eZvKYlo2C",
+                 *       "priority": 5
+                 *     }
+                 */
                 "application/json": components["schemas"]["TopupInput"];
             };
         };
@@ -5189,9 +7623,53 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "transaction": {
+                     *         "id": "6dfa3e25-02bd-5366-b1df-23997ab309ba",
+                     *         "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "environment": "live",
+                     *         "delta": 250000,
+                     *         "type": "topup",
+                     *         "source": "topup",
+                     *         "credit_block_id": "01a20bc2-1526-7d15-8760-c4330bacdfc9",
+                     *         "idempotency_key": "req-7f3a9c-47",
+                     *         "reason": "pi_3PqRsT2eZvKYlo2C",
+                     *         "metadata": {
+                     *           "invoice": "INV-2026-0042"
+                     *         },
+                     *         "created_at": "2026-11-24T04:13:18.502Z"
+                     *       },
+                     *       "block": {
+                     *         "id": "01a20bc2-1526-7d15-8760-c4330bacdfc9",
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "original_amount": 250000,
+                     *         "remaining_amount": 250000,
+                     *         "source": "topup",
+                     *         "priority": 5,
+                     *         "starts_at": "2026-11-24T04:13:18.502Z",
+                     *         "expires_at": null,
+                     *         "created_at": "2026-11-24T04:13:18.502Z",
+                     *         "metadata": {
+                     *           "invoice": "INV-2026-0042"
+                     *         }
+                     *       },
+                     *       "account": {
+                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *         "balance": 391250,
+                     *         "reserved_balance": 0,
+                     *         "pending_balance": 0,
+                     *         "effective_balance": 391250,
+                     *         "lifetime_earned": 401000,
+                     *         "version": 16
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["GrantResult"];
                 };
             };
@@ -5217,6 +7695,25 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "customers": [
+                 *         {
+                 *           "credits": [
+                 *             {
+                 *               "credits": 75000,
+                 *               "priority": 1
+                 *             }
+                 *           ],
+                 *           "display_name": "Legacy Co",
+                 *           "external_id": "legacy-0042"
+                 *         }
+                 *       ],
+                 *       "options": {
+                 *         "dry_run": false
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["ImportInput"];
             };
         };
@@ -5228,9 +7725,17 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "created": 1,
+                     *       "skipped": 0,
+                     *       "errors": []
+                     *     }
+                     */
                     "application/json": components["schemas"]["ImportResult"];
                 };
             };
@@ -5255,6 +7760,12 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                 *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb"
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreateSubscriptionInput"];
             };
         };
@@ -5266,9 +7777,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-11-24T04:13:18.447Z",
+                     *       "current_period_end": "2026-12-24T04:13:18.447Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.451Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5300,9 +7834,32 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-11-24T04:13:18.447Z",
+                     *       "current_period_end": "2026-12-24T04:13:18.447Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.451Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5333,9 +7890,20 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "period_start": "2026-11-24T04:13:18.447Z",
+                     *       "period_end": "2026-12-24T04:13:18.447Z",
+                     *       "data": [],
+                     *       "total_credits": 0
+                     *     }
+                     */
                     "application/json": components["schemas"]["SubscriptionUsage"];
                 };
             };
@@ -5368,9 +7936,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-12-24T04:13:18.447Z",
+                     *       "current_period_end": "2027-01-24T04:13:18.447Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2027-01-21T04:13:18.447Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.481Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5399,6 +7990,11 @@ export interface operations {
         };
         requestBody?: {
             content: {
+                /**
+                 * @example {
+                 *       "at_period_end": true
+                 *     }
+                 */
                 "application/json": components["schemas"]["CancelSubscriptionInput"];
             };
         };
@@ -5410,9 +8006,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14e1-71ff-9b8b-0b7755adb168",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-11-24T04:13:18.495Z",
+                     *       "current_period_end": "2027-11-24T04:13:18.495Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2027-11-21T04:13:18.495Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": true,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.501Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5448,9 +8067,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "status": "paused",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-12-24T04:13:18.447Z",
+                     *       "current_period_end": "2027-01-24T04:13:18.447Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2027-01-21T04:13:18.447Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.489Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5486,9 +8128,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-11-24T04:13:18.49Z",
+                     *       "current_period_end": "2026-12-24T04:13:18.49Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2026-12-21T04:13:18.49Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.49Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5517,6 +8182,11 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "plan_variant_id": "01a20bc2-14e1-71ff-9b8b-0b7755adb168"
+                 *     }
+                 */
                 "application/json": components["schemas"]["UpgradeSubscriptionInput"];
             };
         };
@@ -5528,9 +8198,32 @@ export interface operations {
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
                     "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *       "environment": "live",
+                     *       "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *       "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *       "plan_variant_id": "01a20bc2-14e1-71ff-9b8b-0b7755adb168",
+                     *       "status": "active",
+                     *       "billing_mode": "prepaid",
+                     *       "current_period_start": "2026-11-24T04:13:18.495Z",
+                     *       "current_period_end": "2027-11-24T04:13:18.495Z",
+                     *       "trial_ends_at": null,
+                     *       "renewal_due_at": "2027-11-21T04:13:18.495Z",
+                     *       "grace_ends_at": null,
+                     *       "cancel_at_period_end": false,
+                     *       "canceled_at": null,
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.447Z",
+                     *       "updated_at": "2026-11-24T04:13:18.495Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
@@ -5567,9 +8260,40 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "environment": "live",
+                     *           "customer_id": "01a20bc2-14ed-7989-8e54-a68cc646b970",
+                     *           "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                     *           "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                     *           "status": "active",
+                     *           "billing_mode": "prepaid",
+                     *           "current_period_start": "2026-11-24T04:13:18.447Z",
+                     *           "current_period_end": "2026-12-24T04:13:18.447Z",
+                     *           "trial_ends_at": null,
+                     *           "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                     *           "grace_ends_at": null,
+                     *           "cancel_at_period_end": false,
+                     *           "canceled_at": null,
+                     *           "metadata": {},
+                     *           "created_at": "2026-11-24T04:13:18.447Z",
+                     *           "updated_at": "2026-11-24T04:13:18.451Z"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": false,
+                     *         "next_cursor": null
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["SubscriptionPage"];
                 };
             };
@@ -5578,6 +8302,643 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+        };
+    };
+    onCreditGranted: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                 *       "event_type": "credit.granted",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T04:13:18.296Z",
+                 *       "idempotency_key": "req-7f3a9c-5",
+                 *       "data": {
+                 *         "transaction_id": "b258a63d-4608-5ee7-a1d8-256a744291b8",
+                 *         "credits": 100000,
+                 *         "source": "promotional",
+                 *         "reason": "welcome bonus",
+                 *         "balance_after": 100000,
+                 *         "id": "b258a63d-4608-5ee7-a1d8-256a744291b8",
+                 *         "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *         "environment": "live",
+                 *         "delta": 100000,
+                 *         "type": "adjustment",
+                 *         "credit_block_id": "01a20bc2-1459-77b9-b019-20d8afb834ce",
+                 *         "idempotency_key": "req-7f3a9c-5",
+                 *         "metadata": {},
+                 *         "created_at": "2026-11-24T04:13:18.296Z"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditGrantedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditConsumed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
+                 *       "event_type": "credit.consumed",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T04:13:19.012Z",
+                 *       "idempotency_key": "req-7f3a9c-11",
+                 *       "data": {
+                 *         "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                 *         "billable_metric_key": "api-calls",
+                 *         "units": 4,
+                 *         "credits": 1000,
+                 *         "overage_mc": 0,
+                 *         "balance_after": 146500,
+                 *         "reservation_id": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditConsumedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditLowBalance: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "5b1f0e2a-9c7d-5e3b-8a41-2f6c9d0e7b13",
+                 *       "event_type": "credit.low_balance",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T05:40:02.771Z",
+                 *       "idempotency_key": "req-7f3a9c-96",
+                 *       "data": {
+                 *         "balance_mc": 18500,
+                 *         "threshold_mc": 20000
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditLowBalanceEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditExhausted: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "7e2d4c1b-3a5f-5b6e-9c8d-1f0a2b3c4d5e",
+                 *       "event_type": "credit.exhausted",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T06:02:45.103Z",
+                 *       "idempotency_key": "req-7f3a9c-131",
+                 *       "data": {
+                 *         "balance_mc": 0,
+                 *         "billable_metric_key": "api-calls"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditExhaustedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onTestPing: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f",
+                 *       "event_type": "test.ping",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": null,
+                 *       "external_customer_id": null,
+                 *       "created_at": "2026-11-24T04:13:18.52Z",
+                 *       "idempotency_key": "req-7f3a9c-60",
+                 *       "data": {
+                 *         "message": "ping"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["TestPingEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionCreated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "0c4e3c8a-6b1d-5f2e-a3b4-c5d6e7f80912",
+                 *       "event_type": "subscription.created",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T04:13:18.447Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-11-24T04:13:18.447Z",
+                 *         "period_end": "2026-12-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "active",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                 *         "grace_ends_at": null,
+                 *         "canceled_at": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionCreatedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionRenewed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "1d5f4d9b-7c2e-5a3f-b4c5-d6e7f8091a23",
+                 *       "event_type": "subscription.renewed",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-12-24T04:13:18.447Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-12-24T04:13:18.447Z",
+                 *         "period_end": "2027-01-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "active",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2027-01-21T04:13:18.447Z",
+                 *         "grace_ends_at": null,
+                 *         "canceled_at": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionRenewedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionRenewalDue: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "2e6a5eac-8d3f-5b4a-85d6-e7f8091a2b34",
+                 *       "event_type": "subscription.renewal_due",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-12-21T04:13:18.447Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-11-24T04:13:18.447Z",
+                 *         "period_end": "2026-12-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "active",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                 *         "grace_ends_at": null,
+                 *         "canceled_at": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionRenewalDueEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionPastDue: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "3f7b6fbd-9e4a-5c5b-96e7-f8091a2b3c45",
+                 *       "event_type": "subscription.past_due",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-12-24T04:13:18.447Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-11-24T04:13:18.447Z",
+                 *         "period_end": "2026-12-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "past_due",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                 *         "grace_ends_at": "2026-12-31T04:13:18.447Z",
+                 *         "canceled_at": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionPastDueEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionExpired: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "4a8c7ace-af5b-5d6c-a7f8-091a2b3c4d56",
+                 *       "event_type": "subscription.expired",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-12-31T04:13:18.447Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-11-24T04:13:18.447Z",
+                 *         "period_end": "2026-12-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "expired",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                 *         "grace_ends_at": "2026-12-31T04:13:18.447Z",
+                 *         "canceled_at": null
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionExpiredEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionCanceled: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "event_id": "5b9d8bdf-b06c-5e7d-b809-1a2b3c4d5e67",
+                 *       "event_type": "subscription.canceled",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-30T10:00:00Z",
+                 *       "idempotency_key": "",
+                 *       "data": {
+                 *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
+                 *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
+                 *         "period_start": "2026-11-24T04:13:18.447Z",
+                 *         "period_end": "2026-12-24T04:13:18.447Z",
+                 *         "plan_id": "01a20bc2-14d6-70ed-8323-5d8c8948d94f",
+                 *         "status": "canceled",
+                 *         "trial_ends_at": null,
+                 *         "renewal_due_at": "2026-12-21T04:13:18.447Z",
+                 *         "grace_ends_at": null,
+                 *         "canceled_at": "2026-11-30T10:00:00Z"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["SubscriptionCanceledEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
 }
