@@ -17,8 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/creditd/creditd/api"
+	"github.com/creditd/creditd/console"
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/sender"
 	"github.com/creditd/creditd/lua"
@@ -100,6 +102,8 @@ type App struct {
 	Topups    *engine.Topups
 	Imports   *engine.Imports
 	Server    *api.Server
+	// Console is the web dashboard the server serves under /console.
+	Console *console.Console
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
 	// HoldSweeper expires holds past their expires_at.
@@ -171,7 +175,13 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.Console = console.New(console.Config{
+		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
+		Webhooks: a.Webhooks, Plans: a.Plans, Directory: a.DB, AdminToken: cfg.AdminToken,
+		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
+	})
 	a.Server = api.New(api.Config{
+		Console: fasthttpadaptor.NewFastHTTPHandler(a.Console),
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,

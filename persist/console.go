@@ -1,0 +1,63 @@
+package persist
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// maxKeysListed bounds the keys ListAPIKeys returns for one tenant (a
+// tenant with more sees its newest; the console lists them to revoke).
+const maxKeysListed = 500
+
+// ListTenants pages every tenant newest first, for the operator console;
+// limit is the page size (the caller bounds it).
+func (s *Store) ListTenants(ctx context.Context, cursor string, limit int) (engine.Page[engine.Tenant], error) {
+	after, hasAfter, err := decodeCursor(cursor)
+	if err != nil {
+		return engine.Page[engine.Tenant]{}, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
+		WHERE (NOT $1 OR (created_at, id) < ($2, $3))
+		ORDER BY created_at DESC, id DESC LIMIT $4`, hasAfter, after.at, after.id, limit+1)
+	if err != nil {
+		return engine.Page[engine.Tenant]{}, fmt.Errorf("persist: list tenants: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Tenant, error) {
+		var t engine.Tenant
+		var policy string
+		err := r.Scan(&t.ID, &t.Name, &policy, &t.DefaultLowBalanceThresholdMC, &t.WebhookURL, &t.WebhookSecret,
+			&t.RateLimitPerSecond, &t.RateLimitBurst, &t.CreatedAt, &t.UpdatedAt)
+		t.DefaultOveragePolicy = engine.OveragePolicy(policy)
+		return t, err
+	})
+	if err != nil {
+		return engine.Page[engine.Tenant]{}, fmt.Errorf("persist: list tenants: %w", err)
+	}
+	return pageOf(list, limit, func(t engine.Tenant) pageKey { return pageKey{at: t.CreatedAt, id: t.ID} }), nil
+}
+
+// ListAPIKeys lists a tenant's keys, revoked ones included, newest first
+// (at most 500); the plain key text is never stored, so Key stays empty.
+func (s *Store) ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, tenant_id, environment, created_at, revoked_at FROM api_keys
+		WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2`, tenant, maxKeysListed)
+	if err != nil {
+		return nil, fmt.Errorf("persist: list api keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.APIKey, error) {
+		var k engine.APIKey
+		var env string
+		err := r.Scan(&k.ID, &k.TenantID, &env, &k.CreatedAt, &k.RevokedAt)
+		k.Environment = engine.Environment(env)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: list api keys: %w", err)
+	}
+	return keys, nil
+}
