@@ -1,0 +1,191 @@
+package console_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/creditd/creditd/internal/e2e"
+)
+
+// browser is an HTTP client with a cookie jar that does not follow
+// redirects, signed in to one stack's console.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+	csrf string
+}
+
+var hiddenCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// signIn signs in with credential and returns the browser, or fails.
+func signIn(t *testing.T, base, credential string) *browser {
+	t.Helper()
+	b := newBrowser(t, base)
+	if r := b.signIn(credential); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign in: %d, want 303", r.StatusCode)
+	}
+	return b
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+func (b *browser) signIn(credential string) *http.Response {
+	b.t.Helper()
+	_, body := b.get("/console/login")
+	m := hiddenCSRF.FindStringSubmatch(body)
+	if m == nil {
+		b.t.Fatalf("sign-in form has no csrf field: %s", body)
+	}
+	r, _ := b.post("/console/login", url.Values{"csrf": {m[1]}, "credential": {credential}})
+	return r
+}
+
+func (b *browser) get(path string) (*http.Response, string) {
+	b.t.Helper()
+	r, err := b.c.Get(b.base + path)
+	if err != nil {
+		b.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer r.Body.Close()
+	raw, _ := io.ReadAll(r.Body)
+	if m := hiddenCSRF.FindStringSubmatch(string(raw)); m != nil && !strings.HasPrefix(path, "/console/login") {
+		b.csrf = m[1]
+	}
+	return r, string(raw)
+}
+
+func (b *browser) post(path string, form url.Values) (*http.Response, string) {
+	b.t.Helper()
+	r, err := b.c.PostForm(b.base+path, form)
+	if err != nil {
+		b.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer r.Body.Close()
+	raw, _ := io.ReadAll(r.Body)
+	return r, string(raw)
+}
+
+// fixture is a stack with two tenants and one customer of the first.
+type fixture struct {
+	s        *e2e.Stack
+	a, b     e2e.Tenant
+	customer string
+}
+
+func setup(t *testing.T) fixture {
+	s := e2e.NewStack(t)
+	f := fixture{s: s, a: s.NewTenant("Acme <b>bold</b>"), b: s.NewTenant("Globex")}
+	r := s.Do("POST", "/v1/customers", f.a.Live, "c1", map[string]any{
+		"external_id": "cust-1", "display_name": "Ada", "metadata": map[string]any{"note": "<script>alert(1)</script>"}})
+	if r.Status != 201 {
+		t.Fatalf("create customer: %d %s", r.Status, r.Raw)
+	}
+	f.customer = r.Body["id"].(string)
+	r = s.Do("POST", "/v1/customers/"+f.customer+"/credits/grant", f.a.Live, "g1", map[string]any{"credits": 5000, "source": "promotional", "reason": "welcome"})
+	if r.Status != 201 {
+		t.Fatalf("grant: %d %s", r.Status, r.Raw)
+	}
+	return f
+}
+
+// TestConsoleAccess checks sign-in, what each principal may open, the
+// security headers and that tenant values are escaped.
+func TestConsoleAccess(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	custA := fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, f.customer)
+
+	anon := newBrowser(t, f.s.URL)
+	if r, _ := anon.get(custA); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/console/login" {
+		t.Fatalf("signed out: %d %q, want 303 to the sign-in page", r.StatusCode, r.Header.Get("Location"))
+	}
+	if r := anon.signIn("ck_live_not-a-real-key-at-all-xxxxxxxxxxx"); r.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("bad key sign-in: %d, want 401", r.StatusCode)
+	}
+
+	tenant := signIn(t, f.s.URL, f.a.Live)
+	r, body := tenant.get(custA)
+	if r.StatusCode != 200 {
+		t.Fatalf("own customer: %d %s", r.StatusCode, body)
+	}
+	for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "5.000", `data-testid="balance-chart"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("customer page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>alert(1)") {
+		t.Error("customer page carries the metadata unescaped")
+	}
+	csp := r.Header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("CSP = %q", csp)
+	}
+
+	tests := []struct {
+		name, path string
+		want       int
+	}{
+		{"other tenant's customer under own path", fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, "00000000-0000-7000-8000-000000000000"), 404},
+		{"own customer in the other environment", fmt.Sprintf("/console/t/%s/sandbox/customers/%s", f.a.ID, f.customer), 404},
+		{"other tenant's scope", fmt.Sprintf("/console/t/%s/live/customers", f.b.ID), 404},
+		{"operator page", "/console/tenants", 404},
+		{"own customers", fmt.Sprintf("/console/t/%s/live/customers", f.a.ID), 200},
+		{"own webhook", fmt.Sprintf("/console/t/%s/live/webhook", f.a.ID), 200},
+		{"own plans", fmt.Sprintf("/console/t/%s/live/plans", f.a.ID), 200},
+	}
+	for _, tc := range tests {
+		if r, _ := tenant.get(tc.path); r.StatusCode != tc.want {
+			t.Errorf("tenant: %s: %d, want %d", tc.name, r.StatusCode, tc.want)
+		}
+	}
+	other := signIn(t, f.s.URL, f.b.Live)
+	if r, _ := other.get(custA); r.StatusCode != 404 {
+		t.Errorf("other tenant opening A's customer URL: %d, want 404", r.StatusCode)
+	}
+	// A grant without the CSRF token is refused and changes nothing.
+	if r, _ := tenant.post(custA+"/grant", url.Values{"credits": {"1"}, "grant_key": {"0123456789abcdef0123"}}); r.StatusCode != http.StatusForbidden {
+		t.Errorf("grant without csrf: %d, want 403", r.StatusCode)
+	}
+	form := url.Values{"csrf": {tenant.csrf}, "credits": {"2.5"}, "reason": {"goodwill"}, "grant_key": {"0123456789abcdef0123"}}
+	for range 2 { // the form's key makes a double submit grant once
+		if r, _ := tenant.post(custA+"/grant", form); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("grant: %d, want 303", r.StatusCode)
+		}
+	}
+	if _, body := tenant.get(custA); !strings.Contains(body, `data-testid="balance">7.500<`) {
+		t.Errorf("after granting 2.5 twice with one key the balance is not 7.500")
+	}
+
+	op := signIn(t, f.s.URL, e2e.AdminToken)
+	r, body = op.get("/console/tenants")
+	if r.StatusCode != 200 || !strings.Contains(body, "Acme &lt;b&gt;bold&lt;/b&gt;") || !strings.Contains(body, "Globex") {
+		t.Fatalf("operator tenants page: %d", r.StatusCode)
+	}
+	if r, _ := op.get(custA); r.StatusCode != 200 {
+		t.Errorf("operator opening A's customer: %d, want 200", r.StatusCode)
+	}
+	if r, body := op.get("/console/overview"); r.StatusCode != 200 || !strings.Contains(body, "Persister lag") {
+		t.Errorf("overview: %d", r.StatusCode)
+	}
+	if r, _ := op.post("/console/logout", url.Values{"csrf": {op.csrf}}); r.StatusCode != http.StatusSeeOther {
+		t.Errorf("logout: %d", r.StatusCode)
+	}
+	if r, _ := op.get("/console/tenants"); r.StatusCode != http.StatusSeeOther {
+		t.Errorf("after logout: %d, want 303", r.StatusCode)
+	}
+}
