@@ -64,6 +64,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		ss = c.sessions.start(now, true, "")
 	default:
 		if _, _, err := c.cfg.Tenants.Authenticate(r.Context(), cred); err == nil {
+			// The scope is read again below from the key cache.
 			ss = c.sessions.start(now, false, cred)
 		}
 	}
@@ -74,7 +75,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	setCookie(w, r, preCookie, "", -1)
 	setCookie(w, r, sessionCookie, ss.id, int(sessionTTL.Seconds()))
-	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+	to := Prefix + "/tenants"
+	if !ss.operator {
+		scope, _, _ := c.cfg.Tenants.Authenticate(r.Context(), cred)
+		to = Prefix + "/t/" + scope.TenantID.String() + "/" + string(scope.Environment) + "/customers"
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
 // logout ends the session.
