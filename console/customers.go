@@ -69,9 +69,9 @@ type customerView struct {
 	// NextHref is the next page's link: the filters plus the cursor, each
 	// query-encoded here (template.URL: built only from url.Values).
 	NextHref template.URL
-	Filter    ledgerFilter
-	Holds     []engine.Reservation
-	Chart     chart
+	Filter   ledgerFilter
+	Holds    []engine.Reservation
+	Chart    chart
 	// GrantKey makes the grant form idempotent: posting it twice grants once.
 	GrantKey   string
 	EntryTypes []engine.EntryType
