@@ -189,3 +189,14 @@ func TestConsoleAccess(t *testing.T) {
 		t.Errorf("after logout: %d, want 303", r.StatusCode)
 	}
 }
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// unescapeHref undoes the HTML escaping of an href attribute.
+func unescapeHref(h string) string { return strings.ReplaceAll(h, "&amp;", "&") }

@@ -40,6 +40,7 @@ var funcs = template.FuncMap{
 		return strconv.Itoa(*n)
 	},
 	"metadata": formatMetadata,
+	"inc":      func(i int) int { return i + 1 },
 	"webhookForm": func(t engine.Tenant, csrf, back string) webhookForm {
 		return webhookForm{Tenant: t, CSRF: csrf, Back: back}
 	},
