@@ -84,10 +84,11 @@ func line(times []time.Time, vals []float64) drawn {
 		d.minV = min(d.minV, v)
 		d.maxV = max(d.maxV, v)
 	}
-	span := d.maxV - d.minV
-	if span == 0 {
-		span = 1
+	if d.maxV == d.minV {
+		// All zero: the line lies on the axis, at the bottom.
+		d.maxV = d.minV + 1
 	}
+	span := d.maxV - d.minV
 	dur := d.To.Sub(d.From)
 	var b strings.Builder
 	var firstX, lastX float64

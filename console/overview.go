@@ -123,7 +123,8 @@ func label(labels, name string) string {
 }
 
 // p99 is the 99th percentile upper bound (seconds) of the requests between
-// a and b, from the histogram's cumulative buckets; 0 without requests.
+// a and b, from the histogram's cumulative buckets; 0 without requests. A
+// p99 past the last finite bound is shown as that bound (a floor).
 func p99(a, b sample) float64 {
 	bounds := make([]float64, 0, len(b.buckets))
 	for le := range b.buckets {
@@ -134,12 +135,17 @@ func p99(a, b sample) float64 {
 	if total <= 0 {
 		return 0
 	}
+	last := 0.0
 	for _, le := range bounds {
+		if math.IsInf(le, 1) {
+			break
+		}
 		if b.buckets[le]-a.buckets[le] >= 0.99*total {
 			return le
 		}
+		last = le
 	}
-	return math.Inf(1)
+	return last
 }
 
 // rateChart is one overview chart.
@@ -200,13 +206,8 @@ func overviewOf(ring []sample) overviewView {
 		{"Checks", "per second", rate(func(s sample) float64 { return s.checks }), perSec},
 		{"Consumes", "per second", rate(func(s sample) float64 { return s.cons }), perSec},
 		{"All requests", "per second", rate(func(s sample) float64 { return s.requests }), perSec},
-		{"p99 latency", "milliseconds", func(a, b sample) float64 {
-			q := p99(a, b)
-			if math.IsInf(q, 1) {
-				return 0
-			}
-			return q * 1000
-		}, func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }},
+		{"p99 latency", "milliseconds, bucket bound", func(a, b sample) float64 { return p99(a, b) * 1000 },
+			func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }},
 		{"Persister lag", "seconds", func(_, b sample) float64 { return b.gauges["creditd_persister_lag_seconds"] },
 			func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }},
 	}
