@@ -50,7 +50,11 @@ type Config struct {
 	Reservations *engine.Reservations
 	Webhooks     *engine.Webhooks
 	Plans        *engine.Plans
-	Directory    Directory
+	// Entitlements and Subscriptions, when set, add a customer's
+	// entitlements (gauges included) and subscriptions to its page.
+	Entitlements  *engine.Entitlements
+	Subscriptions *engine.Subscriptions
+	Directory     Directory
 	// AdminToken signs an operator in; empty leaves tenant sign-in only.
 	AdminToken string
 	// Metrics writes the server's Prometheus text (what /metrics serves);

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,12 @@ type customerView struct {
 	Filter   ledgerFilter
 	Holds    []engine.Reservation
 	Chart    chart
+	Usage    usageChart
+	// Entitlements are the snapshot's metrics sorted by key (nil when the
+	// console has no entitlement service).
+	Entitlements  []engine.SnapshotEntry
+	Plan          string
+	Subscriptions []engine.Subscription
 	// GrantKey makes the grant form idempotent: posting it twice grants once.
 	GrantKey   string
 	EntryTypes []engine.EntryType
@@ -125,10 +132,34 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		}
 		holds = page.Data
 	}
+	now := c.cfg.Clock.Now()
 	v := customerView{
 		Customer: cu, Account: acct, Ledger: ledger.Data, Next: ledger.NextCursor, Filter: f, Holds: holds,
-		Chart:    balanceChart(recent.Data, acct.Balance, c.cfg.Clock.Now()),
+		Chart:    balanceChart(recent.Data, acct.Balance, now),
+		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
+	}
+	if c.cfg.Entitlements != nil {
+		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
+		if err != nil {
+			c.engineError(w, r, err)
+			return
+		}
+		for _, e := range snap.Entitlements {
+			v.Entitlements = append(v.Entitlements, e)
+		}
+		sort.Slice(v.Entitlements, func(i, j int) bool { return v.Entitlements[i].BillableMetricKey < v.Entitlements[j].BillableMetricKey })
+		if snap.PlanName != nil {
+			v.Plan = *snap.PlanName
+		}
+	}
+	if c.cfg.Subscriptions != nil {
+		subs, err := c.cfg.Subscriptions.List(ctx, p.scope, ref, "", pageSize)
+		if err != nil {
+			c.engineError(w, r, err)
+			return
+		}
+		v.Subscriptions = subs.Data
 	}
 	if ledger.NextCursor != "" {
 		q := f.query()

@@ -213,3 +213,40 @@ func TestSessionsCapDropsTheOldest(t *testing.T) {
 		t.Error("an expired session was returned")
 	}
 }
+
+// TestConsumptionChart checks the per-day, per-metric sums: only
+// consumption debits of the last seven days count, the biggest metrics
+// keep their own series and the rest fold into "other".
+func TestConsumptionChart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	key := func(s string) *string { return &s }
+	e := func(metric string, delta int64, daysAgo int, typ engine.EntryType) engine.LedgerEntry {
+		return engine.LedgerEntry{Type: typ, BillableMetricKey: key(metric), Delta: delta, CreatedAt: now.AddDate(0, 0, -daysAgo)}
+	}
+	entries := []engine.LedgerEntry{
+		e("a", -500, 0, engine.EntryConsumption), e("a", -500, 0, engine.EntryConsumption), e("a", -200, 1, engine.EntryConsumption),
+		e("b", -300, 0, engine.EntryConsumption), e("c", -20, 2, engine.EntryConsumption), e("d", -10, 2, engine.EntryConsumption),
+		e("e", -5, 3, engine.EntryConsumption),
+		e("a", -9999, 7, engine.EntryConsumption), // older than seven days
+		e("a", 5000, 0, engine.EntryAdjustment),   // not consumption
+	}
+	c := consumptionChart(entries, now)
+	if c.Empty || c.Max != 1000 || len(c.Days) != usageDays {
+		t.Fatalf("chart = %+v", c)
+	}
+	var legend []string
+	for _, s := range c.Legend {
+		legend = append(legend, s.Key+"="+s.Total)
+	}
+	if got := strings.Join(legend, " "); got != "a=1.200 b=0.300 c=0.020 other=0.015" {
+		t.Errorf("legend = %s", got)
+	}
+	today := c.Days[usageDays-1]
+	if len(today.Bars) != 2 || today.Bars[0].Title != "a: 1.000 credits" || today.Bars[0].Y != "4.0" {
+		t.Errorf("today's bars = %+v", today.Bars)
+	}
+	if got := consumptionChart(entries[7:], now); !got.Empty {
+		t.Error("a chart with no recent consumption is not empty")
+	}
+}

@@ -179,6 +179,9 @@ test('a consume through the API appears in the ledger', async () => {
   await eventually(page, async () => assert.equal(await row.count(), 1), 'consumption row');
   assert.match(await row.innerText(), /-0\.700/);
   assert.match(await row.innerText(), /tokens/);
+  assert.match(await page.locator('.legend').innerText(), /tokens: 0\.700/, 'the usage chart has the metric');
+  assert.equal(await page.getByTestId('usage-chart').locator('rect').count(), 1);
+  assert.match(await page.getByTestId('entitlements').innerText(), /tokens/);
   // The type filter keeps only that row.
   await page.getByLabel('Type').selectOption('consumption');
   await page.getByRole('button', { name: 'Filter' }).click();

@@ -177,7 +177,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Console = console.New(console.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
-		Webhooks: a.Webhooks, Plans: a.Plans, Directory: a.DB, AdminToken: cfg.AdminToken,
+		Webhooks: a.Webhooks, Plans: a.Plans, Entitlements: a.Entitlements, Subscriptions: a.Subscriptions,
+		Directory: a.DB, AdminToken: cfg.AdminToken,
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
 	a.Server = api.New(api.Config{
