@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/creditd/creditd/internal/e2e"
 )
@@ -200,3 +201,38 @@ func mustURL(t *testing.T, raw string) *url.URL {
 
 // unescapeHref undoes the HTML escaping of an href attribute.
 func unescapeHref(h string) string { return strings.ReplaceAll(h, "&amp;", "&") }
+
+// TestLedgerFilters checks the customer page's ledger filters and that a
+// bad date is a 400 page, never a 500.
+func TestLedgerFilters(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if r := f.s.Do("POST", "/v1/customers/cust-1/credits/adjust", f.a.Live, "adj", map[string]any{"delta": -1000, "source": "manual", "reason": "support"}); r.Status != 200 {
+		t.Fatalf("adjust: %d %s", r.Status, r.Raw)
+	}
+	b := signIn(t, f.s.URL, f.a.Live)
+	page := fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, f.customer)
+	rows := regexp.MustCompile(`<td class="num (pos|neg)">`)
+	today := time.Now().UTC().Format(time.DateOnly)
+	for _, tc := range []struct {
+		name, query  string
+		status, rows int
+	}{
+		{"no filter", "", 200, 2},
+		{"source manual", "?source=manual", 200, 1},
+		{"source promotional", "?source=promotional", 200, 1},
+		{"today", "?from=" + today + "&to=" + today, 200, 2},
+		{"before today", "?to=2020-01-01", 200, 0},
+		{"bad date", "?from=yesterday", 400, 0},
+	} {
+		r, body := b.get(page + tc.query)
+		if r.StatusCode != tc.status {
+			t.Errorf("%s: %d, want %d", tc.name, r.StatusCode, tc.status)
+			continue
+		}
+		ledger := body[strings.Index(body, `data-testid="ledger"`)+1:]
+		if got := len(rows.FindAllString(ledger, -1)); tc.status == 200 && got != tc.rows {
+			t.Errorf("%s: %d ledger rows, want %d", tc.name, got, tc.rows)
+		}
+	}
+}

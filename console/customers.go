@@ -48,12 +48,35 @@ func scopeBase(p *principal) string {
 // ledgerFilter is the ledger table's filters, as the history API takes them.
 type ledgerFilter struct {
 	Type, Source, Metric, Cursor string
+	// From and To are dates (YYYY-MM-DD, UTC): entries from the start of
+	// From up to the end of To.
+	From, To string
+}
+
+// window is the filter's dates as the history API's from and to instants;
+// ok is false for a date that does not parse.
+func (f ledgerFilter) window() (from, to string, ok bool) {
+	if f.From != "" {
+		d, err := time.Parse(time.DateOnly, f.From)
+		if err != nil {
+			return "", "", false
+		}
+		from = d.Format(time.RFC3339)
+	}
+	if f.To != "" {
+		d, err := time.Parse(time.DateOnly, f.To)
+		if err != nil {
+			return "", "", false
+		}
+		to = d.AddDate(0, 0, 1).Format(time.RFC3339)
+	}
+	return from, to, true
 }
 
 // query is the filter as a URL query (cursor excluded), for paging links.
 func (f ledgerFilter) query() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"type": f.Type, "source": f.Source, "metric": f.Metric} {
+	for k, s := range map[string]string{"type": f.Type, "source": f.Source, "metric": f.Metric, "from": f.From, "to": f.To} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -110,9 +133,15 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	qv := r.URL.Query()
-	f := ledgerFilter{Type: qv.Get("type"), Source: qv.Get("source"), Metric: qv.Get("metric"), Cursor: qv.Get("cursor")}
+	f := ledgerFilter{Type: qv.Get("type"), Source: qv.Get("source"), Metric: qv.Get("metric"), Cursor: qv.Get("cursor"),
+		From: qv.Get("from"), To: qv.Get("to")}
+	from, to, ok := f.window()
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, "from and to must be dates (YYYY-MM-DD).")
+		return
+	}
 	ledger, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryInput{
-		Type: f.Type, Source: f.Source, BillableMetricKey: f.Metric, Cursor: f.Cursor, Limit: pageSize,
+		Type: f.Type, Source: f.Source, BillableMetricKey: f.Metric, From: from, To: to, Cursor: f.Cursor, Limit: pageSize,
 	})
 	if err != nil {
 		c.engineError(w, r, err)
