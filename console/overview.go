@@ -101,9 +101,11 @@ func parseMetrics(text []byte, at time.Time) sample {
 				}
 			}
 			s.buckets[b] += v
-		case labels == "" && (strings.HasPrefix(name, "creditd_persister_") || strings.HasPrefix(name, "creditd_webhook") ||
-			strings.HasPrefix(name, "creditd_dead_letters")):
+		case labels == "" && (strings.HasPrefix(name, "creditd_persister_") || strings.HasPrefix(name, "creditd_dead_letters")):
 			s.gauges[name] = v
+		case strings.HasPrefix(name, "creditd_webhook") && !strings.HasSuffix(name, "_bucket"):
+			// Webhook backlog and delivery series, labels and all.
+			s.gauges[name+labels] = v
 		}
 	}
 	return s

@@ -41,6 +41,7 @@ var funcs = template.FuncMap{
 	},
 	"metadata": formatMetadata,
 	"inc":      func(i int) int { return i + 1 },
+	"here":     strings.HasPrefix,
 	"webhookForm": func(t engine.Tenant, csrf, back string) webhookForm {
 		return webhookForm{Tenant: t, CSRF: csrf, Back: back}
 	},
@@ -85,6 +86,8 @@ type view struct {
 	// refresh: no script needed).
 	Refresh int
 	Data    any
+	// Path is the request path, to mark the current navigation link.
+	Path string
 }
 
 // scopeView names the tenant and environment in the navigation.
@@ -99,7 +102,7 @@ type scopeView struct {
 
 // render writes page with data inside the layout.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any, refresh int) {
-	v := view{Title: title, Data: data, Refresh: refresh}
+	v := view{Title: title, Data: data, Refresh: refresh, Path: r.URL.Path}
 	if p := principalOf(r); p != nil {
 		v.Signed, v.Operator, v.CSRF = true, p.operator, p.session.csrf
 		v.Flash = c.sessions.takeFlash(p.session)

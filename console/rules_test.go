@@ -92,6 +92,7 @@ creditd_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="+
 creditd_persister_lag_seconds 0.25
 creditd_persister_backlog 3
 creditd_webhook_backlog 7
+creditd_webhook_events{status="pending"} 4
 `
 
 func TestParseMetrics(t *testing.T) {
@@ -100,7 +101,8 @@ func TestParseMetrics(t *testing.T) {
 	if s.checks != 100 || s.cons != 40 || s.requests != 145 {
 		t.Errorf("counters = checks %v, consumes %v, requests %v", s.checks, s.cons, s.requests)
 	}
-	if s.gauges["creditd_persister_lag_seconds"] != 0.25 || s.gauges["creditd_webhook_backlog"] != 7 {
+	if s.gauges["creditd_persister_lag_seconds"] != 0.25 || s.gauges["creditd_webhook_backlog"] != 7 ||
+		s.gauges[`creditd_webhook_events{status="pending"}`] != 4 {
 		t.Errorf("gauges = %v", s.gauges)
 	}
 	a := sample{buckets: map[float64]float64{0.001: 0, 0.01: 0, math.Inf(1): 0}}
