@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -119,9 +120,21 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
+// serveStatic serves the embedded stylesheet; a directory is a 404, not a
+// listing.
+func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/") {
+		c.notFound(w, r)
+		return
+	}
+	// The stylesheet changes only with the binary.
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	c.static.ServeHTTP(w, r)
+}
+
 func (c *Console) routes() {
 	m := c.mux
-	m.Handle("GET "+Prefix+"/static/", c.static)
+	m.HandleFunc("GET "+Prefix+"/static/", c.serveStatic)
 	m.HandleFunc("GET "+Prefix, c.home)
 	m.HandleFunc("GET "+Prefix+"/{$}", c.home)
 	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)

@@ -115,6 +115,12 @@ func TestConsoleAccess(t *testing.T) {
 	if r, _ := anon.get(custA); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/console/login" {
 		t.Fatalf("signed out: %d %q, want 303 to the sign-in page", r.StatusCode, r.Header.Get("Location"))
 	}
+	if r, body := anon.get("/console/static/console.css"); r.StatusCode != 200 || !strings.Contains(body, "prefers-color-scheme") {
+		t.Errorf("stylesheet: %d", r.StatusCode)
+	}
+	if r, body := anon.get("/console/static/"); r.StatusCode != 404 || strings.Contains(body, `href="console.css"`) {
+		t.Errorf("static directory: %d, want 404 without a listing", r.StatusCode)
+	}
 	if r := anon.signIn("ck_live_not-a-real-key-at-all-xxxxxxxxxxx"); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("bad key sign-in: %d, want 401", r.StatusCode)
 	}

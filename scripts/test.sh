@@ -86,7 +86,7 @@ if ((${#need[@]})); then
 	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
 		echo "installing ${need[*]} (apt-get)" >&2
 		apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
 	else
 		echo "test: the console browser test needs ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
 		exit 1
