@@ -159,5 +159,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+scoped+"/webhook/test", c.inScope(c.testPing))
 	m.HandleFunc("POST "+scoped+"/webhook/events/{event}/redeliver", c.inScope(c.redeliver))
 	m.HandleFunc("GET "+scoped+"/plans", c.inScope(c.plansPage))
+	m.HandleFunc("POST "+scoped+"/plans", c.inScope(c.createPlan))
+	m.HandleFunc("POST "+scoped+"/plans/{plan}/variants", c.inScope(c.createVariant))
+	m.HandleFunc("POST "+scoped+"/plans/{plan}/variants/{variant}/grants", c.inScope(c.createGrant))
 	m.HandleFunc(Prefix+"/", c.notFound)
 }

@@ -242,3 +242,40 @@ func TestLedgerFilters(t *testing.T) {
 		}
 	}
 }
+
+// TestPlansForms creates a plan, a variant and a grant through the
+// console's forms and reads them back on the plans page.
+func TestPlansForms(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	b := signIn(t, f.s.URL, f.a.Sandbox)
+	base := fmt.Sprintf("/console/t/%s/sandbox/plans", f.a.ID)
+	b.get(base)
+	if r, _ := b.post(base, url.Values{"csrf": {b.csrf}, "name": {"Pro <x>"}, "is_default": {"on"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create plan: %d", r.StatusCode)
+	}
+	_, body := b.get(base)
+	planID := regexp.MustCompile(`/plans/([0-9a-f-]{36})/variants"`).FindStringSubmatch(body)
+	if planID == nil || !strings.Contains(body, "Pro &lt;x&gt;") || !strings.Contains(body, ">default<") {
+		t.Fatalf("plan not listed: %s", body)
+	}
+	if r, _ := b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"monthly"}, "billing_mode": {"prepaid"}, "trial_days": {"14"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create variant: %d", r.StatusCode)
+	}
+	_, body = b.get(base)
+	variantID := regexp.MustCompile(`/variants/([0-9a-f-]{36})/grants"`).FindStringSubmatch(body)
+	if variantID == nil || !strings.Contains(body, "14-day trial") {
+		t.Fatalf("variant not listed")
+	}
+	if r, _ := b.post(base+"/"+planID[1]+"/variants/"+variantID[1]+"/grants", url.Values{"csrf": {b.csrf}, "credits": {"100"}, "grant_type": {"recurring"}, "grant_interval": {"billing_period"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create grant: %d", r.StatusCode)
+	}
+	if _, body = b.get(base); !strings.Contains(body, "100.000") || !strings.Contains(body, "Grant of 100.000 credits added.") {
+		t.Errorf("grant not listed")
+	}
+	// A bad cycle comes back as a message, not a 500.
+	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
+	if _, body = b.get(base); !strings.Contains(body, "flash-error") {
+		t.Errorf("a bad cycle showed no error")
+	}
+}
