@@ -186,6 +186,14 @@ func TestConsoleAccess(t *testing.T) {
 	if r, _ := op.get(custA); r.StatusCode != 200 {
 		t.Errorf("operator opening A's customer: %d, want 200", r.StatusCode)
 	}
+	tenantPage := "/console/tenants/" + f.b.ID
+	op.get(tenantPage)
+	if r, _ := op.post(tenantPage+"/rate-limit", url.Values{"csrf": {op.csrf}, "rate_limit_per_second": {"42"}, "rate_limit_burst": {"84"}}); r.StatusCode != http.StatusSeeOther {
+		t.Errorf("rate limit: %d", r.StatusCode)
+	}
+	if got := f.s.Do("GET", "/v1/tenant", f.b.Live, "", nil); fmt.Sprint(got.Body["rate_limit_per_second"]) != "42" {
+		t.Errorf("rate limit after the form = %v, want 42", got.Body["rate_limit_per_second"])
+	}
 	if r, body := op.get("/console/overview"); r.StatusCode != 200 || !strings.Contains(body, "Persister lag") {
 		t.Errorf("overview: %d", r.StatusCode)
 	}

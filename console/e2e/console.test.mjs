@@ -250,6 +250,26 @@ test('a broken webhook fails, and once fixed a redelivery succeeds', async () =>
   await page.context().close();
 });
 
+test('tenant creates a plan with a variant and a grant', async () => {
+  const page = await newPage();
+  await signIn(page, env('TENANT_KEY'));
+  await page.getByRole('link', { name: 'Plans' }).click();
+  await page.getByLabel('Name').fill('Pro');
+  await page.getByRole('button', { name: 'Create plan' }).click();
+  await page.getByText('Plan Pro created.').waitFor();
+  await page.getByText('Add a variant').click();
+  await page.getByLabel('Trial days').fill('14');
+  await page.getByRole('button', { name: 'Add variant' }).click();
+  await page.getByText('14-day trial').waitFor();
+  await page.getByText('Add a grant to this variant').click();
+  await page.getByLabel('Credits', { exact: true }).fill('250');
+  await page.getByRole('button', { name: 'Add grant' }).click();
+  await page.getByText('Grant of 250.000 credits added.').waitFor();
+  assert.match(await page.locator('main').innerText(), /recurring\s+250\.000\s+billing_period/);
+  await shot(page, '11-plans');
+  await page.context().close();
+});
+
 test('readable at phone width in dark mode', async () => {
   const page = await newPage({ viewport: { width: 390, height: 844 }, colorScheme: 'dark' });
   await signIn(page, env('TENANT_KEY'));
@@ -258,7 +278,7 @@ test('readable at phone width in dark mode', async () => {
   assert.ok(overflow <= 1, `page is ${overflow}px wider than a phone`);
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   assert.equal(bg, 'rgb(17, 19, 23)', 'dark mode background');
-  await shot(page, '11-phone-dark');
+  await shot(page, '12-phone-dark');
   await page.context().close();
 });
 
@@ -273,6 +293,6 @@ test('operator overview draws rates from the server metrics', async () => {
   }
   assert.ok(await page.locator('svg.chart').count() >= 1, 'overview has charts');
   assert.match(await page.locator('main').innerText(), /creditd_persister_lag_seconds/);
-  await shot(page, '12-overview');
+  await shot(page, '13-overview');
   await page.context().close();
 });
