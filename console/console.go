@@ -41,6 +41,8 @@ type Directory interface {
 	ListTenants(ctx context.Context, cursor string, limit int) (engine.Page[engine.Tenant], error)
 	// ListAPIKeys lists a tenant's keys, revoked ones included, newest first.
 	ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error)
+	// WebhookBacklog counts the events waiting for delivery, at most limit.
+	WebhookBacklog(ctx context.Context, limit int) (int, error)
 }
 
 // Config wires the console to the engine services.

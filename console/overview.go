@@ -20,6 +20,9 @@ const (
 	maxSamples     = 120
 	minSampleGap   = time.Second
 	refreshSeconds = 5
+	// maxBacklogCounted bounds the webhook backlog count: past it the
+	// overview shows the bound.
+	maxBacklogCounted = 10_000
 )
 
 // Route templates the overview's rates count (api's route labels).
@@ -38,6 +41,8 @@ type sample struct {
 	// gauges are the single-valued gauges by name (persister lag, backlog,
 	// dead letters, webhook gauges).
 	gauges map[string]float64
+	// webhookBacklog is the events waiting for delivery (-1: unknown).
+	webhookBacklog float64
 }
 
 // sampler keeps the last samples. Safe for concurrent use.
@@ -63,7 +68,7 @@ func (sm *sampler) add(s sample) []sample {
 
 // parseMetrics reads the Prometheus text the server writes into a sample.
 func parseMetrics(text []byte, at time.Time) sample {
-	s := sample{at: at, buckets: map[float64]float64{}, gauges: map[string]float64{}}
+	s := sample{at: at, buckets: map[float64]float64{}, gauges: map[string]float64{}, webhookBacklog: -1}
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -177,8 +182,13 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Metrics != nil {
 		var buf bytes.Buffer
 		c.cfg.Metrics(&buf)
-		ring := c.samples.add(parseMetrics(buf.Bytes(), time.Now()))
-		v = overviewOf(ring)
+		s := parseMetrics(buf.Bytes(), time.Now())
+		if n, err := c.cfg.Directory.WebhookBacklog(r.Context(), maxBacklogCounted); err == nil {
+			s.webhookBacklog = float64(n)
+		} else {
+			c.cfg.Log.Warn().Err(err).Msg("console: webhook backlog")
+		}
+		v = overviewOf(c.samples.add(s))
 	}
 	c.render(w, r, http.StatusOK, "overview", "Overview", v, refreshSeconds)
 }
@@ -212,6 +222,13 @@ func overviewOf(ring []sample) overviewView {
 			func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }},
 		{"Persister lag", "seconds", func(_, b sample) float64 { return b.gauges["creditd_persister_lag_seconds"] },
 			func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }},
+		{"Webhook backlog", "events waiting", func(_, b sample) float64 { return math.Max(0, b.webhookBacklog) },
+			func(f float64) string {
+				if f >= maxBacklogCounted {
+					return strconv.Itoa(maxBacklogCounted) + " or more"
+				}
+				return strconv.FormatFloat(f, 'f', 0, 64)
+			}},
 	}
 	for _, s := range all {
 		times := make([]time.Time, 0, len(ring))

@@ -123,11 +123,15 @@ func TestOverviewRates(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	ring := []sample{
 		{at: t0, checks: 100, buckets: map[float64]float64{}, gauges: map[string]float64{}},
-		{at: t0.Add(2 * time.Second), checks: 300, buckets: map[float64]float64{}, gauges: map[string]float64{"creditd_persister_lag_seconds": 1}},
+		{at: t0.Add(2 * time.Second), checks: 300, buckets: map[float64]float64{}, gauges: map[string]float64{"creditd_persister_lag_seconds": 1},
+			webhookBacklog: maxBacklogCounted},
 	}
 	v := overviewOf(ring)
 	if v.Charts[0].Title != "Checks" || v.Charts[0].Last != "100.0" {
 		t.Errorf("checks chart = %+v", v.Charts[0])
+	}
+	if last := v.Charts[len(v.Charts)-1]; last.Title != "Webhook backlog" || last.Last != "10000 or more" {
+		t.Errorf("backlog chart = %+v", last)
 	}
 	if len(v.Gauges) != 1 || v.Gauges[0].Value != "1" {
 		t.Errorf("gauges = %+v", v.Gauges)

@@ -61,3 +61,17 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.API
 	}
 	return keys, nil
 }
+
+// WebhookBacklog counts the webhook events waiting for delivery (pending or
+// failed, due or not), across every tenant, counting at most limit: the
+// console's overview shows "limit or more" past it, so the count never
+// walks a huge backlog (the due-events index answers it).
+func (s *Store) WebhookBacklog(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_events
+		WHERE status IN ('pending', 'failed') LIMIT $1) AS backlog`, limit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("persist: webhook backlog: %w", err)
+	}
+	return n, nil
+}

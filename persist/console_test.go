@@ -92,3 +92,23 @@ func TestListAPIKeys(t *testing.T) {
 		t.Errorf("keys = %+v", keys)
 	}
 }
+
+// TestWebhookBacklog counts pending and failed events, never past limit.
+func TestWebhookBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for i := range 3 {
+		e := engine.NewEvent(uuid.New(), engine.EventTestPing, live.TenantID, live.Environment, nil, nil, now.Add(time.Duration(i)*time.Millisecond), "k", engine.PingData{Message: "ping"})
+		if err := b.store.InsertEvent(b.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ limit, want int }{{10, 3}, {2, 2}} {
+		n, err := b.store.WebhookBacklog(b.ctx, tc.limit)
+		if err != nil || n != tc.want {
+			t.Errorf("WebhookBacklog(%d) = %d, %v; want %d", tc.limit, n, err, tc.want)
+		}
+	}
+}
