@@ -281,6 +281,12 @@ func TestPlansForms(t *testing.T) {
 	if _, body = b.get(base); !strings.Contains(body, "100.000") || !strings.Contains(body, "Grant of 100.000 credits added.") {
 		t.Errorf("grant not listed")
 	}
+	if r, _ := b.post(base+"/"+planID[1], url.Values{"csrf": {b.csrf}, "name": {"Pro 2"}, "status": {"retired"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("update plan: %d", r.StatusCode)
+	}
+	if _, body = b.get(base); !strings.Contains(body, "Plan Pro 2 saved.") || !strings.Contains(body, `<option value="retired" selected>`) {
+		t.Errorf("plan edit not shown")
+	}
 	// A bad cycle comes back as a message, not a 500.
 	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
 	if _, body = b.get(base); !strings.Contains(body, "flash-error") {

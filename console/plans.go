@@ -90,3 +90,22 @@ func (c *Console) createGrant(w http.ResponseWriter, r *http.Request) {
 	}
 	c.back(w, r, plansURL(p), flash{Message: "Grant of " + formatCredits(amount) + " credits added."})
 }
+
+// updatePlan renames a plan, retires or reactivates it, or makes it the
+// default, from the plan's edit form.
+func (c *Console) updatePlan(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	planID, err := uuid.Parse(r.PathValue("plan"))
+	if err != nil {
+		c.notFound(w, r)
+		return
+	}
+	name, status := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("status")
+	isDefault := r.PostFormValue("is_default") == "on"
+	plan, err := c.cfg.Plans.UpdatePlan(r.Context(), p.scope, planID, engine.UpdatePlanInput{Name: &name, Status: &status, IsDefault: &isDefault})
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	c.back(w, r, plansURL(p), flash{Message: "Plan " + plan.Name + " saved."})
+}
