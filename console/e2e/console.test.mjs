@@ -3,8 +3,6 @@
 // screenshot under $SCREENSHOTS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -20,11 +18,11 @@ const customerID = env('CUSTOMER_ID');
 const customerPath = `/console/t/${tenantID}/live/customers/${customerID}`;
 
 let browser;
-let profile;
 
 before(async () => {
-  // A fresh profile directory per run; Playwright passes it as --user-data-dir.
-  profile = mkdtempSync(join(tmpdir(), 'creditd-console-'));
+  // launch() runs Chromium on a fresh temporary --user-data-dir of its own
+  // (removed at close) and passes --headless; each test then opens a new
+  // context, so sessions never leak between tests.
   browser = await chromium.launch({
     executablePath: env('CHROMIUM'),
     headless: true,
@@ -35,7 +33,6 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 // page opens a fresh context (its own cookies) with a console-wide guard:
