@@ -160,6 +160,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+scoped+"/webhook", c.inScope(c.webhookPage))
 	m.HandleFunc("POST "+scoped+"/webhook/test", c.inScope(c.testPing))
 	m.HandleFunc("POST "+scoped+"/webhook/events/{event}/redeliver", c.inScope(c.redeliver))
+	m.HandleFunc("GET "+scoped+"/settings", c.inScope(c.settingsPage))
+	m.HandleFunc("POST "+scoped+"/settings", c.inScope(c.saveSettings))
 	m.HandleFunc("GET "+scoped+"/plans", c.inScope(c.plansPage))
 	m.HandleFunc("POST "+scoped+"/plans", c.inScope(c.createPlan))
 	m.HandleFunc("POST "+scoped+"/plans/{plan}", c.inScope(c.updatePlan))

@@ -160,6 +160,18 @@ func TestConsoleAccess(t *testing.T) {
 			t.Errorf("tenant: %s: %d, want %d", tc.name, r.StatusCode, tc.want)
 		}
 	}
+	settings := fmt.Sprintf("/console/t/%s/live/settings", f.a.ID)
+	tenant.get(settings)
+	if r, _ := tenant.post(settings, url.Values{"csrf": {tenant.csrf}, "default_overage_policy": {"notify"}, "default_low_balance_threshold": {"1.5"}}); r.StatusCode != http.StatusSeeOther {
+		t.Errorf("settings: %d", r.StatusCode)
+	}
+	if got := f.s.Do("GET", "/v1/tenant", f.a.Live, "", nil); got.Body["default_overage_policy"] != "notify" || fmt.Sprint(got.Body["default_low_balance_threshold_mc"]) != "1500" {
+		t.Errorf("settings after the form = %v", got.Body)
+	}
+	tenant.post(settings, url.Values{"csrf": {tenant.csrf}, "default_overage_policy": {"sometimes"}})
+	if _, body := tenant.get(settings); !strings.Contains(body, "default_overage_policy must be") {
+		t.Errorf("a bad policy showed no error")
+	}
 	other := signIn(t, f.s.URL, f.b.Live)
 	if r, _ := other.get(custA); r.StatusCode != 404 {
 		t.Errorf("other tenant opening A's customer URL: %d, want 404", r.StatusCode)
