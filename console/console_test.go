@@ -154,6 +154,8 @@ func TestConsoleAccess(t *testing.T) {
 		{"own customers", fmt.Sprintf("/console/t/%s/live/customers", f.a.ID), 200},
 		{"own webhook", fmt.Sprintf("/console/t/%s/live/webhook", f.a.ID), 200},
 		{"own plans", fmt.Sprintf("/console/t/%s/live/plans", f.a.ID), 200},
+		{"webhook filters", fmt.Sprintf("/console/t/%s/live/webhook?status=bogus&event_type=x.y", f.a.ID), 200},
+		{"bad cursor", fmt.Sprintf("/console/t/%s/live/customers?cursor=%%21%%21", f.a.ID), 400},
 	}
 	for _, tc := range tests {
 		if r, _ := tenant.get(tc.path); r.StatusCode != tc.want {

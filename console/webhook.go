@@ -13,6 +13,7 @@ type webhookView struct {
 	Events     []engine.Event
 	NextCursor string
 	Status     string
+	EventType  string
 	// Statuses are the event log's status filters.
 	Statuses []engine.EventStatus
 	// TenantURL is the operator's tenant page (URL changes go there).
@@ -25,16 +26,16 @@ type webhookView struct {
 // every delivery attempt (newest events first, cursor paged).
 func (c *Console) webhookPage(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
-	status := r.URL.Query().Get("status")
+	status, typ := r.URL.Query().Get("status"), r.URL.Query().Get("event_type")
 	page, err := c.cfg.Webhooks.List(r.Context(), p.scope, engine.ListEventsInput{
-		Status: status, Cursor: r.URL.Query().Get("cursor"), Limit: pageSize,
+		Status: status, EventType: typ, Cursor: r.URL.Query().Get("cursor"), Limit: pageSize,
 	})
 	if err != nil {
 		c.engineError(w, r, err)
 		return
 	}
 	v := webhookView{
-		Events: page.Data, NextCursor: page.NextCursor, Status: status,
+		Events: page.Data, NextCursor: page.NextCursor, Status: status, EventType: typ,
 		Statuses:  []engine.EventStatus{engine.EventPending, engine.EventDelivered, engine.EventFailed, engine.EventDeadLetter},
 		TenantURL: tenantURL(p.scope.TenantID), Back: scopeBase(p) + "/webhook",
 	}
