@@ -2,12 +2,12 @@
 # `make test`: the whole gate, as CI runs it.
 #   1. Redis and Postgres (scripts/services.sh; installs them when missing);
 #   2. go vet ./... and a gofmt check;
-#   3. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
-#   3b. (before 3) the console's browser-test set-up: Debian's Chromium and
-#      Node (apt-get, when missing and root) and console/e2e's npm packages
-#      (npm ci, when missing or not the pinned version); then
-#      console.TestConsoleInBrowser runs in phase 3 (not in phase 4);
-#   4. go test -race again on a private Redis Cluster of 3 masters with one
+#   3. the console's browser-test set-up: Debian's Chromium and Node
+#      (apt-get, when missing and root) and console/e2e's npm packages (npm
+#      ci, when missing or not the pinned version), so that
+#      console.TestConsoleInBrowser runs in step 4 (it skips in step 5);
+#   4. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
+#   5. go test -race again on a private Redis Cluster of 3 masters with one
 #      replica each (TEST_REDIS_CLUSTER), always stopped afterwards: the
 #      fleet's topology, so every money operation of the suite also waits
 #      for a replica (CREDITD_REPLICA_ACKS auto, issue 11).
