@@ -70,13 +70,13 @@ type Config struct {
 
 // Console is the dashboard's HTTP handler. It is safe for concurrent use.
 type Console struct {
-	cfg      Config
-	sessions *sessions
-	signins  *signinLimiter
-	samples  *sampler
-	pages    map[string]*pageTemplate
-	mux      *http.ServeMux
-	static   http.Handler
+	cfg     Config
+	sealer  *sealer
+	signins *signinLimiter
+	samples *sampler
+	pages   map[string]*pageTemplate
+	mux     *http.ServeMux
+	static  http.Handler
 }
 
 //go:embed templates/*.html
@@ -98,13 +98,13 @@ func New(cfg Config) *Console {
 		panic(err) // embedded at build time: cannot fail
 	}
 	c := &Console{
-		cfg:      cfg,
-		sessions: newSessions(),
-		signins:  newSigninLimiter(),
-		samples:  newSampler(),
-		pages:    parsePages(),
-		mux:      http.NewServeMux(),
-		static:   http.StripPrefix(Prefix+"/static/", http.FileServerFS(sub)),
+		cfg:     cfg,
+		sealer:  newSealer(cfg.AdminToken),
+		signins: newSigninLimiter(),
+		samples: newSampler(),
+		pages:   parsePages(),
+		mux:     http.NewServeMux(),
+		static:  http.StripPrefix(Prefix+"/static/", http.FileServerFS(sub)),
 	}
 	c.routes()
 	return c

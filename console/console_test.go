@@ -5,12 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/creditd/creditd/console"
 	"github.com/creditd/creditd/internal/e2e"
 )
 
@@ -217,6 +219,23 @@ func TestConsoleAccess(t *testing.T) {
 	if r, _ := op.get("/console/tenants"); r.StatusCode != http.StatusSeeOther {
 		t.Errorf("after logout: %d, want 303", r.StatusCode)
 	}
+	// Another node (its own Console, the same admin token) opens the
+	// sessions this one sealed: a fleet needs no sticky sessions.
+	a := f.s.App
+	node2 := console.New(console.Config{Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits,
+		Reservations: a.Reservations, Webhooks: a.Webhooks, Plans: a.Plans, Directory: a.DB, AdminToken: e2e.AdminToken})
+	for _, cred := range []string{e2e.AdminToken, f.a.Live} {
+		br := signIn(t, f.s.URL, cred)
+		req := httptest.NewRequest(http.MethodGet, custA, nil)
+		for _, ck := range br.c.Jar.Cookies(mustURL(t, f.s.URL+"/console/")) {
+			req.AddCookie(ck)
+		}
+		rec := httptest.NewRecorder()
+		node2.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Errorf("a session opened on another node: %d, want 200", rec.Code)
+		}
+	}
 }
 
 func mustURL(t *testing.T, raw string) *url.URL {
@@ -305,5 +324,30 @@ func TestPlansForms(t *testing.T) {
 	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
 	if _, body = b.get(base); !strings.Contains(body, "flash-error") {
 		t.Errorf("a bad cycle showed no error")
+	}
+}
+
+// TestRevokedKeySignsOut checks a tenant browser is signed out the moment
+// its key is revoked: the key in the session is authenticated per request.
+func TestRevokedKeySignsOut(t *testing.T) {
+	t.Parallel()
+	s := e2e.NewStack(t)
+	tn := s.NewTenant("revoke")
+	k := e2e.Call(t, s.HTTP, s.URL, "POST", "/admin/v1/tenants/"+tn.ID+"/api-keys", map[string]any{"environment": "live"},
+		"Authorization", "Bearer "+e2e.AdminToken)
+	if k.Status != 201 {
+		t.Fatalf("create key: %d %s", k.Status, k.Raw)
+	}
+	b := signIn(t, s.URL, k.Body["key"].(string))
+	page := "/console/t/" + tn.ID + "/live/customers"
+	if r, _ := b.get(page); r.StatusCode != 200 {
+		t.Fatalf("before revoke: %d", r.StatusCode)
+	}
+	if r := e2e.Call(t, s.HTTP, s.URL, "DELETE", "/admin/v1/tenants/"+tn.ID+"/api-keys/"+k.Body["id"].(string), nil,
+		"Authorization", "Bearer "+e2e.AdminToken); r.Status != 204 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Raw)
+	}
+	if r, _ := b.get(page); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/console/login" {
+		t.Errorf("after revoke: %d %q, want 303 to the sign-in page", r.StatusCode, r.Header.Get("Location"))
 	}
 }

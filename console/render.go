@@ -104,8 +104,8 @@ type scopeView struct {
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page, title string, data any, refresh int) {
 	v := view{Title: title, Data: data, Refresh: refresh, Path: r.URL.Path}
 	if p := principalOf(r); p != nil {
-		v.Signed, v.Operator, v.CSRF = true, p.operator, p.session.csrf
-		v.Flash = c.sessions.takeFlash(p.session)
+		v.Signed, v.Operator, v.CSRF = true, p.operator, p.session.CSRF
+		v.Flash = c.takeFlash(w, r)
 		if p.scope.TenantID != [16]byte{} {
 			name := p.tenant.Name
 			v.Scope = &scopeView{
@@ -169,8 +169,24 @@ func (c *Console) engineError(w http.ResponseWriter, r *http.Request, err error)
 // back sets a one-time message and sends the browser to to (POST, then
 // redirect, then GET: a reload never posts twice).
 func (c *Console) back(w http.ResponseWriter, r *http.Request, to string, f flash) {
-	c.sessions.setFlash(principalOf(r).session, f)
+	f.ExpiresUnix = c.cfg.Clock.Now().Add(flashTTL).Unix()
+	setCookie(w, r, flashCookie, c.sealer.seal(flashCookie, f), int(flashTTL.Seconds()))
 	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// takeFlash reads the one-time message, if any, and has the browser drop
+// it: a reload shows the page without it (a key is shown once).
+func (c *Console) takeFlash(w http.ResponseWriter, r *http.Request) *flash {
+	ck, err := r.Cookie(flashCookie)
+	if err != nil {
+		return nil
+	}
+	setCookie(w, r, flashCookie, "", -1)
+	f := new(flash)
+	if !c.sealer.open(flashCookie, ck.Value, f) || c.cfg.Clock.Now().Unix() >= f.ExpiresUnix {
+		return nil
+	}
+	return f
 }
 
 // backErr is back with an engine error's detail (or a generic one).

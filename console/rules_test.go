@@ -197,26 +197,36 @@ func TestSigninLimiter(t *testing.T) {
 	}
 }
 
-func TestSessionsCapDropsTheOldest(t *testing.T) {
+// TestSealer checks that a sealed session opens only under the same key
+// and cookie name, and not once changed.
+func TestSealer(t *testing.T) {
 	t.Parallel()
-	s := newSessions()
-	t0 := time.Unix(0, 0)
-	first := s.start(t0, true, "")
-	for i := 1; i < maxSessions; i++ {
-		s.start(t0.Add(time.Duration(i)*time.Millisecond), true, "")
+	a, b := newSealer("token-a-of-at-least-32-characters-long"), newSealer("token-b-of-at-least-32-characters-long")
+	again := newSealer("token-a-of-at-least-32-characters-long")
+	in := session{APIKey: "ck_live_x", CSRF: "c", ExpiresUnix: 42}
+	text := a.seal(sessionCookie, in)
+	var out session
+	if !again.open(sessionCookie, text, &out) || out != in {
+		t.Fatalf("another node with the same token opened %+v, want %+v", out, in)
 	}
-	last := s.start(t0.Add(time.Hour), false, "k")
-	if len(s.byID) != maxSessions {
-		t.Errorf("sessions = %d, want %d", len(s.byID), maxSessions)
+	if strings.Contains(text, "ck_live_x") {
+		t.Error("the sealed cookie shows the key")
 	}
-	if s.get(first.id, t0.Add(time.Hour)) != nil {
-		t.Error("the oldest session survived the cap")
+	raw := []byte(text)
+	raw[len(raw)/2] ^= 1
+	for name, ok := range map[string]bool{
+		"other key":         b.open(sessionCookie, text, &out),
+		"other cookie name": a.open(flashCookie, text, &out),
+		"changed":           a.open(sessionCookie, string(raw), &out),
+		"not base64":        a.open(sessionCookie, "!!", &out),
+		"short":             a.open(sessionCookie, "AAAA", &out),
+	} {
+		if ok {
+			t.Errorf("%s: opened", name)
+		}
 	}
-	if s.get(last.id, t0.Add(time.Hour)) == nil {
-		t.Error("the new session is missing")
-	}
-	if s.get(last.id, t0.Add(time.Hour+sessionTTL+time.Second)) != nil {
-		t.Error("an expired session was returned")
+	if r1, r2 := newSealer(""), newSealer(""); r2.open(sessionCookie, r1.seal(sessionCookie, in), &out) {
+		t.Error("two processes without an admin token share a key")
 	}
 }
 

@@ -2,9 +2,14 @@ package console
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"net"
 	"net/http"
 	"sync"
@@ -19,12 +24,12 @@ import (
 const (
 	// sessionTTL is how long a sign-in lasts, from the sign-in.
 	sessionTTL = 12 * time.Hour
-	// maxSessions bounds the sessions one process holds; past it the one
-	// closest to expiry is dropped.
-	maxSessions = 10_000
-	// sessionCookie names the session cookie; preCookie the sign-in form's
-	// double-submit CSRF cookie.
+	// flashTTL is how long a one-time message waits for the next page.
+	flashTTL = time.Minute
+	// sessionCookie names the session cookie, flashCookie the one-time
+	// message's, preCookie the sign-in form's double-submit CSRF cookie.
 	sessionCookie = "creditd_console"
+	flashCookie   = "creditd_console_flash"
 	preCookie     = "creditd_console_signin"
 	// signinFailures is how many failed sign-ins one client address may
 	// make per signinWindow before it must wait out the window.
@@ -33,90 +38,82 @@ const (
 	maxSigninIPs   = 10_000
 )
 
-// session is one signed-in browser. The credential stays server-side: the
-// cookie holds only a random id, and a tenant's key is authenticated again on
+// session is one signed-in browser, sealed into its cookie (AES-GCM), so any
+// node of a fleet can read it. A tenant's key is authenticated again on
 // every request, so revoking it signs the browser out at once.
 type session struct {
-	id       string
-	csrf     string
-	operator bool
-	apiKey   string
-	expires  time.Time
-	// flash is shown once on the next page (a key or secret shown once).
-	flash *flash
+	Operator bool   `json:"o,omitempty"`
+	APIKey   string `json:"k,omitempty"`
+	CSRF     string `json:"c"`
+	// ExpiresUnix is when the sign-in ends (unix seconds).
+	ExpiresUnix int64 `json:"e"`
 }
 
 // flash is a one-time message; Secret, when set, is a value shown only now.
 type flash struct {
-	Message string
-	Secret  string
-	Error   bool
+	Message string `json:"m"`
+	Secret  string `json:"s,omitempty"`
+	Error   bool   `json:"e,omitempty"`
+	// ExpiresUnix bounds how long it waits to be shown (unix seconds).
+	ExpiresUnix int64 `json:"x"`
 }
 
-// sessions is the process' session map. Safe for concurrent use.
-type sessions struct {
-	mu   sync.Mutex
-	byID map[string]*session
-}
+// sealer seals values into cookie text and opens them, with AES-256-GCM
+// under a key every node derives from the admin token (or, without one, a
+// random key of this process). Safe for concurrent use.
+type sealer struct{ aead cipher.AEAD }
 
-func newSessions() *sessions { return &sessions{byID: map[string]*session{}} }
+// sessionKeyLabel separates the cookie key from any other use of the
+// admin token.
+const sessionKeyLabel = "creditd console session key v1"
 
-// start records a new session.
-func (s *sessions) start(now time.Time, operator bool, apiKey string) *session {
-	ss := &session{id: randomToken(), csrf: randomToken(), operator: operator, apiKey: apiKey, expires: now.Add(sessionTTL)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.byID) >= maxSessions {
-		var oldest *session
-		for _, o := range s.byID {
-			if now.After(o.expires) {
-				delete(s.byID, o.id)
-				continue
-			}
-			if oldest == nil || o.expires.Before(oldest.expires) {
-				oldest = o
-			}
-		}
-		if len(s.byID) >= maxSessions && oldest != nil {
-			delete(s.byID, oldest.id)
+func newSealer(adminToken string) *sealer {
+	var key []byte
+	if adminToken != "" {
+		m := hmac.New(sha256.New, []byte(adminToken))
+		m.Write([]byte(sessionKeyLabel))
+		key = m.Sum(nil)
+	} else {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			panic(err) // crypto/rand never fails on supported platforms
 		}
 	}
-	s.byID[ss.id] = ss
-	return ss
-}
-
-// get is the live session of id, or nil.
-func (s *sessions) get(id string, now time.Time) *session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ss := s.byID[id]
-	if ss != nil && now.After(ss.expires) {
-		delete(s.byID, id)
-		return nil
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		panic(err) // a 32-byte key always makes a cipher
 	}
-	return ss
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return &sealer{aead: aead}
 }
 
-// end forgets id.
-func (s *sessions) end(id string) {
-	s.mu.Lock()
-	delete(s.byID, id)
-	s.mu.Unlock()
+// seal encrypts v's JSON under name (the cookie name is authenticated too,
+// so a flash cookie cannot stand in for a session).
+func (s *sealer) seal(name string, v any) string {
+	plain, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // session and flash always encode
+	}
+	nonce := make([]byte, s.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(s.aead.Seal(nonce, nonce, plain, []byte(name)))
 }
 
-// setFlash stores a one-time message on ss; takeFlash reads and clears it.
-func (s *sessions) setFlash(ss *session, f flash) {
-	s.mu.Lock()
-	ss.flash = &f
-	s.mu.Unlock()
-}
-
-func (s *sessions) takeFlash(ss *session) *flash {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := ss.flash
-	ss.flash = nil
-	return f
+// open decrypts text sealed under name into v; false when it was not
+// sealed by this key or was changed.
+func (s *sealer) open(name, text string, v any) bool {
+	raw, err := base64.RawURLEncoding.DecodeString(text)
+	if err != nil || len(raw) < s.aead.NonceSize() {
+		return false
+	}
+	n := s.aead.NonceSize()
+	plain, err := s.aead.Open(nil, raw[:n], raw[n:], []byte(name))
+	return err == nil && json.Unmarshal(plain, v) == nil
 }
 
 // randomToken is 32 random bytes, base64url.
@@ -159,21 +156,18 @@ func (c *Console) authenticate(r *http.Request) *principal {
 	if err != nil {
 		return nil
 	}
-	ss := c.sessions.get(ck.Value, c.cfg.Clock.Now())
-	if ss == nil {
+	ss := new(session)
+	if !c.sealer.open(sessionCookie, ck.Value, ss) || c.cfg.Clock.Now().Unix() >= ss.ExpiresUnix || ss.CSRF == "" {
 		return nil
 	}
-	if ss.operator {
+	if ss.Operator {
 		if c.cfg.AdminToken == "" {
 			return nil
 		}
 		return &principal{session: ss, operator: true}
 	}
-	scope, tenant, err := c.cfg.Tenants.Authenticate(r.Context(), ss.apiKey)
+	scope, tenant, err := c.cfg.Tenants.Authenticate(r.Context(), ss.APIKey)
 	if err != nil {
-		if e, ok := engine.AsError(err); ok && e.Kind == engine.KindUnauthorized {
-			c.sessions.end(ss.id)
-		}
 		return nil
 	}
 	return &principal{session: ss, scope: scope, tenant: tenant}
@@ -201,7 +195,7 @@ func (c *Console) signedIn(h http.HandlerFunc) http.HandlerFunc {
 				c.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 				return
 			}
-			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(p.session.csrf)) != 1 {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(p.session.CSRF)) != 1 {
 				c.fail(w, r, http.StatusForbidden, "The form has expired: reload the page and try again.")
 				return
 			}

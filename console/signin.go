@@ -57,35 +57,32 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	cred := strings.TrimSpace(r.PostFormValue("credential"))
 	now := c.cfg.Clock.Now()
-	var ss *session
+	ss := &session{CSRF: randomToken(), ExpiresUnix: now.Add(sessionTTL).Unix()}
+	to := ""
 	switch {
 	case cred == "":
 	case c.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(cred), []byte(c.cfg.AdminToken)) == 1:
-		ss = c.sessions.start(now, true, "")
+		ss.Operator, to = true, Prefix+"/tenants"
 	default:
-		if _, _, err := c.cfg.Tenants.Authenticate(r.Context(), cred); err == nil {
-			// The scope is read again below from the key cache.
-			ss = c.sessions.start(now, false, cred)
+		if scope, _, err := c.cfg.Tenants.Authenticate(r.Context(), cred); err == nil {
+			ss.APIKey = cred
+			to = Prefix + "/t/" + scope.TenantID.String() + "/" + string(scope.Environment) + "/customers"
 		}
 	}
-	if ss == nil {
+	if to == "" {
 		c.signins.failed(r.RemoteAddr)
 		c.showLogin(w, r, http.StatusUnauthorized, "That admin token or API key is not valid.")
 		return
 	}
 	setCookie(w, r, preCookie, "", -1)
-	setCookie(w, r, sessionCookie, ss.id, int(sessionTTL.Seconds()))
-	to := Prefix + "/tenants"
-	if !ss.operator {
-		scope, _, _ := c.cfg.Tenants.Authenticate(r.Context(), cred)
-		to = Prefix + "/t/" + scope.TenantID.String() + "/" + string(scope.Environment) + "/customers"
-	}
+	setCookie(w, r, sessionCookie, c.sealer.seal(sessionCookie, ss), int(sessionTTL.Seconds()))
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
-// logout ends the session.
+// logout ends the session: the browser drops its cookie. (A copy of the
+// cookie taken before stays valid until it expires, or until the tenant's
+// key is revoked or the admin token changes.)
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	c.sessions.end(principalOf(r).session.id)
 	setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 }
