@@ -119,7 +119,15 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
-	c.mux.ServeHTTP(w, r)
+	// Under fasthttpadaptor the request's context is fasthttp's RequestCtx,
+	// whose Done reads server state that Shutdown writes unguarded: a
+	// context derived from it (whose goroutine watches Done) races with
+	// shutdown. It signals only shutdown, not a client gone, so the console
+	// keeps its values but not its cancellation, and bounds each request on
+	// its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), requestTimeout)
+	defer cancel()
+	c.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // serveStatic serves the embedded stylesheet; a directory is a 404, not a

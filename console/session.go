@@ -177,9 +177,6 @@ func (c *Console) authenticate(r *http.Request) *principal {
 // others go to the sign-in page.
 func (c *Console) signedIn(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
-		defer cancel()
-		r = r.WithContext(ctx)
 		p := c.authenticate(r)
 		if p == nil {
 			if r.Method == http.MethodGet {
