@@ -94,10 +94,11 @@ test('sign-in page is keyboard-first and signs the operator in', async () => {
   await page.goto('/console/login');
   await page.keyboard.press('Tab');
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content');
-  await shot(page, '01-sign-in');
+  await shot(page, '00-sign-in');
   await signIn(page, env('ADMIN_TOKEN'));
   assert.match(page.url(), /\/console\/tenants$/);
   await assert.doesNotReject(page.getByRole('heading', { name: 'Tenants', exact: true }).waitFor());
+  await shot(page, '01-tenants');
   await page.context().close();
 });
 
@@ -195,6 +196,13 @@ test('a metadata value <script> shows as text', async () => {
   assert.equal(await page.locator('script').count(), 0);
   assert.equal(await page.evaluate(() => window.pwned), undefined);
   await shot(page, '07-metadata-escaped');
+  await page.getByRole('link', { name: 'Settings' }).click();
+  await page.getByLabel('Default overage policy').selectOption('notify');
+  await page.getByLabel('Low-balance threshold in credits (0: off)').fill('2.5');
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  await page.getByText('Settings saved.').waitFor();
+  assert.equal(await page.getByLabel('Low-balance threshold in credits (0: off)').inputValue(), '2.500');
+  await shot(page, '07-settings');
   await page.context().close();
 });
 
