@@ -89,7 +89,6 @@ type customerView struct {
 	Customer engine.Customer
 	Account  engine.Account
 	Ledger   []engine.LedgerEntry
-	Next     string
 	// NextHref is the next page's link: the filters plus the cursor, each
 	// query-encoded here (template.URL: built only from url.Values).
 	NextHref template.URL
@@ -163,7 +162,7 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.cfg.Clock.Now()
 	v := customerView{
-		Customer: cu, Account: acct, Ledger: ledger.Data, Next: ledger.NextCursor, Filter: f, Holds: holds,
+		Customer: cu, Account: acct, Ledger: ledger.Data, Filter: f, Holds: holds,
 		Chart:    balanceChart(recent.Data, acct.Balance, now),
 		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
