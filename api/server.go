@@ -107,7 +107,9 @@ type Config struct {
 	// MaxConnsPerIP caps the open connections of one client (an IPv4
 	// address or an IPv6 /64); 0 means DefaultMaxConnsPerIP.
 	MaxConnsPerIP int
-	Log           zerolog.Logger
+	// Console, when set, serves the web console under /console.
+	Console fasthttp.RequestHandler
+	Log     zerolog.Logger
 }
 
 // Server is creditd's HTTP server. It is safe for concurrent use.
@@ -218,6 +220,7 @@ func New(cfg Config) *Server {
 	r.MethodNotAllowed = s.methodNotAllowed
 	s.router = r
 	s.register()
+	s.registerConsole(cfg.Console)
 	s.srv = &fasthttp.Server{
 		Handler:      s.serveHTTP,
 		ErrorHandler: s.connError,

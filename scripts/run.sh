@@ -34,4 +34,8 @@ export CREDITD_ADDR=${CREDITD_ADDR:-:8080}
 echo "run: REDIS_URL=$REDIS_URL" >&2
 echo "run: DATABASE_URL=$DATABASE_URL" >&2
 echo "run: CREDITD_ADDR=$CREDITD_ADDR CREDITD_ADMIN_TOKEN=$CREDITD_ADMIN_TOKEN" >&2
+# The web console (console/): sign in with the admin token above, or a tenant's API key.
+console_host=${CREDITD_ADDR%:*}
+case $console_host in "" | 0.0.0.0 | "[::]") console_host=localhost ;; esac
+echo "run: console at http://$console_host:${CREDITD_ADDR##*:}/console (sign in with CREDITD_ADMIN_TOKEN)" >&2
 exec bin/creditd serve "$@"

@@ -4,6 +4,10 @@
 #   2. go vet ./... and a gofmt check;
 #   3. Redocly lint of api/openapi.json (tools/openapi; npm ci when its
 #      node_modules is missing), 0 errors and 0 warnings;
+#   3b. the console's browser-test set-up: Debian's Chromium and Node
+#      (apt-get, when missing and root) and console/e2e's npm packages (npm
+#      ci, when missing or not the pinned version), so that
+#      console.TestConsoleInBrowser runs in step 4 (it skips in step 5);
 #   4. go test -race ./... on single Redis (TEST_REDIS_URL, TEST_DATABASE_URL);
 #   5. go test -race again on a private Redis Cluster of 3 masters with one
 #      replica each (TEST_REDIS_CLUSTER), always stopped afterwards: the
@@ -87,6 +91,31 @@ fi
 
 step "openapi lint (Redocly)"
 scripts/openapi-lint.sh
+step "console browser test set-up (Chromium, Node, console/e2e npm packages)"
+# console/browser_test.go drives the console in Chromium through Playwright;
+# CONSOLE_BROWSER_REQUIRED=1 makes it fail, not skip, when a piece is missing.
+need=()
+[[ -x /usr/bin/chromium ]] || need+=(chromium)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+if ((${#need[@]})); then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		echo "installing ${need[*]} (apt-get)" >&2
+		apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+	else
+		echo "test: the console browser test needs ${need[*]}: install them (apt-get install ${need[*]}) or run as root" >&2
+		exit 1
+	fi
+fi
+e2e=console/e2e
+pinned=$(node -p "require('./$e2e/package-lock.json').packages['node_modules/playwright-core'].version")
+installed=$(node -p "try { require('./$e2e/node_modules/playwright-core/package.json').version } catch { '' }")
+if [[ $installed != "$pinned" ]]; then
+	echo "installing $e2e npm packages (playwright-core $pinned; no browser download)" >&2
+	(cd "$e2e" && npm ci --no-audit --no-fund >&2)
+fi
+export CONSOLE_BROWSER_REQUIRED=1
 
 step "go test -race (single Redis)"
 t0=$SECONDS

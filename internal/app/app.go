@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -17,9 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/api"
+	"github.com/creditd/creditd/console"
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/sender"
 	"github.com/creditd/creditd/internal/telemetry"
@@ -115,6 +118,8 @@ type App struct {
 	Server    *api.Server
 	// Registry holds every family /metrics serves.
 	Registry *prometheus.Registry
+	// Console is the web dashboard the server serves under /console.
+	Console *console.Console
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
 	// HoldSweeper expires holds past their expires_at.
@@ -207,6 +212,12 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.Console = console.New(console.Config{
+		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
+		Webhooks: a.Webhooks, Plans: a.Plans, Entitlements: a.Entitlements, Subscriptions: a.Subscriptions,
+		Directory: a.DB, AdminToken: cfg.AdminToken,
+		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
+	})
 	a.readyChecks = []api.HealthCheck{
 		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		{Name: "postgres", Check: pool.Ping},
@@ -219,6 +230,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		tracer.Propagator = cfg.Tracing.Propagator
 	}
 	a.Server = api.New(api.Config{
+		Console:  fasthttpadaptor.NewFastHTTPHandler(a.Console),
 		Registry: a.Registry, MetricsElsewhere: cfg.MetricsElsewhere, Tracer: tracer.Tracer, Propagator: tracer.Propagator,
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,

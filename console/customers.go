@@ -1,0 +1,250 @@
+package console
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// customersView is a page of customers with the search.
+type customersView struct {
+	Query      string
+	Customers  []engine.Customer
+	NextCursor string
+}
+
+// customersPage lists the scope's customers newest first, matching the
+// search in external id or display name (one indexed page, cursor paged).
+func (c *Console) customersPage(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q != "" && r.URL.Query().Get("cursor") == "" {
+		// An exact external id opens the customer at once.
+		if cu, err := c.cfg.Customers.Resolve(r.Context(), p.scope, engine.CustomerRef{Value: q, Strict: true}, false); err == nil {
+			http.Redirect(w, r, scopeBase(p)+"/customers/"+cu.ID.String(), http.StatusSeeOther)
+			return
+		}
+	}
+	page, err := c.cfg.Customers.List(r.Context(), p.scope, q, r.URL.Query().Get("cursor"), pageSize)
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "customers", "Customers", customersView{Query: q, Customers: page.Data, NextCursor: page.NextCursor}, 0)
+}
+
+func scopeBase(p *principal) string {
+	return Prefix + "/t/" + p.scope.TenantID.String() + "/" + string(p.scope.Environment)
+}
+
+// ledgerFilter is the ledger table's filters, as the history API takes them.
+type ledgerFilter struct {
+	Type, Source, Metric, Cursor string
+	// From and To are dates (YYYY-MM-DD, UTC): entries from the start of
+	// From up to the end of To.
+	From, To string
+}
+
+// window is the filter's dates as the history API's from and to instants;
+// ok is false for a date that does not parse.
+func (f ledgerFilter) window() (from, to string, ok bool) {
+	if f.From != "" {
+		d, err := time.Parse(time.DateOnly, f.From)
+		if err != nil {
+			return "", "", false
+		}
+		from = d.Format(time.RFC3339)
+	}
+	if f.To != "" {
+		d, err := time.Parse(time.DateOnly, f.To)
+		if err != nil {
+			return "", "", false
+		}
+		to = d.AddDate(0, 0, 1).Format(time.RFC3339)
+	}
+	return from, to, true
+}
+
+// query is the filter as a URL query (cursor excluded), for paging links.
+func (f ledgerFilter) query() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"type": f.Type, "source": f.Source, "metric": f.Metric, "from": f.From, "to": f.To} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// customerView is one customer's page.
+type customerView struct {
+	Customer engine.Customer
+	Account  engine.Account
+	Ledger   []engine.LedgerEntry
+	// NextHref is the next page's link: the filters plus the cursor, each
+	// query-encoded here (template.URL: built only from url.Values).
+	NextHref template.URL
+	Filter   ledgerFilter
+	Holds    []engine.Reservation
+	Chart    chart
+	Usage    usageChart
+	// Entitlements are the snapshot's metrics sorted by key (nil when the
+	// console has no entitlement service).
+	Entitlements  []engine.SnapshotEntry
+	Plan          string
+	Subscriptions []engine.Subscription
+	// GrantKey makes the grant form idempotent: posting it twice grants once.
+	GrantKey   string
+	EntryTypes []engine.EntryType
+	Sources    []engine.Source
+}
+
+var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, engine.EntryConsumption,
+	engine.EntryReservation, engine.EntryRelease, engine.EntryExpiry, engine.EntryAdjustment}
+
+var sources = []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional,
+	engine.SourceCompensation, engine.SourceReferral, engine.SourceManual, engine.SourceMigration}
+
+// customerPage shows a customer's balance, blocks, holds, the balance
+// chart and one page of the ledger. Every read is one indexed page: the
+// ledger's length never changes its cost.
+func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	ctx := r.Context()
+	ref := engine.CustomerRef{Value: r.PathValue("customer")}
+	cu, err := c.cfg.Customers.Resolve(ctx, p.scope, ref, false)
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	ref = engine.CustomerRef{Value: cu.ID.String()}
+	acct, err := c.cfg.Credits.Account(ctx, p.scope, ref, true)
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	qv := r.URL.Query()
+	f := ledgerFilter{Type: qv.Get("type"), Source: qv.Get("source"), Metric: qv.Get("metric"), Cursor: qv.Get("cursor"),
+		From: qv.Get("from"), To: qv.Get("to")}
+	from, to, ok := f.window()
+	if !ok {
+		c.fail(w, r, http.StatusBadRequest, "from and to must be dates (YYYY-MM-DD).")
+		return
+	}
+	ledger, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryInput{
+		Type: f.Type, Source: f.Source, BillableMetricKey: f.Metric, From: from, To: to, Cursor: f.Cursor, Limit: pageSize,
+	})
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	recent, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryInput{Limit: chartEntries})
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	var holds []engine.Reservation
+	if c.cfg.Reservations != nil {
+		page, err := c.cfg.Reservations.List(ctx, p.scope, ref, string(engine.ReservationActive), "", pageSize)
+		if err != nil {
+			c.engineError(w, r, err)
+			return
+		}
+		holds = page.Data
+	}
+	now := c.cfg.Clock.Now()
+	v := customerView{
+		Customer: cu, Account: acct, Ledger: ledger.Data, Filter: f, Holds: holds,
+		Chart:    balanceChart(recent.Data, acct.Balance, now),
+		Usage:    consumptionChart(recent.Data, now),
+		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
+	}
+	if c.cfg.Entitlements != nil {
+		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
+		if err != nil {
+			c.engineError(w, r, err)
+			return
+		}
+		for _, e := range snap.Entitlements {
+			v.Entitlements = append(v.Entitlements, e)
+		}
+		sort.Slice(v.Entitlements, func(i, j int) bool { return v.Entitlements[i].BillableMetricKey < v.Entitlements[j].BillableMetricKey })
+		if snap.PlanName != nil {
+			v.Plan = *snap.PlanName
+		}
+	}
+	if c.cfg.Subscriptions != nil {
+		subs, err := c.cfg.Subscriptions.List(ctx, p.scope, ref, "", pageSize)
+		if err != nil {
+			c.engineError(w, r, err)
+			return
+		}
+		v.Subscriptions = subs.Data
+	}
+	if ledger.NextCursor != "" {
+		q := f.query()
+		q.Set("cursor", ledger.NextCursor)
+		v.NextHref = template.URL(scopeBase(p) + "/customers/" + cu.ID.String() + "?" + q.Encode())
+	}
+	title := cu.ExternalID
+	c.render(w, r, http.StatusOK, "customer", title, v, 0)
+}
+
+// grant adds a block to the customer from the console's form. The form's
+// key is the idempotency key, so a double submit grants once.
+func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	to := scopeBase(p) + "/customers/" + url.PathEscape(r.PathValue("customer"))
+	amount, ok := parseCredits(r.PostFormValue("credits"))
+	if !ok {
+		c.back(w, r, to, flash{Message: "credits: a positive amount with at most three decimals is required", Error: true})
+		return
+	}
+	src := r.PostFormValue("source")
+	if src == "" {
+		src = string(engine.SourceManual)
+	}
+	in := engine.GrantInput{Credits: &amount, Source: &src}
+	if v := strings.TrimSpace(r.PostFormValue("priority")); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			c.back(w, r, to, flash{Message: "priority: a whole number from 0 to 255 is required", Error: true})
+			return
+		}
+		in.Priority = &n
+	}
+	if v := strings.TrimSpace(r.PostFormValue("expires_at")); v != "" {
+		// <input type="datetime-local"> sends no zone: the form says UTC.
+		t, err := time.Parse("2006-01-02T15:04", v)
+		if err != nil {
+			c.back(w, r, to, flash{Message: "expires_at: a date and time is required", Error: true})
+			return
+		}
+		s := t.UTC().Format(time.RFC3339)
+		in.ExpiresAt = &s
+	}
+	if v := strings.TrimSpace(r.PostFormValue("reason")); v != "" {
+		in.Reason = &v
+	}
+	key := r.PostFormValue("grant_key")
+	if len(key) < 16 || len(key) > 64 {
+		c.back(w, r, to, flash{Message: "The form has expired: reload the page and try again.", Error: true})
+		return
+	}
+	sum := sha256.Sum256([]byte(strings.Join([]string{r.PathValue("customer"), r.PostFormValue("credits"), src,
+		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason")}, "\x00")))
+	idem := engine.Idempotency{Key: "console-grant-" + key, RequestHash: hex.EncodeToString(sum[:])}
+	if _, err := c.cfg.Credits.Grant(r.Context(), p.scope, engine.CustomerRef{Value: r.PathValue("customer")}, idem, in); err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	c.back(w, r, to, flash{Message: "Granted " + formatCredits(amount) + " credits."})
+}
