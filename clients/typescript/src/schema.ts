@@ -1524,7 +1524,7 @@ export interface components {
         /** @description RFC 9457 problem details. A 413 uses type bad-request; a 405 uses type bad-request. */
         Problem: {
             /** @enum {string} */
-            type: "bad-request" | "unauthorized" | "not-found" | "conflict" | "insufficient-credits" | "reservation-expired" | "validation-error" | "rate-limited" | "internal";
+            type: "bad-request" | "unauthorized" | "not-found" | "conflict" | "insufficient-credits" | "reservation-expired" | "validation-error" | "rate-limited" | "internal" | "unavailable";
             title: string;
             status: number;
             detail: string;
@@ -3143,6 +3143,26 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description A store is unavailable for a moment (a Redis failover, a replica that has not acknowledged a write, Postgres unreachable while an idempotency key is checked); nothing was acknowledged. Retry with the same Idempotency-Key after Retry-After seconds. */
+        503: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "unavailable",
+                 *       "title": "Service Unavailable",
+                 *       "status": 503,
+                 *       "detail": "the credit store is unavailable for a moment (a failover or a broken connection); retry with the same Idempotency-Key (or event_id) after the Retry-After seconds",
+                 *       "request_id": "3e70347fe690ecf9-00000000000000d1"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
     };
     parameters: {
         /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
@@ -3381,9 +3401,11 @@ export interface operations {
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updateTenant: {
@@ -3442,6 +3464,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listCustomers: {
@@ -3501,6 +3524,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createCustomer: {
@@ -3567,6 +3591,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getCustomer: {
@@ -3610,10 +3635,12 @@ export interface operations {
                     "application/json": components["schemas"]["Customer"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     deleteCustomer: {
@@ -3639,10 +3666,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updateCustomer: {
@@ -3707,6 +3736,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getCredits: {
@@ -3782,6 +3812,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     grantCredits: {
@@ -3873,6 +3904,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adjustCredits: {
@@ -3953,6 +3985,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     creditHistory: {
@@ -4035,6 +4068,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     overage: {
@@ -4075,11 +4109,13 @@ export interface operations {
                     "application/json": components["schemas"]["OverageReport"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getCustomerStrict: {
@@ -4123,10 +4159,12 @@ export interface operations {
                     "application/json": components["schemas"]["Customer"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     deleteCustomerStrict: {
@@ -4152,10 +4190,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updateCustomerStrict: {
@@ -4222,6 +4262,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getCreditsStrict: {
@@ -4272,6 +4313,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     grantCreditsStrict: {
@@ -4361,6 +4403,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adjustCreditsStrict: {
@@ -4452,6 +4495,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminListTenants: {
@@ -4503,6 +4547,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminCreateTenant: {
@@ -4550,7 +4595,9 @@ export interface operations {
             401: components["responses"]["401"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminGetTenant: {
@@ -4588,9 +4635,12 @@ export interface operations {
                     "application/json": components["schemas"]["TenantConfig"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminSetRateLimit: {
@@ -4643,7 +4693,9 @@ export interface operations {
             404: components["responses"]["404"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminListAPIKeys: {
@@ -4687,10 +4739,12 @@ export interface operations {
                     "application/json": components["schemas"]["APIKeyList"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminCreateKey: {
@@ -4737,7 +4791,9 @@ export interface operations {
             404: components["responses"]["404"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminRevokeKey: {
@@ -4761,9 +4817,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminSetWebhook: {
@@ -4808,7 +4867,9 @@ export interface operations {
             404: components["responses"]["404"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminDeleteWebhook: {
@@ -4831,9 +4892,12 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     adminRotateSecret: {
@@ -4864,9 +4928,12 @@ export interface operations {
                     "application/json": components["schemas"]["Webhook"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listBillableMetrics: {
@@ -4936,6 +5003,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createBillableMetric: {
@@ -4996,6 +5064,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getBillableMetric: {
@@ -5037,10 +5106,12 @@ export interface operations {
                     "application/json": components["schemas"]["BillableMetric"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updateBillableMetric: {
@@ -5108,6 +5179,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listMeteringRules: {
@@ -5170,6 +5242,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createMeteringRule: {
@@ -5233,6 +5306,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     checkEntitlement: {
@@ -5285,6 +5359,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     checkCustomerEntitlement: {
@@ -5332,6 +5407,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     checkCustomerEntitlementByExternalId: {
@@ -5386,6 +5462,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     consume: {
@@ -5450,6 +5527,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     reportUsage: {
@@ -5528,6 +5606,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     incrementGauge: {
@@ -5608,6 +5687,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     decrementGauge: {
@@ -5667,6 +5747,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     incrementGaugeByExternalId: {
@@ -5748,6 +5829,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     decrementGaugeByExternalId: {
@@ -5807,6 +5889,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createReservation: {
@@ -5873,6 +5956,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getReservation: {
@@ -5920,10 +6004,12 @@ export interface operations {
                     "application/json": components["schemas"]["Reservation"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     commitReservation: {
@@ -5998,6 +6084,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     releaseReservation: {
@@ -6049,6 +6136,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReleaseResult"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             409: components["responses"]["409"];
@@ -6056,6 +6144,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listCustomerReservations: {
@@ -6123,6 +6212,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listCustomerReservationsByExternalId: {
@@ -6208,6 +6298,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listWebhookEvents: {
@@ -6341,6 +6432,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     redeliverWebhookEvent: {
@@ -6421,6 +6513,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookEvent"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             409: components["responses"]["409"];
@@ -6428,6 +6521,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     testWebhook: {
@@ -6463,12 +6557,14 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookTestResult"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             409: components["responses"]["409"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listPlans: {
@@ -6530,6 +6626,7 @@ export interface operations {
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createPlan: {
@@ -6593,6 +6690,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getPlan: {
@@ -6636,10 +6734,12 @@ export interface operations {
                     "application/json": components["schemas"]["Plan"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updatePlan: {
@@ -6704,6 +6804,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listPlanVariants: {
@@ -6769,9 +6870,11 @@ export interface operations {
                     "application/json": components["schemas"]["PlanVariantList"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createPlanVariant: {
@@ -6839,6 +6942,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updatePlanVariant: {
@@ -6911,6 +7015,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createPlanGrant: {
@@ -6984,6 +7089,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     putVariantEntitlement: {
@@ -7049,6 +7155,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getPlanVariant: {
@@ -7137,10 +7244,12 @@ export interface operations {
                     "application/json": components["schemas"]["PlanVariantDetail"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listOverrides: {
@@ -7188,10 +7297,12 @@ export interface operations {
                     "application/json": components["schemas"]["OverrideList"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createOverride: {
@@ -7260,6 +7371,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     deleteOverride: {
@@ -7291,12 +7403,14 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             409: components["responses"]["409"];
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     updateOverride: {
@@ -7365,6 +7479,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     entitlementSnapshot: {
@@ -7443,8 +7558,10 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     entitlementSnapshotByExternalId: {
@@ -7520,10 +7637,13 @@ export interface operations {
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listTopups: {
@@ -7585,6 +7705,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createTopup: {
@@ -7681,6 +7802,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     importCustomers: {
@@ -7746,6 +7868,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     createSubscription: {
@@ -7814,6 +7937,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getSubscription: {
@@ -7863,10 +7987,12 @@ export interface operations {
                     "application/json": components["schemas"]["Subscription"];
                 };
             };
+            400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     getSubscriptionUsage: {
@@ -7912,6 +8038,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     renewSubscription: {
@@ -7973,6 +8100,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     cancelSubscription: {
@@ -8043,6 +8171,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     pauseSubscription: {
@@ -8104,6 +8233,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     resumeSubscription: {
@@ -8165,6 +8295,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     upgradeSubscription: {
@@ -8235,6 +8366,7 @@ export interface operations {
             422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     listCustomerSubscriptions: {
@@ -8302,6 +8434,7 @@ export interface operations {
             404: components["responses"]["404"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
+            503: components["responses"]["503"];
         };
     };
     onCreditGranted: {
