@@ -174,6 +174,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+scoped+"/plans", c.inScope(c.createPlan))
 	m.HandleFunc("POST "+scoped+"/plans/{plan}", c.inScope(c.updatePlan))
 	m.HandleFunc("POST "+scoped+"/plans/{plan}/variants", c.inScope(c.createVariant))
+	m.HandleFunc("POST "+scoped+"/plans/{plan}/variants/{variant}", c.inScope(c.updateVariant))
 	m.HandleFunc("POST "+scoped+"/plans/{plan}/variants/{variant}/grants", c.inScope(c.createGrant))
 	m.HandleFunc(Prefix+"/", c.notFound)
 }

@@ -320,6 +320,12 @@ func TestPlansForms(t *testing.T) {
 	if _, body = b.get(base); !strings.Contains(body, "Plan Pro 2 saved.") || !strings.Contains(body, `<option value="retired" selected>`) {
 		t.Errorf("plan edit not shown")
 	}
+	if r, _ := b.post(base+"/"+planID[1]+"/variants/"+variantID[1], url.Values{"csrf": {b.csrf}, "status": {"retired"}, "trial_days": {"30"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("update variant: %d", r.StatusCode)
+	}
+	if _, body = b.get(base); !strings.Contains(body, "Variant saved.") || !strings.Contains(body, "30-day trial") {
+		t.Errorf("variant edit not shown")
+	}
 	// A bad cycle comes back as a message, not a 500.
 	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
 	if _, body = b.get(base); !strings.Contains(body, "flash-error") {

@@ -109,3 +109,31 @@ func (c *Console) updatePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	c.back(w, r, plansURL(p), flash{Message: "Plan " + plan.Name + " saved."})
 }
+
+// updateVariant sets a variant's status and trial days from its edit form
+// (the fields PATCH .../variants/{id} may change; the rest is fixed at
+// creation).
+func (c *Console) updateVariant(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	planID, err1 := uuid.Parse(r.PathValue("plan"))
+	variantID, err2 := uuid.Parse(r.PathValue("variant"))
+	if err1 != nil || err2 != nil {
+		c.notFound(w, r)
+		return
+	}
+	status := r.PostFormValue("status")
+	in := engine.UpdateVariantInput{Status: &status}
+	if v := strings.TrimSpace(r.PostFormValue("trial_days")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			c.back(w, r, plansURL(p), flash{Message: "trial_days: a whole number is required", Error: true})
+			return
+		}
+		in.TrialDays = &n
+	}
+	if _, err := c.cfg.Plans.UpdateVariant(r.Context(), p.scope, planID, variantID, in); err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	c.back(w, r, plansURL(p), flash{Message: "Variant saved."})
+}
