@@ -203,6 +203,8 @@ func (w *openAPIWalk) operator(hookURL string) Tenant {
 	w.admin(200, "PATCH", base, map[string]any{"rate_limit_per_second": 500, "rate_limit_burst": 1000})
 	k := w.admin(201, "POST", base+"/api-keys", map[string]any{"environment": "sandbox"})
 	w.admin(204, "DELETE", base+"/api-keys/"+str(w.t, k.Body["id"], "key id"), nil)
+	w.admin(200, "GET", base+"/api-keys", nil)
+	w.admin(200, "GET", "/admin/v1/tenants?limit=2", nil)
 	w.admin(200, "PUT", base+"/webhook", map[string]any{"url": hookURL})
 	w.admin(200, "POST", base+"/webhook/rotate-secret", nil)
 	return tn
