@@ -86,8 +86,35 @@ type ReconcileOptions struct {
 	// customers again: a write in flight (store ahead, persister not yet
 	// committed) is no divergence. 0 reads again at once.
 	Confirm time.Duration
-	// Clock dates the applied operations a reload restores (default system).
+	// Clock dates the applied operations a reload restores, and is the
+	// instant balance and pending are judged at (default system).
 	Clock Clock
+	// Scope limits the pass to one tenant (and environment); zero: every
+	// account.
+	Scope ReconcileScope
+	// Drained, when set, tells whether the persister has caught up (the
+	// outbox is empty). A store ahead of Postgres is then no write in
+	// flight but a difference of its own, and Fix reloads it too (fenced
+	// above the store's version); without Drained it is left alone.
+	Drained func(ctx context.Context) (bool, error)
+}
+
+// ReconcileScope is the part of the accounts a pass compares.
+type ReconcileScope struct {
+	// TenantID limits the pass to one tenant (uuid.Nil: every tenant).
+	TenantID uuid.UUID
+	// Environment limits it to one environment ("": both).
+	Environment Environment
+}
+
+// IsZero tells whether the scope is every account.
+func (s ReconcileScope) IsZero() bool { return s.TenantID == uuid.Nil && s.Environment == "" }
+
+// ScopedReconcileSource pages the accounts of a scope with what a
+// comparison needs (account row and live blocks; the reload reads the
+// whole state again with AccountState).
+type ScopedReconcileSource interface {
+	ReconcileStates(ctx context.Context, scope ReconcileScope, after uuid.UUID, limit int) ([]AccountState, error)
 }
 
 // Divergence names one way the hot store and Postgres disagree.
@@ -123,6 +150,17 @@ type Difference struct {
 	StoreBalance, PostgresBalance, LedgerSum int64
 	// Fixed: the reload wrote Postgres' state and a second read agrees.
 	Fixed bool
+	// Fields are the figures that differ with both values, in a fixed
+	// order (account figures, then blocks by id).
+	Fields []FieldDifference
+}
+
+// FieldDifference is one figure the two stores disagree on, with each
+// side's value as text ("absent" for a block one side lacks).
+type FieldDifference struct {
+	Field    string `json:"field"`
+	Redis    string `json:"redis"`
+	Postgres string `json:"postgres"`
 }
 
 // String is the difference on one line, for the CLI.
@@ -144,6 +182,8 @@ func (d Difference) String() string {
 type ReconcileReport struct {
 	// Checked counts the accounts Postgres holds that the pass compared.
 	Checked int64
+	// Equal counts those the store holds with the same state.
+	Equal int64
 	// NotLoaded counts those the store holds no state for (loaded on use).
 	NotLoaded int64
 	// Found counts the customers that differed; Fixed those a reload mended.
@@ -173,18 +213,28 @@ func Reconcile(ctx context.Context, src ReconcileSource, store ReconcileStore, o
 	if opts.Clock == nil {
 		opts.Clock = SystemClock{}
 	}
+	scoped, _ := src.(ScopedReconcileSource)
+	if scoped == nil && !opts.Scope.IsZero() {
+		return ReconcileReport{}, fmt.Errorf("engine: reconcile: this source cannot limit a pass to a tenant")
+	}
 	var rep ReconcileReport
 	after := uuid.Nil
 	for {
-		// appliedSince = now: the comparison needs no applied operations.
-		states, err := src.AccountStates(ctx, after, opts.PageSize, opts.Clock.Now())
+		var states []AccountState
+		var err error
+		if scoped != nil {
+			states, err = scoped.ReconcileStates(ctx, opts.Scope, after, opts.PageSize)
+		} else {
+			// appliedSince = now: the comparison needs no applied operations.
+			states, err = src.AccountStates(ctx, after, opts.PageSize, opts.Clock.Now())
+		}
 		if err != nil {
 			return rep, fmt.Errorf("engine: reconcile: %w", err)
 		}
 		if len(states) == 0 {
 			return rep, nil
 		}
-		diffs, notLoaded, err := comparePage(ctx, src, store, states)
+		diffs, notLoaded, err := comparePage(ctx, src, store, states, opts.Clock)
 		if err != nil {
 			return rep, err
 		}
@@ -195,9 +245,13 @@ func Reconcile(ctx context.Context, src ReconcileSource, store ReconcileStore, o
 		}
 		rep.Checked += int64(len(states))
 		rep.NotLoaded += notLoaded
+		rep.Equal += int64(len(states)) - notLoaded
 		for _, d := range diffs {
+			if d.StoreVersion >= 0 {
+				rep.Equal--
+			}
 			if opts.Fix {
-				if d.Fixed, err = reload(ctx, src, store, d, opts.Clock); err != nil {
+				if d.Fixed, err = reload(ctx, src, store, d, opts); err != nil {
 					return rep, err
 				}
 			}
@@ -224,7 +278,7 @@ func Reconcile(ctx context.Context, src ReconcileSource, store ReconcileStore, o
 
 // comparePage reads states' customers from the store and their ledger sums,
 // and returns those that differ and how many the store does not hold.
-func comparePage(ctx context.Context, src ReconcileSource, store ReconcileStore, states []AccountState) ([]Difference, int64, error) {
+func comparePage(ctx context.Context, src ReconcileSource, store ReconcileStore, states []AccountState, clock Clock) ([]Difference, int64, error) {
 	ids := make([]uuid.UUID, len(states))
 	for i, st := range states {
 		ids[i] = st.CustomerID
@@ -247,6 +301,7 @@ func comparePage(ctx context.Context, src ReconcileSource, store ReconcileStore,
 			notLoaded++
 		}
 		if d, ok := CompareAccount(st, stored[i], sums[st.CustomerID]); !ok {
+			d.Fields = FieldDifferences(st, stored[i], sums[st.CustomerID], clock.Now().UnixMilli())
 			diffs = append(diffs, d)
 		}
 	}
@@ -274,7 +329,7 @@ func confirm(ctx context.Context, src ReconcileSource, store ReconcileStore, dif
 		if !ok {
 			continue
 		}
-		again, err := compareOne(ctx, src, store, st)
+		again, err := compareOne(ctx, src, store, st, clock)
 		if err != nil {
 			return nil, err
 		}
@@ -287,8 +342,8 @@ func confirm(ctx context.Context, src ReconcileSource, store ReconcileStore, dif
 
 // compareOne compares one account read from Postgres with the store; nil
 // when they agree.
-func compareOne(ctx context.Context, src ReconcileSource, store ReconcileStore, st AccountState) (*Difference, error) {
-	diffs, _, err := comparePage(ctx, src, store, []AccountState{st})
+func compareOne(ctx context.Context, src ReconcileSource, store ReconcileStore, st AccountState, clock Clock) (*Difference, error) {
+	diffs, _, err := comparePage(ctx, src, store, []AccountState{st}, clock)
 	if err != nil || len(diffs) == 0 {
 		return nil, err
 	}
@@ -299,8 +354,10 @@ func compareOne(ctx context.Context, src ReconcileSource, store ReconcileStore, 
 // on the store version d saw, then compares again; it reports whether the
 // two now agree. A Postgres that disagrees with its own ledger is left for
 // an operator (loading it would spread the error), and so is a store
-// ahead of Postgres (its ops are still on their way).
-func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Difference, clock Clock) (bool, error) {
+// ahead of Postgres (its ops are still on their way) unless opts.Drained
+// says the outbox is empty.
+func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Difference, opts ReconcileOptions) (bool, error) {
+	clock := opts.Clock
 	for _, k := range d.Kinds {
 		if k == DivergenceLedger {
 			return false, nil
@@ -310,8 +367,17 @@ func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Di
 		// The store is ahead: its outbox entries are not in Postgres yet
 		// (the persister lags, or waits for a replica). A reload would
 		// drop ops that may have been acknowledged; the difference stays
-		// reported until they land.
-		return false, nil
+		// reported until they land. Once the outbox is empty (read after
+		// the comparison), nothing of the store's is on its way: its
+		// version was moved behind creditd's back, or its ops were
+		// dead-lettered, and Postgres wins.
+		if opts.Drained == nil {
+			return false, nil
+		}
+		drained, err := opts.Drained(ctx)
+		if err != nil || !drained {
+			return false, err
+		}
 	}
 	since := clock.Now().Add(-AppliedRetention)
 	st, ok, err := src.AccountState(ctx, d.Customer, since)
@@ -322,10 +388,11 @@ func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Di
 		// The persister moved Postgres since: the next pass compares again.
 		return false, nil
 	}
-	if f, ok := src.(ReconcileFencer); ok && d.StoreVersion == d.PostgresVersion {
-		// Same version, other state: the store ran a history of its own.
-		// Fence it, so an entry of it still in flight is refused, never
-		// persisted.
+	if f, ok := src.(ReconcileFencer); ok && d.StoreVersion >= d.PostgresVersion {
+		// Same version (or ahead, drained), other state: the store ran a
+		// history of its own. Fence it, so an entry of it still in flight
+		// is refused, never persisted, and Postgres' version moves above
+		// the store's.
 		if _, ok, err := f.FenceFork(ctx, d.Customer, d.StoreVersion); err != nil || !ok {
 			return false, err
 		}
@@ -340,7 +407,7 @@ func reload(ctx context.Context, src ReconcileSource, store ReconcileStore, d Di
 	if !wrote {
 		return false, nil
 	}
-	again, err := compareOne(ctx, src, store, st)
+	again, err := compareOne(ctx, src, store, st, clock)
 	return err == nil && again == nil, err
 }
 
@@ -431,4 +498,113 @@ func sameInstant(a, b *int64) bool {
 		return a == nil && b == nil
 	}
 	return *a == *b
+}
+
+// FieldDifferences lists the figures on which Postgres' state of one
+// customer (st, and its ledger sum) and the store's differ, with both
+// values: version, balance and pending at nowMS (the blocks started and not
+// expired, and those not started yet), reserved, lifetime earned, account
+// id, every field of every live block (a block one side lacks is "absent"
+// there), and Postgres against its own ledger.
+func FieldDifferences(st AccountState, stored StoredAccount, ledgerSum, nowMS int64) []FieldDifference {
+	var out []FieldDifference
+	add := func(field string, redis, postgres any) {
+		r, p := fmt.Sprint(redis), fmt.Sprint(postgres)
+		if r != p {
+			out = append(out, FieldDifference{Field: field, Redis: r, Postgres: p})
+		}
+	}
+	if stored.Present {
+		sb, sp := balanceAt(stored.Blocks, nowMS)
+		pb, pp := balanceAt(st.Blocks, nowMS)
+		add("version", stored.Version, st.Version)
+		add("balance", sb, pb)
+		add("pending", sp, pp)
+		add("reserved", stored.Reserved, st.Reserved)
+		add("lifetime_earned", stored.LifetimeEarned, st.LifetimeEarned)
+		add("account_id", stored.AccountID, st.AccountID)
+		out = append(out, blockDifferences(stored.Blocks, st.Blocks)...)
+	}
+	if pb := sumRemaining(st.Blocks); pb != ledgerSum {
+		out = append(out, FieldDifference{Field: "ledger_sum", Redis: "-",
+			Postgres: fmt.Sprintf("%d (its blocks hold %d)", ledgerSum, pb)})
+	}
+	return out
+}
+
+// balanceAt splits blocks' credit at nowMS into the balance (started, not
+// expired) and pending (not started yet), as a read would.
+func balanceAt(blocks []MutationBlock, nowMS int64) (balance, pending int64) {
+	for _, b := range blocks {
+		switch {
+		case b.Remaining <= 0 || (b.ExpiresMS != nil && *b.ExpiresMS <= nowMS):
+		case b.StartsMS > nowMS:
+			pending += b.Remaining
+		default:
+			balance += b.Remaining
+		}
+	}
+	return balance, pending
+}
+
+// blockDifferences compares the live blocks field by field, by block id.
+func blockDifferences(redis, postgres []MutationBlock) []FieldDifference {
+	index := func(bs []MutationBlock) map[uuid.UUID]MutationBlock {
+		m := make(map[uuid.UUID]MutationBlock, len(bs))
+		for _, b := range bs {
+			if b.Remaining > 0 {
+				m[b.ID] = b
+			}
+		}
+		return m
+	}
+	r, p := index(redis), index(postgres)
+	ids := make([]uuid.UUID, 0, len(r)+len(p))
+	for id := range r {
+		ids = append(ids, id)
+	}
+	for id := range p {
+		if _, ok := r[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	instant := func(v *int64) string {
+		if v == nil {
+			return "none"
+		}
+		return fmt.Sprint(*v)
+	}
+	var out []FieldDifference
+	for _, id := range ids {
+		x, inR := r[id]
+		y, inP := p[id]
+		name := "block " + id.String()
+		if !inR || !inP {
+			d := FieldDifference{Field: name, Redis: "absent", Postgres: "absent"}
+			if inR {
+				d.Redis = fmt.Sprintf("remaining %d", x.Remaining)
+			} else {
+				d.Postgres = fmt.Sprintf("remaining %d", y.Remaining)
+			}
+			out = append(out, d)
+			continue
+		}
+		for _, f := range []struct {
+			field string
+			r, p  string
+		}{
+			{"remaining", fmt.Sprint(x.Remaining), fmt.Sprint(y.Remaining)},
+			{"original", fmt.Sprint(x.Original), fmt.Sprint(y.Original)},
+			{"priority", fmt.Sprint(x.Priority), fmt.Sprint(y.Priority)},
+			{"starts_ms", fmt.Sprint(x.StartsMS), fmt.Sprint(y.StartsMS)},
+			{"expires_ms", instant(x.ExpiresMS), instant(y.ExpiresMS)},
+			{"created_ms", fmt.Sprint(x.CreatedMS), fmt.Sprint(y.CreatedMS)},
+		} {
+			if f.r != f.p {
+				out = append(out, FieldDifference{Field: name + " " + f.field, Redis: f.r, Postgres: f.p})
+			}
+		}
+	}
+	return out
 }

@@ -3,8 +3,10 @@ package persist
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -12,6 +14,113 @@ import (
 // Compile-time check that Store is the system of record's side of a
 // reconcile pass.
 var _ engine.ReconcileSource = (*Store)(nil)
+
+// Compile-time check that Store pages a tenant's accounts and samples
+// accounts for the reconcile sampler.
+var _ engine.ReconcileSampleSource = (*Store)(nil)
+
+// ReconcileStates pages the accounts of scope after customer id after, in
+// customer id order, with what a comparison needs: the account row and its
+// live blocks, in one snapshot (two queries a page; the applied operations,
+// holds and gauges a rebuild also reads are left out).
+func (s *Store) ReconcileStates(ctx context.Context, scope engine.ReconcileScope, after uuid.UUID, limit int) ([]engine.AccountState, error) {
+	var tenant *uuid.UUID
+	if scope.TenantID != uuid.Nil {
+		tenant = &scope.TenantID
+	}
+	var env *string
+	if scope.Environment != "" {
+		e := string(scope.Environment)
+		env = &e
+	}
+	states, err := s.comparableStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts
+		WHERE customer_id > $1 AND ($2::uuid IS NULL OR tenant_id = $2) AND ($3::text IS NULL OR environment = $3)
+		ORDER BY customer_id LIMIT $4`, after, tenant, env, limit)
+	if err != nil {
+		return nil, fmt.Errorf("persist: reconcile states: %w", err)
+	}
+	return states, nil
+}
+
+// SampleStates reads up to n accounts at random for the reconcile sampler:
+// n random ids, each taking the first account at or after it (wrapping to
+// the first account), one primary key probe each; duplicates are dropped.
+// Accounts after a wide gap in the id space are picked more often, which a
+// sample that only looks for mismatches can live with.
+func (s *Store) SampleStates(ctx context.Context, n int) ([]engine.AccountState, error) {
+	if n <= 0 {
+		return []engine.AccountState{}, nil
+	}
+	probes := make([]uuid.UUID, n)
+	for i := range probes {
+		probes[i] = uuid.New()
+	}
+	states, err := s.comparableStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id IN (
+		SELECT a.customer_id FROM unnest($1::uuid[]) AS r(id) CROSS JOIN LATERAL (
+			(SELECT customer_id FROM credit_accounts WHERE customer_id >= r.id ORDER BY customer_id LIMIT 1)
+			UNION ALL
+			(SELECT customer_id FROM credit_accounts ORDER BY customer_id LIMIT 1)
+			LIMIT 1) a)
+		ORDER BY customer_id`, probes)
+	if err != nil {
+		return nil, fmt.Errorf("persist: sample states: %w", err)
+	}
+	return states, nil
+}
+
+// comparableStates runs accountSQL and reads each account's live blocks in
+// the same repeatable-read snapshot.
+func (s *Store) comparableStates(ctx context.Context, accountSQL string, args ...any) ([]engine.AccountState, error) {
+	var states []engine.AccountState
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, accountSQL, args...)
+		if err != nil {
+			return err
+		}
+		states, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.AccountState, error) { return scanAccount(r) })
+		if err != nil || len(states) == 0 {
+			return err
+		}
+		index := make(map[uuid.UUID]*engine.AccountState, len(states))
+		ids := make([]uuid.UUID, len(states))
+		for i := range states {
+			index[states[i].CustomerID] = &states[i]
+			ids[i] = states[i].CustomerID
+		}
+		rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
+				starts_at, expires_at, created_at
+			FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
+			ORDER BY customer_id, created_at, id`, ids)
+		if err != nil {
+			return err
+		}
+		var customer uuid.UUID
+		var b engine.MutationBlock
+		var source string
+		var starts, created time.Time
+		var expires *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
+			&starts, &expires, &created}, func() error {
+			blk := b
+			blk.Source = engine.Source(source)
+			blk.StartsMS, blk.CreatedMS, blk.ExpiresMS = starts.UnixMilli(), created.UnixMilli(), nil
+			if expires != nil {
+				ms := expires.UnixMilli()
+				blk.ExpiresMS = &ms
+			}
+			index[customer].Blocks = append(index[customer].Blocks, blk)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if states == nil {
+		states = []engine.AccountState{}
+	}
+	return states, nil
+}
 
 // LedgerSums sums each customer's ledger deltas (expiry entries included,
 // invariant 1) in one query through the history index's customer_id

@@ -14,6 +14,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/rs/zerolog"
 
+	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
 )
@@ -60,6 +61,10 @@ type config struct {
 	ReplicaAckTimeout time.Duration `env:"CREDITD_REPLICA_ACK_TIMEOUT" envDefault:"50ms"`
 	// URL is the creditd the operator commands and healthcheck talk to.
 	URL string `env:"CREDITD_URL" mask:"url"`
+	// ReconcileSample is how many random customers the reconcile sampler
+	// compares each ReconcileSampleInterval (0: off).
+	ReconcileSample         reconcileSample `env:"CREDITD_RECONCILE_SAMPLE" envDefault:"20"`
+	ReconcileSampleInterval time.Duration   `env:"CREDITD_RECONCILE_SAMPLE_INTERVAL" envDefault:"1m"`
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token
@@ -276,4 +281,19 @@ func (r replicaAcks) String() string {
 		return "auto"
 	}
 	return strconv.Itoa(int(r))
+}
+
+// reconcileSample is CREDITD_RECONCILE_SAMPLE: customers per sample, 0
+// (off) up to engine.MaxReconcileSample.
+type reconcileSample int
+
+// UnmarshalText reads a count in [0, engine.MaxReconcileSample].
+func (r *reconcileSample) UnmarshalText(b []byte) error {
+	v := strings.TrimSpace(string(b))
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > engine.MaxReconcileSample {
+		return fmt.Errorf("%q is not 0 (off) or a customer count up to %d", v, engine.MaxReconcileSample)
+	}
+	*r = reconcileSample(n)
+	return nil
 }

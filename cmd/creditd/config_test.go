@@ -33,7 +33,8 @@ func TestConfigDefaults(t *testing.T) {
 		Addr: ":8080", LogLevel: "info", RedisPrefix: "cd", MaxLag: 5 * time.Second, SweepInterval: time.Second,
 		BodyLimitBytes: 1 << 20, Consumer: host, RedisPoolSize: 64, DevFile: ".data/dev-tenant.json", HoldSweep: time.Minute,
 		Scheduler: time.Second, WebhookWorkers: 8, WebhookPoll: 200 * time.Millisecond, MaxConnsPerIP: 1024,
-		ReplicaAcks: lua.ReplicaAcksAuto, ReplicaAckTimeout: lua.DefaultReplicaAckTimeout}
+		ReplicaAcks: lua.ReplicaAcksAuto, ReplicaAckTimeout: lua.DefaultReplicaAckTimeout,
+		ReconcileSample: 20, ReconcileSampleInterval: time.Minute}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults\n got %+v\nwant %+v", c, want)
 	}
@@ -72,6 +73,11 @@ func TestConfigStrict(t *testing.T) {
 		{"replica acks off", "CREDITD_REPLICA_ACKS", "0", "", func(c config) bool { return c.ReplicaAcks == 0 && c.appReplicaAcks() == app.ReplicaAcksOff }},
 		{"replica acks 2", "CREDITD_REPLICA_ACKS", "2", "", func(c config) bool { return c.appReplicaAcks() == 2 }},
 		{"instance", "CREDITD_INSTANCE", "node-7", "", func(c config) bool { return c.Consumer == "node-7" }},
+		{"reconcile sample off", "CREDITD_RECONCILE_SAMPLE", "0", "", func(c config) bool { return c.ReconcileSample == 0 }},
+		{"reconcile sample", "CREDITD_RECONCILE_SAMPLE", "50", "", func(c config) bool { return c.ReconcileSample == 50 }},
+		{"reconcile sample negative", "CREDITD_RECONCILE_SAMPLE", "-1", "CREDITD_RECONCILE_SAMPLE=\"-1\"", nil},
+		{"reconcile sample too big", "CREDITD_RECONCILE_SAMPLE", "1001", "CREDITD_RECONCILE_SAMPLE", nil},
+		{"reconcile sample interval zero", "CREDITD_RECONCILE_SAMPLE_INTERVAL", "0s", "CREDITD_RECONCILE_SAMPLE_INTERVAL", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearConfigEnv(t)

@@ -71,6 +71,7 @@ func serve() error {
 		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
 		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll, MaxConnsPerIP: cfg.MaxConnsPerIP,
 		ReplicaAcks: cfg.appReplicaAcks(), ReplicaAckTimeout: cfg.ReplicaAckTimeout,
+		ReconcileSample: int(cfg.ReconcileSample), ReconcileSampleInterval: cfg.ReconcileSampleInterval,
 	}, log)
 	if cfg.Dev {
 		if err := devTenant(ctx, cfg, a.Tenants); err != nil {

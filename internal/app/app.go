@@ -79,6 +79,11 @@ type Config struct {
 	// Tracing, when set, traces every request with child spans for its
 	// Redis commands and Postgres queries (nil: off, the default).
 	Tracing *telemetry.Tracing
+	// ReconcileSample is how many random customers the reconcile sampler
+	// compares every ReconcileSampleInterval (default one minute); 0, the
+	// default here (serve's is 20), leaves it off.
+	ReconcileSample         int
+	ReconcileSampleInterval time.Duration
 }
 
 // ReplicaAcksOff is the Config.ReplicaAcks that never waits for replicas
@@ -133,6 +138,10 @@ type App struct {
 	Subscriptions *engine.Subscriptions
 	Scheduler     *engine.Scheduler
 	PlanFacts     *engine.PlanFacts
+
+	// ReconcileSampler compares random customers' Redis state with
+	// Postgres in the background and counts mismatches (never repairs).
+	ReconcileSampler *engine.ReconcileSampler
 
 	// outboxRedis serves the persister alone: its blocking reads hold one
 	// connection per partition, which must not starve the API's pool.
@@ -211,6 +220,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Subscriptions = engine.NewSubscriptions(a.DB, a.Plans, a.Customers, a.Credits, a.Store, a.Store, a.DB, cfg.Clock, log)
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
+	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
+		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	a.Console = console.New(console.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
@@ -277,6 +288,26 @@ func (a *App) Start() {
 		defer a.wg.Done()
 		a.Scheduler.Run(ctx)
 	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.ReconcileSampler.Run(ctx)
+	}()
+}
+
+// outboxDrained tells the reconcile sampler whether every outbox partition
+// is empty (the persister has caught up).
+func (a *App) outboxDrained(ctx context.Context) (bool, error) {
+	parts, err := a.Persister.Partitions(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range parts {
+		if p.Depth > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Serve answers HTTP on ln until Stop.

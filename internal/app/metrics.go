@@ -150,6 +150,13 @@ func (a *App) registerMetrics(reg *prometheus.Registry) {
 	telemetry.Register(reg, prometheus.Collector(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "creditd_persister_last_batch_seconds", Help: "Duration of the last committed persister batch.",
 	}, func() float64 { return stats().LastBatch.Seconds() })))
+	sample := a.ReconcileSampler.Stats
+	counter("creditd_reconcile_checked_total", "Customers the reconcile sampler compared (Redis with Postgres, no write in flight).", func() float64 { return float64(sample().Checked) })
+	counter("creditd_reconcile_mismatches_total", "Customers the reconcile sampler found differing between Redis and Postgres (logged with the customer id; `creditd reconcile --repair` mends them).", func() float64 { return float64(sample().Mismatches) })
+	counter("creditd_reconcile_skipped_total", "Sampled customers the reconcile sampler left out: no state in Redis, or a write in flight.", func() float64 { return float64(sample().Skipped) })
+	telemetry.Register(reg, prometheus.Collector(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "creditd_reconcile_last_sample_mismatches", Help: "Mismatches the reconcile sampler's last sample found.",
+	}, func() float64 { return float64(sample().LastMismatches) })))
 	counter("creditd_nostate_reloads_total", "Customer states loaded from Postgres into Redis because Redis had none (a NOSTATE script reply, or a sweep meeting a missing customer).", func() float64 { return float64(a.Credits.Reloads()) })
 }
 

@@ -111,6 +111,9 @@ var requiredFamilies = []string{
 	"creditd_postgres_pool_canceled_acquires_total", "creditd_postgres_pool_acquire_seconds_total",
 	// Scripts, reloads, background work.
 	"creditd_redis_script_errors_total", "creditd_nostate_reloads_total", "creditd_scheduler_backlog", "creditd_sweep_backlog",
+	// Reconcile sampler (issue 15).
+	"creditd_reconcile_checked_total", "creditd_reconcile_mismatches_total", "creditd_reconcile_skipped_total",
+	"creditd_reconcile_last_sample_mismatches",
 	// Runtime and build.
 	"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds", "process_cpu_seconds_total",
 	"process_resident_memory_bytes", "creditd_build_info",
