@@ -42,26 +42,45 @@ func (s *Store) ReconcileStates(ctx context.Context, scope engine.ReconcileScope
 	return states, nil
 }
 
+// sampleOversample is how many times n rows a sample's pages are meant to
+// hold: TABLESAMPLE SYSTEM picks whole pages, each with probability p, so
+// the rows it yields vary; the extra is cut by the LIMIT.
+const sampleOversample = 3
+
+// sampleCountCap bounds the count SampleStates falls back on when the
+// planner has no row estimate yet (a table never analyzed).
+const sampleCountCap = 100_000
+
 // SampleStates reads up to n accounts at random for the reconcile sampler:
-// n random ids, each taking the first account at or after it (wrapping to
-// the first account), one primary key probe each; duplicates are dropped.
-// Accounts after a wide gap in the id space are picked more often, which a
-// sample that only looks for mismatches can live with.
+// TABLESAMPLE SYSTEM over credit_accounts with a percentage aimed at
+// sampleOversample*n rows from the planner's row estimate (pg_class), so
+// the cost is a few pages whatever the table's size; rows of one page are
+// picked together (accounts created about the same time), which a sample
+// looking for mismatches can live with. A table with fewer than
+// sampleOversample*n rows is read whole and n rows picked at random.
 func (s *Store) SampleStates(ctx context.Context, n int) ([]engine.AccountState, error) {
 	if n <= 0 {
 		return []engine.AccountState{}, nil
 	}
-	probes := make([]uuid.UUID, n)
-	for i := range probes {
-		probes[i] = uuid.New()
+	var estimate float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'credit_accounts'::regclass`).Scan(&estimate); err != nil {
+		return nil, fmt.Errorf("persist: sample states: %w", err)
+	}
+	if estimate <= 0 {
+		var count int64
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM credit_accounts LIMIT $1) c`,
+			sampleCountCap).Scan(&count); err != nil {
+			return nil, fmt.Errorf("persist: sample states: %w", err)
+		}
+		estimate = float64(count)
+	}
+	percent := 100.0
+	if want := float64(sampleOversample * n); estimate > want {
+		percent = 100 * want / estimate
 	}
 	states, err := s.comparableStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id IN (
-		SELECT a.customer_id FROM unnest($1::uuid[]) AS r(id) CROSS JOIN LATERAL (
-			(SELECT customer_id FROM credit_accounts WHERE customer_id >= r.id ORDER BY customer_id LIMIT 1)
-			UNION ALL
-			(SELECT customer_id FROM credit_accounts ORDER BY customer_id LIMIT 1)
-			LIMIT 1) a)
-		ORDER BY customer_id`, probes)
+		SELECT customer_id FROM credit_accounts TABLESAMPLE SYSTEM ($1) ORDER BY random() LIMIT $2)
+		ORDER BY customer_id`, percent, n)
 	if err != nil {
 		return nil, fmt.Errorf("persist: sample states: %w", err)
 	}
