@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
