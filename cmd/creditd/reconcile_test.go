@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -85,6 +86,8 @@ func TestReconcileCommand(t *testing.T) {
 		wantCust bool
 		// wantKinds is in the summary line when set.
 		wantKinds string
+		// json decodes the --json report when set; check asserts on it.
+		check func(t *testing.T, rep reconcileJSON)
 	}{
 		{name: "in step", wantLine: "reconcile: 1 customers checked, 0 differences"},
 		{name: "rolled back", before: rollBack, wantLine: "reconcile: 1 customers checked, 1 differences",
@@ -93,6 +96,42 @@ func TestReconcileCommand(t *testing.T) {
 			wantErr: errDifferencesLeft, wantCust: true},
 		{name: "--fix", args: []string{"--fix"}, wantLine: "reconcile: 1 customers checked, 0 differences", wantCust: true},
 		{name: "after --fix", wantLine: "reconcile: 1 customers checked, 0 differences"},
+		{name: "rolled back, field by field", before: rollBack, wantErr: errDifferencesLeft, wantCust: true,
+			wantLine: "reconcile: 1 customers checked, 1 differences", wantKinds: "balance: redis 100, postgres 60"},
+		{name: "counts", wantErr: errDifferencesLeft, wantCust: true, wantLine: "reconcile: 1 customers checked, 1 differences",
+			wantKinds: "compared: 1, equal: 0, differing: 1, missing in redis: 0, repaired: 0"},
+		{name: "another tenant", args: []string{"--tenant", uuid.NewString()}, wantLine: "reconcile: 0 customers checked, 0 differences"},
+		{name: "the tenant's sandbox", args: []string{"--tenant", tenant.String(), "--environment", "sandbox"},
+			wantLine: "reconcile: 0 customers checked, 0 differences"},
+		{name: "--json", args: []string{"--json", "--tenant", tenant.String(), "--environment", "live"}, wantErr: errDifferencesLeft,
+			wantCust: true, check: func(t *testing.T, rep reconcileJSON) {
+				if rep.Compared != 1 || rep.Equal != 0 || rep.Differing != 1 || rep.MissingInRedis != 0 || rep.Remaining != 1 ||
+					len(rep.Differences) != 1 {
+					t.Fatalf("report %+v", rep)
+				}
+				d := rep.Differences[0]
+				want := map[string][2]string{"version": {"1", "2"}, "balance": {"100", "60"},
+					"block " + block.String() + " remaining": {"100", "60"}}
+				for _, f := range d.Fields {
+					if w, ok := want[f.Field]; ok {
+						if f.Redis != w[0] || f.Postgres != w[1] {
+							t.Fatalf("field %+v, want redis %s postgres %s", f, w[0], w[1])
+						}
+						delete(want, f.Field)
+					}
+				}
+				if len(want) > 0 || d.CustomerID != customer.String() || d.RedisVersion != 1 || d.PostgresVersion != 2 {
+					t.Fatalf("difference %+v lacks %v", d, want)
+				}
+			}},
+		{name: "--repair", args: []string{"--repair", "--tenant", tenant.String()}, wantCust: true,
+			wantLine: "reconcile: 1 customers checked, 0 differences",
+			wantKinds: "compared: 1, equal: 0, differing: 1, missing in redis: 0, repaired: 1"},
+		{name: "after --repair, --json", args: []string{"--json"}, check: func(t *testing.T, rep reconcileJSON) {
+			if rep.Compared != 1 || rep.Equal != 1 || rep.Differing != 0 || len(rep.Differences) != 0 {
+				t.Fatalf("report %+v", rep)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.before != nil {
@@ -101,6 +140,17 @@ func TestReconcileCommand(t *testing.T) {
 			out, err := run(tc.args...)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error %v, want %v; output:\n%s", err, tc.wantErr, out)
+			}
+			if tc.check != nil {
+				var rep reconcileJSON
+				if err := json.Unmarshal([]byte(out), &rep); err != nil {
+					t.Fatalf("--json output is not one JSON object: %v\n%s", err, out)
+				}
+				tc.check(t, rep)
+				if got := strings.Contains(out, customer.String()); got != tc.wantCust {
+					t.Fatalf("output names the customer: %v, want %v; output:\n%s", got, tc.wantCust, out)
+				}
+				return
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if last := lines[len(lines)-1]; last != tc.wantLine {
@@ -117,7 +167,8 @@ func TestReconcileCommand(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range [][]string{{"--limit", "0"}, {"--page", "100000"}, {"extra"}, {"--no-such-flag"}} {
+	for _, bad := range [][]string{{"--limit", "0"}, {"--page", "100000"}, {"extra"}, {"--no-such-flag"},
+		{"--tenant", "acme"}, {"--tenant", uuid.Nil.String()}, {"--environment", "staging"}} {
 		if _, err := run(bad...); err == nil || errors.Is(err, errDifferencesLeft) {
 			t.Errorf("args %v: %v, want a usage error", bad, err)
 		}
