@@ -130,8 +130,10 @@ func (f *fakeReconcile) Reload(_ context.Context, st AccountState, expect int64)
 // TestReconcileFixDecisions: --fix reloads a store that fell behind, fences
 // then reloads one at Postgres' version with other state, and leaves alone
 // a store ahead of Postgres (its ops are on their way: a reload could drop
-// acknowledged ones) and a Postgres off its own ledger; only what it
-// reloaded counts as fixed, and the pass pages through every account.
+// acknowledged ones) unless the outbox is drained (then it fences above the
+// store's version and reloads), and a Postgres off its own ledger; only
+// what it reloaded counts as fixed, the rest count as equal, and the pass
+// pages through every account.
 func TestReconcileFixDecisions(t *testing.T) {
 	blk := func(rem int64) []MutationBlock {
 		return []MutationBlock{{ID: uuid.MustParse("00000000-0000-0000-0000-0000000000b1"), Original: 100, Remaining: rem}}
@@ -143,12 +145,16 @@ func TestReconcileFixDecisions(t *testing.T) {
 		ledger                int64
 		wantFixed             bool
 		wantFences, wantLoads int
+		// drained is the outbox check's answer (nil: no check).
+		drained *bool
 	}{
-		{"in step", 5, 60, 60, false, 0, 0},
-		{"store behind", 4, 100, 60, true, 0, 1},
-		{"same version, other state", 5, 59, 60, true, 1, 1},
-		{"store ahead", 6, 50, 60, false, 0, 0},
-		{"postgres off its ledger", 4, 100, 61, false, 0, 0},
+		{"in step", 5, 60, 60, false, 0, 0, nil},
+		{"store behind", 4, 100, 60, true, 0, 1, nil},
+		{"same version, other state", 5, 59, 60, true, 1, 1, nil},
+		{"store ahead", 6, 50, 60, false, 0, 0, nil},
+		{"store ahead, outbox not empty", 6, 50, 60, false, 0, 0, new(false)},
+		{"store ahead, outbox drained", 6, 50, 60, true, 1, 1, new(true)},
+		{"postgres off its ledger", 4, 100, 61, false, 0, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeReconcile{pg: map[uuid.UUID]AccountState{}, ledger: map[uuid.UUID]int64{}, store: map[uuid.UUID]StoredAccount{}}
@@ -163,7 +169,11 @@ func TestReconcileFixDecisions(t *testing.T) {
 			f.pg[id] = AccountState{CustomerID: id, Version: 5, Blocks: blk(60)}
 			f.ledger[id] = tc.ledger
 			f.store[id] = StoredAccount{Present: true, Version: tc.storeVersion, Blocks: blk(tc.storeRemaining)}
-			rep, err := Reconcile(context.Background(), f, f, ReconcileOptions{Fix: true, PageSize: 3})
+			opts := ReconcileOptions{Fix: true, PageSize: 3}
+			if tc.drained != nil {
+				opts.Drained = func(context.Context) (bool, error) { return *tc.drained, nil }
+			}
+			rep, err := Reconcile(context.Background(), f, f, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,10 +185,107 @@ func TestReconcileFixDecisions(t *testing.T) {
 			if tc.wantFixed {
 				wantFixed = 1
 			}
-			if rep.Checked != 8 || rep.Found != wantFound || rep.Fixed != wantFixed || f.fences != tc.wantFences ||
+			if rep.Checked != 8 || rep.Equal != 8-wantFound || rep.Found != wantFound || rep.Fixed != wantFixed || f.fences != tc.wantFences ||
 				f.reloads != tc.wantLoads {
 				t.Fatalf("report %+v, %d fences, %d reloads; want %d found, %d fixed, %d fences, %d reloads",
 					rep, f.fences, f.reloads, wantFound, wantFixed, tc.wantFences, tc.wantLoads)
+			}
+		})
+	}
+}
+
+// TestFieldDifferences: each figure that differs is listed once with both
+// values; balance and pending are judged at the instant given (a block not
+// started yet is pending, an expired one neither), and a block one side
+// lacks is "absent" there.
+func TestFieldDifferences(t *testing.T) {
+	b1, b2 := uuid.MustParse("00000000-0000-0000-0000-0000000000b1"), uuid.MustParse("00000000-0000-0000-0000-0000000000b2")
+	past, later := int64(500), int64(5000)
+	pg := AccountState{Version: 3, Reserved: 5, LifetimeEarned: 200, AccountID: "a", Blocks: []MutationBlock{
+		{ID: b1, Original: 100, Remaining: 60, StartsMS: 0, CreatedMS: 0},
+		{ID: b2, Original: 100, Remaining: 100, StartsMS: 2000, CreatedMS: 0, ExpiresMS: &later}}}
+	stored := func(f func(s *StoredAccount)) StoredAccount {
+		s := StoredAccount{Present: true, Version: 3, Reserved: 5, LifetimeEarned: 200, AccountID: "a",
+			Blocks: append([]MutationBlock(nil), pg.Blocks...)}
+		f(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		stored StoredAccount
+		ledger int64
+		want   string
+	}{
+		{"equal", stored(func(*StoredAccount) {}), 160, "[]"},
+		{"not in the store", StoredAccount{}, 160, "[]"},
+		{"amount", stored(func(s *StoredAccount) { s.Blocks[0].Remaining = 61 }), 160,
+			"[{balance 61 60} {block " + b1.String() + " remaining 61 60}]"},
+		{"pending amount", stored(func(s *StoredAccount) { s.Blocks[1].Remaining = 90 }), 160,
+			"[{pending 90 100} {block " + b2.String() + " remaining 90 100}]"},
+		{"block missing", stored(func(s *StoredAccount) { s.Blocks = s.Blocks[:1] }), 160,
+			"[{pending 0 100} {block " + b2.String() + " absent remaining 100}]"},
+		{"expired in the store", stored(func(s *StoredAccount) { s.Blocks[0].ExpiresMS = &past }), 160,
+			"[{balance 0 60} {block " + b1.String() + " expires_ms 500 none}]"},
+		{"version and reserved", stored(func(s *StoredAccount) { s.Version, s.Reserved = 4, 0 }), 160,
+			"[{version 4 3} {reserved 0 5}]"},
+		{"postgres off its ledger", stored(func(*StoredAccount) {}), 150, "[{ledger_sum - 150 (its blocks hold 160)}]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := fmt.Sprint(FieldDifferences(pg, tc.stored, tc.ledger, 1000)); got != tc.want {
+				t.Fatalf("fields %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// fakeSample is a ReconcileSampleSource over a fakeReconcile: the sample
+// is every account.
+type fakeSample struct{ *fakeReconcile }
+
+func (f fakeSample) SampleStates(ctx context.Context, n int) ([]AccountState, error) {
+	return f.AccountStates(ctx, uuid.Nil, n, time.Time{})
+}
+
+func (f fakeSample) ReconcileStates(ctx context.Context, _ ReconcileScope, after uuid.UUID, limit int) ([]AccountState, error) {
+	return f.AccountStates(ctx, after, limit, time.Time{})
+}
+
+// TestReconcileSampler: a sample counts the customers it compared and the
+// mismatches; a customer Redis lacks is skipped, one Redis holds ahead of
+// Postgres is skipped while the outbox holds entries (a write in flight)
+// and counted as a mismatch once it is empty; nothing is ever reloaded.
+func TestReconcileSampler(t *testing.T) {
+	blk := []MutationBlock{{ID: uuid.New(), Original: 100, Remaining: 60}}
+	for _, tc := range []struct {
+		name                                   string
+		drained                                bool
+		wantChecked, wantMismatches, wantSkips int64
+	}{
+		{"outbox not empty", false, 2, 1, 2},
+		{"outbox drained", true, 3, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeReconcile{pg: map[uuid.UUID]AccountState{}, ledger: map[uuid.UUID]int64{}, store: map[uuid.UUID]StoredAccount{}}
+			add := func(pgVersion int64, s StoredAccount) {
+				id := uuid.New()
+				f.pg[id] = AccountState{CustomerID: id, Version: pgVersion, Blocks: blk}
+				f.store[id] = s
+			}
+			add(3, StoredAccount{Present: true, Version: 3, Blocks: blk})                                                           // equal
+			add(3, StoredAccount{Present: true, Version: 3, Blocks: []MutationBlock{{ID: blk[0].ID, Original: 100, Remaining: 1}}}) // amount
+			add(3, StoredAccount{Present: true, Version: 4, Blocks: blk})                                                           // ahead
+			add(3, StoredAccount{})                                                                                                 // not loaded
+			s := &ReconcileSampler{Source: fakeSample{f}, Store: f, Size: 10,
+				Drained: func(context.Context) (bool, error) { return tc.drained, nil }}
+			diffs, err := s.SampleOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			if st.Checked != tc.wantChecked || st.Mismatches != tc.wantMismatches || st.Skipped != tc.wantSkips ||
+				st.LastMismatches != tc.wantMismatches || int64(len(diffs)) != tc.wantMismatches || f.reloads != 0 || f.fences != 0 {
+				t.Fatalf("stats %+v, %d diffs, %d reloads; want checked %d, mismatches %d, skipped %d, no reload",
+					st, len(diffs), f.reloads, tc.wantChecked, tc.wantMismatches, tc.wantSkips)
 			}
 		})
 	}
