@@ -53,7 +53,8 @@ const sampleCountCap = 100_000
 
 // SampleStates reads up to n accounts at random for the reconcile sampler:
 // TABLESAMPLE SYSTEM over credit_accounts with a percentage aimed at
-// sampleOversample*n rows from the planner's row estimate (pg_class), so
+// sampleOversample*n rows from the planner's row estimate (pg_class, scaled
+// to the table's current size), so
 // the cost is a few pages whatever the table's size; rows of one page are
 // picked together (accounts created about the same time), which a sample
 // looking for mismatches can live with. A table with fewer than
@@ -62,8 +63,13 @@ func (s *Store) SampleStates(ctx context.Context, n int) ([]engine.AccountState,
 	if n <= 0 {
 		return []engine.AccountState{}, nil
 	}
+	// The planner's own estimate: rows per page at the last analyze times
+	// the pages the table has now, so a table grown since is not
+	// underestimated (which would sample far too many pages).
 	var estimate float64
-	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'credit_accounts'::regclass`).Scan(&estimate); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT CASE WHEN relpages > 0 AND reltuples > 0
+			THEN reltuples / relpages * (pg_relation_size(oid) / current_setting('block_size')::int) ELSE -1 END
+		FROM pg_class WHERE oid = 'credit_accounts'::regclass`).Scan(&estimate); err != nil {
 		return nil, fmt.Errorf("persist: sample states: %w", err)
 	}
 	if estimate <= 0 {
