@@ -125,7 +125,7 @@ func TestReconcileCommand(t *testing.T) {
 				}
 			}},
 		{name: "--repair", args: []string{"--repair", "--tenant", tenant.String()}, wantCust: true,
-			wantLine: "reconcile: 1 customers checked, 0 differences",
+			wantLine:  "reconcile: 1 customers checked, 0 differences",
 			wantKinds: "compared: 1, equal: 0, differing: 1, missing in redis: 0, repaired: 1"},
 		{name: "after --repair, --json", args: []string{"--json"}, check: func(t *testing.T, rep reconcileJSON) {
 			if rep.Compared != 1 || rep.Equal != 1 || rep.Differing != 0 || len(rep.Differences) != 0 {
