@@ -35,9 +35,11 @@ type MutationUsage struct {
 	Items []UsageItem `json:"items,omitempty"`
 }
 
-// UsageItem is one metric's part of a multi-metric consume.
+// UsageItem is one metric's part of a multi-metric consume. Its names are
+// the API's: the script writes one text for the usage and for the ledger
+// entry's metadata, which history shows.
 type UsageItem struct {
-	Metric string `json:"metric"`
+	Metric string `json:"billable_metric_key"`
 	Units  int64  `json:"units"`
 	Cost   int64  `json:"cost"`
 }

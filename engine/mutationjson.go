@@ -637,7 +637,7 @@ func (d *mutationDecoder) usage(u *MutationUsage) error {
 func (d *mutationDecoder) usageItem(it *UsageItem) error {
 	return d.object(func(name []byte) (err error) {
 		switch string(name) {
-		case "metric":
+		case "billable_metric_key":
 			it.Metric, err = d.str()
 		case "units":
 			it.Units, err = d.int()

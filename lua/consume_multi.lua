@@ -11,9 +11,10 @@
 --
 -- Entries: ONE consumption entry for the whole call (issue 10), with no
 -- metric and no units (several metrics paid), the overage, and the item
--- breakdown as member "items" of its metadata ([{metric, units, cost}]),
--- so Postgres stores it in the row it writes anyway. usage.items carries
--- the same list; usage.metric is "" and usage.units the items' total.
+-- breakdown as member "items" of its metadata ([{billable_metric_key,
+-- units, cost}]), so Postgres stores it in the row it writes anyway.
+-- usage.items carries the same text; usage.metric is "" and usage.units
+-- the items' total.
 --
 -- KEYS as consume.lua.
 -- ARGV[1..9] as consume.lua
@@ -58,7 +59,7 @@ for i, it in ipairs(items) do
   if not c then return redis.error_reply(err) end
   cost, units = m_add(cost, c), m_add(units, it.units)
   if not m_fits(cost) or not m_fits(units) then return redis.error_reply(PRICE_OVERFLOW) end
-  parts[i] = '{"metric":' .. j_str(it.metric) .. ',"units":' .. m_fmt(it.units) .. ',"cost":' .. m_fmt(c) .. '}'
+  parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"units":' .. m_fmt(it.units) .. ',"cost":' .. m_fmt(c) .. '}'
 end
 local items_j = '[' .. table.concat(parts, ',') .. ']'
 
