@@ -2867,6 +2867,8 @@ export interface components {
              * @description The committed reservation, or null.
              */
             reservation_id: string | null;
+            /** @description A multi-metric consume's items (billable_metric_key and units are then null), in the request's order; absent otherwise. */
+            items?: components["schemas"]["ItemCost"][];
         };
         /** @description The effective balance crossed the threshold downwards (from at-or-above to below); not raised again until it is back at or above. */
         CreditLowBalanceData: {
