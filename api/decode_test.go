@@ -243,6 +243,12 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 		`[]`,
 		``,
 		`{"customer_id":"c1","units":1`,
+		// The multi-metric form always takes decodeBody's path.
+		`{"customer_id":"c1","items":[{"billable_metric_key":"a","units":2},{"billable_metric_key":"b","units":3}]}`,
+		`{"customer_id":"c1","items":[]}`,
+		`{"customer_id":"c1","items":null}`,
+		`{"customer_id":"c1","items":[{"billable_metric_key":"a","units":"2"}]}`,
+		`{"customer_id":"c1","items":{"billable_metric_key":"a"}}`,
 	}
 	for i, body := range bodies[:3] {
 		var in engine.ConsumeInput
@@ -261,5 +267,15 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 		if werr == nil && !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: decoded %+v, decodeBody says %+v", body, got, want)
 		}
+	}
+	// Items decode whole, and a wrong-typed item member is a 422 naming it.
+	var in engine.ConsumeInput
+	if err := decodeConsume([]byte(bodies[len(bodies)-5]), &in); err != nil || len(in.Items) != 2 ||
+		*in.Items[1].BillableMetricKey != "b" || *in.Items[1].Units != 3 || in.BillableMetricKey != nil {
+		t.Errorf("items: %v %+v", err, in)
+	}
+	err := decodeConsume([]byte(bodies[len(bodies)-2]), &in)
+	if e, ok := engine.AsError(err); !ok || e.Kind != engine.KindValidation || !strings.HasPrefix(e.Field, "items") {
+		t.Errorf("string units in an item: %v", err)
 	}
 }

@@ -92,6 +92,20 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	b = appendInt(b, `,"effective_balance":`, r.EffectiveBalance)
 	b = append(b, `,"reason":`...)
 	b = appendStringOrNull(b, r.Reason)
+	if len(r.Items) > 0 {
+		b = append(b, `,"items":[`...)
+		for i, it := range r.Items {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"billable_metric_key":`...)
+			b = appendString(b, it.BillableMetricKey)
+			b = appendInt(b, `,"units":`, it.Units)
+			b = appendInt(b, `,"cost":`, it.Cost)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	return append(b, "}\n"...)
 }
 

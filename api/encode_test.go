@@ -50,6 +50,8 @@ func TestAppendMatchesEncoder(t *testing.T) {
 		"replay":   {CustomerID: id, BillableMetricKey: "k", Reason: s(engine.ReasonDuplicateReplay)},
 		"escaped":  {BillableMetricKey: "<\u2029>", Reason: s("a&b")},
 		"negative": {Units: -1, Cost: -9_223_372_036_854_775_808},
+		"items": {TransactionID: &tx, CustomerID: id, Units: 7, Cost: 9, Charged: 9, Items: []engine.ItemCost{
+			{BillableMetricKey: "api_calls", Units: 2, Cost: 6}, {BillableMetricKey: "<gpu>", Units: 5, Cost: 3}}},
 	}
 	for name, r := range consumes {
 		var want bytes.Buffer

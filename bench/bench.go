@@ -79,7 +79,7 @@ func (b *Bench) seed(ctx context.Context) error {
 	b.api = api
 	idem := func(s string) []string { return []string{"Idempotency-Key", b.runID + "-seed-" + s} }
 
-	for _, m := range []string{metricConsume, metricUsage, metricReserve} {
+	for _, m := range []string{metricConsume, metricUsage, metricReserve, multiMetrics[3], multiMetrics[4]} {
 		if _, err := b.api.Expect(201, "POST", "/v1/metering-rules",
 			map[string]any{"billable_metric_key": m, "cost_type": "per_unit", "unit_cost": 1}, idem("rule-"+m)...); err != nil {
 			b.res.Warnings = append(b.res.Warnings, "metering rule: "+err.Error())
@@ -521,7 +521,9 @@ func (b *Bench) ledger(ctx context.Context) {
 		lc.FinalLagSeconds = m["creditd_persister_lag_seconds"]
 	}
 	acks := b.target.Acks
-	want := map[string]int64{metricConsume: acks.Consumes.Load(), metricUsage: acks.UsageEvents.Load(), metricReserve: acks.Commits.Load()}
+	// Multi-metric consumes write entries without a metric ("" here).
+	want := map[string]int64{metricConsume: acks.Consumes.Load(), metricUsage: acks.UsageEvents.Load(), metricReserve: acks.Commits.Load(),
+		"": acks.MultiConsumes.Load()}
 	lc.Ambiguous = acks.Ambiguous.Load()
 	conn, err := pgx.Connect(ctx, b.dbURL)
 	if err != nil {

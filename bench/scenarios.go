@@ -14,7 +14,17 @@ const (
 	metricUsage   = "events"    // usage batches
 	metricReserve = "tokens"    // reservation create + commit
 	metricGauge   = "seats"     // gauge increments
+	// metricMulti is the metric of the items a multi-metric consume adds to
+	// the three above (and its prefix: metricMulti+"_2"...).
+	metricMulti = "storage"
 )
+
+// multiItems is the number of items of one consume-multi op: its CPU per
+// op divided by this is the CPU per item.
+const multiItems = 5
+
+// multiMetrics are the metrics of a consume-multi op, one per item.
+var multiMetrics = [multiItems]string{metricConsume, metricUsage, metricReserve, metricMulti + "_1", metricMulti + "_2"}
 
 // Customer is a seeded customer.
 type Customer struct {
@@ -24,11 +34,14 @@ type Customer struct {
 
 // Acks counts what creditd acknowledged, per ledger-writing kind.
 type Acks struct {
-	Consumes     atomic.Int64 // consume 200s
-	UsageEvents  atomic.Int64 // usage events with status "charged"
-	Commits      atomic.Int64 // reservation commit 200s
-	Ambiguous    atomic.Int64 // ledger-writing calls with no answer (timeout, reset)
-	GaugeApplied atomic.Int64
+	Consumes atomic.Int64 // consume 200s
+	// MultiConsumes are consume-multi 200s: each writes one consumption
+	// entry with no metric (its items are in the entry's metadata).
+	MultiConsumes atomic.Int64
+	UsageEvents   atomic.Int64 // usage events with status "charged"
+	Commits       atomic.Int64 // reservation commit 200s
+	Ambiguous     atomic.Int64 // ledger-writing calls with no answer (timeout, reset)
+	GaugeApplied  atomic.Int64
 }
 
 // Target is what the load path needs to reach creditd.
@@ -97,6 +110,26 @@ func (t *Target) consume(hot bool) opFunc {
 		body := []byte(`{"customer_id":"` + c.Ext + `","billable_metric_key":"` + metricConsume + `","units":1}`)
 		st, err := t.post(w, "/v1/entitlements/consume", "c", seq, body)
 		t.ack(st, err, &t.Acks.Consumes, 1)
+		return st, err
+	}
+}
+
+// consumeMulti is a multi-metric consume of multiItems metrics, one unit
+// each: one script and one ledger entry for all of them.
+func (t *Target) consumeMulti(hot bool) opFunc {
+	var items bytes.Buffer
+	for i, m := range multiMetrics {
+		if i > 0 {
+			items.WriteByte(',')
+		}
+		fmt.Fprintf(&items, `{"billable_metric_key":%q,"units":1}`, m)
+	}
+	tail := `","items":[` + items.String() + `]}`
+	return func(w *worker, seq uint64) (int, error) {
+		c := t.pick(seq, hot)
+		body := []byte(`{"customer_id":"` + c.Ext + tail)
+		st, err := t.post(w, "/v1/entitlements/consume", "cm", seq, body)
+		t.ack(st, err, &t.Acks.MultiConsumes, 1)
 		return st, err
 	}
 }
@@ -205,9 +238,11 @@ func (t *Target) scenarios() map[string]func(hot bool) Scenario {
 	return map[string]func(bool) Scenario{
 		"check":   mk("check", 1000, "check", t.check),
 		"consume": mk("consume", 500, "consume", t.consume),
-		"gauge":   mk("gauge", 500, "increment", t.gauge),
-		"reserve": mk("reserve", 250, "create+commit", t.reserve),
-		"usage":   mk("usage", 100, "call of 10 events", t.usage),
-		"mixed":   mk("mixed", 500, "op", t.mixed),
+		// Not in the default set: a ramp of its own (-scenario consume-multi).
+		"consume-multi": mk("consume-multi", 300, fmt.Sprintf("consume of %d items", multiItems), t.consumeMulti),
+		"gauge":         mk("gauge", 500, "increment", t.gauge),
+		"reserve":       mk("reserve", 250, "create+commit", t.reserve),
+		"usage":         mk("usage", 100, "call of 10 events", t.usage),
+		"mixed":         mk("mixed", 500, "op", t.mixed),
 	}
 }

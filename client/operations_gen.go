@@ -708,7 +708,10 @@ func (c *Client) CheckCustomerEntitlementByExternalID(ctx context.Context, exter
 // Consume is POST /v1/entitlements/consume (operation consume). Price and charge usage. 409
 // insufficient-credits under block (nothing charged); allow and notify floor the balance at zero
 // and record the rest as overage. 400 for a metric that is not metered; 404 without an active
-// rule. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
+// rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and
+// charges the total in one step: all or none under block, the total's overage under allow and
+// notify; one consumption entry whose metadata lists the items, and the answer lists each item's
+// cost. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
 // retry of the call.
 func (c *Client) Consume(ctx context.Context, body ConsumeInput, opts ...CallOption) (*ConsumeResult, error) {
 	r := &request{method: "POST", path: "/v1/entitlements/consume", idempotent: true}

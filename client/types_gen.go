@@ -364,29 +364,57 @@ type CheckResult struct {
 	OveragePolicy *string `json:"overage_policy,omitempty"`
 }
 
-// ConsumeInput is the ConsumeInput schema of the creditd API.
+// ConsumeInput is the ConsumeInput schema of the creditd API. Exactly one of two forms:
+// billable_metric_key and units, or items (1 to 20 metrics); both or neither is refused naming the
+// field.
 type ConsumeInput struct {
 	// Own or external id; an unknown value creates the customer.
-	CustomerID        string `json:"customer_id"`
+	CustomerID string `json:"customer_id"`
+	// The metric of the single form; omit it (and units) when giving items.
+	BillableMetricKey string `json:"billable_metric_key,omitempty"`
+	// The units of the single form; omit it when giving items.
+	Units int64 `json:"units,omitempty"`
+	// The multi-metric form, instead of billable_metric_key and units: every item is charged or none
+	// is, in one step; a metric may appear once. Errors name the item's field (items[2].units).
+	Items []ConsumeItem `json:"items,omitempty"`
+	// Free-form key-value object, written onto the ledger entry. With items, the member items is
+	// reserved: the entry's metadata lists each item's billable_metric_key, units and cost under it.
+	Metadata map[string]any `json:"metadata,omitempty"`
+}
+
+// ConsumeItem is the ConsumeItem schema of the creditd API. One metric of a multi-metric consume.
+type ConsumeItem struct {
+	// A metered metric with an active rule.
 	BillableMetricKey string `json:"billable_metric_key"`
 	Units             int64  `json:"units"`
-	// Free-form key-value object.
-	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 // ConsumeResult is the ConsumeResult schema of the creditd API.
 type ConsumeResult struct {
-	TransactionID     *string `json:"transaction_id"`
-	CustomerID        string  `json:"customer_id"`
-	BillableMetricKey string  `json:"billable_metric_key"`
-	Units             int64   `json:"units"`
-	Cost              int64   `json:"cost"`
-	Charged           int64   `json:"charged"`
-	OverageMC         int64   `json:"overage_mc"`
-	BalanceAfter      int64   `json:"balance_after"`
-	EffectiveBalance  int64   `json:"effective_balance"`
+	TransactionID *string `json:"transaction_id"`
+	CustomerID    string  `json:"customer_id"`
+	// The metric of a single-form consume; empty with items.
+	BillableMetricKey string `json:"billable_metric_key"`
+	// The units charged; with items, the items' total.
+	Units            int64 `json:"units"`
+	Cost             int64 `json:"cost"`
+	Charged          int64 `json:"charged"`
+	OverageMC        int64 `json:"overage_mc"`
+	BalanceAfter     int64 `json:"balance_after"`
+	EffectiveBalance int64 `json:"effective_balance"`
 	// One of: duplicate_replay, null.
 	Reason *string `json:"reason"`
+	// Each item's cost, in the request's order; present only when the request used items.
+	Items []ItemCost `json:"items,omitempty"`
+}
+
+// ItemCost is the ItemCost schema of the creditd API. What one item of a multi-metric consume
+// cost, priced at its metric's rule.
+type ItemCost struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	Units             int64  `json:"units"`
+	// Millicredits.
+	Cost int64 `json:"cost"`
 }
 
 // UsageEvent is the UsageEvent schema of the creditd API.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -320,10 +322,30 @@ func gaugeCap(raw json.RawMessage) int64 {
 
 // ConsumeInput is the body of POST /v1/entitlements/consume.
 type ConsumeInput struct {
-	CustomerID        *string  `json:"customer_id"`
-	BillableMetricKey *string  `json:"billable_metric_key"`
-	Units             *int64   `json:"units"`
-	Metadata          Metadata `json:"metadata"`
+	CustomerID        *string `json:"customer_id"`
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Units             *int64  `json:"units"`
+	// Items is the multi-metric form: given instead of billable_metric_key
+	// and units, every item is charged or none is.
+	Items    []ConsumeItem `json:"items"`
+	Metadata Metadata      `json:"metadata"`
+}
+
+// ConsumeItem is one metric of a multi-metric consume.
+type ConsumeItem struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Units             *int64  `json:"units"`
+}
+
+// MaxConsumeItems bounds a multi-metric consume: its items are priced and
+// written in one script, whose time grows with their number (invariant 13).
+const MaxConsumeItems = 20
+
+// ItemCost is what one item of a multi-metric consume cost.
+type ItemCost struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	Units             int64  `json:"units"`
+	Cost              int64  `json:"cost"`
 }
 
 // ConsumeResult is the 200 body of a consume (addendum 7).
@@ -338,6 +360,9 @@ type ConsumeResult struct {
 	BalanceAfter      int64      `json:"balance_after"`
 	EffectiveBalance  int64      `json:"effective_balance"`
 	Reason            *string    `json:"reason"`
+	// Items lists each item's cost when the request used items; nil for
+	// the single form.
+	Items []ItemCost `json:"items,omitempty"`
 	// replayed: the customer had applied this key before (a usage batch
 	// reports the event as a duplicate).
 	replayed bool
@@ -383,6 +408,9 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	if in.CustomerID == nil || *in.CustomerID == "" {
 		return ConsumeCommand{}, Invalid("customer_id", "customer_id is required")
 	}
+	if in.Items != nil {
+		return s.multiConsumeCommand(ctx, scope, tenant, idem, in)
+	}
 	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
 		return ConsumeCommand{}, Invalid("billable_metric_key", "billable_metric_key is required")
 	}
@@ -416,6 +444,100 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	return s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta)), nil
 }
 
+// ItemsMetadataKey is the member of a multi-metric consume's ledger entry
+// metadata that lists each item (metric, units, cost): the entry has no
+// single metric, and the breakdown travels in the one row (issue 10).
+const ItemsMetadataKey = "items"
+
+// multiConsumeCommand checks a multi-metric consume (in.Items set) and
+// prices every item: the command charging all of them or none.
+func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
+	if in.BillableMetricKey != nil || in.Units != nil {
+		return ConsumeCommand{}, BadRequest("items", "give either items or billable_metric_key and units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > MaxConsumeItems {
+		return ConsumeCommand{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxConsumeItems))
+	}
+	if _, ok := in.Metadata[ItemsMetadataKey]; ok {
+		return ConsumeCommand{}, BadRequest("metadata."+ItemsMetadataKey, "metadata."+ItemsMetadataKey+" is reserved for the item breakdown of a multi-metric consume")
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	lines := make([]ConsumeLine, len(in.Items))
+	seen := make(map[string]bool, len(in.Items))
+	var units, cost int64
+	for i, it := range in.Items {
+		field := fmt.Sprintf("items[%d].", i)
+		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
+			return ConsumeCommand{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
+		}
+		if it.Units == nil {
+			return ConsumeCommand{}, Invalid(field+"units", field+"units is required")
+		}
+		if *it.Units < 1 {
+			return ConsumeCommand{}, BadRequest(field+"units", field+"units must be >= 1")
+		}
+		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+			return ConsumeCommand{}, err
+		}
+		if seen[*it.BillableMetricKey] {
+			return ConsumeCommand{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its units once")
+		}
+		seen[*it.BillableMetricKey] = true
+		rule, err := s.meteredRule(ctx, scope, *it.BillableMetricKey)
+		if err != nil {
+			return ConsumeCommand{}, refield(err, "billable_metric_key", field+"billable_metric_key")
+		}
+		c, err := Price(rule, *it.Units)
+		if err != nil {
+			return ConsumeCommand{}, priceError(err, field+"units")
+		}
+		// The totals must fit int64 too (invariant 7): the script checks
+		// the cost again, Go names the field first.
+		var ok bool
+		if units, ok = addInt64(units, *it.Units); !ok {
+			return ConsumeCommand{}, Invalid("items", "the items' total units would overflow a 64-bit amount")
+		}
+		if cost, ok = addInt64(cost, c); !ok {
+			return ConsumeCommand{}, Invalid("items", "the items' total cost would overflow a 64-bit amount")
+		}
+		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: *it.Units, Terms: TermsOf(rule)}
+	}
+	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	for _, l := range lines {
+		if err := s.usageAllowed(ctx, c, l.Metric); err != nil {
+			return ConsumeCommand{}, err
+		}
+	}
+	cmd := s.newConsume(c, tenant, idem, MeteringRule{}, 0, orEmpty(meta))
+	cmd.Metric, cmd.Units, cmd.Items = "", units, lines
+	return cmd, nil
+}
+
+// addInt64 is a + b and whether it fits int64 (both >= 0 here).
+func addInt64(a, b int64) (int64, bool) {
+	if b > 0 && a > math.MaxInt64-b {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// refield names to instead of from in a validation error of err, so an
+// item's error carries its path (items[2].billable_metric_key).
+func refield(err error, from, to string) error {
+	if e, ok := AsError(err); ok && e.Field == from {
+		c := *e
+		c.Field = to
+		return &c
+	}
+	return err
+}
+
 // usageAllowed refuses usage the customer's subscription forbids.
 func (s *Entitlements) usageAllowed(ctx context.Context, c Customer, metricKey string) error {
 	f, err := s.facts(ctx, c)
@@ -441,6 +563,9 @@ func (s *Entitlements) newConsume(c Customer, tenant Tenant, idem Idempotency, r
 // consumeOutcome is the answer to cmd from its store result.
 func consumeOutcome(cmd ConsumeCommand, res MutationResult, err error) (ConsumeResult, error) {
 	if err != nil {
+		if cmd.Items != nil {
+			return ConsumeResult{}, priceError(err, "items")
+		}
 		return ConsumeResult{}, priceError(err, "units")
 	}
 	out := consumeResult(res.Mutation)
@@ -464,6 +589,12 @@ func consumeResult(m Mutation) ConsumeResult {
 	out := ConsumeResult{CustomerID: m.CustomerID}
 	if u := m.Usage; u != nil {
 		out.BillableMetricKey, out.Units, out.Cost, out.Charged, out.OverageMC = u.Metric, u.Units, u.Cost, u.Charged, u.Overage
+		if u.Items != nil {
+			out.Items = make([]ItemCost, len(u.Items))
+			for i, it := range u.Items {
+				out.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}
+			}
+		}
 	}
 	for i, e := range m.Entries {
 		if e.Role == RoleMain {

@@ -97,6 +97,9 @@ type ConsumedData struct {
 	OverageMC         int64      `json:"overage_mc"`
 	BalanceAfter      int64      `json:"balance_after"`
 	ReservationID     *uuid.UUID `json:"reservation_id"`
+	// Items lists each metric's units and cost of a multi-metric consume
+	// (billable_metric_key and units are then null); absent otherwise.
+	Items []ItemCost `json:"items,omitempty"`
 }
 
 // LowBalanceData is the data of credit.low_balance.
@@ -249,9 +252,17 @@ func EventsOf(m Mutation) []Event {
 		}
 		if u.Charged > 0 || (u.Overage > 0 && policy != OveragePolicyNotify) {
 			metric, units := u.Metric, u.Units
-			add(SlotMain, EventCreditConsumed, ConsumedData{TransactionID: EntryID(m.OpID, main),
+			d := ConsumedData{TransactionID: EntryID(m.OpID, main),
 				BillableMetricKey: &metric, Units: &units, Credits: u.Charged, OverageMC: u.Overage,
-				BalanceAfter: after, ReservationID: u.ReservationID})
+				BalanceAfter: after, ReservationID: u.ReservationID}
+			if u.Items != nil {
+				d.BillableMetricKey, d.Units = nil, nil
+				d.Items = make([]ItemCost, len(u.Items))
+				for i, it := range u.Items {
+					d.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}
+				}
+			}
+			add(SlotMain, EventCreditConsumed, d)
 		}
 	}
 	if !crossingKind(m.Kind) {

@@ -161,3 +161,39 @@ func TestEventsWithoutContext(t *testing.T) {
 		t.Fatal("no crossing when before (100) is under the threshold")
 	}
 }
+
+// TestConsumedItems: a multi-metric consume fires one credit.consumed
+// whose data lists each item (metric, units, cost) with a null metric and
+// units; the decoder reads the items of the script's usage on its fast path.
+func TestConsumedItems(t *testing.T) {
+	usage := &MutationUsage{Units: 7, Cost: 90, Charged: 90, Items: []UsageItem{
+		{Metric: "api.calls", Units: 2, Cost: 60}, {Metric: "gpu", Units: 5, Cost: 30}}}
+	m := mut(MutationConsume, 100, 10, 0, OveragePolicyBlock, usage, mainEntry(-90, EntryConsumption))
+	evs := EventsOf(m)
+	if len(evs) != 1 || evs[0].EventType != EventCreditConsumed {
+		t.Fatalf("events = %v", types(evs))
+	}
+	var env struct {
+		Data map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(evs[0].Payload, &env); err != nil {
+		t.Fatal(err)
+	}
+	items, _ := json.Marshal(env.Data["items"])
+	if env.Data["billable_metric_key"] != nil || env.Data["units"] != nil || env.Data["credits"] != 90.0 ||
+		string(items) != `[{"billable_metric_key":"api.calls","cost":60,"units":2},{"billable_metric_key":"gpu","cost":30,"units":5}]` {
+		t.Errorf("consumed data = %v", env.Data)
+	}
+	m.Blocks = []MutationBlock{} // as the scripts write it
+	doc, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Mutation
+	if err := DecodeMutation(doc, &back); err != nil || !reflect.DeepEqual(back.Usage, m.Usage) {
+		t.Errorf("decoded usage %+v (%v), want %+v", back.Usage, err, m.Usage)
+	}
+	if !MutationFastPath(doc) {
+		t.Errorf("usage items leave the fast decoder: %s", doc)
+	}
+}

@@ -30,6 +30,18 @@ type MutationUsage struct {
 	Refused bool `json:"refused,omitempty"`
 	// ReservationID is set when a commit produced the usage.
 	ReservationID *uuid.UUID `json:"reservation,omitempty"`
+	// Items is what each metric of a multi-metric consume priced; Metric
+	// is then "" and Units the items' total.
+	Items []UsageItem `json:"items,omitempty"`
+}
+
+// UsageItem is one metric's part of a multi-metric consume. Its names are
+// the API's: the script writes one text for the usage and for the ledger
+// entry's metadata, which history shows.
+type UsageItem struct {
+	Metric string `json:"billable_metric_key"`
+	Units  int64  `json:"units"`
+	Cost   int64  `json:"cost"`
 }
 
 // ReservationStatus is a hold's state.
@@ -122,13 +134,24 @@ type ConsumeCommand struct {
 	Metric         string
 	Units          int64
 	Terms          RuleTerms
-	Policy         OveragePolicy
-	EntryMetadata  Metadata
-	Context        MutationContext
+	// Items, when set, replace Metric, Units and Terms: a multi-metric
+	// consume charging every item or none in one script.
+	Items         []ConsumeLine
+	Policy        OveragePolicy
+	EntryMetadata Metadata
+	Context       MutationContext
 	// AppliedCheckedAt is when (wall clock) the caller looked
 	// IdempotencyKey up in Postgres and found nothing; zero when it did not,
 	// and the store looks it up itself (engine.AppliedOps).
 	AppliedCheckedAt time.Time
+}
+
+// ConsumeLine is one metric of a multi-metric consume: its units and the
+// terms of its active rule.
+type ConsumeLine struct {
+	Metric string
+	Units  int64
+	Terms  RuleTerms
 }
 
 // ReserveCommand holds the estimated cost of a job.

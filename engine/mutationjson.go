@@ -618,6 +618,31 @@ func (d *mutationDecoder) usage(u *MutationUsage) error {
 			}
 		case "reservation":
 			u.ReservationID, err = d.uuidPtr()
+		case "items":
+			err = d.array(func() error {
+				var it UsageItem
+				if err := d.usageItem(&it); err != nil {
+					return err
+				}
+				u.Items = append(u.Items, it)
+				return nil
+			})
+		default:
+			return errSlowPath
+		}
+		return err
+	})
+}
+
+func (d *mutationDecoder) usageItem(it *UsageItem) error {
+	return d.object(func(name []byte) (err error) {
+		switch string(name) {
+		case "billable_metric_key":
+			it.Metric, err = d.str()
+		case "units":
+			it.Units, err = d.int()
+		case "cost":
+			it.Cost, err = d.int()
 		default:
 			return errSlowPath
 		}

@@ -132,6 +132,9 @@ func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 
 // consume is Consume once Postgres does not hold the key (appliedFirst).
 func (s *Store) consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	if cmd.Items != nil {
+		return s.consumeMulti(ctx, cmd)
+	}
 	keys, args, err := s.consumeArgs(cmd)
 	if err != nil {
 		return engine.MutationResult{}, err
@@ -170,6 +173,59 @@ func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) 
 		return nil, nil, err
 	}
 	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
+}
+
+// consumeMulti is consume for a multi-metric command (consume_multi.lua):
+// every item charged in one script, or none.
+func (s *Store) consumeMulti(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	keys, args, err := s.consumeMultiArgs(cmd)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	res, err := s.runMoney(ctx, consumeMultiScript, "consume_multi", keys, args)
+	if err == nil && res.Replayed {
+		fillReplayCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
+	}
+	return res, err
+}
+
+// consumeMultiArgs are the keys and arguments of consume_multi.lua for cmd.
+func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
+	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
+		return nil, nil, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	}
+	if !cmd.Policy.Valid() {
+		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := cmd.EntryMetadata[engine.ItemsMetadataKey]; ok {
+		return nil, nil, fmt.Errorf("lua: consume: entry metadata holds the reserved member %q", engine.ItemsMetadataKey)
+	}
+	meta, err := jsonText(cmd.EntryMetadata)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, string(cmd.Policy), meta, strconv.Itoa(len(cmd.Items)))
+	for i, it := range cmd.Items {
+		if it.Units < 1 {
+			return nil, nil, engine.BadRequest(fmt.Sprintf("items[%d].units", i), "units must be >= 1")
+		}
+		if err := checkMetric(it.Metric); err != nil {
+			return nil, nil, fmt.Errorf("lua: consume: %w", err)
+		}
+		terms, err := pricedTermsArg(it.Terms, it.Units)
+		if _, ok := engine.AsError(err); ok {
+			return nil, nil, err
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("lua: consume: %w", err)
+		}
+		args = append(args, it.Metric, strconv.FormatInt(it.Units, 10), terms)
+	}
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -185,7 +186,7 @@ func TestConsumePolicies(t *testing.T) {
 				if err == nil {
 					o, g := m, r2.Mutation
 					main := len(o.Entries) - 1
-					if *g.Usage != *o.Usage || g.Account.Balance != o.Account.Balance || g.Account.Reserved != o.Account.Reserved ||
+					if !reflect.DeepEqual(*g.Usage, *o.Usage) || g.Account.Balance != o.Account.Balance || g.Account.Reserved != o.Account.Reserved ||
 						g.Account.Pending != o.Account.Pending || g.AtMS != o.AtMS || g.CustomerID != c.CustomerID ||
 						g.TenantID != c.TenantID || g.Environment != c.Environment || len(g.Entries) != len(o.Entries) ||
 						g.Entries[main].Role != engine.RoleMain || g.Entries[main].Delta != o.Entries[main].Delta ||

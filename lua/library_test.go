@@ -114,6 +114,9 @@ func TestScriptMutationsTakeTheFastPath(t *testing.T) {
 		}
 	}
 	must(s.Consume(ctx, cc))
+	mc := multiCmd(c, engine.OveragePolicyBlock, line("api.calls", 2, terms), line("gpu.seconds", 1, terms))
+	mc.EntryMetadata = meta
+	must(s.Consume(ctx, mc))
 	rc := reserveCmd(c, 2, terms, time.Hour, t0)
 	rc.Metadata = meta
 	hold, err := s.Reserve(ctx, rc)

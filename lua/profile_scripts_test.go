@@ -103,6 +103,17 @@ func TestProfileScripts(t *testing.T) {
 		meta   engine.Metadata
 	}{{"1block", 1, nil}, {"worst32", 32, bigMeta()}} {
 		c := newFunded(shape.blocks, shape.meta)
+		// A multi-metric consume of 5 items (consume_multi.lua): its figure
+		// over 5 is the Redis CPU per item (bench scenario consume-multi).
+		multi := func(i int) {
+			cmd := multiCmd(c, engine.OveragePolicyBlock, line("api.calls", 5, terms), line("events", 1, terms),
+				line("tokens", 2, terms), line("storage_1", 3, terms), line("storage_2", 4, terms))
+			cmd.Now = now
+			cmd.IdempotencyKey = "m-" + uuid.NewString()
+			cmd.RequestHash = "rh"
+			_, err := s.Consume(ctx, cmd)
+			must(err)
+		}
 		if os.Getenv("PROFILE_ONLY_CONSUME") != "" {
 			measure("consume/"+shape.name, func(i int) {
 				cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
@@ -111,8 +122,10 @@ func TestProfileScripts(t *testing.T) {
 				_, err := s.Consume(ctx, cmd)
 				must(err)
 			})
+			measure("consume-multi5/"+shape.name, multi)
 			continue
 		}
+		measure("consume-multi5/"+shape.name, multi)
 		measure("consume/"+shape.name, func(i int) {
 			cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
 			cmd.IdempotencyKey = "k-" + uuid.NewString()

@@ -28,6 +28,8 @@ var (
 	loadLua string
 	//go:embed consume.lua
 	consumeLua string
+	//go:embed consume_multi.lua
+	consumeMultiLua string
 	//go:embed reserve.lua
 	reserveLua string
 	//go:embed commit.lua
@@ -44,10 +46,12 @@ var (
 	expireScript  = newScript("expire", expireLua)
 	loadScript    = newScript("load", loadLua)
 	consumeScript = newScript("consume", consumeLua)
-	reserveScript = newScript("reserve", reserveLua)
-	commitScript  = newScript("commit", commitLua)
-	releaseScript = newScript("release", releaseLua)
-	gaugeScript   = newScript("gauge", gaugeLua)
+	// consumeMultiScript charges a multi-metric consume.
+	consumeMultiScript = newScript("consume_multi", consumeMultiLua)
+	reserveScript      = newScript("reserve", reserveLua)
+	commitScript       = newScript("commit", commitLua)
+	releaseScript      = newScript("release", releaseLua)
+	gaugeScript        = newScript("gauge", gaugeLua)
 	// gauge_value.lua is a two-line read: it needs no prelude.
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
 )

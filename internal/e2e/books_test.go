@@ -23,6 +23,11 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	metric := uniq("calls")
 	wantStatus(t, a.post("/v1/metering-rules", map[string]any{
 		"billable_metric_key": metric, "cost_type": "per_unit", "unit_cost": 3}), 201, "rule")
+	// A second metric for multi-metric consumes (items), which charge
+	// their total once.
+	second := uniq("gpu")
+	wantStatus(t, a.post("/v1/metering-rules", map[string]any{
+		"billable_metric_key": second, "cost_type": "flat", "base_cost": 5}), 201, "second rule")
 
 	const customers = 8
 	ids := make([]string, customers)
@@ -52,8 +57,11 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 				cust := ids[rng.IntN(customers)]
 				switch rng.IntN(3) {
 				case 0:
-					r := call("POST", "/v1/entitlements/consume", map[string]any{
-						"customer_id": cust, "billable_metric_key": metric, "units": 1 + rng.IntN(6)})
+					body := map[string]any{"customer_id": cust, "billable_metric_key": metric, "units": 1 + rng.IntN(6)}
+					if rng.IntN(2) == 0 {
+						body = map[string]any{"customer_id": cust, "items": items(metric, 1+rng.IntN(6), second, 1+rng.IntN(3))}
+					}
+					r := call("POST", "/v1/entitlements/consume", body)
 					if r.Status != 200 && r.Status != 409 {
 						t.Errorf("consume: %d %s", r.Status, r.Raw)
 					}

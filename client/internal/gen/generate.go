@@ -196,6 +196,20 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 			required[str] = true
 		}
 	}
+	// A member one of the object's alternative forms requires (a oneOf
+	// of required lists, like a consume's single metric or items) is a
+	// plain value with omitempty: callers of the form set it, the other
+	// form leaves it out.
+	formMember := map[string]bool{}
+	for _, b := range s.list("oneOf") {
+		if bo, ok := b.(*object); ok {
+			for _, r := range bo.list("required") {
+				if str, ok := r.(string); ok {
+					formMember[str] = true
+				}
+			}
+		}
+	}
 	props := s.obj("properties")
 	for _, prop := range props.keys {
 		ps, ok := props.vals[prop].(*object)
@@ -205,6 +219,12 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 		typ, opt, err := g.memberType(name, prop, ps, required[prop], input)
 		if err != nil {
 			return fmt.Errorf("member %s: %w", prop, err)
+		}
+		if formMember[prop] && !required[prop] {
+			if typ, opt, err = g.memberType(name, prop, ps, true, input); err != nil {
+				return fmt.Errorf("member %s: %w", prop, err)
+			}
+			opt = ",omitempty"
 		}
 		d.fields = append(d.fields, fieldDecl{
 			name: exported(prop), typ: typ, tag: fmt.Sprintf("`json:\"%s%s\"`", prop, opt), doc: memberDoc(ps),

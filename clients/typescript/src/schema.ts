@@ -555,7 +555,7 @@ export interface paths {
         put?: never;
         /**
          * Price and charge usage
-         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule.
+         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost.
          */
         post: operations["consume"];
         delete?: never;
@@ -2021,24 +2021,42 @@ export interface components {
             /** @enum {string} */
             overage_policy?: "block" | "allow" | "notify";
         };
+        /** @description Exactly one of two forms: billable_metric_key and units, or items (1 to 20 metrics); both or neither is refused naming the field. */
         ConsumeInput: {
             /** @description Own or external id; an unknown value creates the customer. */
             customer_id: string;
-            billable_metric_key: string;
-            /** Format: int64 */
-            units: number;
-            /** @description Free-form key-value object. */
+            /** @description The metric of the single form; omit it (and units) when giving items. */
+            billable_metric_key?: string;
+            /**
+             * Format: int64
+             * @description The units of the single form; omit it when giving items.
+             */
+            units?: number;
+            /** @description The multi-metric form, instead of billable_metric_key and units: every item is charged or none is, in one step; a metric may appear once. Errors name the item's field (items[2].units). */
+            items?: components["schemas"]["ConsumeItem"][];
+            /** @description Free-form key-value object, written onto the ledger entry. With items, the member items is reserved: the entry's metadata lists each item's billable_metric_key, units and cost under it. */
             metadata?: {
                 [key: string]: unknown;
             };
+        } & (unknown | unknown);
+        /** @description One metric of a multi-metric consume. */
+        ConsumeItem: {
+            /** @description A metered metric with an active rule. */
+            billable_metric_key: string;
+            /** Format: int64 */
+            units: number;
         };
         ConsumeResult: {
             /** Format: uuid */
             transaction_id: string | null;
             /** Format: uuid */
             customer_id: string;
+            /** @description The metric of a single-form consume; empty with items. */
             billable_metric_key: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The units charged; with items, the items' total.
+             */
             units: number;
             /** Format: int64 */
             cost: number;
@@ -2052,6 +2070,19 @@ export interface components {
             effective_balance: number;
             /** @enum {string|null} */
             reason: "duplicate_replay" | null;
+            /** @description Each item's cost, in the request's order; present only when the request used items. */
+            items?: components["schemas"]["ItemCost"][];
+        };
+        /** @description What one item of a multi-metric consume cost, priced at its metric's rule. */
+        ItemCost: {
+            billable_metric_key: string;
+            /** Format: int64 */
+            units: number;
+            /**
+             * Format: int64
+             * @description Millicredits.
+             */
+            cost: number;
         };
         UsageEvent: {
             /** @description Idempotency of the event, forever. */
@@ -2836,6 +2867,8 @@ export interface components {
              * @description The committed reservation, or null.
              */
             reservation_id: string | null;
+            /** @description A multi-metric consume's items (billable_metric_key and units are then null), in the request's order; absent otherwise. */
+            items?: components["schemas"]["ItemCost"][];
         };
         /** @description The effective balance crossed the threshold downwards (from at-or-above to below); not raised again until it is back at or above. */
         CreditLowBalanceData: {
@@ -5477,16 +5510,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "billable_metric_key": "api-calls",
-                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
-                 *       "metadata": {
-                 *         "endpoint": "/search"
-                 *       },
-                 *       "units": 4
-                 *     }
-                 */
                 "application/json": components["schemas"]["ConsumeInput"];
             };
         };
@@ -5502,20 +5525,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "transaction_id": "a799e6df-a1e3-5224-93c3-e12072a6eca3",
-                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
-                     *       "billable_metric_key": "api-calls",
-                     *       "units": 4,
-                     *       "cost": 1000,
-                     *       "charged": 1000,
-                     *       "overage_mc": 0,
-                     *       "balance_after": 147500,
-                     *       "effective_balance": 147500,
-                     *       "reason": null
-                     *     }
-                     */
                     "application/json": components["schemas"]["ConsumeResult"];
                 };
             };

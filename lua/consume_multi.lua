@@ -1,0 +1,109 @@
+-- consume_multi.lua prices several metrics' units and charges their total
+-- in one step (engine.ConsumeCommand with Items): every item or none. It
+-- is consume.lua for a list of items, kept apart so the single consume, the
+-- hot path, runs no item loop.
+--
+-- Under policy block a total above the effective balance changes nothing
+-- in the account: the script appends a refusal record (usage.refused, no
+-- entries) and answers INSUFFICIENT, as consume.lua does. Under allow and
+-- notify the charge is min(total, max(effective, 0)) and the rest is
+-- overage. Blocks are drained once, for the total.
+--
+-- Entries: ONE consumption entry for the whole call (issue 10), with no
+-- metric and no units (several metrics paid), the overage, and the item
+-- breakdown as member "items" of its metadata ([{billable_metric_key,
+-- units, cost}]), so Postgres stores it in the row it writes anyway.
+-- usage.items carries the same text; usage.metric is "" and usage.units
+-- the items' total.
+--
+-- KEYS as consume.lua.
+-- ARGV[1..9] as consume.lua
+-- ARGV[10] policy: block, allow or notify
+-- ARGV[11] entry metadata JSON text or "" (never holding member "items")
+-- ARGV[12] n, the number of items (1..20)
+-- ARGV[13 + 3(i-1) ..] item i: metric key, units (decimal, >= 1), pricing
+--          terms (prelude terms_parse)
+--
+-- Reply: {"new", mutation JSON} or {"replay", stored Mutation JSON};
+-- errors NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (an item's
+-- cost, the total cost or the total units leave int64), BADTERMS, BADARG.
+local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local policy, entry_meta, n = ARGV[10], ARGV[11], tonumber(ARGV[12])
+
+if not now or not n or n < 1 or n > 20 or #ARGV ~= 12 + 3 * n or
+    (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
+  return redis.error_reply('BADARG now, policy or items')
+end
+local items = {}
+for i = 1, n do
+  local at = 12 + 3 * (i - 1)
+  local metric, units, terms = ARGV[at + 1], m_parse(ARGV[at + 2]), terms_parse(ARGV[at + 3])
+  if metric == '' or not units or not terms then
+    return redis.error_reply('BADARG item metric, units or terms')
+  end
+  items[i] = {metric = metric, units = units, terms = terms}
+end
+
+local a = acct_read(account_key, now, {'o'})
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local r = replay(op_key, request_hash)
+if r then return r end
+
+local cost, units = MONEY_ZERO, MONEY_ZERO
+local parts = {}
+for i, it in ipairs(items) do
+  local c, err = price(it.terms, it.units)
+  if not c then return redis.error_reply(err) end
+  cost, units = m_add(cost, c), m_add(units, it.units)
+  if not m_fits(cost) or not m_fits(units) then return redis.error_reply(PRICE_OVERFLOW) end
+  parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"units":' .. m_fmt(it.units) .. ',"cost":' .. m_fmt(c) .. '}'
+end
+local items_j = '[' .. table.concat(parts, ',') .. ']'
+
+local _, _, effective = acct_bal(a, now)
+local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
+local su, sc = m_fmt(units), m_fmt(cost)
+
+if policy == 'block' and m_cmp(effective, cost) < 0 then
+  m.idem, m.rh = '""', ''
+  m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}'
+  redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+end
+
+local charge = cost
+if m_cmp(effective, cost) < 0 then
+  charge = MONEY_ZERO
+  if m_pos(effective) then charge = effective end
+end
+local overage = m_sub(cost, charge)
+local overage_field = nil
+if m_pos(overage) then overage_field = overage end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+local draws = drain(a, now, charge, changed)
+entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption',
+  overage = overage_field, open = true}, draws))
+-- The breakdown opens the entry's metadata (Go refuses a caller's own
+-- member "items" in this form, so the object has no duplicate name).
+if entry_meta == '' or entry_meta == '{}' then
+  m.open_meta = '{"items":' .. items_j .. '}'
+else
+  m.open_meta = '{"items":' .. items_j .. ',' .. string.sub(entry_meta, 2)
+end
+
+a.v = a.v + 1
+acct_commit(account_key, a, changed, now)
+m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' .. m_fmt(charge) ..
+  ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. '}'
+local json = mutation_json(m, a, entries, changed)
+-- The op record is the Mutation itself: the compact consume record has
+-- room for one metric.
+publish(outbox_key, op_key, op_ttl_ms, json, nil)
+return {'new', json}
