@@ -36,6 +36,11 @@ type Checker struct {
 	events  map[string]*base.Schema
 	schemas schema_validation.SchemaValidator
 
+	// vmu serializes the validator: libopenapi renders schemas lazily and
+	// not safely under concurrent validation (a data race seen by -race
+	// when parallel e2e tests checked webhook payloads at once).
+	vmu sync.Mutex
+
 	mu      sync.Mutex
 	seen    map[string]int
 	samples map[string]*Sample
@@ -171,7 +176,9 @@ func (c *Checker) Check(req *http.Request, status int, header http.Header, body 
 	}
 	res := &http.Response{StatusCode: status, Header: header, Body: io.NopCloser(bytes.NewReader(body)),
 		Request: req, ContentLength: int64(len(body))}
+	c.vmu.Lock()
 	ok, errs := c.v.ValidateHttpResponse(req, res)
+	c.vmu.Unlock()
 	c.remember(req, id, status, body)
 	if ok {
 		return nil
@@ -264,7 +271,10 @@ func (c *Checker) CheckEvent(payload []byte) error {
 	if !ok {
 		return fmt.Errorf("webhook event_type %q is not under webhooks in api/openapi.json", head.EventType)
 	}
-	if ok, errs := c.schemas.ValidateSchemaBytes(sch, payload); !ok {
+	c.vmu.Lock()
+	ok, errs := c.schemas.ValidateSchemaBytes(sch, payload)
+	c.vmu.Unlock()
+	if !ok {
 		var b strings.Builder
 		fmt.Fprintf(&b, "webhook %s payload does not conform to api/openapi.json:", head.EventType)
 		for _, e := range errs {
