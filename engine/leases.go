@@ -237,9 +237,13 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 
 // endedLease answers for a lease Redis no longer holds: Postgres says
 // whether it ever was. A release of it is 200 with its final status; a
-// renew is 409. Postgres trails Redis, so a lease it still calls active
-// has ended in Redis: expired when past its expires, else released.
+// renew is 409. Postgres trails Redis: the look-up waits (bounded) until
+// it holds the account version Redis shows, so a release retried at once
+// finds the lease its first try ended; a lease it still calls active has
+// ended in Redis all the same: expired when past its expires, else
+// released.
 func (s *Entitlements) endedLease(ctx context.Context, key CustomerKey, metricKey string, id uuid.UUID, action LeaseAction, capMC int64, now time.Time) (GaugeResult, error) {
+	s.credits.awaitPersisted(ctx, key)
 	rec, ok, err := s.leaseIndex.LeaseOf(ctx, key, id)
 	if err != nil {
 		return GaugeResult{}, err
