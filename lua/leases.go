@@ -1,8 +1,8 @@
 package lua
 
 import (
-	_ "embed"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sort"
