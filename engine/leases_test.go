@@ -23,7 +23,9 @@ func (f *fakeLeases) Lease(_ context.Context, cmd LeaseCommand) (MutationResult,
 	return MutationResult{}, f.errs[cmd.LeaseID]
 }
 
-func (f *fakeLeases) DueLeases(context.Context, time.Time, int) ([]DueLease, error) { return f.due, nil }
+func (f *fakeLeases) DueLeases(context.Context, time.Time, int) ([]DueLease, error) {
+	return f.due, nil
+}
 
 func (f *fakeLeases) LeaseOf(context.Context, CustomerKey, uuid.UUID) (StoredLease, bool, error) {
 	return StoredLease{}, false, nil
