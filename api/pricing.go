@@ -127,6 +127,7 @@ func (s *Server) registerPricing() {
 		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem, s.moveGauge(ref, true))
 		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem, s.moveGauge(ref, false))
 	}
+	s.registerLeases()
 
 	s.handle("POST", "/v1/reservations", optTenant|optIdem, s.createReservation)
 	s.handle("GET", "/v1/reservations/{id}", optTenant, s.getReservation)

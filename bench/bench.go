@@ -311,7 +311,8 @@ func (b *Bench) scenarios(ctx context.Context) {
 		sc := all[p.name](p.hot)
 		route := map[string]string{"check": "GET /v1/entitlements/check", "consume": "POST /v1/entitlements/consume",
 			"gauge": "POST /v1/customers/{id}/entitlements/{billable_metric_key}/increment", "reserve": "POST /v1/reservations",
-			"usage": "POST /v1/usage", "mixed": "GET /v1/entitlements/check"}[p.name]
+			"gauge-lease": "POST /v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew",
+			"usage":       "POST /v1/usage", "mixed": "GET /v1/entitlements/check"}[p.name]
 		sr := b.load(ctx, sc, strings.TrimPrefix(b.target.Base, "http://"), route)
 		if p.name == "consume" && !p.hot && sr.Skipped == "" && sr.Max > 0 && ctx.Err() == nil {
 			sr.Lag = b.lagRun(ctx, sc, sr.Max)

@@ -146,6 +146,34 @@ func (t *Target) gauge(hot bool) opFunc {
 	}
 }
 
+var leaseField = []byte(`"lease":{"id":"`)
+
+// gaugeLease takes one slot with a 1 s lease and renews it (issue 15:
+// the hot path of a leased gauge, what a job does on start and then on
+// each heartbeat). The leases lapse by themselves a second later, so a
+// customer holds about rate / customers of them (a gauge holds at most
+// 200: the -hot variant is refused past 200 ops/s).
+func (t *Target) gaugeLease(hot bool) opFunc {
+	body := []byte(`{"amount":1,"policy":"allow","lease_seconds":1}`)
+	renew := []byte(`{"lease_seconds":1}`)
+	return func(w *worker, seq uint64) (int, error) {
+		c := t.pick(seq, hot)
+		base := "/v1/customers/" + c.Ext + "/entitlements/" + metricGauge
+		st, err := t.post(w, base+"/increment", "gl", seq, body)
+		if err != nil || st != 200 {
+			return st, err
+		}
+		t.Acks.GaugeApplied.Add(1)
+		raw := w.resp.Body()
+		i := bytes.Index(raw, leaseField)
+		if i < 0 || len(raw) < i+len(leaseField)+36 {
+			return 599, nil
+		}
+		id := string(raw[i+len(leaseField) : i+len(leaseField)+36])
+		return t.post(w, base+"/leases/"+id+"/renew", "glr", seq, renew)
+	}
+}
+
 var idField = []byte(`"id":"`)
 
 func (t *Target) reserve(hot bool) opFunc {
@@ -238,9 +266,10 @@ func (t *Target) scenarios() map[string]func(hot bool) Scenario {
 	return map[string]func(bool) Scenario{
 		"check":   mk("check", 1000, "check", t.check),
 		"consume": mk("consume", 500, "consume", t.consume),
-		// Not in the default set: a ramp of its own (-scenario consume-multi).
+		// Not in the default set: ramps of their own (-scenario consume-multi, -scenario gauge-lease).
 		"consume-multi": mk("consume-multi", 300, fmt.Sprintf("consume of %d items", multiItems), t.consumeMulti),
 		"gauge":         mk("gauge", 500, "increment", t.gauge),
+		"gauge-lease":   mk("gauge-lease", 250, "leased increment+renew", t.gaugeLease),
 		"reserve":       mk("reserve", 250, "create+commit", t.reserve),
 		"usage":         mk("usage", 100, "call of 10 events", t.usage),
 		"mixed":         mk("mixed", 500, "op", t.mixed),

@@ -393,6 +393,27 @@ func TestAgainstCreditd(t *testing.T) {
 		if e, ok := snap.Entitlements["seats"]; !ok || e.Current == nil || *e.Current != 1 || snap2.CustomerID != adaID || len(snap.Entitlements) != 2 {
 			t.Fatalf("snapshot %+v, by external id %+v", snap, snap2)
 		}
+		// Leases: a leased increment's slots return on release; renew and
+		// release by id under both customer forms.
+		leased, err := c.IncrementGauge(ctx, "ada", "seats", client.GaugeInput{Amount: 2, LeaseSeconds: client.Ptr(60)})
+		must(t, err, "IncrementGauge with a lease")
+		if leased.Lease == nil || leased.Lease.Status != "active" || leased.Current != 3 {
+			t.Fatalf("leased increment %+v", leased)
+		}
+		ren, err := c.RenewGaugeLease(ctx, "ada", "seats", leased.Lease.ID, &client.LeaseRenewInput{LeaseSeconds: client.Ptr(120)})
+		must(t, err, "RenewGaugeLease")
+		ren2, err := c.RenewGaugeLeaseByExternalID(ctx, "ada", "seats", leased.Lease.ID, nil)
+		must(t, err, "RenewGaugeLeaseByExternalID")
+		if ren.Lease == nil || !ren.Lease.ExpiresAt.After(leased.Lease.ExpiresAt) || ren2.Lease == nil || ren2.Current != 3 {
+			t.Fatalf("renew %+v, by external id %+v", ren, ren2)
+		}
+		rel, err := c.ReleaseGaugeLease(ctx, "ada", "seats", leased.Lease.ID)
+		must(t, err, "ReleaseGaugeLease")
+		rel2, err := c.ReleaseGaugeLeaseByExternalID(ctx, "ada", "seats", leased.Lease.ID)
+		must(t, err, "ReleaseGaugeLeaseByExternalID")
+		if rel.Current != 1 || rel.Lease == nil || rel.Lease.Status != "released" || rel2.Current != 1 || rel2.Lease == nil || rel2.Lease.Status != "released" {
+			t.Fatalf("release %+v, again %+v", rel, rel2)
+		}
 		_, err = c.GetCustomerByExternalID(ctx, "nobody")
 		wantProblem(t, err, 404, client.ProblemNotFound, "GetCustomerByExternalID of nobody")
 	})

@@ -741,9 +741,11 @@ func (c *Client) ReportUsage(ctx context.Context, body UsageInput, opts ...CallO
 
 // IncrementGauge is POST /v1/customers/{id}/entitlements/{billable_metric_key}/increment
 // (operation incrementGauge). Increment a gauge. Under block an increment past the cap is a 409
-// with current, cap and shortfall; allow lets it through. An unknown id creates the customer. It
-// sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the
-// call.
+// with current, cap and shortfall; allow lets it through. An unknown id creates the customer. With
+// lease_seconds the added slots are leased: they return by themselves when the lease ends unless
+// renewed (POST .../leases/{lease_id}/renew) or released (POST .../leases/{lease_id}/release), so
+// a caller that dies never leaks a slot; the response then carries the lease. It sends an
+// Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
 func (c *Client) IncrementGauge(ctx context.Context, id string, billableMetricKey string, body GaugeInput, opts ...CallOption) (*GaugeResult, error) {
 	r := &request{method: "POST", path: "/v1/customers/" + url.PathEscape(id) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/increment", idempotent: true}
 	r.body = body
@@ -757,8 +759,9 @@ func (c *Client) IncrementGauge(ctx context.Context, id string, billableMetricKe
 
 // DecrementGauge is POST /v1/customers/{id}/entitlements/{billable_metric_key}/decrement
 // (operation decrementGauge). Decrement a gauge. A decrement never goes below zero (409). An
-// unknown id creates the customer. It sends an Idempotency-Key: WithIdempotencyKey's, else a new
-// UUID, the same on every retry of the call.
+// unknown id creates the customer. A decrement may not free slots that active leases hold (409):
+// release the lease instead. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID,
+// the same on every retry of the call.
 func (c *Client) DecrementGauge(ctx context.Context, id string, billableMetricKey string, body GaugeInput, opts ...CallOption) (*GaugeResult, error) {
 	r := &request{method: "POST", path: "/v1/customers/" + url.PathEscape(id) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/decrement", idempotent: true}
 	r.body = body
@@ -774,8 +777,11 @@ func (c *Client) DecrementGauge(ctx context.Context, id string, billableMetricKe
 // /v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/increment
 // (operation incrementGaugeByExternalId). Increment a gauge by external id. Under block an
 // increment past the cap is a 409 with current, cap and shortfall; allow lets it through. An
-// unknown external id is a 404. It sends an Idempotency-Key: WithIdempotencyKey's, else a new
-// UUID, the same on every retry of the call.
+// unknown external id is a 404. With lease_seconds the added slots are leased: they return by
+// themselves when the lease ends unless renewed (POST .../leases/{lease_id}/renew) or released
+// (POST .../leases/{lease_id}/release), so a caller that dies never leaks a slot; the response
+// then carries the lease. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the
+// same on every retry of the call.
 func (c *Client) IncrementGaugeByExternalID(ctx context.Context, externalID string, billableMetricKey string, body GaugeInput, opts ...CallOption) (*GaugeResult, error) {
 	r := &request{method: "POST", path: "/v1/customer-by-external-id/" + url.PathEscape(externalID) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/increment", idempotent: true}
 	r.body = body
@@ -790,8 +796,9 @@ func (c *Client) IncrementGaugeByExternalID(ctx context.Context, externalID stri
 // DecrementGaugeByExternalID is POST
 // /v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/decrement
 // (operation decrementGaugeByExternalId). Decrement a gauge by external id. A decrement never goes
-// below zero (409). An unknown external id is a 404. It sends an Idempotency-Key:
-// WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
+// below zero (409). An unknown external id is a 404. A decrement may not free slots that active
+// leases hold (409): release the lease instead. It sends an Idempotency-Key: WithIdempotencyKey's,
+// else a new UUID, the same on every retry of the call.
 func (c *Client) DecrementGaugeByExternalID(ctx context.Context, externalID string, billableMetricKey string, body GaugeInput, opts ...CallOption) (*GaugeResult, error) {
 	r := &request{method: "POST", path: "/v1/customer-by-external-id/" + url.PathEscape(externalID) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/decrement", idempotent: true}
 	r.body = body
@@ -1714,4 +1721,77 @@ func (c *Client) ListCustomerSubscriptionsAll(ctx context.Context, id string, pa
 			p.Cursor = page.Pagination.NextCursor
 		}
 	}
+}
+
+// RenewGaugeLease is POST
+// /v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew (operation
+// renewGaugeLease). Renew a gauge lease. Moves the lease's expires_at to now plus lease_seconds
+// (the lease's own length when the body or the member is omitted). 409 when the lease already
+// ended (released or past expires_at): its slots returned, take a new lease. Never creates a
+// customer. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
+// retry of the call.
+func (c *Client) RenewGaugeLease(ctx context.Context, id string, billableMetricKey string, leaseID string, body *LeaseRenewInput, opts ...CallOption) (*GaugeResult, error) {
+	r := &request{method: "POST", path: "/v1/customers/" + url.PathEscape(id) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/leases/" + url.PathEscape(leaseID) + "/renew", idempotent: true}
+	if body != nil {
+		r.body = body
+	}
+	out := new(GaugeResult)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseGaugeLease is POST
+// /v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/release (operation
+// releaseGaugeLease). Release a gauge lease. No body. Returns the lease's slots now. Idempotent by
+// lease id: releasing a lease that already ended changes nothing and answers 200 with its final
+// status (released, or expired when it ran out first). Never creates a customer. It sends an
+// Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
+func (c *Client) ReleaseGaugeLease(ctx context.Context, id string, billableMetricKey string, leaseID string, opts ...CallOption) (*GaugeResult, error) {
+	r := &request{method: "POST", path: "/v1/customers/" + url.PathEscape(id) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/leases/" + url.PathEscape(leaseID) + "/release", idempotent: true}
+	out := new(GaugeResult)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RenewGaugeLeaseByExternalID is POST
+// /v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew
+// (operation renewGaugeLeaseByExternalId). Renew a gauge lease. Moves the lease's expires_at to
+// now plus lease_seconds (the lease's own length when the body or the member is omitted). 409 when
+// the lease already ended (released or past expires_at): its slots returned, take a new lease.
+// Never creates a customer. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID,
+// the same on every retry of the call.
+func (c *Client) RenewGaugeLeaseByExternalID(ctx context.Context, externalID string, billableMetricKey string, leaseID string, body *LeaseRenewInput, opts ...CallOption) (*GaugeResult, error) {
+	r := &request{method: "POST", path: "/v1/customer-by-external-id/" + url.PathEscape(externalID) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/leases/" + url.PathEscape(leaseID) + "/renew", idempotent: true}
+	if body != nil {
+		r.body = body
+	}
+	out := new(GaugeResult)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseGaugeLeaseByExternalID is POST
+// /v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release
+// (operation releaseGaugeLeaseByExternalId). Release a gauge lease. No body. Returns the lease's
+// slots now. Idempotent by lease id: releasing a lease that already ended changes nothing and
+// answers 200 with its final status (released, or expired when it ran out first). Never creates a
+// customer. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
+// retry of the call.
+func (c *Client) ReleaseGaugeLeaseByExternalID(ctx context.Context, externalID string, billableMetricKey string, leaseID string, opts ...CallOption) (*GaugeResult, error) {
+	r := &request{method: "POST", path: "/v1/customer-by-external-id/" + url.PathEscape(externalID) + "/entitlements/" + url.PathEscape(billableMetricKey) + "/leases/" + url.PathEscape(leaseID) + "/release", idempotent: true}
+	out := new(GaugeResult)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

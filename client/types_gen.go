@@ -456,15 +456,20 @@ type GaugeInput struct {
 	Policy *string `json:"policy,omitempty"`
 	// Accepted and discarded.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Increment only: take a lease on the added slots for this many seconds. The slots return by
+	// themselves when the lease ends unless it is renewed, or at once when it is released; the
+	// response carries the lease. Out of range, or on a decrement, is 422.
+	LeaseSeconds *int `json:"lease_seconds,omitempty"`
 }
 
 // GaugeResult is the GaugeResult schema of the creditd API.
 type GaugeResult struct {
-	BillableMetricKey string `json:"billable_metric_key"`
-	Current           int64  `json:"current"`
-	Cap               int64  `json:"cap"`
-	Allowed           bool   `json:"allowed"`
-	Headroom          int64  `json:"headroom"`
+	BillableMetricKey string      `json:"billable_metric_key"`
+	Current           int64       `json:"current"`
+	Cap               int64       `json:"cap"`
+	Allowed           bool        `json:"allowed"`
+	Headroom          int64       `json:"headroom"`
+	Lease             *GaugeLease `json:"lease,omitempty"`
 }
 
 // HoldAccount is the HoldAccount schema of the creditd API.
@@ -1032,4 +1037,23 @@ type SubscriptionUsageDataItem struct {
 	// millicredits charged.
 	Credits   int64 `json:"credits"`
 	OverageMC int64 `json:"overage_mc"`
+}
+
+// GaugeLease is the GaugeLease schema of the creditd API. A lease on gauge slots. Its slots count
+// in current until it ends: at expires_at (exactly: a read after it no longer counts them), or
+// when released.
+type GaugeLease struct {
+	ID string `json:"id"`
+	// Slots the lease holds (the increment's amount).
+	Amount int64 `json:"amount"`
+	// One of: active, released, expired.
+	Status string `json:"status"`
+	// When the slots return unless renewed.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// LeaseRenewInput is the LeaseRenewInput schema of the creditd API.
+type LeaseRenewInput struct {
+	// New length from now; omitted means the length the lease was last taken or renewed for.
+	LeaseSeconds *int `json:"lease_seconds,omitempty"`
 }

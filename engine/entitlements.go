@@ -27,6 +27,9 @@ type Entitlements struct {
 	plans     PlanView
 	snapshots snapshotCache
 	applied   AppliedReader
+	// leases and leaseIndex serve lease renew and release (UseLeases).
+	leases     LeaseStore
+	leaseIndex LeaseIndex
 }
 
 // PlanView tells the entitlement service what a customer's subscription
@@ -823,6 +826,8 @@ type GaugeInput struct {
 	Amount *int64          `json:"amount"`
 	Policy *string         `json:"policy"`
 	Meta   json.RawMessage `json:"metadata"`
+	// LeaseSeconds takes a lease on an increment's slots (leases.go).
+	LeaseSeconds *int64 `json:"lease_seconds"`
 }
 
 // GaugeResult is the 200 body of a gauge operation.
@@ -832,6 +837,8 @@ type GaugeResult struct {
 	Cap               int64  `json:"cap"`
 	Allowed           bool   `json:"allowed"`
 	Headroom          int64  `json:"headroom"`
+	// Lease is the lease the operation took, renewed or ended, if any.
+	Lease *Lease `json:"lease,omitempty"`
 }
 
 // MoveGauge increments (up) or decrements a gauge. Errors: 400 (amount,
@@ -849,6 +856,14 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 			allow = true
 		default:
 			return GaugeResult{}, BadRequest("policy", "policy must be block or allow")
+		}
+	}
+	if in.LeaseSeconds != nil {
+		if !up {
+			return GaugeResult{}, Invalid("lease_seconds", "only an increment takes a lease")
+		}
+		if err := leaseSeconds(*in.LeaseSeconds); err != nil {
+			return GaugeResult{}, err
 		}
 	}
 	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
@@ -877,13 +892,22 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 	cmd := GaugeCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, Delta: delta, Cap: capMC,
 		Allow: allow, Context: contextOf(c, tenant)}
+	if in.LeaseSeconds != nil {
+		cmd.LeaseID, cmd.LeaseSeconds = uuid.Must(uuid.NewV7()), *in.LeaseSeconds
+	}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Gauge(ctx, cmd) })
 	if err != nil {
 		return GaugeResult{}, err
 	}
-	var cur int64
-	if g := res.Mutation.Gauge; g != nil {
-		cur = g.Current
+	out := gaugeResult(metricKey, res.Mutation, capMC)
+	if g := res.Mutation.Gauge; g != nil && in.LeaseSeconds != nil {
+		// The lease this increment opened (a replay's is the original's):
+		// the one active lease of the Mutation; the others lapsed.
+		for _, l := range g.Leases {
+			if l.Status == LeaseActive {
+				out.Lease = leaseView(l)
+			}
+		}
 	}
-	return GaugeResult{BillableMetricKey: metricKey, Current: cur, Cap: capMC, Allowed: cur <= capMC, Headroom: capMC - cur}, nil
+	return out, nil
 }

@@ -85,6 +85,9 @@ type MutationReservation struct {
 type MutationGauge struct {
 	Metric  string `json:"metric"`
 	Current int64  `json:"current"`
+	// Leases are the leases of the gauge this mutation opened, renewed or
+	// ended (leases.go); empty for a plain move.
+	Leases []MutationLease `json:"leases,omitempty"`
 }
 
 // Reservation is the API view of a hold.
@@ -211,8 +214,12 @@ type GaugeCommand struct {
 	Delta          int64
 	Cap            int64
 	// Allow lets an increment pass the cap (policy allow).
-	Allow   bool
-	Context MutationContext
+	Allow bool
+	// LeaseID, when set, takes a lease on the incremented slots for
+	// LeaseSeconds: they return by themselves when it ends (leases.go).
+	LeaseID      uuid.UUID
+	LeaseSeconds int64
+	Context      MutationContext
 }
 
 // Errors of the hot-path scripts.

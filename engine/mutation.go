@@ -251,4 +251,8 @@ type AccountState struct {
 	Reservations []MutationReservation
 	// Gauges are the customer's gauge counters by metric key.
 	Gauges map[string]int64
+	// Leases are the customer's active gauge leases (their slots are in
+	// Gauges), those past their expires included: a load restores them
+	// and the first read lapses them.
+	Leases []StoredLease
 }

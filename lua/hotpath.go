@@ -455,13 +455,22 @@ func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.Muta
 		allow = "1"
 	}
 	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Delta, 10), strconv.FormatInt(cmd.Cap, 10), allow)
-	return s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	if cmd.LeaseID != uuid.Nil {
+		if cmd.Delta < 1 || cmd.LeaseSeconds < 1 {
+			return engine.MutationResult{}, errors.New("lua: gauge: a lease needs an increment and a length")
+		}
+		args = append(args, cmd.LeaseID.String(), strconv.FormatInt(cmd.LeaseSeconds, 10))
+	}
+	res, err := s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return res, leaseError(err)
 }
 
-// GaugeValue reads c's counter of metric, 0 when never used
-// (gauge_value.lua, read-only). Errors: engine.ErrStateMissing.
+// GaugeValue reads c's counter of metric at the store's clock, 0 when never
+// used, without the slots of leases past their expires (gauge_value.lua,
+// read-only). Errors: engine.ErrStateMissing.
 func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric string) (int64, error) {
-	v, err := gaugeValueScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}, metric).Text()
+	now := strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
+	v, err := gaugeValueScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}, metric, now).Text()
 	if err != nil {
 		return 0, scriptError("gauge value", err)
 	}

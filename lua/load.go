@@ -175,6 +175,11 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		}
 		fields = append(fields, "g:"+metric, dec(n))
 	}
+	lf, err := leaseFields(st.Leases)
+	if err != nil {
+		return err
+	}
+	fields = append(fields, lf...)
 
 	fields = append(fields, layoutFields(stored, active, kept, st.UpdatedAtMS)...)
 

@@ -308,7 +308,10 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 		if err != nil {
 			return err
 		}
-		return fillHolds(ctx, tx, index, ids, finalizedSince(appliedSince))
+		if err := fillHolds(ctx, tx, index, ids, finalizedSince(appliedSince)); err != nil {
+			return err
+		}
+		return fillLeases(ctx, tx, index, ids)
 	})
 	if err != nil {
 		return nil, err

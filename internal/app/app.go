@@ -132,6 +132,8 @@ type App struct {
 	Entitlements *engine.Entitlements
 	Reservations *engine.Reservations
 	HoldSweeper  *engine.ReservationSweeper
+	// LeaseSweeper writes down the lapse of gauge leases past their expiry.
+	LeaseSweeper *engine.LeaseSweeper
 
 	// Subscriptions puts customers on plans; Scheduler moves them on time;
 	// PlanFacts is the entitlement service's view of them.
@@ -209,6 +211,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
 	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
 	a.Entitlements.SetAppliedReader(a.DB)
+	a.Entitlements.UseLeases(a.Store, a.DB)
 	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
 	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
 	a.Overrides = engine.NewOverrides(a.DB, a.DB, a.Metering, a.Entitlements, cfg.Clock)
@@ -223,6 +226,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
 		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	// Leases lapse at read time; the sweep runs as often as the expiry sweep.
+	a.LeaseSweeper = &engine.LeaseSweeper{Hot: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Console = console.New(console.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
 		Webhooks: a.Webhooks, Plans: a.Plans, Entitlements: a.Entitlements, Subscriptions: a.Subscriptions,
@@ -278,6 +283,11 @@ func (a *App) Start() {
 	go func() {
 		defer a.wg.Done()
 		a.HoldSweeper.Run(ctx)
+	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.LeaseSweeper.Run(ctx)
 	}()
 	go func() {
 		defer a.wg.Done()

@@ -274,6 +274,19 @@ func (w *openAPIWalk) entitlements() {
 	w.want(200, "POST", "/v1/customers/"+w.customer+"/entitlements/"+w.seats+"/decrement", map[string]any{"amount": 1})
 	w.want(200, "POST", strict+"/entitlements/"+w.seats+"/increment", map[string]any{"amount": 2, "policy": "block"})
 	w.want(200, "POST", strict+"/entitlements/"+w.seats+"/decrement", map[string]any{"amount": 1})
+	// Gauge leases: a leased increment, renew and release under both forms.
+	r := w.want(200, "POST", "/v1/customers/"+w.customer+"/entitlements/"+w.seats+"/increment",
+		map[string]any{"amount": 1, "lease_seconds": 60})
+	lease, _ := r.Body["lease"].(map[string]any)
+	leaseID := str(w.t, lease["id"], "lease id")
+	forms := []string{"/v1/customers/" + w.customer, strict}
+	for _, base := range forms {
+		w.want(200, "POST", base+"/entitlements/"+w.seats+"/leases/"+leaseID+"/renew", map[string]any{"lease_seconds": 120})
+	}
+	// The second release finds the lease ended: still 200 (idempotent by lease id).
+	for _, base := range forms {
+		w.want(200, "POST", base+"/entitlements/"+w.seats+"/leases/"+leaseID+"/release", nil)
+	}
 }
 
 func (w *openAPIWalk) reservations() {

@@ -72,4 +72,8 @@ export const operations = {
   resumeSubscription: { method: "POST", path: "/v1/subscriptions/{id}/resume", idempotent: true },
   upgradeSubscription: { method: "POST", path: "/v1/subscriptions/{id}/upgrade", idempotent: true },
   listCustomerSubscriptions: { method: "GET", path: "/v1/customers/{id}/subscriptions", idempotent: false },
+  renewGaugeLease: { method: "POST", path: "/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew", idempotent: true },
+  releaseGaugeLease: { method: "POST", path: "/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
+  renewGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew", idempotent: true },
+  releaseGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
 } as const;

@@ -595,7 +595,7 @@ export interface paths {
         put?: never;
         /**
          * Increment a gauge
-         * @description Under block an increment past the cap is a 409 with current, cap and shortfall; allow lets it through. An unknown id creates the customer.
+         * @description Under block an increment past the cap is a 409 with current, cap and shortfall; allow lets it through. An unknown id creates the customer. With lease_seconds the added slots are leased: they return by themselves when the lease ends unless renewed (POST .../leases/{lease_id}/renew) or released (POST .../leases/{lease_id}/release), so a caller that dies never leaks a slot; the response then carries the lease.
          */
         post: operations["incrementGauge"];
         delete?: never;
@@ -615,7 +615,7 @@ export interface paths {
         put?: never;
         /**
          * Decrement a gauge
-         * @description A decrement never goes below zero (409). An unknown id creates the customer.
+         * @description A decrement never goes below zero (409). An unknown id creates the customer. A decrement may not free slots that active leases hold (409): release the lease instead.
          */
         post: operations["decrementGauge"];
         delete?: never;
@@ -635,7 +635,7 @@ export interface paths {
         put?: never;
         /**
          * Increment a gauge by external id
-         * @description Under block an increment past the cap is a 409 with current, cap and shortfall; allow lets it through. An unknown external id is a 404.
+         * @description Under block an increment past the cap is a 409 with current, cap and shortfall; allow lets it through. An unknown external id is a 404. With lease_seconds the added slots are leased: they return by themselves when the lease ends unless renewed (POST .../leases/{lease_id}/renew) or released (POST .../leases/{lease_id}/release), so a caller that dies never leaks a slot; the response then carries the lease.
          */
         post: operations["incrementGaugeByExternalId"];
         delete?: never;
@@ -655,7 +655,7 @@ export interface paths {
         put?: never;
         /**
          * Decrement a gauge by external id
-         * @description A decrement never goes below zero (409). An unknown external id is a 404.
+         * @description A decrement never goes below zero (409). An unknown external id is a 404. A decrement may not free slots that active leases hold (409): release the lease instead.
          */
         post: operations["decrementGaugeByExternalId"];
         delete?: never;
@@ -1290,6 +1290,86 @@ export interface paths {
         get: operations["listCustomerSubscriptions"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a gauge lease
+         * @description Moves the lease's expires_at to now plus lease_seconds (the lease's own length when the body or the member is omitted). 409 when the lease already ended (released or past expires_at): its slots returned, take a new lease. Never creates a customer.
+         */
+        post: operations["renewGaugeLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Release a gauge lease
+         * @description No body. Returns the lease's slots now. Idempotent by lease id: releasing a lease that already ended changes nothing and answers 200 with its final status (released, or expired when it ran out first). Never creates a customer.
+         */
+        post: operations["releaseGaugeLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a gauge lease
+         * @description Moves the lease's expires_at to now plus lease_seconds (the lease's own length when the body or the member is omitted). 409 when the lease already ended (released or past expires_at): its slots returned, take a new lease. Never creates a customer.
+         */
+        post: operations["renewGaugeLeaseByExternalId"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Release a gauge lease
+         * @description No body. Returns the lease's slots now. Idempotent by lease id: releasing a lease that already ended changes nothing and answers 200 with its final status (released, or expired when it ran out first). Never creates a customer.
+         */
+        post: operations["releaseGaugeLeaseByExternalId"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2127,6 +2207,8 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description Increment only: take a lease on the added slots for this many seconds. The slots return by themselves when the lease ends unless it is renewed, or at once when it is released; the response carries the lease. Out of range, or on a decrement, is 422. */
+            lease_seconds?: number;
         };
         GaugeResult: {
             billable_metric_key: string;
@@ -2137,6 +2219,7 @@ export interface components {
             allowed: boolean;
             /** Format: int64 */
             headroom: number;
+            lease?: components["schemas"]["GaugeLease"];
         };
         /** @description The 409 of an increment past the cap under block. */
         GaugeCapProblem: components["schemas"]["Problem"] & {
@@ -3004,6 +3087,27 @@ export interface components {
         APIKeyList: {
             data: components["schemas"]["APIKeyInfo"][];
         };
+        /** @description A lease on gauge slots. Its slots count in current until it ends: at expires_at (exactly: a read after it no longer counts them), or when released. */
+        GaugeLease: {
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Slots the lease holds (the increment's amount).
+             */
+            amount: number;
+            /** @enum {string} */
+            status: "active" | "released" | "expired";
+            /**
+             * Format: date-time
+             * @description When the slots return unless renewed.
+             */
+            expires_at: string;
+        };
+        LeaseRenewInput: {
+            /** @description New length from now; omitted means the length the lease was last taken or renewed for. */
+            lease_seconds?: number;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -3234,6 +3338,8 @@ export interface components {
         WebhookTimestamp: string;
         /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
         WebhookSignature: string;
+        /** @description Lease UUID from the leased increment; anything else is a 404. */
+        LeaseId: string;
     };
     requestBodies: never;
     headers: {
@@ -5635,11 +5741,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "amount": 3
-                 *     }
-                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -5655,22 +5756,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "billable_metric_key": "seats",
-                     *       "current": 3,
-                     *       "cap": 10,
-                     *       "allowed": true,
-                     *       "headroom": 7
-                     *     }
-                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
-            /** @description Past the cap under block (current, cap, shortfall), or a concurrent mutation. */
+            /** @description Past the cap under block (current, cap, shortfall), a leased increment on a gauge already holding 200 active leases, or a concurrent mutation. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5776,12 +5868,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "amount": 2,
-                 *       "policy": "block"
-                 *     }
-                 */
                 "application/json": components["schemas"]["GaugeInput"];
             };
         };
@@ -5797,22 +5883,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "billable_metric_key": "seats",
-                     *       "current": 4,
-                     *       "cap": 10,
-                     *       "allowed": true,
-                     *       "headroom": 6
-                     *     }
-                     */
                     "application/json": components["schemas"]["GaugeResult"];
                 };
             };
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
-            /** @description Past the cap under block (current, cap, shortfall), or a concurrent mutation. */
+            /** @description Past the cap under block (current, cap, shortfall), a leased increment on a gauge already holding 200 active leases, or a concurrent mutation. */
             409: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8441,6 +8518,258 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    renewGaugeLease: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+                /** @description Key of a gauge metric. */
+                billable_metric_key: components["parameters"]["GaugeMetric"];
+                /** @description Lease UUID from the leased increment; anything else is a 404. */
+                lease_id: components["parameters"]["LeaseId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "lease_seconds": 60
+                 *     }
+                 */
+                "application/json": components["schemas"]["LeaseRenewInput"];
+            };
+        };
+        responses: {
+            /** @description The gauge and the renewed lease. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 4,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 6,
+                     *       "lease": {
+                     *         "id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d9",
+                     *         "amount": 1,
+                     *         "status": "active",
+                     *         "expires_at": "2026-11-24T04:15:02.120Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GaugeResult"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            409: components["responses"]["409"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    releaseGaugeLease: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+                /** @description Key of a gauge metric. */
+                billable_metric_key: components["parameters"]["GaugeMetric"];
+                /** @description Lease UUID from the leased increment; anything else is a 404. */
+                lease_id: components["parameters"]["LeaseId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The gauge and the ended lease. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 3,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 7,
+                     *       "lease": {
+                     *         "id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d9",
+                     *         "amount": 1,
+                     *         "status": "released",
+                     *         "expires_at": "2026-11-24T04:14:18.411Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GaugeResult"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    renewGaugeLeaseByExternalId: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description External id only; never creates a customer. */
+                external_id: components["parameters"]["ExternalId"];
+                /** @description Key of a gauge metric. */
+                billable_metric_key: components["parameters"]["GaugeMetric"];
+                /** @description Lease UUID from the leased increment; anything else is a 404. */
+                lease_id: components["parameters"]["LeaseId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "lease_seconds": 60
+                 *     }
+                 */
+                "application/json": components["schemas"]["LeaseRenewInput"];
+            };
+        };
+        responses: {
+            /** @description The gauge and the renewed lease. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 4,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 6,
+                     *       "lease": {
+                     *         "id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d9",
+                     *         "amount": 1,
+                     *         "status": "active",
+                     *         "expires_at": "2026-11-24T04:15:02.120Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GaugeResult"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            409: components["responses"]["409"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    releaseGaugeLeaseByExternalId: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description External id only; never creates a customer. */
+                external_id: components["parameters"]["ExternalId"];
+                /** @description Key of a gauge metric. */
+                billable_metric_key: components["parameters"]["GaugeMetric"];
+                /** @description Lease UUID from the leased increment; anything else is a 404. */
+                lease_id: components["parameters"]["LeaseId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The gauge and the ended lease. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "billable_metric_key": "seats",
+                     *       "current": 3,
+                     *       "cap": 10,
+                     *       "allowed": true,
+                     *       "headroom": 7,
+                     *       "lease": {
+                     *         "id": "01a20bc2-14c2-76d6-8c5d-6f89678c02d9",
+                     *         "amount": 1,
+                     *         "status": "released",
+                     *         "expires_at": "2026-11-24T04:14:18.411Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GaugeResult"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// Leased gauges (issue 15): a gauge increment may take a lease on the
+// slots it adds. The slots return by themselves when the lease ends unless
+// it is renewed, or at once when it is released, so a caller that dies
+// never leaks a slot. Redis holds a gauge's active leases next to its
+// count (lua: prelude "Gauge leases"); every script and read lapses those
+// past their expires at once, the LeaseSweeper writes the lapse down for
+// gauges nobody touches, and Postgres keeps every lease (a rebuild
+// restores the active ones).
+
+// MaxLeaseSeconds is the longest a lease is taken or renewed for.
+const MaxLeaseSeconds = 86400
+
+// MaxGaugeLeases is how many active leases one gauge of one customer holds
+// at most (prelude.lua MAX_GAUGE_LEASES; an increment past it is refused).
+const MaxGaugeLeases = 200
+
+// LeaseStatus is where a lease stands.
+type LeaseStatus string
+
+// Lease statuses.
+const (
+	LeaseActive   LeaseStatus = "active"
+	LeaseReleased LeaseStatus = "released"
+	LeaseExpired  LeaseStatus = "expired"
+)
+
+// MutationLease is one lease of a gauge as a Mutation carries it (the
+// gauge section names the metric).
+type MutationLease struct {
+	ID     uuid.UUID   `json:"id"`
+	Amount int64       `json:"amount"`
+	Status LeaseStatus `json:"status"`
+	// ExpiresMS is when the slots return unless renewed (Unix ms).
+	ExpiresMS int64 `json:"expires"`
+	CreatedMS int64 `json:"created"`
+	// Seconds is the length it was last taken or renewed for: a renew
+	// without lease_seconds extends by it again.
+	Seconds int64 `json:"seconds"`
+	// EndedMS is when it was released, or its expires once it lapsed.
+	EndedMS *int64 `json:"ended,omitempty"`
+}
+
+// StoredLease is a lease with its gauge's metric key: a rebuild's and the
+// look-up's form.
+type StoredLease struct {
+	Metric string
+	MutationLease
+}
+
+// LeaseAction is what a LeaseCommand does.
+type LeaseAction string
+
+// Lease actions.
+const (
+	LeaseRenew   LeaseAction = "renew"
+	LeaseRelease LeaseAction = "release"
+	// LeaseExpire writes down the lapse of a lease past its expires (the sweep).
+	LeaseExpire LeaseAction = "expire"
+)
+
+// LeaseCommand renews, releases or expires one lease of a gauge.
+type LeaseCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	Metric         string
+	LeaseID        uuid.UUID
+	Action         LeaseAction
+	// Seconds is a renew's new length; 0 keeps the lease's own.
+	Seconds int64
+	Context MutationContext
+}
+
+// Errors of the lease operations.
+var (
+	// ErrLeaseNotFound: no lease of that id on the customer's gauge.
+	ErrLeaseNotFound = &Error{Kind: KindNotFound, Detail: "lease not found"}
+	// ErrLeaseEnded: a renew of a lease that was released or lapsed; its
+	// slots have returned, so the caller takes a new one.
+	ErrLeaseEnded = &Error{Kind: KindConflict, Detail: "the lease ended and its slots returned; take a new lease"}
+	// ErrLeaseNotDue: the sweep's expire of a lease not past its expires.
+	ErrLeaseNotDue = &Error{Kind: KindConflict, Detail: "the lease is not due to expire"}
+	// ErrGaugeLeased: a decrement below the slots active leases hold.
+	ErrGaugeLeased = &Error{Kind: KindConflict, Field: "amount",
+		Detail: "the decrement would free slots that active leases hold; release the leases instead"}
+	// ErrTooManyLeases: an increment's lease past MaxGaugeLeases.
+	ErrTooManyLeases = &Error{Kind: KindConflict, Field: "lease_seconds",
+		Detail: "the gauge holds the most active leases it may (200)"}
+)
+
+// LeaseStore runs the lease script on one customer (Redis). Errors:
+// ErrLeaseNotFound, ErrLeaseEnded, ErrLeaseNotDue, ErrIdempotencyMismatch,
+// ErrStateMissing.
+type LeaseStore interface {
+	Lease(ctx context.Context, cmd LeaseCommand) (MutationResult, error)
+}
+
+// DueLease is an active lease past its expires, as Postgres lists it.
+type DueLease struct {
+	Customer CustomerKey
+	Metric   string
+	LeaseID  uuid.UUID
+}
+
+// LeaseIndex is Postgres' side of leases.
+type LeaseIndex interface {
+	// DueLeases lists up to limit leases Postgres holds active whose
+	// expires_at is at or before now, soonest first.
+	DueLeases(ctx context.Context, now time.Time, limit int) ([]DueLease, error)
+	// LeaseOf finds lease id of customer c; ok is false when Postgres does
+	// not know it.
+	LeaseOf(ctx context.Context, c CustomerKey, id uuid.UUID) (StoredLease, bool, error)
+}
+
+// Lease is the API view of a gauge lease.
+type Lease struct {
+	ID        uuid.UUID   `json:"id"`
+	Amount    int64       `json:"amount"`
+	Status    LeaseStatus `json:"status"`
+	ExpiresAt time.Time   `json:"expires_at"`
+}
+
+// LeaseInput is the body of a lease renew (release takes none).
+type LeaseInput struct {
+	LeaseSeconds *int64 `json:"lease_seconds"`
+}
+
+// leaseView is l as the API shows it.
+func leaseView(l MutationLease) *Lease {
+	return &Lease{ID: l.ID, Amount: l.Amount, Status: l.Status, ExpiresAt: time.UnixMilli(l.ExpiresMS).UTC()}
+}
+
+// leaseSeconds validates lease_seconds (422 naming the field).
+func leaseSeconds(v int64) error {
+	if v < 1 || v > MaxLeaseSeconds {
+		return Invalid("lease_seconds", "lease_seconds must be an integer from 1 to 86400")
+	}
+	return nil
+}
+
+// UseLeases gives s the stores of the lease renew and release.
+func (s *Entitlements) UseLeases(store LeaseStore, index LeaseIndex) {
+	s.leases, s.leaseIndex = store, index
+}
+
+// leaseOf is the lease id among those a Mutation carries (nil when absent).
+func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
+	if m.Gauge == nil {
+		return nil
+	}
+	for i := range m.Gauge.Leases {
+		if m.Gauge.Leases[i].ID == id {
+			return &m.Gauge.Leases[i]
+		}
+	}
+	return nil
+}
+
+// RenewLease extends lease id of the customer's gauge metricKey to now
+// plus in.LeaseSeconds (the lease's own length when omitted). Errors: 400
+// (not a gauge), 404 (metric, customer or lease), 409 (the lease ended),
+// 422 (lease_seconds).
+func (s *Entitlements) RenewLease(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, id uuid.UUID, idem Idempotency, in LeaseInput) (GaugeResult, error) {
+	var secs int64
+	if in.LeaseSeconds != nil {
+		if err := leaseSeconds(*in.LeaseSeconds); err != nil {
+			return GaugeResult{}, err
+		}
+		secs = *in.LeaseSeconds
+	}
+	return s.leaseOp(ctx, scope, tenant, ref, metricKey, id, idem, LeaseRenew, secs)
+}
+
+// ReleaseLease returns the slots of lease id of the customer's gauge
+// metricKey now. Releasing a lease that already ended changes nothing and
+// answers 200 with its final status (released or expired): a retry of a
+// release always succeeds. Errors: 400 (not a gauge), 404 (metric,
+// customer or lease).
+func (s *Entitlements) ReleaseLease(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, id uuid.UUID, idem Idempotency) (GaugeResult, error) {
+	return s.leaseOp(ctx, scope, tenant, ref, metricKey, id, idem, LeaseRelease, 0)
+}
+
+// leaseOp runs one renew or release and answers with the gauge and the lease.
+func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, id uuid.UUID, idem Idempotency, action LeaseAction, secs int64) (GaugeResult, error) {
+	if s.leases == nil || s.leaseIndex == nil {
+		return GaugeResult{}, errors.New("engine: leases are not wired")
+	}
+	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	if !ok {
+		return GaugeResult{}, NotFound("billable metric not found")
+	}
+	if m.Type != MetricGauge {
+		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
+	}
+	c, err := s.customers.Cached(ctx, scope, ref, false)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	capMC := gaugeCap(value(f, m))
+	key := CustomerKeyOf(c)
+	cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: key, IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, LeaseID: id, Action: action,
+		Seconds: secs, Context: contextOf(c, tenant)}
+	res, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) { return s.leases.Lease(ctx, cmd) })
+	if errors.Is(err, ErrLeaseNotFound) {
+		return s.endedLease(ctx, key, metricKey, id, action, capMC, cmd.Now)
+	}
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	out := gaugeResult(metricKey, res.Mutation, capMC)
+	if l := leaseOf(res.Mutation, id); l != nil {
+		out.Lease = leaseView(*l)
+	}
+	return out, nil
+}
+
+// endedLease answers for a lease Redis no longer holds: Postgres says
+// whether it ever was. A release of it is 200 with its final status; a
+// renew is 409. Postgres trails Redis: the look-up waits (bounded) until
+// it holds the account version Redis shows, so a release retried at once
+// finds the lease its first try ended; a lease it still calls active has
+// ended in Redis all the same: expired when past its expires, else
+// released.
+func (s *Entitlements) endedLease(ctx context.Context, key CustomerKey, metricKey string, id uuid.UUID, action LeaseAction, capMC int64, now time.Time) (GaugeResult, error) {
+	s.credits.awaitPersisted(ctx, key)
+	rec, ok, err := s.leaseIndex.LeaseOf(ctx, key, id)
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	if !ok || rec.Metric != metricKey {
+		return GaugeResult{}, ErrLeaseNotFound
+	}
+	if action != LeaseRelease {
+		return GaugeResult{}, ErrLeaseEnded
+	}
+	if rec.Status == LeaseActive {
+		rec.Status = LeaseReleased
+		if rec.ExpiresMS <= now.UnixMilli() {
+			rec.Status = LeaseExpired
+		}
+	}
+	cur, err := s.hot.GaugeValue(ctx, key, metricKey)
+	if errors.Is(err, ErrStateMissing) {
+		if err = s.credits.Load(ctx, key); err == nil {
+			cur, err = s.hot.GaugeValue(ctx, key, metricKey)
+		}
+	}
+	if err != nil {
+		return GaugeResult{}, err
+	}
+	return GaugeResult{BillableMetricKey: metricKey, Current: cur, Cap: capMC, Allowed: cur <= capMC,
+		Headroom: capMC - cur, Lease: leaseView(rec.MutationLease)}, nil
+}
+
+// gaugeResult is the 200 body of a gauge operation from its Mutation.
+func gaugeResult(metricKey string, m Mutation, capMC int64) GaugeResult {
+	var cur int64
+	if g := m.Gauge; g != nil {
+		cur = g.Current
+	}
+	return GaugeResult{BillableMetricKey: metricKey, Current: cur, Cap: capMC, Allowed: cur <= capMC, Headroom: capMC - cur}
+}
+
+// LeaseSweeper writes down the lapse of leases past their expires for
+// gauges nobody touches (reads already ignore them): the lease's status
+// becomes expired in Postgres and the count there drops. It finds them in
+// Postgres (Index); every node of a fleet sweeps, and the lease script
+// refuses what is no longer due, so a lapse is written once.
+type LeaseSweeper struct {
+	Hot      LeaseStore
+	Index    LeaseIndex
+	Credits  *Credits
+	Clock    Clock
+	Interval time.Duration // default 1s
+	Batch    int           // leases per pass, default 500
+	Log      zerolog.Logger
+}
+
+// Run sweeps every Interval until ctx ends.
+func (s *LeaseSweeper) Run(ctx context.Context) {
+	every(ctx, s.Interval, time.Second, func() { s.SweepOnce(ctx) })
+}
+
+// SweepOnce expires the due leases Postgres lists; it returns how many
+// lapses it wrote (one write lapses every due lease of its gauge).
+func (s *LeaseSweeper) SweepOnce(ctx context.Context) int {
+	now := s.Clock.Now()
+	due, err := s.Index.DueLeases(ctx, now, cmpOr(s.Batch, 500))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.Log.Warn().Err(err).Msg("lease sweep: list due")
+		}
+		return 0
+	}
+	type gauge struct {
+		customer uuid.UUID
+		metric   string
+	}
+	done := map[gauge]bool{}
+	n := 0
+	for _, d := range due {
+		g := gauge{d.Customer.CustomerID, d.Metric}
+		if done[g] {
+			continue
+		}
+		cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: d.Customer, Now: now, Metric: d.Metric,
+			LeaseID: d.LeaseID, Action: LeaseExpire}
+		_, err := withLoad(ctx, s.Credits, d.Customer, func() (MutationResult, error) { return s.Hot.Lease(ctx, cmd) })
+		switch {
+		case err == nil:
+			done[g] = true
+			n++
+		case errors.Is(err, ErrLeaseNotDue), errors.Is(err, ErrLeaseNotFound):
+			// Renewed, released or lapsed already: Postgres has yet to hear.
+		default:
+			s.Log.Warn().Err(err).Str("lease_id", d.LeaseID.String()).Msg("lease sweep")
+		}
+	}
+	return n
+}
