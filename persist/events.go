@@ -399,3 +399,32 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 	}
 	return evs[0], nil
 }
+
+var _ engine.EventLog = (*Store)(nil)
+
+// EventsAfter implements engine.EventLog by the (tenant_id, sequence)
+// index; a customer's events are that walk filtered (a tenant's streams
+// read through one feed, so this filter serves only a stream's catch-up).
+func (s *Store) EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]engine.Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM webhook_events
+		WHERE tenant_id = $1 AND sequence > $2 AND ($3::uuid IS NULL OR customer_id = $3)
+		ORDER BY sequence LIMIT $4`, tenant, after, customer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("persist: events after: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("persist: events after: %w", err)
+	}
+	return evs, nil
+}
+
+// LastSequence implements engine.EventLog.
+func (s *Store) LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE((SELECT next FROM event_sequences WHERE tenant_id = $1), 0)`, tenant).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("persist: last sequence: %w", err)
+	}
+	return n, nil
+}
