@@ -13,12 +13,14 @@ CREATE TABLE event_sequences (
 );
 
 -- Events stored before this migration are numbered in (created_at, id)
--- order, so every row has a sequence and the counter continues after them.
+-- order, their payloads given the sequence as new ones are, so every row
+-- has one and the counter continues after them.
 WITH numbered AS (
     SELECT id, row_number() OVER (PARTITION BY tenant_id ORDER BY created_at, id) AS seq
     FROM webhook_events
 )
-UPDATE webhook_events e SET sequence = n.seq FROM numbered n WHERE e.id = n.id;
+UPDATE webhook_events e SET sequence = n.seq, payload = '{"sequence":' || n.seq || ',' || substr(e.payload, 2)
+FROM numbered n WHERE e.id = n.id;
 
 INSERT INTO event_sequences (tenant_id, next)
 SELECT tenant_id, max(sequence) FROM webhook_events GROUP BY tenant_id;
