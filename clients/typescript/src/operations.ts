@@ -72,4 +72,5 @@ export const operations = {
   resumeSubscription: { method: "POST", path: "/v1/subscriptions/{id}/resume", idempotent: true },
   upgradeSubscription: { method: "POST", path: "/v1/subscriptions/{id}/upgrade", idempotent: true },
   listCustomerSubscriptions: { method: "GET", path: "/v1/customers/{id}/subscriptions", idempotent: false },
+  listEvents: { method: "GET", path: "/v1/events", idempotent: false },
 } as const;

@@ -1296,6 +1296,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Replay the tenant's events in sequence order, both environments
+         * @description Every event the tenant is owed (the bodies webhooks deliver, whatever their delivery state), ordered by their per-tenant sequence, which has no gaps: a consumer that keeps the last sequence it processed catches up after missed deliveries by paging from it, and detects a gap when a page skips a number. Events of both environments share the tenant's sequence (like GET /v1/webhooks/events); filter on environment. Events are listed once committed by the persister, within its lag of the API's answer.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/credits/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream a customer's balance changes (server-sent events)
+         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
+         */
+        get: operations["streamCredits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "credit.granted": {
@@ -2280,7 +2320,17 @@ export interface components {
             environment: "live" | "sandbox";
             /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, test.ping, ... */
             event_type: string;
-            /** @description The exact JSON body delivered: event_id, event_type, tenant_id, environment, customer_id, external_customer_id, created_at, idempotency_key, data. */
+            /**
+             * Format: int64
+             * @description The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap, assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows it missed events.
+             */
+            sequence: number;
+            /**
+             * Format: int64
+             * @description The customer's account version after the operation that produced the event (it increases with each of the customer's balance changes); null for events no balance operation produced (subscription events, test.ping).
+             */
+            version: number | null;
+            /** @description The exact JSON body delivered: sequence, event_id, event_type, tenant_id, environment, customer_id, external_customer_id, created_at, idempotency_key, version, data. */
             payload: Record<string, never>;
             /** @enum {string} */
             status: "pending" | "delivered" | "failed" | "dead_letter";
@@ -2747,6 +2797,11 @@ export interface components {
         /** @description The delivered body of every event; data depends on event_type. The same bytes are the payload of the event in GET /v1/webhooks/events. */
         WebhookEnvelope: {
             /**
+             * Format: int64
+             * @description The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap, assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows it missed events. Every event stored since the sequence was introduced carries it.
+             */
+            sequence: number;
+            /**
              * Format: uuid
              * @description The event id; also the webhook-id header.
              */
@@ -2767,6 +2822,11 @@ export interface components {
             created_at: string;
             /** @description The Idempotency-Key of the request that caused the event; empty for events the scheduler raises. */
             idempotency_key: string;
+            /**
+             * Format: int64
+             * @description The customer's account version after the operation that produced the event (it increases with each of the customer's balance changes); null for events no balance operation produced (subscription events, test.ping).
+             */
+            version: number | null;
             data: Record<string, never>;
         };
         /** @description The grant's figures and the fields of its ledger entry (see LedgerEntry). Read balance_after rather than adding credits to a figure you hold. */
@@ -2970,6 +3030,11 @@ export interface components {
         /** @description A tenant's API keys, oldest first, revoked ones included. */
         APIKeyList: {
             data: components["schemas"]["APIKeyInfo"][];
+        };
+        /** @description A page of the tenant's events in sequence order, each the exact body webhooks deliver. pagination.next_cursor, when more follow, is the last sequence of the page: pass it as after_sequence. */
+        EventLogPage: {
+            data: components["schemas"]["WebhookEnvelope"][];
+            pagination: components["schemas"]["Pagination"];
         };
     };
     responses: {
@@ -6336,7 +6401,10 @@ export interface operations {
                      *           "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                      *           "environment": "live",
                      *           "event_type": "credit.granted",
+                     *           "sequence": 42,
+                     *           "version": 12,
                      *           "payload": {
+                     *             "sequence": 42,
                      *             "data": {
                      *               "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
                      *               "type": "adjustment",
@@ -6361,6 +6429,7 @@ export interface operations {
                      *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *             "environment": "live",
                      *             "idempotency_key": "req-7f3a9c-8",
+                     *             "version": 12,
                      *             "external_customer_id": "acme-corp"
                      *           },
                      *           "status": "delivered",
@@ -6383,7 +6452,10 @@ export interface operations {
                      *           "id": "a49b24bd-1bfd-5716-8941-f9703747d727",
                      *           "environment": "live",
                      *           "event_type": "credit.consumed",
+                     *           "sequence": 41,
+                     *           "version": 11,
                      *           "payload": {
+                     *             "sequence": 41,
                      *             "data": {
                      *               "units": null,
                      *               "credits": 2500,
@@ -6400,6 +6472,7 @@ export interface operations {
                      *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *             "environment": "live",
                      *             "idempotency_key": "req-7f3a9c-7",
+                     *             "version": 11,
                      *             "external_customer_id": "acme-corp"
                      *           },
                      *           "status": "delivered",
@@ -8427,6 +8500,146 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["SubscriptionPage"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description List the events with a larger sequence; 0 or absent starts at the first. */
+                after_sequence?: number;
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "sequence": 41,
+                     *           "data": {
+                     *             "units": null,
+                     *             "credits": 2500,
+                     *             "overage_mc": 0,
+                     *             "balance_after": 147500,
+                     *             "reservation_id": null,
+                     *             "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                     *             "billable_metric_key": null
+                     *           },
+                     *           "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "created_at": "2026-11-24T04:13:18.304Z",
+                     *           "event_type": "credit.consumed",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "idempotency_key": "req-7f3a9c-7",
+                     *           "version": 11,
+                     *           "external_customer_id": "acme-corp"
+                     *         },
+                     *         {
+                     *           "sequence": 42,
+                     *           "data": {
+                     *             "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *             "type": "adjustment",
+                     *             "delta": 1000,
+                     *             "reason": "goodwill",
+                     *             "source": "manual",
+                     *             "credits": 1000,
+                     *             "metadata": {},
+                     *             "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *             "created_at": "2026-11-24T04:13:18.306Z",
+                     *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *             "environment": "live",
+                     *             "balance_after": 148500,
+                     *             "transaction_id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *             "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *             "idempotency_key": "req-7f3a9c-8"
+                     *           },
+                     *           "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "created_at": "2026-11-24T04:13:18.306Z",
+                     *           "event_type": "credit.granted",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "idempotency_key": "req-7f3a9c-8",
+                     *           "version": 12,
+                     *           "external_customer_id": "acme-corp"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": true,
+                     *         "next_cursor": "42"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["EventLogPage"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    streamCredits: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Resume after this sequence (the id of the last message received). */
+                "Last-Event-ID"?: number;
+            };
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream; it stays open. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example : stream open
+                     *
+                     *     id: 41
+                     *     event: credit.consumed
+                     *     data: {"sequence":41,"data":{"units":null,"credits":2500,"overage_mc":0,"balance_after":147500,"reservation_id":null,"transaction_id":"cb3f7012-28ed-53dc-9cc9-20a7e667a8c9","billable_metric_key":null},"event_id":"a49b24bd-1bfd-5716-8941-f9703747d727","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.304Z","event_type":"credit.consumed","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","idempotency_key":"req-7f3a9c-7","version":11,"external_customer_id":"acme-corp"}
+                     *
+                     *     id: 42
+                     *     event: credit.granted
+                     *     data: {"sequence":42,"data":{"id":"a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab","type":"adjustment","delta":1000,"reason":"goodwill","source":"manual","credits":1000,"metadata":{},"tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.306Z","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance_after":148500,"transaction_id":"a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab","credit_block_id":"01a20bc2-1462-7515-9b77-e077c022abd6","idempotency_key":"req-7f3a9c-8"},"event_id":"bf5380fd-e34a-5527-a567-f66b0362ab47","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.306Z","event_type":"credit.granted","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","idempotency_key":"req-7f3a9c-8","version":12,"external_customer_id":"acme-corp"}
+                     *
+                     *     : heartbeat
+                     */
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["400"];
