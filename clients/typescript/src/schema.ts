@@ -6539,7 +6539,10 @@ export interface operations {
                      *       "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                      *       "environment": "live",
                      *       "event_type": "credit.granted",
+                     *       "sequence": 101,
+                     *       "version": 12,
                      *       "payload": {
+                     *         "sequence": 101,
                      *         "data": {
                      *           "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
                      *           "type": "adjustment",
@@ -6564,6 +6567,7 @@ export interface operations {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *         "environment": "live",
                      *         "idempotency_key": "req-7f3a9c-8",
+                     *         "version": 12,
                      *         "external_customer_id": "acme-corp"
                      *       },
                      *       "status": "pending",
@@ -8668,6 +8672,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 102,
                  *       "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                  *       "event_type": "credit.granted",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8676,6 +8681,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:18.296Z",
                  *       "idempotency_key": "req-7f3a9c-5",
+                 *       "version": 12,
                  *       "data": {
                  *         "transaction_id": "b258a63d-4608-5ee7-a1d8-256a744291b8",
                  *         "credits": 100000,
@@ -8733,6 +8739,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 103,
                  *       "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
                  *       "event_type": "credit.consumed",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8741,6 +8748,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:19.012Z",
                  *       "idempotency_key": "req-7f3a9c-11",
+                 *       "version": 12,
                  *       "data": {
                  *         "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
                  *         "billable_metric_key": "api-calls",
@@ -8790,6 +8798,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 104,
                  *       "event_id": "5b1f0e2a-9c7d-5e3b-8a41-2f6c9d0e7b13",
                  *       "event_type": "credit.low_balance",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8798,6 +8807,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T05:40:02.771Z",
                  *       "idempotency_key": "req-7f3a9c-96",
+                 *       "version": 12,
                  *       "data": {
                  *         "balance_mc": 18500,
                  *         "threshold_mc": 20000
@@ -8842,6 +8852,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 105,
                  *       "event_id": "7e2d4c1b-3a5f-5b6e-9c8d-1f0a2b3c4d5e",
                  *       "event_type": "credit.exhausted",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8850,6 +8861,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T06:02:45.103Z",
                  *       "idempotency_key": "req-7f3a9c-131",
+                 *       "version": 12,
                  *       "data": {
                  *         "balance_mc": 0,
                  *         "billable_metric_key": "api-calls"
@@ -8894,6 +8906,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 106,
                  *       "event_id": "01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f",
                  *       "event_type": "test.ping",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8902,6 +8915,7 @@ export interface operations {
                  *       "external_customer_id": null,
                  *       "created_at": "2026-11-24T04:13:18.52Z",
                  *       "idempotency_key": "req-7f3a9c-60",
+                 *       "version": null,
                  *       "data": {
                  *         "message": "ping"
                  *       }
@@ -8945,6 +8959,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 107,
                  *       "event_id": "0c4e3c8a-6b1d-5f2e-a3b4-c5d6e7f80912",
                  *       "event_type": "subscription.created",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8953,6 +8968,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9005,6 +9021,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 108,
                  *       "event_id": "1d5f4d9b-7c2e-5a3f-b4c5-d6e7f8091a23",
                  *       "event_type": "subscription.renewed",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9013,6 +9030,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9065,6 +9083,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 109,
                  *       "event_id": "2e6a5eac-8d3f-5b4a-85d6-e7f8091a2b34",
                  *       "event_type": "subscription.renewal_due",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9073,6 +9092,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-21T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9125,6 +9145,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 110,
                  *       "event_id": "3f7b6fbd-9e4a-5c5b-96e7-f8091a2b3c45",
                  *       "event_type": "subscription.past_due",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9133,6 +9154,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9185,6 +9207,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 111,
                  *       "event_id": "4a8c7ace-af5b-5d6c-a7f8-091a2b3c4d56",
                  *       "event_type": "subscription.expired",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9193,6 +9216,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-31T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9245,6 +9269,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 112,
                  *       "event_id": "5b9d8bdf-b06c-5e7d-b809-1a2b3c4d5e67",
                  *       "event_type": "subscription.canceled",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9253,6 +9278,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-30T10:00:00Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
