@@ -77,6 +77,9 @@ func (s *Server) streamCredits(c *call) error {
 	c.ctx.Response.Header.SetContentType("text/event-stream")
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
 	c.ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	// The connection ends with the stream: writeStream reads it to notice a
+	// client that left, so nothing may be read from it after.
+	c.ctx.SetConnectionClose()
 	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer st.Close()
 		s.writeStream(w, conn, scope, cust.ID, st, lastID)
@@ -101,6 +104,20 @@ func (s *Server) writeStream(w *bufio.Writer, conn net.Conn, scope engine.Scope,
 		writeStreamEvent(w, e)
 		return flush()
 	}
+	// A client sends nothing on a stream: a read ends only when it leaves
+	// (or the connection closes), which frees the stream's place at once
+	// instead of at a failed write.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_ = conn.SetReadDeadline(time.Time{})
+		var b [512]byte
+		for {
+			if _, err := conn.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
 	// A comment first, so the client sees the headers at once.
 	_, _ = w.WriteString(": stream open\n\n")
 	if !flush() {
@@ -140,6 +157,8 @@ func (s *Server) writeStream(w *bufio.Writer, conn net.Conn, scope engine.Scope,
 				return
 			}
 		case <-s.streamsDone:
+			return
+		case <-gone:
 			return
 		}
 	}

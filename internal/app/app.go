@@ -50,6 +50,9 @@ type Config struct {
 	// SchedulerInterval is the subscription scheduler's poll period
 	// (default 1s; tests shorten it).
 	SchedulerInterval time.Duration
+	// StreamsPerTenant caps a tenant's open balance streams in this
+	// process (0: engine.DefaultStreamsPerTenant; tests lower it).
+	StreamsPerTenant int
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -196,7 +199,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// Postgres must not keep it while the promoted replica lacks it.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
-	a.Events = engine.NewEvents(a.DB, 0, 0, log)
+	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store

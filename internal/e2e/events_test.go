@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/creditd/creditd/internal/app"
 )
 
 // TestEventSequencesHaveNoGapUnderConcurrentWriters (issue 15 item 2):
@@ -282,4 +284,56 @@ func TestCreditStreamPushesAndResumes(t *testing.T) {
 	checkProblem(t, r, 404, "not-found", "", "stream of an unknown customer")
 	checkProblem(t, a.do("GET", "/v1/customers/"+cust+"/credits/stream", "", nil, "Last-Event-ID", "x"),
 		400, "bad-request", "Last-Event-ID", "bad Last-Event-ID")
+}
+
+// TestCreditStreamsCappedPerTenant: past its cap of open streams a tenant
+// gets a 429 rate-limited problem with Retry-After; a stream whose client
+// left frees its place at once.
+func TestCreditStreamsCappedPerTenant(t *testing.T) {
+	t.Parallel()
+	s := NewStack(t, WithConfig(func(c *app.Config) { c.StreamsPerTenant = 1 }))
+	tn := s.NewTenant(uniq("cap"))
+	a := s.as(t, tn.Live)
+	cust, _ := a.newCustomer()
+	_, stop := openStream(t, s, tn.Live, cust, "")
+	r := a.get("/v1/customers/" + cust + "/credits/stream")
+	checkProblem(t, r, 429, "rate-limited", "", "a second stream past the cap of 1")
+	if r.Header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		msgs, stop2 := tryStream(t, s, tn.Live, cust)
+		if msgs {
+			stop2()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cap was not freed after the stream closed")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// tryStream opens a stream and reports whether it was accepted.
+func tryStream(t *testing.T, s *Stack, key, cust string) (bool, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/customers/"+cust+"/credits/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", key)
+	res, err := (&http.Client{Transport: s.HTTP.Transport}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		_ = res.Body.Close()
+		cancel()
+		return false, nil
+	}
+	return true, func() { cancel(); _ = res.Body.Close() }
 }
