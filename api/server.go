@@ -80,6 +80,8 @@ type Config struct {
 	Imports   *engine.Imports
 	// Subscriptions serves subscriptions (addendum 6).
 	Subscriptions *engine.Subscriptions
+	// Events serves the ordered event log and the balance streams.
+	Events *engine.Events
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -141,6 +143,11 @@ type Server struct {
 	imports      *engine.Imports
 	// subscriptions serves the subscription routes (nil: not registered).
 	subscriptions *engine.Subscriptions
+	// events serves GET /v1/events and the streams; streamsDone, closed by
+	// Shutdown, ends every open stream (a stream never finishes by itself).
+	events      *engine.Events
+	streamsDone chan struct{}
+	stopStreams sync.Once
 
 	router  *router.Router
 	routes  []*route
@@ -194,6 +201,7 @@ func New(cfg Config) *Server {
 	s.plans = cfg.Plans
 	s.overrides, s.topups, s.imports = cfg.Overrides, cfg.Topups, cfg.Imports
 	s.subscriptions = cfg.Subscriptions
+	s.events, s.streamsDone = cfg.Events, make(chan struct{})
 	s.registry, s.metricsHere = cfg.Registry, !cfg.MetricsElsewhere
 	s.tracer, s.propagator = cfg.Tracer, cfg.Propagator
 	if s.registry == nil {
@@ -266,6 +274,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits, at most 30 s, for the
 // requests in flight to finish.
 func (s *Server) Shutdown() error {
+	s.stopStreams.Do(func() { close(s.streamsDone) })
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
 	return s.srv.ShutdownWithContext(ctx)
@@ -354,6 +363,7 @@ func (s *Server) register() {
 	s.registerSnapshot()
 	s.registerTopups()
 	s.registerImports()
+	s.registerEvents()
 
 	if len(s.admin) == 0 {
 		return

@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -590,6 +591,45 @@ func TestAgainstCreditd(t *testing.T) {
 		}
 		_, err = c.RedeliverWebhookEvent(ctx, ping.EventID)
 		wantProblem(t, err, 409, client.ProblemConflict, "RedeliverWebhookEvent of a delivered event")
+	})
+
+	t.Run("events", func(t *testing.T) {
+		var all []client.WebhookEnvelope
+		var after *int64
+		for {
+			page, err := c.ListEvents(ctx, &client.ListEventsParams{AfterSequence: after, Limit: client.Ptr(50)})
+			must(t, err, "ListEvents")
+			all = append(all, page.Data...)
+			if !page.Pagination.HasMore {
+				break
+			}
+			n, err := strconv.ParseInt(*page.Pagination.NextCursor, 10, 64)
+			must(t, err, "next_cursor is a sequence")
+			after = &n
+		}
+		var last *client.WebhookEnvelope
+		for i := range all {
+			if all[i].Sequence != int64(i+1) {
+				t.Fatalf("ListEvents: event %d has sequence %d", i, all[i].Sequence)
+			}
+			if all[i].CustomerID != nil {
+				last = &all[i]
+			}
+		}
+		if last == nil {
+			t.Fatalf("ListEvents listed no customer's event among %d", len(all))
+		}
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		from := last.Sequence - 1
+		st, err := c.StreamCredits(sctx, *last.CustomerID, &from)
+		must(t, err, "StreamCredits")
+		defer st.Close()
+		e, err := st.Next()
+		must(t, err, "StreamCredits Next")
+		if e.ID != last.Sequence || e.Type != last.EventType || !strings.Contains(string(e.Data), last.EventID) {
+			t.Fatalf("StreamCredits resumed with %+v, want event %d %s", e, last.Sequence, last.EventType)
+		}
 	})
 
 	t.Run("unauthorized", func(t *testing.T) {

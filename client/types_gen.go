@@ -609,8 +609,16 @@ type WebhookEvent struct {
 	Environment string `json:"environment"`
 	// credit.granted, credit.consumed, credit.low_balance, credit.exhausted, test.ping, ...
 	EventType string `json:"event_type"`
-	// The exact JSON body delivered: event_id, event_type, tenant_id, environment, customer_id,
-	// external_customer_id, created_at, idempotency_key, data.
+	// The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
+	// assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows
+	// it missed events.
+	Sequence int64 `json:"sequence"`
+	// The customer's account version after the operation that produced the event (it increases with
+	// each of the customer's balance changes); null for events no balance operation produced
+	// (subscription events, test.ping).
+	Version *int64 `json:"version"`
+	// The exact JSON body delivered: sequence, event_id, event_type, tenant_id, environment,
+	// customer_id, external_customer_id, created_at, idempotency_key, version, data.
 	Payload map[string]any `json:"payload"`
 	// One of: pending, delivered, failed, dead_letter.
 	Status      string     `json:"status"`
@@ -1039,6 +1047,34 @@ type SubscriptionUsageDataItem struct {
 	OverageMC int64 `json:"overage_mc"`
 }
 
+// WebhookEnvelope is the WebhookEnvelope schema of the creditd API. The delivered body of every
+// event; data depends on event_type. The same bytes are the payload of the event in GET
+// /v1/webhooks/events.
+type WebhookEnvelope struct {
+	// The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
+	// assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows
+	// it missed events. Every event stored since the sequence was introduced carries it.
+	Sequence int64 `json:"sequence"`
+	// The event id; also the webhook-id header.
+	EventID   string `json:"event_id"`
+	EventType string `json:"event_type"`
+	TenantID  string `json:"tenant_id"`
+	// One of: live, sandbox.
+	Environment string `json:"environment"`
+	// Null for test.ping.
+	CustomerID *string `json:"customer_id"`
+	// Null for test.ping.
+	ExternalCustomerID *string   `json:"external_customer_id"`
+	CreatedAt          time.Time `json:"created_at"`
+	// The Idempotency-Key of the request that caused the event; empty for events the scheduler raises.
+	IdempotencyKey string `json:"idempotency_key"`
+	// The customer's account version after the operation that produced the event (it increases with
+	// each of the customer's balance changes); null for events no balance operation produced
+	// (subscription events, test.ping).
+	Version *int64         `json:"version"`
+	Data    map[string]any `json:"data"`
+}
+
 // GaugeLease is the GaugeLease schema of the creditd API. A lease on gauge slots. Its slots count
 // in current until it ends: at expires_at (exactly: a read after it no longer counts them), or
 // when released.
@@ -1056,4 +1092,12 @@ type GaugeLease struct {
 type LeaseRenewInput struct {
 	// New length from now; omitted means the length the lease was last taken or renewed for.
 	LeaseSeconds *int `json:"lease_seconds,omitempty"`
+}
+
+// EventLogPage is the EventLogPage schema of the creditd API. A page of the tenant's events in
+// sequence order, each the exact body webhooks deliver. pagination.next_cursor, when more follow,
+// is the last sequence of the page: pass it as after_sequence.
+type EventLogPage struct {
+	Data       []WebhookEnvelope `json:"data"`
+	Pagination Pagination        `json:"pagination"`
 }

@@ -40,6 +40,13 @@ type Event struct {
 	Environment Environment `json:"environment"`
 	CustomerID  *uuid.UUID  `json:"-"`
 	EventType   EventType   `json:"event_type"`
+	// Sequence is the event's place among its tenant's events: 1, 2, 3, ...
+	// with no gap, given when the event is stored (issue 15 item 2).
+	Sequence *int64 `json:"sequence"`
+	// Version is the customer's account version after the Mutation that
+	// produced the event; nil for events no Mutation produced
+	// (subscription events, test.ping).
+	Version *int64 `json:"version"`
 	// Payload is the exact JSON body delivered (an Envelope).
 	Payload     json.RawMessage `json:"payload"`
 	Status      EventStatus     `json:"status"`
@@ -65,6 +72,9 @@ type Delivery struct {
 
 // Envelope is the delivered body of every event (addendum 8).
 type Envelope struct {
+	// Sequence is set by the store, which prepends it to the stored body;
+	// Go never marshals it.
+	Sequence           *int64      `json:"sequence,omitempty"`
 	EventID            uuid.UUID   `json:"event_id"`
 	EventType          EventType   `json:"event_type"`
 	TenantID           uuid.UUID   `json:"tenant_id"`
@@ -73,7 +83,10 @@ type Envelope struct {
 	ExternalCustomerID *string     `json:"external_customer_id"`
 	CreatedAt          time.Time   `json:"created_at"`
 	IdempotencyKey     string      `json:"idempotency_key"`
-	Data               any         `json:"data"`
+	// Version is the customer's account version after the Mutation that
+	// produced the event; null for events no Mutation produced.
+	Version *int64 `json:"version"`
+	Data    any    `json:"data"`
 }
 
 // GrantedData is the data of credit.granted: the grant's figures and its
@@ -314,22 +327,31 @@ func LowBalanceEvent(m Mutation, threshold int64) (Event, bool) {
 }
 
 func newMutationEvent(m Mutation, slot int, t EventType, ext *string, data any) Event {
-	customer := m.CustomerID
-	return NewEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, ext, m.At(), m.IdempotencyKey, data)
+	customer, version := m.CustomerID, m.Account.Version
+	return newEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, ext, m.At(), m.IdempotencyKey,
+		&version, data)
 }
 
 // NewEvent builds a pending event and its delivered body; the first attempt
 // is due at once (at created).
 func NewEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, customer *uuid.UUID, ext *string,
 	created time.Time, idemKey string, data any) Event {
+	return newEvent(id, t, tenant, env, customer, ext, created, idemKey, nil, data)
+}
+
+// newEvent is NewEvent with the account version of the Mutation behind
+// the event (nil: none).
+func newEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, customer *uuid.UUID, ext *string,
+	created time.Time, idemKey string, version *int64, data any) Event {
 	created = created.UTC()
 	payload, err := json.Marshal(Envelope{EventID: id, EventType: t, TenantID: tenant, Environment: env,
-		CustomerID: customer, ExternalCustomerID: ext, CreatedAt: created, IdempotencyKey: idemKey, Data: data})
+		CustomerID: customer, ExternalCustomerID: ext, CreatedAt: created, IdempotencyKey: idemKey, Version: version,
+		Data: data})
 	if err != nil {
 		// Every data type above marshals; a failure is a programming error.
 		panic("engine: marshal event payload: " + err.Error())
 	}
 	next := created
-	return Event{ID: id, TenantID: tenant, Environment: env, CustomerID: customer, EventType: t,
+	return Event{ID: id, TenantID: tenant, Environment: env, CustomerID: customer, EventType: t, Version: version,
 		Payload: payload, Status: EventPending, NextRetryAt: &next, CreatedAt: created}
 }

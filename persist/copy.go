@@ -35,7 +35,6 @@ const copyMinMutations = 60
 var (
 	freshOperationsSQL = withoutConflictClause(insertOperationsSQL)
 	freshEntriesSQL    = withoutConflictClause(insertEntriesSQL)
-	freshEventsSQL     = withoutConflictClause(insertMutationEventsSQL)
 )
 
 // withoutConflictClause cuts sql's trailing ON CONFLICT clause.
@@ -64,7 +63,6 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
 var (
 	operationCopyColumns = insertColumns(insertOperationsSQL)
 	entryCopyColumns     = insertColumns(insertEntriesSQL)
-	eventCopyColumns     = insertColumns(insertMutationEventsSQL)
 )
 
 // insertColumns is the column list of sql's INSERT INTO table (...) clause.
@@ -82,7 +80,7 @@ func insertColumns(sql string) []string {
 
 // copyApply writes ms in one transaction: COPY into operations and
 // ledger_entries, then the upserts and sections in one pipelined batch,
-// then COPY into webhook_events (the table order of queueApply). It fails
+// then the events by INSERT (the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
 func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation) error {
 	steps, err := copySteps(ms)
@@ -116,12 +114,13 @@ func copySteps(ms []engine.Mutation) ([]copyStep, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, filled := eventRowsOf(ms)
 	b := &pgx.Batch{}
 	if err := queueStateAndSections(b, cols, ms); err != nil {
 		return nil, err
 	}
-	queueFilledEvents(b, filled)
+	// The events go in by INSERT, not COPY: their sequences come from the
+	// tenant's counter in the same statement (events.go).
+	queueEvents(b, ms, freshEventsSQL)
 	check := &pgx.Batch{}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.
@@ -159,10 +158,6 @@ func copySteps(ms []engine.Mutation) ([]copyStep, error) {
 	steps = append(steps, copyStep{name: "upserts", run: func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
 	}})
-	copyIn("webhook_events", eventCopyColumns, len(plain.id), func(i int) []any {
-		return []any{plain.id[i], plain.tenant[i], plain.env[i], plain.customer[i], plain.typ[i], plain.body[i],
-			string(engine.EventPending), int32(0), plain.at[i], plain.at[i]}
-	})
 	return steps, nil
 }
 

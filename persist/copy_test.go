@@ -105,7 +105,24 @@ func leanApplyReplays(t *testing.T, b *bundle, store *Store) {
 			if want := int64(2_000_000 - 300*n); sum != want {
 				t.Errorf("ledger sums to %d, want %d", sum, want)
 			}
+			checkSequences(t, b, tenant)
 		})
+	}
+}
+
+// checkSequences fails unless the tenant's events are numbered exactly
+// 1..N (issue 15 item 2: a replay or a skipped row hands out no number)
+// and its counter stands at N.
+func checkSequences(t *testing.T, b *bundle, tenant uuid.UUID) {
+	t.Helper()
+	var n, distinct, top, counter int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT sequence), COALESCE(max(sequence), 0),
+		COALESCE((SELECT next FROM event_sequences WHERE tenant_id = $1), 0)
+		FROM webhook_events WHERE tenant_id = $1`, tenant).Scan(&n, &distinct, &top, &counter); err != nil {
+		t.Fatal(err)
+	}
+	if n != distinct || n != top || n != counter {
+		t.Errorf("%d events, %d distinct sequences, highest %d, counter %d: want all equal", n, distinct, top, counter)
 	}
 }
 

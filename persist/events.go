@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,80 +17,105 @@ import (
 
 var _ engine.EventStore = (*Store)(nil)
 
-// insertMutationEventsSQL writes the events of a batch of Mutations that
-// carry a Context (every hot-path script): their payloads are complete, so
-// they are stored as sent, typed arrays in, no JSON parsed (issue 10).
-const insertMutationEventsSQL = `INSERT INTO webhook_events
-	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
-SELECT id, tenant, env, customer, type, payload, 'pending', 0, at, at
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[])
-	AS e(id, tenant, env, customer, type, payload, at)
-ORDER BY id
+// eventsSQLTemplate writes the events of a batch of Mutations in one
+// statement and numbers them (issue 15 item 2). Plain rows ($1..$9, from
+// Mutations that carry a Context: every hot-path script) are stored as
+// sent, typed arrays in, no JSON parsed (issue 10). Filled rows ($10..$21,
+// Mutations without a Context: the grant and debit scripts) get their
+// external id, and the threshold of the low-balance candidate row (low),
+// from the customer and tenant rows, and the candidate is kept only when it
+// crosses that threshold.
+//
+// The rows that are inserted take the next sequences of their tenant's
+// counter row (event_sequences), in batch order (ord), in this same
+// statement: a row skipped or a transaction rolled back hands out no
+// number, so a tenant's sequences have no gap. The counter's row lock holds
+// a tenant's other writers until this transaction commits, so sequences
+// become visible in order. The sequence is prepended to the stored payload
+// as text (no JSON parse). {{fresh}} is where the conflict-tolerant variant
+// leaves out rows already stored: the earlier statements of its
+// transaction (the account upserts) have waited for any concurrent writer
+// of the same Mutation, and this statement's snapshot sees its rows.
+const eventsSQLTemplate = `WITH e AS (
+	SELECT p.id, p.tenant, p.env, p.customer, p.type, p.payload, p.at, p.ord, p.version
+	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
+		$8::int[], $9::bigint[]) AS p(id, tenant, env, customer, type, payload, at, ord, version)
+	UNION ALL
+	SELECT f.id, f.tenant, f.env, f.customer, f.type,
+		CASE
+			WHEN f.low THEN jsonb_set(jsonb_set(f.payload::jsonb, '{external_customer_id}',
+				COALESCE(to_jsonb(c.external_id), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb(th.v))
+			ELSE jsonb_set(f.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))
+		END::text,
+		f.at, f.ord, f.version
+	FROM unnest($10::uuid[], $11::uuid[], $12::text[], $13::uuid[], $14::text[], $15::text[], $16::timestamptz[],
+		$17::int[], $18::bigint[], $19::bool[], $20::bigint[], $21::bigint[])
+		AS f(id, tenant, env, customer, type, payload, at, ord, version, low, eb, ea)
+	LEFT JOIN customers c ON c.id = f.customer
+	LEFT JOIN tenants t ON t.id = f.tenant
+	CROSS JOIN LATERAL (SELECT COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0) AS v) th
+	WHERE NOT f.low OR (th.v > 0 AND f.eb >= th.v AND f.ea < th.v)
+), fresh AS (
+	SELECT e.*, row_number() OVER (PARTITION BY e.tenant ORDER BY e.ord) AS rn,
+		count(*) OVER (PARTITION BY e.tenant) AS n
+	FROM e {{fresh}}
+), bumped AS (
+	INSERT INTO event_sequences AS s (tenant_id, next)
+	SELECT DISTINCT tenant, n FROM fresh ORDER BY tenant
+	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + EXCLUDED.next
+	RETURNING s.tenant_id, s.next
+)
+INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at,
+	sequence, account_version)
+SELECT f.id, f.tenant, f.env, f.customer, f.type, '{"sequence":' || (b.next - f.n + f.rn) || ',' || substr(f.payload, 2),
+	'pending', 0, f.at, f.at, b.next - f.n + f.rn, f.version
+FROM fresh f JOIN bumped b ON b.tenant_id = f.tenant
+ORDER BY f.id
 ON CONFLICT (id) DO NOTHING`
 
-// insertFilledEventsSQL writes the events of Mutations without a Context
-// (the grant and debit scripts carry none): their external id, and the
-// threshold of the low-balance candidate row (low), are read from the
-// customer and tenant rows in the same statement, and the candidate is
-// kept only when it crosses that threshold.
-const insertFilledEventsSQL = `INSERT INTO webhook_events
-	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
-SELECT e.id, e.tenant, e.env, e.customer, e.type,
-	CASE
-		WHEN e.low THEN jsonb_set(jsonb_set(e.payload::jsonb, '{external_customer_id}',
-			COALESCE(to_jsonb(c.external_id), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb(th.v))
-		ELSE jsonb_set(e.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))
-	END::text,
-	'pending', 0, e.at, e.at
-FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
-	$8::bool[], $9::bigint[], $10::bigint[])
-	AS e(id, tenant, env, customer, type, payload, at, low, eb, ea)
-LEFT JOIN customers c ON c.id = e.customer
-LEFT JOIN tenants t ON t.id = e.tenant
-CROSS JOIN LATERAL (SELECT COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0) AS v) th
-WHERE NOT e.low OR (th.v > 0 AND e.eb >= th.v AND e.ea < th.v)
-ORDER BY e.id
-ON CONFLICT (id) DO NOTHING`
+// Apply's two event statements: insertMutationEventsSQL skips rows already
+// stored (a replay), freshEventsSQL (the lean write) fails on one instead.
+var (
+	insertMutationEventsSQL = strings.Replace(eventsSQLTemplate, "{{fresh}}",
+		"WHERE NOT EXISTS (SELECT 1 FROM webhook_events w WHERE w.id = e.id)", 1)
+	freshEventsSQL = withoutConflictClause(strings.Replace(eventsSQLTemplate, "{{fresh}}", "", 1))
+)
 
-// eventRow is one event row of insertMutationEventsSQL.
+// eventRow is one event row of the events statement.
 type eventRow struct {
 	e         engine.Event
+	ord       int
+	version   int64
 	fill, low bool
 	eb, ea    int64
 }
 
 // queueEvents is the events section of Apply, queued after every other
-// section (the filled rows before the plain ones, as copyApply takes
-// them): every event the batch's Mutations owe (engine.EventsOf), pending
-// and due at once. The plain rows go in by plainSQL: insertMutationEventsSQL
-// (inserted once, ON CONFLICT DO NOTHING) or the lean write's statement
-// without that clause.
-func queueEvents(b *pgx.Batch, ms []engine.Mutation, plainSQL string) {
+// section: every event the batch's Mutations owe (engine.EventsOf),
+// pending and due at once, numbered per tenant, by sql
+// (insertMutationEventsSQL or freshEventsSQL).
+func queueEvents(b *pgx.Batch, ms []engine.Mutation, sql string) {
 	plain, filled := eventRowsOf(ms)
-	queueFilledEvents(b, filled)
-	if len(plain.id) > 0 {
-		b.Queue(plainSQL, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at)
+	if len(plain.id)+len(filled.id) == 0 {
+		return
 	}
-}
-
-// queueFilledEvents queues the events that SQL completes from the
-// customer and tenant rows (insertFilledEventsSQL), if any.
-func queueFilledEvents(b *pgx.Batch, filled *eventBatch) {
-	if len(filled.id) > 0 {
-		b.Queue(insertFilledEventsSQL, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body,
-			filled.at, filled.low, filled.eb, filled.ea)
-	}
+	b.Queue(sql, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at, plain.ord,
+		plain.version, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body, filled.at,
+		filled.ord, filled.version, filled.low, filled.eb, filled.ea)
 }
 
 // eventRowsOf derives the events ms owe, sorted by id, each once (a
-// Mutation delivered twice in a batch owes its events once): plain rows
-// are stored as they are, filled rows go through insertFilledEventsSQL.
+// Mutation delivered twice in a batch owes its events once), each with
+// its place in the batch (ord: Mutations in batch order, a Mutation's
+// events in slot order), which orders their sequences: plain rows are
+// stored as they are, filled rows are completed in SQL.
 func eventRowsOf(ms []engine.Mutation) (plain, filled *eventBatch) {
 	var rows []eventRow
 	for _, m := range ms {
 		fill := m.Context == nil
 		for _, e := range engine.EventsOf(m) {
-			rows = append(rows, eventRow{e: e, fill: fill})
+			rows = append(rows, eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill})
 		}
 		if !fill {
 			continue
@@ -102,10 +128,11 @@ func eventRowsOf(ms []engine.Mutation) (plain, filled *eventBatch) {
 			continue
 		}
 		if ev, crossed := engine.LowBalanceEvent(m, eb); crossed {
-			rows = append(rows, eventRow{e: ev, fill: true, low: true, eb: eb, ea: ea})
+			rows = append(rows, eventRow{e: ev, ord: len(rows), version: m.Account.Version, fill: true, low: true,
+				eb: eb, ea: ea})
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
+	sort.SliceStable(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
 	plain, filled = &eventBatch{}, &eventBatch{}
 	for i, r := range rows {
 		if i > 0 && rows[i-1].e.ID == r.e.ID {
@@ -126,6 +153,8 @@ type eventBatch struct {
 	customer       []*uuid.UUID
 	env, typ, body []string
 	at             []time.Time
+	ord            []int32
+	version        []int64
 	low            []bool
 	eb, ea         []int64
 }
@@ -133,35 +162,56 @@ type eventBatch struct {
 func (c *eventBatch) add(r eventRow) {
 	c.id, c.tenant, c.customer = append(c.id, r.e.ID), append(c.tenant, r.e.TenantID), append(c.customer, r.e.CustomerID)
 	c.env, c.typ, c.body = append(c.env, string(r.e.Environment)), append(c.typ, string(r.e.EventType)), append(c.body, string(r.e.Payload))
-	c.at, c.low, c.eb, c.ea = append(c.at, r.e.CreatedAt), append(c.low, r.low), append(c.eb, r.eb), append(c.ea, r.ea)
+	c.at, c.ord, c.version = append(c.at, r.e.CreatedAt), append(c.ord, int32(r.ord)), append(c.version, r.version)
+	c.low, c.eb, c.ea = append(c.low, r.low), append(c.eb, r.eb), append(c.ea, r.ea)
 }
 
+// lockSequenceSQL takes the tenant's counter row (creating it at 0) before
+// insertEventSQL, so that statement's snapshot sees an event a concurrent
+// writer of the same id committed and hands out no number for it.
+const lockSequenceSQL = `INSERT INTO event_sequences AS s (tenant_id, next) VALUES ($1, 0)
+	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next`
+
+// insertEventSQL writes one event unless its id exists, with the tenant's
+// next sequence prepended to its payload.
+const insertEventSQL = `WITH fresh AS (
+	SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)
+), bumped AS (
+	UPDATE event_sequences SET next = next + 1 WHERE tenant_id = $2 AND EXISTS (SELECT 1 FROM fresh)
+	RETURNING next
+)
+INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at,
+	sequence, account_version)
+SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2), 'pending', 0, $7, $8, b.next, $9
+FROM bumped b
+ON CONFLICT (id) DO NOTHING`
+
 // InsertEvent writes one event born outside a Lua script (test.ping,
-// subscription events) unless its id exists.
+// subscription events) unless its id exists, numbered in one transaction.
 func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
 	next := e.CreatedAt
 	if e.NextRetryAt != nil {
 		next = *e.NextRetryAt
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO webhook_events
-		(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8)
-		ON CONFLICT (id) DO NOTHING`,
-		e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType), string(e.Payload), next, e.CreatedAt)
-	if err != nil {
+	b := &pgx.Batch{}
+	b.Queue(lockSequenceSQL, e.TenantID)
+	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
+		string(e.Payload), next, e.CreatedAt, e.Version)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("persist: insert event: %w", err)
 	}
 	return nil
 }
 
 const eventColumns = `id, tenant_id, environment, customer_id, event_type, payload::text, status, attempts,
-	next_retry_at, last_error, created_at, delivered_at`
+	next_retry_at, last_error, created_at, delivered_at, sequence, account_version`
 
 func scanEvent(row pgx.Row) (engine.Event, error) {
 	var e engine.Event
 	var env, typ, status, payload string
 	if err := row.Scan(&e.ID, &e.TenantID, &env, &e.CustomerID, &typ, &payload, &status, &e.Attempts,
-		&e.NextRetryAt, &e.LastError, &e.CreatedAt, &e.DeliveredAt); err != nil {
+		&e.NextRetryAt, &e.LastError, &e.CreatedAt, &e.DeliveredAt, &e.Sequence, &e.Version); err != nil {
 		return engine.Event{}, err
 	}
 	e.Environment, e.EventType, e.Status = engine.Environment(env), engine.EventType(typ), engine.EventStatus(status)
@@ -348,4 +398,33 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 		return engine.Event{}, err
 	}
 	return evs[0], nil
+}
+
+var _ engine.EventLog = (*Store)(nil)
+
+// EventsAfter implements engine.EventLog by the (tenant_id, sequence)
+// index; a customer's events are that walk filtered (a tenant's streams
+// read through one feed, so this filter serves only a stream's catch-up).
+func (s *Store) EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]engine.Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM webhook_events
+		WHERE tenant_id = $1 AND sequence > $2 AND ($3::uuid IS NULL OR customer_id = $3)
+		ORDER BY sequence LIMIT $4`, tenant, after, customer, limit)
+	if err != nil {
+		return nil, fmt.Errorf("persist: events after: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("persist: events after: %w", err)
+	}
+	return evs, nil
+}
+
+// LastSequence implements engine.EventLog.
+func (s *Store) LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE((SELECT next FROM event_sequences WHERE tenant_id = $1), 0)`, tenant).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("persist: last sequence: %w", err)
+	}
+	return n, nil
 }

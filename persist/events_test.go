@@ -96,6 +96,24 @@ func TestApplyWritesEventsOnce(t *testing.T) {
 	if low.External == nil || *low.External != "acme-1" || low.Data.Balance != 200 || low.Data.Threshold != 300 {
 		t.Fatalf("low_balance payload = %s", got[engine.EventCreditLowBalance].Payload)
 	}
+	// Numbered in batch order once, the version of the Mutation behind
+	// each, the sequence in the payload too.
+	for typ, want := range map[engine.EventType][2]int64{engine.EventCreditGranted: {1, 1},
+		engine.EventCreditConsumed: {2, 2}, engine.EventCreditLowBalance: {3, 2}} {
+		e := got[typ]
+		var body struct {
+			Sequence int64 `json:"sequence"`
+			Version  int64 `json:"version"`
+		}
+		if err := json.Unmarshal(e.Payload, &body); err != nil {
+			t.Fatal(err)
+		}
+		if e.Sequence == nil || *e.Sequence != want[0] || e.Version == nil || *e.Version != want[1] ||
+			body.Sequence != want[0] || body.Version != want[1] {
+			t.Errorf("%s: sequence %v version %v, payload %s; want %d, %d", typ, e.Sequence, e.Version, e.Payload, want[0], want[1])
+		}
+	}
+	checkSequences(t, b, live.TenantID)
 	for _, e := range evs {
 		if e.Status != engine.EventPending || e.NextRetryAt == nil || !e.NextRetryAt.Equal(now) || e.Attempts != 0 {
 			t.Fatalf("event %s: status %s next %v attempts %d", e.EventType, e.Status, e.NextRetryAt, e.Attempts)

@@ -321,6 +321,14 @@ func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return res, err
 	}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		// A stream never ends by itself: its status and headers are
+		// checked, its body handed on unread.
+		if err := t.c.Check(req, res.StatusCode, res.Header, nil); err != nil {
+			t.fail(err)
+		}
+		return res, nil
+	}
 	body, err := io.ReadAll(res.Body)
 	res.Body.Close()
 	if err != nil {

@@ -87,8 +87,8 @@ func TestCheckEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := func(typ, data string) string {
-		return `{"event_id":"01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f","event_type":"` + typ + `","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
-			`"environment":"live","customer_id":null,"external_customer_id":null,"created_at":"2026-11-24T04:13:18.52Z","idempotency_key":"k","data":` + data + `}`
+		return `{"sequence":7,"event_id":"01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f","event_type":"` + typ + `","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
+			`"environment":"live","customer_id":null,"external_customer_id":null,"created_at":"2026-11-24T04:13:18.52Z","idempotency_key":"k","version":null,"data":` + data + `}`
 	}
 	cases := []struct {
 		name, payload string
@@ -98,6 +98,7 @@ func TestCheckEvent(t *testing.T) {
 		{"ping with another message", env("test.ping", `{"message":"pong"}`), false},
 		{"low balance", env("credit.low_balance", `{"balance_mc":10,"threshold_mc":20}`), true},
 		{"low balance without threshold", env("credit.low_balance", `{"balance_mc":10}`), false},
+		{"envelope without sequence", strings.Replace(env("test.ping", `{"message":"ping"}`), `"sequence":7,`, ``, 1), false},
 		{"envelope without tenant", strings.Replace(env("test.ping", `{"message":"ping"}`), `"tenant_id"`, `"tenant"`, 1), false},
 		{"unlisted type", env("credit.refunded", `{}`), false},
 	}

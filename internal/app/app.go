@@ -50,6 +50,9 @@ type Config struct {
 	// SchedulerInterval is the subscription scheduler's poll period
 	// (default 1s; tests shorten it).
 	SchedulerInterval time.Duration
+	// StreamsPerTenant caps a tenant's open balance streams in this
+	// process (0: engine.DefaultStreamsPerTenant; tests lower it).
+	StreamsPerTenant int
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -113,6 +116,8 @@ type App struct {
 	Persister *persist.Persister
 	Sweeper   *engine.ExpirySweeper
 	Webhooks  *engine.Webhooks
+	// Events serves the ordered event log and the balance streams.
+	Events *engine.Events
 	// Plans is the product catalogue.
 	Plans *engine.Plans
 	// Overrides, Topups and Imports serve subscription overrides, paid
@@ -205,6 +210,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// Postgres must not keep it while the promoted replica lacks it.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
+	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
@@ -251,6 +257,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
+		Events:     a.Events,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
 		Ready: a.readyChecks,

@@ -367,6 +367,23 @@ func (w *openAPIWalk) webhooks() {
 	id := str(w.t, obj(w.t, events[0], "event")["id"], "event id")
 	// Only a dead letter can be redelivered; this one is not, so 409.
 	w.want(409, "POST", "/v1/webhooks/events/"+id+"/redeliver", nil)
+	w.want(200, "GET", "/v1/events?after_sequence=0&limit=100", nil)
+	// A stream never ends: its status and headers are checked, then it is
+	// closed.
+	req, err := http.NewRequest("GET", w.s.URL+"/v1/customers/"+w.customer+"/credits/stream", nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", w.a.key)
+	req.Header.Set("Last-Event-ID", "1")
+	res, err := w.s.HTTP.Do(req)
+	if err != nil {
+		w.t.Fatalf("stream: %v", err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != 200 {
+		w.t.Errorf("stream: %d", res.StatusCode)
+	}
 }
 
 // problems asks for one answer of each problem status the document lists.

@@ -51,6 +51,20 @@ func methodName(id string) string {
 
 // operations collects the tenant operations in document order and marks
 // the schemas they reach.
+// eventStream reports an operation whose success is a text/event-stream.
+func eventStream(o *object) bool {
+	rs := o.obj("responses")
+	if rs == nil {
+		return false
+	}
+	for _, code := range rs.keys {
+		if strings.HasPrefix(code, "2") && rs.obj(code).obj("content").obj("text/event-stream") != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *generator) operations() ([]*operation, error) {
 	paths := g.root.obj("paths")
 	var ops []*operation
@@ -70,6 +84,11 @@ func (g *generator) operations() ([]*operation, error) {
 				continue
 			}
 			o := item.obj(m)
+			if eventStream(o) {
+				// An answer that never ends is read by hand (client/stream.go),
+				// not by the generated request and decode.
+				continue
+			}
 			op := &operation{id: o.str("operationId"), method: method, path: p, summary: o.str("summary"), desc: o.str("description")}
 			if op.id == "" {
 				return nil, fmt.Errorf("%s %s has no operationId", method, p)

@@ -23,6 +23,10 @@ for (const [path, item] of Object.entries(spec.paths)) {
   for (const m of methods) {
     const op = item[m];
     if (!op) continue;
+    // An answer that never ends (text/event-stream) is no call that
+    // resolves: read it with fetch or EventSource through a proxy that adds
+    // the API key.
+    if (Object.values(op.responses ?? {}).some((r) => r.content?.["text/event-stream"])) continue;
     const params = [...(item.parameters ?? []), ...(op.parameters ?? [])];
     const idempotent = params.some(
       (p) => p.$ref === "#/components/parameters/IdempotencyKey" || (p.in === "header" && p.name === "Idempotency-Key"),

@@ -76,4 +76,5 @@ export const operations = {
   releaseGaugeLease: { method: "POST", path: "/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
   renewGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew", idempotent: true },
   releaseGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
+  listEvents: { method: "GET", path: "/v1/events", idempotent: false },
 } as const;

@@ -1376,6 +1376,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Replay the tenant's events in sequence order, both environments
+         * @description Every event the tenant is owed (the bodies webhooks deliver, whatever their delivery state), ordered by their per-tenant sequence, which has no gaps: a consumer that keeps the last sequence it processed catches up after missed deliveries by paging from it, and detects a gap when a page skips a number. Events of both environments share the tenant's sequence (like GET /v1/webhooks/events); filter on environment. Events are listed once committed by the persister, within its lag of the API's answer.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/credits/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream a customer's balance changes (server-sent events)
+         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
+         */
+        get: operations["streamCredits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "credit.granted": {
@@ -2394,7 +2434,17 @@ export interface components {
             environment: "live" | "sandbox";
             /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, test.ping, ... */
             event_type: string;
-            /** @description The exact JSON body delivered: event_id, event_type, tenant_id, environment, customer_id, external_customer_id, created_at, idempotency_key, data. */
+            /**
+             * Format: int64
+             * @description The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap, assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows it missed events.
+             */
+            sequence: number;
+            /**
+             * Format: int64
+             * @description The customer's account version after the operation that produced the event (it increases with each of the customer's balance changes); null for events no balance operation produced (subscription events, test.ping).
+             */
+            version: number | null;
+            /** @description The exact JSON body delivered: sequence, event_id, event_type, tenant_id, environment, customer_id, external_customer_id, created_at, idempotency_key, version, data. */
             payload: Record<string, never>;
             /** @enum {string} */
             status: "pending" | "delivered" | "failed" | "dead_letter";
@@ -2861,6 +2911,11 @@ export interface components {
         /** @description The delivered body of every event; data depends on event_type. The same bytes are the payload of the event in GET /v1/webhooks/events. */
         WebhookEnvelope: {
             /**
+             * Format: int64
+             * @description The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap, assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows it missed events. Every event stored since the sequence was introduced carries it.
+             */
+            sequence: number;
+            /**
              * Format: uuid
              * @description The event id; also the webhook-id header.
              */
@@ -2881,6 +2936,11 @@ export interface components {
             created_at: string;
             /** @description The Idempotency-Key of the request that caused the event; empty for events the scheduler raises. */
             idempotency_key: string;
+            /**
+             * Format: int64
+             * @description The customer's account version after the operation that produced the event (it increases with each of the customer's balance changes); null for events no balance operation produced (subscription events, test.ping).
+             */
+            version: number | null;
             data: Record<string, never>;
         };
         /** @description The grant's figures and the fields of its ledger entry (see LedgerEntry). Read balance_after rather than adding credits to a figure you hold. */
@@ -3107,6 +3167,11 @@ export interface components {
         LeaseRenewInput: {
             /** @description New length from now; omitted means the length the lease was last taken or renewed for. */
             lease_seconds?: number;
+        };
+        /** @description A page of the tenant's events in sequence order, each the exact body webhooks deliver. pagination.next_cursor, when more follow, is the last sequence of the page: pass it as after_sequence. */
+        EventLogPage: {
+            data: components["schemas"]["WebhookEnvelope"][];
+            pagination: components["schemas"]["Pagination"];
         };
     };
     responses: {
@@ -6422,7 +6487,10 @@ export interface operations {
                      *           "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                      *           "environment": "live",
                      *           "event_type": "credit.granted",
+                     *           "sequence": 42,
+                     *           "version": 12,
                      *           "payload": {
+                     *             "sequence": 42,
                      *             "data": {
                      *               "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
                      *               "type": "adjustment",
@@ -6447,6 +6515,7 @@ export interface operations {
                      *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *             "environment": "live",
                      *             "idempotency_key": "req-7f3a9c-8",
+                     *             "version": 12,
                      *             "external_customer_id": "acme-corp"
                      *           },
                      *           "status": "delivered",
@@ -6469,7 +6538,10 @@ export interface operations {
                      *           "id": "a49b24bd-1bfd-5716-8941-f9703747d727",
                      *           "environment": "live",
                      *           "event_type": "credit.consumed",
+                     *           "sequence": 41,
+                     *           "version": 11,
                      *           "payload": {
+                     *             "sequence": 41,
                      *             "data": {
                      *               "units": null,
                      *               "credits": 2500,
@@ -6486,6 +6558,7 @@ export interface operations {
                      *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *             "environment": "live",
                      *             "idempotency_key": "req-7f3a9c-7",
+                     *             "version": 11,
                      *             "external_customer_id": "acme-corp"
                      *           },
                      *           "status": "delivered",
@@ -6552,7 +6625,10 @@ export interface operations {
                      *       "id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                      *       "environment": "live",
                      *       "event_type": "credit.granted",
+                     *       "sequence": 101,
+                     *       "version": 12,
                      *       "payload": {
+                     *         "sequence": 101,
                      *         "data": {
                      *           "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
                      *           "type": "adjustment",
@@ -6577,6 +6653,7 @@ export interface operations {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
                      *         "environment": "live",
                      *         "idempotency_key": "req-7f3a9c-8",
+                     *         "version": 12,
                      *         "external_customer_id": "acme-corp"
                      *       },
                      *       "status": "pending",
@@ -8775,6 +8852,146 @@ export interface operations {
             503: components["responses"]["503"];
         };
     };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description List the events with a larger sequence; 0 or absent starts at the first. */
+                after_sequence?: number;
+                /** @description Page size. */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "data": [
+                     *         {
+                     *           "sequence": 41,
+                     *           "data": {
+                     *             "units": null,
+                     *             "credits": 2500,
+                     *             "overage_mc": 0,
+                     *             "balance_after": 147500,
+                     *             "reservation_id": null,
+                     *             "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
+                     *             "billable_metric_key": null
+                     *           },
+                     *           "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "created_at": "2026-11-24T04:13:18.304Z",
+                     *           "event_type": "credit.consumed",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "idempotency_key": "req-7f3a9c-7",
+                     *           "version": 11,
+                     *           "external_customer_id": "acme-corp"
+                     *         },
+                     *         {
+                     *           "sequence": 42,
+                     *           "data": {
+                     *             "id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *             "type": "adjustment",
+                     *             "delta": 1000,
+                     *             "reason": "goodwill",
+                     *             "source": "manual",
+                     *             "credits": 1000,
+                     *             "metadata": {},
+                     *             "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *             "created_at": "2026-11-24T04:13:18.306Z",
+                     *             "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *             "environment": "live",
+                     *             "balance_after": 148500,
+                     *             "transaction_id": "a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab",
+                     *             "credit_block_id": "01a20bc2-1462-7515-9b77-e077c022abd6",
+                     *             "idempotency_key": "req-7f3a9c-8"
+                     *           },
+                     *           "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
+                     *           "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                     *           "created_at": "2026-11-24T04:13:18.306Z",
+                     *           "event_type": "credit.granted",
+                     *           "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *           "environment": "live",
+                     *           "idempotency_key": "req-7f3a9c-8",
+                     *           "version": 12,
+                     *           "external_customer_id": "acme-corp"
+                     *         }
+                     *       ],
+                     *       "pagination": {
+                     *         "has_more": true,
+                     *         "next_cursor": "42"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["EventLogPage"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    streamCredits: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Resume after this sequence (the id of the last message received). */
+                "Last-Event-ID"?: number;
+            };
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream; it stays open. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example : stream open
+                     *
+                     *     id: 41
+                     *     event: credit.consumed
+                     *     data: {"sequence":41,"data":{"units":null,"credits":2500,"overage_mc":0,"balance_after":147500,"reservation_id":null,"transaction_id":"cb3f7012-28ed-53dc-9cc9-20a7e667a8c9","billable_metric_key":null},"event_id":"a49b24bd-1bfd-5716-8941-f9703747d727","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.304Z","event_type":"credit.consumed","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","idempotency_key":"req-7f3a9c-7","version":11,"external_customer_id":"acme-corp"}
+                     *
+                     *     id: 42
+                     *     event: credit.granted
+                     *     data: {"sequence":42,"data":{"id":"a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab","type":"adjustment","delta":1000,"reason":"goodwill","source":"manual","credits":1000,"metadata":{},"tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.306Z","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance_after":148500,"transaction_id":"a1ea9d43-4b0a-545e-a5c5-b8c1672f48ab","credit_block_id":"01a20bc2-1462-7515-9b77-e077c022abd6","idempotency_key":"req-7f3a9c-8"},"event_id":"bf5380fd-e34a-5527-a567-f66b0362ab47","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","created_at":"2026-11-24T04:13:18.306Z","event_type":"credit.granted","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","idempotency_key":"req-7f3a9c-8","version":12,"external_customer_id":"acme-corp"}
+                     *
+                     *     : heartbeat
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
     onCreditGranted: {
         parameters: {
             query?: never;
@@ -8793,6 +9010,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 102,
                  *       "event_id": "bf5380fd-e34a-5527-a567-f66b0362ab47",
                  *       "event_type": "credit.granted",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8801,6 +9019,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:18.296Z",
                  *       "idempotency_key": "req-7f3a9c-5",
+                 *       "version": 12,
                  *       "data": {
                  *         "transaction_id": "b258a63d-4608-5ee7-a1d8-256a744291b8",
                  *         "credits": 100000,
@@ -8858,6 +9077,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 103,
                  *       "event_id": "a49b24bd-1bfd-5716-8941-f9703747d727",
                  *       "event_type": "credit.consumed",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8866,6 +9086,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:19.012Z",
                  *       "idempotency_key": "req-7f3a9c-11",
+                 *       "version": 12,
                  *       "data": {
                  *         "transaction_id": "cb3f7012-28ed-53dc-9cc9-20a7e667a8c9",
                  *         "billable_metric_key": "api-calls",
@@ -8915,6 +9136,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 104,
                  *       "event_id": "5b1f0e2a-9c7d-5e3b-8a41-2f6c9d0e7b13",
                  *       "event_type": "credit.low_balance",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8923,6 +9145,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T05:40:02.771Z",
                  *       "idempotency_key": "req-7f3a9c-96",
+                 *       "version": 12,
                  *       "data": {
                  *         "balance_mc": 18500,
                  *         "threshold_mc": 20000
@@ -8967,6 +9190,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 105,
                  *       "event_id": "7e2d4c1b-3a5f-5b6e-9c8d-1f0a2b3c4d5e",
                  *       "event_type": "credit.exhausted",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -8975,6 +9199,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T06:02:45.103Z",
                  *       "idempotency_key": "req-7f3a9c-131",
+                 *       "version": 12,
                  *       "data": {
                  *         "balance_mc": 0,
                  *         "billable_metric_key": "api-calls"
@@ -9019,6 +9244,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 106,
                  *       "event_id": "01a20bc2-15a0-7c3d-8e9f-0a1b2c3d4e5f",
                  *       "event_type": "test.ping",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9027,6 +9253,7 @@ export interface operations {
                  *       "external_customer_id": null,
                  *       "created_at": "2026-11-24T04:13:18.52Z",
                  *       "idempotency_key": "req-7f3a9c-60",
+                 *       "version": null,
                  *       "data": {
                  *         "message": "ping"
                  *       }
@@ -9070,6 +9297,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 107,
                  *       "event_id": "0c4e3c8a-6b1d-5f2e-a3b4-c5d6e7f80912",
                  *       "event_type": "subscription.created",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9078,6 +9306,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9130,6 +9359,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 108,
                  *       "event_id": "1d5f4d9b-7c2e-5a3f-b4c5-d6e7f8091a23",
                  *       "event_type": "subscription.renewed",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9138,6 +9368,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9190,6 +9421,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 109,
                  *       "event_id": "2e6a5eac-8d3f-5b4a-85d6-e7f8091a2b34",
                  *       "event_type": "subscription.renewal_due",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9198,6 +9430,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-21T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9250,6 +9483,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 110,
                  *       "event_id": "3f7b6fbd-9e4a-5c5b-96e7-f8091a2b3c45",
                  *       "event_type": "subscription.past_due",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9258,6 +9492,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-24T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9310,6 +9545,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 111,
                  *       "event_id": "4a8c7ace-af5b-5d6c-a7f8-091a2b3c4d56",
                  *       "event_type": "subscription.expired",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9318,6 +9554,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-12-31T04:13:18.447Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",
@@ -9370,6 +9607,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
+                 *       "sequence": 112,
                  *       "event_id": "5b9d8bdf-b06c-5e7d-b809-1a2b3c4d5e67",
                  *       "event_type": "subscription.canceled",
                  *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
@@ -9378,6 +9616,7 @@ export interface operations {
                  *       "external_customer_id": "acme-corp",
                  *       "created_at": "2026-11-30T10:00:00Z",
                  *       "idempotency_key": "",
+                 *       "version": null,
                  *       "data": {
                  *         "subscription_id": "01a20bc2-14ef-7bf6-96ff-7c91570c66c7",
                  *         "plan_variant_id": "01a20bc2-14df-7243-aa13-87c6f0080edb",

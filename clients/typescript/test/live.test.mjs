@@ -148,3 +148,11 @@ test("webhooks: creditd's signature verifies", { skip }, async () => {
   const events = await c.listWebhookEvents({ query: { event_type: "test.ping" } });
   assert.equal(events.data[0].id, ping.event_id);
 });
+
+test("events: the log pages by sequence, no gap", { skip }, async () => {
+  const page = await c.listEvents({ query: { after_sequence: 0, limit: 100 } });
+  assert.ok(page.data.length > 0, "events were listed");
+  page.data.forEach((e, i) => assert.equal(e.sequence, i + 1));
+  const rest = await c.listEvents({ query: { after_sequence: page.data.length } });
+  assert.equal(rest.data.length === 0 || rest.data[0].sequence === page.data.length + 1, true);
+});

@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// Event log limits (issue 15 item 2; invariant 11).
+const (
+	// DefaultStreamPoll is how often a tenant's feed reads the events stored
+	// after its cursor while it has streams open.
+	DefaultStreamPoll = 200 * time.Millisecond
+	// DefaultStreamsPerTenant caps a tenant's open streams in one process.
+	DefaultStreamsPerTenant = 100
+	// streamBuffer is how many events a stream may lag its feed before it is
+	// ended (its client resumes with Last-Event-ID).
+	streamBuffer = 256
+	// feedReadLimit is the most events one read of a feed takes.
+	feedReadLimit = 500
+)
+
+// EventLog reads a tenant's events in sequence order (Postgres).
+type EventLog interface {
+	// EventsAfter lists up to limit of the tenant's events with a sequence
+	// above after, in sequence order; customer, when set, keeps that
+	// customer's only.
+	EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]Event, error)
+	// LastSequence is the tenant's highest sequence handed out (0 for none).
+	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
+}
+
+// ErrTooManyStreams: a tenant already has its cap of streams open here.
+var ErrTooManyStreams = &Error{Kind: KindRateLimited,
+	Detail: "too many balance streams open for this tenant; close one or retry after the Retry-After seconds"}
+
+// Events serves the ordered event log: pages by sequence (GET /v1/events)
+// and live per-customer streams. A stream costs no query of its own: one
+// feed per tenant with streams open reads the tenant's new events every
+// Poll and hands each to the streams of its customer.
+type Events struct {
+	log       EventLog
+	poll      time.Duration
+	perTenant int
+	logger    zerolog.Logger
+
+	mu    sync.Mutex
+	feeds map[uuid.UUID]*tenantFeed
+}
+
+// NewEvents builds the event log service; poll and perTenant 0 mean the
+// defaults.
+func NewEvents(log EventLog, poll time.Duration, perTenant int, logger zerolog.Logger) *Events {
+	if poll <= 0 {
+		poll = DefaultStreamPoll
+	}
+	if perTenant <= 0 {
+		perTenant = DefaultStreamsPerTenant
+	}
+	return &Events{log: log, poll: poll, perTenant: perTenant, logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
+}
+
+// EventsPageInput is the query of GET /v1/events.
+type EventsPageInput struct {
+	// AfterSequence is the raw after_sequence parameter ("" for 0).
+	AfterSequence string
+	Limit         int
+}
+
+// Page lists the tenant's events (both environments) after a sequence, in
+// sequence order; NextCursor is the last sequence listed when more follow.
+// Errors: 400 after_sequence not a non-negative integer.
+func (s *Events) Page(ctx context.Context, scope Scope, in EventsPageInput) (Page[Event], error) {
+	after, err := ParseSequence("after_sequence", in.AfterSequence)
+	if err != nil {
+		return Page[Event]{}, err
+	}
+	limit := in.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	evs, err := s.log.EventsAfter(ctx, scope.TenantID, nil, after, limit+1)
+	if err != nil {
+		return Page[Event]{}, err
+	}
+	page := Page[Event]{Data: evs}
+	if len(evs) > limit {
+		page.Data, page.HasMore = evs[:limit], true
+		page.NextCursor = strconv.FormatInt(*evs[limit-1].Sequence, 10)
+	}
+	return page, nil
+}
+
+// ParseSequence reads a sequence parameter: "" is 0, else a non-negative
+// integer. Errors: 400 naming field.
+func ParseSequence(field, raw string) (int64, error) {
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 0 {
+		return 0, BadRequest(field, field+" must be a non-negative integer")
+	}
+	return n, nil
+}
+
+// CustomerEventsAfter lists up to limit of one customer's events after a
+// sequence, in sequence order: a stream's catch-up on Last-Event-ID.
+func (s *Events) CustomerEventsAfter(ctx context.Context, scope Scope, customer uuid.UUID, after int64, limit int) ([]Event, error) {
+	return s.log.EventsAfter(ctx, scope.TenantID, &customer, after, limit)
+}
+
+// Stream is one open per-customer subscription to its tenant's feed.
+type Stream struct {
+	// C carries the customer's events stored after the stream opened, in
+	// sequence order; it is closed when the stream fell too far behind or
+	// the feed failed (the client resumes with Last-Event-ID).
+	C        chan Event
+	customer uuid.UUID
+	feed     *tenantFeed
+	events   *Events
+	closed   bool // under feed's Events.mu
+}
+
+// tenantFeed reads one tenant's new events for its streams.
+type tenantFeed struct {
+	tenant  uuid.UUID
+	streams map[*Stream]struct{}
+	stop    chan struct{}
+}
+
+// Open subscribes to the customer's events stored from now on. Errors:
+// 429 ErrTooManyStreams at the tenant's cap. The caller must Close it.
+func (s *Events) Open(ctx context.Context, scope Scope, customer uuid.UUID) (*Stream, error) {
+	s.mu.Lock()
+	f := s.feeds[scope.TenantID]
+	if f != nil && len(f.streams) >= s.perTenant {
+		s.mu.Unlock()
+		return nil, ErrTooManyStreams
+	}
+	if f != nil {
+		st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
+		f.streams[st] = struct{}{}
+		s.mu.Unlock()
+		return st, nil
+	}
+	s.mu.Unlock()
+	// A new feed starts after the last sequence handed out: anything before
+	// it is committed, so a caller's catch-up read after Open sees it.
+	cursor, err := s.log.LastSequence(ctx, scope.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f = s.feeds[scope.TenantID]
+	if f == nil {
+		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{}, stop: make(chan struct{})}
+		s.feeds[scope.TenantID] = f
+		go s.run(f, cursor)
+	} else if len(f.streams) >= s.perTenant {
+		return nil, ErrTooManyStreams
+	}
+	st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
+	f.streams[st] = struct{}{}
+	return st, nil
+}
+
+// Close ends the stream; its feed stops with its last stream.
+func (st *Stream) Close() {
+	s := st.events
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked(st)
+}
+
+func (s *Events) endLocked(st *Stream) {
+	if st.closed {
+		return
+	}
+	st.closed = true
+	close(st.C)
+	f := st.feed
+	delete(f.streams, st)
+	if len(f.streams) == 0 && s.feeds[f.tenant] == f {
+		delete(s.feeds, f.tenant)
+		close(f.stop)
+	}
+}
+
+// OpenStreams is the number of streams open in this process.
+func (s *Events) OpenStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, f := range s.feeds {
+		n += len(f.streams)
+	}
+	return n
+}
+
+// run reads f's tenant's events after cursor every poll until f stops.
+func (s *Events) run(f *tenantFeed, cursor int64) {
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			evs, err := s.log.EventsAfter(ctx, f.tenant, nil, cursor, feedReadLimit)
+			cancel()
+			if err != nil {
+				s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("event feed read failed")
+				break
+			}
+			if len(evs) > 0 {
+				cursor = *evs[len(evs)-1].Sequence
+				s.deliver(f, evs)
+			}
+			if len(evs) < feedReadLimit {
+				break
+			}
+		}
+	}
+}
+
+// deliver hands each event to its customer's streams; a stream whose
+// buffer is full is ended rather than let it hold the feed.
+func (s *Events) deliver(f *tenantFeed, evs []Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range evs {
+		if e.CustomerID == nil {
+			continue
+		}
+		for st := range f.streams {
+			if st.customer != *e.CustomerID {
+				continue
+			}
+			select {
+			case st.C <- e:
+			default:
+				s.endLocked(st)
+			}
+		}
+	}
+}
