@@ -157,15 +157,15 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 // calls it refused run again, once.
 func (s *Store) pipelined(ctx context.Context, sc *script, name string, keys [][]string, args [][]any, errs []error) []any {
 	out := make([]any, len(args))
-	todo := make([]bool, len(args))
+	pending := make([]bool, len(args))
 	for i := range args {
-		todo[i] = errs[i] == nil && args[i] != nil
+		pending[i] = errs[i] == nil && args[i] != nil
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := s.rdb.Pipeline()
 		calls := make([]*redis.Cmd, len(args))
 		for i := range args {
-			if todo[i] {
+			if pending[i] {
 				calls[i] = s.queue(ctx, pipe, sc, keys[i], args[i]...)
 			}
 		}
@@ -180,7 +180,7 @@ func (s *Store) pipelined(ctx context.Context, sc *script, name string, keys [][
 				noScript = true
 				continue
 			}
-			todo[i] = false
+			pending[i] = false
 			if err != nil {
 				errs[i] = scriptError(name, s.unavail.classify(err))
 				continue
@@ -193,15 +193,15 @@ func (s *Store) pipelined(ctx context.Context, sc *script, name string, keys [][
 		// After a server restart: load the script and run what it refused.
 		if err := s.prepare(ctx, sc); err != nil {
 			for i := range args {
-				if todo[i] {
-					errs[i], todo[i] = scriptError(name, err), false
+				if pending[i] {
+					errs[i], pending[i] = scriptError(name, err), false
 				}
 			}
 			break
 		}
 	}
 	for i := range args {
-		if todo[i] {
+		if pending[i] {
 			errs[i] = fmt.Errorf("lua: %s: the script is not loaded", name)
 		}
 	}

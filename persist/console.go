@@ -22,14 +22,7 @@ func (s *Store) TenantsNewestFirst(ctx context.Context, cursor string, limit int
 	if err != nil {
 		return engine.Page[engine.Tenant]{}, fmt.Errorf("persist: list tenants: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Tenant, error) {
-		var t engine.Tenant
-		var policy string
-		err := r.Scan(&t.ID, &t.Name, &policy, &t.DefaultLowBalanceThresholdMC, &t.WebhookURL, &t.WebhookSecret,
-			&t.RateLimitPerSecond, &t.RateLimitBurst, &t.CreatedAt, &t.UpdatedAt)
-		t.DefaultOveragePolicy = engine.OveragePolicy(policy)
-		return t, err
-	})
+	list, err := pgx.CollectRows(rows, scanTenantRow)
 	if err != nil {
 		return engine.Page[engine.Tenant]{}, fmt.Errorf("persist: list tenants: %w", err)
 	}

@@ -25,14 +25,7 @@ func (s *Store) ListTenants(ctx context.Context, after uuid.UUID, limit int) ([]
 	if err != nil {
 		return nil, fmt.Errorf("persist: list tenants: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.Tenant, error) {
-		var t engine.Tenant
-		var policy string
-		err := row.Scan(&t.ID, &t.Name, &policy, &t.DefaultLowBalanceThresholdMC, &t.WebhookURL, &t.WebhookSecret,
-			&t.RateLimitPerSecond, &t.RateLimitBurst, &t.CreatedAt, &t.UpdatedAt)
-		t.DefaultOveragePolicy = engine.OveragePolicy(policy)
-		return t, err
-	})
+	out, err := pgx.CollectRows(rows, scanTenantRow)
 	if err != nil {
 		return nil, fmt.Errorf("persist: list tenants: %w", err)
 	}
@@ -58,4 +51,14 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.API
 		return nil, fmt.Errorf("persist: list api keys: %w", err)
 	}
 	return out, nil
+}
+
+// scanTenantRow reads one row of tenantColumns.
+func scanTenantRow(row pgx.CollectableRow) (engine.Tenant, error) {
+	var t engine.Tenant
+	var policy string
+	err := row.Scan(&t.ID, &t.Name, &policy, &t.DefaultLowBalanceThresholdMC, &t.WebhookURL, &t.WebhookSecret,
+		&t.RateLimitPerSecond, &t.RateLimitBurst, &t.CreatedAt, &t.UpdatedAt)
+	t.DefaultOveragePolicy = engine.OveragePolicy(policy)
+	return t, err
 }

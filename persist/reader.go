@@ -217,60 +217,72 @@ func (s *Store) CountAccounts(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// readStatesWithBlocks runs accountSQL in tx and reads each account's live
+// blocks (with their metadata when withMeta); index finds a customer's
+// state and ids lists the customers, in accountSQL's order.
+func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, args []any, withMeta bool) (
+	states []engine.AccountState, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, err error) {
+	rows, err := tx.Query(ctx, accountSQL, args...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	states, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.AccountState, error) { return scanAccount(r) })
+	if err != nil || len(states) == 0 {
+		return states, nil, nil, err
+	}
+	index = make(map[uuid.UUID]*engine.AccountState, len(states))
+	ids = make([]uuid.UUID, len(states))
+	for i := range states {
+		index[states[i].CustomerID] = &states[i]
+		ids[i] = states[i].CustomerID
+	}
+	metaColumn := "NULL::jsonb"
+	if withMeta {
+		metaColumn = "metadata"
+	}
+	rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
+			starts_at, expires_at, created_at, `+metaColumn+`
+		FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
+		ORDER BY customer_id, created_at, id`, ids)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var customer uuid.UUID
+	var b engine.MutationBlock
+	var source string
+	var starts, created time.Time
+	var expires *time.Time
+	var meta []byte
+	_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
+		&starts, &expires, &created, &meta}, func() error {
+		blk := b
+		blk.Source = engine.Source(source)
+		blk.StartsMS, blk.CreatedMS, blk.ExpiresMS, blk.Metadata = starts.UnixMilli(), created.UnixMilli(), nil, nil
+		if expires != nil {
+			ms := expires.UnixMilli()
+			blk.ExpiresMS = &ms
+		}
+		if len(meta) > 0 && string(meta) != "{}" {
+			blk.Metadata = json.RawMessage(append([]byte(nil), meta...))
+		}
+		st := index[customer]
+		st.Blocks = append(st.Blocks, blk)
+		return nil
+	})
+	return states, index, ids, err
+}
+
 // accountStates runs accountSQL and fills each account's blocks, applied
 // operations, holds and gauges, all in one repeatable-read snapshot so the
 // reads agree with each other.
 func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any, appliedSince time.Time) ([]engine.AccountState, error) {
 	var states []engine.AccountState
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, accountSQL, args...)
-		if err != nil {
-			return err
-		}
-		states, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.AccountState, error) { return scanAccount(r) })
+		var index map[uuid.UUID]*engine.AccountState
+		var ids []uuid.UUID
+		var err error
+		states, index, ids, err = readStatesWithBlocks(ctx, tx, accountSQL, args, true)
 		if err != nil || len(states) == 0 {
-			return err
-		}
-		index := make(map[uuid.UUID]*engine.AccountState, len(states))
-		ids := make([]uuid.UUID, len(states))
-		for i := range states {
-			index[states[i].CustomerID] = &states[i]
-			ids[i] = states[i].CustomerID
-		}
-
-		rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
-				starts_at, expires_at, created_at, metadata
-			FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
-			ORDER BY customer_id, created_at, id`, ids)
-		if err != nil {
-			return err
-		}
-		var customer uuid.UUID
-		var b engine.MutationBlock
-		var source string
-		var starts, created time.Time
-		var expires *time.Time
-		var meta []byte
-		_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
-			&starts, &expires, &created, &meta}, func() error {
-			blk := b
-			blk.Source = engine.Source(source)
-			blk.StartsMS = starts.UnixMilli()
-			blk.CreatedMS = created.UnixMilli()
-			blk.ExpiresMS = nil
-			if expires != nil {
-				ms := expires.UnixMilli()
-				blk.ExpiresMS = &ms
-			}
-			blk.Metadata = nil
-			if len(meta) > 0 && string(meta) != "{}" {
-				blk.Metadata = json.RawMessage(append([]byte(nil), meta...))
-			}
-			st := index[customer]
-			st.Blocks = append(st.Blocks, blk)
-			return nil
-		})
-		if err != nil {
 			return err
 		}
 
@@ -286,12 +298,13 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 				hi = id
 			}
 		}
-		rows, err = tx.Query(ctx, `SELECT customer_id, mutation FROM operations
+		rows, err := tx.Query(ctx, `SELECT customer_id, mutation FROM operations
 			WHERE customer_id BETWEEN $1 AND $2 AND created_at >= $3
 			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince)
 		if err != nil {
 			return err
 		}
+		var customer uuid.UUID
 		var doc []byte
 		_, err = pgx.ForEachRow(rows, []any{&customer, &doc}, func() error {
 			st := index[customer]

@@ -3,7 +3,6 @@ package persist
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -98,44 +97,8 @@ func (s *Store) SampleStates(ctx context.Context, n int) ([]engine.AccountState,
 func (s *Store) comparableStates(ctx context.Context, accountSQL string, args ...any) ([]engine.AccountState, error) {
 	var states []engine.AccountState
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, accountSQL, args...)
-		if err != nil {
-			return err
-		}
-		states, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.AccountState, error) { return scanAccount(r) })
-		if err != nil || len(states) == 0 {
-			return err
-		}
-		index := make(map[uuid.UUID]*engine.AccountState, len(states))
-		ids := make([]uuid.UUID, len(states))
-		for i := range states {
-			index[states[i].CustomerID] = &states[i]
-			ids[i] = states[i].CustomerID
-		}
-		rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
-				starts_at, expires_at, created_at
-			FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
-			ORDER BY customer_id, created_at, id`, ids)
-		if err != nil {
-			return err
-		}
-		var customer uuid.UUID
-		var b engine.MutationBlock
-		var source string
-		var starts, created time.Time
-		var expires *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
-			&starts, &expires, &created}, func() error {
-			blk := b
-			blk.Source = engine.Source(source)
-			blk.StartsMS, blk.CreatedMS, blk.ExpiresMS = starts.UnixMilli(), created.UnixMilli(), nil
-			if expires != nil {
-				ms := expires.UnixMilli()
-				blk.ExpiresMS = &ms
-			}
-			index[customer].Blocks = append(index[customer].Blocks, blk)
-			return nil
-		})
+		var err error
+		states, _, _, err = readStatesWithBlocks(ctx, tx, accountSQL, args, false)
 		return err
 	})
 	if err != nil {
