@@ -415,6 +415,8 @@ type fakeIdem struct {
 	// abortFails is how many Aborts still fail (a Redis slot without a
 	// master), each counted in aborts.
 	abortFails, aborts int
+	// markCalls counts MarkRerun calls (batches of rerun marks).
+	markCalls int
 }
 
 // fakeIdemRecord is a stored record with the request hash it belongs to.
@@ -451,6 +453,18 @@ func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string,
 	}
 	rec.Done, rec.Body = true, append([]byte(nil), rec.Body...)
 	f.records[k] = fakeIdemRecord{hash: hash, rec: rec}
+	return nil
+}
+
+func (f *fakeIdem) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl time.Duration) error {
+	f.mu.Lock()
+	f.markCalls++
+	f.mu.Unlock()
+	for _, m := range marks {
+		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, engine.IdemRecord{Rerun: true}, ttl, m.Held); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -150,10 +150,10 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 // instead of checking it first.
 func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
 
-// maxMarksInFlight bounds the rerun marks of one server being written after
-// their answer went out (Server.markSlots); when all are taken the mark is
-// written before the answer, as a stored body is, so a slow Redis slows
-// requests instead of piling up goroutines.
+// maxMarksInFlight bounds the rerun marks of one server waiting to be
+// written after their answer went out (rerunMarks); when all are taken the
+// mark is written before the answer, as a stored body is, so a slow Redis
+// slows requests instead of piling up marks.
 const maxMarksInFlight = 1024
 
 // maxAbortsInFlight bounds the claims abortLater releases at once: a
@@ -161,26 +161,19 @@ const maxMarksInFlight = 1024
 const maxAbortsInFlight = 1024
 
 // markRerun finishes c's claim with the rerun mark (replaysByRerun) after
-// the answer has gone out, so a money request costs the client two Redis
-// round trips (claim and script), not three. Losing the mark (a crash, a
+// the answer has gone out, in a batch with other requests' marks
+// (rerunMarks), so a money request costs the client two Redis round trips
+// (claim and script), not three, and the server a share of the third. Losing the mark (a crash, a
 // failed write) is safe: the claim lapses and the retry runs the endpoint,
 // whose script replays from its op key. A retry arriving before the mark
 // lands finds the claim and waits for it, as for any running request.
 func (s *Server) markRerun(c *call, claimedAt time.Time) {
 	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
-	select {
-	case s.markSlots <- struct{}{}:
-	default:
+	m := pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: hash}, claimedAt: claimedAt,
+		reqID: append([]byte(nil), c.reqID...)} // c is reused once the answer is out
+	if !s.marks.add(m) {
 		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
-		return
 	}
-	reqID := append([]byte(nil), c.reqID...) // c is reused once the answer is out
-	go func() {
-		defer func() { <-s.markSlots }()
-		ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
-		defer cancel()
-		s.finishRerun(ctx, tenant, key, hash, claimedAt, reqID)
-	}()
 }
 
 // abortLater keeps trying to drop a claim whose Abort failed, typically a

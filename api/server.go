@@ -165,9 +165,9 @@ type Server struct {
 	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
 	adminLimiter *rateLimiter
-	// markSlots bounds the rerun marks written after their answer
+	// marks writes the rerun marks of answered money requests in batches
 	// (markRerun).
-	markSlots chan struct{}
+	marks *rerunMarks
 	// abortSlots bounds the claims being released in the background
 	// (abortLater): past it, a claim lapses on its own.
 	abortSlots chan struct{}
@@ -193,7 +193,6 @@ func New(cfg Config) *Server {
 		leases:    newLeases(),
 
 		adminLimiter: newRateLimiter(),
-		markSlots:    make(chan struct{}, maxMarksInFlight),
 		abortSlots:   make(chan struct{}, maxAbortsInFlight),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
@@ -217,6 +216,7 @@ func New(cfg Config) *Server {
 	if s.maxConns <= 0 {
 		s.maxConns = DefaultMaxConnsPerIP
 	}
+	s.marks = newRerunMarks(s)
 	s.calls.New = func() any { return new(call) }
 	r := router.New()
 	// An API answers a wrong path with 404, never a redirect to a guess.
@@ -277,7 +277,9 @@ func (s *Server) Shutdown() error {
 	s.stopStreams.Do(func() { close(s.streamsDone) })
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
-	return s.srv.ShutdownWithContext(ctx)
+	err := s.srv.ShutdownWithContext(ctx)
+	s.marks.close(ctx)
+	return err
 }
 
 // Routes lists every registered route as "METHOD /path/{param}", sorted; the

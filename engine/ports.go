@@ -258,6 +258,15 @@ type IdemRecord struct {
 	Body        []byte
 }
 
+// RerunMark is one claim to finish with the rerun mark (MarkRerun).
+type RerunMark struct {
+	Tenant      uuid.UUID
+	Key         string
+	RequestHash string
+	// Held: the claim certainly still stands (Finish's held).
+	Held bool
+}
+
 // IdempotencyRecords stores HTTP idempotency records, scoped by tenant and
 // key value alone (interface.md Common rules 1).
 type IdempotencyRecords interface {
@@ -271,6 +280,10 @@ type IdempotencyRecords interface {
 	// held tells it the caller's claim certainly still stands (taken well
 	// within its lock TTL), so no other record can be there to protect.
 	Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec IdemRecord, ttl time.Duration, held bool) error
+	// MarkRerun finishes many claims with the rerun mark (IdemRecord.Rerun)
+	// for ttl in one round trip where it can; each mark as Finish would. It
+	// returns the first error; the other marks are still written.
+	MarkRerun(ctx context.Context, marks []RerunMark, ttl time.Duration) error
 	// Abort drops an in-progress record of requestHash (the request changed
 	// nothing, so a retry must run afresh).
 	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error

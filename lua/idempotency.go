@@ -205,6 +205,34 @@ func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key, requestHash s
 	return nil
 }
 
+// MarkRerun finishes marks with the rerun mark for ttl
+// (engine.IdempotencyRecords): the held ones as plain SETs in one pipeline
+// (one round trip per node however many marks), the others one by one
+// through Finish's checked write.
+func (s *Store) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl time.Duration) error {
+	ttlMS, err := idemTTLMillis("TTL", ttl)
+	if err != nil {
+		return err
+	}
+	var first error
+	pipe := s.rdb.Pipeline()
+	for _, m := range marks {
+		if !m.Held {
+			if err := s.Finish(ctx, m.Tenant, m.Key, m.RequestHash, engine.IdemRecord{Rerun: true}, ttl, false); err != nil && first == nil {
+				first = err
+			}
+			continue
+		}
+		pipe.Do(ctx, "SET", s.idemRecordKey(m.Tenant, m.Key), idemHead(idemRerun, m.Tenant, m.RequestHash), "PX", ttlMS)
+	}
+	if pipe.Len() > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && first == nil {
+			first = fmt.Errorf("lua: idempotency marks: %w", err)
+		}
+	}
+	return first
+}
+
 // Abort deletes key's record of tenant when it is in progress for
 // requestHash (idem_abort.lua), so a retry of a request that changed nothing
 // runs afresh; any other record stays.

@@ -153,6 +153,48 @@ func TestIdempotencyFinishKeepsOthers(t *testing.T) {
 	})
 }
 
+// TestIdempotencyMarkRerun checks that one MarkRerun finishes every held
+// claim with the rerun mark, and that a mark not held (its claim may have
+// lapsed) still never replaces another request's record.
+func TestIdempotencyMarkRerun(t *testing.T) {
+	t.Parallel()
+	portBackends(t, func(t *testing.T, b portBundle) {
+		tenant := uuid.New()
+		var marks []engine.RerunMark
+		for _, key := range []string{"m1", "m2", "m3"} {
+			if _, claimed := idemBegin(t, b, tenant, key, "rh"); !claimed {
+				t.Fatalf("%s not claimed", key)
+			}
+			marks = append(marks, engine.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh", Held: true})
+		}
+		idemBegin(t, b, tenant, "taken", "rh-other")
+		marks = append(marks, engine.RerunMark{Tenant: tenant, Key: "taken", RequestHash: "rh", Held: false},
+			engine.RerunMark{Tenant: tenant, Key: "lapsed", RequestHash: "rh", Held: false})
+		if err := b.store.MarkRerun(context.Background(), marks, idemTTL); err != nil {
+			t.Fatalf("MarkRerun: %v", err)
+		}
+		for _, tc := range []struct {
+			key, rh             string
+			done, rerun, misfit bool
+		}{
+			{"m1", "rh", true, true, false},
+			{"m2", "rh", true, true, false},
+			{"m3", "rh", true, true, false},
+			{"taken", "rh-other", false, false, false},
+			{"lapsed", "rh", true, true, false},
+			{"m1", "rh-new", true, true, true},
+		} {
+			got, claimed := idemBegin(t, b, tenant, tc.key, tc.rh)
+			if claimed || got.Done != tc.done || got.Rerun != tc.rerun || got.Mismatch != tc.misfit {
+				t.Errorf("%s/%s: %+v claimed %v, want done %v rerun %v mismatch %v", tc.key, tc.rh, got, claimed, tc.done, tc.rerun, tc.misfit)
+			}
+		}
+		if err := b.store.MarkRerun(context.Background(), nil, idemTTL); err != nil {
+			t.Fatalf("MarkRerun of nothing: %v", err)
+		}
+	})
+}
+
 // TestIdempotencyAbort checks that Abort frees only an in-progress record of
 // the same request hash.
 func TestIdempotencyAbort(t *testing.T) {

@@ -1,0 +1,137 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// Rerun marks are written in batches: one Redis round trip finishes every
+// money request answered within markLinger of the first, instead of one
+// round trip (and one goroutine) per request. A consume's own cost is its
+// claim and its script; the mark comes after the answer and costs the
+// client nothing, so it may wait a little to travel with others.
+const (
+	// markLinger is how long the writer waits for more marks once it has
+	// one. A retry arriving meanwhile finds the claim and waits for it
+	// (idemPoll), as for any running request.
+	markLinger = 2 * time.Millisecond
+	// maxMarkBatch ends the linger early and bounds one pipeline.
+	maxMarkBatch = 256
+)
+
+// pendingMark is a claim waiting for its rerun mark.
+type pendingMark struct {
+	mark      engine.RerunMark
+	claimedAt time.Time
+	reqID     []byte
+}
+
+// rerunMarks is the server's batch writer of rerun marks. Its queue holds
+// at most maxMarksInFlight marks; when it is full the caller writes its
+// mark itself before answering, so a slow Redis slows requests instead of
+// piling marks up.
+type rerunMarks struct {
+	s     *Server
+	queue chan pendingMark
+	start sync.Once
+	stop  chan struct{}
+	done  chan struct{}
+	// stopOnce guards stop: Shutdown may be called more than once.
+	stopOnce sync.Once
+}
+
+func newRerunMarks(s *Server) *rerunMarks {
+	return &rerunMarks{s: s, queue: make(chan pendingMark, maxMarksInFlight),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// add queues m and reports whether it was taken; the writer starts with the
+// first mark (a server that never answers a money request runs none).
+func (w *rerunMarks) add(m pendingMark) bool {
+	w.start.Do(func() { go w.run() })
+	select {
+	case w.queue <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// run writes the queued marks in batches until close.
+func (w *rerunMarks) run() {
+	defer close(w.done)
+	batch := make([]pendingMark, 0, maxMarkBatch)
+	for {
+		select {
+		case m := <-w.queue:
+			batch = append(batch[:0], m)
+		case <-w.stop:
+			w.drain(batch[:0])
+			return
+		}
+		timer := time.NewTimer(markLinger)
+	gather:
+		for len(batch) < maxMarkBatch {
+			select {
+			case m := <-w.queue:
+				batch = append(batch, m)
+			case <-timer.C:
+				break gather
+			case <-w.stop:
+				break gather
+			}
+		}
+		timer.Stop()
+		w.write(batch)
+	}
+}
+
+// drain writes what is queued when the server stops.
+func (w *rerunMarks) drain(batch []pendingMark) {
+	for {
+		select {
+		case m := <-w.queue:
+			batch = append(batch, m)
+			if len(batch) < maxMarkBatch {
+				continue
+			}
+		default:
+		}
+		if len(batch) == 0 {
+			return
+		}
+		w.write(batch)
+		batch = batch[:0]
+	}
+}
+
+// write finishes batch's claims in one MarkRerun. A lost mark is safe: the
+// claim lapses and a retry re-runs into the operation's op key or its
+// Postgres row.
+func (w *rerunMarks) write(batch []pendingMark) {
+	marks := make([]engine.RerunMark, len(batch))
+	for i, p := range batch {
+		marks[i] = p.mark
+		marks[i].Held = held(p.claimedAt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
+	defer cancel()
+	if err := w.s.idem.MarkRerun(ctx, marks, idemReplayTTL); err != nil {
+		w.s.log.Error().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(err).
+			Msg("idempotency rerun marks failed; their claims lapse and a retry re-runs into the op key")
+	}
+}
+
+// close stops the writer after it wrote what was queued, waiting at most
+// until ctx ends.
+func (w *rerunMarks) close(ctx context.Context) {
+	w.stopOnce.Do(func() { close(w.stop) })
+	w.start.Do(func() { close(w.done) }) // never started: nothing to wait for
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestRerunMarksBatch: marks queued together travel in a few MarkRerun
+// calls, every claim ends with the rerun mark, and closing the writer
+// writes what is still queued; only a full queue refuses a mark (its
+// request then writes it itself).
+func TestRerunMarksBatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		marks    int
+		maxCalls int
+	}{
+		{"one", 1, 1},
+		{"a burst", 300, 300 / 10},
+		{"a full queue", maxMarksInFlight + 50, maxMarksInFlight},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			idem := newFakeIdem()
+			s := &Server{idem: idem, log: zerolog.Nop()}
+			w := newRerunMarks(s)
+			tenant := uuid.New()
+			refused := 0
+			for i := range tc.marks {
+				key := fmt.Sprintf("k%d", i)
+				if _, claimed, _ := idem.Begin(context.Background(), tenant, key, "rh", time.Minute); !claimed {
+					t.Fatalf("%s not claimed", key)
+				}
+				if !w.add(pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
+					refused++
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			w.close(ctx)
+			if ctx.Err() != nil {
+				t.Fatal("close did not return")
+			}
+			// The writer drains the queue as it fills, so a burst over its
+			// size may or may not be refused in part.
+			if want := max(tc.marks-maxMarksInFlight, 0); refused > want {
+				t.Errorf("refused %d marks, want at most %d", refused, want)
+			}
+			marked := 0
+			for i := range tc.marks {
+				if rec := idem.record(tenant.String() + fmt.Sprintf("|k%d", i)); rec.Done && rec.Rerun {
+					marked++
+				}
+			}
+			if marked != tc.marks-refused {
+				t.Errorf("%d of %d taken marks written", marked, tc.marks-refused)
+			}
+			idem.mu.Lock()
+			calls := idem.markCalls
+			idem.mu.Unlock()
+			if calls < 1 || calls > tc.maxCalls {
+				t.Errorf("%d MarkRerun calls for %d marks, want 1 to %d", calls, tc.marks, tc.maxCalls)
+			}
+		})
+	}
+}
