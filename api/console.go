@@ -27,8 +27,16 @@ func (s *Server) registerConsole(h fasthttp.RequestHandler) {
 		}
 		s.router.Handle(method, consolePath, serve)
 		s.router.Handle(method, consolePath+"/{path:*}", serve)
+		if method == fasthttp.MethodGet {
+			s.consoleRoot = serve
+		}
 	}
 }
+
+// consoleRootPath is the console's home with a trailing slash, which the
+// router's catch-all does not match (it needs at least one byte after the
+// slash); notFound hands it to the console.
+const consoleRootPath = consolePath + "/"
 
 // WriteMetrics writes the Prometheus text GET /metrics serves (the
 // console's overview samples it), whichever listener serves /metrics.

@@ -173,6 +173,8 @@ type Server struct {
 	abortSlots chan struct{}
 	calls      sync.Pool
 	srv        *fasthttp.Server
+	// consoleRoot serves GET /console/ (nil without a console).
+	consoleRoot fasthttp.RequestHandler
 }
 
 // New builds the server and registers every route.
@@ -496,6 +498,10 @@ func (s *Server) complete(c *call, d time.Duration) {
 
 // notFound answers paths no route matches.
 func (s *Server) notFound(ctx *fasthttp.RequestCtx) {
+	if s.consoleRoot != nil && ctx.IsGet() && string(ctx.Path()) == consoleRootPath {
+		s.consoleRoot(ctx)
+		return
+	}
 	s.callOf(ctx).fail(&engine.Error{Kind: engine.KindNotFound, Detail: "no route matches this path"})
 }
 

@@ -117,6 +117,11 @@ func TestConsoleAccess(t *testing.T) {
 	if r, _ := anon.get(custA); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/console/login" {
 		t.Fatalf("signed out: %d %q, want 303 to the sign-in page", r.StatusCode, r.Header.Get("Location"))
 	}
+	for _, home := range []string{"/console", "/console/"} {
+		if r, _ := anon.get(home); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/console/login" {
+			t.Errorf("%s signed out: %d %q, want 303 to the sign-in page", home, r.StatusCode, r.Header.Get("Location"))
+		}
+	}
 	if r, body := anon.get("/console/static/console.css"); r.StatusCode != 200 || !strings.Contains(body, "prefers-color-scheme") {
 		t.Errorf("stylesheet: %d", r.StatusCode)
 	}
