@@ -96,6 +96,8 @@ type PGStatement struct {
 	// Query is the statement's text, whitespace collapsed and cut to
 	// pgstatQueryChars.
 	Query string `json:"query"`
+	// Gist is what it does to which table (statementGist).
+	Gist string `json:"gist"`
 	// Nested: run inside another statement (a function or trigger), so
 	// its time is already in its caller's.
 	Nested       bool    `json:"nested,omitempty"`
@@ -125,6 +127,95 @@ func shortenStatement(q string, n int) string {
 		return string(r[:n]) + "…"
 	}
 	return s
+}
+
+// statementGist names what a statement does to which table, from its
+// outermost level (the text inside parentheses dropped, so a CTE's body or
+// a column list does not count): "INSERT INTO webhook_events", "UPSERT
+// credit_accounts" (INSERT ... ON CONFLICT DO UPDATE), "UPDATE x", "DELETE
+// FROM x", "COPY x", "SELECT FROM x", "SELECT f" for a function call, else
+// the first word. The first 80 characters of a statement that starts with
+// WITH rarely say it.
+func statementGist(q string) string {
+	var top strings.Builder
+	depth := 0
+	inString := false
+	for _, r := range q {
+		switch {
+		case inString:
+			inString = r != '\''
+			continue
+		case r == '\'':
+			inString = true
+			continue
+		case r == '(':
+			depth++
+			top.WriteByte(' ')
+			continue
+		case r == ')':
+			depth = max(depth-1, 0)
+			continue
+		}
+		if depth == 0 {
+			top.WriteRune(r)
+		}
+	}
+	words := strings.Fields(top.String())
+	name := func(i int) string {
+		if i >= len(words) {
+			return "?"
+		}
+		return strings.Trim(strings.TrimRight(words[i], ",;"), `"`)
+	}
+	upper := make([]string, len(words))
+	for i, w := range words {
+		upper[i] = strings.ToUpper(w)
+	}
+	has := func(seq ...string) bool {
+		for i := 0; i+len(seq) <= len(upper); i++ {
+			ok := true
+			for k, s := range seq {
+				if upper[i+k] != s {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	for i, w := range upper {
+		switch {
+		case w == "INSERT" && i+2 < len(words) && upper[i+1] == "INTO":
+			if has("ON", "CONFLICT", "DO", "UPDATE") {
+				return "UPSERT " + name(i+2)
+			}
+			return "INSERT INTO " + name(i+2)
+		case w == "UPDATE" && (i == 0 || upper[i-1] != "DO" && upper[i-1] != "FOR"):
+			return "UPDATE " + name(i+1)
+		case w == "DELETE" && i+1 < len(words) && upper[i+1] == "FROM":
+			return "DELETE FROM " + name(i+2)
+		case w == "COPY":
+			return "COPY " + name(i+1)
+		}
+	}
+	for i, w := range upper {
+		if w != "SELECT" {
+			continue
+		}
+		for k := i + 1; k < len(upper); k++ {
+			if upper[k] == "FROM" {
+				return "SELECT FROM " + name(k+1)
+			}
+		}
+		return "SELECT " + name(i+1)
+	}
+	if len(upper) == 0 {
+		return ""
+	}
+	return upper[0]
 }
 
 // statementPerOp is a statement's figures per op of a run of ops
@@ -171,7 +262,9 @@ func topStatements(rows []pgStatRow, ops float64, n int) (top []PGStatement, usP
 	all := make([]PGStatement, 0, len(order))
 	for _, k := range order {
 		m := merged[k]
-		all = append(all, statementPerOp(shortenStatement(m.query, pgstatQueryChars), k.nested, m.calls, m.rows, m.totalMS, ops))
+		st := statementPerOp(shortenStatement(m.query, pgstatQueryChars), k.nested, m.calls, m.rows, m.totalMS, ops)
+		st.Gist = statementGist(m.query)
+		all = append(all, st)
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].TotalMS > all[j].TotalMS })
 	if len(all) > n {
@@ -553,12 +646,25 @@ func mdStatement(s PGStatement) string {
 	return q
 }
 
+// gistOf is s's gist for a sentence: the gist (nested marked), or the
+// shortened text when it has none.
+func gistOf(s PGStatement) string {
+	g := s.Gist
+	if g == "" {
+		g = s.Query
+	}
+	if s.Nested {
+		g += " (nested)"
+	}
+	return g
+}
+
 // pgStatementsMarkdown writes the scenario's report section.
 func pgStatementsMarkdown(w func(string, ...any), r *PGStatementsResult) {
 	w("\n## Postgres statements per op (pg_stat_statements, issue 10)\n\n")
 	w("Which statements each operation costs Postgres. The machine's Postgres does not load pg_stat_statements (shared_preload_libraries is empty, and the bench does not reconfigure a shared server), so this is measured on %s. ", r.Setting)
 	w("Each scenario runs at a fixed moderate rate of its own unit (`-pg-statements-rate` sets one rate for all), with `pg_stat_statements_reset()` before it and the view read once the persister has drained, so the write-behind work its ops caused (the applied-ops look-up, the ledger COPY, account and block upserts, event inserts) is counted with them, and so is creditd's background work in that window (sweeps, polls). ")
-	w("Statement time is `total_exec_time`: wall time in the executor, lock waits included (a COMMIT's includes its WAL flush); per op is per acknowledged op; the total counts top-level statements only (a nested one, inside a function or trigger, is already in its caller's). Postgres CPU is every process of the private cluster. ")
+	w("Statement time is `total_exec_time`: wall time in the executor, lock waits included (a COMMIT's includes its WAL flush); per op is per acknowledged op; the total counts top-level statements only (a nested one, inside a function or trigger, is already in its caller's). Postgres CPU is every process of the private cluster. What is the statement's outermost verb and table (UPSERT: INSERT ... ON CONFLICT DO UPDATE). The persister writes in groups, so its statements' calls per op fall as the rate rises (rows/call is the group's size). ")
 	w("Run alone: `go run ./bench -scenario pg-statements`.\n\n")
 	if r.Error != "" {
 		w("**Failed:** %s\n\n", r.Error)
@@ -579,9 +685,9 @@ func pgStatementsMarkdown(w func(string, ...any), r *PGStatementsResult) {
 		if run.Error != "" {
 			w(" Problem: %s.", run.Error)
 		}
-		w("\n\n| statement (top %d by total time) | calls/op | mean µs | total µs/op | rows/call |\n|---|---|---|---|---|\n", pgstatTop)
+		w("\n\n| what | statement (top %d by total time) | calls/op | mean µs | total µs/op | rows/call |\n|---|---|---|---|---|---|\n", pgstatTop)
 		for _, s := range run.Top {
-			w("| %s | %.3f | %.1f | %.1f | %.2f |\n", mdStatement(s), s.CallsPerOp, s.MeanUS, s.TotalUSPerOp, s.RowsPerCall)
+			w("| %s | %s | %.3f | %.1f | %.1f | %.2f |\n", s.Gist, mdStatement(s), s.CallsPerOp, s.MeanUS, s.TotalUSPerOp, s.RowsPerCall)
 		}
 		w("\n")
 	}
@@ -599,7 +705,7 @@ func pgStatementsFloor(r *PGStatementsResult, name string) string {
 		if i == 3 {
 			break
 		}
-		top = append(top, fmt.Sprintf("%s %.2f per op x %.0f µs", mdStatement(s), s.CallsPerOp, s.MeanUS))
+		top = append(top, fmt.Sprintf("%s %.1f µs (%.3f per op x %.0f µs)", gistOf(s), s.TotalUSPerOp, s.CallsPerOp, s.MeanUS))
 	}
 	return fmt.Sprintf("Postgres statements (pg-statements, private cluster at %.0f/s): %.0f µs of statement time per op; the most: %s. ",
 		run.Run.Offered, run.StatementUSPerOp, strings.Join(top, "; "))
@@ -624,7 +730,7 @@ func pgStatementsGoal(r *PGStatementsResult) (now string, measured bool) {
 	}
 	now = "statement time per op at a moderate rate: " + strings.Join(parts, ", ")
 	if c := r.run("consume"); c != nil && len(c.Top) > 0 {
-		now += fmt.Sprintf("; consume's most: %s %.2f per op x %.0f µs", mdStatement(c.Top[0]), c.Top[0].CallsPerOp, c.Top[0].MeanUS)
+		now += fmt.Sprintf("; consume's most: %s %.1f µs per op (%.3f per op x %.0f µs)", gistOf(c.Top[0]), c.Top[0].TotalUSPerOp, c.Top[0].CallsPerOp, c.Top[0].MeanUS)
 	}
 	if r.Error != "" {
 		now += " (then failed: " + r.Error + ")"

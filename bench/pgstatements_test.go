@@ -29,6 +29,32 @@ func TestShortenStatement(t *testing.T) {
 	}
 }
 
+// TestStatementGist: the verb and table of the outermost statement, not of
+// a CTE's body, a column list or a string.
+func TestStatementGist(t *testing.T) {
+	tests := []struct{ name, q, want string }{
+		{"applied-ops look-up", "SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2", "SELECT FROM operations"},
+		{"function call", "SELECT credit_fork_check($1::uuid[], $2::bigint[])", "SELECT credit_fork_check"},
+		{"event insert after CTEs", `WITH e AS (SELECT p.id FROM unnest($1::uuid[]) AS p(id)), bumped AS (
+			INSERT INTO event_sequences AS s (tenant_id, next) SELECT 1 ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + 1 RETURNING s.next)
+			INSERT INTO webhook_events (id, payload) SELECT e.id, '{"a":(' FROM e ON CONFLICT (id) DO NOTHING`, "INSERT INTO webhook_events"},
+		{"upsert", "INSERT INTO credit_accounts AS a (customer_id, balance) SELECT * FROM unnest($1) ON CONFLICT (customer_id) DO UPDATE SET balance = EXCLUDED.balance", "UPSERT credit_accounts"},
+		{"claim", "WITH cand AS (SELECT id FROM webhook_events FOR UPDATE SKIP LOCKED) UPDATE webhook_events SET status = $1 WHERE id IN (SELECT id FROM cand)", "UPDATE webhook_events"},
+		{"copy, quoted", `copy "ledger_entries" ( "id", "op_id" ) from stdin binary`, "COPY ledger_entries"},
+		{"delete", "DELETE FROM operations WHERE created_at < $1", "DELETE FROM operations"},
+		{"select for update", "SELECT version FROM credit_accounts WHERE customer_id = $1 FOR UPDATE", "SELECT FROM credit_accounts"},
+		{"utility", "COMMIT", "COMMIT"},
+		{"empty", "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statementGist(tc.q); got != tc.want {
+				t.Errorf("statementGist = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestStatementPerOp(t *testing.T) {
 	tests := []struct {
 		name                  string
@@ -83,7 +109,7 @@ func TestTopStatements(t *testing.T) {
 	if len(top) != 3 {
 		t.Fatalf("top has %d statements, want 3: %+v", len(top), top)
 	}
-	if !top[0].Nested || !strings.HasPrefix(top[0].Query, "INSERT INTO events") {
+	if !top[0].Nested || !strings.HasPrefix(top[0].Query, "INSERT INTO events") || top[0].Gist != "INSERT INTO events" {
 		t.Errorf("top[0] = %+v, want the nested insert", top[0])
 	}
 	if top[1].Calls != 2000 || top[1].CallsPerOp != 1 || math.Abs(top[1].MeanUS-12) > 1e-9 {
@@ -102,9 +128,9 @@ func TestPGStatementsMarkdown(t *testing.T) {
 		Run: &RunResult{Offered: 1000, Achieved: 998, OK: 10000},
 		CPU: CPUSample{"postgres": 2, "creditd": 3, "redis-server": 1},
 		Top: []PGStatement{
-			{Query: "SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2", CallsPerOp: 1, MeanUS: 12, TotalUSPerOp: 12, RowsPerCall: 0},
-			{Query: "COPY ledger_entries (a|b) FROM STDIN", CallsPerOp: 0.02, MeanUS: 500, TotalUSPerOp: 10, RowsPerCall: 50},
-			{Query: "INSERT INTO x", Nested: true, CallsPerOp: 1, MeanUS: 3, TotalUSPerOp: 3, RowsPerCall: 1},
+			{Query: "SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2", Gist: "SELECT FROM operations", CallsPerOp: 1, MeanUS: 12, TotalUSPerOp: 12, RowsPerCall: 0},
+			{Query: "COPY ledger_entries (a|b) FROM STDIN", Gist: "COPY ledger_entries", CallsPerOp: 0.02, MeanUS: 500, TotalUSPerOp: 10, RowsPerCall: 50},
+			{Query: "INSERT INTO x", Gist: "INSERT INTO x", Nested: true, CallsPerOp: 1, MeanUS: 3, TotalUSPerOp: 3, RowsPerCall: 1},
 		}}
 	r := &PGStatementsResult{Setting: "a private cluster", Runs: []PGStatementsRun{consume, {Scenario: "check", Unit: "check", Error: "boom"}}}
 	var sb strings.Builder
@@ -115,8 +141,8 @@ func TestPGStatementsMarkdown(t *testing.T) {
 		"## Postgres statements per op", "measured on a private cluster",
 		"### consume (per consume)", "**45 µs of statement time per consume** in 12 distinct statements",
 		"Postgres 200 µs, creditd 300, Redis 100",
-		"| `SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2` | 1.000 | 12.0 | 12.0 | 0.00 |",
-		"`COPY ledger_entries (a\\|b) FROM STDIN` | 0.020 | 500.0 | 10.0 | 50.00 |",
+		"| SELECT FROM operations | `SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2` | 1.000 | 12.0 | 12.0 | 0.00 |",
+		"| COPY ledger_entries | `COPY ledger_entries (a\\|b) FROM STDIN` | 0.020 | 500.0 | 10.0 | 50.00 |",
 		"`INSERT INTO x` (nested)",
 		"### check (per check)", "Not measured: boom.",
 	} {
@@ -125,14 +151,15 @@ func TestPGStatementsMarkdown(t *testing.T) {
 		}
 	}
 	floor := pgStatementsFloor(r, "consume")
-	if !strings.Contains(floor, "at 1000/s): 45 µs of statement time per op") || !strings.Contains(floor, "1.00 per op x 12 µs") {
+	if !strings.Contains(floor, "at 1000/s): 45 µs of statement time per op") || !strings.Contains(floor, "SELECT FROM operations 12.0 µs (1.000 per op x 12 µs); COPY ledger_entries 10.0 µs") ||
+		!strings.Contains(floor, "INSERT INTO x (nested) 3.0 µs") {
 		t.Errorf("floor sentence = %q", floor)
 	}
 	if pgStatementsFloor(r, "check") != "" || pgStatementsFloor(nil, "consume") != "" {
 		t.Error("a scenario not measured has a floor sentence")
 	}
 	now, measured := pgStatementsGoal(r)
-	if !measured || !strings.Contains(now, "consume 45 µs (12 statements), check not measured") {
+	if !measured || !strings.Contains(now, "consume 45 µs (12 statements), check not measured; consume's most: SELECT FROM operations 12.0 µs per op") {
 		t.Errorf("goal = %q, %v", now, measured)
 	}
 	if now, measured := pgStatementsGoal(&PGStatementsResult{Error: "initdb failed"}); measured || now != "failed: initdb failed" {
