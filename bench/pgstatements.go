@@ -81,8 +81,9 @@ type PGStatementsRun struct {
 	// after the run (its statements are counted).
 	DrainSeconds float64 `json:"drain_seconds"`
 	// StatementUSPerOp is every top-level statement's execution time per
-	// acknowledged op, µs (wall time in the executor: lock and WAL-flush
-	// waits included).
+	// acknowledged op, µs (wall time in the executor, lock and I/O waits
+	// included; a commit's WAL flush comes after its COMMIT statement and
+	// is not in it).
 	StatementUSPerOp float64 `json:"statement_us_per_op"`
 	// Distinct is how many distinct statements ran.
 	Distinct int `json:"distinct_statements"`
@@ -664,7 +665,7 @@ func pgStatementsMarkdown(w func(string, ...any), r *PGStatementsResult) {
 	w("\n## Postgres statements per op (pg_stat_statements, issue 10)\n\n")
 	w("Which statements each operation costs Postgres. The machine's Postgres does not load pg_stat_statements (shared_preload_libraries is empty, and the bench does not reconfigure a shared server), so this is measured on %s. ", r.Setting)
 	w("Each scenario runs at a fixed moderate rate of its own unit (`-pg-statements-rate` sets one rate for all), with `pg_stat_statements_reset()` before it and the view read once the persister has drained, so the write-behind work its ops caused (the applied-ops look-up, the ledger COPY, account and block upserts, event inserts) is counted with them, and so is creditd's background work in that window (sweeps, polls). ")
-	w("Statement time is `total_exec_time`: wall time in the executor, lock waits included (a COMMIT's includes its WAL flush); per op is per acknowledged op; the total counts top-level statements only (a nested one, inside a function or trigger, is already in its caller's). Postgres CPU is every process of the private cluster. What is the statement's outermost verb and table (UPSERT: INSERT ... ON CONFLICT DO UPDATE). The persister writes in groups, so its statements' calls per op fall as the rate rises (rows/call is the group's size). ")
+	w("Statement time is `total_exec_time`: wall time in the executor summed over backends, lock and I/O waits included, so it can exceed Postgres's CPU; a commit's WAL flush happens after its COMMIT statement returns, so no statement's time includes it. Per op is per acknowledged op; the total counts top-level statements only (a nested one, inside a function or trigger, is already in its caller's). Postgres CPU is every process of the private cluster. What is the statement's outermost verb and table (UPSERT: INSERT ... ON CONFLICT DO UPDATE). The persister writes in groups, so its statements' calls per op fall as the rate rises (rows/call is the group's size). ")
 	w("Run alone: `go run ./bench -scenario pg-statements`.\n\n")
 	if r.Error != "" {
 		w("**Failed:** %s\n\n", r.Error)
