@@ -131,6 +131,8 @@ func TestPGStatementsMarkdown(t *testing.T) {
 			{Query: "SELECT customer_id, mutation FROM operations WHERE tenant_id = $1 AND idempotency_key = $2", Gist: "SELECT FROM operations", CallsPerOp: 1, MeanUS: 12, TotalUSPerOp: 12, RowsPerCall: 0},
 			{Query: "COPY ledger_entries (a|b) FROM STDIN", Gist: "COPY ledger_entries", CallsPerOp: 0.02, MeanUS: 500, TotalUSPerOp: 10, RowsPerCall: 50},
 			{Query: "INSERT INTO x", Gist: "INSERT INTO x", Nested: true, CallsPerOp: 1, MeanUS: 3, TotalUSPerOp: 3, RowsPerCall: 1},
+			{Query: "SELECT 1", Gist: "SELECT 1", CallsPerOp: 0.1, MeanUS: 10, TotalUSPerOp: 1, RowsPerCall: 1},
+			{Query: "SELECT version FROM credit_accounts", Gist: "SELECT FROM credit_accounts", CallsPerOp: 2, MeanUS: 0.25, TotalUSPerOp: 0.5, RowsPerCall: 1},
 		}}
 	r := &PGStatementsResult{Setting: "a private cluster", Runs: []PGStatementsRun{consume, {Scenario: "check", Unit: "check", Error: "boom"}}}
 	var sb strings.Builder
@@ -152,7 +154,8 @@ func TestPGStatementsMarkdown(t *testing.T) {
 	}
 	floor := pgStatementsFloor(r, "consume")
 	if !strings.Contains(floor, "at 1000/s): 45 µs of statement time per op") || !strings.Contains(floor, "SELECT FROM operations 12.0 µs (1.000 per op x 12 µs); COPY ledger_entries 10.0 µs") ||
-		!strings.Contains(floor, "INSERT INTO x (nested) 3.0 µs") {
+		!strings.Contains(floor, "INSERT INTO x (nested) 3.0 µs (1.000 per op x 3 µs); also once or more per op: SELECT FROM credit_accounts 0.5 µs (2.00 per op x 0 µs). ") ||
+		strings.Contains(floor, "SELECT 1") {
 		t.Errorf("floor sentence = %q", floor)
 	}
 	if pgStatementsFloor(r, "check") != "" || pgStatementsFloor(nil, "consume") != "" {
