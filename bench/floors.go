@@ -65,6 +65,7 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 			}
 			line += ". "
 		}
+		line += pgStatementsFloor(r.PGStatements, v.name)
 		if pr := s.Profile; pr != nil && len(pr.Packages) > 0 {
 			var pk []string
 			for i, p := range pr.Packages {

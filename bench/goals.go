@@ -194,5 +194,11 @@ func (r *Results) computeTargets() {
 	} else {
 		none(fleetName, "measured")
 	}
+	const pgstatName = "Postgres statements per op: pg_stat_statements on a private cluster (issue 10)"
+	if now, ok := pgStatementsGoal(r.PGStatements); ok || r.PGStatements != nil {
+		add(pgstatName, "measured", now, nil)
+	} else {
+		none(pgstatName, "measured")
+	}
 	r.Goals = gs
 }

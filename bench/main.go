@@ -12,6 +12,7 @@
 //	go run ./bench -scenario worst   # the worst allowed input alone (invariant 13)
 //	go run ./bench -scenario replica-ack # consume with replica acks off and on, private master + replica
 //	go run ./bench -scenario fleet-scale # consume and check on 1, 2, 3 creditd nodes, private Redis Cluster
+//	go run ./bench -scenario pg-statements # Postgres statements per op (pg_stat_statements), private cluster
 //	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 package main
@@ -60,6 +61,9 @@ type Options struct {
 	MemoryRate       float64
 	MemoryDuration   time.Duration
 	MemoryEvery      time.Duration
+	// PGStatementsRate is the pg-statements scenario's offered rate for
+	// every operation; 0 picks a moderate rate per operation.
+	PGStatementsRate float64
 }
 
 // loadScenarios are the scenarios that ramp creditd and need the ceilings.
@@ -102,9 +106,10 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,gauge,reserve,usage,mixed,worst,replica-ack,fleet-scale,memory,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; also consume-multi, a 5-item consume, and gauge-lease, leased gauge increment+renew, only when named); worst, replica-ack, fleet-scale, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,gauge,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; also consume-multi, a 5-item consume, and gauge-lease, leased gauge increment+renew, only when named); worst, replica-ack, fleet-scale, pg-statements, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
+	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
 	flag.DurationVar(&o.MemoryDuration, "memory-duration", 0, "length of the memory scenario (default 3m; -quick 30s)")
 	flag.DurationVar(&o.MemoryEvery, "memory-every", 0, "how often the memory scenario samples Redis (default 15s; -quick 5s)")
@@ -308,6 +313,9 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.has("fleet-scale") && ctx.Err() == nil {
 		b.fleetScale(ctx)
+	}
+	if o.has("pg-statements") && ctx.Err() == nil {
+		b.pgStatements(ctx)
 	}
 	if o.needsCustomers() {
 		b.ledger(ctx)
