@@ -179,7 +179,7 @@ func TestConformanceReservationItems(t *testing.T) {
 
 // TestReservationItemsSurviveRebuild: a multi-metric hold outlives the
 // loss of Redis: after FLUSHALL and `creditd rebuild` it still holds its
-// sum and a commit with each metric's units charges each at its rule;
+// sum, a retry of its create replays the first answer, and a commit with each metric's units charges each at its rule;
 // after another FLUSHALL the lazy load brings a second hold back and its
 // release returns it all.
 func TestReservationItemsSurviveRebuild(t *testing.T) {
@@ -194,7 +194,11 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 	m1, m2 := a.perUnit(100), a.perUnit(7)
 	id, _ := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 1_000})
-	h1 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 3, m2, 10), "ttl_seconds": 3600})
+	key := idemKey()
+	body := map[string]any{"customer_id": id, "items": holdItems(m1, 3, m2, 10), "ttl_seconds": 3600}
+	first := a.do("POST", "/v1/reservations", key, body)
+	wantStatus(t, first, 201, "multi reserve")
+	h1 := first.Body
 	h2 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 1, m2, 1), "ttl_seconds": 3600})
 	s.Drain()
 
@@ -203,6 +207,11 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	// The retry of the create, its op key gone with Redis, is answered from
+	// Postgres with the same bytes.
+	if rp := a.do("POST", "/v1/reservations", key, body); rp.Status != 201 || string(rp.Raw) != string(first.Raw) {
+		t.Errorf("reserve replay after the rebuild: %d %s, first %s", rp.Status, rp.Raw, first.Raw)
+	}
 	if c := a.credits(id); Int(t, c["balance"]) != 1000 || Int(t, c["reserved_balance"]) != 477 {
 		t.Fatalf("after the rebuild: %v, want balance 1000 reserved 477", c)
 	}
