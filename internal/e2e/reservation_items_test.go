@@ -109,6 +109,20 @@ func TestConformanceReservationItems(t *testing.T) {
 		mustJSON(e["metadata"]) != wantMeta {
 		t.Errorf("consumption entry: %v", e)
 	}
+	// credit.consumed lists the items, as for a multi-metric consume.
+	var consumed map[string]any
+	ev := a.get("/v1/events?limit=100")
+	wantStatus(t, ev, 200, "events")
+	for _, x := range arr(t, ev.Body["data"], "events") {
+		if e := obj(t, x, "event"); e["event_type"] == "credit.consumed" {
+			consumed = obj(t, e["data"], "credit.consumed data")
+		}
+	}
+	wantEvItems := fmt.Sprintf(`[{"billable_metric_key":%q,"cost":500,"units":5},{"billable_metric_key":%q,"cost":140,"units":20}]`, m1, m2)
+	if consumed == nil || consumed["reservation_id"] != hid || Int(t, consumed["credits"]) != 640 ||
+		consumed["billable_metric_key"] != nil || mustJSON(consumed["items"]) != wantEvItems {
+		t.Errorf("credit.consumed of the commit: %v", consumed)
+	}
 	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get committed") &&
 		(mustJSON(g.Body["items"]) != wantSettled || Int(t, g.Body["actual_cost"]) != 640 || mustJSON(g.Body["metadata"]) != `{"done":true,"job":"j1"}`) {
 		t.Errorf("get committed multi hold: %s", g.Raw)
