@@ -106,8 +106,8 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,gauge,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; also consume-multi, a 5-item consume, and gauge-lease, leased gauge increment+renew, only when named); worst, replica-ack, fleet-scale, pg-statements, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")

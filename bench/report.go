@@ -325,6 +325,13 @@ func markdown(r *Results, rel string) string {
 		if s := &r.Scenarios[i]; strings.HasPrefix(s.Name, "consume-multi") && s.Run != nil && s.Run.OK > 0 {
 			w("\n%s, CPU per item (%d items per consume): %s\n", s.Name, multiItems, shortCPU(s.CPU, float64(s.Run.OK)*multiItems))
 		}
+		if s := &r.Scenarios[i]; strings.HasPrefix(s.Name, "gauge-lease") && s.Run != nil && s.Run.OK > 0 {
+			// An op is a leased increment and one renew of its lease: two
+			// requests, so per renew is an upper bound (it carries the
+			// increment) and per request the average of the two.
+			w("\n%s, CPU per renew (with its leased increment): %s; per request (increment or renew): %s\n", s.Name,
+				shortCPU(s.CPU, float64(s.Run.OK)), shortCPU(s.CPU, 2*float64(s.Run.OK)))
+		}
 	}
 	w("\nCPU per op: µs of CPU per acknowledged op in the 70%% run, for creditd (cd), redis-server (rd), Postgres (pg), the load generator (gen), the ceiling server (ce), and every other process on the machine (oth: other work sharing these 2 CPUs during the run). Redis and Postgres are the machine's shared servers, so their figures include any other client's work.\n")
 	w("\n### Where the work goes (per acknowledged op, during the 70%% run)\n\n| scenario | Redis commands (calls/op, µs/call) | Postgres commits/op | rows inserted/op | rows updated/op |\n|---|---|---|---|---|\n")

@@ -266,7 +266,8 @@ func (t *Target) scenarios() map[string]func(hot bool) Scenario {
 	return map[string]func(bool) Scenario{
 		"check":   mk("check", 1000, "check", t.check),
 		"consume": mk("consume", 500, "consume", t.consume),
-		// Not in the default set: ramps of their own (-scenario consume-multi, -scenario gauge-lease).
+		// In the default set since issue 15's "done when": the hot path of a
+		// multi-metric consume (CPU per item) and of a lease renew.
 		"consume-multi": mk("consume-multi", 300, fmt.Sprintf("consume of %d items", multiItems), t.consumeMulti),
 		"gauge":         mk("gauge", 500, "increment", t.gauge),
 		"gauge-lease":   mk("gauge-lease", 250, "leased increment+renew", t.gaugeLease),

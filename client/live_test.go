@@ -430,12 +430,12 @@ func TestAgainstCreditd(t *testing.T) {
 		if got.Status != "active" || got.ActualUnits != nil {
 			t.Fatalf("GetReservation = %+v", got)
 		}
-		com, err := c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: 4})
+		com, err := c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
 		must(t, err, "CommitReservation")
 		if com.Status != "committed" || com.ActualCost != 400 || com.Released != 1_000 || com.Account.ReservedBalance != 0 {
 			t.Fatalf("CommitReservation = %+v", com)
 		}
-		_, err = c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: 4})
+		_, err = c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
 		if err != nil {
 			// A second commit with a new key is a state clash.
 			wantProblem(t, err, 409, client.ProblemConflict, "second commit")

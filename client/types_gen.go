@@ -479,15 +479,23 @@ type HoldAccount struct {
 	EffectiveBalance int64 `json:"effective_balance"`
 }
 
-// ReserveInput is the ReserveInput schema of the creditd API.
+// ReserveInput is the ReserveInput schema of the creditd API. Exactly one of two forms:
+// billable_metric_key and estimated_units, or items (1 to 20 metrics); both or neither is refused
+// naming the field.
 type ReserveInput struct {
 	// Own or external id; an unknown value creates the customer. Exactly one of customer_id and
 	// external_customer_id.
 	CustomerID *string `json:"customer_id,omitempty"`
 	// External id only; never creates a customer.
 	ExternalCustomerID *string `json:"external_customer_id,omitempty"`
-	BillableMetricKey  string  `json:"billable_metric_key"`
-	EstimatedUnits     int64   `json:"estimated_units"`
+	// The metric of the single form; omit it (and estimated_units) when giving items.
+	BillableMetricKey string `json:"billable_metric_key,omitempty"`
+	// The units of the single form; omit it when giving items.
+	EstimatedUnits int64 `json:"estimated_units,omitempty"`
+	// The multi-metric form, instead of billable_metric_key and estimated_units: the sum of the items'
+	// estimated costs is held, all or none; a metric may appear once, and one without an active rule
+	// is a 422 naming the item. Errors name the item's field (items[2].estimated_units).
+	Items []ReserveItem `json:"items,omitempty"`
 	// Default 1800.
 	TTLSeconds *int `json:"ttl_seconds,omitempty"`
 	// Free-form key-value object.
@@ -510,6 +518,9 @@ type ReserveResult struct {
 	// Free-form key-value object.
 	Metadata  map[string]any `json:"metadata"`
 	CreatedAt time.Time      `json:"created_at"`
+	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+	// costs are the items' totals); absent for a single-metric one.
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // Reservation is the Reservation schema of the creditd API.
@@ -533,6 +544,9 @@ type Reservation struct {
 	CreatedAt   time.Time      `json:"created_at"`
 	CommittedAt *time.Time     `json:"committed_at"`
 	ReleasedAt  *time.Time     `json:"released_at"`
+	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+	// costs are the items' totals); absent for a single-metric one.
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // ReservationPage is the ReservationPage schema of the creditd API.
@@ -554,9 +568,16 @@ type HoldTransaction struct {
 	CreatedAt         time.Time `json:"created_at"`
 }
 
-// CommitInput is the CommitInput schema of the creditd API.
+// CommitInput is the CommitInput schema of the creditd API. actual_units for a reservation of one
+// metric, items for one of several; both is refused naming items, and the form the reservation
+// does not take is refused naming its field.
 type CommitInput struct {
-	ActualUnits int64 `json:"actual_units"`
+	// The actual units of a single-metric reservation; omit it when giving items.
+	ActualUnits *int64 `json:"actual_units,omitempty"`
+	// The commit of a multi-metric reservation, instead of actual_units: each of its metrics once,
+	// every one of them (a missing one is a 422 naming items), each priced at its own rule current at
+	// commit and charged in one step, all or none. All zero returns the hold as actual_units 0 does.
+	Items []CommitItem `json:"items,omitempty"`
 	// Merged into the hold's tags; discarded when actual_units is 0.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -573,6 +594,9 @@ type CommitResult struct {
 	Released       int64           `json:"released"`
 	Transaction    HoldTransaction `json:"transaction"`
 	Account        HoldAccount     `json:"account"`
+	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+	// costs are the items' totals); absent for a single-metric one.
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // ReleaseResult is the ReleaseResult schema of the creditd API.
@@ -1100,4 +1124,34 @@ type LeaseRenewInput struct {
 type EventLogPage struct {
 	Data       []WebhookEnvelope `json:"data"`
 	Pagination Pagination        `json:"pagination"`
+}
+
+// ReserveItem is the ReserveItem schema of the creditd API. One metric of a multi-metric
+// reservation.
+type ReserveItem struct {
+	// A metered metric with an active rule.
+	BillableMetricKey string `json:"billable_metric_key"`
+	EstimatedUnits    int64  `json:"estimated_units"`
+}
+
+// CommitItem is the CommitItem schema of the creditd API. One metric's actual units in the commit
+// of a multi-metric reservation.
+type CommitItem struct {
+	// One of the reservation's metrics.
+	BillableMetricKey string `json:"billable_metric_key"`
+	ActualUnits       int64  `json:"actual_units"`
+}
+
+// ReservationItem is the ReservationItem schema of the creditd API. One metric of a multi-metric
+// reservation: its estimate, priced at creation, and once committed its actual units and their
+// cost, priced at commit.
+type ReservationItem struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	EstimatedUnits    int64  `json:"estimated_units"`
+	// Millicredits.
+	EstimatedCost int64 `json:"estimated_cost"`
+	// Null until committed.
+	ActualUnits *int64 `json:"actual_units"`
+	// Millicredits; null until committed.
+	ActualCost *int64 `json:"actual_cost"`
 }

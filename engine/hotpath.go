@@ -79,6 +79,21 @@ type MutationReservation struct {
 	CommittedMS    *int64            `json:"committed,omitempty"`
 	ReleasedMS     *int64            `json:"released_at,omitempty"`
 	Metadata       json.RawMessage   `json:"meta,omitempty"`
+	// Items lists each metric of a multi-metric hold (Metric is then "",
+	// EstimatedUnits and EstimatedCost the items' totals, and at commit
+	// ActualUnits and ActualCost too); nil for a single-metric hold and in
+	// a release, which does not carry them (Postgres keeps the stored list).
+	Items []ReservationItem `json:"items,omitempty"`
+}
+
+// ReservationItem is one metric of a multi-metric hold: its estimate and,
+// once committed, its actual units and their cost (null until then).
+type ReservationItem struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	EstimatedUnits    int64  `json:"estimated_units"`
+	EstimatedCost     int64  `json:"estimated_cost"`
+	ActualUnits       *int64 `json:"actual_units"`
+	ActualCost        *int64 `json:"actual_cost"`
 }
 
 // MutationGauge is a gauge counter after a mutation.
@@ -108,6 +123,9 @@ type Reservation struct {
 	CreatedAt         time.Time         `json:"created_at"`
 	CommittedAt       *time.Time        `json:"committed_at"`
 	ReleasedAt        *time.Time        `json:"released_at"`
+	// Items lists each metric of a multi-metric hold (BillableMetricKey is
+	// then ""); absent for a single-metric hold.
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // RuleTerms is what a script needs to price: a rule's pricing fields.
@@ -168,9 +186,12 @@ type ReserveCommand struct {
 	Metric         string
 	EstimatedUnits int64
 	Terms          RuleTerms
-	ExpiresAt      time.Time
-	Metadata       Metadata
-	Context        MutationContext
+	// Items, when set, replace Metric, EstimatedUnits and Terms: a hold of
+	// the summed estimated cost of several metrics, all or none.
+	Items     []ReserveLine
+	ExpiresAt time.Time
+	Metadata  Metadata
+	Context   MutationContext
 }
 
 // CommitCommand settles a hold at the actual units, priced with the rule
@@ -185,8 +206,11 @@ type CommitCommand struct {
 	ReservationID  uuid.UUID
 	ActualUnits    int64
 	Terms          RuleTerms
-	Metadata       Metadata
-	Context        MutationContext
+	// Items, when set, replace ActualUnits and Terms: the commit of a
+	// multi-metric hold, one line per metric of the hold in its order.
+	Items    []CommitLine
+	Metadata Metadata
+	Context  MutationContext
 }
 
 // ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
@@ -201,6 +225,26 @@ type ReleaseCommand struct {
 	// only when its expires_at has passed.
 	Expire  bool
 	Context MutationContext
+}
+
+// ReserveLine is one metric of a multi-metric hold: its estimated units and
+// the terms of its active rule.
+type ReserveLine struct {
+	Metric         string
+	EstimatedUnits int64
+	Terms          RuleTerms
+}
+
+// CommitLine is one metric of a multi-metric commit: the hold's estimate
+// of it (as Postgres stored it at the reserve; the script checks the
+// totals against the hold), the actual units and the terms current at
+// commit (zero when ActualUnits is 0).
+type CommitLine struct {
+	Metric         string
+	EstimatedUnits int64
+	EstimatedCost  int64
+	ActualUnits    int64
+	Terms          RuleTerms
 }
 
 // GaugeCommand moves a gauge counter by Delta (positive: increment).

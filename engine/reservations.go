@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,7 +58,21 @@ type ReserveInput struct {
 	EstimatedUnits     *int64   `json:"estimated_units"`
 	TTLSeconds         *int64   `json:"ttl_seconds"`
 	Metadata           Metadata `json:"metadata"`
+	// Items is the multi-metric form: given instead of billable_metric_key
+	// and estimated_units, the items' summed estimated cost is held, all or
+	// none.
+	Items []ReserveItem `json:"items"`
 }
+
+// ReserveItem is one metric of a multi-metric reservation request.
+type ReserveItem struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	EstimatedUnits    *int64  `json:"estimated_units"`
+}
+
+// MaxReservationItems bounds a multi-metric reservation, as
+// MaxConsumeItems bounds a consume: its items are priced in one script.
+const MaxReservationItems = MaxConsumeItems
 
 // HoldAccount is the account member of reservation responses.
 type HoldAccount struct {
@@ -79,6 +94,9 @@ type ReserveResult struct {
 	Account           HoldAccount       `json:"account"`
 	Metadata          Metadata          `json:"metadata"`
 	CreatedAt         time.Time         `json:"created_at"`
+	// Items lists each metric's estimate of a multi-metric hold
+	// (BillableMetricKey is then "", the units and cost the totals).
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // Create holds the estimated cost. Errors: 400 (both or neither customer
@@ -90,6 +108,9 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	hasExt := in.ExternalCustomerID != nil && *in.ExternalCustomerID != ""
 	if hasID == hasExt {
 		return ReserveResult{}, BadRequest("customer_id", "give exactly one of customer_id or external_customer_id")
+	}
+	if in.Items != nil {
+		return s.createMulti(ctx, scope, tenant, idem, in, hasExt)
 	}
 	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
 		return ReserveResult{}, Invalid("billable_metric_key", "billable_metric_key is required")
@@ -151,13 +172,123 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	r := reservationOf(m)
 	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
 		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
-		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt}, nil
+		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
+		Items: r.Items}, nil
+}
+
+// createMulti holds the summed estimated cost of in.Items (the
+// multi-metric form) in one script, all or none. Errors as Create; an
+// item's error names it (items[2].estimated_units), and a metric without
+// an active rule is a 422 naming the item (the single form's 500 is the
+// spec's, kept for it alone).
+func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ReserveInput, hasExt bool) (ReserveResult, error) {
+	if in.BillableMetricKey != nil || in.EstimatedUnits != nil {
+		return ReserveResult{}, BadRequest("items", "give either items or billable_metric_key and estimated_units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > MaxReservationItems {
+		return ReserveResult{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxReservationItems))
+	}
+	seen := make(map[string]bool, len(in.Items))
+	for i, it := range in.Items {
+		field := fmt.Sprintf("items[%d].", i)
+		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
+			return ReserveResult{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
+		}
+		if it.EstimatedUnits == nil {
+			return ReserveResult{}, Invalid(field+"estimated_units", field+"estimated_units is required")
+		}
+		if *it.EstimatedUnits < 1 {
+			return ReserveResult{}, Invalid(field+"estimated_units", field+"estimated_units must be >= 1")
+		}
+		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+			return ReserveResult{}, err
+		}
+		if seen[*it.BillableMetricKey] {
+			return ReserveResult{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its estimated_units once")
+		}
+		seen[*it.BillableMetricKey] = true
+	}
+	ttl := int64(DefaultReservationTTLSeconds)
+	if in.TTLSeconds != nil {
+		ttl = *in.TTLSeconds
+		if ttl < 1 || ttl > MaxReservationTTLSeconds {
+			return ReserveResult{}, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		}
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	lines := make([]ReserveLine, len(in.Items))
+	var units, cost int64
+	for i, it := range in.Items {
+		field := fmt.Sprintf("items[%d].", i)
+		rule, err := s.ent.meteredRule(ctx, scope, *it.BillableMetricKey)
+		if err != nil {
+			if e, ok := AsError(err); ok && e.Kind == KindNotFound {
+				return ReserveResult{}, Invalid(field+"billable_metric_key", "no active metering rule for "+*it.BillableMetricKey)
+			}
+			return ReserveResult{}, refield(err, "billable_metric_key", field+"billable_metric_key")
+		}
+		c, err := Price(rule, *it.EstimatedUnits)
+		if err != nil {
+			return ReserveResult{}, priceError(err, field+"estimated_units")
+		}
+		var ok bool
+		if units, ok = addInt64(units, *it.EstimatedUnits); !ok {
+			return ReserveResult{}, Invalid("items", "the items' total estimated units would overflow a 64-bit amount")
+		}
+		if cost, ok = addInt64(cost, c); !ok {
+			return ReserveResult{}, Invalid("items", "the items' total estimated cost would overflow a 64-bit amount")
+		}
+		lines[i] = ReserveLine{Metric: rule.BillableMetricKey, EstimatedUnits: *it.EstimatedUnits, Terms: TermsOf(rule)}
+	}
+	ref := CustomerRef{Value: derefString(in.CustomerID)}
+	if hasExt {
+		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
+	}
+	c, err := s.ent.customers.Cached(ctx, scope, ref, !ref.Strict)
+	if err != nil {
+		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
+			return ReserveResult{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
+		}
+		return ReserveResult{}, err
+	}
+	for _, l := range lines {
+		if err := s.ent.usageAllowed(ctx, c, l.Metric); err != nil {
+			return ReserveResult{}, err
+		}
+	}
+	now := s.ent.clock.Now()
+	cmd := ReserveCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: now, ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
+		ExpiresAt: now.Add(time.Duration(ttl) * time.Second), Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
+	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
+	if err != nil {
+		return ReserveResult{}, priceError(err, "items")
+	}
+	m := res.Mutation
+	r := reservationOf(m)
+	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
+		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
+		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
+		Items: r.Items}, nil
 }
 
 // CommitInput is the body of POST /v1/reservations/{id}/commit.
 type CommitInput struct {
 	ActualUnits *int64   `json:"actual_units"`
 	Metadata    Metadata `json:"metadata"`
+	// Items is the commit of a multi-metric hold: each of its metrics'
+	// actual units, given instead of actual_units.
+	Items []CommitItem `json:"items"`
+}
+
+// CommitItem is one metric's actual units in the commit of a multi-metric
+// hold.
+type CommitItem struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	ActualUnits       *int64  `json:"actual_units"`
 }
 
 // HoldTransaction is the transaction member of commit and release bodies.
@@ -183,13 +314,24 @@ type CommitResult struct {
 	Released       int64             `json:"released"`
 	Transaction    HoldTransaction   `json:"transaction"`
 	Account        HoldAccount       `json:"account"`
+	// Items lists each metric of a multi-metric hold with its estimate and
+	// its actual units and cost; the top-level figures are their totals.
+	Items []ReservationItem `json:"items,omitempty"`
 }
 
 // Commit settles a hold at the actual units, priced at the rule current now.
 // Not environment scoped, but tenant scoped. Errors: 404, 409 (conflict,
 // reservation-expired, insufficient-credits), 422.
 func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
+	if in.Items != nil {
+		return s.commitMulti(ctx, scope, tenant, id, idem, in)
+	}
 	if in.ActualUnits == nil {
+		// A multi-metric hold needs items, as a single one actual_units;
+		// whatever the look-up finds, the request is a 422.
+		if _, hold, err := s.locate(ctx, scope, id); err == nil && len(hold.Items) > 0 {
+			return CommitResult{}, Invalid("items", "the reservation holds several metrics: items (each metric's actual_units) is required")
+		}
 		return CommitResult{}, Invalid("actual_units", "actual_units is required")
 	}
 	if *in.ActualUnits < 0 {
@@ -202,6 +344,9 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	c, hold, err := s.locate(ctx, scope, id)
 	if err != nil {
 		return CommitResult{}, err
+	}
+	if len(hold.Items) > 0 {
+		return CommitResult{}, BadRequest("actual_units", "the reservation holds several metrics: give items (each metric's actual_units) instead of actual_units")
 	}
 	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
 	var terms RuleTerms
@@ -218,15 +363,8 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 		}
 		terms = TermsOf(rule)
 	}
-	meta := make(Metadata, len(hold.Metadata)+len(extra))
-	for k, v := range hold.Metadata {
-		meta[k] = v
-	}
-	for k, v := range extra {
-		meta[k] = v
-	}
-	// The merge may pass a limit neither half did.
-	if meta, err = meta.Canonical("metadata"); err != nil {
+	meta, err := mergedHoldMetadata(hold.Metadata, extra)
+	if err != nil {
 		return CommitResult{}, err
 	}
 	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
@@ -240,6 +378,126 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	r := reservationOf(m)
 	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
 		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m)}
+	if r.ActualUnits != nil {
+		out.ActualUnits = *r.ActualUnits
+	}
+	if r.ActualCost != nil {
+		out.ActualCost = *r.ActualCost
+	}
+	return out, nil
+}
+
+// mergedHoldMetadata is extra merged key by key into a hold's stored
+// metadata, checked again: the merge may pass a limit neither half did.
+func mergedHoldMetadata(stored, extra Metadata) (Metadata, error) {
+	meta := make(Metadata, len(stored)+len(extra))
+	for k, v := range stored {
+		meta[k] = v
+	}
+	for k, v := range extra {
+		meta[k] = v
+	}
+	return meta.Canonical("metadata")
+}
+
+// commitMulti settles a multi-metric hold at each of its metrics' actual
+// units (in.Items, every metric of the hold once), each priced at its rule
+// current now, in one script: all or none. Errors as Commit; an item's
+// error names it.
+func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
+	if in.ActualUnits != nil {
+		return CommitResult{}, BadRequest("items", "give either items or actual_units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > MaxReservationItems {
+		return CommitResult{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxReservationItems))
+	}
+	actual := make(map[string]int64, len(in.Items))
+	at := make(map[string]int, len(in.Items))
+	for i, it := range in.Items {
+		field := fmt.Sprintf("items[%d].", i)
+		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
+			return CommitResult{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
+		}
+		if it.ActualUnits == nil {
+			return CommitResult{}, Invalid(field+"actual_units", field+"actual_units is required")
+		}
+		if *it.ActualUnits < 0 {
+			return CommitResult{}, Invalid(field+"actual_units", field+"actual_units must be >= 0")
+		}
+		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+			return CommitResult{}, err
+		}
+		if _, dup := actual[*it.BillableMetricKey]; dup {
+			return CommitResult{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its actual_units once")
+		}
+		actual[*it.BillableMetricKey], at[*it.BillableMetricKey] = *it.ActualUnits, i
+	}
+	extra, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return CommitResult{}, err
+	}
+	c, hold, err := s.locate(ctx, scope, id)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	if len(hold.Items) == 0 {
+		return CommitResult{}, BadRequest("items", "the reservation holds one metric: give actual_units instead of items")
+	}
+	held := make(map[string]bool, len(hold.Items))
+	for _, h := range hold.Items {
+		held[h.BillableMetricKey] = true
+	}
+	for i, it := range in.Items {
+		if !held[*it.BillableMetricKey] {
+			field := fmt.Sprintf("items[%d].billable_metric_key", i)
+			return CommitResult{}, Invalid(field, "the reservation holds no metric "+*it.BillableMetricKey)
+		}
+	}
+	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
+	lines := make([]CommitLine, len(hold.Items))
+	var cost int64
+	for i, h := range hold.Items {
+		units, ok := actual[h.BillableMetricKey]
+		if !ok {
+			return CommitResult{}, Invalid("items", "items must give the actual_units of every metric of the reservation; "+h.BillableMetricKey+" is missing")
+		}
+		lines[i] = CommitLine{Metric: h.BillableMetricKey, EstimatedUnits: h.EstimatedUnits, EstimatedCost: h.EstimatedCost,
+			ActualUnits: units}
+		if units == 0 {
+			continue
+		}
+		field := fmt.Sprintf("items[%d].actual_units", at[h.BillableMetricKey])
+		rule, found, err := s.ent.metering.ActiveRule(ctx, holdScope, h.BillableMetricKey)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		if !found {
+			return CommitResult{}, DocumentedInternal("the metric " + h.BillableMetricKey + " has no active metering rule")
+		}
+		p, err := Price(rule, units)
+		if err != nil {
+			return CommitResult{}, priceError(err, field)
+		}
+		if cost, ok = addInt64(cost, p); !ok {
+			return CommitResult{}, Invalid("items", "the items' total cost would overflow a 64-bit amount")
+		}
+		lines[i].Terms = TermsOf(rule)
+	}
+	meta, err := mergedHoldMetadata(hold.Metadata, extra)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Items: lines,
+		Metadata: meta, Context: contextOf(c, tenant)}
+	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	if err != nil {
+		return CommitResult{}, priceError(settled(err, hold), "items")
+	}
+	m := res.Mutation
+	r := reservationOf(m)
+	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
 	if r.ActualUnits != nil {
 		out.ActualUnits = *r.ActualUnits
 	}
@@ -340,7 +598,8 @@ func reservationOf(m Mutation) Reservation {
 	out := Reservation{ID: r.ID, TenantID: m.TenantID, CustomerID: m.CustomerID, Environment: m.Environment,
 		BillableMetricKey: r.Metric, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
 		ActualUnits: r.ActualUnits, ActualCost: r.ActualCost, Status: r.Status, ReferenceID: r.ID,
-		ExpiresAt: time.UnixMilli(r.ExpiresMS).UTC(), CreatedAt: time.UnixMilli(r.CreatedMS).UTC(), Metadata: Metadata{}}
+		ExpiresAt: time.UnixMilli(r.ExpiresMS).UTC(), CreatedAt: time.UnixMilli(r.CreatedMS).UTC(), Metadata: Metadata{},
+		Items: r.Items}
 	if len(r.Metadata) > 0 {
 		_ = json.Unmarshal(r.Metadata, &out.Metadata)
 	}

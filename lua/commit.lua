@@ -52,6 +52,8 @@ local r = res_get(account_key, res_id, raw)
 if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
 -- The hold ends at expires_at exactly, the instant the sweep may take it.
 if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
+-- A multi-metric hold (metric "") is settled by commit_multi.lua.
+if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
 
 local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}

@@ -297,6 +297,9 @@ func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 
 // reserve is Reserve once Postgres does not hold the key (appliedFirst).
 func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	if cmd.Items != nil {
+		return s.reserveMulti(ctx, cmd)
+	}
 	if cmd.EstimatedUnits < 1 {
 		return engine.MutationResult{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
 	}
@@ -327,6 +330,55 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	args = append(args, cmd.ReservationID.String(), cmd.Metric, strconv.FormatInt(cmd.EstimatedUnits, 10), terms,
 		strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), meta)
 	res, err := s.runMoney(ctx, reserveScript, "reserve", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.indexHold(ctx, cmd, res, err)
+}
+
+// reserveMulti is reserve for a multi-metric command (reserve_multi.lua):
+// the items' summed estimated cost held in one script, or nothing.
+func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
+		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	}
+	if !cmd.ExpiresAt.After(cmd.Now) {
+		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
+	}
+	if cmd.ReservationID == uuid.Nil {
+		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	meta, err := jsonText(cmd.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), meta,
+		strconv.Itoa(len(cmd.Items)))
+	for i, it := range cmd.Items {
+		if it.EstimatedUnits < 1 {
+			field := fmt.Sprintf("items[%d].estimated_units", i)
+			return engine.MutationResult{}, engine.Invalid(field, field+" must be >= 1")
+		}
+		if err := checkMetric(it.Metric); err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+		}
+		terms, err := pricedTermsArg(it.Terms, it.EstimatedUnits)
+		if _, ok := engine.AsError(err); ok {
+			return engine.MutationResult{}, err
+		}
+		if err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+		}
+		args = append(args, it.Metric, strconv.FormatInt(it.EstimatedUnits, 10), terms)
+	}
+	res, err := s.runMoney(ctx, reserveMultiScript, "reserve_multi", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.indexHold(ctx, cmd, res, err)
+}
+
+// indexHold records reservation id -> customer after a reserve (best
+// effort: a lost record only sends the look-up to Postgres).
+func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
 	if err != nil {
 		return res, err
 	}
@@ -353,6 +405,9 @@ func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 
 // commit is Commit once Postgres does not hold the key (appliedFirst).
 func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
+	if cmd.Items != nil {
+		return s.commitMulti(ctx, cmd)
+	}
 	if cmd.ActualUnits < 0 {
 		return engine.MutationResult{}, engine.Invalid("actual_units", "actual_units must be >= 0")
 	}
@@ -376,12 +431,18 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 		return engine.MutationResult{}, err
 	}
 	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ActualUnits, 10), terms, meta)
+	return s.runCommit(ctx, cmd, commitScript, "commit", args, meta, cmd.ActualUnits > 0)
+}
+
+// runCommit runs a commit script with args. When it charges (charges) and
+// brings metadata, Go merges the metadata (bounded.go) and the script
+// checks that the hold's stored metadata is still what Go merged into
+// (STALE if not), given as two more arguments.
+func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, args []any, meta string, charges bool) (engine.MutationResult, error) {
 	keys := s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
-	if meta == "" || cmd.ActualUnits == 0 {
-		return s.runMoney(ctx, commitScript, "commit", keys, args)
+	if meta == "" || !charges {
+		return s.runMoney(ctx, script, name, keys, args)
 	}
-	// Go merges the metadata (bounded.go); the script checks that the
-	// hold's stored metadata is still what Go merged into (STALE if not).
 	for range staleRetries {
 		stored, found, err := s.holdMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
 		if err != nil {
@@ -390,18 +451,59 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 		if !found {
 			// Not in Redis (state missing, or finalized and gone): the
 			// script answers NOSTATE or NOTFOUND without merging.
-			return s.runMoney(ctx, commitScript, "commit", keys, args)
+			return s.runMoney(ctx, script, name, keys, args)
 		}
 		merged, err := mergeMeta(stored, meta)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		res, err := s.runMoney(ctx, commitScript, "commit", keys, append(args[:len(args):len(args)], stored, merged))
+		res, err := s.runMoney(ctx, script, name, keys, append(args[:len(args):len(args)], stored, merged))
 		if !errors.Is(err, errStale) {
 			return res, err
 		}
 	}
 	return engine.MutationResult{}, errStaleGaveUp
+}
+
+// commitMulti is commit for a multi-metric hold (commit_multi.lua): every
+// item priced at its own terms and charged in one script, or none.
+func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
+	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
+		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	}
+	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	meta, err := jsonText(cmd.Metadata)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	args = append(args, cmd.ReservationID.String(), meta, strconv.Itoa(len(cmd.Items)))
+	var charges bool
+	for i, it := range cmd.Items {
+		if it.ActualUnits < 0 {
+			field := fmt.Sprintf("items[%d].actual_units", i)
+			return engine.MutationResult{}, engine.Invalid(field, field+" must be >= 0")
+		}
+		if err := checkMetric(it.Metric); err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
+		}
+		terms := ""
+		if it.ActualUnits > 0 {
+			charges = true
+			terms, err = pricedTermsArg(it.Terms, it.ActualUnits)
+			if _, ok := engine.AsError(err); ok {
+				return engine.MutationResult{}, err
+			}
+			if err != nil {
+				return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
+			}
+		}
+		args = append(args, it.Metric, strconv.FormatInt(it.EstimatedUnits, 10), strconv.FormatInt(it.EstimatedCost, 10),
+			strconv.FormatInt(it.ActualUnits, 10), terms)
+	}
+	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", args, meta, charges)
 }
 
 // Release returns the active hold cmd.ReservationID whole (release.lua):

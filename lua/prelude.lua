@@ -516,6 +516,9 @@ local function res_json_head(r)
     ',"created":' .. i_fmt(r.created)
   if r.final and r.status == 'committed' then s = s .. ',"committed":' .. i_fmt(r.final) end
   if r.final and r.status ~= 'committed' then s = s .. ',"released_at":' .. i_fmt(r.final) end
+  -- A multi-metric hold's item list (JSON text), set by reserve_multi.lua
+  -- and commit_multi.lua only: Redis does not store it.
+  if r.items then s = s .. ',"items":' .. r.items end
   return s
 end
 

@@ -183,6 +183,24 @@ func TestProfileScripts(t *testing.T) {
 			_, err = s.Commit(ctx, cc)
 			must(err)
 		})
+		// A multi-metric hold of 5 items and its commit (reserve_multi.lua,
+		// commit_multi.lua): over 5, the Redis CPU per item of the pair.
+		measure("reserve-multi5+commit/"+shape.name, func(i int) {
+			releasePending()
+			rc := multiReserveCmd(hc)
+			rc.Now, rc.ExpiresAt = now, now.Add(time.Hour)
+			for _, m := range []string{"api.calls", "events", "tokens", "storage_1", "storage_2"} {
+				rc.Items = append(rc.Items, engine.ReserveLine{Metric: m, EstimatedUnits: 2, Terms: terms})
+			}
+			res, err := s.Reserve(ctx, rc)
+			must(err)
+			cc := multiCommitCmd(hc, *res.Mutation.Reservation, []int64{2, 1, 3, 0, 2},
+				[]engine.RuleTerms{terms, terms, terms, terms, terms})
+			cc.Now = now
+			cc.IdempotencyKey = "c-" + uuid.NewString()
+			_, err = s.Commit(ctx, cc)
+			must(err)
+		})
 		gc := newCustomer()
 		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: gc.TenantID, CustomerID: gc.CustomerID, Environment: gc.Environment}, t0)
 		if err != nil || !ok {

@@ -50,7 +50,10 @@ a.rs = m_sub(a.rs, r.est_cost)
 r.status, r.final, r.released = 'released', now, r.est_cost
 if expire then r.status = 'expired' end
 res_put(a, r)
-entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
+-- A multi-metric hold (metric "") names no metric, as its reserve entry.
+local metric = r.metric
+if metric == '' then metric = nil end
+entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = metric, ref = res_id})
 
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)

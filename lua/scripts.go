@@ -34,6 +34,10 @@ var (
 	reserveLua string
 	//go:embed commit.lua
 	commitLua string
+	//go:embed reserve_multi.lua
+	reserveMultiLua string
+	//go:embed commit_multi.lua
+	commitMultiLua string
 	//go:embed release.lua
 	releaseLua string
 	//go:embed gauge.lua
@@ -50,6 +54,10 @@ var (
 	consumeMultiScript = newScript("consume_multi", consumeMultiLua)
 	reserveScript      = newScript("reserve", reserveLua)
 	commitScript       = newScript("commit", commitLua)
+	// reserveMultiScript and commitMultiScript hold and settle a
+	// multi-metric reservation.
+	reserveMultiScript = newScript("reserve_multi", reserveMultiLua)
+	commitMultiScript  = newScript("commit_multi", commitMultiLua)
 	releaseScript      = newScript("release", releaseLua)
 	gaugeScript        = newScript("gauge", gaugeLua)
 	// gauge_value.lua is a two-line read: it needs no prelude.

@@ -37,17 +37,18 @@ const FinalizedHoldWindow = 24 * time.Hour
 // upsertReservationsSQL keeps a hold's stored metadata when the incoming
 // row has none: a release or expiry Mutation does not carry the hold's
 // metadata (invariant 13), only the reserve and a commit that merges into it.
+// A multi-metric hold's items likewise: a release does not carry them.
 const upsertReservationsSQL = `INSERT INTO reservations AS r
 	(id, tenant_id, customer_id, environment, billable_metric_key, estimated_units, estimated_cost,
 	 actual_units, actual_cost, released, status, reference_id, expires_at, metadata, created_at,
-	 committed_at, released_at, version)
+	 committed_at, released_at, version, items)
 SELECT id, tenant_id, customer_id, env, metric, est_units, est_cost, act_units, act_cost, released,
-	status, id, expires, meta::jsonb, created, committed, released_at, version
+	status, id, expires, meta::jsonb, created, committed, released_at, version, items::jsonb
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::bigint[],
 	$8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::timestamptz[], $13::text[],
-	$14::timestamptz[], $15::timestamptz[], $16::timestamptz[], $17::bigint[])
+	$14::timestamptz[], $15::timestamptz[], $16::timestamptz[], $17::bigint[], $18::text[])
 	AS t(id, tenant_id, customer_id, env, metric, est_units, est_cost, act_units, act_cost, released,
-	     status, expires, meta, created, committed, released_at, version)
+	     status, expires, meta, created, committed, released_at, version, items)
 ON CONFLICT (id) DO UPDATE SET
 	tenant_id = EXCLUDED.tenant_id, customer_id = EXCLUDED.customer_id,
 	environment = EXCLUDED.environment, billable_metric_key = EXCLUDED.billable_metric_key,
@@ -57,7 +58,7 @@ ON CONFLICT (id) DO UPDATE SET
 	metadata = CASE WHEN EXCLUDED.metadata = '{}'::jsonb THEN r.metadata ELSE EXCLUDED.metadata END,
 	created_at = EXCLUDED.created_at,
 	committed_at = EXCLUDED.committed_at, released_at = EXCLUDED.released_at,
-	version = EXCLUDED.version
+	version = EXCLUDED.version, items = COALESCE(EXCLUDED.items, r.items)
 WHERE r.version < EXCLUDED.version`
 
 const upsertGaugesSQL = `INSERT INTO gauges AS g
@@ -134,6 +135,7 @@ func queueReservations(b *pgx.Batch, ms []engine.Mutation) error {
 		actUnits, actCost                    []*int64
 		expires, created                     []time.Time
 		committed, releasedAt                []*time.Time
+		items                                []*string
 	)
 	for _, id := range ids {
 		m := newest[id]
@@ -158,9 +160,19 @@ func queueReservations(b *pgx.Batch, ms []engine.Mutation) error {
 		committed = append(committed, msTime(r.CommittedMS))
 		releasedAt = append(releasedAt, msTime(r.ReleasedMS))
 		version = append(version, m.Account.Version)
+		var it *string
+		if len(r.Items) > 0 {
+			raw, err := json.Marshal(r.Items)
+			if err != nil {
+				return fmt.Errorf("persist: reservation %s items: %w", id, err)
+			}
+			text := string(raw)
+			it = &text
+		}
+		items = append(items, it)
 	}
 	b.Queue(upsertReservationsSQL, ids, tenant, customer, env, metric, estUnits, estCost, actUnits, actCost,
-		released, status, expires, meta, created, committed, releasedAt, version)
+		released, status, expires, meta, created, committed, releasedAt, version, items)
 	return nil
 }
 
@@ -211,7 +223,7 @@ func queueGauges(b *pgx.Batch, ms []engine.Mutation) error {
 
 const reservationColumns = `id, tenant_id, customer_id, environment, billable_metric_key, estimated_units,
 	estimated_cost, actual_units, actual_cost, status, reference_id, expires_at, metadata, created_at,
-	committed_at, released_at`
+	committed_at, released_at, items`
 
 func utcPtr(t *time.Time) *time.Time {
 	if t == nil {
@@ -224,11 +236,17 @@ func utcPtr(t *time.Time) *time.Time {
 func scanReservation(row pgx.Row) (engine.Reservation, error) {
 	var r engine.Reservation
 	var env, status string
-	var meta []byte
+	var meta, items []byte
 	if err := row.Scan(&r.ID, &r.TenantID, &r.CustomerID, &env, &r.BillableMetricKey, &r.EstimatedUnits,
 		&r.EstimatedCost, &r.ActualUnits, &r.ActualCost, &status, &r.ReferenceID, &r.ExpiresAt, &meta,
-		&r.CreatedAt, &r.CommittedAt, &r.ReleasedAt); err != nil {
+		&r.CreatedAt, &r.CommittedAt, &r.ReleasedAt, &items); err != nil {
 		return engine.Reservation{}, err
+	}
+	if len(items) > 0 {
+		// jsonb keeps every digit; the members are int64 as the script wrote them.
+		if err := json.Unmarshal(items, &r.Items); err != nil {
+			return engine.Reservation{}, fmt.Errorf("reservation %s items: %w", r.ID, err)
+		}
 	}
 	r.Environment = engine.Environment(env)
 	r.Status = engine.ReservationStatus(status)

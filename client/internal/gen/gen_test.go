@@ -80,20 +80,23 @@ func TestNames(t *testing.T) {
 // TestFormMembers: a member that only one of an object's oneOf forms
 // requires is a plain value with omitempty (callers of the other form
 // leave it out), a member required outright stays a plain value without
-// omitempty, and an optional member outside every form stays a pointer.
+// omitempty, and an optional member outside every form stays a pointer; a
+// form member whose zero is a value (minimum 0, or none) stays a pointer too,
+// so 0 is sent.
 func TestFormMembers(t *testing.T) {
 	spec := `{"paths":{"/v1/x":{"post":{"operationId":"x","requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/X"}}}},
 		"responses":{"200":{"description":"ok"}}}}},
 		"components":{"schemas":{"X":{"type":"object","properties":{"id":{"type":"string"},"key":{"type":"string"},
-			"n":{"type":"integer","format":"int64"},"list":{"type":"array","items":{"type":"string"}},"note":{"type":"string"}},
-			"required":["id"],"oneOf":[{"required":["key","n"]},{"required":["list"]}]}}}}`
+			"n":{"type":"integer","format":"int64","minimum":1},"list":{"type":"array","items":{"type":"string"}},"note":{"type":"string"},
+			"z":{"type":"integer","format":"int64","minimum":0}},
+			"required":["id"],"oneOf":[{"required":["key","n"]},{"required":["list"]},{"required":["z"]}]}}}}`
 	files, err := generate([]byte(spec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	types := string(files["types_gen.go"])
 	for _, want := range []string{"ID string `json:\"id\"`", "Key string `json:\"key,omitempty\"`", "N int64 `json:\"n,omitempty\"`",
-		"List []string `json:\"list,omitempty\"`", "Note *string `json:\"note,omitempty\"`"} {
+		"List []string `json:\"list,omitempty\"`", "Note *string `json:\"note,omitempty\"`", "Z *int64 `json:\"z,omitempty\"`"} {
 		if !bytes.Contains(bytes.Join(bytes.Fields([]byte(types)), []byte(" ")), bytes.Join(bytes.Fields([]byte(want)), []byte(" "))) {
 			t.Errorf("types_gen.go lacks %q:\n%s", want, types)
 		}

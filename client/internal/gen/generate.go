@@ -199,7 +199,9 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 	// A member one of the object's alternative forms requires (a oneOf
 	// of required lists, like a consume's single metric or items) is a
 	// plain value with omitempty: callers of the form set it, the other
-	// form leaves it out.
+	// form leaves it out. One whose zero is a value a caller may send (a
+	// commit's actual_units 0) stays an optional pointer, or omitempty
+	// would drop it.
 	formMember := map[string]bool{}
 	for _, b := range s.list("oneOf") {
 		if bo, ok := b.(*object); ok {
@@ -220,7 +222,7 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 		if err != nil {
 			return fmt.Errorf("member %s: %w", prop, err)
 		}
-		if formMember[prop] && !required[prop] {
+		if formMember[prop] && !required[prop] && !zeroIsValue(ps) {
 			if typ, opt, err = g.memberType(name, prop, ps, true, input); err != nil {
 				return fmt.Errorf("member %s: %w", prop, err)
 			}
@@ -231,6 +233,21 @@ func (g *generator) structType(name, doc string, s *object, input bool) error {
 		})
 	}
 	return nil
+}
+
+// zeroIsValue reports whether schema s is a number whose minimum (none
+// given, or one at or below zero) admits 0.
+func zeroIsValue(s *object) bool {
+	t := s.str("type")
+	if t != "integer" && t != "number" {
+		return false
+	}
+	min, ok := s.get("minimum").(json.Number)
+	if !ok {
+		return true
+	}
+	f, err := min.Float64()
+	return err == nil && f <= 0
 }
 
 // memberType is the Go type and JSON tag option of one member: required

@@ -2278,21 +2278,28 @@ export interface components {
             /** Format: int64 */
             effective_balance: number;
         };
+        /** @description Exactly one of two forms: billable_metric_key and estimated_units, or items (1 to 20 metrics); both or neither is refused naming the field. */
         ReserveInput: {
             /** @description Own or external id; an unknown value creates the customer. Exactly one of customer_id and external_customer_id. */
             customer_id?: string;
             /** @description External id only; never creates a customer. */
             external_customer_id?: string;
-            billable_metric_key: string;
-            /** Format: int64 */
-            estimated_units: number;
+            /** @description The metric of the single form; omit it (and estimated_units) when giving items. */
+            billable_metric_key?: string;
+            /**
+             * Format: int64
+             * @description The units of the single form; omit it when giving items.
+             */
+            estimated_units?: number;
+            /** @description The multi-metric form, instead of billable_metric_key and estimated_units: the sum of the items' estimated costs is held, all or none; a metric may appear once, and one without an active rule is a 422 naming the item. Errors name the item's field (items[2].estimated_units). */
+            items?: components["schemas"]["ReserveItem"][];
             /** @default 1800 */
             ttl_seconds?: number;
             /** @description Free-form key-value object. */
             metadata?: {
                 [key: string]: unknown;
             };
-        };
+        } & (unknown | unknown);
         ReserveResult: {
             /** Format: uuid */
             id: string;
@@ -2316,6 +2323,8 @@ export interface components {
             };
             /** Format: date-time */
             created_at: string;
+            /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
+            items?: components["schemas"]["ReservationItem"][];
         };
         Reservation: {
             /** Format: uuid */
@@ -2351,6 +2360,8 @@ export interface components {
             committed_at: string | null;
             /** Format: date-time */
             released_at: string | null;
+            /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
+            items?: components["schemas"]["ReservationItem"][];
         };
         ReservationPage: {
             data: components["schemas"]["Reservation"][];
@@ -2373,14 +2384,20 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        /** @description actual_units for a reservation of one metric, items for one of several; both is refused naming items, and the form the reservation does not take is refused naming its field. */
         CommitInput: {
-            /** Format: int64 */
-            actual_units: number;
+            /**
+             * Format: int64
+             * @description The actual units of a single-metric reservation; omit it when giving items.
+             */
+            actual_units?: number;
+            /** @description The commit of a multi-metric reservation, instead of actual_units: each of its metrics once, every one of them (a missing one is a 422 naming items), each priced at its own rule current at commit and charged in one step, all or none. All zero returns the hold as actual_units 0 does. */
+            items?: components["schemas"]["CommitItem"][];
             /** @description Merged into the hold's tags; discarded when actual_units is 0. */
             metadata?: {
                 [key: string]: unknown;
             };
-        };
+        } & (unknown | unknown);
         CommitResult: {
             /** Format: uuid */
             reservation_id: string;
@@ -2398,6 +2415,8 @@ export interface components {
             released: number;
             transaction: components["schemas"]["HoldTransaction"];
             account: components["schemas"]["HoldAccount"];
+            /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
+            items?: components["schemas"]["ReservationItem"][];
         };
         ReleaseResult: {
             /** Format: uuid */
@@ -3172,6 +3191,41 @@ export interface components {
         EventLogPage: {
             data: components["schemas"]["WebhookEnvelope"][];
             pagination: components["schemas"]["Pagination"];
+        };
+        /** @description One metric of a multi-metric reservation. */
+        ReserveItem: {
+            /** @description A metered metric with an active rule. */
+            billable_metric_key: string;
+            /** Format: int64 */
+            estimated_units: number;
+        };
+        /** @description One metric's actual units in the commit of a multi-metric reservation. */
+        CommitItem: {
+            /** @description One of the reservation's metrics. */
+            billable_metric_key: string;
+            /** Format: int64 */
+            actual_units: number;
+        };
+        /** @description One metric of a multi-metric reservation: its estimate, priced at creation, and once committed its actual units and their cost, priced at commit. */
+        ReservationItem: {
+            billable_metric_key: string;
+            /** Format: int64 */
+            estimated_units: number;
+            /**
+             * Format: int64
+             * @description Millicredits.
+             */
+            estimated_cost: number;
+            /**
+             * Format: int64
+             * @description Null until committed.
+             */
+            actual_units: number | null;
+            /**
+             * Format: int64
+             * @description Millicredits; null until committed.
+             */
+            actual_cost: number | null;
         };
     };
     responses: {
@@ -6055,14 +6109,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "billable_metric_key": "api-calls",
-                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
-                 *       "estimated_units": 20,
-                 *       "ttl_seconds": 300
-                 *     }
-                 */
                 "application/json": components["schemas"]["ReserveInput"];
             };
         };
@@ -6078,25 +6124,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
-                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
-                     *       "billable_metric_key": "api-calls",
-                     *       "estimated_units": 20,
-                     *       "estimated_cost": 5000,
-                     *       "environment": "live",
-                     *       "status": "active",
-                     *       "expires_at": "2026-11-24T04:18:18.373Z",
-                     *       "account": {
-                     *         "balance": 144250,
-                     *         "reserved_balance": 5000,
-                     *         "effective_balance": 139250
-                     *       },
-                     *       "metadata": {},
-                     *       "created_at": "2026-11-24T04:13:18.373Z"
-                     *     }
-                     */
                     "application/json": components["schemas"]["ReserveResult"];
                 };
             };
@@ -6178,11 +6205,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "actual_units": 12
-                 *     }
-                 */
                 "application/json": components["schemas"]["CommitInput"];
             };
         };
@@ -6198,32 +6220,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "reservation_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
-                     *       "status": "committed",
-                     *       "estimated_units": 20,
-                     *       "actual_units": 12,
-                     *       "estimated_cost": 5000,
-                     *       "actual_cost": 3000,
-                     *       "released": 5000,
-                     *       "transaction": {
-                     *         "id": "1c342fe9-2070-56f9-87c6-44cf7a2c9e14",
-                     *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
-                     *         "delta": -3000,
-                     *         "type": "consumption",
-                     *         "billable_metric_key": "api-calls",
-                     *         "cost_units": 12,
-                     *         "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
-                     *         "created_at": "2026-11-24T04:13:18.399Z"
-                     *       },
-                     *       "account": {
-                     *         "balance": 141250,
-                     *         "reserved_balance": 0,
-                     *         "effective_balance": 141250
-                     *       }
-                     *     }
-                     */
                     "application/json": components["schemas"]["CommitResult"];
                 };
             };

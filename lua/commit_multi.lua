@@ -1,0 +1,147 @@
+-- commit_multi.lua settles an active multi-metric hold (reserve_multi.lua)
+-- at each item's actual units (engine.CommitCommand with Items), each
+-- priced at the terms current at commit for its metric: all items or none.
+-- It is commit.lua for a list of items, kept apart so the single commit
+-- runs no item loop.
+--
+-- Go sends every item of the hold, in the hold's order, with the estimate
+-- Postgres stored at the reserve; the script checks the estimates' totals
+-- against the hold (BADARG when they differ, or when the hold is a
+-- single-metric one). Total actual units 0: as commit.lua with 0 units
+-- (one zero-delta "release" entry, no usage, metadata discarded). Else the
+-- total cost may use the hold plus the free effective balance; under block
+-- a cost past it is INSUFFICIENT and nothing changes; under allow and
+-- notify the charge is what fits and the rest is overage. The hold returns
+-- and the charge is drained once: ONE consumption entry (no metric, no
+-- units, ref = reservation id, the overage) whose metadata is
+-- {"items":[{billable_metric_key, units, cost}]}, as consume_multi.lua
+-- writes; usage {metric "", units and cost the totals, charged, overage,
+-- reservation, items}. res.items lists each item with its estimate and its
+-- actual units and cost, for Postgres.
+--
+-- KEYS as commit.lua.
+-- ARGV[1..9] as commit.lua            ARGV[10] reservation id
+-- ARGV[11] metadata JSON text or ""   ARGV[12] n, the number of items (1..20)
+-- ARGV[13 + 5(i-1) ..] item i: metric key, estimated units, estimated
+--          cost, actual units (>= 0), pricing terms ("" with 0 units)
+-- ARGV[13 + 5n], ARGV[14 + 5n] optional: the hold's stored metadata as Go
+--          read it and ARGV[11] merged into it by Go, as commit.lua's
+--          ARGV[14] and ARGV[15] (STALE when the stored metadata moved)
+--
+-- Reply: {"new"|"replay", mutation JSON}; errors as commit.lua.
+local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local res_id, meta, n = ARGV[10], ARGV[11], tonumber(ARGV[12])
+
+if not now or res_id == '' or not n or n < 1 or n > 20 or (#ARGV ~= 12 + 5 * n and #ARGV ~= 14 + 5 * n) then
+  return redis.error_reply('BADARG now, reservation id or items')
+end
+local stored_meta, merged_meta = ARGV[13 + 5 * n], ARGV[14 + 5 * n]
+local items = {}
+local actual = MONEY_ZERO
+for i = 1, n do
+  local at = 12 + 5 * (i - 1)
+  local it = {metric = ARGV[at + 1], est_units = m_parse(ARGV[at + 2]), est_cost = m_parse(ARGV[at + 3]),
+    units = m_parse(ARGV[at + 4]), terms_arg = ARGV[at + 5]}
+  if it.metric == '' or not it.est_units or not it.est_cost or not it.units or m_cmp(it.units, MONEY_ZERO) < 0 then
+    return redis.error_reply('BADARG item metric, estimate or actual units')
+  end
+  actual = m_add(actual, it.units)
+  if not m_fits(actual) then return redis.error_reply(PRICE_OVERFLOW) end
+  items[i] = it
+end
+
+-- The index only when the commit drains.
+local wants = {'r:' .. res_id}
+if m_pos(actual) then wants[2] = 'o' end
+local a = acct_read(account_key, now, wants)
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local rp = replay(op_key, request_hash)
+if rp then return rp end
+
+local raw = a.x['r:' .. res_id]
+if not raw then return redis.error_reply('NOTFOUND no such reservation') end
+local r = res_get(account_key, res_id, raw)
+if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
+if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
+if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds one metric') end
+local est_units, est_cost = MONEY_ZERO, MONEY_ZERO
+for _, it in ipairs(items) do est_units, est_cost = m_add(est_units, it.est_units), m_add(est_cost, it.est_cost) end
+if m_cmp(est_units, r.est_units) ~= 0 or m_cmp(est_cost, r.est_cost) ~= 0 then
+  return redis.error_reply('BADARG the items do not add up to the hold')
+end
+
+local cost = MONEY_ZERO
+local res_parts, use_parts = {}, {}
+for i, it in ipairs(items) do
+  local c = MONEY_ZERO
+  if m_pos(it.units) then
+    local terms = terms_parse(it.terms_arg)
+    if not terms then return redis.error_reply('BADARG terms') end
+    local err
+    c, err = price(terms, it.units)
+    if not c then return redis.error_reply(err) end
+    cost = m_add(cost, c)
+    if not m_fits(cost) then return redis.error_reply(PRICE_OVERFLOW) end
+  end
+  local k, au, ac = j_str(it.metric), m_fmt(it.units), m_fmt(c)
+  res_parts[i] = '{"billable_metric_key":' .. k .. ',"estimated_units":' .. m_fmt(it.est_units) ..
+    ',"estimated_cost":' .. m_fmt(it.est_cost) .. ',"actual_units":' .. au .. ',"actual_cost":' .. ac .. '}'
+  use_parts[i] = '{"billable_metric_key":' .. k .. ',"units":' .. au .. ',"cost":' .. ac .. '}'
+end
+
+local _, _, effective = acct_bal(a, now)
+local entries, changed = {}, {}
+local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r}
+if m_pos(actual) then
+  -- As commit.lua: under block a cost past the hold plus the free balance
+  -- is refused; under allow and notify the rest is overage.
+  local available = m_add(effective, r.est_cost)
+  if not m_pos(available) then available = MONEY_ZERO end
+  local charge, overage = cost, MONEY_ZERO
+  if m_cmp(cost, available) > 0 then
+    local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
+    if policy ~= 'allow' and policy ~= 'notify' then
+      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+    end
+    charge, overage = available, m_sub(cost, available)
+  end
+  local overage_field = nil
+  if m_pos(overage) then overage_field = overage end
+  local merged
+  if merged_meta then
+    if r.meta ~= stored_meta then return redis.error_reply('STALE the hold changed since it was read') end
+    merged = merged_meta
+  else
+    merged = meta_merge(r.meta, meta)
+    if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
+  end
+  expire_due(a, now, entries, changed)
+  a.rs = m_sub(a.rs, r.est_cost)
+  local draws = drain(a, now, charge, changed)
+  local use_j = '[' .. table.concat(use_parts, ',') .. ']'
+  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', ref = res_id,
+    overage = overage_field, open = true}, draws))
+  m.open_meta = '{"items":' .. use_j .. '}'
+  r.meta = merged
+  m.extra = ',"usage":{"metric":"","units":' .. m_fmt(actual) .. ',"cost":' .. m_fmt(cost) ..
+    ',"charged":' .. m_fmt(charge) .. ',"overage":' .. m_fmt(overage) .. ',"reservation":' .. q(res_id) ..
+    ',"items":' .. use_j .. '}'
+else
+  expire_due(a, now, entries, changed)
+  a.rs = m_sub(a.rs, r.est_cost)
+  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', ref = res_id})
+end
+
+r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
+r.items = '[' .. table.concat(res_parts, ',') .. ']'
+res_put(a, r)
+a.v = a.v + 1
+acct_commit(account_key, a, changed, now)
+redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
+local json = mutation_json(m, a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}

@@ -1,0 +1,84 @@
+-- reserve_multi.lua holds the summed estimated cost of several metrics
+-- (engine.ReserveCommand with Items): every item or none. It is
+-- reserve.lua for a list of items, kept apart so the single reserve runs
+-- no item loop and stores its hold exactly as before.
+--
+-- The hold is one reservation: its metric is "" (the encoding's metric
+-- field empty), its estimated units and cost the items' totals. The item
+-- list travels in the Mutation (res.items: [{billable_metric_key,
+-- estimated_units, estimated_cost}]) to Postgres (reservations.items) and
+-- is not stored in Redis: a commit gets it from Postgres (engine
+-- Reservations.Commit) and checks its totals against the hold, so a hold
+-- rebuilt from Postgres commits the same. The "reservation" entry names no
+-- metric.
+--
+-- KEYS as reserve.lua.
+-- ARGV[1..9] as reserve.lua           ARGV[10] reservation id
+-- ARGV[11] expires_at ms (> now)      ARGV[12] metadata JSON text or ""
+-- ARGV[13] n, the number of items (1..20)
+-- ARGV[14 + 3(i-1) ..] item i: metric key, estimated units (>= 1), pricing
+--          terms (prelude terms_parse)
+--
+-- Reply: {"new"|"replay", mutation JSON}; errors as reserve.lua (OVERFLOW
+-- also when the items' total units or cost leave int64).
+local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = int_parse(ARGV[1])
+local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local res_id, expires, meta, n = ARGV[10], int_parse(ARGV[11]), ARGV[12], tonumber(ARGV[13])
+
+if not now or not expires or expires <= now or res_id == '' or not n or n < 1 or n > 20 or #ARGV ~= 13 + 3 * n then
+  return redis.error_reply('BADARG now, reservation id, expires_at or items')
+end
+local items = {}
+for i = 1, n do
+  local at = 13 + 3 * (i - 1)
+  local metric, units, terms = ARGV[at + 1], m_parse(ARGV[at + 2]), terms_parse(ARGV[at + 3])
+  if metric == '' or not units or not m_pos(units) or not terms then
+    return redis.error_reply('BADARG item metric, units or terms')
+  end
+  items[i] = {metric = metric, units = units, terms = terms}
+end
+
+local a = acct_read(account_key, now, {'r:' .. res_id})
+if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
+local rp = replay(op_key, request_hash)
+if rp then return rp end
+if a.x['r:' .. res_id] then return redis.error_reply('BADARG the reservation id is taken') end
+if a.active >= MAX_ACTIVE_HOLDS then
+  return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
+end
+
+local cost, units = MONEY_ZERO, MONEY_ZERO
+local parts = {}
+for i, it in ipairs(items) do
+  local c, err = price(it.terms, it.units)
+  if not c then return redis.error_reply(err) end
+  cost, units = m_add(cost, c), m_add(units, it.units)
+  if not m_fits(cost) or not m_fits(units) then return redis.error_reply(PRICE_OVERFLOW) end
+  parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"estimated_units":' .. m_fmt(it.units) ..
+    ',"estimated_cost":' .. m_fmt(c) .. '}'
+end
+local _, _, effective = acct_bal(a, now)
+if m_cmp(effective, cost) < 0 then
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
+end
+local reserved = m_add(a.rs, cost)
+if not m_fits(reserved) then return redis.error_reply('OVERFLOW the reserved balance would not fit in int64') end
+
+local entries, changed = {}, {}
+expire_due(a, now, entries, changed)
+a.rs = reserved
+local r = {id = res_id, status = 'active', est_units = units, est_cost = cost, expires = expires,
+  created = now, released = MONEY_ZERO, metric = '', meta = meta, items = '[' .. table.concat(parts, ',') .. ']'}
+res_put(a, r)
+entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', ref = res_id})
+
+a.v = a.v + 1
+acct_commit(account_key, a, changed, now)
+redis.call('ZADD', rexp_key, i_fmt(expires), res_member(tenant, env, customer, res_id))
+local json = mutation_json({op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},
+  a, entries, changed)
+publish(outbox_key, op_key, op_ttl_ms, json)
+return {'new', json}
