@@ -15,27 +15,28 @@ import (
 
 // Results is everything one run measured; results.json is this, encoded.
 type Results struct {
-	RunID          string            `json:"run_id"`
-	Started        time.Time         `json:"started"`
-	Finished       time.Time         `json:"finished"`
-	Options        Options           `json:"options"`
-	Machine        Machine           `json:"machine"`
-	PGSettings     [][]string        `json:"postgres_settings"`
-	Seed           *SeedResult       `json:"seed,omitempty"`
-	RedisBenchmark *RedisBench       `json:"redis_benchmark,omitempty"`
-	Ceiling        *ScenarioResult   `json:"http_evalsha_ceiling,omitempty"`
-	PGBench        []PGBench         `json:"pgbench,omitempty"`
-	Scenarios      []ScenarioResult  `json:"scenarios"`
-	Ledger         *LedgerCheck      `json:"ledger,omitempty"`
-	Rebuild        *RebuildResult    `json:"rebuild,omitempty"`
-	Worst          *WorstResult      `json:"worst_allowed_input,omitempty"`
-	Memory         *MemoryResult     `json:"memory,omitempty"`
-	ReplicaAck     *ReplicaAckResult `json:"replica_ack,omitempty"`
-	FleetScale     *FleetScaleResult `json:"fleet_scale,omitempty"`
-	Goals          []Goal            `json:"goals"`
-	Warnings       []string          `json:"warnings,omitempty"`
-	Errors         []string          `json:"errors,omitempty"`
-	CreditdLogTail string            `json:"creditd_log_tail,omitempty"`
+	RunID          string             `json:"run_id"`
+	Started        time.Time          `json:"started"`
+	Finished       time.Time          `json:"finished"`
+	Options        Options            `json:"options"`
+	Machine        Machine            `json:"machine"`
+	PGSettings     [][]string         `json:"postgres_settings"`
+	Seed           *SeedResult        `json:"seed,omitempty"`
+	RedisBenchmark *RedisBench        `json:"redis_benchmark,omitempty"`
+	Ceiling        *ScenarioResult    `json:"http_evalsha_ceiling,omitempty"`
+	PGBench        []PGBench          `json:"pgbench,omitempty"`
+	Scenarios      []ScenarioResult   `json:"scenarios"`
+	Ledger         *LedgerCheck       `json:"ledger,omitempty"`
+	Rebuild        *RebuildResult     `json:"rebuild,omitempty"`
+	UsageReport    *UsageReportResult `json:"usage_report,omitempty"`
+	Worst          *WorstResult       `json:"worst_allowed_input,omitempty"`
+	Memory         *MemoryResult      `json:"memory,omitempty"`
+	ReplicaAck     *ReplicaAckResult  `json:"replica_ack,omitempty"`
+	FleetScale     *FleetScaleResult  `json:"fleet_scale,omitempty"`
+	Goals          []Goal             `json:"goals"`
+	Warnings       []string           `json:"warnings,omitempty"`
+	Errors         []string           `json:"errors,omitempty"`
+	CreditdLogTail string             `json:"creditd_log_tail,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -423,6 +424,9 @@ func markdown(r *Results, rel string) string {
 	}
 	if m := r.Memory; m != nil {
 		memoryMarkdown(w, m)
+	}
+	if u := r.UsageReport; u != nil {
+		usageReportMarkdown(w, u)
 	}
 	if rb := r.Rebuild; rb != nil {
 		w("\n## Rebuild\n\n")
