@@ -18,7 +18,7 @@ import (
 const usageReportGoal = 50 * time.Millisecond
 
 // Shape of the usage-report scenario's seeded ledger: usageReportMetrics
-// metrics over usageReportDays days ending an hour ago.
+// metrics over the usageReportDays UTC days before today.
 const (
 	usageReportMetrics = 3
 	usageReportDays    = 30
@@ -95,7 +95,7 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 	}
 	defer pool.Close()
 
-	end := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
+	end := time.Now().UTC().Truncate(24 * time.Hour)
 	start := end.AddDate(0, 0, -usageReportDays)
 	stepUS := end.Sub(start).Microseconds() / rows
 	// Ids in order (a run prefix and the row number): the primary key
