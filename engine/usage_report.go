@@ -54,14 +54,6 @@ type UsageRow struct {
 	Count             int64
 }
 
-// UsageReader reads the hourly usage rollup (Postgres, migration 020).
-type UsageReader interface {
-	// UsageRows sums q's hours into its buckets, per metric: sorted by
-	// metric key (bytewise), then bucket start; buckets with no usage are
-	// absent.
-	UsageRows(ctx context.Context, q UsageQuery) ([]UsageRow, error)
-}
-
 // UsageBucket is one bucket of a usage report: the half-open [start, end),
 // units consumed, their priced cost in millicredits (charged plus
 // overage) and the number of consumptions.
