@@ -82,6 +82,8 @@ type Config struct {
 	Subscriptions *engine.Subscriptions
 	// Events serves the ordered event log and the balance streams.
 	Events *engine.Events
+	// Usage serves the usage analytics reports.
+	Usage *engine.UsageAnalytics
 
 	// Ready lists the probes /readyz runs, all of them, concurrently.
 	Ready []HealthCheck
@@ -140,6 +142,7 @@ type Server struct {
 	plans        *engine.Plans
 	overrides    *engine.Overrides
 	topups       *engine.Topups
+	usageReports *engine.UsageAnalytics
 	imports      *engine.Imports
 	// subscriptions serves the subscription routes (nil: not registered).
 	subscriptions *engine.Subscriptions
@@ -180,19 +183,20 @@ type Server struct {
 // New builds the server and registers every route.
 func New(cfg Config) *Server {
 	s := &Server{
-		tenants:   cfg.Tenants,
-		customers: cfg.Customers,
-		credits:   cfg.Credits,
-		idem:      cfg.Idempotency,
-		ready:     cfg.Ready,
-		admin:     []byte(cfg.AdminToken),
-		bodyLimit: cfg.BodyLimitBytes,
-		maxConns:  cfg.MaxConnsPerIP,
-		log:       cfg.Log,
-		limiter:   newRateLimiter(),
-		budgets:   cfg.RateBudgets,
-		refusals:  newRefusals(),
-		leases:    newLeases(),
+		tenants:      cfg.Tenants,
+		customers:    cfg.Customers,
+		credits:      cfg.Credits,
+		usageReports: cfg.Usage,
+		idem:         cfg.Idempotency,
+		ready:        cfg.Ready,
+		admin:        []byte(cfg.AdminToken),
+		bodyLimit:    cfg.BodyLimitBytes,
+		maxConns:     cfg.MaxConnsPerIP,
+		log:          cfg.Log,
+		limiter:      newRateLimiter(),
+		budgets:      cfg.RateBudgets,
+		refusals:     newRefusals(),
+		leases:       newLeases(),
 
 		adminLimiter: newRateLimiter(),
 		abortSlots:   make(chan struct{}, maxAbortsInFlight),
@@ -368,6 +372,7 @@ func (s *Server) register() {
 	s.registerTopups()
 	s.registerImports()
 	s.registerEvents()
+	s.registerUsageReports()
 
 	if len(s.admin) == 0 {
 		return

@@ -149,6 +149,13 @@ func (r *Results) computeTargets() {
 	} else {
 		none("rebuild of 1M customers", "<= 30 s")
 	}
+	const usageName = "usage report of a customer with 10M ledger rows, a month at hour and day granularity (issue 15 item 5)"
+	if u := r.UsageReport; u != nil {
+		now, met := usageReportGoalRow(u)
+		add(usageName, "p99 <= 50 ms", now, met)
+	} else {
+		none(usageName, "p99 <= 50 ms")
+	}
 	lagName := "persister lag at the end of 60 s at max consume (the CPU figures count only when it keeps up)"
 	if c := r.scenario("consume"); c != nil && c.Lag != nil && c.Lag.Error == "" {
 		lagName = fmt.Sprintf("persister lag at the end of %.0f s at max consume (the CPU figures count only when it keeps up)", c.Lag.Seconds)

@@ -15,6 +15,7 @@
 //	go run ./bench -scenario pg-statements # Postgres statements per op (pg_stat_statements), private cluster
 //	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
+//	go run ./bench -scenario usage-report # usage report latency over -usage-report-rows ledger rows alone
 package main
 
 import (
@@ -64,6 +65,10 @@ type Options struct {
 	// PGStatementsRate is the pg-statements scenario's offered rate for
 	// every operation; 0 picks a moderate rate per operation.
 	PGStatementsRate float64
+	// UsageReportRows are the ledger rows of the usage-report scenario's
+	// customer; UsageReportQueries the timed reports per granularity.
+	UsageReportRows    int64
+	UsageReportQueries int
 }
 
 // loadScenarios are the scenarios that ramp creditd and need the ceilings.
@@ -106,8 +111,8 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, memory or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,usage-report,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
@@ -126,6 +131,8 @@ func main() {
 	flag.DurationVar(&o.PGBenchDuration, "pgbench-duration", 0, "pgbench run length per spread (default 10s; -quick 5s)")
 	flag.IntVar(&o.RedisBenchN, "redis-benchmark-n", 0, "redis-benchmark requests (default 500000; -quick 100000)")
 	flag.DurationVar(&o.MaxP99, "ramp-max-p99", 50*time.Millisecond, "a ramp stops at the first step whose p99 exceeds this")
+	flag.Int64Var(&o.UsageReportRows, "usage-report-rows", 0, "ledger rows of the usage-report scenario's customer (default 10000000; -quick 1000000)")
+	flag.IntVar(&o.UsageReportQueries, "usage-report-queries", 200, "timed usage reports per granularity in the usage-report scenario")
 	flag.DurationVar(&o.RebuildTimeout, "rebuild-timeout", 150*time.Second, "stop creditd rebuild after this long and report the rate it reached")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the database and Redis keys afterwards")
 	flag.StringVar(&ceilingSrv, "ceiling-server", "", "internal: serve the HTTP+EVALSHA ceiling on this address")
@@ -177,6 +184,9 @@ func (o *Options) defaults() {
 	}
 	if o.RebuildCustomers < 0 {
 		o.RebuildCustomers = map[bool]int{false: 1_000_000, true: 50_000}[o.Quick]
+	}
+	if o.UsageReportRows <= 0 {
+		o.UsageReportRows = map[bool]int64{false: 10_000_000, true: 1_000_000}[o.Quick]
 	}
 	if o.RedisBenchN == 0 {
 		o.RedisBenchN = map[bool]int{false: 500_000, true: 100_000}[o.Quick]
@@ -319,6 +329,10 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.needsCustomers() {
 		b.ledger(ctx)
+	}
+	// After the ledger check: its rows are not the load's.
+	if o.has("usage-report") && ctx.Err() == nil {
+		b.usageReport(ctx, o.UsageReportRows, o.UsageReportQueries)
 	}
 	cd.Stop()
 	probe.Creditd = 0

@@ -28,6 +28,7 @@ type Results struct {
 	Scenarios      []ScenarioResult    `json:"scenarios"`
 	Ledger         *LedgerCheck        `json:"ledger,omitempty"`
 	Rebuild        *RebuildResult      `json:"rebuild,omitempty"`
+	UsageReport    *UsageReportResult  `json:"usage_report,omitempty"`
 	Worst          *WorstResult        `json:"worst_allowed_input,omitempty"`
 	Memory         *MemoryResult       `json:"memory,omitempty"`
 	ReplicaAck     *ReplicaAckResult   `json:"replica_ack,omitempty"`
@@ -434,6 +435,9 @@ func markdown(r *Results, rel string) string {
 	}
 	if m := r.Memory; m != nil {
 		memoryMarkdown(w, m)
+	}
+	if u := r.UsageReport; u != nil {
+		usageReportMarkdown(w, u)
 	}
 	if rb := r.Rebuild; rb != nil {
 		w("\n## Rebuild\n\n")

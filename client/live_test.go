@@ -371,6 +371,18 @@ func TestAgainstCreditd(t *testing.T) {
 		if len(use.Results) != 2 || use.Results[0].Status != "charged" || use.Results[1].Status != "duplicate" {
 			t.Fatalf("ReportUsage = %+v", use)
 		}
+		// The usage reports: the consume and the one charged event, in
+		// the UTC days around now (two, should midnight fall in between).
+		yesterday := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+		days := client.CustomerUsageParams{From: yesterday, To: yesterday.AddDate(0, 0, 3), Granularity: client.Ptr("day")}
+		rep, err := c.CustomerUsage(ctx, "ada", days)
+		must(t, err, "CustomerUsage")
+		if len(rep.Data) != 1 || rep.Data[0].BillableMetricKey != "api_calls" || rep.Data[0].Units != 3 ||
+			rep.Data[0].Cost != 300 || rep.Data[0].Count != 2 || len(rep.Data[0].Buckets) == 0 {
+			t.Fatalf("CustomerUsage = %+v", rep)
+		}
+		_, err = c.TenantUsage(ctx, client.TenantUsageParams{From: yesterday, To: yesterday.AddDate(0, 0, 3), BillableMetricKey: client.Ptr("api_calls")})
+		must(t, err, "TenantUsage")
 		inc, err := c.IncrementGauge(ctx, "ada", "seats", client.GaugeInput{Amount: 3})
 		must(t, err, "IncrementGauge")
 		inc2, err := c.IncrementGaugeByExternalID(ctx, "ada", "seats", client.GaugeInput{Amount: 1})

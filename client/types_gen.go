@@ -1155,3 +1155,39 @@ type ReservationItem struct {
 	// Millicredits; null until committed.
 	ActualCost *int64 `json:"actual_cost"`
 }
+
+// UsageBucket is the UsageBucket schema of the creditd API. One bucket [start, end) with usage:
+// units consumed, their priced cost in millicredits (charged plus overage) and the number of
+// consumptions (a multi-metric consume counts once per metric it names).
+type UsageBucket struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	Units int64     `json:"units"`
+	Cost  int64     `json:"cost"`
+	Count int64     `json:"count"`
+}
+
+// MetricUsageSeries is the MetricUsageSeries schema of the creditd API. One metric's buckets,
+// oldest first (buckets without usage are left out), and their totals.
+type MetricUsageSeries struct {
+	BillableMetricKey string        `json:"billable_metric_key"`
+	Units             int64         `json:"units"`
+	Cost              int64         `json:"cost"`
+	Count             int64         `json:"count"`
+	Buckets           []UsageBucket `json:"buckets"`
+}
+
+// UsageBucketsReport is the UsageBucketsReport schema of the creditd API. Usage per metric in UTC
+// buckets of [from, to), read from the hourly rollup the persister keeps with the ledger.
+// Consumptions count: consumes (single and multi-metric), usage events and reservation commits
+// with units. Sums saturate at the int64 maximum.
+type UsageBucketsReport struct {
+	// The customer; null in the tenant-wide report.
+	CustomerID *string `json:"customer_id"`
+	// One of: hour, day, month.
+	Granularity string    `json:"granularity"`
+	From        time.Time `json:"from"`
+	To          time.Time `json:"to"`
+	// One series per metric with usage, sorted by metric key.
+	Data []MetricUsageSeries `json:"data"`
+}

@@ -150,6 +150,14 @@ type LedgerReader interface {
 	AccountState(ctx context.Context, c CustomerKey, appliedSince time.Time) (s AccountState, ok bool, err error)
 }
 
+// UsageReader reads the hourly usage rollup (Postgres, migration 020).
+type UsageReader interface {
+	// UsageRows sums q's hours into its buckets, per metric: sorted by
+	// metric key (bytewise), then bucket start; buckets with no usage are
+	// absent.
+	UsageRows(ctx context.Context, q UsageQuery) ([]UsageRow, error)
+}
+
 // HistoryQuery filters a customer's ledger.
 type HistoryQuery struct {
 	CustomerID        uuid.UUID

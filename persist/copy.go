@@ -51,7 +51,7 @@ func withoutConflictClause(sql string) string {
 // (pgx commits a batch as one implicit transaction).
 func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
 	b := &pgx.Batch{}
-	if err := queueRows(b, ms, freshOperationsSQL, freshEntriesSQL); err != nil {
+	if err := queueRows(b, ms, true); err != nil {
 		return err
 	}
 	queueEvents(b, ms, freshEventsSQL)
@@ -115,6 +115,9 @@ func copySteps(ms []engine.Mutation) ([]copyStep, error) {
 		return nil, err
 	}
 	b := &pgx.Batch{}
+	// The rollup of the copied entries comes first: the table order of
+	// queueRows.
+	queueUsageSummed(b, cols)
 	if err := queueStateAndSections(b, cols, ms); err != nil {
 		return nil, err
 	}

@@ -183,18 +183,22 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 // blocks, accounts, the sections, events; rows sorted by key within each),
 // so two transactions racing on the same rows wait rather than deadlock.
 func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
-	if err := queueRows(b, ms, insertOperationsSQL, insertEntriesSQL); err != nil {
+	if err := queueRows(b, ms, false); err != nil {
 		return err
 	}
 	queueEvents(b, ms, insertMutationEventsSQL)
 	return nil
 }
 
-// queueRows queues ms's operations and ledger entries with the given
-// statements (with or without their conflict clauses), then the block and
+// queueRows queues ms's operations and ledger entries (lean: without
+// their conflict clauses, copy.go), the usage rollup, then the block and
 // account upserts and the sections: every write path takes the tables in
 // this one order.
-func queueRows(b *pgx.Batch, ms []engine.Mutation, operationsSQL, entriesSQL string) error {
+func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool) error {
+	operationsSQL, entriesSQL := insertOperationsSQL, insertEntriesSQL
+	if lean {
+		operationsSQL, entriesSQL = freshOperationsSQL, freshEntriesSQL
+	}
 	cols, err := columnsOf(ms)
 	if err != nil {
 		return err
@@ -204,9 +208,22 @@ func queueRows(b *pgx.Batch, ms []engine.Mutation, operationsSQL, entriesSQL str
 		b.Queue(operationsSQL, o.opID, o.tenant, o.customer, o.idem, o.rh, o.version, o.mutation, o.at)
 	}
 	if e := cols.entries; len(e.id) > 0 {
-		b.Queue(entriesSQL, e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
+		args := []any{e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
 			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
-			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo)
+			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo}
+		if lean {
+			// The lean insert stores every entry or fails the batch, so the
+			// rollup takes them all (usage.go).
+			b.Queue(entriesSQL, args...)
+			queueUsageSummed(b, cols)
+		} else if u, ok := usageContributions(cols); ok {
+			// Some entries may be stored already: the rollup takes only
+			// those this insert returns.
+			b.Queue(insertEntriesUsageSQL, append(args, u.entry, u.customer, u.hour, u.metric, u.tenant,
+				u.env, u.units, u.cost)...)
+		} else {
+			b.Queue(entriesSQL, args...)
+		}
 	}
 	return queueStateAndSections(b, cols, ms)
 }
@@ -237,21 +254,8 @@ type applyColumns struct {
 		version                []int64
 		at                     []time.Time
 	}
-	entries struct {
-		id, opID, tenant, customer []uuid.UUID
-		env, typ, idem, meta       []string
-		source, metric, reason     []*string
-		block, ref                 []*uuid.UUID
-		delta, overage             []int64
-		units, rate                []*int64
-		at                         []time.Time
-		// The draws of every entry, flat, and each entry's 1-based
-		// inclusive range in them (to < from: none).
-		drawBlock        []uuid.UUID
-		drawAmount       []int64
-		drawFrom, drawTo []int32
-	}
-	blocks struct {
+	entries entryCols
+	blocks  struct {
 		id, tenant, customer         []uuid.UUID
 		original, remaining, version []int64
 		priority                     []int32
@@ -266,6 +270,22 @@ type applyColumns struct {
 		outbox                                      []int64
 		at                                          []time.Time
 	}
+}
+
+// entryCols are Apply's ledger entries, column by column.
+type entryCols struct {
+	id, opID, tenant, customer []uuid.UUID
+	env, typ, idem, meta       []string
+	source, metric, reason     []*string
+	block, ref                 []*uuid.UUID
+	delta, overage             []int64
+	units, rate                []*int64
+	at                         []time.Time
+	// The draws of every entry, flat, and each entry's 1-based
+	// inclusive range in them (to < from: none).
+	drawBlock        []uuid.UUID
+	drawAmount       []int64
+	drawFrom, drawTo []int32
 }
 
 // entryRow is one ledger entry before it is split into columns.

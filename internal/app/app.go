@@ -118,6 +118,8 @@ type App struct {
 	Webhooks  *engine.Webhooks
 	// Events serves the ordered event log and the balance streams.
 	Events *engine.Events
+	// Usage answers the usage analytics reports from the rollup.
+	Usage *engine.UsageAnalytics
 	// Plans is the product catalogue.
 	Plans *engine.Plans
 	// Overrides, Topups and Imports serve subscription overrides, paid
@@ -205,6 +207,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
 	a.Credits.SetPersistHurry(a.Persister.Hurry)
+	a.Usage = engine.NewUsageAnalytics(a.Credits, a.DB)
 	// The persister stores only outbox entries a replica holds (issue 11):
 	// an op the master never replicated vanishes in a failover, and
 	// Postgres must not keep it while the promoted replica lacks it.
@@ -257,7 +260,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
-		Events:     a.Events,
+		Events: a.Events, Usage: a.Usage,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
 		Ready: a.readyChecks,

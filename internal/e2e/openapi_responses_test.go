@@ -270,6 +270,13 @@ func (w *openAPIWalk) entitlements() {
 		map[string]any{"event_id": uniq("evt"), "customer_id": w.customer, "billable_metric_key": w.metered, "units": 10},
 		map[string]any{"event_id": uniq("evt"), "customer_id": w.ext, "billable_metric_key": w.metered, "units": 3},
 	}})
+	// The usage reports over today and tomorrow (UTC days), after the
+	// consume and the events above.
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	days := url.Values{"from": {today.Format(time.RFC3339)}, "to": {today.AddDate(0, 0, 2).Format(time.RFC3339)}}
+	w.want(200, "GET", "/v1/customers/"+w.customer+"/usage?granularity=day&"+days.Encode(), nil)
+	w.s.Drain()
+	w.want(200, "GET", "/v1/usage?billable_metric_key="+w.metered+"&"+days.Encode(), nil)
 	w.want(200, "POST", "/v1/customers/"+w.customer+"/entitlements/"+w.seats+"/increment", map[string]any{"amount": 3})
 	w.want(200, "POST", "/v1/customers/"+w.customer+"/entitlements/"+w.seats+"/decrement", map[string]any{"amount": 1})
 	w.want(200, "POST", strict+"/entitlements/"+w.seats+"/increment", map[string]any{"amount": 2, "policy": "block"})

@@ -30,6 +30,7 @@ export const operations = {
   checkCustomerEntitlement: { method: "GET", path: "/v1/customers/{id}/entitlements/{metric}", idempotent: false },
   checkCustomerEntitlementByExternalId: { method: "GET", path: "/v1/customer-by-external-id/{external_id}/entitlements/{metric}", idempotent: false },
   consume: { method: "POST", path: "/v1/entitlements/consume", idempotent: true },
+  tenantUsage: { method: "GET", path: "/v1/usage", idempotent: false },
   reportUsage: { method: "POST", path: "/v1/usage", idempotent: true },
   incrementGauge: { method: "POST", path: "/v1/customers/{id}/entitlements/{billable_metric_key}/increment", idempotent: true },
   decrementGauge: { method: "POST", path: "/v1/customers/{id}/entitlements/{billable_metric_key}/decrement", idempotent: true },
@@ -77,4 +78,5 @@ export const operations = {
   renewGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew", idempotent: true },
   releaseGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
   listEvents: { method: "GET", path: "/v1/events", idempotent: false },
+  customerUsage: { method: "GET", path: "/v1/customers/{id}/usage", idempotent: false },
 } as const;

@@ -571,7 +571,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Usage of every customer per metric in UTC buckets
+         * @description Units, cost and count per hour, day or month bucket of [from, to), summed over every customer of the key's tenant and environment, per metric, from the hourly usage rollup. It shows what the persister has written (lag under a second at the bench's load). 400 as the customer report.
+         */
+        get: operations["tenantUsage"];
         put?: never;
         /**
          * Charge a batch of usage events
@@ -1408,6 +1412,26 @@ export interface paths {
          * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
          */
         get: operations["streamCredits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A customer's usage per metric in UTC buckets
+         * @description Units, cost and count per hour, day or month bucket of [from, to) for one customer (own or external id), per metric, from the hourly usage rollup; a report right after a consume shows it. 400 names the field: from or to missing, unparseable or off a bucket boundary, to not after from, more buckets than the limit, an unknown granularity or a malformed billable_metric_key. 404 for an unknown customer (never creates one).
+         */
+        get: operations["customerUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3226,6 +3250,46 @@ export interface components {
              * @description Millicredits; null until committed.
              */
             actual_cost: number | null;
+        };
+        /** @description One bucket [start, end) with usage: units consumed, their priced cost in millicredits (charged plus overage) and the number of consumptions (a multi-metric consume counts once per metric it names). */
+        UsageBucket: {
+            /** Format: date-time */
+            start: string;
+            /** Format: date-time */
+            end: string;
+            /** Format: int64 */
+            units: number;
+            /** Format: int64 */
+            cost: number;
+            /** Format: int64 */
+            count: number;
+        };
+        /** @description One metric's buckets, oldest first (buckets without usage are left out), and their totals. */
+        MetricUsageSeries: {
+            billable_metric_key: string;
+            /** Format: int64 */
+            units: number;
+            /** Format: int64 */
+            cost: number;
+            /** Format: int64 */
+            count: number;
+            buckets: components["schemas"]["UsageBucket"][];
+        };
+        /** @description Usage per metric in UTC buckets of [from, to), read from the hourly rollup the persister keeps with the ledger. Consumptions count: consumes (single and multi-metric), usage events and reservation commits with units. Sums saturate at the int64 maximum. */
+        UsageBucketsReport: {
+            /**
+             * Format: uuid
+             * @description The customer; null in the tenant-wide report.
+             */
+            customer_id: string | null;
+            /** @enum {string} */
+            granularity: "hour" | "day" | "month";
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /** @description One series per metric with usage, sorted by metric key. */
+            data: components["schemas"]["MetricUsageSeries"][];
         };
     };
     responses: {
@@ -5759,6 +5823,91 @@ export interface operations {
             409: components["responses"]["409"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    tenantUsage: {
+        parameters: {
+            query: {
+                /** @description Start of the range, inclusive: an RFC 3339 instant on a UTC bucket boundary of the granularity (the top of an hour, midnight UTC, or midnight UTC of the 1st). */
+                from: string;
+                /** @description End of the range, exclusive, on a bucket boundary like from; after from. At most 744 hour, 366 day or 120 month buckets. */
+                to: string;
+                /** @description Bucket size; buckets are UTC hours, days or calendar months. */
+                granularity?: "hour" | "day" | "month";
+                /** @description Only this metric (letters, digits, '_', '.', ':' or '-', 1-128); omitted means every metric. */
+                billable_metric_key?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Usage per metric and bucket. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": null,
+                     *       "granularity": "day",
+                     *       "from": "2026-11-01T00:00:00Z",
+                     *       "to": "2026-11-03T00:00:00Z",
+                     *       "data": [
+                     *         {
+                     *           "billable_metric_key": "api-calls",
+                     *           "units": 130,
+                     *           "cost": 3250,
+                     *           "count": 12,
+                     *           "buckets": [
+                     *             {
+                     *               "start": "2026-11-01T00:00:00Z",
+                     *               "end": "2026-11-02T00:00:00Z",
+                     *               "units": 100,
+                     *               "cost": 2500,
+                     *               "count": 10
+                     *             },
+                     *             {
+                     *               "start": "2026-11-02T00:00:00Z",
+                     *               "end": "2026-11-03T00:00:00Z",
+                     *               "units": 30,
+                     *               "cost": 750,
+                     *               "count": 2
+                     *             }
+                     *           ]
+                     *         },
+                     *         {
+                     *           "billable_metric_key": "tokens",
+                     *           "units": 4000,
+                     *           "cost": 400,
+                     *           "count": 1,
+                     *           "buckets": [
+                     *             {
+                     *               "start": "2026-11-02T00:00:00Z",
+                     *               "end": "2026-11-03T00:00:00Z",
+                     *               "units": 4000,
+                     *               "cost": 400,
+                     *               "count": 1
+                     *             }
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UsageBucketsReport"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];
@@ -8978,6 +9127,95 @@ export interface operations {
                      *     : heartbeat
                      */
                     "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    customerUsage: {
+        parameters: {
+            query: {
+                /** @description Start of the range, inclusive: an RFC 3339 instant on a UTC bucket boundary of the granularity (the top of an hour, midnight UTC, or midnight UTC of the 1st). */
+                from: string;
+                /** @description End of the range, exclusive, on a bucket boundary like from; after from. At most 744 hour, 366 day or 120 month buckets. */
+                to: string;
+                /** @description Bucket size; buckets are UTC hours, days or calendar months. */
+                granularity?: "hour" | "day" | "month";
+                /** @description Only this metric (letters, digits, '_', '.', ':' or '-', 1-128); omitted means every metric. */
+                billable_metric_key?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Usage per metric and bucket. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": "0193a2b0-7c1d-7e3f-9a4b-5c6d7e8f9a0b",
+                     *       "granularity": "day",
+                     *       "from": "2026-11-01T00:00:00Z",
+                     *       "to": "2026-11-03T00:00:00Z",
+                     *       "data": [
+                     *         {
+                     *           "billable_metric_key": "api-calls",
+                     *           "units": 130,
+                     *           "cost": 3250,
+                     *           "count": 12,
+                     *           "buckets": [
+                     *             {
+                     *               "start": "2026-11-01T00:00:00Z",
+                     *               "end": "2026-11-02T00:00:00Z",
+                     *               "units": 100,
+                     *               "cost": 2500,
+                     *               "count": 10
+                     *             },
+                     *             {
+                     *               "start": "2026-11-02T00:00:00Z",
+                     *               "end": "2026-11-03T00:00:00Z",
+                     *               "units": 30,
+                     *               "cost": 750,
+                     *               "count": 2
+                     *             }
+                     *           ]
+                     *         },
+                     *         {
+                     *           "billable_metric_key": "tokens",
+                     *           "units": 4000,
+                     *           "cost": 400,
+                     *           "count": 1,
+                     *           "buckets": [
+                     *             {
+                     *               "start": "2026-11-02T00:00:00Z",
+                     *               "end": "2026-11-03T00:00:00Z",
+                     *               "units": 4000,
+                     *               "cost": 400,
+                     *               "count": 1
+                     *             }
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UsageBucketsReport"];
                 };
             };
             400: components["responses"]["400"];
