@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
@@ -109,7 +110,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 
 	// No tenant or environment field: the scripts take both as arguments
 	// and nothing reads them from the hash (issue 10: ~46 bytes a customer).
-	fields := []any{"v", dec(st.Version), "id", st.AccountID,
+	fields := []any{"v", dec(st.Version), "id", storedAccountID(st.AccountID),
 		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
 	var kept []keptHold
 	var stored []engine.MutationBlock
@@ -125,7 +126,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		if b.Remaining <= 0 {
 			continue // emptied blocks live in Postgres only
 		}
-		id := b.ID.String()
+		id := engine.CompactID(b.ID)
 		stored = append(stored, b)
 		fields = append(fields, "b:"+id, blockValue(b))
 		if meta != "" {
@@ -198,6 +199,16 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	return nil
 }
 
+// storedAccountID is the account id as the hash keeps it: compact
+// (engine.CompactID) when it is a UUID, as grant.lua is handed it.
+func storedAccountID(id string) string {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return id
+	}
+	return engine.CompactID(u)
+}
+
 // layoutMinItems is prelude.lua's LAYOUT_MIN_ITEMS: an account of fewer
 // blocks and active holds goes without the layout v2 fields.
 const layoutMinItems = 8
@@ -251,7 +262,7 @@ func layoutFields(blocks []engine.MutationBlock, active int, kept []keptHold, u 
 	engine.SpendOrder(order)
 	idx := make([]string, len(order))
 	for i, b := range order {
-		idx[i] = b.ID.String() + "," + strconv.Itoa(b.Priority) + "," + opt(b.ExpiresMS) + "," + dec(b.CreatedMS) + "," + dec(b.StartsMS)
+		idx[i] = engine.CompactID(b.ID) + "," + strconv.Itoa(b.Priority) + "," + opt(b.ExpiresMS) + "," + dec(b.CreatedMS) + "," + dec(b.StartsMS)
 	}
 	sort.Slice(kept, func(i, j int) bool {
 		if kept[i].final != kept[j].final {

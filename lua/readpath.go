@@ -138,6 +138,9 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 func decodeAccount(raw map[string]string) (accountFields, error) {
 	var a accountFields
 	var err error
+	// stored: each block's id as its field names hold it (compact or
+	// text), to find its metadata field.
+	var stored []string
 	for f, v := range raw {
 		switch {
 		case strings.HasPrefix(f, "m:"):
@@ -148,8 +151,9 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 				return accountFields{}, berr
 			}
 			a.blocks = append(a.blocks, b)
+			stored = append(stored, f[2:])
 		case f == "id":
-			a.id = v
+			a.id = engine.StoredIDText(v)
 		case f == "v":
 			a.version, err = strconv.ParseInt(v, 10, 64)
 		case f == "rs":
@@ -165,7 +169,7 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 	}
 	for i := range a.blocks {
 		b := &a.blocks[i]
-		if meta, ok := raw["m:"+b.ID.String()]; ok && meta != "" {
+		if meta, ok := raw["m:"+stored[i]]; ok && meta != "" {
 			b.Metadata = json.RawMessage(meta)
 		}
 	}
@@ -182,7 +186,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	}
 	var b engine.MutationBlock
 	var err error
-	if b.ID, err = uuid.Parse(id); err != nil {
+	if b.ID, err = engine.ParseStoredID(id); err != nil {
 		return b, fmt.Errorf("lua: block id %q: %w", id, err)
 	}
 	if b.Remaining, err = strconv.ParseInt(p[0], 10, 64); err != nil {
