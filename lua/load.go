@@ -111,7 +111,12 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	// No tenant or environment field: the scripts take both as arguments
 	// and nothing reads them from the hash (issue 10: ~46 bytes a customer).
 	fields := []any{"v", dec(st.Version), "id", storedAccountID(st.AccountID),
-		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
+		"le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
+	// The reserved total only when it is not zero, as acct_commit keeps it
+	// (a missing "rs" reads as zero).
+	if st.Reserved != 0 {
+		fields = append(fields, "rs", dec(st.Reserved))
+	}
 	var kept []keptHold
 	var stored []engine.MutationBlock
 	active := 0

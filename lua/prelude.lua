@@ -665,6 +665,7 @@ local function acct_field(a, f, v)
     a[f] = tonumber(v)
   elseif f == 'rs' or f == 'le' then
     a[f] = m_parse(v)
+    if f == 'rs' then a.rs_stored = true end
   else
     a[f] = v
   end
@@ -927,7 +928,7 @@ local function acct_read(key, now, extras, full)
           exp_min = e, start_min = st, start_max = f}
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
-        if v[3] then a.rs = m_parse(v[3]) end
+        if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
         if v[4] then a.le = m_parse(v[4]) end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
         for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
@@ -1145,8 +1146,15 @@ end
 -- at most one HDEL. No expiry index is kept in Redis: the sweep asks
 -- Postgres (engine.ExpiryIndex).
 local function acct_commit(akey, a, changed, now)
-  local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  local set = {'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
   local del = {}
+  -- The reserved total is kept only while it is not zero (a missing "rs"
+  -- reads as zero): most accounts hold no reservation (issue 10).
+  if m_cmp(a.rs, MONEY_ZERO) ~= 0 then
+    set[#set + 1], set[#set + 2] = 'rs', m_fmt(a.rs)
+  elseif a.rs_stored then
+    del[#del + 1] = 'rs'
+  end
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
