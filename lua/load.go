@@ -38,9 +38,13 @@ func b36(n int64) string { return strconv.FormatInt(n, 36) }
 func dec(n int64) string { return strconv.FormatInt(n, 10) }
 
 // blockValue is field "b:<id>" of block b (prelude.lua block_enc): its
-// metadata lives in field "m:<id>".
+// metadata lives in field "m:<id>"; the original amount is left out while
+// it equals the remaining one.
 func blockValue(b engine.MutationBlock) string {
-	st, exp := "", ""
+	st, exp, orig := "", "", ""
+	if b.Original != b.Remaining {
+		orig = dec(b.Original)
+	}
 	if b.StartsMS != b.CreatedMS {
 		st = b36(b.StartsMS - b.CreatedMS)
 	}
@@ -51,8 +55,8 @@ func blockValue(b engine.MutationBlock) string {
 	if !ok {
 		src = string(b.Source)
 	}
-	return dec(b.Remaining) + "|" + dec(b.Original) + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
-		"|" + st + "|" + exp + "|" + src + "|"
+	return dec(b.Remaining) + "|" + orig + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
+		"|" + st + "|" + exp + "|" + src
 }
 
 // holdValue is field "r:<id>" of hold r (prelude.lua res_enc); final is

@@ -177,11 +177,13 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 }
 
 // decodeBlock reads block_enc's "rem|orig|prio|created36|starts-created36|
-// expires-starts36|source|meta" (meta "" since metadata moved to field
-// "m:<id>"; older hashes still hold it inline).
+// expires-starts36|source" (orig "" while it equals rem); older hashes
+// add "|meta" ("" since metadata moved to field "m:<id>", or the metadata
+// inline) and always write orig. id is the field name's, in either stored
+// form (engine.ParseStoredID).
 func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	p := strings.SplitN(raw, "|", 8)
-	if len(p) != 8 {
+	if len(p) != 7 && len(p) != 8 {
 		return engine.MutationBlock{}, fmt.Errorf("lua: block %s: malformed", id)
 	}
 	var b engine.MutationBlock
@@ -192,8 +194,11 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	if b.Remaining, err = strconv.ParseInt(p[0], 10, 64); err != nil {
 		return b, fmt.Errorf("lua: block %s remaining: %w", id, err)
 	}
-	if b.Original, err = strconv.ParseInt(p[1], 10, 64); err != nil {
-		return b, fmt.Errorf("lua: block %s original: %w", id, err)
+	b.Original = b.Remaining
+	if p[1] != "" {
+		if b.Original, err = strconv.ParseInt(p[1], 10, 64); err != nil {
+			return b, fmt.Errorf("lua: block %s original: %w", id, err)
+		}
 	}
 	prio, err := strconv.Atoi(p[2])
 	if err != nil {
@@ -224,7 +229,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	} else {
 		b.Source = engine.Source(p[6])
 	}
-	if p[7] != "" {
+	if len(p) == 8 && p[7] != "" {
 		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil
