@@ -858,7 +858,8 @@ local function idx_insert(idx, b)
 end
 
 -- idx_remove is index idx without the entries of the block ids in set
--- gone (ids are UUIDs, so "id," only ever opens an entry). Redis's Lua
+-- gone (ids are 22 or 36 characters of [-0-9A-Za-z_], never a suffix of a
+-- number, so "id," only ever opens an entry). Redis's Lua
 -- hashes every byte of every string it makes, so each new index string
 -- costs its length: the leading run of gone entries (a drain empties blocks
 -- in spend order, so usually all of them) leaves in one string.sub, and
