@@ -222,6 +222,27 @@ func (d *mutationDecoder) uuid() (uuid.UUID, error) {
 	return u, nil
 }
 
+// storedID is an id in either form an account hash keeps it
+// (ParseStoredID): block ids come out of the hash into the Mutation.
+func (d *mutationDecoder) storedID() (uuid.UUID, error) {
+	s, err := d.plainString()
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if len(s) != CompactIDLen {
+		u, err := uuid.ParseBytes(s)
+		if err != nil {
+			return uuid.Nil, errSlowPath
+		}
+		return u, nil
+	}
+	u, err := ParseStoredID(string(s))
+	if err != nil {
+		return uuid.Nil, errSlowPath
+	}
+	return u, nil
+}
+
 func (d *mutationDecoder) uuidPtr() (*uuid.UUID, error) {
 	if d.null() {
 		return nil, nil
@@ -456,6 +477,7 @@ func (d *mutationDecoder) account(a *MutationAccount) error {
 		switch string(name) {
 		case "id":
 			a.ID, err = d.str()
+			a.ID = StoredIDText(a.ID)
 		case "version":
 			a.Version, err = d.int()
 		case "balance":
@@ -496,7 +518,13 @@ func (d *mutationDecoder) entry(e *MutationEntry) error {
 			src := Source(s)
 			e.Source = &src
 		case "block":
-			e.BlockID, err = d.uuidPtr()
+			if d.null() {
+				e.BlockID = nil
+				return nil
+			}
+			var u uuid.UUID
+			u, err = d.storedID()
+			e.BlockID = &u
 		case "metric":
 			e.Metric, err = d.strPtr()
 		case "units":
@@ -521,7 +549,7 @@ func (d *mutationDecoder) entry(e *MutationEntry) error {
 				err := d.object(func(name []byte) (err error) {
 					switch string(name) {
 					case "b":
-						w.BlockID, err = d.uuid()
+						w.BlockID, err = d.storedID()
 					case "d":
 						w.Amount, err = d.int()
 					default:
@@ -543,7 +571,7 @@ func (d *mutationDecoder) block(b *MutationBlock) error {
 	return d.object(func(name []byte) (err error) {
 		switch string(name) {
 		case "id":
-			b.ID, err = d.uuid()
+			b.ID, err = d.storedID()
 		case "original":
 			b.Original, err = d.int()
 		case "remaining":

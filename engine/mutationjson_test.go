@@ -23,7 +23,12 @@ func mutationSamples() []string {
 	var m Mutation
 	_ = json.Unmarshal([]byte(res), &m)
 	viaGo, _ := json.Marshal(m)
-	return []string{op, draws, res, string(viaGo), `{}`, `{"entries":[],"blocks":[]}`}
+	// Block and account ids as an account hash keeps them (CompactID).
+	compact := draws
+	for _, id := range []string{"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f63", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f65"} {
+		compact = strings.ReplaceAll(compact, `"`+id+`"`, `"`+CompactID(uuid.MustParse(id))+`"`)
+	}
+	return []string{op, draws, res, compact, string(viaGo), `{}`, `{"entries":[],"blocks":[]}`}
 }
 
 // TestDecodeMutationMatchesEncodingJSON: on the documents the scripts write

@@ -285,8 +285,8 @@ func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, []any, error) {
 		}
 	}
 	args = append(args,
-		uuidText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
-		cmd.Block.ID.String(), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
+		compactText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
+		engine.CompactID(cmd.Block.ID), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
 		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
 		expires, stackMS, fallback, match, contextText(cmd.Context), capText(cmd.AccumulationCap))
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
@@ -576,12 +576,13 @@ func compactMeta(raw json.RawMessage) (string, error) {
 	return jsonText(m)
 }
 
-// uuidText is id as text, "" for the nil UUID.
-func uuidText(id uuid.UUID) string {
+// compactText is id as an account hash keeps it (engine.CompactID), ""
+// for the nil UUID.
+func compactText(id uuid.UUID) string {
 	if id == uuid.Nil {
 		return ""
 	}
-	return id.String()
+	return engine.CompactID(id)
 }
 
 // contextText is the optional request context as the JSON the scripts

@@ -426,9 +426,10 @@ func TestDebitSpendOrder(t *testing.T) {
 				plain++
 			}
 		}
-		// 5 account fields (id v rs le ua) and the 3 blocks left.
-		if plain != 5+3 || metas > 3 {
-			t.Errorf("hash has %d fields and %d metadata fields, want 8 and at most 3", plain, metas)
+		// 4 account fields (id v le ua; no "rs" while nothing is reserved)
+		// and the 3 blocks left.
+		if plain != 4+3 || metas > 3 {
+			t.Errorf("hash has %d fields and %d metadata fields, want 7 and at most 3", plain, metas)
 		}
 		// cmd.Source overrides the blocks' own source.
 		d := debitCmd(c, 10, t0)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
@@ -37,9 +38,13 @@ func b36(n int64) string { return strconv.FormatInt(n, 36) }
 func dec(n int64) string { return strconv.FormatInt(n, 10) }
 
 // blockValue is field "b:<id>" of block b (prelude.lua block_enc): its
-// metadata lives in field "m:<id>".
+// metadata lives in field "m:<id>"; the original amount is left out while
+// it equals the remaining one.
 func blockValue(b engine.MutationBlock) string {
-	st, exp := "", ""
+	st, exp, orig := "", "", ""
+	if b.Original != b.Remaining {
+		orig = dec(b.Original)
+	}
 	if b.StartsMS != b.CreatedMS {
 		st = b36(b.StartsMS - b.CreatedMS)
 	}
@@ -50,8 +55,8 @@ func blockValue(b engine.MutationBlock) string {
 	if !ok {
 		src = string(b.Source)
 	}
-	return dec(b.Remaining) + "|" + dec(b.Original) + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
-		"|" + st + "|" + exp + "|" + src + "|"
+	return dec(b.Remaining) + "|" + orig + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
+		"|" + st + "|" + exp + "|" + src
 }
 
 // holdValue is field "r:<id>" of hold r (prelude.lua res_enc); final is
@@ -109,8 +114,13 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 
 	// No tenant or environment field: the scripts take both as arguments
 	// and nothing reads them from the hash (issue 10: ~46 bytes a customer).
-	fields := []any{"v", dec(st.Version), "id", st.AccountID,
-		"rs", dec(st.Reserved), "le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
+	fields := []any{"v", dec(st.Version), "id", storedAccountID(st.AccountID),
+		"le", dec(st.LifetimeEarned), "ua", dec(st.UpdatedAtMS)}
+	// The reserved total only when it is not zero, as acct_commit keeps it
+	// (a missing "rs" reads as zero).
+	if st.Reserved != 0 {
+		fields = append(fields, "rs", dec(st.Reserved))
+	}
 	var kept []keptHold
 	var stored []engine.MutationBlock
 	active := 0
@@ -125,7 +135,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		if b.Remaining <= 0 {
 			continue // emptied blocks live in Postgres only
 		}
-		id := b.ID.String()
+		id := engine.CompactID(b.ID)
 		stored = append(stored, b)
 		fields = append(fields, "b:"+id, blockValue(b))
 		if meta != "" {
@@ -200,6 +210,16 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	return nil
 }
 
+// storedAccountID is the account id as the hash keeps it: compact
+// (engine.CompactID) when it is a UUID, as grant.lua is handed it.
+func storedAccountID(id string) string {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return id
+	}
+	return engine.CompactID(u)
+}
+
 // layoutMinItems is prelude.lua's LAYOUT_MIN_ITEMS: an account of fewer
 // blocks and active holds goes without the layout v2 fields.
 const layoutMinItems = 8
@@ -253,7 +273,7 @@ func layoutFields(blocks []engine.MutationBlock, active int, kept []keptHold, u 
 	engine.SpendOrder(order)
 	idx := make([]string, len(order))
 	for i, b := range order {
-		idx[i] = b.ID.String() + "," + strconv.Itoa(b.Priority) + "," + opt(b.ExpiresMS) + "," + dec(b.CreatedMS) + "," + dec(b.StartsMS)
+		idx[i] = engine.CompactID(b.ID) + "," + strconv.Itoa(b.Priority) + "," + opt(b.ExpiresMS) + "," + dec(b.CreatedMS) + "," + dec(b.StartsMS)
 	}
 	sort.Slice(kept, func(i, j int) bool {
 		if kept[i].final != kept[j].final {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -31,6 +33,10 @@ local r = {status = ARGV[1], est_units = m_parse(ARGV[2]), est_cost = m_parse(AR
   created = int_parse(ARGV[5]), final = int_parse(ARGV[6]), act_units = opt(ARGV[7]), act_cost = opt(ARGV[8]),
   released = m_parse(ARGV[9]), metric = ARGV[10]}
 return res_enc(r)`
+	redrawLua := preludeLua + `
+local b = block_dec('x', ARGV[1])
+b.rem = m_parse(ARGV[2])
+return block_enc(b)`
 	rng := rand.New(rand.NewPCG(10, 10))
 	money := []int64{1, 999_999_999, 1_000_000_000, 123_456_789_012_345, math.MaxInt64, 9_007_199_254_740_993}
 	instants := []int64{0, 1, 1_763_900_000_000, 4_102_444_800_000}
@@ -55,7 +61,11 @@ return res_enc(r)`
 			expires = &e
 		}
 		rem := min(pick(money), math.MaxInt64)
-		b := engine.MutationBlock{ID: uuid.New(), Remaining: rem, Original: rem, Priority: rng.IntN(100),
+		orig := rem
+		if i%4 == 3 {
+			orig = min(pick(money), math.MaxInt64)
+		}
+		b := engine.MutationBlock{ID: uuid.New(), Remaining: rem, Original: orig, Priority: rng.IntN(100),
 			CreatedMS: created, StartsMS: starts, ExpiresMS: expires, Source: sources[i%len(sources)]}
 		want, err := rdb.Eval(ctx, blockLua, nil, dec(b.Remaining), dec(b.Original), dec(int64(b.Priority)),
 			dec(b.CreatedMS), dec(b.StartsMS), str(b.ExpiresMS), string(b.Source)).Text()
@@ -64,6 +74,20 @@ return res_enc(r)`
 		}
 		if got := blockValue(b); got != want {
 			t.Fatalf("block %+v: Go %q, prelude %q", b, got, want)
+		}
+		// A drain writes the block back from its stored text (block_dec's
+		// raw): still what Go writes for the drained block, whether the
+		// drain leaves remaining at the original or not.
+		for _, left := range []int64{b.Remaining, b.Original, b.Remaining / 2, 0} {
+			got, err := rdb.Eval(ctx, redrawLua, nil, want, dec(left)).Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := b
+			d.Remaining = left
+			if got != blockValue(d) {
+				t.Fatalf("block %+v drained to %d: prelude %q, Go %q", b, left, got, blockValue(d))
+			}
 		}
 
 		status := []engine.ReservationStatus{engine.ReservationActive, engine.ReservationCommitted,
@@ -142,5 +166,56 @@ func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
 	}
 	if keys := mr.Keys(); len(keys) != 1 || keys[0] != "{p}:a:1" {
 		t.Fatalf("keys after the load: %v, want only the account hash", keys)
+	}
+}
+
+// TestBlockDecodesEveryEncoding: block values in the current encoding and
+// in the older ones (original always written, an eighth field for
+// metadata, empty or inline) decode alike in prelude.lua and in Go, and a
+// drain writes an older value back readable, its inline metadata moved out.
+func TestBlockDecodesEveryEncoding(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	ctx := context.Background()
+	decLua := preludeLua + `
+local b = block_dec('x', ARGV[1])
+local out = {m_fmt(b.rem), b.orig_s, tostring(b.prio), tostring(b.created), tostring(b.starts), tostring(b.expires), b.src, b.meta}
+b.rem = m_parse(ARGV[2])
+out[#out + 1] = block_enc(b)
+return out`
+	for _, tc := range []struct {
+		name, raw         string
+		orig              int64
+		meta, drainedTo50 string
+	}{
+		{"current, untouched", "100||2|mhx2k3ab|1a|2b|g", 100, "", "50|100|2|mhx2k3ab|1a|2b|g"},
+		{"current, drained", "80|100|2|mhx2k3ab|1a|2b|g", 100, "", "50|100|2|mhx2k3ab|1a|2b|g"},
+		{"older, empty meta", "100|100|2|mhx2k3ab|1a|2b|g|", 100, "", "50|100|2|mhx2k3ab|1a|2b|g|"},
+		{"older, drained", "80|100|2|mhx2k3ab|1a|2b|g|", 100, "", "50|100|2|mhx2k3ab|1a|2b|g|"},
+		{"older, inline meta", `100|100|2|mhx2k3ab|1a|2b|g|{"a":"x|y"}`, 100, `{"a":"x|y"}`, "50|100|2|mhx2k3ab|1a|2b|g"},
+		{"current, free-text source", "100||2|mhx2k3ab|||partner_credit", 100, "", "50|100|2|mhx2k3ab|||partner_credit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := rdb.Eval(ctx, decLua, nil, tc.raw, "50").StringSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := decodeBlock(engine.CompactID(uuid.New()), tc.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := "nil"
+			if b.ExpiresMS != nil {
+				exp = dec(*b.ExpiresMS)
+			}
+			want := []string{dec(b.Remaining), dec(tc.orig), strconv.Itoa(b.Priority), dec(b.CreatedMS), dec(b.StartsMS), exp,
+				string(b.Source), tc.meta, tc.drainedTo50}
+			if b.Original != tc.orig || string(b.Metadata) != tc.meta {
+				t.Errorf("Go: %+v", b)
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("prelude %q\nwant    %q", got, want)
+			}
+		})
 	}
 }

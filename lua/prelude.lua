@@ -9,14 +9,22 @@
 -- every addition is exact. Money enters and leaves as decimal strings.
 --
 -- Block encoding (the value of field "b:<block id>" of the account hash),
--- eight fields joined by "|", the last one free text:
---   remaining|original|priority|created|starts-created|expires-starts|source|meta
--- money in decimal; instants in Unix ms written in base 36 to save memory
--- (created absolute, starts as an offset from created, "" for 0; expires as
--- an offset from starts, "" for no expiry); source as a one-letter code for
--- the known sources (else the text); meta "" (older hashes kept the block's
--- metadata JSON here; it is still read). Three blocks and the account fields
--- fit in < 500 bytes of Redis.
+-- seven fields joined by "|":
+--   remaining|original|priority|created|starts-created|expires-starts|source
+-- money in decimal, original "" while it equals remaining (an untouched
+-- block); instants in Unix ms written in base 36 to save memory (created
+-- absolute, starts as an offset from created, "" for 0; expires as an offset
+-- from starts, "" for no expiry); source as a one-letter code for the known
+-- sources (else the text). Older hashes wrote original always and an eighth
+-- field, meta (once the block's metadata JSON, later ""), after one more
+-- "|": both are still read, and a block read with its metadata inline gets
+-- the current encoding when written back.
+--
+-- Ids in field names, in the spend-order index and in field "id" are
+-- whatever Go handed the script: the 22-character compact form of
+-- engine.CompactID (older hashes: UUID text). Scripts never look inside an
+-- id; Go reads both forms back (engine.ParseStoredID). Three blocks and the
+-- account fields fit in one 224-byte listpack (issue 10).
 --
 -- Block metadata lives in its own field "m:<block id>" of the account hash,
 -- written once when the block is created and deleted with the block. Every
@@ -329,32 +337,49 @@ end
 local function block_enc(b)
   -- A drain changes only the remaining amount: the rest of a block read
   -- from the hash is written back as it was read (b36_enc is a Lua loop).
-  if b.raw then return m_fmt(b.rem) .. string.sub(b.raw, b.rem_len + 1) end
+  -- Original is written out exactly when it differs from remaining (strings
+  -- are interned: == is one comparison).
+  local rem = m_fmt(b.rem)
+  if b.raw then
+    if b.orig_len == 0 then
+      if rem == b.orig_s then return b.raw end
+      return rem .. '|' .. b.orig_s .. string.sub(b.raw, b.rem_len + 2)
+    end
+    if rem == b.orig_s then return rem .. '|' .. string.sub(b.raw, b.rem_len + 2 + b.orig_len) end
+    return rem .. string.sub(b.raw, b.rem_len + 1)
+  end
   local exp = ''
   if b.expires then exp = b36_enc(b.expires - b.starts) end
   local st = ''
   if b.starts ~= b.created then st = b36_enc(b.starts - b.created) end
-  return m_fmt(b.rem) .. '|' .. (b.orig_s or m_fmt(b.orig)) .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
-    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. '|'
+  local orig = b.orig_s or m_fmt(b.orig)
+  if orig == rem then orig = '' end
+  return rem .. '|' .. orig .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src)
 end
 
 -- block_dec reads the block id stored as raw.
 local function block_dec(id, raw)
-  -- One match for all eight fields: every script decodes every block.
-  local rem, orig, prio, c36, s36, e36, src, meta =
-    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  -- One match for all fields: every script decodes every block. rest is ""
+  -- (the current encoding), "|" or "|" and inline metadata (older hashes).
+  local rem, orig, prio, c36, s36, e36, src, rest =
+    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+  local meta = ''
+  if rest ~= '' then meta = string.sub(rest, 2) end
   local created = b36_dec(c36)
   local starts = created
   if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
   if e36 ~= '' then expires = starts + b36_dec(e36) end
-  -- raw: block_enc writes the encoding after the remaining amount back
-  -- as read (meta "" only: an older hash's inline metadata moves to its
-  -- own field). The original amount stays text (orig_s): no script does
-  -- arithmetic on it.
-  local b = {id = id, rem = m_stored(rem), orig_s = orig, prio = tonumber(prio),
+  -- raw: block_enc writes the encoding after the amounts back as read
+  -- (meta "" only: an older hash's inline metadata moves to its own field).
+  -- The original amount stays text (orig_s, remaining's text when it is
+  -- not written out): no script does arithmetic on it.
+  local orig_s = orig
+  if orig == '' then orig_s = rem end
+  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = tonumber(prio),
     created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
-  if meta == '' then b.raw, b.rem_len = raw, #rem end
+  if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
 end
 
@@ -668,6 +693,7 @@ local function acct_field(a, f, v)
     a[f] = tonumber(v)
   elseif f == 'rs' or f == 'le' then
     a[f] = m_parse(v)
+    if f == 'rs' then a.rs_stored = true end
   else
     a[f] = v
   end
@@ -835,7 +861,8 @@ local function idx_insert(idx, b)
 end
 
 -- idx_remove is index idx without the entries of the block ids in set
--- gone (ids are UUIDs, so "id," only ever opens an entry). Redis's Lua
+-- gone (ids are 22 or 36 characters of [-0-9A-Za-z_], never a suffix of a
+-- number, so "id," only ever opens an entry). Redis's Lua
 -- hashes every byte of every string it makes, so each new index string
 -- costs its length: the leading run of gone entries (a drain empties blocks
 -- in spend order, so usually all of them) leaves in one string.sub, and
@@ -930,7 +957,7 @@ local function acct_read(key, now, extras, full)
           exp_min = e, start_min = st, start_max = f}
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
-        if v[3] then a.rs = m_parse(v[3]) end
+        if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
         if v[4] then a.le = m_parse(v[4]) end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
         for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
@@ -1148,8 +1175,15 @@ end
 -- at most one HDEL. No expiry index is kept in Redis: the sweep asks
 -- Postgres (engine.ExpiryIndex).
 local function acct_commit(akey, a, changed, now)
-  local set = {'id', a.id, 'v', i_fmt(a.v), 'rs', m_fmt(a.rs), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  local set = {'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
   local del = {}
+  -- The reserved total is kept only while it is not zero (a missing "rs"
+  -- reads as zero): most accounts hold no reservation (issue 10).
+  if m_cmp(a.rs, MONEY_ZERO) ~= 0 then
+    set[#set + 1], set[#set + 2] = 'rs', m_fmt(a.rs)
+  elseif a.rs_stored then
+    del[#del + 1] = 'rs'
+  end
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false

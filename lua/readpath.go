@@ -138,6 +138,9 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 func decodeAccount(raw map[string]string) (accountFields, error) {
 	var a accountFields
 	var err error
+	// stored: each block's id as its field names hold it (compact or
+	// text), to find its metadata field.
+	var stored []string
 	for f, v := range raw {
 		switch {
 		case strings.HasPrefix(f, "m:"):
@@ -148,8 +151,9 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 				return accountFields{}, berr
 			}
 			a.blocks = append(a.blocks, b)
+			stored = append(stored, f[2:])
 		case f == "id":
-			a.id = v
+			a.id = engine.StoredIDText(v)
 		case f == "v":
 			a.version, err = strconv.ParseInt(v, 10, 64)
 		case f == "rs":
@@ -165,7 +169,7 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 	}
 	for i := range a.blocks {
 		b := &a.blocks[i]
-		if meta, ok := raw["m:"+b.ID.String()]; ok && meta != "" {
+		if meta, ok := raw["m:"+stored[i]]; ok && meta != "" {
 			b.Metadata = json.RawMessage(meta)
 		}
 	}
@@ -173,23 +177,28 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 }
 
 // decodeBlock reads block_enc's "rem|orig|prio|created36|starts-created36|
-// expires-starts36|source|meta" (meta "" since metadata moved to field
-// "m:<id>"; older hashes still hold it inline).
+// expires-starts36|source" (orig "" while it equals rem); older hashes
+// add "|meta" ("" since metadata moved to field "m:<id>", or the metadata
+// inline) and always write orig. id is the field name's, in either stored
+// form (engine.ParseStoredID).
 func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	p := strings.SplitN(raw, "|", 8)
-	if len(p) != 8 {
+	if len(p) != 7 && len(p) != 8 {
 		return engine.MutationBlock{}, fmt.Errorf("lua: block %s: malformed", id)
 	}
 	var b engine.MutationBlock
 	var err error
-	if b.ID, err = uuid.Parse(id); err != nil {
+	if b.ID, err = engine.ParseStoredID(id); err != nil {
 		return b, fmt.Errorf("lua: block id %q: %w", id, err)
 	}
 	if b.Remaining, err = strconv.ParseInt(p[0], 10, 64); err != nil {
 		return b, fmt.Errorf("lua: block %s remaining: %w", id, err)
 	}
-	if b.Original, err = strconv.ParseInt(p[1], 10, 64); err != nil {
-		return b, fmt.Errorf("lua: block %s original: %w", id, err)
+	b.Original = b.Remaining
+	if p[1] != "" {
+		if b.Original, err = strconv.ParseInt(p[1], 10, 64); err != nil {
+			return b, fmt.Errorf("lua: block %s original: %w", id, err)
+		}
 	}
 	prio, err := strconv.Atoi(p[2])
 	if err != nil {
@@ -220,7 +229,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	} else {
 		b.Source = engine.Source(p[6])
 	}
-	if p[7] != "" {
+	if len(p) == 8 && p[7] != "" {
 		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil

@@ -40,9 +40,11 @@ func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	ids := make([]string, len(cmd.Blocks))
-	for i, id := range cmd.Blocks {
-		ids[i] = id.String()
+	// Each listed block in both forms an account hash may keep its id in
+	// (engine.ParseStoredID): the script finds a block by its field name.
+	ids := make([]string, 0, 2*len(cmd.Blocks))
+	for _, id := range cmd.Blocks {
+		ids = append(ids, engine.CompactID(id), id.String())
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
@@ -60,7 +62,7 @@ func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 	if cmd.Block.ExpiresAt != nil {
 		expires = strconv.FormatInt(cmd.Block.ExpiresAt.UnixMilli(), 10)
 	}
-	args = append(args, string(idsJSON), strconv.Itoa(cmd.Percentage), cmd.Block.ID.String(),
+	args = append(args, string(idsJSON), strconv.Itoa(cmd.Percentage), engine.CompactID(cmd.Block.ID),
 		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta, expires, string(cmd.EntryType),
 		entryMeta, contextText(cmd.Context))
 	return s.runMoney(ctx, rolloverScript, "rollover", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)

@@ -70,6 +70,33 @@ func firstBlockField(t *testing.T, s *Stack, key string) (string, string) {
 	return names[0], fields[names[0]]
 }
 
+// withRemaining is block value v (prelude.lua's block encoding) with
+// remaining rem and its original kept: an untouched block leaves its
+// original out ("rem||..."), which then reads as the remaining amount.
+func withRemaining(t *testing.T, v string, rem int64) string {
+	t.Helper()
+	old, rest, ok := strings.Cut(v, "|")
+	orig, tail, ok2 := strings.Cut(rest, "|")
+	if !ok || !ok2 {
+		t.Fatalf("block value %q", v)
+	}
+	if orig == "" {
+		orig = old
+	}
+	return strconv.FormatInt(rem, 10) + "|" + orig + "|" + tail
+}
+
+// blockOfField is the block id of field "b:<id>" as UUID text, whichever
+// form the hash keeps it in.
+func blockOfField(t *testing.T, f string) string {
+	t.Helper()
+	id, err := engine.ParseStoredID(strings.TrimPrefix(f, "b:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.String()
+}
+
 // fieldOf finds a difference's field by name.
 func fieldOf(d engine.Difference, name string) (engine.FieldDifference, bool) {
 	for _, f := range d.Fields {
@@ -121,12 +148,12 @@ func TestReconcileRepairsExactlyTheCorrupted(t *testing.T) {
 	// The corruptions, each on its own customer.
 	amended, deleted, bumped := custs[1], custs[3], custs[4]
 	amendedField, amendedValue := firstBlockField(t, s, accountKeyOf(s, amended))
-	rem, rest, _ := strings.Cut(amendedValue, "|")
+	rem, _, _ := strings.Cut(amendedValue, "|")
 	remaining, err := strconv.ParseInt(rem, 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Redis.HSet(ctx, accountKeyOf(s, amended), amendedField, fmt.Sprintf("%d|%s", remaining+77, rest)).Err(); err != nil {
+	if err := s.Redis.HSet(ctx, accountKeyOf(s, amended), amendedField, withRemaining(t, amendedValue, remaining+77)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	deletedField, _ := firstBlockField(t, s, accountKeyOf(s, deleted))
@@ -170,10 +197,10 @@ func TestReconcileRepairsExactlyTheCorrupted(t *testing.T) {
 			var name, wantRedis, wantPG string
 			switch c {
 			case amended:
-				name = "block " + strings.TrimPrefix(amendedField, "b:") + " remaining"
+				name = "block " + blockOfField(t, amendedField) + " remaining"
 				wantRedis, wantPG = strconv.FormatInt(remaining+77, 10), strconv.FormatInt(remaining, 10)
 			case deleted:
-				name, wantRedis = "block "+strings.TrimPrefix(deletedField, "b:"), "absent"
+				name, wantRedis = "block "+blockOfField(t, deletedField), "absent"
 			case bumped:
 				name = "version"
 				wantRedis, wantPG = strconv.FormatInt(bumpedTo, 10), strconv.FormatInt(bumpedTo-1, 10)
@@ -306,9 +333,9 @@ func TestReconcileSamplerCountsMismatches(t *testing.T) {
 
 	amended, bumped := custs[0], custs[2]
 	field, value := firstBlockField(t, s, accountKeyOf(s, amended))
-	rem, rest, _ := strings.Cut(value, "|")
+	rem, _, _ := strings.Cut(value, "|")
 	n, _ := strconv.ParseInt(rem, 10, 64)
-	if err := s.Redis.HSet(ctx, accountKeyOf(s, amended), field, fmt.Sprintf("%d|%s", n-3, rest)).Err(); err != nil {
+	if err := s.Redis.HSet(ctx, accountKeyOf(s, amended), field, withRemaining(t, value, n-3)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Redis.HIncrBy(ctx, accountKeyOf(s, bumped), "v", 1).Err(); err != nil {

@@ -74,7 +74,7 @@ func TestReconcileFindsAndMendsRolledBackAccounts(t *testing.T) {
 						if _, err := fmt.Sscanf(v, "%d|%s", &rem, &rest); err != nil {
 							t.Fatal(err)
 						}
-						if err := s.Redis.HSet(ctx, key, f, fmt.Sprintf("%d|%s", rem-1, rest)).Err(); err != nil {
+						if err := s.Redis.HSet(ctx, key, f, withRemaining(t, v, rem-1)).Err(); err != nil {
 							t.Fatal(err)
 						}
 						return
