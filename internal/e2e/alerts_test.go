@@ -92,14 +92,15 @@ func TestCreditAlertThresholdsFireOncePerCrossing(t *testing.T) {
 		t.Helper()
 		wantStatus(t, a.post("/v1/customers/"+id+"/credits/adjust", map[string]any{"delta": -delta, "source": "manual", "reason": "use"}), 200, "adjust")
 	}
-	debit(400)                                                                             // 600: above both
-	debit(150)                                                                             // 450: crosses 500
-	debit(100)                                                                             // 350: still below 500, above 200
-	debit(200)                                                                             // 150: crosses 200 (20% of the 1000 grant)
-	debit(50)                                                                              // 100: below both, nothing
-	a.grant(id, map[string]any{"credits": 500, "source": "promotional", "reason": "more"}) // 600: re-armed; 20% is now 100
-	debit(150)                                                                             // 450: crosses 500 again
-	debit(360)                                                                             // 90: crosses 100
+	debit(400) // 600: above both
+	debit(150) // 450: crosses 500
+	debit(100) // 350: still below 500, above 200
+	debit(200) // 150: crosses 200 (20% of the 1000 grant)
+	debit(50)  // 100: below both, nothing
+	// 600: both re-armed; 20% is now 100 (of the 500 grant).
+	a.grant(id, map[string]any{"credits": 500, "source": "promotional", "reason": "more"})
+	debit(150) // 450: crosses 500 again
+	debit(360) // 90: crosses 100
 	s.Drain()
 
 	events := a.alertEvents()
