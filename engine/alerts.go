@@ -468,22 +468,24 @@ func TopupIdempotencyKey(event uuid.UUID) string { return "topup-request-" + eve
 // order, and returns the alert events m owes. It is pure: the persister runs
 // it in the transaction that stores m, and a replay (an account version not
 // newer than the state's) yields nothing and leaves s as it was.
-//   - the effective balance before m is the state's (the last Mutation
-//     evaluated), else what m says (EffectiveBeforeOf), else unknown (no
-//     crossing; the state starts at m's balance);
+//   - the effective balance before m is what m says (EffectiveBeforeOf),
+//     else the state's when m directly follows the last Mutation evaluated
+//     (version + 1: settings added after a pause must not compare with a
+//     balance from before it), else unknown (no crossing; the state starts
+//     at m's balance);
 //   - a grant sets the last grant before the thresholds resolve;
 //   - each threshold fires credit.threshold_crossed when the balance crosses
 //     its amount downwards (ThresholdCrossed);
 //   - the top-up rule fires credit.topup_requested when the balance crosses
 //     below_mc downwards and no request fired within its dedupe window.
 func EvaluateAlerts(s *AlertSubject, m *Mutation) []Event {
-	if m.Kind == MutationGaugeKind || m.Account.Version <= s.State.Version {
+	if m.Account.Version <= s.State.Version {
 		return nil
 	}
 	after := m.EffectiveAfter()
-	before, known := s.State.BalanceMC, s.State.BalanceKnown
-	if !known {
-		before, known = EffectiveBeforeOf(m)
+	before, known := EffectiveBeforeOf(m)
+	if !known && s.State.BalanceKnown && m.Account.Version == s.State.Version+1 {
+		before, known = s.State.BalanceMC, true
 	}
 	if g := grantedMC(m); g > 0 {
 		s.State.LastGrantMC = g

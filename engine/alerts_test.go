@@ -79,6 +79,7 @@ type alertStep struct {
 func walkAlerts(t *testing.T, s *AlertSubject, steps []alertStep) {
 	t.Helper()
 	var version int64 = 10
+	balance := s.State.BalanceMC
 	var prev Mutation
 	for i, st := range steps {
 		m := prev
@@ -87,9 +88,14 @@ func walkAlerts(t *testing.T, s *AlertSubject, steps []alertStep) {
 			m = Mutation{OpID: uuid.New(), Kind: st.kind, TenantID: uuid.New(), CustomerID: uuid.New(),
 				Environment: EnvironmentLive, AtMS: 1_700_000_000_000 + st.atS*1000,
 				Account: MutationAccount{Version: version, Balance: st.after}}
-			if st.granted > 0 {
+			switch {
+			case st.granted > 0:
 				m.Entries = []MutationEntry{mainEntry(st.granted, EntryPlanGrant)}
+			case st.kind == MutationDebit:
+				// A debit's before is derived from what it took.
+				m.Entries = []MutationEntry{mainEntry(st.after-balance, EntryAdjustment)}
 			}
+			balance = st.after
 		}
 		prev = m
 		got := []string{}
@@ -143,7 +149,7 @@ func TestEvaluateAlertsFiresOncePerCrossing(t *testing.T) {
 		{kind: MutationConsume, after: 399, want: []string{"crossed:400"}},
 		// An expiry is a downward move like any other; a gauge is none.
 		{kind: MutationGrant, after: 1000, granted: 601},
-		{kind: MutationGaugeKind, after: 0},
+		{kind: MutationGaugeKind, after: 1000},
 		{kind: MutationExpire, after: 10, want: []string{"crossed:500", "crossed:120"}},
 	})
 }
@@ -183,6 +189,19 @@ func TestEvaluateAlertsUnknownStart(t *testing.T) {
 	m = Mutation{OpID: uuid.New(), Kind: MutationGrant, Account: MutationAccount{Version: 3, Balance: 50}}
 	if evs := EvaluateAlerts(s, &m); len(evs) != 0 || !s.State.BalanceKnown || s.State.BalanceMC != 50 {
 		t.Fatalf("unknown start: events %v, state %+v", types(evs), s.State)
+	}
+	// Without a before figure of its own, the next version continues the
+	// state; a version further on (Mutations nobody evaluated in between,
+	// say while the settings were removed) does not compare with it.
+	s.State.BalanceMC = 500
+	m = Mutation{OpID: uuid.New(), Kind: MutationRelease, Account: MutationAccount{Version: 4, Balance: 50}}
+	if evs := EvaluateAlerts(s, &m); len(evs) != 1 {
+		t.Fatalf("continuous state: events %v, want one crossing", types(evs))
+	}
+	s.State.BalanceMC = 500
+	m = Mutation{OpID: uuid.New(), Kind: MutationRelease, Account: MutationAccount{Version: 9, Balance: 50}}
+	if evs := EvaluateAlerts(s, &m); len(evs) != 0 || s.State.Version != 9 {
+		t.Fatalf("stale state: events %v, state %+v; want none", types(evs), s.State)
 	}
 }
 
