@@ -80,6 +80,8 @@ type Config struct {
 	Imports   *engine.Imports
 	// Subscriptions serves subscriptions (addendum 6).
 	Subscriptions *engine.Subscriptions
+	// Alerts serves the credit alert settings (issue 15 item 4).
+	Alerts *engine.Alerts
 	// Events serves the ordered event log and the balance streams.
 	Events *engine.Events
 	// Usage serves the usage analytics reports.
@@ -146,6 +148,8 @@ type Server struct {
 	imports      *engine.Imports
 	// subscriptions serves the subscription routes (nil: not registered).
 	subscriptions *engine.Subscriptions
+	// alerts serves the credit alert routes.
+	alerts *engine.Alerts
 	// events serves GET /v1/events and the streams; streamsDone, closed by
 	// Shutdown, ends every open stream (a stream never finishes by itself).
 	events      *engine.Events
@@ -205,7 +209,7 @@ func New(cfg Config) *Server {
 	s.webhooks = cfg.Webhooks
 	s.plans = cfg.Plans
 	s.overrides, s.topups, s.imports = cfg.Overrides, cfg.Topups, cfg.Imports
-	s.subscriptions = cfg.Subscriptions
+	s.subscriptions, s.alerts = cfg.Subscriptions, cfg.Alerts
 	s.events, s.streamsDone = cfg.Events, make(chan struct{})
 	s.registry, s.metricsHere = cfg.Registry, !cfg.MetricsElsewhere
 	s.tracer, s.propagator = cfg.Tracer, cfg.Propagator
@@ -373,6 +377,7 @@ func (s *Server) register() {
 	s.registerImports()
 	s.registerEvents()
 	s.registerUsageReports()
+	s.registerAlerts()
 
 	if len(s.admin) == 0 {
 		return

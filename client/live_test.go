@@ -644,6 +644,39 @@ func TestAgainstCreditd(t *testing.T) {
 		}
 	})
 
+	t.Run("credit alerts", func(t *testing.T) {
+		def, err := c.PutDefaultCreditAlerts(ctx, client.CreditAlertsInput{Thresholds: []client.AlertThreshold{
+			{Type: "percent_of_last_grant", Percent: client.Value(20)}}})
+		must(t, err, "PutDefaultCreditAlerts")
+		if def.Source != "default" || def.CustomerID != nil || len(def.Thresholds) != 1 || def.Topup != nil {
+			t.Fatalf("PutDefaultCreditAlerts = %+v", def)
+		}
+		got, err := c.GetDefaultCreditAlerts(ctx)
+		must(t, err, "GetDefaultCreditAlerts")
+		if p, _ := got.Thresholds[0].Percent.Get(); p != 20 || got.UpdatedAt == nil {
+			t.Fatalf("GetDefaultCreditAlerts = %+v", got)
+		}
+		own, err := c.PutCustomerCreditAlerts(ctx, "ada", client.CreditAlertsInput{
+			Thresholds: []client.AlertThreshold{{Type: "absolute", AmountMC: client.Value[int64](5_000)}},
+			Topup:      client.Value(client.TopupRule{BelowMC: 1_000, AmountMC: 50_000})})
+		must(t, err, "PutCustomerCreditAlerts")
+		if own.Source != "customer" || own.Topup == nil || own.Topup.DedupeWindowSeconds == nil || *own.Topup.DedupeWindowSeconds != 3600 {
+			t.Fatalf("PutCustomerCreditAlerts = %+v", own)
+		}
+		must(t, c.DeleteCustomerCreditAlerts(ctx, "ada"), "DeleteCustomerCreditAlerts")
+		back, err := c.GetCustomerCreditAlerts(ctx, "ada")
+		must(t, err, "GetCustomerCreditAlerts")
+		if back.Source != "default" || back.CustomerID == nil || *back.CustomerID != adaID {
+			t.Fatalf("GetCustomerCreditAlerts after delete = %+v", back)
+		}
+		_, err = c.PutDefaultCreditAlerts(ctx, client.CreditAlertsInput{Thresholds: []client.AlertThreshold{{Type: "absolute"}}})
+		if p := wantProblem(t, err, 422, client.ProblemValidation, "absolute without amount_mc"); p.Field != "thresholds[0].amount_mc" {
+			t.Fatalf("problem field = %v", p.Field)
+		}
+		_, err = c.PutDefaultCreditAlerts(ctx, client.CreditAlertsInput{Thresholds: []client.AlertThreshold{}})
+		must(t, err, "PutDefaultCreditAlerts (none)")
+	})
+
 	t.Run("unauthorized", func(t *testing.T) {
 		_, err := client.New(s.URL, "ck_live_wrong").GetTenant(ctx)
 		wantProblem(t, err, 401, client.ProblemUnauthorized, "a wrong key")

@@ -1932,3 +1932,70 @@ func (c *Client) CustomerUsage(ctx context.Context, id string, params CustomerUs
 	}
 	return out, nil
 }
+
+// GetCustomerCreditAlerts is GET /v1/customers/{id}/credits/alerts (operation
+// getCustomerCreditAlerts). A customer's credit alerts. The thresholds and top-up rule that apply
+// to the customer: its own (source customer), else the tenant default (source default), else none.
+// 404 unknown customer (never creates).
+func (c *Client) GetCustomerCreditAlerts(ctx context.Context, id string, opts ...CallOption) (*CreditAlerts, error) {
+	r := &request{method: "GET", path: "/v1/customers/" + url.PathEscape(id) + "/credits/alerts", idempotent: false}
+	out := new(CreditAlerts)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PutCustomerCreditAlerts is PUT /v1/customers/{id}/credits/alerts (operation
+// putCustomerCreditAlerts). Replace a customer's credit alerts. Replaces the customer's own
+// thresholds and top-up rule, which then apply instead of the tenant default (an empty list and no
+// rule silence the default for this customer). Takes effect for the operations persisted after it;
+// a threshold already below the balance's level is not fired retroactively. PUT is idempotent: no
+// Idempotency-Key. 422 names the field (thresholds[1].percent, topup.below_mc, ...).
+func (c *Client) PutCustomerCreditAlerts(ctx context.Context, id string, body CreditAlertsInput, opts ...CallOption) (*CreditAlerts, error) {
+	r := &request{method: "PUT", path: "/v1/customers/" + url.PathEscape(id) + "/credits/alerts", idempotent: false}
+	r.body = body
+	out := new(CreditAlerts)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteCustomerCreditAlerts is DELETE /v1/customers/{id}/credits/alerts (operation
+// deleteCustomerCreditAlerts). Remove a customer's own credit alerts. The tenant default applies
+// to the customer again. 404 when the customer is unknown or has no settings of its own. No
+// Idempotency-Key.
+func (c *Client) DeleteCustomerCreditAlerts(ctx context.Context, id string, opts ...CallOption) error {
+	r := &request{method: "DELETE", path: "/v1/customers/" + url.PathEscape(id) + "/credits/alerts", idempotent: false}
+	return c.do(ctx, r, opts)
+}
+
+// GetDefaultCreditAlerts is GET /v1/credit-alerts/default (operation getDefaultCreditAlerts). The
+// tenant's default credit alerts. The thresholds and top-up rule of every customer of the key's
+// environment that has none of its own (source default, or none when unset).
+func (c *Client) GetDefaultCreditAlerts(ctx context.Context, opts ...CallOption) (*CreditAlerts, error) {
+	r := &request{method: "GET", path: "/v1/credit-alerts/default", idempotent: false}
+	out := new(CreditAlerts)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PutDefaultCreditAlerts is PUT /v1/credit-alerts/default (operation putDefaultCreditAlerts).
+// Replace the tenant's default credit alerts. Replaces the tenant default of the key's
+// environment. PUT is idempotent: no Idempotency-Key. 422 names the field.
+func (c *Client) PutDefaultCreditAlerts(ctx context.Context, body CreditAlertsInput, opts ...CallOption) (*CreditAlerts, error) {
+	r := &request{method: "PUT", path: "/v1/credit-alerts/default", idempotent: false}
+	r.body = body
+	out := new(CreditAlerts)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1191,3 +1191,56 @@ type UsageBucketsReport struct {
 	// One series per metric with usage, sorted by metric key.
 	Data []MetricUsageSeries `json:"data"`
 }
+
+// AlertThreshold is the AlertThreshold schema of the creditd API. One balance threshold. absolute
+// takes amount_mc; percent_of_last_grant and percent_of_period_allowance take percent (1-100) and
+// resolve to floor(base x percent / 100) millicredits at each operation: the base is the credits
+// of the customer's newest grant (a grant, plan grant, topup or positive adjustment), or the
+// summed credits of the recurring grants of the plan variant of the customer's current
+// subscription. A percent threshold whose base is unknown (no grant yet, no subscription) does not
+// fire.
+type AlertThreshold struct {
+	// One of: absolute, percent_of_last_grant, percent_of_period_allowance.
+	Type string `json:"type"`
+	// For absolute: the threshold in millicredits; null otherwise.
+	AmountMC Nullable[int64] `json:"amount_mc,omitzero"`
+	// For the percent types: the percent of the base; null otherwise.
+	Percent Nullable[int] `json:"percent,omitzero"`
+}
+
+// TopupRule is the TopupRule schema of the creditd API. Auto top-up: when the effective balance
+// crosses below_mc downwards, credit.topup_requested asks the tenant's payment integration for
+// amount_mc, at most once per dedupe_window_seconds.
+type TopupRule struct {
+	BelowMC int64 `json:"below_mc"`
+	// The credit to request, in millicredits.
+	AmountMC int64 `json:"amount_mc"`
+	// No second request within this many seconds of the last, even after the balance rose and crossed
+	// again. Default 3600.
+	DedupeWindowSeconds *int64 `json:"dedupe_window_seconds,omitempty"`
+}
+
+// CreditAlertsInput is the CreditAlertsInput schema of the creditd API. A whole alert
+// configuration; PUT replaces the stored one.
+type CreditAlertsInput struct {
+	// At most 10, no two equal; an empty array for none.
+	Thresholds []AlertThreshold `json:"thresholds"`
+	// The auto top-up rule; null or absent for none.
+	Topup Nullable[TopupRule] `json:"topup,omitzero"`
+}
+
+// CreditAlerts is the CreditAlerts schema of the creditd API. The alert configuration that
+// applies: the customer's own, the tenant default of the key's environment, or none.
+type CreditAlerts struct {
+	// Null for the tenant default.
+	CustomerID *string `json:"customer_id"`
+	// One of: live, sandbox.
+	Environment string `json:"environment"`
+	// customer: the customer's own settings; default: the tenant default (the customer has none of its
+	// own); none: nothing is configured. One of: customer, default, none.
+	Source     string           `json:"source"`
+	Thresholds []AlertThreshold `json:"thresholds"`
+	Topup      *TopupRule       `json:"topup"`
+	// When the settings shown were last written; null for source none.
+	UpdatedAt *time.Time `json:"updated_at"`
+}

@@ -49,12 +49,12 @@ func withoutConflictClause(sql string) string {
 // insertApply is the lean write of a small batch: queueApply's statements
 // and order without the conflict clauses, in one pipelined round trip
 // (pgx commits a batch as one implicit transaction).
-func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation) error {
+func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
 	if err := queueRows(b, ms, true); err != nil {
 		return err
 	}
-	queueEvents(b, ms, freshEventsSQL)
+	queueEvents(b, ms, alerts, freshEventsSQL)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -82,8 +82,8 @@ func insertColumns(sql string) []string {
 // ledger_entries, then the upserts and sections in one pipelined batch,
 // then the events by INSERT (the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
-func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation) error {
-	steps, err := copySteps(ms)
+func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
+	steps, err := copySteps(ms, alerts)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ type copyStep struct {
 }
 
 // copySteps are copyApply's round trips for ms, in order.
-func copySteps(ms []engine.Mutation) ([]copyStep, error) {
+func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 	cols, err := columnsOf(ms)
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func copySteps(ms []engine.Mutation) ([]copyStep, error) {
 	}
 	// The events go in by INSERT, not COPY: their sequences come from the
 	// tenant's counter in the same statement (events.go).
-	queueEvents(b, ms, freshEventsSQL)
+	queueEvents(b, ms, alerts, freshEventsSQL)
 	check := &pgx.Batch{}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.

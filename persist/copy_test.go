@@ -153,7 +153,7 @@ func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
 	}
 	ways := []struct {
 		name  string
-		apply func(s *Store, ctx context.Context, ms []engine.Mutation) error
+		apply func(s *Store, ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error
 	}{
 		{"on conflict", (*Store).pipelinedApply},
 		{"copy", (*Store).copyApply},
@@ -168,7 +168,7 @@ func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
 			// Each size writes the whole list once more: the first pass stores it,
 			// the later ones must fail (lean) or skip (ON CONFLICT) on stored rows.
 			for i := 0; i < len(ms); i += size {
-				err := way.apply(b.store, b.ctx, ms[i:min(i+size, len(ms))])
+				err := way.apply(b.store, b.ctx, ms[i:min(i+size, len(ms))], nil)
 				if size > 1 && way.name != "on conflict" {
 					if sqlState(err) != uniqueViolation {
 						t.Fatalf("%s: replayed batch of %d: %v, want a unique violation", way.name, size, err)

@@ -468,7 +468,11 @@ func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOu
 		if err != nil {
 			return err
 		}
-		if err := applyIn(ctx, sp, []engine.Mutation{m}); err != nil {
+		alerts, err := s.alertsOf(ctx, sp, []engine.Mutation{m})
+		if err != nil {
+			return err
+		}
+		if err := applyIn(ctx, sp, []engine.Mutation{m}, alerts); err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
 				return rerr
 			}

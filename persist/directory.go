@@ -27,6 +27,8 @@ type Store struct {
 	replays atomic.Int64
 	// copyMin is the smallest batch the lean write copies in (copy.go).
 	copyMin int
+	// alerts caches the scopes that have alert settings (alerts.go).
+	alerts alertScopes
 }
 
 var (

@@ -94,9 +94,11 @@ type eventRow struct {
 // queueEvents is the events section of Apply, queued after every other
 // section: every event the batch's Mutations owe (engine.EventsOf),
 // pending and due at once, numbered per tenant, by sql
-// (insertMutationEventsSQL or freshEventsSQL).
-func queueEvents(b *pgx.Batch, ms []engine.Mutation, sql string) {
-	plain, filled := eventRowsOf(ms)
+// (insertMutationEventsSQL or freshEventsSQL), with the alert events of
+// alerts after each Mutation's own, then the alert states.
+func queueEvents(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, sql string) {
+	defer queueAlertStates(b, alerts)
+	plain, filled := eventRowsOf(ms, alerts)
 	if len(plain.id)+len(filled.id) == 0 {
 		return
 	}
@@ -109,13 +111,17 @@ func queueEvents(b *pgx.Batch, ms []engine.Mutation, sql string) {
 // Mutation delivered twice in a batch owes its events once), each with
 // its place in the batch (ord: Mutations in batch order, a Mutation's
 // events in slot order), which orders their sequences: plain rows are
-// stored as they are, filled rows are completed in SQL.
-func eventRowsOf(ms []engine.Mutation) (plain, filled *eventBatch) {
+// stored as they are, filled rows are completed in SQL. The alert events
+// (complete, so plain) follow their Mutation's own.
+func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eventBatch) {
 	var rows []eventRow
 	for _, m := range ms {
 		fill := m.Context == nil
 		for _, e := range engine.EventsOf(m) {
 			rows = append(rows, eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill})
+		}
+		for _, e := range alerts.eventsOf(m.OpID) {
+			rows = append(rows, eventRow{e: e, ord: len(rows), version: m.Account.Version})
 		}
 		if !fill {
 			continue

@@ -140,15 +140,18 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	var err error
+	alerts, err := s.alertsOf(ctx, s.pool, ms)
+	if err != nil {
+		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
+	}
 	if len(ms) >= s.copyMin {
-		err = s.copyApply(ctx, ms)
+		err = s.copyApply(ctx, ms, alerts)
 	} else {
-		err = s.insertApply(ctx, ms)
+		err = s.insertApply(ctx, ms, alerts)
 	}
 	if sqlState(err) == uniqueViolation {
 		s.replays.Add(1)
-		err = s.pipelinedApply(ctx, ms)
+		err = s.pipelinedApply(ctx, ms, alerts)
 	}
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
@@ -160,19 +163,20 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 // pipelined round trip: pgx runs a batch in one implicit transaction
 // (committed at its Sync, rolled back at the first error), so BEGIN and
 // COMMIT need no round trips of their own.
-func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation) error {
+func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
-	if err := queueApply(b, ms); err != nil {
+	if err := queueApply(b, ms, alerts); err != nil {
 		return err
 	}
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
-// commit them with its own bookkeeping (deadletter.go).
-func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
+// commit them with its own bookkeeping (deadletter.go); alerts are the
+// alert events and states of ms (alertsOf), nil for none.
+func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
-	if err := queueApply(b, ms); err != nil {
+	if err := queueApply(b, ms, alerts); err != nil {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -182,11 +186,11 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation) error {
 // writer of these tables takes them in one order (operations, entries,
 // blocks, accounts, the sections, events; rows sorted by key within each),
 // so two transactions racing on the same rows wait rather than deadlock.
-func queueApply(b *pgx.Batch, ms []engine.Mutation) error {
+func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome) error {
 	if err := queueRows(b, ms, false); err != nil {
 		return err
 	}
-	queueEvents(b, ms, insertMutationEventsSQL)
+	queueEvents(b, ms, alerts, insertMutationEventsSQL)
 	return nil
 }
 

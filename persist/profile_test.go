@@ -277,7 +277,7 @@ type timedStatement struct {
 func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) []timedStatement {
 	t.Helper()
 	batch := &pgx.Batch{}
-	if err := queueApply(batch, ms); err != nil {
+	if err := queueApply(batch, ms, nil); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -299,7 +299,7 @@ func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation)
 // profileCopySteps runs copyApply's round trips for ms in tx one by one.
 func profileCopySteps(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) []timedStatement {
 	t.Helper()
-	steps, err := copySteps(ms)
+	steps, err := copySteps(ms, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

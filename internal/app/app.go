@@ -125,9 +125,11 @@ type App struct {
 	// Overrides, Topups and Imports serve subscription overrides, paid
 	// credit and the bulk import.
 	Overrides *engine.Overrides
-	Topups    *engine.Topups
-	Imports   *engine.Imports
-	Server    *api.Server
+	// Alerts serves the credit alert settings (issue 15 item 4).
+	Alerts  *engine.Alerts
+	Topups  *engine.Topups
+	Imports *engine.Imports
+	Server  *api.Server
 	// Registry holds every family /metrics serves.
 	Registry *prometheus.Registry
 	// Console is the web dashboard the server serves under /console.
@@ -225,6 +227,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
 	a.Overrides = engine.NewOverrides(a.DB, a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
+	a.Alerts = engine.NewAlerts(a.DB, a.Customers, cfg.Clock)
 	a.Imports = engine.NewImports(a.Customers, a.Credits)
 	a.PlanFacts = engine.NewPlanFacts(a.DB, a.Plans, a.DB, cfg.Clock)
 	a.Entitlements.SetPlanView(a.PlanFacts)
@@ -260,7 +263,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Idempotency: a.Store, Webhooks: a.Webhooks,
 		Metering: a.Metering, Entitlements: a.Entitlements, Reservations: a.Reservations, Plans: a.Plans,
 		Overrides: a.Overrides, Topups: a.Topups, Imports: a.Imports, Subscriptions: a.Subscriptions,
-		Events: a.Events, Usage: a.Usage,
+		Events: a.Events, Usage: a.Usage, Alerts: a.Alerts,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
 		Ready: a.readyChecks,

@@ -74,12 +74,14 @@ func TestOpenAPIResponses(t *testing.T) {
 	w.reservations()
 	w.plansAndSubscriptions()
 	w.topupsAndImport()
+	w.alerts()
 	w.webhooks()
 	w.problems()
 
 	// The walk raised these; each delivered body was checked against the
 	// document's webhooks as it arrived.
-	want := []string{"credit.granted", "credit.consumed", "test.ping", "subscription.created", "subscription.renewed", "subscription.canceled"}
+	want := []string{"credit.granted", "credit.consumed", "test.ping", "subscription.created", "subscription.renewed", "subscription.canceled",
+		"credit.threshold_crossed", "credit.topup_requested"}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		hookMu.Lock()
@@ -354,6 +356,26 @@ func (w *openAPIWalk) topupsAndImport() {
 	w.want(200, "POST", "/v1/import", map[string]any{"customers": []any{
 		map[string]any{"external_id": uniq("legacy"), "display_name": "Legacy Co", "credits": []any{map[string]any{"credits": 75000, "priority": 1}}},
 	}, "options": map[string]any{"dry_run": false}})
+}
+
+// alerts sets a customer's thresholds and top-up rule and crosses both,
+// so credit.threshold_crossed and credit.topup_requested are delivered.
+func (w *openAPIWalk) alerts() {
+	w.want(200, "GET", "/v1/credit-alerts/default", nil)
+	w.want(200, "PUT", "/v1/credit-alerts/default", map[string]any{"thresholds": []any{
+		map[string]any{"type": "percent_of_last_grant", "percent": 20}}})
+	cust, _ := w.a.newCustomer()
+	w.a.grant(cust, map[string]any{"credits": 100000, "source": "promotional", "reason": "seed"})
+	path := "/v1/customers/" + cust + "/credits/alerts"
+	w.want(200, "GET", path, nil)
+	w.want(200, "PUT", path, map[string]any{
+		"thresholds": []any{map[string]any{"type": "absolute", "amount_mc": 50000}},
+		"topup":      map[string]any{"below_mc": 50000, "amount_mc": 250000}})
+	w.want(200, "POST", "/v1/customers/"+cust+"/credits/adjust", map[string]any{"delta": -60000, "source": "manual", "reason": "use"})
+	// Settings apply as the persister stores an operation: let it store
+	// the adjustment before they go.
+	w.s.Drain()
+	w.want(204, "DELETE", path, nil)
 }
 
 func (w *openAPIWalk) webhooks() {

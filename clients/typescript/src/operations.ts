@@ -79,4 +79,9 @@ export const operations = {
   releaseGaugeLeaseByExternalId: { method: "POST", path: "/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/leases/{lease_id}/release", idempotent: true },
   listEvents: { method: "GET", path: "/v1/events", idempotent: false },
   customerUsage: { method: "GET", path: "/v1/customers/{id}/usage", idempotent: false },
+  getCustomerCreditAlerts: { method: "GET", path: "/v1/customers/{id}/credits/alerts", idempotent: false },
+  putCustomerCreditAlerts: { method: "PUT", path: "/v1/customers/{id}/credits/alerts", idempotent: false },
+  deleteCustomerCreditAlerts: { method: "DELETE", path: "/v1/customers/{id}/credits/alerts", idempotent: false },
+  getDefaultCreditAlerts: { method: "GET", path: "/v1/credit-alerts/default", idempotent: false },
+  putDefaultCreditAlerts: { method: "PUT", path: "/v1/credit-alerts/default", idempotent: false },
 } as const;

@@ -1409,7 +1409,7 @@ export interface paths {
         };
         /**
          * Stream a customer's balance changes (server-sent events)
-         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
+         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.threshold_crossed, credit.topup_requested, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
          */
         get: operations["streamCredits"];
         put?: never;
@@ -1433,6 +1433,58 @@ export interface paths {
          */
         get: operations["customerUsage"];
         put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/customers/{id}/credits/alerts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A customer's credit alerts
+         * @description The thresholds and top-up rule that apply to the customer: its own (source customer), else the tenant default (source default), else none. 404 unknown customer (never creates).
+         */
+        get: operations["getCustomerCreditAlerts"];
+        /**
+         * Replace a customer's credit alerts
+         * @description Replaces the customer's own thresholds and top-up rule, which then apply instead of the tenant default (an empty list and no rule silence the default for this customer). Takes effect for the operations persisted after it; a threshold already below the balance's level is not fired retroactively. PUT is idempotent: no Idempotency-Key. 422 names the field (thresholds[1].percent, topup.below_mc, ...).
+         */
+        put: operations["putCustomerCreditAlerts"];
+        post?: never;
+        /**
+         * Remove a customer's own credit alerts
+         * @description The tenant default applies to the customer again. 404 when the customer is unknown or has no settings of its own. No Idempotency-Key.
+         */
+        delete: operations["deleteCustomerCreditAlerts"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/credit-alerts/default": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The tenant's default credit alerts
+         * @description The thresholds and top-up rule of every customer of the key's environment that has none of its own (source default, or none when unset).
+         */
+        get: operations["getDefaultCreditAlerts"];
+        /**
+         * Replace the tenant's default credit alerts
+         * @description Replaces the tenant default of the key's environment. PUT is idempotent: no Idempotency-Key. 422 names the field.
+         */
+        put: operations["putDefaultCreditAlerts"];
         post?: never;
         delete?: never;
         options?: never;
@@ -1656,6 +1708,46 @@ export interface webhooks {
          * @description The subscription was canceled: at once, or at the period end it was set to cancel at. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
          */
         post: operations["onSubscriptionCanceled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.threshold_crossed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.threshold_crossed
+         * @description Any operation that lowers the effective balance (consume, reservation create or commit, adjustment, expiry) moved it from at-or-above one of the customer's thresholds (its own, else the tenant default) to below it. Fires once per downward crossing; the threshold is armed again once the balance is back at or above it (a grant, topup or release). Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditThresholdCrossed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.topup_requested": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.topup_requested
+         * @description The effective balance crossed the auto top-up rule's below_mc downwards and no request fired within its dedupe window: charge the customer and answer with a topup of requested_mc, sending idempotency_key as its Idempotency-Key. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditTopupRequested"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3290,6 +3382,110 @@ export interface components {
             to: string;
             /** @description One series per metric with usage, sorted by metric key. */
             data: components["schemas"]["MetricUsageSeries"][];
+        };
+        /** @description One balance threshold. absolute takes amount_mc; percent_of_last_grant and percent_of_period_allowance take percent (1-100) and resolve to floor(base x percent / 100) millicredits at each operation: the base is the credits of the customer's newest grant (a grant, plan grant, topup or positive adjustment), or the summed credits of the recurring grants of the plan variant of the customer's current subscription. A percent threshold whose base is unknown (no grant yet, no subscription) does not fire. */
+        AlertThreshold: {
+            /** @enum {string} */
+            type: "absolute" | "percent_of_last_grant" | "percent_of_period_allowance";
+            /**
+             * Format: int64
+             * @description For absolute: the threshold in millicredits; null otherwise.
+             */
+            amount_mc?: number | null;
+            /** @description For the percent types: the percent of the base; null otherwise. */
+            percent?: number | null;
+        };
+        /** @description Auto top-up: when the effective balance crosses below_mc downwards, credit.topup_requested asks the tenant's payment integration for amount_mc, at most once per dedupe_window_seconds. */
+        TopupRule: {
+            /** Format: int64 */
+            below_mc: number;
+            /**
+             * Format: int64
+             * @description The credit to request, in millicredits.
+             */
+            amount_mc: number;
+            /**
+             * Format: int64
+             * @description No second request within this many seconds of the last, even after the balance rose and crossed again.
+             * @default 3600
+             */
+            dedupe_window_seconds?: number;
+        };
+        /** @description A whole alert configuration; PUT replaces the stored one. */
+        CreditAlertsInput: {
+            /** @description At most 10, no two equal; an empty array for none. */
+            thresholds: components["schemas"]["AlertThreshold"][];
+            /** @description The auto top-up rule; null or absent for none. */
+            topup?: components["schemas"]["TopupRule"] | null;
+        };
+        /** @description The alert configuration that applies: the customer's own, the tenant default of the key's environment, or none. */
+        CreditAlerts: {
+            /**
+             * Format: uuid
+             * @description Null for the tenant default.
+             */
+            customer_id: string | null;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            /**
+             * @description customer: the customer's own settings; default: the tenant default (the customer has none of its own); none: nothing is configured.
+             * @enum {string}
+             */
+            source: "customer" | "default" | "none";
+            thresholds: components["schemas"]["AlertThreshold"][];
+            topup: components["schemas"]["TopupRule"] | null;
+            /**
+             * Format: date-time
+             * @description When the settings shown were last written; null for source none.
+             */
+            updated_at: string | null;
+        };
+        /** @description The effective balance crossed the threshold downwards (from at-or-above to below); the threshold is armed again once the balance is back at or above it. */
+        CreditThresholdCrossedData: {
+            threshold: components["schemas"]["AlertThreshold"];
+            /**
+             * Format: int64
+             * @description The threshold's amount when it was crossed (a percent one resolved).
+             */
+            threshold_mc: number;
+            /**
+             * Format: int64
+             * @description The effective balance after the operation.
+             */
+            balance_mc: number;
+            /**
+             * Format: int64
+             * @description The effective balance before it.
+             */
+            previous_balance_mc: number;
+        };
+        /** @description The auto top-up rule fired: charge the customer and answer with POST /v1/customers/{id}/topups for requested_mc, sending idempotency_key as the Idempotency-Key so a retried topup is applied once. */
+        CreditTopupRequestedData: {
+            /** Format: int64 */
+            requested_mc: number;
+            /** Format: int64 */
+            below_mc: number;
+            /**
+             * Format: int64
+             * @description The effective balance after the operation that crossed below_mc.
+             */
+            balance_mc: number;
+            /** @description The Idempotency-Key for the answering topup: topup-request-<event_id>. */
+            idempotency_key: string;
+            /** Format: int64 */
+            dedupe_window_seconds: number;
+        };
+        /** @description The delivered body of credit.threshold_crossed. */
+        CreditThresholdCrossedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.threshold_crossed";
+            data?: components["schemas"]["CreditThresholdCrossedData"];
+        };
+        /** @description The delivered body of credit.topup_requested. */
+        CreditTopupRequestedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.topup_requested";
+            data?: components["schemas"]["CreditTopupRequestedData"];
         };
     };
     responses: {
@@ -9226,6 +9422,310 @@ export interface operations {
             503: components["responses"]["503"];
         };
     };
+    getCustomerCreditAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The settings that apply. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "source": "customer",
+                     *       "thresholds": [
+                     *         {
+                     *           "type": "absolute",
+                     *           "amount_mc": 50000,
+                     *           "percent": null
+                     *         },
+                     *         {
+                     *           "type": "percent_of_last_grant",
+                     *           "amount_mc": null,
+                     *           "percent": 20
+                     *         }
+                     *       ],
+                     *       "topup": {
+                     *         "below_mc": 20000,
+                     *         "amount_mc": 250000,
+                     *         "dedupe_window_seconds": 3600
+                     *       },
+                     *       "updated_at": "2026-11-24T06:58:41.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreditAlerts"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    putCustomerCreditAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "thresholds": [
+                 *         {
+                 *           "type": "absolute",
+                 *           "amount_mc": 50000
+                 *         },
+                 *         {
+                 *           "type": "percent_of_last_grant",
+                 *           "percent": 20
+                 *         }
+                 *       ],
+                 *       "topup": {
+                 *         "below_mc": 20000,
+                 *         "amount_mc": 250000,
+                 *         "dedupe_window_seconds": 3600
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditAlertsInput"];
+            };
+        };
+        responses: {
+            /** @description The customer's settings as stored. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "source": "customer",
+                     *       "thresholds": [
+                     *         {
+                     *           "type": "absolute",
+                     *           "amount_mc": 50000,
+                     *           "percent": null
+                     *         },
+                     *         {
+                     *           "type": "percent_of_last_grant",
+                     *           "amount_mc": null,
+                     *           "percent": 20
+                     *         }
+                     *       ],
+                     *       "topup": {
+                     *         "below_mc": 20000,
+                     *         "amount_mc": 250000,
+                     *         "dedupe_window_seconds": 3600
+                     *       },
+                     *       "updated_at": "2026-11-24T06:58:41.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreditAlerts"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    deleteCustomerCreditAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Own id or external id (external id tried first). Percent-encode reserved characters. */
+                id: components["parameters"]["CustomerId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed; no body. */
+            204: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    getDefaultCreditAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant default. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": null,
+                     *       "environment": "live",
+                     *       "source": "default",
+                     *       "thresholds": [
+                     *         {
+                     *           "type": "absolute",
+                     *           "amount_mc": 50000,
+                     *           "percent": null
+                     *         },
+                     *         {
+                     *           "type": "percent_of_last_grant",
+                     *           "amount_mc": null,
+                     *           "percent": 20
+                     *         }
+                     *       ],
+                     *       "topup": {
+                     *         "below_mc": 20000,
+                     *         "amount_mc": 250000,
+                     *         "dedupe_window_seconds": 3600
+                     *       },
+                     *       "updated_at": "2026-11-24T06:58:41.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreditAlerts"];
+                };
+            };
+            401: components["responses"]["401"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    putDefaultCreditAlerts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "thresholds": [
+                 *         {
+                 *           "type": "absolute",
+                 *           "amount_mc": 50000
+                 *         },
+                 *         {
+                 *           "type": "percent_of_last_grant",
+                 *           "percent": 20
+                 *         }
+                 *       ],
+                 *       "topup": {
+                 *         "below_mc": 20000,
+                 *         "amount_mc": 250000,
+                 *         "dedupe_window_seconds": 3600
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditAlertsInput"];
+            };
+        };
+        responses: {
+            /** @description The tenant default as stored. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "customer_id": null,
+                     *       "environment": "live",
+                     *       "source": "default",
+                     *       "thresholds": [
+                     *         {
+                     *           "type": "absolute",
+                     *           "amount_mc": 50000,
+                     *           "percent": null
+                     *         },
+                     *         {
+                     *           "type": "percent_of_last_grant",
+                     *           "amount_mc": null,
+                     *           "percent": 20
+                     *         }
+                     *       ],
+                     *       "topup": {
+                     *         "below_mc": 20000,
+                     *         "amount_mc": 250000,
+                     *         "dedupe_window_seconds": 3600
+                     *       },
+                     *       "updated_at": "2026-11-24T06:58:41.120Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreditAlerts"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
     onCreditGranted: {
         parameters: {
             query?: never;
@@ -9866,6 +10366,123 @@ export interface operations {
                  *     }
                  */
                 "application/json": components["schemas"]["SubscriptionCanceledEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditThresholdCrossed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "sequence": 105,
+                 *       "event_id": "0c6b8f4e-2d1a-5b7c-9e3f-4a8d2c1b6e07",
+                 *       "event_type": "credit.threshold_crossed",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T05:40:02.771Z",
+                 *       "idempotency_key": "req-7f3a9c-96",
+                 *       "version": 12,
+                 *       "data": {
+                 *         "threshold": {
+                 *           "type": "percent_of_last_grant",
+                 *           "amount_mc": null,
+                 *           "percent": 20
+                 *         },
+                 *         "threshold_mc": 50000,
+                 *         "balance_mc": 48200,
+                 *         "previous_balance_mc": 51700
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditThresholdCrossedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditTopupRequested: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "sequence": 106,
+                 *       "event_id": "7e2d4a91-3c5b-5f8e-a1d6-9b0c2e4f7a38",
+                 *       "event_type": "credit.topup_requested",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T05:40:02.771Z",
+                 *       "idempotency_key": "req-7f3a9c-96",
+                 *       "version": 12,
+                 *       "data": {
+                 *         "requested_mc": 250000,
+                 *         "below_mc": 20000,
+                 *         "balance_mc": 18500,
+                 *         "idempotency_key": "topup-request-7e2d4a91-3c5b-5f8e-a1d6-9b0c2e4f7a38",
+                 *         "dedupe_window_seconds": 3600
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditTopupRequestedEvent"];
             };
         };
         responses: {

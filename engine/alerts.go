@@ -1,0 +1,521 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Credit alerts (issue 15 item 4): a customer's balance thresholds and its
+// auto top-up rule, or its tenant's default for the environment. The
+// persister evaluates them in the transaction that stores each Mutation
+// (EvaluateAlerts), so credit.threshold_crossed and credit.topup_requested
+// are stored exactly once, numbered with the tenant's other events and
+// carrying the account version, like credit.low_balance. docs/decisions.md
+// "Credit alerts and top-up signals" fixes the rules in words.
+
+// Alert event kinds (issue 15 item 4).
+const (
+	EventCreditThresholdCrossed EventType = "credit.threshold_crossed"
+	EventCreditTopupRequested   EventType = "credit.topup_requested"
+)
+
+// Alert limits (docs/limits.md).
+const (
+	// MaxAlertThresholds bounds the thresholds of one configuration: each
+	// is evaluated for every Mutation of the customer in the persister.
+	MaxAlertThresholds = 10
+	// MaxAlertPercent is the largest percent threshold (100: the whole base).
+	MaxAlertPercent = 100
+	// DefaultTopupDedupeSeconds is the top-up rule's dedupe window when
+	// the body leaves it out: an hour gives a payment integration time to
+	// charge and answer with a topup before the balance dips again.
+	DefaultTopupDedupeSeconds = 3600
+	// MinTopupDedupeSeconds and MaxTopupDedupeSeconds bound the window.
+	MinTopupDedupeSeconds = 60
+	// MaxTopupDedupeSeconds is 30 days.
+	MaxTopupDedupeSeconds = 30 * 24 * 3600
+)
+
+// Event slots of the alert events (EventID): a topup request in its own
+// slot, threshold i in slotThresholdBase+i, clear of the Mutation's own.
+const (
+	SlotTopupRequested = 3
+	slotThresholdBase  = 8
+)
+
+// ThresholdType says what a threshold's value is measured against.
+type ThresholdType string
+
+// Threshold types.
+const (
+	// ThresholdAbsolute is a fixed amount in millicredits.
+	ThresholdAbsolute ThresholdType = "absolute"
+	// ThresholdPercentOfLastGrant is a percent of the credits of the
+	// customer's newest grant (grant, plan grant, topup or positive adjust).
+	ThresholdPercentOfLastGrant ThresholdType = "percent_of_last_grant"
+	// ThresholdPercentOfPeriodAllowance is a percent of the period
+	// allowance: the summed credits of the recurring grants of the plan
+	// variant of the customer's current subscription.
+	ThresholdPercentOfPeriodAllowance ThresholdType = "percent_of_period_allowance"
+)
+
+// AlertThreshold is one threshold: AmountMC for an absolute one, Percent
+// (1..100) for the others.
+type AlertThreshold struct {
+	Type     ThresholdType `json:"type"`
+	AmountMC *int64        `json:"amount_mc"`
+	Percent  *int64        `json:"percent"`
+}
+
+// TopupRule asks for AmountMC of credit when the effective balance drops
+// below BelowMC, at most once per DedupeWindowSeconds.
+type TopupRule struct {
+	BelowMC             int64 `json:"below_mc"`
+	AmountMC            int64 `json:"amount_mc"`
+	DedupeWindowSeconds int64 `json:"dedupe_window_seconds"`
+}
+
+// AlertSettings is one stored configuration: a customer's or its tenant's
+// default (per environment).
+type AlertSettings struct {
+	Thresholds []AlertThreshold `json:"thresholds"`
+	Topup      *TopupRule       `json:"topup"`
+}
+
+// Empty reports whether s asks for nothing.
+func (s AlertSettings) Empty() bool { return len(s.Thresholds) == 0 && s.Topup == nil }
+
+// Alert configuration sources (CreditAlerts.Source).
+const (
+	AlertSourceCustomer = "customer"
+	AlertSourceDefault  = "default"
+	AlertSourceNone     = "none"
+)
+
+// CreditAlerts is the body of the alert routes: the settings that apply and
+// where they come from (a customer's own, the tenant default, or none).
+type CreditAlerts struct {
+	CustomerID  *uuid.UUID       `json:"customer_id"`
+	Environment Environment      `json:"environment"`
+	Source      string           `json:"source"`
+	Thresholds  []AlertThreshold `json:"thresholds"`
+	Topup       *TopupRule       `json:"topup"`
+	UpdatedAt   *time.Time       `json:"updated_at"`
+}
+
+// StoredAlerts is a stored configuration row.
+type StoredAlerts struct {
+	Settings  AlertSettings
+	UpdatedAt time.Time
+}
+
+// AlertStore keeps alert configurations (Postgres).
+type AlertStore interface {
+	// AlertSettingsGet returns the customer's own settings (customer nil:
+	// the tenant default of the scope's environment); ok false when none.
+	AlertSettingsGet(ctx context.Context, s Scope, customer *uuid.UUID) (StoredAlerts, bool, error)
+	// AlertSettingsPut replaces them.
+	AlertSettingsPut(ctx context.Context, s Scope, customer *uuid.UUID, settings AlertSettings, now time.Time) error
+	// AlertSettingsDelete removes the customer's own settings; ok false
+	// when it had none.
+	AlertSettingsDelete(ctx context.Context, s Scope, customer uuid.UUID) (bool, error)
+}
+
+// CustomerResolver finds a customer of a scope by id or external id.
+type CustomerResolver interface {
+	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
+}
+
+// Alerts serves the credit alert routes.
+type Alerts struct {
+	store     AlertStore
+	customers CustomerResolver
+	clock     Clock
+}
+
+// NewAlerts returns the alert service.
+func NewAlerts(store AlertStore, customers CustomerResolver, clock Clock) *Alerts {
+	return &Alerts{store: store, customers: customers, clock: clock}
+}
+
+// AlertSettingsInput is the body of the PUT alert routes; pointers tell a
+// missing member from a zero.
+type AlertSettingsInput struct {
+	Thresholds *[]AlertThresholdInput `json:"thresholds"`
+	Topup      *TopupRuleInput        `json:"topup"`
+}
+
+// AlertThresholdInput is one threshold of the body.
+type AlertThresholdInput struct {
+	Type     *string `json:"type"`
+	AmountMC *int64  `json:"amount_mc"`
+	Percent  *int64  `json:"percent"`
+}
+
+// TopupRuleInput is the top-up rule of the body.
+type TopupRuleInput struct {
+	BelowMC             *int64 `json:"below_mc"`
+	AmountMC            *int64 `json:"amount_mc"`
+	DedupeWindowSeconds *int64 `json:"dedupe_window_seconds"`
+}
+
+// Settings validates in (422 naming the field) and returns what it asks for.
+func (in AlertSettingsInput) Settings() (AlertSettings, error) {
+	var out AlertSettings
+	if in.Thresholds == nil {
+		return out, Invalid("thresholds", "thresholds is required (an empty array for none)")
+	}
+	ths := *in.Thresholds
+	if len(ths) > MaxAlertThresholds {
+		return out, Invalid("thresholds", fmt.Sprintf("at most %d thresholds", MaxAlertThresholds))
+	}
+	out.Thresholds = make([]AlertThreshold, 0, len(ths))
+	for i, t := range ths {
+		field := fmt.Sprintf("thresholds[%d]", i)
+		th, err := t.threshold(field)
+		if err != nil {
+			return out, err
+		}
+		for j, prev := range out.Thresholds {
+			if prev.same(th) {
+				return out, Invalid(field, fmt.Sprintf("%s repeats thresholds[%d]", field, j))
+			}
+		}
+		out.Thresholds = append(out.Thresholds, th)
+	}
+	if in.Topup != nil {
+		r, err := in.Topup.rule()
+		if err != nil {
+			return out, err
+		}
+		out.Topup = &r
+	}
+	return out, nil
+}
+
+// threshold validates one threshold of the body.
+func (t AlertThresholdInput) threshold(field string) (AlertThreshold, error) {
+	if t.Type == nil {
+		return AlertThreshold{}, Invalid(field+".type", field+".type is required")
+	}
+	typ := ThresholdType(*t.Type)
+	switch typ {
+	case ThresholdAbsolute:
+		if t.Percent != nil {
+			return AlertThreshold{}, Invalid(field+".percent", "an absolute threshold takes amount_mc, not percent")
+		}
+		if t.AmountMC == nil {
+			return AlertThreshold{}, Invalid(field+".amount_mc", field+".amount_mc is required for an absolute threshold")
+		}
+		if *t.AmountMC < 1 {
+			return AlertThreshold{}, Invalid(field+".amount_mc", field+".amount_mc must be >= 1")
+		}
+		v := *t.AmountMC
+		return AlertThreshold{Type: typ, AmountMC: &v}, nil
+	case ThresholdPercentOfLastGrant, ThresholdPercentOfPeriodAllowance:
+		if t.AmountMC != nil {
+			return AlertThreshold{}, Invalid(field+".amount_mc", "a percent threshold takes percent, not amount_mc")
+		}
+		if t.Percent == nil {
+			return AlertThreshold{}, Invalid(field+".percent", field+".percent is required for a percent threshold")
+		}
+		if *t.Percent < 1 || *t.Percent > MaxAlertPercent {
+			return AlertThreshold{}, Invalid(field+".percent", field+".percent must be between 1 and 100")
+		}
+		v := *t.Percent
+		return AlertThreshold{Type: typ, Percent: &v}, nil
+	}
+	return AlertThreshold{}, Invalid(field+".type",
+		field+".type must be absolute, percent_of_last_grant or percent_of_period_allowance")
+}
+
+// same reports whether t and o are the same threshold.
+func (t AlertThreshold) same(o AlertThreshold) bool {
+	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	return t.Type == o.Type && eq(t.AmountMC, o.AmountMC) && eq(t.Percent, o.Percent)
+}
+
+// rule validates the top-up rule of the body.
+func (r TopupRuleInput) rule() (TopupRule, error) {
+	if r.BelowMC == nil {
+		return TopupRule{}, Invalid("topup.below_mc", "topup.below_mc is required")
+	}
+	if *r.BelowMC < 1 {
+		return TopupRule{}, Invalid("topup.below_mc", "topup.below_mc must be >= 1")
+	}
+	if r.AmountMC == nil {
+		return TopupRule{}, Invalid("topup.amount_mc", "topup.amount_mc is required")
+	}
+	if *r.AmountMC < 1 {
+		return TopupRule{}, Invalid("topup.amount_mc", "topup.amount_mc must be >= 1")
+	}
+	window := int64(DefaultTopupDedupeSeconds)
+	if r.DedupeWindowSeconds != nil {
+		window = *r.DedupeWindowSeconds
+		if window < MinTopupDedupeSeconds || window > MaxTopupDedupeSeconds {
+			return TopupRule{}, Invalid("topup.dedupe_window_seconds",
+				fmt.Sprintf("topup.dedupe_window_seconds must be between %d and %d", MinTopupDedupeSeconds, MaxTopupDedupeSeconds))
+		}
+	}
+	return TopupRule{BelowMC: *r.BelowMC, AmountMC: *r.AmountMC, DedupeWindowSeconds: window}, nil
+}
+
+// view renders stored settings as the route's body.
+func view(env Environment, customer *uuid.UUID, source string, st StoredAlerts) CreditAlerts {
+	out := CreditAlerts{CustomerID: customer, Environment: env, Source: source,
+		Thresholds: st.Settings.Thresholds, Topup: st.Settings.Topup}
+	if out.Thresholds == nil {
+		out.Thresholds = []AlertThreshold{}
+	}
+	if source != AlertSourceNone {
+		at := st.UpdatedAt.UTC()
+		out.UpdatedAt = &at
+	}
+	return out
+}
+
+// Default returns the tenant default of the scope's environment (source
+// none and no thresholds when it has none).
+func (a *Alerts) Default(ctx context.Context, scope Scope) (CreditAlerts, error) {
+	st, ok, err := a.store.AlertSettingsGet(ctx, scope, nil)
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	if !ok {
+		return view(scope.Environment, nil, AlertSourceNone, StoredAlerts{}), nil
+	}
+	return view(scope.Environment, nil, AlertSourceDefault, st), nil
+}
+
+// PutDefault replaces the tenant default (422 naming the field).
+func (a *Alerts) PutDefault(ctx context.Context, scope Scope, in AlertSettingsInput) (CreditAlerts, error) {
+	settings, err := in.Settings()
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	now := a.clock.Now().UTC().Truncate(time.Microsecond)
+	if err := a.store.AlertSettingsPut(ctx, scope, nil, settings, now); err != nil {
+		return CreditAlerts{}, err
+	}
+	return view(scope.Environment, nil, AlertSourceDefault, StoredAlerts{Settings: settings, UpdatedAt: now}), nil
+}
+
+// Customer returns the settings that apply to the customer: its own, else
+// the tenant default, else none (404 for an unknown customer).
+func (a *Alerts) Customer(ctx context.Context, scope Scope, ref CustomerRef) (CreditAlerts, error) {
+	c, err := a.customers.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	id := c.ID
+	st, ok, err := a.store.AlertSettingsGet(ctx, scope, &id)
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	if ok {
+		return view(scope.Environment, &id, AlertSourceCustomer, st), nil
+	}
+	st, ok, err = a.store.AlertSettingsGet(ctx, scope, nil)
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	if ok {
+		return view(scope.Environment, &id, AlertSourceDefault, st), nil
+	}
+	return view(scope.Environment, &id, AlertSourceNone, StoredAlerts{}), nil
+}
+
+// PutCustomer replaces the customer's own settings, which then apply
+// instead of the tenant default (an empty list and no rule silence it).
+func (a *Alerts) PutCustomer(ctx context.Context, scope Scope, ref CustomerRef, in AlertSettingsInput) (CreditAlerts, error) {
+	settings, err := in.Settings()
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	c, err := a.customers.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return CreditAlerts{}, err
+	}
+	id := c.ID
+	now := a.clock.Now().UTC().Truncate(time.Microsecond)
+	if err := a.store.AlertSettingsPut(ctx, scope, &id, settings, now); err != nil {
+		return CreditAlerts{}, err
+	}
+	return view(scope.Environment, &id, AlertSourceCustomer, StoredAlerts{Settings: settings, UpdatedAt: now}), nil
+}
+
+// DeleteCustomer removes the customer's own settings so the tenant default
+// applies again (404 when the customer is unknown or had none).
+func (a *Alerts) DeleteCustomer(ctx context.Context, scope Scope, ref CustomerRef) error {
+	c, err := a.customers.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return err
+	}
+	ok, err := a.store.AlertSettingsDelete(ctx, scope, c.ID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return NotFound("the customer has no alert settings of its own")
+	}
+	return nil
+}
+
+// ThresholdCrossedData is the data of credit.threshold_crossed.
+type ThresholdCrossedData struct {
+	Threshold AlertThreshold `json:"threshold"`
+	// ThresholdMC is the threshold's amount when it was crossed.
+	ThresholdMC int64 `json:"threshold_mc"`
+	// BalanceMC is the effective balance after the operation.
+	BalanceMC int64 `json:"balance_mc"`
+	// PreviousBalanceMC is the effective balance before it.
+	PreviousBalanceMC int64 `json:"previous_balance_mc"`
+}
+
+// TopupRequestedData is the data of credit.topup_requested.
+type TopupRequestedData struct {
+	// RequestedMC is the credit the rule asks for (its amount_mc).
+	RequestedMC int64 `json:"requested_mc"`
+	BelowMC     int64 `json:"below_mc"`
+	BalanceMC   int64 `json:"balance_mc"`
+	// IdempotencyKey is the key to send with the topup that answers this
+	// request, so a retried topup is applied once.
+	IdempotencyKey      string `json:"idempotency_key"`
+	DedupeWindowSeconds int64  `json:"dedupe_window_seconds"`
+}
+
+// AlertState is what the persister keeps per customer between batches.
+type AlertState struct {
+	// Version is the account version of the last Mutation evaluated (0:
+	// none); an older or equal one is a replay and is skipped.
+	Version int64
+	// BalanceMC is the effective balance after it, when BalanceKnown.
+	BalanceMC    int64
+	BalanceKnown bool
+	// LastGrantMC is the credits of the customer's newest grant (0: none).
+	LastGrantMC int64
+	// TopupRequestedAt is when credit.topup_requested last fired.
+	TopupRequestedAt *time.Time
+}
+
+// AlertSubject is one customer's alert settings, facts and state, which
+// EvaluateAlerts advances Mutation by Mutation.
+type AlertSubject struct {
+	ExternalID string
+	Settings   AlertSettings
+	// PeriodAllowanceMC is the base of percent_of_period_allowance (0: none).
+	PeriodAllowanceMC int64
+	State             AlertState
+}
+
+// ThresholdCrossed reports a downward crossing of threshold: from
+// at-or-above it to below it. A threshold of 0 (unresolved) never fires; the
+// same rule as credit.low_balance, so a threshold fires once on the way down
+// and is armed again only once the balance is back at or above it.
+func ThresholdCrossed(before, after, threshold int64) bool {
+	return LowBalanceCrossed(before, after, threshold)
+}
+
+// ResolveThreshold is t's amount in millicredits: its amount_mc, or
+// floor(base x percent / 100) of the last grant or the period allowance,
+// computed without overflow; 0 when the base is unknown (never fires).
+func ResolveThreshold(t AlertThreshold, lastGrantMC, allowanceMC int64) int64 {
+	switch t.Type {
+	case ThresholdAbsolute:
+		if t.AmountMC != nil {
+			return *t.AmountMC
+		}
+	case ThresholdPercentOfLastGrant:
+		return percentOf(lastGrantMC, t.Percent)
+	case ThresholdPercentOfPeriodAllowance:
+		return percentOf(allowanceMC, t.Percent)
+	}
+	return 0
+}
+
+// percentOf is floor(base x p / 100) for base >= 0 and 0 <= p <= 100,
+// split so no product overflows int64.
+func percentOf(base int64, p *int64) int64 {
+	if p == nil || base <= 0 || *p <= 0 {
+		return 0
+	}
+	pct := min(*p, MaxAlertPercent)
+	return base/100*pct + base%100*pct/100
+}
+
+// grantedMC is the credits m granted when it is a grant (its first main
+// entry, positive), else 0.
+func grantedMC(m *Mutation) int64 {
+	if m.Kind != MutationGrant {
+		return 0
+	}
+	i := m.firstMain()
+	if i < 0 || m.Entries[i].Delta <= 0 {
+		return 0
+	}
+	return m.Entries[i].Delta
+}
+
+// TopupIdempotencyKey is the Idempotency-Key a payment integration sends
+// with the topup that answers the credit.topup_requested event id.
+func TopupIdempotencyKey(event uuid.UUID) string { return "topup-request-" + event.String() }
+
+// EvaluateAlerts advances s over m, the customer's next Mutation in stream
+// order, and returns the alert events m owes. It is pure: the persister runs
+// it in the transaction that stores m, and a replay (an account version not
+// newer than the state's) yields nothing and leaves s as it was.
+//   - the effective balance before m is what m says (EffectiveBeforeOf),
+//     else the state's when m directly follows the last Mutation evaluated
+//     (version + 1: settings added after a pause must not compare with a
+//     balance from before it), else unknown (no crossing; the state starts
+//     at m's balance);
+//   - a grant sets the last grant before the thresholds resolve;
+//   - each threshold fires credit.threshold_crossed when the balance crosses
+//     its amount downwards (ThresholdCrossed);
+//   - the top-up rule fires credit.topup_requested when the balance crosses
+//     below_mc downwards and no request fired within its dedupe window.
+func EvaluateAlerts(s *AlertSubject, m *Mutation) []Event {
+	if m.Account.Version <= s.State.Version {
+		return nil
+	}
+	after := m.EffectiveAfter()
+	before, known := EffectiveBeforeOf(m)
+	if !known && s.State.BalanceKnown && m.Account.Version == s.State.Version+1 {
+		before, known = s.State.BalanceMC, true
+	}
+	if g := grantedMC(m); g > 0 {
+		s.State.LastGrantMC = g
+	}
+	s.State.Version, s.State.BalanceMC, s.State.BalanceKnown = m.Account.Version, after, true
+	if !known {
+		return nil
+	}
+	var out []Event
+	ext := s.ExternalID
+	if m.Context != nil {
+		ext = m.Context.ExternalID
+	}
+	for i, t := range s.Settings.Thresholds {
+		v := ResolveThreshold(t, s.State.LastGrantMC, s.PeriodAllowanceMC)
+		if ThresholdCrossed(before, after, v) {
+			out = append(out, newMutationEvent(*m, slotThresholdBase+i, EventCreditThresholdCrossed, &ext,
+				ThresholdCrossedData{Threshold: t, ThresholdMC: v, BalanceMC: after, PreviousBalanceMC: before}))
+		}
+	}
+	if r := s.Settings.Topup; r != nil && ThresholdCrossed(before, after, r.BelowMC) {
+		at := m.At()
+		window := time.Duration(min(r.DedupeWindowSeconds, math.MaxInt64/int64(time.Second))) * time.Second
+		if last := s.State.TopupRequestedAt; last == nil || !at.Before(last.Add(window)) {
+			id := EventID(m.OpID, SlotTopupRequested)
+			out = append(out, newMutationEvent(*m, SlotTopupRequested, EventCreditTopupRequested, &ext,
+				TopupRequestedData{RequestedMC: r.AmountMC, BelowMC: r.BelowMC, BalanceMC: after,
+					IdempotencyKey: TopupIdempotencyKey(id), DedupeWindowSeconds: r.DedupeWindowSeconds}))
+			s.State.TopupRequestedAt = &at
+		}
+	}
+	return out
+}
