@@ -36,3 +36,29 @@ func TestConformanceOverflowNamesField(t *testing.T) {
 		t.Errorf("a refused increment moved the gauge: %s", r.Raw)
 	}
 }
+
+// TestConformanceSnapshotAllowedFollowsPolicy: a snapshot's metered `allowed`
+// says what a check of one unit says (interface.md Entitlement checks: the
+// snapshot's entries carry `allowed` like the check result): under `allow`
+// and `notify` usage goes on past the balance (the rest is overage), so an
+// empty account is still allowed; under `block` it is not.
+func TestConformanceSnapshotAllowedFollowsPolicy(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("snappol"))
+	a := s.as(t, tn.Live)
+	metered := a.perUnit(7)
+	for _, pol := range []string{"block", "allow", "notify"} {
+		c := a.createCustomer(map[string]any{"external_id": uniq("pol"), "overage_policy": pol})
+		id := c["id"].(string)
+		chk := a.get("/v1/customers/" + id + "/entitlements/" + metered)
+		snap := a.snapshot("/v1/customers/"+id+"/entitlements", true)
+		if !checkStatus(t, chk, 200, pol+" check") || !checkStatus(t, snap, 200, pol+" snapshot") {
+			continue
+		}
+		e := obj(t, obj(t, snap.Body["entitlements"], pol+" entitlements")[metered], pol+" entry")
+		if want := pol != "block"; chk.Body["allowed"] != want || e["allowed"] != want {
+			t.Errorf("%s with no credit: check allowed %v, snapshot allowed %v, want %v; snapshot %s",
+				pol, chk.Body["allowed"], e["allowed"], want, snap.Raw)
+		}
+	}
+}
