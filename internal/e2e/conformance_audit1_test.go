@@ -62,3 +62,29 @@ func TestConformanceSnapshotAllowedFollowsPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceBlankCustomerID: a lenient customer id of spaces names no
+// customer and cannot become one (an external_id must not be blank), so the
+// routes that would auto-create one refuse it as a 400 naming `customer_id`,
+// the parameter the caller sent, never a problem about an `external_id` it
+// did not send (addendum 3: the response names the field).
+func TestConformanceBlankCustomerID(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("blankid"))
+	a := s.as(t, tn.Live)
+	metered := a.perUnit(7)
+	seats := uniq("seats")
+	a.newMetric(seats, "gauge", map[string]any{"cap": 3})
+	checkProblem(t, a.get("/v1/entitlements/check?customer_id=%20%20&billable_metric_key="+metered), 400, "bad-request", "customer_id", "check")
+	checkProblem(t, a.get("/v1/customers/%20/entitlements/"+metered), 400, "bad-request", "customer_id", "check by path")
+	checkProblem(t, a.get("/v1/customers/%20/entitlements"), 400, "bad-request", "customer_id", "snapshot")
+	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": "  ", "billable_metric_key": metered, "estimated_units": 1}),
+		400, "bad-request", "customer_id", "reserve")
+	checkProblem(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": " ", "billable_metric_key": metered, "units": 1}),
+		400, "bad-request", "customer_id", "consume")
+	checkProblem(t, a.post("/v1/customers/%20/entitlements/"+seats+"/increment", map[string]any{"amount": 1}),
+		400, "bad-request", "customer_id", "increment")
+	if r := a.get("/v1/customers?limit=100"); checkStatus(t, r, 200, "list") && len(arr(t, r.Body["data"], "customers")) != 0 {
+		t.Errorf("a refused blank id created a customer: %s", r.Raw)
+	}
+}
