@@ -3,6 +3,7 @@ package e2e
 import (
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestConformanceOverflowNamesField: units or an amount whose cost or count
@@ -86,5 +87,73 @@ func TestConformanceBlankCustomerID(t *testing.T) {
 		400, "bad-request", "customer_id", "increment")
 	if r := a.get("/v1/customers?limit=100"); checkStatus(t, r, 200, "list") && len(arr(t, r.Body["data"], "customers")) != 0 {
 		t.Errorf("a refused blank id created a customer: %s", r.Raw)
+	}
+}
+
+// exhaustedEvents lists the tenant's credit.exhausted events of customer id,
+// waiting up to 10 s for want of them (the persister writes events after
+// the answer).
+func (a api) exhaustedEvents(customer string, want int) []map[string]any {
+	a.t.Helper()
+	var out []map[string]any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out = out[:0]
+		for _, e := range arr(a.t, a.get("/v1/webhooks/events?limit=100&event_type=credit.exhausted").Body["data"], "events") {
+			ev := obj(a.t, e, "event")
+			if body, ok := ev["payload"].(map[string]any); ok && body["customer_id"] == customer {
+				out = append(out, body)
+			}
+		}
+		if len(out) >= want || time.Now().After(deadline) {
+			return out
+		}
+	}
+}
+
+// TestConformanceHoldRefusalExhausted: credit.exhausted fires when a
+// `block` customer is refused for credit (addendum 8), and reservation create
+// and commit are among its emitters (interface.md Events: "the same
+// operations as credit.low_balance"), as a refused consume already does.
+func TestConformanceHoldRefusalExhausted(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("holdrefusal"))
+	a := s.as(t, tn.Live)
+	metered := a.perUnit(100)
+
+	// Create: 5 units (500) against 300 is refused.
+	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 300})
+	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metered, "estimated_units": 5}),
+		409, "insufficient-credits", "", "short reserve")
+	got := a.exhaustedEvents(id, 1)
+	if len(got) != 1 {
+		t.Fatalf("refused reserve: %d credit.exhausted events, want 1: %v", len(got), got)
+	}
+	if d := obj(t, got[0]["data"], "data"); Int(t, d["balance_mc"]) != 0 || d["billable_metric_key"] != metered {
+		t.Errorf("refused reserve: exhausted data %v", d)
+	}
+
+	// Commit: 10 units (1000) past the hold (100) plus the free balance (200).
+	id2, _ := a.newCustomer()
+	a.grant(id2, map[string]any{"credits": 300})
+	h := a.reserve(map[string]any{"customer_id": id2, "billable_metric_key": metered, "estimated_units": 1})
+	checkProblem(t, a.post("/v1/reservations/"+h["id"].(string)+"/commit", map[string]any{"actual_units": 10}),
+		409, "insufficient-credits", "", "short commit")
+	if got := a.exhaustedEvents(id2, 1); len(got) != 1 {
+		t.Errorf("refused commit: %d credit.exhausted events, want 1: %v", len(got), got)
+	}
+
+	// An allow customer's refused hold is no `block` refusal: nothing fires.
+	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
+	id3 := c["id"].(string)
+	a.grant(id3, map[string]any{"credits": 300})
+	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id3, "billable_metric_key": metered, "estimated_units": 5}),
+		409, "insufficient-credits", "", "allow reserve")
+	// A later grant read back through the history has been persisted, and
+	// the outbox is in order, so a refusal record before it would be too.
+	a.grant(id3, map[string]any{"credits": 1})
+	a.history(id3, "")
+	if got := a.exhaustedEvents(id3, 0); len(got) != 0 {
+		t.Errorf("allow customer's refused reserve fired credit.exhausted: %v", got)
 	}
 }
