@@ -143,6 +143,18 @@ func TestConformanceHoldRefusalExhausted(t *testing.T) {
 		t.Errorf("refused commit: %d credit.exhausted events, want 1: %v", len(got), got)
 	}
 
+	// The multi-metric form (decisions.md "Multi-metric reservations") too,
+	// with no metric, as a refused multi-metric consume.
+	other := a.perUnit(1)
+	id4, _ := a.newCustomer()
+	a.grant(id4, map[string]any{"credits": 300})
+	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id4, "items": []map[string]any{
+		{"billable_metric_key": metered, "estimated_units": 3}, {"billable_metric_key": other, "estimated_units": 1}}}),
+		409, "insufficient-credits", "", "short multi reserve")
+	if got := a.exhaustedEvents(id4, 1); len(got) != 1 || obj(t, got[0]["data"], "data")["billable_metric_key"] != nil {
+		t.Errorf("refused multi reserve: credit.exhausted events %v, want one with a null metric", got)
+	}
+
 	// An allow customer's refused hold is no `block` refusal: nothing fires.
 	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
 	id3 := c["id"].(string)
