@@ -319,6 +319,10 @@ func (s *Customers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, c
 	if !create {
 		return Customer{}, NotFound("customer not found")
 	}
+	if strings.TrimSpace(ref.Value) == "" {
+		// It could only become a blank external_id; name what the caller sent.
+		return Customer{}, BadRequest("customer_id", "customer_id must not be blank")
+	}
 	if utf8.RuneCountInString(ref.Value) > MaxExternalIDChars {
 		return Customer{}, Invalid("customer_id", "customer_id is longer than 255 characters")
 	}

@@ -224,6 +224,10 @@ func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, re
 
 func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tenant, rule MeteringRule, units int64, res CheckResult) (CheckResult, error) {
 	cost, err := Price(rule, units)
+	if errors.Is(err, ErrOverflow) {
+		// units is a query parameter: its bad values are the check's 400s.
+		return CheckResult{}, BadRequest("units", "units is too large: the cost would overflow a 64-bit amount")
+	}
 	if err != nil {
 		return CheckResult{}, err
 	}
@@ -896,6 +900,11 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 		cmd.LeaseID, cmd.LeaseSeconds = uuid.Must(uuid.NewV7()), *in.LeaseSeconds
 	}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Gauge(ctx, cmd) })
+	if errors.Is(err, ErrOverflow) {
+		// The count plus amount passes int64: the amount's fault, a 400 like
+		// the gauge's other amount errors.
+		return GaugeResult{}, BadRequest("amount", "amount is too large: the gauge count would overflow a 64-bit integer")
+	}
 	if err != nil {
 		return GaugeResult{}, err
 	}

@@ -117,8 +117,9 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		st, pn := f.Status, f.PlanName
 		snap.SubscriptionStatus, snap.PlanName = &st, &pn
 	}
+	policy := PolicyOf(c, tenant)
 	for _, m := range metrics {
-		e, err := s.snapshotEntry(ctx, scope, key, m, f, acct.EffectiveBalance)
+		e, err := s.snapshotEntry(ctx, scope, key, m, f, acct.EffectiveBalance, policy)
 		if err != nil {
 			return Snapshot{}, err
 		}
@@ -128,7 +129,7 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 	return snap, nil
 }
 
-func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key CustomerKey, m BillableMetric, f *SubscriptionFacts, effective int64) (SnapshotEntry, error) {
+func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key CustomerKey, m BillableMetric, f *SubscriptionFacts, effective int64, policy OveragePolicy) (SnapshotEntry, error) {
 	e := SnapshotEntry{Type: m.Type, BillableMetricKey: m.Key}
 	switch m.Type {
 	case MetricMetered:
@@ -143,7 +144,9 @@ func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key Custo
 		e.CostType = &ct
 		if per, err := Price(r, 1); err == nil {
 			e.EstimatedCostPerUnit = &per
-			e.Allowed = per <= effective && !meteredDenied(f, m.Key)
+			// As a check of one unit answers: only `block` stops at the
+			// balance; `allow` and `notify` go on and log the rest as overage.
+			e.Allowed = (per <= effective || policy != OveragePolicyBlock) && !meteredDenied(f, m.Key)
 		}
 		e.AffordableUnits = affordableUnits(r, effective)
 	case MetricBoolean:

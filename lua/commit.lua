@@ -5,7 +5,8 @@
 -- no usage; the status is still committed. Actual units > 0: the cost may
 -- use the hold plus the free effective balance (the effective balance with
 -- the hold released); when it does not fit, under block (ctx.policy) it is
--- INSUFFICIENT and nothing changes (the hold stays active), under allow and
+-- INSUFFICIENT and nothing changes (the hold stays active; the outbox gets
+-- a refusal record for credit.exhausted, as consume.lua's), under allow and
 -- notify the charge is what fits and the rest is overage. Then the hold
 -- returns and the charge is drained from the started blocks in spend order:
 -- ONE consumption entry (metric, actual units, ref = reservation id, the
@@ -74,6 +75,13 @@ if m_pos(actual) then
   if m_cmp(cost, available) > 0 then
     local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
     if policy ~= 'allow' and policy ~= 'notify' then
+      -- The refusal record of a block customer refused for credit, for
+      -- credit.exhausted (addendum 8), as consume.lua writes it; the hold
+      -- and the account are untouched.
+      local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+        idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
+        extra = ',"usage":' .. usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
+      redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
       return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
     end
     charge, overage = available, m_sub(cost, available)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,18 @@ func (b bundle) reserve(t *testing.T, cmd engine.ReserveCommand) engine.Mutation
 		t.Fatalf("reserve: %v", err)
 	}
 	return res.Mutation
+}
+
+// withoutOutbox is a dump without its outbox lines: what a refusal, which
+// only appends its refusal record, leaves unchanged.
+func withoutOutbox(dump string) string {
+	var keep []string
+	for _, l := range strings.Split(dump, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "outbox ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // holdDump is dump plus the hold-expiry zset, for refusals of hold scripts.
@@ -334,8 +347,10 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("due at expiry: %v %v", due, err)
 		}
 
-		// More than the effective balance cannot be held; nothing changes.
+		// More than the effective balance cannot be held; nothing changes but
+		// the outbox, which gets a refusal record for credit.exhausted.
 		before := b.holdDump(t, c)
+		obBefore := len(b.outbox(t, c))
 		if _, err := b.store.Reserve(ctx, reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("reserve past effective: %v", err)
 		}
@@ -344,8 +359,19 @@ func TestReservationLifecycle(t *testing.T) {
 		if _, err := b.store.Commit(ctx, cc); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("commit past hold and free balance: %v", err)
 		}
-		if after := b.holdDump(t, c); after != before {
+		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
+		}
+		ob := b.outbox(t, c)
+		if len(ob) != obBefore+2 {
+			t.Fatalf("refusals appended %d outbox records, want 2", len(ob)-obBefore)
+		}
+		for i, kind := range []engine.MutationKind{engine.MutationReserve, engine.MutationCommit} {
+			m := ob[obBefore+i]
+			if m.Kind != kind || m.Usage == nil || !m.Usage.Refused || m.Usage.Charged != 0 || len(m.Entries) != 0 ||
+				m.IdempotencyKey != "" || m.Reservation != nil || m.Usage.Metric != "gpu.seconds" {
+				t.Errorf("%s refusal record %+v usage %+v", kind, m, m.Usage)
+			}
 		}
 
 		// Commit of 8 units at the current rate 10 (80 > hold 30): exact.

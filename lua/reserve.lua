@@ -18,7 +18,8 @@
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- INSUFFICIENT, OVERFLOW, BADTERMS, TOOMANYHOLDS (MAX_ACTIVE_HOLDS active
 -- already), BADARG (also for a reservation id the
--- customer already has). Nothing is written before every check has passed.
+-- customer already has). Nothing is written before every check has passed,
+-- except the refusal record of a block customer's INSUFFICIENT.
 local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -43,6 +44,16 @@ local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
+  -- A block customer refused for credit owes credit.exhausted (addendum 8):
+  -- the refusal record consume.lua writes (usage.refused, no entries, the
+  -- same version, no idempotency key); the account itself is untouched.
+  local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
+  if policy ~= 'allow' and policy ~= 'notify' then
+    local m = {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
+      idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
+      extra = ',"usage":' .. usage_json(metric, est_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
+    redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  end
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
 end
 local reserved = m_add(a.rs, cost)

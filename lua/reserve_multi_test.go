@@ -70,7 +70,7 @@ func TestReserveMulti(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("over the balance: %v", err)
 		}
-		if after := b.holdDump(t, c); after != before {
+		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refused hold changed state:\n%s\n->\n%s", before, after)
 		}
 		rel, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(time.Minute)))
@@ -129,7 +129,7 @@ func TestCommitMulti(t *testing.T) {
 					if !errors.Is(err, tc.wantErr) {
 						t.Fatalf("err %v, want %v", err, tc.wantErr)
 					}
-					if after := b.holdDump(t, c); after != before {
+					if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 						t.Errorf("refused commit changed state:\n%s\n->\n%s", before, after)
 					}
 					return
