@@ -3544,6 +3544,7 @@ export interface components {
         /** @description Tenant UUID; anything else is a 404. */
         TenantId: string;
         KeyId: string;
+        /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
         IncludeBlocks: "true" | "false" | "1" | "0";
         /** @description Billable metric key. */
         MetricKey: string;
@@ -4110,6 +4111,7 @@ export interface operations {
     getCredits: {
         parameters: {
             query?: {
+                /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
             };
             header?: never;
@@ -4636,6 +4638,7 @@ export interface operations {
     getCreditsStrict: {
         parameters: {
             query?: {
+                /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
             };
             header?: never;
@@ -5555,7 +5558,7 @@ export interface operations {
             query?: {
                 /** @description Only this metric's rules. */
                 billable_metric_key?: string;
-                /** @description Only rules with no effective_until. */
+                /** @description Only rules with no effective_until. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 active_only?: "true" | "false" | "1" | "0";
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: components["parameters"]["Cursor"];
