@@ -103,16 +103,18 @@ func (c *call) queryLimit() (int, error) {
 	return n, nil
 }
 
-// queryBool reads a boolean query parameter (true/false/1/0), false when absent.
+// queryBool reads a boolean query parameter (true/false in any letter case,
+// as Python's requests writes True and False; or 1/0), false when absent.
 func (c *call) queryBool(name string) (bool, error) {
 	args := c.ctx.QueryArgs()
 	if !args.Has(name) {
 		return false, nil
 	}
-	switch string(args.Peek(name)) {
-	case "true", "1":
+	v := args.Peek(name)
+	switch {
+	case bytes.EqualFold(v, []byte("true")) || string(v) == "1":
 		return true, nil
-	case "false", "0":
+	case bytes.EqualFold(v, []byte("false")) || string(v) == "0":
 		return false, nil
 	}
 	return false, engine.BadRequest(name, name+" must be true, false, 1 or 0")

@@ -147,7 +147,9 @@ func (c *Client) DeleteCustomer(ctx context.Context, id string, opts ...CallOpti
 
 // GetCreditsParams are the query and header parameters of GetCredits.
 type GetCreditsParams struct {
-	// Query parameter include_blocks. One of: true, false, 1, 0. Default false.
+	// Query parameter include_blocks. Nest the live credit blocks. true and false are accepted in any
+	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
+	// Default false.
 	IncludeBlocks *string
 }
 
@@ -355,7 +357,9 @@ func (c *Client) DeleteCustomerByExternalID(ctx context.Context, externalID stri
 
 // GetCreditsByExternalIDParams are the query and header parameters of GetCreditsByExternalID.
 type GetCreditsByExternalIDParams struct {
-	// Query parameter include_blocks. One of: true, false, 1, 0. Default false.
+	// Query parameter include_blocks. Nest the live credit blocks. true and false are accepted in any
+	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
+	// Default false.
 	IncludeBlocks *string
 }
 
@@ -519,8 +523,9 @@ func (c *Client) UpdateBillableMetric(ctx context.Context, key string, body Metr
 type ListMeteringRulesParams struct {
 	// Query parameter billable_metric_key. Only this metric's rules.
 	BillableMetricKey *string
-	// Query parameter active_only. Only rules with no effective_until. One of: true, false, 1, 0.
-	// Default false.
+	// Query parameter active_only. Only rules with no effective_until. true and false are accepted in
+	// any letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1,
+	// 0. Default false.
 	ActiveOnly *string
 	// Query parameter cursor. Opaque next_cursor of the previous page.
 	Cursor *string

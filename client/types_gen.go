@@ -631,7 +631,8 @@ type WebhookEvent struct {
 	ID string `json:"id"`
 	// One of: live, sandbox.
 	Environment string `json:"environment"`
-	// credit.granted, credit.consumed, credit.low_balance, credit.exhausted, test.ping, ...
+	// credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired,
+	// test.ping, ...
 	EventType string `json:"event_type"`
 	// The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
 	// assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows

@@ -121,8 +121,8 @@ type WebhookPayload struct {
 	// EventID is the event's id, also the webhook-id header.
 	EventID string `json:"event_id"`
 	// EventType is credit.granted, credit.consumed, credit.low_balance,
-	// credit.exhausted, subscription.renewed, test.ping and the others the
-	// API reference lists.
+	// credit.exhausted, credit.expired, subscription.renewed, test.ping and
+	// the others the API reference lists.
 	EventType string `json:"event_type"`
 	// TenantID is the tenant the event belongs to.
 	TenantID string `json:"tenant_id"`

@@ -375,10 +375,22 @@ func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, in 
 type OverageReport struct {
 	Data           []OverageLine `json:"data"`
 	TotalOverageMC int64         `json:"total_overage_mc"`
-	Period         struct {
-		From time.Time `json:"from"`
-		To   time.Time `json:"to"`
+	// Period is the window asked for, as the client wrote it (periodText).
+	Period struct {
+		From string `json:"from"`
+		To   string `json:"to"`
 	} `json:"period"`
+}
+
+// periodText is how the overage answer writes a bound of its window: the
+// client's own text when it is already UTC (ends in Z), so a client that
+// compares the echo with what it sent (a toISOString() value such as
+// ...T00:00:00.000Z) finds it unchanged; an offset form is written in UTC.
+func periodText(raw string, t time.Time) string {
+	if strings.HasSuffix(raw, "Z") {
+		return raw
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 // Overage sums a customer's overage per metric in [from, to). Errors: 422
@@ -420,7 +432,7 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 			rep.TotalOverageMC = sum
 		}
 	}
-	rep.Period.From, rep.Period.To = f.UTC(), t.UTC()
+	rep.Period.From, rep.Period.To = periodText(from, *f), periodText(to, *t)
 	return rep, nil
 }
 

@@ -17,7 +17,10 @@ const (
 	EventCreditConsumed   EventType = "credit.consumed"
 	EventCreditLowBalance EventType = "credit.low_balance"
 	EventCreditExhausted  EventType = "credit.exhausted"
-	EventTestPing         EventType = "test.ping"
+	// EventCreditExpired fires for each block that expired with credit left
+	// (addendum 8 "Also emitted").
+	EventCreditExpired EventType = "credit.expired"
+	EventTestPing      EventType = "test.ping"
 )
 
 // EventStatus is a webhook event's delivery state (interface.md "States and
@@ -127,6 +130,15 @@ type ExhaustedData struct {
 	BillableMetricKey *string `json:"billable_metric_key"`
 }
 
+// ExpiredData is the data of credit.expired: the expiry ledger entry, the
+// block it closed and the credit it took (positive).
+type ExpiredData struct {
+	TransactionID uuid.UUID  `json:"transaction_id"`
+	CreditBlockID *uuid.UUID `json:"credit_block_id"`
+	Credits       int64      `json:"credits"`
+	Source        *Source    `json:"source"`
+}
+
 // PingData is the data of test.ping.
 type PingData struct {
 	Message string `json:"message"`
@@ -138,6 +150,9 @@ const (
 	SlotMain       = 0 // credit.granted or credit.consumed
 	SlotLowBalance = 1
 	SlotExhausted  = 2
+	// SlotExpiredBase plus an expiry entry's index is the slot of that
+	// entry's credit.expired: one event per block, each id fixed by its entry.
+	SlotExpiredBase = 3
 )
 
 // eventNamespace seeds EventID; changing it would re-key every event.
@@ -224,7 +239,10 @@ func crossingKind(k MutationKind) bool {
 //   - consume, reserve, commit, debit: credit.low_balance when the effective
 //     balance crosses the threshold downwards, credit.exhausted when it moves
 //     from > 0 to 0; a refused block consume fires credit.exhausted;
-//   - nothing for release, gauge, expiry or load.
+//   - every Mutation: credit.expired for each expiry entry that took credit
+//     (a block expired with credit left, addendum 8), before the others, as
+//     the expiry came first;
+//   - nothing else for release, gauge, expiry or load.
 //
 // A Mutation without a Context yields no credit.low_balance (its threshold is
 // unknown here) and a null external_customer_id; the persister fills both in.
@@ -237,6 +255,12 @@ func EventsOf(m Mutation) []Event {
 	}
 	add := func(slot int, t EventType, data any) {
 		out = append(out, newMutationEvent(m, slot, t, ext, data))
+	}
+	for i, e := range m.Entries {
+		if e.Type == EntryExpiry && e.Delta < 0 {
+			add(SlotExpiredBase+i, EventCreditExpired, ExpiredData{TransactionID: EntryID(m.OpID, i),
+				CreditBlockID: e.BlockID, Credits: -e.Delta, Source: e.Source})
+		}
 	}
 	after := m.EffectiveAfter()
 	main := m.firstMain()

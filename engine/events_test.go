@@ -42,6 +42,7 @@ func types(evs []Event) []EventType {
 func TestEventsOf(t *testing.T) {
 	consumed := EventCreditConsumed
 	low, exh, granted := EventCreditLowBalance, EventCreditExhausted, EventCreditGranted
+	expired := EventCreditExpired
 	use := func(charged, overage int64, refused bool) *MutationUsage {
 		return &MutationUsage{Metric: "tokens", Units: 3, Cost: charged + overage, Charged: charged, Overage: overage, Refused: refused}
 	}
@@ -68,7 +69,11 @@ func TestEventsOf(t *testing.T) {
 		{"reserve crossing", mut(MutationReserve, 500, 0, 100, "", nil, MutationEntry{Role: RoleMain, Type: EntryReservation}), []EventType{low, exh}},
 		{"commit", mut(MutationCommit, 500, 400, 0, "", use(100, 0, false), mainEntry(-100, EntryConsumption)), []EventType{consumed}},
 		{"release", mut(MutationRelease, 0, 500, 100, "", nil, MutationEntry{Role: RoleMain, Type: EntryRelease}), nil},
-		{"expire", mut(MutationExpire, 500, 0, 100, "", nil, MutationEntry{Role: RoleExpiry, Delta: -500, Type: EntryExpiry}), nil},
+		{"expire with credit left", mut(MutationExpire, 500, 0, 100, "", nil, MutationEntry{Role: RoleExpiry, Delta: -500, Type: EntryExpiry}), []EventType{expired}},
+		{"expire of two blocks", mut(MutationExpire, 500, 0, 100, "", nil, MutationEntry{Role: RoleExpiry, Delta: -300, Type: EntryExpiry},
+			MutationEntry{Role: RoleExpiry, Delta: -200, Type: EntryExpiry}), []EventType{expired, expired}},
+		{"consume after an expiry", mut(MutationConsume, 500, 300, 0, OveragePolicyBlock, use(200, 0, false),
+			MutationEntry{Role: RoleExpiry, Delta: -50, Type: EntryExpiry}, mainEntry(-200, EntryConsumption)), []EventType{expired, consumed}},
 		{"gauge", mut(MutationGaugeKind, 0, 0, 100, "", nil), nil},
 	}
 	for _, tc := range tests {
@@ -195,5 +200,34 @@ func TestConsumedItems(t *testing.T) {
 	}
 	if !MutationFastPath(doc) {
 		t.Errorf("usage items leave the fast decoder: %s", doc)
+	}
+}
+
+// TestExpiredEventPayload checks credit.expired's data (addendum 8 "a
+// block expired with credit left"): the expiry entry's id, its block, the
+// credit taken (positive) and the block's source; distinct ids per block.
+func TestExpiredEventPayload(t *testing.T) {
+	src := SourceReferral
+	b1, b2 := uuid.New(), uuid.New()
+	m := mut(MutationExpire, 500, 0, 0, "", nil,
+		MutationEntry{Role: RoleExpiry, Delta: -300, Type: EntryExpiry, Source: &src, BlockID: &b1},
+		MutationEntry{Role: RoleExpiry, Delta: -200, Type: EntryExpiry, Source: &src, BlockID: &b2})
+	evs := EventsOf(m)
+	if len(evs) != 2 || evs[0].ID == evs[1].ID {
+		t.Fatalf("events = %v", types(evs))
+	}
+	for i, block := range []uuid.UUID{b1, b2} {
+		var env struct {
+			EventType string         `json:"event_type"`
+			Data      map[string]any `json:"data"`
+		}
+		if err := json.Unmarshal(evs[i].Payload, &env); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"transaction_id": EntryID(m.OpID, i).String(), "credit_block_id": block.String(),
+			"credits": float64([]int64{300, 200}[i]), "source": "referral"}
+		if env.EventType != "credit.expired" || !reflect.DeepEqual(env.Data, want) {
+			t.Errorf("event %d: %s %v, want credit.expired %v", i, env.EventType, env.Data, want)
+		}
 	}
 }

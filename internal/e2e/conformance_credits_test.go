@@ -781,3 +781,25 @@ func TestConformanceStackedNotSpent(t *testing.T) {
 		}
 	}
 }
+
+// TestConformanceBooleanQueryAnyCase: boolean query parameters
+// (`include_blocks`, `active_only`) take true and false in any letter case,
+// as clients write them (Python's requests sends True and False); other
+// words stay a 400 naming the parameter.
+func TestConformanceBooleanQueryAnyCase(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("boolq"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 100})
+	for q, blocks := range map[string]int{"True": 1, "TRUE": 1, "False": 0, "FALSE": 0, "true": 1, "0": 0} {
+		r := a.get("/v1/customers/" + id + "/credits?include_blocks=" + q)
+		if checkStatus(t, r, 200, "include_blocks="+q) {
+			if n := len(arr(t, r.Body["blocks"], "blocks")); n != blocks {
+				t.Errorf("include_blocks=%s: %d blocks, want %d", q, n, blocks)
+			}
+		}
+	}
+	wantStatus(t, a.get("/v1/metering-rules?active_only=True"), 200, "active_only=True")
+	checkProblem(t, a.get("/v1/customers/"+id+"/credits?include_blocks=yes"), 400, "bad-request", "include_blocks", "include_blocks=yes")
+}

@@ -228,3 +228,28 @@ func TestConformanceHistoryDefaultPage(t *testing.T) {
 		t.Errorf("limit=100: %d entries has_more %v", len(data), more)
 	}
 }
+
+// TestConformanceOveragePeriodAsSent: the overage answer's `period: {from,
+// to}` is the window the client asked for, as it wrote it when it wrote it
+// in UTC (a JavaScript toISOString() value such as ...T00:00:00.000Z comes
+// back unchanged, not as ...T00:00:00Z); an offset form comes back in UTC.
+func TestConformanceOveragePeriodAsSent(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("ovgp"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	for _, tc := range []struct{ from, to, wantFrom, wantTo string }{
+		{"2024-01-01T00:00:00.000Z", "2030-01-01T00:00:00.120Z", "2024-01-01T00:00:00.000Z", "2030-01-01T00:00:00.120Z"},
+		{"2024-01-01T00:00:00Z", "2030-01-01T00:00:00.5Z", "2024-01-01T00:00:00Z", "2030-01-01T00:00:00.5Z"},
+		{"2024-01-01T01:00:00%2B01:00", "2030-01-01T00:00:00Z", "2024-01-01T00:00:00Z", "2030-01-01T00:00:00Z"},
+	} {
+		r := a.get("/v1/customers/" + id + "/overage?from=" + tc.from + "&to=" + tc.to)
+		if !checkStatus(t, r, 200, "overage "+tc.from) {
+			continue
+		}
+		p := obj(t, r.Body["period"], "period")
+		if p["from"] != tc.wantFrom || p["to"] != tc.wantTo {
+			t.Errorf("period %v for from=%s to=%s, want from %s to %s", p, tc.from, tc.to, tc.wantFrom, tc.wantTo)
+		}
+	}
+}

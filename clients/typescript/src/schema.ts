@@ -1409,7 +1409,7 @@ export interface paths {
         };
         /**
          * Stream a customer's balance changes (server-sent events)
-         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.threshold_crossed, credit.topup_requested, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, expiry) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
+         * @description A text/event-stream of the customer's events (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.threshold_crossed, credit.topup_requested, subscription events) as the persister commits them: each message has id: <sequence>, event: <event_type> and data: the delivered body (one JSON line, whose data carries balance_after where the event has one). A comment line is sent on opening and every 15 s while idle. Without Last-Event-ID the stream starts with the events committed after it opened; with Last-Event-ID: <sequence> it first sends the customer's events after that sequence, then continues, without loss or repetition, so a browser EventSource resumes by itself. Balance changes that raise no event (reservations, releases, a block that expires spent) are not streamed: read GET .../credits on each message or on reconnect. A tenant may hold 100 streams open per creditd process; past that the answer is 429. The stream ends when the server shuts down or the client falls 256 events behind (reconnect with Last-Event-ID).
          */
         get: operations["streamCredits"];
         put?: never;
@@ -1748,6 +1748,26 @@ export interface webhooks {
          * @description The effective balance crossed the auto top-up rule's below_mc downwards and no request fired within its dedupe window: charge the customer and answer with a topup of requested_mc, sending idempotency_key as its Idempotency-Key. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
          */
         post: operations["onCreditTopupRequested"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credit.expired": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.expired
+         * @description A credit block expired with credit left (by the expiry sweep, or on the customer's next operation, or when a prepaid renewal closes a grant's blocks): one event per block, naming its expiry ledger entry. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditExpired"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2567,7 +2587,7 @@ export interface components {
             id: string;
             /** @enum {string} */
             environment: "live" | "sandbox";
-            /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, test.ping, ... */
+            /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired, test.ping, ... */
             event_type: string;
             /**
              * Format: int64
@@ -3487,6 +3507,32 @@ export interface components {
             event_type?: "credit.topup_requested";
             data?: components["schemas"]["CreditTopupRequestedData"];
         };
+        /** @description A credit block expired with credit left: its expiry ledger entry, the block and the credit it took. */
+        CreditExpiredData: {
+            /**
+             * Format: uuid
+             * @description The expiry ledger entry (type expiry).
+             */
+            transaction_id: string;
+            /**
+             * Format: uuid
+             * @description The block that expired.
+             */
+            credit_block_id: string | null;
+            /**
+             * Format: int64
+             * @description Millicredits the expiry took (positive): what was left in the block.
+             */
+            credits: number;
+            /** @enum {string|null} */
+            source: "plan_grant" | "topup" | "promotional" | "compensation" | "referral" | "manual" | "migration" | null;
+        };
+        /** @description The delivered body of credit.expired. */
+        CreditExpiredEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.expired";
+            data?: components["schemas"]["CreditExpiredData"];
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -3694,6 +3740,7 @@ export interface components {
         /** @description Tenant UUID; anything else is a 404. */
         TenantId: string;
         KeyId: string;
+        /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
         IncludeBlocks: "true" | "false" | "1" | "0";
         /** @description Billable metric key. */
         MetricKey: string;
@@ -4260,6 +4307,7 @@ export interface operations {
     getCredits: {
         parameters: {
             query?: {
+                /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
             };
             header?: never;
@@ -4786,6 +4834,7 @@ export interface operations {
     getCreditsStrict: {
         parameters: {
             query?: {
+                /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
             };
             header?: never;
@@ -5705,7 +5754,7 @@ export interface operations {
             query?: {
                 /** @description Only this metric's rules. */
                 billable_metric_key?: string;
-                /** @description Only rules with no effective_until. */
+                /** @description Only rules with no effective_until. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 active_only?: "true" | "false" | "1" | "0";
                 /** @description Opaque next_cursor of the previous page. */
                 cursor?: components["parameters"]["Cursor"];
@@ -10483,6 +10532,62 @@ export interface operations {
                  *     }
                  */
                 "application/json": components["schemas"]["CreditTopupRequestedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditExpired: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "sequence": 105,
+                 *       "event_id": "9b1f2e3d-4c5a-5b6e-8d7f-0a1b2c3d4e5f",
+                 *       "event_type": "credit.expired",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T06:02:45.103Z",
+                 *       "idempotency_key": "",
+                 *       "version": 12,
+                 *       "data": {
+                 *         "transaction_id": "5d2c1b0a-9e8f-5a7b-8c6d-3e2f1a0b9c8d",
+                 *         "credit_block_id": "01a20bc2-1449-7e81-9828-e821c6c845b7",
+                 *         "credits": 750,
+                 *         "source": "promotional"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditExpiredEvent"];
             };
         };
         responses: {
