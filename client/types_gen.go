@@ -686,8 +686,9 @@ type Plan struct {
 	Metadata  map[string]any `json:"metadata"`
 	CreatedAt time.Time      `json:"created_at"`
 	UpdatedAt time.Time      `json:"updated_at"`
-	// [] unless GET /v1/plans?include_variants=true.
-	Variants []PlanVariantDetail `json:"variants"`
+	// Only in GET /v1/plans, where it is [] unless include_variants=true; other plan answers leave it
+	// out.
+	Variants []PlanVariantDetail `json:"variants,omitempty"`
 }
 
 // PlanPage is the PlanPage schema of the creditd API.

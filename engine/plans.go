@@ -106,8 +106,11 @@ type Plan struct {
 	Metadata    Metadata    `json:"metadata"`
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
-	// Variants is [] except in GET /v1/plans with include_variants=true.
-	Variants []VariantDetail `json:"variants"`
+	// Variants appears only in GET /v1/plans (interface.md: "only on GET
+	// /v1/plans"; GET /v1/plans/{id} is "never with variants"): nil
+	// elsewhere, so the member is left out; in the list it is [] unless
+	// include_variants=true.
+	Variants *[]VariantDetail `json:"variants,omitempty"`
 }
 
 // PlanVariant is one way to buy a plan: cycle, trial, billing mode.
@@ -183,7 +186,7 @@ type PlanStore interface {
 	// CreatePlan inserts p; when p.IsDefault it clears the scope's previous
 	// default in the same transaction.
 	CreatePlan(ctx context.Context, p Plan) error
-	// GetPlan reads one plan (ErrNotFound); Variants is empty.
+	// GetPlan reads one plan (ErrNotFound); Variants is nil.
 	GetPlan(ctx context.Context, s Scope, id uuid.UUID) (Plan, error)
 	// UpdatePlan locks the plan, lets change edit it (an error from change
 	// aborts and is returned as is), writes it and, when it ends up the
@@ -322,7 +325,7 @@ func (s *Plans) CreatePlan(ctx context.Context, scope Scope, in CreatePlanInput)
 	now := s.clock.Now()
 	p := Plan{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
 		Name: *in.Name, IsDefault: in.IsDefault != nil && *in.IsDefault, Status: PlanActive,
-		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now, Variants: []VariantDetail{}}
+		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreatePlan(ctx, p); err != nil {
 		return Plan{}, err
 	}
@@ -338,7 +341,6 @@ func (s *Plans) GetPlan(ctx context.Context, scope Scope, id uuid.UUID) (Plan, e
 	if err != nil {
 		return Plan{}, err
 	}
-	p.Variants = []VariantDetail{}
 	return p, nil
 }
 
@@ -378,7 +380,6 @@ func (s *Plans) UpdatePlan(ctx context.Context, scope Scope, id uuid.UUID, in Up
 	if err != nil {
 		return Plan{}, err
 	}
-	p.Variants = []VariantDetail{}
 	return p, nil
 }
 
@@ -391,7 +392,7 @@ func (s *Plans) ListPlans(ctx context.Context, scope Scope, withRetired, withVar
 		return Page[Plan]{}, err
 	}
 	for i := range page.Data {
-		page.Data[i].Variants = []VariantDetail{}
+		page.Data[i].Variants = &[]VariantDetail{}
 	}
 	if !withVariants || len(page.Data) == 0 {
 		return page, nil
@@ -412,7 +413,7 @@ func (s *Plans) ListPlans(ctx context.Context, scope Scope, withRetired, withVar
 	}
 	for _, d := range details {
 		i := at[d.PlanID]
-		page.Data[i].Variants = append(page.Data[i].Variants, d)
+		*page.Data[i].Variants = append(*page.Data[i].Variants, d)
 	}
 	return page, nil
 }

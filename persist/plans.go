@@ -46,7 +46,6 @@ func scanPlan(row pgx.Row) (engine.Plan, error) {
 	}
 	p.Metadata = md
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
-	p.Variants = []engine.VariantDetail{}
 	return p, nil
 }
 

@@ -61,7 +61,7 @@ func TestPlanStore(t *testing.T) {
 	}
 	got, err := b.store.GetPlan(b.ctx, live, a.ID)
 	if err != nil || got.Name != "A" || !got.IsDefault || got.Status != engine.PlanActive ||
-		string(got.Metadata["tier"]) != `"gold"` || !got.CreatedAt.Equal(now) || got.Variants == nil {
+		string(got.Metadata["tier"]) != `"gold"` || !got.CreatedAt.Equal(now) || got.Variants != nil {
 		t.Fatalf("GetPlan = %+v, %v", got, err)
 	}
 	if _, err := b.store.GetPlan(b.ctx, sandbox, a.ID); !errors.Is(err, engine.ErrNotFound) {

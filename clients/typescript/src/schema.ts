@@ -2646,8 +2646,8 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
-            /** @description [] unless GET /v1/plans?include_variants=true. */
-            variants: components["schemas"]["PlanVariantDetail"][];
+            /** @description Only in GET /v1/plans, where it is [] unless include_variants=true; other plan answers leave it out. */
+            variants?: components["schemas"]["PlanVariantDetail"][];
         };
         PlanPage: {
             data: components["schemas"]["Plan"][];
@@ -7229,8 +7229,7 @@ export interface operations {
                      *         "tier": "2"
                      *       },
                      *       "created_at": "2026-11-24T04:13:18.422Z",
-                     *       "updated_at": "2026-11-24T04:13:18.422Z",
-                     *       "variants": []
+                     *       "updated_at": "2026-11-24T04:13:18.422Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Plan"];
@@ -7280,8 +7279,7 @@ export interface operations {
                      *         "tier": "2"
                      *       },
                      *       "created_at": "2026-11-24T04:13:18.422Z",
-                     *       "updated_at": "2026-11-24T04:13:18.422Z",
-                     *       "variants": []
+                     *       "updated_at": "2026-11-24T04:13:18.422Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Plan"];
@@ -7342,8 +7340,7 @@ export interface operations {
                      *         "tier": "2"
                      *       },
                      *       "created_at": "2026-11-24T04:13:18.422Z",
-                     *       "updated_at": "2026-11-24T04:13:18.426Z",
-                     *       "variants": []
+                     *       "updated_at": "2026-11-24T04:13:18.426Z"
                      *     }
                      */
                     "application/json": components["schemas"]["Plan"];
