@@ -73,15 +73,10 @@ if m_pos(actual) then
   if not m_pos(available) then available = MONEY_ZERO end
   local charge, overage = cost, MONEY_ZERO
   if m_cmp(cost, available) > 0 then
-    local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
-    if policy ~= 'allow' and policy ~= 'notify' then
-      -- The refusal record of a block customer refused for credit, for
-      -- credit.exhausted (addendum 8), as consume.lua writes it; the hold
-      -- and the account are untouched.
-      local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-        idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
-        extra = ',"usage":' .. usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
-      redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+    if refuses(ctx) then
+      -- The hold stays as it was.
+      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+        now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
       return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
     end
     charge, overage = available, m_sub(cost, available)

@@ -103,13 +103,9 @@ if m_pos(actual) then
   if not m_pos(available) then available = MONEY_ZERO end
   local charge, overage = cost, MONEY_ZERO
   if m_cmp(cost, available) > 0 then
-    local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
-    if policy ~= 'allow' and policy ~= 'notify' then
-      -- As commit.lua: the refusal record, for credit.exhausted (no metric).
-      local rm = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-        idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
-        extra = ',"usage":' .. usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
-      redis.call('XADD', outbox_key, '*', 'm', mutation_json(rm, a, {}, {}))
+    if refuses(ctx) then
+      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+        now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
       return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
     end
     charge, overage = available, m_sub(cost, available)

@@ -54,9 +54,7 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
 
 if policy == 'block' and m_cmp(effective, cost) < 0 then
-  m.idem, m.rh = '""', ''
-  m.extra = ',"usage":' .. usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil)
-  redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
 end
 

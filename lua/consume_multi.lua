@@ -69,10 +69,8 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
 local su, sc = m_fmt(units), m_fmt(cost)
 
 if policy == 'block' and m_cmp(effective, cost) < 0 then
-  m.idem, m.rh = '""', ''
-  m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}'
-  redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
 end
 

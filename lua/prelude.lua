@@ -1333,6 +1333,23 @@ local function mutation_json(m, a, entries, changed)
     (r and r.meta or '') .. (r and '}' or '') .. '}'
 end
 
+-- refuses reports whether a customer whose MutationContext is ctx is
+-- refused for credit (policy block, the default) rather than charged into
+-- overage (allow, notify).
+local function refuses(ctx)
+  local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
+  return policy ~= 'allow' and policy ~= 'notify'
+end
+
+-- refuse appends the refusal record of a customer refused for credit, for
+-- credit.exhausted (addendum 8): m without an idempotency key (so Postgres
+-- never takes it for an applied operation), with no entries, and with
+-- usage, its usage section marked refused. The account is left untouched.
+local function refuse(outbox, m, a, usage)
+  m.idem, m.rh, m.extra = '""', '', ',"usage":' .. usage
+  redis.call('XADD', outbox, '*', 'm', mutation_json(m, a, {}, {}))
+end
+
 -- publish appends the Mutation to the partition outbox and, under an
 -- idempotency key, remembers record (the Mutation itself when nil) for
 -- ttl_ms so a retry replays it.

@@ -47,12 +47,9 @@ if m_cmp(effective, cost) < 0 then
   -- A block customer refused for credit owes credit.exhausted (addendum 8):
   -- the refusal record consume.lua writes (usage.refused, no entries, the
   -- same version, no idempotency key); the account itself is untouched.
-  local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
-  if policy ~= 'allow' and policy ~= 'notify' then
-    local m = {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
-      idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
-      extra = ',"usage":' .. usage_json(metric, est_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
-    redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  if refuses(ctx) then
+    refuse(outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
+      now = now, ctx = ctx, eb = effective}, a, usage_json(metric, est_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
   end
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
 end

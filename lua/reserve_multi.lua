@@ -63,12 +63,9 @@ local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted
   -- (no metric: several were asked for, as consume_multi.lua's).
-  local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
-  if policy ~= 'allow' and policy ~= 'notify' then
-    local m = {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
-      idem = '""', rh = '', now = now, ctx = ctx, eb = effective,
-      extra = ',"usage":' .. usage_json('', units, cost, MONEY_ZERO, MONEY_ZERO, true, nil)}
-    redis.call('XADD', outbox_key, '*', 'm', mutation_json(m, a, {}, {}))
+  if refuses(ctx) then
+    refuse(outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
+      now = now, ctx = ctx, eb = effective}, a, usage_json('', units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
   end
   return redis.error_reply('INSUFFICIENT the effective balance is smaller than the estimated cost')
 end
