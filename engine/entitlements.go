@@ -476,23 +476,10 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 	seen := make(map[string]bool, len(in.Items))
 	var units, cost int64
 	for i, it := range in.Items {
-		field := fmt.Sprintf("items[%d].", i)
-		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
-			return ConsumeCommand{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
-		}
-		if it.Units == nil {
-			return ConsumeCommand{}, Invalid(field+"units", field+"units is required")
-		}
-		if *it.Units < 1 {
-			return ConsumeCommand{}, BadRequest(field+"units", field+"units must be >= 1")
-		}
-		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+		if _, _, err := checkItem(i, it.BillableMetricKey, it.Units, consumeItemUnits, seen); err != nil {
 			return ConsumeCommand{}, err
 		}
-		if seen[*it.BillableMetricKey] {
-			return ConsumeCommand{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its units once")
-		}
-		seen[*it.BillableMetricKey] = true
+		field := fmt.Sprintf("items[%d].", i)
 		rule, err := s.meteredRule(ctx, scope, *it.BillableMetricKey)
 		if err != nil {
 			return ConsumeCommand{}, refield(err, "billable_metric_key", field+"billable_metric_key")

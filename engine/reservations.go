@@ -190,23 +190,9 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 	}
 	seen := make(map[string]bool, len(in.Items))
 	for i, it := range in.Items {
-		field := fmt.Sprintf("items[%d].", i)
-		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
-			return ReserveResult{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
-		}
-		if it.EstimatedUnits == nil {
-			return ReserveResult{}, Invalid(field+"estimated_units", field+"estimated_units is required")
-		}
-		if *it.EstimatedUnits < 1 {
-			return ReserveResult{}, Invalid(field+"estimated_units", field+"estimated_units must be >= 1")
-		}
-		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+		if _, _, err := checkItem(i, it.BillableMetricKey, it.EstimatedUnits, reserveItemUnits, seen); err != nil {
 			return ReserveResult{}, err
 		}
-		if seen[*it.BillableMetricKey] {
-			return ReserveResult{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its estimated_units once")
-		}
-		seen[*it.BillableMetricKey] = true
 	}
 	ttl := int64(DefaultReservationTTLSeconds)
 	if in.TTLSeconds != nil {
@@ -413,24 +399,13 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 	}
 	actual := make(map[string]int64, len(in.Items))
 	at := make(map[string]int, len(in.Items))
+	seen := make(map[string]bool, len(in.Items))
 	for i, it := range in.Items {
-		field := fmt.Sprintf("items[%d].", i)
-		if it.BillableMetricKey == nil || *it.BillableMetricKey == "" {
-			return CommitResult{}, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
-		}
-		if it.ActualUnits == nil {
-			return CommitResult{}, Invalid(field+"actual_units", field+"actual_units is required")
-		}
-		if *it.ActualUnits < 0 {
-			return CommitResult{}, Invalid(field+"actual_units", field+"actual_units must be >= 0")
-		}
-		if err := CheckLine(field+"billable_metric_key", *it.BillableMetricKey); err != nil {
+		metric, units, err := checkItem(i, it.BillableMetricKey, it.ActualUnits, commitItemUnits, seen)
+		if err != nil {
 			return CommitResult{}, err
 		}
-		if _, dup := actual[*it.BillableMetricKey]; dup {
-			return CommitResult{}, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its actual_units once")
-		}
-		actual[*it.BillableMetricKey], at[*it.BillableMetricKey] = *it.ActualUnits, i
+		actual[metric], at[metric] = units, i
 	}
 	extra, err := in.Metadata.Canonical("metadata")
 	if err != nil {

@@ -1,0 +1,43 @@
+package engine
+
+import "fmt"
+
+// itemUnits is the units member of one kind of multi-metric item: its name,
+// the least value it takes and the error below it (a consume's units <= 0
+// is a 400, interface.md Errors; a hold's estimated_units and a commit's
+// actual_units are 422 constraint violations).
+type itemUnits struct {
+	name  string
+	min   int64
+	below func(field, detail string) *Error
+}
+
+var (
+	consumeItemUnits = itemUnits{name: "units", min: 1, below: BadRequest}
+	reserveItemUnits = itemUnits{name: "estimated_units", min: 1, below: Invalid}
+	commitItemUnits  = itemUnits{name: "actual_units", min: 0, below: Invalid}
+)
+
+// checkItem validates items[i] of a multi-metric request: a metric given
+// and one line, units given and at least u.min, and a metric no earlier
+// item named (seen, which it extends). It returns the metric and units.
+func checkItem(i int, metric *string, units *int64, u itemUnits, seen map[string]bool) (string, int64, error) {
+	field := fmt.Sprintf("items[%d].", i)
+	if metric == nil || *metric == "" {
+		return "", 0, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")
+	}
+	if units == nil {
+		return "", 0, Invalid(field+u.name, field+u.name+" is required")
+	}
+	if *units < u.min {
+		return "", 0, u.below(field+u.name, fmt.Sprintf("%s%s must be >= %d", field, u.name, u.min))
+	}
+	if err := CheckLine(field+"billable_metric_key", *metric); err != nil {
+		return "", 0, err
+	}
+	if seen[*metric] {
+		return "", 0, BadRequest(field+"billable_metric_key", "the metric appears in an earlier item; give its "+u.name+" once")
+	}
+	seen[*metric] = true
+	return *metric, *units, nil
+}
