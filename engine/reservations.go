@@ -121,12 +121,9 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	if *in.EstimatedUnits < 1 {
 		return ReserveResult{}, Invalid("estimated_units", "estimated_units must be >= 1")
 	}
-	ttl := int64(DefaultReservationTTLSeconds)
-	if in.TTLSeconds != nil {
-		ttl = *in.TTLSeconds
-		if ttl < 1 || ttl > MaxReservationTTLSeconds {
-			return ReserveResult{}, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
-		}
+	ttl, err := holdTTL(in)
+	if err != nil {
+		return ReserveResult{}, err
 	}
 	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
 		return ReserveResult{}, err
@@ -145,15 +142,8 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	if _, err := Price(rule, *in.EstimatedUnits); err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
 	}
-	ref := CustomerRef{Value: derefString(in.CustomerID)}
-	if hasExt {
-		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
-	}
-	c, err := s.ent.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.holder(ctx, scope, in, hasExt)
 	if err != nil {
-		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
-			return ReserveResult{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
-		}
 		return ReserveResult{}, err
 	}
 	if err := s.ent.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
@@ -176,6 +166,31 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 		Items: r.Items}, nil
 }
 
+// holdTTL is in's ttl_seconds (1 to 86400), or the default.
+func holdTTL(in ReserveInput) (int64, error) {
+	if in.TTLSeconds == nil {
+		return DefaultReservationTTLSeconds, nil
+	}
+	if ttl := *in.TTLSeconds; ttl >= 1 && ttl <= MaxReservationTTLSeconds {
+		return ttl, nil
+	}
+	return 0, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+}
+
+// holder is the customer a hold is for: by id, created when unknown, or
+// strictly by external id (an unknown one is a 400).
+func (s *Reservations) holder(ctx context.Context, scope Scope, in ReserveInput, hasExt bool) (Customer, error) {
+	ref := CustomerRef{Value: derefString(in.CustomerID)}
+	if hasExt {
+		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
+	}
+	c, err := s.ent.customers.Cached(ctx, scope, ref, !ref.Strict)
+	if e, ok := AsError(err); ok && e.Kind == KindNotFound {
+		return Customer{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
+	}
+	return c, err
+}
+
 // createMulti holds the summed estimated cost of in.Items (the
 // multi-metric form) in one script, all or none. Errors as Create; an
 // item's error names it (items[2].estimated_units), and a metric without
@@ -194,12 +209,9 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 			return ReserveResult{}, err
 		}
 	}
-	ttl := int64(DefaultReservationTTLSeconds)
-	if in.TTLSeconds != nil {
-		ttl = *in.TTLSeconds
-		if ttl < 1 || ttl > MaxReservationTTLSeconds {
-			return ReserveResult{}, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
-		}
+	ttl, err := holdTTL(in)
+	if err != nil {
+		return ReserveResult{}, err
 	}
 	meta, err := in.Metadata.Canonical("metadata")
 	if err != nil {
@@ -229,15 +241,8 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 		}
 		lines[i] = ReserveLine{Metric: rule.BillableMetricKey, EstimatedUnits: *it.EstimatedUnits, Terms: TermsOf(rule)}
 	}
-	ref := CustomerRef{Value: derefString(in.CustomerID)}
-	if hasExt {
-		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
-	}
-	c, err := s.ent.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.holder(ctx, scope, in, hasExt)
 	if err != nil {
-		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
-			return ReserveResult{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
-		}
 		return ReserveResult{}, err
 	}
 	for _, l := range lines {
