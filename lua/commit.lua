@@ -39,20 +39,8 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
--- The index only when the commit drains.
-local wants = {'r:' .. res_id}
-if m_pos(actual) then wants[2] = 'o' end
-local a = acct_read(account_key, now, wants)
-if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
-if rp then return rp end
-
-local raw = a.x['r:' .. res_id]
-if not raw then return redis.error_reply('NOTFOUND no such reservation') end
-local r = res_get(account_key, res_id, raw)
-if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
--- The hold ends at expires_at exactly, the instant the sweep may take it.
-if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash)
+if reply then return reply end
 -- A multi-metric hold (metric "") is settled by commit_multi.lua.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
 

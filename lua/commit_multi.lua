@@ -53,19 +53,8 @@ for i = 1, n do
   items[i] = it
 end
 
--- The index only when the commit drains.
-local wants = {'r:' .. res_id}
-if m_pos(actual) then wants[2] = 'o' end
-local a = acct_read(account_key, now, wants)
-if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
-if rp then return rp end
-
-local raw = a.x['r:' .. res_id]
-if not raw then return redis.error_reply('NOTFOUND no such reservation') end
-local r = res_get(account_key, res_id, raw)
-if r.status ~= 'active' then return redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
-if now >= r.expires then return redis.error_reply('EXPIRED the reservation expired') end
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash)
+if reply then return reply end
 if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds one metric') end
 local est_units, est_cost = MONEY_ZERO, MONEY_ZERO
 for _, it in ipairs(items) do est_units, est_cost = m_add(est_units, it.est_units), m_add(est_cost, it.est_cost) end

@@ -1166,6 +1166,26 @@ local function replay(op_key, rh)
   return {'replay', prev}
 end
 
+-- commit_open reads what a commit of hold res_id needs: the account (and
+-- the spend-order index when the commit drains) and the hold, active and
+-- not past expires_at (the hold ends at that instant exactly, when the
+-- sweep may take it). Instead of them it returns (third value) the reply:
+-- a replay of op_key, or NOSTATE, NOTFOUND, NOTACTIVE or EXPIRED.
+local function commit_open(key, now, res_id, drains, op_key, rh)
+  local wants = {'r:' .. res_id}
+  if drains then wants[2] = 'o' end
+  local a = acct_read(key, now, wants)
+  if not a then return nil, nil, redis.error_reply('NOSTATE no credit state for the customer') end
+  local rp = replay(op_key, rh)
+  if rp then return nil, nil, rp end
+  local raw = a.x['r:' .. res_id]
+  if not raw then return nil, nil, redis.error_reply('NOTFOUND no such reservation') end
+  local r = res_get(key, res_id, raw)
+  if r.status ~= 'active' then return nil, nil, redis.error_reply('NOTACTIVE the reservation is ' .. r.status) end
+  if now >= r.expires then return nil, nil, redis.error_reply('EXPIRED the reservation expired') end
+  return a, r
+end
+
 -- acct_commit writes the account fields, the changed blocks (emptied ones
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
