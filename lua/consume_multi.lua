@@ -52,16 +52,8 @@ if not a then return redis.error_reply('NOSTATE no credit state for the customer
 local r = replay(op_key, request_hash)
 if r then return r end
 
-local cost, units = MONEY_ZERO, MONEY_ZERO
-local parts = {}
-for i, it in ipairs(items) do
-  local c, err = price(it.terms, it.units)
-  if not c then return redis.error_reply(err) end
-  cost, units = m_add(cost, c), m_add(units, it.units)
-  if not m_fits(cost) or not m_fits(units) then return redis.error_reply(PRICE_OVERFLOW) end
-  parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"units":' .. m_fmt(it.units) .. ',"cost":' .. m_fmt(c) .. '}'
-end
-local items_j = '[' .. table.concat(parts, ',') .. ']'
+local cost, units, items_j, bad = items_price(items, 'units', 'cost')
+if bad then return bad end
 
 local _, _, effective = acct_bal(a, now)
 local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,

@@ -327,6 +327,24 @@ local function j_str(s)
   end)) .. '"'
 end
 
+-- items_price prices every item ({metric, units, terms}) of a
+-- multi-metric call and sums their units and costs; items_j lists them as
+-- JSON objects, each with its metric, its units under units_name and its
+-- cost under cost_name. Instead (fourth value) the error reply when a
+-- price fails or a sum leaves int64.
+local function items_price(items, units_name, cost_name)
+  local cost, units, parts = MONEY_ZERO, MONEY_ZERO, {}
+  for i, it in ipairs(items) do
+    local c, err = price(it.terms, it.units)
+    if not c then return nil, nil, nil, redis.error_reply(err) end
+    cost, units = m_add(cost, c), m_add(units, it.units)
+    if not m_fits(cost) or not m_fits(units) then return nil, nil, nil, redis.error_reply(PRICE_OVERFLOW) end
+    parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"' .. units_name .. '":' .. m_fmt(it.units) ..
+      ',"' .. cost_name .. '":' .. m_fmt(c) .. '}'
+  end
+  return cost, units, '[' .. table.concat(parts, ',') .. ']'
+end
+
 -- src_json is source s as JSON text (known sources need no escaping).
 local function src_json(s)
   if SOURCE_CODE[s] then return '"' .. s .. '"' end

@@ -49,16 +49,8 @@ if a.active >= MAX_ACTIVE_HOLDS then
   return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
 end
 
-local cost, units = MONEY_ZERO, MONEY_ZERO
-local parts = {}
-for i, it in ipairs(items) do
-  local c, err = price(it.terms, it.units)
-  if not c then return redis.error_reply(err) end
-  cost, units = m_add(cost, c), m_add(units, it.units)
-  if not m_fits(cost) or not m_fits(units) then return redis.error_reply(PRICE_OVERFLOW) end
-  parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"estimated_units":' .. m_fmt(it.units) ..
-    ',"estimated_cost":' .. m_fmt(c) .. '}'
-end
+local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')
+if bad then return bad end
 local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted
@@ -76,7 +68,7 @@ local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 a.rs = reserved
 local r = {id = res_id, status = 'active', est_units = units, est_cost = cost, expires = expires,
-  created = now, released = MONEY_ZERO, metric = '', meta = meta, items = '[' .. table.concat(parts, ',') .. ']'}
+  created = now, released = MONEY_ZERO, metric = '', meta = meta, items = items_j}
 res_put(a, r)
 entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', ref = res_id})
 
