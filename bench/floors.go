@@ -18,7 +18,7 @@ import (
 func (r *Results) floorsMarkdown(w func(string, ...any)) {
 	c := r.Ceiling
 	if c == nil || c.Run == nil || c.Run.OK == 0 {
-		if tables := r.floorTables(); len(tables) > 0 {
+		if tables := r.floorTables(); len(tables) > 0 || r.Floors != nil {
 			w("\n### What is left, against this box's floor (issue 10)\n")
 			r.floorsScenarioMarkdown(w, tables)
 		}
@@ -85,7 +85,7 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 	for _, l := range rows {
 		w("%s\n", l)
 	}
-	if tables := r.floorTables(); len(tables) > 0 {
+	if tables := r.floorTables(); len(tables) > 0 || r.Floors != nil {
 		r.floorsScenarioMarkdown(w, tables)
 	}
 }
@@ -107,6 +107,14 @@ func (r *Results) floorsScenarioMarkdown(w func(string, ...any), tables []floorT
 			w("Note: %s. ", s.Note)
 		}
 		w("Run alone: `go run ./bench -scenarios floors`.\n")
+	}
+	if f := r.Floors; f != nil {
+		if f.Error != "" {
+			w("\nThe floors scenario failed: %s.\n", f.Error)
+		}
+		if f.Postgres != nil && f.Postgres.Error != "" {
+			w("\nThe Postgres floor failed: %s.\n", f.Postgres.Error)
+		}
 	}
 	floorTablesMarkdown(w, tables)
 }

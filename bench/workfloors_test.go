@@ -90,7 +90,7 @@ func floorsFixture() *Results {
 			Redis: []RedisCalls{{Command: "fcall", CallsPerOp: 1, UsecPerCall: 4}}},
 		{Name: "consume", Run: &RunResult{OK: 1000, Offered: 4000}, CPU: CPUSample{"creditd": 0.160, "redis-server": 0.090, "postgres": 0.070},
 			Redis: []RedisCalls{{Command: "fcall", CallsPerOp: 1, UsecPerCall: 70}, {Command: "xreadgroup", CallsPerOp: 0.2, UsecPerCall: 5}},
-			PG: &PGStats{InsertedPerOp: 3, UpdatedPerOp: 2, Tables: []PGTable{{Name: "credit_accounts", Updated: 1}, {Name: "credit_blocks", Updated: 1}}}},
+			PG:    &PGStats{InsertedPerOp: 3, UpdatedPerOp: 2, Tables: []PGTable{{Name: "credit_accounts", Updated: 1}, {Name: "credit_blocks", Updated: 1}}}},
 		{Name: "reserve", Run: &RunResult{OK: 1000}, CPU: CPUSample{"creditd": 1.0, "redis-server": 0.5, "postgres": 0.7},
 			Redis: []RedisCalls{{Command: "fcall", CallsPerOp: 2, UsecPerCall: 150}},
 			PG:    &PGStats{InsertedPerOp: 6, UpdatedPerOp: 4}},
@@ -166,5 +166,15 @@ func TestFloorTablesWithoutFloors(t *testing.T) {
 	r.floorsMarkdown(func(f string, a ...any) { fmt.Fprintf(&sb, f, a...) })
 	if out := sb.String(); !strings.Contains(out, "**consume** (CPU µs per consume;") || strings.Contains(out, "**check**") {
 		t.Errorf("floors without the ceiling:\n%s", out)
+	}
+}
+
+// TestFloorsFailureReported names a failed floors scenario in the report.
+func TestFloorsFailureReported(t *testing.T) {
+	r := &Results{Floors: &FloorsResult{Error: "no consume outbox entry caught during the burst"}}
+	var sb strings.Builder
+	r.floorsMarkdown(func(f string, a ...any) { fmt.Fprintf(&sb, f, a...) })
+	if want := "The floors scenario failed: no consume outbox entry caught during the burst."; !strings.Contains(sb.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, sb.String())
 	}
 }
