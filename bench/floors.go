@@ -101,8 +101,11 @@ func (r *Results) floorsScenarioMarkdown(w func(string, ...any), tables []floorT
 			s.ClaimBytes, f.Server.Run.Offered, f.Server.ServerUSPerRequest)
 		w("Redis's: that FCALL runs a function kept in the bench (HGETALL of a copy of a real account hash, %d fields, %d B; HSET of every field back; XADD of %d B, a real consume's outbox entry's size; SET of %d B, a real op record's size, PX 24 h) on a private redis-server, so INFO commandstats and its CPU hold only the floor's work: %.1f µs per FCALL, %.0f µs of redis-server CPU per request (claim, FCALL, sockets). ",
 			s.AccountFields, s.AccountBytes, s.OutboxEntryBytes, s.OpRecordBytes, f.Server.FcallUSPerCall, f.Server.RedisUSPerRequest)
-		w("Postgres's: per consume an operation record, a ledger entry and a webhook event COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server) over %d groups, plus the look-up's %.0f µs per request. ",
-			p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.Groups, f.Server.PostgresUSPerRequest)
+		w("Postgres's: per consume an operation record, a ledger entry and a webhook event COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server; the floor's own backend alone %.0f µs) over %d groups, plus the look-up's %.0f µs per request (every process of the server during the floor server's run). ",
+			p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.BackendUSPerOp, p.Groups, f.Server.PostgresUSPerRequest)
+		if fp := r.PGStatements.floor(); fp != nil {
+			w("The same Postgres floor on pg-statements' private cluster (no one else's work): %.0f µs of statement time and %.0f µs of Postgres CPU per consume. ", fp.PGStatUSPerOp, fp.PostgresUSPerOp)
+		}
 		if s.Note != "" {
 			w("Note: %s. ", s.Note)
 		}
@@ -282,8 +285,9 @@ func (r *Results) floorTables() []floorTable {
 		} else {
 			t.basis = fmt.Sprintf("the floors scenario: an HTTP request with the claim (SET NX GET), one indexed look-up in Postgres and one FCALL of a script doing a consume's Redis writes with no logic; %d rows of a consume's tables per transaction", pgf.GroupSize)
 		}
-		redisWhat := fmt.Sprintf("%.2f FCALL per %s at %.1f µs each against the floor script's %.1f µs (HGETALL and HSET of %d fields, XADD of %d B, SET of %d B with PX 24 h): %.1f µs per call of logic in the scripts",
-			calls, v.unit, us, f.Server.FcallUSPerCall, f.Sample.AccountFields, f.Sample.OutboxEntryBytes, f.Sample.OpRecordBytes, us-f.Server.FcallUSPerCall)
+		floorScript := f.Server.FcallUSPerCall * scale
+		redisWhat := fmt.Sprintf("scripts %.0f µs per %s (%s) against the floor script's %.0f µs (%.1f µs per FCALL: HGETALL and HSET of %d fields, XADD of %d B, SET of %d B with PX 24 h), so %.0f µs per %s of logic in the scripts",
+			calls*us, v.unit, scriptList(s, perOpScale), floorScript, f.Server.FcallUSPerCall, f.Sample.AccountFields, f.Sample.OutboxEntryBytes, f.Sample.OpRecordBytes, calls*us-floorScript, v.unit)
 		var other []string
 		for _, c := range s.Redis {
 			if c.Command != "fcall" && c.Command != "evalsha" && c.Command != "eval" && c.CallsPerOp*perOpScale >= 0.1 {
@@ -302,12 +306,10 @@ func (r *Results) floorTables() []floorTable {
 			if len(run.Top) > 0 {
 				pgWhat += fmt.Sprintf(", most in %s (%.1f µs per op)", gistOf(run.Top[0]), run.Top[0].TotalUSPerOp)
 			}
-			if v.name == "consume" {
-				var st float64
-				for _, d := range pgf.StatementUSPerOp {
-					st += d
-				}
-				pgWhat += fmt.Sprintf(", the floor's %.0f µs (client wall time)", st)
+			if fp := r.PGStatements.floor(); v.name == "consume" && fp != nil {
+				cp := perOp(run.CPU, float64(run.Run.OK))
+				pgWhat += fmt.Sprintf("; on that private cluster the persister's real path (with creditd's look-ups) costs %.0f µs of statement time and %.0f µs of Postgres CPU per consume, the floor's writes %.0f µs and %.0f µs (its own backend %.0f µs), most in %s",
+					run.StatementUSPerOp, cp.postgres, fp.PGStatUSPerOp, fp.PostgresUSPerOp, fp.BackendUSPerOp, floorTopStatements(fp.PGStatTop))
 			}
 		}
 		t.rows = []floorRow{
@@ -376,4 +378,31 @@ func (r *Results) goalFloor(name string) string {
 		}
 	}
 	return ""
+}
+
+// scriptList names s's script commands per op (times scale) and their µs
+// per call.
+func scriptList(s *ScenarioResult, scale float64) string {
+	var out []string
+	for _, c := range s.Redis {
+		switch c.Command {
+		case "fcall", "evalsha", "eval":
+			if c.CallsPerOp*scale >= 0.01 {
+				out = append(out, fmt.Sprintf("%.2f %s x %.1f µs", c.CallsPerOp*scale, strings.ToUpper(c.Command), c.UsecPerCall))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// floorTopStatements names the floor's three costliest statements per op.
+func floorTopStatements(top []PGStatement) string {
+	var out []string
+	for i, s := range top {
+		if i == 3 {
+			break
+		}
+		out = append(out, fmt.Sprintf("%s %.1f µs", gistOf(s), s.TotalUSPerOp))
+	}
+	return strings.Join(out, ", ")
 }

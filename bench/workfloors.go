@@ -125,7 +125,16 @@ type PGFloorRun struct {
 	// statements per op, by step ("COPY operations", ..., "COMMIT").
 	PostgresUSPerOp  float64            `json:"postgres_cpu_us_per_op"`
 	StatementUSPerOp map[string]float64 `json:"statement_us_per_op"`
-	Error            string             `json:"error,omitempty"`
+	// BackendUSPerOp is the CPU of the floor's own backend alone per op
+	// (the server's other processes, and on the shared server others'
+	// work, left out).
+	BackendUSPerOp float64 `json:"backend_cpu_us_per_op"`
+	// PGStatUSPerOp and PGStatTop are pg_stat_statements' top-level
+	// statement time per op and top statements, on a cluster that loads
+	// it (the pg-statements scenario's).
+	PGStatUSPerOp float64       `json:"pg_stat_statements_us_per_op,omitempty"`
+	PGStatTop     []PGStatement `json:"pg_stat_statements_top,omitempty"`
+	Error         string        `json:"error,omitempty"`
 }
 
 // floors runs the scenario and stores its result; a failure is reported,
@@ -152,7 +161,7 @@ func (b *Bench) floorsRun(ctx context.Context, r *FloorsResult) error {
 	if _, errText := b.waitDrained(ctx, 3*time.Minute); errText != "" {
 		return errors.New(errText)
 	}
-	pgRun := b.pgFloor(ctx)
+	pgRun := b.pgFloorOn(ctx, b.pgFloorParams(), b.dbURL, b.probe, nil, "")
 	r.Postgres = pgRun
 	if pgRun.Error != "" {
 		logf("floors: postgres: %s", pgRun.Error)
@@ -411,7 +420,7 @@ func serveFloor(addr string) error {
 // filter that picks a consume's row to copy.
 var pgFloorTables = []struct{ table, filter string }{
 	{"operations", `mutation::text ~ '"kind": ?"consume"'`}, // text or jsonb
-	{"ledger_entries", "type = 'consumption'"},
+	{"ledger_entries", "type = 'consumption' AND billable_metric_key = '" + metricConsume + "'"},
 	{"webhook_events", "event_type = 'credit.consumed'"},
 }
 
@@ -423,9 +432,10 @@ type pgFloorTable struct {
 	unique        map[int]string
 }
 
-// pgFloor measures the Postgres floor in the run's database, in tables
-// floor_<name> created LIKE the real ones (indexes included).
-func (b *Bench) pgFloor(ctx context.Context) *PGFloorRun {
+// pgFloorParams is the Postgres floor's group size and rows per op: the
+// persister's group in pg-statements' consume run, the consume scenario's
+// account and block rows per op.
+func (b *Bench) pgFloorParams() *PGFloorRun {
 	out := &PGFloorRun{GroupSize: floorGroupDefault, GroupSource: "default (no pg-statements run)", AccountsPerOp: 1, BlocksPerOp: 1,
 		RowBytes: map[string]int{}, StatementUSPerOp: map[string]float64{}}
 	if run := b.res.PGStatements.run("consume"); run != nil {
@@ -446,12 +456,22 @@ func (b *Bench) pgFloor(ctx context.Context) *PGFloorRun {
 			}
 		}
 	}
-	conn, err := pgx.Connect(ctx, b.dbURL)
+	return out
+}
+
+// pgFloorOn measures the Postgres floor with out's parameters in the
+// database at dbURL, Postgres's CPU sampled by probe; with stats (a
+// connection to the cluster's postgres database, which loads
+// pg_stat_statements) it also reads the floor's statements.
+func (b *Bench) pgFloorOn(ctx context.Context, out *PGFloorRun, dbURL string, probe *CPUProbe, stats *pgx.Conn, dbName string) *PGFloorRun {
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		out.Error = err.Error()
 		return out
 	}
 	defer conn.Close(context.Background())
+	var backend int
+	_ = conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend)
 	var tables []*pgFloorTable
 	for _, t := range pgFloorTables {
 		ft, err := prepareFloorTable(ctx, conn, t.table, t.filter)
@@ -511,8 +531,15 @@ func (b *Bench) pgFloor(ctx context.Context) *PGFloorRun {
 		steps[name] += time.Since(t0)
 		return err
 	}
+	if stats != nil {
+		if _, err := stats.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			out.Error = err.Error()
+			return out
+		}
+	}
 	dur := b.o.Duration
-	cpu0 := b.probe.Sample()
+	cpu0 := probe.Sample()
+	own0, _, _, _ := procTimes(backend)
 	t0 := time.Now()
 	for time.Since(t0) < dur && ctx.Err() == nil {
 		err := func() error {
@@ -554,9 +581,20 @@ func (b *Bench) pgFloor(ctx context.Context) *PGFloorRun {
 		out.Ops += int64(g)
 	}
 	out.Seconds = time.Since(t0).Seconds()
-	out.CPU = b.probe.Sample().Sub(cpu0)
+	out.CPU = probe.Sample().Sub(cpu0)
+	own1, _, _, ownErr := procTimes(backend)
 	if out.Ops > 0 {
 		out.PostgresUSPerOp = out.CPU["postgres"] * 1e6 / float64(out.Ops)
+		if ownErr == nil && backend > 0 {
+			out.BackendUSPerOp = (own1 - own0) * 1e6 / float64(out.Ops)
+		}
+		if stats != nil {
+			rows, err := readStatements(ctx, stats, dbName)
+			if err != nil {
+				out.Error = err.Error()
+			}
+			out.PGStatTop, out.PGStatUSPerOp, _ = topStatements(rows, float64(out.Ops), pgstatTop)
+		}
 		for k, d := range steps {
 			out.StatementUSPerOp[k] = float64(d.Microseconds()) / float64(out.Ops)
 		}

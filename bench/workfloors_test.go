@@ -102,6 +102,12 @@ func floorsFixture() *Results {
 		Postgres: &PGFloorRun{GroupSize: 110, GroupSource: "test", AccountsPerOp: 1, BlocksPerOp: 1, Groups: 10, Ops: 1100,
 			PostgresUSPerOp: 25, StatementUSPerOp: map[string]float64{"COMMIT": 20}},
 	}
+	r.PGStatements = &PGStatementsResult{
+		Runs: []PGStatementsRun{{Scenario: "consume", Run: &RunResult{OK: 1000, Offered: 1000}, CPU: CPUSample{"postgres": 0.090},
+			StatementUSPerOp: 57, Top: []PGStatement{{Gist: "COPY ledger_entries", TotalUSPerOp: 12, CallsPerOp: 0.01, MeanUS: 1200, RowsPerCall: 110}}}},
+		Floor: &PGFloorRun{Ops: 1100, PostgresUSPerOp: 35, BackendUSPerOp: 28, PGStatUSPerOp: 30,
+			PGStatTop: []PGStatement{{Gist: "COPY ledger_entries", TotalUSPerOp: 9}}},
+	}
 	return r
 }
 
@@ -119,8 +125,12 @@ func TestFloorTables(t *testing.T) {
 		// consume: creditd 160 vs 40, Redis 90 vs 20, Postgres 70 vs 25 + 5.
 		"**consume** (CPU µs per consume;",
 		"| creditd | 160 µs | 40 µs | +120 µs |",
-		"| Redis | 90 µs | 20 µs | +70 µs | 1.00 FCALL per consume at 70.0 µs each against the floor script's 15.0 µs",
-		"55.0 µs per call of logic in the scripts",
+		"| Redis | 90 µs | 20 µs | +70 µs | scripts 70 µs per consume (1.00 FCALL x 70.0 µs) against the floor script's 15 µs",
+		"so 55 µs per consume of logic in the scripts",
+		"so 270 µs per create+commit of logic in the scripts",
+		// pg-statements: the real path and the floor on the private cluster.
+		"on that private cluster the persister's real path (with creditd's look-ups) costs 57 µs of statement time and 90 µs of Postgres CPU per consume, the floor's writes 30 µs and 35 µs (its own backend 28 µs), most in COPY ledger_entries 9.0 µs",
+		"The same Postgres floor on pg-statements' private cluster (no one else's work): 30 µs of statement time and 35 µs of Postgres CPU per consume.",
 		"xreadgroup 0.20 x 5 µs",
 		"| Postgres | 70 µs | 30 µs | +40 µs |",
 		"| all | 320 µs | 90 µs | +230 µs | |",
@@ -176,5 +186,30 @@ func TestFloorsFailureReported(t *testing.T) {
 	r.floorsMarkdown(func(f string, a ...any) { fmt.Fprintf(&sb, f, a...) })
 	if want := "The floors scenario failed: no consume outbox entry caught during the burst."; !strings.Contains(sb.String(), want) {
 		t.Errorf("report lacks %q:\n%s", want, sb.String())
+	}
+}
+
+// TestPGFloorParams takes the group size from pg-statements' consume run
+// and the rows per op from the consume scenario, with defaults without.
+func TestPGFloorParams(t *testing.T) {
+	tests := []struct {
+		name       string
+		res        *Results
+		group      int
+		accounts   float64
+		fromPGStat bool
+	}{
+		{"measured", floorsFixture(), 110, 1, true},
+		{"nothing measured", &Results{}, floorGroupDefault, 1, false},
+	}
+	tests[0].res.Scenarios[1].PG.Tables[0].Updated = 0.6
+	tests[0].accounts = 0.6
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := (&Bench{res: tc.res}).pgFloorParams()
+			if p.GroupSize != tc.group || p.AccountsPerOp != tc.accounts || strings.Contains(p.GroupSource, "pg-statements'") != tc.fromPGStat {
+				t.Errorf("group %d (%s), accounts %.2f per op; want %d, %.2f, from pg-statements %v", p.GroupSize, p.GroupSource, p.AccountsPerOp, tc.group, tc.accounts, tc.fromPGStat)
+			}
+		})
 	}
 }
