@@ -363,6 +363,14 @@ func floorVerdict(goal, floor float64) string {
 // floors' sum for a CPU row, the bound the floors' CPU puts on throughput
 // for a throughput row; "" when there is none.
 func (r *Results) goalFloor(name string) string {
+	if c := r.Ceiling; c != nil && c.Run != nil && c.Run.OK > 0 {
+		switch {
+		case strings.HasPrefix(name, "check throughput") && r.RedisBenchmark != nil && r.RedisBenchmark.RPS > 0:
+			return fmt.Sprintf("the ceiling server (HTTP + one round trip) reaches %.2fx", c.Max/r.RedisBenchmark.RPS)
+		case strings.HasPrefix(name, "check p99"):
+			return fmt.Sprintf("the ceiling server's client p99 at its 70 %% run: %.3f ms", c.Run.Latency.P99)
+		}
+	}
 	for _, t := range r.floorTables() {
 		_, floor := t.floorSum()
 		switch {

@@ -82,7 +82,8 @@ func TestParseCopyBinaryRowRejects(t *testing.T) {
 // floors scenario, its figures chosen so every sum is known.
 func floorsFixture() *Results {
 	r := &Results{Machine: Machine{CPUs: 2}}
-	r.Ceiling = &ScenarioResult{Run: &RunResult{OK: 1000, Offered: 1000}, Max: 40000,
+	r.RedisBenchmark = &RedisBench{RPS: 100000}
+	r.Ceiling = &ScenarioResult{Run: &RunResult{OK: 1000, Offered: 1000, Latency: Latency{P99: 2.5}}, Max: 40000,
 		CPU: CPUSample{"ceiling server": 0.028, "redis-server": 0.012}}
 	r.PGBench = []PGBench{{Name: "spread", TPS: 8000}, {Name: "hot", TPS: 2500}}
 	r.Scenarios = []ScenarioResult{
@@ -152,6 +153,8 @@ func TestFloorTables(t *testing.T) {
 		{"consume throughput / Postgres-only (spread)", "bound 2 cores to 22222/s = 2.78x"},
 		{"consume throughput / Postgres-only (hot)", "= 8.89x"},
 		{"usage CPU per event", ""},
+		{"check throughput / raw Redis EVALSHA", "the ceiling server (HTTP + one round trip) reaches 0.40x"},
+		{"check p99 in creditd's own histogram at 70 % of max", "the ceiling server's client p99 at its 70 % run: 2.500 ms"},
 	}
 	for _, tc := range tests {
 		if got := r.goalFloor(tc.goal); !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
