@@ -101,10 +101,16 @@ func (r *Results) floorsScenarioMarkdown(w func(string, ...any), tables []floorT
 			s.ClaimBytes, f.Server.Run.Offered, f.Server.ServerUSPerRequest)
 		w("Redis's: that FCALL runs a function kept in the bench (HGETALL of a copy of a real account hash, %d fields, %d B; HSET of every field back; XADD of %d B, a real consume's outbox entry's size; SET of %d B, a real op record's size, PX 24 h) on a private redis-server, so INFO commandstats and its CPU hold only the floor's work: %.1f µs per FCALL, %.0f µs of redis-server CPU per request (claim, FCALL, sockets). ",
 			s.AccountFields, s.AccountBytes, s.OutboxEntryBytes, s.OpRecordBytes, f.Server.FcallUSPerCall, f.Server.RedisUSPerRequest)
-		w("Postgres's: per consume an operation record, a ledger entry and a webhook event COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server; the floor's own backend alone %.0f µs) over %d groups, plus the look-up's %.0f µs per request (every process of the server during the floor server's run). ",
-			p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.BackendUSPerOp, p.Groups, f.Server.PostgresUSPerRequest)
+		w("Postgres's: per consume an operation record, a ledger entry and a webhook event COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server; the floor's own backend alone %.0f µs) over %d groups on the machine's server. ",
+			p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.BackendUSPerOp, p.Groups)
 		if fp := r.PGStatements.floor(); fp != nil {
-			w("The same Postgres floor on pg-statements' private cluster (no one else's work): %.0f µs of statement time and %.0f µs of Postgres CPU per consume. ", fp.PGStatUSPerOp, fp.PostgresUSPerOp)
+			w("The same Postgres floor on pg-statements' private cluster (no one else's work): %.0f µs of statement time and %.0f µs of Postgres CPU per consume; the tables use this figure. ", fp.PGStatUSPerOp, fp.PostgresUSPerOp)
+		}
+		if f.Server.LookupBackends > 0 {
+			w("The look-up costs the floor server's own %d backends %.0f µs per request (the whole server %.0f µs in that window, others' work included); the tables use the former. ",
+				f.Server.LookupBackends, f.Server.LookupBackendUSPerRequest, f.Server.PostgresUSPerRequest)
+		} else {
+			w("The look-up costs the whole server %.0f µs per request in the floor server's run (others' work included). ", f.Server.PostgresUSPerRequest)
 		}
 		if s.Note != "" {
 			w("Note: %s. ", s.Note)
@@ -190,7 +196,26 @@ func (r *Results) consumeFloor() (cpuPerOp, bool) {
 	if f == nil || f.Server == nil || f.Server.Run == nil || f.Server.Run.OK == 0 || f.Postgres == nil || f.Postgres.Ops == 0 {
 		return cpuPerOp{}, false
 	}
-	return cpuPerOp{f.Server.ServerUSPerRequest, f.Server.RedisUSPerRequest, f.Postgres.PostgresUSPerOp + f.Server.PostgresUSPerRequest}, true
+	return cpuPerOp{f.Server.ServerUSPerRequest, f.Server.RedisUSPerRequest, r.pgWriteFloor() + f.Server.lookupUS()}, true
+}
+
+// pgWriteFloor is the Postgres floor of a consume's writes, CPU µs per
+// op: measured on pg-statements' private cluster when the run has it (no
+// one else's work there), else on the machine's server.
+func (r *Results) pgWriteFloor() float64 {
+	if fp := r.PGStatements.floor(); fp != nil {
+		return fp.PostgresUSPerOp
+	}
+	return r.Floors.Postgres.PostgresUSPerOp
+}
+
+// lookupUS is the look-up's Postgres CPU per request: the floor server's
+// own backends when they were sampled, else the whole server's.
+func (s *FloorServerRun) lookupUS() float64 {
+	if s.LookupBackends > 0 {
+		return s.LookupBackendUSPerRequest
+	}
+	return s.PostgresUSPerRequest
 }
 
 // scriptCallsPerOp is the FCALL/EVALSHA calls per op of s and their µs
@@ -253,7 +278,7 @@ func (r *Results) floorTables() []floorTable {
 	}
 	f := r.Floors
 	pgf := f.Postgres
-	pgPerRow := pgf.PostgresUSPerOp / pgf.floorRowsPerOp()
+	pgPerRow := r.pgWriteFloor() / pgf.floorRowsPerOp()
 	for _, v := range []struct {
 		name, title, unit string
 		perExtra          bool
@@ -281,7 +306,7 @@ func (r *Results) floorTables() []floorTable {
 		scale, pgFloor := 1.0, fl.postgres
 		if v.name != "consume" {
 			scale = calls
-			pgFloor = pgPerRow*rows + f.Server.PostgresUSPerRequest*calls
+			pgFloor = pgPerRow*rows + f.Server.lookupUS()*calls
 			t.basis = fmt.Sprintf("the consume floors scaled: creditd and Redis by the %.2f script round trips per %s, Postgres by the %.2f rows written per %s (the floor's %.1f µs per row) plus %.2f look-ups", calls, v.unit, rows, v.unit, pgPerRow, calls)
 		} else {
 			t.basis = fmt.Sprintf("the floors scenario: an HTTP request with the claim (SET NX GET), one indexed look-up in Postgres and one FCALL of a script doing a consume's Redis writes with no logic; %d rows of a consume's tables per transaction", pgf.GroupSize)

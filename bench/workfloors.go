@@ -102,6 +102,11 @@ type FloorServerRun struct {
 	ServerUSPerRequest   float64 `json:"server_cpu_us_per_request"`
 	RedisUSPerRequest    float64 `json:"redis_cpu_us_per_request"`
 	PostgresUSPerRequest float64 `json:"postgres_cpu_us_per_request"`
+	// LookupBackendUSPerRequest is the CPU of the floor server's own
+	// Postgres backends per request: the look-up alone, without the
+	// shared server's other work; LookupBackends is how many were sampled.
+	LookupBackendUSPerRequest float64 `json:"lookup_backend_cpu_us_per_request"`
+	LookupBackends            int     `json:"lookup_backends"`
 	// FcallUSPerCall is INFO commandstats usec_per_call of the floor FCALL.
 	FcallUSPerCall float64 `json:"fcall_usec_per_call"`
 }
@@ -315,7 +320,7 @@ func (b *Bench) floorServer(ctx context.Context, acctKey, entry, record, claim s
 		return nil, err
 	}
 	p, err := startProc("floor", self, []string{"-floor-server", addr},
-		[]string{"REDIS_URL=redis://" + rs.Addr + "/0", "DATABASE_URL=" + b.dbURL, "FLOOR_ACCOUNTS=" + strconv.Itoa(n),
+		[]string{"REDIS_URL=redis://" + rs.Addr + "/0", "DATABASE_URL=" + withAppName(b.dbURL, floorAppName), "FLOOR_ACCOUNTS=" + strconv.Itoa(n),
 			"FLOOR_ENTRY=" + entry, "FLOOR_RECORD=" + record, "FLOOR_CLAIM=" + claim}, addr, filepath.Join(b.tmp, "floor.log"))
 	if err != nil {
 		return nil, err
@@ -338,10 +343,29 @@ func (b *Bench) floorServer(ctx context.Context, acctKey, entry, record, claim s
 	if warm := g.Run(ctx, 1, time.Millisecond, op); warm.OK != 1 {
 		return nil, fmt.Errorf("floor server: probe failed (%s): %s", warm.ErrorSummary(), tail(filepath.Join(b.tmp, "floor.log"), 500))
 	}
+	// The server opens its pool's connections at start (MinConns): their
+	// backends are sampled on their own.
+	var backends []int
+	for i := 0; i < 40 && len(backends) < floorPoolConns; i++ {
+		backends = backendsOf(ctx, b.pg, floorAppName)
+		time.Sleep(50 * time.Millisecond)
+	}
+	backendCPU := func() float64 {
+		var t float64
+		for _, pid := range backends {
+			if s, _, _, err := procTimes(pid); err == nil {
+				t += s
+			}
+		}
+		return t
+	}
 	cs0 := commandStats(ctx, rs.rdb)
-	cpu0 := probe.Sample()
+	cpu0, own0 := probe.Sample(), backendCPU()
 	run := g.Run(ctx, rate, b.o.Duration, op)
-	out := &FloorServerRun{Run: &run, CPU: probe.Sample().Sub(cpu0)}
+	out := &FloorServerRun{Run: &run, CPU: probe.Sample().Sub(cpu0), LookupBackends: len(backends)}
+	if run.OK > 0 {
+		out.LookupBackendUSPerRequest = (backendCPU() - own0) * 1e6 / float64(run.OK)
+	}
 	out.Redis = redisDelta(cs0, commandStats(ctx, rs.rdb), float64(run.OK))
 	if run.OK == 0 {
 		return out, fmt.Errorf("floor server: no request acknowledged (%s)", run.ErrorSummary())
@@ -356,6 +380,43 @@ func (b *Bench) floorServer(ctx context.Context, acctKey, entry, record, claim s
 		}
 	}
 	return out, nil
+}
+
+// floorAppName is the floor server's application_name in Postgres, by
+// which the bench finds its backends; floorPoolConns its pool's size.
+const (
+	floorAppName   = "bench-floor"
+	floorPoolConns = 8
+)
+
+// withAppName is dbURL with application_name set to name.
+func withAppName(dbURL, name string) string {
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	return dbURL + sep + "application_name=" + name
+}
+
+// backendsOf is the pids of the backends of application name on the
+// server conn is connected to.
+func backendsOf(ctx context.Context, conn *pgx.Conn, name string) []int {
+	if conn == nil {
+		return nil
+	}
+	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", name)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // floorAccountKey is the floor's i-th account copy.
@@ -376,7 +437,7 @@ func serveFloor(addr string) error {
 	if err != nil {
 		return err
 	}
-	pcfg.MaxConns = 8
+	pcfg.MaxConns, pcfg.MinConns = floorPoolConns, floorPoolConns
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
