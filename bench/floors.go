@@ -14,7 +14,9 @@ import (
 // script and writes a fixed body, on the same 2 cores, measured by the
 // same load generator. No creditd request can cost less than that: it
 // reads the same request, makes at least that round trip and writes a
-// response.
+// response. When the run has the floors scenario (bench/workfloors.go),
+// each operation's CPU is then set against per-component floors for the
+// same durable work (floorTables).
 func (r *Results) floorsMarkdown(w func(string, ...any)) {
 	c := r.Ceiling
 	if c == nil || c.Run == nil || c.Run.OK == 0 {
@@ -323,6 +325,9 @@ func (r *Results) floorTables() []floorTable {
 		if len(other) > 0 {
 			redisWhat += "; other commands per " + v.unit + " (the persister's reads and deletes of the outbox among them): " + strings.Join(other, ", ")
 		}
+		if len(s.Redis) > 0 {
+			redisWhat += " (INFO commandstats of the shared Redis: every client's calls in the window)"
+		}
 		pgWhat := fmt.Sprintf("%.2f rows written per %s against the floor's %.2f per consume", rows, v.unit, pgf.floorRowsPerOp())
 		if tables := pgTables(s); tables != "" {
 			pgWhat += " (" + tables + ")"
@@ -378,7 +383,7 @@ func floorVerdict(goal, floor float64) string {
 	case goal <= 0:
 		return ""
 	case floor > goal:
-		return fmt.Sprintf("The floors alone sum to %.0f µs > the %.0f µs goal on this box: the goal is below what this work costs here with no logic at all (fasthttp, go-redis and pgx, as creditd).", floor, goal)
+		return fmt.Sprintf("The floors alone sum to %.0f µs > the %.0f µs goal on this box: the goal is below what this work costs here with no logic at all (with the clients creditd uses).", floor, goal)
 	default:
 		return fmt.Sprintf("The floors sum to %.0f µs <= the %.0f µs goal: %.0f µs are left for the logic.", floor, goal, goal-floor)
 	}

@@ -138,7 +138,7 @@ func TestFloorTables(t *testing.T) {
 		"xreadgroup 0.20 x 5 µs",
 		"| Postgres | 70 µs | 30 µs | +40 µs |",
 		"| all | 320 µs | 90 µs | +230 µs | |",
-		"The floors alone sum to 90 µs > the 60 µs goal on this box: the goal is below what this work costs here with no logic at all (fasthttp, go-redis and pgx, as creditd). creditd's floor alone, 40 µs, is over its 30 µs share of the goal. Redis's floor alone, 20 µs, is over its 15 µs share of the goal. Postgres's floor alone, 30 µs, is over its 15 µs share of the goal.\n",
+		"The floors alone sum to 90 µs > the 60 µs goal on this box: the goal is below what this work costs here with no logic at all (with the clients creditd uses). creditd's floor alone, 40 µs, is over its 30 µs share of the goal. Redis's floor alone, 20 µs, is over its 15 µs share of the goal. Postgres's floor alone, 30 µs, is over its 15 µs share of the goal.\n",
 		// reserve: 2 round trips; Postgres 25/5 µs per row x 10 rows + 2 look-ups of 5.
 		"**reserve + commit** (CPU µs per create+commit;",
 		"| creditd | 1000 µs | 80 µs |",
