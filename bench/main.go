@@ -13,6 +13,7 @@
 //	go run ./bench -scenario replica-ack # consume with replica acks off and on, private master + replica
 //	go run ./bench -scenario fleet-scale # consume and check on 1, 2, 3 creditd nodes, private Redis Cluster
 //	go run ./bench -scenario pg-statements # Postgres statements per op (pg_stat_statements), private cluster
+//	go run ./bench -scenario floors # each component's floor: a consume's durable work with no logic
 //	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 //	go run ./bench -scenario usage-report # usage report latency over -usage-report-rows ledger rows alone
@@ -97,7 +98,7 @@ func (o Options) full() bool {
 }
 
 // needsCustomers: some scenario drives load at the seeded customers.
-func (o Options) needsCustomers() bool { return o.full() || o.has("memory") }
+func (o Options) needsCustomers() bool { return o.full() || o.has("memory") || o.has("floors") }
 
 func main() {
 	var (
@@ -105,14 +106,15 @@ func main() {
 		scenarios  string
 		ceilingSrv string
 		ceilingKey string
+		floorSrv   string
 	)
 	flag.DurationVar(&o.Duration, "duration", 0, "length of each scenario's run at 70% of its max (default 10s; -quick 4s)")
 	flag.DurationVar(&o.StepDuration, "step", 0, "length of each ramp step (default 2s; -quick 1s)")
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,memory,usage-report,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,floors,memory,usage-report,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
@@ -137,7 +139,16 @@ func main() {
 	flag.BoolVar(&o.Keep, "keep", false, "keep the database and Redis keys afterwards")
 	flag.StringVar(&ceilingSrv, "ceiling-server", "", "internal: serve the HTTP+EVALSHA ceiling on this address")
 	flag.StringVar(&ceilingKey, "ceiling-key", "", "internal: the key the ceiling server reads")
+	flag.StringVar(&floorSrv, "floor-server", "", "internal: serve the floors scenario's consume floor on this address")
 	flag.Parse()
+
+	if floorSrv != "" {
+		if err := serveFloor(floorSrv); err != nil {
+			fmt.Fprintln(os.Stderr, "floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if ceilingSrv != "" {
 		if err := serveCeiling(ceilingSrv, os.Getenv("REDIS_URL"), ceilingKey); err != nil {
@@ -326,6 +337,11 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	}
 	if o.has("pg-statements") && ctx.Err() == nil {
 		b.pgStatements(ctx)
+	}
+	// After pg-statements: the Postgres floor's group is the persister's
+	// group size measured there.
+	if o.has("floors") && ctx.Err() == nil {
+		b.floors(ctx)
 	}
 	if o.needsCustomers() {
 		b.ledger(ctx)

@@ -66,7 +66,11 @@ type PGStatementsResult struct {
 	// value).
 	Copied [][]string        `json:"settings_copied"`
 	Runs   []PGStatementsRun `json:"runs"`
-	Error  string            `json:"error,omitempty"`
+	// Floor is the floors scenario's Postgres floor run on this cluster
+	// after the runs (when the run includes floors): its statements and
+	// CPU, measured as the persister's real path is here.
+	Floor *PGFloorRun `json:"postgres_floor,omitempty"`
+	Error string      `json:"error,omitempty"`
 }
 
 // PGStatementsRun is one scenario's run and the statements it cost.
@@ -413,6 +417,14 @@ func (b *Bench) pgStatementsRun(ctx context.Context, r *PGStatementsResult) erro
 		logf("pg-statements: %s at %.0f/s: achieved %.0f/s, errors %s; %d statements, %.0f µs of statement time per %s (Postgres CPU %.0f µs)",
 			sc.Name, rate, res.Achieved, res.ErrorSummary(), run.Distinct, run.StatementUSPerOp, sc.Unit, perOp(run.CPU, float64(res.OK)).postgres)
 	}
+	if b.o.has("floors") && ctx.Err() == nil {
+		// The Postgres floor on this cluster: pg_stat_statements and a
+		// CPU figure of no one else's work, as the real path's above.
+		// (b.res.PGStatements is r: the group is its consume run's.)
+		r.Floor = b.pgFloorOn(ctx, b.pgFloorParams(), dbURL, w.probe, admin, dbName)
+		logf("pg-statements: Postgres floor: group %d, %.0f µs of statement time and %.0f µs of Postgres CPU per consume %s",
+			r.Floor.GroupSize, r.Floor.PGStatUSPerOp, r.Floor.PostgresUSPerOp, r.Floor.Error)
+	}
 	return nil
 }
 
@@ -636,6 +648,14 @@ func (r *PGStatementsResult) run(name string) *PGStatementsRun {
 		}
 	}
 	return nil
+}
+
+// floor is the Postgres floor measured on the cluster, or nil.
+func (r *PGStatementsResult) floor() *PGFloorRun {
+	if r == nil || r.Floor == nil || r.Floor.Ops == 0 {
+		return nil
+	}
+	return r.Floor
 }
 
 // mdStatement is a statement's text as a Markdown table cell.

@@ -34,6 +34,7 @@ type Results struct {
 	ReplicaAck     *ReplicaAckResult   `json:"replica_ack,omitempty"`
 	FleetScale     *FleetScaleResult   `json:"fleet_scale,omitempty"`
 	PGStatements   *PGStatementsResult `json:"pg_statements,omitempty"`
+	Floors         *FloorsResult       `json:"floors,omitempty"`
 	Goals          []Goal              `json:"goals"`
 	Warnings       []string            `json:"warnings,omitempty"`
 	Errors         []string            `json:"errors,omitempty"`
@@ -261,6 +262,9 @@ func markdown(r *Results, rel string) string {
 		}
 		if g.Met != nil {
 			met = map[bool]string{true: "**met**", false: "**missed**"}[*g.Met]
+			if f := r.goalFloor(g.Name); f != "" && !*g.Met {
+				met += "; " + f
+			}
 		}
 		w("| %s | %s | %s | %s |\n", g.Name, g.Goal, strings.ReplaceAll(g.Now, "|", "\\|"), met)
 	}
