@@ -80,7 +80,8 @@ func insertColumns(sql string) []string {
 
 // copyApply writes ms in one transaction: COPY into operations and
 // ledger_entries, then the upserts and sections in one pipelined batch,
-// then the events by INSERT (the table order of queueApply). It fails
+// then the events (by COPY when they are stored as sent, else by INSERT
+// at the batch's end: the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
 func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	steps, err := copySteps(ms, alerts)
@@ -106,6 +107,11 @@ func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *ale
 type copyStep struct {
 	name string
 	run  func(ctx context.Context, tx pgx.Tx) error
+	// batch is the step's statements when it sends one batch, so a
+	// profile can run them one by one.
+	batch *pgx.Batch
+	// last, when set, reads the rows of the batch's last statement.
+	last func(pgx.Rows) error
 }
 
 // copySteps are copyApply's round trips for ms, in order.
@@ -121,15 +127,26 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 	if err := queueStateAndSections(b, cols, ms); err != nil {
 		return nil, err
 	}
-	// The events go in by INSERT, not COPY: their sequences come from the
-	// tenant's counter in the same statement (events.go).
-	queueEvents(b, ms, alerts, freshEventsSQL)
+	// Events stored as sent go in by COPY, numbered from the counters the
+	// batch's last statement bumps (eventCopy); a group with events to
+	// complete in SQL inserts them with freshEventsSQL.
+	var events *eventCopy
+	plain, filled := eventRowsOf(ms, alerts)
+	if len(filled.id) == 0 && len(plain.id) > 0 {
+		events = newEventCopy(plain)
+	} else {
+		queueEventRows(b, plain, filled, freshEventsSQL)
+	}
+	queueAlertStates(b, alerts)
+	if events != nil {
+		events.queueBump(b)
+	}
 	check := &pgx.Batch{}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.
 	var steps []copyStep
 	if check.Len() > 0 {
-		steps = append(steps, copyStep{name: "fork check", run: func(ctx context.Context, tx pgx.Tx) error {
+		steps = append(steps, copyStep{name: "fork check", batch: check, run: func(ctx context.Context, tx pgx.Tx) error {
 			return tx.SendBatch(ctx, check).Close()
 		}})
 	}
@@ -158,10 +175,43 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
 			e.meta[i], e.at[i], blocks, amounts}
 	})
-	steps = append(steps, copyStep{name: "upserts", run: func(ctx context.Context, tx pgx.Tx) error {
+	upserts := copyStep{name: "upserts", batch: b, run: func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
-	}})
+	}}
+	if events != nil {
+		upserts.last = events.readSequences
+		upserts.run = func(ctx context.Context, tx pgx.Tx) error { return sendReadingLast(ctx, tx, b, events.readSequences) }
+	}
+	steps = append(steps, upserts)
+	if events != nil {
+		steps = append(steps, copyStep{name: "COPY webhook_events", run: events.copyIn})
+	}
 	return steps, nil
+}
+
+// sendReadingLast sends b in tx and hands the rows of its last statement
+// to read.
+func sendReadingLast(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx.Rows) error) error {
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	for range b.Len() - 1 {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return err
+	}
+	err = read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	return res.Close()
 }
 
 // ReplayedApplies counts the Applies whose lean copy met a row already
