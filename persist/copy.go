@@ -20,8 +20,10 @@ import (
 //
 // A big batch goes in by COPY, which Postgres inserts page by page (one
 // WAL record per page of rows rather than one per row, no executor per
-// row) but which costs five round trips (BEGIN, three COPYs, COMMIT around
-// the upserts); a small one is one pipelined round trip of plain INSERTs.
+// row) but which costs up to seven round trips (BEGIN, the fork check,
+// COPY operations and ledger_entries, the upserts, COPY webhook_events when
+// the events are stored as sent, COMMIT); a small one is one pipelined
+// round trip of plain INSERTs.
 // Postgres CPU per consume (persist/profile_test.go, schedstat, 3 runs):
 // groups of 30, ~64 µs by COPY and ~59 by INSERT; of 60, ~53 both; of
 // 150, ~47 and ~51; of 300, ~44 and ~48.
@@ -54,7 +56,13 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *a
 	if err := queueRows(b, ms, true); err != nil {
 		return err
 	}
-	queueEvents(b, ms, alerts, freshEventsSQL)
+	plain, filled := eventRowsOf(ms, alerts)
+	if len(filled.id) == 0 && len(plain.id) > 0 {
+		newEventCopy(plain).queueInsert(b)
+	} else {
+		queueEventRows(b, plain, filled, freshEventsSQL)
+	}
+	queueAlertStates(b, alerts)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 

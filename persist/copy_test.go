@@ -207,8 +207,8 @@ func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
 }
 
 // TestEventCopy states that a group whose events are all stored as sent
-// (consumes with a Context) copies them with what the INSERT of
-// eventsSQLTemplate stores: the same rows, each tenant's numbered 1..N in
+// (consumes with a Context), copied or inserted by leanEventsSQL, stores
+// what the INSERT of eventsSQLTemplate stores: the same rows, each tenant's numbered 1..N in
 // batch order (not id order), the Context's external id in the payload; a
 // Mutation given twice in the group owes its event once; and the same
 // group persisted again falls back and inserts nothing twice.
@@ -249,6 +249,7 @@ func TestEventCopy(t *testing.T) {
 	}{
 		{"on conflict", (*Store).pipelinedApply},
 		{"copy", (*Store).copyApply},
+		{"insert", (*Store).insertApply},
 	}
 	var want []string
 	for _, tt := range tests {

@@ -130,33 +130,48 @@ var eventCopyColumns = []string{"id", "tenant_id", "environment", "customer_id",
 
 // eventCopy is the lean write of a group's events when all of them are
 // stored as sent (every Mutation carries a Context, as every hot-path
-// script's does): their sequences come from bumpSequencesSQL, which the
-// group's upsert batch ends with, and the rows go in by COPY, with no
-// per-row executor, window or join (issue 10). Like the COPY of the
-// operations and ledger entries, it fails the transaction on an event id
-// already stored, and Apply writes the group again the ON CONFLICT way.
+// script's does): each tenant's rows are counted and ranked in batch order
+// in Go, so Postgres runs no window, sort or union for them (issue 10). A
+// group written by COPY takes its sequences from bumpSequencesSQL, which
+// its upsert batch ends with, and copies the rows; a small group inserts
+// them with leanEventsSQL. Like the operations and ledger entries, either
+// fails the transaction on an event id already stored, and Apply writes
+// the group again the ON CONFLICT way.
 type eventCopy struct {
 	rows *eventBatch
 	// tenants are the rows' tenants, sorted, and counts their rows.
 	tenants []uuid.UUID
 	counts  []int64
+	// back is each row's distance from its tenant's last row in batch
+	// order (ord): the row takes its tenant's new counter minus back.
+	back []int64
 	// seq is each row's sequence once readSequences has run.
 	seq []int64
 }
 
-// newEventCopy returns the COPY write of rows (eventRowsOf's plain rows).
+// newEventCopy returns the lean write of rows (eventRowsOf's plain rows).
 func newEventCopy(rows *eventBatch) *eventCopy {
 	n := map[uuid.UUID]int64{}
 	for _, t := range rows.tenant {
 		n[t]++
 	}
-	c := &eventCopy{rows: rows, tenants: make([]uuid.UUID, 0, len(n)), counts: make([]int64, 0, len(n))}
+	c := &eventCopy{rows: rows, tenants: make([]uuid.UUID, 0, len(n)), counts: make([]int64, 0, len(n)),
+		back: make([]int64, len(rows.id))}
 	for t := range n {
 		c.tenants = append(c.tenants, t)
 	}
 	sort.Slice(c.tenants, func(i, j int) bool { return bytes.Compare(c.tenants[i][:], c.tenants[j][:]) < 0 })
 	for _, t := range c.tenants {
 		c.counts = append(c.counts, n[t])
+	}
+	order := make([]int, len(rows.id))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return rows.ord[order[i]] < rows.ord[order[j]] })
+	for _, i := range order {
+		n[rows.tenant[i]]--
+		c.back[i] = n[rows.tenant[i]]
 	}
 	return c
 }
@@ -167,41 +182,56 @@ func (c *eventCopy) queueBump(b *pgx.Batch) {
 }
 
 // readSequences numbers the rows from the counters bumpSequencesSQL
-// returned: a tenant's rows take its sequences in batch order (ord), as
+// returned: a tenant's rows take its new sequences in batch order, as
 // eventsSQLTemplate numbers them.
 func (c *eventCopy) readSequences(rows pgx.Rows) error {
-	first := make(map[uuid.UUID]int64, len(c.tenants))
-	n := make(map[uuid.UUID]int64, len(c.tenants))
-	for i, t := range c.tenants {
-		n[t] = c.counts[i]
-	}
+	next := make(map[uuid.UUID]int64, len(c.tenants))
 	for rows.Next() {
 		var t uuid.UUID
-		var next int64
-		if err := rows.Scan(&t, &next); err != nil {
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
 			return err
 		}
-		first[t] = next - n[t] + 1
+		next[t] = n
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
 	r := c.rows
-	order := make([]int, len(r.id))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(i, j int) bool { return r.ord[order[i]] < r.ord[order[j]] })
 	c.seq = make([]int64, len(r.id))
-	for _, i := range order {
-		f, ok := first[r.tenant[i]]
+	for i, t := range r.tenant {
+		n, ok := next[t]
 		if !ok {
-			return fmt.Errorf("persist: no event sequence returned for tenant %s", r.tenant[i])
+			return fmt.Errorf("persist: no event sequence returned for tenant %s", t)
 		}
-		c.seq[i] = f
-		first[r.tenant[i]] = f + 1
+		c.seq[i] = n - c.back[i]
 	}
 	return nil
+}
+
+// leanEventsSQL is the small group's write of eventCopy: the counters
+// bumped as by bumpSequencesSQL and the rows inserted in id order, each
+// with its tenant's new counter minus its back ($11), in one statement.
+const leanEventsSQL = `WITH bumped AS (
+	INSERT INTO event_sequences AS s (tenant_id, next)
+	SELECT * FROM unnest($1::uuid[], $2::bigint[])
+	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + EXCLUDED.next
+	RETURNING s.tenant_id, s.next
+)
+INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at,
+	sequence, account_version)
+SELECT p.id, p.tenant, p.env, p.customer, p.type, '{"sequence":' || (b.next - p.back) || ',' || substr(p.payload, 2),
+	'pending', 0, p.at, p.at, b.next - p.back, p.version
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::timestamptz[],
+	$10::bigint[], $11::bigint[]) AS p(id, tenant, env, customer, type, payload, at, version, back)
+JOIN bumped b ON b.tenant_id = p.tenant
+ORDER BY p.id`
+
+// queueInsert queues leanEventsSQL for the rows.
+func (c *eventCopy) queueInsert(b *pgx.Batch) {
+	r := c.rows
+	b.Queue(leanEventsSQL, c.tenants, c.counts, r.id, r.tenant, r.env, r.customer, r.typ, r.body, r.at, r.version, c.back)
 }
 
 // copyIn writes the rows by COPY, their sequences prepended to their
