@@ -20,8 +20,10 @@ import (
 //
 // A big batch goes in by COPY, which Postgres inserts page by page (one
 // WAL record per page of rows rather than one per row, no executor per
-// row) but which costs five round trips (BEGIN, three COPYs, COMMIT around
-// the upserts); a small one is one pipelined round trip of plain INSERTs.
+// row) but which costs up to seven round trips (BEGIN, the fork check,
+// COPY operations and ledger_entries, the upserts, COPY webhook_events when
+// the events are stored as sent, COMMIT); a small one is one pipelined
+// round trip of plain INSERTs.
 // Postgres CPU per consume (persist/profile_test.go, schedstat, 3 runs):
 // groups of 30, ~64 µs by COPY and ~59 by INSERT; of 60, ~53 both; of
 // 150, ~47 and ~51; of 300, ~44 and ~48.
@@ -54,7 +56,13 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *a
 	if err := queueRows(b, ms, true); err != nil {
 		return err
 	}
-	queueEvents(b, ms, alerts, freshEventsSQL)
+	plain, filled := eventRowsOf(ms, alerts)
+	if len(filled.id) == 0 && len(plain.id) > 0 {
+		newEventCopy(plain).queueInsert(b)
+	} else {
+		queueEventRows(b, plain, filled, freshEventsSQL)
+	}
+	queueAlertStates(b, alerts)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -80,7 +88,8 @@ func insertColumns(sql string) []string {
 
 // copyApply writes ms in one transaction: COPY into operations and
 // ledger_entries, then the upserts and sections in one pipelined batch,
-// then the events by INSERT (the table order of queueApply). It fails
+// then the events (by COPY when they are stored as sent, else by INSERT
+// at the batch's end: the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
 func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	steps, err := copySteps(ms, alerts)
@@ -106,6 +115,11 @@ func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *ale
 type copyStep struct {
 	name string
 	run  func(ctx context.Context, tx pgx.Tx) error
+	// batch is the step's statements when it sends one batch, so a
+	// profile can run them one by one.
+	batch *pgx.Batch
+	// last, when set, reads the rows of the batch's last statement.
+	last func(pgx.Rows) error
 }
 
 // copySteps are copyApply's round trips for ms, in order.
@@ -121,15 +135,26 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 	if err := queueStateAndSections(b, cols, ms); err != nil {
 		return nil, err
 	}
-	// The events go in by INSERT, not COPY: their sequences come from the
-	// tenant's counter in the same statement (events.go).
-	queueEvents(b, ms, alerts, freshEventsSQL)
+	// Events stored as sent go in by COPY, numbered from the counters the
+	// batch's last statement bumps (eventCopy); a group with events to
+	// complete in SQL inserts them with freshEventsSQL.
+	var events *eventCopy
+	plain, filled := eventRowsOf(ms, alerts)
+	if len(filled.id) == 0 && len(plain.id) > 0 {
+		events = newEventCopy(plain)
+	} else {
+		queueEventRows(b, plain, filled, freshEventsSQL)
+	}
+	queueAlertStates(b, alerts)
+	if events != nil {
+		events.queueBump(b)
+	}
 	check := &pgx.Batch{}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.
 	var steps []copyStep
 	if check.Len() > 0 {
-		steps = append(steps, copyStep{name: "fork check", run: func(ctx context.Context, tx pgx.Tx) error {
+		steps = append(steps, copyStep{name: "fork check", batch: check, run: func(ctx context.Context, tx pgx.Tx) error {
 			return tx.SendBatch(ctx, check).Close()
 		}})
 	}
@@ -158,10 +183,43 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
 			e.meta[i], e.at[i], blocks, amounts}
 	})
-	steps = append(steps, copyStep{name: "upserts", run: func(ctx context.Context, tx pgx.Tx) error {
+	upserts := copyStep{name: "upserts", batch: b, run: func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
-	}})
+	}}
+	if events != nil {
+		upserts.last = events.readSequences
+		upserts.run = func(ctx context.Context, tx pgx.Tx) error { return sendReadingLast(ctx, tx, b, events.readSequences) }
+	}
+	steps = append(steps, upserts)
+	if events != nil {
+		steps = append(steps, copyStep{name: "COPY webhook_events", run: events.copyIn})
+	}
 	return steps, nil
+}
+
+// sendReadingLast sends b in tx and hands the rows of its last statement
+// to read.
+func sendReadingLast(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx.Rows) error) error {
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	for range b.Len() - 1 {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return err
+	}
+	err = read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	return res.Close()
 }
 
 // ReplayedApplies counts the Applies whose lean copy met a row already

@@ -205,3 +205,119 @@ func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
 		}
 	}
 }
+
+// TestEventCopy states that a group whose events are all stored as sent
+// (consumes with a Context), copied or inserted by leanEventsSQL, stores
+// what the INSERT of eventsSQLTemplate stores: the same rows, each tenant's numbered 1..N in
+// batch order (not id order), the Context's external id in the payload; a
+// Mutation given twice in the group owes its event once; and the same
+// group persisted again falls back and inserts nothing twice.
+func TestEventCopy(t *testing.T) {
+	t.Parallel()
+	tenants := []uuid.UUID{uuid.New(), uuid.New()}
+	var grants, group []engine.Mutation
+	var customers []*profileCustomer
+	for i := range 4 {
+		c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 2, balance: 2_000_000}
+		customers = append(customers, c)
+		grants = append(grants, c.grant(tenants[i%2]))
+	}
+	for range 3 {
+		for i, c := range customers {
+			group = append(group, c.consume(tenants[i%2], true))
+		}
+	}
+	group = append(group, group[1])
+	// The grants' events are completed in SQL (no Context): they are
+	// inserted, never copied.
+	for _, c := range []struct {
+		name string
+		ms   []engine.Mutation
+		want bool
+	}{{"consumes", group, true}, {"grants", grants, false}} {
+		steps, err := copySteps(c.ms, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.ContainsFunc(steps, func(s copyStep) bool { return s.name == "COPY webhook_events" }); got != c.want {
+			t.Errorf("copySteps of the %s copies the events: %v, want %v", c.name, got, c.want)
+		}
+	}
+	tests := []struct {
+		name  string
+		apply func(s *Store, ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error
+	}{
+		{"on conflict", (*Store).pipelinedApply},
+		{"copy", (*Store).copyApply},
+		{"insert", (*Store).insertApply},
+	}
+	var want []string
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := setup(t)
+			if err := b.store.Apply(b.ctx, grants); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.apply(b.store, b.ctx, group, nil); err != nil {
+				t.Fatal(err)
+			}
+			store := &Store{pool: b.pool, copyMin: 1}
+			if err := store.Apply(b.ctx, group); err != nil {
+				t.Fatal(err)
+			}
+			if store.ReplayedApplies() != 1 {
+				t.Errorf("the replayed group fell back %d times, want 1", store.ReplayedApplies())
+			}
+			rows, err := b.pool.Query(b.ctx, `SELECT e.tenant_id || ' ' || e.sequence || ' ' || e.id || ' ' || e.payload
+				|| ' ' || e.status || ' ' || e.attempts || ' ' || e.next_retry_at || ' ' || e.created_at || ' ' || e.account_version
+				FROM webhook_events e WHERE e.event_type = 'credit.consumed' ORDER BY e.tenant_id, e.sequence`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 12 {
+				t.Fatalf("%d credit.consumed events, want 12 (one per consume)", len(got))
+			}
+			for _, tenant := range tenants {
+				checkSequences(t, b, tenant)
+			}
+			// Each tenant's events follow its consumes' batch order.
+			for _, tenant := range tenants {
+				rows, err := b.pool.Query(b.ctx, `SELECT account_version, payload::jsonb->>'external_customer_id', customer_id
+					FROM webhook_events WHERE tenant_id = $1 AND event_type = 'credit.consumed' ORDER BY sequence`, tenant)
+				if err != nil {
+					t.Fatal(err)
+				}
+				type ev struct {
+					version  int64
+					external string
+					customer uuid.UUID
+				}
+				evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ev, error) {
+					var e ev
+					return e, r.Scan(&e.version, &e.external, &e.customer)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var order []ev
+				for _, m := range group[:12] {
+					if m.TenantID == tenant {
+						order = append(order, ev{m.Account.Version, m.Context.ExternalID, m.CustomerID})
+					}
+				}
+				if !slices.Equal(evs, order) {
+					t.Errorf("tenant %s: events by sequence %v, want the batch order %v", tenant, evs, order)
+				}
+			}
+			if want == nil {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Errorf("copied events differ from the ON CONFLICT write:\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,14 +98,168 @@ type eventRow struct {
 // (insertMutationEventsSQL or freshEventsSQL), with the alert events of
 // alerts after each Mutation's own, then the alert states.
 func queueEvents(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, sql string) {
-	defer queueAlertStates(b, alerts)
 	plain, filled := eventRowsOf(ms, alerts)
+	queueEventRows(b, plain, filled, sql)
+	queueAlertStates(b, alerts)
+}
+
+// queueEventRows queues sql (insertMutationEventsSQL or freshEventsSQL)
+// for the event rows of eventRowsOf, if there are any.
+func queueEventRows(b *pgx.Batch, plain, filled *eventBatch, sql string) {
 	if len(plain.id)+len(filled.id) == 0 {
 		return
 	}
 	b.Queue(sql, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at, plain.ord,
 		plain.version, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body, filled.at,
 		filled.ord, filled.version, filled.low, filled.eb, filled.ea)
+}
+
+// bumpSequencesSQL takes $2 sequences of each tenant $1 (sorted, so two
+// writers lock counter rows in one order) and returns each counter's new
+// last sequence: the tenant's rows get next-n+1..next. Its row lock holds
+// the tenant's other writers until this transaction commits, as in
+// eventsSQLTemplate.
+const bumpSequencesSQL = `INSERT INTO event_sequences AS s (tenant_id, next)
+SELECT * FROM unnest($1::uuid[], $2::bigint[])
+ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + EXCLUDED.next
+RETURNING s.tenant_id, s.next`
+
+// eventCopyColumns are the columns copyEvents gives, in its order.
+var eventCopyColumns = []string{"id", "tenant_id", "environment", "customer_id", "event_type", "payload", "status",
+	"attempts", "next_retry_at", "created_at", "sequence", "account_version"}
+
+// eventCopy is the lean write of a group's events when all of them are
+// stored as sent (every Mutation carries a Context, as every hot-path
+// script's does): each tenant's rows are counted and ranked in batch order
+// in Go, so Postgres runs no window, sort or union for them (issue 10). A
+// group written by COPY takes its sequences from bumpSequencesSQL, which
+// its upsert batch ends with, and copies the rows; a small group inserts
+// them with leanEventsSQL. Like the operations and ledger entries, either
+// fails the transaction on an event id already stored, and Apply writes
+// the group again the ON CONFLICT way.
+type eventCopy struct {
+	rows *eventBatch
+	// tenants are the rows' tenants, sorted, and counts their rows.
+	tenants []uuid.UUID
+	counts  []int64
+	// back is each row's distance from its tenant's last row in batch
+	// order (ord): the row takes its tenant's new counter minus back.
+	back []int64
+	// seq is each row's sequence once readSequences has run.
+	seq []int64
+}
+
+// newEventCopy returns the lean write of rows (eventRowsOf's plain rows).
+func newEventCopy(rows *eventBatch) *eventCopy {
+	n := map[uuid.UUID]int64{}
+	for _, t := range rows.tenant {
+		n[t]++
+	}
+	c := &eventCopy{rows: rows, tenants: make([]uuid.UUID, 0, len(n)), counts: make([]int64, 0, len(n)),
+		back: make([]int64, len(rows.id))}
+	for t := range n {
+		c.tenants = append(c.tenants, t)
+	}
+	sort.Slice(c.tenants, func(i, j int) bool { return bytes.Compare(c.tenants[i][:], c.tenants[j][:]) < 0 })
+	for _, t := range c.tenants {
+		c.counts = append(c.counts, n[t])
+	}
+	order := make([]int, len(rows.id))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return rows.ord[order[i]] < rows.ord[order[j]] })
+	for _, i := range order {
+		n[rows.tenant[i]]--
+		c.back[i] = n[rows.tenant[i]]
+	}
+	return c
+}
+
+// queueBump queues bumpSequencesSQL for the rows' tenants.
+func (c *eventCopy) queueBump(b *pgx.Batch) {
+	b.Queue(bumpSequencesSQL, c.tenants, c.counts)
+}
+
+// readSequences numbers the rows from the counters bumpSequencesSQL
+// returned: a tenant's rows take its new sequences in batch order, as
+// eventsSQLTemplate numbers them.
+func (c *eventCopy) readSequences(rows pgx.Rows) error {
+	next := make(map[uuid.UUID]int64, len(c.tenants))
+	for rows.Next() {
+		var t uuid.UUID
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return err
+		}
+		next[t] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	r := c.rows
+	c.seq = make([]int64, len(r.id))
+	for i, t := range r.tenant {
+		n, ok := next[t]
+		if !ok {
+			return fmt.Errorf("persist: no event sequence returned for tenant %s", t)
+		}
+		c.seq[i] = n - c.back[i]
+	}
+	return nil
+}
+
+// leanEventsSQL is the small group's write of eventCopy: the counters
+// bumped as by bumpSequencesSQL and the rows inserted in id order, each
+// with its tenant's new counter minus its back ($11), in one statement.
+const leanEventsSQL = `WITH bumped AS (
+	INSERT INTO event_sequences AS s (tenant_id, next)
+	SELECT * FROM unnest($1::uuid[], $2::bigint[])
+	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + EXCLUDED.next
+	RETURNING s.tenant_id, s.next
+)
+INSERT INTO webhook_events
+	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at,
+	sequence, account_version)
+SELECT p.id, p.tenant, p.env, p.customer, p.type, '{"sequence":' || (b.next - p.back) || ',' || substr(p.payload, 2),
+	'pending', 0, p.at, p.at, b.next - p.back, p.version
+FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::timestamptz[],
+	$10::bigint[], $11::bigint[]) AS p(id, tenant, env, customer, type, payload, at, version, back)
+JOIN bumped b ON b.tenant_id = p.tenant
+ORDER BY p.id`
+
+// queueInsert queues leanEventsSQL for the rows.
+func (c *eventCopy) queueInsert(b *pgx.Batch) {
+	r := c.rows
+	b.Queue(leanEventsSQL, c.tenants, c.counts, r.id, r.tenant, r.env, r.customer, r.typ, r.body, r.at, r.version, c.back)
+}
+
+// copyIn writes the rows by COPY, their sequences prepended to their
+// payloads as eventsSQLTemplate does.
+func (c *eventCopy) copyIn(ctx context.Context, tx pgx.Tx) error {
+	r := c.rows
+	if len(c.seq) != len(r.id) {
+		return errors.New("persist: events copied before their sequences were read")
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, eventCopyColumns,
+		pgx.CopyFromSlice(len(r.id), func(i int) ([]any, error) {
+			return []any{r.id[i], r.tenant[i], r.env[i], r.customer[i], r.typ[i], sequencedPayload(c.seq[i], r.body[i]),
+				"pending", int32(0), r.at[i], r.at[i], c.seq[i], r.version[i]}, nil
+		}))
+	return err
+}
+
+// sequencedPayload is body with "sequence":seq as its first member, as
+// SQL's '{"sequence":' || seq || ',' || substr(body, 2) makes it.
+func sequencedPayload(seq int64, body string) string {
+	var buf []byte
+	buf = append(buf, `{"sequence":`...)
+	buf = strconv.AppendInt(buf, seq, 10)
+	buf = append(buf, ',')
+	if len(body) > 0 {
+		buf = append(buf, body[1:]...)
+	}
+	return string(buf)
 }
 
 // eventRowsOf derives the events ms owe, sorted by id, each once (a

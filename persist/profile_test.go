@@ -290,8 +290,7 @@ func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation)
 		if _, err := tx.Exec(b.ctx, q.SQL, q.Arguments...); err != nil {
 			t.Fatal(err)
 		}
-		f := strings.Fields(q.SQL)
-		out = append(out, timedStatement{name: strings.Join(f[:min(3, len(f))], " "), took: backendCPU(t, pid) - start})
+		out = append(out, timedStatement{name: statementName(q.SQL), took: backendCPU(t, pid) - start})
 	}
 	return out
 }
@@ -309,11 +308,45 @@ func profileCopySteps(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) 
 	}
 	var out []timedStatement
 	for _, step := range steps {
-		start := backendCPU(t, pid)
-		if err := step.run(b.ctx, tx); err != nil {
-			t.Fatal(err)
+		if step.batch == nil {
+			start := backendCPU(t, pid)
+			if err := step.run(b.ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, timedStatement{name: step.name, took: backendCPU(t, pid) - start})
+			continue
 		}
-		out = append(out, timedStatement{name: step.name, took: backendCPU(t, pid) - start})
+		for i, q := range step.batch.QueuedQueries {
+			start := backendCPU(t, pid)
+			if step.last != nil && i == len(step.batch.QueuedQueries)-1 {
+				rows, err := tx.Query(b.ctx, q.SQL, q.Arguments...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := step.last(rows); err != nil {
+					t.Fatal(err)
+				}
+				rows.Close()
+			} else if _, err := tx.Exec(b.ctx, q.SQL, q.Arguments...); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, timedStatement{name: step.name + ": " + statementName(q.SQL), took: backendCPU(t, pid) - start})
+		}
 	}
 	return out
+}
+
+// statementName names sql in a profile by its first words and, for a
+// statement opening with a WITH clause, its first table.
+func statementName(sql string) string {
+	f := strings.Fields(sql)
+	name := strings.Join(f[:min(3, len(f))], " ")
+	if len(f) > 0 && f[0] == "WITH" {
+		for i := len(f) - 2; i >= 0; i-- {
+			if f[i] == "INTO" {
+				return "WITH ... INTO " + f[i+1]
+			}
+		}
+	}
+	return name
 }
