@@ -169,8 +169,12 @@ func (fakeHot) DueReservations(context.Context, int, time.Time, int) ([]engine.D
 	return nil, nil
 }
 
-func (fakeHot) ReservationCustomer(context.Context, uuid.UUID) (engine.CustomerKey, bool, error) {
-	return engine.CustomerKey{}, false, nil
+func (fakeHot) ReservationHold(context.Context, uuid.UUID) (engine.HoldRef, bool, error) {
+	return engine.HoldRef{}, false, nil
+}
+
+func (fakeHot) HoldMetadata(context.Context, engine.CustomerKey, uuid.UUID) (engine.Metadata, bool, error) {
+	return nil, false, nil
 }
 
 // fakeHolds is an engine.HoldReader that holds nothing.

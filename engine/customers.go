@@ -39,6 +39,9 @@ type resolveKey struct {
 	scope  Scope
 	value  string
 	strict bool
+	// byID marks an entry of CachedByKey: value is the customer's id, never
+	// an external id.
+	byID bool
 }
 
 // NewCustomers returns the customer service.
@@ -69,7 +72,56 @@ func (s *Customers) Cached(ctx context.Context, scope Scope, ref CustomerRef, cr
 		return Customer{}, err
 	}
 	s.cache.put(k, c, now.Add(s.ttl), gen)
+	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen)
 	return c, nil
+}
+
+// CachedByKey is the customer of key (its id, tenant and environment), from
+// the cache Cached fills, else from the directory: a hold's commit or
+// release resolves the customer its index names without Postgres. A
+// customer the directory no longer has (deleted) is key alone, with no
+// external id: its holds can still be settled.
+func (s *Customers) CachedByKey(ctx context.Context, key CustomerKey) Customer {
+	k := resolveKey{scope: Scope{TenantID: key.TenantID, Environment: key.Environment}, value: key.CustomerID.String(), byID: true}
+	now := time.Now()
+	c, st := s.cache.get(k, now, customerStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c
+	case cacheRefresh:
+		go s.refreshByKey(k, key)
+		return c
+	}
+	gen := s.cache.generation()
+	c, err := s.dir.CustomerByID(ctx, key.CustomerID)
+	if err != nil || c.TenantID != key.TenantID || c.Environment != key.Environment {
+		return Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}
+	}
+	s.cache.put(k, c, now.Add(s.ttl), gen)
+	return c
+}
+
+// refreshByKey looks a customer CachedByKey serves up again in the
+// background.
+func (s *Customers) refreshByKey(k resolveKey, key CustomerKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
+	gen := s.cache.generation()
+	c, err := s.dir.CustomerByID(ctx, key.CustomerID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.cache.delete(k)
+	case err != nil:
+		s.cache.refreshFailed(k)
+	default:
+		s.cache.put(k, c, time.Now().Add(s.ttl), gen)
+	}
+}
+
+// byKeyEntry is the CachedByKey entry of c, which a resolve by any
+// reference fills too: the commit right after a reserve finds it.
+func byKeyEntry(c Customer) resolveKey {
+	return resolveKey{scope: Scope{TenantID: c.TenantID, Environment: c.Environment}, value: c.ID.String(), byID: true}
 }
 
 // customerStaleLimit bounds how long past its TTL a cached customer may be

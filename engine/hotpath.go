@@ -309,9 +309,27 @@ type HotStore interface {
 	// DueReservations lists up to limit active holds of partition p whose
 	// expires_at is at or before now.
 	DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]DueReservation, error)
-	// ReservationCustomer finds the customer of a hold (any tenant); ok is
-	// false when the store does not know it.
-	ReservationCustomer(ctx context.Context, id uuid.UUID) (CustomerKey, bool, error)
+	// ReservationHold finds what the store's reservation index records of
+	// a hold (any tenant): its customer and, when recorded, its metric or
+	// items; ok is false when the store does not know it.
+	ReservationHold(ctx context.Context, id uuid.UUID) (ref HoldRef, ok bool, err error)
+	// HoldMetadata reads the stored metadata of hold id of customer c (nil
+	// when none); found is false when the store does not hold the hold.
+	HoldMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
+}
+
+// HoldRef is what the hot store's reservation index records of a hold at
+// its reserve: enough to price its commit without Postgres.
+type HoldRef struct {
+	Customer CustomerKey
+	// Described is false for a record that names the customer alone (one
+	// written before the index carried the hold's metric or items).
+	Described bool
+	// Metric is a single-metric hold's metric ("" for a multi-metric one).
+	Metric string
+	// Items are a multi-metric hold's metrics with their estimates, in the
+	// hold's order (actual units and cost nil).
+	Items []ReservationItem
 }
 
 // DueReservation is a hold the sweep must expire.

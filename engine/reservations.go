@@ -320,7 +320,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	if in.ActualUnits == nil {
 		// A multi-metric hold needs items, as a single one actual_units;
 		// whatever the look-up finds, the request is a 422.
-		if _, hold, err := s.locate(ctx, scope, id); err == nil && len(hold.Items) > 0 {
+		if _, hold, err := s.find(ctx, scope, id, false); err == nil && len(hold.Items) > 0 {
 			return CommitResult{}, Invalid("items", "the reservation holds several metrics: items (each metric's actual_units) is required")
 		}
 		return CommitResult{}, Invalid("actual_units", "actual_units is required")
@@ -332,10 +332,22 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	if err != nil {
 		return CommitResult{}, err
 	}
-	c, hold, err := s.locate(ctx, scope, id)
+	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
 	if err != nil {
 		return CommitResult{}, err
 	}
+	out, err := s.commitSingle(ctx, tenant, id, idem, in, extra, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return CommitResult{}, err
+	}
+	return s.commitSingle(ctx, tenant, id, idem, in, extra, c, hold)
+}
+
+// commitSingle is Commit of the single-metric hold found (find or locate).
+func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata, c Customer, hold Reservation) (CommitResult, error) {
 	if len(hold.Items) > 0 {
 		return CommitResult{}, BadRequest("actual_units", "the reservation holds several metrics: give items (each metric's actual_units) instead of actual_units")
 	}
@@ -361,7 +373,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, ActualUnits: *in.ActualUnits,
 		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "actual_units")
 	}
@@ -416,10 +428,25 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 	if err != nil {
 		return CommitResult{}, err
 	}
-	c, hold, err := s.locate(ctx, scope, id)
+	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
 	if err != nil {
 		return CommitResult{}, err
 	}
+	out, err := s.commitItems(ctx, tenant, id, idem, in, extra, actual, at, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return CommitResult{}, err
+	}
+	return s.commitItems(ctx, tenant, id, idem, in, extra, actual, at, c, hold)
+}
+
+// commitItems is commitMulti of the hold found (find or locate), with
+// in.Items checked: actual and at are each metric's actual units and its
+// index in in.Items.
+func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata,
+	actual map[string]int64, at map[string]int, c Customer, hold Reservation) (CommitResult, error) {
 	if len(hold.Items) == 0 {
 		return CommitResult{}, BadRequest("items", "the reservation holds one metric: give actual_units instead of items")
 	}
@@ -470,7 +497,7 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Items: lines,
 		Metadata: meta, Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "items")
 	}
@@ -499,13 +526,25 @@ type ReleaseResult struct {
 
 // Release returns a hold, even past its expires_at. Errors: 404, 409.
 func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency) (ReleaseResult, error) {
-	c, hold, err := s.locate(ctx, scope, id)
+	c, hold, err := s.find(ctx, scope, id, false)
 	if err != nil {
 		return ReleaseResult{}, err
 	}
+	out, err := s.release(ctx, tenant, id, idem, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return ReleaseResult{}, err
+	}
+	return s.release(ctx, tenant, id, idem, c, hold)
+}
+
+// release is Release of the hold found (find or locate).
+func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, c Customer, hold Reservation) (ReleaseResult, error) {
 	cmd := ReleaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
 		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
 	if err != nil {
 		return ReleaseResult{}, settled(err, hold)
 	}
@@ -535,13 +574,64 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 	return s.reader.ListReservations(ctx, c.ID, status, cursor, limit)
 }
 
-// locate finds a hold's customer (Redis index, else Postgres) and its
-// persisted row, refusing other tenants' holds with a 404.
-func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
-	key, ok, err := s.ent.hot.ReservationCustomer(ctx, id)
+// find is the hold id with its customer for a commit or release: from
+// Redis alone when its reservation index describes the hold (the customer
+// from the customer cache; the stored metadata, when withMeta, from the
+// customer's hash), else as locate finds it. A hold found in Redis has no
+// Status (hotMiss tells them apart): the script answers for its state, and
+// nothing waits for Postgres to catch up (issue 10).
+func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, withMeta bool) (Customer, Reservation, error) {
+	ref, ok, err := s.ent.hot.ReservationHold(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
+	if !ok || !ref.Described {
+		return s.locate(ctx, scope, id)
+	}
+	if ref.Customer.TenantID != scope.TenantID {
+		return Customer{}, Reservation{}, NotFound("reservation not found")
+	}
+	hold := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
+		Environment: ref.Customer.Environment, BillableMetricKey: ref.Metric, Items: ref.Items}
+	if withMeta {
+		meta, found, err := s.ent.hot.HoldMetadata(ctx, ref.Customer, id)
+		if err != nil {
+			return Customer{}, Reservation{}, err
+		}
+		if !found {
+			return s.locate(ctx, scope, id)
+		}
+		hold.Metadata = meta
+	}
+	return s.ent.customers.CachedByKey(ctx, ref.Customer), hold, nil
+}
+
+// hotMiss reports whether a commit or release of a hold find took from
+// Redis alone failed because Redis no longer holds it (finalized and
+// dropped) or the customer's state: Postgres answers then, through locate,
+// as it did before the index described holds. Nothing was written.
+func (s *Reservations) hotMiss(hold Reservation, err error) bool {
+	return hold.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
+}
+
+// run runs a commit or release script: for a hold locate found, loading
+// the customer's state first when Redis lacks it (withLoad); for one find
+// took from Redis, once (hotMiss sends a miss to locate's path).
+func (s *Reservations) run(ctx context.Context, hold Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
+	if hold.Status == "" {
+		return op()
+	}
+	return withLoad(ctx, s.ent.credits, c, op)
+}
+
+// locate finds a hold's customer (Redis index, else Postgres) and its
+// persisted row, refusing other tenants' holds with a 404.
+func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
+	ref, ok, err := s.ent.hot.ReservationHold(ctx, id)
+	if err != nil {
+		return Customer{}, Reservation{}, err
+	}
+	key := ref.Customer
 	if !ok {
 		key, err = s.reader.ReservationCustomer(ctx, id)
 		if errors.Is(err, ErrNotFound) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -286,7 +285,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 // Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms
 // (reserve.lua): reserved_balance rises by it, the hold is stored in the
 // customer's hash and the partition's hold-expiry zset. It then records
-// reservation id -> customer for ReservationCustomer (best effort: a lost
+// reservation id -> customer and metric for ReservationHold (best effort: a lost
 // record only sends the look-up to Postgres). Errors:
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
 // ErrStateMissing, a bad-request error for units < 1.
@@ -376,8 +375,9 @@ func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (en
 	return s.indexHold(ctx, cmd, res, err)
 }
 
-// indexHold records reservation id -> customer after a reserve (best
-// effort: a lost record only sends the look-up to Postgres).
+// indexHold records reservation id -> customer, metric or items after a
+// reserve (holdRecord; best effort: a lost record only sends the look-up
+// to Postgres).
 func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
 	if err != nil {
 		return res, err
@@ -385,10 +385,67 @@ func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res en
 	if r := res.Mutation.Reservation; r != nil {
 		// A replay long after the hold ended has nothing left to index.
 		if ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack; ttl > 0 {
-			_ = s.rdb.Set(ctx, s.reservationIndexKey(r.ID), customerMember(cmd.Customer), ttl).Err()
+			if rec, err := holdRecord(cmd.Customer, r); err == nil {
+				_ = s.rdb.Set(ctx, s.reservationHoldKey(r.ID), rec, ttl).Err()
+			}
 		}
 	}
 	return res, nil
+}
+
+// holdItem is one item of a multi-metric hold in its index record.
+type holdItem struct {
+	Metric         string `json:"k"`
+	EstimatedUnits int64  `json:"u"`
+	EstimatedCost  int64  `json:"c"`
+}
+
+// holdRecord is the index record of hold r of customer c:
+// "tenant|env|customer|" then "s" and the metric of a single-metric hold,
+// or "m" and the JSON list of a multi-metric hold's items with their
+// estimates (what a commit needs of the hold before its script runs).
+func holdRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, error) {
+	if r.Items == nil {
+		return customerMember(c) + "|s" + r.Metric, nil
+	}
+	items := make([]holdItem, len(r.Items))
+	for i, it := range r.Items {
+		items[i] = holdItem{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		return "", err
+	}
+	return customerMember(c) + "|m" + string(b), nil
+}
+
+// parseHoldRecord reads a holdRecord.
+func parseHoldRecord(v string) (engine.HoldRef, error) {
+	p := strings.SplitN(v, "|", 4)
+	if len(p) != 4 || p[3] == "" {
+		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+	}
+	c, err := parseExpiryMember(p[0] + "|" + p[1] + "|" + p[2])
+	if err != nil {
+		return engine.HoldRef{}, err
+	}
+	ref := engine.HoldRef{Customer: c, Described: true}
+	switch rest := p[3]; rest[0] {
+	case 's':
+		ref.Metric = rest[1:]
+	case 'm':
+		var items []holdItem
+		if err := json.Unmarshal([]byte(rest[1:]), &items); err != nil || len(items) == 0 {
+			return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+		}
+		ref.Items = make([]engine.ReservationItem, len(items))
+		for i, it := range items {
+			ref.Items[i] = engine.ReservationItem{BillableMetricKey: it.Metric, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
+		}
+	default:
+		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+	}
+	return ref, nil
 }
 
 // Commit settles the active hold cmd.ReservationID at cmd.ActualUnits
@@ -610,22 +667,46 @@ func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit
 	return out, nil
 }
 
-// ReservationCustomer finds the customer of hold id from the index Reserve
-// writes; ok is false when the index does not know it (never written,
-// lost, or past its TTL), and the caller asks Postgres.
-func (s *Store) ReservationCustomer(ctx context.Context, id uuid.UUID) (engine.CustomerKey, bool, error) {
-	v, err := s.rdb.Get(ctx, s.reservationIndexKey(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return engine.CustomerKey{}, false, nil
-	}
+// ReservationHold finds hold id in the index Reserve writes (holdRecord),
+// or the customer alone in the record an older version wrote; ok is false
+// when the index does not know it (never written, lost, or past its TTL),
+// and the caller asks Postgres.
+func (s *Store) ReservationHold(ctx context.Context, id uuid.UUID) (engine.HoldRef, bool, error) {
+	v, err := s.rdb.MGet(ctx, s.reservationHoldKey(id), s.reservationIndexKey(id)).Result()
 	if err != nil {
-		return engine.CustomerKey{}, false, fmt.Errorf("lua: reservation customer: %w", err)
+		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold: %w", err)
 	}
-	c, err := parseExpiryMember(v)
+	if rec, ok := v[0].(string); ok {
+		ref, err := parseHoldRecord(rec)
+		if err != nil {
+			return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold %s: %w", id, err)
+		}
+		return ref, true, nil
+	}
+	old, ok := v[1].(string)
+	if !ok {
+		return engine.HoldRef{}, false, nil
+	}
+	c, err := parseExpiryMember(old)
 	if err != nil {
-		return engine.CustomerKey{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
+		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
 	}
-	return c, true, nil
+	return engine.HoldRef{Customer: c}, true, nil
+}
+
+// HoldMetadata reads the stored metadata of hold id of customer c from the
+// customer's hash (nil when none); found is false when the hash does not
+// hold the hold.
+func (s *Store) HoldMetadata(ctx context.Context, c engine.CustomerKey, id uuid.UUID) (engine.Metadata, bool, error) {
+	text, found, err := s.holdMeta(ctx, c.CustomerID, id)
+	if err != nil || !found || text == "" {
+		return nil, found, err
+	}
+	var meta engine.Metadata
+	if err := json.Unmarshal([]byte(text), &meta); err != nil {
+		return nil, false, fmt.Errorf("lua: hold %s metadata: %w", id, err)
+	}
+	return meta, true, nil
 }
 
 // customerMember is c as "tenant|env|customer", the form of the expiry

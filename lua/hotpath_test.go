@@ -333,11 +333,28 @@ func TestReservationLifecycle(t *testing.T) {
 		if rr, err := b.store.Reserve(ctx, rc); err != nil || !rr.Replayed || rr.Mutation.OpID != rc.OpID {
 			t.Errorf("reserve replay: %v %+v", err, rr)
 		}
-		if k, ok, err := b.store.ReservationCustomer(ctx, rc.ReservationID); err != nil || !ok || k != c {
-			t.Errorf("reservation customer: %v %v %v", k, ok, err)
+		if h, ok, err := b.store.ReservationHold(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
+			!h.Described || h.Metric != "gpu.seconds" || h.Items != nil {
+			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
 		}
-		if _, ok, err := b.store.ReservationCustomer(ctx, uuid.New()); ok || err != nil {
-			t.Errorf("unknown reservation customer: %v %v", ok, err)
+		if _, ok, err := b.store.ReservationHold(ctx, uuid.New()); ok || err != nil {
+			t.Errorf("unknown reservation hold: %v %v", ok, err)
+		}
+		// A record an older version wrote names the customer alone: the
+		// engine then takes Postgres's path.
+		older := uuid.New()
+		if err := b.store.rdb.Set(ctx, b.store.reservationIndexKey(older), customerMember(c), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if h, ok, err := b.store.ReservationHold(ctx, older); err != nil || !ok || h.Customer != c || h.Described {
+			t.Errorf("older reservation record: %+v %v %v", h, ok, err)
+		}
+		if meta, found, err := b.store.HoldMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
+			len(meta) != 2 || string(meta["a"]) != "1" || string(meta["b"]) != `"x"` {
+			t.Errorf("hold metadata: %v %v %v", meta, found, err)
+		}
+		if _, found, err := b.store.HoldMetadata(ctx, c, uuid.New()); found || err != nil {
+			t.Errorf("unknown hold metadata: %v %v", found, err)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(-time.Millisecond), 10); len(due) != 0 {
 			t.Errorf("due before expiry: %v", due)

@@ -57,6 +57,12 @@ func TestReserveMulti(t *testing.T) {
 		if e := m.Entries[len(m.Entries)-1]; e.Type != engine.EntryReservation || e.Metric != nil || e.Delta != 0 {
 			t.Errorf("entry %+v", e)
 		}
+		// The index describes the hold's items, so a commit prices them
+		// without Postgres.
+		if h, ok, err := b.store.ReservationHold(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
+			h.Metric != "" || fmt.Sprint(h.Items) != want {
+			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
+		}
 		again := cmd
 		again.OpID = uuid.New()
 		r2, err := b.store.Reserve(ctx, again)

@@ -139,6 +139,13 @@ func (s *Store) reservationIndexKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
 }
 
+// reservationHoldKey maps a reservation id to its customer and its metric
+// or items (holdRecord), in reservationIndexKey's slot so one MGET reads
+// both: a record of reservationIndexKey alone is an older version's.
+func (s *Store) reservationHoldKey(id uuid.UUID) string {
+	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:h:" + id.String()
+}
+
 // tenantTag is the hash tag of tenant's own keys (rate budgets, delivery
 // slots): one Cluster slot per tenant.
 func (s *Store) tenantTag(tenant uuid.UUID) string {
