@@ -22,7 +22,10 @@ import (
 // classification, telemetry) and, on a Cluster, split by node and follow
 // MOVED and ASK, so each command ends as it would alone.
 type coalescer struct {
-	rdb      redis.UniversalClient
+	rdb redis.UniversalClient
+	// off sends every command alone, on the caller's goroutine
+	// (Store.WithCoalescing).
+	off      bool
 	mu       sync.Mutex
 	inFlight int
 	queue    []*tripCmd
@@ -69,6 +72,9 @@ func (co *coalescer) do(ctx context.Context, cmd redis.Cmder) error {
 	now := time.Now()
 	if err := ended(ctx, now); err != nil {
 		return err
+	}
+	if co.off {
+		return co.rdb.Process(ctx, cmd)
 	}
 	t := tripCmds.Get().(*tripCmd)
 	t.ctx, t.cmd = ctx, cmd
