@@ -46,7 +46,8 @@ func TestCoalescerRoutesReplies(t *testing.T) {
 	rdb.AddHook(sizes)
 	co := &coalescer{rdb: rdb}
 	const workers, rounds = 64, 40
-	key := func(w, r int) string { return fmt.Sprintf("{%s:co}:%d:%d", prefix, w, r) }
+	// Keys of their own slots: on a Cluster a pipeline splits by node.
+	key := func(w, r int) string { return fmt.Sprintf("{%s:co:%d:%d}", prefix, w, r) }
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*rounds)
 	for w := range workers {
