@@ -20,7 +20,10 @@ import (
 // and Redis a share of one write and one read syscall instead of a pair of
 // its own per command. go-redis pipelines run the client's hooks (the 503
 // classification, telemetry) and, on a Cluster, split by node and follow
-// MOVED and ASK, so each command ends as it would alone.
+// MOVED and ASK, so each command ends as it would alone. Nothing runs in
+// the background between round trips: a queued command always has a round
+// trip in flight that will carry it, so a shutdown that waits for its
+// requests drains the queue.
 type coalescer struct {
 	rdb redis.UniversalClient
 	// off sends every command alone, on the caller's goroutine
