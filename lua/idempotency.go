@@ -87,7 +87,8 @@ func idemHead(state byte, tenant uuid.UUID, requestHash string) []byte {
 }
 
 // Begin claims key of tenant for a request whose fingerprint is requestHash
-// with one SET NX GET PX (Redis >= 7.0): when no record exists it writes an
+// with one SET NX GET PX (Redis >= 7.0; sharing a round trip with concurrent
+// requests' commands, coalescer): when no record exists it writes an
 // in-progress one that lapses after lockTTL and returns claimed=true;
 // otherwise it returns the stored record and claimed=false. lockTTL must be
 // at least 1 ms.
@@ -97,14 +98,15 @@ func (s *Store) Begin(ctx context.Context, tenant uuid.UUID, key, requestHash st
 		return engine.IdemRecord{}, false, err
 	}
 	head := idemHead(idemRunning, tenant, requestHash)
-	prev, err := s.rdb.Do(ctx, "SET", s.idemRecordKey(tenant, key), head, "NX", "GET", "PX", ttlMS).Text()
+	claim := redis.NewStringCmd(ctx, "set", s.idemRecordKey(tenant, key), head, "nx", "get", "px", ttlMS)
+	err = s.trips.do(ctx, claim)
 	if errors.Is(err, redis.Nil) {
 		return engine.IdemRecord{}, true, nil
 	}
 	if err != nil {
 		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
 	}
-	return decodeIdemRecord(prev, head)
+	return decodeIdemRecord(claim.Val(), head)
 }
 
 // decodeIdemRecord reads a stored record; head is the caller's in-progress

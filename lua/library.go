@@ -116,14 +116,16 @@ func isMissingCode(err error) bool {
 // useEval switches the Store to EVALSHA for good.
 func (s *Store) useEval() { s.funcs.no.Store(true) }
 
-// call runs sc with keys and args: FCALL of its function, loading the
-// library onto the key's node when the node lacks it, or EVALSHA (EVAL
-// when the server lacks the script) where the server has no functions.
+// call runs sc with keys and args: FCALL of its function (sharing a round
+// trip with concurrent requests' commands, coalescer), loading the library
+// onto the key's node when the node lacks it and calling again, or EVALSHA
+// (EVAL when the server lacks the script) where the server has no
+// functions.
 func (s *Store) call(ctx context.Context, sc *script, keys []string, args ...any) *redis.Cmd {
 	if s.noFunctions() {
 		return sc.eval.Run(ctx, s.rdb, keys, args...)
 	}
-	cmd := s.rdb.FCall(ctx, sc.fn(), keys, args...)
+	cmd := s.fcall(ctx, sc, keys, args)
 	switch err := cmd.Err(); {
 	case isUnknownCommand(err):
 		s.useEval()
@@ -132,7 +134,28 @@ func (s *Store) call(ctx context.Context, sc *script, keys []string, args ...any
 		if lerr := s.loadLibraryFor(ctx, keys); lerr != nil {
 			return cmd
 		}
-		return s.rdb.FCall(ctx, sc.fn(), keys, args...)
+		return s.fcall(ctx, sc, keys, args)
+	}
+	return cmd
+}
+
+// fcall is one FCALL of sc's function through the coalescer. The command
+// it returns is never one a pipeline may still be writing: a failure comes
+// back on a command of its own.
+func (s *Store) fcall(ctx context.Context, sc *script, keys []string, args []any) *redis.Cmd {
+	argv := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	argv[0], argv[1], argv[2] = "fcall", sc.fn(), len(keys)
+	for i, k := range keys {
+		argv[3+i] = k
+	}
+	cmd := redis.NewCmd(ctx, append(argv, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // a Cluster routes by the first key
+	}
+	if err := s.trips.do(ctx, cmd); err != nil {
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
 	}
 	return cmd
 }

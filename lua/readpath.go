@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -236,7 +237,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 }
 
 // Balances is a check's lean read of c's account: one HGETALL (pipelined
-// with concurrent checks' reads, readBatcher) of which only
+// with concurrent requests' commands, coalescer) of which only
 // the reserved total and each block's remaining, starts and expires are
 // parsed (no block ids, sources, metadata or reservations decoded, nothing
 // sorted). Figures match Snapshot's. Errors: engine.ErrStateMissing.
@@ -268,10 +269,12 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 			return engine.ComputeBalances(a.blocks, a.reserved, nowMS), nil
 		}
 	}
-	raw, err := s.reads.hgetall(s.rdb, key)
+	read := redis.NewMapStringStringCmd(ctx, "hgetall", key)
+	err := s.trips.do(ctx, read)
 	if err != nil {
 		return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 	}
+	raw := read.Val()
 	if len(raw) == 0 {
 		return engine.Balances{}, engine.ErrStateMissing
 	}

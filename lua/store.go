@@ -30,7 +30,9 @@ type Store struct {
 	clock  engine.Clock
 	// unavail classifies transient Redis failures (unavailable.go).
 	unavail unavailableHook
-	reads   readBatcher // checks' account reads (readpath.go)
+	// trips shares round trips among concurrent requests' single
+	// commands (coalescer.go).
+	trips *coalescer
 	// layouts are the account keys last seen with the layout v2 summary:
 	// their checks read the summary alone (readpath.go).
 	layouts layoutSet
@@ -50,7 +52,7 @@ type Store struct {
 // failures match engine.ErrUnavailable and refreshes a cluster's slot map
 // after them (unavailable.go).
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb)}
+	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb), trips: &coalescer{rdb: rdb}}
 }
 
 // WithClock makes Load read c (invariant 6: one injectable clock).

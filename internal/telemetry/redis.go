@@ -90,18 +90,24 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // ProcessPipelineHook implements redis.Hook: one observation per round
-// trip, and the script errors of every command in it.
+// trip, and for every script in it the round trip's time (what its caller
+// waited: concurrent requests' scripts share pipelines, lua's coalescer)
+// and its error.
 func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		start := time.Now()
 		err := next(ctx, cmds)
-		h.m.op("pipeline").Observe(time.Since(start).Seconds())
+		d := time.Since(start).Seconds()
+		h.m.op("pipeline").Observe(d)
 		for _, cmd := range cmds {
-			if cmd.Err() == nil {
+			name, ok := lua.ScriptName(cmd.Args())
+			if !ok {
 				continue
 			}
-			if name, ok := lua.ScriptName(cmd.Args()); ok {
-				h.m.scriptError(h.m.script(name), cmd.Err())
+			sm := h.m.script(name)
+			sm.duration.Observe(d)
+			if cmd.Err() != nil {
+				h.m.scriptError(sm, cmd.Err())
 			}
 		}
 		return err
