@@ -57,6 +57,9 @@ local MONEY_MAX = {9223372036, 854775807}
 local MONEY_MIN = {-9223372037, 145224192}
 
 local function m_norm(hi, lo)
+  -- Most sums leave lo in range: no carry, and no math.floor call (a C
+  -- call through two table lookups).
+  if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
   local carry = math.floor(lo / MONEY_BASE)
   return {hi + carry, lo - carry * MONEY_BASE}
 end
@@ -86,10 +89,21 @@ local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX)
 -- %.14g); '%d' goes through a C long, cheaper than '%.0f'.
 local function i_fmt(n) return string.format('%d', n) end
 
+-- now_fmt is i_fmt of a script's now, which it writes several times (the
+-- account's "ua", the Mutation's "at", an op record): sprintf costs ~2,500
+-- instructions, so the last text is remembered (in the library, across
+-- calls: consecutive calls often share the millisecond).
+local NOW_N, NOW_S = nil, nil
+local function now_fmt(n)
+  if n ~= NOW_N then NOW_N, NOW_S = n, string.format('%d', n) end
+  return NOW_S
+end
+
 -- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
 -- (below 2^53, exact as a double) it splits the number directly: every
 -- script parses each block's amounts, so this path is the common one.
 local function m_parse(s)
+  if s == '0' then return {0, 0} end
   if type(s) ~= 'string' then return nil end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
@@ -203,8 +217,8 @@ end
 -- tiers are "up_to:unit_cost:flat_cost" joined by ",", up_to "" for null.
 local function terms_parse(s)
   if type(s) ~= 'string' then return nil end
-  local f = {}
-  for part in string.gmatch(s .. '|', '([^|]*)|') do f[#f + 1] = part end
+  -- One match for the five fields (a gmatch built a table of them).
+  local f = {string.match(s, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')}
   if #f ~= 5 then return nil end
   local t = {kind = f[1], base = m_parse(f[2]), unit = m_parse(f[3]), mode = f[4], tiers = {}}
   if not t.base or not t.unit then return nil end
@@ -320,6 +334,9 @@ local function q(s) return '"' .. s .. '"' end
 -- j_str encodes a short trusted string (ids, enums, hashes) as JSON text;
 -- client text arrives pre-encoded by Go instead.
 local function j_str(s)
+  -- Keys and ids rarely hold a character to escape: a find is a third of
+  -- the gsub's cost.
+  if not string.find(s, '[%c"\\]') then return '"' .. s .. '"' end
   return '"' .. (string.gsub(s, '[%c"\\]', function(c)
     if c == '"' then return '\\"' end
     if c == '\\' then return '\\\\' end
@@ -358,6 +375,8 @@ local function block_enc(b)
   -- Original is written out exactly when it differs from remaining (strings
   -- are interned: == is one comparison).
   local rem = m_fmt(b.rem)
+  -- Kept for block_json (b_rem_s), which writes the same amount next.
+  b.rem_s, b.rem_k = rem, b.rem
   if b.raw then
     if b.orig_len == 0 then
       if rem == b.orig_s then return b.raw end
@@ -395,7 +414,12 @@ local function block_dec(id, raw)
   -- not written out): no script does arithmetic on it.
   local orig_s = orig
   if orig == '' then orig_s = rem end
-  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = tonumber(prio),
+  -- A one-digit priority (the usual) is read from its byte: tonumber
+  -- goes through strtod (~2,400 instructions). prio_s keeps that text
+  -- (one digit: as i_fmt writes it) for block_json.
+  local p, prio_s = string.byte(prio), nil
+  if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
+  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s, prio_n = p,
     created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
   if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
@@ -404,14 +428,22 @@ end
 -- block_json is b as an engine.MutationBlock; only a block created by this
 -- script (b.fresh) carries its metadata: the persister keeps the metadata
 -- Postgres has for a block whose Mutation carries none.
+-- Text a block already carries is used as is: its remaining amount as
+-- block_enc wrote it, its priority as read, and its instants as the
+-- spend-order index wrote them (drain's fast path), each while the value
+-- it stands for is unchanged.
 local function block_json(b)
   local exp = 'null'
-  if b.expires then exp = i_fmt(b.expires) end
-  local s = '{"id":' .. q(b.id) .. ',"original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. m_fmt(b.rem) ..
-    ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. src_json(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
-    ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
-  if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
-  return s .. '}'
+  if b.expires then exp = (b.exp_n == b.expires and b.exp_s) or i_fmt(b.expires) end
+  local rem = (b.rem_k == b.rem and b.rem_s) or m_fmt(b.rem)
+  local prio = (b.prio_n == b.prio and b.prio_s) or i_fmt(b.prio)
+  local starts = (b.starts_n == b.starts and b.starts_s) or i_fmt(b.starts)
+  local created = (b.created_n == b.created and b.created_s) or i_fmt(b.created)
+  local meta = ''
+  if b.fresh and b.meta ~= '' then meta = ',"meta":' .. b.meta end
+  return '{"id":"' .. b.id .. '","original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. rem ..
+    ',"priority":' .. prio .. ',"source":' .. src_json(b.src) .. ',"starts":' .. starts ..
+    ',"expires":' .. exp .. ',"created":' .. created .. meta .. '}'
 end
 
 -- entry_json is one engine.MutationEntry; reason and meta are JSON text or ''.
@@ -424,27 +456,31 @@ local function entry_json(role, delta, typ, src, block_id, reason, meta)
 end
 
 -- entry_obj is one engine.MutationEntry from the table e: role, delta
--- (money) and type, and optionally src and block (null when absent), metric,
+-- (money, or delta_s: its text) and type, and optionally src and block (null when absent), metric,
 -- units (money), ref, overage (money), reason, meta (JSON text or '') and
 -- open.
 local function entry_obj(e)
-  local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. q(e.type) ..
-    ',"source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. (e.block and q(e.block) or 'null')
-  if e.metric_j then s = s .. ',"metric":' .. e.metric_j elseif e.metric then s = s .. ',"metric":' .. j_str(e.metric) end
-  if e.units_s then s = s .. ',"units":' .. e.units_s elseif e.units then s = s .. ',"units":' .. m_fmt(e.units) end
-  if e.ref then s = s .. ',"ref":' .. q(e.ref) end
-  if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
-  if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
-  if e.meta and e.meta ~= '' and not e.open then s = s .. ',"meta":' .. e.meta end
+  -- Each optional member is '' when absent, so the entry is one
+  -- concatenation (each s = s .. x copied the entry so far).
+  local metric, units, ref, overage, reason, meta, draws = '', '', '', '', '', '', ''
+  if e.metric_j then metric = ',"metric":' .. e.metric_j elseif e.metric then metric = ',"metric":' .. j_str(e.metric) end
+  if e.units_s then units = ',"units":' .. e.units_s elseif e.units then units = ',"units":' .. m_fmt(e.units) end
+  if e.ref then ref = ',"ref":"' .. e.ref .. '"' end
+  if e.overage then overage = ',"overage":' .. m_fmt(e.overage) end
+  if e.reason and e.reason ~= '' then reason = ',"reason":' .. e.reason end
+  if e.meta and e.meta ~= '' and not e.open then meta = ',"meta":' .. e.meta end
   if e.draws then
     local d = {}
-    for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
-    s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
+    for i, x in ipairs(e.draws) do d[i] = '{"b":"' .. x.b.id .. '","d":' .. m_fmt(x.take) .. '}' end
+    draws = ',"draws":[' .. table.concat(d, ',') .. ']'
   end
+  local block = 'null'
+  if e.block then block = '"' .. e.block .. '"' end
   -- open: the last entry of a Mutation, left open for mutation_json to
   -- splice its metadata (m.open_meta) into its one concatenation.
-  if e.open then return s end
-  return s .. '}'
+  return '{"role":"' .. e.role .. '","delta":' .. (e.delta_s or m_fmt(e.delta)) .. ',"type":"' .. e.type ..
+    '","source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. block .. metric .. units .. ref ..
+    overage .. reason .. meta .. draws .. (e.open and '' or '}')
 end
 
 -- debit_entry fills the consumption entry e (an entry_obj table) from the
@@ -711,7 +747,7 @@ local function acct_field(a, f, v)
     a[f] = tonumber(v)
   elseif f == 'rs' or f == 'le' then
     a[f] = m_parse(v)
-    if f == 'rs' then a.rs_stored = true end
+    if f == 'rs' then a.rs_stored = true else a.le_s, a.le_k = v, a.le end
   else
     a[f] = v
   end
@@ -976,7 +1012,7 @@ local function acct_read(key, now, extras, full)
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
-        if v[4] then a.le = m_parse(v[4]) end
+        if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
         for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
         a.idx = a.x.o
@@ -1084,16 +1120,17 @@ local function drain(a, now, amount, changed)
     if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
     local draws, left, pos, want = {}, amount, 1, 2
     while m_pos(left) do
-      local ids, names = {}, {}
+      local ids, names, texts = {}, {}, {}
       while #ids < want do
         local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
         if not s then break end
         pos = fin + 2
-        local x = tonumber(exp)
+        local x, y = tonumber(exp), tonumber(st)
         -- Not started, or due (a refresh's expire_due zeroed it already).
-        if tonumber(st) <= now and (x == nil or x > now) then
+        if y <= now and (x == nil or x > now) then
           ids[#ids + 1] = id
           names[#names + 1] = 'b:' .. id
+          texts[#ids] = {exp, x, st, y}
         end
       end
       if #ids == 0 then break end
@@ -1103,6 +1140,9 @@ local function drain(a, now, amount, changed)
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
         local b = block_dec(id, vals[i])
         b.rem0 = b.rem
+        -- The index's decimal instants, for block_json (no sprintf).
+        local t = texts[i]
+        b.exp_s, b.exp_n, b.starts_s, b.starts_n = t[1], t[2], t[3], t[4]
         left = draw(b, left, draws, changed)
       end
       want = want * 4
@@ -1204,6 +1244,13 @@ local function commit_open(key, now, res_id, drains, op_key, rh)
   return a, r
 end
 
+-- le_fmt is a's lifetime earned as text: as read while unchanged (no
+-- script but a grant moves it).
+local function le_fmt(a)
+  if a.le_k == a.le and a.le_s then return a.le_s end
+  return m_fmt(a.le)
+end
+
 -- acct_commit writes the account fields, the changed blocks (emptied ones
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
@@ -1213,7 +1260,9 @@ end
 -- at most one HDEL. No expiry index is kept in Redis: the sweep asks
 -- Postgres (engine.ExpiryIndex).
 local function acct_commit(akey, a, changed, now)
-  local set = {'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  -- The version's text is kept for mutation_json (a.v_s while a.v_n is a.v).
+  a.v_s, a.v_n = i_fmt(a.v), a.v
+  local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now)}
   local del = {}
   -- The reserved total is kept only while it is not zero (a missing "rs"
   -- reads as zero): most accounts hold no reservation (issue 10).
@@ -1355,14 +1404,18 @@ local function mutation_json(m, a, entries, changed)
   local bal, pend = acct_bal(a, m.now)
   local r = m.res
   -- Kept formatted for an op record (op_record_consume).
-  m.bal_s, m.rs_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(a.rs), m_fmt(pend), i_fmt(m.now)
+  local rs = a.rs
+  m.bal_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(pend), now_fmt(m.now)
+  m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
   local bj = {}
   for i, b in ipairs(changed) do bj[i] = block_json(b) end
-  return '{"op":' .. q(m.op) .. ',"kind":"' .. m.kind .. '","tenant":' .. q(m.tenant) ..
-    ',"customer":' .. q(m.customer) .. ',"env":' .. q(m.env) .. ',"idem":' .. m.idem ..
-    ',"rh":' .. q(m.rh) .. ',"at":' .. m.at_s ..
-    ',"account":{"id":' .. q(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m.bal_s ..
-    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
+  -- Quotes are written inline (q would make a string per member).
+  return '{"op":"' .. m.op .. '","kind":"' .. m.kind .. '","tenant":"' .. m.tenant ..
+    '","customer":"' .. m.customer .. '","env":"' .. m.env .. '","idem":' .. m.idem ..
+    ',"rh":"' .. m.rh .. '","at":' .. m.at_s ..
+    ',"account":{"id":"' .. a.id .. '","version":' .. ((a.v_n == a.v and a.v_s) or i_fmt(a.v)) ..
+    ',"balance":' .. m.bal_s ..
+    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. le_fmt(a) ..
     '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
     (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
