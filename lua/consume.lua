@@ -34,7 +34,7 @@ local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local metric, units, terms, policy, entry_meta = ARGV[10], m_parse(ARGV[11]), terms_parse(ARGV[12]), ARGV[13], ARGV[14]
+local metric, units, terms, policy, entry_meta = ARGV[10], m_parse(ARGV[11]), terms_cached(ARGV[12]), ARGV[13], ARGV[14]
 
 if not now or not units or not terms or metric == '' or
     (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
@@ -80,8 +80,11 @@ local sc = m_fmt(cost)
 local sch, so = sc, '0'
 if charge ~= cost then sch = m_fmt(charge) end
 if m_cmp(overage, MONEY_ZERO) ~= 0 then so = m_fmt(overage) end
+-- Members debit_entry and this script set later are named (nil): the
+-- table is made at its final size.
 local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-  units_s = su, overage = overage_field, open = true}, draws)
+  units_s = su, overage = overage_field, open = true, delta = nil, src = nil, block = nil, draws = nil,
+  delta_s = nil}, draws)
 -- The entry's delta is minus what the draws took, the charge when they
 -- took all of it.
 if m_cmp(e.delta, m_neg(charge)) == 0 then e.delta_s = m_pos(charge) and ('-' .. sch) or '0' end

@@ -105,6 +105,15 @@ end
 local function m_parse(s)
   if s == '0' then return {0, 0} end
   if type(s) ~= 'string' then return nil end
+  -- Up to 15 characters, a decimal is exact as a double: a find without
+  -- captures, tonumber, and a split only past one limb (floor of a
+  -- negative n gives the limbs m_neg would).
+  if #s <= 15 and string.find(s, '^%-?%d+$') then
+    local n = tonumber(s)
+    if n >= 0 and n < MONEY_BASE then return {0, n} end
+    local hi = math.floor(n / MONEY_BASE)
+    return {hi, n - hi * MONEY_BASE}
+  end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
   if #digits <= 15 then
@@ -139,6 +148,7 @@ local MONEY_EXACT = 9007199254740992
 local function m_stored(s)
   if #s <= 15 then
     local n = tonumber(s)
+    if n >= 0 and n < MONEY_BASE then return {0, n} end
     local hi = math.floor(n / MONEY_BASE)
     return {hi, n - hi * MONEY_BASE}
   end
@@ -147,6 +157,7 @@ end
 
 local function m_fmt(m)
   local hi = m[1]
+  if hi == 0 and m[2] == 0 then return '0' end
   if hi < MONEY_FAST_HI and hi > -MONEY_FAST_HI then return string.format('%d', hi * MONEY_BASE + m[2]) end
   if m[1] < 0 then return '-' .. m_fmt(m_neg(m)) end
   if m[1] == 0 then return i_fmt(m[2]) end
@@ -238,6 +249,21 @@ local function terms_parse(s)
   return t
 end
 
+-- terms_cached is terms_parse(s), remembered per text in the library
+-- (a consume's terms are usually the ones of the call before): the
+-- result is only read. At most TERMS_CACHE_MAX texts are kept.
+local TERMS_CACHE, TERMS_CACHED, TERMS_CACHE_MAX = {}, 0, 64
+local function terms_cached(s)
+  local t = TERMS_CACHE[s]
+  if t then return t end
+  t = terms_parse(s)
+  if t and type(s) == 'string' then
+    if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_CACHED = {}, 0 end
+    TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
+  end
+  return t
+end
+
 local MONEY_ONE = {0, 1}
 local PRICE_OVERFLOW = 'OVERFLOW the cost would not fit in int64'
 
@@ -291,7 +317,7 @@ end
 
 -- int_parse reads an integral ARGV (ms, versions, priorities); nil if not one.
 local function int_parse(s)
-  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') then return nil end
+  if type(s) ~= 'string' or not string.find(s, '^%-?%d+$') then return nil end
   return tonumber(s)
 end
 
@@ -419,8 +445,11 @@ local function block_dec(id, raw)
   -- (one digit: as i_fmt writes it) for block_json.
   local p, prio_s = string.byte(prio), nil
   if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
-  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s, prio_n = p,
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
+  -- Members set later (drain, block_enc) are named (nil): the table is
+  -- made at its final size.
+  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta,
+    raw = nil, rem_len = nil, orig_len = nil, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
   if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
 end
@@ -434,11 +463,12 @@ end
 -- it stands for is unchanged.
 local function block_json(b)
   local exp = 'null'
-  if b.expires then exp = (b.exp_n == b.expires and b.exp_s) or i_fmt(b.expires) end
+  local ix = b.ix
+  if b.expires then exp = (ix and ix[2] == b.expires and ix[1]) or i_fmt(b.expires) end
   local rem = (b.rem_k == b.rem and b.rem_s) or m_fmt(b.rem)
-  local prio = (b.prio_n == b.prio and b.prio_s) or i_fmt(b.prio)
-  local starts = (b.starts_n == b.starts and b.starts_s) or i_fmt(b.starts)
-  local created = (b.created_n == b.created and b.created_s) or i_fmt(b.created)
+  local prio = b.prio_s or i_fmt(b.prio)
+  local starts = (ix and ix[4] == b.starts and ix[3]) or i_fmt(b.starts)
+  local created = i_fmt(b.created)
   local meta = ''
   if b.fresh and b.meta ~= '' then meta = ',"meta":' .. b.meta end
   return '{"id":"' .. b.id .. '","original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. rem ..
@@ -760,8 +790,12 @@ end
 local function acct_read_all(key)
   local names = redis.call('HKEYS', key)
   if #names == 0 then return nil end
+  -- The members set later are named too (nil), so the table is made at
+  -- its final size: each growth past a power of two rehashes every member.
   local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}}
+    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
+    le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
+    exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
   local want = {}
   for _, f in ipairs(names) do
     local k1, k2 = string.byte(f, 1, 2)
@@ -994,8 +1028,8 @@ local function acct_read(key, now, extras, full)
       if name == 'o' and not v[7 + i] then whole = false end
     end
     if whole then
-      local bal, pend, nlive, nact, e, st, f =
-        string.match(v[6], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+      local bal, tail, pend, nlive, nact, e, st, f =
+        string.match(v[6], '^([^|]*)|(([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*))$')
       e, st, f = tonumber(e), tonumber(st), tonumber(f)
       local u = tonumber(v[5] or '0')
       -- E past u too: a write that left due blocks (gauge expires
@@ -1005,10 +1039,16 @@ local function acct_read(key, now, extras, full)
       -- reads just the blocks that expired or started.
       local refresh = not fast and bal and u <= now and (e == nil or u < e)
       if fast or refresh then
+        -- Members set later are named (nil): the table is made at its
+        -- final size (acct_read_all).
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
           ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
-          exp_min = e, start_min = st, start_max = f}
+          exp_min = e, start_min = st, start_max = f, nblocks = nil, rs_stored = nil, le_s = nil, le_k = nil,
+          s_tail = nil, idx = nil, v_s = nil, v_n = nil, bal_s = nil, bal_k = nil}
+        -- The summary past the balance as read, with the values it stands
+        -- for: acct_commit writes it back as is when none moved.
+        a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
@@ -1116,9 +1156,11 @@ end
 local function drain(a, now, amount, changed)
   if a.fast then
     -- Walk the spend-order index, reading only the blocks taken from (in
-    -- HMGETs of 2, 8, 32 ... entries), skipping those not started yet.
+    -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
+    -- each entry parsed costs about as much as an HMGET), skipping those
+    -- not started yet.
     if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
-    local draws, left, pos, want = {}, amount, 1, 2
+    local draws, left, pos, want = {}, amount, 1, 1
     while m_pos(left) do
       local ids, names, texts = {}, {}, {}
       while #ids < want do
@@ -1141,8 +1183,7 @@ local function drain(a, now, amount, changed)
         local b = block_dec(id, vals[i])
         b.rem0 = b.rem
         -- The index's decimal instants, for block_json (no sprintf).
-        local t = texts[i]
-        b.exp_s, b.exp_n, b.starts_s, b.starts_n = t[1], t[2], t[3], t[4]
+        b.ix = texts[i]
         left = draw(b, left, draws, changed)
       end
       want = want * 4
@@ -1382,8 +1423,18 @@ local function acct_commit(akey, a, changed, now)
       for i, k in ipairs(kept) do ks[i] = k[1] .. ',' .. i_fmt(k[2]) end
       set[#set + 1], set[#set + 2] = 'k', table.concat(ks, ' ')
     end
-    set[#set + 1], set[#set + 2] = 's', m_fmt(a.bal) .. '|' .. m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' ..
-      i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' .. opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
+    -- The balance's text is kept for mutation_json (a.bal_s while a.bal_k
+    -- is a.bal).
+    a.bal_s, a.bal_k = m_fmt(a.bal), a.bal
+    local t, tail = a.s_tail, nil
+    if t and t[2] == a.pend and t[3] == a.nlive and t[4] == a.active and t[5] == a.exp_min and
+        t[6] == a.start_min and t[7] == a.start_max then
+      tail = t[1]
+    else
+      tail = m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' .. i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' ..
+        opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
+    end
+    set[#set + 1], set[#set + 2] = 's', a.bal_s .. '|' .. tail
   elseif a.fast or a.layout then
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
@@ -1405,7 +1456,7 @@ local function mutation_json(m, a, entries, changed)
   local r = m.res
   -- Kept formatted for an op record (op_record_consume).
   local rs = a.rs
-  m.bal_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(pend), now_fmt(m.now)
+  m.bal_s, m.pend_s, m.at_s = (bal == a.bal_k and a.bal_s) or m_fmt(bal), m_fmt(pend), now_fmt(m.now)
   m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
   local bj = {}
   for i, b in ipairs(changed) do bj[i] = block_json(b) end
