@@ -57,18 +57,34 @@ local MONEY_MAX = {9223372036, 854775807}
 local MONEY_MIN = {-9223372037, 145224192}
 
 local function m_norm(hi, lo)
+  -- Most sums leave lo in range: no carry, and no math.floor call (a C
+  -- call through two table lookups).
+  if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
   local carry = math.floor(lo / MONEY_BASE)
   return {hi + carry, lo - carry * MONEY_BASE}
 end
 
-local function m_add(a, b) return m_norm(a[1] + b[1], a[2] + b[2]) end
+-- m_add and m_sub handle the usual carry of at most one limb themselves
+-- (a Lua call and a table cost ~2,000 instructions; m_sub once made three
+-- of each); anything else goes through m_norm. Both give m_norm's limbs.
+local function m_add(a, b)
+  local hi, lo = a[1] + b[1], a[2] + b[2]
+  if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
+  if lo >= MONEY_BASE and lo < 2 * MONEY_BASE then return {hi + 1, lo - MONEY_BASE} end
+  return m_norm(hi, lo)
+end
 
 local function m_neg(a)
   if a[2] == 0 then return {-a[1], 0} end
   return {-a[1] - 1, MONEY_BASE - a[2]}
 end
 
-local function m_sub(a, b) return m_add(a, m_neg(b)) end
+local function m_sub(a, b)
+  local hi, lo = a[1] - b[1], a[2] - b[2]
+  if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
+  if lo < 0 and lo >= -MONEY_BASE then return {hi - 1, lo + MONEY_BASE} end
+  return m_norm(hi, lo)
+end
 
 -- m_cmp is -1, 0 or 1 as a is below, equal to or above b.
 local function m_cmp(a, b)
@@ -77,7 +93,7 @@ local function m_cmp(a, b)
   return 0
 end
 
-local function m_pos(a) return m_cmp(a, MONEY_ZERO) > 0 end
+local function m_pos(a) return a[1] > 0 or (a[1] == 0 and a[2] > 0) end
 
 -- m_fits reports whether a is inside int64 (results outside are OVERFLOW).
 local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX) <= 0 end
@@ -86,11 +102,31 @@ local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX)
 -- %.14g); '%d' goes through a C long, cheaper than '%.0f'.
 local function i_fmt(n) return string.format('%d', n) end
 
+-- now_fmt is i_fmt of a script's now, which it writes several times (the
+-- account's "ua", the Mutation's "at", an op record): sprintf costs ~2,500
+-- instructions, so the last text is remembered (in the library, across
+-- calls: consecutive calls often share the millisecond).
+local NOW_N, NOW_S = nil, nil
+local function now_fmt(n)
+  if n ~= NOW_N then NOW_N, NOW_S = n, string.format('%d', n) end
+  return NOW_S
+end
+
 -- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
 -- (below 2^53, exact as a double) it splits the number directly: every
 -- script parses each block's amounts, so this path is the common one.
 local function m_parse(s)
+  if s == '0' then return {0, 0} end
   if type(s) ~= 'string' then return nil end
+  -- Up to 15 characters, a decimal is exact as a double: a find without
+  -- captures, tonumber, and a split only past one limb (floor of a
+  -- negative n gives the limbs m_neg would).
+  if #s <= 15 and string.find(s, '^%-?%d+$') then
+    local n = tonumber(s)
+    if n >= 0 and n < MONEY_BASE then return {0, n} end
+    local hi = math.floor(n / MONEY_BASE)
+    return {hi, n - hi * MONEY_BASE}
+  end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
   if #digits <= 15 then
@@ -125,6 +161,7 @@ local MONEY_EXACT = 9007199254740992
 local function m_stored(s)
   if #s <= 15 then
     local n = tonumber(s)
+    if n >= 0 and n < MONEY_BASE then return {0, n} end
     local hi = math.floor(n / MONEY_BASE)
     return {hi, n - hi * MONEY_BASE}
   end
@@ -133,6 +170,7 @@ end
 
 local function m_fmt(m)
   local hi = m[1]
+  if hi == 0 and m[2] == 0 then return '0' end
   if hi < MONEY_FAST_HI and hi > -MONEY_FAST_HI then return string.format('%d', hi * MONEY_BASE + m[2]) end
   if m[1] < 0 then return '-' .. m_fmt(m_neg(m)) end
   if m[1] == 0 then return i_fmt(m[2]) end
@@ -203,8 +241,8 @@ end
 -- tiers are "up_to:unit_cost:flat_cost" joined by ",", up_to "" for null.
 local function terms_parse(s)
   if type(s) ~= 'string' then return nil end
-  local f = {}
-  for part in string.gmatch(s .. '|', '([^|]*)|') do f[#f + 1] = part end
+  -- One match for the five fields (a gmatch built a table of them).
+  local f = {string.match(s, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')}
   if #f ~= 5 then return nil end
   local t = {kind = f[1], base = m_parse(f[2]), unit = m_parse(f[3]), mode = f[4], tiers = {}}
   if not t.base or not t.unit then return nil end
@@ -220,6 +258,21 @@ local function terms_parse(s)
       if not x.unit or not x.flat then return nil end
       t.tiers[#t.tiers + 1] = x
     end
+  end
+  return t
+end
+
+-- terms_cached is terms_parse(s), remembered per text in the library
+-- (a consume's terms are usually the ones of the call before): the
+-- result is only read. At most TERMS_CACHE_MAX texts are kept.
+local TERMS_CACHE, TERMS_CACHED, TERMS_CACHE_MAX = {}, 0, 64
+local function terms_cached(s)
+  local t = TERMS_CACHE[s]
+  if t then return t end
+  t = terms_parse(s)
+  if t and type(s) == 'string' then
+    if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_CACHED = {}, 0 end
+    TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
   end
   return t
 end
@@ -277,7 +330,7 @@ end
 
 -- int_parse reads an integral ARGV (ms, versions, priorities); nil if not one.
 local function int_parse(s)
-  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') then return nil end
+  if type(s) ~= 'string' or not string.find(s, '^%-?%d+$') then return nil end
   return tonumber(s)
 end
 
@@ -320,6 +373,9 @@ local function q(s) return '"' .. s .. '"' end
 -- j_str encodes a short trusted string (ids, enums, hashes) as JSON text;
 -- client text arrives pre-encoded by Go instead.
 local function j_str(s)
+  -- Keys and ids rarely hold a character to escape: a find is a third of
+  -- the gsub's cost.
+  if not string.find(s, '[%c"\\]') then return '"' .. s .. '"' end
   return '"' .. (string.gsub(s, '[%c"\\]', function(c)
     if c == '"' then return '\\"' end
     if c == '\\' then return '\\\\' end
@@ -358,6 +414,8 @@ local function block_enc(b)
   -- Original is written out exactly when it differs from remaining (strings
   -- are interned: == is one comparison).
   local rem = m_fmt(b.rem)
+  -- Kept for block_json (b_rem_s), which writes the same amount next.
+  b.rem_s, b.rem_k = rem, b.rem
   if b.raw then
     if b.orig_len == 0 then
       if rem == b.orig_s then return b.raw end
@@ -395,8 +453,16 @@ local function block_dec(id, raw)
   -- not written out): no script does arithmetic on it.
   local orig_s = orig
   if orig == '' then orig_s = rem end
-  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = tonumber(prio),
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta}
+  -- A one-digit priority (the usual) is read from its byte: tonumber
+  -- goes through strtod (~2,400 instructions). prio_s keeps that text
+  -- (one digit: as i_fmt writes it) for block_json.
+  local p, prio_s = string.byte(prio), nil
+  if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
+  -- Members set later (drain, block_enc) are named (nil): the table is
+  -- made at its final size.
+  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta,
+    raw = nil, rem_len = nil, orig_len = nil, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
   if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
 end
@@ -404,14 +470,23 @@ end
 -- block_json is b as an engine.MutationBlock; only a block created by this
 -- script (b.fresh) carries its metadata: the persister keeps the metadata
 -- Postgres has for a block whose Mutation carries none.
+-- Text a block already carries is used as is: its remaining amount as
+-- block_enc wrote it, its priority as read, and its instants as the
+-- spend-order index wrote them (drain's fast path), each while the value
+-- it stands for is unchanged.
 local function block_json(b)
   local exp = 'null'
-  if b.expires then exp = i_fmt(b.expires) end
-  local s = '{"id":' .. q(b.id) .. ',"original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. m_fmt(b.rem) ..
-    ',"priority":' .. i_fmt(b.prio) .. ',"source":' .. src_json(b.src) .. ',"starts":' .. i_fmt(b.starts) ..
-    ',"expires":' .. exp .. ',"created":' .. i_fmt(b.created)
-  if b.fresh and b.meta ~= '' then s = s .. ',"meta":' .. b.meta end
-  return s .. '}'
+  local ix = b.ix
+  if b.expires then exp = (ix and ix[2] == b.expires and ix[1]) or i_fmt(b.expires) end
+  local rem = (b.rem_k == b.rem and b.rem_s) or m_fmt(b.rem)
+  local prio = b.prio_s or i_fmt(b.prio)
+  local starts = (ix and ix[4] == b.starts and ix[3]) or i_fmt(b.starts)
+  local created = i_fmt(b.created)
+  local meta = ''
+  if b.fresh and b.meta ~= '' then meta = ',"meta":' .. b.meta end
+  return '{"id":"' .. b.id .. '","original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. rem ..
+    ',"priority":' .. prio .. ',"source":' .. src_json(b.src) .. ',"starts":' .. starts ..
+    ',"expires":' .. exp .. ',"created":' .. created .. meta .. '}'
 end
 
 -- entry_json is one engine.MutationEntry; reason and meta are JSON text or ''.
@@ -424,27 +499,31 @@ local function entry_json(role, delta, typ, src, block_id, reason, meta)
 end
 
 -- entry_obj is one engine.MutationEntry from the table e: role, delta
--- (money) and type, and optionally src and block (null when absent), metric,
+-- (money, or delta_s: its text) and type, and optionally src and block (null when absent), metric,
 -- units (money), ref, overage (money), reason, meta (JSON text or '') and
 -- open.
 local function entry_obj(e)
-  local s = '{"role":"' .. e.role .. '","delta":' .. m_fmt(e.delta) .. ',"type":' .. q(e.type) ..
-    ',"source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. (e.block and q(e.block) or 'null')
-  if e.metric_j then s = s .. ',"metric":' .. e.metric_j elseif e.metric then s = s .. ',"metric":' .. j_str(e.metric) end
-  if e.units_s then s = s .. ',"units":' .. e.units_s elseif e.units then s = s .. ',"units":' .. m_fmt(e.units) end
-  if e.ref then s = s .. ',"ref":' .. q(e.ref) end
-  if e.overage then s = s .. ',"overage":' .. m_fmt(e.overage) end
-  if e.reason and e.reason ~= '' then s = s .. ',"reason":' .. e.reason end
-  if e.meta and e.meta ~= '' and not e.open then s = s .. ',"meta":' .. e.meta end
+  -- Each optional member is '' when absent, so the entry is one
+  -- concatenation (each s = s .. x copied the entry so far).
+  local metric, units, ref, overage, reason, meta, draws = '', '', '', '', '', '', ''
+  if e.metric_j then metric = ',"metric":' .. e.metric_j elseif e.metric then metric = ',"metric":' .. j_str(e.metric) end
+  if e.units_s then units = ',"units":' .. e.units_s elseif e.units then units = ',"units":' .. m_fmt(e.units) end
+  if e.ref then ref = ',"ref":"' .. e.ref .. '"' end
+  if e.overage then overage = ',"overage":' .. m_fmt(e.overage) end
+  if e.reason and e.reason ~= '' then reason = ',"reason":' .. e.reason end
+  if e.meta and e.meta ~= '' and not e.open then meta = ',"meta":' .. e.meta end
   if e.draws then
     local d = {}
-    for i, x in ipairs(e.draws) do d[i] = '{"b":' .. q(x.b.id) .. ',"d":' .. m_fmt(x.take) .. '}' end
-    s = s .. ',"draws":[' .. table.concat(d, ',') .. ']'
+    for i, x in ipairs(e.draws) do d[i] = '{"b":"' .. x.b.id .. '","d":' .. m_fmt(x.take) .. '}' end
+    draws = ',"draws":[' .. table.concat(d, ',') .. ']'
   end
+  local block = 'null'
+  if e.block then block = '"' .. e.block .. '"' end
   -- open: the last entry of a Mutation, left open for mutation_json to
   -- splice its metadata (m.open_meta) into its one concatenation.
-  if e.open then return s end
-  return s .. '}'
+  return '{"role":"' .. e.role .. '","delta":' .. (e.delta_s or m_fmt(e.delta)) .. ',"type":"' .. e.type ..
+    '","source":' .. (e.src and src_json(e.src) or 'null') .. ',"block":' .. block .. metric .. units .. ref ..
+    overage .. reason .. meta .. draws .. (e.open and '' or '}')
 end
 
 -- debit_entry fills the consumption entry e (an entry_obj table) from the
@@ -697,7 +776,24 @@ end
 -- field, and each new Lua string costs an allocation and an intern.
 local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 103, 109, 110, 97
 
+-- ACCT_NAME sorts the account's own fields by name (a table look-up, no
+-- string.byte call): 1 a number, 2 money, 3 text, 4 a layout v2 field. A
+-- name it lacks has a prefix ("b:", "r:", ...) or is unknown.
+local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, id = 3, t = 3, e = 3, s = 4, o = 4, k = 4}
+
 local function acct_field(a, f, v)
+  local kind = ACCT_NAME[f]
+  if kind == 1 then
+    a[f] = tonumber(v)
+    return
+  elseif kind == 2 then
+    a[f] = m_parse(v)
+    if f == 'rs' then a.rs_stored = true else a.le_s, a.le_k = v, a.le end
+    return
+  elseif kind == 3 then
+    a[f] = v
+    return
+  end
   local k1, k2 = string.byte(f, 1, 2)
   if k2 == BYTE_COLON and k1 == BYTE_B then
     a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
@@ -707,11 +803,6 @@ local function acct_field(a, f, v)
     if string.byte(v, 1) == BYTE_A then a.active = a.active + 1 end
   elseif k2 == BYTE_COLON and k1 == BYTE_G then
     a.gauges[string.sub(f, 3)] = v
-  elseif f == 'v' or f == 'ua' then
-    a[f] = tonumber(v)
-  elseif f == 'rs' or f == 'le' then
-    a[f] = m_parse(v)
-    if f == 'rs' then a.rs_stored = true end
   else
     a[f] = v
   end
@@ -724,16 +815,23 @@ end
 local function acct_read_all(key)
   local names = redis.call('HKEYS', key)
   if #names == 0 then return nil end
+  -- The members set later are named too (nil), so the table is made at
+  -- its final size: each growth past a power of two rehashes every member.
   local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
-    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}}
+    res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
+    le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
+    exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
   local want = {}
   for _, f in ipairs(names) do
-    local k1, k2 = string.byte(f, 1, 2)
-    if f == 's' or f == 'o' or f == 'k' then
+    local kind = ACCT_NAME[f]
+    if kind == 4 then
       -- Layout v2 fields: rebuilt by acct_commit, never read here.
       a.layout = true
-    elseif k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then
+    elseif kind then
       want[#want + 1] = f
+    else
+      local k1, k2 = string.byte(f, 1, 2)
+      if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
     end
   end
   for first = 1, #want, 1000 do
@@ -958,8 +1056,8 @@ local function acct_read(key, now, extras, full)
       if name == 'o' and not v[7 + i] then whole = false end
     end
     if whole then
-      local bal, pend, nlive, nact, e, st, f =
-        string.match(v[6], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+      local bal, tail, pend, nlive, nact, e, st, f =
+        string.match(v[6], '^([^|]*)|(([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*))$')
       e, st, f = tonumber(e), tonumber(st), tonumber(f)
       local u = tonumber(v[5] or '0')
       -- E past u too: a write that left due blocks (gauge expires
@@ -969,14 +1067,20 @@ local function acct_read(key, now, extras, full)
       -- reads just the blocks that expired or started.
       local refresh = not fast and bal and u <= now and (e == nil or u < e)
       if fast or refresh then
+        -- Members set later are named (nil): the table is made at its
+        -- final size (acct_read_all).
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
           ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
-          exp_min = e, start_min = st, start_max = f}
+          exp_min = e, start_min = st, start_max = f, nblocks = nil, rs_stored = nil, le_s = nil, le_k = nil,
+          s_tail = nil, idx = nil, v_s = nil, v_n = nil, bal_s = nil, bal_k = nil}
+        -- The summary past the balance as read, with the values it stands
+        -- for: acct_commit writes it back as is when none moved.
+        a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
-        if v[4] then a.le = m_parse(v[4]) end
+        if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
         for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
         a.idx = a.x.o
@@ -1080,20 +1184,23 @@ end
 local function drain(a, now, amount, changed)
   if a.fast then
     -- Walk the spend-order index, reading only the blocks taken from (in
-    -- HMGETs of 2, 8, 32 ... entries), skipping those not started yet.
+    -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
+    -- each entry parsed costs about as much as an HMGET), skipping those
+    -- not started yet.
     if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
-    local draws, left, pos, want = {}, amount, 1, 2
+    local draws, left, pos, want = {}, amount, 1, 1
     while m_pos(left) do
-      local ids, names = {}, {}
+      local ids, names, texts = {}, {}, {}
       while #ids < want do
         local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
         if not s then break end
         pos = fin + 2
-        local x = tonumber(exp)
+        local x, y = tonumber(exp), tonumber(st)
         -- Not started, or due (a refresh's expire_due zeroed it already).
-        if tonumber(st) <= now and (x == nil or x > now) then
+        if y <= now and (x == nil or x > now) then
           ids[#ids + 1] = id
           names[#names + 1] = 'b:' .. id
+          texts[#ids] = {exp, x, st, y}
         end
       end
       if #ids == 0 then break end
@@ -1103,6 +1210,8 @@ local function drain(a, now, amount, changed)
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
         local b = block_dec(id, vals[i])
         b.rem0 = b.rem
+        -- The index's decimal instants, for block_json (no sprintf).
+        b.ix = texts[i]
         left = draw(b, left, draws, changed)
       end
       want = want * 4
@@ -1204,6 +1313,13 @@ local function commit_open(key, now, res_id, drains, op_key, rh)
   return a, r
 end
 
+-- le_fmt is a's lifetime earned as text: as read while unchanged (no
+-- script but a grant moves it).
+local function le_fmt(a)
+  if a.le_k == a.le and a.le_s then return a.le_s end
+  return m_fmt(a.le)
+end
+
 -- acct_commit writes the account fields, the changed blocks (emptied ones
 -- are deleted with their metadata: Postgres keeps their history) and the
 -- changed reservations with their metadata, drops reservations finalized
@@ -1213,7 +1329,9 @@ end
 -- at most one HDEL. No expiry index is kept in Redis: the sweep asks
 -- Postgres (engine.ExpiryIndex).
 local function acct_commit(akey, a, changed, now)
-  local set = {'id', a.id, 'v', i_fmt(a.v), 'le', m_fmt(a.le), 'ua', i_fmt(now)}
+  -- The version's text is kept for mutation_json (a.v_s while a.v_n is a.v).
+  a.v_s, a.v_n = i_fmt(a.v), a.v
+  local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now)}
   local del = {}
   -- The reserved total is kept only while it is not zero (a missing "rs"
   -- reads as zero): most accounts hold no reservation (issue 10).
@@ -1333,8 +1451,18 @@ local function acct_commit(akey, a, changed, now)
       for i, k in ipairs(kept) do ks[i] = k[1] .. ',' .. i_fmt(k[2]) end
       set[#set + 1], set[#set + 2] = 'k', table.concat(ks, ' ')
     end
-    set[#set + 1], set[#set + 2] = 's', m_fmt(a.bal) .. '|' .. m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' ..
-      i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' .. opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
+    -- The balance's text is kept for mutation_json (a.bal_s while a.bal_k
+    -- is a.bal).
+    a.bal_s, a.bal_k = m_fmt(a.bal), a.bal
+    local t, tail = a.s_tail, nil
+    if t and t[2] == a.pend and t[3] == a.nlive and t[4] == a.active and t[5] == a.exp_min and
+        t[6] == a.start_min and t[7] == a.start_max then
+      tail = t[1]
+    else
+      tail = m_fmt(a.pend) .. '|' .. i_fmt(a.nlive) .. '|' .. i_fmt(a.active) .. '|' .. opt_fmt(a.exp_min) .. '|' ..
+        opt_fmt(a.start_min) .. '|' .. opt_fmt(a.start_max)
+    end
+    set[#set + 1], set[#set + 2] = 's', a.bal_s .. '|' .. tail
   elseif a.fast or a.layout then
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
@@ -1352,17 +1480,23 @@ end
 -- as member "res" with its metadata, in the same concatenation: a long
 -- string is copied once); then the account a, entries and changed blocks.
 local function mutation_json(m, a, entries, changed)
-  local bal, pend = acct_bal(a, m.now)
+  -- acct_bal's figures without the effective balance it would also compute.
+  local bal, pend = a.bal, a.pend
+  if not bal then bal, pend = balances(a.blocks, a.rs, m.now) end
   local r = m.res
   -- Kept formatted for an op record (op_record_consume).
-  m.bal_s, m.rs_s, m.pend_s, m.at_s = m_fmt(bal), m_fmt(a.rs), m_fmt(pend), i_fmt(m.now)
+  local rs = a.rs
+  m.bal_s, m.pend_s, m.at_s = (bal == a.bal_k and a.bal_s) or m_fmt(bal), m_fmt(pend), now_fmt(m.now)
+  m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
   local bj = {}
   for i, b in ipairs(changed) do bj[i] = block_json(b) end
-  return '{"op":' .. q(m.op) .. ',"kind":"' .. m.kind .. '","tenant":' .. q(m.tenant) ..
-    ',"customer":' .. q(m.customer) .. ',"env":' .. q(m.env) .. ',"idem":' .. m.idem ..
-    ',"rh":' .. q(m.rh) .. ',"at":' .. m.at_s ..
-    ',"account":{"id":' .. q(a.id) .. ',"version":' .. i_fmt(a.v) .. ',"balance":' .. m.bal_s ..
-    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. m_fmt(a.le) ..
+  -- Quotes are written inline (q would make a string per member).
+  return '{"op":"' .. m.op .. '","kind":"' .. m.kind .. '","tenant":"' .. m.tenant ..
+    '","customer":"' .. m.customer .. '","env":"' .. m.env .. '","idem":' .. m.idem ..
+    ',"rh":"' .. m.rh .. '","at":' .. m.at_s ..
+    ',"account":{"id":"' .. a.id .. '","version":' .. ((a.v_n == a.v and a.v_s) or i_fmt(a.v)) ..
+    ',"balance":' .. m.bal_s ..
+    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. le_fmt(a) ..
     '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
     (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
