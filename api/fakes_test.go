@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -415,8 +416,9 @@ type fakeIdem struct {
 	// abortFails is how many Aborts still fail (a Redis slot without a
 	// master), each counted in aborts.
 	abortFails, aborts int
-	// markCalls counts MarkRerun calls (batches of rerun marks).
-	markCalls int
+	// markCalls counts MarkRerun calls (batches of rerun marks);
+	// markFails is how many of them still fail (Redis restarting).
+	markCalls, markFails int
 }
 
 // fakeIdemRecord is a stored record with the request hash it belongs to.
@@ -459,6 +461,11 @@ func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string,
 func (f *fakeIdem) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl time.Duration) error {
 	f.mu.Lock()
 	f.markCalls++
+	if f.markFails > 0 {
+		f.markFails--
+		f.mu.Unlock()
+		return errors.New("fake: redis restarting")
+	}
 	f.mu.Unlock()
 	for _, m := range marks {
 		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, engine.IdemRecord{Rerun: true}, ttl, m.Held); err != nil {

@@ -108,21 +108,59 @@ func (w *rerunMarks) drain(batch []pendingMark) {
 	}
 }
 
-// write finishes batch's claims in one MarkRerun. A lost mark is safe: the
-// claim lapses and a retry re-runs into the operation's op key or its
-// Postgres row.
+// write finishes batch's claims in one MarkRerun. A failed write (Redis
+// restarting or failing over) is tried again until it lands or the claims
+// lapse (retryMarks): a claim outliving the answer it stands for would
+// make a retry of an acknowledged request wait and get 409 "still in
+// progress" until it lapsed, where it must get the first answer.
 func (w *rerunMarks) write(batch []pendingMark) {
-	marks := make([]engine.RerunMark, len(batch))
-	for i, p := range batch {
-		marks[i] = p.mark
-		marks[i].Held = held(p.claimedAt)
+	if err := w.mark(batch); err != nil {
+		w.retryMarks(append([]pendingMark(nil), batch...), err)
+	}
+}
+
+// mark writes the rerun marks of batch's claims that have not lapsed.
+func (w *rerunMarks) mark(batch []pendingMark) error {
+	marks := make([]engine.RerunMark, 0, len(batch))
+	for _, p := range batch {
+		if time.Since(p.claimedAt) >= idemLockTTL {
+			continue // lapsed: a retry runs afresh into the op key
+		}
+		m := p.mark
+		m.Held = held(p.claimedAt)
+		marks = append(marks, m)
+	}
+	if len(marks) == 0 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
 	defer cancel()
-	if err := w.s.idem.MarkRerun(ctx, marks, idemReplayTTL); err != nil {
-		w.s.log.Error().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(err).
+	return w.s.idem.MarkRerun(ctx, marks, idemReplayTTL)
+}
+
+// retryMarks tries batch again every idemAbortRetry, in the background,
+// until it is written or every claim in it has lapsed. The retries share
+// the server's abort slots: when all are taken the marks are left to lapse.
+func (w *rerunMarks) retryMarks(batch []pendingMark, first error) {
+	select {
+	case w.s.abortSlots <- struct{}{}:
+	default:
+		w.s.log.Error().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
 			Msg("idempotency rerun marks failed; their claims lapse and a retry re-runs into the op key")
+		return
 	}
+	w.s.log.Warn().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
+		Msg("idempotency rerun marks failed; trying again until they land or their claims lapse")
+	go func() {
+		defer func() { <-w.s.abortSlots }()
+		for {
+			time.Sleep(idemAbortRetry)
+			// mark skips lapsed claims, so this ends once all have lapsed.
+			if w.mark(batch) == nil {
+				return
+			}
+		}
+	}()
 }
 
 // close stops the writer after it wrote what was queued, waiting at most

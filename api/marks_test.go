@@ -72,3 +72,47 @@ func TestRerunMarksBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestRerunMarksRetried: a batch whose write fails (Redis restarting) is
+// written once Redis answers again, so a retry of the acknowledged request
+// finds the rerun mark instead of a claim that outlived its answer (which
+// would wait and get 409 "still in progress"); a claim already lapsed is
+// not marked.
+func TestRerunMarksRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		fails     int
+		claimedAt time.Duration // before now
+		wantMark  bool
+	}{
+		{"written at once", 0, 0, true},
+		{"written after two failed tries", 2, 0, true},
+		{"lapsed claim left alone", 1, idemLockTTL + time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			idem := newFakeIdem()
+			idem.markFails = tc.fails
+			s := &Server{idem: idem, log: zerolog.Nop(), abortSlots: make(chan struct{}, 1)}
+			w := newRerunMarks(s)
+			tenant := uuid.New()
+			if _, claimed, _ := idem.Begin(context.Background(), tenant, "k", "rh", time.Minute); !claimed {
+				t.Fatal("not claimed")
+			}
+			w.write([]pendingMark{{mark: engine.RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
+				claimedAt: time.Now().Add(-tc.claimedAt)}})
+			deadline := time.Now().Add(time.Duration(tc.fails+2) * idemAbortRetry * 2)
+			var rec engine.IdemRecord
+			for time.Now().Before(deadline) {
+				if rec = idem.record(tenant.String() + "|k"); rec.Rerun {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if rec.Rerun != tc.wantMark {
+				t.Errorf("rerun mark written = %v, want %v", rec.Rerun, tc.wantMark)
+			}
+		})
+	}
+}
