@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -299,7 +300,7 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eve
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(i, j int) bool { return bytes.Compare(rows[order[i]].e.ID[:], rows[order[j]].e.ID[:]) < 0 })
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(rows[a].e.ID[:], rows[b].e.ID[:]) })
 	plain, filled = &eventBatch{}, &eventBatch{}
 	for i, k := range order {
 		r := rows[k]

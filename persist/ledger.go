@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -371,7 +371,9 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		}
 	}
 
-	sort.Slice(ops, func(i, j int) bool { return bytes.Compare(ops[i].OpID[:], ops[j].OpID[:]) < 0 })
+	// slices.SortFunc rather than sort.Slice: no reflection to swap, and
+	// the keys are unique, so the order is the same.
+	slices.SortFunc(ops, func(a, b *engine.Mutation) int { return bytes.Compare(a.OpID[:], b.OpID[:]) })
 	o := &c.ops
 	o.opID, o.tenant, o.customer = make([]uuid.UUID, 0, len(ops)), make([]uuid.UUID, 0, len(ops)), make([]uuid.UUID, 0, len(ops))
 	o.idem, o.rh = make([]string, 0, len(ops)), make([]string, 0, len(ops))
@@ -404,7 +406,7 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		start = end
 	}
 
-	sort.Slice(entries, func(i, j int) bool { return bytes.Compare(entries[i].id[:], entries[j].id[:]) < 0 })
+	slices.SortFunc(entries, func(a, b entryRow) int { return bytes.Compare(a.id[:], b.id[:]) })
 	e := &c.entries
 	e.presize(len(entries))
 	for _, r := range entries {
@@ -451,7 +453,7 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 	for id := range blocks {
 		blockIDs = append(blockIDs, id)
 	}
-	sort.Slice(blockIDs, func(i, j int) bool { return bytes.Compare(blockIDs[i][:], blockIDs[j][:]) < 0 })
+	slices.SortFunc(blockIDs, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	k := &c.blocks
 	for _, id := range blockIDs {
 		r := blocks[id]
@@ -478,7 +480,7 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 	for id := range accounts {
 		customers = append(customers, id)
 	}
-	sort.Slice(customers, func(i, j int) bool { return bytes.Compare(customers[i][:], customers[j][:]) < 0 })
+	slices.SortFunc(customers, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	a := &c.accounts
 	for _, id := range customers {
 		m := accounts[id]
