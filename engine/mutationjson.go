@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unsafe"
 
 	"github.com/google/uuid"
 )
@@ -35,6 +36,16 @@ func DecodeMutation(data []byte, m *Mutation) error {
 	}
 	*m = Mutation{}
 	return json.Unmarshal(data, m)
+}
+
+// DecodeMutationString is DecodeMutation of the text s, read where it
+// lies: the outbox entry and the script's reply come from Redis as
+// strings, and converting one to []byte copied the whole document for
+// each decode. Neither decoder writes to its input or keeps any part of it
+// (every string is copied out, json.RawMessage is copied), so the bytes of
+// the immutable string are safe to read as a slice.
+func DecodeMutationString(s string, m *Mutation) error {
+	return DecodeMutation(unsafe.Slice(unsafe.StringData(s), len(s)), m)
 }
 
 // mutationDecoder is a cursor over one document.
