@@ -368,7 +368,7 @@ func NewEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, cust
 func newEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, customer *uuid.UUID, ext *string,
 	created time.Time, idemKey string, version *int64, data any) Event {
 	created = created.UTC()
-	payload, err := json.Marshal(Envelope{EventID: id, EventType: t, TenantID: tenant, Environment: env,
+	payload, err := appendEnvelopeJSON(make([]byte, 0, 512), &Envelope{EventID: id, EventType: t, TenantID: tenant, Environment: env,
 		CustomerID: customer, ExternalCustomerID: ext, CreatedAt: created, IdempotencyKey: idemKey, Version: version,
 		Data: data})
 	if err != nil {

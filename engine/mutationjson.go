@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unsafe"
 
 	"github.com/google/uuid"
 )
@@ -37,10 +38,23 @@ func DecodeMutation(data []byte, m *Mutation) error {
 	return json.Unmarshal(data, m)
 }
 
+// DecodeMutationString is DecodeMutation of the text s, read where it
+// lies: the outbox entry and the script's reply come from Redis as
+// strings, and converting one to []byte copied the whole document for
+// each decode. Neither decoder writes to its input or keeps any part of it
+// (every string is copied out, json.RawMessage is copied), so the bytes of
+// the immutable string are safe to read as a slice.
+func DecodeMutationString(s string, m *Mutation) error {
+	return DecodeMutation(unsafe.Slice(unsafe.StringData(s), len(s)), m)
+}
+
 // mutationDecoder is a cursor over one document.
 type mutationDecoder struct {
 	b []byte
 	i int
+	// metric is the last metric name decoded: a consume names its metric
+	// in its entry and again in its usage, and both share one string.
+	metric string
 }
 
 func (d *mutationDecoder) ws() {
@@ -156,6 +170,85 @@ func (d *mutationDecoder) str() (string, error) {
 	return string(s), err
 }
 
+// word is str for the members that hold one of the domain's fixed words
+// (kinds, environments, roles, entry types, sources, policies): those
+// come back as the constants themselves, with no string allocated per
+// document; any other text is copied as str copies it.
+func (d *mutationDecoder) word() (string, error) {
+	s, err := d.plainString()
+	if err != nil {
+		return "", err
+	}
+	switch string(s) {
+	case "consume":
+		return string(MutationConsume), nil
+	case "grant":
+		return string(MutationGrant), nil
+	case "debit":
+		return string(MutationDebit), nil
+	case "expire":
+		return string(MutationExpire), nil
+	case "reserve":
+		return string(MutationReserve), nil
+	case "commit":
+		return string(MutationCommit), nil
+	case "release":
+		return string(MutationRelease), nil
+	case "gauge":
+		return string(MutationGaugeKind), nil
+	case "rollover":
+		return string(MutationRollover), nil
+	case "live":
+		return string(EnvironmentLive), nil
+	case "sandbox":
+		return string(EnvironmentSandbox), nil
+	case "main":
+		return string(RoleMain), nil
+	case "expiry":
+		return string(RoleExpiry), nil
+	case "consumption":
+		return string(EntryConsumption), nil
+	case "plan_grant":
+		return string(EntryPlanGrant), nil
+	case "topup":
+		return string(EntryTopup), nil
+	case "reservation":
+		return string(EntryReservation), nil
+	case "adjustment":
+		return string(EntryAdjustment), nil
+	case "promotional":
+		return string(SourcePromotional), nil
+	case "compensation":
+		return string(SourceCompensation), nil
+	case "referral":
+		return string(SourceReferral), nil
+	case "manual":
+		return string(SourceManual), nil
+	case "migration":
+		return string(SourceMigration), nil
+	case "block":
+		return string(OveragePolicyBlock), nil
+	case "allow":
+		return string(OveragePolicyAllow), nil
+	case "notify":
+		return string(OveragePolicyNotify), nil
+	}
+	return string(s), nil
+}
+
+// metricName is str for a metric name, shared with the last one decoded
+// when it is the same.
+func (d *mutationDecoder) metricName() (string, error) {
+	s, err := d.plainString()
+	if err != nil {
+		return "", err
+	}
+	if string(s) != d.metric {
+		d.metric = string(s)
+	}
+	return d.metric, nil
+}
+
 // null consumes a null literal when there is one.
 func (d *mutationDecoder) null() bool {
 	if d.i+4 <= len(d.b) && string(d.b[d.i:d.i+4]) == "null" {
@@ -186,9 +279,22 @@ func (d *mutationDecoder) int() (int64, error) {
 			return 0, errSlowPath
 		}
 	}
-	n, err := strconv.ParseInt(string(d.b[start:j]), 10, 64)
-	if err != nil {
-		return 0, errSlowPath
+	// Up to 18 digits cannot overflow an int64: summed here, with no
+	// string made of them; longer ones are strconv's to range-check.
+	if j-digits > 18 {
+		n, err := strconv.ParseInt(string(d.b[start:j]), 10, 64)
+		if err != nil {
+			return 0, errSlowPath
+		}
+		d.i = j
+		return n, nil
+	}
+	var n int64
+	for _, c := range d.b[digits:j] {
+		n = n*10 + int64(c-'0')
+	}
+	if digits > start {
+		n = -n
 	}
 	d.i = j
 	return n, nil
@@ -236,11 +342,34 @@ func (d *mutationDecoder) storedID() (uuid.UUID, error) {
 		}
 		return u, nil
 	}
-	u, err := ParseStoredID(string(s))
-	if err != nil {
+	u, ok := compactID(s)
+	if !ok {
 		return uuid.Nil, errSlowPath
 	}
 	return u, nil
+}
+
+// compactID is ParseStoredID of a compact form, read from the document's
+// bytes with no string made of them.
+func compactID(s []byte) (uuid.UUID, bool) {
+	var id uuid.UUID
+	n, err := storedIDEncoding.Decode(id[:], s)
+	return id, err == nil && n == len(id)
+}
+
+// accountID is StoredIDText of the string there: a compact id comes out
+// as UUID text without its compact form copied first.
+func (d *mutationDecoder) accountID() (string, error) {
+	s, err := d.plainString()
+	if err != nil {
+		return "", err
+	}
+	if len(s) == CompactIDLen {
+		if id, ok := compactID(s); ok {
+			return id.String(), nil
+		}
+	}
+	return string(s), nil
 }
 
 func (d *mutationDecoder) uuidPtr() (*uuid.UUID, error) {
@@ -381,7 +510,7 @@ func (d *mutationDecoder) mutation(m *Mutation) error {
 			m.OpID, err = d.uuid()
 		case "kind":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			m.Kind = MutationKind(s)
 		case "tenant":
 			m.TenantID, err = d.uuid()
@@ -389,7 +518,7 @@ func (d *mutationDecoder) mutation(m *Mutation) error {
 			m.CustomerID, err = d.uuid()
 		case "env":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			m.Environment = Environment(s)
 		case "idem":
 			m.IdempotencyKey, err = d.str()
@@ -476,8 +605,7 @@ func (d *mutationDecoder) account(a *MutationAccount) error {
 	return d.object(func(name []byte) (err error) {
 		switch string(name) {
 		case "id":
-			a.ID, err = d.str()
-			a.ID = StoredIDText(a.ID)
+			a.ID, err = d.accountID()
 		case "version":
 			a.Version, err = d.int()
 		case "balance":
@@ -500,13 +628,13 @@ func (d *mutationDecoder) entry(e *MutationEntry) error {
 		switch string(name) {
 		case "role":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			e.Role = EntryRole(s)
 		case "delta":
 			e.Delta, err = d.int()
 		case "type":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			e.Type = EntryType(s)
 		case "source":
 			if d.null() {
@@ -514,7 +642,7 @@ func (d *mutationDecoder) entry(e *MutationEntry) error {
 				return nil
 			}
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			src := Source(s)
 			e.Source = &src
 		case "block":
@@ -526,7 +654,13 @@ func (d *mutationDecoder) entry(e *MutationEntry) error {
 			u, err = d.storedID()
 			e.BlockID = &u
 		case "metric":
-			e.Metric, err = d.strPtr()
+			if d.null() {
+				e.Metric = nil
+				return nil
+			}
+			var s string
+			s, err = d.metricName()
+			e.Metric = &s
 		case "units":
 			e.Units, err = d.intPtr()
 		case "rate":
@@ -585,7 +719,7 @@ func (d *mutationDecoder) block(b *MutationBlock) error {
 			b.Priority = int(n)
 		case "source":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			b.Source = Source(s)
 		case "starts":
 			b.StartsMS, err = d.int()
@@ -611,7 +745,7 @@ func (d *mutationDecoder) context(c *MutationContext) error {
 			c.ThresholdMC, err = d.int()
 		case "policy":
 			var s string
-			s, err = d.str()
+			s, err = d.word()
 			c.Policy = OveragePolicy(s)
 		case "emitter":
 			c.Emitter, err = d.str()
@@ -626,7 +760,7 @@ func (d *mutationDecoder) usage(u *MutationUsage) error {
 	return d.object(func(name []byte) (err error) {
 		switch string(name) {
 		case "metric":
-			u.Metric, err = d.str()
+			u.Metric, err = d.metricName()
 		case "units":
 			u.Units, err = d.int()
 		case "cost":
@@ -666,7 +800,7 @@ func (d *mutationDecoder) usageItem(it *UsageItem) error {
 	return d.object(func(name []byte) (err error) {
 		switch string(name) {
 		case "billable_metric_key":
-			it.Metric, err = d.str()
+			it.Metric, err = d.metricName()
 		case "units":
 			it.Units, err = d.int()
 		case "cost":

@@ -125,6 +125,10 @@ func compareDecoders(t *testing.T, doc string) {
 	if serr == nil && !reflect.DeepEqual(fast, slow) {
 		t.Fatalf("%q:\nDecodeMutation %+v\njson.Unmarshal %+v", doc, fast, slow)
 	}
+	var fromString Mutation
+	if err := DecodeMutationString(doc, &fromString); (err == nil) != (ferr == nil) || !reflect.DeepEqual(fromString, fast) {
+		t.Fatalf("%q:\nDecodeMutationString %+v, %v\nDecodeMutation       %+v, %v", doc, fromString, err, fast, ferr)
+	}
 }
 
 // TestDecodeMutationFastPath: the scripts' documents take the fast path

@@ -224,7 +224,7 @@ func (s *Store) decodeOutbox(ctx context.Context, p int, entries []redis.XMessag
 			return nil, &MalformedEntryError{Partition: p, ID: e.ID, Err: fmt.Errorf("no %q field", outboxField)}
 		}
 		var m engine.Mutation
-		if err := engine.DecodeMutation([]byte(raw), &m); err != nil {
+		if err := engine.DecodeMutationString(raw, &m); err != nil {
 			return nil, &MalformedEntryError{Partition: p, ID: e.ID, Raw: []byte(raw), Err: err}
 		}
 		out = append(out, engine.OutboxMessage{ID: e.ID, Mutation: m})

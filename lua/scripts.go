@@ -162,7 +162,7 @@ func mutationReply(script string, v any) (res engine.MutationResult, ok bool, er
 		}
 		return engine.MutationResult{Mutation: m, Replayed: true}, true, nil
 	}
-	if err := engine.DecodeMutation([]byte(body), &res.Mutation); err != nil {
+	if err := engine.DecodeMutationString(body, &res.Mutation); err != nil {
 		return res, false, fmt.Errorf("lua: %s: decode mutation: %w", script, err)
 	}
 	res.Replayed = status == replyReplay

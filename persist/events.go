@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -269,7 +270,7 @@ func sequencedPayload(seq int64, body string) string {
 // stored as they are, filled rows are completed in SQL. The alert events
 // (complete, so plain) follow their Mutation's own.
 func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eventBatch) {
-	var rows []eventRow
+	rows := make([]eventRow, 0, len(ms))
 	for _, m := range ms {
 		fill := m.Context == nil
 		for _, e := range engine.EventsOf(m) {
@@ -293,10 +294,17 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eve
 				eb: eb, ea: ea})
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return bytes.Compare(rows[i].e.ID[:], rows[j].e.ID[:]) < 0 })
+	// The rows are put in order by their indexes: an eventRow holds an
+	// Event, too big to swap at each step of the sort.
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(rows[a].e.ID[:], rows[b].e.ID[:]) })
 	plain, filled = &eventBatch{}, &eventBatch{}
-	for i, r := range rows {
-		if i > 0 && rows[i-1].e.ID == r.e.ID {
+	for i, k := range order {
+		r := rows[k]
+		if i > 0 && rows[order[i-1]].e.ID == r.e.ID {
 			continue
 		}
 		if r.fill {
