@@ -249,3 +249,48 @@ func TestCommitMergesMetadataInGo(t *testing.T) {
 		}
 	})
 }
+
+// TestCommitHoldMetadataField: after a commit, field "n:<id>" (which the
+// commit no longer rewrites when its metadata is unchanged) and the
+// commit's Mutation hold the hold's metadata, merged with the commit's when
+// it brings some.
+func TestCommitHoldMetadataField(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		commit engine.Metadata
+		want   string
+	}{
+		{"no metadata", nil, `{"a":1}`},
+		{"merged", engine.Metadata{"b": json.RawMessage(`2`)}, `{"a":1,"b":2}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b bundle) {
+				ctx := context.Background()
+				c, _ := b.funded(t)
+				terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+				r := reserveCmd(c, 2, terms, time.Hour, t0)
+				r.Metadata = engine.Metadata{"a": json.RawMessage(`1`)}
+				b.reserve(t, r)
+				cm := commitCmd(c, r.ReservationID, 2, terms, t0)
+				cm.Metadata = tc.commit
+				res, err := b.store.Commit(ctx, cm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := string(res.Mutation.Reservation.Metadata); got != tc.want {
+					t.Errorf("commit Mutation metadata %s, want %s", got, tc.want)
+				}
+				key := b.store.accountKey(c.CustomerID)
+				var fields []string
+				for _, k := range b.rdb.HKeys(ctx, key).Val() {
+					if strings.HasPrefix(k, "n:") {
+						fields = append(fields, b.rdb.HGet(ctx, key, k).Val())
+					}
+				}
+				if len(fields) != 1 || fields[0] != tc.want {
+					t.Errorf("hold metadata fields %q, want [%s]", fields, tc.want)
+				}
+			})
+		})
+	}
+}

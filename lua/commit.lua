@@ -47,6 +47,8 @@ if r.metric == '' then return redis.error_reply('BADARG the reservation holds se
 local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 local cost, usage = MONEY_ZERO, ''
+-- Texts formatted once for the entry, the usage and the hold (res_txt).
+local units_s, cost_s = arg_txt(ARGV[11]) or m_fmt(actual), '0'
 if m_pos(actual) then
   local terms = terms_parse(terms_arg)
   if not terms then return redis.error_reply('BADARG terms') end
@@ -83,17 +85,22 @@ if m_pos(actual) then
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
   local draws = drain(a, now, charge, changed)
-  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric = r.metric,
-    units = actual, ref = res_id, overage = overage_field}, draws))
+  local metric_j = j_str(r.metric)
+  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
+    units_s = units_s, ref = res_id, overage = overage_field}, draws))
   r.meta = merged
-  usage = ',"usage":' .. usage_json(r.metric, actual, cost, charge, overage, false, res_id)
+  cost_s = m_fmt(cost)
+  usage = ',"usage":' .. usage_json_s(metric_j, units_s, cost_s, (charge == cost and cost_s) or m_fmt(charge),
+    m_fmt(overage), false, res_id)
 else
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
-  entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = r.metric, ref = res_id})
+  entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = r.metric, ref = res_id})
 end
 
 r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
+res_set(r, 'act_units', units_s)
+res_set(r, 'act_cost', cost_s)
 res_put(a, r)
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)

@@ -75,9 +75,12 @@ for i, it in ipairs(items) do
     cost = m_add(cost, c)
     if not m_fits(cost) then return redis.error_reply(PRICE_OVERFLOW) end
   end
-  local k, au, ac = j_str(it.metric), m_fmt(it.units), m_fmt(c)
-  res_parts[i] = '{"billable_metric_key":' .. k .. ',"estimated_units":' .. m_fmt(it.est_units) ..
-    ',"estimated_cost":' .. m_fmt(it.est_cost) .. ',"actual_units":' .. au .. ',"actual_cost":' .. ac .. '}'
+  -- The item's figures as Go sent them where they are m_fmt's text.
+  local at = 12 + 5 * (i - 1)
+  local k, au, ac = j_str(it.metric), arg_txt(ARGV[at + 4]) or m_fmt(it.units), m_fmt(c)
+  res_parts[i] = '{"billable_metric_key":' .. k .. ',"estimated_units":' .. (arg_txt(ARGV[at + 2]) or m_fmt(it.est_units)) ..
+    ',"estimated_cost":' .. (arg_txt(ARGV[at + 3]) or m_fmt(it.est_cost)) .. ',"actual_units":' .. au ..
+    ',"actual_cost":' .. ac .. '}'
   use_parts[i] = '{"billable_metric_key":' .. k .. ',"units":' .. au .. ',"cost":' .. ac .. '}'
 end
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -386,7 +387,11 @@ func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res en
 		// A replay long after the hold ended has nothing left to index.
 		if ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack; ttl > 0 {
 			if rec, err := holdRecord(cmd.Customer, r); err == nil {
-				_ = s.rdb.Set(ctx, s.reservationHoldKey(r.ID), rec, ttl).Err()
+				// Through the coalescer: under load the record shares a round
+				// trip with concurrent requests' commands instead of paying
+				// one of its own (its error is ignored as before: a hold
+				// without a record settles through Postgres).
+				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationHoldKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
 			}
 		}
 	}

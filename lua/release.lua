@@ -53,7 +53,7 @@ res_put(a, r)
 -- A multi-metric hold (metric "") names no metric, as its reserve entry.
 local metric = r.metric
 if metric == '' then metric = nil end
-entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'release', metric = metric, ref = res_id})
+entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = metric, ref = res_id})
 
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)

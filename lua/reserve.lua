@@ -60,13 +60,18 @@ local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 a.rs = reserved
 local r = {id = res_id, status = 'active', est_units = est_units, est_cost = cost, expires = expires,
-  created = now, released = MONEY_ZERO, metric = metric, meta = meta}
+  created = now, released = MONEY_ZERO, metric = metric, meta = meta, final = nil, act_units = nil,
+  act_cost = nil, items = nil, t = {}, k = {}}
+-- Texts at hand (res_txt): the units and expires_at as Go sent them, now's.
+res_set(r, 'est_units', arg_txt(ARGV[12]))
+res_set(r, 'expires', arg_txt(ARGV[14]))
+res_set(r, 'created', now_fmt(now))
 res_put(a, r)
-entries[#entries + 1] = entry_obj({role = 'main', delta = MONEY_ZERO, type = 'reservation', metric = metric, ref = res_id})
+entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'reservation', metric = metric, ref = res_id})
 
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-redis.call('ZADD', rexp_key, i_fmt(expires), res_member(tenant, env, customer, res_id))
+redis.call('ZADD', rexp_key, res_txt(r, 'expires', i_fmt), res_member(tenant, env, customer, res_id))
 local json = mutation_json({op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r},
   a, entries, changed)
