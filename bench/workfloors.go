@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -321,7 +322,10 @@ func (b *Bench) floorServer(ctx context.Context, acctKey, entry, record, claim s
 	}
 	p, err := startProc("floor", self, []string{"-floor-server", addr},
 		[]string{"REDIS_URL=redis://" + rs.Addr + "/0", "DATABASE_URL=" + withAppName(b.dbURL, floorAppName), "FLOOR_ACCOUNTS=" + strconv.Itoa(n),
-			"FLOOR_ENTRY=" + entry, "FLOOR_RECORD=" + record, "FLOOR_CLAIM=" + claim}, addr, filepath.Join(b.tmp, "floor.log"))
+			// Hex: the copied values are binary (an op record may hold NUL,
+			// which an environment variable cannot).
+			"FLOOR_ENTRY=" + hex.EncodeToString([]byte(entry)), "FLOOR_RECORD=" + hex.EncodeToString([]byte(record)),
+			"FLOOR_CLAIM=" + hex.EncodeToString([]byte(claim))}, addr, filepath.Join(b.tmp, "floor.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -446,7 +450,10 @@ func serveFloor(addr string) error {
 	if accounts < 1 {
 		accounts = 1
 	}
-	entry, record, claim := os.Getenv("FLOOR_ENTRY"), os.Getenv("FLOOR_RECORD"), os.Getenv("FLOOR_CLAIM")
+	entry, record, claim, err := floorValues(os.Getenv("FLOOR_ENTRY"), os.Getenv("FLOOR_RECORD"), os.Getenv("FLOOR_CLAIM"))
+	if err != nil {
+		return err
+	}
 	tenant := uuid.MustParse("00000000-0000-7000-8000-000000000001")
 	var seq atomic.Uint64
 	srv := &fasthttp.Server{Handler: func(c *fasthttp.RequestCtx) {
@@ -820,4 +827,18 @@ func encodedLen(fields [][]byte) int {
 		n += 4 + len(f)
 	}
 	return n
+}
+
+// floorValues decodes the floor server's hex-encoded copies of a real
+// outbox entry, op record and claim (hex because they may hold NUL bytes).
+func floorValues(hexes ...string) (entry, record, claim string, err error) {
+	out := make([]string, len(hexes))
+	for i, h := range hexes {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return "", "", "", fmt.Errorf("floor value %d: %w", i, err)
+		}
+		out[i] = string(b)
+	}
+	return out[0], out[1], out[2], nil
 }
