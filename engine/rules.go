@@ -3,7 +3,6 @@ package engine
 import (
 	"math"
 	"sort"
-	"time"
 )
 
 // MaxSafeAmount bounds every money value: int64 (invariant 7). Anything that
@@ -107,6 +106,3 @@ func AddChecked(a, b int64) (int64, bool) {
 	}
 	return s, true
 }
-
-// MS is t in Unix milliseconds.
-func MS(t time.Time) int64 { return t.UnixMilli() }

@@ -22,8 +22,9 @@ const (
 	// maxDueReservations bounds one DueReservations page whatever the caller asks.
 	maxDueReservations = 10000
 	// reservationIndexSlack is how long the reservation -> customer index
-	// outlives a hold's expires_at: the sweep's window plus the 24 h a
-	// finalized hold stays in the account hash, with room to spare.
+	// outlives a hold's expires_at: the sweep's window plus the time a
+	// finalized hold stays in the account hash (RES_KEEP_MS in
+	// prelude.lua, 10 minutes), with room to spare.
 	reservationIndexSlack = 48 * time.Hour
 )
 

@@ -66,15 +66,6 @@ func ClusterSeeds() []string {
 	return strings.Split(v, ",")
 }
 
-// RedisTarget is the REDIS_URL value creditd would be configured with for
-// the current suite: the single URL or the comma list of cluster seeds.
-func RedisTarget() string {
-	if seeds := ClusterSeeds(); len(seeds) > 0 {
-		return strings.Join(seeds, ",")
-	}
-	return RedisURL()
-}
-
 // Redis returns a client for the suite's Redis (single or cluster) and a
 // fresh key prefix; the prefix's keys are deleted when the test ends.
 func Redis(t testing.TB) (redis.UniversalClient, string) {
