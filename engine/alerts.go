@@ -113,23 +113,6 @@ type StoredAlerts struct {
 	UpdatedAt time.Time
 }
 
-// AlertStore keeps alert configurations (Postgres).
-type AlertStore interface {
-	// AlertSettingsGet returns the customer's own settings (customer nil:
-	// the tenant default of the scope's environment); ok false when none.
-	AlertSettingsGet(ctx context.Context, s Scope, customer *uuid.UUID) (StoredAlerts, bool, error)
-	// AlertSettingsPut replaces them.
-	AlertSettingsPut(ctx context.Context, s Scope, customer *uuid.UUID, settings AlertSettings, now time.Time) error
-	// AlertSettingsDelete removes the customer's own settings; ok false
-	// when it had none.
-	AlertSettingsDelete(ctx context.Context, s Scope, customer uuid.UUID) (bool, error)
-}
-
-// CustomerResolver finds a customer of a scope by id or external id.
-type CustomerResolver interface {
-	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
-}
-
 // Alerts serves the credit alert routes.
 type Alerts struct {
 	store     AlertStore

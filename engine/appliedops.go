@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"time"
 )
 
@@ -31,24 +30,6 @@ const (
 type OpRef struct {
 	Customer CustomerKey
 	Key      string
-}
-
-// AppliedOps finds operations Postgres holds by idempotency key, for the
-// money calls to answer a retry whose op key Redis no longer holds
-// (invariant 4, forever).
-type AppliedOps interface {
-	// AppliedOps returns, for each ref, the persisted Mutation of that
-	// customer under that key and whether there is one. Safe for
-	// concurrent use; concurrent calls may share one query.
-	AppliedOps(ctx context.Context, refs []OpRef) ([]Mutation, []bool, error)
-}
-
-// OpKeyForgetter lets the persister shorten the op keys of operations it
-// has committed to OpKeyGrace.
-type OpKeyForgetter interface {
-	// ForgetOps shortens the op keys of ms (outbox partition p) that carry
-	// an idempotency key. Call it only after ms are committed.
-	ForgetOps(ctx context.Context, p int, ms []Mutation) error
 }
 
 // AppliedChecked reports whether a Postgres look-up at checkedAt that found

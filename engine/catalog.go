@@ -11,27 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// Catalog stores billable metrics and metering rules (Postgres).
-type Catalog interface {
-	// CreateMetric inserts m; a Conflict error when the key exists.
-	CreateMetric(ctx context.Context, m BillableMetric) error
-	// GetMetric finds a metric by key in scope (ErrNotFound).
-	GetMetric(ctx context.Context, s Scope, key string) (BillableMetric, error)
-	// UpdateMetric writes m's mutable fields.
-	UpdateMetric(ctx context.Context, m BillableMetric) error
-	// ListMetrics pages metrics oldest first.
-	ListMetrics(ctx context.Context, s Scope, cursor string, limit int) (Page[BillableMetric], error)
-	// AllMetrics lists every metric in scope (bounded).
-	AllMetrics(ctx context.Context, s Scope) ([]BillableMetric, error)
-	// CreateRule ends the active rule of the key and inserts r in one
-	// transaction, creating metricIfMissing when the key has no metric.
-	CreateRule(ctx context.Context, r MeteringRule, metricIfMissing BillableMetric) error
-	// ListRules pages rules oldest first.
-	ListRules(ctx context.Context, s Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error)
-	// ActiveRule is the rule with no effective_until (ErrNotFound).
-	ActiveRule(ctx context.Context, s Scope, metricKey string) (MeteringRule, error)
-}
-
 // catalogCacheTTL bounds how stale another process's view of a metric or
 // rule change can be (plus one background refresh of a key in use); this
 // process sees its own changes at once.

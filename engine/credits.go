@@ -436,12 +436,6 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 	return rep, nil
 }
 
-// VersionReader reports how far Postgres has caught up with a customer.
-type VersionReader interface {
-	// PersistedVersion is the account version Postgres holds (0 when none).
-	PersistedVersion(ctx context.Context, customer uuid.UUID) (int64, error)
-}
-
 // awaitPersisted gives ledger reads read-your-writes: it waits (bounded)
 // until Postgres holds the account version Redis shows, so a history read
 // right after a grant sees the grant.

@@ -32,14 +32,6 @@ type Entitlements struct {
 	leaseIndex LeaseIndex
 }
 
-// PlanView tells the entitlement service what a customer's subscription
-// grants; until subscriptions exist, every value is the metric default.
-type PlanView interface {
-	// ForCustomer returns the facts of the customer's live subscription, or
-	// nil when it has none. Implementations cache (the hot path calls it).
-	ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error)
-}
-
 // SubscriptionFacts is what a live subscription says on a check.
 type SubscriptionFacts struct {
 	Status   string
@@ -712,12 +704,6 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 // over many scripts, small enough that one call does not hold a
 // connection's replies for long.
 const usagePipeline = 64
-
-// AppliedReader finds persisted operations by idempotency key.
-type AppliedReader interface {
-	// AppliedMutations returns the tenant's persisted Mutations by key.
-	AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []string) (map[string]Mutation, error)
-}
 
 // SetAppliedReader lets usage batches find events charged so long ago that
 // Redis no longer remembers them (event ids are idempotent forever).

@@ -24,16 +24,6 @@ const (
 	feedReadLimit = 500
 )
 
-// EventLog reads a tenant's events in sequence order (Postgres).
-type EventLog interface {
-	// EventsAfter lists up to limit of the tenant's events with a sequence
-	// above after, in sequence order; customer, when set, keeps that
-	// customer's only.
-	EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]Event, error)
-	// LastSequence is the tenant's highest sequence handed out (0 for none).
-	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
-}
-
 // ErrTooManyStreams: a tenant already has its cap of streams open here.
 var ErrTooManyStreams = &Error{Kind: KindRateLimited,
 	Detail: "too many balance streams open for this tenant; close one or retry after the Retry-After seconds"}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
@@ -283,39 +282,6 @@ var (
 func GaugeCapError(current, cap, shortfall int64) *Error {
 	return &Error{Kind: KindConflict, Detail: "the increment would pass the gauge cap",
 		Extra: map[string]any{"current": current, "cap": cap, "shortfall": shortfall}}
-}
-
-// HotStore is the Redis side of pricing, entitlements and holds; every
-// method is one atomic script on one customer and returns ErrStateMissing
-// when the customer must be loaded first.
-type HotStore interface {
-	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
-	// ErrIdempotencyMismatch, ErrStateMissing.
-	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
-	// ConsumeBatch runs cmds as Consume would, in one round trip, in their
-	// order for each customer; results and errors are per command.
-	ConsumeBatch(ctx context.Context, cmds []ConsumeCommand) ([]MutationResult, []error)
-	// Reserve errors: ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
-	Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
-	// Commit errors: ErrReservationNotFound, ErrReservationNotActive,
-	// ErrReservationExpired, ErrInsufficientCredits, ErrIdempotencyMismatch, ErrStateMissing.
-	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
-	// Release errors: ErrReservationNotFound, ErrReservationNotActive, ErrStateMissing.
-	Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error)
-	// Gauge errors: GaugeCapError, ErrGaugeBelowZero, ErrStateMissing.
-	Gauge(ctx context.Context, cmd GaugeCommand) (MutationResult, error)
-	// GaugeValue reads a counter (0 when never used). Errors: ErrStateMissing.
-	GaugeValue(ctx context.Context, c CustomerKey, metric string) (int64, error)
-	// DueReservations lists up to limit active holds of partition p whose
-	// expires_at is at or before now.
-	DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]DueReservation, error)
-	// ReservationHold finds what the store's reservation index records of
-	// a hold (any tenant): its customer and, when recorded, its metric or
-	// items; ok is false when the store does not know it.
-	ReservationHold(ctx context.Context, id uuid.UUID) (ref HoldRef, ok bool, err error)
-	// HoldMetadata reads the stored metadata of hold id of customer c (nil
-	// when none); found is false when the store does not hold the hold.
-	HoldMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
 }
 
 // HoldRef is what the hot store's reservation index records of a hold at

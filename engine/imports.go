@@ -21,13 +21,6 @@ const (
 	importWorkers = 8
 )
 
-// BatchGranter is a BlockStore that runs many grants in one round trip,
-// each its own script call; Import uses it when the store has it.
-type BatchGranter interface {
-	// GrantBatch applies cmds and returns each one's error, as Grant would.
-	GrantBatch(ctx context.Context, cmds []GrantCommand) []error
-}
-
 // importReason is the reason of every imported block's ledger entry.
 const importReason = "import"
 

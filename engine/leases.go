@@ -101,28 +101,11 @@ var (
 		Detail: "the gauge holds the most active leases it may (200)"}
 )
 
-// LeaseStore runs the lease script on one customer (Redis). Errors:
-// ErrLeaseNotFound, ErrLeaseEnded, ErrLeaseNotDue, ErrIdempotencyMismatch,
-// ErrStateMissing.
-type LeaseStore interface {
-	Lease(ctx context.Context, cmd LeaseCommand) (MutationResult, error)
-}
-
 // DueLease is an active lease past its expires, as Postgres lists it.
 type DueLease struct {
 	Customer CustomerKey
 	Metric   string
 	LeaseID  uuid.UUID
-}
-
-// LeaseIndex is Postgres' side of leases.
-type LeaseIndex interface {
-	// DueLeases lists up to limit leases Postgres holds active whose
-	// expires_at is at or before now, soonest first.
-	DueLeases(ctx context.Context, now time.Time, limit int) ([]DueLease, error)
-	// LeaseOf finds lease id of customer c; ok is false when Postgres does
-	// not know it.
-	LeaseOf(ctx context.Context, c CustomerKey, id uuid.UUID) (StoredLease, bool, error)
 }
 
 // Lease is the API view of a gauge lease.

@@ -22,23 +22,6 @@ const MaxOverrideReasonChars = 1000
 // metric (a store's answer; the service turns it into the 409).
 var ErrOverrideExists = errors.New("a live override exists for this metric")
 
-// OverrideStore keeps overrides (Postgres). Rows are never removed: a
-// deleted or replaced override keeps its row with deleted_at set.
-type OverrideStore interface {
-	OverrideReader
-	// CreateOverride inserts o for a subscription of env. When an undeleted
-	// override of that metric exists it is ErrOverrideExists if still live
-	// at now, else it is marked deleted in the same transaction.
-	CreateOverride(ctx context.Context, env Environment, o Override, now time.Time) error
-	// UpdateOverride locks the override of key that is live at now on the
-	// subscription, lets change edit it (an error from change aborts and is
-	// returned as is) and writes it (ErrNotFound when none is live).
-	UpdateOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time, change func(*Override) error) (Override, error)
-	// DeleteOverride marks the override of key live at now deleted
-	// (ErrNotFound when none is live).
-	DeleteOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time) error
-}
-
 // Overrides serves the override endpoints.
 type Overrides struct {
 	store   OverrideStore

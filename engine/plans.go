@@ -180,52 +180,6 @@ type VariantEntitlement struct {
 	CreatedAt         time.Time       `json:"created_at"`
 }
 
-// PlanStore keeps the catalogue (Postgres). Every read and write is scoped
-// to one tenant and environment; a row of another scope is ErrNotFound.
-type PlanStore interface {
-	// CreatePlan inserts p; when p.IsDefault it clears the scope's previous
-	// default in the same transaction.
-	CreatePlan(ctx context.Context, p Plan) error
-	// GetPlan reads one plan (ErrNotFound); Variants is nil.
-	GetPlan(ctx context.Context, s Scope, id uuid.UUID) (Plan, error)
-	// UpdatePlan locks the plan, lets change edit it (an error from change
-	// aborts and is returned as is), writes it and, when it ends up the
-	// default, clears the previous default, all in one transaction.
-	UpdatePlan(ctx context.Context, s Scope, id uuid.UUID, change func(*Plan) error) (Plan, error)
-	// ListPlans pages plans newest first, retired ones too when withRetired.
-	ListPlans(ctx context.Context, s Scope, withRetired bool, cursor string, limit int) (Page[Plan], error)
-
-	// CreateVariant inserts v under its plan (ErrNotFound when the plan is
-	// not in v's scope).
-	CreateVariant(ctx context.Context, v PlanVariant) error
-	// GetVariant reads one variant by id alone (ErrNotFound).
-	GetVariant(ctx context.Context, s Scope, id uuid.UUID) (PlanVariant, error)
-	// UpdateVariant locks the variant of plan planID, lets change edit it and
-	// writes it, in one transaction (ErrNotFound).
-	UpdateVariant(ctx context.Context, s Scope, planID, id uuid.UUID, change func(*PlanVariant) error) (PlanVariant, error)
-	// ListVariants lists the variants of the given plans, oldest first.
-	ListVariants(ctx context.Context, s Scope, planIDs []uuid.UUID) ([]PlanVariant, error)
-
-	// CreateGrant inserts g under variant g.PlanVariantID of plan planID
-	// (ErrNotFound when that variant is not under that plan in g's scope).
-	CreateGrant(ctx context.Context, planID uuid.UUID, g PlanGrant) error
-	// ListGrants lists the grants of the given variants, oldest first.
-	ListGrants(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]PlanGrant, error)
-
-	// PutEntitlement replaces the entitlement of e's metric on variant
-	// e.PlanVariantID of plan planID with e, in one transaction (ErrNotFound
-	// when that variant is not under that plan in e's scope).
-	PutEntitlement(ctx context.Context, planID uuid.UUID, e VariantEntitlement) error
-	// ListEntitlements lists the entitlements of the given variants, oldest first.
-	ListEntitlements(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]VariantEntitlement, error)
-}
-
-// MetricLookup finds a billable metric by key; *Metering is one.
-type MetricLookup interface {
-	// Metric reports the metric of key in scope; ok is false when none exists.
-	Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error)
-}
-
 // variantCacheTTL bounds how stale another process's view of a variant's
 // grants and entitlements can be; this process forgets its own changes at once.
 const variantCacheTTL = 2 * time.Second

@@ -1,3 +1,9 @@
+// The ports: every interface engine declares for what it needs from
+// outside (Redis in lua/, Postgres in persist/, the clock, the webhook
+// sender), in one file, so a newcomer finds each one and its contract in
+// one place. It is long because there are many ports, not because any
+// holds logic.
+
 package engine
 
 import (
@@ -336,4 +342,363 @@ type DeliverySlots interface {
 	AcquireDeliverySlot(ctx context.Context, tenant, holder uuid.UUID, limit int, lease time.Duration) (bool, error)
 	// ReleaseDeliverySlot gives holder's slot back.
 	ReleaseDeliverySlot(ctx context.Context, tenant, holder uuid.UUID) error
+}
+
+// AlertStore keeps alert configurations (Postgres).
+type AlertStore interface {
+	// AlertSettingsGet returns the customer's own settings (customer nil:
+	// the tenant default of the scope's environment); ok false when none.
+	AlertSettingsGet(ctx context.Context, s Scope, customer *uuid.UUID) (StoredAlerts, bool, error)
+	// AlertSettingsPut replaces them.
+	AlertSettingsPut(ctx context.Context, s Scope, customer *uuid.UUID, settings AlertSettings, now time.Time) error
+	// AlertSettingsDelete removes the customer's own settings; ok false
+	// when it had none.
+	AlertSettingsDelete(ctx context.Context, s Scope, customer uuid.UUID) (bool, error)
+}
+
+// CustomerResolver finds a customer of a scope by id or external id.
+type CustomerResolver interface {
+	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
+}
+
+// AppliedOps finds operations Postgres holds by idempotency key, for the
+// money calls to answer a retry whose op key Redis no longer holds
+// (invariant 4, forever).
+type AppliedOps interface {
+	// AppliedOps returns, for each ref, the persisted Mutation of that
+	// customer under that key and whether there is one. Safe for
+	// concurrent use; concurrent calls may share one query.
+	AppliedOps(ctx context.Context, refs []OpRef) ([]Mutation, []bool, error)
+}
+
+// OpKeyForgetter lets the persister shorten the op keys of operations it
+// has committed to OpKeyGrace.
+type OpKeyForgetter interface {
+	// ForgetOps shortens the op keys of ms (outbox partition p) that carry
+	// an idempotency key. Call it only after ms are committed.
+	ForgetOps(ctx context.Context, p int, ms []Mutation) error
+}
+
+// Catalog stores billable metrics and metering rules (Postgres).
+type Catalog interface {
+	// CreateMetric inserts m; a Conflict error when the key exists.
+	CreateMetric(ctx context.Context, m BillableMetric) error
+	// GetMetric finds a metric by key in scope (ErrNotFound).
+	GetMetric(ctx context.Context, s Scope, key string) (BillableMetric, error)
+	// UpdateMetric writes m's mutable fields.
+	UpdateMetric(ctx context.Context, m BillableMetric) error
+	// ListMetrics pages metrics oldest first.
+	ListMetrics(ctx context.Context, s Scope, cursor string, limit int) (Page[BillableMetric], error)
+	// AllMetrics lists every metric in scope (bounded).
+	AllMetrics(ctx context.Context, s Scope) ([]BillableMetric, error)
+	// CreateRule ends the active rule of the key and inserts r in one
+	// transaction, creating metricIfMissing when the key has no metric.
+	CreateRule(ctx context.Context, r MeteringRule, metricIfMissing BillableMetric) error
+	// ListRules pages rules oldest first.
+	ListRules(ctx context.Context, s Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error)
+	// ActiveRule is the rule with no effective_until (ErrNotFound).
+	ActiveRule(ctx context.Context, s Scope, metricKey string) (MeteringRule, error)
+}
+
+// VersionReader reports how far Postgres has caught up with a customer.
+type VersionReader interface {
+	// PersistedVersion is the account version Postgres holds (0 when none).
+	PersistedVersion(ctx context.Context, customer uuid.UUID) (int64, error)
+}
+
+// PlanView tells the entitlement service what a customer's subscription
+// grants; until subscriptions exist, every value is the metric default.
+type PlanView interface {
+	// ForCustomer returns the facts of the customer's live subscription, or
+	// nil when it has none. Implementations cache (the hot path calls it).
+	ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error)
+}
+
+// AppliedReader finds persisted operations by idempotency key.
+type AppliedReader interface {
+	// AppliedMutations returns the tenant's persisted Mutations by key.
+	AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []string) (map[string]Mutation, error)
+}
+
+// EventLog reads a tenant's events in sequence order (Postgres).
+type EventLog interface {
+	// EventsAfter lists up to limit of the tenant's events with a sequence
+	// above after, in sequence order; customer, when set, keeps that
+	// customer's only.
+	EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]Event, error)
+	// LastSequence is the tenant's highest sequence handed out (0 for none).
+	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
+}
+
+// HotStore is the Redis side of pricing, entitlements and holds; every
+// method is one atomic script on one customer and returns ErrStateMissing
+// when the customer must be loaded first.
+type HotStore interface {
+	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
+	// ErrIdempotencyMismatch, ErrStateMissing.
+	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	// ConsumeBatch runs cmds as Consume would, in one round trip, in their
+	// order for each customer; results and errors are per command.
+	ConsumeBatch(ctx context.Context, cmds []ConsumeCommand) ([]MutationResult, []error)
+	// Reserve errors: ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
+	Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
+	// Commit errors: ErrReservationNotFound, ErrReservationNotActive,
+	// ErrReservationExpired, ErrInsufficientCredits, ErrIdempotencyMismatch, ErrStateMissing.
+	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
+	// Release errors: ErrReservationNotFound, ErrReservationNotActive, ErrStateMissing.
+	Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error)
+	// Gauge errors: GaugeCapError, ErrGaugeBelowZero, ErrStateMissing.
+	Gauge(ctx context.Context, cmd GaugeCommand) (MutationResult, error)
+	// GaugeValue reads a counter (0 when never used). Errors: ErrStateMissing.
+	GaugeValue(ctx context.Context, c CustomerKey, metric string) (int64, error)
+	// DueReservations lists up to limit active holds of partition p whose
+	// expires_at is at or before now.
+	DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]DueReservation, error)
+	// ReservationHold finds what the store's reservation index records of
+	// a hold (any tenant): its customer and, when recorded, its metric or
+	// items; ok is false when the store does not know it.
+	ReservationHold(ctx context.Context, id uuid.UUID) (ref HoldRef, ok bool, err error)
+	// HoldMetadata reads the stored metadata of hold id of customer c (nil
+	// when none); found is false when the store does not hold the hold.
+	HoldMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
+}
+
+// BatchGranter is a BlockStore that runs many grants in one round trip,
+// each its own script call; Import uses it when the store has it.
+type BatchGranter interface {
+	// GrantBatch applies cmds and returns each one's error, as Grant would.
+	GrantBatch(ctx context.Context, cmds []GrantCommand) []error
+}
+
+// LeaseStore runs the lease script on one customer (Redis). Errors:
+// ErrLeaseNotFound, ErrLeaseEnded, ErrLeaseNotDue, ErrIdempotencyMismatch,
+// ErrStateMissing.
+type LeaseStore interface {
+	Lease(ctx context.Context, cmd LeaseCommand) (MutationResult, error)
+}
+
+// LeaseIndex is Postgres' side of leases.
+type LeaseIndex interface {
+	// DueLeases lists up to limit leases Postgres holds active whose
+	// expires_at is at or before now, soonest first.
+	DueLeases(ctx context.Context, now time.Time, limit int) ([]DueLease, error)
+	// LeaseOf finds lease id of customer c; ok is false when Postgres does
+	// not know it.
+	LeaseOf(ctx context.Context, c CustomerKey, id uuid.UUID) (StoredLease, bool, error)
+}
+
+// OverrideStore keeps overrides (Postgres). Rows are never removed: a
+// deleted or replaced override keeps its row with deleted_at set.
+type OverrideStore interface {
+	OverrideReader
+	// CreateOverride inserts o for a subscription of env. When an undeleted
+	// override of that metric exists it is ErrOverrideExists if still live
+	// at now, else it is marked deleted in the same transaction.
+	CreateOverride(ctx context.Context, env Environment, o Override, now time.Time) error
+	// UpdateOverride locks the override of key that is live at now on the
+	// subscription, lets change edit it (an error from change aborts and is
+	// returned as is) and writes it (ErrNotFound when none is live).
+	UpdateOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time, change func(*Override) error) (Override, error)
+	// DeleteOverride marks the override of key live at now deleted
+	// (ErrNotFound when none is live).
+	DeleteOverride(ctx context.Context, s Scope, subscription uuid.UUID, key string, now time.Time) error
+}
+
+// PlanStore keeps the catalogue (Postgres). Every read and write is scoped
+// to one tenant and environment; a row of another scope is ErrNotFound.
+type PlanStore interface {
+	// CreatePlan inserts p; when p.IsDefault it clears the scope's previous
+	// default in the same transaction.
+	CreatePlan(ctx context.Context, p Plan) error
+	// GetPlan reads one plan (ErrNotFound); Variants is nil.
+	GetPlan(ctx context.Context, s Scope, id uuid.UUID) (Plan, error)
+	// UpdatePlan locks the plan, lets change edit it (an error from change
+	// aborts and is returned as is), writes it and, when it ends up the
+	// default, clears the previous default, all in one transaction.
+	UpdatePlan(ctx context.Context, s Scope, id uuid.UUID, change func(*Plan) error) (Plan, error)
+	// ListPlans pages plans newest first, retired ones too when withRetired.
+	ListPlans(ctx context.Context, s Scope, withRetired bool, cursor string, limit int) (Page[Plan], error)
+
+	// CreateVariant inserts v under its plan (ErrNotFound when the plan is
+	// not in v's scope).
+	CreateVariant(ctx context.Context, v PlanVariant) error
+	// GetVariant reads one variant by id alone (ErrNotFound).
+	GetVariant(ctx context.Context, s Scope, id uuid.UUID) (PlanVariant, error)
+	// UpdateVariant locks the variant of plan planID, lets change edit it and
+	// writes it, in one transaction (ErrNotFound).
+	UpdateVariant(ctx context.Context, s Scope, planID, id uuid.UUID, change func(*PlanVariant) error) (PlanVariant, error)
+	// ListVariants lists the variants of the given plans, oldest first.
+	ListVariants(ctx context.Context, s Scope, planIDs []uuid.UUID) ([]PlanVariant, error)
+
+	// CreateGrant inserts g under variant g.PlanVariantID of plan planID
+	// (ErrNotFound when that variant is not under that plan in g's scope).
+	CreateGrant(ctx context.Context, planID uuid.UUID, g PlanGrant) error
+	// ListGrants lists the grants of the given variants, oldest first.
+	ListGrants(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]PlanGrant, error)
+
+	// PutEntitlement replaces the entitlement of e's metric on variant
+	// e.PlanVariantID of plan planID with e, in one transaction (ErrNotFound
+	// when that variant is not under that plan in e's scope).
+	PutEntitlement(ctx context.Context, planID uuid.UUID, e VariantEntitlement) error
+	// ListEntitlements lists the entitlements of the given variants, oldest first.
+	ListEntitlements(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]VariantEntitlement, error)
+}
+
+// MetricLookup finds a billable metric by key; *Metering is one.
+type MetricLookup interface {
+	// Metric reports the metric of key in scope; ok is false when none exists.
+	Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error)
+}
+
+// ReconcileStore is the hot store's side of a reconcile pass.
+type ReconcileStore interface {
+	// StoredAccounts reads the customers' state, one per customer in order.
+	StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]StoredAccount, error)
+	// Reload replaces the customer's state with s only while the store
+	// still holds version expect (-1: no state), whatever the versions;
+	// it reports whether it wrote.
+	Reload(ctx context.Context, s AccountState, expect int64) (bool, error)
+}
+
+// ReconcileSource is the system of record's side of a reconcile pass.
+type ReconcileSource interface {
+	// AccountStates pages accounts by customer id (RebuildSource).
+	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
+	// AccountState reads one account, for the reload (LedgerReader).
+	AccountState(ctx context.Context, c CustomerKey, appliedSince time.Time) (AccountState, bool, error)
+	// LedgerSums is the sum of the ledger deltas of each customer (absent:
+	// no entries).
+	LedgerSums(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error)
+}
+
+// ReconcileFencer is a ReconcileSource that can fence a store's diverged
+// history before a reload: versions up to past storeVersion are refused to
+// the persister from then on, and the account's version moves above them
+// (persist.Store.FenceFork). It returns the fence; ok is false when
+// Postgres holds no account.
+type ReconcileFencer interface {
+	FenceFork(ctx context.Context, c CustomerKey, storeVersion int64) (fenced int64, ok bool, err error)
+}
+
+// ScopedReconcileSource pages the accounts of a scope with what a
+// comparison needs (account row and live blocks; the reload reads the
+// whole state again with AccountState).
+type ScopedReconcileSource interface {
+	ReconcileStates(ctx context.Context, scope ReconcileScope, after uuid.UUID, limit int) ([]AccountState, error)
+}
+
+// ReconcileSampleSource is Postgres' side of the sampler.
+type ReconcileSampleSource interface {
+	// SampleStates reads up to n accounts picked at random (account row
+	// and live blocks), in no particular order.
+	SampleStates(ctx context.Context, n int) ([]AccountState, error)
+	// ReconcileStates pages the accounts of a scope (ScopedReconcileSource);
+	// the sampler reads one customer again with it.
+	ScopedReconcileSource
+}
+
+// HoldReader reads reservations from the system of record.
+type HoldReader interface {
+	// GetReservation finds a hold by id in any tenant (ErrNotFound).
+	GetReservation(ctx context.Context, id uuid.UUID) (Reservation, error)
+	// ListReservations pages a customer's holds newest first; status "" is all.
+	ListReservations(ctx context.Context, customer uuid.UUID, status string, cursor string, limit int) (Page[Reservation], error)
+	// ReservationCustomer finds the customer of a hold (ErrNotFound).
+	ReservationCustomer(ctx context.Context, id uuid.UUID) (CustomerKey, error)
+}
+
+// SubscriptionStore keeps subscriptions and their scheduler state (Postgres).
+type SubscriptionStore interface {
+	SubscriptionReader
+	// CreateSubscription inserts r; ErrLiveSubscription when the customer
+	// already has a live subscription.
+	CreateSubscription(ctx context.Context, r SubscriptionRecord) error
+	// GetRecord reads a subscription with its bookkeeping (ErrNotFound).
+	GetRecord(ctx context.Context, s Scope, id uuid.UUID) (SubscriptionRecord, error)
+	// ListSubscriptions pages a customer's subscriptions newest first.
+	ListSubscriptions(ctx context.Context, s Scope, customer uuid.UUID, cursor string, limit int) (Page[Subscription], error)
+	// UpdateSubscription locks subscription id of scope s, lets change edit
+	// the record (an error aborts and is returned as is) and writes it, in
+	// one transaction (ErrNotFound).
+	UpdateSubscription(ctx context.Context, s Scope, id uuid.UUID, change func(*SubscriptionRecord) error) (SubscriptionRecord, error)
+	// RunDue runs change on up to limit subscriptions whose NextActionAt is
+	// at or before now, each locked (FOR UPDATE SKIP LOCKED, so processes
+	// share the work) and written in its own transaction. A change error
+	// rolls that one back and skips it until the next call. It returns how
+	// many it ran.
+	RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error)
+	// PeriodUsage sums the customer's consumption per metric in [from, to).
+	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
+}
+
+// RolloverStore runs rollovers on the hot credit state (Redis).
+type RolloverStore interface {
+	// Rollover returns a zero Mutation when no listed block has credit left
+	// (and none was due). Errors: ErrStateMissing, ErrIdempotencyMismatch.
+	Rollover(ctx context.Context, cmd RolloverCommand) (MutationResult, error)
+}
+
+// SubscriptionReader finds subscriptions (Postgres).
+type SubscriptionReader interface {
+	// GetSubscription finds a subscription by id in scope (ErrNotFound).
+	GetSubscription(ctx context.Context, s Scope, id uuid.UUID) (Subscription, error)
+	// LiveSubscription is the customer's non-terminal subscription
+	// (ErrNotFound when none).
+	LiveSubscription(ctx context.Context, customer uuid.UUID) (Subscription, error)
+}
+
+// OverrideReader reads a subscription's live overrides (Postgres).
+type OverrideReader interface {
+	// LiveOverrides are the overrides of the subscription that are neither
+	// deleted nor expired at now.
+	LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]Override, error)
+}
+
+// EventInserter writes events born outside the Lua scripts (the webhook
+// event store).
+type EventInserter interface {
+	// InsertEvent writes a pending event unless its id exists.
+	InsertEvent(ctx context.Context, e Event) error
+}
+
+// BatchLoader loads many states in one round trip, each fenced like Load.
+type BatchLoader interface {
+	LoadBatch(ctx context.Context, states []AccountState) ([]bool, error)
+}
+
+// TopupReader lists a customer's topups from the ledger (Postgres).
+type TopupReader interface {
+	// Topups pages the customer's topup entries newest first (a bad cursor
+	// is a 400).
+	Topups(ctx context.Context, customer uuid.UUID, cursor string, limit int) (Page[Topup], error)
+}
+
+// EventStore is the durable event record (Postgres).
+type EventStore interface {
+	// InsertEvent writes a pending event unless its id exists.
+	InsertEvent(ctx context.Context, e Event) error
+	// ClaimDue leases up to limit events due at now (pending or failed,
+	// next_retry_at <= now, no live lease) until now+lease, at most perTenant
+	// of any one tenant and none of the tenants in skip. Each claimed event
+	// carries its lease token in the returned Claim; safe across processes.
+	ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]Claim, error)
+	// RecordAttempt stores one attempt and the event's new state, provided
+	// the claim's lease is still the event's; ok is false when it was not
+	// (the attempt is dropped: another worker owns the event now).
+	RecordAttempt(ctx context.Context, c Claim, a Attempt) (ok bool, err error)
+	// ListEvents pages a tenant's events (both environments) newest first.
+	ListEvents(ctx context.Context, tenant uuid.UUID, q EventQuery) (Page[Event], error)
+	// Redeliver moves a dead letter back to pending with attempts 0, due at
+	// now. Errors: ErrNotFound (unknown or another tenant's), ErrNotDeadLetter.
+	Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (Event, error)
+}
+
+// TenantReader reads a tenant afresh (the webhook URL and current secret).
+type TenantReader interface {
+	GetTenant(ctx context.Context, id uuid.UUID) (Tenant, error)
+}
+
+// Sender posts one signed body (internal/sender on net/http).
+type Sender interface {
+	Send(ctx context.Context, url string, headers map[string]string, body []byte) SendResult
 }

@@ -44,36 +44,6 @@ type StoredAccount struct {
 	Blocks []MutationBlock
 }
 
-// ReconcileStore is the hot store's side of a reconcile pass.
-type ReconcileStore interface {
-	// StoredAccounts reads the customers' state, one per customer in order.
-	StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]StoredAccount, error)
-	// Reload replaces the customer's state with s only while the store
-	// still holds version expect (-1: no state), whatever the versions;
-	// it reports whether it wrote.
-	Reload(ctx context.Context, s AccountState, expect int64) (bool, error)
-}
-
-// ReconcileSource is the system of record's side of a reconcile pass.
-type ReconcileSource interface {
-	// AccountStates pages accounts by customer id (RebuildSource).
-	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
-	// AccountState reads one account, for the reload (LedgerReader).
-	AccountState(ctx context.Context, c CustomerKey, appliedSince time.Time) (AccountState, bool, error)
-	// LedgerSums is the sum of the ledger deltas of each customer (absent:
-	// no entries).
-	LedgerSums(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error)
-}
-
-// ReconcileFencer is a ReconcileSource that can fence a store's diverged
-// history before a reload: versions up to past storeVersion are refused to
-// the persister from then on, and the account's version moves above them
-// (persist.Store.FenceFork). It returns the fence; ok is false when
-// Postgres holds no account.
-type ReconcileFencer interface {
-	FenceFork(ctx context.Context, c CustomerKey, storeVersion int64) (fenced int64, ok bool, err error)
-}
-
 // ReconcileOptions tune a pass; zero fields take the defaults.
 type ReconcileOptions struct {
 	// PageSize is how many accounts a page reads (default 500).
@@ -109,13 +79,6 @@ type ReconcileScope struct {
 
 // IsZero tells whether the scope is every account.
 func (s ReconcileScope) IsZero() bool { return s.TenantID == uuid.Nil && s.Environment == "" }
-
-// ScopedReconcileSource pages the accounts of a scope with what a
-// comparison needs (account row and live blocks; the reload reads the
-// whole state again with AccountState).
-type ScopedReconcileSource interface {
-	ReconcileStates(ctx context.Context, scope ReconcileScope, after uuid.UUID, limit int) ([]AccountState, error)
-}
 
 // Divergence names one way the hot store and Postgres disagree.
 type Divergence string

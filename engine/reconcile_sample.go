@@ -24,16 +24,6 @@ const DefaultReconcileSampleInterval = time.Minute
 // MaxReconcileSample bounds one sample (docs/limits.md).
 const MaxReconcileSample = 1000
 
-// ReconcileSampleSource is Postgres' side of the sampler.
-type ReconcileSampleSource interface {
-	// SampleStates reads up to n accounts picked at random (account row
-	// and live blocks), in no particular order.
-	SampleStates(ctx context.Context, n int) ([]AccountState, error)
-	// ReconcileStates pages the accounts of a scope (ScopedReconcileSource);
-	// the sampler reads one customer again with it.
-	ScopedReconcileSource
-}
-
 // ReconcileSampler checks Size random customers every Interval.
 type ReconcileSampler struct {
 	Source ReconcileSampleSource

@@ -29,16 +29,6 @@ const MaxActiveHolds = 100
 var ErrTooManyHolds = &Error{Kind: KindConflict, Field: "customer_id",
 	Detail: "the customer already has 100 active reservations, the most allowed; commit or release some first"}
 
-// HoldReader reads reservations from the system of record.
-type HoldReader interface {
-	// GetReservation finds a hold by id in any tenant (ErrNotFound).
-	GetReservation(ctx context.Context, id uuid.UUID) (Reservation, error)
-	// ListReservations pages a customer's holds newest first; status "" is all.
-	ListReservations(ctx context.Context, customer uuid.UUID, status string, cursor string, limit int) (Page[Reservation], error)
-	// ReservationCustomer finds the customer of a hold (ErrNotFound).
-	ReservationCustomer(ctx context.Context, id uuid.UUID) (CustomerKey, error)
-}
-
 // Reservations holds credit for jobs of unknown cost.
 type Reservations struct {
 	ent    *Entitlements

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,30 +59,6 @@ type MetricUsage struct {
 var ErrLiveSubscription = &Error{Kind: KindConflict, Field: "customer_id",
 	Detail: "the customer already has a live subscription; cancel it or upgrade it instead"}
 
-// SubscriptionStore keeps subscriptions and their scheduler state (Postgres).
-type SubscriptionStore interface {
-	SubscriptionReader
-	// CreateSubscription inserts r; ErrLiveSubscription when the customer
-	// already has a live subscription.
-	CreateSubscription(ctx context.Context, r SubscriptionRecord) error
-	// GetRecord reads a subscription with its bookkeeping (ErrNotFound).
-	GetRecord(ctx context.Context, s Scope, id uuid.UUID) (SubscriptionRecord, error)
-	// ListSubscriptions pages a customer's subscriptions newest first.
-	ListSubscriptions(ctx context.Context, s Scope, customer uuid.UUID, cursor string, limit int) (Page[Subscription], error)
-	// UpdateSubscription locks subscription id of scope s, lets change edit
-	// the record (an error aborts and is returned as is) and writes it, in
-	// one transaction (ErrNotFound).
-	UpdateSubscription(ctx context.Context, s Scope, id uuid.UUID, change func(*SubscriptionRecord) error) (SubscriptionRecord, error)
-	// RunDue runs change on up to limit subscriptions whose NextActionAt is
-	// at or before now, each locked (FOR UPDATE SKIP LOCKED, so processes
-	// share the work) and written in its own transaction. A change error
-	// rolls that one back and skips it until the next call. It returns how
-	// many it ran.
-	RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error)
-	// PeriodUsage sums the customer's consumption per metric in [from, to).
-	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
-}
-
 // MutationRollover is the kind of a rollover Mutation: the previous cycle's
 // blocks of a plan grant expire and part of their credit moves to a new
 // block. It owes no event (the credit was granted before).
@@ -103,13 +78,6 @@ type RolloverCommand struct {
 	EntryType      EntryType
 	EntryMetadata  Metadata
 	Context        *MutationContext
-}
-
-// RolloverStore runs rollovers on the hot credit state (Redis).
-type RolloverStore interface {
-	// Rollover returns a zero Mutation when no listed block has credit left
-	// (and none was due). Errors: ErrStateMissing, ErrIdempotencyMismatch.
-	Rollover(ctx context.Context, cmd RolloverCommand) (MutationResult, error)
 }
 
 // PendingRollover is a rollover a prepaid renewal owes a grant: Percent of

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
@@ -61,20 +60,4 @@ type Override struct {
 	Reason            string          `json:"reason"`
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
-}
-
-// SubscriptionReader finds subscriptions (Postgres).
-type SubscriptionReader interface {
-	// GetSubscription finds a subscription by id in scope (ErrNotFound).
-	GetSubscription(ctx context.Context, s Scope, id uuid.UUID) (Subscription, error)
-	// LiveSubscription is the customer's non-terminal subscription
-	// (ErrNotFound when none).
-	LiveSubscription(ctx context.Context, customer uuid.UUID) (Subscription, error)
-}
-
-// OverrideReader reads a subscription's live overrides (Postgres).
-type OverrideReader interface {
-	// LiveOverrides are the overrides of the subscription that are neither
-	// deleted nor expired at now.
-	LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]Override, error)
 }

@@ -33,13 +33,6 @@ type Subscriptions struct {
 	view      *PlanFacts
 }
 
-// EventInserter writes events born outside the Lua scripts (the webhook
-// event store).
-type EventInserter interface {
-	// InsertEvent writes a pending event unless its id exists.
-	InsertEvent(ctx context.Context, e Event) error
-}
-
 // Subscription event kinds (addendum 8).
 const (
 	EventSubscriptionCreated    EventType = "subscription.created"

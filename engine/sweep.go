@@ -300,11 +300,6 @@ func prevID(u uuid.UUID) uuid.UUID {
 	return u
 }
 
-// BatchLoader loads many states in one round trip, each fenced like Load.
-type BatchLoader interface {
-	LoadBatch(ctx context.Context, states []AccountState) ([]bool, error)
-}
-
 // loadChunk is how many states one pipelined LoadBatch carries: a whole
 // page, so the store can batch accounts of one partition into one call.
 const loadChunk = 2000

@@ -86,13 +86,6 @@ type Topup struct {
 	CreatedAt        time.Time  `json:"created_at"`
 }
 
-// TopupReader lists a customer's topups from the ledger (Postgres).
-type TopupReader interface {
-	// Topups pages the customer's topup entries newest first (a bad cursor
-	// is a 400).
-	Topups(ctx context.Context, customer uuid.UUID, cursor string, limit int) (Page[Topup], error)
-}
-
 // Topups records paid credit.
 type Topups struct {
 	credits *Credits

@@ -52,26 +52,6 @@ var RetryDelays = [MaxDeliveryAttempts - 1]time.Duration{
 	30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 8 * time.Hour, 24 * time.Hour,
 }
 
-// EventStore is the durable event record (Postgres).
-type EventStore interface {
-	// InsertEvent writes a pending event unless its id exists.
-	InsertEvent(ctx context.Context, e Event) error
-	// ClaimDue leases up to limit events due at now (pending or failed,
-	// next_retry_at <= now, no live lease) until now+lease, at most perTenant
-	// of any one tenant and none of the tenants in skip. Each claimed event
-	// carries its lease token in the returned Claim; safe across processes.
-	ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]Claim, error)
-	// RecordAttempt stores one attempt and the event's new state, provided
-	// the claim's lease is still the event's; ok is false when it was not
-	// (the attempt is dropped: another worker owns the event now).
-	RecordAttempt(ctx context.Context, c Claim, a Attempt) (ok bool, err error)
-	// ListEvents pages a tenant's events (both environments) newest first.
-	ListEvents(ctx context.Context, tenant uuid.UUID, q EventQuery) (Page[Event], error)
-	// Redeliver moves a dead letter back to pending with attempts 0, due at
-	// now. Errors: ErrNotFound (unknown or another tenant's), ErrNotDeadLetter.
-	Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (Event, error)
-}
-
 // ErrNotDeadLetter: redeliver of an event that is not a dead letter.
 var ErrNotDeadLetter = &Error{Kind: KindConflict, Detail: "only a dead_letter event can be redelivered"}
 
@@ -103,11 +83,6 @@ type EventQuery struct {
 	EventType string
 	Cursor    string
 	Limit     int
-}
-
-// TenantReader reads a tenant afresh (the webhook URL and current secret).
-type TenantReader interface {
-	GetTenant(ctx context.Context, id uuid.UUID) (Tenant, error)
 }
 
 // SendResult is what an endpoint answered.
@@ -147,11 +122,6 @@ const (
 	// signing); the cause is in the log.
 	FailureInternal DeliveryFailure = "internal"
 )
-
-// Sender posts one signed body (internal/sender on net/http).
-type Sender interface {
-	Send(ctx context.Context, url string, headers map[string]string, body []byte) SendResult
-}
 
 // Sign is the Standard Webhooks signature header value of body (addendum
 // 9): "v1," + base64 HMAC-SHA256 keyed by the base64-decoded part of a
