@@ -1,10 +1,7 @@
 package api
 
 import (
-	"encoding/json"
 	"strconv"
-
-	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -43,13 +40,13 @@ func (c *call) consumed(res *engine.ConsumeResult) error {
 
 func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = append(b, `{"type":`...)
-	b = appendString(b, string(r.Type))
+	b = engine.AppendJSONString(b, string(r.Type))
 	b = append(b, `,"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
 	b = append(b, `,"customer_id":`...)
-	b = appendUUID(b, r.CustomerID)
+	b = engine.AppendJSONUUID(b, r.CustomerID)
 	b = append(b, `,"billable_metric_key":`...)
-	b = appendString(b, r.BillableMetricKey)
+	b = engine.AppendJSONString(b, r.BillableMetricKey)
 	b = appendOptInt(b, `,"units":`, r.Units)
 	b = appendOptInt(b, `,"balance":`, r.Balance)
 	b = appendOptInt(b, `,"reserved_balance":`, r.ReservedBalance)
@@ -68,7 +65,7 @@ func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = appendStringOrNull(b, r.SubscriptionStatus)
 	if r.OveragePolicy != nil {
 		b = append(b, `,"overage_policy":`...)
-		b = appendString(b, string(*r.OveragePolicy))
+		b = engine.AppendJSONString(b, string(*r.OveragePolicy))
 	}
 	return append(b, "}\n"...)
 }
@@ -78,18 +75,18 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	if r.TransactionID == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendUUID(b, *r.TransactionID)
+		b = engine.AppendJSONUUID(b, *r.TransactionID)
 	}
 	b = append(b, `,"customer_id":`...)
-	b = appendUUID(b, r.CustomerID)
+	b = engine.AppendJSONUUID(b, r.CustomerID)
 	b = append(b, `,"billable_metric_key":`...)
-	b = appendString(b, r.BillableMetricKey)
-	b = appendInt(b, `,"units":`, r.Units)
-	b = appendInt(b, `,"cost":`, r.Cost)
-	b = appendInt(b, `,"charged":`, r.Charged)
-	b = appendInt(b, `,"overage_mc":`, r.OverageMC)
-	b = appendInt(b, `,"balance_after":`, r.BalanceAfter)
-	b = appendInt(b, `,"effective_balance":`, r.EffectiveBalance)
+	b = engine.AppendJSONString(b, r.BillableMetricKey)
+	b = engine.AppendJSONInt(b, `,"units":`, r.Units)
+	b = engine.AppendJSONInt(b, `,"cost":`, r.Cost)
+	b = engine.AppendJSONInt(b, `,"charged":`, r.Charged)
+	b = engine.AppendJSONInt(b, `,"overage_mc":`, r.OverageMC)
+	b = engine.AppendJSONInt(b, `,"balance_after":`, r.BalanceAfter)
+	b = engine.AppendJSONInt(b, `,"effective_balance":`, r.EffectiveBalance)
 	b = append(b, `,"reason":`...)
 	b = appendStringOrNull(b, r.Reason)
 	if len(r.Items) > 0 {
@@ -99,9 +96,9 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"billable_metric_key":`...)
-			b = appendString(b, it.BillableMetricKey)
-			b = appendInt(b, `,"units":`, it.Units)
-			b = appendInt(b, `,"cost":`, it.Cost)
+			b = engine.AppendJSONString(b, it.BillableMetricKey)
+			b = engine.AppendJSONInt(b, `,"units":`, it.Units)
+			b = engine.AppendJSONInt(b, `,"cost":`, it.Cost)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -109,43 +106,11 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	return append(b, "}\n"...)
 }
 
-func appendInt(b []byte, name string, v int64) []byte {
-	b = append(b, name...)
-	return strconv.AppendInt(b, v, 10)
-}
-
 func appendOptInt(b []byte, name string, v *int64) []byte {
 	if v == nil {
 		return b
 	}
-	return appendInt(b, name, *v)
-}
-
-// appendUUID writes u quoted in its canonical form.
-func appendUUID(b []byte, u uuid.UUID) []byte {
-	const digits = "0123456789abcdef"
-	b = append(b, '"')
-	for i, x := range u {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, digits[x>>4], digits[x&0xf])
-	}
-	return append(b, '"')
-}
-
-// appendString writes s as a JSON string the way encoding/json does; text
-// outside plain printable ASCII (or with <, >, &) goes through json itself.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch < ' ' || ch > '~' || ch == '"' || ch == '\\' || ch == '<' || ch == '>' || ch == '&' {
-			return appendStringSlow(b, s)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return engine.AppendJSONInt(b, name, *v)
 }
 
 // appendStringOrNull writes *s as a JSON string, null when s is nil.
@@ -153,13 +118,5 @@ func appendStringOrNull(b []byte, s *string) []byte {
 	if s == nil {
 		return append(b, "null"...)
 	}
-	return appendString(b, *s)
-}
-
-func appendStringSlow(b []byte, s string) []byte {
-	enc, err := json.Marshal(s)
-	if err != nil {
-		return append(b, `""`...)
-	}
-	return append(b, enc...)
+	return engine.AppendJSONString(b, *s)
 }

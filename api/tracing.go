@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 
+	"github.com/creditd/creditd/engine"
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
@@ -69,6 +70,6 @@ func (r requestCarrier) Keys() []string {
 
 // bareUUID writes u's canonical text (unquoted) into dst's space.
 func bareUUID(dst []byte, u uuid.UUID) []byte {
-	b := appendUUID(dst[:0], u)
+	b := engine.AppendJSONUUID(dst[:0], u)
 	return b[1 : len(b)-1]
 }

@@ -19,34 +19,28 @@ func appendEnvelopeJSON(b []byte, env *Envelope) ([]byte, error) {
 		return appendMarshalled(b, env)
 	}
 	var err error
-	b = appendUUIDJSON(append(b, `{"event_id":`...), env.EventID)
+	b = AppendJSONUUID(append(b, `{"event_id":`...), env.EventID)
 	b = append(b, `,"event_type":`...)
-	if b, err = appendStringJSON(b, string(env.EventType)); err != nil {
-		return nil, err
-	}
-	b = appendUUIDJSON(append(b, `,"tenant_id":`...), env.TenantID)
+	b = AppendJSONString(b, string(env.EventType))
+	b = AppendJSONUUID(append(b, `,"tenant_id":`...), env.TenantID)
 	b = append(b, `,"environment":`...)
-	if b, err = appendStringJSON(b, string(env.Environment)); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, string(env.Environment))
 	b = append(b, `,"customer_id":`...)
 	if env.CustomerID == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendUUIDJSON(b, *env.CustomerID)
+		b = AppendJSONUUID(b, *env.CustomerID)
 	}
 	b = append(b, `,"external_customer_id":`...)
 	if env.ExternalCustomerID == nil {
 		b = append(b, "null"...)
-	} else if b, err = appendStringJSON(b, *env.ExternalCustomerID); err != nil {
-		return nil, err
+	} else {
+		b = AppendJSONString(b, *env.ExternalCustomerID)
 	}
 	b = append(b, `,"created_at":"`...)
 	b = append(env.CreatedAt.AppendFormat(b, time.RFC3339Nano), '"')
 	b = append(b, `,"idempotency_key":`...)
-	if b, err = appendStringJSON(b, env.IdempotencyKey); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, env.IdempotencyKey)
 	b = append(b, `,"version":`...)
 	if env.Version == nil {
 		b = append(b, "null"...)
@@ -55,25 +49,22 @@ func appendEnvelopeJSON(b []byte, env *Envelope) ([]byte, error) {
 	}
 	b = append(b, `,"data":`...)
 	if d, ok := env.Data.(ConsumedData); ok {
-		b, err = appendConsumedJSON(b, &d)
-	} else {
-		b, err = appendMarshalled(b, env.Data)
+		return append(appendConsumedJSON(b, &d), '}'), nil
 	}
-	if err != nil {
+	if b, err = appendMarshalled(b, env.Data); err != nil {
 		return nil, err
 	}
 	return append(b, '}'), nil
 }
 
 // appendConsumedJSON appends json.Marshal(d)'s bytes to b.
-func appendConsumedJSON(b []byte, d *ConsumedData) ([]byte, error) {
-	var err error
-	b = appendUUIDJSON(append(b, `{"transaction_id":`...), d.TransactionID)
+func appendConsumedJSON(b []byte, d *ConsumedData) []byte {
+	b = AppendJSONUUID(append(b, `{"transaction_id":`...), d.TransactionID)
 	b = append(b, `,"billable_metric_key":`...)
 	if d.BillableMetricKey == nil {
 		b = append(b, "null"...)
-	} else if b, err = appendStringJSON(b, *d.BillableMetricKey); err != nil {
-		return nil, err
+	} else {
+		b = AppendJSONString(b, *d.BillableMetricKey)
 	}
 	b = append(b, `,"units":`...)
 	if d.Units == nil {
@@ -81,14 +72,14 @@ func appendConsumedJSON(b []byte, d *ConsumedData) ([]byte, error) {
 	} else {
 		b = strconv.AppendInt(b, *d.Units, 10)
 	}
-	b = appendIntMember(b, `,"credits":`, d.Credits)
-	b = appendIntMember(b, `,"overage_mc":`, d.OverageMC)
-	b = appendIntMember(b, `,"balance_after":`, d.BalanceAfter)
+	b = AppendJSONInt(b, `,"credits":`, d.Credits)
+	b = AppendJSONInt(b, `,"overage_mc":`, d.OverageMC)
+	b = AppendJSONInt(b, `,"balance_after":`, d.BalanceAfter)
 	b = append(b, `,"reservation_id":`...)
 	if d.ReservationID == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendUUIDJSON(b, *d.ReservationID)
+		b = AppendJSONUUID(b, *d.ReservationID)
 	}
 	if len(d.Items) > 0 {
 		b = append(b, `,"items":[`...)
@@ -98,13 +89,11 @@ func appendConsumedJSON(b []byte, d *ConsumedData) ([]byte, error) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"billable_metric_key":`...)
-			if b, err = appendStringJSON(b, it.BillableMetricKey); err != nil {
-				return nil, err
-			}
-			b = appendIntMember(b, `,"units":`, it.Units)
-			b = append(appendIntMember(b, `,"cost":`, it.Cost), '}')
+			b = AppendJSONString(b, it.BillableMetricKey)
+			b = AppendJSONInt(b, `,"units":`, it.Units)
+			b = append(AppendJSONInt(b, `,"cost":`, it.Cost), '}')
 		}
 		b = append(b, ']')
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
 }

@@ -23,39 +23,29 @@ import (
 func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 	var err error
 	b := append(dst, `{"op":`...)
-	b = appendUUIDJSON(b, m.OpID)
+	b = AppendJSONUUID(b, m.OpID)
 	b = append(b, `,"kind":`...)
-	if b, err = appendStringJSON(b, string(m.Kind)); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, string(m.Kind))
 	b = append(b, `,"tenant":`...)
-	b = appendUUIDJSON(b, m.TenantID)
+	b = AppendJSONUUID(b, m.TenantID)
 	b = append(b, `,"customer":`...)
-	b = appendUUIDJSON(b, m.CustomerID)
+	b = AppendJSONUUID(b, m.CustomerID)
 	b = append(b, `,"env":`...)
-	if b, err = appendStringJSON(b, string(m.Environment)); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, string(m.Environment))
 	b = append(b, `,"idem":`...)
-	if b, err = appendStringJSON(b, m.IdempotencyKey); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, m.IdempotencyKey)
 	b = append(b, `,"rh":`...)
-	if b, err = appendStringJSON(b, m.RequestHash); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, m.RequestHash)
 	b = append(b, `,"at":`...)
 	b = strconv.AppendInt(b, m.AtMS, 10)
 	b = append(b, `,"account":{"id":`...)
 	a := &m.Account
-	if b, err = appendStringJSON(b, a.ID); err != nil {
-		return nil, err
-	}
-	b = appendIntMember(b, `,"version":`, a.Version)
-	b = appendIntMember(b, `,"balance":`, a.Balance)
-	b = appendIntMember(b, `,"reserved":`, a.Reserved)
-	b = appendIntMember(b, `,"pending":`, a.Pending)
-	b = appendIntMember(b, `,"lifetime_earned":`, a.LifetimeEarned)
+	b = AppendJSONString(b, a.ID)
+	b = AppendJSONInt(b, `,"version":`, a.Version)
+	b = AppendJSONInt(b, `,"balance":`, a.Balance)
+	b = AppendJSONInt(b, `,"reserved":`, a.Reserved)
+	b = AppendJSONInt(b, `,"pending":`, a.Pending)
+	b = AppendJSONInt(b, `,"lifetime_earned":`, a.LifetimeEarned)
 	b = append(b, `},"entries":`...)
 	if m.Entries == nil {
 		b = append(b, "null"...)
@@ -88,31 +78,23 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 	}
 	if c := m.Context; c != nil {
 		b = append(b, `,"ctx":{"ext":`...)
-		if b, err = appendStringJSON(b, c.ExternalID); err != nil {
-			return nil, err
-		}
-		b = appendIntMember(b, `,"th":`, c.ThresholdMC)
+		b = AppendJSONString(b, c.ExternalID)
+		b = AppendJSONInt(b, `,"th":`, c.ThresholdMC)
 		if c.Policy != "" {
 			b = append(b, `,"policy":`...)
-			if b, err = appendStringJSON(b, string(c.Policy)); err != nil {
-				return nil, err
-			}
+			b = AppendJSONString(b, string(c.Policy))
 		}
 		if c.Emitter != "" {
 			b = append(b, `,"emitter":`...)
-			if b, err = appendStringJSON(b, c.Emitter); err != nil {
-				return nil, err
-			}
+			b = AppendJSONString(b, c.Emitter)
 		}
 		b = append(b, '}')
 	}
 	if m.EffectiveBefore != nil {
-		b = appendIntMember(b, `,"eb":`, *m.EffectiveBefore)
+		b = AppendJSONInt(b, `,"eb":`, *m.EffectiveBefore)
 	}
 	if u := m.Usage; u != nil {
-		if b, err = appendUsageJSON(b, u); err != nil {
-			return nil, err
-		}
+		b = appendUsageJSON(b, u)
 	}
 	if m.Reservation != nil {
 		if b, err = appendMarshalled(append(b, `,"res":`...), m.Reservation); err != nil {
@@ -130,49 +112,41 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 func appendEntryJSON(b []byte, e *MutationEntry) ([]byte, error) {
 	var err error
 	b = append(b, `{"role":`...)
-	if b, err = appendStringJSON(b, string(e.Role)); err != nil {
-		return nil, err
-	}
-	b = appendIntMember(b, `,"delta":`, e.Delta)
+	b = AppendJSONString(b, string(e.Role))
+	b = AppendJSONInt(b, `,"delta":`, e.Delta)
 	b = append(b, `,"type":`...)
-	if b, err = appendStringJSON(b, string(e.Type)); err != nil {
-		return nil, err
-	}
+	b = AppendJSONString(b, string(e.Type))
 	b = append(b, `,"source":`...)
 	if e.Source == nil {
 		b = append(b, "null"...)
-	} else if b, err = appendStringJSON(b, string(*e.Source)); err != nil {
-		return nil, err
+	} else {
+		b = AppendJSONString(b, string(*e.Source))
 	}
 	b = append(b, `,"block":`...)
 	if e.BlockID == nil {
 		b = append(b, "null"...)
 	} else {
-		b = appendUUIDJSON(b, *e.BlockID)
+		b = AppendJSONUUID(b, *e.BlockID)
 	}
 	if e.Metric != nil {
 		b = append(b, `,"metric":`...)
-		if b, err = appendStringJSON(b, *e.Metric); err != nil {
-			return nil, err
-		}
+		b = AppendJSONString(b, *e.Metric)
 	}
 	if e.Units != nil {
-		b = appendIntMember(b, `,"units":`, *e.Units)
+		b = AppendJSONInt(b, `,"units":`, *e.Units)
 	}
 	if e.Rate != nil {
-		b = appendIntMember(b, `,"rate":`, *e.Rate)
+		b = AppendJSONInt(b, `,"rate":`, *e.Rate)
 	}
 	if e.Ref != nil {
-		b = appendUUIDJSON(append(b, `,"ref":`...), *e.Ref)
+		b = AppendJSONUUID(append(b, `,"ref":`...), *e.Ref)
 	}
 	if e.Overage != nil {
-		b = appendIntMember(b, `,"overage":`, *e.Overage)
+		b = AppendJSONInt(b, `,"overage":`, *e.Overage)
 	}
 	if e.Reason != nil {
 		b = append(b, `,"reason":`...)
-		if b, err = appendStringJSON(b, *e.Reason); err != nil {
-			return nil, err
-		}
+		b = AppendJSONString(b, *e.Reason)
 	}
 	if len(e.Metadata) > 0 {
 		if b, err = appendMarshalled(append(b, `,"meta":`...), e.Metadata); err != nil {
@@ -185,8 +159,8 @@ func appendEntryJSON(b []byte, e *MutationEntry) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendUUIDJSON(append(b, `{"b":`...), d.BlockID)
-			b = append(appendIntMember(b, `,"d":`, d.Amount), '}')
+			b = AppendJSONUUID(append(b, `{"b":`...), d.BlockID)
+			b = append(AppendJSONInt(b, `,"d":`, d.Amount), '}')
 		}
 		b = append(b, ']')
 	}
@@ -195,22 +169,20 @@ func appendEntryJSON(b []byte, e *MutationEntry) ([]byte, error) {
 
 func appendBlockJSON(b []byte, k *MutationBlock) ([]byte, error) {
 	var err error
-	b = appendUUIDJSON(append(b, `{"id":`...), k.ID)
-	b = appendIntMember(b, `,"original":`, k.Original)
-	b = appendIntMember(b, `,"remaining":`, k.Remaining)
-	b = appendIntMember(b, `,"priority":`, int64(k.Priority))
+	b = AppendJSONUUID(append(b, `{"id":`...), k.ID)
+	b = AppendJSONInt(b, `,"original":`, k.Original)
+	b = AppendJSONInt(b, `,"remaining":`, k.Remaining)
+	b = AppendJSONInt(b, `,"priority":`, int64(k.Priority))
 	b = append(b, `,"source":`...)
-	if b, err = appendStringJSON(b, string(k.Source)); err != nil {
-		return nil, err
-	}
-	b = appendIntMember(b, `,"starts":`, k.StartsMS)
+	b = AppendJSONString(b, string(k.Source))
+	b = AppendJSONInt(b, `,"starts":`, k.StartsMS)
 	b = append(b, `,"expires":`...)
 	if k.ExpiresMS == nil {
 		b = append(b, "null"...)
 	} else {
 		b = strconv.AppendInt(b, *k.ExpiresMS, 10)
 	}
-	b = appendIntMember(b, `,"created":`, k.CreatedMS)
+	b = AppendJSONInt(b, `,"created":`, k.CreatedMS)
 	if len(k.Metadata) > 0 {
 		if b, err = appendMarshalled(append(b, `,"meta":`...), k.Metadata); err != nil {
 			return nil, err
@@ -219,21 +191,18 @@ func appendBlockJSON(b []byte, k *MutationBlock) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-func appendUsageJSON(b []byte, u *MutationUsage) ([]byte, error) {
-	var err error
+func appendUsageJSON(b []byte, u *MutationUsage) []byte {
 	b = append(b, `,"usage":{"metric":`...)
-	if b, err = appendStringJSON(b, u.Metric); err != nil {
-		return nil, err
-	}
-	b = appendIntMember(b, `,"units":`, u.Units)
-	b = appendIntMember(b, `,"cost":`, u.Cost)
-	b = appendIntMember(b, `,"charged":`, u.Charged)
-	b = appendIntMember(b, `,"overage":`, u.Overage)
+	b = AppendJSONString(b, u.Metric)
+	b = AppendJSONInt(b, `,"units":`, u.Units)
+	b = AppendJSONInt(b, `,"cost":`, u.Cost)
+	b = AppendJSONInt(b, `,"charged":`, u.Charged)
+	b = AppendJSONInt(b, `,"overage":`, u.Overage)
 	if u.Refused {
 		b = append(b, `,"refused":true`...)
 	}
 	if u.ReservationID != nil {
-		b = appendUUIDJSON(append(b, `,"reservation":`...), *u.ReservationID)
+		b = AppendJSONUUID(append(b, `,"reservation":`...), *u.ReservationID)
 	}
 	if len(u.Items) > 0 {
 		b = append(b, `,"items":[`...)
@@ -243,23 +212,24 @@ func appendUsageJSON(b []byte, u *MutationUsage) ([]byte, error) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"billable_metric_key":`...)
-			if b, err = appendStringJSON(b, it.Metric); err != nil {
-				return nil, err
-			}
-			b = appendIntMember(b, `,"units":`, it.Units)
-			b = append(appendIntMember(b, `,"cost":`, it.Cost), '}')
+			b = AppendJSONString(b, it.Metric)
+			b = AppendJSONInt(b, `,"units":`, it.Units)
+			b = append(AppendJSONInt(b, `,"cost":`, it.Cost), '}')
 		}
 		b = append(b, ']')
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
 }
 
-func appendIntMember(b []byte, name string, n int64) []byte {
+// AppendJSONInt appends name (the member's key text, e.g. `,"units":`)
+// and n: the one integer-member writer of the hand-written JSON encoders
+// (here, the event bodies and the API's hot answers).
+func AppendJSONInt(b []byte, name string, n int64) []byte {
 	return strconv.AppendInt(append(b, name...), n, 10)
 }
 
-// appendUUIDJSON writes id as encoding/json does (its MarshalText, quoted).
-func appendUUIDJSON(b []byte, id uuid.UUID) []byte {
+// AppendJSONUUID writes id as encoding/json does (its MarshalText, quoted).
+func AppendJSONUUID(b []byte, id uuid.UUID) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i, c := range id {
@@ -271,19 +241,20 @@ func appendUUIDJSON(b []byte, id uuid.UUID) []byte {
 	return append(b, '"')
 }
 
-// appendStringJSON writes s quoted: as it is when no byte of it needs
+// AppendJSONString writes s quoted: as it is when no byte of it needs
 // escaping (printable ASCII other than the quote, the backslash and the
 // three encoding/json escapes for HTML), else as encoding/json writes it.
-func appendStringJSON(b []byte, s string) ([]byte, error) {
+func AppendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return appendMarshalled(b, s)
+			text, _ := json.Marshal(s) // a string always marshals
+			return append(b, text...)
 		}
 	}
 	b = append(b, '"')
 	b = append(b, s...)
-	return append(b, '"'), nil
+	return append(b, '"')
 }
 
 // appendMarshalled appends json.Marshal(v).
