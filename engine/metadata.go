@@ -281,3 +281,10 @@ func ParseInstant(field, v string, kind Kind) (time.Time, error) {
 	}
 	return t, nil
 }
+
+func orEmpty(m Metadata) Metadata {
+	if m == nil {
+		return Metadata{}
+	}
+	return m
+}

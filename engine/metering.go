@@ -1,244 +1,354 @@
+// Metering: the service that creates, reads and caches billable metrics and
+// metering rules per tenant (the catalogue a consume prices against).
+
 package engine
 
 import (
+	"context"
 	"encoding/json"
-	"math"
+	"errors"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// MetricType is the entitlement type of a billable metric.
-type MetricType string
+// catalogCacheTTL bounds how stale another process's view of a metric or
+// rule change can be (plus one background refresh of a key in use); this
+// process sees its own changes at once.
+const catalogCacheTTL = 2 * time.Second
 
-// Metric types of interface.md "Entitlement checks".
-const (
-	MetricMetered MetricType = "metered"
-	MetricBoolean MetricType = "boolean"
-	MetricGauge   MetricType = "gauge"
-	MetricStatic  MetricType = "static"
-)
+// metricKeyPattern is what a billable metric key may look like: it appears
+// in URL paths and Redis field names.
+var metricKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
-// Valid reports whether t is one of the four types.
-func (t MetricType) Valid() bool {
-	return t == MetricMetered || t == MetricBoolean || t == MetricGauge || t == MetricStatic
+// Metering manages billable metrics and metering rules, and serves the hot
+// path's look-ups of them from a short-lived cache.
+type Metering struct {
+	store Catalog
+	clock Clock
+
+	metrics *swrCache[catalogKey, cachedMetric]
+	rules   *swrCache[catalogKey, cachedRule]
 }
 
-// BillableMetric is something a tenant meters or entitles (addendum 4).
-// Metrics are per tenant and environment.
-type BillableMetric struct {
-	ID           uuid.UUID       `json:"id"`
-	TenantID     uuid.UUID       `json:"tenant_id"`
-	Environment  Environment     `json:"environment"`
-	Key          string          `json:"key"`
-	Name         string          `json:"name"`
-	Type         MetricType      `json:"type"`
+type catalogKey struct {
+	scope Scope
+	key   string
+}
+
+type cachedMetric struct {
+	m     BillableMetric
+	found bool
+}
+
+type cachedRule struct {
+	r     MeteringRule
+	found bool
+}
+
+// catalogStaleLimit bounds how long past catalogCacheTTL a metric or rule
+// is served while its background refresh runs; maxCatalogEntries bounds
+// each cache's memory.
+const (
+	catalogStaleLimit = 10 * time.Second
+	maxCatalogEntries = 100_000
+)
+
+// NewMetering returns the metering service.
+func NewMetering(store Catalog, clock Clock) *Metering {
+	return &Metering{store: store, clock: clock, metrics: newSWRCache[catalogKey, cachedMetric](maxCatalogEntries),
+		rules: newSWRCache[catalogKey, cachedRule](maxCatalogEntries)}
+}
+
+// MetricInput is the body of POST and PATCH /v1/billable-metrics.
+type MetricInput struct {
+	Key          *string         `json:"key"`
+	Name         *string         `json:"name"`
+	Type         *string         `json:"type"`
 	DefaultValue json.RawMessage `json:"default_value"`
 	Metadata     Metadata        `json:"metadata"`
-	CreatedAt    time.Time       `json:"created_at"`
-	UpdatedAt    time.Time       `json:"updated_at"`
 }
 
-// CostType is how a metering rule prices a use.
-type CostType string
-
-// Cost types of interface.md "Metering rule".
-const (
-	CostFlat    CostType = "flat"
-	CostPerUnit CostType = "per_unit"
-	CostTiered  CostType = "tiered"
-)
-
-// TierMode says how tiers combine.
-type TierMode string
-
-// Tier modes (addendum 12).
-const (
-	TierGraduated TierMode = "graduated"
-	TierVolume    TierMode = "volume"
-)
-
-// Tier is one price band; UpTo is inclusive and nil only on the last tier.
-type Tier struct {
-	UpTo     *int64 `json:"up_to"`
-	UnitCost int64  `json:"unit_cost"`
-	FlatCost int64  `json:"flat_cost"`
-}
-
-// TierConfig is a tiered rule's bands.
-type TierConfig struct {
-	Mode  TierMode `json:"mode"`
-	Tiers []Tier   `json:"tiers"`
-}
-
-// MeteringRule prices one billable metric. Rules are per tenant and
-// environment; one is active per metric (EffectiveUntil nil).
-type MeteringRule struct {
-	ID                uuid.UUID   `json:"id"`
-	TenantID          uuid.UUID   `json:"tenant_id"`
-	Environment       Environment `json:"environment"`
-	BillableMetricKey string      `json:"billable_metric_key"`
-	CostType          CostType    `json:"cost_type"`
-	BaseCost          int64       `json:"base_cost"`
-	UnitCost          int64       `json:"unit_cost"`
-	TierConfig        *TierConfig `json:"tier_config"`
-	EffectiveFrom     time.Time   `json:"effective_from"`
-	EffectiveUntil    *time.Time  `json:"effective_until"`
-	Metadata          Metadata    `json:"metadata"`
-	CreatedAt         time.Time   `json:"created_at"`
-	UpdatedAt         time.Time   `json:"updated_at"`
-}
-
-// Price is the cost in millicredits of units under rule r: flat charges
-// BaseCost once per call; per_unit UnitCost x units; tiered per its mode
-// (addendum 12: graduated prices each tier's slice and adds the flat_cost of
-// every tier reached; volume prices every unit at the one tier the total
-// falls in, plus that tier's flat_cost). Units must be >= 1. It returns
-// ErrOverflow when the cost does not fit in int64. The Lua scripts implement
-// the same function; a test runs both on the same cases.
-func Price(r MeteringRule, units int64) (int64, error) {
-	if units < 1 {
-		return 0, BadRequest("units", "units must be >= 1")
+// CreateMetric adds a metric. Errors: 422 naming the field, 409 key taken.
+func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput) (BillableMetric, error) {
+	if in.Key == nil || *in.Key == "" {
+		return BillableMetric{}, Invalid("key", "key is required")
 	}
-	switch r.CostType {
-	case CostFlat:
-		return r.BaseCost, nil
-	case CostPerUnit:
-		return mulChecked(r.UnitCost, units)
-	case CostTiered:
-		if r.TierConfig == nil || len(r.TierConfig.Tiers) == 0 {
-			return 0, &Error{Kind: KindInternal, Detail: "tiered rule without tiers"}
-		}
-		if r.TierConfig.Mode == TierVolume {
-			return priceVolume(r.TierConfig.Tiers, units)
-		}
-		return priceGraduated(r.TierConfig.Tiers, units)
+	if !metricKeyPattern.MatchString(*in.Key) {
+		return BillableMetric{}, Invalid("key", "key must be 1-128 letters, digits, '_', '.', ':' or '-'")
 	}
-	return 0, &Error{Kind: KindInternal, Detail: "unknown cost type"}
-}
-
-func priceVolume(tiers []Tier, units int64) (int64, error) {
-	t := tiers[len(tiers)-1]
-	for _, cand := range tiers {
-		if cand.UpTo == nil || units <= *cand.UpTo {
-			t = cand
-			break
-		}
+	if in.Type == nil || *in.Type == "" {
+		return BillableMetric{}, Invalid("type", "type is required")
 	}
-	c, err := mulChecked(t.UnitCost, units)
+	t := MetricType(*in.Type)
+	if !t.Valid() {
+		return BillableMetric{}, Invalid("type", "type must be metered, boolean, gauge or static")
+	}
+	def, err := normalizeDefault(t, in.DefaultValue)
 	if err != nil {
-		return 0, err
+		return BillableMetric{}, err
 	}
-	return addOrOverflow(c, t.FlatCost)
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return BillableMetric{}, err
+	}
+	name := *in.Key
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return BillableMetric{}, Invalid("name", "name must not be empty")
+		}
+		name = *in.Name
+	}
+	now := s.clock.Now()
+	m := BillableMetric{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		Key: *in.Key, Name: name, Type: t, DefaultValue: def, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateMetric(ctx, m); err != nil {
+		return BillableMetric{}, err
+	}
+	s.forgetMetric(scope, m.Key)
+	return m, nil
 }
 
-func priceGraduated(tiers []Tier, units int64) (int64, error) {
-	var total, below int64
-	for _, t := range tiers {
-		if units <= below {
-			break
-		}
-		top := units
-		if t.UpTo != nil && *t.UpTo < units {
-			top = *t.UpTo
-		}
-		slice := top - below
-		if slice <= 0 {
-			continue
-		}
-		c, err := mulChecked(t.UnitCost, slice)
-		if err != nil {
-			return 0, err
-		}
-		if total, err = addOrOverflow(total, c); err != nil {
-			return 0, err
-		}
-		if total, err = addOrOverflow(total, t.FlatCost); err != nil {
-			return 0, err
-		}
-		below = top
+// UpdateMetric changes name, default_value and metadata (replaced); the type
+// is immutable (422 when a different one is sent). Errors: 404, 422.
+func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in MetricInput) (BillableMetric, error) {
+	m, err := s.store.GetMetric(ctx, scope, key)
+	if errors.Is(err, ErrNotFound) {
+		return BillableMetric{}, NotFound("billable metric not found")
 	}
-	return total, nil
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	if in.Type != nil && MetricType(*in.Type) != m.Type {
+		return BillableMetric{}, Invalid("type", "type cannot be changed")
+	}
+	if in.Key != nil && *in.Key != m.Key {
+		return BillableMetric{}, Invalid("key", "key cannot be changed")
+	}
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return BillableMetric{}, Invalid("name", "name must not be empty")
+		}
+		m.Name = *in.Name
+	}
+	if in.DefaultValue != nil {
+		if m.DefaultValue, err = normalizeDefault(m.Type, in.DefaultValue); err != nil {
+			return BillableMetric{}, err
+		}
+	}
+	if in.Metadata != nil {
+		if m.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+			return BillableMetric{}, err
+		}
+	}
+	m.UpdatedAt = s.clock.Now()
+	if err := s.store.UpdateMetric(ctx, m); err != nil {
+		return BillableMetric{}, err
+	}
+	s.forgetMetric(scope, key)
+	return m, nil
 }
 
-func mulChecked(a, b int64) (int64, error) {
-	if a == 0 || b == 0 {
-		return 0, nil
+// GetMetric reads one metric. Errors: 404.
+func (s *Metering) GetMetric(ctx context.Context, scope Scope, key string) (BillableMetric, error) {
+	m, ok, err := s.Metric(ctx, scope, key)
+	if err != nil {
+		return BillableMetric{}, err
 	}
-	if a < 0 || b < 0 || a > math.MaxInt64/b {
-		return 0, ErrOverflow
-	}
-	return a * b, nil
-}
-
-func addOrOverflow(a, b int64) (int64, error) {
-	s, ok := AddChecked(a, b)
 	if !ok {
-		return 0, ErrOverflow
+		return BillableMetric{}, NotFound("billable metric not found")
 	}
-	return s, nil
+	return m, nil
 }
 
-// MaxTiers bounds the tiers of one rule (invariant 13): every consume,
-// check and reservation prices through all of them inside its script, and
-// 100 keeps that well under the 1 ms per script call (bench "worst").
-const MaxTiers = 100
+// ListMetrics pages metrics oldest first.
+func (s *Metering) ListMetrics(ctx context.Context, scope Scope, cursor string, limit int) (Page[BillableMetric], error) {
+	return s.store.ListMetrics(ctx, scope, cursor, limit)
+}
 
-// ValidateRule checks a rule's pricing fields, naming the wrong field
-// (interface.md Metering rules; addendum 12 for tiers).
-func ValidateRule(r MeteringRule) error {
-	switch r.CostType {
-	case CostFlat, CostPerUnit, CostTiered:
-	case "":
-		return Invalid("cost_type", "cost_type is required")
-	default:
-		return Invalid("cost_type", "cost_type must be flat, per_unit or tiered")
+// normalizeDefault checks a default_value against the metric type
+// (addendum 4) and fills the documented defaults.
+func normalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
+	empty := len(raw) == 0 || string(raw) == "null"
+	switch t {
+	case MetricMetered:
+		if !empty {
+			return nil, Invalid("default_value", "a metered metric has no default_value")
+		}
+		return json.RawMessage("null"), nil
+	case MetricBoolean:
+		if empty {
+			return json.RawMessage(`{"enabled":false}`), nil
+		}
+		var v struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if json.Unmarshal(raw, &v) != nil || v.Enabled == nil {
+			return nil, Invalid("default_value.enabled", "a boolean default_value is {\"enabled\": true|false}")
+		}
+		return json.Marshal(map[string]bool{"enabled": *v.Enabled})
+	case MetricGauge:
+		if empty {
+			return json.RawMessage(`{"cap":0}`), nil
+		}
+		var v struct {
+			Cap *int64 `json:"cap"`
+		}
+		if json.Unmarshal(raw, &v) != nil || v.Cap == nil || *v.Cap < 0 {
+			return nil, Invalid("default_value.cap", "a gauge default_value is {\"cap\": integer >= 0}")
+		}
+		return json.Marshal(map[string]int64{"cap": *v.Cap})
+	case MetricStatic:
+		if empty {
+			return json.RawMessage(`{"config":{}}`), nil
+		}
+		var v struct {
+			Config json.RawMessage `json:"config"`
+		}
+		if json.Unmarshal(raw, &v) != nil || len(v.Config) == 0 || v.Config[0] != '{' {
+			return nil, Invalid("default_value.config", "a static default_value is {\"config\": object}")
+		}
+		return json.Marshal(map[string]json.RawMessage{"config": v.Config})
 	}
-	if r.BaseCost < 0 {
-		return Invalid("base_cost", "base_cost must be >= 0")
+	return nil, Invalid("type", "unknown type")
+}
+
+// RuleInput is the body of POST /v1/metering-rules.
+type RuleInput struct {
+	BillableMetricKey *string     `json:"billable_metric_key"`
+	CostType          *string     `json:"cost_type"`
+	BaseCost          *int64      `json:"base_cost"`
+	UnitCost          *int64      `json:"unit_cost"`
+	TierConfig        *TierConfig `json:"tier_config"`
+	Metadata          Metadata    `json:"metadata"`
+}
+
+// CreateRule makes r the active rule of its metric, ending the previous
+// one, and creates a missing metric as metered. Errors: 422 naming the field,
+// 400 when the key names a metric that is not metered.
+func (s *Metering) CreateRule(ctx context.Context, scope Scope, in RuleInput) (MeteringRule, error) {
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key is required")
 	}
-	if r.UnitCost < 0 {
-		return Invalid("unit_cost", "unit_cost must be >= 0")
+	if !metricKeyPattern.MatchString(*in.BillableMetricKey) {
+		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key must be 1-128 letters, digits, '_', '.', ':' or '-'")
 	}
-	if r.CostType == CostPerUnit && r.UnitCost <= 0 {
-		return Invalid("unit_cost", "unit_cost is required and must be > 0 for per_unit")
+	if in.CostType == nil || *in.CostType == "" {
+		return MeteringRule{}, Invalid("cost_type", "cost_type is required")
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return MeteringRule{}, err
+	}
+	now := s.clock.Now()
+	r := MeteringRule{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		BillableMetricKey: *in.BillableMetricKey, CostType: CostType(*in.CostType), TierConfig: in.TierConfig,
+		EffectiveFrom: now, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+	if in.BaseCost != nil {
+		r.BaseCost = *in.BaseCost
+	} else if r.CostType == CostFlat {
+		return MeteringRule{}, Invalid("base_cost", "base_cost is required for flat")
+	}
+	if in.UnitCost != nil {
+		r.UnitCost = *in.UnitCost
 	}
 	if r.CostType != CostTiered {
-		return nil
+		r.TierConfig = nil
 	}
-	tc := r.TierConfig
-	if tc == nil {
-		return Invalid("tier_config", "tier_config is required for tiered")
+	if err := ValidateRule(r); err != nil {
+		return MeteringRule{}, err
 	}
-	if tc.Mode != TierGraduated && tc.Mode != TierVolume {
-		return Invalid("tier_config.mode", "tier_config.mode must be graduated or volume")
+	m, ok, err := s.Metric(ctx, scope, r.BillableMetricKey)
+	if err != nil {
+		return MeteringRule{}, err
 	}
-	if len(tc.Tiers) == 0 {
-		return Invalid("tier_config.tiers", "tier_config.tiers must not be empty")
+	if ok && m.Type != MetricMetered {
+		return MeteringRule{}, BadRequest("billable_metric_key", "only metered metrics take metering rules")
 	}
-	if len(tc.Tiers) > MaxTiers {
-		return Invalid("tier_config.tiers", "tier_config.tiers may hold at most 100 tiers")
+	missing := BillableMetric{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
+		Key: r.BillableMetricKey, Name: r.BillableMetricKey, Type: MetricMetered, DefaultValue: json.RawMessage("null"),
+		Metadata: Metadata{}, CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateRule(ctx, r, missing); err != nil {
+		return MeteringRule{}, err
 	}
-	var prev int64
-	for i, t := range tc.Tiers {
-		last := i == len(tc.Tiers)-1
-		switch {
-		case last && t.UpTo != nil:
-			return Invalid("tier_config.tiers.up_to", "the last tier's up_to must be null")
-		case !last && t.UpTo == nil:
-			return Invalid("tier_config.tiers.up_to", "only the last tier's up_to may be null")
-		case !last && *t.UpTo <= prev:
-			return Invalid("tier_config.tiers.up_to", "up_to must be >= 1 and increase from tier to tier")
-		}
-		if t.UnitCost < 0 {
-			return Invalid("tier_config.tiers.unit_cost", "unit_cost must be >= 0")
-		}
-		if t.FlatCost < 0 {
-			return Invalid("tier_config.tiers.flat_cost", "flat_cost must be >= 0")
-		}
-		if !last {
-			prev = *t.UpTo
-		}
+	s.forgetMetric(scope, r.BillableMetricKey)
+	return r, nil
+}
+
+// ListRules pages rules oldest first.
+func (s *Metering) ListRules(ctx context.Context, scope Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error) {
+	return s.store.ListRules(ctx, scope, metricKey, activeOnly, cursor, limit)
+}
+
+// Metric is the cached look-up of a metric; ok is false when none exists.
+// A hot key past its TTL is served while one background read refreshes it.
+func (s *Metering) Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error) {
+	k := catalogKey{scope, key}
+	c, st := s.metrics.get(k, time.Now(), catalogStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c.m, c.found, nil
+	case cacheRefresh:
+		s.metrics.refreshInBackground(k, func(ctx context.Context) error {
+			_, err := s.loadMetric(ctx, k)
+			return err
+		})
+		return c.m, c.found, nil
 	}
-	return nil
+	c, err := s.loadMetric(ctx, k)
+	return c.m, c.found, err
+}
+
+func (s *Metering) loadMetric(ctx context.Context, k catalogKey) (cachedMetric, error) {
+	gen := s.metrics.generation()
+	m, err := s.store.GetMetric(ctx, k.scope, k.key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return cachedMetric{}, err
+	}
+	c := cachedMetric{m: m, found: err == nil}
+	s.metrics.put(k, c, time.Now().Add(catalogCacheTTL), gen)
+	return c, nil
+}
+
+// ActiveRule is the cached look-up of a metric's active rule; ok is false
+// when it has none. A hot key past its TTL is served while one background
+// read refreshes it.
+func (s *Metering) ActiveRule(ctx context.Context, scope Scope, key string) (MeteringRule, bool, error) {
+	k := catalogKey{scope, key}
+	c, st := s.rules.get(k, time.Now(), catalogStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c.r, c.found, nil
+	case cacheRefresh:
+		s.rules.refreshInBackground(k, func(ctx context.Context) error {
+			_, err := s.loadRule(ctx, k)
+			return err
+		})
+		return c.r, c.found, nil
+	}
+	c, err := s.loadRule(ctx, k)
+	return c.r, c.found, err
+}
+
+func (s *Metering) loadRule(ctx context.Context, k catalogKey) (cachedRule, error) {
+	gen := s.rules.generation()
+	r, err := s.store.ActiveRule(ctx, k.scope, k.key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return cachedRule{}, err
+	}
+	c := cachedRule{r: r, found: err == nil}
+	s.rules.put(k, c, time.Now().Add(catalogCacheTTL), gen)
+	return c, nil
+}
+
+// AllMetrics lists every metric of the scope.
+func (s *Metering) AllMetrics(ctx context.Context, scope Scope) ([]BillableMetric, error) {
+	return s.store.AllMetrics(ctx, scope)
+}
+
+func (s *Metering) forgetMetric(scope Scope, key string) {
+	k := catalogKey{scope, key}
+	s.metrics.delete(k)
+	s.rules.delete(k)
 }

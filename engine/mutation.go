@@ -256,3 +256,80 @@ type AccountState struct {
 	// and the first read lapses them.
 	Leases []StoredLease
 }
+
+// MutationContext is request context Go hands to a script, which splices it
+// verbatim into the Mutation (field "ctx"), so the persister can derive the
+// events a mutation owes without another look-up.
+type MutationContext struct {
+	ExternalID  string        `json:"ext"`
+	ThresholdMC int64         `json:"th"`
+	Policy      OveragePolicy `json:"policy,omitempty"`
+	// Event names the credit.granted emitter when it is not a plain grant.
+	Emitter string `json:"emitter,omitempty"`
+}
+
+// MutationUsage is what a consume or a reservation commit priced and charged.
+type MutationUsage struct {
+	Metric  string `json:"metric"`
+	Units   int64  `json:"units"`
+	Cost    int64  `json:"cost"`
+	Charged int64  `json:"charged"`
+	Overage int64  `json:"overage"`
+	// Refused is true when a block customer was refused (nothing charged).
+	Refused bool `json:"refused,omitempty"`
+	// ReservationID is set when a commit produced the usage.
+	ReservationID *uuid.UUID `json:"reservation,omitempty"`
+	// Items is what each metric of a multi-metric consume priced; Metric
+	// is then "" and Units the items' total.
+	Items []UsageItem `json:"items,omitempty"`
+}
+
+// UsageItem is one metric's part of a multi-metric consume. Its names are
+// the API's: the script writes one text for the usage and for the ledger
+// entry's metadata, which history shows.
+type UsageItem struct {
+	Metric string `json:"billable_metric_key"`
+	Units  int64  `json:"units"`
+	Cost   int64  `json:"cost"`
+}
+
+// MutationReservation is the full state of a reservation after a mutation.
+type MutationReservation struct {
+	ID             uuid.UUID         `json:"id"`
+	Metric         string            `json:"metric"`
+	EstimatedUnits int64             `json:"est_units"`
+	EstimatedCost  int64             `json:"est_cost"`
+	ActualUnits    *int64            `json:"act_units,omitempty"`
+	ActualCost     *int64            `json:"act_cost,omitempty"`
+	Released       int64             `json:"released"`
+	Status         ReservationStatus `json:"status"`
+	ExpiresMS      int64             `json:"expires"`
+	CreatedMS      int64             `json:"created"`
+	CommittedMS    *int64            `json:"committed,omitempty"`
+	ReleasedMS     *int64            `json:"released_at,omitempty"`
+	Metadata       json.RawMessage   `json:"meta,omitempty"`
+	// Items lists each metric of a multi-metric hold (Metric is then "",
+	// EstimatedUnits and EstimatedCost the items' totals, and at commit
+	// ActualUnits and ActualCost too); nil for a single-metric hold and in
+	// a release, which does not carry them (Postgres keeps the stored list).
+	Items []ReservationItem `json:"items,omitempty"`
+}
+
+// ReservationItem is one metric of a multi-metric hold: its estimate and,
+// once committed, its actual units and their cost (null until then).
+type ReservationItem struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	EstimatedUnits    int64  `json:"estimated_units"`
+	EstimatedCost     int64  `json:"estimated_cost"`
+	ActualUnits       *int64 `json:"actual_units"`
+	ActualCost        *int64 `json:"actual_cost"`
+}
+
+// MutationGauge is a gauge counter after a mutation.
+type MutationGauge struct {
+	Metric  string `json:"metric"`
+	Current int64  `json:"current"`
+	// Leases are the leases of the gauge this mutation opened, renewed or
+	// ended (leases.go); empty for a plain move.
+	Leases []MutationLease `json:"leases,omitempty"`
+}

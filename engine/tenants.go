@@ -5,12 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"math/big"
 	"net"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -305,180 +303,6 @@ func (s *Tenants) forget(tenant uuid.UUID) {
 	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.TenantID == tenant })
 }
 
-// Webhook is the tenant's webhook URL and signing secret.
-type Webhook struct {
-	URL    *string `json:"url"`
-	Secret *string `json:"secret"`
-}
-
-// SetWebhook stores the URL and, when the tenant has none yet, a new secret.
-// Errors: 404, 422 (bad URL, private address without dev mode).
-func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (Webhook, error) {
-	if len(rawURL) > MaxWebhookURLBytes {
-		return Webhook{}, Invalid("url", "url is longer than 2048 bytes")
-	}
-	if err := s.checkWebhookURL(ctx, rawURL); err != nil {
-		return Webhook{}, err
-	}
-	t, err := s.Get(ctx, tenant)
-	if err != nil {
-		return Webhook{}, err
-	}
-	t.WebhookURL = &rawURL
-	if t.WebhookSecret == nil {
-		sec := newWebhookSecret()
-		t.WebhookSecret = &sec
-	}
-	return s.saveWebhook(ctx, t)
-}
-
-// RotateSecret replaces the signing secret. Errors: 404.
-func (s *Tenants) RotateSecret(ctx context.Context, tenant uuid.UUID) (Webhook, error) {
-	t, err := s.Get(ctx, tenant)
-	if err != nil {
-		return Webhook{}, err
-	}
-	sec := newWebhookSecret()
-	t.WebhookSecret = &sec
-	return s.saveWebhook(ctx, t)
-}
-
-// DeleteWebhook removes URL and secret. Errors: 404.
-func (s *Tenants) DeleteWebhook(ctx context.Context, tenant uuid.UUID) error {
-	t, err := s.Get(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	t.WebhookURL, t.WebhookSecret = nil, nil
-	_, err = s.saveWebhook(ctx, t)
-	return err
-}
-
-func (s *Tenants) saveWebhook(ctx context.Context, t Tenant) (Webhook, error) {
-	t.UpdatedAt = s.clock.Now()
-	if err := s.dir.UpdateTenant(ctx, t); err != nil {
-		return Webhook{}, err
-	}
-	s.forget(t.ID)
-	return Webhook{URL: t.WebhookURL, Secret: t.WebhookSecret}, nil
-}
-
-// webhookResolveTimeout bounds the DNS look-up of a webhook URL being set.
-const webhookResolveTimeout = 5 * time.Second
-
-// checkWebhookURL refuses a URL that is not absolute http(s) or whose host
-// resolves to a special-purpose address. This is fast feedback only: DNS can
-// change after it (rebinding), so the sender checks every connect again
-// against the same table.
-func (s *Tenants) checkWebhookURL(ctx context.Context, raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Invalid("url", "url must be an absolute http or https URL")
-	}
-	if s.allowPrivate {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, webhookResolveTimeout)
-	defer cancel()
-	addrs, err := s.resolve(ctx, u.Hostname())
-	if err != nil || len(addrs) == 0 {
-		return Invalid("url", "url host does not resolve")
-	}
-	for _, a := range addrs {
-		if _, special := SpecialPurpose(a); special {
-			return Invalid("url", "url resolves to a loopback, private, link-local or other special-purpose address")
-		}
-	}
-	return nil
-}
-
-// TenantConfigInput is the body of PATCH /v1/tenant (addendum 2).
-type TenantConfigInput struct {
-	DefaultOveragePolicy         *string `json:"default_overage_policy"`
-	DefaultLowBalanceThresholdMC *int64  `json:"default_low_balance_threshold_mc"`
-}
-
-// TenantConfig is the body of GET /v1/tenant.
-type TenantConfig struct {
-	ID                           uuid.UUID     `json:"id"`
-	Name                         string        `json:"name"`
-	DefaultOveragePolicy         OveragePolicy `json:"default_overage_policy"`
-	DefaultLowBalanceThresholdMC int64         `json:"default_low_balance_threshold_mc"`
-	WebhookURL                   *string       `json:"webhook_url"`
-	RateLimitPerSecond           int           `json:"rate_limit_per_second"`
-	RateLimitBurst               int           `json:"rate_limit_burst"`
-	CreatedAt                    time.Time     `json:"created_at"`
-	UpdatedAt                    time.Time     `json:"updated_at"`
-}
-
-// ConfigOf is t's configuration as the API shows it.
-func ConfigOf(t Tenant) TenantConfig {
-	return TenantConfig{
-		ID: t.ID, Name: t.Name, DefaultOveragePolicy: t.DefaultOveragePolicy,
-		DefaultLowBalanceThresholdMC: t.DefaultLowBalanceThresholdMC, WebhookURL: t.WebhookURL,
-		RateLimitPerSecond: t.RateLimitPerSecond, RateLimitBurst: t.RateLimitBurst,
-		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
-	}
-}
-
-// UpdateConfig changes the tenant defaults. Errors: 422.
-func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantConfigInput) (TenantConfig, error) {
-	if in.DefaultOveragePolicy != nil && !OveragePolicy(*in.DefaultOveragePolicy).Valid() {
-		return TenantConfig{}, Invalid("default_overage_policy", "default_overage_policy must be block, allow or notify")
-	}
-	if in.DefaultLowBalanceThresholdMC != nil && *in.DefaultLowBalanceThresholdMC < 0 {
-		return TenantConfig{}, Invalid("default_low_balance_threshold_mc", "default_low_balance_threshold_mc must be >= 0")
-	}
-	t, err := s.Get(ctx, tenant)
-	if err != nil {
-		return TenantConfig{}, err
-	}
-	if in.DefaultOveragePolicy != nil {
-		t.DefaultOveragePolicy = OveragePolicy(*in.DefaultOveragePolicy)
-	}
-	if in.DefaultLowBalanceThresholdMC != nil {
-		t.DefaultLowBalanceThresholdMC = *in.DefaultLowBalanceThresholdMC
-	}
-	t.UpdatedAt = s.clock.Now()
-	if err := s.dir.UpdateTenant(ctx, t); err != nil {
-		return TenantConfig{}, err
-	}
-	s.forget(t.ID)
-	return ConfigOf(t), nil
-}
-
-// RateLimitInput is the operator's rate limit change.
-type RateLimitInput struct {
-	PerSecond *int `json:"rate_limit_per_second"`
-	Burst     *int `json:"rate_limit_burst"`
-}
-
-// SetRateLimit changes a tenant's per-key token bucket. Errors: 404, 422.
-func (s *Tenants) SetRateLimit(ctx context.Context, tenant uuid.UUID, in RateLimitInput) (TenantConfig, error) {
-	if in.PerSecond != nil && (*in.PerSecond < 1 || *in.PerSecond > 1_000_000) {
-		return TenantConfig{}, Invalid("rate_limit_per_second", "rate_limit_per_second must be between 1 and 1000000")
-	}
-	if in.Burst != nil && (*in.Burst < 1 || *in.Burst > 10_000_000) {
-		return TenantConfig{}, Invalid("rate_limit_burst", "rate_limit_burst must be between 1 and 10000000")
-	}
-	t, err := s.Get(ctx, tenant)
-	if err != nil {
-		return TenantConfig{}, err
-	}
-	if in.PerSecond != nil {
-		t.RateLimitPerSecond = *in.PerSecond
-	}
-	if in.Burst != nil {
-		t.RateLimitBurst = *in.Burst
-	}
-	t.UpdatedAt = s.clock.Now()
-	if err := s.dir.UpdateTenant(ctx, t); err != nil {
-		return TenantConfig{}, err
-	}
-	s.forget(t.ID)
-	return ConfigOf(t), nil
-}
-
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 func randomBase62(n int) string {
@@ -492,10 +316,4 @@ func randomBase62(n int) string {
 		out[i] = base62[v.Int64()]
 	}
 	return string(out)
-}
-
-func newWebhookSecret() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return "whsec_" + base64.StdEncoding.EncodeToString(b[:])
 }

@@ -1,0 +1,167 @@
+// Commands: what the account scripts are asked to do (consume, reserve, commit,
+// release, gauge), as Go values the lua package turns into script arguments.
+
+package engine
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// RuleTerms is what a script needs to price: a rule's pricing fields.
+type RuleTerms struct {
+	CostType   CostType    `json:"cost_type"`
+	BaseCost   int64       `json:"base_cost"`
+	UnitCost   int64       `json:"unit_cost"`
+	TierConfig *TierConfig `json:"tier_config"`
+}
+
+// TermsOf is r's pricing fields.
+func TermsOf(r MeteringRule) RuleTerms {
+	return RuleTerms{CostType: r.CostType, BaseCost: r.BaseCost, UnitCost: r.UnitCost, TierConfig: r.TierConfig}
+}
+
+// ConsumeCommand prices units of a metric and charges them in one script.
+// Under block a short effective balance refuses with ErrInsufficientCredits
+// and charges nothing (the script still records the refusal in the outbox,
+// for credit.exhausted); under allow and notify the charge takes what the
+// effective balance has and records the rest as overage.
+type ConsumeCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	Metric         string
+	Units          int64
+	Terms          RuleTerms
+	// Items, when set, replace Metric, Units and Terms: a multi-metric
+	// consume charging every item or none in one script.
+	Items         []ConsumeLine
+	Policy        OveragePolicy
+	EntryMetadata Metadata
+	Context       MutationContext
+	// AppliedCheckedAt is when (wall clock) the caller looked
+	// IdempotencyKey up in Postgres and found nothing; zero when it did not,
+	// and the store looks it up itself (engine.AppliedOps).
+	AppliedCheckedAt time.Time
+}
+
+// ConsumeLine is one metric of a multi-metric consume: its units and the
+// terms of its active rule.
+type ConsumeLine struct {
+	Metric string
+	Units  int64
+	Terms  RuleTerms
+}
+
+// ReserveCommand holds the estimated cost of a job.
+type ReserveCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	Metric         string
+	EstimatedUnits int64
+	Terms          RuleTerms
+	// Items, when set, replace Metric, EstimatedUnits and Terms: a hold of
+	// the summed estimated cost of several metrics, all or none.
+	Items     []ReserveLine
+	ExpiresAt time.Time
+	Metadata  Metadata
+	Context   MutationContext
+}
+
+// CommitCommand settles a hold at the actual units, priced with the rule
+// current at commit. From expires_at until the sweep expires the hold, a
+// commit is a 409 reservation-expired.
+type CommitCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	ActualUnits    int64
+	Terms          RuleTerms
+	// Items, when set, replace ActualUnits and Terms: the commit of a
+	// multi-metric hold, one line per metric of the hold in its order.
+	Items    []CommitLine
+	Metadata Metadata
+	Context  MutationContext
+}
+
+// ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
+type ReleaseCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	ReservationID  uuid.UUID
+	// Expire marks the hold expired (the sweep) instead of released, and
+	// only when its expires_at has passed.
+	Expire  bool
+	Context MutationContext
+}
+
+// ReserveLine is one metric of a multi-metric hold: its estimated units and
+// the terms of its active rule.
+type ReserveLine struct {
+	Metric         string
+	EstimatedUnits int64
+	Terms          RuleTerms
+}
+
+// CommitLine is one metric of a multi-metric commit: the hold's estimate
+// of it (as Postgres stored it at the reserve; the script checks the
+// totals against the hold), the actual units and the terms current at
+// commit (zero when ActualUnits is 0).
+type CommitLine struct {
+	Metric         string
+	EstimatedUnits int64
+	EstimatedCost  int64
+	ActualUnits    int64
+	Terms          RuleTerms
+}
+
+// GaugeCommand moves a gauge counter by Delta (positive: increment).
+type GaugeCommand struct {
+	OpID           uuid.UUID
+	Customer       CustomerKey
+	IdempotencyKey string
+	RequestHash    string
+	Now            time.Time
+	Metric         string
+	Delta          int64
+	Cap            int64
+	// Allow lets an increment pass the cap (policy allow).
+	Allow bool
+	// LeaseID, when set, takes a lease on the incremented slots for
+	// LeaseSeconds: they return by themselves when it ends (leases.go).
+	LeaseID      uuid.UUID
+	LeaseSeconds int64
+	Context      MutationContext
+}
+
+// Errors of the hot-path scripts.
+var (
+	// ErrReservationNotFound: no such hold for the customer.
+	ErrReservationNotFound = &Error{Kind: KindNotFound, Detail: "reservation not found"}
+	// ErrReservationNotActive: the hold was committed, released or expired.
+	ErrReservationNotActive = &Error{Kind: KindConflict, Detail: "the reservation is not active"}
+	// ErrReservationExpired: commit after expires_at, before the sweep.
+	ErrReservationExpired = &Error{Kind: KindReservationExpired, Detail: "the reservation expired"}
+	// ErrGaugeBelowZero: a decrement larger than the count.
+	ErrGaugeBelowZero = &Error{Kind: KindConflict, Field: "amount", Detail: "the decrement is larger than the current count"}
+)
+
+// GaugeCapError is the 409 of an increment past the cap under block; its
+// members go into the problem body (interface.md Errors).
+func GaugeCapError(current, cap, shortfall int64) *Error {
+	return &Error{Kind: KindConflict, Detail: "the increment would pass the gauge cap",
+		Extra: map[string]any{"current": current, "cap": cap, "shortfall": shortfall}}
+}

@@ -1,0 +1,286 @@
+// Consume: charging one metric (or up to 20 items) for a customer's usage,\nfrom input to the ConsumeCommand the account script runs, and its answer.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/google/uuid"
+)
+
+// ConsumeInput is the body of POST /v1/entitlements/consume.
+type ConsumeInput struct {
+	CustomerID        *string `json:"customer_id"`
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Units             *int64  `json:"units"`
+	// Items is the multi-metric form: given instead of billable_metric_key
+	// and units, every item is charged or none is.
+	Items    []ConsumeItem `json:"items"`
+	Metadata Metadata      `json:"metadata"`
+}
+
+// ConsumeItem is one metric of a multi-metric consume.
+type ConsumeItem struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Units             *int64  `json:"units"`
+}
+
+// MaxConsumeItems bounds a multi-metric consume: its items are priced and
+// written in one script, whose time grows with their number (invariant 13).
+const MaxConsumeItems = 20
+
+// ItemCost is what one item of a multi-metric consume cost.
+type ItemCost struct {
+	BillableMetricKey string `json:"billable_metric_key"`
+	Units             int64  `json:"units"`
+	Cost              int64  `json:"cost"`
+}
+
+// ConsumeResult is the 200 body of a consume (addendum 7).
+type ConsumeResult struct {
+	TransactionID     *uuid.UUID `json:"transaction_id"`
+	CustomerID        uuid.UUID  `json:"customer_id"`
+	BillableMetricKey string     `json:"billable_metric_key"`
+	Units             int64      `json:"units"`
+	Cost              int64      `json:"cost"`
+	Charged           int64      `json:"charged"`
+	OverageMC         int64      `json:"overage_mc"`
+	BalanceAfter      int64      `json:"balance_after"`
+	EffectiveBalance  int64      `json:"effective_balance"`
+	Reason            *string    `json:"reason"`
+	// Items lists each item's cost when the request used items; nil for
+	// the single form.
+	Items []ItemCost `json:"items,omitempty"`
+	// replayed: the customer had applied this key before (a usage batch
+	// reports the event as a duplicate).
+	replayed bool
+}
+
+// ReasonDuplicateReplay marks a consume retried after the HTTP replay window.
+const ReasonDuplicateReplay = "duplicate_replay"
+
+// meteredRule finds the active rule of a metered metric, or the 400/404 a
+// consume or hold gets without one.
+func (s *Entitlements) meteredRule(ctx context.Context, scope Scope, key string) (MeteringRule, error) {
+	m, ok, err := s.metering.Metric(ctx, scope, key)
+	if err != nil {
+		return MeteringRule{}, err
+	}
+	if ok && m.Type != MetricMetered {
+		return MeteringRule{}, BadRequest("billable_metric_key", "the metric is not metered")
+	}
+	r, found, err := s.metering.ActiveRule(ctx, scope, key)
+	if err != nil {
+		return MeteringRule{}, err
+	}
+	if !found {
+		return MeteringRule{}, NotFound("no active metering rule for " + key)
+	}
+	return r, nil
+}
+
+// Consume prices and charges units atomically. Errors: 422/400 for the body,
+// 400 non-metered metric or cross-tenant id, 404 no active rule, 409
+// insufficient-credits under block (nothing charged).
+func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeResult, error) {
+	cmd, err := s.consumeCommand(ctx, scope, tenant, idem, in)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+	return consumeOutcome(cmd, res, err)
+}
+
+// consumeCommand checks in and prices it: the command a consume runs.
+func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
+	if in.CustomerID == nil || *in.CustomerID == "" {
+		return ConsumeCommand{}, Invalid("customer_id", "customer_id is required")
+	}
+	if in.Items != nil {
+		return s.multiConsumeCommand(ctx, scope, tenant, idem, in)
+	}
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return ConsumeCommand{}, Invalid("billable_metric_key", "billable_metric_key is required")
+	}
+	if in.Units == nil {
+		return ConsumeCommand{}, Invalid("units", "units is required")
+	}
+	if *in.Units < 1 {
+		return ConsumeCommand{}, BadRequest("units", "units must be >= 1")
+	}
+	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
+		return ConsumeCommand{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	rule, err := s.meteredRule(ctx, scope, *in.BillableMetricKey)
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	if _, err := Price(rule, *in.Units); err != nil {
+		return ConsumeCommand{}, priceError(err, "units")
+	}
+	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
+		return ConsumeCommand{}, err
+	}
+	return s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta)), nil
+}
+
+// ItemsMetadataKey is the member of a multi-metric consume's ledger entry
+// metadata that lists each item (metric, units, cost): the entry has no
+// single metric, and the breakdown travels in the one row (issue 10).
+const ItemsMetadataKey = "items"
+
+// multiConsumeCommand checks a multi-metric consume (in.Items set) and
+// prices every item: the command charging all of them or none.
+func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
+	if in.BillableMetricKey != nil || in.Units != nil {
+		return ConsumeCommand{}, BadRequest("items", "give either items or billable_metric_key and units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > MaxConsumeItems {
+		return ConsumeCommand{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxConsumeItems))
+	}
+	if _, ok := in.Metadata[ItemsMetadataKey]; ok {
+		return ConsumeCommand{}, BadRequest("metadata."+ItemsMetadataKey, "metadata."+ItemsMetadataKey+" is reserved for the item breakdown of a multi-metric consume")
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	lines := make([]ConsumeLine, len(in.Items))
+	seen := make(map[string]bool, len(in.Items))
+	var units, cost int64
+	for i, it := range in.Items {
+		if _, _, err := checkItem(i, it.BillableMetricKey, it.Units, consumeItemUnits, seen); err != nil {
+			return ConsumeCommand{}, err
+		}
+		field := fmt.Sprintf("items[%d].", i)
+		rule, err := s.meteredRule(ctx, scope, *it.BillableMetricKey)
+		if err != nil {
+			return ConsumeCommand{}, refield(err, "billable_metric_key", field+"billable_metric_key")
+		}
+		c, err := Price(rule, *it.Units)
+		if err != nil {
+			return ConsumeCommand{}, priceError(err, field+"units")
+		}
+		// The totals must fit int64 too (invariant 7): the script checks
+		// the cost again, Go names the field first.
+		var ok bool
+		if units, ok = addInt64(units, *it.Units); !ok {
+			return ConsumeCommand{}, Invalid("items", "the items' total units would overflow a 64-bit amount")
+		}
+		if cost, ok = addInt64(cost, c); !ok {
+			return ConsumeCommand{}, Invalid("items", "the items' total cost would overflow a 64-bit amount")
+		}
+		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: *it.Units, Terms: TermsOf(rule)}
+	}
+	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	if err != nil {
+		return ConsumeCommand{}, err
+	}
+	for _, l := range lines {
+		if err := s.usageAllowed(ctx, c, l.Metric); err != nil {
+			return ConsumeCommand{}, err
+		}
+	}
+	cmd := s.newConsume(c, tenant, idem, MeteringRule{}, 0, orEmpty(meta))
+	cmd.Metric, cmd.Units, cmd.Items = "", units, lines
+	return cmd, nil
+}
+
+// addInt64 is a + b and whether it fits int64 (both >= 0 here).
+func addInt64(a, b int64) (int64, bool) {
+	if b > 0 && a > math.MaxInt64-b {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// refield names to instead of from in a validation error of err, so an
+// item's error carries its path (items[2].billable_metric_key).
+func refield(err error, from, to string) error {
+	if e, ok := AsError(err); ok && e.Field == from {
+		c := *e
+		c.Field = to
+		return &c
+	}
+	return err
+}
+
+// usageAllowed refuses usage the customer's subscription forbids.
+func (s *Entitlements) usageAllowed(ctx context.Context, c Customer, metricKey string) error {
+	f, err := s.facts(ctx, c)
+	if err != nil {
+		return err
+	}
+	if meteredDenied(f, metricKey) {
+		return ErrUsageNotAllowed
+	}
+	return nil
+}
+
+// newConsume is the command of a consume of units of rule by c, now.
+func (s *Entitlements) newConsume(c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) ConsumeCommand {
+	return ConsumeCommand{
+		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: rule.BillableMetricKey, Units: units,
+		Terms: TermsOf(rule), Policy: PolicyOf(c, tenant), EntryMetadata: meta, Context: contextOf(c, tenant),
+		AppliedCheckedAt: idem.CheckedAt,
+	}
+}
+
+// consumeOutcome is the answer to cmd from its store result.
+func consumeOutcome(cmd ConsumeCommand, res MutationResult, err error) (ConsumeResult, error) {
+	if err != nil {
+		if cmd.Items != nil {
+			return ConsumeResult{}, priceError(err, "items")
+		}
+		return ConsumeResult{}, priceError(err, "units")
+	}
+	out := consumeResult(res.Mutation)
+	out.replayed = res.Replayed
+	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > httpReplayWindow {
+		r := ReasonDuplicateReplay
+		out.Reason = &r
+	}
+	return out, nil
+}
+
+// priceError names the field of an overflow.
+func priceError(err error, field string) error {
+	if errors.Is(err, ErrOverflow) {
+		return Invalid(field, "the cost would overflow a 64-bit amount")
+	}
+	return err
+}
+
+func consumeResult(m Mutation) ConsumeResult {
+	out := ConsumeResult{CustomerID: m.CustomerID}
+	if u := m.Usage; u != nil {
+		out.BillableMetricKey, out.Units, out.Cost, out.Charged, out.OverageMC = u.Metric, u.Units, u.Cost, u.Charged, u.Overage
+		if u.Items != nil {
+			out.Items = make([]ItemCost, len(u.Items))
+			for i, it := range u.Items {
+				out.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}
+			}
+		}
+	}
+	for i, e := range m.Entries {
+		if e.Role == RoleMain {
+			id := EntryID(m.OpID, i)
+			out.TransactionID = &id
+			break
+		}
+	}
+	eff := m.Account.Balance - m.Account.Reserved - m.Account.Pending
+	out.BalanceAfter, out.EffectiveBalance = eff, eff
+	return out
+}

@@ -1,0 +1,331 @@
+// Settling a hold: commit (single metric or items, with the merged metadata)\nand release, each one account script run from the hold index when Redis\nholds the hold.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// CommitInput is the body of POST /v1/reservations/{id}/commit.
+type CommitInput struct {
+	ActualUnits *int64   `json:"actual_units"`
+	Metadata    Metadata `json:"metadata"`
+	// Items is the commit of a multi-metric hold: each of its metrics'
+	// actual units, given instead of actual_units.
+	Items []CommitItem `json:"items"`
+}
+
+// CommitItem is one metric's actual units in the commit of a multi-metric
+// hold.
+type CommitItem struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	ActualUnits       *int64  `json:"actual_units"`
+}
+
+// HoldTransaction is the transaction member of commit and release bodies.
+type HoldTransaction struct {
+	ID                uuid.UUID  `json:"id"`
+	CustomerID        *uuid.UUID `json:"customer_id,omitempty"`
+	Delta             int64      `json:"delta"`
+	Type              EntryType  `json:"type"`
+	BillableMetricKey *string    `json:"billable_metric_key,omitempty"`
+	CostUnits         *int64     `json:"cost_units,omitempty"`
+	ReferenceID       *uuid.UUID `json:"reference_id,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+}
+
+// CommitResult is the 200 body of a commit.
+type CommitResult struct {
+	ReservationID  uuid.UUID         `json:"reservation_id"`
+	Status         ReservationStatus `json:"status"`
+	EstimatedUnits int64             `json:"estimated_units"`
+	ActualUnits    int64             `json:"actual_units"`
+	EstimatedCost  int64             `json:"estimated_cost"`
+	ActualCost     int64             `json:"actual_cost"`
+	Released       int64             `json:"released"`
+	Transaction    HoldTransaction   `json:"transaction"`
+	Account        HoldAccount       `json:"account"`
+	// Items lists each metric of a multi-metric hold with its estimate and
+	// its actual units and cost; the top-level figures are their totals.
+	Items []ReservationItem `json:"items,omitempty"`
+}
+
+// Commit settles a hold at the actual units, priced at the rule current now.
+// Not environment scoped, but tenant scoped. Errors: 404, 409 (conflict,
+// reservation-expired, insufficient-credits), 422.
+func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
+	if in.Items != nil {
+		return s.commitMulti(ctx, scope, tenant, id, idem, in)
+	}
+	if in.ActualUnits == nil {
+		// A multi-metric hold needs items, as a single one actual_units;
+		// whatever the look-up finds, the request is a 422.
+		if _, hold, err := s.find(ctx, scope, id, false); err == nil && len(hold.Items) > 0 {
+			return CommitResult{}, Invalid("items", "the reservation holds several metrics: items (each metric's actual_units) is required")
+		}
+		return CommitResult{}, Invalid("actual_units", "actual_units is required")
+	}
+	if *in.ActualUnits < 0 {
+		return CommitResult{}, Invalid("actual_units", "actual_units must be >= 0")
+	}
+	extra, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return CommitResult{}, err
+	}
+	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	out, err := s.commitSingle(ctx, tenant, id, idem, in, extra, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return CommitResult{}, err
+	}
+	return s.commitSingle(ctx, tenant, id, idem, in, extra, c, hold)
+}
+
+// commitSingle is Commit of the single-metric hold found (find or locate).
+func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata, c Customer, hold Reservation) (CommitResult, error) {
+	if len(hold.Items) > 0 {
+		return CommitResult{}, BadRequest("actual_units", "the reservation holds several metrics: give items (each metric's actual_units) instead of actual_units")
+	}
+	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
+	var terms RuleTerms
+	if *in.ActualUnits > 0 {
+		rule, found, err := s.ent.metering.ActiveRule(ctx, holdScope, hold.BillableMetricKey)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		if !found {
+			return CommitResult{}, DocumentedInternal("the metric has no active metering rule")
+		}
+		if _, err := Price(rule, *in.ActualUnits); err != nil {
+			return CommitResult{}, priceError(err, "actual_units")
+		}
+		terms = TermsOf(rule)
+	}
+	meta, err := mergedHoldMetadata(hold.Metadata, extra)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, ActualUnits: *in.ActualUnits,
+		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	if err != nil {
+		return CommitResult{}, priceError(settled(err, hold), "actual_units")
+	}
+	m := res.Mutation
+	r := reservationOf(m)
+	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m)}
+	if r.ActualUnits != nil {
+		out.ActualUnits = *r.ActualUnits
+	}
+	if r.ActualCost != nil {
+		out.ActualCost = *r.ActualCost
+	}
+	return out, nil
+}
+
+// mergedHoldMetadata is extra merged key by key into a hold's stored
+// metadata, checked again: the merge may pass a limit neither half did.
+func mergedHoldMetadata(stored, extra Metadata) (Metadata, error) {
+	meta := make(Metadata, len(stored)+len(extra))
+	for k, v := range stored {
+		meta[k] = v
+	}
+	for k, v := range extra {
+		meta[k] = v
+	}
+	return meta.Canonical("metadata")
+}
+
+// commitMulti settles a multi-metric hold at each of its metrics' actual
+// units (in.Items, every metric of the hold once), each priced at its rule
+// current now, in one script: all or none. Errors as Commit; an item's
+// error names it.
+func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
+	if in.ActualUnits != nil {
+		return CommitResult{}, BadRequest("items", "give either items or actual_units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > MaxReservationItems {
+		return CommitResult{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxReservationItems))
+	}
+	actual := make(map[string]int64, len(in.Items))
+	at := make(map[string]int, len(in.Items))
+	seen := make(map[string]bool, len(in.Items))
+	for i, it := range in.Items {
+		metric, units, err := checkItem(i, it.BillableMetricKey, it.ActualUnits, commitItemUnits, seen)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		actual[metric], at[metric] = units, i
+	}
+	extra, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return CommitResult{}, err
+	}
+	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	out, err := s.commitItems(ctx, tenant, id, idem, in, extra, actual, at, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return CommitResult{}, err
+	}
+	return s.commitItems(ctx, tenant, id, idem, in, extra, actual, at, c, hold)
+}
+
+// commitItems is commitMulti of the hold found (find or locate), with
+// in.Items checked: actual and at are each metric's actual units and its
+// index in in.Items.
+func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata,
+	actual map[string]int64, at map[string]int, c Customer, hold Reservation) (CommitResult, error) {
+	if len(hold.Items) == 0 {
+		return CommitResult{}, BadRequest("items", "the reservation holds one metric: give actual_units instead of items")
+	}
+	held := make(map[string]bool, len(hold.Items))
+	for _, h := range hold.Items {
+		held[h.BillableMetricKey] = true
+	}
+	for i, it := range in.Items {
+		if !held[*it.BillableMetricKey] {
+			field := fmt.Sprintf("items[%d].billable_metric_key", i)
+			return CommitResult{}, Invalid(field, "the reservation holds no metric "+*it.BillableMetricKey)
+		}
+	}
+	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
+	lines := make([]CommitLine, len(hold.Items))
+	var cost int64
+	for i, h := range hold.Items {
+		units, ok := actual[h.BillableMetricKey]
+		if !ok {
+			return CommitResult{}, Invalid("items", "items must give the actual_units of every metric of the reservation; "+h.BillableMetricKey+" is missing")
+		}
+		lines[i] = CommitLine{Metric: h.BillableMetricKey, EstimatedUnits: h.EstimatedUnits, EstimatedCost: h.EstimatedCost,
+			ActualUnits: units}
+		if units == 0 {
+			continue
+		}
+		field := fmt.Sprintf("items[%d].actual_units", at[h.BillableMetricKey])
+		rule, found, err := s.ent.metering.ActiveRule(ctx, holdScope, h.BillableMetricKey)
+		if err != nil {
+			return CommitResult{}, err
+		}
+		if !found {
+			return CommitResult{}, DocumentedInternal("the metric " + h.BillableMetricKey + " has no active metering rule")
+		}
+		p, err := Price(rule, units)
+		if err != nil {
+			return CommitResult{}, priceError(err, field)
+		}
+		if cost, ok = addInt64(cost, p); !ok {
+			return CommitResult{}, Invalid("items", "the items' total cost would overflow a 64-bit amount")
+		}
+		lines[i].Terms = TermsOf(rule)
+	}
+	meta, err := mergedHoldMetadata(hold.Metadata, extra)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Items: lines,
+		Metadata: meta, Context: contextOf(c, tenant)}
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	if err != nil {
+		return CommitResult{}, priceError(settled(err, hold), "items")
+	}
+	m := res.Mutation
+	r := reservationOf(m)
+	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
+	if r.ActualUnits != nil {
+		out.ActualUnits = *r.ActualUnits
+	}
+	if r.ActualCost != nil {
+		out.ActualCost = *r.ActualCost
+	}
+	return out, nil
+}
+
+// ReleaseResult is the 200 body of a release.
+type ReleaseResult struct {
+	ReservationID uuid.UUID         `json:"reservation_id"`
+	Status        ReservationStatus `json:"status"`
+	EstimatedCost int64             `json:"estimated_cost"`
+	Released      int64             `json:"released"`
+	Transaction   HoldTransaction   `json:"transaction"`
+	Account       HoldAccount       `json:"account"`
+}
+
+// Release returns a hold, even past its expires_at. Errors: 404, 409.
+func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency) (ReleaseResult, error) {
+	c, hold, err := s.find(ctx, scope, id, false)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	out, err := s.release(ctx, tenant, id, idem, c, hold)
+	if !s.hotMiss(hold, err) {
+		return out, err
+	}
+	if c, hold, err = s.locate(ctx, scope, id); err != nil {
+		return ReleaseResult{}, err
+	}
+	return s.release(ctx, tenant, id, idem, c, hold)
+}
+
+// release is Release of the hold found (find or locate).
+func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, c Customer, hold Reservation) (ReleaseResult, error) {
+	cmd := ReleaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
+		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Context: contextOf(c, tenant)}
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
+	if err != nil {
+		return ReleaseResult{}, settled(err, hold)
+	}
+	m := res.Mutation
+	r := reservationOf(m)
+	return ReleaseResult{ReservationID: id, Status: r.Status, EstimatedCost: r.EstimatedCost,
+		Released: m.Reservation.Released, Transaction: holdTransaction(m), Account: holdAccount(m)}, nil
+}
+
+// holdTransaction summarizes a commit's or release's entries: the first
+// main entry's id, the total delta.
+func holdTransaction(m Mutation) HoldTransaction {
+	var out HoldTransaction
+	first := true
+	for i, e := range m.Entries {
+		if e.Role != RoleMain {
+			continue
+		}
+		if first {
+			out = HoldTransaction{ID: EntryID(m.OpID, i), Type: e.Type, ReferenceID: e.Ref, CreatedAt: m.At()}
+			if e.Type == EntryConsumption {
+				cid := m.CustomerID
+				out.CustomerID, out.BillableMetricKey, out.CostUnits = &cid, e.Metric, e.Units
+			}
+			first = false
+		}
+		out.Delta += e.Delta
+	}
+	return out
+}
+
+// settled turns the store's "no such hold" into the 409 a finalized hold
+// gets: Redis keeps finalized holds only briefly, Postgres keeps them (and
+// locate waited for it to catch up).
+func settled(err error, hold Reservation) error {
+	if errors.Is(err, ErrReservationNotFound) && hold.Status != "" && hold.Status != ReservationActive {
+		return ErrReservationNotActive
+	}
+	return err
+}

@@ -1,0 +1,310 @@
+// Plan variants: the priced, billed versions of a plan (cycle, mode, trial,\nrenewal and grace), their inputs and validation, and the short-lived cache\nthe hot path reads a variant through.
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// BillingCycle is how long one period of a variant lasts.
+type BillingCycle string
+
+// Valid reports whether c is a known billing cycle.
+func (c BillingCycle) Valid() bool {
+	switch c {
+	case CycleDaily, CycleWeekly, CycleMonthly, CycleYearly, CycleOneTime:
+		return true
+	}
+	return false
+}
+
+// BillingMode says who moves a variant's periods on.
+type BillingMode string
+
+// Valid reports whether m is prepaid or postpaid.
+func (m BillingMode) Valid() bool { return m == BillingPrepaid || m == BillingPostpaid }
+
+// PlanVariant is one way to buy a plan: cycle, trial, billing mode.
+type PlanVariant struct {
+	ID                     uuid.UUID    `json:"id"`
+	PlanID                 uuid.UUID    `json:"plan_id"`
+	TenantID               uuid.UUID    `json:"tenant_id"`
+	Environment            Environment  `json:"environment"`
+	BillingCycle           BillingCycle `json:"billing_cycle"`
+	TrialDays              int          `json:"trial_days"`
+	Status                 PlanStatus   `json:"status"`
+	BillingMode            BillingMode  `json:"billing_mode"`
+	RenewalDueDays         int          `json:"renewal_due_days"`
+	GracePeriodDays        int          `json:"grace_period_days"`
+	AllowUsageWhileOverdue bool         `json:"allow_usage_while_overdue"`
+	Metadata               Metadata     `json:"metadata"`
+	CreatedAt              time.Time    `json:"created_at"`
+	UpdatedAt              time.Time    `json:"updated_at"`
+}
+
+// VariantDetail is a variant with the grants it schedules and the
+// entitlements it carries, both oldest first (GET /v1/plan-variants/{id},
+// GET /v1/plans?include_variants=true). Both lists are never nil.
+type VariantDetail struct {
+	PlanVariant
+	Grants       []PlanGrant          `json:"grants"`
+	Entitlements []VariantEntitlement `json:"entitlements"`
+}
+
+// variantCacheTTL bounds how stale another process's view of a variant's
+// grants and entitlements can be; this process forgets its own changes at once.
+const variantCacheTTL = 2 * time.Second
+
+type variantKey struct {
+	tenant uuid.UUID
+	env    Environment
+	id     uuid.UUID
+}
+
+type cachedVariant struct {
+	v       VariantDetail
+	expires time.Time
+}
+
+// CreateVariantInput is the body of POST /v1/plans/{id}/variants.
+type CreateVariantInput struct {
+	BillingCycle           *string  `json:"billing_cycle"`
+	TrialDays              *int     `json:"trial_days"`
+	BillingMode            *string  `json:"billing_mode"`
+	RenewalDueDays         *int     `json:"renewal_due_days"`
+	GracePeriodDays        *int     `json:"grace_period_days"`
+	AllowUsageWhileOverdue *bool    `json:"allow_usage_while_overdue"`
+	Metadata               Metadata `json:"metadata"`
+}
+
+// Validate names the first wrong field.
+func (in *CreateVariantInput) Validate() error {
+	if in.BillingCycle == nil || *in.BillingCycle == "" {
+		return Invalid("billing_cycle", "billing_cycle is required")
+	}
+	if !BillingCycle(*in.BillingCycle).Valid() {
+		return Invalid("billing_cycle", "billing_cycle must be daily, weekly, monthly, yearly or one_time")
+	}
+	if err := validateDays("trial_days", in.TrialDays); err != nil {
+		return err
+	}
+	if in.BillingMode != nil && !BillingMode(*in.BillingMode).Valid() {
+		return Invalid("billing_mode", "billing_mode must be prepaid or postpaid")
+	}
+	if err := validateDays("renewal_due_days", in.RenewalDueDays); err != nil {
+		return err
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
+	return validateDays("grace_period_days", in.GracePeriodDays)
+}
+
+func validateDays(field string, v *int) error {
+	if v != nil && (*v < 0 || *v > MaxVariantDays) {
+		return Invalid(field, field+" must be between 0 and 3650")
+	}
+	return nil
+}
+
+// UpdateVariantInput is the body of PATCH /v1/plans/{id}/variants/{vid}:
+// status, trial_days and metadata (replaced) change; the other fields are
+// fixed at creation and may only be repeated with their current value.
+type UpdateVariantInput struct {
+	Status    *string  `json:"status"`
+	TrialDays *int     `json:"trial_days"`
+	Metadata  Metadata `json:"metadata"`
+
+	BillingCycle           *string `json:"billing_cycle"`
+	BillingMode            *string `json:"billing_mode"`
+	RenewalDueDays         *int    `json:"renewal_due_days"`
+	GracePeriodDays        *int    `json:"grace_period_days"`
+	AllowUsageWhileOverdue *bool   `json:"allow_usage_while_overdue"`
+}
+
+// Validate names the first wrong field among the mutable ones.
+func (in *UpdateVariantInput) Validate() error {
+	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
+		return Invalid("status", "status must be active or retired")
+	}
+	var err error
+	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
+		return err
+	}
+	return validateDays("trial_days", in.TrialDays)
+}
+
+// immutable is the 422 of a PATCH that tries to change a fixed field.
+func immutable(field string) error {
+	return Invalid(field, field+" is fixed at creation and cannot be changed")
+}
+
+// checkFixed refuses a PATCH that sends a fixed field with another value.
+func (in *UpdateVariantInput) checkFixed(v PlanVariant) error {
+	switch {
+	case in.BillingCycle != nil && BillingCycle(*in.BillingCycle) != v.BillingCycle:
+		return immutable("billing_cycle")
+	case in.BillingMode != nil && BillingMode(*in.BillingMode) != v.BillingMode:
+		return immutable("billing_mode")
+	case in.RenewalDueDays != nil && *in.RenewalDueDays != v.RenewalDueDays:
+		return immutable("renewal_due_days")
+	case in.GracePeriodDays != nil && *in.GracePeriodDays != v.GracePeriodDays:
+		return immutable("grace_period_days")
+	case in.AllowUsageWhileOverdue != nil && *in.AllowUsageWhileOverdue != v.AllowUsageWhileOverdue:
+		return immutable("allow_usage_while_overdue")
+	}
+	return nil
+}
+
+// CreateVariant adds an active variant to a plan, retired or not.
+// Errors: 404 missing plan, 422 naming the field.
+func (s *Plans) CreateVariant(ctx context.Context, scope Scope, planID uuid.UUID, in CreateVariantInput) (PlanVariant, error) {
+	if err := in.Validate(); err != nil {
+		return PlanVariant{}, err
+	}
+	now := s.clock.Now()
+	v := PlanVariant{ID: uuid.Must(uuid.NewV7()), PlanID: planID, TenantID: scope.TenantID, Environment: scope.Environment,
+		BillingCycle: BillingCycle(*in.BillingCycle), Status: PlanActive, BillingMode: BillingPrepaid,
+		RenewalDueDays: DefaultRenewalDueDays, GracePeriodDays: DefaultGracePeriodDays, AllowUsageWhileOverdue: true,
+		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+	if in.TrialDays != nil {
+		v.TrialDays = *in.TrialDays
+	}
+	if in.BillingMode != nil {
+		v.BillingMode = BillingMode(*in.BillingMode)
+	}
+	if in.RenewalDueDays != nil {
+		v.RenewalDueDays = *in.RenewalDueDays
+	}
+	if in.GracePeriodDays != nil {
+		v.GracePeriodDays = *in.GracePeriodDays
+	}
+	if in.AllowUsageWhileOverdue != nil {
+		v.AllowUsageWhileOverdue = *in.AllowUsageWhileOverdue
+	}
+	if err := s.store.CreateVariant(ctx, v); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return PlanVariant{}, NotFound("plan not found")
+		}
+		return PlanVariant{}, err
+	}
+	return v, nil
+}
+
+// UpdateVariant changes status, trial_days and metadata (replaced) of a
+// variant of the plan. Errors: 404, 422 (bad value, or a fixed field sent
+// with another value).
+func (s *Plans) UpdateVariant(ctx context.Context, scope Scope, planID, id uuid.UUID, in UpdateVariantInput) (PlanVariant, error) {
+	if err := in.Validate(); err != nil {
+		return PlanVariant{}, err
+	}
+	now := s.clock.Now()
+	v, err := s.store.UpdateVariant(ctx, scope, planID, id, func(v *PlanVariant) error {
+		if err := in.checkFixed(*v); err != nil {
+			return err
+		}
+		if in.Status != nil {
+			v.Status = PlanStatus(*in.Status)
+		}
+		if in.TrialDays != nil {
+			v.TrialDays = *in.TrialDays
+		}
+		if in.Metadata != nil {
+			v.Metadata = in.Metadata
+		}
+		v.UpdatedAt = now
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return PlanVariant{}, NotFound("plan variant not found")
+	}
+	if err != nil {
+		return PlanVariant{}, err
+	}
+	s.forgetVariant(scope, id)
+	return v, nil
+}
+
+// ListVariants lists a plan's variants oldest first, both statuses, without
+// grants; an unknown plan has none.
+func (s *Plans) ListVariants(ctx context.Context, scope Scope, planID uuid.UUID) ([]PlanVariant, error) {
+	vs, err := s.store.ListVariants(ctx, scope, []uuid.UUID{planID})
+	if err != nil {
+		return nil, err
+	}
+	if vs == nil {
+		vs = []PlanVariant{}
+	}
+	return vs, nil
+}
+
+// Variant reads a variant with its grants and entitlements. Errors: 404.
+func (s *Plans) Variant(ctx context.Context, scope Scope, id uuid.UUID) (VariantDetail, error) {
+	v, err := s.store.GetVariant(ctx, scope, id)
+	if errors.Is(err, ErrNotFound) {
+		return VariantDetail{}, NotFound("plan variant not found")
+	}
+	if err != nil {
+		return VariantDetail{}, err
+	}
+	ds, err := s.details(ctx, scope, []PlanVariant{v})
+	if err != nil {
+		return VariantDetail{}, err
+	}
+	return ds[0], nil
+}
+
+// CachedVariant is Variant from a short-lived cache, for the hot path
+// (entitlement checks, schedulers). Misses and errors are never cached.
+func (s *Plans) CachedVariant(ctx context.Context, scope Scope, id uuid.UUID) (VariantDetail, error) {
+	k := variantKey{scope.TenantID, scope.Environment, id}
+	now := time.Now()
+	s.mu.Lock()
+	c, hit := s.variants[k]
+	s.mu.Unlock()
+	if hit && now.Before(c.expires) {
+		return c.v, nil
+	}
+	d, err := s.Variant(ctx, scope, id)
+	if err != nil {
+		return VariantDetail{}, err
+	}
+	s.mu.Lock()
+	if len(s.variants) > 100_000 {
+		s.variants = map[variantKey]cachedVariant{}
+	}
+	s.variants[k] = cachedVariant{v: d, expires: now.Add(variantCacheTTL)}
+	s.mu.Unlock()
+	return d, nil
+}
+
+func (s *Plans) forgetVariant(scope Scope, id uuid.UUID) {
+	s.mu.Lock()
+	delete(s.variants, variantKey{scope.TenantID, scope.Environment, id})
+	s.mu.Unlock()
+}
+
+// Billing cycles of interface.md "Plan variant".
+const (
+	CycleDaily   BillingCycle = "daily"
+	CycleWeekly  BillingCycle = "weekly"
+	CycleMonthly BillingCycle = "monthly"
+	CycleYearly  BillingCycle = "yearly"
+	CycleOneTime BillingCycle = "one_time"
+)
+
+// Billing modes of interface.md "Plan variant".
+const (
+	BillingPrepaid  BillingMode = "prepaid"
+	BillingPostpaid BillingMode = "postpaid"
+)
+
+// Variant defaults of interface.md "Plan variant".
+const (
+	DefaultRenewalDueDays  = 3
+	DefaultGracePeriodDays = 3
+)

@@ -1,0 +1,222 @@
+// Usage: batches of usage events, each charged as a consume whose idempotency\nkey is the event id (forever, not 24 h), with per-event outcomes.
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// UsageInput is the body of POST /v1/usage (addendum 7).
+type UsageInput struct {
+	Events []UsageEvent `json:"events"`
+}
+
+// UsageEvent is one metered use in a batch.
+type UsageEvent struct {
+	EventID           *string  `json:"event_id"`
+	CustomerID        *string  `json:"customer_id"`
+	BillableMetricKey *string  `json:"billable_metric_key"`
+	Units             *int64   `json:"units"`
+	Metadata          Metadata `json:"metadata"`
+}
+
+// UsageEventResult is one event's outcome.
+type UsageEventResult struct {
+	EventID       string     `json:"event_id"`
+	Status        string     `json:"status"`
+	TransactionID *uuid.UUID `json:"transaction_id"`
+	Charged       int64      `json:"charged"`
+	OverageMC     int64      `json:"overage_mc"`
+	Error         *string    `json:"error"`
+	// Cause is the unexpected failure behind an UsageInternalError, for the
+	// log only: its text may name tables, addresses or SQL states. The API
+	// logs it and adds the request id to Error.
+	Cause error `json:"-"`
+}
+
+// UsageInternalError is the error of an event that failed for a reason that
+// is not the caller's (no known engine error); what happened is only logged.
+const UsageInternalError = "internal: an unexpected error occurred"
+
+// Usage event statuses.
+const (
+	UsageCharged   = "charged"
+	UsageDuplicate = "duplicate"
+	UsageRefused   = "refused"
+	UsageFailed    = "failed"
+)
+
+// MaxUsageEvents bounds one usage batch (addendum 7).
+const MaxUsageEvents = 1000
+
+// Usage charges a batch of events, each as a consume whose idempotency key
+// is its event_id, so a re-sent event is charged once; one bad event never
+// fails the others. Errors (whole batch): 422 for a missing or oversized list.
+func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in UsageInput) ([]UsageEventResult, error) {
+	if in.Events == nil {
+		return nil, Invalid("events", "events is required")
+	}
+	if len(in.Events) > MaxUsageEvents {
+		return nil, Invalid("events", "at most 1000 events per call")
+	}
+	checkedAt := time.Now()
+	applied, err := s.appliedUsage(ctx, scope, in.Events)
+	if err != nil {
+		return nil, err
+	}
+	if s.applied == nil {
+		checkedAt = time.Time{}
+	}
+	out := make([]UsageEventResult, len(in.Events))
+	at := make([]int, 0, len(in.Events))
+	cmds := make([]ConsumeCommand, 0, len(in.Events))
+	for i, ev := range in.Events {
+		checked := checkedAt
+		if ev.EventID != nil {
+			m, ok := applied[usageKey(*ev.EventID)]
+			if ok && m.Environment == scope.Environment {
+				out[i] = duplicateOf(*ev.EventID, m, usageHash(ev))
+				continue
+			}
+			if ok {
+				// Found for the other environment only (one row per key is
+				// returned): the store looks this customer's key up itself.
+				checked = time.Time{}
+			}
+		}
+		cmd, err := s.usageCommand(ctx, scope, tenant, ev, checked)
+		if err != nil {
+			out[i] = usageFailure(ev, err)
+			continue
+		}
+		at, cmds = append(at, i), append(cmds, cmd)
+	}
+	// One pipelined round trip per chunk instead of one per event; the
+	// store runs a customer's events in the batch's order.
+	for lo := 0; lo < len(cmds); lo += usagePipeline {
+		hi := min(lo+usagePipeline, len(cmds))
+		results, errs := s.hot.ConsumeBatch(ctx, cmds[lo:hi])
+		for j := lo; j < hi; j++ {
+			res, err := results[j-lo], errs[j-lo]
+			if errors.Is(err, ErrStateMissing) {
+				// Not in Redis: load it and run the event alone (its
+				// customer's later events of the chunk come here too, in
+				// order).
+				cmd := cmds[j]
+				res, err = withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+			}
+			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
+		}
+	}
+	return out, nil
+}
+
+// usagePipeline is how many of a batch's events go to Redis in one
+// pipelined round trip: large enough to spend the round trip's cost once
+// over many scripts, small enough that one call does not hold a
+// connection's replies for long.
+const usagePipeline = 64
+
+// SetAppliedReader lets usage batches find events charged so long ago that
+// Redis no longer remembers them (event ids are idempotent forever).
+func (s *Entitlements) SetAppliedReader(r AppliedReader) { s.applied = r }
+
+func usageKey(eventID string) string { return "usage:" + eventID }
+
+// appliedUsage looks the batch's event ids up in Postgres in one query.
+func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []UsageEvent) (map[string]Mutation, error) {
+	if s.applied == nil {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(events))
+	for _, ev := range events {
+		// An id Postgres cannot hold is refused per event, never looked up.
+		if ev.EventID != nil && *ev.EventID != "" && cleanText(*ev.EventID, false) {
+			keys = append(keys, usageKey(*ev.EventID))
+		}
+	}
+	return s.applied.AppliedMutations(ctx, scope.TenantID, keys)
+}
+
+// duplicateOf answers a re-sent event from its original Mutation; another
+// content under the same event_id is a conflict.
+func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
+	if m.RequestHash != requestHash {
+		msg := "event_id was already used for a different event"
+		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg}
+	}
+	r := consumeResult(m)
+	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
+}
+
+// usageCommand checks one event and builds its consume; checkedAt is when
+// the batch's Postgres look-up found no operation under its id (zero: not
+// looked up).
+func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) (ConsumeCommand, error) {
+	if ev.EventID == nil || *ev.EventID == "" {
+		return ConsumeCommand{}, Invalid("event_id", "event_id is required")
+	}
+	id := *ev.EventID
+	if len(id) > 256 {
+		return ConsumeCommand{}, Invalid("event_id", "event_id is longer than 256 characters")
+	}
+	if err := CheckLine("event_id", id); err != nil {
+		return ConsumeCommand{}, err
+	}
+	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev), CheckedAt: checkedAt},
+		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
+}
+
+// usageOutcome is event ev's result from its consume's.
+func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err error) UsageEventResult {
+	r, err := consumeOutcome(cmd, res, err)
+	if errors.Is(err, ErrIdempotencyMismatch) {
+		err = Conflict("event_id was already used for a different event")
+	}
+	if err != nil {
+		return usageFailure(ev, err)
+	}
+	status := UsageCharged
+	if r.replayed {
+		status = UsageDuplicate
+	}
+	return UsageEventResult{EventID: *ev.EventID, Status: status, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
+}
+
+// usageFailure is event ev's result when err stopped it: refused when
+// credit was short, else failed, with err's public text (or, for an
+// unexpected error, UsageInternalError and err kept for the log).
+func usageFailure(ev UsageEvent, err error) UsageEventResult {
+	id := ""
+	if ev.EventID != nil {
+		id = *ev.EventID
+	}
+	msg, public := ItemErrorText(err)
+	if !public {
+		msg = UsageInternalError
+		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
+	}
+	status := UsageFailed
+	if errors.Is(err, ErrInsufficientCredits) {
+		status = UsageRefused
+	}
+	return UsageEventResult{EventID: id, Status: status, Error: &msg}
+}
+
+// usageHash fingerprints an event's content, so a re-sent event_id with the
+// same content is a duplicate and with other content a conflict.
+func usageHash(ev UsageEvent) string {
+	b, _ := json.Marshal(ev)
+	return "usage-" + hashHex(b)
+}
+
+func hashHex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
