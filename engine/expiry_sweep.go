@@ -28,50 +28,31 @@ type ExpirySweeper struct {
 	DeepLookback time.Duration // default 7 days
 	DeepEvery    time.Duration // default 10 minutes
 	Log          zerolog.Logger
+	// Prepare, when set, runs once before the first pass (internal/app
+	// frees an earlier version's expiry index there).
+	Prepare func(ctx context.Context)
+	Loop
 
 	lastDeep atomic.Int64 // unix ns of the last deep pass
 }
 
-// Run sweeps every Interval until ctx ends.
+// Name is the sweep's key in /readyz.
+func (s *ExpirySweeper) Name() string { return "expiry_sweep" }
+
+// Start runs the sweep in the background until Stop.
+func (s *ExpirySweeper) Start(ctx context.Context) error {
+	return s.Go(ctx, cmpOr(s.Interval, time.Second), s.Run)
+}
+
+// Run runs Prepare, then sweeps every Interval until ctx ends.
 func (s *ExpirySweeper) Run(ctx context.Context) {
-	every(ctx, s.Interval, time.Second, func() { s.SweepOnce(ctx) })
-}
-
-// every runs pass at once and then every interval (def when interval is not
-// positive) until ctx ends: the loop of the sweeps and the scheduler.
-func every(ctx context.Context, interval, def time.Duration, pass func()) {
-	if interval <= 0 {
-		interval = def
+	if s.Prepare != nil {
+		s.Prepare(ctx)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		pass()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// sweepOrder yields the partitions 0..n-1 from a random one on: the hold
-// sweep's order. Every node of a fleet sweeps every partition (release.lua
-// is atomic and refuses what is no longer due); starting each pass at a
-// random partition sets the nodes to work on different partitions
-// (docs/decisions.md "Background work across nodes").
-func sweepOrder(n int) func(yield func(int) bool) {
-	return func(yield func(int) bool) {
-		if n <= 0 {
-			return
-		}
-		start := rand.IntN(n)
-		for i := range n {
-			if !yield((start + i) % n) {
-				return
-			}
-		}
-	}
+	s.every(ctx, s.Interval, time.Second, func() error {
+		_, err := s.sweep(ctx)
+		return err
+	})
 }
 
 // sweepPages bounds the pages of one pass: a backlog larger than this
@@ -85,6 +66,14 @@ const sweepPages = 20
 // order, so nodes mostly work on different customers (docs/decisions.md
 // "Background work across nodes").
 func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
+	n, _ := s.sweep(ctx)
+	return n
+}
+
+// sweep is SweepOnce, also returning the first error it logged (the pass
+// then failed: Health reports it).
+func (s *ExpirySweeper) sweep(ctx context.Context) (int, error) {
+	var failed error
 	batch := cmpOr(s.Batch, 500)
 	now := s.Clock.Now()
 	since := now.Add(-cmpOr(s.Lookback, 10*time.Minute))
@@ -100,10 +89,10 @@ func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
 			if ctx.Err() == nil {
 				s.Log.Warn().Err(err).Msg("expiry sweep: list due")
 			}
-			return n
+			return n, err
 		}
 		if len(due) == 0 {
-			return n
+			return n, failed
 		}
 		// The next page starts after this one's last expiry (customers
 		// tied with it past the limit wait for the next pass).
@@ -116,20 +105,25 @@ func (s *ExpirySweeper) SweepOnce(ctx context.Context) int {
 				continue
 			}
 			seen[d.Customer.CustomerID] = true
-			if s.expire(ctx, d.Customer, now) {
+			ok, err := s.expire(ctx, d.Customer, now)
+			if ok {
 				n++
+			}
+			if failed == nil {
+				failed = err
 			}
 		}
 		if len(due) < batch || !next.After(since) {
-			return n
+			return n, failed
 		}
 		since = next
 	}
-	return n
+	return n, failed
 }
 
-// expire runs expire.lua for c, loading c first when Redis lacks it.
-func (s *ExpirySweeper) expire(ctx context.Context, c CustomerKey, now time.Time) bool {
+// expire runs expire.lua for c, loading c first when Redis lacks it; the
+// error is the one it logged.
+func (s *ExpirySweeper) expire(ctx context.Context, c CustomerKey, now time.Time) (bool, error) {
 	_, ok, err := s.Blocks.Expire(ctx, uuid.Must(uuid.NewV7()), c, now)
 	if errors.Is(err, ErrStateMissing) && s.Credits != nil {
 		if err = s.Credits.Load(ctx, c); err == nil {
@@ -138,15 +132,7 @@ func (s *ExpirySweeper) expire(ctx context.Context, c CustomerKey, now time.Time
 	}
 	if err != nil {
 		s.Log.Warn().Err(err).Str("customer_id", c.CustomerID.String()).Msg("expiry sweep")
-		return false
+		return false, err
 	}
-	return ok
-}
-
-// cmpOr is v, or def when v is not positive.
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v > 0 {
-		return v
-	}
-	return def
+	return ok, nil
 }
