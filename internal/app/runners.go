@@ -7,6 +7,10 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
+// Runners are the background loops Start starts and Stop stops, in that
+// order.
+func (a *App) Runners() []engine.Runner { return append([]engine.Runner(nil), a.runners...) }
+
 // runnerChecks are /readyz's entries for the background loops, one per
 // runner under its Name. They are advisory: a failing loop shows in the
 // body and in creditd_readiness_check but leaves the node in the load
