@@ -172,7 +172,9 @@ func (l *Loop) Health() error {
 	if p := l.lastErr.Load(); p != nil {
 		cause = *p
 	}
-	if n := l.failures.Load(); n > 0 {
+	if n := l.failures.Load(); n == 1 {
+		return &Unhealthy{Reason: "last pass failed, " + l.since(now), Cause: cause}
+	} else if n > 1 {
 		return &Unhealthy{Reason: fmt.Sprintf("last %d passes failed, %s", n, l.since(now)), Cause: cause}
 	}
 	stall := l.stallAfter
@@ -184,7 +186,7 @@ func (l *Loop) Health() error {
 		from = l.started.Load()
 	}
 	if idle := now.Sub(time.Unix(0, from)); idle > stall {
-		return &Unhealthy{Reason: fmt.Sprintf("stalled: no pass succeeded for %s (interval %s)", idle.Round(time.Second), interval), Cause: cause}
+		return &Unhealthy{Reason: fmt.Sprintf("stalled: no pass succeeded for %s (interval %s)", roughly(idle), interval), Cause: cause}
 	}
 	return nil
 }
@@ -195,7 +197,15 @@ func (l *Loop) since(now time.Time) string {
 	if ok == 0 {
 		return "none succeeded yet"
 	}
-	return fmt.Sprintf("last success %s ago", now.Sub(time.Unix(0, ok)).Round(time.Millisecond))
+	return fmt.Sprintf("last success %s ago", roughly(now.Sub(time.Unix(0, ok))))
+}
+
+// roughly is d to the second, or to the millisecond under one.
+func roughly(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
 
 // every runs pass at once and then every interval (def when interval is

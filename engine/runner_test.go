@@ -107,7 +107,7 @@ func TestLoop(t *testing.T) {
 				t.Errorf("Health() text %q shows the cause", err)
 			}
 			return err
-		}, "passes failed"},
+		}, "failed, none succeeded yet"},
 		{"healed after a failure", func(t *testing.T, r *loopRunner) error {
 			r.fail.Store(&errDown)
 			if err := r.Start(context.Background()); err != nil {
