@@ -53,18 +53,20 @@ func publicReadyText(err error) string {
 
 // readyz runs every readiness check at once, each bounded by 2 s (a check
 // that ignores its context is reported as timed out, not waited for); any
-// failure makes the answer 503 so a load balancer stops sending traffic.
+// failure but an advisory check's makes the answer 503 so a load balancer
+// stops sending traffic.
 func (s *Server) readyz(c *call) error {
 	type result struct {
-		name string
-		err  error
+		name     string
+		err      error
+		advisory bool
 	}
 	results := make(chan result, len(s.ready)) // buffered: a late check never blocks
 	for _, hc := range s.ready {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), readyCheckTimeout)
 			defer cancel()
-			results <- result{hc.Name, hc.Check(ctx)}
+			results <- result{hc.Name, hc.Check(ctx), hc.Advisory}
 		}()
 	}
 	body := readyBody{Status: "ready", Checks: make(map[string]string, len(s.ready))}
@@ -74,21 +76,25 @@ func (s *Server) readyz(c *call) error {
 	timeout := time.NewTimer(readyCheckTimeout + 100*time.Millisecond)
 	defer timeout.Stop()
 	ok := true
+	answered := make(map[string]bool, len(s.ready))
 collect:
 	for range s.ready {
 		select {
 		case r := <-results:
+			answered[r.name] = true
 			if r.err != nil {
 				body.Checks[r.name] = publicReadyText(r.err)
 				if _, public := r.err.(NotReady); !public {
 					s.log.Warn().Bytes("request_id", c.reqID).Str("check", r.name).Err(r.err).Msg("readiness check failed")
 				}
-				ok = false
+				ok = ok && r.advisory
 				continue
 			}
 			body.Checks[r.name] = "ok"
 		case <-timeout.C:
-			ok = false
+			for _, hc := range s.ready {
+				ok = ok && (answered[hc.Name] || hc.Advisory)
+			}
 			break collect
 		}
 	}

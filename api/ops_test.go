@@ -77,9 +77,11 @@ func resolves(doc map[string]any, ref string) bool {
 }
 
 // TestHealthAndReadiness: /healthz is always 200; /readyz is 503 naming
-// each failing check and 200 when all pass; only NotReady text is shown,
-// any other error (it may name hosts and ports) reads "unavailable".
+// each failing check and 200 when all pass or only advisory ones fail;
+// only NotReady text is shown, any other error (it may name hosts and
+// ports) reads "unavailable".
 func TestHealthAndReadiness(t *testing.T) {
+	okCheck := func(context.Context) error { return nil }
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
@@ -88,9 +90,12 @@ func TestHealthAndReadiness(t *testing.T) {
 		want   map[string]string
 	}{
 		{"no checks", nil, 200, map[string]string{}},
-		{"all ok", []HealthCheck{{"redis", func(context.Context) error { return nil }}, {"postgres", func(context.Context) error { return nil }}}, 200, map[string]string{"redis": "ok", "postgres": "ok"}},
-		{"one failing", []HealthCheck{{"redis", func(context.Context) error { return nil }}, {"persister_lag", func(context.Context) error { return NotReady("lag 12s over 5s") }}}, 503, map[string]string{"redis": "ok", "persister_lag": "lag 12s over 5s"}},
-		{"internal text hidden", []HealthCheck{{"postgres", func(context.Context) error { return errors.New("dial tcp 10.0.0.7:5432: connect: connection refused") }}}, 503, map[string]string{"postgres": "unavailable"}},
+		{"all ok", []HealthCheck{{Name: "redis", Check: okCheck}, {Name: "postgres", Check: okCheck}}, 200, map[string]string{"redis": "ok", "postgres": "ok"}},
+		{"one failing", []HealthCheck{{Name: "redis", Check: okCheck}, {Name: "persister_lag", Check: func(context.Context) error { return NotReady("lag 12s over 5s") }}}, 503, map[string]string{"redis": "ok", "persister_lag": "lag 12s over 5s"}},
+		{"internal text hidden", []HealthCheck{{Name: "postgres", Check: func(context.Context) error { return errors.New("dial tcp 10.0.0.7:5432: connect: connection refused") }}}, 503, map[string]string{"postgres": "unavailable"}},
+		{"advisory failing stays ready", []HealthCheck{{Name: "redis", Check: okCheck}, {Name: "scheduler", Advisory: true, Check: func(context.Context) error { return NotReady("stalled") }}}, 200, map[string]string{"redis": "ok", "scheduler": "stalled"}},
+		{"advisory and required failing", []HealthCheck{{Name: "redis", Check: func(context.Context) error { return NotReady("down") }}, {Name: "scheduler", Advisory: true, Check: func(context.Context) error { return NotReady("stalled") }}}, 503, map[string]string{"redis": "down", "scheduler": "stalled"}},
+		{"advisory internal text hidden", []HealthCheck{{Name: "hold_sweep", Advisory: true, Check: func(context.Context) error { return errors.New("dial tcp 10.0.0.7:6379") }}}, 200, map[string]string{"hold_sweep": "unavailable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -52,10 +52,15 @@ const (
 )
 
 // HealthCheck is one named readiness probe of /readyz (Redis, Postgres,
-// persister lag); Check returns nil when the dependency is usable.
+// persister lag, each background loop); Check returns nil when the
+// dependency is usable.
 type HealthCheck struct {
 	Name  string
 	Check func(ctx context.Context) error
+	// Advisory checks show their failure in the body but leave the answer
+	// 200: the node still serves (docs/decisions.md "Background loops in
+	// /readyz").
+	Advisory bool
 }
 
 // Config wires the server to the engine services and operations hooks.

@@ -35,6 +35,7 @@ type ReconcileSampler struct {
 	Interval time.Duration // default one minute
 	Clock    Clock
 	Log      zerolog.Logger
+	Loop
 
 	checked, mismatches, skipped, last atomic.Int64
 }
@@ -53,15 +54,29 @@ func (s *ReconcileSampler) Stats() ReconcileSampleStats {
 		LastMismatches: s.last.Load()}
 }
 
+// Name is the sampler's key in /readyz.
+func (s *ReconcileSampler) Name() string { return "reconcile_sample" }
+
+// Start runs the sampler in the background until Stop; with Size 0 it is
+// off (and healthy).
+func (s *ReconcileSampler) Start(ctx context.Context) error {
+	if s.Size <= 0 {
+		return s.Off()
+	}
+	return s.Go(ctx, cmpOr(s.Interval, DefaultReconcileSampleInterval), s.Run)
+}
+
 // Run samples every Interval until ctx ends; Size 0 does nothing.
 func (s *ReconcileSampler) Run(ctx context.Context) {
 	if s.Size <= 0 {
 		return
 	}
-	every(ctx, s.Interval, DefaultReconcileSampleInterval, func() {
-		if _, err := s.SampleOnce(ctx); err != nil && ctx.Err() == nil {
+	s.every(ctx, s.Interval, DefaultReconcileSampleInterval, func() error {
+		_, err := s.SampleOnce(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.Log.Warn().Err(err).Msg("reconcile sample failed")
 		}
+		return err
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/rs/zerolog"
 )
 
 // Reservation limits (interface.md Limits).
@@ -387,60 +386,6 @@ func reservationOf(m Mutation) Reservation {
 func holdAccount(m Mutation) HoldAccount {
 	a := m.Account
 	return HoldAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
-}
-
-// ReservationSweeper expires holds past their expires_at (interface.md:
-// once per minute; the interval is configurable for tests).
-type ReservationSweeper struct {
-	Hot      HotStore
-	Credits  *Credits
-	Clock    Clock
-	Interval time.Duration
-	Log      zerolog.Logger
-}
-
-// Run sweeps every Interval (default one minute) until ctx ends.
-func (s *ReservationSweeper) Run(ctx context.Context) {
-	interval := s.Interval
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.SweepOnce(ctx)
-		}
-	}
-}
-
-// SweepOnce expires every due hold; it returns how many it expired.
-func (s *ReservationSweeper) SweepOnce(ctx context.Context) int {
-	n := 0
-	now := s.Clock.Now()
-	for p := range sweepOrder(s.Credits.blocks.Partitions()) {
-		due, err := s.Hot.DueReservations(ctx, p, now, 500)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.Log.Warn().Err(err).Int("partition", p).Msg("reservation sweep: list due")
-			}
-			continue
-		}
-		for _, d := range due {
-			cmd := ReleaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: d.Customer, Now: now,
-				ReservationID: d.ReservationID, Expire: true}
-			_, err := withLoad(ctx, s.Credits, d.Customer, func() (MutationResult, error) { return s.Hot.Release(ctx, cmd) })
-			if err == nil {
-				n++
-			} else if !errors.Is(err, ErrReservationNotActive) && !errors.Is(err, ErrReservationNotFound) {
-				s.Log.Warn().Err(err).Str("reservation_id", d.ReservationID.String()).Msg("reservation sweep")
-			}
-		}
-	}
-	return n
 }
 
 func derefString(p *string) string {

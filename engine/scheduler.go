@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -22,16 +23,35 @@ type Scheduler struct {
 	Interval      time.Duration // default 1s
 	Batch         int           // subscriptions per claim round, default 200
 	Log           zerolog.Logger
+	Loop
+}
+
+// Name is the scheduler's key in /readyz.
+func (s *Scheduler) Name() string { return "scheduler" }
+
+// Start runs the scheduler in the background until Stop.
+func (s *Scheduler) Start(ctx context.Context) error {
+	return s.Go(ctx, cmpOr(s.Interval, time.Second), s.Run)
 }
 
 // Run runs a pass every Interval until ctx ends.
 func (s *Scheduler) Run(ctx context.Context) {
-	every(ctx, s.Interval, time.Second, func() { s.RunOnce(ctx) })
+	s.every(ctx, s.Interval, time.Second, func() error {
+		_, err := s.pass(ctx)
+		return err
+	})
 }
 
 // RunOnce does the work due now and returns how many subscriptions it
 // advanced.
 func (s *Scheduler) RunOnce(ctx context.Context) int {
+	n, _ := s.pass(ctx)
+	return n
+}
+
+// pass is RunOnce, also returning the first error it logged.
+func (s *Scheduler) pass(ctx context.Context) (int, error) {
+	var failed error
 	batch := s.Batch
 	if batch <= 0 {
 		batch = 200
@@ -45,6 +65,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) int {
 			err := s.Subscriptions.advance(ctx, r, now)
 			if err != nil && ctx.Err() == nil {
 				s.Log.Warn().Err(err).Str("subscription", r.ID.String()).Msg("scheduler: advance subscription")
+				failed = cmp.Or(failed, err)
 			}
 			return err
 		})
@@ -53,11 +74,11 @@ func (s *Scheduler) RunOnce(ctx context.Context) int {
 			if ctx.Err() == nil {
 				s.Log.Warn().Err(err).Msg("scheduler: claim due subscriptions")
 			}
-			return total
+			return total, cmp.Or(err, failed)
 		}
 		if n < batch {
-			return total
+			return total, failed
 		}
 	}
-	return total
+	return total, failed
 }

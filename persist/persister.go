@@ -149,6 +149,21 @@ type Persister struct {
 	hurry chan struct{}
 	// linger is groupLinger; a test sets it long to see Hurry end it.
 	linger time.Duration
+	// Loop runs Run as an engine.Runner; every outbox read, claim and
+	// failed apply reports a pass to it.
+	engine.Loop
+}
+
+// Name is the persister loop's key in /readyz (its lag is "persister").
+func (p *Persister) Name() string { return "outbox_persister" }
+
+// Start runs the persister in the background until Stop.
+func (p *Persister) Start(ctx context.Context) error {
+	return p.Go(ctx, p.cfg.Block, func(ctx context.Context) {
+		if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			p.log.Error().Err(err).Msg("persister stopped")
+		}
+	})
 }
 
 // Hurry asks the committer to commit what it has gathered now instead of
@@ -237,6 +252,7 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 			if err != nil {
 				if !p.setAside(ctx, log, part, err) && ctx.Err() == nil {
 					log.Error().Err(err).Msg("outbox claim failed")
+					p.Pass(err)
 				}
 			} else {
 				lastClaim = time.Now()
@@ -255,9 +271,11 @@ func (p *Persister) runPartition(ctx context.Context, part int) {
 				continue
 			}
 			log.Error().Err(err).Msg("outbox read failed")
+			p.Pass(err)
 			backoff.wait(ctx)
 			continue
 		}
+		p.Pass(nil)
 		backoff.reset()
 		if len(msgs) > 0 {
 			p.persistRenewed(ctx, log, part, msgs)
@@ -432,6 +450,7 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			}
 		}
 		log.Error().Err(err).Int("count", len(msgs)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
+		p.Pass(err)
 		backoff.wait(ctx)
 		if ctx.Err() != nil {
 			return false

@@ -6,11 +6,9 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -159,10 +157,12 @@ type App struct {
 	outboxRedis redis.UniversalClient
 	// readyChecks are /readyz's probes; the metrics show them too.
 	readyChecks []api.HealthCheck
-	cfg         Config
-	log         zerolog.Logger
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
+	// runners are the background loops, each listed once: Start and Stop
+	// walk the list and /readyz shows each one.
+	runners []engine.Runner
+	cfg     Config
+	log     zerolog.Logger
+	cancel  context.CancelFunc
 }
 
 // New wires an App on open connections; Start runs its background work.
@@ -214,7 +214,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// an op the master never replicated vanishes in a failover, and
 	// Postgres must not keep it while the promoted replica lacks it.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
-	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
+	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log,
+		Prepare: a.dropLegacyExpiryIndex}
 	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
@@ -246,12 +247,14 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Directory: a.DB, AdminToken: cfg.AdminToken,
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
+	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler}
 	a.readyChecks = []api.HealthCheck{
 		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		{Name: "postgres", Check: pool.Ping},
 		{Name: "persister", Check: a.checkLag},
 		{Name: "dead_letters", Check: a.checkDeadLetters},
 	}
+	a.readyChecks = append(a.readyChecks, runnerChecks(a.runners)...)
 	var tracer api.Config
 	if cfg.Tracing != nil {
 		tracer.Tracer = cfg.Tracing.Provider.Tracer("github.com/creditd/creditd/api")
@@ -272,50 +275,24 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	return a
 }
 
-// Start runs the persister, the expiry sweep and the webhook delivery pool until Stop.
+// Start starts every background loop (runners) until Stop.
 func (a *App) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.wg.Add(3)
-	go func() {
-		defer a.wg.Done()
-		if err := a.Persister.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			a.log.Error().Err(err).Msg("persister stopped")
+	for _, r := range a.runners {
+		if err := r.Start(ctx); err != nil {
+			a.log.Error().Err(err).Str("runner", r.Name()).Msg("background loop not started")
 		}
-	}()
-	go func() {
-		defer a.wg.Done()
-		// Memory an earlier creditd's expiry index held (issue 10): freed
-		// once, before the first sweep; a failure only leaves it in place.
-		if err := a.Store.DropLegacyExpiryIndex(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn().Err(err).Msg("expiry index of an earlier version left in Redis")
-		}
-		a.Sweeper.Run(ctx)
-	}()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.HoldSweeper.Run(ctx)
-	}()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.LeaseSweeper.Run(ctx)
-	}()
-	go func() {
-		defer a.wg.Done()
-		a.Webhooks.Run(ctx)
-	}()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.Scheduler.Run(ctx)
-	}()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		a.ReconcileSampler.Run(ctx)
-	}()
+	}
+}
+
+// dropLegacyExpiryIndex frees the memory an earlier creditd's expiry index
+// held (issue 10), once, before the expiry sweep's first pass; a failure
+// only leaves it in place.
+func (a *App) dropLegacyExpiryIndex(ctx context.Context) {
+	if err := a.Store.DropLegacyExpiryIndex(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn().Err(err).Msg("expiry index of an earlier version left in Redis")
+	}
 }
 
 // outboxDrained tells the reconcile sampler whether every outbox partition
@@ -337,7 +314,7 @@ func (a *App) outboxDrained(ctx context.Context) (bool, error) {
 func (a *App) Serve(ln net.Listener) error { return a.Server.Serve(ln) }
 
 // Stop shuts the server down, lets the persister write what is queued (up
-// to drain), and stops the background work.
+// to drain), and stops the background loops, waiting for each.
 func (a *App) Stop(drain time.Duration) {
 	_ = a.Server.Shutdown()
 	if drain > 0 {
@@ -345,10 +322,13 @@ func (a *App) Stop(drain time.Duration) {
 		_ = a.Persister.Drain(ctx, drain)
 		cancel()
 	}
+	// Every loop sees its end at once; the Stops below only wait.
 	if a.cancel != nil {
 		a.cancel()
 	}
-	a.wg.Wait()
+	for _, r := range a.runners {
+		r.Stop()
+	}
 	if a.outboxRedis != a.Redis {
 		_ = a.outboxRedis.Close()
 	}

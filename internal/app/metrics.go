@@ -17,7 +17,8 @@ import (
 const scrapeTimeout = 2 * time.Second
 
 // backlogCollector reads, at each scrape, the figures that live in Redis
-// and Postgres: the /readyz checks, the persister's lag and outbox depth (in all and per
+// and Postgres: the /readyz checks that gate readiness, each background
+// loop's health, the persister's lag and outbox depth (in all and per
 // partition), unresolved dead letters, the webhook backlog, and the
 // scheduler's and sweeps' due work. A read that fails leaves its families
 // out of that scrape (and is logged at debug level).
@@ -25,27 +26,30 @@ type backlogCollector struct {
 	a *App
 
 	ready, lag, backlog, partLag, partDepth, deadLetters, webhookBacklog, webhookDue, schedulerBacklog, sweepBacklog *prometheus.Desc
+	runnerHealthy, runnerLastSuccess                                                                                 *prometheus.Desc
 }
 
 func newBacklogCollector(a *App) *backlogCollector {
 	return &backlogCollector{
-		a:                a,
-		ready:            prometheus.NewDesc("creditd_readiness_check", "1 when the /readyz check passes, 0 when it fails (redis, postgres, persister lag, dead_letters).", []string{"check"}, nil),
-		lag:              prometheus.NewDesc("creditd_persister_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres.", nil, nil),
-		backlog:          prometheus.NewDesc("creditd_persister_backlog", "Outbox entries not yet committed to Postgres.", nil, nil),
-		partLag:          prometheus.NewDesc("creditd_persister_partition_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
-		partDepth:        prometheus.NewDesc("creditd_outbox_depth", "Outbox entries not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
-		deadLetters:      prometheus.NewDesc("creditd_dead_letters_unresolved", "Outbox entries set aside and not yet replayed or discarded.", nil, nil),
-		webhookBacklog:   prometheus.NewDesc("creditd_webhook_backlog", "Webhook events not yet delivered nor dead-lettered (pending, or failed and waiting for a retry).", nil, nil),
-		webhookDue:       prometheus.NewDesc("creditd_webhook_backlog_due", "Webhook events of the backlog whose next attempt is due now.", nil, nil),
-		schedulerBacklog: prometheus.NewDesc("creditd_scheduler_backlog", "Subscriptions whose next scheduled action is due now.", nil, nil),
-		sweepBacklog:     prometheus.NewDesc("creditd_sweep_backlog", "Work due now and not yet done by a sweep: customers with blocks to expire (sweep=expiry), holds to release (sweep=reservation).", []string{"sweep"}, nil),
+		a:                 a,
+		ready:             prometheus.NewDesc("creditd_readiness_check", "1 when the /readyz check passes, 0 when it fails (redis, postgres, persister lag, dead_letters).", []string{"check"}, nil),
+		lag:               prometheus.NewDesc("creditd_persister_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres.", nil, nil),
+		backlog:           prometheus.NewDesc("creditd_persister_backlog", "Outbox entries not yet committed to Postgres.", nil, nil),
+		partLag:           prometheus.NewDesc("creditd_persister_partition_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
+		partDepth:         prometheus.NewDesc("creditd_outbox_depth", "Outbox entries not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
+		deadLetters:       prometheus.NewDesc("creditd_dead_letters_unresolved", "Outbox entries set aside and not yet replayed or discarded.", nil, nil),
+		webhookBacklog:    prometheus.NewDesc("creditd_webhook_backlog", "Webhook events not yet delivered nor dead-lettered (pending, or failed and waiting for a retry).", nil, nil),
+		webhookDue:        prometheus.NewDesc("creditd_webhook_backlog_due", "Webhook events of the backlog whose next attempt is due now.", nil, nil),
+		schedulerBacklog:  prometheus.NewDesc("creditd_scheduler_backlog", "Subscriptions whose next scheduled action is due now.", nil, nil),
+		runnerHealthy:     prometheus.NewDesc("creditd_runner_healthy", "1 when the background loop is healthy, 0 when not (not running, its last pass failed, or stalled); /readyz shows why under its name.", []string{"runner"}, nil),
+		runnerLastSuccess: prometheus.NewDesc("creditd_runner_last_success_timestamp_seconds", "Unix time of the background loop's last successful pass (absent before the first).", []string{"runner"}, nil),
+		sweepBacklog:      prometheus.NewDesc("creditd_sweep_backlog", "Work due now and not yet done by a sweep: customers with blocks to expire (sweep=expiry), holds to release (sweep=reservation).", []string{"sweep"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.lag, c.backlog, c.partLag, c.partDepth, c.deadLetters, c.webhookBacklog, c.webhookDue, c.schedulerBacklog, c.sweepBacklog} {
+	for _, d := range []*prometheus.Desc{c.ready, c.lag, c.backlog, c.partLag, c.partDepth, c.deadLetters, c.webhookBacklog, c.webhookDue, c.schedulerBacklog, c.sweepBacklog, c.runnerHealthy, c.runnerLastSuccess} {
 		ch <- d
 	}
 }
@@ -60,8 +64,21 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	for _, r := range a.runners {
+		v := 1.0
+		if r.Health() != nil {
+			v = 0
+		}
+		gauge(c.runnerHealthy, v, r.Name())
+		if s, ok := r.(interface{ LastSuccess() time.Time }); ok && !s.LastSuccess().IsZero() {
+			gauge(c.runnerLastSuccess, float64(s.LastSuccess().UnixNano())/1e9, r.Name())
+		}
+	}
 	var wg sync.WaitGroup
 	for _, hc := range a.readyChecks {
+		if hc.Advisory {
+			continue // the loops: creditd_runner_healthy
+		}
 		wg.Go(func() {
 			v := 1.0
 			if err := hc.Check(ctx); err != nil {
