@@ -35,13 +35,10 @@ type SubscriptionEventData struct {
 	CanceledAt     *time.Time         `json:"canceled_at"`
 }
 
-// emit records a subscription event; its id derives from the subscription
-// and tag, so a retried transition inserts nothing twice. A failure is
-// logged: the transition itself stands.
+// emit adds a subscription event to r.Events, which the store writes in
+// the transaction that writes r; its id derives from the subscription and
+// tag, so a retried transition inserts nothing twice.
 func (s *Subscriptions) emit(ctx context.Context, r *SubscriptionRecord, c *Customer, t EventType, tag string, at time.Time) {
-	if s.events == nil {
-		return
-	}
 	var ext *string
 	if c == nil {
 		if cc, err := s.customers.Resolve(ctx, scopeOf(r), CustomerRef{Value: r.CustomerID.String()}, false); err == nil {
@@ -59,8 +56,5 @@ func (s *Subscriptions) emit(ctx context.Context, r *SubscriptionRecord, c *Cust
 		RenewalDueAt: r.RenewalDueAt, GraceEndsAt: r.GraceEndsAt, CanceledAt: r.CanceledAt}
 	// The clock may stand behind a catch-up firing's instant; events are
 	// stamped with the instant they describe.
-	e := NewEvent(id, t, r.TenantID, r.Environment, &customer, ext, at, "", data)
-	if err := s.events.InsertEvent(ctx, e); err != nil {
-		s.log.Error().Err(err).Str("subscription", r.ID.String()).Str("event_type", string(t)).Msg("subscription event not recorded")
-	}
+	r.Events = append(r.Events, NewEvent(id, t, r.TenantID, r.Environment, &customer, ext, at, "", data))
 }

@@ -24,7 +24,6 @@ type Subscriptions struct {
 	credits   *Credits
 	blocks    BlockStore
 	rollover  RolloverStore
-	events    EventInserter
 	clock     Clock
 	log       zerolog.Logger
 	view      *PlanFacts
@@ -33,9 +32,9 @@ type Subscriptions struct {
 // NewSubscriptions returns the subscription service; view (may be nil) is
 // told when a customer's subscription changes.
 func NewSubscriptions(store SubscriptionStore, plans *Plans, customers *Customers, credits *Credits, blocks BlockStore,
-	rollover RolloverStore, events EventInserter, clock Clock, log zerolog.Logger) *Subscriptions {
+	rollover RolloverStore, clock Clock, log zerolog.Logger) *Subscriptions {
 	return &Subscriptions{store: store, plans: plans, customers: customers, credits: credits, blocks: blocks,
-		rollover: rollover, events: events, clock: clock, log: log}
+		rollover: rollover, clock: clock, log: log}
 }
 
 // SetPlanFacts lets the service invalidate the PlanView cache on change.
@@ -116,11 +115,12 @@ func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscr
 		activate(&r, v, now, now, true)
 	}
 	r.NextActionAt = &now
+	s.emit(ctx, &r, &c, EventSubscriptionCreated, "created", now)
 	if err := s.store.CreateSubscription(ctx, r); err != nil {
 		return Subscription{}, err
 	}
+	r.Events = nil
 	s.forget(r.CustomerID)
-	s.emit(ctx, &r, &c, EventSubscriptionCreated, "created", now)
 	// Fire what the creation owes now; should this process die first, the
 	// scheduler finds the subscription due and fires it.
 	out, err := s.store.UpdateSubscription(ctx, scope, r.ID, func(rec *SubscriptionRecord) error {

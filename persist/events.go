@@ -356,21 +356,43 @@ SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2
 FROM bumped b
 ON CONFLICT (id) DO NOTHING`
 
-// InsertEvent writes one event born outside a Lua script (test.ping,
-// subscription events) unless its id exists, numbered in one transaction.
+// InsertEvent writes one event that reports no stored state change
+// (test.ping) unless its id exists, numbered in one transaction.
 func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
-	next := e.CreatedAt
-	if e.NextRetryAt != nil {
-		next = *e.NextRetryAt
-	}
 	b := &pgx.Batch{}
-	b.Queue(lockSequenceSQL, e.TenantID)
-	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
-		string(e.Payload), next, e.CreatedAt, e.Version)
+	queueInsertEvent(b, e)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("persist: insert event: %w", err)
 	}
 	return nil
+}
+
+// insertEvents writes evs in tx, in order, each unless its id exists: the
+// events of the state change tx writes (subscription events), numbered in
+// tx so they commit or roll back with it.
+func insertEvents(ctx context.Context, tx pgx.Tx, evs []engine.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, e := range evs {
+		queueInsertEvent(b, e)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("persist: insert events: %w", err)
+	}
+	return nil
+}
+
+// queueInsertEvent queues lockSequenceSQL and insertEventSQL for e.
+func queueInsertEvent(b *pgx.Batch, e engine.Event) {
+	next := e.CreatedAt
+	if e.NextRetryAt != nil {
+		next = *e.NextRetryAt
+	}
+	b.Queue(lockSequenceSQL, e.TenantID)
+	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
+		string(e.Payload), next, e.CreatedAt, e.Version)
 }
 
 const eventColumns = `id, tenant_id, environment, customer_id, event_type, payload::text, status, attempts,
