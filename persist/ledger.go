@@ -139,7 +139,7 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	alerts, err := s.alertsOf(ctx, s.pool, ms)
+	alerts, err := s.beforeApply(ctx, s.pool, ms)
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}
