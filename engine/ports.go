@@ -610,22 +610,24 @@ type HoldReader interface {
 // SubscriptionStore keeps subscriptions and their scheduler state (Postgres).
 type SubscriptionStore interface {
 	SubscriptionReader
-	// CreateSubscription inserts r; ErrLiveSubscription when the customer
-	// already has a live subscription.
+	// CreateSubscription inserts r and r.Events in one transaction;
+	// ErrLiveSubscription when the customer already has a live subscription.
 	CreateSubscription(ctx context.Context, r SubscriptionRecord) error
 	// GetRecord reads a subscription with its bookkeeping (ErrNotFound).
 	GetRecord(ctx context.Context, s Scope, id uuid.UUID) (SubscriptionRecord, error)
 	// ListSubscriptions pages a customer's subscriptions newest first.
 	ListSubscriptions(ctx context.Context, s Scope, customer uuid.UUID, cursor string, limit int) (Page[Subscription], error)
 	// UpdateSubscription locks subscription id of scope s, lets change edit
-	// the record (an error aborts and is returned as is) and writes it, in
-	// one transaction (ErrNotFound).
+	// the record (an error aborts and is returned as is) and writes it and
+	// the events change added to its Events, in one transaction
+	// (ErrNotFound).
 	UpdateSubscription(ctx context.Context, s Scope, id uuid.UUID, change func(*SubscriptionRecord) error) (SubscriptionRecord, error)
 	// RunDue runs change on up to limit subscriptions whose NextActionAt is
 	// at or before now, each locked (FOR UPDATE SKIP LOCKED, so processes
 	// share the work) and written in its own transaction. A change error
-	// rolls that one back and skips it until the next call. It returns how
-	// many it ran.
+	// rolls that one back and skips it until the next call. The record and
+	// the events change added to its Events are written together. It
+	// returns how many it ran.
 	RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error)
 	// PeriodUsage sums the customer's consumption per metric in [from, to).
 	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
@@ -652,13 +654,6 @@ type OverrideReader interface {
 	// LiveOverrides are the overrides of the subscription that are neither
 	// deleted nor expired at now.
 	LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]Override, error)
-}
-
-// EventInserter writes events born outside the Lua scripts (the webhook
-// event store).
-type EventInserter interface {
-	// InsertEvent writes a pending event unless its id exists.
-	InsertEvent(ctx context.Context, e Event) error
 }
 
 // BatchLoader loads many states in one round trip, each fenced like Load.

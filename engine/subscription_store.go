@@ -21,6 +21,11 @@ type SubscriptionRecord struct {
 	// NextActionAt is the soonest instant the scheduler has work for the
 	// subscription; nil when none. The engine computes it.
 	NextActionAt *time.Time
+	// Events are the subscription events this change reports, in order.
+	// They are not part of the row: the store writes them in the
+	// transaction that writes the record, so a transition and its events
+	// are stored together or not at all.
+	Events []Event
 }
 
 // GrantState is one plan grant's firing state on one subscription.

@@ -177,11 +177,14 @@ ON CONFLICT (customer_id) DO UPDATE SET account_version = EXCLUDED.account_versi
 	topup_requested_at = EXCLUDED.topup_requested_at, updated_at = EXCLUDED.updated_at
 WHERE s.account_version < EXCLUDED.account_version`
 
-// alertOutcome is what the alert settings make of a batch: the events each
-// Mutation owes (by op id) and the state to store per customer.
+// alertOutcome is what Apply reads before its transaction: what the alert
+// settings make of a batch (the events each Mutation owes, by op id, and
+// the state to store per customer) and the low-balance thresholds of its
+// candidates (beforeApply).
 type alertOutcome struct {
-	events map[uuid.UUID][]engine.Event
-	states []alertStateRow
+	events     map[uuid.UUID][]engine.Event
+	states     []alertStateRow
+	thresholds map[uuid.UUID]int64
 }
 
 // alertStateRow is one customer's state after the batch.

@@ -468,7 +468,7 @@ func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOu
 		if err != nil {
 			return err
 		}
-		alerts, err := s.alertsOf(ctx, sp, []engine.Mutation{m})
+		alerts, err := s.beforeApply(ctx, sp, []engine.Mutation{m})
 		if err != nil {
 			return err
 		}

@@ -22,11 +22,12 @@ var _ engine.EventStore = (*Store)(nil)
 // eventsSQLTemplate writes the events of a batch of Mutations in one
 // statement and numbers them (issue 15 item 2). Plain rows ($1..$9, from
 // Mutations that carry a Context: every hot-path script) are stored as
-// sent, typed arrays in, no JSON parsed (issue 10). Filled rows ($10..$21,
+// sent, typed arrays in, no JSON parsed (issue 10). Filled rows ($10..$18,
 // Mutations without a Context: the grant and debit scripts) get their
-// external id, and the threshold of the low-balance candidate row (low),
-// from the customer and tenant rows, and the candidate is kept only when it
-// crosses that threshold.
+// external id from the customer row. Whether such a Mutation owes
+// credit.low_balance is decided in Go (engine.LowBalanceEvent, on the
+// thresholds Apply read before its transaction: beforeApply), so
+// the rule has one home.
 //
 // The rows that are inserted take the next sequences of their tenant's
 // counter row (event_sequences), in batch order (ord), in this same
@@ -44,19 +45,12 @@ const eventsSQLTemplate = `WITH e AS (
 		$8::int[], $9::bigint[]) AS p(id, tenant, env, customer, type, payload, at, ord, version)
 	UNION ALL
 	SELECT f.id, f.tenant, f.env, f.customer, f.type,
-		CASE
-			WHEN f.low THEN jsonb_set(jsonb_set(f.payload::jsonb, '{external_customer_id}',
-				COALESCE(to_jsonb(c.external_id), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb(th.v))
-			ELSE jsonb_set(f.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))
-		END::text,
+		jsonb_set(f.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))::text,
 		f.at, f.ord, f.version
 	FROM unnest($10::uuid[], $11::uuid[], $12::text[], $13::uuid[], $14::text[], $15::text[], $16::timestamptz[],
-		$17::int[], $18::bigint[], $19::bool[], $20::bigint[], $21::bigint[])
-		AS f(id, tenant, env, customer, type, payload, at, ord, version, low, eb, ea)
+		$17::int[], $18::bigint[])
+		AS f(id, tenant, env, customer, type, payload, at, ord, version)
 	LEFT JOIN customers c ON c.id = f.customer
-	LEFT JOIN tenants t ON t.id = f.tenant
-	CROSS JOIN LATERAL (SELECT COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0) AS v) th
-	WHERE NOT f.low OR (th.v > 0 AND f.eb >= th.v AND f.ea < th.v)
 ), fresh AS (
 	SELECT e.*, row_number() OVER (PARTITION BY e.tenant ORDER BY e.ord) AS rn,
 		count(*) OVER (PARTITION BY e.tenant) AS n
@@ -86,11 +80,10 @@ var (
 
 // eventRow is one event row of the events statement.
 type eventRow struct {
-	e         engine.Event
-	ord       int
-	version   int64
-	fill, low bool
-	eb, ea    int64
+	e       engine.Event
+	ord     int
+	version int64
+	fill    bool
 }
 
 // queueEvents is the events section of Apply, queued after every other
@@ -112,7 +105,7 @@ func queueEventRows(b *pgx.Batch, plain, filled *eventBatch, sql string) {
 	}
 	b.Queue(sql, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at, plain.ord,
 		plain.version, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body, filled.at,
-		filled.ord, filled.version, filled.low, filled.eb, filled.ea)
+		filled.ord, filled.version)
 }
 
 // bumpSequencesSQL takes $2 sequences of each tenant $1 (sorted, so two
@@ -267,8 +260,10 @@ func sequencedPayload(seq int64, body string) string {
 // Mutation delivered twice in a batch owes its events once), each with
 // its place in the batch (ord: Mutations in batch order, a Mutation's
 // events in slot order), which orders their sequences: plain rows are
-// stored as they are, filled rows are completed in SQL. The alert events
-// (complete, so plain) follow their Mutation's own.
+// stored as they are, filled rows get their external id in SQL. A
+// Mutation without a Context owes credit.low_balance when it crosses its
+// customer's threshold (alerts.thresholds, read by beforeApply).
+// The alert events (complete, so plain) follow their Mutation's own.
 func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eventBatch) {
 	rows := make([]eventRow, 0, len(ms))
 	for _, m := range ms {
@@ -282,16 +277,8 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eve
 		if !fill {
 			continue
 		}
-		// The threshold is unknown here: queue the candidate and let the
-		// statement keep it only if it crosses.
-		eb, ok := engine.EffectiveBeforeOf(&m)
-		ea := m.EffectiveAfter()
-		if !ok || eb <= 0 || ea >= eb || (m.Usage != nil && m.Usage.Refused) {
-			continue
-		}
-		if ev, crossed := engine.LowBalanceEvent(m, eb); crossed {
-			rows = append(rows, eventRow{e: ev, ord: len(rows), version: m.Account.Version, fill: true, low: true,
-				eb: eb, ea: ea})
+		if ev, crossed := engine.LowBalanceEvent(m, alerts.thresholdOf(m.CustomerID)); crossed {
+			rows = append(rows, eventRow{e: ev, ord: len(rows), version: m.Account.Version, fill: true})
 		}
 	}
 	// The rows are put in order by their indexes: an eventRow holds an
@@ -324,15 +311,12 @@ type eventBatch struct {
 	at             []time.Time
 	ord            []int32
 	version        []int64
-	low            []bool
-	eb, ea         []int64
 }
 
 func (c *eventBatch) add(r eventRow) {
 	c.id, c.tenant, c.customer = append(c.id, r.e.ID), append(c.tenant, r.e.TenantID), append(c.customer, r.e.CustomerID)
 	c.env, c.typ, c.body = append(c.env, string(r.e.Environment)), append(c.typ, string(r.e.EventType)), append(c.body, string(r.e.Payload))
 	c.at, c.ord, c.version = append(c.at, r.e.CreatedAt), append(c.ord, int32(r.ord)), append(c.version, r.version)
-	c.low, c.eb, c.ea = append(c.low, r.low), append(c.eb, r.eb), append(c.ea, r.ea)
 }
 
 // lockSequenceSQL takes the tenant's counter row (creating it at 0) before
@@ -356,21 +340,43 @@ SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2
 FROM bumped b
 ON CONFLICT (id) DO NOTHING`
 
-// InsertEvent writes one event born outside a Lua script (test.ping,
-// subscription events) unless its id exists, numbered in one transaction.
+// InsertEvent writes one event that reports no stored state change
+// (test.ping) unless its id exists, numbered in one transaction.
 func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
-	next := e.CreatedAt
-	if e.NextRetryAt != nil {
-		next = *e.NextRetryAt
-	}
 	b := &pgx.Batch{}
-	b.Queue(lockSequenceSQL, e.TenantID)
-	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
-		string(e.Payload), next, e.CreatedAt, e.Version)
+	queueInsertEvent(b, e)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("persist: insert event: %w", err)
 	}
 	return nil
+}
+
+// insertEvents writes evs in tx, in order, each unless its id exists: the
+// events of the state change tx writes (subscription events), numbered in
+// tx so they commit or roll back with it.
+func insertEvents(ctx context.Context, tx pgx.Tx, evs []engine.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, e := range evs {
+		queueInsertEvent(b, e)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("persist: insert events: %w", err)
+	}
+	return nil
+}
+
+// queueInsertEvent queues lockSequenceSQL and insertEventSQL for e.
+func queueInsertEvent(b *pgx.Batch, e engine.Event) {
+	next := e.CreatedAt
+	if e.NextRetryAt != nil {
+		next = *e.NextRetryAt
+	}
+	b.Queue(lockSequenceSQL, e.TenantID)
+	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
+		string(e.Payload), next, e.CreatedAt, e.Version)
 }
 
 const eventColumns = `id, tenant_id, environment, customer_id, event_type, payload::text, status, attempts,

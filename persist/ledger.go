@@ -139,7 +139,7 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 	if len(ms) == 0 {
 		return nil
 	}
-	alerts, err := s.alertsOf(ctx, s.pool, ms)
+	alerts, err := s.beforeApply(ctx, s.pool, ms)
 	if err != nil {
 		return fmt.Errorf("persist: apply %d mutations: %w", len(ms), err)
 	}
@@ -172,7 +172,8 @@ func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation, alerts
 
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
 // commit them with its own bookkeeping (deadletter.go); alerts are the
-// alert events and states of ms (alertsOf), nil for none.
+// alert events and states of ms and its low-balance thresholds
+// (beforeApply), nil for none.
 func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
 	if err := queueApply(b, ms, alerts); err != nil {

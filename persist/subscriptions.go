@@ -16,6 +16,8 @@ import (
 // Subscriptions and the scheduler's bookkeeping (migration 007). One row
 // holds a subscription, its per-grant firing state and its next due
 // instant, so one row lock serializes the API and every scheduler process.
+// The events a change reports (SubscriptionRecord.Events) are written in
+// the transaction that writes the row: a crash leaves both or neither.
 
 var (
 	_ engine.SubscriptionReader = (*Store)(nil)
@@ -83,15 +85,22 @@ func recordArgs(r engine.SubscriptionRecord) ([]any, error) {
 		r.ActivatedAt, r.RenewalWarned, gs, r.NextActionAt}, nil
 }
 
-// CreateSubscription inserts r; engine.ErrLiveSubscription when the customer
-// already has a live subscription.
+// CreateSubscription inserts r and its events (r.Events) in one
+// transaction; engine.ErrLiveSubscription when the customer already has a
+// live subscription.
 func (s *Store) CreateSubscription(ctx context.Context, r engine.SubscriptionRecord) error {
 	args, err := recordArgs(r)
 	if err != nil {
 		return fmt.Errorf("persist: create subscription: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO subscriptions (`+subscriptionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`, args...)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO subscriptions (`+subscriptionColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
+			args...); err != nil {
+			return err
+		}
+		return insertEvents(ctx, tx, r.Events)
+	})
 	if isUniqueViolation(err, subscriptionsOneLive) {
 		return engine.ErrLiveSubscription
 	}
@@ -164,7 +173,8 @@ func (s *Store) ListSubscriptions(ctx context.Context, sc engine.Scope, customer
 	return pageOf(list, limit, func(x engine.Subscription) pageKey { return pageKey{at: x.CreatedAt, id: x.ID} }), nil
 }
 
-// writeRecord rewrites every mutable column of r, in tx.
+// writeRecord rewrites every mutable column of r and inserts the events
+// its change added (r.Events), in tx.
 func writeRecord(ctx context.Context, tx pgx.Tx, r engine.SubscriptionRecord) error {
 	args, err := recordArgs(r)
 	if err != nil {
@@ -178,12 +188,15 @@ func writeRecord(ctx context.Context, tx pgx.Tx, r engine.SubscriptionRecord) er
 	if isUniqueViolation(err, subscriptionsOneLive) {
 		return engine.ErrLiveSubscription
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return insertEvents(ctx, tx, r.Events)
 }
 
 // UpdateSubscription locks subscription id of scope sc, applies change and
-// writes the record, in one transaction. An error of change is returned as
-// is and writes nothing.
+// writes the record and the events change added, in one transaction. An
+// error of change is returned as is and writes nothing.
 func (s *Store) UpdateSubscription(ctx context.Context, sc engine.Scope, id uuid.UUID, change func(*engine.SubscriptionRecord) error) (engine.SubscriptionRecord, error) {
 	var out engine.SubscriptionRecord
 	var changeErr error
@@ -202,6 +215,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, sc engine.Scope, id uuid
 		if err := writeRecord(ctx, tx, r); err != nil {
 			return err
 		}
+		r.Events = nil
 		out = r
 		return nil
 	})

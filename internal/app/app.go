@@ -233,7 +233,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.PlanFacts = engine.NewPlanFacts(a.DB, a.Plans, a.DB, cfg.Clock)
 	a.Entitlements.SetPlanView(a.PlanFacts)
 	a.Overrides.OnOverrideChange = a.PlanFacts.ForgetSubscription
-	a.Subscriptions = engine.NewSubscriptions(a.DB, a.Plans, a.Customers, a.Credits, a.Store, a.Store, a.DB, cfg.Clock, log)
+	a.Subscriptions = engine.NewSubscriptions(a.DB, a.Plans, a.Customers, a.Credits, a.Store, a.Store, cfg.Clock, log)
 	a.Subscriptions.SetPlanFacts(a.PlanFacts)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
