@@ -71,14 +71,10 @@ const (
 
 // LeaseCommand renews, releases or expires one lease of a gauge.
 type LeaseCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	Metric         string
-	LeaseID        uuid.UUID
-	Action         LeaseAction
+	CommandHeader
+	Metric  string
+	LeaseID uuid.UUID
+	Action  LeaseAction
 	// Seconds is a renew's new length; 0 keeps the lease's own.
 	Seconds int64
 	Context MutationContext
@@ -201,8 +197,8 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	}
 	capMC := gaugeCap(value(f, m))
 	key := CustomerKeyOf(c)
-	cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: key, IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, LeaseID: id, Action: action,
+	cmd := LeaseCommand{
+		CommandHeader: headerOf(key, idem, s.clock.Now()), Metric: metricKey, LeaseID: id, Action: action,
 		Seconds: secs, Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) { return s.leases.Lease(ctx, cmd) })
 	if errors.Is(err, ErrLeaseNotFound) {
@@ -307,7 +303,8 @@ func (s *LeaseSweeper) SweepOnce(ctx context.Context) int {
 		if done[g] {
 			continue
 		}
-		cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: d.Customer, Now: now, Metric: d.Metric,
+		cmd := LeaseCommand{
+			CommandHeader: headerOf(d.Customer, Idempotency{}, now), Metric: d.Metric,
 			LeaseID: d.LeaseID, Action: LeaseExpire}
 		_, err := withLoad(ctx, s.Credits, d.Customer, func() (MutationResult, error) { return s.Hot.Lease(ctx, cmd) })
 		switch {
