@@ -74,10 +74,11 @@ if m_pos(actual) then
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
   local merged
-  if ARGV[15] then
+  local stored_meta, merged_meta = ARGV[14], ARGV[15]
+  if merged_meta then
     -- Go merged (lua/bounded.go): only check it merged into this text.
-    if r.meta ~= ARGV[14] then return redis.error_reply('STALE the hold changed since it was read') end
-    merged = ARGV[15]
+    if r.meta ~= stored_meta then return redis.error_reply('STALE the hold changed since it was read') end
+    merged = merged_meta
   else
     merged = meta_merge(r.meta, meta)
     if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
