@@ -82,6 +82,16 @@ func newHotHead(h engine.CommandHeader, mc engine.MutationContext) (hotHead, err
 	return hotHead{headArgv: head, Ctx: string(ctxJSON)}, nil
 }
 
+// newHotHeadMeta is newHotHead and meta as the JSON text a script splices.
+func newHotHeadMeta(h engine.CommandHeader, mc engine.MutationContext, meta engine.Metadata) (hotHead, string, error) {
+	head, err := newHotHead(h, mc)
+	if err != nil {
+		return hotHead{}, "", err
+	}
+	text, err := jsonText(meta)
+	return head, text, err
+}
+
 // start is a new argument list of room n beginning with h.
 func (h *hotHead) start(n int) []any {
 	return append(h.headArgv.put(make([]any, 0, n)), h.Ctx)

@@ -67,7 +67,7 @@ func jsonText(v any) (string, error) {
 // ErrIdempotencyMismatch; a retried idempotency key returns the original
 // Mutation with Replayed set.
 func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.grant(ctx, cmd) })
 }
 
@@ -291,7 +291,7 @@ func capText(cap *int64) string {
 // changes nothing when refused. Errors: engine.ErrStateMissing,
 // ErrInsufficientCredits, ErrNoAccount, ErrIdempotencyMismatch.
 func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.debit(ctx, cmd) })
 }
 

@@ -28,6 +28,36 @@ const (
 	reservationIndexSlack = 48 * time.Hour
 )
 
+// pricedTerms is pricedTermsArg for script name: an engine error (a bad
+// request, ErrOverflow) as it is, any other error named for the script.
+func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
+	terms, err := pricedTermsArg(t, units)
+	if _, ok := engine.AsError(err); ok || err == nil {
+		return terms, err
+	}
+	return "", fmt.Errorf("lua: %s: %w", name, err)
+}
+
+// checkItems refuses a multi-metric command of n items outside
+// 1..engine.MaxConsumeItems.
+func checkItems(n int) error {
+	if n < 1 || n > engine.MaxConsumeItems {
+		return engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	}
+	return nil
+}
+
+// checkHold refuses a reserve whose hold would expire at once or has no id.
+func checkHold(cmd engine.ReserveCommand) error {
+	if !cmd.ExpiresAt.After(cmd.Now) {
+		return errors.New("lua: reserve: expires_at is not after now")
+	}
+	if cmd.ReservationID == uuid.Nil {
+		return errors.New("lua: reserve: no reservation id")
+	}
+	return nil
+}
+
 // pricedTermsArg is termsArg for a call that prices units: a tiered rule
 // is priced here by engine.Price (the function the scripts' price mirrors,
 // price_test.go) and sent as flat terms of that cost, so a script never
@@ -113,7 +143,7 @@ func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
 // and the rest is overage. Errors: ErrInsufficientCredits, ErrOverflow,
 // ErrIdempotencyMismatch, ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.AppliedCheckedAt,
+	return s.appliedFirst(ctx, cmd.CommandHeader, cmd.AppliedCheckedAt,
 		func(ctx context.Context) (engine.MutationResult, error) { return s.consume(ctx, cmd) })
 }
 
@@ -144,18 +174,11 @@ func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) 
 	if !cmd.Policy.Valid() {
 		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
 	}
-	terms, err := pricedTermsArg(cmd.Terms, cmd.Units)
-	if _, ok := engine.AsError(err); ok {
-		return nil, nil, err
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("lua: consume: %w", err)
-	}
-	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
+	terms, err := pricedTerms("consume", cmd.Terms, cmd.Units)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := jsonText(cmd.EntryMetadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.EntryMetadata)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -180,8 +203,8 @@ func (s *Store) consumeMulti(ctx context.Context, cmd engine.ConsumeCommand) (en
 
 // consumeMultiArgs are the keys and arguments of consume_multi.lua for cmd.
 func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return nil, nil, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	if err := checkItems(len(cmd.Items)); err != nil {
+		return nil, nil, err
 	}
 	if !cmd.Policy.Valid() {
 		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
@@ -206,12 +229,9 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 		if err := checkMetric(it.Metric); err != nil {
 			return nil, nil, fmt.Errorf("lua: consume: %w", err)
 		}
-		terms, err := pricedTermsArg(it.Terms, it.Units)
-		if _, ok := engine.AsError(err); ok {
-			return nil, nil, err
-		}
+		terms, err := pricedTerms("consume", it.Terms, it.Units)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lua: consume: %w", err)
+			return nil, nil, err
 		}
 		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.Units, 10), Terms: terms}
 	}
@@ -280,7 +300,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
 // ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.reserve(ctx, cmd) })
 }
 
@@ -295,24 +315,14 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if err := checkMetric(cmd.Metric); err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
 	}
-	if !cmd.ExpiresAt.After(cmd.Now) {
-		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
-	}
-	if cmd.ReservationID == uuid.Nil {
-		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
-	}
-	terms, err := pricedTermsArg(cmd.Terms, cmd.EstimatedUnits)
-	if _, ok := engine.AsError(err); ok {
+	if err := checkHold(cmd); err != nil {
 		return engine.MutationResult{}, err
 	}
-	if err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
-	}
-	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
+	terms, err := pricedTerms("reserve", cmd.Terms, cmd.EstimatedUnits)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -326,20 +336,13 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 // reserveMulti is reserve for a multi-metric command (reserve_multi.lua):
 // the items' summed estimated cost held in one script, or nothing.
 func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
-	}
-	if !cmd.ExpiresAt.After(cmd.Now) {
-		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
-	}
-	if cmd.ReservationID == uuid.Nil {
-		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
-	}
-	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
-	if err != nil {
+	if err := checkItems(len(cmd.Items)); err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
+	if err := checkHold(cmd); err != nil {
+		return engine.MutationResult{}, err
+	}
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -354,12 +357,9 @@ func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (en
 		if err := checkMetric(it.Metric); err != nil {
 			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
 		}
-		terms, err := pricedTermsArg(it.Terms, it.EstimatedUnits)
-		if _, ok := engine.AsError(err); ok {
-			return engine.MutationResult{}, err
-		}
+		terms, err := pricedTerms("reserve", it.Terms, it.EstimatedUnits)
 		if err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+			return engine.MutationResult{}, err
 		}
 		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.EstimatedUnits, 10), Terms: terms}
 	}
@@ -452,7 +452,7 @@ func parseHoldRecord(v string) (engine.HoldRef, error) {
 // (expires_at reached, not swept yet), ErrInsufficientCredits (the hold
 // stays active), ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.commit(ctx, cmd) })
 }
 
@@ -467,19 +467,12 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	terms := ""
 	if cmd.ActualUnits > 0 {
 		var err error
-		terms, err = pricedTermsArg(cmd.Terms, cmd.ActualUnits)
-		if _, ok := engine.AsError(err); ok {
+		terms, err = pricedTerms("commit", cmd.Terms, cmd.ActualUnits)
+		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		if err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
-		}
 	}
-	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
-	if err != nil {
-		return engine.MutationResult{}, err
-	}
-	meta, err := jsonText(cmd.Metadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -524,14 +517,10 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 // commitMulti is commit for a multi-metric hold (commit_multi.lua): every
 // item priced at its own terms and charged in one script, or none.
 func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
-	}
-	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
-	if err != nil {
+	if err := checkItems(len(cmd.Items)); err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -549,12 +538,9 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 		terms := ""
 		if it.ActualUnits > 0 {
 			charges = true
-			terms, err = pricedTermsArg(it.Terms, it.ActualUnits)
-			if _, ok := engine.AsError(err); ok {
-				return engine.MutationResult{}, err
-			}
+			terms, err = pricedTerms("commit", it.Terms, it.ActualUnits)
 			if err != nil {
-				return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
+				return engine.MutationResult{}, err
 			}
 		}
 		a.Items[i] = commitItemArgv{Metric: it.Metric, EstUnits: strconv.FormatInt(it.EstimatedUnits, 10),
@@ -570,7 +556,7 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 // it also matches ErrReservationNotActive), ErrIdempotencyMismatch,
 // ErrStateMissing.
 func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.release(ctx, cmd) })
 }
 
@@ -589,7 +575,7 @@ func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 // zero. Errors: engine.GaugeCapError (current, cap, shortfall),
 // ErrGaugeBelowZero, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.gauge(ctx, cmd) })
 }
 

@@ -57,7 +57,7 @@ func leaseError(err error) error {
 // way. Errors: engine.ErrLeaseNotFound, ErrLeaseEnded, ErrLeaseNotDue,
 // ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Lease(ctx context.Context, cmd engine.LeaseCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.lease(ctx, cmd) })
 }
 

@@ -24,7 +24,7 @@ var _ engine.RolloverStore = (*Store)(nil)
 // block had credit left. Errors: engine.ErrStateMissing,
 // ErrIdempotencyMismatch; a retried key replays the original Mutation.
 func (s *Store) Rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, "", time.Time{},
+	return s.appliedFirst(ctx, engine.CommandHeader{Customer: cmd.Customer, IdempotencyKey: cmd.IdempotencyKey}, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.rollover(ctx, cmd) })
 }
 
