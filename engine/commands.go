@@ -24,7 +24,7 @@ func TermsOf(r MeteringRule) RuleTerms {
 
 // CommandHeader is what every money command carries: which operation, on
 // which customer, under which idempotency key and request hash, at which
-// instant. The scripts take it as their first arguments (lua's headerArgv).
+// instant. The scripts take it as their first arguments (lua's headArgv).
 type CommandHeader struct {
 	// OpID names the operation in the outbox and in Postgres.
 	OpID     uuid.UUID
@@ -34,7 +34,7 @@ type CommandHeader struct {
 	// RequestHash fingerprints the request the key was first used with, so
 	// a replay with another body is ErrIdempotencyMismatch.
 	RequestHash string
-	// Now is the operation's instant (engine.Clock, milliseconds).
+	// Now is the operation's instant (the service's Clock, milliseconds).
 	Now time.Time
 }
 
