@@ -22,20 +22,38 @@ func TermsOf(r MeteringRule) RuleTerms {
 	return RuleTerms{CostType: r.CostType, BaseCost: r.BaseCost, UnitCost: r.UnitCost, TierConfig: r.TierConfig}
 }
 
+// CommandHeader is what every money command carries: which operation, on
+// which customer, under which idempotency key and request hash, at which
+// instant. The scripts take it as their first arguments (lua's headArgv).
+type CommandHeader struct {
+	// OpID names the operation in the outbox and in Postgres.
+	OpID     uuid.UUID
+	Customer CustomerKey
+	// IdempotencyKey is the caller's key; "" for none.
+	IdempotencyKey string
+	// RequestHash fingerprints the request the key was first used with, so
+	// a replay with another body is ErrIdempotencyMismatch.
+	RequestHash string
+	// Now is the operation's instant (the service's Clock, milliseconds).
+	Now time.Time
+}
+
+// headerOf is the header of a new operation (a fresh, time-ordered op id)
+// on c under idem at now.
+func headerOf(c CustomerKey, idem Idempotency, now time.Time) CommandHeader {
+	return CommandHeader{OpID: uuid.Must(uuid.NewV7()), Customer: c, IdempotencyKey: idem.Key, RequestHash: idem.RequestHash, Now: now}
+}
+
 // ConsumeCommand prices units of a metric and charges them in one script.
 // Under block a short effective balance refuses with ErrInsufficientCredits
 // and charges nothing (the script still records the refusal in the outbox,
 // for credit.exhausted); under allow and notify the charge takes what the
 // effective balance has and records the rest as overage.
 type ConsumeCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	Metric         string
-	Units          int64
-	Terms          RuleTerms
+	CommandHeader
+	Metric string
+	Units  int64
+	Terms  RuleTerms
 	// Items, when set, replace Metric, Units and Terms: a multi-metric
 	// consume charging every item or none in one script.
 	Items         []ConsumeLine
@@ -58,11 +76,7 @@ type ConsumeLine struct {
 
 // ReserveCommand holds the estimated cost of a job.
 type ReserveCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
+	CommandHeader
 	ReservationID  uuid.UUID
 	Metric         string
 	EstimatedUnits int64
@@ -79,14 +93,10 @@ type ReserveCommand struct {
 // current at commit. From expires_at until the sweep expires the hold, a
 // commit is a 409 reservation-expired.
 type CommitCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	ReservationID  uuid.UUID
-	ActualUnits    int64
-	Terms          RuleTerms
+	CommandHeader
+	ReservationID uuid.UUID
+	ActualUnits   int64
+	Terms         RuleTerms
 	// Items, when set, replace ActualUnits and Terms: the commit of a
 	// multi-metric hold, one line per metric of the hold in its order.
 	Items    []CommitLine
@@ -96,12 +106,8 @@ type CommitCommand struct {
 
 // ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
 type ReleaseCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	ReservationID  uuid.UUID
+	CommandHeader
+	ReservationID uuid.UUID
 	// Expire marks the hold expired (the sweep) instead of released, and
 	// only when its expires_at has passed.
 	Expire  bool
@@ -130,14 +136,10 @@ type CommitLine struct {
 
 // GaugeCommand moves a gauge counter by Delta (positive: increment).
 type GaugeCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	Metric         string
-	Delta          int64
-	Cap            int64
+	CommandHeader
+	Metric string
+	Delta  int64
+	Cap    int64
 	// Allow lets an increment pass the cap (policy allow).
 	Allow bool
 	// LeaseID, when set, takes a lease on the incremented slots for

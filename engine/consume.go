@@ -230,8 +230,8 @@ func (s *Entitlements) usageAllowed(ctx context.Context, c Customer, metricKey s
 // newConsume is the command of a consume of units of rule by c, now.
 func (s *Entitlements) newConsume(c Customer, tenant Tenant, idem Idempotency, rule MeteringRule, units int64, meta Metadata) ConsumeCommand {
 	return ConsumeCommand{
-		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: rule.BillableMetricKey, Units: units,
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()),
+		Metric:        rule.BillableMetricKey, Units: units,
 		Terms: TermsOf(rule), Policy: PolicyOf(c, tenant), EntryMetadata: meta, Context: contextOf(c, tenant),
 		AppliedCheckedAt: idem.CheckedAt,
 	}

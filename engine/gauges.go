@@ -77,8 +77,8 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 		return GaugeResult{}, err
 	}
 	capMC := gaugeCap(value(f, m))
-	cmd := GaugeCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, Delta: delta, Cap: capMC,
+	cmd := GaugeCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), Metric: metricKey, Delta: delta, Cap: capMC,
 		Allow: allow, Context: contextOf(c, tenant)}
 	if in.LeaseSeconds != nil {
 		cmd.LeaseID, cmd.LeaseSeconds = uuid.Must(uuid.NewV7()), *in.LeaseSeconds

@@ -143,15 +143,11 @@ func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem 
 		duration = *in.DurationSeconds
 	}
 	cmd := GrantCommand{
-		OpID:           uuid.Must(uuid.NewV7()),
-		Customer:       CustomerKeyOf(c),
-		AccountID:      uuid.Must(uuid.NewV7()),
-		IdempotencyKey: idem.Key,
-		RequestHash:    idem.RequestHash,
-		Now:            now,
-		EntryType:      EntryAdjustment,
-		Reason:         in.Reason,
-		EntryMetadata:  orEmpty(in.Metadata),
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, now),
+		AccountID:     uuid.Must(uuid.NewV7()),
+		EntryType:     EntryAdjustment,
+		Reason:        in.Reason,
+		EntryMetadata: orEmpty(in.Metadata),
 		Block: Block{
 			ID:             uuid.Must(uuid.NewV7()),
 			CustomerID:     c.ID,
@@ -196,9 +192,9 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 	var res MutationResult
 	if *in.Delta > 0 {
 		cmd := GrantCommand{
-			OpID: uuid.Must(uuid.NewV7()), Customer: key, AccountID: uuid.Must(uuid.NewV7()),
-			IdempotencyKey: idem.Key, RequestHash: idem.RequestHash, Now: now,
-			EntryType: EntryAdjustment, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
+			CommandHeader: headerOf(key, idem, now),
+			AccountID:     uuid.Must(uuid.NewV7()),
+			EntryType:     EntryAdjustment, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
 			Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: *in.Delta,
 				Source: src, Metadata: orEmpty(in.Metadata)},
 		}
@@ -208,9 +204,9 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 			return AdjustResult{}, ErrOverflow
 		}
 		cmd := DebitCommand{
-			OpID: uuid.Must(uuid.NewV7()), Customer: key, IdempotencyKey: idem.Key,
-			RequestHash: idem.RequestHash, Now: now, Amount: -*in.Delta,
-			EntryType: EntryAdjustment, Source: &src, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
+			CommandHeader: headerOf(key, idem, now),
+			Amount:        -*in.Delta,
+			EntryType:     EntryAdjustment, Source: &src, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
 		}
 		res, err = withLoad(ctx, s, key, func() (MutationResult, error) { return s.blocks.Debit(ctx, cmd) })
 	}

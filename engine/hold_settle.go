@@ -114,8 +114,8 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 	if err != nil {
 		return CommitResult{}, err
 	}
-	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, ActualUnits: *in.ActualUnits,
+	cmd := CommitCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, ActualUnits: *in.ActualUnits,
 		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
 	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
 	if err != nil {
@@ -238,8 +238,8 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 	if err != nil {
 		return CommitResult{}, err
 	}
-	cmd := CommitCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Items: lines,
+	cmd := CommitCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, Items: lines,
 		Metadata: meta, Context: contextOf(c, tenant)}
 	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
 	if err != nil {
@@ -286,8 +286,8 @@ func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, 
 
 // release is Release of the hold found (find or locate).
 func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, c Customer, hold Reservation) (ReleaseResult, error) {
-	cmd := ReleaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.ent.clock.Now(), ReservationID: id, Context: contextOf(c, tenant)}
+	cmd := ReleaseCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, Context: contextOf(c, tenant)}
 	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
 	if err != nil {
 		return ReleaseResult{}, settled(err, hold)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 )
 
@@ -71,8 +70,8 @@ func (s *ReservationSweeper) sweep(ctx context.Context) (int, error) {
 			continue
 		}
 		for _, d := range due {
-			cmd := ReleaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: d.Customer, Now: now,
-				ReservationID: d.ReservationID, Expire: true}
+			cmd := ReleaseCommand{
+				CommandHeader: headerOf(d.Customer, Idempotency{}, now), ReservationID: d.ReservationID, Expire: true}
 			_, err := withLoad(ctx, s.Credits, d.Customer, func() (MutationResult, error) { return s.Hot.Release(ctx, cmd) })
 			if err == nil {
 				n++

@@ -252,10 +252,9 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 	cmds := make([]GrantCommand, len(blocks))
 	for j, b := range blocks {
 		cmds[j] = GrantCommand{
-			OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), AccountID: uuid.Must(uuid.NewV7()),
-			IdempotencyKey: idem.Key + "#import:" + strconv.Itoa(i) + ":" + strconv.Itoa(j),
-			RequestHash:    idem.RequestHash, Now: now,
-			EntryType: EntryAdjustment, Reason: &reason, EntryMetadata: Metadata{},
+			CommandHeader: CommandHeader{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key + "#import:" + strconv.Itoa(i) + ":" + strconv.Itoa(j), RequestHash: idem.RequestHash, Now: now},
+			AccountID:     uuid.Must(uuid.NewV7()),
+			EntryType:     EntryAdjustment, Reason: &reason, EntryMetadata: Metadata{},
 			Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: b.credits,
 				Source: SourceMigration, Priority: b.priority, ExpiresAt: b.expires, Metadata: Metadata{}},
 			Context: &mc,

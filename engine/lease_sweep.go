@@ -71,7 +71,8 @@ func (s *LeaseSweeper) sweep(ctx context.Context) (int, error) {
 		if done[g] {
 			continue
 		}
-		cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: d.Customer, Now: now, Metric: d.Metric,
+		cmd := LeaseCommand{
+			CommandHeader: headerOf(d.Customer, Idempotency{}, now), Metric: d.Metric,
 			LeaseID: d.LeaseID, Action: LeaseExpire}
 		_, err := withLoad(ctx, s.Credits, d.Customer, func() (MutationResult, error) { return s.Hot.Lease(ctx, cmd) })
 		switch {

@@ -70,14 +70,10 @@ const (
 
 // LeaseCommand renews, releases or expires one lease of a gauge.
 type LeaseCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	Metric         string
-	LeaseID        uuid.UUID
-	Action         LeaseAction
+	CommandHeader
+	Metric  string
+	LeaseID uuid.UUID
+	Action  LeaseAction
 	// Seconds is a renew's new length; 0 keeps the lease's own.
 	Seconds int64
 	Context MutationContext
@@ -200,8 +196,8 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	}
 	capMC := gaugeCap(value(f, m))
 	key := CustomerKeyOf(c)
-	cmd := LeaseCommand{OpID: uuid.Must(uuid.NewV7()), Customer: key, IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: s.clock.Now(), Metric: metricKey, LeaseID: id, Action: action,
+	cmd := LeaseCommand{
+		CommandHeader: headerOf(key, idem, s.clock.Now()), Metric: metricKey, LeaseID: id, Action: action,
 		Seconds: secs, Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) { return s.leases.Lease(ctx, cmd) })
 	if errors.Is(err, ErrLeaseNotFound) {

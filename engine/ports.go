@@ -35,15 +35,11 @@ type CustomerKey struct {
 
 // GrantCommand adds one block and its ledger entry to a customer's account.
 type GrantCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	AccountID      uuid.UUID // used only when this grant creates the account
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	EntryType      EntryType
-	Reason         *string
-	EntryMetadata  Metadata
+	CommandHeader
+	AccountID     uuid.UUID // used only when this grant creates the account
+	EntryType     EntryType
+	Reason        *string
+	EntryMetadata Metadata
 	// Block carries ID, OriginalAmount, Priority, Source, Metadata and, when
 	// known up front, ExpiresAt; StartsAt and RemainingAmount are set by the store.
 	Block Block
@@ -75,16 +71,12 @@ const (
 // one ledger entry per block it touches; it changes nothing when the
 // effective balance is short.
 type DebitCommand struct {
-	OpID           uuid.UUID
-	Customer       CustomerKey
-	IdempotencyKey string
-	RequestHash    string
-	Now            time.Time
-	Amount         int64
-	EntryType      EntryType
-	Source         *Source
-	Reason         *string
-	EntryMetadata  Metadata
+	CommandHeader
+	Amount        int64
+	EntryType     EntryType
+	Source        *Source
+	Reason        *string
+	EntryMetadata Metadata
 	// Context is spliced into the Mutation for the events it owes.
 	Context *MutationContext
 }

@@ -137,8 +137,8 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 		return ReserveResult{}, err
 	}
 	now := s.ent.clock.Now()
-	cmd := ReserveCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: now, ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
+	cmd := ReserveCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
 		EstimatedUnits: *in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(ttl) * time.Second),
 		Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
@@ -238,8 +238,8 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 		}
 	}
 	now := s.ent.clock.Now()
-	cmd := ReserveCommand{OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), IdempotencyKey: idem.Key,
-		RequestHash: idem.RequestHash, Now: now, ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
+	cmd := ReserveCommand{
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
 		ExpiresAt: now.Add(time.Duration(ttl) * time.Second), Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
 	if err != nil {

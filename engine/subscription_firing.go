@@ -43,10 +43,9 @@ func (s *Subscriptions) fire(ctx context.Context, r *SubscriptionRecord, g PlanG
 		key := firingKey(r, g, tag)
 		meta := Metadata{"subscription_id": rawJSON(r.ID), "plan_grant_id": rawJSON(g.ID)}
 		cmd := GrantCommand{
-			OpID: uuid.NewSHA1(subscriptionNamespace, []byte(key)), Customer: CustomerKey{TenantID: r.TenantID,
-				Environment: r.Environment, CustomerID: r.CustomerID},
-			AccountID: uuid.Must(uuid.NewV7()), IdempotencyKey: key, RequestHash: key, Now: now,
-			EntryType: EntryPlanGrant, EntryMetadata: meta,
+			CommandHeader: CommandHeader{OpID: uuid.NewSHA1(subscriptionNamespace, []byte(key)), Customer: CustomerKey{TenantID: r.TenantID,
+				Environment: r.Environment, CustomerID: r.CustomerID}, IdempotencyKey: key, RequestHash: key, Now: now},
+			AccountID: uuid.Must(uuid.NewV7()), EntryType: EntryPlanGrant, EntryMetadata: meta,
 			Block: Block{ID: uuid.NewSHA1(subscriptionNamespace, []byte(key+":block")), CustomerID: r.CustomerID,
 				OriginalAmount: g.Credits, Priority: 0, Source: g.Source, Metadata: meta},
 			Context:         &MutationContext{ExternalID: c.ExternalID, Emitter: EmitterSubscription},

@@ -122,9 +122,9 @@ func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref Cus
 	mc := contextOf(c, tenant)
 	mc.Emitter = EmitterTopup
 	cmd := GrantCommand{
-		OpID: uuid.Must(uuid.NewV7()), Customer: CustomerKeyOf(c), AccountID: uuid.Must(uuid.NewV7()),
-		IdempotencyKey: idem.Key, RequestHash: idem.RequestHash, Now: now,
-		EntryType: EntryTopup, Reason: reason, EntryMetadata: orEmpty(in.Metadata),
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, now),
+		AccountID:     uuid.Must(uuid.NewV7()),
+		EntryType:     EntryTopup, Reason: reason, EntryMetadata: orEmpty(in.Metadata),
 		Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: *in.Credits,
 			Source: SourceTopup, Priority: priority, ExpiresAt: expires, Metadata: orEmpty(in.Metadata)},
 		Context: &mc,

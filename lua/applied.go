@@ -28,7 +28,8 @@ func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
 	return s
 }
 
-// appliedFirst runs a money call for key of customer c (a failed look-up is
+// appliedFirst runs a money call for the idempotency key of h's customer
+// (a failed look-up is
 // engine.ErrAppliedUnknown, a 503, and runs nothing): when Postgres holds
 // the key's operation for c it answers from it (Replayed, or
 // ErrIdempotencyMismatch for another request hash) without running the
@@ -37,8 +38,9 @@ func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
 // after the look-up missed it still has its op key when the script runs
 // (engine.OpKeyGrace). checkedAt, when recent, is a look-up the caller made
 // already (a usage batch looks all its events up at once).
-func (s *Store) appliedFirst(ctx context.Context, c engine.CustomerKey, key, requestHash string, checkedAt time.Time,
+func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checkedAt time.Time,
 	run func(context.Context) (engine.MutationResult, error)) (engine.MutationResult, error) {
+	c, key, requestHash := h.Customer, h.IdempotencyKey, h.RequestHash
 	if key == "" || s.applied == nil {
 		return run(ctx)
 	}

@@ -60,25 +60,6 @@ func jsonText(v any) (string, error) {
 	return string(b), err
 }
 
-// commonArgs are ARGV[1..8] of grant.lua and debit.lua.
-func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKey, requestHash string) ([]any, error) {
-	idem, err := json.Marshal(idempotencyKey)
-	if err != nil {
-		return nil, err
-	}
-	// The scripts splice the request hash into JSON unescaped (prelude q):
-	// it is a hex fingerprint, so anything else is a caller bug.
-	for i := 0; i < len(requestHash); i++ {
-		if c := requestHash[i]; c < 0x20 || c == '"' || c == '\\' {
-			return nil, fmt.Errorf("lua: request hash %q is not plain text", requestHash)
-		}
-	}
-	return []any{
-		strconv.FormatInt(now.UnixMilli(), 10), op.String(), c.TenantID.String(), string(c.Environment),
-		c.CustomerID.String(), string(idem), requestHash, strconv.FormatInt(OpRetention.Milliseconds(), 10),
-	}, nil
-}
-
 // Grant adds cmd.Block to the customer (grant.lua): it expires due blocks
 // first, stacks the block after the latest matching one under StackAfter,
 // creates the account on the first grant and appends the Mutation to the
@@ -86,7 +67,7 @@ func commonArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKe
 // ErrIdempotencyMismatch; a retried idempotency key returns the original
 // Mutation with Replayed set.
 func (s *Store) Grant(ctx context.Context, cmd engine.GrantCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.grant(ctx, cmd) })
 }
 
@@ -97,7 +78,7 @@ func (s *Store) grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		return engine.MutationResult{}, err
 	}
 	if cmd.StackAfter == nil {
-		return s.runMoney(ctx, grantScript, "grant", keys, args)
+		return s.runMoney(ctx, grantScript, "grant", keys, args.list())
 	}
 	// stack_after: Go finds the latest matching block (bounded.go); the
 	// script refuses with STALE when the account moved since.
@@ -106,7 +87,8 @@ func (s *Store) grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		res, err := s.runMoney(ctx, grantScript, "grant", keys, append(args[:len(args):len(args)], stackArgs(start, ok, version)...))
+		args.Stack = stackArgsOf(start, ok, version)
+		res, err := s.runMoney(ctx, grantScript, "grant", keys, args.list())
 		if !errors.Is(err, errStale) {
 			return res, err
 		}
@@ -138,7 +120,10 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 	args := make([][]any, len(cmds))
 	for i, cmd := range cmds {
 		if !done[i] { // else answered from Postgres (appliedBatch)
-			keys[i], args[i], errs[i] = s.grantArgs(cmd)
+			var a *grantArgv
+			if keys[i], a, errs[i] = s.grantArgs(cmd); errs[i] == nil {
+				args[i] = a.list()
+			}
 		}
 	}
 	for i, v := range s.pipelined(ctx, grantScript, "grant", keys, args, errs) {
@@ -235,7 +220,7 @@ func (s *Store) ackBatch(ctx context.Context, keys [][]string, errs []error) {
 }
 
 // grantArgs are the keys and arguments of grant.lua for cmd.
-func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, []any, error) {
+func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, *grantArgv, error) {
 	if cmd.Block.OriginalAmount <= 0 {
 		return nil, nil, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
 	}
@@ -245,7 +230,7 @@ func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, []any, error) {
 	if cmd.StackAfter != nil && cmd.DurationSeconds <= 0 {
 		return nil, nil, errors.New("lua: grant: stack_after needs a duration")
 	}
-	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
+	head, err := newHead(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -284,12 +269,13 @@ func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, []any, error) {
 			match = string(b)
 		}
 	}
-	args = append(args,
-		compactText(cmd.AccountID), string(cmd.EntryType), reason, entryMeta,
-		engine.CompactID(cmd.Block.ID), strconv.FormatInt(cmd.Block.OriginalAmount, 10),
-		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta,
-		expires, stackMS, fallback, match, contextText(cmd.Context), capText(cmd.AccumulationCap))
-	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
+	a := &grantArgv{headArgv: head,
+		AccountID: compactText(cmd.AccountID), EntryType: string(cmd.EntryType), Reason: reason, EntryMeta: entryMeta,
+		BlockID: engine.CompactID(cmd.Block.ID), Amount: strconv.FormatInt(cmd.Block.OriginalAmount, 10),
+		Priority: strconv.Itoa(cmd.Block.Priority), Source: string(cmd.Block.Source), BlockMeta: blockMeta,
+		Expires: expires, StackMS: stackMS, StackFallback: fallback, StackMatch: match,
+		Ctx: contextText(cmd.Context), Cap: capText(cmd.AccumulationCap)}
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a, nil
 }
 
 // capText is the cap argument of grant.lua: "" when there is none.
@@ -305,7 +291,7 @@ func capText(cap *int64) string {
 // changes nothing when refused. Errors: engine.ErrStateMissing,
 // ErrInsufficientCredits, ErrNoAccount, ErrIdempotencyMismatch.
 func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.debit(ctx, cmd) })
 }
 
@@ -314,7 +300,7 @@ func (s *Store) debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 	if cmd.Amount <= 0 {
 		return engine.MutationResult{}, fmt.Errorf("lua: debit: amount %d is not positive", cmd.Amount)
 	}
-	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
+	head, err := newHead(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -330,9 +316,9 @@ func (s *Store) debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 	if cmd.Source != nil {
 		source = string(*cmd.Source)
 	}
-	args = append(args, strconv.FormatInt(cmd.Amount, 10), string(cmd.EntryType), source, reason, entryMeta,
-		contextText(cmd.Context))
-	return s.runMoney(ctx, debitScript, "debit", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	a := debitArgv{headArgv: head, Amount: strconv.FormatInt(cmd.Amount, 10), EntryType: string(cmd.EntryType),
+		Source: source, Reason: reason, EntryMeta: entryMeta, Ctx: contextText(cmd.Context)}
+	return s.runMoney(ctx, debitScript, "debit", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 }
 
 // runMoney runs a money script and decodes its Mutation. With replica acks
@@ -374,8 +360,9 @@ func (s *Store) runMoney(ctx context.Context, script *script, name string, keys 
 func (s *Store) Expire(ctx context.Context, opID uuid.UUID, c engine.CustomerKey, now time.Time) (engine.MutationResult, bool, error) {
 	p := Partition(c.CustomerID)
 	keys := []string{s.accountKey(c.CustomerID), s.outboxKey(p)}
-	v, err := s.call(ctx, expireScript, keys, strconv.FormatInt(now.UnixMilli(), 10), opID.String(),
-		c.TenantID.String(), string(c.Environment), c.CustomerID.String()).Result()
+	a := expireArgv{Now: strconv.FormatInt(now.UnixMilli(), 10), OpID: opID.String(), Tenant: c.TenantID.String(),
+		Env: string(c.Environment), Customer: c.CustomerID.String()}
+	v, err := s.call(ctx, expireScript, keys, a.list()...).Result()
 	if err != nil {
 		return engine.MutationResult{}, false, scriptError("expire", err)
 	}

@@ -91,16 +91,17 @@ func (b bundle) load(t *testing.T, st engine.AccountState) {
 // grantCmd is a plain grant of amount at now.
 func grantCmd(c engine.CustomerKey, amount int64, now time.Time) engine.GrantCommand {
 	return engine.GrantCommand{
-		OpID: uuid.New(), Customer: c, AccountID: uuid.New(), Now: now,
-		EntryType: engine.EntryAdjustment, Reason: ptr("test grant"),
+		CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now},
+		AccountID:     uuid.New(), EntryType: engine.EntryAdjustment, Reason: ptr("test grant"),
 		Block: engine.Block{ID: uuid.New(), OriginalAmount: amount, Source: engine.SourceManual},
 	}
 }
 
 func debitCmd(c engine.CustomerKey, amount int64, now time.Time) engine.DebitCommand {
 	return engine.DebitCommand{
-		OpID: uuid.New(), Customer: c, Now: now, Amount: amount,
-		EntryType: engine.EntryConsumption, Reason: ptr("test debit"),
+		CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now},
+		Amount:        amount,
+		EntryType:     engine.EntryConsumption, Reason: ptr("test debit"),
 	}
 }
 

@@ -140,12 +140,12 @@ func mergeMeta(stored, incoming string) (string, error) {
 	return string(out), err
 }
 
-// stackArgs are grant.lua's ARGV[24] (the start Go found: ms, or "none")
-// and ARGV[25] (the version it read).
-func stackArgs(start int64, ok bool, version int64) []any {
+// stackArgsOf are grant.lua's stack_start (the start Go found: ms, or
+// "none") and stack_version (the version it read).
+func stackArgsOf(start int64, ok bool, version int64) stackArgv {
 	s := "none"
 	if ok {
 		s = strconv.FormatInt(start, 10)
 	}
-	return []any{s, strconv.FormatInt(version, 10)}
+	return stackArgv{Start: s, Version: strconv.FormatInt(version, 10)}
 }

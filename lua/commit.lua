@@ -73,15 +73,9 @@ if m_pos(actual) then
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  local merged
-  if ARGV[15] then
-    -- Go merged (lua/bounded.go): only check it merged into this text.
-    if r.meta ~= ARGV[14] then return redis.error_reply('STALE the hold changed since it was read') end
-    merged = ARGV[15]
-  else
-    merged = meta_merge(r.meta, meta)
-    if not merged then return redis.error_reply('BADARG metadata is not a JSON object') end
-  end
+  local stored_meta, merged_meta = ARGV[14], ARGV[15]
+  local merged, stop = commit_meta(r, meta, stored_meta, merged_meta)
+  if not merged then return stop end
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, r.est_cost)
   local draws = drain(a, now, charge, changed)

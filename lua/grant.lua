@@ -43,6 +43,7 @@ local new_meta, expires_arg = ARGV[17], ARGV[18]
 local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
 local ctx = ARGV[22] or ''
 local cap_arg = ARGV[23] or ''
+local stack_start, stack_version = ARGV[24], ARGV[25]
 local cap = nil
 if cap_arg ~= '' then
   cap = m_parse(cap_arg)
@@ -54,7 +55,7 @@ if not now or not amount or not m_pos(amount) or not priority then
 end
 
 -- Matching stack_after metadata in the script needs every block.
-local a = acct_read(account_key, now, {'o'}, stack_fallback ~= '' and not ARGV[25])
+local a = acct_read(account_key, now, {'o'}, stack_fallback ~= '' and not stack_version)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash)
 if r then return r end
@@ -67,10 +68,10 @@ local starts, expires = now, int_parse(expires_arg)
 if stack_fallback ~= '' then
   if not stack_ms then return redis.error_reply('BADARG stack_after needs a duration') end
   local latest = nil
-  if ARGV[25] then
-    -- Go matched the metadata (lua/bounded.go) at version ARGV[25].
-    if int_parse(ARGV[25]) ~= a.v then return redis.error_reply('STALE the account changed since it was read') end
-    latest = int_parse(ARGV[24])
+  if stack_version then
+    -- Go matched the metadata (lua/bounded.go) at version stack_version.
+    if int_parse(stack_version) ~= a.v then return redis.error_reply('STALE the account changed since it was read') end
+    latest = int_parse(stack_start)
   else
     -- The latest-expiring match: candidates newest expiry first, so only
     -- the metadata up to the first match is read and decoded.

@@ -28,6 +28,36 @@ const (
 	reservationIndexSlack = 48 * time.Hour
 )
 
+// pricedTerms is pricedTermsArg for script name: an engine error (a bad
+// request, ErrOverflow) as it is, any other error named for the script.
+func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
+	terms, err := pricedTermsArg(t, units)
+	if _, ok := engine.AsError(err); ok || err == nil {
+		return terms, err
+	}
+	return "", fmt.Errorf("lua: %s: %w", name, err)
+}
+
+// checkItems refuses a multi-metric command of n items outside
+// 1..engine.MaxConsumeItems.
+func checkItems(n int) error {
+	if n < 1 || n > engine.MaxConsumeItems {
+		return engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	}
+	return nil
+}
+
+// checkHold refuses a reserve whose hold would expire at once or has no id.
+func checkHold(cmd engine.ReserveCommand) error {
+	if !cmd.ExpiresAt.After(cmd.Now) {
+		return errors.New("lua: reserve: expires_at is not after now")
+	}
+	if cmd.ReservationID == uuid.Nil {
+		return errors.New("lua: reserve: no reservation id")
+	}
+	return nil
+}
+
 // pricedTermsArg is termsArg for a call that prices units: a tiered rule
 // is priced here by engine.Price (the function the scripts' price mirrors,
 // price_test.go) and sent as flat terms of that cost, so a script never
@@ -93,20 +123,6 @@ func checkMetric(metric string) error {
 	return nil
 }
 
-// hotArgs are ARGV[1..9] of the hot-path scripts: commonArgs and the
-// request context as JSON.
-func hotArgs(now time.Time, op uuid.UUID, c engine.CustomerKey, idempotencyKey, requestHash string, mc engine.MutationContext) ([]any, error) {
-	args, err := commonArgs(now, op, c, idempotencyKey, requestHash)
-	if err != nil {
-		return nil, err
-	}
-	ctxJSON, err := json.Marshal(mc)
-	if err != nil {
-		return nil, err
-	}
-	return append(args, string(ctxJSON)), nil
-}
-
 // holdKeys are the keys of reserve.lua, commit.lua and release.lua for c:
 // account, outbox, expiry zset, hold-expiry zset and, with an idempotency
 // key, the op key.
@@ -127,7 +143,7 @@ func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
 // and the rest is overage. Errors: ErrInsufficientCredits, ErrOverflow,
 // ErrIdempotencyMismatch, ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.AppliedCheckedAt,
+	return s.appliedFirst(ctx, cmd.CommandHeader, cmd.AppliedCheckedAt,
 		func(ctx context.Context) (engine.MutationResult, error) { return s.consume(ctx, cmd) })
 }
 
@@ -158,23 +174,17 @@ func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) 
 	if !cmd.Policy.Valid() {
 		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
 	}
-	terms, err := pricedTermsArg(cmd.Terms, cmd.Units)
-	if _, ok := engine.AsError(err); ok {
-		return nil, nil, err
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("lua: consume: %w", err)
-	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	terms, err := pricedTerms("consume", cmd.Terms, cmd.Units)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := jsonText(cmd.EntryMetadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.EntryMetadata)
 	if err != nil {
 		return nil, nil, err
 	}
-	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Units, 10), terms, string(cmd.Policy), meta)
-	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
+	a := consumeArgv{hotHead: head, Metric: cmd.Metric, Units: strconv.FormatInt(cmd.Units, 10), Terms: terms,
+		Policy: string(cmd.Policy), Meta: meta}
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list(), nil
 }
 
 // consumeMulti is consume for a multi-metric command (consume_multi.lua):
@@ -193,13 +203,13 @@ func (s *Store) consumeMulti(ctx context.Context, cmd engine.ConsumeCommand) (en
 
 // consumeMultiArgs are the keys and arguments of consume_multi.lua for cmd.
 func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return nil, nil, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	if err := checkItems(len(cmd.Items)); err != nil {
+		return nil, nil, err
 	}
 	if !cmd.Policy.Valid() {
 		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
 	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -210,7 +220,8 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 	if err != nil {
 		return nil, nil, err
 	}
-	args = append(args, string(cmd.Policy), meta, strconv.Itoa(len(cmd.Items)))
+	a := consumeMultiArgv{hotHead: head, Policy: string(cmd.Policy), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
+		Items: make([]itemArgv, len(cmd.Items))}
 	for i, it := range cmd.Items {
 		if it.Units < 1 {
 			return nil, nil, engine.BadRequest(fmt.Sprintf("items[%d].units", i), "units must be >= 1")
@@ -218,16 +229,13 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 		if err := checkMetric(it.Metric); err != nil {
 			return nil, nil, fmt.Errorf("lua: consume: %w", err)
 		}
-		terms, err := pricedTermsArg(it.Terms, it.Units)
-		if _, ok := engine.AsError(err); ok {
+		terms, err := pricedTerms("consume", it.Terms, it.Units)
+		if err != nil {
 			return nil, nil, err
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("lua: consume: %w", err)
-		}
-		args = append(args, it.Metric, strconv.FormatInt(it.Units, 10), terms)
+		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.Units, 10), Terms: terms}
 	}
-	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args, nil
+	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list(), nil
 }
 
 // ConsumeBatch runs cmds as Consume would, consume.lua once each, in one
@@ -292,7 +300,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
 // ErrStateMissing, a bad-request error for units < 1.
 func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.reserve(ctx, cmd) })
 }
 
@@ -307,55 +315,40 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if err := checkMetric(cmd.Metric); err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
 	}
-	if !cmd.ExpiresAt.After(cmd.Now) {
-		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
-	}
-	if cmd.ReservationID == uuid.Nil {
-		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
-	}
-	terms, err := pricedTermsArg(cmd.Terms, cmd.EstimatedUnits)
-	if _, ok := engine.AsError(err); ok {
+	if err := checkHold(cmd); err != nil {
 		return engine.MutationResult{}, err
 	}
-	if err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
-	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	terms, err := pricedTerms("reserve", cmd.Terms, cmd.EstimatedUnits)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	args = append(args, cmd.ReservationID.String(), cmd.Metric, strconv.FormatInt(cmd.EstimatedUnits, 10), terms,
-		strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), meta)
-	res, err := s.runMoney(ctx, reserveScript, "reserve", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	a := reserveArgv{hotHead: head, ResID: cmd.ReservationID.String(), Metric: cmd.Metric,
+		EstUnits: strconv.FormatInt(cmd.EstimatedUnits, 10), Terms: terms,
+		Expires: strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), Meta: meta}
+	res, err := s.runMoney(ctx, reserveScript, "reserve", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 	return s.indexHold(ctx, cmd, res, err)
 }
 
 // reserveMulti is reserve for a multi-metric command (reserve_multi.lua):
 // the items' summed estimated cost held in one script, or nothing.
 func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	if err := checkItems(len(cmd.Items)); err != nil {
+		return engine.MutationResult{}, err
 	}
-	if !cmd.ExpiresAt.After(cmd.Now) {
-		return engine.MutationResult{}, errors.New("lua: reserve: expires_at is not after now")
+	if err := checkHold(cmd); err != nil {
+		return engine.MutationResult{}, err
 	}
-	if cmd.ReservationID == uuid.Nil {
-		return engine.MutationResult{}, errors.New("lua: reserve: no reservation id")
-	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
-	if err != nil {
-		return engine.MutationResult{}, err
-	}
-	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), meta,
-		strconv.Itoa(len(cmd.Items)))
+	a := reserveMultiArgv{hotHead: head, ResID: cmd.ReservationID.String(),
+		Expires: strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
+		Items: make([]itemArgv, len(cmd.Items))}
 	for i, it := range cmd.Items {
 		if it.EstimatedUnits < 1 {
 			field := fmt.Sprintf("items[%d].estimated_units", i)
@@ -364,16 +357,13 @@ func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (en
 		if err := checkMetric(it.Metric); err != nil {
 			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
 		}
-		terms, err := pricedTermsArg(it.Terms, it.EstimatedUnits)
-		if _, ok := engine.AsError(err); ok {
+		terms, err := pricedTerms("reserve", it.Terms, it.EstimatedUnits)
+		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		if err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
-		}
-		args = append(args, it.Metric, strconv.FormatInt(it.EstimatedUnits, 10), terms)
+		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.EstimatedUnits, 10), Terms: terms}
 	}
-	res, err := s.runMoney(ctx, reserveMultiScript, "reserve_multi", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	res, err := s.runMoney(ctx, reserveMultiScript, "reserve_multi", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 	return s.indexHold(ctx, cmd, res, err)
 }
 
@@ -462,7 +452,7 @@ func parseHoldRecord(v string) (engine.HoldRef, error) {
 // (expires_at reached, not swept yet), ErrInsufficientCredits (the hold
 // stays active), ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.commit(ctx, cmd) })
 }
 
@@ -477,34 +467,28 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	terms := ""
 	if cmd.ActualUnits > 0 {
 		var err error
-		terms, err = pricedTermsArg(cmd.Terms, cmd.ActualUnits)
-		if _, ok := engine.AsError(err); ok {
+		terms, err = pricedTerms("commit", cmd.Terms, cmd.ActualUnits)
+		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		if err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
-		}
 	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
-	if err != nil {
-		return engine.MutationResult{}, err
-	}
-	args = append(args, cmd.ReservationID.String(), strconv.FormatInt(cmd.ActualUnits, 10), terms, meta)
-	return s.runCommit(ctx, cmd, commitScript, "commit", args, meta, cmd.ActualUnits > 0)
+	a := &commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: strconv.FormatInt(cmd.ActualUnits, 10),
+		Terms: terms, Meta: meta}
+	return s.runCommit(ctx, cmd, commitScript, "commit", a.list, &a.Merge, meta, cmd.ActualUnits > 0)
 }
 
-// runCommit runs a commit script with args. When it charges (charges) and
-// brings metadata, Go merges the metadata (bounded.go) and the script
-// checks that the hold's stored metadata is still what Go merged into
-// (STALE if not), given as two more arguments.
-func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, args []any, meta string, charges bool) (engine.MutationResult, error) {
+// runCommit runs a commit script with the arguments list gives. When it
+// charges (charges) and brings metadata, Go merges the metadata
+// (bounded.go) and the script checks that the hold's stored metadata is
+// still what Go merged into (STALE if not), given in merge.
+func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, list func() []any, merge *mergeArgv, meta string, charges bool) (engine.MutationResult, error) {
 	keys := s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
 	if meta == "" || !charges {
-		return s.runMoney(ctx, script, name, keys, args)
+		return s.runMoney(ctx, script, name, keys, list())
 	}
 	for range staleRetries {
 		stored, found, err := s.holdMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
@@ -514,13 +498,15 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 		if !found {
 			// Not in Redis (state missing, or finalized and gone): the
 			// script answers NOSTATE or NOTFOUND without merging.
-			return s.runMoney(ctx, script, name, keys, args)
+			*merge = mergeArgv{}
+			return s.runMoney(ctx, script, name, keys, list())
 		}
 		merged, err := mergeMeta(stored, meta)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		res, err := s.runMoney(ctx, script, name, keys, append(args[:len(args):len(args)], stored, merged))
+		*merge = mergeArgv{Stored: stored, Merged: merged}
+		res, err := s.runMoney(ctx, script, name, keys, list())
 		if !errors.Is(err, errStale) {
 			return res, err
 		}
@@ -531,18 +517,15 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 // commitMulti is commit for a multi-metric hold (commit_multi.lua): every
 // item priced at its own terms and charged in one script, or none.
 func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
-	if len(cmd.Items) < 1 || len(cmd.Items) > engine.MaxConsumeItems {
-		return engine.MutationResult{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
+	if err := checkItems(len(cmd.Items)); err != nil {
+		return engine.MutationResult{}, err
 	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	meta, err := jsonText(cmd.Metadata)
-	if err != nil {
-		return engine.MutationResult{}, err
-	}
-	args = append(args, cmd.ReservationID.String(), meta, strconv.Itoa(len(cmd.Items)))
+	a := &commitMultiArgv{hotHead: head, ResID: cmd.ReservationID.String(), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
+		Items: make([]commitItemArgv, len(cmd.Items))}
 	var charges bool
 	for i, it := range cmd.Items {
 		if it.ActualUnits < 0 {
@@ -555,18 +538,15 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 		terms := ""
 		if it.ActualUnits > 0 {
 			charges = true
-			terms, err = pricedTermsArg(it.Terms, it.ActualUnits)
-			if _, ok := engine.AsError(err); ok {
+			terms, err = pricedTerms("commit", it.Terms, it.ActualUnits)
+			if err != nil {
 				return engine.MutationResult{}, err
 			}
-			if err != nil {
-				return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
-			}
 		}
-		args = append(args, it.Metric, strconv.FormatInt(it.EstimatedUnits, 10), strconv.FormatInt(it.EstimatedCost, 10),
-			strconv.FormatInt(it.ActualUnits, 10), terms)
+		a.Items[i] = commitItemArgv{Metric: it.Metric, EstUnits: strconv.FormatInt(it.EstimatedUnits, 10),
+			EstCost: strconv.FormatInt(it.EstimatedCost, 10), Units: strconv.FormatInt(it.ActualUnits, 10), Terms: terms}
 	}
-	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", args, meta, charges)
+	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", a.list, &a.Merge, meta, charges)
 }
 
 // Release returns the active hold cmd.ReservationID whole (release.lua):
@@ -576,22 +556,18 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 // it also matches ErrReservationNotActive), ErrIdempotencyMismatch,
 // ErrStateMissing.
 func (s *Store) Release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.release(ctx, cmd) })
 }
 
 // release is Release once Postgres does not hold the key (appliedFirst).
 func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.MutationResult, error) {
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	expire := "0"
-	if cmd.Expire {
-		expire = "1"
-	}
-	args = append(args, cmd.ReservationID.String(), expire)
-	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	a := releaseArgv{hotHead: head, ResID: cmd.ReservationID.String(), Expire: flagText(cmd.Expire)}
+	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 }
 
 // Gauge moves the gauge cmd.Metric by cmd.Delta (gauge.lua). An increment
@@ -599,7 +575,7 @@ func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 // zero. Errors: engine.GaugeCapError (current, cap, shortfall),
 // ErrGaugeBelowZero, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.gauge(ctx, cmd) })
 }
 
@@ -611,22 +587,19 @@ func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.Muta
 	if cmd.Metric == "" {
 		return engine.MutationResult{}, errors.New("lua: gauge: no metric")
 	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	allow := "0"
-	if cmd.Allow {
-		allow = "1"
-	}
-	args = append(args, cmd.Metric, strconv.FormatInt(cmd.Delta, 10), strconv.FormatInt(cmd.Cap, 10), allow)
+	a := gaugeArgv{hotHead: head, Metric: cmd.Metric, Delta: strconv.FormatInt(cmd.Delta, 10),
+		Cap: strconv.FormatInt(cmd.Cap, 10), Allow: flagText(cmd.Allow)}
 	if cmd.LeaseID != uuid.Nil {
 		if cmd.Delta < 1 || cmd.LeaseSeconds < 1 {
 			return engine.MutationResult{}, errors.New("lua: gauge: a lease needs an increment and a length")
 		}
-		args = append(args, cmd.LeaseID.String(), strconv.FormatInt(cmd.LeaseSeconds, 10))
+		a.LeaseID, a.LeaseSeconds = cmd.LeaseID.String(), strconv.FormatInt(cmd.LeaseSeconds, 10)
 	}
-	res, err := s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	res, err := s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 	return res, leaseError(err)
 }
 

@@ -30,21 +30,23 @@ func (b bundle) funded(t *testing.T) (engine.CustomerKey, [2]uuid.UUID) {
 }
 
 func consumeCmd(c engine.CustomerKey, units int64, terms engine.RuleTerms, policy engine.OveragePolicy, now time.Time) engine.ConsumeCommand {
-	return engine.ConsumeCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "api.calls", Units: units,
+	return engine.ConsumeCommand{
+		CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, Metric: "api.calls", Units: units,
 		Terms: terms, Policy: policy, Context: engine.MutationContext{ExternalID: "ext-1", ThresholdMC: 10, Policy: policy}}
 }
 
 func reserveCmd(c engine.CustomerKey, units int64, terms engine.RuleTerms, ttl time.Duration, now time.Time) engine.ReserveCommand {
-	return engine.ReserveCommand{OpID: uuid.New(), Customer: c, Now: now, ReservationID: uuid.New(), Metric: "gpu.seconds",
+	return engine.ReserveCommand{
+		CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, ReservationID: uuid.New(), Metric: "gpu.seconds",
 		EstimatedUnits: units, Terms: terms, ExpiresAt: now.Add(ttl)}
 }
 
 func commitCmd(c engine.CustomerKey, id uuid.UUID, units int64, terms engine.RuleTerms, now time.Time) engine.CommitCommand {
-	return engine.CommitCommand{OpID: uuid.New(), Customer: c, Now: now, ReservationID: id, ActualUnits: units, Terms: terms}
+	return engine.CommitCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, ReservationID: id, ActualUnits: units, Terms: terms}
 }
 
 func releaseCmd(c engine.CustomerKey, id uuid.UUID, expire bool, now time.Time) engine.ReleaseCommand {
-	return engine.ReleaseCommand{OpID: uuid.New(), Customer: c, Now: now, ReservationID: id, Expire: expire}
+	return engine.ReleaseCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, ReservationID: id, Expire: expire}
 }
 
 func (b bundle) reserve(t *testing.T, cmd engine.ReserveCommand) engine.Mutation {
@@ -569,7 +571,8 @@ func TestGauges(t *testing.T) {
 			t.Errorf("unknown customer: %v", err)
 		}
 		gauge := func(delta, cap int64, allow bool) (engine.MutationResult, error) {
-			return b.store.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats",
+			return b.store.Gauge(ctx, engine.GaugeCommand{
+				CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "seats",
 				Delta: delta, Cap: cap, Allow: allow})
 		}
 		steps := []struct {
@@ -620,8 +623,9 @@ func TestGauges(t *testing.T) {
 				t.Errorf("step %d: value %d %v, want %d", i, v, err, s.want)
 			}
 		}
-		cmd := engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats", Delta: 2, Cap: 10,
-			IdempotencyKey: "g-1", RequestHash: "h"}
+		cmd := engine.GaugeCommand{
+			CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, IdempotencyKey: "g-1", RequestHash: "h", Now: t0}, Metric: "seats", Delta: 2, Cap: 10,
+		}
 		first, err := b.store.Gauge(ctx, cmd)
 		if err != nil {
 			t.Fatal(err)

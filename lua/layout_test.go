@@ -148,7 +148,7 @@ func TestLayoutFastEqualsSlow(t *testing.T) {
 						}
 						return b.store.Grant(ctx, g)
 					default:
-						return b.store.Gauge(ctx, engine.GaugeCommand{OpID: op, Customer: c, Now: now, Metric: "seats", Delta: 1, Cap: 1 << 40})
+						return b.store.Gauge(ctx, engine.GaugeCommand{CommandHeader: engine.CommandHeader{OpID: op, Customer: c, Now: now}, Metric: "seats", Delta: 1, Cap: 1 << 40})
 					}
 				}
 				// Both answer from the same random draws.

@@ -57,7 +57,7 @@ func leaseError(err error) error {
 // way. Errors: engine.ErrLeaseNotFound, ErrLeaseEnded, ErrLeaseNotDue,
 // ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Lease(ctx context.Context, cmd engine.LeaseCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, time.Time{},
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.lease(ctx, cmd) })
 }
 
@@ -71,16 +71,15 @@ func (s *Store) lease(ctx context.Context, cmd engine.LeaseCommand) (engine.Muta
 	default:
 		return engine.MutationResult{}, fmt.Errorf("lua: lease: action %q", cmd.Action)
 	}
-	args, err := hotArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash, cmd.Context)
+	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	secs := ""
+	a := leaseArgv{hotHead: head, Metric: cmd.Metric, LeaseID: cmd.LeaseID.String(), Action: string(cmd.Action)}
 	if cmd.Seconds > 0 {
-		secs = strconv.FormatInt(cmd.Seconds, 10)
+		a.Seconds = strconv.FormatInt(cmd.Seconds, 10)
 	}
-	args = append(args, cmd.Metric, cmd.LeaseID.String(), string(cmd.Action), secs)
-	res, err := s.runMoney(ctx, leaseScript, "lease", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	res, err := s.runMoney(ctx, leaseScript, "lease", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 	return res, leaseError(err)
 }
 

@@ -35,12 +35,14 @@ func TestGaugeLeases(t *testing.T) {
 		c := newCustomer()
 		b.known(t, c)
 		gauge := func(now time.Time, delta int64, lease uuid.UUID, secs int64) (engine.MutationResult, error) {
-			return b.store.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "seats",
+			return b.store.Gauge(ctx, engine.GaugeCommand{
+				CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, Metric: "seats",
 				Delta: delta, Cap: 10, LeaseID: lease, LeaseSeconds: secs})
 		}
 		lease := func(now time.Time, id uuid.UUID, action engine.LeaseAction, secs int64, idem string) (engine.MutationResult, error) {
-			return b.store.Lease(ctx, engine.LeaseCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "seats",
-				LeaseID: id, Action: action, Seconds: secs, IdempotencyKey: idem, RequestHash: "h-" + idem})
+			return b.store.Lease(ctx, engine.LeaseCommand{
+				CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, IdempotencyKey: idem, RequestHash: "h-" + idem, Now: now}, Metric: "seats",
+				LeaseID: id, Action: action, Seconds: secs})
 		}
 		value := func(d time.Duration, want int64) {
 			t.Helper()
@@ -144,7 +146,8 @@ func TestGaugeLeaseBound(t *testing.T) {
 		c := newCustomer()
 		b.known(t, c)
 		cmd := func() engine.GaugeCommand {
-			return engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "jobs", Delta: 1, Cap: 0,
+			return engine.GaugeCommand{
+				CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "jobs", Delta: 1, Cap: 0,
 				Allow: true, LeaseID: uuid.New(), LeaseSeconds: 60}
 		}
 		for i := range engine.MaxGaugeLeases {
@@ -189,12 +192,14 @@ func TestLoadRestoresLeases(t *testing.T) {
 		if v, _ := b.store.GaugeValue(ctx, c, "seats"); v != 2 {
 			t.Errorf("past the live lease: %d, want 2", v)
 		}
-		res, err := b.store.Lease(ctx, engine.LeaseCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats",
+		res, err := b.store.Lease(ctx, engine.LeaseCommand{
+			CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "seats",
 			LeaseID: live, Action: engine.LeaseRelease})
 		if err != nil || res.Mutation.Gauge.Current != 2 || len(res.Mutation.Gauge.Leases) != 2 {
 			t.Errorf("release after load: %v %+v", err, res.Mutation.Gauge)
 		}
-		if _, err := b.store.Lease(ctx, engine.LeaseCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats",
+		if _, err := b.store.Lease(ctx, engine.LeaseCommand{
+			CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "seats",
 			LeaseID: gone, Action: engine.LeaseRelease}); !errors.Is(err, engine.ErrLeaseNotFound) {
 			t.Errorf("a released lease came back with the load: %v", err)
 		}

@@ -125,7 +125,7 @@ func TestScriptMutationsTakeTheFastPath(t *testing.T) {
 	hold2, err := s.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
 	must(hold2, err)
 	must(s.Release(ctx, releaseCmd(c, hold2.Mutation.Reservation.ID, false, t0)))
-	must(s.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: t0, Metric: "seats", Delta: 1, Cap: 10}))
+	must(s.Gauge(ctx, engine.GaugeCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "seats", Delta: 1, Cap: 10}))
 	must(s.Debit(ctx, debitCmd(c, 20, t0)))
 	if _, _, err := s.Expire(ctx, uuid.New(), c, t0.Add(90*time.Minute)); err != nil {
 		t.Fatal(err)

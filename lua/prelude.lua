@@ -1382,6 +1382,36 @@ local function commit_open(key, now, res_id, drains, op_key, rh)
   return a, r
 end
 
+-- reserve_open reads what a reserve of hold res_id needs: the account,
+-- with the id not taken and room for one more active hold. Instead of it
+-- it returns (second value) the reply: a replay of op_key, or NOSTATE,
+-- BADARG (the id is taken) or TOOMANYHOLDS.
+local function reserve_open(key, now, res_id, op_key, rh)
+  local a = acct_read(key, now, {'r:' .. res_id})
+  if not a then return nil, redis.error_reply('NOSTATE no credit state for the customer') end
+  local rp = replay(op_key, rh)
+  if rp then return nil, rp end
+  if a.x['r:' .. res_id] then return nil, redis.error_reply('BADARG the reservation id is taken') end
+  if a.active >= MAX_ACTIVE_HOLDS then
+    return nil, redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
+  end
+  return a
+end
+
+-- commit_meta is the metadata a commit leaves on hold r: merged_meta when
+-- Go merged (lua/bounded.go; it only checks that Go merged into r's
+-- metadata, stored_meta), else meta merged here. Instead of it it returns
+-- (second value) the reply: STALE, or BADARG for metadata not an object.
+local function commit_meta(r, meta, stored_meta, merged_meta)
+  if merged_meta then
+    if r.meta ~= stored_meta then return nil, redis.error_reply('STALE the hold changed since it was read') end
+    return merged_meta
+  end
+  local merged = meta_merge(r.meta, meta)
+  if not merged then return nil, redis.error_reply('BADARG metadata is not a JSON object') end
+  return merged
+end
+
 -- le_fmt is a's lifetime earned as text: as read while unchanged (no
 -- script but a grant moves it).
 local function le_fmt(a)

@@ -161,7 +161,7 @@ func TestProfileScripts(t *testing.T) {
 			must(err)
 		})
 		measure("gauge/"+shape.name, func(i int) {
-			_, err := s.Gauge(ctx, engine.GaugeCommand{OpID: uuid.New(), Customer: c, Now: now, Metric: "seats", Delta: 1, Cap: 1 << 40})
+			_, err := s.Gauge(ctx, engine.GaugeCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: now}, Metric: "seats", Delta: 1, Cap: 1 << 40})
 			must(err)
 		})
 		hc := newFunded(shape.blocks, shape.meta)

@@ -31,14 +31,8 @@ if not now or not est_units or not terms or not expires or expires <= now or res
   return redis.error_reply('BADARG now, reservation id, metric, units, terms or expires_at')
 end
 
-local a = acct_read(account_key, now, {'r:' .. res_id})
-if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
-if rp then return rp end
-if a.x['r:' .. res_id] then return redis.error_reply('BADARG the reservation id is taken') end
-if a.active >= MAX_ACTIVE_HOLDS then
-  return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
-end
+local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash)
+if not a then return stop end
 
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end

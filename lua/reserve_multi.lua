@@ -40,14 +40,8 @@ for i = 1, n do
   items[i] = {metric = metric, units = units, terms = terms}
 end
 
-local a = acct_read(account_key, now, {'r:' .. res_id})
-if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
-if rp then return rp end
-if a.x['r:' .. res_id] then return redis.error_reply('BADARG the reservation id is taken') end
-if a.active >= MAX_ACTIVE_HOLDS then
-  return redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
-end
+local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash)
+if not a then return stop end
 
 local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')
 if bad then return bad end

@@ -24,7 +24,7 @@ var _ engine.RolloverStore = (*Store)(nil)
 // block had credit left. Errors: engine.ErrStateMissing,
 // ErrIdempotencyMismatch; a retried key replays the original Mutation.
 func (s *Store) Rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
-	return s.appliedFirst(ctx, cmd.Customer, cmd.IdempotencyKey, "", time.Time{},
+	return s.appliedFirst(ctx, engine.CommandHeader{Customer: cmd.Customer, IdempotencyKey: cmd.IdempotencyKey}, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.rollover(ctx, cmd) })
 }
 
@@ -36,7 +36,7 @@ func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 	if err := checkSource(cmd.Block.Source); err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: rollover: %w", err)
 	}
-	args, err := commonArgs(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, "")
+	head, err := newHead(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, "")
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
@@ -62,8 +62,9 @@ func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 	if cmd.Block.ExpiresAt != nil {
 		expires = strconv.FormatInt(cmd.Block.ExpiresAt.UnixMilli(), 10)
 	}
-	args = append(args, string(idsJSON), strconv.Itoa(cmd.Percentage), engine.CompactID(cmd.Block.ID),
-		strconv.Itoa(cmd.Block.Priority), string(cmd.Block.Source), blockMeta, expires, string(cmd.EntryType),
-		entryMeta, contextText(cmd.Context))
-	return s.runMoney(ctx, rolloverScript, "rollover", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	a := rolloverArgv{headArgv: head, Blocks: string(idsJSON), Percent: strconv.Itoa(cmd.Percentage),
+		BlockID: engine.CompactID(cmd.Block.ID), Priority: strconv.Itoa(cmd.Block.Priority),
+		Source: string(cmd.Block.Source), BlockMeta: blockMeta, Expires: expires, EntryType: string(cmd.EntryType),
+		EntryMeta: entryMeta, Ctx: contextText(cmd.Context)}
+	return s.runMoney(ctx, rolloverScript, "rollover", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 }

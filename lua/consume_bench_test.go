@@ -1,0 +1,45 @@
+package lua
+
+import (
+	"context"
+	"testing"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
+)
+
+// BenchmarkConsumeArgs is the Go side of one consume: its keys and script
+// arguments (what building ARGV from a description must not make dearer).
+func BenchmarkConsumeArgs(b *testing.B) {
+	s := NewStore(nil, "bench")
+	cmd := consumeCmd(newCustomer(), 3, engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 2}, engine.OveragePolicyBlock, t0)
+	cmd.IdempotencyKey, cmd.RequestHash = "bench-key", "0123456789abcdef0123456789abcdef"
+	b.ReportAllocs()
+	for range b.N {
+		if _, _, err := s.consumeArgs(cmd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkConsume is one consume on the suite's Redis, script included.
+func BenchmarkConsume(b *testing.B) {
+	rdb, prefix := testenv.Redis(b)
+	s := NewStore(rdb, prefix)
+	ctx := context.Background()
+	c := newCustomer()
+	if ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0); err != nil || !ok {
+		b.Fatalf("load: %v %v", ok, err)
+	}
+	if _, err := s.Grant(ctx, grantCmd(c, 1<<60, t0)); err != nil {
+		b.Fatal(err)
+	}
+	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 2}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := s.Consume(ctx, consumeCmd(c, 3, terms, engine.OveragePolicyBlock, t0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
