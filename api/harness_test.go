@@ -38,7 +38,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *harness {
 	blocks := &fakeBlocks{accounts: map[uuid.UUID]*fakeAccount{}, ledger: ledger}
 	tenants := engine.NewTenants(dir, clock, true)
 	customers := engine.NewCustomers(dir, clock)
-	credits := engine.NewCredits(customers, blocks, ledger, clock)
+	credits := engine.NewCredits(customers, blocks, ledger, clock, nil)
 	idem := newFakeIdem()
 	cfg := Config{
 		Tenants: tenants, Customers: customers, Credits: credits, Idempotency: idem,

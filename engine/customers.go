@@ -257,6 +257,18 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomerIn
 	return c, nil
 }
 
+// ByID reads a live customer by id in any tenant, uncached, so a caller
+// can tell "other tenant" from "unknown" (the directory's ErrNotFound).
+func (s *Customers) ByID(ctx context.Context, id uuid.UUID) (Customer, error) {
+	return s.dir.CustomerByID(ctx, id)
+}
+
+// ByExternalID reads a live customer of scope by external id, uncached
+// (the directory's ErrNotFound).
+func (s *Customers) ByExternalID(ctx context.Context, scope Scope, externalID string) (Customer, error) {
+	return s.dir.CustomerByExternalID(ctx, scope, externalID)
+}
+
 // Get reads one live customer. Errors: 404.
 func (s *Customers) Get(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
 	return s.Resolve(ctx, scope, ref, false)

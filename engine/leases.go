@@ -134,11 +134,6 @@ func leaseSeconds(v int64) error {
 	return nil
 }
 
-// UseLeases gives s the stores of the lease renew and release.
-func (s *Entitlements) UseLeases(store LeaseStore, index LeaseIndex) {
-	s.leases, s.leaseIndex = store, index
-}
-
 // leaseOf is the lease id among those a Mutation carries (nil when absent).
 func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
 	if m.Gauge == nil {

@@ -400,6 +400,17 @@ type Catalog interface {
 	ActiveRule(ctx context.Context, s Scope, metricKey string) (MeteringRule, error)
 }
 
+// CatalogLookup is the hot path's read of the catalogue (every check,
+// consume and hold); CachedCatalog caches it, NewCatalogLookup reads a
+// Catalog.
+type CatalogLookup interface {
+	// Metric finds the metric of key in scope; ok is false when none exists.
+	Metric(ctx context.Context, s Scope, key string) (m BillableMetric, ok bool, err error)
+	// Rule finds the active rule of key in scope; ok is false when none
+	// exists.
+	Rule(ctx context.Context, s Scope, key string) (r MeteringRule, ok bool, err error)
+}
+
 // VersionReader reports how far Postgres has caught up with a customer.
 type VersionReader interface {
 	// PersistedVersion is the account version Postgres holds (0 when none).
@@ -542,6 +553,16 @@ type PlanStore interface {
 	PutEntitlement(ctx context.Context, planID uuid.UUID, e VariantEntitlement) error
 	// ListEntitlements lists the entitlements of the given variants, oldest first.
 	ListEntitlements(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]VariantEntitlement, error)
+}
+
+// PlanLookup is the hot path's read of the catalogue (PlanFacts, the
+// scheduler); CachedPlanStore caches it, NewPlanLookup reads a PlanStore.
+type PlanLookup interface {
+	// VariantDetail reads a variant with its grants and entitlements
+	// (ErrNotFound).
+	VariantDetail(ctx context.Context, s Scope, id uuid.UUID) (VariantDetail, error)
+	// PlanName reads the name of a plan (ErrNotFound).
+	PlanName(ctx context.Context, s Scope, id uuid.UUID) (string, error)
 }
 
 // MetricLookup finds a billable metric by key; *Metering is one.

@@ -94,12 +94,8 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		}
 	}
 	key := CustomerKeyOf(c)
-	var acct Account
-	if _, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) {
-		var e error
-		acct, e = s.credits.blocks.Snapshot(ctx, key, now)
-		return MutationResult{}, e
-	}); err != nil {
+	acct, err := s.credits.snapshotAt(ctx, key, now)
+	if err != nil {
 		return Snapshot{}, err
 	}
 	f, err := s.facts(ctx, c)

@@ -30,7 +30,6 @@ type Subscriptions struct {
 	events    EventInserter
 	clock     Clock
 	log       zerolog.Logger
-	view      *PlanFacts
 }
 
 // Subscription event kinds (addendum 8).
@@ -65,16 +64,13 @@ const EmitterSubscription = "subscription"
 // and the next scheduler pass continues.
 const maxStepsPerAdvance = 5000
 
-// NewSubscriptions returns the subscription service; view (may be nil) is
-// told when a customer's subscription changes.
+// NewSubscriptions returns the subscription service; a cached PlanView
+// forgets what a write changes when store is its ForgettingSubscriptions.
 func NewSubscriptions(store SubscriptionStore, plans *Plans, customers *Customers, credits *Credits, blocks BlockStore,
 	rollover RolloverStore, events EventInserter, clock Clock, log zerolog.Logger) *Subscriptions {
 	return &Subscriptions{store: store, plans: plans, customers: customers, credits: credits, blocks: blocks,
 		rollover: rollover, events: events, clock: clock, log: log}
 }
-
-// SetPlanFacts lets the service invalidate the PlanView cache on change.
-func (s *Subscriptions) SetPlanFacts(v *PlanFacts) { s.view = v }
 
 // ---- inputs ----
 
@@ -154,7 +150,6 @@ func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscr
 	if err := s.store.CreateSubscription(ctx, r); err != nil {
 		return Subscription{}, err
 	}
-	s.forget(r.CustomerID)
 	s.emit(ctx, &r, &c, EventSubscriptionCreated, "created", now)
 	// Fire what the creation owes now; should this process die first, the
 	// scheduler finds the subscription due and fires it.
@@ -397,7 +392,6 @@ func (s *Subscriptions) change(ctx context.Context, scope Scope, rawID string,
 	if err != nil {
 		return Subscription{}, err
 	}
-	s.forget(r.CustomerID)
 	return r.Subscription, nil
 }
 
@@ -411,12 +405,6 @@ func (s *Subscriptions) variant(ctx context.Context, scope Scope, raw string) (V
 		return VariantDetail{}, &Error{Kind: KindNotFound, Field: "plan_variant_id", Detail: "plan variant not found"}
 	}
 	return v, err
-}
-
-func (s *Subscriptions) forget(customer uuid.UUID) {
-	if s.view != nil {
-		s.view.Forget(customer)
-	}
 }
 
 // cancelNow ends the subscription at now.
@@ -653,7 +641,6 @@ func (s *Subscriptions) advance(ctx context.Context, r *SubscriptionRecord, now 
 	}
 	if changed {
 		r.UpdatedAt = maxTime(r.UpdatedAt, now)
-		s.forget(r.CustomerID)
 	}
 	if st, ok := nextStep(r); ok {
 		at := st.at
