@@ -17,7 +17,7 @@ const httpReplayWindow = 24 * time.Hour
 // check is one Redis round trip: customer, tenant, metric and rule come from
 // in-process caches.
 type Entitlements struct {
-	customers *Customers
+	customers CustomerLookup
 	metering  *Metering
 	credits   *Credits
 	hot       HotStore
@@ -96,7 +96,9 @@ var ErrUsageNotAllowed = &Error{Kind: KindConflict, Detail: "the customer's subs
 // EntitlementsDeps is what the entitlement service is built from; every
 // dependency is given here, none is set after construction.
 type EntitlementsDeps struct {
-	Customers *Customers
+	// Customers resolves the customer of every call (a CachedCustomers in
+	// a running creditd).
+	Customers CustomerLookup
 	Metering  *Metering
 	Credits   *Credits
 	Hot       HotStore
@@ -190,7 +192,7 @@ func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, re
 		}
 		rule = r
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return CheckResult{}, err
 	}

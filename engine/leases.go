@@ -186,7 +186,7 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	if m.Type != MetricGauge {
 		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, false)
+	c, err := s.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return GaugeResult{}, err
 	}

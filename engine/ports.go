@@ -361,6 +361,15 @@ type CustomerResolver interface {
 	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
 }
 
+// CustomerLookup is how the hot path finds customers (checks, consumes,
+// holds); CachedCustomers caches it, *Customers reads the directory.
+type CustomerLookup interface {
+	CustomerResolver
+	// CustomerByKey is the customer of key; ErrNotFound when the directory
+	// has no live customer there.
+	CustomerByKey(ctx context.Context, key CustomerKey) (Customer, error)
+}
+
 // AppliedOps finds operations Postgres holds by idempotency key, for the
 // money calls to answer a retry whose op key Redis no longer holds
 // (invariant 4, forever).

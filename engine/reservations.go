@@ -32,6 +32,7 @@ type Reservations struct {
 	ent       *Entitlements
 	credits   *Credits
 	customers *Customers
+	lookup    CustomerLookup
 	metering  *Metering
 	hot       HotStore
 	reader    HoldReader
@@ -44,6 +45,9 @@ type ReservationsDeps struct {
 	Entitlements *Entitlements
 	Credits      *Credits
 	Customers    *Customers
+	// Lookup resolves the customer of a reserve, commit and release (a
+	// CachedCustomers in a running creditd; nil: Customers).
+	Lookup CustomerLookup
 	// Metering prices a commit by the rule active then (nil: none).
 	Metering *Metering
 	Hot      HotStore
@@ -53,7 +57,10 @@ type ReservationsDeps struct {
 
 // NewReservations returns the reservation service.
 func NewReservations(d ReservationsDeps) *Reservations {
-	return &Reservations{ent: d.Entitlements, credits: d.Credits, customers: d.Customers, metering: d.Metering,
+	if d.Lookup == nil {
+		d.Lookup = d.Customers
+	}
+	return &Reservations{lookup: d.Lookup, ent: d.Entitlements, credits: d.Credits, customers: d.Customers, metering: d.Metering,
 		hot: d.Hot, reader: d.Holds, clock: d.Clock}
 }
 
@@ -191,7 +198,7 @@ func (s *Reservations) holder(ctx context.Context, scope Scope, in ReserveInput,
 	if hasExt {
 		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict)
 	if e, ok := AsError(err); ok && e.Kind == KindNotFound {
 		return Customer{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
 	}
@@ -322,7 +329,12 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 		}
 		hold.Metadata = meta
 	}
-	return s.customers.CachedByKey(ctx, ref.Customer), hold, nil
+	c, err := s.lookup.CustomerByKey(ctx, ref.Customer)
+	if err != nil {
+		// A deleted customer's holds can still be settled.
+		c = Customer{ID: ref.Customer.CustomerID, TenantID: ref.Customer.TenantID, Environment: ref.Customer.Environment}
+	}
+	return c, hold, nil
 }
 
 // hotMiss reports whether a commit or release of a hold find took from

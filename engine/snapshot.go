@@ -83,7 +83,7 @@ func (s *Entitlements) ForgetSnapshot(customer uuid.UUID) { s.snapshots.Forget(c
 // customer's entitlement picture: one entry per metric the tenant defines.
 // A lenient ref auto-creates the customer; a strict one is 404 when unknown.
 func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, fresh bool) (Snapshot, error) {
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return Snapshot{}, err
 	}

@@ -203,7 +203,12 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.DB = persist.NewStore(pool)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
 	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
-	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
+	// The hot path resolves customers through a cache over a service of
+	// its own on the raw directory (it reads, and auto-creates a customer,
+	// which forgets nothing); the API's service writes through the cache's
+	// forgetting directory, so this process sees a change at once.
+	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock))
+	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
@@ -226,10 +231,10 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	plans := engine.NewCachedPlanStore(a.DB)
 	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock)
-	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: a.Customers, Metering: a.Metering,
+	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, Leases: a.Store, LeaseIndex: a.DB})
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
-		Customers: a.Customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
+		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
 	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
 	a.Alerts = engine.NewAlerts(a.DB, a.Customers, cfg.Clock)
