@@ -361,6 +361,15 @@ type CustomerResolver interface {
 	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
 }
 
+// KeyLookup turns the SHA-256 of a presented API key into what it
+// authenticates, on every request; CachedKeys caches it, NewKeyLookup
+// reads a Directory.
+type KeyLookup interface {
+	// KeyScope is the scope (tenant, environment, key id) and tenant of the
+	// live key hashed to sum; ErrNotFound when no live key has that hash.
+	KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant, error)
+}
+
 // CustomerLookup is how the hot path finds customers (checks, consumes,
 // holds); CachedCustomers caches it, *Customers reads the directory.
 type CustomerLookup interface {

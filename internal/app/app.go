@@ -202,7 +202,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
-	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
+	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB))
+	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
 	// The hot path resolves customers through a cache over a service of
 	// its own on the raw directory (it reads, and auto-creates a customer,
 	// which forgets nothing); the API's service writes through the cache's
