@@ -199,9 +199,11 @@ func setupPricing(t *testing.T) *harness {
 		clock := engine.SystemClock{}
 		catalog := engine.NewCachedCatalog(newFakeCatalog())
 		cfg.Metering = engine.NewMetering(catalog, catalog, clock)
-		cfg.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: cfg.Customers, Metering: cfg.Metering, Credits: cfg.Credits, Hot: fakeHot{}, Clock: clock})
+		// The hot path resolves customers through the cache, as in creditd.
+		lookup := engine.NewCachedCustomers(cfg.Customers)
+		cfg.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: lookup, Metering: cfg.Metering, Credits: cfg.Credits, Hot: fakeHot{}, Clock: clock})
 		cfg.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: cfg.Entitlements, Credits: cfg.Credits,
-			Customers: cfg.Customers, Metering: cfg.Metering, Hot: fakeHot{}, Holds: fakeHolds{}, Clock: clock})
+			Customers: cfg.Customers, Lookup: lookup, Metering: cfg.Metering, Hot: fakeHot{}, Holds: fakeHolds{}, Clock: clock})
 	})
 }
 

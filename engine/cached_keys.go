@@ -146,6 +146,18 @@ func (s *CachedKeys) rememberUnknown(sum [32]byte, now time.Time) {
 	s.unknown[sum] = now.Add(unknownKeyTTL)
 }
 
+// forget drops the cached keys drop picks.
+func (s *CachedKeys) forget(drop func(authEntry) bool) {
+	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return drop(e) })
+}
+
+// known forgets that the key hashed to sum was unknown.
+func (s *CachedKeys) known(sum [32]byte) {
+	s.mu.Lock()
+	delete(s.unknown, sum)
+	s.mu.Unlock()
+}
+
 // ForgettingDirectory decorates dir so that a key it creates is no longer
 // remembered as unknown, a key it revokes is no longer trusted, and the
 // keys of a tenant it updates are looked up afresh, each once written.
@@ -166,9 +178,7 @@ type keyForgettingDirectory struct {
 func (d *keyForgettingDirectory) CreateAPIKey(ctx context.Context, k APIKey, hash []byte) error {
 	err := d.Directory.CreateAPIKey(ctx, k, hash)
 	if err == nil && len(hash) == 32 {
-		d.keys.mu.Lock()
-		delete(d.keys.unknown, [32]byte(hash))
-		d.keys.mu.Unlock()
+		d.keys.known([32]byte(hash))
 	}
 	return err
 }
@@ -176,7 +186,7 @@ func (d *keyForgettingDirectory) CreateAPIKey(ctx context.Context, k APIKey, has
 func (d *keyForgettingDirectory) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time.Time) error {
 	err := d.Directory.RevokeAPIKey(ctx, tenant, key, at)
 	if err == nil {
-		d.keys.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.KeyID == key })
+		d.keys.forget(func(e authEntry) bool { return e.scope.KeyID == key })
 	}
 	return err
 }
@@ -184,7 +194,7 @@ func (d *keyForgettingDirectory) RevokeAPIKey(ctx context.Context, tenant, key u
 func (d *keyForgettingDirectory) UpdateTenant(ctx context.Context, t Tenant) error {
 	err := d.Directory.UpdateTenant(ctx, t)
 	if err == nil {
-		d.keys.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.TenantID == t.ID })
+		d.keys.forget(func(e authEntry) bool { return e.scope.TenantID == t.ID })
 	}
 	return err
 }
