@@ -302,7 +302,7 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 
 // find is the hold id with its customer for a commit or release: from
 // Redis alone when its reservation index describes the hold (the customer
-// from the customer cache; the stored metadata, when withMeta, from the
+// from the customer look-up; the stored metadata, when withMeta, from the
 // customer's hash), else as locate finds it. A hold found in Redis has no
 // Status (hotMiss tells them apart): the script answers for its state, and
 // nothing waits for Postgres to catch up (issue 10).
