@@ -36,9 +36,10 @@ func setup(t *testing.T, mutate ...func(*Config)) *harness {
 	dir := newFakeDirectory()
 	ledger := &fakeLedger{}
 	blocks := &fakeBlocks{accounts: map[uuid.UUID]*fakeAccount{}, ledger: ledger}
-	tenants := engine.NewTenants(dir, clock, true)
+	keys := engine.NewCachedKeys(engine.NewKeyLookup(dir))
+	tenants := engine.NewTenants(keys.ForgettingDirectory(dir), keys, clock, true)
 	customers := engine.NewCustomers(dir, clock)
-	credits := engine.NewCredits(customers, blocks, ledger, clock)
+	credits := engine.NewCredits(customers, blocks, ledger, clock, nil)
 	idem := newFakeIdem()
 	cfg := Config{
 		Tenants: tenants, Customers: customers, Credits: credits, Idempotency: idem,

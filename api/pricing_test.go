@@ -197,9 +197,13 @@ func setupPricing(t *testing.T) *harness {
 	t.Helper()
 	return setup(t, func(cfg *Config) {
 		clock := engine.SystemClock{}
-		cfg.Metering = engine.NewMetering(newFakeCatalog(), clock)
-		cfg.Entitlements = engine.NewEntitlements(cfg.Customers, cfg.Metering, cfg.Credits, fakeHot{}, clock)
-		cfg.Reservations = engine.NewReservations(cfg.Entitlements, fakeHolds{})
+		catalog := engine.NewCachedCatalog(newFakeCatalog())
+		cfg.Metering = engine.NewMetering(catalog, catalog, clock)
+		// The hot path resolves customers through the cache, as in creditd.
+		lookup := engine.NewCachedCustomers(cfg.Customers)
+		cfg.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: lookup, Metering: cfg.Metering, Credits: cfg.Credits, Hot: fakeHot{}, Clock: clock})
+		cfg.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: cfg.Entitlements, Credits: cfg.Credits,
+			Customers: cfg.Customers, Lookup: lookup, Metering: cfg.Metering, Hot: fakeHot{}, Holds: fakeHolds{}, Clock: clock})
 	})
 }
 

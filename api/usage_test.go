@@ -56,9 +56,10 @@ func TestUsageEventInternalError(t *testing.T) {
 		clock := engine.SystemClock{}
 		ledger := &fakeLedger{}
 		cfg.Customers = engine.NewCustomers(pgFailingDirectory{newFakeDirectory()}, clock)
-		cfg.Credits = engine.NewCredits(cfg.Customers, &fakeBlocks{accounts: map[uuid.UUID]*fakeAccount{}, ledger: ledger}, ledger, clock)
-		cfg.Metering = engine.NewMetering(newFakeCatalog(), clock)
-		cfg.Entitlements = engine.NewEntitlements(cfg.Customers, cfg.Metering, cfg.Credits, fakeHot{}, clock)
+		cfg.Credits = engine.NewCredits(cfg.Customers, &fakeBlocks{accounts: map[uuid.UUID]*fakeAccount{}, ledger: ledger}, ledger, clock, nil)
+		catalog := engine.NewCachedCatalog(newFakeCatalog())
+		cfg.Metering = engine.NewMetering(catalog, catalog, clock)
+		cfg.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: cfg.Customers, Metering: cfg.Metering, Credits: cfg.Credits, Hot: fakeHot{}, Clock: clock})
 		cfg.Log = zerolog.New(logs)
 	})
 	if r := h.do("POST", "/v1/metering-rules", `{"billable_metric_key":"tok","cost_type":"per_unit","unit_cost":3}`, h.idemKey("r1")...); r.status != 201 {

@@ -124,7 +124,7 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	if _, err := Price(rule, *in.Units); err != nil {
 		return ConsumeCommand{}, priceError(err, "units")
 	}
-	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
 	if err != nil {
 		return ConsumeCommand{}, err
 	}
@@ -182,7 +182,7 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 		}
 		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: *it.Units, Terms: TermsOf(rule)}
 	}
-	c, err := s.customers.Cached(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
 	if err != nil {
 		return ConsumeCommand{}, err
 	}

@@ -40,18 +40,15 @@ type Credits struct {
 	reloads atomic.Uint64
 }
 
-// NewCredits returns the credit service.
-func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock) *Credits {
-	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock}
+// NewCredits returns the credit service; hurry is the local persister's
+// hurry signal (nil: a read-your-writes wait still ends, only later).
+func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock, hurry func()) *Credits {
+	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock, hurry: hurry}
 }
 
 // Reloads is how many times this process loaded a customer's state from
 // Postgres into the block store because the store had none (NOSTATE).
 func (s *Credits) Reloads() uint64 { return s.reloads.Load() }
-
-// SetPersistHurry wires the local persister's hurry signal (cmd wires it;
-// without it a read-your-writes wait also ends, only later).
-func (s *Credits) SetPersistHurry(hurry func()) { s.hurry = hurry }
 
 // Idempotency names the HTTP idempotency key of a request and the
 // fingerprint of its body.
@@ -158,6 +155,78 @@ func withLoad(ctx context.Context, s *Credits, c CustomerKey, op func() (Mutatio
 		return MutationResult{}, err
 	}
 	return op()
+}
+
+// now is the service's clock reading, for the services that act through it.
+func (s *Credits) now() time.Time { return s.clock.Now() }
+
+// grant runs cmd, loading the customer first when the store has no state.
+func (s *Credits) grant(ctx context.Context, cmd GrantCommand) (MutationResult, error) {
+	return withLoad(ctx, s, cmd.Customer, func() (MutationResult, error) { return s.blocks.Grant(ctx, cmd) })
+}
+
+// grantNewCustomer runs cmds on c, a customer created just now, in one
+// batch when the block store batches.
+func (s *Credits) grantNewCustomer(ctx context.Context, c Customer, cmds []GrantCommand) error {
+	one := func(cmd GrantCommand) error {
+		_, err := s.grant(ctx, cmd)
+		return err
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	bg, ok := s.blocks.(BatchGranter)
+	if !ok {
+		for _, cmd := range cmds {
+			if err := one(cmd); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Postgres has nothing to rebuild: install the empty state (version 0
+	// only creates a missing hash) and send every block in one batch.
+	if _, err := s.blocks.Load(ctx, AccountState{TenantID: c.TenantID, CustomerID: c.ID, Environment: c.Environment}); err != nil {
+		return err
+	}
+	for j, err := range bg.GrantBatch(ctx, cmds) {
+		if errors.Is(err, ErrStateMissing) {
+			// The state went away mid-import (a flush): load and retry.
+			err = one(cmds[j])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// balancesAt reads the customer's figures as of now: the store's lean read
+// when it has one (no blocks decoded), else a Snapshot. Errors:
+// ErrStateMissing.
+func (s *Credits) balancesAt(ctx context.Context, key CustomerKey, now time.Time) (Balances, error) {
+	if br, ok := s.blocks.(BalanceReader); ok {
+		return br.Balances(ctx, key, now)
+	}
+	acct, err := s.blocks.Snapshot(ctx, key, now)
+	return Balances{Balance: acct.Balance, Reserved: acct.ReservedBalance, Pending: acct.PendingBalance, Effective: acct.EffectiveBalance}, err
+}
+
+// snapshotAt reads the customer's account as of now, loading it first
+// when the store has no state.
+func (s *Credits) snapshotAt(ctx context.Context, key CustomerKey, now time.Time) (Account, error) {
+	var acct Account
+	_, err := withLoad(ctx, s, key, func() (MutationResult, error) {
+		var e error
+		acct, e = s.blocks.Snapshot(ctx, key, now)
+		return MutationResult{}, e
+	})
+	return acct, err
+}
+
+// resolve finds the customer of ref in scope, never creating one.
+func (s *Credits) resolve(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
+	return s.customers.Resolve(ctx, scope, ref, false)
 }
 
 // singleLoad lets one goroutine per customer load while the others wait for

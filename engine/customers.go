@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -22,132 +21,27 @@ const MaxExternalIDChars = 255
 type Customers struct {
 	dir   Directory
 	clock Clock
-
-	cache *swrCache[resolveKey, Customer]
-	ttl   time.Duration // customerCacheTTL; tests shorten it
 }
 
-// customerCacheTTL bounds how long another process may still resolve a
-// customer this one changed or deleted; the hot path (checks, consumes)
-// resolves from this cache instead of Postgres.
-const customerCacheTTL = 5 * time.Second
+var _ CustomerLookup = (*Customers)(nil)
 
-// maxCachedCustomers bounds the cache's memory; a full cache starts over.
-const maxCachedCustomers = 200_000
-
-type resolveKey struct {
-	scope  Scope
-	value  string
-	strict bool
-	// byID marks an entry of CachedByKey: value is the customer's id, never
-	// an external id.
-	byID bool
-}
-
-// NewCustomers returns the customer service.
+// NewCustomers returns the customer service; it reads the directory afresh
+// on every call (the hot path resolves through a CachedCustomers).
 func NewCustomers(dir Directory, clock Clock) *Customers {
-	return &Customers{dir: dir, clock: clock, cache: newSWRCache[resolveKey, Customer](maxCachedCustomers), ttl: customerCacheTTL}
+	return &Customers{dir: dir, clock: clock}
 }
 
-// Cached resolves ref like Resolve, from a short-lived lock-free cache of
-// found customers (misses and errors are never cached). An entry past its
-// TTL but younger than customerStaleLimit is served at once while one
-// background look-up refreshes it, so the hot path never waits on Postgres
-// for a customer it has seen lately; a customer deleted elsewhere drops out
-// at that refresh.
-func (s *Customers) Cached(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
-	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
-	now := time.Now()
-	c, st := s.cache.get(k, now, customerStaleLimit)
-	switch st {
-	case cacheFresh:
-		return c, nil
-	case cacheRefresh:
-		go s.refresh(k, scope, ref)
-		return c, nil
-	}
-	gen := s.cache.generation()
-	c, err := s.Resolve(ctx, scope, ref, create)
+// CustomerByKey is the customer of key (its id, tenant and environment);
+// ErrNotFound when the directory has no live customer there.
+func (s *Customers) CustomerByKey(ctx context.Context, key CustomerKey) (Customer, error) {
+	c, err := s.dir.CustomerByID(ctx, key.CustomerID)
 	if err != nil {
 		return Customer{}, err
 	}
-	s.cache.put(k, c, now.Add(s.ttl), gen)
-	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen)
+	if c.TenantID != key.TenantID || c.Environment != key.Environment {
+		return Customer{}, ErrNotFound
+	}
 	return c, nil
-}
-
-// CachedByKey is the customer of key (its id, tenant and environment), from
-// the cache Cached fills, else from the directory: a hold's commit or
-// release resolves the customer its index names without Postgres. A
-// customer the directory no longer has (deleted) is key alone, with no
-// external id: its holds can still be settled.
-func (s *Customers) CachedByKey(ctx context.Context, key CustomerKey) Customer {
-	k := resolveKey{scope: Scope{TenantID: key.TenantID, Environment: key.Environment}, value: key.CustomerID.String(), byID: true}
-	now := time.Now()
-	c, st := s.cache.get(k, now, customerStaleLimit)
-	switch st {
-	case cacheFresh:
-		return c
-	case cacheRefresh:
-		go s.refreshByKey(k, key)
-		return c
-	}
-	gen := s.cache.generation()
-	c, err := s.dir.CustomerByID(ctx, key.CustomerID)
-	if err != nil || c.TenantID != key.TenantID || c.Environment != key.Environment {
-		return Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}
-	}
-	s.cache.put(k, c, now.Add(s.ttl), gen)
-	return c
-}
-
-// refreshByKey looks a customer CachedByKey serves up again in the
-// background.
-func (s *Customers) refreshByKey(k resolveKey, key CustomerKey) {
-	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
-	defer cancel()
-	gen := s.cache.generation()
-	c, err := s.dir.CustomerByID(ctx, key.CustomerID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		s.cache.delete(k)
-	case err != nil:
-		s.cache.refreshFailed(k)
-	default:
-		s.cache.put(k, c, time.Now().Add(s.ttl), gen)
-	}
-}
-
-// byKeyEntry is the CachedByKey entry of c, which a resolve by any
-// reference fills too: the commit right after a reserve finds it.
-func byKeyEntry(c Customer) resolveKey {
-	return resolveKey{scope: Scope{TenantID: c.TenantID, Environment: c.Environment}, value: c.ID.String(), byID: true}
-}
-
-// customerStaleLimit bounds how long past its TTL a cached customer may be
-// served while its refresh runs.
-const customerStaleLimit = time.Minute
-
-// refresh looks a cached customer up again in the background.
-func (s *Customers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
-	defer cancel()
-	gen := s.cache.generation()
-	c, err := s.Resolve(ctx, scope, ref, false)
-	if err != nil {
-		if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
-			s.cache.delete(k)
-		} else {
-			s.cache.refreshFailed(k)
-		}
-		return
-	}
-	s.cache.put(k, c, time.Now().Add(s.ttl), gen)
-}
-
-// forget drops cached resolutions of customer id after a change.
-func (s *Customers) forget(id uuid.UUID) {
-	s.cache.deleteWhere(func(_ resolveKey, c Customer) bool { return c.ID == id })
 }
 
 // CustomerRef is how a request names a customer: a lenient own-or-external id,
@@ -257,6 +151,18 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomerIn
 	return c, nil
 }
 
+// ByID reads a live customer by id in any tenant, uncached, so a caller
+// can tell "other tenant" from "unknown" (the directory's ErrNotFound).
+func (s *Customers) ByID(ctx context.Context, id uuid.UUID) (Customer, error) {
+	return s.dir.CustomerByID(ctx, id)
+}
+
+// ByExternalID reads a live customer of scope by external id, uncached
+// (the directory's ErrNotFound).
+func (s *Customers) ByExternalID(ctx context.Context, scope Scope, externalID string) (Customer, error) {
+	return s.dir.CustomerByExternalID(ctx, scope, externalID)
+}
+
 // Get reads one live customer. Errors: 404.
 func (s *Customers) Get(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
 	return s.Resolve(ctx, scope, ref, false)
@@ -307,7 +213,6 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	if err := s.dir.UpdateCustomer(ctx, c); err != nil {
 		return Customer{}, err
 	}
-	s.forget(c.ID)
 	return c, nil
 }
 
@@ -323,7 +228,6 @@ func (s *Customers) Delete(ctx context.Context, scope Scope, ref CustomerRef) er
 		}
 		return err
 	}
-	s.forget(c.ID)
 	return nil
 }
 

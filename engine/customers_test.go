@@ -155,7 +155,8 @@ func TestCreateCustomerValidation(t *testing.T) {
 func TestCachedServesStaleWhileRefreshing(t *testing.T) {
 	dir := &memDirectory{}
 	svc := NewCustomers(dir, fixedClock{time.Unix(1000, 0)})
-	svc.ttl = time.Millisecond
+	cached := NewCachedCustomers(svc)
+	cached.ttl = time.Millisecond
 	ctx := context.Background()
 	scope := Scope{TenantID: uuid.New(), Environment: EnvironmentLive}
 	ext := "dora"
@@ -164,7 +165,7 @@ func TestCachedServesStaleWhileRefreshing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := CustomerRef{Value: ext}
-	if got, err := svc.Cached(ctx, scope, ref, false); err != nil || got.ID != c.ID {
+	if got, err := cached.Resolve(ctx, scope, ref, false); err != nil || got.ID != c.ID {
 		t.Fatalf("first resolve: %v %v", got.ID, err)
 	}
 	dir.mu.Lock()
@@ -172,12 +173,12 @@ func TestCachedServesStaleWhileRefreshing(t *testing.T) {
 	dir.customers[0].DeletedAt = &now
 	dir.mu.Unlock()
 	time.Sleep(5 * time.Millisecond)
-	if got, err := svc.Cached(ctx, scope, ref, false); err != nil || got.ID != c.ID {
+	if got, err := cached.Resolve(ctx, scope, ref, false); err != nil || got.ID != c.ID {
 		t.Fatalf("stale entry not served while refreshing: %v %v", got.ID, err)
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if _, err := svc.Cached(ctx, scope, ref, false); err != nil {
+		if _, err := cached.Resolve(ctx, scope, ref, false); err != nil {
 			break // the refresh saw the delete
 		}
 		if time.Now().After(deadline) {

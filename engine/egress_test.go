@@ -116,7 +116,7 @@ func TestCheckWebhookURL(t *testing.T) {
 		"nat64.test":     {netip.MustParseAddr("64:ff9b::7f00:1")},
 		"broadcast.test": {netip.MustParseAddr("255.255.255.255")},
 	}
-	s := NewTenants(nil, SystemClock{}, false)
+	s := NewTenants(nil, nil, SystemClock{}, false)
 	s.resolve = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if a, err := netip.ParseAddr(host); err == nil {
 			return []netip.Addr{a}, nil
@@ -156,7 +156,7 @@ func TestCheckWebhookURL(t *testing.T) {
 			t.Errorf("%s: err = %v, want a 422 naming url", c.url, err)
 		}
 	}
-	dev := NewTenants(nil, SystemClock{}, true)
+	dev := NewTenants(nil, nil, SystemClock{}, true)
 	if err := dev.checkWebhookURL(context.Background(), "http://127.0.0.1:9/"); err != nil {
 		t.Errorf("dev mode refuses loopback: %v", err)
 	}

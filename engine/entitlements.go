@@ -17,7 +17,7 @@ const httpReplayWindow = 24 * time.Hour
 // check is one Redis round trip: customer, tenant, metric and rule come from
 // in-process caches.
 type Entitlements struct {
-	customers *Customers
+	customers CustomerLookup
 	metering  *Metering
 	credits   *Credits
 	hot       HotStore
@@ -25,7 +25,7 @@ type Entitlements struct {
 	plans     PlanView
 	snapshots snapshotCache
 	applied   AppliedReader
-	// leases and leaseIndex serve lease renew and release (UseLeases).
+	// leases and leaseIndex serve lease renew and release.
 	leases     LeaseStore
 	leaseIndex LeaseIndex
 }
@@ -43,10 +43,10 @@ type SubscriptionFacts struct {
 	// expiresAt is the soonest expiry of an override in Values (zero when
 	// none): facts are never served stale past it.
 	expiresAt time.Time
+	// subscription is the subscription they are of, so an override write
+	// can forget them.
+	subscription uuid.UUID
 }
-
-// SetPlanView plugs subscriptions into checks, consumes and holds.
-func (s *Entitlements) SetPlanView(pv PlanView) { s.plans = pv }
 
 // facts is the customer's subscription facts, nil without a plan view or
 // subscription.
@@ -93,9 +93,31 @@ func meteredDenied(f *SubscriptionFacts, key string) bool {
 // allow_usage_while_overdue, or the plan denies the metric).
 var ErrUsageNotAllowed = &Error{Kind: KindConflict, Detail: "the customer's subscription does not allow this usage now"}
 
+// EntitlementsDeps is what the entitlement service is built from; every
+// dependency is given here, none is set after construction.
+type EntitlementsDeps struct {
+	// Customers resolves the customer of every call (a CachedCustomers in
+	// a running creditd).
+	Customers CustomerLookup
+	Metering  *Metering
+	Credits   *Credits
+	Hot       HotStore
+	Clock     Clock
+	// Plans plugs subscriptions into checks, consumes and holds (nil: every
+	// value is the metric default).
+	Plans PlanView
+	// Applied lets usage batches find events charged so long ago that Redis
+	// no longer remembers them (event ids are idempotent forever); nil: none.
+	Applied AppliedReader
+	// Leases and LeaseIndex serve lease renew and release.
+	Leases     LeaseStore
+	LeaseIndex LeaseIndex
+}
+
 // NewEntitlements returns the entitlement service.
-func NewEntitlements(customers *Customers, metering *Metering, credits *Credits, hot HotStore, clock Clock) *Entitlements {
-	return &Entitlements{customers: customers, metering: metering, credits: credits, hot: hot, clock: clock}
+func NewEntitlements(d EntitlementsDeps) *Entitlements {
+	return &Entitlements{customers: d.Customers, metering: d.Metering, credits: d.Credits, hot: d.Hot, clock: d.Clock,
+		plans: d.Plans, applied: d.Applied, leases: d.Leases, leaseIndex: d.LeaseIndex}
 }
 
 // CheckResult is the body of an entitlement check; which members appear
@@ -170,7 +192,7 @@ func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, re
 		}
 		rule = r
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return CheckResult{}, err
 	}
@@ -257,12 +279,7 @@ func (s *Entitlements) balances(ctx context.Context, key CustomerKey) (Balances,
 }
 
 func (s *Entitlements) readBalances(ctx context.Context, key CustomerKey) (Balances, error) {
-	now := s.clock.Now()
-	if br, ok := s.credits.blocks.(BalanceReader); ok {
-		return br.Balances(ctx, key, now)
-	}
-	acct, err := s.credits.blocks.Snapshot(ctx, key, now)
-	return Balances{Balance: acct.Balance, Reserved: acct.ReservedBalance, Pending: acct.PendingBalance, Effective: acct.EffectiveBalance}, err
+	return s.credits.balancesAt(ctx, key, s.clock.Now())
 }
 
 // PolicyOf is the customer's overage policy, else the tenant default.

@@ -64,7 +64,7 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 	if m.Type != MetricGauge {
 		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return GaugeResult{}, err
 	}

@@ -229,7 +229,7 @@ func (s *Credits) adjustCustomer(ctx context.Context, scope Scope, ref CustomerR
 	if perr != nil {
 		return c, err
 	}
-	other, oerr := s.customers.dir.CustomerByID(ctx, id)
+	other, oerr := s.customers.ByID(ctx, id)
 	if oerr == nil && (other.TenantID != scope.TenantID || other.Environment != scope.Environment) {
 		return Customer{}, BadRequest("customer_id", "customer_id belongs to another tenant or environment")
 	}

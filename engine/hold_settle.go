@@ -98,7 +98,7 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
 	var terms RuleTerms
 	if *in.ActualUnits > 0 {
-		rule, found, err := s.ent.metering.ActiveRule(ctx, holdScope, hold.BillableMetricKey)
+		rule, found, err := s.metering.ActiveRule(ctx, holdScope, hold.BillableMetricKey)
 		if err != nil {
 			return CommitResult{}, err
 		}
@@ -115,9 +115,9 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 		return CommitResult{}, err
 	}
 	cmd := CommitCommand{
-		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, ActualUnits: *in.ActualUnits,
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, ActualUnits: *in.ActualUnits,
 		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
-	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "actual_units")
 	}
@@ -218,7 +218,7 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 			continue
 		}
 		field := fmt.Sprintf("items[%d].actual_units", at[h.BillableMetricKey])
-		rule, found, err := s.ent.metering.ActiveRule(ctx, holdScope, h.BillableMetricKey)
+		rule, found, err := s.metering.ActiveRule(ctx, holdScope, h.BillableMetricKey)
 		if err != nil {
 			return CommitResult{}, err
 		}
@@ -239,9 +239,9 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 		return CommitResult{}, err
 	}
 	cmd := CommitCommand{
-		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, Items: lines,
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, Items: lines,
 		Metadata: meta, Context: contextOf(c, tenant)}
-	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Commit(ctx, cmd) })
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "items")
 	}
@@ -287,8 +287,8 @@ func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, 
 // release is Release of the hold found (find or locate).
 func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, c Customer, hold Reservation) (ReleaseResult, error) {
 	cmd := ReleaseCommand{
-		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.ent.clock.Now()), ReservationID: id, Context: contextOf(c, tenant)}
-	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Release(ctx, cmd) })
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, Context: contextOf(c, tenant)}
+	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.hot.Release(ctx, cmd) })
 	if err != nil {
 		return ReleaseResult{}, settled(err, hold)
 	}

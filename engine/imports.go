@@ -152,7 +152,7 @@ func (s *Imports) Import(ctx context.Context, scope Scope, tenant Tenant, idem I
 	if total > MaxImportTotalBlocks {
 		return ImportResult{}, Invalid("customers", "at most 10000 credit blocks per call, over all customers")
 	}
-	now := s.credits.clock.Now()
+	now := s.credits.now()
 	type row struct {
 		index  int
 		blocks []importBlock
@@ -218,7 +218,7 @@ type importOutcome struct {
 func (s *Imports) importOne(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ImportInput, i int, blocks []importBlock, now time.Time) importOutcome {
 	ic := &in.Customers[i]
 	if in.Options.DryRun {
-		_, err := s.customers.dir.CustomerByExternalID(ctx, scope, *ic.ExternalID)
+		_, err := s.customers.ByExternalID(ctx, scope, *ic.ExternalID)
 		switch {
 		case err == nil:
 			return importOutcome{skipped: true}
@@ -260,38 +260,7 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 			Context: &mc,
 		}
 	}
-	one := func(cmd GrantCommand) error {
-		_, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.credits.blocks.Grant(ctx, cmd) })
-		return err
-	}
-	if len(cmds) == 0 {
-		return nil
-	}
-	bg, ok := s.credits.blocks.(BatchGranter)
-	if !ok {
-		for _, cmd := range cmds {
-			if err := one(cmd); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// The customer was created just now, so Postgres has nothing to
-	// rebuild: install its empty state (version 0 only creates a missing
-	// hash) and send every block in one batch.
-	if _, err := s.credits.blocks.Load(ctx, AccountState{TenantID: c.TenantID, CustomerID: c.ID, Environment: c.Environment}); err != nil {
-		return err
-	}
-	for j, err := range bg.GrantBatch(ctx, cmds) {
-		if errors.Is(err, ErrStateMissing) {
-			// The state went away mid-import (a flush): load and retry.
-			err = one(cmds[j])
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.credits.grantNewCustomer(ctx, c, cmds)
 }
 
 // errorText is a row's error as one line naming its field; a store failure

@@ -73,7 +73,7 @@ func TestImportPerRow(t *testing.T) {
 	dir := &failingDirectory{fail: map[string]bool{"bad-create": true}}
 	blocks := &importBlocks{granted: map[uuid.UUID]int{}, fail: map[uuid.UUID]bool{}}
 	customers := NewCustomers(dir, fixedClock{now})
-	imp := NewImports(customers, NewCredits(customers, blocks, nil, fixedClock{now}))
+	imp := NewImports(customers, NewCredits(customers, blocks, nil, fixedClock{now}, nil))
 	scope := Scope{TenantID: uuid.New(), Environment: EnvironmentLive}
 	// The block store fails the grants of the customer made for
 	// "bad-grant".
@@ -130,7 +130,7 @@ func TestImportCallLimits(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	dir := &failingDirectory{}
 	customers := NewCustomers(dir, fixedClock{now})
-	imp := NewImports(customers, NewCredits(customers, &importBlocks{granted: map[uuid.UUID]int{}}, nil, fixedClock{now}))
+	imp := NewImports(customers, NewCredits(customers, &importBlocks{granted: map[uuid.UUID]int{}}, nil, fixedClock{now}, nil))
 	many := func(rows, blocksEach int) ImportInput {
 		in := ImportInput{Customers: make([]ImportCustomer, rows)}
 		for i := range in.Customers {

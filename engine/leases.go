@@ -129,11 +129,6 @@ func leaseSeconds(v int64) error {
 	return nil
 }
 
-// UseLeases gives s the stores of the lease renew and release.
-func (s *Entitlements) UseLeases(store LeaseStore, index LeaseIndex) {
-	s.leases, s.leaseIndex = store, index
-}
-
 // leaseOf is the lease id among those a Mutation carries (nil when absent).
 func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
 	if m.Gauge == nil {
@@ -186,7 +181,7 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	if m.Type != MetricGauge {
 		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
 	}
-	c, err := s.customers.Cached(ctx, scope, ref, false)
+	c, err := s.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return GaugeResult{}, err
 	}

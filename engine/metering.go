@@ -1,4 +1,4 @@
-// Metering: the service that creates, reads and caches billable metrics and
+// Metering: the service that creates and reads billable metrics and
 // metering rules per tenant (the catalogue a consume prices against).
 
 package engine
@@ -9,57 +9,30 @@ import (
 	"errors"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 )
-
-// catalogCacheTTL bounds how stale another process's view of a metric or
-// rule change can be (plus one background refresh of a key in use); this
-// process sees its own changes at once.
-const catalogCacheTTL = 2 * time.Second
 
 // metricKeyPattern is what a billable metric key may look like: it appears
 // in URL paths and Redis field names.
 var metricKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
 // Metering manages billable metrics and metering rules, and serves the hot
-// path's look-ups of them from a short-lived cache.
+// path's look-ups of them through a CatalogLookup (a CachedCatalog in a
+// running creditd).
 type Metering struct {
-	store Catalog
-	clock Clock
-
-	metrics *swrCache[catalogKey, cachedMetric]
-	rules   *swrCache[catalogKey, cachedRule]
+	store  Catalog
+	lookup CatalogLookup
+	clock  Clock
 }
 
-type catalogKey struct {
-	scope Scope
-	key   string
-}
-
-type cachedMetric struct {
-	m     BillableMetric
-	found bool
-}
-
-type cachedRule struct {
-	r     MeteringRule
-	found bool
-}
-
-// catalogStaleLimit bounds how long past catalogCacheTTL a metric or rule
-// is served while its background refresh runs; maxCatalogEntries bounds
-// each cache's memory.
-const (
-	catalogStaleLimit = 10 * time.Second
-	maxCatalogEntries = 100_000
-)
-
-// NewMetering returns the metering service.
-func NewMetering(store Catalog, clock Clock) *Metering {
-	return &Metering{store: store, clock: clock, metrics: newSWRCache[catalogKey, cachedMetric](maxCatalogEntries),
-		rules: newSWRCache[catalogKey, cachedRule](maxCatalogEntries)}
+// NewMetering returns the metering service; lookup nil reads store afresh
+// on every look-up.
+func NewMetering(store Catalog, lookup CatalogLookup, clock Clock) *Metering {
+	if lookup == nil {
+		lookup = NewCatalogLookup(store)
+	}
+	return &Metering{store: store, lookup: lookup, clock: clock}
 }
 
 // MetricInput is the body of POST and PATCH /v1/billable-metrics.
@@ -106,7 +79,6 @@ func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput
 	if err := s.store.CreateMetric(ctx, m); err != nil {
 		return BillableMetric{}, err
 	}
-	s.forgetMetric(scope, m.Key)
 	return m, nil
 }
 
@@ -146,7 +118,6 @@ func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in
 	if err := s.store.UpdateMetric(ctx, m); err != nil {
 		return BillableMetric{}, err
 	}
-	s.forgetMetric(scope, key)
 	return m, nil
 }
 
@@ -272,7 +243,6 @@ func (s *Metering) CreateRule(ctx context.Context, scope Scope, in RuleInput) (M
 	if err := s.store.CreateRule(ctx, r, missing); err != nil {
 		return MeteringRule{}, err
 	}
-	s.forgetMetric(scope, r.BillableMetricKey)
 	return r, nil
 }
 
@@ -281,74 +251,18 @@ func (s *Metering) ListRules(ctx context.Context, scope Scope, metricKey string,
 	return s.store.ListRules(ctx, scope, metricKey, activeOnly, cursor, limit)
 }
 
-// Metric is the cached look-up of a metric; ok is false when none exists.
-// A hot key past its TTL is served while one background read refreshes it.
+// Metric is the look-up of a metric; ok is false when none exists.
 func (s *Metering) Metric(ctx context.Context, scope Scope, key string) (BillableMetric, bool, error) {
-	k := catalogKey{scope, key}
-	c, st := s.metrics.get(k, time.Now(), catalogStaleLimit)
-	switch st {
-	case cacheFresh:
-		return c.m, c.found, nil
-	case cacheRefresh:
-		s.metrics.refreshInBackground(k, func(ctx context.Context) error {
-			_, err := s.loadMetric(ctx, k)
-			return err
-		})
-		return c.m, c.found, nil
-	}
-	c, err := s.loadMetric(ctx, k)
-	return c.m, c.found, err
+	return s.lookup.Metric(ctx, scope, key)
 }
 
-func (s *Metering) loadMetric(ctx context.Context, k catalogKey) (cachedMetric, error) {
-	gen := s.metrics.generation()
-	m, err := s.store.GetMetric(ctx, k.scope, k.key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return cachedMetric{}, err
-	}
-	c := cachedMetric{m: m, found: err == nil}
-	s.metrics.put(k, c, time.Now().Add(catalogCacheTTL), gen)
-	return c, nil
-}
-
-// ActiveRule is the cached look-up of a metric's active rule; ok is false
-// when it has none. A hot key past its TTL is served while one background
-// read refreshes it.
+// ActiveRule is the look-up of a metric's active rule; ok is false when it
+// has none.
 func (s *Metering) ActiveRule(ctx context.Context, scope Scope, key string) (MeteringRule, bool, error) {
-	k := catalogKey{scope, key}
-	c, st := s.rules.get(k, time.Now(), catalogStaleLimit)
-	switch st {
-	case cacheFresh:
-		return c.r, c.found, nil
-	case cacheRefresh:
-		s.rules.refreshInBackground(k, func(ctx context.Context) error {
-			_, err := s.loadRule(ctx, k)
-			return err
-		})
-		return c.r, c.found, nil
-	}
-	c, err := s.loadRule(ctx, k)
-	return c.r, c.found, err
-}
-
-func (s *Metering) loadRule(ctx context.Context, k catalogKey) (cachedRule, error) {
-	gen := s.rules.generation()
-	r, err := s.store.ActiveRule(ctx, k.scope, k.key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return cachedRule{}, err
-	}
-	c := cachedRule{r: r, found: err == nil}
-	s.rules.put(k, c, time.Now().Add(catalogCacheTTL), gen)
-	return c, nil
+	return s.lookup.Rule(ctx, scope, key)
 }
 
 // AllMetrics lists every metric of the scope.
 func (s *Metering) AllMetrics(ctx context.Context, scope Scope) ([]BillableMetric, error) {
 	return s.store.AllMetrics(ctx, scope)
-}
-
-func (s *Metering) forgetMetric(scope Scope, key string) {
-	k := catalogKey{scope, key}
-	s.metrics.delete(k)
-	s.rules.delete(k)
 }

@@ -29,15 +29,11 @@ type Overrides struct {
 	metrics MetricLookup
 	ents    *Entitlements
 	clock   Clock
-
-	// OnOverrideChange, when set, runs after every override write of this
-	// process, so a PlanView cache can forget the subscription's values at
-	// once (the entitlement snapshot is forgotten here already).
-	OnOverrideChange func(subscriptionID, customerID uuid.UUID)
 }
 
 // NewOverrides returns the override service; ents may be nil (no snapshot
-// cache to refresh).
+// cache to refresh). A cached PlanView forgets the subscription's values
+// when store is its ForgettingOverrides.
 func NewOverrides(store OverrideStore, subs SubscriptionReader, metrics MetricLookup, ents *Entitlements, clock Clock) *Overrides {
 	return &Overrides{store: store, subs: subs, metrics: metrics, ents: ents, clock: clock}
 }
@@ -262,13 +258,10 @@ func (s *Overrides) Delete(ctx context.Context, scope Scope, subscription uuid.U
 	return nil
 }
 
-// changed refreshes what this process caches about the subscription's
-// customer: its snapshot, and (through the hook) its plan view.
+// changed refreshes the entitlement snapshot this process caches of the
+// subscription's customer (the store's decorator forgets its plan view).
 func (s *Overrides) changed(sub Subscription) {
 	if s.ents != nil {
 		s.ents.ForgetSnapshot(sub.CustomerID)
-	}
-	if s.OnOverrideChange != nil {
-		s.OnOverrideChange(sub.ID, sub.CustomerID)
 	}
 }

@@ -132,8 +132,12 @@ type overrideFixture struct {
 	scope   Scope
 	sandbox Scope
 	sub     Subscription
-	changes []uuid.UUID
+	// view is the cached PlanView the store decorator makes forget.
+	view *CachedPlanView
 }
+
+// forgets is how many times an override write made the view forget.
+func (f *overrideFixture) forgets() int { return int(f.view.cache.generation()) }
 
 func newOverrideFixture() *overrideFixture {
 	clock := &overrideClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -148,14 +152,9 @@ func newOverrideFixture() *overrideFixture {
 	}{{"seats", MetricGauge}, {"sso", MetricBoolean}, {"limits", MetricStatic}, {"api", MetricMetered}} {
 		metrics = append(metrics, BillableMetric{ID: uuid.New(), TenantID: tenant, Environment: EnvironmentLive, Key: k.key, Type: k.t})
 	}
-	f := &overrideFixture{ents: &Entitlements{}, clock: clock, scope: scope, sandbox: sandbox, sub: sub}
-	f.svc = NewOverrides(&memOverrides{deleted: map[uuid.UUID]bool{}}, overrideSubs{sub}, metrics, f.ents, clock)
-	f.svc.OnOverrideChange = func(s, c uuid.UUID) {
-		if s != sub.ID || c != sub.CustomerID {
-			panic("hook got the wrong ids")
-		}
-		f.changes = append(f.changes, s)
-	}
+	f := &overrideFixture{ents: &Entitlements{}, clock: clock, scope: scope, sandbox: sandbox, sub: sub,
+		view: NewCachedPlanView(nil, clock)}
+	f.svc = NewOverrides(f.view.ForgettingOverrides(&memOverrides{deleted: map[uuid.UUID]bool{}}), overrideSubs{sub}, metrics, f.ents, clock)
 	return f
 }
 
@@ -212,8 +211,8 @@ func TestOverrideCreateRules(t *testing.T) {
 		_, err := f.svc.Create(ctx, tc.scope, f.sub.ID, tc.in)
 		wantOverrideErr(t, tc.name, err, tc.kind, tc.field)
 	}
-	if len(f.changes) != 0 {
-		t.Fatalf("failed creates ran the hook %d times", len(f.changes))
+	if f.forgets() != 0 {
+		t.Fatalf("failed creates made the plan view forget %d times", f.forgets())
 	}
 	if _, err := f.svc.Create(ctx, f.scope, uuid.New(), CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":1}`)}); err == nil {
 		t.Error("unknown subscription accepted")
@@ -237,8 +236,8 @@ func TestOverrideCreateRules(t *testing.T) {
 	if err != nil || again.ID == o.ID || again.Reason != "renewed deal" {
 		t.Fatalf("replacing an expired override: %+v, %v", again, err)
 	}
-	if len(f.changes) != 2 {
-		t.Errorf("hook ran %d times, want 2", len(f.changes))
+	if f.forgets() != 2 {
+		t.Errorf("the plan view forgot %d times, want 2", f.forgets())
 	}
 	if _, err := f.svc.List(ctx, f.sandbox, f.sub.ID); err == nil {
 		t.Error("list from the other environment worked")
@@ -300,8 +299,8 @@ func TestOverrideUpdateDelete(t *testing.T) {
 	if _, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("sso"), Value: json.RawMessage(`{"enabled":true}`)}); err != nil {
 		t.Errorf("create after delete: %v", err)
 	}
-	if len(f.changes) != 5 {
-		t.Errorf("hook ran %d times, want 5 (create, 2 updates, delete, create)", len(f.changes))
+	if f.forgets() != 5 {
+		t.Errorf("the plan view forgot %d times, want 5 (create, 2 updates, delete, create)", f.forgets())
 	}
 }
 

@@ -68,7 +68,6 @@ func (s *Plans) PutEntitlement(ctx context.Context, scope Scope, planID, variant
 		}
 		return VariantEntitlement{}, err
 	}
-	s.forgetVariant(scope, variantID)
 	return e, nil
 }
 

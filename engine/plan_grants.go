@@ -122,7 +122,6 @@ func (s *Plans) CreateGrant(ctx context.Context, scope Scope, planID, variantID 
 		}
 		return PlanGrant{}, err
 	}
-	s.forgetVariant(scope, variantID)
 	return g, nil
 }
 

@@ -1,4 +1,6 @@
-// Plan variants: the priced, billed versions of a plan (cycle, mode, trial,\nrenewal and grace), their inputs and validation, and the short-lived cache\nthe hot path reads a variant through.
+// Plan variants: the priced, billed versions of a plan (cycle, mode, trial,
+// renewal and grace), their inputs and validation.
+
 package engine
 
 import (
@@ -52,21 +54,6 @@ type VariantDetail struct {
 	PlanVariant
 	Grants       []PlanGrant          `json:"grants"`
 	Entitlements []VariantEntitlement `json:"entitlements"`
-}
-
-// variantCacheTTL bounds how stale another process's view of a variant's
-// grants and entitlements can be; this process forgets its own changes at once.
-const variantCacheTTL = 2 * time.Second
-
-type variantKey struct {
-	tenant uuid.UUID
-	env    Environment
-	id     uuid.UUID
-}
-
-type cachedVariant struct {
-	v       VariantDetail
-	expires time.Time
 }
 
 // CreateVariantInput is the body of POST /v1/plans/{id}/variants.
@@ -225,7 +212,6 @@ func (s *Plans) UpdateVariant(ctx context.Context, scope Scope, planID, id uuid.
 	if err != nil {
 		return PlanVariant{}, err
 	}
-	s.forgetVariant(scope, id)
 	return v, nil
 }
 
@@ -258,34 +244,23 @@ func (s *Plans) Variant(ctx context.Context, scope Scope, id uuid.UUID) (Variant
 	return ds[0], nil
 }
 
-// CachedVariant is Variant from a short-lived cache, for the hot path
-// (entitlement checks, schedulers). Misses and errors are never cached.
+// CachedVariant is Variant through the service's PlanLookup (a short-lived
+// cache in a running creditd), for the hot path (entitlement checks,
+// schedulers). Errors: 404.
 func (s *Plans) CachedVariant(ctx context.Context, scope Scope, id uuid.UUID) (VariantDetail, error) {
-	k := variantKey{scope.TenantID, scope.Environment, id}
-	now := time.Now()
-	s.mu.Lock()
-	c, hit := s.variants[k]
-	s.mu.Unlock()
-	if hit && now.Before(c.expires) {
-		return c.v, nil
-	}
-	d, err := s.Variant(ctx, scope, id)
+	d, err := s.lookup.VariantDetail(ctx, scope, id)
 	if err != nil {
-		return VariantDetail{}, err
+		return VariantDetail{}, variantNotFound(err)
 	}
-	s.mu.Lock()
-	if len(s.variants) > 100_000 {
-		s.variants = map[variantKey]cachedVariant{}
-	}
-	s.variants[k] = cachedVariant{v: d, expires: now.Add(variantCacheTTL)}
-	s.mu.Unlock()
 	return d, nil
 }
 
-func (s *Plans) forgetVariant(scope Scope, id uuid.UUID) {
-	s.mu.Lock()
-	delete(s.variants, variantKey{scope.TenantID, scope.Environment, id})
-	s.mu.Unlock()
+// variantNotFound turns a store's ErrNotFound into the variant's 404.
+func variantNotFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return NotFound("plan variant not found")
+	}
+	return err
 }
 
 // Billing cycles of interface.md "Plan variant".

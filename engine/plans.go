@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -64,16 +63,14 @@ type Plan struct {
 // subscriptions and entitlement checks.
 type Plans struct {
 	store   PlanStore
+	lookup  PlanLookup
 	metrics MetricLookup
 	clock   Clock
-
-	mu       sync.Mutex
-	variants map[variantKey]cachedVariant
 }
 
 // NewPlans returns the catalogue service.
-func NewPlans(store PlanStore, metrics MetricLookup, clock Clock) *Plans {
-	return &Plans{store: store, metrics: metrics, clock: clock, variants: map[variantKey]cachedVariant{}}
+func NewPlans(store PlanStore, lookup PlanLookup, metrics MetricLookup, clock Clock) *Plans {
+	return &Plans{store: store, lookup: lookup, metrics: metrics, clock: clock}
 }
 
 // ---- plans ----
@@ -239,6 +236,12 @@ func (s *Plans) ListPlans(ctx context.Context, scope Scope, withRetired, withVar
 
 // details attaches grants and entitlements to variants, keeping their order.
 func (s *Plans) details(ctx context.Context, scope Scope, variants []PlanVariant) ([]VariantDetail, error) {
+	return variantDetails(ctx, s.store, scope, variants)
+}
+
+// variantDetails attaches store's grants and entitlements to variants,
+// keeping their order.
+func variantDetails(ctx context.Context, store PlanStore, scope Scope, variants []PlanVariant) ([]VariantDetail, error) {
 	out := make([]VariantDetail, len(variants))
 	if len(variants) == 0 {
 		return out, nil
@@ -250,7 +253,7 @@ func (s *Plans) details(ctx context.Context, scope Scope, variants []PlanVariant
 		at[v.ID] = i
 		out[i] = VariantDetail{PlanVariant: v, Grants: []PlanGrant{}, Entitlements: []VariantEntitlement{}}
 	}
-	grants, err := s.store.ListGrants(ctx, scope, ids)
+	grants, err := store.ListGrants(ctx, scope, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +261,7 @@ func (s *Plans) details(ctx context.Context, scope Scope, variants []PlanVariant
 		i := at[g.PlanVariantID]
 		out[i].Grants = append(out[i].Grants, g)
 	}
-	ents, err := s.store.ListEntitlements(ctx, scope, ids)
+	ents, err := store.ListEntitlements(ctx, scope, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -353,6 +353,24 @@ type CustomerResolver interface {
 	Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error)
 }
 
+// KeyLookup turns the SHA-256 of a presented API key into what it
+// authenticates, on every request; CachedKeys caches it, NewKeyLookup
+// reads a Directory.
+type KeyLookup interface {
+	// KeyScope is the scope (tenant, environment, key id) and tenant of the
+	// live key hashed to sum; ErrNotFound when no live key has that hash.
+	KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant, error)
+}
+
+// CustomerLookup is how the hot path finds customers (checks, consumes,
+// holds); CachedCustomers caches it, *Customers reads the directory.
+type CustomerLookup interface {
+	CustomerResolver
+	// CustomerByKey is the customer of key; ErrNotFound when the directory
+	// has no live customer there.
+	CustomerByKey(ctx context.Context, key CustomerKey) (Customer, error)
+}
+
 // AppliedOps finds operations Postgres holds by idempotency key, for the
 // money calls to answer a retry whose op key Redis no longer holds
 // (invariant 4, forever).
@@ -390,6 +408,17 @@ type Catalog interface {
 	ListRules(ctx context.Context, s Scope, metricKey string, activeOnly bool, cursor string, limit int) (Page[MeteringRule], error)
 	// ActiveRule is the rule with no effective_until (ErrNotFound).
 	ActiveRule(ctx context.Context, s Scope, metricKey string) (MeteringRule, error)
+}
+
+// CatalogLookup is the hot path's read of the catalogue (every check,
+// consume and hold); CachedCatalog caches it, NewCatalogLookup reads a
+// Catalog.
+type CatalogLookup interface {
+	// Metric finds the metric of key in scope; ok is false when none exists.
+	Metric(ctx context.Context, s Scope, key string) (m BillableMetric, ok bool, err error)
+	// Rule finds the active rule of key in scope; ok is false when none
+	// exists.
+	Rule(ctx context.Context, s Scope, key string) (r MeteringRule, ok bool, err error)
 }
 
 // VersionReader reports how far Postgres has caught up with a customer.
@@ -534,6 +563,16 @@ type PlanStore interface {
 	PutEntitlement(ctx context.Context, planID uuid.UUID, e VariantEntitlement) error
 	// ListEntitlements lists the entitlements of the given variants, oldest first.
 	ListEntitlements(ctx context.Context, s Scope, variantIDs []uuid.UUID) ([]VariantEntitlement, error)
+}
+
+// PlanLookup is the hot path's read of the catalogue (PlanFacts, the
+// scheduler); CachedPlanStore caches it, NewPlanLookup reads a PlanStore.
+type PlanLookup interface {
+	// VariantDetail reads a variant with its grants and entitlements
+	// (ErrNotFound).
+	VariantDetail(ctx context.Context, s Scope, id uuid.UUID) (VariantDetail, error)
+	// PlanName reads the name of a plan (ErrNotFound).
+	PlanName(ctx context.Context, s Scope, id uuid.UUID) (string, error)
 }
 
 // MetricLookup finds a billable metric by key; *Metering is one.

@@ -28,13 +28,39 @@ var ErrTooManyHolds = &Error{Kind: KindConflict, Field: "customer_id",
 
 // Reservations holds credit for jobs of unknown cost.
 type Reservations struct {
-	ent    *Entitlements
-	reader HoldReader
+	ent       *Entitlements
+	credits   *Credits
+	customers *Customers
+	lookup    CustomerLookup
+	metering  *Metering
+	hot       HotStore
+	reader    HoldReader
+	clock     Clock
+}
+
+// ReservationsDeps is what the reservation service is built from.
+type ReservationsDeps struct {
+	// Entitlements prices and admits a hold as a consume would.
+	Entitlements *Entitlements
+	Credits      *Credits
+	Customers    *Customers
+	// Lookup resolves the customer of a reserve, commit and release (a
+	// CachedCustomers in a running creditd; nil: Customers).
+	Lookup CustomerLookup
+	// Metering prices a commit by the rule active then (nil: none).
+	Metering *Metering
+	Hot      HotStore
+	Holds    HoldReader
+	Clock    Clock
 }
 
 // NewReservations returns the reservation service.
-func NewReservations(ent *Entitlements, reader HoldReader) *Reservations {
-	return &Reservations{ent: ent, reader: reader}
+func NewReservations(d ReservationsDeps) *Reservations {
+	if d.Lookup == nil {
+		d.Lookup = d.Customers
+	}
+	return &Reservations{lookup: d.Lookup, ent: d.Entitlements, credits: d.Credits, customers: d.Customers, metering: d.Metering,
+		hot: d.Hot, reader: d.Holds, clock: d.Clock}
 }
 
 // ReserveInput is the body of POST /v1/reservations.
@@ -136,12 +162,12 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	if err := s.ent.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
 		return ReserveResult{}, err
 	}
-	now := s.ent.clock.Now()
+	now := s.clock.Now()
 	cmd := ReserveCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
 		EstimatedUnits: *in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(ttl) * time.Second),
 		Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
 	if err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
 	}
@@ -171,7 +197,7 @@ func (s *Reservations) holder(ctx context.Context, scope Scope, in ReserveInput,
 	if hasExt {
 		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
 	}
-	c, err := s.ent.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict)
 	if e, ok := AsError(err); ok && e.Kind == KindNotFound {
 		return Customer{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
 	}
@@ -237,11 +263,11 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 			return ReserveResult{}, err
 		}
 	}
-	now := s.ent.clock.Now()
+	now := s.clock.Now()
 	cmd := ReserveCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
 		ExpiresAt: now.Add(time.Duration(ttl) * time.Second), Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.ent.credits, cmd.Customer, func() (MutationResult, error) { return s.ent.hot.Reserve(ctx, cmd) })
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
 	if err != nil {
 		return ReserveResult{}, priceError(err, "items")
 	}
@@ -265,22 +291,22 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 	if status != "" && !ReservationStatus(status).Valid() {
 		return Page[Reservation]{}, DocumentedInternal("unrecognized reservation status filter: use active, committed, released or expired")
 	}
-	c, err := s.ent.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return Page[Reservation]{}, err
 	}
-	s.ent.credits.awaitPersisted(ctx, CustomerKeyOf(c))
+	s.credits.awaitPersisted(ctx, CustomerKeyOf(c))
 	return s.reader.ListReservations(ctx, c.ID, status, cursor, limit)
 }
 
 // find is the hold id with its customer for a commit or release: from
 // Redis alone when its reservation index describes the hold (the customer
-// from the customer cache; the stored metadata, when withMeta, from the
+// from the customer look-up; the stored metadata, when withMeta, from the
 // customer's hash), else as locate finds it. A hold found in Redis has no
 // Status (hotMiss tells them apart): the script answers for its state, and
 // nothing waits for Postgres to catch up (issue 10).
 func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, withMeta bool) (Customer, Reservation, error) {
-	ref, ok, err := s.ent.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationHold(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -293,7 +319,7 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 	hold := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
 		Environment: ref.Customer.Environment, BillableMetricKey: ref.Metric, Items: ref.Items}
 	if withMeta {
-		meta, found, err := s.ent.hot.HoldMetadata(ctx, ref.Customer, id)
+		meta, found, err := s.hot.HoldMetadata(ctx, ref.Customer, id)
 		if err != nil {
 			return Customer{}, Reservation{}, err
 		}
@@ -302,7 +328,12 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 		}
 		hold.Metadata = meta
 	}
-	return s.ent.customers.CachedByKey(ctx, ref.Customer), hold, nil
+	c, err := s.lookup.CustomerByKey(ctx, ref.Customer)
+	if err != nil {
+		// A deleted customer's holds can still be settled.
+		c = Customer{ID: ref.Customer.CustomerID, TenantID: ref.Customer.TenantID, Environment: ref.Customer.Environment}
+	}
+	return c, hold, nil
 }
 
 // hotMiss reports whether a commit or release of a hold find took from
@@ -320,13 +351,13 @@ func (s *Reservations) run(ctx context.Context, hold Reservation, c CustomerKey,
 	if hold.Status == "" {
 		return op()
 	}
-	return withLoad(ctx, s.ent.credits, c, op)
+	return withLoad(ctx, s.credits, c, op)
 }
 
 // locate finds a hold's customer (Redis index, else Postgres) and its
 // persisted row, refusing other tenants' holds with a 404.
 func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
-	ref, ok, err := s.ent.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationHold(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -343,7 +374,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	if key.TenantID != scope.TenantID {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
-	s.ent.credits.awaitPersisted(ctx, key)
+	s.credits.awaitPersisted(ctx, key)
 	hold, err := s.reader.GetReservation(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
@@ -351,7 +382,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
-	c, err := s.ent.customers.dir.CustomerByID(ctx, key.CustomerID)
+	c, err := s.customers.ByID(ctx, key.CustomerID)
 	if err != nil {
 		// A deleted customer's holds can still be settled.
 		c = Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}

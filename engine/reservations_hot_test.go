@@ -124,9 +124,10 @@ func TestHoldsSettleFromRedis(t *testing.T) {
 			id := uuid.New()
 			pg := &postgresHolds{key: key, hold: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
 				Environment: key.Environment, BillableMetricKey: "m", Status: tc.pgStatus}}
-			credits := NewCredits(customers, versionBlocks{}, pg, clock)
+			credits := NewCredits(customers, versionBlocks{}, pg, clock, nil)
 			hot := &holdHot{ref: HoldRef{Customer: key, Metric: "m"}, described: tc.described, err: tc.hotErr, errRuns: tc.errRuns}
-			svc := NewReservations(NewEntitlements(customers, nil, credits, hot, clock), pg)
+			svc := NewReservations(ReservationsDeps{Entitlements: NewEntitlements(EntitlementsDeps{Customers: customers, Credits: credits, Hot: hot, Clock: clock}),
+				Credits: credits, Customers: customers, Hot: hot, Holds: pg, Clock: clock})
 			scope := Scope{TenantID: key.TenantID, Environment: key.Environment}
 			var status ReservationStatus
 			var err error

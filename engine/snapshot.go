@@ -83,7 +83,7 @@ func (s *Entitlements) ForgetSnapshot(customer uuid.UUID) { s.snapshots.Forget(c
 // customer's entitlement picture: one entry per metric the tenant defines.
 // A lenient ref auto-creates the customer; a strict one is 404 when unknown.
 func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, fresh bool) (Snapshot, error) {
-	c, err := s.customers.Cached(ctx, scope, ref, !ref.Strict)
+	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -94,12 +94,8 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		}
 	}
 	key := CustomerKeyOf(c)
-	var acct Account
-	if _, err := withLoad(ctx, s.credits, key, func() (MutationResult, error) {
-		var e error
-		acct, e = s.credits.blocks.Snapshot(ctx, key, now)
-		return MutationResult{}, e
-	}); err != nil {
+	acct, err := s.credits.snapshotAt(ctx, key, now)
+	if err != nil {
 		return Snapshot{}, err
 	}
 	f, err := s.facts(ctx, c)

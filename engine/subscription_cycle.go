@@ -242,7 +242,6 @@ func (s *Subscriptions) advance(ctx context.Context, r *SubscriptionRecord, now 
 	}
 	if changed {
 		r.UpdatedAt = maxTime(r.UpdatedAt, now)
-		s.forget(r.CustomerID)
 	}
 	if st, ok := nextStep(r); ok {
 		at := st.at

@@ -169,7 +169,6 @@ func (s *Subscriptions) change(ctx context.Context, scope Scope, rawID string,
 	if err != nil {
 		return Subscription{}, err
 	}
-	s.forget(r.CustomerID)
 	return r.Subscription, nil
 }
 

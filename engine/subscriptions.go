@@ -26,19 +26,15 @@ type Subscriptions struct {
 	rollover  RolloverStore
 	clock     Clock
 	log       zerolog.Logger
-	view      *PlanFacts
 }
 
-// NewSubscriptions returns the subscription service; view (may be nil) is
-// told when a customer's subscription changes.
+// NewSubscriptions returns the subscription service; a cached PlanView
+// forgets what a write changes when store is its ForgettingSubscriptions.
 func NewSubscriptions(store SubscriptionStore, plans *Plans, customers *Customers, credits *Credits, blocks BlockStore,
 	rollover RolloverStore, clock Clock, log zerolog.Logger) *Subscriptions {
 	return &Subscriptions{store: store, plans: plans, customers: customers, credits: credits, blocks: blocks,
 		rollover: rollover, clock: clock, log: log}
 }
-
-// SetPlanFacts lets the service invalidate the PlanView cache on change.
-func (s *Subscriptions) SetPlanFacts(v *PlanFacts) { s.view = v }
 
 // ---- inputs ----
 
@@ -120,7 +116,6 @@ func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscr
 		return Subscription{}, err
 	}
 	r.Events = nil
-	s.forget(r.CustomerID)
 	// Fire what the creation owes now; should this process die first, the
 	// scheduler finds the subscription due and fires it.
 	out, err := s.store.UpdateSubscription(ctx, scope, r.ID, func(rec *SubscriptionRecord) error {
@@ -214,8 +209,3 @@ func (s *Subscriptions) variant(ctx context.Context, scope Scope, raw string) (V
 	return v, err
 }
 
-func (s *Subscriptions) forget(customer uuid.UUID) {
-	if s.view != nil {
-		s.view.Forget(customer)
-	}
-}

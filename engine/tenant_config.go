@@ -59,7 +59,6 @@ func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantC
 	if err := s.dir.UpdateTenant(ctx, t); err != nil {
 		return TenantConfig{}, err
 	}
-	s.forget(t.ID)
 	return ConfigOf(t), nil
 }
 
@@ -91,6 +90,5 @@ func (s *Tenants) SetRateLimit(ctx context.Context, tenant uuid.UUID, in RateLim
 	if err := s.dir.UpdateTenant(ctx, t); err != nil {
 		return TenantConfig{}, err
 	}
-	s.forget(t.ID)
 	return ConfigOf(t), nil
 }

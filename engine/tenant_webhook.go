@@ -65,7 +65,6 @@ func (s *Tenants) saveWebhook(ctx context.Context, t Tenant) (Webhook, error) {
 	if err := s.dir.UpdateTenant(ctx, t); err != nil {
 		return Webhook{}, err
 	}
-	s.forget(t.ID)
 	return Webhook{URL: t.WebhookURL, Secret: t.WebhookSecret}, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -22,15 +21,6 @@ const (
 	LiveKeyPrefix    = "ck_live_"
 	SandboxKeyPrefix = "ck_test_"
 	keyRandomChars   = 32
-	// authCacheTTL bounds how long a key stays trusted without a Postgres
-	// look-up in another process; a revoke in this process is seen at once.
-	authCacheTTL = 2 * time.Second
-	// unknownKeyTTL is how long a key Postgres did not know is refused from
-	// memory, so a stream of random well-prefixed keys costs one query per
-	// distinct key per 2 s, not one per request; maxUnknownKeys bounds that
-	// memory (a full cache drops expired entries, then an eighth at random).
-	unknownKeyTTL  = 2 * time.Second
-	maxUnknownKeys = 10_000
 	// MaxTenantNameChars bounds a tenant name (the style of display_name).
 	MaxTenantNameChars = 200
 	// MaxWebhookURLBytes bounds a webhook URL (what browsers and proxies
@@ -50,31 +40,19 @@ type Tenants struct {
 	// resolve looks a webhook host up (net.DefaultResolver; tests swap it).
 	resolve func(ctx context.Context, host string) ([]netip.Addr, error)
 
-	// cache maps a key's sha256 to what it authenticates (lock-free reads).
-	cache *swrCache[[32]byte, authEntry]
-	mu    sync.Mutex
-	// unknown holds hashes of keys the directory did not know, with when
-	// that answer expires.
-	unknown map[[32]byte]time.Time
+	// keys turns a key's sha256 into what it authenticates (a CachedKeys
+	// in a running creditd).
+	keys KeyLookup
 }
 
-type authEntry struct {
-	scope  Scope
-	tenant Tenant
-}
-
-// authStaleLimit bounds how long past authCacheTTL a key in use is trusted
-// while its background re-check runs (a revoke elsewhere is seen within
-// authCacheTTL plus that re-check); maxCachedKeys bounds the cache.
-const (
-	authStaleLimit = 5 * time.Second
-	maxCachedKeys  = 100_000
-)
-
-// NewTenants returns the tenant service; allowPrivate lets webhook URLs point
-// at loopback or private addresses (dev mode and tests, addendum 12).
-func NewTenants(dir Directory, clock Clock, allowPrivate bool) *Tenants {
-	return &Tenants{dir: dir, clock: clock, allowPrivate: allowPrivate, cache: newSWRCache[[32]byte, authEntry](maxCachedKeys), unknown: map[[32]byte]time.Time{},
+// NewTenants returns the tenant service; keys nil reads dir afresh on
+// every request; allowPrivate lets webhook URLs point at loopback or
+// private addresses (dev mode and tests, addendum 12).
+func NewTenants(dir Directory, keys KeyLookup, clock Clock, allowPrivate bool) *Tenants {
+	if keys == nil {
+		keys = NewKeyLookup(dir)
+	}
+	return &Tenants{dir: dir, keys: keys, clock: clock, allowPrivate: allowPrivate,
 		resolve: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}}
@@ -189,11 +167,6 @@ func (s *Tenants) CreateKey(ctx context.Context, tenant uuid.UUID, env Environme
 	if err := s.dir.CreateAPIKey(ctx, k, sum[:]); err != nil {
 		return APIKey{}, err
 	}
-	// The new key works at once in this process even if someone presented
-	// it a moment ago; another process may refuse it for up to unknownKeyTTL.
-	s.mu.Lock()
-	delete(s.unknown, sum)
-	s.mu.Unlock()
 	k.Key = plain
 	return k, nil
 }
@@ -206,7 +179,6 @@ func (s *Tenants) RevokeKey(ctx context.Context, tenant, key uuid.UUID) error {
 		}
 		return err
 	}
-	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.KeyID == key })
 	return nil
 }
 
@@ -231,76 +203,11 @@ func (s *Tenants) AuthenticateBytes(ctx context.Context, plain []byte) (Scope, T
 }
 
 func (s *Tenants) authenticate(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
-	now := time.Now()
-	e, st := s.cache.get(sum, now, authStaleLimit)
-	switch st {
-	case cacheFresh:
-		return e.scope, e.tenant, nil
-	case cacheRefresh:
-		s.cache.refreshInBackground(sum, func(ctx context.Context) error {
-			_, _, err := s.lookUp(ctx, sum)
-			return err
-		})
-		return e.scope, e.tenant, nil
-	}
-	s.mu.Lock()
-	until, seen := s.unknown[sum]
-	s.mu.Unlock()
-	if seen && now.Before(until) {
-		return Scope{}, Tenant{}, ErrUnauthenticated
-	}
-	return s.lookUp(ctx, sum)
-}
-
-// lookUp asks the directory for the key hashed to sum and caches the
-// answer: its scope and tenant, or (unknown key) the refusal.
-func (s *Tenants) lookUp(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
-	gen := s.cache.generation()
-	now := time.Now()
-	k, err := s.dir.APIKeyByHash(ctx, sum[:])
+	scope, t, err := s.keys.KeyScope(ctx, sum)
 	if errors.Is(err, ErrNotFound) {
-		s.cache.delete(sum)
-		s.rememberUnknown(sum, now)
 		return Scope{}, Tenant{}, ErrUnauthenticated
 	}
-	if err != nil {
-		return Scope{}, Tenant{}, err
-	}
-	t, err := s.dir.GetTenant(ctx, k.TenantID)
-	if err != nil {
-		return Scope{}, Tenant{}, err
-	}
-	scope := Scope{TenantID: k.TenantID, Environment: k.Environment, KeyID: k.ID}
-	s.cache.put(sum, authEntry{scope: scope, tenant: t}, now.Add(authCacheTTL), gen)
-	return scope, t, nil
-}
-
-// rememberUnknown notes that the directory does not know the key hashed to
-// sum, keeping the cache within maxUnknownKeys.
-func (s *Tenants) rememberUnknown(sum [32]byte, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.unknown) >= maxUnknownKeys {
-		for h, until := range s.unknown {
-			if !now.Before(until) {
-				delete(s.unknown, h)
-			}
-		}
-		// Still full: a flood of distinct keys. Drop an eighth (map order
-		// is random), so each insert does not rescan.
-		for h := range s.unknown {
-			if len(s.unknown) < maxUnknownKeys-maxUnknownKeys/8 {
-				break
-			}
-			delete(s.unknown, h)
-		}
-	}
-	s.unknown[sum] = now.Add(unknownKeyTTL)
-}
-
-// forget drops cached keys of a tenant whose configuration changed.
-func (s *Tenants) forget(tenant uuid.UUID) {
-	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return e.scope.TenantID == tenant })
+	return scope, t, err
 }
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -28,7 +28,8 @@ func (d *keylessDirectory) APIKeyByHash(context.Context, []byte) (APIKey, error)
 func TestUnknownKeyCache(t *testing.T) {
 	t.Parallel()
 	dir := &keylessDirectory{}
-	s := NewTenants(dir, fixedClock{time.Now()}, false)
+	keys := NewCachedKeys(NewKeyLookup(dir))
+	s := NewTenants(keys.ForgettingDirectory(dir), keys, fixedClock{time.Now()}, false)
 	ctx := context.Background()
 	key := "ck_live_" + fmt.Sprintf("%032d", 7)
 	for i := 0; i < 20; i++ {
@@ -40,7 +41,7 @@ func TestUnknownKeyCache(t *testing.T) {
 		t.Fatalf("20 tries of one unknown key made %d look-ups, want 1", n)
 	}
 	// An answer older than the TTL is asked again.
-	s.rememberUnknown(sha256.Sum256([]byte(key)), time.Now().Add(-2*unknownKeyTTL))
+	keys.rememberUnknown(sha256.Sum256([]byte(key)), time.Now().Add(-2*unknownKeyTTL))
 	if _, _, err := s.Authenticate(ctx, key); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("expired unknown key: %v", err)
 	}
@@ -53,9 +54,9 @@ func TestUnknownKeyCache(t *testing.T) {
 	for i := 0; i < maxUnknownKeys+2_000; i++ {
 		_, _, _ = s.Authenticate(ctx, "ck_test_"+fmt.Sprintf("%032d", i))
 	}
-	s.mu.Lock()
-	n := len(s.unknown)
-	s.mu.Unlock()
+	keys.mu.Lock()
+	n := len(keys.unknown)
+	keys.mu.Unlock()
 	if n > maxUnknownKeys || n < maxUnknownKeys/2 {
 		t.Fatalf("unknown-key cache holds %d after a flood, want at most %d (and most of it)", n, maxUnknownKeys)
 	}
@@ -65,7 +66,7 @@ func TestUnknownKeyCache(t *testing.T) {
 // are 422s naming the field, checked before any store call.
 func TestTenantFieldLimits(t *testing.T) {
 	t.Parallel()
-	s := NewTenants(&keylessDirectory{}, fixedClock{time.Now()}, true)
+	s := NewTenants(&keylessDirectory{}, nil, fixedClock{time.Now()}, true)
 	ctx := context.Background()
 	if _, err := s.Create(ctx, strings.Repeat("é", MaxTenantNameChars+1)); !errors.Is(err, &Error{Kind: KindValidation, Field: "name"}) {
 		t.Fatalf("201-character name: %v", err)

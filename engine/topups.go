@@ -102,12 +102,12 @@ func NewTopups(credits *Credits, reader TopupReader) *Topups {
 // never creates a customer (Common rules 4 names grants only). Errors: 422,
 // 404 (unknown customer), 409 (key reused with another body).
 func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, idem Idempotency, in TopupInput) (GrantResult, error) {
-	now := s.credits.clock.Now()
+	now := s.credits.now()
 	expires, err := in.validate(now)
 	if err != nil {
 		return GrantResult{}, err
 	}
-	c, err := s.credits.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.credits.resolve(ctx, scope, ref)
 	if err != nil {
 		return GrantResult{}, err
 	}
@@ -129,7 +129,7 @@ func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref Cus
 			Source: SourceTopup, Priority: priority, ExpiresAt: expires, Metadata: orEmpty(in.Metadata)},
 		Context: &mc,
 	}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.credits.blocks.Grant(ctx, cmd) })
+	res, err := s.credits.grant(ctx, cmd)
 	if err != nil {
 		return GrantResult{}, err
 	}
@@ -139,7 +139,7 @@ func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref Cus
 // List pages the customer's topups newest first; it never creates a
 // customer. Errors: 404, 400 (bad cursor).
 func (s *Topups) List(ctx context.Context, scope Scope, ref CustomerRef, cursor string, limit int) (Page[Topup], error) {
-	c, err := s.credits.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.credits.resolve(ctx, scope, ref)
 	if err != nil {
 		return Page[Topup]{}, err
 	}

@@ -123,10 +123,6 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 // connection's replies for long.
 const usagePipeline = 64
 
-// SetAppliedReader lets usage batches find events charged so long ago that
-// Redis no longer remembers them (event ids are idempotent forever).
-func (s *Entitlements) SetAppliedReader(r AppliedReader) { s.applied = r }
-
 func usageKey(eventID string) string { return "usage:" + eventID }
 
 // appliedUsage looks the batch's event ids up in Postgres in one query.

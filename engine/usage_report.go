@@ -105,7 +105,7 @@ func (u *UsageAnalytics) CustomerUsage(ctx context.Context, scope Scope, ref Cus
 	if err != nil {
 		return UsageBucketsReport{}, err
 	}
-	c, err := u.credits.customers.Resolve(ctx, scope, ref, false)
+	c, err := u.credits.resolve(ctx, scope, ref)
 	if err != nil {
 		return UsageBucketsReport{}, err
 	}

@@ -75,7 +75,7 @@ type directOperator struct {
 }
 
 func newDirectOperator(store *persist.Store, allowPrivate bool) directOperator {
-	return directOperator{tenants: engine.NewTenants(store, engine.SystemClock{}, allowPrivate)}
+	return directOperator{tenants: engine.NewTenants(store, nil, engine.SystemClock{}, allowPrivate)}
 }
 
 func (d directOperator) CreateTenant(ctx context.Context, name string) (any, error) {

@@ -143,10 +143,10 @@ type App struct {
 	LeaseSweeper *engine.LeaseSweeper
 
 	// Subscriptions puts customers on plans; Scheduler moves them on time;
-	// PlanFacts is the entitlement service's view of them.
+	// PlanFacts is the entitlement service's cached view of them.
 	Subscriptions *engine.Subscriptions
 	Scheduler     *engine.Scheduler
-	PlanFacts     *engine.PlanFacts
+	PlanFacts     *engine.CachedPlanView
 
 	// ReconcileSampler compares random customers' Redis state with
 	// Postgres in the background and counts mismatches (never repairs).
@@ -202,13 +202,18 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
-	a.Tenants = engine.NewTenants(a.DB, cfg.Clock, cfg.AllowPrivate)
-	a.Customers = engine.NewCustomers(a.DB, cfg.Clock)
-	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock)
+	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB))
+	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
+	// The hot path resolves customers through a cache over a service of
+	// its own on the raw directory (it reads, and auto-creates a customer,
+	// which forgets nothing); the API's service writes through the cache's
+	// forgetting directory, so this process sees a change at once.
+	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock))
+	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
-	a.Credits.SetPersistHurry(a.Persister.Hurry)
+	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock, a.Persister.Hurry)
 	a.Usage = engine.NewUsageAnalytics(a.Credits, a.DB)
 	// The persister stores only outbox entries a replica holds (issue 11):
 	// an op the master never replicated vanishes in a failover, and
@@ -220,21 +225,23 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
-	a.Metering = engine.NewMetering(a.DB, cfg.Clock)
-	a.Entitlements = engine.NewEntitlements(a.Customers, a.Metering, a.Credits, a.Store, cfg.Clock)
-	a.Entitlements.SetAppliedReader(a.DB)
-	a.Entitlements.UseLeases(a.Store, a.DB)
-	a.Reservations = engine.NewReservations(a.Entitlements, a.DB)
-	a.Plans = engine.NewPlans(a.DB, a.Metering, cfg.Clock)
-	a.Overrides = engine.NewOverrides(a.DB, a.DB, a.Metering, a.Entitlements, cfg.Clock)
+	// The caches are decorators over the stores (docs/decisions.md "Caches
+	// are decorators"): the services hold the decorated port, and a write
+	// through it forgets what it changes, so no service is told afterwards.
+	catalog := engine.NewCachedCatalog(a.DB)
+	a.Metering = engine.NewMetering(catalog, catalog, cfg.Clock)
+	plans := engine.NewCachedPlanStore(a.DB)
+	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
+	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock)
+	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
+		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, Leases: a.Store, LeaseIndex: a.DB})
+	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
+		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
+	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
 	a.Alerts = engine.NewAlerts(a.DB, a.Customers, cfg.Clock)
 	a.Imports = engine.NewImports(a.Customers, a.Credits)
-	a.PlanFacts = engine.NewPlanFacts(a.DB, a.Plans, a.DB, cfg.Clock)
-	a.Entitlements.SetPlanView(a.PlanFacts)
-	a.Overrides.OnOverrideChange = a.PlanFacts.ForgetSubscription
-	a.Subscriptions = engine.NewSubscriptions(a.DB, a.Plans, a.Customers, a.Credits, a.Store, a.Store, cfg.Clock, log)
-	a.Subscriptions.SetPlanFacts(a.PlanFacts)
+	a.Subscriptions = engine.NewSubscriptions(a.PlanFacts.ForgettingSubscriptions(a.DB), a.Plans, a.Customers, a.Credits, a.Store, a.Store, cfg.Clock, log)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
 		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}

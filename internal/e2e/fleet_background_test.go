@@ -341,8 +341,7 @@ func TestSchedulerKilledMidFiring(t *testing.T) {
 	clock.Set(t0.AddDate(0, 0, 1).Add(time.Minute))
 	app1 := s.App
 	dying := &killedScheduler{Store: app1.DB}
-	subs := engine.NewSubscriptions(dying, app1.Plans, app1.Customers, app1.Credits, app1.Store, app1.Store, clock, zerolog.New(io.Discard))
-	subs.SetPlanFacts(app1.PlanFacts)
+	subs := engine.NewSubscriptions(app1.PlanFacts.ForgettingSubscriptions(dying), app1.Plans, app1.Customers, app1.Credits, app1.Store, app1.Store, clock, zerolog.New(io.Discard))
 	(&engine.Scheduler{Subscriptions: subs, Clock: clock, Log: zerolog.New(io.Discard)}).RunOnce(context.Background())
 	if dying.fired.Load() != 1 {
 		t.Fatalf("the dying node fired %d subscriptions, want 1", dying.fired.Load())

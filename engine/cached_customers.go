@@ -1,0 +1,172 @@
+// CachedCustomers: the CustomerLookup decorator the hot path resolves
+// customers through, lock-free and stale while one background look-up
+// revalidates, and the Directory decorator whose customer writes make it
+// forget.
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// customerCacheTTL bounds how long another process may still resolve a
+// customer this one changed or deleted; the hot path (checks, consumes)
+// resolves from this cache instead of Postgres.
+const customerCacheTTL = 5 * time.Second
+
+// customerStaleLimit bounds how long past its TTL a cached customer may be
+// served while its refresh runs.
+const customerStaleLimit = time.Minute
+
+// maxCachedCustomers bounds the cache's memory; a full cache starts over.
+const maxCachedCustomers = 200_000
+
+type resolveKey struct {
+	scope  Scope
+	value  string
+	strict bool
+	// byID marks an entry of CustomerByKey: value is the customer's id,
+	// never an external id.
+	byID bool
+}
+
+// CachedCustomers caches the customers another CustomerLookup finds
+// (misses and errors are never cached). An entry past its TTL but younger
+// than customerStaleLimit is served at once while one background look-up
+// refreshes it, so the hot path never waits on Postgres for a customer it
+// has seen lately; a customer deleted elsewhere drops out at that refresh.
+type CachedCustomers struct {
+	next  CustomerLookup
+	cache *swrCache[resolveKey, Customer]
+	ttl   time.Duration // customerCacheTTL; tests shorten it
+}
+
+var _ CustomerLookup = (*CachedCustomers)(nil)
+
+// NewCachedCustomers caches next. Writes must reach the directory through
+// ForgettingDirectory for this process to see them at once.
+func NewCachedCustomers(next CustomerLookup) *CachedCustomers {
+	return &CachedCustomers{next: next, cache: newSWRCache[resolveKey, Customer](maxCachedCustomers), ttl: customerCacheTTL}
+}
+
+// Resolve resolves ref as next does, from the cache when it can.
+func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
+	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
+	now := time.Now()
+	c, st := s.cache.get(k, now, customerStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c, nil
+	case cacheRefresh:
+		go s.refresh(k, scope, ref)
+		return c, nil
+	}
+	gen := s.cache.generation()
+	c, err := s.next.Resolve(ctx, scope, ref, create)
+	if err != nil {
+		return Customer{}, err
+	}
+	s.cache.put(k, c, now.Add(s.ttl), gen)
+	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen)
+	return c, nil
+}
+
+// CustomerByKey is the customer of key, from the cache Resolve fills too
+// (the commit right after a reserve finds it), else from next.
+func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (Customer, error) {
+	k := resolveKey{scope: Scope{TenantID: key.TenantID, Environment: key.Environment}, value: key.CustomerID.String(), byID: true}
+	now := time.Now()
+	c, st := s.cache.get(k, now, customerStaleLimit)
+	switch st {
+	case cacheFresh:
+		return c, nil
+	case cacheRefresh:
+		go s.refreshByKey(k, key)
+		return c, nil
+	}
+	gen := s.cache.generation()
+	c, err := s.next.CustomerByKey(ctx, key)
+	if err != nil {
+		return Customer{}, err
+	}
+	s.cache.put(k, c, now.Add(s.ttl), gen)
+	return c, nil
+}
+
+// refreshByKey looks a customer CustomerByKey serves up again in the
+// background.
+func (s *CachedCustomers) refreshByKey(k resolveKey, key CustomerKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
+	gen := s.cache.generation()
+	c, err := s.next.CustomerByKey(ctx, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.cache.delete(k)
+	case err != nil:
+		s.cache.refreshFailed(k)
+	default:
+		s.cache.put(k, c, time.Now().Add(s.ttl), gen)
+	}
+}
+
+// byKeyEntry is the CustomerByKey entry of c, which a resolve by any
+// reference fills too.
+func byKeyEntry(c Customer) resolveKey {
+	return resolveKey{scope: Scope{TenantID: c.TenantID, Environment: c.Environment}, value: c.ID.String(), byID: true}
+}
+
+// refresh looks a cached customer up again in the background.
+func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
+	gen := s.cache.generation()
+	c, err := s.next.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
+			s.cache.delete(k)
+		} else {
+			s.cache.refreshFailed(k)
+		}
+		return
+	}
+	s.cache.put(k, c, time.Now().Add(s.ttl), gen)
+}
+
+// forget drops cached resolutions of customer id after a change.
+func (s *CachedCustomers) forget(id uuid.UUID) {
+	s.cache.deleteWhere(func(_ resolveKey, c Customer) bool { return c.ID == id })
+}
+
+// ForgettingDirectory decorates dir so that every customer it changes or
+// deletes is forgotten by s once written.
+func (s *CachedCustomers) ForgettingDirectory(dir Directory) Directory {
+	return &forgettingDirectory{Directory: dir, customers: s}
+}
+
+// forgettingDirectory is a Directory whose customer writes make a
+// CachedCustomers forget the customer; the rest passes through.
+type forgettingDirectory struct {
+	Directory
+	customers *CachedCustomers
+}
+
+func (d *forgettingDirectory) UpdateCustomer(ctx context.Context, c Customer) error {
+	err := d.Directory.UpdateCustomer(ctx, c)
+	if err == nil {
+		d.customers.forget(c.ID)
+	}
+	return err
+}
+
+func (d *forgettingDirectory) DeleteCustomer(ctx context.Context, s Scope, id uuid.UUID, at time.Time) error {
+	err := d.Directory.DeleteCustomer(ctx, s, id, at)
+	if err == nil {
+		d.customers.forget(id)
+	}
+	return err
+}

@@ -1,0 +1,176 @@
+// CachedPlanView: the PlanView the hot path reads, a decorator over the
+// uncached one (PlanFacts), and the two store decorators whose writes make
+// it forget, so the invalidation is wired by construction rather than by
+// callbacks set afterwards (docs/decisions.md "Caches are decorators").
+
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// planFactsTTL bounds how stale another process's view of a customer's
+// subscription can be; this process forgets its own changes at once.
+const planFactsTTL = 2 * time.Second
+
+// planFactsStaleLimit bounds how long past its TTL a customer's facts are
+// served while one background read refreshes them; an override's expiry
+// is never served stale (its entry expires at that instant with no grace).
+const planFactsStaleLimit = 10 * time.Second
+
+// maxCachedFacts bounds the cache's memory; a full cache starts over.
+const maxCachedFacts = 100_000
+
+// CachedPlanView caches another PlanView's facts per customer for
+// planFactsTTL (or until the soonest override expiry in them), served
+// stale while one background read refreshes them.
+type CachedPlanView struct {
+	next  PlanView
+	clock Clock
+	cache *swrCache[uuid.UUID, *SubscriptionFacts]
+}
+
+var _ PlanView = (*CachedPlanView)(nil)
+
+// NewCachedPlanView caches next.
+func NewCachedPlanView(next PlanView, clock Clock) *CachedPlanView {
+	return &CachedPlanView{next: next, clock: clock, cache: newSWRCache[uuid.UUID, *SubscriptionFacts](maxCachedFacts)}
+}
+
+// ForCustomer returns the facts of c's live subscription, nil when it has
+// none.
+func (p *CachedPlanView) ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
+	f, st := p.cache.get(c.ID, time.Now(), planFactsStaleLimit)
+	switch st {
+	case cacheFresh:
+		return f, nil
+	case cacheRefresh:
+		if f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt) {
+			p.cache.refreshInBackground(c.ID, func(ctx context.Context) error {
+				_, err := p.refresh(ctx, c)
+				return err
+			})
+			return f, nil
+		}
+		// An override in these facts has expired: read through.
+	}
+	return p.refresh(ctx, c)
+}
+
+// refresh reads the customer's facts and caches them for planFactsTTL, or
+// until the soonest override expiry when that comes first.
+func (p *CachedPlanView) refresh(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
+	wall := time.Now()
+	gen := p.cache.generation()
+	f, err := p.next.ForCustomer(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	exp := wall.Add(planFactsTTL)
+	if f != nil && !f.expiresAt.IsZero() {
+		if d := f.expiresAt.Sub(p.clock.Now()); d < planFactsTTL {
+			exp = wall.Add(max(d, 0))
+		}
+	}
+	p.cache.put(c.ID, f, exp, gen)
+	return f, nil
+}
+
+// Forget drops the cached facts of a customer (its subscription changed in
+// this process).
+func (p *CachedPlanView) Forget(customer uuid.UUID) { p.cache.delete(customer) }
+
+// forgetSubscription drops the cached facts of the subscription (one of its
+// overrides changed in this process). Override writes are rare, so a scan
+// is cheaper than an index kept on every read.
+func (p *CachedPlanView) forgetSubscription(id uuid.UUID) {
+	p.cache.deleteWhere(func(_ uuid.UUID, f *SubscriptionFacts) bool { return f != nil && f.subscription == id })
+}
+
+// ForgettingSubscriptions decorates store so that every subscription it
+// writes is forgotten by p once written.
+func (p *CachedPlanView) ForgettingSubscriptions(store SubscriptionStore) SubscriptionStore {
+	return &forgettingSubscriptions{SubscriptionStore: store, view: p}
+}
+
+// ForgettingOverrides decorates store so that the facts of every
+// subscription whose overrides it writes are forgotten by p once written.
+func (p *CachedPlanView) ForgettingOverrides(store OverrideStore) OverrideStore {
+	return &forgettingOverrides{OverrideStore: store, view: p}
+}
+
+// forgettingSubscriptions is a SubscriptionStore whose writes make a
+// CachedPlanView forget the customer; reads pass through.
+type forgettingSubscriptions struct {
+	SubscriptionStore
+	view *CachedPlanView
+}
+
+func (s *forgettingSubscriptions) CreateSubscription(ctx context.Context, r SubscriptionRecord) error {
+	err := s.SubscriptionStore.CreateSubscription(ctx, r)
+	if err == nil {
+		s.view.Forget(r.CustomerID)
+	}
+	return err
+}
+
+func (s *forgettingSubscriptions) UpdateSubscription(ctx context.Context, scope Scope, id uuid.UUID, change func(*SubscriptionRecord) error) (SubscriptionRecord, error) {
+	r, err := s.SubscriptionStore.UpdateSubscription(ctx, scope, id, change)
+	if err == nil {
+		s.view.Forget(r.CustomerID)
+	}
+	return r, err
+}
+
+// RunDue forgets each changed customer as its change succeeds (as the
+// service did before) and once more after the transactions have ended, so
+// no refresh that read a row before its commit outlives it.
+func (s *forgettingSubscriptions) RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error) {
+	var changed []uuid.UUID
+	n, err := s.SubscriptionStore.RunDue(ctx, now, limit, func(ctx context.Context, r *SubscriptionRecord) error {
+		if err := change(ctx, r); err != nil {
+			return err
+		}
+		s.view.Forget(r.CustomerID)
+		changed = append(changed, r.CustomerID)
+		return nil
+	})
+	for _, id := range changed {
+		s.view.Forget(id)
+	}
+	return n, err
+}
+
+// forgettingOverrides is an OverrideStore whose writes make a
+// CachedPlanView forget the subscription's facts; reads pass through.
+type forgettingOverrides struct {
+	OverrideStore
+	view *CachedPlanView
+}
+
+func (s *forgettingOverrides) CreateOverride(ctx context.Context, env Environment, o Override, now time.Time) error {
+	err := s.OverrideStore.CreateOverride(ctx, env, o, now)
+	if err == nil {
+		s.view.forgetSubscription(o.SubscriptionID)
+	}
+	return err
+}
+
+func (s *forgettingOverrides) UpdateOverride(ctx context.Context, scope Scope, subscription uuid.UUID, key string, now time.Time, change func(*Override) error) (Override, error) {
+	o, err := s.OverrideStore.UpdateOverride(ctx, scope, subscription, key, now, change)
+	if err == nil {
+		s.view.forgetSubscription(subscription)
+	}
+	return o, err
+}
+
+func (s *forgettingOverrides) DeleteOverride(ctx context.Context, scope Scope, subscription uuid.UUID, key string, now time.Time) error {
+	err := s.OverrideStore.DeleteOverride(ctx, scope, subscription, key, now)
+	if err == nil {
+		s.view.forgetSubscription(subscription)
+	}
+	return err
+}
