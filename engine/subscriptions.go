@@ -208,4 +208,3 @@ func (s *Subscriptions) variant(ctx context.Context, scope Scope, raw string) (V
 	}
 	return v, err
 }
-
