@@ -111,7 +111,7 @@ var requiredFamilies = []string{
 	"creditd_postgres_pool_canceled_acquires_total", "creditd_postgres_pool_acquire_seconds_total",
 	// Scripts, reloads, background work.
 	"creditd_redis_script_errors_total", "creditd_nostate_reloads_total", "creditd_scheduler_backlog", "creditd_sweep_backlog",
-	"creditd_runner_healthy", "creditd_runner_last_success_timestamp_seconds",
+	"creditd_runner_healthy", // its last_success twin is absent until a loop's first pass
 	// Reconcile sampler (issue 15).
 	"creditd_reconcile_checked_total", "creditd_reconcile_mismatches_total", "creditd_reconcile_skipped_total",
 	"creditd_reconcile_last_sample_mismatches",
