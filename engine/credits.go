@@ -101,7 +101,7 @@ func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, inc
 // until Postgres holds the account version Redis shows, so a history read
 // right after a grant sees the grant.
 func (s *Credits) awaitPersisted(ctx context.Context, c CustomerKey) {
-	vr, ok := s.ledger.(VersionReader)
+	vr, ok := s.ledger.(PersistedVersions)
 	if !ok {
 		return
 	}

@@ -20,7 +20,7 @@ type Entitlements struct {
 	customers CustomerLookup
 	metering  *Metering
 	credits   *Credits
-	hot       HotStore
+	hot       UsageStore
 	clock     Clock
 	plans     PlanView
 	snapshots snapshotCache
@@ -101,7 +101,7 @@ type EntitlementsDeps struct {
 	Customers CustomerLookup
 	Metering  *Metering
 	Credits   *Credits
-	Hot       HotStore
+	Hot       UsageStore
 	Clock     Clock
 	// Plans plugs subscriptions into checks, consumes and holds (nil: every
 	// value is the metric default).

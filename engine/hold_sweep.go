@@ -13,7 +13,7 @@ import (
 // ReservationSweeper expires holds past their expires_at (interface.md:
 // once per minute; the interval is configurable for tests).
 type ReservationSweeper struct {
-	Hot      HotStore
+	Hot      UsageStore
 	Credits  *Credits
 	Clock    Clock
 	Interval time.Duration

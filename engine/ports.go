@@ -381,9 +381,9 @@ type AppliedOps interface {
 	AppliedOps(ctx context.Context, refs []OpRef) ([]Mutation, []bool, error)
 }
 
-// OpKeyForgetter lets the persister shorten the op keys of operations it
+// OpRecords lets the persister shorten the op keys of operations it
 // has committed to OpKeyGrace.
-type OpKeyForgetter interface {
+type OpRecords interface {
 	// ForgetOps shortens the op keys of ms (outbox partition p) that carry
 	// an idempotency key. Call it only after ms are committed.
 	ForgetOps(ctx context.Context, p int, ms []Mutation) error
@@ -421,8 +421,8 @@ type CatalogLookup interface {
 	Rule(ctx context.Context, s Scope, key string) (r MeteringRule, ok bool, err error)
 }
 
-// VersionReader reports how far Postgres has caught up with a customer.
-type VersionReader interface {
+// PersistedVersions reports how far Postgres has caught up with a customer.
+type PersistedVersions interface {
 	// PersistedVersion is the account version Postgres holds (0 when none).
 	PersistedVersion(ctx context.Context, customer uuid.UUID) (int64, error)
 }
@@ -451,10 +451,10 @@ type EventLog interface {
 	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
 }
 
-// HotStore is the Redis side of pricing, entitlements and holds; every
+// UsageStore is the Redis side of pricing, entitlements and holds; every
 // method is one atomic script on one customer and returns ErrStateMissing
 // when the customer must be loaded first.
-type HotStore interface {
+type UsageStore interface {
 	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
 	// ErrIdempotencyMismatch, ErrStateMissing.
 	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)

@@ -33,7 +33,7 @@ type Reservations struct {
 	customers *Customers
 	lookup    CustomerLookup
 	metering  *Metering
-	hot       HotStore
+	hot       UsageStore
 	reader    HoldReader
 	clock     Clock
 }
@@ -49,7 +49,7 @@ type ReservationsDeps struct {
 	Lookup CustomerLookup
 	// Metering prices a commit by the rule active then (nil: none).
 	Metering *Metering
-	Hot      HotStore
+	Hot      UsageStore
 	Holds    HoldReader
 	Clock    Clock
 }

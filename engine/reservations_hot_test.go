@@ -10,12 +10,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// holdHot is a HotStore whose reservation index describes one hold (or,
+// holdHot is a UsageStore whose reservation index describes one hold (or,
 // when !described, names its customer alone) and whose commit and release
 // scripts answer with err (the first errRuns times), or a Mutation of the
 // command.
 type holdHot struct {
-	HotStore
+	UsageStore
 	ref       HoldRef
 	described bool
 	err       error

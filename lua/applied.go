@@ -11,7 +11,7 @@ import (
 )
 
 // Compile-time check that Store lets the persister shorten op keys.
-var _ engine.OpKeyForgetter = (*Store)(nil)
+var _ engine.OpRecords = (*Store)(nil)
 
 // OpRetention is the life a money script gives an op key
 // (engine.OpKeyRetention): a safety net, since the persister shortens the
@@ -113,7 +113,7 @@ func (s *Store) appliedBatch(ctx context.Context, refs []appliedRef) (done []boo
 }
 
 // ForgetOps shortens to engine.OpKeyGrace the op keys of ms, committed
-// mutations of outbox partition p (engine.OpKeyForgetter): one pipelined
+// mutations of outbox partition p (engine.OpRecords): one pipelined
 // PEXPIRE per key, all in p's slot. A key already gone is left alone.
 func (s *Store) ForgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	if err := s.checkOutboxPartition(p); err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // Compile-time check that Store prices, entitles and holds on the hot path.
-var _ engine.HotStore = (*Store)(nil)
+var _ engine.UsageStore = (*Store)(nil)
 
 const (
 	// maxDueReservations bounds one DueReservations page whatever the caller asks.

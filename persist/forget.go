@@ -19,7 +19,7 @@ const forgetTimeout = 5 * time.Second
 // Redis no longer holds always has its operation in Postgres. A failure
 // is harmless: the keys lapse with their own TTL (engine.OpKeyRetention).
 func (p *Persister) forgetOps(ctx context.Context, log zerolog.Logger, part int, ms []engine.Mutation) {
-	f, ok := p.outbox.(engine.OpKeyForgetter)
+	f, ok := p.outbox.(engine.OpRecords)
 	if !ok {
 		return
 	}

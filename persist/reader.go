@@ -335,7 +335,7 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 	return states, nil
 }
 
-var _ engine.VersionReader = (*Store)(nil)
+var _ engine.PersistedVersions = (*Store)(nil)
 
 // PersistedVersion is the account version Postgres holds for customer, 0
 // when it has no account row; the engine waits on it so a ledger read right
