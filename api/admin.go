@@ -101,11 +101,15 @@ func (s *Server) adminPatchTenant(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.RateLimitInput
+	var in RateLimitPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	cfg, err := s.tenants.SetRateLimit(c.reqContext(), id, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	cfg, err := s.tenants.SetRateLimit(c.reqContext(), id, cmd)
 	if err != nil {
 		return err
 	}
@@ -161,25 +165,21 @@ func (s *Server) adminRevokeKey(c *call) error {
 	return c.noContent()
 }
 
-// webhookInput is the body of PUT /admin/v1/tenants/{id}/webhook.
-type webhookInput struct {
-	URL *string `json:"url"`
-}
-
 // adminSetWebhook answers PUT .../webhook with the URL and signing secret.
 func (s *Server) adminSetWebhook(c *call) error {
 	id, err := c.tenantID()
 	if err != nil {
 		return err
 	}
-	var in webhookInput
+	var in WebhookPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	if in.URL == nil || *in.URL == "" {
-		return engine.Invalid("url", "url is required")
+	target, err := in.ToCommand()
+	if err != nil {
+		return err
 	}
-	wh, err := s.tenants.SetWebhook(c.reqContext(), id, *in.URL)
+	wh, err := s.tenants.SetWebhook(c.reqContext(), id, target)
 	if err != nil {
 		return err
 	}

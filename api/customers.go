@@ -1,6 +1,9 @@
 package api
 
 import (
+	"strings"
+	"unicode/utf8"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -39,11 +42,15 @@ func (s *Server) listCustomers(c *call) error {
 
 // createCustomer answers POST /v1/customers with 201.
 func (s *Server) createCustomer(c *call) error {
-	var in engine.CreateCustomerInput
+	var in createCustomerPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	cust, err := s.customers.Create(c.reqContext(), c.scope, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	cust, err := s.customers.Create(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -72,11 +79,15 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
-		var in engine.UpdateCustomerInput
+		var in updateCustomerPayload
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
-		cust, err := s.customers.Update(c.reqContext(), c.scope, r, in)
+		cmd, err := in.toCommand()
+		if err != nil {
+			return err
+		}
+		cust, err := s.customers.Update(c.reqContext(), c.scope, r, cmd)
 		if err != nil {
 			return err
 		}
@@ -97,4 +108,98 @@ func (s *Server) deleteCustomer(ref refFunc) endpoint {
 		}
 		return c.noContent()
 	}
+}
+
+// createCustomerPayload is the body of POST /v1/customers.
+type createCustomerPayload struct {
+	ExternalID            *string         `json:"external_id"`
+	DisplayName           *string         `json:"display_name"`
+	OveragePolicy         *string         `json:"overage_policy"`
+	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
+	Metadata              engine.Metadata `json:"metadata"`
+}
+
+// toCommand checks the body, naming the first wrong field, and returns the
+// customer to create.
+func (in *createCustomerPayload) toCommand() (engine.CreateCustomer, error) {
+	if in.ExternalID == nil || strings.TrimSpace(*in.ExternalID) == "" {
+		return engine.CreateCustomer{}, engine.Invalid("external_id", "external_id is required")
+	}
+	if utf8.RuneCountInString(*in.ExternalID) > engine.MaxExternalIDChars {
+		return engine.CreateCustomer{}, engine.Invalid("external_id", "external_id is longer than 255 characters")
+	}
+	if err := engine.CheckLine("external_id", *in.ExternalID); err != nil {
+		return engine.CreateCustomer{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreateCustomer{}, err
+	}
+	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+	if err != nil {
+		return engine.CreateCustomer{}, err
+	}
+	cmd := engine.CreateCustomer{ExternalID: *in.ExternalID, LowBalanceThresholdMC: f.threshold, Metadata: meta}
+	if f.displayName != nil && *f.displayName != "" {
+		cmd.DisplayName = f.displayName
+	}
+	if f.policy != nil && *f.policy != "" {
+		cmd.OveragePolicy = f.policy
+	}
+	return cmd, nil
+}
+
+// updateCustomerPayload is the body of PATCH /v1/customers/{id}; an absent
+// member keeps its value.
+type updateCustomerPayload struct {
+	DisplayName           *string         `json:"display_name"`
+	OveragePolicy         *string         `json:"overage_policy"`
+	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
+	Metadata              engine.Metadata `json:"metadata"`
+}
+
+// toCommand checks the body, naming the first wrong field, and returns the
+// change.
+func (in *updateCustomerPayload) toCommand() (engine.UpdateCustomer, error) {
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.UpdateCustomer{}, err
+	}
+	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+	if err != nil {
+		return engine.UpdateCustomer{}, err
+	}
+	return engine.UpdateCustomer{DisplayName: f.displayName, OveragePolicy: f.policy, LowBalanceThresholdMC: f.threshold, Metadata: meta}, nil
+}
+
+// customerFields are the checked members create and update share.
+type customerFields struct {
+	displayName *string
+	policy      *engine.OveragePolicy
+	threshold   *int64
+}
+
+// checkCustomerFields checks the members create and update share, in the
+// order their errors are named.
+func checkCustomerFields(displayName, policy *string, threshold *int64) (customerFields, error) {
+	if displayName != nil && utf8.RuneCountInString(*displayName) > engine.MaxDisplayNameChars {
+		return customerFields{}, engine.Invalid("display_name", "display_name is longer than 200 characters")
+	}
+	if displayName != nil {
+		if err := engine.CheckText("display_name", *displayName); err != nil {
+			return customerFields{}, err
+		}
+	}
+	if policy != nil && *policy != "" && !engine.OveragePolicy(*policy).Valid() {
+		return customerFields{}, engine.Invalid("overage_policy", "overage_policy must be block, allow or notify")
+	}
+	if threshold != nil && *threshold < 0 {
+		return customerFields{}, engine.Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
+	}
+	f := customerFields{displayName: displayName, threshold: threshold}
+	if policy != nil {
+		p := engine.OveragePolicy(*policy)
+		f.policy = &p
+	}
+	return f, nil
 }

@@ -18,8 +18,9 @@ const (
 	maxPageLimit     = 100
 )
 
-// decodeBody reads a JSON object into v, which must be a pointer to one of
-// the engine's <Op>Input structs. Empty, unparseable or non-object bodies are
+// decodeBody reads a JSON object into v, a pointer to a request payload:
+// api's own (the route family's file holds it) or, for the routes not moved
+// yet, one of the engine's <Op>Input structs. Empty, unparseable or non-object bodies are
 // 400; so is any text engine.ScanJSON refuses (bad UTF-8, control
 // characters, unpaired surrogates, a repeated member, nesting past
 // engine.MaxJSONDepth, a member named like a known one but in another case),

@@ -43,7 +43,7 @@ func TestDecodeBody(t *testing.T) {
 		{"max int64", `{"credits":9223372036854775807}`, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var in engine.GrantInput
+			var in GrantPayload
 			err := decodeBody([]byte(tc.body), &in)
 			if tc.kind == "" {
 				if err != nil {
@@ -191,7 +191,7 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var in engine.GrantInput
+		var in GrantPayload
 		err := decodeBody(body, &in)
 		if err == nil {
 			return

@@ -31,9 +31,11 @@ func (s *Server) listEvents(c *call) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.events.Page(c.reqContext(), c.scope, engine.EventsPageInput{
-		AfterSequence: c.query("after_sequence"), Limit: limit,
-	})
+	after, err := engine.ParseSequence("after_sequence", c.query("after_sequence"))
+	if err != nil {
+		return err
+	}
+	page, err := s.events.Page(c.reqContext(), c.scope, engine.EventsPage{After: after, Limit: limit})
 	if err != nil {
 		return err
 	}

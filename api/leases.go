@@ -48,13 +48,17 @@ func (s *Server) leaseOp(ref refFunc, renew bool) endpoint {
 		}
 		var res engine.GaugeResult
 		if renew {
-			var in engine.LeaseInput
+			var in leaseRenewPayload
 			if body := c.ctx.Request.Body(); len(bytes.TrimSpace(body)) > 0 {
 				if err := decodeBody(body, &in); err != nil {
 					return err
 				}
 			}
-			res, err = s.entitlements.RenewLease(c.reqContext(), c.scope, c.tenant, r, metric, id, c.idem, in)
+			renewal, cerr := in.toCommand()
+			if cerr != nil {
+				return cerr
+			}
+			res, err = s.entitlements.RenewLease(c.reqContext(), c.scope, c.tenant, r, metric, id, c.idem, renewal)
 		} else {
 			res, err = s.entitlements.ReleaseLease(c.reqContext(), c.scope, c.tenant, r, metric, id, c.idem)
 		}
@@ -63,4 +67,20 @@ func (s *Server) leaseOp(ref refFunc, renew bool) endpoint {
 		}
 		return c.json(fasthttp.StatusOK, &res)
 	}
+}
+
+// leaseRenewPayload is the body of a lease renew (release takes none).
+type leaseRenewPayload struct {
+	LeaseSeconds *int64 `json:"lease_seconds"`
+}
+
+// toCommand checks lease_seconds; absent keeps the lease's own length.
+func (in *leaseRenewPayload) toCommand() (engine.LeaseRenewal, error) {
+	if in.LeaseSeconds == nil {
+		return engine.LeaseRenewal{}, nil
+	}
+	if err := engine.CheckLeaseSeconds(*in.LeaseSeconds); err != nil {
+		return engine.LeaseRenewal{}, err
+	}
+	return engine.LeaseRenewal{Seconds: *in.LeaseSeconds}, nil
 }

@@ -1,6 +1,9 @@
 package api
 
 import (
+	"encoding/json"
+	"strings"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -31,11 +34,15 @@ func (s *Server) listMetrics(c *call) error {
 
 // createMetric answers POST /v1/billable-metrics with 201.
 func (s *Server) createMetric(c *call) error {
-	var in engine.MetricInput
+	var in metricPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	m, err := s.metering.CreateMetric(c.reqContext(), c.scope, in)
+	cmd, err := in.toCreate()
+	if err != nil {
+		return err
+	}
+	m, err := s.metering.CreateMetric(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -62,11 +69,11 @@ func (s *Server) patchMetric(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.MetricInput
+	var in metricPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	m, err := s.metering.UpdateMetric(c.reqContext(), c.scope, key, in)
+	m, err := s.metering.UpdateMetric(c.reqContext(), c.scope, key, in.toUpdate())
 	if err != nil {
 		return err
 	}
@@ -93,11 +100,15 @@ func (s *Server) listRules(c *call) error {
 // createRule answers POST /v1/metering-rules with 201: the new rule is
 // active at once and ends the previous one.
 func (s *Server) createRule(c *call) error {
-	var in engine.RuleInput
+	var in rulePayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	r, err := s.metering.CreateRule(c.reqContext(), c.scope, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	r, err := s.metering.CreateRule(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -135,4 +146,102 @@ func (s *Server) registerPricing() {
 	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem, s.releaseReservation)
 	s.handle("GET", "/v1/customers/{customer_id}/reservations", optTenant, s.listReservations(customerIDParam))
 	s.handle("GET", "/v1/customer-by-external-id/{external_id}/reservations", optTenant, s.listReservations(refParam(true)))
+}
+
+// metricPayload is the body of POST and PATCH /v1/billable-metrics.
+type metricPayload struct {
+	Key          *string         `json:"key"`
+	Name         *string         `json:"name"`
+	Type         *string         `json:"type"`
+	DefaultValue json.RawMessage `json:"default_value"`
+	Metadata     engine.Metadata `json:"metadata"`
+}
+
+// toCreate checks a POST body, naming the first wrong member.
+func (in *metricPayload) toCreate() (engine.CreateMetric, error) {
+	if in.Key == nil || *in.Key == "" {
+		return engine.CreateMetric{}, engine.Invalid("key", "key is required")
+	}
+	if !engine.ValidMetricKey(*in.Key) {
+		return engine.CreateMetric{}, engine.Invalid("key", "key must be 1-128 letters, digits, '_', '.', ':' or '-'")
+	}
+	if in.Type == nil || *in.Type == "" {
+		return engine.CreateMetric{}, engine.Invalid("type", "type is required")
+	}
+	t := engine.MetricType(*in.Type)
+	if !t.Valid() {
+		return engine.CreateMetric{}, engine.Invalid("type", "type must be metered, boolean, gauge or static")
+	}
+	def, err := engine.NormalizeDefault(t, in.DefaultValue)
+	if err != nil {
+		return engine.CreateMetric{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreateMetric{}, err
+	}
+	name := *in.Key
+	if in.Name != nil {
+		if strings.TrimSpace(*in.Name) == "" {
+			return engine.CreateMetric{}, engine.Invalid("name", "name must not be empty")
+		}
+		name = *in.Name
+	}
+	return engine.CreateMetric{Key: *in.Key, Name: name, Type: t, DefaultValue: def, Metadata: meta}, nil
+}
+
+// toUpdate is a PATCH body as the engine's command; the engine checks its
+// members after the stored metric's, in the order the answer names them.
+func (in *metricPayload) toUpdate() engine.UpdateMetric {
+	up := engine.UpdateMetric{Key: in.Key, Name: in.Name, DefaultValue: in.DefaultValue, Metadata: in.Metadata}
+	if in.Type != nil {
+		t := engine.MetricType(*in.Type)
+		up.Type = &t
+	}
+	return up
+}
+
+// rulePayload is the body of POST /v1/metering-rules.
+type rulePayload struct {
+	BillableMetricKey *string            `json:"billable_metric_key"`
+	CostType          *string            `json:"cost_type"`
+	BaseCost          *int64             `json:"base_cost"`
+	UnitCost          *int64             `json:"unit_cost"`
+	TierConfig        *engine.TierConfig `json:"tier_config"`
+	Metadata          engine.Metadata    `json:"metadata"`
+}
+
+// toCommand checks the body, naming the first wrong member; the rule
+// itself passes engine.ValidateRule, the rule the Lua pricing twin shares.
+func (in *rulePayload) toCommand() (engine.CreateRule, error) {
+	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+		return engine.CreateRule{}, engine.Invalid("billable_metric_key", "billable_metric_key is required")
+	}
+	if !engine.ValidMetricKey(*in.BillableMetricKey) {
+		return engine.CreateRule{}, engine.Invalid("billable_metric_key", "billable_metric_key must be 1-128 letters, digits, '_', '.', ':' or '-'")
+	}
+	if in.CostType == nil || *in.CostType == "" {
+		return engine.CreateRule{}, engine.Invalid("cost_type", "cost_type is required")
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreateRule{}, err
+	}
+	r := engine.MeteringRule{BillableMetricKey: *in.BillableMetricKey, CostType: engine.CostType(*in.CostType), TierConfig: in.TierConfig}
+	if in.BaseCost != nil {
+		r.BaseCost = *in.BaseCost
+	} else if r.CostType == engine.CostFlat {
+		return engine.CreateRule{}, engine.Invalid("base_cost", "base_cost is required for flat")
+	}
+	if in.UnitCost != nil {
+		r.UnitCost = *in.UnitCost
+	}
+	if r.CostType != engine.CostTiered {
+		r.TierConfig = nil
+	}
+	if err := engine.ValidateRule(r); err != nil {
+		return engine.CreateRule{}, err
+	}
+	return engine.CreateRule{BillableMetricKey: r.BillableMetricKey, CostType: r.CostType, BaseCost: r.BaseCost,
+		UnitCost: r.UnitCost, TierConfig: r.TierConfig, Metadata: meta}, nil
 }

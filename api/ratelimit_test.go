@@ -23,7 +23,7 @@ func TestRateLimitHTTP(t *testing.T) {
 	now := time.Unix(1_900_000_000, 0)
 	h.srv.limiter.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	one := 1
-	if _, err := h.tenants.SetRateLimit(t.Context(), h.tenant, engine.RateLimitInput{PerSecond: &one, Burst: &one}); err != nil {
+	if _, err := h.tenants.SetRateLimit(t.Context(), h.tenant, engine.RateLimitChange{PerSecond: &one, Burst: &one}); err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range []struct {
@@ -131,7 +131,7 @@ func TestRateLimitSharedBudgets(t *testing.T) {
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	h.srv.budgetClock, h.srv.limiter.now = now, now
 	one, three := 1, 3
-	if _, err := h.tenants.SetRateLimit(t.Context(), h.tenant, engine.RateLimitInput{PerSecond: &three, Burst: &one}); err != nil {
+	if _, err := h.tenants.SetRateLimit(t.Context(), h.tenant, engine.RateLimitChange{PerSecond: &three, Burst: &one}); err != nil {
 		t.Fatal(err)
 	}
 	failed := errors.New("redis: connection refused")

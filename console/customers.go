@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 )
 
@@ -139,14 +140,19 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "from and to must be dates (YYYY-MM-DD).")
 		return
 	}
-	ledger, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryInput{
+	q, err := (&api.HistoryParams{
 		Type: f.Type, Source: f.Source, BillableMetricKey: f.Metric, From: from, To: to, Cursor: f.Cursor, Limit: pageSize,
-	})
+	}).ToQuery()
 	if err != nil {
 		c.engineError(w, r, err)
 		return
 	}
-	recent, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryInput{Limit: chartEntries})
+	ledger, err := c.cfg.Credits.History(ctx, p.scope, ref, q)
+	if err != nil {
+		c.engineError(w, r, err)
+		return
+	}
+	recent, err := c.cfg.Credits.History(ctx, p.scope, ref, engine.HistoryQuery{Limit: chartEntries})
 	if err != nil {
 		c.engineError(w, r, err)
 		return
@@ -212,7 +218,7 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 	if src == "" {
 		src = string(engine.SourceManual)
 	}
-	in := engine.GrantInput{Credits: &amount, Source: &src}
+	in := api.GrantPayload{Credits: &amount, Source: &src}
 	if v := strings.TrimSpace(r.PostFormValue("priority")); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -242,7 +248,12 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256([]byte(strings.Join([]string{r.PathValue("customer"), r.PostFormValue("credits"), src,
 		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason")}, "\x00")))
 	idem := engine.Idempotency{Key: "console-grant-" + key, RequestHash: hex.EncodeToString(sum[:])}
-	if _, err := c.cfg.Credits.Grant(r.Context(), p.scope, engine.CustomerRef{Value: r.PathValue("customer")}, idem, in); err != nil {
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	if _, err := c.cfg.Credits.Grant(r.Context(), p.scope, engine.CustomerRef{Value: r.PathValue("customer")}, idem, cmd); err != nil {
 		c.backErr(w, r, to, err)
 		return
 	}

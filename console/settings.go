@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 )
 
@@ -29,7 +30,7 @@ func (c *Console) saveSettings(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
 	to := scopeBase(p) + "/settings"
 	policy := r.PostFormValue("default_overage_policy")
-	in := engine.TenantConfigInput{DefaultOveragePolicy: &policy}
+	in := api.TenantConfigPayload{DefaultOveragePolicy: &policy}
 	v := strings.TrimSpace(r.PostFormValue("default_low_balance_threshold"))
 	threshold, ok := parseCredits(v)
 	if v == "0" || v == "" {
@@ -40,7 +41,12 @@ func (c *Console) saveSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in.DefaultLowBalanceThresholdMC = &threshold
-	if _, err := c.cfg.Tenants.UpdateConfig(r.Context(), p.scope.TenantID, in); err != nil {
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	if _, err := c.cfg.Tenants.UpdateConfig(r.Context(), p.scope.TenantID, cmd); err != nil {
 		c.backErr(w, r, to, err)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 )
 
@@ -114,7 +115,7 @@ func (c *Console) setRateLimit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in engine.RateLimitInput
+	var in api.RateLimitPayload
 	for field, dst := range map[string]**int{"rate_limit_per_second": &in.PerSecond, "rate_limit_burst": &in.Burst} {
 		v := strings.TrimSpace(r.PostFormValue(field))
 		if v == "" {
@@ -127,7 +128,12 @@ func (c *Console) setRateLimit(w http.ResponseWriter, r *http.Request) {
 		}
 		*dst = &n
 	}
-	if _, err := c.cfg.Tenants.SetRateLimit(r.Context(), id, in); err != nil {
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, tenantURL(id), err)
+		return
+	}
+	if _, err := c.cfg.Tenants.SetRateLimit(r.Context(), id, cmd); err != nil {
 		c.backErr(w, r, tenantURL(id), err)
 		return
 	}
@@ -155,7 +161,12 @@ func (c *Console) setWebhook(w http.ResponseWriter, r *http.Request) {
 	if t, err := c.cfg.Tenants.Get(r.Context(), id); err == nil {
 		hadSecret = t.WebhookSecret != nil && *t.WebhookSecret != ""
 	}
-	wh, err := c.cfg.Tenants.SetWebhook(r.Context(), id, raw)
+	target, err := (&api.WebhookPayload{URL: &raw}).ToCommand()
+	if err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	wh, err := c.cfg.Tenants.SetWebhook(r.Context(), id, target)
 	if err != nil {
 		c.backErr(w, r, to, err)
 		return

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -124,128 +123,6 @@ func NewAlerts(store AlertStore, customers CustomerResolver, clock Clock) *Alert
 	return &Alerts{store: store, customers: customers, clock: clock}
 }
 
-// AlertSettingsInput is the body of the PUT alert routes; pointers tell a
-// missing member from a zero.
-type AlertSettingsInput struct {
-	Thresholds *[]AlertThresholdInput `json:"thresholds"`
-	Topup      *TopupRuleInput        `json:"topup"`
-}
-
-// AlertThresholdInput is one threshold of the body.
-type AlertThresholdInput struct {
-	Type     *string `json:"type"`
-	AmountMC *int64  `json:"amount_mc"`
-	Percent  *int64  `json:"percent"`
-}
-
-// TopupRuleInput is the top-up rule of the body.
-type TopupRuleInput struct {
-	BelowMC             *int64 `json:"below_mc"`
-	AmountMC            *int64 `json:"amount_mc"`
-	DedupeWindowSeconds *int64 `json:"dedupe_window_seconds"`
-}
-
-// Settings validates in (422 naming the field) and returns what it asks for.
-func (in AlertSettingsInput) Settings() (AlertSettings, error) {
-	var out AlertSettings
-	if in.Thresholds == nil {
-		return out, Invalid("thresholds", "thresholds is required (an empty array for none)")
-	}
-	ths := *in.Thresholds
-	if len(ths) > MaxAlertThresholds {
-		return out, Invalid("thresholds", fmt.Sprintf("at most %d thresholds", MaxAlertThresholds))
-	}
-	out.Thresholds = make([]AlertThreshold, 0, len(ths))
-	for i, t := range ths {
-		field := fmt.Sprintf("thresholds[%d]", i)
-		th, err := t.threshold(field)
-		if err != nil {
-			return out, err
-		}
-		for j, prev := range out.Thresholds {
-			if prev.same(th) {
-				return out, Invalid(field, fmt.Sprintf("%s repeats thresholds[%d]", field, j))
-			}
-		}
-		out.Thresholds = append(out.Thresholds, th)
-	}
-	if in.Topup != nil {
-		r, err := in.Topup.rule()
-		if err != nil {
-			return out, err
-		}
-		out.Topup = &r
-	}
-	return out, nil
-}
-
-// threshold validates one threshold of the body.
-func (t AlertThresholdInput) threshold(field string) (AlertThreshold, error) {
-	if t.Type == nil {
-		return AlertThreshold{}, Invalid(field+".type", field+".type is required")
-	}
-	typ := ThresholdType(*t.Type)
-	switch typ {
-	case ThresholdAbsolute:
-		if t.Percent != nil {
-			return AlertThreshold{}, Invalid(field+".percent", "an absolute threshold takes amount_mc, not percent")
-		}
-		if t.AmountMC == nil {
-			return AlertThreshold{}, Invalid(field+".amount_mc", field+".amount_mc is required for an absolute threshold")
-		}
-		if *t.AmountMC < 1 {
-			return AlertThreshold{}, Invalid(field+".amount_mc", field+".amount_mc must be >= 1")
-		}
-		v := *t.AmountMC
-		return AlertThreshold{Type: typ, AmountMC: &v}, nil
-	case ThresholdPercentOfLastGrant, ThresholdPercentOfPeriodAllowance:
-		if t.AmountMC != nil {
-			return AlertThreshold{}, Invalid(field+".amount_mc", "a percent threshold takes percent, not amount_mc")
-		}
-		if t.Percent == nil {
-			return AlertThreshold{}, Invalid(field+".percent", field+".percent is required for a percent threshold")
-		}
-		if *t.Percent < 1 || *t.Percent > MaxAlertPercent {
-			return AlertThreshold{}, Invalid(field+".percent", field+".percent must be between 1 and 100")
-		}
-		v := *t.Percent
-		return AlertThreshold{Type: typ, Percent: &v}, nil
-	}
-	return AlertThreshold{}, Invalid(field+".type",
-		field+".type must be absolute, percent_of_last_grant or percent_of_period_allowance")
-}
-
-// same reports whether t and o are the same threshold.
-func (t AlertThreshold) same(o AlertThreshold) bool {
-	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	return t.Type == o.Type && eq(t.AmountMC, o.AmountMC) && eq(t.Percent, o.Percent)
-}
-
-// rule validates the top-up rule of the body.
-func (r TopupRuleInput) rule() (TopupRule, error) {
-	if r.BelowMC == nil {
-		return TopupRule{}, Invalid("topup.below_mc", "topup.below_mc is required")
-	}
-	if *r.BelowMC < 1 {
-		return TopupRule{}, Invalid("topup.below_mc", "topup.below_mc must be >= 1")
-	}
-	if r.AmountMC == nil {
-		return TopupRule{}, Invalid("topup.amount_mc", "topup.amount_mc is required")
-	}
-	if *r.AmountMC < 1 {
-		return TopupRule{}, Invalid("topup.amount_mc", "topup.amount_mc must be >= 1")
-	}
-	window := int64(DefaultTopupDedupeSeconds)
-	if r.DedupeWindowSeconds != nil {
-		window = *r.DedupeWindowSeconds
-		if window < MinTopupDedupeSeconds || window > MaxTopupDedupeSeconds {
-			return TopupRule{}, Invalid("topup.dedupe_window_seconds",
-				fmt.Sprintf("topup.dedupe_window_seconds must be between %d and %d", MinTopupDedupeSeconds, MaxTopupDedupeSeconds))
-		}
-	}
-	return TopupRule{BelowMC: *r.BelowMC, AmountMC: *r.AmountMC, DedupeWindowSeconds: window}, nil
-}
-
 // view renders stored settings as the route's body.
 func view(env Environment, customer *uuid.UUID, source string, st StoredAlerts) CreditAlerts {
 	out := CreditAlerts{CustomerID: customer, Environment: env, Source: source,
@@ -273,12 +150,9 @@ func (a *Alerts) Default(ctx context.Context, scope Scope) (CreditAlerts, error)
 	return view(scope.Environment, nil, AlertSourceDefault, st), nil
 }
 
-// PutDefault replaces the tenant default (422 naming the field).
-func (a *Alerts) PutDefault(ctx context.Context, scope Scope, in AlertSettingsInput) (CreditAlerts, error) {
-	settings, err := in.Settings()
-	if err != nil {
-		return CreditAlerts{}, err
-	}
+// PutDefault replaces the tenant default with settings, which api has
+// checked.
+func (a *Alerts) PutDefault(ctx context.Context, scope Scope, settings AlertSettings) (CreditAlerts, error) {
 	now := a.clock.Now().UTC().Truncate(time.Microsecond)
 	if err := a.store.AlertSettingsPut(ctx, scope, nil, settings, now); err != nil {
 		return CreditAlerts{}, err
@@ -313,11 +187,8 @@ func (a *Alerts) Customer(ctx context.Context, scope Scope, ref CustomerRef) (Cr
 
 // PutCustomer replaces the customer's own settings, which then apply
 // instead of the tenant default (an empty list and no rule silence it).
-func (a *Alerts) PutCustomer(ctx context.Context, scope Scope, ref CustomerRef, in AlertSettingsInput) (CreditAlerts, error) {
-	settings, err := in.Settings()
-	if err != nil {
-		return CreditAlerts{}, err
-	}
+// Errors: 404 for an unknown customer.
+func (a *Alerts) PutCustomer(ctx context.Context, scope Scope, ref CustomerRef, settings AlertSettings) (CreditAlerts, error) {
 	c, err := a.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return CreditAlerts{}, err

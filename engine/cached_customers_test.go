@@ -71,7 +71,7 @@ func TestCachedCustomers(t *testing.T) {
 		}, 1},
 		{"an update is seen at once", func(svc *Customers, cached *CachedCustomers, _ Customer) error {
 			cached.Resolve(ctx, scope, ref, false)
-			if _, err := svc.Update(ctx, scope, ref, UpdateCustomerInput{DisplayName: &name}); err != nil {
+			if _, err := svc.Update(ctx, scope, ref, UpdateCustomer{DisplayName: &name}); err != nil {
 				return err
 			}
 			got, err := cached.Resolve(ctx, scope, ref, false)
@@ -106,7 +106,7 @@ func TestCachedCustomers(t *testing.T) {
 			dir := &writableDirectory{memDirectory: mem}
 			cached := NewCachedCustomers(NewCustomers(dir, fixedClock{time.Unix(1000, 0)}))
 			svc := NewCustomers(cached.ForgettingDirectory(dir), fixedClock{time.Unix(1000, 0)})
-			c, err := svc.Create(ctx, scope, CreateCustomerInput{ExternalID: &ext})
+			c, err := svc.Create(ctx, scope, CreateCustomer{ExternalID: ext})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,36 +7,9 @@ import (
 	"time"
 )
 
-// HistoryInput is the query of the history endpoint.
-type HistoryInput struct {
-	Type, Source, BillableMetricKey string
-	From, To                        string
-	Cursor                          string
-	Limit                           int
-}
-
-// History pages a customer's ledger newest first. Errors: 404, 400 (bad
-// from/to or cursor).
-func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, in HistoryInput) (Page[LedgerEntry], error) {
-	q := HistoryQuery{Cursor: in.Cursor, Limit: in.Limit}
-	var err error
-	if q.From, err = parseOptionalTime("from", in.From, KindBadRequest); err != nil {
-		return Page[LedgerEntry]{}, err
-	}
-	if q.To, err = parseOptionalTime("to", in.To, KindBadRequest); err != nil {
-		return Page[LedgerEntry]{}, err
-	}
-	if in.Type != "" {
-		t := EntryType(in.Type)
-		q.Type = &t
-	}
-	if in.Source != "" {
-		src := Source(in.Source)
-		q.Source = &src
-	}
-	if in.BillableMetricKey != "" {
-		q.BillableMetricKey = &in.BillableMetricKey
-	}
+// History pages a customer's ledger newest first; q, which api checked,
+// gets the customer here. Errors: 404, 400 (bad cursor).
+func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, q HistoryQuery) (Page[LedgerEntry], error) {
 	c, err := s.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return Page[LedgerEntry]{}, err
@@ -78,11 +51,11 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 	if to == "" {
 		return rep, Invalid("to", "to is required")
 	}
-	f, err := parseOptionalTime("from", from, KindValidation)
+	f, err := ParseOptionalTime("from", from, KindValidation)
 	if err != nil {
 		return rep, err
 	}
-	t, err := parseOptionalTime("to", to, KindValidation)
+	t, err := ParseOptionalTime("to", to, KindValidation)
 	if err != nil {
 		return rep, err
 	}
@@ -111,7 +84,9 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 	return rep, nil
 }
 
-func parseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
+// ParseOptionalTime reads an optional instant parameter: "" is nil, else
+// RFC 3339 (an error of kind naming field).
+func ParseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 	if v == "" {
 		return nil, nil
 	}

@@ -51,82 +51,36 @@ type CustomerRef struct {
 	Strict bool
 }
 
-// CreateCustomerInput is the body of POST /v1/customers.
-type CreateCustomerInput struct {
-	ExternalID            *string  `json:"external_id"`
-	DisplayName           *string  `json:"display_name"`
-	OveragePolicy         *string  `json:"overage_policy"`
-	LowBalanceThresholdMC *int64   `json:"low_balance_threshold_mc"`
-	Metadata              Metadata `json:"metadata"`
+// CreateCustomer is a checked request to add a customer: api builds it from
+// the body of POST /v1/customers (or an import row) once every field has
+// passed its shape checks.
+type CreateCustomer struct {
+	ExternalID            string
+	DisplayName           *string        // nil: none
+	OveragePolicy         *OveragePolicy // nil: the tenant's default
+	LowBalanceThresholdMC *int64         // nil: none
+	Metadata              Metadata       // canonical; nil: none
 }
 
-// Validate names the first wrong field.
-func (in *CreateCustomerInput) Validate() error {
-	if in.ExternalID == nil || strings.TrimSpace(*in.ExternalID) == "" {
-		return Invalid("external_id", "external_id is required")
-	}
-	if utf8.RuneCountInString(*in.ExternalID) > MaxExternalIDChars {
-		return Invalid("external_id", "external_id is longer than 255 characters")
-	}
-	if err := CheckLine("external_id", *in.ExternalID); err != nil {
-		return err
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return err
-	}
-	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+// UpdateCustomer is a checked PATCH of a customer: a nil field keeps its
+// value, an empty DisplayName or OveragePolicy clears it, and Metadata
+// merges key by key.
+type UpdateCustomer struct {
+	DisplayName           *string
+	OveragePolicy         *OveragePolicy
+	LowBalanceThresholdMC *int64
+	Metadata              Metadata // canonical
 }
 
-// validateCustomerFields checks the fields create and update share.
-func validateCustomerFields(displayName, policy *string, threshold *int64) error {
-	if displayName != nil && utf8.RuneCountInString(*displayName) > MaxDisplayNameChars {
-		return Invalid("display_name", "display_name is longer than 200 characters")
-	}
-	if displayName != nil {
-		if err := CheckText("display_name", *displayName); err != nil {
-			return err
-		}
-	}
-	if policy != nil && *policy != "" && !OveragePolicy(*policy).Valid() {
-		return Invalid("overage_policy", "overage_policy must be block, allow or notify")
-	}
-	if threshold != nil && *threshold < 0 {
-		return Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
-	}
-	return nil
-}
-
-// UpdateCustomerInput is the body of PATCH /v1/customers/{id}; nil fields
-// keep their value.
-type UpdateCustomerInput struct {
-	DisplayName           *string  `json:"display_name"`
-	OveragePolicy         *string  `json:"overage_policy"`
-	LowBalanceThresholdMC *int64   `json:"low_balance_threshold_mc"`
-	Metadata              Metadata `json:"metadata"`
-}
-
-// Validate names the first wrong field.
-func (in *UpdateCustomerInput) Validate() error {
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return err
-	}
-	return validateCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
-}
-
-// Create adds a customer. Errors: 422 from Validate, 409 when the external id
-// is taken in this tenant and environment.
-func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomerInput) (Customer, error) {
-	if err := in.Validate(); err != nil {
-		return Customer{}, err
-	}
+// Create adds a customer. Errors: 409 when the external id is taken in this
+// tenant and environment.
+func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) (Customer, error) {
 	now := s.clock.Now()
 	c := Customer{
 		ID:          uuid.Must(uuid.NewV7()),
 		TenantID:    scope.TenantID,
 		Environment: scope.Environment,
-		ExternalID:  *in.ExternalID,
+		ExternalID:  in.ExternalID,
 		Metadata:    in.Metadata,
 		CreatedAt:   now,
 		UpdatedAt:   now,
@@ -137,10 +91,7 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomerIn
 	if in.DisplayName != nil && *in.DisplayName != "" {
 		c.DisplayName = in.DisplayName
 	}
-	if in.OveragePolicy != nil && *in.OveragePolicy != "" {
-		p := OveragePolicy(*in.OveragePolicy)
-		c.OveragePolicy = &p
-	}
+	c.OveragePolicy = in.OveragePolicy
 	c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
 	if err := s.dir.CreateCustomer(ctx, c); err != nil {
 		if errors.Is(err, ErrExternalIDTaken) {
@@ -168,11 +119,9 @@ func (s *Customers) Get(ctx context.Context, scope Scope, ref CustomerRef) (Cust
 	return s.Resolve(ctx, scope, ref, false)
 }
 
-// Update changes the given fields; metadata merges key by key. Errors: 404, 422.
-func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in UpdateCustomerInput) (Customer, error) {
-	if err := in.Validate(); err != nil {
-		return Customer{}, err
-	}
+// Update changes the given fields; metadata merges key by key. Errors: 404,
+// 422 when the merged metadata passes a limit.
+func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in UpdateCustomer) (Customer, error) {
 	c, err := s.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return Customer{}, err
@@ -188,7 +137,7 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 		if *in.OveragePolicy == "" {
 			c.OveragePolicy = nil
 		} else {
-			p := OveragePolicy(*in.OveragePolicy)
+			p := *in.OveragePolicy
 			c.OveragePolicy = &p
 		}
 	}
@@ -282,8 +231,10 @@ func (s *Customers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, c
 	if utf8.RuneCountInString(ref.Value) > MaxExternalIDChars {
 		return Customer{}, Invalid("customer_id", "customer_id is longer than 255 characters")
 	}
+	// The checks above are all CreateCustomer's shape checks ask of a bare
+	// external id.
 	ext := ref.Value
-	created, err := s.Create(ctx, scope, CreateCustomerInput{ExternalID: &ext})
+	created, err := s.Create(ctx, scope, CreateCustomer{ExternalID: ext})
 	if err != nil {
 		// A concurrent auto-create of the same value won; use its customer.
 		if e, ok := AsError(err); ok && e.Kind == KindConflict {

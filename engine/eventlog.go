@@ -54,21 +54,16 @@ func NewEvents(log EventLog, poll time.Duration, perTenant int, logger zerolog.L
 	return &Events{log: log, poll: poll, perTenant: perTenant, logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
 }
 
-// EventsPageInput is the query of GET /v1/events.
-type EventsPageInput struct {
-	// AfterSequence is the raw after_sequence parameter ("" for 0).
-	AfterSequence string
-	Limit         int
+// EventsPage is a checked GET /v1/events query.
+type EventsPage struct {
+	After int64 // the sequence to list after (0: from the start)
+	Limit int   // <= 0: 20
 }
 
 // Page lists the tenant's events (both environments) after a sequence, in
 // sequence order; NextCursor is the last sequence listed when more follow.
-// Errors: 400 after_sequence not a non-negative integer.
-func (s *Events) Page(ctx context.Context, scope Scope, in EventsPageInput) (Page[Event], error) {
-	after, err := ParseSequence("after_sequence", in.AfterSequence)
-	if err != nil {
-		return Page[Event]{}, err
-	}
+func (s *Events) Page(ctx context.Context, scope Scope, in EventsPage) (Page[Event], error) {
+	after := in.After
 	limit := in.Limit
 	if limit <= 0 {
 		limit = 20

@@ -9,84 +9,25 @@ import (
 	"github.com/google/uuid"
 )
 
-// GrantInput is the body of the grant endpoints.
-type GrantInput struct {
-	Credits         *int64          `json:"credits"`
-	Source          *string         `json:"source"`
-	Reason          *string         `json:"reason"`
-	ExpiresAt       *string         `json:"expires_at"`
-	DurationSeconds *int64          `json:"duration_seconds"`
-	StackAfter      *StackAfterBody `json:"stack_after"`
-	Priority        *int64          `json:"priority"`
-	Metadata        Metadata        `json:"metadata"`
+// GrantCredits is a checked grant. Whether ExpiresAt is still in the
+// future is Grant's to say, before StackErr: a stack_after sent without
+// duration_seconds, which the answer names only once the expiry has passed
+// its check.
+type GrantCredits struct {
+	Credits         int64
+	Source          Source
+	Reason          string
+	Priority        int
+	ExpiresAt       *time.Time // millisecond precision, UTC; nil: see DurationSeconds
+	DurationSeconds int64      // 0: none
+	StackAfter      *StackAfter
+	Metadata        Metadata // canonical; nil: none
+	StackErr        error
 }
 
-// StackAfterBody is the stack_after object of a grant body.
-type StackAfterBody struct {
-	MetadataMatch Metadata `json:"metadata_match"`
-	Fallback      *string  `json:"fallback"`
-}
-
-// validate checks the body and returns the block's expiry and stacking.
-func (in *GrantInput) validate(now time.Time) (expires *time.Time, stack *StackAfter, err error) {
-	if in.Credits == nil {
-		return nil, nil, Invalid("credits", "credits is required")
-	}
-	if *in.Credits < 1 {
-		return nil, nil, Invalid("credits", "credits must be >= 1")
-	}
-	if err := validateSourceReason(in.Source, in.Reason); err != nil {
-		return nil, nil, err
-	}
-	if in.Priority != nil && (*in.Priority < 0 || *in.Priority > MaxPriority) {
-		return nil, nil, Invalid("priority", "priority must be between 0 and 255")
-	}
-	if in.ExpiresAt != nil && in.DurationSeconds != nil {
-		return nil, nil, Invalid("expires_at", "give expires_at or duration_seconds, not both")
-	}
-	if in.DurationSeconds != nil && (*in.DurationSeconds < 1 || *in.DurationSeconds > MaxDurationSeconds) {
-		return nil, nil, Invalid("duration_seconds", "duration_seconds must be between 1 and 315360000")
-	}
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return nil, nil, err
-	}
-	if in.ExpiresAt != nil {
-		t, perr := ParseInstant("expires_at", *in.ExpiresAt, KindValidation)
-		if perr != nil {
-			return nil, nil, perr
-		}
-		t = t.UTC().Truncate(time.Millisecond)
-		if !t.After(now) {
-			return nil, nil, Invalid("expires_at", "expires_at must be in the future")
-		}
-		expires = &t
-	}
-	if in.StackAfter != nil {
-		if in.DurationSeconds == nil {
-			return nil, nil, Invalid("duration_seconds", "stack_after requires duration_seconds")
-		}
-		if in.StackAfter.MetadataMatch == nil {
-			return nil, nil, Invalid("stack_after.metadata_match", "stack_after.metadata_match is required")
-		}
-		if in.StackAfter.MetadataMatch, err = in.StackAfter.MetadataMatch.Canonical("stack_after.metadata_match"); err != nil {
-			return nil, nil, err
-		}
-		fb := FallbackNow
-		if in.StackAfter.Fallback != nil {
-			fb = *in.StackAfter.Fallback
-		}
-		if fb != FallbackNow && fb != FallbackReject {
-			return nil, nil, Invalid("stack_after.fallback", "stack_after.fallback must be now or reject")
-		}
-		stack = &StackAfter{MetadataMatch: in.StackAfter.MetadataMatch, Fallback: fb}
-	} else if in.DurationSeconds != nil {
-		t := now.Add(time.Duration(*in.DurationSeconds) * time.Second)
-		expires = &t
-	}
-	return expires, stack, nil
-}
-
-func validateSourceReason(source, reason *string) error {
+// ValidateSourceReason checks the source and reason a grant or adjust
+// names (422 naming the first wrong one).
+func ValidateSourceReason(source, reason *string) error {
 	if source == nil || *source == "" {
 		return Invalid("source", "source is required")
 	}
@@ -99,12 +40,13 @@ func validateSourceReason(source, reason *string) error {
 	return CheckText("reason", *reason)
 }
 
-// AdjustInput is the body of the adjust endpoints.
-type AdjustInput struct {
-	Delta    *int64   `json:"delta"`
-	Source   *string  `json:"source"`
-	Reason   *string  `json:"reason"`
-	Metadata Metadata `json:"metadata"`
+// AdjustCredits is a checked adjust: a Delta other than 0, a grant source
+// and a reason.
+type AdjustCredits struct {
+	Delta    int64
+	Source   Source
+	Reason   string
+	Metadata Metadata // canonical; nil: none
 }
 
 // GrantResult is the 201 body of a grant.
@@ -124,41 +66,41 @@ type AdjustResult struct {
 // Grant adds one block to a customer, creating the customer when a lenient
 // id names nobody. Errors: 422 (validation, overflow), 400 (cross-tenant),
 // 404 (strict external id), 409 (stack_after reject, key reused).
-func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem Idempotency, in GrantInput) (GrantResult, error) {
+func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem Idempotency, in GrantCredits) (GrantResult, error) {
 	now := s.clock.Now()
-	expires, stack, err := in.validate(now)
-	if err != nil {
-		return GrantResult{}, err
+	if in.ExpiresAt != nil && !in.ExpiresAt.After(now) {
+		return GrantResult{}, Invalid("expires_at", "expires_at must be in the future")
+	}
+	if in.StackErr != nil {
+		return GrantResult{}, in.StackErr
+	}
+	expires := in.ExpiresAt
+	if in.StackAfter == nil && in.DurationSeconds > 0 {
+		t := now.Add(time.Duration(in.DurationSeconds) * time.Second)
+		expires = &t
 	}
 	c, err := s.customers.Resolve(ctx, scope, ref, true)
 	if err != nil {
 		return GrantResult{}, err
 	}
-	priority := 0
-	if in.Priority != nil {
-		priority = int(*in.Priority)
-	}
-	var duration int64
-	if in.DurationSeconds != nil {
-		duration = *in.DurationSeconds
-	}
+	reason := in.Reason
 	cmd := GrantCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now),
 		AccountID:     uuid.Must(uuid.NewV7()),
 		EntryType:     EntryAdjustment,
-		Reason:        in.Reason,
+		Reason:        &reason,
 		EntryMetadata: orEmpty(in.Metadata),
 		Block: Block{
 			ID:             uuid.Must(uuid.NewV7()),
 			CustomerID:     c.ID,
-			OriginalAmount: *in.Credits,
-			Source:         Source(*in.Source),
-			Priority:       priority,
+			OriginalAmount: in.Credits,
+			Source:         in.Source,
+			Priority:       in.Priority,
 			ExpiresAt:      expires,
 			Metadata:       orEmpty(in.Metadata),
 		},
-		DurationSeconds: duration,
-		StackAfter:      stack,
+		DurationSeconds: in.DurationSeconds,
+		StackAfter:      in.StackAfter,
 	}
 	res, err := withLoad(ctx, s, cmd.Customer, func() (MutationResult, error) { return s.blocks.Grant(ctx, cmd) })
 	if err != nil {
@@ -171,42 +113,33 @@ func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem 
 // credit. A lenient id never creates a customer here. Errors: 422, 400
 // (cross-tenant id), 404 (unknown customer; negative delta without an
 // account), 409 (insufficient-credits with nothing changed, key reused).
-func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem Idempotency, in AdjustInput) (AdjustResult, error) {
-	if in.Delta == nil || *in.Delta == 0 {
-		return AdjustResult{}, Invalid("delta", "delta is required and must not be 0")
-	}
-	if err := validateSourceReason(in.Source, in.Reason); err != nil {
-		return AdjustResult{}, err
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return AdjustResult{}, err
-	}
+func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem Idempotency, in AdjustCredits) (AdjustResult, error) {
 	c, err := s.adjustCustomer(ctx, scope, ref)
 	if err != nil {
 		return AdjustResult{}, err
 	}
 	now := s.clock.Now()
 	key := CustomerKeyOf(c)
-	src := Source(*in.Source)
+	src := in.Source
+	reason := in.Reason
 	var res MutationResult
-	if *in.Delta > 0 {
+	if in.Delta > 0 {
 		cmd := GrantCommand{
 			CommandHeader: headerOf(key, idem, now),
 			AccountID:     uuid.Must(uuid.NewV7()),
-			EntryType:     EntryAdjustment, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
-			Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: *in.Delta,
+			EntryType:     EntryAdjustment, Reason: &reason, EntryMetadata: orEmpty(in.Metadata),
+			Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: in.Delta,
 				Source: src, Metadata: orEmpty(in.Metadata)},
 		}
 		res, err = withLoad(ctx, s, key, func() (MutationResult, error) { return s.blocks.Grant(ctx, cmd) })
 	} else {
-		if *in.Delta == minInt64 {
+		if in.Delta == minInt64 {
 			return AdjustResult{}, ErrOverflow
 		}
 		cmd := DebitCommand{
 			CommandHeader: headerOf(key, idem, now),
-			Amount:        -*in.Delta,
-			EntryType:     EntryAdjustment, Source: &src, Reason: in.Reason, EntryMetadata: orEmpty(in.Metadata),
+			Amount:        -in.Delta,
+			EntryType:     EntryAdjustment, Source: &src, Reason: &reason, EntryMetadata: orEmpty(in.Metadata),
 		}
 		res, err = withLoad(ctx, s, key, func() (MutationResult, error) { return s.blocks.Debit(ctx, cmd) })
 	}

@@ -84,15 +84,15 @@ func TestImportPerRow(t *testing.T) {
 			blocks.mu.Unlock()
 		}
 	}
-	credit := func(n int64) ImportCredit { return ImportCredit{Credits: &n} }
-	ext := func(s string) *string { return &s }
-	in := ImportInput{Customers: []ImportCustomer{
-		{ExternalID: ext("good-1"), Credits: []ImportCredit{credit(10), credit(20)}},
-		{ExternalID: ext("bad-create"), Credits: []ImportCredit{credit(5)}},
-		{ExternalID: ext("good-2"), Credits: []ImportCredit{credit(1), credit(2), credit(3)}},
-		{ExternalID: ext("bad-grant"), Credits: []ImportCredit{credit(7), credit(8)}},
-		{ExternalID: ext("bad-field"), Credits: []ImportCredit{{Credits: ptrInt(1), Priority: ptrInt(300)}}},
-		{ExternalID: ext("good-1")},
+	credit := func(n int64) ImportBlock { return ImportBlock{Credits: n} }
+	cust := func(s string) CreateCustomer { return CreateCustomer{ExternalID: s} }
+	in := ImportCustomers{Rows: []ImportRow{
+		{Customer: cust("good-1"), Blocks: []ImportBlock{credit(10), credit(20)}},
+		{Customer: cust("bad-create"), Blocks: []ImportBlock{credit(5)}},
+		{Customer: cust("good-2"), Blocks: []ImportBlock{credit(1), credit(2), credit(3)}},
+		{Customer: cust("bad-grant"), Blocks: []ImportBlock{credit(7), credit(8)}},
+		{Customer: cust("bad-field"), Err: Invalid("credits[0].priority", "priority must be between 0 and 255")},
+		{Customer: cust("good-1")},
 	}}
 	res, err := imp.Import(context.Background(), scope, Tenant{ID: scope.TenantID}, Idempotency{Key: "k", RequestHash: "h"}, in)
 	if err != nil {
@@ -124,39 +124,31 @@ func TestImportPerRow(t *testing.T) {
 	}
 }
 
-// TestImportCallLimits: a call past the customers or blocks per call limit
-// is a 422 naming customers, and writes nothing.
-func TestImportCallLimits(t *testing.T) {
+// TestImportRowExpiry: a block that expires by now is the row's error,
+// named before a shape error of a later block, as one pass over the row
+// would name it; the row is never created.
+func TestImportRowExpiry(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	dir := &failingDirectory{}
-	customers := NewCustomers(dir, fixedClock{now})
-	imp := NewImports(customers, NewCredits(customers, &importBlocks{granted: map[uuid.UUID]int{}}, nil, fixedClock{now}, nil))
-	many := func(rows, blocksEach int) ImportInput {
-		in := ImportInput{Customers: make([]ImportCustomer, rows)}
-		for i := range in.Customers {
-			ext := uuid.NewString()
-			in.Customers[i].ExternalID = &ext
-			for j := 0; j < blocksEach; j++ {
-				in.Customers[i].Credits = append(in.Customers[i].Credits, ImportCredit{Credits: ptrInt(1)})
-			}
-		}
-		return in
-	}
-	for _, tc := range []struct {
-		name string
-		in   ImportInput
+	past, future := now.Add(-time.Second), now.Add(time.Hour)
+	shape := Invalid("credits[1].credits", "credits is required and must be >= 1")
+	tests := []struct {
+		name  string
+		row   ImportRow
+		field string
 	}{
-		{"too many customers", many(MaxImportCustomers+1, 0)},
-		{"too many blocks in all", many(MaxImportTotalBlocks/MaxImportBlocks+1, MaxImportBlocks)},
-	} {
-		_, err := imp.Import(context.Background(), Scope{TenantID: uuid.New()}, Tenant{}, Idempotency{Key: "k"}, tc.in)
-		if e, ok := AsError(err); !ok || e.Kind != KindValidation || e.Field != "customers" {
-			t.Errorf("%s: err %v, want a 422 naming customers", tc.name, err)
-		}
-		if len(dir.customers) != 0 {
-			t.Errorf("%s created %d customers", tc.name, len(dir.customers))
+		{"past first", ImportRow{Blocks: []ImportBlock{{Credits: 1, ExpiresAt: &past}}, Err: shape}, "credits[0].expires_at"},
+		{"now is past", ImportRow{Blocks: []ImportBlock{{Credits: 1, ExpiresAt: &now}}}, "credits[0].expires_at"},
+		{"shape after a good block", ImportRow{Blocks: []ImportBlock{{Credits: 1, ExpiresAt: &future}}, Err: shape}, "credits[1].credits"},
+		{"all good", ImportRow{Blocks: []ImportBlock{{Credits: 1, ExpiresAt: &future}, {Credits: 2}}}, ""},
+	}
+	for _, tt := range tests {
+		err := tt.row.checkExpiry(now)
+		e, _ := AsError(err)
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("%s: got %v, want none", tt.name, err)
+		case tt.field != "" && (e == nil || e.Field != tt.field):
+			t.Errorf("%s: got %v, want an error naming %s", tt.name, err, tt.field)
 		}
 	}
 }
-
-func ptrInt(v int64) *int64 { return &v }

@@ -111,9 +111,10 @@ type Lease struct {
 	ExpiresAt time.Time   `json:"expires_at"`
 }
 
-// LeaseInput is the body of a lease renew (release takes none).
-type LeaseInput struct {
-	LeaseSeconds *int64 `json:"lease_seconds"`
+// LeaseRenewal is a checked lease renew: Seconds is the new length, 0 for
+// the lease's own.
+type LeaseRenewal struct {
+	Seconds int64
 }
 
 // leaseView is l as the API shows it.
@@ -121,13 +122,17 @@ func leaseView(l MutationLease) *Lease {
 	return &Lease{ID: l.ID, Amount: l.Amount, Status: l.Status, ExpiresAt: time.UnixMilli(l.ExpiresMS).UTC()}
 }
 
-// leaseSeconds validates lease_seconds (422 naming the field).
-func leaseSeconds(v int64) error {
+// CheckLeaseSeconds checks lease_seconds (422 naming the field).
+func CheckLeaseSeconds(v int64) error {
 	if v < 1 || v > MaxLeaseSeconds {
 		return Invalid("lease_seconds", "lease_seconds must be an integer from 1 to 86400")
 	}
 	return nil
 }
+
+// leaseSeconds is CheckLeaseSeconds under the name gauges.go calls, until
+// the gauge body moves to api too.
+var leaseSeconds = CheckLeaseSeconds
 
 // leaseOf is the lease id among those a Mutation carries (nil when absent).
 func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
@@ -143,18 +148,10 @@ func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
 }
 
 // RenewLease extends lease id of the customer's gauge metricKey to now
-// plus in.LeaseSeconds (the lease's own length when omitted). Errors: 400
-// (not a gauge), 404 (metric, customer or lease), 409 (the lease ended),
-// 422 (lease_seconds).
-func (s *Entitlements) RenewLease(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, id uuid.UUID, idem Idempotency, in LeaseInput) (GaugeResult, error) {
-	var secs int64
-	if in.LeaseSeconds != nil {
-		if err := leaseSeconds(*in.LeaseSeconds); err != nil {
-			return GaugeResult{}, err
-		}
-		secs = *in.LeaseSeconds
-	}
-	return s.leaseOp(ctx, scope, tenant, ref, metricKey, id, idem, LeaseRenew, secs)
+// plus in.Seconds (the lease's own length when 0). Errors: 400 (not a
+// gauge), 404 (metric, customer or lease), 409 (the lease ended).
+func (s *Entitlements) RenewLease(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, id uuid.UUID, idem Idempotency, in LeaseRenewal) (GaugeResult, error) {
+	return s.leaseOp(ctx, scope, tenant, ref, metricKey, id, idem, LeaseRenew, in.Seconds)
 }
 
 // ReleaseLease returns the slots of lease id of the customer's gauge

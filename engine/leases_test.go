@@ -75,7 +75,7 @@ func TestLeaseSecondsBounds(t *testing.T) {
 		v  int64
 		ok bool
 	}{{0, false}, {1, true}, {86400, true}, {86401, false}, {-5, false}} {
-		err := leaseSeconds(tc.v)
+		err := CheckLeaseSeconds(tc.v)
 		if e, isErr := AsError(err); tc.ok != (err == nil) || (!tc.ok && (!isErr || e.Kind != KindValidation || e.Field != "lease_seconds")) {
 			t.Errorf("lease_seconds %d: %v", tc.v, err)
 		}

@@ -17,6 +17,9 @@ import (
 // in URL paths and Redis field names.
 var metricKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
+// ValidMetricKey reports whether key may name a billable metric.
+func ValidMetricKey(key string) bool { return metricKeyPattern.MatchString(key) }
+
 // Metering manages billable metrics and metering rules, and serves the hot
 // path's look-ups of them through a CatalogLookup (a CachedCatalog in a
 // running creditd).
@@ -35,47 +38,31 @@ func NewMetering(store Catalog, lookup CatalogLookup, clock Clock) *Metering {
 	return &Metering{store: store, lookup: lookup, clock: clock}
 }
 
-// MetricInput is the body of POST and PATCH /v1/billable-metrics.
-type MetricInput struct {
-	Key          *string         `json:"key"`
-	Name         *string         `json:"name"`
-	Type         *string         `json:"type"`
-	DefaultValue json.RawMessage `json:"default_value"`
-	Metadata     Metadata        `json:"metadata"`
+// CreateMetric is a checked POST /v1/billable-metrics.
+type CreateMetric struct {
+	Key          string
+	Name         string // the key when the body names none
+	Type         MetricType
+	DefaultValue json.RawMessage // normalized (NormalizeDefault)
+	Metadata     Metadata        // canonical; nil: none
 }
 
-// CreateMetric adds a metric. Errors: 422 naming the field, 409 key taken.
-func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput) (BillableMetric, error) {
-	if in.Key == nil || *in.Key == "" {
-		return BillableMetric{}, Invalid("key", "key is required")
-	}
-	if !metricKeyPattern.MatchString(*in.Key) {
-		return BillableMetric{}, Invalid("key", "key must be 1-128 letters, digits, '_', '.', ':' or '-'")
-	}
-	if in.Type == nil || *in.Type == "" {
-		return BillableMetric{}, Invalid("type", "type is required")
-	}
-	t := MetricType(*in.Type)
-	if !t.Valid() {
-		return BillableMetric{}, Invalid("type", "type must be metered, boolean, gauge or static")
-	}
-	def, err := normalizeDefault(t, in.DefaultValue)
-	if err != nil {
-		return BillableMetric{}, err
-	}
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return BillableMetric{}, err
-	}
-	name := *in.Key
-	if in.Name != nil {
-		if strings.TrimSpace(*in.Name) == "" {
-			return BillableMetric{}, Invalid("name", "name must not be empty")
-		}
-		name = *in.Name
-	}
+// UpdateMetric is a PATCH /v1/billable-metrics/{key}; a nil field keeps
+// its value. Its members are checked here, not in api: the answer names a
+// missing metric and a changed type or key before any other member.
+type UpdateMetric struct {
+	Key          *string
+	Name         *string
+	Type         *MetricType
+	DefaultValue json.RawMessage
+	Metadata     Metadata
+}
+
+// CreateMetric adds a metric. Errors: 409 key taken.
+func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in CreateMetric) (BillableMetric, error) {
 	now := s.clock.Now()
 	m := BillableMetric{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
-		Key: *in.Key, Name: name, Type: t, DefaultValue: def, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
+		Key: in.Key, Name: in.Name, Type: in.Type, DefaultValue: in.DefaultValue, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreateMetric(ctx, m); err != nil {
 		return BillableMetric{}, err
 	}
@@ -84,7 +71,7 @@ func (s *Metering) CreateMetric(ctx context.Context, scope Scope, in MetricInput
 
 // UpdateMetric changes name, default_value and metadata (replaced); the type
 // is immutable (422 when a different one is sent). Errors: 404, 422.
-func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in MetricInput) (BillableMetric, error) {
+func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in UpdateMetric) (BillableMetric, error) {
 	m, err := s.store.GetMetric(ctx, scope, key)
 	if errors.Is(err, ErrNotFound) {
 		return BillableMetric{}, NotFound("billable metric not found")
@@ -92,7 +79,7 @@ func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in
 	if err != nil {
 		return BillableMetric{}, err
 	}
-	if in.Type != nil && MetricType(*in.Type) != m.Type {
+	if in.Type != nil && *in.Type != m.Type {
 		return BillableMetric{}, Invalid("type", "type cannot be changed")
 	}
 	if in.Key != nil && *in.Key != m.Key {
@@ -105,7 +92,7 @@ func (s *Metering) UpdateMetric(ctx context.Context, scope Scope, key string, in
 		m.Name = *in.Name
 	}
 	if in.DefaultValue != nil {
-		if m.DefaultValue, err = normalizeDefault(m.Type, in.DefaultValue); err != nil {
+		if m.DefaultValue, err = NormalizeDefault(m.Type, in.DefaultValue); err != nil {
 			return BillableMetric{}, err
 		}
 	}
@@ -138,9 +125,9 @@ func (s *Metering) ListMetrics(ctx context.Context, scope Scope, cursor string, 
 	return s.store.ListMetrics(ctx, scope, cursor, limit)
 }
 
-// normalizeDefault checks a default_value against the metric type
+// NormalizeDefault checks a default_value against the metric type
 // (addendum 4) and fills the documented defaults.
-func normalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
+func NormalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
 	empty := len(raw) == 0 || string(raw) == "null"
 	switch t {
 	case MetricMetered:
@@ -185,51 +172,25 @@ func normalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error
 	return nil, Invalid("type", "unknown type")
 }
 
-// RuleInput is the body of POST /v1/metering-rules.
-type RuleInput struct {
-	BillableMetricKey *string     `json:"billable_metric_key"`
-	CostType          *string     `json:"cost_type"`
-	BaseCost          *int64      `json:"base_cost"`
-	UnitCost          *int64      `json:"unit_cost"`
-	TierConfig        *TierConfig `json:"tier_config"`
-	Metadata          Metadata    `json:"metadata"`
+// CreateRule is a checked POST /v1/metering-rules: api has passed its rule
+// through ValidateRule.
+type CreateRule struct {
+	BillableMetricKey string
+	CostType          CostType
+	BaseCost          int64
+	UnitCost          int64
+	TierConfig        *TierConfig // nil unless tiered
+	Metadata          Metadata    // canonical; nil: none
 }
 
-// CreateRule makes r the active rule of its metric, ending the previous
-// one, and creates a missing metric as metered. Errors: 422 naming the field,
+// CreateRule makes the rule in asks for the active rule of its metric,
+// ending the previous one, and creates a missing metric as metered. Errors:
 // 400 when the key names a metric that is not metered.
-func (s *Metering) CreateRule(ctx context.Context, scope Scope, in RuleInput) (MeteringRule, error) {
-	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key is required")
-	}
-	if !metricKeyPattern.MatchString(*in.BillableMetricKey) {
-		return MeteringRule{}, Invalid("billable_metric_key", "billable_metric_key must be 1-128 letters, digits, '_', '.', ':' or '-'")
-	}
-	if in.CostType == nil || *in.CostType == "" {
-		return MeteringRule{}, Invalid("cost_type", "cost_type is required")
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return MeteringRule{}, err
-	}
+func (s *Metering) CreateRule(ctx context.Context, scope Scope, in CreateRule) (MeteringRule, error) {
 	now := s.clock.Now()
 	r := MeteringRule{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
-		BillableMetricKey: *in.BillableMetricKey, CostType: CostType(*in.CostType), TierConfig: in.TierConfig,
-		EffectiveFrom: now, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
-	if in.BaseCost != nil {
-		r.BaseCost = *in.BaseCost
-	} else if r.CostType == CostFlat {
-		return MeteringRule{}, Invalid("base_cost", "base_cost is required for flat")
-	}
-	if in.UnitCost != nil {
-		r.UnitCost = *in.UnitCost
-	}
-	if r.CostType != CostTiered {
-		r.TierConfig = nil
-	}
-	if err := ValidateRule(r); err != nil {
-		return MeteringRule{}, err
-	}
+		BillableMetricKey: in.BillableMetricKey, CostType: in.CostType, BaseCost: in.BaseCost, UnitCost: in.UnitCost,
+		TierConfig: in.TierConfig, EffectiveFrom: now, Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	m, ok, err := s.Metric(ctx, scope, r.BillableMetricKey)
 	if err != nil {
 		return MeteringRule{}, err

@@ -8,10 +8,11 @@ import (
 	"github.com/google/uuid"
 )
 
-// TenantConfigInput is the body of PATCH /v1/tenant (addendum 2).
-type TenantConfigInput struct {
-	DefaultOveragePolicy         *string `json:"default_overage_policy"`
-	DefaultLowBalanceThresholdMC *int64  `json:"default_low_balance_threshold_mc"`
+// TenantConfigChange is a checked change of the tenant defaults (PATCH
+// /v1/tenant, addendum 2); a nil field keeps its value.
+type TenantConfigChange struct {
+	DefaultOveragePolicy         *OveragePolicy
+	DefaultLowBalanceThresholdMC *int64
 }
 
 // TenantConfig is the body of GET /v1/tenant.
@@ -37,20 +38,14 @@ func ConfigOf(t Tenant) TenantConfig {
 	}
 }
 
-// UpdateConfig changes the tenant defaults. Errors: 422.
-func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantConfigInput) (TenantConfig, error) {
-	if in.DefaultOveragePolicy != nil && !OveragePolicy(*in.DefaultOveragePolicy).Valid() {
-		return TenantConfig{}, Invalid("default_overage_policy", "default_overage_policy must be block, allow or notify")
-	}
-	if in.DefaultLowBalanceThresholdMC != nil && *in.DefaultLowBalanceThresholdMC < 0 {
-		return TenantConfig{}, Invalid("default_low_balance_threshold_mc", "default_low_balance_threshold_mc must be >= 0")
-	}
+// UpdateConfig changes the tenant defaults. Errors: 404.
+func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantConfigChange) (TenantConfig, error) {
 	t, err := s.Get(ctx, tenant)
 	if err != nil {
 		return TenantConfig{}, err
 	}
 	if in.DefaultOveragePolicy != nil {
-		t.DefaultOveragePolicy = OveragePolicy(*in.DefaultOveragePolicy)
+		t.DefaultOveragePolicy = *in.DefaultOveragePolicy
 	}
 	if in.DefaultLowBalanceThresholdMC != nil {
 		t.DefaultLowBalanceThresholdMC = *in.DefaultLowBalanceThresholdMC
@@ -62,20 +57,15 @@ func (s *Tenants) UpdateConfig(ctx context.Context, tenant uuid.UUID, in TenantC
 	return ConfigOf(t), nil
 }
 
-// RateLimitInput is the operator's rate limit change.
-type RateLimitInput struct {
-	PerSecond *int `json:"rate_limit_per_second"`
-	Burst     *int `json:"rate_limit_burst"`
+// RateLimitChange is the operator's checked rate limit change; a nil field
+// keeps its value.
+type RateLimitChange struct {
+	PerSecond *int
+	Burst     *int
 }
 
-// SetRateLimit changes a tenant's per-key token bucket. Errors: 404, 422.
-func (s *Tenants) SetRateLimit(ctx context.Context, tenant uuid.UUID, in RateLimitInput) (TenantConfig, error) {
-	if in.PerSecond != nil && (*in.PerSecond < 1 || *in.PerSecond > 1_000_000) {
-		return TenantConfig{}, Invalid("rate_limit_per_second", "rate_limit_per_second must be between 1 and 1000000")
-	}
-	if in.Burst != nil && (*in.Burst < 1 || *in.Burst > 10_000_000) {
-		return TenantConfig{}, Invalid("rate_limit_burst", "rate_limit_burst must be between 1 and 10000000")
-	}
+// SetRateLimit changes a tenant's per-key token bucket. Errors: 404.
+func (s *Tenants) SetRateLimit(ctx context.Context, tenant uuid.UUID, in RateLimitChange) (TenantConfig, error) {
 	t, err := s.Get(ctx, tenant)
 	if err != nil {
 		return TenantConfig{}, err

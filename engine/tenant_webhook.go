@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"net/url"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,19 +16,25 @@ type Webhook struct {
 	Secret *string `json:"secret"`
 }
 
+// WebhookTarget is a checked webhook URL: absolute http or https, at most
+// MaxWebhookURLBytes; Host is its host name, which SetWebhook resolves.
+type WebhookTarget struct {
+	URL  string
+	Host string
+}
+
 // SetWebhook stores the URL and, when the tenant has none yet, a new secret.
-// Errors: 404, 422 (bad URL, private address without dev mode).
-func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (Webhook, error) {
-	if len(rawURL) > MaxWebhookURLBytes {
-		return Webhook{}, Invalid("url", "url is longer than 2048 bytes")
-	}
-	if err := s.checkWebhookURL(ctx, rawURL); err != nil {
+// Errors: 404, 422 (a host that does not resolve, or a private address
+// without dev mode).
+func (s *Tenants) SetWebhook(ctx context.Context, tenant uuid.UUID, in WebhookTarget) (Webhook, error) {
+	if err := s.checkWebhookHost(ctx, in.Host); err != nil {
 		return Webhook{}, err
 	}
 	t, err := s.Get(ctx, tenant)
 	if err != nil {
 		return Webhook{}, err
 	}
+	rawURL := in.URL
 	t.WebhookURL = &rawURL
 	if t.WebhookSecret == nil {
 		sec := newWebhookSecret()
@@ -71,21 +76,17 @@ func (s *Tenants) saveWebhook(ctx context.Context, t Tenant) (Webhook, error) {
 // webhookResolveTimeout bounds the DNS look-up of a webhook URL being set.
 const webhookResolveTimeout = 5 * time.Second
 
-// checkWebhookURL refuses a URL that is not absolute http(s) or whose host
-// resolves to a special-purpose address. This is fast feedback only: DNS can
-// change after it (rebinding), so the sender checks every connect again
-// against the same table.
-func (s *Tenants) checkWebhookURL(ctx context.Context, raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Invalid("url", "url must be an absolute http or https URL")
-	}
+// checkWebhookHost refuses a webhook host that resolves to a
+// special-purpose address. This is fast feedback only: DNS can change after
+// it (rebinding), so the sender checks every connect again against the same
+// table.
+func (s *Tenants) checkWebhookHost(ctx context.Context, host string) error {
 	if s.allowPrivate {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, webhookResolveTimeout)
 	defer cancel()
-	addrs, err := s.resolve(ctx, u.Hostname())
+	addrs, err := s.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
 		return Invalid("url", "url host does not resolve")
 	}

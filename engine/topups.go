@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -25,50 +24,14 @@ const (
 // MaxPaymentReferenceChars bounds a topup's payment_reference.
 const MaxPaymentReferenceChars = 255
 
-// TopupInput is the body of POST /v1/customers/{id}/topups.
-type TopupInput struct {
-	Credits          *int64   `json:"credits"`
-	PaymentReference *string  `json:"payment_reference"`
-	ExpiresAt        *string  `json:"expires_at"`
-	Priority         *int64   `json:"priority"`
-	Metadata         Metadata `json:"metadata"`
-}
-
-// validate checks the body and returns the block's expiry.
-func (in *TopupInput) validate(now time.Time) (*time.Time, error) {
-	if in.Credits == nil {
-		return nil, Invalid("credits", "credits is required")
-	}
-	if *in.Credits < 1 {
-		return nil, Invalid("credits", "credits must be >= 1")
-	}
-	if in.PaymentReference != nil && utf8.RuneCountInString(*in.PaymentReference) > MaxPaymentReferenceChars {
-		return nil, Invalid("payment_reference", "payment_reference is longer than 255 characters")
-	}
-	if in.PaymentReference != nil {
-		if err := CheckLine("payment_reference", *in.PaymentReference); err != nil {
-			return nil, err
-		}
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return nil, err
-	}
-	if in.Priority != nil && (*in.Priority < 0 || *in.Priority > MaxPriority) {
-		return nil, Invalid("priority", "priority must be between 0 and 255")
-	}
-	if in.ExpiresAt == nil {
-		return nil, nil
-	}
-	t, err := ParseInstant("expires_at", *in.ExpiresAt, KindValidation)
-	if err != nil {
-		return nil, err
-	}
-	t = t.UTC().Truncate(time.Millisecond)
-	if !t.After(now) {
-		return nil, Invalid("expires_at", "expires_at must be in the future")
-	}
-	return &t, nil
+// CreateTopup is a checked POST /v1/customers/{id}/topups; whether its
+// expiry is still in the future is the one check left to Create.
+type CreateTopup struct {
+	Credits          int64
+	PaymentReference *string    // nil: none
+	ExpiresAt        *time.Time // millisecond precision, UTC; nil: never
+	Priority         int
+	Metadata         Metadata // canonical; nil: none
 }
 
 // Topup is one topup as GET /v1/customers/{id}/topups lists it: its ledger
@@ -99,34 +62,26 @@ func NewTopups(credits *Credits, reader TopupReader) *Topups {
 
 // Create grants a topup block: ledger type and source `topup`, the
 // payment_reference as the entry's reason, credit.granted fired. A topup
-// never creates a customer (Common rules 4 names grants only). Errors: 422,
-// 404 (unknown customer), 409 (key reused with another body).
-func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, idem Idempotency, in TopupInput) (GrantResult, error) {
+// never creates a customer (Common rules 4 names grants only). Errors: 422
+// (an expiry not in the future), 404 (unknown customer), 409 (key reused
+// with another body).
+func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, idem Idempotency, in CreateTopup) (GrantResult, error) {
 	now := s.credits.now()
-	expires, err := in.validate(now)
-	if err != nil {
-		return GrantResult{}, err
+	if in.ExpiresAt != nil && !in.ExpiresAt.After(now) {
+		return GrantResult{}, Invalid("expires_at", "expires_at must be in the future")
 	}
 	c, err := s.credits.resolve(ctx, scope, ref)
 	if err != nil {
 		return GrantResult{}, err
-	}
-	priority := 0
-	if in.Priority != nil {
-		priority = int(*in.Priority)
-	}
-	var reason *string
-	if in.PaymentReference != nil && *in.PaymentReference != "" {
-		reason = in.PaymentReference
 	}
 	mc := contextOf(c, tenant)
 	mc.Emitter = EmitterTopup
 	cmd := GrantCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now),
 		AccountID:     uuid.Must(uuid.NewV7()),
-		EntryType:     EntryTopup, Reason: reason, EntryMetadata: orEmpty(in.Metadata),
-		Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: *in.Credits,
-			Source: SourceTopup, Priority: priority, ExpiresAt: expires, Metadata: orEmpty(in.Metadata)},
+		EntryType:     EntryTopup, Reason: in.PaymentReference, EntryMetadata: orEmpty(in.Metadata),
+		Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: in.Credits,
+			Source: SourceTopup, Priority: in.Priority, ExpiresAt: in.ExpiresAt, Metadata: orEmpty(in.Metadata)},
 		Context: &mc,
 	}
 	res, err := s.credits.grant(ctx, cmd)

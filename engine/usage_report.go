@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,16 +26,10 @@ const (
 	MaxUsageMonthBuckets = 120
 )
 
-// UsageBucketsInput is the query of the usage endpoints as sent.
-type UsageBucketsInput struct {
-	BillableMetricKey string
-	From, To          string
-	Granularity       string
-}
-
-// UsageQuery is a validated usage read: customer (nil for the whole tenant
+// UsageQuery is a checked usage read: customer (nil for the whole tenant
 // and environment), an optional metric, and [From, To) on bucket
-// boundaries.
+// boundaries. api builds it from the query string; the service sets the
+// tenant, environment and customer.
 type UsageQuery struct {
 	TenantID          uuid.UUID
 	Environment       Environment
@@ -97,14 +90,10 @@ func NewUsageAnalytics(credits *Credits, reader UsageReader) *UsageAnalytics {
 	return &UsageAnalytics{credits: credits, reader: reader}
 }
 
-// CustomerUsage reports one customer's usage. Errors: 400 naming the
-// field (from, to, granularity, range too long or off the bucket
-// boundaries), 404 unknown customer (never creates one).
-func (u *UsageAnalytics) CustomerUsage(ctx context.Context, scope Scope, ref CustomerRef, in UsageBucketsInput) (UsageBucketsReport, error) {
-	q, err := parseUsageInput(scope, in)
-	if err != nil {
-		return UsageBucketsReport{}, err
-	}
+// CustomerUsage reports one customer's usage over q. Errors: 404 unknown
+// customer (never creates one).
+func (u *UsageAnalytics) CustomerUsage(ctx context.Context, scope Scope, ref CustomerRef, q UsageQuery) (UsageBucketsReport, error) {
+	q.TenantID, q.Environment = scope.TenantID, scope.Environment
 	c, err := u.credits.resolve(ctx, scope, ref)
 	if err != nil {
 		return UsageBucketsReport{}, err
@@ -117,12 +106,9 @@ func (u *UsageAnalytics) CustomerUsage(ctx context.Context, scope Scope, ref Cus
 
 // TenantUsage reports the usage of every customer of scope's tenant and
 // environment, per metric. It reads what the persister has written (its
-// lag is bounded, docs/limits.md). Errors: 400 naming the field.
-func (u *UsageAnalytics) TenantUsage(ctx context.Context, scope Scope, in UsageBucketsInput) (UsageBucketsReport, error) {
-	q, err := parseUsageInput(scope, in)
-	if err != nil {
-		return UsageBucketsReport{}, err
-	}
+// lag is bounded, docs/limits.md).
+func (u *UsageAnalytics) TenantUsage(ctx context.Context, scope Scope, q UsageQuery) (UsageBucketsReport, error) {
+	q.TenantID, q.Environment, q.CustomerID = scope.TenantID, scope.Environment, nil
 	return u.report(ctx, q)
 }
 
@@ -175,8 +161,8 @@ func (g UsageGranularity) next(t time.Time) time.Time {
 	}
 }
 
-// truncate is the start of t's bucket (UTC).
-func (g UsageGranularity) truncate(t time.Time) time.Time {
+// Truncate is the start of t's bucket (UTC).
+func (g UsageGranularity) Truncate(t time.Time) time.Time {
 	t = t.UTC()
 	switch g {
 	case UsageGranularityHour:
@@ -188,9 +174,9 @@ func (g UsageGranularity) truncate(t time.Time) time.Time {
 	}
 }
 
-// buckets is how many buckets [from, to) spans; from and to are bucket
+// Buckets is how many buckets [from, to) spans; from and to are bucket
 // starts.
-func (g UsageGranularity) buckets(from, to time.Time) int64 {
+func (g UsageGranularity) Buckets(from, to time.Time) int64 {
 	switch g {
 	case UsageGranularityHour:
 		return int64(to.Sub(from) / time.Hour)
@@ -201,8 +187,8 @@ func (g UsageGranularity) buckets(from, to time.Time) int64 {
 	}
 }
 
-// maxBuckets is the most buckets one report of g may span.
-func (g UsageGranularity) maxBuckets() int64 {
+// MaxBuckets is the most buckets one report of g may span.
+func (g UsageGranularity) MaxBuckets() int64 {
 	switch g {
 	case UsageGranularityHour:
 		return MaxUsageHourBuckets
@@ -211,55 +197,4 @@ func (g UsageGranularity) maxBuckets() int64 {
 	default:
 		return MaxUsageMonthBuckets
 	}
-}
-
-// parseUsageInput validates in: from and to required RFC 3339 instants on
-// the granularity's UTC bucket boundaries, to after from, at most
-// maxBuckets buckets; granularity hour, day or month (default day).
-func parseUsageInput(scope Scope, in UsageBucketsInput) (UsageQuery, error) {
-	q := UsageQuery{TenantID: scope.TenantID, Environment: scope.Environment}
-	switch g := UsageGranularity(in.Granularity); g {
-	case "":
-		q.Granularity = UsageGranularityDay
-	case UsageGranularityHour, UsageGranularityDay, UsageGranularityMonth:
-		q.Granularity = g
-	default:
-		return q, BadRequest("granularity", "granularity must be hour, day or month")
-	}
-	if in.From == "" {
-		return q, BadRequest("from", "from is required")
-	}
-	if in.To == "" {
-		return q, BadRequest("to", "to is required")
-	}
-	var err error
-	if q.From, err = ParseInstant("from", in.From, KindBadRequest); err != nil {
-		return q, err
-	}
-	if q.To, err = ParseInstant("to", in.To, KindBadRequest); err != nil {
-		return q, err
-	}
-	q.From, q.To = q.From.UTC(), q.To.UTC()
-	for _, b := range []struct {
-		field string
-		t     time.Time
-	}{{"from", q.From}, {"to", q.To}} {
-		if !q.Granularity.truncate(b.t).Equal(b.t) {
-			return q, BadRequest(b.field, b.field+" must start a UTC "+string(q.Granularity)+" for granularity "+string(q.Granularity))
-		}
-	}
-	if !q.To.After(q.From) {
-		return q, BadRequest("to", "to must be after from")
-	}
-	if n, most := q.Granularity.buckets(q.From, q.To), q.Granularity.maxBuckets(); n > most {
-		return q, BadRequest("to", "the range spans more than the "+strconv.FormatInt(most, 10)+" "+string(q.Granularity)+" buckets one report may hold")
-	}
-	if in.BillableMetricKey != "" {
-		k := in.BillableMetricKey
-		if !metricKeyPattern.MatchString(k) {
-			return q, BadRequest("billable_metric_key", "billable_metric_key must be 1-128 letters, digits, '_', '.', ':' or '-'")
-		}
-		q.BillableMetricKey = &k
-	}
-	return q, nil
 }

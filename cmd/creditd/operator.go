@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/persist"
 )
@@ -114,7 +115,11 @@ func (d directOperator) RevokeKey(ctx context.Context, tenant, key uuid.UUID) (a
 }
 
 func (d directOperator) SetWebhook(ctx context.Context, tenant uuid.UUID, rawURL string) (any, error) {
-	return d.tenants.SetWebhook(ctx, tenant, rawURL)
+	target, err := (&api.WebhookPayload{URL: &rawURL}).ToCommand()
+	if err != nil {
+		return nil, err
+	}
+	return d.tenants.SetWebhook(ctx, tenant, target)
 }
 
 func (d directOperator) RotateSecret(ctx context.Context, tenant uuid.UUID) (any, error) {
@@ -129,7 +134,11 @@ func (d directOperator) DeleteWebhook(ctx context.Context, tenant uuid.UUID) (an
 }
 
 func (d directOperator) SetRateLimit(ctx context.Context, tenant uuid.UUID, perSecond, burst int) (any, error) {
-	return d.tenants.SetRateLimit(ctx, tenant, engine.RateLimitInput{PerSecond: &perSecond, Burst: &burst})
+	cmd, err := (&api.RateLimitPayload{PerSecond: &perSecond, Burst: &burst}).ToCommand()
+	if err != nil {
+		return nil, err
+	}
+	return d.tenants.SetRateLimit(ctx, tenant, cmd)
 }
 
 // adminAPI runs the operations through /admin/v1 of the creditd at base
@@ -299,5 +308,5 @@ func (a adminAPI) DeleteWebhook(ctx context.Context, tenant uuid.UUID) (any, err
 }
 
 func (a adminAPI) SetRateLimit(ctx context.Context, tenant uuid.UUID, perSecond, burst int) (any, error) {
-	return a.call(ctx, http.MethodPatch, tenantPath(tenant), engine.RateLimitInput{PerSecond: &perSecond, Burst: &burst})
+	return a.call(ctx, http.MethodPatch, tenantPath(tenant), api.RateLimitPayload{PerSecond: &perSecond, Burst: &burst})
 }
