@@ -143,9 +143,23 @@ type LedgerReader interface {
 	History(ctx context.Context, q HistoryQuery) (Page[LedgerEntry], error)
 	// Overage sums overage per metric in [from, to).
 	Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]OverageLine, error)
+	AccountReader
+}
+
+// AccountReader reads one customer's account as Postgres holds it: what a
+// load, a reload and a reconcile start from.
+type AccountReader interface {
 	// AccountState reads what a rebuild needs; ok is false when the customer
 	// never had an account.
 	AccountState(ctx context.Context, c CustomerKey, appliedSince time.Time) (s AccountState, ok bool, err error)
+}
+
+// AccountPages pages every account Postgres holds by customer id: the
+// rebuild and the reconcile pass both walk them.
+type AccountPages interface {
+	// AccountStates returns up to limit accounts with customer id greater
+	// than after, ordered by customer id.
+	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
 }
 
 // UsageReader reads the hourly usage rollup (Postgres, migration 020).
@@ -170,7 +184,7 @@ type HistoryQuery struct {
 // Directory stores tenants, keys and customers (Postgres).
 type Directory interface {
 	CreateTenant(ctx context.Context, t Tenant) error
-	GetTenant(ctx context.Context, id uuid.UUID) (Tenant, error)
+	TenantReader
 	UpdateTenant(ctx context.Context, t Tenant) error
 	CreateAPIKey(ctx context.Context, k APIKey, hash []byte) error
 	// APIKeyByHash finds a live (unrevoked) key by the SHA-256 of its text.
@@ -234,9 +248,7 @@ type LedgerWriter interface {
 
 // RebuildSource pages every account Postgres holds, for creditd rebuild.
 type RebuildSource interface {
-	// AccountStates returns up to limit accounts with customer id greater
-	// than after, ordered by customer id.
-	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
+	AccountPages
 	// CountAccounts is the total, for the progress display.
 	CountAccounts(ctx context.Context) (int64, error)
 	// AccountIDCuts is up to parts-1 customer ids, ascending, that cut the
@@ -593,10 +605,9 @@ type ReconcileStore interface {
 
 // ReconcileSource is the system of record's side of a reconcile pass.
 type ReconcileSource interface {
-	// AccountStates pages accounts by customer id (RebuildSource).
-	AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]AccountState, error)
-	// AccountState reads one account, for the reload (LedgerReader).
-	AccountState(ctx context.Context, c CustomerKey, appliedSince time.Time) (AccountState, bool, error)
+	AccountPages
+	// AccountReader reads one account again, for the reload.
+	AccountReader
 	// LedgerSums is the sum of the ledger deltas of each customer (absent:
 	// no entries).
 	LedgerSums(ctx context.Context, customers []uuid.UUID) (map[uuid.UUID]int64, error)
