@@ -162,7 +162,7 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 	at := make(map[string]int, len(in.Items))
 	seen := make(map[string]bool, len(in.Items))
 	for i, it := range in.Items {
-		metric, units, err := checkItem(i, it.BillableMetricKey, it.ActualUnits, commitItemUnits, seen)
+		metric, units, err := CheckItem(i, it.BillableMetricKey, it.ActualUnits, CommitItemUnits, seen)
 		if err != nil {
 			return CommitResult{}, err
 		}
