@@ -156,15 +156,74 @@ func (s *Server) commitReservation(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.CommitInput
+	var in commitPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	res, err := s.reservations.Commit(c.reqContext(), c.scope, c.tenant, id, c.idem, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	res, err := s.reservations.Commit(c.reqContext(), c.scope, c.tenant, id, c.idem, cmd)
 	if err != nil {
 		return err
 	}
 	return c.json(fasthttp.StatusOK, &res)
+}
+
+// commitPayload is the body of POST /v1/reservations/{id}/commit.
+type commitPayload struct {
+	ActualUnits *int64          `json:"actual_units"`
+	Metadata    engine.Metadata `json:"metadata"`
+	// Items is the commit of a multi-metric hold: each of its metrics'
+	// actual units, given instead of actual_units.
+	Items []commitItemPayload `json:"items"`
+}
+
+// commitItemPayload is one metric's actual units in the commit of a
+// multi-metric hold.
+type commitItemPayload struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	ActualUnits       *int64  `json:"actual_units"`
+}
+
+// toCommand checks the body: the items (not beside actual_units, 1 to
+// MaxReservationItems, each as engine.CheckItem says) or actual_units,
+// then the metadata. Without either, the hold decides which member the
+// problem names, so the command carries UnitsMissing and nothing else.
+func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
+	var out engine.CommitReservation
+	if in.Items != nil {
+		if in.ActualUnits != nil {
+			return engine.CommitReservation{}, engine.BadRequest("items", "give either items or actual_units, not both")
+		}
+		if len(in.Items) < 1 || len(in.Items) > engine.MaxReservationItems {
+			return engine.CommitReservation{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxReservationItems))
+		}
+		out.Items = make([]engine.CommitItem, len(in.Items))
+		seen := make(map[string]bool, len(in.Items))
+		for i, it := range in.Items {
+			metric, units, err := engine.CheckItem(i, it.BillableMetricKey, it.ActualUnits, engine.CommitItemUnits, seen)
+			if err != nil {
+				return engine.CommitReservation{}, err
+			}
+			out.Items[i] = engine.CommitItem{Metric: metric, ActualUnits: units}
+		}
+	} else {
+		if in.ActualUnits == nil {
+			return engine.CommitReservation{UnitsMissing: true}, nil
+		}
+		if *in.ActualUnits < 0 {
+			return engine.CommitReservation{}, engine.Invalid("actual_units", "actual_units must be >= 0")
+		}
+		out.ActualUnits = *in.ActualUnits
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CommitReservation{}, err
+	}
+	out.Metadata = meta
+	return out, nil
 }
 
 // releaseReservation answers POST /v1/reservations/{id}/release with 200.

@@ -55,3 +55,45 @@ func TestReservePayload(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitPayload: without actual_units or items the command carries
+// UnitsMissing for the engine to name the member the hold needs; other bad
+// bodies name the first wrong member; a good body becomes the command.
+func TestCommitPayload(t *testing.T) {
+	m, n := "m", "n"
+	neg, zero, two := int64(-1), int64(0), int64(2)
+	item := func(metric *string, units *int64) commitItemPayload {
+		return commitItemPayload{BillableMetricKey: metric, ActualUnits: units}
+	}
+	bad := engine.Metadata{"": json.RawMessage(`"x"`)}
+	tests := []struct {
+		name  string
+		in    commitPayload
+		field string
+		kind  engine.Kind
+		want  engine.CommitReservation
+	}{
+		{"nothing, bad metadata unchecked", commitPayload{Metadata: bad}, "", "", engine.CommitReservation{UnitsMissing: true}},
+		{"negative units", commitPayload{ActualUnits: &neg, Metadata: bad}, "actual_units", engine.KindValidation, engine.CommitReservation{}},
+		{"bad metadata", commitPayload{ActualUnits: &zero, Metadata: bad}, "metadata", engine.KindValidation, engine.CommitReservation{}},
+		{"both forms", commitPayload{ActualUnits: &two, Items: []commitItemPayload{item(&m, &two)}}, "items", engine.KindBadRequest, engine.CommitReservation{}},
+		{"no items", commitPayload{Items: []commitItemPayload{}}, "items", engine.KindBadRequest, engine.CommitReservation{}},
+		{"negative item", commitPayload{Items: []commitItemPayload{item(&m, &two), item(&n, &neg)}, Metadata: bad}, "items[1].actual_units", engine.KindValidation, engine.CommitReservation{}},
+		{"items then metadata", commitPayload{Items: []commitItemPayload{item(&m, &two)}, Metadata: bad}, "metadata", engine.KindValidation, engine.CommitReservation{}},
+		{"single", commitPayload{ActualUnits: &zero}, "", "", engine.CommitReservation{}},
+		{"items", commitPayload{Items: []commitItemPayload{item(&m, &zero), item(&n, &two)}}, "", "",
+			engine.CommitReservation{Items: []engine.CommitItem{{Metric: m}, {Metric: n, ActualUnits: 2}}}},
+	}
+	for _, tt := range tests {
+		cmd, err := tt.in.toCommand()
+		if tt.field == "" {
+			if err != nil || !reflect.DeepEqual(cmd, tt.want) {
+				t.Errorf("%s: got %+v %v", tt.name, cmd, err)
+			}
+			continue
+		}
+		if e, ok := engine.AsError(err); !ok || e.Kind != tt.kind || e.Field != tt.field {
+			t.Errorf("%s: want kind %v naming %s, got %v", tt.name, tt.kind, tt.field, err)
+		}
+	}
+}
