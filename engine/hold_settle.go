@@ -118,17 +118,22 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "actual_units")
 	}
-	m := res.Mutation
+	return commitResult(id, res.Mutation), nil
+}
+
+// commitResult is the 200 body of the commit of hold id that m settled
+// (Items is empty, so absent, for a single-metric hold).
+func commitResult(id uuid.UUID, m Mutation) CommitResult {
 	r := reservationOf(m)
 	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
-		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m)}
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
 	if r.ActualUnits != nil {
 		out.ActualUnits = *r.ActualUnits
 	}
 	if r.ActualCost != nil {
 		out.ActualCost = *r.ActualCost
 	}
-	return out, nil
+	return out
 }
 
 // mergedHoldMetadata is extra merged key by key into a hold's stored
@@ -228,17 +233,7 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "items")
 	}
-	m := res.Mutation
-	r := reservationOf(m)
-	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
-		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
-	if r.ActualUnits != nil {
-		out.ActualUnits = *r.ActualUnits
-	}
-	if r.ActualCost != nil {
-		out.ActualCost = *r.ActualCost
-	}
-	return out, nil
+	return commitResult(id, res.Mutation), nil
 }
 
 // ReleaseResult is the 200 body of a release.
