@@ -284,12 +284,12 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 // commit decode whole through decodeBody, and a wrong-typed item member is
 // a 422 naming it.
 func TestDecodeReservationItems(t *testing.T) {
-	var in engine.ReserveInput
+	var in reservePayload
 	if err := decodeBody([]byte(`{"customer_id":"c1","items":[{"billable_metric_key":"a","estimated_units":2},{"billable_metric_key":"b","estimated_units":3}]}`), &in); err != nil ||
 		len(in.Items) != 2 || *in.Items[1].BillableMetricKey != "b" || *in.Items[1].EstimatedUnits != 3 || in.BillableMetricKey != nil {
 		t.Errorf("reserve items: %v %+v", err, in)
 	}
-	var cin engine.CommitInput
+	var cin commitPayload
 	if err := decodeBody([]byte(`{"items":[{"billable_metric_key":"a","actual_units":0}]}`), &cin); err != nil ||
 		len(cin.Items) != 1 || *cin.Items[0].ActualUnits != 0 || cin.ActualUnits != nil {
 		t.Errorf("commit items: %v %+v", err, cin)
@@ -298,8 +298,8 @@ func TestDecodeReservationItems(t *testing.T) {
 		body string
 		into any
 	}{
-		{`{"customer_id":"c1","items":[{"billable_metric_key":"a","estimated_units":"2"}]}`, &engine.ReserveInput{}},
-		{`{"items":[{"billable_metric_key":1,"actual_units":2}]}`, &engine.CommitInput{}},
+		{`{"customer_id":"c1","items":[{"billable_metric_key":"a","estimated_units":"2"}]}`, &reservePayload{}},
+		{`{"items":[{"billable_metric_key":1,"actual_units":2}]}`, &commitPayload{}},
 	} {
 		err := decodeBody([]byte(tc.body), tc.into)
 		if e, ok := engine.AsError(err); !ok || e.Kind != engine.KindValidation || !strings.HasPrefix(e.Field, "items") {

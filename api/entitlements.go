@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -123,14 +125,56 @@ func (s *Server) moveGauge(ref refFunc, up bool) endpoint {
 		if !ok || metric == "" {
 			return engine.NotFound("billable metric not found")
 		}
-		var in engine.GaugeInput
+		var in gaugePayload
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
-		res, err := s.entitlements.MoveGauge(c.reqContext(), c.scope, c.tenant, r, metric, up, c.idem, in)
+		move, err := in.toCommand(up)
+		if err != nil {
+			return err
+		}
+		res, err := s.entitlements.MoveGauge(c.reqContext(), c.scope, c.tenant, r, metric, up, c.idem, move)
 		if err != nil {
 			return err
 		}
 		return c.json(fasthttp.StatusOK, &res)
 	}
+}
+
+// gaugePayload is the body of a gauge increment or decrement.
+type gaugePayload struct {
+	Amount *int64  `json:"amount"`
+	Policy *string `json:"policy"`
+	// Meta is accepted and not kept.
+	Meta json.RawMessage `json:"metadata"`
+	// LeaseSeconds takes a lease on an increment's slots (engine/leases.go).
+	LeaseSeconds *int64 `json:"lease_seconds"`
+}
+
+// toCommand checks the body of an increment (up) or a decrement: amount,
+// then policy (an increment's only), then lease_seconds.
+func (in *gaugePayload) toCommand(up bool) (engine.GaugeMove, error) {
+	if in.Amount == nil || *in.Amount < 1 {
+		return engine.GaugeMove{}, engine.BadRequest("amount", "amount must be an integer >= 1")
+	}
+	out := engine.GaugeMove{Amount: *in.Amount}
+	if up && in.Policy != nil {
+		switch *in.Policy {
+		case "block":
+		case "allow":
+			out.Allow = true
+		default:
+			return engine.GaugeMove{}, engine.BadRequest("policy", "policy must be block or allow")
+		}
+	}
+	if in.LeaseSeconds != nil {
+		if !up {
+			return engine.GaugeMove{}, engine.Invalid("lease_seconds", "only an increment takes a lease")
+		}
+		if err := engine.CheckLeaseSeconds(*in.LeaseSeconds); err != nil {
+			return engine.GaugeMove{}, err
+		}
+		out.LeaseSeconds = *in.LeaseSeconds
+	}
+	return out, nil
 }

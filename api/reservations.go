@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
@@ -25,15 +27,113 @@ func (c *call) reservationID() (uuid.UUID, error) {
 
 // createReservation answers POST /v1/reservations with 201.
 func (s *Server) createReservation(c *call) error {
-	var in engine.ReserveInput
+	var in reservePayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	res, err := s.reservations.Create(c.reqContext(), c.scope, c.tenant, c.idem, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	res, err := s.reservations.Create(c.reqContext(), c.scope, c.tenant, c.idem, cmd)
 	if err != nil {
 		return err
 	}
 	return c.json(fasthttp.StatusCreated, &res)
+}
+
+// reservePayload is the body of POST /v1/reservations.
+type reservePayload struct {
+	CustomerID         *string         `json:"customer_id"`
+	ExternalCustomerID *string         `json:"external_customer_id"`
+	BillableMetricKey  *string         `json:"billable_metric_key"`
+	EstimatedUnits     *int64          `json:"estimated_units"`
+	TTLSeconds         *int64          `json:"ttl_seconds"`
+	Metadata           engine.Metadata `json:"metadata"`
+	// Items is the multi-metric form: given instead of billable_metric_key
+	// and estimated_units, the items' summed estimated cost is held, all or
+	// none.
+	Items []reserveItemPayload `json:"items"`
+}
+
+// reserveItemPayload is one metric of a multi-metric reservation request.
+type reserveItemPayload struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	EstimatedUnits    *int64  `json:"estimated_units"`
+}
+
+// toCommand checks the body in the order the API names its problems: the
+// customer ids, then the single form's metric and units or the items, then
+// ttl_seconds, the single form's metric key line and the metadata. The
+// rules, their pricing and the customer are the engine's.
+func (in *reservePayload) toCommand() (engine.CreateReservation, error) {
+	hasID := in.CustomerID != nil && *in.CustomerID != ""
+	hasExt := in.ExternalCustomerID != nil && *in.ExternalCustomerID != ""
+	if hasID == hasExt {
+		return engine.CreateReservation{}, engine.BadRequest("customer_id", "give exactly one of customer_id or external_customer_id")
+	}
+	var out engine.CreateReservation
+	if hasExt {
+		out.Customer = engine.CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
+	} else {
+		out.Customer = engine.CustomerRef{Value: *in.CustomerID}
+	}
+	if in.Items != nil {
+		if err := in.checkItems(&out); err != nil {
+			return engine.CreateReservation{}, err
+		}
+	} else {
+		if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
+			return engine.CreateReservation{}, engine.Invalid("billable_metric_key", "billable_metric_key is required")
+		}
+		if in.EstimatedUnits == nil {
+			return engine.CreateReservation{}, engine.Invalid("estimated_units", "estimated_units is required")
+		}
+		if *in.EstimatedUnits < 1 {
+			return engine.CreateReservation{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
+		}
+		out.Metric, out.EstimatedUnits = *in.BillableMetricKey, *in.EstimatedUnits
+	}
+	out.TTLSeconds = engine.DefaultReservationTTLSeconds
+	if in.TTLSeconds != nil {
+		if ttl := *in.TTLSeconds; ttl < 1 || ttl > engine.MaxReservationTTLSeconds {
+			return engine.CreateReservation{}, engine.Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		}
+		out.TTLSeconds = *in.TTLSeconds
+	}
+	if in.Items == nil {
+		if err := engine.CheckLine("billable_metric_key", out.Metric); err != nil {
+			return engine.CreateReservation{}, err
+		}
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreateReservation{}, err
+	}
+	out.Metadata = meta
+	return out, nil
+}
+
+// checkItems checks the multi-metric form's items into out.Items: not
+// beside the single form's members, 1 to MaxReservationItems of them, each
+// as engine.CheckItem says.
+func (in *reservePayload) checkItems(out *engine.CreateReservation) error {
+	if in.BillableMetricKey != nil || in.EstimatedUnits != nil {
+		return engine.BadRequest("items", "give either items or billable_metric_key and estimated_units, not both")
+	}
+	if len(in.Items) < 1 || len(in.Items) > engine.MaxReservationItems {
+		return engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxReservationItems))
+	}
+	out.Items = make([]engine.ReserveItem, len(in.Items))
+	seen := make(map[string]bool, len(in.Items))
+	for i, it := range in.Items {
+		metric, units, err := engine.CheckItem(i, it.BillableMetricKey, it.EstimatedUnits, engine.ReserveItemUnits, seen)
+		if err != nil {
+			return err
+		}
+		out.Items[i] = engine.ReserveItem{Metric: metric, EstimatedUnits: units}
+	}
+	return nil
 }
 
 // getReservation answers GET /v1/reservations/{id}: any hold of the tenant,
@@ -56,15 +156,74 @@ func (s *Server) commitReservation(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.CommitInput
+	var in commitPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	res, err := s.reservations.Commit(c.reqContext(), c.scope, c.tenant, id, c.idem, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	res, err := s.reservations.Commit(c.reqContext(), c.scope, c.tenant, id, c.idem, cmd)
 	if err != nil {
 		return err
 	}
 	return c.json(fasthttp.StatusOK, &res)
+}
+
+// commitPayload is the body of POST /v1/reservations/{id}/commit.
+type commitPayload struct {
+	ActualUnits *int64          `json:"actual_units"`
+	Metadata    engine.Metadata `json:"metadata"`
+	// Items is the commit of a multi-metric hold: each of its metrics'
+	// actual units, given instead of actual_units.
+	Items []commitItemPayload `json:"items"`
+}
+
+// commitItemPayload is one metric's actual units in the commit of a
+// multi-metric hold.
+type commitItemPayload struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	ActualUnits       *int64  `json:"actual_units"`
+}
+
+// toCommand checks the body: the items (not beside actual_units, 1 to
+// MaxReservationItems, each as engine.CheckItem says) or actual_units,
+// then the metadata. Without either, the hold decides which member the
+// problem names, so the command carries UnitsMissing and nothing else.
+func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
+	var out engine.CommitReservation
+	if in.Items != nil {
+		if in.ActualUnits != nil {
+			return engine.CommitReservation{}, engine.BadRequest("items", "give either items or actual_units, not both")
+		}
+		if len(in.Items) < 1 || len(in.Items) > engine.MaxReservationItems {
+			return engine.CommitReservation{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxReservationItems))
+		}
+		out.Items = make([]engine.CommitItem, len(in.Items))
+		seen := make(map[string]bool, len(in.Items))
+		for i, it := range in.Items {
+			metric, units, err := engine.CheckItem(i, it.BillableMetricKey, it.ActualUnits, engine.CommitItemUnits, seen)
+			if err != nil {
+				return engine.CommitReservation{}, err
+			}
+			out.Items[i] = engine.CommitItem{Metric: metric, ActualUnits: units}
+		}
+	} else {
+		if in.ActualUnits == nil {
+			return engine.CommitReservation{UnitsMissing: true}, nil
+		}
+		if *in.ActualUnits < 0 {
+			return engine.CommitReservation{}, engine.Invalid("actual_units", "actual_units must be >= 0")
+		}
+		out.ActualUnits = *in.ActualUnits
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CommitReservation{}, err
+	}
+	out.Metadata = meta
+	return out, nil
 }
 
 // releaseReservation answers POST /v1/reservations/{id}/release with 200.

@@ -159,7 +159,7 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 	seen := make(map[string]bool, len(in.Items))
 	var units, cost int64
 	for i, it := range in.Items {
-		if _, _, err := checkItem(i, it.BillableMetricKey, it.Units, consumeItemUnits, seen); err != nil {
+		if _, _, err := CheckItem(i, it.BillableMetricKey, it.Units, ConsumeItemUnits, seen); err != nil {
 			return ConsumeCommand{}, err
 		}
 		field := fmt.Sprintf("items[%d].", i)

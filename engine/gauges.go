@@ -3,19 +3,20 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/google/uuid"
 )
 
-// GaugeInput is the body of the gauge operations.
-type GaugeInput struct {
-	Amount *int64          `json:"amount"`
-	Policy *string         `json:"policy"`
-	Meta   json.RawMessage `json:"metadata"`
-	// LeaseSeconds takes a lease on an increment's slots (leases.go).
-	LeaseSeconds *int64 `json:"lease_seconds"`
+// GaugeMove is a checked gauge increment or decrement.
+type GaugeMove struct {
+	// Amount is how many slots move, >= 1.
+	Amount int64
+	// Allow lets an increment pass the cap (policy allow).
+	Allow bool
+	// LeaseSeconds takes a lease on an increment's slots (leases.go); 0
+	// takes none.
+	LeaseSeconds int64
 }
 
 // GaugeResult is the 200 body of a gauge operation.
@@ -32,43 +33,16 @@ type GaugeResult struct {
 // MoveGauge increments (up) or decrements a gauge. Errors: 400 (amount,
 // policy, not a gauge, cross-tenant id), 404 (no such metric), 409 (cap
 // under block, below zero).
-func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, up bool, idem Idempotency, in GaugeInput) (GaugeResult, error) {
-	if in.Amount == nil || *in.Amount < 1 {
-		return GaugeResult{}, BadRequest("amount", "amount must be an integer >= 1")
-	}
-	allow := false
-	if up && in.Policy != nil {
-		switch *in.Policy {
-		case "block":
-		case "allow":
-			allow = true
-		default:
-			return GaugeResult{}, BadRequest("policy", "policy must be block or allow")
-		}
-	}
-	if in.LeaseSeconds != nil {
-		if !up {
-			return GaugeResult{}, Invalid("lease_seconds", "only an increment takes a lease")
-		}
-		if err := leaseSeconds(*in.LeaseSeconds); err != nil {
-			return GaugeResult{}, err
-		}
-	}
-	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, up bool, idem Idempotency, in GaugeMove) (GaugeResult, error) {
+	m, err := s.gaugeMetric(ctx, scope, metricKey)
 	if err != nil {
 		return GaugeResult{}, err
-	}
-	if !ok {
-		return GaugeResult{}, NotFound("billable metric not found")
-	}
-	if m.Type != MetricGauge {
-		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
 	}
 	c, err := s.customers.Resolve(ctx, scope, ref, !ref.Strict)
 	if err != nil {
 		return GaugeResult{}, err
 	}
-	delta := *in.Amount
+	delta := in.Amount
 	if !up {
 		delta = -delta
 	}
@@ -79,9 +53,9 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 	capMC := gaugeCap(value(f, m))
 	cmd := GaugeCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), Metric: metricKey, Delta: delta, Cap: capMC,
-		Allow: allow, Context: contextOf(c, tenant)}
-	if in.LeaseSeconds != nil {
-		cmd.LeaseID, cmd.LeaseSeconds = uuid.Must(uuid.NewV7()), *in.LeaseSeconds
+		Allow: in.Allow, Context: contextOf(c, tenant)}
+	if in.LeaseSeconds != 0 {
+		cmd.LeaseID, cmd.LeaseSeconds = uuid.Must(uuid.NewV7()), in.LeaseSeconds
 	}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Gauge(ctx, cmd) })
 	if errors.Is(err, ErrOverflow) {
@@ -93,7 +67,7 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 		return GaugeResult{}, err
 	}
 	out := gaugeResult(metricKey, res.Mutation, capMC)
-	if g := res.Mutation.Gauge; g != nil && in.LeaseSeconds != nil {
+	if g := res.Mutation.Gauge; g != nil && in.LeaseSeconds != 0 {
 		// The lease this increment opened (a replay's is the original's):
 		// the one active lease of the Mutation; the others lapsed.
 		for _, l := range g.Leases {
@@ -103,4 +77,20 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 		}
 	}
 	return out, nil
+}
+
+// gaugeMetric is the gauge metric metricKey names: 404 when there is none,
+// 400 when it is not a gauge.
+func (s *Entitlements) gaugeMetric(ctx context.Context, scope Scope, metricKey string) (BillableMetric, error) {
+	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+	if err != nil {
+		return BillableMetric{}, err
+	}
+	if !ok {
+		return BillableMetric{}, NotFound("billable metric not found")
+	}
+	if m.Type != MetricGauge {
+		return BillableMetric{}, BadRequest("billable_metric_key", "the metric is not a gauge")
+	}
+	return m, nil
 }

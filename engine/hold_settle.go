@@ -10,20 +10,23 @@ import (
 	"github.com/google/uuid"
 )
 
-// CommitInput is the body of POST /v1/reservations/{id}/commit.
-type CommitInput struct {
-	ActualUnits *int64   `json:"actual_units"`
-	Metadata    Metadata `json:"metadata"`
-	// Items is the commit of a multi-metric hold: each of its metrics'
-	// actual units, given instead of actual_units.
-	Items []CommitItem `json:"items"`
+// CommitReservation is a checked commit: ActualUnits for a single-metric
+// hold, or Items (non-nil) for a multi-metric one.
+type CommitReservation struct {
+	// UnitsMissing: neither actual_units nor items was given; the hold
+	// tells which of them the 422 names, so nothing else was checked.
+	UnitsMissing bool
+	ActualUnits  int64
+	// Metadata is canonical (nil when none was given).
+	Metadata Metadata
+	Items    []CommitItem
 }
 
-// CommitItem is one metric's actual units in the commit of a multi-metric
-// hold.
+// CommitItem is one checked metric's actual units in the commit of a
+// multi-metric hold.
 type CommitItem struct {
-	BillableMetricKey *string `json:"billable_metric_key"`
-	ActualUnits       *int64  `json:"actual_units"`
+	Metric      string
+	ActualUnits int64
 }
 
 // HoldTransaction is the transaction member of commit and release bodies.
@@ -57,11 +60,11 @@ type CommitResult struct {
 // Commit settles a hold at the actual units, priced at the rule current now.
 // Not environment scoped, but tenant scoped. Errors: 404, 409 (conflict,
 // reservation-expired, insufficient-credits), 422.
-func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
+func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
 	if in.Items != nil {
 		return s.commitMulti(ctx, scope, tenant, id, idem, in)
 	}
-	if in.ActualUnits == nil {
+	if in.UnitsMissing {
 		// A multi-metric hold needs items, as a single one actual_units;
 		// whatever the look-up finds, the request is a 422.
 		if _, hold, err := s.find(ctx, scope, id, false); err == nil && len(hold.Items) > 0 {
@@ -69,13 +72,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 		}
 		return CommitResult{}, Invalid("actual_units", "actual_units is required")
 	}
-	if *in.ActualUnits < 0 {
-		return CommitResult{}, Invalid("actual_units", "actual_units must be >= 0")
-	}
-	extra, err := in.Metadata.Canonical("metadata")
-	if err != nil {
-		return CommitResult{}, err
-	}
+	extra := in.Metadata
 	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
 	if err != nil {
 		return CommitResult{}, err
@@ -91,13 +88,13 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 }
 
 // commitSingle is Commit of the single-metric hold found (find or locate).
-func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata, c Customer, hold Reservation) (CommitResult, error) {
+func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation, extra Metadata, c Customer, hold Reservation) (CommitResult, error) {
 	if len(hold.Items) > 0 {
 		return CommitResult{}, BadRequest("actual_units", "the reservation holds several metrics: give items (each metric's actual_units) instead of actual_units")
 	}
 	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
 	var terms RuleTerms
-	if *in.ActualUnits > 0 {
+	if in.ActualUnits > 0 {
 		rule, found, err := s.metering.ActiveRule(ctx, holdScope, hold.BillableMetricKey)
 		if err != nil {
 			return CommitResult{}, err
@@ -105,7 +102,7 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 		if !found {
 			return CommitResult{}, DocumentedInternal("the metric has no active metering rule")
 		}
-		if _, err := Price(rule, *in.ActualUnits); err != nil {
+		if _, err := Price(rule, in.ActualUnits); err != nil {
 			return CommitResult{}, priceError(err, "actual_units")
 		}
 		terms = TermsOf(rule)
@@ -115,23 +112,28 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 		return CommitResult{}, err
 	}
 	cmd := CommitCommand{
-		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, ActualUnits: *in.ActualUnits,
+		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, ActualUnits: in.ActualUnits,
 		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
 	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "actual_units")
 	}
-	m := res.Mutation
+	return commitResult(id, res.Mutation), nil
+}
+
+// commitResult is the 200 body of the commit of hold id that m settled
+// (Items is empty, so absent, for a single-metric hold).
+func commitResult(id uuid.UUID, m Mutation) CommitResult {
 	r := reservationOf(m)
 	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
-		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m)}
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
 	if r.ActualUnits != nil {
 		out.ActualUnits = *r.ActualUnits
 	}
 	if r.ActualCost != nil {
 		out.ActualCost = *r.ActualCost
 	}
-	return out, nil
+	return out
 }
 
 // mergedHoldMetadata is extra merged key by key into a hold's stored
@@ -151,27 +153,13 @@ func mergedHoldMetadata(stored, extra Metadata) (Metadata, error) {
 // units (in.Items, every metric of the hold once), each priced at its rule
 // current now, in one script: all or none. Errors as Commit; an item's
 // error names it.
-func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput) (CommitResult, error) {
-	if in.ActualUnits != nil {
-		return CommitResult{}, BadRequest("items", "give either items or actual_units, not both")
-	}
-	if len(in.Items) < 1 || len(in.Items) > MaxReservationItems {
-		return CommitResult{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxReservationItems))
-	}
+func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
 	actual := make(map[string]int64, len(in.Items))
 	at := make(map[string]int, len(in.Items))
-	seen := make(map[string]bool, len(in.Items))
 	for i, it := range in.Items {
-		metric, units, err := checkItem(i, it.BillableMetricKey, it.ActualUnits, commitItemUnits, seen)
-		if err != nil {
-			return CommitResult{}, err
-		}
-		actual[metric], at[metric] = units, i
+		actual[it.Metric], at[it.Metric] = it.ActualUnits, i
 	}
-	extra, err := in.Metadata.Canonical("metadata")
-	if err != nil {
-		return CommitResult{}, err
-	}
+	extra := in.Metadata
 	c, hold, err := s.find(ctx, scope, id, len(extra) > 0)
 	if err != nil {
 		return CommitResult{}, err
@@ -189,7 +177,7 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 // commitItems is commitMulti of the hold found (find or locate), with
 // in.Items checked: actual and at are each metric's actual units and its
 // index in in.Items.
-func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitInput, extra Metadata,
+func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation, extra Metadata,
 	actual map[string]int64, at map[string]int, c Customer, hold Reservation) (CommitResult, error) {
 	if len(hold.Items) == 0 {
 		return CommitResult{}, BadRequest("items", "the reservation holds one metric: give actual_units instead of items")
@@ -199,9 +187,9 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 		held[h.BillableMetricKey] = true
 	}
 	for i, it := range in.Items {
-		if !held[*it.BillableMetricKey] {
+		if !held[it.Metric] {
 			field := fmt.Sprintf("items[%d].billable_metric_key", i)
-			return CommitResult{}, Invalid(field, "the reservation holds no metric "+*it.BillableMetricKey)
+			return CommitResult{}, Invalid(field, "the reservation holds no metric "+it.Metric)
 		}
 	}
 	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
@@ -245,17 +233,7 @@ func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.U
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "items")
 	}
-	m := res.Mutation
-	r := reservationOf(m)
-	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
-		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
-	if r.ActualUnits != nil {
-		out.ActualUnits = *r.ActualUnits
-	}
-	if r.ActualCost != nil {
-		out.ActualCost = *r.ActualCost
-	}
-	return out, nil
+	return commitResult(id, res.Mutation), nil
 }
 
 // ReleaseResult is the 200 body of a release.

@@ -2,26 +2,27 @@ package engine
 
 import "fmt"
 
-// itemUnits is the units member of one kind of multi-metric item: its name,
+// ItemUnits is the units member of one kind of multi-metric item: its name,
 // the least value it takes and the error below it (a consume's units <= 0
 // is a 400, interface.md Errors; a hold's estimated_units and a commit's
 // actual_units are 422 constraint violations).
-type itemUnits struct {
+type ItemUnits struct {
 	name  string
 	min   int64
 	below func(field, detail string) *Error
 }
 
+// The units members of the multi-metric items.
 var (
-	consumeItemUnits = itemUnits{name: "units", min: 1, below: BadRequest}
-	reserveItemUnits = itemUnits{name: "estimated_units", min: 1, below: Invalid}
-	commitItemUnits  = itemUnits{name: "actual_units", min: 0, below: Invalid}
+	ConsumeItemUnits = ItemUnits{name: "units", min: 1, below: BadRequest}
+	ReserveItemUnits = ItemUnits{name: "estimated_units", min: 1, below: Invalid}
+	CommitItemUnits  = ItemUnits{name: "actual_units", min: 0, below: Invalid}
 )
 
-// checkItem validates items[i] of a multi-metric request: a metric given
+// CheckItem validates items[i] of a multi-metric request: a metric given
 // and one line, units given and at least u.min, and a metric no earlier
 // item named (seen, which it extends). It returns the metric and units.
-func checkItem(i int, metric *string, units *int64, u itemUnits, seen map[string]bool) (string, int64, error) {
+func CheckItem(i int, metric *string, units *int64, u ItemUnits, seen map[string]bool) (string, int64, error) {
 	field := fmt.Sprintf("items[%d].", i)
 	if metric == nil || *metric == "" {
 		return "", 0, Invalid(field+"billable_metric_key", field+"billable_metric_key is required")

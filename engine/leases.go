@@ -130,10 +130,6 @@ func CheckLeaseSeconds(v int64) error {
 	return nil
 }
 
-// leaseSeconds is CheckLeaseSeconds under the name gauges.go calls, until
-// the gauge body moves to api too.
-var leaseSeconds = CheckLeaseSeconds
-
 // leaseOf is the lease id among those a Mutation carries (nil when absent).
 func leaseOf(m Mutation, id uuid.UUID) *MutationLease {
 	if m.Gauge == nil {
@@ -168,15 +164,9 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	if s.leases == nil || s.leaseIndex == nil {
 		return GaugeResult{}, errors.New("engine: leases are not wired")
 	}
-	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
+	m, err := s.gaugeMetric(ctx, scope, metricKey)
 	if err != nil {
 		return GaugeResult{}, err
-	}
-	if !ok {
-		return GaugeResult{}, NotFound("billable metric not found")
-	}
-	if m.Type != MetricGauge {
-		return GaugeResult{}, BadRequest("billable_metric_key", "the metric is not a gauge")
 	}
 	c, err := s.customers.Resolve(ctx, scope, ref, false)
 	if err != nil {

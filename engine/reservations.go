@@ -63,24 +63,24 @@ func NewReservations(d ReservationsDeps) *Reservations {
 		hot: d.Hot, reader: d.Holds, clock: d.Clock}
 }
 
-// ReserveInput is the body of POST /v1/reservations.
-type ReserveInput struct {
-	CustomerID         *string  `json:"customer_id"`
-	ExternalCustomerID *string  `json:"external_customer_id"`
-	BillableMetricKey  *string  `json:"billable_metric_key"`
-	EstimatedUnits     *int64   `json:"estimated_units"`
-	TTLSeconds         *int64   `json:"ttl_seconds"`
-	Metadata           Metadata `json:"metadata"`
-	// Items is the multi-metric form: given instead of billable_metric_key
-	// and estimated_units, the items' summed estimated cost is held, all or
-	// none.
-	Items []ReserveItem `json:"items"`
+// CreateReservation is a checked reservation request: Metric and
+// EstimatedUnits for one metric, or Items (non-nil) for several.
+type CreateReservation struct {
+	// Customer is by id (created when unknown) or strictly by external id.
+	Customer       CustomerRef
+	Metric         string
+	EstimatedUnits int64
+	// TTLSeconds is how long the hold stands, 1 to MaxReservationTTLSeconds.
+	TTLSeconds int64
+	// Metadata is canonical (nil when none was given).
+	Metadata Metadata
+	Items    []ReserveItem
 }
 
-// ReserveItem is one metric of a multi-metric reservation request.
+// ReserveItem is one checked metric of a multi-metric reservation.
 type ReserveItem struct {
-	BillableMetricKey *string `json:"billable_metric_key"`
-	EstimatedUnits    *int64  `json:"estimated_units"`
+	Metric         string
+	EstimatedUnits int64
 }
 
 // MaxReservationItems bounds a multi-metric reservation, as
@@ -112,50 +112,25 @@ type ReserveResult struct {
 	Items []ReservationItem `json:"items,omitempty"`
 }
 
-// Create holds the estimated cost. Errors: 400 (both or neither customer
-// ids, unknown strict external id, cross-tenant id), 422 (fields), 409
-// insufficient-credits, 500 when the metric has no active rule (as the spec
+// Create holds the estimated cost. Errors: 400 (unknown strict external
+// id, cross-tenant id), 422 (pricing overflow), 409 (insufficient credits,
+// usage not allowed), 500 when the metric has no active rule (as the spec
 // documents).
-func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ReserveInput) (ReserveResult, error) {
-	hasID := in.CustomerID != nil && *in.CustomerID != ""
-	hasExt := in.ExternalCustomerID != nil && *in.ExternalCustomerID != ""
-	if hasID == hasExt {
-		return ReserveResult{}, BadRequest("customer_id", "give exactly one of customer_id or external_customer_id")
-	}
+func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in CreateReservation) (ReserveResult, error) {
 	if in.Items != nil {
-		return s.createMulti(ctx, scope, tenant, idem, in, hasExt)
+		return s.createMulti(ctx, scope, tenant, idem, in)
 	}
-	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return ReserveResult{}, Invalid("billable_metric_key", "billable_metric_key is required")
-	}
-	if in.EstimatedUnits == nil {
-		return ReserveResult{}, Invalid("estimated_units", "estimated_units is required")
-	}
-	if *in.EstimatedUnits < 1 {
-		return ReserveResult{}, Invalid("estimated_units", "estimated_units must be >= 1")
-	}
-	ttl, err := holdTTL(in)
-	if err != nil {
-		return ReserveResult{}, err
-	}
-	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
-		return ReserveResult{}, err
-	}
-	meta, err := in.Metadata.Canonical("metadata")
-	if err != nil {
-		return ReserveResult{}, err
-	}
-	rule, err := s.ent.meteredRule(ctx, scope, *in.BillableMetricKey)
+	rule, err := s.ent.meteredRule(ctx, scope, in.Metric)
 	if err != nil {
 		if e, ok := AsError(err); ok && e.Kind == KindNotFound {
 			return ReserveResult{}, DocumentedInternal("the metric has no active metering rule")
 		}
 		return ReserveResult{}, err
 	}
-	if _, err := Price(rule, *in.EstimatedUnits); err != nil {
+	if _, err := Price(rule, in.EstimatedUnits); err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
 	}
-	c, err := s.holder(ctx, scope, in, hasExt)
+	c, err := s.holder(ctx, scope, in.Customer)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -165,38 +140,27 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	now := s.clock.Now()
 	cmd := ReserveCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
-		EstimatedUnits: *in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(ttl) * time.Second),
-		Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
+		EstimatedUnits: in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(in.TTLSeconds) * time.Second),
+		Metadata: orEmpty(in.Metadata), Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
 	if err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
 	}
-	m := res.Mutation
+	return reserveResult(c, res.Mutation), nil
+}
+
+// reserveResult is the 201 body of the hold m took for c.
+func reserveResult(c Customer, m Mutation) ReserveResult {
 	r := reservationOf(m)
 	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
 		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
 		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
-		Items: r.Items}, nil
-}
-
-// holdTTL is in's ttl_seconds (1 to 86400), or the default.
-func holdTTL(in ReserveInput) (int64, error) {
-	if in.TTLSeconds == nil {
-		return DefaultReservationTTLSeconds, nil
-	}
-	if ttl := *in.TTLSeconds; ttl >= 1 && ttl <= MaxReservationTTLSeconds {
-		return ttl, nil
-	}
-	return 0, Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		Items: r.Items}
 }
 
 // holder is the customer a hold is for: by id, created when unknown, or
 // strictly by external id (an unknown one is a 400).
-func (s *Reservations) holder(ctx context.Context, scope Scope, in ReserveInput, hasExt bool) (Customer, error) {
-	ref := CustomerRef{Value: derefString(in.CustomerID)}
-	if hasExt {
-		ref = CustomerRef{Value: *in.ExternalCustomerID, Strict: true}
-	}
+func (s *Reservations) holder(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
 	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict)
 	if e, ok := AsError(err); ok && e.Kind == KindNotFound {
 		return Customer{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
@@ -209,52 +173,32 @@ func (s *Reservations) holder(ctx context.Context, scope Scope, in ReserveInput,
 // item's error names it (items[2].estimated_units), and a metric without
 // an active rule is a 422 naming the item (the single form's 500 is the
 // spec's, kept for it alone).
-func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ReserveInput, hasExt bool) (ReserveResult, error) {
-	if in.BillableMetricKey != nil || in.EstimatedUnits != nil {
-		return ReserveResult{}, BadRequest("items", "give either items or billable_metric_key and estimated_units, not both")
-	}
-	if len(in.Items) < 1 || len(in.Items) > MaxReservationItems {
-		return ReserveResult{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxReservationItems))
-	}
-	seen := make(map[string]bool, len(in.Items))
-	for i, it := range in.Items {
-		if _, _, err := checkItem(i, it.BillableMetricKey, it.EstimatedUnits, reserveItemUnits, seen); err != nil {
-			return ReserveResult{}, err
-		}
-	}
-	ttl, err := holdTTL(in)
-	if err != nil {
-		return ReserveResult{}, err
-	}
-	meta, err := in.Metadata.Canonical("metadata")
-	if err != nil {
-		return ReserveResult{}, err
-	}
+func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in CreateReservation) (ReserveResult, error) {
 	lines := make([]ReserveLine, len(in.Items))
 	var units, cost int64
 	for i, it := range in.Items {
 		field := fmt.Sprintf("items[%d].", i)
-		rule, err := s.ent.meteredRule(ctx, scope, *it.BillableMetricKey)
+		rule, err := s.ent.meteredRule(ctx, scope, it.Metric)
 		if err != nil {
 			if e, ok := AsError(err); ok && e.Kind == KindNotFound {
-				return ReserveResult{}, Invalid(field+"billable_metric_key", "no active metering rule for "+*it.BillableMetricKey)
+				return ReserveResult{}, Invalid(field+"billable_metric_key", "no active metering rule for "+it.Metric)
 			}
 			return ReserveResult{}, refield(err, "billable_metric_key", field+"billable_metric_key")
 		}
-		c, err := Price(rule, *it.EstimatedUnits)
+		c, err := Price(rule, it.EstimatedUnits)
 		if err != nil {
 			return ReserveResult{}, priceError(err, field+"estimated_units")
 		}
 		var ok bool
-		if units, ok = addInt64(units, *it.EstimatedUnits); !ok {
+		if units, ok = addInt64(units, it.EstimatedUnits); !ok {
 			return ReserveResult{}, Invalid("items", "the items' total estimated units would overflow a 64-bit amount")
 		}
 		if cost, ok = addInt64(cost, c); !ok {
 			return ReserveResult{}, Invalid("items", "the items' total estimated cost would overflow a 64-bit amount")
 		}
-		lines[i] = ReserveLine{Metric: rule.BillableMetricKey, EstimatedUnits: *it.EstimatedUnits, Terms: TermsOf(rule)}
+		lines[i] = ReserveLine{Metric: rule.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, Terms: TermsOf(rule)}
 	}
-	c, err := s.holder(ctx, scope, in, hasExt)
+	c, err := s.holder(ctx, scope, in.Customer)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -266,17 +210,12 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 	now := s.clock.Now()
 	cmd := ReserveCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
-		ExpiresAt: now.Add(time.Duration(ttl) * time.Second), Metadata: orEmpty(meta), Context: contextOf(c, tenant)}
+		ExpiresAt: now.Add(time.Duration(in.TTLSeconds) * time.Second), Metadata: orEmpty(in.Metadata), Context: contextOf(c, tenant)}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
 	if err != nil {
 		return ReserveResult{}, priceError(err, "items")
 	}
-	m := res.Mutation
-	r := reservationOf(m)
-	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
-		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
-		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
-		Items: r.Items}, nil
+	return reserveResult(c, res.Mutation), nil
 }
 
 // Get reads a hold of the tenant, in either environment. Errors: 404.
@@ -417,11 +356,4 @@ func reservationOf(m Mutation) Reservation {
 func holdAccount(m Mutation) HoldAccount {
 	a := m.Account
 	return HoldAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
-}
-
-func derefString(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }

@@ -137,7 +137,7 @@ func TestHoldsSettleFromRedis(t *testing.T) {
 				status = r.Status
 			} else {
 				var r CommitResult
-				r, err = svc.Commit(ctx, scope, Tenant{ID: key.TenantID}, id, Idempotency{}, CommitInput{ActualUnits: &zero})
+				r, err = svc.Commit(ctx, scope, Tenant{ID: key.TenantID}, id, Idempotency{}, CommitReservation{ActualUnits: zero})
 				status = r.Status
 			}
 			if !errors.Is(err, tc.wantErr) {
