@@ -1,6 +1,9 @@
 package api
 
 import (
+	"strings"
+	"unicode/utf8"
+
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
@@ -69,11 +72,15 @@ func (s *Server) listPlans(c *call) error {
 
 // createPlan answers POST /v1/plans with 201.
 func (s *Server) createPlan(c *call) error {
-	var in engine.CreatePlanInput
+	var in CreatePlanPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	p, err := s.plans.CreatePlan(c.reqContext(), c.scope, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	p, err := s.plans.CreatePlan(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -99,11 +106,15 @@ func (s *Server) patchPlan(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.UpdatePlanInput
+	var in UpdatePlanPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	p, err := s.plans.UpdatePlan(c.reqContext(), c.scope, id, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	p, err := s.plans.UpdatePlan(c.reqContext(), c.scope, id, cmd)
 	if err != nil {
 		return err
 	}
@@ -214,4 +225,79 @@ func (s *Server) getVariant(c *call) error {
 		return err
 	}
 	return c.json(fasthttp.StatusOK, v)
+}
+
+// CreatePlanPayload is the body of POST /v1/plans; the console's plan form
+// builds it too.
+type CreatePlanPayload struct {
+	Name      *string         `json:"name"`
+	IsDefault *bool           `json:"is_default"`
+	Metadata  engine.Metadata `json:"metadata"`
+}
+
+// ToCommand checks the body, naming the first wrong field, and returns the
+// plan to create.
+func (in *CreatePlanPayload) ToCommand() (engine.CreatePlan, error) {
+	if in.Name == nil {
+		return engine.CreatePlan{}, engine.Invalid("name", "name is required")
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreatePlan{}, err
+	}
+	if err := checkPlanName(*in.Name); err != nil {
+		return engine.CreatePlan{}, err
+	}
+	return engine.CreatePlan{Name: *in.Name, IsDefault: in.IsDefault != nil && *in.IsDefault, Metadata: meta}, nil
+}
+
+// UpdatePlanPayload is the body of PATCH /v1/plans/{id}; the console's plan
+// edit form builds it too. An absent member keeps its value.
+type UpdatePlanPayload struct {
+	Name      *string         `json:"name"`
+	Status    *string         `json:"status"`
+	IsDefault *bool           `json:"is_default"`
+	Metadata  engine.Metadata `json:"metadata"`
+}
+
+// ToCommand checks the body, naming the first wrong field, and returns the
+// change.
+func (in *UpdatePlanPayload) ToCommand() (engine.UpdatePlan, error) {
+	if in.Name != nil {
+		if err := checkPlanName(*in.Name); err != nil {
+			return engine.UpdatePlan{}, err
+		}
+	}
+	status, err := planStatus(in.Status)
+	if err != nil {
+		return engine.UpdatePlan{}, err
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.UpdatePlan{}, err
+	}
+	return engine.UpdatePlan{Name: in.Name, Status: status, IsDefault: in.IsDefault, Metadata: meta}, nil
+}
+
+// checkPlanName checks a plan name sent on create or update.
+func checkPlanName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return engine.Invalid("name", "name must not be empty")
+	}
+	if utf8.RuneCountInString(name) > engine.MaxPlanNameChars {
+		return engine.Invalid("name", "name is longer than 200 characters")
+	}
+	return engine.CheckLine("name", name)
+}
+
+// planStatus checks a plan's or a variant's status when sent.
+func planStatus(v *string) (*engine.PlanStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	st := engine.PlanStatus(*v)
+	if !st.Valid() {
+		return nil, engine.Invalid("status", "status must be active or retired")
+	}
+	return &st, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 )
 
@@ -35,7 +36,13 @@ func (c *Console) createPlan(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	isDefault := r.PostFormValue("is_default") == "on"
-	plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, engine.CreatePlanInput{Name: &name, IsDefault: &isDefault})
+	in := api.CreatePlanPayload{Name: &name, IsDefault: &isDefault}
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, cmd)
 	if err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
@@ -102,7 +109,13 @@ func (c *Console) updatePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	name, status := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("status")
 	isDefault := r.PostFormValue("is_default") == "on"
-	plan, err := c.cfg.Plans.UpdatePlan(r.Context(), p.scope, planID, engine.UpdatePlanInput{Name: &name, Status: &status, IsDefault: &isDefault})
+	in := api.UpdatePlanPayload{Name: &name, Status: &status, IsDefault: &isDefault}
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	plan, err := c.cfg.Plans.UpdatePlan(r.Context(), p.scope, planID, cmd)
 	if err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return

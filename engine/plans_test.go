@@ -127,15 +127,6 @@ func TestPlanAndVariantInputValidate(t *testing.T) {
 		in    interface{ Validate() error }
 		field string
 	}{
-		{"plan ok", &CreatePlanInput{Name: planPtr("Pro")}, ""},
-		{"plan name missing", &CreatePlanInput{}, "name"},
-		{"plan name blank", &CreatePlanInput{Name: planPtr("  ")}, "name"},
-		{"plan name 200", &CreatePlanInput{Name: planPtr(repeat("é", 200))}, ""},
-		{"plan name 201", &CreatePlanInput{Name: planPtr(repeat("n", 201))}, "name"},
-		{"patch empty", &UpdatePlanInput{}, ""},
-		{"patch blank name", &UpdatePlanInput{Name: planPtr("")}, "name"},
-		{"patch bad status", &UpdatePlanInput{Status: planPtr("archived")}, "status"},
-		{"patch retired", &UpdatePlanInput{Status: planPtr("retired")}, ""},
 		{"variant ok", &CreateVariantInput{BillingCycle: planPtr("monthly")}, ""},
 		{"variant every cycle", &CreateVariantInput{BillingCycle: planPtr("one_time"), TrialDays: planPtr(0), BillingMode: planPtr("postpaid"),
 			RenewalDueDays: planPtr(0), GracePeriodDays: planPtr(MaxVariantDays)}, ""},
