@@ -69,11 +69,15 @@ func (s *Server) listPlans(c *call) error {
 
 // createPlan answers POST /v1/plans with 201.
 func (s *Server) createPlan(c *call) error {
-	var in engine.CreatePlanInput
+	var in CreatePlanPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	p, err := s.plans.CreatePlan(c.reqContext(), c.scope, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	p, err := s.plans.CreatePlan(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -99,11 +103,15 @@ func (s *Server) patchPlan(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.UpdatePlanInput
+	var in UpdatePlanPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	p, err := s.plans.UpdatePlan(c.reqContext(), c.scope, id, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	p, err := s.plans.UpdatePlan(c.reqContext(), c.scope, id, cmd)
 	if err != nil {
 		return err
 	}
@@ -130,11 +138,15 @@ func (s *Server) createVariant(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.CreateVariantInput
+	var in CreateVariantPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	v, err := s.plans.CreateVariant(c.reqContext(), c.scope, id, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	v, err := s.plans.CreateVariant(c.reqContext(), c.scope, id, cmd)
 	if err != nil {
 		return err
 	}
@@ -156,11 +168,15 @@ func (s *Server) patchVariant(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.UpdateVariantInput
+	var in UpdateVariantPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	v, err := s.plans.UpdateVariant(c.reqContext(), c.scope, planID, variantID, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	v, err := s.plans.UpdateVariant(c.reqContext(), c.scope, planID, variantID, cmd)
 	if err != nil {
 		return err
 	}
@@ -173,11 +189,15 @@ func (s *Server) createPlanGrant(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.CreateGrantInput
+	var in PlanGrantPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	g, err := s.plans.CreateGrant(c.reqContext(), c.scope, planID, variantID, in)
+	cmd, err := in.ToCommand()
+	if err != nil {
+		return err
+	}
+	g, err := s.plans.CreateGrant(c.reqContext(), c.scope, planID, variantID, cmd)
 	if err != nil {
 		return err
 	}
@@ -191,11 +211,15 @@ func (s *Server) putVariantEntitlement(c *call) error {
 	if err != nil {
 		return err
 	}
-	var in engine.EntitlementInput
+	var in entitlementPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	e, err := s.plans.PutEntitlement(c.reqContext(), c.scope, planID, variantID, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	e, err := s.plans.PutEntitlement(c.reqContext(), c.scope, planID, variantID, cmd)
 	if err != nil {
 		return err
 	}

@@ -28,11 +28,15 @@ func (c *call) subscriptionID() string {
 
 // createSubscription answers POST /v1/subscriptions with 201.
 func (s *Server) createSubscription(c *call) error {
-	var in engine.CreateSubscriptionInput
+	var in createSubscriptionPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
-	sub, err := s.subscriptions.Create(c.reqContext(), c.scope, in)
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	sub, err := s.subscriptions.Create(c.reqContext(), c.scope, cmd)
 	if err != nil {
 		return err
 	}
@@ -84,14 +88,14 @@ func (s *Server) renewSubscription(c *call) error {
 // cancelSubscription answers POST /v1/subscriptions/{id}/cancel; the body
 // {at_period_end} is optional.
 func (s *Server) cancelSubscription(c *call) error {
-	var in engine.CancelInput
+	var in cancelPayload
 	if body := c.ctx.Request.Body(); len(body) > 0 {
 		if err := decodeBody(body, &in); err != nil {
 			return err
 		}
 	}
 	return s.subscriptionReply(c, func() (engine.Subscription, error) {
-		return s.subscriptions.Cancel(c.reqContext(), c.scope, c.subscriptionID(), in)
+		return s.subscriptions.Cancel(c.reqContext(), c.scope, c.subscriptionID(), in.toCommand())
 	})
 }
 
@@ -111,12 +115,16 @@ func (s *Server) resumeSubscription(c *call) error {
 
 // upgradeSubscription answers POST /v1/subscriptions/{id}/upgrade.
 func (s *Server) upgradeSubscription(c *call) error {
-	var in engine.UpgradeInput
+	var in upgradePayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
 	return s.subscriptionReply(c, func() (engine.Subscription, error) {
-		return s.subscriptions.Upgrade(c.reqContext(), c.scope, c.subscriptionID(), in)
+		return s.subscriptions.Upgrade(c.reqContext(), c.scope, c.subscriptionID(), cmd)
 	})
 }
 
@@ -126,4 +134,50 @@ func (s *Server) subscriptionReply(c *call, fn func() (engine.Subscription, erro
 		return err
 	}
 	return c.json(fasthttp.StatusOK, sub)
+}
+
+// createSubscriptionPayload is the body of POST /v1/subscriptions.
+type createSubscriptionPayload struct {
+	CustomerID    *string         `json:"customer_id"`
+	PlanVariantID *string         `json:"plan_variant_id"`
+	Metadata      engine.Metadata `json:"metadata"`
+}
+
+// toCommand checks the body, naming the first wrong member; the ids are
+// resolved (or not found) by the engine.
+func (in *createSubscriptionPayload) toCommand() (engine.CreateSubscription, error) {
+	if in.CustomerID == nil || *in.CustomerID == "" {
+		return engine.CreateSubscription{}, engine.Invalid("customer_id", "customer_id is required")
+	}
+	if in.PlanVariantID == nil || *in.PlanVariantID == "" {
+		return engine.CreateSubscription{}, engine.Invalid("plan_variant_id", "plan_variant_id is required")
+	}
+	meta, err := in.Metadata.Canonical("metadata")
+	if err != nil {
+		return engine.CreateSubscription{}, err
+	}
+	return engine.CreateSubscription{CustomerID: *in.CustomerID, PlanVariantID: *in.PlanVariantID, Metadata: meta}, nil
+}
+
+// cancelPayload is the optional body of POST /v1/subscriptions/{id}/cancel.
+type cancelPayload struct {
+	AtPeriodEnd *bool `json:"at_period_end"`
+}
+
+// toCommand reads the body; an absent at_period_end cancels now.
+func (in *cancelPayload) toCommand() engine.CancelSubscription {
+	return engine.CancelSubscription{AtPeriodEnd: in.AtPeriodEnd != nil && *in.AtPeriodEnd}
+}
+
+// upgradePayload is the body of POST /v1/subscriptions/{id}/upgrade.
+type upgradePayload struct {
+	PlanVariantID *string `json:"plan_variant_id"`
+}
+
+// toCommand checks the body; the variant is resolved by the engine.
+func (in *upgradePayload) toCommand() (engine.UpgradeSubscription, error) {
+	if in.PlanVariantID == nil || *in.PlanVariantID == "" {
+		return engine.UpgradeSubscription{}, engine.Invalid("plan_variant_id", "plan_variant_id is required")
+	}
+	return engine.UpgradeSubscription{PlanVariantID: *in.PlanVariantID}, nil
 }

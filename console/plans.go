@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/creditd/creditd/api"
 	"github.com/creditd/creditd/engine"
 )
 
@@ -35,7 +36,13 @@ func (c *Console) createPlan(w http.ResponseWriter, r *http.Request) {
 	p := principalOf(r)
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	isDefault := r.PostFormValue("is_default") == "on"
-	plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, engine.CreatePlanInput{Name: &name, IsDefault: &isDefault})
+	in := api.CreatePlanPayload{Name: &name, IsDefault: &isDefault}
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, cmd)
 	if err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
@@ -52,7 +59,7 @@ func (c *Console) createVariant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cycle, mode := r.PostFormValue("billing_cycle"), r.PostFormValue("billing_mode")
-	in := engine.CreateVariantInput{BillingCycle: &cycle, BillingMode: &mode}
+	in := api.CreateVariantPayload{BillingCycle: &cycle, BillingMode: &mode}
 	if v := strings.TrimSpace(r.PostFormValue("trial_days")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -61,7 +68,12 @@ func (c *Console) createVariant(w http.ResponseWriter, r *http.Request) {
 		}
 		in.TrialDays = &n
 	}
-	if _, err := c.cfg.Plans.CreateVariant(r.Context(), p.scope, planID, in); err != nil {
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	if _, err := c.cfg.Plans.CreateVariant(r.Context(), p.scope, planID, cmd); err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}
@@ -83,8 +95,13 @@ func (c *Console) createGrant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	interval, typ := strings.TrimSpace(r.PostFormValue("grant_interval")), r.PostFormValue("grant_type")
-	in := engine.CreateGrantInput{Credits: &amount, GrantInterval: &interval, GrantType: &typ}
-	if _, err := c.cfg.Plans.CreateGrant(r.Context(), p.scope, planID, variantID, in); err != nil {
+	in := api.PlanGrantPayload{Credits: &amount, GrantInterval: &interval, GrantType: &typ}
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	if _, err := c.cfg.Plans.CreateGrant(r.Context(), p.scope, planID, variantID, cmd); err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}
@@ -102,7 +119,13 @@ func (c *Console) updatePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	name, status := strings.TrimSpace(r.PostFormValue("name")), r.PostFormValue("status")
 	isDefault := r.PostFormValue("is_default") == "on"
-	plan, err := c.cfg.Plans.UpdatePlan(r.Context(), p.scope, planID, engine.UpdatePlanInput{Name: &name, Status: &status, IsDefault: &isDefault})
+	in := api.UpdatePlanPayload{Name: &name, Status: &status, IsDefault: &isDefault}
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	plan, err := c.cfg.Plans.UpdatePlan(r.Context(), p.scope, planID, cmd)
 	if err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
@@ -122,7 +145,7 @@ func (c *Console) updateVariant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := r.PostFormValue("status")
-	in := engine.UpdateVariantInput{Status: &status}
+	in := api.UpdateVariantPayload{Status: &status}
 	if v := strings.TrimSpace(r.PostFormValue("trial_days")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -131,7 +154,12 @@ func (c *Console) updateVariant(w http.ResponseWriter, r *http.Request) {
 		}
 		in.TrialDays = &n
 	}
-	if _, err := c.cfg.Plans.UpdateVariant(r.Context(), p.scope, planID, variantID, in); err != nil {
+	cmd, err := in.ToCommand()
+	if err != nil {
+		c.backErr(w, r, plansURL(p), err)
+		return
+	}
+	if _, err := c.cfg.Plans.UpdateVariant(r.Context(), p.scope, planID, variantID, cmd); err != nil {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -38,39 +37,33 @@ func NewOverrides(store OverrideStore, subs SubscriptionReader, metrics MetricLo
 	return &Overrides{store: store, subs: subs, metrics: metrics, ents: ents, clock: clock}
 }
 
-// CreateOverrideInput is the body of POST /v1/subscriptions/{id}/overrides.
-type CreateOverrideInput struct {
-	BillableMetricKey *string         `json:"billable_metric_key"`
-	Value             json.RawMessage `json:"value"`
-	ExpiresAt         *string         `json:"expires_at"`
-	Reason            *string         `json:"reason"`
+// CreateOverride is a checked request to add an override: api builds it
+// from the body of POST /v1/subscriptions/{id}/overrides. Value is checked
+// against the metric's type here, once the metric is read.
+type CreateOverride struct {
+	BillableMetricKey string
+	Value             json.RawMessage // not empty, not null
+	ExpiresAt         *time.Time      // parsed, UTC, to the millisecond; nil: permanent
+	Reason            *string
 }
 
-// UpdateOverrideInput is the body of PATCH .../overrides/{key}. ExpiresAt is
-// raw so an explicit null (permanent) differs from an omitted member (keep).
-type UpdateOverrideInput struct {
-	Value     json.RawMessage `json:"value"`
-	ExpiresAt json.RawMessage `json:"expires_at"`
-	Reason    *string         `json:"reason"`
+// UpdateOverride is a checked PATCH of an override. SetExpiry with a nil
+// ExpiresAt makes it permanent; a nil Value or Reason keeps its value.
+// ValueErr is a value sent as null: it is named after the subscription is
+// found, as the answer always named it.
+type UpdateOverride struct {
+	Value     json.RawMessage
+	ValueErr  error
+	SetExpiry bool
+	ExpiresAt *time.Time // parsed, UTC, to the millisecond
+	Reason    *string
 }
 
-// overrideExpiry reads an override expires_at: an RFC 3339 instant in the
-// future. The spec lists only 400s for override bodies, so it is one.
-func overrideExpiry(raw string, now time.Time) (*time.Time, error) {
-	t, err := ParseInstant("expires_at", raw, KindBadRequest)
-	if err != nil {
-		return nil, err
-	}
-	t = t.UTC().Truncate(time.Millisecond)
-	if !t.After(now) {
-		return nil, BadRequest("expires_at", "expires_at must be in the future")
-	}
-	return &t, nil
-}
-
-func checkReason(r *string) error {
-	if r != nil && utf8.RuneCountInString(*r) > MaxOverrideReasonChars {
-		return BadRequest("reason", "reason is longer than 1000 characters")
+// checkOverrideExpiry refuses an expiry that is not in the future. The spec
+// lists only 400s for override bodies, so it is one.
+func checkOverrideExpiry(t *time.Time, now time.Time) error {
+	if t != nil && !t.After(now) {
+		return BadRequest("expires_at", "expires_at must be in the future")
 	}
 	return nil
 }
@@ -122,32 +115,19 @@ func (s *Overrides) List(ctx context.Context, scope Scope, subscription uuid.UUI
 	return list, nil
 }
 
-// Create adds a live override. Errors: 400 (missing field, metered metric,
-// value not shaped for the type, bad expires_at), 404 (subscription, metric),
-// 409 (a live override exists for the metric).
-func (s *Overrides) Create(ctx context.Context, scope Scope, subscription uuid.UUID, in CreateOverrideInput) (Override, error) {
-	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return Override{}, BadRequest("billable_metric_key", "billable_metric_key is required")
-	}
-	if len(in.Value) == 0 || string(in.Value) == "null" {
-		return Override{}, BadRequest("value", "value is required")
-	}
-	if err := checkReason(in.Reason); err != nil {
-		return Override{}, err
-	}
+// Create adds a live override. Errors: 400 (metered metric, value not
+// shaped for the type, expires_at not in the future), 404 (subscription,
+// metric), 409 (a live override exists for the metric).
+func (s *Overrides) Create(ctx context.Context, scope Scope, subscription uuid.UUID, in CreateOverride) (Override, error) {
 	now := s.clock.Now()
-	var expires *time.Time
-	if in.ExpiresAt != nil {
-		var err error
-		if expires, err = overrideExpiry(*in.ExpiresAt, now); err != nil {
-			return Override{}, err
-		}
+	if err := checkOverrideExpiry(in.ExpiresAt, now); err != nil {
+		return Override{}, err
 	}
 	sub, err := s.subscription(ctx, scope, subscription)
 	if err != nil {
 		return Override{}, err
 	}
-	m, err := s.overridable(ctx, scope, *in.BillableMetricKey)
+	m, err := s.overridable(ctx, scope, in.BillableMetricKey)
 	if err != nil {
 		return Override{}, err
 	}
@@ -156,7 +136,7 @@ func (s *Overrides) Create(ctx context.Context, scope Scope, subscription uuid.U
 		return Override{}, err
 	}
 	o := Override{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, SubscriptionID: sub.ID,
-		BillableMetricID: m.ID, BillableMetricKey: m.Key, Value: val, ExpiresAt: expires,
+		BillableMetricID: m.ID, BillableMetricKey: m.Key, Value: val, ExpiresAt: in.ExpiresAt,
 		CreatedAt: now, UpdatedAt: now}
 	if in.Reason != nil {
 		o.Reason = *in.Reason
@@ -173,34 +153,20 @@ func (s *Overrides) Create(ctx context.Context, scope Scope, subscription uuid.U
 
 // Update changes the live override of key: value (shaped by the type),
 // expires_at (null: permanent, omitted: kept), reason. Errors: 400, 404.
-func (s *Overrides) Update(ctx context.Context, scope Scope, subscription uuid.UUID, key string, in UpdateOverrideInput) (Override, error) {
-	if err := checkReason(in.Reason); err != nil {
-		return Override{}, err
-	}
+func (s *Overrides) Update(ctx context.Context, scope Scope, subscription uuid.UUID, key string, in UpdateOverride) (Override, error) {
 	now := s.clock.Now()
-	setExpiry, clearExpiry := false, false
-	var expires *time.Time
-	switch {
-	case len(in.ExpiresAt) == 0:
-	case string(in.ExpiresAt) == "null":
-		setExpiry, clearExpiry = true, true
-	default:
-		var raw string
-		if json.Unmarshal(in.ExpiresAt, &raw) != nil {
-			return Override{}, BadRequest("expires_at", "expires_at must be an RFC 3339 date-time or null")
-		}
-		var err error
-		if expires, err = overrideExpiry(raw, now); err != nil {
-			return Override{}, err
-		}
-		setExpiry = true
+	if err := checkOverrideExpiry(in.ExpiresAt, now); err != nil {
+		return Override{}, err
 	}
 	sub, err := s.subscription(ctx, scope, subscription)
 	if err != nil {
 		return Override{}, err
 	}
+	if in.ValueErr != nil {
+		return Override{}, in.ValueErr
+	}
 	var val json.RawMessage
-	if len(in.Value) > 0 && string(in.Value) != "null" {
+	if len(in.Value) > 0 {
 		m, err := s.overridable(ctx, scope, key)
 		if err != nil {
 			if e, ok := AsError(err); ok && e.Kind == KindNotFound {
@@ -211,18 +177,13 @@ func (s *Overrides) Update(ctx context.Context, scope Scope, subscription uuid.U
 		if val, err = EntitlementValue(m.Type, in.Value); err != nil {
 			return Override{}, err
 		}
-	} else if string(in.Value) == "null" {
-		return Override{}, BadRequest("value", "value cannot be null; omit it to keep the value")
 	}
 	o, err := s.store.UpdateOverride(ctx, scope, sub.ID, key, now, func(o *Override) error {
 		if val != nil {
 			o.Value = val
 		}
-		if setExpiry {
-			o.ExpiresAt = expires
-			if clearExpiry {
-				o.ExpiresAt = nil
-			}
+		if in.SetExpiry {
+			o.ExpiresAt = in.ExpiresAt
 		}
 		if in.Reason != nil {
 			o.Reason = *in.Reason

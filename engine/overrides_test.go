@@ -183,29 +183,24 @@ func wantOverrideErr(t *testing.T, what string, err error, kind Kind, field stri
 func TestOverrideCreateRules(t *testing.T) {
 	f := newOverrideFixture()
 	ctx := context.Background()
-	future := f.clock.Now().Add(time.Hour).Format(time.RFC3339)
-	past := f.clock.Now().Add(-time.Hour).Format(time.RFC3339)
+	future := f.clock.Now().Add(time.Hour).Truncate(time.Second)
+	past := f.clock.Now().Add(-time.Hour).Truncate(time.Second)
 	tests := []struct {
 		name  string
 		scope Scope
-		in    CreateOverrideInput
+		in    CreateOverride
 		kind  Kind
 		field string
 	}{
-		{"missing key", f.scope, CreateOverrideInput{Value: json.RawMessage(`{"cap":1}`)}, KindBadRequest, "billable_metric_key"},
-		{"empty key", f.scope, CreateOverrideInput{BillableMetricKey: ovStr(""), Value: json.RawMessage(`{"cap":1}`)}, KindBadRequest, "billable_metric_key"},
-		{"missing value", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats")}, KindBadRequest, "value"},
-		{"null value", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`null`)}, KindBadRequest, "value"},
-		{"metered", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("api"), Value: json.RawMessage(`{"enabled":false}`)}, KindBadRequest, "billable_metric_key"},
-		{"unknown metric", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("nope"), Value: json.RawMessage(`{"cap":1}`)}, KindNotFound, "billable_metric_key"},
-		{"gauge without cap", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"enabled":true}`)}, KindBadRequest, "value.cap"},
-		{"negative cap", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":-1}`)}, KindBadRequest, "value.cap"},
-		{"boolean without enabled", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("sso"), Value: json.RawMessage(`{"cap":1}`)}, KindBadRequest, "value.enabled"},
-		{"static config not an object", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("limits"), Value: json.RawMessage(`{"config":[1]}`)}, KindBadRequest, "value.config"},
-		{"value not an object", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`5`)}, KindBadRequest, "value"},
-		{"bad expires_at", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":1}`), ExpiresAt: ovStr("tomorrow")}, KindBadRequest, "expires_at"},
-		{"past expires_at", f.scope, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":1}`), ExpiresAt: &past}, KindBadRequest, "expires_at"},
-		{"other environment", f.sandbox, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":1}`)}, KindNotFound, ""},
+		{"metered", f.scope, CreateOverride{BillableMetricKey: "api", Value: json.RawMessage(`{"enabled":false}`)}, KindBadRequest, "billable_metric_key"},
+		{"unknown metric", f.scope, CreateOverride{BillableMetricKey: "nope", Value: json.RawMessage(`{"cap":1}`)}, KindNotFound, "billable_metric_key"},
+		{"gauge without cap", f.scope, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"enabled":true}`)}, KindBadRequest, "value.cap"},
+		{"negative cap", f.scope, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":-1}`)}, KindBadRequest, "value.cap"},
+		{"boolean without enabled", f.scope, CreateOverride{BillableMetricKey: "sso", Value: json.RawMessage(`{"cap":1}`)}, KindBadRequest, "value.enabled"},
+		{"static config not an object", f.scope, CreateOverride{BillableMetricKey: "limits", Value: json.RawMessage(`{"config":[1]}`)}, KindBadRequest, "value.config"},
+		{"value not an object", f.scope, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`5`)}, KindBadRequest, "value"},
+		{"past expires_at", f.scope, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":1}`), ExpiresAt: &past}, KindBadRequest, "expires_at"},
+		{"other environment", f.sandbox, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":1}`)}, KindNotFound, ""},
 	}
 	for _, tc := range tests {
 		_, err := f.svc.Create(ctx, tc.scope, f.sub.ID, tc.in)
@@ -214,25 +209,25 @@ func TestOverrideCreateRules(t *testing.T) {
 	if f.forgets() != 0 {
 		t.Fatalf("failed creates made the plan view forget %d times", f.forgets())
 	}
-	if _, err := f.svc.Create(ctx, f.scope, uuid.New(), CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":1}`)}); err == nil {
+	if _, err := f.svc.Create(ctx, f.scope, uuid.New(), CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":1}`)}); err == nil {
 		t.Error("unknown subscription accepted")
 	}
 
-	o, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap": 7, "extra": 1}`), ExpiresAt: &future})
+	o, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap": 7, "extra": 1}`), ExpiresAt: &future})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(o.Value) != `{"cap":7}` || o.Reason != "" || o.ExpiresAt == nil || o.SubscriptionID != f.sub.ID || o.TenantID != f.scope.TenantID || o.BillableMetricKey != "seats" {
 		t.Errorf("created %+v", o)
 	}
-	_, err = f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":8}`)})
+	_, err = f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":8}`)})
 	wantOverrideErr(t, "second live override", err, KindConflict, "billable_metric_key")
 
 	f.clock.add(2 * time.Hour)
 	if list, _ := f.svc.List(ctx, f.scope, f.sub.ID); len(list) != 0 || list == nil {
 		t.Errorf("an expired override is listed: %+v", list)
 	}
-	again, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("seats"), Value: json.RawMessage(`{"cap":8}`), Reason: ovStr("renewed deal")})
+	again, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverride{BillableMetricKey: "seats", Value: json.RawMessage(`{"cap":8}`), Reason: ovStr("renewed deal")})
 	if err != nil || again.ID == o.ID || again.Reason != "renewed deal" {
 		t.Fatalf("replacing an expired override: %+v, %v", again, err)
 	}
@@ -250,8 +245,8 @@ func TestOverrideCreateRules(t *testing.T) {
 func TestOverrideUpdateDelete(t *testing.T) {
 	f := newOverrideFixture()
 	ctx := context.Background()
-	future := f.clock.Now().Add(time.Hour).Format(time.RFC3339)
-	o, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("sso"), Value: json.RawMessage(`{"enabled":true}`), ExpiresAt: &future, Reason: ovStr("trial")})
+	future := f.clock.Now().Add(time.Hour).Truncate(time.Second)
+	o, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverride{BillableMetricKey: "sso", Value: json.RawMessage(`{"enabled":true}`), ExpiresAt: &future, Reason: ovStr("trial")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,27 +257,30 @@ func TestOverrideUpdateDelete(t *testing.T) {
 	}
 	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()})
 
-	u, err := f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverrideInput{Reason: ovStr("sales")})
+	u, err := f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{Reason: ovStr("sales")})
 	if err != nil || u.ExpiresAt == nil || !u.ExpiresAt.Equal(*o.ExpiresAt) || u.Reason != "sales" || string(u.Value) != `{"enabled":true}` {
 		t.Fatalf("update reason only: %+v, %v", u, err)
 	}
 	if cached() {
 		t.Error("the snapshot survived an override update")
 	}
-	u, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverrideInput{ExpiresAt: json.RawMessage(`null`), Value: json.RawMessage(`{"enabled":false}`)})
+	u, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{SetExpiry: true, Value: json.RawMessage(`{"enabled":false}`)})
 	if err != nil || u.ExpiresAt != nil || string(u.Value) != `{"enabled":false}` || u.Reason != "sales" {
 		t.Fatalf("update to permanent: %+v, %v", u, err)
 	}
-	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverrideInput{Value: json.RawMessage(`{"cap":1}`)})
+	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{Value: json.RawMessage(`{"cap":1}`)})
 	wantOverrideErr(t, "value mismatch", err, KindBadRequest, "value.enabled")
-	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverrideInput{ExpiresAt: json.RawMessage(`12`)})
-	wantOverrideErr(t, "expires_at not a string", err, KindBadRequest, "expires_at")
-	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "seats", UpdateOverrideInput{Reason: ovStr("x")})
+	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "seats", UpdateOverride{Reason: ovStr("x")})
 	wantOverrideErr(t, "no override of that metric", err, KindNotFound, "")
-	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "nope", UpdateOverrideInput{Value: json.RawMessage(`{"cap":1}`)})
+	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "nope", UpdateOverride{Value: json.RawMessage(`{"cap":1}`)})
 	wantOverrideErr(t, "unknown metric", err, KindNotFound, "")
-	_, err = f.svc.Update(ctx, f.sandbox, f.sub.ID, "sso", UpdateOverrideInput{Reason: ovStr("x")})
+	_, err = f.svc.Update(ctx, f.sandbox, f.sub.ID, "sso", UpdateOverride{Reason: ovStr("x")})
 	wantOverrideErr(t, "other environment", err, KindNotFound, "")
+	nullValue := BadRequest("value", "value cannot be null; omit it to keep the value")
+	_, err = f.svc.Update(ctx, f.sandbox, f.sub.ID, "sso", UpdateOverride{ValueErr: nullValue})
+	wantOverrideErr(t, "null value, other environment", err, KindNotFound, "")
+	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{ValueErr: nullValue})
+	wantOverrideErr(t, "null value", err, KindBadRequest, "value")
 
 	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()})
 	if err := f.svc.Delete(ctx, f.scope, f.sub.ID, "sso"); err != nil {
@@ -296,7 +294,7 @@ func TestOverrideUpdateDelete(t *testing.T) {
 	if list, _ := f.svc.List(ctx, f.scope, f.sub.ID); len(list) != 0 {
 		t.Errorf("listed after delete: %+v", list)
 	}
-	if _, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverrideInput{BillableMetricKey: ovStr("sso"), Value: json.RawMessage(`{"enabled":true}`)}); err != nil {
+	if _, err := f.svc.Create(ctx, f.scope, f.sub.ID, CreateOverride{BillableMetricKey: "sso", Value: json.RawMessage(`{"enabled":true}`)}); err != nil {
 		t.Errorf("create after delete: %v", err)
 	}
 	if f.forgets() != 5 {

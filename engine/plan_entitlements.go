@@ -1,4 +1,5 @@
-// Plan entitlements: the per-metric limits a variant gives, with their input,\nvalidation and the value normalisation shared with overrides.
+// Plan entitlements: the per-metric limits a variant gives, with their command
+// and the value normalisation shared with overrides.
 package engine
 
 import (
@@ -23,33 +24,20 @@ type VariantEntitlement struct {
 	CreatedAt         time.Time       `json:"created_at"`
 }
 
-// EntitlementInput is the body of POST /v1/plans/{id}/variants/{vid}/entitlements.
-type EntitlementInput struct {
-	BillableMetricKey *string         `json:"billable_metric_key"`
-	Value             json.RawMessage `json:"value"`
-}
-
-// Validate names the first missing field; the value's shape depends on the
-// metric and is checked against it later.
-func (in *EntitlementInput) Validate() error {
-	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return Invalid("billable_metric_key", "billable_metric_key is required")
-	}
-	if len(in.Value) == 0 || string(in.Value) == "null" {
-		return Invalid("value", "value is required")
-	}
-	return nil
+// PutEntitlement is a checked request to set a variant's entitlement: api
+// builds it from the body of POST /v1/plans/{id}/variants/{vid}/entitlements.
+// Value is checked against the metric's type here, once the metric is read.
+type PutEntitlement struct {
+	BillableMetricKey string
+	Value             json.RawMessage // not empty, not null
 }
 
 // PutEntitlement sets what a variant grants for one metric, replacing the
 // previous entitlement of that metric (a new id). Errors: 404 (no such
 // variant under that plan, or no such metric, naming billable_metric_key),
-// 400 value not shaped for the metric's type, 422 missing field.
-func (s *Plans) PutEntitlement(ctx context.Context, scope Scope, planID, variantID uuid.UUID, in EntitlementInput) (VariantEntitlement, error) {
-	if err := in.Validate(); err != nil {
-		return VariantEntitlement{}, err
-	}
-	m, ok, err := s.metrics.Metric(ctx, scope, *in.BillableMetricKey)
+// 400 value not shaped for the metric's type.
+func (s *Plans) PutEntitlement(ctx context.Context, scope Scope, planID, variantID uuid.UUID, in PutEntitlement) (VariantEntitlement, error) {
+	m, ok, err := s.metrics.Metric(ctx, scope, in.BillableMetricKey)
 	if err != nil {
 		return VariantEntitlement{}, err
 	}

@@ -1,5 +1,5 @@
 // Plan variants: the priced, billed versions of a plan (cycle, mode, trial,
-// renewal and grace), their inputs and validation.
+// renewal and grace) and their commands.
 
 package engine
 
@@ -56,73 +56,32 @@ type VariantDetail struct {
 	Entitlements []VariantEntitlement `json:"entitlements"`
 }
 
-// CreateVariantInput is the body of POST /v1/plans/{id}/variants.
-type CreateVariantInput struct {
-	BillingCycle           *string  `json:"billing_cycle"`
-	TrialDays              *int     `json:"trial_days"`
-	BillingMode            *string  `json:"billing_mode"`
-	RenewalDueDays         *int     `json:"renewal_due_days"`
-	GracePeriodDays        *int     `json:"grace_period_days"`
-	AllowUsageWhileOverdue *bool    `json:"allow_usage_while_overdue"`
-	Metadata               Metadata `json:"metadata"`
+// CreateVariant is a checked request to add a variant to a plan: api
+// builds it from the body of POST /v1/plans/{id}/variants (or the console's
+// variant form). A nil field takes the variant default.
+type CreateVariant struct {
+	BillingCycle           BillingCycle
+	TrialDays              *int
+	BillingMode            *BillingMode
+	RenewalDueDays         *int
+	GracePeriodDays        *int
+	AllowUsageWhileOverdue *bool
+	Metadata               Metadata // canonical; nil: none
 }
 
-// Validate names the first wrong field.
-func (in *CreateVariantInput) Validate() error {
-	if in.BillingCycle == nil || *in.BillingCycle == "" {
-		return Invalid("billing_cycle", "billing_cycle is required")
-	}
-	if !BillingCycle(*in.BillingCycle).Valid() {
-		return Invalid("billing_cycle", "billing_cycle must be daily, weekly, monthly, yearly or one_time")
-	}
-	if err := validateDays("trial_days", in.TrialDays); err != nil {
-		return err
-	}
-	if in.BillingMode != nil && !BillingMode(*in.BillingMode).Valid() {
-		return Invalid("billing_mode", "billing_mode must be prepaid or postpaid")
-	}
-	if err := validateDays("renewal_due_days", in.RenewalDueDays); err != nil {
-		return err
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return err
-	}
-	return validateDays("grace_period_days", in.GracePeriodDays)
-}
+// UpdateVariant is a checked PATCH of a variant: status, trial_days and
+// metadata (replaced) change when not nil; the other fields are fixed at
+// creation and, when sent, must equal their current value.
+type UpdateVariant struct {
+	Status    *PlanStatus
+	TrialDays *int
+	Metadata  Metadata // canonical
 
-func validateDays(field string, v *int) error {
-	if v != nil && (*v < 0 || *v > MaxVariantDays) {
-		return Invalid(field, field+" must be between 0 and 3650")
-	}
-	return nil
-}
-
-// UpdateVariantInput is the body of PATCH /v1/plans/{id}/variants/{vid}:
-// status, trial_days and metadata (replaced) change; the other fields are
-// fixed at creation and may only be repeated with their current value.
-type UpdateVariantInput struct {
-	Status    *string  `json:"status"`
-	TrialDays *int     `json:"trial_days"`
-	Metadata  Metadata `json:"metadata"`
-
-	BillingCycle           *string `json:"billing_cycle"`
-	BillingMode            *string `json:"billing_mode"`
-	RenewalDueDays         *int    `json:"renewal_due_days"`
-	GracePeriodDays        *int    `json:"grace_period_days"`
-	AllowUsageWhileOverdue *bool   `json:"allow_usage_while_overdue"`
-}
-
-// Validate names the first wrong field among the mutable ones.
-func (in *UpdateVariantInput) Validate() error {
-	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
-		return Invalid("status", "status must be active or retired")
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return err
-	}
-	return validateDays("trial_days", in.TrialDays)
+	BillingCycle           *BillingCycle
+	BillingMode            *BillingMode
+	RenewalDueDays         *int
+	GracePeriodDays        *int
+	AllowUsageWhileOverdue *bool
 }
 
 // immutable is the 422 of a PATCH that tries to change a fixed field.
@@ -131,11 +90,11 @@ func immutable(field string) error {
 }
 
 // checkFixed refuses a PATCH that sends a fixed field with another value.
-func (in *UpdateVariantInput) checkFixed(v PlanVariant) error {
+func (in *UpdateVariant) checkFixed(v PlanVariant) error {
 	switch {
-	case in.BillingCycle != nil && BillingCycle(*in.BillingCycle) != v.BillingCycle:
+	case in.BillingCycle != nil && *in.BillingCycle != v.BillingCycle:
 		return immutable("billing_cycle")
-	case in.BillingMode != nil && BillingMode(*in.BillingMode) != v.BillingMode:
+	case in.BillingMode != nil && *in.BillingMode != v.BillingMode:
 		return immutable("billing_mode")
 	case in.RenewalDueDays != nil && *in.RenewalDueDays != v.RenewalDueDays:
 		return immutable("renewal_due_days")
@@ -148,21 +107,18 @@ func (in *UpdateVariantInput) checkFixed(v PlanVariant) error {
 }
 
 // CreateVariant adds an active variant to a plan, retired or not.
-// Errors: 404 missing plan, 422 naming the field.
-func (s *Plans) CreateVariant(ctx context.Context, scope Scope, planID uuid.UUID, in CreateVariantInput) (PlanVariant, error) {
-	if err := in.Validate(); err != nil {
-		return PlanVariant{}, err
-	}
+// Errors: 404 missing plan.
+func (s *Plans) CreateVariant(ctx context.Context, scope Scope, planID uuid.UUID, in CreateVariant) (PlanVariant, error) {
 	now := s.clock.Now()
 	v := PlanVariant{ID: uuid.Must(uuid.NewV7()), PlanID: planID, TenantID: scope.TenantID, Environment: scope.Environment,
-		BillingCycle: BillingCycle(*in.BillingCycle), Status: PlanActive, BillingMode: BillingPrepaid,
+		BillingCycle: in.BillingCycle, Status: PlanActive, BillingMode: BillingPrepaid,
 		RenewalDueDays: DefaultRenewalDueDays, GracePeriodDays: DefaultGracePeriodDays, AllowUsageWhileOverdue: true,
 		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	if in.TrialDays != nil {
 		v.TrialDays = *in.TrialDays
 	}
 	if in.BillingMode != nil {
-		v.BillingMode = BillingMode(*in.BillingMode)
+		v.BillingMode = *in.BillingMode
 	}
 	if in.RenewalDueDays != nil {
 		v.RenewalDueDays = *in.RenewalDueDays
@@ -183,19 +139,16 @@ func (s *Plans) CreateVariant(ctx context.Context, scope Scope, planID uuid.UUID
 }
 
 // UpdateVariant changes status, trial_days and metadata (replaced) of a
-// variant of the plan. Errors: 404, 422 (bad value, or a fixed field sent
-// with another value).
-func (s *Plans) UpdateVariant(ctx context.Context, scope Scope, planID, id uuid.UUID, in UpdateVariantInput) (PlanVariant, error) {
-	if err := in.Validate(); err != nil {
-		return PlanVariant{}, err
-	}
+// variant of the plan. Errors: 404, 422 (a fixed field sent with another
+// value).
+func (s *Plans) UpdateVariant(ctx context.Context, scope Scope, planID, id uuid.UUID, in UpdateVariant) (PlanVariant, error) {
 	now := s.clock.Now()
 	v, err := s.store.UpdateVariant(ctx, scope, planID, id, func(v *PlanVariant) error {
 		if err := in.checkFixed(*v); err != nil {
 			return err
 		}
 		if in.Status != nil {
-			v.Status = PlanStatus(*in.Status)
+			v.Status = *in.Status
 		}
 		if in.TrialDays != nil {
 			v.TrialDays = *in.TrialDays

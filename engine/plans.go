@@ -3,9 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -75,57 +73,21 @@ func NewPlans(store PlanStore, lookup PlanLookup, metrics MetricLookup, clock Cl
 
 // ---- plans ----
 
-// CreatePlanInput is the body of POST /v1/plans.
-type CreatePlanInput struct {
-	Name      *string  `json:"name"`
-	IsDefault *bool    `json:"is_default"`
-	Metadata  Metadata `json:"metadata"`
+// CreatePlan is a checked request to add a plan: api builds it from the
+// body of POST /v1/plans (or the console's plan form).
+type CreatePlan struct {
+	Name      string
+	IsDefault bool
+	Metadata  Metadata // canonical; nil: none
 }
 
-// Validate names the first wrong field.
-func (in *CreatePlanInput) Validate() error {
-	if in.Name == nil {
-		return Invalid("name", "name is required")
-	}
-	var err error
-	if in.Metadata, err = in.Metadata.Canonical("metadata"); err != nil {
-		return err
-	}
-	return validatePlanName(*in.Name)
-}
-
-func validatePlanName(name string) error {
-	if strings.TrimSpace(name) == "" {
-		return Invalid("name", "name must not be empty")
-	}
-	if utf8.RuneCountInString(name) > MaxPlanNameChars {
-		return Invalid("name", "name is longer than 200 characters")
-	}
-	return CheckLine("name", name)
-}
-
-// UpdatePlanInput is the body of PATCH /v1/plans/{id}; nil fields keep
-// their value and metadata, when sent, replaces the old one outright.
-type UpdatePlanInput struct {
-	Name      *string  `json:"name"`
-	Status    *string  `json:"status"`
-	IsDefault *bool    `json:"is_default"`
-	Metadata  Metadata `json:"metadata"`
-}
-
-// Validate names the first wrong field.
-func (in *UpdatePlanInput) Validate() error {
-	if in.Name != nil {
-		if err := validatePlanName(*in.Name); err != nil {
-			return err
-		}
-	}
-	if in.Status != nil && !PlanStatus(*in.Status).Valid() {
-		return Invalid("status", "status must be active or retired")
-	}
-	var err error
-	in.Metadata, err = in.Metadata.Canonical("metadata")
-	return err
+// UpdatePlan is a checked PATCH of a plan: a nil field keeps its value and
+// Metadata, when not nil, replaces the old one outright.
+type UpdatePlan struct {
+	Name      *string
+	Status    *PlanStatus
+	IsDefault *bool
+	Metadata  Metadata // canonical
 }
 
 // errRetireDefault is the 409 of interface.md "Plan and plan variant status".
@@ -133,14 +95,11 @@ var errRetireDefault = &Error{Kind: KindConflict, Field: "status",
 	Detail: "the default plan cannot be retired; make another plan the default or set is_default false first"}
 
 // CreatePlan adds an active plan; is_default true makes it the scope's only
-// default. Errors: 422 naming the field.
-func (s *Plans) CreatePlan(ctx context.Context, scope Scope, in CreatePlanInput) (Plan, error) {
-	if err := in.Validate(); err != nil {
-		return Plan{}, err
-	}
+// default.
+func (s *Plans) CreatePlan(ctx context.Context, scope Scope, in CreatePlan) (Plan, error) {
 	now := s.clock.Now()
 	p := Plan{ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment,
-		Name: *in.Name, IsDefault: in.IsDefault != nil && *in.IsDefault, Status: PlanActive,
+		Name: in.Name, IsDefault: in.IsDefault, Status: PlanActive,
 		Metadata: orEmpty(in.Metadata), CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreatePlan(ctx, p); err != nil {
 		return Plan{}, err
@@ -163,17 +122,14 @@ func (s *Plans) GetPlan(ctx context.Context, scope Scope, id uuid.UUID) (Plan, e
 // UpdatePlan changes name, status, is_default and metadata (replaced). The
 // default plan is always active: a change that would leave it retired and
 // default is a 409. Errors: 404, 409, 422.
-func (s *Plans) UpdatePlan(ctx context.Context, scope Scope, id uuid.UUID, in UpdatePlanInput) (Plan, error) {
-	if err := in.Validate(); err != nil {
-		return Plan{}, err
-	}
+func (s *Plans) UpdatePlan(ctx context.Context, scope Scope, id uuid.UUID, in UpdatePlan) (Plan, error) {
 	now := s.clock.Now()
 	p, err := s.store.UpdatePlan(ctx, scope, id, func(p *Plan) error {
 		if in.Name != nil {
 			p.Name = *in.Name
 		}
 		if in.Status != nil {
-			p.Status = PlanStatus(*in.Status)
+			p.Status = *in.Status
 		}
 		if in.IsDefault != nil {
 			p.IsDefault = *in.IsDefault

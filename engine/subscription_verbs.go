@@ -73,8 +73,8 @@ func (s *Subscriptions) Renew(ctx context.Context, scope Scope, rawID string) (S
 
 // Cancel ends a live subscription now, or (at_period_end) when its period
 // ends. Errors: 404, 409 (already canceled or expired).
-func (s *Subscriptions) Cancel(ctx context.Context, scope Scope, rawID string, in CancelInput) (Subscription, error) {
-	atEnd := in.AtPeriodEnd != nil && *in.AtPeriodEnd
+func (s *Subscriptions) Cancel(ctx context.Context, scope Scope, rawID string, in CancelSubscription) (Subscription, error) {
+	atEnd := in.AtPeriodEnd
 	return s.change(ctx, scope, rawID, func(r *SubscriptionRecord, v VariantDetail, now time.Time) error {
 		if !r.Status.Live() {
 			return Conflict("a " + string(r.Status) + " subscription cannot be canceled")
@@ -119,12 +119,9 @@ func (s *Subscriptions) Resume(ctx context.Context, scope Scope, rawID string) (
 
 // Upgrade switches a live subscription to another variant now: a fresh
 // period starts and the new variant's on_activation and recurring grants
-// fire. Errors: 422 missing variant, 404, 409 (not live).
-func (s *Subscriptions) Upgrade(ctx context.Context, scope Scope, rawID string, in UpgradeInput) (Subscription, error) {
-	if in.PlanVariantID == nil || *in.PlanVariantID == "" {
-		return Subscription{}, Invalid("plan_variant_id", "plan_variant_id is required")
-	}
-	nv, err := s.variant(ctx, scope, *in.PlanVariantID)
+// fire. Errors: 404, 409 (not live).
+func (s *Subscriptions) Upgrade(ctx context.Context, scope Scope, rawID string, in UpgradeSubscription) (Subscription, error) {
+	nv, err := s.variant(ctx, scope, in.PlanVariantID)
 	if err != nil {
 		return Subscription{}, err
 	}

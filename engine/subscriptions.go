@@ -36,23 +36,27 @@ func NewSubscriptions(store SubscriptionStore, plans *Plans, customers *Customer
 		rollover: rollover, clock: clock, log: log}
 }
 
-// ---- inputs ----
+// ---- commands ----
 
-// CreateSubscriptionInput is the body of POST /v1/subscriptions.
-type CreateSubscriptionInput struct {
-	CustomerID    *string  `json:"customer_id"`
-	PlanVariantID *string  `json:"plan_variant_id"`
-	Metadata      Metadata `json:"metadata"`
+// CreateSubscription is a checked request to put a customer on a variant:
+// api builds it from the body of POST /v1/subscriptions. Both ids are as
+// sent, not empty; the service resolves them (a 404 each).
+type CreateSubscription struct {
+	CustomerID    string // own or external id
+	PlanVariantID string
+	Metadata      Metadata // canonical; nil: none
 }
 
-// CancelInput is the body of POST /v1/subscriptions/{id}/cancel.
-type CancelInput struct {
-	AtPeriodEnd *bool `json:"at_period_end"`
+// CancelSubscription is the checked body of POST
+// /v1/subscriptions/{id}/cancel.
+type CancelSubscription struct {
+	AtPeriodEnd bool
 }
 
-// UpgradeInput is the body of POST /v1/subscriptions/{id}/upgrade.
-type UpgradeInput struct {
-	PlanVariantID *string `json:"plan_variant_id"`
+// UpgradeSubscription is the checked body of POST
+// /v1/subscriptions/{id}/upgrade: the variant id as sent, not empty.
+type UpgradeSubscription struct {
+	PlanVariantID string
 }
 
 // UsageReport is the body of GET /v1/subscriptions/{id}/usage.
@@ -69,31 +73,21 @@ type UsageReport struct {
 
 // Create puts a customer on a variant: trialing when the variant has
 // trial_days (its trial grants fire), else active (on_activation, one_time
-// and the first recurring grants fire). Errors: 422 missing fields, 404
-// unknown customer or variant, 409 the customer already has a live one.
-func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscriptionInput) (Subscription, error) {
-	if in.CustomerID == nil || *in.CustomerID == "" {
-		return Subscription{}, Invalid("customer_id", "customer_id is required")
-	}
-	if in.PlanVariantID == nil || *in.PlanVariantID == "" {
-		return Subscription{}, Invalid("plan_variant_id", "plan_variant_id is required")
-	}
-	meta, err := in.Metadata.Canonical("metadata")
+// and the first recurring grants fire). Errors: 404 unknown customer or
+// variant, 409 the customer already has a live one.
+func (s *Subscriptions) Create(ctx context.Context, scope Scope, in CreateSubscription) (Subscription, error) {
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: in.CustomerID}, false)
 	if err != nil {
 		return Subscription{}, err
 	}
-	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, false)
-	if err != nil {
-		return Subscription{}, err
-	}
-	v, err := s.variant(ctx, scope, *in.PlanVariantID)
+	v, err := s.variant(ctx, scope, in.PlanVariantID)
 	if err != nil {
 		return Subscription{}, err
 	}
 	now := s.clock.Now()
 	r := SubscriptionRecord{Subscription: Subscription{
 		ID: uuid.Must(uuid.NewV7()), TenantID: scope.TenantID, Environment: scope.Environment, CustomerID: c.ID,
-		PlanID: v.PlanID, PlanVariantID: v.ID, BillingMode: v.BillingMode, Metadata: orEmpty(meta),
+		PlanID: v.PlanID, PlanVariantID: v.ID, BillingMode: v.BillingMode, Metadata: orEmpty(in.Metadata),
 		CreatedAt: now, UpdatedAt: now,
 	}}
 	if v.TrialDays > 0 {

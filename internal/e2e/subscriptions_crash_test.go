@@ -285,7 +285,7 @@ func TestSubscriptionTransitionRolledBackLeavesNoEvent(t *testing.T) {
 			return err
 		}},
 		{"subscription.canceled", "canceled", func(x *engine.Subscriptions) error {
-			_, err := x.Cancel(context.Background(), scope, sub, engine.CancelInput{})
+			_, err := x.Cancel(context.Background(), scope, sub, engine.CancelSubscription{})
 			return err
 		}},
 	}
