@@ -106,13 +106,17 @@ func TestEventStreamsFanOutAndCap(t *testing.T) {
 	for range streamBuffer + 10 {
 		log.add(tenant, a)
 	}
-	deadline := time.After(5 * time.Second)
-	for open := true; open; {
-		select {
-		case _, open = <-sa.C:
-		case <-deadline:
+	// Read nothing until the feed has ended the stream: a reader draining
+	// while the feed delivers could keep it from ever falling a buffer
+	// behind (the test failed so on a loaded machine).
+	deadline := time.Now().Add(5 * time.Second)
+	for s.OpenStreams() > 2 { // sa, sc and so were open
+		if time.Now().After(deadline) {
 			t.Fatal("a stream a buffer behind was not ended")
 		}
+		time.Sleep(time.Millisecond)
+	}
+	for range sa.C { // ended: what it buffered, then closed
 	}
 	sa.Close()
 	sc.Close()
