@@ -87,16 +87,6 @@ func TestOverridePayloads(t *testing.T) {
 		}, "expires_at", "expires_at must be an RFC 3339 date-time"},
 	}
 	for _, tc := range tests {
-		err := tc.check()
-		if tc.field == "" {
-			if err != nil {
-				t.Errorf("%s: %v, want ok", tc.name, err)
-			}
-			continue
-		}
-		e, ok := engine.AsError(err)
-		if !ok || e.Kind != engine.KindBadRequest || e.Field != tc.field || e.Detail != tc.detail {
-			t.Errorf("%s: %v, want 400 naming %s (%q)", tc.name, err, tc.field, tc.detail)
-		}
+		wantCheck(t, tc.name, tc.check(), engine.KindBadRequest, tc.field, tc.detail)
 	}
 }

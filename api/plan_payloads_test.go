@@ -103,17 +103,7 @@ func TestCataloguePayloads(t *testing.T) {
 		}, "value", ""},
 	}
 	for _, tc := range tests {
-		err := tc.check()
-		if tc.field == "" {
-			if err != nil {
-				t.Errorf("%s: %v, want ok", tc.name, err)
-			}
-			continue
-		}
-		e, ok := engine.AsError(err)
-		if !ok || e.Kind != engine.KindValidation || e.Field != tc.field || (tc.detail != "" && e.Detail != tc.detail) {
-			t.Errorf("%s: %v, want 422 naming %s (%q)", tc.name, err, tc.field, tc.detail)
-		}
+		wantCheck(t, tc.name, tc.check(), engine.KindValidation, tc.field, tc.detail)
 	}
 }
 

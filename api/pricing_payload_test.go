@@ -50,13 +50,6 @@ func TestPricingPayloads(t *testing.T) {
 		}, ""},
 	}
 	for _, tt := range tests {
-		err := tt.check()
-		e, _ := engine.AsError(err)
-		switch {
-		case tt.field == "" && err != nil:
-			t.Errorf("%s: got %v", tt.name, err)
-		case tt.field != "" && (e == nil || e.Kind != engine.KindValidation || e.Field != tt.field):
-			t.Errorf("%s: got %v, want a 422 naming %s", tt.name, err, tt.field)
-		}
+		wantCheck(t, tt.name, tt.check(), engine.KindValidation, tt.field, "")
 	}
 }

@@ -52,16 +52,6 @@ func TestSubscriptionPayloads(t *testing.T) {
 		}, "", ""},
 	}
 	for _, tc := range tests {
-		err := tc.check()
-		if tc.field == "" {
-			if err != nil {
-				t.Errorf("%s: %v, want ok", tc.name, err)
-			}
-			continue
-		}
-		e, ok := engine.AsError(err)
-		if !ok || e.Kind != engine.KindValidation || e.Field != tc.field || e.Detail != tc.detail {
-			t.Errorf("%s: %v, want 422 naming %s (%q)", tc.name, err, tc.field, tc.detail)
-		}
+		wantCheck(t, tc.name, tc.check(), engine.KindValidation, tc.field, tc.detail)
 	}
 }

@@ -10,9 +10,9 @@ import (
 )
 
 // oldLowBalanceSQL is the payload the events statement made of a
-// credit.low_balance candidate before the rule moved to Go: the external
-// id and the threshold set in SQL on a body built with a placeholder
-// threshold. The stored bytes must stay those.
+// credit.low_balance candidate before the rule moved to Go: Go built the
+// body without the external id and threshold, and SQL set both in. The
+// stored bytes must stay those.
 const oldLowBalanceSQL = `SELECT jsonb_set(jsonb_set($1::text::jsonb, '{external_customer_id}',
 	COALESCE(to_jsonb($2::text), 'null'::jsonb)), '{data,threshold_mc}', to_jsonb($3::bigint))::text`
 
