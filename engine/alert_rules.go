@@ -111,8 +111,8 @@ func TopupIdempotencyKey(event uuid.UUID) string { return "topup-request-" + eve
 // order, and returns the alert events m owes. It is pure: the persister runs
 // it in the transaction that stores m, and a replay (an account version not
 // newer than the state's) yields nothing and leaves s as it was.
-//   - the effective balance before m is what m says (EffectiveBeforeOf),
-//     else the state's when m directly follows the last Mutation evaluated
+//   - the effective balance before m is what m says (EffectiveBeforeOf)
+//     plus what its expiry entries took (expiredCredit), else the state's when m directly follows the last Mutation evaluated
 //     (version + 1: settings added after a pause must not compare with a
 //     balance from before it), else unknown (no crossing; the state starts
 //     at m's balance);
@@ -127,6 +127,9 @@ func EvaluateAlerts(s *AlertSubject, m *Mutation) []Event {
 	}
 	after := m.EffectiveAfter()
 	before, known := EffectiveBeforeOf(m)
+	if known {
+		before = addClamped(before, m.expiredCredit())
+	}
 	if !known && s.State.BalanceKnown && m.Account.Version == s.State.Version+1 {
 		before, known = s.State.BalanceMC, true
 	}
@@ -145,7 +148,7 @@ func EvaluateAlerts(s *AlertSubject, m *Mutation) []Event {
 	for i, t := range s.Settings.Thresholds {
 		v := ResolveThreshold(t, s.State.LastGrantMC, s.PeriodAllowanceMC)
 		if ThresholdCrossed(before, after, v) {
-			out = append(out, newMutationEvent(*m, slotThresholdBase+i, EventCreditThresholdCrossed, &ext,
+			out = append(out, newMutationEvent(*m, ThresholdSlot(i), EventCreditThresholdCrossed, &ext,
 				ThresholdCrossedData{Threshold: t, ThresholdMC: v, BalanceMC: after, PreviousBalanceMC: before}))
 		}
 	}
@@ -161,4 +164,28 @@ func EvaluateAlerts(s *AlertSubject, m *Mutation) []Event {
 		}
 	}
 	return out
+}
+
+// expiredCredit is the credit m's expiry entries took (positive). A script's
+// effective balance before (EffectiveBefore) already leaves out the blocks
+// that were due, as every balance read does; the customer's balance fell by
+// this much when they expired, so the alert rules count it as part of m's
+// drop (issue 24: an expiry crossing the top-up rule requests a top-up).
+func (m *Mutation) expiredCredit() int64 {
+	var n int64
+	for _, e := range m.Entries {
+		if e.Type == EntryExpiry && e.Delta < 0 {
+			n = addClamped(n, -e.Delta)
+		}
+	}
+	return n
+}
+
+// addClamped is a+b for non-negative b, at most math.MaxInt64: a balance
+// is an int64, so the sum only clamps on figures no account can hold.
+func addClamped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

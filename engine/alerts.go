@@ -38,13 +38,6 @@ const (
 	MaxTopupDedupeSeconds = 30 * 24 * 3600
 )
 
-// Event slots of the alert events (EventID): a topup request in its own
-// slot, threshold i in slotThresholdBase+i, clear of the Mutation's own.
-const (
-	SlotTopupRequested = 3
-	slotThresholdBase  = 8
-)
-
 // ThresholdType says what a threshold's value is measured against.
 type ThresholdType string
 

@@ -179,8 +179,8 @@ func TestEvaluateAlertsUnknownStart(t *testing.T) {
 	m := Mutation{OpID: uuid.New(), Kind: MutationConsume, Account: MutationAccount{Version: 3, Balance: 50},
 		EffectiveBefore: &before, Context: &MutationContext{ExternalID: "ctx-ext"}}
 	evs := EvaluateAlerts(s, &m)
-	if len(evs) != 1 || evs[0].ID != EventID(m.OpID, slotThresholdBase) {
-		t.Fatalf("events %v, want one in slot %d", types(evs), slotThresholdBase)
+	if len(evs) != 1 || evs[0].ID != EventID(m.OpID, ThresholdSlot(0)) {
+		t.Fatalf("events %v, want one in threshold slot 0", types(evs))
 	}
 	if !strings.Contains(string(evs[0].Payload), `"external_customer_id":"ctx-ext"`) {
 		t.Errorf("payload %s lacks the context's external id", evs[0].Payload)
@@ -202,5 +202,35 @@ func TestEvaluateAlertsUnknownStart(t *testing.T) {
 	m = Mutation{OpID: uuid.New(), Kind: MutationRelease, Account: MutationAccount{Version: 9, Balance: 50}}
 	if evs := EvaluateAlerts(s, &m); len(evs) != 0 || s.State.Version != 9 {
 		t.Fatalf("stale state: events %v, state %+v; want none", types(evs), s.State)
+	}
+}
+
+// TestEvaluateAlertsCountsExpiredCredit (issue 24): an expiry's script
+// reports the balance before it without the due blocks (they already count
+// for nothing), so before == after; the alert rules add what the expiry
+// entries took and see the drop that crossed them.
+func TestEvaluateAlertsCountsExpiredCredit(t *testing.T) {
+	tests := []struct {
+		name    string
+		expired []int64
+		want    []EventType
+	}{
+		{"one block across both", []int64{-100}, []EventType{EventCreditThresholdCrossed, EventCreditTopupRequested}},
+		{"six blocks across both", []int64{-10, -10, -10, -10, -10, -10}, []EventType{EventCreditThresholdCrossed, EventCreditTopupRequested}},
+		{"a spent block crosses nothing", []int64{0}, []EventType{}},
+		{"too little to cross", []int64{-5}, []EventType{}},
+	}
+	for _, tt := range tests {
+		s := &AlertSubject{Settings: AlertSettings{
+			Thresholds: []AlertThreshold{{Type: ThresholdAbsolute, AmountMC: i64(1030)}},
+			Topup:      &TopupRule{BelowMC: 1050, AmountMC: 500, DedupeWindowSeconds: 3600}}}
+		eb := int64(1000)
+		m := Mutation{OpID: uuid.New(), Kind: MutationExpire, Account: MutationAccount{Version: 4, Balance: 1000}, EffectiveBefore: &eb}
+		for _, d := range tt.expired {
+			m.Entries = append(m.Entries, MutationEntry{Role: RoleExpiry, Type: EntryExpiry, Delta: d})
+		}
+		if got := types(EvaluateAlerts(s, &m)); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: events %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -144,27 +143,6 @@ type PingData struct {
 	Message string `json:"message"`
 }
 
-// Event slots: each kind a Mutation can owe has a fixed slot, so its id does
-// not depend on which other events the same Mutation owes.
-const (
-	SlotMain       = 0 // credit.granted or credit.consumed
-	SlotLowBalance = 1
-	SlotExhausted  = 2
-	// SlotExpiredBase plus an expiry entry's index is the slot of that
-	// entry's credit.expired: one event per block, each id fixed by its entry.
-	SlotExpiredBase = 3
-)
-
-// eventNamespace seeds EventID; changing it would re-key every event.
-var eventNamespace = uuid.MustParse("3d0b7a5e-52c1-4b8e-a7f4-9a61f0c2d8e3")
-
-// EventID is the id of the event in slot of operation op: name-based, so a
-// replayed Mutation derives the same ids and inserts nothing twice.
-func EventID(op uuid.UUID, slot int) uuid.UUID {
-	name := append(append(op[:], "event"...), strconv.Itoa(slot)...)
-	return uuid.NewSHA1(eventNamespace, name)
-}
-
 // EffectiveAfter is the effective balance after m: balance - reserved - pending.
 func (m *Mutation) EffectiveAfter() int64 {
 	return m.Account.Balance - m.Account.Reserved - m.Account.Pending
@@ -253,12 +231,12 @@ func EventsOf(m Mutation) []Event {
 		ext = &m.Context.ExternalID
 		threshold = m.Context.ThresholdMC
 	}
-	add := func(slot int, t EventType, data any) {
+	add := func(slot EventSlot, t EventType, data any) {
 		out = append(out, newMutationEvent(m, slot, t, ext, data))
 	}
 	for i, e := range m.Entries {
 		if e.Type == EntryExpiry && e.Delta < 0 {
-			add(SlotExpiredBase+i, EventCreditExpired, ExpiredData{TransactionID: EntryID(m.OpID, i),
+			add(ExpiredSlot(i), EventCreditExpired, ExpiredData{TransactionID: EntryID(m.OpID, i),
 				CreditBlockID: e.BlockID, Credits: -e.Delta, Source: e.Source})
 		}
 	}
@@ -350,7 +328,7 @@ func LowBalanceEvent(m Mutation, threshold int64) (Event, bool) {
 		LowBalanceData{BalanceMC: after, ThresholdMC: threshold}), true
 }
 
-func newMutationEvent(m Mutation, slot int, t EventType, ext *string, data any) Event {
+func newMutationEvent(m Mutation, slot EventSlot, t EventType, ext *string, data any) Event {
 	customer, version := m.CustomerID, m.Account.Version
 	return newEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, ext, m.At(), m.IdempotencyKey,
 		&version, data)

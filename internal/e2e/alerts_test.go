@@ -302,3 +302,80 @@ func TestCreditAlertBadInput(t *testing.T) {
 	other := s.NewTenant(uniq("alerts-other"))
 	checkProblem(t, s.as(t, other.Live).get(path), 404, "not-found", "", "other tenant")
 }
+
+// TestExpiryCrossingAlertsFiresEveryEvent (issue 24): an operation that
+// expires blocks and crosses the top-up rule and a threshold owes every
+// one of its events, each under its own id. Two shapes the shared ids lost:
+// a sweep that expires one funded block across the top-up rule (its
+// credit.topup_requested had the id of the credit.expired), and six blocks
+// expiring at one instant across an absolute threshold (the sixth
+// credit.expired had the id of the credit.threshold_crossed).
+func TestExpiryCrossingAlertsFiresEveryEvent(t *testing.T) {
+	t.Parallel()
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("expiry-alerts"))
+	a := s.as(t, tn.Live)
+	tests := []struct {
+		name   string
+		blocks int
+		each   int64
+	}{
+		{"one block across the top-up rule", 1, 100},
+		{"six blocks across a threshold", 6, 10},
+	}
+	expiresAt := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	customers := make([]string, len(tests))
+	for i, tt := range tests {
+		id, ext := a.newCustomer()
+		customers[i] = id
+		a.grant(id, map[string]any{"credits": 1000})
+		wantStatus(t, a.do("PUT", "/v1/customers/"+ext+"/credits/alerts", "", map[string]any{
+			"thresholds": []any{map[string]any{"type": "absolute", "amount_mc": 1030}},
+			"topup":      map[string]any{"below_mc": 1050, "amount_mc": 500, "dedupe_window_seconds": 3600},
+		}), 200, tt.name+": PUT alerts")
+		for range tt.blocks {
+			a.grant(id, map[string]any{"credits": tt.each, "expires_at": expiresAt})
+		}
+	}
+	for i, tt := range tests {
+		id := customers[i]
+		var events []map[string]any
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			events = a.alertEvents()
+			if len(ofType(events, "credit.expired", id)) >= tt.blocks &&
+				len(ofType(events, "credit.topup_requested", id)) > 0 && len(ofType(events, "credit.threshold_crossed", id)) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 30 s: %d credit.expired (want %d), %d credit.topup_requested, %d credit.threshold_crossed (want 1 each)",
+					tt.name, len(ofType(events, "credit.expired", id)), tt.blocks,
+					len(ofType(events, "credit.topup_requested", id)), len(ofType(events, "credit.threshold_crossed", id)))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		s.Drain()
+		events = a.alertEvents()
+		ids := map[any]bool{}
+		for _, typ := range []string{"credit.expired", "credit.topup_requested", "credit.threshold_crossed"} {
+			want := 1
+			if typ == "credit.expired" {
+				want = tt.blocks
+			}
+			got := ofType(events, typ, id)
+			if len(got) != want {
+				t.Errorf("%s: %d %s, want %d", tt.name, len(got), typ, want)
+			}
+			for _, e := range got {
+				if ids[e["event_id"]] {
+					t.Errorf("%s: event id %v given twice", tt.name, e["event_id"])
+				}
+				ids[e["event_id"]] = true
+			}
+		}
+		topup := obj(t, ofType(events, "credit.topup_requested", id)[0]["data"], "data")
+		if Int(t, topup["balance_mc"]) != 1000 || Int(t, topup["below_mc"]) != 1050 {
+			t.Errorf("%s: topup request data %v, want balance_mc 1000 below 1050", tt.name, topup)
+		}
+	}
+}
