@@ -19,9 +19,6 @@ const (
 	// them (Postgres answers retries, AppliedOps); the persist reader still
 	// derives its finalized-holds cutoff from it.
 	AppliedRetention = 7 * 24 * time.Hour
-	// readYourWritesWait bounds how long a ledger read waits for the
-	// write-behind persister to reach the version Redis already shows.
-	readYourWritesWait = 2 * time.Second
 )
 
 // Credits grants, adjusts and reads customers' credit. Money moves only
@@ -32,19 +29,22 @@ type Credits struct {
 	ledger    LedgerReader
 	clock     Clock
 	loads     singleLoad
-	// hurry, when set, tells the local persister a read is waiting for its
-	// next commit, so it ends its group-commit linger at once.
-	hurry func()
+	// behind gives the reads Postgres answers read-your-writes (nil: none).
+	behind *WrittenBehind
 	// reloads counts state loads from Postgres (after a NOSTATE reply or
 	// for a sweep), for the creditd_nostate_reloads_total metric.
 	reloads atomic.Uint64
 }
 
-// NewCredits returns the credit service; hurry is the local persister's
-// hurry signal (nil: a read-your-writes wait still ends, only later).
-func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock, hurry func()) *Credits {
-	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock, hurry: hurry}
+// NewCredits returns the credit service; behind (may be nil) makes its
+// ledger reads wait for the writes acknowledged before them.
+func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock, behind *WrittenBehind) *Credits {
+	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock, behind: behind}
 }
+
+// WrittenBehind is the read-your-writes wait the services built on Credits
+// share (nil: none).
+func (s *Credits) WrittenBehind() *WrittenBehind { return s.behind }
 
 // Reloads is how many times this process loaded a customer's state from
 // Postgres into the block store because the store had none (NOSTATE).
@@ -95,35 +95,6 @@ func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, inc
 		acct.Blocks = []Block{}
 	}
 	return acct, nil
-}
-
-// awaitPersisted gives ledger reads read-your-writes: it waits (bounded)
-// until Postgres holds the account version Redis shows, so a history read
-// right after a grant sees the grant.
-func (s *Credits) awaitPersisted(ctx context.Context, c CustomerKey) {
-	vr, ok := s.ledger.(PersistedVersions)
-	if !ok {
-		return
-	}
-	acct, err := s.blocks.Snapshot(ctx, c, s.clock.Now())
-	if err != nil || acct.Version == 0 {
-		return
-	}
-	deadline := time.Now().Add(readYourWritesWait)
-	for {
-		v, err := vr.PersistedVersion(ctx, c.CustomerID)
-		if err != nil || v >= acct.Version || time.Now().After(deadline) {
-			return
-		}
-		if s.hurry != nil {
-			s.hurry()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // Load installs one customer's state from Postgres into the block store; the
@@ -269,4 +240,10 @@ func summary(m Mutation) AccountSummary {
 		PendingBalance: a.Pending, EffectiveBalance: a.Balance - a.Reserved - a.Pending,
 		LifetimeEarned: a.LifetimeEarned, Version: a.Version,
 	}
+}
+
+// awaitPersisted gives a read of c that Postgres answers read-your-writes
+// on any node (WrittenBehind).
+func (s *Credits) awaitPersisted(ctx context.Context, c CustomerKey) {
+	s.behind.Customer(ctx, c.CustomerID)
 }

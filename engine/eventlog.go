@@ -37,6 +37,9 @@ type Events struct {
 	poll      time.Duration
 	perTenant int
 	logger    zerolog.Logger
+	// WrittenBehind, when set, makes a page wait for the events of the
+	// writes acknowledged before it (on any node).
+	WrittenBehind *WrittenBehind
 
 	mu    sync.Mutex
 	feeds map[uuid.UUID]*tenantFeed
@@ -68,6 +71,7 @@ func (s *Events) Page(ctx context.Context, scope Scope, in EventsPage) (Page[Eve
 	if limit <= 0 {
 		limit = 20
 	}
+	s.WrittenBehind.All(ctx)
 	evs, err := s.log.EventsAfter(ctx, scope.TenantID, nil, after, limit+1)
 	if err != nil {
 		return Page[Event]{}, err

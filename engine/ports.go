@@ -433,10 +433,23 @@ type CatalogLookup interface {
 	Rule(ctx context.Context, s Scope, key string) (r MeteringRule, ok bool, err error)
 }
 
-// PersistedVersions reports how far Postgres has caught up with a customer.
-type PersistedVersions interface {
-	// PersistedVersion is the account version Postgres holds (0 when none).
-	PersistedVersion(ctx context.Context, customer uuid.UUID) (int64, error)
+// OutboxMarks tells how far the persister has moved the outbox into
+// Postgres (lua), so a read Postgres answers can wait for the writes
+// acknowledged before it (WrittenBehind).
+type OutboxMarks interface {
+	// OutboxMark is the newest entry of customer's outbox partition, or of
+	// every partition when customer is nil.
+	OutboxMark(ctx context.Context, customer *uuid.UUID) (OutboxMark, error)
+	// OutboxPersisted reports whether every entry up to mark has left the
+	// outbox (committed to Postgres, or set aside as a dead letter).
+	OutboxPersisted(ctx context.Context, mark OutboxMark) (bool, error)
+}
+
+// OutboxMark is a position in the outbox: for each partition that held
+// entries, the id of its newest.
+type OutboxMark struct {
+	Partitions []int
+	Entries    []string
 }
 
 // PlanView tells the entitlement service what a customer's subscription

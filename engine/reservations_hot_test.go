@@ -73,13 +73,8 @@ func (p *postgresHolds) ReservationCustomer(context.Context, uuid.UUID) (Custome
 	return p.key, nil
 }
 
-func (p *postgresHolds) PersistedVersion(context.Context, uuid.UUID) (int64, error) {
-	p.reads.Add(1)
-	return 1, nil
-}
-
-// versionBlocks is the Redis snapshot awaitPersisted compares with
-// Postgres: version 1, which postgresHolds has.
+// versionBlocks is the block store of these tests: an account at version 1
+// (a settle from Redis reads no snapshot; one from Postgres may).
 type versionBlocks struct{ BlockStore }
 
 func (versionBlocks) Snapshot(context.Context, CustomerKey, time.Time) (Account, error) {

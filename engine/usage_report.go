@@ -105,10 +105,11 @@ func (u *UsageAnalytics) CustomerUsage(ctx context.Context, scope Scope, ref Cus
 }
 
 // TenantUsage reports the usage of every customer of scope's tenant and
-// environment, per metric. It reads what the persister has written (its
-// lag is bounded, docs/limits.md).
+// environment, per metric, with every write acknowledged before it (on any
+// node) counted: it waits for the whole outbox (WrittenBehind.All).
 func (u *UsageAnalytics) TenantUsage(ctx context.Context, scope Scope, q UsageQuery) (UsageBucketsReport, error) {
 	q.TenantID, q.Environment, q.CustomerID = scope.TenantID, scope.Environment, nil
+	u.credits.behind.All(ctx)
 	return u.report(ctx, q)
 }
 

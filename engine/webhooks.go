@@ -155,6 +155,9 @@ type Webhooks struct {
 	// Slots, when set, makes TenantInFlight one cap for the fleet
 	// (lua.Store in Redis); nil, or an error from it, caps per process.
 	Slots DeliverySlots
+	// WrittenBehind, when set, makes List wait for the events of the
+	// writes acknowledged before it (on any node).
+	WrittenBehind *WrittenBehind
 	// Poll is how often the pool looks for due events (DefaultDeliveryPoll when 0).
 	Poll time.Duration
 	// Lease is how long a claimed event stays with this node's worker
@@ -186,6 +189,7 @@ type ListEventsInput = EventQuery
 // List pages the tenant's events newest first, both environments. An
 // unknown status matches nothing. Errors: 400 bad cursor.
 func (w *Webhooks) List(ctx context.Context, scope Scope, in ListEventsInput) (Page[Event], error) {
+	w.WrittenBehind.All(ctx)
 	return w.store.ListEvents(ctx, scope.TenantID, in)
 }
 

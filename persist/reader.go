@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -333,21 +332,4 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 		states = []engine.AccountState{}
 	}
 	return states, nil
-}
-
-var _ engine.PersistedVersions = (*Store)(nil)
-
-// PersistedVersion is the account version Postgres holds for customer, 0
-// when it has no account row; the engine waits on it so a ledger read right
-// after a write sees that write.
-func (s *Store) PersistedVersion(ctx context.Context, customer uuid.UUID) (int64, error) {
-	var v int64
-	err := s.pool.QueryRow(ctx, `SELECT version FROM credit_accounts WHERE customer_id = $1`, customer).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("persist: persisted version: %w", err)
-	}
-	return v, nil
 }

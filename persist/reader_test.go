@@ -237,19 +237,3 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
-
-func TestPersistedVersion(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	live, _ := b.tenant(t)
-	a := newAccount(live, time.Now().UTC())
-	if v, err := b.store.PersistedVersion(b.ctx, a.key.CustomerID); err != nil || v != 0 {
-		t.Fatalf("no account: %d %v", v, err)
-	}
-	if err := b.store.Apply(b.ctx, []engine.Mutation{a.grant("", 1, nil), a.grant("", 2, nil)}); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := b.store.PersistedVersion(b.ctx, a.key.CustomerID); err != nil || v != 2 {
-		t.Fatalf("after two grants: %d %v", v, err)
-	}
-}

@@ -213,7 +213,10 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
-	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock, a.Persister.Hurry)
+	// Reads Postgres answers wait for the outbox as it stood when they came
+	// in, on every node (docs/decisions.md "Read-your-writes on any node").
+	behind := engine.NewWrittenBehind(a.Store, a.Persister.Hurry)
+	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock, behind)
 	a.Usage = engine.NewUsageAnalytics(a.Credits, a.DB)
 	// The persister stores only outbox entries a replica holds (issue 11):
 	// an op the master never replicated vanishes in a failover, and
@@ -222,9 +225,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log,
 		Prepare: a.dropLegacyExpiryIndex}
 	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
+	a.Events.WrittenBehind = behind
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
+	a.Webhooks.WrittenBehind = behind
 	// The caches are decorators over the stores (docs/decisions.md "Caches
 	// are decorators"): the services hold the decorated port, and a write
 	// through it forgets what it changes, so no service is told afterwards.

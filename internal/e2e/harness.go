@@ -78,6 +78,8 @@ type stackOptions struct {
 	noStart bool
 	// applied is the configuration the node was built with.
 	applied app.Config
+	// database is the node's Postgres (default: a fresh database).
+	database string
 }
 
 // newApp builds the stack's node on the options' Redis: cfg, changed by
@@ -103,6 +105,10 @@ func WithConfig(f func(*app.Config)) StackOption { return func(o *stackOptions) 
 func WithRedis(rdb redis.UniversalClient, prefix string) StackOption {
 	return func(o *stackOptions) { o.redis, o.prefix = rdb, prefix }
 }
+
+// WithDatabase makes the stack's node use the database at url instead of a
+// fresh one: with WithRedis, a second node of another stack's fleet.
+func WithDatabase(url string) StackOption { return func(o *stackOptions) { o.database = url } }
 
 // WithClock runs the stack on a test clock.
 func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.clock = c } }
@@ -137,7 +143,10 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	if o.scheduler <= 0 {
 		o.scheduler = 50 * time.Millisecond
 	}
-	dbURL := testenv.Database(t)
+	dbURL := o.database
+	if dbURL == "" {
+		dbURL = testenv.Database(t)
+	}
 	ctx := context.Background()
 	pool, err := persist.Open(ctx, dbURL)
 	if err != nil {
