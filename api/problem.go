@@ -88,9 +88,14 @@ func titleOf(k engine.Kind) string {
 }
 
 // fail writes err as a problem. Engine errors keep their kind, field and
-// detail; anything else is logged and answered with a generic 500.
+// detail; a store that could not answer (Config.Unavailable) is a 503;
+// anything else is logged and answered with a generic 500.
 func (c *call) fail(err error) {
 	e, ok := engine.AsError(err)
+	if !ok && c.s.unavailable != nil && c.s.unavailable(err) {
+		c.s.log.Warn().Bytes("request_id", c.reqID).Err(err).Msg("store unavailable")
+		e, ok = engine.ErrRecordUnavailable, true
+	}
 	if !ok || statusOf(e.Kind) == http.StatusInternalServerError {
 		detail := internalDetail
 		if ok && e.Documented {

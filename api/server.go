@@ -120,7 +120,11 @@ type Config struct {
 	MaxConnsPerIP int
 	// Console, when set, serves the web console under /console.
 	Console fasthttp.RequestHandler
-	Log     zerolog.Logger
+	// Unavailable, when set, tells an error that only says a store could
+	// not answer now (persist.Unavailable: Postgres down); the API answers
+	// it 503 with Retry-After instead of 500.
+	Unavailable func(error) bool
+	Log         zerolog.Logger
 }
 
 // Server is creditd's HTTP server. It is safe for concurrent use.
@@ -134,6 +138,8 @@ type Server struct {
 	bodyLimit int
 	maxConns  int
 	log       zerolog.Logger
+	// unavailable is Config.Unavailable (nil: none is told apart).
+	unavailable func(error) bool
 
 	// registry holds what /metrics serves; metricsHere is false when
 	// /metrics lives on its own listener; tracer is nil with tracing off.
@@ -202,6 +208,7 @@ func New(cfg Config) *Server {
 		bodyLimit:    cfg.BodyLimitBytes,
 		maxConns:     cfg.MaxConnsPerIP,
 		log:          cfg.Log,
+		unavailable:  cfg.Unavailable,
 		limiter:      newRateLimiter(),
 		budgets:      cfg.RateBudgets,
 		refusals:     newRefusals(),

@@ -104,6 +104,10 @@ var (
 	// was applied before (AppliedOps failed), so nothing ran; a retry with
 	// the same key is safe.
 	ErrAppliedUnknown = &Error{Kind: KindUnavailable, Detail: "could not check whether this Idempotency-Key (or event_id) was applied before, so nothing changed; retry it with the same key after the Retry-After seconds"}
+	// ErrRecordUnavailable: the system of record (Postgres) could not answer
+	// for a moment (down, restarting, out of connections); what the request
+	// needed from it is unknown, so nothing changed (issue 25).
+	ErrRecordUnavailable = &Error{Kind: KindUnavailable, Detail: "the system of record is unavailable for a moment, so nothing changed; retry (with the same Idempotency-Key for a write) after the Retry-After seconds"}
 )
 
 // AsError returns err as a domain *Error when it is one.

@@ -281,7 +281,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Events: a.Events, Usage: a.Usage, Alerts: a.Alerts,
 		AdminToken: cfg.AdminToken, BodyLimitBytes: cfg.BodyLimitBytes, Log: log,
 		MaxConnsPerIP: cfg.MaxConnsPerIP, RateBudgets: a.Store,
-		Ready: a.readyChecks,
+		Ready: a.readyChecks, Unavailable: persist.Unavailable,
 	})
 	a.registerMetrics(a.Registry)
 	return a
