@@ -16,8 +16,8 @@ import (
 // outbox as it stood when the read came in.
 func TestReadsSeeWritesOfAnotherNode(t *testing.T) {
 	t.Parallel()
-	first := NewStack(t)
-	second := NewStack(t, WithRedis(first.Redis, first.Prefix), WithDatabase(first.DatabaseURL),
+	first := NewStack(t, SingleNode())
+	second := NewStack(t, SingleNode(), WithRedis(first.Redis, first.Prefix), WithDatabase(first.DatabaseURL),
 		WithConfig(func(c *app.Config) { c.Consumer = "e2e-second" }))
 	tn := first.NewTenant(uniq("fleet-reads"))
 	nodes := []api{first.as(t, tn.Live), second.as(t, tn.Live)}

@@ -16,8 +16,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,6 +58,43 @@ type Stack struct {
 	// Config is the configuration the stack's node runs with, for tests
 	// that start more nodes on the same stores.
 	Config app.Config
+	// Fleet is every node of the stack, App first: more than one when
+	// CREDITD_E2E_NODES asks for a fleet (FleetNodesEnv).
+	Fleet []*app.App
+}
+
+// FleetNodesEnv, when set to N > 1, makes every Stack a fleet of N nodes on
+// the same Redis and Postgres, each with its own persister and caches, and
+// its client sends consecutive requests to consecutive nodes (round robin,
+// as HAProxy does in `make fleet`): the suite then checks that the fleet
+// answers as one node does (issue 25). A stack built WithoutStart or
+// SingleNode stays one node: its test stages one node's crash or state.
+const FleetNodesEnv = "CREDITD_E2E_NODES"
+
+// fleetNodes is the node count FleetNodesEnv asks for (1 when unset).
+func fleetNodes() int {
+	n, err := strconv.Atoi(os.Getenv(FleetNodesEnv))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// roundRobin sends each request for the stack's address to the next node.
+type roundRobin struct {
+	next  http.RoundTripper
+	host  string
+	nodes []string
+	n     atomic.Uint64
+}
+
+func (r *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == r.host {
+		req = req.Clone(req.Context())
+		req.URL.Host = r.nodes[(r.n.Add(1)-1)%uint64(len(r.nodes))]
+		req.Host = req.URL.Host
+	}
+	return r.next.RoundTrip(req)
 }
 
 // StackOption changes how a Stack is built.
@@ -80,7 +119,14 @@ type stackOptions struct {
 	applied app.Config
 	// database is the node's Postgres (default: a fresh database).
 	database string
+	// singleNode keeps the stack one node under FleetNodesEnv.
+	singleNode bool
 }
+
+// SingleNode keeps the stack one node when FleetNodesEnv asks for a fleet:
+// for a test about one node's own state (its caches, its persister, its
+// crash).
+func SingleNode() StackOption { return func(o *stackOptions) { o.singleNode = true } }
 
 // newApp builds the stack's node on the options' Redis: cfg, changed by
 // WithConfig, is remembered as the node's configuration.
@@ -162,25 +208,44 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	if o.log != nil {
 		log = zerolog.New(o.log)
 	}
-	a := o.newApp(pool, app.Config{
+	cfg := app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
 		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
 		ReplicaAckTimeout: testenv.ReplicaAckTimeout,
-	}, log)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
-	if !o.noStart {
-		a.Start()
+	a := o.newApp(pool, cfg, log)
+	fleet := []*app.App{a}
+	if n := fleetNodes(); n > 1 && !o.noStart && !o.singleNode {
+		for i := 2; i <= n; i++ {
+			c := o.applied
+			c.Consumer = fmt.Sprintf("%s-node%d", o.applied.Consumer, i)
+			fleet = append(fleet, app.New(o.redis, pool, c, log))
+		}
 	}
-	go func() { _ = a.Serve(ln) }()
-	s := &Stack{T: t, App: a, URL: "http://" + ln.Addr().String(), Redis: o.redis, Prefix: o.prefix,
-		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: checkedTransport(t)},
-		Config: o.applied}
+	var urls []string
+	for _, node := range fleet {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.noStart {
+			node.Start()
+		}
+		go func() { _ = node.Serve(ln) }()
+		urls = append(urls, ln.Addr().String())
+	}
+	transport := checkedTransport(t)
+	if len(urls) > 1 {
+		transport = &roundRobin{next: transport, host: urls[0], nodes: urls}
+	}
+	s := &Stack{T: t, App: a, URL: "http://" + urls[0], Redis: o.redis, Prefix: o.prefix,
+		DatabaseURL: dbURL, Pool: pool, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: transport},
+		Config: o.applied, Fleet: fleet}
 	t.Cleanup(func() {
-		a.Stop(0)
+		for _, node := range fleet {
+			node.Stop(0)
+		}
 		pool.Close()
 	})
 	return s
