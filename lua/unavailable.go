@@ -30,8 +30,11 @@ func (e *UnavailableError) Unwrap() []error { return []error{engine.ErrUnavailab
 // transientReplies are the Redis reply prefixes of a cluster in failover:
 // the slot has no master (CLUSTERDOWN), is moving (TRYAGAIN, MOVED and ASK
 // past go-redis' redirect limit), or the node is not (yet) the master
-// (READONLY, MASTERDOWN, LOADING, NOREPLICAS).
-var transientReplies = []string{"CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "READONLY", "MASTERDOWN", "LOADING", "NOREPLICAS"}
+// (READONLY, MASTERDOWN, LOADING, NOREPLICAS); or it refuses writes for
+// now (OOM: maxmemory reached under noeviction, issue 25). Redis refuses a
+// script that may write before it runs a line of it, so nothing is half
+// applied and no outbox entry is lost: the retry applies it once.
+var transientReplies = []string{"CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "READONLY", "MASTERDOWN", "LOADING", "NOREPLICAS", "OOM"}
 
 // Unavailable tells whether err is a transient Redis failure (see
 // UnavailableError). redis.Nil, script errors and context.Canceled are not.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +59,7 @@ func TestUnavailable(t *testing.T) {
 		{"moved", replyError("MOVED 3999 127.0.0.1:6381"), true},
 		{"ask", replyError("ASK 3999 127.0.0.1:6381"), true},
 		{"already wrapped", &UnavailableError{Err: io.EOF}, true},
+		{"out of memory", replyError("OOM command not allowed when used memory > 'maxmemory'."), true},
 	} {
 		if got := Unavailable(tc.err); got != tc.want {
 			t.Errorf("%s: Unavailable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
@@ -109,5 +112,64 @@ func TestStoreUnavailable(t *testing.T) {
 	})
 	if n != 1 {
 		t.Errorf("client registered %d times, want 1", n)
+	}
+}
+
+// TestStoreRefusedWrites (issue 25): a Redis at maxmemory under noeviction
+// refuses money scripts with OOM; the Store answers engine.ErrUnavailable
+// (the API's 503 with Retry-After), and nothing was applied: the balance,
+// the version and the outbox are as they were, and the same debit applies
+// once memory is free again.
+func TestStoreRefusedWrites(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t, "--maxmemory-policy", "noeviction")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store := NewStore(rdb, "oom"+testenv.RandomSuffix())
+	ctx := context.Background()
+	c := newCustomer()
+	now := t0
+	b := bundle{store: store, rdb: rdb, real: true}
+	b.known(t, c)
+	b.grant(t, grantCmd(c, 1000, now))
+	before, err := store.Snapshot(ctx, c, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox := rdb.XLen(ctx, store.outboxKey(Partition(c.CustomerID))).Val()
+	info := rdb.InfoMap(ctx, "memory").Item("Memory", "used_memory")
+	limit, _ := strconv.ParseInt(info, 10, 64)
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit+64<<10, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Fill up to the limit: the first refused SET means writes are refused.
+	for i := 0; ; i++ {
+		err := rdb.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 8<<10), 0).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "OOM") {
+			break
+		}
+		if err != nil || i > 1000 {
+			t.Fatalf("filling to maxmemory: %v after %d values", err, i)
+		}
+	}
+	if _, err := store.Debit(ctx, debitCmd(c, 10, now)); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("debit at maxmemory: %v, want engine.ErrUnavailable", err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := store.Snapshot(ctx, c, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Balance != before.Balance || after.Version != before.Version {
+		t.Errorf("refused debit changed the account: balance %d -> %d, version %d -> %d",
+			before.Balance, after.Balance, before.Version, after.Version)
+	}
+	if n := rdb.XLen(ctx, store.outboxKey(Partition(c.CustomerID))).Val(); n != outbox {
+		t.Errorf("outbox %d entries after the refusal, want %d", n, outbox)
+	}
+	if _, err := store.Debit(ctx, debitCmd(c, 10, now)); err != nil {
+		t.Fatalf("debit once memory is free: %v", err)
 	}
 }
