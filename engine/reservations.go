@@ -304,6 +304,12 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	if !ok {
 		key, err = s.reader.ReservationCustomer(ctx, id)
 		if errors.Is(err, ErrNotFound) {
+			// A hold made a moment ago, on any node, may still be on its
+			// way to Postgres: wait for the outbox, then look again.
+			s.credits.behind.All(ctx)
+			key, err = s.reader.ReservationCustomer(ctx, id)
+		}
+		if errors.Is(err, ErrNotFound) {
 			return Customer{}, Reservation{}, NotFound("reservation not found")
 		}
 		if err != nil {
