@@ -41,7 +41,7 @@ func (s *syncBuffer) String() string {
 func TestDeadLetterAlarmAndReplay(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
-	s := NewStack(t, WithLog(&logs))
+	s := NewStack(t, SingleNode(), WithLog(&logs))
 	ctx := context.Background()
 	tn := s.NewTenant(uniq("deadletter"))
 	a := s.as(t, tn.Live)

@@ -291,7 +291,7 @@ func TestCreditStreamPushesAndResumes(t *testing.T) {
 // left frees its place at once.
 func TestCreditStreamsCappedPerTenant(t *testing.T) {
 	t.Parallel()
-	s := NewStack(t, WithConfig(func(c *app.Config) { c.StreamsPerTenant = 1 }))
+	s := NewStack(t, SingleNode(), WithConfig(func(c *app.Config) { c.StreamsPerTenant = 1 }))
 	tn := s.NewTenant(uniq("cap"))
 	a := s.as(t, tn.Live)
 	cust, _ := a.newCustomer()

@@ -32,7 +32,7 @@ func TestFleetRateLimit(t *testing.T) {
 		flood     = 2 * time.Second
 		clients   = 16
 	)
-	s := NewStack(t)
+	s := NewStack(t, SingleNode()) // the test starts its own nodes
 	urls := []string{s.URL}
 	for i := 2; i <= 3; i++ {
 		// Nodes 2 and 3 share the stack's Redis prefix and database; their

@@ -22,7 +22,7 @@ func TestPersisterWaitsForTheReplica(t *testing.T) {
 	replica := testenv.StartRedisReplica(t, master)
 	rdb := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: StackRedisPoolSize})
 	t.Cleanup(func() { _ = rdb.Close() })
-	s := NewStack(t, WithRedis(rdb, "rp"+testenv.RandomSuffix()))
+	s := NewStack(t, SingleNode(), WithRedis(rdb, "rp"+testenv.RandomSuffix()))
 	tn := s.NewTenant(uniq("replicated"))
 	a := s.as(t, tn.Live)
 	id, _ := a.newCustomer()
