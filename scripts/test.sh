@@ -12,7 +12,10 @@
 #   5. go test -race again on a private Redis Cluster of 3 masters with one
 #      replica each (TEST_REDIS_CLUSTER), always stopped afterwards: the
 #      fleet's topology, so every money operation of the suite also waits
-#      for a replica (CREDITD_REPLICA_ACKS auto, issue 11).
+#      for a replica (CREDITD_REPLICA_ACKS auto, issue 11); and the e2e
+#      suite's stacks are fleets of 3 nodes whose clients round-robin
+#      consecutive requests over them, as HAProxy does in `make fleet`
+#      (CREDITD_E2E_NODES=3, issue 25): a fleet must answer as one node.
 # Each test phase prints how long it took. Exits non-zero on the first
 # failure.
 #
@@ -129,8 +132,8 @@ cluster=$data/cluster-$$
 cleanup() { scripts/redis-cluster.sh stop "$cluster" || true; rm -rf "$cluster"; }
 trap cleanup EXIT
 TEST_REDIS_CLUSTER=$(REDIS_CLUSTER_REPLICAS=$replicas scripts/redis-cluster.sh start "$cluster")
-export TEST_REDIS_CLUSTER
-echo "TEST_REDIS_CLUSTER=$TEST_REDIS_CLUSTER" >&2
+export TEST_REDIS_CLUSTER CREDITD_E2E_NODES=${CREDITD_E2E_NODES:-3}
+echo "TEST_REDIS_CLUSTER=$TEST_REDIS_CLUSTER CREDITD_E2E_NODES=$CREDITD_E2E_NODES" >&2
 run "$GO" test -race -count=1 "${flags[@]}" "${pkgs[@]}"
 echo "Redis Cluster phase: $((SECONDS - t0)) s (cluster start included)" >&2
 
