@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/creditd/creditd/engine"
 )
 
@@ -117,5 +119,46 @@ func TestForkCheck(t *testing.T) {
 				t.Fatalf("account version %d, want %d", v, tc.wantVersion)
 			}
 		})
+	}
+}
+
+// TestRefusalOwnsNoVersion (issue 25): a refusal record carries the
+// version of the op before it and never writes the account, so when it
+// reaches Postgres first (the order two nodes used to commit them in), the
+// acknowledged op at that version is stored, not refused as a fork.
+func TestRefusalOwnsNoVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	g := a.grant("g", 50, nil)
+	g.OutboxMS = 1000
+	var block uuid.UUID
+	for id := range a.blocks {
+		block = id
+	}
+	c := a.consume("c", block, 50, "m", 0)
+	c.OutboxMS = 1001
+	refusal := c
+	refusal.OpID, refusal.IdempotencyKey, refusal.RequestHash, refusal.Entries, refusal.Blocks = uuid.New(), "", "", nil, nil
+	refusal.Usage = &engine.MutationUsage{Metric: "m", Units: 1, Cost: 10, Refused: true}
+	refusal.OutboxMS = 1002
+	for _, ms := range [][]engine.Mutation{{g}, {refusal}, {c}} {
+		if err := b.store.Apply(b.ctx, ms); err != nil {
+			t.Fatalf("Apply %s: %v", ms[0].OpID, err)
+		}
+	}
+	if v, bal := b.accountRow(t, a.key.CustomerID); v != 2 || bal != 0 {
+		t.Fatalf("account at version %d, balance %d; want 2, 0", v, bal)
+	}
+	var op uuid.UUID
+	if err := b.pool.QueryRow(b.ctx, `SELECT op_id FROM credit_accounts WHERE customer_id = $1`, a.key.CustomerID).Scan(&op); err != nil {
+		t.Fatal(err)
+	}
+	if op != c.OpID {
+		t.Fatalf("version 2 owned by op %s, want the consume %s", op, c.OpID)
+	}
+	if n := b.count(t, "ledger_entries"); n < 2 {
+		t.Fatalf("%d ledger entries, want the grant's and the consume's", n)
 	}
 }

@@ -102,7 +102,7 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 	outbox := make([]int64, 0, len(ms))
 	for i := range ms {
 		m := &ms[i]
-		if m.Usage != nil && m.Usage.Refused {
+		if refused(m) {
 			continue
 		}
 		customers = append(customers, m.CustomerID)
@@ -120,6 +120,10 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 		b.Queue(forkCheckSQL, customers, versions, ops, entries, outbox)
 	}
 }
+
+// refused tells whether m is a refusal record (a consume, hold or commit
+// refused for credit under block): no entries, the version it found.
+func refused(m *engine.Mutation) bool { return m.Usage != nil && m.Usage.Refused }
 
 // Apply writes ms in one transaction, idempotently (engine.LedgerWriter):
 // operations with an idempotency key and ledger entries (id
@@ -366,6 +370,14 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 				cur.b = &nb
 				blocks[b.ID] = cur
 			}
+		}
+		// A refusal record carries the state and version another op set
+		// (that op's Mutation writes them): it owns no version, so it never
+		// writes the account row, and a refusal that reaches Postgres
+		// before the op it follows (a replayed dead letter) cannot take
+		// that op's version from it (issue 25).
+		if refused(m) {
+			continue
 		}
 		if cur, ok := accounts[m.CustomerID]; !ok || cur.Account.Version < m.Account.Version {
 			accounts[m.CustomerID] = m
