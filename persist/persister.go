@@ -149,8 +149,14 @@ type Persister struct {
 	hurry chan struct{}
 	// linger is groupLinger; a test sets it long to see Hurry end it.
 	linger time.Duration
-	// Loop runs Run as an engine.Runner; every outbox read, claim and
-	// failed apply reports a pass to it.
+	// leases hands out the partitions when the outbox does (owners.go):
+	// then this persister runs only the partitions it owns; nil: all.
+	leases engine.OutboxLeases
+	// held is each partition's latest lease of this persister (nil: none
+	// yet), whose token its commits carry; only with leases.
+	held []atomic.Pointer[partitionLease]
+	// Loop runs Run as an engine.Runner; every outbox read, claim, failed
+	// apply and partition balancing pass reports a pass to it.
 	engine.Loop
 }
 
@@ -206,6 +212,10 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, hurry: make(chan struct{}, 1),
 		linger: groupLinger, log: log.With().Str("component", "persister").Logger()}
 	p.mayHold.Store(dead != nil)
+	if leases, ok := outbox.(engine.OutboxLeases); ok {
+		p.leases = leases
+		p.held = make([]atomic.Pointer[partitionLease], outbox.Partitions())
+	}
 	return p
 }
 
@@ -229,24 +239,40 @@ func (p *Persister) Run(ctx context.Context) error {
 			p.refreshHold(ctx)
 		}()
 	}
-	for part := range p.outbox.Partitions() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.runPartition(ctx, part)
-		}()
+	if p.leases != nil {
+		p.runLeased(ctx, &wg)
+	} else {
+		for part := range p.outbox.Partitions() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.runPartition(ctx, part, nil)
+			}()
+		}
 	}
 	wg.Wait()
 	return ctx.Err()
 }
 
-// runPartition is one partition's loop: claim (now and then), read, persist.
-func (p *Persister) runPartition(ctx context.Context, part int) {
+// runPartition is one partition's loop: claim (now and then), read,
+// persist. Under a lease l it first takes over what the partition's
+// previous owner left pending, and ends once l is given up or may have
+// lapsed (ctx ends when it is lost).
+func (p *Persister) runPartition(ctx context.Context, part int, l *partitionLease) {
 	log := p.log.With().Int("partition", part).Logger()
+	if l != nil && !p.takeOver(ctx, log, part, l) {
+		return
+	}
 	backoff := newBackoff()
 	var lastClaim time.Time
 	claimEvery := p.cfg.ClaimIdle / claimLooks
 	for ctx.Err() == nil {
+		if l != nil && !l.readable(p.cfg.Block) {
+			if !l.shed.Load() {
+				log.Warn().Msg("outbox partition lease not renewed in time: reading stops")
+			}
+			return
+		}
 		if time.Since(lastClaim) >= claimEvery {
 			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
 			if err != nil {
@@ -414,10 +440,14 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			if len(msgs) == 0 {
 				return true
 			}
+			l := p.lease(part)
 			ms := make([]engine.Mutation, len(msgs))
 			for i, m := range msgs {
 				ms[i] = m.Mutation
 				ms[i].OutboxMS = streamMS(m.ID)
+				if l != nil {
+					ms[i].OutboxPartition, ms[i].OutboxLease = part, l.token
+				}
 			}
 			start := time.Now()
 			if err = p.write(ctx, ms); err == nil {
@@ -432,6 +462,15 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			return false
 		}
 		p.applyErrors.Add(1)
+		if sqlState(err) == leaseStale {
+			// Another persister owns the partition and committed under it:
+			// the batch stays pending for it to take over (owners.go).
+			log.Warn().Err(err).Int("count", len(msgs)).Msg("outbox partition lost to another persister; its batch is left to it")
+			if l := p.lease(part); l != nil {
+				l.cancel()
+			}
+			return false
+		}
 		if p.dead != nil && refusedData(err) {
 			if len(msgs) > 1 {
 				half := len(msgs) / 2
