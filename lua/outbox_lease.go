@@ -71,6 +71,9 @@ func (s *Store) outboxLease(ctx context.Context, p int, mode, consumer string, t
 
 // PartitionOwners reads every partition's lease in one pipeline (one
 // round trip per node on a Cluster) and returns each owner, "" for none.
+// A lease that cannot be read (its Cluster node is down) is reported as ""
+// too: a take of it fails on its own, while the other partitions are
+// still handed out; an error only when none could be read.
 func (s *Store) PartitionOwners(ctx context.Context) ([]string, error) {
 	cmds := make([]*redis.StringCmd, Partitions)
 	_, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -79,21 +82,23 @@ func (s *Store) PartitionOwners(ctx context.Context) ([]string, error) {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("lua: outbox partition owners: %w", err)
+	if err == nil || errors.Is(err, redis.Nil) {
+		err = nil
 	}
 	owners := make([]string, Partitions)
+	read := 0
 	for p, c := range cmds {
-		v, err := c.Result()
-		if errors.Is(err, redis.Nil) {
+		v, cerr := c.Result()
+		if cerr != nil && !errors.Is(cerr, redis.Nil) {
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("lua: outbox partition owners: %w", err)
-		}
+		read++
 		if _, owner, ok := strings.Cut(v, "|"); ok {
 			owners[p] = owner
 		}
+	}
+	if read == 0 && err != nil {
+		return nil, fmt.Errorf("lua: outbox partition owners: %w", err)
 	}
 	return owners, nil
 }

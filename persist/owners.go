@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
@@ -73,9 +74,11 @@ func (p *Persister) lease(part int) *partitionLease {
 // balancer is one persister's share-keeping state; only runLeased's
 // goroutine touches it.
 type balancer struct {
-	p     *Persister
-	log   zerolog.Logger
-	ttl   time.Duration
+	p   *Persister
+	log zerolog.Logger
+	ttl time.Duration
+	// tick is the time between passes, and the bound of each call.
+	tick  time.Duration
 	parts int
 	// order is the partitions in this persister's order of preference
 	// (starting at a point its name picks), so the nodes of a fleet start
@@ -96,13 +99,14 @@ func (p *Persister) runLeased(ctx context.Context, wg *sync.WaitGroup) {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(p.cfg.Consumer))
 	start := int(h.Sum32() % uint32(parts))
-	b := &balancer{p: p, log: p.log, ttl: p.cfg.ClaimIdle, parts: parts, owned: map[int]*partitionLease{},
+	tick := max(p.cfg.ClaimIdle/claimLooks, time.Millisecond)
+	b := &balancer{p: p, log: p.log, ttl: p.cfg.ClaimIdle, tick: tick, parts: parts, owned: map[int]*partitionLease{},
 		seenFree: make([]int, parts), live: 1, wg: wg}
 	for i := range parts {
 		b.order = append(b.order, (start+i)%parts)
 	}
 	defer b.stop(ctx)
-	t := time.NewTicker(max(p.cfg.ClaimIdle/claimLooks, time.Millisecond))
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		p.Pass(b.pass(ctx))
@@ -124,36 +128,47 @@ func (b *balancer) pass(ctx context.Context) error {
 		default:
 		}
 	}
-	live, announceErr := leases.Persisters(ctx, consumer, b.ttl)
+	// Every call is bounded by a pass, and the renewals run at once: a
+	// Redis node that does not answer delays neither the renewals of the
+	// leases on the others nor the next pass.
+	actx, acancel := context.WithTimeout(ctx, b.tick)
+	live, announceErr := leases.Persisters(actx, consumer, b.ttl)
+	acancel()
 	if announceErr == nil {
 		b.live = max(live, 1)
 	} else if ctx.Err() == nil {
 		b.log.Warn().Err(announceErr).Msg("persister announcement failed")
 	}
+	rctx, rcancel := context.WithTimeout(ctx, b.tick)
+	var renewals sync.WaitGroup
 	for part, l := range b.owned {
-		sent := time.Now()
-		ok, err := leases.RenewPartition(ctx, part, consumer, l.token, b.ttl)
-		switch {
-		case err != nil:
-			// The loop stops by itself once the lease may have lapsed.
-			if ctx.Err() == nil {
-				b.log.Warn().Err(err).Int("partition", part).Msg("outbox partition lease renewal failed")
+		renewals.Add(1)
+		go func() {
+			defer renewals.Done()
+			sent := time.Now()
+			ok, err := leases.RenewPartition(rctx, part, consumer, l.token, b.ttl)
+			switch {
+			case err != nil:
+				// The loop stops by itself once the lease may have lapsed.
+				if ctx.Err() == nil {
+					b.log.Warn().Err(err).Int("partition", part).Msg("outbox partition lease renewal failed")
+				}
+			case ok:
+				l.extend(sent, b.ttl)
+			default:
+				b.log.Warn().Int("partition", part).Int64("token", l.token).Msg("outbox partition lost to another persister")
+				l.cancel()
 			}
-		case ok:
-			l.extend(sent, b.ttl)
-		default:
-			b.log.Warn().Int("partition", part).Int64("token", l.token).Msg("outbox partition lost to another persister")
-			l.cancel()
-		}
+		}()
 	}
-	if announceErr != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return announceErr
-	}
+	renewals.Wait()
+	rcancel()
+	// Without the announcement (its key's Redis node may be the one down)
+	// the last count stands: the partitions on the other nodes go on.
 	share := (b.parts + b.live - 1) / b.live
-	owners, err := leases.PartitionOwners(ctx)
+	octx, ocancel := context.WithTimeout(ctx, b.tick)
+	owners, err := leases.PartitionOwners(octx)
+	ocancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -161,6 +176,7 @@ func (b *balancer) pass(ctx context.Context) error {
 		b.log.Warn().Err(err).Msg("outbox partition owners unreadable")
 		return err
 	}
+	var takeErr error
 	for _, part := range b.order {
 		if _, mine := b.owned[part]; mine {
 			b.seenFree[part] = 0
@@ -177,13 +193,16 @@ func (b *balancer) pass(ctx context.Context) error {
 			continue
 		}
 		sent := time.Now()
-		token, ok, err := leases.TakePartition(ctx, part, consumer, b.ttl)
+		tctx, tcancel := context.WithTimeout(ctx, b.tick)
+		token, ok, err := leases.TakePartition(tctx, part, consumer, b.ttl)
+		tcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			b.log.Warn().Err(err).Int("partition", part).Msg("outbox partition take failed")
-			return err
+			takeErr = err
+			continue
 		}
 		if ok {
 			b.seenFree[part] = 0
@@ -197,7 +216,10 @@ func (b *balancer) pass(ctx context.Context) error {
 			l.shed.Store(true)
 		}
 	}
-	return nil
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errors.Join(announceErr, takeErr)
 }
 
 // active counts the partitions owned and not being given up.
