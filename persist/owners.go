@@ -35,6 +35,11 @@ import (
 // and what the clocks' rates may differ by).
 const leaseSafetyDiv = 10
 
+// handOverPasses is how many balancing passes a persister leaves alone a
+// partition it handed over (above its share, or its writes failing), so
+// that another one takes it.
+const handOverPasses = 2
+
 // partitionLease is this persister's lease of one partition while a loop
 // of its own runs the partition under it.
 type partitionLease struct {
@@ -86,8 +91,11 @@ type balancer struct {
 	order    []int
 	owned    map[int]*partitionLease
 	seenFree []int
-	live     int
-	wg       *sync.WaitGroup
+	// pause counts the passes this persister leaves a partition it handed
+	// over to the others.
+	pause []int
+	live  int
+	wg    *sync.WaitGroup
 }
 
 // runLeased keeps this persister's share of the partitions until ctx ends,
@@ -101,7 +109,7 @@ func (p *Persister) runLeased(ctx context.Context, wg *sync.WaitGroup) {
 	start := int(h.Sum32() % uint32(parts))
 	tick := max(p.cfg.ClaimIdle/claimLooks, time.Millisecond)
 	b := &balancer{p: p, log: p.log, ttl: p.cfg.ClaimIdle, tick: tick, parts: parts, owned: map[int]*partitionLease{},
-		seenFree: make([]int, parts), live: 1, wg: wg}
+		seenFree: make([]int, parts), pause: make([]int, parts), live: 1, wg: wg}
 	for i := range parts {
 		b.order = append(b.order, (start+i)%parts)
 	}
@@ -125,6 +133,10 @@ func (b *balancer) pass(ctx context.Context) error {
 		select {
 		case <-l.done:
 			delete(b.owned, part)
+			if l.shed.Load() {
+				// Handed over: the others have the first passes at it.
+				b.pause[part] = handOverPasses
+			}
 		default:
 		}
 	}
@@ -136,6 +148,7 @@ func (b *balancer) pass(ctx context.Context) error {
 	acancel()
 	if announceErr == nil {
 		b.live = max(live, 1)
+		b.p.live.Store(int64(b.live))
 	} else if ctx.Err() == nil {
 		b.log.Warn().Err(announceErr).Msg("persister announcement failed")
 	}
@@ -189,6 +202,10 @@ func (b *balancer) pass(ctx context.Context) error {
 			continue
 		}
 		b.seenFree[part]++
+		if b.pause[part] > 0 {
+			b.pause[part]--
+			continue
+		}
 		if b.active() >= share && b.seenFree[part] < 2 {
 			continue
 		}

@@ -155,6 +155,8 @@ type Persister struct {
 	// held is each partition's latest lease of this persister (nil: none
 	// yet), whose token its commits carry; only with leases.
 	held []atomic.Pointer[partitionLease]
+	// live is how many persisters the balancer last counted.
+	live atomic.Int64
 	// Loop runs Run as an engine.Runner; every outbox read, claim, failed
 	// apply and partition balancing pass reports a pass to it.
 	engine.Loop
@@ -433,6 +435,7 @@ func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids [
 // (books balanced) until `creditd deadletters retry` replays them all.
 func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) bool {
 	backoff := newBackoff()
+	began := time.Now()
 	for {
 		rest, err := p.hold(ctx, log, part, msgs)
 		if err == nil {
@@ -490,6 +493,14 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 		}
 		log.Error().Err(err).Int("count", len(msgs)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
 		p.Pass(err)
+		if l := p.lease(part); l != nil && p.live.Load() > 1 && time.Since(began) >= p.cfg.ClaimIdle {
+			// A Postgres this node cannot write to may be one another node
+			// can: after ClaimIdle the partition, its batch still pending,
+			// is theirs to try (owners.go).
+			log.Warn().Msg("apply failing for the claim idle; partition handed to another persister")
+			l.shed.Store(true)
+			return false
+		}
 		backoff.wait(ctx)
 		if ctx.Err() != nil {
 			return false
