@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/creditd/creditd/lua"
 )
 
 // fleetRecipe runs issue 25's four requests on nodes, one node after the
@@ -135,5 +139,70 @@ func TestFleetPersistsInStreamOrder(t *testing.T) {
 			t.Errorf("mixed customer %s: postgres balance %d, want %d", id, b, want)
 		}
 	}
-	_ = fmt.Sprint
+}
+
+// ownersWithin waits until every outbox partition has an owner among
+// consumers and none owns more than most.
+func ownersWithin(t *testing.T, s *Stack, most int, consumers ...string) {
+	t.Helper()
+	store := lua.NewStore(s.Redis, s.Prefix)
+	var owners []string
+	defer func(start time.Time) { t.Logf("owners within %d after %s", most, time.Since(start)) }(time.Now())
+	eventually(t, fmt.Sprintf("every partition owned by one of %v, at most %d each", consumers, most), func() bool {
+		var err error
+		if owners, err = store.PartitionOwners(context.Background()); err != nil {
+			return false
+		}
+		counts := map[string]int{}
+		for _, o := range owners {
+			counts[o]++
+		}
+		total := 0
+		for _, c := range consumers {
+			if counts[c] > most {
+				return false
+			}
+			total += counts[c]
+		}
+		return total == lua.Partitions
+	})
+}
+
+// TestFleetNodeLeaves (issue 25): three nodes share the outbox partitions
+// (at most 11 of 32 each); one stops in the middle of the traffic, and its
+// partitions go on with the other two (at most 16 each), in order: no dead
+// letter, each consume in the ledger once.
+func TestFleetNodeLeaves(t *testing.T) {
+	s := NewStack(t)
+	_, n2 := s.addNode(t, "e2e-2")
+	a3, n3 := s.addNode(t, "e2e-3")
+	tn := s.NewTenant(uniq("fleetleave"))
+	nodes := []api{s.as(t, tn.Live), n2.as(t, tn.Live), n3.as(t, tn.Live)}
+	metric := nodes[0].perUnit(10)
+	ownersWithin(t, s, 11, "e2e", "e2e-2", "e2e-3")
+
+	var customers, txns []string
+	for i := range 6 {
+		c, txn := fleetRecipe(t, nodes, i, metric)
+		customers, txns = append(customers, c), append(txns, txn)
+	}
+	a3.Stop(0)
+	nodes = nodes[:2]
+	for i := range 6 {
+		c, txn := fleetRecipe(t, nodes, i, metric)
+		customers, txns = append(customers, c), append(txns, txn)
+	}
+	ownersWithin(t, s, 16, "e2e", "e2e-2")
+	s.Drain()
+	if n := s.sqlInt(t, `SELECT count(*) FROM outbox_dead_letters`); n != 0 {
+		t.Fatalf("%d dead letters, want 0", n)
+	}
+	for i, id := range customers {
+		if n := s.sqlInt(t, `SELECT count(*) FROM ledger_entries WHERE id = $1`, txns[i]); n != 1 {
+			t.Errorf("customer %s: consume %s in the ledger %d times, want once", id, txns[i], n)
+		}
+		if b := s.sqlInt(t, `SELECT balance FROM credit_accounts WHERE customer_id = $1`, id); b != 0 {
+			t.Errorf("customer %s: postgres balance %d, want 0", id, b)
+		}
+	}
 }
