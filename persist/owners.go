@@ -189,8 +189,15 @@ func (b *balancer) pass(ctx context.Context) error {
 		b.log.Warn().Err(err).Msg("outbox partition owners unreadable")
 		return err
 	}
+	// All takes of a pass share one deadline: a lease on a Redis node that
+	// does not answer is tried again at the next pass, not waited for.
+	tctx, tcancel := context.WithTimeout(ctx, b.tick)
+	defer tcancel()
 	var takeErr error
 	for _, part := range b.order {
+		if tctx.Err() != nil {
+			break
+		}
 		if _, mine := b.owned[part]; mine {
 			b.seenFree[part] = 0
 			continue
@@ -210,9 +217,7 @@ func (b *balancer) pass(ctx context.Context) error {
 			continue
 		}
 		sent := time.Now()
-		tctx, tcancel := context.WithTimeout(ctx, b.tick)
 		token, ok, err := leases.TakePartition(tctx, part, consumer, b.ttl)
-		tcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -226,8 +231,11 @@ func (b *balancer) pass(ctx context.Context) error {
 			b.run(ctx, part, token, sent)
 		}
 	}
-	// Give up the extra partitions this persister prefers least.
-	for i := len(b.order) - 1; i >= 0 && b.active() > share; i-- {
+	// Give up the extra partitions this persister prefers least, when a
+	// live persister owns fewer than its fair part (one that just joined):
+	// extras taken because their owner died while the count still had it
+	// stay until the count catches up, rather than going round the fleet.
+	for i := len(b.order) - 1; i >= 0 && b.active() > share && b.starved(owners); i-- {
 		if l, mine := b.owned[b.order[i]]; mine && !l.shed.Load() {
 			b.log.Info().Int("partition", l.part).Int("share", share).Int("persisters", b.live).Msg("outbox partition handed over: more than this persister's share")
 			l.shed.Store(true)
@@ -237,6 +245,26 @@ func (b *balancer) pass(ctx context.Context) error {
 		return nil
 	}
 	return errors.Join(announceErr, takeErr)
+}
+
+// starved tells whether, by owners, some live persister owns fewer than
+// partitions/live (rounded down), or none.
+func (b *balancer) starved(owners []string) bool {
+	counts := map[string]int{}
+	for _, o := range owners {
+		if o != "" {
+			counts[o]++
+		}
+	}
+	if len(counts) < b.live {
+		return true
+	}
+	for _, n := range counts {
+		if n < b.parts/b.live {
+			return true
+		}
+	}
+	return false
 }
 
 // active counts the partitions owned and not being given up.

@@ -180,10 +180,11 @@ func (w *orderWriter) Apply(ctx context.Context, ms []engine.Mutation) error {
 	return nil
 }
 
-// TestPersistersShareThePartitions (issue 25): three persisters sharing an
-// outbox with partition leases each own at most about their share, so
-// every partition has one owner and each account's operations are
-// committed in version (stream) order, each once. When one of them loses
+// TestPersistersShareThePartitions (issue 25): persisters sharing an
+// outbox with partition leases each own at most about their share (two,
+// then three when one joins and the others hand it partitions), so every
+// partition has one owner and each account's operations are committed in
+// version (stream) order, each once. When one of them loses
 // Redis (as a node that died), its partitions go to the other two within
 // the lease's lapse plus a balancing pass, pending entries first, still in
 // order, and they then own up to half each.
@@ -200,9 +201,9 @@ func TestPersistersShareThePartitions(t *testing.T) {
 	var nodes []*leasedOutbox
 	var persisters []*Persister
 	var wg sync.WaitGroup
-	for i := range 3 {
+	start := func() {
 		o := &leasedOutbox{fakeOutbox: ob, leases: leases}
-		per := NewPersister(o, w, PersisterConfig{Consumer: fmt.Sprintf("node-%d", i), BatchSize: 5,
+		per := NewPersister(o, w, PersisterConfig{Consumer: fmt.Sprintf("node-%d", len(nodes)), BatchSize: 5,
 			Block: 10 * time.Millisecond, ClaimIdle: claimIdle}, quietLog())
 		nodes, persisters = append(nodes, o), append(persisters, per)
 		wg.Add(1)
@@ -253,8 +254,13 @@ func TestPersistersShareThePartitions(t *testing.T) {
 		}
 	}
 
+	start()
+	start()
 	feed(10)
-	waitFor("three persisters own about a third each", func() bool { return shares(11, "node-0", "node-1", "node-2") })
+	waitFor("two persisters own half each", func() bool { return shares(16, "node-0", "node-1") })
+	start()
+	feed(10)
+	waitFor("with a third one joining, each owns about a third", func() bool { return shares(11, "node-0", "node-1", "node-2") })
 	feed(10)
 
 	nodes[2].down.Store(true)
