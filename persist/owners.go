@@ -241,6 +241,7 @@ func (b *balancer) pass(ctx context.Context) error {
 			l.shed.Store(true)
 		}
 	}
+	b.p.ownedParts.Store(int64(b.active()))
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -311,6 +312,7 @@ func (b *balancer) stop(ctx context.Context) {
 	for _, l := range b.owned {
 		<-l.done
 	}
+	b.p.ownedParts.Store(0)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
 	if _, err := b.p.leases.Persisters(wctx, b.p.cfg.Consumer, 0); err != nil {

@@ -104,6 +104,9 @@ type PersisterStats struct {
 	// NotReplicated counts batches read again because they had not reached
 	// a replica yet (replica acks on).
 	NotReplicated int64
+	// OwnedPartitions is how many outbox partitions this persister runs:
+	// those it holds a lease of (engine.OutboxLeases), else all.
+	OwnedPartitions int64
 	// ReplayedBatches counts Applies that met rows already stored (a
 	// redelivery after a commit) and were written again with ON CONFLICT
 	// statements (0 when the writer does not tell).
@@ -157,6 +160,9 @@ type Persister struct {
 	held []atomic.Pointer[partitionLease]
 	// live is how many persisters the balancer last counted.
 	live atomic.Int64
+	// ownedParts is how many partitions the balancer runs, as of its last
+	// pass.
+	ownedParts atomic.Int64
 	// Loop runs Run as an engine.Runner; every outbox read, claim, failed
 	// apply and partition balancing pass reports a pass to it.
 	engine.Loop
@@ -688,7 +694,12 @@ func (p *Persister) Stats() PersisterStats {
 	if r, ok := p.writer.(replayCounter); ok {
 		replayed = r.ReplayedApplies()
 	}
+	owned := int64(p.outbox.Partitions())
+	if p.leases != nil {
+		owned = p.ownedParts.Load()
+	}
 	return PersisterStats{
+		OwnedPartitions:    owned,
 		ReplayedBatches:    replayed,
 		MutationsPersisted: p.mutations.Load(),
 		Batches:            p.batches.Load(),
@@ -714,6 +725,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
 	fmt.Fprintf(w, "# HELP creditd_persister_unreplicated_batches_total Outbox batches read again because they had not reached a replica yet.\n"+
 		"# TYPE creditd_persister_unreplicated_batches_total counter\ncreditd_persister_unreplicated_batches_total %d\n", s.NotReplicated)
+	fmt.Fprintf(w, "# HELP creditd_persister_partitions_owned Outbox partitions this persister runs (its leases; all without leases).\n"+
+		"# TYPE creditd_persister_partitions_owned gauge\ncreditd_persister_partitions_owned %d\n", s.OwnedPartitions)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }
