@@ -270,6 +270,9 @@ func TestPersistersShareThePartitions(t *testing.T) {
 	if took := time.Since(downAt); took > claimIdle+claimIdle/claimLooks+2*time.Second {
 		t.Errorf("the partitions of the node that went down were taken over after %s", took)
 	}
+	waitFor("the survivors' stats count every partition", func() bool {
+		return persisters[0].Stats().OwnedPartitions+persisters[1].Stats().OwnedPartitions == parts
+	})
 	feed(10)
 	if err := persisters[0].Drain(b.ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
