@@ -68,6 +68,12 @@ type Mutation struct {
 	// (Redis' clock at XADD), set by the persister from the entry it read;
 	// 0 when unknown. It is not part of the wire format.
 	OutboxMS int64 `json:"-"`
+	// OutboxPartition and OutboxLease are the entry's outbox partition and
+	// the fencing token of the persister's lease on it (OutboxLeases), set
+	// by a persister that holds one; OutboxLease 0 when it holds none. Not
+	// part of the wire format.
+	OutboxPartition int   `json:"-"`
+	OutboxLease     int64 `json:"-"`
 }
 
 // MutationAccount is the account as it stands after a mutation.

@@ -238,6 +238,33 @@ type Outbox interface {
 	Backlog(ctx context.Context, p int) (count int64, oldestMS int64, err error)
 }
 
+// OutboxLeases hands each outbox partition to one persister of a fleet at
+// a time (issue 25): only a partition's owner reads it, so one customer's
+// entries are applied in stream order whichever node runs them. A lease
+// lapses ttl after its last take or renewal, so a dead owner's partitions
+// go to the survivors; every take has a fencing token, greater than any
+// earlier one of the partition, which the persister's transaction checks
+// in Postgres so a stalled ex-owner cannot commit after its successor.
+type OutboxLeases interface {
+	// TakePartition makes consumer the owner of partition p for ttl when
+	// no one else holds it (a lease under consumer's own name is from an
+	// earlier run of it and is taken again); it returns the new fencing
+	// token, and ok false when another consumer owns p.
+	TakePartition(ctx context.Context, p int, consumer string, ttl time.Duration) (token int64, ok bool, err error)
+	// RenewPartition extends consumer's lease of p taken with token to
+	// ttl from now; false when the lease is no longer that one.
+	RenewPartition(ctx context.Context, p int, consumer string, token int64, ttl time.Duration) (bool, error)
+	// ReleasePartition ends consumer's lease of p taken with token (nothing
+	// when the lease is no longer that one).
+	ReleasePartition(ctx context.Context, p int, consumer string, token int64) error
+	// PartitionOwners lists the consumer owning each partition ("" for
+	// none), indexed by partition.
+	PartitionOwners(ctx context.Context) ([]string, error)
+	// Persisters announces consumer as a live persister for ttl (leave 0:
+	// withdraws it) and returns how many are live, itself included.
+	Persisters(ctx context.Context, consumer string, ttl time.Duration) (int, error)
+}
+
 // LedgerWriter is the Postgres side of the persister.
 type LedgerWriter interface {
 	// Apply writes mutations in one transaction, idempotently: entries and

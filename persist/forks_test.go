@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/creditd/creditd/engine"
 )
 
@@ -117,5 +119,101 @@ func TestForkCheck(t *testing.T) {
 				t.Fatalf("account version %d, want %d", v, tc.wantVersion)
 			}
 		})
+	}
+}
+
+// TestRefusalOwnsNoVersion (issue 25): a refusal record carries the
+// version of the op before it and never writes the account, so when it
+// reaches Postgres first (the order two nodes used to commit them in), the
+// acknowledged op at that version is stored, not refused as a fork.
+func TestRefusalOwnsNoVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	g := a.grant("g", 50, nil)
+	g.OutboxMS = 1000
+	var block uuid.UUID
+	for id := range a.blocks {
+		block = id
+	}
+	c := a.consume("c", block, 50, "m", 0)
+	c.OutboxMS = 1001
+	refusal := c
+	refusal.OpID, refusal.IdempotencyKey, refusal.RequestHash, refusal.Entries, refusal.Blocks = uuid.New(), "", "", nil, nil
+	refusal.Usage = &engine.MutationUsage{Metric: "m", Units: 1, Cost: 10, Refused: true}
+	refusal.OutboxMS = 1002
+	for _, ms := range [][]engine.Mutation{{g}, {refusal}, {c}} {
+		if err := b.store.Apply(b.ctx, ms); err != nil {
+			t.Fatalf("Apply %s: %v", ms[0].OpID, err)
+		}
+	}
+	if v, bal := b.accountRow(t, a.key.CustomerID); v != 2 || bal != 0 {
+		t.Fatalf("account at version %d, balance %d; want 2, 0", v, bal)
+	}
+	var op uuid.UUID
+	if err := b.pool.QueryRow(b.ctx, `SELECT op_id FROM credit_accounts WHERE customer_id = $1`, a.key.CustomerID).Scan(&op); err != nil {
+		t.Fatal(err)
+	}
+	if op != c.OpID {
+		t.Fatalf("version 2 owned by op %s, want the consume %s", op, c.OpID)
+	}
+	if n := b.count(t, "ledger_entries"); n < 2 {
+		t.Fatalf("%d ledger entries, want the grant's and the consume's", n)
+	}
+}
+
+// TestOutboxFence (issue 25, migration 022): a transaction of outbox
+// entries that comes with an older lease of their partition than one a
+// commit already came with is refused whole (SQLSTATE 55F01, nothing
+// written); the same or a newer lease, or none, passes.
+func TestOutboxFence(t *testing.T) {
+	t.Parallel()
+	for _, way := range []struct {
+		name    string
+		copyMin int
+	}{{"copy", 1}, {"insert", copyMinMutations}} {
+		t.Run(way.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			outboxFence(t, b, &Store{pool: b.pool, copyMin: way.copyMin})
+		})
+	}
+}
+
+func outboxFence(t *testing.T, b *bundle, store *Store) {
+	live, _ := b.tenant(t)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	other := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	leased := func(m engine.Mutation, part int, token int64) engine.Mutation {
+		m.OutboxPartition, m.OutboxLease = part, token
+		return m
+	}
+	for _, step := range []struct {
+		name  string
+		ms    []engine.Mutation
+		stale bool
+	}{
+		{"first lease", []engine.Mutation{leased(a.grant("g1", 5, nil), 2, 100)}, false},
+		{"same lease", []engine.Mutation{leased(a.grant("g2", 5, nil), 2, 100)}, false},
+		{"older lease", []engine.Mutation{leased(a.grant("g3", 5, nil), 2, 99)}, true},
+		{"newer lease", []engine.Mutation{leased(a.grant("g4", 5, nil), 2, 101)}, false},
+		{"no lease", []engine.Mutation{a.grant("g5", 5, nil)}, false},
+		{"a group with one stale partition", []engine.Mutation{
+			leased(other.grant("o1", 5, nil), 7, 1), leased(a.grant("g6", 5, nil), 2, 100)}, true},
+		{"a group of two partitions", []engine.Mutation{
+			leased(other.grant("o2", 5, nil), 7, 1), leased(a.grant("g7", 5, nil), 2, 101)}, false},
+	} {
+		before := b.count(t, "ledger_entries")
+		err := store.Apply(b.ctx, step.ms)
+		if got := sqlState(err) == leaseStale; got != step.stale || (!step.stale && err != nil) {
+			t.Fatalf("%s: Apply: %v; want stale %v", step.name, err, step.stale)
+		}
+		if after := b.count(t, "ledger_entries"); step.stale && after != before {
+			t.Fatalf("%s: a refused transaction wrote %d entries", step.name, after-before)
+		}
+		if refusedData(err) {
+			t.Fatalf("%s: a stale lease counts as refused data (it would be dead-lettered)", step.name)
+		}
 	}
 }

@@ -92,9 +92,52 @@ const forkCheckSQL = `SELECT credit_fork_check($1::uuid[], $2::bigint[], $3::uui
 // forkRefused is the SQLSTATE of credit_fork_check.
 const forkRefused = "23F01"
 
-// queueForkCheck queues forkCheckSQL for the state-changing Mutations of
-// ms: all but refusal records, which keep the version they found.
+// outboxFenceSQL refuses a transaction that comes with an outbox lease
+// older than one a commit of the same partition came with (SQLSTATE
+// 55F01, migration 022).
+const outboxFenceSQL = `SELECT credit_outbox_fence($1::int[], $2::bigint[])`
+
+// leaseStale is the SQLSTATE of credit_outbox_fence: the persister lost the
+// partition to another one, which committed already.
+const leaseStale = "55F01"
+
+// queueOutboxFence queues outboxFenceSQL for the partitions whose entries
+// in ms came with a lease (Mutation.OutboxLease), the greatest token of
+// each, in partition order.
+func queueOutboxFence(b *pgx.Batch, ms []engine.Mutation) {
+	var fences map[int]int64
+	for i := range ms {
+		m := &ms[i]
+		if m.OutboxLease == 0 {
+			continue
+		}
+		if fences == nil {
+			fences = map[int]int64{}
+		}
+		if t, ok := fences[m.OutboxPartition]; !ok || t < m.OutboxLease {
+			fences[m.OutboxPartition] = m.OutboxLease
+		}
+	}
+	if len(fences) == 0 {
+		return
+	}
+	parts := make([]int32, 0, len(fences))
+	for p := range fences {
+		parts = append(parts, int32(p))
+	}
+	slices.Sort(parts)
+	tokens := make([]int64, len(parts))
+	for i, p := range parts {
+		tokens[i] = fences[int(p)]
+	}
+	b.Queue(outboxFenceSQL, parts, tokens)
+}
+
+// queueForkCheck queues the outbox fence (queueOutboxFence), then
+// forkCheckSQL for the state-changing Mutations of ms: all but refusal
+// records, which keep the version they found.
 func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
+	queueOutboxFence(b, ms)
 	customers := make([]uuid.UUID, 0, len(ms))
 	versions := make([]int64, 0, len(ms))
 	ops := make([]uuid.UUID, 0, len(ms))
@@ -102,7 +145,7 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 	outbox := make([]int64, 0, len(ms))
 	for i := range ms {
 		m := &ms[i]
-		if m.Usage != nil && m.Usage.Refused {
+		if refused(m) {
 			continue
 		}
 		customers = append(customers, m.CustomerID)
@@ -120,6 +163,10 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 		b.Queue(forkCheckSQL, customers, versions, ops, entries, outbox)
 	}
 }
+
+// refused tells whether m is a refusal record (a consume, hold or commit
+// refused for credit under block): no entries, the version it found.
+func refused(m *engine.Mutation) bool { return m.Usage != nil && m.Usage.Refused }
 
 // Apply writes ms in one transaction, idempotently (engine.LedgerWriter):
 // operations with an idempotency key and ledger entries (id
@@ -366,6 +413,14 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 				cur.b = &nb
 				blocks[b.ID] = cur
 			}
+		}
+		// A refusal record carries the state and version another op set
+		// (that op's Mutation writes them): it owns no version, so it never
+		// writes the account row, and a refusal that reaches Postgres
+		// before the op it follows (a replayed dead letter) cannot take
+		// that op's version from it (issue 25).
+		if refused(m) {
+			continue
 		}
 		if cur, ok := accounts[m.CustomerID]; !ok || cur.Account.Version < m.Account.Version {
 			accounts[m.CustomerID] = m

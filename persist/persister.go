@@ -104,6 +104,9 @@ type PersisterStats struct {
 	// NotReplicated counts batches read again because they had not reached
 	// a replica yet (replica acks on).
 	NotReplicated int64
+	// OwnedPartitions is how many outbox partitions this persister runs:
+	// those it holds a lease of (engine.OutboxLeases), else all.
+	OwnedPartitions int64
 	// ReplayedBatches counts Applies that met rows already stored (a
 	// redelivery after a commit) and were written again with ON CONFLICT
 	// statements (0 when the writer does not tell).
@@ -149,8 +152,19 @@ type Persister struct {
 	hurry chan struct{}
 	// linger is groupLinger; a test sets it long to see Hurry end it.
 	linger time.Duration
-	// Loop runs Run as an engine.Runner; every outbox read, claim and
-	// failed apply reports a pass to it.
+	// leases hands out the partitions when the outbox does (owners.go):
+	// then this persister runs only the partitions it owns; nil: all.
+	leases engine.OutboxLeases
+	// held is each partition's latest lease of this persister (nil: none
+	// yet), whose token its commits carry; only with leases.
+	held []atomic.Pointer[partitionLease]
+	// live is how many persisters the balancer last counted.
+	live atomic.Int64
+	// ownedParts is how many partitions the balancer runs, as of its last
+	// pass.
+	ownedParts atomic.Int64
+	// Loop runs Run as an engine.Runner; every outbox read, claim, failed
+	// apply and partition balancing pass reports a pass to it.
 	engine.Loop
 }
 
@@ -206,6 +220,10 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, hurry: make(chan struct{}, 1),
 		linger: groupLinger, log: log.With().Str("component", "persister").Logger()}
 	p.mayHold.Store(dead != nil)
+	if leases, ok := outbox.(engine.OutboxLeases); ok {
+		p.leases = leases
+		p.held = make([]atomic.Pointer[partitionLease], outbox.Partitions())
+	}
 	return p
 }
 
@@ -229,24 +247,40 @@ func (p *Persister) Run(ctx context.Context) error {
 			p.refreshHold(ctx)
 		}()
 	}
-	for part := range p.outbox.Partitions() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.runPartition(ctx, part)
-		}()
+	if p.leases != nil {
+		p.runLeased(ctx, &wg)
+	} else {
+		for part := range p.outbox.Partitions() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.runPartition(ctx, part, nil)
+			}()
+		}
 	}
 	wg.Wait()
 	return ctx.Err()
 }
 
-// runPartition is one partition's loop: claim (now and then), read, persist.
-func (p *Persister) runPartition(ctx context.Context, part int) {
+// runPartition is one partition's loop: claim (now and then), read,
+// persist. Under a lease l it first takes over what the partition's
+// previous owner left pending, and ends once l is given up or may have
+// lapsed (ctx ends when it is lost).
+func (p *Persister) runPartition(ctx context.Context, part int, l *partitionLease) {
 	log := p.log.With().Int("partition", part).Logger()
+	if l != nil && !p.takeOver(ctx, log, part, l) {
+		return
+	}
 	backoff := newBackoff()
 	var lastClaim time.Time
 	claimEvery := p.cfg.ClaimIdle / claimLooks
 	for ctx.Err() == nil {
+		if l != nil && !l.readable(p.cfg.Block) {
+			if !l.shed.Load() {
+				log.Warn().Msg("outbox partition lease not renewed in time: reading stops")
+			}
+			return
+		}
 		if time.Since(lastClaim) >= claimEvery {
 			msgs, err := p.outbox.Claim(ctx, part, p.cfg.Consumer, p.cfg.ClaimIdle, p.cfg.BatchSize)
 			if err != nil {
@@ -407,6 +441,7 @@ func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids [
 // (books balanced) until `creditd deadletters retry` replays them all.
 func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) bool {
 	backoff := newBackoff()
+	began := time.Now()
 	for {
 		rest, err := p.hold(ctx, log, part, msgs)
 		if err == nil {
@@ -414,10 +449,14 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			if len(msgs) == 0 {
 				return true
 			}
+			l := p.lease(part)
 			ms := make([]engine.Mutation, len(msgs))
 			for i, m := range msgs {
 				ms[i] = m.Mutation
 				ms[i].OutboxMS = streamMS(m.ID)
+				if l != nil {
+					ms[i].OutboxPartition, ms[i].OutboxLease = part, l.token
+				}
 			}
 			start := time.Now()
 			if err = p.write(ctx, ms); err == nil {
@@ -432,6 +471,15 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			return false
 		}
 		p.applyErrors.Add(1)
+		if sqlState(err) == leaseStale {
+			// Another persister owns the partition and committed under it:
+			// the batch stays pending for it to take over (owners.go).
+			log.Warn().Err(err).Int("count", len(msgs)).Msg("outbox partition lost to another persister; its batch is left to it")
+			if l := p.lease(part); l != nil {
+				l.cancel()
+			}
+			return false
+		}
 		if p.dead != nil && refusedData(err) {
 			if len(msgs) > 1 {
 				half := len(msgs) / 2
@@ -451,6 +499,14 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 		}
 		log.Error().Err(err).Int("count", len(msgs)).Str("first_id", msgs[0].ID).Msg("apply failed; retrying without ack")
 		p.Pass(err)
+		if l := p.lease(part); l != nil && p.live.Load() > 1 && time.Since(began) >= p.cfg.ClaimIdle {
+			// A Postgres this node cannot write to may be one another node
+			// can: after ClaimIdle the partition, its batch still pending,
+			// is theirs to try (owners.go).
+			log.Warn().Msg("apply failing for the claim idle; partition handed to another persister")
+			l.shed.Store(true)
+			return false
+		}
 		backoff.wait(ctx)
 		if ctx.Err() != nil {
 			return false
@@ -638,7 +694,12 @@ func (p *Persister) Stats() PersisterStats {
 	if r, ok := p.writer.(replayCounter); ok {
 		replayed = r.ReplayedApplies()
 	}
+	owned := int64(p.outbox.Partitions())
+	if p.leases != nil {
+		owned = p.ownedParts.Load()
+	}
 	return PersisterStats{
+		OwnedPartitions:    owned,
 		ReplayedBatches:    replayed,
 		MutationsPersisted: p.mutations.Load(),
 		Batches:            p.batches.Load(),
@@ -664,6 +725,8 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
 	fmt.Fprintf(w, "# HELP creditd_persister_unreplicated_batches_total Outbox batches read again because they had not reached a replica yet.\n"+
 		"# TYPE creditd_persister_unreplicated_batches_total counter\ncreditd_persister_unreplicated_batches_total %d\n", s.NotReplicated)
+	fmt.Fprintf(w, "# HELP creditd_persister_partitions_owned Outbox partitions this persister runs (its leases; all without leases).\n"+
+		"# TYPE creditd_persister_partitions_owned gauge\ncreditd_persister_partitions_owned %d\n", s.OwnedPartitions)
 	fmt.Fprintf(w, "# HELP creditd_persister_last_batch_seconds Duration of the last committed persister batch.\n"+
 		"# TYPE creditd_persister_last_batch_seconds gauge\ncreditd_persister_last_batch_seconds %g\n", s.LastBatch.Seconds())
 }

@@ -165,6 +165,9 @@ func (a *App) registerMetrics(reg *prometheus.Registry) {
 	counter("creditd_persister_replayed_batches_total", "Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.", func() float64 { return float64(stats().ReplayedBatches) })
 	counter("creditd_persister_unreplicated_batches_total", "Outbox batches read again because they had not reached a replica yet.", func() float64 { return float64(stats().NotReplicated) })
 	telemetry.Register(reg, prometheus.Collector(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "creditd_persister_partitions_owned", Help: "Outbox partitions this node's persister runs (the partition leases it holds, issue 25).",
+	}, func() float64 { return float64(stats().OwnedPartitions) })))
+	telemetry.Register(reg, prometheus.Collector(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "creditd_persister_last_batch_seconds", Help: "Duration of the last committed persister batch.",
 	}, func() float64 { return stats().LastBatch.Seconds() })))
 	sample := a.ReconcileSampler.Stats

@@ -101,6 +101,7 @@ var requiredFamilies = []string{
 	"creditd_dead_letters_unresolved", "creditd_persister_dead_letters_total",
 	"creditd_persister_mutations_total", "creditd_persister_batches_total", "creditd_persister_apply_errors_total",
 	"creditd_persister_replayed_batches_total", "creditd_persister_unreplicated_batches_total", "creditd_persister_last_batch_seconds",
+	"creditd_persister_partitions_owned",
 	// Webhooks.
 	"creditd_webhook_backlog", "creditd_webhook_backlog_due", "creditd_webhook_deliveries_total",
 	// Redis and Postgres latency and pools.

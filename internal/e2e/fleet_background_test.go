@@ -203,9 +203,10 @@ const takeoverSlack = 3 * time.Second
 // messages read but not acknowledged and webhook events claimed but not
 // attempted (staged here exactly as kill -9 leaves them: a consumer "dead"
 // reads every message, a claim leases every due event, and nothing more
-// happens). Another node takes both over within the stated bounds, not
-// before: the messages once idle for OutboxClaimIdle (looked for every
-// third of it), the events once their lease lapses; each lands once.
+// happens; it owned every outbox partition). Another node takes both over
+// within the stated bounds, not before: the messages once the dead node's
+// partition leases lapse (OutboxClaimIdle, looked for every third of it),
+// the events once their lease lapses; each lands once.
 func TestFleetTakeover(t *testing.T) {
 	const claimIdle, lease = 600 * time.Millisecond, time.Second
 	s := NewStack(t, WithoutStart(), WithConfig(func(c *app.Config) {
@@ -245,6 +246,13 @@ func TestFleetTakeover(t *testing.T) {
 	claims, err := s.App.DB.ClaimDue(ctx, time.Now(), lease, 100, 100, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// It owned every partition (issue 25): its leases lapse OutboxClaimIdle
+	// after their last renewal, here.
+	for p := range lua.Partitions {
+		if _, ok, err := dead.TakePartition(ctx, p, "dead", claimIdle); err != nil || !ok {
+			t.Fatalf("the dead node's lease of partition %d: %v %v", p, ok, err)
+		}
 	}
 	diedAt := time.Now()
 	if ops := customers * (1 + consumes); read != ops || len(claims) != pings {
