@@ -6,9 +6,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +35,7 @@ type Config struct {
 	RedisPrefix    string
 	AdminToken     string
 	AllowPrivate   bool
-	MaxLag         time.Duration // readiness bound on persister lag; default 5s
+	MaxLag         time.Duration // persister lag past which /readyz warns (advisory); default 5s
 	SweepInterval  time.Duration // expiry sweep period; default 1s
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
@@ -260,11 +262,15 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
 	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler}
+	// Readiness is "this node can serve" (issue 25, docs/decisions.md
+	// "Readiness is this node's"): what every node sees alike (a dead
+	// letter, the outbox's lag) is an alarm shown in the body, never a
+	// failure, or one cause would take the whole fleet out of the balancer.
 	a.readyChecks = []api.HealthCheck{
-		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+		{Name: "redis", Check: redisReachable(rdb)},
 		{Name: "postgres", Check: pool.Ping},
-		{Name: "persister", Check: a.checkLag},
-		{Name: "dead_letters", Check: a.checkDeadLetters},
+		{Name: "persister", Check: a.checkLag, Advisory: true},
+		{Name: "dead_letters", Check: a.checkDeadLetters, Advisory: true},
 	}
 	a.readyChecks = append(a.readyChecks, runnerChecks(a.runners)...)
 	var tracer api.Config
@@ -366,6 +372,10 @@ func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalCli
 	return rdb
 }
 
+// checkLag reports the persister's lag past MaxLag. It is advisory: the
+// outbox is shared, so every node sees the same lag, and failing on it
+// would take every node out at once while each can still serve; the alarm
+// is creditd_persister_lag_seconds and its alerts.
 func (a *App) checkLag(ctx context.Context) error {
 	lag, _, err := a.Persister.Lag(ctx)
 	if err != nil {
@@ -377,8 +387,11 @@ func (a *App) checkLag(ctx context.Context) error {
 	return nil
 }
 
-// checkDeadLetters fails readiness while any dead letter is unresolved: an
-// acknowledged money mutation is missing from Postgres (invariant 12).
+// checkDeadLetters reports unresolved dead letters: acknowledged money
+// mutations missing from Postgres (invariant 12). It is advisory: a dead
+// letter is an alarm (creditd_dead_letters_unresolved, the CreditdDeadLetters
+// alert, the console's banner, the persister's error line), and Postgres is
+// shared, so failing on it would take every node out of the balancer.
 func (a *App) checkDeadLetters(ctx context.Context) error {
 	n, err := a.DB.UnresolvedDeadLetters(ctx)
 	if err != nil {
@@ -388,4 +401,58 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 		return api.NotReady(fmt.Sprintf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n))
 	}
 	return nil
+}
+
+// redisReachable is the redis readiness check: this node reaches Redis. On
+// a Redis Cluster one master answering PING is enough (issue 25): a shard
+// without a master fails the calls on its slots, each with a 503 and
+// Retry-After (lua.Unavailable), while the other shards keep serving, and
+// every node sees the same shard down, so failing readiness on it would
+// answer 503 for every tenant from the balancer instead.
+func redisReachable(rdb redis.UniversalClient) func(context.Context) error {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	return func(ctx context.Context) error {
+		return anyMasterAnswers(ctx, c.ForEachMaster, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+}
+
+// anyMasterAnswers runs ping on every master forEach visits, at once, and
+// returns nil as soon as one answers, without waiting for a dead master's
+// timeout; else the error of the last master to fail (or forEach's own,
+// or ctx's).
+func anyMasterAnswers(ctx context.Context, forEach func(context.Context, func(context.Context, *redis.Client) error) error,
+	ping func(context.Context, *redis.Client) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the pings still running end with the answer
+	answered := make(chan struct{})
+	var once sync.Once
+	visited := make(chan error, 1)
+	go func() {
+		visited <- forEach(ctx, func(ctx context.Context, m *redis.Client) error {
+			err := ping(ctx, m)
+			if err == nil {
+				once.Do(func() { close(answered) })
+			}
+			return err
+		})
+	}()
+	select {
+	case <-answered:
+		return nil
+	case err := <-visited:
+		select {
+		case <-answered: // the last visit answered as forEach returned
+			return nil
+		default:
+		}
+		if err == nil {
+			err = errors.New("redis: no cluster master known")
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
