@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -267,7 +266,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// letter, the outbox's lag) is an alarm shown in the body, never a
 	// failure, or one cause would take the whole fleet out of the balancer.
 	a.readyChecks = []api.HealthCheck{
-		{Name: "redis", Check: redisReachable(rdb)},
+		{Name: "redis", Check: redisReachable(rdb, a.Store)},
 		{Name: "postgres", Check: pool.Ping},
 		{Name: "persister", Check: a.checkLag, Advisory: true},
 		{Name: "dead_letters", Check: a.checkDeadLetters, Advisory: true},
@@ -372,17 +371,39 @@ func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalCli
 	return rdb
 }
 
+// lagCheckTimeout bounds the persister lag check. With a shard down its
+// partitions answer nothing until the client gives up, and /readyz must
+// not hold the answer for a warning: a balancer's health check has its own
+// timeout (deploy/haproxy.cfg).
+const lagCheckTimeout = time.Second
+
 // checkLag reports the persister's lag past MaxLag. It is advisory: the
 // outbox is shared, so every node sees the same lag, and failing on it
 // would take every node out at once while each can still serve; the alarm
 // is creditd_persister_lag_seconds and its alerts.
 func (a *App) checkLag(ctx context.Context) error {
-	lag, _, err := a.Persister.Lag(ctx)
-	if err != nil {
-		return err
+	type reading struct {
+		lag time.Duration
+		err error
 	}
-	if lag > a.cfg.MaxLag {
-		return api.NotReady(fmt.Sprintf("persister lag %s exceeds %s", lag.Round(time.Millisecond), a.cfg.MaxLag))
+	ctx, cancel := context.WithTimeout(ctx, lagCheckTimeout)
+	defer cancel()
+	read := make(chan reading, 1) // buffered: a late read never blocks
+	go func() {
+		lag, _, err := a.Persister.Lag(ctx)
+		read <- reading{lag, err}
+	}()
+	var r reading
+	select {
+	case r = <-read:
+	case <-ctx.Done():
+		return api.NotReady("persister lag unknown: the outbox did not answer within " + lagCheckTimeout.String())
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if r.lag > a.cfg.MaxLag {
+		return api.NotReady(fmt.Sprintf("persister lag %s exceeds %s", r.lag.Round(time.Millisecond), a.cfg.MaxLag))
 	}
 	return nil
 }
@@ -403,56 +424,68 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 	return nil
 }
 
-// redisReachable is the redis readiness check: this node reaches Redis. On
-// a Redis Cluster one master answering PING is enough (issue 25): a shard
-// without a master fails the calls on its slots, each with a 503 and
-// Retry-After (lua.Unavailable), while the other shards keep serving, and
-// every node sees the same shard down, so failing readiness on it would
-// answer 503 for every tenant from the balancer instead.
-func redisReachable(rdb redis.UniversalClient) func(context.Context) error {
+// redisReachable is the redis readiness check: this node reaches Redis.
+// On a Redis Cluster one master of creditd's partitions answering PING is
+// enough (issue 25): a shard without a master fails the calls on its
+// slots, each with a 503 and Retry-After (lua.Unavailable), while the
+// other shards keep serving, and every node sees the same shard down, so
+// failing readiness on it would have the balancer answer 503 for every
+// tenant instead. The masters come from the client's slot map as it
+// stands (no reload: a reload meeting dead nodes outlasts the check).
+func redisReachable(rdb redis.UniversalClient, store *lua.Store) func(context.Context) error {
 	c, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 	}
+	tags := make([]string, store.Partitions())
+	for p := range tags {
+		tags[p] = store.PartitionTag(p)
+	}
 	return func(ctx context.Context) error {
-		return anyMasterAnswers(ctx, c.ForEachMaster, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+		seen := make(map[*redis.Client]bool, 8)
+		var masters []*redis.Client
+		for _, tag := range tags {
+			m, err := c.MasterForKey(ctx, tag)
+			if err != nil {
+				return err
+			}
+			if !seen[m] {
+				seen[m] = true
+				masters = append(masters, m)
+			}
+		}
+		return anyAnswers(ctx, masters, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
 	}
 }
 
-// anyMasterAnswers runs ping on every master forEach visits, at once, and
-// returns nil as soon as one answers, without waiting for a dead master's
-// timeout; else the error of the last master to fail (or forEach's own,
-// or ctx's).
-func anyMasterAnswers(ctx context.Context, forEach func(context.Context, func(context.Context, *redis.Client) error) error,
-	ping func(context.Context, *redis.Client) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // the pings still running end with the answer
-	answered := make(chan struct{})
-	var once sync.Once
-	visited := make(chan error, 1)
-	go func() {
-		visited <- forEach(ctx, func(ctx context.Context, m *redis.Client) error {
-			err := ping(ctx, m)
-			if err == nil {
-				once.Do(func() { close(answered) })
-			}
-			return err
-		})
-	}()
-	select {
-	case <-answered:
-		return nil
-	case err := <-visited:
-		select {
-		case <-answered: // the last visit answered as forEach returned
-			return nil
-		default:
-		}
-		if err == nil {
-			err = errors.New("redis: no cluster master known")
-		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+// errNoMaster is the redis check's failure when the cluster client knows
+// no master at all.
+var errNoMaster = errors.New("redis: no cluster master known")
+
+// anyAnswers runs ping on every master at once and returns nil as soon as
+// one answers, without waiting for a dead master's timeout; else the last
+// error (or ctx's, once it ends).
+func anyAnswers(ctx context.Context, masters []*redis.Client, ping func(context.Context, *redis.Client) error) error {
+	if len(masters) == 0 {
+		return errNoMaster
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()                         // the pings still running end with the answer
+	errs := make(chan error, len(masters)) // buffered: a late ping never blocks
+	for _, m := range masters {
+		go func() { errs <- ping(ctx, m) }()
+	}
+	var last error
+	for range masters {
+		select {
+		case err := <-errs:
+			if err == nil {
+				return nil
+			}
+			last = err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return last
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -32,11 +33,20 @@ type node struct {
 	App      *app.App
 	Registry *prometheus.Registry
 	log      *syncBuffer
+	// Redis and Prefix are the node's Redis and key prefix.
+	Redis  redis.UniversalClient
+	Prefix string
 }
 
 func startNode(t *testing.T, tracing *telemetry.Tracing, change func(*app.Config)) *node {
 	t.Helper()
 	rdb, prefix := testenv.RedisPool(t, e2e.StackRedisPoolSize)
+	return startNodeOn(t, rdb, prefix, tracing, change)
+}
+
+// startNodeOn is startNode on a Redis of the test's own.
+func startNodeOn(t *testing.T, rdb redis.UniversalClient, prefix string, tracing *telemetry.Tracing, change func(*app.Config)) *node {
+	t.Helper()
 	reg := telemetry.NewRegistry(telemetry.Build{Version: "v-test", Commit: "c0ffee"})
 	var tp trace.TracerProvider
 	if tracing != nil {
@@ -70,7 +80,7 @@ func startNode(t *testing.T, tracing *telemetry.Tracing, change func(*app.Config
 		a.Stop(0)
 		pool.Close()
 	})
-	return &node{URL: "http://" + ln.Addr().String(), App: a, Registry: reg, log: logs}
+	return &node{URL: "http://" + ln.Addr().String(), App: a, Registry: reg, log: logs, Redis: rdb, Prefix: prefix}
 }
 
 // syncBuffer is a log sink safe for the server's goroutines.
