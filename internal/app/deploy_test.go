@@ -203,7 +203,8 @@ func TestDeployDashboard(t *testing.T) {
 // HAProxy answers itself is creditd's problem document (issue 25): with no
 // node ready a 503 with Retry-After, for a node that drops the connection
 // a 502 with Retry-After, each naming the request's X-Request-Id (the
-// client's when creditd would reuse it, else HAProxy's). Skipped where
+// client's when creditd would reuse it, else HAProxy's) and saying in
+// Proxy-Status that the balancer answered. Skipped where
 // HAProxy is not installed (`scripts/fleet.sh check` installs it).
 func TestDeployHAProxy(t *testing.T) {
 	bin, err := exec.LookPath("haproxy")
@@ -299,6 +300,9 @@ func TestDeployHAProxy(t *testing.T) {
 				}
 				if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
 					t.Errorf("Content-Type %q", ct)
+				}
+				if ps := res.Header.Get("Proxy-Status"); !strings.HasPrefix(ps, "haproxy; error=") {
+					t.Errorf("Proxy-Status %q: the answer does not say the balancer gave it", ps)
 				}
 				if ra := res.Header.Get("Retry-After"); ra != tc.retryAfter {
 					t.Errorf("Retry-After %q, want %q", ra, tc.retryAfter)
