@@ -292,7 +292,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	return a
 }
 
-// Start starts every background loop (runners) until Stop.
+// Start starts every background loop (runners) until Stop, and says in
+// the log when unresolved dead letters are already there.
 func (a *App) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -301,6 +302,25 @@ func (a *App) Start() {
 			a.log.Error().Err(err).Str("runner", r.Name()).Msg("background loop not started")
 		}
 	}
+	a.logDeadLetters()
+}
+
+// startCountTimeout bounds Start's count of unresolved dead letters.
+const startCountTimeout = 2 * time.Second
+
+// logDeadLetters logs an error when unresolved dead letters exist as the
+// node starts: they no longer keep it from being ready (issue 25), so a
+// node that starts on them says so where the one that made them did, the
+// log. A count that fails is left to the metric and the alert.
+func (a *App) logDeadLetters() {
+	ctx, cancel := context.WithTimeout(context.Background(), startCountTimeout)
+	defer cancel()
+	n, err := a.DB.UnresolvedDeadLetters(ctx)
+	if err != nil || n == 0 {
+		return
+	}
+	a.log.Error().Int64("dead_letters", n).
+		Msg("unresolved dead letters: acknowledged mutations missing from Postgres; see `creditd deadletters list` (docs/operations.md)")
 }
 
 // dropLegacyExpiryIndex frees the memory an earlier creditd's expiry index

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/internal/e2e"
 	"github.com/creditd/creditd/internal/testenv"
+	"github.com/creditd/creditd/persist"
 )
 
 // TestReadyzShowsEachRunner: a started node's /readyz has one entry per
@@ -246,6 +248,48 @@ func TestReadyzSurvivesADeadShard(t *testing.T) {
 			if took := time.Since(start); st.code == 200 && took > 1900*time.Millisecond {
 				t.Errorf("%s: /readyz took %s", st.name, took)
 			}
+		}
+	}
+}
+
+// TestStartLogsDeadLetters: a node that starts while dead letters are
+// unresolved is ready and says so in its log, as an error naming the
+// count (issue 25: a fleet with dead letters starts, and the alarm is not
+// lost on the way).
+func TestStartLogsDeadLetters(t *testing.T) {
+	t.Parallel()
+	first := startNode(t, nil, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		letters int
+		want    string // in the new node's log; "" wants no error line
+	}{
+		{"none", 0, ""},
+		{"two", 2, `"dead_letters":2`},
+	} {
+		for i := range tc.letters {
+			if _, err := first.App.DB.DeadLetter(ctx, persist.Letter{Partition: i, EntryID: fmt.Sprintf("%s-%d", tc.name, i),
+				Raw: []byte("not a mutation"), Reason: "start test"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var logs syncBuffer
+		a := app.New(first.Redis, first.App.Pool, app.Config{RedisPrefix: first.Prefix, Consumer: "second-" + tc.name,
+			ReplicaAckTimeout: testenv.ReplicaAckTimeout}, zerolog.New(&logs))
+		a.Start()
+		a.Stop(0)
+		var line string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "unresolved dead letters") {
+				line = l
+			}
+		}
+		switch {
+		case tc.want == "" && line != "":
+			t.Errorf("%s: logged %q", tc.name, line)
+		case tc.want != "" && (!strings.Contains(line, tc.want) || !strings.Contains(line, `"level":"error"`)):
+			t.Errorf("%s: log line %q, want an error with %s\n%s", tc.name, line, tc.want, logs.String())
 		}
 	}
 }
