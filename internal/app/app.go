@@ -262,12 +262,15 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	})
 	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler}
 	// Readiness is "this node can serve" (issue 25, docs/decisions.md
-	// "Readiness is this node's"): what every node sees alike (a dead
-	// letter, the outbox's lag) is an alarm shown in the body, never a
+	// "Readiness is this node's"): what every node sees alike (Postgres, a
+	// dead letter, the outbox's lag) is an alarm shown in the body, never a
 	// failure, or one cause would take the whole fleet out of the balancer.
+	// Postgres is behind the request path (invariant 16): without it the
+	// hot path still answers, and what needs it answers 503 with
+	// Retry-After (persist.Unavailable).
 	a.readyChecks = []api.HealthCheck{
 		{Name: "redis", Check: redisReachable(rdb, a.Store)},
-		{Name: "postgres", Check: pool.Ping},
+		{Name: "postgres", Check: pool.Ping, Advisory: true},
 		{Name: "persister", Check: a.checkLag, Advisory: true},
 		{Name: "dead_letters", Check: a.checkDeadLetters, Advisory: true},
 	}

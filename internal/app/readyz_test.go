@@ -108,8 +108,8 @@ func xadd(t *testing.T, n *node, id, raw string) {
 // unresolved dead letter or the shared outbox's lag, shows in /readyz's
 // body under its check but leaves the answer 200 "ready" (issue 25: one
 // such cause must not take every node out of the balancer); its alarm is
-// its own metric, and creditd_readiness_check keeps only the checks that
-// gate readiness. The dead letter is made by the persister itself, from an
+// its own metric, and creditd_readiness_check keeps only redis and
+// postgres. The dead letter is made by the persister itself, from an
 // outbox entry it cannot decode, so its error line is checked too
 // (invariant 12: a dead letter is an alarm, never a normal path).
 func TestReadyzWarnsWithoutFailing(t *testing.T) {
@@ -216,7 +216,7 @@ func TestReadyzSurvivesADeadShard(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, PoolSize: e2e.StackRedisPoolSize,
 		DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	n := startNodeOn(t, rdb, "t"+testenv.RandomSuffix(), nil, nil)
+	n := startNodeOn(t, rdb, "t"+testenv.RandomSuffix(), "", nil, nil)
 	if r := getReadyz(t, n.URL); r.Code != 200 || r.Checks["redis"] != "ok" || r.Checks["persister"] != "ok" {
 		t.Fatalf("whole cluster: /readyz = %d %v, want 200 with redis and persister ok", r.Code, r.Checks)
 	}
@@ -290,6 +290,37 @@ func TestStartLogsDeadLetters(t *testing.T) {
 			t.Errorf("%s: logged %q", tc.name, line)
 		case tc.want != "" && (!strings.Contains(line, tc.want) || !strings.Contains(line, `"level":"error"`)):
 			t.Errorf("%s: log line %q, want an error with %s\n%s", tc.name, line, tc.want, logs.String())
+		}
+	}
+}
+
+// TestReadyzWithoutPostgres: with Postgres down the node stays ready, its
+// postgres check a warning, since Postgres is every node's and behind the
+// request path (invariant 16: checks and money calls for customers in
+// Redis keep answering; issue 25); creditd_readiness_check{check=
+// "postgres"} says 0 for CreditdPostgresUnreachable. Back up, all is ok.
+func TestReadyzWithoutPostgres(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	rdb, prefix := testenv.RedisPool(t, e2e.StackRedisPoolSize)
+	n := startNodeOn(t, rdb, prefix, pg.URL(), nil, nil)
+	for _, st := range []struct {
+		name     string
+		act      func()
+		postgres string
+		gauge    float64
+	}{
+		{"up", func() {}, "ok", 1},
+		{"down", pg.Stop, "unavailable", 0},
+		{"back", pg.Start, "ok", 1},
+	} {
+		st.act()
+		r := getReadyz(t, n.URL)
+		if r.Code != 200 || r.Status != "ready" || r.Checks["redis"] != "ok" || r.Checks["postgres"] != st.postgres {
+			t.Fatalf("%s: /readyz = %d %q %v, want 200 ready with postgres %q", st.name, r.Code, r.Status, r.Checks, st.postgres)
+		}
+		if v, ok := samples(t, n.URL, "creditd_readiness_check")[`{check="postgres"}`]; !ok || v != st.gauge {
+			t.Errorf("%s: creditd_readiness_check{check=\"postgres\"} = %v (%v), want %v", st.name, v, ok, st.gauge)
 		}
 	}
 }

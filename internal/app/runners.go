@@ -15,8 +15,8 @@ func (a *App) Runners() []engine.Runner { return append([]engine.Runner(nil), a.
 // runner under its Name. They are advisory: a failing loop shows in the
 // body and in creditd_runner_healthy but leaves the node in the load
 // balancer, since every node runs every loop and requests do not wait on
-// them (docs/decisions.md "Background loops in /readyz"); only redis and
-// postgres take a node out (docs/decisions.md "Readiness is this node's").
+// them (docs/decisions.md "Background loops in /readyz"); only redis
+// takes a node out (docs/decisions.md "Readiness is this node's").
 func runnerChecks(runners []engine.Runner) []api.HealthCheck {
 	checks := make([]api.HealthCheck, len(runners))
 	for i, r := range runners {

@@ -33,7 +33,7 @@ func offlineApp(t *testing.T) *App {
 // TestRunnersListEveryLoop: every App field that is a Runner is in the
 // runner list Start and Stop walk (a new loop cannot be left out), once,
 // and each has its own /readyz entry, advisory, whose name no other check
-// uses; redis and postgres gate readiness, persister lag and dead letters
+// uses; redis gates readiness, postgres, persister lag and dead letters
 // only warn (issue 25).
 func TestRunnersListEveryLoop(t *testing.T) {
 	a := offlineApp(t)
@@ -72,7 +72,7 @@ func TestRunnersListEveryLoop(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		advisory bool
-	}{{"redis", false}, {"postgres", false}, {"persister", true}, {"dead_letters", true}} {
+	}{{"redis", false}, {"postgres", true}, {"persister", true}, {"dead_letters", true}} {
 		if got := checks[c.name]; len(got) != 1 || got[0] != c.advisory {
 			t.Errorf("check %q: entries %v, want one with advisory %v", c.name, got, c.advisory)
 		}

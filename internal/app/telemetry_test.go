@@ -41,19 +41,23 @@ type node struct {
 func startNode(t *testing.T, tracing *telemetry.Tracing, change func(*app.Config)) *node {
 	t.Helper()
 	rdb, prefix := testenv.RedisPool(t, e2e.StackRedisPoolSize)
-	return startNodeOn(t, rdb, prefix, tracing, change)
+	return startNodeOn(t, rdb, prefix, "", tracing, change)
 }
 
-// startNodeOn is startNode on a Redis of the test's own.
-func startNodeOn(t *testing.T, rdb redis.UniversalClient, prefix string, tracing *telemetry.Tracing, change func(*app.Config)) *node {
+// startNodeOn is startNode on a Redis of the test's own and, when dbURL is
+// set, on that database (else a fresh one of the test Postgres).
+func startNodeOn(t *testing.T, rdb redis.UniversalClient, prefix, dbURL string, tracing *telemetry.Tracing, change func(*app.Config)) *node {
 	t.Helper()
+	if dbURL == "" {
+		dbURL = testenv.Database(t)
+	}
 	reg := telemetry.NewRegistry(telemetry.Build{Version: "v-test", Commit: "c0ffee"})
 	var tp trace.TracerProvider
 	if tracing != nil {
 		tp = tracing.Provider
 	}
 	ctx := context.Background()
-	pool, err := persist.Open(ctx, testenv.Database(t), persist.WithTracer(telemetry.NewPostgresTracer(reg, tp)))
+	pool, err := persist.Open(ctx, dbURL, persist.WithTracer(telemetry.NewPostgresTracer(reg, tp)))
 	if err != nil {
 		t.Fatal(err)
 	}
