@@ -59,7 +59,8 @@ type HealthCheck struct {
 	Check func(ctx context.Context) error
 	// Advisory checks show their failure in the body but leave the answer
 	// 200: the node still serves (docs/decisions.md "Background loops in
-	// /readyz").
+	// /readyz" and "Readiness is this node's": persister lag and dead
+	// letters are advisory too, since every node sees them alike).
 	Advisory bool
 }
 

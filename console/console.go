@@ -43,6 +43,9 @@ type Directory interface {
 	ListAPIKeys(ctx context.Context, tenant uuid.UUID) ([]engine.APIKey, error)
 	// PendingWebhookEvents counts the events waiting for delivery, at most limit.
 	PendingWebhookEvents(ctx context.Context, limit int) (int, error)
+	// UnresolvedDeadLetters counts the outbox entries Postgres refused
+	// and nobody has replayed or discarded yet (the operator's banner).
+	UnresolvedDeadLetters(ctx context.Context) (int64, error)
 }
 
 // Config wires the console to the engine services.

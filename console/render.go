@@ -88,6 +88,10 @@ type view struct {
 	Data    any
 	// Path is the request path, to mark the current navigation link.
 	Path string
+	// DeadLetters is the count of unresolved dead letters, shown to the
+	// operator as a banner on every page while it is above 0 (issue 25:
+	// a dead letter is an alarm, never a readiness failure).
+	DeadLetters int64
 }
 
 // scopeView names the tenant and environment in the navigation.
@@ -106,6 +110,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 	if p := principalOf(r); p != nil {
 		v.Signed, v.Operator, v.CSRF = true, p.operator, p.session.CSRF
 		v.Flash = c.takeFlash(w, r)
+		if p.operator {
+			v.DeadLetters = c.deadLetters(r)
+		}
 		if p.scope.TenantID != [16]byte{} {
 			name := p.tenant.Name
 			v.Scope = &scopeView{
@@ -125,6 +132,21 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, pag
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// deadLetters counts the unresolved dead letters for the operator's
+// banner (one indexed count; the operator's pages are few). A count that
+// fails shows no banner: the metric and the alert still carry the alarm.
+func (c *Console) deadLetters(r *http.Request) int64 {
+	if c.cfg.Directory == nil {
+		return 0
+	}
+	n, err := c.cfg.Directory.UnresolvedDeadLetters(r.Context())
+	if err != nil {
+		c.cfg.Log.Warn().Err(err).Str("path", r.URL.Path).Msg("console: dead letters not counted; no banner")
+		return 0
+	}
+	return n
 }
 
 // fail renders an error page with status and a message meant for the user.

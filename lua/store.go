@@ -85,6 +85,11 @@ func (s *Store) Partitions() int { return Partitions }
 // tag is the hash tag shared by every key of partition p.
 func (s *Store) tag(p int) string { return fmt.Sprintf("{%s:p%02d}", s.prefix, p) }
 
+// PartitionTag is the hash tag of partition p's keys: on a Redis Cluster
+// it names the slot, so the master, that serves the partition (the
+// readiness check pings the masters of every partition).
+func (s *Store) PartitionTag(p int) string { return s.tag(p) }
+
 // accountKey is the customer's hash of account fields and blocks
 // ("{prefix:pNN}:a:<id>", as tag builds the tag), built without fmt: the
 // check path calls it once per request.

@@ -24,6 +24,9 @@
 #       Starts creditd node N (1-3) of a running fleet again, with the
 #       command line and address `start` gave it, and waits until it is
 #       ready (`make chaos` kills nodes with kill -9 and restarts them).
+#   scripts/fleet.sh check
+#       Checks deploy/haproxy.cfg with `haproxy -c` and placeholder
+#       addresses (installing HAProxy when missing, as start does).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,7 +46,8 @@ node_pid() { echo "$FLEET/creditd-$1.pid"; }
 wait_ready() {
 	local url=$1 secs=$2 i
 	for ((i = 0; i < secs * 10; i++)); do
-		[[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null) == 200 ]] && return 0
+		# /readyz may take up to 2.1 s (each check is bounded at 2 s).
+		[[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$url" 2>/dev/null) == 200 ]] && return 0
 		sleep 0.1
 	done
 	return 1
@@ -102,6 +106,13 @@ ensure_haproxy() {
 	fi
 	die "haproxy is not installed and cannot be installed here: install it
   (Debian/Ubuntu: sudo apt-get install haproxy)"
+}
+
+# cmd_check: deploy/haproxy.cfg parses and is valid for this HAProxy.
+cmd_check() {
+	ensure_haproxy
+	FLEET_LISTEN=127.0.0.1:$PORT FLEET_NODE1=127.0.0.1:1 FLEET_NODE2=127.0.0.1:2 FLEET_NODE3=127.0.0.1:3 \
+		haproxy -c -f "$ROOT/deploy/haproxy.cfg"
 }
 
 # fleet_database: points DATABASE_URL (services.sh's, database postgres) at
@@ -261,5 +272,6 @@ start) cmd_start ;;
 stop) shift; cmd_stop "$@" ;;
 status) cmd_status ;;
 start-node) cmd_start_node "${2:-}" ;;
-*) die "usage: $0 start|stop [--purge]|status|start-node N" ;;
+check) cmd_check ;;
+*) die "usage: $0 start|stop [--purge]|status|start-node N|check" ;;
 esac

@@ -60,8 +60,8 @@ type Answer struct {
 	Status   int
 	Body     []byte
 	Replayed bool
-	// FromCreditd: the body is a problem document (JSON), not the
-	// balancer's own HTML error page.
+	// FromCreditd: creditd answered, not the balancer (whose own answers,
+	// problem documents too, carry Proxy-Status: deploy/haproxy.cfg).
 	FromCreditd bool
 	Err         error
 }
@@ -95,7 +95,7 @@ func (a *API) call(ctx context.Context, method, path string, body any, headers .
 		return Answer{Status: 0, Err: err}
 	}
 	return Answer{Status: res.StatusCode, Body: b, Replayed: res.Header.Get("X-Idempotent-Replayed") == "true",
-		FromCreditd: strings.Contains(res.Header.Get("Content-Type"), "json")}
+		FromCreditd: strings.Contains(res.Header.Get("Content-Type"), "json") && res.Header.Get("Proxy-Status") == ""}
 }
 
 // outcome classifies an answer to a money request: definitive (2xx, or a

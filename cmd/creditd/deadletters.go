@@ -16,9 +16,11 @@ import (
 	"github.com/creditd/creditd/persist"
 )
 
-const deadLettersLong = `A dead letter is an acknowledged mutation missing from Postgres: /readyz fails
-until every one is resolved. These commands work straight on DATABASE_URL; a
-running creditd notices within a second.`
+const deadLettersLong = `A dead letter is an acknowledged mutation missing from Postgres: an alarm
+(creditd_dead_letters_unresolved, the CreditdDeadLetters alert, a warning under
+dead_letters in /readyz, a banner in the operator's console) until every one is
+resolved; the nodes keep serving meanwhile. These commands work straight on
+DATABASE_URL; a running creditd notices within a second.`
 
 // deadLetterStore is what the deadletters command needs of persist.Store.
 type deadLetterStore interface {
@@ -185,6 +187,13 @@ func printDeadLetters(w io.Writer, recs []persist.DeadLetterRecord, total int64)
 		fmt.Fprintln(w, "no unresolved dead letters")
 		return
 	}
+	// The count first: it is what the alarm (creditd_dead_letters_unresolved)
+	// says, and what a runbook compares before and after a retry.
+	plural := "s"
+	if total == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(w, "%d unresolved dead letter%s (acknowledged mutations missing from Postgres)\n", total, plural)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOP\tTENANT\tCUSTOMER\tKIND\tVERSION\tSQLSTATE\tRETRIES\tWHEN\tERROR")
 	for _, r := range recs {

@@ -17,8 +17,8 @@ import (
 )
 
 // TestDeadLettersCommand drives `creditd deadletters` on a real database
-// holding one replayable dead letter and one undecodable entry: list shows
-// both (text and --json), retry of the good one writes it and exits 0, a
+// holding one replayable dead letter and one undecodable entry: list says
+// how many and shows both (text and --json), retry of the good one writes it and exits 0, a
 // second retry writes nothing, retry --all reports the undecodable one and
 // exits non-zero, discard resolves it, and bad arguments are refused
 // before anything runs.
@@ -55,8 +55,13 @@ func TestDeadLettersCommand(t *testing.T) {
 	}
 
 	out, err := run("list")
-	if err != nil || !strings.Contains(out, m.OpID.String()) || !strings.Contains(out, "23514") || !strings.Contains(out, "undecodable") {
+	if err != nil || !strings.HasPrefix(out, "2 unresolved dead letters ") || !strings.Contains(out, m.OpID.String()) ||
+		!strings.Contains(out, "23514") || !strings.Contains(out, "undecodable") {
 		t.Fatalf("list = %v\n%s", err, out)
+	}
+	out, err = run("list", "--limit", "1")
+	if err != nil || !strings.HasPrefix(out, "2 unresolved dead letters ") || !strings.Contains(out, "1 more not shown") {
+		t.Fatalf("list --limit 1 = %v\n%s", err, out)
 	}
 	out, err = run("list", "--json", "--limit", "1")
 	var listed struct {

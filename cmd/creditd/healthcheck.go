@@ -44,7 +44,7 @@ func healthcheckCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&ready, "ready", false, "ask /readyz (Redis and Postgres reachable, persister lag in bound, no dead letters) instead of /healthz")
+	c.Flags().BoolVar(&ready, "ready", false, "ask /readyz (Redis reachable; Postgres, dead letters and persister lag only warn) instead of /healthz")
 	c.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "give up after this")
 	return c
 }

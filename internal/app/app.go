@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,7 +34,7 @@ type Config struct {
 	RedisPrefix    string
 	AdminToken     string
 	AllowPrivate   bool
-	MaxLag         time.Duration // readiness bound on persister lag; default 5s
+	MaxLag         time.Duration // persister lag past which /readyz warns (advisory); default 5s
 	SweepInterval  time.Duration // expiry sweep period; default 1s
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
@@ -260,11 +261,18 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
 	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler}
+	// Readiness is "this node can serve" (issue 25, docs/decisions.md
+	// "Readiness is this node's"): what every node sees alike (Postgres, a
+	// dead letter, the outbox's lag) is an alarm shown in the body, never a
+	// failure, or one cause would take the whole fleet out of the balancer.
+	// Postgres is behind the request path (invariant 16): without it the
+	// hot path still answers, and what needs it answers 503 with
+	// Retry-After (persist.Unavailable).
 	a.readyChecks = []api.HealthCheck{
-		{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-		{Name: "postgres", Check: pool.Ping},
-		{Name: "persister", Check: a.checkLag},
-		{Name: "dead_letters", Check: a.checkDeadLetters},
+		{Name: "redis", Check: redisReachable(rdb, a.Store)},
+		{Name: "postgres", Check: pool.Ping, Advisory: true},
+		{Name: "persister", Check: a.checkLag, Advisory: true},
+		{Name: "dead_letters", Check: a.checkDeadLetters, Advisory: true},
 	}
 	a.readyChecks = append(a.readyChecks, runnerChecks(a.runners)...)
 	var tracer api.Config
@@ -287,7 +295,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	return a
 }
 
-// Start starts every background loop (runners) until Stop.
+// Start starts every background loop (runners) until Stop, and says in
+// the log when unresolved dead letters are already there.
 func (a *App) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -296,6 +305,25 @@ func (a *App) Start() {
 			a.log.Error().Err(err).Str("runner", r.Name()).Msg("background loop not started")
 		}
 	}
+	a.logDeadLetters()
+}
+
+// startCountTimeout bounds Start's count of unresolved dead letters.
+const startCountTimeout = 2 * time.Second
+
+// logDeadLetters logs an error when unresolved dead letters exist as the
+// node starts: they no longer keep it from being ready (issue 25), so a
+// node that starts on them says so where the one that made them did, the
+// log. A count that fails is left to the metric and the alert.
+func (a *App) logDeadLetters() {
+	ctx, cancel := context.WithTimeout(context.Background(), startCountTimeout)
+	defer cancel()
+	n, err := a.DB.UnresolvedDeadLetters(ctx)
+	if err != nil || n == 0 {
+		return
+	}
+	a.log.Error().Int64("dead_letters", n).
+		Msg("unresolved dead letters: acknowledged mutations missing from Postgres; see `creditd deadletters list` (docs/operations.md)")
 }
 
 // dropLegacyExpiryIndex frees the memory an earlier creditd's expiry index
@@ -366,19 +394,48 @@ func dedicatedClient(rdb redis.UniversalClient, poolSize int) redis.UniversalCli
 	return rdb
 }
 
+// lagCheckTimeout bounds the persister lag check. With a shard down its
+// partitions answer nothing until the client gives up, and /readyz must
+// not hold the answer for a warning: a balancer's health check has its own
+// timeout (deploy/haproxy.cfg).
+const lagCheckTimeout = time.Second
+
+// checkLag reports the persister's lag past MaxLag. It is advisory: the
+// outbox is shared, so every node sees the same lag, and failing on it
+// would take every node out at once while each can still serve; the alarm
+// is creditd_persister_lag_seconds and its alerts.
 func (a *App) checkLag(ctx context.Context) error {
-	lag, _, err := a.Persister.Lag(ctx)
-	if err != nil {
-		return err
+	type reading struct {
+		lag time.Duration
+		err error
 	}
-	if lag > a.cfg.MaxLag {
-		return api.NotReady(fmt.Sprintf("persister lag %s exceeds %s", lag.Round(time.Millisecond), a.cfg.MaxLag))
+	ctx, cancel := context.WithTimeout(ctx, lagCheckTimeout)
+	defer cancel()
+	read := make(chan reading, 1) // buffered: a late read never blocks
+	go func() {
+		lag, _, err := a.Persister.Lag(ctx)
+		read <- reading{lag, err}
+	}()
+	var r reading
+	select {
+	case r = <-read:
+	case <-ctx.Done():
+		return api.NotReady("persister lag unknown: the outbox did not answer within " + lagCheckTimeout.String())
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if r.lag > a.cfg.MaxLag {
+		return api.NotReady(fmt.Sprintf("persister lag %s exceeds %s", r.lag.Round(time.Millisecond), a.cfg.MaxLag))
 	}
 	return nil
 }
 
-// checkDeadLetters fails readiness while any dead letter is unresolved: an
-// acknowledged money mutation is missing from Postgres (invariant 12).
+// checkDeadLetters reports unresolved dead letters: acknowledged money
+// mutations missing from Postgres (invariant 12). It is advisory: a dead
+// letter is an alarm (creditd_dead_letters_unresolved, the CreditdDeadLetters
+// alert, the console's banner, the persister's error line), and Postgres is
+// shared, so failing on it would take every node out of the balancer.
 func (a *App) checkDeadLetters(ctx context.Context) error {
 	n, err := a.DB.UnresolvedDeadLetters(ctx)
 	if err != nil {
@@ -388,4 +445,70 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 		return api.NotReady(fmt.Sprintf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n))
 	}
 	return nil
+}
+
+// redisReachable is the redis readiness check: this node reaches Redis.
+// On a Redis Cluster one master of creditd's partitions answering PING is
+// enough (issue 25): a shard without a master fails the calls on its
+// slots, each with a 503 and Retry-After (lua.Unavailable), while the
+// other shards keep serving, and every node sees the same shard down, so
+// failing readiness on it would have the balancer answer 503 for every
+// tenant instead. The masters come from the client's slot map as it
+// stands (no reload: a reload meeting dead nodes outlasts the check).
+func redisReachable(rdb redis.UniversalClient, store *lua.Store) func(context.Context) error {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	tags := make([]string, store.Partitions())
+	for p := range tags {
+		tags[p] = store.PartitionTag(p)
+	}
+	return func(ctx context.Context) error {
+		seen := make(map[*redis.Client]bool, 8)
+		var masters []*redis.Client
+		for _, tag := range tags {
+			m, err := c.MasterForKey(ctx, tag)
+			if err != nil {
+				return err
+			}
+			if !seen[m] {
+				seen[m] = true
+				masters = append(masters, m)
+			}
+		}
+		return anyAnswers(ctx, masters, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	}
+}
+
+// errNoMaster is the redis check's failure when the cluster client knows
+// no master at all.
+var errNoMaster = errors.New("redis: no cluster master known")
+
+// anyAnswers runs ping on every master at once and returns nil as soon as
+// one answers, without waiting for a dead master's timeout; else the last
+// error (or ctx's, once it ends).
+func anyAnswers(ctx context.Context, masters []*redis.Client, ping func(context.Context, *redis.Client) error) error {
+	if len(masters) == 0 {
+		return errNoMaster
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()                         // the pings still running end with the answer
+	errs := make(chan error, len(masters)) // buffered: a late ping never blocks
+	for _, m := range masters {
+		go func() { errs <- ping(ctx, m) }()
+	}
+	var last error
+	for range masters {
+		select {
+		case err := <-errs:
+			if err == nil {
+				return nil
+			}
+			last = err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return last
 }

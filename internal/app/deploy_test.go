@@ -1,16 +1,26 @@
 package app_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 // deployDir is the repository's deploy/ from this package's directory.
@@ -186,5 +196,126 @@ func TestDeployDashboard(t *testing.T) {
 	}
 	if queries < 10 {
 		t.Errorf("dashboard has %d queries; it should cover every family group", queries)
+	}
+}
+
+// TestDeployHAProxy: deploy/haproxy.cfg passes `haproxy -c`, and what
+// HAProxy answers itself is creditd's problem document (issue 25): with no
+// node ready a 503 with Retry-After, for a node that drops the connection
+// a 502 with Retry-After, each naming the request's X-Request-Id (the
+// client's when creditd would reuse it, else HAProxy's) and saying in
+// Proxy-Status that the balancer answered. Skipped where
+// HAProxy is not installed (`scripts/fleet.sh check` installs it).
+func TestDeployHAProxy(t *testing.T) {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Skip("haproxy not installed (scripts/fleet.sh check installs it)")
+	}
+	var ready atomic.Bool
+	ready.Store(true)
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/readyz" && ready.Load():
+			w.WriteHeader(http.StatusOK)
+		case r.URL.Path == "/readyz":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default: // a node killed mid-request
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = c.Close()
+			}
+		}
+	}))
+	t.Cleanup(node.Close)
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	env := append(os.Environ(), "FLEET_LISTEN="+listen, "FLEET_NODE1="+node.Listener.Addr().String(),
+		fmt.Sprintf("FLEET_NODE2=127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("FLEET_NODE3=127.0.0.1:%d", testenv.FreePort(t)))
+	cfg := filepath.Join(deployDir, "haproxy.cfg")
+	check := exec.Command(bin, "-c", "-f", cfg)
+	check.Env = env
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	var logs bytes.Buffer
+	proxy := exec.Command(bin, "-db", "-f", cfg)
+	proxy.Env, proxy.Stdout, proxy.Stderr = env, &logs, &logs
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = proxy.Process.Kill()
+		_ = proxy.Wait()
+		if t.Failed() {
+			t.Logf("haproxy:\n%s", logs.String())
+		}
+	})
+	testenv.WaitTCP(t, listen, 10*time.Second)
+
+	for _, tc := range []struct {
+		name       string
+		ready      bool
+		path       string
+		requestID  string // sent; "" sends none
+		status     int
+		kind       string
+		retryAfter string
+		sameID     bool // the answer names the id sent
+	}{
+		{"node drops the connection", true, "/v1/customers", "", 502, "unavailable", "1", false},
+		{"client's request id kept", true, "/v1/customers", "client-id-1", 502, "unavailable", "1", true},
+		{"no node ready", false, "/v1/customers", "", 503, "unavailable", "2", false},
+		{"a request id creditd would not reuse is replaced", false, "/v1/customers", `bad"id`, 503, "unavailable", "2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready.Store(tc.ready)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				req, _ := http.NewRequest("GET", "http://"+listen+tc.path, nil)
+				if tc.requestID != "" {
+					req.Header.Set("X-Request-Id", tc.requestID)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				// The checks take a node out after two failures a second
+				// apart, and back after two passes.
+				if res.StatusCode != tc.status && time.Now().Before(deadline) {
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+				var p struct {
+					Type      string `json:"type"`
+					Title     string `json:"title"`
+					Status    int    `json:"status"`
+					Detail    string `json:"detail"`
+					RequestID string `json:"request_id"`
+				}
+				dec := json.NewDecoder(bytes.NewReader(raw))
+				dec.DisallowUnknownFields()
+				if res.StatusCode != tc.status || dec.Decode(&p) != nil {
+					t.Fatalf("%d %s, want a %d problem", res.StatusCode, raw, tc.status)
+				}
+				if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+				if ps := res.Header.Get("Proxy-Status"); !strings.HasPrefix(ps, "haproxy; error=") {
+					t.Errorf("Proxy-Status %q: the answer does not say the balancer gave it", ps)
+				}
+				if ra := res.Header.Get("Retry-After"); ra != tc.retryAfter {
+					t.Errorf("Retry-After %q, want %q", ra, tc.retryAfter)
+				}
+				if p.Type != tc.kind || p.Status != tc.status || p.Title != http.StatusText(tc.status) || p.Detail == "" {
+					t.Errorf("problem %+v, want type %s status %d", p, tc.kind, tc.status)
+				}
+				id := res.Header.Get("X-Request-Id")
+				if id == "" || p.RequestID != id || (id == tc.requestID) != tc.sameID {
+					t.Errorf("request_id %q, X-Request-Id %q, sent %q (kept: %v)", p.RequestID, id, tc.requestID, tc.sameID)
+				}
+				return
+			}
+		})
 	}
 }

@@ -32,7 +32,7 @@ type backlogCollector struct {
 func newBacklogCollector(a *App) *backlogCollector {
 	return &backlogCollector{
 		a:                 a,
-		ready:             prometheus.NewDesc("creditd_readiness_check", "1 when the /readyz check passes, 0 when it fails (redis, postgres, persister lag, dead_letters).", []string{"check"}, nil),
+		ready:             prometheus.NewDesc("creditd_readiness_check", "1 when the /readyz check passes, 0 when it fails: redis, which gates readiness, and postgres, which only warns (Postgres is shared and behind the request path); lag, dead letters and the loops have their own families (creditd_persister_lag_seconds, creditd_dead_letters_unresolved, creditd_runner_healthy).", []string{"check"}, nil),
 		lag:               prometheus.NewDesc("creditd_persister_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres.", nil, nil),
 		backlog:           prometheus.NewDesc("creditd_persister_backlog", "Outbox entries not yet committed to Postgres.", nil, nil),
 		partLag:           prometheus.NewDesc("creditd_persister_partition_lag_seconds", "Age of the oldest outbox entry not yet committed to Postgres, per outbox partition.", []string{"partition"}, nil),
@@ -76,8 +76,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var wg sync.WaitGroup
 	for _, hc := range a.readyChecks {
-		if hc.Advisory {
-			continue // the loops: creditd_runner_healthy
+		if hc.Advisory && hc.Name != "postgres" {
+			continue // lag, dead letters and the loops have their own families
 		}
 		wg.Go(func() {
 			v := 1.0

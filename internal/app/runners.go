@@ -13,10 +13,10 @@ func (a *App) Runners() []engine.Runner { return append([]engine.Runner(nil), a.
 
 // runnerChecks are /readyz's entries for the background loops, one per
 // runner under its Name. They are advisory: a failing loop shows in the
-// body and in creditd_readiness_check but leaves the node in the load
+// body and in creditd_runner_healthy but leaves the node in the load
 // balancer, since every node runs every loop and requests do not wait on
-// them; the persister's lag is the check that takes a node out
-// (docs/decisions.md "Background loops in /readyz").
+// them (docs/decisions.md "Background loops in /readyz"); only redis
+// takes a node out (docs/decisions.md "Readiness is this node's").
 func runnerChecks(runners []engine.Runner) []api.HealthCheck {
 	checks := make([]api.HealthCheck, len(runners))
 	for i, r := range runners {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -32,18 +33,31 @@ type node struct {
 	App      *app.App
 	Registry *prometheus.Registry
 	log      *syncBuffer
+	// Redis and Prefix are the node's Redis and key prefix.
+	Redis  redis.UniversalClient
+	Prefix string
 }
 
 func startNode(t *testing.T, tracing *telemetry.Tracing, change func(*app.Config)) *node {
 	t.Helper()
 	rdb, prefix := testenv.RedisPool(t, e2e.StackRedisPoolSize)
+	return startNodeOn(t, rdb, prefix, "", tracing, change)
+}
+
+// startNodeOn is startNode on a Redis of the test's own and, when dbURL is
+// set, on that database (else a fresh one of the test Postgres).
+func startNodeOn(t *testing.T, rdb redis.UniversalClient, prefix, dbURL string, tracing *telemetry.Tracing, change func(*app.Config)) *node {
+	t.Helper()
+	if dbURL == "" {
+		dbURL = testenv.Database(t)
+	}
 	reg := telemetry.NewRegistry(telemetry.Build{Version: "v-test", Commit: "c0ffee"})
 	var tp trace.TracerProvider
 	if tracing != nil {
 		tp = tracing.Provider
 	}
 	ctx := context.Background()
-	pool, err := persist.Open(ctx, testenv.Database(t), persist.WithTracer(telemetry.NewPostgresTracer(reg, tp)))
+	pool, err := persist.Open(ctx, dbURL, persist.WithTracer(telemetry.NewPostgresTracer(reg, tp)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +84,7 @@ func startNode(t *testing.T, tracing *telemetry.Tracing, change func(*app.Config
 		a.Stop(0)
 		pool.Close()
 	})
-	return &node{URL: "http://" + ln.Addr().String(), App: a, Registry: reg, log: logs}
+	return &node{URL: "http://" + ln.Addr().String(), App: a, Registry: reg, log: logs, Redis: rdb, Prefix: prefix}
 }
 
 // syncBuffer is a log sink safe for the server's goroutines.
