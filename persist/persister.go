@@ -625,7 +625,7 @@ func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, l Letter
 	if l.HeldBy != 0 {
 		ev = ev.Int64("held_by", l.HeldBy)
 	}
-	ev.Msg("outbox entry dead-lettered: missing from Postgres until `creditd deadletters retry`; /readyz fails meanwhile")
+	ev.Msg("outbox entry dead-lettered: missing from Postgres until `creditd deadletters retry`; /readyz warns meanwhile")
 	return true
 }
 

@@ -40,7 +40,7 @@ func fleetRecipe(t *testing.T, nodes []api, first int, metric string) (customer,
 // besides, no entry is dead-lettered and every acknowledged op is in the
 // ledger exactly once.
 func TestFleetPersistsInStreamOrder(t *testing.T) {
-	s := NewStack(t)
+	s := NewStack(t, SingleNode()) // the test starts its own nodes
 	_, n2 := s.addNode(t, "e2e-2")
 	_, n3 := s.addNode(t, "e2e-3")
 	tn := s.NewTenant(uniq("fleetorder"))
@@ -173,7 +173,7 @@ func ownersWithin(t *testing.T, s *Stack, most int, consumers ...string) {
 // partitions go on with the other two (at most 16 each), in order: no dead
 // letter, each consume in the ledger once.
 func TestFleetNodeLeaves(t *testing.T) {
-	s := NewStack(t)
+	s := NewStack(t, SingleNode()) // the test starts its own nodes
 	_, n2 := s.addNode(t, "e2e-2")
 	a3, n3 := s.addNode(t, "e2e-3")
 	tn := s.NewTenant(uniq("fleetleave"))
