@@ -13,9 +13,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// catalogCacheTTL bounds how stale another process's view of a metric or
-// rule change can be (plus one background refresh of a key in use); this
-// process sees its own changes at once.
+// catalogCacheTTL bounds how long a metric or rule is kept without a
+// Postgres read while no write moves the tenant's catalog stamp (Stamps:
+// a change made anywhere in the fleet is seen by the next request; the TTL
+// bounds staleness only while the stamps cannot be read).
 const catalogCacheTTL = 2 * time.Second
 
 // catalogStaleLimit bounds how long past catalogCacheTTL a metric or rule
@@ -76,6 +77,7 @@ type CachedCatalog struct {
 	Catalog
 	metrics *swrCache[catalogKey, cachedMetric]
 	rules   *swrCache[catalogKey, cachedRule]
+	stamps  *Stamps
 }
 
 var (
@@ -89,10 +91,17 @@ func NewCachedCatalog(store Catalog) *CachedCatalog {
 		rules: newSWRCache[catalogKey, cachedRule](maxCatalogEntries)}
 }
 
+// WithStamps makes c check its entries against the fleet's catalog stamps
+// and move them on every write; nil (the default) is a node alone.
+func (c *CachedCatalog) WithStamps(st *Stamps) *CachedCatalog {
+	c.stamps = st
+	return c
+}
+
 // Metric is the cached look-up of a metric.
 func (c *CachedCatalog) Metric(ctx context.Context, s Scope, key string) (BillableMetric, bool, error) {
 	k := catalogKey{s.TenantID, s.Environment, key}
-	e, st := c.metrics.get(k, time.Now(), catalogStaleLimit)
+	e, st := c.metrics.get(k, time.Now(), catalogStaleLimit, c.stamps.Seen(s.TenantID, maskCatalog))
 	switch st {
 	case cacheFresh:
 		return e.m, e.found, nil
@@ -108,20 +117,20 @@ func (c *CachedCatalog) Metric(ctx context.Context, s Scope, key string) (Billab
 }
 
 func (c *CachedCatalog) loadMetric(ctx context.Context, s Scope, k catalogKey) (cachedMetric, error) {
-	gen := c.metrics.generation()
+	gen, stamp := c.metrics.generation(), c.stamps.Seen(s.TenantID, maskCatalog)
 	m, err := c.Catalog.GetMetric(ctx, s, k.key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return cachedMetric{}, err
 	}
 	e := cachedMetric{m: m, found: err == nil}
-	c.metrics.put(k, e, time.Now().Add(catalogCacheTTL), gen)
+	c.metrics.put(k, e, time.Now().Add(catalogCacheTTL), gen, stamp)
 	return e, nil
 }
 
 // Rule is the cached look-up of a metric's active rule.
 func (c *CachedCatalog) Rule(ctx context.Context, s Scope, key string) (MeteringRule, bool, error) {
 	k := catalogKey{s.TenantID, s.Environment, key}
-	e, st := c.rules.get(k, time.Now(), catalogStaleLimit)
+	e, st := c.rules.get(k, time.Now(), catalogStaleLimit, c.stamps.Seen(s.TenantID, maskCatalog))
 	switch st {
 	case cacheFresh:
 		return e.r, e.found, nil
@@ -137,21 +146,21 @@ func (c *CachedCatalog) Rule(ctx context.Context, s Scope, key string) (Metering
 }
 
 func (c *CachedCatalog) loadRule(ctx context.Context, s Scope, k catalogKey) (cachedRule, error) {
-	gen := c.rules.generation()
+	gen, stamp := c.rules.generation(), c.stamps.Seen(s.TenantID, maskCatalog)
 	r, err := c.Catalog.ActiveRule(ctx, s, k.key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return cachedRule{}, err
 	}
 	e := cachedRule{r: r, found: err == nil}
-	c.rules.put(k, e, time.Now().Add(catalogCacheTTL), gen)
+	c.rules.put(k, e, time.Now().Add(catalogCacheTTL), gen, stamp)
 	return e, nil
 }
 
-// CreateMetric inserts m, then forgets its key.
+// CreateMetric inserts m, then forgets its key (here and in the fleet).
 func (c *CachedCatalog) CreateMetric(ctx context.Context, m BillableMetric) error {
 	err := c.Catalog.CreateMetric(ctx, m)
 	if err == nil {
-		c.forget(m.TenantID, m.Environment, m.Key)
+		c.forget(ctx, m.TenantID, m.Environment, m.Key)
 	}
 	return err
 }
@@ -160,7 +169,7 @@ func (c *CachedCatalog) CreateMetric(ctx context.Context, m BillableMetric) erro
 func (c *CachedCatalog) UpdateMetric(ctx context.Context, m BillableMetric) error {
 	err := c.Catalog.UpdateMetric(ctx, m)
 	if err == nil {
-		c.forget(m.TenantID, m.Environment, m.Key)
+		c.forget(ctx, m.TenantID, m.Environment, m.Key)
 	}
 	return err
 }
@@ -169,13 +178,16 @@ func (c *CachedCatalog) UpdateMetric(ctx context.Context, m BillableMetric) erro
 func (c *CachedCatalog) CreateRule(ctx context.Context, r MeteringRule, metricIfMissing BillableMetric) error {
 	err := c.Catalog.CreateRule(ctx, r, metricIfMissing)
 	if err == nil {
-		c.forget(r.TenantID, r.Environment, r.BillableMetricKey)
+		c.forget(ctx, r.TenantID, r.Environment, r.BillableMetricKey)
 	}
 	return err
 }
 
-func (c *CachedCatalog) forget(tenant uuid.UUID, env Environment, key string) {
+// forget drops the key here, then moves the tenant's catalog stamp so
+// every other node drops it before its next request.
+func (c *CachedCatalog) forget(ctx context.Context, tenant uuid.UUID, env Environment, key string) {
 	k := catalogKey{tenant, env, key}
 	c.metrics.delete(k)
 	c.rules.delete(k)
+	c.stamps.Bump(ctx, tenant, StampCatalog)
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/google/uuid"
 )
 
-// customerCacheTTL bounds how long another process may still resolve a
-// customer this one changed or deleted; the hot path (checks, consumes)
-// resolves from this cache instead of Postgres.
+// customerCacheTTL bounds how long a customer is kept without a Postgres
+// read while no write moves the tenant's customer stamp (Stamps: a change
+// made anywhere in the fleet is seen by the next request; the TTL bounds
+// staleness only while the stamps cannot be read); the hot path (checks,
+// consumes) resolves from this cache instead of Postgres.
 const customerCacheTTL = 5 * time.Second
 
 // customerStaleLimit bounds how long past its TTL a cached customer may be
@@ -40,9 +42,10 @@ type resolveKey struct {
 // refreshes it, so the hot path never waits on Postgres for a customer it
 // has seen lately; a customer deleted elsewhere drops out at that refresh.
 type CachedCustomers struct {
-	next  CustomerLookup
-	cache *swrCache[resolveKey, Customer]
-	ttl   time.Duration // customerCacheTTL; tests shorten it
+	next   CustomerLookup
+	cache  *swrCache[resolveKey, Customer]
+	ttl    time.Duration // customerCacheTTL; tests shorten it
+	stamps *Stamps
 }
 
 var _ CustomerLookup = (*CachedCustomers)(nil)
@@ -53,11 +56,20 @@ func NewCachedCustomers(next CustomerLookup) *CachedCustomers {
 	return &CachedCustomers{next: next, cache: newSWRCache[resolveKey, Customer](maxCachedCustomers), ttl: customerCacheTTL}
 }
 
+// WithStamps makes s check its entries against the fleet's customer
+// stamps; its ForgettingDirectory then moves them on every write. nil (the
+// default) is a node alone.
+func (s *CachedCustomers) WithStamps(st *Stamps) *CachedCustomers {
+	s.stamps = st
+	return s
+}
+
 // Resolve resolves ref as next does, from the cache when it can.
 func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, create bool) (Customer, error) {
 	k := resolveKey{scope: Scope{TenantID: scope.TenantID, Environment: scope.Environment}, value: ref.Value, strict: ref.Strict}
 	now := time.Now()
-	c, st := s.cache.get(k, now, customerStaleLimit)
+	stamp := s.stamps.Seen(scope.TenantID, maskCustomers)
+	c, st := s.cache.get(k, now, customerStaleLimit, stamp)
 	switch st {
 	case cacheFresh:
 		return c, nil
@@ -70,8 +82,8 @@ func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref Customer
 	if err != nil {
 		return Customer{}, err
 	}
-	s.cache.put(k, c, now.Add(s.ttl), gen)
-	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen)
+	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
+	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen, stamp)
 	return c, nil
 }
 
@@ -80,7 +92,8 @@ func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref Customer
 func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (Customer, error) {
 	k := resolveKey{scope: Scope{TenantID: key.TenantID, Environment: key.Environment}, value: key.CustomerID.String(), byID: true}
 	now := time.Now()
-	c, st := s.cache.get(k, now, customerStaleLimit)
+	stamp := s.stamps.Seen(key.TenantID, maskCustomers)
+	c, st := s.cache.get(k, now, customerStaleLimit, stamp)
 	switch st {
 	case cacheFresh:
 		return c, nil
@@ -93,7 +106,7 @@ func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (C
 	if err != nil {
 		return Customer{}, err
 	}
-	s.cache.put(k, c, now.Add(s.ttl), gen)
+	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
 	return c, nil
 }
 
@@ -102,7 +115,7 @@ func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (C
 func (s *CachedCustomers) refreshByKey(k resolveKey, key CustomerKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
-	gen := s.cache.generation()
+	gen, stamp := s.cache.generation(), s.stamps.Seen(key.TenantID, maskCustomers)
 	c, err := s.next.CustomerByKey(ctx, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -110,7 +123,7 @@ func (s *CachedCustomers) refreshByKey(k resolveKey, key CustomerKey) {
 	case err != nil:
 		s.cache.refreshFailed(k)
 	default:
-		s.cache.put(k, c, time.Now().Add(s.ttl), gen)
+		s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
 	}
 }
 
@@ -124,7 +137,7 @@ func byKeyEntry(c Customer) resolveKey {
 func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
-	gen := s.cache.generation()
+	gen, stamp := s.cache.generation(), s.stamps.Seen(scope.TenantID, maskCustomers)
 	c, err := s.next.Resolve(ctx, scope, ref, false)
 	if err != nil {
 		if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
@@ -134,16 +147,20 @@ func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 		}
 		return
 	}
-	s.cache.put(k, c, time.Now().Add(s.ttl), gen)
+	s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
 }
 
-// forget drops cached resolutions of customer id after a change.
-func (s *CachedCustomers) forget(id uuid.UUID) {
+// forget drops cached resolutions of customer id after a change, then
+// moves the tenant's customer stamp so every other node drops them before
+// its next request.
+func (s *CachedCustomers) forget(ctx context.Context, tenant, id uuid.UUID) {
 	s.cache.deleteWhere(func(_ resolveKey, c Customer) bool { return c.ID == id })
+	s.stamps.Bump(ctx, tenant, StampCustomers)
 }
 
 // ForgettingDirectory decorates dir so that every customer it changes or
-// deletes is forgotten by s once written.
+// deletes is forgotten by s, and by every node sharing its stamps, once
+// written.
 func (s *CachedCustomers) ForgettingDirectory(dir Directory) Directory {
 	return &forgettingDirectory{Directory: dir, customers: s}
 }
@@ -158,7 +175,7 @@ type forgettingDirectory struct {
 func (d *forgettingDirectory) UpdateCustomer(ctx context.Context, c Customer) error {
 	err := d.Directory.UpdateCustomer(ctx, c)
 	if err == nil {
-		d.customers.forget(c.ID)
+		d.customers.forget(ctx, c.TenantID, c.ID)
 	}
 	return err
 }
@@ -166,7 +183,7 @@ func (d *forgettingDirectory) UpdateCustomer(ctx context.Context, c Customer) er
 func (d *forgettingDirectory) DeleteCustomer(ctx context.Context, s Scope, id uuid.UUID, at time.Time) error {
 	err := d.Directory.DeleteCustomer(ctx, s, id, at)
 	if err == nil {
-		d.customers.forget(id)
+		d.customers.forget(ctx, s.TenantID, id)
 	}
 	return err
 }

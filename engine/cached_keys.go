@@ -15,20 +15,26 @@ import (
 )
 
 const (
-	// authCacheTTL bounds how long a key stays trusted without a Postgres
-	// look-up in another process; a revoke in this process is seen at once.
+	// authCacheTTL bounds how long a key and its tenant are trusted without
+	// a Postgres look-up while no write moves the tenant's stamp (Stamps: a
+	// revoke or a settings change made anywhere in the fleet is seen by the
+	// next request; the TTL bounds staleness only while the stamps cannot
+	// be read).
 	authCacheTTL = 2 * time.Second
 	// unknownKeyTTL is how long a key Postgres did not know is refused from
 	// memory, so a stream of random well-prefixed keys costs one query per
-	// distinct key per 2 s, not one per request; maxUnknownKeys bounds that
-	// memory (a full cache drops expired entries, then an eighth at random).
+	// distinct key per 2 s, not one per request (a key created anywhere in
+	// the fleet moves the fleet's key stamp, which ends that memory at
+	// once); maxUnknownKeys bounds that memory (a full cache drops expired
+	// entries, then an eighth at random).
 	unknownKeyTTL  = 2 * time.Second
 	maxUnknownKeys = 10_000
 )
 
 // authStaleLimit bounds how long past authCacheTTL a key in use is trusted
-// while its background re-check runs (a revoke elsewhere is seen within
-// authCacheTTL plus that re-check); maxCachedKeys bounds the cache.
+// while its background re-check runs (only while the stamps cannot be
+// read, a revoke elsewhere is seen within authCacheTTL plus that
+// re-check); maxCachedKeys bounds the cache.
 const (
 	authStaleLimit = 5 * time.Second
 	maxCachedKeys  = 100_000
@@ -56,19 +62,34 @@ func (d directoryKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenan
 type authEntry struct {
 	scope  Scope
 	tenant Tenant
+	// stamp is the tenant's StampTenant as seen before the key was read.
+	stamp uint64
+}
+
+// unknownKey is the memory of a key next did not know.
+type unknownKey struct {
+	until time.Time // when the answer expires
+	// keys is the fleet's key stamp (StampTenant of uuid.Nil) as seen
+	// before the look-up: a key created since moved it.
+	keys uint64
 }
 
 // CachedKeys caches what another KeyLookup finds for authCacheTTL, served
 // up to authStaleLimit past it while one background look-up re-checks the
-// key, and remembers for unknownKeyTTL that a key was unknown.
+// key, and remembers for unknownKeyTTL that a key was unknown. With Stamps
+// (WithStamps) every look-up first reads the tenant's change stamps, the
+// request's one Redis read for them: a key whose tenant's StampTenant moved
+// since it was cached is looked up afresh (a revoke or a settings change
+// made on any node), and the other caches then compare what they hold with
+// the stamps this read brought.
 type CachedKeys struct {
 	next KeyLookup
 	// cache maps a key's sha256 to what it authenticates (lock-free reads).
-	cache *swrCache[[32]byte, authEntry]
-	mu    sync.Mutex
-	// unknown holds hashes of keys next did not know, with when that
-	// answer expires.
-	unknown map[[32]byte]time.Time
+	cache  *swrCache[[32]byte, authEntry]
+	stamps *Stamps
+	mu     sync.Mutex
+	// unknown holds hashes of keys next did not know.
+	unknown map[[32]byte]unknownKey
 }
 
 var _ KeyLookup = (*CachedKeys)(nil)
@@ -76,19 +97,40 @@ var _ KeyLookup = (*CachedKeys)(nil)
 // NewCachedKeys caches next. Writes must reach the directory through
 // ForgettingDirectory for this process to see them at once.
 func NewCachedKeys(next KeyLookup) *CachedKeys {
-	return &CachedKeys{next: next, cache: newSWRCache[[32]byte, authEntry](maxCachedKeys), unknown: map[[32]byte]time.Time{}}
+	return &CachedKeys{next: next, cache: newSWRCache[[32]byte, authEntry](maxCachedKeys), unknown: map[[32]byte]unknownKey{}}
 }
 
-// KeyScope is the cached scope and tenant of the key hashed to sum.
+// WithStamps makes s read the tenant's change stamps on every look-up and
+// trust a cached key only while its tenant's StampTenant holds; its
+// ForgettingDirectory then moves the stamps on every write. nil (the
+// default) is a node alone.
+func (s *CachedKeys) WithStamps(st *Stamps) *CachedKeys {
+	s.stamps = st
+	return s
+}
+
+// KeyScope is the cached scope and tenant of the key hashed to sum. It
+// reads the change stamps of the key's tenant first (of the fleet's keys
+// for a key not cached), so what it answers, and what every cache holds for
+// the rest of the request, is as new as the last write that answered
+// anywhere in the fleet.
 func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
 	now := time.Now()
-	e, st := s.cache.get(sum, now, authStaleLimit)
+	e, st := s.cache.get(sum, now, authStaleLimit, 0)
+	if st != cacheMiss {
+		tenant := e.scope.TenantID
+		_ = s.stamps.Refresh(ctx, tenant) // on failure the TTLs govern
+		if e.stamp != s.stamps.Seen(tenant, maskTenant) {
+			return s.lookUp(ctx, sum, tenant)
+		}
+	}
 	switch st {
 	case cacheFresh:
 		return e.scope, e.tenant, nil
 	case cacheRefresh:
+		tenant := e.scope.TenantID
 		s.cache.refreshInBackground(sum, func(ctx context.Context) error {
-			_, _, err := s.lookUp(ctx, sum)
+			_, _, err := s.lookUp(ctx, sum, tenant)
 			if errors.Is(err, ErrNotFound) {
 				return nil // lookUp dropped the entry
 			}
@@ -96,41 +138,58 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 		})
 		return e.scope, e.tenant, nil
 	}
+	_ = s.stamps.Refresh(ctx, uuid.Nil)
 	s.mu.Lock()
-	until, seen := s.unknown[sum]
+	u, seen := s.unknown[sum]
 	s.mu.Unlock()
-	if seen && now.Before(until) {
+	if seen && now.Before(u.until) && u.keys == s.stamps.Seen(uuid.Nil, maskTenant) {
 		return Scope{}, Tenant{}, ErrNotFound
 	}
-	return s.lookUp(ctx, sum)
+	return s.lookUp(ctx, sum, uuid.Nil)
 }
 
 // lookUp asks next for the key hashed to sum and caches the answer: its
-// scope and tenant, or (unknown key) the refusal.
-func (s *CachedKeys) lookUp(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
+// scope and tenant, or (unknown key) the refusal. tenant is the key's
+// tenant when known (a cached key), whose stamps the caller has read;
+// uuid.Nil when the key is new to this node: its tenant's stamps are then
+// read after the look-up, and unless no stamp this node had seen moved
+// meanwhile (the stamp it then has was read before the look-up), the key
+// is looked up once more under them, since a revoke may have come between.
+func (s *CachedKeys) lookUp(ctx context.Context, sum [32]byte, tenant uuid.UUID) (Scope, Tenant, error) {
 	gen := s.cache.generation()
+	keys := s.stamps.Seen(uuid.Nil, maskTenant)
+	stamp := s.stamps.Seen(tenant, maskTenant)
+	rises := s.stamps.rises()
 	now := time.Now()
 	scope, t, err := s.next.KeyScope(ctx, sum)
+	if err == nil && tenant == uuid.Nil {
+		// On failure the stamps stay as seen; the TTL bounds the entry.
+		_ = s.stamps.Refresh(ctx, t.ID)
+		stamp = s.stamps.Seen(t.ID, maskTenant)
+		if s.stamps.rises() != rises {
+			scope, t, err = s.next.KeyScope(ctx, sum)
+		}
+	}
 	if errors.Is(err, ErrNotFound) {
 		s.cache.delete(sum)
-		s.rememberUnknown(sum, now)
+		s.rememberUnknown(sum, now, keys)
 		return Scope{}, Tenant{}, ErrNotFound
 	}
 	if err != nil {
 		return Scope{}, Tenant{}, err
 	}
-	s.cache.put(sum, authEntry{scope: scope, tenant: t}, now.Add(authCacheTTL), gen)
+	s.cache.put(sum, authEntry{scope: scope, tenant: t, stamp: stamp}, now.Add(authCacheTTL), gen, 0)
 	return scope, t, nil
 }
 
 // rememberUnknown notes that next does not know the key hashed to sum,
 // keeping the memory within maxUnknownKeys.
-func (s *CachedKeys) rememberUnknown(sum [32]byte, now time.Time) {
+func (s *CachedKeys) rememberUnknown(sum [32]byte, now time.Time, keys uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.unknown) >= maxUnknownKeys {
-		for h, until := range s.unknown {
-			if !now.Before(until) {
+		for h, u := range s.unknown {
+			if !now.Before(u.until) {
 				delete(s.unknown, h)
 			}
 		}
@@ -143,12 +202,14 @@ func (s *CachedKeys) rememberUnknown(sum [32]byte, now time.Time) {
 			delete(s.unknown, h)
 		}
 	}
-	s.unknown[sum] = now.Add(unknownKeyTTL)
+	s.unknown[sum] = unknownKey{until: now.Add(unknownKeyTTL), keys: keys}
 }
 
-// forget drops the cached keys drop picks.
-func (s *CachedKeys) forget(drop func(authEntry) bool) {
+// forget drops the cached keys drop picks, then moves tenant's StampTenant
+// so every other node looks its keys up afresh before its next request.
+func (s *CachedKeys) forget(ctx context.Context, tenant uuid.UUID, drop func(authEntry) bool) {
 	s.cache.deleteWhere(func(_ [32]byte, e authEntry) bool { return drop(e) })
+	s.stamps.Bump(ctx, tenant, StampTenant)
 }
 
 // known forgets that the key hashed to sum was unknown.
@@ -160,7 +221,8 @@ func (s *CachedKeys) known(sum [32]byte) {
 
 // ForgettingDirectory decorates dir so that a key it creates is no longer
 // remembered as unknown, a key it revokes is no longer trusted, and the
-// keys of a tenant it updates are looked up afresh, each once written.
+// keys of a tenant it updates are looked up afresh, each once written, by
+// this node and (through the stamps) by every node's next request.
 func (s *CachedKeys) ForgettingDirectory(dir Directory) Directory {
 	return &keyForgettingDirectory{Directory: dir, keys: s}
 }
@@ -173,12 +235,15 @@ type keyForgettingDirectory struct {
 }
 
 // CreateAPIKey stores the key, then lets it work at once in this process
-// even if someone presented it a moment ago; another process may refuse
-// it for up to unknownKeyTTL.
+// even if someone presented it a moment ago, and moves the fleet's key
+// stamp so that no other node refuses it from its memory of unknown keys.
 func (d *keyForgettingDirectory) CreateAPIKey(ctx context.Context, k APIKey, hash []byte) error {
 	err := d.Directory.CreateAPIKey(ctx, k, hash)
-	if err == nil && len(hash) == 32 {
-		d.keys.known([32]byte(hash))
+	if err == nil {
+		if len(hash) == 32 {
+			d.keys.known([32]byte(hash))
+		}
+		d.keys.stamps.Bump(ctx, uuid.Nil, StampTenant)
 	}
 	return err
 }
@@ -186,7 +251,7 @@ func (d *keyForgettingDirectory) CreateAPIKey(ctx context.Context, k APIKey, has
 func (d *keyForgettingDirectory) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time.Time) error {
 	err := d.Directory.RevokeAPIKey(ctx, tenant, key, at)
 	if err == nil {
-		d.keys.forget(func(e authEntry) bool { return e.scope.KeyID == key })
+		d.keys.forget(ctx, tenant, func(e authEntry) bool { return e.scope.KeyID == key })
 	}
 	return err
 }
@@ -194,7 +259,7 @@ func (d *keyForgettingDirectory) RevokeAPIKey(ctx context.Context, tenant, key u
 func (d *keyForgettingDirectory) UpdateTenant(ctx context.Context, t Tenant) error {
 	err := d.Directory.UpdateTenant(ctx, t)
 	if err == nil {
-		d.keys.forget(func(e authEntry) bool { return e.scope.TenantID == t.ID })
+		d.keys.forget(ctx, t.ID, func(e authEntry) bool { return e.scope.TenantID == t.ID })
 	}
 	return err
 }

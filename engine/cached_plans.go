@@ -12,9 +12,11 @@ import (
 	"github.com/google/uuid"
 )
 
-// variantCacheTTL bounds how stale another process's view of a variant's
-// grants and entitlements, or of a plan's name, can be; this process
-// forgets its own changes at once.
+// variantCacheTTL bounds how long a variant's grants and entitlements, or a
+// plan's name, are kept without a Postgres read while no write moves the
+// tenant's plan stamp (Stamps: a change made anywhere in the fleet is seen
+// by the next request; the TTL bounds staleness only while the stamps
+// cannot be read). This process forgets its own changes at once.
 const variantCacheTTL = 2 * time.Second
 
 // maxCachedVariants bounds each of the caches' memory; a full cache starts
@@ -30,11 +32,13 @@ type variantKey struct {
 type cachedVariant struct {
 	v       VariantDetail
 	expires time.Time
+	stamp   uint64 // the tenant's plan stamp as seen before the read
 }
 
 type cachedName struct {
 	name    string
 	expires time.Time
+	stamp   uint64
 }
 
 // storePlanLookup is the uncached PlanLookup of a PlanStore.
@@ -71,7 +75,8 @@ func (l storePlanLookup) PlanName(ctx context.Context, s Scope, id uuid.UUID) (s
 // variant they change.
 type CachedPlanStore struct {
 	PlanStore
-	read storePlanLookup
+	read   storePlanLookup
+	stamps *Stamps
 
 	mu       sync.Mutex
 	variants map[variantKey]cachedVariant
@@ -89,14 +94,22 @@ func NewCachedPlanStore(store PlanStore) *CachedPlanStore {
 		variants: map[variantKey]cachedVariant{}, names: map[uuid.UUID]cachedName{}}
 }
 
+// WithStamps makes c check its entries against the fleet's plan stamps
+// and move them on every write. nil (the default) is a node alone.
+func (c *CachedPlanStore) WithStamps(st *Stamps) *CachedPlanStore {
+	c.stamps = st
+	return c
+}
+
 // VariantDetail is the cached variant with its grants and entitlements.
 func (c *CachedPlanStore) VariantDetail(ctx context.Context, s Scope, id uuid.UUID) (VariantDetail, error) {
 	k := variantKey{s.TenantID, s.Environment, id}
 	now := time.Now()
+	stamp := c.stamps.Seen(s.TenantID, maskPlans)
 	c.mu.Lock()
 	e, hit := c.variants[k]
 	c.mu.Unlock()
-	if hit && now.Before(e.expires) {
+	if hit && now.Before(e.expires) && e.stamp == stamp {
 		return e.v, nil
 	}
 	d, err := c.read.VariantDetail(ctx, s, id)
@@ -107,7 +120,7 @@ func (c *CachedPlanStore) VariantDetail(ctx context.Context, s Scope, id uuid.UU
 	if len(c.variants) > maxCachedVariants {
 		c.variants = map[variantKey]cachedVariant{}
 	}
-	c.variants[k] = cachedVariant{v: d, expires: now.Add(variantCacheTTL)}
+	c.variants[k] = cachedVariant{v: d, expires: now.Add(variantCacheTTL), stamp: stamp}
 	c.mu.Unlock()
 	return d, nil
 }
@@ -115,10 +128,11 @@ func (c *CachedPlanStore) VariantDetail(ctx context.Context, s Scope, id uuid.UU
 // PlanName is the cached name of a plan.
 func (c *CachedPlanStore) PlanName(ctx context.Context, s Scope, id uuid.UUID) (string, error) {
 	now := time.Now()
+	stamp := c.stamps.Seen(s.TenantID, maskPlans)
 	c.mu.Lock()
 	n, hit := c.names[id]
 	c.mu.Unlock()
-	if hit && now.Before(n.expires) {
+	if hit && now.Before(n.expires) && n.stamp == stamp {
 		return n.name, nil
 	}
 	name, err := c.read.PlanName(ctx, s, id)
@@ -129,16 +143,30 @@ func (c *CachedPlanStore) PlanName(ctx context.Context, s Scope, id uuid.UUID) (
 	if len(c.names) > maxCachedVariants {
 		c.names = map[uuid.UUID]cachedName{}
 	}
-	c.names[id] = cachedName{name: name, expires: now.Add(variantCacheTTL)}
+	c.names[id] = cachedName{name: name, expires: now.Add(variantCacheTTL), stamp: stamp}
 	c.mu.Unlock()
 	return name, nil
 }
 
-// UpdateVariant writes the variant, then forgets it.
+// UpdatePlan writes the plan, then forgets its name (here and in the
+// fleet).
+func (c *CachedPlanStore) UpdatePlan(ctx context.Context, s Scope, id uuid.UUID, change func(*Plan) error) (Plan, error) {
+	p, err := c.PlanStore.UpdatePlan(ctx, s, id, change)
+	if err == nil {
+		c.mu.Lock()
+		delete(c.names, id)
+		c.mu.Unlock()
+		c.stamps.Bump(ctx, s.TenantID, StampPlans)
+	}
+	return p, err
+}
+
+// UpdateVariant writes the variant, then forgets it (here and in the
+// fleet).
 func (c *CachedPlanStore) UpdateVariant(ctx context.Context, s Scope, planID, id uuid.UUID, change func(*PlanVariant) error) (PlanVariant, error) {
 	v, err := c.PlanStore.UpdateVariant(ctx, s, planID, id, change)
 	if err == nil {
-		c.forget(s.TenantID, s.Environment, id)
+		c.forget(ctx, s.TenantID, s.Environment, id)
 	}
 	return v, err
 }
@@ -147,7 +175,7 @@ func (c *CachedPlanStore) UpdateVariant(ctx context.Context, s Scope, planID, id
 func (c *CachedPlanStore) CreateGrant(ctx context.Context, planID uuid.UUID, g PlanGrant) error {
 	err := c.PlanStore.CreateGrant(ctx, planID, g)
 	if err == nil {
-		c.forget(g.TenantID, g.Environment, g.PlanVariantID)
+		c.forget(ctx, g.TenantID, g.Environment, g.PlanVariantID)
 	}
 	return err
 }
@@ -156,13 +184,16 @@ func (c *CachedPlanStore) CreateGrant(ctx context.Context, planID uuid.UUID, g P
 func (c *CachedPlanStore) PutEntitlement(ctx context.Context, planID uuid.UUID, e VariantEntitlement) error {
 	err := c.PlanStore.PutEntitlement(ctx, planID, e)
 	if err == nil {
-		c.forget(e.TenantID, e.Environment, e.PlanVariantID)
+		c.forget(ctx, e.TenantID, e.Environment, e.PlanVariantID)
 	}
 	return err
 }
 
-func (c *CachedPlanStore) forget(tenant uuid.UUID, env Environment, id uuid.UUID) {
+// forget drops the variant here, then moves the tenant's plan stamp so
+// every other node drops it before its next request.
+func (c *CachedPlanStore) forget(ctx context.Context, tenant uuid.UUID, env Environment, id uuid.UUID) {
 	c.mu.Lock()
 	delete(c.variants, variantKey{tenant, env, id})
 	c.mu.Unlock()
+	c.stamps.Bump(ctx, tenant, StampPlans)
 }

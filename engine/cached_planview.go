@@ -7,13 +7,16 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// planFactsTTL bounds how stale another process's view of a customer's
-// subscription can be; this process forgets its own changes at once.
+// planFactsTTL bounds how long a customer's facts are kept without a
+// Postgres read while no write moves the tenant's plan or subscription
+// stamps (Stamps: a change made anywhere in the fleet is seen by the next
+// request; the TTL bounds staleness only while the stamps cannot be read).
 const planFactsTTL = 2 * time.Second
 
 // planFactsStaleLimit bounds how long past its TTL a customer's facts are
@@ -28,9 +31,10 @@ const maxCachedFacts = 100_000
 // planFactsTTL (or until the soonest override expiry in them), served
 // stale while one background read refreshes them.
 type CachedPlanView struct {
-	next  PlanView
-	clock Clock
-	cache *swrCache[uuid.UUID, *SubscriptionFacts]
+	next   PlanView
+	clock  Clock
+	cache  *swrCache[uuid.UUID, *SubscriptionFacts]
+	stamps *Stamps
 }
 
 var _ PlanView = (*CachedPlanView)(nil)
@@ -40,10 +44,18 @@ func NewCachedPlanView(next PlanView, clock Clock) *CachedPlanView {
 	return &CachedPlanView{next: next, clock: clock, cache: newSWRCache[uuid.UUID, *SubscriptionFacts](maxCachedFacts)}
 }
 
+// WithStamps makes p check its entries against the fleet's plan and
+// subscription stamps; its forgetting stores then move the subscription
+// stamp on every write. nil (the default) is a node alone.
+func (p *CachedPlanView) WithStamps(st *Stamps) *CachedPlanView {
+	p.stamps = st
+	return p
+}
+
 // ForCustomer returns the facts of c's live subscription, nil when it has
 // none.
 func (p *CachedPlanView) ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
-	f, st := p.cache.get(c.ID, time.Now(), planFactsStaleLimit)
+	f, st := p.cache.get(c.ID, time.Now(), planFactsStaleLimit, p.stamps.Seen(c.TenantID, maskPlanFacts))
 	switch st {
 	case cacheFresh:
 		return f, nil
@@ -64,7 +76,7 @@ func (p *CachedPlanView) ForCustomer(ctx context.Context, c Customer) (*Subscrip
 // until the soonest override expiry when that comes first.
 func (p *CachedPlanView) refresh(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
 	wall := time.Now()
-	gen := p.cache.generation()
+	gen, stamp := p.cache.generation(), p.stamps.Seen(c.TenantID, maskPlanFacts)
 	f, err := p.next.ForCustomer(ctx, c)
 	if err != nil {
 		return nil, err
@@ -75,7 +87,7 @@ func (p *CachedPlanView) refresh(ctx context.Context, c Customer) (*Subscription
 			exp = wall.Add(max(d, 0))
 		}
 	}
-	p.cache.put(c.ID, f, exp, gen)
+	p.cache.put(c.ID, f, exp, gen, stamp)
 	return f, nil
 }
 
@@ -91,13 +103,15 @@ func (p *CachedPlanView) forgetSubscription(id uuid.UUID) {
 }
 
 // ForgettingSubscriptions decorates store so that every subscription it
-// writes is forgotten by p once written.
+// writes is forgotten by p once written, and by every node sharing p's
+// stamps before its next request.
 func (p *CachedPlanView) ForgettingSubscriptions(store SubscriptionStore) SubscriptionStore {
 	return &forgettingSubscriptions{SubscriptionStore: store, view: p}
 }
 
 // ForgettingOverrides decorates store so that the facts of every
-// subscription whose overrides it writes are forgotten by p once written.
+// subscription whose overrides it writes are forgotten by p once written,
+// and by every node sharing p's stamps before its next request.
 func (p *CachedPlanView) ForgettingOverrides(store OverrideStore) OverrideStore {
 	return &forgettingOverrides{OverrideStore: store, view: p}
 }
@@ -113,6 +127,7 @@ func (s *forgettingSubscriptions) CreateSubscription(ctx context.Context, r Subs
 	err := s.SubscriptionStore.CreateSubscription(ctx, r)
 	if err == nil {
 		s.view.Forget(r.CustomerID)
+		s.view.stamps.Bump(ctx, r.TenantID, StampSubscriptions)
 	}
 	return err
 }
@@ -121,25 +136,34 @@ func (s *forgettingSubscriptions) UpdateSubscription(ctx context.Context, scope 
 	r, err := s.SubscriptionStore.UpdateSubscription(ctx, scope, id, change)
 	if err == nil {
 		s.view.Forget(r.CustomerID)
+		s.view.stamps.Bump(ctx, scope.TenantID, StampSubscriptions)
 	}
 	return r, err
 }
 
 // RunDue forgets each changed customer as its change succeeds (as the
 // service did before) and once more after the transactions have ended, so
-// no refresh that read a row before its commit outlives it.
+// no refresh that read a row before its commit outlives it; then it moves
+// the subscription stamp of each tenant it changed, once.
 func (s *forgettingSubscriptions) RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error) {
 	var changed []uuid.UUID
+	var tenants []uuid.UUID
 	n, err := s.SubscriptionStore.RunDue(ctx, now, limit, func(ctx context.Context, r *SubscriptionRecord) error {
 		if err := change(ctx, r); err != nil {
 			return err
 		}
 		s.view.Forget(r.CustomerID)
 		changed = append(changed, r.CustomerID)
+		if !slices.Contains(tenants, r.TenantID) {
+			tenants = append(tenants, r.TenantID)
+		}
 		return nil
 	})
 	for _, id := range changed {
 		s.view.Forget(id)
+	}
+	for _, t := range tenants {
+		s.view.stamps.Bump(ctx, t, StampSubscriptions)
 	}
 	return n, err
 }
@@ -155,6 +179,7 @@ func (s *forgettingOverrides) CreateOverride(ctx context.Context, env Environmen
 	err := s.OverrideStore.CreateOverride(ctx, env, o, now)
 	if err == nil {
 		s.view.forgetSubscription(o.SubscriptionID)
+		s.view.stamps.Bump(ctx, o.TenantID, StampSubscriptions)
 	}
 	return err
 }
@@ -163,6 +188,7 @@ func (s *forgettingOverrides) UpdateOverride(ctx context.Context, scope Scope, s
 	o, err := s.OverrideStore.UpdateOverride(ctx, scope, subscription, key, now, change)
 	if err == nil {
 		s.view.forgetSubscription(subscription)
+		s.view.stamps.Bump(ctx, scope.TenantID, StampSubscriptions)
 	}
 	return o, err
 }
@@ -171,6 +197,7 @@ func (s *forgettingOverrides) DeleteOverride(ctx context.Context, scope Scope, s
 	err := s.OverrideStore.DeleteOverride(ctx, scope, subscription, key, now)
 	if err == nil {
 		s.view.forgetSubscription(subscription)
+		s.view.stamps.Bump(ctx, scope.TenantID, StampSubscriptions)
 	}
 	return err
 }

@@ -363,6 +363,20 @@ type RateBudgets interface {
 	TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (RateDecision, error)
 }
 
+// ChangeStamps keeps the fleet's change stamps (issue 25, lua.Store: one
+// small hash per tenant in Redis): per tenant and StampKind, a number that
+// only grows, moved by every write that changes what a node caches of that
+// kind, before the write answers. A node reads its tenant's stamps once per
+// request and drops what it cached under older ones (Stamps), so a change
+// made on one node governs the next request on every node (invariant 15).
+type ChangeStamps interface {
+	// StampsRead is tenant's stamps, one per kind (0 where never moved).
+	StampsRead(ctx context.Context, tenant uuid.UUID) (TenantStamps, error)
+	// StampBump moves tenant's stamp of kind past every value it had and
+	// returns the new value.
+	StampBump(ctx context.Context, tenant uuid.UUID, kind StampKind) (uint64, error)
+}
+
 // DeliverySlots caps one tenant's webhook attempts in flight across every
 // node that shares them (lua.Store: a set of leased slots in Redis), so a
 // slow endpoint holds the same number of attempts however many nodes run.

@@ -12,7 +12,10 @@ import (
 // still served, for at most staleLimit, to the callers that come while one
 // of them refreshes it in the background, so a hot key never waits on
 // Postgres. Changes made in this process bump the generation, so a refresh
-// that read the old row before the change cannot store it after.
+// that read the old row before the change cannot store it after. Each entry
+// keeps the change stamp (Stamps.Seen) it was read under; a get under
+// another stamp misses, so a change made on another node is read through by
+// the next request here (issue 25).
 type swrCache[K comparable, V any] struct {
 	m   sync.Map // K -> *swrEntry[V]
 	n   atomic.Int64
@@ -22,7 +25,8 @@ type swrCache[K comparable, V any] struct {
 
 type swrEntry[V any] struct {
 	v          V
-	expires    int64 // unix nanoseconds
+	expires    int64  // unix nanoseconds
+	stamp      uint64 // Stamps.Seen when v was read
 	refreshing atomic.Bool
 }
 
@@ -39,8 +43,9 @@ func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
 	return &swrCache[K, V]{max: max}
 }
 
-// get looks k up at now.
-func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration) (V, cacheState) {
+// get looks k up at now under change stamp stamp: an entry read under
+// another stamp is a miss.
+func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp uint64) (V, cacheState) {
 	var zero V
 	x, ok := c.m.Load(k)
 	if !ok {
@@ -49,6 +54,8 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration) (V, c
 	e := x.(*swrEntry[V])
 	n := now.UnixNano()
 	switch {
+	case e.stamp != stamp:
+		return zero, cacheMiss
 	case n < e.expires:
 		return e.v, cacheFresh
 	case n >= e.expires+int64(staleLimit):
@@ -62,9 +69,10 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration) (V, c
 // generation is taken before reading the source of truth and handed to put.
 func (c *swrCache[K, V]) generation() uint64 { return c.gen.Load() }
 
-// put stores v until expires unless the cache was invalidated since gen.
-// A full cache starts over (the bound is memory, not precision).
-func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen uint64) {
+// put stores v, read under change stamp stamp, until expires unless the
+// cache was invalidated since gen. A full cache starts over (the bound is
+// memory, not precision).
+func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen, stamp uint64) {
 	if c.gen.Load() != gen {
 		return
 	}
@@ -72,7 +80,7 @@ func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen uint64) {
 		c.m.Clear()
 		c.n.Store(0)
 	}
-	if _, loaded := c.m.Swap(k, &swrEntry[V]{v: v, expires: expires.UnixNano()}); !loaded {
+	if _, loaded := c.m.Swap(k, &swrEntry[V]{v: v, expires: expires.UnixNano(), stamp: stamp}); !loaded {
 		c.n.Add(1)
 	}
 }

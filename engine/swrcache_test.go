@@ -13,10 +13,10 @@ func TestSWRCache(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	c := newSWRCache[string, int](3)
-	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+	if _, st := c.get("a", t0, time.Second, 0); st != cacheMiss {
 		t.Fatalf("empty: state %d", st)
 	}
-	c.put("a", 1, t0.Add(time.Second), c.generation())
+	c.put("a", 1, t0.Add(time.Second), c.generation(), 0)
 	steps := []struct {
 		at    time.Duration
 		want  int
@@ -29,34 +29,62 @@ func TestSWRCache(t *testing.T) {
 		{2 * time.Second, 0, cacheMiss},
 	}
 	for _, s := range steps {
-		v, st := c.get("a", t0.Add(s.at), time.Second)
+		v, st := c.get("a", t0.Add(s.at), time.Second, 0)
 		if v != s.want || st != s.state {
 			t.Errorf("at +%v: %d state %d, want %d state %d", s.at, v, st, s.want, s.state)
 		}
 	}
 	c.refreshFailed("a")
-	if _, st := c.get("a", t0.Add(1500*time.Millisecond), time.Second); st != cacheRefresh {
+	if _, st := c.get("a", t0.Add(1500*time.Millisecond), time.Second, 0); st != cacheRefresh {
 		t.Errorf("after a failed refresh: state %d, want another refresh", st)
 	}
 	gen := c.generation()
 	c.delete("a")
-	c.put("a", 2, t0.Add(time.Hour), gen)
-	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+	c.put("a", 2, t0.Add(time.Hour), gen, 0)
+	if _, st := c.get("a", t0, time.Second, 0); st != cacheMiss {
 		t.Error("a refresh begun before the delete stored its value")
 	}
 	for i, k := range []string{"a", "b", "c"} {
-		c.put(k, i, t0.Add(time.Hour), c.generation())
+		c.put(k, i, t0.Add(time.Hour), c.generation(), 0)
 	}
 	c.deleteWhere(func(_ string, v int) bool { return v == 1 })
-	if _, st := c.get("b", t0, time.Second); st != cacheMiss {
+	if _, st := c.get("b", t0, time.Second, 0); st != cacheMiss {
 		t.Error("deleteWhere kept b")
 	}
-	c.put("b", 5, t0.Add(time.Hour), c.generation())
-	c.put("d", 6, t0.Add(time.Hour), c.generation())
-	if _, st := c.get("a", t0, time.Second); st != cacheMiss {
+	c.put("b", 5, t0.Add(time.Hour), c.generation(), 0)
+	c.put("d", 6, t0.Add(time.Hour), c.generation(), 0)
+	if _, st := c.get("a", t0, time.Second, 0); st != cacheMiss {
 		t.Error("a full cache did not start over")
 	}
-	if v, st := c.get("d", t0, time.Second); st != cacheFresh || v != 6 {
+	if v, st := c.get("d", t0, time.Second, 0); st != cacheFresh || v != 6 {
 		t.Errorf("d after the start-over: %d state %d", v, st)
+	}
+}
+
+// TestSWRCacheStamps: an entry is served only under the change stamp it
+// was read under (issue 25): a get under a newer stamp misses, even while
+// the entry is fresh, and never asks for a background refresh.
+func TestSWRCacheStamps(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name  string
+		at    time.Duration
+		stamp uint64
+		want  cacheState
+	}{
+		{"same stamp, fresh", 0, 7, cacheFresh},
+		{"same stamp, past expiry", 1500 * time.Millisecond, 7, cacheRefresh},
+		{"newer stamp, fresh", 0, 8, cacheMiss},
+		{"newer stamp, past expiry", 1500 * time.Millisecond, 8, cacheMiss},
+		{"older stamp (a reset store)", 0, 6, cacheMiss},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newSWRCache[string, int](3)
+			c.put("a", 1, t0.Add(time.Second), c.generation(), 7)
+			if _, st := c.get("a", t0.Add(tc.at), time.Second, tc.stamp); st != tc.want {
+				t.Errorf("state %d, want %d", st, tc.want)
+			}
+		})
 	}
 }

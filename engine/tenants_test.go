@@ -41,7 +41,7 @@ func TestUnknownKeyCache(t *testing.T) {
 		t.Fatalf("20 tries of one unknown key made %d look-ups, want 1", n)
 	}
 	// An answer older than the TTL is asked again.
-	keys.rememberUnknown(sha256.Sum256([]byte(key)), time.Now().Add(-2*unknownKeyTTL))
+	keys.rememberUnknown(sha256.Sum256([]byte(key)), time.Now().Add(-2*unknownKeyTTL), 0)
 	if _, _, err := s.Authenticate(ctx, key); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("expired unknown key: %v", err)
 	}
