@@ -203,13 +203,17 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.DB = persist.NewStore(pool)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
-	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB))
+	// Every cache checks the tenants' change stamps in Redis, which every
+	// write through a cache's decorator moves, so a change made on any node
+	// governs the next request on this one (issue 25).
+	stamps := engine.NewStamps(a.Store, log)
+	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB)).WithStamps(stamps)
 	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
 	// The hot path resolves customers through a cache over a service of
 	// its own on the raw directory (it reads, and auto-creates a customer,
 	// which forgets nothing); the API's service writes through the cache's
 	// forgetting directory, so this process sees a change at once.
-	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock))
+	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock)).WithStamps(stamps)
 	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
@@ -234,11 +238,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// The caches are decorators over the stores (docs/decisions.md "Caches
 	// are decorators"): the services hold the decorated port, and a write
 	// through it forgets what it changes, so no service is told afterwards.
-	catalog := engine.NewCachedCatalog(a.DB)
+	catalog := engine.NewCachedCatalog(a.DB).WithStamps(stamps)
 	a.Metering = engine.NewMetering(catalog, catalog, cfg.Clock)
-	plans := engine.NewCachedPlanStore(a.DB)
+	plans := engine.NewCachedPlanStore(a.DB).WithStamps(stamps)
 	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
-	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock)
+	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, Leases: a.Store, LeaseIndex: a.DB})
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,

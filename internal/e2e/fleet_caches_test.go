@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/testenv"
+)
+
+// secondNode starts another node on s's Redis prefix and database, its
+// background work off (s's node runs it), and returns s as seen through it.
+func secondNode(t *testing.T, s *Stack) *Stack {
+	t.Helper()
+	a := app.New(s.Redis, s.Pool, app.Config{RedisPrefix: s.Prefix, AdminToken: AdminToken, AllowPrivate: true,
+		ReplicaAckTimeout: testenv.ReplicaAckTimeout}, zerolog.New(io.Discard))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Serve(ln) }()
+	t.Cleanup(func() { _ = a.Server.Shutdown() })
+	b := *s
+	b.App, b.URL = a, "http://"+ln.Addr().String()
+	return &b
+}
+
+// TestFleetCachesFresh guards invariant 15 ("a setting, key or rule changed
+// by one request governs the next on every node", issue 25): two nodes on
+// one Redis and one Postgres; node B answers a request (so its caches hold
+// the tenant, key, customer, metric and rule), node A takes a change, and
+// B's very next request answers under it, with no wait: the tenant's
+// change stamps in Redis, moved by A before it answered, make B read the
+// change afresh.
+func TestFleetCachesFresh(t *testing.T) {
+	s := NewStack(t)
+	b := secondNode(t, s)
+	type fixture struct {
+		tn     Tenant
+		cust   string
+		metric string
+	}
+	check := func(t *testing.T, n *Stack, key string, f fixture, units string) Response {
+		t.Helper()
+		return n.as(t, key).get("/v1/entitlements/check?customer_id=" + f.cust + "&billable_metric_key=" + f.metric + "&units=" + units)
+	}
+	consume := func(t *testing.T, n *Stack, key string, f fixture, units int) Response {
+		t.Helper()
+		return n.as(t, key).post("/v1/entitlements/consume", map[string]any{"customer_id": f.cust, "billable_metric_key": f.metric, "units": units})
+	}
+	cases := []struct {
+		name string
+		// warm runs on B before the change; change on A; then runs on B
+		// right after it and asserts what it answers.
+		warm, change, then func(t *testing.T, f fixture)
+	}{
+		{
+			name: "default overage policy set to notify",
+			warm: func(t *testing.T, f fixture) {
+				r := check(t, b, f.tn.Live, f, "50")
+				wantStatus(t, r, 200, "check on B")
+				if r.Body["allowed"] != false || r.Body["overage_policy"] != "block" {
+					t.Fatalf("before the change B answered allowed %v under %v, want false under block", r.Body["allowed"], r.Body["overage_policy"])
+				}
+			},
+			change: func(t *testing.T, f fixture) {
+				wantStatus(t, s.as(t, f.tn.Live).patch("/v1/tenant", map[string]any{"default_overage_policy": "notify"}), 200, "PATCH /v1/tenant on A")
+			},
+			then: func(t *testing.T, f fixture) {
+				r := check(t, b, f.tn.Live, f, "50")
+				wantStatus(t, r, 200, "check on B")
+				if r.Body["allowed"] != true || r.Body["overage_policy"] != "notify" {
+					t.Errorf("B's next check answered allowed %v under %v, want true under notify", r.Body["allowed"], r.Body["overage_policy"])
+				}
+				wantStatus(t, consume(t, b, f.tn.Live, f, 50), 200, "consume past the balance on B under notify")
+			},
+		},
+		{
+			name: "customer overage policy set to allow",
+			warm: func(t *testing.T, f fixture) {
+				checkProblem(t, consume(t, b, f.tn.Live, f, 50), 409, "insufficient-credits", "", "consume on B under block")
+			},
+			change: func(t *testing.T, f fixture) {
+				wantStatus(t, s.as(t, f.tn.Live).patch("/v1/customers/"+f.cust, map[string]any{"overage_policy": "allow"}), 200, "PATCH the customer on A")
+			},
+			then: func(t *testing.T, f fixture) {
+				wantStatus(t, consume(t, b, f.tn.Live, f, 50), 200, "consume past the balance on B under allow")
+			},
+		},
+		{
+			name: "metering rule replaced",
+			warm: func(t *testing.T, f fixture) {
+				r := consume(t, b, f.tn.Live, f, 2)
+				wantStatus(t, r, 200, "consume on B")
+				if c := Int(t, r.Body["cost"]); c != 2 {
+					t.Fatalf("B charged %d for 2 units at 1 each", c)
+				}
+			},
+			change: func(t *testing.T, f fixture) {
+				s.as(t, f.tn.Live).newRule(f.metric, map[string]any{"cost_type": "per_unit", "unit_cost": 3})
+			},
+			then: func(t *testing.T, f fixture) {
+				r := consume(t, b, f.tn.Live, f, 2)
+				wantStatus(t, r, 200, "consume on B")
+				if c := Int(t, r.Body["cost"]); c != 6 {
+					t.Errorf("B's next consume cost %d, want 6 (2 units at the new rule's 3)", c)
+				}
+			},
+		},
+		{
+			name: "API key revoked",
+			warm: func(t *testing.T, f fixture) {
+				wantStatus(t, check(t, b, f.tn.Live, f, "1"), 200, "check on B with the key")
+			},
+			change: func(t *testing.T, f fixture) {
+				wantStatus(t, adminCall(t, s, AdminToken, "DELETE", "/admin/v1/tenants/"+f.tn.ID+"/api-keys/"+keyID(t, s, f.tn), nil), 204, "revoke on A")
+			},
+			then: func(t *testing.T, f fixture) {
+				checkProblem(t, check(t, b, f.tn.Live, f, "1"), 401, "unauthorized", "", "B's next request with the revoked key")
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := s.NewTenant(uniq("fleet-fresh"))
+			a := s.as(t, tn.Live)
+			f := fixture{tn: tn, metric: a.perUnit(1)}
+			f.cust, _ = a.newCustomer()
+			a.grant(f.cust, map[string]any{"credits": 10})
+			tc.warm(t, f)
+			tc.change(t, f)
+			tc.then(t, f)
+		})
+	}
+}
+
+// keyID is the id of tn's live key, from the admin API.
+func keyID(t *testing.T, s *Stack, tn Tenant) string {
+	t.Helper()
+	r := adminCall(t, s, AdminToken, "GET", "/admin/v1/tenants/"+tn.ID+"/api-keys", nil)
+	wantStatus(t, r, 200, "list keys")
+	for _, k := range arr(t, r.Body["data"], "keys") {
+		m := obj(t, k, "key")
+		if m["environment"] == "live" && m["revoked_at"] == nil {
+			return str(t, m["id"], "key id")
+		}
+	}
+	t.Fatal("no live key")
+	return ""
+}
