@@ -24,6 +24,7 @@ type Entitlements struct {
 	clock     Clock
 	plans     PlanView
 	snapshots snapshotCache
+	stamps    *Stamps
 	applied   AppliedReader
 	// leases and leaseIndex serve lease renew and release.
 	leases     LeaseStore
@@ -112,12 +113,15 @@ type EntitlementsDeps struct {
 	// Leases and LeaseIndex serve lease renew and release.
 	Leases     LeaseStore
 	LeaseIndex LeaseIndex
+	// Stamps keeps cached snapshots from outliving a change made on
+	// another node (nil: a node alone).
+	Stamps *Stamps
 }
 
 // NewEntitlements returns the entitlement service.
 func NewEntitlements(d EntitlementsDeps) *Entitlements {
 	return &Entitlements{customers: d.Customers, metering: d.Metering, credits: d.Credits, hot: d.Hot, clock: d.Clock,
-		plans: d.Plans, applied: d.Applied, leases: d.Leases, leaseIndex: d.LeaseIndex}
+		plans: d.Plans, applied: d.Applied, leases: d.Leases, leaseIndex: d.LeaseIndex, stamps: d.Stamps}
 }
 
 // CheckResult is the body of an entitlement check; which members appear

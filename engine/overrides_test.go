@@ -252,10 +252,10 @@ func TestOverrideUpdateDelete(t *testing.T) {
 	}
 
 	cached := func() bool {
-		_, ok := f.ents.snapshots.get(f.sub.CustomerID, f.clock.Now())
+		_, ok := f.ents.snapshots.get(f.sub.CustomerID, f.clock.Now(), 0)
 		return ok
 	}
-	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()})
+	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()}, 0)
 
 	u, err := f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{Reason: ovStr("sales")})
 	if err != nil || u.ExpiresAt == nil || !u.ExpiresAt.Equal(*o.ExpiresAt) || u.Reason != "sales" || string(u.Value) != `{"enabled":true}` {
@@ -282,7 +282,7 @@ func TestOverrideUpdateDelete(t *testing.T) {
 	_, err = f.svc.Update(ctx, f.scope, f.sub.ID, "sso", UpdateOverride{ValueErr: nullValue})
 	wantOverrideErr(t, "null value", err, KindBadRequest, "value")
 
-	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()})
+	f.ents.snapshots.put(Snapshot{CustomerID: f.sub.CustomerID, CachedAt: f.clock.Now()}, 0)
 	if err := f.svc.Delete(ctx, f.scope, f.sub.ID, "sso"); err != nil {
 		t.Fatal(err)
 	}

@@ -43,29 +43,37 @@ type SnapshotEntry struct {
 	Config               json.RawMessage `json:"config,omitempty"`
 }
 
-// snapshotCache keeps built snapshots per customer for SnapshotMaxAge.
+// snapshotCache keeps built snapshots per customer for SnapshotMaxAge,
+// each with the tenant's change stamps it was built under (Stamps): a
+// snapshot built before a change made on any node (an override, a plan, a
+// rule, a setting) is not served after it.
 type snapshotCache struct {
 	mu      sync.Mutex
-	entries map[uuid.UUID]Snapshot
+	entries map[uuid.UUID]stampedSnapshot
 }
 
-func (c *snapshotCache) get(id uuid.UUID, now time.Time) (Snapshot, bool) {
+type stampedSnapshot struct {
+	snap  Snapshot
+	stamp uint64
+}
+
+func (c *snapshotCache) get(id uuid.UUID, now time.Time, stamp uint64) (Snapshot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.entries[id]
-	if !ok || now.Sub(s.CachedAt) >= SnapshotMaxAge {
+	e, ok := c.entries[id]
+	if !ok || now.Sub(e.snap.CachedAt) >= SnapshotMaxAge || e.stamp != stamp {
 		return Snapshot{}, false
 	}
-	return s, true
+	return e.snap, true
 }
 
-func (c *snapshotCache) put(s Snapshot) {
+func (c *snapshotCache) put(s Snapshot, stamp uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil || len(c.entries) > 100_000 {
-		c.entries = map[uuid.UUID]Snapshot{}
+		c.entries = map[uuid.UUID]stampedSnapshot{}
 	}
-	c.entries[s.CustomerID] = s
+	c.entries[s.CustomerID] = stampedSnapshot{snap: s, stamp: stamp}
 }
 
 // Forget drops a customer's cached snapshot (an override changed).
@@ -88,8 +96,9 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		return Snapshot{}, err
 	}
 	now := s.clock.Now()
+	stamp := s.stamps.Seen(scope.TenantID, maskSnapshot)
 	if !fresh {
-		if snap, ok := s.snapshots.get(c.ID, now); ok {
+		if snap, ok := s.snapshots.get(c.ID, now, stamp); ok {
 			return snap, nil
 		}
 	}
@@ -121,7 +130,7 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		}
 		snap.Entitlements[m.Key] = e
 	}
-	s.snapshots.put(snap)
+	s.snapshots.put(snap, stamp)
 	return snap, nil
 }
 

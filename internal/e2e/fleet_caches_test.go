@@ -42,12 +42,30 @@ func TestFleetCachesFresh(t *testing.T) {
 		tn     Tenant
 		cust   string
 		metric string
+		// plan, variant and sub: the customer's subscription, for the
+		// cases that set one up.
+		plan, variant map[string]any
+		sub           string
 	}
-	check := func(t *testing.T, n *Stack, key string, f fixture, units string) Response {
+	// subscribe puts f's customer on a fresh plan's variant (through A).
+	subscribe := func(t *testing.T, f *fixture) {
+		t.Helper()
+		a := s.as(t, f.tn.Live)
+		f.plan = a.newPlan(map[string]any{"name": "Pro"})
+		f.variant = a.newVariant(f.plan["id"].(string), map[string]any{"billing_cycle": "monthly"})
+		f.sub, _ = a.newSubscription(f.cust, f.plan, f.variant)
+	}
+	feature := func(t *testing.T, n *Stack, f *fixture, key string) Response {
+		t.Helper()
+		r := n.as(t, f.tn.Live).get("/v1/entitlements/check?customer_id=" + f.cust + "&billable_metric_key=" + key)
+		wantStatus(t, r, 200, "check "+key)
+		return r
+	}
+	check := func(t *testing.T, n *Stack, key string, f *fixture, units string) Response {
 		t.Helper()
 		return n.as(t, key).get("/v1/entitlements/check?customer_id=" + f.cust + "&billable_metric_key=" + f.metric + "&units=" + units)
 	}
-	consume := func(t *testing.T, n *Stack, key string, f fixture, units int) Response {
+	consume := func(t *testing.T, n *Stack, key string, f *fixture, units int) Response {
 		t.Helper()
 		return n.as(t, key).post("/v1/entitlements/consume", map[string]any{"customer_id": f.cust, "billable_metric_key": f.metric, "units": units})
 	}
@@ -55,21 +73,21 @@ func TestFleetCachesFresh(t *testing.T) {
 		name string
 		// warm runs on B before the change; change on A; then runs on B
 		// right after it and asserts what it answers.
-		warm, change, then func(t *testing.T, f fixture)
+		warm, change, then func(t *testing.T, f *fixture)
 	}{
 		{
 			name: "default overage policy set to notify",
-			warm: func(t *testing.T, f fixture) {
+			warm: func(t *testing.T, f *fixture) {
 				r := check(t, b, f.tn.Live, f, "50")
 				wantStatus(t, r, 200, "check on B")
 				if r.Body["allowed"] != false || r.Body["overage_policy"] != "block" {
 					t.Fatalf("before the change B answered allowed %v under %v, want false under block", r.Body["allowed"], r.Body["overage_policy"])
 				}
 			},
-			change: func(t *testing.T, f fixture) {
+			change: func(t *testing.T, f *fixture) {
 				wantStatus(t, s.as(t, f.tn.Live).patch("/v1/tenant", map[string]any{"default_overage_policy": "notify"}), 200, "PATCH /v1/tenant on A")
 			},
-			then: func(t *testing.T, f fixture) {
+			then: func(t *testing.T, f *fixture) {
 				r := check(t, b, f.tn.Live, f, "50")
 				wantStatus(t, r, 200, "check on B")
 				if r.Body["allowed"] != true || r.Body["overage_policy"] != "notify" {
@@ -80,29 +98,29 @@ func TestFleetCachesFresh(t *testing.T) {
 		},
 		{
 			name: "customer overage policy set to allow",
-			warm: func(t *testing.T, f fixture) {
+			warm: func(t *testing.T, f *fixture) {
 				checkProblem(t, consume(t, b, f.tn.Live, f, 50), 409, "insufficient-credits", "", "consume on B under block")
 			},
-			change: func(t *testing.T, f fixture) {
+			change: func(t *testing.T, f *fixture) {
 				wantStatus(t, s.as(t, f.tn.Live).patch("/v1/customers/"+f.cust, map[string]any{"overage_policy": "allow"}), 200, "PATCH the customer on A")
 			},
-			then: func(t *testing.T, f fixture) {
+			then: func(t *testing.T, f *fixture) {
 				wantStatus(t, consume(t, b, f.tn.Live, f, 50), 200, "consume past the balance on B under allow")
 			},
 		},
 		{
 			name: "metering rule replaced",
-			warm: func(t *testing.T, f fixture) {
+			warm: func(t *testing.T, f *fixture) {
 				r := consume(t, b, f.tn.Live, f, 2)
 				wantStatus(t, r, 200, "consume on B")
 				if c := Int(t, r.Body["cost"]); c != 2 {
 					t.Fatalf("B charged %d for 2 units at 1 each", c)
 				}
 			},
-			change: func(t *testing.T, f fixture) {
+			change: func(t *testing.T, f *fixture) {
 				s.as(t, f.tn.Live).newRule(f.metric, map[string]any{"cost_type": "per_unit", "unit_cost": 3})
 			},
-			then: func(t *testing.T, f fixture) {
+			then: func(t *testing.T, f *fixture) {
 				r := consume(t, b, f.tn.Live, f, 2)
 				wantStatus(t, r, 200, "consume on B")
 				if c := Int(t, r.Body["cost"]); c != 6 {
@@ -112,14 +130,51 @@ func TestFleetCachesFresh(t *testing.T) {
 		},
 		{
 			name: "API key revoked",
-			warm: func(t *testing.T, f fixture) {
+			warm: func(t *testing.T, f *fixture) {
 				wantStatus(t, check(t, b, f.tn.Live, f, "1"), 200, "check on B with the key")
 			},
-			change: func(t *testing.T, f fixture) {
+			change: func(t *testing.T, f *fixture) {
 				wantStatus(t, adminCall(t, s, AdminToken, "DELETE", "/admin/v1/tenants/"+f.tn.ID+"/api-keys/"+keyID(t, s, f.tn), nil), 204, "revoke on A")
 			},
-			then: func(t *testing.T, f fixture) {
+			then: func(t *testing.T, f *fixture) {
 				checkProblem(t, check(t, b, f.tn.Live, f, "1"), 401, "unauthorized", "", "B's next request with the revoked key")
+			},
+		},
+		{
+			name: "override created",
+			warm: func(t *testing.T, f *fixture) {
+				s.as(t, f.tn.Live).newMetric("sso", "boolean", nil)
+				subscribe(t, f)
+				if r := feature(t, b, f, "sso"); r.Body["enabled"] != false {
+					t.Fatalf("before the override B answered enabled %v", r.Body["enabled"])
+				}
+			},
+			change: func(t *testing.T, f *fixture) {
+				wantStatus(t, s.as(t, f.tn.Live).post("/v1/subscriptions/"+f.sub+"/overrides",
+					map[string]any{"billable_metric_key": "sso", "value": map[string]any{"enabled": true}}), 201, "override on A")
+			},
+			then: func(t *testing.T, f *fixture) {
+				if r := feature(t, b, f, "sso"); r.Body["enabled"] != true || r.Body["allowed"] != true {
+					t.Errorf("B's next check answered enabled %v allowed %v, want true (the override)", r.Body["enabled"], r.Body["allowed"])
+				}
+			},
+		},
+		{
+			name: "variant entitlement set",
+			warm: func(t *testing.T, f *fixture) {
+				subscribe(t, f)
+				if r := feature(t, b, f, f.metric); r.Body["allowed"] != true {
+					t.Fatalf("before the entitlement B answered allowed %v", r.Body["allowed"])
+				}
+			},
+			change: func(t *testing.T, f *fixture) {
+				wantStatus(t, s.as(t, f.tn.Live).post("/v1/plans/"+f.plan["id"].(string)+"/variants/"+f.variant["id"].(string)+"/entitlements",
+					map[string]any{"billable_metric_key": f.metric, "value": map[string]any{"enabled": false}}), 201, "variant entitlement on A")
+			},
+			then: func(t *testing.T, f *fixture) {
+				if r := feature(t, b, f, f.metric); r.Body["allowed"] != false {
+					t.Errorf("B's next check answered allowed %v, want false (the variant denies the metric)", r.Body["allowed"])
+				}
 			},
 		},
 	}
@@ -127,7 +182,7 @@ func TestFleetCachesFresh(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := s.NewTenant(uniq("fleet-fresh"))
 			a := s.as(t, tn.Live)
-			f := fixture{tn: tn, metric: a.perUnit(1)}
+			f := &fixture{tn: tn, metric: a.perUnit(1)}
 			f.cust, _ = a.newCustomer()
 			a.grant(f.cust, map[string]any{"credits": 10})
 			tc.warm(t, f)
