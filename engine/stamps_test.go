@@ -192,3 +192,45 @@ func TestStampsSeenOnlyGrows(t *testing.T) {
 	}
 	alone.Bump(context.Background(), tenant, StampTenant)
 }
+
+// hookedKeys is a keyDirectory that runs hook once, during its first key
+// look-up, after reading the key: a write racing the look-up.
+type hookedKeys struct {
+	*keyDirectory
+	hook func()
+}
+
+func (d *hookedKeys) APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error) {
+	k, err := d.keyDirectory.APIKeyByHash(ctx, hash)
+	if h := d.hook; h != nil {
+		d.hook = nil
+		h()
+	}
+	return k, err
+}
+
+// TestStampsKeyRevokedDuringFirstLookUp guards invariant 15 at a node's
+// first sight of a key: a revoke that commits on node A while node B reads
+// the key (B read it live, then A revoked it and moved the stamp) must not
+// leave B trusting the key under the stamp A moved. B sees the stamp moved
+// across its read and reads the key again.
+func TestStampsKeyRevokedDuringFirstLookUp(t *testing.T) {
+	ctx := context.Background()
+	tenant := Tenant{ID: uuid.New(), Name: "acme"}
+	sum := sha256.Sum256([]byte("ck_live_" + "01234567890123456789012345678901"))
+	key := APIKey{ID: uuid.New(), TenantID: tenant.ID, Environment: EnvironmentLive}
+	dir := &keyDirectory{tenant: tenant, keys: map[[32]byte]APIKey{sum: key}}
+	store := &memStamps{m: map[uuid.UUID]TenantStamps{}}
+	a := newKeyNode(dir, store)
+	hooked := &hookedKeys{keyDirectory: dir}
+	b := newKeyNode(hooked, store)
+	hooked.hook = func() {
+		if err := a.dir.RevokeAPIKey(ctx, tenant.ID, key.ID, time.Now()); err != nil {
+			t.Error(err)
+		}
+	}
+	_, _, _ = b.keys.KeyScope(ctx, sum) // races the revoke: either answer is fair
+	if _, _, err := b.keys.KeyScope(ctx, sum); !errors.Is(err, ErrNotFound) {
+		t.Errorf("B's next look-up after the revoke: %v, want ErrNotFound", err)
+	}
+}
