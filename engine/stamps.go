@@ -33,6 +33,9 @@ const (
 	StampPlans
 	// StampSubscriptions covers subscriptions and their overrides.
 	StampSubscriptions
+	// StampAlerts, under uuid.Nil, covers every credit alert setting: the
+	// persister's list of the scopes that have any checks it.
+	StampAlerts
 	// StampKinds is the number of kinds.
 	StampKinds
 )
@@ -46,7 +49,7 @@ func (k StampKind) String() string {
 }
 
 // stampFields are the kinds' fields in Redis, in kind order.
-var stampFields = [StampKinds]string{"t", "c", "m", "p", "s"}
+var stampFields = [StampKinds]string{"t", "c", "m", "p", "s", "a"}
 
 // StampFields is the kinds' fields in kind order (what lua.Store reads).
 func StampFields() []string { return stampFields[:] }
@@ -217,6 +220,50 @@ func (s *Stamps) Refresh(ctx context.Context, tenant uuid.UUID) error {
 	}
 	s.observe(tenant, v)
 	return nil
+}
+
+// Current reads tenant's stamps (Refresh) and returns the one of kind, for
+// a reader outside the request path (the persister's alert scopes) that
+// keeps one cached list per kind. An error is Refresh's: the caller then
+// keeps its list to its TTL.
+func (s *Stamps) Current(ctx context.Context, tenant uuid.UUID, kind StampKind) (uint64, error) {
+	if err := s.Refresh(ctx, tenant); err != nil {
+		return 0, err
+	}
+	if s == nil || s.store == nil {
+		return 0, nil
+	}
+	return s.of(tenant)[kind].Load(), nil
+}
+
+// ForgettingAlerts decorates store so that every alert setting it writes
+// moves the fleet's alert stamp (StampAlerts of uuid.Nil) before the write
+// answers: every node's persister then reads its list of the scopes with
+// settings again before its next batch.
+func (s *Stamps) ForgettingAlerts(store AlertStore) AlertStore {
+	return &stampingAlerts{AlertStore: store, stamps: s}
+}
+
+// stampingAlerts is an AlertStore whose writes move the alert stamp.
+type stampingAlerts struct {
+	AlertStore
+	stamps *Stamps
+}
+
+func (a *stampingAlerts) AlertSettingsPut(ctx context.Context, sc Scope, customer *uuid.UUID, settings AlertSettings, now time.Time) error {
+	err := a.AlertStore.AlertSettingsPut(ctx, sc, customer, settings, now)
+	if err == nil {
+		a.stamps.Bump(ctx, uuid.Nil, StampAlerts)
+	}
+	return err
+}
+
+func (a *stampingAlerts) AlertSettingsDelete(ctx context.Context, sc Scope, customer uuid.UUID) (bool, error) {
+	ok, err := a.AlertStore.AlertSettingsDelete(ctx, sc, customer)
+	if err == nil && ok {
+		a.stamps.Bump(ctx, uuid.Nil, StampAlerts)
+	}
+	return ok, err
 }
 
 // errStampsDown: a read failed less than stampRetryAfter ago.

@@ -19,9 +19,11 @@ var _ engine.AlertStore = (*Store)(nil)
 // alertScopesTTL bounds how long the persister trusts its list of the
 // tenants and environments that have alert settings: a setting written
 // through this process counts at once (the list is forgotten), one written
-// through another creditd process within this long. It is a cache lifetime,
-// measured on the monotonic clock, not a domain time (invariant 6 concerns
-// expiry, schedules and retries, which read the Mutation's own instant).
+// through another creditd process at the next batch when the fleet's alert
+// stamp is readable (WithAlertStamps, issue 25), else within this long. It
+// is a cache lifetime, measured on the monotonic clock, not a domain time
+// (invariant 6 concerns expiry, schedules and retries, which read the
+// Mutation's own instant).
 const alertScopesTTL = time.Second
 
 // alertScope is a tenant and environment.
@@ -37,6 +39,21 @@ type alertScopes struct {
 	mu       sync.Mutex
 	set      map[alertScope]bool
 	loadedAt time.Time
+	// stamps, when set, is read before each use of the list: the list is
+	// read again when the fleet's alert stamp moved since it was read
+	// (stamp: the value then).
+	stamps *engine.Stamps
+	stamp  uint64
+}
+
+// WithAlertStamps makes the persister's list of the scopes with alert
+// settings follow the fleet's alert stamp (engine.StampAlerts), which
+// engine.Stamps.ForgettingAlerts moves on every settings write: a setting
+// written on any node counts from the next batch on every node. Call it
+// before the Store is used.
+func (s *Store) WithAlertStamps(st *engine.Stamps) *Store {
+	s.alerts.stamps = st
+	return s
 }
 
 // forget makes the next batch read the list again.
@@ -51,7 +68,15 @@ func (a *alertScopes) forget() {
 func (a *alertScopes) get(ctx context.Context, q querier) (map[alertScope]bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.set != nil && time.Since(a.loadedAt) < alertScopesTTL {
+	stamp, moved := a.stamp, false
+	if a.stamps != nil {
+		// Read before the list, so a setting written after it moves it
+		// again; unreadable, the TTL governs.
+		if v, err := a.stamps.Current(ctx, uuid.Nil, engine.StampAlerts); err == nil {
+			stamp, moved = v, v != a.stamp
+		}
+	}
+	if a.set != nil && !moved && time.Since(a.loadedAt) < alertScopesTTL {
 		return a.set, nil
 	}
 	rows, err := q.Query(ctx, `SELECT DISTINCT tenant_id, environment FROM credit_alert_settings`)
@@ -68,7 +93,7 @@ func (a *alertScopes) get(ctx context.Context, q querier) (map[alertScope]bool, 
 	}); err != nil {
 		return nil, fmt.Errorf("persist: alert scopes: %w", err)
 	}
-	a.set, a.loadedAt = set, time.Now()
+	a.set, a.loadedAt, a.stamp = set, time.Now(), stamp
 	return set, nil
 }
 

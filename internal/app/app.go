@@ -207,6 +207,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// write through a cache's decorator moves, so a change made on any node
 	// governs the next request on this one (issue 25).
 	stamps := engine.NewStamps(a.Store, log)
+	a.DB.WithAlertStamps(stamps)
 	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB)).WithStamps(stamps)
 	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
 	// The hot path resolves customers through a cache over a service of
@@ -249,7 +250,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
 	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
-	a.Alerts = engine.NewAlerts(a.DB, a.Customers, cfg.Clock)
+	a.Alerts = engine.NewAlerts(stamps.ForgettingAlerts(a.DB), a.Customers, cfg.Clock)
 	a.Imports = engine.NewImports(a.Customers, a.Credits)
 	a.Subscriptions = engine.NewSubscriptions(a.PlanFacts.ForgettingSubscriptions(a.DB), a.Plans, a.Customers, a.Credits, a.Store, a.Store, cfg.Clock, log)
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}

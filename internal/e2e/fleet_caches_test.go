@@ -206,3 +206,32 @@ func keyID(t *testing.T, s *Stack, tn Tenant) string {
 	t.Fatal("no live key")
 	return ""
 }
+
+// TestFleetAlertSettingsFresh guards invariant 15 for credit alert
+// settings (issue 25): node A's persister has just read its list of the
+// scopes with alert settings; a threshold set through node B governs the
+// next operation A stores, though the list is younger than its 1 s
+// lifetime, because B moved the fleet's alert stamp before it answered.
+func TestFleetAlertSettingsFresh(t *testing.T) {
+	s := NewStack(t)
+	b := secondNode(t, s)
+	tn := s.NewTenant(uniq("fleet-alerts"))
+	a := s.as(t, tn.Live)
+	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 1000})
+	debit := func(delta int64) {
+		t.Helper()
+		wantStatus(t, a.post("/v1/customers/"+id+"/credits/adjust", map[string]any{"delta": -delta, "source": "manual", "reason": "use"}), 200, "adjust on A")
+	}
+	debit(10) // A's persister reads the list for this batch
+	s.Drain()
+	wantStatus(t, b.as(t, tn.Live).do("PUT", "/v1/customers/"+id+"/credits/alerts", "", map[string]any{"thresholds": []any{
+		map[string]any{"type": "absolute", "amount_mc": 500},
+	}}), 200, "PUT customer alerts on B")
+	debit(600) // 990 -> 390: crosses 500
+	s.Drain()
+	crossed := ofType(a.alertEvents(), "credit.threshold_crossed", id)
+	if got := thresholdsOf(t, crossed); !equalInts(got, []int64{500}) {
+		t.Fatalf("threshold_crossed after a setting made on B: %v, want [500]", got)
+	}
+}
