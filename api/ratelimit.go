@@ -36,8 +36,9 @@ var errRateLimited = &engine.Error{Kind: engine.KindRateLimited, Detail: "too ma
 // limits one process only, so it serves where one process is the point: the
 // admin API's bucket per client address, and the fallback of the per-key
 // limit while the shared budgets (Config.RateBudgets) cannot be reached.
-// The tenant's rate and burst are read on every request, so an operator
-// change applies within the auth cache's 2 s.
+// The tenant's rate and burst are read on every request from the auth
+// cache, which the tenant's change stamps keep current (engine.Stamps), so
+// an operator change applies from the next request on every node.
 type rateLimiter struct {
 	shards [limiterShards]limiterShard
 	now    func() time.Time
