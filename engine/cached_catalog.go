@@ -112,8 +112,11 @@ func (c *CachedCatalog) Metric(ctx context.Context, s Scope, key string) (Billab
 		})
 		return e.m, e.found, nil
 	}
-	e, err := c.loadMetric(ctx, s, k)
-	return e.m, e.found, err
+	fresh, err := c.loadMetric(ctx, s, k)
+	if err != nil && st == cacheChanged {
+		return e.m, e.found, nil // Postgres unreachable: the last copy, within its TTLs
+	}
+	return fresh.m, fresh.found, err
 }
 
 func (c *CachedCatalog) loadMetric(ctx context.Context, s Scope, k catalogKey) (cachedMetric, error) {
@@ -141,8 +144,11 @@ func (c *CachedCatalog) Rule(ctx context.Context, s Scope, key string) (Metering
 		})
 		return e.r, e.found, nil
 	}
-	e, err := c.loadRule(ctx, s, k)
-	return e.r, e.found, err
+	fresh, err := c.loadRule(ctx, s, k)
+	if err != nil && st == cacheChanged {
+		return e.r, e.found, nil // Postgres unreachable: the last copy, within its TTLs
+	}
+	return fresh.r, fresh.found, err
 }
 
 func (c *CachedCatalog) loadRule(ctx context.Context, s Scope, k catalogKey) (cachedRule, error) {

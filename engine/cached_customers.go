@@ -78,8 +78,12 @@ func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref Customer
 		return c, nil
 	}
 	gen := s.cache.generation()
+	last := c
 	c, err := s.next.Resolve(ctx, scope, ref, create)
 	if err != nil {
+		if st == cacheChanged && !isNotFound(err) {
+			return last, nil // Postgres unreachable: the last copy, within its TTLs
+		}
 		return Customer{}, err
 	}
 	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
@@ -102,8 +106,12 @@ func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (C
 		return c, nil
 	}
 	gen := s.cache.generation()
+	last := c
 	c, err := s.next.CustomerByKey(ctx, key)
 	if err != nil {
+		if st == cacheChanged && !isNotFound(err) {
+			return last, nil // Postgres unreachable: the last copy, within its TTLs
+		}
 		return Customer{}, err
 	}
 	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
@@ -148,6 +156,16 @@ func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 		return
 	}
 	s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
+}
+
+// isNotFound reports whether err says the customer is not there (a 404 of
+// the directory or of the service), as opposed to a failed read.
+func isNotFound(err error) bool {
+	if errors.Is(err, ErrNotFound) {
+		return true
+	}
+	ne, ok := AsError(err)
+	return ok && ne.Kind == KindNotFound
 }
 
 // forget drops cached resolutions of customer id after a change, then

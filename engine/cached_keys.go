@@ -121,7 +121,13 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 		tenant := e.scope.TenantID
 		_ = s.stamps.Refresh(ctx, tenant) // on failure the TTLs govern
 		if e.stamp != s.stamps.Seen(tenant, maskTenant) {
-			return s.lookUp(ctx, sum, tenant)
+			scope, t, err := s.lookUp(ctx, sum, tenant)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				// Postgres unreachable: the last copy, within its TTLs
+				// (invariant 16), as before the stamps.
+				return e.scope, e.tenant, nil
+			}
+			return scope, t, err
 		}
 	}
 	switch st {

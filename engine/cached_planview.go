@@ -69,7 +69,11 @@ func (p *CachedPlanView) ForCustomer(ctx context.Context, c Customer) (*Subscrip
 		}
 		// An override in these facts has expired: read through.
 	}
-	return p.refresh(ctx, c)
+	fresh, err := p.refresh(ctx, c)
+	if err != nil && st == cacheChanged && (f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt)) {
+		return f, nil // Postgres unreachable: the last copy, within its TTLs
+	}
+	return fresh, err
 }
 
 // refresh reads the customer's facts and caches them for planFactsTTL, or

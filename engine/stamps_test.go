@@ -234,3 +234,41 @@ func TestStampsKeyRevokedDuringFirstLookUp(t *testing.T) {
 		t.Errorf("B's next look-up after the revoke: %v, want ErrNotFound", err)
 	}
 }
+
+// TestStampsPostgresDown guards invariant 16 under the stamps: when a
+// stamp moved but Postgres cannot be read, a node serves the copy it had,
+// as its TTLs allowed before, rather than failing the request; a row that
+// is gone is not served.
+func TestStampsPostgresDown(t *testing.T) {
+	ctx := context.Background()
+	scope := Scope{TenantID: uuid.New(), Environment: EnvironmentLive}
+	for _, tc := range []struct {
+		name      string
+		fail      error
+		wantFound bool
+		wantErr   bool
+	}{
+		{"Postgres unreachable", errors.New("connection refused"), true, false},
+		{"Postgres answers", nil, false, false}, // the metric was removed from the fake
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &memStamps{m: map[uuid.UUID]TenantStamps{}}
+			db := &countingCatalog{metrics: map[string]BillableMetric{"seats": {Key: "seats"}}, rules: map[string]MeteringRule{}}
+			stampsB := NewStamps(store, zerolog.Nop())
+			b := NewCachedCatalog(db).WithStamps(stampsB)
+			if _, ok, err := b.Metric(ctx, scope, "seats"); !ok || err != nil {
+				t.Fatalf("warm: %v %v", ok, err)
+			}
+			NewStamps(store, zerolog.Nop()).Bump(ctx, scope.TenantID, StampCatalog)
+			delete(db.metrics, "seats")
+			db.fail = tc.fail
+			if err := stampsB.Refresh(ctx, scope.TenantID); err != nil {
+				t.Fatal(err)
+			}
+			_, ok, err := b.Metric(ctx, scope, "seats")
+			if ok != tc.wantFound || (err != nil) != tc.wantErr {
+				t.Errorf("found %v, err %v; want found %v", ok, err, tc.wantFound)
+			}
+		})
+	}
+}

@@ -37,6 +37,11 @@ const (
 	cacheMiss    cacheState = iota // absent or too stale: read through
 	cacheFresh                     // serve
 	cacheRefresh                   // serve, and the caller refreshes it in the background
+	// cacheChanged: present, but read under another change stamp (a write
+	// on some node changed it): read through, and serve the value returned
+	// only if that read fails on something else than the row's absence
+	// (Postgres unreachable: invariant 16), as the TTLs allowed before.
+	cacheChanged
 )
 
 func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
@@ -44,7 +49,7 @@ func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
 }
 
 // get looks k up at now under change stamp stamp: an entry read under
-// another stamp is a miss.
+// another stamp is cacheChanged (read through).
 func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp uint64) (V, cacheState) {
 	var zero V
 	x, ok := c.m.Load(k)
@@ -54,12 +59,12 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp
 	e := x.(*swrEntry[V])
 	n := now.UnixNano()
 	switch {
-	case e.stamp != stamp:
-		return zero, cacheMiss
-	case n < e.expires:
-		return e.v, cacheFresh
 	case n >= e.expires+int64(staleLimit):
 		return zero, cacheMiss
+	case e.stamp != stamp:
+		return e.v, cacheChanged
+	case n < e.expires:
+		return e.v, cacheFresh
 	case e.refreshing.CompareAndSwap(false, true):
 		return e.v, cacheRefresh
 	}

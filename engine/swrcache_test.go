@@ -62,8 +62,9 @@ func TestSWRCache(t *testing.T) {
 }
 
 // TestSWRCacheStamps: an entry is served only under the change stamp it
-// was read under (issue 25): a get under a newer stamp misses, even while
-// the entry is fresh, and never asks for a background refresh.
+// was read under (issue 25): under another stamp it is cacheChanged (read
+// through; its value only for a failed read) even while fresh, never a
+// background refresh, and a miss past the stale limit as any entry.
 func TestSWRCacheStamps(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
@@ -75,9 +76,10 @@ func TestSWRCacheStamps(t *testing.T) {
 	}{
 		{"same stamp, fresh", 0, 7, cacheFresh},
 		{"same stamp, past expiry", 1500 * time.Millisecond, 7, cacheRefresh},
-		{"newer stamp, fresh", 0, 8, cacheMiss},
-		{"newer stamp, past expiry", 1500 * time.Millisecond, 8, cacheMiss},
-		{"older stamp (a reset store)", 0, 6, cacheMiss},
+		{"newer stamp, fresh", 0, 8, cacheChanged},
+		{"newer stamp, past expiry", 1500 * time.Millisecond, 8, cacheChanged},
+		{"newer stamp, past the stale limit", 2 * time.Second, 8, cacheMiss},
+		{"older stamp (a reset store)", 0, 6, cacheChanged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newSWRCache[string, int](3)
