@@ -36,7 +36,7 @@ func secondNode(t *testing.T, s *Stack) *Stack {
 // change stamps in Redis, moved by A before it answered, make B read the
 // change afresh.
 func TestFleetCachesFresh(t *testing.T) {
-	s := NewStack(t)
+	s := NewStack(t, SingleNode()) // the test starts its own second node
 	b := secondNode(t, s)
 	type fixture struct {
 		tn     Tenant
@@ -213,7 +213,7 @@ func keyID(t *testing.T, s *Stack, tn Tenant) string {
 // next operation A stores, though the list is younger than its 1 s
 // lifetime, because B moved the fleet's alert stamp before it answered.
 func TestFleetAlertSettingsFresh(t *testing.T) {
-	s := NewStack(t)
+	s := NewStack(t, SingleNode()) // the test starts its own second node
 	b := secondNode(t, s)
 	tn := s.NewTenant(uniq("fleet-alerts"))
 	a := s.as(t, tn.Live)
