@@ -22,8 +22,10 @@ import (
 
 const operatorModes = `With CREDITD_URL set (for example http://127.0.0.1:8080) the command goes
 through that creditd's /admin/v1 API with CREDITD_ADMIN_TOKEN. With --direct it
-works straight on DATABASE_URL instead (no running creditd needed; a running
-one sees a revoked key within 2 s). One of the two is required.`
+works straight on DATABASE_URL instead (no running creditd needed; it does not
+reach Redis, so running nodes see a change within their caches' lifetimes, a
+revoked key within 7 s, not at once as through the API). One of the two is
+required.`
 
 // operatorGroups builds the tenant, key, webhook and rate-limit commands;
 // withDirect adds the --direct flag to each (the admin group carries one

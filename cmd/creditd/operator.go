@@ -69,8 +69,10 @@ type deleted struct {
 	Deleted string `json:"deleted"`
 }
 
-// directOperator runs the operations with the engine on the database; a
-// running creditd sees a revoked key within its 2 s cache.
+// directOperator runs the operations with the engine on the database. It
+// moves no change stamps (it has no Redis), so a running creditd sees a
+// revoked key within its key cache's TTL and stale limit (7 s), not at once
+// as through the admin API (docs/decisions.md, issue 25).
 type directOperator struct {
 	tenants *engine.Tenants
 }
