@@ -138,6 +138,7 @@ func (s *Stamps) of(tenant uuid.UUID) *seenStamps {
 	if s.n.Load() >= maxStampTenants {
 		s.seen.Clear()
 		s.n.Store(0)
+		s.raised.Add(1) // what was seen is gone: a reader across this reads again
 	}
 	x, loaded := s.seen.LoadOrStore(tenant, new(seenStamps))
 	if !loaded {
