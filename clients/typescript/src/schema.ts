@@ -25,7 +25,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Redis, Postgres and the persister are usable */
+        /**
+         * This node can serve: Redis is reachable
+         * @description redis (on a Redis Cluster: any master answers) gates readiness. The other checks only warn: postgres (Postgres is behind the request path), persister (the outbox's lag past its bound), dead_letters (acknowledged mutations Postgres refused) and one per background loop show their text under their name while the status stays ready, since every node would fail them alike.
+         */
         get: operations["readyz"];
         put?: never;
         post?: never;
@@ -2124,7 +2127,7 @@ export interface components {
         Ready: {
             /** @enum {string} */
             status: "ready" | "unavailable";
-            /** @description Each check's "ok" or its error. */
+            /** @description Each check's "ok" or its error; only redis makes the status unavailable. */
             checks: {
                 [key: string]: string;
             };
@@ -3821,7 +3824,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready. */
+            /** @description Ready; a check that only warns may show its text. */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3832,7 +3835,7 @@ export interface operations {
                      * @example {
                      *       "status": "ready",
                      *       "checks": {
-                     *         "dead_letters": "ok",
+                     *         "dead_letters": "1 unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)",
                      *         "persister": "ok",
                      *         "postgres": "ok",
                      *         "redis": "ok"
@@ -3842,7 +3845,7 @@ export interface operations {
                     "application/json": components["schemas"]["Ready"];
                 };
             };
-            /** @description A check failed. */
+            /** @description Redis is unreachable from this node. */
             503: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3854,9 +3857,9 @@ export interface operations {
                      *       "status": "unavailable",
                      *       "checks": {
                      *         "dead_letters": "ok",
-                     *         "persister": "ok",
-                     *         "postgres": "unavailable",
-                     *         "redis": "ok"
+                     *         "persister": "unavailable",
+                     *         "postgres": "ok",
+                     *         "redis": "unavailable"
                      *       }
                      *     }
                      */
