@@ -166,7 +166,7 @@ func TestReconcileFindsAndMendsRolledBackAccounts(t *testing.T) {
 // differences and the API balance equals the ledger sum.
 func TestPersisterRefusesForkedHistory(t *testing.T) {
 	t.Parallel()
-	s := NewStack(t, SingleNode()) // one persister's counters and fences
+	s := NewStack(t, SingleNode(), ExpectDeadLetters()) // one persister's counters and fences; forks on purpose
 	tn := s.NewTenant("fork")
 	a := s.as(t, tn.Live)
 	ctx := context.Background()
