@@ -95,7 +95,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 			purge := r.Pass() && !o.Keep
 			f.stop(purge)
 			if !purge {
-				r.Kept = fmt.Sprintf("data %s, database %s", f.dataDir, dbName(f.DBURL))
+				r.Kept = fmt.Sprintf("data %s, database %s in the private Postgres %s", f.dataDir, dbName(f.DBURL), f.pgDir())
 			}
 		}()
 	}
