@@ -385,6 +385,16 @@ type Failover struct {
 	// before the master's kill, so that the master dies with writes no
 	// replica has: the failover loses them for certain (0: not stalled).
 	ReplicaStall float64 `json:"replica_stall_s,omitempty"`
+	// Shards are the masters and their slots as the kill found them;
+	// Dead is the index of the killed master's.
+	Shards []Shard `json:"shards"`
+	Dead   int     `json:"dead_shard"`
+	// Readiness is every live node's /readyz and the balancer's, polled
+	// from just before the kill until the old master rejoined.
+	Readiness []ReadyPoll `json:"readiness"`
+	// Avail is each shard's availability during the promotion (from the
+	// kill to the replica serving), analyseFailover's.
+	Avail []ShardAvail `json:"availability_during_promotion"`
 }
 
 // failMaster kills -9 the master chosen for cycle i, waits for its
@@ -407,6 +417,12 @@ func (f *Fleet) failMaster(ctx context.Context, i int, stall time.Duration, tl *
 		return fo, fmt.Errorf("no master with an in-sync replica to fail over")
 	}
 	fo.Master, fo.Replica = m.Addr, r.Addr
+	fo.Shards, fo.Dead = shardsOf(nodes), -1
+	for i, s := range fo.Shards {
+		if s.Master == m.Addr {
+			fo.Dead = i
+		}
+	}
 	redisDir := filepath.Join(f.dir, "redis")
 	if stall > 0 {
 		// A stopped replica alone loses nothing: on loopback the kernel
