@@ -121,6 +121,13 @@ func analyse(r *RunResult, samples []Sample, slotOf map[string]int, recordSlot f
 		r.check("killed shard during promotion", true, false, "its customers' answers, reported: %s", strings.Join(deadFig, "; "))
 	}
 
+	// Every check of the run, faults or not: never a 5xx other than 503,
+	// and a 503 always with Retry-After (requests in flight when a fault
+	// began are outside the windows above and below).
+	all := tally(filter(samples, func(s Sample) bool { return s.Check }))
+	r.check("checks: 503, never 500", all.Bad503 == 0 && all.Other5xx == 0 && all.Unexpected == 0, true,
+		"every GET /v1/entitlements/check of the run: %s", all)
+
 	if wr := r.WriteRefusal; wr != nil {
 		win := window(samples, wr.Set, wr.Restored)
 		onShard := func(s Sample) bool {
