@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/lua"
 )
 
 // ShardAvail is one shard's availability during a failover's promotion.
@@ -23,18 +25,25 @@ type ShardAvail struct {
 	Clear  *Avail `json:"money_attempts_clear_of_the_killed_shard,omitempty"`
 }
 
-// recordSlotsVerified checks the harness's copy of the idempotency record
-// key (idemRecordKey) against Redis: every seed key's record must exist
-// where it computes it. It returns the record-slot function when they do,
-// else nil (the money figures then count customers' slots only).
-func recordSlotsVerified(ctx context.Context, f *Fleet, tenant uuid.UUID, keys []string) func(key string) int {
-	if len(keys) == 0 {
-		return nil
-	}
+// verifySlots checks the harness's copies of creditd's key names against
+// Redis: every seeded customer's account hash must exist under its
+// partition's hash tag (customerSlot), and the first seed grants'
+// idempotency records where idemRecordKey names them. It returns whether
+// the customers' keys were found, and the record-slot function when the
+// records were (else nil: the money figures count customers' slots only).
+func verifySlots(ctx context.Context, f *Fleet, tenant uuid.UUID, ids map[string]uuid.UUID, keys []string) (bool, func(key string) int) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: f.Seeds, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 	defer c.Close()
+	customersOK := len(ids) > 0
+	for _, id := range ids {
+		key := fmt.Sprintf("{%s:p%02d}:a:%s", keyPrefix, lua.Partition(id), id)
+		if n, err := c.Exists(ctx, key).Result(); err != nil || n != 1 {
+			customersOK = false
+			break
+		}
+	}
 	keys = keys[:min(len(keys), 5)]
-	ok := waitFor(ctx, 3*time.Second, func() bool {
+	recordsOK := len(keys) > 0 && waitFor(ctx, 3*time.Second, func() bool {
 		for _, k := range keys {
 			if n, err := c.Exists(ctx, idemRecordKey(tenant, k)).Result(); err != nil || n != 1 {
 				return false
@@ -42,10 +51,10 @@ func recordSlotsVerified(ctx context.Context, f *Fleet, tenant uuid.UUID, keys [
 		}
 		return true
 	})
-	if !ok {
-		return nil
+	if !recordsOK {
+		return customersOK, nil
 	}
-	return func(key string) int { return keySlot(idemRecordKey(tenant, key)) }
+	return customersOK, func(key string) int { return keySlot(idemRecordKey(tenant, key)) }
 }
 
 // analyseFailover is each shard's availability from the kill to the

@@ -28,8 +28,8 @@ type RunResult struct {
 	// WriteRefusal and PostgresOutage are issue 25's faults.
 	WriteRefusal   *WriteRefusal   `json:"redis_write_refusal,omitempty"`
 	PostgresOutage *PostgresOutage `json:"postgres_outage,omitempty"`
-	// RecordSlots says whether the harness's copy of the idempotency
-	// record's key name matched Redis (recordSlotsVerified).
+	// RecordSlots says whether the harness's copies of creditd's key
+	// names matched Redis (verifySlots).
 	RecordSlots string   `json:"idempotency_record_slots"`
 	Drain       Drain    `json:"drain"`
 	Checks      []Check  `json:"checks"`
@@ -161,6 +161,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	tl.add("seeded %d customers with 1,000,000 credits each; tenant %s", o.Customers, loadTenant)
 	// Each customer's slot, from the id its seed grant named.
 	slotOf := map[string]int{}
+	ids := map[string]uuid.UUID{}
 	var seedKeys []string
 	for _, op := range l.ops {
 		id, err := uuid.Parse(op.CustomerID)
@@ -168,7 +169,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 			r.Error = fmt.Sprintf("seed %s: customer id %q: %v", op.Customer, op.CustomerID, err)
 			return r
 		}
-		slotOf[op.Customer] = customerSlot(id)
+		slotOf[op.Customer], ids[op.Customer] = customerSlot(id), id
 		seedKeys = append(seedKeys, op.Key)
 	}
 	tenantID, err := uuid.Parse(loadTenant)
@@ -176,13 +177,17 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 		r.Error = fmt.Sprintf("tenant id %q: %v", loadTenant, err)
 		return r
 	}
-	recordSlot := recordSlotsVerified(ctx, f, tenantID, seedKeys)
-	if recordSlot != nil {
-		r.RecordSlots = "verified: the seed grants' idempotency records are where the harness computes them"
-	} else {
-		r.RecordSlots = "NOT verified: a seed grant's idempotency record is not where the harness computes it; money availability per shard counts customers' slots only"
+	customersOK, recordSlot := verifySlots(ctx, f, tenantID, ids, seedKeys)
+	if !customersOK {
+		r.Error = "a seeded customer's account hash is not under its partition's hash tag in Redis: the harness's slot mapping (customerSlot) no longer matches creditd's keys"
+		return r
 	}
-	tl.add("customers' slots from their partitions; idempotency record slots %s", r.RecordSlots)
+	if recordSlot != nil {
+		r.RecordSlots = "verified: every seeded customer's account hash and the first seed grants' idempotency records are where the harness computes them"
+	} else {
+		r.RecordSlots = "customers verified, records NOT: a seed grant's idempotency record is not where the harness computes it; money availability per shard counts customers' slots only"
+	}
+	tl.add("slot mapping: %s", r.RecordSlots)
 
 	stop := make(chan struct{})
 	loadDone := make(chan struct{})
