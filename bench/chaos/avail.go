@@ -13,11 +13,12 @@ import (
 // Sample is one answer the run got: a money attempt or a check, kept so
 // that each fault's window can be cut out of the whole run afterwards.
 type Sample struct {
-	At       time.Time // when the request was sent
-	Check    bool      // a GET /v1/entitlements/check; else a money attempt
-	Customer string    // external id
-	Key      string    // a money attempt's Idempotency-Key
-	Status   int       // 0: no answer
+	At       time.Time     // when the request was sent
+	Took     time.Duration // until its answer (or the transport error)
+	Check    bool          // a GET /v1/entitlements/check; else a money attempt
+	Customer string        // external id
+	Key      string        // a money attempt's Idempotency-Key
+	Status   int           // 0: no answer
 	// Balancer: HAProxy answered itself (Proxy-Status), not creditd.
 	Balancer   bool
 	RetryAfter bool // a Retry-After header came with it
@@ -27,7 +28,7 @@ type Sample struct {
 
 // sampleOf is the Sample of answer a to a request sent at at.
 func sampleOf(at time.Time, check bool, customer, key string, a Answer) Sample {
-	return Sample{At: at, Check: check, Customer: customer, Key: key, Status: a.Status, Balancer: a.Status != 0 && !a.FromCreditd,
+	return Sample{At: at, Took: time.Since(at), Check: check, Customer: customer, Key: key, Status: a.Status, Balancer: a.Status != 0 && !a.FromCreditd,
 		RetryAfter: a.RetryAfter, Problem: a.Problem, InProgress: a.Status == 409 && !outcome(a)}
 }
 
@@ -77,6 +78,11 @@ type Avail struct {
 	// sent) and how long it lasted from its first request to its last.
 	Longest503  int     `json:"longest_503_run"`
 	Longest503S float64 `json:"longest_503_run_s"`
+	// Latency of the 2xx answers, milliseconds: a shard that keeps
+	// answering but slowly is not unaffected.
+	OKP50Ms float64 `json:"ok_p50_ms"`
+	OKP99Ms float64 `json:"ok_p99_ms"`
+	OKMaxMs float64 `json:"ok_max_ms"`
 }
 
 // tally counts samples (in the order sent).
@@ -84,6 +90,7 @@ func tally(samples []Sample) Avail {
 	var a Avail
 	run := 0
 	var runStart time.Time
+	var took []time.Duration
 	for _, s := range samples {
 		a.N++
 		is503 := false
@@ -92,6 +99,7 @@ func tally(samples []Sample) Avail {
 			a.Transport++
 		case s.Status >= 200 && s.Status < 300:
 			a.OK++
+			took = append(took, s.Took)
 		case s.Balancer:
 			a.Balancer++
 			is503 = s.Status == 503
@@ -120,6 +128,13 @@ func tally(samples []Sample) Avail {
 		} else {
 			run = 0
 		}
+	}
+	if len(took) > 0 {
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		ms := func(q float64) float64 {
+			return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000
+		}
+		a.OKP50Ms, a.OKP99Ms, a.OKMaxMs = ms(0.5), ms(0.99), float64(took[len(took)-1].Microseconds())/1000
 	}
 	return a
 }
@@ -153,6 +168,9 @@ func (a Avail) String() string {
 	if a.Longest503 > 0 {
 		s += fmt.Sprintf("; longest 503 run %d (%.1f s)", a.Longest503, a.Longest503S)
 	}
+	if a.OK > 0 {
+		s += fmt.Sprintf("; 2xx in p50 %.0f ms, p99 %.0f ms, max %.0f ms", a.OKP50Ms, a.OKP99Ms, a.OKMaxMs)
+	}
 	return s
 }
 
@@ -178,38 +196,51 @@ func filter(samples []Sample, keep func(Sample) bool) []Sample {
 	return out
 }
 
-// checks drives GET /v1/entitlements/check through the balancer at rate
-// per second (4 clients together) over customers until stop is closed,
-// recording every answer: the read path's availability during the faults.
-func checks(ctx context.Context, api *API, key string, rate float64, customers []string, rec *Samples, stop <-chan struct{}) {
-	const clients = 4
-	interval := time.Duration(float64(time.Second) * clients / rate)
+// maxChecksInFlight bounds the checks waiting for an answer at once.
+const maxChecksInFlight = 64
+
+// checks sends GET /v1/entitlements/check through the balancer at rate per
+// second over random customers until stop is closed, recording every
+// answer: the read path's availability during the faults. Open loop: each
+// check goes out on its tick whatever the earlier ones are doing (at most
+// maxChecksInFlight at once), so checks that hang on a failed shard do not
+// thin out the samples of the others. It returns the ticks skipped because
+// that many were in flight.
+func checks(ctx context.Context, api *API, key string, rate float64, customers []string, rec *Samples, stop <-chan struct{}) int {
+	interval := time.Duration(float64(time.Second) / rate)
+	rng := rand.New(rand.NewPCG(101, uint64(time.Now().UnixNano())))
+	slots := make(chan struct{}, maxChecksInFlight)
 	var wg sync.WaitGroup
-	for c := 0; c < clients; c++ {
+	skipped := 0
+	next := time.Now()
+	for {
+		select {
+		case <-stop:
+			wg.Wait()
+			return skipped
+		case <-ctx.Done():
+			wg.Wait()
+			return skipped
+		case <-time.After(time.Until(next)):
+		}
+		next = next.Add(interval)
+		if time.Until(next) < -time.Second {
+			next = time.Now()
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			skipped++
+			continue
+		}
+		cust := customers[rng.IntN(len(customers))]
 		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(c)+101, uint64(time.Now().UnixNano())))
-			next := time.Now()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Until(next)):
-				}
-				next = next.Add(interval)
-				if time.Until(next) < -time.Second {
-					next = time.Now()
-				}
-				cust := customers[rng.IntN(len(customers))]
-				at := time.Now()
-				a := api.call(ctx, "GET", "/v1/entitlements/check?customer_id="+url.QueryEscape(cust)+"&billable_metric_key="+metric+"&units=1",
-					nil, "X-API-Key", key)
-				rec.add(sampleOf(at, true, cust, "", a))
-			}
-		}(c)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			at := time.Now()
+			a := api.call(ctx, "GET", "/v1/entitlements/check?customer_id="+url.QueryEscape(cust)+"&billable_metric_key="+metric+"&units=1",
+				nil, "X-API-Key", key)
+			rec.add(sampleOf(at, true, cust, "", a))
+		}()
 	}
-	wg.Wait()
 }

@@ -208,11 +208,12 @@ func TestTally(t *testing.T) {
 	var ss []Sample
 	for i, s := range []Sample{ok, u, u, ok, u, u, bare, u, ok, {Status: 500}, lb, {Status: 409, InProgress: true}, {Status: 422}, {}} {
 		s.At = at(100 * i)
+		s.Took = time.Duration(i+1) * time.Millisecond // the 2xx took 1, 4 and 9 ms
 		ss = append(ss, s)
 	}
 	a := tally(ss)
 	want := Avail{N: 14, OK: 3, Unavailable: 5, Bad503: 1, Other5xx: 1, Balancer: 1, Retryable: 1, Unexpected: 1, Transport: 1,
-		Longest503: 4, Longest503S: 0.3}
+		Longest503: 4, Longest503S: 0.3, OKP50Ms: 4, OKP99Ms: 9, OKMaxMs: 9}
 	if a != want {
 		t.Errorf("tally = %+v\nwant    %+v", a, want)
 	}

@@ -135,7 +135,7 @@ func analyse(r *RunResult, samples []Sample, slotOf map[string]int, recordSlot f
 	// began are outside the windows above and below).
 	all := tally(filter(samples, func(s Sample) bool { return s.Check }))
 	r.check("checks: 503, never 500", all.Bad503 == 0 && all.Other5xx == 0 && all.Unexpected == 0, true,
-		"every GET /v1/entitlements/check of the run: %s", all)
+		"every GET /v1/entitlements/check of the run (open loop; %d ticks skipped with %d in flight): %s", r.ChecksSkipped, maxChecksInFlight, all)
 
 	if wr := r.WriteRefusal; wr != nil {
 		win := window(samples, wr.Set, wr.Restored)

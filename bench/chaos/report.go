@@ -85,7 +85,7 @@ func markdown(r *RunResult) string {
 		w("\n### Failover %d: %s killed, %s promoted after %s\n\n", i+1, fo.Master, fo.Replica, since(fo.PromotedOK, fo.Promoted.Sub(fo.Killed).Seconds()))
 		if len(fo.Avail) > 0 {
 			w("Availability per shard from the kill to the promotion (customers' shard from their partition's hash tag; the money column \"clear\" counts the attempts whose idempotency record is not on the killed shard either):\n\n")
-			w("| shard | customers | checks 2xx | checks longest 503 run | money 2xx | money longest 503 run | money clear of the killed shard |\n|---|---|---|---|---|---|---|\n")
+			w("| shard | customers | checks 2xx | checks longest 503 run | checks 2xx p50 / p99 / max | money 2xx | money longest 503 run | money clear of the killed shard |\n|---|---|---|---|---|---|---|---|\n")
 			for _, sa := range fo.Avail {
 				name := sa.Shard
 				if sa.Dead {
@@ -95,8 +95,8 @@ func markdown(r *RunResult) string {
 				if sa.Clear != nil {
 					clear = fmt.Sprintf("%d/%d (%.1f %%)", sa.Clear.OK, sa.Clear.N, sa.Clear.Share())
 				}
-				w("| %s | %d | %d/%d (%.1f %%) | %s | %d/%d (%.1f %%) | %s | %s |\n", name, sa.Customers, sa.Checks.OK, sa.Checks.N, sa.Checks.Share(),
-					run503(sa.Checks), sa.Money.OK, sa.Money.N, sa.Money.Share(), run503(sa.Money), clear)
+				w("| %s | %d | %d/%d (%.1f %%) | %s | %.0f / %.0f / %.0f ms | %d/%d (%.1f %%) | %s | %s |\n", name, sa.Customers, sa.Checks.OK, sa.Checks.N, sa.Checks.Share(),
+					run503(sa.Checks), sa.Checks.OKP50Ms, sa.Checks.OKP99Ms, sa.Checks.OKMaxMs, sa.Money.OK, sa.Money.N, sa.Money.Share(), run503(sa.Money), clear)
 			}
 			w("\n")
 		}

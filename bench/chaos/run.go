@@ -30,10 +30,13 @@ type RunResult struct {
 	PostgresOutage *PostgresOutage `json:"postgres_outage,omitempty"`
 	// RecordSlots says whether the harness's copies of creditd's key
 	// names matched Redis (verifySlots).
-	RecordSlots string   `json:"idempotency_record_slots"`
-	Drain       Drain    `json:"drain"`
-	Checks      []Check  `json:"checks"`
-	Problems    []string `json:"problems,omitempty"`
+	RecordSlots string `json:"idempotency_record_slots"`
+	// ChecksSkipped are check ticks skipped with maxChecksInFlight checks
+	// still waiting for answers.
+	ChecksSkipped int      `json:"checks_skipped"`
+	Drain         Drain    `json:"drain"`
+	Checks        []Check  `json:"checks"`
+	Problems      []string `json:"problems,omitempty"`
 	// RetriedOps are the operations that needed more than one attempt,
 	// with their final answers: where a failover's effects show first.
 	RetriedOps []*Op  `json:"retried_operations,omitempty"`
@@ -198,7 +201,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	checksDone := make(chan struct{})
 	if o.CheckRate > 0 {
 		go func() {
-			checks(ctx, api, loadKey, o.CheckRate, customers, rec, stop)
+			r.ChecksSkipped = checks(ctx, api, loadKey, o.CheckRate, customers, rec, stop)
 			close(checksDone)
 		}()
 	} else {
