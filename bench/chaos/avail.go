@@ -18,6 +18,7 @@ type Sample struct {
 	Check    bool          // a GET /v1/entitlements/check; else a money attempt
 	Customer string        // external id
 	Key      string        // a money attempt's Idempotency-Key
+	Attempt  int           // a money attempt's number (1: its first)
 	Status   int           // 0: no answer
 	// Balancer: HAProxy answered itself (Proxy-Status), not creditd.
 	Balancer   bool

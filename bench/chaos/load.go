@@ -208,7 +208,9 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 		at := time.Now()
 		a := l.api.call(context.Background(), "POST", path, body, "X-API-Key", l.key, "Idempotency-Key", key)
 		last = a
-		l.rec.add(sampleOf(at, false, customer, key, a))
+		smp := sampleOf(at, false, customer, key, a)
+		smp.Attempt = op.Attempts
+		l.rec.add(smp)
 		l.mu.Lock()
 		l.counts.Requests++
 		if a.Status == 0 {

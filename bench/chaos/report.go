@@ -84,7 +84,7 @@ func markdown(r *RunResult) string {
 		}
 		w("\n### Failover %d: %s killed, %s promoted after %s\n\n", i+1, fo.Master, fo.Replica, since(fo.PromotedOK, fo.Promoted.Sub(fo.Killed).Seconds()))
 		if len(fo.Avail) > 0 {
-			w("Availability per shard from the kill to the promotion (customers' shard from their partition's hash tag; the money column \"clear\" counts the attempts whose idempotency record is not on the killed shard either):\n\n")
+			w("Availability per shard from the kill to the promotion (customers' shard from their partition's hash tag; the money column \"clear\" counts the first attempts whose idempotency record is not on the killed shard either):\n\n")
 			w("| shard | customers | checks 2xx | checks longest 503 run | checks 2xx p50 / p99 / max | money 2xx | money longest 503 run | money clear of the killed shard |\n|---|---|---|---|---|---|---|---|\n")
 			for _, sa := range fo.Avail {
 				name := sa.Shard
