@@ -30,7 +30,7 @@ run: build ## Build, ensure Redis+Postgres (installing when missing), run credit
 fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (3 masters + 3 replicas) and Postgres; prints URL and keys
 	scripts/fleet.sh start
 
-chaos: build ## Fleet chaos (issue 11): money load, kill -9 nodes and Redis masters, check nothing lost or doubled; CHAOS_RUNS runs (default 3, ~3 min each); report in bench/results/chaos-*.md
+chaos: build ## Fleet chaos (issues 11, 25): money load and checks through HAProxy; kill -9 nodes and Redis masters (readiness and per-shard availability gated), one master refusing writes, an outage of its own private Postgres; checks nothing lost or doubled; CHAOS_RUNS runs (default 3, ~2.5 min each); report in bench/results/chaos-*.md
 	$(GO) run ./bench/chaos -runs $${CHAOS_RUNS:-3} $(CHAOS_FLAGS)
 
 fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)

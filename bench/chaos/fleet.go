@@ -30,6 +30,8 @@ type Fleet struct {
 	Seeds   []string
 	Token   string
 	DBURL   string
+	// PG is the run's own Postgres, which the outage stops and starts.
+	PG      *Postgres
 	started bool
 }
 
@@ -57,19 +59,20 @@ func (f *Fleet) script(ctx context.Context, env []string, name string, args ...s
 	return nil
 }
 
-// startFleet makes a fresh database on the base server and starts the
-// fleet on it, HAProxy on a free port.
+// startFleet starts a private Postgres (never the machine's shared one: the
+// run stops its Postgres for an outage), makes the run's database on it and
+// starts the fleet on that, HAProxy on a free port.
 func startFleet(ctx context.Context, root, stamp string) (*Fleet, error) {
 	dataDir, err := os.MkdirTemp("", "creditd-chaos-")
 	if err != nil {
 		return nil, err
 	}
 	f := &Fleet{root: root, dataDir: dataDir, dir: filepath.Join(dataDir, "fleet")}
-	base, err := baseDatabase(ctx, root, dataDir)
+	f.PG, err = startPostgres(ctx)
 	if err != nil {
-		return f, err
+		return f, fmt.Errorf("private postgres: %w", err)
 	}
-	if f.DBURL, err = createDatabase(ctx, base, "creditd_chaos_"+stamp); err != nil {
+	if f.DBURL, err = createDatabase(ctx, f.PG.URL(), "creditd_chaos_"+stamp); err != nil {
 		return f, err
 	}
 	port, err := freePort()
@@ -95,8 +98,9 @@ func startFleet(ctx context.Context, root, stamp string) (*Fleet, error) {
 	return f, nil
 }
 
-// stop stops the fleet by its pidfiles; purge also deletes its data
-// directory and drops its database.
+// stop stops the fleet by its pidfiles and its Postgres; purge also
+// deletes their data (a failing run keeps both: start the kept Postgres
+// with `postgres -D DIR/data -p PORT` as the postgres user to look).
 func (f *Fleet) stop(purge bool) {
 	if f.started {
 		if err := f.script(context.Background(), f.env(), "fleet.sh", "stop"); err != nil {
@@ -104,42 +108,20 @@ func (f *Fleet) stop(purge bool) {
 		}
 	}
 	if !purge {
-		logf("kept %s and database %s", f.dataDir, dbName(f.DBURL))
+		f.PG.stop()
+		logf("kept %s, and database %s in %s", f.dataDir, dbName(f.DBURL), f.pgDir())
 		return
 	}
-	if f.DBURL != "" {
-		if err := dropDatabase(context.Background(), f.DBURL); err != nil {
-			logf("drop database: %v", err)
-		}
-	}
+	f.PG.remove()
 	_ = os.RemoveAll(f.dataDir)
 }
 
-// baseDatabase is DATABASE_URL, else what scripts/services.sh finds or
-// starts (the local server, else a private one). services.sh leaves alone
-// a service whose URL is already set, so REDIS_URL=unused keeps it from
-// starting a Redis the fleet does not use (the fleet has its own cluster).
-func baseDatabase(ctx context.Context, root, dataDir string) (string, error) {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u, nil
+// pgDir is the private Postgres' directory ("" without one).
+func (f *Fleet) pgDir() string {
+	if f.PG == nil {
+		return ""
 	}
-	envFile := filepath.Join(dataDir, "services.env")
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "services.sh"), envFile)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "REDIS_URL=unused", "CREDITD_DATA_DIR="+filepath.Join(root, ".data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("scripts/services.sh: %w: %s", err, out)
-	}
-	b, err := os.ReadFile(envFile)
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "export DATABASE_URL="); ok {
-			return strings.Trim(v, `'"`), nil
-		}
-	}
-	return "", fmt.Errorf("scripts/services.sh gave no DATABASE_URL")
+	return f.PG.dir
 }
 
 // createDatabase makes database name on the server of base and returns
@@ -173,23 +155,6 @@ func dbName(u string) string {
 		return ""
 	}
 	return cfg.Database
-}
-
-// dropDatabase drops the database of u, connected to the server's
-// postgres database.
-func dropDatabase(ctx context.Context, u string) error {
-	name := dbName(u)
-	admin, err := withDatabase(u, "postgres")
-	if err != nil {
-		return err
-	}
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	return err
 }
 
 func freePort() (int, error) {
@@ -420,6 +385,16 @@ type Failover struct {
 	// before the master's kill, so that the master dies with writes no
 	// replica has: the failover loses them for certain (0: not stalled).
 	ReplicaStall float64 `json:"replica_stall_s,omitempty"`
+	// Shards are the masters and their slots as the kill found them;
+	// Dead is the index of the killed master's.
+	Shards []Shard `json:"shards"`
+	Dead   int     `json:"dead_shard"`
+	// Readiness is every live node's /readyz and the balancer's, polled
+	// from just before the kill until the old master rejoined.
+	Readiness []ReadyPoll `json:"readiness"`
+	// Avail is each shard's availability during the promotion (from the
+	// kill to the replica serving), analyseFailover's.
+	Avail []ShardAvail `json:"availability_during_promotion"`
 }
 
 // failMaster kills -9 the master chosen for cycle i, waits for its
@@ -442,6 +417,12 @@ func (f *Fleet) failMaster(ctx context.Context, i int, stall time.Duration, tl *
 		return fo, fmt.Errorf("no master with an in-sync replica to fail over")
 	}
 	fo.Master, fo.Replica = m.Addr, r.Addr
+	fo.Shards, fo.Dead = shardsOf(nodes), -1
+	for i, s := range fo.Shards {
+		if s.Master == m.Addr {
+			fo.Dead = i
+		}
+	}
 	redisDir := filepath.Join(f.dir, "redis")
 	if stall > 0 {
 		// A stopped replica alone loses nothing: on loopback the kernel

@@ -63,6 +63,8 @@ type Answer struct {
 	// FromCreditd: creditd answered, not the balancer (whose own answers,
 	// problem documents too, carry Proxy-Status: deploy/haproxy.cfg).
 	FromCreditd bool
+	RetryAfter  bool // a Retry-After header came with it
+	Problem     bool // Content-Type application/problem+json
 	Err         error
 }
 
@@ -95,7 +97,8 @@ func (a *API) call(ctx context.Context, method, path string, body any, headers .
 		return Answer{Status: 0, Err: err}
 	}
 	return Answer{Status: res.StatusCode, Body: b, Replayed: res.Header.Get("X-Idempotent-Replayed") == "true",
-		FromCreditd: strings.Contains(res.Header.Get("Content-Type"), "json") && res.Header.Get("Proxy-Status") == ""}
+		FromCreditd: strings.Contains(res.Header.Get("Content-Type"), "json") && res.Header.Get("Proxy-Status") == "",
+		RetryAfter:  res.Header.Get("Retry-After") != "", Problem: strings.HasPrefix(res.Header.Get("Content-Type"), "application/problem+json")}
 }
 
 // outcome classifies an answer to a money request: definitive (2xx, or a
@@ -167,10 +170,12 @@ type Load struct {
 	// samples counts the distinct answers that were not 2xx (status and
 	// the start of the body, or the transport error).
 	samples map[string]int64
+	// rec keeps every attempt's answer for the fault windows.
+	rec *Samples
 }
 
-func newLoad(api *API, key, prefix string) *Load {
-	return &Load{api: api, key: key, prefix: prefix, status: map[int]int64{}, samples: map[string]int64{}}
+func newLoad(api *API, key, prefix string, rec *Samples) *Load {
+	return &Load{api: api, key: key, prefix: prefix, status: map[int]int64{}, samples: map[string]int64{}, rec: rec}
 }
 
 // opBody is the path and body of one money operation.
@@ -200,8 +205,12 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 	var last Answer
 	for {
 		op.Attempts++
+		at := time.Now()
 		a := l.api.call(context.Background(), "POST", path, body, "X-API-Key", l.key, "Idempotency-Key", key)
 		last = a
+		smp := sampleOf(at, false, customer, key, a)
+		smp.Attempt = op.Attempts
+		l.rec.add(smp)
 		l.mu.Lock()
 		l.counts.Requests++
 		if a.Status == 0 {

@@ -1,14 +1,19 @@
-// Command chaos is `make chaos` (issue 11): it starts a fleet of its own
-// (scripts/fleet.sh: 3 creditd nodes behind HAProxy on a Redis Cluster of 3
-// masters + 3 replicas with AOF everysec, on a fresh Postgres database),
-// drives mixed money load through the balancer while it kills -9 creditd
-// nodes and Redis masters and starts them again, drains, and checks against
-// Postgres that no acknowledged operation was lost or applied twice, that
-// the books balance for every customer, and that one API key's rate limit
-// held across the nodes. Each run writes bench/results/chaos-<time>.md and
-// .json; the command exits 1 when a run fails.
+// Command chaos is `make chaos` (issues 11 and 25): it starts a fleet of
+// its own (scripts/fleet.sh: 3 creditd nodes behind HAProxy on a Redis
+// Cluster of 3 masters + 3 replicas with AOF everysec, on a private
+// Postgres it initdbs and starts itself), drives mixed money load and
+// checks through the balancer while it kills -9 creditd nodes and Redis
+// masters and starts them again (polling every node's /readyz and
+// measuring each shard's availability during each promotion), makes one
+// Redis master refuse writes for a few seconds and stops Postgres for a
+// while; then it drains and checks against Postgres that no acknowledged
+// operation was lost or applied twice, that the books balance for every
+// customer, and that one API key's rate limit held across the nodes. Each
+// run writes bench/results/chaos-<time>.md and .json; the command exits 1
+// when a run fails.
 //
-//	go run ./bench/chaos [-runs 3] [-failovers 3] [-rate 150] [-workers 16] [-out bench/results]
+//	go run ./bench/chaos [-runs 3] [-failovers 3] [-rate 150] [-workers 16] [-check-rate 40]
+//	    [-write-refusal 5s] [-postgres-outage 30s] [-out bench/results]
 package main
 
 import (
@@ -37,9 +42,17 @@ type Options struct {
 	// ReplicaStall stops the last cycle's replica this long before its
 	// master is killed (0: every failover is a plain kill -9).
 	ReplicaStall time.Duration
-	Out          string
-	Keep         bool
-	Root         string
+	// WriteRefusal is how long one Redis master refuses writes
+	// (maxmemory under its use, noeviction); PostgresOutage how long the
+	// run's Postgres is down (issue 25; 0: left out).
+	WriteRefusal   time.Duration
+	PostgresOutage time.Duration
+	// CheckRate is the GET /v1/entitlements/check calls per second sent
+	// beside the money load (0: none).
+	CheckRate float64
+	Out       string
+	Keep      bool
+	Root      string
 }
 
 func main() {
@@ -55,6 +68,9 @@ func main() {
 	flag.IntVar(&o.Burst, "burst", 10, "the rate-limited key's burst")
 	flag.DurationVar(&o.Flood, "flood", 10*time.Second, "length of the rate-limit flood")
 	flag.DurationVar(&o.ReplicaStall, "replica-stall", 0, "the last cycle stops its replica (SIGSTOP) this long before killing the master, so the failover certainly loses writes the persister may have copied (0: off)")
+	flag.DurationVar(&o.WriteRefusal, "write-refusal", 5*time.Second, "after the failovers, one Redis master refuses writes this long (CONFIG SET maxmemory under its use, noeviction; 0: off)")
+	flag.DurationVar(&o.PostgresOutage, "postgres-outage", 30*time.Second, "then the run's private Postgres is down this long (SIGQUIT, as pg_ctl stop -m immediate; 0: off)")
+	flag.Float64Var(&o.CheckRate, "check-rate", 40, "GET /v1/entitlements/check calls per second beside the money load, to measure the read path during the faults")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory of the reports")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the fleet's data directory and database even when the run passes (a failing run keeps them always)")
 	flag.Parse()

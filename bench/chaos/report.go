@@ -31,7 +31,7 @@ func markdown(r *RunResult) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# make chaos: %s (%s)\n\n", r.Verdict(), r.Started.Format("2006-01-02 15:04:05 UTC"))
-	w("Issue 11 item 6. %s. Run length %.0f s. Reproduce: `make chaos` (or `go run ./bench/chaos -runs 1`).\n\n", r.Setting, r.Finished.Sub(r.Started).Seconds())
+	w("Issue 11 item 6 and issue 25. %s. Run length %.0f s. Reproduce: `make chaos` (or `go run ./bench/chaos -runs 1`).\n\n", r.Setting, r.Finished.Sub(r.Started).Seconds())
 	if r.Error != "" {
 		w("**Run error:** %s\n\n", r.Error)
 	}
@@ -78,6 +78,55 @@ func markdown(r *RunResult) string {
 		w("| %s | %d | %s | %s | %s | %s |\n", fo.Master, fo.MasterPid, fo.Replica, since(fo.PromotedOK, fo.Promoted.Sub(fo.Killed).Seconds()),
 			fo.Restarted.Format("15:04:05"), since(fo.RejoinedOK, fo.Rejoined.Sub(fo.Killed).Seconds()))
 	}
+	for i, fo := range r.Failovers {
+		if len(fo.Avail) == 0 && len(fo.Readiness) == 0 {
+			continue
+		}
+		w("\n### Failover %d: %s killed, %s promoted after %s\n\n", i+1, fo.Master, fo.Replica, since(fo.PromotedOK, fo.Promoted.Sub(fo.Killed).Seconds()))
+		if len(fo.Avail) > 0 {
+			w("Availability per shard from the kill to the promotion (customers' shard from their partition's hash tag; the money column \"clear\" counts the first attempts whose idempotency record is not on the killed shard either):\n\n")
+			w("| shard | customers | checks 2xx | checks longest 503 run | checks 2xx p50 / p99 / max | money 2xx | money longest 503 run | money clear of the killed shard |\n|---|---|---|---|---|---|---|---|\n")
+			for _, sa := range fo.Avail {
+				name := sa.Shard
+				if sa.Dead {
+					name = "**killed** " + name
+				}
+				clear := "n/a"
+				if sa.Clear != nil {
+					clear = fmt.Sprintf("%d/%d (%.1f %%)", sa.Clear.OK, sa.Clear.N, sa.Clear.Share())
+				}
+				w("| %s | %d | %d/%d (%.1f %%) | %s | %.0f / %.0f / %.0f ms | %d/%d (%.1f %%) | %s | %s |\n", name, sa.Customers, sa.Checks.OK, sa.Checks.N, sa.Checks.Share(),
+					run503(sa.Checks), sa.Checks.OKP50Ms, sa.Checks.OKP99Ms, sa.Checks.OKMaxMs, sa.Money.OK, sa.Money.N, sa.Money.Share(), run503(sa.Money), clear)
+			}
+			w("\n")
+		}
+		if len(fo.Readiness) > 0 {
+			w("/readyz polled every %s from the kill until the old master rejoined (a node killed this cycle left out):\n\n", readyPollEvery)
+			for _, p := range fo.Readiness {
+				w("- %s\n", p)
+			}
+		}
+	}
+	if wr := r.WriteRefusal; wr != nil {
+		w("\n## Redis write refusal\n\n%s refused writes for %.1f s (maxmemory %d under %d bytes counted, noeviction; before: %s); %d of the load's customers live there.\n\n",
+			wr.Shard, wr.Seconds, wr.Maxmemory, wr.UsedBytes, wr.Previous, len(wr.Customers))
+		w("| answers while it refused | figures |\n|---|---|\n| money attempts that needed it (customer or idempotency record) | %s |\n| money attempts elsewhere | %s |\n| checks of its customers | %s |\n",
+			esc(wr.Touching.String()), esc(wr.Others.String()), esc(wr.Checks.String()))
+		for _, p := range wr.Readiness {
+			w("\n- /readyz %s", p)
+		}
+		w("\n")
+	}
+	if po := r.PostgresOutage; po != nil {
+		w("\n## Postgres outage\n\nThe run's private Postgres stopped (SIGQUIT, as `pg_ctl stop -m immediate`) at %s and started again %.1f s later.\n\n",
+			po.Stopped.Format("15:04:05"), po.Seconds)
+		w("| answers while it was down | figures |\n|---|---|\n| checks | %s |\n| money attempts | %s |\n", esc(po.Checks.String()), esc(po.Money.String()))
+		w("| first 2xx after it was back | money %.1f s, check %.1f s |\n", po.FirstMoneyOKS, po.FirstCheckOKS)
+		for _, p := range po.Readiness {
+			w("\n- /readyz %s", p)
+		}
+		w("\n")
+	}
 	w("\n## creditd node kills\n\n| node | pid | killed | ready again after |\n|---|---|---|---|\n")
 	for _, nk := range r.NodeKills {
 		w("| %d | %d | %s | %s |\n", nk.Node, nk.Pid, nk.Killed.Format("15:04:05"), since(nk.Ready, nk.Restarted.Sub(nk.Killed).Seconds()))
@@ -100,6 +149,16 @@ func markdown(r *RunResult) string {
 	}
 	return b.String()
 }
+
+// run503 is an Avail's longest run of 503s.
+func run503(a Avail) string {
+	if a.Longest503 == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d (%.1f s)", a.Longest503, a.Longest503S)
+}
+
+func esc(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 
 func since(ok bool, s float64) string {
 	if !ok {

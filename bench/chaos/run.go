@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // RunResult is one chaos run: what happened and what the checks found.
@@ -23,9 +25,18 @@ type RunResult struct {
 	NodeKills []NodeKill   `json:"node_kills"`
 	Counts    Counts       `json:"counts"`
 	Flood     *FloodResult `json:"rate_limit_flood,omitempty"`
-	Drain     Drain        `json:"drain"`
-	Checks    []Check      `json:"checks"`
-	Problems  []string     `json:"problems,omitempty"`
+	// WriteRefusal and PostgresOutage are issue 25's faults.
+	WriteRefusal   *WriteRefusal   `json:"redis_write_refusal,omitempty"`
+	PostgresOutage *PostgresOutage `json:"postgres_outage,omitempty"`
+	// RecordSlots says whether the harness's copies of creditd's key
+	// names matched Redis (verifySlots).
+	RecordSlots string `json:"idempotency_record_slots"`
+	// ChecksSkipped are check ticks skipped with maxChecksInFlight checks
+	// still waiting for answers.
+	ChecksSkipped int      `json:"checks_skipped"`
+	Drain         Drain    `json:"drain"`
+	Checks        []Check  `json:"checks"`
+	Problems      []string `json:"problems,omitempty"`
 	// RetriedOps are the operations that needed more than one attempt,
 	// with their final answers: where a failover's effects show first.
 	RetriedOps []*Op  `json:"retried_operations,omitempty"`
@@ -95,7 +106,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 			purge := r.Pass() && !o.Keep
 			f.stop(purge)
 			if !purge {
-				r.Kept = fmt.Sprintf("data %s, database %s", f.dataDir, dbName(f.DBURL))
+				r.Kept = fmt.Sprintf("data %s, database %s in the private Postgres %s", f.dataDir, dbName(f.DBURL), f.pgDir())
 			}
 		}()
 	}
@@ -107,6 +118,13 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	r.Setting = fmt.Sprintf("scripts/fleet.sh: 3 creditd nodes behind HAProxy (round robin over /readyz), Redis Cluster 3 masters + 3 replicas "+
 		"(AOF everysec, cluster-node-timeout 5000 ms), CREDITD_REPLICA_ACKS at its default; %d workers offering %.0f money operations/s "+
 		"(25 %% grants, 25 %% adjusts, 50 %% consumes) over %d customers; %s", o.Workers, o.Rate, o.Customers, machine())
+	r.Setting += fmt.Sprintf("; %.0f checks/s (GET /v1/entitlements/check) beside the money load; Postgres is the run's own private server", o.CheckRate)
+	if o.WriteRefusal > 0 {
+		r.Setting += fmt.Sprintf("; after the failovers one Redis master refuses writes for %s", o.WriteRefusal)
+	}
+	if o.PostgresOutage > 0 {
+		r.Setting += fmt.Sprintf("; then Postgres is down for %s", o.PostgresOutage)
+	}
 	if o.ReplicaStall > 0 {
 		r.Setting += fmt.Sprintf("; the last failover's replica stopped and cut off %s before its master's kill (-replica-stall %s)", o.ReplicaStall, o.ReplicaStall)
 	}
@@ -132,7 +150,8 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	// The tenants' limits reach every node within the auth cache's 2 s.
 	time.Sleep(3 * time.Second)
 
-	l := newLoad(api, loadKey, "chaos-"+strings.ToLower(stamp))
+	rec := &Samples{}
+	l := newLoad(api, loadKey, "chaos-"+strings.ToLower(stamp), rec)
 	customers := make([]string, o.Customers)
 	for i := range customers {
 		customers[i] = fmt.Sprintf("chaos-%s-c%03d", strings.ToLower(stamp), i)
@@ -143,6 +162,35 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 		}
 	}
 	tl.add("seeded %d customers with 1,000,000 credits each; tenant %s", o.Customers, loadTenant)
+	// Each customer's slot, from the id its seed grant named.
+	slotOf := map[string]int{}
+	ids := map[string]uuid.UUID{}
+	var seedKeys []string
+	for _, op := range l.ops {
+		id, err := uuid.Parse(op.CustomerID)
+		if err != nil {
+			r.Error = fmt.Sprintf("seed %s: customer id %q: %v", op.Customer, op.CustomerID, err)
+			return r
+		}
+		slotOf[op.Customer], ids[op.Customer] = customerSlot(id), id
+		seedKeys = append(seedKeys, op.Key)
+	}
+	tenantID, err := uuid.Parse(loadTenant)
+	if err != nil {
+		r.Error = fmt.Sprintf("tenant id %q: %v", loadTenant, err)
+		return r
+	}
+	customersOK, recordSlot := verifySlots(ctx, f, tenantID, ids, seedKeys)
+	if !customersOK {
+		r.Error = "a seeded customer's account hash is not under its partition's hash tag in Redis: the harness's slot mapping (customerSlot) no longer matches creditd's keys"
+		return r
+	}
+	if recordSlot != nil {
+		r.RecordSlots = "verified: every seeded customer's account hash and the first seed grants' idempotency records are where the harness computes them"
+	} else {
+		r.RecordSlots = "customers verified, records NOT: a seed grant's idempotency record is not where the harness computes it; money availability per shard counts customers' slots only"
+	}
+	tl.add("slot mapping: %s", r.RecordSlots)
 
 	stop := make(chan struct{})
 	loadDone := make(chan struct{})
@@ -150,8 +198,17 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 		l.run(ctx, stop, o.Workers, o.Rate, customers)
 		close(loadDone)
 	}()
-	tl.add("money load started: %d workers, %.0f ops/s offered", o.Workers, o.Rate)
-	if err := chaos(ctx, o, f, api, rlKey, tl, r); err != nil {
+	checksDone := make(chan struct{})
+	if o.CheckRate > 0 {
+		go func() {
+			r.ChecksSkipped = checks(ctx, api, loadKey, o.CheckRate, customers, rec, stop)
+			close(checksDone)
+		}()
+	} else {
+		close(checksDone)
+	}
+	tl.add("money load started: %d workers, %.0f ops/s offered; checks: %.0f/s", o.Workers, o.Rate, o.CheckRate)
+	if err := chaos(ctx, o, f, api, rlKey, slotOf, tl, r); err != nil {
 		r.Error = "chaos: " + err.Error()
 		tl.add("chaos stopped: %v", err)
 	}
@@ -159,6 +216,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	close(stop)
 	tl.add("load stopping: workers finish the operations they hold")
 	<-loadDone
+	<-checksDone
 	r.Counts = l.counts
 	for _, op := range l.ops {
 		if op.Attempts > 1 {
@@ -169,6 +227,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 
 	r.Drain = drain(ctx, f, 3*time.Minute)
 	tl.add("drain: %s", r.Drain.Detail)
+	analyse(r, rec.all(), slotOf, recordSlot)
 	verify(ctx, r, f, api, loadTenant, loadKey, l, customers)
 	tl.add("checks done: %s", r.Verdict())
 	return r
@@ -178,7 +237,11 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 // one creditd node and one Redis master and starting both again; the
 // second cycle floods the rate-limited key while its node is down and
 // coming back.
-func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, tl *Timeline, r *RunResult) error {
+//
+// Then, issue 25, one at a time with o.Settle of load between: one Redis
+// master refuses writes for o.WriteRefusal, and Postgres is down for
+// o.PostgresOutage (either 0: left out).
+func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, slotOf map[string]int, tl *Timeline, r *RunResult) error {
 	floodCycle := min(1, o.Failovers-1)
 	for c := 0; c < o.Failovers; c++ {
 		if !sleepCtx(ctx, o.Settle) {
@@ -223,7 +286,15 @@ func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, tl 
 		if c == o.Failovers-1 {
 			stall = o.ReplicaStall
 		}
+		// The node killed this cycle is still down during the failover,
+		// except in the flood cycle, which started it again already.
+		down := n
+		if c == floodCycle {
+			down = 0
+		}
+		poll := pollReady(ctx, f, down)
 		fo, err := f.failMaster(ctx, c, stall, tl)
+		fo.Readiness = poll.stop()
 		r.Failovers = append(r.Failovers, fo)
 		if err != nil {
 			return err
@@ -232,6 +303,26 @@ func chaos(ctx context.Context, o Options, f *Fleet, api *API, rlKey string, tl 
 			if err := restart(); err != nil {
 				return err
 			}
+		}
+	}
+	if o.WriteRefusal > 0 {
+		if !sleepCtx(ctx, o.Settle) {
+			return ctx.Err()
+		}
+		wr, err := refuseWrites(ctx, f, slotOf, o.WriteRefusal, tl)
+		r.WriteRefusal = wr
+		if err != nil {
+			return err
+		}
+	}
+	if o.PostgresOutage > 0 {
+		if !sleepCtx(ctx, o.Settle) {
+			return ctx.Err()
+		}
+		po, err := postgresOutage(ctx, f, o.PostgresOutage, tl)
+		r.PostgresOutage = po
+		if err != nil {
+			return err
 		}
 	}
 	return nil
