@@ -31,12 +31,12 @@ type PostgresOutage struct {
 func postgresOutage(ctx context.Context, f *Fleet, d time.Duration, tl *Timeline) (*PostgresOutage, error) {
 	po := &PostgresOutage{}
 	poll := pollReady(ctx, f, 0)
-	f.PG.stop()
+	f.PG.Stop()
 	po.Stopped = time.Now()
 	tl.add("postgres (private, port %d) stopped: SIGQUIT, as pg_ctl stop -m immediate; down for %s", f.PG.Port, d)
 	sleepCtx(ctx, d)
 	po.Readiness = poll.stop()
-	err := f.PG.start(ctx)
+	err := f.PG.Start(ctx)
 	po.Started = time.Now()
 	po.Seconds = po.Started.Sub(po.Stopped).Seconds()
 	if err != nil {

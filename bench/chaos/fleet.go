@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/internal/pgserver"
 )
 
 // Fleet is the fleet a run started with scripts/fleet.sh in a data
@@ -31,7 +33,7 @@ type Fleet struct {
 	Token   string
 	DBURL   string
 	// PG is the run's own Postgres, which the outage stops and starts.
-	PG      *Postgres
+	PG      *pgserver.Server
 	started bool
 }
 
@@ -68,7 +70,10 @@ func startFleet(ctx context.Context, root, stamp string) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{root: root, dataDir: dataDir, dir: filepath.Join(dataDir, "fleet")}
-	f.PG, err = startPostgres(ctx)
+	// max_connections: 3 nodes x persist.DefaultMaxConns (16), the
+	// harness's own connections and room for a restarted node whose old
+	// connections Postgres has not yet noticed gone.
+	f.PG, err = pgserver.New(ctx, 200)
 	if err != nil {
 		return f, fmt.Errorf("private postgres: %w", err)
 	}
@@ -108,11 +113,11 @@ func (f *Fleet) stop(purge bool) {
 		}
 	}
 	if !purge {
-		f.PG.stop()
+		f.PG.Stop()
 		logf("kept %s, and database %s in %s", f.dataDir, dbName(f.DBURL), f.pgDir())
 		return
 	}
-	f.PG.remove()
+	f.PG.Remove()
 	_ = os.RemoveAll(f.dataDir)
 }
 
@@ -121,7 +126,7 @@ func (f *Fleet) pgDir() string {
 	if f.PG == nil {
 		return ""
 	}
-	return f.PG.dir
+	return f.PG.Dir
 }
 
 // createDatabase makes database name on the server of base and returns

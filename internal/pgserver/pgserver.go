@@ -1,8 +1,14 @@
-package main
+// Package pgserver runs a private PostgreSQL cluster that a test or the
+// chaos harness can stop and start again (issue 25): initdb'd in a new
+// temporary directory, on a free port, trust auth, run as the postgres
+// system user when the caller is root (initdb refuses root). It must never
+// be pointed at the machine's shared server, which others use.
+package pgserver
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -14,19 +20,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Postgres is the run's own Postgres cluster (issue 25): initdb'd in a
-// directory of its own, on a free port, trust auth, run as the postgres
-// system user when the run is root's (initdb refuses root). The run stops
-// it (SIGQUIT to the postmaster, `pg_ctl stop -m immediate`: every backend
-// ends at once, nothing is checkpointed) and starts it again for its
-// outage, so it must never be the machine's shared server, which others use.
-type Postgres struct {
+// Server is one private cluster. Stop ends it as `pg_ctl stop -m immediate`
+// does (every backend ends at once, nothing is checkpointed); Start brings
+// it back (crash recovery replays its WAL).
+type Server struct {
 	Port int
-	dir  string
+	// Dir holds the cluster's data; Remove deletes it.
+	Dir  string
 	bin  string
 	cred *syscall.Credential
-	cmd  *exec.Cmd
-	done chan struct{}
+	// maxConns is max_connections.
+	maxConns int
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // postgresBin finds the directory of initdb and postgres: PATH first, then
@@ -44,20 +50,21 @@ func postgresBin() (string, error) {
 	return "", fmt.Errorf("initdb not found (make test installs PostgreSQL: apt-get install postgresql)")
 }
 
-// startPostgres initdbs a cluster in a new temporary directory and starts
-// it on a free port.
-func startPostgres(ctx context.Context) (*Postgres, error) {
+// New initdbs a cluster in a new temporary directory and starts it on a
+// free port; maxConns is its max_connections. On an error the caller still
+// Removes what it returns.
+func New(ctx context.Context, maxConns int) (*Server, error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
 	}
-	// Not under the run's data directory: its parent is root's alone (0700),
-	// and the postgres user must reach this one.
-	dir, err := os.MkdirTemp("", "creditd-chaos-pg-")
+	// Not under a test's or a run's own directory: their parents are root's
+	// alone (0700), and the postgres user must reach this one.
+	dir, err := os.MkdirTemp("", "creditd-pg-")
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{dir: dir, bin: bin}
+	p := &Server{Dir: dir, bin: bin, maxConns: maxConns}
 	if p.Port, err = freePort(); err != nil {
 		return p, err
 	}
@@ -77,40 +84,37 @@ func startPostgres(ctx context.Context) (*Postgres, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return p, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	return p, p.start(ctx)
+	return p, p.Start(ctx)
 }
 
-func (p *Postgres) data() string { return filepath.Join(p.dir, "data") }
+func (p *Server) data() string { return filepath.Join(p.Dir, "data") }
 
-func (p *Postgres) command(name string, args ...string) *exec.Cmd {
+func (p *Server) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = "/"
-	// Its own process group: a Ctrl-C to `make chaos` reaches the harness,
-	// which stops Postgres itself (immediate) on the way out.
+	// Its own process group: a Ctrl-C to the caller reaches the caller
+	// alone, which stops Postgres itself (immediate) on the way out.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
 	return cmd
 }
 
 // URL is a connection URL of the server's postgres database.
-func (p *Postgres) URL() string {
+func (p *Server) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.Port)
 }
 
-// start starts the server on its port and directory (again, after stop:
+// Start starts the server on its port and directory (again, after stop:
 // crash recovery replays its WAL) and waits until it answers a query, for
 // at most 60 s.
-func (p *Postgres) start(ctx context.Context) error {
-	logf, err := os.OpenFile(filepath.Join(os.TempDir(), filepath.Base(p.dir)+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+func (p *Server) Start(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(os.TempDir(), filepath.Base(p.Dir)+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	// max_connections: 3 nodes x persist.DefaultMaxConns (16), the
-	// harness's own connections and room for a restarted node whose old
-	// connections Postgres has not yet noticed gone.
 	p.cmd = p.command(filepath.Join(p.bin, "postgres"), "-D", p.data(), "-p", strconv.Itoa(p.Port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.dir, "-c", "fsync=off",
-		"-c", "max_connections=200")
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.Dir, "-c", "fsync=off",
+		"-c", "max_connections="+strconv.Itoa(p.maxConns))
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
@@ -141,9 +145,9 @@ func (p *Postgres) start(ctx context.Context) error {
 	}
 }
 
-// stop stops the server as `pg_ctl stop -m immediate` does (SIGQUIT to the
+// Stop stops the server as `pg_ctl stop -m immediate` does (SIGQUIT to the
 // postmaster) and waits until it has exited (SIGKILL after 10 s).
-func (p *Postgres) stop() {
+func (p *Server) Stop() {
 	if p == nil || p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
@@ -161,12 +165,22 @@ func (p *Postgres) stop() {
 	}
 }
 
-// remove stops the server and deletes its directory and log.
-func (p *Postgres) remove() {
+// Remove stops the server and deletes its directory and log.
+func (p *Server) Remove() {
 	if p == nil {
 		return
 	}
-	p.stop()
-	_ = os.RemoveAll(p.dir)
-	_ = os.Remove(filepath.Join(os.TempDir(), filepath.Base(p.dir)+".log"))
+	p.Stop()
+	_ = os.RemoveAll(p.Dir)
+	_ = os.Remove(filepath.Join(os.TempDir(), filepath.Base(p.Dir)+".log"))
+}
+
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
