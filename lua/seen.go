@@ -55,8 +55,10 @@ func seenTTL(w int64, now time.Time) int64 {
 }
 
 // seenMark is partition p's seeded mark; seenHash its filter of week w.
-func (s *Store) seenMark(p int) string          { return s.tag(p) + ":seen" }
-func (s *Store) seenHash(p int, w int64) string { return s.tag(p) + ":seen:" + strconv.FormatInt(w, 10) }
+func (s *Store) seenMark(p int) string { return s.tag(p) + ":seen" }
+func (s *Store) seenHash(p int, w int64) string {
+	return s.tag(p) + ":seen:" + strconv.FormatInt(w, 10)
+}
 
 // seenKeys are the filter keys a money call of partition p at now
 // consults: the seeded mark, then the week hashes newest first.
