@@ -76,16 +76,97 @@ type RoundTripRun struct {
 	Scenario string `json:"scenario"`
 	Requests int    `json:"requests"`
 	Failed   int    `json:"failed"`
-	// RedisMedian and PostgresMedian are the median request's trips; the
-	// mean and max show what background work still fell into windows.
+	// RedisMedian and PostgresMedian are the median request's trips,
+	// background loops' trips left out; the mean and max show the spread
+	// (a cache refill, a new pooled connection).
 	RedisMedian    float64 `json:"redis_median"`
 	PostgresMedian float64 `json:"postgres_median"`
 	RedisMean      float64 `json:"redis_mean"`
 	PostgresMean   float64 `json:"postgres_mean"`
 	RedisMax       int64   `json:"redis_max"`
 	PostgresMax    int64   `json:"postgres_max"`
-	// WithPostgres is the requests whose window saw any Postgres trip.
+	// WithPostgres is the requests whose window saw a Postgres trip not
+	// of the background loops.
 	WithPostgres int `json:"requests_with_postgres"`
+	// BackgroundRedis and BackgroundPostgres are the background loops'
+	// trips per window (backgroundTrip), counted apart from the above.
+	BackgroundRedis    float64 `json:"background_redis_per_window"`
+	BackgroundPostgres float64 `json:"background_postgres_per_window"`
+	// Redis and Postgres name the trips seen in the windows, by what they
+	// sent, with how many per request.
+	Redis    []TripKind `json:"redis_trips"`
+	Postgres []TripKind `json:"postgres_trips"`
+}
+
+// TripKind is one kind of trip and how often a request's window held it.
+type TripKind struct {
+	Sent       string  `json:"sent"`
+	PerRequest float64 `json:"per_request"`
+}
+
+// backgroundTrip says whether a trip is one only creditd's background
+// loops make, never a request: the persister's stream reads, claims and
+// acknowledgements (lua/outbox.go), INFO, a connection ping, its group
+// transaction (persist/persister.go, fenced by credit_outbox_fence),
+// webhook delivery and outbox leases (persist/owners.go). Their loops run
+// on their own clocks, so some land in a request's window; they are
+// counted apart, by name, not left out of the report.
+func backgroundTrip(postgres bool, head string) bool {
+	if !postgres {
+		name, _, _ := strings.Cut(head, " ")
+		switch name {
+		case "XREADGROUP", "XAUTOCLAIM", "XACK", "XDEL", "XTRIM", "XPENDING", "XCLAIM", "INFO", "PING":
+			return true
+		}
+		return false
+	}
+	return head == "--" || strings.Contains(head, "credit_outbox_fence") || strings.Contains(head, "webhook_events") ||
+		strings.Contains(head, "outbox_leases")
+}
+
+// requestTrips counts the heads that are not background trips.
+func requestTrips(postgres bool, heads []string) int64 {
+	var n int64
+	for _, h := range heads {
+		if !backgroundTrip(postgres, h) {
+			n++
+		}
+	}
+	return n
+}
+
+// tripKinds counts heads per request, most first.
+func tripKinds(heads []string, requests int) []TripKind {
+	if requests == 0 {
+		return nil
+	}
+	n := map[string]int{}
+	for _, h := range heads {
+		n[h]++
+	}
+	var out []TripKind
+	for h, c := range n {
+		out = append(out, TripKind{Sent: h, PerRequest: float64(c) / float64(requests)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].PerRequest != out[j].PerRequest {
+			return out[i].PerRequest > out[j].PerRequest
+		}
+		return out[i].Sent < out[j].Sent
+	})
+	return out
+}
+
+// tripText is kinds as "SENT xN.NN" text.
+func tripText(kinds []TripKind) string {
+	var out []string
+	for _, k := range kinds {
+		out = append(out, fmt.Sprintf("%s x%.2f", k.Sent, k.PerRequest))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }
 
 // PGStorage is what Postgres keeps and writes per consume.
@@ -235,12 +316,12 @@ func (b *Bench) hotPathRun(ctx context.Context, r *HotPathResult) error {
 	if err != nil {
 		return err
 	}
-	rp, err := startRTProxy(rs.Addr)
+	rp, err := startRTProxy(rs.Addr, false)
 	if err != nil {
 		return err
 	}
 	defer rp.Close()
-	pp, err := startRTProxy("127.0.0.1:" + strconv.Itoa(pg.Port))
+	pp, err := startRTProxy("127.0.0.1:"+strconv.Itoa(pg.Port), true)
 	if err != nil {
 		return err
 	}
@@ -317,21 +398,27 @@ func (b *Bench) hotPathRun(ctx context.Context, r *HotPathResult) error {
 // roundTrips sends requests of op one at a time and counts each one's
 // trips to Redis and Postgres through the proxies.
 func (b *Bench) roundTrips(ctx context.Context, name string, op opFunc, rp, pp *rtProxy) RoundTripRun {
-	n := 150
+	n := 100
 	if b.o.Quick {
 		n = 60
 	}
 	out := RoundTripRun{Scenario: name}
 	g := NewGenerator(b.addr, 4)
-	// Warm: connections open, caches filled, scripts loaded.
-	_ = g.Run(ctx, 200, time.Second, op)
+	// Warm: connections open, scripts loaded, every customer's caches
+	// filled (1,000 ops over 200 customers).
+	_ = g.Run(ctx, 500, 2*time.Second, op)
 	time.Sleep(300 * time.Millisecond)
 	wk := &worker{hc: g.hc, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
 	defer fasthttp.ReleaseRequest(wk.req)
 	defer fasthttp.ReleaseResponse(wk.resp)
 	rp.holdBlocking.Store(int64(rtHold))
 	defer rp.holdBlocking.Store(0)
+	rp.record.Store(true)
+	pp.record.Store(true)
+	defer rp.record.Store(false)
+	defer pp.record.Store(false)
 	var rd, pd []int64
+	var rh, ph []string
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		r0, p0 := rp.Trips(), pp.Trips()
 		st, err := op(wk, opSeq.Add(1))
@@ -339,14 +426,24 @@ func (b *Bench) roundTrips(ctx context.Context, name string, op opFunc, rp, pp *
 		if err != nil || st < 200 || st > 299 {
 			out.Failed++
 		} else {
-			rd, pd = append(rd, r1-r0), append(pd, p1-p0)
-			if p1 > p0 {
+			rw, pw := rp.Heads(r0, r1), pp.Heads(p0, p1)
+			rq, pq := requestTrips(false, rw), requestTrips(true, pw)
+			rd, pd = append(rd, rq), append(pd, pq)
+			rh, ph = append(rh, rw...), append(ph, pw...)
+			out.BackgroundRedis += float64(r1 - r0 - rq)
+			out.BackgroundPostgres += float64(p1 - p0 - pq)
+			if pq > 0 {
 				out.WithPostgres++
 			}
 		}
 		time.Sleep(rtGap)
 	}
 	out.Requests = len(rd)
+	if out.Requests > 0 {
+		out.BackgroundRedis /= float64(out.Requests)
+		out.BackgroundPostgres /= float64(out.Requests)
+	}
+	out.Redis, out.Postgres = tripKinds(rh, len(rd)), tripKinds(ph, len(pd))
 	out.RedisMedian, out.PostgresMedian = median(rd), median(pd)
 	for i := range rd {
 		out.RedisMean += float64(rd[i]) / float64(len(rd))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,17 @@ import (
 type rtProxy struct {
 	ln       net.Listener
 	upstream string
+	// postgres: the wire is Postgres's (else Redis's RESP), for naming
+	// what each trip sent.
+	postgres bool
 	trips    atomic.Int64
+	// record, when set, keeps each trip's description by its number.
+	record atomic.Bool
+	hmu    sync.Mutex
+	heads  map[int64]string
+	// stmts maps a prepared statement's name to its text, from the Parse
+	// messages seen (pgx prepares once per connection, then only Binds).
+	stmts map[string]string
 	// holdBlocking, when > 0, delays the answer to every blocking stream
 	// read (the persister's XREADGROUP BLOCK, lua/outbox.go) by that many
 	// nanoseconds: the persister then wakes after the request that woke
@@ -34,12 +45,13 @@ type rtProxy struct {
 
 // startRTProxy listens on a free loopback port and forwards every
 // connection to upstream.
-func startRTProxy(upstream string) (*rtProxy, error) {
+func startRTProxy(upstream string, postgres bool) (*rtProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &rtProxy{ln: ln, upstream: upstream, conns: map[net.Conn]bool{}}
+	p := &rtProxy{ln: ln, upstream: upstream, postgres: postgres, conns: map[net.Conn]bool{},
+		heads: map[int64]string{}, stmts: map[string]string{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -50,6 +62,41 @@ func (p *rtProxy) Addr() string { return p.ln.Addr().String() }
 
 // Trips is the round trips counted so far, over every connection.
 func (p *rtProxy) Trips() int64 { return p.trips.Load() }
+
+// Heads is the descriptions of the recorded trips numbered in [from, to).
+func (p *rtProxy) Heads(from, to int64) []string {
+	p.hmu.Lock()
+	defer p.hmu.Unlock()
+	var out []string
+	for i := from; i < to; i++ {
+		if h, ok := p.heads[i]; ok {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// sent notes one client read: a new trip when it follows an answer.
+func (p *rtProxy) sent(b []byte, newTrip bool) {
+	var head string
+	if p.postgres {
+		p.hmu.Lock()
+		head = pgHead(b, p.stmts)
+		p.hmu.Unlock()
+	} else if p.record.Load() {
+		head = redisHead(b)
+	}
+	if !newTrip {
+		return
+	}
+	if !p.record.Load() {
+		p.trips.Add(1)
+		return
+	}
+	p.hmu.Lock()
+	p.heads[p.trips.Add(1)-1] = head
+	p.hmu.Unlock()
+}
 
 // Close stops accepting and cuts every proxied connection.
 func (p *rtProxy) Close() {
@@ -105,9 +152,7 @@ func (p *rtProxy) serve(c net.Conn) {
 	done := make(chan struct{}, 2)
 	go func() {
 		pipe(up, c, func(b []byte) {
-			if answered.Swap(false) {
-				p.trips.Add(1)
-			}
+			p.sent(b, answered.Swap(false))
 			if p.holdBlocking.Load() > 0 && isBlockingRead(b) {
 				hold.Store(true)
 			}
@@ -145,6 +190,99 @@ func pipe(dst, src net.Conn, seen func([]byte)) {
 			return
 		}
 	}
+}
+
+// redisHead names a RESP send by its first command (and an FCALL's
+// function); "+N" counts the further commands of a pipeline.
+func redisHead(b []byte) string {
+	name, rest, ok := firstRESPWord(b)
+	if !ok {
+		return "?"
+	}
+	out := string(bytes.ToUpper(name))
+	if out == "FCALL" || out == "FCALL_RO" {
+		if fn, _, ok := firstBulk(rest); ok {
+			out += " " + string(fn)
+		}
+	}
+	if n := bytes.Count(b, []byte("\r\n*")); n > 0 {
+		out += " +" + strconv.Itoa(n)
+	}
+	return out
+}
+
+// firstBulk is the bulk string at the start of b ("$len\r\ndata\r\n").
+func firstBulk(b []byte) (word, rest []byte, ok bool) {
+	b = bytes.TrimPrefix(b, []byte("\r\n"))
+	if len(b) == 0 || b[0] != '$' {
+		return nil, nil, false
+	}
+	j := bytes.Index(b, []byte("\r\n"))
+	if j < 0 {
+		return nil, nil, false
+	}
+	n, err := strconv.Atoi(string(b[1:j]))
+	if err != nil || n < 0 || j+2+n > len(b) {
+		return nil, nil, false
+	}
+	return b[j+2 : j+2+n], b[j+2+n:], true
+}
+
+// pgHead names a Postgres send by the statements it carries (simple
+// Query, or Parse/Bind of the extended protocol, a Bind named through
+// stmts), noting every Parse's text in stmts; "?" when it carries none
+// (a startup packet, a bare Sync).
+func pgHead(b []byte, stmts map[string]string) string {
+	var names []string
+	for len(b) >= 5 {
+		typ := b[0]
+		n := int(int32(uint32(b[1])<<24 | uint32(b[2])<<16 | uint32(b[3])<<8 | uint32(b[4])))
+		if n < 4 || 1+n > len(b) {
+			break
+		}
+		body := b[5 : 1+n]
+		b = b[1+n:]
+		cstr := func(x []byte) (string, []byte) {
+			i := bytes.IndexByte(x, 0)
+			if i < 0 {
+				return string(x), nil
+			}
+			return string(x[:i]), x[i+1:]
+		}
+		switch typ {
+		case 'Q':
+			q, _ := cstr(body)
+			names = append(names, statementGist(q))
+		case 'P':
+			name, rest := cstr(body)
+			q, _ := cstr(rest)
+			if name != "" {
+				stmts[name] = q
+			}
+			names = append(names, statementGist(q))
+		case 'B':
+			_, rest := cstr(body)
+			stmt, _ := cstr(rest)
+			if q, ok := stmts[stmt]; ok {
+				names = append(names, statementGist(q))
+			} else if stmt == "" {
+				continue // the unnamed statement, Parsed in this same send
+			} else {
+				names = append(names, "statement "+stmt)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "?"
+	}
+	// A Parse and the Bind of the same statement in one send name it once.
+	out := names[:1]
+	for _, n := range names[1:] {
+		if n != out[len(out)-1] {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, " + ")
 }
 
 // isBlockingRead says whether a client send to Redis starts with a stream

@@ -139,7 +139,7 @@ func TestRTProxyCountsTrips(t *testing.T) {
 			}
 		}
 	}()
-	p, err := startRTProxy(ln.Addr().String())
+	p, err := startRTProxy(ln.Addr().String(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,5 +253,83 @@ func TestGoals26(t *testing.T) {
 	}
 	if !strings.HasPrefix(r.Goals26[1].Now, "1.83x") {
 		t.Errorf("consume ratio: %s", r.Goals26[1].Now)
+	}
+}
+
+func TestRedisHead(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"*5\r\n$5\r\nfcall\r\n$15\r\ncreditd_consume\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\nb\r\n", "FCALL creditd_consume"},
+		{"*2\r\n$3\r\nget\r\n$1\r\nk\r\n*2\r\n$3\r\nget\r\n$1\r\nj\r\n", "GET +1"},
+		{"PING\r\n", "?"},
+	}
+	for _, tc := range tests {
+		if got := redisHead([]byte(tc.in)); got != tc.want {
+			t.Errorf("redisHead(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPGHead(t *testing.T) {
+	msg := func(typ byte, parts ...string) []byte {
+		body := []byte(strings.Join(parts, "\x00") + "\x00")
+		n := len(body) + 4
+		return append([]byte{typ, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, body...)
+	}
+	cat := func(ms ...[]byte) []byte {
+		var out []byte
+		for _, m := range ms {
+			out = append(out, m...)
+		}
+		return out
+	}
+	sync := []byte{'S', 0, 0, 0, 4}
+	stmts := map[string]string{}
+	sel := "SELECT customer_id FROM operations WHERE tenant_id = $1"
+	tests := []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"parse names the statement", cat(msg('P', "stmtcache_1", sel), msg('D', "Sstmtcache_1"), sync), "SELECT FROM operations"},
+		{"a later bind of it", cat(msg('B', "", "stmtcache_1"), msg('E', ""), sync), "SELECT FROM operations"},
+		{"simple query", msg('Q', "BEGIN"), "BEGIN"},
+		{"unnamed parse and bind once", cat(msg('P', "", "UPDATE credit_accounts SET balance = 1"), msg('B', "", ""), sync), "UPDATE credit_accounts"},
+		{"unknown statement", cat(msg('B', "", "stmtcache_9"), sync), "statement stmtcache_9"},
+		{"bare sync", sync, "?"},
+		{"startup packet", []byte{0, 0, 0, 8, 0, 3, 0, 0}, "?"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pgHead(tc.in, stmts); got != tc.want {
+				t.Errorf("pgHead = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTripKinds(t *testing.T) {
+	got := tripText(tripKinds([]string{"FCALL x", "SET", "FCALL x", "SET", "EVALSHA"}, 2))
+	if want := "FCALL x x1.00; SET x1.00; EVALSHA x0.50"; got != want {
+		t.Errorf("tripText = %q, want %q", got, want)
+	}
+	if got := tripText(tripKinds(nil, 0)); got != "none" {
+		t.Errorf("no trips: %q", got)
+	}
+}
+
+func TestRequestTrips(t *testing.T) {
+	tests := []struct {
+		postgres bool
+		heads    []string
+		want     int64
+	}{
+		{false, []string{"EVALSHA", "XREADGROUP", "HMGET", "FCALL creditd_consume_1", "SET", "XAUTOCLAIM", "INFO", "XACK +1"}, 4},
+		{true, []string{"SELECT FROM operations", "--", "SELECT credit_outbox_fence + INSERT INTO ledger_entries", "UPDATE webhook_events", "SELECT FROM customers"}, 2},
+		{true, nil, 0},
+	}
+	for _, tc := range tests {
+		if got := requestTrips(tc.postgres, tc.heads); got != tc.want {
+			t.Errorf("requestTrips(%v, %v) = %d, want %d", tc.postgres, tc.heads, got, tc.want)
+		}
 	}
 }
