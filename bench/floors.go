@@ -40,12 +40,12 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 	var rows []string
 	if s := r.scenario("check"); s != nil && s.Run != nil && s.Run.OK > 0 {
 		cp := perOp(s.CPU, float64(s.Run.OK))
-		line := fmt.Sprintf("- **check**: %.0f µs (creditd %.0f, Redis %.0f, Postgres %.0f) against the floor's %.0f + %.0f µs: creditd spends %.0f µs over a bare round trip (its key, tenant, customer and rule lookups from in-process caches, the JSON reply, metrics and the access log).",
+		line := fmt.Sprintf("- **check**: %.0f µs (creditd %.0f, Redis %.0f, Postgres %.0f) against the ceiling server's %.0f + %.0f µs: creditd spends %.0f µs over a bare round trip (its key, tenant, customer and rule lookups from in-process caches, the JSON reply, metrics and the access log).",
 			cp.total(), cp.creditd, cp.redis, cp.postgres, srv, rd, cp.creditd-srv)
 		if rb := r.RedisBenchmark; rb != nil && rb.RPS > 0 {
-			line += fmt.Sprintf(" Throughput: the goal, 0.5x raw EVALSHA, is %.0f/s; the floor itself reaches %.2fx, so on this box the goal is above what any HTTP service reaches.", 0.5*rb.RPS, c.Max/rb.RPS)
+			line += fmt.Sprintf(" Throughput: the goal, 0.5x raw EVALSHA, is %.0f/s; the ceiling server itself reaches %.2fx, so on this box the goal is above what any HTTP service reaches.", 0.5*rb.RPS, c.Max/rb.RPS)
 		}
-		line += fmt.Sprintf(" p99 <= 1 ms at 70 %% load: the floor's own client p99 at its 70 %% run is %.3f ms (two cores shared by the load generator, the server and Redis).", c.Run.Latency.P99)
+		line += fmt.Sprintf(" p99 <= 1 ms at 70 %% load: the ceiling server's own client p99 at its 70 %% run is %.3f ms (two cores shared by the load generator, the server and Redis).", c.Run.Latency.P99)
 		rows = append(rows, line)
 	}
 	for _, v := range []struct {
@@ -61,7 +61,7 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 		cp := perOp(s.CPU, float64(s.Run.OK))
 		line := fmt.Sprintf("- **%s** (per %s): %.0f µs (creditd %.0f, Redis %.0f, Postgres %.0f). ", v.label, v.unit, cp.total(), cp.creditd, cp.redis, cp.postgres)
 		if calls := scriptCalls(s); calls != "" {
-			line += "Redis: " + calls + "; the rest of Redis's time is reading and writing its sockets (the floor's one round trip costs it " + fmt.Sprintf("%.0f", rd) + " µs). "
+			line += "Redis: " + calls + "; the rest of Redis's time is reading and writing its sockets (the ceiling server's one round trip costs it " + fmt.Sprintf("%.0f", rd) + " µs). "
 		}
 		if p := s.PG; p != nil && p.InsertedPerOp+p.UpdatedPerOp > 0 {
 			rowsPerOp := p.InsertedPerOp + p.UpdatedPerOp
@@ -80,7 +80,7 @@ func (r *Results) floorsMarkdown(w func(string, ...any)) {
 				}
 				pk = append(pk, fmt.Sprintf("%s %.0f%%", p.Name, 100*p.Share))
 			}
-			line += fmt.Sprintf("creditd: %.0f µs over the floor's %.0f for %g request(s); its profile by package: %s.", cp.creditd-srv*v.requests, srv*v.requests, v.requests, strings.Join(pk, ", "))
+			line += fmt.Sprintf("creditd: %.0f µs over the ceiling server's %.0f for %g request(s); its profile by package: %s.", cp.creditd-srv*v.requests, srv*v.requests, v.requests, strings.Join(pk, ", "))
 		}
 		rows = append(rows, line)
 	}
@@ -361,7 +361,7 @@ func (r *Results) floorTables() []floorTable {
 func floorTablesMarkdown(w func(string, ...any), tables []floorTable) {
 	for _, t := range tables {
 		w("\n**%s** (CPU µs per %s; %s):\n\n", t.title, t.unit, t.basis)
-		w("| component | ours | floor for the same work | over floor | what the difference is |\n|---|---|---|---|---|\n")
+		w("| component | ours | logic-free replica of the same round trips | over it | what the difference is |\n|---|---|---|---|---|\n")
 		for _, r := range t.rows {
 			w("| %s | %.0f µs | %.0f µs | %+.0f µs | %s |\n", r.component, r.ours, r.floor, r.ours-r.floor, strings.ReplaceAll(r.what, "|", "\\|"))
 		}
@@ -370,7 +370,7 @@ func floorTablesMarkdown(w func(string, ...any), tables []floorTable) {
 		w("%s", floorVerdict(t.goal, floor))
 		for _, r := range t.rows {
 			if r.share > 0 && r.floor > r.share {
-				w(" %s's floor alone, %.0f µs, is over its %.0f µs share of the goal.", r.component, r.floor, r.share)
+				w(" %s's replica alone, %.0f µs, is over its %.0f µs share of the goal.", r.component, r.floor, r.share)
 			}
 		}
 		w("\n")
@@ -383,9 +383,9 @@ func floorVerdict(goal, floor float64) string {
 	case goal <= 0:
 		return ""
 	case floor > goal:
-		return fmt.Sprintf("The floors alone sum to %.0f µs > the %.0f µs goal on this box: the goal is below what this work costs here with no logic at all (with the clients creditd uses).", floor, goal)
+		return fmt.Sprintf("The replicas alone sum to %.0f µs > the %.0f µs goal: today's round trips cost more than the goal with no logic at all.", floor, goal)
 	default:
-		return fmt.Sprintf("The floors sum to %.0f µs <= the %.0f µs goal: %.0f µs are left for the logic.", floor, goal, goal-floor)
+		return fmt.Sprintf("The replicas sum to %.0f µs <= the %.0f µs goal: %.0f µs are left for the logic.", floor, goal, goal-floor)
 	}
 }
 

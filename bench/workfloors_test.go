@@ -138,12 +138,12 @@ func TestFloorTables(t *testing.T) {
 		"xreadgroup 0.20 x 5 µs",
 		"| Postgres | 70 µs | 30 µs | +40 µs |",
 		"| all | 320 µs | 90 µs | +230 µs | |",
-		"The floors alone sum to 90 µs > the 60 µs goal on this box: the goal is below what this work costs here with no logic at all (with the clients creditd uses). creditd's floor alone, 40 µs, is over its 30 µs share of the goal. Redis's floor alone, 20 µs, is over its 15 µs share of the goal. Postgres's floor alone, 30 µs, is over its 15 µs share of the goal.\n",
+		"The replicas alone sum to 90 µs > the 60 µs goal: today's round trips cost more than the goal with no logic at all. creditd's replica alone, 40 µs, is over its 30 µs share of the goal. Redis's replica alone, 20 µs, is over its 15 µs share of the goal. Postgres's replica alone, 30 µs, is over its 15 µs share of the goal.\n",
 		// reserve: 2 round trips; Postgres 25/5 µs per row x 10 rows + 2 look-ups of 5.
 		"**reserve + commit** (CPU µs per create+commit;",
 		"| creditd | 1000 µs | 80 µs |",
 		"| Postgres | 700 µs | 60 µs |",
-		"The floors sum to 180 µs <= the 250 µs goal: 70 µs are left for the logic.",
+		"The replicas sum to 180 µs <= the 250 µs goal: 70 µs are left for the logic.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
