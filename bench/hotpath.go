@@ -113,8 +113,14 @@ type TripKind struct {
 // counted apart, by name, not left out of the report.
 func backgroundTrip(postgres bool, head string) bool {
 	if !postgres {
-		name, _, _ := strings.Cut(head, " ")
-		switch name {
+		f := strings.Fields(head)
+		if len(f) == 0 {
+			return false
+		}
+		if f[0] == "MULTI" && len(f) > 1 {
+			f = f[1:] // the persister acknowledges a group in a MULTI block
+		}
+		switch f[0] {
 		case "XREADGROUP", "XAUTOCLAIM", "XACK", "XDEL", "XTRIM", "XPENDING", "XCLAIM", "INFO", "PING":
 			return true
 		}

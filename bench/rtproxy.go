@@ -192,23 +192,75 @@ func pipe(dst, src net.Conn, seen func([]byte)) {
 	}
 }
 
-// redisHead names a RESP send by its first command (and an FCALL's
-// function); "+N" counts the further commands of a pipeline.
+// redisHead names a RESP send by its first command: an FCALL by its
+// function, an EVALSHA or FCALL by the shape of its first key (ids masked,
+// so the key says what the script is for), a MULTI by the command after
+// it; "+N" counts the further commands of a pipeline.
 func redisHead(b []byte) string {
 	name, rest, ok := firstRESPWord(b)
 	if !ok {
 		return "?"
 	}
 	out := string(bytes.ToUpper(name))
-	if out == "FCALL" || out == "FCALL_RO" {
-		if fn, _, ok := firstBulk(rest); ok {
+	switch out {
+	case "FCALL", "FCALL_RO", "EVALSHA":
+		fn, rest, ok := firstBulk(rest)
+		if !ok {
+			break
+		}
+		if out != "EVALSHA" {
 			out += " " + string(fn)
+		}
+		if nk, rest, ok := firstBulk(rest); ok && string(nk) != "0" {
+			if key, _, ok := firstBulk(rest); ok {
+				out += " " + keyShape(string(key))
+			}
+		}
+	case "MULTI":
+		if next, _, ok := firstRESPWord(bytes.TrimPrefix(rest, []byte("\r\n"))); ok {
+			out += " " + string(bytes.ToUpper(next))
 		}
 	}
 	if n := bytes.Count(b, []byte("\r\n*")); n > 0 {
 		out += " +" + strconv.Itoa(n)
 	}
 	return out
+}
+
+// keyShape is key with every run of 4 or more hex digits or dashes (ids,
+// uuids, hashes) shown as "*".
+func keyShape(key string) string {
+	var out strings.Builder
+	run := 0
+	flush := func(s string) {
+		if run >= 4 {
+			out.WriteByte('*')
+		} else {
+			out.WriteString(s)
+		}
+		run = 0
+	}
+	start := 0
+	for i := 0; i <= len(key); i++ {
+		if i < len(key) && isIDByte(key[i]) {
+			if run == 0 {
+				start = i
+			}
+			run++
+			continue
+		}
+		if run > 0 {
+			flush(key[start:i])
+		}
+		if i < len(key) {
+			out.WriteByte(key[i])
+		}
+	}
+	return out.String()
+}
+
+func isIDByte(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == '-'
 }
 
 // firstBulk is the bulk string at the start of b ("$len\r\ndata\r\n").
