@@ -228,12 +228,13 @@ func redisHead(b []byte) string {
 }
 
 // keyShape is key with every run of 4 or more hex digits or dashes (ids,
-// uuids, hashes) shown as "*".
+// uuids, hashes), and every run of decimal digits (partition numbers),
+// shown as "*".
 func keyShape(key string) string {
 	var out strings.Builder
 	run := 0
 	flush := func(s string) {
-		if run >= 4 {
+		if run >= 4 || strings.Trim(s, "0123456789") == "" {
 			out.WriteByte('*')
 		} else {
 			out.WriteString(s)

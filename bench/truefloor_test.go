@@ -261,6 +261,7 @@ func TestRedisHead(t *testing.T) {
 		{"*5\r\n$5\r\nfcall\r\n$15\r\ncreditd_consume\r\n$1\r\n2\r\n$1\r\na\r\n$1\r\nb\r\n", "FCALL creditd_consume a"},
 		{"*2\r\n$3\r\nget\r\n$1\r\nk\r\n*2\r\n$3\r\nget\r\n$1\r\nj\r\n", "GET +1"},
 		{"*5\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n1\r\n$29\r\n{b1892055co}:rl:0a1b2c3d-99ff\r\n$1\r\n1\r\n", "EVALSHA {*o}:rl:*"},
+		{"*4\r\n$5\r\nFCALL\r\n$5\r\nf_abc\r\n$1\r\n1\r\n$12\r\n{bo:p31}:a:x\r\n", "FCALL f_abc {bo:p*}:a:x"},
 		{"*1\r\n$5\r\nMULTI\r\n*3\r\n$4\r\nXACK\r\n$1\r\ns\r\n$1\r\ng\r\n*1\r\n$4\r\nEXEC\r\n", "MULTI XACK +2"},
 		{"PING\r\n", "?"},
 	}
