@@ -110,7 +110,8 @@ type TripKind struct {
 // loops make, never a request: the persister's stream reads, claims and
 // acknowledgements (lua/outbox.go), INFO, a connection ping, its group
 // transaction (persist/persister.go, fenced by credit_outbox_fence),
-// webhook delivery and outbox leases (persist/owners.go). Their loops run
+// webhook delivery, and outbox partition leases in Redis and Postgres
+// (persist/owners.go). Their loops run
 // on their own clocks, so some land in a request's window; they are
 // counted apart, by name, not left out of the report.
 func backgroundTrip(postgres bool, head string) bool {
@@ -121,6 +122,14 @@ func backgroundTrip(postgres bool, head string) bool {
 		}
 		if f[0] == "MULTI" && len(f) > 1 {
 			f = f[1:] // the persister acknowledges a group in a MULTI block
+		}
+		// The outbox partitions' owner leases and the persisters' roll
+		// (persist/owners.go) are scripts on keys no request touches.
+		if f[0] == "EVALSHA" && len(f) > 1 {
+			k := strings.TrimSuffix(f[1], "}")
+			if strings.HasSuffix(k, ":owner") || strings.HasSuffix(k, ":persisters") {
+				return true
+			}
 		}
 		switch f[0] {
 		case "XREADGROUP", "XAUTOCLAIM", "XACK", "XDEL", "XTRIM", "XPENDING", "XCLAIM", "INFO", "PING":

@@ -326,7 +326,7 @@ func TestRequestTrips(t *testing.T) {
 		heads    []string
 		want     int64
 	}{
-		{false, []string{"EVALSHA", "XREADGROUP", "HMGET", "FCALL creditd_consume_1", "SET", "XAUTOCLAIM", "INFO", "XACK +1", "MULTI XACK +3", "MULTI SET +2"}, 5},
+		{false, []string{"EVALSHA", "XREADGROUP", "HMGET", "FCALL creditd_consume_1", "SET", "XAUTOCLAIM", "INFO", "XACK +1", "MULTI XACK +3", "MULTI SET +2", "EVALSHA {*o:p*}:owner", "EVALSHA {*o:persisters}", "EVALSHA {*o:t:*}:rl:*"}, 6},
 		{true, []string{"SELECT FROM operations", "--", "SELECT credit_outbox_fence + INSERT INTO ledger_entries", "UPDATE webhook_events", "SELECT FROM customers"}, 2},
 		{true, nil, 0},
 	}
