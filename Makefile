@@ -43,7 +43,7 @@ hostile: ## Long hostile-input property run: CREDITD_HOSTILE_N requests (default
 	CREDITD_HOSTILE_N=$${CREDITD_HOSTILE_N:-20000} GO_TEST_FLAGS="-run TestHostile -timeout 90m" \
 		TEST_PKGS=./internal/e2e GO=$(GO) scripts/test.sh
 
-bench: ## Benchmark creditd vs raw Redis, HTTP+EVALSHA and Postgres-only, memory, rebuild; writes the goal table to bench/results/latest.md (~15 min; BENCH_FLAGS=-quick for ~3 min)
+bench: ## Benchmark creditd vs raw Redis, HTTP+EVALSHA and Postgres-only, memory, rebuild, a Postgres outage; writes issue 26's and issue 10's goal tables to bench/results/latest.md (~20 min; BENCH_FLAGS=-quick for ~4 min)
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 lint: ## gofmt -l and go vet
