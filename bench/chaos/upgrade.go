@@ -179,7 +179,10 @@ func buildRelease(ctx context.Context, root string, r *Release) error {
 		gobin = "/usr/local/go/bin/go"
 	}
 	out := r.Bin + ".tmp"
-	cmd := exec.CommandContext(ctx, gobin, "build", "-ldflags",
+	// -trimpath: the extracted trees live in fresh directories, and with
+	// their paths out of the build the cache serves every package two
+	// commits share.
+	cmd := exec.CommandContext(ctx, gobin, "build", "-trimpath", "-ldflags",
 		fmt.Sprintf("-X main.version=%s -X main.commit=%s -X main.date=%s", version, r.Commit, date), "-o", out, "./cmd/creditd")
 	cmd.Dir = src
 	// An extracted tree has no .git for the toolchain to stamp from.
