@@ -490,8 +490,66 @@ func verifyUpgrade(ctx context.Context, u *UpgradeResult, f *Fleet, lr *loadRun)
 		u.No503RetryAfter, u.Money.N, u.Checks.N, u.Money.Bad503+u.Checks.Bad503, c.Got503, u.Checks.Unavailable+u.Checks.Bad503)
 	r.check("no dropped request", c.Transport == 0 && u.Checks.Transport == 0, true,
 		"%d money attempts and %d checks without an HTTP answer (the client talks to HAProxy, which outlives every node)", c.Transport, u.Checks.Transport)
+	if diffs, err := rollupDiffs(ctx, f.DBURL, lr.tenant); err != nil {
+		r.check("usage rollup", false, true, "reading the rollup: %v", err)
+	} else if diffs == nil {
+		r.check("usage rollup", true, false, "not checked: the schema has no usage_hourly")
+	} else {
+		r.check("usage rollup", len(diffs) == 0, true,
+			"%d (customer, metric) pairs whose usage_hourly units, cost or count differ from the consumption entries of the ledger: what a persister of one version writes without the other's derived rows shows here%s",
+			len(diffs), listed(diffs))
+	}
 	r.check("schema", u.SchemaBefore >= 0, false, "reported: schema version %d on %s, %d after the first new node started (it migrates; the old nodes ran on beside it)",
 		u.SchemaBefore, u.From.Name, firstSchema(u.Steps))
+}
+
+// rollupSQL compares usage_hourly with the ledger's consumption entries
+// per customer and metric, pricing them as migration 020's backfill does
+// (persist/migrations/020_usage_rollup.up.sql); it lists the differences.
+const rollupSQL = `WITH l AS (
+	SELECT customer_id, billable_metric_key AS metric, COALESCE(cost_units, 0)::numeric AS units, overage_mc::numeric - delta AS cost
+	FROM ledger_entries WHERE tenant_id = $1 AND type = 'consumption' AND billable_metric_key IS NOT NULL
+	UNION ALL
+	SELECT e.customer_id, i.item->>'billable_metric_key', (i.item->>'units')::numeric, (i.item->>'cost')::numeric
+	FROM ledger_entries e CROSS JOIN LATERAL jsonb_array_elements(e.metadata->'items') AS i(item)
+	WHERE e.tenant_id = $1 AND e.type = 'consumption' AND e.billable_metric_key IS NULL
+), ls AS (
+	SELECT customer_id, metric, sum(units) AS u, sum(cost) AS c, count(*)::numeric AS n FROM l GROUP BY 1, 2
+), us AS (
+	SELECT customer_id, billable_metric_key AS metric, sum(units)::numeric AS u, sum(cost)::numeric AS c, sum(count)::numeric AS n
+	FROM usage_hourly WHERE tenant_id = $1 GROUP BY 1, 2
+)
+SELECT coalesce(ls.customer_id, us.customer_id)::text, coalesce(ls.metric, us.metric),
+	format('ledger units %s cost %s count %s, rollup units %s cost %s count %s', ls.u, ls.c, ls.n, us.u, us.c, us.n)
+FROM ls FULL JOIN us ON ls.customer_id = us.customer_id AND ls.metric = us.metric
+WHERE ls.u IS DISTINCT FROM us.u OR ls.c IS DISTINCT FROM us.c OR ls.n IS DISTINCT FROM us.n`
+
+// rollupDiffs lists the (customer, metric) pairs where usage_hourly and
+// the ledger disagree; nil without the table (a schema before 020).
+func rollupDiffs(ctx context.Context, dbURL, tenant string) ([]string, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('usage_hourly') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, rollupSQL, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	diffs := []string{}
+	for rows.Next() {
+		var c, m, d string
+		if err := rows.Scan(&c, &m, &d); err != nil {
+			return nil, err
+		}
+		diffs = append(diffs, fmt.Sprintf("customer %s metric %s: %s", c, m, d))
+	}
+	return diffs, rows.Err()
 }
 
 func firstSchema(steps []Replacement) int {
