@@ -181,6 +181,15 @@ cmd_start_node() {
 	log "creditd node $i ready on $addr"
 }
 
+# running PID: the process exists and is not a zombie. One read of its
+# state: an exited node is a zombie until its parent (init, or whatever
+# reaps orphans here) collects it, which may happen between two looks.
+running() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ -n $st && $st != Z ]]
+}
+
 # cmd_stop_node N: node N stopped with SIGTERM, waiting for it to exit:
 # longer than kill_pidfile's 15 s, since a node drains its persister and
 # the requests in flight (api/server.go bounds those at 30 s) first.
@@ -192,13 +201,10 @@ cmd_stop_node() {
 	log "stopping creditd node $i (pid $pid, SIGTERM)"
 	kill -TERM "$pid" 2>/dev/null || true
 	for ((n = 0; n < 600; n++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		[[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
+		running "$pid" || break
 		sleep 0.1
 	done
-	if kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]; then
-		die "creditd node $i (pid $pid) still runs 60 s after SIGTERM"
-	fi
+	running "$pid" && die "creditd node $i (pid $pid) still runs 60 s after SIGTERM"
 	rm -f "$(node_pid "$i")"
 	log "creditd node $i stopped"
 }
