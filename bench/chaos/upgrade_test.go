@@ -53,3 +53,36 @@ func TestLogCommit(t *testing.T) {
 		t.Fatalf("missing log: %q", got)
 	}
 }
+
+// TestResolveRelease: the default "from" is deploy/previous-release's
+// commit, found in this repository's history without its tag; "to"
+// defaults to the working tree at HEAD; any commit-ish resolves to its
+// full sha. A clone without that history (shallow) skips.
+func TestResolveRelease(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := git(ctx, root, "rev-parse", "HEAD"); err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	from, err := resolveRelease(ctx, root, "", true)
+	if err != nil {
+		t.Skipf("previous release not in this clone's history: %v", err)
+	}
+	if !shaRE.MatchString(from.Commit) || from.Name == "" {
+		t.Fatalf("from: %+v", from)
+	}
+	to, err := resolveRelease(ctx, root, "", false)
+	if err != nil || to.Name != "working tree" || !shaRE.MatchString(to.Commit) {
+		t.Fatalf("to: %+v, %v", to, err)
+	}
+	head, err := resolveRelease(ctx, root, "HEAD", false)
+	if err != nil || head.Commit != to.Commit {
+		t.Fatalf("HEAD: %+v, %v; want commit %s", head, err, to.Commit)
+	}
+	if _, err := resolveRelease(ctx, root, "no-such-ref-anywhere", false); err == nil {
+		t.Fatal("an unknown ref resolved")
+	}
+}
