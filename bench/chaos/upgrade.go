@@ -245,6 +245,9 @@ type UpgradeResult struct {
 	// No503RetryAfter counts the 503s (creditd's or HAProxy's) without a
 	// Retry-After header.
 	No503RetryAfter int `json:"503_without_retry_after"`
+	// Other5xx counts every 5xx but 503, money or check, creditd's or
+	// HAProxy's (Avail files the balancer's apart from creditd's).
+	Other5xx int `json:"5xx_other_than_503"`
 	// AckByKind counts the acknowledged operations by kind (grant,
 	// adjust, consume, reserve, commit).
 	AckByKind map[string]int64 `json:"acknowledged_by_kind"`
@@ -326,6 +329,9 @@ func runUpgrade(ctx context.Context, o Options) *UpgradeResult {
 	for _, x := range samples {
 		if x.Status == 503 && !x.RetryAfter {
 			u.No503RetryAfter++
+		}
+		if x.Status >= 500 && x.Status != 503 {
+			u.Other5xx++
 		}
 	}
 	u.AckByKind = map[string]int64{}
@@ -482,9 +488,9 @@ func verifyUpgrade(ctx context.Context, u *UpgradeResult, f *Fleet, lr *loadRun)
 		return
 	}
 	c := lr.l.counts
-	r.check("no 5xx but 503", c.Other5xx == 0 && c.Balancer5xx == 0 && u.Money.Other5xx == 0 && u.Checks.Other5xx == 0, true,
-		"money: %d creditd and %d HAProxy answers with a 5xx other than 503; checks: %d (a graceful replacement cuts no request, so HAProxy's 502/504 count too)",
-		c.Other5xx, c.Balancer5xx, u.Checks.Other5xx)
+	r.check("no 5xx but 503", u.Other5xx == 0 && c.Other5xx == 0 && c.Balancer5xx == 0, true,
+		"%d answers with a 5xx other than 503 (money: %d from creditd, %d from HAProxy; checks: %d from creditd); a graceful replacement cuts no request, so HAProxy's 502/504 count too",
+		u.Other5xx, c.Other5xx, c.Balancer5xx, u.Checks.Other5xx)
 	r.check("every 503 with Retry-After", u.No503RetryAfter == 0 && u.Money.Bad503 == 0 && u.Checks.Bad503 == 0, true,
 		"%d 503s without Retry-After over %d money attempts and %d checks; %d creditd 503s without a problem document (%d money 503s, %d check 503s in all)",
 		u.No503RetryAfter, u.Money.N, u.Checks.N, u.Money.Bad503+u.Checks.Bad503, c.Got503, u.Checks.Unavailable+u.Checks.Bad503)
@@ -612,8 +618,8 @@ func upgradeMarkdown(u *UpgradeResult) string {
 			}
 		}
 	}
-	w("\n## Answers over the whole run\n\n| | figures |\n|---|---|\n| money attempts | %s |\n| checks | %s |\n| 503s without Retry-After | %d |\n",
-		esc(u.Money.String()), esc(u.Checks.String()), u.No503RetryAfter)
+	w("\n## Answers over the whole run\n\n| | figures |\n|---|---|\n| money attempts | %s |\n| checks | %s |\n| 503s without Retry-After | %d |\n| 5xx other than 503 (creditd's or HAProxy's) | %d |\n",
+		esc(u.Money.String()), esc(u.Checks.String()), u.No503RetryAfter, u.Other5xx)
 	writeCounts(&b, r.Counts)
 	var kinds []string
 	for _, k := range sortedKeys(u.AckByKind) {
