@@ -50,12 +50,27 @@ BIN=${CREDITD_BIN:-bin/creditd}
 
 node_pid() { echo "$FLEET/creditd-$1.pid"; }
 
-# wait_ready URL SECONDS: URL answers 200 within SECONDS.
+# running PID: the process exists and is not a zombie. One read of its
+# state: an exited node is a zombie until its parent (init, or whatever
+# reaps orphans here) collects it, which may happen between two looks.
+running() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ -n $st && $st != Z ]]
+}
+
+# wait_ready URL SECONDS [PIDFILE]: URL answers 200 within SECONDS; with
+# PIDFILE, gives up at once when that process has exited (a binary that
+# refuses the schema, say, is not worth a minute's wait).
 wait_ready() {
-	local url=$1 secs=$2 i
+	local url=$1 secs=$2 pidfile=${3:-} i
 	for ((i = 0; i < secs * 10; i++)); do
 		# /readyz may take up to 2.1 s (each check is bounded at 2 s).
 		[[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$url" 2>/dev/null) == 200 ]] && return 0
+		if [[ -n $pidfile ]] && ! running "$(cat "$pidfile" 2>/dev/null)"; then
+			log "the process of $pidfile exited"
+			return 1
+		fi
 		sleep 0.1
 	done
 	return 1
@@ -176,18 +191,9 @@ cmd_start_node() {
 	local addr
 	addr=$(<"$FLEET/creditd-$i.addr")
 	launch_node "$i" "$addr" "$(<"$FLEET/redis/seeds")" "$(<"$FLEET/database-url")" "$token"
-	wait_ready "http://$addr/readyz" 60 ||
-		{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready after 60 s"; }
+	wait_ready "http://$addr/readyz" 60 "$(node_pid "$i")" ||
+		{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready (log: $FLEET/creditd-$i.log)"; }
 	log "creditd node $i ready on $addr"
-}
-
-# running PID: the process exists and is not a zombie. One read of its
-# state: an exited node is a zombie until its parent (init, or whatever
-# reaps orphans here) collects it, which may happen between two looks.
-running() {
-	local st
-	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ -n $st && $st != Z ]]
 }
 
 # cmd_stop_node N: node N stopped with SIGTERM, waiting for it to exit:
