@@ -359,6 +359,7 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 		tl.add("node %d: SIGTERM to its %s process (scripts/fleet.sh stop-node %d)", n, u.From.Name, n)
 		err := f.stopNode(ctx, n)
 		s.StopS = time.Since(s.Stopping).Seconds()
+		tried := err == nil // the new release was started on the node
 		if err == nil {
 			tl.add("node %d: exited %.1f s after SIGTERM; starting it on %s (scripts/fleet.sh start-node %d, CREDITD_BIN=%s)", n, s.StopS, u.To, n, u.To.Bin)
 			f.Bin = u.To.Bin
@@ -370,6 +371,17 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 			s.Commits = nodeCommits(f)
 			tl.add("node %d: ready on %s %.1f s after SIGTERM; schema version %d; node commits %s", n, u.To.Name, s.ReadyS, s.Schema, strings.Join(s.Commits, " "))
 			sleepCtx(ctx, o.Settle)
+		}
+		if err != nil && tried {
+			// Put the old release back on the node, as an operator would,
+			// so that the fleet is whole for the drain and the books'
+			// checks: they still say what the failed step did to the money.
+			f.Bin = u.From.Bin
+			if e := f.startNode(ctx, n); e == nil {
+				tl.add("node %d: the new release did not start; started again on %s", n, u.From.Name)
+			} else {
+				tl.add("node %d: neither release starts (%v)", n, e)
+			}
 		}
 		s.Readiness = poll.stop()
 		s.End = time.Now()
