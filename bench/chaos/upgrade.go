@@ -373,6 +373,9 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 			sleepCtx(ctx, o.Settle)
 		}
 		if err != nil && tried {
+			// The node's last words say why (a schema it refuses, say);
+			// read before the restart below appends to its log.
+			err = fmt.Errorf("%w; its log ends: %s", err, lastLine(filepath.Join(f.dir, fmt.Sprintf("creditd-%d.log", n))))
 			// Put the old release back on the node, as an operator would,
 			// so that the fleet is whole for the drain and the books'
 			// checks: they still say what the failed step did to the money.
@@ -394,6 +397,17 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 		}
 	}
 	return nil
+}
+
+// lastLine is the last non-empty line of a file, cut to 300 bytes.
+func lastLine(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 300 {
+		l = l[:300] + "..."
+	}
+	return l
 }
 
 // schemaVersion is the highest applied migration (-1 when unreadable).

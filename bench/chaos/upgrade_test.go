@@ -86,3 +86,17 @@ func TestResolveRelease(t *testing.T) {
 		t.Fatal("an unknown ref resolved")
 	}
 }
+
+// TestLastLine: a failed start reports the node's last log line.
+func TestLastLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(p, []byte("one\ncreditd: migrate: the database schema is newer than this creditd\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastLine(p); got != "creditd: migrate: the database schema is newer than this creditd" {
+		t.Fatalf("lastLine = %q", got)
+	}
+	if got := lastLine(filepath.Join(t.TempDir(), "missing")); got != "" {
+		t.Fatalf("missing file: %q", got)
+	}
+}
