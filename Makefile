@@ -7,10 +7,10 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: help build run test lint clean bench hostile fleet fleet-stop chaos
+.PHONY: help build run test lint clean bench hostile fleet fleet-stop chaos upgrade-test
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Version stamp of `creditd version` (cmd/creditd/version.go); override on
 # the command line, e.g. make build VERSION=v1.4.0 BUILD_DATE=$(date -u +%FT%TZ).
@@ -32,6 +32,9 @@ fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (
 
 chaos: build ## Fleet chaos (issues 11, 25): money load and checks through HAProxy; kill -9 nodes and Redis masters (readiness and per-shard availability gated), one master refusing writes, an outage of its own private Postgres; checks nothing lost or doubled; CHAOS_RUNS runs (default 3, ~2.5 min each); report in bench/results/chaos-*.md
 	$(GO) run ./bench/chaos -runs $${CHAOS_RUNS:-3} $(CHAOS_FLAGS)
+
+upgrade-test: ## Rolling upgrade under load (issue 25): a fleet on the previous release (deploy/previous-release, built from its commit) has its nodes replaced one at a time by this tree's build while money load runs; checks nothing lost or doubled, no 5xx but 503; ~2 min; report in bench/results/upgrade-*.md (UPGRADE_FLAGS=-from COMMIT -to COMMIT)
+	$(GO) run ./bench/chaos -upgrade $(UPGRADE_FLAGS)
 
 fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)
 	scripts/fleet.sh stop
