@@ -61,6 +61,10 @@ type Config struct {
 	Entitlements  *engine.Entitlements
 	Subscriptions *engine.Subscriptions
 	Directory     Directory
+	// Idempotency, when set, makes the create forms (plans, variants,
+	// plan grants) run once per form key (onceOnly), in the records the
+	// API's Idempotency-Key uses.
+	Idempotency engine.IdempotencyRecords
 	// SignOuts, when set, remembers the sessions signed out, so a copy of
 	// the cookie stops working on every node at once; without it a
 	// sign-out only drops the browser's cookie.

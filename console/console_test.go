@@ -308,27 +308,54 @@ func TestPlansForms(t *testing.T) {
 	b := signIn(t, f.s.URL, f.a.Sandbox)
 	base := fmt.Sprintf("/console/t/%s/sandbox/plans", f.a.ID)
 	b.get(base)
-	if r, _ := b.post(base, url.Values{"csrf": {b.csrf}, "name": {"Pro <x>"}, "is_default": {"on"}}); r.StatusCode != http.StatusSeeOther {
-		t.Fatalf("create plan: %d", r.StatusCode)
-	}
+	// Each create form carries its own key (issue 31 item 4): sent twice
+	// (a double click), it creates once and shows the first message.
 	_, body := b.get(base)
+	if !strings.Contains(body, `name="form_key"`) {
+		t.Fatalf("the create plan form has no form_key")
+	}
+	for range 2 {
+		if r, _ := b.post(base, url.Values{"csrf": {b.csrf}, "form_key": {"plan-form-key-0001"}, "name": {"Pro <x>"}, "is_default": {"on"}}); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("create plan: %d", r.StatusCode)
+		}
+	}
+	_, body = b.get(base)
 	planID := regexp.MustCompile(`/plans/([0-9a-f-]{36})/variants"`).FindStringSubmatch(body)
 	if planID == nil || !strings.Contains(body, "Pro &lt;x&gt;") || !strings.Contains(body, ">default<") {
 		t.Fatalf("plan not listed: %s", body)
 	}
-	if r, _ := b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"monthly"}, "billing_mode": {"prepaid"}, "trial_days": {"14"}}); r.StatusCode != http.StatusSeeOther {
-		t.Fatalf("create variant: %d", r.StatusCode)
+	if n := strings.Count(body, "<h2>Pro &lt;x&gt;"); n != 1 {
+		t.Errorf("a plan form sent twice made %d plans, want 1", n)
+	}
+	if r, _ := b.post(base, url.Values{"csrf": {b.csrf}, "name": {"No key"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create plan without a form key: %d", r.StatusCode)
+	}
+	if _, body = b.get(base); strings.Contains(body, "<h2>No key") || !strings.Contains(body, "flash-error") {
+		t.Errorf("a create form without its key was not refused as expired")
+	}
+	for range 2 {
+		if r, _ := b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "form_key": {"variant-form-key-01"}, "billing_cycle": {"monthly"}, "billing_mode": {"prepaid"}, "trial_days": {"14"}}); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("create variant: %d", r.StatusCode)
+		}
 	}
 	_, body = b.get(base)
 	variantID := regexp.MustCompile(`/variants/([0-9a-f-]{36})/grants"`).FindStringSubmatch(body)
 	if variantID == nil || !strings.Contains(body, "14-day trial") {
 		t.Fatalf("variant not listed")
 	}
-	if r, _ := b.post(base+"/"+planID[1]+"/variants/"+variantID[1]+"/grants", url.Values{"csrf": {b.csrf}, "credits": {"100"}, "grant_type": {"recurring"}, "grant_interval": {"billing_period"}}); r.StatusCode != http.StatusSeeOther {
-		t.Fatalf("create grant: %d", r.StatusCode)
+	if n := strings.Count(body, "14-day trial"); n != 1 {
+		t.Errorf("a variant form sent twice made %d variants, want 1", n)
+	}
+	for range 2 {
+		if r, _ := b.post(base+"/"+planID[1]+"/variants/"+variantID[1]+"/grants", url.Values{"csrf": {b.csrf}, "form_key": {"grant-form-key-0001"}, "credits": {"100"}, "grant_type": {"recurring"}, "grant_interval": {"billing_period"}}); r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("create grant: %d", r.StatusCode)
+		}
 	}
 	if _, body = b.get(base); !strings.Contains(body, "100.000") || !strings.Contains(body, "Grant of 100.000 credits added.") {
 		t.Errorf("grant not listed")
+	}
+	if n := strings.Count(body, `<td class="num">100.000</td>`); n != 1 {
+		t.Errorf("a grant form sent twice made %d grants, want 1", n)
 	}
 	if r, _ := b.post(base+"/"+planID[1], url.Values{"csrf": {b.csrf}, "name": {"Pro 2"}, "status": {"retired"}}); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("update plan: %d", r.StatusCode)
@@ -343,7 +370,7 @@ func TestPlansForms(t *testing.T) {
 		t.Errorf("variant edit not shown")
 	}
 	// A bad cycle comes back as a message, not a 500.
-	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
+	b.post(base+"/"+planID[1]+"/variants", url.Values{"csrf": {b.csrf}, "form_key": {"variant-form-key-02"}, "billing_cycle": {"hourly"}, "billing_mode": {"prepaid"}})
 	if _, body = b.get(base); !strings.Contains(body, "flash-error") {
 		t.Errorf("a bad cycle showed no error")
 	}

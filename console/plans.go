@@ -42,12 +42,10 @@ func (c *Console) createPlan(w http.ResponseWriter, r *http.Request) {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}
-	plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, cmd)
-	if err != nil {
-		c.backErr(w, r, plansURL(p), err)
-		return
-	}
-	c.back(w, r, plansURL(p), flash{Message: "Plan " + plan.Name + " created."})
+	c.onceOnly(w, r, plansURL(p), "plan", func() (string, error) {
+		plan, err := c.cfg.Plans.CreatePlan(r.Context(), p.scope, cmd)
+		return "Plan " + plan.Name + " created.", err
+	})
 }
 
 // createVariant adds a variant (cycle, billing mode, trial) to a plan.
@@ -73,11 +71,10 @@ func (c *Console) createVariant(w http.ResponseWriter, r *http.Request) {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}
-	if _, err := c.cfg.Plans.CreateVariant(r.Context(), p.scope, planID, cmd); err != nil {
-		c.backErr(w, r, plansURL(p), err)
-		return
-	}
-	c.back(w, r, plansURL(p), flash{Message: "Variant created."})
+	c.onceOnly(w, r, plansURL(p), "variant", func() (string, error) {
+		_, err := c.cfg.Plans.CreateVariant(r.Context(), p.scope, planID, cmd)
+		return "Variant created.", err
+	})
 }
 
 // createGrant adds a credit grant to a variant.
@@ -101,11 +98,10 @@ func (c *Console) createGrant(w http.ResponseWriter, r *http.Request) {
 		c.backErr(w, r, plansURL(p), err)
 		return
 	}
-	if _, err := c.cfg.Plans.CreateGrant(r.Context(), p.scope, planID, variantID, cmd); err != nil {
-		c.backErr(w, r, plansURL(p), err)
-		return
-	}
-	c.back(w, r, plansURL(p), flash{Message: "Grant of " + formatCredits(amount) + " credits added."})
+	c.onceOnly(w, r, plansURL(p), "plan-grant", func() (string, error) {
+		_, err := c.cfg.Plans.CreateGrant(r.Context(), p.scope, planID, variantID, cmd)
+		return "Grant of " + formatCredits(amount) + " credits added.", err
+	})
 }
 
 // updatePlan renames a plan, retires or reactivates it, or makes it the

@@ -41,7 +41,9 @@ var funcs = template.FuncMap{
 	},
 	"metadata": formatMetadata,
 	"inc":      func(i int) int { return i + 1 },
-	"here":     strings.HasPrefix,
+	// formKey is a fresh key per rendered create form (onceOnly).
+	"formKey": randomToken,
+	"here":    strings.HasPrefix,
 	"webhookForm": func(t engine.Tenant, csrf, back string) webhookForm {
 		return webhookForm{Tenant: t, CSRF: csrf, Back: back}
 	},

@@ -266,8 +266,12 @@ test('tenant creates a plan with a variant and a grant', async () => {
   await signIn(page, env('TENANT_KEY'));
   await page.getByRole('link', { name: 'Plans' }).click();
   await page.getByLabel('Name').fill('Pro');
-  await page.getByRole('button', { name: 'Create plan' }).click();
+  // A double click sends the form twice; its form key creates one plan
+  // (issue 31 item 4).
+  await page.getByRole('button', { name: 'Create plan' }).dblclick();
   await page.getByText('Plan Pro created.').waitFor();
+  await page.reload();
+  assert.equal(await page.locator('section.card h2').filter({ hasText: /^Pro\b/ }).count(), 1, 'a double-clicked plan form made one plan');
   await page.getByText('Add a variant').click();
   await page.getByLabel('Trial days').fill('14');
   await page.getByRole('button', { name: 'Add variant' }).click();
