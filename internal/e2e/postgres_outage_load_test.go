@@ -212,8 +212,9 @@ func TestPostgresOutageUnderMoneyLoad(t *testing.T) {
 
 	time.Sleep(time.Second)
 	setUp := time.Since(began)
-	pg.Stop()
+	// Calls in flight while the postmaster goes down count as the outage's.
 	phase.Store("outage")
+	pg.Stop()
 	start := time.Now()
 	// What needs Postgres answers 503 with Retry-After, never a 500 nor a
 	// wait past the client's patience.
