@@ -183,7 +183,7 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 }
 
 // recordDown is err, a look-up that found Postgres unreachable, as the 503
-// it answers (ErrRecordUnavailable), its cause kept for the log.
+// it answers (ErrRecordUnavailable), its cause kept in the error's text.
 func recordDown(err error) error { return fmt.Errorf("%w: %w", ErrRecordUnavailable, err) }
 
 // lookUp asks next for the key hashed to sum and caches the answer: its
