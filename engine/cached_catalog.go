@@ -78,6 +78,9 @@ type CachedCatalog struct {
 	metrics *swrCache[catalogKey, cachedMetric]
 	rules   *swrCache[catalogKey, cachedRule]
 	stamps  *Stamps
+	// down tells a failed read of an unreachable Postgres from an answer
+	// (nil: SourceDown's default).
+	down SourceDown
 }
 
 var (
@@ -98,6 +101,14 @@ func (c *CachedCatalog) WithStamps(st *Stamps) *CachedCatalog {
 	return c
 }
 
+// WithSourceDown makes c tell an unreachable source by down (internal/app:
+// persist.Unavailable): a metric or rule whose read fails so is served
+// from its last good copy, within lastGoodLimit.
+func (c *CachedCatalog) WithSourceDown(down SourceDown) *CachedCatalog {
+	c.down = down
+	return c
+}
+
 // Metric is the cached look-up of a metric.
 func (c *CachedCatalog) Metric(ctx context.Context, s Scope, key string) (BillableMetric, bool, error) {
 	k := catalogKey{s.TenantID, s.Environment, key}
@@ -106,15 +117,18 @@ func (c *CachedCatalog) Metric(ctx context.Context, s Scope, key string) (Billab
 	case cacheFresh:
 		return e.m, e.found, nil
 	case cacheRefresh:
-		c.metrics.refreshInBackground(k, func(ctx context.Context) error {
+		c.metrics.refreshInBackground(k, c.down, func(ctx context.Context) error {
 			_, err := c.loadMetric(ctx, s, k)
 			return err
 		})
 		return e.m, e.found, nil
 	}
 	fresh, err := c.loadMetric(ctx, s, k)
-	if err != nil && st == cacheChanged {
-		return e.m, e.found, nil // Postgres unreachable: the last copy, within its TTLs
+	if st != cacheMiss && c.down.says(err) {
+		if st == cacheExpired {
+			c.metrics.markDown(k, time.Now())
+		}
+		return e.m, e.found, nil // Postgres unreachable: the last good copy (invariant 16)
 	}
 	return fresh.m, fresh.found, err
 }
@@ -138,15 +152,18 @@ func (c *CachedCatalog) Rule(ctx context.Context, s Scope, key string) (Metering
 	case cacheFresh:
 		return e.r, e.found, nil
 	case cacheRefresh:
-		c.rules.refreshInBackground(k, func(ctx context.Context) error {
+		c.rules.refreshInBackground(k, c.down, func(ctx context.Context) error {
 			_, err := c.loadRule(ctx, s, k)
 			return err
 		})
 		return e.r, e.found, nil
 	}
 	fresh, err := c.loadRule(ctx, s, k)
-	if err != nil && st == cacheChanged {
-		return e.r, e.found, nil // Postgres unreachable: the last copy, within its TTLs
+	if st != cacheMiss && c.down.says(err) {
+		if st == cacheExpired {
+			c.rules.markDown(k, time.Now())
+		}
+		return e.r, e.found, nil // Postgres unreachable: the last good copy (invariant 16)
 	}
 	return fresh.r, fresh.found, err
 }

@@ -46,6 +46,9 @@ type CachedCustomers struct {
 	cache  *swrCache[resolveKey, Customer]
 	ttl    time.Duration // customerCacheTTL; tests shorten it
 	stamps *Stamps
+	// down tells a failed read of an unreachable Postgres from an answer
+	// (nil: SourceDown's default).
+	down SourceDown
 }
 
 var _ CustomerLookup = (*CachedCustomers)(nil)
@@ -61,6 +64,14 @@ func NewCachedCustomers(next CustomerLookup) *CachedCustomers {
 // default) is a node alone.
 func (s *CachedCustomers) WithStamps(st *Stamps) *CachedCustomers {
 	s.stamps = st
+	return s
+}
+
+// WithSourceDown makes s tell an unreachable source by down (internal/app:
+// persist.Unavailable): a customer whose read fails so is served from its
+// last good copy, within lastGoodLimit; one never cached needs Postgres.
+func (s *CachedCustomers) WithSourceDown(down SourceDown) *CachedCustomers {
+	s.down = down
 	return s
 }
 
@@ -81,8 +92,11 @@ func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref Customer
 	last := c
 	c, err := s.next.Resolve(ctx, scope, ref, create)
 	if err != nil {
-		if st == cacheChanged && !isNotFound(err) {
-			return last, nil // Postgres unreachable: the last copy, within its TTLs
+		if st != cacheMiss && s.down.says(err) {
+			if st == cacheExpired {
+				s.cache.markDown(k, time.Now())
+			}
+			return last, nil // Postgres unreachable: the last good copy (invariant 16)
 		}
 		return Customer{}, err
 	}
@@ -109,8 +123,11 @@ func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (C
 	last := c
 	c, err := s.next.CustomerByKey(ctx, key)
 	if err != nil {
-		if st == cacheChanged && !isNotFound(err) {
-			return last, nil // Postgres unreachable: the last copy, within its TTLs
+		if st != cacheMiss && s.down.says(err) {
+			if st == cacheExpired {
+				s.cache.markDown(k, time.Now())
+			}
+			return last, nil // Postgres unreachable: the last good copy (invariant 16)
 		}
 		return Customer{}, err
 	}
@@ -129,7 +146,7 @@ func (s *CachedCustomers) refreshByKey(k resolveKey, key CustomerKey) {
 	case errors.Is(err, ErrNotFound):
 		s.cache.delete(k)
 	case err != nil:
-		s.cache.refreshFailed(k)
+		s.cache.refreshFailed(k, s.down.says(err))
 	default:
 		s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
 	}
@@ -151,7 +168,7 @@ func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 		if ne, isErr := AsError(err); isErr && ne.Kind == KindNotFound {
 			s.cache.delete(k)
 		} else {
-			s.cache.refreshFailed(k)
+			s.cache.refreshFailed(k, s.down.says(err))
 		}
 		return
 	}

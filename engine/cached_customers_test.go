@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -116,6 +117,85 @@ func TestCachedCustomers(t *testing.T) {
 			}
 			if dir.reads != tc.wantReads {
 				t.Errorf("%d directory reads, want %d", dir.reads, tc.wantReads)
+			}
+		})
+	}
+}
+
+// downCustomers is a CustomerLookup of one customer that fails as an
+// unreachable Postgres while down.
+type downCustomers struct {
+	c     Customer
+	down  bool
+	reads int
+}
+
+func (d *downCustomers) Resolve(context.Context, Scope, CustomerRef, bool) (Customer, error) {
+	d.reads++
+	if d.down {
+		return Customer{}, errPostgresDown
+	}
+	return d.c, nil
+}
+
+func (d *downCustomers) CustomerByKey(ctx context.Context, _ CustomerKey) (Customer, error) {
+	return d.Resolve(ctx, Scope{}, CustomerRef{}, false)
+}
+
+// TestCachedCustomersPostgresDown (issue 26 item 3, invariant 16): a
+// cached customer whose read finds Postgres down is served from its last
+// good copy, by reference and by key, within lastGoodLimit of its expiry
+// and with one read of the source per lastGoodRetry; past that limit, or
+// never cached, it is the error (a 503).
+func TestCachedCustomersPostgresDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	scope := Scope{TenantID: uuid.New(), Environment: EnvironmentLive}
+	c := Customer{ID: uuid.New(), TenantID: scope.TenantID, Environment: scope.Environment}
+	ref := CustomerRef{Value: "dora"}
+	for _, tc := range []struct {
+		name    string
+		age     time.Duration // how long ago the cached entries expired
+		cached  bool
+		wantErr bool
+		// wantReads is what the second round of reads costs the source.
+		wantReads int
+	}{
+		{"past the stale limit", 2 * customerStaleLimit, true, false, 0},
+		{"just within the last-good limit", lastGoodLimit - time.Minute, true, false, 0},
+		{"past the last-good limit", lastGoodLimit + time.Minute, true, true, 2},
+		{"never cached", 0, false, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			next := &downCustomers{c: c}
+			s := NewCachedCustomers(next).WithSourceDown(func(err error) bool { return errors.Is(err, errPostgresDown) })
+			if tc.cached {
+				if _, err := s.Resolve(ctx, scope, ref, false); err != nil {
+					t.Fatal(err)
+				}
+				s.cache.m.Range(func(_, x any) bool {
+					x.(*swrEntry[Customer]).expires = time.Now().Add(-tc.age).UnixNano()
+					return true
+				})
+			}
+			next.down = true
+			for round := range 2 {
+				next.reads = 0
+				got, err := s.Resolve(ctx, scope, ref, false)
+				byKey, kerr := s.CustomerByKey(ctx, CustomerKeyOf(c))
+				if tc.wantErr {
+					if err == nil || kerr == nil {
+						t.Errorf("round %d: %v, %v; want the source's error", round, err, kerr)
+					}
+					continue
+				}
+				if err != nil || kerr != nil || got.ID != c.ID || byKey.ID != c.ID {
+					t.Errorf("round %d: %v %v, %v %v; want the last good copy", round, got.ID, err, byKey.ID, kerr)
+				}
+			}
+			if next.reads != tc.wantReads {
+				t.Errorf("the second round read the source %d times, want %d", next.reads, tc.wantReads)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -87,7 +88,10 @@ type CachedKeys struct {
 	// cache maps a key's sha256 to what it authenticates (lock-free reads).
 	cache  *swrCache[[32]byte, authEntry]
 	stamps *Stamps
-	mu     sync.Mutex
+	// down tells a failed look-up of an unreachable Postgres from an
+	// answer (nil: SourceDown's default).
+	down SourceDown
+	mu   sync.Mutex
 	// unknown holds hashes of keys next did not know.
 	unknown map[[32]byte]unknownKey
 }
@@ -109,6 +113,14 @@ func (s *CachedKeys) WithStamps(st *Stamps) *CachedKeys {
 	return s
 }
 
+// WithSourceDown makes s tell an unreachable source by down (internal/app:
+// persist.Unavailable): a key whose look-up fails so is served from its
+// last good copy, within lastGoodLimit, unless its tenant's stamp moved.
+func (s *CachedKeys) WithSourceDown(down SourceDown) *CachedKeys {
+	s.down = down
+	return s
+}
+
 // KeyScope is the cached scope and tenant of the key hashed to sum. It
 // reads the change stamps of the key's tenant first (of the fleet's keys
 // for a key not cached), so what it answers, and what every cache holds for
@@ -122,10 +134,13 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 		_ = s.stamps.Refresh(ctx, tenant) // on failure the TTLs govern
 		if e.stamp != s.stamps.Seen(tenant, maskTenant) {
 			scope, t, err := s.lookUp(ctx, sum, tenant)
-			if err != nil && !errors.Is(err, ErrNotFound) {
-				// Postgres unreachable: the last copy, within its TTLs
-				// (invariant 16), as before the stamps.
-				return e.scope, e.tenant, nil
+			if s.down.says(err) {
+				// The stamp moved: the tenant's keys or settings changed
+				// somewhere, perhaps this key was revoked. A revoked key
+				// must stop working on every node at once, so it is not
+				// served from the last copy: 503 until Postgres answers
+				// (docs/decisions.md "The last good copy").
+				return Scope{}, Tenant{}, recordDown(err)
 			}
 			return scope, t, err
 		}
@@ -135,7 +150,7 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 		return e.scope, e.tenant, nil
 	case cacheRefresh:
 		tenant := e.scope.TenantID
-		s.cache.refreshInBackground(sum, func(ctx context.Context) error {
+		s.cache.refreshInBackground(sum, s.down, func(ctx context.Context) error {
 			_, _, err := s.lookUp(ctx, sum, tenant)
 			if errors.Is(err, ErrNotFound) {
 				return nil // lookUp dropped the entry
@@ -143,6 +158,15 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 			return err
 		})
 		return e.scope, e.tenant, nil
+	case cacheExpired:
+		scope, t, err := s.lookUp(ctx, sum, e.scope.TenantID)
+		if s.down.says(err) {
+			// Postgres unreachable, no change stamped since the key was
+			// read: the last good copy (invariant 16, lastGoodLimit).
+			s.cache.markDown(sum, time.Now())
+			return e.scope, e.tenant, nil
+		}
+		return scope, t, err
 	}
 	_ = s.stamps.Refresh(ctx, uuid.Nil)
 	s.mu.Lock()
@@ -151,8 +175,16 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 	if seen && now.Before(u.until) && u.keys == s.stamps.Seen(uuid.Nil, maskTenant) {
 		return Scope{}, Tenant{}, ErrNotFound
 	}
-	return s.lookUp(ctx, sum, uuid.Nil)
+	scope, t, err := s.lookUp(ctx, sum, uuid.Nil)
+	if s.down.says(err) {
+		return Scope{}, Tenant{}, recordDown(err)
+	}
+	return scope, t, err
 }
+
+// recordDown is err, a look-up that found Postgres unreachable, as the 503
+// it answers (ErrRecordUnavailable), its cause kept in the error's text.
+func recordDown(err error) error { return fmt.Errorf("%w: %w", ErrRecordUnavailable, err) }
 
 // lookUp asks next for the key hashed to sum and caches the answer: its
 // scope and tenant, or (unknown key) the refusal. tenant is the key's

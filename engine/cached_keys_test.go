@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 )
 
 // keyDirectory is a Directory of one tenant's keys that counts the key
@@ -95,6 +96,94 @@ func TestCachedKeys(t *testing.T) {
 			}
 			if dir.lookups != tc.wantLookups {
 				t.Errorf("%d look-ups, want %d", dir.lookups, tc.wantLookups)
+			}
+		})
+	}
+}
+
+// downKeys is a KeyLookup that fails as an unreachable Postgres while down.
+type downKeys struct {
+	next    KeyLookup
+	down    bool
+	lookups int
+}
+
+var errPostgresDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+
+func (d *downKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant, error) {
+	d.lookups++
+	if d.down {
+		return Scope{}, Tenant{}, errPostgresDown
+	}
+	return d.next.KeyScope(ctx, sum)
+}
+
+// TestCachedKeysPostgresDown (issue 26 item 3, invariant 16): a cached key
+// whose look-up finds Postgres down is served from its last good copy,
+// Postgres asked again at most once per lastGoodRetry, and not past
+// lastGoodLimit; but a key whose tenant's stamp moved (a revoke or a
+// settings change somewhere) is never served from memory: 503
+// (ErrRecordUnavailable) until Postgres answers.
+func TestCachedKeysPostgresDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tenant := Tenant{ID: uuid.New(), Name: "acme"}
+	sum := sha256.Sum256([]byte("ck_live_" + "01234567890123456789012345678901"))
+	key := APIKey{ID: uuid.New(), TenantID: tenant.ID, Environment: EnvironmentLive}
+	for _, tc := range []struct {
+		name string
+		// age is how long ago the cached entry expired.
+		age        time.Duration
+		stampMoved bool
+		wantErr    error
+		// wantLookups is the second answer's look-ups when the first was
+		// served, else both answers'.
+		wantLookups int
+	}{
+		{"past its stale limit", time.Minute, false, nil, 0},
+		{"just within the last-good limit", lastGoodLimit - time.Minute, false, nil, 0},
+		{"past the last-good limit", lastGoodLimit + time.Second, false, ErrRecordUnavailable, 2},
+		{"its tenant's stamp moved", 0, true, ErrRecordUnavailable, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := &keyDirectory{tenant: tenant, keys: map[[32]byte]APIKey{sum: key}}
+			store := &memStamps{m: map[uuid.UUID]TenantStamps{}}
+			next := &downKeys{next: NewKeyLookup(dir)}
+			keys := NewCachedKeys(next).WithStamps(NewStamps(store, zerolog.Nop())).
+				WithSourceDown(func(err error) bool { return errors.Is(err, errPostgresDown) })
+			if _, _, err := keys.KeyScope(ctx, sum); err != nil {
+				t.Fatal(err)
+			}
+			if tc.age > 0 {
+				x, _ := keys.cache.m.Load(sum)
+				x.(*swrEntry[authEntry]).expires = time.Now().Add(-tc.age).UnixNano()
+			}
+			if tc.stampMoved {
+				_, _ = store.StampBump(ctx, tenant.ID, StampTenant)
+			}
+			next.down, next.lookups = true, 0
+			for i := range 2 {
+				scope, got, err := keys.KeyScope(ctx, sum)
+				if tc.wantErr != nil {
+					if !errors.Is(err, tc.wantErr) {
+						t.Errorf("answer %d: %v, want %v", i, err, tc.wantErr)
+					}
+					if e, ok := AsError(err); !ok || e.Kind != KindUnavailable {
+						t.Errorf("answer %d: %v is no unavailable (503)", i, err)
+					}
+					continue
+				}
+				if err != nil || got.Name != "acme" || scope.KeyID != key.ID {
+					t.Errorf("answer %d: %+v %q %v, want the last good copy", i, scope, got.Name, err)
+				}
+				if i == 0 && next.lookups != 1 {
+					t.Errorf("the first answer past the stale limit made %d look-ups, want 1", next.lookups)
+				}
+				next.lookups = 0
+			}
+			if next.lookups != tc.wantLookups {
+				t.Errorf("the second answer made %d look-ups, want %d", next.lookups, tc.wantLookups)
 			}
 		})
 	}

@@ -77,6 +77,9 @@ type CachedPlanStore struct {
 	PlanStore
 	read   storePlanLookup
 	stamps *Stamps
+	// down tells a failed read of an unreachable Postgres from an answer
+	// (nil: SourceDown's default).
+	down SourceDown
 
 	mu       sync.Mutex
 	variants map[variantKey]cachedVariant
@@ -92,6 +95,14 @@ var (
 func NewCachedPlanStore(store PlanStore) *CachedPlanStore {
 	return &CachedPlanStore{PlanStore: store, read: storePlanLookup{store},
 		variants: map[variantKey]cachedVariant{}, names: map[uuid.UUID]cachedName{}}
+}
+
+// WithSourceDown makes c tell an unreachable source by down (internal/app:
+// persist.Unavailable): a variant or plan name whose read fails so is
+// served from its last good copy, within lastGoodLimit of its expiry.
+func (c *CachedPlanStore) WithSourceDown(down SourceDown) *CachedPlanStore {
+	c.down = down
+	return c
 }
 
 // WithStamps makes c check its entries against the fleet's plan stamps
@@ -113,6 +124,9 @@ func (c *CachedPlanStore) VariantDetail(ctx context.Context, s Scope, id uuid.UU
 		return e.v, nil
 	}
 	d, err := c.read.VariantDetail(ctx, s, id)
+	if hit && now.Before(e.expires.Add(lastGoodLimit)) && c.down.says(err) {
+		return e.v, nil // Postgres unreachable: the last good copy (invariant 16)
+	}
 	if err != nil {
 		return VariantDetail{}, err
 	}
@@ -136,6 +150,9 @@ func (c *CachedPlanStore) PlanName(ctx context.Context, s Scope, id uuid.UUID) (
 		return n.name, nil
 	}
 	name, err := c.read.PlanName(ctx, s, id)
+	if hit && now.Before(n.expires.Add(lastGoodLimit)) && c.down.says(err) {
+		return n.name, nil // Postgres unreachable: the last good copy (invariant 16)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -35,6 +35,9 @@ type CachedPlanView struct {
 	clock  Clock
 	cache  *swrCache[uuid.UUID, *SubscriptionFacts]
 	stamps *Stamps
+	// down tells a failed read of an unreachable Postgres from an answer
+	// (nil: SourceDown's default).
+	down SourceDown
 }
 
 var _ PlanView = (*CachedPlanView)(nil)
@@ -42,6 +45,14 @@ var _ PlanView = (*CachedPlanView)(nil)
 // NewCachedPlanView caches next.
 func NewCachedPlanView(next PlanView, clock Clock) *CachedPlanView {
 	return &CachedPlanView{next: next, clock: clock, cache: newSWRCache[uuid.UUID, *SubscriptionFacts](maxCachedFacts)}
+}
+
+// WithSourceDown makes p tell an unreachable source by down (internal/app:
+// persist.Unavailable): facts whose read fails so are served from their
+// last good copy, within lastGoodLimit and never past an override's expiry.
+func (p *CachedPlanView) WithSourceDown(down SourceDown) *CachedPlanView {
+	p.down = down
+	return p
 }
 
 // WithStamps makes p check its entries against the fleet's plan and
@@ -56,22 +67,30 @@ func (p *CachedPlanView) WithStamps(st *Stamps) *CachedPlanView {
 // none.
 func (p *CachedPlanView) ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
 	f, st := p.cache.get(c.ID, time.Now(), planFactsStaleLimit, p.stamps.Seen(c.TenantID, maskPlanFacts))
+	if st != cacheMiss && f != nil && !f.expiresAt.IsZero() && !p.clock.Now().Before(f.expiresAt) {
+		// An override in these facts has expired: they are never served
+		// again, not even as the last good copy; read through.
+		if st == cacheRefresh {
+			p.cache.refreshFailed(c.ID, false)
+		}
+		st = cacheMiss
+	}
 	switch st {
 	case cacheFresh:
 		return f, nil
 	case cacheRefresh:
-		if f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt) {
-			p.cache.refreshInBackground(c.ID, func(ctx context.Context) error {
-				_, err := p.refresh(ctx, c)
-				return err
-			})
-			return f, nil
-		}
-		// An override in these facts has expired: read through.
+		p.cache.refreshInBackground(c.ID, p.down, func(ctx context.Context) error {
+			_, err := p.refresh(ctx, c)
+			return err
+		})
+		return f, nil
 	}
 	fresh, err := p.refresh(ctx, c)
-	if err != nil && st == cacheChanged && (f == nil || f.expiresAt.IsZero() || p.clock.Now().Before(f.expiresAt)) {
-		return f, nil // Postgres unreachable: the last copy, within its TTLs
+	if st != cacheMiss && p.down.says(err) {
+		if st == cacheExpired {
+			p.cache.markDown(c.ID, time.Now())
+		}
+		return f, nil // Postgres unreachable: the last good copy (invariant 16)
 	}
 	return fresh, err
 }

@@ -25,10 +25,14 @@ const (
 // through the BlockStore (atomic Lua); reads of history come from Postgres.
 type Credits struct {
 	customers *Customers
-	blocks    BlockStore
-	ledger    LedgerReader
-	clock     Clock
-	loads     singleLoad
+	// lookup resolves the customer of a grant, an adjust and a balance
+	// read: the hot path's cache (WithLookup), so they keep answering from
+	// Redis while Postgres is down (invariant 16); customers when nil.
+	lookup CustomerResolver
+	blocks BlockStore
+	ledger LedgerReader
+	clock  Clock
+	loads  singleLoad
 	// behind gives the reads Postgres answers read-your-writes (nil: none).
 	behind *WrittenBehind
 	// reloads counts state loads from Postgres (after a NOSTATE reply or
@@ -40,6 +44,25 @@ type Credits struct {
 // ledger reads wait for the writes acknowledged before them.
 func NewCredits(customers *Customers, blocks BlockStore, ledger LedgerReader, clock Clock, behind *WrittenBehind) *Credits {
 	return &Credits{customers: customers, blocks: blocks, ledger: ledger, clock: clock, behind: behind}
+}
+
+// WithLookup makes grants, adjusts and balance reads resolve their
+// customer through l (internal/app: the CachedCustomers the checks and
+// consumes use) instead of the directory, so that a customer whose state
+// is in Redis keeps them answering while Postgres is down (issue 26 item
+// 3). l must see this service's customer writes (their forgetting
+// directory) at once.
+func (s *Credits) WithLookup(l CustomerResolver) *Credits {
+	s.lookup = l
+	return s
+}
+
+// resolver is what grants, adjusts and balance reads resolve through.
+func (s *Credits) resolver() CustomerResolver {
+	if s.lookup != nil {
+		return s.lookup
+	}
+	return s.customers
 }
 
 // WrittenBehind is the read-your-writes wait the services built on Credits
@@ -76,7 +99,7 @@ const minInt64 = -1 << 63
 
 // Account reads a customer's balance snapshot; it never creates a customer.
 func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, includeBlocks bool) (Account, error) {
-	c, err := s.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.resolver().Resolve(ctx, scope, ref, false)
 	if err != nil {
 		return Account{}, err
 	}

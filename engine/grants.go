@@ -79,7 +79,7 @@ func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem 
 		t := now.Add(time.Duration(in.DurationSeconds) * time.Second)
 		expires = &t
 	}
-	c, err := s.customers.Resolve(ctx, scope, ref, true)
+	c, err := s.resolver().Resolve(ctx, scope, ref, true)
 	if err != nil {
 		return GrantResult{}, err
 	}
@@ -154,7 +154,7 @@ func (s *Credits) Adjust(ctx context.Context, scope Scope, ref CustomerRef, idem
 // naming another tenant's (or environment's) customer is a 400 like grant's,
 // while an id naming nobody stays a 404.
 func (s *Credits) adjustCustomer(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
-	c, err := s.customers.Resolve(ctx, scope, ref, false)
+	c, err := s.resolver().Resolve(ctx, scope, ref, false)
 	if e, ok := AsError(err); !ok || e.Kind != KindNotFound || ref.Strict {
 		return c, err
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,12 @@ import (
 // keeps the change stamp (Stamps.Seen) it was read under; a get under
 // another stamp misses, so a change made on another node is read through by
 // the next request here (issue 25).
+//
+// An entry is kept lastGoodLimit past its expiry as the last good copy
+// (issue 26 item 3, invariant 16): while a read of the source fails because
+// Postgres is unreachable (SourceDown), the caller serves that copy instead
+// of failing, and tries the source again at most once per lastGoodRetry. A
+// failed read never evicts.
 type swrCache[K comparable, V any] struct {
 	m   sync.Map // K -> *swrEntry[V]
 	n   atomic.Int64
@@ -28,21 +35,46 @@ type swrEntry[V any] struct {
 	expires    int64  // unix nanoseconds
 	stamp      uint64 // Stamps.Seen when v was read
 	refreshing atomic.Bool
+	// retryAt (unix nanoseconds) is set when a read of the source failed
+	// because it was down: until then the last good copy is served without
+	// asking it again. 0: no such failure since v was read.
+	retryAt atomic.Int64
 }
 
 // cacheState is what get found.
 type cacheState uint8
 
 const (
-	cacheMiss    cacheState = iota // absent or too stale: read through
+	cacheMiss    cacheState = iota // absent or older than the last-good limit: read through
 	cacheFresh                     // serve
 	cacheRefresh                   // serve, and the caller refreshes it in the background
 	// cacheChanged: present, but read under another change stamp (a write
 	// on some node changed it): read through, and serve the value returned
-	// only if that read fails on something else than the row's absence
-	// (Postgres unreachable: invariant 16), as the TTLs allowed before.
+	// only if that read fails because the source is down (invariant 16).
 	cacheChanged
+	// cacheExpired: past the stale limit but within lastGoodLimit of its
+	// expiry, and no read has found the source down since: read through,
+	// and serve the value returned only if that read fails because the
+	// source is down (then markDown).
+	cacheExpired
 )
+
+const (
+	// lastGoodLimit bounds how long past its expiry a cache entry is served
+	// as the last good copy while Postgres cannot be read (issue 26 item 3;
+	// docs/limits.md, docs/decisions.md "The last good copy"): long enough
+	// to ride out a restart or a failover of Postgres, short enough that a
+	// change nobody could tell this node about (its stamps unreadable too)
+	// does not linger.
+	lastGoodLimit = 15 * time.Minute
+	// lastGoodRetry spaces the reads of a key's source while it is down,
+	// so a hot key costs Postgres one connection attempt a second, not one
+	// per request.
+	lastGoodRetry = time.Second
+)
+
+// LastGoodLimit is lastGoodLimit, for the tests and docs outside engine.
+const LastGoodLimit = lastGoodLimit
 
 func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
 	return &swrCache[K, V]{max: max}
@@ -58,13 +90,18 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp
 	}
 	e := x.(*swrEntry[V])
 	n := now.UnixNano()
+	retryAt := e.retryAt.Load()
 	switch {
-	case n >= e.expires+int64(staleLimit):
+	case n >= e.expires+int64(lastGoodLimit):
 		return zero, cacheMiss
 	case e.stamp != stamp:
 		return e.v, cacheChanged
 	case n < e.expires:
 		return e.v, cacheFresh
+	case retryAt == 0 && n >= e.expires+int64(staleLimit):
+		return e.v, cacheExpired
+	case retryAt != 0 && n < retryAt:
+		return e.v, cacheFresh // the source is down: the last good copy
 	case e.refreshing.CompareAndSwap(false, true):
 		return e.v, cacheRefresh
 	}
@@ -90,10 +127,27 @@ func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen, stamp uint64) {
 	}
 }
 
-// refreshFailed lets the next caller try the refresh again.
-func (c *swrCache[K, V]) refreshFailed(k K) {
+// refreshFailed lets the next caller try the refresh again: at once, or,
+// when the source was down (down), not before lastGoodRetry has passed,
+// the entry meanwhile served as the last good copy.
+func (c *swrCache[K, V]) refreshFailed(k K, down bool) {
+	if down {
+		c.markDown(k, time.Now())
+		return
+	}
 	if x, ok := c.m.Load(k); ok {
 		x.(*swrEntry[V]).refreshing.Store(false)
+	}
+}
+
+// markDown notes that a read of k's source found it down at now: the entry
+// is served as the last good copy (within lastGoodLimit), the source asked
+// again in the background at most once per lastGoodRetry.
+func (c *swrCache[K, V]) markDown(k K, now time.Time) {
+	if x, ok := c.m.Load(k); ok {
+		e := x.(*swrEntry[V])
+		e.retryAt.Store(now.Add(lastGoodRetry).UnixNano())
+		e.refreshing.Store(false)
 	}
 }
 
@@ -102,13 +156,14 @@ const refreshTimeout = 5 * time.Second
 
 // refreshInBackground runs load, the read-through of k that get answered
 // cacheRefresh for, in a goroutine of its own; when it fails, the next
-// caller past the expiry tries again.
-func (c *swrCache[K, V]) refreshInBackground(k K, load func(context.Context) error) {
+// caller past the expiry tries again (past lastGoodRetry when down says
+// the source was down).
+func (c *swrCache[K, V]) refreshInBackground(k K, down SourceDown, load func(context.Context) error) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 		defer cancel()
 		if err := load(ctx); err != nil {
-			c.refreshFailed(k)
+			c.refreshFailed(k, down.says(err))
 		}
 	}()
 }
@@ -140,4 +195,25 @@ func (c *swrCache[K, V]) clear() {
 	c.gen.Add(1)
 	c.m.Clear()
 	c.n.Store(0)
+}
+
+// SourceDown tells whether a read's error says only that the system of
+// record could not answer now (internal/app passes persist.Unavailable),
+// as opposed to an answer about the data; the caches then serve their last
+// good copy (lastGoodLimit). nil counts every error but a not-found, a
+// cancelled request and a domain error other than ErrRecordUnavailable.
+type SourceDown func(error) bool
+
+// says tells whether err is the source being down.
+func (f SourceDown) says(err error) bool {
+	switch {
+	case err == nil || isNotFound(err) || errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, ErrRecordUnavailable):
+		return true
+	case f != nil:
+		return f(err)
+	}
+	_, domain := AsError(err)
+	return !domain
 }

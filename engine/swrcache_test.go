@@ -1,13 +1,17 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
 
 // TestSWRCache: fresh entries are served; past expiry exactly one caller
 // is told to refresh while the others keep the stale value; past the stale
-// limit it is a miss; a delete during a refresh keeps the refresh's old
+// limit it is read through (its value kept as the last good copy) and a
+// miss only past lastGoodLimit; a delete during a refresh keeps the refresh's old
 // value out; a full cache starts over.
 func TestSWRCache(t *testing.T) {
 	t.Parallel()
@@ -26,7 +30,8 @@ func TestSWRCache(t *testing.T) {
 		{999 * time.Millisecond, 1, cacheFresh},
 		{time.Second, 1, cacheRefresh},
 		{1500 * time.Millisecond, 1, cacheFresh},
-		{2 * time.Second, 0, cacheMiss},
+		{2 * time.Second, 1, cacheExpired},
+		{time.Second + lastGoodLimit, 0, cacheMiss},
 	}
 	for _, s := range steps {
 		v, st := c.get("a", t0.Add(s.at), time.Second, 0)
@@ -34,7 +39,7 @@ func TestSWRCache(t *testing.T) {
 			t.Errorf("at +%v: %d state %d, want %d state %d", s.at, v, st, s.want, s.state)
 		}
 	}
-	c.refreshFailed("a")
+	c.refreshFailed("a", false)
 	if _, st := c.get("a", t0.Add(1500*time.Millisecond), time.Second, 0); st != cacheRefresh {
 		t.Errorf("after a failed refresh: state %d, want another refresh", st)
 	}
@@ -78,7 +83,8 @@ func TestSWRCacheStamps(t *testing.T) {
 		{"same stamp, past expiry", 1500 * time.Millisecond, 7, cacheRefresh},
 		{"newer stamp, fresh", 0, 8, cacheChanged},
 		{"newer stamp, past expiry", 1500 * time.Millisecond, 8, cacheChanged},
-		{"newer stamp, past the stale limit", 2 * time.Second, 8, cacheMiss},
+		{"newer stamp, past the stale limit", 2 * time.Second, 8, cacheChanged},
+		{"newer stamp, past the last-good limit", time.Second + lastGoodLimit, 8, cacheMiss},
 		{"older stamp (a reset store)", 0, 6, cacheChanged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,5 +94,77 @@ func TestSWRCacheStamps(t *testing.T) {
 				t.Errorf("state %d, want %d", st, tc.want)
 			}
 		})
+	}
+}
+
+// TestSWRCacheLastGood (issue 26 item 3, invariant 16): an entry past its
+// stale limit is read through (cacheExpired) until a read finds the source
+// down; it is then served at once as the last good copy, one caller per
+// lastGoodRetry refreshing it in the background, and never past
+// lastGoodLimit; a value read afresh ends the down state.
+func TestSWRCacheLastGood(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	c := newSWRCache[string, int](3)
+	c.put("a", 1, t0.Add(time.Second), c.generation(), 0)
+	past := t0.Add(time.Minute)
+	if v, st := c.get("a", past, time.Second, 0); st != cacheExpired || v != 1 {
+		t.Fatalf("past the stale limit: %d state %d, want the value, cacheExpired", v, st)
+	}
+	c.markDown("a", past)
+	steps := []struct {
+		name  string
+		at    time.Time
+		state cacheState
+	}{
+		{"right after the failure", past, cacheFresh},
+		{"before lastGoodRetry", past.Add(lastGoodRetry - time.Millisecond), cacheFresh},
+		{"at lastGoodRetry: one caller refreshes", past.Add(lastGoodRetry), cacheRefresh},
+		{"while it refreshes", past.Add(lastGoodRetry), cacheFresh},
+		{"past lastGoodLimit", t0.Add(time.Second + lastGoodLimit), cacheMiss},
+	}
+	for _, s := range steps {
+		v, st := c.get("a", s.at, time.Second, 0)
+		if st != s.state || (st != cacheMiss && v != 1) {
+			t.Errorf("%s: %d state %d, want state %d", s.name, v, st, s.state)
+		}
+	}
+	c.refreshFailed("a", false)
+	if _, st := c.get("a", past.Add(2*lastGoodRetry), time.Second, 0); st != cacheRefresh {
+		t.Errorf("after a refresh failed on something else: state %d, want another refresh", st)
+	}
+	c.put("a", 2, past.Add(time.Second), c.generation(), 0)
+	if v, st := c.get("a", past.Add(time.Minute), time.Second, 0); st != cacheExpired || v != 2 {
+		t.Errorf("a value read afresh is still down: %d state %d", v, st)
+	}
+	if _, st := c.get("a", past, time.Second, 7); st != cacheChanged {
+		t.Errorf("another stamp while down: state %d, want cacheChanged (read through)", st)
+	}
+}
+
+// TestSourceDown: what counts as the source being down.
+func TestSourceDown(t *testing.T) {
+	t.Parallel()
+	pgDown := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	only := SourceDown(func(err error) bool { return errors.Is(err, pgDown) })
+	for _, tc := range []struct {
+		name string
+		f    SourceDown
+		err  error
+		want bool
+	}{
+		{"nil error", nil, nil, false},
+		{"not found", nil, ErrNotFound, false},
+		{"not found, domain", nil, NotFound("no such customer"), false},
+		{"cancelled", nil, context.Canceled, false},
+		{"a domain answer", nil, Invalid("x", "bad"), false},
+		{"record unavailable", only, fmt.Errorf("x: %w", ErrRecordUnavailable), true},
+		{"default: any store failure", nil, errors.New("boom"), true},
+		{"classifier says down", only, fmt.Errorf("persist: %w", pgDown), true},
+		{"classifier says no", only, errors.New("syntax error"), false},
+	} {
+		if got := tc.f.says(tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -208,16 +208,18 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
 	// Every cache checks the tenants' change stamps in Redis, which every
 	// write through a cache's decorator moves, so a change made on any node
-	// governs the next request on this one (issue 25).
+	// governs the next request on this one (issue 25); and serves its last
+	// good copy while Postgres is unreachable (persist.Unavailable), within
+	// engine.LastGoodLimit (issue 26 item 3, invariant 16).
 	stamps := engine.NewStamps(a.Store, log)
 	a.DB.WithAlertStamps(stamps)
-	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB)).WithStamps(stamps)
+	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB)).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
 	// The hot path resolves customers through a cache over a service of
 	// its own on the raw directory (it reads, and auto-creates a customer,
 	// which forgets nothing); the API's service writes through the cache's
 	// forgetting directory, so this process sees a change at once.
-	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock)).WithStamps(stamps)
+	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock)).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
@@ -225,7 +227,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// Reads Postgres answers wait for the outbox as it stood when they came
 	// in, on every node (docs/decisions.md "Read-your-writes on any node").
 	behind := engine.NewWrittenBehind(a.Store, a.Persister.Hurry)
-	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock, behind)
+	a.Credits = engine.NewCredits(a.Customers, a.Store, a.DB, cfg.Clock, behind).WithLookup(customers)
 	a.Usage = engine.NewUsageAnalytics(a.Credits, a.DB)
 	// The persister stores only outbox entries a replica holds (issue 11):
 	// an op the master never replicated vanishes in a failover, and
@@ -242,11 +244,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// The caches are decorators over the stores (docs/decisions.md "Caches
 	// are decorators"): the services hold the decorated port, and a write
 	// through it forgets what it changes, so no service is told afterwards.
-	catalog := engine.NewCachedCatalog(a.DB).WithStamps(stamps)
+	catalog := engine.NewCachedCatalog(a.DB).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Metering = engine.NewMetering(catalog, catalog, cfg.Clock)
-	plans := engine.NewCachedPlanStore(a.DB).WithStamps(stamps)
+	plans := engine.NewCachedPlanStore(a.DB).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
-	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps)
+	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
