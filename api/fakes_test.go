@@ -419,6 +419,9 @@ type fakeIdem struct {
 	// markCalls counts MarkRerun calls (batches of rerun marks);
 	// markFails is how many of them still fail (Redis restarting).
 	markCalls, markFails int
+	// beginFails, when set, is what every Begin answers (the record's
+	// Redis slot without a master).
+	beginFails error
 }
 
 // fakeIdemRecord is a stored record with the request hash it belongs to.
@@ -432,6 +435,9 @@ func newFakeIdem() *fakeIdem { return &fakeIdem{records: map[string]fakeIdemReco
 func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, _ time.Duration) (engine.IdemRecord, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.beginFails != nil {
+		return engine.IdemRecord{}, false, f.beginFails
+	}
 	k := tenant.String() + "|" + key
 	if cur, ok := f.records[k]; ok {
 		rec := cur.rec

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"time"
 	"unicode/utf8"
 
@@ -79,6 +80,9 @@ func (s *Server) idempotent(rt *route, c *call) {
 		claimedAt := time.Now()
 		rec, claimed, err := s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
 		switch {
+		case err != nil && replaysByRerun(rt) && errors.Is(err, engine.ErrUnavailable):
+			s.runUnclaimed(rt, c)
+			return
 		case err != nil:
 			c.fail(err)
 			return
@@ -107,6 +111,24 @@ func (s *Server) idempotent(rt *route, c *call) {
 			return
 		case <-time.After(idemPoll):
 		}
+	}
+}
+
+// runUnclaimed runs a money route whose claim could not be taken because
+// the record's Redis slot has no master for a moment (a failover of
+// another shard than the customer's; the record is keyed by tenant and
+// key, not by customer, so it lives on any shard). The route's script
+// keeps the key per customer (op key, seen filter), so retries and racing
+// twins for the same customer still have one effect and the first answer
+// (invariant 4); what is lost meanwhile is only the refusal of the key
+// reused for another customer or body, which the record alone detects
+// (docs/decisions.md "Money calls outlive another shard's failover").
+// Nothing is stored: a retry after the failover claims the key and
+// re-runs into the op key, as after a lost rerun mark.
+func (s *Server) runUnclaimed(rt *route, c *call) {
+	s.log.Debug().Bytes("request_id", c.reqID).Msg("idempotency record unavailable; running on the customer's op key alone")
+	if err := c.invoke(rt.ep); err != nil {
+		c.fail(err)
 	}
 }
 

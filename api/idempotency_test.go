@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -284,6 +285,47 @@ func TestIdempotencyRerun(t *testing.T) {
 	}
 	if r := h.do("POST", "/v1/customers/re-1/credits/grant", grantBody, h.idemKey("re-g")...); r.status != 201 || !bytes.Equal(r.body, first.body) {
 		t.Fatalf("replay after the outage: %d %s", r.status, r.body)
+	}
+}
+
+// TestIdempotencyRecordUnavailable (issue 25: another shard's failover is
+// felt only there): when the HTTP record's Redis slot has no master, a
+// money route still runs on the customer's own op key (the store keeps one
+// effect per key and customer) and answers 2xx, storing nothing; a route
+// whose effect the record alone keeps once answers 503, and so does a
+// failure that is not unavailability.
+func TestIdempotencyRecordUnavailable(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.idem.mu.Lock()
+	h.idem.beginFails = fmt.Errorf("lua: idempotency begin: %w", engine.ErrUnavailable)
+	h.idem.mu.Unlock()
+	for _, tc := range []struct {
+		name, path, body string
+		want             int
+	}{
+		{"grant (money)", "/v1/customers/ru-1/credits/grant", grantBody, 201},
+		{"create customer (not money)", "/v1/customers", `{"external_id":"ru-2"}`, 503},
+	} {
+		r := h.do("POST", tc.path, tc.body, h.idemKey("ru-"+tc.name)...)
+		if r.status != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, r.status, r.body, tc.want)
+		}
+		if tc.want == 503 && r.get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", tc.name)
+		}
+	}
+	if n := h.blocks.grants.Load(); n != 1 {
+		t.Errorf("grants applied = %d, want 1", n)
+	}
+	if n := len(h.idem.records); n != 0 {
+		t.Errorf("%d records stored while the record's slot was down, want 0", n)
+	}
+	h.idem.mu.Lock()
+	h.idem.beginFails = errors.New("lua: idempotency begin: WRONGTYPE")
+	h.idem.mu.Unlock()
+	if r := h.do("POST", "/v1/customers/ru-1/credits/grant", grantBody, h.idemKey("ru-other")...); r.status != 500 {
+		t.Errorf("grant under a failure that is not unavailability: %d %s, want 500", r.status, r.body)
 	}
 }
 

@@ -12,9 +12,12 @@ import (
 // Redis therefore means "never applied" or "committed to Postgres".
 const (
 	// OpKeyRetention is the life an op key is written with: a safety net
-	// for a persister that never shortens it (a lost write), so no key
-	// outlives the HTTP replay window.
-	OpKeyRetention = 24 * time.Hour
+	// for a persister that has not shortened it yet. It is the seen
+	// filter's horizon, not the HTTP replay window: a key that lapsed
+	// before the persister put it in the filter (seen filter, below) could
+	// run again. Only keys of operations not yet committed keep it, so the
+	// memory is bounded by the outbox's backlog, as the outbox itself is.
+	OpKeyRetention = SeenHorizon
 	// OpKeyGrace is how long an op key outlives the commit of its
 	// operation. A money call looks its key up in Postgres first and must
 	// reach its script within half of it (AppliedLookupFresh), so an
@@ -37,3 +40,19 @@ type OpRef struct {
 func AppliedChecked(checkedAt, now time.Time) bool {
 	return !checkedAt.IsZero() && now.Sub(checkedAt) < AppliedLookupFresh
 }
+
+// The seen filter (issue 26: no Postgres before a money call). When the
+// persister commits an operation it records the operation's idempotency key
+// in a compact per-partition, per-week filter in Redis (lua/seen.go) before
+// it shortens the op key, so a money call whose op key is absent runs at
+// once when the filter certainly does not know the key, and asks Postgres
+// (AppliedOps) only when it may. A key is consulted for SeenWeeks weeks
+// from the week it was recorded in: at least SeenHorizon.
+const (
+	SeenWeek  = 7 * 24 * time.Hour
+	SeenWeeks = 6
+	// SeenHorizon is how long after its commit a retried idempotency key
+	// is still certainly recognised: a retry later than this may apply
+	// again (docs/decisions.md).
+	SeenHorizon = (SeenWeeks - 1) * SeenWeek
+)

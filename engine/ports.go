@@ -434,12 +434,36 @@ type AppliedOps interface {
 	AppliedOps(ctx context.Context, refs []OpRef) ([]Mutation, []bool, error)
 }
 
-// OpRecords lets the persister shorten the op keys of operations it
-// has committed to OpKeyGrace.
+// OpRecords lets the persister record the idempotency keys of operations
+// it has committed in the seen filter and shorten their op keys to
+// OpKeyGrace.
 type OpRecords interface {
-	// ForgetOps shortens the op keys of ms (outbox partition p) that carry
-	// an idempotency key. Call it only after ms are committed.
+	// ForgetOps records and shortens the op keys of ms (outbox partition
+	// p) that carry an idempotency key. Call it only after ms are
+	// committed.
 	ForgetOps(ctx context.Context, p int, ms []Mutation) error
+}
+
+// SeenFilter is the seen filter's seeding side (SeenSeeder): a partition
+// whose filter was never seeded from Postgres (a first start, or a Redis
+// that lost its data) sends every money call with an absent op key to
+// Postgres.
+type SeenFilter interface {
+	// SeenSeeded returns, per outbox partition, the instant its filter was
+	// last seeded from; zero for one never seeded.
+	SeenSeeded(ctx context.Context) ([]time.Time, error)
+	// SeedSeen records refs in their partitions' filters; with done it
+	// then marks parts seeded from the instant from.
+	SeedSeen(ctx context.Context, refs []OpRef, parts []int, from time.Time, done bool) error
+}
+
+// AppliedKeys reads the idempotency keys of the operations Postgres holds,
+// for seeding the seen filter.
+type AppliedKeys interface {
+	// AppliedKeysSince streams the keys of the operations created at or
+	// after since to fn, at most page at a time, in one read; an error
+	// from fn ends it.
+	AppliedKeysSince(ctx context.Context, since time.Time, page int, fn func([]OpRef) error) error
 }
 
 // Catalog stores billable metrics and metering rules (Postgres).

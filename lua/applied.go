@@ -2,10 +2,9 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -29,15 +28,18 @@ func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
 }
 
 // appliedFirst runs a money call for the idempotency key of h's customer
-// (a failed look-up is
-// engine.ErrAppliedUnknown, a 503, and runs nothing): when Postgres holds
-// the key's operation for c it answers from it (Replayed, or
-// ErrIdempotencyMismatch for another request hash) without running the
-// script; otherwise run runs the script under a deadline of
-// engine.AppliedLookupFresh after the look-up, so an operation committed
-// after the look-up missed it still has its op key when the script runs
-// (engine.OpKeyGrace). checkedAt, when recent, is a look-up the caller made
-// already (a usage batch looks all its events up at once).
+// without asking Postgres when it can (issue 26): run's script consults
+// the seen filter (seen.go) when the op key is absent, and only when the
+// filter may know the key (MAYBESEEN: a seen key, a false positive, or a
+// partition not seeded yet) is Postgres asked (a failed look-up is
+// engine.ErrAppliedUnknown, a 503, and runs nothing). When Postgres holds
+// the key's operation for c the call is answered from it (Replayed, or
+// ErrIdempotencyMismatch for another request hash); otherwise run runs
+// again, without the filter, under a deadline of engine.AppliedLookupFresh
+// after the look-up, so an operation committed after the look-up missed it
+// still has its op key when the script runs (engine.OpKeyGrace).
+// checkedAt, when recent, is a look-up the caller made already (a usage
+// batch looks all its events up at once).
 func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checkedAt time.Time,
 	run func(context.Context) (engine.MutationResult, error)) (engine.MutationResult, error) {
 	c, key, requestHash := h.Customer, h.IdempotencyKey, h.RequestHash
@@ -45,6 +47,10 @@ func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checke
 		return run(ctx)
 	}
 	if !engine.AppliedChecked(checkedAt, time.Now()) {
+		res, err := run(withSeen(ctx, s.seenKeys(Partition(c.CustomerID), h.Now)))
+		if !errors.Is(err, errMaybeSeen) {
+			return res, err
+		}
 		checkedAt = time.Now()
 		ms, found, err := s.applied.AppliedOps(ctx, []engine.OpRef{{Customer: c, Key: key}})
 		if err != nil {
@@ -112,28 +118,12 @@ func (s *Store) appliedBatch(ctx context.Context, refs []appliedRef) (done []boo
 	return done, errs, nil
 }
 
-// ForgetOps shortens to engine.OpKeyGrace the op keys of ms, committed
-// mutations of outbox partition p (engine.OpRecords): one pipelined
-// PEXPIRE per key, all in p's slot. A key already gone is left alone.
+// ForgetOps adds the op keys of ms, committed mutations of outbox
+// partition p, to the seen filter and shortens them to engine.OpKeyGrace
+// (engine.OpRecords; seen.go forgetOps).
 func (s *Store) ForgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	if err := s.checkOutboxPartition(p); err != nil {
 		return err
 	}
-	pipe := s.rdb.Pipeline()
-	n := 0
-	for i := range ms {
-		m := &ms[i]
-		if m.IdempotencyKey == "" {
-			continue
-		}
-		pipe.PExpire(ctx, s.opKeyOf(m.CustomerID, m.IdempotencyKey), engine.OpKeyGrace)
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return fmt.Errorf("lua: forget op keys of partition %d: %w", p, err)
-	}
-	return nil
+	return s.forgetOps(ctx, p, ms)
 }

@@ -327,6 +327,11 @@ func (s *Store) debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 // not reach the replicas is engine.ErrNotReplicated, not an answer. A
 // refusal (a script error) is answered as it is: it moved no money.
 func (s *Store) runMoney(ctx context.Context, script *script, name string, keys []string, args []any) (engine.MutationResult, error) {
+	if seen := seenOf(ctx); seen != nil {
+		// After the op key, the money scripts' last key (appliedFirst sets
+		// seen only for a call with an idempotency key).
+		keys = append(keys[:len(keys):len(keys)], seen...)
+	}
 	node, want, err := s.ackNode(ctx, keys[0])
 	if err != nil {
 		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))

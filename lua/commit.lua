@@ -39,7 +39,7 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
-local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash)
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5))
 if reply then return reply end
 -- A multi-metric hold (metric "") is settled by commit_multi.lua.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end

@@ -53,7 +53,7 @@ for i = 1, n do
   items[i] = it
 end
 
-local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash)
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5))
 if reply then return reply end
 if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds one metric') end
 local est_units, est_cost = MONEY_ZERO, MONEY_ZERO

@@ -57,7 +57,7 @@ end
 -- Matching stack_after metadata in the script needs every block.
 local a = acct_read(account_key, now, {'o'}, stack_fallback ~= '' and not stack_version)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local r = replay(op_key, request_hash)
+local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
 
 local _, _, effective_before = acct_bal(a, now)

@@ -239,52 +239,86 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 }
 
 // ConsumeBatch runs cmds as Consume would, consume.lua once each, in one
-// pipelined round trip: the scripts of one customer run in cmds' order. Keys
-// Postgres was not asked about lately (AppliedCheckedAt) are looked up there
-// first, together. Usage batches use it: a batch costs a round trip, not
-// one per event.
+// pipelined round trip: the scripts of one customer run in cmds' order.
+// Each script consults the seen filter (seen.go) for its key; only the
+// calls it answers MAYBESEEN are looked up in Postgres, together, and run
+// again without it (after the others: a customer's order holds for all
+// but them). Keys Postgres was asked about lately (AppliedCheckedAt) skip
+// the filter. Usage batches use it: a batch costs a round trip, not one
+// per event.
 func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) ([]engine.MutationResult, []error) {
 	out := make([]engine.MutationResult, len(cmds))
+	errs := make([]error, len(cmds))
+	keys := make([][]string, len(cmds))
+	args := make([][]any, len(cmds))
 	now := time.Now()
-	refs := make([]appliedRef, len(cmds))
 	oldest := now
 	for i, cmd := range cmds {
-		refs[i] = appliedRef{customer: cmd.Customer, key: cmd.IdempotencyKey, requestHash: cmd.RequestHash}
-		if engine.AppliedChecked(cmd.AppliedCheckedAt, now) {
-			refs[i].key = "" // looked up lately: the script's op key is enough
+		if keys[i], args[i], errs[i] = s.consumeArgs(cmd); errs[i] != nil {
+			args[i] = nil
+			continue
+		}
+		switch {
+		case cmd.IdempotencyKey == "" || s.applied == nil:
+		case engine.AppliedChecked(cmd.AppliedCheckedAt, now):
+			// Looked up lately: the script's op key is enough.
 			if cmd.AppliedCheckedAt.Before(oldest) {
 				oldest = cmd.AppliedCheckedAt
 			}
+		default:
+			keys[i] = append(keys[i], s.seenKeys(Partition(cmd.Customer.CustomerID), cmd.Now)...)
 		}
 	}
-	done, errs, err := s.appliedBatch(ctx, refs)
-	if err != nil {
-		errs = make([]error, len(cmds))
-		for i := range errs {
-			errs[i] = err
-		}
-		return out, errs
-	}
-	for i := range cmds {
-		if done[i] && errs[i] == nil {
-			out[i] = engine.MutationResult{Mutation: refs[i].found, Replayed: true}
-		}
-	}
-	ctx, cancel := context.WithDeadline(ctx, oldest.Add(engine.AppliedLookupFresh))
-	defer cancel()
-	keys := make([][]string, len(cmds))
-	args := make([][]any, len(cmds))
+	runCtx, cancel := context.WithDeadline(ctx, oldest.Add(engine.AppliedLookupFresh))
+	replies := s.pipelined(runCtx, consumeScript, "consume", keys, args, errs)
+	cancel()
+	// The calls the filter could not clear: Postgres answers those it
+	// holds; the others run again without the filter, after the look-up.
+	refs := make([]appliedRef, len(cmds))
+	rerun := false
 	for i, cmd := range cmds {
-		if !done[i] {
-			keys[i], args[i], errs[i] = s.consumeArgs(cmd)
+		if errors.Is(errs[i], errMaybeSeen) {
+			refs[i] = appliedRef{customer: cmd.Customer, key: cmd.IdempotencyKey, requestHash: cmd.RequestHash}
+			rerun = true
 		}
 	}
-	for i, v := range s.pipelined(ctx, consumeScript, "consume", keys, args, errs) {
-		if errs[i] != nil || args[i] == nil {
+	var found []bool
+	if rerun {
+		looked := time.Now()
+		done, lookErrs, err := s.appliedBatch(ctx, refs)
+		again := make([][]any, len(cmds))
+		for i := range cmds {
+			if refs[i].key == "" {
+				continue
+			}
+			switch {
+			case err != nil:
+				errs[i] = err
+			case done[i]:
+				errs[i] = lookErrs[i]
+				if found == nil {
+					found = make([]bool, len(cmds))
+				}
+				found[i] = true
+				out[i] = engine.MutationResult{Mutation: refs[i].found, Replayed: true}
+			default:
+				errs[i], again[i] = nil, args[i]
+				keys[i] = keys[i][:len(keys[i])-1-engine.SeenWeeks]
+			}
+		}
+		runCtx, cancel := context.WithDeadline(ctx, looked.Add(engine.AppliedLookupFresh))
+		for i, v := range s.pipelined(runCtx, consumeScript, "consume", keys, again, errs) {
+			if again[i] != nil {
+				replies[i] = v
+			}
+		}
+		cancel()
+	}
+	for i, v := range replies {
+		if errs[i] != nil || args[i] == nil || (found != nil && found[i]) {
 			continue
 		}
-		out[i], _, errs[i] = mutationReply("consume", v)
-		if errs[i] == nil && out[i].Replayed {
+		if out[i], _, errs[i] = mutationReply("consume", v); errs[i] == nil && out[i].Replayed {
 			fillReplayCustomer(&out[i], cmds[i].Customer, cmds[i].IdempotencyKey)
 		}
 	}

@@ -33,7 +33,7 @@ end
 local g_field, l_field = 'g:' .. metric, 'L:' .. metric
 local a = acct_read(account_key, now, {g_field, l_field})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
+local rp = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if rp then return rp end
 
 local active, due = leases_split(leases_dec(a.x[l_field]), now)

@@ -1337,13 +1337,85 @@ local function op_record_consume(m, idx, metric, units, cost, charged, overage)
     m.pend_s .. '|' .. metric
 end
 
+-- The seen filter (issue 26: no Postgres before a money call). An op key
+-- lives until the persister has committed its operation, then a minute
+-- more (engine.OpKeyGrace); before shortening it the persister adds it to
+-- the filter of its partition for the current week (seen_add.lua), in the
+-- same script. A week's filter is a hash {prefix:pNN}:seen:<week> whose
+-- field is a bucket (the first 3 hex digits of sha1(op key name), 4,096
+-- buckets) and whose value is the 4-byte fingerprints (the next 8 digits)
+-- of the keys in it, concatenated. A money call whose op key is absent
+-- consults the last SEEN_WEEKS weeks: a fingerprint found means "maybe
+-- applied" (MAYBESEEN: the caller asks Postgres, lua/applied.go), none
+-- means "certainly new" once the partition's filter is seeded
+-- ({prefix:pNN}:seen exists: lua/seen.go seeds it from Postgres). A false
+-- "maybe" costs one Postgres look-up; a false "new" cannot happen within
+-- the horizon (engine.SeenHorizon).
+local SEEN_BUCKET_DIGITS = 3
+
+-- seen_item is op key k's bucket and fingerprint.
+local function seen_item(k)
+  local h = redis.sha1hex(k)
+  local d = SEEN_BUCKET_DIGITS
+  return string.sub(h, 1, d), string.char(tonumber(string.sub(h, d + 1, d + 2), 16),
+    tonumber(string.sub(h, d + 3, d + 4), 16), tonumber(string.sub(h, d + 5, d + 6), 16),
+    tonumber(string.sub(h, d + 7, d + 8), 16))
+end
+
+-- seen_in reports whether bucket value v holds fingerprint fp at a
+-- fingerprint boundary.
+local function seen_in(v, fp)
+  if not v then return false end
+  local i = 1
+  while true do
+    local at = string.find(v, fp, i, true)
+    if not at then return false end
+    if at % 4 == 1 then return true end
+    i = at + 1
+  end
+end
+
+-- seen_keys is the filter keys of a money call: KEYS[from] the
+-- partition's seeded mark, then one hash per week to consult; nil when the
+-- caller sent none (no idempotency key, or Postgres was asked already).
+local function seen_keys(keys, from)
+  if not keys[from] then return nil end
+  local t = {}
+  for i = from, #keys do t[#t + 1] = keys[i] end
+  return t
+end
+
+-- seen_maybe reports whether op key k may name an operation applied
+-- before (see above): always when the partition is not seeded.
+local function seen_maybe(seen, k)
+  if redis.call('EXISTS', seen[1]) == 0 then return true end
+  local b, fp = seen_item(k)
+  for i = 2, #seen do
+    if seen_in(redis.call('HGET', seen[i], b), fp) then return true end
+  end
+  return false
+end
+
+-- seen_put adds op key k to week hash wk unless it is there already.
+local function seen_put(wk, k)
+  local b, fp = seen_item(k)
+  local v = redis.call('HGET', wk, b)
+  if not seen_in(v, fp) then redis.call('HSET', wk, b, (v or '') .. fp) end
+end
+
 -- replay answers a retried idempotency key: nil when op_key is absent or
 -- unused, else the reply to return (the stored Mutation, or MISMATCH when it
--- was produced by another request).
-local function replay(op_key, rh)
+-- was produced by another request). With seen (seen_keys), an absent op key
+-- that the seen filter may know answers MAYBESEEN.
+local function replay(op_key, rh, seen)
   if not op_key then return nil end
   local prev = redis.call('GET', op_key)
-  if not prev then return nil end
+  if not prev then
+    if seen and seen_maybe(seen, op_key) then
+      return redis.error_reply('MAYBESEEN the idempotency key may have been applied before')
+    end
+    return nil
+  end
   if string.byte(prev, 1) == OP_RECORD_CONSUME then
     -- A compact consume record (op_record_consume): the request hash
     -- prefix runs up to the first newline.
@@ -1365,14 +1437,14 @@ end
 -- not past expires_at (the hold ends at that instant exactly, when the
 -- sweep may take it). Instead of them it returns (third value) the reply:
 -- a replay of op_key, or NOSTATE, NOTFOUND, NOTACTIVE or EXPIRED.
-local function commit_open(key, now, res_id, drains, op_key, rh)
+local function commit_open(key, now, res_id, drains, op_key, rh, seen)
   -- The hold's metadata field with the account: on the summary's path it
   -- rides in the same HMGET (one redis.call less than an HGET after).
   local wants = {'r:' .. res_id, 'n:' .. res_id}
   if drains then wants[3] = 'o' end
   local a = acct_read(key, now, wants)
   if not a then return nil, nil, redis.error_reply('NOSTATE no credit state for the customer') end
-  local rp = replay(op_key, rh)
+  local rp = replay(op_key, rh, seen)
   if rp then return nil, nil, rp end
   local raw = a.x['r:' .. res_id]
   if not raw then return nil, nil, redis.error_reply('NOTFOUND no such reservation') end
@@ -1386,10 +1458,10 @@ end
 -- with the id not taken and room for one more active hold. Instead of it
 -- it returns (second value) the reply: a replay of op_key, or NOSTATE,
 -- BADARG (the id is taken) or TOOMANYHOLDS.
-local function reserve_open(key, now, res_id, op_key, rh)
+local function reserve_open(key, now, res_id, op_key, rh, seen)
   local a = acct_read(key, now, {'r:' .. res_id})
   if not a then return nil, redis.error_reply('NOSTATE no credit state for the customer') end
-  local rp = replay(op_key, rh)
+  local rp = replay(op_key, rh, seen)
   if rp then return nil, rp end
   if a.x['r:' .. res_id] then return nil, redis.error_reply('BADARG the reservation id is taken') end
   if a.active >= MAX_ACTIVE_HOLDS then

@@ -22,7 +22,7 @@ if not now or res_id == '' then return redis.error_reply('BADARG now or reservat
 
 local a = acct_read(account_key, now, {'r:' .. res_id})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local rp = replay(op_key, request_hash)
+local rp = replay(op_key, request_hash, seen_keys(KEYS, 5))
 if rp then return rp end
 
 local member = res_member(tenant, env, customer, res_id)

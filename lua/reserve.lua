@@ -31,7 +31,7 @@ if not now or not est_units or not terms or not expires or expires <= now or res
   return redis.error_reply('BADARG now, reservation id, metric, units, terms or expires_at')
 end
 
-local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash)
+local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash, seen_keys(KEYS, 5))
 if not a then return stop end
 
 local cost, err = price(terms, est_units)

@@ -40,7 +40,7 @@ for i = 1, n do
   items[i] = {metric = metric, units = units, terms = terms}
 end
 
-local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash)
+local a, stop = reserve_open(account_key, now, res_id, op_key, request_hash, seen_keys(KEYS, 5))
 if not a then return stop end
 
 local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')

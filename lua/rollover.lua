@@ -33,7 +33,7 @@ end
 
 local a = acct_read(account_key, now, {}, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
-local r = replay(op_key, request_hash)
+local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
 
 local _, _, effective_before = acct_bal(a, now)

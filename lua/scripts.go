@@ -90,6 +90,7 @@ var scriptErrors = map[string]error{
 	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
 	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
 	"STALE":         errStale,
+	"MAYBESEEN":     errMaybeSeen,
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)

@@ -12,20 +12,31 @@ import (
 // forgetTimeout bounds the op-key round trip after a commit.
 const forgetTimeout = 5 * time.Second
 
-// forgetOps shortens the op keys of ms, just committed from partition part,
-// to engine.OpKeyGrace (issue 10: Redis keeps no op key past its commit by
-// more than the grace; Postgres answers retries from then on). Only
-// committed mutations get here, never a dead-lettered one, so an op key
-// Redis no longer holds always has its operation in Postgres. A failure
-// is harmless: the keys lapse with their own TTL (engine.OpKeyRetention).
-func (p *Persister) forgetOps(ctx context.Context, log zerolog.Logger, part int, ms []engine.Mutation) {
+// forgetOps records the op keys of ms, just committed from partition part,
+// in the seen filter and shortens them to engine.OpKeyGrace (issue 10:
+// Redis keeps no op key past its commit by more than the grace; issue 26:
+// the filter tells a retry it may have been applied). Only committed
+// mutations get here, never a dead-lettered one. It is tried again until
+// it works or ctx ends (then false: the batch is not acknowledged, so it
+// is read, written again, which changes nothing, and forgotten again): a
+// key that lapsed without entering the filter could be applied twice.
+func (p *Persister) forgetOps(ctx context.Context, log zerolog.Logger, part int, ms []engine.Mutation) bool {
 	f, ok := p.outbox.(engine.OpRecords)
 	if !ok {
-		return
+		return true
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
-	defer cancel()
-	if err := f.ForgetOps(fctx, part, ms); err != nil {
-		log.Warn().Err(err).Int("count", len(ms)).Msg("shortening op keys after commit failed; they lapse with their TTL")
+	backoff := newBackoff()
+	for {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+		err := f.ForgetOps(fctx, part, ms)
+		cancel()
+		if err == nil {
+			return true
+		}
+		log.Warn().Err(err).Int("count", len(ms)).Msg("recording committed op keys failed; trying again")
+		backoff.wait(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
 	}
 }

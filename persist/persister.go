@@ -460,7 +460,9 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 			}
 			start := time.Now()
 			if err = p.write(ctx, ms); err == nil {
-				p.forgetOps(ctx, log, part, ms)
+				if !p.forgetOps(ctx, log, part, ms) {
+					return false
+				}
 				p.lastBatchNS.Store(int64(time.Since(start)))
 				p.batches.Add(1)
 				p.mutations.Add(int64(len(ms)))

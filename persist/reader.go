@@ -106,15 +106,23 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 
 // Overage sums the overage of customer's entries created in [from, to) per
 // billable metric key, sorted by key (byte order); metrics without overage
-// are left out and an empty window gives an empty, non-nil slice. A sum
-// beyond int64 is an error rather than a wrapped number (invariant 7).
+// are left out and an empty window gives an empty, non-nil slice. A
+// multi-metric consume's one entry counts per item (itemShares): its
+// overage falls on its last items. A sum beyond int64 is an error rather
+// than a wrapped number (invariant 7).
 func (s *Store) Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.OverageLine, error) {
-	rows, err := s.pool.Query(ctx, `SELECT billable_metric_key, SUM(overage_mc)::bigint
-		FROM ledger_entries
-		WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
-			AND billable_metric_key IS NOT NULL
-		GROUP BY billable_metric_key
-		ORDER BY billable_metric_key COLLATE "C"`, customer, from, to)
+	rows, err := s.pool.Query(ctx, `SELECT key, SUM(overage)::bigint
+		FROM (SELECT billable_metric_key AS key, overage_mc::numeric AS overage
+				FROM ledger_entries
+				WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
+					AND billable_metric_key IS NOT NULL
+			UNION ALL
+			SELECT key, overage FROM (`+itemSharesSQL+`
+				WHERE e.customer_id = $1 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
+					AND e.type = 'consumption'`+itemSharesTail+`) items
+			WHERE overage > 0) lines
+		GROUP BY key
+		ORDER BY key COLLATE "C"`, customer, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("persist: overage: %w", err)
 	}
@@ -131,6 +139,25 @@ func (s *Store) Overage(ctx context.Context, customer uuid.UUID, from, to time.T
 	}
 	return lines, nil
 }
+
+// itemSharesSQL, closed by a WHERE on e and itemSharesTail, lists the
+// items of multi-metric consumption entries (one entry per call, its items
+// in metadata.items, its metric null: lua/consume_multi.lua), one row per
+// item: key, units, credits (what the balance paid for it) and overage.
+// The charge pays the items in the order the call listed them, so the
+// overage falls on the last ones: item i's overage is its cost, less what
+// the charge has left after items 1..i-1, at least 0 (docs/decisions.md
+// "Multi-metric usage in reports").
+const itemSharesSQL = `SELECT key, units, cost - over AS credits, over AS overage
+	FROM (SELECT i.item->>'billable_metric_key' AS key, (i.item->>'units')::numeric AS units,
+			(i.item->>'cost')::numeric AS cost,
+			GREATEST(0, LEAST((i.item->>'cost')::numeric,
+				SUM((i.item->>'cost')::numeric) OVER (PARTITION BY e.id ORDER BY i.n) + e.delta)) AS over
+		FROM ledger_entries e
+			CROSS JOIN LATERAL jsonb_array_elements(e.metadata->'items') WITH ORDINALITY AS i(item, n)`
+
+const itemSharesTail = `
+			AND e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array') shares`
 
 const accountColumns = `customer_id, COALESCE(id::text, ''), tenant_id, environment, reserved_balance,
 	lifetime_earned, version, updated_at`

@@ -275,13 +275,18 @@ func (s *Store) RunDue(ctx context.Context, now time.Time, limit int, change fun
 func (s *Store) PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.MetricUsage, error) {
 	// One consume writes an entry per block it drained, each with the
 	// call's units: units are counted once per operation.
+	// A multi-metric consume's one entry counts per item (itemShares).
 	rows, err := s.pool.Query(ctx, `SELECT key, SUM(units)::bigint, SUM(credits)::bigint, SUM(overage)::bigint
-		FROM (SELECT billable_metric_key AS key, op_id, COALESCE(MAX(cost_units), 0) AS units,
-				-SUM(delta) AS credits, SUM(overage_mc) AS overage
+		FROM (SELECT billable_metric_key AS key, COALESCE(MAX(cost_units), 0)::numeric AS units,
+				-SUM(delta)::numeric AS credits, SUM(overage_mc)::numeric AS overage
 			FROM ledger_entries
 			WHERE customer_id = $1 AND type = 'consumption' AND created_at >= $2 AND created_at < $3
 				AND billable_metric_key IS NOT NULL
-			GROUP BY billable_metric_key, op_id) per_op
+			GROUP BY billable_metric_key, op_id
+			UNION ALL
+			`+itemSharesSQL+`
+				WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.created_at >= $2 AND e.created_at < $3`+itemSharesTail+`
+		) per_op
 		GROUP BY key
 		ORDER BY key COLLATE "C"`, customer, from, to)
 	if err != nil {

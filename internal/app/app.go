@@ -146,6 +146,9 @@ type App struct {
 	HoldSweeper  *engine.ReservationSweeper
 	// LeaseSweeper writes down the lapse of gauge leases past their expiry.
 	LeaseSweeper *engine.LeaseSweeper
+	// SeenSeeder fills the seen filter from Postgres, so money calls need
+	// not ask it (engine/seen_seed.go).
+	SeenSeeder *engine.SeenSeeder
 
 	// Subscriptions puts customers on plans; Scheduler moves them on time;
 	// PlanFacts is the entitlement service's cached view of them.
@@ -269,7 +272,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Directory: a.DB, AdminToken: cfg.AdminToken,
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
-	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler}
+	a.SeenSeeder = &engine.SeenSeeder{Filter: a.Store, Keys: a.DB, Clock: cfg.Clock, Log: log}
+	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler, a.SeenSeeder}
 	// Readiness is "this node can serve" (issue 25, docs/decisions.md
 	// "Readiness is this node's"): what every node sees alike (Postgres, a
 	// dead letter, the outbox's lag) is an alarm shown in the body, never a

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"net/url"
 	"testing"
+	"time"
 )
 
 // items is a consume body's items member from metric, units pairs.
@@ -116,5 +118,78 @@ func TestConformanceConsumeItems(t *testing.T) {
 	}
 	if b := a.balance(id); b != 610 {
 		t.Errorf("refused bodies moved credit: balance %d, want 610", b)
+	}
+}
+
+// TestOverageCountsEveryItem (issue 31 item 1): a multi-metric consume's
+// overage is in the overage report under each metric it fell on, not left
+// out: the charge pays the items in the order given, so the overage falls
+// on the last ones (docs/decisions.md "Multi-metric usage in reports").
+// Under allow with 50 of credit, items a x3 and b x4 at 10 each (70) charge
+// 50 with 20 of overage, on b; then a single consume of a x2 is all
+// overage (20, on a): the report says a 20, b 20, total 40.
+func TestOverageCountsEveryItem(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("overitems"))
+	a := s.as(t, tn.Live)
+	ma, mb := a.perUnit(10), a.perUnit(10)
+	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
+	id := c["id"].(string)
+	from := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	a.grant(id, map[string]any{"credits": 50})
+	multi := a.post("/v1/entitlements/consume", map[string]any{"customer_id": id, "items": items(ma, 3, mb, 4)})
+	if !checkStatus(t, multi, 200, "multi consume") || Int(t, multi.Body["overage_mc"]) != 20 {
+		t.Fatalf("multi consume: %s", multi.Raw)
+	}
+	single := a.post("/v1/entitlements/consume", map[string]any{"customer_id": id, "billable_metric_key": ma, "units": 2})
+	if !checkStatus(t, single, 200, "single consume") || Int(t, single.Body["overage_mc"]) != 20 {
+		t.Fatalf("single consume: %s", single.Raw)
+	}
+	to := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	o := a.get("/v1/customers/" + id + "/overage?from=" + url.QueryEscape(from) + "&to=" + url.QueryEscape(to))
+	wantStatus(t, o, 200, "overage")
+	if Int(t, o.Body["total_overage_mc"]) != 40 {
+		t.Errorf("total_overage_mc %v, want 40: %s", o.Body["total_overage_mc"], o.Raw)
+	}
+	got := map[string]int64{}
+	for _, l := range arr(t, o.Body["data"], "data") {
+		line := obj(t, l, "line")
+		got[line["billable_metric_key"].(string)] = Int(t, line["overage_mc"])
+	}
+	if len(got) != 2 || got[ma] != 20 || got[mb] != 20 {
+		t.Errorf("overage lines %v, want %s: 20 and %s: 20", got, ma, mb)
+	}
+}
+
+// TestPeriodUsageCountsEveryItem (issue 31 item 1): a subscription's
+// period usage counts each item of a multi-metric consume under its own
+// metric (units, credits paid and overage), beside single consumes.
+func TestPeriodUsageCountsEveryItem(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("useitems"))
+	a := s.as(t, tn.Live)
+	ma, mb := a.perUnit(10), a.perUnit(10)
+	plan := str(t, a.newPlan(map[string]any{"name": "Items"})["id"], "plan id")
+	vid := str(t, a.newVariant(plan, map[string]any{"billing_cycle": "monthly"})["id"], "variant")
+	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
+	cust := c["id"].(string)
+	r := a.post("/v1/subscriptions", map[string]any{"customer_id": cust, "plan_variant_id": vid})
+	wantStatus(t, r, 201, "subscribe")
+	sub := str(t, r.Body["id"], "subscription id")
+	a.grant(cust, map[string]any{"credits": 50})
+	wantStatus(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": cust, "items": items(ma, 3, mb, 4)}), 200, "multi consume")
+	wantStatus(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": cust, "billable_metric_key": ma, "units": 2}), 200, "single consume")
+	u := a.get("/v1/subscriptions/" + sub + "/usage")
+	wantStatus(t, u, 200, "usage")
+	type line struct{ units, credits, overage int64 }
+	got := map[string]line{}
+	for _, l := range arr(t, u.Body["data"], "usage data") {
+		o := obj(t, l, "line")
+		got[o["billable_metric_key"].(string)] = line{Int(t, o["units"]), Int(t, o["credits"]), Int(t, o["overage_mc"])}
+	}
+	// a: 3 units paid 30, then 2 units all overage (20); b: 4 units, 20 paid, 20 overage.
+	want := map[string]line{ma: {5, 30, 20}, mb: {4, 20, 20}}
+	if len(got) != 2 || got[ma] != want[ma] || got[mb] != want[mb] {
+		t.Errorf("period usage %v, want %v (%s)", got, want, u.Raw)
 	}
 }

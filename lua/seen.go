@@ -1,0 +1,189 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// The seen filter tells a money call whose op key Redis no longer holds
+// whether its idempotency key was certainly never applied, so it runs
+// without asking Postgres (issue 26; prelude.lua seen_item says how it is
+// kept). Each partition has one hash per week, filled by the persister as
+// it commits (ForgetOps) and by the seeding from Postgres (SeedSeen);
+// a money call consults the hashes of the current week and the
+// engine.SeenWeeks-1 before it.
+
+var (
+	//go:embed seen_add.lua
+	seenAddLua    string
+	seenAddScript = newScript("seen_add", seenAddLua)
+
+	//go:embed seen_seed.lua
+	seenSeedLua    string
+	seenSeedScript = newScript("seen_seed", seenSeedLua)
+)
+
+// errMaybeSeen is a money script's answer when its op key is absent and the
+// seen filter may know the key (MAYBESEEN): the caller asks Postgres and
+// runs the script again without the filter (appliedFirst).
+var errMaybeSeen = errors.New("lua: the idempotency key may have been applied before")
+
+// maxSeenPerCall bounds the op keys of one seen_add or seen_seed call, so
+// one call's work stays bounded (invariant 13): a few hundred µs of Redis.
+const maxSeenPerCall = 256
+
+// Compile-time check that Store keeps the seen filter.
+var _ engine.SeenFilter = (*Store)(nil)
+
+// seenWeek is the filter week of instant t.
+func seenWeek(t time.Time) int64 { return t.UnixMilli() / engine.SeenWeek.Milliseconds() }
+
+// seenTTL is how long after now week w's hash is still consulted by some
+// call (engine.SeenWeeks weeks after the week began), plus a day of slack
+// for clocks: a TTL, not an instant, because now is the service's clock
+// (invariant 6) and Redis expires by its own.
+func seenTTL(w int64, now time.Time) int64 {
+	return (w+engine.SeenWeeks)*engine.SeenWeek.Milliseconds() + (24 * time.Hour).Milliseconds() - now.UnixMilli()
+}
+
+// seenMark is partition p's seeded mark; seenHash its filter of week w.
+func (s *Store) seenMark(p int) string { return s.tag(p) + ":seen" }
+func (s *Store) seenHash(p int, w int64) string {
+	return s.tag(p) + ":seen:" + strconv.FormatInt(w, 10)
+}
+
+// seenKeys are the filter keys a money call of partition p at now
+// consults: the seeded mark, then the week hashes newest first.
+func (s *Store) seenKeys(p int, now time.Time) []string {
+	if now.IsZero() {
+		now = s.clock.Now()
+	}
+	w := seenWeek(now)
+	keys := make([]string, 0, 1+engine.SeenWeeks)
+	keys = append(keys, s.seenMark(p))
+	for i := int64(0); i < engine.SeenWeeks; i++ {
+		keys = append(keys, s.seenHash(p, w-i))
+	}
+	return keys
+}
+
+// seenCtxKey carries a money call's filter keys from appliedFirst to
+// runMoney, which appends them after the op key (the scripts' last key).
+type seenCtxKey struct{}
+
+func withSeen(ctx context.Context, keys []string) context.Context {
+	return context.WithValue(ctx, seenCtxKey{}, keys)
+}
+
+func seenOf(ctx context.Context) []string {
+	keys, _ := ctx.Value(seenCtxKey{}).([]string)
+	return keys
+}
+
+// forgetOps adds the op keys of ms, committed operations of partition p,
+// to this week's filter and shortens them to engine.OpKeyGrace
+// (seen_add.lua), maxSeenPerCall at a time.
+func (s *Store) forgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
+	now := s.clock.Now()
+	w := seenWeek(now)
+	hash := s.seenHash(p, w)
+	keys := make([]string, 0, 1+min(len(ms), maxSeenPerCall))
+	flush := func() error {
+		if len(keys) < 2 {
+			return nil
+		}
+		err := s.call(ctx, seenAddScript, keys, engine.OpKeyGrace.Milliseconds(), seenTTL(w, now)).Err()
+		keys = keys[:0]
+		if err != nil {
+			return fmt.Errorf("lua: forget op keys of partition %d: %w", p, s.unavail.classify(err))
+		}
+		return nil
+	}
+	for i := range ms {
+		m := &ms[i]
+		if m.IdempotencyKey == "" {
+			continue
+		}
+		if len(keys) == 0 {
+			keys = append(keys, hash)
+		}
+		keys = append(keys, s.opKeyOf(m.CustomerID, m.IdempotencyKey))
+		if len(keys) > maxSeenPerCall {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// SeenSeeded reports, per partition, the instant its filter was last
+// seeded from (engine.SeenFilter); zero for a partition never seeded
+// (its money calls ask Postgres whenever an op key is absent).
+func (s *Store) SeenSeeded(ctx context.Context) ([]time.Time, error) {
+	out := make([]time.Time, Partitions)
+	for p := range Partitions {
+		v, err := s.rdb.Get(ctx, s.seenMark(p)).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return out, fmt.Errorf("lua: seen marks: %w", s.unavail.classify(err))
+		}
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("lua: seen mark of partition %d: %q", p, v)
+		}
+		out[p] = time.UnixMilli(ms)
+	}
+	return out, nil
+}
+
+// SeedSeen adds refs, operations Postgres holds, to their partitions'
+// filters of this week (engine.SeenFilter); with done it then marks every
+// partition in parts seeded from the instant from.
+func (s *Store) SeedSeen(ctx context.Context, refs []engine.OpRef, parts []int, from time.Time, done bool) error {
+	now := s.clock.Now()
+	w := seenWeek(now)
+	var byPart [Partitions][]any
+	for _, r := range refs {
+		p := Partition(r.Customer.CustomerID)
+		byPart[p] = append(byPart[p], s.opKeyOf(r.Customer.CustomerID, r.Key))
+	}
+	var marked [Partitions]bool
+	for _, p := range parts {
+		if p < 0 || p >= Partitions {
+			return fmt.Errorf("lua: seed the seen filter: partition %d", p)
+		}
+		marked[p] = done
+	}
+	for p := range Partitions {
+		names := byPart[p]
+		wantMark := marked[p]
+		for len(names) > 0 || wantMark {
+			n := min(len(names), maxSeenPerCall)
+			last := n == len(names)
+			m := ""
+			if last && wantMark {
+				m = strconv.FormatInt(from.UnixMilli(), 10)
+			}
+			args := append([]any{seenTTL(w, now), m}, names[:n]...)
+			if err := s.call(ctx, seenSeedScript, []string{s.seenMark(p), s.seenHash(p, w)}, args...).Err(); err != nil {
+				return fmt.Errorf("lua: seed the seen filter of partition %d: %w", p, s.unavail.classify(err))
+			}
+			names = names[n:]
+			if last {
+				break
+			}
+		}
+	}
+	return nil
+}
