@@ -7,10 +7,10 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 
-.PHONY: help build run test lint clean bench hostile fleet fleet-stop chaos
+.PHONY: help build run test lint clean bench hostile fleet fleet-stop chaos upgrade-test
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "; printf "Targets:\n"} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Version stamp of `creditd version` (cmd/creditd/version.go); override on
 # the command line, e.g. make build VERSION=v1.4.0 BUILD_DATE=$(date -u +%FT%TZ).
@@ -33,6 +33,9 @@ fleet: build ## Build, start 3 creditd nodes behind HAProxy on a Redis Cluster (
 chaos: build ## Fleet chaos (issues 11, 25): money load and checks through HAProxy; kill -9 nodes and Redis masters (readiness and per-shard availability gated), one master refusing writes, an outage of its own private Postgres; checks nothing lost or doubled; CHAOS_RUNS runs (default 3, ~2.5 min each); report in bench/results/chaos-*.md
 	$(GO) run ./bench/chaos -runs $${CHAOS_RUNS:-3} $(CHAOS_FLAGS)
 
+upgrade-test: ## Rolling upgrade under load (issue 25): a fleet on the previous release (deploy/previous-release, built from its commit) has its nodes replaced one at a time by this tree's build while money load runs; checks nothing lost or doubled, no 5xx but 503; ~2 min; report in bench/results/upgrade-*.md (UPGRADE_FLAGS=-from COMMIT -to COMMIT)
+	$(GO) run ./bench/chaos -upgrade $(UPGRADE_FLAGS)
+
 fleet-stop: ## Stop what `make fleet` started (by pid; data stays in .data/fleet)
 	scripts/fleet.sh stop
 
@@ -43,7 +46,7 @@ hostile: ## Long hostile-input property run: CREDITD_HOSTILE_N requests (default
 	CREDITD_HOSTILE_N=$${CREDITD_HOSTILE_N:-20000} GO_TEST_FLAGS="-run TestHostile -timeout 90m" \
 		TEST_PKGS=./internal/e2e GO=$(GO) scripts/test.sh
 
-bench: ## Benchmark creditd vs raw Redis, HTTP+EVALSHA and Postgres-only, memory, rebuild; writes the goal table to bench/results/latest.md (~15 min; BENCH_FLAGS=-quick for ~3 min)
+bench: ## Benchmark creditd vs raw Redis, HTTP+EVALSHA and Postgres-only, memory, rebuild, a Postgres outage; writes issue 26's and issue 10's goal tables to bench/results/latest.md (~20 min; BENCH_FLAGS=-quick for ~4 min)
 	$(GO) run ./bench $(BENCH_FLAGS)
 
 lint: ## gofmt -l and go vet

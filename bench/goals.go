@@ -208,4 +208,5 @@ func (r *Results) computeTargets() {
 		none(pgstatName, "measured")
 	}
 	r.Goals = gs
+	r.computeGoals26()
 }

@@ -13,7 +13,8 @@
 //	go run ./bench -scenario replica-ack # consume with replica acks off and on, private master + replica
 //	go run ./bench -scenario fleet-scale # consume and check on 1, 2, 3 creditd nodes, private Redis Cluster
 //	go run ./bench -scenario pg-statements # Postgres statements per op (pg_stat_statements), private cluster
-//	go run ./bench -scenario floors # each component's floor: a consume's durable work with no logic
+//	go run ./bench -scenario pg-outage # round trips per money call, Postgres bytes and rows per consume, a Postgres outage (issue 26)
+//	go run ./bench -scenario floors # logic-free replicas of today's round trips (not in the default set)
 //	go run ./bench -scenario memory  # Redis memory at a fixed consume rate alone
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 //	go run ./bench -scenario usage-report # usage report latency over -usage-report-rows ledger rows alone
@@ -113,8 +114,8 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,floors,memory,usage-report,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew); worst, replica-ack, fleet-scale, pg-statements, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,worst,replica-ack,fleet-scale,pg-statements,pg-outage,memory,usage-report,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew; floors, the logic-free replicas of today's round trips, runs only when named); worst, replica-ack, fleet-scale, pg-statements, pg-outage, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
@@ -340,11 +341,20 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	}
 	// After pg-statements: the Postgres floor's group is the persister's
 	// group size measured there.
+	// After pg-statements: the COPY's group is the persister's measured
+	// there. Issue 26's true floor needs the ceiling and real ledger rows.
+	if o.full() && ctx.Err() == nil {
+		b.copyFloor(ctx)
+	}
 	if o.has("floors") && ctx.Err() == nil {
 		b.floors(ctx)
 	}
 	if o.needsCustomers() {
 		b.ledger(ctx)
+	}
+	// On a stack of its own: it stops its Postgres.
+	if o.has("pg-outage") && ctx.Err() == nil {
+		b.hotPath(ctx)
 	}
 	// After the ledger check: its rows are not the load's.
 	if o.has("usage-report") && ctx.Err() == nil {

@@ -61,6 +61,10 @@ type Config struct {
 	Entitlements  *engine.Entitlements
 	Subscriptions *engine.Subscriptions
 	Directory     Directory
+	// SignOuts, when set, remembers the sessions signed out, so a copy of
+	// the cookie stops working on every node at once; without it a
+	// sign-out only drops the browser's cookie.
+	SignOuts SignOuts
 	// AdminToken signs an operator in; empty leaves tenant sign-in only.
 	AdminToken string
 	// Metrics writes the server's Prometheus text (what /metrics serves);

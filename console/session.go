@@ -149,8 +149,20 @@ func principalOf(r *http.Request) *principal {
 	return p
 }
 
+// SignOuts remembers the sessions that signed out until they would have
+// expired (lua.Store keeps them in Redis, shared by a fleet).
+type SignOuts interface {
+	// SignOut revokes session id until until.
+	SignOut(ctx context.Context, id string, until time.Time) error
+	// SignedOut reports whether session id was revoked.
+	SignedOut(ctx context.Context, id string) (bool, error)
+}
+
 // authenticate resolves the request's session into a principal; nil when
-// signed out (or the key was revoked).
+// signed out (here or on another node, with a copy of the cookie), when
+// that cannot be told (Redis down: fail closed), or when the key was
+// revoked. A session's CSRF token is its id: random per sign-in, never
+// shown outside the session's own pages.
 func (c *Console) authenticate(r *http.Request) *principal {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -159,6 +171,14 @@ func (c *Console) authenticate(r *http.Request) *principal {
 	ss := new(session)
 	if !c.sealer.open(sessionCookie, ck.Value, ss) || c.cfg.Clock.Now().Unix() >= ss.ExpiresUnix || ss.CSRF == "" {
 		return nil
+	}
+	if c.cfg.SignOuts != nil {
+		if out, err := c.cfg.SignOuts.SignedOut(r.Context(), ss.CSRF); err != nil || out {
+			if err != nil {
+				c.cfg.Log.Warn().Err(err).Msg("console: could not tell whether a session signed out; treating it as signed out")
+			}
+			return nil
+		}
 	}
 	if ss.Operator {
 		if c.cfg.AdminToken == "" {

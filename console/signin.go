@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // home sends the operator to the tenants and a tenant to its customers.
@@ -79,10 +80,20 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 
-// logout ends the session: the browser drops its cookie. (A copy of the
-// cookie taken before stays valid until it expires, or until the tenant's
-// key is revoked or the admin token changes.)
+// logout ends the session: the browser drops its cookie, and the session
+// is revoked for every node (Config.SignOuts), so a copy of the cookie
+// taken before stops working too (issue 31 item 3). When the revocation
+// cannot be written the user is told and stays signed in, rather than
+// believing a copied cookie is dead.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.SignOuts != nil {
+		ss := principalOf(r).session
+		if err := c.cfg.SignOuts.SignOut(r.Context(), ss.CSRF, time.Unix(ss.ExpiresUnix, 0)); err != nil {
+			c.cfg.Log.Error().Err(err).Msg("console: sign-out could not be recorded")
+			c.fail(w, r, http.StatusServiceUnavailable, "Signing out failed for a moment: try again.")
+			return
+		}
+	}
 	setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 }

@@ -41,6 +41,10 @@ type StoredAccount struct {
 	LifetimeEarned int64
 	// Blocks are the blocks with credit left, in no particular order.
 	Blocks []MutationBlock
+	// Gauges are the gauge counters by metric key (leased slots
+	// included); Leases the active leases, in no particular order.
+	Gauges map[string]int64
+	Leases []StoredLease
 }
 
 // ReconcileOptions tune a pass; zero fields take the defaults.
@@ -94,6 +98,11 @@ const (
 	DivergenceEarned Divergence = "lifetime_earned"
 	// DivergenceAccountID: the account ids differ.
 	DivergenceAccountID Divergence = "account_id"
+	// DivergenceGauges: a gauge counter differs (issue 31 item 5).
+	DivergenceGauges Divergence = "gauges"
+	// DivergenceLeases: the active gauge leases differ (set, amounts or
+	// instants).
+	DivergenceLeases Divergence = "leases"
 	// DivergenceLedger: in Postgres itself, the blocks' remaining credit
 	// does not equal the sum of the ledger (invariant 1). A reload cannot
 	// mend it: it needs an operator.

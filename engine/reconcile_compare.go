@@ -38,6 +38,12 @@ func CompareAccount(st AccountState, stored StoredAccount, ledgerSum int64) (Dif
 		if stored.AccountID != st.AccountID {
 			d.Kinds = append(d.Kinds, DivergenceAccountID)
 		}
+		if len(gaugeDifferences(stored.Gauges, st.Gauges)) > 0 {
+			d.Kinds = append(d.Kinds, DivergenceGauges)
+		}
+		if len(leaseDifferences(stored.Leases, st.Leases)) > 0 {
+			d.Kinds = append(d.Kinds, DivergenceLeases)
+		}
 	}
 	if d.PostgresBalance != ledgerSum {
 		d.Kinds = append(d.Kinds, DivergenceLedger)
@@ -121,6 +127,8 @@ func FieldDifferences(st AccountState, stored StoredAccount, ledgerSum, nowMS in
 		add("lifetime_earned", stored.LifetimeEarned, st.LifetimeEarned)
 		add("account_id", stored.AccountID, st.AccountID)
 		out = append(out, blockDifferences(stored.Blocks, st.Blocks)...)
+		out = append(out, gaugeDifferences(stored.Gauges, st.Gauges)...)
+		out = append(out, leaseDifferences(stored.Leases, st.Leases)...)
 	}
 	if pb := sumRemaining(st.Blocks); pb != ledgerSum {
 		out = append(out, FieldDifference{Field: "ledger_sum", Redis: "-",
@@ -202,6 +210,70 @@ func blockDifferences(redis, postgres []MutationBlock) []FieldDifference {
 				out = append(out, FieldDifference{Field: name + " " + f.field, Redis: f.r, Postgres: f.p})
 			}
 		}
+	}
+	return out
+}
+
+// gaugeDifferences lists the gauges whose counters differ, as
+// "gauge:<metric>"; a counter at 0 and an absent one agree (a gauge moved
+// back to zero may keep its field or not).
+func gaugeDifferences(redis, postgres map[string]int64) []FieldDifference {
+	keys := make([]string, 0, len(redis)+len(postgres))
+	for k := range redis {
+		keys = append(keys, k)
+	}
+	for k := range postgres {
+		if _, ok := redis[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []FieldDifference
+	for _, k := range keys {
+		if r, p := redis[k], postgres[k]; r != p {
+			out = append(out, FieldDifference{Field: "gauge:" + k, Redis: fmt.Sprint(r), Postgres: fmt.Sprint(p)})
+		}
+	}
+	return out
+}
+
+// leaseDifferences lists the active leases that differ, as "lease:<id>"
+// with "metric amount expires" on each side ("absent" where one side lacks
+// it). Both sides keep a lease past its expires until the sweep writes the
+// lapse down in both, so the whole sets are compared.
+func leaseDifferences(redis, postgres []StoredLease) []FieldDifference {
+	text := func(ls []StoredLease) map[uuid.UUID]string {
+		m := make(map[uuid.UUID]string, len(ls))
+		for _, l := range ls {
+			m[l.ID] = fmt.Sprintf("%s %d %d", l.Metric, l.Amount, l.ExpiresMS)
+		}
+		return m
+	}
+	r, p := text(redis), text(postgres)
+	ids := make([]uuid.UUID, 0, len(r)+len(p))
+	for id := range r {
+		ids = append(ids, id)
+	}
+	for id := range p {
+		if _, ok := r[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	var out []FieldDifference
+	for _, id := range ids {
+		rv, rok := r[id]
+		pv, pok := p[id]
+		if rok && pok && rv == pv {
+			continue
+		}
+		if !rok {
+			rv = "absent"
+		}
+		if !pok {
+			pv = "absent"
+		}
+		out = append(out, FieldDifference{Field: "lease:" + id.String(), Redis: rv, Postgres: pv})
 	}
 	return out
 }

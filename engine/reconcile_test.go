@@ -19,12 +19,16 @@ func TestCompareAccount(t *testing.T) {
 	exp := int64(5000)
 	blocks := []MutationBlock{{ID: b1, Original: 100, Remaining: 60, Priority: 1, StartsMS: 1, CreatedMS: 1, ExpiresMS: &exp},
 		{ID: b2, Original: 50, Remaining: 50, StartsMS: 2, CreatedMS: 2}}
-	pg := AccountState{CustomerID: uuid.New(), AccountID: "a", Version: 7, Reserved: 10, LifetimeEarned: 150, Blocks: blocks}
+	lease := StoredLease{Metric: "seats", MutationLease: MutationLease{ID: uuid.New(), Amount: 2, Status: LeaseActive, ExpiresMS: 9000}}
+	pg := AccountState{CustomerID: uuid.New(), AccountID: "a", Version: 7, Reserved: 10, LifetimeEarned: 150, Blocks: blocks,
+		Gauges: map[string]int64{"seats": 3, "jobs": 0}, Leases: []StoredLease{lease}}
 	same := StoredAccount{Present: true, AccountID: "a", Version: 7, Reserved: 10, LifetimeEarned: 150,
-		Blocks: []MutationBlock{blocks[1], blocks[0]}}
+		Blocks: []MutationBlock{blocks[1], blocks[0]}, Gauges: map[string]int64{"seats": 3}, Leases: []StoredLease{lease}}
 	with := func(f func(s *StoredAccount)) StoredAccount {
 		s := same
 		s.Blocks = append([]MutationBlock(nil), same.Blocks...)
+		s.Gauges = map[string]int64{"seats": 3}
+		s.Leases = append([]StoredLease(nil), same.Leases...)
 		f(&s)
 		return s
 	}
@@ -48,6 +52,14 @@ func TestCompareAccount(t *testing.T) {
 		{"block without expiry", with(func(s *StoredAccount) { s.Blocks[1].ExpiresMS = nil }), 110, "[blocks]"},
 		{"reserved", with(func(s *StoredAccount) { s.Reserved = 0 }), 110, "[reserved]"},
 		{"account id", with(func(s *StoredAccount) { s.AccountID = "" }), 110, "[account_id]"},
+		// Issue 31 item 5: gauges and leases, which repair restores, are
+		// compared too (a gauge at 0 and an absent one agree).
+		{"gauge counter", with(func(s *StoredAccount) { s.Gauges["seats"] = 2 }), 110, "[gauges]"},
+		{"gauge only in the store", with(func(s *StoredAccount) { s.Gauges["jobs"] = 1 }), 110, "[gauges]"},
+		{"gauge at zero in the store only", with(func(s *StoredAccount) { s.Gauges["idle"] = 0 }), 110, "[]"},
+		{"lease missing", with(func(s *StoredAccount) { s.Leases = nil }), 110, "[leases]"},
+		{"lease expiry", with(func(s *StoredAccount) { s.Leases[0].ExpiresMS = 9500 }), 110, "[leases]"},
+		{"lease amount and counter", with(func(s *StoredAccount) { s.Leases[0].Amount, s.Gauges["seats"] = 1, 2 }), 110, "[gauges leases]"},
 		{"postgres off its ledger", same, 109, "[ledger]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

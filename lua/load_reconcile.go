@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -80,10 +81,82 @@ func (s *Store) StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]en
 		if err != nil {
 			return nil, fmt.Errorf("lua: reconcile: account %s: %w", customers[i], err)
 		}
+		var gauges map[string]string
+		if all[i] != nil {
+			gauges = all[i].Val()
+		} else if gauges, err = s.gaugeFields(ctx, k); err != nil {
+			return nil, fmt.Errorf("lua: reconcile: account %s: %w", customers[i], err)
+		}
+		g, leases, err := decodeGauges(gauges)
+		if err != nil {
+			return nil, fmt.Errorf("lua: reconcile: account %s: %w", customers[i], err)
+		}
 		out[i] = engine.StoredAccount{Present: true, AccountID: a.id, Version: a.version, Reserved: a.reserved,
-			LifetimeEarned: a.lifetimeEarned, Blocks: a.blocks}
+			LifetimeEarned: a.lifetimeEarned, Blocks: a.blocks, Gauges: g, Leases: leases}
 	}
 	return out, nil
+}
+
+// gaugeFields reads the gauge fields ("g:<metric>" counters and
+// "L:<metric>" leases, prelude.lua) of a hash too big for one HGETALL, by
+// HSCAN: bounded steps, as the sliced read of its blocks is.
+func (s *Store) gaugeFields(ctx context.Context, key string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, match := range []string{"g:*", "L:*"} {
+		var cursor uint64
+		for {
+			kv, next, err := s.rdb.HScan(ctx, key, cursor, match, reconcileWholeFields).Result()
+			if err != nil {
+				return nil, fmt.Errorf("hscan %s: %w", match, err)
+			}
+			for j := 0; j+1 < len(kv); j += 2 {
+				out[kv[j]] = kv[j+1]
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// decodeGauges reads the gauge counters and active leases out of an
+// account hash's fields (the others are skipped): "g:<metric>" is the
+// counter, "L:<metric>" the leases "id,amount,expires,created,seconds"
+// joined by spaces (lua/leases.go leaseFields writes the same form).
+func decodeGauges(fields map[string]string) (map[string]int64, []engine.StoredLease, error) {
+	gauges := map[string]int64{}
+	var leases []engine.StoredLease
+	for f, v := range fields {
+		switch {
+		case strings.HasPrefix(f, "g:"):
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("gauge field %s: %w", f, err)
+			}
+			gauges[f[2:]] = n
+		case strings.HasPrefix(f, "L:"):
+			for _, l := range strings.Fields(v) {
+				p := strings.Split(l, ",")
+				if len(p) != 5 {
+					return nil, nil, fmt.Errorf("lease field %s: %q", f, l)
+				}
+				id, err := engine.ParseStoredID(p[0])
+				if err != nil {
+					return nil, nil, fmt.Errorf("lease field %s: %w", f, err)
+				}
+				var n [4]int64
+				for j := range n {
+					if n[j], err = strconv.ParseInt(p[j+1], 10, 64); err != nil {
+						return nil, nil, fmt.Errorf("lease field %s: %w", f, err)
+					}
+				}
+				leases = append(leases, engine.StoredLease{Metric: f[2:], MutationLease: engine.MutationLease{ID: id,
+					Amount: n[0], Status: engine.LeaseActive, ExpiresMS: n[1], CreatedMS: n[2], Seconds: n[3]}})
+			}
+		}
+	}
+	return gauges, leases, nil
 }
 
 // Reload writes st over the customer's hash whatever the versions, but

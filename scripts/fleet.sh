@@ -24,6 +24,13 @@
 #       Starts creditd node N (1-3) of a running fleet again, with the
 #       command line and address `start` gave it, and waits until it is
 #       ready (`make chaos` kills nodes with kill -9 and restarts them).
+#   scripts/fleet.sh stop-node N
+#       Stops creditd node N gracefully (SIGTERM: it finishes the requests
+#       in flight and writes what its persister holds), waiting up to 60 s;
+#       `make upgrade-test` replaces nodes so, one at a time.
+#   CREDITD_BIN=PATH (start, start-node): the creditd binary to run
+#       instead of bin/creditd, so one fleet can mix versions in a rolling
+#       upgrade (`make upgrade-test`).
 #   scripts/fleet.sh check
 #       Checks deploy/haproxy.cfg with `haproxy -c` and placeholder
 #       addresses (installing HAProxy when missing, as start does).
@@ -39,15 +46,31 @@ DATA=${CREDITD_DATA_DIR:-$ROOT/.data}
 FLEET=$DATA/fleet
 NODES=3
 PORT=${FLEET_PORT:-8090}
+BIN=${CREDITD_BIN:-bin/creditd}
 
 node_pid() { echo "$FLEET/creditd-$1.pid"; }
 
-# wait_ready URL SECONDS: URL answers 200 within SECONDS.
+# running PID: the process exists and is not a zombie. One read of its
+# state: an exited node is a zombie until its parent (init, or whatever
+# reaps orphans here) collects it, which may happen between two looks.
+running() {
+	local st
+	st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ -n $st && $st != Z ]]
+}
+
+# wait_ready URL SECONDS [PIDFILE]: URL answers 200 within SECONDS; with
+# PIDFILE, gives up at once when that process has exited (a binary that
+# refuses the schema, say, is not worth a minute's wait).
 wait_ready() {
-	local url=$1 secs=$2 i
+	local url=$1 secs=$2 pidfile=${3:-} i
 	for ((i = 0; i < secs * 10; i++)); do
 		# /readyz may take up to 2.1 s (each check is bounded at 2 s).
 		[[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$url" 2>/dev/null) == 200 ]] && return 0
+		if [[ -n $pidfile ]] && ! running "$(cat "$pidfile" 2>/dev/null)"; then
+			log "the process of $pidfile exited"
+			return 1
+		fi
 		sleep 0.1
 	done
 	return 1
@@ -148,7 +171,7 @@ launch_node() {
 		CREDITD_ADMIN_TOKEN=$token CREDITD_INSTANCE=fleet-$i \
 		CREDITD_DEV=$([[ $i == 1 ]] && echo 1 || echo 0) CREDITD_DEV_FILE=$FLEET/dev-tenant.json \
 		CREDITD_WEBHOOK_ALLOW_PRIVATE=true \
-		setsid bin/creditd serve </dev/null >>"$FLEET/creditd-$i.log" 2>&1 &
+		setsid "$BIN" serve </dev/null >>"$FLEET/creditd-$i.log" 2>&1 &
 	echo $! >"$(node_pid "$i")"
 }
 
@@ -168,13 +191,32 @@ cmd_start_node() {
 	local addr
 	addr=$(<"$FLEET/creditd-$i.addr")
 	launch_node "$i" "$addr" "$(<"$FLEET/redis/seeds")" "$(<"$FLEET/database-url")" "$token"
-	wait_ready "http://$addr/readyz" 60 ||
-		{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready after 60 s"; }
+	wait_ready "http://$addr/readyz" 60 "$(node_pid "$i")" ||
+		{ tail -n 20 "$FLEET/creditd-$i.log" >&2; die "creditd node $i is not ready (log: $FLEET/creditd-$i.log)"; }
 	log "creditd node $i ready on $addr"
 }
 
+# cmd_stop_node N: node N stopped with SIGTERM, waiting for it to exit:
+# longer than kill_pidfile's 15 s, since a node drains its persister and
+# the requests in flight (api/server.go bounds those at 30 s) first.
+cmd_stop_node() {
+	local i=${1:-} pid n
+	[[ $i =~ ^[1-9]$ ]] && ((i <= NODES)) || die "usage: $0 stop-node N (1-$NODES)"
+	pid_alive "$(node_pid "$i")" creditd || { log "creditd node $i is not running"; rm -f "$(node_pid "$i")"; return 0; }
+	pid=$(<"$(node_pid "$i")")
+	log "stopping creditd node $i (pid $pid, SIGTERM)"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((n = 0; n < 600; n++)); do
+		running "$pid" || break
+		sleep 0.1
+	done
+	running "$pid" && die "creditd node $i (pid $pid) still runs 60 s after SIGTERM"
+	rm -f "$(node_pid "$i")"
+	log "creditd node $i stopped"
+}
+
 cmd_start() {
-	[[ -x bin/creditd ]] || die "bin/creditd missing; run \`make fleet\` (it builds first)"
+	[[ -x $BIN ]] || die "$BIN missing; run \`make fleet\` (it builds first)"
 	have curl || die "curl is needed to check the nodes (Debian/Ubuntu: sudo apt-get install curl)"
 	if pid_alive "$FLEET/haproxy.pid" haproxy || pid_alive "$(node_pid 1)" creditd; then
 		cmd_status
@@ -272,6 +314,7 @@ start) cmd_start ;;
 stop) shift; cmd_stop "$@" ;;
 status) cmd_status ;;
 start-node) cmd_start_node "${2:-}" ;;
+stop-node) cmd_stop_node "${2:-}" ;;
 check) cmd_check ;;
-*) die "usage: $0 start|stop [--purge]|status|start-node N|check" ;;
+*) die "usage: $0 start|stop [--purge]|status|start-node N|stop-node N|check" ;;
 esac

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -162,7 +161,7 @@ func compareKeys(ops []*Op, pg *pgState) keyFindings {
 
 // verify drains nothing itself: it runs after the drain and records every
 // check on r.
-func verify(ctx context.Context, r *RunResult, f *Fleet, api *API, tenant, key string, l *Load, customers []string) {
+func verify(ctx context.Context, r *RunResult, f *Fleet, lr *loadRun) {
 	promoted := 0
 	for _, fo := range r.Failovers {
 		if fo.PromotedOK && fo.RejoinedOK {
@@ -178,12 +177,35 @@ func verify(ctx context.Context, r *RunResult, f *Fleet, api *API, tenant, key s
 		}
 	}
 	r.check("creditd node kills", ready >= 1 && ready == len(r.NodeKills), true, "%d creditd nodes killed -9 and ready again (want >= 1)", ready)
+	if !verifyBooks(ctx, r, f, lr) {
+		return
+	}
+	if r.Flood == nil {
+		r.check("rate limit across nodes", false, true, "no flood ran")
+	} else {
+		fl := r.Flood
+		r.check("rate limit across nodes", fl.Held(), true, "%d 2xx in %.1f s for a key limited to %d/s burst %d: want %.0f +-10 %% (%.0f-%.0f); %.1f/s after the burst; %d 429, %d other (3 per-node budgets would allow ~%.0f)",
+			fl.OK, fl.Seconds, fl.PerSecond, fl.Burst, fl.Want, 0.9*fl.Want, 1.1*fl.Want, fl.RatePerS, fl.Limited, fl.Other, 3*fl.Want)
+	}
+	// Issue 11 item 5 (invariant 14): while a slot has no master, 503 with
+	// Retry-After, never a 500. CHAOS_STRICT_5XX=0 reports without gating.
+	strict := os.Getenv("CHAOS_STRICT_5XX") != "0"
+	r.check("creditd 5xx other than 503", lr.l.counts.Other5xx == 0, strict, "%d answers from creditd with a 5xx other than 503 (retried with the same key; %d 503s, %d HAProxy 502/504 for requests in flight on a killed node); gates unless CHAOS_STRICT_5XX=0",
+		lr.l.counts.Other5xx, lr.l.counts.Got503, lr.l.counts.Balancer5xx)
+}
+
+// verifyBooks is the ledger's half of the checks, a chaos run's and an
+// upgrade run's alike: the drain, every operation the client sent against
+// Postgres by its Idempotency-Key, each customer's balance four ways and
+// creditd reconcile. It returns false when Postgres could not be read.
+func verifyBooks(ctx context.Context, r *RunResult, f *Fleet, lr *loadRun) bool {
+	tenant, key, l, customers, api := lr.tenant, lr.key, lr.l, lr.customers, lr.api
 	r.check("drain", r.Drain.OK, true, "%s", r.Drain.Detail)
 
 	pg, err := readPostgres(ctx, f.DBURL, tenant)
 	if err != nil {
 		r.check("postgres", false, true, "reading Postgres: %v", err)
-		return
+		return false
 	}
 	k := compareKeys(l.ops, pg)
 	list := func(xs []string) string {
@@ -230,19 +252,7 @@ func verify(ctx context.Context, r *RunResult, f *Fleet, api *API, tenant, key s
 		len(bad), len(customers), list(bad))
 
 	reconcile(ctx, r, f)
-
-	if r.Flood == nil {
-		r.check("rate limit across nodes", false, true, "no flood ran")
-	} else {
-		fl := r.Flood
-		r.check("rate limit across nodes", fl.Held(), true, "%d 2xx in %.1f s for a key limited to %d/s burst %d: want %.0f +-10 %% (%.0f-%.0f); %.1f/s after the burst; %d 429, %d other (3 per-node budgets would allow ~%.0f)",
-			fl.OK, fl.Seconds, fl.PerSecond, fl.Burst, fl.Want, 0.9*fl.Want, 1.1*fl.Want, fl.RatePerS, fl.Limited, fl.Other, 3*fl.Want)
-	}
-	// Issue 11 item 5 (invariant 14): while a slot has no master, 503 with
-	// Retry-After, never a 500. CHAOS_STRICT_5XX=0 reports without gating.
-	strict := os.Getenv("CHAOS_STRICT_5XX") != "0"
-	r.check("creditd 5xx other than 503", l.counts.Other5xx == 0, strict, "%d answers from creditd with a 5xx other than 503 (retried with the same key; %d 503s, %d HAProxy 502/504 for requests in flight on a killed node); gates unless CHAOS_STRICT_5XX=0",
-		l.counts.Other5xx, l.counts.Got503, l.counts.Balancer5xx)
+	return true
 }
 
 // apiBalance reads a customer's balance through the balancer, retrying
@@ -272,7 +282,7 @@ func apiBalance(ctx context.Context, api *API, key, customer string) (int64, err
 // command; it prints "reconcile: N customers checked, M differences" and
 // exits 0 on none.
 func reconcile(ctx context.Context, r *RunResult, f *Fleet) {
-	bin := filepath.Join(f.root, "bin", "creditd")
+	bin := f.bin()
 	help, _ := exec.CommandContext(ctx, bin, "help").CombinedOutput()
 	if !strings.Contains(string(help), "reconcile") {
 		r.check("creditd reconcile", true, false, "not run: this bin/creditd has no reconcile command; the books check compared Redis, credit_accounts and the ledger itself")

@@ -33,13 +33,29 @@ type Fleet struct {
 	Token   string
 	DBURL   string
 	// PG is the run's own Postgres, which the outage stops and starts.
-	PG      *pgserver.Server
+	PG *pgserver.Server
+	// Bin is the creditd binary the next start or start-node runs (""
+	// bin/creditd): an upgrade run switches it from the old release's to
+	// the new one's between nodes.
+	Bin     string
 	started bool
 }
 
 // env is the environment of every scripts/fleet.sh call.
 func (f *Fleet) env() []string {
-	return append(os.Environ(), "CREDITD_DATA_DIR="+f.dataDir, "DATABASE_URL="+f.DBURL)
+	env := append(os.Environ(), "CREDITD_DATA_DIR="+f.dataDir, "DATABASE_URL="+f.DBURL)
+	if f.Bin != "" {
+		env = append(env, "CREDITD_BIN="+f.Bin)
+	}
+	return env
+}
+
+// bin is the binary the fleet's nodes run now.
+func (f *Fleet) bin() string {
+	if f.Bin != "" {
+		return f.Bin
+	}
+	return filepath.Join(f.root, "bin", "creditd")
 }
 
 // script runs a repository script, its output appended to the fleet's
@@ -65,11 +81,17 @@ func (f *Fleet) script(ctx context.Context, env []string, name string, args ...s
 // run stops its Postgres for an outage), makes the run's database on it and
 // starts the fleet on that, HAProxy on a free port.
 func startFleet(ctx context.Context, root, stamp string) (*Fleet, error) {
+	return startFleetOf(ctx, root, stamp, "")
+}
+
+// startFleetOf is startFleet with every node running binary bin (""
+// bin/creditd).
+func startFleetOf(ctx context.Context, root, stamp, bin string) (*Fleet, error) {
 	dataDir, err := os.MkdirTemp("", "creditd-chaos-")
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{root: root, dataDir: dataDir, dir: filepath.Join(dataDir, "fleet")}
+	f := &Fleet{root: root, dataDir: dataDir, dir: filepath.Join(dataDir, "fleet"), Bin: bin}
 	// max_connections: 3 nodes x persist.DefaultMaxConns (16), the
 	// harness's own connections and room for a restarted node whose old
 	// connections Postgres has not yet noticed gone.
@@ -223,6 +245,12 @@ func (f *Fleet) killNode(n int) (int, error) {
 // until it is ready.
 func (f *Fleet) startNode(ctx context.Context, n int) error {
 	return f.script(ctx, f.env(), "fleet.sh", "start-node", strconv.Itoa(n))
+}
+
+// stopNode stops node n gracefully (scripts/fleet.sh stop-node: SIGTERM,
+// then waits for the process to exit).
+func (f *Fleet) stopNode(ctx context.Context, n int) error {
+	return f.script(ctx, f.env(), "fleet.sh", "stop-node", strconv.Itoa(n))
 }
 
 // ClusterNode is one line of CLUSTER NODES.

@@ -134,6 +134,8 @@ type Op struct {
 	// CustomerID is the UUID the acknowledgement names.
 	CustomerID string `json:"customer_id,omitempty"`
 	Body       string `json:"body,omitempty"` // a refusal's body
+	// Hold is the reservation id a reserve's acknowledgement names.
+	Hold string `json:"hold,omitempty"`
 }
 
 // Counts are the load's request figures.
@@ -172,6 +174,19 @@ type Load struct {
 	samples map[string]int64
 	// rec keeps every attempt's answer for the fault windows.
 	rec *Samples
+	// reservePct is the share of ticks (percent) that reserve and then
+	// commit a hold, two operations with keys of their own; the rest
+	// split 25 % grants, 25 % adjusts, 50 % consumes.
+	reservePct int
+}
+
+// mix says what the load sends.
+func (l *Load) mix() string {
+	if l.reservePct <= 0 {
+		return "25 % grants, 25 % adjusts, 50 % consumes"
+	}
+	rest := float64(100-l.reservePct) / 100
+	return fmt.Sprintf("%d %% reserve then commit, %.0f %% grants, %.0f %% adjusts, %.0f %% consumes", l.reservePct, 25*rest, 25*rest, 50*rest)
 }
 
 func newLoad(api *API, key, prefix string, rec *Samples) *Load {
@@ -254,6 +269,13 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 			op.Body = "acknowledged, but: " + err.Error() + ": " + trunc(last.Body)
 		}
 		op.Delta, op.CustomerID = d, cid
+		if kind == "reserve" {
+			var h struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(last.Body, &h)
+			op.Hold = h.ID
+		}
 	} else {
 		op.Body = trunc(last.Body)
 	}
@@ -344,6 +366,24 @@ func ackDelta(kind string, body []byte) (int64, string, error) {
 			return 0, "", err
 		}
 		return r.Transaction.Delta, r.Transaction.CustomerID, nil
+	case "reserve":
+		// A hold changes the balance by nothing (it lowers the effective
+		// balance only), so its operation's ledger entries sum to 0.
+		var r struct {
+			CustomerID string `json:"customer_id"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil {
+			return 0, "", err
+		}
+		return 0, r.CustomerID, nil
+	case "commit":
+		var r struct {
+			Transaction entry `json:"transaction"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil {
+			return 0, "", err
+		}
+		return r.Transaction.Delta, r.Transaction.CustomerID, nil
 	case "adjust":
 		var r struct {
 			Transactions []entry `json:"transactions"`
@@ -410,6 +450,11 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 				if time.Until(next) < -time.Second {
 					next = time.Now() // behind after a stall: no burst to catch up
 				}
+				key := l.prefix + "-w" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
+				if l.reservePct > 0 && rng.IntN(100) < l.reservePct {
+					l.reserveCommit(ctx, customers[rng.IntN(len(customers))], key, rng)
+					continue
+				}
 				kind := "consume"
 				switch k := rng.IntN(100); {
 				case k < 25:
@@ -419,7 +464,6 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 				}
 				c := customers[rng.IntN(len(customers))]
 				path, body := opBody(kind, c, rng)
-				key := l.prefix + "-w" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
 				l.do(ctx, kind, c, key, path, body, 3*time.Minute)
 			}
 		}(w)
@@ -435,6 +479,22 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 		}
 	}
 	l.counts.Answers = l.samples
+}
+
+// reserveCommit reserves a hold for customer and commits it with at most
+// its estimated units: two operations, keys key-r and key-c. In a rolling
+// upgrade the two often land on nodes of different versions, so one
+// version's hold is committed by the other's. An unresolved or refused
+// reserve has no commit.
+func (l *Load) reserveCommit(ctx context.Context, customer, key string, rng *rand.Rand) {
+	est := 1 + rng.IntN(5)
+	res := l.do(ctx, "reserve", customer, key+"-r", "/v1/reservations",
+		map[string]any{"customer_id": customer, "billable_metric_key": metric, "estimated_units": est}, 3*time.Minute)
+	if res.Status != 201 || res.Hold == "" {
+		return
+	}
+	l.do(ctx, "commit", customer, key+"-c", "/v1/reservations/"+res.Hold+"/commit",
+		map[string]any{"actual_units": 1 + rng.IntN(est)}, 3*time.Minute)
 }
 
 // FloodResult is the rate-limit flood's outcome.

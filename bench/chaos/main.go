@@ -14,6 +14,13 @@
 //
 //	go run ./bench/chaos [-runs 3] [-failovers 3] [-rate 150] [-workers 16] [-check-rate 40]
 //	    [-write-refusal 5s] [-postgres-outage 30s] [-out bench/results]
+//
+// With -upgrade it is `make upgrade-test` instead (upgrade.go): a rolling
+// upgrade of the fleet under the same load, node by node, from -from
+// (default deploy/previous-release) to -to (default the working tree),
+// checked as strictly; its reports are bench/results/upgrade-<time>.md.
+//
+//	go run ./bench/chaos -upgrade [-from COMMIT] [-to COMMIT] [-runs 1] [-reserve 20] [-settle 4s]
 package main
 
 import (
@@ -50,9 +57,15 @@ type Options struct {
 	// CheckRate is the GET /v1/entitlements/check calls per second sent
 	// beside the money load (0: none).
 	CheckRate float64
-	Out       string
-	Keep      bool
-	Root      string
+	// Upgrade runs `make upgrade-test` (upgrade.go) instead of the chaos:
+	// From and To name its releases ("": deploy/previous-release and the
+	// working tree); Reserve is the load's share of reserve+commit pairs.
+	Upgrade  bool
+	From, To string
+	Reserve  int
+	Out      string
+	Keep     bool
+	Root     string
 }
 
 func main() {
@@ -71,6 +84,10 @@ func main() {
 	flag.DurationVar(&o.WriteRefusal, "write-refusal", 5*time.Second, "after the failovers, one Redis master refuses writes this long (CONFIG SET maxmemory under its use, noeviction; 0: off)")
 	flag.DurationVar(&o.PostgresOutage, "postgres-outage", 30*time.Second, "then the run's private Postgres is down this long (SIGQUIT, as pg_ctl stop -m immediate; 0: off)")
 	flag.Float64Var(&o.CheckRate, "check-rate", 40, "GET /v1/entitlements/check calls per second beside the money load, to measure the read path during the faults")
+	flag.BoolVar(&o.Upgrade, "upgrade", false, "make upgrade-test: a rolling upgrade under load from -from to -to instead of the chaos (the fault flags are ignored)")
+	flag.StringVar(&o.From, "from", "", "with -upgrade: the commit the fleet starts on (default: deploy/previous-release)")
+	flag.StringVar(&o.To, "to", "", "with -upgrade: the commit the nodes are replaced with (default: the working tree)")
+	flag.IntVar(&o.Reserve, "reserve", 0, "percent of the load's operations that reserve a hold and commit it (default 20 with -upgrade, else 0)")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory of the reports")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the fleet's data directory and database even when the run passes (a failing run keeps them always)")
 	flag.Parse()
@@ -85,6 +102,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.Upgrade {
+		os.Exit(upgradeRuns(ctx, o))
+	}
 
 	for i := 1; i <= o.Runs; i++ {
 		logf("run %d of %d", i, o.Runs)
@@ -101,6 +121,33 @@ func main() {
 		}
 	}
 	logf("%d runs in a row passed", o.Runs)
+}
+
+// upgradeRuns runs o.Runs upgrades in a row and returns the exit status.
+func upgradeRuns(ctx context.Context, o Options) int {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["reserve"] {
+		o.Reserve = 20
+	}
+	if !set["runs"] && os.Getenv("CHAOS_RUNS") == "" {
+		o.Runs = 1
+	}
+	for i := 1; i <= o.Runs; i++ {
+		logf("upgrade run %d of %d", i, o.Runs)
+		u := runUpgrade(ctx, o)
+		md, js, err := writeUpgradeReport(o.Out, u)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: write report:", err)
+			return 1
+		}
+		logf("upgrade run %d: %s (report %s, %s)", i, u.Verdict(), md, js)
+		if !u.Pass() {
+			fmt.Fprintf(os.Stderr, "chaos: upgrade run %d of %d FAILED; see %s\n", i, o.Runs, md)
+			return 1
+		}
+	}
+	return 0
 }
 
 // envInt is the integer in environment variable name, or def.

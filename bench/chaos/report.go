@@ -35,40 +35,8 @@ func markdown(r *RunResult) string {
 	if r.Error != "" {
 		w("**Run error:** %s\n\n", r.Error)
 	}
-	w("## Checks\n\n| check | result | detail |\n|---|---|---|\n")
-	for _, c := range r.Checks {
-		res := "PASS"
-		if !c.Pass {
-			res = "FAIL"
-		}
-		if !c.Gating {
-			res += " (reported, not gating)"
-		}
-		w("| %s | %s | %s |\n", c.Name, res, strings.ReplaceAll(c.Detail, "|", "\\|"))
-	}
-	c := r.Counts
-	w("\n## Counts\n\n| figure | value |\n|---|---|\n")
-	w("| money operations (distinct Idempotency-Keys) | %d |\n| acknowledged (2xx) | %d |\n| of which answered with X-Idempotent-Replayed | %d |\n", c.Sent, c.Acknowledged, c.Replayed)
-	w("| refused (4xx) | %d |\n| unresolved | %d |\n| HTTP requests (attempts) | %d |\n| operations retried | %d |\n| retries | %d |\n", c.Refused, c.Unresolved, c.Requests, c.Retried, c.Retries)
-	w("| 503 answers | %d |\n| creditd 5xx other than 503 | %d |\n| HAProxy 5xx other than 503 (in flight on a killed node) | %d |\n| 409 still in progress | %d |\n| transport errors | %d |\n",
-		c.Got503, c.Other5xx, c.Balancer5xx, c.InProgress, c.Transport)
-	var codes []string
-	for s, n := range c.ByStatus {
-		codes = append(codes, fmt.Sprintf("%s: %d", s, n))
-	}
-	sort.Strings(codes)
-	w("| answers by status | %s |\n", strings.Join(codes, ", "))
-	if len(c.Answers) > 0 {
-		w("\nAnswers other than 2xx to the money load (digits blanked to N):\n\n| count | answer |\n|---|---|\n")
-		var kinds []string
-		for k := range c.Answers {
-			kinds = append(kinds, k)
-		}
-		sort.Slice(kinds, func(i, j int) bool { return c.Answers[kinds[i]] > c.Answers[kinds[j]] })
-		for _, k := range kinds {
-			w("| %d | %s |\n", c.Answers[k], strings.ReplaceAll(k, "|", "\\|"))
-		}
-	}
+	writeChecks(&b, r.Checks)
+	writeCounts(&b, r.Counts)
 	if fl := r.Flood; fl != nil {
 		w("\n## Rate limit flood\n\nOne API key limited to %d/s (burst %d), GET /v1/customers through HAProxy from 8 clients at 4x the rate together for %.1f s while a creditd node was killed and started again: %d 2xx (want %.0f +-10 %%), %d 429, %d other, %d requests.\n",
 			fl.PerSecond, fl.Burst, fl.Seconds, fl.OK, fl.Want, fl.Limited, fl.Other, fl.Offered)
@@ -165,4 +133,47 @@ func since(ok bool, s float64) string {
 		return "not within the limit"
 	}
 	return fmt.Sprintf("%.1f s", s)
+}
+
+// writeChecks is a report's table of checks.
+func writeChecks(b *strings.Builder, checks []Check) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Checks\n\n| check | result | detail |\n|---|---|---|\n")
+	for _, c := range checks {
+		res := "PASS"
+		if !c.Pass {
+			res = "FAIL"
+		}
+		if !c.Gating {
+			res += " (reported, not gating)"
+		}
+		w("| %s | %s | %s |\n", c.Name, res, strings.ReplaceAll(c.Detail, "|", "\\|"))
+	}
+}
+
+// writeCounts is a report's table of the money load's figures.
+func writeCounts(b *strings.Builder, c Counts) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("\n## Counts\n\n| figure | value |\n|---|---|\n")
+	w("| money operations (distinct Idempotency-Keys) | %d |\n| acknowledged (2xx) | %d |\n| of which answered with X-Idempotent-Replayed | %d |\n", c.Sent, c.Acknowledged, c.Replayed)
+	w("| refused (4xx) | %d |\n| unresolved | %d |\n| HTTP requests (attempts) | %d |\n| operations retried | %d |\n| retries | %d |\n", c.Refused, c.Unresolved, c.Requests, c.Retried, c.Retries)
+	w("| 503 answers | %d |\n| creditd 5xx other than 503 | %d |\n| HAProxy 5xx other than 503 (in flight on a killed node) | %d |\n| 409 still in progress | %d |\n| transport errors | %d |\n",
+		c.Got503, c.Other5xx, c.Balancer5xx, c.InProgress, c.Transport)
+	var codes []string
+	for s, n := range c.ByStatus {
+		codes = append(codes, fmt.Sprintf("%s: %d", s, n))
+	}
+	sort.Strings(codes)
+	w("| answers by status | %s |\n", strings.Join(codes, ", "))
+	if len(c.Answers) > 0 {
+		w("\nAnswers other than 2xx to the money load (digits blanked to N):\n\n| count | answer |\n|---|---|\n")
+		var kinds []string
+		for k := range c.Answers {
+			kinds = append(kinds, k)
+		}
+		sort.Slice(kinds, func(i, j int) bool { return c.Answers[kinds[i]] > c.Answers[kinds[j]] })
+		for _, k := range kinds {
+			w("| %d | %s |\n", c.Answers[k], strings.ReplaceAll(k, "|", "\\|"))
+		}
+	}
 }

@@ -36,7 +36,7 @@ func serve() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	build := telemetry.BuildFromBinary()
+	build := telemetryBuild(b)
 	tracing, err := telemetry.TracingFromEnv(ctx, build)
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/creditd/creditd/internal/telemetry"
 )
 
 // Stamped at build by -ldflags "-X main.version=... -X main.commit=...
@@ -62,4 +64,20 @@ func buildInfo() build {
 // String is the one line of `creditd version` and `creditd --version`.
 func (b build) String() string {
 	return fmt.Sprintf("creditd %s (commit %s, built %s, %s)", b.Version, b.Commit, b.Date, b.Go)
+}
+
+// telemetryBuild is what creditd_build_info and the traces name: the
+// stamp of `make build` and the Dockerfile where there is one. The
+// toolchain's own record alone is empty in a -buildvcs=false build or one
+// from an extracted tree (`make upgrade-test` builds releases so), and
+// then every node of a rolling upgrade would read "devel", "unknown".
+func telemetryBuild(b build) telemetry.Build {
+	t := telemetry.BuildFromBinary()
+	if b.Version != "unknown" {
+		t.Version = b.Version
+	}
+	if b.Commit != "unknown" {
+		t.Commit = b.Commit
+	}
+	return t
 }

@@ -269,7 +269,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Console = console.New(console.Config{
 		Tenants: a.Tenants, Customers: a.Customers, Credits: a.Credits, Reservations: a.Reservations,
 		Webhooks: a.Webhooks, Plans: a.Plans, Entitlements: a.Entitlements, Subscriptions: a.Subscriptions,
-		Directory: a.DB, AdminToken: cfg.AdminToken,
+		Directory: a.DB, SignOuts: a.Store, AdminToken: cfg.AdminToken,
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
 	a.SeenSeeder = &engine.SeenSeeder{Filter: a.Store, Keys: a.DB, Clock: cfg.Clock, Log: log}
