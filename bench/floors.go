@@ -103,8 +103,8 @@ func (r *Results) floorsScenarioMarkdown(w func(string, ...any), tables []floorT
 			s.ClaimBytes, f.Server.Run.Offered, f.Server.ServerUSPerRequest)
 		w("Redis's: that FCALL runs a function kept in the bench (HGETALL of a copy of a real account hash, %d fields, %d B; HSET of every field back; XADD of %d B, a real consume's outbox entry's size; SET of %d B, a real op record's size, PX 24 h) on a private redis-server, so INFO commandstats and its CPU hold only the floor's work: %.1f µs per FCALL, %.0f µs of redis-server CPU per request (claim, FCALL, sockets). ",
 			s.AccountFields, s.AccountBytes, s.OutboxEntryBytes, s.OpRecordBytes, f.Server.FcallUSPerCall, f.Server.RedisUSPerRequest)
-		w("Postgres's: per consume an operation record, a ledger entry and a webhook event COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server; the floor's own backend alone %.0f µs) over %d groups on the machine's server. ",
-			p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.BackendUSPerOp, p.Groups)
+		w("Postgres's: per consume a row of each of %s COPYed (binary, copies of real rows of this run, unique columns varied) into tables created LIKE the real ones (indexes included), and %.2f account and %.2f block rows updated (the consume run's rows per op), in one transaction per group of %d (%s): %.0f µs of Postgres CPU per op (every process of the server; the floor's own backend alone %.0f µs) over %d groups on the machine's server. ",
+			p.copiedTables(), p.AccountsPerOp, p.BlocksPerOp, p.GroupSize, p.GroupSource, p.PostgresUSPerOp, p.BackendUSPerOp, p.Groups)
 		if fp := r.PGStatements.floor(); fp != nil {
 			w("The same Postgres floor on pg-statements' private cluster (no one else's work): %.0f µs of statement time and %.0f µs of Postgres CPU per consume; the tables use this figure. ", fp.PGStatUSPerOp, fp.PostgresUSPerOp)
 		}
@@ -237,9 +237,34 @@ func scriptCallsPerOp(s *ScenarioResult) (calls, usPerCall float64) {
 	return calls, usPerCall
 }
 
-// floorRowsPerOp is the rows the Postgres floor writes per op: the three
-// inserted and the account and block rows updated.
-func (p *PGFloorRun) floorRowsPerOp() float64 { return 3 + p.AccountsPerOp + p.BlocksPerOp }
+// floorRowsPerOp is the rows the Postgres floor writes per op: those
+// copied and the account and block rows updated.
+func (p *PGFloorRun) floorRowsPerOp() float64 {
+	return float64(p.copiedPerOp()) + p.AccountsPerOp + p.BlocksPerOp
+}
+
+// copiedPerOp is how many rows the floor copies per op: one per table of
+// RowBytes (three in runs before lean records dropped the consume's
+// operations row, docs/decisions.md "Lean records (issue 26 item 4)").
+func (p *PGFloorRun) copiedPerOp() int {
+	if len(p.RowBytes) == 0 {
+		return 3
+	}
+	return len(p.RowBytes)
+}
+
+// copiedTables names the tables the floor copies a row of per op.
+func (p *PGFloorRun) copiedTables() string {
+	if len(p.RowBytes) == 0 {
+		return "operations, ledger_entries and webhook_events"
+	}
+	names := make([]string, 0, len(p.RowBytes))
+	for t := range p.RowBytes {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
 
 // floorTables builds the component tables of the missed CPU goals from the
 // floors scenario (consume, and reserve + commit and usage scaled by their

@@ -485,9 +485,10 @@ func serveFloor(addr string) error {
 }
 
 // pgFloorTables are the tables whose rows a consume inserts, with the
-// filter that picks a consume's row to copy.
+// filter that picks a consume's row to copy. A consume writes no
+// operations row: its record is its ledger entry's op_head
+// (docs/decisions.md, "Lean records (issue 26 item 4)").
 var pgFloorTables = []struct{ table, filter string }{
-	{"operations", `mutation::text ~ '"kind": ?"consume"'`}, // text or jsonb
 	{"ledger_entries", "type = 'consumption' AND billable_metric_key = '" + metricConsume + "'"},
 	{"webhook_events", "event_type = 'credit.consumed'"},
 }

@@ -250,7 +250,10 @@ type AccountState struct {
 	UpdatedAtMS    int64
 	// Blocks are the blocks with credit left that have not been expired.
 	Blocks []MutationBlock
-	// Applied are recent mutations with an idempotency key, newest last.
+	// Applied are recent mutations with an idempotency key that Postgres
+	// holds as operations rows (a consume's record is its ledger entry:
+	// persist/ophead.go), newest last. No load writes op keys from them:
+	// Postgres answers their retries (AppliedOps).
 	Applied []Mutation
 	// Reservations are the holds still active, and those finalized within
 	// the last day (so a second commit or release still answers 409).

@@ -33,7 +33,8 @@ const (
 // a miss, so it costs each call one index probe; concurrent calls share one
 // round trip: while maxAppliedQueries are in flight, new calls queue and the
 // next batch takes the whole queue (one prepared probe of
-// operations_tenant_key_op_key per key, pipelined). It is safe for
+// operations_tenant_key_op_key and one of ledger_entries_op_key_idx per
+// key, pipelined: a lean consume's record is its ledger entry, ophead.go). It is safe for
 // concurrent use.
 type AppliedBatcher struct {
 	store   *Store
@@ -124,6 +125,7 @@ func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
 		w.ms, w.found = make([]engine.Mutation, len(w.refs)), make([]bool, len(w.refs))
 		for _, r := range w.refs {
 			q.Queue(appliedSQL, r.Customer.TenantID, r.Key)
+			q.Queue(headLookupSQL, r.Customer.TenantID, r.Key)
 		}
 	}
 	fail := func(err error) {
@@ -147,29 +149,66 @@ func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
 }
 
 // appliedOne reads the answer of ref r (the j-th of w) from res: the
-// operation of r's customer under r's key, when there is one.
+// operation of r's customer under r's key, when there is one, from its
+// operations row or else from the ledger entry carrying its op head (a
+// lean consume, ophead.go).
 func (s *Store) appliedOne(res pgx.BatchResults, w *appliedWait, j int, r engine.OpRef) error {
 	rows, err := res.Query()
 	if err != nil {
 		return fmt.Errorf("persist: applied ops: %w", err)
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var customer uuid.UUID
 		var doc []byte
 		if err := rows.Scan(&customer, &doc); err != nil {
+			rows.Close()
 			return fmt.Errorf("persist: applied ops: %w", err)
 		}
 		if customer != r.Customer.CustomerID || w.found[j] {
 			continue
 		}
 		if err := json.Unmarshal(doc, &w.ms[j]); err != nil {
+			rows.Close()
 			return fmt.Errorf("persist: applied op %q: %w", r.Key, err)
 		}
 		w.found[j] = true
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("persist: applied ops: %w", err)
 	}
+	m, found, err := readHead(res, r.Customer.CustomerID)
+	if err != nil {
+		return fmt.Errorf("persist: applied op %q: %w", r.Key, err)
+	}
+	if found && !w.found[j] {
+		w.ms[j], w.found[j] = m, true
+	}
 	return nil
+}
+
+// readHead reads the next result of res, headLookupSQL's rows, and
+// returns the Mutation of customer's row among them, if any.
+func readHead(res pgx.BatchResults, customer uuid.UUID) (engine.Mutation, bool, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return engine.Mutation{}, false, err
+	}
+	defer rows.Close()
+	var m engine.Mutation
+	found := false
+	for rows.Next() {
+		var h headRow
+		if err := rows.Scan(h.scan()...); err != nil {
+			return engine.Mutation{}, false, err
+		}
+		if h.customer != customer || found {
+			continue
+		}
+		if m, err = h.mutation(); err != nil {
+			return engine.Mutation{}, false, err
+		}
+		found = true
+	}
+	return m, found, rows.Err()
 }

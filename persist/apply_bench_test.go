@@ -62,7 +62,7 @@ func BenchmarkCopySteps(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += batch {
-		steps, err := copySteps(ms, nil)
+		steps, err := copySteps(ms, nil, shapeLean)
 		if err != nil || len(steps) == 0 {
 			b.Fatal(steps, err)
 		}

@@ -53,10 +53,10 @@ func withoutConflictClause(sql string) string {
 // (pgx commits a batch as one implicit transaction).
 func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
-	if err := queueRows(b, ms, true); err != nil {
+	if err := queueRows(b, ms, true, s.shape()); err != nil {
 		return err
 	}
-	plain, filled := eventRowsOf(ms, alerts)
+	plain, filled := eventRowsOf(ms, alerts, s.shape())
 	if len(filled.id) == 0 && len(plain.id) > 0 {
 		newEventCopy(plain).queueInsert(b)
 	} else {
@@ -92,7 +92,7 @@ func insertColumns(sql string) []string {
 // at the batch's end: the table order of queueApply). It fails
 // with a unique violation when any row it copies is already stored.
 func (s *Store) copyApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
-	steps, err := copySteps(ms, alerts)
+	steps, err := copySteps(ms, alerts, s.shape())
 	if err != nil {
 		return err
 	}
@@ -123,8 +123,8 @@ type copyStep struct {
 }
 
 // copySteps are copyApply's round trips for ms, in order.
-func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
-	cols, err := columnsOf(ms)
+func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([]copyStep, error) {
+	cols, err := columnsOf(ms, shape)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 	// batch's last statement bumps (eventCopy); a group with events to
 	// complete in SQL inserts them with freshEventsSQL.
 	var events *eventCopy
-	plain, filled := eventRowsOf(ms, alerts)
+	plain, filled := eventRowsOf(ms, alerts, shape)
 	if len(filled.id) == 0 && len(plain.id) > 0 {
 		events = newEventCopy(plain)
 	} else {
@@ -181,7 +181,7 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome) ([]copyStep, error) {
 		}
 		return []any{e.id[i], e.opID[i], e.tenant[i], e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
 			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
-			e.meta[i], e.at[i], blocks, amounts}
+			e.meta[i], e.at[i], blocks, amounts, e.head[i]}
 	})
 	upserts := copyStep{name: "upserts", batch: b, run: func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()

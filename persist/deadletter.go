@@ -472,7 +472,7 @@ func (s *Store) replay(ctx context.Context, id int64, opts RetryOptions) RetryOu
 		if err != nil {
 			return err
 		}
-		if err := applyIn(ctx, sp, []engine.Mutation{m}, alerts); err != nil {
+		if err := applyIn(ctx, sp, []engine.Mutation{m}, alerts, s.shape()); err != nil {
 			if rerr := sp.Rollback(ctx); rerr != nil {
 				return rerr
 			}

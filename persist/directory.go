@@ -29,7 +29,38 @@ type Store struct {
 	copyMin int
 	// alerts caches the scopes that have alert settings (alerts.go).
 	alerts alertScopes
+	// fullRecords writes what the release before migration 023 wrote
+	// (WithFullRecords).
+	fullRecords bool
 }
+
+// recordShape is how Apply records a batch (ophead.go, eventbody.go).
+type recordShape bool
+
+// Record shapes.
+const (
+	// shapeLean records a consume on its ledger entry (op_head), any other
+	// keyed operation as an operations row, and events without the body
+	// members their columns hold.
+	shapeLean recordShape = false
+	// shapeFull records every keyed operation as an operations row and
+	// every event's whole body.
+	shapeFull recordShape = true
+)
+
+// WithFullRecords makes Apply write what the release before migration 023
+// wrote: every keyed operation's whole Mutation in operations, a consume's
+// included, and every event's whole body. It is for the length of a
+// rolling upgrade from that release, whose nodes look keys up in
+// operations only and deliver stored bodies as they are
+// (docs/operations.md). It is not safe to call once the Store is in use.
+func (s *Store) WithFullRecords(on bool) *Store {
+	s.fullRecords = on
+	return s
+}
+
+// shape is the record shape Apply writes.
+func (s *Store) shape() recordShape { return recordShape(s.fullRecords) }
 
 var (
 	_ engine.Directory     = (*Store)(nil)

@@ -37,7 +37,7 @@ func TestEveryOwedEventIsWritten(t *testing.T) {
 				}
 			}
 		}
-		plain, filled := eventRowsOf(ms, out)
+		plain, filled := eventRowsOf(ms, out, shapeLean)
 		got := map[engine.EventType]int{}
 		for _, b := range []*eventBatch{plain, filled} {
 			for _, typ := range b.typ {

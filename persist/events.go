@@ -91,8 +91,8 @@ type eventRow struct {
 // pending and due at once, numbered per tenant, by sql
 // (insertMutationEventsSQL or freshEventsSQL), with the alert events of
 // alerts after each Mutation's own, then the alert states.
-func queueEvents(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, sql string) {
-	plain, filled := eventRowsOf(ms, alerts)
+func queueEvents(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, sql string, shape recordShape) {
+	plain, filled := eventRowsOf(ms, alerts, shape)
 	queueEventRows(b, plain, filled, sql)
 	queueAlertStates(b, alerts)
 }
@@ -263,8 +263,10 @@ func sequencedPayload(seq int64, body string) string {
 // stored as they are, filled rows get their external id in SQL. A
 // Mutation without a Context owes credit.low_balance when it crosses its
 // customer's threshold (alerts.thresholds, read by beforeApply).
-// The alert events (complete, so plain) follow their Mutation's own.
-func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eventBatch) {
+// The alert events (complete, so plain) follow their Mutation's own. In
+// the lean shape plain rows store lean bodies (eventbody.go); filled rows,
+// whose body SQL rewrites as jsonb, stay whole.
+func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) (plain, filled *eventBatch) {
 	rows := make([]eventRow, 0, len(ms))
 	for _, m := range ms {
 		fill := m.Context == nil
@@ -297,6 +299,10 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome) (plain, filled *eve
 		if r.fill {
 			filled.add(r)
 		} else {
+			if shape == shapeLean {
+				r.e.Payload = []byte(leanEventBody(string(r.e.Payload), r.e.ID, r.e.EventType, r.e.TenantID,
+					r.e.Environment, r.e.CustomerID))
+			}
 			plain.add(r)
 		}
 	}
@@ -390,7 +396,7 @@ func scanEvent(row pgx.Row) (engine.Event, error) {
 		return engine.Event{}, err
 	}
 	e.Environment, e.EventType, e.Status = engine.Environment(env), engine.EventType(typ), engine.EventStatus(status)
-	e.Payload = []byte(payload)
+	e.Payload = wholeEventBody(payload, e.ID, e.EventType, e.TenantID, e.Environment, e.CustomerID)
 	e.CreatedAt = e.CreatedAt.UTC()
 	e.NextRetryAt = eventTimeUTC(e.NextRetryAt)
 	e.DeliveredAt = eventTimeUTC(e.DeliveredAt)

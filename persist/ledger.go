@@ -29,20 +29,21 @@ ON CONFLICT (tenant_id, idempotency_key, op_id) DO NOTHING`
 // insertEntriesSQL takes the entries' draws as two flat arrays ($19 block
 // ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so
 // an entry that several blocks paid gets its draws as slices of typed
-// arrays: no JSON, no side-table rows (migration 012).
+// arrays: no JSON, no side-table rows (migration 012). $23 is each entry's
+// op_head, NULL but on a lean consume's main entry (ophead.go).
 const insertEntriesSQL = `INSERT INTO ledger_entries
 	(id, op_id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
 	 billable_metric_key, cost_units, exchange_rate, overage_mc, idempotency_key, reference_id,
-	 reason, metadata, created_at, draw_block_ids, draw_amounts)
+	 reason, metadata, created_at, draw_block_ids, draw_amounts, op_head)
 SELECT id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
 	overage, idem, ref, reason, meta::jsonb, at,
 	CASE WHEN dto >= dfrom THEN ($19::uuid[])[dfrom:dto] END,
-	CASE WHEN dto >= dfrom THEN ($20::bigint[])[dfrom:dto] END
+	CASE WHEN dto >= dfrom THEN ($20::bigint[])[dfrom:dto] END, head
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
 	$8::text[], $9::uuid[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
-	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[])
+	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[], $23::text[])
 	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
-	     overage, idem, ref, reason, meta, at, dfrom, dto)
+	     overage, idem, ref, reason, meta, at, dfrom, dto, head)
 ON CONFLICT (id) DO NOTHING`
 
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
@@ -211,7 +212,7 @@ func (s *Store) Apply(ctx context.Context, ms []engine.Mutation) error {
 // COMMIT need no round trips of their own.
 func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
-	if err := queueApply(b, ms, alerts); err != nil {
+	if err := queueApply(b, ms, alerts, s.shape()); err != nil {
 		return err
 	}
 	return s.pool.SendBatch(ctx, b).Close()
@@ -220,10 +221,10 @@ func (s *Store) pipelinedApply(ctx context.Context, ms []engine.Mutation, alerts
 // applyIn is Apply's statements inside tx, so a dead-letter replay can
 // commit them with its own bookkeeping (deadletter.go); alerts are the
 // alert events and states of ms and its low-balance thresholds
-// (beforeApply), nil for none.
-func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alertOutcome) error {
+// (beforeApply), nil for none; shape is the Store's (Store.shape).
+func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alertOutcome, shape recordShape) error {
 	b := &pgx.Batch{}
-	if err := queueApply(b, ms, alerts); err != nil {
+	if err := queueApply(b, ms, alerts, shape); err != nil {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -233,11 +234,11 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alert
 // writer of these tables takes them in one order (operations, entries,
 // blocks, accounts, the sections, events; rows sorted by key within each),
 // so two transactions racing on the same rows wait rather than deadlock.
-func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome) error {
-	if err := queueRows(b, ms, false); err != nil {
+func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, shape recordShape) error {
+	if err := queueRows(b, ms, false, shape); err != nil {
 		return err
 	}
-	queueEvents(b, ms, alerts, insertMutationEventsSQL)
+	queueEvents(b, ms, alerts, insertMutationEventsSQL, shape)
 	return nil
 }
 
@@ -245,12 +246,12 @@ func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome) error 
 // their conflict clauses, copy.go), the usage rollup, then the block and
 // account upserts and the sections: every write path takes the tables in
 // this one order.
-func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool) error {
+func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool, shape recordShape) error {
 	operationsSQL, entriesSQL := insertOperationsSQL, insertEntriesSQL
 	if lean {
 		operationsSQL, entriesSQL = freshOperationsSQL, freshEntriesSQL
 	}
-	cols, err := columnsOf(ms)
+	cols, err := columnsOf(ms, shape)
 	if err != nil {
 		return err
 	}
@@ -261,7 +262,7 @@ func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool) error {
 	if e := cols.entries; len(e.id) > 0 {
 		args := []any{e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
 			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
-			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo}
+			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo, e.head}
 		if lean {
 			// The lean insert stores every entry or fails the batch, so the
 			// rollup takes them all (usage.go).
@@ -328,10 +329,12 @@ type entryCols struct {
 	id, opID, tenant, customer []uuid.UUID
 	env, typ, idem, meta       []string
 	source, metric, reason     []*string
-	block, ref                 []*uuid.UUID
-	delta, overage             []int64
-	units, rate                []*int64
-	at                         []time.Time
+	// head is each entry's op_head (ophead.go), nil for most.
+	head           []*string
+	block, ref     []*uuid.UUID
+	delta, overage []int64
+	units, rate    []*int64
+	at             []time.Time
 	// The draws of every entry, flat, and each entry's 1-based
 	// inclusive range in them (to < from: none).
 	drawBlock        []uuid.UUID
@@ -348,6 +351,7 @@ func (e *entryCols) presize(n int) {
 	e.env, e.typ = make([]string, 0, n), make([]string, 0, n)
 	e.idem, e.meta = make([]string, 0, n), make([]string, 0, n)
 	e.source, e.metric, e.reason = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
+	e.head = make([]*string, 0, n)
 	e.block, e.ref = make([]*uuid.UUID, 0, n), make([]*uuid.UUID, 0, n)
 	e.delta, e.overage = make([]int64, 0, n), make([]int64, 0, n)
 	e.units, e.rate = make([]*int64, 0, n), make([]*int64, 0, n)
@@ -358,9 +362,10 @@ func (e *entryCols) presize(n int) {
 
 // entryRow is one ledger entry before it is split into columns.
 type entryRow struct {
-	id uuid.UUID
-	m  *engine.Mutation
-	e  *engine.MutationEntry
+	id   uuid.UUID
+	m    *engine.Mutation
+	e    *engine.MutationEntry
+	head *string
 }
 
 // blockRow is the newest state of one block within the batch.
@@ -373,7 +378,9 @@ type blockRow struct {
 // columnsOf flattens ms into columns. A Mutation delivered twice in one
 // batch counts once, and a block or account changed by several Mutations
 // keeps only its newest version: one statement may not upsert a row twice.
-func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
+// In the lean shape a consume's operation record is its main entry's
+// op_head instead of an operations row (ophead.go).
+func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 	c := &applyColumns{}
 	seenOp := make(map[uuid.UUID]bool, len(ms))
 	var entries []entryRow
@@ -386,11 +393,22 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 			continue
 		}
 		seenOp[m.OpID] = true
-		if m.IdempotencyKey != "" {
+		headAt, head := -1, ""
+		if shape == shapeLean {
+			var ok bool
+			if head, headAt, ok = leanHead(m); !ok {
+				headAt = -1
+			}
+		}
+		if m.IdempotencyKey != "" && headAt < 0 {
 			ops = append(ops, m)
 		}
 		for j := range m.Entries {
-			entries = append(entries, entryRow{id: engine.EntryID(m.OpID, j), m: m, e: &m.Entries[j]})
+			r := entryRow{id: engine.EntryID(m.OpID, j), m: m, e: &m.Entries[j]}
+			if j == headAt {
+				r.head = &head
+			}
+			entries = append(entries, r)
 		}
 		for j := range m.Blocks {
 			b := &m.Blocks[j]
@@ -492,6 +510,7 @@ func columnsOf(ms []engine.Mutation) (*applyColumns, error) {
 		e.idem = append(e.idem, r.m.IdempotencyKey)
 		e.ref = append(e.ref, r.e.Ref)
 		e.reason = append(e.reason, r.e.Reason)
+		e.head = append(e.head, r.head)
 		e.meta = append(e.meta, string(rawObject(r.e.Metadata)))
 		e.at = append(e.at, r.m.At())
 		e.drawFrom = append(e.drawFrom, int32(len(e.drawBlock)+1))

@@ -41,5 +41,31 @@ func (s *Store) AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []s
 		}
 		out[key] = m
 	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+	}
+	// The keys of lean consumes are on their ledger entries (ophead.go).
+	rows, err = s.pool.Query(ctx, `SELECT `+headColumns+` FROM ledger_entries
+		WHERE hashtextextended(tenant_id::text || idempotency_key, 0) = ANY(
+				SELECT hashtextextended($1::uuid::text || k, 0) FROM unnest($2::text[]) AS k)
+			AND op_head IS NOT NULL AND tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
+	if err != nil {
+		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h headRow
+		if err := rows.Scan(h.scan()...); err != nil {
+			return nil, err
+		}
+		if _, ok := out[h.idem]; ok {
+			continue
+		}
+		m, err := h.mutation()
+		if err != nil {
+			return nil, err
+		}
+		out[h.idem] = m
+	}
 	return out, rows.Err()
 }

@@ -277,7 +277,7 @@ type timedStatement struct {
 func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) []timedStatement {
 	t.Helper()
 	batch := &pgx.Batch{}
-	if err := queueApply(batch, ms, nil); err != nil {
+	if err := queueApply(batch, ms, nil, shapeLean); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -298,7 +298,7 @@ func profileStatements(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation)
 // profileCopySteps runs copyApply's round trips for ms in tx one by one.
 func profileCopySteps(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) []timedStatement {
 	t.Helper()
-	steps, err := copySteps(ms, nil)
+	steps, err := copySteps(ms, nil, shapeLean)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,10 @@ type config struct {
 	// compares each ReconcileSampleInterval (0: off).
 	ReconcileSample         reconcileSample `env:"CREDITD_RECONCILE_SAMPLE" envDefault:"20"`
 	ReconcileSampleInterval time.Duration   `env:"CREDITD_RECONCILE_SAMPLE_INTERVAL" envDefault:"1m"`
+	// FullRecords makes the persister write the records of the release
+	// before migration 023 (app.Config.FullRecords): only for the length
+	// of a rolling upgrade from it (docs/operations.md).
+	FullRecords bool `env:"CREDITD_FULL_RECORDS" envDefault:"false"`
 }
 
 // minAdminTokenChars is the shortest operator token serve accepts: the token

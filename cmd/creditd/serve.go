@@ -72,6 +72,7 @@ func serve() error {
 		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll, MaxConnsPerIP: cfg.MaxConnsPerIP,
 		ReplicaAcks: cfg.appReplicaAcks(), ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 		ReconcileSample: int(cfg.ReconcileSample), ReconcileSampleInterval: cfg.ReconcileSampleInterval,
+		FullRecords: cfg.FullRecords,
 	}, log)
 	if cfg.Dev {
 		if err := devTenant(ctx, cfg, a.Tenants); err != nil {

@@ -86,6 +86,10 @@ type Config struct {
 	// default here (serve's is 20), leaves it off.
 	ReconcileSample         int
 	ReconcileSampleInterval time.Duration
+	// FullRecords makes the persister write what the release before
+	// migration 023 wrote (persist.Store.WithFullRecords): set it on the
+	// new nodes while a rolling upgrade from that release runs.
+	FullRecords bool
 }
 
 // ReplicaAcksOff is the Config.ReplicaAcks that never waits for replicas
@@ -204,7 +208,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// tracer (it then feeds nothing).
 	telemetry.NewPostgresTracer(a.Registry, tp)
 	a.Store = lua.NewStore(rdb, cfg.RedisPrefix).WithClock(cfg.Clock).WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
-	a.DB = persist.NewStore(pool)
+	a.DB = persist.NewStore(pool).WithFullRecords(cfg.FullRecords)
 	a.Store.WithAppliedOps(persist.NewAppliedBatcher(a.DB))
 	// Every cache checks the tenants' change stamps in Redis, which every
 	// write through a cache's decorator moves, so a change made on any node

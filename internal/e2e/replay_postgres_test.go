@@ -71,6 +71,9 @@ func withoutReason(t *testing.T, raw []byte) map[string]any {
 //     all answer the same;
 //   - past 24 h: a consume answers its original numbers with reason
 //     duplicate_replay and charges nothing; a grant grants nothing.
+//
+// The consume's record in Postgres is its ledger entry (op_head), the
+// other operations' an operations row: both shapes answer.
 func TestReplayFromPostgres(t *testing.T) {
 	clock := newTestClock(time.Now())
 	s := NewStack(t, WithClock(clock))
@@ -106,6 +109,19 @@ func TestReplayFromPostgres(t *testing.T) {
 		wantStatus(t, firsts[i], c.status, c.name)
 	}
 	s.Drain()
+	// The consume's record is its ledger entry's op head, not an
+	// operations row (docs/decisions.md, "Lean records"), so the replays
+	// below answer from it.
+	var opRows, heads int
+	if err := s.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM operations WHERE idempotency_key = $1),
+		(SELECT count(*) FROM ledger_entries WHERE idempotency_key = $1 AND op_head IS NOT NULL)`,
+		keys[consumeCall]).Scan(&opRows, &heads); err != nil {
+		t.Fatal(err)
+	}
+	if opRows != 0 || heads != 1 {
+		t.Errorf("consume recorded in %d operations rows and %d op heads, want 0 and 1", opRows, heads)
+	}
 	// The persister committed every operation and shortened its op key to
 	// the grace; none keeps the 24 h safety net.
 	ops := redisKeys(t, s, ":p*}:op:*")
