@@ -37,7 +37,10 @@ type Fleet struct {
 	// Bin is the creditd binary the next start or start-node runs (""
 	// bin/creditd): an upgrade run switches it from the old release's to
 	// the new one's between nodes.
-	Bin     string
+	Bin string
+	// Env is added to the environment of the nodes started from now on
+	// (an upgrade run's new release gets its rolling-upgrade settings).
+	Env     []string
 	started bool
 }
 
@@ -47,7 +50,7 @@ func (f *Fleet) env() []string {
 	if f.Bin != "" {
 		env = append(env, "CREDITD_BIN="+f.Bin)
 	}
-	return env
+	return append(env, f.Env...)
 }
 
 // bin is the binary the fleet's nodes run now.

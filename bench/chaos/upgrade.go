@@ -362,7 +362,11 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 		tried := err == nil // the new release was started on the node
 		if err == nil {
 			tl.add("node %d: exited %.1f s after SIGTERM; starting it on %s (scripts/fleet.sh start-node %d, CREDITD_BIN=%s)", n, s.StopS, u.To, n, u.To.Bin)
-			f.Bin = u.To.Bin
+			// The procedure docs/operations.md gives for a rolling upgrade
+			// across migration 023: the new nodes write the old release's
+			// records while old nodes still run (a release that does not
+			// know the setting ignores it).
+			f.Bin, f.Env = u.To.Bin, []string{"CREDITD_FULL_RECORDS=1"}
 			err = f.startNode(ctx, n)
 			s.ReadyS = time.Since(s.Stopping).Seconds()
 		}
