@@ -598,35 +598,10 @@ func (b *Bench) outboxBudget(ctx context.Context, main *Results) *OutboxBudget {
 		out.Error = "no outbox stream of the prefix"
 		return out
 	}
-	var entry string
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for _, k := range keys {
-				msgs, err := b.rdb.XRevRangeN(ctx, k, "+", "-", 4).Result()
-				if err != nil {
-					continue
-				}
-				for _, m := range msgs {
-					if v, ok := m.Values["m"].(string); ok && strings.Contains(v, `"kind":"consume"`) && len(v) > len(entry) {
-						entry = v
-					}
-				}
-			}
-		}
-	}()
 	g := NewGenerator(b.addr, b.o.Workers)
-	burst := g.Run(ctx, 1000, 2*time.Second, b.target.scenarios()["consume"](false).op)
-	close(done)
-	wg.Wait()
+	entry, burst := b.catchConsumeEntry(ctx, keys, func() RunResult {
+		return g.Run(ctx, 1000, 2*time.Second, b.target.scenarios()["consume"](false).op)
+	})
 	if entry == "" {
 		out.Error = fmt.Sprintf("no consume outbox entry caught during a burst (%d acknowledged)", burst.OK)
 		return out
@@ -773,4 +748,40 @@ func exactlyOnce(lc *LedgerCheck) (bool, string) {
 		return false, "no acknowledged ledger-writing op"
 	}
 	return ok, fmt.Sprintf("%s; %d calls without an answer", strings.Join(notes, "; "), lc.Ambiguous)
+}
+
+// catchConsumeEntry runs burst while another goroutine reads the tails of
+// the outbox streams keys, and returns the longest consume Mutation it saw:
+// the persister deletes an entry once applied, so one is caught only while
+// it waits.
+func (b *Bench) catchConsumeEntry(ctx context.Context, keys []string, burst func() RunResult) (string, RunResult) {
+	var entry string
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for _, k := range keys {
+				msgs, err := b.rdb.XRevRangeN(ctx, k, "+", "-", 4).Result()
+				if err != nil {
+					continue
+				}
+				for _, m := range msgs {
+					if v, ok := m.Values["m"].(string); ok && strings.Contains(v, `"kind":"consume"`) && len(v) > len(entry) {
+						entry = v
+					}
+				}
+			}
+		}
+	}()
+	sum := burst()
+	close(done)
+	wg.Wait()
+	return entry, sum
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -209,38 +208,9 @@ func (b *Bench) floorSample(ctx context.Context, s *FloorSample) (entry, record,
 	if len(outboxes) == 0 {
 		return "", "", "", errors.New("no outbox stream of the run's prefix")
 	}
-	// A burst of consumes while another goroutine reads the streams' tails:
-	// the persister deletes an entry once applied, so one is caught only
-	// while it waits.
 	sc := b.target.scenarios()["consume"](false)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			for _, k := range outboxes {
-				msgs, err := b.rdb.XRevRangeN(ctx, k, "+", "-", 4).Result()
-				if err != nil {
-					continue
-				}
-				for _, m := range msgs {
-					if v, ok := m.Values["m"].(string); ok && strings.Contains(v, `"kind":"consume"`) && len(v) > len(entry) {
-						entry = v
-					}
-				}
-			}
-		}
-	}()
 	g := NewGenerator(strings.TrimPrefix(b.target.Base, "http://"), b.o.Workers)
-	burst := g.Run(ctx, 2000, 2*time.Second, sc.op)
-	close(done)
-	wg.Wait()
+	entry, burst := b.catchConsumeEntry(ctx, outboxes, func() RunResult { return g.Run(ctx, 2000, 2*time.Second, sc.op) })
 	if burst.OK == 0 {
 		return "", "", "", fmt.Errorf("burst of consumes: none acknowledged (%s)", burst.ErrorSummary())
 	}

@@ -164,16 +164,7 @@ func blockDifferences(redis, postgres []MutationBlock) []FieldDifference {
 		return m
 	}
 	r, p := index(redis), index(postgres)
-	ids := make([]uuid.UUID, 0, len(r)+len(p))
-	for id := range r {
-		ids = append(ids, id)
-	}
-	for id := range p {
-		if _, ok := r[id]; !ok {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	ids := unionIDs(r, p)
 	instant := func(v *int64) string {
 		if v == nil {
 			return "none"
@@ -250,16 +241,7 @@ func leaseDifferences(redis, postgres []StoredLease) []FieldDifference {
 		return m
 	}
 	r, p := text(redis), text(postgres)
-	ids := make([]uuid.UUID, 0, len(r)+len(p))
-	for id := range r {
-		ids = append(ids, id)
-	}
-	for id := range p {
-		if _, ok := r[id]; !ok {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	ids := unionIDs(r, p)
 	var out []FieldDifference
 	for _, id := range ids {
 		rv, rok := r[id]
@@ -276,4 +258,20 @@ func leaseDifferences(redis, postgres []StoredLease) []FieldDifference {
 		out = append(out, FieldDifference{Field: "lease:" + id.String(), Redis: rv, Postgres: pv})
 	}
 	return out
+}
+
+// unionIDs is the ids that are keys of r or p, each once, in UUID text
+// order, so differences are listed the same way every time.
+func unionIDs[V any](r, p map[uuid.UUID]V) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(r)+len(p))
+	for id := range r {
+		ids = append(ids, id)
+	}
+	for id := range p {
+		if _, ok := r[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	return ids
 }
