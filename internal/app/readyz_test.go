@@ -37,8 +37,8 @@ func TestReadyzShowsEachRunner(t *testing.T) {
 	for _, run := range n.App.Runners() {
 		want = append(want, run.Name())
 	}
-	if len(want) != 4+7 {
-		t.Errorf("%d runners, want 7: %v", len(want)-4, want[4:])
+	if len(want) != 4+8 {
+		t.Errorf("%d runners, want 8: %v", len(want)-4, want[4:])
 	}
 	for _, name := range want {
 		if got := body.Checks[name]; got != "ok" {
