@@ -74,7 +74,7 @@ func readPostgres(ctx context.Context, dbURL, tenant string) (*pgState, error) {
 		return nil, fmt.Errorf("customers: %w", err)
 	}
 	var at time.Time
-	if err := scan(`SELECT idempotency_key, op_id::text, account_version, created_at FROM operations WHERE tenant_id = $1 ORDER BY created_at`, func(rows pgx.Rows) error {
+	if err := scan(`SELECT idempotency_key, op_id::text, account_version, created_at FROM (`+keyedOps+`) ops ORDER BY created_at`, func(rows pgx.Rows) error {
 		if err := rows.Scan(&a, &b, &n, &at); err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func readPostgres(ctx context.Context, dbURL, tenant string) (*pgState, error) {
 	}
 	var keys string
 	if err := scan(`SELECT customer_id::text, account_version, string_agg(idempotency_key || ' ' || to_char(created_at AT TIME ZONE 'UTC', 'HH24:MI:SS.MS'), ', ' ORDER BY created_at)
-		FROM operations WHERE tenant_id = $1 GROUP BY customer_id, account_version HAVING count(*) > 1`, func(rows pgx.Rows) error {
+		FROM (`+keyedOps+`) ops GROUP BY customer_id, account_version HAVING count(*) > 1`, func(rows pgx.Rows) error {
 		if err := rows.Scan(&a, &n, &keys); err != nil {
 			return err
 		}
@@ -308,3 +308,13 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// keyedOps is the tenant's ($1) keyed operations as Postgres records them:
+// an operations row, or, for a plain consume since migration 023, its
+// ledger entry's op_head ("<entry index>|<cost>|<balance>|<reserved>|
+// <pending>|<version>|<request hash>", persist/ophead.go).
+const keyedOps = `SELECT customer_id, idempotency_key, op_id, account_version, created_at
+		FROM operations WHERE tenant_id = $1
+	UNION ALL
+	SELECT customer_id, idempotency_key, op_id, split_part(op_head, '|', 6)::bigint, created_at
+		FROM ledger_entries WHERE tenant_id = $1 AND op_head IS NOT NULL`
