@@ -191,7 +191,12 @@ func startLoad(ctx context.Context, o Options, f *Fleet, stamp string, tl *Timel
 	customers := make([]string, o.Customers)
 	for i := range customers {
 		customers[i] = fmt.Sprintf("chaos-%s-c%03d", strings.ToLower(stamp), i)
-		path, body := "/v1/customers/"+customers[i]+"/credits/grant", map[string]any{"credits": 1_000_000, "source": "promotional", "reason": "chaos seed"}
+		path, body := "/v1/customers/"+customers[i]+"/credits/grant", map[string]any{"credits": 1_000_000, "source": "promotional", "reason": "chaos seed",
+			// Spent last (lower is spent first): the load's grants and positive
+			// adjusts are drained before it, so a customer's live blocks stay
+			// far below the cap of 100 however long the grants keep landing
+			// (they now land during a Postgres outage too).
+			"priority": 255}
 		if op := l.do(ctx, "grant", customers[i], l.prefix+"-seed-"+strconv.Itoa(i), path, body, time.Minute); op.Status != 201 {
 			return nil, fmt.Errorf("seed %s: %d %s", customers[i], op.Status, op.Body)
 		}
