@@ -11,19 +11,24 @@ import (
 
 // writeReport writes chaos-<stamp>.md and .json under dir.
 func writeReport(dir string, r *RunResult) (md, js string, err error) {
+	return writeResult(dir, "chaos-"+r.Stamp, r, markdown(r))
+}
+
+// writeResult writes v as <name>.json and text as <name>.md under dir, the
+// pair every chaos and upgrade run leaves in bench/results.
+func writeResult(dir, name string, v any, text string) (md, js string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", err
 	}
-	md = filepath.Join(dir, "chaos-"+r.Stamp+".md")
-	js = filepath.Join(dir, "chaos-"+r.Stamp+".json")
-	b, err := json.MarshalIndent(r, "", "  ")
+	md, js = filepath.Join(dir, name+".md"), filepath.Join(dir, name+".json")
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", "", err
 	}
 	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
 		return "", "", err
 	}
-	return md, js, os.WriteFile(md, []byte(markdown(r)), 0o644)
+	return md, js, os.WriteFile(md, []byte(text), 0o644)
 }
 
 // markdown is the run's report.

@@ -604,19 +604,7 @@ func firstSchema(steps []Replacement) int {
 
 // writeUpgradeReport writes upgrade-<stamp>.md and .json under dir.
 func writeUpgradeReport(dir string, u *UpgradeResult) (md, js string, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	md = filepath.Join(dir, "upgrade-"+u.Stamp+".md")
-	js = filepath.Join(dir, "upgrade-"+u.Stamp+".json")
-	b, err := json.MarshalIndent(u, "", "  ")
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(js, append(b, '\n'), 0o644); err != nil {
-		return "", "", err
-	}
-	return md, js, os.WriteFile(md, []byte(upgradeMarkdown(u)), 0o644)
+	return writeResult(dir, "upgrade-"+u.Stamp, u, upgradeMarkdown(u))
 }
 
 // upgradeMarkdown is the upgrade run's report.
