@@ -532,3 +532,13 @@ func (f *Fleet) failMaster(ctx context.Context, i int, stall time.Duration, tl *
 	tl.add("%s rejoined as a replica, link up; cluster_state:ok on all 6 nodes", m.Addr)
 	return fo, nil
 }
+
+// stopFor stops the fleet at the end of run r: its data goes when r passed
+// and keep is off; otherwise r says where it was kept.
+func (f *Fleet) stopFor(r *RunResult, keep bool) {
+	purge := r.Pass() && !keep
+	f.stop(purge)
+	if !purge {
+		r.Kept = fmt.Sprintf("data %s, database %s in the private Postgres %s", f.dataDir, dbName(f.DBURL), f.pgDir())
+	}
+}

@@ -102,13 +102,7 @@ func runOnce(ctx context.Context, o Options) *RunResult {
 	tl.add("starting the fleet (scripts/fleet.sh start, own CREDITD_DATA_DIR and FLEET_PORT)")
 	f, err := startFleet(ctx, o.Root, strings.ToLower(stamp))
 	if f != nil {
-		defer func() {
-			purge := r.Pass() && !o.Keep
-			f.stop(purge)
-			if !purge {
-				r.Kept = fmt.Sprintf("data %s, database %s in the private Postgres %s", f.dataDir, dbName(f.DBURL), f.pgDir())
-			}
-		}()
+		defer f.stopFor(r, o.Keep)
 	}
 	if err != nil {
 		r.Error = "fleet: " + err.Error()

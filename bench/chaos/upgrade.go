@@ -285,13 +285,7 @@ func runUpgrade(ctx context.Context, o Options) *UpgradeResult {
 	tl.add("starting the fleet on %s (scripts/fleet.sh start, CREDITD_BIN=%s)", u.From, u.From.Bin)
 	f, err := startFleetOf(ctx, o.Root, strings.ToLower(stamp), u.From.Bin)
 	if f != nil {
-		defer func() {
-			purge := r.Pass() && !o.Keep
-			f.stop(purge)
-			if !purge {
-				r.Kept = fmt.Sprintf("data %s, database %s in the private Postgres %s", f.dataDir, dbName(f.DBURL), f.pgDir())
-			}
-		}()
+		defer f.stopFor(r, o.Keep)
 	}
 	if err != nil {
 		r.Error = "fleet: " + err.Error()
