@@ -66,11 +66,13 @@ func (s *Store) seenKeys(p int, now time.Time) []string {
 	if now.IsZero() {
 		now = s.clock.Now()
 	}
-	w := seenWeek(now)
+	// The partition's tag once (s.tag formats it): these keys are built
+	// for every money call with an idempotency key.
+	w, mark := seenWeek(now), s.seenMark(p)
 	keys := make([]string, 0, 1+engine.SeenWeeks)
-	keys = append(keys, s.seenMark(p))
+	keys = append(keys, mark)
 	for i := int64(0); i < engine.SeenWeeks; i++ {
-		keys = append(keys, s.seenHash(p, w-i))
+		keys = append(keys, mark+":"+strconv.FormatInt(w-i, 10))
 	}
 	return keys
 }
