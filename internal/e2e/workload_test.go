@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,13 +53,16 @@ type opResult struct {
 // ops that meet an outage are deferred and retried, with the same key and
 // body, once the rest are done.
 type workload struct {
-	base    string
-	apiKey  string
-	client  *http.Client
-	ops     []moneyOp
-	res     []opResult
-	done    atomic.Int64
-	workers int
+	base   string
+	apiKey string
+	client *http.Client
+	ops    []moneyOp
+	res    []opResult
+	done   atomic.Int64
+	// inflight counts requests sent and not yet answered, so a crash can
+	// be timed to land on some.
+	inflight atomic.Int64
+	workers  int
 
 	// gate, when closed, holds every worker before its next request (the
 	// outage of a killed creditd: nothing to talk to).
@@ -94,6 +98,20 @@ func newWorkload(base, apiKey string, customers []string, n, workers int, seed u
 		w.ops[i] = op
 	}
 	return w
+}
+
+// waitInflight blocks until at least n requests are on the wire, so a kill
+// that follows lands on them. Closing the gate first would drain them: on a
+// loaded machine every in-flight request can finish before the kill.
+func (w *workload) waitInflight(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.inflight.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d requests in flight for 10 s", n)
+		}
+		runtime.Gosched()
+	}
 }
 
 // closeGate holds the workers before their next request.
@@ -200,8 +218,10 @@ func (w *workload) attempt(i int) bool {
 	op, res := w.ops[i], &w.res[i]
 	for tries := 0; ; tries++ {
 		res.attempts++
+		w.inflight.Add(1)
 		r, err := TryCall(w.client, w.base, "POST", op.path, op.body,
 			"X-API-Key", w.apiKey, "Idempotency-Key", op.key)
+		w.inflight.Add(-1)
 		switch {
 		case err != nil:
 			res.fail(err.Error())
