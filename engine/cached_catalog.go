@@ -140,7 +140,7 @@ func (c *CachedCatalog) loadMetric(ctx context.Context, s Scope, k catalogKey) (
 		return cachedMetric{}, err
 	}
 	e := cachedMetric{m: m, found: err == nil}
-	c.metrics.put(k, e, time.Now().Add(catalogCacheTTL), gen, stamp)
+	c.metrics.put(k, e, time.Now().Add(c.stamps.TTL(catalogCacheTTL)), gen, stamp)
 	return e, nil
 }
 
@@ -175,7 +175,7 @@ func (c *CachedCatalog) loadRule(ctx context.Context, s Scope, k catalogKey) (ca
 		return cachedRule{}, err
 	}
 	e := cachedRule{r: r, found: err == nil}
-	c.rules.put(k, e, time.Now().Add(catalogCacheTTL), gen, stamp)
+	c.rules.put(k, e, time.Now().Add(c.stamps.TTL(catalogCacheTTL)), gen, stamp)
 	return e, nil
 }
 

@@ -100,8 +100,8 @@ func (s *CachedCustomers) Resolve(ctx context.Context, scope Scope, ref Customer
 		}
 		return Customer{}, err
 	}
-	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
-	s.cache.put(byKeyEntry(c), c, now.Add(s.ttl), gen, stamp)
+	s.cache.put(k, c, now.Add(s.stamps.TTL(s.ttl)), gen, stamp)
+	s.cache.put(byKeyEntry(c), c, now.Add(s.stamps.TTL(s.ttl)), gen, stamp)
 	return c, nil
 }
 
@@ -131,7 +131,7 @@ func (s *CachedCustomers) CustomerByKey(ctx context.Context, key CustomerKey) (C
 		}
 		return Customer{}, err
 	}
-	s.cache.put(k, c, now.Add(s.ttl), gen, stamp)
+	s.cache.put(k, c, now.Add(s.stamps.TTL(s.ttl)), gen, stamp)
 	return c, nil
 }
 
@@ -148,7 +148,7 @@ func (s *CachedCustomers) refreshByKey(k resolveKey, key CustomerKey) {
 	case err != nil:
 		s.cache.refreshFailed(k, s.down.says(err))
 	default:
-		s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
+		s.cache.put(k, c, time.Now().Add(s.stamps.TTL(s.ttl)), gen, stamp)
 	}
 }
 
@@ -172,7 +172,7 @@ func (s *CachedCustomers) refresh(k resolveKey, scope Scope, ref CustomerRef) {
 		}
 		return
 	}
-	s.cache.put(k, c, time.Now().Add(s.ttl), gen, stamp)
+	s.cache.put(k, c, time.Now().Add(s.stamps.TTL(s.ttl)), gen, stamp)
 }
 
 // isNotFound reports whether err says the customer is not there (a 404 of

@@ -216,7 +216,7 @@ func (s *CachedKeys) lookUp(ctx context.Context, sum [32]byte, tenant uuid.UUID)
 	if err != nil {
 		return Scope{}, Tenant{}, err
 	}
-	s.cache.put(sum, authEntry{scope: scope, tenant: t, stamp: stamp}, now.Add(authCacheTTL), gen, 0)
+	s.cache.put(sum, authEntry{scope: scope, tenant: t, stamp: stamp}, now.Add(s.stamps.TTL(authCacheTTL)), gen, 0)
 	return scope, t, nil
 }
 

@@ -134,7 +134,7 @@ func (c *CachedPlanStore) VariantDetail(ctx context.Context, s Scope, id uuid.UU
 	if len(c.variants) > maxCachedVariants {
 		c.variants = map[variantKey]cachedVariant{}
 	}
-	c.variants[k] = cachedVariant{v: d, expires: now.Add(variantCacheTTL), stamp: stamp}
+	c.variants[k] = cachedVariant{v: d, expires: now.Add(c.stamps.TTL(variantCacheTTL)), stamp: stamp}
 	c.mu.Unlock()
 	return d, nil
 }
@@ -160,7 +160,7 @@ func (c *CachedPlanStore) PlanName(ctx context.Context, s Scope, id uuid.UUID) (
 	if len(c.names) > maxCachedVariants {
 		c.names = map[uuid.UUID]cachedName{}
 	}
-	c.names[id] = cachedName{name: name, expires: now.Add(variantCacheTTL), stamp: stamp}
+	c.names[id] = cachedName{name: name, expires: now.Add(c.stamps.TTL(variantCacheTTL)), stamp: stamp}
 	c.mu.Unlock()
 	return name, nil
 }

@@ -104,9 +104,10 @@ func (p *CachedPlanView) refresh(ctx context.Context, c Customer) (*Subscription
 	if err != nil {
 		return nil, err
 	}
-	exp := wall.Add(planFactsTTL)
+	ttl := p.stamps.TTL(planFactsTTL)
+	exp := wall.Add(ttl)
 	if f != nil && !f.expiresAt.IsZero() {
-		if d := f.expiresAt.Sub(p.clock.Now()); d < planFactsTTL {
+		if d := f.expiresAt.Sub(p.clock.Now()); d < ttl {
 			exp = wall.Add(max(d, 0))
 		}
 	}

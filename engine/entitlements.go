@@ -26,6 +26,8 @@ type Entitlements struct {
 	snapshots snapshotCache
 	stamps    *Stamps
 	applied   AppliedReader
+	// appliedDown tells an unreachable Postgres in applied's errors.
+	appliedDown SourceDown
 	// leases and leaseIndex serve lease renew and release.
 	leases     LeaseStore
 	leaseIndex LeaseIndex
@@ -110,6 +112,10 @@ type EntitlementsDeps struct {
 	// Applied lets usage batches find events charged so long ago that Redis
 	// no longer remembers them (event ids are idempotent forever); nil: none.
 	Applied AppliedReader
+	// AppliedDown tells a look-up of Applied that failed because Postgres
+	// could not answer (internal/app: persist.Unavailable): the batch then
+	// runs on the seen filter alone (Usage). nil: SourceDown's default.
+	AppliedDown SourceDown
 	// Leases and LeaseIndex serve lease renew and release.
 	Leases     LeaseStore
 	LeaseIndex LeaseIndex
@@ -121,7 +127,7 @@ type EntitlementsDeps struct {
 // NewEntitlements returns the entitlement service.
 func NewEntitlements(d EntitlementsDeps) *Entitlements {
 	return &Entitlements{customers: d.Customers, metering: d.Metering, credits: d.Credits, hot: d.Hot, clock: d.Clock,
-		plans: d.Plans, applied: d.Applied, leases: d.Leases, leaseIndex: d.LeaseIndex, stamps: d.Stamps}
+		plans: d.Plans, applied: d.Applied, appliedDown: d.AppliedDown, leases: d.Leases, leaseIndex: d.LeaseIndex, stamps: d.Stamps}
 }
 
 // CheckResult is the body of an entitlement check; which members appear

@@ -223,6 +223,26 @@ func (s *Stamps) Refresh(ctx context.Context, tenant uuid.UUID) error {
 	return nil
 }
 
+// stampedTTL is how long the caches keep an entry read while this node
+// reads the stamps (Live): every request reads its tenant's stamps first
+// and a cache entry read under other stamps is a miss, so a change made
+// anywhere in the fleet is seen by the next request whatever the TTL; the
+// TTL then only spaces the refreshes that change nothing (issue 26: a
+// money call makes no Postgres round trip), and bounds what a change whose
+// stamp bump failed (logged) leaves behind. While the stamps cannot be
+// read, entries are kept for their own short TTLs (stampRetryAfter).
+const stampedTTL = 30 * time.Second
+
+// TTL is how long a cache keeps an entry read now: stampedTTL while this
+// node reads the stamps, short otherwise (a node alone, whose stamps are
+// no store, or stamps unreadable a moment ago).
+func (s *Stamps) TTL(short time.Duration) time.Duration {
+	if s == nil || s.store == nil || time.Now().UnixNano() < s.downUntil.Load() {
+		return short
+	}
+	return max(short, stampedTTL)
+}
+
 // Current reads tenant's stamps (Refresh) and returns the one of kind, for
 // a reader outside the request path (the persister's alert scopes) that
 // keeps one cached list per kind. An error is Refresh's: the caller then

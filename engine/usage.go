@@ -67,7 +67,16 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 	}
 	checkedAt := time.Now()
 	applied, err := s.appliedUsage(ctx, scope, in.Events)
-	if err != nil {
+	switch {
+	case err == nil:
+	case s.appliedDown.says(err):
+		// Postgres is down: each event's script consults its customer's
+		// seen filter instead (lua ConsumeBatch), so the batch is charged
+		// without Postgres; what the filter cannot tell meanwhile is an
+		// event_id re-sent for another customer (docs/decisions.md "Usage
+		// batches outlive a Postgres outage").
+		applied, checkedAt = nil, time.Time{}
+	default:
 		return nil, err
 	}
 	if s.applied == nil {

@@ -254,7 +254,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
-		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
+		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
 		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
 	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)

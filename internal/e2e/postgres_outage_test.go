@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 // problem with Retry-After. When Postgres is back the loops resume by
 // themselves, money calls succeed again, and every consume that was
 // acknowledged (during the outage or after) is in the ledger exactly once.
+// Usage batches are charged meanwhile too (their event ids checked by the
+// seen filter), each charged event exactly once, and an event re-sent
+// after the outage is a duplicate.
 func TestPostgresOutageAnswersNo500(t *testing.T) {
 	t.Parallel()
 	pg := testenv.StartPostgres(t)
@@ -41,6 +45,23 @@ func TestPostgresOutageAnswersNo500(t *testing.T) {
 		return r
 	}
 	wantStatus(t, consume(), 200, "consume before the outage")
+	charged := map[string]map[string]any{} // usage event id -> its event
+	u := 0
+	usage := func() Response {
+		u++
+		ev := map[string]any{"event_id": "pgu-" + strconv.Itoa(u), "customer_id": id, "billable_metric_key": metric, "units": 2}
+		r := a.do("POST", "/v1/usage", "pgu-batch-"+strconv.Itoa(u), map[string]any{"events": []any{ev}})
+		if r.Status == 200 {
+			res := obj(t, r.Body["results"].([]any)[0], "result")
+			if res["status"] == "charged" {
+				charged[ev["event_id"].(string)] = ev
+			} else {
+				t.Errorf("usage event %s: %v", ev["event_id"], res)
+			}
+		}
+		return r
+	}
+	wantStatus(t, usage(), 200, "usage before the outage")
 
 	pg.Stop()
 	counts := map[string]map[int]int{}
@@ -64,10 +85,14 @@ func TestPostgresOutageAnswersNo500(t *testing.T) {
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
 		tally("check", a.get(check))
 		tally("consume", consume())
+		tally("usage", usage())
 		tally("history", a.get("/v1/customers/"+id+"/credits/history?limit=5"))
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("answers during the outage: %v", counts)
+	if counts["usage"][200] == 0 || counts["usage"][503] > 0 {
+		t.Errorf("usage batches during the outage: %v, want every one 200", counts["usage"])
+	}
 
 	pg.Start()
 	deadline := time.Now().Add(30 * time.Second)
@@ -87,13 +112,17 @@ func TestPostgresOutageAnswersNo500(t *testing.T) {
 	}
 	// Every page of the history: with the money path off Postgres an 8 s
 	// outage acknowledges hundreds of consumes.
-	seen := map[string]int{}
+	seen, seenUsage := map[string]int{}, map[string]int{}
 	for q := "?type=consumption&limit=100"; ; {
 		r := a.get("/v1/customers/" + id + "/credits/history" + q)
 		wantStatus(t, r, 200, "history "+q)
 		data, more, next := page(t, r)
 		for _, e := range data {
 			if k, ok := obj(t, e, "entry")["idempotency_key"].(string); ok {
+				if ev := strings.TrimPrefix(k, "usage:"); strings.HasPrefix(ev, "pgu-") {
+					seenUsage[ev]++
+					continue
+				}
 				seen[k]++
 			}
 		}
@@ -111,5 +140,24 @@ func TestPostgresOutageAnswersNo500(t *testing.T) {
 		if !acked[key] {
 			t.Errorf("consume %s is in the ledger (%d times) but was never acknowledged", key, c)
 		}
+	}
+	for ev := range charged {
+		if seenUsage[ev] != 1 {
+			t.Errorf("charged usage event %s is in the ledger %d times", ev, seenUsage[ev])
+		}
+	}
+	for ev, c := range seenUsage {
+		if charged[ev] == nil {
+			t.Errorf("usage event %s is in the ledger (%d times) but was never charged", ev, c)
+		}
+	}
+	// An event charged during the outage, re-sent: a duplicate, not a charge.
+	for _, ev := range charged {
+		r := a.do("POST", "/v1/usage", "pgu-resend", map[string]any{"events": []any{ev}})
+		wantStatus(t, r, 200, "usage re-sent after the outage")
+		if res := obj(t, r.Body["results"].([]any)[0], "result"); res["status"] != "duplicate" {
+			t.Errorf("re-sent usage event %s: %v, want duplicate", ev["event_id"], res)
+		}
+		break
 	}
 }
