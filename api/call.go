@@ -33,8 +33,10 @@ type call struct {
 	scope  engine.Scope
 	tenant engine.Tenant
 	idem   engine.Idempotency
-	reqID  []byte
-	idBuf  [maxRequestIDChars]byte
+	// door is what the request's first round trip did (door.go).
+	door  doorState
+	reqID []byte
+	idBuf [maxRequestIDChars]byte
 	// span and tctx are the request's server span and its context (nil
 	// with tracing off); logIDs is scratch for the tenant, key and trace
 	// ids of the access log line (two quoted UUIDs, 38 bytes each, and a

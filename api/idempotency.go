@@ -78,7 +78,14 @@ func (s *Server) idempotent(rt *route, c *call) {
 	deadline := time.Now().Add(idemWait)
 	for {
 		claimedAt := time.Now()
-		rec, claimed, err := s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
+		var rec engine.IdemRecord
+		var claimed bool
+		var err error
+		if d := c.doorClaim(); d != nil {
+			claimedAt, rec, claimed, err = d.claimedAt, d.claim, d.claimed, d.claimErr
+		} else {
+			rec, claimed, err = s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
+		}
 		switch {
 		case err != nil && replaysByRerun(rt) && errors.Is(err, engine.ErrUnavailable):
 			s.runUnclaimed(rt, c)

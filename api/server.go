@@ -459,12 +459,15 @@ func (s *Server) serveRoute(rt *route, c *call) {
 		}
 	}
 	if rt.opts&optTenant != 0 {
+		s.openDoor(rt, c)
 		if !s.authenticate(c) || !s.rateLimit(c) {
+			s.closeDoor(c)
 			return
 		}
 	}
 	if rt.opts&optIdem != 0 {
 		s.idempotent(rt, c)
+		s.closeDoor(c)
 		return
 	}
 	if err := c.invoke(rt.ep); err != nil {

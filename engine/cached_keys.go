@@ -182,6 +182,13 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 	return scope, t, err
 }
 
+// Peek is the scope and tenant this node holds for the key hashed to sum,
+// without reading anything (Tenants.Open): KeyScope confirms them after.
+func (s *CachedKeys) Peek(sum [32]byte) (Scope, Tenant, bool) {
+	e, ok := s.cache.peek(sum, time.Now(), authStaleLimit)
+	return e.scope, e.tenant, ok
+}
+
 // recordDown is err, a look-up that found Postgres unreachable, as the 503
 // it answers (ErrRecordUnavailable), its cause kept in the error's text.
 func recordDown(err error) error { return fmt.Errorf("%w: %w", ErrRecordUnavailable, err) }

@@ -207,6 +207,9 @@ func (s *Stamps) Refresh(ctx context.Context, tenant uuid.UUID) error {
 	if s == nil || s.store == nil {
 		return nil
 	}
+	if read, ok := ctx.Value(stampsReadKey{}).(uuid.UUID); ok && read == tenant {
+		return nil // this request's door read them (Tenants.Open)
+	}
 	now := time.Now().UnixNano()
 	if now < s.downUntil.Load() {
 		return errStampsDown
@@ -215,12 +218,21 @@ func (s *Stamps) Refresh(ctx context.Context, tenant uuid.UUID) error {
 	v, err := s.store.StampsRead(ctx, tenant)
 	cancel()
 	if err != nil {
-		s.downUntil.Store(time.Now().Add(stampRetryAfter).UnixNano())
-		s.warn(err, "change stamps unreadable: caches fall back to their TTLs")
+		s.readFailed(err)
 		return err
 	}
 	s.observe(tenant, v)
 	return nil
+}
+
+// readFailed notes a failed read of the stamps: none is tried for
+// stampRetryAfter, the caches meanwhile keep their short TTLs.
+func (s *Stamps) readFailed(err error) {
+	if s == nil || s.store == nil {
+		return
+	}
+	s.downUntil.Store(time.Now().Add(stampRetryAfter).UnixNano())
+	s.warn(err, "change stamps unreadable: caches fall back to their TTLs")
 }
 
 // stampedTTL is how long the caches keep an entry read while this node

@@ -108,6 +108,22 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp
 	return e.v, cacheFresh
 }
 
+// peek is k's value when get at now would serve it (fresh, or within
+// staleLimit past its expiry), whatever its stamp, without get's side
+// effects (no refresh is claimed): a look ahead that get then confirms.
+func (c *swrCache[K, V]) peek(k K, now time.Time, staleLimit time.Duration) (V, bool) {
+	var zero V
+	x, ok := c.m.Load(k)
+	if !ok {
+		return zero, false
+	}
+	e := x.(*swrEntry[V])
+	if now.UnixNano() >= e.expires+int64(staleLimit) {
+		return zero, false
+	}
+	return e.v, true
+}
+
 // generation is taken before reading the source of truth and handed to put.
 func (c *swrCache[K, V]) generation() uint64 { return c.gen.Load() }
 

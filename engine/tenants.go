@@ -43,6 +43,9 @@ type Tenants struct {
 	// keys turns a key's sha256 into what it authenticates (a CachedKeys
 	// in a running creditd).
 	keys KeyLookup
+	// door and doorStamps open a request's door (WithDoor, door.go).
+	door       DoorTrips
+	doorStamps *Stamps
 }
 
 // NewTenants returns the tenant service; keys nil reads dir afresh on

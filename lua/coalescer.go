@@ -53,8 +53,11 @@ const (
 
 // tripCmd is one command handed to the coalescer; pooled with its channel.
 type tripCmd struct {
-	ctx   context.Context
-	cmd   redis.Cmder
+	ctx context.Context
+	cmd redis.Cmder
+	// more are commands sent right after cmd in the same round trip
+	// (doGroup): one request's independent commands.
+	more  []redis.Cmder
 	state atomic.Int32
 	done  chan struct{} // one signal when a queued command is answered or dropped
 }
@@ -72,15 +75,33 @@ var errLeftInFlight = errors.New("lua: the request ended while its Redis command
 // the context's. On an error the caller reads the returned error, never cmd
 // (a pipeline the caller left may still be writing it).
 func (co *coalescer) do(ctx context.Context, cmd redis.Cmder) error {
+	return co.doGroup(ctx, cmd, nil)
+}
+
+// doGroup is do for cmd and more, written together in one round trip
+// (and so to one pipeline); each command carries its own answer or error,
+// and the error returned is cmd's. On an error the caller reads the
+// commands only when the returned error is cmd's own (a dropped or left
+// group was never answered).
+func (co *coalescer) doGroup(ctx context.Context, cmd redis.Cmder, more []redis.Cmder) error {
 	now := time.Now()
 	if err := ended(ctx, now); err != nil {
 		return err
 	}
 	if co.off {
-		return co.rdb.Process(ctx, cmd)
+		if len(more) == 0 {
+			return co.rdb.Process(ctx, cmd)
+		}
+		pipe := co.rdb.Pipeline()
+		_ = pipe.Process(ctx, cmd)
+		for _, m := range more {
+			_ = pipe.Process(ctx, m)
+		}
+		_, _ = pipe.Exec(ctx)
+		return cmd.Err()
 	}
 	t := tripCmds.Get().(*tripCmd)
-	t.ctx, t.cmd = ctx, cmd
+	t.ctx, t.cmd, t.more = ctx, cmd, more
 	co.mu.Lock()
 	if co.inFlight < maxTripsInFlight {
 		co.inFlight++
@@ -145,6 +166,9 @@ func (co *coalescer) take(trip []*tripCmd, now time.Time) []*tripCmd {
 		if err := ended(t.ctx, now); err != nil {
 			if t.state.CompareAndSwap(tripQueued, tripDropped) {
 				t.cmd.SetErr(err)
+				for _, m := range t.more {
+					m.SetErr(err)
+				}
 				t.done <- struct{}{}
 			}
 			continue
@@ -181,13 +205,16 @@ func (co *coalescer) next() {
 // callers' cancellations or deadlines (one caller's must not cut the
 // others' replies), bounded by the client's read and write timeouts.
 func (co *coalescer) send(trip []*tripCmd, self *tripCmd) {
-	if len(trip) == 1 {
+	if len(trip) == 1 && len(trip[0].more) == 0 {
 		_ = co.rdb.Process(trip[0].ctx, trip[0].cmd)
 	} else {
 		ctx := context.WithoutCancel(trip[0].ctx)
 		pipe := co.rdb.Pipeline()
 		for _, t := range trip {
 			_ = pipe.Process(ctx, t.cmd)
+			for _, m := range t.more {
+				_ = pipe.Process(ctx, m)
+			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}

@@ -35,13 +35,32 @@ func (s *Store) rateKey(tenant, key uuid.UUID) string {
 // Errors are Redis' (the caller decides what an unreachable Redis means).
 func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (engine.RateDecision, error) {
 	if perSecond < 1 || burst < 1 || requests < 1 {
-		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: rate %d/s burst %d requests %d must be at least 1", perSecond, burst, requests)
+		return engine.RateDecision{}, rateArgsError(perSecond, burst, requests)
 	}
 	var nowMicros int64
 	if !now.IsZero() {
 		nowMicros = now.UnixMicro()
 	}
-	res, err := gcraScript.Run(ctx, s.rdb, []string{s.rateKey(tenant, key)}, perSecond, burst, nowMicros, requests).Int64Slice()
+	cmd := gcraScript.Run(ctx, s.rdb, []string{s.rateKey(tenant, key)}, perSecond, burst, nowMicros, requests)
+	return rateReply(cmd, burst)
+}
+
+// rateCmd is the EVALSHA of gcra.lua that TakeRate sends, for DoorTrip's
+// round trip (a NOSCRIPT answer is for the caller to retry by TakeRate).
+func (s *Store) rateCmd(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (*redis.Cmd, error) {
+	if perSecond < 1 || burst < 1 || requests < 1 {
+		return nil, rateArgsError(perSecond, burst, requests)
+	}
+	var nowMicros int64
+	if !now.IsZero() {
+		nowMicros = now.UnixMicro()
+	}
+	return redis.NewCmd(ctx, "evalsha", gcraScript.Hash(), 1, s.rateKey(tenant, key), perSecond, burst, nowMicros, requests), nil
+}
+
+// rateReply reads an answered take of a budget whose burst is burst.
+func rateReply(cmd *redis.Cmd, burst int) (engine.RateDecision, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return engine.RateDecision{}, fmt.Errorf("lua: rate budget: %w", err)
 	}

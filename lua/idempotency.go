@@ -93,13 +93,30 @@ func idemHead(state byte, tenant uuid.UUID, requestHash string) []byte {
 // otherwise it returns the stored record and claimed=false. lockTTL must be
 // at least 1 ms.
 func (s *Store) Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (engine.IdemRecord, bool, error) {
-	ttlMS, err := idemTTLMillis("lock TTL", lockTTL)
+	claim, head, err := s.claimCmd(ctx, tenant, key, requestHash, lockTTL)
 	if err != nil {
 		return engine.IdemRecord{}, false, err
 	}
+	if err := s.trips.do(ctx, claim); err != nil && !errors.Is(err, redis.Nil) {
+		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
+	}
+	return claimReply(claim, head)
+}
+
+// claimCmd is Begin's SET NX GET PX and the in-progress record it writes
+// (Begin, DoorTrip).
+func (s *Store) claimCmd(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (*redis.StringCmd, []byte, error) {
+	ttlMS, err := idemTTLMillis("lock TTL", lockTTL)
+	if err != nil {
+		return nil, nil, err
+	}
 	head := idemHead(idemRunning, tenant, requestHash)
-	claim := redis.NewStringCmd(ctx, "set", s.idemRecordKey(tenant, key), head, "nx", "get", "px", ttlMS)
-	err = s.trips.do(ctx, claim)
+	return redis.NewStringCmd(ctx, "set", s.idemRecordKey(tenant, key), head, "nx", "get", "px", ttlMS), head, nil
+}
+
+// claimReply reads an answered claimCmd: claimed when no record was there.
+func claimReply(claim *redis.StringCmd, head []byte) (engine.IdemRecord, bool, error) {
+	err := claim.Err()
 	if errors.Is(err, redis.Nil) {
 		return engine.IdemRecord{}, true, nil
 	}

@@ -33,13 +33,26 @@ func (s *Store) stampsKey(tenant uuid.UUID) string {
 // read a request adds for them. A stamp never moved reads 0.
 // Errors are Redis' (the caller then leaves its caches to their TTLs).
 func (s *Store) StampsRead(ctx context.Context, tenant uuid.UUID) (engine.TenantStamps, error) {
+	cmd := s.stampsCmd(ctx, tenant)
+	if err := s.trips.do(ctx, cmd); err != nil {
+		return engine.TenantStamps{}, fmt.Errorf("lua: read change stamps: %w", err)
+	}
+	return stampsReply(cmd)
+}
+
+// stampsCmd is the HMGET of tenant's stamps (StampsRead, DoorTrip).
+func (s *Store) stampsCmd(ctx context.Context, tenant uuid.UUID) *redis.SliceCmd {
 	args := make([]any, 0, 2+engine.StampKinds)
 	args = append(args, "hmget", s.stampsKey(tenant))
 	for _, f := range engine.StampFields() {
 		args = append(args, f)
 	}
-	cmd := redis.NewSliceCmd(ctx, args...)
-	if err := s.trips.do(ctx, cmd); err != nil {
+	return redis.NewSliceCmd(ctx, args...)
+}
+
+// stampsReply reads an answered stampsCmd.
+func stampsReply(cmd *redis.SliceCmd) (engine.TenantStamps, error) {
+	if err := cmd.Err(); err != nil {
 		return engine.TenantStamps{}, fmt.Errorf("lua: read change stamps: %w", err)
 	}
 	var out engine.TenantStamps

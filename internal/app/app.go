@@ -218,7 +218,9 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	stamps := engine.NewStamps(a.Store, log)
 	a.DB.WithAlertStamps(stamps)
 	keys := engine.NewCachedKeys(engine.NewKeyLookup(a.DB)).WithStamps(stamps).WithSourceDown(persist.Unavailable)
-	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate)
+	// A request whose key is cached sends its stamps read, rate take and
+	// idempotency claim in one round trip (engine door.go, issue 26).
+	a.Tenants = engine.NewTenants(keys.ForgettingDirectory(a.DB), keys, cfg.Clock, cfg.AllowPrivate).WithDoor(a.Store, stamps)
 	// The hot path resolves customers through a cache over a service of
 	// its own on the raw directory (it reads, and auto-creates a customer,
 	// which forgets nothing); the API's service writes through the cache's
