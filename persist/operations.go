@@ -79,4 +79,3 @@ const appliedHeadsSQL = `SELECT l.* FROM unnest($2::text[]) AS k(key)
 		WHERE hashtextextended(tenant_id::text || idempotency_key, 0) = hashtextextended($1::uuid::text || k.key, 0)
 			AND op_head IS NOT NULL AND tenant_id = $1 AND idempotency_key = k.key
 		OFFSET 0) AS l`
-
