@@ -16,5 +16,7 @@
 -- plan, where type is a parameter, cannot use a partial index (it cannot
 -- prove the predicate), and that is the plan that walked. Every ledger
 -- insert pays one more index entry (docs/decisions.md, "History filtered
--- by type (issue 31 item 6)").
-CREATE INDEX ledger_entries_history_type_idx ON ledger_entries (customer_id, type, created_at DESC, id DESC);
+-- by type (issue 31 item 6)"). IF NOT EXISTS: an operator with a large
+-- ledger may build it CONCURRENTLY by hand first, so that this
+-- transaction does not hold writes to ledger_entries while it builds.
+CREATE INDEX IF NOT EXISTS ledger_entries_history_type_idx ON ledger_entries (customer_id, type, created_at DESC, id DESC);
