@@ -125,10 +125,12 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 				plan := explain(t, b, sql, args, generic)
 				const maxRead = 2 * 26
 				var read int64
+				var typeIdx bool
 				plan.walk(func(n planNode) {
 					switch n.NodeType {
 					case "Index Scan", "Index Only Scan":
 						read += (n.ActualRows + n.FilterRemoved) * max(n.ActualLoops, 1)
+						typeIdx = typeIdx || n.IndexName == "ledger_entries_history_type_idx"
 					case "Seq Scan", "Bitmap Heap Scan", "Sort", "Incremental Sort":
 						t.Errorf("type=%s cursor=%v generic=%v: a %s node: %+v", typ, hasAfter, generic, n.NodeType, plan)
 					}
@@ -136,6 +138,13 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 				if read > maxRead {
 					t.Errorf("type=%s cursor=%v generic=%v: %d rows read for a page of 25, want at most %d: %+v",
 						typ, hasAfter, generic, read, maxRead, plan)
+				}
+				// Where no other index reads one page (a type
+				// without entries; any type as a parameter), the new
+				// one must be the plan's.
+				if (generic || typ == "expiry") && !typeIdx {
+					t.Errorf("type=%s cursor=%v generic=%v: no Index Scan of ledger_entries_history_type_idx: %+v",
+						typ, hasAfter, generic, plan)
 				}
 			}
 		}
