@@ -80,8 +80,12 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	b = append(b, `,"customer_id":`...)
 	b = engine.AppendJSONUUID(b, r.CustomerID)
 	b = append(b, `,"billable_metric_key":`...)
-	b = engine.AppendJSONString(b, r.BillableMetricKey)
-	b = engine.AppendJSONInt(b, `,"units":`, r.Units)
+	b = appendStringOrNull(b, r.BillableMetricKey)
+	if r.Units == nil {
+		b = append(b, `,"units":null`...)
+	} else {
+		b = engine.AppendJSONInt(b, `,"units":`, *r.Units)
+	}
 	b = engine.AppendJSONInt(b, `,"cost":`, r.Cost)
 	b = engine.AppendJSONInt(b, `,"charged":`, r.Charged)
 	b = engine.AppendJSONInt(b, `,"overage_mc":`, r.OverageMC)

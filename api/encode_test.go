@@ -43,15 +43,17 @@ func TestAppendMatchesEncoder(t *testing.T) {
 	}
 	tx := uuid.MustParse("0191e3c1-8b7a-7c2d-9e4f-000000000001")
 	consumes := map[string]engine.ConsumeResult{
-		"charged": {TransactionID: &tx, CustomerID: id, BillableMetricKey: "api_calls", Units: 2, Cost: 6, Charged: 6,
+		"charged": {TransactionID: &tx, CustomerID: id, BillableMetricKey: s("api_calls"), Units: n(2), Cost: 6, Charged: 6,
 			BalanceAfter: 994, EffectiveBalance: 994},
-		"overage": {TransactionID: &tx, CustomerID: id, BillableMetricKey: "api_calls", Units: 2, Cost: 6, Charged: 1,
+		"overage": {TransactionID: &tx, CustomerID: id, BillableMetricKey: s("api_calls"), Units: n(2), Cost: 6, Charged: 1,
 			OverageMC: 5, BalanceAfter: -5, EffectiveBalance: -5},
-		"replay":   {CustomerID: id, BillableMetricKey: "k", Reason: s(engine.ReasonDuplicateReplay)},
-		"escaped":  {BillableMetricKey: "<\u2029>", Reason: s("a&b")},
-		"negative": {Units: -1, Cost: -9_223_372_036_854_775_808},
-		"items": {TransactionID: &tx, CustomerID: id, Units: 7, Cost: 9, Charged: 9, Items: []engine.ItemCost{
+		"replay":   {CustomerID: id, BillableMetricKey: s("k"), Units: n(0), Reason: s(engine.ReasonDuplicateReplay)},
+		"escaped":  {BillableMetricKey: s("<\u2029>"), Units: n(0), Reason: s("a&b")},
+		"negative": {BillableMetricKey: s(""), Units: n(-1), Cost: -9_223_372_036_854_775_808},
+		"items": {TransactionID: &tx, CustomerID: id, Cost: 9, Charged: 9, Items: []engine.ItemCost{
 			{BillableMetricKey: "api_calls", Units: 2, Cost: 6}, {BillableMetricKey: "<gpu>", Units: 5, Cost: 3}}},
+		"one item": {TransactionID: &tx, CustomerID: id, Cost: 6, Charged: 6, Items: []engine.ItemCost{
+			{BillableMetricKey: "api_calls", Units: 2, Cost: 6}}},
 	}
 	for name, r := range consumes {
 		var want bytes.Buffer

@@ -156,6 +156,17 @@ func (r *Results) computeTargets() {
 	} else {
 		none(usageName, "p99 <= 50 ms")
 	}
+	const historyName = "history page filtered by type, 1k to 100k entries (issue 31 item 6)"
+	if u := r.UsageReport; u != nil && (len(u.History) > 0 || u.HistoryError != "") {
+		if u.HistoryError != "" {
+			add(historyName, "flat (p50 within 2x + 1 ms)", "failed: "+u.HistoryError, boolp(false))
+		} else {
+			now, ok := historyFlat(u.History)
+			add(historyName, "flat (p50 within 2x + 1 ms)", now, boolp(ok))
+		}
+	} else {
+		none(historyName, "flat (p50 within 2x + 1 ms)")
+	}
 	lagName := "persister lag at the end of 60 s at max consume (the CPU figures count only when it keeps up)"
 	if c := r.scenario("consume"); c != nil && c.Lag != nil && c.Lag.Error == "" {
 		lagName = fmt.Sprintf("persister lag at the end of %.0f s at max consume (the CPU figures count only when it keeps up)", c.Lag.Seconds)

@@ -41,6 +41,10 @@ type UsageReportResult struct {
 	// Reports are the timed queries, one entry per granularity.
 	Reports []UsageReportLatency `json:"reports"`
 	Error   string               `json:"error,omitempty"`
+	// History are the timed history pages filtered by type, per ledger
+	// size (historyfilter.go); HistoryError why they are missing.
+	History      []HistoryFilterLatency `json:"history_filter,omitempty"`
+	HistoryError string                 `json:"history_error,omitempty"`
 }
 
 // UsageReportLatency is one granularity's timed queries (each an HTTP
@@ -189,6 +193,10 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 		logf("usage-report: %s: %d queries, %d buckets (%d B) per answer, p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 			g, lat.Queries, lat.Buckets, lat.Bytes, lat.P50Ms, lat.P99Ms, lat.MaxMs)
 	}
+	if out.History, err = b.historyFilter(ctx, api, pool, c.TenantID, queries); err != nil {
+		out.HistoryError = err.Error()
+		logf("usage-report: history filter: %v", err)
+	}
 }
 
 // usageReportGoalRow is the goal table's row for the usage report.
@@ -219,5 +227,8 @@ func usageReportMarkdown(w func(string, ...any), u *UsageReportResult) {
 	w("| granularity | queries | buckets per answer | bytes per answer | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range u.Reports {
 		w("| %s | %d | %d | %d | %.1f | %.1f | %.1f |\n", r.Granularity, r.Queries, r.Buckets, r.Bytes, r.P50Ms, r.P99Ms, r.MaxMs)
+	}
+	if len(u.History) > 0 || u.HistoryError != "" {
+		historyFilterMarkdown(w, u.History, u.HistoryError)
 	}
 }

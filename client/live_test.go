@@ -360,7 +360,10 @@ func TestAgainstCreditd(t *testing.T) {
 		}
 		con, err := c.Consume(ctx, client.ConsumeInput{CustomerID: "ada", BillableMetricKey: "api_calls", Units: 2})
 		must(t, err, "Consume")
-		if con.Charged != 200 || con.TransactionID == nil || con.Reason != nil {
+		// billable_metric_key and units are nullable (null for the items
+		// form); the single form fills both.
+		if con.Charged != 200 || con.TransactionID == nil || con.Reason != nil ||
+			con.BillableMetricKey == nil || *con.BillableMetricKey != "api_calls" || con.Units == nil || *con.Units != 2 {
 			t.Fatalf("Consume = %+v", con)
 		}
 		use, err := c.ReportUsage(ctx, client.UsageInput{Events: []client.UsageEvent{

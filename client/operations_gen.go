@@ -716,8 +716,9 @@ func (c *Client) CheckCustomerEntitlementByExternalID(ctx context.Context, exter
 // rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and
 // charges the total in one step: all or none under block, the total's overage under allow and
 // notify; one consumption entry whose metadata lists the items, and the answer lists each item's
-// cost. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
-// retry of the call.
+// cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). It
+// sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the
+// call.
 func (c *Client) Consume(ctx context.Context, body ConsumeInput, opts ...CallOption) (*ConsumeResult, error) {
 	r := &request{method: "POST", path: "/v1/entitlements/consume", idempotent: true}
 	r.body = body

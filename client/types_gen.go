@@ -393,15 +393,17 @@ type ConsumeItem struct {
 type ConsumeResult struct {
 	TransactionID *string `json:"transaction_id"`
 	CustomerID    string  `json:"customer_id"`
-	// The metric of a single-form consume; empty with items.
-	BillableMetricKey string `json:"billable_metric_key"`
-	// The units charged; with items, the items' total.
-	Units            int64 `json:"units"`
-	Cost             int64 `json:"cost"`
-	Charged          int64 `json:"charged"`
-	OverageMC        int64 `json:"overage_mc"`
-	BalanceAfter     int64 `json:"balance_after"`
-	EffectiveBalance int64 `json:"effective_balance"`
+	// The metric of a single-form consume; null for the items form (any number of items), whose
+	// metrics are in items.
+	BillableMetricKey *string `json:"billable_metric_key"`
+	// The units charged, of billable_metric_key; null for the items form (the items' metrics differ,
+	// so their units do not add up), whose units are in items.
+	Units            *int64 `json:"units"`
+	Cost             int64  `json:"cost"`
+	Charged          int64  `json:"charged"`
+	OverageMC        int64  `json:"overage_mc"`
+	BalanceAfter     int64  `json:"balance_after"`
+	EffectiveBalance int64  `json:"effective_balance"`
 	// One of: duplicate_replay, null.
 	Reason *string `json:"reason"`
 	// Each item's cost, in the request's order; present only when the request used items.

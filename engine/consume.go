@@ -40,16 +40,20 @@ type ItemCost struct {
 
 // ConsumeResult is the 200 body of a consume (addendum 7).
 type ConsumeResult struct {
-	TransactionID     *uuid.UUID `json:"transaction_id"`
-	CustomerID        uuid.UUID  `json:"customer_id"`
-	BillableMetricKey string     `json:"billable_metric_key"`
-	Units             int64      `json:"units"`
-	Cost              int64      `json:"cost"`
-	Charged           int64      `json:"charged"`
-	OverageMC         int64      `json:"overage_mc"`
-	BalanceAfter      int64      `json:"balance_after"`
-	EffectiveBalance  int64      `json:"effective_balance"`
-	Reason            *string    `json:"reason"`
+	TransactionID *uuid.UUID `json:"transaction_id"`
+	CustomerID    uuid.UUID  `json:"customer_id"`
+	// BillableMetricKey and Units are the single form's metric and units;
+	// nil (JSON null) for the items form, whatever the number of items,
+	// as credit.consumed and the ledger entry have no metric for it either
+	// (docs/decisions.md "Multi-metric consume answer (issue 31 item 2)").
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Units             *int64  `json:"units"`
+	Cost              int64   `json:"cost"`
+	Charged           int64   `json:"charged"`
+	OverageMC         int64   `json:"overage_mc"`
+	BalanceAfter      int64   `json:"balance_after"`
+	EffectiveBalance  int64   `json:"effective_balance"`
+	Reason            *string `json:"reason"`
 	// Items lists each item's cost when the request used items; nil for
 	// the single form.
 	Items []ItemCost `json:"items,omitempty"`
@@ -265,8 +269,12 @@ func priceError(err error, field string) error {
 func consumeResult(m Mutation) ConsumeResult {
 	out := ConsumeResult{CustomerID: m.CustomerID}
 	if u := m.Usage; u != nil {
-		out.BillableMetricKey, out.Units, out.Cost, out.Charged, out.OverageMC = u.Metric, u.Units, u.Cost, u.Charged, u.Overage
-		if u.Items != nil {
+		out.Cost, out.Charged, out.OverageMC = u.Cost, u.Charged, u.Overage
+		if u.Items == nil {
+			// Pointing into the usage (already on the heap) costs the hot
+			// path no allocation.
+			out.BillableMetricKey, out.Units = &u.Metric, &u.Units
+		} else {
 			out.Items = make([]ItemCost, len(u.Items))
 			for i, it := range u.Items {
 				out.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}

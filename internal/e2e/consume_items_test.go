@@ -37,7 +37,7 @@ func TestConformanceConsumeItems(t *testing.T) {
 	checkKeys(t, r.Body, "multi consume", "transaction_id", "customer_id", "billable_metric_key", "units", "cost", "charged",
 		"overage_mc", "balance_after", "effective_balance", "reason", "items")
 	wantItems := fmt.Sprintf(`[{"billable_metric_key":%q,"cost":300,"units":3},{"billable_metric_key":%q,"cost":70,"units":10}]`, m1, m2)
-	if r.Body["customer_id"] != id || r.Body["billable_metric_key"] != "" || Int(t, r.Body["units"]) != 13 ||
+	if r.Body["customer_id"] != id || r.Body["billable_metric_key"] != nil || r.Body["units"] != nil ||
 		Int(t, r.Body["cost"]) != 370 || Int(t, r.Body["charged"]) != 370 || Int(t, r.Body["overage_mc"]) != 0 ||
 		Int(t, r.Body["balance_after"]) != 630 || mustJSON(r.Body["items"]) != wantItems {
 		t.Errorf("multi consume body: %s", r.Raw)

@@ -558,7 +558,7 @@ export interface paths {
         put?: never;
         /**
          * Price and charge usage
-         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost.
+         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals).
          */
         post: operations["consume"];
         delete?: never;
@@ -2310,13 +2310,13 @@ export interface components {
             transaction_id: string | null;
             /** Format: uuid */
             customer_id: string;
-            /** @description The metric of a single-form consume; empty with items. */
-            billable_metric_key: string;
+            /** @description The metric of a single-form consume; null for the items form (any number of items), whose metrics are in items. */
+            billable_metric_key: string | null;
             /**
              * Format: int64
-             * @description The units charged; with items, the items' total.
+             * @description The units charged, of billable_metric_key; null for the items form (the items' metrics differ, so their units do not add up), whose units are in items.
              */
-            units: number;
+            units: number | null;
             /** Format: int64 */
             cost: number;
             /** Format: int64 */

@@ -95,6 +95,8 @@ test("pricing, entitlements and reservations", { skip }, async () => {
   assert.equal(chk.estimated_cost, 300);
   const con = await c.consume({ body: { customer_id: "ada", billable_metric_key: "api_calls", units: 2 } });
   assert.equal(con.charged, 200);
+  assert.equal(con.billable_metric_key, "api_calls");
+  assert.equal(con.units, 2);
   await c.createBillableMetric({ body: { key: "seats", type: "gauge", default_value: { cap: 5 } } });
   const inc = await c.incrementGauge({ path: { id: "ada", billable_metric_key: "seats" }, body: { amount: 3 } });
   assert.equal(inc.current, 3);

@@ -29,7 +29,15 @@ export async function typed(): Promise<void> {
   const ping = await c.call("testWebhook", { idempotencyKey: "k1" });
   const pingType: "test.ping" = ping.event_type;
   try {
-    await c.consume({ body: { customer_id: "ada", billable_metric_key: "api_calls", units: 1 } });
+    const con = await c.consume({ body: { customer_id: "ada", billable_metric_key: "api_calls", units: 1 } });
+    // billable_metric_key and units are null for the items form.
+    const metric: string | null = con.billable_metric_key;
+    const units: number | null = con.units;
+    // @ts-expect-error billable_metric_key may be null
+    const metricOnly: string = con.billable_metric_key;
+    // @ts-expect-error units may be null
+    const unitsOnly: number = con.units;
+    void [metric, units, metricOnly, unitsOnly];
   } catch (err) {
     if (isProblem(err, "insufficient-credits")) {
       const status: number = err.status;
