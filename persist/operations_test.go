@@ -49,7 +49,9 @@ func TestAppliedHeadsPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
+	// The session's settings and prepared statement must not go back to
+	// the pool.
+	defer func() { _ = conn.Hijack().Close(b.ctx) }()
 	// A ledger of lean consumes big enough that a scan costs more than
 	// the probes; replica mode skips the foreign keys for these rows.
 	for _, q := range []string{
