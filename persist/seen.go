@@ -17,17 +17,13 @@ var _ engine.AppliedKeys = (*Store)(nil)
 // operation created at or after since to fn, page at a time
 // (engine.AppliedKeys): the operations rows and the lean consumes, whose
 // record is their ledger entry's op head (ophead.go). It is one read, not
-// pages of reads: no index serves created_at alone, and the seeding runs
-// once per node start, so one scan beats a scan per page.
+// pages of reads (the seeding runs once per node start); the BRIN indexes
+// on created_at (migration 025) keep it to the rows since.
 func (s *Store) AppliedKeysSince(ctx context.Context, since time.Time, page int, fn func([]engine.OpRef) error) error {
 	if page < 1 {
 		return fmt.Errorf("persist: applied keys: page %d", page)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id, customer_id, idempotency_key FROM operations
-		WHERE created_at >= $1 AND idempotency_key <> ''
-		UNION ALL
-		SELECT tenant_id, customer_id, idempotency_key FROM ledger_entries
-		WHERE created_at >= $1 AND op_head IS NOT NULL`, since)
+	rows, err := s.pool.Query(ctx, appliedKeysSinceSQL, since)
 	if err != nil {
 		return fmt.Errorf("persist: applied keys: %w", err)
 	}
@@ -55,3 +51,10 @@ func (s *Store) AppliedKeysSince(ctx context.Context, since time.Time, page int,
 	}
 	return nil
 }
+
+// appliedKeysSinceSQL lists the keys applied since $1 (AppliedKeysSince).
+const appliedKeysSinceSQL = `SELECT tenant_id, customer_id, idempotency_key FROM operations
+		WHERE created_at >= $1 AND idempotency_key <> ''
+		UNION ALL
+		SELECT tenant_id, customer_id, idempotency_key FROM ledger_entries
+		WHERE created_at >= $1 AND op_head IS NOT NULL`
