@@ -46,7 +46,7 @@ func (s *Store) DoorTrip(ctx context.Context, ask engine.DoorAsk) engine.DoorAns
 		}
 	}
 	err := s.trips.doGroup(ctx, stamps, more)
-	if err != nil && (errors.Is(err, ctx.Err()) || errors.Is(err, errLeftInFlight)) {
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errLeftInFlight)) {
 		// The group was never answered: nothing can be read from it.
 		out.StampsErr = err
 		if rate != nil {
@@ -79,7 +79,7 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// errNoRate is a rate ask's error when its figures are out of range.
+// rateArgsError is a rate take's error when its figures are out of range.
 func rateArgsError(perSecond, burst, requests int) error {
 	return fmt.Errorf("lua: rate budget: rate %d/s burst %d requests %d must be at least 1", perSecond, burst, requests)
 }
