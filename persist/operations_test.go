@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/creditd/creditd/engine"
 )
 
@@ -45,30 +48,13 @@ func TestAppliedHeadsPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The session's settings and prepared statement must not go back to
-	// the pool.
-	defer func() { _ = conn.Hijack().Close(b.ctx) }()
 	// A ledger of lean consumes big enough that a scan costs more than
-	// the probes; replica mode skips the foreign keys for these rows.
-	for _, q := range []string{
-		`SET session_replication_role = replica`,
-		`INSERT INTO ledger_entries (id, op_id, tenant_id, customer_id, environment, delta, type, idempotency_key, created_at, op_head)
-			SELECT gen_random_uuid(), gen_random_uuid(), '` + live.TenantID.String() + `', gen_random_uuid(), 'live', -1, 'consumption',
-				'usage:plan-' || g, now() - g * interval '1 second', '0|1|1|0|0|1|h'
-			FROM generate_series(1, 60000) AS g`,
-		`SET session_replication_role = DEFAULT`,
+	// the probes.
+	conn := b.planSession(t,
+		leanLedgerRows(live.TenantID, "usage:plan-", "now() - g * interval '1 second'"),
 		`ANALYZE ledger_entries`,
 		`SET plan_cache_mode = force_generic_plan`,
-		`PREPARE applied_heads(uuid, text[]) AS ` + appliedHeadsSQL,
-	} {
-		if _, err := conn.Exec(b.ctx, q); err != nil {
-			t.Fatalf("%.60s: %v", q, err)
-		}
-	}
+		`PREPARE applied_heads(uuid, text[]) AS `+appliedHeadsSQL)
 	keys := []string{"usage:plan-7", "usage:none-1", "usage:none-2", "usage:none-3", "usage:none-4"}
 	// EXPLAIN takes no parameters: the values go in as literals (the
 	// plan is the prepared statement's generic one either way).
@@ -97,4 +83,35 @@ func TestAppliedHeadsPlan(t *testing.T) {
 	if len(got) != 1 || got["usage:plan-7"].IdempotencyKey != "usage:plan-7" {
 		t.Errorf("found %d keys (%v), want usage:plan-7 alone", len(got), got)
 	}
+}
+
+// planSession is a connection of its own for a test that reads plans: it
+// runs setup (rows inserted in replica mode, which skips the foreign keys
+// of rows made up for the plan) and is closed, not pooled, at the end, so
+// its settings and prepared statements stay with it.
+func (b *bundle) planSession(t *testing.T, setup ...string) *pgxpool.Conn {
+	t.Helper()
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Hijack().Close(b.ctx) })
+	for _, q := range setup {
+		if strings.HasPrefix(q, "INSERT") {
+			q = "SET session_replication_role = replica; " + q + "; SET session_replication_role = DEFAULT"
+		}
+		if _, err := conn.Exec(b.ctx, q); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	return conn
+}
+
+// leanLedgerRows inserts 60,000 lean consumes of tenant, keyed prefix and
+// a number g, created at the SQL instant created (of g).
+func leanLedgerRows(tenant uuid.UUID, prefix, created string) string {
+	return `INSERT INTO ledger_entries (id, op_id, tenant_id, customer_id, environment, delta, type, idempotency_key, created_at, op_head)
+		SELECT gen_random_uuid(), gen_random_uuid(), '` + tenant.String() + `', gen_random_uuid(), 'live', -1, 'consumption',
+			'` + prefix + `' || g, ` + created + `, '0|1|1|0|0|1|h'
+		FROM generate_series(1, 60000) AS g`
 }

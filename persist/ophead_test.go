@@ -251,31 +251,16 @@ func TestSeedingReadsRecentOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Hijack().Close(b.ctx) }()
 	// Entries appended in created_at order, as the persister appends them,
-	// the newest a day old; replica mode skips the foreign keys.
-	for _, q := range []string{
-		`SET session_replication_role = replica`,
-		`INSERT INTO ledger_entries (id, op_id, tenant_id, customer_id, environment, delta, type, idempotency_key, created_at, op_head)
-			SELECT gen_random_uuid(), gen_random_uuid(), '` + live.TenantID.String() + `', gen_random_uuid(), 'live', -1, 'consumption',
-				'seed-' || g, now() - interval '30 days' + g * interval '30 seconds', '0|1|1|0|0|1|h'
-			FROM generate_series(1, 60000) AS g`,
+	// the newest a day old.
+	conn := b.planSession(t,
+		leanLedgerRows(live.TenantID, "seed-", "now() - interval '30 days' + g * interval '30 seconds'"),
 		`INSERT INTO operations (op_id, tenant_id, customer_id, idempotency_key, account_version, mutation, created_at)
-			SELECT gen_random_uuid(), '` + live.TenantID.String() + `', gen_random_uuid(), 'seed-op-' || g, 1, '{}',
+			SELECT gen_random_uuid(), '`+live.TenantID.String()+`', gen_random_uuid(), 'seed-op-' || g, 1, '{}',
 				now() - interval '30 days' + g * interval '30 seconds'
 			FROM generate_series(1, 60000) AS g`,
-		`SET session_replication_role = DEFAULT`,
 		`ANALYZE ledger_entries`,
-		`ANALYZE operations`,
-	} {
-		if _, err := conn.Exec(b.ctx, q); err != nil {
-			t.Fatalf("%.60s: %v", q, err)
-		}
-	}
+		`ANALYZE operations`)
 	var raw string
 	since := time.Now().Add(-time.Hour)
 	if err := conn.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+appliedKeysSinceSQL, since).Scan(&raw); err != nil {
