@@ -307,3 +307,28 @@ func repairForks(ctx context.Context, w forkRepairer, store forkHotStore, clock 
 	}
 	return repaired, failed
 }
+
+// ListRepairedForks returns up to limit (at most MaxDeadLetterList) dead
+// letters resolved by a fork repair, the latest first, and how many there
+// are in all: what `creditd deadletters list --repaired` shows.
+func (s *Store) ListRepairedForks(ctx context.Context, limit int) ([]DeadLetterRecord, int64, error) {
+	if limit <= 0 || limit > MaxDeadLetterList {
+		limit = MaxDeadLetterList
+	}
+	var total int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_dead_letters
+		WHERE resolved_at IS NOT NULL AND starts_with(resolution, $1)`, ForkResolutionPrefix).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("persist: count repaired forks: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM outbox_dead_letters
+		WHERE resolved_at IS NOT NULL AND starts_with(resolution, $1)
+		ORDER BY resolved_at DESC, id DESC LIMIT $2`, ForkResolutionPrefix, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("persist: list repaired forks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetterRecord, error) { return scanDeadLetter(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("persist: list repaired forks: %w", err)
+	}
+	return out, total, nil
+}

@@ -647,6 +647,10 @@ func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, l Letter
 	if l.HeldBy != 0 {
 		ev = ev.Int64("held_by", l.HeldBy)
 	}
+	if l.SQLState == forkRefused {
+		ev.Msg("outbox entry dead-lettered as a fork: applied again on the true state once the fork is fenced (`creditd deadletters list --repaired`)")
+		return true
+	}
 	ev.Msg("outbox entry dead-lettered: missing from Postgres until `creditd deadletters retry`; /readyz warns meanwhile")
 	return true
 }
