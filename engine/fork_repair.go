@@ -56,6 +56,11 @@ const (
 	// metric, units and cost under allow, so what the true state cannot
 	// pay is overage.
 	ForkRepairConsume ForkRepairAction = "consume"
+	// ForkRepairCommit settles a forked commit's hold when the true state
+	// still has it active (the reserve was persisted before the fork): the
+	// same units at the same cost under allow; a hold it no longer has
+	// makes it ForkRepairConsume's charge (the same idempotency key).
+	ForkRepairCommit ForkRepairAction = "commit"
 	// ForkRepairDebit drains a forked debit's amount again in spend order;
 	// when the effective balance is short it becomes an allow consume of
 	// ForkShortfallMetric (the same idempotency key, so one or the other).
@@ -75,6 +80,7 @@ type ForkRepairPlan struct {
 	// their header (RepairFork sets it).
 	Grant   GrantCommand
 	Consume ConsumeCommand
+	Commit  CommitCommand
 	Debit   DebitCommand
 }
 
@@ -146,7 +152,13 @@ func PlanForkRepair(m Mutation) ForkRepairPlan {
 			cmd.Metric, cmd.Units = u.Metric, max(u.Units, 1)
 			cmd.Terms = RuleTerms{CostType: CostFlat, BaseCost: u.Cost}
 		}
-		return ForkRepairPlan{Action: ForkRepairConsume, Consume: cmd}
+		plan := ForkRepairPlan{Action: ForkRepairConsume, Consume: cmd}
+		if m.Kind == MutationCommit && u.ReservationID != nil && len(u.Items) == 0 && u.Units > 0 {
+			plan.Action = ForkRepairCommit
+			plan.Commit = CommitCommand{ReservationID: *u.ReservationID, ActualUnits: u.Units,
+				Terms: RuleTerms{CostType: CostFlat, BaseCost: u.Cost}, Context: ctx, Metadata: cmd.EntryMetadata}
+		}
+		return plan
 	case MutationDebit:
 		if debit > 0 {
 			return planDebit(m, debit, firstDebit, meta(firstDebit), ctx)
@@ -228,8 +240,11 @@ func (r ForkRepair) Note() string {
 	}
 	m := r.Result.Mutation
 	how := string(r.Plan.Action)
-	if r.Plan.Action == ForkRepairDebit && m.Kind == MutationConsume {
+	switch {
+	case r.Plan.Action == ForkRepairDebit && m.Kind == MutationConsume:
 		how = "debit short of credit, charged as an allow consume of " + ForkShortfallMetric
+	case r.Plan.Action == ForkRepairCommit && m.Kind == MutationConsume:
+		how = "commit of a hold the true state does not have, charged as an allow consume"
 	}
 	note := fmt.Sprintf("re-applied as %s op %s at version %d", how, m.OpID, m.Account.Version)
 	if r.ShortfallMC > 0 {
@@ -261,6 +276,19 @@ func RepairFork(ctx context.Context, store ForkRepairStore, accounts AccountRead
 			cmd := out.Plan.Consume
 			cmd.CommandHeader = h
 			return store.Consume(ctx, cmd)
+		case ForkRepairCommit:
+			cmd := out.Plan.Commit
+			cmd.CommandHeader = h
+			res, err := store.Commit(ctx, cmd)
+			if !errors.Is(err, ErrReservationNotFound) && !errors.Is(err, ErrReservationNotActive) &&
+				!errors.Is(err, ErrReservationExpired) {
+				return res, err
+			}
+			// As the debit's fallback below: one key for both, so a rerun
+			// replays whichever applied.
+			c := out.Plan.Consume
+			c.CommandHeader = h
+			return store.Consume(ctx, c)
 		}
 		cmd := out.Plan.Debit
 		cmd.CommandHeader = h

@@ -65,8 +65,21 @@ func TestPlanForkRepair(t *testing.T) {
 					t.Fatalf("items %+v", p.Consume.Items)
 				}
 			}},
-		{name: "commit", want: ForkRepairConsume, m: Mutation{Kind: MutationCommit, Entries: []MutationEntry{entry(-40, EntryConsumption)},
-			Usage: &MutationUsage{Metric: "gpu", Units: 4, Cost: 40, Charged: 40}}},
+		{name: "commit", want: ForkRepairCommit, m: Mutation{Kind: MutationCommit, Entries: []MutationEntry{entry(-40, EntryConsumption)},
+			Usage: &MutationUsage{Metric: "gpu", Units: 4, Cost: 40, Charged: 40, ReservationID: &block}},
+			check: func(t *testing.T, p ForkRepairPlan) {
+				c := p.Commit
+				if c.ReservationID != block || c.ActualUnits != 4 || c.Terms.BaseCost != 40 || c.Context.Policy != OveragePolicyAllow {
+					t.Fatalf("commit plan %+v", c)
+				}
+				// The fallback when the hold is gone.
+				if p.Consume.Metric != "gpu" || p.Consume.Units != 4 || p.Consume.Terms.BaseCost != 40 {
+					t.Fatalf("commit's consume %+v", p.Consume)
+				}
+			}},
+		{name: "multi-metric commit", want: ForkRepairConsume, m: Mutation{Kind: MutationCommit,
+			Entries: []MutationEntry{entry(-40, EntryConsumption)},
+			Usage:   &MutationUsage{Units: 4, Cost: 40, ReservationID: &block, Items: []UsageItem{{Metric: "a", Units: 4, Cost: 40}}}}},
 		{name: "negative adjust", want: ForkRepairDebit, m: Mutation{Kind: MutationDebit,
 			Entries: []MutationEntry{entry(-30, EntryAdjustment), entry(-20, EntryAdjustment)}},
 			check: func(t *testing.T, p ForkRepairPlan) {
@@ -97,7 +110,7 @@ func TestPlanForkRepair(t *testing.T) {
 				switch p.Action {
 				case ForkRepairGrant:
 					meta = p.Grant.EntryMetadata
-				case ForkRepairConsume:
+				case ForkRepairConsume, ForkRepairCommit:
 					meta = p.Consume.EntryMetadata
 				case ForkRepairDebit:
 					meta = p.Debit.EntryMetadata

@@ -143,6 +143,7 @@ type ForkRepairStore interface {
 	Grant(ctx context.Context, cmd GrantCommand) (MutationResult, error)
 	Debit(ctx context.Context, cmd DebitCommand) (MutationResult, error)
 	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
 	Load(ctx context.Context, s AccountState) (bool, error)
 }
 

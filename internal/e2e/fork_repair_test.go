@@ -17,7 +17,7 @@ import (
 // the entry's reason (adjust, grant) or metadata (consume), which a repair
 // carries over, so the ledger can be searched for it.
 type forkedOp struct {
-	kind  string // "adjust", "grant" or "consume"
+	kind  string // "adjust", "grant", "consume" or "commit"
 	delta int64  // adjust and grant: the amount; consume: units
 }
 
@@ -31,8 +31,9 @@ type forkedOp struct {
 // applies each forked op again on the true state. Afterwards: no fork dead
 // letter is left unresolved (each is resolved as repaired), each forked
 // op's effect is in the ledger exactly once, balance = sum of ledger
-// deltas = sum of blocks' remaining (Postgres and the API), what the true
-// state could not pay is overage (a consume's under its metric, a debit's
+// deltas = sum of blocks' remaining (Postgres and the API), a forked
+// commit settles the hold the true state still has, what the true state
+// could not pay is overage (a consume's under its metric, a debit's
 // under engine.ForkShortfallMetric), and running the repair again (the
 // letters unresolved as after a crash before their resolution) changes
 // nothing.
@@ -45,6 +46,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 	metric := a.perUnit(100)
 	for _, tc := range []struct {
 		name   string
+		hold   bool  // a hold of 5 units persisted before L, for a forked "commit"
 		lost   int64 // the adjust persisted, then lost from Redis
 		forked []forkedOp
 		// want is the balance once the forked ops are repaired; overage
@@ -59,12 +61,20 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 		// The first forked op runs on the forked state whatever the
 		// persister does; the later ones may run on the reloaded state if
 		// the fence comes first, and end the same way (allow).
+		// The hold was persisted before L, so the true state has it: the
+		// forked commit settles it again.
+		{name: "a commit of a hold both histories have", hold: true, lost: -300, forked: []forkedOp{{"commit", 3}},
+			want: 400, overage: map[string]int64{}},
 		{name: "credit gone: shortfalls", lost: -980, forked: []forkedOp{{"adjust", -50}, {"consume", 5}, {"grant", 30}},
 			want: 30, overage: map[string]int64{engine.ForkShortfallMetric: 30, "": 500}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := str(t, a.createCustomer(map[string]any{"external_id": uniq("fork"), "overage_policy": "allow"})["id"], "id")
 			a.grant(c, map[string]any{"credits": 1000})
+			var hold string
+			if tc.hold {
+				hold = str(t, a.reserve(map[string]any{"customer_id": c, "billable_metric_key": metric, "estimated_units": 5})["id"], "hold id")
+			}
 			s.Drain()
 			key := accountKeyOf(s, c)
 			dump, err := s.Redis.Dump(ctx, key).Result()
@@ -85,6 +95,9 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 						200, tag)
 				case "grant":
 					a.grant(c, map[string]any{"credits": op.delta, "reason": tag})
+				case "commit":
+					wantStatus(t, a.post("/v1/reservations/"+hold+"/commit", map[string]any{"actual_units": op.delta,
+						"metadata": map[string]any{"tag": tag}}), 200, tag)
 				case "consume":
 					wantStatus(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": c, "billable_metric_key": metric,
 						"units": op.delta, "metadata": map[string]any{"tag": tag}}), 200, tag)
@@ -93,11 +106,19 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			settleForks(t, s, c)
 
 			books := forkBooks(t, s, a, c, tc.want)
-			for i := range tc.forked {
+			for i, op := range tc.forked {
 				tag := fmt.Sprintf("forked %d", i)
 				var ops int64
-				if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT op_id) FROM ledger_entries
-					WHERE customer_id = $1 AND (reason = $2 OR metadata->>'tag' = $2 OR metadata->>'fork_repair_reason' = $2)`, c, tag).Scan(&ops); err != nil {
+				q := `SELECT count(DISTINCT op_id) FROM ledger_entries
+					WHERE customer_id = $1 AND (reason = $2 OR metadata->>'tag' = $2 OR metadata->>'fork_repair_reason' = $2)`
+				args := []any{c, tag}
+				if op.kind == "commit" {
+					// A commit's metadata goes to its hold; its entry names the hold.
+					q = `SELECT count(DISTINCT op_id) FROM ledger_entries
+						WHERE customer_id = $1 AND type = 'consumption' AND reference_id = $2`
+					args = []any{c, hold}
+				}
+				if err := s.Pool.QueryRow(ctx, q, args...).Scan(&ops); err != nil {
 					t.Fatal(err)
 				}
 				if ops != 1 {
@@ -117,6 +138,14 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			own, byRepair := forkOpsInLedger(t, s, c)
 			if own != 0 || byRepair != letters-noopLetters(t, s, c) {
 				t.Errorf("ledger ops: %d of the forked ops themselves (want 0), %d repairs (want one per letter that moved money)", own, byRepair)
+			}
+
+			var reserved int64
+			if err := s.Pool.QueryRow(ctx, `SELECT reserved_balance FROM credit_accounts WHERE customer_id = $1`, c).Scan(&reserved); err != nil {
+				t.Fatal(err)
+			}
+			if reserved != 0 {
+				t.Errorf("reserved %d after the repair, want 0 (a forked commit settles the hold the true state has)", reserved)
 			}
 
 			list, _, err := persist.NewStore(s.Pool).ListRepairedForks(ctx, persist.MaxDeadLetterList)
