@@ -255,17 +255,35 @@ func (r ForkRepair) Note() string {
 
 // RepairFork applies forked op m again on the state store holds, which
 // must be the true one (the fork fenced and reloaded), under
-// ForkRepairKey(m.OpID) at now. Applying it twice applies it once. Errors
-// are the scripts' (a grant the store refuses, ErrIdempotencyMismatch) or
-// the load's.
-func RepairFork(ctx context.Context, store ForkRepairStore, accounts AccountReader, m Mutation, now time.Time) (ForkRepair, error) {
+// ForkRepairKey(m.OpID) at now. Applying it twice applies it once. An op
+// whose own idempotency key Postgres holds (applied, when not nil, tells)
+// applies nothing: it was a client's retry of an op the true history has,
+// and re-applying it would charge one request twice.
+// Errors are the scripts' (a grant the store refuses,
+// ErrIdempotencyMismatch), the look-up's or the load's.
+func RepairFork(ctx context.Context, store ForkRepairStore, accounts AccountReader, applied AppliedOps, m Mutation,
+	now time.Time) (ForkRepair, error) {
 	out := ForkRepair{Plan: PlanForkRepair(m)}
 	if out.Plan.Action == ForkRepairNone {
 		return out, nil
 	}
+	c := CustomerKey{TenantID: m.TenantID, Environment: m.Environment, CustomerID: m.CustomerID}
+	if m.IdempotencyKey != "" && applied != nil {
+		ms, found, err := applied.AppliedOps(ctx, []OpRef{{Customer: c, Key: m.IdempotencyKey}})
+		if err != nil {
+			return out, fmt.Errorf("engine: repair forked op %s: applied look-up: %w", m.OpID, err)
+		}
+		if found[0] {
+			why := fmt.Sprintf("its idempotency key was applied as op %s, which the true history holds", ms[0].OpID)
+			if ms[0].OpID == m.OpID {
+				why = "Postgres holds the op itself"
+			}
+			out.Plan = ForkRepairPlan{Action: ForkRepairNone, Why: why}
+			return out, nil
+		}
+	}
 	key := ForkRepairKey(m.OpID)
-	h := CommandHeader{OpID: ForkRepairOpID(m.OpID), Customer: CustomerKey{TenantID: m.TenantID,
-		Environment: m.Environment, CustomerID: m.CustomerID}, IdempotencyKey: key, RequestHash: key, Now: now}
+	h := CommandHeader{OpID: ForkRepairOpID(m.OpID), Customer: c, IdempotencyKey: key, RequestHash: key, Now: now}
 	run := func() (MutationResult, error) {
 		switch out.Plan.Action {
 		case ForkRepairGrant:

@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -126,5 +130,107 @@ func TestPlanForkRepair(t *testing.T) {
 	}
 	if ForkRepairOpID(op) != ForkRepairOpID(op) || ForkRepairOpID(op) == op || ForkRepairKey(op) != ForkRepairKey(op) {
 		t.Fatal("a repair's op id and key must be derived from the forked op alone")
+	}
+}
+
+// fakeRepairStore records the scripts a repair asks for; debitErr and
+// commitErr are what Debit and Commit answer.
+type fakeRepairStore struct {
+	calls               []string
+	headers             []CommandHeader
+	consumed            ConsumeCommand
+	debitErr, commitErr error
+}
+
+func (f *fakeRepairStore) Grant(_ context.Context, cmd GrantCommand) (MutationResult, error) {
+	f.calls, f.headers = append(f.calls, "grant"), append(f.headers, cmd.CommandHeader)
+	return MutationResult{Mutation: Mutation{OpID: cmd.OpID, Kind: MutationGrant}}, nil
+}
+
+func (f *fakeRepairStore) Debit(_ context.Context, cmd DebitCommand) (MutationResult, error) {
+	f.calls, f.headers = append(f.calls, "debit"), append(f.headers, cmd.CommandHeader)
+	return MutationResult{Mutation: Mutation{OpID: cmd.OpID, Kind: MutationDebit}}, f.debitErr
+}
+
+func (f *fakeRepairStore) Consume(_ context.Context, cmd ConsumeCommand) (MutationResult, error) {
+	f.calls, f.headers, f.consumed = append(f.calls, "consume"), append(f.headers, cmd.CommandHeader), cmd
+	return MutationResult{Mutation: Mutation{OpID: cmd.OpID, Kind: MutationConsume,
+		Usage: &MutationUsage{Metric: cmd.Metric, Cost: cmd.Terms.BaseCost, Overage: cmd.Terms.BaseCost}}}, nil
+}
+
+func (f *fakeRepairStore) Commit(_ context.Context, cmd CommitCommand) (MutationResult, error) {
+	f.calls, f.headers = append(f.calls, "commit"), append(f.headers, cmd.CommandHeader)
+	return MutationResult{Mutation: Mutation{OpID: cmd.OpID, Kind: MutationCommit}}, f.commitErr
+}
+
+func (f *fakeRepairStore) Load(context.Context, AccountState) (bool, error) { return true, nil }
+
+// fakeApplied answers every look-up with m, found when found.
+type fakeApplied struct {
+	m     Mutation
+	found bool
+}
+
+func (f fakeApplied) AppliedOps(_ context.Context, refs []OpRef) ([]Mutation, []bool, error) {
+	return []Mutation{f.m}, []bool{f.found}, nil
+}
+
+func (fakeApplied) AccountState(context.Context, CustomerKey, time.Time) (AccountState, bool, error) {
+	return AccountState{}, false, nil
+}
+
+// TestRepairForkRoutes: a debit short of credit becomes an allow consume
+// of ForkShortfallMetric under the very header (op id, key) the debit
+// had, so a rerun replays whichever applied; a commit whose hold the true
+// state lacks becomes the consume the same way; and a forked op whose own
+// idempotency key Postgres holds from another op (a client's retry of the
+// op the true history has) applies nothing, while one it does not hold
+// is applied.
+func TestRepairForkRoutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000).UTC()
+	op := uuid.New()
+	src := Source("manual")
+	reason := "fee"
+	debit := Mutation{OpID: op, Kind: MutationDebit, IdempotencyKey: "k1", Entries: []MutationEntry{
+		{Role: RoleMain, Delta: -50, Type: EntryAdjustment, Source: &src, Reason: &reason}}}
+
+	f := &fakeRepairStore{debitErr: ErrInsufficientCredits}
+	rep, err := RepairFork(ctx, f, fakeApplied{}, fakeApplied{}, debit, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(f.calls) != "[debit consume]" || f.headers[0] != f.headers[1] || f.headers[0].OpID != ForkRepairOpID(op) ||
+		f.headers[0].IdempotencyKey != ForkRepairKey(op) {
+		t.Fatalf("calls %v headers %+v", f.calls, f.headers)
+	}
+	if c := f.consumed; c.Metric != ForkShortfallMetric || c.Terms.BaseCost != 50 || c.Policy != OveragePolicyAllow ||
+		string(c.EntryMetadata[ForkRepairReasonKey]) != `"fee"` {
+		t.Fatalf("shortfall consume %+v", c)
+	}
+	if rep.ShortfallMC != 50 || !strings.Contains(rep.Note(), ForkShortfallMetric) {
+		t.Fatalf("repair %+v note %q", rep, rep.Note())
+	}
+
+	hold := uuid.New()
+	commit := Mutation{OpID: op, Kind: MutationCommit, Entries: []MutationEntry{{Role: RoleMain, Delta: -30, Type: EntryConsumption}},
+		Usage: &MutationUsage{Metric: "gpu", Units: 3, Cost: 30, Charged: 30, ReservationID: &hold}}
+	f = &fakeRepairStore{commitErr: ErrReservationNotFound}
+	if _, err := RepairFork(ctx, f, fakeApplied{}, nil, commit, now); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(f.calls) != "[commit consume]" || f.headers[0] != f.headers[1] || f.consumed.Metric != "gpu" {
+		t.Fatalf("commit of a missing hold: calls %v, consume %+v", f.calls, f.consumed)
+	}
+
+	f = &fakeRepairStore{}
+	rep, err = RepairFork(ctx, f, fakeApplied{}, fakeApplied{m: Mutation{OpID: uuid.New()}, found: true}, debit, now)
+	if err != nil || len(f.calls) != 0 || rep.Plan.Action != ForkRepairNone {
+		t.Fatalf("a key Postgres holds from another op: calls %v, plan %+v, %v", f.calls, rep.Plan, err)
+	}
+	f = &fakeRepairStore{}
+	if _, err := RepairFork(ctx, f, fakeApplied{}, fakeApplied{}, debit, now); err != nil || fmt.Sprint(f.calls) != "[debit]" {
+		t.Fatalf("a key Postgres does not hold: calls %v, %v", f.calls, err)
 	}
 }

@@ -248,6 +248,10 @@ func repairForks(ctx context.Context, w forkRepairer, store forkHotStore, clock 
 	}
 	stuck := map[uuid.UUID]bool{}
 	reloaded := map[uuid.UUID]bool{}
+	var applied engine.AppliedOps
+	if st, ok := w.(*Store); ok {
+		applied = NewAppliedBatcher(st)
+	}
 	for _, l := range letters {
 		c := l.customer.CustomerID
 		if stuck[c] {
@@ -284,7 +288,7 @@ func repairForks(ctx context.Context, w forkRepairer, store forkHotStore, clock 
 			fail(fmt.Errorf("undecodable forked op: %w", err))
 			continue
 		}
-		rep, err := engine.RepairFork(ctx, store, w, m, clock.Now())
+		rep, err := engine.RepairFork(ctx, store, w, applied, m, clock.Now())
 		if err != nil {
 			fail(err)
 			continue
