@@ -58,13 +58,13 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			want: 600, overage: map[string]int64{}},
 		{name: "a consume and a grant", lost: -300, forked: []forkedOp{{"consume", 2}, {"grant", 500}},
 			want: 1000, overage: map[string]int64{}},
-		// The first forked op runs on the forked state whatever the
-		// persister does; the later ones may run on the reloaded state if
-		// the fence comes first, and end the same way (allow).
 		// The hold was persisted before L, so the true state has it: the
 		// forked commit settles it again.
 		{name: "a commit of a hold both histories have", hold: true, lost: -300, forked: []forkedOp{{"commit", 3}},
 			want: 400, overage: map[string]int64{}},
+		// The first forked op runs on the forked state whatever the
+		// persister does; the later ones may run on the reloaded state if
+		// the fence comes first, and end the same way (allow).
 		{name: "credit gone: shortfalls", lost: -980, forked: []forkedOp{{"adjust", -50}, {"consume", 5}, {"grant", 30}},
 			want: 30, overage: map[string]int64{engine.ForkShortfallMetric: 30, "": 500}},
 	} {
