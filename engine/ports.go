@@ -137,6 +137,16 @@ type BalanceReader interface {
 	Balances(ctx context.Context, c CustomerKey, now time.Time) (Balances, error)
 }
 
+// ForkRepairStore is what a fork repair (RepairFork) needs of the hot
+// store: the money scripts and a load of a customer it has no state for.
+type ForkRepairStore interface {
+	Grant(ctx context.Context, cmd GrantCommand) (MutationResult, error)
+	Debit(ctx context.Context, cmd DebitCommand) (MutationResult, error)
+	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
+	Load(ctx context.Context, s AccountState) (bool, error)
+}
+
 // LedgerReader reads the system of record (Postgres).
 type LedgerReader interface {
 	// History pages a customer's ledger newest first.

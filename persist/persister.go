@@ -104,6 +104,12 @@ type PersisterStats struct {
 	// NotReplicated counts batches read again because they had not reached
 	// a replica yet (replica acks on).
 	NotReplicated int64
+	// ForksRepaired counts forked ops this process applied again on the
+	// true state and resolved (forks.go).
+	ForksRepaired int64
+	// ForkRepairsFailed counts fork repairs that failed (each retried at
+	// the next hold refresh; the dead letter stays unresolved meanwhile).
+	ForkRepairsFailed int64
 	// OwnedPartitions is how many outbox partitions this persister runs:
 	// those it holds a lease of (engine.OutboxLeases), else all.
 	OwnedPartitions int64
@@ -135,7 +141,10 @@ type Persister struct {
 	// notReplicated counts batches put back because they had not reached a
 	// replica yet.
 	notReplicated atomic.Int64
-	dead          DeadLetters
+	// forksRepaired and forkRepairsFailed count fork repairs (forks.go).
+	forksRepaired     atomic.Int64
+	forkRepairsFailed atomic.Int64
+	dead              DeadLetters
 	// mayHold is false only while no dead letter is known to be unresolved,
 	// so the hot path skips HeldBehind. Every dead letter sets it and bumps
 	// holdGen under holdMu; the refresh in Run clears it only when the count
@@ -581,9 +590,10 @@ func (p *Persister) refreshHold(ctx context.Context) {
 }
 
 // fenceForks fences every fork dead letter no fence covers yet and reloads
-// its account in Redis from Postgres (forks.go), when the writer keeps
-// forks and the outbox is the hot store; a failure is logged and retried
-// at the next hold refresh.
+// its account in Redis from Postgres, then applies the fenced forks' ops
+// again on it and resolves their dead letters (forks.go), when the writer
+// keeps forks and the outbox is the hot store; a failure is logged and
+// retried at the next hold refresh.
 func (p *Persister) fenceForks(ctx context.Context, log zerolog.Logger) {
 	w, ok := p.writer.(forkWriter)
 	store, ok2 := p.outbox.(engine.ReconcileStore)
@@ -600,6 +610,16 @@ func (p *Persister) fenceForks(ctx context.Context, log zerolog.Logger) {
 			log.Error().Err(err).Str("customer_id", f.Customer.CustomerID.String()).Msg("fork fence failed; retried at the next hold refresh")
 		}
 	}
+	// The forked ops were acknowledged: once fenced, they are applied
+	// again on the reloaded state instead of waiting for an operator.
+	r, ok := p.writer.(forkRepairer)
+	hot, ok2 := p.outbox.(forkHotStore)
+	if !ok || !ok2 {
+		return
+	}
+	repaired, failed := repairForks(ctx, r, hot, p.cfg.Clock, log)
+	p.forksRepaired.Add(repaired)
+	p.forkRepairsFailed.Add(failed)
 }
 
 // deadLetter stores one entry that cannot be persisted now, raises the
@@ -626,6 +646,10 @@ func (p *Persister) deadLetter(ctx context.Context, log zerolog.Logger, l Letter
 	}
 	if l.HeldBy != 0 {
 		ev = ev.Int64("held_by", l.HeldBy)
+	}
+	if l.SQLState == forkRefused {
+		ev.Msg("outbox entry dead-lettered as a fork: applied again on the true state once the fork is fenced (`creditd deadletters list --repaired`)")
+		return true
 	}
 	ev.Msg("outbox entry dead-lettered: missing from Postgres until `creditd deadletters retry`; /readyz warns meanwhile")
 	return true
@@ -709,6 +733,8 @@ func (p *Persister) Stats() PersisterStats {
 		LastBatch:          time.Duration(p.lastBatchNS.Load()),
 		DeadLettered:       p.deadLettered.Load(),
 		NotReplicated:      p.notReplicated.Load(),
+		ForksRepaired:      p.forksRepaired.Load(),
+		ForkRepairsFailed:  p.forkRepairsFailed.Load(),
 	}
 }
 
@@ -723,6 +749,10 @@ func (p *Persister) WriteMetrics(w io.Writer) {
 		"# TYPE creditd_persister_apply_errors_total counter\ncreditd_persister_apply_errors_total %d\n", s.ApplyErrors)
 	fmt.Fprintf(w, "# HELP creditd_persister_dead_letters_total Outbox entries this process set aside (refused by Postgres, undecodable, or held behind one).\n"+
 		"# TYPE creditd_persister_dead_letters_total counter\ncreditd_persister_dead_letters_total %d\n", s.DeadLettered)
+	fmt.Fprintf(w, "# HELP creditd_persister_forks_repaired_total Forked ops (dead letters of a fenced fork) this process applied again on the true state and resolved.\n"+
+		"# TYPE creditd_persister_forks_repaired_total counter\ncreditd_persister_forks_repaired_total %d\n", s.ForksRepaired)
+	fmt.Fprintf(w, "# HELP creditd_persister_fork_repairs_failed_total Fork repairs that failed; each is retried every second while its dead letter stays unresolved.\n"+
+		"# TYPE creditd_persister_fork_repairs_failed_total counter\ncreditd_persister_fork_repairs_failed_total %d\n", s.ForkRepairsFailed)
 	fmt.Fprintf(w, "# HELP creditd_persister_replayed_batches_total Persister transactions that met rows already stored (a redelivery after its commit) and were written again skipping them.\n"+
 		"# TYPE creditd_persister_replayed_batches_total counter\ncreditd_persister_replayed_batches_total %d\n", s.ReplayedBatches)
 	fmt.Fprintf(w, "# HELP creditd_persister_unreplicated_batches_total Outbox batches read again because they had not reached a replica yet.\n"+

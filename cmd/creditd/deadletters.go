@@ -25,6 +25,7 @@ DATABASE_URL; a running creditd notices within a second.`
 // deadLetterStore is what the deadletters command needs of persist.Store.
 type deadLetterStore interface {
 	ListDeadLetters(ctx context.Context, limit int) ([]persist.DeadLetterRecord, int64, error)
+	ListRepairedForks(ctx context.Context, limit int) ([]persist.DeadLetterRecord, int64, error)
 	RetryDeadLetters(ctx context.Context, ids []int64, opts persist.RetryOptions) ([]persist.RetryOutcome, error)
 	RetryAllDeadLetters(ctx context.Context, opts persist.RetryOptions) ([]persist.RetryOutcome, error)
 	DiscardDeadLetter(ctx context.Context, id int64, note string) error
@@ -53,16 +54,27 @@ func deadlettersCmd(on deadLettersOn) *cobra.Command {
 	}
 
 	var limit int
-	var listJSON bool
+	var listJSON, repaired bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "Unresolved dead letters, in the order retry replays them",
+		Short: "Unresolved dead letters, in the order retry replays them (--repaired: the forked ops creditd applied again)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit <= 0 || limit > persist.MaxDeadLetterList {
 				return fmt.Errorf("--limit must be 1..%d", persist.MaxDeadLetterList)
 			}
 			return on(func(ctx context.Context, store deadLetterStore) error {
+				if repaired {
+					recs, total, err := store.ListRepairedForks(ctx, limit)
+					if err != nil {
+						return err
+					}
+					if listJSON {
+						return writeJSON(cmd.OutOrStdout(), map[string]any{"dead_letters": recs, "total_repaired": total})
+					}
+					printRepairedForks(cmd.OutOrStdout(), recs, total)
+					return nil
+				}
 				recs, total, err := store.ListDeadLetters(ctx, limit)
 				if err != nil {
 					return err
@@ -77,6 +89,7 @@ func deadlettersCmd(on deadLettersOn) *cobra.Command {
 	}
 	list.Flags().IntVar(&limit, "limit", 100, "dead letters to list")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	list.Flags().BoolVar(&repaired, "repaired", false, "list the forked ops repaired from the ledger instead, latest first (resolved: no action needed)")
 
 	var all, repair, retryJSON bool
 	retry := &cobra.Command{
@@ -204,6 +217,31 @@ func printDeadLetters(w io.Writer, recs []persist.DeadLetterRecord, total int64)
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, orDash(r.OpID), orDash(r.TenantID),
 			orDash(r.CustomerID), orDash(r.Kind), orDash(r.AccountVersion), orDash(r.SQLState), r.Retries,
 			r.CreatedAt.UTC().Format(time.RFC3339), oneLine(errText))
+	}
+	_ = tw.Flush()
+	if int64(len(recs)) < total {
+		fmt.Fprintf(w, "%d more not shown (--limit)\n", total-int64(len(recs)))
+	}
+}
+
+// printRepairedForks writes the dead letters a fork repair resolved: what
+// each forked op became (its resolution), so an operator can answer a
+// customer's question about it without acting.
+func printRepairedForks(w io.Writer, recs []persist.DeadLetterRecord, total int64) {
+	if total == 0 {
+		fmt.Fprintln(w, "no repaired forks")
+		return
+	}
+	fmt.Fprintf(w, "%d forked ops repaired from the ledger (resolved; nothing to do)\n", total)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOP\tTENANT\tCUSTOMER\tKIND\tVERSION\tREPAIRED\tRESOLUTION")
+	for _, r := range recs {
+		when := "-"
+		if r.ResolvedAt != nil {
+			when = r.ResolvedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.OpID), orDash(r.TenantID),
+			orDash(r.CustomerID), orDash(r.Kind), orDash(r.AccountVersion), when, oneLine(orDash(r.Resolution)))
 	}
 	_ = tw.Flush()
 	if int64(len(recs)) < total {

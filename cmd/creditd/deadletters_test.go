@@ -120,6 +120,31 @@ func TestDeadLettersCommand(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE op_id = $1`, m.OpID).Scan(&entries); err != nil || entries != 1 {
 		t.Fatalf("ledger entries of the replayed op after everything = %d, %v", entries, err)
 	}
+
+	// A fork repair (persist/forks.go) resolves its letter as repaired:
+	// list --repaired shows it with what it became; plain list does not.
+	if out, err = run("list", "--repaired"); err != nil || !strings.Contains(out, "no repaired forks") {
+		t.Fatalf("list --repaired before = %v\n%s", err, out)
+	}
+	f := m
+	f.OpID, f.CustomerID = uuid.New(), uuid.New()
+	fraw, _ := json.Marshal(f)
+	forked, err := store.DeadLetter(ctx, persist.Letter{EntryID: "3-0", Raw: fraw, Reason: "forked", Mutation: &f, SQLState: "23F01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE outbox_dead_letters SET resolved_at = now(), resolution = $2 WHERE id = $1`,
+		forked, persist.ForkResolutionPrefix+"re-applied as grant op x at version 1005"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("list", "--repaired")
+	if err != nil || !strings.HasPrefix(out, "1 forked ops repaired from the ledger") || !strings.Contains(out, f.OpID.String()) ||
+		!strings.Contains(out, "re-applied as grant op x") {
+		t.Fatalf("list --repaired = %v\n%s", err, out)
+	}
+	if out, err = run("list"); err != nil || !strings.Contains(out, "no unresolved dead letters") {
+		t.Fatalf("list after a repair = %v\n%s", err, out)
+	}
 }
 
 func itoa(n int64) string {

@@ -159,14 +159,16 @@ func TestReconcileFindsAndMendsRolledBackAccounts(t *testing.T) {
 // write path. An op L is persisted, then Redis loses it (the account hash
 // restored from a DUMP taken before L, as a promoted replica that never got
 // L), and the forked Redis runs ops at versions Postgres already holds from
-// L. The persister must not take them: Postgres keeps L's state and
-// ledger (books balance), each forked op becomes a dead letter with
-// SQLSTATE 23F01, and the account is reloaded from Postgres, so the next op
-// applies on Postgres' state and persists. A reconcile pass then finds 0
-// differences and the API balance equals the ledger sum.
+// L. The persister must not take them as they are: Postgres keeps L's
+// history, each forked op becomes a dead letter with SQLSTATE 23F01, the
+// account is reloaded from Postgres and each forked op, acknowledged, is
+// applied again on it (issue 25) and its dead letter resolved as repaired;
+// the next op applies on Postgres' state and persists. A reconcile pass
+// then finds 0 differences and the API balance equals the ledger sum.
+// TestPersisterRepairsForkedHistory covers the repair itself.
 func TestPersisterRefusesForkedHistory(t *testing.T) {
 	t.Parallel()
-	s := NewStack(t, SingleNode(), ExpectDeadLetters()) // one persister's counters and fences; forks on purpose
+	s := NewStack(t, SingleNode()) // one persister's counters, fences and repairs
 	tn := s.NewTenant("fork")
 	a := s.as(t, tn.Live)
 	ctx := context.Background()
@@ -203,41 +205,46 @@ func TestPersisterRefusesForkedHistory(t *testing.T) {
 			if err := s.Redis.RestoreReplace(ctx, key, 0, dump).Err(); err != nil {
 				t.Fatal(err)
 			}
+			forked := int64(0)
 			for i, d := range tc.forked {
 				adjust(c, d, fmt.Sprintf("forked %d", i))
+				forked += d
 			}
-			s.Drain()
+			settleForks(t, s, c)
 
-			// Postgres kept L's history: state and ledger agree, and no
-			// forked op reached the ledger.
+			// Postgres kept L's history and took each forked op once, as
+			// its repair on that history: state and ledger agree.
 			var balance int64
 			if err := s.Pool.QueryRow(ctx, `SELECT balance FROM credit_accounts WHERE customer_id = $1`, c).Scan(&balance); err != nil {
 				t.Fatal(err)
 			}
-			var forkedEntries, letters int64
-			if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE customer_id = $1 AND reason LIKE 'forked%'`,
-				c).Scan(&forkedEntries); err != nil {
+			var forkedOps, letters, repaired int64
+			if err := s.Pool.QueryRow(ctx, `SELECT count(DISTINCT op_id) FROM ledger_entries WHERE customer_id = $1 AND reason LIKE 'forked%'`,
+				c).Scan(&forkedOps); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_dead_letters WHERE customer_id = $1 AND sqlstate = '23F01'`,
-				c).Scan(&letters); err != nil {
+			if err := s.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE sqlstate = '23F01'),
+					count(*) FILTER (WHERE resolution LIKE 'repaired: %')
+				FROM outbox_dead_letters WHERE customer_id = $1`, c).Scan(&letters, &repaired); err != nil {
 				t.Fatal(err)
 			}
-			if forkedEntries != 0 || balance != 700 {
-				t.Fatalf("postgres took the forked history: balance %d (want 700), %d forked entries", balance, forkedEntries)
+			want := 700 + forked
+			if forkedOps != int64(len(tc.forked)) || balance != want {
+				t.Fatalf("postgres: balance %d (want %d), %d forked ops in the ledger (want %d, each once)", balance, want,
+					forkedOps, len(tc.forked))
 			}
-			if letters < 1 {
-				t.Fatalf("%d fork dead letters, want at least 1", letters)
+			if letters < 1 || repaired < letters {
+				t.Fatalf("%d fork dead letters, %d repaired; want at least 1, all repaired", letters, repaired)
 			}
-			if got := a.balance(c); got != 700 {
-				t.Fatalf("API balance %d after the fork was fenced, want 700 (reloaded from postgres)", got)
+			if got := a.balance(c); got != want {
+				t.Fatalf("API balance %d after the fork was repaired, want %d", got, want)
 			}
 
 			// The reloaded account takes writes, and they persist.
 			adjust(c, -50, "after")
 			s.Drain()
-			if got, sum := a.balance(c), ledgerSum(a, c); got != 650 || sum != 650 {
-				t.Fatalf("after the fence: API balance %d, ledger sum %d; want 650", got, sum)
+			if got, sum := a.balance(c), ledgerSum(a, c); got != want-50 || sum != want-50 {
+				t.Fatalf("after the fence: API balance %d, ledger sum %d; want %d", got, sum, want-50)
 			}
 			if rep := reconcileOf(t, s, false); rep.Found != 0 {
 				t.Fatalf("reconcile after the fence: %v", rep.First)
