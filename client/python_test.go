@@ -30,6 +30,11 @@ func TestPythonClient(t *testing.T) {
 	if err != nil {
 		t.Skip("python3 is not installed: the Python client's tests are skipped")
 	}
+	// NotRequired in the generated TypedDicts is Python 3.11's (Debian
+	// bookworm's python3).
+	if out, err := exec.Command(python, "-c", "import sys; sys.exit(sys.version_info < (3, 11))").CombinedOutput(); err != nil {
+		t.Fatalf("the Python client needs python3 3.11 or later: %v %s", err, out)
+	}
 	s := e2e.NewStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
