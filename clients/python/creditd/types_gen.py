@@ -6,7 +6,7 @@ returns is plain JSON (dicts, lists, str, int), typed for a checker.
 A member outside the schema's required list is NotRequired; one that may be
 null is Optional. date-time members are RFC 3339 strings."""
 
-from typing import Any, Literal, NotRequired, Optional, TypedDict, Union
+from typing import Any, Literal, NotRequired, Optional, TypedDict
 
 __all__ = [
     "APIKeyInfo",

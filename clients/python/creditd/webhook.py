@@ -12,7 +12,7 @@ import hmac
 import json
 import re
 import time
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 from .types_gen import WebhookEnvelope
 

@@ -273,7 +273,7 @@ class Generator:
             "A member outside the schema's required list is NotRequired; one that may be",
             'null is Optional. date-time members are RFC 3339 strings."""',
             "",
-            "from typing import Any, Literal, NotRequired, Optional, TypedDict, Union",
+            "from typing import {typing}",
             "",
             "__all__ = [",
         ]
@@ -281,7 +281,10 @@ class Generator:
         out += ["]", ""]
         for d in self.decls:
             out += ["", *d, ""]
-        return "\n".join(out).rstrip("\n") + "\n"
+        text = "\n".join(out).rstrip("\n") + "\n"
+        body = "\n".join("\n".join(d) for d in self.decls)
+        used = [n for n in ("Any", "Literal", "NotRequired", "Optional", "TypedDict", "Union") if re.search(rf"\b{n}\b", body)]
+        return text.replace("from typing import {typing}", "from typing import " + ", ".join(used), 1)
 
     # Operations.
 
