@@ -6,6 +6,7 @@ import dataclasses
 import email.utils
 import http
 import json
+import re
 import time
 from typing import Any, Mapping, Optional
 
@@ -30,6 +31,8 @@ MAX_PROBLEM_BYTES = 1 << 20
 _MAX_RAW_DETAIL = 200
 # Retry-After seconds are capped so that the arithmetic stays in range (Go's 1<<30).
 _MAX_RETRY_AFTER_SECONDS = 1 << 30
+# strconv.ParseInt's grammar, which client/problem.go reads delay-seconds with.
+_DELAY_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +169,7 @@ def parse_retry_after(value: str, now: Optional[float] = None) -> float:
     v = (value or "").strip()
     if not v:
         return 0.0
-    if v.lstrip("+-").isdigit() and v.isascii():
+    if _DELAY_SECONDS.fullmatch(v):
         return float(max(0, min(int(v), _MAX_RETRY_AFTER_SECONDS)))
     try:
         at = email.utils.parsedate_to_datetime(v).timestamp()

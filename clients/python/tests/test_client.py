@@ -206,6 +206,8 @@ class ProblemTest(unittest.TestCase):
         self.assertEqual(parse_retry_after("-3", now), 0.0)
         self.assertEqual(parse_retry_after("", now), 0.0)
         self.assertEqual(parse_retry_after("soon", now), 0.0)
+        self.assertEqual(parse_retry_after("+-5", now), 0.0)
+        self.assertEqual(parse_retry_after(" 3 ", now), 3.0)
         self.assertEqual(parse_retry_after(email.utils.formatdate(now + 30, usegmt=True), now), 30.0)
         self.assertEqual(parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now), 0.0)
 
