@@ -680,9 +680,10 @@ class Operations:
         404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices
         each item at its metric's rule and charges the total in one step: all or none under
         block, the total's overage under allow and notify; one consumption entry whose
-        metadata lists the items, and the answer lists each item's cost. It sends an
-        Idempotency-Key: idempotency_key, else a new UUID, the same on every retry of the
-        call.
+        metadata lists the items, and the answer lists each item's cost, its
+        billable_metric_key and units null (cost, charged and overage_mc are the totals). It
+        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
+        of the call.
         """
         return self._request(
             "POST",

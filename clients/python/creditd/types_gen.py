@@ -633,10 +633,12 @@ class ConsumeResult(TypedDict):
     """ConsumeResult is the ConsumeResult schema of the creditd API."""
     transaction_id: Optional[str]
     customer_id: str
-    # The metric of a single-form consume; empty with items.
-    billable_metric_key: str
-    # The units charged; with items, the items' total.
-    units: int
+    # The metric of a single-form consume; null for the items form (any number of items), whose
+    # metrics are in items.
+    billable_metric_key: Optional[str]
+    # The units charged, of billable_metric_key; null for the items form (the items' metrics
+    # differ, so their units do not add up), whose units are in items.
+    units: Optional[int]
     cost: int
     charged: int
     overage_mc: int
