@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: the whole gate, as CI runs it.
 #   1. Redis and Postgres (scripts/services.sh; installs them when missing);
+#   1b. python3 for the Python client's tests (apt-get, when missing and
+#      root; they skip without it);
 #   2. go vet ./... and a gofmt check;
 #   3. Redocly lint of api/openapi.json (tools/openapi; npm ci when its
 #      node_modules is missing), 0 errors and 0 warnings;
@@ -78,6 +80,20 @@ elif [[ ! -d clients/typescript/node_modules ]]; then
 	(cd clients/typescript && npm ci --no-audit --no-fund)
 else
 	echo "clients/typescript/node_modules present" >&2
+fi
+
+# The Python client (clients/python) is standard library only: nothing to
+# install but python3 itself, which a fresh Debian lacks. client/python_test.go
+# runs its tests against a real creditd; without python3 it skips.
+step "python client"
+if command -v python3 >/dev/null 2>&1; then
+	echo "python3 present" >&2
+elif [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+	echo "installing python3 (apt-get)" >&2
+	apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >&2
+else
+	echo "python3 is not installed: the Python client's tests are skipped" >&2
 fi
 
 step "go vet"
