@@ -1341,29 +1341,38 @@ end
 -- lives until the persister has committed its operation, then a minute
 -- more (engine.OpKeyGrace); before shortening it the persister adds it to
 -- the filter of its partition for the current week (seen_add.lua), in the
--- same script. A week's filter is a hash {prefix:pNN}:seen:<week> whose
--- field is a bucket (the first 3 hex digits of sha1(op key name), 4,096
--- buckets) and whose value is the 4-byte fingerprints (the next 8 digits)
--- of the keys in it, concatenated. A money call whose op key is absent
--- consults the last SEEN_WEEKS weeks: a fingerprint found means "maybe
--- applied" (MAYBESEEN: the caller asks Postgres, lua/applied.go), none
--- means "certainly new" once the partition's filter is seeded
--- ({prefix:pNN}:seen exists: lua/seen.go seeds it from Postgres). A false
--- "maybe" costs one Postgres look-up; a false "new" cannot happen within
--- the horizon (engine.SeenHorizon).
-local SEEN_BUCKET_DIGITS = 3
+-- same script. A week's filter is a hash {prefix:pNN}:seen:<week> of
+-- buckets whose values are 4-byte fingerprints of the keys in them,
+-- concatenated. A money call whose op key is absent consults the last
+-- SEEN_WEEKS weeks: a fingerprint found means "maybe applied" (MAYBESEEN:
+-- the caller asks Postgres, lua/applied.go), none means "certainly new"
+-- once the partition's filter is seeded ({prefix:pNN}:seen exists:
+-- lua/seen.go seeds it from Postgres). A false "maybe" costs one Postgres
+-- look-up; a false "new" cannot happen within the horizon
+-- (engine.SeenHorizon).
+--
+-- The buckets come in three tiers, told apart by their field's length: a
+-- tier-t bucket is the first t hex digits of sha1(op key name) and its
+-- fingerprint the next 8 (16, 256 and 4,096 buckets). A week's first
+-- SEEN_TIER_CAP[1] keys go to tier 1, the next SEEN_TIER_CAP[2] to tier 2,
+-- the rest to tier 3 (the counts are fields n1 and n2); a look-up reads a
+-- key's three buckets with one HMGET. So a partition that sees few keys a
+-- week keeps them in 16 fields (a field's overhead is ~50 B: in 4,096
+-- buckets a few hundred keys cost ~30 B each, the 24 h window's whole
+-- budget per key was 100 B), and one that sees many still reads a bucket
+-- of ~128 fingerprints at most per tier until tier 3, which grows as the
+-- single-tier filter did (its hashes, with 3-digit fields, read as tier 3).
+local SEEN_TIER_CAP = {2048, 32768}
 
--- seen_item is op key k's bucket and fingerprint.
-local function seen_item(k)
-  local h = redis.sha1hex(k)
-  local d = SEEN_BUCKET_DIGITS
-  return string.sub(h, 1, d), string.char(tonumber(string.sub(h, d + 1, d + 2), 16),
-    tonumber(string.sub(h, d + 3, d + 4), 16), tonumber(string.sub(h, d + 5, d + 6), 16),
-    tonumber(string.sub(h, d + 7, d + 8), 16))
+-- seen_fp is the fingerprint of a tier-d bucket of the key whose sha1 hex
+-- digest is h: the 4 bytes after its d bucket digits.
+local function seen_fp(h, d)
+  return string.char(tonumber(string.sub(h, d + 1, d + 2), 16), tonumber(string.sub(h, d + 3, d + 4), 16),
+    tonumber(string.sub(h, d + 5, d + 6), 16), tonumber(string.sub(h, d + 7, d + 8), 16))
 end
 
 -- seen_in reports whether bucket value v holds fingerprint fp at a
--- fingerprint boundary.
+-- 4-byte boundary.
 local function seen_in(v, fp)
   if not v then return false end
   local i = 1
@@ -1375,9 +1384,21 @@ local function seen_in(v, fp)
   end
 end
 
--- seen_keys is the filter keys of a money call: KEYS[from] the
--- partition's seeded mark, then one hash per week to consult; nil when the
--- caller sent none (no idempotency key, or Postgres was asked already).
+-- seen_read reads op key k's three buckets in week hash wk: the digest,
+-- then the bucket values and the tier counts (HMGET's answer).
+local function seen_read(wk, k)
+  local h = redis.sha1hex(k)
+  return h, redis.call('HMGET', wk, string.sub(h, 1, 1), string.sub(h, 1, 2), string.sub(h, 1, 3), 'n1', 'n2')
+end
+
+-- seen_has reports whether the buckets v (seen_read) hold the key of
+-- digest h in any tier.
+local function seen_has(h, v)
+  return seen_in(v[1], seen_fp(h, 1)) or seen_in(v[2], seen_fp(h, 2)) or seen_in(v[3], seen_fp(h, 3))
+end
+
+-- seen_keys is the filter keys a money script was given from KEYS[from]
+-- on (the seeded mark, then the week hashes), nil when none.
 local function seen_keys(keys, from)
   if not keys[from] then return nil end
   local t = {}
@@ -1389,18 +1410,26 @@ end
 -- before (see above): always when the partition is not seeded.
 local function seen_maybe(seen, k)
   if redis.call('EXISTS', seen[1]) == 0 then return true end
-  local b, fp = seen_item(k)
   for i = 2, #seen do
-    if seen_in(redis.call('HGET', seen[i], b), fp) then return true end
+    local h, v = seen_read(seen[i], k)
+    if seen_has(h, v) then return true end
   end
   return false
 end
 
--- seen_put adds op key k to week hash wk unless it is there already.
+-- seen_put adds op key k to week hash wk unless it is there already, in
+-- the first tier not full.
 local function seen_put(wk, k)
-  local b, fp = seen_item(k)
-  local v = redis.call('HGET', wk, b)
-  if not seen_in(v, fp) then redis.call('HSET', wk, b, (v or '') .. fp) end
+  local h, v = seen_read(wk, k)
+  if seen_has(h, v) then return end
+  local t = 3
+  if (tonumber(v[4]) or 0) < SEEN_TIER_CAP[1] then
+    t = 1
+  elseif (tonumber(v[5]) or 0) < SEEN_TIER_CAP[2] then
+    t = 2
+  end
+  redis.call('HSET', wk, string.sub(h, 1, t), (v[t] or '') .. seen_fp(h, t))
+  if t < 3 then redis.call('HINCRBY', wk, 'n' .. t, 1) end
 end
 
 -- replay answers a retried idempotency key: nil when op_key is absent or

@@ -179,3 +179,86 @@ func TestSeenFilterNoFalseNew(t *testing.T) {
 type testClock struct{ now time.Time }
 
 func (c *testClock) Now() time.Time { return c.now }
+
+// TestSeenFilterTiers: a week's first keys go to the 16 one-digit
+// buckets, the next to the 256 two-digit ones, the rest to the 4,096
+// three-digit ones (the single tier the filter had before, whose hashes
+// read as tier 3), and a key recorded in any tier reads "maybe" (the tier
+// counts are set near their caps here so each tier fills in a few keys).
+func TestSeenFilterTiers(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name   string
+			n1, n2 int
+			digits int // of the buckets the keys land in
+		}{
+			{"tier 1", 0, 0, 1},
+			{"tier 2", 2048, 0, 2},
+			{"tier 3", 2048, 32768, 3},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := uuid.New()
+				p := Partition(c)
+				b.store.WithClock(&testClock{now: t0})
+				wk := b.store.seenHash(p, seenWeek(t0))
+				// Another case's customer may share the partition.
+				if err := b.rdb.Del(ctx, wk).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if tc.n1 > 0 {
+					if err := b.rdb.HSet(ctx, wk, "n1", tc.n1, "n2", tc.n2).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var refs []engine.OpRef
+				for i := range 40 {
+					refs = append(refs, engine.OpRef{Customer: engine.CustomerKey{CustomerID: c}, Key: fmt.Sprintf("%s-%d", tc.name, i)})
+				}
+				if err := b.store.SeedSeen(ctx, refs, []int{p}, t0, true); err != nil {
+					t.Fatal(err)
+				}
+				fields, err := b.rdb.HGetAll(ctx, wk).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := 0
+				for f, v := range fields {
+					switch {
+					case f == "n1" || f == "n2":
+					case len(f) != tc.digits:
+						t.Errorf("bucket %q in a week whose keys belong in %d-digit buckets", f, tc.digits)
+					default:
+						held += len(v) / 4
+					}
+				}
+				if held != len(refs) {
+					t.Errorf("%d fingerprints held, want %d", held, len(refs))
+				}
+				keys := b.store.seenKeys(p, t0)
+				for _, r := range refs {
+					if v, err := seenMaybeScript.Run(ctx, b.rdb, keys, b.store.opKeyOf(c, r.Key)).Int(); err != nil || v != 1 {
+						t.Fatalf("recorded key %s reads %d (%v), want maybe", r.Key, v, err)
+					}
+				}
+				// Recording again adds nothing.
+				if err := b.store.SeedSeen(ctx, refs, nil, t0, false); err != nil {
+					t.Fatal(err)
+				}
+				n1, _ := b.rdb.HGet(ctx, wk, "n1").Int()
+				n2, _ := b.rdb.HGet(ctx, wk, "n2").Int()
+				want1, want2 := tc.n1, tc.n2
+				switch tc.digits {
+				case 1:
+					want1 += len(refs)
+				case 2:
+					want2 += len(refs)
+				}
+				if n1 != want1 || n2 != want2 {
+					t.Errorf("tier counts n1 %d n2 %d after recording %d keys twice, want %d and %d", n1, n2, len(refs), want1, want2)
+				}
+			})
+		}
+	})
+}
