@@ -1351,24 +1351,33 @@ end
 -- look-up; a false "new" cannot happen within the horizon
 -- (engine.SeenHorizon).
 --
--- The buckets come in three tiers, told apart by their field's length: a
--- tier-t bucket is the first t hex digits of sha1(op key name) and its
--- fingerprint the next 8 (16, 256 and 4,096 buckets). A week's first
--- SEEN_TIER_CAP[1] keys go to tier 1, the next SEEN_TIER_CAP[2] to tier 2,
--- the rest to tier 3 (the counts are fields n1 and n2); a look-up reads a
--- key's three buckets with one HMGET. So a partition that sees few keys a
--- week keeps them in 16 fields (a field's overhead is ~50 B: in 4,096
--- buckets a few hundred keys cost ~30 B each, the 24 h window's whole
--- budget per key was 100 B), and one that sees many still reads a bucket
--- of ~128 fingerprints at most per tier until tier 3, which grows as the
--- single-tier filter did (its hashes, with 3-digit fields, read as tier 3).
-local SEEN_TIER_CAP = {2048, 32768}
+-- The buckets come in five tiers, so that a partition pays for the buckets
+-- its volume fills: a field costs Redis ~50 B besides its value, so in
+-- 4,096 buckets a few hundred keys a week cost ~30 B each (the 24 h
+-- window's whole budget per key is 100 B), while one bucket for a busy
+-- partition would make every look-up read megabytes. Tier t has 2^b
+-- buckets (b = 4, 6, 8, 10, 12 bits of sha1(op key name)) and takes
+-- SEEN_TIER_CAP keys (64 per bucket) before the next takes over; the last
+-- tier has no cap. Its fields are a tier letter and the bucket number; the
+-- last tier's are the first 3 hex digits, as the single-tier filter before
+-- it wrote them (its hashes read as that tier: nothing to migrate). A
+-- key's fingerprint is the same 32 bits in every tier, the 8 hex digits
+-- after the first 3, so disjoint from every tier's bucket bits. The tier
+-- counts are the fields #1 to #4. A look-up reads a key's five buckets and
+-- the counts with one HMGET per week.
+local SEEN_TIERS = {
+  {field = 'w', shift = 256}, -- 16 buckets: the top 4 of the first 12 bits
+  {field = 'x', shift = 64},  -- 64
+  {field = 'y', shift = 16},  -- 256
+  {field = 'z', shift = 4},   -- 1,024
+}
+local SEEN_TIER_CAP = {1024, 4096, 16384, 65536}
 
--- seen_fp is the fingerprint of a tier-d bucket of the key whose sha1 hex
--- digest is h: the 4 bytes after its d bucket digits.
-local function seen_fp(h, d)
-  return string.char(tonumber(string.sub(h, d + 1, d + 2), 16), tonumber(string.sub(h, d + 3, d + 4), 16),
-    tonumber(string.sub(h, d + 5, d + 6), 16), tonumber(string.sub(h, d + 7, d + 8), 16))
+-- seen_fp is the fingerprint of the key whose sha1 hex digest is h: the 4
+-- bytes after its first 3 digits.
+local function seen_fp(h)
+  return string.char(tonumber(string.sub(h, 4, 5), 16), tonumber(string.sub(h, 6, 7), 16),
+    tonumber(string.sub(h, 8, 9), 16), tonumber(string.sub(h, 10, 11), 16))
 end
 
 -- seen_in reports whether bucket value v holds fingerprint fp at a
@@ -1384,17 +1393,33 @@ local function seen_in(v, fp)
   end
 end
 
--- seen_read reads op key k's three buckets in week hash wk: the digest,
--- then the bucket values and the tier counts (HMGET's answer).
-local function seen_read(wk, k)
-  local h = redis.sha1hex(k)
-  return h, redis.call('HMGET', wk, string.sub(h, 1, 1), string.sub(h, 1, 2), string.sub(h, 1, 3), 'n1', 'n2')
+-- seen_fields is the field of the key of digest h in each tier, the last
+-- tier's at index 5.
+local function seen_fields(h)
+  local top = tonumber(string.sub(h, 1, 3), 16)
+  local f = {}
+  for t = 1, 4 do
+    local tier = SEEN_TIERS[t]
+    f[t] = tier.field .. math.floor(top / tier.shift)
+  end
+  f[5] = string.sub(h, 1, 3)
+  return f
 end
 
--- seen_has reports whether the buckets v (seen_read) hold the key of
--- digest h in any tier.
-local function seen_has(h, v)
-  return seen_in(v[1], seen_fp(h, 1)) or seen_in(v[2], seen_fp(h, 2)) or seen_in(v[3], seen_fp(h, 3))
+-- seen_read reads op key k's buckets in week hash wk: the digest, the
+-- fields, and HMGET's answer (the five buckets, then the counts #1-#4).
+local function seen_read(wk, k)
+  local h = redis.sha1hex(k)
+  local f = seen_fields(h)
+  return h, f, redis.call('HMGET', wk, f[1], f[2], f[3], f[4], f[5], '#1', '#2', '#3', '#4')
+end
+
+-- seen_has reports whether the buckets v (seen_read) hold fingerprint fp.
+local function seen_has(fp, v)
+  for t = 1, 5 do
+    if seen_in(v[t], fp) then return true end
+  end
+  return false
 end
 
 -- seen_keys is the filter keys a money script was given from KEYS[from]
@@ -1411,8 +1436,8 @@ end
 local function seen_maybe(seen, k)
   if redis.call('EXISTS', seen[1]) == 0 then return true end
   for i = 2, #seen do
-    local h, v = seen_read(seen[i], k)
-    if seen_has(h, v) then return true end
+    local h, _, v = seen_read(seen[i], k)
+    if seen_has(seen_fp(h), v) then return true end
   end
   return false
 end
@@ -1420,16 +1445,18 @@ end
 -- seen_put adds op key k to week hash wk unless it is there already, in
 -- the first tier not full.
 local function seen_put(wk, k)
-  local h, v = seen_read(wk, k)
-  if seen_has(h, v) then return end
-  local t = 3
-  if (tonumber(v[4]) or 0) < SEEN_TIER_CAP[1] then
-    t = 1
-  elseif (tonumber(v[5]) or 0) < SEEN_TIER_CAP[2] then
-    t = 2
+  local h, f, v = seen_read(wk, k)
+  local fp = seen_fp(h)
+  if seen_has(fp, v) then return end
+  local t = 5
+  for i = 1, 4 do
+    if (tonumber(v[5 + i]) or 0) < SEEN_TIER_CAP[i] then
+      t = i
+      break
+    end
   end
-  redis.call('HSET', wk, string.sub(h, 1, t), (v[t] or '') .. seen_fp(h, t))
-  if t < 3 then redis.call('HINCRBY', wk, 'n' .. t, 1) end
+  redis.call('HSET', wk, f[t], (v[t] or '') .. fp)
+  if t < 5 then redis.call('HINCRBY', wk, '#' .. t, 1) end
 end
 
 -- replay answers a retried idempotency key: nil when op_key is absent or

@@ -3,6 +3,8 @@ package lua
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,25 +182,18 @@ type testClock struct{ now time.Time }
 
 func (c *testClock) Now() time.Time { return c.now }
 
-// TestSeenFilterTiers: a week's first keys go to the 16 one-digit
-// buckets, the next to the 256 two-digit ones, the rest to the 4,096
-// three-digit ones (the single tier the filter had before, whose hashes
-// read as tier 3), and a key recorded in any tier reads "maybe" (the tier
-// counts are set near their caps here so each tier fills in a few keys).
+// TestSeenFilterTiers: a week's first keys go to the 16 buckets of tier
+// 1, the next to the 64 of tier 2, and so on to the 4,096 of tier 5 (the
+// single tier the filter had before, whose 3-hex-digit fields read as tier
+// 5), and a key recorded in any tier reads "maybe" (the tier counts are
+// set at their caps here so each tier fills in a few keys).
 func TestSeenFilterTiers(t *testing.T) {
 	t.Parallel()
+	caps := []int{1024, 4096, 16384, 65536}
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
-		for _, tc := range []struct {
-			name   string
-			n1, n2 int
-			digits int // of the buckets the keys land in
-		}{
-			{"tier 1", 0, 0, 1},
-			{"tier 2", 2048, 0, 2},
-			{"tier 3", 2048, 32768, 3},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
+		for tier := 1; tier <= 5; tier++ {
+			t.Run(fmt.Sprintf("tier %d", tier), func(t *testing.T) {
 				c := uuid.New()
 				p := Partition(c)
 				b.store.WithClock(&testClock{now: t0})
@@ -207,17 +202,24 @@ func TestSeenFilterTiers(t *testing.T) {
 				if err := b.rdb.Del(ctx, wk).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if tc.n1 > 0 {
-					if err := b.rdb.HSet(ctx, wk, "n1", tc.n1, "n2", tc.n2).Err(); err != nil {
+				counts := map[string]int{}
+				for i := 1; i < tier; i++ {
+					counts[fmt.Sprintf("#%d", i)] = caps[i-1]
+				}
+				for f, n := range counts {
+					if err := b.rdb.HSet(ctx, wk, f, n).Err(); err != nil {
 						t.Fatal(err)
 					}
 				}
 				var refs []engine.OpRef
 				for i := range 40 {
-					refs = append(refs, engine.OpRef{Customer: engine.CustomerKey{CustomerID: c}, Key: fmt.Sprintf("%s-%d", tc.name, i)})
+					refs = append(refs, engine.OpRef{Customer: engine.CustomerKey{CustomerID: c}, Key: fmt.Sprintf("t%d-%d", tier, i)})
 				}
-				if err := b.store.SeedSeen(ctx, refs, []int{p}, t0, true); err != nil {
-					t.Fatal(err)
+				// Twice: recording a key again adds nothing.
+				for range 2 {
+					if err := b.store.SeedSeen(ctx, refs, []int{p}, t0, true); err != nil {
+						t.Fatal(err)
+					}
 				}
 				fields, err := b.rdb.HGetAll(ctx, wk).Result()
 				if err != nil {
@@ -225,38 +227,34 @@ func TestSeenFilterTiers(t *testing.T) {
 				}
 				held := 0
 				for f, v := range fields {
-					switch {
-					case f == "n1" || f == "n2":
-					case len(f) != tc.digits:
-						t.Errorf("bucket %q in a week whose keys belong in %d-digit buckets", f, tc.digits)
-					default:
-						held += len(v) / 4
+					if f[0] == '#' {
+						continue
 					}
+					inTier := 5
+					if i := strings.IndexByte("wxyz", f[0]); i >= 0 {
+						inTier = i + 1
+					}
+					if inTier != tier {
+						t.Errorf("bucket %q (tier %d) in a week whose keys belong in tier %d", f, inTier, tier)
+					}
+					held += len(v) / 4
 				}
 				if held != len(refs) {
 					t.Errorf("%d fingerprints held, want %d", held, len(refs))
+				}
+				if tier < 5 {
+					counts[fmt.Sprintf("#%d", tier)] += len(refs)
+				}
+				for f, want := range counts {
+					if got, _ := strconv.Atoi(fields[f]); got != want {
+						t.Errorf("count %s = %d, want %d", f, got, want)
+					}
 				}
 				keys := b.store.seenKeys(p, t0)
 				for _, r := range refs {
 					if v, err := seenMaybeScript.Run(ctx, b.rdb, keys, b.store.opKeyOf(c, r.Key)).Int(); err != nil || v != 1 {
 						t.Fatalf("recorded key %s reads %d (%v), want maybe", r.Key, v, err)
 					}
-				}
-				// Recording again adds nothing.
-				if err := b.store.SeedSeen(ctx, refs, nil, t0, false); err != nil {
-					t.Fatal(err)
-				}
-				n1, _ := b.rdb.HGet(ctx, wk, "n1").Int()
-				n2, _ := b.rdb.HGet(ctx, wk, "n2").Int()
-				want1, want2 := tc.n1, tc.n2
-				switch tc.digits {
-				case 1:
-					want1 += len(refs)
-				case 2:
-					want2 += len(refs)
-				}
-				if n1 != want1 || n2 != want2 {
-					t.Errorf("tier counts n1 %d n2 %d after recording %d keys twice, want %d and %d", n1, n2, len(refs), want1, want2)
 				}
 			})
 		}
