@@ -9,15 +9,9 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// doorState is what a request's door (openDoor) did: the rate decision it
-// took and the idempotency claim it made, for rateLimit and idempotent to
-// use instead of a round trip each.
+// doorState is what a request's door (openDoor) did: the idempotency
+// claim it made, for idempotent to use instead of a round trip of its own.
 type doorState struct {
-	// rateDone: the door decided the rate limit (rate, or rateErr when the
-	// budgets failed).
-	rateDone bool
-	rate     decision
-	rateErr  error
 	// claimAsked: the door claimed claimKey for claimHash of tenant at
 	// claimedAt; claim is its answer, claimUsed set once idempotent took it.
 	claimAsked bool
@@ -32,44 +26,22 @@ type doorState struct {
 }
 
 // openDoor sends, when this node holds the request's API key in its cache,
-// the request's door (engine.Tenants.Open): the tenant's change stamps, a
-// take of the key's rate budget unless this node's lease or a refusal
-// window decides it, and, on a route with an Idempotency-Key, the claim,
-// in one Redis round trip instead of three (issue 26). authenticate,
-// rateLimit and idempotent then use what it answered. Without a cached key
-// nothing is sent and each step makes its own round trip as before.
+// the request's door (engine.Tenants.Open): the tenant's change stamps
+// and, on a route with an Idempotency-Key, the claim, in one Redis round
+// trip instead of two (issue 26). authenticate and idempotent then use
+// what it answered. The rate take stays after authentication (rateLimit):
+// taken at the door it would use the cached tenant's limits, and a limit
+// an operator changed on another node must govern this very request.
+// Without a cached key nothing is sent and each step makes its own round
+// trip as before.
 func (s *Server) openDoor(rt *route, c *call) {
 	key := c.ctx.Request.Header.Peek("X-API-Key")
 	if len(key) == 0 {
 		return
 	}
 	d := &c.door
-	var plan ratePlan
-	var local time.Time
-	var perSecond int
-	var keyID uuid.UUID
-	ctx, ans, ok := s.tenants.Open(c.reqContext(), key, func(scope engine.Scope, t engine.Tenant) engine.DoorAsk {
+	ctx, ans, ok := s.tenants.Open(c.reqContext(), key, func(scope engine.Scope, _ engine.Tenant) engine.DoorAsk {
 		var ask engine.DoorAsk
-		if s.budgets != nil {
-			var now time.Time // zero: the budget store's clock
-			local = time.Now()
-			if s.budgetClock != nil {
-				now = s.budgetClock()
-				local = now
-			}
-			var burst int
-			perSecond, burst = keyLimits(t.RateLimitPerSecond, t.RateLimitBurst)
-			keyID = scope.KeyID
-			p, err := planShared(c.reqContext(), s.refusals, s.leases, scope.KeyID, perSecond, burst, local, false)
-			switch {
-			case err != nil:
-			case p.decided:
-				d.rateDone, d.rate = true, p.d
-			default:
-				plan = p
-				ask.Rate = &engine.RateAsk{Key: scope.KeyID, PerSecond: perSecond, Burst: burst, Requests: p.want, Now: now}
-			}
-		}
 		if rt.opts&optIdem != 0 {
 			if k := c.ctx.Request.Header.PeekBytes(headerIdempotencyKey); claimable(k) {
 				d.claimAsked, d.tenant, d.claimKey, d.claimedAt = true, scope.TenantID, string(k), time.Now()
@@ -83,11 +55,6 @@ func (s *Server) openDoor(rt *route, c *call) {
 		return
 	}
 	c.tctx = ctx
-	if ask := plan; ask.want > 0 {
-		// Settled whatever comes next (an owner's lease must be).
-		d.rate, d.rateErr = finishShared(s.refusals, s.leases, keyID, perSecond, local, plan, ans.Rate, ans.RateErr)
-		d.rateDone = true
-	}
 	if d.claimAsked {
 		d.claim, d.claimed, d.claimErr = ans.Claim, ans.Claimed, ans.ClaimErr
 	}

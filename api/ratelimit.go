@@ -156,15 +156,6 @@ const rateBudgetWarnEvery = 10 * time.Second
 // request is limited by this process's own bucket instead (fail open to a
 // per-node limit: docs/decisions.md "Rate limits across the fleet").
 func (s *Server) rateLimit(c *call) bool {
-	if d := &c.door; d.rateDone {
-		// The door took it (door.go), with the limits of the cached tenant.
-		if d.rateErr == nil {
-			return c.applyLimit(d.rate, errRateLimited)
-		}
-		s.warnBudgets(d.rateErr)
-		perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
-		return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
-	}
 	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	if s.budgets != nil {
 		var now time.Time // zero: the budget store's clock, shared by all nodes
@@ -236,10 +227,16 @@ func planShared(ctx context.Context, r *refusals, l *leases, key uuid.UUID, perS
 // finishShared is takeShared once the budgets answered rd (or failed with
 // err) to plan's take.
 func finishShared(r *refusals, l *leases, key uuid.UUID, perSecond int, local time.Time, plan ratePlan, rd engine.RateDecision, err error) (decision, error) {
-	want := plan.want
 	if plan.owner {
-		l.settle(key, local, perSecond, want, rd, err)
+		l.settle(key, local, perSecond, plan.want, rd, err)
 	}
+	return decideShared(r, key, perSecond, local, plan, rd, err)
+}
+
+// decideShared is finishShared once the lease is settled: the decision,
+// and the refusal window a refusal leaves.
+func decideShared(r *refusals, key uuid.UUID, perSecond int, local time.Time, plan ratePlan, rd engine.RateDecision, err error) (decision, error) {
+	want := plan.want
 	if err != nil {
 		return decision{}, err
 	}
