@@ -220,6 +220,9 @@ func TestFailoverReads(t *testing.T) {
 	prefix := "fo" + testenv.RandomSuffix()
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant(uniq("failover"))
+	// What is tested is the failover, not the rate limit: a budget whose
+	// slot sits on the killed master falls back to each node's own bucket.
+	raiseRateLimit(t, s.HTTP, s.URL, tn.ID)
 	a := s.as(t, tn.Live)
 	metric := a.perUnit(1)
 
