@@ -19,6 +19,10 @@ const (
 	formKeyMin, formKeyMax = 16, 64
 	formClaimTTL           = 30 * time.Second
 	formReplayTTL          = 24 * time.Hour
+	// formWait bounds how long a repeat waits for the post that holds its
+	// key; formPoll is how often it looks.
+	formWait = 10 * time.Second
+	formPoll = 20 * time.Millisecond
 )
 
 // onceOnly runs create (which returns the success message) at most once per
@@ -46,7 +50,19 @@ func (c *Console) onceOnly(w http.ResponseWriter, r *http.Request, to, what stri
 	tenant := principalOf(r).scope.TenantID
 	key = "console-" + what + "-" + key
 	hash := formHash(r)
+	// A double click's second post usually comes while the first still
+	// runs: it waits for the first's answer (as the API's idempotent
+	// does), so the page it lands on says what was created.
 	rec, claimed, err := c.cfg.Idempotency.Begin(r.Context(), tenant, key, hash, formClaimTTL)
+	for deadline := time.Now().Add(formWait); err == nil && !claimed && !rec.Done && !rec.Mismatch && time.Now().Before(deadline); {
+		select {
+		case <-r.Context().Done():
+			deadline = time.Time{}
+			continue
+		case <-time.After(formPoll):
+		}
+		rec, claimed, err = c.cfg.Idempotency.Begin(r.Context(), tenant, key, hash, formClaimTTL)
+	}
 	switch {
 	case err != nil:
 		c.backErr(w, r, to, err)
