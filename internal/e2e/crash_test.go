@@ -113,8 +113,10 @@ func TestRedisKilledMidRunLosesNothing(t *testing.T) {
 	rig.redis.Kill()
 	killedAt := w.done.Load()
 	// creditd keeps serving without Redis for longer than go-redis retries
-	// ride out: its answers are 5xx, and the workers defer those ops.
-	time.Sleep(3 * time.Second)
+	// ride out: its answers are 5xx, and the workers defer those ops. The
+	// outage lasts until one of them has been seen (a fixed 3 s once ended
+	// before any request reached a dead connection under CI's load).
+	w.waitFailed(t, 3*time.Second)
 	rig.redis.Restart()
 	t.Logf("redis killed after %d ops, back after %s", killedAt, time.Since(begin).Round(time.Millisecond))
 	w.finish(t)

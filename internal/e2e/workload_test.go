@@ -62,7 +62,10 @@ type workload struct {
 	// inflight counts requests sent and not yet answered, so a crash can
 	// be timed to land on some.
 	inflight atomic.Int64
-	workers  int
+	// failed counts attempts that ended without a definitive answer, so an
+	// outage can be held until it has been felt.
+	failed  atomic.Int64
+	workers int
 
 	// gate, when closed, holds every worker before its next request (the
 	// outage of a killed creditd: nothing to talk to).
@@ -111,6 +114,21 @@ func (w *workload) waitInflight(t *testing.T, n int64) {
 			t.Fatalf("fewer than %d requests in flight for 10 s", n)
 		}
 		runtime.Gosched()
+	}
+}
+
+// waitFailed blocks until at least one attempt has failed, after at least
+// min: an outage that ends before any request met it tests nothing, and on a
+// loaded machine the first failure can take longer than any fixed sleep.
+func (w *workload) waitFailed(t *testing.T, min time.Duration) {
+	t.Helper()
+	time.Sleep(min)
+	deadline := time.Now().Add(20 * time.Second)
+	for w.failed.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request failed for %s of outage", min+20*time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -225,9 +243,11 @@ func (w *workload) attempt(i int) bool {
 		switch {
 		case err != nil:
 			res.fail(err.Error())
+			w.failed.Add(1)
 			return false
 		case r.Status >= 500:
 			res.fail(fmt.Sprintf("%d %s", r.Status, r.Raw))
+			w.failed.Add(1)
 			return false
 		case r.Status == http.StatusTooManyRequests:
 			time.Sleep(10 * time.Millisecond)
