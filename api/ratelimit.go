@@ -156,6 +156,15 @@ const rateBudgetWarnEvery = 10 * time.Second
 // request is limited by this process's own bucket instead (fail open to a
 // per-node limit: docs/decisions.md "Rate limits across the fleet").
 func (s *Server) rateLimit(c *call) bool {
+	if d := &c.door; d.rateDone {
+		// The door took it (door.go), with the limits of the cached tenant.
+		if d.rateErr == nil {
+			return c.applyLimit(d.rate, errRateLimited)
+		}
+		s.warnBudgets(d.rateErr)
+		perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
+		return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
+	}
 	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	if s.budgets != nil {
 		var now time.Time // zero: the budget store's clock, shared by all nodes
@@ -181,28 +190,54 @@ func (s *Server) rateLimit(c *call) bool {
 // now is the budgets' clock (zero: theirs), local this node's. An error is
 // the budgets' or ctx's (the caller falls back to its own bucket).
 func takeShared(ctx context.Context, budgets engine.RateBudgets, r *refusals, l *leases, tenant, key uuid.UUID, perSecond, burst int, now, local time.Time) (decision, error) {
-	var want int
-	var owner bool
+	p, err := planShared(ctx, r, l, key, perSecond, burst, local, true)
+	if err != nil || p.decided {
+		return p.d, err
+	}
+	rd, err := budgets.TakeRate(ctx, tenant, key, perSecond, burst, p.want, now)
+	return finishShared(r, l, key, perSecond, local, p, rd, err)
+}
+
+// ratePlan is what takeShared knows before it asks the budgets: the
+// decision itself (decided: a lease or a refusal window served it), else
+// the requests to ask for and whether this request owns the key's next
+// lease (then finishShared must settle it, whatever happens).
+type ratePlan struct {
+	decided bool
+	d       decision
+	want    int
+	owner   bool
+}
+
+// planShared is takeShared up to the budgets' take; with wait it waits
+// for another request's take of the key's next lease (at most leaseWaits
+// times), without it asks for a request of its own at once (a request's
+// door, which cannot wait: its take goes out with its other commands).
+func planShared(ctx context.Context, r *refusals, l *leases, key uuid.UUID, perSecond, burst int, local time.Time, wait bool) (ratePlan, error) {
 	for waits := 0; ; waits++ {
 		if d, ok := l.spend(key, local, perSecond, burst); ok {
-			return d, nil
+			return ratePlan{decided: true, d: d}, nil
 		}
 		if d, ok := r.check(key, local, burst); ok {
-			return d, nil
+			return ratePlan{decided: true, d: d}, nil
 		}
-		var taking <-chan struct{}
-		want, owner, taking = l.claim(key, local, perSecond, burst, waits < leaseWaits)
+		want, owner, taking := l.claim(key, local, perSecond, burst, wait && waits < leaseWaits)
 		if taking == nil {
-			break
+			return ratePlan{want: want, owner: owner}, nil
 		}
 		select {
 		case <-taking:
 		case <-ctx.Done():
-			return decision{}, ctx.Err()
+			return ratePlan{}, ctx.Err()
 		}
 	}
-	rd, err := budgets.TakeRate(ctx, tenant, key, perSecond, burst, want, now)
-	if owner {
+}
+
+// finishShared is takeShared once the budgets answered rd (or failed with
+// err) to plan's take.
+func finishShared(r *refusals, l *leases, key uuid.UUID, perSecond int, local time.Time, plan ratePlan, rd engine.RateDecision, err error) (decision, error) {
+	want := plan.want
+	if plan.owner {
 		l.settle(key, local, perSecond, want, rd, err)
 	}
 	if err != nil {

@@ -183,10 +183,11 @@ func (s *CachedKeys) KeyScope(ctx context.Context, sum [32]byte) (Scope, Tenant,
 }
 
 // Peek is the scope and tenant this node holds for the key hashed to sum,
-// without reading anything (Tenants.Open): KeyScope confirms them after.
-func (s *CachedKeys) Peek(sum [32]byte) (Scope, Tenant, bool) {
+// and the tenant's StampTenant they were read under, without reading
+// anything (Tenants.Open): KeyScope confirms them after.
+func (s *CachedKeys) Peek(sum [32]byte) (Scope, Tenant, uint64, bool) {
 	e, ok := s.cache.peek(sum, time.Now(), authStaleLimit)
-	return e.scope, e.tenant, ok
+	return e.scope, e.tenant, e.stamp, ok
 }
 
 // recordDown is err, a look-up that found Postgres unreachable, as the 503

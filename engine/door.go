@@ -35,6 +35,12 @@ type RateAsk struct {
 	Key                        uuid.UUID
 	PerSecond, Burst, Requests int
 	Now                        time.Time
+	// Fenced, when set, makes the take conditional on the tenant's
+	// StampTenant being Stamp: the limits come from this node's cached
+	// tenant, and an operator may have changed them on another node since.
+	// A take that finds the stamp moved takes nothing (DoorAnswer.RateStale).
+	Fenced bool
+	Stamp  uint64
 }
 
 // ClaimAsk is IdempotencyRecords.Begin's arguments.
@@ -49,6 +55,9 @@ type DoorAnswer struct {
 	StampsErr error
 	Rate      RateDecision
 	RateErr   error
+	// RateStale: the fenced take found the tenant's stamp moved and took
+	// nothing; the request takes again once it has the current limits.
+	RateStale bool
 	Claim     IdemRecord
 	Claimed   bool
 	ClaimErr  error
@@ -77,17 +86,22 @@ func (s *Tenants) Open(ctx context.Context, plain []byte, plan func(Scope, Tenan
 		return ctx, DoorAnswer{}, false
 	}
 	peek, ok := s.keys.(interface {
-		Peek(sum [32]byte) (Scope, Tenant, bool)
+		Peek(sum [32]byte) (Scope, Tenant, uint64, bool)
 	})
 	if !ok {
 		return ctx, DoorAnswer{}, false
 	}
-	scope, t, ok := peek.Peek(sha256.Sum256(plain))
+	scope, t, stamp, ok := peek.Peek(sha256.Sum256(plain))
 	if !ok {
 		return ctx, DoorAnswer{}, false
 	}
 	ask := plan(scope, t)
 	ask.Tenant = scope.TenantID
+	if ask.Rate != nil && s.doorStamps != nil && s.doorStamps.store != nil {
+		// The limits are the cached tenant's, good only while its stamp is
+		// the one they were read under (a node alone has no other writer).
+		ask.Rate.Fenced, ask.Rate.Stamp = true, stamp
+	}
 	ans := s.door.DoorTrip(ctx, ask)
 	switch st := s.doorStamps; {
 	case st == nil || st.store == nil:

@@ -29,7 +29,7 @@ func (s *Store) DoorTrip(ctx context.Context, ask engine.DoorAsk) engine.DoorAns
 	var rate *redis.Cmd
 	if r := ask.Rate; r != nil {
 		var err error
-		if rate, err = s.rateCmd(ctx, ask.Tenant, r.Key, r.PerSecond, r.Burst, r.Requests, r.Now); err != nil {
+		if rate, err = s.rateCmd(ctx, ask.Tenant, r); err != nil {
 			out.RateErr = err
 		} else {
 			more = append(more, rate)
@@ -62,8 +62,10 @@ func (s *Store) DoorTrip(ctx context.Context, ask engine.DoorAsk) engine.DoorAns
 		if isNoScript(rate.Err()) {
 			// Redis lost its scripts (a restart, a failover): this take
 			// alone loads it again.
-			r := ask.Rate
-			out.Rate, out.RateErr = s.TakeRate(ctx, ask.Tenant, r.Key, r.PerSecond, r.Burst, r.Requests, r.Now)
+			rate = s.rateFencedRun(ctx, ask.Tenant, ask.Rate)
+		}
+		if v, err := rate.Int64Slice(); err == nil && len(v) > 0 && v[0] == rateFenceMoved {
+			out.RateStale = true
 		} else {
 			out.Rate, out.RateErr = rateReply(rate, ask.Rate.Burst)
 		}

@@ -72,3 +72,44 @@ func TestDoorTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestDoorRateFence: a take fenced on the tenant's stamp takes only while
+// the stamp is the one the limits were read under (0 for a stamp never
+// moved); after a bump it takes nothing and says so, and a take fenced on
+// the new value takes again (a limit changed on another node governs the
+// next request here).
+func TestDoorRateFence(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, key := uuid.New(), uuid.New()
+		take := func(stamp uint64) engine.DoorAnswer {
+			return b.store.DoorTrip(ctx, engine.DoorAsk{Tenant: tenant,
+				Rate: &engine.RateAsk{Key: key, PerSecond: 1, Burst: 3, Requests: 1, Now: t0, Fenced: true, Stamp: stamp}})
+		}
+		if a := take(0); a.RateErr != nil || a.RateStale || !a.Rate.Allowed || a.Rate.Remaining != 2 {
+			t.Fatalf("take under the unmoved stamp: %+v", a)
+		}
+		moved, err := b.store.StampBump(ctx, tenant, engine.StampTenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := take(0); a.RateErr != nil || !a.RateStale || a.Rate.Allowed {
+			t.Fatalf("take under the old stamp after a bump: %+v, want stale", a)
+		}
+		// The stale take spent nothing: one request went, two are left.
+		if a := take(moved); a.RateErr != nil || a.RateStale || !a.Rate.Allowed || a.Rate.Remaining != 1 {
+			t.Fatalf("take under the new stamp: %+v, want allowed with 1 left", a)
+		}
+		// Another kind's bump does not fence the rate take.
+		if _, err := b.store.StampBump(ctx, tenant, engine.StampCatalog); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.rdb.ScriptFlush(ctx).Result(); err != nil && b.real {
+			t.Fatal(err)
+		}
+		if a := take(moved); a.RateErr != nil || a.RateStale || !a.Rate.Allowed || a.Rate.Remaining != 0 {
+			t.Fatalf("take after a catalog bump and a script flush: %+v, want the last one", a)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,17 +47,51 @@ func (s *Store) TakeRate(ctx context.Context, tenant, key uuid.UUID, perSecond, 
 }
 
 // rateCmd is the EVALSHA of gcra.lua that TakeRate sends, for DoorTrip's
-// round trip (a NOSCRIPT answer is for the caller to retry by TakeRate).
-func (s *Store) rateCmd(ctx context.Context, tenant, key uuid.UUID, perSecond, burst, requests int, now time.Time) (*redis.Cmd, error) {
-	if perSecond < 1 || burst < 1 || requests < 1 {
-		return nil, rateArgsError(perSecond, burst, requests)
+// round trip (a NOSCRIPT answer is for the caller to retry by
+// rateFencedRun), fenced on the tenant's stamp when ask says so.
+func (s *Store) rateCmd(ctx context.Context, tenant uuid.UUID, ask *engine.RateAsk) (*redis.Cmd, error) {
+	keys, args, err := s.rateArgs(tenant, ask)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewCmd(ctx, append([]any{"evalsha", gcraScript.Hash(), len(keys)}, append(toAny(keys), args...)...)...), nil
+}
+
+// rateFencedRun is rateCmd's take run on its own, loading the script when
+// Redis lost it.
+func (s *Store) rateFencedRun(ctx context.Context, tenant uuid.UUID, ask *engine.RateAsk) *redis.Cmd {
+	keys, args, _ := s.rateArgs(tenant, ask) // rateCmd checked them
+	return gcraScript.Run(ctx, s.rdb, keys, args...)
+}
+
+// rateArgs is gcra.lua's keys and arguments for ask.
+func (s *Store) rateArgs(tenant uuid.UUID, ask *engine.RateAsk) ([]string, []any, error) {
+	if ask.PerSecond < 1 || ask.Burst < 1 || ask.Requests < 1 {
+		return nil, nil, rateArgsError(ask.PerSecond, ask.Burst, ask.Requests)
 	}
 	var nowMicros int64
-	if !now.IsZero() {
-		nowMicros = now.UnixMicro()
+	if !ask.Now.IsZero() {
+		nowMicros = ask.Now.UnixMicro()
 	}
-	return redis.NewCmd(ctx, "evalsha", gcraScript.Hash(), 1, s.rateKey(tenant, key), perSecond, burst, nowMicros, requests), nil
+	keys := []string{s.rateKey(tenant, ask.Key)}
+	args := []any{ask.PerSecond, ask.Burst, nowMicros, ask.Requests}
+	if ask.Fenced {
+		keys = append(keys, s.stampsKey(tenant))
+		args = append(args, engine.StampTenant.String(), strconv.FormatUint(ask.Stamp, 10))
+	}
+	return keys, args, nil
 }
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, v := range ss {
+		out[i] = v
+	}
+	return out
+}
+
+// rateFenceMoved is gcra.lua's reply to a fenced take whose stamp moved.
+const rateFenceMoved = -1
 
 // rateReply reads an answered take of a budget whose burst is burst.
 func rateReply(cmd *redis.Cmd, burst int) (engine.RateDecision, error) {

@@ -16,6 +16,11 @@
 -- ARGV[4]  requests wanted, >= 1 (absent: 1). All of them when they fit;
 --          else as many as fit (so a small budget is still spent exactly);
 --          else none: TAT advances one interval per request granted.
+-- KEYS[2], ARGV[5], ARGV[6]  optional fence: the tenant's stamps hash, a
+--          stamp's field and the value the caller read its limits under
+--          (decimal; an absent field is 0). When the field holds another
+--          value the limits may be old: nothing is taken and the reply is
+--          {-1, 0, 0, 0}.
 --
 -- Reply: {granted requests (0 when refused), remaining whole requests,
 -- retry after (one request) in microseconds (0 when granted), reset (until
@@ -31,6 +36,9 @@ if not rate or rate < 1 or not burst or burst < 1 or not now or now < 0 or not w
   return redis.error_reply('BADARG gcra: rate, burst, now and requests must be positive numbers')
 end
 want = math.floor(want)
+if KEYS[2] and (redis.call('HGET', KEYS[2], ARGV[5]) or '0') ~= ARGV[6] then
+  return {-1, 0, 0, 0}
+end
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])

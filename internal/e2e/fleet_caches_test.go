@@ -97,6 +97,34 @@ func TestFleetCachesFresh(t *testing.T) {
 			},
 		},
 		{
+			// The door takes from the rate budget under the cached tenant's
+			// limits, fenced on its stamp (api/door.go): the first request
+			// after the change must not pass under the old limits.
+			name: "rate limit lowered",
+			warm: func(t *testing.T, f *fixture) {
+				for range 3 {
+					wantStatus(t, b.as(t, f.tn.Live).get("/v1/customers/"+f.cust), 200, "GET on B")
+				}
+			},
+			change: func(t *testing.T, f *fixture) {
+				wantStatus(t, adminCall(t, s, AdminToken, "PATCH", "/admin/v1/tenants/"+f.tn.ID,
+					map[string]any{"rate_limit_per_second": 1, "rate_limit_burst": 2}), 200, "admin PATCH rate limit on A")
+			},
+			then: func(t *testing.T, f *fixture) {
+				var got []int
+				for range 3 {
+					r := b.as(t, f.tn.Live).get("/v1/customers/" + f.cust)
+					got = append(got, r.Status)
+					if r.Status == 200 && r.Header.Get("RateLimit-Limit") != "2" {
+						t.Errorf("B answered RateLimit-Limit %q, want 2 (the new burst)", r.Header.Get("RateLimit-Limit"))
+					}
+				}
+				if got[0] != 200 || got[1] != 200 || got[2] != 429 {
+					t.Errorf("B's next three requests answered %v, want [200 200 429] under burst 2", got)
+				}
+			},
+		},
+		{
 			name: "customer overage policy set to allow",
 			warm: func(t *testing.T, f *fixture) {
 				checkProblem(t, consume(t, b, f.tn.Live, f, 50), 409, "insufficient-credits", "", "consume on B under block")
