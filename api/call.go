@@ -34,7 +34,10 @@ type call struct {
 	tenant engine.Tenant
 	idem   engine.Idempotency
 	// door is what the request's first round trip did (door.go).
-	door  doorState
+	door doorState
+	// dry: the route takes dry runs and the body asks for one, so no
+	// Idempotency-Key is claimed (dryRunAsked).
+	dry   bool
 	reqID []byte
 	idBuf [maxRequestIDChars]byte
 	// span and tctx are the request's server span and its context (nil

@@ -79,7 +79,7 @@ func (s *Server) openDoor(rt *route, c *call) {
 				ask.Rate = &engine.RateAsk{Key: scope.KeyID, PerSecond: perSecond, Burst: burst, Requests: p.want, Now: now}
 			}
 		}
-		if rt.opts&optIdem != 0 {
+		if rt.opts&optIdem != 0 && !c.dry {
 			if k := c.ctx.Request.Header.PeekBytes(headerIdempotencyKey); claimable(k) {
 				d.claimAsked, d.tenant, d.claimKey, d.claimedAt = true, scope.TenantID, string(k), time.Now()
 				d.claimHash = fingerprint(scope.Environment, c.ctx.Method(), c.ctx.URI().PathOriginal(), c.ctx.Request.Body())

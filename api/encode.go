@@ -107,6 +107,26 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 		}
 		b = append(b, ']')
 	}
+	if r.Dry {
+		b = append(b, `,"dry_run":true,"draws":[`...)
+		for i, d := range r.Draws {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"credit_block_id":`...)
+			b = engine.AppendJSONUUID(b, d.BlockID)
+			b = engine.AppendJSONInt(b, `,"amount":`, d.Amount)
+			b = append(b, '}')
+		}
+		b = append(b, `],"events":[`...)
+		for i, e := range r.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = engine.AppendJSONString(b, string(e))
+		}
+		b = append(b, ']')
+	}
 	return append(b, "}\n"...)
 }
 

@@ -54,6 +54,9 @@ func TestAppendMatchesEncoder(t *testing.T) {
 			{BillableMetricKey: "api_calls", Units: 2, Cost: 6}, {BillableMetricKey: "<gpu>", Units: 5, Cost: 3}}},
 		"one item": {TransactionID: &tx, CustomerID: id, Cost: 6, Charged: 6, Items: []engine.ItemCost{
 			{BillableMetricKey: "api_calls", Units: 2, Cost: 6}}},
+		"dry run": {CustomerID: id, BillableMetricKey: s("api_calls"), Units: n(2), Cost: 6, Charged: 6, BalanceAfter: 4,
+			EffectiveBalance: 4, Dry: true, Draws: []engine.BlockDraw{{BlockID: tx, Amount: 5}, {BlockID: id, Amount: 1}},
+			Events: []engine.EventType{engine.EventCreditConsumed, engine.EventCreditLowBalance}},
 	}
 	for name, r := range consumes {
 		var want bytes.Buffer

@@ -72,6 +72,18 @@ func (s *Server) consume(c *call) error {
 	if err := decodeConsume(c.ctx.Request.Body(), &in); err != nil {
 		return err
 	}
+	if in.Dry() != c.dry {
+		// The middleware read dry_run otherwise (a member spelled twice):
+		// a charge must never run without its idempotency.
+		return engine.Invalid("dry_run", "dry_run must appear once, as true or false")
+	}
+	if in.Dry() {
+		res, err := s.entitlements.ConsumeDry(c.reqContext(), c.scope, c.tenant, in)
+		if err != nil {
+			return err
+		}
+		return c.consumed(&res)
+	}
 	res, err := s.entitlements.Consume(c.reqContext(), c.scope, c.tenant, c.idem, in)
 	if err != nil {
 		return err

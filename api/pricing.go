@@ -127,7 +127,7 @@ func (s *Server) registerPricing() {
 	s.handle("POST", "/v1/metering-rules", optTenant|optIdem, s.createRule)
 
 	s.handle("GET", "/v1/entitlements/check", optTenant, s.checkQuery)
-	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem, s.consume)
+	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem|optDryRun, s.consume)
 	s.handle("POST", "/v1/usage", optTenant|optIdem, s.usage)
 	for _, form := range []struct {
 		prefix string

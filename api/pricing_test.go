@@ -123,6 +123,10 @@ func (f *fakeCatalog) ActiveRule(_ context.Context, s engine.Scope, key string) 
 // holds or gauges.
 type fakeHot struct{}
 
+func (h fakeHot) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	return h.Consume(ctx, cmd)
+}
+
 func (fakeHot) Consume(_ context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
 	cost, err := engine.Price(engine.MeteringRule{CostType: cmd.Terms.CostType, BaseCost: cmd.Terms.BaseCost,
 		UnitCost: cmd.Terms.UnitCost, TierConfig: cmd.Terms.TierConfig}, cmd.Units)

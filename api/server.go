@@ -326,6 +326,9 @@ const (
 	optIdem
 	// optAdmin: operator bearer token.
 	optAdmin
+	// optDryRun: a body with a top-level "dry_run" (not false) changes
+	// nothing, so optIdem's key is neither required nor claimed.
+	optDryRun
 )
 
 // endpoint is one operation; it writes its success response through the
@@ -458,6 +461,7 @@ func (s *Server) serveRoute(rt *route, c *call) {
 			return
 		}
 	}
+	c.dry = rt.opts&optDryRun != 0 && dryRunAsked(ctx.Request.Body())
 	if rt.opts&optTenant != 0 {
 		s.openDoor(rt, c)
 		if !s.authenticate(c) || !s.rateLimit(c) {
@@ -465,7 +469,7 @@ func (s *Server) serveRoute(rt *route, c *call) {
 			return
 		}
 	}
-	if rt.opts&optIdem != 0 {
+	if rt.opts&optIdem != 0 && !c.dry {
 		s.idempotent(rt, c)
 		s.closeDoor(c)
 		return

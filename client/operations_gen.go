@@ -716,7 +716,10 @@ func (c *Client) CheckCustomerEntitlementByExternalID(ctx context.Context, exter
 // rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and
 // charges the total in one step: all or none under block, the total's overage under allow and
 // notify; one consumption entry whose metadata lists the items, and the answer lists each item's
-// cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). It
+// cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). With
+// dry_run true nothing changes and no Idempotency-Key is needed (one sent is neither claimed nor
+// checked): the answer is the 200 the charge would give, with dry_run, draws and events, or the
+// 409 it would get, whose problem carries dry_run true and the events the refusal would fire. It
 // sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the
 // call.
 func (c *Client) Consume(ctx context.Context, body ConsumeInput, opts ...CallOption) (*ConsumeResult, error) {

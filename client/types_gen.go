@@ -380,6 +380,11 @@ type ConsumeInput struct {
 	// Free-form key-value object, written onto the ledger entry. With items, the member items is
 	// reserved: the entry's metadata lists each item's billable_metric_key, units and cost under it.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// true answers what the charge would do (cost, balance after, the blocks it would drain, the
+	// events it would fire, or the refusal it would get) and changes nothing. A dry run needs no
+	// Idempotency-Key; one sent is neither claimed nor checked, so it stays free for the real call.
+	// Default false.
+	DryRun *bool `json:"dry_run,omitempty"`
 }
 
 // ConsumeItem is the ConsumeItem schema of the creditd API. One metric of a multi-metric consume.
@@ -408,6 +413,22 @@ type ConsumeResult struct {
 	Reason *string `json:"reason"`
 	// Each item's cost, in the request's order; present only when the request used items.
 	Items []ItemCost `json:"items,omitempty"`
+	// Present, true, only on a dry run's answer; transaction_id is then null. Always true.
+	DryRun *bool `json:"dry_run,omitempty"`
+	// Dry runs only: what each credit block would pay, in spend order (blocks that expire by the
+	// charge's instant are left out, as the charge would expire them first).
+	Draws []ConsumeResultDraw `json:"draws,omitempty"`
+	// Dry runs only: the event types the charge would fire, in order (credit.consumed,
+	// credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from
+	// alert settings, are not listed.
+	Events []string `json:"events,omitempty"`
+}
+
+// ConsumeResultDraw is the draw member of ConsumeResult.
+type ConsumeResultDraw struct {
+	CreditBlockID string `json:"credit_block_id"`
+	// Positive millicredits this block would pay.
+	Amount int64 `json:"amount"`
 }
 
 // ItemCost is the ItemCost schema of the creditd API. What one item of a multi-metric consume

@@ -1,4 +1,5 @@
-// Consume: charging one metric (or up to 20 items) for a customer's usage,\nfrom input to the ConsumeCommand the account script runs, and its answer.
+// Consume: charging one metric (or up to 20 items) for a customer's usage,
+// from input to the ConsumeCommand the account script runs, and its answer.
 package engine
 
 import (
@@ -19,7 +20,13 @@ type ConsumeInput struct {
 	// and units, every item is charged or none is.
 	Items    []ConsumeItem `json:"items"`
 	Metadata Metadata      `json:"metadata"`
+	// DryRun asks what the charge would do without doing it: nothing
+	// changes and no Idempotency-Key is claimed (issue 28 item 5).
+	DryRun *bool `json:"dry_run"`
 }
+
+// Dry reports whether in asks for a dry run.
+func (in *ConsumeInput) Dry() bool { return in.DryRun != nil && *in.DryRun }
 
 // ConsumeItem is one metric of a multi-metric consume.
 type ConsumeItem struct {
@@ -57,6 +64,12 @@ type ConsumeResult struct {
 	// Items lists each item's cost when the request used items; nil for
 	// the single form.
 	Items []ItemCost `json:"items,omitempty"`
+	// Dry marks a dry run's answer, which adds Draws and Events: what each
+	// block would pay, in spend order, and the events the charge would
+	// fire. A dry run has no TransactionID.
+	Dry    bool        `json:"dry_run,omitempty"`
+	Draws  []BlockDraw `json:"draws,omitempty"`
+	Events []EventType `json:"events,omitempty"`
 	// replayed: the customer had applied this key before (a usage batch
 	// reports the event as a duplicate).
 	replayed bool
@@ -97,6 +110,61 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 	return consumeOutcome(cmd, res, err)
 }
 
+// ConsumeDry answers what Consume of in would do, changing nothing: the
+// same checks and pricing, then the very script of a charge run on a
+// scratch copy of the account (UsageStore.ConsumeDry). A charge that would
+// be refused gets the refusal it would get, marked dry_run, with the
+// events the refusal would fire. No Idempotency-Key is claimed or
+// consulted: a dry run never replays an earlier answer. Nor does it create
+// a customer it does not find (404, where a consume would create one).
+func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenant, in ConsumeInput) (ConsumeResult, error) {
+	cmd, err := s.consumeCommand(ctx, scope, tenant, Idempotency{}, in)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.ConsumeDry(ctx, cmd) })
+	if errors.Is(err, ErrInsufficientCredits) {
+		return ConsumeResult{}, &Error{Kind: KindInsufficientCredits,
+			Detail: ErrInsufficientCredits.Detail + " (dry run: nothing was changed)",
+			Extra:  map[string]any{"dry_run": true, "events": eventTypes(EventsOf(res.Mutation))}}
+	}
+	out, err := consumeOutcome(cmd, res, err)
+	if err != nil {
+		return ConsumeResult{}, err
+	}
+	out.TransactionID, out.Reason, out.Dry = nil, nil, true
+	out.Draws, out.Events = []BlockDraw{}, eventTypes(EventsOf(res.Mutation))
+	for _, e := range res.Mutation.Entries {
+		if e.Role != RoleMain {
+			continue
+		}
+		switch id, draws := e.PaidBy(); {
+		case draws != nil:
+			for _, d := range draws {
+				out.Draws = append(out.Draws, BlockDraw{BlockID: d.BlockID, Amount: d.Amount})
+			}
+		case id != nil && e.Delta != 0:
+			out.Draws = append(out.Draws, BlockDraw{BlockID: *id, Amount: -e.Delta})
+		}
+	}
+	return out, nil
+}
+
+// BlockDraw is what one block pays towards a charge, as the API shows it.
+type BlockDraw struct {
+	BlockID uuid.UUID `json:"credit_block_id"`
+	Amount  int64     `json:"amount"`
+}
+
+// eventTypes is the types of evs, in order (never nil: a JSON list).
+func eventTypes(evs []Event) []EventType {
+	out := make([]EventType, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, e.EventType)
+	}
+	return out
+}
+
 // consumeCommand checks in and prices it: the command a consume runs.
 func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
 	if in.CustomerID == nil || *in.CustomerID == "" {
@@ -128,7 +196,7 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	if _, err := Price(rule, *in.Units); err != nil {
 		return ConsumeCommand{}, priceError(err, "units")
 	}
-	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, !in.Dry())
 	if err != nil {
 		return ConsumeCommand{}, err
 	}
@@ -186,7 +254,7 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 		}
 		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: *it.Units, Terms: TermsOf(rule)}
 	}
-	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, true)
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, !in.Dry())
 	if err != nil {
 		return ConsumeCommand{}, err
 	}

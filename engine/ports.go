@@ -558,6 +558,10 @@ type UsageStore interface {
 	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
 	// ErrIdempotencyMismatch, ErrStateMissing.
 	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
+	// ConsumeDry answers the Mutation Consume of cmd (no idempotency key)
+	// would write, changing nothing; a refusal comes with the refusal
+	// record. Errors as Consume's.
+	ConsumeDry(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)
 	// ConsumeBatch runs cmds as Consume would, in one round trip, in their
 	// order for each customer; results and errors are per command.
 	ConsumeBatch(ctx context.Context, cmds []ConsumeCommand) ([]MutationResult, []error)

@@ -681,9 +681,12 @@ class Operations:
         each item at its metric's rule and charges the total in one step: all or none under
         block, the total's overage under allow and notify; one consumption entry whose
         metadata lists the items, and the answer lists each item's cost, its
-        billable_metric_key and units null (cost, charged and overage_mc are the totals). It
-        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
-        of the call.
+        billable_metric_key and units null (cost, charged and overage_mc are the totals).
+        With dry_run true nothing changes and no Idempotency-Key is needed (one sent is
+        neither claimed nor checked): the answer is the 200 the charge would give, with
+        dry_run, draws and events, or the 409 it would get, whose problem carries dry_run
+        true and the events the refusal would fire. It sends an Idempotency-Key:
+        idempotency_key, else a new UUID, the same on every retry of the call.
         """
         return self._request(
             "POST",

@@ -27,6 +27,7 @@ __all__ = [
     "ConsumeInput",
     "ConsumeItem",
     "ConsumeResult",
+    "ConsumeResultDraw",
     "CreateCustomerInput",
     "CreateOverrideInput",
     "CreatePlanGrantInput",
@@ -618,6 +619,11 @@ class ConsumeInput(TypedDict):
     # reserved: the entry's metadata lists each item's billable_metric_key, units and cost under
     # it.
     metadata: NotRequired[dict[str, Any]]
+    # true answers what the charge would do (cost, balance after, the blocks it would drain, the
+    # events it would fire, or the refusal it would get) and changes nothing. A dry run needs no
+    # Idempotency-Key; one sent is neither claimed nor checked, so it stays free for the real
+    # call. Default false.
+    dry_run: NotRequired[bool]
 
 
 class ConsumeItem(TypedDict):
@@ -647,6 +653,22 @@ class ConsumeResult(TypedDict):
     reason: Optional[Literal["duplicate_replay"]]
     # Each item's cost, in the request's order; present only when the request used items.
     items: NotRequired[list["ItemCost"]]
+    # Present, true, only on a dry run's answer; transaction_id is then null.
+    dry_run: NotRequired[Literal[True]]
+    # Dry runs only: what each credit block would pay, in spend order (blocks that expire by the
+    # charge's instant are left out, as the charge would expire them first).
+    draws: NotRequired[list["ConsumeResultDraw"]]
+    # Dry runs only: the event types the charge would fire, in order (credit.consumed,
+    # credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from
+    # alert settings, are not listed.
+    events: NotRequired[list[str]]
+
+
+class ConsumeResultDraw(TypedDict):
+    """ConsumeResultDraw is the draw member of ConsumeResult."""
+    credit_block_id: str
+    # Positive millicredits this block would pay.
+    amount: int
 
 
 class ItemCost(TypedDict):

@@ -558,7 +558,7 @@ export interface paths {
         put?: never;
         /**
          * Price and charge usage
-         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals).
+         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). With dry_run true nothing changes and no Idempotency-Key is needed (one sent is neither claimed nor checked): the answer is the 200 the charge would give, with dry_run, draws and events, or the 409 it would get, whose problem carries dry_run true and the events the refusal would fire.
          */
         post: operations["consume"];
         delete?: never;
@@ -2297,6 +2297,11 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * @description true answers what the charge would do (cost, balance after, the blocks it would drain, the events it would fire, or the refusal it would get) and changes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed nor checked, so it stays free for the real call.
+             * @default false
+             */
+            dry_run?: boolean;
         } & (unknown | unknown);
         /** @description One metric of a multi-metric consume. */
         ConsumeItem: {
@@ -2331,6 +2336,23 @@ export interface components {
             reason: "duplicate_replay" | null;
             /** @description Each item's cost, in the request's order; present only when the request used items. */
             items?: components["schemas"]["ItemCost"][];
+            /**
+             * @description Present, true, only on a dry run's answer; transaction_id is then null.
+             * @constant
+             */
+            dry_run?: true;
+            /** @description Dry runs only: what each credit block would pay, in spend order (blocks that expire by the charge's instant are left out, as the charge would expire them first). */
+            draws?: {
+                /** Format: uuid */
+                credit_block_id: string;
+                /**
+                 * Format: int64
+                 * @description Positive millicredits this block would pay.
+                 */
+                amount: number;
+            }[];
+            /** @description Dry runs only: the event types the charge would fire, in order (credit.consumed, credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from alert settings, are not listed. */
+            events?: string[];
         };
         /** @description What one item of a multi-metric consume cost, priced at its metric's rule. */
         ItemCost: {

@@ -1,0 +1,101 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// dryRunTTL bounds a dry run's scratch keys should the run die before it
+// deletes them.
+const dryRunTTL = 10 * time.Second
+
+// ConsumeDry runs cmd as Consume would, on a scratch copy of the
+// customer's account, and returns the Mutation the charge would write
+// without changing anything (issue 28 item 5). The very script of a real
+// consume runs, so the answer is exactly the charge's: the copy and a
+// scratch outbox share the account's hash tag, so this works on a Cluster
+// too. A refusal returns its error with the refusal record the script
+// would have appended (the events it would fire). cmd must carry no
+// idempotency key: a dry run neither claims nor replays one.
+// Errors: as Consume's; ErrStateMissing when Redis holds no account.
+func (s *Store) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
+	if cmd.IdempotencyKey != "" {
+		return engine.MutationResult{}, errors.New("lua: consume dry run: a dry run takes no idempotency key")
+	}
+	name, sc := "consume", consumeScript
+	var keys []string
+	var args []any
+	var err error
+	if cmd.Items != nil {
+		name, sc = "consume_multi", consumeMultiScript
+		keys, args, err = s.consumeMultiArgs(cmd)
+	} else {
+		keys, args, err = s.consumeArgs(cmd)
+	}
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	return s.dryRun(ctx, cmd.Customer.CustomerID, name, sc, keys, args)
+}
+
+// dryRun runs sc with keys[0] (the account) replaced by a scratch copy and
+// keys[1] (the outbox) by a scratch stream, reads what the script appended
+// and deletes both.
+func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc *script, keys []string, args []any) (engine.MutationResult, error) {
+	scratch := s.tag(Partition(customer)) + ":dry:" + uuid.NewString()
+	account, outbox := scratch+":a", scratch+":o"
+	defer func() {
+		// A scratch key left behind expires by itself (dryRunTTL).
+		_ = s.rdb.Del(context.WithoutCancel(ctx), account, outbox).Err()
+	}()
+	var copied *redis.IntCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		copied = p.Copy(ctx, keys[0], account, 0, false)
+		p.PExpire(ctx, account, dryRunTTL)
+		return nil
+	}); err != nil {
+		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))
+	}
+	if copied.Val() == 0 {
+		return engine.MutationResult{}, engine.ErrStateMissing
+	}
+	dry := append([]string{account, outbox}, keys[2:]...)
+	v, runErr := s.call(ctx, sc, dry, args...).Result()
+	// The stream exists only if the script appended to it; its key is
+	// given the same bound before it is read.
+	s.rdb.PExpire(ctx, outbox, dryRunTTL)
+	var res engine.MutationResult
+	if runErr == nil {
+		var err error
+		if res, _, err = mutationReply(name, v); err != nil {
+			return engine.MutationResult{}, err
+		}
+		return res, nil
+	}
+	runErr = scriptError(name, s.unavail.classify(runErr))
+	if !errors.Is(runErr, engine.ErrInsufficientCredits) {
+		return engine.MutationResult{}, runErr
+	}
+	// A refusal appended its record: the events it would fire.
+	msgs, err := s.rdb.XRange(ctx, outbox, "-", "+").Result()
+	if err != nil {
+		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))
+	}
+	for _, m := range msgs {
+		body, ok := m.Values["m"].(string)
+		if !ok {
+			continue
+		}
+		if err := engine.DecodeMutationString(body, &res.Mutation); err != nil {
+			return engine.MutationResult{}, fmt.Errorf("lua: %s dry run: decode refusal: %w", name, err)
+		}
+	}
+	return res, runErr
+}
