@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// TestReservationSettle: the view's settlement figures from a stored hold
+// (lua/prelude.lua "Reservation encoding"): while active, actual units and
+// cost are the settled part and hidden, released is what partial commits
+// took; once committed they are the totals and shown; a release after
+// partial commits keeps the settled part and hides actual units.
+func TestReservationSettle(t *testing.T) {
+	t.Parallel()
+	p := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		name                   string
+		status                 ReservationStatus
+		actUnits, actCost      *int64
+		released               int64
+		units, cost, remaining int64
+		showsActual            bool
+	}{
+		{"fresh", ReservationActive, nil, nil, 0, 0, 0, 500, false},
+		{"partially committed", ReservationActive, p(4), p(40), 40, 4, 40, 460, false},
+		{"part past the hold", ReservationActive, p(60), p(600), 500, 60, 600, 0, false},
+		{"committed", ReservationCommitted, p(7), p(70), 460, 7, 70, 0, true},
+		{"committed with 0 units", ReservationCommitted, p(0), p(0), 500, 0, 0, 0, true},
+		{"released after a part", ReservationReleased, p(4), p(40), 460, 4, 40, 0, false},
+		{"expired", ReservationExpired, nil, nil, 500, 0, 0, 0, false},
+	} {
+		r := Reservation{Status: tc.status, EstimatedCost: 500, ActualUnits: tc.actUnits, ActualCost: tc.actCost}
+		r.Settle(tc.released)
+		if r.SettledUnits != tc.units || r.SettledCost != tc.cost || r.RemainingCost != tc.remaining {
+			t.Errorf("%s: settled %d/%d remaining %d, want %d/%d %d", tc.name, r.SettledUnits, r.SettledCost, r.RemainingCost,
+				tc.units, tc.cost, tc.remaining)
+		}
+		if (r.ActualUnits != nil) != tc.showsActual || (r.ActualCost != nil) != tc.showsActual {
+			t.Errorf("%s: actual units %v cost %v, shown want %v", tc.name, r.ActualUnits, r.ActualCost, tc.showsActual)
+		}
+	}
+}
+
+// TestCommitResultParts: a commit's actual units and cost are its own part
+// (its usage), the settled figures the hold's totals, and a partial commit
+// returns nothing (released 0) though the stored hold counts what it took.
+func TestCommitResultParts(t *testing.T) {
+	t.Parallel()
+	p := func(v int64) *int64 { return &v }
+	id := uuid.New()
+	partial := Mutation{Usage: &MutationUsage{Units: 2, Cost: 20}, Reservation: &MutationReservation{ID: id,
+		EstimatedCost: 50, ActualUnits: p(6), ActualCost: p(60), Released: 50, Status: ReservationActive}}
+	out := commitResult(id, partial)
+	if out.ActualUnits != 2 || out.ActualCost != 20 || out.Released != 0 || out.SettledUnits != 6 || out.SettledCost != 60 ||
+		out.RemainingCost != 0 || out.Status != ReservationActive {
+		t.Errorf("partial commit result %+v", out)
+	}
+	final := Mutation{Usage: &MutationUsage{Units: 1, Cost: 10}, Reservation: &MutationReservation{ID: id,
+		EstimatedCost: 50, ActualUnits: p(7), ActualCost: p(70), Released: 0, Status: ReservationCommitted}}
+	out = commitResult(id, final)
+	if out.ActualUnits != 1 || out.ActualCost != 10 || out.SettledUnits != 7 || out.Status != ReservationCommitted {
+		t.Errorf("final commit result %+v", out)
+	}
+	zero := Mutation{Reservation: &MutationReservation{ID: id, EstimatedCost: 50, ActualUnits: p(0), ActualCost: p(0),
+		Released: 50, Status: ReservationCommitted}}
+	if out = commitResult(id, zero); out.ActualUnits != 0 || out.Released != 50 {
+		t.Errorf("commit of 0 units result %+v", out)
+	}
+}
