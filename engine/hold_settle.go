@@ -77,6 +77,9 @@ var ErrPartialMulti = &Error{Kind: KindConflict, Field: "items",
 // reservation-expired, insufficient-credits), 422.
 func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
 	if in.Items != nil {
+		if in.Partial {
+			return CommitResult{}, Invalid("final", "a partial commit (final: false) settles a single-metric reservation: give actual_units, not items")
+		}
 		return s.commitMulti(ctx, scope, tenant, id, idem, in)
 	}
 	if in.Partial && in.UnitsMissing {
