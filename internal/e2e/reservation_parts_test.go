@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -213,6 +215,20 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Errorf("consumption entries of the hold: %d for %d units, want 3 for 40", parts, units)
 	}
 	holdBooks(t, s, a, id, 600, 0)
+
+	// Each part fires credit.consumed as a commit does, naming the
+	// reservation, with its own units and credits.
+	var got []string
+	for _, e := range ofType(a.alertEvents(), "credit.consumed", id) {
+		d := obj(t, e["data"], "credit.consumed data")
+		if d["reservation_id"] != hid {
+			t.Errorf("credit.consumed without the reservation: %v", d)
+		}
+		got = append(got, fmt.Sprintf("%d/%d", Int(t, d["units"]), Int(t, d["credits"])))
+	}
+	if strings.Join(got, " ") != "10/100 25/250 5/50" {
+		t.Errorf("credit.consumed units/credits of the parts: %v, want [10/100 25/250 5/50]", got)
+	}
 }
 
 // TestReservationPartialCommitThenRelease: a release after a partial
