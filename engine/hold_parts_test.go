@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -66,5 +69,84 @@ func TestCommitResultParts(t *testing.T) {
 		Released: 50, Status: ReservationCommitted}}
 	if out = commitResult(id, zero); out.ActualUnits != 0 || out.Released != 50 {
 		t.Errorf("commit of 0 units result %+v", out)
+	}
+}
+
+// extendHot is holdHot with an extend script that records its command.
+type extendHot struct {
+	*holdHot
+	got []ExtendCommand
+}
+
+func (h *extendHot) Extend(_ context.Context, cmd ExtendCommand) (MutationResult, error) {
+	h.got = append(h.got, cmd)
+	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationActive)
+}
+
+// TestExtendAndPartialRouting: a prolongation of a hold the Redis index
+// describes runs one extend script with the new expiry and no units, and
+// reads nothing from Postgres; an extend or a partial commit of a
+// multi-metric hold, and an extend of a hold Postgres shows finalized,
+// are refused before any script runs.
+func TestExtendAndPartialRouting(t *testing.T) {
+	cases := []struct {
+		name      string
+		described bool
+		items     bool
+		pgStatus  ReservationStatus
+		partial   bool
+		wantErr   error
+		wantRuns  int
+	}{
+		{name: "prolong from Redis", described: true, wantRuns: 1},
+		{name: "extend a multi-metric hold", described: true, items: true, wantErr: ErrPartialMulti},
+		{name: "partial commit of a multi-metric hold", described: true, items: true, partial: true, wantErr: ErrPartialMulti},
+		{name: "extend a hold Postgres shows committed", pgStatus: ReservationCommitted, wantErr: ErrReservationNotActive},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := &memDirectory{}
+			now := time.Unix(1_000_000, 0)
+			clock := fixedClock{now}
+			customers := NewCustomers(dir, clock)
+			key := CustomerKey{TenantID: uuid.New(), Environment: EnvironmentLive, CustomerID: uuid.New()}
+			if err := dir.CreateCustomer(ctx, Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}); err != nil {
+				t.Fatal(err)
+			}
+			id := uuid.New()
+			pg := &postgresHolds{key: key, hold: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
+				Environment: key.Environment, BillableMetricKey: "m", Status: tc.pgStatus}}
+			credits := NewCredits(customers, versionBlocks{}, pg, clock, nil)
+			ref := HoldRef{Customer: key, Metric: "m"}
+			if tc.items {
+				ref = HoldRef{Customer: key, Items: []ReservationItem{{BillableMetricKey: "m", EstimatedUnits: 1}, {BillableMetricKey: "n", EstimatedUnits: 1}}}
+			}
+			hot := &extendHot{holdHot: &holdHot{ref: ref, described: tc.described}}
+			svc := NewReservations(ReservationsDeps{Entitlements: NewEntitlements(EntitlementsDeps{Customers: customers, Credits: credits, Hot: hot, Clock: clock}),
+				Credits: credits, Customers: customers, Hot: hot, Holds: pg, Clock: clock})
+			scope, tenant := Scope{TenantID: key.TenantID, Environment: key.Environment}, Tenant{ID: key.TenantID}
+			var err error
+			if tc.partial {
+				_, err = svc.Commit(ctx, scope, tenant, id, Idempotency{}, CommitReservation{ActualUnits: 1, Partial: true})
+			} else {
+				_, err = svc.Extend(ctx, scope, tenant, id, Idempotency{}, ExtendReservation{TTLSeconds: 60})
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if runs := int(hot.runs.Load()); runs != tc.wantRuns {
+				t.Errorf("scripts run %d, want %d", runs, tc.wantRuns)
+			}
+			if tc.wantRuns > 0 {
+				cmd := hot.got[0]
+				if cmd.AdditionalUnits != 0 || !cmd.ExpiresAt.Equal(now.Add(time.Minute)) || cmd.ReservationID != id {
+					t.Errorf("extend command %+v", cmd)
+				}
+				if reads := pg.reads.Load(); reads != 0 {
+					t.Errorf("Postgres reads %d, want none", reads)
+				}
+			}
+		})
 	}
 }
