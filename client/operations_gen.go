@@ -929,11 +929,11 @@ func (c *Client) ReleaseReservation(ctx context.Context, id string, opts ...Call
 // rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409
 // insufficient-credits when the effective balance cannot cover the additional cost (nothing
 // changes), reservation-expired after expires_at before the sweep, conflict when not active or
-// when the reservation holds several metrics; 422 naming the field for a missing body,
-// additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at.
-// Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and
-// credit.exhausted as a create does. It sends an Idempotency-Key: WithIdempotencyKey's, else a new
-// UUID, the same on every retry of the call.
+// when the reservation holds several metrics; 422 naming the field for an empty object
+// (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current
+// expires_at. Idempotency-Key required; a replay answers the first result. Fires
+// credit.low_balance and credit.exhausted as a create does. It sends an Idempotency-Key:
+// WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
 func (c *Client) ExtendReservation(ctx context.Context, id string, body ExtendInput, opts ...CallOption) (*ExtendResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/extend", idempotent: true}
 	r.body = body

@@ -962,11 +962,11 @@ class Operations:
         insufficient-credits when the effective balance cannot cover the additional cost
         (nothing changes), reservation-expired after expires_at before the sweep, conflict
         when not active or when the reservation holds several metrics; 422 naming the field
-        for a missing body, additional_units < 1, ttl_seconds outside 1-86400 or before the
-        current expires_at. Idempotency-Key required; a replay answers the first result.
-        Fires credit.low_balance and credit.exhausted as a create does. It sends an
-        Idempotency-Key: idempotency_key, else a new UUID, the same on every retry of the
-        call.
+        for an empty object (additional_units), additional_units < 1, ttl_seconds outside
+        1-86400 or before the current expires_at. Idempotency-Key required; a replay answers
+        the first result. Fires credit.low_balance and credit.exhausted as a create does. It
+        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
+        of the call.
         """
         return self._request(
             "POST",

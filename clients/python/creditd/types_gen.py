@@ -2088,7 +2088,8 @@ class CreditExpiredEvent(TypedDict):
 
 class ExtendInput(TypedDict):
     """ExtendInput is the ExtendInput schema of the creditd API. At least one member; both top
-    up and prolong in one step. A missing body names additional_units.
+    up and prolong in one step. An empty object is a 422 naming additional_units (no body at
+    all is a 400, as on every JSON route).
     """
     # Units added to the reservation's estimated_units; priced as a reservation of that many units
     # would be at the rule current now, and held on top of what it holds. Refused with 409

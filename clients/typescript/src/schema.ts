@@ -762,7 +762,7 @@ export interface paths {
         put?: never;
         /**
          * Top a hold up or prolong it
-         * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for a missing body, additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does.
+         * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for an empty object (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does.
          */
         post: operations["extendReservation"];
         delete?: never;
@@ -3618,7 +3618,7 @@ export interface components {
             event_type?: "credit.expired";
             data?: components["schemas"]["CreditExpiredData"];
         };
-        /** @description At least one member; both top up and prolong in one step. A missing body names additional_units. */
+        /** @description At least one member; both top up and prolong in one step. An empty object is a 422 naming additional_units (no body at all is a 400, as on every JSON route). */
         ExtendInput: {
             /**
              * Format: int64
