@@ -107,6 +107,11 @@ func TestReservationExtend(t *testing.T) {
 	}
 	checkProblem(t, a.do("POST", path, "", map[string]any{"additional_units": 1}), 422, "validation-error", "Idempotency-Key", "no key")
 	checkProblem(t, a.post("/v1/reservations/"+idemKey()+"/extend", map[string]any{"additional_units": 1}), 404, "not-found", "", "unknown hold")
+	checkProblem(t, a.post(path, nil), 400, "bad-request", "", "no body")
+	// Another tenant's key learns nothing of the hold (invariant 8).
+	other := s.as(t, s.NewTenant(uniq("other")).Live)
+	checkProblem(t, other.post(path, map[string]any{"ttl_seconds": 7200}), 404, "not-found", "", "another tenant's hold")
+	checkProblem(t, other.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": 1, "final": false}), 404, "not-found", "", "another tenant's partial commit")
 
 	g := a.get("/v1/reservations/" + hid)
 	wantStatus(t, g, 200, "get")
