@@ -144,6 +144,7 @@ func (s *Server) registerPricing() {
 	s.handle("GET", "/v1/reservations/{id}", optTenant, s.getReservation)
 	s.handle("POST", "/v1/reservations/{id}/commit", optTenant|optIdem, s.commitReservation)
 	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem, s.releaseReservation)
+	s.handle("POST", "/v1/reservations/{id}/extend", optTenant|optIdem, s.extendReservation)
 	s.handle("GET", "/v1/customers/{customer_id}/reservations", optTenant, s.listReservations(customerIDParam))
 	s.handle("GET", "/v1/customer-by-external-id/{external_id}/reservations", optTenant, s.listReservations(refParam(true)))
 }

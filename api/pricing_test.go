@@ -336,3 +336,7 @@ func BenchmarkConsumeHandler(b *testing.B) {
 	h := benchHarness(b)
 	benchRequest(b, h, "POST", "/v1/entitlements/consume", `{"customer_id":"c1","billable_metric_key":"tok","units":2}`, true)
 }
+
+func (fakeHot) Extend(context.Context, engine.ExtendCommand) (engine.MutationResult, error) {
+	return engine.MutationResult{}, engine.ErrReservationNotFound
+}

@@ -175,6 +175,9 @@ func (s *Server) commitReservation(c *call) error {
 type commitPayload struct {
 	ActualUnits *int64          `json:"actual_units"`
 	Metadata    engine.Metadata `json:"metadata"`
+	// Final false makes a partial commit: actual_units (>= 1) are charged
+	// and the rest of the hold stays open (Stripe's final_capture).
+	Final *bool `json:"final"`
 	// Items is the commit of a multi-metric hold: each of its metrics'
 	// actual units, given instead of actual_units.
 	Items []commitItemPayload `json:"items"`
@@ -193,6 +196,10 @@ type commitItemPayload struct {
 // problem names, so the command carries UnitsMissing and nothing else.
 func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 	var out engine.CommitReservation
+	out.Partial = in.Final != nil && !*in.Final
+	if out.Partial && in.Items != nil {
+		return engine.CommitReservation{}, engine.Invalid("final", "a partial commit (final: false) settles a single-metric reservation: give actual_units, not items")
+	}
 	if in.Items != nil {
 		if in.ActualUnits != nil {
 			return engine.CommitReservation{}, engine.BadRequest("items", "give either items or actual_units, not both")
@@ -211,10 +218,13 @@ func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 		}
 	} else {
 		if in.ActualUnits == nil {
-			return engine.CommitReservation{UnitsMissing: true}, nil
+			return engine.CommitReservation{UnitsMissing: true, Partial: out.Partial}, nil
 		}
 		if *in.ActualUnits < 0 {
 			return engine.CommitReservation{}, engine.Invalid("actual_units", "actual_units must be >= 0")
+		}
+		if out.Partial && *in.ActualUnits < 1 {
+			return engine.CommitReservation{}, engine.Invalid("actual_units", "a partial commit (final: false) needs actual_units >= 1")
 		}
 		out.ActualUnits = *in.ActualUnits
 	}
@@ -223,6 +233,57 @@ func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 		return engine.CommitReservation{}, err
 	}
 	out.Metadata = meta
+	return out, nil
+}
+
+// extendReservation answers POST /v1/reservations/{id}/extend with 200.
+func (s *Server) extendReservation(c *call) error {
+	id, err := c.reservationID()
+	if err != nil {
+		return err
+	}
+	var in extendPayload
+	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+		return err
+	}
+	cmd, err := in.toCommand()
+	if err != nil {
+		return err
+	}
+	res, err := s.reservations.Extend(c.reqContext(), c.scope, c.tenant, id, c.idem, cmd)
+	if err != nil {
+		return err
+	}
+	return c.json(fasthttp.StatusOK, &res)
+}
+
+// extendPayload is the body of POST /v1/reservations/{id}/extend: the
+// create's ttl_seconds, and additional_units beside its estimated_units
+// (docs/decisions.md "Extending and partially committing a reservation").
+type extendPayload struct {
+	AdditionalUnits *int64 `json:"additional_units"`
+	TTLSeconds      *int64 `json:"ttl_seconds"`
+}
+
+// toCommand checks the body: at least one member, additional_units >= 1,
+// ttl_seconds within the create's bounds.
+func (in *extendPayload) toCommand() (engine.ExtendReservation, error) {
+	var out engine.ExtendReservation
+	if in.AdditionalUnits == nil && in.TTLSeconds == nil {
+		return out, engine.Invalid("additional_units", "give additional_units, ttl_seconds or both")
+	}
+	if in.AdditionalUnits != nil {
+		if *in.AdditionalUnits < 1 {
+			return out, engine.Invalid("additional_units", "additional_units must be >= 1")
+		}
+		out.AdditionalUnits = *in.AdditionalUnits
+	}
+	if in.TTLSeconds != nil {
+		if ttl := *in.TTLSeconds; ttl < 1 || ttl > engine.MaxReservationTTLSeconds {
+			return out, engine.Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		}
+		out.TTLSeconds = *in.TTLSeconds
+	}
 	return out, nil
 }
 

@@ -66,6 +66,7 @@ func TestCommitPayload(t *testing.T) {
 		return commitItemPayload{BillableMetricKey: metric, ActualUnits: units}
 	}
 	bad := engine.Metadata{"": json.RawMessage(`"x"`)}
+	yes, no := true, false
 	tests := []struct {
 		name  string
 		in    commitPayload
@@ -81,6 +82,11 @@ func TestCommitPayload(t *testing.T) {
 		{"negative item", commitPayload{Items: []commitItemPayload{item(&m, &two), item(&n, &neg)}, Metadata: bad}, "items[1].actual_units", engine.KindValidation, engine.CommitReservation{}},
 		{"items then metadata", commitPayload{Items: []commitItemPayload{item(&m, &two)}, Metadata: bad}, "metadata", engine.KindValidation, engine.CommitReservation{}},
 		{"single", commitPayload{ActualUnits: &zero}, "", "", engine.CommitReservation{}},
+		{"final true is a commit", commitPayload{ActualUnits: &two, Final: &yes}, "", "", engine.CommitReservation{ActualUnits: 2}},
+		{"partial", commitPayload{ActualUnits: &two, Final: &no}, "", "", engine.CommitReservation{ActualUnits: 2, Partial: true}},
+		{"partial without units", commitPayload{Final: &no}, "", "", engine.CommitReservation{UnitsMissing: true, Partial: true}},
+		{"partial of 0 units", commitPayload{ActualUnits: &zero, Final: &no}, "actual_units", engine.KindValidation, engine.CommitReservation{}},
+		{"partial with items", commitPayload{Items: []commitItemPayload{item(&m, &two)}, Final: &no}, "final", engine.KindValidation, engine.CommitReservation{}},
 		{"items", commitPayload{Items: []commitItemPayload{item(&m, &zero), item(&n, &two)}}, "", "",
 			engine.CommitReservation{Items: []engine.CommitItem{{Metric: m}, {Metric: n, ActualUnits: 2}}}},
 	}
@@ -94,6 +100,39 @@ func TestCommitPayload(t *testing.T) {
 		}
 		if e, ok := engine.AsError(err); !ok || e.Kind != tt.kind || e.Field != tt.field {
 			t.Errorf("%s: want kind %v naming %s, got %v", tt.name, tt.kind, tt.field, err)
+		}
+	}
+}
+
+// TestExtendPayload: an extend needs additional_units, ttl_seconds or both,
+// each within the create's bounds; a bad one is a 422 naming it.
+func TestExtendPayload(t *testing.T) {
+	neg, zero, two, big := int64(-1), int64(0), int64(2), int64(engine.MaxReservationTTLSeconds+1)
+	tests := []struct {
+		name  string
+		in    extendPayload
+		field string
+		want  engine.ExtendReservation
+	}{
+		{"nothing", extendPayload{}, "additional_units", engine.ExtendReservation{}},
+		{"zero units", extendPayload{AdditionalUnits: &zero}, "additional_units", engine.ExtendReservation{}},
+		{"negative units", extendPayload{AdditionalUnits: &neg, TTLSeconds: &two}, "additional_units", engine.ExtendReservation{}},
+		{"zero ttl", extendPayload{TTLSeconds: &zero}, "ttl_seconds", engine.ExtendReservation{}},
+		{"ttl past a day", extendPayload{AdditionalUnits: &two, TTLSeconds: &big}, "ttl_seconds", engine.ExtendReservation{}},
+		{"top up", extendPayload{AdditionalUnits: &two}, "", engine.ExtendReservation{AdditionalUnits: 2}},
+		{"prolong", extendPayload{TTLSeconds: &two}, "", engine.ExtendReservation{TTLSeconds: 2}},
+		{"both", extendPayload{AdditionalUnits: &two, TTLSeconds: &two}, "", engine.ExtendReservation{AdditionalUnits: 2, TTLSeconds: 2}},
+	}
+	for _, tt := range tests {
+		cmd, err := tt.in.toCommand()
+		if tt.field == "" {
+			if err != nil || cmd != tt.want {
+				t.Errorf("%s: got %+v %v", tt.name, cmd, err)
+			}
+			continue
+		}
+		if e, ok := engine.AsError(err); !ok || e.Kind != engine.KindValidation || e.Field != tt.field {
+			t.Errorf("%s: want a 422 naming %s, got %v", tt.name, tt.field, err)
 		}
 	}
 }

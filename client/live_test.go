@@ -471,6 +471,25 @@ func TestAgainstCreditd(t *testing.T) {
 		if len(list.Data) != 1 || list.Data[0].ID != hold.ID || len(all.Data) != 2 || all.Data[0].ID != hold2.ID {
 			t.Fatalf("committed holds %+v, all %+v", list.Data, all.Data)
 		}
+		// Issue 27: a top-up and a longer expiry, a partial commit, then a
+		// release of what is still held.
+		hold3, err := c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
+		must(t, err, "CreateReservation to extend")
+		ext, err := c.ExtendReservation(ctx, hold3.ID, client.ExtendInput{AdditionalUnits: client.Ptr[int64](1), TTLSeconds: client.Ptr(3600)})
+		must(t, err, "ExtendReservation")
+		if ext.Status != "active" || ext.EstimatedUnits != 2 || ext.EstimatedCost != 200 || ext.RemainingCost != 200 || !ext.ExpiresAt.After(hold3.ExpiresAt) {
+			t.Fatalf("ExtendReservation = %+v", ext)
+		}
+		part, err := c.CommitReservation(ctx, hold3.ID, client.CommitInput{ActualUnits: client.Ptr[int64](1), Final: client.Ptr(false)})
+		must(t, err, "partial CommitReservation")
+		if part.Status != "active" || part.ActualCost != 100 || part.Released != 0 || part.SettledUnits != 1 || part.RemainingCost != 100 {
+			t.Fatalf("partial CommitReservation = %+v", part)
+		}
+		rel3, err := c.ReleaseReservation(ctx, hold3.ID)
+		must(t, err, "ReleaseReservation after a partial commit")
+		if rel3.Status != "released" || rel3.Released != 100 {
+			t.Fatalf("ReleaseReservation after a partial commit = %+v", rel3)
+		}
 		_, err = c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1_000_000})
 		wantProblem(t, err, 409, client.ProblemInsufficientCredits, "CreateReservation past the balance")
 	})

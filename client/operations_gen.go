@@ -896,8 +896,11 @@ func (c *Client) GetReservation(ctx context.Context, id string, opts ...CallOpti
 
 // CommitReservation is POST /v1/reservations/{id}/commit (operation commitReservation). Settle a
 // hold at the actual units. 409 reservation-expired after expires_at before the sweep, conflict
-// when not active, insufficient-credits when hold plus free balance is short. It sends an
-// Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
+// when not active, insufficient-credits when hold plus free balance is short. With final: false it
+// is a partial commit: it charges actual_units and keeps the reservation active with the rest of
+// the hold (200, status active, released 0); the final commit's actual_units are its own part's.
+// It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of
+// the call.
 func (c *Client) CommitReservation(ctx context.Context, id string, body CommitInput, opts ...CallOption) (*CommitResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/commit", idempotent: true}
 	r.body = body
@@ -910,11 +913,34 @@ func (c *Client) CommitReservation(ctx context.Context, id string, body CommitIn
 }
 
 // ReleaseReservation is POST /v1/reservations/{id}/release (operation releaseReservation). Return
-// a hold. No body. Works past expires_at until the sweep; 409 when not active. It sends an
-// Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
+// a hold. No body. Works past expires_at until the sweep; 409 when not active. After partial
+// commits it returns what the reservation still holds (released); the settled part stays charged.
+// It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of
+// the call.
 func (c *Client) ReleaseReservation(ctx context.Context, id string, opts ...CallOption) (*ReleaseResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/release", idempotent: true}
 	out := new(ReleaseResult)
+	r.out = out
+	if err := c.do(ctx, r, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ExtendReservation is POST /v1/reservations/{id}/extend (operation extendReservation). Top a hold
+// up or prolong it. Tops an active single-metric reservation up (additional_units, priced at the
+// rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409
+// insufficient-credits when the effective balance cannot cover the additional cost (nothing
+// changes), reservation-expired after expires_at before the sweep, conflict when not active or
+// when the reservation holds several metrics; 422 naming the field for an empty object
+// (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current
+// expires_at. Idempotency-Key required; a replay answers the first result. Fires
+// credit.low_balance and credit.exhausted as a create does. It sends an Idempotency-Key:
+// WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
+func (c *Client) ExtendReservation(ctx context.Context, id string, body ExtendInput, opts ...CallOption) (*ExtendResult, error) {
+	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/extend", idempotent: true}
+	r.body = body
+	out := new(ExtendResult)
 	r.out = out
 	if err := c.do(ctx, r, opts); err != nil {
 		return nil, err

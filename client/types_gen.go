@@ -554,10 +554,17 @@ type Reservation struct {
 	// One of: live, sandbox.
 	Environment       string `json:"environment"`
 	BillableMetricKey string `json:"billable_metric_key"`
-	EstimatedUnits    int64  `json:"estimated_units"`
-	EstimatedCost     int64  `json:"estimated_cost"`
-	ActualUnits       *int64 `json:"actual_units"`
-	ActualCost        *int64 `json:"actual_cost"`
+	// The units held at creation plus every extend's additional_units.
+	EstimatedUnits int64 `json:"estimated_units"`
+	// Millicredits: the creation's estimate plus every extend's additional cost, each priced at the
+	// rule current then.
+	EstimatedCost int64 `json:"estimated_cost"`
+	// Null until committed; then the units of every commit of the reservation, partial ones included
+	// (settled_units).
+	ActualUnits *int64 `json:"actual_units"`
+	// Null until committed; then the cost of every commit of the reservation, partial ones included
+	// (settled_cost).
+	ActualCost *int64 `json:"actual_cost"`
 	// One of: active, committed, released, expired.
 	Status      string    `json:"status"`
 	ReferenceID string    `json:"reference_id"`
@@ -570,6 +577,15 @@ type Reservation struct {
 	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
 	// costs are the items' totals); absent for a single-metric one.
 	Items []ReservationItem `json:"items,omitempty"`
+	// Units the reservation's commits settled: the sum of its partial commits' actual_units and, once
+	// committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+	SettledUnits int64 `json:"settled_units"`
+	// Millicredits, the priced cost of the settled units (each part priced at the rule current at its
+	// commit); can read higher than what was collected, as actual_cost.
+	SettledCost int64 `json:"settled_cost"`
+	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
+	// took from the hold; 0 once committed, released or expired.
+	RemainingCost int64 `json:"remaining_cost"`
 }
 
 // ReservationPage is the ReservationPage schema of the creditd API.
@@ -595,7 +611,9 @@ type HoldTransaction struct {
 // metric, items for one of several; both is refused naming items, and the form the reservation
 // does not take is refused naming its field.
 type CommitInput struct {
-	// The actual units of a single-metric reservation; omit it when giving items.
+	// The actual units of a single-metric reservation; omit it when giving items. After partial
+	// commits, the units of this last part only (the reservation's actual_units then totals every
+	// part). A partial commit (final: false) needs at least 1.
 	ActualUnits *int64 `json:"actual_units,omitempty"`
 	// The commit of a multi-metric reservation, instead of actual_units: each of its metrics once,
 	// every one of them (a missing one is a 422 naming items), each priced at its own rule current at
@@ -603,34 +621,58 @@ type CommitInput struct {
 	Items []CommitItem `json:"items,omitempty"`
 	// Merged into the hold's tags; discarded when actual_units is 0.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// false makes a partial commit (Stripe's final_capture): actual_units (>= 1) are charged exactly
+	// as a commit would charge them (one consumption entry, credit.consumed) and the reservation stays
+	// active, holding remaining_cost less their cost (at most what it holds; beyond it the free
+	// balance pays, refused under block when short). The expiry does not move. A later commit settles
+	// the rest: its actual_units are the units of its own part, not the total; a release returns what
+	// is still held. Single-metric reservations only: with items it is a 422 naming final, and against
+	// a multi-metric reservation a 409. Default true.
+	Final *bool `json:"final,omitempty"`
 }
 
 // CommitResult is the CommitResult schema of the creditd API.
 type CommitResult struct {
 	ReservationID string `json:"reservation_id"`
-	// One of: active, committed, released, expired.
-	Status         string          `json:"status"`
-	EstimatedUnits int64           `json:"estimated_units"`
-	ActualUnits    int64           `json:"actual_units"`
-	EstimatedCost  int64           `json:"estimated_cost"`
-	ActualCost     int64           `json:"actual_cost"`
-	Released       int64           `json:"released"`
-	Transaction    HoldTransaction `json:"transaction"`
-	Account        HoldAccount     `json:"account"`
+	// active after a partial commit (final: false), else committed. One of: active, committed,
+	// released, expired.
+	Status         string `json:"status"`
+	EstimatedUnits int64  `json:"estimated_units"`
+	// The units this commit settled (its own part; for a multi-metric reservation the items' total).
+	ActualUnits   int64 `json:"actual_units"`
+	EstimatedCost int64 `json:"estimated_cost"`
+	// The cost of the units this commit settled.
+	ActualCost int64 `json:"actual_cost"`
+	// Millicredits this commit returned from the hold to the free balance: 0 for a partial commit,
+	// what the hold still held for the final one.
+	Released    int64           `json:"released"`
+	Transaction HoldTransaction `json:"transaction"`
+	Account     HoldAccount     `json:"account"`
 	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
 	// costs are the items' totals); absent for a single-metric one.
 	Items []ReservationItem `json:"items,omitempty"`
+	// Units the reservation's commits settled: the sum of its partial commits' actual_units and, once
+	// committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+	SettledUnits int64 `json:"settled_units"`
+	// Millicredits, the priced cost of the settled units (each part priced at the rule current at its
+	// commit); can read higher than what was collected, as actual_cost.
+	SettledCost int64 `json:"settled_cost"`
+	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
+	// took from the hold; 0 once committed, released or expired.
+	RemainingCost int64 `json:"remaining_cost"`
 }
 
 // ReleaseResult is the ReleaseResult schema of the creditd API.
 type ReleaseResult struct {
 	ReservationID string `json:"reservation_id"`
 	// One of: active, committed, released, expired.
-	Status        string          `json:"status"`
-	EstimatedCost int64           `json:"estimated_cost"`
-	Released      int64           `json:"released"`
-	Transaction   HoldTransaction `json:"transaction"`
-	Account       HoldAccount     `json:"account"`
+	Status        string `json:"status"`
+	EstimatedCost int64  `json:"estimated_cost"`
+	// Millicredits returned from the hold: what it still held (estimated_cost less what partial
+	// commits took).
+	Released    int64           `json:"released"`
+	Transaction HoldTransaction `json:"transaction"`
+	Account     HoldAccount     `json:"account"`
 }
 
 // WebhookDelivery is the WebhookDelivery schema of the creditd API. One delivery attempt.
@@ -1268,4 +1310,62 @@ type CreditAlerts struct {
 	Topup      *TopupRule       `json:"topup"`
 	// When the settings shown were last written; null for source none.
 	UpdatedAt *time.Time `json:"updated_at"`
+}
+
+// ExtendInput is the ExtendInput schema of the creditd API. At least one member; both top up and
+// prolong in one step. An empty object is a 422 naming additional_units (no body at all is a 400,
+// as on every JSON route).
+type ExtendInput struct {
+	// Units added to the reservation's estimated_units; priced as a reservation of that many units
+	// would be at the rule current now, and held on top of what it holds. Refused with 409
+	// insufficient-credits, nothing changed, when the effective balance cannot cover that cost,
+	// whatever the customer's overage policy (as a create).
+	AdditionalUnits *int64 `json:"additional_units,omitempty"`
+	// Sets expires_at to now + ttl_seconds, as a create does; an expiry before the current one is a
+	// 422 naming ttl_seconds (an extend never shortens a reservation).
+	TTLSeconds *int `json:"ttl_seconds,omitempty"`
+}
+
+// ExtendResult is the ExtendResult schema of the creditd API. The reservation after the extend,
+// with the account.
+type ExtendResult struct {
+	ID         string `json:"id"`
+	TenantID   string `json:"tenant_id"`
+	CustomerID string `json:"customer_id"`
+	// One of: live, sandbox.
+	Environment       string `json:"environment"`
+	BillableMetricKey string `json:"billable_metric_key"`
+	// The units held at creation plus every extend's additional_units.
+	EstimatedUnits int64 `json:"estimated_units"`
+	// Millicredits: the creation's estimate plus every extend's additional cost, each priced at the
+	// rule current then.
+	EstimatedCost int64 `json:"estimated_cost"`
+	// Null until committed; then the units of every commit of the reservation, partial ones included
+	// (settled_units).
+	ActualUnits *int64 `json:"actual_units"`
+	// Null until committed; then the cost of every commit of the reservation, partial ones included
+	// (settled_cost).
+	ActualCost *int64 `json:"actual_cost"`
+	// One of: active, committed, released, expired.
+	Status      string    `json:"status"`
+	ReferenceID string    `json:"reference_id"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// Free-form key-value object.
+	Metadata    map[string]any `json:"metadata"`
+	CreatedAt   time.Time      `json:"created_at"`
+	CommittedAt *time.Time     `json:"committed_at"`
+	ReleasedAt  *time.Time     `json:"released_at"`
+	// Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+	// costs are the items' totals); absent for a single-metric one.
+	Items []ReservationItem `json:"items,omitempty"`
+	// Units the reservation's commits settled: the sum of its partial commits' actual_units and, once
+	// committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+	SettledUnits int64 `json:"settled_units"`
+	// Millicredits, the priced cost of the settled units (each part priced at the rule current at its
+	// commit); can read higher than what was collected, as actual_cost.
+	SettledCost int64 `json:"settled_cost"`
+	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
+	// took from the hold; 0 once committed, released or expired.
+	RemainingCost int64       `json:"remaining_cost"`
+	Account       HoldAccount `json:"account"`
 }

@@ -400,3 +400,32 @@ func TestRevokedKeySignsOut(t *testing.T) {
 		t.Errorf("after revoke: %d %q, want 303 to the sign-in page", r.StatusCode, r.Header.Get("Location"))
 	}
 }
+
+// TestHoldSettlements: the customer page's holds show what an active
+// reservation still holds and what its partial commits settled (issue 27).
+func TestHoldSettlements(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if r := f.s.Do("POST", "/v1/metering-rules", f.a.Live, "rule", map[string]any{"billable_metric_key": "gpu", "cost_type": "per_unit", "unit_cost": 10}); r.Status != 201 {
+		t.Fatalf("rule: %d %s", r.Status, r.Raw)
+	}
+	r := f.s.Do("POST", "/v1/reservations", f.a.Live, "hold", map[string]any{"customer_id": f.customer, "billable_metric_key": "gpu", "estimated_units": 30})
+	if r.Status != 201 {
+		t.Fatalf("reserve: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["id"].(string)
+	if r := f.s.Do("POST", "/v1/reservations/"+id+"/commit", f.a.Live, "part", map[string]any{"actual_units": 12, "final": false}); r.Status != 200 {
+		t.Fatalf("partial commit: %d %s", r.Status, r.Raw)
+	}
+	b := signIn(t, f.s.URL, f.a.Live)
+	_, body := b.get(fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, f.customer))
+	for _, want := range []string{
+		`data-testid="hold-held">0.180<`,
+		`data-testid="hold-settled-units">12<`,
+		`data-testid="hold-settled">0.120<`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("customer page lacks %s", want)
+		}
+	}
+}

@@ -102,6 +102,21 @@ type CommitCommand struct {
 	Items    []CommitLine
 	Metadata Metadata
 	Context  MutationContext
+	// Partial charges ActualUnits (>= 1) and keeps the hold active with
+	// what it still holds less their cost (issue 27); single metric only.
+	Partial bool
+}
+
+// ExtendCommand tops an active single-metric hold up by AdditionalUnits
+// priced at Terms (as a reservation of that many units would be) and/or
+// moves its expiry to ExpiresAt (zero: unchanged; never earlier).
+type ExtendCommand struct {
+	CommandHeader
+	ReservationID   uuid.UUID
+	AdditionalUnits int64
+	Terms           RuleTerms
+	ExpiresAt       time.Time
+	Context         MutationContext
 }
 
 // ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
@@ -157,6 +172,10 @@ var (
 	ErrReservationNotActive = &Error{Kind: KindConflict, Detail: "the reservation is not active"}
 	// ErrReservationExpired: commit after expires_at, before the sweep.
 	ErrReservationExpired = &Error{Kind: KindReservationExpired, Detail: "the reservation expired"}
+	// ErrReservationShorter: an extend whose new expiry comes before the
+	// hold's current one (an extend never shortens a hold).
+	ErrReservationShorter = &Error{Kind: KindValidation, Field: "ttl_seconds",
+		Detail: "ttl_seconds from now would end the reservation before its current expires_at; an extend never shortens it"}
 	// ErrGaugeBelowZero: a decrement larger than the count.
 	ErrGaugeBelowZero = &Error{Kind: KindConflict, Field: "amount", Detail: "the decrement is larger than the current count"}
 )

@@ -155,8 +155,11 @@ func PlanForkRepair(m Mutation) ForkRepairPlan {
 		plan := ForkRepairPlan{Action: ForkRepairConsume, Consume: cmd}
 		if m.Kind == MutationCommit && u.ReservationID != nil && len(u.Items) == 0 && u.Units > 0 {
 			plan.Action = ForkRepairCommit
+			// A partial commit's part is settled as a partial commit again:
+			// the true state keeps the rest of the hold open.
 			plan.Commit = CommitCommand{ReservationID: *u.ReservationID, ActualUnits: u.Units,
-				Terms: RuleTerms{CostType: CostFlat, BaseCost: u.Cost}, Context: ctx, Metadata: cmd.EntryMetadata}
+				Terms: RuleTerms{CostType: CostFlat, BaseCost: u.Cost}, Context: ctx, Metadata: cmd.EntryMetadata,
+				Partial: m.Reservation != nil && m.Reservation.Status == ReservationActive}
 		}
 		return plan
 	case MutationDebit:

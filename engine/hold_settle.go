@@ -20,6 +20,9 @@ type CommitReservation struct {
 	// Metadata is canonical (nil when none was given).
 	Metadata Metadata
 	Items    []CommitItem
+	// Partial settles ActualUnits (>= 1) and keeps the hold open
+	// (the body's "final": false; single-metric holds only).
+	Partial bool
 }
 
 // CommitItem is one checked metric's actual units in the commit of a
@@ -55,14 +58,32 @@ type CommitResult struct {
 	// Items lists each metric of a multi-metric hold with its estimate and
 	// its actual units and cost; the top-level figures are their totals.
 	Items []ReservationItem `json:"items,omitempty"`
+	// SettledUnits, SettledCost and RemainingCost are the reservation's
+	// (Reservation) after this commit: a partial commit's ActualUnits and
+	// ActualCost are its own part, these the totals so far.
+	SettledUnits  int64 `json:"settled_units"`
+	SettledCost   int64 `json:"settled_cost"`
+	RemainingCost int64 `json:"remaining_cost"`
 }
+
+// ErrPartialMulti refuses a partial commit or an extend of a multi-metric
+// hold: its items' estimates live in Postgres, not in the hold the script
+// settles (issue 27 covers single-metric holds first).
+var ErrPartialMulti = &Error{Kind: KindConflict, Field: "items",
+	Detail: "the reservation holds several metrics: partial commits and extends settle single-metric reservations only; commit or release it whole"}
 
 // Commit settles a hold at the actual units, priced at the rule current now.
 // Not environment scoped, but tenant scoped. Errors: 404, 409 (conflict,
 // reservation-expired, insufficient-credits), 422.
 func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
 	if in.Items != nil {
+		if in.Partial {
+			return CommitResult{}, Invalid("final", "a partial commit (final: false) settles a single-metric reservation: give actual_units, not items")
+		}
 		return s.commitMulti(ctx, scope, tenant, id, idem, in)
+	}
+	if in.Partial && in.UnitsMissing {
+		return CommitResult{}, Invalid("actual_units", "actual_units is required")
 	}
 	if in.UnitsMissing {
 		// A multi-metric hold needs items, as a single one actual_units;
@@ -90,6 +111,9 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 // commitSingle is Commit of the single-metric hold found (find or locate).
 func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation, extra Metadata, c Customer, hold Reservation) (CommitResult, error) {
 	if len(hold.Items) > 0 {
+		if in.Partial {
+			return CommitResult{}, ErrPartialMulti
+		}
 		return CommitResult{}, BadRequest("actual_units", "the reservation holds several metrics: give items (each metric's actual_units) instead of actual_units")
 	}
 	holdScope := Scope{TenantID: c.TenantID, Environment: c.Environment}
@@ -113,7 +137,7 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 	}
 	cmd := CommitCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, ActualUnits: in.ActualUnits,
-		Terms: terms, Metadata: meta, Context: contextOf(c, tenant)}
+		Terms: terms, Metadata: meta, Context: contextOf(c, tenant), Partial: in.Partial}
 	res, err := s.run(ctx, hold, cmd.Customer, func() (MutationResult, error) { return s.hot.Commit(ctx, cmd) })
 	if err != nil {
 		return CommitResult{}, priceError(settled(err, hold), "actual_units")
@@ -122,16 +146,24 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 }
 
 // commitResult is the 200 body of the commit of hold id that m settled
-// (Items is empty, so absent, for a single-metric hold).
+// (Items is empty, so absent, for a single-metric hold). A single-metric
+// commit's actual units and cost are its own part (the usage it charged):
+// after partial commits the hold's totals are the settled figures.
 func commitResult(id uuid.UUID, m Mutation) CommitResult {
 	r := reservationOf(m)
 	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
-		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items}
-	if r.ActualUnits != nil {
-		out.ActualUnits = *r.ActualUnits
+		Released: m.Reservation.Released, Account: holdAccount(m), Transaction: holdTransaction(m), Items: r.Items,
+		SettledUnits: r.SettledUnits, SettledCost: r.SettledCost, RemainingCost: r.RemainingCost}
+	switch {
+	case len(r.Items) > 0:
+		out.ActualUnits, out.ActualCost = r.SettledUnits, r.SettledCost
+	case m.Usage != nil:
+		out.ActualUnits, out.ActualCost = m.Usage.Units, m.Usage.Cost
 	}
-	if r.ActualCost != nil {
-		out.ActualCost = *r.ActualCost
+	if r.Status == ReservationActive {
+		// A partial commit returns nothing: the hold's released amount is
+		// what partial commits took from it.
+		out.Released = 0
 	}
 	return out
 }

@@ -48,6 +48,37 @@ type Reservation struct {
 	// Items lists each metric of a multi-metric hold (BillableMetricKey is
 	// then ""); absent for a single-metric hold.
 	Items []ReservationItem `json:"items,omitempty"`
+	// SettledUnits and SettledCost (millicredits, priced as each part was
+	// charged) total what the hold's commits settled: its partial commits
+	// and, once committed, the final one (they then equal ActualUnits and
+	// ActualCost). Zero before any.
+	SettledUnits int64 `json:"settled_units"`
+	SettledCost  int64 `json:"settled_cost"`
+	// RemainingCost is what the hold still holds (millicredits): while
+	// active, EstimatedCost less what partial commits took from it; 0
+	// once finalized.
+	RemainingCost int64 `json:"remaining_cost"`
+}
+
+// Settle fills the view's settlement figures from the stored hold, whose
+// actual units and cost, while it is active, are what partial commits
+// settled so far and whose released amount is then the part of its
+// estimated cost they took (lua/prelude.lua "Reservation encoding"): the
+// view shows actual units and cost only once the hold is committed.
+func (r *Reservation) Settle(released int64) {
+	r.SettledUnits, r.SettledCost, r.RemainingCost = 0, 0, 0
+	if r.ActualUnits != nil {
+		r.SettledUnits = *r.ActualUnits
+	}
+	if r.ActualCost != nil {
+		r.SettledCost = *r.ActualCost
+	}
+	if r.Status == ReservationActive {
+		r.RemainingCost = r.EstimatedCost - released
+	}
+	if r.Status != ReservationCommitted {
+		r.ActualUnits, r.ActualCost = nil, nil
+	}
 }
 
 // HoldRef is what the hot store's reservation index records of a hold at

@@ -572,6 +572,8 @@ type UsageStore interface {
 	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)
 	// Release errors: ErrReservationNotFound, ErrReservationNotActive, ErrStateMissing.
 	Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error)
+	// Extend errors: those of Commit, ErrReservationShorter, ErrOverflow.
+	Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error)
 	// Gauge errors: GaugeCapError, ErrGaugeBelowZero, ErrStateMissing.
 	Gauge(ctx context.Context, cmd GaugeCommand) (MutationResult, error)
 	// GaugeValue reads a counter (0 when never used). Errors: ErrStateMissing.

@@ -356,6 +356,7 @@ func reservationOf(m Mutation) Reservation {
 		t := time.UnixMilli(*r.ReleasedMS).UTC()
 		out.ReleasedAt = &t
 	}
+	out.Settle(r.Released)
 	return out
 }
 

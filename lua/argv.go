@@ -183,11 +183,26 @@ type commitArgv struct {
 	Actual string `lua:"actual"`
 	Terms  string `lua:"terms_arg"`
 	Meta   string `lua:"meta"`
-	Merge  mergeArgv
+	// Partial is "1" for a partial commit (the hold stays active).
+	Partial string `lua:"partial"`
+	Merge   mergeArgv
 }
 
 func (a *commitArgv) list() []any {
-	return a.Merge.put(append(a.start(15), a.ResID, a.Actual, a.Terms, a.Meta))
+	return a.Merge.put(append(a.start(16), a.ResID, a.Actual, a.Terms, a.Meta, a.Partial))
+}
+
+// extendArgv are extend.lua's arguments.
+type extendArgv struct {
+	hotHead
+	ResID   string `lua:"res_id"`
+	Units   string `lua:"add_units"`
+	Terms   string `lua:"terms_arg"`
+	Expires string `lua:"expires"`
+}
+
+func (a *extendArgv) list() []any {
+	return append(a.start(13), a.ResID, a.Units, a.Terms, a.Expires)
 }
 
 // put appends m to out when Go merged (Merged set).

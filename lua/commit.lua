@@ -16,14 +16,22 @@
 -- given with units > 0 is merged into the stored metadata (key by key).
 -- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
 --
+-- A partial commit (ARGV[14] "1", units >= 1) charges the same way and
+-- writes the same entry, usage and Mutation kind, but keeps the hold open:
+-- the hold shrinks by the cost (at most what it still holds: r.released
+-- counts what partial commits took), the units and cost add to the
+-- settled totals (act_units, act_cost while active), the expiry stays.
+-- The final commit's units are those of its own part: act_units becomes
+-- the total of every part, and only what the hold still held returns.
+--
 -- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
 -- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
 -- ARGV[12] pricing terms ("" allowed with 0 units)
--- ARGV[13] metadata JSON text or ""
--- ARGV[14] the hold's stored metadata as Go read it, and ARGV[15] ARGV[13]
+-- ARGV[13] metadata JSON text or ""     ARGV[14] "1" partial, else "0"
+-- ARGV[15] the hold's stored metadata as Go read it, and ARGV[16] ARGV[13]
 --          merged into it by Go (both absent: the script merges, which
 --          costs milliseconds at the largest metadata); STALE when the
---          stored metadata is no longer ARGV[14]
+--          stored metadata is no longer ARGV[15]
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- NOTFOUND (no such reservation for the customer), NOTACTIVE (already
@@ -34,8 +42,9 @@ local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local res_id, actual, terms_arg, meta = ARGV[10], m_parse(ARGV[11]), ARGV[12], ARGV[13]
+local partial = ARGV[14] == '1'
 
-if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' then
+if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' or (partial and not m_pos(actual)) then
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
@@ -45,7 +54,9 @@ if reply then return reply end
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
 
 local _, _, effective = acct_bal(a, now)
+local held = res_held(r)
 local entries, changed = {}, {}
+local take = held
 local cost, usage = MONEY_ZERO, ''
 -- Texts formatted once for the entry, the usage and the hold (res_txt).
 local units_s, cost_s = arg_txt(ARGV[11]) or m_fmt(actual), '0'
@@ -59,7 +70,7 @@ if m_pos(actual) then
   -- under allow and notify (ctx.policy) the commit takes what is there and
   -- the rest is overage, so actual_cost can read higher than what was
   -- collected (interface.md Reservation).
-  local available = m_add(effective, r.est_cost)
+  local available = m_add(effective, held)
   if not m_pos(available) then available = MONEY_ZERO end
   local charge, overage = cost, MONEY_ZERO
   if m_cmp(cost, available) > 0 then
@@ -73,11 +84,12 @@ if m_pos(actual) then
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  local stored_meta, merged_meta = ARGV[14], ARGV[15]
+  local stored_meta, merged_meta = ARGV[15], ARGV[16]
   local merged, stop = commit_meta(r, meta, stored_meta, merged_meta)
   if not merged then return stop end
   expire_due(a, now, entries, changed)
-  a.rs = m_sub(a.rs, r.est_cost)
+  if partial and m_cmp(cost, held) < 0 then take = cost end
+  a.rs = m_sub(a.rs, take)
   local draws = drain(a, now, charge, changed)
   local metric_j = j_str(r.metric)
   entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
@@ -88,17 +100,32 @@ if m_pos(actual) then
     m_fmt(overage), false, res_id)
 else
   expire_due(a, now, entries, changed)
-  a.rs = m_sub(a.rs, r.est_cost)
+  a.rs = m_sub(a.rs, held)
   entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = r.metric, ref = res_id})
 end
 
-r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, actual, cost, r.est_cost
-res_set(r, 'act_units', units_s)
-res_set(r, 'act_cost', cost_s)
-res_put(a, r)
+-- After partial commits the hold's actual units and cost are the totals of
+-- every part (the resource's actual_units; this part is the entry's).
+local total_units, total_cost = actual, cost
+if r.act_units then
+  total_units, total_cost = m_add(r.act_units, actual), m_add(r.act_cost or MONEY_ZERO, cost)
+  if not m_fits(total_units) or not m_fits(total_cost) then
+    return redis.error_reply('OVERFLOW the settled units or cost would not fit in int64')
+  end
+end
+if partial then
+  r.act_units, r.act_cost, r.released = total_units, total_cost, m_add(r.released, take)
+else
+  r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, total_units, total_cost, held
+end
+if total_units == actual then
+  res_set(r, 'act_units', units_s)
+  res_set(r, 'act_cost', cost_s)
+end
+if partial then res_update(a, r) else res_put(a, r) end
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
+if not partial then redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id)) end
 local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage, res = r},
   a, entries, changed)

@@ -314,6 +314,7 @@ func TestArgvMatchesScripts(t *testing.T) {
 		{"commit.lua", &commitArgv{}},
 		{"commit_multi.lua", &commitMultiArgv{}},
 		{"release.lua", &releaseArgv{}},
+		{"extend.lua", &extendArgv{}},
 		{"gauge.lua", &gaugeArgv{}},
 		{"lease.lua", &leaseArgv{}},
 		{"grant.lua", &grantArgv{}},

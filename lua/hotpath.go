@@ -510,8 +510,11 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
+	if cmd.Partial && cmd.ActualUnits < 1 {
+		return engine.MutationResult{}, engine.Invalid("actual_units", "a partial commit needs actual_units >= 1")
+	}
 	a := &commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: strconv.FormatInt(cmd.ActualUnits, 10),
-		Terms: terms, Meta: meta}
+		Terms: terms, Meta: meta, Partial: flagText(cmd.Partial)}
 	return s.runCommit(ctx, cmd, commitScript, "commit", a.list, &a.Merge, meta, cmd.ActualUnits > 0)
 }
 
@@ -602,6 +605,49 @@ func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 	}
 	a := releaseArgv{hotHead: head, ResID: cmd.ReservationID.String(), Expire: flagText(cmd.Expire)}
 	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+}
+
+// Extend tops the active single-metric hold cmd.ReservationID up by
+// cmd.AdditionalUnits priced at cmd.Terms and/or moves its expiry to
+// cmd.ExpiresAt (extend.lua), then re-records the reservation index for
+// the new expiry. Errors: those of Commit, engine.ErrReservationShorter.
+func (s *Store) Extend(ctx context.Context, cmd engine.ExtendCommand) (engine.MutationResult, error) {
+	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
+		func(ctx context.Context) (engine.MutationResult, error) { return s.extend(ctx, cmd) })
+}
+
+// extend is Extend once Postgres does not hold the key (appliedFirst).
+func (s *Store) extend(ctx context.Context, cmd engine.ExtendCommand) (engine.MutationResult, error) {
+	if cmd.AdditionalUnits < 0 {
+		return engine.MutationResult{}, engine.Invalid("additional_units", "additional_units must be >= 1")
+	}
+	if cmd.AdditionalUnits == 0 && cmd.ExpiresAt.IsZero() {
+		return engine.MutationResult{}, engine.Invalid("additional_units", "give additional_units, ttl_seconds or both")
+	}
+	terms, expires := "", "0"
+	if cmd.AdditionalUnits > 0 {
+		var err error
+		if terms, err = pricedTerms("extend", cmd.Terms, cmd.AdditionalUnits); err != nil {
+			return engine.MutationResult{}, err
+		}
+	}
+	if !cmd.ExpiresAt.IsZero() {
+		if !cmd.ExpiresAt.After(cmd.Now) {
+			return engine.MutationResult{}, errors.New("lua: extend: expires_at is not after now")
+		}
+		expires = strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10)
+	}
+	head, err := newHotHead(cmd.CommandHeader, cmd.Context)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	a := extendArgv{hotHead: head, ResID: cmd.ReservationID.String(), Units: strconv.FormatInt(cmd.AdditionalUnits, 10),
+		Terms: terms, Expires: expires}
+	res, err := s.runMoney(ctx, extendScript, "extend", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+	// The index record lives until the hold's expiry: a prolonged hold's
+	// record is written again so a commit near the new expiry still
+	// settles from Redis alone.
+	return s.indexHold(ctx, engine.ReserveCommand{CommandHeader: cmd.CommandHeader}, res, err)
 }
 
 // Gauge moves the gauge cmd.Metric by cmd.Delta (gauge.lua). An increment

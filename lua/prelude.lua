@@ -565,8 +565,11 @@ end
 --   status|est units|est cost|expires|created|finalized|actual units|actual cost|released|metric|meta
 -- status one letter (a active, c committed, r released, e expired); money
 -- and units in decimal; instants in Unix ms base 36 (finalized "" while
--- active); actual units and cost "" until committed; released the money
--- the hold returned; metric a metric key (never holds "|"); meta "" (older
+-- active); actual units and cost "" until committed or partially
+-- committed (while active: the units and cost settled so far; once
+-- committed: the totals of every part); released, while active, the part
+-- of est cost partial commits took from the hold (0 without one), once
+-- finalized the money the final commit, release or expiry returned; metric a metric key (never holds "|"); meta "" (older
 -- hashes kept the metadata JSON here; it is still read): a hold's metadata
 -- lives in field "n:<reservation id>", which acct_read skips like block
 -- metadata. A finalized reservation stays RES_KEEP_MS,
@@ -649,7 +652,7 @@ local function res_enc(r)
   if r.final then final = now_b36(r.final) end
   if r.act_units then au = res_txt(r, 'act_units', m_fmt) end
   if r.act_cost then ac = res_txt(r, 'act_cost', m_fmt) end
-  -- released is zero while active and est_cost once finalized.
+  -- released is usually zero while active and est_cost once finalized.
   local rel
   if r.released == r.est_cost then rel = res_txt(r, 'est_cost', m_fmt) else rel = res_txt(r, 'released', m_fmt) end
   return RES_CODE[r.status] .. '|' .. res_txt(r, 'est_units', m_fmt) .. '|' .. res_txt(r, 'est_cost', m_fmt) .. '|' ..
@@ -686,6 +689,21 @@ local function res_put(a, r)
     a.kept[#a.kept + 1] = {r.id, r.final}
     a.kept_moved = true
   end
+end
+
+-- res_update stores active hold r in a again after an extend or a partial
+-- commit: it stays active, so the active count and the kept list stay.
+local function res_update(a, r)
+  local meta = r.meta
+  if meta == r.meta_n then meta = '' end
+  a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, meta
+end
+
+-- res_held is what active hold r still holds: its estimated cost less what
+-- partial commits took from it (r.released while active, see res_enc).
+local function res_held(r)
+  if m_pos(r.released) then return m_sub(r.est_cost, r.released) end
+  return r.est_cost
 end
 
 -- res_json_head is r as an engine.MutationReservation but its metadata and

@@ -1,4 +1,4 @@
--- release.lua returns an active hold whole (engine.ReleaseCommand): a
+-- release.lua returns what an active hold still holds (engine.ReleaseCommand): a
 -- manual release (status released, allowed past expires_at) or the sweep's
 -- expiry (status expired, only once expires_at has passed). One zero-delta
 -- "release" entry (ref = reservation id); the reservation leaves the
@@ -46,8 +46,10 @@ end
 local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
-a.rs = m_sub(a.rs, r.est_cost)
-r.status, r.final, r.released = 'released', now, r.est_cost
+-- After partial commits only what the hold still holds returns.
+local held = res_held(r)
+a.rs = m_sub(a.rs, held)
+r.status, r.final, r.released = 'released', now, held
 if expire then r.status = 'expired' end
 res_put(a, r)
 -- A multi-metric hold (metric "") names no metric, as its reserve entry.

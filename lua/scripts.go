@@ -40,6 +40,8 @@ var (
 	commitMultiLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed extend.lua
+	extendLua string
 	//go:embed gauge.lua
 	gaugeLua string
 	//go:embed gauge_value.lua
@@ -59,6 +61,7 @@ var (
 	reserveMultiScript = newScript("reserve_multi", reserveMultiLua)
 	commitMultiScript  = newScript("commit_multi", commitMultiLua)
 	releaseScript      = newScript("release", releaseLua)
+	extendScript       = newScript("extend", extendLua)
 	gaugeScript        = newScript("gauge", gaugeLua)
 	// gauge_value.lua is a two-line read: it needs no prelude.
 	gaugeValueScript = redis.NewScript(gaugeValueLua)
@@ -83,6 +86,7 @@ var scriptErrors = map[string]error{
 	"NOTFOUND":     engine.ErrReservationNotFound,
 	"NOTACTIVE":    engine.ErrReservationNotActive,
 	"EXPIRED":      engine.ErrReservationExpired,
+	"SHORTER":      engine.ErrReservationShorter,
 	"NOTDUE":       ErrReservationNotDue,
 	"BELOWZERO":    engine.ErrGaugeBelowZero,
 	// Per-customer bounds of invariant 13 (prelude.lua MAX_LIVE_BLOCKS,

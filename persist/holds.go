@@ -223,7 +223,7 @@ func queueGauges(b *pgx.Batch, ms []engine.Mutation) error {
 
 const reservationColumns = `id, tenant_id, customer_id, environment, billable_metric_key, estimated_units,
 	estimated_cost, actual_units, actual_cost, status, reference_id, expires_at, metadata, created_at,
-	committed_at, released_at, items`
+	committed_at, released_at, items, released`
 
 func utcPtr(t *time.Time) *time.Time {
 	if t == nil {
@@ -237,9 +237,10 @@ func scanReservation(row pgx.Row) (engine.Reservation, error) {
 	var r engine.Reservation
 	var env, status string
 	var meta, items []byte
+	var released int64
 	if err := row.Scan(&r.ID, &r.TenantID, &r.CustomerID, &env, &r.BillableMetricKey, &r.EstimatedUnits,
 		&r.EstimatedCost, &r.ActualUnits, &r.ActualCost, &status, &r.ReferenceID, &r.ExpiresAt, &meta,
-		&r.CreatedAt, &r.CommittedAt, &r.ReleasedAt, &items); err != nil {
+		&r.CreatedAt, &r.CommittedAt, &r.ReleasedAt, &items, &released); err != nil {
 		return engine.Reservation{}, err
 	}
 	if len(items) > 0 {
@@ -259,6 +260,7 @@ func scanReservation(row pgx.Row) (engine.Reservation, error) {
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.CommittedAt = utcPtr(r.CommittedAt)
 	r.ReleasedAt = utcPtr(r.ReleasedAt)
+	r.Settle(released)
 	return r, nil
 }
 

@@ -122,7 +122,9 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	g := a.get("/v1/reservations/" + hid)
 	wantStatus(t, g, 200, "get hold")
 	checkKeys(t, g.Body, "reservation", "id", "tenant_id", "customer_id", "environment", "billable_metric_key", "estimated_units",
-		"estimated_cost", "actual_units", "actual_cost", "status", "reference_id", "expires_at", "metadata", "created_at", "committed_at", "released_at")
+		"estimated_cost", "actual_units", "actual_cost", "status", "reference_id", "expires_at", "metadata", "created_at", "committed_at", "released_at",
+		"settled_units", "settled_cost", "remaining_cost") // the last three: issue 27, additive
+	checkSettled(t, g.Body, "fresh hold", 0, 0, 300)
 	if g.Body["tenant_id"] != tn.ID || g.Body["customer_id"] != id || g.Body["status"] != "active" || g.Body["actual_units"] != nil ||
 		g.Body["actual_cost"] != nil || g.Body["committed_at"] != nil || g.Body["released_at"] != nil || Int(t, g.Body["estimated_cost"]) != 300 {
 		t.Errorf("hold: %s", g.Raw)
@@ -148,7 +150,9 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	// Commit > 0 (from the sandbox key: commit is not environment scoped either).
 	cm := sb.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": 20, "metadata": map[string]any{"b": 2}})
 	wantStatus(t, cm, 200, "commit")
-	checkKeys(t, cm.Body, "commit", "reservation_id", "status", "estimated_units", "actual_units", "estimated_cost", "actual_cost", "released", "transaction", "account")
+	checkKeys(t, cm.Body, "commit", "reservation_id", "status", "estimated_units", "actual_units", "estimated_cost", "actual_cost", "released", "transaction", "account",
+		"settled_units", "settled_cost", "remaining_cost")
+	checkSettled(t, cm.Body, "commit", 20, 200, 0)
 	if cm.Body["reservation_id"] != hid || cm.Body["status"] != "committed" || Int(t, cm.Body["estimated_units"]) != 30 || Int(t, cm.Body["actual_units"]) != 20 ||
 		Int(t, cm.Body["estimated_cost"]) != 300 || Int(t, cm.Body["actual_cost"]) != 200 || Int(t, cm.Body["released"]) != 300 {
 		t.Errorf("commit: %s", cm.Raw)

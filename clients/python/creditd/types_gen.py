@@ -53,6 +53,8 @@ __all__ = [
     "Customer",
     "CustomerPage",
     "EventLogPage",
+    "ExtendInput",
+    "ExtendResult",
     "GaugeCapProblem",
     "GaugeCapProblemError",
     "GaugeInput",
@@ -817,9 +819,16 @@ class Reservation(TypedDict):
     customer_id: str
     environment: Literal["live", "sandbox"]
     billable_metric_key: str
+    # The units held at creation plus every extend's additional_units.
     estimated_units: int
+    # Millicredits: the creation's estimate plus every extend's additional cost, each priced at
+    # the rule current then.
     estimated_cost: int
+    # Null until committed; then the units of every commit of the reservation, partial ones
+    # included (settled_units).
     actual_units: Optional[int]
+    # Null until committed; then the cost of every commit of the reservation, partial ones
+    # included (settled_cost).
     actual_cost: Optional[int]
     status: Literal["active", "committed", "released", "expired"]
     reference_id: str
@@ -832,6 +841,15 @@ class Reservation(TypedDict):
     # Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
     # costs are the items' totals); absent for a single-metric one.
     items: NotRequired[list["ReservationItem"]]
+    # Units the reservation's commits settled: the sum of its partial commits' actual_units and,
+    # once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+    settled_units: int
+    # Millicredits, the priced cost of the settled units (each part priced at the rule current at
+    # its commit); can read higher than what was collected, as actual_cost.
+    settled_cost: int
+    # Millicredits the reservation still holds: while active, estimated_cost less what partial
+    # commits took from the hold; 0 once committed, released or expired.
+    remaining_cost: int
 
 
 class ReservationPage(TypedDict):
@@ -857,7 +875,9 @@ class CommitInput(TypedDict):
     of one metric, items for one of several; both is refused naming items, and the form the
     reservation does not take is refused naming its field.
     """
-    # The actual units of a single-metric reservation; omit it when giving items.
+    # The actual units of a single-metric reservation; omit it when giving items. After partial
+    # commits, the units of this last part only (the reservation's actual_units then totals every
+    # part). A partial commit (final: false) needs at least 1.
     actual_units: NotRequired[int]
     # The commit of a multi-metric reservation, instead of actual_units: each of its metrics once,
     # every one of them (a missing one is a 422 naming items), each priced at its own rule current
@@ -866,22 +886,45 @@ class CommitInput(TypedDict):
     items: NotRequired[list["CommitItem"]]
     # Merged into the hold's tags; discarded when actual_units is 0.
     metadata: NotRequired[dict[str, Any]]
+    # false makes a partial commit (Stripe's final_capture): actual_units (>= 1) are charged
+    # exactly as a commit would charge them (one consumption entry, credit.consumed) and the
+    # reservation stays active, holding remaining_cost less their cost (at most what it holds;
+    # beyond it the free balance pays, refused under block when short). The expiry does not move.
+    # A later commit settles the rest: its actual_units are the units of its own part, not the
+    # total; a release returns what is still held. Single-metric reservations only: with items it
+    # is a 422 naming final, and against a multi-metric reservation a 409. Default true.
+    final: NotRequired[bool]
 
 
 class CommitResult(TypedDict):
     """CommitResult is the CommitResult schema of the creditd API."""
     reservation_id: str
+    # active after a partial commit (final: false), else committed.
     status: Literal["active", "committed", "released", "expired"]
     estimated_units: int
+    # The units this commit settled (its own part; for a multi-metric reservation the items'
+    # total).
     actual_units: int
     estimated_cost: int
+    # The cost of the units this commit settled.
     actual_cost: int
+    # Millicredits this commit returned from the hold to the free balance: 0 for a partial commit,
+    # what the hold still held for the final one.
     released: int
     transaction: "HoldTransaction"
     account: "HoldAccount"
     # Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
     # costs are the items' totals); absent for a single-metric one.
     items: NotRequired[list["ReservationItem"]]
+    # Units the reservation's commits settled: the sum of its partial commits' actual_units and,
+    # once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+    settled_units: int
+    # Millicredits, the priced cost of the settled units (each part priced at the rule current at
+    # its commit); can read higher than what was collected, as actual_cost.
+    settled_cost: int
+    # Millicredits the reservation still holds: while active, estimated_cost less what partial
+    # commits took from the hold; 0 once committed, released or expired.
+    remaining_cost: int
 
 
 class ReleaseResult(TypedDict):
@@ -889,6 +932,8 @@ class ReleaseResult(TypedDict):
     reservation_id: str
     status: Literal["active", "committed", "released", "expired"]
     estimated_cost: int
+    # Millicredits returned from the hold: what it still held (estimated_cost less what partial
+    # commits took).
     released: int
     transaction: "HoldTransaction"
     account: "HoldAccount"
@@ -2061,3 +2106,61 @@ class CreditExpiredEvent(TypedDict):
     # (subscription events, test.ping).
     version: Optional[int]
     data: "CreditExpiredData"
+
+
+class ExtendInput(TypedDict):
+    """ExtendInput is the ExtendInput schema of the creditd API. At least one member; both top
+    up and prolong in one step. An empty object is a 422 naming additional_units (no body at
+    all is a 400, as on every JSON route).
+    """
+    # Units added to the reservation's estimated_units; priced as a reservation of that many units
+    # would be at the rule current now, and held on top of what it holds. Refused with 409
+    # insufficient-credits, nothing changed, when the effective balance cannot cover that cost,
+    # whatever the customer's overage policy (as a create).
+    additional_units: NotRequired[int]
+    # Sets expires_at to now + ttl_seconds, as a create does; an expiry before the current one is
+    # a 422 naming ttl_seconds (an extend never shortens a reservation).
+    ttl_seconds: NotRequired[int]
+
+
+class ExtendResult(TypedDict):
+    """ExtendResult is the ExtendResult schema of the creditd API. The reservation after the
+    extend, with the account.
+    """
+    id: str
+    tenant_id: str
+    customer_id: str
+    environment: Literal["live", "sandbox"]
+    billable_metric_key: str
+    # The units held at creation plus every extend's additional_units.
+    estimated_units: int
+    # Millicredits: the creation's estimate plus every extend's additional cost, each priced at
+    # the rule current then.
+    estimated_cost: int
+    # Null until committed; then the units of every commit of the reservation, partial ones
+    # included (settled_units).
+    actual_units: Optional[int]
+    # Null until committed; then the cost of every commit of the reservation, partial ones
+    # included (settled_cost).
+    actual_cost: Optional[int]
+    status: Literal["active", "committed", "released", "expired"]
+    reference_id: str
+    expires_at: str
+    # Free-form key-value object.
+    metadata: dict[str, Any]
+    created_at: str
+    committed_at: Optional[str]
+    released_at: Optional[str]
+    # Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+    # costs are the items' totals); absent for a single-metric one.
+    items: NotRequired[list["ReservationItem"]]
+    # Units the reservation's commits settled: the sum of its partial commits' actual_units and,
+    # once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+    settled_units: int
+    # Millicredits, the priced cost of the settled units (each part priced at the rule current at
+    # its commit); can read higher than what was collected, as actual_cost.
+    settled_cost: int
+    # Millicredits the reservation still holds: while active, estimated_cost less what partial
+    # commits took from the hold; 0 once committed, released or expired.
+    remaining_cost: int
+    account: "HoldAccount"

@@ -40,6 +40,7 @@ export const operations = {
   getReservation: { method: "GET", path: "/v1/reservations/{id}", idempotent: false },
   commitReservation: { method: "POST", path: "/v1/reservations/{id}/commit", idempotent: true },
   releaseReservation: { method: "POST", path: "/v1/reservations/{id}/release", idempotent: true },
+  extendReservation: { method: "POST", path: "/v1/reservations/{id}/extend", idempotent: true },
   listCustomerReservations: { method: "GET", path: "/v1/customers/{customer_id}/reservations", idempotent: false },
   listCustomerReservationsByExternalId: { method: "GET", path: "/v1/customer-by-external-id/{external_id}/reservations", idempotent: false },
   listWebhookEvents: { method: "GET", path: "/v1/webhooks/events", idempotent: false },

@@ -722,7 +722,7 @@ export interface paths {
         put?: never;
         /**
          * Settle a hold at the actual units
-         * @description 409 reservation-expired after expires_at before the sweep, conflict when not active, insufficient-credits when hold plus free balance is short.
+         * @description 409 reservation-expired after expires_at before the sweep, conflict when not active, insufficient-credits when hold plus free balance is short. With final: false it is a partial commit: it charges actual_units and keeps the reservation active with the rest of the hold (200, status active, released 0); the final commit's actual_units are its own part's.
          */
         post: operations["commitReservation"];
         delete?: never;
@@ -742,9 +742,29 @@ export interface paths {
         put?: never;
         /**
          * Return a hold
-         * @description No body. Works past expires_at until the sweep; 409 when not active.
+         * @description No body. Works past expires_at until the sweep; 409 when not active. After partial commits it returns what the reservation still holds (released); the settled part stays charged.
          */
         post: operations["releaseReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/{id}/extend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Top a hold up or prolong it
+         * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for an empty object (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does.
+         */
+        post: operations["extendReservation"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2497,13 +2517,25 @@ export interface components {
             /** @enum {string} */
             environment: "live" | "sandbox";
             billable_metric_key: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The units held at creation plus every extend's additional_units.
+             */
             estimated_units: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Millicredits: the creation's estimate plus every extend's additional cost, each priced at the rule current then.
+             */
             estimated_cost: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Null until committed; then the units of every commit of the reservation, partial ones included (settled_units).
+             */
             actual_units: number | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Null until committed; then the cost of every commit of the reservation, partial ones included (settled_cost).
+             */
             actual_cost: number | null;
             /** @enum {string} */
             status: "active" | "committed" | "released" | "expired";
@@ -2523,6 +2555,21 @@ export interface components {
             released_at: string | null;
             /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
             items?: components["schemas"]["ReservationItem"][];
+            /**
+             * Format: int64
+             * @description Units the reservation's commits settled: the sum of its partial commits' actual_units and, once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+             */
+            settled_units: number;
+            /**
+             * Format: int64
+             * @description Millicredits, the priced cost of the settled units (each part priced at the rule current at its commit); can read higher than what was collected, as actual_cost.
+             */
+            settled_cost: number;
+            /**
+             * Format: int64
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             */
+            remaining_cost: number;
         };
         ReservationPage: {
             data: components["schemas"]["Reservation"][];
@@ -2549,7 +2596,7 @@ export interface components {
         CommitInput: {
             /**
              * Format: int64
-             * @description The actual units of a single-metric reservation; omit it when giving items.
+             * @description The actual units of a single-metric reservation; omit it when giving items. After partial commits, the units of this last part only (the reservation's actual_units then totals every part). A partial commit (final: false) needs at least 1.
              */
             actual_units?: number;
             /** @description The commit of a multi-metric reservation, instead of actual_units: each of its metrics once, every one of them (a missing one is a 422 naming items), each priced at its own rule current at commit and charged in one step, all or none. All zero returns the hold as actual_units 0 does. */
@@ -2558,26 +2605,58 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * @description false makes a partial commit (Stripe's final_capture): actual_units (>= 1) are charged exactly as a commit would charge them (one consumption entry, credit.consumed) and the reservation stays active, holding remaining_cost less their cost (at most what it holds; beyond it the free balance pays, refused under block when short). The expiry does not move. A later commit settles the rest: its actual_units are the units of its own part, not the total; a release returns what is still held. Single-metric reservations only: with items it is a 422 naming final, and against a multi-metric reservation a 409.
+             * @default true
+             */
+            final?: boolean;
         } & (unknown | unknown);
         CommitResult: {
             /** Format: uuid */
             reservation_id: string;
-            /** @enum {string} */
+            /**
+             * @description active after a partial commit (final: false), else committed.
+             * @enum {string}
+             */
             status: "active" | "committed" | "released" | "expired";
             /** Format: int64 */
             estimated_units: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The units this commit settled (its own part; for a multi-metric reservation the items' total).
+             */
             actual_units: number;
             /** Format: int64 */
             estimated_cost: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The cost of the units this commit settled.
+             */
             actual_cost: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Millicredits this commit returned from the hold to the free balance: 0 for a partial commit, what the hold still held for the final one.
+             */
             released: number;
             transaction: components["schemas"]["HoldTransaction"];
             account: components["schemas"]["HoldAccount"];
             /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
             items?: components["schemas"]["ReservationItem"][];
+            /**
+             * Format: int64
+             * @description Units the reservation's commits settled: the sum of its partial commits' actual_units and, once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+             */
+            settled_units: number;
+            /**
+             * Format: int64
+             * @description Millicredits, the priced cost of the settled units (each part priced at the rule current at its commit); can read higher than what was collected, as actual_cost.
+             */
+            settled_cost: number;
+            /**
+             * Format: int64
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             */
+            remaining_cost: number;
         };
         ReleaseResult: {
             /** Format: uuid */
@@ -2586,7 +2665,10 @@ export interface components {
             status: "active" | "committed" | "released" | "expired";
             /** Format: int64 */
             estimated_cost: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Millicredits returned from the hold: what it still held (estimated_cost less what partial commits took).
+             */
             released: number;
             transaction: components["schemas"]["HoldTransaction"];
             account: components["schemas"]["HoldAccount"];
@@ -3557,6 +3639,82 @@ export interface components {
             /** @constant */
             event_type?: "credit.expired";
             data?: components["schemas"]["CreditExpiredData"];
+        };
+        /** @description At least one member; both top up and prolong in one step. An empty object is a 422 naming additional_units (no body at all is a 400, as on every JSON route). */
+        ExtendInput: {
+            /**
+             * Format: int64
+             * @description Units added to the reservation's estimated_units; priced as a reservation of that many units would be at the rule current now, and held on top of what it holds. Refused with 409 insufficient-credits, nothing changed, when the effective balance cannot cover that cost, whatever the customer's overage policy (as a create).
+             */
+            additional_units?: number;
+            /** @description Sets expires_at to now + ttl_seconds, as a create does; an expiry before the current one is a 422 naming ttl_seconds (an extend never shortens a reservation). */
+            ttl_seconds?: number;
+        } | unknown | unknown;
+        /** @description The reservation after the extend, with the account. */
+        ExtendResult: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** Format: uuid */
+            customer_id: string;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            billable_metric_key: string;
+            /**
+             * Format: int64
+             * @description The units held at creation plus every extend's additional_units.
+             */
+            estimated_units: number;
+            /**
+             * Format: int64
+             * @description Millicredits: the creation's estimate plus every extend's additional cost, each priced at the rule current then.
+             */
+            estimated_cost: number;
+            /**
+             * Format: int64
+             * @description Null until committed; then the units of every commit of the reservation, partial ones included (settled_units).
+             */
+            actual_units: number | null;
+            /**
+             * Format: int64
+             * @description Null until committed; then the cost of every commit of the reservation, partial ones included (settled_cost).
+             */
+            actual_cost: number | null;
+            /** @enum {string} */
+            status: "active" | "committed" | "released" | "expired";
+            /** Format: uuid */
+            reference_id: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** @description Free-form key-value object. */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            committed_at: string | null;
+            /** Format: date-time */
+            released_at: string | null;
+            /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
+            items?: components["schemas"]["ReservationItem"][];
+            /**
+             * Format: int64
+             * @description Units the reservation's commits settled: the sum of its partial commits' actual_units and, once committed, the final commit's. Equals actual_units once committed; 0 before any commit.
+             */
+            settled_units: number;
+            /**
+             * Format: int64
+             * @description Millicredits, the priced cost of the settled units (each part priced at the rule current at its commit); can read higher than what was collected, as actual_cost.
+             */
+            settled_cost: number;
+            /**
+             * Format: int64
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             */
+            remaining_cost: number;
+            account: components["schemas"]["HoldAccount"];
         };
     };
     responses: {
@@ -6595,7 +6753,10 @@ export interface operations {
                      *       "metadata": {},
                      *       "created_at": "2026-11-24T04:13:18.373Z",
                      *       "committed_at": null,
-                     *       "released_at": null
+                     *       "released_at": null,
+                     *       "settled_units": 0,
+                     *       "settled_cost": 0,
+                     *       "remaining_cost": 5000
                      *     }
                      */
                     "application/json": components["schemas"]["Reservation"];
@@ -6713,6 +6874,78 @@ export interface operations {
             503: components["responses"]["503"];
         };
     };
+    extendReservation: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Up to 256 characters; scoped by tenant and key alone. The same key and request replay the first 2xx answer for 24 hours; another request with the key is a 409. */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /** @description Reservation UUID; anything else is a 404. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExtendInput"];
+            };
+        };
+        responses: {
+            /** @description The reservation after the extend. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "X-Idempotent-Replayed": components["headers"]["X-Idempotent-Replayed"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "tenant_id": "01a20bc2-1420-7b2f-8e1a-0c2d3e4f5a6b",
+                     *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                     *       "environment": "live",
+                     *       "billable_metric_key": "api-calls",
+                     *       "estimated_units": 70,
+                     *       "estimated_cost": 17500,
+                     *       "actual_units": null,
+                     *       "actual_cost": null,
+                     *       "status": "active",
+                     *       "reference_id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
+                     *       "expires_at": "2026-11-24T04:23:18.399Z",
+                     *       "metadata": {},
+                     *       "created_at": "2026-11-24T04:13:18.399Z",
+                     *       "committed_at": null,
+                     *       "released_at": null,
+                     *       "settled_units": 0,
+                     *       "settled_cost": 0,
+                     *       "remaining_cost": 17500,
+                     *       "account": {
+                     *         "balance": 141250,
+                     *         "reserved_balance": 17500,
+                     *         "effective_balance": 123750
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ExtendResult"];
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
+            404: components["responses"]["404"];
+            409: components["responses"]["409"];
+            413: components["responses"]["413"];
+            422: components["responses"]["422"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
     listCustomerReservations: {
         parameters: {
             query?: {
@@ -6761,7 +6994,10 @@ export interface operations {
                      *           "metadata": {},
                      *           "created_at": "2026-11-24T04:13:18.373Z",
                      *           "committed_at": "2026-11-24T04:13:18.399Z",
-                     *           "released_at": null
+                     *           "released_at": null,
+                     *           "settled_units": 12,
+                     *           "settled_cost": 3000,
+                     *           "remaining_cost": 0
                      *         }
                      *       ],
                      *       "pagination": {
@@ -6829,7 +7065,10 @@ export interface operations {
                      *           "metadata": {},
                      *           "created_at": "2026-11-24T04:13:18.402Z",
                      *           "committed_at": null,
-                     *           "released_at": "2026-11-24T04:13:18.411Z"
+                     *           "released_at": "2026-11-24T04:13:18.411Z",
+                     *           "settled_units": 0,
+                     *           "settled_cost": 0,
+                     *           "remaining_cost": 0
                      *         },
                      *         {
                      *           "id": "01a20bc2-14a5-7ac7-a100-a3ccaad03c2f",
@@ -6847,7 +7086,10 @@ export interface operations {
                      *           "metadata": {},
                      *           "created_at": "2026-11-24T04:13:18.373Z",
                      *           "committed_at": "2026-11-24T04:13:18.399Z",
-                     *           "released_at": null
+                     *           "released_at": null,
+                     *           "settled_units": 12,
+                     *           "settled_cost": 3000,
+                     *           "remaining_cost": 0
                      *         }
                      *       ],
                      *       "pagination": {
