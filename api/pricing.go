@@ -140,7 +140,7 @@ func (s *Server) registerPricing() {
 	}
 	s.registerLeases()
 
-	s.handle("POST", "/v1/reservations", optTenant|optIdem, s.createReservation)
+	s.handle("POST", "/v1/reservations", optTenant|optIdem|optDryRun, s.createReservation)
 	s.handle("GET", "/v1/reservations/{id}", optTenant, s.getReservation)
 	s.handle("POST", "/v1/reservations/{id}/commit", optTenant|optIdem, s.commitReservation)
 	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem, s.releaseReservation)

@@ -148,6 +148,10 @@ func (h fakeHot) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand)
 	return out, errs
 }
 
+func (h fakeHot) ReserveDry(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	return h.Reserve(ctx, cmd)
+}
+
 func (fakeHot) Reserve(context.Context, engine.ReserveCommand) (engine.MutationResult, error) {
 	return engine.MutationResult{}, engine.ErrInsufficientCredits
 }

@@ -35,11 +35,28 @@ func (s *Server) createReservation(c *call) error {
 	if err != nil {
 		return err
 	}
+	if cmd.Dry != c.dry {
+		// The middleware read dry_run otherwise (a member spelled twice):
+		// a hold must never be taken without its idempotency.
+		return engine.Invalid("dry_run", "dry_run must appear once, as true or false")
+	}
 	res, err := s.reservations.Create(c.reqContext(), c.scope, c.tenant, c.idem, cmd)
 	if err != nil {
 		return err
 	}
+	if res.Dry {
+		return c.json(fasthttp.StatusOK, &reserveDryBody{ReserveResult: &res, DryRun: true, Events: res.Events})
+	}
 	return c.json(fasthttp.StatusCreated, &res)
+}
+
+// reserveDryBody is a dry run's answer: the hold as it would be taken,
+// with no id (it does not exist) and the events taking it would fire.
+type reserveDryBody struct {
+	*engine.ReserveResult
+	ID     *uuid.UUID         `json:"id"`
+	DryRun bool               `json:"dry_run"`
+	Events []engine.EventType `json:"events"`
 }
 
 // reservePayload is the body of POST /v1/reservations.
@@ -54,6 +71,8 @@ type reservePayload struct {
 	// and estimated_units, the items' summed estimated cost is held, all or
 	// none.
 	Items []reserveItemPayload `json:"items"`
+	// DryRun asks what the hold would do without taking it.
+	DryRun *bool `json:"dry_run"`
 }
 
 // reserveItemPayload is one metric of a multi-metric reservation request.
@@ -111,6 +130,7 @@ func (in *reservePayload) toCommand() (engine.CreateReservation, error) {
 		return engine.CreateReservation{}, err
 	}
 	out.Metadata = meta
+	out.Dry = in.DryRun != nil && *in.DryRun
 	return out, nil
 }
 

@@ -523,6 +523,10 @@ type ReserveInput struct {
 	TTLSeconds *int `json:"ttl_seconds,omitempty"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// true answers 200 with the hold as it would be taken (id null: it does not exist), or the refusal
+	// it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed
+	// nor checked. It never creates a customer: an unknown customer_id is a 404. Default false.
+	DryRun *bool `json:"dry_run,omitempty"`
 }
 
 // ReserveResult is the ReserveResult schema of the creditd API.

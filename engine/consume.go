@@ -124,9 +124,7 @@ func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenan
 	}
 	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.ConsumeDry(ctx, cmd) })
 	if errors.Is(err, ErrInsufficientCredits) {
-		return ConsumeResult{}, &Error{Kind: KindInsufficientCredits,
-			Detail: ErrInsufficientCredits.Detail + " (dry run: nothing was changed)",
-			Extra:  map[string]any{"dry_run": true, "events": eventTypes(EventsOf(res.Mutation))}}
+		return ConsumeResult{}, dryRefusal(res.Mutation)
 	}
 	out, err := consumeOutcome(cmd, res, err)
 	if err != nil {
@@ -148,6 +146,14 @@ func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenan
 		}
 	}
 	return out, nil
+}
+
+// dryRefusal is the 409 a dry run answers for the refusal m records: the
+// charge's own, marked dry_run, with the events the refusal would fire.
+func dryRefusal(m Mutation) error {
+	return &Error{Kind: KindInsufficientCredits,
+		Detail: ErrInsufficientCredits.Detail + " (dry run: nothing was changed)",
+		Extra:  map[string]any{"dry_run": true, "events": eventTypes(EventsOf(m))}}
 }
 
 // BlockDraw is what one block pays towards a charge, as the API shows it.

@@ -567,6 +567,9 @@ type UsageStore interface {
 	ConsumeBatch(ctx context.Context, cmds []ConsumeCommand) ([]MutationResult, []error)
 	// Reserve errors: ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 	Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
+	// ReserveDry answers the Mutation Reserve of cmd (no idempotency key)
+	// would write, changing nothing. Errors as Reserve's.
+	ReserveDry(ctx context.Context, cmd ReserveCommand) (MutationResult, error)
 	// Commit errors: ErrReservationNotFound, ErrReservationNotActive,
 	// ErrReservationExpired, ErrInsufficientCredits, ErrIdempotencyMismatch, ErrStateMissing.
 	Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error)

@@ -75,6 +75,9 @@ type CreateReservation struct {
 	// Metadata is canonical (nil when none was given).
 	Metadata Metadata
 	Items    []ReserveItem
+	// Dry asks what the hold would do without taking it (issue 28 item 5):
+	// no customer is created and no Idempotency-Key is claimed.
+	Dry bool
 }
 
 // ReserveItem is one checked metric of a multi-metric reservation.
@@ -110,6 +113,10 @@ type ReserveResult struct {
 	// Items lists each metric's estimate of a multi-metric hold
 	// (BillableMetricKey is then "", the units and cost the totals).
 	Items []ReservationItem `json:"items,omitempty"`
+	// Dry marks a dry run's answer: the hold as it would be taken, which
+	// does not exist (no id), and the events taking it would fire.
+	Dry    bool        `json:"-"`
+	Events []EventType `json:"-"`
 }
 
 // Create holds the estimated cost. Errors: 400 (unknown strict external
@@ -130,7 +137,7 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	if _, err := Price(rule, in.EstimatedUnits); err != nil {
 		return ReserveResult{}, priceError(err, "estimated_units")
 	}
-	c, err := s.holder(ctx, scope, in.Customer)
+	c, err := s.holder(ctx, scope, in.Customer, in.Dry)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -142,11 +149,28 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Metric: rule.BillableMetricKey,
 		EstimatedUnits: in.EstimatedUnits, Terms: TermsOf(rule), ExpiresAt: now.Add(time.Duration(in.TTLSeconds) * time.Second),
 		Metadata: orEmpty(in.Metadata), Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
-	if err != nil {
-		return ReserveResult{}, priceError(err, "estimated_units")
+	return s.reserve(ctx, c, cmd, in.Dry, "estimated_units")
+}
+
+// reserve runs cmd for c (dry: on a scratch copy, UsageStore.ReserveDry);
+// field names an overflow.
+func (s *Reservations) reserve(ctx context.Context, c Customer, cmd ReserveCommand, dry bool, field string) (ReserveResult, error) {
+	run := s.hot.Reserve
+	if dry {
+		run = s.hot.ReserveDry
 	}
-	return reserveResult(c, res.Mutation), nil
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return run(ctx, cmd) })
+	if dry && errors.Is(err, ErrInsufficientCredits) {
+		return ReserveResult{}, dryRefusal(res.Mutation)
+	}
+	if err != nil {
+		return ReserveResult{}, priceError(err, field)
+	}
+	out := reserveResult(c, res.Mutation)
+	if dry {
+		out.Dry, out.Events = true, eventTypes(EventsOf(res.Mutation))
+	}
+	return out, nil
 }
 
 // reserveResult is the 201 body of the hold m took for c.
@@ -160,8 +184,12 @@ func reserveResult(c Customer, m Mutation) ReserveResult {
 
 // holder is the customer a hold is for: by id, created when unknown, or
 // strictly by external id (an unknown one is a 400).
-func (s *Reservations) holder(ctx context.Context, scope Scope, ref CustomerRef) (Customer, error) {
-	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict)
+func (s *Reservations) holder(ctx context.Context, scope Scope, ref CustomerRef, dry bool) (Customer, error) {
+	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict && !dry)
+	if dry && !ref.Strict {
+		// A dry run creates no customer: an unknown id is a 404 here.
+		return c, err
+	}
 	if e, ok := AsError(err); ok && e.Kind == KindNotFound {
 		return Customer{}, BadRequest("external_customer_id", "no customer with this external_customer_id")
 	}
@@ -198,7 +226,7 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 		}
 		lines[i] = ReserveLine{Metric: rule.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, Terms: TermsOf(rule)}
 	}
-	c, err := s.holder(ctx, scope, in.Customer)
+	c, err := s.holder(ctx, scope, in.Customer, in.Dry)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -211,11 +239,7 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 	cmd := ReserveCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, now), ReservationID: uuid.Must(uuid.NewV7()), Items: lines,
 		ExpiresAt: now.Add(time.Duration(in.TTLSeconds) * time.Second), Metadata: orEmpty(in.Metadata), Context: contextOf(c, tenant)}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Reserve(ctx, cmd) })
-	if err != nil {
-		return ReserveResult{}, priceError(err, "items")
-	}
-	return reserveResult(c, res.Mutation), nil
+	return s.reserve(ctx, c, cmd, in.Dry, "items")
 }
 
 // Get reads a hold of the tenant, in either environment. Errors: 404.

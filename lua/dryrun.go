@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,14 +47,18 @@ func (s *Store) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engi
 }
 
 // dryRun runs sc with keys[0] (the account) replaced by a scratch copy and
-// keys[1] (the outbox) by a scratch stream, reads what the script appended
-// and deletes both.
+// every other key (the outbox, a hold-expiry zset) by an empty scratch key,
+// reads what the script appended to the outbox and deletes them all.
 func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc *script, keys []string, args []any) (engine.MutationResult, error) {
 	scratch := s.tag(Partition(customer)) + ":dry:" + uuid.NewString()
-	account, outbox := scratch+":a", scratch+":o"
+	dry := make([]string, len(keys))
+	for i := range keys {
+		dry[i] = scratch + ":" + strconv.Itoa(i)
+	}
+	account, outbox := dry[0], dry[1]
 	defer func() {
 		// A scratch key left behind expires by itself (dryRunTTL).
-		_ = s.rdb.Del(context.WithoutCancel(ctx), account, outbox).Err()
+		_ = s.rdb.Del(context.WithoutCancel(ctx), dry...).Err()
 	}()
 	var copied *redis.IntCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -66,11 +71,15 @@ func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc 
 	if copied.Val() == 0 {
 		return engine.MutationResult{}, engine.ErrStateMissing
 	}
-	dry := append([]string{account, outbox}, keys[2:]...)
 	v, runErr := s.call(ctx, sc, dry, args...).Result()
-	// The stream exists only if the script appended to it; its key is
-	// given the same bound before it is read.
-	s.rdb.PExpire(ctx, outbox, dryRunTTL)
+	// The other keys exist only if the script wrote them; they get the
+	// same bound before they are read.
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range dry[1:] {
+			p.PExpire(ctx, k, dryRunTTL)
+		}
+		return nil
+	})
 	var res engine.MutationResult
 	if runErr == nil {
 		var err error

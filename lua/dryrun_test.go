@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -57,3 +58,34 @@ func TestConsumeDry(t *testing.T) {
 		}
 	})
 }
+
+// TestReserveDry: a hold's dry run answers the hold reserve.lua would take
+// and leaves the account, the outbox and the partition's hold-expiry zset
+// as they were.
+func TestReserveDry(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c, _ := b.funded(t)
+		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 7}
+		rexp := b.store.holdExpiryKey(Partition(c.CustomerID))
+		before, zBefore := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val()
+		res, err := b.store.ReserveDry(ctx, reserveCmd(c, 10, terms, time.Minute, t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := res.Mutation.Reservation; r == nil || res.Mutation.Account.Reserved != 70 {
+			t.Errorf("dry hold: %+v reserved %d, want a hold of 70", r, res.Mutation.Account.Reserved)
+		}
+		if after, z := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val(); after != before || z != zBefore {
+			t.Errorf("a hold's dry run changed the keys (zset %d -> %d)", zBefore, z)
+		}
+		if _, err := b.store.ReserveDry(ctx, reserveCmd(c, 100, terms, time.Minute, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Errorf("dry hold past the balance: %v", err)
+		}
+		if n := len(b.rdb.Keys(ctx, "*:dry:*").Val()); n != 0 {
+			t.Errorf("%d scratch keys left", n)
+		}
+	})
+}
+

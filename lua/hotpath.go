@@ -340,45 +340,69 @@ func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 
 // reserve is Reserve once Postgres does not hold the key (appliedFirst).
 func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	sc, name, args, err := s.reserveArgs(cmd)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	res, err := s.runMoney(ctx, sc, name, s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.indexHold(ctx, cmd, res, err)
+}
+
+// ReserveDry answers the Mutation Reserve of cmd would write, changing
+// nothing (dryRun; cmd carries no idempotency key). Errors as Reserve's.
+func (s *Store) ReserveDry(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+	if cmd.IdempotencyKey != "" {
+		return engine.MutationResult{}, errors.New("lua: reserve dry run: a dry run takes no idempotency key")
+	}
+	sc, name, args, err := s.reserveArgs(cmd)
+	if err != nil {
+		return engine.MutationResult{}, err
+	}
+	return s.dryRun(ctx, cmd.Customer.CustomerID, name, sc, s.holdKeys(cmd.Customer.CustomerID, ""), args)
+}
+
+// reserveArgs is the script (reserve.lua, or reserve_multi.lua for a
+// multi-metric command: the items' summed estimated cost held in one
+// script, or nothing) and its arguments for cmd.
+func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, error) {
 	if cmd.Items != nil {
-		return s.reserveMulti(ctx, cmd)
+		args, err := s.reserveMultiArgs(cmd)
+		return reserveMultiScript, "reserve_multi", args, err
 	}
 	if cmd.EstimatedUnits < 1 {
-		return engine.MutationResult{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
+		return nil, "", nil, engine.Invalid("estimated_units", "estimated_units must be >= 1")
 	}
 	if err := checkMetric(cmd.Metric); err != nil {
-		return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+		return nil, "", nil, fmt.Errorf("lua: reserve: %w", err)
 	}
 	if err := checkHold(cmd); err != nil {
-		return engine.MutationResult{}, err
+		return nil, "", nil, err
 	}
 	terms, err := pricedTerms("reserve", cmd.Terms, cmd.EstimatedUnits)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, "", nil, err
 	}
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, "", nil, err
 	}
 	a := reserveArgv{hotHead: head, ResID: cmd.ReservationID.String(), Metric: cmd.Metric,
 		EstUnits: strconv.FormatInt(cmd.EstimatedUnits, 10), Terms: terms,
 		Expires: strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), Meta: meta}
-	res, err := s.runMoney(ctx, reserveScript, "reserve", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
-	return s.indexHold(ctx, cmd, res, err)
+	return reserveScript, "reserve", a.list(), nil
 }
 
-// reserveMulti is reserve for a multi-metric command (reserve_multi.lua):
-// the items' summed estimated cost held in one script, or nothing.
-func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
+// reserveMultiArgs are reserve_multi.lua's arguments for cmd.
+func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
 	if err := checkItems(len(cmd.Items)); err != nil {
-		return engine.MutationResult{}, err
+		return nil, err
 	}
 	if err := checkHold(cmd); err != nil {
-		return engine.MutationResult{}, err
+		return nil, err
 	}
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
-		return engine.MutationResult{}, err
+		return nil, err
 	}
 	a := reserveMultiArgv{hotHead: head, ResID: cmd.ReservationID.String(),
 		Expires: strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
@@ -386,19 +410,18 @@ func (s *Store) reserveMulti(ctx context.Context, cmd engine.ReserveCommand) (en
 	for i, it := range cmd.Items {
 		if it.EstimatedUnits < 1 {
 			field := fmt.Sprintf("items[%d].estimated_units", i)
-			return engine.MutationResult{}, engine.Invalid(field, field+" must be >= 1")
+			return nil, engine.Invalid(field, field+" must be >= 1")
 		}
 		if err := checkMetric(it.Metric); err != nil {
-			return engine.MutationResult{}, fmt.Errorf("lua: reserve: %w", err)
+			return nil, fmt.Errorf("lua: reserve: %w", err)
 		}
 		terms, err := pricedTerms("reserve", it.Terms, it.EstimatedUnits)
 		if err != nil {
-			return engine.MutationResult{}, err
+			return nil, err
 		}
 		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.EstimatedUnits, 10), Terms: terms}
 	}
-	res, err := s.runMoney(ctx, reserveMultiScript, "reserve_multi", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
-	return s.indexHold(ctx, cmd, res, err)
+	return a.list(), nil
 }
 
 // indexHold records reservation id -> customer, metric or items after a

@@ -105,3 +105,53 @@ func TestConsumeDryRun(t *testing.T) {
 		unchanged(t, "after refused dry runs")
 	})
 }
+
+// TestReservationDryRun (issue 28 item 5): a reservation with dry_run true
+// answers 200 with the hold as it would be taken (no id: it does not
+// exist), or the refusal it would get, and takes nothing.
+func TestReservationDryRun(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("dry-hold"))
+	a := s.as(t, tn.Live)
+	m := a.perUnit(10)
+	id, _ := a.newCustomer()
+	a.grant(id, map[string]any{"credits": 100})
+	before := a.credits(id)
+	holds := func() int {
+		r := a.get("/v1/customers/" + id + "/reservations")
+		wantStatus(t, r, 200, "list reservations")
+		return len(arr(t, r.Body["data"], "reservations"))
+	}
+
+	r := a.do("POST", "/v1/reservations", "", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 3,
+		"ttl_seconds": 60, "dry_run": true})
+	if checkStatus(t, r, 200, "dry run reservation") {
+		acct := obj(t, r.Body["account"], "account")
+		if r.Body["dry_run"] != true || r.Body["id"] != nil || r.Body["status"] != "active" || Int(t, r.Body["estimated_cost"]) != 30 ||
+			Int(t, acct["reserved_balance"]) != 30 || Int(t, acct["effective_balance"]) != 70 {
+			t.Errorf("dry run reservation: %s", r.Raw)
+		}
+		arr(t, r.Body["events"], "events")
+	}
+	checkProblem(t, a.do("POST", "/v1/reservations", "", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 11,
+		"ttl_seconds": 60, "dry_run": true}), 409, "insufficient-credits", "", "dry run past the balance")
+	checkProblem(t, a.do("POST", "/v1/reservations", "", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 1,
+		"ttl_seconds": 60, "dry_run": 1}), 422, "validation-error", "dry_run", "dry_run not a boolean")
+	checkProblem(t, a.do("POST", "/v1/reservations", "", map[string]any{"customer_id": uniq("nobody"), "billable_metric_key": m,
+		"estimated_units": 1, "ttl_seconds": 60, "dry_run": true}), 404, "not-found", "", "dry run for an unknown customer")
+
+	c := a.credits(id)
+	if Int(t, c["reserved_balance"]) != 0 || Int(t, c["version"]) != Int(t, before["version"]) {
+		t.Errorf("after dry runs: reserved %v version %v, want 0 and %v", c["reserved_balance"], c["version"], before["version"])
+	}
+	if n := holds(); n != 0 {
+		t.Errorf("%d reservations after dry runs, want none", n)
+	}
+	// A real reservation still goes through, and is listed.
+	wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 3, "ttl_seconds": 60}),
+		201, "real reservation")
+	if n := holds(); n != 1 {
+		t.Errorf("%d reservations after a real one, want 1", n)
+	}
+}
+

@@ -869,8 +869,12 @@ class Operations:
     ) -> t.ReserveResult:
         """POST /v1/reservations (operation createReservation). Hold credit for a job. Exactly
         one of customer_id and external_customer_id (400 otherwise). 409 insufficient-
-        credits; 500 when the metric has no active rule. It sends an Idempotency-Key:
-        idempotency_key, else a new UUID, the same on every retry of the call.
+        credits; 500 when the metric has no active rule. With dry_run true nothing is held
+        and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null),
+        or the 409 it would get (its problem carries dry_run true and the events the refusal
+        would fire); an unknown customer_id is then a 404, as a dry run creates no customer.
+        It sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every
+        retry of the call.
         """
         return self._request(
             "POST",

@@ -107,6 +107,7 @@ __all__ = [
     "Reservation",
     "ReservationItem",
     "ReservationPage",
+    "ReserveDryRun",
     "ReserveInput",
     "ReserveItem",
     "ReserveResult",
@@ -791,6 +792,11 @@ class ReserveInput(TypedDict):
     ttl_seconds: NotRequired[int]
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
+    # true answers 200 with the hold as it would be taken (id null: it does not exist), or the
+    # refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is
+    # neither claimed nor checked. It never creates a customer: an unknown customer_id is a 404.
+    # Default false.
+    dry_run: NotRequired[bool]
 
 
 class ReserveResult(TypedDict):
@@ -2164,3 +2170,28 @@ class ExtendResult(TypedDict):
     # commits took from the hold; 0 once committed, released or expired.
     remaining_cost: int
     account: "HoldAccount"
+
+
+class ReserveDryRun(TypedDict):
+    """ReserveDryRun is the ReserveDryRun schema of the creditd API. A reservation dry run's
+    answer: ReserveResult's members with id null (the hold does not exist), dry_run true and
+    the events taking the hold would fire.
+    """
+    id: Optional[Any]
+    customer_id: str
+    billable_metric_key: str
+    estimated_units: int
+    estimated_cost: int
+    environment: Literal["live", "sandbox"]
+    status: Literal["active", "committed", "released", "expired"]
+    expires_at: str
+    account: "HoldAccount"
+    # Free-form key-value object.
+    metadata: dict[str, Any]
+    created_at: str
+    # Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and
+    # costs are the items' totals); absent for a single-metric one.
+    items: NotRequired[list["ReservationItem"]]
+    dry_run: Literal[True]
+    # The event types taking the hold would fire (credit.low_balance, credit.exhausted).
+    events: list[str]

@@ -682,7 +682,7 @@ export interface paths {
         put?: never;
         /**
          * Hold credit for a job
-         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule.
+         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its problem carries dry_run true and the events the refusal would fire); an unknown customer_id is then a 404, as a dry run creates no customer.
          */
         post: operations["createReservation"];
         delete?: never;
@@ -2480,6 +2480,11 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /**
+             * @description true answers 200 with the hold as it would be taken (id null: it does not exist), or the refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed nor checked. It never creates a customer: an unknown customer_id is a 404.
+             * @default false
+             */
+            dry_run?: boolean;
         } & (unknown | unknown);
         ReserveResult: {
             /** Format: uuid */
@@ -3715,6 +3720,36 @@ export interface components {
              */
             remaining_cost: number;
             account: components["schemas"]["HoldAccount"];
+        };
+        /** @description A reservation dry run's answer: ReserveResult's members with id null (the hold does not exist), dry_run true and the events taking the hold would fire. */
+        ReserveDryRun: {
+            id: null;
+            /** Format: uuid */
+            customer_id: string;
+            billable_metric_key: string;
+            /** Format: int64 */
+            estimated_units: number;
+            /** Format: int64 */
+            estimated_cost: number;
+            /** @enum {string} */
+            environment: "live" | "sandbox";
+            /** @enum {string} */
+            status: "active" | "committed" | "released" | "expired";
+            /** Format: date-time */
+            expires_at: string;
+            account: components["schemas"]["HoldAccount"];
+            /** @description Free-form key-value object. */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+            /** @description Each metric of a multi-metric reservation (billable_metric_key is then "" and the units and costs are the items' totals); absent for a single-metric one. */
+            items?: components["schemas"]["ReservationItem"][];
+            /** @constant */
+            dry_run: true;
+            /** @description The event types taking the hold would fire (credit.low_balance, credit.exhausted). */
+            events: string[];
         };
     };
     responses: {
@@ -6690,6 +6725,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description A dry run (dry_run true): the hold as it would be taken; nothing was held. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReserveDryRun"];
+                };
+            };
             /** @description The hold. */
             201: {
                 headers: {
@@ -6706,6 +6750,7 @@ export interface operations {
             };
             400: components["responses"]["400"];
             401: components["responses"]["401"];
+            404: components["responses"]["404"];
             409: components["responses"]["409"];
             413: components["responses"]["413"];
             422: components["responses"]["422"];
