@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -41,6 +42,11 @@ type Events struct {
 	// writes acknowledged before it (on any node).
 	WrittenBehind *WrittenBehind
 
+	// changes, when set, feeds change streams the tenants' config changes
+	// (WithChangeFeed); changesPerTenant caps their open change streams.
+	changes          ChangeFeed
+	changesPerTenant int
+
 	mu    sync.Mutex
 	feeds map[uuid.UUID]*tenantFeed
 }
@@ -54,7 +60,8 @@ func NewEvents(log EventLog, poll time.Duration, perTenant int, logger zerolog.L
 	if perTenant <= 0 {
 		perTenant = DefaultStreamsPerTenant
 	}
-	return &Events{log: log, poll: poll, perTenant: perTenant, logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
+	return &Events{log: log, poll: poll, perTenant: perTenant, changesPerTenant: DefaultChangeStreamsPerTenant,
+		logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
 }
 
 // EventsPage is a checked GET /v1/events query.
@@ -117,46 +124,70 @@ type Stream struct {
 
 // tenantFeed reads one tenant's new events for its streams.
 type tenantFeed struct {
-	tenant  uuid.UUID
-	streams map[*Stream]struct{}
-	stop    chan struct{}
+	tenant        uuid.UUID
+	streams       map[*Stream]struct{}
+	changeStreams map[*ChangeStream]struct{}
+	stop          chan struct{}
 }
 
 // Open subscribes to the customer's events stored from now on. Errors:
 // 429 ErrTooManyStreams at the tenant's cap. The caller must Close it.
 func (s *Events) Open(ctx context.Context, scope Scope, customer uuid.UUID) (*Stream, error) {
-	s.mu.Lock()
-	f := s.feeds[scope.TenantID]
-	if f != nil && len(f.streams) >= s.perTenant {
-		s.mu.Unlock()
-		return nil, ErrTooManyStreams
+	f, err := s.feedFor(ctx, scope, func(f *tenantFeed) bool { return len(f.streams) < s.perTenant })
+	if err != nil {
+		if err == errFeedFull {
+			return nil, ErrTooManyStreams
+		}
+		return nil, err
 	}
-	if f != nil {
-		st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
-		f.streams[st] = struct{}{}
-		s.mu.Unlock()
-		return st, nil
+	st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
+	f.streams[st] = struct{}{}
+	s.mu.Unlock()
+	return st, nil
+}
+
+// errFeedFull: the tenant's feed has no room for one more stream of the
+// kind asked for.
+var errFeedFull = errors.New("engine: feed full")
+
+// feedFor returns the tenant's feed, started when it has none, with s.mu
+// held, once room says it takes one more stream; else errFeedFull (or the
+// error reading where a new feed starts), with s.mu released.
+func (s *Events) feedFor(ctx context.Context, scope Scope, room func(*tenantFeed) bool) (*tenantFeed, error) {
+	s.mu.Lock()
+	if f := s.feeds[scope.TenantID]; f != nil {
+		if !room(f) {
+			s.mu.Unlock()
+			return nil, errFeedFull
+		}
+		return f, nil
 	}
 	s.mu.Unlock()
-	// A new feed starts after the last sequence handed out: anything before
-	// it is committed, so a caller's catch-up read after Open sees it.
+	// A new feed starts after the last sequence handed out and the last
+	// config change: anything before them is stored, so a caller's
+	// catch-up read after Open sees it.
 	cursor, err := s.log.LastSequence(ctx, scope.TenantID)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f = s.feeds[scope.TenantID]
-	if f == nil {
-		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{}, stop: make(chan struct{})}
-		s.feeds[scope.TenantID] = f
-		go s.run(f, cursor)
-	} else if len(f.streams) >= s.perTenant {
-		return nil, ErrTooManyStreams
+	var change ChangeID
+	if s.changes != nil {
+		if change, err = s.changes.ChangesLast(ctx, scope.TenantID); err != nil {
+			return nil, err
+		}
 	}
-	st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
-	f.streams[st] = struct{}{}
-	return st, nil
+	s.mu.Lock()
+	f := s.feeds[scope.TenantID]
+	if f == nil {
+		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{},
+			changeStreams: map[*ChangeStream]struct{}{}, stop: make(chan struct{})}
+		s.feeds[scope.TenantID] = f
+		go s.run(f, cursor, change)
+	} else if !room(f) {
+		s.mu.Unlock()
+		return nil, errFeedFull
+	}
+	return f, nil
 }
 
 // Close ends the stream; its feed stops with its last stream.
@@ -173,27 +204,33 @@ func (s *Events) endLocked(st *Stream) {
 	}
 	st.closed = true
 	close(st.C)
-	f := st.feed
-	delete(f.streams, st)
-	if len(f.streams) == 0 && s.feeds[f.tenant] == f {
+	delete(st.feed.streams, st)
+	s.stopIfIdleLocked(st.feed)
+}
+
+// stopIfIdleLocked stops f once it has no stream of either kind.
+func (s *Events) stopIfIdleLocked(f *tenantFeed) {
+	if len(f.streams) == 0 && len(f.changeStreams) == 0 && s.feeds[f.tenant] == f {
 		delete(s.feeds, f.tenant)
 		close(f.stop)
 	}
 }
 
-// OpenStreams is the number of streams open in this process.
+// OpenStreams is the number of streams open in this process, of both
+// kinds.
 func (s *Events) OpenStreams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, f := range s.feeds {
-		n += len(f.streams)
+		n += len(f.streams) + len(f.changeStreams)
 	}
 	return n
 }
 
-// run reads f's tenant's events after cursor every poll until f stops.
-func (s *Events) run(f *tenantFeed, cursor int64) {
+// run reads f's tenant's events after cursor, and its config changes after
+// change, every poll until f stops.
+func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	for {
@@ -218,6 +255,47 @@ func (s *Events) run(f *tenantFeed, cursor int64) {
 				break
 			}
 		}
+		change = s.pollChanges(f, change)
+	}
+}
+
+// pollChanges reads f's tenant's config changes after change and hands
+// them to its change streams; it returns the new cursor. Changes trimmed
+// before they were read end every change stream (each resumes and is
+// told to start over).
+func (s *Events) pollChanges(f *tenantFeed, change ChangeID) ChangeID {
+	if s.changes == nil {
+		return change
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cs, lost, err := s.changes.ChangesAfter(ctx, f.tenant, change, changeReadLimit)
+		cancel()
+		if err != nil {
+			s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("change feed read failed")
+			return change
+		}
+		if lost {
+			s.mu.Lock()
+			for st := range f.changeStreams {
+				s.endChangesLocked(st)
+			}
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			last, err := s.changes.ChangesLast(ctx, f.tenant)
+			cancel()
+			if err != nil {
+				return change
+			}
+			return last
+		}
+		if len(cs) > 0 {
+			change = cs[len(cs)-1].ID
+			s.deliverChanges(f, cs)
+		}
+		if len(cs) < changeReadLimit {
+			return change
+		}
 	}
 }
 
@@ -226,9 +304,17 @@ func (s *Events) run(f *tenantFeed, cursor int64) {
 func (s *Events) deliver(f *tenantFeed, evs []Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range evs {
+	for i := range evs {
+		e := evs[i]
 		if e.CustomerID == nil {
 			continue
+		}
+		for st := range f.changeStreams {
+			select {
+			case st.C <- FeedItem{Event: &evs[i]}:
+			default:
+				s.endChangesLocked(st)
+			}
 		}
 		for st := range f.streams {
 			if st.customer != *e.CustomerID {

@@ -52,6 +52,10 @@ type Config struct {
 	// StreamsPerTenant caps a tenant's open balance streams in this
 	// process (0: engine.DefaultStreamsPerTenant; tests lower it).
 	StreamsPerTenant int
+	// ChangeStreamsPerTenant caps a tenant's open change streams
+	// (GET /v1/changes/stream) in this process (0:
+	// engine.DefaultChangeStreamsPerTenant; tests lower it).
+	ChangeStreamsPerTenant int
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -243,6 +247,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Prepare: a.dropLegacyExpiryIndex}
 	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
 	a.Events.WrittenBehind = behind
+	// The change stream's config changes are the stamps' bumps (issue 27).
+	a.Events.WithChangeFeed(a.Store, cfg.ChangeStreamsPerTenant)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
