@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// fakeChangeFeed is an in-memory ChangeFeed; ids are (n, 0).
+type fakeChangeFeed struct {
+	mu      sync.Mutex
+	changes []ConfigChange
+}
+
+func (f *fakeChangeFeed) add(k StampKind) ChangeID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := ChangeID{Ms: uint64(len(f.changes) + 1)}
+	f.changes = append(f.changes, ConfigChange{ID: id, Kind: k, Stamp: uint64(time.Now().UnixMicro())})
+	return id
+}
+
+func (f *fakeChangeFeed) ChangesAfter(_ context.Context, _ uuid.UUID, after ChangeID, limit int) ([]ConfigChange, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []ConfigChange
+	for _, c := range f.changes {
+		if after.Less(c.ID) && len(out) < limit {
+			out = append(out, c)
+		}
+	}
+	return out, false, nil
+}
+
+func (f *fakeChangeFeed) ChangesLast(context.Context, uuid.UUID) (ChangeID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.changes) == 0 {
+		return ChangeID{}, nil
+	}
+	return f.changes[len(f.changes)-1].ID, nil
+}
+
+// TestChangeStreams: a change stream gets every customer's events and the
+// tenant's config changes made after it opened, in order; its cap is its
+// own (balance streams do not use it up, nor it theirs); the tenant's feed
+// keeps running while either kind is open and stops with the last.
+func TestChangeStreams(t *testing.T) {
+	t.Parallel()
+	log, feed := &fakeEventLog{}, &fakeChangeFeed{}
+	ev := NewEvents(log, 5*time.Millisecond, 1, zerolog.Nop()).WithChangeFeed(feed, 1)
+	tenant := uuid.New()
+	scope := Scope{TenantID: tenant, Environment: EnvironmentLive}
+	ctx := context.Background()
+	log.add(tenant, uuid.New())
+	feed.add(StampPlans) // before the stream: not sent
+
+	cs, err := ev.OpenChanges(ctx, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ev.OpenChanges(ctx, scope); err != ErrTooManyChangeStreams {
+		t.Fatalf("second change stream: %v, want ErrTooManyChangeStreams", err)
+	}
+	bal, err := ev.Open(ctx, scope, uuid.New())
+	if err != nil {
+		t.Fatalf("a balance stream beside the change stream: %v", err)
+	}
+	a, b := uuid.New(), uuid.New()
+	s1 := log.add(tenant, a)
+	c1 := feed.add(StampSubscriptions)
+	s2 := log.add(tenant, b)
+	log.add(uuid.New(), a) // another tenant's
+	var seqs []int64
+	var changes []ChangeID
+	for len(seqs) < 2 || len(changes) < 1 {
+		select {
+		case it, ok := <-cs.C:
+			if !ok {
+				t.Fatal("change stream closed")
+			}
+			if it.Event != nil {
+				seqs = append(seqs, *it.Event.Sequence)
+			}
+			if it.Change != nil {
+				changes = append(changes, it.Change.ID)
+				if it.Change.Kind != StampSubscriptions {
+					t.Errorf("change kind %v", it.Change.Kind)
+				}
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("got events %v changes %v, want %d %d and %v", seqs, changes, s1, s2, c1)
+		}
+	}
+	if seqs[0] != s1 || seqs[1] != s2 || len(changes) != 1 || changes[0] != c1 {
+		t.Errorf("events %v changes %v, want [%d %d] [%v]", seqs, changes, s1, s2, c1)
+	}
+	bal.Close()
+	if ev.OpenStreams() != 1 {
+		t.Errorf("open streams %d, want 1", ev.OpenStreams())
+	}
+	feed.add(StampCatalog)
+	select {
+	case it := <-cs.C:
+		if it.Change == nil || it.Change.Kind != StampCatalog {
+			t.Errorf("after the balance stream closed: %+v", it)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the feed stopped with the balance stream although a change stream is open")
+	}
+	cs.Close()
+	if ev.OpenStreams() != 0 {
+		t.Errorf("open streams %d after closing both, want 0", ev.OpenStreams())
+	}
+	ev.mu.Lock()
+	n := len(ev.feeds)
+	ev.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d feeds left running", n)
+	}
+}
+
+// TestFeedCursor: a cursor reads back as written; anything else is a 400
+// naming Last-Event-ID.
+func TestFeedCursor(t *testing.T) {
+	t.Parallel()
+	for _, c := range []FeedCursor{{}, {Sequence: 42, Change: ChangeID{1764381600000, 3}}} {
+		got, err := ParseFeedCursor(c.String())
+		if err != nil || got != c {
+			t.Errorf("%q read back as %v, %v", c.String(), got, err)
+		}
+	}
+	for _, bad := range []string{"x", "12", "1.2", "-1.0-0", "1.0-x", "1.-0", "1.0-0-0"} {
+		_, err := ParseFeedCursor(bad)
+		if e, ok := err.(*Error); !ok || e.Kind != KindBadRequest || e.Field != "Last-Event-ID" {
+			t.Errorf("%q: %v, want a 400 naming Last-Event-ID", bad, err)
+		}
+	}
+}
