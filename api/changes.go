@@ -13,11 +13,19 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// changeStreamHeartbeat is how often an idle change stream sends a
-// comment line. Shorter than a balance stream's: an evaluator reads each
-// line as "nothing changed up to now" and measures its answers' age from
-// it, so the beat bounds the age a quiet tenant's answers show.
-const changeStreamHeartbeat = time.Second
+const (
+	// changeStreamHeartbeat is how often a change stream sends a comment
+	// line. Shorter than a balance stream's: an evaluator reads a heartbeat
+	// as "every change before now was sent" and measures its answers' age
+	// from it, so the beat bounds the age a quiet tenant's answers show.
+	changeStreamHeartbeat = time.Second
+	// changeStreamCurrentWithin is how far behind now its feed may be
+	// proven current (engine.ChangeStream.CurrentAt) for a heartbeat to be
+	// sent; further behind (a stalled persister, an unreadable Redis or
+	// Postgres) the stream sends ": behind" instead, and the evaluator's
+	// answers age until they fall back.
+	changeStreamCurrentWithin = 2 * time.Second
+)
 
 // streamChanges answers GET /v1/changes/stream (issue 27): a
 // text/event-stream of everything that can change a check of any of the
@@ -170,7 +178,16 @@ func (s *Server) writeChanges(w *bufio.Writer, conn net.Conn, scope engine.Scope
 				return
 			}
 		case <-beat.C:
-			_, _ = w.WriteString(": heartbeat\n\n")
+			// The heartbeat says how far behind now the stream is proven
+			// current, in milliseconds: a duration, so the client needs no
+			// clock of ours to date its figures.
+			if lag := time.Since(st.CurrentAt()); lag <= changeStreamCurrentWithin {
+				_, _ = w.WriteString(": heartbeat ")
+				_, _ = w.WriteString(strconv.FormatInt(lag.Milliseconds(), 10))
+				_, _ = w.WriteString("\n\n")
+			} else {
+				_, _ = w.WriteString(": behind\n\n")
+			}
 			if !flush() {
 				return
 			}

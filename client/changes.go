@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Change stream event types besides the event log's (credit.granted, ...,
@@ -42,10 +44,12 @@ type ChangeEvent struct {
 type ChangeStream struct {
 	body io.ReadCloser
 	sc   *bufio.Scanner
-	// OnHeartbeat, when set, is called from Next on each comment line (the
-	// server's heartbeat, one a second on a quiet stream): the stream is
-	// alive and nothing changed up to now.
-	OnHeartbeat func()
+	// OnHeartbeat, when set, is called from Next on each heartbeat (about
+	// one a second) with its lag: every change made up to lag before the
+	// heartbeat was sent has been sent (the server's persister lag and
+	// poll; at most 2 s, past it the server sends ": behind" comments
+	// instead, which do not count).
+	OnHeartbeat func(lag time.Duration)
 }
 
 // StreamChanges opens the tenant's change stream: every event of its
@@ -82,10 +86,12 @@ func (s *ChangeStream) Next() (ChangeEvent, error) {
 			if seen {
 				return e, nil
 			}
-		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, ": heartbeat"):
 			if s.OnHeartbeat != nil {
-				s.OnHeartbeat()
+				ms, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, ": heartbeat")), 10, 64)
+				s.OnHeartbeat(time.Duration(max(ms, 0)) * time.Millisecond)
 			}
+		case strings.HasPrefix(line, ":"):
 		case strings.HasPrefix(line, "id: "):
 			e.ID, seen = strings.TrimPrefix(line, "id: "), true
 		case strings.HasPrefix(line, "event: "):

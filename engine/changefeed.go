@@ -12,6 +12,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Change feed limits (invariant 11).
@@ -181,6 +182,18 @@ func (s *Events) OpenChanges(ctx context.Context, scope Scope) (*ChangeStream, e
 	f.changeStreams[st] = struct{}{}
 	s.mu.Unlock()
 	return st, nil
+}
+
+// CurrentAt is the latest moment up to which every event (its write
+// persisted) and config change stored before it has been handed to the
+// stream (zero before the feed's first proof): a stream is as current as
+// its feed, its lag behind now is the persister's plus a poll or two.
+func (st *ChangeStream) CurrentAt() time.Time {
+	n := st.feed.currentAt.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // Close ends the stream; its feed stops with its last stream.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +140,56 @@ func TestFeedCursor(t *testing.T) {
 		if e, ok := err.(*Error); !ok || e.Kind != KindBadRequest || e.Field != "Last-Event-ID" {
 			t.Errorf("%q: %v, want a 400 naming Last-Event-ID", bad, err)
 		}
+	}
+}
+
+// heldOutbox is an outbox whose marks are persisted only when told.
+type heldOutbox struct{ persisted atomic.Bool }
+
+func (f *heldOutbox) OutboxMark(context.Context, *uuid.UUID) (OutboxMark, error) {
+	return OutboxMark{Partitions: []int{0}, Entries: []string{"1-0"}}, nil
+}
+
+func (f *heldOutbox) OutboxPersisted(context.Context, OutboxMark) (bool, error) {
+	return f.persisted.Load(), nil
+}
+
+// TestChangeStreamCurrentAt: a change stream is proven current only up to
+// a moment whose acknowledged writes the persister has moved to Postgres
+// before the feed read the log: while the outbox is behind, CurrentAt
+// stays put (the stream sends no heartbeat); once it is persisted,
+// CurrentAt moves to when the mark was taken.
+func TestChangeStreamCurrentAt(t *testing.T) {
+	t.Parallel()
+	marks := &heldOutbox{}
+	ev := NewEvents(&fakeEventLog{}, 50*time.Millisecond, 1, zerolog.Nop()).WithChangeFeed(&fakeChangeFeed{}, 1)
+	ev.WrittenBehind = NewWrittenBehind(marks, nil)
+	cs, err := ev.OpenChanges(context.Background(), Scope{TenantID: uuid.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	time.Sleep(200 * time.Millisecond)
+	if at := cs.CurrentAt(); !at.IsZero() {
+		t.Fatalf("current at %v while the outbox is behind, want never", at)
+	}
+	before := time.Now()
+	marks.persisted.Store(true)
+	deadline := time.Now().Add(2 * time.Second)
+	var at time.Time
+	for at = cs.CurrentAt(); at.IsZero(); at = cs.CurrentAt() {
+		if time.Now().After(deadline) {
+			t.Fatal("CurrentAt did not move once the outbox was persisted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The first proof is the mark taken while the outbox was behind (the
+	// next poll is 50 ms away).
+	if !at.Before(before) {
+		t.Errorf("current at %v, want the pending mark's moment, before %v", at, before)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if at := cs.CurrentAt(); time.Since(at) > 200*time.Millisecond {
+		t.Errorf("current at %v: new marks are not proven as they persist", at)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,6 +129,9 @@ type tenantFeed struct {
 	streams       map[*Stream]struct{}
 	changeStreams map[*ChangeStream]struct{}
 	stop          chan struct{}
+	// currentAt (unix nanoseconds) is the latest moment up to which every
+	// event and config change stored before it was handed to the streams.
+	currentAt atomic.Int64
 }
 
 // Open subscribes to the customer's events stored from now on. Errors:
@@ -233,18 +237,31 @@ func (s *Events) OpenStreams() int {
 func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
+	var proof currentProof
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-t.C:
 		}
+		// Only change streams show how current they are: a feed of balance
+		// streams alone takes no outbox marks.
+		s.mu.Lock()
+		proving := len(f.changeStreams) > 0
+		s.mu.Unlock()
+		if proving {
+			proof.begin(s.WrittenBehind)
+		} else {
+			proof.settled = false
+		}
+		eventsRead := true
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			evs, err := s.log.EventsAfter(ctx, f.tenant, nil, cursor, feedReadLimit)
 			cancel()
 			if err != nil {
 				s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("event feed read failed")
+				eventsRead = false
 				break
 			}
 			if len(evs) > 0 {
@@ -255,17 +272,71 @@ func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 				break
 			}
 		}
-		change = s.pollChanges(f, change)
+		var changesRead bool
+		change, changesRead = s.pollChanges(f, change)
+		if at, ok := proof.end(eventsRead && changesRead); ok {
+			f.currentAt.Store(at.UnixNano())
+		}
 	}
 }
 
+// currentProof finds the moments up to which a feed has handed out every
+// change (ChangeStream.CurrentAt): a mark of the outbox taken at a moment
+// covers every write acknowledged before it; once the persister has moved
+// all of it into Postgres, the event log read after holds their events,
+// and the config changes read after hold every one stored before it. The
+// mark waits across polls until it is persisted, so a busy persister
+// (always a few entries behind) still lets the moment advance, one poll
+// and its lag late.
+type currentProof struct {
+	mark    *OutboxMark
+	at      time.Time
+	settled bool // the mark is persisted: this poll's reads prove it
+}
+
+// begin takes a mark when none is pending, and checks the pending one.
+func (p *currentProof) begin(w *WrittenBehind) {
+	p.settled = false
+	if w == nil || w.marks == nil {
+		p.mark, p.at, p.settled = &OutboxMark{}, time.Now(), true
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p.mark == nil {
+		m, err := w.marks.OutboxMark(ctx, nil)
+		if err != nil {
+			return
+		}
+		p.mark, p.at = &m, time.Now()
+	}
+	if len(p.mark.Partitions) == 0 {
+		p.settled = true
+		return
+	}
+	done, err := w.marks.OutboxPersisted(ctx, *p.mark)
+	p.settled = err == nil && done
+}
+
+// end reports the moment this poll proved current, when its reads all
+// succeeded after a settled mark.
+func (p *currentProof) end(readsOK bool) (time.Time, bool) {
+	if !p.settled || !readsOK {
+		return time.Time{}, false
+	}
+	at := p.at
+	p.mark = nil
+	return at, true
+}
+
 // pollChanges reads f's tenant's config changes after change and hands
-// them to its change streams; it returns the new cursor. Changes trimmed
+// them to its change streams; it returns the new cursor, and whether the
+// reads succeeded. Changes trimmed
 // before they were read end every change stream (each resumes and is
 // told to start over).
-func (s *Events) pollChanges(f *tenantFeed, change ChangeID) ChangeID {
+func (s *Events) pollChanges(f *tenantFeed, change ChangeID) (ChangeID, bool) {
 	if s.changes == nil {
-		return change
+		return change, true
 	}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -273,7 +344,7 @@ func (s *Events) pollChanges(f *tenantFeed, change ChangeID) ChangeID {
 		cancel()
 		if err != nil {
 			s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("change feed read failed")
-			return change
+			return change, false
 		}
 		if lost {
 			s.mu.Lock()
@@ -285,16 +356,16 @@ func (s *Events) pollChanges(f *tenantFeed, change ChangeID) ChangeID {
 			last, err := s.changes.ChangesLast(ctx, f.tenant)
 			cancel()
 			if err != nil {
-				return change
+				return change, false
 			}
-			return last
+			return last, true
 		}
 		if len(cs) > 0 {
 			change = cs[len(cs)-1].ID
 			s.deliverChanges(f, cs)
 		}
 		if len(cs) < changeReadLimit {
-			return change
+			return change, true
 		}
 	}
 }

@@ -232,8 +232,8 @@ func (e *Evaluator) current(en *entry) bool {
 }
 
 // ageLocked is how long ago en's figures were last known current: its
-// fetch, or the stream's last heartbeat after it while the stream is up
-// (a heartbeat is written only once every change before it was sent).
+// fetch, or the moment the stream's last heartbeat vouches for, when later
+// and the stream is up.
 func (e *Evaluator) ageLocked(en *entry, now time.Time) time.Duration {
 	known := en.at
 	if e.up && e.beat.After(known) {
@@ -485,12 +485,12 @@ func (e *Evaluator) report(err error) {
 	}
 }
 
-// heartbeat notes that every change before now was sent.
-func (e *Evaluator) heartbeat() {
-	now := e.cfg.Now()
+// heartbeat notes that every change made up to lag ago was sent.
+func (e *Evaluator) heartbeat(lag time.Duration) {
+	at := e.cfg.Now().Add(-lag)
 	e.mu.Lock()
-	if e.up {
-		e.beat = now
+	if e.up && at.After(e.beat) {
+		e.beat = at
 	}
 	e.mu.Unlock()
 }

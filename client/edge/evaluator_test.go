@@ -315,7 +315,7 @@ func TestEvaluator(t *testing.T) {
 			if a := check(t, e, "alice", "sso", 1); a.Source != SourceMemory || a.Age != 900*time.Millisecond {
 				t.Fatalf("answer within MaxAge: source %s age %v", a.Source, a.Age)
 			}
-			f.msgs <- ": heartbeat\n\n"
+			f.msgs <- ": heartbeat 0\n\n"
 			waitFor(t, "heartbeat", func() bool { return check(t, e, "alice", "sso", 1).Age == 0 })
 			clk.add(1100 * time.Millisecond)
 			a := check(t, e, "alice", "sso", 1)
@@ -324,6 +324,21 @@ func TestEvaluator(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a heartbeat dates the figures by its lag; behind does not count", func(t *testing.T) {
+		t.Parallel()
+		f, e, clk := setup(t, Config{})
+		check(t, e, "alice", "sso", 1)
+		clk.add(2 * time.Second)
+		f.msgs <- ": heartbeat 300\n\n"
+		waitFor(t, "heartbeat", func() bool { return check(t, e, "alice", "sso", 1).Age == 300*time.Millisecond })
+		clk.add(time.Second)
+		f.msgs <- ": behind\n\n"
+		f.msgs <- "id: 0.9-0\nevent: credit.granted\ndata: {\"customer_id\":\"nobody\"}\n\n"
+		waitFor(t, "cursor", func() bool { return e.Cursor() == "0.9-0" })
+		if a := check(t, e, "alice", "sso", 1); a.Age != 1300*time.Millisecond {
+			t.Errorf("age after a behind comment %v, want 1.3s", a.Age)
+		}
+	})
 	t.Run("the LRU bound holds", func(t *testing.T) {
 		t.Parallel()
 		f, e, _ := setup(t, Config{MaxCustomers: 2})
