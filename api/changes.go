@@ -29,8 +29,8 @@ const (
 
 // streamChanges answers GET /v1/changes/stream (issue 27): a
 // text/event-stream of everything that can change a check of any of the
-// tenant's customers: the event log's events of customers (balances,
-// subscriptions) and the config changes that fire no event (plans,
+// tenant's customers in the key's environment: the event log's events of
+// customers (balances, subscriptions) and the config changes that fire no event (plans,
 // variant entitlements, overrides, metering rules, customers, tenant
 // settings). Each message's id is a cursor over both sources;
 // Last-Event-ID resumes after it, and a cursor older than the config
@@ -141,10 +141,10 @@ func (s *Server) writeChanges(w *bufio.Writer, conn net.Conn, scope engine.Scope
 			return
 		}
 		for i := range evs {
-			if evs[i].CustomerID != nil && !send(engine.FeedItem{Event: &evs[i]}) {
+			if evs[i].CustomerID != nil && evs[i].Environment == scope.Environment && !send(engine.FeedItem{Event: &evs[i]}) {
 				return
 			}
-			// An event of no customer moves the cursor all the same.
+			// An event the stream does not carry moves the cursor all the same.
 			if evs[i].Sequence != nil && *evs[i].Sequence > cur.Sequence {
 				cur.Sequence = *evs[i].Sequence
 			}

@@ -151,7 +151,10 @@ type ChangeStream struct {
 	// C carries the tenant's events and config changes stored after the
 	// stream opened, each source in its order; it is closed when the stream
 	// fell too far behind or the feed failed (the client resumes).
-	C      chan FeedItem
+	C chan FeedItem
+	// env is the stream's environment: the events of the other one are
+	// not its key's to see (invariant 8).
+	env    Environment
 	feed   *tenantFeed
 	events *Events
 	closed bool // under Events.mu
@@ -167,7 +170,8 @@ func (s *Events) WithChangeFeed(feed ChangeFeed, perTenant int) *Events {
 	return s
 }
 
-// OpenChanges subscribes to the tenant's whole feed from now on. Errors:
+// OpenChanges subscribes to the tenant's whole feed from now on: the
+// events of the scope's environment, and every config change. Errors:
 // 429 ErrTooManyChangeStreams at the tenant's cap; 503 when the event log
 // or the change feed cannot be read. The caller must Close it.
 func (s *Events) OpenChanges(ctx context.Context, scope Scope) (*ChangeStream, error) {
@@ -178,7 +182,7 @@ func (s *Events) OpenChanges(ctx context.Context, scope Scope) (*ChangeStream, e
 		}
 		return nil, err
 	}
-	st := &ChangeStream{C: make(chan FeedItem, streamBuffer), feed: f, events: s}
+	st := &ChangeStream{C: make(chan FeedItem, streamBuffer), env: scope.Environment, feed: f, events: s}
 	f.changeStreams[st] = struct{}{}
 	s.mu.Unlock()
 	return st, nil
@@ -236,8 +240,9 @@ func (s *Events) LastSequence(ctx context.Context, scope Scope) (int64, error) {
 	return s.log.LastSequence(ctx, scope.TenantID)
 }
 
-// TenantEventsAfter lists up to limit of the tenant's events after a
-// sequence, in sequence order: a change stream's catch-up.
+// TenantEventsAfter lists up to limit of the tenant's events (both
+// environments) after a sequence, in sequence order: a change stream's
+// catch-up, which skips the other environment's.
 func (s *Events) TenantEventsAfter(ctx context.Context, scope Scope, after int64, limit int) ([]Event, error) {
 	return s.log.EventsAfter(ctx, scope.TenantID, nil, after, limit)
 }

@@ -46,8 +46,18 @@ func (f *fakeChangeFeed) ChangesLast(context.Context, uuid.UUID) (ChangeID, erro
 	return f.changes[len(f.changes)-1].ID, nil
 }
 
-// TestChangeStreams: a change stream gets every customer's events and the
-// tenant's config changes made after it opened, in order; its cap is its
+// addIn appends an event of customer in env.
+func (f *fakeEventLog) addIn(tenant, customer uuid.UUID, env Environment) int64 {
+	seq := f.add(tenant, customer)
+	f.mu.Lock()
+	f.evs[len(f.evs)-1].Environment = env
+	f.mu.Unlock()
+	return seq
+}
+
+// TestChangeStreams: a change stream gets every customer's events of its
+// key's environment and the tenant's config changes made after it opened,
+// in order; its cap is its
 // own (balance streams do not use it up, nor it theirs); the tenant's feed
 // keeps running while either kind is open and stops with the last.
 func TestChangeStreams(t *testing.T) {
@@ -72,10 +82,11 @@ func TestChangeStreams(t *testing.T) {
 		t.Fatalf("a balance stream beside the change stream: %v", err)
 	}
 	a, b := uuid.New(), uuid.New()
-	s1 := log.add(tenant, a)
+	s1 := log.addIn(tenant, a, EnvironmentLive)
+	log.addIn(tenant, uuid.New(), EnvironmentSandbox) // not the key's environment
 	c1 := feed.add(StampSubscriptions)
-	s2 := log.add(tenant, b)
-	log.add(uuid.New(), a) // another tenant's
+	s2 := log.addIn(tenant, b, EnvironmentLive)
+	log.addIn(uuid.New(), a, EnvironmentLive) // another tenant's
 	var seqs []int64
 	var changes []ChangeID
 	for len(seqs) < 2 || len(changes) < 1 {

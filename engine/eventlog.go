@@ -381,6 +381,9 @@ func (s *Events) deliver(f *tenantFeed, evs []Event) {
 			continue
 		}
 		for st := range f.changeStreams {
+			if e.Environment != st.env {
+				continue
+			}
 			select {
 			case st.C <- FeedItem{Event: &evs[i]}:
 			default:
