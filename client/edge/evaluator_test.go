@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,4 +376,27 @@ func TestEvaluator(t *testing.T) {
 			t.Fatal("the stream was not opened again")
 		}
 	})
+}
+
+// TestImportsOnlyTheClient: the evaluator is for integrators: it imports
+// the standard library and the client, nothing of the server and no
+// module beyond go.mod's.
+func TestImportsOnlyTheClient(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p != "github.com/creditd/creditd/client" && strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+				t.Errorf("%s imports %s", f, p)
+			}
+		}
+	}
 }
