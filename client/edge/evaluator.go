@@ -115,6 +115,8 @@ type Evaluator struct {
 	events   uint64
 	fetching int
 	recent   map[string]uint64
+	// flights are the fetches running, by the id asked under.
+	flights map[string]*flight
 
 	refetch chan string
 	cancel  context.CancelFunc
@@ -145,7 +147,7 @@ func New(c *client.Client, cfg Config) *Evaluator {
 		cfg.Now = time.Now
 	}
 	return &Evaluator{c: c, cfg: cfg, byID: map[string]*entry{}, refs: map[string]*entry{},
-		lru: list.New(), recent: map[string]uint64{}, refetch: make(chan string, 1024)}
+		lru: list.New(), recent: map[string]uint64{}, flights: map[string]*flight{}, refetch: make(chan string, 1024)}
 }
 
 // Start follows the change stream until ctx ends or Close.
@@ -208,7 +210,7 @@ func (e *Evaluator) Check(ctx context.Context, customer, metric string, units in
 		return policyAnswer(e.cfg.Fallback, &res, age), nil
 	}
 	e.mu.Unlock()
-	en, err := e.fetch(ctx, customer)
+	en, err := e.fetchShared(ctx, customer)
 	if err != nil {
 		if e.cfg.Fallback == FallbackHTTP {
 			return Answer{}, err
@@ -272,6 +274,42 @@ func policyAnswer(f Fallback, res *client.CheckResult, age time.Duration) Answer
 	a := Answer{CheckResult: *res, Age: age, Source: SourcePolicy}
 	a.Allowed = f == FallbackOpen
 	return a
+}
+
+// flight is one fetch of a customer that concurrent callers share.
+type flight struct {
+	done chan struct{}
+	en   *entry
+	err  error
+}
+
+// fetchShared fetches ref once for every caller that needs it at the same
+// time (a config change makes every busy customer's next checks miss at
+// once). A waiter whose leader failed fetches on its own, so one caller's
+// cancelled context is not another's error.
+func (e *Evaluator) fetchShared(ctx context.Context, ref string) (*entry, error) {
+	e.mu.Lock()
+	if fl := e.flights[ref]; fl != nil {
+		e.mu.Unlock()
+		select {
+		case <-fl.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if fl.err == nil {
+			return fl.en, nil
+		}
+		return e.fetch(ctx, ref)
+	}
+	fl := &flight{done: make(chan struct{})}
+	e.flights[ref] = fl
+	e.mu.Unlock()
+	fl.en, fl.err = e.fetch(ctx, ref)
+	e.mu.Lock()
+	delete(e.flights, ref)
+	e.mu.Unlock()
+	close(fl.done)
+	return fl.en, fl.err
 }
 
 // fetch reads customer's snapshot and overage policy (and the tenant's
@@ -568,7 +606,7 @@ func (e *Evaluator) refetcher(ctx context.Context) {
 			}
 			e.mu.Unlock()
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := e.fetch(fctx, ref); err != nil && ctx.Err() == nil {
+			if _, err := e.fetchShared(fctx, ref); err != nil && ctx.Err() == nil {
 				e.report(err)
 			}
 			cancel()

@@ -343,6 +343,27 @@ func TestEvaluator(t *testing.T) {
 			t.Errorf("age after a behind comment %v, want 1.3s", a.Age)
 		}
 	})
+	t.Run("concurrent first checks share one fetch", func(t *testing.T) {
+		t.Parallel()
+		f, e, _ := setup(t, Config{})
+		f.mu.Lock() // holds the snapshot answer until every check waits
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.Check(context.Background(), "carol", "api", 1); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		time.Sleep(100 * time.Millisecond)
+		f.mu.Unlock()
+		wg.Wait()
+		if n := f.n("snapshot"); n != 1 {
+			t.Errorf("%d snapshot fetches for 20 concurrent first checks, want 1", n)
+		}
+	})
 	t.Run("the LRU bound holds", func(t *testing.T) {
 		t.Parallel()
 		f, e, _ := setup(t, Config{MaxCustomers: 2})
