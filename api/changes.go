@@ -37,7 +37,8 @@ const (
 // changes kept gets a "reset" message first (drop every cached answer).
 // The body is written by the connection's goroutine, as streamCredits'.
 func (s *Server) streamChanges(c *call) error {
-	from, err := engine.ParseFeedCursor(string(c.ctx.Request.Header.Peek("Last-Event-ID")))
+	raw := string(c.ctx.Request.Header.Peek("Last-Event-ID"))
+	from, err := engine.ParseFeedCursor(raw)
 	if err != nil {
 		return err
 	}
@@ -50,8 +51,9 @@ func (s *Server) streamChanges(c *call) error {
 		return err
 	}
 	// A stream opened without a cursor starts now: its first id is the
-	// place to resume from, so the client has one before any change.
-	if from == (engine.FeedCursor{}) {
+	// place to resume from, so the client has one before any change. (A
+	// zero cursor, "0.0-0", is one: a tenant's first stream sends it.)
+	if raw == "" {
 		if from, err = s.changesNow(ctx, c.scope); err != nil {
 			st.Close()
 			return err

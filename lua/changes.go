@@ -38,16 +38,15 @@ func (s *Store) ChangesAfter(ctx context.Context, tenant uuid.UUID, after engine
 	if err != nil && err != redis.Nil {
 		return nil, false, fmt.Errorf("lua: read change feed: %w", err)
 	}
-	if !after.IsZero() {
-		if h, err := horizon.Result(); err == nil {
-			hid, perr := engine.ParseChangeID(h)
-			if perr == nil && after.Less(hid) {
-				return nil, true, nil
-			}
-		}
-		if exists.Val() == 0 {
+	// A zero cursor is before every change, the trimmed ones too.
+	if h, err := horizon.Result(); err == nil {
+		hid, perr := engine.ParseChangeID(h)
+		if perr == nil && after.Less(hid) {
 			return nil, true, nil
 		}
+	}
+	if !after.IsZero() && exists.Val() == 0 {
+		return nil, true, nil
 	}
 	msgs, err := rng.Result()
 	if err != nil && err != redis.Nil {

@@ -70,6 +70,9 @@ func TestChangeFeed(t *testing.T) {
 		if _, lost := after(cs[0].ID); !lost {
 			t.Error("a cursor before the trimmed entries was not reported lost")
 		}
+		if _, lost := after(engine.ChangeID{}); !lost {
+			t.Error("a zero cursor (a stream opened before any change) was not reported lost once changes were trimmed")
+		}
 		// Both first changes are trimmed; a reader that saw the second
 		// missed nothing and reads every change kept.
 		all, lost := after(cs[1].ID)

@@ -161,19 +161,7 @@ func TestChangeStreamCapAndResume(t *testing.T) {
 		}
 	}
 
-	var again <-chan sseEvent
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ok, stop2 := tryChanges(t, s, tn.Live, last)
-		if ok != nil {
-			again, stop = ok, stop2
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cap was not freed after the stream closed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	again, stop := openChangesWhenFree(t, s, tn.Live, last)
 	if m := next(t, again); m.typ != "open" || m.id != last {
 		t.Fatalf("resumed stream opened with %+v, want open at %s", m, last)
 	}
@@ -198,21 +186,24 @@ func TestChangeStreamCapAndResume(t *testing.T) {
 	if err := s.Redis.Del(context.Background(), "{"+s.Prefix+":t:"+tn.ID+"}:changes").Err(); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		ok, stop3 := tryChanges(t, s, tn.Live, last)
-		if ok != nil {
-			if m := next(t, ok); m.typ != "reset" {
-				t.Errorf("a cursor into a lost feed opened with %+v, want reset", m)
-			}
-			stop3()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cap was not freed after the stream closed")
-		}
-		time.Sleep(100 * time.Millisecond)
+	lostFeed, stop3 := openChangesWhenFree(t, s, tn.Live, last)
+	if m := next(t, lostFeed); m.typ != "reset" {
+		t.Errorf("a cursor into a lost feed opened with %+v, want reset", m)
 	}
+	stop3()
+
+	// A zero cursor is a place like any other: everything after it.
+	zero, stopZero := openChangesWhenFree(t, s, tn.Live, "0.0-0")
+	if m := next(t, zero); m.typ != "open" || m.id != "0.0-0" {
+		t.Fatalf("opened at zero with %+v", m)
+	}
+	grants := 0
+	for grants < 2 {
+		if m := next(t, zero); m.typ == "credit.granted" {
+			grants++
+		}
+	}
+	stopZero()
 
 	for _, bad := range []string{"x", "12", "1.2", "-1.0-0"} {
 		checkProblem(t, a.do("GET", "/v1/changes/stream", "", nil, "Last-Event-ID", bad),
@@ -220,13 +211,22 @@ func TestChangeStreamCapAndResume(t *testing.T) {
 	}
 }
 
-// tryChanges opens a change stream, or returns nil when it is refused
-// with a 429 (the cap not freed yet).
-func tryChanges(t *testing.T, s *Stack, key, lastID string) (<-chan sseEvent, func()) {
+// openChangesWhenFree opens a change stream, trying again for 5 s while
+// it is refused with a 429 (a closed stream's place frees once the server
+// notices its client left).
+func openChangesWhenFree(t *testing.T, s *Stack, key, lastID string) (<-chan sseEvent, func()) {
 	t.Helper()
-	status, msgs, stop := dialSSE(t, s, key, "/v1/changes/stream", lastID)
-	if status != 200 && status != 429 {
-		t.Fatalf("change stream: status %d", status)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, msgs, stop := dialSSE(t, s, key, "/v1/changes/stream", lastID)
+		switch {
+		case status == 200:
+			return msgs, stop
+		case status != 429:
+			t.Fatalf("change stream: status %d", status)
+		case time.Now().After(deadline):
+			t.Fatal("the cap was not freed after the stream closed")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return msgs, stop
 }
