@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
@@ -105,7 +106,10 @@ func (s *Server) writeChanges(w *bufio.Writer, conn net.Conn, scope engine.Scope
 				return true
 			}
 			cur.Change = it.Change.ID
-			writeFeedMessage(w, cur, "change."+it.Change.Kind.ChangeName(), changeBody(scope, *it.Change))
+			if it.Change.Customer != nil && it.Change.Environment != scope.Environment {
+				return true // the other environment's customer (invariant 8)
+			}
+			writeFeedMessage(w, cur, "change."+it.Change.Name(), changeBody(scope, *it.Change))
 		}
 		return flush()
 	}
@@ -201,14 +205,18 @@ func (s *Server) writeChanges(w *bufio.Writer, conn net.Conn, scope engine.Scope
 	}
 }
 
-// changeBody is a config change's data line: what kind of facts changed
-// and when (the stamp, microseconds since the epoch).
+// changeBody is a change's data line: what kind of facts changed and when
+// (the stamp, microseconds since the epoch); a hold notice adds whose.
 func changeBody(scope engine.Scope, c engine.ConfigChange) []byte {
-	b, _ := json.Marshal(struct {
-		Change    string    `json:"change"`
-		TenantID  string    `json:"tenant_id"`
-		ChangedAt time.Time `json:"changed_at"`
-	}{c.Kind.ChangeName(), scope.TenantID.String(), time.UnixMicro(int64(c.Stamp)).UTC()})
+	body := struct {
+		Change      string     `json:"change"`
+		TenantID    string     `json:"tenant_id"`
+		CustomerID  *uuid.UUID `json:"customer_id,omitempty"`
+		Environment string     `json:"environment,omitempty"`
+		ChangedAt   time.Time  `json:"changed_at"`
+	}{Change: c.Name(), TenantID: scope.TenantID.String(), CustomerID: c.Customer,
+		Environment: string(c.Environment), ChangedAt: time.UnixMicro(int64(c.Stamp)).UTC()}
+	b, _ := json.Marshal(body)
 	return b
 }
 

@@ -23,8 +23,13 @@ const (
 	ChangeEventReset = "reset"
 	// ChangeEventPrefix starts the type of a config change:
 	// change.tenant, change.customers, change.metering, change.plans,
-	// change.subscriptions.
+	// change.subscriptions (of some customers: drop every cached answer),
+	// and change.holds.
 	ChangeEventPrefix = "change."
+	// ChangeEventHolds says a reservation of the customer its data names
+	// (customer_id) was created, committed or released: its effective
+	// balance moved, which no event of the log reports.
+	ChangeEventHolds = "change.holds"
 )
 
 // ChangeEvent is one message of the tenant's change stream.
@@ -35,7 +40,8 @@ type ChangeEvent struct {
 	// Type is an event type of the log, a change.* type, open or reset.
 	Type string
 	// Data is the event's delivered body (WebhookEnvelope) for events of
-	// the log; {change, tenant_id, changed_at} for change.* types.
+	// the log; {change, tenant_id, changed_at} for change.* types, plus
+	// customer_id and environment for change.holds.
 	Data json.RawMessage
 }
 

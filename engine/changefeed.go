@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
 )
 
 // Change feed limits (invariant 11).
@@ -63,13 +66,26 @@ func ParseChangeID(s string) (ChangeID, error) {
 	return ChangeID{a, b}, nil
 }
 
-// ConfigChange is one bump of a tenant's change stamp of a Fed kind: the
-// facts of that kind changed for some of the tenant's customers (which,
-// the stamps do not say).
+// ConfigChange is one entry of a tenant's change feed: a bump of its
+// change stamp of a Fed kind (the facts of that kind changed for some of
+// the tenant's customers; which, the stamps do not say), or, with
+// Customer set, a hold notice: a reservation of that customer was
+// created, committed or released (NotingHolds).
 type ConfigChange struct {
 	ID    ChangeID
-	Kind  StampKind
-	Stamp uint64 // the stamp's new value, microseconds since the epoch
+	Kind  StampKind // of a stamp bump
+	Stamp uint64    // the stamp's new value (or the notice's time), microseconds since the epoch
+	// Customer and Environment are a hold notice's.
+	Customer    *uuid.UUID
+	Environment Environment
+}
+
+// Name is the change's name on the feed (event type "change.<name>").
+func (c ConfigChange) Name() string {
+	if c.Customer != nil {
+		return "holds"
+	}
+	return c.Kind.ChangeName()
 }
 
 // Fed reports whether a change of kind alters a check and so goes to the
@@ -261,5 +277,57 @@ func (s *Events) deliverChanges(f *tenantFeed, cs []ConfigChange) {
 				s.endChangesLocked(st)
 			}
 		}
+	}
+}
+
+// holdNoteTimeout bounds a hold notice after the hold's own script
+// answered; it runs even when the request's context ended.
+const holdNoteTimeout = 2 * time.Second
+
+// NotingHolds decorates hot so that every reservation create, commit and
+// release (the sweep's expiry too) that changed something appends a hold
+// notice of its customer to the tenant's change feed before it answers:
+// a hold moves reserved_balance and effective_balance, and only some of
+// its outcomes fire an event (credit.consumed on a commit with units),
+// so a client answering checks from memory would not hear of the rest.
+// It adds one Redis round trip to those calls, none to a consume, and
+// nothing to their Lua scripts. A failed notice is logged, not returned:
+// the hold stands. Replays note nothing (nothing changed).
+func NotingHolds(hot UsageStore, notes HoldNotes, log zerolog.Logger) UsageStore {
+	return &notingHolds{UsageStore: hot, notes: notes, log: log}
+}
+
+type notingHolds struct {
+	UsageStore
+	notes HoldNotes
+	log   zerolog.Logger
+}
+
+func (h *notingHolds) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
+	res, err := h.UsageStore.Reserve(ctx, cmd)
+	h.note(ctx, cmd.Customer, res, err)
+	return res, err
+}
+
+func (h *notingHolds) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
+	res, err := h.UsageStore.Commit(ctx, cmd)
+	h.note(ctx, cmd.Customer, res, err)
+	return res, err
+}
+
+func (h *notingHolds) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
+	res, err := h.UsageStore.Release(ctx, cmd)
+	h.note(ctx, cmd.Customer, res, err)
+	return res, err
+}
+
+func (h *notingHolds) note(ctx context.Context, c CustomerKey, res MutationResult, err error) {
+	if err != nil || res.Replayed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdNoteTimeout)
+	defer cancel()
+	if err := h.notes.HoldNote(ctx, c); err != nil {
+		h.log.Warn().Err(err).Str("customer", c.CustomerID.String()).Msg("hold notice not written: change streams miss this hold")
 	}
 }

@@ -204,3 +204,79 @@ func TestChangeStreamCurrentAt(t *testing.T) {
 		t.Errorf("current at %v: new marks are not proven as they persist", at)
 	}
 }
+
+// holdsStore answers holds with a set result; other methods are not used.
+type holdsStore struct {
+	UsageStore
+	res MutationResult
+	err error
+}
+
+func (h *holdsStore) Reserve(context.Context, ReserveCommand) (MutationResult, error) {
+	return h.res, h.err
+}
+func (h *holdsStore) Commit(context.Context, CommitCommand) (MutationResult, error) {
+	return h.res, h.err
+}
+func (h *holdsStore) Release(context.Context, ReleaseCommand) (MutationResult, error) {
+	return h.res, h.err
+}
+
+// notesTaken records hold notices.
+type notesTaken struct {
+	mu    sync.Mutex
+	notes []CustomerKey
+}
+
+func (n *notesTaken) HoldNote(_ context.Context, c CustomerKey) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.notes = append(n.notes, c)
+	return nil
+}
+
+// TestNotingHolds: a reservation create, commit or release that changed
+// something writes a notice of its customer; a refused one or a replay
+// writes none, and the hold's answer passes through unchanged.
+func TestNotingHolds(t *testing.T) {
+	t.Parallel()
+	c := CustomerKey{TenantID: uuid.New(), Environment: EnvironmentLive, CustomerID: uuid.New()}
+	hdr := CommandHeader{Customer: c}
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		res   MutationResult
+		err   error
+		notes int
+	}{
+		{"applied", MutationResult{}, nil, 1},
+		{"replayed", MutationResult{Replayed: true}, nil, 0},
+		{"refused", MutationResult{}, ErrInsufficientCredits, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			taken := &notesTaken{}
+			hot := NotingHolds(&holdsStore{res: tc.res, err: tc.err}, taken, zerolog.Nop())
+			calls := []func() (MutationResult, error){
+				func() (MutationResult, error) { return hot.Reserve(ctx, ReserveCommand{CommandHeader: hdr}) },
+				func() (MutationResult, error) { return hot.Commit(ctx, CommitCommand{CommandHeader: hdr}) },
+				func() (MutationResult, error) { return hot.Release(ctx, ReleaseCommand{CommandHeader: hdr}) },
+			}
+			for _, call := range calls {
+				res, err := call()
+				if err != tc.err || res.Replayed != tc.res.Replayed {
+					t.Errorf("answer %+v, %v changed by the decorator", res, err)
+				}
+			}
+			if len(taken.notes) != 3*tc.notes {
+				t.Fatalf("%d notices for 3 calls, want %d", len(taken.notes), 3*tc.notes)
+			}
+			for _, n := range taken.notes {
+				if n != c {
+					t.Errorf("notice of %v, want %v", n, c)
+				}
+			}
+		})
+	}
+}

@@ -399,6 +399,13 @@ type ChangeFeed interface {
 	ChangesLast(ctx context.Context, tenant uuid.UUID) (ChangeID, error)
 }
 
+// HoldNotes appends hold notices to the tenants' change feeds (issue 27,
+// lua.Store; NotingHolds writes them).
+type HoldNotes interface {
+	// HoldNote appends a notice that a hold of customer c changed.
+	HoldNote(ctx context.Context, c CustomerKey) error
+}
+
 // DeliverySlots caps one tenant's webhook attempts in flight across every
 // node that shares them (lua.Store: a set of leased slots in Redis), so a
 // slow endpoint holds the same number of attempts however many nodes run.

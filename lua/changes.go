@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"strconv"
 
@@ -11,8 +12,28 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// Compile-time check that Store keeps the tenants' change feeds.
-var _ engine.ChangeFeed = (*Store)(nil)
+// Compile-time checks that Store keeps the tenants' change feeds.
+var (
+	_ engine.ChangeFeed = (*Store)(nil)
+	_ engine.HoldNotes  = (*Store)(nil)
+)
+
+var (
+	//go:embed hold_note.lua
+	holdNoteLua    string
+	holdNoteScript = redis.NewScript(holdNoteLua)
+)
+
+// HoldNote appends a hold notice of customer c to its tenant's change
+// feed, with one EVALSHA of hold_note.lua.
+func (s *Store) HoldNote(ctx context.Context, c engine.CustomerKey) error {
+	err := holdNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
+		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap).Err()
+	if err != nil {
+		return fmt.Errorf("lua: hold notice: %w", err)
+	}
+	return nil
+}
 
 // changesKey is tenant's change feed (issue 27): a stream stamp.lua appends
 // to, capped at engine.ChangeFeedCap entries, under the stamps' hash tag.
@@ -81,15 +102,24 @@ func changeOf(m redis.XMessage) (engine.ConfigChange, error) {
 	if err != nil {
 		return engine.ConfigChange{}, err
 	}
-	field, _ := m.Values["kind"].(string)
-	kind, ok := engine.StampKindOf(field)
-	if !ok {
-		return engine.ConfigChange{}, fmt.Errorf("lua: change feed entry %s: unknown kind %q", m.ID, field)
-	}
 	raw, _ := m.Values["stamp"].(string)
 	stamp, err := strconv.ParseUint(raw, 10, 64)
 	if err != nil {
 		return engine.ConfigChange{}, fmt.Errorf("lua: change feed entry %s: stamp %q: %w", m.ID, raw, err)
+	}
+	field, _ := m.Values["kind"].(string)
+	if field == "h" { // hold_note.lua
+		cs, _ := m.Values["customer"].(string)
+		cust, err := uuid.Parse(cs)
+		if err != nil {
+			return engine.ConfigChange{}, fmt.Errorf("lua: change feed entry %s: customer %q: %w", m.ID, cs, err)
+		}
+		env, _ := m.Values["env"].(string)
+		return engine.ConfigChange{ID: id, Stamp: stamp, Customer: &cust, Environment: engine.Environment(env)}, nil
+	}
+	kind, ok := engine.StampKindOf(field)
+	if !ok {
+		return engine.ConfigChange{}, fmt.Errorf("lua: change feed entry %s: unknown kind %q", m.ID, field)
 	}
 	return engine.ConfigChange{ID: id, Kind: kind, Stamp: stamp}, nil
 }

@@ -11,7 +11,7 @@ import (
 
 // TestChangeFeed: every bump of a kind that alters a check is appended to
 // its tenant's change feed, in order, and no other (alert settings, the
-// fleet's key stamp); past engine.ChangeFeedCap the oldest are trimmed and
+// fleet's key stamp), and so is a hold notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
 // a reader resuming before them is told it lost changes instead of reading
 // on as if current (issue 27).
 func TestChangeFeed(t *testing.T) {
@@ -64,6 +64,15 @@ func TestChangeFeed(t *testing.T) {
 		if last, _ := b.store.ChangesLast(ctx, tenant); last != cs[1].ID {
 			t.Errorf("last %v, want %v", last, cs[1].ID)
 		}
+		hold := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
+		if err := b.store.HoldNote(ctx, hold); err != nil {
+			t.Fatal(err)
+		}
+		notes, _ := after(cs[1].ID)
+		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != hold.CustomerID ||
+			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
+			t.Fatalf("after a hold notice: %+v, want it with its customer and environment", notes)
+		}
 		for range engine.ChangeFeedCap {
 			bump(tenant, engine.StampCatalog)
 		}
@@ -73,9 +82,9 @@ func TestChangeFeed(t *testing.T) {
 		if _, lost := after(engine.ChangeID{}); !lost {
 			t.Error("a zero cursor (a stream opened before any change) was not reported lost once changes were trimmed")
 		}
-		// Both first changes are trimmed; a reader that saw the second
-		// missed nothing and reads every change kept.
-		all, lost := after(cs[1].ID)
+		// The two first changes and the notice are trimmed; a reader that
+		// saw the notice missed nothing and reads every change kept.
+		all, lost := after(notes[0].ID)
 		if lost || len(all) != engine.ChangeFeedCap {
 			t.Errorf("from the newest trimmed: %d changes lost=%v, want all %d kept", len(all), lost, engine.ChangeFeedCap)
 		}

@@ -549,6 +549,9 @@ func (e *Evaluator) apply(ev client.ChangeEvent, fresh bool) {
 		e.up = true
 		e.epoch++
 		e.tenantPolicy = ""
+	case ev.Type == client.ChangeEventHolds:
+		// A hold of one customer moved its effective balance: as an event.
+		ids = e.customerChangedLocked(ev.Data)
 	case strings.HasPrefix(ev.Type, client.ChangeEventPrefix):
 		// The stamps say which kind of facts changed, not whose: every
 		// snapshot is stale, and is fetched again on its next check.
@@ -557,22 +560,7 @@ func (e *Evaluator) apply(ev client.ChangeEvent, fresh bool) {
 			e.tenantPolicy = ""
 		}
 	default:
-		var body struct {
-			CustomerID string `json:"customer_id"`
-		}
-		if json.Unmarshal(ev.Data, &body) == nil && body.CustomerID != "" {
-			e.events++
-			if e.fetching > 0 {
-				e.recent[body.CustomerID] = e.events
-			}
-			if en := e.byID[body.CustomerID]; en != nil {
-				en.stale = true
-				if !en.queued && len(en.refs) > 0 {
-					en.queued = true
-					ids = append(ids, en.refs[0])
-				}
-			}
-		}
+		ids = e.customerChangedLocked(ev.Data)
 	}
 	if ev.ID != "" {
 		e.cursor = ev.ID
@@ -589,6 +577,32 @@ func (e *Evaluator) apply(ev client.ChangeEvent, fresh bool) {
 			e.mu.Unlock()
 		}
 	}
+}
+
+// customerChangedLocked marks stale the snapshot of the customer a
+// message names (data's customer_id) and returns the id to refetch it
+// under, if it is kept and not queued already.
+func (e *Evaluator) customerChangedLocked(data json.RawMessage) []string {
+	var body struct {
+		CustomerID string `json:"customer_id"`
+	}
+	if json.Unmarshal(data, &body) != nil || body.CustomerID == "" {
+		return nil
+	}
+	e.events++
+	if e.fetching > 0 {
+		e.recent[body.CustomerID] = e.events
+	}
+	en := e.byID[body.CustomerID]
+	if en == nil {
+		return nil
+	}
+	en.stale = true
+	if en.queued || len(en.refs) == 0 {
+		return nil
+	}
+	en.queued = true
+	return []string{en.refs[0]}
 }
 
 // refetcher fetches the snapshots a customer's event made stale, so the

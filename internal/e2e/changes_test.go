@@ -15,8 +15,9 @@ import (
 
 // TestEvaluatorFollowsChanges (issue 27 items 1 and 6): an edge.Evaluator
 // following GET /v1/changes/stream of a running creditd answers from
-// memory, and a grant, a plan change (a variant entitlement) and an
-// override made over HTTP each reach it within seconds; once they have,
+// memory, and a grant, a reservation, a plan change (a variant
+// entitlement) and an override made over HTTP each reach it within
+// seconds; once they have,
 // its answers equal the HTTP check's.
 func TestEvaluatorFollowsChanges(t *testing.T) {
 	t.Parallel()
@@ -95,6 +96,13 @@ func TestEvaluatorFollowsChanges(t *testing.T) {
 	reaches("a grant", api, 10, func(x edge.Answer) bool { return *x.EffectiveBalance == 1000 && x.Allowed })
 	same(api, 10)
 	same(api, 200) // 1400 against 1000 under block: refused
+
+	// A hold moves the effective balance without an event: its notice
+	// reaches the evaluator all the same.
+	wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": cust, "billable_metric_key": api,
+		"estimated_units": 100}), 201, "reservation")
+	reaches("a reservation", api, 10, func(x edge.Answer) bool { return *x.EffectiveBalance == 300 && *x.ReservedBalance == 700 })
+	same(api, 50) // 350 against 300 under block: refused
 
 	if check(sso, 1).Allowed {
 		t.Fatal("sso allowed before the plan grants it")
