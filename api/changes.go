@@ -31,9 +31,10 @@ const (
 // streamChanges answers GET /v1/changes/stream (issue 27): a
 // text/event-stream of everything that can change a check of any of the
 // tenant's customers in the key's environment: the event log's events of
-// customers (balances, subscriptions) and the config changes that fire no event (plans,
-// variant entitlements, overrides, metering rules, customers, tenant
-// settings). Each message's id is a cursor over both sources;
+// customers (balances, subscriptions), hold notices, and the config
+// changes that fire no event (plans, variant entitlements, overrides,
+// metering rules, customers, tenant settings). Each message's id is a
+// cursor over both sources;
 // Last-Event-ID resumes after it, and a cursor older than the config
 // changes kept gets a "reset" message first (drop every cached answer).
 // The body is written by the connection's goroutine, as streamCredits'.
