@@ -106,20 +106,7 @@ func (s *Server) writeStream(w *bufio.Writer, conn net.Conn, scope engine.Scope,
 		writeStreamEvent(w, e)
 		return flush()
 	}
-	// A client sends nothing on a stream: a read ends only when it leaves
-	// (or the connection closes), which frees the stream's place at once
-	// instead of at a failed write.
-	gone := make(chan struct{})
-	go func() {
-		defer close(gone)
-		_ = conn.SetReadDeadline(time.Time{})
-		var b [512]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				return
-			}
-		}
-	}()
+	gone := watchGone(conn)
 	// A comment first, so the client sees the headers at once.
 	_, _ = w.WriteString(": stream open\n\n")
 	if !flush() {
@@ -166,6 +153,25 @@ func (s *Server) writeStream(w *bufio.Writer, conn net.Conn, scope engine.Scope,
 	}
 }
 
+// watchGone is closed when the client of a stream leaves. A client sends
+// nothing on a stream: a read ends only when it leaves (or the connection
+// closes), which frees the stream's place at once instead of at a failed
+// write.
+func watchGone(conn net.Conn) <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_ = conn.SetReadDeadline(time.Time{})
+		var b [512]byte
+		for {
+			if _, err := conn.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	return gone
+}
+
 // writeStreamEvent writes one event in the text/event-stream format: its
 // sequence as id, its type as event, its delivered body (one JSON line)
 // as data.
@@ -183,4 +189,5 @@ func writeStreamEvent(w *bufio.Writer, e engine.Event) {
 func (s *Server) registerEvents() {
 	s.handle("GET", "/v1/events", optTenant, s.listEvents)
 	s.handle("GET", "/v1/customers/{id}/credits/stream", optTenant, s.streamCredits)
+	s.handle("GET", "/v1/changes/stream", optTenant, s.streamChanges)
 }

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,6 +43,11 @@ type Events struct {
 	// writes acknowledged before it (on any node).
 	WrittenBehind *WrittenBehind
 
+	// changes, when set, feeds change streams the tenants' config changes
+	// (WithChangeFeed); changesPerTenant caps their open change streams.
+	changes          ChangeFeed
+	changesPerTenant int
+
 	mu    sync.Mutex
 	feeds map[uuid.UUID]*tenantFeed
 }
@@ -54,7 +61,8 @@ func NewEvents(log EventLog, poll time.Duration, perTenant int, logger zerolog.L
 	if perTenant <= 0 {
 		perTenant = DefaultStreamsPerTenant
 	}
-	return &Events{log: log, poll: poll, perTenant: perTenant, logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
+	return &Events{log: log, poll: poll, perTenant: perTenant, changesPerTenant: DefaultChangeStreamsPerTenant,
+		logger: logger, feeds: map[uuid.UUID]*tenantFeed{}}
 }
 
 // EventsPage is a checked GET /v1/events query.
@@ -117,46 +125,73 @@ type Stream struct {
 
 // tenantFeed reads one tenant's new events for its streams.
 type tenantFeed struct {
-	tenant  uuid.UUID
-	streams map[*Stream]struct{}
-	stop    chan struct{}
+	tenant        uuid.UUID
+	streams       map[*Stream]struct{}
+	changeStreams map[*ChangeStream]struct{}
+	stop          chan struct{}
+	// currentAt (unix nanoseconds) is the latest moment up to which every
+	// event and config change stored before it was handed to the streams.
+	currentAt atomic.Int64
 }
 
 // Open subscribes to the customer's events stored from now on. Errors:
 // 429 ErrTooManyStreams at the tenant's cap. The caller must Close it.
 func (s *Events) Open(ctx context.Context, scope Scope, customer uuid.UUID) (*Stream, error) {
-	s.mu.Lock()
-	f := s.feeds[scope.TenantID]
-	if f != nil && len(f.streams) >= s.perTenant {
-		s.mu.Unlock()
-		return nil, ErrTooManyStreams
+	f, err := s.feedFor(ctx, scope, func(f *tenantFeed) bool { return len(f.streams) < s.perTenant })
+	if err != nil {
+		if err == errFeedFull {
+			return nil, ErrTooManyStreams
+		}
+		return nil, err
 	}
-	if f != nil {
-		st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
-		f.streams[st] = struct{}{}
-		s.mu.Unlock()
-		return st, nil
+	st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
+	f.streams[st] = struct{}{}
+	s.mu.Unlock()
+	return st, nil
+}
+
+// errFeedFull: the tenant's feed has no room for one more stream of the
+// kind asked for.
+var errFeedFull = errors.New("engine: feed full")
+
+// feedFor returns the tenant's feed, started when it has none, with s.mu
+// held, once room says it takes one more stream; else errFeedFull (or the
+// error reading where a new feed starts), with s.mu released.
+func (s *Events) feedFor(ctx context.Context, scope Scope, room func(*tenantFeed) bool) (*tenantFeed, error) {
+	s.mu.Lock()
+	if f := s.feeds[scope.TenantID]; f != nil {
+		if !room(f) {
+			s.mu.Unlock()
+			return nil, errFeedFull
+		}
+		return f, nil
 	}
 	s.mu.Unlock()
-	// A new feed starts after the last sequence handed out: anything before
-	// it is committed, so a caller's catch-up read after Open sees it.
+	// A new feed starts after the last sequence handed out and the last
+	// config change: anything before them is stored, so a caller's
+	// catch-up read after Open sees it.
 	cursor, err := s.log.LastSequence(ctx, scope.TenantID)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f = s.feeds[scope.TenantID]
-	if f == nil {
-		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{}, stop: make(chan struct{})}
-		s.feeds[scope.TenantID] = f
-		go s.run(f, cursor)
-	} else if len(f.streams) >= s.perTenant {
-		return nil, ErrTooManyStreams
+	var change ChangeID
+	if s.changes != nil {
+		if change, err = s.changes.ChangesLast(ctx, scope.TenantID); err != nil {
+			return nil, err
+		}
 	}
-	st := &Stream{C: make(chan Event, streamBuffer), customer: customer, feed: f, events: s}
-	f.streams[st] = struct{}{}
-	return st, nil
+	s.mu.Lock()
+	f := s.feeds[scope.TenantID]
+	if f == nil {
+		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{},
+			changeStreams: map[*ChangeStream]struct{}{}, stop: make(chan struct{})}
+		s.feeds[scope.TenantID] = f
+		go s.run(f, cursor, change)
+	} else if !room(f) {
+		s.mu.Unlock()
+		return nil, errFeedFull
+	}
+	return f, nil
 }
 
 // Close ends the stream; its feed stops with its last stream.
@@ -173,41 +208,60 @@ func (s *Events) endLocked(st *Stream) {
 	}
 	st.closed = true
 	close(st.C)
-	f := st.feed
-	delete(f.streams, st)
-	if len(f.streams) == 0 && s.feeds[f.tenant] == f {
+	delete(st.feed.streams, st)
+	s.stopIfIdleLocked(st.feed)
+}
+
+// stopIfIdleLocked stops f once it has no stream of either kind.
+func (s *Events) stopIfIdleLocked(f *tenantFeed) {
+	if len(f.streams) == 0 && len(f.changeStreams) == 0 && s.feeds[f.tenant] == f {
 		delete(s.feeds, f.tenant)
 		close(f.stop)
 	}
 }
 
-// OpenStreams is the number of streams open in this process.
+// OpenStreams is the number of streams open in this process, of both
+// kinds.
 func (s *Events) OpenStreams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, f := range s.feeds {
-		n += len(f.streams)
+		n += len(f.streams) + len(f.changeStreams)
 	}
 	return n
 }
 
-// run reads f's tenant's events after cursor every poll until f stops.
-func (s *Events) run(f *tenantFeed, cursor int64) {
+// run reads f's tenant's events after cursor, and its config changes after
+// change, every poll until f stops.
+func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
+	var proof currentProof
 	for {
 		select {
 		case <-f.stop:
 			return
 		case <-t.C:
 		}
+		// Only change streams show how current they are: a feed of balance
+		// streams alone takes no outbox marks.
+		s.mu.Lock()
+		proving := len(f.changeStreams) > 0
+		s.mu.Unlock()
+		if proving {
+			proof.begin(s.WrittenBehind)
+		} else {
+			proof.settled = false
+		}
+		eventsRead := true
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			evs, err := s.log.EventsAfter(ctx, f.tenant, nil, cursor, feedReadLimit)
 			cancel()
 			if err != nil {
 				s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("event feed read failed")
+				eventsRead = false
 				break
 			}
 			if len(evs) > 0 {
@@ -218,6 +272,101 @@ func (s *Events) run(f *tenantFeed, cursor int64) {
 				break
 			}
 		}
+		var changesRead bool
+		change, changesRead = s.pollChanges(f, change)
+		if at, ok := proof.end(eventsRead && changesRead); ok {
+			f.currentAt.Store(at.UnixNano())
+		}
+	}
+}
+
+// currentProof finds the moments up to which a feed has handed out every
+// change (ChangeStream.CurrentAt): a mark of the outbox taken at a moment
+// covers every write acknowledged before it; once the persister has moved
+// all of it into Postgres, the event log read after holds their events,
+// and the config changes read after hold every one stored before it. The
+// mark waits across polls until it is persisted, so a busy persister
+// (always a few entries behind) still lets the moment advance, one poll
+// and its lag late.
+type currentProof struct {
+	mark    *OutboxMark
+	at      time.Time
+	settled bool // the mark is persisted: this poll's reads prove it
+}
+
+// begin takes a mark when none is pending, and checks the pending one.
+func (p *currentProof) begin(w *WrittenBehind) {
+	p.settled = false
+	if w == nil || w.marks == nil {
+		p.mark, p.at, p.settled = &OutboxMark{}, time.Now(), true
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p.mark == nil {
+		m, err := w.marks.OutboxMark(ctx, nil)
+		if err != nil {
+			return
+		}
+		p.mark, p.at = &m, time.Now()
+	}
+	if len(p.mark.Partitions) == 0 {
+		p.settled = true
+		return
+	}
+	done, err := w.marks.OutboxPersisted(ctx, *p.mark)
+	p.settled = err == nil && done
+}
+
+// end reports the moment this poll proved current, when its reads all
+// succeeded after a settled mark.
+func (p *currentProof) end(readsOK bool) (time.Time, bool) {
+	if !p.settled || !readsOK {
+		return time.Time{}, false
+	}
+	at := p.at
+	p.mark = nil
+	return at, true
+}
+
+// pollChanges reads f's tenant's config changes after change and hands
+// them to its change streams; it returns the new cursor, and whether the
+// reads succeeded. Changes trimmed
+// before they were read end every change stream (each resumes and is
+// told to start over).
+func (s *Events) pollChanges(f *tenantFeed, change ChangeID) (ChangeID, bool) {
+	if s.changes == nil {
+		return change, true
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cs, lost, err := s.changes.ChangesAfter(ctx, f.tenant, change, changeReadLimit)
+		cancel()
+		if err != nil {
+			s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("change feed read failed")
+			return change, false
+		}
+		if lost {
+			s.mu.Lock()
+			for st := range f.changeStreams {
+				s.endChangesLocked(st)
+			}
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			last, err := s.changes.ChangesLast(ctx, f.tenant)
+			cancel()
+			if err != nil {
+				return change, false
+			}
+			return last, true
+		}
+		if len(cs) > 0 {
+			change = cs[len(cs)-1].ID
+			s.deliverChanges(f, cs)
+		}
+		if len(cs) < changeReadLimit {
+			return change, true
+		}
 	}
 }
 
@@ -226,9 +375,20 @@ func (s *Events) run(f *tenantFeed, cursor int64) {
 func (s *Events) deliver(f *tenantFeed, evs []Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, e := range evs {
+	for i := range evs {
+		e := evs[i]
 		if e.CustomerID == nil {
 			continue
+		}
+		for st := range f.changeStreams {
+			if e.Environment != st.env {
+				continue
+			}
+			select {
+			case st.C <- FeedItem{Event: &evs[i]}:
+			default:
+				s.endChangesLocked(st)
+			}
 		}
 		for st := range f.streams {
 			if st.customer != *e.CustomerID {

@@ -387,6 +387,25 @@ type ChangeStamps interface {
 	StampBump(ctx context.Context, tenant uuid.UUID, kind StampKind) (uint64, error)
 }
 
+// ChangeFeed is the tenants' config changes in order (issue 27, lua.Store:
+// a capped stream per tenant that every ChangeStamps bump of a Fed kind
+// appends to in the same script).
+type ChangeFeed interface {
+	// ChangesAfter lists up to limit of tenant's changes after cursor,
+	// oldest first; lost reports that some after cursor are no longer kept
+	// (trimmed, or lost with the store), and then lists none.
+	ChangesAfter(ctx context.Context, tenant uuid.UUID, after ChangeID, limit int) (changes []ConfigChange, lost bool, err error)
+	// ChangesLast is the id of tenant's newest change (zero for none).
+	ChangesLast(ctx context.Context, tenant uuid.UUID) (ChangeID, error)
+}
+
+// HoldNotes appends hold notices to the tenants' change feeds (issue 27,
+// lua.Store; NotingHolds writes them).
+type HoldNotes interface {
+	// HoldNote appends a notice that a hold of customer c changed.
+	HoldNote(ctx context.Context, c CustomerKey) error
+}
+
 // DeliverySlots caps one tenant's webhook attempts in flight across every
 // node that shares them (lua.Store: a set of leased slots in Redis), so a
 // slow endpoint holds the same number of attempts however many nodes run.

@@ -8,14 +8,25 @@
 -- than the old value when that is not below it. A node's view of a stamp
 -- only rises, so a value that went back would hide the next changes.
 --
+-- With KEYS[2] the bump is also appended to the tenant's change feed (issue
+-- 27): a capped stream that GET /v1/changes/stream follows, so a client
+-- caching checks hears of every change the stamps stand for. The entries
+-- trimmed off the front are remembered as a horizon (field "x" of the
+-- stamps hash): a reader resuming before it has missed changes and starts
+-- over instead of believing it is current.
+--
 -- KEYS[1]  the tenant's stamps: a hash, one field per kind (engine.StampKind)
+-- KEYS[2]  optional: the tenant's change feed, a stream (same hash tag)
 -- ARGV[1]  the kind's field
+-- ARGV[2]  with KEYS[2]: the most entries the feed keeps (an integer >= 1)
 --
 -- Reply: the new value, a decimal string (microseconds since the epoch are
 -- above what a Lua number holds exactly only past the year 2255; a string
 -- keeps the reply free of floats all the same).
 local key = KEYS[1]
+local feed = KEYS[2]
 local field = ARGV[1]
+local feedCap = tonumber(ARGV[2] or '0') or 0
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -26,4 +37,16 @@ if old >= now then
 end
 local s = string.format('%.0f', new)
 redis.call('HSET', key, field, s)
+
+if feed and feedCap >= 1 then
+  redis.call('XADD', feed, '*', 'kind', field, 'stamp', s)
+  local n = redis.call('XLEN', feed)
+  if n > feedCap then
+    local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap)
+    for _, e in ipairs(gone) do
+      redis.call('XDEL', feed, e[1])
+    end
+    redis.call('HSET', key, 'x', gone[#gone][1])
+  end
+end
 return s

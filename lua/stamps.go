@@ -74,12 +74,18 @@ func stampsReply(cmd *redis.SliceCmd) (engine.TenantStamps, error) {
 }
 
 // StampBump moves tenant's stamp of kind past every value it had, with one
-// EVALSHA of stamp.lua, and returns the new value.
+// EVALSHA of stamp.lua, and returns the new value. A kind that alters
+// checks (StampKind.Fed) is appended to the tenant's change feed in the
+// same script, so the feed holds every bump the caches saw.
 func (s *Store) StampBump(ctx context.Context, tenant uuid.UUID, kind engine.StampKind) (uint64, error) {
 	if kind >= engine.StampKinds {
 		return 0, fmt.Errorf("lua: change stamp: no kind %d", kind)
 	}
-	v, err := stampScript.Run(ctx, s.rdb, []string{s.stampsKey(tenant)}, kind.String()).Text()
+	keys, args := []string{s.stampsKey(tenant)}, []any{kind.String()}
+	if kind.Fed() && tenant != uuid.Nil {
+		keys, args = append(keys, s.changesKey(tenant)), append(args, engine.ChangeFeedCap)
+	}
+	v, err := stampScript.Run(ctx, s.rdb, keys, args...).Text()
 	if err != nil {
 		return 0, fmt.Errorf("lua: move change stamp %s: %w", kind, err)
 	}

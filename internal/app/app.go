@@ -52,6 +52,10 @@ type Config struct {
 	// StreamsPerTenant caps a tenant's open balance streams in this
 	// process (0: engine.DefaultStreamsPerTenant; tests lower it).
 	StreamsPerTenant int
+	// ChangeStreamsPerTenant caps a tenant's open change streams
+	// (GET /v1/changes/stream) in this process (0:
+	// engine.DefaultChangeStreamsPerTenant; tests lower it).
+	ChangeStreamsPerTenant int
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -243,6 +247,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Prepare: a.dropLegacyExpiryIndex}
 	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
 	a.Events.WrittenBehind = behind
+	// The change stream's config changes are the stamps' bumps (issue 27).
+	a.Events.WithChangeFeed(a.Store, cfg.ChangeStreamsPerTenant)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
@@ -257,8 +263,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
+	// Holds write a notice to the change feed (issue 27): they move
+	// effective balances without an event.
+	holdsNoted := engine.NotingHolds(a.Store, a.Store, log)
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
-		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: a.Store, Holds: a.DB, Clock: cfg.Clock})
+		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: holdsNoted, Holds: a.DB, Clock: cfg.Clock})
 	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
 	a.Alerts = engine.NewAlerts(stamps.ForgettingAlerts(a.DB), a.Customers, cfg.Clock)
@@ -267,7 +276,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
 		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}
-	a.HoldSweeper = &engine.ReservationSweeper{Hot: a.Store, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.HoldSweeper = &engine.ReservationSweeper{Hot: holdsNoted, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	// Leases lapse at read time; the sweep runs as often as the expiry sweep.
 	a.LeaseSweeper = &engine.LeaseSweeper{Hot: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Console = console.New(console.Config{

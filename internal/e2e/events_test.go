@@ -150,8 +150,26 @@ type sseEvent struct {
 // returns its messages; the stream ends with the test or close.
 func openStream(t *testing.T, s *Stack, key, cust, lastID string) (<-chan sseEvent, func()) {
 	t.Helper()
+	return openSSE(t, s, key, "/v1/customers/"+cust+"/credits/stream", lastID)
+}
+
+// openSSE opens the stream at path (lastID "" for none) and returns its
+// messages; the stream ends with the test or close.
+func openSSE(t *testing.T, s *Stack, key, path, lastID string) (<-chan sseEvent, func()) {
+	t.Helper()
+	status, out, cancel := dialSSE(t, s, key, path, lastID)
+	if status != 200 {
+		t.Fatalf("stream: status %d", status)
+	}
+	return out, cancel
+}
+
+// dialSSE opens the stream at path and returns the status and, on a 200
+// text/event-stream, its messages (else a nil channel).
+func dialSSE(t *testing.T, s *Stack, key, path, lastID string) (int, <-chan sseEvent, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+"/v1/customers/"+cust+"/credits/stream", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", s.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +184,9 @@ func openStream(t *testing.T, s *Stack, key, cust, lastID string) (<-chan sseEve
 		t.Fatal(err)
 	}
 	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		res.Body.Close()
 		cancel()
-		t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+		return res.StatusCode, nil, func() {}
 	}
 	out := make(chan sseEvent, 64)
 	go func() {
@@ -197,7 +216,7 @@ func openStream(t *testing.T, s *Stack, key, cust, lastID string) (<-chan sseEve
 			}
 		}
 	}()
-	return out, cancel
+	return 200, out, cancel
 }
 
 // next is the stream's next message, failing after a timeout.

@@ -416,6 +416,21 @@ func (w *openAPIWalk) webhooks() {
 	if res.StatusCode != 200 {
 		w.t.Errorf("stream: %d", res.StatusCode)
 	}
+	// The tenant's change stream, resumed from a cursor, the same way.
+	req, err = http.NewRequest("GET", w.s.URL+"/v1/changes/stream", nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", w.a.key)
+	req.Header.Set("Last-Event-ID", "1.0-0")
+	res, err = w.s.HTTP.Do(req)
+	if err != nil {
+		w.t.Fatalf("change stream: %v", err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != 200 {
+		w.t.Errorf("change stream: %d", res.StatusCode)
+	}
 }
 
 // problems asks for one answer of each problem status the document lists.

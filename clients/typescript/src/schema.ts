@@ -1443,6 +1443,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/changes/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream the tenant's changes that can alter a check (server-sent events)
+         * @description Everything that can change an entitlement check of any of the tenant's customers in the key's environment, for a client that answers checks from memory (the Go client's edge.Evaluator): the events of the ordered event log that name a customer of the key's environment (credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired, credit.threshold_crossed, credit.topup_requested, subscription.*; data is the delivered body, as on GET /v1/events), and the configuration changes that fire no webhook event, each as event: change.<kind> with data {change, tenant_id, changed_at}: change.plans (plans, variants, plan grants, variant entitlements), change.subscriptions (subscriptions and overrides), change.metering (billable metrics and metering rules), change.customers (a customer's overage policy, threshold, deletion), change.tenant (the tenant's settings, such as the default overage policy, and API key revocations); config changes are per tenant, so both environments' keys see them. A config change says which kind of facts changed, not for which customer: drop every cached answer. change.holds (data adds customer_id and environment) says a reservation of that customer was created, committed, released or expired: its reserved and effective balance moved. Not streamed: gauge increments and decrements, lease renewals, alert settings. The first message is event: open (or event: reset, see below); every message's id is an opaque cursor over both sources. Without Last-Event-ID the stream starts now and the open message's id is where to resume from; with it, the stream first sends what followed that id, then continues without loss or repetition. Config changes are kept 1000 per tenant: a Last-Event-ID older than that gets event: reset first (drop every cached answer, then go on). Every second the stream sends a comment: ": heartbeat <lag_ms>" says every change made up to lag_ms milliseconds before it was sent (the persister's lag plus a poll or two; a duration, so no clock needs to agree), ": behind" says the server cannot prove that within 2 s (a stalled persister, Redis or Postgres unreadable): answers cached from the stream are then aging. A tenant may hold 100 change streams open per creditd process, apart from its balance streams; past that the answer is 429 with Retry-After. The stream ends when the server shuts down or the client falls 256 messages behind (reconnect with Last-Event-ID).
+         */
+        get: operations["streamChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/customers/{id}/usage": {
         parameters: {
             query?: never;
@@ -9686,6 +9706,50 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            429: components["responses"]["429"];
+            500: components["responses"]["500"];
+            503: components["responses"]["503"];
+        };
+    };
+    streamChanges: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Resume after this cursor (the id of the last message received), opaque: <sequence>.<change id>. */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream; it stays open. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example id: 41.1764381600000-0
+                     *     event: open
+                     *     data: {}
+                     *
+                     *     id: 41.1764381601234-0
+                     *     event: change.plans
+                     *     data: {"change":"plans","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885","changed_at":"2026-11-29T02:00:01.234567Z"}
+                     *
+                     *     id: 42.1764381601234-0
+                     *     event: credit.granted
+                     *     data: {"sequence":42,"event_type":"credit.granted","customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","data":{"credits":1000,"balance_after":148500}}
+                     *
+                     *     : heartbeat 212
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["400"];
+            401: components["responses"]["401"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];

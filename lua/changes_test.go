@@ -1,0 +1,92 @@
+package lua
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestChangeFeed: every bump of a kind that alters a check is appended to
+// its tenant's change feed, in order, and no other (alert settings, the
+// fleet's key stamp), and so is a hold notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
+// a reader resuming before them is told it lost changes instead of reading
+// on as if current (issue 27).
+func TestChangeFeed(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant := uuid.New()
+		bump := func(id uuid.UUID, k engine.StampKind) uint64 {
+			t.Helper()
+			n, err := b.store.StampBump(ctx, id, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		after := func(c engine.ChangeID) ([]engine.ConfigChange, bool) {
+			t.Helper()
+			cs, lost, err := b.store.ChangesAfter(ctx, tenant, c, 2000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cs, lost
+		}
+		if last, err := b.store.ChangesLast(ctx, tenant); err != nil || !last.IsZero() {
+			t.Fatalf("empty feed: last %v err %v, want zero", last, err)
+		}
+		if cs, lost := after(engine.ChangeID{}); len(cs) != 0 || lost {
+			t.Fatalf("empty feed from zero: %v lost=%v", cs, lost)
+		}
+		if _, lost := after(engine.ChangeID{Ms: 1}); !lost {
+			t.Error("a cursor into a feed that does not exist (a Redis restarted empty) was not reported lost")
+		}
+		plans := bump(tenant, engine.StampPlans)
+		bump(tenant, engine.StampAlerts)
+		bump(uuid.Nil, engine.StampTenant)
+		subs := bump(tenant, engine.StampSubscriptions)
+		cs, lost := after(engine.ChangeID{})
+		if lost || len(cs) != 2 {
+			t.Fatalf("feed %+v lost=%v, want the plans and subscriptions bumps only", cs, lost)
+		}
+		if cs[0].Kind != engine.StampPlans || cs[0].Stamp != plans || cs[1].Kind != engine.StampSubscriptions || cs[1].Stamp != subs {
+			t.Errorf("feed %+v, want plans@%d then subscriptions@%d", cs, plans, subs)
+		}
+		if !cs[0].ID.Less(cs[1].ID) {
+			t.Errorf("ids not in order: %v then %v", cs[0].ID, cs[1].ID)
+		}
+		if rest, _ := after(cs[0].ID); len(rest) != 1 || rest[0].ID != cs[1].ID {
+			t.Errorf("after the first: %+v, want the second only", rest)
+		}
+		if last, _ := b.store.ChangesLast(ctx, tenant); last != cs[1].ID {
+			t.Errorf("last %v, want %v", last, cs[1].ID)
+		}
+		hold := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
+		if err := b.store.HoldNote(ctx, hold); err != nil {
+			t.Fatal(err)
+		}
+		notes, _ := after(cs[1].ID)
+		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != hold.CustomerID ||
+			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
+			t.Fatalf("after a hold notice: %+v, want it with its customer and environment", notes)
+		}
+		for range engine.ChangeFeedCap {
+			bump(tenant, engine.StampCatalog)
+		}
+		if _, lost := after(cs[0].ID); !lost {
+			t.Error("a cursor before the trimmed entries was not reported lost")
+		}
+		if _, lost := after(engine.ChangeID{}); !lost {
+			t.Error("a zero cursor (a stream opened before any change) was not reported lost once changes were trimmed")
+		}
+		// The two first changes and the notice are trimmed; a reader that
+		// saw the notice missed nothing and reads every change kept.
+		all, lost := after(notes[0].ID)
+		if lost || len(all) != engine.ChangeFeedCap {
+			t.Errorf("from the newest trimmed: %d changes lost=%v, want all %d kept", len(all), lost, engine.ChangeFeedCap)
+		}
+	})
+}
