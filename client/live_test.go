@@ -664,6 +664,25 @@ func TestAgainstCreditd(t *testing.T) {
 		if e.ID != last.Sequence || e.Type != last.EventType || !strings.Contains(string(e.Data), last.EventID) {
 			t.Fatalf("StreamCredits resumed with %+v, want event %d %s", e, last.Sequence, last.EventType)
 		}
+
+		// The tenant's change stream carries a grant made after it opened.
+		cctx, cstop := context.WithTimeout(ctx, 10*time.Second)
+		defer cstop()
+		cs, err := c.StreamChanges(cctx, "")
+		must(t, err, "StreamChanges")
+		defer cs.Close()
+		_, err = c.GrantCredits(ctx, "ada", client.GrantInput{Credits: 1, Source: "promotional", Reason: "seen on the change stream"})
+		must(t, err, "GrantCredits for the change stream")
+		for {
+			ce, err := cs.Next()
+			must(t, err, "StreamChanges Next")
+			if ce.Type == "credit.granted" {
+				if ce.ID == "" || !strings.Contains(string(ce.Data), "seen on the change stream") {
+					t.Fatalf("StreamChanges: %+v", ce)
+				}
+				break
+			}
+		}
 	})
 
 	t.Run("credit alerts", func(t *testing.T) {
