@@ -28,3 +28,13 @@ export {
   type WebhookPayload,
 } from "./webhook.js";
 export type { components, operations, paths } from "./schema.js";
+export {
+  Evaluator,
+  local,
+  streamChanges,
+  type Answer,
+  type ChangeEvent,
+  type ChangeStreamOptions,
+  type EvaluatorOptions,
+  type Fallback,
+} from "./edge.js";

@@ -4,7 +4,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { createClient, isProblem, parseWebhook } from "../dist/index.js";
+import { createClient, Evaluator, isProblem, parseWebhook } from "../dist/index.js";
 
 const base = process.env.CREDITD_URL;
 const adminToken = process.env.CREDITD_ADMIN_TOKEN;
@@ -22,6 +22,7 @@ async function admin(method, path, body) {
 }
 
 let c;
+let apiKey;
 let secret;
 const deliveries = [];
 let receiver;
@@ -41,7 +42,8 @@ before(async () => {
   await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
   const hook = await admin("PUT", `/admin/v1/tenants/${tenant.tenant.id}/webhook`, { url: `http://127.0.0.1:${receiver.address().port}/hooks` });
   secret = hook.secret;
-  c = createClient({ baseUrl: base, apiKey: tenant.api_keys.live });
+  apiKey = tenant.api_keys.live;
+  c = createClient({ baseUrl: base, apiKey });
 });
 
 after(() => receiver?.close());
@@ -158,3 +160,32 @@ test("events: the log pages by sequence, no gap", { skip }, async () => {
   const rest = await c.listEvents({ query: { after_sequence: page.data.length } });
   assert.equal(rest.data.length === 0 || rest.data[0].sequence === page.data.length + 1, true);
 });
+
+test("edge: the evaluator answers as the HTTP check from memory and hears a grant", { skip }, async (t) => {
+  await c.createMeteringRule({ body: { billable_metric_key: "edge_calls", cost_type: "per_unit", unit_cost: 10 } });
+  await c.createCustomer({ body: { external_id: "eve" } });
+  await c.grantCredits({ path: { id: "eve" }, body: { credits: 1_000, source: "promotional", reason: "edge" } });
+  const ev = new Evaluator(c, { baseUrl: base, apiKey });
+  ev.start();
+  t.after(() => ev.close());
+  const deadline = Date.now() + 10_000;
+  while (!ev.streamUp && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  assert.ok(ev.streamUp, "the change stream opened");
+
+  const got = await ev.check("eve", "edge_calls", 30);
+  assert.equal(got.source, "memory");
+  const { ageMs, source, ...fields } = got;
+  const http = await c.checkCustomerEntitlement({ path: { id: "eve", metric: "edge_calls" }, query: { units: 30 } });
+  assert.deepEqual(fields, http, "memory answers the HTTP check's fields");
+
+  await c.grantCredits({ path: { id: "eve" }, body: { credits: 1_000, source: "promotional", reason: "edge 2" } });
+  let after;
+  while (Date.now() < deadline) {
+    after = await ev.check("eve", "edge_calls", 30);
+    if (after.effective_balance === 2_000) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.equal(after.effective_balance, 2_000, "the grant reached the evaluator");
+  assert.equal(after.source, "memory");
+});
+
