@@ -88,4 +88,3 @@ func TestReserveDry(t *testing.T) {
 		}
 	})
 }
-

@@ -154,4 +154,3 @@ func TestReservationDryRun(t *testing.T) {
 		t.Errorf("%d reservations after a real one, want 1", n)
 	}
 }
-
