@@ -1,4 +1,6 @@
-// Credit alert rules: when a mutation crosses a threshold or asks for a top-up,\nand the events it then owes. Pure functions the persister calls.
+// Credit alert rules: when a mutation crosses a threshold or asks for a top-up,
+// and the events it then owes. Pure functions the persister calls.
+
 package engine
 
 import (

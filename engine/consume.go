@@ -1,5 +1,6 @@
 // Consume: charging one metric (or up to 20 items) for a customer's usage,
 // from input to the ConsumeCommand the account script runs, and its answer.
+
 package engine
 
 import (

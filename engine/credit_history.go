@@ -1,4 +1,6 @@
-// Credit history and overage: the ledger of a customer read from Postgres, by\npage and by period.
+// Credit history and overage: the ledger of a customer read from Postgres, by
+// page and by period.
+
 package engine
 
 import (

@@ -1,4 +1,6 @@
-// Gauges: moving a gauge metric (seats, concurrent jobs) up or down within\nits entitlement cap.
+// Gauges: moving a gauge metric (seats, concurrent jobs) up or down within
+// its entitlement cap.
+
 package engine
 
 import (

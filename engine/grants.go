@@ -1,4 +1,6 @@
-// Grants and adjustments: adding a credit block to a customer's account, or\nmoving its balance by hand, with their inputs, validation and answers.
+// Grants and adjustments: adding a credit block to a customer's account, or
+// moving its balance by hand, with their inputs, validation and answers.
+
 package engine
 
 import (

@@ -1,6 +1,7 @@
 // Extending a hold: a top-up (more units held, refused like a create when
 // the effective balance cannot cover them) and/or a later expiry, one
 // account script run (issue 27).
+
 package engine
 
 import (

@@ -1,4 +1,7 @@
-// Settling a hold: commit (single metric or items, with the merged metadata)\nand release, each one account script run from the hold index when Redis\nholds the hold.
+// Settling a hold: commit (single metric or items, with the merged metadata)
+// and release, each one account script run from the hold index when Redis
+// holds the hold.
+
 package engine
 
 import (

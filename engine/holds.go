@@ -1,4 +1,6 @@
-// Holds: the reservation resource (its states, the stored hold and the index\nrecord that lets a commit settle from Redis alone).
+// Holds: the reservation resource (its states, the stored hold and the index
+// record that lets a commit settle from Redis alone).
+
 package engine
 
 import (

@@ -1,4 +1,7 @@
-// JSON shapes: the member names each Go request type binds, computed once per\ntype by reflection, so the scanner (jsonscan.go) can refuse a member that\ndiffers from a known one only in case.
+// JSON shapes: the member names each Go request type binds, computed once per
+// type by reflection, so the scanner (jsonscan.go) can refuse a member that
+// differs from a known one only in case.
+
 package engine
 
 import (

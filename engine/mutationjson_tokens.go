@@ -1,4 +1,9 @@
-// The token readers of the hand-written Mutation decoder (mutationjson.go):\nwhitespace, strings, integers, ids and skipping. Each refuses, with\nerrSlowPath, any input encoding/json might read differently. It is one\nstate machine over one buffer, kept whole in this file (about 450 lines)\nso every fast-path refusal can be read side by side.
+// The token readers of the hand-written Mutation decoder (mutationjson.go):
+// whitespace, strings, integers, ids and skipping. Each refuses, with
+// errSlowPath, any input encoding/json might read differently. It is one
+// state machine over one buffer, kept whole in this file (about 450 lines)
+// so every fast-path refusal can be read side by side.
+
 package engine
 
 import (

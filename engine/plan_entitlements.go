@@ -1,5 +1,6 @@
 // Plan entitlements: the per-metric limits a variant gives, with their command
 // and the value normalisation shared with overrides.
+
 package engine
 
 import (

@@ -1,5 +1,6 @@
 // Plan credit grants: what a subscription to a variant is granted, and when
 // (recurring, one-time, trial), and their command.
+
 package engine
 
 import (

@@ -1,4 +1,6 @@
-// Comparing one account's Redis state with Postgres, field by field (pure;\nthe reconcile run and the sampler share it).
+// Comparing one account's Redis state with Postgres, field by field (pure;
+// the reconcile run and the sampler share it).
+
 package engine
 
 import (

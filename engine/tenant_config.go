@@ -1,4 +1,6 @@
-// A tenant's settings: its defaults (overage policy, low-balance threshold)\nand its rate limits.
+// A tenant's settings: its defaults (overage policy, low-balance threshold)
+// and its rate limits.
+
 package engine
 
 import (

@@ -1,4 +1,6 @@
-// A tenant's webhook endpoint: its URL (checked against private addresses) and\nits signing secret.
+// A tenant's webhook endpoint: its URL (checked against private addresses) and
+// its signing secret.
+
 package engine
 
 import (

@@ -1,4 +1,6 @@
-// Usage: batches of usage events, each charged as a consume whose idempotency\nkey is the event id (forever, not 24 h), with per-event outcomes.
+// Usage: batches of usage events, each charged as a consume whose idempotency
+// key is the event id (forever, not 24 h), with per-event outcomes.
+
 package engine
 
 import (
