@@ -37,7 +37,7 @@ func TestAdminAuth(t *testing.T) {
 	}
 }
 
-// TestAdminOperations walks the operator surface of addendum 1.
+// TestAdminOperations walks the operator surface of docs/spec/addendum.md §1.
 func TestAdminOperations(t *testing.T) {
 	t.Parallel()
 	h := setup(t)

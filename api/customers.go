@@ -96,7 +96,7 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 }
 
 // deleteCustomer answers DELETE of one customer with 204 and no body, like
-// every other delete here (interface.md leaves the status open).
+// every other delete here (docs/spec/interface.md leaves the status open).
 func (s *Server) deleteCustomer(ref refFunc) endpoint {
 	return func(c *call) error {
 		r, err := ref(c)

@@ -12,7 +12,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// Pagination limits (interface.md Common rules 2).
+// Pagination limits (docs/spec/interface.md Common rules 2).
 const (
 	defaultPageLimit = 20
 	maxPageLimit     = 100
@@ -135,7 +135,7 @@ func unescapePath(raw string) (string, bool) {
 	return v, err == nil
 }
 
-// pageBody is the list envelope of interface.md Common rules 2.
+// pageBody is the list envelope of docs/spec/interface.md Common rules 2.
 type pageBody[T any] struct {
 	Data       []T            `json:"data"`
 	Pagination pageNavigation `json:"pagination"`

@@ -66,7 +66,7 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 	}
 }
 
-// consume answers POST /v1/entitlements/consume with 200 (addendum 7).
+// consume answers POST /v1/entitlements/consume with 200 (docs/spec/addendum.md §7).
 func (s *Server) consume(c *call) error {
 	var in engine.ConsumeInput
 	if err := decodeConsume(c.ctx.Request.Body(), &in); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// Idempotency limits (interface.md Common rules 1 and Limits).
+// Idempotency limits (docs/spec/interface.md Common rules 1 and Limits).
 const (
 	maxIdempotencyKeyChars = 256
 	// idemLockTTL is how long a claim lives without Finish or Abort: a
@@ -45,7 +45,7 @@ var (
 )
 
 // idempotent runs a POST or PATCH at most once per tenant and key
-// (interface.md Common rules 1): the first request claims the key and runs;
+// (docs/spec/interface.md Common rules 1): the first request claims the key and runs;
 // its completed response (2xx or 4xx, see storable) is remembered for 24 h
 // and replayed to every retry with the same fingerprint; a 5xx drops the
 // claim so a retry runs afresh. A money route's 2xx is remembered without
@@ -297,7 +297,7 @@ func storable(status int) bool {
 // fingerprint is the request hash: sha256 hex of environment, method, raw
 // path and body, so a reused key on another path, with another body, or with
 // the other environment's API key is told apart (the record itself is keyed
-// by tenant and key alone, addendum 12).
+// by tenant and key alone, docs/spec/addendum.md §12).
 func fingerprint(env engine.Environment, method, path, body []byte) string {
 	h := sha256.New()
 	h.Write(envTag(env))

@@ -176,7 +176,7 @@ func TestIdempotencyStorable(t *testing.T) {
 
 // TestIdempotencyEnvironment: the fingerprint includes the environment, so
 // the sandbox key reusing a live request's key never replays the live
-// answer: the key is one per tenant (addendum 12), so it is a 409.
+// answer: the key is one per tenant (docs/spec/addendum.md §12), so it is a 409.
 func TestIdempotencyEnvironment(t *testing.T) {
 	t.Parallel()
 	h := setup(t)

@@ -9,7 +9,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// registerImports adds POST /v1/import (addendum 7).
+// registerImports adds POST /v1/import (docs/spec/addendum.md §7).
 func (s *Server) registerImports() {
 	s.handle("POST", "/v1/import", optTenant|optIdem, s.importCustomers)
 }
@@ -53,7 +53,7 @@ type importCreditPayload struct {
 }
 
 // importOptionsPayload tunes an import. EmitWebhooks is accepted and has no
-// effect: an import never emits credit.granted (interface.md Events).
+// effect: an import never emits credit.granted (docs/spec/interface.md Events).
 type importOptionsPayload struct {
 	EmitWebhooks bool `json:"emit_webhooks"`
 	DryRun       bool `json:"dry_run"`

@@ -10,7 +10,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// registerOverrides adds the override routes (interface.md Overrides). The
+// registerOverrides adds the override routes (docs/spec/interface.md Overrides). The
 // DELETE is idempotent too (Common rules 1: "and on override DELETE").
 func (s *Server) registerOverrides() {
 	s.handle("GET", "/v1/subscriptions/{id}/overrides", optTenant, s.listOverrides)

@@ -7,8 +7,8 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// registerPlans adds the product catalogue routes (interface.md Plans,
-// addendum 5).
+// registerPlans adds the product catalogue routes (docs/spec/interface.md Plans,
+// docs/spec/addendum.md §5).
 func (s *Server) registerPlans() {
 	s.handle("GET", "/v1/plans", optTenant, s.listPlans)
 	s.handle("POST", "/v1/plans", optTenant|optIdem, s.createPlan)

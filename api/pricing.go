@@ -19,7 +19,7 @@ func (c *call) metricKeyParam(name string) (string, error) {
 	return v, nil
 }
 
-// listMetrics answers GET /v1/billable-metrics, oldest first (addendum 4).
+// listMetrics answers GET /v1/billable-metrics, oldest first (docs/spec/addendum.md §4).
 func (s *Server) listMetrics(c *call) error {
 	limit, err := c.queryLimit()
 	if err != nil {

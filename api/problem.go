@@ -8,7 +8,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// Problem is the RFC 9457 body of every error response (addendum 3). Type is
+// Problem is the RFC 9457 body of every error response (docs/spec/addendum.md §3). Type is
 // one of the engine.Kind values; Field names the offending input, also
 // repeated in Errors so clients can read one shape for one or many fields.
 type Problem struct {
@@ -35,7 +35,7 @@ var retryAfterOne = []byte("1")
 const internalDetail = "an unexpected error occurred; quote the request_id when reporting it"
 
 var (
-	// errTooLarge is the 413: addendum 3 has no payload type, so bad-request.
+	// errTooLarge is the 413: docs/spec/addendum.md §3 has no payload type, so bad-request.
 	errTooLarge = &engine.Error{Kind: engine.KindBadRequest, Detail: "the request body is larger than the limit"}
 	// errAdminUnauthorized: wrong or missing operator token.
 	errAdminUnauthorized = &engine.Error{Kind: engine.KindUnauthorized, Detail: "missing or invalid admin bearer token"}

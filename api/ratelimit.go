@@ -32,7 +32,7 @@ var (
 // errRateLimited is the 429 problem.
 var errRateLimited = &engine.Error{Kind: engine.KindRateLimited, Detail: "too many requests for this API key; retry after the Retry-After seconds"}
 
-// rateLimiter is an in-process token bucket per API key (addendum 10). It
+// rateLimiter is an in-process token bucket per API key (docs/spec/addendum.md §10). It
 // limits one process only, so it serves where one process is the point: the
 // admin API's bucket per client address, and the fallback of the per-key
 // limit while the shared budgets (Config.RateBudgets) cannot be reached.

@@ -84,7 +84,7 @@ type Config struct {
 	Overrides *engine.Overrides
 	Topups    *engine.Topups
 	Imports   *engine.Imports
-	// Subscriptions serves subscriptions (addendum 6).
+	// Subscriptions serves subscriptions (docs/spec/addendum.md §6).
 	Subscriptions *engine.Subscriptions
 	// Alerts serves the credit alert settings (issue 15 item 4).
 	Alerts *engine.Alerts
@@ -99,7 +99,7 @@ type Config struct {
 	// registers its HTTP families on it (nil: a registry of its own).
 	Registry *prometheus.Registry
 	// MetricsElsewhere leaves /metrics off this server: it is served on the
-	// CREDITD_METRICS_ADDR listener instead (addendum 12).
+	// CREDITD_METRICS_ADDR listener instead (docs/spec/addendum.md §12).
 	MetricsElsewhere bool
 	// Tracer, when set, starts a server span per request, the child of an
 	// incoming traceparent (read with Propagator); nil turns tracing off

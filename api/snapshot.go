@@ -6,7 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// registerSnapshot adds the entitlement snapshot routes (interface.md
+// registerSnapshot adds the entitlement snapshot routes (docs/spec/interface.md
 // Entitlement checks): lenient by id (creates an unknown customer) and
 // strict by external id (404).
 func (s *Server) registerSnapshot() {

@@ -6,7 +6,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// registerSubscriptions adds the subscription routes (addendum 6).
+// registerSubscriptions adds the subscription routes (docs/spec/addendum.md §6).
 func (s *Server) registerSubscriptions() {
 	s.handle("POST", "/v1/subscriptions", optTenant|optIdem, s.createSubscription)
 	s.handle("GET", "/v1/subscriptions/{id}", optTenant, s.getSubscription)

@@ -18,7 +18,7 @@ func (s *Server) getTenant(c *call) error {
 	return c.json(fasthttp.StatusOK, engine.ConfigOf(t))
 }
 
-// patchTenant answers PATCH /v1/tenant (addendum 2).
+// patchTenant answers PATCH /v1/tenant (docs/spec/addendum.md §2).
 func (s *Server) patchTenant(c *call) error {
 	var in TenantConfigPayload
 	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
@@ -35,7 +35,7 @@ func (s *Server) patchTenant(c *call) error {
 	return c.json(fasthttp.StatusOK, cfg)
 }
 
-// TenantConfigPayload is the body of PATCH /v1/tenant (addendum 2); the
+// TenantConfigPayload is the body of PATCH /v1/tenant (docs/spec/addendum.md §2); the
 // console's settings form builds one too.
 type TenantConfigPayload struct {
 	DefaultOveragePolicy         *string `json:"default_overage_policy"`

@@ -9,7 +9,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// registerTopups adds the topup routes (addendum 7).
+// registerTopups adds the topup routes (docs/spec/addendum.md §7).
 func (s *Server) registerTopups() {
 	s.handle("POST", "/v1/customers/{id}/topups", optTenant|optIdem, s.createTopup)
 	s.handle("GET", "/v1/customers/{id}/topups", optTenant, s.listTopups)

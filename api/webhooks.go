@@ -41,7 +41,7 @@ func (s *Server) testWebhook(c *call) error {
 	return c.json(fasthttp.StatusAccepted, res)
 }
 
-// registerWebhooks adds the three webhook routes (interface.md Webhooks).
+// registerWebhooks adds the three webhook routes (docs/spec/interface.md Webhooks).
 func (s *Server) registerWebhooks() {
 	s.handle("GET", "/v1/webhooks/events", optTenant, s.listWebhookEvents)
 	s.handle("POST", "/v1/webhooks/events/{id}/redeliver", optTenant|optIdem, s.redeliverWebhookEvent)

@@ -8,7 +8,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// settingsView is a tenant's own settings (addendum 2): the defaults it may
+// settingsView is a tenant's own settings (docs/spec/addendum.md §2): the defaults it may
 // change and what only the operator changes.
 type settingsView struct {
 	Tenant   engine.Tenant

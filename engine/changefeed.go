@@ -3,7 +3,7 @@
 // the ordered event log (balances, subscriptions; the events webhooks
 // deliver) and the tenant's config changes (ChangeFeed: plans, variant
 // entitlements, overrides, metering rules, customers, tenant settings),
-// which fire no webhook (interface.md Events) and so have a log of their
+// which fire no webhook (docs/spec/interface.md Events) and so have a log of their
 // own, appended beside the change stamps that the fleet's caches read.
 
 package engine

@@ -181,7 +181,7 @@ var (
 )
 
 // GaugeCapError is the 409 of an increment past the cap under block; its
-// members go into the problem body (interface.md Errors).
+// members go into the problem body (docs/spec/interface.md Errors).
 func GaugeCapError(current, cap, shortfall int64) *Error {
 	return &Error{Kind: KindConflict, Detail: "the increment would pass the gauge cap",
 		Extra: map[string]any{"current": current, "cap": cap, "shortfall": shortfall}}

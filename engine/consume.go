@@ -46,7 +46,7 @@ type ItemCost struct {
 	Cost              int64  `json:"cost"`
 }
 
-// ConsumeResult is the 200 body of a consume (addendum 7).
+// ConsumeResult is the 200 body of a consume (docs/spec/addendum.md §7).
 type ConsumeResult struct {
 	TransactionID *uuid.UUID `json:"transaction_id"`
 	CustomerID    uuid.UUID  `json:"customer_id"`

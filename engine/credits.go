@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Grant and adjust limits (interface.md Credits and Limits).
+// Grant and adjust limits (docs/spec/interface.md Credits and Limits).
 const (
 	MaxDurationSeconds = 315360000
 	MaxPriority        = 255

@@ -10,14 +10,14 @@ import (
 	"github.com/google/uuid"
 )
 
-// MaxDisplayNameChars is the longest display_name (interface.md Limits).
+// MaxDisplayNameChars is the longest display_name (docs/spec/interface.md Limits).
 const MaxDisplayNameChars = 200
 
-// MaxExternalIDChars bounds external ids (our limit; addendum leaves it open).
+// MaxExternalIDChars bounds external ids (our limit; docs/spec/addendum.md leaves it open).
 const MaxExternalIDChars = 255
 
 // Customers creates, reads, changes and deletes a tenant's customers, and
-// resolves the customer a request names (interface.md Common rules 3-5).
+// resolves the customer a request names (docs/spec/interface.md Common rules 3-5).
 type Customers struct {
 	dir   Directory
 	clock Clock

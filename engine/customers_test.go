@@ -54,7 +54,7 @@ type fixedClock struct{ t time.Time }
 
 func (c fixedClock) Now() time.Time { return c.t }
 
-// TestResolve states interface.md Common rules 3-5: external id first, then
+// TestResolve states docs/spec/interface.md Common rules 3-5: external id first, then
 // UUID; auto-create only where allowed; another tenant's id is a 400 there
 // and a 404 elsewhere.
 func TestResolve(t *testing.T) {

@@ -38,10 +38,10 @@ type SubscriptionFacts struct {
 	Status   string
 	PlanName string
 	// AllowUsage is false while past_due on a variant that forbids usage
-	// while overdue (addendum 6).
+	// while overdue (docs/spec/addendum.md §6).
 	AllowUsage bool
 	// Values maps a metric key to its value: a live override, else the
-	// variant entitlement (addendum 5 resolution order).
+	// variant entitlement (docs/spec/addendum.md §5 resolution order).
 	Values map[string]json.RawMessage
 	// expiresAt is the soonest expiry of an override in Values (zero when
 	// none): facts are never served stale past it.
@@ -131,7 +131,7 @@ func NewEntitlements(d EntitlementsDeps) *Entitlements {
 }
 
 // CheckResult is the body of an entitlement check; which members appear
-// depends on the metric type (interface.md "Entitlement checks").
+// depends on the metric type (docs/spec/interface.md "Entitlement checks").
 type CheckResult struct {
 	Type               MetricType      `json:"type"`
 	Allowed            bool            `json:"allowed"`

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Kind classifies an error the way the API reports it (addendum 3 types).
+// Kind classifies an error the way the API reports it (docs/spec/addendum.md §3 types).
 type Kind string
 
 // Error kinds; the API maps each to one HTTP status.

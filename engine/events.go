@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// EventType names a webhook event kind (interface.md "Event kinds and emitters").
+// EventType names a webhook event kind (docs/spec/interface.md "Event kinds and emitters").
 type EventType string
 
 // Event kinds creditd emits.
@@ -17,12 +17,12 @@ const (
 	EventCreditLowBalance EventType = "credit.low_balance"
 	EventCreditExhausted  EventType = "credit.exhausted"
 	// EventCreditExpired fires for each block that expired with credit left
-	// (addendum 8 "Also emitted").
+	// (docs/spec/addendum.md §8 "Also emitted").
 	EventCreditExpired EventType = "credit.expired"
 	EventTestPing      EventType = "test.ping"
 )
 
-// EventStatus is a webhook event's delivery state (interface.md "States and
+// EventStatus is a webhook event's delivery state (docs/spec/interface.md "States and
 // transitions", Webhook event).
 type EventStatus string
 
@@ -72,7 +72,7 @@ type Delivery struct {
 	CreatedAt    time.Time `json:"created_at"`
 }
 
-// Envelope is the delivered body of every event (addendum 8).
+// Envelope is the delivered body of every event (docs/spec/addendum.md §8).
 type Envelope struct {
 	// Sequence is set by the store, which prepends it to the stored body;
 	// Go never marshals it.
@@ -92,7 +92,7 @@ type Envelope struct {
 }
 
 // GrantedData is the data of credit.granted: the grant's figures and its
-// ledger entry's fields (interface.md "Delivered body").
+// ledger entry's fields (docs/spec/interface.md "Delivered body").
 type GrantedData struct {
 	TransactionID uuid.UUID `json:"transaction_id"`
 	Credits       int64     `json:"credits"`
@@ -103,7 +103,7 @@ type GrantedData struct {
 	LedgerEntry
 }
 
-// ConsumedData is the data of credit.consumed (addendum 8).
+// ConsumedData is the data of credit.consumed (docs/spec/addendum.md §8).
 type ConsumedData struct {
 	TransactionID     uuid.UUID  `json:"transaction_id"`
 	BillableMetricKey *string    `json:"billable_metric_key"`
@@ -189,13 +189,13 @@ func (m *Mutation) firstMain() int {
 }
 
 // LowBalanceCrossed reports a crossing of threshold: from at-or-above it to
-// below it (addendum 8). A threshold of 0 is off.
+// below it (docs/spec/addendum.md §8). A threshold of 0 is off.
 func LowBalanceCrossed(before, after, threshold int64) bool {
 	return threshold > 0 && before >= threshold && after < threshold
 }
 
 // crossingKinds are the operations credit.low_balance and credit.exhausted
-// watch (interface.md: consume, reservation create, commit, adjust).
+// watch (docs/spec/interface.md: consume, reservation create, commit, adjust).
 func crossingKind(k MutationKind) bool {
 	switch k {
 	case MutationConsume, MutationReserve, MutationCommit, MutationDebit:
@@ -206,8 +206,8 @@ func crossingKind(k MutationKind) bool {
 
 // EventsOf derives the events a Mutation owes; it is pure, so the persister
 // writes them in the same transaction as the Mutation's ledger entries and a
-// replay derives the same ids. The rules (interface.md "Event kinds and
-// emitters", addendum 8):
+// replay derives the same ids. The rules (docs/spec/interface.md "Event kinds and
+// emitters", docs/spec/addendum.md §8):
 //   - grant: credit.granted (a positive adjust or a grant; ctx.Emitter names
 //     other emitters), except for an import (EmitterImport), which never
 //     fires it;
@@ -218,7 +218,7 @@ func crossingKind(k MutationKind) bool {
 //     balance crosses the threshold downwards, credit.exhausted when it moves
 //     from > 0 to 0; a refused block consume fires credit.exhausted;
 //   - every Mutation: credit.expired for each expiry entry that took credit
-//     (a block expired with credit left, addendum 8), before the others, as
+//     (a block expired with credit left, docs/spec/addendum.md §8), before the others, as
 //     the expiry came first;
 //   - nothing else for release, gauge, expiry or load.
 //

@@ -36,8 +36,8 @@ func types(evs []Event) []EventType {
 	return out
 }
 
-// TestEventsOf checks which events each Mutation owes (interface.md "Event
-// kinds and emitters", addendum 8): crossings exactly at the threshold,
+// TestEventsOf checks which events each Mutation owes (docs/spec/interface.md "Event
+// kinds and emitters", docs/spec/addendum.md §8): crossings exactly at the threshold,
 // exhaustion from > 0 to 0, refusals, notify overage, and the silent kinds.
 func TestEventsOf(t *testing.T) {
 	consumed := EventCreditConsumed
@@ -93,7 +93,7 @@ func TestEventsOf(t *testing.T) {
 	}
 }
 
-// TestEventPayloads checks the envelope and data of each kind (addendum 8).
+// TestEventPayloads checks the envelope and data of each kind (docs/spec/addendum.md §8).
 func TestEventPayloads(t *testing.T) {
 	m := mut(MutationDebit, 150, 0, 100, "", nil, mainEntry(-100, EntryAdjustment), mainEntry(-50, EntryAdjustment))
 	evs := EventsOf(m)
@@ -203,7 +203,7 @@ func TestConsumedItems(t *testing.T) {
 	}
 }
 
-// TestExpiredEventPayload checks credit.expired's data (addendum 8 "a
+// TestExpiredEventPayload checks credit.expired's data (docs/spec/addendum.md §8 "a
 // block expired with credit left"): the expiry entry's id, its block, the
 // credit taken (positive) and the block's source; distinct ids per block.
 func TestExpiredEventPayload(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// ReservationSweeper expires holds past their expires_at (interface.md:
+// ReservationSweeper expires holds past their expires_at (docs/spec/interface.md:
 // once per minute; the interval is configurable for tests).
 type ReservationSweeper struct {
 	Hot      UsageStore

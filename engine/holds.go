@@ -12,7 +12,7 @@ import (
 // ReservationStatus is a hold's state.
 type ReservationStatus string
 
-// Reservation states of interface.md "Reservation".
+// Reservation states of docs/spec/interface.md "Reservation".
 const (
 	ReservationActive    ReservationStatus = "active"
 	ReservationCommitted ReservationStatus = "committed"

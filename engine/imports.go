@@ -24,7 +24,7 @@ const (
 // importReason is the reason of every imported block's ledger entry.
 const importReason = "import"
 
-// ImportCustomers is a checked POST /v1/import (addendum 7): api has
+// ImportCustomers is a checked POST /v1/import (docs/spec/addendum.md §7): api has
 // checked the call's limits and each row's shape.
 type ImportCustomers struct {
 	Rows   []ImportRow

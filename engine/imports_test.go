@@ -62,7 +62,7 @@ func (s *importBlocks) GrantBatch(ctx context.Context, cmds []GrantCommand) []er
 	return errs
 }
 
-// TestImportPerRow states the import rule of addendum 7: every row is
+// TestImportPerRow states the import rule of docs/spec/addendum.md §7: every row is
 // judged on its own. A row whose customer the store refuses, a row whose
 // grants fail and a row with a bad field are each reported by index (store
 // failures as "internal error", never their Go text); the good rows around

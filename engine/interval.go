@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Grant interval keywords (addendum 6).
+// Grant interval keywords (docs/spec/addendum.md §6).
 const (
 	// IntervalOnActivation fires once, when the subscription becomes active.
 	IntervalOnActivation = "on_activation"

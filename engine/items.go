@@ -4,7 +4,7 @@ import "fmt"
 
 // ItemUnits is the units member of one kind of multi-metric item: its name,
 // the least value it takes and the error below it (a consume's units <= 0
-// is a 400, interface.md Errors; a hold's estimated_units and a commit's
+// is a 400, docs/spec/interface.md Errors; a hold's estimated_units and a commit's
 // actual_units are 422 constraint violations).
 type ItemUnits struct {
 	name  string

@@ -126,7 +126,7 @@ func (s *Metering) ListMetrics(ctx context.Context, scope Scope, cursor string, 
 }
 
 // NormalizeDefault checks a default_value against the metric type
-// (addendum 4) and fills the documented defaults.
+// (docs/spec/addendum.md §4) and fills the documented defaults.
 func NormalizeDefault(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
 	empty := len(raw) == 0 || string(raw) == "null"
 	switch t {

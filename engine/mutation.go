@@ -103,7 +103,7 @@ type MutationEntry struct {
 	Reason   *string         `json:"reason,omitempty"`
 	Metadata json.RawMessage `json:"meta,omitempty"`
 	// Draws says what each block paid when one entry drained several (a
-	// consume, a commit and a usage event write one debit: interface.md);
+	// consume, a commit and a usage event write one debit: docs/spec/interface.md);
 	// BlockID is then nil. Entries that drain one block leave it empty.
 	Draws []EntryDraw `json:"draws,omitempty"`
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// Overrides change one entitlement for one subscription (interface.md
+// Overrides change one entitlement for one subscription (docs/spec/interface.md
 // Override, Overrides, States "Override"). A live override beats the variant
 // value, which beats the metric default, on every check and snapshot
-// (addendum 5); the PlanView resolves that order, this service keeps the rows.
+// (docs/spec/addendum.md §5); the PlanView resolves that order, this service keeps the rows.
 
 // MaxOverrideReasonChars bounds an override reason (docs/decisions.md).
 const MaxOverrideReasonChars = 1000

@@ -175,7 +175,7 @@ func wantOverrideErr(t *testing.T, what string, err error, kind Kind, field stri
 	}
 }
 
-// TestOverrideCreateRules: interface.md Overrides POST: 400 for a missing
+// TestOverrideCreateRules: docs/spec/interface.md Overrides POST: 400 for a missing
 // field, a metered metric, a value not shaped for the type or a bad
 // expires_at; 404 for an unknown metric or a subscription of the other
 // environment; 409 for a second live override; an expired one is replaced
@@ -303,7 +303,7 @@ func TestOverrideUpdateDelete(t *testing.T) {
 }
 
 // TestImportNeverFiresGranted: an import grant owes no credit.granted; a
-// topup grant does (interface.md Events).
+// topup grant does (docs/spec/interface.md Events).
 func TestImportNeverFiresGranted(t *testing.T) {
 	src := SourceMigration
 	block := uuid.New()

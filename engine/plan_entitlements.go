@@ -13,7 +13,7 @@ import (
 )
 
 // VariantEntitlement is what a variant grants for one billable metric
-// (addendum 5). Value is shaped by Type like an override value.
+// (docs/spec/addendum.md §5). Value is shaped by Type like an override value.
 type VariantEntitlement struct {
 	ID                uuid.UUID       `json:"id"`
 	PlanVariantID     uuid.UUID       `json:"plan_variant_id"`
@@ -63,7 +63,7 @@ func (s *Plans) PutEntitlement(ctx context.Context, scope Scope, planID, variant
 // EntitlementValue checks an entitlement or override value against the
 // metric type and returns it in canonical form: boolean and metered
 // {"enabled": bool}, gauge {"cap": integer >= 0}, static {"config": object}
-// (addendum 5). A mismatch is a 400 naming the member, as for overrides.
+// (docs/spec/addendum.md §5). A mismatch is a 400 naming the member, as for overrides.
 // Overrides refuse metered metrics before calling this.
 func EntitlementValue(t MetricType, raw json.RawMessage) (json.RawMessage, error) {
 	var obj map[string]json.RawMessage

@@ -32,7 +32,7 @@ type PlanGrant struct {
 	MaxRolloverCycles   *int        `json:"max_rollover_cycles"`
 	GrantType           GrantType   `json:"grant_type"`
 	Source              Source      `json:"source"`
-	// Metadata is always null (interface.md "Plan credit grant").
+	// Metadata is always null (docs/spec/interface.md "Plan credit grant").
 	Metadata  *struct{} `json:"metadata"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -82,7 +82,7 @@ func (s *Plans) CreateGrant(ctx context.Context, scope Scope, planID, variantID 
 	return g, nil
 }
 
-// Grant types of interface.md "Plan credit grant".
+// Grant types of docs/spec/interface.md "Plan credit grant".
 const (
 	GrantRecurring GrantType = "recurring"
 	GrantOneTime   GrantType = "one_time"

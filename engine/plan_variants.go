@@ -216,7 +216,7 @@ func variantNotFound(err error) error {
 	return err
 }
 
-// Billing cycles of interface.md "Plan variant".
+// Billing cycles of docs/spec/interface.md "Plan variant".
 const (
 	CycleDaily   BillingCycle = "daily"
 	CycleWeekly  BillingCycle = "weekly"
@@ -225,13 +225,13 @@ const (
 	CycleOneTime BillingCycle = "one_time"
 )
 
-// Billing modes of interface.md "Plan variant".
+// Billing modes of docs/spec/interface.md "Plan variant".
 const (
 	BillingPrepaid  BillingMode = "prepaid"
 	BillingPostpaid BillingMode = "postpaid"
 )
 
-// Variant defaults of interface.md "Plan variant".
+// Variant defaults of docs/spec/interface.md "Plan variant".
 const (
 	DefaultRenewalDueDays  = 3
 	DefaultGracePeriodDays = 3

@@ -9,14 +9,14 @@ import (
 )
 
 // The product catalogue: plans, their variants, the credit grants a variant
-// schedules and the entitlements it carries (interface.md Plan, Plan variant,
-// Plan credit grant, Plans; addendum 5). Like metrics, every row belongs to
+// schedules and the entitlements it carries (docs/spec/interface.md Plan, Plan variant,
+// Plan credit grant, Plans; docs/spec/addendum.md §5). Like metrics, every row belongs to
 // one tenant and one environment: the API key that writes it selects both.
 
 // PlanStatus is the lifecycle flag of a plan or variant.
 type PlanStatus string
 
-// Plan and variant statuses (interface.md "Plan and plan variant status").
+// Plan and variant statuses (docs/spec/interface.md "Plan and plan variant status").
 const (
 	PlanActive  PlanStatus = "active"
 	PlanRetired PlanStatus = "retired"
@@ -50,7 +50,7 @@ type Plan struct {
 	Metadata    Metadata    `json:"metadata"`
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
-	// Variants appears only in GET /v1/plans (interface.md: "only on GET
+	// Variants appears only in GET /v1/plans (docs/spec/interface.md: "only on GET
 	// /v1/plans"; GET /v1/plans/{id} is "never with variants"): nil
 	// elsewhere, so the member is left out; in the list it is [] unless
 	// include_variants=true.
@@ -90,7 +90,7 @@ type UpdatePlan struct {
 	Metadata  Metadata // canonical
 }
 
-// errRetireDefault is the 409 of interface.md "Plan and plan variant status".
+// errRetireDefault is the 409 of docs/spec/interface.md "Plan and plan variant status".
 var errRetireDefault = &Error{Kind: KindConflict, Field: "status",
 	Detail: "the default plan cannot be retired; make another plan the default or set is_default false first"}
 

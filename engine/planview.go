@@ -10,7 +10,7 @@ import (
 
 // PlanFacts is the PlanView of checks, consumes and holds: the customer's
 // live subscription, its variant's entitlements overlaid by live overrides
-// (addendum 5 order), read afresh on every call. The hot path reads it
+// (docs/spec/addendum.md §5 order), read afresh on every call. The hot path reads it
 // through a CachedPlanView.
 type PlanFacts struct {
 	subs      SubscriptionReader

@@ -323,7 +323,7 @@ type RerunMark struct {
 }
 
 // IdempotencyRecords stores HTTP idempotency records, scoped by tenant and
-// key value alone (interface.md Common rules 1).
+// key value alone (docs/spec/interface.md Common rules 1).
 type IdempotencyRecords interface {
 	// Begin claims key for a request whose fingerprint is requestHash. When
 	// no record exists it writes an in-progress one that lapses after lockTTL
@@ -345,7 +345,7 @@ type IdempotencyRecords interface {
 }
 
 // RateDecision is one take from an API key's rate budget (a lease of one or
-// more requests) and the figures of the RateLimit headers (addendum 10).
+// more requests) and the figures of the RateLimit headers (docs/spec/addendum.md §10).
 type RateDecision struct {
 	Allowed bool
 	// Granted is the requests the take spent (0 when refused): the ones

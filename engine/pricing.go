@@ -15,7 +15,7 @@ import (
 // MetricType is the entitlement type of a billable metric.
 type MetricType string
 
-// Metric types of interface.md "Entitlement checks".
+// Metric types of docs/spec/interface.md "Entitlement checks".
 const (
 	MetricMetered MetricType = "metered"
 	MetricBoolean MetricType = "boolean"
@@ -28,7 +28,7 @@ func (t MetricType) Valid() bool {
 	return t == MetricMetered || t == MetricBoolean || t == MetricGauge || t == MetricStatic
 }
 
-// BillableMetric is something a tenant meters or entitles (addendum 4).
+// BillableMetric is something a tenant meters or entitles (docs/spec/addendum.md §4).
 // Metrics are per tenant and environment.
 type BillableMetric struct {
 	ID           uuid.UUID       `json:"id"`
@@ -46,7 +46,7 @@ type BillableMetric struct {
 // CostType is how a metering rule prices a use.
 type CostType string
 
-// Cost types of interface.md "Metering rule".
+// Cost types of docs/spec/interface.md "Metering rule".
 const (
 	CostFlat    CostType = "flat"
 	CostPerUnit CostType = "per_unit"
@@ -56,7 +56,7 @@ const (
 // TierMode says how tiers combine.
 type TierMode string
 
-// Tier modes (addendum 12).
+// Tier modes (docs/spec/addendum.md §12).
 const (
 	TierGraduated TierMode = "graduated"
 	TierVolume    TierMode = "volume"
@@ -95,7 +95,7 @@ type MeteringRule struct {
 
 // Price is the cost in millicredits of units under rule r: flat charges
 // BaseCost once per call; per_unit UnitCost x units; tiered per its mode
-// (addendum 12: graduated prices each tier's slice and adds the flat_cost of
+// (docs/spec/addendum.md §12: graduated prices each tier's slice and adds the flat_cost of
 // every tier reached; volume prices every unit at the one tier the total
 // falls in, plus that tier's flat_cost). Units must be >= 1. It returns
 // ErrOverflow when the cost does not fit in int64. The Lua scripts implement
@@ -189,7 +189,7 @@ func addOrOverflow(a, b int64) (int64, error) {
 const MaxTiers = 100
 
 // ValidateRule checks a rule's pricing fields, naming the wrong field
-// (interface.md Metering rules; addendum 12 for tiers).
+// (docs/spec/interface.md Metering rules; docs/spec/addendum.md §12 for tiers).
 func ValidateRule(r MeteringRule) error {
 	switch r.CostType {
 	case CostFlat, CostPerUnit, CostTiered:

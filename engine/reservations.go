@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Reservation limits (interface.md Limits).
+// Reservation limits (docs/spec/interface.md Limits).
 const (
 	DefaultReservationTTLSeconds = 1800
 	MaxReservationTTLSeconds     = 86400

@@ -9,7 +9,7 @@ import (
 // would pass it is refused with ErrOverflow instead of wrapping.
 const MaxSafeAmount int64 = math.MaxInt64
 
-// Spend order (interface.md "Credit block"): lowest priority first; ties by
+// Spend order (docs/spec/interface.md "Credit block"): lowest priority first; ties by
 // soonest expiry, a block without expiry last; then oldest; then by id so the
 // order is total and Lua and Go agree on it.
 func spendsBefore(a, b MutationBlock) bool {

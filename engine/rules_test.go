@@ -21,7 +21,7 @@ const (
 	idD = "00000000-0000-0000-0000-00000000000d"
 )
 
-// TestSpendOrder states the burn-down order of interface.md "Credit block":
+// TestSpendOrder states the burn-down order of docs/spec/interface.md "Credit block":
 // lowest priority first, then soonest expiry (none last), then oldest.
 func TestSpendOrder(t *testing.T) {
 	tests := []struct {

@@ -10,7 +10,7 @@ import (
 
 // Scheduler moves subscriptions on time: it fires due grants, renews
 // postpaid periods, ends trials, warns of renewals, and moves prepaid
-// subscriptions to past_due, expired or canceled (addendum 6). Each pass
+// subscriptions to past_due, expired or canceled (docs/spec/addendum.md §6). Each pass
 // claims due subscriptions with FOR UPDATE SKIP LOCKED, so several creditd
 // processes split the work and never run one subscription at once; each
 // firing's idempotency key is derived from the subscription, grant and

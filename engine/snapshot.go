@@ -10,10 +10,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// SnapshotMaxAge is how old a served snapshot may be (interface.md Limits).
+// SnapshotMaxAge is how old a served snapshot may be (docs/spec/interface.md Limits).
 const SnapshotMaxAge = 30 * time.Second
 
-// Snapshot is a customer's whole entitlement picture (interface.md
+// Snapshot is a customer's whole entitlement picture (docs/spec/interface.md
 // "Entitlement checks", snapshot).
 type Snapshot struct {
 	CustomerID         uuid.UUID                `json:"customer_id"`

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Subscription event kinds (addendum 8).
+// Subscription event kinds (docs/spec/addendum.md §8).
 const (
 	EventSubscriptionCreated    EventType = "subscription.created"
 	EventSubscriptionRenewed    EventType = "subscription.renewed"
@@ -21,7 +21,7 @@ const (
 )
 
 // SubscriptionEventData is the data of every subscription.* event; the
-// first four members are the ones addendum 8 lists for subscription.renewed.
+// first four members are the ones docs/spec/addendum.md §8 lists for subscription.renewed.
 type SubscriptionEventData struct {
 	SubscriptionID uuid.UUID          `json:"subscription_id"`
 	PlanVariantID  uuid.UUID          `json:"plan_variant_id"`

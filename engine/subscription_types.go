@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// SubscriptionStatus is a subscription's state (addendum 6).
+// SubscriptionStatus is a subscription's state (docs/spec/addendum.md §6).
 type SubscriptionStatus string
 
 // Subscription states; the first four are live (at most one per customer).
@@ -25,7 +25,7 @@ func (s SubscriptionStatus) Live() bool {
 	return s == SubscriptionTrialing || s == SubscriptionActive || s == SubscriptionPastDue || s == SubscriptionPaused
 }
 
-// Subscription puts a customer on a plan variant (addendum 6 fields).
+// Subscription puts a customer on a plan variant (docs/spec/addendum.md §6 fields).
 type Subscription struct {
 	ID                 uuid.UUID          `json:"id"`
 	TenantID           uuid.UUID          `json:"tenant_id"`
@@ -47,7 +47,7 @@ type Subscription struct {
 	UpdatedAt          time.Time          `json:"updated_at"`
 }
 
-// Override changes one entitlement for one subscription (interface.md
+// Override changes one entitlement for one subscription (docs/spec/interface.md
 // "Override").
 type Override struct {
 	ID                uuid.UUID       `json:"id"`

@@ -10,7 +10,7 @@ import (
 )
 
 // Subscriptions puts customers on plan variants and moves them through
-// their states (addendum 6): trialing, active, past_due, paused, canceled,
+// their states (docs/spec/addendum.md §6): trialing, active, past_due, paused, canceled,
 // expired. Every change of a subscription happens under its row lock (the
 // store's UpdateSubscription or RunDue), and every credit grant a change owes
 // is recorded in the row as a pending firing first, then fired by advance

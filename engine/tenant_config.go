@@ -11,7 +11,7 @@ import (
 )
 
 // TenantConfigChange is a checked change of the tenant defaults (PATCH
-// /v1/tenant, addendum 2); a nil field keeps its value.
+// /v1/tenant, docs/spec/addendum.md §2); a nil field keeps its value.
 type TenantConfigChange struct {
 	DefaultOveragePolicy         *OveragePolicy
 	DefaultLowBalanceThresholdMC *int64

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// API key prefixes (addendum 1): the prefix picks the environment.
+// API key prefixes (docs/spec/addendum.md §1): the prefix picks the environment.
 const (
 	LiveKeyPrefix    = "ck_live_"
 	SandboxKeyPrefix = "ck_test_"
@@ -26,7 +26,7 @@ const (
 	// MaxWebhookURLBytes bounds a webhook URL (what browsers and proxies
 	// reliably carry).
 	MaxWebhookURLBytes = 2048
-	// Default rate limit per API key (addendum 10).
+	// Default rate limit per API key (docs/spec/addendum.md §10).
 	DefaultRateLimitPerSecond = 1000
 	DefaultRateLimitBurst     = 2000
 )
@@ -50,7 +50,7 @@ type Tenants struct {
 
 // NewTenants returns the tenant service; keys nil reads dir afresh on
 // every request; allowPrivate lets webhook URLs point at loopback or
-// private addresses (dev mode and tests, addendum 12).
+// private addresses (dev mode and tests, docs/spec/addendum.md §12).
 func NewTenants(dir Directory, keys KeyLookup, clock Clock, allowPrivate bool) *Tenants {
 	if keys == nil {
 		keys = NewKeyLookup(dir)

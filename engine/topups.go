@@ -7,7 +7,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Topups are credit a customer paid for (addendum 7). A topup is a grant of
+// Topups are credit a customer paid for (docs/spec/addendum.md §7). A topup is a grant of
 // ledger type and source `topup` through the same Lua grant script as every
 // other grant; the topup list is read back from those ledger entries, so the
 // ledger stays the one record of money.
@@ -17,7 +17,7 @@ const (
 	// EmitterTopup marks a topup grant (credit.granted fires).
 	EmitterTopup = "topup"
 	// EmitterImport marks an import grant: it never fires credit.granted
-	// (interface.md Events).
+	// (docs/spec/interface.md Events).
 	EmitterImport = "import"
 )
 

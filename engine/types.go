@@ -26,7 +26,7 @@ func (e Environment) Valid() bool { return e == EnvironmentLive || e == Environm
 // OveragePolicy says what happens when usage outruns the balance.
 type OveragePolicy string
 
-// Overage policies of interface.md "General conventions".
+// Overage policies of docs/spec/interface.md "General conventions".
 const (
 	OveragePolicyBlock  OveragePolicy = "block"
 	OveragePolicyAllow  OveragePolicy = "allow"
@@ -41,7 +41,7 @@ func (p OveragePolicy) Valid() bool {
 // Source is where credit came from (grant sources and ledger sources).
 type Source string
 
-// Sources of interface.md "Ledger entry".
+// Sources of docs/spec/interface.md "Ledger entry".
 const (
 	SourcePlanGrant    Source = "plan_grant"
 	SourceTopup        Source = "topup"
@@ -64,7 +64,7 @@ func (s Source) ValidGrantSource() bool {
 // EntryType is the kind of a ledger entry.
 type EntryType string
 
-// Ledger entry types of interface.md "Ledger entry".
+// Ledger entry types of docs/spec/interface.md "Ledger entry".
 const (
 	EntryPlanGrant   EntryType = "plan_grant"
 	EntryTopup       EntryType = "topup"

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// UsageInput is the body of POST /v1/usage (addendum 7).
+// UsageInput is the body of POST /v1/usage (docs/spec/addendum.md §7).
 type UsageInput struct {
 	Events []UsageEvent `json:"events"`
 }
@@ -54,7 +54,7 @@ const (
 	UsageFailed    = "failed"
 )
 
-// MaxUsageEvents bounds one usage batch (addendum 7).
+// MaxUsageEvents bounds one usage batch (docs/spec/addendum.md §7).
 const MaxUsageEvents = 1000
 
 // Usage charges a batch of events, each as a consume whose idempotency key

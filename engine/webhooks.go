@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Delivery limits (interface.md Delivery and Limits; invariant 11).
+// Delivery limits (docs/spec/interface.md Delivery and Limits; invariant 11).
 const (
 	// MaxDeliveryAttempts is how many failures turn an event into a dead letter.
 	MaxDeliveryAttempts = 7
@@ -45,7 +45,7 @@ const (
 )
 
 // RetryDelays are the delays before attempts 2..7, after the previous
-// attempt (interface.md Delivery 3); the first attempt is immediate.
+// attempt (docs/spec/interface.md Delivery 3); the first attempt is immediate.
 var RetryDelays = [MaxDeliveryAttempts - 1]time.Duration{
 	30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 8 * time.Hour, 24 * time.Hour,
 }
@@ -121,8 +121,8 @@ const (
 	FailureInternal DeliveryFailure = "internal"
 )
 
-// Sign is the Standard Webhooks signature header value of body (addendum
-// 9): "v1," + base64 HMAC-SHA256 keyed by the base64-decoded part of a
+// Sign is the Standard Webhooks signature header value of body
+// (docs/spec/addendum.md §9): "v1," + base64 HMAC-SHA256 keyed by the base64-decoded part of a
 // whsec_ secret, over "{id}.{timestamp}.{body}".
 func Sign(secret, id string, timestamp int64, body []byte) (string, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))

@@ -3,7 +3,7 @@ package engine
 import "testing"
 
 // TestSignVector checks Sign against the Standard Webhooks specification's
-// published example (addendum 9).
+// published example (docs/spec/addendum.md §9).
 func TestSignVector(t *testing.T) {
 	got, err := Sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
 	if err != nil {
@@ -17,7 +17,7 @@ func TestSignVector(t *testing.T) {
 	}
 }
 
-// TestRetrySchedule pins the delays before attempts 2..7 (interface.md Delivery 3).
+// TestRetrySchedule pins the delays before attempts 2..7 (docs/spec/interface.md Delivery 3).
 func TestRetrySchedule(t *testing.T) {
 	want := []string{"30s", "5m0s", "30m0s", "2h0m0s", "8h0m0s", "24h0m0s"}
 	for i, d := range RetryDelays {

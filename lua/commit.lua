@@ -69,7 +69,7 @@ if m_pos(actual) then
   -- Under block a cost past the hold plus the free balance is refused;
   -- under allow and notify (ctx.policy) the commit takes what is there and
   -- the rest is overage, so actual_cost can read higher than what was
-  -- collected (interface.md Reservation).
+  -- collected (docs/spec/interface.md Reservation).
   local available = m_add(effective, held)
   if not m_pos(available) then available = MONEY_ZERO end
   local charge, overage = cost, MONEY_ZERO

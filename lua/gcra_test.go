@@ -12,7 +12,7 @@ import (
 	"github.com/creditd/creditd/internal/testenv"
 )
 
-// TestGCRABudget: gcra.lua gives the token bucket's answers (addendum 10):
+// TestGCRABudget: gcra.lua gives the token bucket's answers (docs/spec/addendum.md §10):
 // a full burst, then refusals with the time until one request is back, a
 // refill at the rate, and a full budget after the reset time. Time comes
 // from the caller (a fake clock), so the figures are exact.

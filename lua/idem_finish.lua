@@ -7,7 +7,7 @@
 --          byte, 'p' in progress, 'r' or 'd' finished, then the 11-byte
 --          fingerprint)
 -- ARGV[1]  the finished record
--- ARGV[2]  TTL in ms (24 h: interface.md Common rules 1)
+-- ARGV[2]  TTL in ms (24 h: docs/spec/interface.md Common rules 1)
 --
 -- It writes only when the record is ours and in progress, or gone (our lock
 -- lapsed and nobody claimed since: the answer is still the first one). It

@@ -255,7 +255,7 @@ func TestIdempotencyLockExpiry(t *testing.T) {
 }
 
 // TestIdempotencyScope checks that a key is scoped by tenant: the same value
-// in another tenant is a different record (interface.md Common rules 1,
+// in another tenant is a different record (docs/spec/interface.md Common rules 1,
 // invariant 8), and keys that differ only in text are different records.
 func TestIdempotencyScope(t *testing.T) {
 	t.Parallel()

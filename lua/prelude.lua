@@ -527,7 +527,7 @@ local function entry_obj(e)
 end
 
 -- debit_entry fills the consumption entry e (an entry_obj table) from the
--- draws of one drain: ONE ledger entry per charge (interface.md: a consume,
+-- draws of one drain: ONE ledger entry per charge (docs/spec/interface.md: a consume,
 -- a commit and a usage event write one debit). Its delta is minus the
 -- total drawn; it names the block and its source when one block paid, and
 -- lists what each block paid (engine.EntryDraw) when several did.
@@ -1759,7 +1759,7 @@ local function refuses(ctx)
 end
 
 -- refuse appends the refusal record of a customer refused for credit, for
--- credit.exhausted (addendum 8): m without an idempotency key (so Postgres
+-- credit.exhausted (docs/spec/addendum.md §8): m without an idempotency key (so Postgres
 -- never takes it for an applied operation), with no entries, and with
 -- usage, its usage section marked refused. The account is left untouched.
 local function refuse(outbox, m, a, usage)

@@ -38,7 +38,7 @@ local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
 if m_cmp(effective, cost) < 0 then
-  -- A block customer refused for credit owes credit.exhausted (addendum 8):
+  -- A block customer refused for credit owes credit.exhausted (docs/spec/addendum.md §8):
   -- the refusal record consume.lua writes (usage.refused, no entries, the
   -- same version, no idempotency key); the account itself is untouched.
   if refuses(ctx) then

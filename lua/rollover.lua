@@ -1,5 +1,5 @@
 -- rollover.lua carries part of a grant's unused credit into a new block when
--- a prepaid subscription renews (addendum 6): the listed blocks of the
+-- a prepaid subscription renews (docs/spec/addendum.md §6): the listed blocks of the
 -- previous cycle expire (one expiry entry each), and floor(their remaining
 -- credit * percent / 100) becomes a new block with one main entry. Due
 -- blocks expire first, as in every money script.

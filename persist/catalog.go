@@ -13,13 +13,13 @@ import (
 )
 
 // The catalog: billable metrics and the metering rules that price them
-// (addendum 4, interface.md Metering rules). Both are per tenant and
+// (docs/spec/addendum.md §4, docs/spec/interface.md Metering rules). Both are per tenant and
 // environment and are written by the API directly.
 
 var _ engine.Catalog = (*Store)(nil)
 
 // ErrMetricKeyTaken is the 409 of a second billable metric with the same
-// key in one tenant and environment (addendum 4).
+// key in one tenant and environment (docs/spec/addendum.md §4).
 var ErrMetricKeyTaken = &engine.Error{Kind: engine.KindConflict, Field: "key", Detail: "a billable metric with this key exists"}
 
 // MaxCatalogMetrics bounds AllMetrics, the whole-catalog read of a snapshot.
@@ -109,7 +109,7 @@ func (s *Store) GetMetric(ctx context.Context, sc engine.Scope, key string) (eng
 
 // UpdateMetric writes name, default_value, metadata and updated_at of the
 // metric m.Key in m's tenant and environment; engine.ErrNotFound when there
-// is none. Id, key, type (immutable, addendum 4) and created_at never change.
+// is none. Id, key, type (immutable, docs/spec/addendum.md §4) and created_at never change.
 func (s *Store) UpdateMetric(ctx context.Context, m engine.BillableMetric) error {
 	meta, err := metadataJSON(m.Metadata)
 	if err != nil {

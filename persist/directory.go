@@ -297,7 +297,7 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 }
 
 // DeleteCustomer soft-deletes customer id of scope s (sets deleted_at
-// only, interface.md Customers); engine.ErrNotFound when it is missing or
+// only, docs/spec/interface.md Customers); engine.ErrNotFound when it is missing or
 // already deleted.
 func (s *Store) DeleteCustomer(ctx context.Context, sc engine.Scope, id uuid.UUID, at time.Time) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE customers SET deleted_at = $4

@@ -17,7 +17,7 @@ const cursorVersion byte = 1
 // cursorLen is version + created_at (Unix µs, Postgres' precision) + id.
 const cursorLen = 1 + 8 + 16
 
-// errInvalidCursor is the 400 of interface.md Common rules 2.
+// errInvalidCursor is the 400 of docs/spec/interface.md Common rules 2.
 var errInvalidCursor = engine.BadRequest("cursor", "invalid cursor")
 
 // pageKey is the position of a row in a newest-first (created_at, id) order.

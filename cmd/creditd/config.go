@@ -19,7 +19,7 @@ import (
 	"github.com/creditd/creditd/lua"
 )
 
-// config is creditd's environment (addendum 11 plus our own CREDITD_*
+// config is creditd's environment (docs/spec/addendum.md §11 plus our own CREDITD_*
 // knobs). Every field is typed and parsed strictly: a value that does not
 // parse, or a duration or count that is not positive, is an error naming
 // the variable, never a silent default. README's configuration table is
@@ -51,7 +51,7 @@ type config struct {
 	MaxConnsPerIP  int           `env:"CREDITD_MAX_CONNS_PER_IP" envDefault:"1024"`
 	PprofAddr      string        `env:"CREDITD_PPROF_ADDR"`
 	// MetricsAddr, when set, serves /metrics on its own listener instead
-	// of the API port (addendum 12).
+	// of the API port (docs/spec/addendum.md §12).
 	MetricsAddr string `env:"CREDITD_METRICS_ADDR"`
 	// ReplicaAcks is how many replicas a money operation waits for
 	// (lua.ReplicaAcksAuto: one when the slot's master has replicas).

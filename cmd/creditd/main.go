@@ -1,7 +1,7 @@
 // Command creditd runs the credit-metering service and its operator tools.
 // `creditd --help` lists the commands; `creditd` alone is `creditd serve`.
 //
-// Configuration comes from the environment (addendum 11): REDIS_URL,
+// Configuration comes from the environment (docs/spec/addendum.md §11): REDIS_URL,
 // DATABASE_URL, CREDITD_ADDR, CREDITD_ADMIN_TOKEN, LOG_LEVEL and the
 // CREDITD_* settings of config.go, listed in README.md.
 package main

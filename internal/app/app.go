@@ -40,7 +40,7 @@ type Config struct {
 	Consumer       string // persister consumer name; default "creditd"
 	Clock          engine.Clock
 	// ReservationSweepInterval is the hold expiry sweep period (default one
-	// minute, as interface.md says; tests shorten it).
+	// minute, as docs/spec/interface.md says; tests shorten it).
 	ReservationSweepInterval time.Duration
 	// WebhookWorkers and WebhookPoll size the webhook delivery pool
 	// (engine defaults: 8 workers, 200 ms).
@@ -80,7 +80,7 @@ type Config struct {
 	// feeds the Postgres latency families on it.
 	Registry *prometheus.Registry
 	// MetricsElsewhere takes /metrics off the API port: cmd/creditd serves
-	// Registry on CREDITD_METRICS_ADDR instead (addendum 12).
+	// Registry on CREDITD_METRICS_ADDR instead (docs/spec/addendum.md §12).
 	MetricsElsewhere bool
 	// Tracing, when set, traces every request with child spans for its
 	// Redis commands and Postgres queries (nil: off, the default).

@@ -8,8 +8,8 @@ import (
 
 // TestConformanceOverflowNamesField: units or an amount whose cost or count
 // would pass int64 is refused, never wrapped, and the problem names the
-// parameter (addendum 3: "A 422 names the field"; the checks' and gauges'
-// bad-input errors are 400 naming it, interface.md Entitlement checks).
+// parameter (docs/spec/addendum.md §3: "A 422 names the field"; the checks' and gauges'
+// bad-input errors are 400 naming it, docs/spec/interface.md Entitlement checks).
 func TestConformanceOverflowNamesField(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("overflow"))
@@ -39,7 +39,7 @@ func TestConformanceOverflowNamesField(t *testing.T) {
 }
 
 // TestConformanceSnapshotAllowedFollowsPolicy: a snapshot's metered `allowed`
-// says what a check of one unit says (interface.md Entitlement checks: the
+// says what a check of one unit says (docs/spec/interface.md Entitlement checks: the
 // snapshot's entries carry `allowed` like the check result): under `allow`
 // and `notify` usage goes on past the balance (the rest is overage), so an
 // empty account is still allowed; under `block` it is not.
@@ -68,7 +68,7 @@ func TestConformanceSnapshotAllowedFollowsPolicy(t *testing.T) {
 // customer and cannot become one (an external_id must not be blank), so the
 // routes that would auto-create one refuse it as a 400 naming `customer_id`,
 // the parameter the caller sent, never a problem about an `external_id` it
-// did not send (addendum 3: the response names the field).
+// did not send (docs/spec/addendum.md §3: the response names the field).
 func TestConformanceBlankCustomerID(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("blankid"))
@@ -111,8 +111,8 @@ func (a api) exhaustedEvents(customer string, want int) []map[string]any {
 }
 
 // TestConformanceHoldRefusalExhausted: credit.exhausted fires when a
-// `block` customer is refused for credit (addendum 8), and reservation create
-// and commit are among its emitters (interface.md Events: "the same
+// `block` customer is refused for credit (docs/spec/addendum.md §8), and reservation create
+// and commit are among its emitters (docs/spec/interface.md Events: "the same
 // operations as credit.low_balance"), as a refused consume already does.
 func TestConformanceHoldRefusalExhausted(t *testing.T) {
 	s := NewStack(t)

@@ -12,8 +12,8 @@ var (
 	sandboxKeyRE = regexp.MustCompile(`^ck_test_[0-9A-Za-z]{32,}$`)
 )
 
-// TestConformanceAuthRejects: interface.md Authentication 3 "Missing or
-// invalid authentication returns 401", as an addendum 3 problem of type
+// TestConformanceAuthRejects: docs/spec/interface.md Authentication 3 "Missing or
+// invalid authentication returns 401", as an docs/spec/addendum.md §3 problem of type
 // `unauthorized`, on reads and writes alike, with X-Request-Id.
 func TestConformanceAuthRejects(t *testing.T) {
 	s := NewStack(t)
@@ -56,7 +56,7 @@ func TestConformanceAuthRejects(t *testing.T) {
 	}
 }
 
-// TestConformanceRequestID: addendum 3 "Every response carries X-Request-Id",
+// TestConformanceRequestID: docs/spec/addendum.md §3 "Every response carries X-Request-Id",
 // whatever its status, and two requests get two ids.
 func TestConformanceRequestID(t *testing.T) {
 	s := NewStack(t)
@@ -91,7 +91,7 @@ func TestConformanceRequestID(t *testing.T) {
 
 // TestConformanceEnvironmentsSeparate: Authentication 2 (the key decides the
 // environment) and invariant 8 (sandbox and live never see each other);
-// addendum 12: external_id is unique per tenant and environment.
+// docs/spec/addendum.md §12: external_id is unique per tenant and environment.
 func TestConformanceEnvironmentsSeparate(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("envs"))
@@ -158,7 +158,7 @@ func TestConformanceTenantIsolation(t *testing.T) {
 		checkProblem(t, a.do(tc.method, tc.path, "", nil), 404, "not-found", "", "tenant A "+tc.name)
 	}
 	checkProblem(t, a.patch("/v1/customers/"+bid, map[string]any{"display_name": "hijack"}), 404, "not-found", "", "tenant A patch")
-	// interface.md lists "400 cross-tenant customer_id" for adjust as for grant.
+	// docs/spec/interface.md lists "400 cross-tenant customer_id" for adjust as for grant.
 	checkProblem(t, a.post("/v1/customers/"+bid+"/credits/adjust",
 		map[string]any{"delta": -1000, "source": "manual", "reason": "x"}), 400, "bad-request", "customer_id", "tenant A adjust")
 
@@ -181,7 +181,7 @@ func TestConformanceTenantIsolation(t *testing.T) {
 	}
 }
 
-// TestConformanceAdminTenantsAndKeys: addendum 1 operator API: tenant and
+// TestConformanceAdminTenantsAndKeys: docs/spec/addendum.md §1 operator API: tenant and
 // key shapes and formats, revocation at once, and the bearer token.
 func TestConformanceAdminTenantsAndKeys(t *testing.T) {
 	s := NewStack(t)
@@ -276,8 +276,8 @@ func TestConformanceAdminTenantsAndKeys(t *testing.T) {
 	}
 }
 
-// TestConformanceAdminWebhook: addendum 1 webhook PUT/rotate/DELETE shapes;
-// the secret is whsec_ + base64 of 32 bytes; addendum 2: /v1/tenant shows the
+// TestConformanceAdminWebhook: docs/spec/addendum.md §1 webhook PUT/rotate/DELETE shapes;
+// the secret is whsec_ + base64 of 32 bytes; docs/spec/addendum.md §2: /v1/tenant shows the
 // URL read-only.
 func TestConformanceAdminWebhook(t *testing.T) {
 	s := NewStack(t)
@@ -335,7 +335,7 @@ func TestConformanceAdminWebhook(t *testing.T) {
 	}
 }
 
-// TestConformanceTenantConfig: addendum 2 GET/PATCH /v1/tenant, defaults,
+// TestConformanceTenantConfig: docs/spec/addendum.md §2 GET/PATCH /v1/tenant, defaults,
 // validation naming the field, webhook_url read-only.
 func TestConformanceTenantConfig(t *testing.T) {
 	s := NewStack(t)
@@ -357,7 +357,7 @@ func TestConformanceTenantConfig(t *testing.T) {
 		t.Errorf("webhook_url %v (present %v), want null", v, ok)
 	}
 	if Int(t, g.Body["rate_limit_per_second"]) != 1000 {
-		t.Errorf("rate_limit_per_second %v, want 1000 (addendum 10)", g.Body["rate_limit_per_second"])
+		t.Errorf("rate_limit_per_second %v, want 1000 (docs/spec/addendum.md §10)", g.Body["rate_limit_per_second"])
 	}
 
 	checkProblem(t, a.do("PATCH", "/v1/tenant", "", map[string]any{"default_overage_policy": "allow"}), 422, "validation-error", "Idempotency-Key", "PATCH without key")

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestConformanceCustomerCreate: interface.md Customer fields and POST
+// TestConformanceCustomerCreate: docs/spec/interface.md Customer fields and POST
 // /v1/customers: 201 with every field, 409 taken external_id, 422 naming the
 // field, 400 unparseable JSON; refused requests create nothing.
 func TestConformanceCustomerCreate(t *testing.T) {

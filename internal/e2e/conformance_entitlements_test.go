@@ -146,7 +146,7 @@ func TestConformanceChecks(t *testing.T) {
 	checkProblem(t, a.get("/v1/entitlements/check?customer_id="+otherID+"&billable_metric_key="+metered), 400, "bad-request", "", "cross-tenant id")
 }
 
-// TestConformanceConsume: POST /v1/entitlements/consume: the addendum 7 body;
+// TestConformanceConsume: POST /v1/entitlements/consume: the docs/spec/addendum.md §7 body;
 // block refuses with 409 insufficient-credits and charges nothing;
 // allow/notify floor at zero and record overage (GET .../overage shows
 // it); idempotent replay; non-metered 400; no rule 404; 422 fields.

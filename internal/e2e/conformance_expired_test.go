@@ -27,7 +27,7 @@ func (a api) eventsOfType(typ, customer string) []map[string]any {
 	return out
 }
 
-// TestConformanceCreditExpiredEvent: addendum 8 "Also emitted: ...
+// TestConformanceCreditExpiredEvent: docs/spec/addendum.md §8 "Also emitted: ...
 // credit.expired (a block expired with credit left)": a block that expires
 // with credit left fires one credit.expired naming its expiry ledger entry,
 // the block, the credit it took and its source; a block that expires spent

@@ -14,7 +14,7 @@ import (
 )
 
 // The conformance tests drive creditd over HTTP exactly as a tenant reading
-// interface.md, addendum.md and docs/decisions.md would; every assertion names
+// docs/spec/interface.md, docs/spec/addendum.md and docs/decisions.md would; every assertion names
 // the spec line it checks.
 
 // api is one tenant key speaking to one stack from one test goroutine.
@@ -91,7 +91,7 @@ func checkStatus(t testing.TB, r Response, want int, what string) bool {
 	return true
 }
 
-// checkProblem asserts an RFC 9457 problem (addendum 3): the status, the
+// checkProblem asserts an RFC 9457 problem (docs/spec/addendum.md §3): the status, the
 // problem+json content type, type, title, detail, status member and, when
 // field is not empty, the field named.
 func checkProblem(t testing.TB, r Response, status int, typ, field, what string) {
@@ -124,7 +124,7 @@ func checkProblem(t testing.TB, r Response, status int, typ, field, what string)
 }
 
 // namesField reports whether a problem names field in `field` or in one of
-// its `errors` (addendum 3).
+// its `errors` (docs/spec/addendum.md §3).
 func namesField(body map[string]any, field string) bool {
 	if f, _ := body["field"].(string); f == field {
 		return true

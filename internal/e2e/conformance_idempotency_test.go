@@ -158,7 +158,7 @@ func TestConformanceIdempotencyReplay(t *testing.T) {
 	})
 }
 
-// TestConformanceIdempotencyScope: Common rules 1 and addendum 12: a key is
+// TestConformanceIdempotencyScope: Common rules 1 and docs/spec/addendum.md §12: a key is
 // scoped by tenant and key value alone: not by path, not by environment;
 // other tenants use the same key independently.
 func TestConformanceIdempotencyScope(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestConformanceImport: addendum 7 import: 200 {created, skipped, errors};
+// TestConformanceImport: docs/spec/addendum.md §7 import: 200 {created, skipped, errors};
 // customers created with migration blocks; an existing external_id is
 // skipped and keeps its balance; a bad entry is reported by index and never
 // stops the others; no credit.granted even with emit_webhooks; dry_run

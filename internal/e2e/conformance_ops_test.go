@@ -58,7 +58,7 @@ func TestConformanceBodyLimit(t *testing.T) {
 	checkStatus(t, a.post("/v1/customers", ok), 201, "500 kB body")
 }
 
-// TestConformanceRateLimit: addendum 10: a per-key token bucket set per
+// TestConformanceRateLimit: docs/spec/addendum.md §10: a per-key token bucket set per
 // tenant through the operator API; 429 `rate-limited` with Retry-After and
 // RateLimit-* headers; docs/decisions.md: every /v1 response carries the
 // RateLimit headers.
@@ -115,7 +115,7 @@ func TestConformanceRateLimit(t *testing.T) {
 	}
 }
 
-// TestConformanceOps: addendum 11: /healthz, /readyz, /metrics (with the
+// TestConformanceOps: docs/spec/addendum.md §11: /healthz, /readyz, /metrics (with the
 // persister lag), /openapi.json (OpenAPI 3.1 listing /v1/customers), all
 // without a key.
 func TestConformanceOps(t *testing.T) {

@@ -42,7 +42,7 @@ func (a api) newSubscription(customer string, plan, variant map[string]any) (str
 	return rec.ID.String(), false
 }
 
-// TestConformanceOverrides: interface.md Override, Overrides and States
+// TestConformanceOverrides: docs/spec/interface.md Override, Overrides and States
 // "Override": list (live only, no paging), create 201 with every field,
 // 400 for a metered metric, a missing field or a value not shaped for the
 // type, 404 unknown metric or subscription, 409 a second live override; an

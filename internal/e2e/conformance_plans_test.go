@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Helpers of the catalogue conformance tests (interface.md Plans, addendum 5).
+// Helpers of the catalogue conformance tests (docs/spec/interface.md Plans, docs/spec/addendum.md §5).
 
 // newPlan creates a plan and requires 201.
 func (a api) newPlan(body map[string]any) map[string]any {
@@ -38,7 +38,7 @@ func jsonInt(v any) int64 {
 	return i
 }
 
-// TestConformancePlanCreateGetPatch: interface.md Plan and Plans: POST 201
+// TestConformancePlanCreateGetPatch: docs/spec/interface.md Plan and Plans: POST 201
 // with status active, defaults and variants []; 422 missing or blank name;
 // 400 bad JSON; 422 without Idempotency-Key; 401 without a key; GET 200
 // never with variants, 404 unknown, malformed, other tenant or environment;
@@ -51,7 +51,7 @@ func TestConformancePlanCreateGetPatch(t *testing.T) {
 	other := s.as(t, s.NewTenant(uniq("other")).Live)
 
 	p := a.newPlan(map[string]any{"name": "Pro", "metadata": map[string]any{"tier": "gold", "seats": 3}})
-	// "variants" is a member of GET /v1/plans only (interface.md, Plan).
+	// "variants" is a member of GET /v1/plans only (docs/spec/interface.md, Plan).
 	checkKeys(t, p, "plan", "id", "tenant_id", "environment", "name", "is_default", "status", "metadata", "created_at", "updated_at")
 	checkUUID(t, p["id"], "id")
 	if p["tenant_id"] != tn.ID || p["name"] != "Pro" || p["is_default"] != false || p["status"] != "active" || p["environment"] != "live" {
@@ -489,7 +489,7 @@ func TestConformancePlanGrants(t *testing.T) {
 	}
 }
 
-// TestConformanceVariantEntitlements: addendum 5: POST .../entitlements 201
+// TestConformanceVariantEntitlements: docs/spec/addendum.md §5: POST .../entitlements 201
 // {id, plan_variant_id, billable_metric_key, type, value, created_at} for
 // each metric type; the same key again replaces it with a new id; 400 value
 // not shaped for the type; 404 unknown metric (naming billable_metric_key)

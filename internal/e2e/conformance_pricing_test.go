@@ -9,7 +9,7 @@ import (
 
 // Helpers of the pricing and hot-path conformance tests.
 
-// newMetric creates a billable metric (addendum 4) and requires 201.
+// newMetric creates a billable metric (docs/spec/addendum.md §4) and requires 201.
 func (a api) newMetric(key, typ string, def any) map[string]any {
 	a.t.Helper()
 	body := map[string]any{"key": key, "type": typ}
@@ -61,7 +61,7 @@ func checkKeys(t testing.TB, m map[string]any, what string, want ...string) {
 	}
 }
 
-// TestConformanceBillableMetrics: addendum 4: POST 201 with every field and
+// TestConformanceBillableMetrics: docs/spec/addendum.md §4: POST 201 with every field and
 // the documented defaults per type; 409 for a taken key (per environment);
 // 422 for a bad type or default_value; GET by key, 404 unknown; PATCH 200
 // changes name, default_value, metadata, refuses a type change (422); the
@@ -87,7 +87,7 @@ func TestConformanceBillableMetrics(t *testing.T) {
 			t.Errorf("metric %s: %v", typ, m)
 		}
 		if got := mustJSON(m["default_value"]); got != defaults[typ] {
-			t.Errorf("metric %s default_value %s, want %s (addendum 4)", typ, got, defaults[typ])
+			t.Errorf("metric %s default_value %s, want %s (docs/spec/addendum.md §4)", typ, got, defaults[typ])
 		}
 		if md, ok := m["metadata"].(map[string]any); !ok || len(md) != 0 {
 			t.Errorf("metric %s metadata %v, want {}", typ, m["metadata"])

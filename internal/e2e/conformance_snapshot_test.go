@@ -16,7 +16,7 @@ func (a api) snapshot(path string, fresh bool) Response {
 	return a.do("GET", path, "", nil, extra...)
 }
 
-// TestConformanceSnapshot: interface.md Entitlement checks, snapshot: every
+// TestConformanceSnapshot: docs/spec/interface.md Entitlement checks, snapshot: every
 // listed field, one entry per metric the tenant defines (typed members per
 // type), served from a cache up to 30 s old (a grant does not show) until
 // Cache-Control: no-cache; the lenient form creates an unknown customer, the

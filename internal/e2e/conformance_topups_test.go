@@ -29,7 +29,7 @@ func (a api) grantedEvents(customer string) []map[string]any {
 	return out
 }
 
-// TestConformanceTopups: addendum 7 topups: POST 201 {transaction, block,
+// TestConformanceTopups: docs/spec/addendum.md §7 topups: POST 201 {transaction, block,
 // account} with ledger type and source topup and credit.granted fired;
 // 422 for each bad field and a missing Idempotency-Key; 404 for an unknown
 // customer (a topup never creates one); replay and key reuse; GET paged

@@ -127,7 +127,7 @@ func TestDoorIdempotencyReplaysRefusals(t *testing.T) {
 
 // TestDoorIdempotencyEnvironment: the fingerprint includes the environment:
 // a sandbox request reusing a live key with the same body is a 409 (one key
-// scope per tenant, addendum 12) and never shows or repeats the live effect.
+// scope per tenant, docs/spec/addendum.md §12) and never shows or repeats the live effect.
 func TestDoorIdempotencyEnvironment(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("idemenv"))

@@ -660,7 +660,7 @@ var itemRE = regexp.MustCompile(`^(events|customers)\[(\d+)\]`)
 
 // batchRefusal says what is wrong with a 2xx to input that must be refused
 // ("" nothing): a usage batch refuses one bad event as a `failed` result and
-// an import one bad row as an `errors` entry (addendum 7); anything else is
+// an import one bad row as an `errors` entry (docs/spec/addendum.md §7); anything else is
 // a 400/422 for the whole request.
 func batchRefusal(req hostileReq, mut mutation, r Response) string {
 	m := itemRE.FindStringSubmatch(mut.label)
