@@ -21,8 +21,6 @@ const (
 	// idemLockTTL is how long a claim lives without Finish or Abort: a
 	// crashed claimer's retry runs afresh after it.
 	idemLockTTL = 30 * time.Second
-	// idemReplayTTL is the replay window.
-	idemReplayTTL = 24 * time.Hour
 	// idemWait bounds how long a duplicate waits for the request that holds
 	// the key; idemPoll is how often it looks.
 	idemWait = 10 * time.Second
@@ -165,7 +163,7 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
 		Body:        ctx.Response.Body(), // Finish copies it into its record
 	}
-	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, idemReplayTTL, held(claimedAt)); err != nil {
+	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, engine.ReplayWindow, held(claimedAt)); err != nil {
 		// The effect happened and the client gets its answer; a retry finds
 		// the customer-level key memory of the Lua scripts instead.
 		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
@@ -238,7 +236,7 @@ func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, fi
 
 // finishRerun writes the rerun mark of key for hash.
 func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash string, claimedAt time.Time, reqID []byte) {
-	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, idemReplayTTL, held(claimedAt)); err != nil {
+	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, engine.ReplayWindow, held(claimedAt)); err != nil {
 		s.log.Error().Bytes("request_id", reqID).Err(err).Msg("idempotency finish failed; the claim lapses and a retry re-runs into the op key")
 	}
 }

@@ -135,7 +135,7 @@ func (w *rerunMarks) mark(batch []pendingMark) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
 	defer cancel()
-	return w.s.idem.MarkRerun(ctx, marks, idemReplayTTL)
+	return w.s.idem.MarkRerun(ctx, marks, engine.ReplayWindow)
 }
 
 // retryMarks tries batch again every idemAbortRetry, in the background,

@@ -18,7 +18,6 @@ import (
 const (
 	formKeyMin, formKeyMax = 16, 64
 	formClaimTTL           = 30 * time.Second
-	formReplayTTL          = 24 * time.Hour
 	// formWait bounds how long a repeat waits for the post that holds its
 	// key; formPoll is how often it looks.
 	formWait = 10 * time.Second
@@ -86,7 +85,7 @@ func (c *Console) onceOnly(w http.ResponseWriter, r *http.Request, to, what stri
 		return
 	}
 	done := engine.IdemRecord{Status: http.StatusSeeOther, ContentType: "text/plain", Body: []byte(msg)}
-	if err := c.cfg.Idempotency.Finish(r.Context(), tenant, key, hash, done, formReplayTTL, false); err != nil {
+	if err := c.cfg.Idempotency.Finish(r.Context(), tenant, key, hash, done, engine.ReplayWindow, false); err != nil {
 		c.cfg.Log.Warn().Err(err).Msg("console: remembering a form failed; a resubmit within the claim's life still creates nothing")
 	}
 	c.back(w, r, to, flash{Message: msg})

@@ -326,7 +326,7 @@ func consumeOutcome(cmd ConsumeCommand, res MutationResult, err error) (ConsumeR
 	}
 	out := consumeResult(res.Mutation)
 	out.replayed = res.Replayed
-	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > httpReplayWindow {
+	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > ReplayWindow {
 		r := ReasonDuplicateReplay
 		out.Reason = &r
 	}
