@@ -676,15 +676,17 @@ func (x *escrow) topUp(a *allowance) {
 	}
 }
 
-// refusedLocked notes a refused top-up of asked units. When it asked for
-// more than the waiting consume needs, the next try asks for that only (the
-// free balance may cover it, and the server would let that consume
-// through); otherwise consumes beyond what is left are refused (or sent to
-// the server) for one settle interval.
+// refusedLocked notes a refused top-up of asked units, with left units
+// unused and need the largest waiting consume. A refusal of more than the
+// waiting consume needs (at least one unit) is asked again at a quarter of
+// the size at once: the free balance may cover a smaller hold, and the
+// server would let those consumes through. Once even that is refused,
+// consumes beyond what is left are refused (or sent to the server) for one
+// settle interval.
 func (x *escrow) refusedLocked(a *allowance, now time.Time, asked, need, left int64) {
 	x.add(func(s *EscrowStats) { s.TopUpsRefused++ })
-	if short := need - left; short > 0 && short < asked {
-		a.exact = need
+	if floor := max(need-left, 1); asked > floor {
+		a.exact = left + max(asked/4, floor)
 		select {
 		case a.kick <- struct{}{}:
 		default:
