@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -529,4 +530,30 @@ func TestEscrowGoesToServer(t *testing.T) {
 			t.Errorf("server consumed %d units over HTTP, stats %d, want %d", b.consumeUnits, e.Stats().HTTPUnits, viaHTTP)
 		}
 	})
+}
+
+// BenchmarkConsumeLocal measures a Consume answered from the allowance
+// (the hold sized to MaxUnits so nothing waits; settles run meanwhile
+// against an in-process fake creditd).
+func BenchmarkConsumeLocal(b *testing.B) {
+	bk := newBooks(b, math.MaxInt64/4, "block")
+	e := New(client.New(bk.srv.URL, "ck_test_x"), Config{Escrow: EscrowConfig{MaxUnits: 1_000_000, MinUnits: 1_000_000}})
+	defer e.Close()
+	ctx := context.Background()
+	if _, err := e.Consume(ctx, "alice", "api", 1); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := e.Consume(ctx, "alice", "api", 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if st := e.Stats(); st.ConsumedLocalUnits < int64(b.N) {
+		b.Errorf("%d of %d consumes local", st.ConsumedLocalUnits, b.N+1)
+	}
 }
