@@ -214,6 +214,11 @@ type allowance struct {
 	// refusedUntil: a top-up was refused; until then consumes beyond the
 	// hold are refused (block) or sent to the server, without asking again.
 	refusedUntil time.Time
+	// idle counts settle intervals without a consume; returning is set
+	// while an idle allowance's final commit gives its hold back, and no
+	// consume may be charged against it.
+	idle      int
+	returning bool
 	// exact, when set, is the size the next top-up asks for: a waiting
 	// consume's, after a bigger top-up was refused.
 	exact   int64
@@ -314,7 +319,7 @@ func (e *Evaluator) Consume(ctx context.Context, customer, metric string, units 
 			a.demand += units
 			counted = true
 		}
-		if a.id != "" && a.held-a.charged >= units {
+		if a.id != "" && !a.returning && a.held-a.charged >= units {
 			a.charged += units
 			a.pending += units
 			a.mu.Unlock()
@@ -490,14 +495,52 @@ func (x *escrow) run(a *allowance) {
 		case <-t.C:
 			a.mu.Lock()
 			a.rate = smooth(a.rate, a.demand)
+			if a.demand == 0 {
+				a.idle++
+			} else {
+				a.idle = 0
+			}
 			a.demand = 0
+			idle := a.idle >= x.idleTicks() && a.id != "" && a.need == 0
+			if idle {
+				a.returning = true
+			}
 			a.mu.Unlock()
-			x.settle(a, false)
-			x.topUp(a)
+			x.settle(a, idle)
+			if !x.returned(a) {
+				x.topUp(a)
+			}
 		case <-a.kick:
 			x.topUp(a)
 		}
 	}
+}
+
+// idleTicks is how many settle intervals without a consume make an
+// allowance give its hold back: half its lifetime, when it would otherwise
+// be prolonged, so an idle process keeps no credit from the others.
+func (x *escrow) idleTicks() int {
+	return max(int(x.cfg.HoldTTL/2/x.cfg.SettleInterval), 1)
+}
+
+// returned ends a return of the hold that the final commit finished (the
+// next consume takes a new hold), and reports whether one is still under
+// way (its final commit to be sent again).
+func (x *escrow) returned(a *allowance) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.returning {
+		return false
+	}
+	if a.settle != nil && a.settle.final && a.id != "" {
+		return true
+	}
+	a.returning, a.idle = false, 0
+	if a.id == "" {
+		a.held, a.charged = 0, 0
+	}
+	a.wakeLocked()
+	return false
 }
 
 func (x *escrow) callCtx() (context.Context, context.CancelFunc) {
@@ -510,8 +553,12 @@ func (x *escrow) callCtx() (context.Context, context.CancelFunc) {
 // retried is sent again first, with its key and units (a retried partial
 // commit applies once, invariant 4).
 func (x *escrow) settle(a *allowance, final bool) {
+	a.mu.Lock()
+	closing := a.closed
+	a.mu.Unlock()
 	ctx, cancel := x.callCtx()
-	if final {
+	if closing {
+		// Close waits for it, past the escrow's cancelled context.
 		ctx, cancel = context.WithTimeout(context.Background(), x.cfg.CloseTimeout)
 	}
 	defer cancel()
@@ -556,7 +603,7 @@ func (x *escrow) settle(a *allowance, final bool) {
 		case retryable(err):
 			a.mu.Unlock()
 			x.e.report(err)
-			if !final || !sleep(ctx, x.cfg.SettleInterval) {
+			if !closing || !sleep(ctx, x.cfg.SettleInterval) {
 				return
 			}
 		default:
@@ -595,7 +642,8 @@ func (x *escrow) topUp(a *allowance) {
 	now := x.e.cfg.Now()
 	a.mu.Lock()
 	refused := now.Before(a.refusedUntil)
-	if a.closed || (refused && a.id == "") {
+	// No hold is taken until a consume asks for one.
+	if a.closed || a.returning || (a.id == "" && (refused || a.need == 0)) {
 		a.mu.Unlock()
 		return
 	}

@@ -498,6 +498,40 @@ func TestEscrowAdaptiveHold(t *testing.T) {
 	}
 }
 
+// TestEscrowIdleHoldReturned: an allowance without consumes for half its
+// hold's lifetime gives the hold back (a final commit) instead of
+// prolonging it, and the next consume takes a new one; the books stay
+// exact across both holds.
+func TestEscrowIdleHoldReturned(t *testing.T) {
+	t.Parallel()
+	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, HoldTTL: 2 * time.Second})
+	ctx := context.Background()
+	for range 30 {
+		if _, err := e.Consume(ctx, "alice", "api", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the idle hold returned", func() bool {
+		var active bool
+		var reserved int64
+		b.read(func(b *books) { active, reserved = b.holds["res-1"].active, b.reserved })
+		return !active && reserved == 0
+	})
+	c, err := e.Consume(ctx, "alice", "api", 1)
+	if err != nil || !c.Local {
+		t.Fatalf("consume after the return: %+v, %v", c, err)
+	}
+	e.Close()
+	b.read(func(b *books) {
+		if len(b.holds) != 2 || b.holds["res-1"].settled+b.holds["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
+			t.Errorf("%d holds, charged %d, reserved %d; want 2 holds settling 31 units", len(b.holds), b.charged, b.reserved)
+		}
+	})
+	if st := e.Stats(); st.SettledUnits != 31 || st.AtRiskUnits != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
 // TestEscrowGoesToServer: a flat metric, a consume above MaxUnits and
 // OverflowHTTP are charged by the server, not locally.
 func TestEscrowGoesToServer(t *testing.T) {
