@@ -411,7 +411,7 @@ func TestEscrowRetriedSettleAppliesOnce(t *testing.T) {
 	}
 }
 
-// TestEscrowRefusedTopUp: under block, once creditd refuses a top-up,
+// TestEscrowRefusedTopUp: under block, with consumes racing, once creditd refuses a top-up,
 // consumes beyond what is held are refused as insufficient-credits, and
 // no more than the credit is ever charged (no overspend); under allow they
 // go to the server, which lets them through.
@@ -421,18 +421,29 @@ func TestEscrowRefusedTopUp(t *testing.T) {
 		t.Parallel()
 		b, e := escrowSetup(t, 1000*perUnitMC, "block", EscrowConfig{MaxUnits: 300, MaxWait: 200 * time.Millisecond})
 		ctx := context.Background()
+		var mu sync.Mutex
 		var ok, refused int64
-		for range 3000 {
-			c, err := e.Consume(ctx, "alice", "api", 1)
-			switch {
-			case err == nil:
-				ok += c.Units
-			case client.IsProblem(err, client.ProblemInsufficientCredits):
-				refused++
-			default:
-				t.Fatal(err)
-			}
+		var wg sync.WaitGroup
+		for range 4 { // racing consumes: exactly the credit's units succeed
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 750 {
+					c, err := e.Consume(ctx, "alice", "api", 1)
+					mu.Lock()
+					switch {
+					case err == nil:
+						ok += c.Units
+					case client.IsProblem(err, client.ProblemInsufficientCredits):
+						refused++
+					default:
+						t.Error(err)
+					}
+					mu.Unlock()
+				}
+			}()
 		}
+		wg.Wait()
 		e.Close()
 		if ok != 1000 || refused != 2000 {
 			t.Errorf("%d units charged, %d refused; want exactly the credit's 1000 charged, 2000 refused", ok, refused)
