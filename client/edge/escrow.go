@@ -297,7 +297,7 @@ func (e *Evaluator) escrowOf() *escrow {
 func (e *Evaluator) Consume(ctx context.Context, customer, metric string, units int64) (Charge, error) {
 	x := e.escrowOf()
 	if units < 1 {
-		units = 1
+		return x.viaHTTP(ctx, customer, metric, units) // its 422 is the server's
 	}
 	a, err := x.allowance(ctx, customer, metric)
 	if err != nil {
@@ -309,7 +309,6 @@ func (e *Evaluator) Consume(ctx context.Context, customer, metric string, units 
 	var deadline <-chan time.Time
 	counted := false
 	for {
-		now := e.cfg.Now()
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
@@ -326,7 +325,7 @@ func (e *Evaluator) Consume(ctx context.Context, customer, metric string, units 
 			x.add(func(s *EscrowStats) { s.ConsumedLocalUnits += units; s.AtRiskUnits += units })
 			return Charge{Units: units, Cost: units * a.perUnit, Local: true}, nil
 		}
-		if now.Before(a.refusedUntil) {
+		if e.cfg.Now().Before(a.refusedUntil) {
 			a.mu.Unlock()
 			if a.policy == "block" {
 				x.add(func(s *EscrowStats) { s.RefusedUnits += units })
