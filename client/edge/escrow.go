@@ -473,7 +473,8 @@ func smooth(rate, demand int64) int64 {
 	return rate/2 + demand/2 + (rate%2+demand%2)/2
 }
 
-// wake tells the consumes waiting on a that what is left changed.
+// wakeLocked tells the consumes waiting on a that what is left, or the
+// refusal, changed; a.mu is held.
 func (a *allowance) wakeLocked() {
 	close(a.changed)
 	a.changed = make(chan struct{})
