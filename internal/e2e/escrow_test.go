@@ -81,7 +81,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 		unitsPerMs = 20 // per process: 20,000 units/s at most (a 1 ms ticker drops late ticks)
 		settle     = 100 * time.Millisecond
 		killAt     = 1200 * time.Millisecond // before the credit runs out, at full pace
-		runMax     = 30 * time.Second       // the survivors run until refused, at most this long
+		runMax     = 30 * time.Second        // the survivors run until refused, at most this long
 	)
 	a.grant(cust, map[string]any{"credits": grant})
 	bin := buildEscrowWorker(t)
