@@ -321,9 +321,10 @@ func (e *Evaluator) Consume(ctx context.Context, customer, metric string, units 
 		if a.id != "" && !a.returning && a.held-a.charged >= units {
 			a.charged += units
 			a.pending += units
+			cost := units * a.perUnit
 			a.mu.Unlock()
 			x.add(func(s *EscrowStats) { s.ConsumedLocalUnits += units; s.AtRiskUnits += units })
-			return Charge{Units: units, Cost: units * a.perUnit, Local: true}, nil
+			return Charge{Units: units, Cost: cost, Local: true}, nil
 		}
 		if e.cfg.Now().Before(a.refusedUntil) {
 			a.mu.Unlock()
@@ -586,7 +587,7 @@ func (x *escrow) settle(a *allowance, final bool) {
 		if !s.final {
 			in.Final = client.Ptr(false)
 		}
-		_, err := x.e.c.CommitReservation(ctx, id, in, client.WithIdempotencyKey(s.key))
+		res, err := x.e.c.CommitReservation(ctx, id, in, client.WithIdempotencyKey(s.key))
 		a.mu.Lock()
 		switch {
 		case err == nil:
@@ -594,6 +595,8 @@ func (x *escrow) settle(a *allowance, final bool) {
 			a.settle = nil
 			if s.final {
 				a.id = ""
+			} else {
+				a.fitLocked(s.units, res)
 			}
 			a.mu.Unlock()
 			x.add(func(st *EscrowStats) { st.Settles++; st.SettledUnits += s.units; st.AtRiskUnits -= s.units })
@@ -626,6 +629,23 @@ func (x *escrow) settle(a *allowance, final bool) {
 				return
 			}
 		}
+	}
+}
+
+// fitLocked makes what is left match what the hold still holds after a
+// partial commit of units: priced at the rule current at the commit, the
+// hold's remaining_cost covers remaining_cost / price units, less those
+// charged since. With the price unchanged this changes nothing; after a
+// price change the allowance follows it within one settle (a rise would
+// otherwise have every unit held at the old price settled at the new one,
+// refused under block once the free balance is short).
+func (a *allowance) fitLocked(units int64, res *client.CommitResult) {
+	if units < 1 || res.ActualCost < 0 || res.RemainingCost < 0 {
+		return
+	}
+	a.perUnit = res.ActualCost / units
+	if a.perUnit > 0 {
+		a.held = a.charged - a.pending - a.inflight + res.RemainingCost/a.perUnit
 	}
 }
 

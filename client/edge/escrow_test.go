@@ -134,6 +134,9 @@ type books struct {
 	// answer 503, as a reply lost after the change.
 	failAfterApply int
 	commitKeys     []string
+	// price is the per_unit rule's millicredits a unit (perUnitMC unless a
+	// test changes the rule).
+	price int64
 	srv            *httptest.Server
 }
 
@@ -147,7 +150,7 @@ type fakeHold struct {
 const perUnitMC = 10
 
 func newBooks(t testing.TB, balance int64, policy string) *books {
-	b := &books{t: t, balance: balance, policy: policy, holds: map[string]*fakeHold{}, replays: map[string][]byte{}}
+	b := &books{t: t, balance: balance, policy: policy, holds: map[string]*fakeHold{}, replays: map[string][]byte{}, price: perUnitMC}
 	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
 	t.Cleanup(b.srv.Close)
 	return b
@@ -189,17 +192,17 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(path, "/entitlements"):
 		write(client.Snapshot{CustomerID: "uuid-1", Balance: b.balance, ReservedBalance: b.reserved, EffectiveBalance: eff,
 			Entitlements: map[string]client.SnapshotEntry{
-				"api":    {Type: "metered", Allowed: eff >= perUnitMC || b.policy != "block", EstimatedCostPerUnit: p(int64(perUnitMC)), CostType: p("per_unit")},
-				"export": {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(perUnitMC)), CostType: p("flat")},
+				"api":    {Type: "metered", Allowed: eff >= b.price || b.policy != "block", EstimatedCostPerUnit: p(int64(b.price)), CostType: p("per_unit")},
+				"export": {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(b.price)), CostType: p("flat")},
 			}})
 	case strings.HasPrefix(path, "/v1/customers/"):
 		write(map[string]any{"id": "uuid-1", "overage_policy": nil})
 	case path == "/v1/entitlements/consume":
 		var in client.ConsumeInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		cost := in.Units * perUnitMC
+		cost := in.Units * b.price
 		if in.BillableMetricKey == "export" {
-			cost = perUnitMC
+			cost = b.price
 		}
 		if b.policy == "block" && cost > eff {
 			problem(w, 409, client.ProblemInsufficientCredits)
@@ -216,7 +219,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/reservations":
 		var in client.ReserveInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
-		cost := in.EstimatedUnits * perUnitMC
+		cost := in.EstimatedUnits * b.price
 		if cost > eff {
 			problem(w, 409, client.ProblemInsufficientCredits)
 			return
@@ -237,7 +240,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		var in client.ExtendInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		if in.AdditionalUnits != nil {
-			cost := *in.AdditionalUnits * perUnitMC
+			cost := *in.AdditionalUnits * b.price
 			if cost > eff {
 				problem(w, 409, client.ProblemInsufficientCredits)
 				return
@@ -262,7 +265,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		var in client.CommitInput
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		units := *in.ActualUnits
-		cost := units * perUnitMC
+		cost := units * b.price
 		fromHold := min(cost, h.remaining)
 		if cost-fromHold > eff {
 			problem(w, 409, client.ProblemInsufficientCredits)
@@ -280,7 +283,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 			b.reserved -= h.remaining
 			h.remaining, h.active, status = 0, false, "committed"
 		}
-		raw, _ := json.Marshal(client.CommitResult{Status: status, ActualUnits: units, ActualCost: cost, SettledUnits: h.settled})
+		raw, _ := json.Marshal(client.CommitResult{Status: status, ActualUnits: units, ActualCost: cost, SettledUnits: h.settled, RemainingCost: h.remaining})
 		b.replays[key] = raw
 		if b.failAfterApply > 0 && in.Final != nil && !*in.Final {
 			b.failAfterApply--
@@ -540,6 +543,53 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 	})
 	if st := e.Stats(); st.SettledUnits != 31 || st.AtRiskUnits != 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestEscrowPriceRise: when the rule's price doubles during a hold, the
+// first settle after it (priced at the new rule) shows the hold covers
+// fewer units, and the allowance stops charging what it no longer holds:
+// under block the credit is never overspent, and what was given before the
+// settle showed it (at most about one settle interval) is counted as
+// uncollected.
+func TestEscrowPriceRise(t *testing.T) {
+	t.Parallel()
+	b, e := escrowSetup(t, 2000*perUnitMC, "block", EscrowConfig{MaxUnits: 400, MaxWait: 100 * time.Millisecond})
+	ctx := context.Background()
+	var units int64
+	consume := func(n int) {
+		for range n {
+			c, err := e.Consume(ctx, "alice", "api", 1)
+			if err == nil {
+				units += c.Units
+			} else if !client.IsProblem(err, client.ProblemInsufficientCredits) {
+				t.Fatal(err)
+			}
+		}
+	}
+	consume(500)
+	b.read(func(b *books) { b.price = 2 * perUnitMC })
+	for range 40 {
+		consume(100)
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.Close()
+	st := e.Stats()
+	b.read(func(b *books) {
+		if b.balance < 0 || b.charged > 2000*perUnitMC || b.reserved != 0 {
+			t.Errorf("balance %d, charged %d, reserved %d: overspent", b.balance, b.charged, b.reserved)
+		}
+		if st.SettledUnits+st.UncollectedUnits != st.ConsumedLocalUnits || st.AtRiskUnits != 0 {
+			t.Errorf("stats %+v: settled and uncollected do not add up to what was consumed", st)
+		}
+	})
+	// Without the correction every unit held at the old price would be
+	// charged at the new one: the whole hold's worth refused.
+	if st.UncollectedUnits > 400 || units < 1000 {
+		t.Errorf("%d units uncollected, %d consumed in all: want the allowance corrected after a settle", st.UncollectedUnits, units)
+	}
+	if st.RefusedUnits == 0 {
+		t.Errorf("stats %+v: the credit at the new price never ran out", st)
 	}
 }
 
