@@ -640,12 +640,18 @@ func (x *escrow) settle(a *allowance, final bool) {
 // otherwise have every unit held at the old price settled at the new one,
 // refused under block once the free balance is short).
 func (a *allowance) fitLocked(units int64, res *client.CommitResult) {
-	if units < 1 || res.ActualCost < 0 || res.RemainingCost < 0 {
-		return
+	if units >= 1 && res.ActualCost >= 0 {
+		a.perUnit = res.ActualCost / units
 	}
-	a.perUnit = res.ActualCost / units
-	if a.perUnit > 0 {
-		a.held = a.charged - a.pending - a.inflight + res.RemainingCost/a.perUnit
+	a.fitRemainingLocked(res.RemainingCost)
+}
+
+// fitRemainingLocked sets what is left from the hold's remaining_cost
+// (millicredits) at the last price seen: the units pending and in flight
+// will draw on it too.
+func (a *allowance) fitRemainingLocked(remainingCost int64) {
+	if a.perUnit > 0 && remainingCost >= 0 {
+		a.held = a.charged - a.pending - a.inflight + remainingCost/a.perUnit
 	}
 }
 
@@ -720,7 +726,11 @@ func (x *escrow) topUp(a *allowance) {
 	case err == nil:
 		a.extend = nil
 		if a.id == id {
-			a.held, a.expires = res.EstimatedUnits, res.ExpiresAt
+			// An extend's units are priced now, the hold's older ones were
+			// priced then: what it covers is its remaining cost at the price
+			// the last settle showed.
+			a.expires = res.ExpiresAt
+			a.fitRemainingLocked(res.RemainingCost)
 			if a.held-a.charged >= a.need {
 				a.need = 0
 			}

@@ -549,9 +549,8 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 // TestEscrowPriceRise: when the rule's price doubles during a hold, the
 // first settle after it (priced at the new rule) shows the hold covers
 // fewer units, and the allowance stops charging what it no longer holds:
-// under block the credit is never overspent, and what was given before the
-// settle showed it (at most about one settle interval) is counted as
-// uncollected.
+// under block the credit is never overspent, and every unit consumed
+// locally is settled.
 func TestEscrowPriceRise(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 2000*perUnitMC, "block", EscrowConfig{MaxUnits: 400, MaxWait: 100 * time.Millisecond})
@@ -583,9 +582,12 @@ func TestEscrowPriceRise(t *testing.T) {
 			t.Errorf("stats %+v: settled and uncollected do not add up to what was consumed", st)
 		}
 	})
-	// Without the correction every unit held at the old price would be
-	// charged at the new one: the whole hold's worth refused.
-	if st.UncollectedUnits > 400 || units < 1000 {
+	// The settle that first shows the new price draws on a free balance
+	// still ample here, so nothing goes uncollected; without the
+	// correction the units held at the old price are settled at the new
+	// one once the credit is short (200-400 units refused in trials).
+	t.Logf("stats %+v, %d units consumed", st, units)
+	if st.UncollectedUnits != 0 || units < 1000 {
 		t.Errorf("%d units uncollected, %d consumed in all: want the allowance corrected after a settle", st.UncollectedUnits, units)
 	}
 	if st.RefusedUnits == 0 {
