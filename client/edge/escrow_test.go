@@ -137,7 +137,7 @@ type books struct {
 	// price is the per_unit rule's millicredits a unit (perUnitMC unless a
 	// test changes the rule).
 	price int64
-	srv            *httptest.Server
+	srv   *httptest.Server
 }
 
 type fakeHold struct {
