@@ -166,8 +166,9 @@ type EscrowStats struct {
 	HTTPUnits int64
 	// RefusedUnits were refused locally after creditd refused a top-up.
 	RefusedUnits int64
-	// Holds is the number of allowances kept.
-	Holds int
+	// Allowances is the number of customer and metric allowances kept
+	// (each with its goroutine; at most MaxAllowances).
+	Allowances int
 	// Settles, TopUps and TopUpsRefused count the calls that moved holds.
 	Settles, TopUps, TopUpsRefused int64
 }
@@ -268,7 +269,7 @@ func (e *Evaluator) Stats() EscrowStats {
 	s := x.stats
 	x.statsMu.Unlock()
 	x.mu.RLock()
-	s.Holds = len(x.by)
+	s.Allowances = len(x.by)
 	x.mu.RUnlock()
 	return s
 }
