@@ -75,8 +75,11 @@ type Config struct {
 	Fallback Fallback
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
-	// OnError, when set, hears of stream and background fetch failures.
+	// OnError, when set, hears of stream and background fetch failures,
+	// and of settles, top-ups and holds creditd did not take.
 	OnError func(error)
+	// Escrow configures local consumes (Consume).
+	Escrow EscrowConfig
 }
 
 // Answer is a check's result: the HTTP check's fields, its age (how long
@@ -121,6 +124,10 @@ type Evaluator struct {
 	refetch chan string
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
+
+	// escrow holds the allowances of Consume, made on first use.
+	escrowOnce sync.Once
+	escrow     *escrow
 }
 
 type entry struct {
@@ -160,8 +167,11 @@ func (e *Evaluator) Start(ctx context.Context) {
 	}
 }
 
-// Close stops the stream and the background fetches and waits for them.
+// Close settles what Consume charged locally and returns the rest of
+// every hold (bounded by EscrowConfig.CloseTimeout), then stops the stream
+// and the background fetches and waits for them.
 func (e *Evaluator) Close() {
+	e.closeEscrow()
 	if e.cancel != nil {
 		e.cancel()
 	}
