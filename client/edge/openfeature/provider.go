@@ -89,6 +89,12 @@ func (p *Provider) BooleanEvaluation(ctx context.Context, flag string, defaultVa
 		return of.BoolResolutionDetail{Value: defaultValue, ProviderResolutionDetail: detail}
 	}
 	switch ans.Type {
+	case "":
+		// The Fallback policy answered with no figures (creditd could not
+		// be asked): its verdict is the flag, as for any check.
+		if ans.Source == edge.SourcePolicy {
+			return of.BoolResolutionDetail{Value: ans.Allowed, ProviderResolutionDetail: detail}
+		}
 	case "boolean":
 		// enabled is what the plan says; allowed also folds in the
 		// subscription. A flag read should agree with the HTTP check's
@@ -158,7 +164,7 @@ func (p *Provider) ObjectEvaluation(ctx context.Context, flag string, defaultVal
 		return of.InterfaceResolutionDetail{Value: v, ProviderResolutionDetail: detail}
 	}
 	ans, detail, ok := p.check(ctx, flag, flatCtx)
-	if !ok {
+	if !ok || policyRefused(ans) {
 		return of.InterfaceResolutionDetail{Value: defaultValue, ProviderResolutionDetail: detail}
 	}
 	if ans.Type != "static" {
@@ -180,7 +186,7 @@ func (p *Provider) configMember(ctx context.Context, flag string, flatCtx of.Fla
 			"flag %q: a string or number flag names a static entitlement's config member as metric%smember", flag, configSeparator)), nil)
 	}
 	ans, detail, ok := p.check(ctx, metric, flatCtx)
-	if !ok {
+	if !ok || policyRefused(ans) {
 		return nil, detail
 	}
 	if ans.Type != "static" {
@@ -217,6 +223,15 @@ func (p *Provider) check(ctx context.Context, metric string, flatCtx of.Flattene
 		MetadataCustomerID:      ans.CustomerID,
 	}
 	return ans, of.ProviderResolutionDetail{Reason: reason(ans.Source), FlagMetadata: md}, true
+}
+
+// policyRefused reports whether ans is the Fallback policy's verdict with
+// no config to give: fail-closed, or no figures at all. A config flag then
+// resolves to the caller's default, reason DEFAULT, source "policy": the
+// policy's "refuse" means "not entitled", and a config read under
+// fail-open with figures kept from before is the best there is.
+func policyRefused(ans edge.Answer) bool {
+	return ans.Source == edge.SourcePolicy && (!ans.Allowed || ans.Type == "")
 }
 
 // reason is OpenFeature's reason for an answer from src: figures kept in

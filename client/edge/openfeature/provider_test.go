@@ -53,7 +53,13 @@ func setup(t *testing.T) (*checker, of.IClient) {
 	api.EffectiveBalance = ptr(int64(990))
 	broke := answer("metered", false, edge.SourceMemory, 40*time.Millisecond)
 	broke.EffectiveBalance = ptr(int64(0))
+	staleOpen := answer("static", true, edge.SourcePolicy, 4*time.Second)
+	staleOpen.Config = map[string]any{"color": "red"}
+	staleClosed := answer("static", false, edge.SourcePolicy, 4*time.Second)
+	staleClosed.Config = map[string]any{"color": "red"}
 	c := &checker{answers: map[string]edge.Answer{
+		"unasked-open": answer("", true, edge.SourcePolicy, 0), "unasked-closed": answer("", false, edge.SourcePolicy, 0),
+		"stale-open": staleOpen, "stale-closed": staleClosed,
 		"theme": theme, "sso": sso, "beta": beta, "api": api, "broke": broke,
 		"seats":  answer("gauge", true, edge.SourceHTTP, 0),
 		"closed": answer("metered", false, edge.SourcePolicy, 4*time.Second),
@@ -97,6 +103,12 @@ func TestProvider(t *testing.T) {
 		{"metered refuses one unit", "bool", "broke", true, alice, result{false, of.CachedReason, "", "memory"}},
 		{"gauge headroom", "bool", "seats", false, alice, result{true, of.TargetingMatchReason, "", "http"}},
 		{"fail-closed policy is the configured default", "bool", "closed", true, alice, result{false, of.DefaultReason, "", "policy"}},
+		{"fail-open with no figures", "bool", "unasked-open", false, alice, result{true, of.DefaultReason, "", "policy"}},
+		{"fail-closed with no figures", "bool", "unasked-closed", true, alice, result{false, of.DefaultReason, "", "policy"}},
+		{"config under fail-open, kept from before", "object", "stale-open", nil, alice, result{map[string]any{"color": "red"}, of.DefaultReason, "", "policy"}},
+		{"config under fail-closed is the default", "object", "stale-closed", "d", alice, result{"d", of.DefaultReason, "", "policy"}},
+		{"config member under fail-closed is the default", "string", "stale-closed/color", "blue", alice, result{"blue", of.DefaultReason, "", "policy"}},
+		{"config with no figures is the default", "object", "unasked-open", "d", alice, result{"d", of.DefaultReason, "", "policy"}},
 		{"static read as boolean", "bool", "theme", true, alice, result{true, of.ErrorReason, of.TypeMismatchCode, "memory"}},
 		{"unknown metric", "bool", "nope", true, alice, result{true, of.ErrorReason, of.FlagNotFoundCode, ""}},
 		{"no targeting key", "bool", "sso", true, anonymous, result{true, of.ErrorReason, of.TargetingKeyMissingCode, ""}},
