@@ -220,4 +220,5 @@ func (r *Results) computeTargets() {
 	}
 	r.Goals = gs
 	r.computeGoals26()
+	r.computeGoals27()
 }

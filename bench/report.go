@@ -37,6 +37,8 @@ type Results struct {
 	Floors         *FloorsResult       `json:"floors,omitempty"`
 	CopyFloor      *CopyFloorRun       `json:"true_floor_ledger_copy,omitempty"`
 	HotPath        *HotPathResult      `json:"pg_outage,omitempty"`
+	Edge           *EdgeResult         `json:"edge,omitempty"`
+	Goals27        []Goal              `json:"goals_issue27,omitempty"`
 	Goals26        []Goal              `json:"goals_issue26"`
 	Goals          []Goal              `json:"goals"`
 	Warnings       []string            `json:"warnings,omitempty"`
@@ -256,6 +258,7 @@ func markdown(r *Results, rel string) string {
 	w("Everything (creditd, Redis, Postgres, the load generator, the ceilings) shares these CPUs, on loopback.\n\n")
 	w("Reproduce: `make bench` (or `go run ./bench -quick` for a smoke run); raw figures: [results.json](%sresults.json).\n\n", rel)
 
+	r.goals27Markdown(w)
 	r.goals26Markdown(w)
 	w("## Goals of issue 10 and later (kept for comparison; issue 26's table above supersedes its CPU and throughput rows)\n\nCPU per op counts creditd, redis-server and Postgres (all their processes) during each scenario's 70 %% run, per acknowledged op; it counts only when the persister kept up at max consume (the lag row).\n\n")
 	w("| figure | goal | now | met |\n|---|---|---|---|\n")
