@@ -68,16 +68,11 @@ func (c *Client) StreamChanges(ctx context.Context, lastEventID string) (*Change
 	if lastEventID != "" {
 		r.header("Last-Event-ID", lastEventID)
 	}
-	resp, err := c.send(ctx, r, c.base+r.path, nil, "", nil)
+	body, sc, err := c.openStream(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("creditd: GET %s: %w", r.path, err)
+		return nil, err
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, readProblem(resp)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
-	return &ChangeStream{body: resp.Body, sc: sc}, nil
+	return &ChangeStream{body: body, sc: sc}, nil
 }
 
 // Next waits for the next message. It returns io.EOF when the server

@@ -42,16 +42,26 @@ func (c *Client) StreamCredits(ctx context.Context, id string, lastEventID *int6
 	if lastEventID != nil {
 		r.header("Last-Event-ID", *lastEventID)
 	}
+	body, sc, err := c.openStream(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return &CreditStream{body: body, sc: sc}, nil
+}
+
+// openStream sends r, once, and returns its text/event-stream body with a
+// line scanner over it; a refusal is a *Problem.
+func (c *Client) openStream(ctx context.Context, r *request) (io.ReadCloser, *bufio.Scanner, error) {
 	resp, err := c.send(ctx, r, c.base+r.path, nil, "", nil)
 	if err != nil {
-		return nil, fmt.Errorf("creditd: GET %s: %w", r.path, err)
+		return nil, nil, fmt.Errorf("creditd: GET %s: %w", r.path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, readProblem(resp)
+		return nil, nil, readProblem(resp)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxStreamLine)
-	return &CreditStream{body: resp.Body, sc: sc}, nil
+	return resp.Body, sc, nil
 }
 
 // Next waits for the next event; comments (heartbeats) are skipped. It
