@@ -552,8 +552,12 @@ func (r *Results) goals27Markdown(w func(string, ...any)) {
 		"Propagation: a second process (this binary with `-edge-watcher`) runs its own evaluator and polls it every %s; the bench makes %d changes over HTTP one at a time, alternately a grant of 1 credit and an override update flipping a boolean entitlement, each after a random pause of up to %s, "+
 		"and times each from its request sent to the watcher's first answer with it (the two processes share the machine's clock).\n\n",
 		r.Edge.Metric, edgeTimedChecks, edgeRateDuration, edgeWatchEvery, edgeChanges, edgeGapMax)
+	escrowMarkdown(w)
 	if r.Edge.Error != "" {
 		w("**Failed:** %s\n\n", r.Edge.Error)
+	}
+	if x := r.Edge.Escrow; x != nil && x.Error != "" {
+		w("**Local consumes failed:** %s\n\n", x.Error)
 	}
 	w("| figure | goal | measured | met |\n|---|---|---|---|\n")
 	for _, g := range r.Goals27 {

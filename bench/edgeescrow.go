@@ -42,6 +42,9 @@ const (
 	// escrowDrainMax bounds the wait for creditd's persister after a run,
 	// whose Postgres writes are part of the run's server CPU.
 	escrowDrainMax = time.Minute
+	// escrowIdleWindow is how long the server's background CPU is sampled
+	// with the bench idle, to take it out of both CPU figures.
+	escrowIdleWindow = 2 * time.Second
 
 	// The books run: the e2e test's (TestEscrowProcessesKilled) figures,
 	// so the two say the same thing.
@@ -72,6 +75,12 @@ type EscrowBench struct {
 	HTTPPerSecond float64          `json:"http_consumes_per_second"`
 	HTTPCPU       CPUSample        `json:"http_cpu_seconds"`
 	HTTPDrainS    float64          `json:"http_drain_seconds"`
+	HTTPSeconds   float64          `json:"http_cpu_window_seconds"`
+	// Idle is the server's CPU over escrowIdleWindow with no load from the
+	// bench: Redis and Postgres are shared with whatever else runs on the
+	// box (tests, other benches), and their work lands in every window.
+	Idle        CPUSample `json:"idle_cpu_seconds"`
+	IdleSeconds float64   `json:"idle_window_seconds"`
 	// Local consumes of one unit for one customer in this process: one
 	// goroutine, then GOMAXPROCS goroutines.
 	MaxUnits          int64            `json:"local_max_units"`
@@ -139,6 +148,15 @@ func (b *Bench) edgeEscrow(ctx context.Context, s *edgeSetup, r *EdgeResult) {
 	x.Books = k
 	logf("edge: books after kill -9: ok %v (ledger %d, balance %d, settled %d, lost %d of one interval %d, at risk %d) %s %v",
 		k.ok(), k.Ledger, k.Balance, k.SettledCost, k.Lost, k.PerInterval, k.AtRisk, k.Error, k.Problems)
+}
+
+// less is c less scale times background, each process floored at 0.
+func (c CPUSample) less(background CPUSample, scale float64) CPUSample {
+	out := CPUSample{}
+	for k, v := range c {
+		out[k] = max(v-background[k]*scale, 0)
+	}
+	return out
 }
 
 // cpuServer is a sample's creditd, Redis and Postgres seconds.
@@ -217,10 +235,13 @@ func (b *Bench) escrowHTTP(ctx context.Context, s *edgeSetup, api *API, x *Escro
 	if _, err := drain(ctx, api, escrowDrainMax); err != nil {
 		return err
 	}
-	cpu0 := b.probe.Sample()
+	idle0, idleT := b.probe.Sample(), time.Now()
+	time.Sleep(escrowIdleWindow)
+	x.Idle, x.IdleSeconds = b.probe.Sample().Sub(idle0), time.Since(idleT).Seconds()
+	cpu0, wall0 := b.probe.Sample(), time.Now()
 	n, errs, secs := run(escrowHTTPDuration)
 	d, err := drain(ctx, api, escrowDrainMax)
-	x.HTTPCPU = b.probe.Sample().Sub(cpu0)
+	x.HTTPCPU, x.HTTPSeconds = b.probe.Sample().Sub(cpu0), time.Since(wall0).Seconds()
 	if err != nil {
 		return err
 	}
@@ -567,8 +588,8 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 		add(cpuName, cpuGoal, "failed: "+x.Error, boolp(false))
 	default:
 		ratio := local / x.HTTPPerSecond
-		add(rateName, rateGoal, fmt.Sprintf("%.0fx: %.2fM local consumes/s (one goroutine %.2fM/s, %d goroutines %.2fM/s; MaxUnits %d, settle %.0f ms) vs the HTTP consume's max %.0f/s (%d closed-loop clients, same customer, errors %v)",
-			ratio, local/1e6, x.OnePerSecond/1e6, x.Goroutines, x.ParallelPerSecond/1e6, x.MaxUnits, x.SettleMS, x.HTTPPerSecond, x.HTTPWorkers, x.HTTPErrors),
+		add(rateName, rateGoal, fmt.Sprintf("%.0fx: %.2fM local consumes/s (one goroutine %.2fM/s, %d goroutines %.2fM/s; MaxUnits %d, settle %.0f ms) vs the HTTP consume's max %.0f/s (%d closed-loop clients, same customer, errors %s)",
+			ratio, local/1e6, x.OnePerSecond/1e6, x.Goroutines, x.ParallelPerSecond/1e6, x.MaxUnits, x.SettleMS, x.HTTPPerSecond, x.HTTPWorkers, RunResult{Errors: x.HTTPErrors}.ErrorSummary()),
 			boolp(x.Error == "" && ratio >= escrowThroughputGoal))
 		if x.Stats.ConsumedLocalUnits == 0 {
 			add(cpuName, cpuGoal, "failed: no unit consumed locally "+x.Error, boolp(false))
@@ -577,9 +598,18 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 		viaHTTP := perOp(x.HTTPCPU, float64(x.HTTPOK))
 		loc := perOp(x.LocalCPU, float64(x.Stats.ConsumedLocalUnits))
 		share := loc.total() / viaHTTP.total()
-		add(cpuName, cpuGoal, fmt.Sprintf("%.3f %%: %.4f µs per local unit (creditd %.4f, Redis %.4f, Postgres %.4f; %d units, %d settles, %d top-ups, %.1f s window with the drain) vs %s per HTTP consume",
-			share*100, loc.total(), loc.creditd, loc.redis, loc.postgres, x.Stats.ConsumedLocalUnits, x.Stats.Settles, x.Stats.TopUps, x.LocalSeconds, viaHTTP),
-			boolp(x.Error == "" && share <= escrowCPUGoal))
+		// Background taken out of both windows: the verdict is on the worse
+		// of the two shares, as the background can flatter either side.
+		netHTTP := perOp(x.HTTPCPU.less(x.Idle, x.HTTPSeconds/x.IdleSeconds), float64(x.HTTPOK))
+		netLoc := perOp(x.LocalCPU.less(x.Idle, x.LocalSeconds/x.IdleSeconds), float64(x.Stats.ConsumedLocalUnits))
+		netShare := share
+		if x.IdleSeconds > 0 && netHTTP.total() > 0 {
+			netShare = max(netLoc.total(), 0) / netHTTP.total()
+		}
+		add(cpuName, cpuGoal, fmt.Sprintf("%.3f %% (%.3f %% with the box's background taken out): %.4f µs per local unit (creditd %.4f, Redis %.4f, Postgres %.4f; %d units, %d settles, %d top-ups, %.1f s window with the drain; background out: %.4f µs) vs %s per HTTP consume (background out: %s); background %.0f ms CPU/s of creditd+Redis+Postgres idle, shared Redis and Postgres",
+			share*100, netShare*100, loc.total(), loc.creditd, loc.redis, loc.postgres, x.Stats.ConsumedLocalUnits, x.Stats.Settles, x.Stats.TopUps, x.LocalSeconds, netLoc.total(), viaHTTP, netHTTP,
+			cpuServer(x.Idle)*1e3/max(x.IdleSeconds, 1e-9)),
+			boolp(x.Error == "" && max(share, netShare) <= escrowCPUGoal))
 	}
 	k := x.Books
 	switch {
@@ -595,4 +625,18 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 		}
 		add(booksName, booksGoal, now, boolp(k.ok() && k.Lost <= k.PerInterval))
 	}
+}
+
+// escrowMarkdown says how the local consume rows were measured.
+func escrowMarkdown(w func(string, ...any)) {
+	w("Local consumes (issue 27 item 2), on the same creditd and customer: the HTTP consume's max is %d clients in a closed loop, each `POST /v1/entitlements/consume` of 1 unit with its own Idempotency-Key, for %s after a short warm-up "+
+		"(on this box the consume scenario's open-loop ramp tops out in the same range). The local consumes are an `edge.Evaluator` in the bench process, `Consume(customer, edge_api, 1)` from one goroutine, then GOMAXPROCS goroutines, for %s each, "+
+		"its allowance settling against that creditd (partial commits every %s, MaxUnits %d: at millions of consumes a second the default 10,000 lasts a few ms and the consumes would wait on the top-up round trip); only units charged in memory count. "+
+		"Server CPU is creditd + redis-server + Postgres (/proc, Postgres backends included) from before the run to the persister drained after it (the local window from before the first hold to after the final commit), divided by the consumes answered 200, or by the units consumed locally. "+
+		"Redis and Postgres serve the whole box (tests and other helpers run beside the bench on 2 cores), so their CPU in a window is not all the bench's: the server's CPU over %s with the bench idle is taken out of both windows pro rata as a second figure, and the row is met only if both shares are. "+
+		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s holds; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
+		"after the killed process's hold expires and the persister drains, the ledger (Postgres), the balance and the holds' settled units are compared, the balance is polled every %s throughout, "+
+		"and the killed process's loss (its last line's local units less what creditd settled for it) is held to one settle interval at its pace and to what it counted at risk (its last line, printed every 10 ms).\n\n",
+		escrowHTTPWorkers, escrowHTTPDuration, escrowLocalDuration, edge.DefaultSettleInterval, escrowLocalMaxUnits, escrowIdleWindow,
+		escrowBooksWorkers, escrowBooksUnitsPerMs, escrowBooksGrant, escrowBooksSettle, escrowBooksTTL, escrowBooksKillAt, escrowBooksWatchEvery)
 }
