@@ -81,7 +81,7 @@ type EdgeResult struct {
 	All         EdgePropagation   `json:"propagation_all"`
 	// Escrow is local consumes against an allowance (issue 27 item 2).
 	Escrow *EscrowBench `json:"escrow,omitempty"`
-	Error       string            `json:"error,omitempty"`
+	Error  string       `json:"error,omitempty"`
 }
 
 // EdgePropagation is the time from a change's HTTP request sent to the
