@@ -39,11 +39,15 @@ export type OperationArgs<K extends OperationId> = Part<Params<K>, "path"> & Par
 
 type JSONOf<R> = R extends { content: { "application/json": infer J } } ? J : undefined;
 
-/** What a successful call of the operation returns (undefined for a 204). */
+/**
+ * What a successful call of the operation returns (undefined for a 204). A
+ * 201 comes first: the one operation with both (createReservation) answers
+ * 200 only to a dry run, whose shape the caller asked for knowingly.
+ */
 export type OperationResult<K extends OperationId> = Op<K>["responses"] extends infer R
-  ? R extends { 200: infer S }
+  ? R extends { 201: infer S }
     ? JSONOf<S>
-    : R extends { 201: infer S }
+    : R extends { 200: infer S }
       ? JSONOf<S>
       : R extends { 202: infer S }
         ? JSONOf<S>

@@ -9,6 +9,7 @@
 // tiered prices (a snapshot carries the price of one unit only) and metrics
 // the snapshot does not list go to the HTTP check every time.
 import type { CreditdClient, Schemas } from "./client.js";
+import { Escrow, type Charge, type EscrowOptions, type EscrowStats } from "./escrow.js";
 
 type Snapshot = Schemas["Snapshot"];
 type CheckResult = Schemas["CheckResult"];
@@ -103,6 +104,8 @@ export interface EvaluatorOptions {
   /** Hears of stream and background fetch failures. */
   onError?: (err: unknown) => void;
   fetch?: typeof fetch;
+  /** How consume() charges in memory (escrow.ts). */
+  escrow?: EscrowOptions;
 }
 
 /** A check's answer: the HTTP check's fields, its age and where it came from. */
@@ -151,6 +154,7 @@ export class Evaluator {
   private readonly flights = new Map<string, Promise<Entry>>();
   private abort?: AbortController;
   private loop?: Promise<void>;
+  private escrow?: Escrow;
 
   constructor(client: CreditdClient, options: EvaluatorOptions) {
     this.c = client;
@@ -169,10 +173,26 @@ export class Evaluator {
     this.loop = this.follow(this.abort.signal);
   }
 
-  /** Stops the stream and waits for it. */
+  /** Settles what consume() charged and returns its holds, then stops the stream. */
   async close(): Promise<void> {
+    await this.escrow?.close();
     this.abort?.abort();
     await this.loop;
+  }
+
+  /**
+   * Charges units of metric to customer in memory against an allowance (a
+   * reservation this evaluator holds and settles every interval), or asks
+   * creditd when no allowance can cover them: escrow.ts.
+   */
+  consume(customer: string, metric: string, units = 1): Promise<Charge> {
+    this.escrow ??= new Escrow(this.c, { onError: this.o.onError, ...this.o.escrow });
+    return this.escrow.consume(customer, metric, units);
+  }
+
+  /** What consume() did so far. */
+  escrowStats(): EscrowStats | undefined {
+    return this.escrow?.stats();
   }
 
   /** Whether the change stream is open. */

@@ -38,3 +38,4 @@ export {
   type EvaluatorOptions,
   type Fallback,
 } from "./edge.js";
+export { Escrow, EscrowClosedError, type Charge, type EscrowOptions, type EscrowStats } from "./escrow.js";

@@ -189,3 +189,47 @@ test("edge: the evaluator answers as the HTTP check from memory and hears a gran
   assert.equal(after.source, "memory");
 });
 
+
+test("edge: consumes in memory settle exactly, and stop at the balance under block", { skip }, async () => {
+  await c.createMeteringRule({ body: { billable_metric_key: "esc_calls", cost_type: "per_unit", unit_cost: 2 } });
+  await c.createCustomer({ body: { external_id: "fred" } });
+  await c.grantCredits({ path: { id: "fred" }, body: { credits: 10_000, source: "promotional", reason: "escrow" } });
+  const ev = new Evaluator(c, { baseUrl: base, apiKey, escrow: { settleIntervalMs: 50 } });
+  let local = 0;
+  for (let i = 0; i < 2_000; i++) {
+    const ch = await ev.consume("fred", "esc_calls", 1);
+    assert.equal(ch.cost, 2);
+    if (ch.local) local++;
+  }
+  assert.ok(local > 1_000, `${local} of 2000 consumes charged in memory`);
+  await ev.close();
+  const st = ev.escrowStats();
+  assert.equal(st.settledUnits, st.consumedLocalUnits, "every local unit settled");
+  assert.equal(st.atRiskUnits, 0);
+  assert.equal(st.consumedLocalUnits + st.httpUnits, 2_000);
+  const acct = await c.getCredits({ path: { id: "fred" } });
+  assert.equal(acct.balance, 10_000 - 2 * 2_000, "the ledger has every unit once");
+  assert.equal(acct.reserved_balance, 0, "the hold was returned");
+
+  // Under block: never past the balance.
+  await c.createCustomer({ body: { external_id: "gus", overage_policy: "block" } });
+  await c.grantCredits({ path: { id: "gus" }, body: { credits: 100, source: "promotional", reason: "escrow" } });
+  const ev2 = new Evaluator(c, { baseUrl: base, apiKey, escrow: { settleIntervalMs: 50, maxWaitMs: 200 } });
+  let charged = 0;
+  let refused = 0;
+  for (let i = 0; i < 200 && refused < 3; i++) {
+    try {
+      charged += (await ev2.consume("gus", "esc_calls", 1)).units;
+    } catch (err) {
+      assert.ok(isProblem(err, "insufficient-credits"), String(err));
+      refused++;
+    }
+  }
+  await ev2.close();
+  assert.ok(refused > 0, "the balance ran out");
+  assert.ok(charged <= 50, `${charged} units at 2 charged from 100`);
+  const g = await c.getCredits({ path: { id: "gus" } });
+  assert.equal(g.balance, 100 - 2 * charged, "every charged unit is in the ledger once");
+  assert.ok(g.balance >= 0);
+  assert.equal(g.reserved_balance, 0);
+});
