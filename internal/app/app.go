@@ -233,7 +233,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
-	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
+	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle,
+		Wakes: a.Store}, log)
 	// Reads Postgres answers wait for the outbox as it stood when they came
 	// in, on every node (docs/decisions.md "Read-your-writes on any node").
 	behind := engine.NewWrittenBehind(a.Store, a.Persister.Hurry)
@@ -249,6 +250,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Events.WrittenBehind = behind
 	// The change stream's config changes are the stamps' bumps (issue 27).
 	a.Events.WithChangeFeed(a.Store, cfg.ChangeStreamsPerTenant)
+	// Every node's persister wakes every node's feeds of the tenants it
+	// committed, and the feed scripts wake them of config changes: the
+	// streams hear of a change in milliseconds, the poll staying the
+	// fallback (docs/decisions.md "Waking the change feeds").
+	a.Events.WithWakes(a.Store)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store
