@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 type wakeSeen struct {
@@ -101,5 +103,70 @@ func TestParseWake(t *testing.T) {
 				t.Errorf("%q: got %v, want %v", tc.payload, got, tc.want)
 			}
 		}
+	}
+}
+
+// TestFeedWakesOnCluster: on a Redis Cluster one subscription hears the
+// wakes of every tenant, whatever the master its feed's slot is on: the
+// scripts' PUBLISH, run on the tenant's master, reaches a subscriber on
+// another node through the cluster bus. Each client is a node of its own.
+func TestFeedWakesOnCluster(t *testing.T) {
+	t.Parallel()
+	masters := testenv.StartRedisCluster(t, 3)
+	seeds := make([]string, len(masters))
+	for i, m := range masters {
+		seeds[i] = m.Addr
+	}
+	prefix := "w" + testenv.RandomSuffix()
+	node := func() *Store {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, DialTimeout: time.Second})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return NewStore(rdb, prefix)
+	}
+	follower, writer := node(), node()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan wakeSeen, 100)
+	resumed := make(chan struct{}, 10)
+	go func() {
+		_ = follower.FollowWakes(ctx, func(w engine.FeedWake, t uuid.UUID) { seen <- wakeSeen{w, t} },
+			func() { resumed <- struct{}{} })
+	}()
+	select {
+	case <-resumed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no subscription within 10 s")
+	}
+	// Enough tenants that their feeds' slots span every master.
+	want := map[uuid.UUID]bool{}
+	for range 12 {
+		tenant := uuid.New()
+		want[tenant] = true
+		if _, err := writer.StampBump(ctx, tenant, engine.StampPlans); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(want) > 0 {
+		select {
+		case got := <-seen:
+			if got.what != engine.WakeChanges || !want[got.tenant] {
+				t.Fatalf("woken %+v, not one of the bumps", got)
+			}
+			delete(want, got.tenant)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d bumps woke no one within 5 s", len(want))
+		}
+	}
+	tenant := uuid.New()
+	if err := writer.PublishWakes(ctx, engine.WakeEvents, []uuid.UUID{tenant}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-seen:
+		if got != (wakeSeen{engine.WakeEvents, tenant}) {
+			t.Fatalf("woken %+v, want the events of %s", got, tenant)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the persister's wake reached no one within 5 s")
 	}
 }
