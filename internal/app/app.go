@@ -56,6 +56,10 @@ type Config struct {
 	// (GET /v1/changes/stream) in this process (0:
 	// engine.DefaultChangeStreamsPerTenant; tests lower it).
 	ChangeStreamsPerTenant int
+	// StreamPoll is how often a tenant's feed polls (0:
+	// engine.DefaultStreamPoll): a test lengthens it to tell a woken read
+	// from a polled one.
+	StreamPoll time.Duration
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -246,7 +250,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log,
 		Prepare: a.dropLegacyExpiryIndex}
-	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
+	a.Events = engine.NewEvents(a.DB, cfg.StreamPoll, cfg.StreamsPerTenant, log)
 	a.Events.WrittenBehind = behind
 	// The change stream's config changes are the stamps' bumps (issue 27).
 	a.Events.WithChangeFeed(a.Store, cfg.ChangeStreamsPerTenant)
