@@ -67,12 +67,7 @@ func (s *Events) wakeAllFeeds() {
 // wake records what as pending and signals the feed's loop; wakes that
 // arrive before the loop reads coalesce into one read.
 func (f *tenantFeed) wake(what FeedWake) {
-	for {
-		old := f.pending.Load()
-		if old&uint32(what) == uint32(what) || f.pending.CompareAndSwap(old, old|uint32(what)) {
-			break
-		}
-	}
+	f.pending.Or(uint32(what))
 	select {
 	case f.woken <- struct{}{}:
 	default:
