@@ -48,8 +48,16 @@ type Events struct {
 	changes          ChangeFeed
 	changesPerTenant int
 
+	// wakes, when set, wakes the feeds when their tenant has something
+	// new (WithWakes); WakeGap spaces a feed's woken reads (0: the
+	// default).
+	wakes   FeedWakes
+	WakeGap time.Duration
+
 	mu    sync.Mutex
 	feeds map[uuid.UUID]*tenantFeed
+	// unfollow stops following wakes; nil while not following (no feed).
+	unfollow context.CancelFunc
 }
 
 // NewEvents builds the event log service; poll and perTenant 0 mean the
@@ -129,6 +137,9 @@ type tenantFeed struct {
 	streams       map[*Stream]struct{}
 	changeStreams map[*ChangeStream]struct{}
 	stop          chan struct{}
+	// pending is the FeedWake bits not read yet; woken signals them.
+	pending atomic.Uint32
+	woken   chan struct{}
 	// currentAt (unix nanoseconds) is the latest moment up to which every
 	// event and config change stored before it was handed to the streams.
 	currentAt atomic.Int64
@@ -184,8 +195,9 @@ func (s *Events) feedFor(ctx context.Context, scope Scope, room func(*tenantFeed
 	f := s.feeds[scope.TenantID]
 	if f == nil {
 		f = &tenantFeed{tenant: scope.TenantID, streams: map[*Stream]struct{}{},
-			changeStreams: map[*ChangeStream]struct{}{}, stop: make(chan struct{})}
+			changeStreams: map[*ChangeStream]struct{}{}, stop: make(chan struct{}), woken: make(chan struct{}, 1)}
 		s.feeds[scope.TenantID] = f
+		s.followWakesLocked()
 		go s.run(f, cursor, change)
 	} else if !room(f) {
 		s.mu.Unlock()
@@ -217,6 +229,7 @@ func (s *Events) stopIfIdleLocked(f *tenantFeed) {
 	if len(f.streams) == 0 && len(f.changeStreams) == 0 && s.feeds[f.tenant] == f {
 		delete(s.feeds, f.tenant)
 		close(f.stop)
+		s.unfollowWakesLocked()
 	}
 }
 
@@ -233,17 +246,49 @@ func (s *Events) OpenStreams() int {
 }
 
 // run reads f's tenant's events after cursor, and its config changes after
-// change, every poll until f stops.
+// change, every poll and when woken, until f stops. Only the poll proves
+// how current the feed is (CurrentAt): it keeps its pace however many
+// wakes come, and a woken read costs the reads of its sources alone.
 func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
+	gap := s.WakeGap
+	if gap <= 0 {
+		gap = DefaultWakeGap
+	}
 	var proof currentProof
+	var lastWoken time.Time
 	for {
 		select {
 		case <-f.stop:
 			return
+		case <-f.woken:
+			if d := wakeWait(lastWoken, time.Now(), gap); d > 0 {
+				// Wakes arriving meanwhile join this read.
+				w := time.NewTimer(d)
+				select {
+				case <-f.stop:
+					w.Stop()
+					return
+				case <-w.C:
+				}
+			}
+			what := FeedWake(f.pending.Swap(0))
+			if what == 0 {
+				continue
+			}
+			lastWoken = time.Now()
+			if what&WakeEvents != 0 {
+				cursor, _ = s.readEvents(f, cursor)
+			}
+			if what&WakeChanges != 0 {
+				change, _ = s.pollChanges(f, change)
+			}
+			continue
 		case <-t.C:
 		}
+		// The poll reads both sources: wakes pending now are answered by it.
+		f.pending.Store(0)
 		// Only change streams show how current they are: a feed of balance
 		// streams alone takes no outbox marks.
 		s.mu.Lock()
@@ -254,28 +299,32 @@ func (s *Events) run(f *tenantFeed, cursor int64, change ChangeID) {
 		} else {
 			proof.settled = false
 		}
-		eventsRead := true
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			evs, err := s.log.EventsAfter(ctx, f.tenant, nil, cursor, feedReadLimit)
-			cancel()
-			if err != nil {
-				s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("event feed read failed")
-				eventsRead = false
-				break
-			}
-			if len(evs) > 0 {
-				cursor = *evs[len(evs)-1].Sequence
-				s.deliver(f, evs)
-			}
-			if len(evs) < feedReadLimit {
-				break
-			}
-		}
-		var changesRead bool
+		var eventsRead, changesRead bool
+		cursor, eventsRead = s.readEvents(f, cursor)
 		change, changesRead = s.pollChanges(f, change)
 		if at, ok := proof.end(eventsRead && changesRead); ok {
 			f.currentAt.Store(at.UnixNano())
+		}
+	}
+}
+
+// readEvents reads f's tenant's events after cursor and hands them to its
+// streams; it returns the new cursor, and whether the reads succeeded.
+func (s *Events) readEvents(f *tenantFeed, cursor int64) (int64, bool) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		evs, err := s.log.EventsAfter(ctx, f.tenant, nil, cursor, feedReadLimit)
+		cancel()
+		if err != nil {
+			s.logger.Warn().Err(err).Str("tenant", f.tenant.String()).Msg("event feed read failed")
+			return cursor, false
+		}
+		if len(evs) > 0 {
+			cursor = *evs[len(evs)-1].Sequence
+			s.deliver(f, evs)
+		}
+		if len(evs) < feedReadLimit {
+			return cursor, true
 		}
 	}
 }

@@ -855,3 +855,17 @@ type TenantReader interface {
 type Sender interface {
 	Send(ctx context.Context, url string, headers map[string]string, body []byte) SendResult
 }
+
+// FeedWakes carries wakes of the tenants' change feeds between the
+// processes of a fleet (lua.Store: Redis pub/sub), so a feed reads when
+// something is new instead of at its next poll. A wake is a hint: one
+// lost (Redis down, a node reconnecting) costs a poll's latency, never a
+// change, since the poll still runs.
+type FeedWakes interface {
+	// PublishWakes tells every node that what is new for tenants.
+	PublishWakes(ctx context.Context, what FeedWake, tenants []uuid.UUID) error
+	// FollowWakes calls wake for every wake published until ctx ends or
+	// the subscription fails, and resumed each time it is (again)
+	// subscribed: the wakes published before it may be lost.
+	FollowWakes(ctx context.Context, wake func(FeedWake, uuid.UUID), resumed func()) error
+}

@@ -28,7 +28,8 @@ var (
 // feed, with one EVALSHA of hold_note.lua.
 func (s *Store) HoldNote(ctx context.Context, c engine.CustomerKey) error {
 	err := holdNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
-		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap).Err()
+		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
+		s.wakeChannel(), wakeChangesMessage(c.TenantID)).Err()
 	if err != nil {
 		return fmt.Errorf("lua: hold notice: %w", err)
 	}

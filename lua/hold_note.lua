@@ -11,6 +11,8 @@
 -- ARGV[1]  the customer's id
 -- ARGV[2]  the customer's environment
 -- ARGV[3]  the most entries the feed keeps (an integer >= 1)
+-- ARGV[4]  optional: the fleet's change feed wake channel (as in stamp.lua)
+-- ARGV[5]  with ARGV[4]: the wake message
 --
 -- Reply: the new entry's id.
 local stamps = KEYS[1]
@@ -29,5 +31,8 @@ if n > feedCap then
     redis.call('XDEL', feed, e[1])
   end
   redis.call('HSET', stamps, 'x', gone[#gone][1])
+end
+if ARGV[4] then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return id

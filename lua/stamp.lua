@@ -19,6 +19,12 @@
 -- KEYS[2]  optional: the tenant's change feed, a stream (same hash tag)
 -- ARGV[1]  the kind's field
 -- ARGV[2]  with KEYS[2]: the most entries the feed keeps (an integer >= 1)
+-- ARGV[3]  optional, with KEYS[2]: the fleet's change feed wake channel
+-- ARGV[4]  with ARGV[3]: the wake message (lua/wakes.go)
+--
+-- The wake is published here rather than by the caller after the reply:
+-- it costs no round trip, and a node following the channel reads the feed
+-- at once instead of at its next poll (a lost wake costs only that poll).
 --
 -- Reply: the new value, a decimal string (microseconds since the epoch are
 -- above what a Lua number holds exactly only past the year 2255; a string
@@ -47,6 +53,9 @@ if feed and feedCap >= 1 then
       redis.call('XDEL', feed, e[1])
     end
     redis.call('HSET', key, 'x', gone[#gone][1])
+  end
+  if ARGV[3] then
+    redis.call('PUBLISH', ARGV[3], ARGV[4])
   end
 end
 return s

@@ -83,7 +83,8 @@ func (s *Store) StampBump(ctx context.Context, tenant uuid.UUID, kind engine.Sta
 	}
 	keys, args := []string{s.stampsKey(tenant)}, []any{kind.String()}
 	if kind.Fed() && tenant != uuid.Nil {
-		keys, args = append(keys, s.changesKey(tenant)), append(args, engine.ChangeFeedCap)
+		keys, args = append(keys, s.changesKey(tenant)), append(args, engine.ChangeFeedCap,
+			s.wakeChannel(), wakeChangesMessage(tenant))
 	}
 	v, err := stampScript.Run(ctx, s.rdb, keys, args...).Text()
 	if err != nil {

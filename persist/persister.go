@@ -87,6 +87,10 @@ type PersisterConfig struct {
 	// HoldRefresh is how often unresolved dead letters are re-counted
 	// (default 1s).
 	HoldRefresh time.Duration
+	// Wakes, when set, is told the tenants of every committed batch, so
+	// the change streams of every node read their new events at once
+	// rather than at their next poll (issue 27 propagation).
+	Wakes engine.FeedWakes
 }
 
 // PersisterStats are the persister's counters since it was made.
@@ -172,6 +176,8 @@ type Persister struct {
 	// ownedParts is how many partitions the balancer runs, as of its last
 	// pass.
 	ownedParts atomic.Int64
+	// wakes publishes the tenants of committed batches (cfg.Wakes).
+	wakes *engine.WakeSender
 	// Loop runs Run as an engine.Runner; every outbox read, claim, failed
 	// apply and partition balancing pass reports a pass to it.
 	engine.Loop
@@ -229,6 +235,9 @@ func NewPersister(outbox engine.Outbox, writer engine.LedgerWriter, cfg Persiste
 	p := &Persister{outbox: outbox, writer: writer, dead: dead, cfg: cfg, hurry: make(chan struct{}, 1),
 		linger: groupLinger, log: log.With().Str("component", "persister").Logger()}
 	p.mayHold.Store(dead != nil)
+	if cfg.Wakes != nil {
+		p.wakes = engine.NewWakeSender(cfg.Wakes, p.log)
+	}
 	if leases, ok := outbox.(engine.OutboxLeases); ok {
 		p.leases = leases
 		p.held = make([]atomic.Pointer[partitionLease], outbox.Partitions())
@@ -249,6 +258,12 @@ func (p *Persister) Run(ctx context.Context) error {
 		p.commitGroups(ctx, commits)
 	}()
 	defer func() { <-committerDone }()
+	wakesDone := make(chan struct{})
+	go func() {
+		defer close(wakesDone)
+		p.wakes.Run(ctx)
+	}()
+	defer func() { <-wakesDone }()
 	if p.dead != nil {
 		wg.Add(1)
 		go func() {
@@ -795,7 +810,7 @@ func (b *backoff) wait(ctx context.Context) {
 // write commits ms: through the group committer while Run runs, else alone.
 func (p *Persister) write(ctx context.Context, ms []engine.Mutation) error {
 	if p.commits == nil {
-		return p.writer.Apply(ctx, ms)
+		return p.stored(ms, p.writer.Apply(ctx, ms))
 	}
 	req := commitRequest{ms: ms, done: make(chan error, 1)}
 	select {
@@ -842,21 +857,31 @@ func (p *Persister) commitGroups(ctx context.Context, commits chan commitRequest
 		}
 		timer.Stop()
 		if len(group) == 1 {
-			first.done <- p.writer.Apply(ctx, first.ms)
+			first.done <- p.stored(first.ms, p.writer.Apply(ctx, first.ms))
 			continue
 		}
 		all := make([]engine.Mutation, 0, n)
 		for _, r := range group {
 			all = append(all, r.ms...)
 		}
-		if err := p.writer.Apply(ctx, all); err == nil {
+		if err := p.stored(all, p.writer.Apply(ctx, all)); err == nil {
 			for _, r := range group {
 				r.done <- nil
 			}
 			continue
 		}
 		for _, r := range group {
-			r.done <- p.writer.Apply(ctx, r.ms)
+			r.done <- p.stored(r.ms, p.writer.Apply(ctx, r.ms))
 		}
 	}
+}
+
+// stored queues the wakes of ms's tenants once their Apply committed
+// (err nil), and returns err: a wake sent before the commit would have
+// the feeds read before the events are there.
+func (p *Persister) stored(ms []engine.Mutation, err error) error {
+	if err == nil {
+		p.wakes.Stored(ms)
+	}
+	return err
 }

@@ -56,6 +56,10 @@ type Config struct {
 	// (GET /v1/changes/stream) in this process (0:
 	// engine.DefaultChangeStreamsPerTenant; tests lower it).
 	ChangeStreamsPerTenant int
+	// StreamPoll is how often a tenant's feed polls (0:
+	// engine.DefaultStreamPoll): a test lengthens it to tell a woken read
+	// from a polled one.
+	StreamPoll time.Duration
 	// OutboxClaimIdle is how long outbox messages sit unacknowledged in
 	// another node's consumer before this node's persister takes them over
 	// (persist.DefaultClaimIdle when 0); WebhookLease how long a claimed
@@ -233,7 +237,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
-	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle}, log)
+	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle,
+		Wakes: a.Store}, log)
 	// Reads Postgres answers wait for the outbox as it stood when they came
 	// in, on every node (docs/decisions.md "Read-your-writes on any node").
 	behind := engine.NewWrittenBehind(a.Store, a.Persister.Hurry)
@@ -245,10 +250,15 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	outbox.WithReplicaAcks(cfg.replicaAcks(), cfg.ReplicaAckTimeout)
 	a.Sweeper = &engine.ExpirySweeper{Blocks: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log,
 		Prepare: a.dropLegacyExpiryIndex}
-	a.Events = engine.NewEvents(a.DB, 0, cfg.StreamsPerTenant, log)
+	a.Events = engine.NewEvents(a.DB, cfg.StreamPoll, cfg.StreamsPerTenant, log)
 	a.Events.WrittenBehind = behind
 	// The change stream's config changes are the stamps' bumps (issue 27).
 	a.Events.WithChangeFeed(a.Store, cfg.ChangeStreamsPerTenant)
+	// Every node's persister wakes every node's feeds of the tenants it
+	// committed, and the feed scripts wake them of config changes: the
+	// streams hear of a change in milliseconds, the poll staying the
+	// fallback (docs/decisions.md "Waking the change feeds").
+	a.Events.WithWakes(a.Store)
 	a.Webhooks = engine.NewWebhooks(newDeliveryOutcomes(a.DB, a.Registry), a.DB, sender.New(engine.DeliveryTimeout, cfg.AllowPrivate), cfg.Clock, log)
 	a.Webhooks.Workers, a.Webhooks.Poll, a.Webhooks.Lease = cfg.WebhookWorkers, cfg.WebhookPoll, cfg.WebhookLease
 	a.Webhooks.Slots = a.Store

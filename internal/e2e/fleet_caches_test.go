@@ -13,10 +13,14 @@ import (
 
 // secondNode starts another node on s's Redis prefix and database, its
 // background work off (s's node runs it), and returns s as seen through it.
-func secondNode(t *testing.T, s *Stack) *Stack {
+func secondNode(t *testing.T, s *Stack, configs ...func(*app.Config)) *Stack {
 	t.Helper()
-	a := app.New(s.Redis, s.Pool, app.Config{RedisPrefix: s.Prefix, AdminToken: AdminToken, AllowPrivate: true,
-		ReplicaAckTimeout: testenv.ReplicaAckTimeout}, zerolog.New(io.Discard))
+	cfg := app.Config{RedisPrefix: s.Prefix, AdminToken: AdminToken, AllowPrivate: true,
+		ReplicaAckTimeout: testenv.ReplicaAckTimeout}
+	for _, f := range configs {
+		f(&cfg)
+	}
+	a := app.New(s.Redis, s.Pool, cfg, zerolog.New(io.Discard))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
