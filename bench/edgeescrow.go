@@ -481,6 +481,9 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 		if err == nil && len(pg.Data) == 0 {
 			break
 		}
+		if time.Now().After(end) && err != nil {
+			return fail(fmt.Errorf("holds not listed %s after the run: %w", escrowBooksHoldsMax, err))
+		}
 		if time.Now().After(end) {
 			return fail(fmt.Errorf("holds still active %s after the run", escrowBooksHoldsMax))
 		}
