@@ -55,7 +55,11 @@ const (
 	escrowBooksTTL        = 2 * time.Second
 	escrowBooksKillAt     = 1200 * time.Millisecond
 	escrowBooksRunMax     = 30 * time.Second
-	escrowBooksHoldsMax   = 15 * time.Second
+	// escrowBooksHoldsMax covers the killed process's hold: it expires 2 s
+	// after its last extend, and the bench's creditd sweeps expired holds
+	// once a minute (CREDITD_RESERVATION_SWEEP_INTERVAL's default), so a
+	// 15 s wait met the sweep only when it happened to fall in it.
+	escrowBooksHoldsMax   = 75 * time.Second
 	escrowBooksWatchEvery = 20 * time.Millisecond
 )
 
