@@ -146,27 +146,49 @@ func TestFeedWakesOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A cluster just started may not have every bus link up yet, and a
+	// wake is best effort (the feed's poll is the fallback): the tenants
+	// not heard of are bumped again each second, and each must be heard
+	// within 20 s.
+	bumped := map[uuid.UUID]bool{}
+	for tenant := range want {
+		bumped[tenant] = true
+	}
+	deadline := time.After(20 * time.Second)
 	for len(want) > 0 {
 		select {
 		case got := <-seen:
-			if got.what != engine.WakeChanges || !want[got.tenant] {
+			if got.what != engine.WakeChanges || !bumped[got.tenant] {
 				t.Fatalf("woken %+v, not one of the bumps", got)
 			}
 			delete(want, got.tenant)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%d bumps woke no one within 5 s", len(want))
+		case <-time.After(time.Second):
+			for tenant := range want {
+				if _, err := writer.StampBump(ctx, tenant, engine.StampPlans); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%d tenants' bumps woke no one within 20 s", len(want))
 		}
 	}
 	tenant := uuid.New()
 	if err := writer.PublishWakes(ctx, engine.WakeEvents, []uuid.UUID{tenant}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-seen:
-		if got != (wakeSeen{engine.WakeEvents, tenant}) {
-			t.Fatalf("woken %+v, want the events of %s", got, tenant)
+	for heard := false; !heard; {
+		select {
+		case got := <-seen:
+			switch {
+			case got == (wakeSeen{engine.WakeEvents, tenant}):
+				heard = true
+			case got.what == engine.WakeChanges && bumped[got.tenant]:
+				// a late wake of a bump sent twice above
+			default:
+				t.Fatalf("woken %+v, want the events of %s", got, tenant)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the persister's wake reached no one within 5 s")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the persister's wake reached no one within 5 s")
 	}
 }
