@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -78,33 +77,16 @@ func (c *Client) StreamChanges(ctx context.Context, lastEventID string) (*Change
 // Next waits for the next message. It returns io.EOF when the server
 // ended the stream (resume with the last ID).
 func (s *ChangeStream) Next() (ChangeEvent, error) {
-	var e ChangeEvent
-	seen := false
-	for s.sc.Scan() {
-		line := s.sc.Text()
-		switch {
-		case line == "":
-			if seen {
-				return e, nil
-			}
-		case strings.HasPrefix(line, ": heartbeat"):
-			if s.OnHeartbeat != nil {
-				ms, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, ": heartbeat")), 10, 64)
-				s.OnHeartbeat(time.Duration(max(ms, 0)) * time.Millisecond)
-			}
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "id: "):
-			e.ID, seen = strings.TrimPrefix(line, "id: "), true
-		case strings.HasPrefix(line, "event: "):
-			e.Type = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			e.Data = json.RawMessage(strings.TrimPrefix(line, "data: "))
+	id, typ, data, err := nextMessage(s.sc, func(line string) {
+		if s.OnHeartbeat != nil && strings.HasPrefix(line, ": heartbeat") {
+			ms, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(line, ": heartbeat")), 10, 64)
+			s.OnHeartbeat(time.Duration(max(ms, 0)) * time.Millisecond)
 		}
+	})
+	if err != nil {
+		return ChangeEvent{}, err
 	}
-	if err := s.sc.Err(); err != nil {
-		return ChangeEvent{}, fmt.Errorf("creditd: read stream: %w", err)
-	}
-	return ChangeEvent{}, io.EOF
+	return ChangeEvent{ID: id, Type: typ, Data: data}, nil
 }
 
 // Close ends the stream.

@@ -68,32 +68,45 @@ func (c *Client) openStream(ctx context.Context, r *request) (io.ReadCloser, *bu
 // returns io.EOF when the server ended the stream (resume with the last
 // ID).
 func (s *CreditStream) Next() (StreamEvent, error) {
-	var e StreamEvent
+	id, typ, data, err := nextMessage(s.sc, nil)
+	if err != nil {
+		return StreamEvent{}, err
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return StreamEvent{}, fmt.Errorf("creditd: stream id %q: %w", id, err)
+	}
+	return StreamEvent{ID: n, Type: typ, Data: data}, nil
+}
+
+// nextMessage reads one text/event-stream message (one with an id) from
+// sc, handing every comment line to comment when set. It returns io.EOF
+// when the server ended the stream.
+func nextMessage(sc *bufio.Scanner, comment func(string)) (id, typ string, data json.RawMessage, err error) {
 	seen := false
-	for s.sc.Scan() {
-		line := s.sc.Text()
+	for sc.Scan() {
+		line := sc.Text()
 		switch {
 		case line == "":
 			if seen {
-				return e, nil
+				return id, typ, data, nil
 			}
 		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "id: "):
-			n, err := strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64)
-			if err != nil {
-				return StreamEvent{}, fmt.Errorf("creditd: stream id %q: %w", line, err)
+			if comment != nil {
+				comment(line)
 			}
-			e.ID, seen = n, true
+		case strings.HasPrefix(line, "id: "):
+			id, seen = strings.TrimPrefix(line, "id: "), true
 		case strings.HasPrefix(line, "event: "):
-			e.Type = strings.TrimPrefix(line, "event: ")
+			typ = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
-			e.Data = json.RawMessage(strings.TrimPrefix(line, "data: "))
+			data = json.RawMessage(strings.TrimPrefix(line, "data: "))
 		}
 	}
-	if err := s.sc.Err(); err != nil {
-		return StreamEvent{}, fmt.Errorf("creditd: read stream: %w", err)
+	if err := sc.Err(); err != nil {
+		return "", "", nil, fmt.Errorf("creditd: read stream: %w", err)
 	}
-	return StreamEvent{}, io.EOF
+	return "", "", nil, io.EOF
 }
 
 // Close ends the stream.
