@@ -457,10 +457,11 @@ func serveFloor(addr string) error {
 // pgFloorTables are the tables whose rows a consume inserts, with the
 // filter that picks a consume's row to copy. A consume writes no
 // operations row: its record is its ledger entry's op_head
-// (docs/decisions.md, "Lean records (issue 26 item 4)").
+// (docs/decisions.md, "Lean records (issue 26 item 4)"); and no
+// webhook_events row: its ledger entry carries its credit.consumed
+// (persist/carried.go).
 var pgFloorTables = []struct{ table, filter string }{
 	{"ledger_entries", "type = 'consumption' AND billable_metric_key = '" + metricConsume + "'"},
-	{"webhook_events", "event_type = 'credit.consumed'"},
 }
 
 // pgFloorTable is one inserted table's copy: its sampled row and the

@@ -93,3 +93,26 @@ func EventID(op uuid.UUID, slot EventSlot) uuid.UUID {
 	name := slot.name(append(buf[:0], op[:]...))
 	return uuid.NewSHA1(eventNamespace, name)
 }
+
+// A credit.consumed whose ledger entry carries it (a lean consume's:
+// persist/carried.go stores no event row for it) takes its id from that
+// entry: CarriedEventID(entry), a fixed mask over the entry's id, so the
+// entry is found again from the event id alone (EntryOfCarriedEvent:
+// redeliver's look-up) without an index of event ids. The mask leaves the
+// version and variant bits alone, so the id is a well-formed version 5
+// UUID like every other event id, and it is not EventID(op, SlotMain): the
+// store keeps each event in one form only, so the two never meet.
+var carriedEventMask = [16]byte{0x5e, 0x1a, 0x9c, 0x37, 0xd2, 0x64, 0x00, 0xb8, 0x00, 0x4f, 0x81, 0xe6, 0x2d, 0x73, 0xa9, 0x0c}
+
+// CarriedEventID is the id of the credit.consumed that ledger entry entry
+// carries.
+func CarriedEventID(entry uuid.UUID) uuid.UUID {
+	for i := range entry {
+		entry[i] ^= carriedEventMask[i]
+	}
+	return entry
+}
+
+// EntryOfCarriedEvent is the ledger entry that would carry event id
+// (CarriedEventID's inverse).
+func EntryOfCarriedEvent(id uuid.UUID) uuid.UUID { return CarriedEventID(id) }

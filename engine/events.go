@@ -266,18 +266,7 @@ func EventsOf(m Mutation) []Event {
 			policy = m.Context.Policy
 		}
 		if u.Charged > 0 || (u.Overage > 0 && policy != OveragePolicyNotify) {
-			metric, units := u.Metric, u.Units
-			d := ConsumedData{TransactionID: EntryID(m.OpID, main),
-				BillableMetricKey: &metric, Units: &units, Credits: u.Charged, OverageMC: u.Overage,
-				BalanceAfter: after, ReservationID: u.ReservationID}
-			if u.Items != nil {
-				d.BillableMetricKey, d.Units = nil, nil
-				d.Items = make([]ItemCost, len(u.Items))
-				for i, it := range u.Items {
-					d.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}
-				}
-			}
-			add(SlotMain, EventCreditConsumed, d)
+			add(SlotMain, EventCreditConsumed, consumedData(&m, main))
 		}
 	}
 	if !crossingKind(m.Kind) {
@@ -326,6 +315,35 @@ func LowBalanceEvent(m Mutation, threshold int64) (Event, bool) {
 	}
 	return newMutationEvent(m, SlotLowBalance, EventCreditLowBalance, ext,
 		LowBalanceData{BalanceMC: after, ThresholdMC: threshold}), true
+}
+
+// consumedData is the credit.consumed data of consume or commit m, whose
+// main entry is m.Entries[main].
+func consumedData(m *Mutation, main int) ConsumedData {
+	u := m.Usage
+	metric, units := u.Metric, u.Units
+	d := ConsumedData{TransactionID: EntryID(m.OpID, main),
+		BillableMetricKey: &metric, Units: &units, Credits: u.Charged, OverageMC: u.Overage,
+		BalanceAfter: m.EffectiveAfter(), ReservationID: u.ReservationID}
+	if u.Items != nil {
+		d.BillableMetricKey, d.Units = nil, nil
+		d.Items = make([]ItemCost, len(u.Items))
+		for i, it := range u.Items {
+			d.Items[i] = ItemCost{BillableMetricKey: it.Metric, Units: it.Units, Cost: it.Cost}
+		}
+	}
+	return d
+}
+
+// CarriedConsumedEvent is the credit.consumed of consume m as a store
+// that keeps it on m's main ledger entry rebuilds it (ext: the customer's
+// external id): the event EventsOf owes, under CarriedEventID of that
+// entry (event_ids.go). Whether m owed one at all was decided when it was
+// stored; this only rebuilds it.
+func CarriedConsumedEvent(m Mutation, main int, ext *string) Event {
+	customer, version := m.CustomerID, m.Account.Version
+	return newEvent(CarriedEventID(EntryID(m.OpID, main)), EventCreditConsumed, m.TenantID, m.Environment,
+		&customer, ext, m.At(), m.IdempotencyKey, &version, consumedData(&m, main))
 }
 
 func newMutationEvent(m Mutation, slot EventSlot, t EventType, ext *string, data any) Event {

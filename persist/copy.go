@@ -51,19 +51,45 @@ func withoutConflictClause(sql string) string {
 // insertApply is the lean write of a small batch: queueApply's statements
 // and order without the conflict clauses, in one pipelined round trip
 // (pgx commits a batch as one implicit transaction).
+//
+// When every event is stored as sent (leanEvents), the counters are
+// bumped first and the entries and rows take their sequences from them
+// (eventCopy); else the events are numbered by freshEventsSQL at the end.
 func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *alertOutcome) error {
 	b := &pgx.Batch{}
-	if err := queueRows(b, ms, true, s.shape()); err != nil {
+	events, plain, filled := leanEvents(ms, alerts, s.shape())
+	var back map[uuid.UUID]int64
+	if events != nil {
+		events.queueBump(b)
+		back = events.entrySequences(false)
+	}
+	if err := queueRows(b, ms, true, s.shape(), back); err != nil {
 		return err
 	}
-	plain, filled := eventRowsOf(ms, alerts, s.shape())
-	if len(filled.id) == 0 && len(plain.id) > 0 {
-		newEventCopy(plain).queueInsert(b)
+	if events != nil {
+		events.queueInsert(b)
 	} else {
 		queueEventRows(b, plain, filled, freshEventsSQL)
 	}
 	queueAlertStates(b, alerts)
 	return s.pool.SendBatch(ctx, b).Close()
+}
+
+// leanEvents is the events of ms for a lean write: an eventCopy of the
+// rows and carried events when none needs completing in SQL and there is
+// any, else nil and the rows (none carried) for freshEventsSQL.
+func leanEvents(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) (events *eventCopy, plain, filled *eventBatch) {
+	plain, filled, carried := eventRowsOf(ms, alerts, shape, true)
+	if len(filled.id) == 0 {
+		if c := newEventCopy(plain, carried); !c.empty() {
+			return c, plain, filled
+		}
+		return nil, plain, filled
+	}
+	// A row to complete in SQL is numbered there, with the others: the
+	// batch carries nothing then.
+	plain, filled, _ = eventRowsOf(ms, alerts, shape, false)
+	return nil, plain, filled
 }
 
 // Column lists of the copies, in the order copyApply gives the values:
@@ -118,8 +144,8 @@ type copyStep struct {
 	// batch is the step's statements when it sends one batch, so a
 	// profile can run them one by one.
 	batch *pgx.Batch
-	// last, when set, reads the rows of the batch's last statement.
-	last func(pgx.Rows) error
+	// read, when set, reads the rows of the batch's first statement.
+	read func(pgx.Rows) error
 }
 
 // copySteps are copyApply's round trips for ms, in order.
@@ -136,28 +162,34 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 		return nil, err
 	}
 	// Events stored as sent go in by COPY, numbered from the counters the
-	// batch's last statement bumps (eventCopy); a group with events to
-	// complete in SQL inserts them with freshEventsSQL.
-	var events *eventCopy
-	plain, filled := eventRowsOf(ms, alerts, shape)
-	if len(filled.id) == 0 && len(plain.id) > 0 {
-		events = newEventCopy(plain)
-	} else {
+	// first step bumps and reads back (eventCopy), and so do the entries
+	// that carry events; a group with events to complete in SQL inserts
+	// them with freshEventsSQL.
+	events, plain, filled := leanEvents(ms, alerts, shape)
+	if events == nil {
 		queueEventRows(b, plain, filled, freshEventsSQL)
 	}
 	queueAlertStates(b, alerts)
-	if events != nil {
-		events.queueBump(b)
-	}
 	check := &pgx.Batch{}
+	if events != nil {
+		events.queueBump(check)
+	}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.
 	var steps []copyStep
 	if check.Len() > 0 {
-		steps = append(steps, copyStep{name: "fork check", batch: check, run: func(ctx context.Context, tx pgx.Tx) error {
+		first := copyStep{name: "fork check", batch: check, run: func(ctx context.Context, tx pgx.Tx) error {
 			return tx.SendBatch(ctx, check).Close()
-		}})
+		}}
+		if events != nil {
+			first.read = events.readSequences
+			first.run = func(ctx context.Context, tx pgx.Tx) error {
+				return sendReadingFirst(ctx, tx, check, events.readSequences)
+			}
+		}
+		steps = append(steps, first)
 	}
+
 	copyIn := func(table string, columns []string, n int, row func(i int) []any) {
 		if n == 0 {
 			return
@@ -173,7 +205,15 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 		return []any{o.opID[i], o.tenant[i], o.customer[i], o.idem[i], o.rh[i], o.version[i], o.mutation[i], o.at[i]}
 	})
 	e := &cols.entries
+	var carried []*int64
 	copyIn("ledger_entries", entryCopyColumns, len(e.id), func(i int) []any {
+		if carried == nil {
+			// The first step has numbered the events by now.
+			carried = make([]*int64, len(e.id))
+			if events != nil {
+				carried = e.carried(events.entrySequences(true))
+			}
+		}
 		var blocks []uuid.UUID
 		var amounts []int64
 		if from, to := e.drawFrom[i], e.drawTo[i]; to >= from {
@@ -181,32 +221,22 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 		}
 		return []any{e.id[i], e.opID[i], e.tenant[i], e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
 			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
-			e.meta[i], e.at[i], blocks, amounts, e.head[i]}
+			e.meta[i], e.at[i], blocks, amounts, e.head[i], carried[i]}
 	})
-	upserts := copyStep{name: "upserts", batch: b, run: func(ctx context.Context, tx pgx.Tx) error {
+	steps = append(steps, copyStep{name: "upserts", batch: b, run: func(ctx context.Context, tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
-	}}
-	if events != nil {
-		upserts.last = events.readSequences
-		upserts.run = func(ctx context.Context, tx pgx.Tx) error { return sendReadingLast(ctx, tx, b, events.readSequences) }
-	}
-	steps = append(steps, upserts)
-	if events != nil {
+	}})
+	if events != nil && len(events.rows.id) > 0 {
 		steps = append(steps, copyStep{name: "COPY webhook_events", run: events.copyIn})
 	}
 	return steps, nil
 }
 
-// sendReadingLast sends b in tx and hands the rows of its last statement
+// sendReadingFirst sends b in tx and hands the rows of its first statement
 // to read.
-func sendReadingLast(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx.Rows) error) error {
+func sendReadingFirst(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx.Rows) error) error {
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()
-	for range b.Len() - 1 {
-		if _, err := res.Exec(); err != nil {
-			return err
-		}
-	}
 	rows, err := res.Query()
 	if err != nil {
 		return err
@@ -218,6 +248,11 @@ func sendReadingLast(ctx context.Context, tx pgx.Tx, b *pgx.Batch, read func(pgx
 	}
 	if err != nil {
 		return err
+	}
+	for range b.Len() - 1 {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
 	}
 	return res.Close()
 }

@@ -37,14 +37,14 @@ func TestEveryOwedEventIsWritten(t *testing.T) {
 				}
 			}
 		}
-		plain, filled := eventRowsOf(ms, out, shapeLean)
+		plain, filled, carried := eventRowsOf(ms, out, shapeLean, true)
 		got := map[engine.EventType]int{}
-		for _, b := range []*eventBatch{plain, filled} {
+		for _, b := range []*eventBatch{plain, filled, carried} {
 			for _, typ := range b.typ {
 				got[engine.EventType(typ)]++
 			}
 		}
-		written := len(plain.id) + len(filled.id)
+		written := len(plain.id) + len(filled.id) + len(carried.id)
 		if written != owed {
 			t.Fatalf("seed %d: %d events written of %d owed (%v)", seed, written, owed, got)
 		}

@@ -3,6 +3,8 @@ package persist
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,13 +42,13 @@ var _ engine.EventStore = (*Store)(nil)
 // transaction (the account upserts) have waited for any concurrent writer
 // of the same Mutation, and this statement's snapshot sees its rows.
 const eventsSQLTemplate = `WITH e AS (
-	SELECT p.id, p.tenant, p.env, p.customer, p.type, p.payload, p.at, p.ord, p.version
+	SELECT p.id, p.tenant, p.env, p.customer, p.type, p.payload, p.at, p.ord, p.version, p.entry
 	FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
-		$8::int[], $9::bigint[]) AS p(id, tenant, env, customer, type, payload, at, ord, version)
+		$8::int[], $9::bigint[], $19::uuid[]) AS p(id, tenant, env, customer, type, payload, at, ord, version, entry)
 	UNION ALL
 	SELECT f.id, f.tenant, f.env, f.customer, f.type,
 		jsonb_set(f.payload::jsonb, '{external_customer_id}', COALESCE(to_jsonb(c.external_id), 'null'::jsonb))::text,
-		f.at, f.ord, f.version
+		f.at, f.ord, f.version, NULL::uuid
 	FROM unnest($10::uuid[], $11::uuid[], $12::text[], $13::uuid[], $14::text[], $15::text[], $16::timestamptz[],
 		$17::int[], $18::bigint[])
 		AS f(id, tenant, env, customer, type, payload, at, ord, version)
@@ -72,9 +74,14 @@ ON CONFLICT (id) DO NOTHING`
 
 // Apply's two event statements: insertMutationEventsSQL skips rows already
 // stored (a replay), freshEventsSQL (the lean write) fails on one instead.
+// A replayed lean consume's credit.consumed (entry: the main entry that
+// could carry it, carried.go) may be stored on that entry instead of as a
+// row: the replay skips it then too.
 var (
 	insertMutationEventsSQL = strings.Replace(eventsSQLTemplate, "{{fresh}}",
-		"WHERE NOT EXISTS (SELECT 1 FROM webhook_events w WHERE w.id = e.id)", 1)
+		`WHERE NOT EXISTS (SELECT 1 FROM webhook_events w WHERE w.id = e.id)
+			AND (e.entry IS NULL OR NOT EXISTS (
+				SELECT 1 FROM ledger_entries l WHERE l.id = e.entry AND l.event_sequence IS NOT NULL))`, 1)
 	freshEventsSQL = withoutConflictClause(strings.Replace(eventsSQLTemplate, "{{fresh}}", "", 1))
 )
 
@@ -84,6 +91,9 @@ type eventRow struct {
 	ord     int
 	version int64
 	fill    bool
+	// entry is the ledger entry that can carry the event (a lean
+	// consume's credit.consumed: carried.go), nil for any other.
+	entry *uuid.UUID
 }
 
 // queueEvents is the events section of Apply, queued after every other
@@ -92,7 +102,7 @@ type eventRow struct {
 // (insertMutationEventsSQL or freshEventsSQL), with the alert events of
 // alerts after each Mutation's own, then the alert states.
 func queueEvents(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, sql string, shape recordShape) {
-	plain, filled := eventRowsOf(ms, alerts, shape)
+	plain, filled, _ := eventRowsOf(ms, alerts, shape, false)
 	queueEventRows(b, plain, filled, sql)
 	queueAlertStates(b, alerts)
 }
@@ -105,7 +115,7 @@ func queueEventRows(b *pgx.Batch, plain, filled *eventBatch, sql string) {
 	}
 	b.Queue(sql, plain.id, plain.tenant, plain.env, plain.customer, plain.typ, plain.body, plain.at, plain.ord,
 		plain.version, filled.id, filled.tenant, filled.env, filled.customer, filled.typ, filled.body, filled.at,
-		filled.ord, filled.version)
+		filled.ord, filled.version, plain.entry)
 }
 
 // bumpSequencesSQL takes $2 sequences of each tenant $1 (sorted, so two
@@ -125,32 +135,44 @@ var eventCopyColumns = []string{"id", "tenant_id", "environment", "customer_id",
 // eventCopy is the lean write of a group's events when all of them are
 // stored as sent (every Mutation carries a Context, as every hot-path
 // script's does): each tenant's rows are counted and ranked in batch order
-// in Go, so Postgres runs no window, sort or union for them (issue 10). A
-// group written by COPY takes its sequences from bumpSequencesSQL, which
-// its upsert batch ends with, and copies the rows; a small group inserts
-// them with leanEventsSQL. Like the operations and ledger entries, either
-// fails the transaction on an event id already stored, and Apply writes
-// the group again the ON CONFLICT way.
+// in Go, so Postgres runs no window, sort or union for them (issue 10).
+// The carried events (lean consumes' credit.consumed, kept on their ledger
+// entries: carried.go) are numbered with the rows, in the same batch
+// order. Every lean write bumps its tenants' counters first (queueBump,
+// before any other statement: every writer takes the counters before the
+// rows, so two writers cannot deadlock), because the ledger entries that
+// carry events are written before the event rows. A group written by
+// COPY reads the counters back (readSequences) and copies its entries and
+// rows with their sequences; a small group's INSERTs compute them in SQL
+// from the counter (numberedEventsSQL, insertEntriesSQL). Like the
+// operations and ledger entries, either fails the transaction on an event
+// id already stored, and Apply writes the group again the ON CONFLICT way.
 type eventCopy struct {
-	rows *eventBatch
-	// tenants are the rows' tenants, sorted, and counts their rows.
+	rows, carried *eventBatch
+	// tenants are the rows' and carried events' tenants, sorted, and
+	// counts their events.
 	tenants []uuid.UUID
 	counts  []int64
-	// back is each row's distance from its tenant's last row in batch
-	// order (ord): the row takes its tenant's new counter minus back.
-	back []int64
-	// seq is each row's sequence once readSequences has run.
-	seq []int64
+	// back and carriedBack are each row's and carried event's distance
+	// from its tenant's last event in batch order (ord): the event takes
+	// its tenant's new counter minus back.
+	back, carriedBack []int64
+	// seq and carriedSeq are the sequences once readSequences has run.
+	seq, carriedSeq []int64
 }
 
-// newEventCopy returns the lean write of rows (eventRowsOf's plain rows).
-func newEventCopy(rows *eventBatch) *eventCopy {
+// newEventCopy returns the lean write of rows (eventRowsOf's plain rows)
+// and carried (its carried events).
+func newEventCopy(rows, carried *eventBatch) *eventCopy {
 	n := map[uuid.UUID]int64{}
 	for _, t := range rows.tenant {
 		n[t]++
 	}
-	c := &eventCopy{rows: rows, tenants: make([]uuid.UUID, 0, len(n)), counts: make([]int64, 0, len(n)),
-		back: make([]int64, len(rows.id))}
+	for _, t := range carried.tenant {
+		n[t]++
+	}
+	c := &eventCopy{rows: rows, carried: carried, tenants: make([]uuid.UUID, 0, len(n)), counts: make([]int64, 0, len(n)),
+		back: make([]int64, len(rows.id)), carriedBack: make([]int64, len(carried.id))}
 	for t := range n {
 		c.tenants = append(c.tenants, t)
 	}
@@ -158,25 +180,38 @@ func newEventCopy(rows *eventBatch) *eventCopy {
 	for _, t := range c.tenants {
 		c.counts = append(c.counts, n[t])
 	}
-	order := make([]int, len(rows.id))
-	for i := range order {
-		order[i] = i
+	// Both groups' events in descending batch order: each takes the count
+	// of its tenant's events after it.
+	type place struct {
+		ord  int32
+		back *int64
+		t    uuid.UUID
 	}
-	sort.Slice(order, func(i, j int) bool { return rows.ord[order[i]] < rows.ord[order[j]] })
-	for _, i := range order {
-		n[rows.tenant[i]]--
-		c.back[i] = n[rows.tenant[i]]
+	order := make([]place, 0, len(rows.id)+len(carried.id))
+	for i := range rows.id {
+		order = append(order, place{rows.ord[i], &c.back[i], rows.tenant[i]})
+	}
+	for i := range carried.id {
+		order = append(order, place{carried.ord[i], &c.carriedBack[i], carried.tenant[i]})
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].ord < order[j].ord })
+	for _, p := range order {
+		n[p.t]--
+		*p.back = n[p.t]
 	}
 	return c
 }
 
-// queueBump queues bumpSequencesSQL for the rows' tenants.
+// empty tells whether the group has no event to number.
+func (c *eventCopy) empty() bool { return len(c.tenants) == 0 }
+
+// queueBump queues bumpSequencesSQL for the events' tenants.
 func (c *eventCopy) queueBump(b *pgx.Batch) {
 	b.Queue(bumpSequencesSQL, c.tenants, c.counts)
 }
 
-// readSequences numbers the rows from the counters bumpSequencesSQL
-// returned: a tenant's rows take its new sequences in batch order, as
+// readSequences numbers the events from the counters bumpSequencesSQL
+// returned: a tenant's events take its new sequences in batch order, as
 // eventsSQLTemplate numbers them.
 func (c *eventCopy) readSequences(rows pgx.Rows) error {
 	next := make(map[uuid.UUID]int64, len(c.tenants))
@@ -191,41 +226,63 @@ func (c *eventCopy) readSequences(rows pgx.Rows) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	r := c.rows
-	c.seq = make([]int64, len(r.id))
-	for i, t := range r.tenant {
-		n, ok := next[t]
-		if !ok {
-			return fmt.Errorf("persist: no event sequence returned for tenant %s", t)
+	number := func(tenants []uuid.UUID, back []int64) ([]int64, error) {
+		seq := make([]int64, len(tenants))
+		for i, t := range tenants {
+			n, ok := next[t]
+			if !ok {
+				return nil, fmt.Errorf("persist: no event sequence returned for tenant %s", t)
+			}
+			seq[i] = n - back[i]
 		}
-		c.seq[i] = n - c.back[i]
+		return seq, nil
 	}
-	return nil
+	var err error
+	if c.seq, err = number(c.rows.tenant, c.back); err != nil {
+		return err
+	}
+	c.carriedSeq, err = number(c.carried.tenant, c.carriedBack)
+	return err
 }
 
-// leanEventsSQL is the small group's write of eventCopy: the counters
-// bumped as by bumpSequencesSQL and the rows inserted in id order, each
-// with its tenant's new counter minus its back ($11), in one statement.
-const leanEventsSQL = `WITH bumped AS (
-	INSERT INTO event_sequences AS s (tenant_id, next)
-	SELECT * FROM unnest($1::uuid[], $2::bigint[])
-	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next + EXCLUDED.next
-	RETURNING s.tenant_id, s.next
-)
-INSERT INTO webhook_events
+// entrySequences maps each carrying entry to its event's sequence
+// (readSequences has run) or, before, to its back (in SQL the entry
+// takes its tenant's counter minus back).
+func (c *eventCopy) entrySequences(numbered bool) map[uuid.UUID]int64 {
+	if len(c.carried.id) == 0 {
+		return nil
+	}
+	out := make(map[uuid.UUID]int64, len(c.carried.id))
+	for i, e := range c.carried.entry {
+		if numbered {
+			out[*e] = c.carriedSeq[i]
+		} else {
+			out[*e] = c.carriedBack[i]
+		}
+	}
+	return out
+}
+
+// numberedEventsSQL is the small group's insert of eventCopy's rows, in id
+// order, each with its tenant's counter (bumped by queueBump earlier in
+// the transaction) minus its back ($10).
+const numberedEventsSQL = `INSERT INTO webhook_events
 	(id, tenant_id, environment, customer_id, event_type, payload, status, attempts, next_retry_at, created_at,
 	sequence, account_version)
-SELECT p.id, p.tenant, p.env, p.customer, p.type, '{"sequence":' || (b.next - p.back) || ',' || substr(p.payload, 2),
-	'pending', 0, p.at, p.at, b.next - p.back, p.version
-FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::text[], $9::timestamptz[],
-	$10::bigint[], $11::bigint[]) AS p(id, tenant, env, customer, type, payload, at, version, back)
-JOIN bumped b ON b.tenant_id = p.tenant
+SELECT p.id, p.tenant, p.env, p.customer, p.type, '{"sequence":' || (s.next - p.back) || ',' || substr(p.payload, 2),
+	'pending', 0, p.at, p.at, s.next - p.back, p.version
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
+	$8::bigint[], $9::bigint[]) AS p(id, tenant, env, customer, type, payload, at, version, back)
+JOIN event_sequences s ON s.tenant_id = p.tenant
 ORDER BY p.id`
 
-// queueInsert queues leanEventsSQL for the rows.
+// queueInsert queues numberedEventsSQL for the rows (after queueBump).
 func (c *eventCopy) queueInsert(b *pgx.Batch) {
 	r := c.rows
-	b.Queue(leanEventsSQL, c.tenants, c.counts, r.id, r.tenant, r.env, r.customer, r.typ, r.body, r.at, r.version, c.back)
+	if len(r.id) == 0 {
+		return
+	}
+	b.Queue(numberedEventsSQL, r.id, r.tenant, r.env, r.customer, r.typ, r.body, r.at, r.version, c.back)
 }
 
 // copyIn writes the rows by COPY, their sequences prepended to their
@@ -266,12 +323,31 @@ func sequencedPayload(seq int64, body string) string {
 // The alert events (complete, so plain) follow their Mutation's own. In
 // the lean shape plain rows store lean bodies (eventbody.go); filled rows,
 // whose body SQL rewrites as jsonb, stay whole.
-func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) (plain, filled *eventBatch) {
+//
+// With carry (a lean write), a lean consume's credit.consumed goes to
+// carried, under the id of its ledger entry's carried event
+// (carried.go), rather than to plain; without, it stays a plain row that
+// names that entry, so a replay skips it when the entry carries it.
+func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape, carry bool) (plain, filled, carried *eventBatch) {
 	rows := make([]eventRow, 0, len(ms))
-	for _, m := range ms {
+	for i := range ms {
+		m := &ms[i]
 		fill := m.Context == nil
-		for _, e := range engine.EventsOf(m) {
-			rows = append(rows, eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill})
+		var entry *uuid.UUID
+		if main, ok := carriesConsumed(m, shape); ok {
+			id := engine.EntryID(m.OpID, main)
+			entry = &id
+		}
+		mainID := engine.EventID(m.OpID, engine.SlotMain)
+		for _, e := range engine.EventsOf(*m) {
+			r := eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill}
+			if entry != nil && e.ID == mainID && e.EventType == engine.EventCreditConsumed {
+				r.entry = entry
+				if carry {
+					r.e.ID = engine.CarriedEventID(*entry)
+				}
+			}
+			rows = append(rows, r)
 		}
 		for _, e := range alerts.eventsOf(m.OpID) {
 			rows = append(rows, eventRow{e: e, ord: len(rows), version: m.Account.Version})
@@ -279,7 +355,7 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) 
 		if !fill {
 			continue
 		}
-		if ev, crossed := engine.LowBalanceEvent(m, alerts.thresholdOf(m.CustomerID)); crossed {
+		if ev, crossed := engine.LowBalanceEvent(*m, alerts.thresholdOf(m.CustomerID)); crossed {
 			rows = append(rows, eventRow{e: ev, ord: len(rows), version: m.Account.Version, fill: true})
 		}
 	}
@@ -290,15 +366,18 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) 
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(rows[a].e.ID[:], rows[b].e.ID[:]) })
-	plain, filled = &eventBatch{}, &eventBatch{}
+	plain, filled, carried = &eventBatch{}, &eventBatch{}, &eventBatch{}
 	for i, k := range order {
 		r := rows[k]
 		if i > 0 && rows[order[i-1]].e.ID == r.e.ID {
 			continue
 		}
-		if r.fill {
+		switch {
+		case r.fill:
 			filled.add(r)
-		} else {
+		case carry && r.entry != nil:
+			carried.add(r)
+		default:
 			if shape == shapeLean {
 				r.e.Payload = []byte(leanEventBody(string(r.e.Payload), r.e.ID, r.e.EventType, r.e.TenantID,
 					r.e.Environment, r.e.CustomerID))
@@ -306,7 +385,7 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) 
 			plain.add(r)
 		}
 	}
-	return plain, filled
+	return plain, filled, carried
 }
 
 // eventBatch is event rows column by column.
@@ -317,12 +396,14 @@ type eventBatch struct {
 	at             []time.Time
 	ord            []int32
 	version        []int64
+	entry          []*uuid.UUID
 }
 
 func (c *eventBatch) add(r eventRow) {
 	c.id, c.tenant, c.customer = append(c.id, r.e.ID), append(c.tenant, r.e.TenantID), append(c.customer, r.e.CustomerID)
 	c.env, c.typ, c.body = append(c.env, string(r.e.Environment)), append(c.typ, string(r.e.EventType)), append(c.body, string(r.e.Payload))
 	c.at, c.ord, c.version = append(c.at, r.e.CreatedAt), append(c.ord, int32(r.ord)), append(c.version, r.version)
+	c.entry = append(c.entry, r.entry)
 }
 
 // lockSequenceSQL takes the tenant's counter row (creating it at 0) before
@@ -451,6 +532,11 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration
 	if skip == nil {
 		skip = []uuid.UUID{}
 	}
+	// Carried events of tenants with a webhook URL become rows first,
+	// where their delivery keeps its state (carried.go).
+	if err := s.materializeCarried(ctx); err != nil {
+		return nil, err
+	}
 	token := uuid.New()
 	rows, err := s.pool.Query(ctx, claimDueSQL, now, now.Add(lease), limit, perTenant, skip, token)
 	if err != nil {
@@ -488,10 +574,13 @@ func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Atte
 	return tag.RowsAffected() == 1, nil
 }
 
-// ListEvents implements engine.EventStore: newest first by (created_at, id),
-// both environments; an unknown status or type simply matches nothing.
+// ListEvents implements engine.EventStore: newest first by sequence (the
+// order the tenant's events were stored in), both environments; an
+// unknown status or type simply matches nothing. The rows and the carried
+// events (carried.go: pending credit.consumed only) are read by sequence
+// and merged.
 func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.EventQuery) (engine.Page[engine.Event], error) {
-	after, hasAfter, err := decodeCursor(q.Cursor)
+	before, err := decodeSequenceCursor(q.Cursor)
 	if err != nil {
 		return engine.Page[engine.Event]{}, err
 	}
@@ -499,23 +588,71 @@ func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.Event
 	if limit <= 0 {
 		limit = 20
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM webhook_events
+	stored := &pgx.QueuedQuery{SQL: `SELECT ` + eventColumns + ` FROM webhook_events
 		WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
-			AND (NOT $4 OR (created_at, id) < ($5, $6))
-		ORDER BY created_at DESC, id DESC LIMIT $7`,
-		tenant, q.Status, q.EventType, hasAfter, after.at, after.id, limit+1)
-	if err != nil {
-		return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+			AND (NOT $4 OR sequence < $5)
+		ORDER BY sequence DESC LIMIT $6`, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
+	var evs []engine.Event
+	if (q.Status != "" && q.Status != string(engine.EventPending)) ||
+		(q.EventType != "" && q.EventType != string(engine.EventCreditConsumed)) {
+		// Only rows can match: no carried event is read.
+		rows, err := s.pool.Query(ctx, stored.SQL, stored.Arguments...)
+		if err == nil {
+			evs, err = collectStored(rows)
+		}
+		if err != nil {
+			return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+		}
+	} else {
+		rows, carried, err := s.readBoth(ctx, stored, carriedQuery(tenant, nil, 0, false, before, limit+1),
+			collectStored, collectCarried)
+		if err != nil {
+			return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+		}
+		evs = mergeBySequence(rows, carried, false, limit+1)
 	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
-	if err != nil {
-		return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+	page := engine.Page[engine.Event]{Data: evs}
+	if len(evs) > limit {
+		page.Data, page.HasMore = evs[:limit], true
+		page.NextCursor = encodeSequenceCursor(*evs[limit-1].Sequence)
 	}
-	page := pageOf(evs, limit, func(e engine.Event) pageKey { return pageKey{at: e.CreatedAt, id: e.ID} })
+	if page.Data == nil {
+		page.Data = []engine.Event{}
+	}
 	if err := s.attachDeliveries(ctx, page.Data); err != nil {
 		return engine.Page[engine.Event]{}, err
 	}
 	return page, nil
+}
+
+// sequenceCursorVersion leads an events cursor: the sequence to resume
+// below, after it. It is not page.go's cursorVersion, so a cursor of the
+// (created_at, id) order the events list had before is refused, not
+// misread.
+const sequenceCursorVersion byte = 2
+
+// encodeSequenceCursor makes the opaque cursor that resumes below seq.
+func encodeSequenceCursor(seq int64) string {
+	var b [9]byte
+	b[0] = sequenceCursorVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(seq))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// decodeSequenceCursor reads encodeSequenceCursor's cursor; 0 for none.
+func decodeSequenceCursor(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != 9 || b[0] != sequenceCursorVersion {
+		return 0, errInvalidCursor
+	}
+	seq := int64(binary.BigEndian.Uint64(b[1:]))
+	if seq <= 0 {
+		return 0, errInvalidCursor
+	}
+	return seq, nil
 }
 
 // attachDeliveries fills each event's attempts, oldest first.
@@ -564,6 +701,14 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 		var one int
 		err := s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
+			// A carried event is pending, never dead_letter.
+			carried, err := s.carriedEventExists(ctx, tenant, id)
+			if err != nil {
+				return engine.Event{}, err
+			}
+			if carried {
+				return engine.Event{}, engine.ErrNotDeadLetter
+			}
 			return engine.Event{}, engine.ErrNotFound
 		}
 		if err != nil {
@@ -587,17 +732,15 @@ var _ engine.EventLog = (*Store)(nil)
 // index; a customer's events are that walk filtered (a tenant's streams
 // read through one feed, so this filter serves only a stream's catch-up).
 func (s *Store) EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]engine.Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM webhook_events
+	stored := &pgx.QueuedQuery{SQL: `SELECT ` + eventColumns + ` FROM webhook_events
 		WHERE tenant_id = $1 AND sequence > $2 AND ($3::uuid IS NULL OR customer_id = $3)
-		ORDER BY sequence LIMIT $4`, tenant, after, customer, limit)
+		ORDER BY sequence LIMIT $4`, Arguments: []any{tenant, after, customer, limit}}
+	rows, carried, err := s.readBoth(ctx, stored, carriedQuery(tenant, customer, after, true, 0, limit),
+		collectStored, collectCarried)
 	if err != nil {
 		return nil, fmt.Errorf("persist: events after: %w", err)
 	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })
-	if err != nil {
-		return nil, fmt.Errorf("persist: events after: %w", err)
-	}
-	return evs, nil
+	return mergeBySequence(rows, carried, true, limit), nil
 }
 
 // LastSequence implements engine.EventLog.

@@ -30,20 +30,24 @@ ON CONFLICT (tenant_id, idempotency_key, op_id) DO NOTHING`
 // ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so
 // an entry that several blocks paid gets its draws as slices of typed
 // arrays: no JSON, no side-table rows (migration 012). $23 is each entry's
-// op_head, NULL but on a lean consume's main entry (ophead.go).
+// op_head, NULL but on a lean consume's main entry (ophead.go). $24 is
+// each entry's back when it carries its consume's event (carried.go), NULL
+// for most: the entry's event_sequence is its tenant's counter, bumped
+// earlier in the transaction (eventCopy.queueBump), minus back.
 const insertEntriesSQL = `INSERT INTO ledger_entries
 	(id, op_id, tenant_id, customer_id, environment, delta, type, source, credit_block_id,
 	 billable_metric_key, cost_units, exchange_rate, overage_mc, idempotency_key, reference_id,
-	 reason, metadata, created_at, draw_block_ids, draw_amounts, op_head)
+	 reason, metadata, created_at, draw_block_ids, draw_amounts, op_head, event_sequence)
 SELECT id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
 	overage, idem, ref, reason, meta::jsonb, at,
 	CASE WHEN dto >= dfrom THEN ($19::uuid[])[dfrom:dto] END,
-	CASE WHEN dto >= dfrom THEN ($20::bigint[])[dfrom:dto] END, head
+	CASE WHEN dto >= dfrom THEN ($20::bigint[])[dfrom:dto] END, head,
+	CASE WHEN back IS NOT NULL THEN (SELECT s.next FROM event_sequences s WHERE s.tenant_id = t.tenant_id) - back END
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigint[], $7::text[],
 	$8::text[], $9::uuid[], $10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[],
-	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[], $23::text[])
+	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[], $23::text[], $24::bigint[])
 	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
-	     overage, idem, ref, reason, meta, at, dfrom, dto, head)
+	     overage, idem, ref, reason, meta, at, dfrom, dto, head, back)
 ON CONFLICT (id) DO NOTHING`
 
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
@@ -235,7 +239,8 @@ func applyIn(ctx context.Context, tx pgx.Tx, ms []engine.Mutation, alerts *alert
 // blocks, accounts, the sections, events; rows sorted by key within each),
 // so two transactions racing on the same rows wait rather than deadlock.
 func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, shape recordShape) error {
-	if err := queueRows(b, ms, false, shape); err != nil {
+	queueLockSequences(b, ms)
+	if err := queueRows(b, ms, false, shape, nil); err != nil {
 		return err
 	}
 	queueEvents(b, ms, alerts, insertMutationEventsSQL, shape)
@@ -246,7 +251,10 @@ func queueApply(b *pgx.Batch, ms []engine.Mutation, alerts *alertOutcome, shape 
 // their conflict clauses, copy.go), the usage rollup, then the block and
 // account upserts and the sections: every write path takes the tables in
 // this one order.
-func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool, shape recordShape) error {
+//
+// carriedBack maps each entry that carries its consume's event to its back
+// (eventCopy.entrySequences); nil when none does.
+func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool, shape recordShape, carriedBack map[uuid.UUID]int64) error {
 	operationsSQL, entriesSQL := insertOperationsSQL, insertEntriesSQL
 	if lean {
 		operationsSQL, entriesSQL = freshOperationsSQL, freshEntriesSQL
@@ -262,7 +270,7 @@ func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool, shape recordShape)
 	if e := cols.entries; len(e.id) > 0 {
 		args := []any{e.id, e.opID, e.tenant, e.customer, e.env, e.delta, e.typ, e.source,
 			e.block, e.metric, e.units, e.rate, e.overage, e.idem, e.ref, e.reason, e.meta, e.at,
-			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo, e.head}
+			e.drawBlock, e.drawAmount, e.drawFrom, e.drawTo, e.head, e.carried(carriedBack)}
 		if lean {
 			// The lean insert stores every entry or fails the batch, so the
 			// rollup takes them all (usage.go).
@@ -359,6 +367,43 @@ func (e *entryCols) presize(n int) {
 	e.drawBlock, e.drawAmount = make([]uuid.UUID, 0, 2*n), make([]int64, 0, 2*n)
 	e.drawFrom, e.drawTo = make([]int32, 0, n), make([]int32, 0, n)
 }
+
+// carried is each entry's value from byEntry (a back or a sequence of
+// the event it carries, eventCopy.entrySequences), nil for an entry that
+// carries none.
+func (e *entryCols) carried(byEntry map[uuid.UUID]int64) []*int64 {
+	out := make([]*int64, len(e.id))
+	if len(byEntry) == 0 {
+		return out
+	}
+	for i, id := range e.id {
+		if n, ok := byEntry[id]; ok {
+			out[i] = &n
+		}
+	}
+	return out
+}
+
+// queueLockSequences takes the event counters of ms's tenants (sorted)
+// before any other statement, as every writer of the ledger does
+// (eventCopy), so the ON CONFLICT write, which numbers its events last,
+// waits for a lean write of the same tenant rather than deadlocking with
+// it.
+func queueLockSequences(b *pgx.Batch, ms []engine.Mutation) {
+	tenants := make([]uuid.UUID, 0, 1)
+	for i := range ms {
+		tenants = append(tenants, ms[i].TenantID)
+	}
+	slices.SortFunc(tenants, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	tenants = slices.Compact(tenants)
+	b.Queue(lockSequencesSQL, tenants)
+}
+
+// lockSequencesSQL takes the counter rows of tenants $1 (sorted), creating
+// them at 0.
+const lockSequencesSQL = `INSERT INTO event_sequences AS s (tenant_id, next)
+SELECT unnest($1::uuid[]), 0
+ON CONFLICT (tenant_id) DO UPDATE SET next = s.next`
 
 // entryRow is one ledger entry before it is split into columns.
 type entryRow struct {

@@ -35,15 +35,32 @@ import (
 // leanHead is the op_head of m's main entry and that entry's index, when
 // m is a consume whose replay its ledger entry can carry (ok).
 func leanHead(m *engine.Mutation) (head string, main int, ok bool) {
+	if main, ok = leanMain(m); !ok {
+		return "", 0, false
+	}
+	u := m.Usage
+	a := &m.Account
+	b := make([]byte, 0, 48+len(m.RequestHash))
+	b = strconv.AppendInt(b, int64(main), 10)
+	for _, n := range [...]int64{u.Cost, a.Balance, a.Reserved, a.Pending, a.Version} {
+		b = strconv.AppendInt(append(b, '|'), n, 10)
+	}
+	b = append(append(b, '|'), m.RequestHash...)
+	return string(b), main, true
+}
+
+// leanMain is the index of m's main entry when m is a consume whose
+// replay its ledger entry can carry (ok): leanHead's test.
+func leanMain(m *engine.Mutation) (main int, ok bool) {
 	u := m.Usage
 	if m.IdempotencyKey == "" || m.Kind != engine.MutationConsume || u == nil || u.Refused ||
 		u.Items != nil || u.ReservationID != nil || len(m.Entries) == 0 {
-		return "", 0, false
+		return 0, false
 	}
 	main = len(m.Entries) - 1
 	for i := range m.Entries[:main] {
 		if m.Entries[i].Role != engine.RoleExpiry {
-			return "", 0, false
+			return 0, false
 		}
 	}
 	e := &m.Entries[main]
@@ -53,16 +70,9 @@ func leanHead(m *engine.Mutation) (head string, main int, ok bool) {
 	}
 	if e.Role != engine.RoleMain || e.Type != engine.EntryConsumption || e.Metric == nil || *e.Metric != u.Metric ||
 		e.Units == nil || *e.Units != u.Units || e.Delta != -u.Charged || overage != u.Overage {
-		return "", 0, false
+		return 0, false
 	}
-	a := &m.Account
-	b := make([]byte, 0, 48+len(m.RequestHash))
-	b = strconv.AppendInt(b, int64(main), 10)
-	for _, n := range [...]int64{u.Cost, a.Balance, a.Reserved, a.Pending, a.Version} {
-		b = strconv.AppendInt(append(b, '|'), n, 10)
-	}
-	b = append(append(b, '|'), m.RequestHash...)
-	return string(b), main, true
+	return main, true
 }
 
 // headRow is a ledger entry carrying an op_head, as AppliedOps reads it.

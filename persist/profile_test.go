@@ -318,12 +318,12 @@ func profileCopySteps(t *testing.T, b *bundle, tx pgx.Tx, ms []engine.Mutation) 
 		}
 		for i, q := range step.batch.QueuedQueries {
 			start := backendCPU(t, pid)
-			if step.last != nil && i == len(step.batch.QueuedQueries)-1 {
+			if step.read != nil && i == 0 {
 				rows, err := tx.Query(b.ctx, q.SQL, q.Arguments...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := step.last(rows); err != nil {
+				if err := step.read(rows); err != nil {
 					t.Fatal(err)
 				}
 				rows.Close()

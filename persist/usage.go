@@ -44,15 +44,15 @@ SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::uuid[], $5::
 	$7::bigint[], $8::bigint[])` + usageSetSQL
 
 // insertEntriesUsageSQL is insertEntriesSQL whose inserted ids select the
-// entries' contributions ($24.. one row per entry and metric) to add.
+// entries' contributions ($25.. one row per entry and metric) to add.
 var insertEntriesUsageSQL = `WITH inserted AS (` + insertEntriesSQL + ` RETURNING id)
 INSERT INTO usage_hourly AS u
 	(customer_id, hour_start, billable_metric_key, tenant_id, environment, units, cost, count)
 SELECT c.customer, c.hour, c.metric, c.tenant, c.env,
 	LEAST(SUM(c.units), 9223372036854775807)::bigint, LEAST(SUM(c.cost), 9223372036854775807)::bigint,
 	COUNT(*)
-FROM unnest($24::uuid[], $25::uuid[], $26::timestamptz[], $27::text[], $28::uuid[], $29::text[],
-	$30::bigint[], $31::bigint[]) AS c(entry, customer, hour, metric, tenant, env, units, cost)
+FROM unnest($25::uuid[], $26::uuid[], $27::timestamptz[], $28::text[], $29::uuid[], $30::text[],
+	$31::bigint[], $32::bigint[]) AS c(entry, customer, hour, metric, tenant, env, units, cost)
 	JOIN inserted ON inserted.id = c.entry
 GROUP BY c.customer, c.hour, c.metric, c.tenant, c.env
 ORDER BY c.customer, c.hour, c.metric COLLATE "C"` + usageSetSQL

@@ -137,7 +137,7 @@ func TestFleetBackgroundOnce(t *testing.T) {
 	// jumped by more than the lease).
 	s.Drain()
 	eventually(t, "the events so far delivered", func() bool {
-		return s.sqlInt(t, `SELECT count(*) FROM webhook_events WHERE tenant_id = $1 AND status <> 'delivered'`, tn.ID) == 0
+		return s.sqlInt(t, `SELECT count(*) FROM `+storedEventsSQL+` WHERE tenant_id = $1 AND status <> 'delivered'`, tn.ID) == 0
 	})
 
 	// Two hours on: every node's expiry and hold sweeps find the same due
@@ -172,13 +172,14 @@ func TestFleetBackgroundOnce(t *testing.T) {
 	}
 
 	// Every event the persisters wrote is delivered once, by whichever
-	// node claimed it.
-	events := s.sqlInt(t, `SELECT count(*) FROM webhook_events WHERE tenant_id = $1`, tn.ID)
+	// node claimed it (a consume's, carried by its ledger entry, once a
+	// claim has copied it into a row: persist/carried.go).
+	events := s.sqlInt(t, `SELECT count(*) FROM `+storedEventsSQL+` WHERE tenant_id = $1`, tn.ID)
 	if events == 0 {
 		t.Fatal("no webhook events")
 	}
 	eventually(t, "every event delivered", func() bool {
-		return s.sqlInt(t, `SELECT count(*) FROM webhook_events WHERE tenant_id = $1 AND status = 'delivered'`, tn.ID) == events
+		return s.sqlInt(t, `SELECT count(*) FROM `+storedEventsSQL+` WHERE tenant_id = $1 AND status = 'delivered'`, tn.ID) == events
 	})
 	time.Sleep(200 * time.Millisecond)
 	count, _ := rcv.deliveries()

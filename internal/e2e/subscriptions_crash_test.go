@@ -226,7 +226,7 @@ func verifySubscriptionEvents(t *testing.T, rig *crashRig) {
 	var n, distinct, top, counter int64
 	if err := rig.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT sequence), COALESCE(max(sequence), 0),
 		COALESCE((SELECT next FROM event_sequences WHERE tenant_id = $1), 0)
-		FROM webhook_events WHERE tenant_id = $1`, rig.tenant.ID).Scan(&n, &distinct, &top, &counter); err != nil {
+		FROM `+storedEventsSQL+` WHERE tenant_id = $1`, rig.tenant.ID).Scan(&n, &distinct, &top, &counter); err != nil {
 		t.Fatal(err)
 	}
 	if n != distinct || n != top || n != counter {
