@@ -65,6 +65,7 @@ whose schema is newer than this binary; it logs the effective configuration
 		},
 		migrateCmd(),
 		reconcileCmd(),
+		exportCmd(),
 		deadlettersCmd(onDatabase),
 		healthcheckCmd(),
 		adminCmd(),
