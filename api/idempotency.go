@@ -268,20 +268,9 @@ func (s *Server) rerun(rt *route, c *call) {
 // is built from that record alone. TestReplayByRerunIdentical
 // (internal/e2e) checks each of these byte for byte. Not here: usage
 // batches (a replayed event answers "duplicate"), gauges, top-ups and every
-// route whose effect is in Postgres.
-func replaysByRerun(rt *route) bool {
-	if rt.method != "POST" {
-		return false
-	}
-	switch rt.path {
-	case "/v1/entitlements/consume",
-		"/v1/customers/{id}/credits/grant", "/v1/customer-by-external-id/{external_id}/credits/grant",
-		"/v1/customers/{id}/credits/adjust", "/v1/customer-by-external-id/{external_id}/credits/adjust",
-		"/v1/reservations", "/v1/reservations/{id}/commit", "/v1/reservations/{id}/release":
-		return true
-	}
-	return false
-}
+// route whose effect is in Postgres. A route says so where it is
+// registered (optRerun).
+func replaysByRerun(rt *route) bool { return rt.opts&optRerun != 0 }
 
 // storable reports whether a response under a claimed key is the request's
 // final answer: 2xx and 4xx are (a 409 insufficient-credits stays the answer

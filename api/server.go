@@ -329,6 +329,10 @@ const (
 	// optDryRun: a body with a top-level "dry_run" (not false) changes
 	// nothing, so optIdem's key is neither required nor claimed.
 	optDryRun
+	// optRerun (with optIdem, on a POST): a 2xx answer is not stored; a
+	// retry under the key re-runs the endpoint, whose one money script
+	// answers it from the operation it remembers (replaysByRerun).
+	optRerun
 )
 
 // endpoint is one operation; it writes its success response through the
@@ -344,6 +348,9 @@ type route struct {
 }
 
 func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
+	if opts&optRerun != 0 && (opts&optIdem == 0 || method != "POST") {
+		panic("api: " + method + " " + path + ": optRerun needs optIdem on a POST")
+	}
 	rt := &route{method: method, path: path, opts: opts, ep: ep, metrics: s.metrics.route(path, method)}
 	s.routes = append(s.routes, rt)
 	s.router.Handle(method, path, func(ctx *fasthttp.RequestCtx) {
@@ -377,8 +384,8 @@ func (s *Server) register() {
 		s.handle("PATCH", form.prefix, optTenant|optIdem, s.patchCustomer(ref))
 		s.handle("DELETE", form.prefix, optTenant, s.deleteCustomer(ref))
 		s.handle("GET", form.prefix+"/credits", optTenant, s.getCredits(ref))
-		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem, s.grant(ref))
-		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem, s.adjust(ref))
+		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem|optRerun, s.grant(ref))
+		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem|optRerun, s.adjust(ref))
 	}
 	lenient := refParam(false)
 	s.handle("GET", "/v1/customers/{id}/credits/history", optTenant, s.history(lenient))
