@@ -173,7 +173,8 @@ func TestConsoleSignOutEndsEveryCopy(t *testing.T) {
 }
 
 // TestConsoleCreateFormsRunOnce (issue 31 item 4): each console form that
-// creates something (a plan, a variant, a variant's grant) carries a key,
+// creates something (a plan, a variant, a variant's grant, a customer's
+// credit grant) carries a key,
 // so a double click (two posts at once, here to two nodes of a fleet) and
 // a later resubmit of the same form create one thing; a fresh rendering
 // of the form creates another.
@@ -191,8 +192,8 @@ func TestConsoleCreateFormsRunOnce(t *testing.T) {
 	// click, one post to each node), then once more (a resubmit).
 	submit := func(action string, form url.Values) {
 		t.Helper()
-		if form.Get("form_key") == "" {
-			t.Fatalf("the form posting to %s carries no form_key", action)
+		if form.Get("form_key") == "" && form.Get("grant_key") == "" {
+			t.Fatalf("the form posting to %s carries no key", action)
 		}
 		var wg sync.WaitGroup
 		statuses := make([]int, 2)
@@ -261,6 +262,19 @@ func TestConsoleCreateFormsRunOnce(t *testing.T) {
 	submit(grants, f)
 	if n := count("/v1/plan-variants/"+variant, "grants", "grant_type", "recurring"); n != 1 {
 		t.Fatalf("grants of the variant: %d, want 1", n)
+	}
+
+	// The customer grant form (a credit grant, idempotent since the
+	// console began) keeps one grant under the same double click.
+	cust, _ := a.newCustomer()
+	page := "/console/t/" + tn.ID + "/live/customers/" + cust
+	f = me.form(page, page+"/grant")
+	f.Set("credits", "1.5")
+	f.Set("source", "manual")
+	f.Set("reason", "double click")
+	submit(page+"/grant", f)
+	if got := a.balance(cust); got != 1500 {
+		t.Errorf("balance after a double-clicked grant form: %d, want 1500", got)
 	}
 
 	// A fresh rendering of the form is a new key: it creates again.
