@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"math"
 	"net/http/httptest"
 	"net/url"
@@ -264,5 +265,19 @@ func TestConsumptionChart(t *testing.T) {
 	}
 	if got := consumptionChart(entries[7:], now); !got.Empty {
 		t.Error("a chart with no recent consumption is not empty")
+	}
+	// A multi-metric consume's one entry (no metric, its items in
+	// metadata.items) counts under each item's metric with the credits that
+	// item paid: of a charge of 50 for items a 30 and b 40, a paid 30 and b
+	// 20, the rest being overage (issue 31 item 1).
+	multi := engine.LedgerEntry{Type: engine.EntryConsumption, Delta: -50, CreatedAt: now,
+		Metadata: engine.Metadata{"items": json.RawMessage(`[{"billable_metric_key":"a","units":3,"cost":30},{"billable_metric_key":"b","units":4,"cost":40}]`)}}
+	c = consumptionChart([]engine.LedgerEntry{e("a", -20, 0, engine.EntryConsumption), multi}, now)
+	legend = legend[:0]
+	for _, s := range c.Legend {
+		legend = append(legend, s.Key+"="+s.Total)
+	}
+	if got := strings.Join(legend, " "); got != "a=0.050 b=0.020" {
+		t.Errorf("legend with a multi-metric entry = %s, want a=0.050 b=0.020", got)
 	}
 }

@@ -46,7 +46,8 @@ type usageSeries struct {
 
 // consumptionChart sums the consumption entries among entries (the newest
 // page of the ledger) per UTC day and metric, for the last usageDays days
-// up to now; amounts are the credits debited.
+// up to now; amounts are the credits debited, a multi-metric entry's split
+// over its items' metrics (engine.ItemShares).
 func consumptionChart(entries []engine.LedgerEntry, now time.Time) usageChart {
 	const w, h, pad, labelH = 600, 160, 4, 16
 	c := usageChart{Width: w, Height: h + labelH}
@@ -54,20 +55,33 @@ func consumptionChart(entries []engine.LedgerEntry, now time.Time) usageChart {
 	first := today.AddDate(0, 0, -(usageDays - 1))
 	perMetric := map[string]int64{}
 	perDay := map[string]map[int]int64{}
+	add := func(k string, day int, mc int64) {
+		if mc <= 0 {
+			return
+		}
+		perMetric[k] += mc
+		if perDay[k] == nil {
+			perDay[k] = map[int]int64{}
+		}
+		perDay[k][day] += mc
+	}
 	for _, e := range entries {
-		if e.Type != engine.EntryConsumption || e.BillableMetricKey == nil || e.Delta >= 0 {
+		if e.Type != engine.EntryConsumption || e.Delta >= 0 {
 			continue
 		}
 		day := int(e.CreatedAt.UTC().Truncate(24*time.Hour).Sub(first) / (24 * time.Hour))
 		if day < 0 || day >= usageDays {
 			continue
 		}
-		k := *e.BillableMetricKey
-		perMetric[k] += -e.Delta
-		if perDay[k] == nil {
-			perDay[k] = map[int]int64{}
+		if e.BillableMetricKey != nil {
+			add(*e.BillableMetricKey, day, -e.Delta)
+			continue
 		}
-		perDay[k][day] += -e.Delta
+		// A multi-metric consume's one entry counts under each item's
+		// metric, with the credits that item paid (issue 31 item 1).
+		for _, it := range engine.ItemShares(e) {
+			add(it.Metric, day, it.CreditsMC)
+		}
 	}
 	if len(perMetric) == 0 {
 		c.Empty = true

@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // ItemUnits is the units member of one kind of multi-metric item: its name,
 // the least value it takes and the error below it (a consume's units <= 0
@@ -41,4 +44,44 @@ func CheckItem(i int, metric *string, units *int64, u ItemUnits, seen map[string
 	}
 	seen[*metric] = true
 	return *metric, *units, nil
+}
+
+// ItemShare is what one item of a multi-metric consumption entry paid, in
+// millicredits: CreditsMC from the balance and OverageMC beyond it (they
+// add up to the item's cost).
+type ItemShare struct {
+	Metric    string
+	Units     int64
+	CreditsMC int64
+	OverageMC int64
+}
+
+// ItemShares splits the one consumption entry of a multi-metric consume or
+// commit (no metric of its own, its items in metadata.items) per item, so a
+// report that sums by metric counts each item under its own metric. The
+// entry records one charge for the call; it pays the items in the order
+// the call listed them, so the overage falls on the last ones
+// (docs/decisions.md "Multi-metric usage in reports"; persist's
+// itemSharesSQL applies the same rule in SQL). Any other entry, or items
+// that cannot be read, gives nil.
+func ItemShares(e LedgerEntry) []ItemShare {
+	if e.Type != EntryConsumption || e.BillableMetricKey != nil {
+		return nil
+	}
+	raw, ok := e.Metadata["items"]
+	if !ok {
+		return nil
+	}
+	var items []UsageItem
+	if json.Unmarshal(raw, &items) != nil {
+		return nil
+	}
+	left := max(-e.Delta, 0) // the charge the balance paid
+	out := make([]ItemShare, 0, len(items))
+	for _, it := range items {
+		paid := min(left, max(it.Cost, 0))
+		left -= paid
+		out = append(out, ItemShare{Metric: it.Metric, Units: it.Units, CreditsMC: paid, OverageMC: it.Cost - paid})
+	}
+	return out
 }
