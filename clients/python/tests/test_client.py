@@ -8,6 +8,7 @@ import http.client
 import http.server
 import json
 import threading
+import time
 import unittest
 
 import creditd
@@ -35,6 +36,10 @@ class ScriptedServer:
                 if status == "drop":
                     self.close_connection = True
                     return
+                if status == "slow":
+                    # ("slow", {"delay": seconds}, body): a 200 that late.
+                    time.sleep(headers["delay"])
+                    status, headers = 200, {"Content-Type": "application/json"}
                 if isinstance(out, (dict, list)):
                     out = json.dumps(out)
                 out = out.encode() if isinstance(out, str) else out
@@ -155,6 +160,35 @@ class RetryTest(unittest.TestCase):
             self.assertEqual(c.grant_credits("alice", GRANT), {"ok": True})
         self.assertEqual(len(srv.requests), 5)
         self.assertEqual(len(waits), 2)
+
+    def test_deadline_bounds_the_whole_call(self):
+        # A slow answer: the attempt's socket timeout is what is left of the
+        # deadline, and the call ends with TimeoutError, not after 30 s.
+        with ScriptedServer([("slow", {"delay": 1.5}, {"ok": True})] * 3) as srv:
+            c, waits = self.client(srv)
+            fast = c.with_options(deadline=0.3)
+            started = time.monotonic()
+            with self.assertRaises(TimeoutError):
+                fast.get_customer("alice")
+            took = time.monotonic() - started
+        self.assertLess(took, 1.2, "the deadline did not bound the call")
+        self.assertIsNone(c.deadline, "with_options changed the client it copied")
+        self.assertEqual(c.timeout, creditd.client.DEFAULT_TIMEOUT)
+
+    def test_deadline_ends_a_wait_it_cannot_cover(self):
+        # Retry-After 2 s under a 1 s deadline: the problem at once, no sleep.
+        with ScriptedServer([(503, {"Retry-After": "2"}, {"type": "unavailable", "status": 503}), OK]) as srv:
+            c, waits = self.client(srv)
+            with self.assertRaises(creditd.Problem) as cm:
+                c.with_options(deadline=1).get_customer("alice")
+        self.assertEqual((cm.exception.status, waits, len(srv.requests)), (503, [], 1))
+        # Within the deadline the same retry runs.
+        with ScriptedServer([(503, {"Retry-After": "1"}, {"type": "unavailable", "status": 503}), OK]) as srv:
+            c, waits = self.client(srv)
+            self.assertEqual(c.with_options(deadline=5, max_attempts=2).get_customer("alice"), {"ok": True})
+        self.assertEqual(waits, [1.0])
+        with self.assertRaises(ValueError):
+            c.with_options(deadline=0)
 
     def test_parameters(self):
         with ScriptedServer([OK, OK, (204, {}, b"")]) as srv:
