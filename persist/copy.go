@@ -62,6 +62,9 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *a
 	if events != nil {
 		events.queueBump(b)
 		back = events.entrySequences(false)
+	} else {
+		// The counters first all the same: every writer's lock order.
+		queueLockSequences(b, ms)
 	}
 	if err := queueRows(b, ms, true, s.shape(), back); err != nil {
 		return err
@@ -173,6 +176,9 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 	check := &pgx.Batch{}
 	if events != nil {
 		events.queueBump(check)
+	} else {
+		// The counters first all the same: every writer's lock order.
+		queueLockSequences(check, ms)
 	}
 	queueForkCheck(check, ms)
 	// The fork check reads the accounts before anything of the batch is in.
