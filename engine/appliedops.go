@@ -2,6 +2,8 @@ package engine
 
 import (
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Op keys (issue 10: Redis memory bounded by customers and the 24 h window,
@@ -56,3 +58,30 @@ const (
 	// again (docs/decisions.md).
 	SeenHorizon = (SeenWeeks - 1) * SeenWeek
 )
+
+// IdemRecord is the HTTP idempotency record of one key, as Begin finds it
+// and Finish stores it.
+type IdemRecord struct {
+	// Mismatch: the record was written for another request hash (a key
+	// reused with another method, path, body or environment). Set by Begin.
+	Mismatch bool
+	// Done: the request ran to its final answer; false while it runs.
+	Done bool
+	// Rerun: done, and no response is stored because running the endpoint
+	// again answers byte for byte the same: the money scripts remember the
+	// operation under its own op key and replay it.
+	Rerun bool
+	// Status, ContentType and Body are the stored response (Done, not Rerun).
+	Status      int
+	ContentType string
+	Body        []byte
+}
+
+// RerunMark is one claim to finish with the rerun mark (MarkRerun).
+type RerunMark struct {
+	Tenant      uuid.UUID
+	Key         string
+	RequestHash string
+	// Held: the claim certainly still stands (Finish's held).
+	Held bool
+}

@@ -186,3 +186,59 @@ func GaugeCapError(current, cap, shortfall int64) *Error {
 	return &Error{Kind: KindConflict, Detail: "the increment would pass the gauge cap",
 		Extra: map[string]any{"current": current, "cap": cap, "shortfall": shortfall}}
 }
+
+// GrantCommand adds one block and its ledger entry to a customer's account.
+type GrantCommand struct {
+	CommandHeader
+	AccountID     uuid.UUID // used only when this grant creates the account
+	EntryType     EntryType
+	Reason        *string
+	EntryMetadata Metadata
+	// Block carries ID, OriginalAmount, Priority, Source, Metadata and, when
+	// known up front, ExpiresAt; StartsAt and RemainingAmount are set by the store.
+	Block Block
+	// DurationSeconds is the block's lifetime from its start; used with StackAfter.
+	DurationSeconds int64
+	StackAfter      *StackAfter
+	// Context is spliced into the Mutation for the events it owes.
+	Context *MutationContext
+	// AccumulationCap, when set, grants at most cap - balance (nothing at or
+	// above it; the result is then a zero Mutation), atomically with the
+	// balance read (plan grants' accumulation_cap).
+	AccumulationCap *int64
+}
+
+// StackAfter starts a block when the latest-expiring block matching
+// MetadataMatch ends.
+type StackAfter struct {
+	MetadataMatch Metadata `json:"metadata_match"`
+	Fallback      string   `json:"fallback"`
+}
+
+// Stack-after fallbacks.
+const (
+	FallbackNow    = "now"
+	FallbackReject = "reject"
+)
+
+// DebitCommand drains Amount from a customer's started blocks in spend order,
+// one ledger entry per block it touches; it changes nothing when the
+// effective balance is short.
+type DebitCommand struct {
+	CommandHeader
+	Amount        int64
+	EntryType     EntryType
+	Source        *Source
+	Reason        *string
+	EntryMetadata Metadata
+	// Context is spliced into the Mutation for the events it owes.
+	Context *MutationContext
+}
+
+// MutationResult is what a money-moving script returns.
+type MutationResult struct {
+	Mutation Mutation
+	// Replayed is true when the idempotency key had already been applied to
+	// this customer and Mutation is the original one.
+	Replayed bool
+}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // History pages a customer's ledger newest first; q, which api checked,
@@ -97,4 +99,15 @@ func ParseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// HistoryQuery filters a customer's ledger.
+type HistoryQuery struct {
+	CustomerID        uuid.UUID
+	Type              *EntryType
+	Source            *Source
+	BillableMetricKey *string
+	From, To          *time.Time
+	Cursor            string
+	Limit             int
 }

@@ -258,3 +258,10 @@ func rawJSON(v any) json.RawMessage {
 	}
 	return b
 }
+
+// CustomerKey names one customer's credit state.
+type CustomerKey struct {
+	TenantID    uuid.UUID
+	Environment Environment
+	CustomerID  uuid.UUID
+}

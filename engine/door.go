@@ -118,3 +118,20 @@ func (s *Tenants) Open(ctx context.Context, plain []byte, plan func(Scope, Tenan
 // stampsReadKey is the context key under which Open notes the tenant whose
 // stamps this request has read (Stamps.Refresh then reads them no more).
 type stampsReadKey struct{}
+
+// RateDecision is one take from an API key's rate budget (a lease of one or
+// more requests) and the figures of the RateLimit headers (docs/spec/addendum.md §10).
+type RateDecision struct {
+	Allowed bool
+	// Granted is the requests the take spent (0 when refused): the ones
+	// asked for, or fewer when only those fitted.
+	Granted int
+	// Limit is the burst: the most requests the budget holds.
+	Limit int
+	// Remaining is the whole requests left in the budget after this take.
+	Remaining int
+	// Reset is the time until the budget is full again.
+	Reset time.Duration
+	// RetryAfter is the time until one request is allowed (refused only).
+	RetryAfter time.Duration
+}

@@ -136,3 +136,10 @@ func (s *ExpirySweeper) expire(ctx context.Context, c CustomerKey, now time.Time
 	}
 	return ok, nil
 }
+
+// DueExpiry is a customer with a block past its expires_at: ExpiresAt is
+// its soonest such block's.
+type DueExpiry struct {
+	Customer  CustomerKey
+	ExpiresAt time.Time
+}

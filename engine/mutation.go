@@ -342,3 +342,9 @@ type MutationGauge struct {
 	// ended (leases.go); empty for a plain move.
 	Leases []MutationLease `json:"leases,omitempty"`
 }
+
+// OutboxMessage is one outbox stream entry and the Mutation it carries.
+type OutboxMessage struct {
+	ID       string
+	Mutation Mutation
+}

@@ -1,7 +1,10 @@
 // The ports: every interface engine declares for what it needs from
 // outside (Redis in lua/, Postgres in persist/, the clock, the webhook
-// sender), in one file, so a newcomer finds each one and its contract in
-// one place. It is long because there are many ports, not because any
+// sender), in one file and nothing else in it, so a newcomer finds each one
+// and its contract in one place. The values they carry live with their
+// concept (commands.go: GrantCommand, DebitCommand, MutationResult;
+// appliedops.go: IdemRecord, RerunMark; door.go: RateDecision; clock.go;
+// and so on). It is long because there are many ports, not because any
 // holds logic.
 
 package engine
@@ -17,76 +20,6 @@ import (
 // schedules read it, so tests can move time instead of waiting.
 type Clock interface {
 	Now() time.Time
-}
-
-// SystemClock reads the wall clock.
-type SystemClock struct{}
-
-// Now returns the current UTC time truncated to milliseconds, the precision
-// every stored instant has.
-func (SystemClock) Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
-
-// CustomerKey names one customer's credit state.
-type CustomerKey struct {
-	TenantID    uuid.UUID
-	Environment Environment
-	CustomerID  uuid.UUID
-}
-
-// GrantCommand adds one block and its ledger entry to a customer's account.
-type GrantCommand struct {
-	CommandHeader
-	AccountID     uuid.UUID // used only when this grant creates the account
-	EntryType     EntryType
-	Reason        *string
-	EntryMetadata Metadata
-	// Block carries ID, OriginalAmount, Priority, Source, Metadata and, when
-	// known up front, ExpiresAt; StartsAt and RemainingAmount are set by the store.
-	Block Block
-	// DurationSeconds is the block's lifetime from its start; used with StackAfter.
-	DurationSeconds int64
-	StackAfter      *StackAfter
-	// Context is spliced into the Mutation for the events it owes.
-	Context *MutationContext
-	// AccumulationCap, when set, grants at most cap - balance (nothing at or
-	// above it; the result is then a zero Mutation), atomically with the
-	// balance read (plan grants' accumulation_cap).
-	AccumulationCap *int64
-}
-
-// StackAfter starts a block when the latest-expiring block matching
-// MetadataMatch ends.
-type StackAfter struct {
-	MetadataMatch Metadata `json:"metadata_match"`
-	Fallback      string   `json:"fallback"`
-}
-
-// Stack-after fallbacks.
-const (
-	FallbackNow    = "now"
-	FallbackReject = "reject"
-)
-
-// DebitCommand drains Amount from a customer's started blocks in spend order,
-// one ledger entry per block it touches; it changes nothing when the
-// effective balance is short.
-type DebitCommand struct {
-	CommandHeader
-	Amount        int64
-	EntryType     EntryType
-	Source        *Source
-	Reason        *string
-	EntryMetadata Metadata
-	// Context is spliced into the Mutation for the events it owes.
-	Context *MutationContext
-}
-
-// MutationResult is what a money-moving script returns.
-type MutationResult struct {
-	Mutation Mutation
-	// Replayed is true when the idempotency key had already been applied to
-	// this customer and Mutation is the original one.
-	Replayed bool
 }
 
 // BlockStore is the hot credit state (Redis, through Lua scripts). Every
@@ -120,13 +53,6 @@ type ExpiryIndex interface {
 	// fell in (since, now] and that held credit when last persisted, the
 	// soonest expiry first.
 	DueExpiries(ctx context.Context, since, now time.Time, limit int) ([]DueExpiry, error)
-}
-
-// DueExpiry is a customer with a block past its expires_at: ExpiresAt is
-// its soonest such block's.
-type DueExpiry struct {
-	Customer  CustomerKey
-	ExpiresAt time.Time
 }
 
 // BalanceReader is a BlockStore's lean read for checks: the balances of
@@ -180,17 +106,6 @@ type UsageReader interface {
 	UsageRows(ctx context.Context, q UsageQuery) ([]UsageRow, error)
 }
 
-// HistoryQuery filters a customer's ledger.
-type HistoryQuery struct {
-	CustomerID        uuid.UUID
-	Type              *EntryType
-	Source            *Source
-	BillableMetricKey *string
-	From, To          *time.Time
-	Cursor            string
-	Limit             int
-}
-
 // Directory stores tenants, keys and customers (Postgres).
 type Directory interface {
 	CreateTenant(ctx context.Context, t Tenant) error
@@ -221,12 +136,6 @@ type Directory interface {
 	// ListCustomers pages live customers newest first, matching search in
 	// external_id or display_name when non-empty.
 	ListCustomers(ctx context.Context, s Scope, search, cursor string, limit int) (Page[Customer], error)
-}
-
-// OutboxMessage is one outbox stream entry and the Mutation it carries.
-type OutboxMessage struct {
-	ID       string
-	Mutation Mutation
 }
 
 // Outbox is the Redis side of the persister: the partitioned streams the
@@ -295,33 +204,6 @@ type RebuildSource interface {
 	AccountIDCuts(ctx context.Context, parts int) ([]uuid.UUID, error)
 }
 
-// IdemRecord is the HTTP idempotency record of one key, as Begin finds it
-// and Finish stores it.
-type IdemRecord struct {
-	// Mismatch: the record was written for another request hash (a key
-	// reused with another method, path, body or environment). Set by Begin.
-	Mismatch bool
-	// Done: the request ran to its final answer; false while it runs.
-	Done bool
-	// Rerun: done, and no response is stored because running the endpoint
-	// again answers byte for byte the same: the money scripts remember the
-	// operation under its own op key and replay it.
-	Rerun bool
-	// Status, ContentType and Body are the stored response (Done, not Rerun).
-	Status      int
-	ContentType string
-	Body        []byte
-}
-
-// RerunMark is one claim to finish with the rerun mark (MarkRerun).
-type RerunMark struct {
-	Tenant      uuid.UUID
-	Key         string
-	RequestHash string
-	// Held: the claim certainly still stands (Finish's held).
-	Held bool
-}
-
 // IdempotencyRecords stores HTTP idempotency records, scoped by tenant and
 // key value alone (docs/spec/interface.md Common rules 1).
 type IdempotencyRecords interface {
@@ -342,23 +224,6 @@ type IdempotencyRecords interface {
 	// Abort drops an in-progress record of requestHash (the request changed
 	// nothing, so a retry must run afresh).
 	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error
-}
-
-// RateDecision is one take from an API key's rate budget (a lease of one or
-// more requests) and the figures of the RateLimit headers (docs/spec/addendum.md §10).
-type RateDecision struct {
-	Allowed bool
-	// Granted is the requests the take spent (0 when refused): the ones
-	// asked for, or fewer when only those fitted.
-	Granted int
-	// Limit is the burst: the most requests the budget holds.
-	Limit int
-	// Remaining is the whole requests left in the budget after this take.
-	Remaining int
-	// Reset is the time until the budget is full again.
-	Reset time.Duration
-	// RetryAfter is the time until one request is allowed (refused only).
-	RetryAfter time.Duration
 }
 
 // RateBudgets keeps the per-API-key rate budgets that every creditd node
@@ -537,13 +402,6 @@ type OutboxMarks interface {
 	// OutboxPersisted reports whether every entry up to mark has left the
 	// outbox (committed to Postgres, or set aside as a dead letter).
 	OutboxPersisted(ctx context.Context, mark OutboxMark) (bool, error)
-}
-
-// OutboxMark is a position in the outbox: for each partition that held
-// entries, the id of its newest.
-type OutboxMark struct {
-	Partitions []int
-	Entries    []string
 }
 
 // PlanView tells the entitlement service what a customer's subscription

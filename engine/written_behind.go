@@ -72,3 +72,10 @@ func (w *WrittenBehind) await(ctx context.Context, customer *uuid.UUID) {
 		t.Reset(writtenBehindPoll)
 	}
 }
+
+// OutboxMark is a position in the outbox: for each partition that held
+// entries, the id of its newest.
+type OutboxMark struct {
+	Partitions []int
+	Entries    []string
+}
