@@ -315,7 +315,8 @@ func ThresholdOf(c Customer, t Tenant) int64 {
 }
 
 func contextOf(c Customer, t Tenant) MutationContext {
-	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t)}
+	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t),
+		LimitMC: c.CreditLimitMC}
 }
 
 // enabledOf reads a boolean value {enabled}.

@@ -44,9 +44,21 @@ func (b MutationBlock) Live(nowMS int64) bool {
 // Started reports whether b may be spent at nowMS (stack_after blocks wait).
 func (b MutationBlock) Started(nowMS int64) bool { return b.StartsMS <= nowMS }
 
-// Balances are the derived figures of an account at one instant.
+// Balances are the derived figures of an account at one instant. Debt is
+// what the account owes on its credit line (>= 0), already counted in
+// Balance and Effective (WithDebt), which may then be negative.
 type Balances struct {
 	Balance, Reserved, Pending, Effective int64
+	Debt                                  int64
+}
+
+// WithDebt is b owing debt on the credit line (docs/rules.md "Credit
+// line"): the balance and the effective balance are lower by it.
+func (b Balances) WithDebt(debt int64) Balances {
+	b.Debt = debt
+	b.Balance -= debt
+	b.Effective -= debt
+	return b
 }
 
 // ComputeBalances sums live blocks at nowMS: balance counts every live block,
