@@ -207,7 +207,7 @@ func (c *Client) AdjustCredits(ctx context.Context, id string, body AdjustInput,
 // CreditHistoryParams are the query and header parameters of CreditHistory.
 type CreditHistoryParams struct {
 	// Query parameter type. One of: plan_grant, topup, consumption, reservation, release, expiry,
-	// adjustment.
+	// adjustment, debt_repayment.
 	Type *string
 	// Query parameter source.
 	Source *string

@@ -1853,6 +1853,11 @@ export interface components {
             overage_policy: "block" | "allow" | "notify" | null;
             /** Format: int64 */
             low_balance_threshold_mc: number | null;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line").
+             */
+            credit_limit_mc: number;
             /** @description Free-form key-value object. */
             metadata: {
                 [key: string]: unknown;
@@ -1873,6 +1878,12 @@ export interface components {
             overage_policy?: "block" | "allow" | "notify";
             /** Format: int64 */
             low_balance_threshold_mc?: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line").
+             * @default 0
+             */
+            credit_limit_mc?: number;
             /** @description Free-form key-value object. */
             metadata?: {
                 [key: string]: unknown;
@@ -1889,6 +1900,11 @@ export interface components {
             overage_policy?: "block" | "allow" | "notify" | "";
             /** Format: int64 */
             low_balance_threshold_mc?: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes the line (a debt already owed stays until a grant pays it).
+             */
+            credit_limit_mc?: number;
             /** @description Merged key by key; a key cannot be removed. */
             metadata?: {
                 [key: string]: unknown;
@@ -1935,6 +1951,16 @@ export interface components {
             effective_balance: number;
             /** Format: int64 */
             lifetime_earned: number;
+            /**
+             * Format: int64
+             * @description What the account owes on its credit line, counted in `balance` (balance = the live blocks' credit - debt_mc, so either balance may be negative). The next grant pays it off first.
+             */
+            debt_mc: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line (Customer.credit_limit_mc).
+             */
+            credit_limit_mc: number;
             /** Format: int64 */
             version: number;
             /** Format: date-time */
@@ -1954,7 +1980,7 @@ export interface components {
             /** Format: int64 */
             delta: number;
             /** @enum {string} */
-            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment";
+            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
             /** @enum {string|null} */
             source: "plan_grant" | "topup" | "promotional" | "compensation" | "referral" | "manual" | "migration" | null;
             /**
@@ -2283,7 +2309,7 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        /** @description Members by type: metered adds units, balance, reserved_balance, pending_balance, effective_balance, estimated_cost, balance_after, overage_policy; boolean adds enabled; static adds config; gauge adds current, cap, headroom. */
+        /** @description Members by type: metered adds units, balance, reserved_balance, pending_balance, effective_balance, credit_limit_mc, available_mc, estimated_cost, balance_after, overage_policy; boolean adds enabled; static adds config; gauge adds current, cap, headroom. */
         CheckResult: {
             /** @enum {string} */
             type: "metered" | "boolean" | "gauge" | "static";
@@ -2301,6 +2327,16 @@ export interface components {
             pending_balance?: number;
             /** Format: int64 */
             effective_balance?: number;
+            /**
+             * Format: int64
+             * @description Metered: the customer's credit line.
+             */
+            credit_limit_mc?: number;
+            /**
+             * Format: int64
+             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
+             */
+            available_mc?: number;
             /** Format: int64 */
             estimated_cost?: number;
             /**
@@ -3038,6 +3074,21 @@ export interface components {
             pending_balance: number;
             /** Format: int64 */
             effective_balance: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line.
+             */
+            credit_limit_mc: number;
+            /**
+             * Format: int64
+             * @description What the account owes on its credit line (counted in balance).
+             */
+            debt_mc: number;
+            /**
+             * Format: int64
+             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it.
+             */
+            available_mc: number;
             subscription_status: string | null;
             plan_name: string | null;
             entitlements: {
@@ -4307,6 +4358,7 @@ export interface operations {
                      *           "display_name": "Acme Corp",
                      *           "overage_policy": "block",
                      *           "low_balance_threshold_mc": 20000,
+                     *           "credit_limit_mc": 0,
                      *           "metadata": {
                      *             "plan": "pro"
                      *           },
@@ -4377,6 +4429,7 @@ export interface operations {
                      *       "display_name": "Acme Corp",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4428,6 +4481,7 @@ export interface operations {
                      *       "display_name": "Acme Corp",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4521,6 +4575,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4578,6 +4633,8 @@ export interface operations {
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
                      *       "lifetime_earned": 151000,
+                     *       "debt_mc": 0,
+                     *       "credit_limit_mc": 0,
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": [
@@ -4795,7 +4852,7 @@ export interface operations {
     creditHistory: {
         parameters: {
             query?: {
-                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment";
+                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
                 source?: string;
                 billable_metric_key?: string;
                 /** @description Inclusive. */
@@ -4953,6 +5010,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -5048,6 +5106,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "enterprise"
                      *       },
@@ -5105,6 +5164,8 @@ export interface operations {
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
                      *       "lifetime_earned": 151000,
+                     *       "debt_mc": 0,
+                     *       "credit_limit_mc": 0,
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": []
@@ -6150,6 +6211,8 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
+                     *       "credit_limit_mc": 0,
+                     *       "available_mc": 148500,
                      *       "estimated_cost": 1000,
                      *       "balance_after": 147500,
                      *       "subscription_status": null,
@@ -6253,6 +6316,8 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
+                     *       "credit_limit_mc": 0,
+                     *       "available_mc": 148500,
                      *       "estimated_cost": 500,
                      *       "balance_after": 148000,
                      *       "subscription_status": null,
@@ -8397,6 +8462,9 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 500000,
+                     *       "credit_limit_mc": 0,
+                     *       "debt_mc": 0,
+                     *       "available_mc": 500000,
                      *       "subscription_status": "active",
                      *       "plan_name": "Pro (2026)",
                      *       "entitlements": {
@@ -8479,6 +8547,9 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 500000,
+                     *       "credit_limit_mc": 0,
+                     *       "debt_mc": 0,
+                     *       "available_mc": 500000,
                      *       "subscription_status": "active",
                      *       "plan_name": "Pro (2026)",
                      *       "entitlements": {
