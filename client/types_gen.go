@@ -106,6 +106,8 @@ type Account struct {
 	CreditLimitMC int64     `json:"credit_limit_mc"`
 	Version       int64     `json:"version"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// Present only in an answer to `?as_of=`: the instant the balances are of.
+	AsOf *time.Time `json:"as_of,omitempty"`
 	// Empty unless include_blocks=true.
 	Blocks []Block `json:"blocks"`
 }

@@ -173,10 +173,13 @@ type Account struct {
 	// Balance (docs/rules.md "Credit line").
 	DebtMC int64 `json:"debt_mc"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
-	CreditLimitMC int64     `json:"credit_limit_mc"`
-	Version       int64     `json:"version"`
-	UpdatedAt     time.Time `json:"updated_at"`
-	Blocks        []Block   `json:"blocks"`
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
+	// Credits.AccountAsOf); nil for the current account.
+	AsOf      *time.Time `json:"as_of,omitempty"`
+	Version   int64      `json:"version"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	Blocks    []Block    `json:"blocks"`
 }
 
 // LedgerEntry is one append-only ledger row.

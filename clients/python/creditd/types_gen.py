@@ -277,6 +277,8 @@ class Account(TypedDict):
     credit_limit_mc: int
     version: int
     updated_at: str
+    # Present only in an answer to `?as_of=`: the instant the balances are of.
+    as_of: NotRequired[str]
     # Empty unless include_blocks=true.
     blocks: list["Block"]
 

@@ -1965,6 +1965,11 @@ export interface components {
             version: number;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: date-time
+             * @description Present only in an answer to `?as_of=`: the instant the balances are of.
+             */
+            as_of?: string;
             /** @description Empty unless include_blocks=true. */
             blocks: components["schemas"]["Block"][];
         };
@@ -4031,6 +4036,8 @@ export interface components {
         KeyId: string;
         /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
         IncludeBlocks: "true" | "false" | "1" | "0";
+        /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+        AsOf: string;
         /** @description Billable metric key. */
         MetricKey: string;
         /** @description Billable metric key. */
@@ -4602,6 +4609,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+                as_of?: components["parameters"]["AsOf"];
             };
             header?: never;
             path: {
@@ -4671,6 +4680,7 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];
@@ -5133,6 +5143,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+                as_of?: components["parameters"]["AsOf"];
             };
             header?: never;
             path: {
@@ -5177,6 +5189,7 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];
