@@ -95,3 +95,34 @@ func TestEventsOfCreditLine(t *testing.T) {
 		t.Errorf("allow to zero: exhausted %v with %d, want 0", ok, b)
 	}
 }
+
+// TestLineSplit fixes the rule of a charge under block with a credit line:
+// refused past minus the line; the blocks pay all they hold beyond the
+// other holds, the rest is debt.
+func TestLineSplit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                            string
+		effective, debt, held, cost, ln int64
+		wantBlocks, wantDebt            int64
+		wantOK                          bool
+	}{
+		{"no line, fits", 100, 0, 0, 100, 0, 100, 0, true},
+		{"no line, short", 100, 0, 0, 101, 0, 0, 0, false},
+		{"into the line", 100, 0, 0, 130, 50, 100, 30, true},
+		{"past the line", 100, 0, 0, 151, 50, 0, 0, false},
+		{"in debt: all on the line", -30, 30, 0, 20, 50, 0, 20, true},
+		{"debt beside blocks a release freed", 50, 30, 0, 60, 100, 60, 0, true},
+		{"a commit's hold first", 20, 0, 80, 150, 50, 100, 50, true},
+		{"expired blocks under a hold, no line", -20, 0, 80, 60, 0, 60, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, d, ok := LineSplit(tt.effective, tt.debt, tt.held, tt.cost, tt.ln)
+			if ok != tt.wantOK || (ok && (b != tt.wantBlocks || d != tt.wantDebt)) {
+				t.Fatalf("LineSplit = %d, %d, %v; want %d, %d, %v", b, d, ok, tt.wantBlocks, tt.wantDebt, tt.wantOK)
+			}
+		})
+	}
+}
