@@ -109,7 +109,7 @@ type customerView struct {
 }
 
 var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, engine.EntryConsumption,
-	engine.EntryReservation, engine.EntryRelease, engine.EntryExpiry, engine.EntryAdjustment}
+	engine.EntryReservation, engine.EntryRelease, engine.EntryExpiry, engine.EntryAdjustment, engine.EntryDebtRepayment}
 
 var sources = []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional,
 	engine.SourceCompensation, engine.SourceReferral, engine.SourceManual, engine.SourceMigration}

@@ -81,7 +81,8 @@ const (
 // Valid reports whether t is a known entry type.
 func (t EntryType) Valid() bool {
 	switch t {
-	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment:
+	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment,
+		EntryDebtRepayment:
 		return true
 	}
 	return false
