@@ -19,6 +19,17 @@ func (s *Server) getCredits(ref refFunc) endpoint {
 		if err != nil {
 			return err
 		}
+		if c.ctx.QueryArgs().Has("as_of") {
+			at, err := time.Parse(time.RFC3339Nano, c.query("as_of"))
+			if err != nil {
+				return engine.BadRequest("as_of", "as_of must be an RFC 3339 date-time")
+			}
+			acct, err := s.credits.AccountAsOf(c.reqContext(), c.scope, r, at)
+			if err != nil {
+				return err
+			}
+			return c.json(fasthttp.StatusOK, acct)
+		}
 		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks)
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -116,6 +117,7 @@ type createCustomerPayload struct {
 	DisplayName           *string         `json:"display_name"`
 	OveragePolicy         *string         `json:"overage_policy"`
 	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
+	CreditLimitMC         *int64          `json:"credit_limit_mc"`
 	Metadata              engine.Metadata `json:"metadata"`
 }
 
@@ -135,11 +137,14 @@ func (in *createCustomerPayload) toCommand() (engine.CreateCustomer, error) {
 	if err != nil {
 		return engine.CreateCustomer{}, err
 	}
-	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC, in.CreditLimitMC)
 	if err != nil {
 		return engine.CreateCustomer{}, err
 	}
 	cmd := engine.CreateCustomer{ExternalID: *in.ExternalID, LowBalanceThresholdMC: f.threshold, Metadata: meta}
+	if f.limit != nil {
+		cmd.CreditLimitMC = *f.limit
+	}
 	if f.displayName != nil && *f.displayName != "" {
 		cmd.DisplayName = f.displayName
 	}
@@ -155,6 +160,7 @@ type updateCustomerPayload struct {
 	DisplayName           *string         `json:"display_name"`
 	OveragePolicy         *string         `json:"overage_policy"`
 	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
+	CreditLimitMC         *int64          `json:"credit_limit_mc"`
 	Metadata              engine.Metadata `json:"metadata"`
 }
 
@@ -165,11 +171,12 @@ func (in *updateCustomerPayload) toCommand() (engine.UpdateCustomer, error) {
 	if err != nil {
 		return engine.UpdateCustomer{}, err
 	}
-	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC)
+	f, err := checkCustomerFields(in.DisplayName, in.OveragePolicy, in.LowBalanceThresholdMC, in.CreditLimitMC)
 	if err != nil {
 		return engine.UpdateCustomer{}, err
 	}
-	return engine.UpdateCustomer{DisplayName: f.displayName, OveragePolicy: f.policy, LowBalanceThresholdMC: f.threshold, Metadata: meta}, nil
+	return engine.UpdateCustomer{DisplayName: f.displayName, OveragePolicy: f.policy, LowBalanceThresholdMC: f.threshold,
+		CreditLimitMC: f.limit, Metadata: meta}, nil
 }
 
 // customerFields are the checked members create and update share.
@@ -177,11 +184,12 @@ type customerFields struct {
 	displayName *string
 	policy      *engine.OveragePolicy
 	threshold   *int64
+	limit       *int64
 }
 
 // checkCustomerFields checks the members create and update share, in the
 // order their errors are named.
-func checkCustomerFields(displayName, policy *string, threshold *int64) (customerFields, error) {
+func checkCustomerFields(displayName, policy *string, threshold, limit *int64) (customerFields, error) {
 	if displayName != nil && utf8.RuneCountInString(*displayName) > engine.MaxDisplayNameChars {
 		return customerFields{}, engine.Invalid("display_name", "display_name is longer than 200 characters")
 	}
@@ -196,7 +204,11 @@ func checkCustomerFields(displayName, policy *string, threshold *int64) (custome
 	if threshold != nil && *threshold < 0 {
 		return customerFields{}, engine.Invalid("low_balance_threshold_mc", "low_balance_threshold_mc must be >= 0")
 	}
-	f := customerFields{displayName: displayName, threshold: threshold}
+	if limit != nil && (*limit < 0 || *limit > engine.MaxCreditLimitMC) {
+		return customerFields{}, engine.Invalid("credit_limit_mc",
+			fmt.Sprintf("credit_limit_mc must be between 0 and %d", engine.MaxCreditLimitMC))
+	}
+	f := customerFields{displayName: displayName, threshold: threshold, limit: limit}
 	if policy != nil {
 		p := engine.OveragePolicy(*policy)
 		f.policy = &p

@@ -169,6 +169,9 @@ func TestQueryParams(t *testing.T) {
 		{"/v1/customers/q1/credits?include_blocks=yes", 400, "include_blocks"},
 		{"/v1/customers/q1/credits?include_blocks=1", 200, ""},
 		{"/v1/customers/q1/credits?include_blocks=false", 200, ""},
+		{"/v1/customers/q1/credits?as_of=yesterday", 400, "as_of"},
+		{"/v1/customers/q1/credits?as_of=2026-01-01", 400, "as_of"},
+		{"/v1/customers/q1/credits?as_of=2020-01-01T00:00:00Z", 200, ""},
 		{"/v1/customers?cursor=bogus", 400, "cursor"},
 	} {
 		t.Run(tc.uri, func(t *testing.T) {

@@ -52,6 +52,8 @@ func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = appendOptInt(b, `,"reserved_balance":`, r.ReservedBalance)
 	b = appendOptInt(b, `,"pending_balance":`, r.PendingBalance)
 	b = appendOptInt(b, `,"effective_balance":`, r.EffectiveBalance)
+	b = appendOptInt(b, `,"credit_limit_mc":`, r.CreditLimitMC)
+	b = appendOptInt(b, `,"available_mc":`, r.AvailableMC)
 	b = appendOptInt(b, `,"estimated_cost":`, r.EstimatedCost)
 	b = appendOptInt(b, `,"balance_after":`, r.BalanceAfter)
 	if r.Enabled != nil {

@@ -405,6 +405,12 @@ func (l *fakeLedger) Overage(context.Context, uuid.UUID, time.Time, time.Time) (
 	return []engine.OverageLine{{BillableMetricKey: "api_calls", OverageMC: 1500}}, nil
 }
 
+// AccountAt answers a fixed past balance (the API's as_of tests need only
+// its shape).
+func (l *fakeLedger) AccountAt(context.Context, uuid.UUID, time.Time, int) (engine.PastAccount, error) {
+	return engine.PastAccount{Balance: 700, Reserved: 100, Pending: 50}, nil
+}
+
 func (l *fakeLedger) AccountState(context.Context, engine.CustomerKey, time.Time) (engine.AccountState, bool, error) {
 	return engine.AccountState{}, false, nil
 }

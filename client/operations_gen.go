@@ -151,6 +151,14 @@ type GetCreditsParams struct {
 	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
 	// Default false.
 	IncludeBlocks *string
+	// Query parameter as_of. An RFC 3339 date-time, not in the future: answer the balance, reserved
+	// and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past
+	// instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the
+	// instant back to the first entry, or forward to the newest); further from both ends it is a 422.
+	// `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is
+	// empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a
+	// 422.
+	AsOf *time.Time
 }
 
 // encode adds the parameters that are set to r.
@@ -160,6 +168,9 @@ func (p *GetCreditsParams) encode(r *request) {
 	}
 	if p.IncludeBlocks != nil {
 		r.query("include_blocks", *p.IncludeBlocks)
+	}
+	if p.AsOf != nil {
+		r.query("as_of", *p.AsOf)
 	}
 }
 
@@ -207,7 +218,7 @@ func (c *Client) AdjustCredits(ctx context.Context, id string, body AdjustInput,
 // CreditHistoryParams are the query and header parameters of CreditHistory.
 type CreditHistoryParams struct {
 	// Query parameter type. One of: plan_grant, topup, consumption, reservation, release, expiry,
-	// adjustment.
+	// adjustment, debt_repayment.
 	Type *string
 	// Query parameter source.
 	Source *string
@@ -361,6 +372,14 @@ type GetCreditsByExternalIDParams struct {
 	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
 	// Default false.
 	IncludeBlocks *string
+	// Query parameter as_of. An RFC 3339 date-time, not in the future: answer the balance, reserved
+	// and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past
+	// instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the
+	// instant back to the first entry, or forward to the newest); further from both ends it is a 422.
+	// `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is
+	// empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a
+	// 422.
+	AsOf *time.Time
 }
 
 // encode adds the parameters that are set to r.
@@ -370,6 +389,9 @@ func (p *GetCreditsByExternalIDParams) encode(r *request) {
 	}
 	if p.IncludeBlocks != nil {
 		r.query("include_blocks", *p.IncludeBlocks)
+	}
+	if p.AsOf != nil {
+		r.query("as_of", *p.AsOf)
 	}
 }
 

@@ -23,6 +23,10 @@ type Customer struct {
 	// One of: block, allow, notify, null.
 	OveragePolicy         *string `json:"overage_policy"`
 	LowBalanceThresholdMC *int64  `json:"low_balance_threshold_mc"`
+	// The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy
+	// `block` the effective balance may go down to minus it; the negative part is debt that the next
+	// grant pays off first (docs/rules.md "Credit line").
+	CreditLimitMC int64 `json:"credit_limit_mc"`
 	// Free-form key-value object.
 	Metadata  map[string]any `json:"metadata"`
 	CreatedAt time.Time      `json:"created_at"`
@@ -42,6 +46,10 @@ type CreateCustomerInput struct {
 	// One of: block, allow, notify.
 	OveragePolicy         *string `json:"overage_policy,omitempty"`
 	LowBalanceThresholdMC *int64  `json:"low_balance_threshold_mc,omitempty"`
+	// The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy
+	// `block` the effective balance may go down to minus it; the negative part is debt that the next
+	// grant pays off first (docs/rules.md "Credit line"). Default 0.
+	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -54,6 +62,11 @@ type UpdateCustomerInput struct {
 	// Empty string clears to the tenant default. One of: block, allow, notify, "".
 	OveragePolicy         *string `json:"overage_policy,omitempty"`
 	LowBalanceThresholdMC *int64  `json:"low_balance_threshold_mc,omitempty"`
+	// The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy
+	// `block` the effective balance may go down to minus it; the negative part is debt that the next
+	// grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes the line (a
+	// debt already owed stays until a grant pays it).
+	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
 	// Merged key by key; a key cannot be removed.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -80,14 +93,21 @@ type Account struct {
 	TenantID   string `json:"tenant_id"`
 	CustomerID string `json:"customer_id"`
 	// One of: live, sandbox.
-	Environment      string    `json:"environment"`
-	Balance          int64     `json:"balance"`
-	ReservedBalance  int64     `json:"reserved_balance"`
-	PendingBalance   int64     `json:"pending_balance"`
-	EffectiveBalance int64     `json:"effective_balance"`
-	LifetimeEarned   int64     `json:"lifetime_earned"`
-	Version          int64     `json:"version"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	Environment      string `json:"environment"`
+	Balance          int64  `json:"balance"`
+	ReservedBalance  int64  `json:"reserved_balance"`
+	PendingBalance   int64  `json:"pending_balance"`
+	EffectiveBalance int64  `json:"effective_balance"`
+	LifetimeEarned   int64  `json:"lifetime_earned"`
+	// What the account owes on its credit line, counted in `balance` (balance = the live blocks'
+	// credit - debt_mc, so either balance may be negative). The next grant pays it off first.
+	DebtMC int64 `json:"debt_mc"`
+	// The customer's credit line (Customer.credit_limit_mc).
+	CreditLimitMC int64     `json:"credit_limit_mc"`
+	Version       int64     `json:"version"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	// Present only in an answer to `?as_of=`: the instant the balances are of.
+	AsOf *time.Time `json:"as_of,omitempty"`
 	// Empty unless include_blocks=true.
 	Blocks []Block `json:"blocks"`
 }
@@ -100,7 +120,8 @@ type LedgerEntry struct {
 	// One of: live, sandbox.
 	Environment string `json:"environment"`
 	Delta       int64  `json:"delta"`
-	// One of: plan_grant, topup, consumption, reservation, release, expiry, adjustment.
+	// One of: plan_grant, topup, consumption, reservation, release, expiry, adjustment,
+	// debt_repayment.
 	Type string `json:"type"`
 	// One of: plan_grant, topup, promotional, compensation, referral, manual, migration, null.
 	Source *string `json:"source"`
@@ -338,8 +359,9 @@ type RuleInput struct {
 }
 
 // CheckResult is the CheckResult schema of the creditd API. Members by type: metered adds units,
-// balance, reserved_balance, pending_balance, effective_balance, estimated_cost, balance_after,
-// overage_policy; boolean adds enabled; static adds config; gauge adds current, cap, headroom.
+// balance, reserved_balance, pending_balance, effective_balance, credit_limit_mc, available_mc,
+// estimated_cost, balance_after, overage_policy; boolean adds enabled; static adds config; gauge
+// adds current, cap, headroom.
 type CheckResult struct {
 	// One of: metered, boolean, gauge, static.
 	Type              string `json:"type"`
@@ -351,7 +373,13 @@ type CheckResult struct {
 	ReservedBalance   *int64 `json:"reserved_balance,omitempty"`
 	PendingBalance    *int64 `json:"pending_balance,omitempty"`
 	EffectiveBalance  *int64 `json:"effective_balance,omitempty"`
-	EstimatedCost     *int64 `json:"estimated_cost,omitempty"`
+	// Metered: the customer's credit line.
+	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
+	// Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy
+	// `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <=
+	// available_mc under `block`.
+	AvailableMC   *int64 `json:"available_mc,omitempty"`
+	EstimatedCost *int64 `json:"estimated_cost,omitempty"`
 	// effective_balance - estimated_cost; negative when the cost exceeds what the customer can pay.
 	BalanceAfter       *int64         `json:"balance_after,omitempty"`
 	Enabled            *bool          `json:"enabled,omitempty"`
@@ -987,12 +1015,19 @@ type SnapshotEntry struct {
 
 // Snapshot is the Snapshot schema of the creditd API.
 type Snapshot struct {
-	CustomerID         string                   `json:"customer_id"`
-	Environment        string                   `json:"environment"`
-	Balance            int64                    `json:"balance"`
-	ReservedBalance    int64                    `json:"reserved_balance"`
-	PendingBalance     int64                    `json:"pending_balance"`
-	EffectiveBalance   int64                    `json:"effective_balance"`
+	CustomerID       string `json:"customer_id"`
+	Environment      string `json:"environment"`
+	Balance          int64  `json:"balance"`
+	ReservedBalance  int64  `json:"reserved_balance"`
+	PendingBalance   int64  `json:"pending_balance"`
+	EffectiveBalance int64  `json:"effective_balance"`
+	// The customer's credit line.
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// What the account owes on its credit line (counted in balance).
+	DebtMC int64 `json:"debt_mc"`
+	// What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`.
+	// Each metered entry's allowed and affordable_units are computed from it.
+	AvailableMC        int64                    `json:"available_mc"`
 	SubscriptionStatus *string                  `json:"subscription_status"`
 	PlanName           *string                  `json:"plan_name"`
 	Entitlements       map[string]SnapshotEntry `json:"entitlements"`

@@ -5,6 +5,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -21,6 +23,58 @@ func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, q H
 	q.CustomerID = c.ID
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
 	return s.ledger.History(ctx, q)
+}
+
+// MaxAsOfEntries bounds the ledger entries a balance at a past instant
+// reads on one side of it (docs/limits.md): the walk goes from the first
+// entry forwards or from the newest backwards, whichever ends within it.
+const MaxAsOfEntries = 100_000
+
+// ErrAsOfTooFar: both sides of the instant hold more than MaxAsOfEntries
+// entries of the customer's ledger.
+var ErrAsOfTooFar = errors.New("engine: as_of is further than MaxAsOfEntries ledger entries from both ends")
+
+// PastAccount is what LedgerReader.AccountAt reads: the figures of an
+// account at a past instant (Balance, Reserved, Pending, LifetimeEarned and
+// Debt, derived from the ledger, the holds and the blocks) and the
+// account's present identity (AccountID, Version, UpdatedAt: "" and zero
+// when it has no account row).
+type PastAccount struct {
+	Balance, Reserved, Pending, LifetimeEarned, Debt int64
+	AccountID                                        string
+	Version                                          int64
+	UpdatedAt                                        time.Time
+}
+
+// AccountAsOf answers GET .../credits?as_of=: the customer's balance,
+// reserved and pending at instant at, from the Postgres ledger after the
+// writes acknowledged before the call have reached it (docs/rules.md
+// "Balance at a past instant"). The account's id, version and updated_at
+// are today's, blocks is empty, credit_limit_mc is the current setting.
+// Errors: 404; 422 naming as_of for an instant in the future or one
+// further than MaxAsOfEntries entries from both ends of the ledger.
+func (s *Credits) AccountAsOf(ctx context.Context, scope Scope, ref CustomerRef, at time.Time) (Account, error) {
+	if at.After(s.clock.Now()) {
+		return Account{}, Invalid("as_of", "as_of must not be in the future")
+	}
+	c, err := s.customers.Resolve(ctx, scope, ref, false)
+	if err != nil {
+		return Account{}, err
+	}
+	s.awaitPersisted(ctx, CustomerKeyOf(c))
+	p, err := s.ledger.AccountAt(ctx, c.ID, at, MaxAsOfEntries)
+	if errors.Is(err, ErrAsOfTooFar) {
+		return Account{}, Invalid("as_of", fmt.Sprintf(
+			"as_of is more than %d ledger entries from both the customer's first and newest entry", MaxAsOfEntries))
+	}
+	if err != nil {
+		return Account{}, err
+	}
+	at = at.UTC()
+	return Account{ID: p.AccountID, TenantID: c.TenantID, CustomerID: c.ID, Environment: c.Environment,
+		Balance: p.Balance, ReservedBalance: p.Reserved, PendingBalance: p.Pending,
+		EffectiveBalance: p.Balance - p.Reserved - p.Pending, LifetimeEarned: p.LifetimeEarned, DebtMC: p.Debt,
+		CreditLimitMC: c.CreditLimitMC, Version: p.Version, UpdatedAt: p.UpdatedAt, Blocks: []Block{}, AsOf: &at}, nil
 }
 
 // OverageReport is the 200 body of the overage endpoint.

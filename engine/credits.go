@@ -114,6 +114,7 @@ func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, inc
 		return Account{}, err
 	}
 	acct.TenantID, acct.CustomerID, acct.Environment = c.TenantID, c.ID, c.Environment
+	acct.CreditLimitMC = c.CreditLimitMC
 	if !includeBlocks || acct.Blocks == nil {
 		acct.Blocks = []Block{}
 	}
@@ -203,7 +204,8 @@ func (s *Credits) balancesAt(ctx context.Context, key CustomerKey, now time.Time
 		return br.Balances(ctx, key, now)
 	}
 	acct, err := s.blocks.Snapshot(ctx, key, now)
-	return Balances{Balance: acct.Balance, Reserved: acct.ReservedBalance, Pending: acct.PendingBalance, Effective: acct.EffectiveBalance}, err
+	return Balances{Balance: acct.Balance, Reserved: acct.ReservedBalance, Pending: acct.PendingBalance, Effective: acct.EffectiveBalance,
+		Debt: acct.DebtMC}, err
 }
 
 // snapshotAt reads the customer's account as of now, loading it first

@@ -51,6 +51,11 @@ type CustomerRef struct {
 	Strict bool
 }
 
+// MaxCreditLimitMC bounds a customer's credit line: 10^15 millicredits (a
+// trillion credits) keeps the debt, and the effective balance less every
+// hold, far inside int64 (invariant 7) whatever the blocks hold.
+const MaxCreditLimitMC int64 = 1_000_000_000_000_000
+
 // CreateCustomer is a checked request to add a customer: api builds it from
 // the body of POST /v1/customers (or an import row) once every field has
 // passed its shape checks.
@@ -59,6 +64,7 @@ type CreateCustomer struct {
 	DisplayName           *string        // nil: none
 	OveragePolicy         *OveragePolicy // nil: the tenant's default
 	LowBalanceThresholdMC *int64         // nil: none
+	CreditLimitMC         int64          // >= 0, at most MaxCreditLimitMC; 0: no credit line
 	Metadata              Metadata       // canonical; nil: none
 }
 
@@ -69,6 +75,7 @@ type UpdateCustomer struct {
 	DisplayName           *string
 	OveragePolicy         *OveragePolicy
 	LowBalanceThresholdMC *int64
+	CreditLimitMC         *int64   // nil: unchanged; 0 removes the line
 	Metadata              Metadata // canonical
 }
 
@@ -93,6 +100,7 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) 
 	}
 	c.OveragePolicy = in.OveragePolicy
 	c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
+	c.CreditLimitMC = in.CreditLimitMC
 	if err := s.dir.CreateCustomer(ctx, c); err != nil {
 		if errors.Is(err, ErrExternalIDTaken) {
 			return Customer{}, &Error{Kind: KindConflict, Field: "external_id", Detail: "a customer with this external_id already exists"}
@@ -143,6 +151,9 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	}
 	if in.LowBalanceThresholdMC != nil {
 		c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
+	}
+	if in.CreditLimitMC != nil {
+		c.CreditLimitMC = *in.CreditLimitMC
 	}
 	if c.Metadata == nil {
 		c.Metadata = Metadata{}

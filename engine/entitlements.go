@@ -136,15 +136,20 @@ func NewEntitlements(d EntitlementsDeps) *Entitlements {
 // CheckResult is the body of an entitlement check; which members appear
 // depends on the metric type (docs/spec/interface.md "Entitlement checks").
 type CheckResult struct {
-	Type               MetricType      `json:"type"`
-	Allowed            bool            `json:"allowed"`
-	CustomerID         uuid.UUID       `json:"customer_id"`
-	BillableMetricKey  string          `json:"billable_metric_key"`
-	Units              *int64          `json:"units,omitempty"`
-	Balance            *int64          `json:"balance,omitempty"`
-	ReservedBalance    *int64          `json:"reserved_balance,omitempty"`
-	PendingBalance     *int64          `json:"pending_balance,omitempty"`
-	EffectiveBalance   *int64          `json:"effective_balance,omitempty"`
+	Type              MetricType `json:"type"`
+	Allowed           bool       `json:"allowed"`
+	CustomerID        uuid.UUID  `json:"customer_id"`
+	BillableMetricKey string     `json:"billable_metric_key"`
+	Units             *int64     `json:"units,omitempty"`
+	Balance           *int64     `json:"balance,omitempty"`
+	ReservedBalance   *int64     `json:"reserved_balance,omitempty"`
+	PendingBalance    *int64     `json:"pending_balance,omitempty"`
+	EffectiveBalance  *int64     `json:"effective_balance,omitempty"`
+	// CreditLimitMC is the customer's credit line; AvailableMC what it
+	// may spend now: the effective balance plus the line under policy
+	// block (AvailableOf). Metered only.
+	CreditLimitMC      *int64          `json:"credit_limit_mc,omitempty"`
+	AvailableMC        *int64          `json:"available_mc,omitempty"`
 	EstimatedCost      *int64          `json:"estimated_cost,omitempty"`
 	BalanceAfter       *int64          `json:"balance_after,omitempty"`
 	Enabled            *bool           `json:"enabled,omitempty"`
@@ -261,20 +266,40 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 		return CheckResult{}, err
 	}
 	// One allocation holds every figure the result points at.
-	fig := &checkFigures{units: units, cost: cost, bal: bal, after: bal.Effective - cost, policy: PolicyOf(c, tenant)}
+	fig := &checkFigures{units: units, cost: cost, bal: bal, after: bal.Effective - cost, policy: PolicyOf(c, tenant),
+		limit: c.CreditLimitMC}
+	fig.available = AvailableOf(bal.Effective, c.CreditLimitMC, fig.policy)
 	res.Units, res.EstimatedCost, res.BalanceAfter = &fig.units, &fig.cost, &fig.after
 	res.Balance, res.ReservedBalance = &fig.bal.Balance, &fig.bal.Reserved
 	res.PendingBalance, res.EffectiveBalance = &fig.bal.Pending, &fig.bal.Effective
+	res.CreditLimitMC, res.AvailableMC = &fig.limit, &fig.available
 	res.OveragePolicy = &fig.policy
-	res.Allowed = fig.after >= 0 || fig.policy != OveragePolicyBlock
+	// What the charge would do (prelude line_split): under block it fits
+	// when the effective balance after it stays at or above minus the line.
+	res.Allowed = cost <= fig.available || fig.policy != OveragePolicyBlock
 	return res, nil
 }
 
 // checkFigures backs a metered CheckResult's pointers.
 type checkFigures struct {
-	units, cost, after int64
-	bal                Balances
-	policy             OveragePolicy
+	units, cost, after, limit, available int64
+	bal                                  Balances
+	policy                               OveragePolicy
+}
+
+// AvailableOf is what a customer whose effective balance is effective may
+// spend now under policy: the effective balance plus its credit line
+// limitMC under block (docs/rules.md "Credit line"), the effective balance
+// alone under allow and notify (they never draw the line); saturated at
+// int64 (limitMC is at most MaxCreditLimitMC, so it never is in practice).
+func AvailableOf(effective, limitMC int64, policy OveragePolicy) int64 {
+	if policy != OveragePolicyBlock {
+		return effective
+	}
+	if s, ok := AddChecked(effective, limitMC); ok {
+		return s
+	}
+	return maxInt64
 }
 
 // balances reads the customer's figures for a check: the store's lean read
@@ -315,7 +340,8 @@ func ThresholdOf(c Customer, t Tenant) int64 {
 }
 
 func contextOf(c Customer, t Tenant) MutationContext {
-	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t)}
+	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t),
+		LimitMC: c.CreditLimitMC}
 }
 
 // enabledOf reads a boolean value {enabled}.

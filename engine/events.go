@@ -216,7 +216,8 @@ func crossingKind(k MutationKind) bool {
 //     overage fires it too, except under notify (no webhook for overage);
 //   - consume, reserve, commit, debit: credit.low_balance when the effective
 //     balance crosses the threshold downwards, credit.exhausted when it moves
-//     from > 0 to 0; a refused block consume fires credit.exhausted;
+//     from > 0 to 0 (with a credit line: when it plus the line does,
+//     ExhaustedCrossed); a refused block consume fires credit.exhausted;
 //   - every Mutation: credit.expired for each expiry entry that took credit
 //     (a block expired with credit left, docs/spec/addendum.md §8), before the others, as
 //     the expiry came first;
@@ -291,10 +292,40 @@ func EventsOf(m Mutation) []Event {
 	if LowBalanceCrossed(before, after, threshold) {
 		add(SlotLowBalance, EventCreditLowBalance, LowBalanceData{BalanceMC: after, ThresholdMC: threshold})
 	}
-	if before > 0 && after <= 0 {
-		add(SlotExhausted, EventCreditExhausted, ExhaustedData{BalanceMC: 0, BillableMetricKey: metric})
+	if lim := m.lineMC(); ExhaustedCrossed(before, after, lim) {
+		// With a credit line the effective balance at exhaustion is minus
+		// the line (or below it, for a commit under allow): it is reported
+		// as it is; without one it is 0 as ever.
+		balance := int64(0)
+		if lim > 0 {
+			balance = after
+		}
+		add(SlotExhausted, EventCreditExhausted, ExhaustedData{BalanceMC: balance, BillableMetricKey: metric})
 	}
 	return out
+}
+
+// lineMC is the credit line m's customer had under policy block (0 under
+// allow and notify, which never draw it, and without a Context).
+func (m *Mutation) lineMC() int64 {
+	if m.Context == nil || m.Context.Policy == OveragePolicyAllow || m.Context.Policy == OveragePolicyNotify {
+		return 0
+	}
+	return m.Context.LimitMC
+}
+
+// ExhaustedCrossed reports whether an operation that moved the effective
+// balance from before to after exhausted the customer's credit: what it may
+// still spend, the effective balance plus its credit line lineMC (0 without
+// one), went from > 0 to <= 0 (docs/rules.md "Credit line"). Without a line
+// it is the effective balance reaching 0 (docs/spec/addendum.md §8).
+func ExhaustedCrossed(before, after, lineMC int64) bool {
+	b, okB := AddChecked(before, lineMC)
+	a, okA := AddChecked(after, lineMC)
+	if !okB || !okA {
+		return false
+	}
+	return b > 0 && a <= 0
 }
 
 // LowBalanceEvent is the credit.low_balance event m owes under threshold,

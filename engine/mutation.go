@@ -84,6 +84,9 @@ type MutationAccount struct {
 	Reserved       int64  `json:"reserved"`
 	Pending        int64  `json:"pending"`
 	LifetimeEarned int64  `json:"lifetime_earned"`
+	// Debt is what the account owes on its credit line (>= 0), counted in
+	// Balance: Balance = the live blocks' credit - Debt.
+	Debt int64 `json:"debt,omitempty"`
 }
 
 // MutationEntry is one ledger entry of a mutation; its id is derived from the
@@ -115,6 +118,10 @@ func (e *MutationEntry) PaidBy() (*uuid.UUID, []EntryDraw) {
 	switch {
 	case len(e.Draws) > 1:
 		return e.BlockID, e.Draws
+	case len(e.Draws) == 1 && e.Draws[0].Amount != -e.Delta:
+		// The block paid less than the delta (the rest went on the credit
+		// line) or paid a debt (debt_repayment): the draw says how much.
+		return nil, e.Draws
 	case len(e.Draws) == 1 && e.BlockID == nil:
 		id := e.Draws[0].BlockID
 		return &id, nil
@@ -247,7 +254,9 @@ type AccountState struct {
 	Version        int64
 	Reserved       int64
 	LifetimeEarned int64
-	UpdatedAtMS    int64
+	// Debt is what the account owes on its credit line (credit_accounts.debt).
+	Debt        int64
+	UpdatedAtMS int64
 	// Blocks are the blocks with credit left that have not been expired.
 	Blocks []MutationBlock
 	// Applied are recent mutations with an idempotency key that Postgres
@@ -273,6 +282,9 @@ type MutationContext struct {
 	ExternalID  string        `json:"ext"`
 	ThresholdMC int64         `json:"th"`
 	Policy      OveragePolicy `json:"policy,omitempty"`
+	// LimitMC is the customer's credit line (Customer.CreditLimitMC), which
+	// the money scripts allow under policy block (prelude line_split).
+	LimitMC int64 `json:"lim,omitempty"`
 	// Event names the credit.granted emitter when it is not a plain grant.
 	Emitter string `json:"emitter,omitempty"`
 }

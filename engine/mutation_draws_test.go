@@ -20,8 +20,12 @@ func TestPaidBy(t *testing.T) {
 	}{
 		{"one block, no draws", MutationEntry{BlockID: &b1}, &b1, nil},
 		{"no block, no draws", MutationEntry{}, nil, nil},
-		{"one draw", MutationEntry{Draws: two[:1]}, &b1, nil},
-		{"one draw and its block", MutationEntry{BlockID: &b1, Draws: two[:1]}, &b1, nil},
+		{"one draw", MutationEntry{Delta: -100, Draws: two[:1]}, &b1, nil},
+		{"one draw and its block", MutationEntry{Delta: -100, BlockID: &b1, Draws: two[:1]}, &b1, nil},
+		// A charge partly on the credit line, and a debt repayment: the one
+		// draw is kept, as it says what the block paid.
+		{"one draw and debt", MutationEntry{Delta: -150, Draws: two[:1]}, nil, two[:1]},
+		{"a debt repayment", MutationEntry{Type: EntryDebtRepayment, Draws: two[:1]}, nil, two[:1]},
 		{"two draws", MutationEntry{Draws: two}, nil, two},
 	}
 	for _, tt := range tests {

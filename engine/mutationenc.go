@@ -46,6 +46,9 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 	b = AppendJSONInt(b, `,"reserved":`, a.Reserved)
 	b = AppendJSONInt(b, `,"pending":`, a.Pending)
 	b = AppendJSONInt(b, `,"lifetime_earned":`, a.LifetimeEarned)
+	if a.Debt != 0 {
+		b = AppendJSONInt(b, `,"debt":`, a.Debt)
+	}
 	b = append(b, `},"entries":`...)
 	if m.Entries == nil {
 		b = append(b, "null"...)
@@ -83,6 +86,9 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 		if c.Policy != "" {
 			b = append(b, `,"policy":`...)
 			b = AppendJSONString(b, string(c.Policy))
+		}
+		if c.LimitMC != 0 {
+			b = AppendJSONInt(b, `,"lim":`, c.LimitMC)
 		}
 		if c.Emitter != "" {
 			b = append(b, `,"emitter":`...)

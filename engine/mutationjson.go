@@ -164,6 +164,8 @@ func (d *mutationDecoder) account(a *MutationAccount) error {
 			a.Pending, err = d.int()
 		case "lifetime_earned":
 			a.LifetimeEarned, err = d.int()
+		case "debt":
+			a.Debt, err = d.int()
 		default:
 			return errSlowPath
 		}
@@ -295,6 +297,8 @@ func (d *mutationDecoder) context(c *MutationContext) error {
 			var s string
 			s, err = d.word()
 			c.Policy = OveragePolicy(s)
+		case "lim":
+			c.LimitMC, err = d.int()
 		case "emitter":
 			c.Emitter, err = d.str()
 		default:

@@ -79,6 +79,10 @@ type LedgerReader interface {
 	History(ctx context.Context, q HistoryQuery) (Page[LedgerEntry], error)
 	// Overage sums overage per metric in [from, to).
 	Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]OverageLine, error)
+	// AccountAt reads the customer's figures at instant at from the ledger,
+	// reading at most maxEntries ledger entries on either side of it;
+	// ErrAsOfTooFar when both sides hold more.
+	AccountAt(ctx context.Context, customer uuid.UUID, at time.Time, maxEntries int) (PastAccount, error)
 	AccountReader
 }
 

@@ -39,6 +39,8 @@ type StoredAccount struct {
 	Version        int64
 	Reserved       int64
 	LifetimeEarned int64
+	// Debt is what the account owes on its credit line (field "d").
+	Debt int64
 	// Blocks are the blocks with credit left, in no particular order.
 	Blocks []MutationBlock
 	// Gauges are the gauge counters by metric key (leased slots
@@ -96,6 +98,8 @@ const (
 	DivergenceReserved Divergence = "reserved"
 	// DivergenceEarned: lifetime earned differs.
 	DivergenceEarned Divergence = "lifetime_earned"
+	// DivergenceDebt: the debt of the credit line differs.
+	DivergenceDebt Divergence = "debt"
 	// DivergenceAccountID: the account ids differ.
 	DivergenceAccountID Divergence = "account_id"
 	// DivergenceGauges: a gauge counter differs (issue 31 item 5).

@@ -19,12 +19,12 @@ func CompareAccount(st AccountState, stored StoredAccount, ledgerSum int64) (Dif
 		Customer:        CustomerKey{TenantID: st.TenantID, Environment: st.Environment, CustomerID: st.CustomerID},
 		StoreVersion:    -1,
 		PostgresVersion: st.Version,
-		PostgresBalance: sumRemaining(st.Blocks),
+		PostgresBalance: sumRemaining(st.Blocks) - st.Debt,
 		LedgerSum:       ledgerSum,
 	}
 	if stored.Present {
 		d.StoreVersion = stored.Version
-		d.StoreBalance = sumRemaining(stored.Blocks)
+		d.StoreBalance = sumRemaining(stored.Blocks) - stored.Debt
 		if stored.Version != st.Version {
 			d.Kinds = append(d.Kinds, DivergenceVersion)
 		}
@@ -36,6 +36,9 @@ func CompareAccount(st AccountState, stored StoredAccount, ledgerSum int64) (Dif
 		}
 		if stored.LifetimeEarned != st.LifetimeEarned {
 			d.Kinds = append(d.Kinds, DivergenceEarned)
+		}
+		if stored.Debt != st.Debt {
+			d.Kinds = append(d.Kinds, DivergenceDebt)
 		}
 		if stored.AccountID != st.AccountID {
 			d.Kinds = append(d.Kinds, DivergenceAccountID)
@@ -127,14 +130,19 @@ func FieldDifferences(st AccountState, stored StoredAccount, ledgerSum, nowMS in
 		add("pending", sp, pp)
 		add("reserved", stored.Reserved, st.Reserved)
 		add("lifetime_earned", stored.LifetimeEarned, st.LifetimeEarned)
+		add("debt", stored.Debt, st.Debt)
 		add("account_id", stored.AccountID, st.AccountID)
 		out = append(out, blockDifferences(stored.Blocks, st.Blocks)...)
 		out = append(out, gaugeDifferences(stored.Gauges, st.Gauges)...)
 		out = append(out, leaseDifferences(stored.Leases, st.Leases)...)
 	}
-	if pb := sumRemaining(st.Blocks); pb != ledgerSum {
-		out = append(out, FieldDifference{Field: "ledger_sum", Redis: "-",
-			Postgres: fmt.Sprintf("%d (its blocks hold %d)", ledgerSum, pb)})
+	// The ledger sums to the blocks' credit less the debt of the credit line.
+	if pb := sumRemaining(st.Blocks); pb-st.Debt != ledgerSum {
+		held := fmt.Sprintf("%d (its blocks hold %d)", ledgerSum, pb)
+		if st.Debt != 0 {
+			held = fmt.Sprintf("%d (its blocks hold %d, it owes %d)", ledgerSum, pb, st.Debt)
+		}
+		out = append(out, FieldDifference{Field: "ledger_sum", Redis: "-", Postgres: held})
 	}
 	return out
 }

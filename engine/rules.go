@@ -44,9 +44,21 @@ func (b MutationBlock) Live(nowMS int64) bool {
 // Started reports whether b may be spent at nowMS (stack_after blocks wait).
 func (b MutationBlock) Started(nowMS int64) bool { return b.StartsMS <= nowMS }
 
-// Balances are the derived figures of an account at one instant.
+// Balances are the derived figures of an account at one instant. Debt is
+// what the account owes on its credit line (>= 0), already counted in
+// Balance and Effective (WithDebt), which may then be negative.
 type Balances struct {
 	Balance, Reserved, Pending, Effective int64
+	Debt                                  int64
+}
+
+// WithDebt is b owing debt on the credit line (docs/rules.md "Credit
+// line"): the balance and the effective balance are lower by it.
+func (b Balances) WithDebt(debt int64) Balances {
+	b.Debt = debt
+	b.Balance -= debt
+	b.Effective -= debt
+	return b
 }
 
 // ComputeBalances sums live blocks at nowMS: balance counts every live block,
@@ -105,4 +117,66 @@ func AddChecked(a, b int64) (int64, bool) {
 		return 0, false
 	}
 	return s, true
+}
+
+// LineSplit is the rule of a charge under policy block (the Go twin of
+// prelude.lua's line_split, held to it by lua's TestLineSplitAgrees): a
+// charge of cost that settles held of a hold (0 outside a commit), for an
+// account of effective balance effective owing debt on a credit line of
+// lineMC. ok is false when the effective balance would end below minus the
+// line (effective + held - cost < -lineMC). Else the started blocks pay
+// fromBlocks, all they hold beyond the other holds (effective + debt +
+// held) up to the cost, and toDebt goes on the line (docs/rules.md "Credit
+// line"). With no line and no debt it is the plain cost <= effective +
+// held. Sums that would pass int64 are taken at their true value
+// (math/big-free: the operands are bounded by int64 and the line by
+// MaxCreditLimitMC, and the comparisons are done in 128 bits).
+func LineSplit(effective, debt, held, cost, lineMC int64) (fromBlocks, toDebt int64, ok bool) {
+	room := add128(add128(wide(effective), wide(held)), wide(lineMC))
+	if cmp128(room, wide(cost)) < 0 {
+		return 0, 0, false
+	}
+	free := add128(add128(wide(effective), wide(debt)), wide(held))
+	if cmp128(free, wide(cost)) >= 0 {
+		return cost, 0, true
+	}
+	if cmp128(free, wide(0)) <= 0 {
+		return 0, cost, true
+	}
+	f := free.lo // 0 < free < cost <= MaxInt64: fits
+	return int64(f), cost - int64(f), true
+}
+
+// i128 is a two's-complement 128-bit integer, enough for sums of three
+// int64 values.
+type i128 struct {
+	hi int64
+	lo uint64
+}
+
+func wide(v int64) i128 { return i128{hi: v >> 63, lo: uint64(v)} }
+
+func add128(a, b i128) i128 {
+	lo := a.lo + b.lo
+	carry := int64(0)
+	if lo < a.lo {
+		carry = 1
+	}
+	return i128{hi: a.hi + b.hi + carry, lo: lo}
+}
+
+func cmp128(a, b i128) int {
+	switch {
+	case a.hi != b.hi:
+		if a.hi < b.hi {
+			return -1
+		}
+		return 1
+	case a.lo != b.lo:
+		if a.lo < b.lo {
+			return -1
+		}
+		return 1
+	}
+	return 0
 }

@@ -16,12 +16,18 @@ const SnapshotMaxAge = 30 * time.Second
 // Snapshot is a customer's whole entitlement picture (docs/spec/interface.md
 // "Entitlement checks", snapshot).
 type Snapshot struct {
-	CustomerID         uuid.UUID                `json:"customer_id"`
-	Environment        Environment              `json:"environment"`
-	Balance            int64                    `json:"balance"`
-	ReservedBalance    int64                    `json:"reserved_balance"`
-	PendingBalance     int64                    `json:"pending_balance"`
-	EffectiveBalance   int64                    `json:"effective_balance"`
+	CustomerID       uuid.UUID   `json:"customer_id"`
+	Environment      Environment `json:"environment"`
+	Balance          int64       `json:"balance"`
+	ReservedBalance  int64       `json:"reserved_balance"`
+	PendingBalance   int64       `json:"pending_balance"`
+	EffectiveBalance int64       `json:"effective_balance"`
+	// CreditLimitMC is the customer's credit line and DebtMC what it owes
+	// on it; AvailableMC is what it may spend now (AvailableOf), which the
+	// entries' allowed and affordable_units are computed from.
+	CreditLimitMC      int64                    `json:"credit_limit_mc"`
+	DebtMC             int64                    `json:"debt_mc"`
+	AvailableMC        int64                    `json:"available_mc"`
 	SubscriptionStatus *string                  `json:"subscription_status"`
 	PlanName           *string                  `json:"plan_name"`
 	Entitlements       map[string]SnapshotEntry `json:"entitlements"`
@@ -123,8 +129,10 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		snap.SubscriptionStatus, snap.PlanName = &st, &pn
 	}
 	policy := PolicyOf(c, tenant)
+	snap.CreditLimitMC, snap.DebtMC = c.CreditLimitMC, acct.DebtMC
+	snap.AvailableMC = AvailableOf(acct.EffectiveBalance, c.CreditLimitMC, policy)
 	for _, m := range metrics {
-		e, err := s.snapshotEntry(ctx, scope, key, m, f, acct.EffectiveBalance, policy)
+		e, err := s.snapshotEntry(ctx, scope, key, m, f, snap.AvailableMC, policy)
 		if err != nil {
 			return Snapshot{}, err
 		}
@@ -134,7 +142,7 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 	return snap, nil
 }
 
-func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key CustomerKey, m BillableMetric, f *SubscriptionFacts, effective int64, policy OveragePolicy) (SnapshotEntry, error) {
+func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key CustomerKey, m BillableMetric, f *SubscriptionFacts, available int64, policy OveragePolicy) (SnapshotEntry, error) {
 	e := SnapshotEntry{Type: m.Type, BillableMetricKey: m.Key}
 	switch m.Type {
 	case MetricMetered:
@@ -150,10 +158,11 @@ func (s *Entitlements) snapshotEntry(ctx context.Context, scope Scope, key Custo
 		if per, err := Price(r, 1); err == nil {
 			e.EstimatedCostPerUnit = &per
 			// As a check of one unit answers: only `block` stops at the
-			// balance; `allow` and `notify` go on and log the rest as overage.
-			e.Allowed = (per <= effective || policy != OveragePolicyBlock) && !meteredDenied(f, m.Key)
+			// balance (and its credit line: available); `allow` and `notify`
+			// go on and log the rest as overage.
+			e.Allowed = (per <= available || policy != OveragePolicyBlock) && !meteredDenied(f, m.Key)
 		}
-		e.AffordableUnits = affordableUnits(r, effective)
+		e.AffordableUnits = affordableUnits(r, available)
 	case MetricBoolean:
 		on := enabledOf(value(f, m))
 		e.Enabled, e.Allowed = &on, on

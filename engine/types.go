@@ -73,12 +73,16 @@ const (
 	EntryRelease     EntryType = "release"
 	EntryExpiry      EntryType = "expiry"
 	EntryAdjustment  EntryType = "adjustment"
+	// EntryDebtRepayment is a fresh block paying the debt of the credit
+	// line: a zero delta whose one draw is what the block paid.
+	EntryDebtRepayment EntryType = "debt_repayment"
 )
 
 // Valid reports whether t is a known entry type.
 func (t EntryType) Valid() bool {
 	switch t {
-	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment:
+	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment,
+		EntryDebtRepayment:
 		return true
 	}
 	return false
@@ -130,10 +134,14 @@ type Customer struct {
 	DisplayName           *string        `json:"display_name"`
 	OveragePolicy         *OveragePolicy `json:"overage_policy"`
 	LowBalanceThresholdMC *int64         `json:"low_balance_threshold_mc"`
-	Metadata              Metadata       `json:"metadata"`
-	CreatedAt             time.Time      `json:"created_at"`
-	UpdatedAt             time.Time      `json:"updated_at"`
-	DeletedAt             *time.Time     `json:"-"`
+	// CreditLimitMC is the credit line, millicredits >= 0 (0: none): under
+	// policy block the effective balance may go down to minus it
+	// (docs/rules.md "Credit line").
+	CreditLimitMC int64      `json:"credit_limit_mc"`
+	Metadata      Metadata   `json:"metadata"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	DeletedAt     *time.Time `json:"-"`
 }
 
 // Block is one credit block: an amount granted at once, spent down over time.
@@ -162,9 +170,17 @@ type Account struct {
 	PendingBalance   int64       `json:"pending_balance"`
 	EffectiveBalance int64       `json:"effective_balance"`
 	LifetimeEarned   int64       `json:"lifetime_earned"`
-	Version          int64       `json:"version"`
-	UpdatedAt        time.Time   `json:"updated_at"`
-	Blocks           []Block     `json:"blocks"`
+	// DebtMC is what the account owes on its credit line, counted in
+	// Balance (docs/rules.md "Credit line").
+	DebtMC int64 `json:"debt_mc"`
+	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
+	// Credits.AccountAsOf); nil for the current account.
+	AsOf      *time.Time `json:"as_of,omitempty"`
+	Version   int64      `json:"version"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	Blocks    []Block    `json:"blocks"`
 }
 
 // LedgerEntry is one append-only ledger row.

@@ -392,7 +392,7 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 		}
 	}
 	engine.SpendOrder(live)
-	bal := engine.ComputeBalances(live, r.reserved, nowMS)
+	bal := engine.ComputeBalances(live, r.reserved, nowMS).WithDebt(r.debt)
 	acct := engine.Account{
 		ID:               r.id,
 		TenantID:         c.TenantID,
@@ -403,6 +403,7 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 		PendingBalance:   bal.Pending,
 		EffectiveBalance: bal.Effective,
 		LifetimeEarned:   r.lifetimeEarned,
+		DebtMC:           r.debt,
 		Version:          r.version,
 		Blocks:           make([]engine.Block, 0, len(live)),
 	}

@@ -4,7 +4,8 @@
 -- Actual units 0: the whole hold returns, one zero-delta "release" entry,
 -- no usage; the status is still committed. Actual units > 0: the cost may
 -- use the hold plus the free effective balance (the effective balance with
--- the hold released); when it does not fit, under block (ctx.policy) it is
+-- the hold released, and under block the credit line: prelude line_split);
+-- when it does not fit, under block (ctx.policy) it is
 -- INSUFFICIENT and nothing changes (the hold stays active; the outbox gets
 -- a refusal record for credit.exhausted, as consume.lua's), under allow and
 -- notify the charge is what fits and the rest is overage. Then the hold
@@ -70,17 +71,21 @@ if m_pos(actual) then
   -- under allow and notify (ctx.policy) the commit takes what is there and
   -- the rest is overage, so actual_cost can read higher than what was
   -- collected (docs/spec/interface.md Reservation).
-  local available = m_add(effective, held)
-  if not m_pos(available) then available = MONEY_ZERO end
-  local charge, overage = cost, MONEY_ZERO
-  if m_cmp(cost, available) > 0 then
-    if refuses(ctx) then
+  -- Under block the credit line covers what the hold and the free
+  -- balance do not (line_split; debt is what goes on it).
+  local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
+  if refuses(ctx) then
+    charge, debt = line_split(a, effective, held, cost, line_of(ctx))
+    if not charge then
       -- The hold stays as it was.
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
       return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
     end
-    charge, overage = available, m_sub(cost, available)
+  else
+    local available = m_add(effective, held)
+    if not m_pos(available) then available = MONEY_ZERO end
+    if m_cmp(cost, available) > 0 then charge, overage = available, m_sub(cost, available) end
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
@@ -92,8 +97,11 @@ if m_pos(actual) then
   a.rs = m_sub(a.rs, take)
   local draws = drain(a, now, charge, changed)
   local metric_j = j_str(r.metric)
-  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-    units_s = units_s, ref = res_id, overage = overage_field}, draws))
+  local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
+    units_s = units_s, ref = res_id, overage = overage_field}, draws)
+  if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
+  entries[#entries + 1] = entry_obj(e)
+  charge = m_add(charge, debt)
   r.meta = merged
   cost_s = m_fmt(cost)
   usage = ',"usage":' .. usage_json_s(metric_j, units_s, cost_s, (charge == cost and cost_s) or m_fmt(charge),

@@ -91,16 +91,19 @@ local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, en
 if m_pos(actual) then
   -- As commit.lua: under block a cost past the hold plus the free balance
   -- is refused; under allow and notify the rest is overage.
-  local available = m_add(effective, r.est_cost)
-  if not m_pos(available) then available = MONEY_ZERO end
-  local charge, overage = cost, MONEY_ZERO
-  if m_cmp(cost, available) > 0 then
-    if refuses(ctx) then
+  -- Under block the credit line covers the rest (line_split).
+  local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
+  if refuses(ctx) then
+    charge, debt = line_split(a, effective, r.est_cost, cost, line_of(ctx))
+    if not charge then
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
       return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
     end
-    charge, overage = available, m_sub(cost, available)
+  else
+    local available = m_add(effective, r.est_cost)
+    if not m_pos(available) then available = MONEY_ZERO end
+    if m_cmp(cost, available) > 0 then charge, overage = available, m_sub(cost, available) end
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
@@ -110,8 +113,11 @@ if m_pos(actual) then
   a.rs = m_sub(a.rs, r.est_cost)
   local draws = drain(a, now, charge, changed)
   local use_j = '[' .. table.concat(use_parts, ',') .. ']'
-  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption', ref = res_id,
-    overage = overage_field, open = true}, draws))
+  local e = debit_entry({role = 'main', type = 'consumption', ref = res_id, overage = overage_field, open = true},
+    draws)
+  if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
+  entries[#entries + 1] = entry_obj(e)
+  charge = m_add(charge, debt)
   m.open_meta = '{"items":' .. use_j .. '}'
   r.meta = merged
   m.extra = ',"usage":{"metric":"","units":' .. m_fmt(actual) .. ',"cost":' .. m_fmt(cost) ..

@@ -3,7 +3,8 @@
 -- appends the Mutation (kind "consume", with a usage section) to the outbox.
 --
 -- Under policy block a cost above the effective balance (balance - reserved
--- - pending) changes nothing in the account: the script only appends a
+-- - pending) plus the credit line (ctx "lim": line_split) changes nothing in
+-- the account: the script only appends a
 -- refusal record (usage.refused, no entries, the same version, no
 -- idempotency key, so Postgres never takes it for an applied operation)
 -- for credit.exhausted, and answers INSUFFICIENT. Under allow and notify
@@ -53,17 +54,19 @@ local _, _, effective = acct_bal(a, now)
 local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
 
-if policy == 'block' and m_cmp(effective, cost) < 0 then
-  refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-end
-
-local charge = cost
-if m_cmp(effective, cost) < 0 then
+-- charge is what the blocks pay, debt what goes on the credit line.
+local charge, debt = cost, MONEY_ZERO
+if policy == 'block' then
+  charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
+  if not charge then
+    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
-local overage = m_sub(cost, charge)
+local overage = m_sub(m_sub(cost, charge), debt)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
@@ -78,7 +81,7 @@ local metric_j, su = j_str(metric), ARGV[11]
 if string.byte(su, 1) == 48 then su = m_fmt(units) end
 local sc = m_fmt(cost)
 local sch, so = sc, '0'
-if charge ~= cost then sch = m_fmt(charge) end
+if m_cmp(charge, cost) ~= 0 and not m_pos(debt) then sch = m_fmt(charge) end
 if m_cmp(overage, MONEY_ZERO) ~= 0 then so = m_fmt(overage) end
 -- Members debit_entry and this script set later are named (nil): the
 -- table is made at its final size.
@@ -87,7 +90,8 @@ local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
   delta_s = nil}, draws)
 -- The entry's delta is minus what the draws took, the charge when they
 -- took all of it.
-if m_cmp(e.delta, m_neg(charge)) == 0 then e.delta_s = m_pos(charge) and ('-' .. sch) or '0' end
+if m_cmp(e.delta, m_neg(charge)) == 0 then e.delta_s = m_pos(charge) and ('-' .. ((charge == cost and sc) or m_fmt(charge))) or '0' end
+if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
 entries[#entries + 1] = entry_obj(e)
 m.open_meta = entry_meta
 

@@ -60,26 +60,30 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
 local su, sc = m_fmt(units), m_fmt(cost)
 
-if policy == 'block' and m_cmp(effective, cost) < 0 then
-  refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
-  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-end
-
-local charge = cost
-if m_cmp(effective, cost) < 0 then
+-- charge is what the blocks pay, debt what goes on the credit line
+-- (consume.lua).
+local charge, debt = cost, MONEY_ZERO
+if policy == 'block' then
+  charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
+  if not charge then
+    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
-local overage = m_sub(cost, charge)
+local overage = m_sub(m_sub(cost, charge), debt)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
 local draws = drain(a, now, charge, changed)
-entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'consumption',
-  overage = overage_field, open = true}, draws))
+local e = debit_entry({role = 'main', type = 'consumption', overage = overage_field, open = true}, draws)
+if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
+entries[#entries + 1] = entry_obj(e)
 -- The breakdown opens the entry's metadata (Go refuses a caller's own
 -- member "items" in this form, so the object has no duplicate name).
 if entry_meta == '' or entry_meta == '{}' then
@@ -90,7 +94,7 @@ end
 
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' .. m_fmt(charge) ..
+m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' .. m_fmt(m_add(charge, debt)) ..
   ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. '}'
 local json = mutation_json(m, a, entries, changed)
 -- The op record is the Mutation itself: the compact consume record has

@@ -26,6 +26,9 @@
 --          version moved. Without them the script matches the metadata
 --          itself, which costs milliseconds at the largest metadata.
 --
+-- A block that starts at once first pays the debt of the credit line (field
+-- "d"): a debt_repayment entry after the grant's (prelude line_repay).
+--
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; with a
 -- cap that leaves nothing to grant {"noop", ""} (the idempotency key then
 -- remembers a Mutation without entries, so a retry stays a no-op); errors
@@ -137,6 +140,8 @@ local block = {id = block_id, rem = amount, orig = amount, prio = priority, crea
 a.blocks[#a.blocks + 1] = block
 changed[#changed + 1] = block
 entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id, reason, entry_meta)
+-- A block that starts at once pays the debt of the credit line first.
+line_repay(a, block, entries, now)
 
 acct_commit(account_key, a, changed, now)
 local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,

@@ -121,6 +121,10 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	if st.Reserved != 0 {
 		fields = append(fields, "rs", dec(st.Reserved))
 	}
+	// The debt of the credit line likewise (a missing "d" reads as zero).
+	if st.Debt != 0 {
+		fields = append(fields, "d", dec(st.Debt))
+	}
 	var kept []keptHold
 	var stored []engine.MutationBlock
 	active := 0

@@ -92,7 +92,7 @@ func (s *Store) StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]en
 			return nil, fmt.Errorf("lua: reconcile: account %s: %w", customers[i], err)
 		}
 		out[i] = engine.StoredAccount{Present: true, AccountID: a.id, Version: a.version, Reserved: a.reserved,
-			LifetimeEarned: a.lifetimeEarned, Blocks: a.blocks, Gauges: g, Leases: leases}
+			LifetimeEarned: a.lifetimeEarned, Debt: a.debt, Blocks: a.blocks, Gauges: g, Leases: leases}
 	}
 	return out, nil
 }

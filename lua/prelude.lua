@@ -864,7 +864,7 @@ local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 
 -- ACCT_NAME sorts the account's own fields by name (a table look-up, no
 -- string.byte call): 1 a number, 2 money, 3 text, 4 a layout v2 field. A
 -- name it lacks has a prefix ("b:", "r:", ...) or is unknown.
-local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, id = 3, t = 3, e = 3, s = 4, o = 4, k = 4}
+local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, d = 2, id = 3, t = 3, e = 3, s = 4, o = 4, k = 4}
 
 local function acct_field(a, f, v)
   local kind = ACCT_NAME[f]
@@ -873,7 +873,13 @@ local function acct_field(a, f, v)
     return
   elseif kind == 2 then
     a[f] = m_parse(v)
-    if f == 'rs' then a.rs_stored = true else a.le_s, a.le_k = v, a.le end
+    if f == 'rs' then
+      a.rs_stored = true
+    elseif f == 'le' then
+      a.le_s, a.le_k = v, a.le
+    else
+      a.d_stored = true
+    end
     return
   elseif kind == 3 then
     a[f] = v
@@ -902,7 +908,8 @@ local function acct_read_all(key)
   if #names == 0 then return nil end
   -- The members set later are named too (nil), so the table is made at
   -- its final size: each growth past a power of two rehashes every member.
-  local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, ua = 0, blocks = {},
+  local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, d = MONEY_ZERO,
+    d_stored = nil, ua = 0, blocks = {},
     res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
     le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
     exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
@@ -1135,10 +1142,10 @@ local function acct_read(key, now, extras, full)
   -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
   -- straight to the slow path, which is short for it.
   if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
-    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', unpack(extras))
+    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', unpack(extras))
     local whole = v[2] and v[6] and v[7]
     for i, name in ipairs(extras) do
-      if name == 'o' and not v[7 + i] then whole = false end
+      if name == 'o' and not v[8 + i] then whole = false end
     end
     if whole then
       local bal, tail, pend, nlive, nact, e, st, f =
@@ -1155,6 +1162,7 @@ local function acct_read(key, now, extras, full)
         -- Members set later are named (nil): the table is made at its
         -- final size (acct_read_all).
         local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
+          d = MONEY_ZERO, d_stored = nil,
           ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
           bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
           exp_min = e, start_min = st, start_max = f, nblocks = nil, rs_stored = nil, le_s = nil, le_k = nil,
@@ -1165,9 +1173,10 @@ local function acct_read(key, now, extras, full)
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
+        if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
         if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
-        for i, name in ipairs(extras) do a.x[name] = v[7 + i] or nil end
+        for i, name in ipairs(extras) do a.x[name] = v[8 + i] or nil end
         a.idx = a.x.o
         if refresh then
           -- Blocks due at now leave the figures (expire_due zeroes them:
@@ -1217,10 +1226,67 @@ local function acct_read(key, now, extras, full)
 end
 
 -- acct_bal is balances of a at now: the summary's figures (kept current by
--- acct_commit) when a has them, else summed over a.blocks.
+-- acct_commit) when a has them, else summed over a.blocks; the balance and
+-- the effective balance count the debt of the credit line (a.d, field "d":
+-- docs/decisions.md "Credit line"), so either may be negative.
 local function acct_bal(a, now)
-  if a.bal then return a.bal, a.pend, m_sub(m_sub(a.bal, a.rs), a.pend) end
-  return balances(a.blocks, a.rs, now)
+  local bal, pend, eff
+  if a.bal then
+    bal, pend, eff = a.bal, a.pend, m_sub(m_sub(a.bal, a.rs), a.pend)
+  else
+    bal, pend, eff = balances(a.blocks, a.rs, now)
+  end
+  if m_pos(a.d) then return m_sub(bal, a.d), pend, m_sub(eff, a.d) end
+  return bal, pend, eff
+end
+
+-- line_of is the credit line (engine.MutationContext "lim", millicredits)
+-- of the customer whose context is ctx: zero when it has none.
+local function line_of(ctx)
+  local s = string.match(ctx or '', '"lim":(%d+)')
+  return (s and m_parse(s)) or MONEY_ZERO
+end
+
+-- line_split decides a charge of cost under policy block that frees held
+-- (the part of a hold it settles; zero outside a commit) for account a of
+-- effective balance eff and credit line lim: nil when the effective balance
+-- would end below minus the line (eff + held - cost < -lim), else what the
+-- started blocks pay and what goes on the line as debt. The blocks pay all
+-- they have beyond the other holds (eff + debt + held) before the line is
+-- drawn: with no line and no debt it is the plain "cost <= eff + held".
+local function line_split(a, eff, held, cost, lim)
+  if m_cmp(m_add(m_add(eff, held), lim), cost) < 0 then return nil end
+  local free = m_add(m_add(eff, a.d), held)
+  if m_cmp(free, cost) >= 0 then return cost, MONEY_ZERO end
+  if not m_pos(free) then free = MONEY_ZERO end
+  return free, m_sub(cost, free)
+end
+
+-- line_draw puts debt on a's credit line and makes consumption entry e
+-- (debit_entry's) debit it too: the entry's delta is then minus the whole
+-- charge while its draws list what the blocks paid, so the ledger shows the
+-- debt (engine.MutationEntry.LineAmount). Returns false on overflow.
+local function line_draw(a, e, debt, draws)
+  if not m_pos(debt) then return true end
+  local d = m_add(a.d, debt)
+  if not m_fits(d) then return false end
+  a.d = d
+  e.delta, e.delta_s = m_sub(e.delta, debt), nil
+  e.src, e.block = nil, nil
+  if #draws > 0 then e.draws = draws end
+  return true
+end
+
+-- line_repay pays a's debt from the fresh block b (a grant that starts at
+-- once: docs/rules.md "Credit line"), appending the debt_repayment entry: a
+-- zero delta (the balance does not move: the debt shrinks as the block
+-- does) whose one draw is what b paid.
+local function line_repay(a, b, entries, now)
+  if not m_pos(a.d) or b.starts > now then return end
+  local pay = m_min(a.d, b.rem)
+  b.rem, a.d = m_sub(b.rem, pay), m_sub(a.d, pay)
+  entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'debt_repayment',
+    draws = {{b = b, take = pay}}})
 end
 
 -- expire_due zeroes every block with credit whose expires_at is at or before
@@ -1585,6 +1651,12 @@ local function acct_commit(akey, a, changed, now)
   elseif a.rs_stored then
     del[#del + 1] = 'rs'
   end
+  -- The debt of the credit line, likewise only while there is one.
+  if m_pos(a.d) then
+    set[#set + 1], set[#set + 2] = 'd', m_fmt(a.d)
+  elseif a.d_stored then
+    del[#del + 1] = 'd'
+  end
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
@@ -1603,7 +1675,10 @@ local function acct_commit(akey, a, changed, now)
     if a.fast then
       -- Every block of the index is live and started or pending as the
       -- summary says (now is before E and S): only the change moves it.
-      if b.fresh then
+      if b.fresh and not m_pos(b.rem) then
+        -- A grant that went whole to the debt of the credit line: a block
+        -- Postgres keeps, never in the hash.
+      elseif b.fresh then
         a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
         if live(b, now) then
           a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
@@ -1732,6 +1807,12 @@ local function mutation_json(m, a, entries, changed)
   -- Kept formatted for an op record (op_record_consume).
   local rs = a.rs
   m.bal_s, m.pend_s, m.at_s = (bal == a.bal_k and a.bal_s) or m_fmt(bal), m_fmt(pend), now_fmt(m.now)
+  -- The balance counts the debt of the credit line (acct_bal), which the
+  -- account section also names while there is one.
+  local debt_s = ''
+  if m_pos(a.d) then
+    m.bal_s, debt_s = m_fmt(m_sub(bal, a.d)), ',"debt":' .. m_fmt(a.d)
+  end
   m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
   local bj = {}
   for i, b in ipairs(changed) do bj[i] = block_json(b) end
@@ -1741,7 +1822,7 @@ local function mutation_json(m, a, entries, changed)
     ',"rh":"' .. m.rh .. '","at":' .. m.at_s ..
     ',"account":{"id":"' .. a.id .. '","version":' .. ((a.v_n == a.v and a.v_s) or i_fmt(a.v)) ..
     ',"balance":' .. m.bal_s ..
-    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. le_fmt(a) ..
+    ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. le_fmt(a) .. debt_s ..
     '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
     (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
@@ -1756,6 +1837,14 @@ end
 local function refuses(ctx)
   local policy = string.match(ctx or '', '"policy":"(%a+)"') or 'block'
   return policy ~= 'allow' and policy ~= 'notify'
+end
+
+-- block_line is the credit line a hold may lean on: the customer's line
+-- (line_of) under policy block, none under allow and notify (they never go
+-- below zero: docs/rules.md "Credit line").
+local function block_line(ctx)
+  if refuses(ctx) then return line_of(ctx) end
+  return MONEY_ZERO
 end
 
 -- refuse appends the refusal record of a customer refused for credit, for

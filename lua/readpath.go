@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,9 @@ type accountFields struct {
 	reserved       int64
 	lifetimeEarned int64
 	updatedMS      int64
-	blocks         []engine.MutationBlock
+	// debt is what the account owes on its credit line (field "d").
+	debt   int64
+	blocks []engine.MutationBlock
 }
 
 // readAccount reads a customer's hash; engine.ErrStateMissing when absent.
@@ -82,7 +85,7 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 		if len(names) == 0 {
 			return accountFields{}, engine.ErrStateMissing
 		}
-		head := []string{"v", "id", "rs", "le", "ua", "s"}
+		head := []string{"v", "id", "rs", "le", "ua", "s", "d"}
 		var meta []string
 		for _, n := range names {
 			switch {
@@ -161,6 +164,8 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 			a.reserved, err = strconv.ParseInt(v, 10, 64)
 		case f == "le":
 			a.lifetimeEarned, err = strconv.ParseInt(v, 10, 64)
+		case f == "d":
+			a.debt, err = strconv.ParseInt(v, 10, 64)
 		case f == "ua":
 			a.updatedMS, err = strconv.ParseInt(v, 10, 64)
 		}
@@ -249,24 +254,29 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
 	key, nowMS := s.accountKey(c.CustomerID), now.UnixMilli()
 	if s.layouts.has(key) {
-		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua").Result()
+		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua", "d").Result()
 		if err != nil {
 			return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 		}
 		sum, _ := v[0].(string)
 		rs, _ := v[1].(string)
 		ua, _ := v[2].(string)
+		d, _ := v[3].(string)
+		debt, derr := strconv.ParseInt(cmp.Or(d, "0"), 10, 64)
+		if derr != nil {
+			return engine.Balances{}, fmt.Errorf("lua: account field d: %w", derr)
+		}
 		if sum == "" {
 			s.layouts.set(key, false)
 		} else if b, ok := summaryBalances(sum, rs, ua, nowMS); ok {
-			return b, nil
+			return b.WithDebt(debt), nil
 		} else if a, err := s.readAccountSliced(ctx, key, false); !errors.Is(err, errAccountMoving) {
 			// Outside the summary's window: the blocks, in slices, without
 			// their metadata (megabytes at the caps).
 			if err != nil {
 				return engine.Balances{}, err
 			}
-			return engine.ComputeBalances(a.blocks, a.reserved, nowMS), nil
+			return engine.ComputeBalances(a.blocks, a.reserved, nowMS).WithDebt(a.debt), nil
 		}
 	}
 	read := redis.NewMapStringStringCmd(ctx, "hgetall", key)
@@ -353,6 +363,7 @@ func (l *layoutSet) set(key string, on bool) {
 // engine.ComputeBalances does.
 func balancesOf(raw map[string]string, nowMS int64) (engine.Balances, error) {
 	var out engine.Balances
+	var debt int64
 	for f, v := range raw {
 		switch {
 		case len(f) > 2 && f[0] == 'b' && f[1] == ':':
@@ -373,10 +384,16 @@ func balancesOf(raw map[string]string, nowMS int64) (engine.Balances, error) {
 				return engine.Balances{}, fmt.Errorf("lua: account field rs: %w", err)
 			}
 			out.Reserved = n
+		case f == "d":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return engine.Balances{}, fmt.Errorf("lua: account field d: %w", err)
+			}
+			debt = n
 		}
 	}
 	out.Effective = out.Balance - out.Reserved - out.Pending
-	return out, nil
+	return out.WithDebt(debt), nil
 }
 
 // blockFigures reads remaining, starts and expires (ms) out of block_enc's

@@ -37,7 +37,9 @@ if not a then return stop end
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
-if m_cmp(effective, cost) < 0 then
+-- Under block the hold may lean on the credit line: the effective balance
+-- may end at minus the line (block_line).
+if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
   -- A block customer refused for credit owes credit.exhausted (docs/spec/addendum.md §8):
   -- the refusal record consume.lua writes (usage.refused, no entries, the
   -- same version, no idempotency key); the account itself is untouched.

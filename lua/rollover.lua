@@ -70,6 +70,8 @@ if m_pos(carry) then
   a.blocks[#a.blocks + 1] = block
   changed[#changed + 1] = block
   entries[#entries + 1] = entry_json('main', carry, entry_type, source, block_id, '', entry_meta)
+  -- As grant.lua: the carry pays the debt of the credit line first.
+  line_repay(a, block, entries, now)
 end
 
 a.v = a.v + 1

@@ -218,7 +218,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time
 // ---- customers ----
 
 const customerColumns = `id, tenant_id, environment, external_id, display_name, overage_policy,
-	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at`
+	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at, credit_limit_mc`
 
 // customerExternalIDKey is the partial unique index of live external ids.
 const customerExternalIDKey = "customers_external_id_key"
@@ -229,7 +229,7 @@ func scanCustomer(row pgx.Row) (engine.Customer, error) {
 	var policy *string
 	var meta []byte
 	if err := row.Scan(&c.ID, &c.TenantID, &env, &c.ExternalID, &c.DisplayName, &policy,
-		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt); err != nil {
+		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.CreditLimitMC); err != nil {
 		return engine.Customer{}, err
 	}
 	c.Environment = engine.Environment(env)
@@ -261,9 +261,9 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: create customer: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt)
+		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC)
 	if isUniqueViolation(err, customerExternalIDKey) {
 		return engine.ErrExternalIDTaken
 	}
@@ -274,7 +274,7 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 }
 
 // UpdateCustomer writes display_name, overage_policy,
-// low_balance_threshold_mc, metadata and updated_at of the live customer
+// low_balance_threshold_mc, credit_limit_mc, metadata and updated_at of the live customer
 // c.ID in c's tenant and environment; engine.ErrNotFound when there is none.
 // The external id never changes.
 func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
@@ -283,10 +283,10 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
-			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8
+			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9
 		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
 		c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.UpdatedAt)
+		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC)
 	if err != nil {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}

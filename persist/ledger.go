@@ -75,18 +75,19 @@ WHERE b.version < EXCLUDED.version`
 // which credit_fork_check compares (migration 015).
 const upsertAccountsSQL = `INSERT INTO credit_accounts AS a
 	(customer_id, id, tenant_id, environment, balance, reserved_balance, pending_balance,
-	 lifetime_earned, version, updated_at, op_id, outbox_ms)
+	 lifetime_earned, version, updated_at, op_id, outbox_ms, debt)
 SELECT customer_id, NULLIF(id, '')::uuid, tenant_id, env, balance, reserved, pending, earned,
-	version, at, op, NULLIF(outbox, 0)
+	version, at, op, NULLIF(outbox, 0), debt
 FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[],
-	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[], $11::uuid[], $12::bigint[])
-	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at, op, outbox)
+	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[], $11::uuid[], $12::bigint[], $13::bigint[])
+	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at, op, outbox, debt)
 ON CONFLICT (customer_id) DO UPDATE SET
 	id = COALESCE(EXCLUDED.id, a.id), tenant_id = EXCLUDED.tenant_id,
 	environment = EXCLUDED.environment, balance = EXCLUDED.balance,
 	reserved_balance = EXCLUDED.reserved_balance, pending_balance = EXCLUDED.pending_balance,
 	lifetime_earned = EXCLUDED.lifetime_earned, version = EXCLUDED.version,
-	updated_at = EXCLUDED.updated_at, op_id = EXCLUDED.op_id, outbox_ms = EXCLUDED.outbox_ms
+	updated_at = EXCLUDED.updated_at, op_id = EXCLUDED.op_id, outbox_ms = EXCLUDED.outbox_ms,
+	debt = EXCLUDED.debt
 WHERE a.version < EXCLUDED.version`
 
 // forkCheckSQL refuses a batch holding an op of a second history of an
@@ -297,7 +298,7 @@ func queueStateAndSections(b *pgx.Batch, cols *applyColumns, ms []engine.Mutatio
 	}
 	a := cols.accounts
 	b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
-		a.earned, a.version, a.at, a.op, a.outbox)
+		a.earned, a.version, a.at, a.op, a.outbox, a.debt)
 	for _, section := range sectionWriters {
 		if err := section.queue(b, ms); err != nil {
 			return fmt.Errorf("%s: %w", section.name, err)
@@ -327,7 +328,7 @@ type applyColumns struct {
 		customer, tenant, op                        []uuid.UUID
 		id, env                                     []string
 		balance, reserved, pending, earned, version []int64
-		outbox                                      []int64
+		outbox, debt                                []int64
 		at                                          []time.Time
 	}
 }
@@ -616,6 +617,7 @@ func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 		a.at = append(a.at, m.At())
 		a.op = append(a.op, m.OpID)
 		a.outbox = append(a.outbox, m.OutboxMS)
+		a.debt = append(a.debt, m.Account.Debt)
 	}
 	return c, nil
 }

@@ -175,14 +175,14 @@ const itemSharesTail = `
 			AND e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array') shares`
 
 const accountColumns = `customer_id, COALESCE(id::text, ''), tenant_id, environment, reserved_balance,
-	lifetime_earned, version, updated_at`
+	lifetime_earned, version, updated_at, debt`
 
 func scanAccount(row pgx.Row) (engine.AccountState, error) {
 	var st engine.AccountState
 	var env string
 	var updated time.Time
 	if err := row.Scan(&st.CustomerID, &st.AccountID, &st.TenantID, &env, &st.Reserved,
-		&st.LifetimeEarned, &st.Version, &updated); err != nil {
+		&st.LifetimeEarned, &st.Version, &updated, &st.Debt); err != nil {
 		return engine.AccountState{}, err
 	}
 	st.Environment = engine.Environment(env)

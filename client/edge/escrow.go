@@ -430,7 +430,7 @@ func priced(snap *client.Snapshot, policy, metric string, maxUnits int64) (perUn
 		return 0, "", false
 	}
 	per := *se.EstimatedCostPerUnit
-	if !se.Allowed && (per <= snap.EffectiveBalance || policy != "block") {
+	if !se.Allowed && (per <= snap.AvailableMC || policy != "block") {
 		return 0, "", false // the plan or an overdue subscription denies it
 	}
 	if hi, lo := bits.Mul64(uint64(per), uint64(maxUnits)*2); hi != 0 || lo > math.MaxInt64 {

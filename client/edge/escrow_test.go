@@ -90,7 +90,7 @@ func TestSmooth(t *testing.T) {
 // locally.
 func TestPriced(t *testing.T) {
 	t.Parallel()
-	snap := &client.Snapshot{EffectiveBalance: 100, Entitlements: map[string]client.SnapshotEntry{
+	snap := &client.Snapshot{EffectiveBalance: 100, AvailableMC: 100, Entitlements: map[string]client.SnapshotEntry{
 		"api":    {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(10)), CostType: p("per_unit")},
 		"poor":   {Type: "metered", Allowed: false, EstimatedCostPerUnit: p(int64(1000)), CostType: p("per_unit")},
 		"denied": {Type: "metered", Allowed: false, EstimatedCostPerUnit: p(int64(10)), CostType: p("per_unit")},
@@ -190,7 +190,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/tenant":
 		write(map[string]any{"default_overage_policy": b.policy})
 	case strings.HasSuffix(path, "/entitlements"):
-		write(client.Snapshot{CustomerID: "uuid-1", Balance: b.balance, ReservedBalance: b.reserved, EffectiveBalance: eff,
+		write(client.Snapshot{CustomerID: "uuid-1", Balance: b.balance, ReservedBalance: b.reserved, EffectiveBalance: eff, AvailableMC: eff,
 			Entitlements: map[string]client.SnapshotEntry{
 				"api":    {Type: "metered", Allowed: eff >= b.price || b.policy != "block", EstimatedCostPerUnit: p(int64(b.price)), CostType: p("per_unit")},
 				"export": {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(b.price)), CostType: p("flat")},

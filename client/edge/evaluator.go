@@ -461,15 +461,20 @@ func local(snap *client.Snapshot, policy, metric string, units int64) (client.Ch
 			return client.CheckResult{}, false
 		}
 		after := eff - cost
+		// What the customer may spend: the effective balance plus its
+		// credit line under block (the snapshot's available_mc,
+		// docs/rules.md "Credit line").
+		avail := snap.AvailableMC
 		// The snapshot's allowed is the one-unit check with the plan's
 		// denial folded in: refused although one unit fits (or the policy
 		// lets it through) means the plan or an overdue subscription
 		// denies the metric.
-		denied := !se.Allowed && (per <= eff || policy != "block")
-		res.Allowed = (after >= 0 || policy != "block") && !denied
+		denied := !se.Allowed && (per <= avail || policy != "block")
+		res.Allowed = (cost <= avail || policy != "block") && !denied
 		res.Units, res.EstimatedCost, res.BalanceAfter = client.Ptr(units), client.Ptr(cost), client.Ptr(after)
 		res.Balance, res.ReservedBalance = client.Ptr(snap.Balance), client.Ptr(snap.ReservedBalance)
 		res.PendingBalance, res.EffectiveBalance = client.Ptr(snap.PendingBalance), client.Ptr(eff)
+		res.CreditLimitMC, res.AvailableMC = client.Ptr(snap.CreditLimitMC), client.Ptr(avail)
 		res.OveragePolicy = client.Ptr(policy)
 	default:
 		return client.CheckResult{}, false

@@ -26,7 +26,7 @@ func p[T any](v T) *T { return &v }
 // cannot answer exactly.
 func TestLocal(t *testing.T) {
 	t.Parallel()
-	snap := &client.Snapshot{CustomerID: "c1", Balance: 1200, ReservedBalance: 200, EffectiveBalance: 1000,
+	snap := &client.Snapshot{CustomerID: "c1", Balance: 1200, ReservedBalance: 200, EffectiveBalance: 1000, AvailableMC: 1000,
 		SubscriptionStatus: p("active"),
 		Entitlements: map[string]client.SnapshotEntry{
 			"api":    {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(10)), CostType: p("per_unit")},
@@ -164,7 +164,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(path, "/entitlements"):
 		f.calls["snapshot"].Add(1)
 		id := strings.Split(path, "/")[3]
-		write(client.Snapshot{CustomerID: "uuid-" + id, Balance: bal, EffectiveBalance: bal,
+		write(client.Snapshot{CustomerID: "uuid-" + id, Balance: bal, EffectiveBalance: bal, AvailableMC: bal,
 			Entitlements: map[string]client.SnapshotEntry{
 				"api": {Type: "metered", Allowed: true, EstimatedCostPerUnit: p(int64(10)), CostType: p("per_unit")},
 				"sso": {Type: "boolean", Allowed: on, Enabled: p(on)},

@@ -175,7 +175,7 @@ func runReconcile(ctx context.Context, src engine.ReconcileSource, store engine.
 	}
 	kinds := ""
 	for _, k := range []engine.Divergence{engine.DivergenceVersion, engine.DivergenceBlocks, engine.DivergenceReserved,
-		engine.DivergenceEarned, engine.DivergenceAccountID, engine.DivergenceLedger} {
+		engine.DivergenceEarned, engine.DivergenceDebt, engine.DivergenceAccountID, engine.DivergenceLedger} {
 		if n := rep.ByKind[k]; n > 0 {
 			kinds += fmt.Sprintf(" %s=%d", k, n)
 		}

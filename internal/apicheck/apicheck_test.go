@@ -21,7 +21,7 @@ func TestCheck(t *testing.T) {
 		return `{"id":"01a20bc2-1459-77b7-8bca-7725054ee841","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
 			`"customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance":` + balance +
 			`,"reserved_balance":0,"pending_balance":0,"effective_balance":` + balance + `,"lifetime_earned":` + balance +
-			`,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`
+			`,"debt_mc":0,"credit_limit_mc":0,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`
 	}
 	problem := `{"type":"not-found","title":"Not Found","status":404,"detail":"customer not found","request_id":"r1"}`
 	cases := []struct {
@@ -118,7 +118,7 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	body := []byte(`{"id":"01a20bc2-1459-77b7-8bca-7725054ee841","tenant_id":"01a20bc2-142d-7532-973d-3134d15f6885",` +
 		`"customer_id":"01a20bc2-1448-7e81-9828-e821c6c845b6","environment":"live","balance":148500,"reserved_balance":0,` +
-		`"pending_balance":0,"effective_balance":148500,"lifetime_earned":151000,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`)
+		`"pending_balance":0,"effective_balance":148500,"lifetime_earned":151000,"debt_mc":0,"credit_limit_mc":0,"version":4,"updated_at":"2026-11-24T04:13:18.306Z","blocks":[]}`)
 	req := httptest.NewRequest("GET", "http://creditd/v1/customers/c1/credits", nil)
 	h := http.Header{"Content-Type": {"application/json"}}
 	b.ResetTimer()

@@ -13,7 +13,9 @@ import (
 // releases, and a drained persister, every account's balance equals the sum
 // of its ledger deltas in Postgres, its account row and its live blocks; its
 // reserved balance equals the estimated cost of its active holds; and no
-// block customer's effective balance ever went below zero.
+// block customer's effective balance ever went below zero, or below minus
+// its credit line for the customers that have one (issue 28 item 2: their
+// balance is the blocks less the debt, which grants in the mix repay).
 func TestMixedWorkloadBooksBalance(t *testing.T) {
 	t.Parallel()
 	s := NewStack(t)
@@ -30,13 +32,22 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		"billable_metric_key": second, "cost_type": "flat", "base_cost": 5}), 201, "second rule")
 
 	const customers = 8
+	// Customers i%4 == 2 are block customers with a credit line of lineMC.
+	const lineMC = 200
+	lined := func(i int) bool { return i%4 == 2 }
 	ids := make([]string, customers)
+	index := map[string]int{}
 	for i := range ids {
 		policy := "block"
 		if i%2 == 1 {
 			policy = "allow"
 		}
-		c := a.createCustomer(map[string]any{"external_id": uniq("c"), "overage_policy": policy})
+		body := map[string]any{"external_id": uniq("c"), "overage_policy": policy}
+		if lined(i) {
+			body["credit_limit_mc"] = lineMC
+		}
+		c := a.createCustomer(body)
+		index[c["id"].(string)] = i
 		ids[i] = c["id"].(string)
 		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed"})
 	}
@@ -55,6 +66,15 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			}
 			for op := 0; op < 40; op++ {
 				cust := ids[rng.IntN(customers)]
+				if rng.IntN(8) == 0 {
+					// A grant: for a customer in debt, it pays the debt first.
+					r := call("POST", "/v1/customers/"+cust+"/credits/grant", map[string]any{
+						"credits": 20 + rng.IntN(60), "source": "promotional", "reason": "top"})
+					if r.Status != 201 {
+						t.Errorf("grant: %d %s", r.Status, r.Raw)
+					}
+					continue
+				}
 				switch rng.IntN(3) {
 				case 0:
 					body := map[string]any{"customer_id": cust, "billable_metric_key": metric, "units": 1 + rng.IntN(6)}
@@ -65,7 +85,11 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 					if r.Status != 200 && r.Status != 409 {
 						t.Errorf("consume: %d %s", r.Status, r.Raw)
 					}
-					if r.Status == 200 && Int(t, r.Body["effective_balance"]) < 0 {
+					floor := int64(0)
+					if lined(index[cust]) {
+						floor = -lineMC
+					}
+					if r.Status == 200 && Int(t, r.Body["effective_balance"]) < floor {
 						mu.Lock()
 						negative = append(negative, cust)
 						mu.Unlock()
@@ -104,7 +128,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		acct := a.credits(cust)
 		balance, reserved := Int(t, acct["balance"]), Int(t, acct["reserved_balance"])
 		effective := Int(t, acct["effective_balance"])
-		var ledger, row, blocks, holds int64
+		var ledger, row, blocks, holds, debt int64
 		q := func(sql string, dst *int64) {
 			if err := s.Pool.QueryRow(ctx, sql, cust).Scan(dst); err != nil {
 				t.Fatalf("%s: %v", sql, err)
@@ -114,18 +138,33 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		q(`SELECT balance FROM credit_accounts WHERE customer_id = $1`, &row)
 		q(`SELECT COALESCE(SUM(remaining_amount), 0) FROM credit_blocks WHERE customer_id = $1`, &blocks)
 		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &holds)
+		q(`SELECT debt FROM credit_accounts WHERE customer_id = $1`, &debt)
 		what := fmt.Sprintf("customer %d (%s)", i, cust)
-		if balance != ledger || balance != row || balance != blocks {
-			t.Errorf("%s: balance %d, ledger sum %d, account row %d, blocks %d", what, balance, ledger, row, blocks)
+		if balance != ledger || balance != row || balance != blocks-debt || Int(t, acct["debt_mc"]) != debt {
+			t.Errorf("%s: balance %d, ledger sum %d, account row %d, blocks %d less debt %d (answer %v)", what, balance, ledger,
+				row, blocks, debt, acct["debt_mc"])
+		}
+		if lined(i) {
+			t.Logf("%s: balance %d, debt %d, lifetime earned %v", what, balance, debt, acct["lifetime_earned"])
+		}
+		if !lined(i) && debt != 0 {
+			t.Errorf("%s: debt %d without a credit line", what, debt)
 		}
 		if reserved != holds {
 			t.Errorf("%s: reserved %d, active holds %d", what, reserved, holds)
 		}
-		if i%2 == 0 && effective < 0 {
+		switch {
+		case lined(i) && effective < -lineMC:
+			t.Errorf("%s: effective balance %d below minus the line %d", what, effective, lineMC)
+		case i%2 == 0 && !lined(i) && effective < 0:
 			t.Errorf("%s: block customer's effective balance %d < 0", what, effective)
 		}
 	}
 	if len(negative) > 0 {
-		t.Errorf("consumes answered a negative effective balance for %v", negative)
+		t.Errorf("consumes answered an effective balance below the floor for %v", negative)
+	}
+	// Redis and Postgres agree too, debts of the credit lines included.
+	if rep := reconcileOf(t, s, false); rep.Found != 0 {
+		t.Errorf("reconcile: %d differences: %+v", rep.Found, rep.First)
 	}
 }

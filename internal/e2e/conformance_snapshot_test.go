@@ -46,7 +46,7 @@ func TestConformanceSnapshot(t *testing.T) {
 	wantStatus(t, r, 200, "snapshot")
 	snap := r.Body
 	checkKeys(t, snap, "snapshot", "customer_id", "environment", "balance", "reserved_balance", "pending_balance", "effective_balance",
-		"subscription_status", "plan_name", "entitlements", "cached_at")
+		"credit_limit_mc", "debt_mc", "available_mc", "subscription_status", "plan_name", "entitlements", "cached_at")
 	if snap["customer_id"] != id || snap["environment"] != "live" || jsonInt(snap["balance"]) != 1000 || jsonInt(snap["effective_balance"]) != 1000 ||
 		jsonInt(snap["reserved_balance"]) != 0 || jsonInt(snap["pending_balance"]) != 0 || snap["subscription_status"] != nil || snap["plan_name"] != nil {
 		t.Errorf("snapshot %s", r.Raw)

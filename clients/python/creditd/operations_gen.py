@@ -178,6 +178,7 @@ class Operations:
         id: str,
         *,
         include_blocks: Optional[Literal["true", "false", "1", "0"]] = None,
+        as_of: Optional[Union[str, datetime.datetime]] = None,
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.Account:
@@ -186,7 +187,7 @@ class Operations:
             "GET",
             "/v1/customers/" + _segment(id) + "/credits",
             idempotent=False,
-            query={"include_blocks": include_blocks},
+            query={"include_blocks": include_blocks, "as_of": as_of},
             headers=headers,
             response=response,
         )
@@ -243,7 +244,7 @@ class Operations:
         self,
         id: str,
         *,
-        type: Optional[Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment"]] = None,
+        type: Optional[Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment", "debt_repayment"]] = None,
         source: Optional[str] = None,
         billable_metric_key: Optional[str] = None,
         from_: Optional[Union[str, datetime.datetime]] = None,
@@ -269,7 +270,7 @@ class Operations:
         self,
         id: str,
         *,
-        type: Optional[Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment"]] = None,
+        type: Optional[Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment", "debt_repayment"]] = None,
         source: Optional[str] = None,
         billable_metric_key: Optional[str] = None,
         from_: Optional[Union[str, datetime.datetime]] = None,
@@ -372,6 +373,7 @@ class Operations:
         external_id: str,
         *,
         include_blocks: Optional[Literal["true", "false", "1", "0"]] = None,
+        as_of: Optional[Union[str, datetime.datetime]] = None,
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.Account:
@@ -382,7 +384,7 @@ class Operations:
             "GET",
             "/v1/customer-by-external-id/" + _segment(external_id) + "/credits",
             idempotent=False,
-            query={"include_blocks": include_blocks},
+            query={"include_blocks": include_blocks, "as_of": as_of},
             headers=headers,
             response=response,
         )

@@ -195,6 +195,10 @@ class Customer(TypedDict):
     display_name: Optional[str]
     overage_policy: Optional[Literal["block", "allow", "notify"]]
     low_balance_threshold_mc: Optional[int]
+    # The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage
+    # policy `block` the effective balance may go down to minus it; the negative part is debt that
+    # the next grant pays off first (docs/rules.md "Credit line").
+    credit_limit_mc: int
     # Free-form key-value object.
     metadata: dict[str, Any]
     created_at: str
@@ -213,6 +217,10 @@ class CreateCustomerInput(TypedDict):
     display_name: NotRequired[str]
     overage_policy: NotRequired[Literal["block", "allow", "notify"]]
     low_balance_threshold_mc: NotRequired[int]
+    # The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage
+    # policy `block` the effective balance may go down to minus it; the negative part is debt that
+    # the next grant pays off first (docs/rules.md "Credit line"). Default 0.
+    credit_limit_mc: NotRequired[int]
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
 
@@ -226,6 +234,11 @@ class UpdateCustomerInput(TypedDict):
     # Empty string clears to the tenant default.
     overage_policy: NotRequired[Literal["block", "allow", "notify", ""]]
     low_balance_threshold_mc: NotRequired[int]
+    # The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage
+    # policy `block` the effective balance may go down to minus it; the negative part is debt that
+    # the next grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes
+    # the line (a debt already owed stays until a grant pays it).
+    credit_limit_mc: NotRequired[int]
     # Merged key by key; a key cannot be removed.
     metadata: NotRequired[dict[str, Any]]
 
@@ -257,8 +270,15 @@ class Account(TypedDict):
     pending_balance: int
     effective_balance: int
     lifetime_earned: int
+    # What the account owes on its credit line, counted in `balance` (balance = the live blocks'
+    # credit - debt_mc, so either balance may be negative). The next grant pays it off first.
+    debt_mc: int
+    # The customer's credit line (Customer.credit_limit_mc).
+    credit_limit_mc: int
     version: int
     updated_at: str
+    # Present only in an answer to `?as_of=`: the instant the balances are of.
+    as_of: NotRequired[str]
     # Empty unless include_blocks=true.
     blocks: list["Block"]
 
@@ -270,7 +290,7 @@ class LedgerEntry(TypedDict):
     customer_id: str
     environment: Literal["live", "sandbox"]
     delta: int
-    type: Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment"]
+    type: Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment", "debt_repayment"]
     source: Optional[Literal["plan_grant", "topup", "promotional", "compensation", "referral", "manual", "migration"]]
     # The credit block the entry moved, when it moved one; absent when several paid (see draws).
     credit_block_id: NotRequired[str]
@@ -577,9 +597,9 @@ class RuleInput(TypedDict):
 
 class CheckResult(TypedDict):
     """CheckResult is the CheckResult schema of the creditd API. Members by type: metered adds
-    units, balance, reserved_balance, pending_balance, effective_balance, estimated_cost,
-    balance_after, overage_policy; boolean adds enabled; static adds config; gauge adds
-    current, cap, headroom.
+    units, balance, reserved_balance, pending_balance, effective_balance, credit_limit_mc,
+    available_mc, estimated_cost, balance_after, overage_policy; boolean adds enabled; static
+    adds config; gauge adds current, cap, headroom.
     """
     type: Literal["metered", "boolean", "gauge", "static"]
     allowed: bool
@@ -590,6 +610,12 @@ class CheckResult(TypedDict):
     reserved_balance: NotRequired[int]
     pending_balance: NotRequired[int]
     effective_balance: NotRequired[int]
+    # Metered: the customer's credit line.
+    credit_limit_mc: NotRequired[int]
+    # Metered: what the customer may spend now: effective_balance plus credit_limit_mc under
+    # policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is
+    # estimated_cost <= available_mc under `block`.
+    available_mc: NotRequired[int]
     estimated_cost: NotRequired[int]
     # effective_balance - estimated_cost; negative when the cost exceeds what the customer can
     # pay.
@@ -1238,6 +1264,13 @@ class Snapshot(TypedDict):
     reserved_balance: int
     pending_balance: int
     effective_balance: int
+    # The customer's credit line.
+    credit_limit_mc: int
+    # What the account owes on its credit line (counted in balance).
+    debt_mc: int
+    # What the customer may spend now: effective_balance plus credit_limit_mc under policy
+    # `block`. Each metered entry's allowed and affordable_units are computed from it.
+    available_mc: int
     subscription_status: Optional[str]
     plan_name: Optional[str]
     entitlements: dict[str, "SnapshotEntry"]

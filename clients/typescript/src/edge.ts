@@ -436,17 +436,23 @@ export function local(snap: Snapshot, policy: string, metric: string, units: num
       const eff = snap.effective_balance;
       const after = eff - cost;
       if (!Number.isSafeInteger(after)) return undefined;
+      // What the customer may spend: the effective balance plus its credit
+      // line under block (the snapshot's available_mc, docs/rules.md
+      // "Credit line"); a snapshot without it predates the line.
+      const avail = typeof snap.available_mc === "number" ? snap.available_mc : eff;
       // The snapshot's allowed is the one-unit check with the plan's denial
       // folded in: refused although one unit fits (or the policy lets it
       // through) means the plan or an overdue subscription denies it.
-      const denied = !se.allowed && (per <= eff || policy !== "block");
-      res.allowed = (after >= 0 || policy !== "block") && !denied;
+      const denied = !se.allowed && (per <= avail || policy !== "block");
+      res.allowed = (cost <= avail || policy !== "block") && !denied;
       Object.assign(res, {
         units,
         balance: snap.balance,
         reserved_balance: snap.reserved_balance,
         pending_balance: snap.pending_balance,
         effective_balance: eff,
+        credit_limit_mc: snap.credit_limit_mc ?? 0,
+        available_mc: avail,
         estimated_cost: cost,
         balance_after: after,
         overage_policy: policy,

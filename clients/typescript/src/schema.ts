@@ -1853,6 +1853,11 @@ export interface components {
             overage_policy: "block" | "allow" | "notify" | null;
             /** Format: int64 */
             low_balance_threshold_mc: number | null;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line").
+             */
+            credit_limit_mc: number;
             /** @description Free-form key-value object. */
             metadata: {
                 [key: string]: unknown;
@@ -1873,6 +1878,12 @@ export interface components {
             overage_policy?: "block" | "allow" | "notify";
             /** Format: int64 */
             low_balance_threshold_mc?: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line").
+             * @default 0
+             */
+            credit_limit_mc?: number;
             /** @description Free-form key-value object. */
             metadata?: {
                 [key: string]: unknown;
@@ -1889,6 +1900,11 @@ export interface components {
             overage_policy?: "block" | "allow" | "notify" | "";
             /** Format: int64 */
             low_balance_threshold_mc?: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes the line (a debt already owed stays until a grant pays it).
+             */
+            credit_limit_mc?: number;
             /** @description Merged key by key; a key cannot be removed. */
             metadata?: {
                 [key: string]: unknown;
@@ -1935,10 +1951,25 @@ export interface components {
             effective_balance: number;
             /** Format: int64 */
             lifetime_earned: number;
+            /**
+             * Format: int64
+             * @description What the account owes on its credit line, counted in `balance` (balance = the live blocks' credit - debt_mc, so either balance may be negative). The next grant pays it off first.
+             */
+            debt_mc: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line (Customer.credit_limit_mc).
+             */
+            credit_limit_mc: number;
             /** Format: int64 */
             version: number;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: date-time
+             * @description Present only in an answer to `?as_of=`: the instant the balances are of.
+             */
+            as_of?: string;
             /** @description Empty unless include_blocks=true. */
             blocks: components["schemas"]["Block"][];
         };
@@ -1954,7 +1985,7 @@ export interface components {
             /** Format: int64 */
             delta: number;
             /** @enum {string} */
-            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment";
+            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
             /** @enum {string|null} */
             source: "plan_grant" | "topup" | "promotional" | "compensation" | "referral" | "manual" | "migration" | null;
             /**
@@ -2283,7 +2314,7 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        /** @description Members by type: metered adds units, balance, reserved_balance, pending_balance, effective_balance, estimated_cost, balance_after, overage_policy; boolean adds enabled; static adds config; gauge adds current, cap, headroom. */
+        /** @description Members by type: metered adds units, balance, reserved_balance, pending_balance, effective_balance, credit_limit_mc, available_mc, estimated_cost, balance_after, overage_policy; boolean adds enabled; static adds config; gauge adds current, cap, headroom. */
         CheckResult: {
             /** @enum {string} */
             type: "metered" | "boolean" | "gauge" | "static";
@@ -2301,6 +2332,16 @@ export interface components {
             pending_balance?: number;
             /** Format: int64 */
             effective_balance?: number;
+            /**
+             * Format: int64
+             * @description Metered: the customer's credit line.
+             */
+            credit_limit_mc?: number;
+            /**
+             * Format: int64
+             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
+             */
+            available_mc?: number;
             /** Format: int64 */
             estimated_cost?: number;
             /**
@@ -3038,6 +3079,21 @@ export interface components {
             pending_balance: number;
             /** Format: int64 */
             effective_balance: number;
+            /**
+             * Format: int64
+             * @description The customer's credit line.
+             */
+            credit_limit_mc: number;
+            /**
+             * Format: int64
+             * @description What the account owes on its credit line (counted in balance).
+             */
+            debt_mc: number;
+            /**
+             * Format: int64
+             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it.
+             */
+            available_mc: number;
             subscription_status: string | null;
             plan_name: string | null;
             entitlements: {
@@ -3980,6 +4036,8 @@ export interface components {
         KeyId: string;
         /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
         IncludeBlocks: "true" | "false" | "1" | "0";
+        /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+        AsOf: string;
         /** @description Billable metric key. */
         MetricKey: string;
         /** @description Billable metric key. */
@@ -4307,6 +4365,7 @@ export interface operations {
                      *           "display_name": "Acme Corp",
                      *           "overage_policy": "block",
                      *           "low_balance_threshold_mc": 20000,
+                     *           "credit_limit_mc": 0,
                      *           "metadata": {
                      *             "plan": "pro"
                      *           },
@@ -4377,6 +4436,7 @@ export interface operations {
                      *       "display_name": "Acme Corp",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4428,6 +4488,7 @@ export interface operations {
                      *       "display_name": "Acme Corp",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4521,6 +4582,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4547,6 +4609,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+                as_of?: components["parameters"]["AsOf"];
             };
             header?: never;
             path: {
@@ -4578,6 +4642,8 @@ export interface operations {
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
                      *       "lifetime_earned": 151000,
+                     *       "debt_mc": 0,
+                     *       "credit_limit_mc": 0,
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": [
@@ -4614,6 +4680,7 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];
@@ -4795,7 +4862,7 @@ export interface operations {
     creditHistory: {
         parameters: {
             query?: {
-                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment";
+                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
                 source?: string;
                 billable_metric_key?: string;
                 /** @description Inclusive. */
@@ -4953,6 +5020,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -5048,6 +5116,7 @@ export interface operations {
                      *       "display_name": "Acme Corporation",
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
+                     *       "credit_limit_mc": 0,
                      *       "metadata": {
                      *         "plan": "enterprise"
                      *       },
@@ -5074,6 +5143,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
+                as_of?: components["parameters"]["AsOf"];
             };
             header?: never;
             path: {
@@ -5105,6 +5176,8 @@ export interface operations {
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
                      *       "lifetime_earned": 151000,
+                     *       "debt_mc": 0,
+                     *       "credit_limit_mc": 0,
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": []
@@ -5116,6 +5189,7 @@ export interface operations {
             400: components["responses"]["400"];
             401: components["responses"]["401"];
             404: components["responses"]["404"];
+            422: components["responses"]["422"];
             429: components["responses"]["429"];
             500: components["responses"]["500"];
             503: components["responses"]["503"];
@@ -6150,6 +6224,8 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
+                     *       "credit_limit_mc": 0,
+                     *       "available_mc": 148500,
                      *       "estimated_cost": 1000,
                      *       "balance_after": 147500,
                      *       "subscription_status": null,
@@ -6253,6 +6329,8 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 148500,
+                     *       "credit_limit_mc": 0,
+                     *       "available_mc": 148500,
                      *       "estimated_cost": 500,
                      *       "balance_after": 148000,
                      *       "subscription_status": null,
@@ -8397,6 +8475,9 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 500000,
+                     *       "credit_limit_mc": 0,
+                     *       "debt_mc": 0,
+                     *       "available_mc": 500000,
                      *       "subscription_status": "active",
                      *       "plan_name": "Pro (2026)",
                      *       "entitlements": {
@@ -8479,6 +8560,9 @@ export interface operations {
                      *       "reserved_balance": 0,
                      *       "pending_balance": 0,
                      *       "effective_balance": 500000,
+                     *       "credit_limit_mc": 0,
+                     *       "debt_mc": 0,
+                     *       "available_mc": 500000,
                      *       "subscription_status": "active",
                      *       "plan_name": "Pro (2026)",
                      *       "entitlements": {
