@@ -20,8 +20,11 @@ func TestConformanceChecks(t *testing.T) {
 	a.grant(id, map[string]any{"credits": 10_000})
 	metered := a.perUnit(7)
 
+	// available_mc and credit_limit_mc: the credit line (issue 28 item 2,
+	// docs/decisions.md "Credit line"), beyond the spec's members.
 	meteredKeys := []string{"type", "allowed", "customer_id", "billable_metric_key", "units", "balance", "reserved_balance",
-		"pending_balance", "effective_balance", "estimated_cost", "balance_after", "subscription_status", "overage_policy"}
+		"pending_balance", "effective_balance", "estimated_cost", "balance_after", "subscription_status", "overage_policy",
+		"available_mc", "credit_limit_mc"}
 	before := a.credits(id)
 	forms := []string{
 		"/v1/entitlements/check?customer_id=" + id + "&billable_metric_key=" + metered,
@@ -40,7 +43,8 @@ func TestConformanceChecks(t *testing.T) {
 		if b["type"] != "metered" || b["allowed"] != true || b["customer_id"] != id || b["billable_metric_key"] != metered ||
 			Int(t, b["units"]) != 3 || Int(t, b["balance"]) != 10_000 || Int(t, b["reserved_balance"]) != 0 ||
 			Int(t, b["pending_balance"]) != 0 || Int(t, b["effective_balance"]) != 10_000 || Int(t, b["estimated_cost"]) != 21 ||
-			Int(t, b["balance_after"]) != 9_979 || b["subscription_status"] != nil || b["overage_policy"] != "block" {
+			Int(t, b["balance_after"]) != 9_979 || b["subscription_status"] != nil || b["overage_policy"] != "block" ||
+			Int(t, b["available_mc"]) != 10_000 || Int(t, b["credit_limit_mc"]) != 0 {
 			t.Errorf("%s: %s", f, r.Raw)
 		}
 		// units defaults to 1.
