@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -82,16 +83,17 @@ func (s *Store) insertApply(ctx context.Context, ms []engine.Mutation, alerts *a
 // rows and carried events when none needs completing in SQL and there is
 // any, else nil and the rows (none carried) for freshEventsSQL.
 func leanEvents(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) (events *eventCopy, plain, filled *eventBatch) {
-	plain, filled, carried := eventRowsOf(ms, alerts, shape, true)
-	if len(filled.id) == 0 {
-		if c := newEventCopy(plain, carried); !c.empty() {
-			return c, plain, filled
-		}
+	// Only a Mutation without a Context owes rows to complete in SQL, which
+	// are numbered there with the others: a batch holding one carries
+	// nothing, decided before the rows are derived, once.
+	carry := !slices.ContainsFunc(ms, func(m engine.Mutation) bool { return m.Context == nil })
+	plain, filled, carried := eventRowsOf(ms, alerts, shape, carry)
+	if len(filled.id) > 0 {
 		return nil, plain, filled
 	}
-	// A row to complete in SQL is numbered there, with the others: the
-	// batch carries nothing then.
-	plain, filled, _ = eventRowsOf(ms, alerts, shape, false)
+	if c := newEventCopy(plain, carried); !c.empty() {
+		return c, plain, filled
+	}
 	return nil, plain, filled
 }
 
