@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
-	"github.com/creditd/creditd/internal/testenv"
 	"github.com/creditd/creditd/persist"
 )
 
@@ -26,14 +25,7 @@ func TestDeadLettersCommand(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := persist.Open(ctx, testenv.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := persist.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t, ctx)
 	store := persist.NewStore(pool)
 	m := engine.Mutation{OpID: uuid.New(), Kind: engine.MutationGrant, TenantID: uuid.New(), CustomerID: uuid.New(),
 		Environment: engine.EnvironmentLive, AtMS: time.Now().UnixMilli(),

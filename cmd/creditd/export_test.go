@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/export"
@@ -37,14 +38,7 @@ import (
 func TestExportRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool, err := persist.Open(ctx, testenv.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := persist.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t, ctx)
 	store := persist.NewStore(pool)
 	tenant := uuid.New()
 	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'export')`, tenant); err != nil {
@@ -394,4 +388,19 @@ func (c *exportCustomer) consume(tenant uuid.UUID, at time.Time, external string
 		m.Blocks = append(m.Blocks, engine.MutationBlock{ID: b, Original: 500_000, Remaining: c.balance / 2, Source: "purchase", StartsMS: ms, CreatedMS: ms})
 	}
 	return m
+}
+
+// migratedPool is a pool on a fresh test database with every migration
+// applied, closed when the test ends.
+func migratedPool(t *testing.T, ctx context.Context) *pgxpool.Pool {
+	t.Helper()
+	pool, err := persist.Open(ctx, testenv.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := persist.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }

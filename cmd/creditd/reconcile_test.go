@@ -27,14 +27,7 @@ func TestReconcileCommand(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := persist.Open(ctx, testenv.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := persist.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := migratedPool(t, ctx)
 	src := persist.NewStore(pool)
 	rdb, prefix := testenv.Redis(t)
 	store := lua.NewStore(rdb, prefix)
