@@ -62,14 +62,19 @@ func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]str
 		}
 		rateKey, rateArgs = s.rateKey(d.Tenant, r.Key), []any{r.PerSecond, r.Burst, nowMicros, r.Requests}
 	}
-	k := make([]string, 0, 3+len(keys))
-	k = append(k, s.stampsKey(d.Tenant), s.idemRecordKey(d.Tenant, d.Key), rateKey)
+	feedKey, noteArgs := "", []any{"", "", 0, "", ""}
+	if c := d.HoldNote; c != nil {
+		feedKey, noteArgs = s.changesKey(c.TenantID), []any{c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
+			s.wakeChannel(), wakeChangesMessage(c.TenantID)}
+	}
+	k := make([]string, 0, 4+len(keys))
+	k = append(k, s.stampsKey(d.Tenant), s.idemRecordKey(d.Tenant, d.Key), rateKey, feedKey)
 	k = append(k, keys...)
 	n := 0
 	if d.Checked {
 		n = len(d.Stamps)
 	}
-	a := make([]any, 0, 9+2*n+len(args))
+	a := make([]any, 0, 14+2*n+len(args))
 	a = append(a, n)
 	if n > 0 {
 		for _, f := range engine.StampFields() {
@@ -81,6 +86,7 @@ func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]str
 	}
 	a = append(a, idemHead(idemRunning, d.Tenant, d.RequestHash), idemHead(idemRerun, d.Tenant, d.RequestHash), lockMS, windowMS)
 	a = append(a, rateArgs...)
+	a = append(a, noteArgs...)
 	return k, append(a, args...), nil
 }
 
@@ -147,6 +153,9 @@ func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, 
 		return nil, fusedError(text)
 	case what == "ok" && len(parts) == 8:
 		d.Settle(engine.FusedMarked)
+		if d.HoldNote != nil && parts[6] != replyReplay {
+			d.Noted = true
+		}
 		return parts[6:8], nil
 	}
 	return nil, fmt.Errorf("lua: %s under a fused door: unexpected reply %v", sc.name, parts[:2])

@@ -8,7 +8,8 @@
 --
 -- K[1]     the tenant's stamps hash        K[2] the key's record
 -- K[3]     the rate budget's key ("" when the rate is not asked)
--- K[4..]   the body's KEYS
+-- K[4]     the tenant's change feed ("" when no hold notice is asked)
+-- K[5..]   the body's KEYS
 -- A[1]     n, the stamps checked (0: a node alone)
 -- A[2..1+n]    their fields     A[2+n..1+2n] their values as decimal text
 -- then, from b = 2+2n:
@@ -16,7 +17,11 @@
 -- A[b+1]   the rerun record (a money call's "done, replay by re-running")
 -- A[b+2]   the in-progress record's TTL ms     A[b+3] the rerun's TTL ms
 -- A[b+4..b+7] gcra.lua's ARGV[1..4] (ignored when K[3] is "")
--- A[b+8..] the body's ARGV
+-- A[b+8..b+12] hold_note.lua's ARGV[1..5] (ignored when K[4] is ""; an
+--          empty wake channel is none): after an answer that is not a
+--          replay, the hold notice engine.NotingHolds would append after
+--          the script, in the same round trip
+-- A[b+13..] the body's ARGV
 --
 -- Reply, always {"door", what, granted, remaining, retry us, reset us, ...}
 -- with gcra.lua's figures (granted -2: no rate asked):
@@ -48,8 +53,8 @@ local function door_run(K, A, body)
     if rate[1] < 1 then return {'door', 'rate', rate[1], rate[2], rate[3], rate[4]} end
   end
   local keys, argv = {}, {}
-  for i = 4, #K do keys[i - 3] = K[i] end
-  for i = b + 8, #A do argv[i - b - 7] = A[i] end
+  for i = 5, #K do keys[i - 4] = K[i] end
+  for i = b + 13, #A do argv[i - b - 12] = A[i] end
   local r = body(keys, argv)
   if type(r) == 'table' and r.err then
     if not door_retried[string.match(r.err, '^%u+') or ''] then
@@ -58,5 +63,10 @@ local function door_run(K, A, body)
     return {'door', 'err', rate[1], rate[2], rate[3], rate[4], r.err}
   end
   redis.call('SET', K[2], A[b + 1], 'PX', A[b + 3])
+  if K[4] ~= '' and r[1] ~= 'replay' then
+    local wake = A[b + 11]
+    if wake == '' then wake = nil end
+    BODY['hold_note']({K[1], K[4]}, {A[b + 8], A[b + 9], A[b + 10], wake, A[b + 12]})
+  end
   return {'door', 'ok', rate[1], rate[2], rate[3], rate[4], r[1], r[2]}
 end

@@ -148,3 +148,38 @@ func (b bundle) balance(t *testing.T, c engine.CustomerKey) int64 {
 	}
 	return a.Balance
 }
+
+// TestFusedDoorNotesHolds: a reservation under a fused door that asks for
+// the hold notice appends it to the tenant's change feed in its own script
+// (one entry, the customer's), and a replay of it appends none.
+func TestFusedDoorNotesHolds(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	if _, single := rdb.(*redis.Client); !single {
+		t.Skip("a fused door needs a single Redis")
+	}
+	b := bundle{store: NewStore(rdb, prefix), rdb: rdb, real: true}
+	ctx := context.Background()
+	c, _ := b.funded(t)
+	cmd := reserveCmd(c, 2, perUnitTerms(10), time.Hour, t0)
+	cmd.IdempotencyKey, cmd.RequestHash = "hold-key", "hash-1"
+	feed := b.store.changesKey(c.TenantID)
+	for i, want := range []int64{1, 1} {
+		d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
+			LockTTL: time.Minute, Window: time.Hour, HoldNote: &c}
+		res, err := b.store.Reserve(engine.WithFusedDoor(ctx, d), cmd)
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		if res.Replayed != (i == 1) || d.Noted != (i == 0) {
+			t.Errorf("reserve %d: replayed %v noted %v", i, res.Replayed, d.Noted)
+		}
+		if n := rdb.XLen(ctx, feed).Val(); n != want {
+			t.Errorf("after reserve %d the feed holds %d entries, want %d", i, n, want)
+		}
+	}
+	e := rdb.XRange(ctx, feed, "-", "+").Val()
+	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
+		t.Errorf("feed %v, want one hold notice of %s", e, c.CustomerID)
+	}
+}
