@@ -341,7 +341,7 @@ func ThresholdOf(c Customer, t Tenant) int64 {
 
 func contextOf(c Customer, t Tenant) MutationContext {
 	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t),
-		LimitMC: c.CreditLimitMC}
+		LimitMC: c.CreditLimitMC, Budgets: c.Budgets}
 }
 
 // enabledOf reads a boolean value {enabled}.

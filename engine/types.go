@@ -137,11 +137,14 @@ type Customer struct {
 	// CreditLimitMC is the credit line, millicredits >= 0 (0: none): under
 	// policy block the effective balance may go down to minus it
 	// (docs/rules.md "Credit line").
-	CreditLimitMC int64      `json:"credit_limit_mc"`
-	Metadata      Metadata   `json:"metadata"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	DeletedAt     *time.Time `json:"-"`
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// Budgets are the customer's spend caps per period (docs/rules.md
+	// "Budgets"); never nil once read.
+	Budgets   []Budget   `json:"budgets"`
+	Metadata  Metadata   `json:"metadata"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	DeletedAt *time.Time `json:"-"`
 }
 
 // Block is one credit block: an amount granted at once, spent down over time.
