@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -84,6 +85,7 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
+		in.noteNullBudgets(c.ctx.Request.Body())
 		cmd, err := in.toCommand()
 		if err != nil {
 			return err
@@ -207,6 +209,21 @@ type updateCustomerPayload struct {
 	// Budgets replaces the whole list ([] removes every budget).
 	Budgets  *[]budgetPayload `json:"budgets"`
 	Metadata engine.Metadata  `json:"metadata"`
+}
+
+// noteNullBudgets makes "budgets": null remove every budget, as [] does
+// (encoding/json leaves a nil pointer for both null and absent; the Go
+// client sends null for an empty list).
+func (in *updateCustomerPayload) noteNullBudgets(body []byte) {
+	if in.Budgets != nil {
+		return
+	}
+	var probe struct {
+		Budgets json.RawMessage `json:"budgets"`
+	}
+	if json.Unmarshal(body, &probe) == nil && string(probe.Budgets) == "null" {
+		in.Budgets = &[]budgetPayload{}
+	}
 }
 
 // toCommand checks the body, naming the first wrong field, and returns the
