@@ -273,6 +273,11 @@ type AccountState struct {
 	Reservations []MutationReservation
 	// Gauges are the customer's gauge counters by metric key.
 	Gauges map[string]int64
+	// Budgets are the counters of the customer's budgets by field
+	// (Budget.Field), one per budget, for the period holding the instant
+	// they were read: the consumption since its counting start, summed
+	// from the ledger (persist fillBudgets; docs/rules.md "Budgets").
+	Budgets map[string]BudgetCounter
 	// Leases are the customer's active gauge leases (their slots are in
 	// Gauges), those past their expires included: a load restores them
 	// and the first read lapses them.

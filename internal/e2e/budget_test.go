@@ -230,14 +230,18 @@ func TestBudgetSurvivesRebuild(t *testing.T) {
 	a := s.as(t, tn.Live)
 	m := a.perUnit(100)
 	other := a.perUnit(10)
-	id := a.budgetCustomer("allow", 500, []map[string]any{
+	id := a.budgetCustomer("allow", 600, []map[string]any{
 		{"period": "day", "limit_mc": 1000},
 		{"period": "month", "time_zone": "Asia/Kolkata", "limit_mc": 300, "billable_metric_key": other},
 	})
-	// 800 spent today, 300 of it past the balance (overage counts too).
-	wantStatus(t, a.consumeUnits(id, m, 5), 200, "500")
-	wantStatus(t, a.consumeUnits(id, other, 30), 200, "300 of other")
+	// A hold of 100 (not counted), then 800 spent today, 300 of it past the
+	// balance (overage counts too).
 	h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 1})
+	wantStatus(t, a.consumeUnits(id, m, 5), 200, "500")
+	r := a.consumeUnits(id, other, 30)
+	if checkStatus(t, r, 200, "300 of other") && Int(t, r.Body["overage_mc"]) != 300 {
+		t.Errorf("consume of other: %s, want overage 300", r.Raw)
+	}
 	s.Drain()
 
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
