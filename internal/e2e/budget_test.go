@@ -152,6 +152,38 @@ func TestBudget(t *testing.T) {
 		}
 	})
 
+	t.Run("usage events and multi-metric consumes respect budgets", func(t *testing.T) {
+		// Per-metric daily 300 on other (10 a unit), every-metric daily 1000.
+		id := a.budgetCustomer("block", 10_000, []map[string]any{
+			{"period": "day", "limit_mc": 300, "billable_metric_key": other},
+			{"period": "day", "limit_mc": 1000},
+		})
+		// 200 of other and 300 of m: both budgets allow it.
+		wantStatus(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": id, "items": items(other, 20, m, 3)}), 200, "multi 500")
+		// Another 200 of other would take its budget to 400: all or nothing.
+		r := a.post("/v1/entitlements/consume", map[string]any{"customer_id": id, "items": items(m, 1, other, 20)})
+		budgetProblem(t, r, "day", other, 300, 200, "multi past other's cap")
+		events := []any{
+			map[string]any{"event_id": uniq("ev"), "customer_id": id, "billable_metric_key": m, "units": 4},
+			map[string]any{"event_id": uniq("ev"), "customer_id": id, "billable_metric_key": m, "units": 2},
+			map[string]any{"event_id": uniq("ev"), "customer_id": id, "billable_metric_key": other, "units": 10},
+		}
+		u := a.post("/v1/usage", map[string]any{"events": events})
+		if !checkStatus(t, u, 200, "usage") {
+			return
+		}
+		res := arr(t, u.Body["results"], "results")
+		want := []string{"charged", "refused", "charged"} // 900, then 1100 > 1000, then 1000
+		for i, w := range want {
+			if got := obj(t, res[i], "result"); got["status"] != w {
+				t.Errorf("usage event %d: %v, want %s", i, got, w)
+			}
+		}
+		// The first budget of the list that refuses is named: other's is full too.
+		budgetProblem(t, a.consumeUnits(id, other, 1), "day", other, 300, 300, "other after the usage events")
+		budgetProblem(t, a.consumeUnits(id, m, 1), "day", nil, 1000, 1000, "m after the usage events")
+	})
+
 	t.Run("a raised limit keeps the count; removing the budgets lifts the cap", func(t *testing.T) {
 		r := a.patch("/v1/customers/"+id, map[string]any{"budgets": []any{map[string]any{"period": "day", "limit_mc": 1500}}})
 		if !checkStatus(t, r, 200, "raise the limit") {
