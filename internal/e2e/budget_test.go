@@ -110,6 +110,13 @@ func TestBudget(t *testing.T) {
 	})
 	t.Run("a consume past the cap is refused", func(t *testing.T) {
 		wantStatus(t, a.consumeUnits(id, m, 7), 200, "700 of 1000")
+		// A dry run answers the refusal and the event it would fire, and
+		// changes nothing: the real refusal still fires it.
+		dry := a.do("POST", "/v1/entitlements/consume", "", map[string]any{"customer_id": id, "billable_metric_key": m, "units": 4, "dry_run": true})
+		budgetProblem(t, dry, "day", nil, 1000, 700, "dry run of 1100 of 1000")
+		if evs, _ := dry.Body["events"].([]any); dry.Body["dry_run"] != true || len(evs) != 1 || evs[0] != "credit.budget_reached" {
+			t.Errorf("dry run refusal: %s, want dry_run and events [credit.budget_reached]", dry.Raw)
+		}
 		budgetProblem(t, a.consumeUnits(id, m, 4), "day", nil, 1000, 700, "1100 of 1000")
 		// The refusal changed nothing: 300 still fit.
 		if c := a.credits(id); Int(t, c["balance"]) != 9300 {
