@@ -111,9 +111,12 @@ type Account struct {
 	// credit - debt_mc, so either balance may be negative). The next grant pays it off first.
 	DebtMC int64 `json:"debt_mc"`
 	// The customer's credit line (Customer.credit_limit_mc).
-	CreditLimitMC int64     `json:"credit_limit_mc"`
-	Version       int64     `json:"version"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// The customer's budgets with their spend in the current period (docs/rules.md "Budgets"); absent
+	// when it has none, and from an answer as_of a past instant.
+	Budgets   []BudgetStatus `json:"budgets,omitempty"`
+	Version   int64          `json:"version"`
+	UpdatedAt time.Time      `json:"updated_at"`
 	// Present only in an answer to `?as_of=`: the instant the balances are of.
 	AsOf *time.Time `json:"as_of,omitempty"`
 	// Empty unless include_blocks=true.
@@ -1458,4 +1461,28 @@ type Budget struct {
 	// When the budget (its metric, period and time zone) was set: it counts spend from the later of
 	// this and the period's start. Changing only limit_mc keeps it.
 	Since time.Time `json:"since"`
+}
+
+// BudgetStatus is the BudgetStatus schema of the creditd API. A budget with its spend in the
+// current period.
+type BudgetStatus struct {
+	// The metric the budget counts; null or absent: every metric. One budget per metric (or none) and
+	// period.
+	BillableMetricKey *string `json:"billable_metric_key"`
+	// A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+	// calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone string `json:"time_zone"`
+	// The cap in millicredits (0 refuses every charge with a cost).
+	LimitMC int64 `json:"limit_mc"`
+	// When the budget (its metric, period and time zone) was set: it counts spend from the later of
+	// this and the period's start. Changing only limit_mc keeps it.
+	Since time.Time `json:"since"`
+	// The spend counted in the current period (from the later of period_start and since).
+	SpentMC int64 `json:"spent_mc"`
+	// When the current period started (UTC).
+	PeriodStart time.Time `json:"period_start"`
+	// When the current period ends and the count starts again (UTC).
+	ResetsAt time.Time `json:"resets_at"`
 }

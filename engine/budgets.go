@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -230,6 +231,31 @@ type BudgetStatus struct {
 	SpentMC     int64     `json:"spent_mc"`
 	PeriodStart time.Time `json:"period_start"`
 	ResetsAt    time.Time `json:"resets_at"`
+}
+
+// BudgetCounterReader reads the values of budget counter fields of a
+// customer's account hash (lua.Store): "" where a field is missing;
+// ErrStateMissing when the store holds no state for the customer.
+type BudgetCounterReader interface {
+	BudgetCounters(ctx context.Context, c CustomerKey, fields []string) ([]string, error)
+}
+
+// budgetStatuses is each of bs at now, its spend read through r.
+func budgetStatuses(ctx context.Context, r BudgetCounterReader, c CustomerKey, bs []Budget, now time.Time) ([]BudgetStatus, error) {
+	fields := make([]string, len(bs))
+	for i, b := range bs {
+		fields[i] = b.Field()
+	}
+	vals, err := r.BudgetCounters(ctx, c, fields)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BudgetStatus, len(bs))
+	for i, b := range bs {
+		cnt, ok := ParseBudgetCounter(vals[i])
+		out[i] = BudgetStatusOf(b, cnt, ok, now)
+	}
+	return out, nil
 }
 
 // BudgetStatusOf is b at now given its stored counter (ok false: none).

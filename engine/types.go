@@ -178,6 +178,10 @@ type Account struct {
 	DebtMC int64 `json:"debt_mc"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
 	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// Budgets are the customer's budgets with their spend in the current
+	// period (docs/rules.md "Budgets"); absent when it has none, and from
+	// an answer as_of a past instant.
+	Budgets []BudgetStatus `json:"budgets,omitempty"`
 	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
 	// Credits.AccountAsOf); nil for the current account.
 	AsOf      *time.Time `json:"as_of,omitempty"`

@@ -243,8 +243,13 @@ func TestBudgetRace(t *testing.T) {
 	if ok.Load() != 15 || refused.Load() != racers-15 {
 		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok.Load(), refused.Load(), racers-15)
 	}
-	if c := a.credits(id); Int(t, c["balance"]) != 100_000-1500 {
+	c := a.credits(id)
+	if Int(t, c["balance"]) != 100_000-1500 {
 		t.Errorf("balance after the race %v, want %d", c["balance"], 100_000-1500)
+	}
+	// The credits answer shows the budget's spend in the period.
+	if bs := arr(t, c["budgets"], "budgets"); len(bs) != 1 || Int(t, obj(t, bs[0], "budget")["spent_mc"]) != 1500 {
+		t.Errorf("credits budgets %v, want one with spent_mc 1500", c["budgets"])
 	}
 	if ev := a.budgetEvents(id, 2); len(ev) != 1 {
 		t.Errorf("credit.budget_reached events %d, want exactly 1", len(ev))
@@ -287,6 +292,14 @@ func TestBudgetSurvivesRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	spent := map[string]int64{}
+	for _, b := range arr(t, a.credits(id)["budgets"], "budgets") {
+		bo := obj(t, b, "budget")
+		spent[fmt.Sprint(bo["period"])] = Int(t, bo["spent_mc"])
+	}
+	if spent["day"] != 800 || spent["month"] != 300 {
+		t.Errorf("rebuilt spend %v, want day 800 and month 300", spent)
+	}
 	if rep := reconcileOf(t, s, false); rep.Found != 0 {
 		t.Errorf("reconcile after the rebuild: %+v", rep.First)
 	}

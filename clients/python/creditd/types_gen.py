@@ -22,6 +22,7 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "BudgetInput",
+    "BudgetStatus",
     "CancelSubscriptionInput",
     "CheckResult",
     "CommitInput",
@@ -290,6 +291,9 @@ class Account(TypedDict):
     debt_mc: int
     # The customer's credit line (Customer.credit_limit_mc).
     credit_limit_mc: int
+    # The customer's budgets with their spend in the current period (docs/rules.md "Budgets");
+    # absent when it has none, and from an answer as_of a past instant.
+    budgets: NotRequired[list["BudgetStatus"]]
     version: int
     updated_at: str
     # Present only in an answer to `?as_of=`: the instant the balances are of.
@@ -2347,3 +2351,28 @@ class CreditBudgetReachedEvent(TypedDict):
     # (subscription events, test.ping).
     version: Optional[int]
     data: "CreditBudgetReachedData"
+
+
+class BudgetStatus(TypedDict):
+    """BudgetStatus is the BudgetStatus schema of the creditd API. A budget with its spend in
+    the current period.
+    """
+    # The metric the budget counts; null or absent: every metric. One budget per metric (or none)
+    # and period.
+    billable_metric_key: Optional[str]
+    # A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+    # calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: str
+    # The cap in millicredits (0 refuses every charge with a cost).
+    limit_mc: int
+    # When the budget (its metric, period and time zone) was set: it counts spend from the later
+    # of this and the period's start. Changing only limit_mc keeps it.
+    since: str
+    # The spend counted in the current period (from the later of period_start and since).
+    spent_mc: int
+    # When the current period started (UTC).
+    period_start: str
+    # When the current period ends and the count starts again (UTC).
+    resets_at: str

@@ -1989,6 +1989,8 @@ export interface components {
              * @description The customer's credit line (Customer.credit_limit_mc).
              */
             credit_limit_mc: number;
+            /** @description The customer's budgets with their spend in the current period (docs/rules.md "Budgets"); absent when it has none, and from an answer as_of a past instant. */
+            budgets?: components["schemas"]["BudgetStatus"][];
             /** Format: int64 */
             version: number;
             /** Format: date-time */
@@ -3942,6 +3944,46 @@ export interface components {
             event_type?: "credit.budget_reached";
             data?: components["schemas"]["CreditBudgetReachedData"];
         };
+        /** @description A budget with its spend in the current period. */
+        BudgetStatus: {
+            /** @description The metric the budget counts; null or absent: every metric. One budget per metric (or none) and period. */
+            billable_metric_key: string | null;
+            /**
+             * @description A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone: string;
+            /**
+             * Format: int64
+             * @description The cap in millicredits (0 refuses every charge with a cost).
+             */
+            limit_mc: number;
+            /**
+             * Format: date-time
+             * @description When the budget (its metric, period and time zone) was set: it counts spend from the later of this and the period's start. Changing only limit_mc keeps it.
+             */
+            since: string;
+            /**
+             * Format: int64
+             * @description The spend counted in the current period (from the later of period_start and since).
+             */
+            spent_mc: number;
+            /**
+             * Format: date-time
+             * @description When the current period started (UTC).
+             */
+            period_start: string;
+            /**
+             * Format: date-time
+             * @description When the current period ends and the count starts again (UTC).
+             */
+            resets_at: string;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -4795,6 +4837,18 @@ export interface operations {
                      *       "lifetime_earned": 151000,
                      *       "debt_mc": 0,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z",
+                     *           "spent_mc": 1250000,
+                     *           "period_start": "2026-11-01T00:00:00Z",
+                     *           "resets_at": "2026-12-01T00:00:00Z"
+                     *         }
+                     *       ],
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": [
