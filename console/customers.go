@@ -114,6 +114,7 @@ type customerView struct {
 // budgetRow is one budget on the customer page.
 type budgetRow struct {
 	engine.Budget
+	SpentMC  int64
 	ResetsAt time.Time
 }
 
@@ -182,9 +183,16 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
 	}
+	// The credits read brought each budget's spend (engine.Account.Budgets).
 	for _, b := range cu.Budgets {
 		_, end := b.Window(now)
-		v.Budgets = append(v.Budgets, budgetRow{Budget: b, ResetsAt: end})
+		row := budgetRow{Budget: b, ResetsAt: end}
+		for _, st := range acct.Budgets {
+			if st.Field() == b.Field() {
+				row.SpentMC = st.SpentMC
+			}
+		}
+		v.Budgets = append(v.Budgets, row)
 	}
 	if c.cfg.Entitlements != nil {
 		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
