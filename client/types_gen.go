@@ -389,8 +389,12 @@ type CheckResult struct {
 	// Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy
 	// `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <=
 	// available_mc under `block`.
-	AvailableMC   *int64 `json:"available_mc,omitempty"`
-	EstimatedCost *int64 `json:"estimated_cost,omitempty"`
+	AvailableMC *int64 `json:"available_mc,omitempty"`
+	// Metered, for a customer with budgets that count the metric: the least they still allow in their
+	// current periods (limit_mc - spent, at least 0). allowed is false when the cost is above it,
+	// whatever the balance and the policy (docs/rules.md "Budgets").
+	BudgetRemainingMC *int64 `json:"budget_remaining_mc,omitempty"`
+	EstimatedCost     *int64 `json:"estimated_cost,omitempty"`
 	// effective_balance - estimated_cost; negative when the cost exceeds what the customer can pay.
 	BalanceAfter       *int64         `json:"balance_after,omitempty"`
 	Enabled            *bool          `json:"enabled,omitempty"`

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,6 +126,17 @@ func TestBudget(t *testing.T) {
 		// A per-metric budget counts only its metric; the daily one counts all.
 		wantStatus(t, a.consumeUnits(id, other, 20), 200, "200 of metric other")
 		budgetProblem(t, a.consumeUnits(id, m, 2), "day", nil, 1000, 900, "900 + 200")
+		// A check knows the budget: 100 left, so 1 unit is allowed, 2 are not,
+		// whatever the balance (10,000) and the policy (allow).
+		for _, c := range []struct {
+			units   int
+			allowed bool
+		}{{1, true}, {2, false}} {
+			chk := a.get(fmt.Sprintf("/v1/customers/%s/entitlements/%s?units=%d", id, url.PathEscape(m), c.units))
+			if checkStatus(t, chk, 200, "check") && (chk.Body["allowed"] != c.allowed || Int(t, chk.Body["budget_remaining_mc"]) != 100) {
+				t.Errorf("check of %d units: %s, want allowed %v and budget_remaining_mc 100", c.units, chk.Raw, c.allowed)
+			}
+		}
 		wantStatus(t, a.consumeUnits(id, m, 1), 200, "to the cap")
 		budgetProblem(t, a.consumeUnits(id, other, 1), "day", nil, 1000, 1000, "past the cap")
 		ev := a.budgetEvents(id, 1)

@@ -635,6 +635,10 @@ class CheckResult(TypedDict):
     # policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is
     # estimated_cost <= available_mc under `block`.
     available_mc: NotRequired[int]
+    # Metered, for a customer with budgets that count the metric: the least they still allow in
+    # their current periods (limit_mc - spent, at least 0). allowed is false when the cost is
+    # above it, whatever the balance and the policy (docs/rules.md "Budgets").
+    budget_remaining_mc: NotRequired[int]
     estimated_cost: NotRequired[int]
     # effective_balance - estimated_cost; negative when the cost exceeds what the customer can
     # pay.

@@ -2372,6 +2372,11 @@ export interface components {
              * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
              */
             available_mc?: number;
+            /**
+             * Format: int64
+             * @description Metered, for a customer with budgets that count the metric: the least they still allow in their current periods (limit_mc - spent, at least 0). allowed is false when the cost is above it, whatever the balance and the policy (docs/rules.md "Budgets").
+             */
+            budget_remaining_mc?: number;
             /** Format: int64 */
             estimated_cost?: number;
             /**
