@@ -164,6 +164,9 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 		// one before keeps its Since, so its counter carries on.
 		c.Budgets = mergeBudgets(c.Budgets, *in.Budgets, now)
 	}
+	if c.Budgets == nil {
+		c.Budgets = []Budget{} // the answer's budgets is an array
+	}
 	if c.Metadata == nil {
 		c.Metadata = Metadata{}
 	}
