@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/testenv"
 )
 
@@ -320,4 +322,27 @@ func TestBudgetSurvivesRebuild(t *testing.T) {
 	wantStatus(t, a.post("/v1/reservations/"+h["id"].(string)+"/commit", map[string]any{"actual_units": 1}), 200, "commit 100")
 	wantStatus(t, a.consumeUnits(id, m, 1), 200, "to the cap after the rebuild")
 	budgetProblem(t, a.consumeUnits(id, m, 1), "day", nil, 1000, 1000, "at the cap")
+
+	// A counter that disagrees with the ledger is a difference reconcile
+	// finds, and its fix restores the ledger's count.
+	s.Drain()
+	ctx := context.Background()
+	key := accountKeyOf(s, id)
+	good, err := rdb.HGet(ctx, key, "u:d:").Result()
+	if err != nil {
+		t.Fatalf("the daily counter: %v", err)
+	}
+	c, _ := engine.ParseBudgetCounter(good)
+	c.SpentMC = 10
+	if err := rdb.HSet(ctx, key, "u:d:", c.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := reconcileOf(t, s, true)
+	if rep.Found != 1 || len(rep.First) != 1 || !slices.Contains(rep.First[0].Kinds, engine.DivergenceBudgets) {
+		t.Fatalf("reconcile of a tampered counter: %+v, want one budgets difference", rep)
+	}
+	if after, _ := rdb.HGet(ctx, key, "u:d:").Result(); after != good {
+		t.Errorf("counter after the fix %q, want %q", after, good)
+	}
+	budgetProblem(t, a.consumeUnits(id, m, 1), "day", nil, 1000, 1000, "at the cap after the fix")
 }
