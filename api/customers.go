@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -84,6 +85,7 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
 			return err
 		}
+		in.noteNullBudgets(c.ctx.Request.Body())
 		cmd, err := in.toCommand()
 		if err != nil {
 			return err
@@ -113,12 +115,48 @@ func (s *Server) deleteCustomer(ref refFunc) endpoint {
 
 // createCustomerPayload is the body of POST /v1/customers.
 type createCustomerPayload struct {
-	ExternalID            *string         `json:"external_id"`
-	DisplayName           *string         `json:"display_name"`
-	OveragePolicy         *string         `json:"overage_policy"`
-	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
-	CreditLimitMC         *int64          `json:"credit_limit_mc"`
-	Metadata              engine.Metadata `json:"metadata"`
+	ExternalID            *string          `json:"external_id"`
+	DisplayName           *string          `json:"display_name"`
+	OveragePolicy         *string          `json:"overage_policy"`
+	LowBalanceThresholdMC *int64           `json:"low_balance_threshold_mc"`
+	CreditLimitMC         *int64           `json:"credit_limit_mc"`
+	Budgets               *[]budgetPayload `json:"budgets"`
+	Metadata              engine.Metadata  `json:"metadata"`
+}
+
+// budgetPayload is one member of a customer's budgets (docs/rules.md
+// "Budgets").
+type budgetPayload struct {
+	BillableMetricKey *string `json:"billable_metric_key"`
+	Period            *string `json:"period"`
+	TimeZone          *string `json:"time_zone"`
+	LimitMC           *int64  `json:"limit_mc"`
+}
+
+// checkBudgets is the checked budget list of in (nil: absent), its
+// errors naming "budgets[i].<member>".
+func checkBudgets(in *[]budgetPayload) (*[]engine.Budget, error) {
+	if in == nil {
+		return nil, nil
+	}
+	out := make([]engine.Budget, len(*in))
+	for i, p := range *in {
+		if p.Period == nil {
+			return nil, engine.Invalid(fmt.Sprintf("budgets[%d].period", i), `period is required: "day" or "month"`)
+		}
+		if p.LimitMC == nil {
+			return nil, engine.Invalid(fmt.Sprintf("budgets[%d].limit_mc", i), "limit_mc is required")
+		}
+		b := engine.Budget{BillableMetricKey: p.BillableMetricKey, Period: engine.BudgetPeriod(*p.Period), LimitMC: *p.LimitMC}
+		if p.TimeZone != nil {
+			b.TimeZone = *p.TimeZone
+		}
+		out[i] = b
+	}
+	if err := engine.CheckBudgets("budgets", out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // toCommand checks the body, naming the first wrong field, and returns the
@@ -141,7 +179,14 @@ func (in *createCustomerPayload) toCommand() (engine.CreateCustomer, error) {
 	if err != nil {
 		return engine.CreateCustomer{}, err
 	}
+	budgets, err := checkBudgets(in.Budgets)
+	if err != nil {
+		return engine.CreateCustomer{}, err
+	}
 	cmd := engine.CreateCustomer{ExternalID: *in.ExternalID, LowBalanceThresholdMC: f.threshold, Metadata: meta}
+	if budgets != nil {
+		cmd.Budgets = *budgets
+	}
 	if f.limit != nil {
 		cmd.CreditLimitMC = *f.limit
 	}
@@ -157,11 +202,28 @@ func (in *createCustomerPayload) toCommand() (engine.CreateCustomer, error) {
 // updateCustomerPayload is the body of PATCH /v1/customers/{id}; an absent
 // member keeps its value.
 type updateCustomerPayload struct {
-	DisplayName           *string         `json:"display_name"`
-	OveragePolicy         *string         `json:"overage_policy"`
-	LowBalanceThresholdMC *int64          `json:"low_balance_threshold_mc"`
-	CreditLimitMC         *int64          `json:"credit_limit_mc"`
-	Metadata              engine.Metadata `json:"metadata"`
+	DisplayName           *string `json:"display_name"`
+	OveragePolicy         *string `json:"overage_policy"`
+	LowBalanceThresholdMC *int64  `json:"low_balance_threshold_mc"`
+	CreditLimitMC         *int64  `json:"credit_limit_mc"`
+	// Budgets replaces the whole list ([] removes every budget).
+	Budgets  *[]budgetPayload `json:"budgets"`
+	Metadata engine.Metadata  `json:"metadata"`
+}
+
+// noteNullBudgets makes "budgets": null remove every budget, as [] does
+// (encoding/json leaves a nil pointer for both null and absent; the Go
+// client sends null for an empty list).
+func (in *updateCustomerPayload) noteNullBudgets(body []byte) {
+	if in.Budgets != nil {
+		return
+	}
+	var probe struct {
+		Budgets json.RawMessage `json:"budgets"`
+	}
+	if json.Unmarshal(body, &probe) == nil && string(probe.Budgets) == "null" {
+		in.Budgets = &[]budgetPayload{}
+	}
 }
 
 // toCommand checks the body, naming the first wrong field, and returns the
@@ -175,8 +237,12 @@ func (in *updateCustomerPayload) toCommand() (engine.UpdateCustomer, error) {
 	if err != nil {
 		return engine.UpdateCustomer{}, err
 	}
+	budgets, err := checkBudgets(in.Budgets)
+	if err != nil {
+		return engine.UpdateCustomer{}, err
+	}
 	return engine.UpdateCustomer{DisplayName: f.displayName, OveragePolicy: f.policy, LowBalanceThresholdMC: f.threshold,
-		CreditLimitMC: f.limit, Metadata: meta}, nil
+		CreditLimitMC: f.limit, Budgets: budgets, Metadata: meta}, nil
 }
 
 // customerFields are the checked members create and update share.

@@ -50,7 +50,7 @@ func statusOf(k engine.Kind) int {
 		return http.StatusUnauthorized
 	case engine.KindNotFound:
 		return http.StatusNotFound
-	case engine.KindConflict, engine.KindInsufficientCredits, engine.KindReservationExpired:
+	case engine.KindConflict, engine.KindInsufficientCredits, engine.KindReservationExpired, engine.KindBudgetExceeded:
 		return http.StatusConflict
 	case engine.KindValidation:
 		return http.StatusUnprocessableEntity
@@ -77,6 +77,8 @@ func titleOf(k engine.Kind) string {
 		return "Insufficient Credits"
 	case engine.KindReservationExpired:
 		return "Reservation Expired"
+	case engine.KindBudgetExceeded:
+		return "Budget Exceeded"
 	case engine.KindValidation:
 		return "Validation Error"
 	case engine.KindRateLimited:

@@ -27,6 +27,8 @@ type Customer struct {
 	// `block` the effective balance may go down to minus it; the negative part is debt that the next
 	// grant pays off first (docs/rules.md "Credit line").
 	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// The customer's budgets (at most 10), in the order set.
+	Budgets []Budget `json:"budgets"`
 	// Free-form key-value object.
 	Metadata  map[string]any `json:"metadata"`
 	CreatedAt time.Time      `json:"created_at"`
@@ -50,6 +52,8 @@ type CreateCustomerInput struct {
 	// `block` the effective balance may go down to minus it; the negative part is debt that the next
 	// grant pays off first (docs/rules.md "Credit line"). Default 0.
 	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
+	// Budgets to start with (at most 10); absent: none.
+	Budgets []BudgetInput `json:"budgets,omitempty"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -67,6 +71,10 @@ type UpdateCustomerInput struct {
 	// grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes the line (a
 	// debt already owed stays until a grant pays it).
 	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
+	// Replaces the whole list (at most 10); [] or null removes every budget. A budget of the same
+	// metric, period and time zone as one before keeps counting (its since is kept); any other starts
+	// at zero.
+	Budgets Nullable[[]BudgetInput] `json:"budgets,omitzero"`
 	// Merged key by key; a key cannot be removed.
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
@@ -103,9 +111,12 @@ type Account struct {
 	// credit - debt_mc, so either balance may be negative). The next grant pays it off first.
 	DebtMC int64 `json:"debt_mc"`
 	// The customer's credit line (Customer.credit_limit_mc).
-	CreditLimitMC int64     `json:"credit_limit_mc"`
-	Version       int64     `json:"version"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// The customer's budgets with their spend in the current period (docs/rules.md "Budgets"); absent
+	// when it has none, and from an answer as_of a past instant.
+	Budgets   []BudgetStatus `json:"budgets,omitempty"`
+	Version   int64          `json:"version"`
+	UpdatedAt time.Time      `json:"updated_at"`
 	// Present only in an answer to `?as_of=`: the instant the balances are of.
 	AsOf *time.Time `json:"as_of,omitempty"`
 	// Empty unless include_blocks=true.
@@ -378,8 +389,12 @@ type CheckResult struct {
 	// Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy
 	// `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <=
 	// available_mc under `block`.
-	AvailableMC   *int64 `json:"available_mc,omitempty"`
-	EstimatedCost *int64 `json:"estimated_cost,omitempty"`
+	AvailableMC *int64 `json:"available_mc,omitempty"`
+	// Metered, for a customer with budgets that count the metric: the least they still allow in their
+	// current periods (limit_mc - spent, at least 0). allowed is false when the cost is above it,
+	// whatever the balance and the policy (docs/rules.md "Budgets").
+	BudgetRemainingMC *int64 `json:"budget_remaining_mc,omitempty"`
+	EstimatedCost     *int64 `json:"estimated_cost,omitempty"`
 	// effective_balance - estimated_cost; negative when the cost exceeds what the customer can pay.
 	BalanceAfter       *int64         `json:"balance_after,omitempty"`
 	Enabled            *bool          `json:"enabled,omitempty"`
@@ -729,7 +744,7 @@ type WebhookEvent struct {
 	// One of: live, sandbox.
 	Environment string `json:"environment"`
 	// credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired,
-	// test.ping, ...
+	// credit.budget_reached, test.ping, ...
 	EventType string `json:"event_type"`
 	// The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
 	// assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump knows
@@ -1407,4 +1422,71 @@ type ExtendResult struct {
 	// took from the hold; 0 once committed, released or expired.
 	RemainingCost int64       `json:"remaining_cost"`
 	Account       HoldAccount `json:"account"`
+}
+
+// BudgetInput is the BudgetInput schema of the creditd API. A spend cap: at most limit_mc
+// millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the credit
+// line or overage) per calendar day or month of time_zone, for one billable metric or (null) every
+// metric. A consume, reservation or extend whose cost would take the period's spend past the limit
+// is refused with 409 budget-exceeded whatever the balance and the overage policy; a commit is
+// never refused by a budget and counts its actual cost. credit.budget_reached fires once per
+// period (docs/rules.md "Budgets").
+type BudgetInput struct {
+	// The metric the budget counts; null or absent: every metric. One budget per metric (or none) and
+	// period.
+	BillableMetricKey Nullable[string] `json:"billable_metric_key,omitzero"`
+	// A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+	// calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone *string `json:"time_zone,omitempty"`
+	// The cap in millicredits (0 refuses every charge with a cost).
+	LimitMC int64 `json:"limit_mc"`
+}
+
+// Budget is the Budget schema of the creditd API. A spend cap: at most limit_mc millicredits of
+// consumption (what consumes and commits cost, whoever pays: blocks, the credit line or overage)
+// per calendar day or month of time_zone, for one billable metric or (null) every metric. A
+// consume, reservation or extend whose cost would take the period's spend past the limit is
+// refused with 409 budget-exceeded whatever the balance and the overage policy; a commit is never
+// refused by a budget and counts its actual cost. credit.budget_reached fires once per period
+// (docs/rules.md "Budgets").
+type Budget struct {
+	// The metric the budget counts; null or absent: every metric. One budget per metric (or none) and
+	// period.
+	BillableMetricKey *string `json:"billable_metric_key"`
+	// A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+	// calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone string `json:"time_zone"`
+	// The cap in millicredits (0 refuses every charge with a cost).
+	LimitMC int64 `json:"limit_mc"`
+	// When the budget (its metric, period and time zone) was set: it counts spend from the later of
+	// this and the period's start. Changing only limit_mc keeps it.
+	Since time.Time `json:"since"`
+}
+
+// BudgetStatus is the BudgetStatus schema of the creditd API. A budget with its spend in the
+// current period.
+type BudgetStatus struct {
+	// The metric the budget counts; null or absent: every metric. One budget per metric (or none) and
+	// period.
+	BillableMetricKey *string `json:"billable_metric_key"`
+	// A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+	// calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone string `json:"time_zone"`
+	// The cap in millicredits (0 refuses every charge with a cost).
+	LimitMC int64 `json:"limit_mc"`
+	// When the budget (its metric, period and time zone) was set: it counts spend from the later of
+	// this and the period's start. Changing only limit_mc keeps it.
+	Since time.Time `json:"since"`
+	// The spend counted in the current period (from the later of period_start and since).
+	SpentMC int64 `json:"spent_mc"`
+	// When the current period started (UTC).
+	PeriodStart time.Time `json:"period_start"`
+	// When the current period ends and the count starts again (UTC).
+	ResetsAt time.Time `json:"resets_at"`
 }

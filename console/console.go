@@ -177,6 +177,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+scoped+"/customers/{customer}", c.inScope(c.customerPage))
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/grant", c.inScope(c.grant))
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/credit-line", c.inScope(c.creditLine))
+	m.HandleFunc("POST "+scoped+"/customers/{customer}/budgets", c.inScope(c.setBudget))
+	m.HandleFunc("POST "+scoped+"/customers/{customer}/budgets/remove", c.inScope(c.removeBudget))
 	m.HandleFunc("GET "+scoped+"/webhook", c.inScope(c.webhookPage))
 	m.HandleFunc("POST "+scoped+"/webhook/test", c.inScope(c.testPing))
 	m.HandleFunc("POST "+scoped+"/webhook/events/{event}/redeliver", c.inScope(c.redeliver))

@@ -106,6 +106,16 @@ type customerView struct {
 	GrantKey   string
 	EntryTypes []engine.EntryType
 	Sources    []engine.Source
+	// Budgets are the customer's budgets with when their current period
+	// ends.
+	Budgets []budgetRow
+}
+
+// budgetRow is one budget on the customer page.
+type budgetRow struct {
+	engine.Budget
+	SpentMC  int64
+	ResetsAt time.Time
 }
 
 var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, engine.EntryConsumption,
@@ -173,6 +183,17 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
 	}
+	// The credits read brought each budget's spend (engine.Account.Budgets).
+	for _, b := range cu.Budgets {
+		_, end := b.Window(now)
+		row := budgetRow{Budget: b, ResetsAt: end}
+		for _, st := range acct.Budgets {
+			if st.Field() == b.Field() {
+				row.SpentMC = st.SpentMC
+			}
+		}
+		v.Budgets = append(v.Budgets, row)
+	}
 	if c.cfg.Entitlements != nil {
 		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
 		if err != nil {
@@ -226,6 +247,77 @@ func (c *Console) creditLine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.back(w, r, to, flash{Message: "Credit line set to " + formatCredits(limit) + " credits."})
+}
+
+// setBudget adds the budget of the console's form to the customer, or
+// replaces the one of the same metric and period, as a PATCH of
+// /v1/customers/{id} with the whole list would; a double submit sets the
+// same budget twice, which changes nothing more.
+func (c *Console) setBudget(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	to := scopeBase(p) + "/customers/" + url.PathEscape(r.PathValue("customer"))
+	v := strings.TrimSpace(r.PostFormValue("limit"))
+	limit, ok := parseCredits(v)
+	if !ok && strings.Trim(v, "0.") == "" && strings.HasPrefix(v, "0") && strings.Count(v, ".") <= 1 {
+		limit, ok = 0, true // parseCredits takes positive amounts only
+	}
+	if !ok || limit > engine.MaxBudgetLimitMC {
+		c.back(w, r, to, flash{Message: "budget: a limit in credits from 0 with at most three decimals is required", Error: true})
+		return
+	}
+	b := engine.Budget{Period: engine.BudgetPeriod(r.PostFormValue("period")),
+		TimeZone: strings.TrimSpace(r.PostFormValue("time_zone")), LimitMC: limit}
+	if m := strings.TrimSpace(r.PostFormValue("metric")); m != "" {
+		b.BillableMetricKey = &m
+	}
+	c.editBudgets(w, r, to, func(list []engine.Budget) []engine.Budget {
+		out := make([]engine.Budget, 0, len(list)+1)
+		for _, o := range list {
+			if o.Metric() != b.Metric() || o.Period != b.Period {
+				out = append(out, o)
+			}
+		}
+		return append(out, b)
+	}, "Budget set.")
+}
+
+// removeBudget removes the customer's budget of the form's metric and
+// period (nothing when it has none).
+func (c *Console) removeBudget(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	to := scopeBase(p) + "/customers/" + url.PathEscape(r.PathValue("customer"))
+	metric, period := r.PostFormValue("metric"), engine.BudgetPeriod(r.PostFormValue("period"))
+	c.editBudgets(w, r, to, func(list []engine.Budget) []engine.Budget {
+		out := make([]engine.Budget, 0, len(list))
+		for _, o := range list {
+			if o.Metric() != metric || o.Period != period {
+				out = append(out, o)
+			}
+		}
+		return out
+	}, "Budget removed.")
+}
+
+// editBudgets writes edit of the customer's budget list, checked as the
+// API checks it, and goes back to to with done or the error.
+func (c *Console) editBudgets(w http.ResponseWriter, r *http.Request, to string, edit func([]engine.Budget) []engine.Budget, done string) {
+	p := principalOf(r)
+	ref := engine.CustomerRef{Value: r.PathValue("customer")}
+	cu, err := c.cfg.Customers.Get(r.Context(), p.scope, ref)
+	if err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	list := edit(cu.Budgets)
+	if err := engine.CheckBudgets("budget", list); err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	if _, err := c.cfg.Customers.Update(r.Context(), p.scope, ref, engine.UpdateCustomer{Budgets: &list}); err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	c.back(w, r, to, flash{Message: done})
 }
 
 // grant adds a block to the customer from the console's form. The form's

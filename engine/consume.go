@@ -127,6 +127,9 @@ func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenan
 	if errors.Is(err, ErrInsufficientCredits) {
 		return ConsumeResult{}, dryRefusal(res.Mutation)
 	}
+	if errors.Is(err, ErrBudgetExceeded) {
+		return ConsumeResult{}, dryBudgetRefusal(err, res.Mutation)
+	}
 	out, err := consumeOutcome(cmd, res, err)
 	if err != nil {
 		return ConsumeResult{}, err
@@ -155,6 +158,23 @@ func dryRefusal(m Mutation) error {
 	return &Error{Kind: KindInsufficientCredits,
 		Detail: ErrInsufficientCredits.Detail + " (dry run: nothing was changed)",
 		Extra:  map[string]any{"dry_run": true, "events": eventTypes(EventsOf(m))}}
+}
+
+// dryBudgetRefusal is the 409 budget-exceeded a dry run answers for a
+// charge a budget would refuse: the charge's own, marked dry_run, with the
+// events the refusal would fire (credit.budget_reached when it would be
+// the period's first).
+func dryBudgetRefusal(err error, m Mutation) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	extra := make(map[string]any, len(e.Extra)+2)
+	for k, v := range e.Extra {
+		extra[k] = v
+	}
+	extra["dry_run"], extra["events"] = true, eventTypes(EventsOf(m))
+	return &Error{Kind: e.Kind, Detail: e.Detail + " (dry run: nothing was changed)", Extra: extra}
 }
 
 // BlockDraw is what one block pays towards a charge, as the API shows it.

@@ -115,6 +115,12 @@ func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, inc
 	}
 	acct.TenantID, acct.CustomerID, acct.Environment = c.TenantID, c.ID, c.Environment
 	acct.CreditLimitMC = c.CreditLimitMC
+	if r, ok := s.blocks.(BudgetCounterReader); ok && len(c.Budgets) > 0 {
+		// Read after the snapshot, which loaded the state if it was missing.
+		if acct.Budgets, err = budgetStatuses(ctx, r, key, c.Budgets, s.clock.Now()); err != nil {
+			return Account{}, err
+		}
+	}
 	if !includeBlocks || acct.Blocks == nil {
 		acct.Blocks = []Block{}
 	}

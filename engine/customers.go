@@ -65,6 +65,7 @@ type CreateCustomer struct {
 	OveragePolicy         *OveragePolicy // nil: the tenant's default
 	LowBalanceThresholdMC *int64         // nil: none
 	CreditLimitMC         int64          // >= 0, at most MaxCreditLimitMC; 0: no credit line
+	Budgets               []Budget       // checked (CheckBudgets); nil: none
 	Metadata              Metadata       // canonical; nil: none
 }
 
@@ -75,8 +76,9 @@ type UpdateCustomer struct {
 	DisplayName           *string
 	OveragePolicy         *OveragePolicy
 	LowBalanceThresholdMC *int64
-	CreditLimitMC         *int64   // nil: unchanged; 0 removes the line
-	Metadata              Metadata // canonical
+	CreditLimitMC         *int64    // nil: unchanged; 0 removes the line
+	Budgets               *[]Budget // checked; nil: unchanged; empty removes every budget
+	Metadata              Metadata  // canonical
 }
 
 // Create adds a customer. Errors: 409 when the external id is taken in this
@@ -101,6 +103,7 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) 
 	c.OveragePolicy = in.OveragePolicy
 	c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
 	c.CreditLimitMC = in.CreditLimitMC
+	c.Budgets = mergeBudgets(nil, in.Budgets, now)
 	if err := s.dir.CreateCustomer(ctx, c); err != nil {
 		if errors.Is(err, ErrExternalIDTaken) {
 			return Customer{}, &Error{Kind: KindConflict, Field: "external_id", Detail: "a customer with this external_id already exists"}
@@ -155,6 +158,15 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	if in.CreditLimitMC != nil {
 		c.CreditLimitMC = *in.CreditLimitMC
 	}
+	now := s.clock.Now()
+	if in.Budgets != nil {
+		// The whole list is replaced; a budget counting the same spend as
+		// one before keeps its Since, so its counter carries on.
+		c.Budgets = mergeBudgets(c.Budgets, *in.Budgets, now)
+	}
+	if c.Budgets == nil {
+		c.Budgets = []Budget{} // the answer's budgets is an array
+	}
 	if c.Metadata == nil {
 		c.Metadata = Metadata{}
 	}
@@ -169,7 +181,7 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	if c.Metadata, err = merged.Canonical("metadata"); err != nil {
 		return Customer{}, err
 	}
-	c.UpdatedAt = s.clock.Now()
+	c.UpdatedAt = now
 	if err := s.dir.UpdateCustomer(ctx, c); err != nil {
 		return Customer{}, err
 	}

@@ -148,8 +148,12 @@ type CheckResult struct {
 	// CreditLimitMC is the customer's credit line; AvailableMC what it
 	// may spend now: the effective balance plus the line under policy
 	// block (AvailableOf). Metered only.
-	CreditLimitMC      *int64          `json:"credit_limit_mc,omitempty"`
-	AvailableMC        *int64          `json:"available_mc,omitempty"`
+	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
+	AvailableMC   *int64 `json:"available_mc,omitempty"`
+	// BudgetRemainingMC is what the customer's budgets that count the
+	// metric still allow in their current periods (the least of them);
+	// absent when none counts it. Metered only.
+	BudgetRemainingMC  *int64          `json:"budget_remaining_mc,omitempty"`
 	EstimatedCost      *int64          `json:"estimated_cost,omitempty"`
 	BalanceAfter       *int64          `json:"balance_after,omitempty"`
 	Enabled            *bool           `json:"enabled,omitempty"`
@@ -277,12 +281,58 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	// What the charge would do (prelude line_split): under block it fits
 	// when the effective balance after it stays at or above minus the line.
 	res.Allowed = cost <= fig.available || fig.policy != OveragePolicyBlock
+	// A budget refuses whatever the balance and the policy (prelude.lua
+	// budget_take): only customers with budgets pay the extra read.
+	if r, ok := s.hot.(BudgetCounterReader); ok && len(c.Budgets) > 0 {
+		var left int64
+		var counted bool
+		_, err := withLoad(ctx, s.credits, CustomerKeyOf(c), func() (MutationResult, error) {
+			var e error
+			left, counted, e = budgetRemaining(ctx, r, CustomerKeyOf(c), c.Budgets, rule.BillableMetricKey, s.clock.Now())
+			return MutationResult{}, e
+		})
+		if err != nil {
+			return CheckResult{}, err
+		}
+		if counted {
+			fig.budgetLeft = left
+			res.BudgetRemainingMC = &fig.budgetLeft
+			res.Allowed = res.Allowed && cost <= left
+		}
+	}
 	return res, nil
+}
+
+// budgetRemaining is the least that the budgets of bs counting metric
+// still allow at now (limit - spent, at least 0); counted is false when
+// none counts the metric.
+func budgetRemaining(ctx context.Context, r BudgetCounterReader, c CustomerKey, bs []Budget, metric string, now time.Time) (left int64, counted bool, err error) {
+	var mine []Budget
+	for _, b := range bs {
+		if b.Metric() == "" || b.Metric() == metric {
+			mine = append(mine, b)
+		}
+	}
+	if len(mine) == 0 {
+		return 0, false, nil
+	}
+	sts, err := budgetStatuses(ctx, r, c, mine, now)
+	if err != nil {
+		return 0, false, err
+	}
+	left = maxInt64
+	for _, st := range sts {
+		if l := max(st.LimitMC-st.SpentMC, 0); l < left {
+			left = l
+		}
+	}
+	return left, true, nil
 }
 
 // checkFigures backs a metered CheckResult's pointers.
 type checkFigures struct {
 	units, cost, after, limit, available int64
+	budgetLeft                           int64
 	bal                                  Balances
 	policy                               OveragePolicy
 }
@@ -341,7 +391,7 @@ func ThresholdOf(c Customer, t Tenant) int64 {
 
 func contextOf(c Customer, t Tenant) MutationContext {
 	return MutationContext{ExternalID: c.ExternalID, ThresholdMC: ThresholdOf(c, t), Policy: PolicyOf(c, t),
-		LimitMC: c.CreditLimitMC}
+		LimitMC: c.CreditLimitMC, Budgets: c.Budgets}
 }
 
 // enabledOf reads a boolean value {enabled}.

@@ -15,6 +15,7 @@ const (
 	KindConflict            Kind = "conflict"             // 409
 	KindInsufficientCredits Kind = "insufficient-credits" // 409
 	KindReservationExpired  Kind = "reservation-expired"  // 409
+	KindBudgetExceeded      Kind = "budget-exceeded"      // 409
 	KindValidation          Kind = "validation-error"     // 422
 	KindInternal            Kind = "internal"             // 500
 	KindUnauthorized        Kind = "unauthorized"         // 401

@@ -42,11 +42,14 @@ const (
 	eventsExpiry
 	eventsThreshold
 	eventsTopup
+	// eventsBudget: one credit.budget_reached per budget the Mutation
+	// reached, indexed by its place in Mutation.Budget.Reached; EventsOf.
+	eventsBudget
 )
 
 // eventNamespaceNames names the namespaces that use the "event/<name>/<i>"
 // form; the mutation and expiry namespaces keep the bare decimal form.
-var eventNamespaceNames = [...]string{eventsThreshold: "threshold", eventsTopup: "topup"}
+var eventNamespaceNames = [...]string{eventsThreshold: "threshold", eventsTopup: "topup", eventsBudget: "budget"}
 
 // legacyExpiryBase is where expiry slots started in the bare decimal form,
 // right after the mutation namespace's three slots.
@@ -67,6 +70,10 @@ func ExpiredSlot(entry int) EventSlot { return EventSlot{eventsExpiry, entry} }
 // ThresholdSlot is the slot of the credit.threshold_crossed of threshold i
 // of the alert settings (its index in AlertSettings.Thresholds).
 func ThresholdSlot(i int) EventSlot { return EventSlot{eventsThreshold, i} }
+
+// BudgetSlot is the slot of the credit.budget_reached of the Mutation's
+// budget i (its index in MutationBudget.Reached).
+func BudgetSlot(i int) EventSlot { return EventSlot{eventsBudget, i} }
 
 // name is what EventID hashes for s, after the operation id.
 func (s EventSlot) name(b []byte) []byte {

@@ -19,7 +19,11 @@ const (
 	// EventCreditExpired fires for each block that expired with credit left
 	// (docs/spec/addendum.md §8 "Also emitted").
 	EventCreditExpired EventType = "credit.expired"
-	EventTestPing      EventType = "test.ping"
+	// EventCreditBudgetReached fires once per period of a budget: when a
+	// charge brings its spend to its limit, or a charge is refused by it
+	// first (docs/rules.md "Budgets").
+	EventCreditBudgetReached EventType = "credit.budget_reached"
+	EventTestPing            EventType = "test.ping"
 )
 
 // EventStatus is a webhook event's delivery state (docs/spec/interface.md "States and
@@ -138,6 +142,30 @@ type ExpiredData struct {
 	Source        *Source    `json:"source"`
 }
 
+// BudgetReachedData is the data of credit.budget_reached: the budget (its
+// metric key, null for every metric, its period and limit), the spend
+// counted in the period, when the period ends, and whether a refused
+// charge reached it (the spend is then below the limit).
+type BudgetReachedData struct {
+	BillableMetricKey *string      `json:"billable_metric_key"`
+	Period            BudgetPeriod `json:"period"`
+	LimitMC           int64        `json:"limit_mc"`
+	SpentMC           int64        `json:"spent_mc"`
+	ResetsAt          time.Time    `json:"resets_at"`
+	Refused           bool         `json:"refused"`
+}
+
+// budgetReachedData is the data of m's budget reach r.
+func budgetReachedData(r BudgetReach, refused bool) BudgetReachedData {
+	p, metric := BudgetOfField(r.Field)
+	var key *string
+	if metric != "" {
+		key = &metric
+	}
+	return BudgetReachedData{BillableMetricKey: key, Period: p, LimitMC: r.LimitMC, SpentMC: r.SpentMC,
+		ResetsAt: time.UnixMilli(r.ResetsMS).UTC(), Refused: refused}
+}
+
 // PingData is the data of test.ping.
 type PingData struct {
 	Message string `json:"message"`
@@ -218,6 +246,9 @@ func crossingKind(k MutationKind) bool {
 //     balance crosses the threshold downwards, credit.exhausted when it moves
 //     from > 0 to 0 (with a credit line: when it plus the line does,
 //     ExhaustedCrossed); a refused block consume fires credit.exhausted;
+//   - consume, reserve, commit: credit.budget_reached for each budget
+//     the charge brought to its limit, or that refused it (then nothing
+//     else: a budget refusal is not one for credit), once per period;
 //   - every Mutation: credit.expired for each expiry entry that took credit
 //     (a block expired with credit left, docs/spec/addendum.md §8), before the others, as
 //     the expiry came first;
@@ -280,6 +311,15 @@ func EventsOf(m Mutation) []Event {
 	} else if m.Reservation != nil && m.Reservation.Metric != "" {
 		k := m.Reservation.Metric
 		metric = &k
+	}
+	if b := m.Budget; b != nil {
+		for i, r := range b.Reached {
+			add(BudgetSlot(i), EventCreditBudgetReached, budgetReachedData(r, b.Refused))
+		}
+		// A budget's refusal is not one for credit: no credit.exhausted.
+		if b.Refused {
+			return out
+		}
 	}
 	if m.Usage != nil && m.Usage.Refused {
 		add(SlotExhausted, EventCreditExhausted, ExhaustedData{BalanceMC: 0, BillableMetricKey: metric})

@@ -64,6 +64,10 @@ type Mutation struct {
 	Usage           *MutationUsage       `json:"usage,omitempty"`
 	Reservation     *MutationReservation `json:"res,omitempty"`
 	Gauge           *MutationGauge       `json:"gauge,omitempty"`
+	// Budget is what the charge did to the customer's budgets: the ones it
+	// brought to their limit, or the one that refused it (prelude.lua
+	// budget_take); nil when it reached none.
+	Budget *MutationBudget `json:"budget,omitempty"`
 	// OutboxMS is the millisecond part of the outbox entry's stream id
 	// (Redis' clock at XADD), set by the persister from the entry it read;
 	// 0 when unknown. It is not part of the wire format.
@@ -269,6 +273,11 @@ type AccountState struct {
 	Reservations []MutationReservation
 	// Gauges are the customer's gauge counters by metric key.
 	Gauges map[string]int64
+	// Budgets are the counters of the customer's budgets by field
+	// (Budget.Field), one per budget, for the period holding the instant
+	// they were read: the consumption since its counting start, summed
+	// from the ledger (persist fillBudgets; docs/rules.md "Budgets").
+	Budgets map[string]BudgetCounter
 	// Leases are the customer's active gauge leases (their slots are in
 	// Gauges), those past their expires included: a load restores them
 	// and the first read lapses them.
@@ -285,8 +294,32 @@ type MutationContext struct {
 	// LimitMC is the customer's credit line (Customer.CreditLimitMC), which
 	// the money scripts allow under policy block (prelude line_split).
 	LimitMC int64 `json:"lim,omitempty"`
+	// Budgets are the customer's budgets (Customer.Budgets); the store
+	// writes them for the scripts as BudgetArg at the command's instant.
+	Budgets []Budget `json:"-"`
+	// BudgetArg is BudgetArg(Budgets, now), which the money scripts read
+	// (prelude.lua budgets_of).
+	BudgetArg string `json:"bud,omitempty"`
 	// Event names the credit.granted emitter when it is not a plain grant.
 	Emitter string `json:"emitter,omitempty"`
+}
+
+// MutationBudget is the budget section of a consume, reserve or commit
+// Mutation: the budgets owed credit.budget_reached (once per period).
+// Refused marks a refusal record of a charge a budget refused: it owes no
+// credit.exhausted.
+type MutationBudget struct {
+	Reached []BudgetReach `json:"reached"`
+	Refused bool          `json:"refused,omitempty"`
+}
+
+// BudgetReach is one budget reached: its counter field (Budget.Field), its
+// limit, the spend counted in the period and when the period ends (Unix ms).
+type BudgetReach struct {
+	Field    string `json:"field"`
+	LimitMC  int64  `json:"limit"`
+	SpentMC  int64  `json:"spent"`
+	ResetsMS int64  `json:"resets"`
 }
 
 // MutationUsage is what a consume or a reservation commit priced and charged.

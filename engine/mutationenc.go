@@ -90,6 +90,10 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 		if c.LimitMC != 0 {
 			b = AppendJSONInt(b, `,"lim":`, c.LimitMC)
 		}
+		if c.BudgetArg != "" {
+			b = append(b, `,"bud":`...)
+			b = AppendJSONString(b, c.BudgetArg)
+		}
 		if c.Emitter != "" {
 			b = append(b, `,"emitter":`...)
 			b = AppendJSONString(b, c.Emitter)
@@ -109,6 +113,11 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 	}
 	if m.Gauge != nil {
 		if b, err = appendMarshalled(append(b, `,"gauge":`...), m.Gauge); err != nil {
+			return nil, err
+		}
+	}
+	if m.Budget != nil {
+		if b, err = appendMarshalled(append(b, `,"budget":`...), m.Budget); err != nil {
 			return nil, err
 		}
 	}

@@ -109,6 +109,15 @@ func randomMutation(rng *rand.Rand) Mutation {
 	}
 	if maybe() {
 		m.Context = &MutationContext{ExternalID: str(), ThresholdMC: num(), Policy: OveragePolicy(str()), Emitter: str()}
+		if maybe() {
+			m.Context.LimitMC, m.Context.BudgetArg = num(), str()
+		}
+	}
+	if maybe() {
+		m.Budget = &MutationBudget{Refused: maybe()}
+		for range rng.Intn(3) {
+			m.Budget.Reached = append(m.Budget.Reached, BudgetReach{Field: str(), LimitMC: num(), SpentMC: num(), ResetsMS: num()})
+		}
 	}
 	if maybe() {
 		m.Usage = &MutationUsage{Metric: str(), Units: num(), Cost: num(), Charged: num(), Overage: num(), Refused: maybe(), ReservationID: idPtr()}

@@ -122,18 +122,24 @@ func (d *mutationDecoder) mutation(m *Mutation) error {
 				m.Usage = &MutationUsage{}
 			}
 			err = d.usage(m.Usage)
-		case "res", "gauge":
+		case "res", "gauge", "budget":
 			// Rarer members: encoding/json for them alone.
 			var r json.RawMessage
 			if r, err = d.raw(); err != nil {
 				return err
 			}
-			if string(name) == "res" {
+			switch string(name) {
+			case "res":
 				if m.Reservation == nil {
 					m.Reservation = &MutationReservation{}
 				}
 				err = json.Unmarshal(r, m.Reservation)
-			} else {
+			case "budget":
+				if m.Budget == nil {
+					m.Budget = &MutationBudget{}
+				}
+				err = json.Unmarshal(r, m.Budget)
+			default:
 				if m.Gauge == nil {
 					m.Gauge = &MutationGauge{}
 				}
@@ -299,6 +305,8 @@ func (d *mutationDecoder) context(c *MutationContext) error {
 			c.Policy = OveragePolicy(s)
 		case "lim":
 			c.LimitMC, err = d.int()
+		case "bud":
+			c.BudgetArg, err = d.str()
 		case "emitter":
 			c.Emitter, err = d.str()
 		default:

@@ -19,7 +19,9 @@ func mutationSamples() []string {
 		`"blocks":[{"id":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64","original":100000,"remaining":99985,"priority":0,"source":"manual","starts":1767225540000,"expires":null,"created":1767225540000}],` +
 		`"ctx":{"ext":"cust-1","th":500},"eb":100000,"usage":{"metric":"api_calls","units":5,"cost":15,"charged":15,"overage":0}}`
 	draws := strings.Replace(op, `"block":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64",`, `"block":null,"draws":[{"b":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64","d":10},{"b":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f65","d":5}],`, 1)
-	res := strings.Replace(op, `"eb":100000,`, `"eb":100000,"res":{"id":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f66","metric":"m","est_units":3,"est_cost":9,"released":0,"status":"active","expires":1,"created":0,"meta":{"x":1}},"gauge":{"metric":"seats","current":3},`, 1)
+	res := strings.Replace(op, `"eb":100000,`, `"eb":100000,"res":{"id":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f66","metric":"m","est_units":3,"est_cost":9,"released":0,"status":"active","expires":1,"created":0,"meta":{"x":1}},"gauge":{"metric":"seats","current":3},`+
+		`"budget":{"reached":[{"field":"u:d:","limit":10,"spent":10,"resets":1767312000000}],"refused":true},`, 1)
+	res = strings.Replace(res, `"ctx":{"ext":"cust-1","th":500}`, `"ctx":{"ext":"cust-1","th":500,"lim":5,"bud":"u:d:|1767225600000|1767312000000|10"}`, 1)
 	var m Mutation
 	_ = json.Unmarshal([]byte(res), &m)
 	viaGo, _ := json.Marshal(m)

@@ -47,6 +47,8 @@ type StoredAccount struct {
 	// included); Leases the active leases, in no particular order.
 	Gauges map[string]int64
 	Leases []StoredLease
+	// Budgets are the budget counter fields ("u:..." by name, raw values).
+	Budgets map[string]string
 }
 
 // ReconcileOptions tune a pass; zero fields take the defaults.
@@ -107,6 +109,10 @@ const (
 	// DivergenceLeases: the active gauge leases differ (set, amounts or
 	// instants).
 	DivergenceLeases Divergence = "leases"
+	// DivergenceBudgets: a budget counter's spend in the current period
+	// differs from the consumption the ledger holds for it (issue 28 item
+	// 3; compared only at equal versions, as a charge moves both).
+	DivergenceBudgets Divergence = "budgets"
 	// DivergenceLedger: in Postgres itself, the blocks' remaining credit
 	// does not equal the sum of the ledger (invariant 1). A reload cannot
 	// mend it: it needs an operator.

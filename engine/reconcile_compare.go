@@ -49,6 +49,9 @@ func CompareAccount(st AccountState, stored StoredAccount, ledgerSum int64) (Dif
 		if len(leaseDifferences(stored.Leases, st.Leases)) > 0 {
 			d.Kinds = append(d.Kinds, DivergenceLeases)
 		}
+		if stored.Version == st.Version && len(budgetDifferences(stored.Budgets, st.Budgets)) > 0 {
+			d.Kinds = append(d.Kinds, DivergenceBudgets)
+		}
 	}
 	if d.PostgresBalance != ledgerSum {
 		d.Kinds = append(d.Kinds, DivergenceLedger)
@@ -135,6 +138,9 @@ func FieldDifferences(st AccountState, stored StoredAccount, ledgerSum, nowMS in
 		out = append(out, blockDifferences(stored.Blocks, st.Blocks)...)
 		out = append(out, gaugeDifferences(stored.Gauges, st.Gauges)...)
 		out = append(out, leaseDifferences(stored.Leases, st.Leases)...)
+		if stored.Version == st.Version {
+			out = append(out, budgetDifferences(stored.Budgets, st.Budgets)...)
+		}
 	}
 	// The ledger sums to the blocks' credit less the debt of the credit line.
 	if pb := sumRemaining(st.Blocks); pb-st.Debt != ledgerSum {
@@ -233,6 +239,42 @@ func gaugeDifferences(redis, postgres map[string]int64) []FieldDifference {
 	for _, k := range keys {
 		if r, p := redis[k], postgres[k]; r != p {
 			out = append(out, FieldDifference{Field: "gauge:" + k, Redis: fmt.Sprint(r), Postgres: fmt.Sprint(p)})
+		}
+	}
+	return out
+}
+
+// budgetDifferences lists the budget counters whose spend in the current
+// period differs, as "budget:<field>": Postgres' counters (one per budget
+// of the customer, summed from the ledger) against the hash's fields. A
+// hash counter of an earlier period counts zero (the scripts reset it at
+// their next charge); one of a later counting start than Postgres' (a
+// budget set again since the read) is not compared; the reached mark is
+// not compared (a refusal sets it without a ledger entry).
+func budgetDifferences(redis map[string]string, postgres map[string]BudgetCounter) []FieldDifference {
+	keys := make([]string, 0, len(postgres))
+	for k := range postgres {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []FieldDifference
+	for _, k := range keys {
+		p := postgres[k]
+		var spent int64
+		if raw, ok := redis[k]; ok {
+			c, ok := ParseBudgetCounter(raw)
+			switch {
+			case !ok:
+				out = append(out, FieldDifference{Field: "budget:" + k, Redis: raw, Postgres: p.String()})
+				continue
+			case c.FromMS > p.FromMS:
+				continue
+			case c.FromMS == p.FromMS:
+				spent = c.SpentMC
+			}
+		}
+		if spent != p.SpentMC {
+			out = append(out, FieldDifference{Field: "budget:" + k, Redis: fmt.Sprint(spent), Postgres: fmt.Sprint(p.SpentMC)})
 		}
 	}
 	return out

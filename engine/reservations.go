@@ -163,6 +163,9 @@ func (s *Reservations) reserve(ctx context.Context, c Customer, cmd ReserveComma
 	if dry && errors.Is(err, ErrInsufficientCredits) {
 		return ReserveResult{}, dryRefusal(res.Mutation)
 	}
+	if dry && errors.Is(err, ErrBudgetExceeded) {
+		return ReserveResult{}, dryBudgetRefusal(err, res.Mutation)
+	}
 	if err != nil {
 		return ReserveResult{}, priceError(err, field)
 	}

@@ -137,11 +137,14 @@ type Customer struct {
 	// CreditLimitMC is the credit line, millicredits >= 0 (0: none): under
 	// policy block the effective balance may go down to minus it
 	// (docs/rules.md "Credit line").
-	CreditLimitMC int64      `json:"credit_limit_mc"`
-	Metadata      Metadata   `json:"metadata"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	DeletedAt     *time.Time `json:"-"`
+	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// Budgets are the customer's spend caps per period (docs/rules.md
+	// "Budgets"); never nil once read.
+	Budgets   []Budget   `json:"budgets"`
+	Metadata  Metadata   `json:"metadata"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	DeletedAt *time.Time `json:"-"`
 }
 
 // Block is one credit block: an amount granted at once, spent down over time.
@@ -175,6 +178,10 @@ type Account struct {
 	DebtMC int64 `json:"debt_mc"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
 	CreditLimitMC int64 `json:"credit_limit_mc"`
+	// Budgets are the customer's budgets with their spend in the current
+	// period (docs/rules.md "Budgets"); absent when it has none, and from
+	// an answer as_of a past instant.
+	Budgets []BudgetStatus `json:"budgets,omitempty"`
 	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
 	// Credits.AccountAsOf); nil for the current account.
 	AsOf      *time.Time `json:"as_of,omitempty"`

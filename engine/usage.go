@@ -197,7 +197,7 @@ func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err err
 }
 
 // usageFailure is event ev's result when err stopped it: refused when
-// credit was short, else failed, with err's public text (or, for an
+// credit was short or a budget refused it, else failed, with err's public text (or, for an
 // unexpected error, UsageInternalError and err kept for the log).
 func usageFailure(ev UsageEvent, err error) UsageEventResult {
 	id := ""
@@ -210,7 +210,8 @@ func usageFailure(ev UsageEvent, err error) UsageEventResult {
 		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg, Cause: err}
 	}
 	status := UsageFailed
-	if errors.Is(err, ErrInsufficientCredits) {
+	// A budget's refusal is a refusal too (docs/rules.md "Budgets").
+	if errors.Is(err, ErrInsufficientCredits) || errors.Is(err, ErrBudgetExceeded) {
 		status = UsageRefused
 	}
 	return UsageEventResult{EventID: id, Status: status, Error: &msg}

@@ -75,6 +75,11 @@ func newHotHead(h engine.CommandHeader, mc engine.MutationContext) (hotHead, err
 	if err != nil {
 		return hotHead{}, err
 	}
+	// The budgets' periods are those holding the command's instant, the
+	// now the script runs at (prelude.lua budgets_of).
+	if len(mc.Budgets) > 0 {
+		mc.BudgetArg = engine.BudgetArg(mc.Budgets, h.Now)
+	}
 	ctxJSON, err := json.Marshal(mc)
 	if err != nil {
 		return hotHead{}, err

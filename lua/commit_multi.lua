@@ -73,6 +73,7 @@ for i, it in ipairs(items) do
     c, err = price(terms, it.units)
     if not c then return redis.error_reply(err) end
     cost = m_add(cost, c)
+    it.cost = c
     if not m_fits(cost) then return redis.error_reply(PRICE_OVERFLOW) end
   end
   -- The item's figures as Go sent them where they are m_fmt's text.
@@ -134,6 +135,10 @@ r.items = '[' .. table.concat(res_parts, ',') .. ']'
 res_put(a, r)
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
+-- As commit.lua: the budgets count the cost, never refusing it.
+if m_pos(cost) then
+  m.extra = (m.extra or '') .. budget_count(account_key, (budget_take(account_key, budgets_of(ctx), '', cost, items)))
+end
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
 local json = mutation_json(m, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)

@@ -27,10 +27,14 @@
 -- ARGV[13] policy: block, allow or notify
 -- ARGV[14] entry metadata JSON text or ""
 --
+-- A customer's budgets (ctx "bud") count the cost; one the cost would take
+-- past its limit refuses it under every policy (BUDGET, prelude
+-- budget_refuse) before the balance is looked at.
+--
 -- Reply: {"new", mutation JSON} or {"replay", stored op record} (the
 -- compact consume record, or a Mutation JSON a rebuild stored); errors
--- NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (the cost leaves
--- int64), BADTERMS, BADARG.
+-- NOSTATE, MISMATCH, INSUFFICIENT (block), BUDGET, OVERFLOW (the cost
+-- leaves int64), BADTERMS, BADARG.
 local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -53,6 +57,14 @@ if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
 local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
+
+-- A budget refuses a cost that would take it past its limit, whatever the
+-- balance and the policy (prelude budget_take).
+local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx), metric, cost, nil)
+if bud_over then
+  return budget_refuse(account_key, outbox_key, m, a,
+    usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
+end
 
 -- charge is what the blocks pay, debt what goes on the credit line.
 local charge, debt = cost, MONEY_ZERO
@@ -97,7 +109,7 @@ m.open_meta = entry_meta
 
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil)
+m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil) .. budget_count(account_key, bud_hits)
 local json = mutation_json(m, a, entries, changed)
 local record = nil
 if op_key then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end

@@ -43,3 +43,34 @@ func BenchmarkConsume(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConsumeWithBudgets is BenchmarkConsume for a customer with two
+// budgets (one of every metric, one of the consumed metric) that never
+// refuse: what budget_take and budget_count add to a consume.
+func BenchmarkConsumeWithBudgets(b *testing.B) {
+	rdb, prefix := testenv.Redis(b)
+	s := NewStore(rdb, prefix)
+	ctx := context.Background()
+	c := newCustomer()
+	if ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0); err != nil || !ok {
+		b.Fatalf("load: %v %v", ok, err)
+	}
+	if _, err := s.Grant(ctx, grantCmd(c, 1<<60, t0)); err != nil {
+		b.Fatal(err)
+	}
+	metric := "api.calls"
+	budgets := []engine.Budget{
+		{Period: engine.BudgetDay, TimeZone: "UTC", LimitMC: engine.MaxBudgetLimitMC, Since: t0},
+		{BillableMetricKey: &metric, Period: engine.BudgetMonth, TimeZone: "Europe/Paris", LimitMC: engine.MaxBudgetLimitMC, Since: t0},
+	}
+	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 2}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		cmd := consumeCmd(c, 3, terms, engine.OveragePolicyBlock, t0)
+		cmd.Context.Budgets = budgets
+		if _, err := s.Consume(ctx, cmd); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,7 +25,7 @@
 --          terms (prelude terms_parse)
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored Mutation JSON};
--- errors NOSTATE, MISMATCH, INSUFFICIENT (block), OVERFLOW (an item's
+-- errors NOSTATE, MISMATCH, INSUFFICIENT (block), BUDGET, OVERFLOW (an item's
 -- cost, the total cost or the total units leave int64), BADTERMS, BADARG.
 local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
@@ -59,6 +59,14 @@ local _, _, effective = acct_bal(a, now)
 local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective}
 local su, sc = m_fmt(units), m_fmt(cost)
+
+-- Budgets as consume.lua's: one of every metric counts the total, one of
+-- a metric its items' costs.
+local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx), '', cost, items)
+if bud_over then
+  return budget_refuse(account_key, outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}', bud_over)
+end
 
 -- charge is what the blocks pay, debt what goes on the credit line
 -- (consume.lua).
@@ -95,7 +103,7 @@ end
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
 m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' .. m_fmt(m_add(charge, debt)) ..
-  ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. '}'
+  ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. '}' .. budget_count(account_key, bud_hits)
 local json = mutation_json(m, a, entries, changed)
 -- The op record is the Mutation itself: the compact consume record has
 -- room for one metric.

@@ -89,10 +89,11 @@ func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc 
 		return res, nil
 	}
 	runErr = scriptError(name, s.unavail.classify(runErr))
-	if !errors.Is(runErr, engine.ErrInsufficientCredits) {
+	if !errors.Is(runErr, engine.ErrInsufficientCredits) && !errors.Is(runErr, engine.ErrBudgetExceeded) {
 		return engine.MutationResult{}, runErr
 	}
-	// A refusal appended its record: the events it would fire.
+	// A refusal appended its record (a budget's, only the first of its
+	// period): the events it would fire.
 	msgs, err := s.rdb.XRange(ctx, outbox, "-", "+").Result()
 	if err != nil {
 		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))

@@ -48,6 +48,14 @@ if m_pos(add_units) then
   local err
   cost, err = price(terms, add_units)
   if not cost then return redis.error_reply(err) end
+  -- As reserve.lua: the hold's new estimate may not take a budget past
+  -- its limit.
+  local _, bud_over = budget_take(account_key, budgets_of(ctx), r.metric, m_add(r.est_cost, cost), nil)
+  if bud_over then
+    return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
+      env = env, now = now, ctx = ctx, eb = effective}, a,
+      usage_json(r.metric, add_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
+  end
   -- As reserve.lua: under block the top-up may lean on the credit line.
   if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
     if refuses(ctx) then

@@ -296,7 +296,7 @@ func TestContextAndEffectiveBefore(t *testing.T) {
 		cmd.Context.Emitter = "usage"
 		res, err = b.store.Consume(context.Background(), cmd)
 		if err != nil || *res.Mutation.EffectiveBefore != 100 || res.Mutation.Context == nil ||
-			*res.Mutation.Context != cmd.Context {
+			!reflect.DeepEqual(*res.Mutation.Context, cmd.Context) {
 			t.Errorf("consume: %v %+v", err, res.Mutation.Context)
 		}
 	})

@@ -125,6 +125,18 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	if st.Debt != 0 {
 		fields = append(fields, "d", dec(st.Debt))
 	}
+	// The budget counters that counted something (a missing one reads as
+	// zero spent; prelude.lua budget_take).
+	budgets := make([]string, 0, len(st.Budgets))
+	for f, c := range st.Budgets {
+		if c.SpentMC != 0 {
+			budgets = append(budgets, f)
+		}
+	}
+	sort.Strings(budgets)
+	for _, f := range budgets {
+		fields = append(fields, f, st.Budgets[f].String())
+	}
 	var kept []keptHold
 	var stored []engine.MutationBlock
 	active := 0

@@ -92,17 +92,19 @@ func (s *Store) StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]en
 			return nil, fmt.Errorf("lua: reconcile: account %s: %w", customers[i], err)
 		}
 		out[i] = engine.StoredAccount{Present: true, AccountID: a.id, Version: a.version, Reserved: a.reserved,
-			LifetimeEarned: a.lifetimeEarned, Debt: a.debt, Blocks: a.blocks, Gauges: g, Leases: leases}
+			LifetimeEarned: a.lifetimeEarned, Debt: a.debt, Blocks: a.blocks, Gauges: g, Leases: leases,
+			Budgets: budgetFields(gauges)}
 	}
 	return out, nil
 }
 
 // gaugeFields reads the gauge fields ("g:<metric>" counters and
-// "L:<metric>" leases, prelude.lua) of a hash too big for one HGETALL, by
+// "L:<metric>" leases, prelude.lua) and the budget counters ("u:...",
+// prelude.lua budget_take) of a hash too big for one HGETALL, by
 // HSCAN: bounded steps, as the sliced read of its blocks is.
 func (s *Store) gaugeFields(ctx context.Context, key string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, match := range []string{"g:*", "L:*"} {
+	for _, match := range []string{"g:*", "L:*", "u:*"} {
 		var cursor uint64
 		for {
 			kv, next, err := s.rdb.HScan(ctx, key, cursor, match, reconcileWholeFields).Result()
@@ -118,6 +120,21 @@ func (s *Store) gaugeFields(ctx context.Context, key string) (map[string]string,
 		}
 	}
 	return out, nil
+}
+
+// budgetFields are the budget counter fields ("u:...") of an account
+// hash's fields; nil when it has none.
+func budgetFields(fields map[string]string) map[string]string {
+	var out map[string]string
+	for f, v := range fields {
+		if strings.HasPrefix(f, "u:") {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[f] = v
+		}
+	}
+	return out
 }
 
 // decodeGauges reads the gauge counters and active leases out of an

@@ -446,3 +446,23 @@ func hexUUID(dst []byte, u uuid.UUID) {
 		j += 2
 	}
 }
+
+// BudgetCounters reads budget counter fields of c's account hash
+// (prelude.lua budget_take): "" for a missing one; ErrStateMissing when
+// the hash is missing. One HMGET, with the version to tell a missing hash.
+func (s *Store) BudgetCounters(ctx context.Context, c engine.CustomerKey, fields []string) ([]string, error) {
+	vals, err := s.rdb.HMGet(ctx, s.accountKey(c.CustomerID), append([]string{"v"}, fields...)...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("lua: read budgets: %w", s.unavail.classify(err))
+	}
+	if vals[0] == nil {
+		return nil, engine.ErrStateMissing
+	}
+	out := make([]string, len(fields))
+	for i, v := range vals[1:] {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+var _ engine.BudgetCounterReader = (*Store)(nil)

@@ -37,6 +37,15 @@ if not a then return stop end
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
+-- A hold its estimated cost would take past a budget is refused, whatever
+-- the balance; the budget counts the commit, not the hold (docs/decisions.md
+-- "Budgets").
+local _, bud_over = budget_take(account_key, budgets_of(ctx), metric, cost, nil)
+if bud_over then
+  return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
+    env = env, now = now, ctx = ctx, eb = effective}, a,
+    usage_json(metric, est_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
+end
 -- Under block the hold may lean on the credit line: the effective balance
 -- may end at minus the line (block_line).
 if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then

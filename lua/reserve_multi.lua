@@ -46,6 +46,13 @@ if not a then return stop end
 local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')
 if bad then return bad end
 local _, _, effective = acct_bal(a, now)
+-- As reserve.lua: a hold past a budget is refused.
+local _, bud_over = budget_take(account_key, budgets_of(ctx), '', cost, items)
+if bud_over then
+  return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
+    env = env, now = now, ctx = ctx, eb = effective}, a,
+    usage_json('', units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
+end
 if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted
   -- (no metric: several were asked for, as consume_multi.lua's).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -117,6 +118,11 @@ func scriptError(script string, err error) error {
 		if e, ok := scriptErrors[code]; ok {
 			return e
 		}
+		if code == "BUDGET" {
+			if e, ok := budgetError(rest); ok {
+				return e
+			}
+		}
 		if code == "GAUGECAP" {
 			if e, ok := gaugeCapError(rest); ok {
 				return e
@@ -124,6 +130,24 @@ func scriptError(script string, err error) error {
 		}
 	}
 	return fmt.Errorf("lua: %s: %w", script, err)
+}
+
+// budgetError reads prelude.lua budget_refuse's "<field> <limit> <spent>
+// <end ms>".
+func budgetError(rest string) (*engine.Error, bool) {
+	f := strings.Fields(rest)
+	if len(f) != 4 {
+		return nil, false
+	}
+	var n [3]int64
+	for i, s := range f[1:] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		n[i] = v
+	}
+	return engine.BudgetExceededError(f[0], n[0], n[1], time.UnixMilli(n[2])), true
 }
 
 // gaugeCapError reads gauge.lua's "<current> <cap> <shortfall>".

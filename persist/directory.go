@@ -218,7 +218,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time
 // ---- customers ----
 
 const customerColumns = `id, tenant_id, environment, external_id, display_name, overage_policy,
-	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at, credit_limit_mc`
+	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at, credit_limit_mc, budgets`
 
 // customerExternalIDKey is the partial unique index of live external ids.
 const customerExternalIDKey = "customers_external_id_key"
@@ -227,10 +227,14 @@ func scanCustomer(row pgx.Row) (engine.Customer, error) {
 	var c engine.Customer
 	var env string
 	var policy *string
-	var meta []byte
+	var meta, budgets []byte
 	if err := row.Scan(&c.ID, &c.TenantID, &env, &c.ExternalID, &c.DisplayName, &policy,
-		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.CreditLimitMC); err != nil {
+		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.CreditLimitMC, &budgets); err != nil {
 		return engine.Customer{}, err
+	}
+	c.Budgets = []engine.Budget{}
+	if err := json.Unmarshal(budgets, &c.Budgets); err != nil {
+		return engine.Customer{}, fmt.Errorf("persist: customer %s budgets: %w", c.ID, err)
 	}
 	c.Environment = engine.Environment(env)
 	if policy != nil {
@@ -243,6 +247,19 @@ func scanCustomer(row pgx.Row) (engine.Customer, error) {
 	}
 	c.Metadata = m
 	return c, nil
+}
+
+// budgetsJSON is column budgets of bs (migration 029): "[]" for none.
+func budgetsJSON(bs []engine.Budget) string {
+	if len(bs) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(bs)
+	if err != nil {
+		// Budget holds strings, numbers and a time: Marshal cannot fail.
+		panic(err)
+	}
+	return string(b)
 }
 
 func policyParam(p *engine.OveragePolicy) *string {
@@ -261,9 +278,9 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: create customer: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC)
+		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets))
 	if isUniqueViolation(err, customerExternalIDKey) {
 		return engine.ErrExternalIDTaken
 	}
@@ -283,10 +300,11 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
-			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9
+			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9,
+			budgets = $10
 		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
 		c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC)
+		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC, budgetsJSON(c.Budgets))
 	if err != nil {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}

@@ -310,7 +310,70 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 		st.Blocks = append(st.Blocks, blk)
 		return nil
 	})
-	return states, index, ids, err
+	if err != nil {
+		return states, index, ids, err
+	}
+	return states, index, ids, fillBudgets(ctx, tx, index, ids, time.Now())
+}
+
+// budgetSpentSQL sums what consumption entries of customer $1 created in
+// [$3, $4) cost ($2 "": every metric; else that metric, whose part of a
+// multi-metric entry is its items' costs): each entry's cost is minus its
+// delta (what the blocks and the credit line paid) plus its overage, the
+// cost prelude.lua budget_take counted.
+const budgetSpentSQL = `SELECT COALESCE(SUM(CASE
+		WHEN $2 = '' OR e.billable_metric_key = $2 THEN -e.delta + e.overage_mc
+		ELSE (SELECT COALESCE(SUM((i->>'cost')::bigint), 0) FROM jsonb_array_elements(e.metadata->'items') i
+			WHERE i->>'billable_metric_key' = $2) END), 0)::bigint
+	FROM ledger_entries e
+	WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
+		AND ($2 = '' OR e.billable_metric_key = $2
+			OR (e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array'))`
+
+// fillBudgets sets the budget counters of the customers of index that have
+// budgets, for the periods holding now: one query for the budgets, then
+// one sum per budget through the history index's (customer_id,
+// created_at) prefix, bounded by a period of entries.
+func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, budgets FROM customers WHERE id = ANY($1) AND budgets <> '[]'::jsonb`, ids)
+	if err != nil {
+		return err
+	}
+	type owner struct {
+		id      uuid.UUID
+		budgets []engine.Budget
+	}
+	var owners []owner
+	var id uuid.UUID
+	var doc []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &doc}, func() error {
+		var bs []engine.Budget
+		if err := json.Unmarshal(doc, &bs); err != nil {
+			return fmt.Errorf("budgets of customer %s: %w", id, err)
+		}
+		owners = append(owners, owner{id, bs})
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, o := range owners {
+		st := index[o.id]
+		st.Budgets = make(map[string]engine.BudgetCounter, len(o.budgets))
+		for _, b := range o.budgets {
+			from, end := b.CountingFrom(now)
+			// The scripts count from the millisecond (engine.BudgetArg).
+			fromMS := from.UnixMilli()
+			var spent int64
+			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end).Scan(&spent); err != nil {
+				return fmt.Errorf("budget %s of customer %s: %w", b.Field(), o.id, err)
+			}
+			st.Budgets[b.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: spent, Reached: spent >= b.LimitMC && spent > 0}
+		}
+	}
+	return nil
 }
 
 // accountStates runs accountSQL and fills each account's blocks, applied

@@ -35,6 +35,19 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	// Customers i%4 == 2 are block customers with a credit line of lineMC.
 	const lineMC = 200
 	lined := func(i int) bool { return i%4 == 2 }
+	// Customers i%4 == 3 (allow: only the budget refuses them) have a
+	// daily budget of every metric; customers i%4 == 0 (block) a monthly
+	// one of the second metric, which the items of multi-metric consumes
+	// count (issue 28 item 3).
+	budgetOf := func(i int) map[string]any {
+		switch i % 4 {
+		case 3:
+			return map[string]any{"period": "day", "limit_mc": 80}
+		case 0:
+			return map[string]any{"period": "month", "time_zone": "Europe/Berlin", "limit_mc": 20, "billable_metric_key": second}
+		}
+		return nil
+	}
 	ids := make([]string, customers)
 	index := map[string]int{}
 	for i := range ids {
@@ -45,6 +58,9 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		body := map[string]any{"external_id": uniq("c"), "overage_policy": policy}
 		if lined(i) {
 			body["credit_limit_mc"] = lineMC
+		}
+		if b := budgetOf(i); b != nil {
+			body["budgets"] = []any{b}
 		}
 		c := a.createCustomer(body)
 		index[c["id"].(string)] = i
@@ -162,6 +178,30 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	}
 	if len(negative) > 0 {
 		t.Errorf("consumes answered an effective balance below the floor for %v", negative)
+	}
+	// What consumes (not commits, which a budget never refuses) spent never
+	// passes a budget: the cost of consumption entries without a hold, of
+	// the budget's metric (a multi-metric entry's items of it) or of all.
+	for i, cust := range ids {
+		b := budgetOf(i)
+		if b == nil {
+			continue
+		}
+		metric, _ := b["billable_metric_key"].(string)
+		var spent int64
+		if err := s.Pool.QueryRow(ctx, `SELECT COALESCE(SUM(CASE WHEN $2 = '' OR e.billable_metric_key = $2
+				THEN -e.delta + e.overage_mc
+				ELSE (SELECT COALESCE(SUM((i->>'cost')::bigint), 0) FROM jsonb_array_elements(e.metadata->'items') i
+					WHERE i->>'billable_metric_key' = $2) END), 0)::bigint
+			FROM ledger_entries e WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.reference_id IS NULL`,
+			cust, metric).Scan(&spent); err != nil {
+			t.Fatal(err)
+		}
+		if limit := int64(b["limit_mc"].(int)); spent > limit {
+			t.Errorf("customer %d (%s): consumes spent %d past the budget of %d", i, cust, spent, limit)
+		} else {
+			t.Logf("customer %d: consumes spent %d of a budget of %d", i, spent, limit)
+		}
 	}
 	// Redis and Postgres agree too, debts of the credit lines included.
 	if rep := reconcileOf(t, s, false); rep.Found != 0 {

@@ -19,6 +19,10 @@ __all__ = [
     "BillableMetric",
     "BillableMetricPage",
     "Block",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetInput",
+    "BudgetStatus",
     "CancelSubscriptionInput",
     "CheckResult",
     "CommitInput",
@@ -36,6 +40,8 @@ __all__ = [
     "CreateSubscriptionInput",
     "CreditAlerts",
     "CreditAlertsInput",
+    "CreditBudgetReachedData",
+    "CreditBudgetReachedEvent",
     "CreditConsumedData",
     "CreditConsumedEvent",
     "CreditExhaustedData",
@@ -163,7 +169,7 @@ class Problem(TypedDict):
     """Problem is the Problem schema of the creditd API. RFC 9457 problem details. A 413 uses
     type bad-request; a 405 uses type bad-request.
     """
-    type: Literal["bad-request", "unauthorized", "not-found", "conflict", "insufficient-credits", "reservation-expired", "validation-error", "rate-limited", "internal", "unavailable"]
+    type: Literal["bad-request", "unauthorized", "not-found", "conflict", "insufficient-credits", "reservation-expired", "budget-exceeded", "validation-error", "rate-limited", "internal", "unavailable"]
     title: str
     status: int
     detail: str
@@ -172,6 +178,8 @@ class Problem(TypedDict):
     errors: NotRequired[list["ProblemError"]]
     # Also in the X-Request-Id header.
     request_id: str
+    # Only with type budget-exceeded: the budget that refused the charge.
+    budget: NotRequired["BudgetExceeded"]
 
 
 class ProblemError(TypedDict):
@@ -199,6 +207,8 @@ class Customer(TypedDict):
     # policy `block` the effective balance may go down to minus it; the negative part is debt that
     # the next grant pays off first (docs/rules.md "Credit line").
     credit_limit_mc: int
+    # The customer's budgets (at most 10), in the order set.
+    budgets: list["Budget"]
     # Free-form key-value object.
     metadata: dict[str, Any]
     created_at: str
@@ -221,6 +231,8 @@ class CreateCustomerInput(TypedDict):
     # policy `block` the effective balance may go down to minus it; the negative part is debt that
     # the next grant pays off first (docs/rules.md "Credit line"). Default 0.
     credit_limit_mc: NotRequired[int]
+    # Budgets to start with (at most 10); absent: none.
+    budgets: NotRequired[list["BudgetInput"]]
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
 
@@ -239,6 +251,10 @@ class UpdateCustomerInput(TypedDict):
     # the next grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes
     # the line (a debt already owed stays until a grant pays it).
     credit_limit_mc: NotRequired[int]
+    # Replaces the whole list (at most 10); [] or null removes every budget. A budget of the same
+    # metric, period and time zone as one before keeps counting (its since is kept); any other
+    # starts at zero.
+    budgets: NotRequired[Optional[list["BudgetInput"]]]
     # Merged key by key; a key cannot be removed.
     metadata: NotRequired[dict[str, Any]]
 
@@ -275,6 +291,9 @@ class Account(TypedDict):
     debt_mc: int
     # The customer's credit line (Customer.credit_limit_mc).
     credit_limit_mc: int
+    # The customer's budgets with their spend in the current period (docs/rules.md "Budgets");
+    # absent when it has none, and from an answer as_of a past instant.
+    budgets: NotRequired[list["BudgetStatus"]]
     version: int
     updated_at: str
     # Present only in an answer to `?as_of=`: the instant the balances are of.
@@ -616,6 +635,10 @@ class CheckResult(TypedDict):
     # policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is
     # estimated_cost <= available_mc under `block`.
     available_mc: NotRequired[int]
+    # Metered, for a customer with budgets that count the metric: the least they still allow in
+    # their current periods (limit_mc - spent, at least 0). allowed is false when the cost is
+    # above it, whatever the balance and the policy (docs/rules.md "Budgets").
+    budget_remaining_mc: NotRequired[int]
     estimated_cost: NotRequired[int]
     # effective_balance - estimated_cost; negative when the cost exceeds what the customer can
     # pay.
@@ -768,7 +791,7 @@ class GaugeCapProblem(TypedDict):
     """GaugeCapProblem is the GaugeCapProblem schema of the creditd API. The 409 of an increment
     past the cap under block.
     """
-    type: Literal["bad-request", "unauthorized", "not-found", "conflict", "insufficient-credits", "reservation-expired", "validation-error", "rate-limited", "internal", "unavailable"]
+    type: Literal["bad-request", "unauthorized", "not-found", "conflict", "insufficient-credits", "reservation-expired", "budget-exceeded", "validation-error", "rate-limited", "internal", "unavailable"]
     title: str
     status: int
     detail: str
@@ -777,6 +800,8 @@ class GaugeCapProblem(TypedDict):
     errors: NotRequired[list["GaugeCapProblemError"]]
     # Also in the X-Request-Id header.
     request_id: str
+    # Only with type budget-exceeded: the budget that refused the charge.
+    budget: NotRequired["BudgetExceeded"]
     current: NotRequired[int]
     cap: NotRequired[int]
     shortfall: NotRequired[int]
@@ -993,7 +1018,7 @@ class WebhookEvent(TypedDict):
     id: str
     environment: Literal["live", "sandbox"]
     # credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired,
-    # test.ping, ...
+    # credit.budget_reached, test.ping, ...
     event_type: str
     # The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
     # assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump
@@ -2228,3 +2253,130 @@ class ReserveDryRun(TypedDict):
     dry_run: Literal[True]
     # The event types taking the hold would fire (credit.low_balance, credit.exhausted).
     events: list[str]
+
+
+class BudgetInput(TypedDict):
+    """BudgetInput is the BudgetInput schema of the creditd API. A spend cap: at most limit_mc
+    millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the
+    credit line or overage) per calendar day or month of time_zone, for one billable metric
+    or (null) every metric. A consume, reservation or extend whose cost would take the
+    period's spend past the limit is refused with 409 budget-exceeded whatever the balance
+    and the overage policy; a commit is never refused by a budget and counts its actual cost.
+    credit.budget_reached fires once per period (docs/rules.md "Budgets").
+    """
+    # The metric the budget counts; null or absent: every metric. One budget per metric (or none)
+    # and period.
+    billable_metric_key: NotRequired[Optional[str]]
+    # A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+    # calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: NotRequired[str]
+    # The cap in millicredits (0 refuses every charge with a cost).
+    limit_mc: int
+
+
+class Budget(TypedDict):
+    """Budget is the Budget schema of the creditd API. A spend cap: at most limit_mc
+    millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the
+    credit line or overage) per calendar day or month of time_zone, for one billable metric
+    or (null) every metric. A consume, reservation or extend whose cost would take the
+    period's spend past the limit is refused with 409 budget-exceeded whatever the balance
+    and the overage policy; a commit is never refused by a budget and counts its actual cost.
+    credit.budget_reached fires once per period (docs/rules.md "Budgets").
+    """
+    # The metric the budget counts; null or absent: every metric. One budget per metric (or none)
+    # and period.
+    billable_metric_key: Optional[str]
+    # A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+    # calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: str
+    # The cap in millicredits (0 refuses every charge with a cost).
+    limit_mc: int
+    # When the budget (its metric, period and time zone) was set: it counts spend from the later
+    # of this and the period's start. Changing only limit_mc keeps it.
+    since: str
+
+
+class BudgetExceeded(TypedDict):
+    """BudgetExceeded is the BudgetExceeded schema of the creditd API. The budget that refused a
+    charge and its spend in the period.
+    """
+    billable_metric_key: Optional[str]
+    period: Literal["day", "month"]
+    limit_mc: int
+    # The spend counted in the period before the refused charge.
+    spent_mc: int
+    # When the period ends and the count starts again.
+    resets_at: str
+
+
+class CreditBudgetReachedData(TypedDict):
+    """CreditBudgetReachedData is the CreditBudgetReachedData schema of the creditd API. A
+    budget was reached: a charge brought its spend in the period to its limit, or a charge it
+    refused came first. Fires once per budget and period.
+    """
+    # The budget's metric; null: every metric.
+    billable_metric_key: Optional[str]
+    period: Literal["day", "month"]
+    limit_mc: int
+    # The spend counted in the period (below limit_mc when refused).
+    spent_mc: int
+    resets_at: str
+    # true when a refused charge reached the budget.
+    refused: bool
+
+
+class CreditBudgetReachedEvent(TypedDict):
+    """CreditBudgetReachedEvent is the CreditBudgetReachedEvent schema of the creditd API. The
+    delivered body of credit.budget_reached.
+    """
+    # The event's place among its tenant's events (both environments): 1, 2, 3, ... with no gap,
+    # assigned when the event is stored. GET /v1/events pages by it; a consumer that sees a jump
+    # knows it missed events. Every event stored since the sequence was introduced carries it.
+    sequence: int
+    # The event id; also the webhook-id header.
+    event_id: str
+    event_type: Literal["credit.budget_reached"]
+    tenant_id: str
+    environment: Literal["live", "sandbox"]
+    # Null for test.ping.
+    customer_id: Optional[str]
+    # Null for test.ping.
+    external_customer_id: Optional[str]
+    created_at: str
+    # The Idempotency-Key of the request that caused the event; empty for events the scheduler
+    # raises.
+    idempotency_key: str
+    # The customer's account version after the operation that produced the event (it increases
+    # with each of the customer's balance changes); null for events no balance operation produced
+    # (subscription events, test.ping).
+    version: Optional[int]
+    data: "CreditBudgetReachedData"
+
+
+class BudgetStatus(TypedDict):
+    """BudgetStatus is the BudgetStatus schema of the creditd API. A budget with its spend in
+    the current period.
+    """
+    # The metric the budget counts; null or absent: every metric. One budget per metric (or none)
+    # and period.
+    billable_metric_key: Optional[str]
+    # A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a
+    # calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: str
+    # The cap in millicredits (0 refuses every charge with a cost).
+    limit_mc: int
+    # When the budget (its metric, period and time zone) was set: it counts spend from the later
+    # of this and the period's start. Changing only limit_mc keeps it.
+    since: str
+    # The spend counted in the current period (from the later of period_start and since).
+    spent_mc: int
+    # When the current period started (UTC).
+    period_start: str
+    # When the current period ends and the count starts again (UTC).
+    resets_at: str

@@ -1817,13 +1817,33 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "credit.budget_reached": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * credit.budget_reached
+         * @description A consume, reservation, extend or commit brought a budget's spend in its period to the limit, or was the first charge of the period a budget refused (docs/rules.md "Budgets"); once per budget and period. Delivered at least once to the tenant's webhook URL; retried 30 s, 5 min, 30 min, 2 h, 8 h and 24 h after a failed attempt, then dead_letter.
+         */
+        post: operations["onCreditBudgetReached"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface components {
     schemas: {
         /** @description RFC 9457 problem details. A 413 uses type bad-request; a 405 uses type bad-request. */
         Problem: {
             /** @enum {string} */
-            type: "bad-request" | "unauthorized" | "not-found" | "conflict" | "insufficient-credits" | "reservation-expired" | "validation-error" | "rate-limited" | "internal" | "unavailable";
+            type: "bad-request" | "unauthorized" | "not-found" | "conflict" | "insufficient-credits" | "reservation-expired" | "budget-exceeded" | "validation-error" | "rate-limited" | "internal" | "unavailable";
             title: string;
             status: number;
             detail: string;
@@ -1835,6 +1855,8 @@ export interface components {
             }[];
             /** @description Also in the X-Request-Id header. */
             request_id: string;
+            /** @description Only with type budget-exceeded: the budget that refused the charge. */
+            budget?: components["schemas"]["BudgetExceeded"];
         };
         Pagination: {
             has_more: boolean;
@@ -1858,6 +1880,8 @@ export interface components {
              * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line").
              */
             credit_limit_mc: number;
+            /** @description The customer's budgets (at most 10), in the order set. */
+            budgets: components["schemas"]["Budget"][];
             /** @description Free-form key-value object. */
             metadata: {
                 [key: string]: unknown;
@@ -1884,6 +1908,8 @@ export interface components {
              * @default 0
              */
             credit_limit_mc?: number;
+            /** @description Budgets to start with (at most 10); absent: none. */
+            budgets?: components["schemas"]["BudgetInput"][];
             /** @description Free-form key-value object. */
             metadata?: {
                 [key: string]: unknown;
@@ -1905,6 +1931,8 @@ export interface components {
              * @description The customer's credit line in millicredits (>= 0, at most 10^15; 0: none). Under overage policy `block` the effective balance may go down to minus it; the negative part is debt that the next grant pays off first (docs/rules.md "Credit line"). Omitted: unchanged; 0 removes the line (a debt already owed stays until a grant pays it).
              */
             credit_limit_mc?: number;
+            /** @description Replaces the whole list (at most 10); [] or null removes every budget. A budget of the same metric, period and time zone as one before keeps counting (its since is kept); any other starts at zero. */
+            budgets?: components["schemas"]["BudgetInput"][] | null;
             /** @description Merged key by key; a key cannot be removed. */
             metadata?: {
                 [key: string]: unknown;
@@ -1961,6 +1989,8 @@ export interface components {
              * @description The customer's credit line (Customer.credit_limit_mc).
              */
             credit_limit_mc: number;
+            /** @description The customer's budgets with their spend in the current period (docs/rules.md "Budgets"); absent when it has none, and from an answer as_of a past instant. */
+            budgets?: components["schemas"]["BudgetStatus"][];
             /** Format: int64 */
             version: number;
             /** Format: date-time */
@@ -2342,6 +2372,11 @@ export interface components {
              * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
              */
             available_mc?: number;
+            /**
+             * Format: int64
+             * @description Metered, for a customer with budgets that count the metric: the least they still allow in their current periods (limit_mc - spent, at least 0). allowed is false when the cost is above it, whatever the balance and the policy (docs/rules.md "Budgets").
+             */
+            budget_remaining_mc?: number;
             /** Format: int64 */
             estimated_cost?: number;
             /**
@@ -2760,7 +2795,7 @@ export interface components {
             id: string;
             /** @enum {string} */
             environment: "live" | "sandbox";
-            /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired, test.ping, ... */
+            /** @description credit.granted, credit.consumed, credit.low_balance, credit.exhausted, credit.expired, credit.budget_reached, test.ping, ... */
             event_type: string;
             /**
              * Format: int64
@@ -3827,6 +3862,133 @@ export interface components {
             /** @description The event types taking the hold would fire (credit.low_balance, credit.exhausted). */
             events: string[];
         };
+        /** @description A spend cap: at most limit_mc millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the credit line or overage) per calendar day or month of time_zone, for one billable metric or (null) every metric. A consume, reservation or extend whose cost would take the period's spend past the limit is refused with 409 budget-exceeded whatever the balance and the overage policy; a commit is never refused by a budget and counts its actual cost. credit.budget_reached fires once per period (docs/rules.md "Budgets"). */
+        BudgetInput: {
+            /** @description The metric the budget counts; null or absent: every metric. One budget per metric (or none) and period. */
+            billable_metric_key?: string | null;
+            /**
+             * @description A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone?: string;
+            /**
+             * Format: int64
+             * @description The cap in millicredits (0 refuses every charge with a cost).
+             */
+            limit_mc: number;
+        };
+        /** @description A spend cap: at most limit_mc millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the credit line or overage) per calendar day or month of time_zone, for one billable metric or (null) every metric. A consume, reservation or extend whose cost would take the period's spend past the limit is refused with 409 budget-exceeded whatever the balance and the overage policy; a commit is never refused by a budget and counts its actual cost. credit.budget_reached fires once per period (docs/rules.md "Budgets"). */
+        Budget: {
+            /** @description The metric the budget counts; null or absent: every metric. One budget per metric (or none) and period. */
+            billable_metric_key: string | null;
+            /**
+             * @description A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone: string;
+            /**
+             * Format: int64
+             * @description The cap in millicredits (0 refuses every charge with a cost).
+             */
+            limit_mc: number;
+            /**
+             * Format: date-time
+             * @description When the budget (its metric, period and time zone) was set: it counts spend from the later of this and the period's start. Changing only limit_mc keeps it.
+             */
+            since: string;
+        };
+        /** @description The budget that refused a charge and its spend in the period. */
+        BudgetExceeded: {
+            billable_metric_key: string | null;
+            /** @enum {string} */
+            period: "day" | "month";
+            /** Format: int64 */
+            limit_mc: number;
+            /**
+             * Format: int64
+             * @description The spend counted in the period before the refused charge.
+             */
+            spent_mc: number;
+            /**
+             * Format: date-time
+             * @description When the period ends and the count starts again.
+             */
+            resets_at: string;
+        };
+        /** @description A budget was reached: a charge brought its spend in the period to its limit, or a charge it refused came first. Fires once per budget and period. */
+        CreditBudgetReachedData: {
+            /** @description The budget's metric; null: every metric. */
+            billable_metric_key: string | null;
+            /** @enum {string} */
+            period: "day" | "month";
+            /** Format: int64 */
+            limit_mc: number;
+            /**
+             * Format: int64
+             * @description The spend counted in the period (below limit_mc when refused).
+             */
+            spent_mc: number;
+            /** Format: date-time */
+            resets_at: string;
+            /** @description true when a refused charge reached the budget. */
+            refused: boolean;
+        };
+        /** @description The delivered body of credit.budget_reached. */
+        CreditBudgetReachedEvent: components["schemas"]["WebhookEnvelope"] & {
+            /** @constant */
+            event_type?: "credit.budget_reached";
+            data?: components["schemas"]["CreditBudgetReachedData"];
+        };
+        /** @description A budget with its spend in the current period. */
+        BudgetStatus: {
+            /** @description The metric the budget counts; null or absent: every metric. One budget per metric (or none) and period. */
+            billable_metric_key: string | null;
+            /**
+             * @description A calendar day (local midnight to local midnight, 23 or 25 hours across a DST change) or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone: string;
+            /**
+             * Format: int64
+             * @description The cap in millicredits (0 refuses every charge with a cost).
+             */
+            limit_mc: number;
+            /**
+             * Format: date-time
+             * @description When the budget (its metric, period and time zone) was set: it counts spend from the later of this and the period's start. Changing only limit_mc keeps it.
+             */
+            since: string;
+            /**
+             * Format: int64
+             * @description The spend counted in the current period (from the later of period_start and since).
+             */
+            spent_mc: number;
+            /**
+             * Format: date-time
+             * @description When the current period started (UTC).
+             */
+            period_start: string;
+            /**
+             * Format: date-time
+             * @description When the current period ends and the count starts again (UTC).
+             */
+            resets_at: string;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -3893,7 +4055,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Conflict: state clash, taken external_id, insufficient credits (type insufficient-credits), or an Idempotency-Key reused with another request. */
+        /** @description Conflict: state clash, taken external_id, insufficient credits (type insufficient-credits), a budget that would pass its limit (type budget-exceeded, with member budget naming it and when it resets), or an Idempotency-Key reused with another request. */
         409: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4366,6 +4528,15 @@ export interface operations {
                      *           "overage_policy": "block",
                      *           "low_balance_threshold_mc": 20000,
                      *           "credit_limit_mc": 0,
+                     *           "budgets": [
+                     *             {
+                     *               "billable_metric_key": null,
+                     *               "period": "month",
+                     *               "time_zone": "UTC",
+                     *               "limit_mc": 5000000,
+                     *               "since": "2026-11-24T06:00:00Z"
+                     *             }
+                     *           ],
                      *           "metadata": {
                      *             "plan": "pro"
                      *           },
@@ -4437,6 +4608,15 @@ export interface operations {
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z"
+                     *         }
+                     *       ],
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4489,6 +4669,15 @@ export interface operations {
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z"
+                     *         }
+                     *       ],
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4583,6 +4772,15 @@ export interface operations {
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z"
+                     *         }
+                     *       ],
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4644,6 +4842,18 @@ export interface operations {
                      *       "lifetime_earned": 151000,
                      *       "debt_mc": 0,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z",
+                     *           "spent_mc": 1250000,
+                     *           "period_start": "2026-11-01T00:00:00Z",
+                     *           "resets_at": "2026-12-01T00:00:00Z"
+                     *         }
+                     *       ],
                      *       "version": 4,
                      *       "updated_at": "2026-11-24T04:13:18.306Z",
                      *       "blocks": [
@@ -5021,6 +5231,15 @@ export interface operations {
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z"
+                     *         }
+                     *       ],
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -5117,6 +5336,15 @@ export interface operations {
                      *       "overage_policy": "block",
                      *       "low_balance_threshold_mc": 20000,
                      *       "credit_limit_mc": 0,
+                     *       "budgets": [
+                     *         {
+                     *           "billable_metric_key": null,
+                     *           "period": "month",
+                     *           "time_zone": "UTC",
+                     *           "limit_mc": 5000000,
+                     *           "since": "2026-11-24T06:00:00Z"
+                     *         }
+                     *       ],
                      *       "metadata": {
                      *         "plan": "enterprise"
                      *       },
@@ -11045,6 +11273,64 @@ export interface operations {
                  *     }
                  */
                 "application/json": components["schemas"]["CreditExpiredEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx within 5 seconds marks the event delivered; the body is ignored. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, a timeout or a network error is a failed attempt, retried on the schedule. */
+            "4XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditBudgetReached: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (Standard Webhooks); the same on every attempt, so a receiver dedupes on it. */
+                "webhook-id": components["parameters"]["WebhookId"];
+                /** @description Unix seconds of this attempt; part of the signed content. */
+                "webhook-timestamp": components["parameters"]["WebhookTimestamp"];
+                /** @description v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded part of the tenant's whsec_ secret (Standard Webhooks). A redelivery signs with the current secret. */
+                "webhook-signature": components["parameters"]["WebhookSignature"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "sequence": 105,
+                 *       "event_id": "5c1a2b3d-4e5f-5a6b-8c7d-9e0f1a2b3c4d",
+                 *       "event_type": "credit.budget_reached",
+                 *       "tenant_id": "01a20bc2-142d-7532-973d-3134d15f6885",
+                 *       "environment": "live",
+                 *       "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
+                 *       "external_customer_id": "acme-corp",
+                 *       "created_at": "2026-11-24T06:02:45.103Z",
+                 *       "idempotency_key": "req-7f3a9c-131",
+                 *       "version": 12,
+                 *       "data": {
+                 *         "billable_metric_key": null,
+                 *         "period": "day",
+                 *         "limit_mc": 1000000,
+                 *         "spent_mc": 1000000,
+                 *         "resets_at": "2026-11-25T00:00:00Z",
+                 *         "refused": false
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreditBudgetReachedEvent"];
             };
         };
         responses: {
