@@ -196,6 +196,7 @@ type GrantPayload struct {
 	StackAfter      *stackAfterPayload `json:"stack_after"`
 	Priority        *int64             `json:"priority"`
 	Metadata        engine.Metadata    `json:"metadata"`
+	AppliesTo       *engine.AppliesTo  `json:"applies_to"`
 }
 
 // stackAfterPayload is the stack_after object of a grant body.
@@ -231,7 +232,12 @@ func (in *GrantPayload) ToCommand() (engine.GrantCredits, error) {
 	if err != nil {
 		return cmd, err
 	}
-	cmd = engine.GrantCredits{Credits: *in.Credits, Source: engine.Source(*in.Source), Reason: *in.Reason, Metadata: meta}
+	scope, err := engine.ScopeKeys("applies_to", in.AppliesTo)
+	if err != nil {
+		return cmd, err
+	}
+	cmd = engine.GrantCredits{Credits: *in.Credits, Source: engine.Source(*in.Source), Reason: *in.Reason, Metadata: meta,
+		Scope: scope}
 	if in.Priority != nil {
 		cmd.Priority = int(*in.Priority)
 	}

@@ -32,6 +32,7 @@ type CreateTopup struct {
 	ExpiresAt        *time.Time // millisecond precision, UTC; nil: never
 	Priority         int
 	Metadata         Metadata // canonical; nil: none
+	Scope            []string // ScopeKeys of applies_to; nil: every metric
 }
 
 // Topup is one topup as GET /v1/customers/{id}/topups lists it: its ledger
@@ -81,7 +82,8 @@ func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref Cus
 		AccountID:     uuid.Must(uuid.NewV7()),
 		EntryType:     EntryTopup, Reason: in.PaymentReference, EntryMetadata: orEmpty(in.Metadata),
 		Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: in.Credits,
-			Source: SourceTopup, Priority: in.Priority, ExpiresAt: in.ExpiresAt, Metadata: orEmpty(in.Metadata)},
+			Source: SourceTopup, Priority: in.Priority, ExpiresAt: in.ExpiresAt, Metadata: orEmpty(in.Metadata),
+			AppliesTo: AppliesToOf(in.Scope)},
 		Context: &mc,
 	}
 	res, err := s.credits.grant(ctx, cmd)

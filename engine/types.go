@@ -156,6 +156,8 @@ type Block struct {
 	ExpiresAt       *time.Time `json:"expires_at"`
 	CreatedAt       time.Time  `json:"created_at"`
 	Metadata        Metadata   `json:"metadata"`
+	// AppliesTo is the block's scope, nil for every metric.
+	AppliesTo *AppliesTo `json:"applies_to"`
 }
 
 // Account is a customer's balance snapshot.

@@ -57,7 +57,8 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
 -- charge is what the blocks pay, debt what goes on the credit line.
 local charge, debt = cost, MONEY_ZERO
 if policy == 'block' then
-  charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
+  -- Only blocks that apply to the metric pay (prelude scope_split).
+  charge, debt = scope_split(a, now, metric, effective, MONEY_ZERO, cost, line_of(ctx), MONEY_ZERO, nil)
   if not charge then
     refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
     return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
@@ -66,13 +67,14 @@ elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
+if policy ~= 'block' then charge = scope_avail(a, now, metric, charge, MONEY_ZERO, nil) end
 local overage = m_sub(m_sub(cost, charge), debt)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
-local draws = drain(a, now, charge, changed)
+local draws = drain(a, now, charge, changed, metric)
 -- Each member is formatted once for the entry, the usage and the op record
 -- (sprintf costs ~2,500 instructions): units as Go wrote them when that is
 -- the decimal m_fmt would write (units >= 1, so only a leading zero

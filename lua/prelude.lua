@@ -18,7 +18,10 @@
 -- sources (else the text). Older hashes wrote original always and an eighth
 -- field, meta (once the block's metadata JSON, later ""), after one more
 -- "|": both are still read, and a block read with its metadata inline gets
--- the current encoding when written back.
+-- the current encoding when written back. A block scoped to metrics
+-- (docs/rules.md "Credits scoped to metrics") has an eighth field "@"
+-- followed by its metric keys joined by "," (keys never hold "|", ",", "@":
+-- engine.ValidMetricKey), which the old meta field never starts with.
 --
 -- Ids in field names, in the spend-order index and in field "id" are
 -- whatever Go handed the script: the 22-character compact form of
@@ -384,7 +387,7 @@ local function j_str(s)
 end
 
 -- items_price prices every item ({metric, units, terms}) of a
--- multi-metric call and sums their units and costs; items_j lists them as
+-- multi-metric call (setting each one's cost) and sums their units and costs; items_j lists them as
 -- JSON objects, each with its metric, its units under units_name and its
 -- cost under cost_name. Instead (fourth value) the error reply when a
 -- price fails or a sum leaves int64.
@@ -393,7 +396,7 @@ local function items_price(items, units_name, cost_name)
   for i, it in ipairs(items) do
     local c, err = price(it.terms, it.units)
     if not c then return nil, nil, nil, redis.error_reply(err) end
-    cost, units = m_add(cost, c), m_add(units, it.units)
+    it.cost, cost, units = c, m_add(cost, c), m_add(units, it.units)
     if not m_fits(cost) or not m_fits(units) then return nil, nil, nil, redis.error_reply(PRICE_OVERFLOW) end
     parts[i] = '{"billable_metric_key":' .. j_str(it.metric) .. ',"' .. units_name .. '":' .. m_fmt(it.units) ..
       ',"' .. cost_name .. '":' .. m_fmt(c) .. '}'
@@ -405,6 +408,13 @@ end
 local function src_json(s)
   if SOURCE_CODE[s] then return '"' .. s .. '"' end
   return j_str(s)
+end
+
+-- scope_field is the eighth block field of scope s (",k1,k2," as blocks
+-- keep it, nil for every metric): "|@k1,k2", or "".
+local function scope_field(s)
+  if not s then return '' end
+  return '|@' .. string.sub(s, 2, -2)
 end
 
 -- block_enc is the hash value of block b (format above).
@@ -431,7 +441,7 @@ local function block_enc(b)
   local orig = b.orig_s or m_fmt(b.orig)
   if orig == rem then orig = '' end
   return rem .. '|' .. orig .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
-    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src)
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. scope_field(b.scope)
 end
 
 -- block_dec reads the block id stored as raw.
@@ -440,8 +450,12 @@ local function block_dec(id, raw)
   -- (the current encoding), "|" or "|" and inline metadata (older hashes).
   local rem, orig, prio, c36, s36, e36, src, rest =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
-  local meta = ''
-  if rest ~= '' then meta = string.sub(rest, 2) end
+  local meta, scope = '', nil
+  if rest ~= '' then
+    -- "|@keys": the block's scope, kept as ",k1,k2," (applies finds
+    -- ",key," in it); else an older hash's inline metadata.
+    if string.byte(rest, 2) == 64 then scope = ',' .. string.sub(rest, 3) .. ',' else meta = string.sub(rest, 2) end
+  end
   local created = b36_dec(c36)
   local starts = created
   if s36 ~= '' then starts = created + b36_dec(s36) end
@@ -461,7 +475,7 @@ local function block_dec(id, raw)
   -- Members set later (drain, block_enc) are named (nil): the table is
   -- made at its final size.
   local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta,
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta, scope = scope,
     raw = nil, rem_len = nil, orig_len = nil, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
   if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
@@ -484,6 +498,11 @@ local function block_json(b)
   local created = i_fmt(b.created)
   local meta = ''
   if b.fresh and b.meta ~= '' then meta = ',"meta":' .. b.meta end
+  -- The scope never changes: only the Mutation creating the block names
+  -- it (keys need no escaping: engine.ValidMetricKey).
+  if b.fresh and b.scope then
+    meta = meta .. ',"scope":["' .. string.gsub(string.sub(b.scope, 2, -2), ',', '","') .. '"]'
+  end
   return '{"id":"' .. b.id .. '","original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. rem ..
     ',"priority":' .. prio .. ',"source":' .. src_json(b.src) .. ',"starts":' .. starts ..
     ',"expires":' .. exp .. ',"created":' .. created .. meta .. '}'
@@ -864,7 +883,7 @@ local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 
 -- ACCT_NAME sorts the account's own fields by name (a table look-up, no
 -- string.byte call): 1 a number, 2 money, 3 text, 4 a layout v2 field. A
 -- name it lacks has a prefix ("b:", "r:", ...) or is unknown.
-local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, d = 2, id = 3, t = 3, e = 3, s = 4, o = 4, k = 4}
+local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, d = 2, id = 3, t = 3, e = 3, sc = 3, s = 4, o = 4, k = 4}
 
 local function acct_field(a, f, v)
   local kind = ACCT_NAME[f]
@@ -887,7 +906,9 @@ local function acct_field(a, f, v)
   end
   local k1, k2 = string.byte(f, 1, 2)
   if k2 == BYTE_COLON and k1 == BYTE_B then
-    a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+    local b = block_dec(string.sub(f, 3), v)
+    a.blocks[#a.blocks + 1] = b
+    if b.scope then a.scoped = true end
   elseif k2 == BYTE_COLON and k1 == BYTE_R then
     -- Reservations stay encoded until a script asks for one (res_get).
     a.res[string.sub(f, 3)] = v
@@ -1142,10 +1163,12 @@ local function acct_read(key, now, extras, full)
   -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
   -- straight to the slow path, which is short for it.
   if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
-    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', unpack(extras))
-    local whole = v[2] and v[6] and v[7]
+    -- Field "sc" marks a hash holding a scoped block: its money scripts
+    -- read every block (scope_free), so it takes the slow path.
+    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', 'sc', unpack(extras))
+    local whole = v[2] and v[6] and v[7] and not v[9]
     for i, name in ipairs(extras) do
-      if name == 'o' and not v[8 + i] then whole = false end
+      if name == 'o' and not v[9 + i] then whole = false end
     end
     if whole then
       local bal, tail, pend, nlive, nact, e, st, f =
@@ -1176,7 +1199,7 @@ local function acct_read(key, now, extras, full)
         if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
         if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
-        for i, name in ipairs(extras) do a.x[name] = v[8 + i] or nil end
+        for i, name in ipairs(extras) do a.x[name] = v[9 + i] or nil end
         a.idx = a.x.o
         if refresh then
           -- Blocks due at now leave the figures (expire_due zeroes them:
@@ -1282,11 +1305,139 @@ end
 -- zero delta (the balance does not move: the debt shrinks as the block
 -- does) whose one draw is what b paid.
 local function line_repay(a, b, entries, now)
-  if not m_pos(a.d) or b.starts > now then return end
+  -- A scoped block never pays it (docs/decisions.md "Credits scoped to
+  -- metrics": the line backs every metric, a scope only some).
+  if not m_pos(a.d) or b.starts > now or b.scope then return end
   local pay = m_min(a.d, b.rem)
   b.rem, a.d = m_sub(b.rem, pay), m_sub(a.d, pay)
   entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'debt_repayment',
     draws = {{b = b, take = pay}}})
+end
+
+-- Credits scoped to metrics (docs/rules.md "Credits scoped to metrics",
+-- docs/decisions.md): a block with a scope (b.scope, ",k1,k2,") pays only
+-- for the metrics it names, one without pays for every metric. Holds stay
+-- one reserved total ("rs"), so while any is active every metric m that
+-- one holds for must keep E(m) >= rs, E(m) being what the started live
+-- blocks that apply to m hold: then each hold can always be settled from
+-- blocks that apply to it, whatever is charged in between. A charge for
+-- metric M therefore takes, in spend order, only blocks that apply to M,
+-- and no more than keeps that true (scope_free); a hold may take what
+-- keeps it true with itself added (scope_room). A multi-metric hold
+-- (metric "") is backed by unscoped blocks only. Only a hash holding a
+-- scoped block (a.scoped) runs these; for any other every block applies to
+-- every metric and the figures are the plain ones (line_split). Each is
+-- engine.ScopeFree / engine.ScopeRoom in Go (lua TestScopeFreeAgrees).
+
+-- applies: block b pays for metric (never for "", a multi-metric hold).
+local function applies(b, metric)
+  return b.scope == nil or string.find(b.scope, ',' .. metric .. ',', 1, true) ~= nil
+end
+
+local RES_METRIC_PAT = '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'
+
+-- scope_holds is the distinct metrics of a's active holds but hold skip.
+local function scope_holds(a, skip)
+  local seen, out = {}, {}
+  for id, raw in pairs(a.res) do
+    if id ~= skip and string.byte(raw, 1) == BYTE_A then
+      local m = string.match(raw, RES_METRIC_PAT) or ''
+      if not seen[m] then seen[m], out[#out + 1] = true, m end
+    end
+  end
+  return out
+end
+
+-- scope_elig is E(m) for each metric of ms (index by index) at now.
+local function scope_elig(a, now, ms)
+  local e = {}
+  for i = 1, #ms do e[i] = MONEY_ZERO end
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) and started(b, now) then
+      for i, m in ipairs(ms) do
+        if applies(b, m) then e[i] = m_add(e[i], b.rem) end
+      end
+    end
+  end
+  return e
+end
+
+-- scope_free is the most a charge for metric may take from the blocks:
+-- the started live blocks that apply to it, walked in spend order as
+-- drain takes them, up to where one more unit would leave some hold
+-- metric's E below the reserved total less freed (what the charge settles
+-- of its own hold; skip: that hold's id when it ends). Never negative.
+local function scope_free(a, now, metric, freed, skip)
+  local hm = scope_holds(a, skip)
+  local slack = scope_elig(a, now, hm)
+  local owed = m_sub(a.rs, freed)
+  local elig, taken = {}, {}
+  for i = 1, #hm do slack[i], taken[i] = m_sub(slack[i], owed), MONEY_ZERO end
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) and started(b, now) and applies(b, metric) then elig[#elig + 1] = b end
+  end
+  table.sort(elig, spends_before)
+  local cum, cap = MONEY_ZERO, nil
+  for _, b in ipairs(elig) do
+    for i, m in ipairs(hm) do
+      if applies(b, m) then
+        local room = m_sub(slack[i], taken[i])
+        if m_cmp(room, b.rem) < 0 then
+          if not m_pos(room) then room = MONEY_ZERO end
+          local c = m_add(cum, room)
+          if not cap or m_cmp(c, cap) < 0 then cap = c end
+        end
+        taken[i] = m_add(taken[i], b.rem)
+      end
+    end
+    -- Past a cap every later block only adds (cap < cum from here on).
+    if cap then return cap end
+    cum = m_add(cum, b.rem)
+  end
+  return cum
+end
+
+-- scope_room is what a new hold for metric (or a hold for it growing) may
+-- take: min over metric and the metrics of the active holds of E(m) less
+-- the reserved total. May be negative (holds leaning on the credit line).
+local function scope_room(a, now, metric)
+  local hm = scope_holds(a, nil)
+  hm[#hm + 1] = metric
+  local room = nil
+  for _, e in ipairs(scope_elig(a, now, hm)) do
+    local r = m_sub(e, a.rs)
+    if not room or m_cmp(r, room) < 0 then room = r end
+  end
+  return room
+end
+
+-- scope_split is line_split for a charge of cost for metric: nil when
+-- refused, else what the blocks pay and what goes on the credit line. The
+-- line backs every metric, so a charge is refused when its debt would pass
+-- the line as well as when the effective balance would.
+local function scope_split(a, now, metric, eff, held, cost, lim, freed, skip)
+  if not a.scoped then return line_split(a, eff, held, cost, lim) end
+  if m_cmp(m_add(m_add(eff, held), lim), cost) < 0 then return nil end
+  local pay = m_min(scope_free(a, now, metric, freed, skip), cost)
+  local debt = m_sub(cost, pay)
+  if m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  return pay, debt
+end
+
+-- scope_avail is what a charge for metric under allow or notify may take
+-- when avail (>= 0) is what the account has: avail itself when no block
+-- has a scope.
+local function scope_avail(a, now, metric, avail, freed, skip)
+  if not a.scoped then return avail end
+  return m_min(avail, scope_free(a, now, metric, freed, skip))
+end
+
+-- scope_reserve_ok: a hold for metric may grow by cost with line (what the
+-- line lends under block) on top of the effective balance eff.
+local function scope_reserve_ok(a, now, metric, eff, cost, line)
+  if m_cmp(m_add(eff, line), cost) < 0 then return false end
+  if not a.scoped then return true end
+  return m_cmp(m_add(m_sub(scope_room(a, now, metric), a.d), line), cost) >= 0
 end
 
 -- expire_due zeroes every block with credit whose expires_at is at or before
@@ -1331,8 +1482,8 @@ end
 -- drain takes amount from a's started live blocks in spend order
 -- (engine.SpendOrder), appending each block touched to changed; it returns
 -- the draws {b = block, take = money}. The caller has checked that the
--- blocks hold amount.
-local function drain(a, now, amount, changed)
+-- blocks hold amount (with metric: the blocks that apply to it, scope_free).
+local function drain(a, now, amount, changed, metric)
   if a.fast then
     -- Walk the spend-order index, reading only the blocks taken from (in
     -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
@@ -1371,7 +1522,9 @@ local function drain(a, now, amount, changed)
   end
   local spendable = {}
   for _, b in ipairs(a.blocks) do
-    if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
+    -- With metric, only the blocks that apply to it (a fast path's blocks
+    -- all do: a hash holding a scoped block takes the slow path).
+    if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
   end
   -- The next block in spend order, picked by a scan rather than a sort of
   -- them all: a charge usually draws from one or two blocks, so this costs
@@ -1398,6 +1551,52 @@ local function drain(a, now, amount, changed)
     left = draw(b, left, draws, changed)
   end
   return draws
+end
+
+-- scope_items charges the items {metric, cost} of a multi-metric call on
+-- an account holding scoped blocks one after another, each from the
+-- blocks that apply to its metric (scope_split under block, refusing;
+-- else scope_avail, avail being what the account has), the figures moving
+-- as each drains; base is the effective balance plus what the call
+-- settles of its hold. It returns what the blocks paid, what goes on the
+-- line and the draws (one per block), appending each block touched once
+-- to changed; or nil when an item is refused, every block as it was.
+local function scope_items(a, now, items, base, lim, refusing, avail, freed, skip, changed)
+  local saved, d0 = {}, a.d
+  for i, b in ipairs(a.blocks) do saved[i] = b.rem end
+  local paid, debt, touched, all = MONEY_ZERO, MONEY_ZERO, {}, {}
+  for _, it in ipairs(items) do
+    local pay, owe = nil, MONEY_ZERO
+    if refusing then
+      pay, owe = scope_split(a, now, it.metric, m_sub(m_sub(base, paid), debt), MONEY_ZERO, it.cost, lim, freed, skip)
+      if not pay then
+        for i, b in ipairs(a.blocks) do b.rem = saved[i] end
+        a.d = d0
+        return nil
+      end
+      -- Counted while the next items are split; line_draw adds it for good.
+      a.d = m_add(a.d, owe)
+    else
+      local left = m_sub(avail, paid)
+      if not m_pos(left) then left = MONEY_ZERO end
+      pay = m_min(scope_avail(a, now, it.metric, left, freed, skip), it.cost)
+    end
+    for _, d in ipairs(drain(a, now, pay, touched, it.metric)) do all[#all + 1] = d end
+    paid, debt = m_add(paid, pay), m_add(debt, owe)
+  end
+  a.d = d0
+  local draws, at = {}, {}
+  for _, d in ipairs(all) do
+    local i = at[d.b]
+    if i then
+      draws[i].take = m_add(draws[i].take, d.take)
+    else
+      draws[#draws + 1] = {b = d.b, take = d.take}
+      at[d.b] = #draws
+      changed[#changed + 1] = d.b
+    end
+  end
+  return paid, debt, draws
 end
 
 -- OP_RECORD_CONSUME ('c') opens the compact op record of a consume; a
@@ -1679,6 +1878,7 @@ local function acct_commit(akey, a, changed, now)
         -- A grant that went whole to the debt of the credit line: a block
         -- Postgres keeps, never in the hash.
       elseif b.fresh then
+        if b.scope then scoped = true end
         a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
         if live(b, now) then
           a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
@@ -1707,13 +1907,18 @@ local function acct_commit(akey, a, changed, now)
   end
   if next(gone) then a.idx = idx_remove(a.idx, gone) end
   local keep = nil
+  -- scoped: whether a block with credit has a scope (field "sc"; nil: a
+  -- fast path's blocks, which only a fresh block can change).
+  local scoped = nil
   if not a.fast then
     -- Slow path: the summary from every block.
     local bal, pend, n, e, st, f = MONEY_ZERO, MONEY_ZERO, 0, nil, nil, nil
     keep = {}
+    scoped = false
     for _, b in ipairs(a.blocks) do
       if m_pos(b.rem) then
         keep[#keep + 1] = b
+        if b.scope then scoped = true end
         if live(b, now) then
           n, bal = n + 1, m_add(bal, b.rem)
           if not started(b, now) then pend = m_add(pend, b.rem) end
@@ -1786,6 +1991,11 @@ local function acct_commit(akey, a, changed, now)
   elseif a.fast or a.layout then
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
+  end
+  if scoped then
+    set[#set + 1], set[#set + 2] = 'sc', '1'
+  elseif scoped == false and a.sc then
+    del[#del + 1] = 'sc'
   end
   redis.call('HSET', akey, unpack(set))
   if #del > 0 then redis.call('HDEL', akey, unpack(del)) end

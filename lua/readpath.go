@@ -235,7 +235,10 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	} else {
 		b.Source = engine.Source(p[6])
 	}
-	if len(p) == 8 && p[7] != "" {
+	if len(p) == 8 && strings.HasPrefix(p[7], "@") {
+		// The block's scope (prelude.lua block_dec), never metadata.
+		b.Scope = strings.Split(p[7][1:], ",")
+	} else if len(p) == 8 && p[7] != "" {
 		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil

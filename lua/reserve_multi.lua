@@ -46,7 +46,9 @@ if not a then return stop end
 local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')
 if bad then return bad end
 local _, _, effective = acct_bal(a, now)
-if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
+-- With scoped blocks a multi-metric hold is backed by unscoped ones (metric
+-- "": prelude scope_reserve_ok).
+if not scope_reserve_ok(a, now, '', effective, cost, block_line(ctx)) then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted
   -- (no metric: several were asked for, as consume_multi.lua's).
   if refuses(ctx) then
