@@ -30,9 +30,19 @@ func (s *Server) getCredits(ref refFunc) endpoint {
 			}
 			return c.json(fasthttp.StatusOK, acct)
 		}
-		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks)
+		byScope, err := c.queryBool("by_scope")
 		if err != nil {
 			return err
+		}
+		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks || byScope)
+		if err != nil {
+			return err
+		}
+		if byScope {
+			acct.ByScope = s.credits.ScopeBalances(acct.Blocks)
+			if !blocks {
+				acct.Blocks = []engine.Block{}
+			}
 		}
 		return c.json(fasthttp.StatusOK, acct)
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // Credits scoped to metrics (issue 28 item 1; docs/rules.md "Credits
@@ -137,4 +138,85 @@ func ScopeRoom(blocks []MutationBlock, holdMetrics []string, reserved int64, met
 		room = min(room, eligible(blocks, m, nowMS)-reserved)
 	}
 	return room
+}
+
+// MetricAvailable is what a charge for metric may take now (checks and
+// snapshots, docs/rules.md "Credits scoped to metrics"): AvailableOf the
+// account, and no more than the blocks that apply to the metric may pay
+// (ScopeFree) plus, under block, what is left of the credit line, as the
+// money scripts decide (prelude scope_split, scope_avail).
+func MetricAvailable(acct Account, limitMC int64, policy OveragePolicy, metric string, nowMS int64) int64 {
+	avail := AvailableOf(acct.EffectiveBalance, limitMC, policy)
+	blocks := make([]MutationBlock, 0, len(acct.Blocks))
+	for _, b := range acct.Blocks {
+		blocks = append(blocks, b.mutationBlock())
+	}
+	if !ScopedAny(blocks) {
+		return avail
+	}
+	free := ScopeFree(blocks, acct.HoldMetrics, acct.ReservedBalance, 0, metric, nowMS)
+	if policy == OveragePolicyBlock {
+		if s, ok := AddChecked(free, limitMC-acct.DebtMC); ok {
+			free = s
+		} else {
+			free = maxInt64
+		}
+	}
+	return min(avail, free)
+}
+
+// mutationBlock is b as the scripts' rules see it.
+func (b Block) mutationBlock() MutationBlock {
+	out := MutationBlock{ID: b.ID, Original: b.OriginalAmount, Remaining: b.RemainingAmount, Priority: b.Priority,
+		Source: b.Source, StartsMS: b.StartsAt.UnixMilli(), CreatedMS: b.CreatedAt.UnixMilli()}
+	if b.ExpiresAt != nil {
+		ms := b.ExpiresAt.UnixMilli()
+		out.ExpiresMS = &ms
+	}
+	if b.AppliesTo != nil {
+		out.Scope = b.AppliesTo.BillableMetricKeys
+	}
+	return out
+}
+
+// ScopeBalance is one scope's share of an account's live blocks: what they
+// hold (balance, as the account's, before debt) and what of it has not
+// started (pending). AppliesTo nil is the unscoped credit.
+type ScopeBalance struct {
+	AppliesTo *AppliesTo `json:"applies_to"`
+	Balance   int64      `json:"balance"`
+	Pending   int64      `json:"pending"`
+}
+
+// ScopeBalances groups the live blocks of a snapshot (Account.Blocks) at
+// now by scope: the unscoped credit first (always present), then each scope in
+// the order of its keys' text.
+func ScopeBalances(blocks []Block, now time.Time) []ScopeBalance {
+	out := []ScopeBalance{{}}
+	at := map[string]int{"": 0}
+	for _, b := range blocks {
+		k := ""
+		if b.AppliesTo != nil {
+			k = ScopeText(b.AppliesTo.BillableMetricKeys)
+		}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, ScopeBalance{AppliesTo: AppliesToOf(b.AppliesTo.BillableMetricKeys)})
+		}
+		out[i].Balance += b.RemainingAmount
+		if b.StartsAt.After(now) {
+			out[i].Pending += b.RemainingAmount
+		}
+	}
+	slices.SortStableFunc(out[1:], func(x, y ScopeBalance) int {
+		return strings.Compare(ScopeText(x.AppliesTo.BillableMetricKeys), ScopeText(y.AppliesTo.BillableMetricKeys))
+	})
+	return out
+}
+
+// ScopeBalances is the package function at the service's clock.
+func (s *Credits) ScopeBalances(blocks []Block) []ScopeBalance {
+	return ScopeBalances(blocks, s.clock.Now())
 }

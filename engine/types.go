@@ -175,6 +175,9 @@ type Account struct {
 	// DebtMC is what the account owes on its credit line, counted in
 	// Balance (docs/rules.md "Credit line").
 	DebtMC int64 `json:"debt_mc"`
+	// HoldMetrics are the distinct metrics of the active holds when some
+	// block has a scope (ScopeFree), else nil; never in an answer.
+	HoldMetrics []string `json:"-"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
 	CreditLimitMC int64 `json:"credit_limit_mc"`
 	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
@@ -183,6 +186,9 @@ type Account struct {
 	Version   int64      `json:"version"`
 	UpdatedAt time.Time  `json:"updated_at"`
 	Blocks    []Block    `json:"blocks"`
+	// ByScope breaks the live blocks down by scope (GET .../credits?
+	// by_scope=true, ScopeBalances); absent unless asked for.
+	ByScope []ScopeBalance `json:"by_scope,omitempty"`
 }
 
 // LedgerEntry is one append-only ledger row.

@@ -413,6 +413,7 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 		EffectiveBalance: bal.Effective,
 		LifetimeEarned:   r.lifetimeEarned,
 		DebtMC:           r.debt,
+		HoldMetrics:      r.holdMetrics,
 		Version:          r.version,
 		Blocks:           make([]engine.Block, 0, len(live)),
 	}

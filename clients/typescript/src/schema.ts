@@ -1931,6 +1931,8 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description The metrics the block pays for; null: every metric. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
         };
         Account: {
             /** @description Empty when no account exists yet. */
@@ -1972,6 +1974,8 @@ export interface components {
             as_of?: string;
             /** @description Empty unless include_blocks=true. */
             blocks: components["schemas"]["Block"][];
+            /** @description With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always present), then each scope by its keys. */
+            by_scope?: components["schemas"]["ScopeBalance"][];
         };
         LedgerEntry: {
             /** Format: uuid */
@@ -2076,6 +2080,8 @@ export interface components {
              * @description Ignored; use the Idempotency-Key header.
              */
             idempotency_key?: string;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         GrantResult: {
             transaction: components["schemas"]["LedgerEntry"];
@@ -2339,7 +2345,7 @@ export interface components {
             credit_limit_mc?: number;
             /**
              * Format: int64
-             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
+             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`. For a customer holding blocks scoped to metrics, what this metric may spend: only the blocks that apply to it count (docs/rules.md "Credits scoped to metrics").
              */
             available_mc?: number;
             /** Format: int64 */
@@ -2962,6 +2968,8 @@ export interface components {
             grant_type: "recurring" | "one_time" | "trial";
             /** @enum {string} */
             source: "plan_grant" | "promotional" | "compensation" | "referral" | "manual" | "migration";
+            /** @description Scope of the blocks this schedule grants; null: every metric. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
             /** @description Always null. */
             metadata: null;
             /** Format: date-time */
@@ -2987,6 +2995,8 @@ export interface components {
             accumulation_cap?: number | null;
             rollover_percentage?: number;
             max_rollover_cycles?: number | null;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         VariantEntitlement: {
             /** Format: uuid */
@@ -3066,6 +3076,11 @@ export interface components {
             /** Format: int64 */
             headroom?: number;
             config?: Record<string, never>;
+            /**
+             * Format: int64
+             * @description Metered entries of a customer holding scoped blocks only: what this metric may spend now (the blocks that apply to it, and the credit line under `block`); allowed and affordable_units are computed from it instead of the snapshot's available_mc.
+             */
+            available_mc?: number;
         };
         Snapshot: {
             /** Format: uuid */
@@ -3091,7 +3106,7 @@ export interface components {
             debt_mc: number;
             /**
              * Format: int64
-             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it.
+             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it. When some block is scoped to metrics, a metered entry's own available_mc replaces it for that metric.
              */
             available_mc: number;
             subscription_status: string | null;
@@ -3110,6 +3125,8 @@ export interface components {
             expires_at?: string;
             priority?: number;
             metadata?: Record<string, never>;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         Topup: {
             /**
@@ -3147,6 +3164,8 @@ export interface components {
                     /** Format: date-time */
                     expires_at?: string;
                     priority?: number;
+                    /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+                    applies_to?: components["schemas"]["AppliesTo"];
                 }[];
             }[];
             options?: {
@@ -3827,6 +3846,19 @@ export interface components {
             /** @description The event types taking the hold would fire (credit.low_balance, credit.exhausted). */
             events: string[];
         };
+        /** @description Credits scoped to metrics (docs/rules.md "Credits scoped to metrics"): the block pays only for these billable metrics. Sorted and without repeats in answers. An unknown metric key is accepted (a plan may name a metric before it exists); a key that is not a valid metric key is a 422 naming the field. */
+        AppliesTo: {
+            billable_metric_keys: string[];
+        };
+        /** @description One scope's share of the live blocks (balance before debt; pending: not started yet). */
+        ScopeBalance: {
+            /** @description null: the credit every metric may use. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
+            /** Format: int64 */
+            balance: number;
+            /** Format: int64 */
+            pending: number;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -4062,6 +4094,8 @@ export interface components {
         WebhookSignature: string;
         /** @description Lease UUID from the leased increment; anything else is a 404. */
         LeaseId: string;
+        /** @description Break the balance down by scope (by_scope in the answer). */
+        ByScope: "true" | "false" | "1" | "0";
     };
     requestBodies: never;
     headers: {
@@ -4609,6 +4643,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description Break the balance down by scope (by_scope in the answer). */
+                by_scope?: components["parameters"]["ByScope"];
                 /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
                 as_of?: components["parameters"]["AsOf"];
             };
@@ -4657,7 +4693,8 @@ export interface operations {
                      *           "starts_at": "2026-11-24T04:13:18.301Z",
                      *           "expires_at": null,
                      *           "created_at": "2026-11-24T04:13:18.301Z",
-                     *           "metadata": {}
+                     *           "metadata": {},
+                     *           "applies_to": null
                      *         },
                      *         {
                      *           "id": "01a20bc2-1462-7515-9b77-e077c022abd6",
@@ -4669,7 +4706,8 @@ export interface operations {
                      *           "starts_at": "2026-11-24T04:13:18.306Z",
                      *           "expires_at": null,
                      *           "created_at": "2026-11-24T04:13:18.306Z",
-                     *           "metadata": {}
+                     *           "metadata": {},
+                     *           "applies_to": null
                      *         }
                      *       ]
                      *     }
@@ -4751,7 +4789,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.296Z",
                      *         "expires_at": "2026-12-24T04:13:18.296Z",
                      *         "created_at": "2026-11-24T04:13:18.296Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -5143,6 +5182,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description Break the balance down by scope (by_scope in the answer). */
+                by_scope?: components["parameters"]["ByScope"];
                 /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
                 as_of?: components["parameters"]["AsOf"];
             };
@@ -5258,7 +5299,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.301Z",
                      *         "expires_at": null,
                      *         "created_at": "2026-11-24T04:13:18.301Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -5350,7 +5392,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.306Z",
                      *         "expires_at": null,
                      *         "created_at": "2026-11-24T04:13:18.306Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -8035,7 +8078,8 @@ export interface operations {
                      *       "source": "plan_grant",
                      *       "metadata": null,
                      *       "created_at": "2026-11-24T04:13:18.438Z",
-                     *       "updated_at": "2026-11-24T04:13:18.438Z"
+                     *       "updated_at": "2026-11-24T04:13:18.438Z",
+                     *       "applies_to": null
                      *     }
                      */
                     "application/json": components["schemas"]["PlanGrant"];
@@ -8174,7 +8218,8 @@ export interface operations {
                      *           "source": "plan_grant",
                      *           "metadata": null,
                      *           "created_at": "2026-11-24T04:13:18.438Z",
-                     *           "updated_at": "2026-11-24T04:13:18.438Z"
+                     *           "updated_at": "2026-11-24T04:13:18.438Z",
+                     *           "applies_to": null
                      *         }
                      *       ],
                      *       "entitlements": [
@@ -8744,7 +8789,8 @@ export interface operations {
                      *         "created_at": "2026-11-24T04:13:18.502Z",
                      *         "metadata": {
                      *           "invoice": "INV-2026-0042"
-                     *         }
+                     *         },
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
