@@ -1859,6 +1859,9 @@ local function acct_commit(akey, a, changed, now)
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
+  -- scoped: whether a block with credit has a scope (field "sc"; nil: a
+  -- fast path's blocks, which only a fresh block can change).
+  local scoped = nil
   -- Ids of blocks leaving the index, cut out together after the loop.
   local gone = {}
   for _, b in ipairs(changed) do
@@ -1907,9 +1910,6 @@ local function acct_commit(akey, a, changed, now)
   end
   if next(gone) then a.idx = idx_remove(a.idx, gone) end
   local keep = nil
-  -- scoped: whether a block with credit has a scope (field "sc"; nil: a
-  -- fast path's blocks, which only a fresh block can change).
-  local scoped = nil
   if not a.fast then
     -- Slow path: the summary from every block.
     local bal, pend, n, e, st, f = MONEY_ZERO, MONEY_ZERO, 0, nil, nil, nil

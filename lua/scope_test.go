@@ -220,7 +220,7 @@ func TestScopedRebuildAndBigAccount(t *testing.T) {
 		if got := remainingByScope(acct); got["a,z"] != 50 || got[""] != 5 {
 			t.Fatalf("left %v", got)
 		}
-		before := b.dump(t, c)
+		before, scBefore := b.dump(t, c), b.hasSC(t, c)
 		blocks := make([]engine.MutationBlock, 0, len(acct.Blocks))
 		for _, bl := range acct.Blocks {
 			mb := engine.MutationBlock{ID: bl.ID, Original: bl.OriginalAmount, Remaining: bl.RemainingAmount,
@@ -236,7 +236,7 @@ func TestScopedRebuildAndBigAccount(t *testing.T) {
 		if got := remainingByScope(b.snapshot(t, c, t0)); got["a,z"] != 50 || got[""] != 5 {
 			t.Fatalf("after the rebuild %v", got)
 		}
-		if !strings.Contains(before, "sc") || !strings.Contains(b.dump(t, c), "sc") {
+		if !scBefore || !b.hasSC(t, c) {
 			t.Fatalf("no sc field:\n%s", before)
 		}
 		if _, err := b.store.Consume(ctx, metricConsume(c, "z", 55)); err != nil {
@@ -326,4 +326,52 @@ func TestScopeFreeAgrees(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestScopedGrantToBigAccount: a scoped grant to an account on the
+// summary's fast path marks the hash ("sc"), so the next charge reads every
+// block and leaves the scoped credit to its metric.
+func TestScopedGrantToBigAccount(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		for range 8 {
+			b.grant(t, scopedGrant(c, 100, 1))
+		}
+		if b.hasSC(t, c) {
+			t.Fatal("an unscoped account is marked sc")
+		}
+		b.grant(t, scopedGrant(c, 1000, 0, "a"))
+		if !b.hasSC(t, c) {
+			t.Fatal("no sc after a scoped grant")
+		}
+		if _, err := b.store.Consume(ctx, metricConsume(c, "b", 801)); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Fatalf("consume 801 of b: %v", err)
+		}
+		if _, err := b.store.Consume(ctx, metricConsume(c, "b", 800)); err != nil {
+			t.Fatal(err)
+		}
+		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 1000 || got[""] != 0 {
+			t.Fatalf("left %v", got)
+		}
+		// The last scoped credit spent: the mark goes with it.
+		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if b.hasSC(t, c) {
+			t.Fatal("sc stays after the last scoped block")
+		}
+	})
+}
+
+// hasSC reports whether the customer's hash holds field "sc".
+func (b bundle) hasSC(t *testing.T, c engine.CustomerKey) bool {
+	t.Helper()
+	ok, err := b.rdb.HExists(context.Background(), b.store.accountKey(c.CustomerID), "sc").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }
