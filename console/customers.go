@@ -106,6 +106,9 @@ type customerView struct {
 	GrantKey   string
 	EntryTypes []engine.EntryType
 	Sources    []engine.Source
+	// ByScope is the credit by scope (docs/rules.md "Credits scoped to
+	// metrics"), shown only when some block has a scope.
+	ByScope []engine.ScopeBalance
 }
 
 var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, engine.EntryConsumption,
@@ -172,6 +175,9 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		Chart:    balanceChart(recent.Data, acct.Balance, now),
 		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,
+	}
+	if bs := engine.ScopeBalances(acct.Blocks, now); len(bs) > 1 {
+		v.ByScope = bs
 	}
 	if c.cfg.Entitlements != nil {
 		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
@@ -264,13 +270,18 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 	if v := strings.TrimSpace(r.PostFormValue("reason")); v != "" {
 		in.Reason = &v
 	}
+	// applies_to: metric keys separated by commas or spaces (empty: every
+	// metric); ToCommand checks them.
+	if v := strings.FieldsFunc(r.PostFormValue("applies_to"), func(c rune) bool { return c == ',' || c == ' ' }); len(v) > 0 {
+		in.AppliesTo = &engine.AppliesTo{BillableMetricKeys: v}
+	}
 	key := r.PostFormValue("grant_key")
 	if len(key) < 16 || len(key) > 64 {
 		c.back(w, r, to, flash{Message: "The form has expired: reload the page and try again.", Error: true})
 		return
 	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{r.PathValue("customer"), r.PostFormValue("credits"), src,
-		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason")}, "\x00")))
+		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason"), r.PostFormValue("applies_to")}, "\x00")))
 	idem := engine.Idempotency{Key: "console-grant-" + key, RequestHash: hex.EncodeToString(sum[:])}
 	cmd, err := in.ToCommand()
 	if err != nil {
