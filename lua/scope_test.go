@@ -375,3 +375,100 @@ func (b bundle) hasSC(t *testing.T, c engine.CustomerKey) bool {
 	}
 	return ok
 }
+
+// TestScopedDebit: a negative adjustment takes the credit every metric may
+// use before scoped credit, and is refused when it would leave an active
+// hold without credit that applies to it.
+func TestScopedDebit(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		b.grant(t, scopedGrant(c, 100, 0, "a"))
+		b.grant(t, scopedGrant(c, 100, 1))
+		if _, err := b.store.Debit(ctx, debitCmd(c, 150, t0)); err != nil {
+			t.Fatal(err)
+		}
+		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 50 || got[""] != 0 {
+			t.Fatalf("after a debit of 150: %v, want the unscoped 100 taken first", got)
+		}
+		b.grant(t, scopedGrant(c, 100, 1))
+		hold := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
+		hold.Metric = "a"
+		b.reserve(t, hold)
+		// Unscoped credit goes first: 60 leaves a its 50 and 40 unscoped,
+		// still the 60 its hold needs.
+		if _, err := b.store.Debit(ctx, debitCmd(c, 60, t0)); err != nil {
+			t.Fatalf("debit of 60 beside the hold: %v", err)
+		}
+		// Credit for b only raises the effective balance to 130; 31 more
+		// would still leave a 59 < 60.
+		b.grant(t, scopedGrant(c, 100, 0, "b"))
+		if _, err := b.store.Debit(ctx, debitCmd(c, 31, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Fatalf("debit of 31 beside the hold: %v", err)
+		}
+		if _, err := b.store.Debit(ctx, debitCmd(c, 30, t0)); err != nil {
+			t.Fatalf("debit of 30 beside the hold: %v", err)
+		}
+		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 50 || got[""] != 10 || got["b"] != 100 {
+			t.Fatalf("after the debits: %v, want a 50, unscoped 10, b 100", got)
+		}
+	})
+}
+
+// TestScopedRolloverStackExpiry: a rollover's carry keeps the scope of the
+// blocks it carries, a stack_after block keeps its scope until and after it
+// starts, and an expired scoped block leaves with its scope (the expiry
+// entry names it; no other metric gained its credit).
+func TestScopedRolloverStackExpiry(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		g := scopedGrant(c, 1000, 0, "a")
+		b.grant(t, g)
+		exp := t0.Add(time.Hour)
+		roll := engine.RolloverCommand{OpID: uuid.New(), Customer: c, IdempotencyKey: "sroll-1", Now: t0,
+			Blocks: []uuid.UUID{g.Block.ID}, Percentage: 50,
+			Block:     engine.Block{ID: uuid.New(), Source: engine.SourcePlanGrant, ExpiresAt: &exp},
+			EntryType: engine.EntryPlanGrant}
+		res, err := b.store.Rollover(ctx, roll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var carried bool
+		for _, mb := range res.Mutation.Blocks {
+			if mb.ID == roll.Block.ID {
+				carried = reflect.DeepEqual(mb.Scope, []string{"a"}) && mb.Remaining == 500
+			}
+		}
+		if !carried {
+			t.Fatalf("rollover blocks %+v: want the carry of 500 scoped to a", res.Mutation.Blocks)
+		}
+		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 500 || len(got) != 1 {
+			t.Fatalf("after the rollover: %v", got)
+		}
+		// stack_after: starts when the carry expires, scoped to b.
+		st := scopedGrant(c, 300, 0, "b")
+		st.Now, st.DurationSeconds = t0, 3600
+		st.StackAfter = &engine.StackAfter{MetadataMatch: engine.Metadata{}, Fallback: engine.FallbackNow}
+		b.grant(t, st)
+		later := t0.Add(90 * time.Minute)
+		acct := b.snapshot(t, c, later)
+		if got := remainingByScope(acct); got["b"] != 300 || got["a"] != 0 {
+			t.Fatalf("after the carry expired: %v, want b's 300 started", got)
+		}
+		cons := metricConsume(c, "a", 1)
+		cons.Now = later
+		if _, err := b.store.Consume(ctx, cons); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Fatalf("a after its credit expired: %v", err)
+		}
+		cons = metricConsume(c, "b", 300)
+		cons.Now = later
+		if _, err := b.store.Consume(ctx, cons); err != nil {
+			t.Fatalf("b's stacked credit: %v", err)
+		}
+	})
+}
