@@ -1068,16 +1068,18 @@ type TopupInput struct {
 // Topup is the Topup schema of the creditd API.
 type Topup struct {
 	// The ledger entry (transaction) id.
-	ID               *string        `json:"id,omitempty"`
-	CustomerID       *string        `json:"customer_id,omitempty"`
-	Credits          *int64         `json:"credits,omitempty"`
-	PaymentReference *string        `json:"payment_reference,omitempty"`
-	CreditBlockID    *string        `json:"credit_block_id,omitempty"`
-	ExpiresAt        *time.Time     `json:"expires_at,omitempty"`
-	Priority         *int           `json:"priority,omitempty"`
-	Metadata         map[string]any `json:"metadata,omitempty"`
-	IdempotencyKey   *string        `json:"idempotency_key,omitempty"`
-	CreatedAt        *time.Time     `json:"created_at,omitempty"`
+	ID               *string    `json:"id,omitempty"`
+	CustomerID       *string    `json:"customer_id,omitempty"`
+	Credits          *int64     `json:"credits,omitempty"`
+	PaymentReference *string    `json:"payment_reference,omitempty"`
+	CreditBlockID    *string    `json:"credit_block_id,omitempty"`
+	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
+	Priority         *int       `json:"priority,omitempty"`
+	// The scope of the block the topup made; null: every metric.
+	AppliesTo      *AppliesTo     `json:"applies_to,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	IdempotencyKey *string        `json:"idempotency_key,omitempty"`
+	CreatedAt      *time.Time     `json:"created_at,omitempty"`
 }
 
 // TopupPage is the TopupPage schema of the creditd API.

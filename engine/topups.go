@@ -45,9 +45,11 @@ type Topup struct {
 	CreditBlockID    *uuid.UUID `json:"credit_block_id"`
 	ExpiresAt        *time.Time `json:"expires_at"`
 	Priority         int        `json:"priority"`
-	Metadata         Metadata   `json:"metadata"`
-	IdempotencyKey   string     `json:"idempotency_key"`
-	CreatedAt        time.Time  `json:"created_at"`
+	// AppliesTo is the scope of the block the topup made (nil: every metric).
+	AppliesTo      *AppliesTo `json:"applies_to"`
+	Metadata       Metadata   `json:"metadata"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	CreatedAt      time.Time  `json:"created_at"`
 }
 
 // Topups records paid credit.

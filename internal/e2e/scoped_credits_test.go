@@ -234,6 +234,12 @@ func TestScopedCredits(t *testing.T) {
 		r := a.post("/v1/customers/"+tp+"/topups", map[string]any{"credits": 400, "applies_to": scoped(mb)})
 		wantStatus(t, r, 201, "scoped topup")
 		a.wantLeft(tp, map[string]int64{mb: 400}, "after the topup")
+		if l := a.get("/v1/customers/" + tp + "/topups"); checkStatus(t, l, 200, "topups") {
+			data := arr(t, l.Body["data"], "topups")
+			if len(data) != 1 || obj(t, obj(t, data[0], "topup")["applies_to"], "applies_to")["billable_metric_keys"] == nil {
+				t.Errorf("topups list %s: want the topup's applies_to", l.Raw)
+			}
+		}
 		checkProblem(t, a.consumeUnits(tp, ma, 1), 409, "insufficient-credits", "", "a against b's topup")
 
 		ext := uniq("imp")

@@ -1321,6 +1321,8 @@ class Topup(TypedDict):
     credit_block_id: NotRequired[Optional[str]]
     expires_at: NotRequired[Optional[str]]
     priority: NotRequired[int]
+    # The scope of the block the topup made; null: every metric.
+    applies_to: NotRequired[Optional["AppliesTo"]]
     metadata: NotRequired[dict[str, Any]]
     idempotency_key: NotRequired[str]
     created_at: NotRequired[str]

@@ -3144,6 +3144,8 @@ export interface components {
             /** Format: date-time */
             expires_at?: string | null;
             priority?: number;
+            /** @description The scope of the block the topup made; null: every metric. */
+            applies_to?: components["schemas"]["AppliesTo"] | null;
             metadata?: Record<string, never>;
             idempotency_key?: string;
             /** Format: date-time */
@@ -8699,7 +8701,8 @@ export interface operations {
                      *             "invoice": "INV-2026-0042"
                      *           },
                      *           "idempotency_key": "req-7f3a9c-47",
-                     *           "created_at": "2026-11-24T04:13:18.502Z"
+                     *           "created_at": "2026-11-24T04:13:18.502Z",
+                     *           "applies_to": null
                      *         }
                      *       ],
                      *       "pagination": {
