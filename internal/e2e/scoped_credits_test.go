@@ -273,6 +273,16 @@ func TestScopedCredits(t *testing.T) {
 		}
 		checkProblem(t, a.post(path, map[string]any{"credits": 100, "grant_interval": "monthly", "grant_type": "recurring",
 			"applies_to": scoped("bad key")}), 422, "validation-error", "applies_to.billable_metric_keys", "plan grant bad scope")
+		// A subscription's plan grant makes blocks of the grant's scope.
+		v2 := str(t, a.newVariant(plan["id"].(string), map[string]any{"billing_cycle": "monthly", "billing_mode": "prepaid"})["id"],
+			"variant id")
+		a.newGrant(plan["id"].(string), v2, map[string]any{"credits": 700, "grant_interval": "billing_period",
+			"grant_type": "recurring", "applies_to": scoped(ma)})
+		sub, _ := a.newCustomer()
+		wantStatus(t, a.post("/v1/subscriptions", map[string]any{"customer_id": sub, "plan_variant_id": v2}), 201, "subscribe")
+		a.wantLeft(sub, map[string]int64{ma: 700}, "after subscribing")
+		checkProblem(t, a.consumeUnits(sub, mb, 1), 409, "insufficient-credits", "", "b against the plan's credit for a")
+		wantStatus(t, a.consumeUnits(sub, ma, 7), 200, "the plan's credit for a")
 	})
 
 	t.Run("reconcile finds the books balanced", func(t *testing.T) {
