@@ -409,3 +409,77 @@ func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	wantStatus(t, a.consumeUnits(id, ma, 7), 200, "700 of a")
 	a.wantLeft(id, map[string]int64{ma: 0, "": 0}, "all spent")
 }
+
+// TestScopedHoldsRace: holds of metric b, which only the unscoped credit
+// backs (three made first, ten more racing), race 40 consumes of metric a,
+// which may also use it and spends it first: whatever the interleaving,
+// every hold that was granted commits in full afterwards
+// (the consumes of a never took the unscoped credit a hold counted on), and
+// the books balance.
+func TestScopedHoldsRace(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("scopeholds"))
+	a := s.as(t, tn.Live)
+	ma, mb := a.perUnit(100), a.perUnit(100)
+	id, _ := a.newCustomer()
+	// The unscoped credit spends first: a plain drain of a would take it.
+	a.scopeGrant(id, 1000, 1, ma)
+	a.scopeGrant(id, 500, 0)
+	var mu sync.Mutex
+	var holds []string
+	// Three holds before the race: with a plain drain the consumes of a
+	// would spend the unscoped credit they count on.
+	for range 3 {
+		holds = append(holds, a.reserve(map[string]any{"customer_id": id, "billable_metric_key": mb, "estimated_units": 1})["id"].(string))
+	}
+	var consumed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%5 == 0 {
+				r := s.Do("POST", "/v1/reservations", tn.Live, fmt.Sprintf("shold-%s-%d", id, i),
+					map[string]any{"customer_id": id, "billable_metric_key": mb, "estimated_units": 1})
+				switch r.Status {
+				case 201:
+					mu.Lock()
+					holds = append(holds, r.Body["id"].(string))
+					mu.Unlock()
+				case 409:
+				default:
+					t.Errorf("reserve %d: %d %s", i, r.Status, r.Raw)
+				}
+				return
+			}
+			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("sholdc-%s-%d", id, i),
+				map[string]any{"customer_id": id, "billable_metric_key": ma, "units": 1})
+			switch r.Status {
+			case 200:
+				consumed.Add(100)
+			case 409:
+			default:
+				t.Errorf("consume %d: %d %s", i, r.Status, r.Raw)
+			}
+		}()
+	}
+	wg.Wait()
+	if consumed.Load() == 0 {
+		t.Fatalf("%d holds, %d consumed: the race exercised nothing", len(holds), consumed.Load())
+	}
+	if got := consumed.Load() + int64(len(holds))*100; got > 1500 {
+		t.Fatalf("consumed %d and held %d: more than the 1500 there was", consumed.Load(), len(holds)*100)
+	}
+	for _, h := range holds {
+		r := a.post("/v1/reservations/"+h+"/commit", map[string]any{"actual_units": 1})
+		checkStatus(t, r, 200, "commit of a hold of b after the race")
+	}
+	c := a.credits(id)
+	if Int(t, c["balance"]) != 1500-consumed.Load()-int64(len(holds))*100 || Int(t, c["reserved_balance"]) != 0 {
+		t.Errorf("after the commits: %v", c)
+	}
+	s.Drain()
+	if rep := reconcileOf(t, s, false); rep.Found != 0 {
+		t.Errorf("reconcile after the race: %+v", rep.First)
+	}
+}
