@@ -52,7 +52,8 @@ local draws
 if a.scoped then
   local function hold_slack()
     local low = nil
-    for _, e in ipairs(scope_elig(a, now, scope_holds(a, nil))) do
+    local hm, at = scope_holds(a, nil)
+    for _, e in ipairs(scope_elig(a, now, hm, at)) do
       local s = m_sub(e, a.rs)
       if not low or m_cmp(s, low) < 0 then low = s end
     end

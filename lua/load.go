@@ -202,9 +202,15 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	fields = append(fields, lf...)
 
 	fields = append(fields, layoutFields(stored, active, kept, st.UpdatedAtMS)...)
-	// "sc" marks a hash holding a scoped block, as acct_commit writes it.
-	if engine.ScopedAny(stored) {
-		fields = append(fields, "sc", "1")
+	// "sc" counts the scoped blocks, as acct_commit writes it (absent: none).
+	nsc := 0
+	for _, b := range stored {
+		if len(b.Scope) > 0 {
+			nsc++
+		}
+	}
+	if nsc > 0 {
+		fields = append(fields, "sc", strconv.Itoa(nsc))
 	}
 
 	c.keys = append(c.keys, c.tag+":a:"+cs) // s.accountKey(cust)

@@ -1158,15 +1158,17 @@ end
 -- only the blocks it takes.
 -- full (or a hash the summary does not cover at now) reads every block
 -- (acct_read_all).
-local function acct_read(key, now, extras, full)
+local function acct_read(key, now, extras, full, scoped_fast)
   -- HLEN first (O(1)): a hash of fewer fields than the account fields and
   -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
   -- straight to the slow path, which is short for it.
   if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
-    -- Field "sc" marks a hash holding a scoped block: its money scripts
-    -- read every block (scope_free), so it takes the slow path.
+    -- Field "sc" counts the scoped blocks of a hash: its money scripts
+    -- read every block (scope_free), so it takes the slow path; but for a
+    -- script that handles it (scoped_fast: consume.lua, scope_fast) while
+    -- no hold is active, when the spend order alone decides.
     local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', 'sc', unpack(extras))
-    local whole = v[2] and v[6] and v[7] and not v[9]
+    local whole = v[2] and v[6] and v[7] and (not v[9] or scoped_fast)
     for i, name in ipairs(extras) do
       if name == 'o' and not v[9 + i] then whole = false end
     end
@@ -1178,6 +1180,7 @@ local function acct_read(key, now, extras, full)
       -- E past u too: a write that left due blocks (gauge expires
       -- nothing) is never trusted, even by a clock behind it.
       local fast = bal and (f == nil or f <= now) and (e == nil or (now < e and u < e)) and (st == nil or now < st)
+      if v[9] and nact ~= '0' then fast, bal = false, nil end
       -- Time moved past E or S since a clean write: the refresh below
       -- reads just the blocks that expired or started.
       local refresh = not fast and bal and u <= now and (e == nil or u < e)
@@ -1193,6 +1196,8 @@ local function acct_read(key, now, extras, full)
         -- The summary past the balance as read, with the values it stands
         -- for: acct_commit writes it back as is when none moved.
         a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
+        -- A scoped hash without holds read by a scoped_fast script.
+        a.sc_fast, a.sc_n = v[9] and true or nil, v[9] and tonumber(v[9]) or nil
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
@@ -1329,47 +1334,71 @@ end
 -- every metric and the figures are the plain ones (line_split). Each is
 -- engine.ScopeFree / engine.ScopeRoom in Go (lua TestScopeFreeAgrees).
 
+-- scope_keys is the set of metric keys of scoped block b, parsed once per
+-- script (kept on b): a charge asks each block about every hold metric.
+local function scope_keys(b)
+  local set = b.keyset
+  if not set then
+    set = {}
+    for k in string.gmatch(b.scope, '[^,]+') do set[k] = true end
+    b.keyset = set
+  end
+  return set
+end
+
 -- applies: block b pays for metric (never for "", a multi-metric hold).
 local function applies(b, metric)
-  return b.scope == nil or string.find(b.scope, ',' .. metric .. ',', 1, true) ~= nil
+  return b.scope == nil or scope_keys(b)[metric] == true
 end
 
 local RES_METRIC_PAT = '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'
 
--- scope_holds is the distinct metrics of a's active holds but hold skip.
+-- scope_holds is the distinct metrics of a's active holds but hold skip,
+-- and each one's index in that list.
 local function scope_holds(a, skip)
-  local seen, out = {}, {}
+  local at, out = {}, {}
   for id, raw in pairs(a.res) do
     if id ~= skip and string.byte(raw, 1) == BYTE_A then
       local m = string.match(raw, RES_METRIC_PAT) or ''
-      if not seen[m] then seen[m], out[#out + 1] = true, m end
+      if not at[m] then out[#out + 1] = m at[m] = #out end
     end
   end
-  return out
+  return out, at
 end
 
--- scope_elig is E(m) for each metric of ms (index by index) at now.
-local function scope_elig(a, now, ms)
-  local e = {}
+-- scope_elig is E(m) for each metric of ms (index by index) at now; at
+-- maps each metric to its index. The unscoped credit is summed once and a
+-- scoped block visits only its own keys (MAX_LIVE_BLOCKS blocks of 20 keys
+-- against as many hold metrics stay a few thousand look-ups).
+local function scope_elig(a, now, ms, at)
+  local e, all = {}, MONEY_ZERO
   for i = 1, #ms do e[i] = MONEY_ZERO end
   for _, b in ipairs(a.blocks) do
     if live(b, now) and started(b, now) then
-      for i, m in ipairs(ms) do
-        if applies(b, m) then e[i] = m_add(e[i], b.rem) end
+      if b.scope == nil then
+        all = m_add(all, b.rem)
+      else
+        for k in pairs(scope_keys(b)) do
+          local i = at[k]
+          if i then e[i] = m_add(e[i], b.rem) end
+        end
       end
     end
   end
+  -- "" (a multi-metric hold) has the unscoped credit only, like any metric.
+  for i = 1, #ms do e[i] = m_add(e[i], all) end
   return e
 end
 
--- scope_free is the most a charge for metric may take from the blocks:
--- the started live blocks that apply to it, walked in spend order as
--- drain takes them, up to where one more unit would leave some hold
--- metric's E below the reserved total less freed (what the charge settles
--- of its own hold; skip: that hold's id when it ends). Never negative.
-local function scope_free(a, now, metric, freed, skip)
-  local hm = scope_holds(a, skip)
-  local slack = scope_elig(a, now, hm)
+-- scope_free is the most a charge for metric may take from the blocks, up
+-- to need (the charge; nil: no bound): the started live blocks that apply
+-- to it, walked in spend order as drain takes them, up to where one more
+-- unit would leave some hold metric's E below the reserved total less
+-- freed (what the charge settles of its own hold; skip: that hold's id when
+-- it ends). Never negative.
+local function scope_free(a, now, metric, freed, skip, need)
+  local hm, at = scope_holds(a, skip)
+  local slack = scope_elig(a, now, hm, at)
   local owed = m_sub(a.rs, freed)
   local elig, taken = {}, {}
   for i = 1, #hm do slack[i], taken[i] = m_sub(slack[i], owed), MONEY_ZERO end
@@ -1378,16 +1407,24 @@ local function scope_free(a, now, metric, freed, skip)
   end
   table.sort(elig, spends_before)
   local cum, cap = MONEY_ZERO, nil
+  -- take: block b's whole remainder counted against hold metric i.
+  local function take(i, b)
+    local room = m_sub(slack[i], taken[i])
+    if m_cmp(room, b.rem) < 0 then
+      if not m_pos(room) then room = MONEY_ZERO end
+      local c = m_add(cum, room)
+      if not cap or m_cmp(c, cap) < 0 then cap = c end
+    end
+    taken[i] = m_add(taken[i], b.rem)
+  end
   for _, b in ipairs(elig) do
-    for i, m in ipairs(hm) do
-      if applies(b, m) then
-        local room = m_sub(slack[i], taken[i])
-        if m_cmp(room, b.rem) < 0 then
-          if not m_pos(room) then room = MONEY_ZERO end
-          local c = m_add(cum, room)
-          if not cap or m_cmp(c, cap) < 0 then cap = c end
-        end
-        taken[i] = m_add(taken[i], b.rem)
+    if need and m_cmp(cum, need) >= 0 then return cum end
+    if b.scope == nil then
+      for i = 1, #hm do take(i, b) end
+    else
+      for k in pairs(scope_keys(b)) do
+        local i = at[k]
+        if i then take(i, b) end
       end
     end
     -- Past a cap every later block only adds (cap < cum from here on).
@@ -1401,10 +1438,10 @@ end
 -- take: min over metric and the metrics of the active holds of E(m) less
 -- the reserved total. May be negative (holds leaning on the credit line).
 local function scope_room(a, now, metric)
-  local hm = scope_holds(a, nil)
-  hm[#hm + 1] = metric
+  local hm, at = scope_holds(a, nil)
+  if not at[metric] then hm[#hm + 1] = metric at[metric] = #hm end
   local room = nil
-  for _, e in ipairs(scope_elig(a, now, hm)) do
+  for _, e in ipairs(scope_elig(a, now, hm, at)) do
     local r = m_sub(e, a.rs)
     if not room or m_cmp(r, room) < 0 then room = r end
   end
@@ -1418,7 +1455,7 @@ end
 local function scope_split(a, now, metric, eff, held, cost, lim, freed, skip)
   if not a.scoped then return line_split(a, eff, held, cost, lim) end
   if m_cmp(m_add(m_add(eff, held), lim), cost) < 0 then return nil end
-  local pay = m_min(scope_free(a, now, metric, freed, skip), cost)
+  local pay = m_min(scope_free(a, now, metric, freed, skip, cost), cost)
   local debt = m_sub(cost, pay)
   if m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
   return pay, debt
@@ -1429,7 +1466,7 @@ end
 -- has a scope.
 local function scope_avail(a, now, metric, avail, freed, skip)
   if not a.scoped then return avail end
-  return m_min(avail, scope_free(a, now, metric, freed, skip))
+  return m_min(avail, scope_free(a, now, metric, freed, skip, avail))
 end
 
 -- scope_reserve_ok: a hold for metric may grow by cost with line (what the
@@ -1510,11 +1547,20 @@ local function drain(a, now, amount, changed, metric)
       for i, id in ipairs(ids) do
         if not m_pos(left) then break end
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
-        local b = block_dec(id, vals[i])
-        b.rem0 = b.rem
-        -- The index's decimal instants, for block_json (no sprintf).
-        b.ix = texts[i]
-        left = draw(b, left, draws, changed)
+        -- A scoped hash's fast path (scope_fast): only blocks that apply,
+        -- told from the value's scope field before decoding it.
+        local raw, ok = vals[i], true
+        if metric and a.sc_fast then
+          local at = string.find(raw, '|@', 1, true)
+          ok = not at or string.find(',' .. string.sub(raw, at + 2) .. ',', ',' .. metric .. ',', 1, true) ~= nil
+        end
+        if ok then
+          local b = block_dec(id, raw)
+          b.rem0 = b.rem
+          -- The index's decimal instants, for block_json (no sprintf).
+          b.ix = texts[i]
+          left = draw(b, left, draws, changed)
+        end
       end
       want = want * 4
     end
@@ -1522,8 +1568,8 @@ local function drain(a, now, amount, changed, metric)
   end
   local spendable = {}
   for _, b in ipairs(a.blocks) do
-    -- With metric, only the blocks that apply to it (a fast path's blocks
-    -- all do: a hash holding a scoped block takes the slow path).
+    -- With metric, only the blocks that apply to it (the fast path above
+    -- tells them by their value on a scoped hash, a.sc_fast).
     if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
   end
   -- The next block in spend order, picked by a scan rather than a sort of
@@ -1551,6 +1597,35 @@ local function drain(a, now, amount, changed, metric)
     left = draw(b, left, draws, changed)
   end
   return draws
+end
+
+-- scope_fast decides and drains a charge of cost for metric on a scoped
+-- hash without active holds read on the fast path (a.sc_fast): with no
+-- hold to keep backed, what the blocks may pay is what applies to the
+-- metric (scope_free with no hold metric), which the drain finds walking
+-- the spend-order index, reading only blocks up to the charge, so this is
+-- decided after draining (nothing is written before acct_commit). refusing:
+-- policy block, lim the line. Returns what the blocks paid, what goes on
+-- the line and the draws, after expiring what is due; nil when refused.
+local function scope_fast(a, now, metric, eff, cost, refusing, lim, entries, changed)
+  expire_due(a, now, entries, changed)
+  -- What the blocks may pay at most, as line_split and the allow branch
+  -- of consume.lua bound it.
+  local most = eff
+  if refusing then
+    if m_cmp(m_add(eff, lim), cost) < 0 then return nil end
+    most = m_add(eff, a.d)
+  end
+  if not m_pos(most) then most = MONEY_ZERO end
+  local draws = drain(a, now, m_min(cost, most), changed, metric)
+  local paid = MONEY_ZERO
+  for _, d in ipairs(draws) do paid = m_add(paid, d.take) end
+  local debt = MONEY_ZERO
+  if refusing then
+    debt = m_sub(cost, paid)
+    if m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  end
+  return paid, debt, draws
 end
 
 -- scope_items charges the items {metric, cost} of a multi-metric call on
@@ -1859,9 +1934,10 @@ local function acct_commit(akey, a, changed, now)
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
-  -- scoped: whether a block with credit has a scope (field "sc"; nil: a
-  -- fast path's blocks, which only a fresh block can change).
-  local scoped = nil
+  -- nsc: how many blocks with credit have a scope (field "sc", absent for
+  -- none): counted on the slow path, moved by each change on the fast one
+  -- (a.sc_n as read); sc_moved: it changed.
+  local nsc, sc_moved = a.sc_n or 0, false
   -- Ids of blocks leaving the index, cut out together after the loop.
   local gone = {}
   for _, b in ipairs(changed) do
@@ -1881,7 +1957,7 @@ local function acct_commit(akey, a, changed, now)
         -- A grant that went whole to the debt of the credit line: a block
         -- Postgres keeps, never in the hash.
       elseif b.fresh then
-        if b.scope then scoped = true end
+        if b.scope then nsc, sc_moved = nsc + 1, true end
         a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
         if live(b, now) then
           a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
@@ -1898,10 +1974,12 @@ local function acct_commit(akey, a, changed, now)
         -- Due: already out of the figures (acct_read's refresh).
         gone[b.id], a.nblocks, idx_moved = true, a.nblocks - 1, true
         bounds_moved = true
+        if b.scope then nsc, sc_moved = nsc - 1, true end
       else
         a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
         if not m_pos(b.rem) then
           gone[b.id], a.nlive, a.nblocks, idx_moved = true, a.nlive - 1, a.nblocks - 1, true
+          if b.scope then nsc, sc_moved = nsc - 1, true end
           -- E, S and F move only when the emptied block held one of them.
           if b.expires == a.exp_min or b.starts == a.start_min or b.starts == a.start_max then bounds_moved = true end
         end
@@ -1914,11 +1992,11 @@ local function acct_commit(akey, a, changed, now)
     -- Slow path: the summary from every block.
     local bal, pend, n, e, st, f = MONEY_ZERO, MONEY_ZERO, 0, nil, nil, nil
     keep = {}
-    scoped = false
+    nsc, sc_moved = 0, true
     for _, b in ipairs(a.blocks) do
       if m_pos(b.rem) then
         keep[#keep + 1] = b
-        if b.scope then scoped = true end
+        if b.scope then nsc = nsc + 1 end
         if live(b, now) then
           n, bal = n + 1, m_add(bal, b.rem)
           if not started(b, now) then pend = m_add(pend, b.rem) end
@@ -1992,9 +2070,9 @@ local function acct_commit(akey, a, changed, now)
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
   end
-  if scoped then
-    set[#set + 1], set[#set + 2] = 'sc', '1'
-  elseif scoped == false and a.sc then
+  if sc_moved and nsc > 0 then
+    set[#set + 1], set[#set + 2] = 'sc', i_fmt(nsc)
+  elseif sc_moved and (a.sc or a.sc_n) then
     del[#del + 1] = 'sc'
   end
   redis.call('HSET', akey, unpack(set))

@@ -472,3 +472,58 @@ func TestScopedRolloverStackExpiry(t *testing.T) {
 		}
 	})
 }
+
+// TestScopedFastPath: a big scoped hash without holds runs consume.lua on
+// the summary's fast path, skipping blocks of other scopes; field "sc"
+// counts the scoped blocks exactly through drains that empty one and a
+// grant that adds one, as a rebuild of the same blocks writes it.
+func TestScopedFastPath(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		for range 10 {
+			b.grant(t, scopedGrant(c, 100, 1))
+		}
+		b.grant(t, scopedGrant(c, 50, 0, "a"))
+		b.grant(t, scopedGrant(c, 70, 0, "z"))
+		sc := func() string {
+			t.Helper()
+			v, _ := b.rdb.HGet(ctx, b.store.accountKey(c.CustomerID), "sc").Result()
+			return v
+		}
+		if got := sc(); got != "2" {
+			t.Fatalf("sc = %q, want 2", got)
+		}
+		// z's block spends first for z, a's is skipped for z.
+		res, err := b.store.Consume(ctx, metricConsume(c, "z", 120))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := res.Mutation.Entries[len(res.Mutation.Entries)-1]
+		if _, draws := e.PaidBy(); len(draws) != 2 || draws[0].Amount != 70 || draws[1].Amount != 50 {
+			t.Fatalf("entry %+v: want 70 from z's block, then 50 unscoped", e)
+		}
+		if got := sc(); got != "1" {
+			t.Fatalf("sc = %q after z's block emptied, want 1", got)
+		}
+		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 50 || got["z"] != 0 || got[""] != 950 {
+			t.Fatalf("left %v", got)
+		}
+		// b may not use a's 50: refused one past the unscoped 950.
+		if _, err := b.store.Consume(ctx, metricConsume(c, "b", 951)); !errors.Is(err, engine.ErrInsufficientCredits) {
+			t.Fatalf("consume 951 of b: %v", err)
+		}
+		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 50)); err != nil {
+			t.Fatal(err)
+		}
+		if got := sc(); got != "" {
+			t.Fatalf("sc = %q after the last scoped block, want none", got)
+		}
+		b.grant(t, scopedGrant(c, 5, 0, "q"))
+		if got := sc(); got != "1" {
+			t.Fatalf("sc = %q after a scoped grant, want 1", got)
+		}
+	})
+}
