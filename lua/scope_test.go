@@ -2,10 +2,12 @@ package lua
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -524,6 +526,92 @@ func TestScopedFastPath(t *testing.T) {
 		b.grant(t, scopedGrant(c, 5, 0, "q"))
 		if got := sc(); got != "1" {
 			t.Fatalf("sc = %q after a scoped grant, want 1", got)
+		}
+	})
+}
+
+// TestScopedLayoutFastEqualsSlow: one random account with scoped blocks
+// twice, once on the summary's fast path (scope_fast) and once stripped of
+// the layout fields before every step (the slow path, scope_split), takes
+// the same random consumes of three metrics under block and allow and
+// scoped or plain grants at instants stepping onto expiries and starts:
+// both answer the same Mutation (or both refuse), and after each step both
+// hashes are identical, "sc" included.
+func TestScopedLayoutFastEqualsSlow(t *testing.T) {
+	t.Parallel()
+	scopes := [][]string{nil, nil, {"a"}, {"b"}, {"a", "b"}}
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(11, 12))
+		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 7}
+		for round := 0; round < 8; round++ {
+			fast, slow := newCustomer(), newCustomer()
+			slow.TenantID = fast.TenantID
+			u := t0.UnixMilli()
+			st := layoutState(rng, fast, 8+rng.IntN(16), u)
+			for i := range st.Blocks {
+				st.Blocks[i].Scope = scopes[rng.IntN(len(scopes))]
+			}
+			for _, c := range []engine.CustomerKey{fast, slow} {
+				st.CustomerID = c.CustomerID
+				b.load(t, st)
+			}
+			var instants []int64
+			for _, bl := range st.Blocks {
+				if bl.ExpiresMS != nil {
+					instants = append(instants, *bl.ExpiresMS-1, *bl.ExpiresMS)
+				}
+			}
+			for i := 0; i < 12; i++ {
+				instants = append(instants, u+rng.Int64N(8*3_600_000))
+			}
+			slices.Sort(instants)
+			for step, nowMS := range instants {
+				now := time.UnixMilli(nowMS)
+				op := uuid.New()
+				run := func(c engine.CustomerKey) (engine.MutationResult, error) {
+					if step%3 == 2 {
+						g := grantCmd(c, 1+rng.Int64N(1_000_000), now)
+						var id uuid.UUID
+						for i := range id {
+							id[i] = byte(rng.IntN(256))
+						}
+						g.OpID, g.Block.ID, g.Block.Priority = op, id, rng.IntN(3)
+						if s := scopes[rng.IntN(len(scopes))]; s != nil {
+							g.Block.AppliesTo = &engine.AppliesTo{BillableMetricKeys: s}
+						}
+						return b.store.Grant(ctx, g)
+					}
+					policy := []engine.OveragePolicy{engine.OveragePolicyBlock, engine.OveragePolicyAllow}[rng.IntN(2)]
+					cmd := consumeCmd(c, 1+rng.Int64N(150_000), terms, policy, now)
+					cmd.OpID, cmd.Metric = op, []string{"a", "b", "c"}[rng.IntN(3)]
+					return b.store.Consume(ctx, cmd)
+				}
+				seed := rng.Uint64()
+				rng = rand.New(rand.NewPCG(seed, 1))
+				fr, ferr := run(fast)
+				rng = rand.New(rand.NewPCG(seed, 1))
+				oldLayout(t, b, slow)
+				sr, serr := run(slow)
+				if (ferr == nil) != (serr == nil) || (ferr != nil && ferr.Error() != serr.Error()) {
+					t.Fatalf("round %d step %d: fast %v, slow %v", round, step, ferr, serr)
+				}
+				if ferr != nil {
+					continue
+				}
+				fm, sm := fr.Mutation, sr.Mutation
+				fm.CustomerID = sm.CustomerID
+				if !reflect.DeepEqual(fm, sm) {
+					fj, _ := json.Marshal(fm)
+					sj, _ := json.Marshal(sm)
+					t.Fatalf("round %d step %d: Mutations differ\nfast %s\nslow %s", round, step, fj, sj)
+				}
+				fh := b.rdb.HGetAll(ctx, b.store.accountKey(fast.CustomerID)).Val()
+				sh := b.rdb.HGetAll(ctx, b.store.accountKey(slow.CustomerID)).Val()
+				if !reflect.DeepEqual(fh, sh) {
+					t.Fatalf("round %d step %d: hashes differ\nfast %v\nslow %v", round, step, fh, sh)
+				}
+			}
 		}
 	})
 }
