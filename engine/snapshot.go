@@ -142,7 +142,10 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 	for _, m := range metrics {
 		// What this metric may spend: the blocks that apply to it
 		// (MetricAvailable; the account's figure when none has a scope).
-		avail := MetricAvailable(acct, c.CreditLimitMC, policy, m.Key, now.UnixMilli())
+		avail := snap.AvailableMC
+		if scoped {
+			avail = MetricAvailable(acct, c.CreditLimitMC, policy, m.Key, now.UnixMilli())
+		}
 		e, err := s.snapshotEntry(ctx, scope, key, m, f, avail, policy)
 		if err != nil {
 			return Snapshot{}, err
