@@ -92,10 +92,13 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 			return accountFields{}, engine.ErrStateMissing
 		}
 		head := []string{"v", "id", "rs", "le", "ua", "s", "d", "sc"}
+		// The holds only of a hash holding scoped blocks (their metrics:
+		// accountFields.holdMetrics).
+		scoped := slices.Contains(names, "sc")
 		var meta []string
 		for _, n := range names {
 			switch {
-			case strings.HasPrefix(n, "b:"), strings.HasPrefix(n, "r:"):
+			case strings.HasPrefix(n, "b:"), scoped && strings.HasPrefix(n, "r:"):
 				head = append(head, n)
 			case withMeta && strings.HasPrefix(n, "m:"):
 				meta = append(meta, n)

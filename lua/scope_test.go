@@ -615,3 +615,42 @@ func TestScopedLayoutFastEqualsSlow(t *testing.T) {
 		}
 	})
 }
+
+// TestScopedSnapshotHoldMetrics: a snapshot of a scoped hash names the
+// metrics of its active holds (what engine.MetricAvailable needs), read
+// whole or in slices, and Balances says the hash is scoped; an unscoped
+// hash names none.
+func TestScopedSnapshotHoldMetrics(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := newCustomer()
+		b.known(t, c)
+		for range 9 {
+			b.grant(t, scopedGrant(c, 100, 1))
+		}
+		plain := b.snapshot(t, c, t0)
+		if plain.HoldMetrics != nil {
+			t.Fatalf("unscoped hash: hold metrics %v", plain.HoldMetrics)
+		}
+		b.grant(t, scopedGrant(c, 100, 0, "a"))
+		for _, m := range []string{"z", "a", "z"} {
+			h := reserveCmd(c, 10, perUnitTerms(1), time.Hour, t0)
+			h.Metric = m
+			b.reserve(t, h)
+		}
+		for range 2 { // whole, then in slices (the store learnt the layout)
+			acct := b.snapshot(t, c, t0)
+			if !reflect.DeepEqual(acct.HoldMetrics, []string{"a", "z"}) {
+				t.Fatalf("hold metrics %v, want [a z]", acct.HoldMetrics)
+			}
+			if got := engine.MetricAvailable(acct, 0, engine.OveragePolicyBlock, "q", t0.UnixMilli()); got != 870 {
+				t.Fatalf("available for q %d, want 870 (900 unscoped less the 30 held)", got)
+			}
+		}
+		bal, err := b.store.Balances(ctx, c, t0)
+		if err != nil || !bal.Scoped {
+			t.Fatalf("balances %+v %v: want Scoped", bal, err)
+		}
+	})
+}
