@@ -30,9 +30,19 @@ func (s *Server) getCredits(ref refFunc) endpoint {
 			}
 			return c.json(fasthttp.StatusOK, acct)
 		}
-		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks)
+		byScope, err := c.queryBool("by_scope")
 		if err != nil {
 			return err
+		}
+		acct, err := s.credits.Account(c.reqContext(), c.scope, r, blocks || byScope)
+		if err != nil {
+			return err
+		}
+		if byScope {
+			acct.ByScope = s.credits.ScopeBalances(acct.Blocks)
+			if !blocks {
+				acct.Blocks = []engine.Block{}
+			}
 		}
 		return c.json(fasthttp.StatusOK, acct)
 	}
@@ -196,6 +206,7 @@ type GrantPayload struct {
 	StackAfter      *stackAfterPayload `json:"stack_after"`
 	Priority        *int64             `json:"priority"`
 	Metadata        engine.Metadata    `json:"metadata"`
+	AppliesTo       *engine.AppliesTo  `json:"applies_to"`
 }
 
 // stackAfterPayload is the stack_after object of a grant body.
@@ -231,7 +242,12 @@ func (in *GrantPayload) ToCommand() (engine.GrantCredits, error) {
 	if err != nil {
 		return cmd, err
 	}
-	cmd = engine.GrantCredits{Credits: *in.Credits, Source: engine.Source(*in.Source), Reason: *in.Reason, Metadata: meta}
+	scope, err := engine.ScopeKeys("applies_to", in.AppliesTo)
+	if err != nil {
+		return cmd, err
+	}
+	cmd = engine.GrantCredits{Credits: *in.Credits, Source: engine.Source(*in.Source), Reason: *in.Reason, Metadata: meta,
+		Scope: scope}
 	if in.Priority != nil {
 		cmd.Priority = int(*in.Priority)
 	}

@@ -47,9 +47,10 @@ type importCustomerPayload struct {
 
 // importCreditPayload is one block of an imported customer.
 type importCreditPayload struct {
-	Credits   *int64  `json:"credits"`
-	ExpiresAt *string `json:"expires_at"`
-	Priority  *int64  `json:"priority"`
+	Credits   *int64            `json:"credits"`
+	ExpiresAt *string           `json:"expires_at"`
+	Priority  *int64            `json:"priority"`
+	AppliesTo *engine.AppliesTo `json:"applies_to"`
 }
 
 // importOptionsPayload tunes an import. EmitWebhooks is accepted and has no
@@ -119,6 +120,11 @@ func (cr *importCreditPayload) toBlock(field string, total int64) (engine.Import
 		return engine.ImportBlock{}, 0, engine.Invalid(field+".credits", "the customer's credits would overflow a 64-bit balance")
 	}
 	b := engine.ImportBlock{Credits: *cr.Credits}
+	scope, err := engine.ScopeKeys(field+".applies_to", cr.AppliesTo)
+	if err != nil {
+		return engine.ImportBlock{}, 0, err
+	}
+	b.Scope = scope
 	if cr.Priority != nil {
 		if *cr.Priority < 0 || *cr.Priority > engine.MaxPriority {
 			return engine.ImportBlock{}, 0, engine.Invalid(field+".priority", "priority must be between 0 and 255")

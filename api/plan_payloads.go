@@ -190,14 +190,15 @@ func (in *UpdateVariantPayload) ToCommand() (engine.UpdateVariant, error) {
 // PlanGrantPayload is the body of POST /v1/plans/{id}/variants/{vid}/grants;
 // the console's grant form builds it too.
 type PlanGrantPayload struct {
-	Credits             *int64  `json:"credits"`
-	GrantInterval       *string `json:"grant_interval"`
-	GrantType           *string `json:"grant_type"`
-	Source              *string `json:"source"`
-	ExpiresAfterSeconds *int64  `json:"expires_after_seconds"`
-	AccumulationCap     *int64  `json:"accumulation_cap"`
-	RolloverPercentage  *int    `json:"rollover_percentage"`
-	MaxRolloverCycles   *int    `json:"max_rollover_cycles"`
+	Credits             *int64            `json:"credits"`
+	GrantInterval       *string           `json:"grant_interval"`
+	GrantType           *string           `json:"grant_type"`
+	Source              *string           `json:"source"`
+	ExpiresAfterSeconds *int64            `json:"expires_after_seconds"`
+	AccumulationCap     *int64            `json:"accumulation_cap"`
+	RolloverPercentage  *int              `json:"rollover_percentage"`
+	MaxRolloverCycles   *int              `json:"max_rollover_cycles"`
+	AppliesTo           *engine.AppliesTo `json:"applies_to"`
 }
 
 // ToCommand checks the body, naming the first wrong field, and returns the
@@ -246,7 +247,11 @@ func (in *PlanGrantPayload) ToCommand() (engine.CreatePlanGrant, error) {
 	if v := in.MaxRolloverCycles; v != nil && (*v < 0 || *v > 1_000_000) {
 		return engine.CreatePlanGrant{}, engine.Invalid("max_rollover_cycles", "max_rollover_cycles must be between 0 and 1000000, or null")
 	}
-	return engine.CreatePlanGrant{Credits: *in.Credits, GrantInterval: *in.GrantInterval, GrantType: typ, Source: source,
+	scope, err := engine.ScopeKeys("applies_to", in.AppliesTo)
+	if err != nil {
+		return engine.CreatePlanGrant{}, err
+	}
+	return engine.CreatePlanGrant{Credits: *in.Credits, GrantInterval: *in.GrantInterval, GrantType: typ, Source: source, Scope: scope,
 		ExpiresAfterSeconds: in.ExpiresAfterSeconds, AccumulationCap: in.AccumulationCap,
 		RolloverPercentage: in.RolloverPercentage, MaxRolloverCycles: in.MaxRolloverCycles}, nil
 }

@@ -56,11 +56,12 @@ func (s *Server) listTopups(c *call) error {
 
 // topupPayload is the body of POST /v1/customers/{id}/topups.
 type topupPayload struct {
-	Credits          *int64          `json:"credits"`
-	PaymentReference *string         `json:"payment_reference"`
-	ExpiresAt        *string         `json:"expires_at"`
-	Priority         *int64          `json:"priority"`
-	Metadata         engine.Metadata `json:"metadata"`
+	Credits          *int64            `json:"credits"`
+	PaymentReference *string           `json:"payment_reference"`
+	ExpiresAt        *string           `json:"expires_at"`
+	Priority         *int64            `json:"priority"`
+	Metadata         engine.Metadata   `json:"metadata"`
+	AppliesTo        *engine.AppliesTo `json:"applies_to"`
 }
 
 // toCommand checks the body, naming the first wrong member; an expiry in
@@ -87,7 +88,11 @@ func (in *topupPayload) toCommand() (engine.CreateTopup, error) {
 	if in.Priority != nil && (*in.Priority < 0 || *in.Priority > engine.MaxPriority) {
 		return engine.CreateTopup{}, engine.Invalid("priority", "priority must be between 0 and 255")
 	}
-	cmd := engine.CreateTopup{Credits: *in.Credits, Metadata: meta}
+	scope, err := engine.ScopeKeys("applies_to", in.AppliesTo)
+	if err != nil {
+		return engine.CreateTopup{}, err
+	}
+	cmd := engine.CreateTopup{Credits: *in.Credits, Metadata: meta, Scope: scope}
 	if in.PaymentReference != nil && *in.PaymentReference != "" {
 		cmd.PaymentReference = in.PaymentReference
 	}

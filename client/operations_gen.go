@@ -151,6 +151,9 @@ type GetCreditsParams struct {
 	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
 	// Default false.
 	IncludeBlocks *string
+	// Query parameter by_scope. Break the balance down by scope (by_scope in the answer). One of:
+	// true, false, 1, 0. Default false.
+	ByScope *string
 	// Query parameter as_of. An RFC 3339 date-time, not in the future: answer the balance, reserved
 	// and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past
 	// instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the
@@ -168,6 +171,9 @@ func (p *GetCreditsParams) encode(r *request) {
 	}
 	if p.IncludeBlocks != nil {
 		r.query("include_blocks", *p.IncludeBlocks)
+	}
+	if p.ByScope != nil {
+		r.query("by_scope", *p.ByScope)
 	}
 	if p.AsOf != nil {
 		r.query("as_of", *p.AsOf)
@@ -372,6 +378,9 @@ type GetCreditsByExternalIDParams struct {
 	// letter case (True, FALSE), as are 1 and 0; another value is a 400. One of: true, false, 1, 0.
 	// Default false.
 	IncludeBlocks *string
+	// Query parameter by_scope. Break the balance down by scope (by_scope in the answer). One of:
+	// true, false, 1, 0. Default false.
+	ByScope *string
 	// Query parameter as_of. An RFC 3339 date-time, not in the future: answer the balance, reserved
 	// and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past
 	// instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the
@@ -389,6 +398,9 @@ func (p *GetCreditsByExternalIDParams) encode(r *request) {
 	}
 	if p.IncludeBlocks != nil {
 		r.query("include_blocks", *p.IncludeBlocks)
+	}
+	if p.ByScope != nil {
+		r.query("by_scope", *p.ByScope)
 	}
 	if p.AsOf != nil {
 		r.query("as_of", *p.AsOf)

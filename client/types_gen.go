@@ -92,6 +92,8 @@ type Block struct {
 	CreatedAt       time.Time  `json:"created_at"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// The metrics the block pays for; null: every metric.
+	AppliesTo *AppliesTo `json:"applies_to"`
 }
 
 // Account is the Account schema of the creditd API.
@@ -121,6 +123,9 @@ type Account struct {
 	AsOf *time.Time `json:"as_of,omitempty"`
 	// Empty unless include_blocks=true.
 	Blocks []Block `json:"blocks"`
+	// With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always
+	// present), then each scope by its keys.
+	ByScope []ScopeBalance `json:"by_scope,omitempty"`
 }
 
 // LedgerEntry is the LedgerEntry schema of the creditd API.
@@ -195,6 +200,9 @@ type GrantInput struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Deprecated: Ignored; use the Idempotency-Key header.
 	IdempotencyKey *string `json:"idempotency_key,omitempty"`
+	// Scope the granted block to these billable metrics: a consume, commit or usage event of another
+	// metric never draws it. Omit for credit every metric may use.
+	AppliesTo *AppliesTo `json:"applies_to,omitempty"`
 }
 
 // GrantInputStackAfter is the stack_after member of GrantInput. Starts the block when the
@@ -388,7 +396,8 @@ type CheckResult struct {
 	CreditLimitMC *int64 `json:"credit_limit_mc,omitempty"`
 	// Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy
 	// `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <=
-	// available_mc under `block`.
+	// available_mc under `block`. For a customer holding blocks scoped to metrics, what this metric
+	// may spend: only the blocks that apply to it count (docs/rules.md "Credits scoped to metrics").
 	AvailableMC *int64 `json:"available_mc,omitempty"`
 	// Metered, for a customer with budgets that count the metric: the least they still allow in their
 	// current periods (limit_mc - spent, at least 0). allowed is false when the cost is above it,
@@ -931,6 +940,8 @@ type PlanGrant struct {
 	GrantType string `json:"grant_type"`
 	// One of: plan_grant, promotional, compensation, referral, manual, migration.
 	Source string `json:"source"`
+	// Scope of the blocks this schedule grants; null: every metric.
+	AppliesTo *AppliesTo `json:"applies_to"`
 	// Always null.
 	Metadata  any       `json:"metadata"`
 	CreatedAt time.Time `json:"created_at"`
@@ -954,6 +965,9 @@ type CreatePlanGrantInput struct {
 	AccumulationCap     Nullable[int64] `json:"accumulation_cap,omitzero"`
 	RolloverPercentage  *int            `json:"rollover_percentage,omitempty"`
 	MaxRolloverCycles   Nullable[int]   `json:"max_rollover_cycles,omitzero"`
+	// Scope the granted block to these billable metrics: a consume, commit or usage event of another
+	// metric never draws it. Omit for credit every metric may use.
+	AppliesTo *AppliesTo `json:"applies_to,omitempty"`
 }
 
 // VariantEntitlement is the VariantEntitlement schema of the creditd API.
@@ -1026,6 +1040,10 @@ type SnapshotEntry struct {
 	Cap                  *int64         `json:"cap,omitempty"`
 	Headroom             *int64         `json:"headroom,omitempty"`
 	Config               map[string]any `json:"config,omitempty"`
+	// Metered entries of a customer holding scoped blocks only: what this metric may spend now (the
+	// blocks that apply to it, and the credit line under `block`); allowed and affordable_units are
+	// computed from it instead of the snapshot's available_mc.
+	AvailableMC *int64 `json:"available_mc,omitempty"`
 }
 
 // Snapshot is the Snapshot schema of the creditd API.
@@ -1041,7 +1059,8 @@ type Snapshot struct {
 	// What the account owes on its credit line (counted in balance).
 	DebtMC int64 `json:"debt_mc"`
 	// What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`.
-	// Each metered entry's allowed and affordable_units are computed from it.
+	// Each metered entry's allowed and affordable_units are computed from it. When some block is
+	// scoped to metrics, a metered entry's own available_mc replaces it for that metric.
 	AvailableMC        int64                    `json:"available_mc"`
 	SubscriptionStatus *string                  `json:"subscription_status"`
 	PlanName           *string                  `json:"plan_name"`
@@ -1056,21 +1075,26 @@ type TopupInput struct {
 	ExpiresAt        *time.Time     `json:"expires_at,omitempty"`
 	Priority         *int           `json:"priority,omitempty"`
 	Metadata         map[string]any `json:"metadata,omitempty"`
+	// Scope the granted block to these billable metrics: a consume, commit or usage event of another
+	// metric never draws it. Omit for credit every metric may use.
+	AppliesTo *AppliesTo `json:"applies_to,omitempty"`
 }
 
 // Topup is the Topup schema of the creditd API.
 type Topup struct {
 	// The ledger entry (transaction) id.
-	ID               *string        `json:"id,omitempty"`
-	CustomerID       *string        `json:"customer_id,omitempty"`
-	Credits          *int64         `json:"credits,omitempty"`
-	PaymentReference *string        `json:"payment_reference,omitempty"`
-	CreditBlockID    *string        `json:"credit_block_id,omitempty"`
-	ExpiresAt        *time.Time     `json:"expires_at,omitempty"`
-	Priority         *int           `json:"priority,omitempty"`
-	Metadata         map[string]any `json:"metadata,omitempty"`
-	IdempotencyKey   *string        `json:"idempotency_key,omitempty"`
-	CreatedAt        *time.Time     `json:"created_at,omitempty"`
+	ID               *string    `json:"id,omitempty"`
+	CustomerID       *string    `json:"customer_id,omitempty"`
+	Credits          *int64     `json:"credits,omitempty"`
+	PaymentReference *string    `json:"payment_reference,omitempty"`
+	CreditBlockID    *string    `json:"credit_block_id,omitempty"`
+	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
+	Priority         *int       `json:"priority,omitempty"`
+	// The scope of the block the topup made; null: every metric.
+	AppliesTo      *AppliesTo     `json:"applies_to,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	IdempotencyKey *string        `json:"idempotency_key,omitempty"`
+	CreatedAt      *time.Time     `json:"created_at,omitempty"`
 }
 
 // TopupPage is the TopupPage schema of the creditd API.
@@ -1098,6 +1122,9 @@ type ImportInputCustomerCredit struct {
 	Credits   int64      `json:"credits"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Priority  *int       `json:"priority,omitempty"`
+	// Scope the granted block to these billable metrics: a consume, commit or usage event of another
+	// metric never draws it. Omit for credit every metric may use.
+	AppliesTo *AppliesTo `json:"applies_to,omitempty"`
 }
 
 // ImportInputOptions is the options member of ImportInput.
@@ -1489,4 +1516,21 @@ type BudgetStatus struct {
 	PeriodStart time.Time `json:"period_start"`
 	// When the current period ends and the count starts again (UTC).
 	ResetsAt time.Time `json:"resets_at"`
+}
+
+// AppliesTo is the AppliesTo schema of the creditd API. Credits scoped to metrics (docs/rules.md
+// "Credits scoped to metrics"): the block pays only for these billable metrics. Sorted and without
+// repeats in answers. An unknown metric key is accepted (a plan may name a metric before it
+// exists); a key that is not a valid metric key is a 422 naming the field.
+type AppliesTo struct {
+	BillableMetricKeys []string `json:"billable_metric_keys"`
+}
+
+// ScopeBalance is the ScopeBalance schema of the creditd API. One scope's share of the live blocks
+// (balance before debt; pending: not started yet).
+type ScopeBalance struct {
+	// null: the credit every metric may use.
+	AppliesTo *AppliesTo `json:"applies_to"`
+	Balance   int64      `json:"balance"`
+	Pending   int64      `json:"pending"`
 }

@@ -109,6 +109,9 @@ type customerView struct {
 	// Budgets are the customer's budgets with when their current period
 	// ends.
 	Budgets []budgetRow
+	// ByScope is the credit by scope (docs/rules.md "Credits scoped to
+	// metrics"), shown only when some block has a scope.
+	ByScope []engine.ScopeBalance
 }
 
 // budgetRow is one budget on the customer page.
@@ -193,6 +196,9 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		v.Budgets = append(v.Budgets, row)
+	}
+	if bs := engine.ScopeBalances(acct.Blocks, now); len(bs) > 1 {
+		v.ByScope = bs
 	}
 	if c.cfg.Entitlements != nil {
 		snap, err := c.cfg.Entitlements.Snapshot(ctx, p.scope, p.tenant, ref, true)
@@ -356,13 +362,18 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 	if v := strings.TrimSpace(r.PostFormValue("reason")); v != "" {
 		in.Reason = &v
 	}
+	// applies_to: metric keys separated by commas or spaces (empty: every
+	// metric); ToCommand checks them.
+	if v := strings.FieldsFunc(r.PostFormValue("applies_to"), func(c rune) bool { return c == ',' || c == ' ' }); len(v) > 0 {
+		in.AppliesTo = &engine.AppliesTo{BillableMetricKeys: v}
+	}
 	key := r.PostFormValue("grant_key")
 	if len(key) < 16 || len(key) > 64 {
 		c.back(w, r, to, flash{Message: "The form has expired: reload the page and try again.", Error: true})
 		return
 	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{r.PathValue("customer"), r.PostFormValue("credits"), src,
-		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason")}, "\x00")))
+		r.PostFormValue("priority"), r.PostFormValue("expires_at"), r.PostFormValue("reason"), r.PostFormValue("applies_to")}, "\x00")))
 	idem := engine.Idempotency{Key: "console-grant-" + key, RequestHash: hex.EncodeToString(sum[:])}
 	cmd, err := in.ToCommand()
 	if err != nil {

@@ -273,6 +273,15 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	fig := &checkFigures{units: units, cost: cost, bal: bal, after: bal.Effective - cost, policy: PolicyOf(c, tenant),
 		limit: c.CreditLimitMC}
 	fig.available = AvailableOf(bal.Effective, c.CreditLimitMC, fig.policy)
+	if bal.Scoped {
+		// Some block pays for some metrics only: what this one may take
+		// comes from the blocks (docs/rules.md "Credits scoped to metrics").
+		acct, err := s.credits.snapshotAt(ctx, CustomerKeyOf(c), s.clock.Now())
+		if err != nil {
+			return CheckResult{}, err
+		}
+		fig.available = MetricAvailable(acct, c.CreditLimitMC, fig.policy, rule.BillableMetricKey, s.clock.Now().UnixMilli())
+	}
 	res.Units, res.EstimatedCost, res.BalanceAfter = &fig.units, &fig.cost, &fig.after
 	res.Balance, res.ReservedBalance = &fig.bal.Balance, &fig.bal.Reserved
 	res.PendingBalance, res.EffectiveBalance = &fig.bal.Pending, &fig.bal.Effective

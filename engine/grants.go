@@ -24,7 +24,10 @@ type GrantCredits struct {
 	DurationSeconds int64      // 0: none
 	StackAfter      *StackAfter
 	Metadata        Metadata // canonical; nil: none
-	StackErr        error
+	// Scope is the metric keys the block pays for (ScopeKeys), nil: every
+	// metric.
+	Scope    []string
+	StackErr error
 }
 
 // ValidateSourceReason checks the source and reason a grant or adjust
@@ -100,6 +103,7 @@ func (s *Credits) Grant(ctx context.Context, scope Scope, ref CustomerRef, idem 
 			Priority:       in.Priority,
 			ExpiresAt:      expires,
 			Metadata:       orEmpty(in.Metadata),
+			AppliesTo:      AppliesToOf(in.Scope),
 		},
 		DurationSeconds: in.DurationSeconds,
 		StackAfter:      in.StackAfter,

@@ -46,6 +46,7 @@ type ImportBlock struct {
 	Credits   int64
 	ExpiresAt *time.Time // millisecond precision, UTC; nil: never
 	Priority  int
+	Scope     []string // ScopeKeys of applies_to; nil: every metric
 }
 
 // ImportResult is the 200 body of an import.
@@ -189,7 +190,8 @@ func (s *Imports) grantAll(ctx context.Context, c Customer, tenant Tenant, idem 
 			AccountID:     uuid.Must(uuid.NewV7()),
 			EntryType:     EntryAdjustment, Reason: &reason, EntryMetadata: Metadata{},
 			Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: b.Credits,
-				Source: SourceMigration, Priority: b.Priority, ExpiresAt: b.ExpiresAt, Metadata: Metadata{}},
+				Source: SourceMigration, Priority: b.Priority, ExpiresAt: b.ExpiresAt, Metadata: Metadata{},
+				AppliesTo: AppliesToOf(b.Scope)},
 			Context: &mc,
 		}
 	}

@@ -151,6 +151,10 @@ type MutationBlock struct {
 	ExpiresMS *int64          `json:"expires"`
 	CreatedMS int64           `json:"created"`
 	Metadata  json.RawMessage `json:"meta,omitempty"`
+	// Scope is the metric keys the block pays for, sorted (nil: every
+	// metric; docs/rules.md "Credits scoped to metrics"). Only the
+	// Mutation creating a block names it: it never changes.
+	Scope []string `json:"scope,omitempty"`
 }
 
 // entryNamespace seeds EntryID; changing it would re-key every ledger entry.
@@ -239,6 +243,7 @@ func (b MutationBlock) Block(customer uuid.UUID) Block {
 		StartsAt:        time.UnixMilli(b.StartsMS).UTC(),
 		CreatedAt:       time.UnixMilli(b.CreatedMS).UTC(),
 		Metadata:        meta,
+		AppliesTo:       AppliesToOf(b.Scope),
 	}
 	if b.ExpiresMS != nil {
 		t := time.UnixMilli(*b.ExpiresMS).UTC()

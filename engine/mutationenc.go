@@ -203,6 +203,16 @@ func appendBlockJSON(b []byte, k *MutationBlock) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(k.Scope) > 0 {
+		b = append(b, `,"scope":[`...)
+		for i, s := range k.Scope {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSONString(b, s)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}'), nil
 }
 

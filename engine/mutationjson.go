@@ -285,6 +285,18 @@ func (d *mutationDecoder) block(b *MutationBlock) error {
 			b.CreatedMS, err = d.int()
 		case "meta":
 			b.Metadata, err = d.raw()
+		case "scope":
+			// As encoding/json: null leaves nil, [] an empty list.
+			if d.null() {
+				b.Scope = nil
+				return nil
+			}
+			b.Scope = []string{}
+			err = d.array(func() error {
+				k, err := d.str()
+				b.Scope = append(b.Scope, k)
+				return err
+			})
 		default:
 			return errSlowPath
 		}

@@ -30,7 +30,10 @@ func mutationSamples() []string {
 	for _, id := range []string{"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f63", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f65"} {
 		compact = strings.ReplaceAll(compact, `"`+id+`"`, `"`+CompactID(uuid.MustParse(id))+`"`)
 	}
-	return []string{op, draws, res, compact, string(viaGo), `{}`, `{"entries":[],"blocks":[]}`}
+	// A grant of a block scoped to metrics names its scope.
+	scoped := strings.Replace(op, `"created":1767225540000}]`, `"created":1767225540000,"scope":["api_calls","gpu.seconds"]}]`, 1)
+	return []string{op, draws, res, compact, string(viaGo), scoped, `{}`, `{"entries":[],"blocks":[]}`,
+		`{"blocks":[{"scope":[]},{"scope":null}]}`}
 }
 
 // TestDecodeMutationMatchesEncodingJSON: on the documents the scripts write

@@ -32,6 +32,9 @@ type PlanGrant struct {
 	MaxRolloverCycles   *int        `json:"max_rollover_cycles"`
 	GrantType           GrantType   `json:"grant_type"`
 	Source              Source      `json:"source"`
+	// AppliesTo scopes the blocks it grants to metrics (nil: every metric;
+	// docs/rules.md "Credits scoped to metrics").
+	AppliesTo *AppliesTo `json:"applies_to"`
 	// Metadata is always null (docs/spec/interface.md "Plan credit grant").
 	Metadata  *struct{} `json:"metadata"`
 	CreatedAt time.Time `json:"created_at"`
@@ -51,11 +54,12 @@ type CreatePlanGrant struct {
 	Credits             int64
 	GrantInterval       string // a valid grant_interval, as sent
 	GrantType           GrantType
-	Source              *Source // nil: plan_grant
-	ExpiresAfterSeconds *int64  // nil: null
-	AccumulationCap     *int64  // nil: null
-	RolloverPercentage  *int    // nil: 0
-	MaxRolloverCycles   *int    // nil: null
+	Source              *Source  // nil: plan_grant
+	ExpiresAfterSeconds *int64   // nil: null
+	AccumulationCap     *int64   // nil: null
+	RolloverPercentage  *int     // nil: 0
+	MaxRolloverCycles   *int     // nil: null
+	Scope               []string // ScopeKeys of applies_to; nil: every metric
 }
 
 // CreateGrant adds a credit schedule to a variant of the plan; it grants no
@@ -66,7 +70,7 @@ func (s *Plans) CreateGrant(ctx context.Context, scope Scope, planID, variantID 
 		Environment: scope.Environment, Credits: in.Credits, GrantInterval: in.GrantInterval,
 		ExpiresAfterSeconds: in.ExpiresAfterSeconds, AccumulationCap: in.AccumulationCap,
 		MaxRolloverCycles: in.MaxRolloverCycles, GrantType: in.GrantType, Source: SourcePlanGrant,
-		CreatedAt: now, UpdatedAt: now}
+		AppliesTo: AppliesToOf(in.Scope), CreatedAt: now, UpdatedAt: now}
 	if in.Source != nil {
 		g.Source = *in.Source
 	}

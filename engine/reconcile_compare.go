@@ -5,6 +5,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/google/uuid"
@@ -76,8 +77,8 @@ func sumRemaining(blocks []MutationBlock) int64 {
 const maxInt64 = 1<<63 - 1
 
 // sameBlocks tells whether a and b hold the same blocks with credit left,
-// with the same amounts, priority and instants (metadata is not compared:
-// a drain does not carry it).
+// with the same amounts, priority, instants and scope (metadata is not
+// compared: a drain does not carry it).
 func sameBlocks(a, b []MutationBlock) bool {
 	live := func(bs []MutationBlock) []MutationBlock {
 		out := make([]MutationBlock, 0, len(bs))
@@ -96,7 +97,8 @@ func sameBlocks(a, b []MutationBlock) bool {
 	for i := range la {
 		x, y := la[i], lb[i]
 		if x.ID != y.ID || x.Remaining != y.Remaining || x.Original != y.Original || x.Priority != y.Priority ||
-			x.StartsMS != y.StartsMS || x.CreatedMS != y.CreatedMS || !sameInstant(x.ExpiresMS, y.ExpiresMS) {
+			x.StartsMS != y.StartsMS || x.CreatedMS != y.CreatedMS || !sameInstant(x.ExpiresMS, y.ExpiresMS) ||
+			!slices.Equal(x.Scope, y.Scope) {
 			return false
 		}
 	}
@@ -212,6 +214,7 @@ func blockDifferences(redis, postgres []MutationBlock) []FieldDifference {
 			{"starts_ms", fmt.Sprint(x.StartsMS), fmt.Sprint(y.StartsMS)},
 			{"expires_ms", instant(x.ExpiresMS), instant(y.ExpiresMS)},
 			{"created_ms", fmt.Sprint(x.CreatedMS), fmt.Sprint(y.CreatedMS)},
+			{"applies_to", ScopeText(x.Scope), ScopeText(y.Scope)},
 		} {
 			if f.r != f.p {
 				out = append(out, FieldDifference{Field: name + " " + f.field, Redis: f.r, Postgres: f.p})

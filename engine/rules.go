@@ -50,6 +50,9 @@ func (b MutationBlock) Started(nowMS int64) bool { return b.StartsMS <= nowMS }
 type Balances struct {
 	Balance, Reserved, Pending, Effective int64
 	Debt                                  int64
+	// Scoped: the account holds a block scoped to metrics, so what a
+	// metric may spend is ScopeFree's, read from a snapshot.
+	Scoped bool
 }
 
 // WithDebt is b owing debt on the credit line (docs/rules.md "Credit

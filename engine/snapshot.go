@@ -47,6 +47,10 @@ type SnapshotEntry struct {
 	Cap                  *int64          `json:"cap,omitempty"`
 	Headroom             *int64          `json:"headroom,omitempty"`
 	Config               json.RawMessage `json:"config,omitempty"`
+	// AvailableMC is what this metered metric may spend when some block
+	// of the account pays for some metrics only (MetricAvailable); absent
+	// otherwise, when the snapshot's available_mc is every metric's.
+	AvailableMC *int64 `json:"available_mc,omitempty"`
 }
 
 // snapshotCache keeps built snapshots per customer for SnapshotMaxAge,
@@ -131,10 +135,23 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 	policy := PolicyOf(c, tenant)
 	snap.CreditLimitMC, snap.DebtMC = c.CreditLimitMC, acct.DebtMC
 	snap.AvailableMC = AvailableOf(acct.EffectiveBalance, c.CreditLimitMC, policy)
+	scoped := false
+	for _, b := range acct.Blocks {
+		scoped = scoped || b.AppliesTo != nil
+	}
 	for _, m := range metrics {
-		e, err := s.snapshotEntry(ctx, scope, key, m, f, snap.AvailableMC, policy)
+		// What this metric may spend: the blocks that apply to it
+		// (MetricAvailable; the account's figure when none has a scope).
+		avail := snap.AvailableMC
+		if scoped {
+			avail = MetricAvailable(acct, c.CreditLimitMC, policy, m.Key, now.UnixMilli())
+		}
+		e, err := s.snapshotEntry(ctx, scope, key, m, f, avail, policy)
 		if err != nil {
 			return Snapshot{}, err
+		}
+		if scoped && m.Type == MetricMetered {
+			e.AvailableMC = &avail
 		}
 		snap.Entitlements[m.Key] = e
 	}

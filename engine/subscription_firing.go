@@ -47,7 +47,7 @@ func (s *Subscriptions) fire(ctx context.Context, r *SubscriptionRecord, g PlanG
 				Environment: r.Environment, CustomerID: r.CustomerID}, IdempotencyKey: key, RequestHash: key, Now: now},
 			AccountID: uuid.Must(uuid.NewV7()), EntryType: EntryPlanGrant, EntryMetadata: meta,
 			Block: Block{ID: uuid.NewSHA1(subscriptionNamespace, []byte(key+":block")), CustomerID: r.CustomerID,
-				OriginalAmount: g.Credits, Priority: 0, Source: g.Source, Metadata: meta},
+				OriginalAmount: g.Credits, Priority: 0, Source: g.Source, Metadata: meta, AppliesTo: g.AppliesTo},
 			Context:         &MutationContext{ExternalID: c.ExternalID, Emitter: EmitterSubscription},
 			AccumulationCap: g.AccumulationCap,
 		}

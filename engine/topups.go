@@ -32,6 +32,7 @@ type CreateTopup struct {
 	ExpiresAt        *time.Time // millisecond precision, UTC; nil: never
 	Priority         int
 	Metadata         Metadata // canonical; nil: none
+	Scope            []string // ScopeKeys of applies_to; nil: every metric
 }
 
 // Topup is one topup as GET /v1/customers/{id}/topups lists it: its ledger
@@ -44,9 +45,11 @@ type Topup struct {
 	CreditBlockID    *uuid.UUID `json:"credit_block_id"`
 	ExpiresAt        *time.Time `json:"expires_at"`
 	Priority         int        `json:"priority"`
-	Metadata         Metadata   `json:"metadata"`
-	IdempotencyKey   string     `json:"idempotency_key"`
-	CreatedAt        time.Time  `json:"created_at"`
+	// AppliesTo is the scope of the block the topup made (nil: every metric).
+	AppliesTo      *AppliesTo `json:"applies_to"`
+	Metadata       Metadata   `json:"metadata"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	CreatedAt      time.Time  `json:"created_at"`
 }
 
 // Topups records paid credit.
@@ -81,7 +84,8 @@ func (s *Topups) Create(ctx context.Context, scope Scope, tenant Tenant, ref Cus
 		AccountID:     uuid.Must(uuid.NewV7()),
 		EntryType:     EntryTopup, Reason: in.PaymentReference, EntryMetadata: orEmpty(in.Metadata),
 		Block: Block{ID: uuid.Must(uuid.NewV7()), CustomerID: c.ID, OriginalAmount: in.Credits,
-			Source: SourceTopup, Priority: in.Priority, ExpiresAt: in.ExpiresAt, Metadata: orEmpty(in.Metadata)},
+			Source: SourceTopup, Priority: in.Priority, ExpiresAt: in.ExpiresAt, Metadata: orEmpty(in.Metadata),
+			AppliesTo: AppliesToOf(in.Scope)},
 		Context: &mc,
 	}
 	res, err := s.credits.grant(ctx, cmd)

@@ -159,6 +159,8 @@ type Block struct {
 	ExpiresAt       *time.Time `json:"expires_at"`
 	CreatedAt       time.Time  `json:"created_at"`
 	Metadata        Metadata   `json:"metadata"`
+	// AppliesTo is the block's scope, nil for every metric.
+	AppliesTo *AppliesTo `json:"applies_to"`
 }
 
 // Account is a customer's balance snapshot.
@@ -176,6 +178,9 @@ type Account struct {
 	// DebtMC is what the account owes on its credit line, counted in
 	// Balance (docs/rules.md "Credit line").
 	DebtMC int64 `json:"debt_mc"`
+	// HoldMetrics are the distinct metrics of the active holds when some
+	// block has a scope (ScopeFree), else nil; never in an answer.
+	HoldMetrics []string `json:"-"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
 	CreditLimitMC int64 `json:"credit_limit_mc"`
 	// Budgets are the customer's budgets with their spend in the current
@@ -188,6 +193,9 @@ type Account struct {
 	Version   int64      `json:"version"`
 	UpdatedAt time.Time  `json:"updated_at"`
 	Blocks    []Block    `json:"blocks"`
+	// ByScope breaks the live blocks down by scope (GET .../credits?
+	// by_scope=true, ScopeBalances); absent unless asked for.
+	ByScope []ScopeBalance `json:"by_scope,omitempty"`
 }
 
 // LedgerEntry is one append-only ledger row.

@@ -313,14 +313,19 @@ type grantArgv struct {
 	Ctx           string `lua:"ctx"`
 	Cap           string `lua:"cap_arg"`
 	Stack         stackArgv
+	// Scope is the block's metric keys joined by "," ("" for every metric).
+	Scope string `lua:"scope_arg"`
 }
 
 func (a *grantArgv) list() []any {
 	out := append(a.put(make([]any, 0, 25)), a.AccountID, a.EntryType, a.Reason, a.EntryMeta, a.BlockID,
 		a.Amount, a.Priority, a.Source, a.BlockMeta, a.Expires, a.StackMS, a.StackFallback, a.StackMatch,
 		a.Ctx, a.Cap)
-	if a.Stack.Version != "" {
+	if a.Stack.Version != "" || a.Scope != "" {
 		out = append(out, a.Stack.Start, a.Stack.Version)
+	}
+	if a.Scope != "" {
+		out = append(out, a.Scope)
 	}
 	return out
 }

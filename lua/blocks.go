@@ -246,6 +246,15 @@ func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, *grantArgv, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	scope := ""
+	if cmd.Block.AppliesTo != nil {
+		for _, k := range cmd.Block.AppliesTo.BillableMetricKeys {
+			if !engine.ValidMetricKey(k) {
+				return nil, nil, fmt.Errorf("lua: grant: scope key %q is not a metric key", k)
+			}
+		}
+		scope = engine.ScopeText(cmd.Block.AppliesTo.BillableMetricKeys)
+	}
 	nowMS := cmd.Now.UnixMilli()
 	expires := ""
 	switch {
@@ -274,7 +283,7 @@ func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, *grantArgv, error)
 		BlockID: engine.CompactID(cmd.Block.ID), Amount: strconv.FormatInt(cmd.Block.OriginalAmount, 10),
 		Priority: strconv.Itoa(cmd.Block.Priority), Source: string(cmd.Block.Source), BlockMeta: blockMeta,
 		Expires: expires, StackMS: stackMS, StackFallback: fallback, StackMatch: match,
-		Ctx: contextText(cmd.Context), Cap: capText(cmd.AccumulationCap)}
+		Ctx: contextText(cmd.Context), Cap: capText(cmd.AccumulationCap), Scope: scope}
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a, nil
 }
 
@@ -410,6 +419,7 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 		EffectiveBalance: bal.Effective,
 		LifetimeEarned:   r.lifetimeEarned,
 		DebtMC:           r.debt,
+		HoldMetrics:      r.holdMetrics,
 		Version:          r.version,
 		Blocks:           make([]engine.Block, 0, len(live)),
 	}

@@ -75,7 +75,11 @@ if m_pos(actual) then
   -- balance do not (line_split; debt is what goes on it).
   local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
   if refuses(ctx) then
-    charge, debt = line_split(a, effective, held, cost, line_of(ctx))
+    -- Only blocks that apply to the metric pay (prelude scope_split); the
+    -- hold ends, or a partial commit frees the part it settles.
+    local freed, skip = held, res_id
+    if partial then freed, skip = m_min(cost, held), nil end
+    charge, debt = scope_split(a, now, r.metric, effective, held, cost, line_of(ctx), freed, skip)
     if not charge then
       -- The hold stays as it was.
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
@@ -85,6 +89,9 @@ if m_pos(actual) then
   else
     local available = m_add(effective, held)
     if not m_pos(available) then available = MONEY_ZERO end
+    local freed, skip = held, res_id
+    if partial then freed, skip = m_min(cost, held), nil end
+    available = scope_avail(a, now, r.metric, available, freed, skip)
     if m_cmp(cost, available) > 0 then charge, overage = available, m_sub(cost, available) end
   end
   local overage_field = nil
@@ -95,7 +102,7 @@ if m_pos(actual) then
   expire_due(a, now, entries, changed)
   if partial and m_cmp(cost, held) < 0 then take = cost end
   a.rs = m_sub(a.rs, take)
-  local draws = drain(a, now, charge, changed)
+  local draws = drain(a, now, charge, changed, r.metric)
   local metric_j = j_str(r.metric)
   local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
     units_s = units_s, ref = res_id, overage = overage_field}, draws)

@@ -63,7 +63,7 @@ if m_cmp(est_units, r.est_units) ~= 0 or m_cmp(est_cost, r.est_cost) ~= 0 then
 end
 
 local cost = MONEY_ZERO
-local res_parts, use_parts = {}, {}
+local res_parts, use_parts, costs = {}, {}, {}
 for i, it in ipairs(items) do
   local c = MONEY_ZERO
   if m_pos(it.units) then
@@ -82,6 +82,7 @@ for i, it in ipairs(items) do
   res_parts[i] = '{"billable_metric_key":' .. k .. ',"estimated_units":' .. (arg_txt(ARGV[at + 2]) or m_fmt(it.est_units)) ..
     ',"estimated_cost":' .. (arg_txt(ARGV[at + 3]) or m_fmt(it.est_cost)) .. ',"actual_units":' .. au ..
     ',"actual_cost":' .. ac .. '}'
+  costs[i] = c
   use_parts[i] = '{"billable_metric_key":' .. k .. ',"units":' .. au .. ',"cost":' .. ac .. '}'
 end
 
@@ -94,7 +95,23 @@ if m_pos(actual) then
   -- is refused; under allow and notify the rest is overage.
   -- Under block the credit line covers the rest (line_split).
   local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
-  if refuses(ctx) then
+  local draws = nil
+  if a.scoped then
+    -- Each item from the blocks that apply to its metric (prelude
+    -- scope_items); the hold ends, so all it held is free.
+    for i, it in ipairs(items) do it.cost = costs[i] end
+    expire_due(a, now, entries, changed)
+    local avail = m_add(effective, r.est_cost)
+    if not m_pos(avail) then avail = MONEY_ZERO end
+    charge, debt, draws = scope_items(a, now, items, m_add(effective, r.est_cost), line_of(ctx), refuses(ctx), avail,
+      r.est_cost, res_id, changed)
+    if not charge then
+      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+        now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+    end
+    overage = m_sub(m_sub(cost, charge), debt)
+  elseif refuses(ctx) then
     charge, debt = line_split(a, effective, r.est_cost, cost, line_of(ctx))
     if not charge then
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
@@ -110,9 +127,11 @@ if m_pos(actual) then
   if m_pos(overage) then overage_field = overage end
   local merged, stop = commit_meta(r, meta, stored_meta, merged_meta)
   if not merged then return stop end
-  expire_due(a, now, entries, changed)
+  if not draws then
+    expire_due(a, now, entries, changed)
+    draws = drain(a, now, charge, changed)
+  end
   a.rs = m_sub(a.rs, r.est_cost)
-  local draws = drain(a, now, charge, changed)
   local use_j = '[' .. table.concat(use_parts, ',') .. ']'
   local e = debit_entry({role = 'main', type = 'consumption', ref = res_id, overage = overage_field, open = true},
     draws)

@@ -46,7 +46,7 @@ if not now or not units or not terms or metric == '' or
   return redis.error_reply('BADARG now, metric, units, terms or policy')
 end
 
-local a = acct_read(account_key, now, {'o'})
+local a = acct_read(account_key, now, {'o'}, false, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
@@ -68,8 +68,18 @@ end
 
 -- charge is what the blocks pay, debt what goes on the credit line.
 local charge, debt = cost, MONEY_ZERO
-if policy == 'block' then
-  charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
+local entries, changed, draws = {}, {}, nil
+if a.sc_fast then
+  -- A scoped hash without holds on the fast path: decided as it drains
+  -- (prelude scope_fast).
+  charge, debt, draws = scope_fast(a, now, metric, effective, cost, policy == 'block', line_of(ctx), entries, changed)
+  if not charge then
+    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif policy == 'block' then
+  -- Only blocks that apply to the metric pay (prelude scope_split).
+  charge, debt = scope_split(a, now, metric, effective, MONEY_ZERO, cost, line_of(ctx), MONEY_ZERO, nil)
   if not charge then
     refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
     return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
@@ -78,13 +88,15 @@ elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
+if policy ~= 'block' and not draws then charge = scope_avail(a, now, metric, charge, MONEY_ZERO, nil) end
 local overage = m_sub(m_sub(cost, charge), debt)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
-local entries, changed = {}, {}
-expire_due(a, now, entries, changed)
-local draws = drain(a, now, charge, changed)
+if not draws then
+  expire_due(a, now, entries, changed)
+  draws = drain(a, now, charge, changed, metric)
+end
 -- Each member is formatted once for the entry, the usage and the op record
 -- (sprintf costs ~2,500 instructions): units as Go wrote them when that is
 -- the decimal m_fmt would write (units >= 1, so only a leading zero

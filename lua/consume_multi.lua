@@ -71,7 +71,22 @@ end
 -- charge is what the blocks pay, debt what goes on the credit line
 -- (consume.lua).
 local charge, debt = cost, MONEY_ZERO
-if policy == 'block' then
+-- An account holding scoped blocks charges each item from the blocks that
+-- apply to its metric (prelude scope_items), deciding as it drains.
+local entries, changed = {}, {}
+local draws = nil
+if a.scoped then
+  expire_due(a, now, entries, changed)
+  local avail = effective
+  if not m_pos(avail) then avail = MONEY_ZERO end
+  charge, debt, draws = scope_items(a, now, items, effective, line_of(ctx), policy == 'block', avail, MONEY_ZERO, nil,
+    changed)
+  if not charge then
+    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif policy == 'block' then
   charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
   if not charge then
     refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
@@ -86,9 +101,10 @@ local overage = m_sub(m_sub(cost, charge), debt)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
-local entries, changed = {}, {}
-expire_due(a, now, entries, changed)
-local draws = drain(a, now, charge, changed)
+if not draws then
+  expire_due(a, now, entries, changed)
+  draws = drain(a, now, charge, changed)
+end
 local e = debit_entry({role = 'main', type = 'consumption', overage = overage_field, open = true}, draws)
 if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
 entries[#entries + 1] = entry_obj(e)

@@ -57,7 +57,7 @@ if m_pos(add_units) then
       usage_json(r.metric, add_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
   end
   -- As reserve.lua: under block the top-up may lean on the credit line.
-  if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
+  if not scope_reserve_ok(a, now, r.metric, effective, cost, block_line(ctx)) then
     if refuses(ctx) then
       refuse(outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, add_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))

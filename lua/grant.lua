@@ -25,9 +25,13 @@
 --          account version Go read it at (lua/bounded.go); STALE when the
 --          version moved. Without them the script matches the metadata
 --          itself, which costs milliseconds at the largest metadata.
+--          Both "" when absent but ARGV[26] is sent.
+-- ARGV[26] the block's scope: metric keys joined by ",", "" or absent for
+--          every metric (docs/rules.md "Credits scoped to metrics")
 --
 -- A block that starts at once first pays the debt of the credit line (field
--- "d"): a debt_repayment entry after the grant's (prelude line_repay).
+-- "d"): a debt_repayment entry after the grant's (prelude line_repay); a
+-- scoped block does not.
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored mutation JSON}; with a
 -- cap that leaves nothing to grant {"noop", ""} (the idempotency key then
@@ -47,6 +51,13 @@ local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARG
 local ctx = ARGV[22] or ''
 local cap_arg = ARGV[23] or ''
 local stack_start, stack_version = ARGV[24], ARGV[25]
+if stack_version == '' then stack_start, stack_version = nil, nil end
+local scope_arg = ARGV[26] or ''
+local scope = nil
+if scope_arg ~= '' then
+  if string.find(scope_arg, '[|@ ]') then return redis.error_reply('BADARG scope') end
+  scope = ',' .. scope_arg .. ','
+end
 local cap = nil
 if cap_arg ~= '' then
   cap = m_parse(cap_arg)
@@ -136,7 +147,7 @@ if a.id == '' then a.id = account_id end
 a.v = a.v + 1
 a.le = earned
 local block = {id = block_id, rem = amount, orig = amount, prio = priority, created = now,
-  starts = starts, expires = expires, src = source, meta = new_meta, fresh = true}
+  starts = starts, expires = expires, src = source, meta = new_meta, scope = scope, fresh = true}
 a.blocks[#a.blocks + 1] = block
 changed[#changed + 1] = block
 entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id, reason, entry_meta)

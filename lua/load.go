@@ -39,7 +39,7 @@ func dec(n int64) string { return strconv.FormatInt(n, 10) }
 
 // blockValue is field "b:<id>" of block b (prelude.lua block_enc): its
 // metadata lives in field "m:<id>"; the original amount is left out while
-// it equals the remaining one.
+// it equals the remaining one; a scope is an eighth field "@k1,k2".
 func blockValue(b engine.MutationBlock) string {
 	st, exp, orig := "", "", ""
 	if b.Original != b.Remaining {
@@ -55,8 +55,12 @@ func blockValue(b engine.MutationBlock) string {
 	if !ok {
 		src = string(b.Source)
 	}
+	scope := ""
+	if len(b.Scope) > 0 {
+		scope = "|@" + engine.ScopeText(b.Scope)
+	}
 	return dec(b.Remaining) + "|" + orig + "|" + strconv.Itoa(b.Priority) + "|" + b36(b.CreatedMS) +
-		"|" + st + "|" + exp + "|" + src
+		"|" + st + "|" + exp + "|" + src + scope
 }
 
 // holdValue is field "r:<id>" of hold r (prelude.lua res_enc); final is
@@ -210,6 +214,16 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	fields = append(fields, lf...)
 
 	fields = append(fields, layoutFields(stored, active, kept, st.UpdatedAtMS)...)
+	// "sc" counts the scoped blocks, as acct_commit writes it (absent: none).
+	nsc := 0
+	for _, b := range stored {
+		if len(b.Scope) > 0 {
+			nsc++
+		}
+	}
+	if nsc > 0 {
+		fields = append(fields, "sc", strconv.Itoa(nsc))
+	}
 
 	c.keys = append(c.keys, c.tag+":a:"+cs) // s.accountKey(cust)
 	// No op keys: st.Applied is in Postgres, which answers a retry of any of

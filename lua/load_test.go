@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ func TestLoadEncodingMatchesPrelude(t *testing.T) {
 	blockLua := preludeLua + `
 local b = {rem = m_parse(ARGV[1]), orig = m_parse(ARGV[2]), prio = int_parse(ARGV[3]), created = int_parse(ARGV[4]),
   starts = int_parse(ARGV[5]), expires = int_parse(ARGV[6]), src = ARGV[7]}
+if ARGV[8] ~= '' then b.scope = ',' .. ARGV[8] .. ',' end
 return block_enc(b)`
 	holdLua := preludeLua + `
 local function opt(s) if s == '' then return nil end return m_parse(s) end
@@ -67,13 +69,20 @@ return block_enc(b)`
 		}
 		b := engine.MutationBlock{ID: uuid.New(), Remaining: rem, Original: orig, Priority: rng.IntN(100),
 			CreatedMS: created, StartsMS: starts, ExpiresMS: expires, Source: sources[i%len(sources)]}
+		// Every fifth block scoped to metrics (its eighth field).
+		if i%5 == 2 {
+			b.Scope = []string{"api.calls", "gpu:seconds"}[:1+i%2]
+		}
 		want, err := rdb.Eval(ctx, blockLua, nil, dec(b.Remaining), dec(b.Original), dec(int64(b.Priority)),
-			dec(b.CreatedMS), dec(b.StartsMS), str(b.ExpiresMS), string(b.Source)).Text()
+			dec(b.CreatedMS), dec(b.StartsMS), str(b.ExpiresMS), string(b.Source), engine.ScopeText(b.Scope)).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := blockValue(b); got != want {
 			t.Fatalf("block %+v: Go %q, prelude %q", b, got, want)
+		}
+		if back, err := decodeBlock(engine.CompactID(b.ID), want); err != nil || !reflect.DeepEqual(back.Scope, b.Scope) {
+			t.Fatalf("block %+v: decodeBlock of %q gives scope %v, %v", b, want, back.Scope, err)
 		}
 		// A drain writes the block back from its stored text (block_dec's
 		// raw): still what Go writes for the drained block, whether the

@@ -18,7 +18,10 @@
 -- sources (else the text). Older hashes wrote original always and an eighth
 -- field, meta (once the block's metadata JSON, later ""), after one more
 -- "|": both are still read, and a block read with its metadata inline gets
--- the current encoding when written back.
+-- the current encoding when written back. A block scoped to metrics
+-- (docs/rules.md "Credits scoped to metrics") has an eighth field "@"
+-- followed by its metric keys joined by "," (keys never hold "|", ",", "@":
+-- engine.ValidMetricKey), which the old meta field never starts with.
 --
 -- Ids in field names, in the spend-order index and in field "id" are
 -- whatever Go handed the script: the 22-character compact form of
@@ -384,7 +387,7 @@ local function j_str(s)
 end
 
 -- items_price prices every item ({metric, units, terms}) of a
--- multi-metric call and sums their units and costs; items_j lists them as
+-- multi-metric call (setting each one's cost) and sums their units and costs; items_j lists them as
 -- JSON objects, each with its metric, its units under units_name and its
 -- cost under cost_name. Instead (fourth value) the error reply when a
 -- price fails or a sum leaves int64.
@@ -406,6 +409,13 @@ end
 local function src_json(s)
   if SOURCE_CODE[s] then return '"' .. s .. '"' end
   return j_str(s)
+end
+
+-- scope_field is the eighth block field of scope s (",k1,k2," as blocks
+-- keep it, nil for every metric): "|@k1,k2", or "".
+local function scope_field(s)
+  if not s then return '' end
+  return '|@' .. string.sub(s, 2, -2)
 end
 
 -- block_enc is the hash value of block b (format above).
@@ -432,7 +442,7 @@ local function block_enc(b)
   local orig = b.orig_s or m_fmt(b.orig)
   if orig == rem then orig = '' end
   return rem .. '|' .. orig .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
-    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src)
+    '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. scope_field(b.scope)
 end
 
 -- block_dec reads the block id stored as raw.
@@ -441,8 +451,12 @@ local function block_dec(id, raw)
   -- (the current encoding), "|" or "|" and inline metadata (older hashes).
   local rem, orig, prio, c36, s36, e36, src, rest =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
-  local meta = ''
-  if rest ~= '' then meta = string.sub(rest, 2) end
+  local meta, scope = '', nil
+  if rest ~= '' then
+    -- "|@keys": the block's scope, kept as ",k1,k2," (applies finds
+    -- ",key," in it); else an older hash's inline metadata.
+    if string.byte(rest, 2) == 64 then scope = ',' .. string.sub(rest, 3) .. ',' else meta = string.sub(rest, 2) end
+  end
   local created = b36_dec(c36)
   local starts = created
   if s36 ~= '' then starts = created + b36_dec(s36) end
@@ -462,7 +476,7 @@ local function block_dec(id, raw)
   -- Members set later (drain, block_enc) are named (nil): the table is
   -- made at its final size.
   local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta,
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta, scope = scope,
     raw = nil, rem_len = nil, orig_len = nil, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
   if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
   return b
@@ -485,6 +499,11 @@ local function block_json(b)
   local created = i_fmt(b.created)
   local meta = ''
   if b.fresh and b.meta ~= '' then meta = ',"meta":' .. b.meta end
+  -- The scope never changes: only the Mutation creating the block names
+  -- it (keys need no escaping: engine.ValidMetricKey).
+  if b.fresh and b.scope then
+    meta = meta .. ',"scope":["' .. string.gsub(string.sub(b.scope, 2, -2), ',', '","') .. '"]'
+  end
   return '{"id":"' .. b.id .. '","original":' .. (b.orig_s or m_fmt(b.orig)) .. ',"remaining":' .. rem ..
     ',"priority":' .. prio .. ',"source":' .. src_json(b.src) .. ',"starts":' .. starts ..
     ',"expires":' .. exp .. ',"created":' .. created .. meta .. '}'
@@ -865,7 +884,7 @@ local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 
 -- ACCT_NAME sorts the account's own fields by name (a table look-up, no
 -- string.byte call): 1 a number, 2 money, 3 text, 4 a layout v2 field. A
 -- name it lacks has a prefix ("b:", "r:", ...) or is unknown.
-local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, d = 2, id = 3, t = 3, e = 3, s = 4, o = 4, k = 4}
+local ACCT_NAME = {v = 1, ua = 1, rs = 2, le = 2, d = 2, id = 3, t = 3, e = 3, sc = 3, s = 4, o = 4, k = 4}
 
 local function acct_field(a, f, v)
   local kind = ACCT_NAME[f]
@@ -888,7 +907,9 @@ local function acct_field(a, f, v)
   end
   local k1, k2 = string.byte(f, 1, 2)
   if k2 == BYTE_COLON and k1 == BYTE_B then
-    a.blocks[#a.blocks + 1] = block_dec(string.sub(f, 3), v)
+    local b = block_dec(string.sub(f, 3), v)
+    a.blocks[#a.blocks + 1] = b
+    if b.scope then a.scoped = true end
   elseif k2 == BYTE_COLON and k1 == BYTE_R then
     -- Reservations stay encoded until a script asks for one (res_get).
     a.res[string.sub(f, 3)] = v
@@ -1138,15 +1159,19 @@ end
 -- only the blocks it takes.
 -- full (or a hash the summary does not cover at now) reads every block
 -- (acct_read_all).
-local function acct_read(key, now, extras, full)
+local function acct_read(key, now, extras, full, scoped_fast)
   -- HLEN first (O(1)): a hash of fewer fields than the account fields and
   -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
   -- straight to the slow path, which is short for it.
   if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
-    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', unpack(extras))
-    local whole = v[2] and v[6] and v[7]
+    -- Field "sc" counts the scoped blocks of a hash: its money scripts
+    -- read every block (scope_free), so it takes the slow path; but for a
+    -- script that handles it (scoped_fast: consume.lua, scope_fast) while
+    -- no hold is active, when the spend order alone decides.
+    local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', 'sc', unpack(extras))
+    local whole = v[2] and v[6] and v[7] and (not v[9] or scoped_fast)
     for i, name in ipairs(extras) do
-      if name == 'o' and not v[8 + i] then whole = false end
+      if name == 'o' and not v[9 + i] then whole = false end
     end
     if whole then
       local bal, tail, pend, nlive, nact, e, st, f =
@@ -1156,6 +1181,7 @@ local function acct_read(key, now, extras, full)
       -- E past u too: a write that left due blocks (gauge expires
       -- nothing) is never trusted, even by a clock behind it.
       local fast = bal and (f == nil or f <= now) and (e == nil or (now < e and u < e)) and (st == nil or now < st)
+      if v[9] and nact ~= '0' then fast, bal = false, nil end
       -- Time moved past E or S since a clean write: the refresh below
       -- reads just the blocks that expired or started.
       local refresh = not fast and bal and u <= now and (e == nil or u < e)
@@ -1171,13 +1197,15 @@ local function acct_read(key, now, extras, full)
         -- The summary past the balance as read, with the values it stands
         -- for: acct_commit writes it back as is when none moved.
         a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
+        -- A scoped hash without holds read by a scoped_fast script.
+        a.sc_fast, a.sc_n = v[9] and true or nil, v[9] and tonumber(v[9]) or nil
         -- Every block of the index is live at u (E is past u).
         a.nblocks = a.nlive
         if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
         if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
         if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
         for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
-        for i, name in ipairs(extras) do a.x[name] = v[8 + i] or nil end
+        for i, name in ipairs(extras) do a.x[name] = v[9 + i] or nil end
         a.idx = a.x.o
         if refresh then
           -- Blocks due at now leave the figures (expire_due zeroes them:
@@ -1283,11 +1311,171 @@ end
 -- zero delta (the balance does not move: the debt shrinks as the block
 -- does) whose one draw is what b paid.
 local function line_repay(a, b, entries, now)
-  if not m_pos(a.d) or b.starts > now then return end
+  -- A scoped block never pays it (docs/decisions.md "Credits scoped to
+  -- metrics": the line backs every metric, a scope only some).
+  if not m_pos(a.d) or b.starts > now or b.scope then return end
   local pay = m_min(a.d, b.rem)
   b.rem, a.d = m_sub(b.rem, pay), m_sub(a.d, pay)
   entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'debt_repayment',
     draws = {{b = b, take = pay}}})
+end
+
+-- Credits scoped to metrics (docs/rules.md "Credits scoped to metrics",
+-- docs/decisions.md): a block with a scope (b.scope, ",k1,k2,") pays only
+-- for the metrics it names, one without pays for every metric. Holds stay
+-- one reserved total ("rs"), so while any is active every metric m that
+-- one holds for must keep E(m) >= rs, E(m) being what the started live
+-- blocks that apply to m hold: then each hold can always be settled from
+-- blocks that apply to it, whatever is charged in between. A charge for
+-- metric M therefore takes, in spend order, only blocks that apply to M,
+-- and no more than keeps that true (scope_free); a hold may take what
+-- keeps it true with itself added (scope_room). A multi-metric hold
+-- (metric "") is backed by unscoped blocks only. Only a hash holding a
+-- scoped block (a.scoped) runs these; for any other every block applies to
+-- every metric and the figures are the plain ones (line_split). Each is
+-- engine.ScopeFree / engine.ScopeRoom in Go (lua TestScopeFreeAgrees).
+
+-- scope_keys is the set of metric keys of scoped block b, parsed once per
+-- script (kept on b): a charge asks each block about every hold metric.
+local function scope_keys(b)
+  local set = b.keyset
+  if not set then
+    set = {}
+    for k in string.gmatch(b.scope, '[^,]+') do set[k] = true end
+    b.keyset = set
+  end
+  return set
+end
+
+-- applies: block b pays for metric (never for "", a multi-metric hold).
+local function applies(b, metric)
+  return b.scope == nil or scope_keys(b)[metric] == true
+end
+
+local RES_METRIC_PAT = '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'
+
+-- scope_holds is the distinct metrics of a's active holds but hold skip,
+-- and each one's index in that list.
+local function scope_holds(a, skip)
+  local at, out = {}, {}
+  for id, raw in pairs(a.res) do
+    if id ~= skip and string.byte(raw, 1) == BYTE_A then
+      local m = string.match(raw, RES_METRIC_PAT) or ''
+      if not at[m] then out[#out + 1] = m at[m] = #out end
+    end
+  end
+  return out, at
+end
+
+-- scope_elig is E(m) for each metric of ms (index by index) at now; at
+-- maps each metric to its index. The unscoped credit is summed once and a
+-- scoped block visits only its own keys (MAX_LIVE_BLOCKS blocks of 20 keys
+-- against as many hold metrics stay a few thousand look-ups).
+local function scope_elig(a, now, ms, at)
+  local e, all = {}, MONEY_ZERO
+  for i = 1, #ms do e[i] = MONEY_ZERO end
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) and started(b, now) then
+      if b.scope == nil then
+        all = m_add(all, b.rem)
+      else
+        for k in pairs(scope_keys(b)) do
+          local i = at[k]
+          if i then e[i] = m_add(e[i], b.rem) end
+        end
+      end
+    end
+  end
+  -- "" (a multi-metric hold) has the unscoped credit only, like any metric.
+  for i = 1, #ms do e[i] = m_add(e[i], all) end
+  return e
+end
+
+-- scope_free is the most a charge for metric may take from the blocks, up
+-- to need (the charge; nil: no bound): the started live blocks that apply
+-- to it, walked in spend order as drain takes them, up to where one more
+-- unit would leave some hold metric's E below the reserved total less
+-- freed (what the charge settles of its own hold; skip: that hold's id when
+-- it ends). Never negative.
+local function scope_free(a, now, metric, freed, skip, need)
+  local hm, at = scope_holds(a, skip)
+  local slack = scope_elig(a, now, hm, at)
+  local owed = m_sub(a.rs, freed)
+  local elig, taken = {}, {}
+  for i = 1, #hm do slack[i], taken[i] = m_sub(slack[i], owed), MONEY_ZERO end
+  for _, b in ipairs(a.blocks) do
+    if live(b, now) and started(b, now) and applies(b, metric) then elig[#elig + 1] = b end
+  end
+  table.sort(elig, spends_before)
+  local cum, cap = MONEY_ZERO, nil
+  -- take: block b's whole remainder counted against hold metric i.
+  local function take(i, b)
+    local room = m_sub(slack[i], taken[i])
+    if m_cmp(room, b.rem) < 0 then
+      if not m_pos(room) then room = MONEY_ZERO end
+      local c = m_add(cum, room)
+      if not cap or m_cmp(c, cap) < 0 then cap = c end
+    end
+    taken[i] = m_add(taken[i], b.rem)
+  end
+  for _, b in ipairs(elig) do
+    if need and m_cmp(cum, need) >= 0 then return cum end
+    if b.scope == nil then
+      for i = 1, #hm do take(i, b) end
+    else
+      for k in pairs(scope_keys(b)) do
+        local i = at[k]
+        if i then take(i, b) end
+      end
+    end
+    -- Past a cap every later block only adds (cap < cum from here on).
+    if cap then return cap end
+    cum = m_add(cum, b.rem)
+  end
+  return cum
+end
+
+-- scope_room is what a new hold for metric (or a hold for it growing) may
+-- take: min over metric and the metrics of the active holds of E(m) less
+-- the reserved total. May be negative (holds leaning on the credit line).
+local function scope_room(a, now, metric)
+  local hm, at = scope_holds(a, nil)
+  if not at[metric] then hm[#hm + 1] = metric at[metric] = #hm end
+  local room = nil
+  for _, e in ipairs(scope_elig(a, now, hm, at)) do
+    local r = m_sub(e, a.rs)
+    if not room or m_cmp(r, room) < 0 then room = r end
+  end
+  return room
+end
+
+-- scope_split is line_split for a charge of cost for metric: nil when
+-- refused, else what the blocks pay and what goes on the credit line. The
+-- line backs every metric, so a charge is refused when its debt would pass
+-- the line as well as when the effective balance would.
+local function scope_split(a, now, metric, eff, held, cost, lim, freed, skip)
+  if not a.scoped then return line_split(a, eff, held, cost, lim) end
+  if m_cmp(m_add(m_add(eff, held), lim), cost) < 0 then return nil end
+  local pay = m_min(scope_free(a, now, metric, freed, skip, cost), cost)
+  local debt = m_sub(cost, pay)
+  if m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  return pay, debt
+end
+
+-- scope_avail is what a charge for metric under allow or notify may take
+-- when avail (>= 0) is what the account has: avail itself when no block
+-- has a scope.
+local function scope_avail(a, now, metric, avail, freed, skip)
+  if not a.scoped then return avail end
+  return m_min(avail, scope_free(a, now, metric, freed, skip, avail))
+end
+
+-- scope_reserve_ok: a hold for metric may grow by cost with line (what the
+-- line lends under block) on top of the effective balance eff.
+local function scope_reserve_ok(a, now, metric, eff, cost, line)
+  if m_cmp(m_add(eff, line), cost) < 0 then return false end
+  if not a.scoped then return true end
+  return m_cmp(m_add(m_sub(scope_room(a, now, metric), a.d), line), cost) >= 0
 end
 
 -- expire_due zeroes every block with credit whose expires_at is at or before
@@ -1332,8 +1520,8 @@ end
 -- drain takes amount from a's started live blocks in spend order
 -- (engine.SpendOrder), appending each block touched to changed; it returns
 -- the draws {b = block, take = money}. The caller has checked that the
--- blocks hold amount.
-local function drain(a, now, amount, changed)
+-- blocks hold amount (with metric: the blocks that apply to it, scope_free).
+local function drain(a, now, amount, changed, metric)
   if a.fast then
     -- Walk the spend-order index, reading only the blocks taken from (in
     -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
@@ -1360,11 +1548,20 @@ local function drain(a, now, amount, changed)
       for i, id in ipairs(ids) do
         if not m_pos(left) then break end
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
-        local b = block_dec(id, vals[i])
-        b.rem0 = b.rem
-        -- The index's decimal instants, for block_json (no sprintf).
-        b.ix = texts[i]
-        left = draw(b, left, draws, changed)
+        -- A scoped hash's fast path (scope_fast): only blocks that apply,
+        -- told from the value's scope field before decoding it.
+        local raw, ok = vals[i], true
+        if metric and a.sc_fast then
+          local at = string.find(raw, '|@', 1, true)
+          ok = not at or string.find(',' .. string.sub(raw, at + 2) .. ',', ',' .. metric .. ',', 1, true) ~= nil
+        end
+        if ok then
+          local b = block_dec(id, raw)
+          b.rem0 = b.rem
+          -- The index's decimal instants, for block_json (no sprintf).
+          b.ix = texts[i]
+          left = draw(b, left, draws, changed)
+        end
       end
       want = want * 4
     end
@@ -1372,7 +1569,9 @@ local function drain(a, now, amount, changed)
   end
   local spendable = {}
   for _, b in ipairs(a.blocks) do
-    if live(b, now) and started(b, now) then spendable[#spendable + 1] = b end
+    -- With metric, only the blocks that apply to it (the fast path above
+    -- tells them by their value on a scoped hash, a.sc_fast).
+    if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
   end
   -- The next block in spend order, picked by a scan rather than a sort of
   -- them all: a charge usually draws from one or two blocks, so this costs
@@ -1399,6 +1598,81 @@ local function drain(a, now, amount, changed)
     left = draw(b, left, draws, changed)
   end
   return draws
+end
+
+-- scope_fast decides and drains a charge of cost for metric on a scoped
+-- hash without active holds read on the fast path (a.sc_fast): with no
+-- hold to keep backed, what the blocks may pay is what applies to the
+-- metric (scope_free with no hold metric), which the drain finds walking
+-- the spend-order index, reading only blocks up to the charge, so this is
+-- decided after draining (nothing is written before acct_commit). refusing:
+-- policy block, lim the line. Returns what the blocks paid, what goes on
+-- the line and the draws, after expiring what is due; nil when refused.
+local function scope_fast(a, now, metric, eff, cost, refusing, lim, entries, changed)
+  expire_due(a, now, entries, changed)
+  -- What the blocks may pay at most, as line_split and the allow branch
+  -- of consume.lua bound it.
+  local most = eff
+  if refusing then
+    if m_cmp(m_add(eff, lim), cost) < 0 then return nil end
+    most = m_add(eff, a.d)
+  end
+  if not m_pos(most) then most = MONEY_ZERO end
+  local draws = drain(a, now, m_min(cost, most), changed, metric)
+  local paid = MONEY_ZERO
+  for _, d in ipairs(draws) do paid = m_add(paid, d.take) end
+  local debt = MONEY_ZERO
+  if refusing then
+    debt = m_sub(cost, paid)
+    if m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  end
+  return paid, debt, draws
+end
+
+-- scope_items charges the items {metric, cost} of a multi-metric call on
+-- an account holding scoped blocks one after another, each from the
+-- blocks that apply to its metric (scope_split under block, refusing;
+-- else scope_avail, avail being what the account has), the figures moving
+-- as each drains; base is the effective balance plus what the call
+-- settles of its hold. It returns what the blocks paid, what goes on the
+-- line and the draws (one per block), appending each block touched once
+-- to changed; or nil when an item is refused, every block as it was.
+local function scope_items(a, now, items, base, lim, refusing, avail, freed, skip, changed)
+  local saved, d0 = {}, a.d
+  for i, b in ipairs(a.blocks) do saved[i] = b.rem end
+  local paid, debt, touched, all = MONEY_ZERO, MONEY_ZERO, {}, {}
+  for _, it in ipairs(items) do
+    local pay, owe = nil, MONEY_ZERO
+    if refusing then
+      pay, owe = scope_split(a, now, it.metric, m_sub(m_sub(base, paid), debt), MONEY_ZERO, it.cost, lim, freed, skip)
+      if not pay then
+        for i, b in ipairs(a.blocks) do b.rem = saved[i] end
+        a.d = d0
+        return nil
+      end
+      -- Counted while the next items are split; line_draw adds it for good.
+      a.d = m_add(a.d, owe)
+    else
+      local left = m_sub(avail, paid)
+      if not m_pos(left) then left = MONEY_ZERO end
+      pay = m_min(scope_avail(a, now, it.metric, left, freed, skip), it.cost)
+    end
+    for _, d in ipairs(drain(a, now, pay, touched, it.metric)) do all[#all + 1] = d end
+    paid, debt = m_add(paid, pay), m_add(debt, owe)
+  end
+  a.d = d0
+  local draws, at = {}, {}
+  for _, d in ipairs(all) do
+    local i = at[d.b]
+    if i then
+      draws[i].take = m_add(draws[i].take, d.take)
+    else
+      draws[#draws + 1] = {b = d.b, take = d.take}
+      at[d.b] = #draws
+      changed[#changed + 1] = d.b
+    end
+  end
+  return paid, debt, draws
 end
 
 -- OP_RECORD_CONSUME ('c') opens the compact op record of a consume; a
@@ -1661,6 +1935,10 @@ local function acct_commit(akey, a, changed, now)
   -- bounds_moved: E, S or F must be recomputed from the index (on the fast
   -- path at now they are the summary's: F <= now < min(E, S)).
   local idx_moved, bounds_moved = false, false
+  -- nsc: how many blocks with credit have a scope (field "sc", absent for
+  -- none): counted on the slow path, moved by each change on the fast one
+  -- (a.sc_n as read); sc_moved: it changed.
+  local nsc, sc_moved = a.sc_n or 0, false
   -- Ids of blocks leaving the index, cut out together after the loop.
   local gone = {}
   for _, b in ipairs(changed) do
@@ -1680,6 +1958,7 @@ local function acct_commit(akey, a, changed, now)
         -- A grant that went whole to the debt of the credit line: a block
         -- Postgres keeps, never in the hash.
       elseif b.fresh then
+        if b.scope then nsc, sc_moved = nsc + 1, true end
         a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
         if live(b, now) then
           a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
@@ -1696,10 +1975,12 @@ local function acct_commit(akey, a, changed, now)
         -- Due: already out of the figures (acct_read's refresh).
         gone[b.id], a.nblocks, idx_moved = true, a.nblocks - 1, true
         bounds_moved = true
+        if b.scope then nsc, sc_moved = nsc - 1, true end
       else
         a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
         if not m_pos(b.rem) then
           gone[b.id], a.nlive, a.nblocks, idx_moved = true, a.nlive - 1, a.nblocks - 1, true
+          if b.scope then nsc, sc_moved = nsc - 1, true end
           -- E, S and F move only when the emptied block held one of them.
           if b.expires == a.exp_min or b.starts == a.start_min or b.starts == a.start_max then bounds_moved = true end
         end
@@ -1712,9 +1993,11 @@ local function acct_commit(akey, a, changed, now)
     -- Slow path: the summary from every block.
     local bal, pend, n, e, st, f = MONEY_ZERO, MONEY_ZERO, 0, nil, nil, nil
     keep = {}
+    nsc, sc_moved = 0, true
     for _, b in ipairs(a.blocks) do
       if m_pos(b.rem) then
         keep[#keep + 1] = b
+        if b.scope then nsc = nsc + 1 end
         if live(b, now) then
           n, bal = n + 1, m_add(bal, b.rem)
           if not started(b, now) then pend = m_add(pend, b.rem) end
@@ -1787,6 +2070,11 @@ local function acct_commit(akey, a, changed, now)
   elseif a.fast or a.layout then
     -- A small account goes without them (a listpack hash stays one).
     del[#del + 1], del[#del + 2], del[#del + 3] = 's', 'o', 'k'
+  end
+  if sc_moved and nsc > 0 then
+    set[#set + 1], set[#set + 2] = 'sc', i_fmt(nsc)
+  elseif sc_moved and (a.sc or a.sc_n) then
+    del[#del + 1] = 'sc'
   end
   redis.call('HSET', akey, unpack(set))
   if #del > 0 then redis.call('HDEL', akey, unpack(del)) end

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ type accountFields struct {
 	// debt is what the account owes on its credit line (field "d").
 	debt   int64
 	blocks []engine.MutationBlock
+	// holdMetrics are the distinct metrics of the active holds ("" for a
+	// multi-metric one), read only from a hash holding a scoped block
+	// (field "sc"): what engine.ScopeFree needs.
+	holdMetrics []string
+	scoped      bool
 }
 
 // readAccount reads a customer's hash; engine.ErrStateMissing when absent.
@@ -85,11 +91,14 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 		if len(names) == 0 {
 			return accountFields{}, engine.ErrStateMissing
 		}
-		head := []string{"v", "id", "rs", "le", "ua", "s", "d"}
+		head := []string{"v", "id", "rs", "le", "ua", "s", "d", "sc"}
+		// The holds only of a hash holding scoped blocks (their metrics:
+		// accountFields.holdMetrics).
+		scoped := slices.Contains(names, "sc")
 		var meta []string
 		for _, n := range names {
 			switch {
-			case strings.HasPrefix(n, "b:"):
+			case strings.HasPrefix(n, "b:"), scoped && strings.HasPrefix(n, "r:"):
 				head = append(head, n)
 			case withMeta && strings.HasPrefix(n, "m:"):
 				meta = append(meta, n)
@@ -179,7 +188,28 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 			b.Metadata = json.RawMessage(meta)
 		}
 	}
+	if _, ok := raw["sc"]; ok {
+		a.scoped, a.holdMetrics = true, activeHoldMetrics(raw)
+	}
 	return a, nil
+}
+
+// activeHoldMetrics are the distinct metrics of the active holds of hash
+// raw (prelude.lua res_enc: status "a", metric the tenth field), sorted.
+func activeHoldMetrics(raw map[string]string) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for f, v := range raw {
+		if !strings.HasPrefix(f, "r:") || !strings.HasPrefix(v, "a|") {
+			continue
+		}
+		if p := strings.SplitN(v, "|", 11); len(p) == 11 && !seen[p[9]] {
+			seen[p[9]] = true
+			out = append(out, p[9])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // decodeBlock reads block_enc's "rem|orig|prio|created36|starts-created36|
@@ -235,7 +265,10 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	} else {
 		b.Source = engine.Source(p[6])
 	}
-	if len(p) == 8 && p[7] != "" {
+	if len(p) == 8 && strings.HasPrefix(p[7], "@") {
+		// The block's scope (prelude.lua block_dec), never metadata.
+		b.Scope = strings.Split(p[7][1:], ",")
+	} else if len(p) == 8 && p[7] != "" {
 		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil
@@ -254,7 +287,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
 	key, nowMS := s.accountKey(c.CustomerID), now.UnixMilli()
 	if s.layouts.has(key) {
-		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua", "d").Result()
+		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua", "d", "sc").Result()
 		if err != nil {
 			return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 		}
@@ -269,6 +302,7 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 		if sum == "" {
 			s.layouts.set(key, false)
 		} else if b, ok := summaryBalances(sum, rs, ua, nowMS); ok {
+			b.Scoped = v[4] != nil
 			return b.WithDebt(debt), nil
 		} else if a, err := s.readAccountSliced(ctx, key, false); !errors.Is(err, errAccountMoving) {
 			// Outside the summary's window: the blocks, in slices, without
@@ -276,7 +310,9 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 			if err != nil {
 				return engine.Balances{}, err
 			}
-			return engine.ComputeBalances(a.blocks, a.reserved, nowMS).WithDebt(a.debt), nil
+			b := engine.ComputeBalances(a.blocks, a.reserved, nowMS).WithDebt(a.debt)
+			b.Scoped = a.scoped
+			return b, nil
 		}
 	}
 	read := redis.NewMapStringStringCmd(ctx, "hgetall", key)
@@ -390,6 +426,8 @@ func balancesOf(raw map[string]string, nowMS int64) (engine.Balances, error) {
 				return engine.Balances{}, fmt.Errorf("lua: account field d: %w", err)
 			}
 			debt = n
+		case f == "sc":
+			out.Scoped = true
 		}
 	}
 	out.Effective = out.Balance - out.Reserved - out.Pending

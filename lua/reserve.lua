@@ -48,7 +48,9 @@ if bud_over then
 end
 -- Under block the hold may lean on the credit line: the effective balance
 -- may end at minus the line (block_line).
-if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
+-- With scoped blocks the hold must also fit what applies to its metric
+-- (prelude scope_reserve_ok).
+if not scope_reserve_ok(a, now, metric, effective, cost, block_line(ctx)) then
   -- A block customer refused for credit owes credit.exhausted (docs/spec/addendum.md §8):
   -- the refusal record consume.lua writes (usage.refused, no entries, the
   -- same version, no idempotency key); the account itself is untouched.

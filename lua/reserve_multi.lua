@@ -53,7 +53,9 @@ if bud_over then
     env = env, now = now, ctx = ctx, eb = effective}, a,
     usage_json('', units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
 end
-if m_cmp(m_add(effective, block_line(ctx)), cost) < 0 then
+-- With scoped blocks a multi-metric hold is backed by unscoped ones (metric
+-- "": prelude scope_reserve_ok).
+if not scope_reserve_ok(a, now, '', effective, cost, block_line(ctx)) then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted
   -- (no metric: several were asked for, as consume_multi.lua's).
   if refuses(ctx) then

@@ -65,8 +65,10 @@ if m_pos(carry) then
   if live_count(a, now) >= MAX_LIVE_BLOCKS then
     return redis.error_reply('TOOMANYBLOCKS the customer has the most live blocks it may hold')
   end
+  -- The carry keeps the scope of the blocks it carries (the first in spend
+  -- order when they differ, which blocks of one plan grant never do).
   local block = {id = block_id, rem = carry, orig = carry, prio = priority, created = now,
-    starts = now, expires = expires, src = source, meta = new_meta, fresh = true}
+    starts = now, expires = expires, src = source, meta = new_meta, scope = old[1].scope, fresh = true}
   a.blocks[#a.blocks + 1] = block
   changed[#changed + 1] = block
   entries[#entries + 1] = entry_json('main', carry, entry_type, source, block_id, '', entry_meta)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,20 +54,23 @@ ON CONFLICT (id) DO NOTHING`
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
 // none: only the Mutation that creates a block carries its metadata (a
 // drain does not copy it, invariant 13), and metadata never changes after.
+// Its scope (applies_to, migration 030) likewise: $13 holds each one as a
+// text[] literal, NULL when the row names none.
 const upsertBlocksSQL = `INSERT INTO credit_blocks AS b
 	(id, tenant_id, customer_id, original_amount, remaining_amount, priority, source, starts_at,
-	 expires_at, created_at, metadata, version)
+	 expires_at, created_at, metadata, version, applies_to)
 SELECT id, tenant_id, customer_id, original, remaining, priority, source, starts, expires,
-	created, meta::jsonb, version
+	created, meta::jsonb, version, scope::text[]
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::bigint[], $6::int[], $7::text[],
-	$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::bigint[])
+	$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
 	AS t(id, tenant_id, customer_id, original, remaining, priority, source, starts, expires,
-	     created, meta, version)
+	     created, meta, version, scope)
 ON CONFLICT (id) DO UPDATE SET
 	original_amount = EXCLUDED.original_amount, remaining_amount = EXCLUDED.remaining_amount,
 	priority = EXCLUDED.priority, source = EXCLUDED.source, starts_at = EXCLUDED.starts_at,
 	expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at,
 	metadata = CASE WHEN EXCLUDED.metadata = '{}'::jsonb THEN b.metadata ELSE EXCLUDED.metadata END,
+	applies_to = COALESCE(EXCLUDED.applies_to, b.applies_to),
 	version = EXCLUDED.version
 WHERE b.version < EXCLUDED.version`
 
@@ -294,7 +298,7 @@ func queueRows(b *pgx.Batch, ms []engine.Mutation, lean bool, shape recordShape,
 func queueStateAndSections(b *pgx.Batch, cols *applyColumns, ms []engine.Mutation) error {
 	if k := cols.blocks; len(k.id) > 0 {
 		b.Queue(upsertBlocksSQL, k.id, k.tenant, k.customer, k.original, k.remaining, k.priority, k.source,
-			k.starts, k.expires, k.created, k.meta, k.version)
+			k.starts, k.expires, k.created, k.meta, k.version, k.scope)
 	}
 	a := cols.accounts
 	b.Queue(upsertAccountsSQL, a.customer, a.id, a.tenant, a.env, a.balance, a.reserved, a.pending,
@@ -321,6 +325,7 @@ type applyColumns struct {
 		original, remaining, version []int64
 		priority                     []int32
 		source, meta                 []string
+		scope                        []*string // "{a,b}" text[] literals, nil for none
 		starts, created              []time.Time
 		expires                      []*time.Time
 	}
@@ -465,15 +470,27 @@ func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 			case cur.version < m.Account.Version:
 				// The newer state of a block created earlier in the batch:
 				// keep the creating Mutation's metadata, which a drain omits.
-				if len(b.Metadata) == 0 && len(cur.b.Metadata) > 0 {
+				// Its scope likewise (docs/rules.md "Credits scoped to
+				// metrics": only the creating Mutation names it).
+				if (len(b.Metadata) == 0 && len(cur.b.Metadata) > 0) || (len(b.Scope) == 0 && len(cur.b.Scope) > 0) {
 					nb := *b
-					nb.Metadata = cur.b.Metadata
+					if len(nb.Metadata) == 0 {
+						nb.Metadata = cur.b.Metadata
+					}
+					if len(nb.Scope) == 0 {
+						nb.Scope = cur.b.Scope
+					}
 					b = &nb
 				}
 				blocks[b.ID] = blockRow{b: b, m: m, version: m.Account.Version}
-			case len(cur.b.Metadata) == 0 && len(b.Metadata) > 0:
+			case (len(cur.b.Metadata) == 0 && len(b.Metadata) > 0) || (len(cur.b.Scope) == 0 && len(b.Scope) > 0):
 				nb := *cur.b
-				nb.Metadata = b.Metadata
+				if len(nb.Metadata) == 0 {
+					nb.Metadata = b.Metadata
+				}
+				if len(nb.Scope) == 0 {
+					nb.Scope = b.Scope
+				}
 				cur.b = &nb
 				blocks[b.ID] = cur
 			}
@@ -594,6 +611,7 @@ func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 		k.expires = append(k.expires, expires)
 		k.created = append(k.created, time.UnixMilli(r.b.CreatedMS).UTC())
 		k.meta = append(k.meta, string(rawObject(r.b.Metadata)))
+		k.scope = append(k.scope, scopeText(r.b.Scope))
 		k.version = append(k.version, r.version)
 	}
 
@@ -633,3 +651,14 @@ type sectionWriter struct {
 
 // sectionWriters are registered by the files that own each section.
 var sectionWriters []sectionWriter
+
+// scopeText is a block scope as a Postgres text[] literal for
+// upsertBlocksSQL, nil for none. Metric keys need no quoting
+// (engine.ValidMetricKey: no comma, brace, quote or space).
+func scopeText(keys []string) *string {
+	if len(keys) == 0 {
+		return nil
+	}
+	s := "{" + strings.Join(keys, ",") + "}"
+	return &s
+}

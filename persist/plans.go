@@ -323,15 +323,17 @@ func (s *Store) ListVariants(ctx context.Context, sc engine.Scope, planIDs []uui
 // ---- grants ----
 
 const grantColumns = `id, plan_variant_id, tenant_id, environment, credits, grant_interval, expires_after_seconds,
-	accumulation_cap, rollover_percentage, max_rollover_cycles, grant_type, source, created_at, updated_at`
+	accumulation_cap, rollover_percentage, max_rollover_cycles, grant_type, source, created_at, updated_at, applies_to`
 
 func scanGrant(row pgx.Row) (engine.PlanGrant, error) {
 	var g engine.PlanGrant
 	var env, typ, src string
+	var scope []string
 	if err := row.Scan(&g.ID, &g.PlanVariantID, &g.TenantID, &env, &g.Credits, &g.GrantInterval, &g.ExpiresAfterSeconds,
-		&g.AccumulationCap, &g.RolloverPercentage, &g.MaxRolloverCycles, &typ, &src, &g.CreatedAt, &g.UpdatedAt); err != nil {
+		&g.AccumulationCap, &g.RolloverPercentage, &g.MaxRolloverCycles, &typ, &src, &g.CreatedAt, &g.UpdatedAt, &scope); err != nil {
 		return engine.PlanGrant{}, err
 	}
+	g.AppliesTo = engine.AppliesToOf(scope)
 	g.Environment = engine.Environment(env)
 	g.GrantType = engine.GrantType(typ)
 	g.Source = engine.Source(src)
@@ -343,11 +345,11 @@ func scanGrant(row pgx.Row) (engine.PlanGrant, error) {
 // g.PlanVariantID is not a variant of plan planID in g's scope.
 func (s *Store) CreateGrant(ctx context.Context, planID uuid.UUID, g engine.PlanGrant) error {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO plan_grants (`+grantColumns+`)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $16
 		WHERE EXISTS (SELECT 1 FROM plan_variants WHERE id = $2 AND plan_id = $15 AND tenant_id = $3 AND environment = $4)`,
 		g.ID, g.PlanVariantID, g.TenantID, string(g.Environment), g.Credits, g.GrantInterval, g.ExpiresAfterSeconds,
 		g.AccumulationCap, g.RolloverPercentage, g.MaxRolloverCycles, string(g.GrantType), string(g.Source),
-		g.CreatedAt, g.UpdatedAt, planID)
+		g.CreatedAt, g.UpdatedAt, planID, scopeKeys(g.AppliesTo))
 	if err != nil {
 		return fmt.Errorf("persist: create grant: %w", err)
 	}
@@ -437,4 +439,13 @@ func (s *Store) ListEntitlements(ctx context.Context, sc engine.Scope, variantID
 		list = []engine.VariantEntitlement{}
 	}
 	return list, nil
+}
+
+// scopeKeys is a plan grant's applies_to as its text[] column: nil (NULL)
+// for every metric.
+func scopeKeys(a *engine.AppliesTo) []string {
+	if a == nil {
+		return nil
+	}
+	return a.BillableMetricKeys
 }

@@ -282,7 +282,7 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 		metaColumn = "metadata"
 	}
 	rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
-			starts_at, expires_at, created_at, `+metaColumn+`
+			starts_at, expires_at, created_at, `+metaColumn+`, applies_to
 		FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
 		ORDER BY customer_id, created_at, id`, ids)
 	if err != nil {
@@ -294,9 +294,14 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 	var starts, created time.Time
 	var expires *time.Time
 	var meta []byte
+	var scope []string
 	_, err = pgx.ForEachRow(rows, []any{&customer, &b.ID, &b.Original, &b.Remaining, &b.Priority, &source,
-		&starts, &expires, &created, &meta}, func() error {
+		&starts, &expires, &created, &meta, &scope}, func() error {
 		blk := b
+		blk.Scope = nil
+		if len(scope) > 0 {
+			blk.Scope = append([]string(nil), scope...)
+		}
 		blk.Source = engine.Source(source)
 		blk.StartsMS, blk.CreatedMS, blk.ExpiresMS, blk.Metadata = starts.UnixMilli(), created.UnixMilli(), nil, nil
 		if expires != nil {

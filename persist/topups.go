@@ -23,7 +23,7 @@ func (s *Store) Topups(ctx context.Context, customer uuid.UUID, cursor string, l
 	}
 	var sql strings.Builder
 	sql.WriteString(`SELECT e.id, e.customer_id, e.delta, e.reason, e.credit_block_id, b.expires_at,
-		COALESCE(b.priority, 0), e.metadata, e.idempotency_key, e.created_at
+		COALESCE(b.priority, 0), e.metadata, e.idempotency_key, e.created_at, b.applies_to
 		FROM ledger_entries e LEFT JOIN credit_blocks b ON b.id = e.credit_block_id
 		WHERE e.customer_id = $1 AND e.type = 'topup'`)
 	args := []any{customer}
@@ -40,10 +40,12 @@ func (s *Store) Topups(ctx context.Context, customer uuid.UUID, cursor string, l
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Topup, error) {
 		var t engine.Topup
 		var meta []byte
+		var scope []string
 		if err := r.Scan(&t.ID, &t.CustomerID, &t.Credits, &t.PaymentReference, &t.CreditBlockID, &t.ExpiresAt,
-			&t.Priority, &meta, &t.IdempotencyKey, &t.CreatedAt); err != nil {
+			&t.Priority, &meta, &t.IdempotencyKey, &t.CreatedAt, &scope); err != nil {
 			return t, err
 		}
+		t.AppliesTo = engine.AppliesToOf(scope)
 		t.CreatedAt = t.CreatedAt.UTC()
 		if t.ExpiresAt != nil {
 			e := t.ExpiresAt.UTC()

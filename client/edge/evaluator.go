@@ -465,6 +465,11 @@ func local(snap *client.Snapshot, policy, metric string, units int64) (client.Ch
 		// credit line under block (the snapshot's available_mc,
 		// docs/rules.md "Credit line").
 		avail := snap.AvailableMC
+		// An account with scoped blocks: what this metric may spend
+		// (docs/rules.md "Credits scoped to metrics").
+		if se.AvailableMC != nil {
+			avail = *se.AvailableMC
+		}
 		// The snapshot's allowed is the one-unit check with the plan's
 		// denial folded in: refused although one unit fits (or the policy
 		// lets it through) means the plan or an overdue subscription

@@ -15,7 +15,9 @@ import (
 // reserved balance equals the estimated cost of its active holds; and no
 // block customer's effective balance ever went below zero, or below minus
 // its credit line for the customers that have one (issue 28 item 2: their
-// balance is the blocks less the debt, which grants in the mix repay).
+// balance is the blocks less the debt, which grants in the mix repay);
+// some grants are scoped to one metric (issue 28 item 1), and no
+// consumption of a metric draws from a block scoped to another.
 func TestMixedWorkloadBooksBalance(t *testing.T) {
 	t.Parallel()
 	s := NewStack(t)
@@ -66,6 +68,11 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		index[c["id"].(string)] = i
 		ids[i] = c["id"].(string)
 		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed"})
+		// Credits scoped to one metric (issue 28 item 1) beside them.
+		if i%3 == 0 {
+			a.grant(ids[i], map[string]any{"credits": 200, "source": "promotional", "reason": "seed",
+				"applies_to": map[string]any{"billable_metric_keys": []string{second}}})
+		}
 	}
 
 	client := loadClient()
@@ -83,9 +90,13 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			for op := 0; op < 40; op++ {
 				cust := ids[rng.IntN(customers)]
 				if rng.IntN(8) == 0 {
-					// A grant: for a customer in debt, it pays the debt first.
-					r := call("POST", "/v1/customers/"+cust+"/credits/grant", map[string]any{
-						"credits": 20 + rng.IntN(60), "source": "promotional", "reason": "top"})
+					// A grant: for a customer in debt, it pays the debt first
+					// unless it is scoped to a metric.
+					body := map[string]any{"credits": 20 + rng.IntN(60), "source": "promotional", "reason": "top"}
+					if k := rng.IntN(3); k < 2 {
+						body["applies_to"] = map[string]any{"billable_metric_keys": []string{[]string{metric, second}[k]}}
+					}
+					r := call("POST", "/v1/customers/"+cust+"/credits/grant", body)
 					if r.Status != 201 {
 						t.Errorf("grant: %d %s", r.Status, r.Raw)
 					}
@@ -140,6 +151,8 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	s.Drain()
 
 	ctx := context.Background()
+	// Consumptions that scoped blocks paid: the check above saw some.
+	var scopedDraws int64
 	for i, cust := range ids {
 		acct := a.credits(cust)
 		balance, reserved := Int(t, acct["balance"]), Int(t, acct["reserved_balance"])
@@ -166,6 +179,20 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		if !lined(i) && debt != 0 {
 			t.Errorf("%s: debt %d without a credit line", what, debt)
 		}
+		// No consumption of one metric drew from a block scoped to others.
+		var stray int64
+		q(`SELECT count(*) FROM ledger_entries e
+			JOIN credit_blocks b ON b.id = ANY(COALESCE(e.draw_block_ids, ARRAY[e.credit_block_id]))
+			WHERE e.customer_id = $1 AND e.type = 'consumption' AND COALESCE(e.billable_metric_key, '') <> ''
+			AND b.applies_to IS NOT NULL AND NOT (e.billable_metric_key = ANY(b.applies_to))`, &stray)
+		if stray != 0 {
+			t.Errorf("%s: %d consumptions drew from blocks scoped to other metrics", what, stray)
+		}
+		var drewScoped int64
+		q(`SELECT count(*) FROM ledger_entries e
+			JOIN credit_blocks b ON b.id = ANY(COALESCE(e.draw_block_ids, ARRAY[e.credit_block_id]))
+			WHERE e.customer_id = $1 AND e.type = 'consumption' AND b.applies_to IS NOT NULL`, &drewScoped)
+		scopedDraws += drewScoped
 		if reserved != holds {
 			t.Errorf("%s: reserved %d, active holds %d", what, reserved, holds)
 		}
@@ -175,6 +202,9 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		case i%2 == 0 && !lined(i) && effective < 0:
 			t.Errorf("%s: block customer's effective balance %d < 0", what, effective)
 		}
+	}
+	if scopedDraws == 0 {
+		t.Error("no consumption drew from a scoped block: the workload tested no scope")
 	}
 	if len(negative) > 0 {
 		t.Errorf("consumes answered an effective balance below the floor for %v", negative)

@@ -91,7 +91,7 @@ func TestConformanceGrant(t *testing.T) {
 
 	checkUUID(t, blk["id"], "block.id")
 	if blk["customer_id"] != id || Int(t, blk["original_amount"]) != 12_345 || Int(t, blk["remaining_amount"]) != 12_345 ||
-		blk["source"] != "referral" || Int(t, blk["priority"]) != 7 {
+		blk["source"] != "referral" || Int(t, blk["priority"]) != 7 || blk["applies_to"] != nil {
 		t.Errorf("block %v", blk)
 	}
 	exp := checkTime(t, blk["expires_at"], "block.expires_at")

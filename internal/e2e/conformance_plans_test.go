@@ -407,10 +407,12 @@ func TestConformancePlanGrants(t *testing.T) {
 	wantStatus(t, r, 201, "minimal grant")
 	g := r.Body
 	checkKeys(t, g, "grant", "id", "plan_variant_id", "tenant_id", "environment", "credits", "grant_interval", "expires_after_seconds",
-		"accumulation_cap", "rollover_percentage", "max_rollover_cycles", "grant_type", "source", "metadata", "created_at", "updated_at")
+		"accumulation_cap", "rollover_percentage", "max_rollover_cycles", "grant_type", "source", "applies_to", "metadata",
+		"created_at", "updated_at")
 	if g["plan_variant_id"] != vid || g["tenant_id"] != tn.ID || jsonInt(g["credits"]) != 5000 || g["grant_interval"] != "monthly" ||
 		g["grant_type"] != "recurring" || g["source"] != "plan_grant" || jsonInt(g["rollover_percentage"]) != 0 ||
-		g["expires_after_seconds"] != nil || g["accumulation_cap"] != nil || g["max_rollover_cycles"] != nil || g["metadata"] != nil {
+		g["expires_after_seconds"] != nil || g["accumulation_cap"] != nil || g["max_rollover_cycles"] != nil || g["metadata"] != nil ||
+		g["applies_to"] != nil {
 		t.Errorf("minimal grant %v", g)
 	}
 	r = a.post(path, map[string]any{"credits": 9223372036854775807, "grant_interval": "PT5H", "grant_type": "recurring", "source": "promotional",

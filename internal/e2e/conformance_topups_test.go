@@ -117,7 +117,8 @@ func TestConformanceTopups(t *testing.T) {
 	want := []int64{3, 2, 1}
 	for i, d := range data {
 		tp := obj(t, d, "topup")
-		checkKeys(t, tp, "topup", "id", "customer_id", "credits", "payment_reference", "credit_block_id", "expires_at", "priority", "metadata", "idempotency_key", "created_at")
+		checkKeys(t, tp, "topup", "id", "customer_id", "credits", "payment_reference", "credit_block_id", "expires_at", "priority", "applies_to",
+			"metadata", "idempotency_key", "created_at")
 		if jsonInt(tp["credits"]) != want[i] || tp["customer_id"] != id || tp["payment_reference"] != nil || tp["expires_at"] != nil {
 			t.Errorf("topup %d = %v", i, tp)
 		}

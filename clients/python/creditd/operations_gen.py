@@ -178,6 +178,7 @@ class Operations:
         id: str,
         *,
         include_blocks: Optional[Literal["true", "false", "1", "0"]] = None,
+        by_scope: Optional[Literal["true", "false", "1", "0"]] = None,
         as_of: Optional[Union[str, datetime.datetime]] = None,
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
@@ -187,7 +188,7 @@ class Operations:
             "GET",
             "/v1/customers/" + _segment(id) + "/credits",
             idempotent=False,
-            query={"include_blocks": include_blocks, "as_of": as_of},
+            query={"include_blocks": include_blocks, "by_scope": by_scope, "as_of": as_of},
             headers=headers,
             response=response,
         )
@@ -373,6 +374,7 @@ class Operations:
         external_id: str,
         *,
         include_blocks: Optional[Literal["true", "false", "1", "0"]] = None,
+        by_scope: Optional[Literal["true", "false", "1", "0"]] = None,
         as_of: Optional[Union[str, datetime.datetime]] = None,
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
@@ -384,7 +386,7 @@ class Operations:
             "GET",
             "/v1/customer-by-external-id/" + _segment(external_id) + "/credits",
             idempotent=False,
-            query={"include_blocks": include_blocks, "as_of": as_of},
+            query={"include_blocks": include_blocks, "by_scope": by_scope, "as_of": as_of},
             headers=headers,
             response=response,
         )

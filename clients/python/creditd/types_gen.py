@@ -16,6 +16,7 @@ __all__ = [
     "AdjustInput",
     "AdjustResult",
     "AlertThreshold",
+    "AppliesTo",
     "BillableMetric",
     "BillableMetricPage",
     "Block",
@@ -118,6 +119,7 @@ __all__ = [
     "ReserveItem",
     "ReserveResult",
     "RuleInput",
+    "ScopeBalance",
     "Snapshot",
     "SnapshotEntry",
     "Subscription",
@@ -272,6 +274,8 @@ class Block(TypedDict):
     created_at: str
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
+    # The metrics the block pays for; null: every metric.
+    applies_to: Optional["AppliesTo"]
 
 
 class Account(TypedDict):
@@ -300,6 +304,9 @@ class Account(TypedDict):
     as_of: NotRequired[str]
     # Empty unless include_blocks=true.
     blocks: list["Block"]
+    # With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always
+    # present), then each scope by its keys.
+    by_scope: NotRequired[list["ScopeBalance"]]
 
 
 class LedgerEntry(TypedDict):
@@ -370,6 +377,9 @@ class GrantInput(TypedDict):
     metadata: NotRequired[dict[str, Any]]
     # Deprecated: Ignored; use the Idempotency-Key header.
     idempotency_key: NotRequired[str]
+    # Scope the granted block to these billable metrics: a consume, commit or usage event of
+    # another metric never draws it. Omit for credit every metric may use.
+    applies_to: NotRequired["AppliesTo"]
 
 
 class GrantInputStackAfter(TypedDict):
@@ -633,7 +643,9 @@ class CheckResult(TypedDict):
     credit_limit_mc: NotRequired[int]
     # Metered: what the customer may spend now: effective_balance plus credit_limit_mc under
     # policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is
-    # estimated_cost <= available_mc under `block`.
+    # estimated_cost <= available_mc under `block`. For a customer holding blocks scoped to
+    # metrics, what this metric may spend: only the blocks that apply to it count (docs/rules.md
+    # "Credits scoped to metrics").
     available_mc: NotRequired[int]
     # Metered, for a customer with budgets that count the metric: the least they still allow in
     # their current periods (limit_mc - spent, at least 0). allowed is false when the cost is
@@ -1187,6 +1199,8 @@ class PlanGrant(TypedDict):
     max_rollover_cycles: Optional[int]
     grant_type: Literal["recurring", "one_time", "trial"]
     source: Literal["plan_grant", "promotional", "compensation", "referral", "manual", "migration"]
+    # Scope of the blocks this schedule grants; null: every metric.
+    applies_to: Optional["AppliesTo"]
     # Always null.
     metadata: Optional[Any]
     created_at: str
@@ -1209,6 +1223,9 @@ class CreatePlanGrantInput(TypedDict):
     accumulation_cap: NotRequired[Optional[int]]
     rollover_percentage: NotRequired[int]
     max_rollover_cycles: NotRequired[Optional[int]]
+    # Scope the granted block to these billable metrics: a consume, commit or usage event of
+    # another metric never draws it. Omit for credit every metric may use.
+    applies_to: NotRequired["AppliesTo"]
 
 
 class VariantEntitlement(TypedDict):
@@ -1279,6 +1296,10 @@ class SnapshotEntry(TypedDict):
     cap: NotRequired[int]
     headroom: NotRequired[int]
     config: NotRequired[dict[str, Any]]
+    # Metered entries of a customer holding scoped blocks only: what this metric may spend now
+    # (the blocks that apply to it, and the credit line under `block`); allowed and
+    # affordable_units are computed from it instead of the snapshot's available_mc.
+    available_mc: NotRequired[int]
 
 
 class Snapshot(TypedDict):
@@ -1294,7 +1315,8 @@ class Snapshot(TypedDict):
     # What the account owes on its credit line (counted in balance).
     debt_mc: int
     # What the customer may spend now: effective_balance plus credit_limit_mc under policy
-    # `block`. Each metered entry's allowed and affordable_units are computed from it.
+    # `block`. Each metered entry's allowed and affordable_units are computed from it. When some
+    # block is scoped to metrics, a metered entry's own available_mc replaces it for that metric.
     available_mc: int
     subscription_status: Optional[str]
     plan_name: Optional[str]
@@ -1309,6 +1331,9 @@ class TopupInput(TypedDict):
     expires_at: NotRequired[str]
     priority: NotRequired[int]
     metadata: NotRequired[dict[str, Any]]
+    # Scope the granted block to these billable metrics: a consume, commit or usage event of
+    # another metric never draws it. Omit for credit every metric may use.
+    applies_to: NotRequired["AppliesTo"]
 
 
 class Topup(TypedDict):
@@ -1321,6 +1346,8 @@ class Topup(TypedDict):
     credit_block_id: NotRequired[Optional[str]]
     expires_at: NotRequired[Optional[str]]
     priority: NotRequired[int]
+    # The scope of the block the topup made; null: every metric.
+    applies_to: NotRequired[Optional["AppliesTo"]]
     metadata: NotRequired[dict[str, Any]]
     idempotency_key: NotRequired[str]
     created_at: NotRequired[str]
@@ -1351,6 +1378,9 @@ class ImportInputCustomerCredit(TypedDict):
     credits: int
     expires_at: NotRequired[str]
     priority: NotRequired[int]
+    # Scope the granted block to these billable metrics: a consume, commit or usage event of
+    # another metric never draws it. Omit for credit every metric may use.
+    applies_to: NotRequired["AppliesTo"]
 
 
 class ImportInputOptions(TypedDict):
@@ -2380,3 +2410,23 @@ class BudgetStatus(TypedDict):
     period_start: str
     # When the current period ends and the count starts again (UTC).
     resets_at: str
+
+
+class AppliesTo(TypedDict):
+    """AppliesTo is the AppliesTo schema of the creditd API. Credits scoped to metrics
+    (docs/rules.md "Credits scoped to metrics"): the block pays only for these billable
+    metrics. Sorted and without repeats in answers. An unknown metric key is accepted (a plan
+    may name a metric before it exists); a key that is not a valid metric key is a 422 naming
+    the field.
+    """
+    billable_metric_keys: list[str]
+
+
+class ScopeBalance(TypedDict):
+    """ScopeBalance is the ScopeBalance schema of the creditd API. One scope's share of the live
+    blocks (balance before debt; pending: not started yet).
+    """
+    # null: the credit every metric may use.
+    applies_to: Optional["AppliesTo"]
+    balance: int
+    pending: int

@@ -439,7 +439,14 @@ export function local(snap: Snapshot, policy: string, metric: string, units: num
       // What the customer may spend: the effective balance plus its credit
       // line under block (the snapshot's available_mc, docs/rules.md
       // "Credit line"); a snapshot without it predates the line.
-      const avail = typeof snap.available_mc === "number" ? snap.available_mc : eff;
+      // An account holding scoped blocks: the entry's own available_mc, what
+      // this metric may spend (docs/rules.md "Credits scoped to metrics").
+      const avail =
+        typeof se.available_mc === "number"
+          ? se.available_mc
+          : typeof snap.available_mc === "number"
+            ? snap.available_mc
+            : eff;
       // The snapshot's allowed is the one-unit check with the plan's denial
       // folded in: refused although one unit fits (or the policy lets it
       // through) means the plan or an overdue subscription denies it.

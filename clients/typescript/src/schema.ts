@@ -1959,6 +1959,8 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description The metrics the block pays for; null: every metric. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
         };
         Account: {
             /** @description Empty when no account exists yet. */
@@ -2002,6 +2004,8 @@ export interface components {
             as_of?: string;
             /** @description Empty unless include_blocks=true. */
             blocks: components["schemas"]["Block"][];
+            /** @description With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always present), then each scope by its keys. */
+            by_scope?: components["schemas"]["ScopeBalance"][];
         };
         LedgerEntry: {
             /** Format: uuid */
@@ -2106,6 +2110,8 @@ export interface components {
              * @description Ignored; use the Idempotency-Key header.
              */
             idempotency_key?: string;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         GrantResult: {
             transaction: components["schemas"]["LedgerEntry"];
@@ -2369,7 +2375,7 @@ export interface components {
             credit_limit_mc?: number;
             /**
              * Format: int64
-             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`.
+             * @description Metered: what the customer may spend now: effective_balance plus credit_limit_mc under policy `block`, effective_balance alone under `allow` and `notify`. `allowed` is estimated_cost <= available_mc under `block`. For a customer holding blocks scoped to metrics, what this metric may spend: only the blocks that apply to it count (docs/rules.md "Credits scoped to metrics").
              */
             available_mc?: number;
             /**
@@ -2997,6 +3003,8 @@ export interface components {
             grant_type: "recurring" | "one_time" | "trial";
             /** @enum {string} */
             source: "plan_grant" | "promotional" | "compensation" | "referral" | "manual" | "migration";
+            /** @description Scope of the blocks this schedule grants; null: every metric. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
             /** @description Always null. */
             metadata: null;
             /** Format: date-time */
@@ -3022,6 +3030,8 @@ export interface components {
             accumulation_cap?: number | null;
             rollover_percentage?: number;
             max_rollover_cycles?: number | null;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         VariantEntitlement: {
             /** Format: uuid */
@@ -3101,6 +3111,11 @@ export interface components {
             /** Format: int64 */
             headroom?: number;
             config?: Record<string, never>;
+            /**
+             * Format: int64
+             * @description Metered entries of a customer holding scoped blocks only: what this metric may spend now (the blocks that apply to it, and the credit line under `block`); allowed and affordable_units are computed from it instead of the snapshot's available_mc.
+             */
+            available_mc?: number;
         };
         Snapshot: {
             /** Format: uuid */
@@ -3126,7 +3141,7 @@ export interface components {
             debt_mc: number;
             /**
              * Format: int64
-             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it.
+             * @description What the customer may spend now: effective_balance plus credit_limit_mc under policy `block`. Each metered entry's allowed and affordable_units are computed from it. When some block is scoped to metrics, a metered entry's own available_mc replaces it for that metric.
              */
             available_mc: number;
             subscription_status: string | null;
@@ -3145,6 +3160,8 @@ export interface components {
             expires_at?: string;
             priority?: number;
             metadata?: Record<string, never>;
+            /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+            applies_to?: components["schemas"]["AppliesTo"];
         };
         Topup: {
             /**
@@ -3162,6 +3179,8 @@ export interface components {
             /** Format: date-time */
             expires_at?: string | null;
             priority?: number;
+            /** @description The scope of the block the topup made; null: every metric. */
+            applies_to?: components["schemas"]["AppliesTo"] | null;
             metadata?: Record<string, never>;
             idempotency_key?: string;
             /** Format: date-time */
@@ -3182,6 +3201,8 @@ export interface components {
                     /** Format: date-time */
                     expires_at?: string;
                     priority?: number;
+                    /** @description Scope the granted block to these billable metrics: a consume, commit or usage event of another metric never draws it. Omit for credit every metric may use. */
+                    applies_to?: components["schemas"]["AppliesTo"];
                 }[];
             }[];
             options?: {
@@ -3989,6 +4010,19 @@ export interface components {
              */
             resets_at: string;
         };
+        /** @description Credits scoped to metrics (docs/rules.md "Credits scoped to metrics"): the block pays only for these billable metrics. Sorted and without repeats in answers. An unknown metric key is accepted (a plan may name a metric before it exists); a key that is not a valid metric key is a 422 naming the field. */
+        AppliesTo: {
+            billable_metric_keys: string[];
+        };
+        /** @description One scope's share of the live blocks (balance before debt; pending: not started yet). */
+        ScopeBalance: {
+            /** @description null: the credit every metric may use. */
+            applies_to: components["schemas"]["AppliesTo"] | null;
+            /** Format: int64 */
+            balance: number;
+            /** Format: int64 */
+            pending: number;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -4224,6 +4258,8 @@ export interface components {
         WebhookSignature: string;
         /** @description Lease UUID from the leased increment; anything else is a 404. */
         LeaseId: string;
+        /** @description Break the balance down by scope (by_scope in the answer). */
+        ByScope: "true" | "false" | "1" | "0";
     };
     requestBodies: never;
     headers: {
@@ -4807,6 +4843,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description Break the balance down by scope (by_scope in the answer). */
+                by_scope?: components["parameters"]["ByScope"];
                 /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
                 as_of?: components["parameters"]["AsOf"];
             };
@@ -4867,7 +4905,8 @@ export interface operations {
                      *           "starts_at": "2026-11-24T04:13:18.301Z",
                      *           "expires_at": null,
                      *           "created_at": "2026-11-24T04:13:18.301Z",
-                     *           "metadata": {}
+                     *           "metadata": {},
+                     *           "applies_to": null
                      *         },
                      *         {
                      *           "id": "01a20bc2-1462-7515-9b77-e077c022abd6",
@@ -4879,7 +4918,8 @@ export interface operations {
                      *           "starts_at": "2026-11-24T04:13:18.306Z",
                      *           "expires_at": null,
                      *           "created_at": "2026-11-24T04:13:18.306Z",
-                     *           "metadata": {}
+                     *           "metadata": {},
+                     *           "applies_to": null
                      *         }
                      *       ]
                      *     }
@@ -4961,7 +5001,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.296Z",
                      *         "expires_at": "2026-12-24T04:13:18.296Z",
                      *         "created_at": "2026-11-24T04:13:18.296Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -5371,6 +5412,8 @@ export interface operations {
             query?: {
                 /** @description Nest the live credit blocks. true and false are accepted in any letter case (True, FALSE), as are 1 and 0; another value is a 400. */
                 include_blocks?: components["parameters"]["IncludeBlocks"];
+                /** @description Break the balance down by scope (by_scope in the answer). */
+                by_scope?: components["parameters"]["ByScope"];
                 /** @description An RFC 3339 date-time, not in the future: answer the balance, reserved and pending of that instant from the ledger instead of now (docs/rules.md "Balance at a past instant"). The walk reads at most 100,000 ledger entries on one side of the instant (from the instant back to the first entry, or forward to the newest); further from both ends it is a 422. `id`, `version`, `updated_at` and `credit_limit_mc` are the account's present ones, `blocks` is empty and `as_of` echoes the instant. A malformed value is a 400 naming `as_of`, a future one a 422. */
                 as_of?: components["parameters"]["AsOf"];
             };
@@ -5486,7 +5529,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.301Z",
                      *         "expires_at": null,
                      *         "created_at": "2026-11-24T04:13:18.301Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -5578,7 +5622,8 @@ export interface operations {
                      *         "starts_at": "2026-11-24T04:13:18.306Z",
                      *         "expires_at": null,
                      *         "created_at": "2026-11-24T04:13:18.306Z",
-                     *         "metadata": {}
+                     *         "metadata": {},
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
@@ -8263,7 +8308,8 @@ export interface operations {
                      *       "source": "plan_grant",
                      *       "metadata": null,
                      *       "created_at": "2026-11-24T04:13:18.438Z",
-                     *       "updated_at": "2026-11-24T04:13:18.438Z"
+                     *       "updated_at": "2026-11-24T04:13:18.438Z",
+                     *       "applies_to": null
                      *     }
                      */
                     "application/json": components["schemas"]["PlanGrant"];
@@ -8402,7 +8448,8 @@ export interface operations {
                      *           "source": "plan_grant",
                      *           "metadata": null,
                      *           "created_at": "2026-11-24T04:13:18.438Z",
-                     *           "updated_at": "2026-11-24T04:13:18.438Z"
+                     *           "updated_at": "2026-11-24T04:13:18.438Z",
+                     *           "applies_to": null
                      *         }
                      *       ],
                      *       "entitlements": [
@@ -8882,7 +8929,8 @@ export interface operations {
                      *             "invoice": "INV-2026-0042"
                      *           },
                      *           "idempotency_key": "req-7f3a9c-47",
-                     *           "created_at": "2026-11-24T04:13:18.502Z"
+                     *           "created_at": "2026-11-24T04:13:18.502Z",
+                     *           "applies_to": null
                      *         }
                      *       ],
                      *       "pagination": {
@@ -8972,7 +9020,8 @@ export interface operations {
                      *         "created_at": "2026-11-24T04:13:18.502Z",
                      *         "metadata": {
                      *           "invoice": "INV-2026-0042"
-                     *         }
+                     *         },
+                     *         "applies_to": null
                      *       },
                      *       "account": {
                      *         "customer_id": "01a20bc2-1448-7e81-9828-e821c6c845b6",
