@@ -67,7 +67,9 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		c := a.createCustomer(body)
 		index[c["id"].(string)] = i
 		ids[i] = c["id"].(string)
-		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed"})
+		// Spent after the scoped seed (lower priorities are spent first), so
+		// the scoped blocks are drawn even where a budget stops consumes early.
+		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed", "priority": 1})
 		// Credits scoped to one metric (issue 28 item 1) beside them.
 		if i%3 == 0 {
 			a.grant(ids[i], map[string]any{"credits": 200, "source": "promotional", "reason": "seed",
