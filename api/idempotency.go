@@ -142,10 +142,19 @@ func (s *Server) runUnclaimed(rt *route, c *call) {
 // mark "done, replay by re-running", written after the answer, see
 // markRerun), Abort forgets anything else.
 func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
-	ctx := c.ctx
 	if err := c.invoke(rt.ep); err != nil {
 		c.fail(err)
 	}
+	s.settleClaim(rt, c, claimedAt, false)
+}
+
+// settleClaim settles the claim taken at claimedAt by the answer c holds:
+// Finish stores a completed answer (for a money route's 2xx only the rerun
+// mark, markRerun, unless marked says the claim is that mark already: a
+// fused door's script wrote it), Abort forgets anything else (a mark stays:
+// the retry re-runs into the script's op key).
+func (s *Server) settleClaim(rt *route, c *call, claimedAt time.Time, marked bool) {
+	ctx := c.ctx
 	tenant := c.scope.TenantID
 	status := ctx.Response.StatusCode()
 	if !storable(status) {
@@ -155,7 +164,9 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 		return
 	}
 	if status < 300 && replaysByRerun(rt) {
-		s.markRerun(c, claimedAt)
+		if !marked {
+			s.markRerun(c, claimedAt)
+		}
 		return
 	}
 	rec := engine.IdemRecord{

@@ -127,7 +127,7 @@ func (s *Server) registerPricing() {
 	s.handle("POST", "/v1/metering-rules", optTenant|optIdem, s.createRule)
 
 	s.handle("GET", "/v1/entitlements/check", optTenant, s.checkQuery)
-	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem|optDryRun|optRerun, s.consume)
+	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem|optDryRun|optRerun|optFused, s.consume)
 	s.handle("POST", "/v1/usage", optTenant|optIdem, s.usage)
 	for _, form := range []struct {
 		prefix string
@@ -140,10 +140,10 @@ func (s *Server) registerPricing() {
 	}
 	s.registerLeases()
 
-	s.handle("POST", "/v1/reservations", optTenant|optIdem|optDryRun|optRerun, s.createReservation)
+	s.handle("POST", "/v1/reservations", optTenant|optIdem|optDryRun|optRerun|optFused, s.createReservation)
 	s.handle("GET", "/v1/reservations/{id}", optTenant, s.getReservation)
-	s.handle("POST", "/v1/reservations/{id}/commit", optTenant|optIdem|optRerun, s.commitReservation)
-	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem|optRerun, s.releaseReservation)
+	s.handle("POST", "/v1/reservations/{id}/commit", optTenant|optIdem|optRerun|optFused, s.commitReservation)
+	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem|optRerun|optFused, s.releaseReservation)
 	s.handle("POST", "/v1/reservations/{id}/extend", optTenant|optIdem, s.extendReservation)
 	s.handle("GET", "/v1/customers/{customer_id}/reservations", optTenant, s.listReservations(customerIDParam))
 	s.handle("GET", "/v1/customer-by-external-id/{external_id}/reservations", optTenant, s.listReservations(refParam(true)))

@@ -333,6 +333,9 @@ const (
 	// retry under the key re-runs the endpoint, whose one money script
 	// answers it from the operation it remembers (replaysByRerun).
 	optRerun
+	// optFused (with optRerun): on a store that can (engine.DoorFuser), the
+	// request's door runs inside its one money script (fuse).
+	optFused
 )
 
 // endpoint is one operation; it writes its success response through the
@@ -350,6 +353,9 @@ type route struct {
 func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
 	if opts&optRerun != 0 && (opts&optIdem == 0 || method != "POST") {
 		panic("api: " + method + " " + path + ": optRerun needs optIdem on a POST")
+	}
+	if opts&optFused != 0 && opts&(optRerun|optTenant) != optRerun|optTenant {
+		panic("api: " + method + " " + path + ": optFused needs optRerun and optTenant")
 	}
 	rt := &route{method: method, path: path, opts: opts, ep: ep, metrics: s.metrics.route(path, method)}
 	s.routes = append(s.routes, rt)
@@ -384,8 +390,8 @@ func (s *Server) register() {
 		s.handle("PATCH", form.prefix, optTenant|optIdem, s.patchCustomer(ref))
 		s.handle("DELETE", form.prefix, optTenant, s.deleteCustomer(ref))
 		s.handle("GET", form.prefix+"/credits", optTenant, s.getCredits(ref))
-		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem|optRerun, s.grant(ref))
-		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem|optRerun, s.adjust(ref))
+		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem|optRerun|optFused, s.grant(ref))
+		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem|optRerun|optFused, s.adjust(ref))
 	}
 	lenient := refParam(false)
 	s.handle("GET", "/v1/customers/{id}/credits/history", optTenant, s.history(lenient))
@@ -469,6 +475,9 @@ func (s *Server) serveRoute(rt *route, c *call) {
 		}
 	}
 	c.dry = rt.opts&optDryRun != 0 && dryRunAsked(ctx.Request.Body())
+	if rt.opts&optFused != 0 && !c.dry && s.fuse(rt, c) {
+		return
+	}
 	if rt.opts&optTenant != 0 {
 		s.openDoor(rt, c)
 		if !s.authenticate(c) || !s.rateLimit(c) {

@@ -150,6 +150,12 @@ func (b *Bench) seed(ctx context.Context) error {
 	logf("seeded in %.1fs (%.0f calls/s); Redis +%.0f bytes/customer, account hash %d bytes",
 		secs, seed.CallsPerSecond, seed.BytesPerCustomer, seed.SampleKeyBytes)
 	b.target = &Target{Base: b.api.Base, Key: b.api.Key, RunID: b.runID, Customers: customers, Acks: &Acks{}}
+	if b.o.has(scenarioControlled) {
+		if b.target.Controlled, err = b.seedControlled(ctx, n); err != nil {
+			b.res.Warnings = append(b.res.Warnings, "consume-controlled seeding: "+err.Error())
+			b.target.Controlled = nil
+		}
+	}
 	return nil
 }
 
@@ -310,7 +316,7 @@ func (b *Bench) scenarios(ctx context.Context) {
 			return
 		}
 		sc := all[p.name](p.hot)
-		route := map[string]string{"check": "GET /v1/entitlements/check", "consume": "POST /v1/entitlements/consume",
+		route := map[string]string{"check": "GET /v1/entitlements/check", "consume": "POST /v1/entitlements/consume", scenarioControlled: "POST /v1/entitlements/consume",
 			"gauge": "POST /v1/customers/{id}/entitlements/{billable_metric_key}/increment", "reserve": "POST /v1/reservations",
 			"gauge-lease": "POST /v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew",
 			"usage":       "POST /v1/usage", "mixed": "GET /v1/entitlements/check"}[p.name]

@@ -221,4 +221,5 @@ func (r *Results) computeTargets() {
 	r.Goals = gs
 	r.computeGoals26()
 	r.computeGoals27()
+	r.computeGoals28()
 }

@@ -75,7 +75,7 @@ type Options struct {
 }
 
 // loadScenarios are the scenarios that ramp creditd and need the ceilings.
-var loadScenarios = map[string]bool{"check": true, "consume": true, "consume-multi": true, "gauge": true, "gauge-lease": true,
+var loadScenarios = map[string]bool{"check": true, "consume": true, "consume-multi": true, scenarioControlled: true, "gauge": true, "gauge-lease": true,
 	"reserve": true, "usage": true, "mixed": true}
 
 // has reports whether the run includes scenario name.
@@ -116,8 +116,8 @@ func main() {
 	flag.DurationVar(&o.LagDuration, "lag-duration", 0, "consume at max throughput this long before reading persister lag (default 60s; -quick 8s)")
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
-	const all = "check,consume,consume-multi,gauge,gauge-lease,reserve,usage,mixed,edge,worst,replica-ack,fleet-scale,pg-statements,pg-outage,memory,usage-report,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, gauge-lease a leased gauge increment+renew; floors, the logic-free replicas of today's round trips, runs only when named); edge, worst, replica-ack, fleet-scale, pg-statements, pg-outage, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
+	const all = "check,consume,consume-multi,consume-controlled,gauge,gauge-lease,reserve,usage,mixed,edge,worst,replica-ack,fleet-scale,pg-statements,pg-outage,memory,usage-report,rebuild"
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, consume-controlled a consume under scoped credit, a credit line and budgets, gauge-lease a leased gauge increment+renew; floors, the logic-free replicas of today's round trips, runs only when named); edge, worst, replica-ack, fleet-scale, pg-statements, pg-outage, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")

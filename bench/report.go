@@ -39,6 +39,7 @@ type Results struct {
 	HotPath        *HotPathResult      `json:"pg_outage,omitempty"`
 	Edge           *EdgeResult         `json:"edge,omitempty"`
 	Goals27        []Goal              `json:"goals_issue27,omitempty"`
+	Goals28        []Goal              `json:"goals_issue28,omitempty"`
 	Goals26        []Goal              `json:"goals_issue26"`
 	Goals          []Goal              `json:"goals"`
 	Warnings       []string            `json:"warnings,omitempty"`
@@ -260,6 +261,7 @@ func markdown(r *Results, rel string) string {
 
 	r.goals27Markdown(w)
 	r.goals26Markdown(w)
+	r.goals28Markdown(w)
 	w("## Goals of issue 10 and later (kept for comparison; issue 26's table above supersedes its CPU and throughput rows)\n\nCPU per op counts creditd, redis-server and Postgres (all their processes) during each scenario's 70 %% run, per acknowledged op; it counts only when the persister kept up at max consume (the lag row).\n\n")
 	w("| figure | goal | now | met |\n|---|---|---|---|\n")
 	for _, g := range r.Goals {

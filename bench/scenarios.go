@@ -50,7 +50,10 @@ type Target struct {
 	Key       string
 	RunID     string
 	Customers []Customer
-	Acks      *Acks
+	// Controlled are the customers of the consume-controlled scenario
+	// (spendcontrols.go), seeded only when it runs.
+	Controlled []Customer
+	Acks       *Acks
 }
 
 // Scenario is one named load profile.
@@ -268,11 +271,12 @@ func (t *Target) scenarios() map[string]func(hot bool) Scenario {
 		"consume": mk("consume", 500, "consume", t.consume),
 		// In the default set since issue 15's "done when": the hot path of a
 		// multi-metric consume (CPU per item) and of a lease renew.
-		"consume-multi": mk("consume-multi", 300, fmt.Sprintf("consume of %d items", multiItems), t.consumeMulti),
-		"gauge":         mk("gauge", 500, "increment", t.gauge),
-		"gauge-lease":   mk("gauge-lease", 250, "leased increment+renew", t.gaugeLease),
-		"reserve":       mk("reserve", 250, "create+commit", t.reserve),
-		"usage":         mk("usage", 100, "call of 10 events", t.usage),
-		"mixed":         mk("mixed", 500, "op", t.mixed),
+		"consume-multi":    mk("consume-multi", 300, fmt.Sprintf("consume of %d items", multiItems), t.consumeMulti),
+		scenarioControlled: mk(scenarioControlled, 500, "consume", t.consumeControlled),
+		"gauge":            mk("gauge", 500, "increment", t.gauge),
+		"gauge-lease":      mk("gauge-lease", 250, "leased increment+renew", t.gaugeLease),
+		"reserve":          mk("reserve", 250, "create+commit", t.reserve),
+		"usage":            mk("usage", 100, "call of 10 events", t.usage),
+		"mixed":            mk("mixed", 500, "op", t.mixed),
 	}
 }

@@ -292,7 +292,8 @@ const holdNoteTimeout = 2 * time.Second
 // its outcomes fire an event (credit.consumed on a commit with units),
 // so a client answering checks from memory would not hear of the rest.
 // It adds one Redis round trip to those calls, none to a consume, and
-// nothing to their Lua scripts. A failed notice is logged, not returned:
+// nothing to their Lua scripts; under a fused door (a single Redis) the
+// money script appends the notice itself, in its own round trip. A failed notice is logged, not returned:
 // the hold stands. Replays and dry runs (ReserveDry passes through) note
 // nothing: nothing changed.
 func NotingHolds(hot UsageStore, notes HoldNotes, log zerolog.Logger) UsageStore {
@@ -306,31 +307,50 @@ type notingHolds struct {
 }
 
 func (h *notingHolds) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
+	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Reserve(ctx, cmd)
-	h.note(ctx, cmd.Customer, res, err)
+	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingHolds) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
+	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Commit(ctx, cmd)
-	h.note(ctx, cmd.Customer, res, err)
+	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingHolds) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
+	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Extend(ctx, cmd)
-	h.note(ctx, cmd.Customer, res, err)
+	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingHolds) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
+	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Release(ctx, cmd)
-	h.note(ctx, cmd.Customer, res, err)
+	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) note(ctx context.Context, c CustomerKey, res MutationResult, err error) {
-	if err != nil || res.Replayed {
+// fuseNote asks ctx's open fused door, if any, to append c's hold notice
+// in its money script (the hold's one round trip); the door it returns is
+// the one asked.
+func fuseNote(ctx context.Context, c CustomerKey) *FusedDoor {
+	d := FusedDoorOf(ctx)
+	if !d.Open() {
+		return nil
+	}
+	d.HoldNote = &c
+	return d
+}
+
+func (h *notingHolds) note(ctx context.Context, d *FusedDoor, c CustomerKey, res MutationResult, err error) {
+	if d != nil {
+		d.HoldNote = nil // asked for this call only
+	}
+	if err != nil || res.Replayed || (d != nil && d.Noted) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdNoteTimeout)

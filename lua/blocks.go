@@ -347,9 +347,15 @@ func (s *Store) runMoney(ctx context.Context, script *script, name string, keys 
 	}
 	var v any
 	acked := 0
-	if want == 0 {
+	switch d := engine.FusedDoorOf(ctx); {
+	case want == 0 && d.Open() && s.FusesDoors():
+		v, err = s.callFused(ctx, script, d, keys, args)
+		if errors.Is(err, engine.ErrFusedStale) {
+			return engine.MutationResult{}, err
+		}
+	case want == 0:
 		v, err = s.call(ctx, script, keys, args...).Result()
-	} else {
+	default:
 		// The node's own client has no hook: a dead master's dial error
 		// must still be a 503 and refresh the slot map.
 		v, acked, err = s.runAcked(ctx, node, script, keys, args, want)

@@ -22,6 +22,9 @@ var (
 	//go:embed hold_note.lua
 	holdNoteLua    string
 	holdNoteScript = redis.NewScript(holdNoteLua)
+	// The same notice is a body of the library too, for a fused door's
+	// money script to append (door_fused.lua).
+	_ = newScript("hold_note", holdNoteLua)
 )
 
 // HoldNote appends a hold notice of customer c to its tenant's change

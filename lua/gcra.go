@@ -20,6 +20,9 @@ var (
 	//go:embed gcra.lua
 	gcraLua    string
 	gcraScript = redis.NewScript(gcraLua)
+	// The same take is a body of the library too, for a fused door's rate
+	// (door_fused.lua).
+	_ = newScript("gcra", gcraLua)
 )
 
 // rateKey is the budget of one API key. It shares the tenant's hash tag (as

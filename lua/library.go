@@ -30,6 +30,9 @@ type script struct {
 	body   string        // the file's text
 	eval   *redis.Script // prelude-linked body for EVALSHA
 	fnName string        // its function in the library, set by library()
+	// doorFnName is its function run under a fused door (door_fused.lua),
+	// set by library().
+	doorFnName string
 }
 
 // newScript is body (a file of lua/) as a script of the library; it joins
@@ -51,7 +54,18 @@ func (sc *script) fn() string {
 	return sc.fnName
 }
 
+// doorFn is the script's function under a fused door (callFused).
+func (sc *script) doorFn() string {
+	library()
+	return sc.doorFnName
+}
+
 var libraryScripts []*script
+
+// libraryFrame names the shape library() gives each script (a body in
+// BODY, its function and its fused-door function): part of the version,
+// so two creditd builds that frame scripts differently never share names.
+const libraryFrame = "body+door/1"
 
 // lib is the library's source and the version its names carry.
 type lib struct {
@@ -72,6 +86,7 @@ func library() lib {
 	libraryOnce.Do(func() {
 		h := sha1.New()
 		h.Write([]byte(preludeLua))
+		h.Write([]byte("\x00" + libraryFrame + "\x00" + doorFusedLua))
 		for _, sc := range libraryScripts {
 			h.Write([]byte("\x00" + sc.name + "\x00" + sc.body))
 		}
@@ -79,12 +94,16 @@ func library() lib {
 		var b strings.Builder
 		b.WriteString("#!lua name=creditd_" + v + "\n")
 		b.WriteString(preludeLua)
+		b.WriteString("\nlocal BODY = {}\n")
+		b.WriteString(doorFusedLua)
 		for _, sc := range libraryScripts {
 			// Named once here, not per call: every money FCALL sends it.
 			sc.fnName = "creditd_" + sc.name + "_" + v
-			b.WriteString("\nredis.register_function('" + sc.fnName + "', function(KEYS, ARGV)\n")
+			sc.doorFnName = "creditd_" + sc.name + "_door_" + v
+			b.WriteString("\nBODY['" + sc.name + "'] = function(KEYS, ARGV)\n")
 			b.WriteString(sc.body)
-			b.WriteString("\nend)\n")
+			b.WriteString("\nend\nredis.register_function('" + sc.fnName + "', BODY['" + sc.name + "'])\n")
+			b.WriteString("redis.register_function('" + sc.doorFnName + "', function(K, A) return door_run(K, A, BODY['" + sc.name + "']) end)\n")
 		}
 		libraryText = lib{version: v, text: b.String()}
 	})
@@ -143,8 +162,13 @@ func (s *Store) call(ctx context.Context, sc *script, keys []string, args ...any
 // it returns is never one a pipeline may still be writing: a failure comes
 // back on a command of its own.
 func (s *Store) fcall(ctx context.Context, sc *script, keys []string, args []any) *redis.Cmd {
+	return s.fcallNamed(ctx, sc.fn(), keys, args)
+}
+
+// fcallNamed is fcall of the library's function fn.
+func (s *Store) fcallNamed(ctx context.Context, fn string, keys []string, args []any) *redis.Cmd {
 	argv := make([]any, 3+len(keys), 3+len(keys)+len(args))
-	argv[0], argv[1], argv[2] = "fcall", sc.fn(), len(keys)
+	argv[0], argv[1], argv[2] = "fcall", fn, len(keys)
 	for i, k := range keys {
 		argv[3+i] = k
 	}

@@ -82,7 +82,7 @@ func main() {
 	flag.DurationVar(&o.Flood, "flood", 10*time.Second, "length of the rate-limit flood")
 	flag.DurationVar(&o.ReplicaStall, "replica-stall", 0, "the last cycle stops its replica (SIGSTOP) this long before killing the master, so the failover certainly loses writes the persister may have copied (0: off)")
 	flag.DurationVar(&o.WriteRefusal, "write-refusal", 5*time.Second, "after the failovers, one Redis master refuses writes this long (CONFIG SET maxmemory under its use, noeviction; 0: off)")
-	flag.DurationVar(&o.PostgresOutage, "postgres-outage", 30*time.Second, "then the run's private Postgres is down this long (SIGQUIT, as pg_ctl stop -m immediate; 0: off)")
+	flag.DurationVar(&o.PostgresOutage, "postgres-outage", 60*time.Second, "then the run's private Postgres is down this long (SIGQUIT, as pg_ctl stop -m immediate; 0: off)")
 	flag.Float64Var(&o.CheckRate, "check-rate", 40, "GET /v1/entitlements/check calls per second beside the money load, to measure the read path during the faults")
 	flag.BoolVar(&o.Upgrade, "upgrade", false, "make upgrade-test: a rolling upgrade under load from -from to -to instead of the chaos (the fault flags are ignored)")
 	flag.StringVar(&o.From, "from", "", "with -upgrade: the commit the fleet starts on (default: deploy/previous-release)")

@@ -173,6 +173,50 @@ func TestFleetCachesFresh(t *testing.T) {
 			},
 		},
 		{
+			// A money call on B, whose door runs inside its script on a
+			// single Redis (the fused door), is refused as the check is.
+			name: "API key revoked, then a consume",
+			warm: func(t *testing.T, f *fixture) {
+				wantStatus(t, consume(t, b, f.tn.Live, f, 1), 200, "consume on B with the key")
+			},
+			change: func(t *testing.T, f *fixture) {
+				wantStatus(t, adminCall(t, s, AdminToken, "DELETE", "/admin/v1/tenants/"+f.tn.ID+"/api-keys/"+keyID(t, s, f.tn), nil), 204, "revoke on A")
+			},
+			then: func(t *testing.T, f *fixture) {
+				checkProblem(t, consume(t, b, f.tn.Live, f, 1), 401, "unauthorized", "", "B's next consume with the revoked key")
+				lk := adminCall(t, s, AdminToken, "POST", "/admin/v1/tenants/"+f.tn.ID+"/api-keys", map[string]any{"environment": "live"})
+				wantStatus(t, lk, 201, "a new live key")
+				if r := s.as(t, str(t, lk.Body["key"], "key")).get("/v1/customers/" + f.cust + "/credits"); Int(t, r.Body["balance"]) != 9 {
+					t.Errorf("balance %v after the refused consume, want 9 (one consume of 1 before the revoke)", r.Body["balance"])
+				}
+			},
+		},
+		{
+			name: "rate limit lowered, then consumes",
+			warm: func(t *testing.T, f *fixture) {
+				for range 3 {
+					wantStatus(t, consume(t, b, f.tn.Live, f, 1), 200, "consume on B")
+				}
+			},
+			change: func(t *testing.T, f *fixture) {
+				wantStatus(t, adminCall(t, s, AdminToken, "PATCH", "/admin/v1/tenants/"+f.tn.ID,
+					map[string]any{"rate_limit_per_second": 1, "rate_limit_burst": 2}), 200, "admin PATCH rate limit on A")
+			},
+			then: func(t *testing.T, f *fixture) {
+				var got []int
+				for range 3 {
+					r := consume(t, b, f.tn.Live, f, 1)
+					got = append(got, r.Status)
+					if r.Header.Get("RateLimit-Limit") != "2" {
+						t.Errorf("B answered %d with RateLimit-Limit %q, want 2 (the new burst)", r.Status, r.Header.Get("RateLimit-Limit"))
+					}
+				}
+				if got[0] != 200 || got[1] != 200 || got[2] != 429 {
+					t.Errorf("B's next three consumes answered %v, want [200 200 429] under burst 2", got)
+				}
+			},
+		},
+		{
 			name: "override created",
 			warm: func(t *testing.T, f *fixture) {
 				s.as(t, f.tn.Live).newMetric("sso", "boolean", nil)

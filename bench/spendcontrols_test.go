@@ -1,0 +1,36 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestGoals28 evaluates issue 28's row from fixtures: the ratio of the
+// controlled consume's CPU to the plain one's, never met while parent
+// pools are not built, and "not measured" without either scenario.
+func TestGoals28(t *testing.T) {
+	plain := ScenarioResult{Name: "consume", Run: &RunResult{OK: 1000, Seconds: 1}, CPU: CPUSample{"creditd": 0.1, "redis-server": 0.05, "postgres": 0.05}}
+	ctl := ScenarioResult{Name: scenarioControlled, Run: &RunResult{OK: 1000, Seconds: 1}, CPU: CPUSample{"creditd": 0.11, "redis-server": 0.06, "postgres": 0.05}}
+	for _, tc := range []struct {
+		name      string
+		scenarios []ScenarioResult
+		wantNow   string
+		wantMet   *bool
+	}{
+		{"both measured", []ScenarioResult{plain, ctl}, "1.10x", boolp(false)},
+		{"controlled missing", []ScenarioResult{plain}, "not measured", nil},
+		{"plain missing", []ScenarioResult{ctl}, "not measured", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Results{Scenarios: tc.scenarios}
+			r.computeGoals28()
+			if len(r.Goals28) != 1 {
+				t.Fatalf("%d rows, want 1", len(r.Goals28))
+			}
+			g := r.Goals28[0]
+			if !strings.HasPrefix(g.Now, tc.wantNow) || (g.Met == nil) != (tc.wantMet == nil) || (g.Met != nil && *g.Met != *tc.wantMet) {
+				t.Errorf("row %q met %v, want %q... met %v", g.Now, g.Met, tc.wantNow, tc.wantMet)
+			}
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+)
+
+//go:embed door_fused.lua
+var doorFusedLua string
+
+// Compile-time check that Store can fuse a request's door into its money
+// script.
+var _ engine.DoorFuser = (*Store)(nil)
+
+// FusesDoors reports whether a money script can carry its request's door
+// (engine.FusedDoor): only on a single Redis, where the tenant's stamps,
+// the key's record and the customer's account share the one node, whose
+// scripts run as the library's functions, and when no replica
+// acknowledgement can be asked (runAcked sends the script by itself).
+func (s *Store) FusesDoors() bool {
+	node, single := s.rdb.(*redis.Client)
+	if !single || s.noFunctions() {
+		return false
+	}
+	switch {
+	case s.acks == nil || s.acks.want == 0:
+		return true
+	case s.acks.want > 0:
+		return false
+	}
+	// Auto: acknowledgements are asked only of a master with replicas
+	// (ackNode), from a count cached a second at a time.
+	return s.replicasOf(context.Background(), node) == 0
+}
+
+// fusedArgs are door_fused.lua's keys and arguments around a script's own.
+func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]string, []any, error) {
+	lockMS, err := idemTTLMillis("lock TTL", d.LockTTL)
+	if err != nil {
+		return nil, nil, err
+	}
+	windowMS, err := idemTTLMillis("TTL", d.Window)
+	if err != nil {
+		return nil, nil, err
+	}
+	rateKey, rateArgs := "", []any{0, 0, 0, 0}
+	if r := d.Rate; r != nil {
+		if r.PerSecond < 1 || r.Burst < 1 || r.Requests < 1 {
+			return nil, nil, rateArgsError(r.PerSecond, r.Burst, r.Requests)
+		}
+		var nowMicros int64
+		if !r.Now.IsZero() {
+			nowMicros = r.Now.UnixMicro()
+		}
+		rateKey, rateArgs = s.rateKey(d.Tenant, r.Key), []any{r.PerSecond, r.Burst, nowMicros, r.Requests}
+	}
+	feedKey, noteArgs := "", []any{"", "", 0, "", ""}
+	if c := d.HoldNote; c != nil {
+		feedKey, noteArgs = s.changesKey(c.TenantID), []any{c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
+			s.wakeChannel(), wakeChangesMessage(c.TenantID)}
+	}
+	k := make([]string, 0, 4+len(keys))
+	k = append(k, s.stampsKey(d.Tenant), s.idemRecordKey(d.Tenant, d.Key), rateKey, feedKey)
+	k = append(k, keys...)
+	n := 0
+	if d.Checked {
+		n = len(d.Stamps)
+	}
+	a := make([]any, 0, 14+2*n+len(args))
+	a = append(a, n)
+	if n > 0 {
+		for _, f := range engine.StampFields() {
+			a = append(a, f)
+		}
+		for _, v := range d.Stamps {
+			a = append(a, strconv.FormatUint(v, 10))
+		}
+	}
+	a = append(a, idemHead(idemRunning, d.Tenant, d.RequestHash), idemHead(idemRerun, d.Tenant, d.RequestHash), lockMS, windowMS)
+	a = append(a, rateArgs...)
+	a = append(a, noteArgs...)
+	return k, append(a, args...), nil
+}
+
+// fusedError is a body's refusal carried in door_fused.lua's reply, the
+// Redis error it would have been on its own (scriptError reads it).
+type fusedError string
+
+func (e fusedError) Error() string { return string(e) }
+func (fusedError) RedisError()     {}
+
+// callFused runs sc under the fused door d (door_fused.lua) and settles d
+// by its reply: stale (nothing ran: engine.ErrFusedStale), refused by the
+// rate (engine.ErrFusedStale too, the door's outcome telling which), the
+// rerun mark (an answer), the claim (a refusal), or unsettled (an error
+// whose caller runs the script again, NOSTATE, MAYBESEEN, STALE, or no
+// answer at all). What it returns is the body's reply or error.
+func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, keys []string, args []any) (any, error) {
+	k, a, err := s.fusedArgs(d, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	cmd := s.fcallNamed(ctx, sc.doorFn(), k, a)
+	if isMissingCode(cmd.Err()) {
+		if lerr := s.loadLibraryFor(ctx, k); lerr == nil {
+			cmd = s.fcallNamed(ctx, sc.doorFn(), k, a)
+		}
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err // never answered: the door is as it was
+	}
+	parts, ok := v.([]any)
+	if !ok || len(parts) < 6 || parts[0] != "door" {
+		return nil, fmt.Errorf("lua: %s under a fused door: unexpected reply %T", sc.name, v)
+	}
+	var fig [4]int64
+	for i := range fig {
+		if fig[i], ok = parts[2+i].(int64); !ok {
+			return nil, fmt.Errorf("lua: %s under a fused door: rate figure %d is %T", sc.name, i, parts[2+i])
+		}
+	}
+	if fig[0] != -2 && d.Rate != nil {
+		d.Took(engine.RateDecision{
+			Allowed:    fig[0] > 0,
+			Granted:    int(max(fig[0], 0)),
+			Limit:      d.Rate.Burst,
+			Remaining:  int(fig[1]),
+			RetryAfter: time.Duration(fig[2]) * time.Microsecond,
+			Reset:      time.Duration(fig[3]) * time.Microsecond,
+		})
+	}
+	switch what, _ := parts[1].(string); {
+	case what == "stale":
+		d.Settle(engine.FusedStale)
+		return nil, engine.ErrFusedStale
+	case what == "rate":
+		d.Settle(engine.FusedRateRefused)
+		return nil, engine.ErrFusedStale
+	case what == "err" && len(parts) == 7:
+		text, _ := parts[6].(string)
+		if code, _, _ := strings.Cut(text, " "); code != "NOSTATE" && code != "MAYBESEEN" && code != "STALE" {
+			d.Settle(engine.FusedClaimed)
+		}
+		return nil, fusedError(text)
+	case what == "ok" && len(parts) == 8:
+		d.Settle(engine.FusedMarked)
+		if d.HoldNote != nil && parts[6] != replyReplay {
+			d.Noted = true
+		}
+		return parts[6:8], nil
+	}
+	return nil, fmt.Errorf("lua: %s under a fused door: unexpected reply %v", sc.name, parts[:2])
+}

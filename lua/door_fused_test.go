@@ -1,0 +1,185 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
+)
+
+// TestFusedDoor: a consume run under a fused door (door_fused.lua) on a
+// single Redis checks the tenant's stamps and the key's record first and
+// runs nothing when either is not as the request saw it; takes the rate
+// budget and runs nothing when it refuses; leaves the rerun mark after an
+// answer, the in-progress claim after a refusal, and nothing after an
+// error its caller runs again (NOSTATE); and spends the rate budget once
+// however often the script is run (issue 26).
+func TestFusedDoor(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	if _, single := rdb.(*redis.Client); !single {
+		if NewStore(rdb, prefix).FusesDoors() {
+			t.Fatal("a store on a Cluster claims to fuse doors")
+		}
+		t.Skip("a fused door needs a single Redis")
+	}
+	b := bundle{store: NewStore(rdb, prefix), rdb: rdb, real: true}
+	ctx := context.Background()
+	if !b.store.FusesDoors() {
+		t.Fatal("a store on a single Redis 7 does not fuse doors")
+	}
+	cases := []struct {
+		name string
+		// before runs after the door is set up, before the consume.
+		before      func(t *testing.T, d *engine.FusedDoor, c engine.CustomerKey)
+		units       int64
+		rate        bool
+		noState     bool
+		wantErr     error
+		wantOutcome engine.FusedOutcome
+		wantRecord  byte // 0: none
+		wantBalance int64
+		wantRate    bool
+	}{
+		{name: "answered", units: 3, wantOutcome: engine.FusedMarked, wantRecord: idemRerun, wantBalance: 70},
+		{name: "answered with a rate take", units: 3, rate: true, wantOutcome: engine.FusedMarked, wantRecord: idemRerun, wantBalance: 70, wantRate: true},
+		{name: "a stamp moved", units: 3, before: func(t *testing.T, d *engine.FusedDoor, _ engine.CustomerKey) {
+			if _, err := b.store.StampBump(ctx, d.Tenant, engine.StampCatalog); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale, wantBalance: 100},
+		{name: "the key recorded", units: 3, before: func(t *testing.T, d *engine.FusedDoor, _ engine.CustomerKey) {
+			if _, claimed, err := b.store.Begin(ctx, d.Tenant, d.Key, "another request", time.Minute); err != nil || !claimed {
+				t.Fatalf("claim: %v %v", claimed, err)
+			}
+		}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale, wantRecord: idemRunning, wantBalance: 100},
+		{name: "the rate refused", units: 3, rate: true, before: func(t *testing.T, d *engine.FusedDoor, _ engine.CustomerKey) {
+			if rd, err := b.store.TakeRate(ctx, d.Tenant, d.Rate.Key, 1, 1, 1, time.Time{}); err != nil || !rd.Allowed {
+				t.Fatalf("spend the budget: %+v %v", rd, err)
+			}
+		}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedRateRefused, wantBalance: 100, wantRate: true},
+		{name: "refused", units: 11, wantErr: engine.ErrInsufficientCredits, wantOutcome: engine.FusedClaimed, wantRecord: idemRunning, wantBalance: 100},
+		{name: "no state", units: 3, noState: true, wantErr: engine.ErrStateMissing, wantOutcome: engine.FusedUnused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c engine.CustomerKey
+			if tc.noState {
+				c = newCustomer()
+			} else {
+				c, _ = b.funded(t)
+			}
+			stamp, err := b.store.StampBump(ctx, c.TenantID, engine.StampTenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &engine.FusedDoor{Tenant: c.TenantID, Checked: true, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
+				LockTTL: time.Minute, Window: time.Hour}
+			d.Stamps[engine.StampTenant] = stamp
+			if tc.rate {
+				d.Rate = &engine.RateAsk{Key: uuid.New(), PerSecond: 1, Burst: 1, Requests: 1}
+			}
+			if tc.before != nil {
+				tc.before(t, d, c)
+			}
+			cmd := consumeCmd(c, tc.units, perUnitTerms(10), engine.OveragePolicyBlock, t0)
+			cmd.IdempotencyKey, cmd.RequestHash = d.Key, d.RequestHash
+			_, err = b.store.Consume(engine.WithFusedDoor(ctx, d), cmd)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("consume: %v, want %v", err, tc.wantErr)
+			}
+			if d.Outcome() != tc.wantOutcome {
+				t.Errorf("outcome %d, want %d", d.Outcome(), tc.wantOutcome)
+			}
+			rec, err := rdb.Get(ctx, b.store.idemRecordKey(c.TenantID, d.Key)).Result()
+			switch {
+			case tc.wantRecord == 0 && !errors.Is(err, redis.Nil):
+				t.Errorf("record %q (%v), want none", rec, err)
+			case tc.wantRecord != 0 && (err != nil || rec[0] != tc.wantRecord):
+				t.Errorf("record %q (%v), want state %q", rec, err, tc.wantRecord)
+			}
+			if !tc.noState {
+				if got := b.balance(t, c); got != tc.wantBalance {
+					t.Errorf("balance %d, want %d", got, tc.wantBalance)
+				}
+			}
+			if d.RateTaken != tc.wantRate || (tc.wantRate && d.Rate != nil) {
+				t.Errorf("rate taken %v (ask left %v), want %v", d.RateTaken, d.Rate != nil, tc.wantRate)
+			}
+		})
+	}
+
+	t.Run("state loaded, run again: the rate taken once", func(t *testing.T) {
+		c := newCustomer()
+		d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
+			LockTTL: time.Minute, Window: time.Hour, Rate: &engine.RateAsk{Key: uuid.New(), PerSecond: 1, Burst: 1, Requests: 1}}
+		fctx := engine.WithFusedDoor(ctx, d)
+		cmd := consumeCmd(c, 1, flatTerms(0), engine.OveragePolicyBlock, t0)
+		cmd.IdempotencyKey, cmd.RequestHash = d.Key, d.RequestHash
+		if _, err := b.store.Consume(fctx, cmd); !errors.Is(err, engine.ErrStateMissing) {
+			t.Fatalf("first run: %v, want NOSTATE", err)
+		}
+		if !d.RateTaken || !d.RateAnswer.Allowed || !d.Open() {
+			t.Fatalf("after NOSTATE: taken %v %+v open %v, want the take made and the door open", d.RateTaken, d.RateAnswer, d.Open())
+		}
+		b.known(t, c)
+		// The budget of burst 1 is spent: a second take would refuse.
+		if _, err := b.store.Consume(fctx, cmd); err != nil {
+			t.Fatalf("second run: %v", err)
+		}
+		if d.Outcome() != engine.FusedMarked {
+			t.Errorf("outcome %d, want marked", d.Outcome())
+		}
+	})
+}
+
+// balance is c's balance as Snapshot reads it.
+func (b bundle) balance(t *testing.T, c engine.CustomerKey) int64 {
+	t.Helper()
+	a, err := b.store.Snapshot(context.Background(), c, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Balance
+}
+
+// TestFusedDoorNotesHolds: a reservation under a fused door that asks for
+// the hold notice appends it to the tenant's change feed in its own script
+// (one entry, the customer's), and a replay of it appends none.
+func TestFusedDoorNotesHolds(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	if _, single := rdb.(*redis.Client); !single {
+		t.Skip("a fused door needs a single Redis")
+	}
+	b := bundle{store: NewStore(rdb, prefix), rdb: rdb, real: true}
+	ctx := context.Background()
+	c, _ := b.funded(t)
+	cmd := reserveCmd(c, 2, perUnitTerms(10), time.Hour, t0)
+	cmd.IdempotencyKey, cmd.RequestHash = "hold-key", "hash-1"
+	feed := b.store.changesKey(c.TenantID)
+	for i, want := range []int64{1, 1} {
+		d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
+			LockTTL: time.Minute, Window: time.Hour, HoldNote: &c}
+		res, err := b.store.Reserve(engine.WithFusedDoor(ctx, d), cmd)
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		if res.Replayed != (i == 1) || d.Noted != (i == 0) {
+			t.Errorf("reserve %d: replayed %v noted %v", i, res.Replayed, d.Noted)
+		}
+		if n := rdb.XLen(ctx, feed).Val(); n != want {
+			t.Errorf("after reserve %d the feed holds %d entries, want %d", i, n, want)
+		}
+	}
+	e := rdb.XRange(ctx, feed, "-", "+").Val()
+	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
+		t.Errorf("feed %v, want one hold notice of %s", e, c.CustomerID)
+	}
+}
