@@ -357,6 +357,13 @@ func TestPlansForms(t *testing.T) {
 	if n := strings.Count(body, `<td class="num">100.000</td>`); n != 1 {
 		t.Errorf("a grant form sent twice made %d grants, want 1", n)
 	}
+	// A grant scoped to metrics (docs/rules.md "Credits scoped to metrics").
+	if r, _ := b.post(base+"/"+planID[1]+"/variants/"+variantID[1]+"/grants", url.Values{"csrf": {b.csrf}, "form_key": {"grant-form-key-0002"}, "credits": {"7"}, "grant_type": {"recurring"}, "grant_interval": {"billing_period"}, "applies_to": {"tokens, api.calls"}}); r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create scoped grant: %d", r.StatusCode)
+	}
+	if _, body = b.get(base); !strings.Contains(body, `<td data-testid="grant-applies-to"><code>api.calls</code>, <code>tokens</code></td>`) {
+		t.Errorf("the scoped grant's applies_to is not listed")
+	}
 	if r, _ := b.post(base+"/"+planID[1], url.Values{"csrf": {b.csrf}, "name": {"Pro 2"}, "status": {"retired"}}); r.StatusCode != http.StatusSeeOther {
 		t.Fatalf("update plan: %d", r.StatusCode)
 	}

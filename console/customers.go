@@ -362,10 +362,8 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 	if v := strings.TrimSpace(r.PostFormValue("reason")); v != "" {
 		in.Reason = &v
 	}
-	// applies_to: metric keys separated by commas or spaces (empty: every
-	// metric); ToCommand checks them.
-	if v := strings.FieldsFunc(r.PostFormValue("applies_to"), func(c rune) bool { return c == ',' || c == ' ' }); len(v) > 0 {
-		in.AppliesTo = &engine.AppliesTo{BillableMetricKeys: v}
+	if keys := scopeField(r.PostFormValue("applies_to")); keys != nil {
+		in.AppliesTo = &engine.AppliesTo{BillableMetricKeys: keys}
 	}
 	key := r.PostFormValue("grant_key")
 	if len(key) < 16 || len(key) > 64 {
@@ -385,4 +383,14 @@ func (c *Console) grant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.back(w, r, to, flash{Message: "Granted " + formatCredits(amount) + " credits."})
+}
+
+// scopeField reads a form's applies_to: metric keys separated by commas or
+// spaces, nil when empty (every metric); ToCommand checks them.
+func scopeField(v string) []string {
+	keys := strings.FieldsFunc(v, func(c rune) bool { return c == ',' || c == ' ' })
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys
 }

@@ -93,6 +93,9 @@ func (c *Console) createGrant(w http.ResponseWriter, r *http.Request) {
 	}
 	interval, typ := strings.TrimSpace(r.PostFormValue("grant_interval")), r.PostFormValue("grant_type")
 	in := api.PlanGrantPayload{Credits: &amount, GrantInterval: &interval, GrantType: &typ}
+	if keys := scopeField(r.PostFormValue("applies_to")); keys != nil {
+		in.AppliesTo = &engine.AppliesTo{BillableMetricKeys: keys}
+	}
 	cmd, err := in.ToCommand()
 	if err != nil {
 		c.backErr(w, r, plansURL(p), err)
