@@ -753,9 +753,11 @@ func (c *Client) CheckCustomerEntitlementByExternalID(ctx context.Context, exter
 // cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). With
 // dry_run true nothing changes and no Idempotency-Key is needed (one sent is neither claimed nor
 // checked): the answer is the 200 the charge would give, with dry_run, draws and events, or the
-// 409 it would get, whose problem carries dry_run true and the events the refusal would fire. It
-// sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the
-// call.
+// 409 it would get, whose problem carries dry_run true and the events the refusal would fire. 409
+// budget-exceeded, whatever the balance and the policy, when the cost would take one of the
+// customer's budgets past its limit this period (member budget names it and resets_at;
+// docs/rules.md "Budgets"). It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID,
+// the same on every retry of the call.
 func (c *Client) Consume(ctx context.Context, body ConsumeInput, opts ...CallOption) (*ConsumeResult, error) {
 	r := &request{method: "POST", path: "/v1/entitlements/consume", idempotent: true}
 	r.body = body
@@ -816,9 +818,9 @@ func (c *Client) TenantUsage(ctx context.Context, params TenantUsageParams, opts
 }
 
 // ReportUsage is POST /v1/usage (operation reportUsage). Charge a batch of usage events. Each
-// event is a consume whose idempotency is its event_id; one bad event never fails the others. It
-// sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of the
-// call.
+// event is a consume whose idempotency is its event_id; one bad event never fails the others. An
+// event a budget refuses gets status refused. It sends an Idempotency-Key: WithIdempotencyKey's,
+// else a new UUID, the same on every retry of the call.
 func (c *Client) ReportUsage(ctx context.Context, body UsageInput, opts ...CallOption) (*UsageResult, error) {
 	r := &request{method: "POST", path: "/v1/usage", idempotent: true}
 	r.body = body
@@ -906,8 +908,10 @@ func (c *Client) DecrementGaugeByExternalID(ctx context.Context, externalID stri
 // 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key
 // is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its
 // problem carries dry_run true and the events the refusal would fire); an unknown customer_id is
-// then a 404, as a dry run creates no customer. It sends an Idempotency-Key: WithIdempotencyKey's,
-// else a new UUID, the same on every retry of the call.
+// then a 404, as a dry run creates no customer. 409 budget-exceeded when the estimated cost would
+// take one of the customer's budgets past its limit this period (a hold is checked, not counted;
+// its commit counts). It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same
+// on every retry of the call.
 func (c *Client) CreateReservation(ctx context.Context, body ReserveInput, opts ...CallOption) (*ReserveResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations", idempotent: true}
 	r.body = body
@@ -972,7 +976,8 @@ func (c *Client) ReleaseReservation(ctx context.Context, id string, opts ...Call
 // when the reservation holds several metrics; 422 naming the field for an empty object
 // (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current
 // expires_at. Idempotency-Key required; a replay answers the first result. Fires
-// credit.low_balance and credit.exhausted as a create does. It sends an Idempotency-Key:
+// credit.low_balance and credit.exhausted as a create does. 409 budget-exceeded when the new total
+// estimate would take one of the customer's budgets past its limit. It sends an Idempotency-Key:
 // WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
 func (c *Client) ExtendReservation(ctx context.Context, id string, body ExtendInput, opts ...CallOption) (*ExtendResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/extend", idempotent: true}

@@ -75,6 +75,10 @@ func TestBudgetConsume(t *testing.T) {
 			{at: time.Hour, units: 2, budgets: []engine.Budget{{BillableMetricKey: &api, Period: engine.BudgetMonth, TimeZone: "UTC",
 				LimitMC: 10, Since: t0}}, refused: true, spent: 9, reached: 1},
 		}},
+		{"a budget set after the command's instant neither counts nor refuses it", []budgetStep{
+			{at: time.Hour, units: 50, budgets: day(10, 2*time.Hour)},
+			{at: 3 * time.Hour, units: 10, budgets: day(10, 2*time.Hour), reached: 1},
+		}},
 		{"a zero limit refuses any cost", []budgetStep{
 			{at: time.Hour, units: 1, budgets: day(0, -time.Hour), refused: true, spent: 0, reached: 1},
 		}},

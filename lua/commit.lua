@@ -143,7 +143,7 @@ acct_commit(account_key, a, changed, now)
 -- The budgets count what the commit cost; a commit is never refused by
 -- one: the reservation was checked against them (docs/decisions.md
 -- "Budgets").
-if m_pos(cost) then usage = usage .. budget_count(account_key, (budget_take(account_key, budgets_of(ctx), r.metric, cost, nil))) end
+if m_pos(cost) then usage = usage .. budget_count(account_key, (budget_take(account_key, budgets_of(ctx, now), r.metric, cost, nil))) end
 if not partial then redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id)) end
 local json = mutation_json({op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, extra = usage, res = r},

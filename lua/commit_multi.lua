@@ -156,7 +156,7 @@ a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
 -- As commit.lua: the budgets count the cost, never refusing it.
 if m_pos(cost) then
-  m.extra = (m.extra or '') .. budget_count(account_key, (budget_take(account_key, budgets_of(ctx), '', cost, items)))
+  m.extra = (m.extra or '') .. budget_count(account_key, (budget_take(account_key, budgets_of(ctx, now), '', cost, items)))
 end
 redis.call('ZREM', rexp_key, res_member(tenant, env, customer, res_id))
 local json = mutation_json(m, a, entries, changed)

@@ -60,7 +60,7 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
 
 -- A budget refuses a cost that would take it past its limit, whatever the
 -- balance and the policy (prelude budget_take).
-local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx), metric, cost, nil)
+local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx, now), metric, cost, nil)
 if bud_over then
   return budget_refuse(account_key, outbox_key, m, a,
     usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)

@@ -62,7 +62,7 @@ local su, sc = m_fmt(units), m_fmt(cost)
 
 -- Budgets as consume.lua's: one of every metric counts the total, one of
 -- a metric its items' costs.
-local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx), '', cost, items)
+local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx, now), '', cost, items)
 if bud_over then
   return budget_refuse(account_key, outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
     ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}', bud_over)

@@ -50,7 +50,7 @@ if m_pos(add_units) then
   if not cost then return redis.error_reply(err) end
   -- As reserve.lua: the hold's new estimate may not take a budget past
   -- its limit.
-  local _, bud_over = budget_take(account_key, budgets_of(ctx), r.metric, m_add(r.est_cost, cost), nil)
+  local _, bud_over = budget_take(account_key, budgets_of(ctx, now), r.metric, m_add(r.est_cost, cost), nil)
   if bud_over then
     return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
       env = env, now = now, ctx = ctx, eb = effective}, a,

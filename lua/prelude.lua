@@ -2241,13 +2241,18 @@ end
 -- window (a smaller from) reads as zero, so a period resets itself; a
 -- later one (a context computed before a budget was set again) is kept.
 
--- budgets_of is the budgets of ctx, nil when it has none (one plain find
--- on the context of a customer without budgets).
-local function budgets_of(ctx)
+-- budgets_of is the budgets of ctx whose counting window holds now, nil
+-- when there are none (one plain find on the context of a customer without
+-- budgets). A window starts after now only for a budget set after the
+-- command's instant (its since, from another node's clock): what it does
+-- not count, the ledger's sum from since (persist fillBudgets) does not
+-- count either.
+local function budgets_of(ctx, now)
   if not ctx or not string.find(ctx, '"bud":"', 1, true) then return nil end
   local out = {}
   for f, from, to, lim in string.gmatch(string.match(ctx, '"bud":"([^"]*)"') or '', '([^|;]+)|(%d+)|(%d+)|(%d+)') do
-    out[#out + 1] = {f = f, from = tonumber(from), to = tonumber(to), lim = m_parse(lim), metric = string.sub(f, 5)}
+    local b = {f = f, from = tonumber(from), to = tonumber(to), lim = m_parse(lim), metric = string.sub(f, 5)}
+    if b.from <= now and now < b.to then out[#out + 1] = b end
   end
   if #out == 0 then return nil end
   return out

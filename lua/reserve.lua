@@ -40,7 +40,7 @@ local _, _, effective = acct_bal(a, now)
 -- A hold its estimated cost would take past a budget is refused, whatever
 -- the balance; the budget counts the commit, not the hold (docs/decisions.md
 -- "Budgets").
-local _, bud_over = budget_take(account_key, budgets_of(ctx), metric, cost, nil)
+local _, bud_over = budget_take(account_key, budgets_of(ctx, now), metric, cost, nil)
 if bud_over then
   return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
     env = env, now = now, ctx = ctx, eb = effective}, a,

@@ -47,7 +47,7 @@ local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimat
 if bad then return bad end
 local _, _, effective = acct_bal(a, now)
 -- As reserve.lua: a hold past a budget is refused.
-local _, bud_over = budget_take(account_key, budgets_of(ctx), '', cost, items)
+local _, bud_over = budget_take(account_key, budgets_of(ctx, now), '', cost, items)
 if bud_over then
   return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
     env = env, now = now, ctx = ctx, eb = effective}, a,

@@ -689,8 +689,11 @@ class Operations:
         With dry_run true nothing changes and no Idempotency-Key is needed (one sent is
         neither claimed nor checked): the answer is the 200 the charge would give, with
         dry_run, draws and events, or the 409 it would get, whose problem carries dry_run
-        true and the events the refusal would fire. It sends an Idempotency-Key:
-        idempotency_key, else a new UUID, the same on every retry of the call.
+        true and the events the refusal would fire. 409 budget-exceeded, whatever the balance
+        and the policy, when the cost would take one of the customer's budgets past its limit
+        this period (member budget names it and resets_at; docs/rules.md "Budgets"). It sends
+        an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry of the
+        call.
         """
         return self._request(
             "POST",
@@ -736,9 +739,9 @@ class Operations:
         response: Optional[Response] = None,
     ) -> t.UsageResult:
         """POST /v1/usage (operation reportUsage). Charge a batch of usage events. Each event is
-        a consume whose idempotency is its event_id; one bad event never fails the others. It
-        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
-        of the call.
+        a consume whose idempotency is its event_id; one bad event never fails the others. An
+        event a budget refuses gets status refused. It sends an Idempotency-Key:
+        idempotency_key, else a new UUID, the same on every retry of the call.
         """
         return self._request(
             "POST",
@@ -877,8 +880,10 @@ class Operations:
         and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null),
         or the 409 it would get (its problem carries dry_run true and the events the refusal
         would fire); an unknown customer_id is then a 404, as a dry run creates no customer.
-        It sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every
-        retry of the call.
+        409 budget-exceeded when the estimated cost would take one of the customer's budgets
+        past its limit this period (a hold is checked, not counted; its commit counts). It
+        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
+        of the call.
         """
         return self._request(
             "POST",
@@ -975,9 +980,10 @@ class Operations:
         when not active or when the reservation holds several metrics; 422 naming the field
         for an empty object (additional_units), additional_units < 1, ttl_seconds outside
         1-86400 or before the current expires_at. Idempotency-Key required; a replay answers
-        the first result. Fires credit.low_balance and credit.exhausted as a create does. It
-        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
-        of the call.
+        the first result. Fires credit.low_balance and credit.exhausted as a create does. 409
+        budget-exceeded when the new total estimate would take one of the customer's budgets
+        past its limit. It sends an Idempotency-Key: idempotency_key, else a new UUID, the
+        same on every retry of the call.
         """
         return self._request(
             "POST",

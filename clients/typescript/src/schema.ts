@@ -558,7 +558,7 @@ export interface paths {
         put?: never;
         /**
          * Price and charge usage
-         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). With dry_run true nothing changes and no Idempotency-Key is needed (one sent is neither claimed nor checked): the answer is the 200 the charge would give, with dry_run, draws and events, or the 409 it would get, whose problem carries dry_run true and the events the refusal would fire.
+         * @description 409 insufficient-credits under block (nothing charged); allow and notify floor the balance at zero and record the rest as overage. 400 for a metric that is not metered; 404 without an active rule. The multi-metric form (items, 1 to 20 metrics) prices each item at its metric's rule and charges the total in one step: all or none under block, the total's overage under allow and notify; one consumption entry whose metadata lists the items, and the answer lists each item's cost, its billable_metric_key and units null (cost, charged and overage_mc are the totals). With dry_run true nothing changes and no Idempotency-Key is needed (one sent is neither claimed nor checked): the answer is the 200 the charge would give, with dry_run, draws and events, or the 409 it would get, whose problem carries dry_run true and the events the refusal would fire. 409 budget-exceeded, whatever the balance and the policy, when the cost would take one of the customer's budgets past its limit this period (member budget names it and resets_at; docs/rules.md "Budgets").
          */
         post: operations["consume"];
         delete?: never;
@@ -582,7 +582,7 @@ export interface paths {
         put?: never;
         /**
          * Charge a batch of usage events
-         * @description Each event is a consume whose idempotency is its event_id; one bad event never fails the others.
+         * @description Each event is a consume whose idempotency is its event_id; one bad event never fails the others. An event a budget refuses gets status refused.
          */
         post: operations["reportUsage"];
         delete?: never;
@@ -682,7 +682,7 @@ export interface paths {
         put?: never;
         /**
          * Hold credit for a job
-         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its problem carries dry_run true and the events the refusal would fire); an unknown customer_id is then a 404, as a dry run creates no customer.
+         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its problem carries dry_run true and the events the refusal would fire); an unknown customer_id is then a 404, as a dry run creates no customer. 409 budget-exceeded when the estimated cost would take one of the customer's budgets past its limit this period (a hold is checked, not counted; its commit counts).
          */
         post: operations["createReservation"];
         delete?: never;
@@ -762,7 +762,7 @@ export interface paths {
         put?: never;
         /**
          * Top a hold up or prolong it
-         * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for an empty object (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does.
+         * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for an empty object (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does. 409 budget-exceeded when the new total estimate would take one of the customer's budgets past its limit.
          */
         post: operations["extendReservation"];
         delete?: never;
