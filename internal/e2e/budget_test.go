@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/creditd/creditd/engine"
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // budgetCustomer creates a customer of policy with budgets and grants it
@@ -279,10 +276,7 @@ func TestBudgetRace(t *testing.T) {
 // rebuild` the cap still refuses at the same spend.
 func TestBudgetSurvivesRebuild(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := "bu" + randomID()
+	srv, rdb, prefix := ownRedis(t, "bu")
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant(uniq("budrebuild"))
 	a := s.as(t, tn.Live)

@@ -7,10 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // lineCustomer creates a block customer with credit line limit and grants
@@ -233,10 +229,7 @@ func TestCreditLineRace(t *testing.T) {
 // first.
 func TestCreditLineSurvivesRebuild(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := "cl" + randomID()
+	srv, rdb, prefix := ownRedis(t, "cl")
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant(uniq("linerebuild"))
 	a := s.as(t, tn.Live)

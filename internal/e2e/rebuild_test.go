@@ -15,10 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // rebuildCustomers is how many customers the rebuild test fills.
@@ -43,10 +39,7 @@ const rebuildCustomers = 6
 //	    brings Postgres to them.
 func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := "rb" + randomID()
+	srv, rdb, prefix := ownRedis(t, "rb")
 	clock := newTestClock(time.Now())
 	s := NewStack(t, WithRedis(rdb, prefix), WithClock(clock))
 	tn := s.NewTenant("rebuild")

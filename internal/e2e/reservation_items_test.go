@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // holdItems is a reservation body's items member from metric, estimated
@@ -198,10 +194,7 @@ func TestConformanceReservationItems(t *testing.T) {
 // release returns it all.
 func TestReservationItemsSurviveRebuild(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := "ri" + randomID()
+	srv, rdb, prefix := ownRedis(t, "ri")
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant(uniq("holdrebuild"))
 	a := s.as(t, tn.Live)

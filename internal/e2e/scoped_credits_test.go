@@ -9,10 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // scoped is an applies_to member naming keys.
@@ -378,10 +374,7 @@ func TestScopedCreditsRace(t *testing.T) {
 // consumes drain exactly what they did before.
 func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := "sc" + randomID()
+	srv, rdb, prefix := ownRedis(t, "sc")
 	s := NewStack(t, WithRedis(rdb, prefix))
 	tn := s.NewTenant(uniq("scoperebuild"))
 	a := s.as(t, tn.Live)
