@@ -538,15 +538,3 @@ func (p *Process) Kill() {
 
 // Restart starts the binary again with the same environment and port.
 func (p *Process) Restart() { p.start() }
-
-// ownRedis starts a redis-server of the test's own (a rebuild test flushes
-// it and runs `creditd rebuild` against it, runRebuild, without touching
-// other tests' keys) and returns it, a client of it sized as a stack's,
-// and a fresh key prefix starting with tag.
-func ownRedis(t *testing.T, tag string) (*testenv.RedisServer, *redis.Client, string) {
-	t.Helper()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return srv, rdb, tag + randomID()
-}

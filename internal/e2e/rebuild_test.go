@@ -15,6 +15,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 // rebuildCustomers is how many customers the rebuild test fills.
@@ -346,4 +350,16 @@ func waitRows(t *testing.T, s *Stack, query string, want int64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ownRedis starts a redis-server of the test's own (a rebuild test flushes
+// it and runs `creditd rebuild` against it, runRebuild, without touching
+// other tests' keys) and returns it, a client of it sized as a stack's,
+// and a fresh key prefix starting with tag.
+func ownRedis(t *testing.T, tag string) (*testenv.RedisServer, *redis.Client, string) {
+	t.Helper()
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: StackRedisPoolSize})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return srv, rdb, tag + randomID()
 }
