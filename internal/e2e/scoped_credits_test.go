@@ -415,9 +415,14 @@ func TestScopedHoldsRace(t *testing.T) {
 	a := s.as(t, tn.Live)
 	ma, mb := a.perUnit(100), a.perUnit(100)
 	id, _ := a.newCustomer()
-	// The unscoped credit spends first: a plain drain of a would take it.
-	a.scopeGrant(id, 1000, 1, ma)
-	a.scopeGrant(id, 500, 0)
+	// a's own credit spends first, then the unscoped, which a plain drain of
+	// a would take. The order matters to the guard below: a charge takes
+	// blocks in spend order and stops where one more unit would unback a
+	// hold, so with the unscoped credit first and every unit of it pinned
+	// by holds of b (five holds won the race before any consume) no consume
+	// of a passed at all and the race tested nothing.
+	a.scopeGrant(id, 1000, 0, ma)
+	a.scopeGrant(id, 500, 1)
 	var mu sync.Mutex
 	var holds []string
 	// Three holds before the race: with a plain drain the consumes of a
