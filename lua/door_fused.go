@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,7 +100,7 @@ func (fusedError) RedisError()     {}
 // by its reply: stale (nothing ran: engine.ErrFusedStale), refused by the
 // rate (engine.ErrFusedStale too, the door's outcome telling which), the
 // rerun mark (an answer), the claim (a refusal), or unsettled (an error
-// whose caller runs the script again, NOSTATE, MAYBESEEN, STALE, or no
+// whose caller runs the script again, as door_fused.lua says, or no
 // answer at all). What it returns is the body's reply or error.
 func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, keys []string, args []any) (any, error) {
 	k, a, err := s.fusedArgs(d, keys, args)
@@ -145,11 +144,11 @@ func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, 
 	case what == "rate":
 		d.Settle(engine.FusedRateRefused)
 		return nil, engine.ErrFusedStale
-	case what == "err" && len(parts) == 7:
-		text, _ := parts[6].(string)
-		if code, _, _ := strings.Cut(text, " "); code != "NOSTATE" && code != "MAYBESEEN" && code != "STALE" {
+	case (what == "err" || what == "retry") && len(parts) == 7:
+		if what == "err" {
 			d.Settle(engine.FusedClaimed)
 		}
+		text, _ := parts[6].(string)
 		return nil, fusedError(text)
 	case what == "ok" && len(parts) == 8:
 		d.Settle(engine.FusedMarked)

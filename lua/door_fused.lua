@@ -29,9 +29,9 @@
 --   "rate"             the budget refused: nothing else ran
 --   "ok", status, body the body's answer; the record is the rerun mark
 --   "err", text        the body's refusal; the record is the claim (the
---                      caller stores the refusal as any claimed request's),
---                      or nothing when the body asks to be run again
---                      (NOSTATE, MAYBESEEN, STALE)
+--                      caller stores the refusal as any claimed request's)
+--   "retry", text      the body's error asking to be run again (NOSTATE,
+--                      MAYBESEEN, STALE): no record written
 local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 
 local function door_run(K, A, body)
@@ -57,10 +57,12 @@ local function door_run(K, A, body)
   for i = b + 13, #A do argv[i - b - 12] = A[i] end
   local r = body(keys, argv)
   if type(r) == 'table' and r.err then
+    local what = 'retry'
     if not door_retried[string.match(r.err, '^%u+') or ''] then
       redis.call('SET', K[2], A[b], 'PX', A[b + 2])
+      what = 'err'
     end
-    return {'door', 'err', rate[1], rate[2], rate[3], rate[4], r.err}
+    return {'door', what, rate[1], rate[2], rate[3], rate[4], r.err}
   end
   redis.call('SET', K[2], A[b + 1], 'PX', A[b + 3])
   if K[4] ~= '' and r[1] ~= 'replay' then
