@@ -60,12 +60,8 @@ func (s *Server) openDoor(rt *route, c *call) {
 	ctx, ans, ok := s.tenants.Open(c.reqContext(), key, func(scope engine.Scope, t engine.Tenant) engine.DoorAsk {
 		var ask engine.DoorAsk
 		if s.budgets != nil && !d.rateDone {
-			var now time.Time // zero: the budget store's clock
-			local = time.Now()
-			if s.budgetClock != nil {
-				now = s.budgetClock()
-				local = now
-			}
+			var now time.Time
+			now, local = s.rateClocks()
 			var burst int
 			perSecond, burst = keyLimits(t.RateLimitPerSecond, t.RateLimitBurst)
 			keyID = scope.KeyID
@@ -241,12 +237,7 @@ type fusedPlan struct {
 // or the rate refused it (the decision kept in c.door for the usual path,
 // which answers the 429 after its own authentication).
 func (s *Server) fusedRate(c *call, door *engine.FusedDoor) (fusedPlan, bool) {
-	var now time.Time // zero: the budget store's clock
-	local := time.Now()
-	if s.budgetClock != nil {
-		now = s.budgetClock()
-		local = now
-	}
+	now, local := s.rateClocks()
 	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	p, err := planShared(c.reqContext(), s.refusals, s.leases, c.scope.KeyID, perSecond, burst, local, false)
 	switch {

@@ -167,12 +167,7 @@ func (s *Server) rateLimit(c *call) bool {
 	}
 	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	if s.budgets != nil {
-		var now time.Time // zero: the budget store's clock, shared by all nodes
-		local := time.Now()
-		if s.budgetClock != nil {
-			now = s.budgetClock()
-			local = now
-		}
+		now, local := s.rateClocks()
 		d, err := takeShared(c.reqContext(), s.budgets, s.refusals, s.leases, c.tenant.ID, c.scope.KeyID, perSecond, burst, now, local)
 		if err == nil {
 			return c.applyLimit(d, errRateLimited)
@@ -180,6 +175,17 @@ func (s *Server) rateLimit(c *call) bool {
 		s.warnBudgets(err)
 	}
 	return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
+}
+
+// rateClocks are a take's clocks: now the shared budgets' (zero: the
+// budget store's own, which every node shares), local this node's; a test's
+// budgetClock sets both.
+func (s *Server) rateClocks() (now, local time.Time) {
+	if s.budgetClock != nil {
+		t := s.budgetClock()
+		return t, t
+	}
+	return time.Time{}, time.Now()
 }
 
 // takeShared decides one request of key against the shared budgets: from
