@@ -214,10 +214,7 @@ func TestBudget(t *testing.T) {
 	})
 
 	t.Run("reconcile finds the counters equal", func(t *testing.T) {
-		s.Drain()
-		if rep := reconcileOf(t, s, false); rep.Found != 0 {
-			t.Errorf("reconcile: %d differences: %+v", rep.Found, rep.First)
-		}
+		wantReconciled(t, s, "at the end")
 	})
 }
 
@@ -265,10 +262,7 @@ func TestBudgetRace(t *testing.T) {
 	if ev := a.budgetEvents(id, 2); len(ev) != 1 {
 		t.Errorf("credit.budget_reached events %d, want exactly 1", len(ev))
 	}
-	s.Drain()
-	if rep := reconcileOf(t, s, false); rep.Found != 0 {
-		t.Errorf("reconcile after the race: %+v", rep.First)
-	}
+	wantReconciled(t, s, "after the race")
 }
 
 // TestBudgetSurvivesRebuild: a budget's counter is rebuilt from the ledger

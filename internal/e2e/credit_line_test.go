@@ -172,10 +172,7 @@ func TestCreditLine(t *testing.T) {
 	})
 
 	t.Run("reconcile finds the books balanced", func(t *testing.T) {
-		s.Drain()
-		if rep := reconcileOf(t, s, false); rep.Found != 0 {
-			t.Errorf("reconcile: %d differences: %+v", rep.Found, rep.First)
-		}
+		wantReconciled(t, s, "at the end")
 		var debt int64
 		if err := s.Pool.QueryRow(context.Background(), `SELECT debt FROM credit_accounts WHERE customer_id = $1`, id).Scan(&debt); err != nil || debt != 0 {
 			t.Errorf("credit_accounts.debt %d %v, want 0", debt, err)
@@ -216,10 +213,7 @@ func TestCreditLineRace(t *testing.T) {
 		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok.Load(), refused.Load(), racers-15)
 	}
 	a.checkLine(id, -500, 500, "after the race")
-	s.Drain()
-	if rep := reconcileOf(t, s, false); rep.Found != 0 {
-		t.Errorf("reconcile after the race: %+v", rep.First)
-	}
+	wantReconciled(t, s, "after the race")
 }
 
 // TestCreditLineSurvivesRebuild: the debt is part of the state a rebuild

@@ -24,6 +24,16 @@ func reconcileOf(t *testing.T, s *Stack, fix bool) engine.ReconcileReport {
 	return rep
 }
 
+// wantReconciled lets s's persister drain, then fails t when reconcile
+// finds Redis and Postgres apart; when names the moment ("after the race").
+func wantReconciled(t *testing.T, s *Stack, when string) {
+	t.Helper()
+	s.Drain()
+	if rep := reconcileOf(t, s, false); rep.Found != 0 {
+		t.Errorf("reconcile %s: %d differences: %+v", when, rep.Found, rep.First)
+	}
+}
+
 // accountKeyOf is the customer's account hash in s's Redis (lua's layout,
 // docs/design.md).
 func accountKeyOf(s *Stack, customer string) string {

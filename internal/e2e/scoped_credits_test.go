@@ -282,10 +282,7 @@ func TestScopedCredits(t *testing.T) {
 	})
 
 	t.Run("reconcile finds the books balanced", func(t *testing.T) {
-		s.Drain()
-		if rep := reconcileOf(t, s, false); rep.Found != 0 {
-			t.Errorf("reconcile: %d differences: %+v", rep.Found, rep.First)
-		}
+		wantReconciled(t, s, "at the end")
 		var n int
 		if err := s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM credit_blocks WHERE customer_id = $1
 			AND applies_to IS NOT NULL`, id).Scan(&n); err != nil || n != 2 {
@@ -362,10 +359,7 @@ func TestScopedCreditsRace(t *testing.T) {
 	if paid != 2500 {
 		t.Errorf("the consumptions drew %d, want 2500", paid)
 	}
-	s.Drain()
-	if rep := reconcileOf(t, s, false); rep.Found != 0 {
-		t.Errorf("reconcile after the race: %+v", rep.First)
-	}
+	wantReconciled(t, s, "after the race")
 }
 
 // TestScopedCreditsSurviveRebuild: a block's scope is part of the state a
@@ -476,8 +470,5 @@ func TestScopedHoldsRace(t *testing.T) {
 	if Int(t, c["balance"]) != 1500-consumed.Load()-int64(len(holds))*100 || Int(t, c["reserved_balance"]) != 0 {
 		t.Errorf("after the commits: %v", c)
 	}
-	s.Drain()
-	if rep := reconcileOf(t, s, false); rep.Found != 0 {
-		t.Errorf("reconcile after the race: %+v", rep.First)
-	}
+	wantReconciled(t, s, "after the race")
 }
