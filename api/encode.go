@@ -92,6 +92,9 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	b = engine.AppendJSONInt(b, `,"cost":`, r.Cost)
 	b = engine.AppendJSONInt(b, `,"charged":`, r.Charged)
 	b = engine.AppendJSONInt(b, `,"overage_mc":`, r.OverageMC)
+	if r.PoolMC != 0 {
+		b = engine.AppendJSONInt(b, `,"pool_mc":`, r.PoolMC)
+	}
 	b = engine.AppendJSONInt(b, `,"balance_after":`, r.BalanceAfter)
 	b = engine.AppendJSONInt(b, `,"effective_balance":`, r.EffectiveBalance)
 	b = append(b, `,"reason":`...)

@@ -341,6 +341,10 @@ type MutationUsage struct {
 	// Items is what each metric of a multi-metric consume priced; Metric
 	// is then "" and Units the items' total.
 	Items []UsageItem `json:"items,omitempty"`
+	// Pool is the part of Charged the customer's parent paid (a pool
+	// draw: the parent's own Mutation debits it); the consumption entry
+	// debits Charged - Pool.
+	Pool int64 `json:"pool,omitempty"`
 }
 
 // UsageItem is one metric's part of a multi-metric consume. Its names are
