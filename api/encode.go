@@ -55,6 +55,7 @@ func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = appendOptInt(b, `,"credit_limit_mc":`, r.CreditLimitMC)
 	b = appendOptInt(b, `,"available_mc":`, r.AvailableMC)
 	b = appendOptInt(b, `,"budget_remaining_mc":`, r.BudgetRemainingMC)
+	b = appendOptInt(b, `,"pool_available_mc":`, r.PoolAvailableMC)
 	b = appendOptInt(b, `,"estimated_cost":`, r.EstimatedCost)
 	b = appendOptInt(b, `,"balance_after":`, r.BalanceAfter)
 	if r.Enabled != nil {

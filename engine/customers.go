@@ -163,7 +163,7 @@ func (s *Customers) newID(parent *Customer) uuid.UUID {
 // parent_id naming no live customer of scope, or breaking a rule.
 func (s *Customers) parentOf(ctx context.Context, scope Scope, ref string, child *Customer) (Customer, error) {
 	p, err := s.Resolve(ctx, scope, CustomerRef{Value: ref}, false)
-	if errors.Is(err, ErrNotFound) {
+	if e, ok := AsError(err); errors.Is(err, ErrNotFound) || (ok && e.Kind == KindNotFound) {
 		return Customer{}, Invalid("parent_id", "parent_id names no customer of this tenant and environment")
 	}
 	if err != nil {

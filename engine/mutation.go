@@ -281,7 +281,10 @@ type AccountState struct {
 	// Budgets are the counters of the customer's budgets by field
 	// (Budget.Field), one per budget, for the period holding the instant
 	// they were read: the consumption since its counting start, summed
-	// from the ledger (persist fillBudgets; docs/rules.md "Budgets").
+	// from the ledger (persist fillBudgets; docs/rules.md "Budgets"); and
+	// a child's draw counter (DrawLimit.Field), what it drew from its
+	// parent since the limit's counting start (docs/rules.md "Shared
+	// pools").
 	Budgets map[string]BudgetCounter
 	// Leases are the customer's active gauge leases (their slots are in
 	// Gauges), those past their expires included: a load restores them

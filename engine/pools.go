@@ -74,6 +74,12 @@ func mergeDrawLimit(prev, next *DrawLimit, now time.Time) *DrawLimit {
 	return &out
 }
 
+// CountingFrom is the instant the limit's counter counts from in the
+// period that holds now, and the period's end (Budget.CountingFrom).
+func (d DrawLimit) CountingFrom(now time.Time) (from, end time.Time) {
+	return d.budget().CountingFrom(now)
+}
+
 // DrawLimitStatus is a draw limit with what the child drew in the current
 // period: the API's answer on the credits endpoint.
 type DrawLimitStatus struct {

@@ -195,6 +195,11 @@ type Account struct {
 	// period (docs/rules.md "Budgets"); absent when it has none, and from
 	// an answer as_of a past instant.
 	Budgets []BudgetStatus `json:"budgets,omitempty"`
+	// ParentID is the parent whose credit the customer spends once its own
+	// is gone, and ParentDraw its draw limit with what it drew in the
+	// current period (docs/rules.md "Shared pools"); absent without one.
+	ParentID   *uuid.UUID       `json:"parent_id,omitempty"`
+	ParentDraw *DrawLimitStatus `json:"parent_draw_limit,omitempty"`
 	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
 	// Credits.AccountAsOf); nil for the current account.
 	AsOf      *time.Time `json:"as_of,omitempty"`
