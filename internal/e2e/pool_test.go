@@ -189,7 +189,7 @@ func TestSharedPoolRace(t *testing.T) {
 // TestSharedPoolSurvivesRebuild: after FLUSHALL and `creditd rebuild` the
 // parent's balance and the child's draw counter (summed from the parent's
 // pool_draw entries) are what they were, so the limit still refuses at the
-// same draw.
+// same draw; a parent whose hash is gone is loaded by the charge.
 func TestSharedPoolSurvivesRebuild(t *testing.T) {
 	t.Parallel()
 	srv, rdb, prefix := ownRedis(t, "po")
@@ -212,6 +212,10 @@ func TestSharedPoolSurvivesRebuild(t *testing.T) {
 	}
 	if rep := reconcileOf(t, s, false); rep.Found != 0 {
 		t.Errorf("reconcile after the rebuild: %+v", rep.First)
+	}
+	// A parent Redis has lost is loaded by the child's charge that needs it.
+	if err := rdb.Del(context.Background(), accountKeyOf(s, parent)).Err(); err != nil {
+		t.Fatal(err)
 	}
 	checkProblem(t, a.consumeUnits(child, m, 81), 409, "insufficient-credits", "", "past the limit after the rebuild")
 	wantStatus(t, a.consumeUnits(child, m, 80), 200, "to the limit after the rebuild")
