@@ -178,6 +178,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/grant", c.inScope(c.grant))
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/credit-line", c.inScope(c.creditLine))
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/budgets", c.inScope(c.setBudget))
+	m.HandleFunc("POST "+scoped+"/customers/{customer}/parent", c.inScope(c.setParent))
 	m.HandleFunc("POST "+scoped+"/customers/{customer}/budgets/remove", c.inScope(c.removeBudget))
 	m.HandleFunc("GET "+scoped+"/webhook", c.inScope(c.webhookPage))
 	m.HandleFunc("POST "+scoped+"/webhook/test", c.inScope(c.testPing))

@@ -255,6 +255,44 @@ func (c *Console) creditLine(w http.ResponseWriter, r *http.Request) {
 	c.back(w, r, to, flash{Message: "Credit line set to " + formatCredits(limit) + " credits."})
 }
 
+// setParent sets (or, empty, removes) the customer's parent and its draw
+// limit from the console's form, as PATCH /v1/customers/{id} would;
+// setting the same twice changes nothing more.
+func (c *Console) setParent(w http.ResponseWriter, r *http.Request) {
+	p := principalOf(r)
+	to := scopeBase(p) + "/customers/" + url.PathEscape(r.PathValue("customer"))
+	in := engine.UpdateCustomer{ParentSet: true, DrawLimitSet: true}
+	if v := strings.TrimSpace(r.PostFormValue("parent")); v != "" {
+		in.Parent = &v
+	}
+	if v := strings.TrimSpace(r.PostFormValue("limit")); v != "" && in.Parent != nil {
+		limit, ok := parseCredits(v)
+		if !ok && strings.Trim(v, "0.") == "" {
+			limit, ok = 0, true
+		}
+		if !ok || limit > engine.MaxBudgetLimitMC {
+			c.back(w, r, to, flash{Message: "draw limit: an amount of credits from 0 with at most three decimals is required", Error: true})
+			return
+		}
+		d := engine.DrawLimit{Period: engine.BudgetPeriod(r.PostFormValue("period")), LimitMC: limit}
+		if err := engine.CheckDrawLimit("parent_draw_limit", &d); err != nil {
+			c.backErr(w, r, to, err)
+			return
+		}
+		in.ParentDrawLimit = &d
+	}
+	ref := engine.CustomerRef{Value: r.PathValue("customer")}
+	if _, err := c.cfg.Customers.Update(r.Context(), p.scope, ref, in); err != nil {
+		c.backErr(w, r, to, err)
+		return
+	}
+	if in.Parent == nil {
+		c.back(w, r, to, flash{Message: "Parent removed."})
+		return
+	}
+	c.back(w, r, to, flash{Message: "Parent set."})
+}
+
 // setBudget adds the budget of the console's form to the customer, or
 // replaces the one of the same metric and period, as a PATCH of
 // /v1/customers/{id} with the whole list would; a double submit sets the
