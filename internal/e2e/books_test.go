@@ -17,7 +17,9 @@ import (
 // its credit line for the customers that have one (issue 28 item 2: their
 // balance is the blocks less the debt, which grants in the mix repay);
 // some grants are scoped to one metric (issue 28 item 1), and no
-// consumption of a metric draws from a block scoped to another.
+// consumption of a metric draws from a block scoped to another; four
+// customers share the pool of a ninth, their parent (issue 28 item 4), one
+// of them within a draw limit.
 func TestMixedWorkloadBooksBalance(t *testing.T) {
 	t.Parallel()
 	s := NewStack(t)
@@ -33,7 +35,10 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	wantStatus(t, a.post("/v1/metering-rules", map[string]any{
 		"billable_metric_key": second, "cost_type": "flat", "base_cost": 5}), 201, "second rule")
 
-	const customers = 8
+	// Customers 0-7, then 8: the parent of the pool children, created first.
+	const customers = 9
+	pooled := func(i int) bool { return i == 1 || i == 2 || i == 3 || i == 6 }
+	const drawLimitMC = 150 // customer 6's per day
 	// Customers i%4 == 2 are block customers with a credit line of lineMC.
 	const lineMC = 200
 	lined := func(i int) bool { return i%4 == 2 }
@@ -52,7 +57,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	}
 	ids := make([]string, customers)
 	index := map[string]int{}
-	for i := range ids {
+	for _, i := range append([]int{customers - 1}, 0, 1, 2, 3, 4, 5, 6, 7) {
 		policy := "block"
 		if i%2 == 1 {
 			policy = "allow"
@@ -64,12 +69,22 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		if b := budgetOf(i); b != nil {
 			body["budgets"] = []any{b}
 		}
+		if pooled(i) {
+			body["parent_id"] = ids[customers-1]
+			if i == 6 {
+				body["parent_draw_limit"] = map[string]any{"period": "day", "limit_mc": drawLimitMC}
+			}
+		}
 		c := a.createCustomer(body)
 		index[c["id"].(string)] = i
 		ids[i] = c["id"].(string)
 		// Spent after the scoped seed (lower priorities are spent first), so
 		// the scoped blocks are drawn even where a budget stops consumes early.
-		a.grant(ids[i], map[string]any{"credits": 300, "source": "promotional", "reason": "seed", "priority": 1})
+		seed := 300
+		if pooled(i) {
+			seed = 30 // a child soon spends the pool
+		}
+		a.grant(ids[i], map[string]any{"credits": seed, "source": "promotional", "reason": "seed", "priority": 1})
 		// Credits scoped to one metric (issue 28 item 1) beside them.
 		if i%3 == 0 {
 			a.grant(ids[i], map[string]any{"credits": 200, "source": "promotional", "reason": "seed",
@@ -208,6 +223,21 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 	if scopedDraws == 0 {
 		t.Error("no consumption drew from a scoped block: the workload tested no scope")
 	}
+	// The children drew on the pool, customer 6 within its draw limit, and
+	// only children did.
+	var draws, strays, limited int64
+	if err := s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE customer_id <> $1 OR NOT (reference_id = ANY($2))),
+			COALESCE(SUM(-delta) FILTER (WHERE reference_id = $3), 0)::bigint
+		FROM ledger_entries WHERE type = 'pool_draw' AND tenant_id = $4`,
+		ids[customers-1], []string{ids[1], ids[2], ids[3], ids[6]}, ids[6], tn.ID).Scan(&draws, &strays, &limited); err != nil {
+		t.Fatal(err)
+	}
+	if draws == 0 || strays != 0 || limited > drawLimitMC {
+		t.Errorf("pool draws %d (%d not by a child from its parent), customer 6 drew %d of its limit %d; want some, none and within",
+			draws, strays, limited, drawLimitMC)
+	} else {
+		t.Logf("pool draws %d; customer 6 drew %d of %d", draws, limited, drawLimitMC)
+	}
 	if len(negative) > 0 {
 		t.Errorf("consumes answered an effective balance below the floor for %v", negative)
 	}
@@ -229,6 +259,14 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			cust, metric).Scan(&spent); err != nil {
 			t.Fatal(err)
 		}
+		// What the parent paid of the customer's consumes counts too.
+		var fromPool int64
+		if err := s.Pool.QueryRow(ctx, `SELECT COALESCE(SUM(-delta), 0)::bigint FROM ledger_entries
+			WHERE type = 'pool_draw' AND reference_id = $1 AND ($2 = '' OR billable_metric_key = $2)`,
+			cust, metric).Scan(&fromPool); err != nil {
+			t.Fatal(err)
+		}
+		spent += fromPool
 		if limit := int64(b["limit_mc"].(int)); spent > limit {
 			t.Errorf("customer %d (%s): consumes spent %d past the budget of %d", i, cust, spent, limit)
 		} else {
