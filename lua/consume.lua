@@ -61,10 +61,6 @@ if not a then return redis.error_reply('NOSTATE no credit state for the customer
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
 local pool = pool_of(account_key, pool_arg, now)
-if pool then
-  pool.a = acct_read(pool.key, now, {}, false, false)
-  if not pool.a then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
-end
 
 local cost, err = price(terms, units)
 if not cost then return redis.error_reply(err) end
@@ -86,6 +82,7 @@ local charge, debt = cost, MONEY_ZERO
 local entries, changed, draws, pooled = {}, {}, nil, MONEY_ZERO
 if pool then
   charge, debt, pooled = pool_split(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block')
+  if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
   if not charge then
     refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
     return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')

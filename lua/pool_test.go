@@ -119,9 +119,10 @@ func TestPoolConsume(t *testing.T) {
 	}
 }
 
-// TestPoolNeedsParentState: a child's charge whose parent Redis does not
-// hold answers ErrPoolStateMissing and changes nothing, so the caller may
-// load the parent and run it again.
+// TestPoolNeedsParentState: a child's charge that needs its parent, whose
+// state Redis does not hold, answers ErrPoolStateMissing and changes
+// nothing, so the caller may load the parent and run it again; one its own
+// credit covers never reads the parent.
 func TestPoolNeedsParentState(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -131,12 +132,15 @@ func TestPoolNeedsParentState(t *testing.T) {
 		b.known(t, child)
 		b.grant(t, grantCmd(child, 100, t0.Add(-time.Minute)))
 		before := len(b.outbox(t, child))
-		_, err := b.store.Consume(ctx, poolConsume(child, parent, 10, engine.OveragePolicyBlock, nil, 0))
+		_, err := b.store.Consume(ctx, poolConsume(child, parent, 130, engine.OveragePolicyBlock, nil, 0))
 		if !errors.Is(err, engine.ErrPoolStateMissing) {
 			t.Fatalf("err %v, want ErrPoolStateMissing", err)
 		}
 		if got := b.snapshot(t, child, t0).Balance; got != 100 || len(b.outbox(t, child)) != before {
 			t.Fatalf("balance %d, outbox %d -> %d: the refused run changed something", got, before, len(b.outbox(t, child)))
+		}
+		if _, err := b.store.Consume(ctx, poolConsume(child, parent, 10, engine.OveragePolicyBlock, nil, 0)); err != nil {
+			t.Fatalf("a charge the child's own credit covers: %v", err)
 		}
 	})
 }

@@ -2346,19 +2346,32 @@ end
 
 -- pool_of reads the pool argument (engine.PoolArg) of the child whose
 -- account key is akey: nil without a parent, else {key, id} and, with a
--- draw limit whose window holds now, {f, from, to, lim, drawn}.
+-- draw limit whose window holds now, {f, from, to, lim}. Nothing is read
+-- yet: pool_split reads the parent and the draw counter only for a charge
+-- the child's own credit does not cover.
 local function pool_of(akey, arg, now)
   if not arg or arg == '' then return nil end
   local id, rest = string.match(arg, '^([0-9a-f-]+)(.*)$')
   if not id or #id ~= 36 then return nil end
-  local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil}
+  local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil, a = nil, akey = akey}
   local f, from, to, lim = string.match(rest, '^|([^|]+)|(%d+)|(%d+)|(%d+)$')
   if f and tonumber(from) <= now and now < tonumber(to) then
-    p.f, p.from, p.to, p.lim, p.drawn = f, tonumber(from), tonumber(to), m_parse(lim), MONEY_ZERO
-    local sf, ss = string.match(redis.call('HGET', akey, f) or '', '^(%d+) (%d+)')
-    if sf and tonumber(sf) >= p.from then p.from, p.drawn = tonumber(sf), m_parse(ss) end
+    p.f, p.from, p.to, p.lim = f, tonumber(from), tonumber(to), m_parse(lim)
   end
   return p
+end
+
+-- pool_read reads the parent's account into p.a and the child's draw
+-- counter into p.drawn; false when Redis holds no state for the parent.
+local function pool_read(p, now)
+  p.a = acct_read(p.key, now, {}, false, false)
+  if not p.a then return false end
+  if p.lim then
+    p.drawn = MONEY_ZERO
+    local sf, ss = string.match(redis.call('HGET', p.akey, p.f) or '', '^(%d+) (%d+)')
+    if sf and tonumber(sf) >= p.from then p.from, p.drawn = tonumber(sf), m_parse(ss) end
+  end
+  return true
 end
 
 -- pool_free is what account a's blocks may pay for metric beyond its
@@ -2379,12 +2392,14 @@ end
 -- pay, what goes on its credit line (lim, under block only) and what the
 -- parent's blocks pay, in that order of asking: own blocks, the parent,
 -- the line. nil when refusing (policy block) and the three fall short of
--- cost; under allow and notify the rest is overage.
+-- cost; under allow and notify the rest is overage. nil, 'NOPOOLSTATE'
+-- when the parent must be read and Redis holds no state for it.
 local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
   local own = pool_free(a, now, metric, cost, refusing)
   local need = m_sub(cost, own)
   local pooled = MONEY_ZERO
   if m_pos(need) then
+    if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
     pooled = pool_free(p.a, now, metric, need, false)
     if p.lim then
       local left = m_sub(p.lim, p.drawn)
