@@ -56,7 +56,7 @@ if not now or not units or not terms or metric == '' or
   return redis.error_reply('BADARG now, metric, units, terms or policy')
 end
 
-local a = acct_read(account_key, now, {'o'}, false, pool_arg == '')
+local a = acct_read(account_key, now, {'o'}, false, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
@@ -81,7 +81,13 @@ end
 local charge, debt = cost, MONEY_ZERO
 local entries, changed, draws, pooled = {}, {}, nil, MONEY_ZERO
 if pool then
-  charge, debt, pooled = pool_split(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block')
+  -- A child: its own blocks, then its parent's, then its line (prelude
+  -- pool_fast on a scoped hash read on the fast path, else pool_split).
+  if a.sc_fast then
+    charge, debt, draws, pooled = pool_fast(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block', entries, changed)
+  else
+    charge, debt, pooled = pool_split(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block')
+  end
   if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
   if not charge then
     refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))

@@ -53,13 +53,21 @@ func TestPoolConsume(t *testing.T) {
 		wantParent  int64
 		wantPooled  int64 // pool_mc of the last charge
 		wantOverage int64
+		// scoped: the child's 100 is ten blocks scoped to the metric (a
+		// hash read on the fast path, prelude pool_fast) beside a block of
+		// 50 scoped to another metric, which never pays.
+		scoped bool
 	}{
-		{"own blocks first", 500, []int64{80}, engine.OveragePolicyBlock, nil, 0, []bool{false}, 20, 500, 0, 0},
-		{"the parent pays the rest", 500, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{false}, 0, 470, 30, 0},
-		{"parent short refuses whole", 20, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{true}, 100, 20, 0, 0},
-		{"draw limit caps the pool", 500, []int64{100, 30, 1}, engine.OveragePolicyBlock, day, 0, []bool{false, false, true}, 0, 470, 30, 0},
-		{"the line after the pool", 500, []int64{100, 40}, engine.OveragePolicyBlock, day, 20, []bool{false, false}, -10, 470, 30, 0},
-		{"allow: overage past the pool", 10, []int64{130}, engine.OveragePolicyAllow, nil, 0, []bool{false}, 0, 0, 10, 20},
+		{"own blocks first", 500, []int64{80}, engine.OveragePolicyBlock, nil, 0, []bool{false}, 20, 500, 0, 0, false},
+		{"the parent pays the rest", 500, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{false}, 0, 470, 30, 0, false},
+		{"parent short refuses whole", 20, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{true}, 100, 20, 0, 0, false},
+		{"draw limit caps the pool", 500, []int64{100, 30, 1}, engine.OveragePolicyBlock, day, 0, []bool{false, false, true}, 0, 470, 30, 0, false},
+		{"the line after the pool", 500, []int64{100, 40}, engine.OveragePolicyBlock, day, 20, []bool{false, false}, -10, 470, 30, 0, false},
+		{"allow: overage past the pool", 10, []int64{130}, engine.OveragePolicyAllow, nil, 0, []bool{false}, 0, 0, 10, 20, false},
+		{"scoped: the parent pays the rest", 500, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{false}, 0, 470, 30, 0, true},
+		{"scoped: parent short refuses whole", 20, []int64{130}, engine.OveragePolicyBlock, nil, 0, []bool{true}, 100, 20, 0, 0, true},
+		{"scoped: limit, then the line", 500, []int64{100, 40}, engine.OveragePolicyBlock, day, 20, []bool{false, false}, -10, 470, 30, 0, true},
+		{"scoped allow: overage past the pool", 10, []int64{130}, engine.OveragePolicyAllow, nil, 0, []bool{false}, 0, 0, 10, 20, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,7 +81,20 @@ func TestPoolConsume(t *testing.T) {
 				}
 				child := sameSlotCustomer(parent)
 				b.known(t, child)
-				b.grant(t, grantCmd(child, 100, t0.Add(-time.Minute)))
+				wantChild := tt.wantChild
+				if tt.scoped {
+					for range 10 {
+						g := grantCmd(child, 10, t0.Add(-time.Minute))
+						g.Block.AppliesTo = &engine.AppliesTo{BillableMetricKeys: []string{"api.calls"}}
+						b.grant(t, g)
+					}
+					g := grantCmd(child, 50, t0.Add(-time.Minute))
+					g.Block.AppliesTo = &engine.AppliesTo{BillableMetricKeys: []string{"other.metric"}}
+					b.grant(t, g)
+					wantChild += 50
+				} else {
+					b.grant(t, grantCmd(child, 100, t0.Add(-time.Minute)))
+				}
 				var last engine.Mutation
 				for i, u := range tt.units {
 					res, err := b.store.Consume(ctx, poolConsume(child, parent, u, tt.policy, tt.limit, tt.line))
@@ -86,8 +107,8 @@ func TestPoolConsume(t *testing.T) {
 						last = res.Mutation
 					}
 				}
-				if got := b.snapshot(t, child, t0).Balance; got != tt.wantChild {
-					t.Errorf("child balance %d, want %d", got, tt.wantChild)
+				if got := b.snapshot(t, child, t0).Balance; got != wantChild {
+					t.Errorf("child balance %d, want %d", got, wantChild)
 				}
 				if got := b.snapshot(t, parent, t0).Balance; got != tt.wantParent {
 					t.Errorf("parent balance %d, want %d", got, tt.wantParent)
@@ -111,8 +132,8 @@ func TestPoolConsume(t *testing.T) {
 						}
 					}
 				}
-				if childSum != tt.wantChild || parentSum != tt.wantParent {
-					t.Errorf("ledger sums child %d parent %d, want %d, %d", childSum, parentSum, tt.wantChild, tt.wantParent)
+				if childSum != wantChild || parentSum != tt.wantParent {
+					t.Errorf("ledger sums child %d parent %d, want %d, %d", childSum, parentSum, wantChild, tt.wantParent)
 				}
 			})
 		})

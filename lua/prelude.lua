@@ -2387,25 +2387,28 @@ local function pool_free(a, now, metric, need, own)
   return m_min(free, need)
 end
 
+-- pool_cap is pooled within what p's draw limit leaves (p read).
+local function pool_cap(p, pooled)
+  if not p.lim then return pooled end
+  local left = m_sub(p.lim, p.drawn)
+  if not m_pos(left) then return MONEY_ZERO end
+  return m_min(pooled, left)
+end
+
 -- pool_split decides a charge of cost for metric by child a with pool p
--- (pool_of, its parent's account read into p.a): what the child's blocks
--- pay, what goes on its credit line (lim, under block only) and what the
--- parent's blocks pay, in that order of asking: own blocks, the parent,
--- the line. nil when refusing (policy block) and the three fall short of
--- cost; under allow and notify the rest is overage. nil, 'NOPOOLSTATE'
--- when the parent must be read and Redis holds no state for it.
+-- (pool_of): what the child's blocks pay, what goes on its credit line
+-- (lim, under block only) and what the parent's blocks pay, in that order
+-- of asking: own blocks, the parent, the line. nil when refusing (policy
+-- block) and the three fall short of cost; under allow and notify the
+-- rest is overage. nil, 'NOPOOLSTATE' when the parent must be read and
+-- Redis holds no state for it.
 local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
   local own = pool_free(a, now, metric, cost, refusing)
   local need = m_sub(cost, own)
   local pooled = MONEY_ZERO
   if m_pos(need) then
     if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
-    pooled = pool_free(p.a, now, metric, need, false)
-    if p.lim then
-      local left = m_sub(p.lim, p.drawn)
-      if not m_pos(left) then left = MONEY_ZERO end
-      pooled = m_min(pooled, left)
-    end
+    pooled = pool_cap(p, pool_free(p.a, now, metric, need, false))
   end
   if not refusing then return own, MONEY_ZERO, pooled end
   local debt = m_sub(need, pooled)
@@ -2413,6 +2416,32 @@ local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
   -- child's holds leave of it (eff counts them), as scope_split asks.
   if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
   return own, debt, pooled
+end
+
+-- pool_fast is pool_split for a scoped child read on the fast path
+-- (a.sc_fast, no active hold), deciding as it drains as scope_fast does:
+-- the child's blocks that apply to metric pay what they hold, then the
+-- parent, then the line. Returns what the child's blocks paid, the debt,
+-- the draws and what the parent pays; nil when refused, nil,
+-- 'NOPOOLSTATE' as pool_split.
+local function pool_fast(a, p, now, metric, eff, cost, lim, refusing, entries, changed)
+  expire_due(a, now, entries, changed)
+  local most = eff
+  if refusing then most = m_add(eff, a.d) end
+  if not m_pos(most) then most = MONEY_ZERO end
+  local draws = drain(a, now, m_min(cost, most), changed, metric)
+  local paid = MONEY_ZERO
+  for _, d in ipairs(draws) do paid = m_add(paid, d.take) end
+  local need, pooled, debt = m_sub(cost, paid), MONEY_ZERO, MONEY_ZERO
+  if m_pos(need) then
+    if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
+    pooled = pool_cap(p, pool_free(p.a, now, metric, need, false))
+  end
+  if refusing then
+    debt = m_sub(need, pooled)
+    if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  end
+  return paid, debt, draws, pooled
 end
 
 -- pool_take drains pooled from the parent's blocks (p.a) for the child's
