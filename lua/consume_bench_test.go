@@ -74,3 +74,75 @@ func BenchmarkConsumeWithBudgets(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConsumeControlled is BenchmarkConsume for a customer with the
+// spend controls the bench's consume-controlled scenario gives it, one by
+// one and all together: credit scoped to the metric and to another beside
+// unscoped credit, a credit line, two budgets and a parent with a daily
+// draw limit, none of which refuses or is drawn (issue 28's "within 15 %"
+// row, Redis side).
+func BenchmarkConsumeControlled(b *testing.B) {
+	for _, bc := range []struct {
+		name                        string
+		scoped, line, budgets, pool bool
+	}{
+		{"none", false, false, false, false},
+		{"scoped", true, false, false, false},
+		{"line", false, true, false, false},
+		{"budgets", false, false, true, false},
+		{"pool", false, false, false, true},
+		{"all", true, true, true, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			rdb, prefix := testenv.Redis(b)
+			s := NewStore(rdb, prefix)
+			ctx := context.Background()
+			parent := newCustomer()
+			c := sameSlotCustomer(parent)
+			for _, k := range []engine.CustomerKey{parent, c} {
+				if ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: k.TenantID, CustomerID: k.CustomerID, Environment: k.Environment}, t0); err != nil || !ok {
+					b.Fatalf("load: %v %v", ok, err)
+				}
+			}
+			metric := "api.calls"
+			scopes := [][]string{nil}
+			if bc.scoped {
+				scopes = [][]string{{metric}, {"other"}, nil}
+			}
+			for i, scope := range scopes {
+				g := grantCmd(c, 1<<58, t0)
+				g.Block.Priority = i
+				if scope != nil {
+					g.Block.AppliesTo = &engine.AppliesTo{BillableMetricKeys: scope}
+				}
+				if _, err := s.Grant(ctx, g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			budgets := []engine.Budget{
+				{Period: engine.BudgetDay, TimeZone: "UTC", LimitMC: engine.MaxBudgetLimitMC, Since: t0},
+				{BillableMetricKey: &metric, Period: engine.BudgetMonth, TimeZone: "Europe/Berlin", LimitMC: engine.MaxBudgetLimitMC, Since: t0},
+			}
+			limit := &engine.DrawLimit{Period: engine.BudgetDay, TimeZone: "UTC", LimitMC: engine.MaxBudgetLimitMC, Since: t0}
+			terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 2}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				cmd := consumeCmd(c, 3, terms, engine.OveragePolicyBlock, t0)
+				if bc.pool {
+					cmd = poolConsume(c, parent, 3, engine.OveragePolicyBlock, limit, 0)
+					cmd.Terms = terms
+				}
+				if bc.line {
+					cmd.Context.LimitMC = 1_000_000
+				}
+				if bc.budgets {
+					cmd.Context.Budgets = budgets
+				}
+				if _, err := s.Consume(ctx, cmd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
