@@ -289,13 +289,13 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	if c.ParentID != nil {
 		// A child may spend its parent's credit past its own (docs/rules.md
 		// "Shared pools"): the check reads the parent's balances too.
-		pool, ok, err := s.poolAvailable(ctx, c, tenant, rule.BillableMetricKey)
+		v, err := s.poolOf(ctx, c, tenant)
 		if err != nil {
 			return CheckResult{}, err
 		}
-		if ok {
-			fig.pool = pool
-			fig.available += pool
+		if v != nil {
+			fig.pool = v.available(rule.BillableMetricKey)
+			fig.available += fig.pool
 			res.PoolAvailableMC = &fig.pool
 		}
 	}
@@ -329,29 +329,47 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	return res, nil
 }
 
-// poolAvailable is what child c may draw from its parent for metric now:
-// the parent's effective balance for the metric (never its credit line),
-// at least 0, within what c's draw limit leaves; ok false when the parent
-// is gone.
-func (s *Entitlements) poolAvailable(ctx context.Context, c Customer, tenant Tenant, metric string) (int64, bool, error) {
-	p, err := poolDraw(ctx, s.customers, c, tenant, uuid.Nil)
-	if err != nil || p == nil {
-		return 0, false, err
-	}
-	now := s.clock.Now()
-	bal, err := s.balances(ctx, p.Parent)
-	if err != nil {
-		return 0, false, err
-	}
-	avail := bal.Effective
-	if bal.Scoped {
-		acct, err := s.credits.snapshotAt(ctx, p.Parent, now)
-		if err != nil {
-			return 0, false, err
-		}
-		avail = MetricAvailable(acct, 0, OveragePolicyBlock, metric, now.UnixMilli())
+// poolView is what a child may draw from its parent at an instant: the
+// parent's figures and what the child's draw limit leaves (-1: no limit).
+type poolView struct {
+	bal  Balances
+	acct *Account // the parent's blocks, when some has a scope
+	left int64
+	now  time.Time
+}
+
+// available is what the child may draw for metric: the parent's effective
+// balance for it (never its credit line), at least 0, within the limit.
+func (v *poolView) available(metric string) int64 {
+	avail := v.bal.Effective
+	if v.acct != nil {
+		avail = MetricAvailable(*v.acct, 0, OveragePolicyBlock, metric, v.now.UnixMilli())
 	}
 	avail = max(avail, 0)
+	if v.left >= 0 {
+		avail = min(avail, v.left)
+	}
+	return avail
+}
+
+// poolOf reads what child c may draw from its parent now; nil when c has
+// no parent or it is gone.
+func (s *Entitlements) poolOf(ctx context.Context, c Customer, tenant Tenant) (*poolView, error) {
+	p, err := poolDraw(ctx, s.customers, c, tenant, uuid.Nil)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	v := &poolView{left: -1, now: s.clock.Now()}
+	if v.bal, err = s.balances(ctx, p.Parent); err != nil {
+		return nil, err
+	}
+	if v.bal.Scoped {
+		acct, err := s.credits.snapshotAt(ctx, p.Parent, v.now)
+		if err != nil {
+			return nil, err
+		}
+		v.acct = &acct
+	}
 	if r, ok := s.hot.(BudgetCounterReader); ok && p.Limit != nil {
 		var vals []string
 		_, err := withLoad(ctx, s.credits, CustomerKeyOf(c), func() (MutationResult, error) {
@@ -360,13 +378,13 @@ func (s *Entitlements) poolAvailable(ctx context.Context, c Customer, tenant Ten
 			return MutationResult{}, e
 		})
 		if err != nil {
-			return 0, false, err
+			return nil, err
 		}
 		cnt, ok := ParseBudgetCounter(vals[0])
-		st := DrawLimitStatusOf(*p.Limit, cnt, ok, now)
-		avail = min(avail, max(p.Limit.LimitMC-st.DrawnMC, 0))
+		st := DrawLimitStatusOf(*p.Limit, cnt, ok, v.now)
+		v.left = max(p.Limit.LimitMC-st.DrawnMC, 0)
 	}
-	return avail, true, nil
+	return v, nil
 }
 
 // budgetRemaining is the least that the budgets of bs counting metric

@@ -139,6 +139,14 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 	for _, b := range acct.Blocks {
 		scoped = scoped || b.AppliesTo != nil
 	}
+	// A child may also spend its parent's credit (docs/rules.md "Shared
+	// pools"): each metered entry counts what it may draw.
+	var pool *poolView
+	if c.ParentID != nil {
+		if pool, err = s.poolOf(ctx, c, tenant); err != nil {
+			return Snapshot{}, err
+		}
+	}
 	for _, m := range metrics {
 		// What this metric may spend: the blocks that apply to it
 		// (MetricAvailable; the account's figure when none has a scope).
@@ -146,11 +154,14 @@ func (s *Entitlements) Snapshot(ctx context.Context, scope Scope, tenant Tenant,
 		if scoped {
 			avail = MetricAvailable(acct, c.CreditLimitMC, policy, m.Key, now.UnixMilli())
 		}
+		if pool != nil && m.Type == MetricMetered {
+			avail += pool.available(m.Key)
+		}
 		e, err := s.snapshotEntry(ctx, scope, key, m, f, avail, policy)
 		if err != nil {
 			return Snapshot{}, err
 		}
-		if scoped && m.Type == MetricMetered {
+		if (scoped || pool != nil) && m.Type == MetricMetered {
 			e.AvailableMC = &avail
 		}
 		snap.Entitlements[m.Key] = e

@@ -99,6 +99,11 @@ func TestSharedPool(t *testing.T) {
 		if checkStatus(t, chk, 200, "check") && (chk.Body["allowed"] != false || Int(t, chk.Body["pool_available_mc"]) != 150) {
 			t.Errorf("check of 151: %s, want not allowed and pool_available_mc 150", chk.Raw)
 		}
+		// So does a snapshot's metered entry, which the edge evaluators read.
+		snap := a.snapshot("/v1/customers/"+child+"/entitlements", true)
+		if e := obj(t, obj(t, snap.Body["entitlements"], "entitlements")[m], "entry"); Int(t, e["available_mc"]) != 150 {
+			t.Errorf("snapshot entry %v, want available_mc 150 (the pool the limit leaves)", e)
+		}
 		checkProblem(t, a.consumeUnits(child, m, 151), 409, "insufficient-credits", "", "past the draw limit")
 		wantStatus(t, a.consumeUnits(child, m, 150), 200, "to the draw limit")
 		cr := a.credits(child)
