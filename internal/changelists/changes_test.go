@@ -213,6 +213,42 @@ func TestChangelistProbe(t *testing.T) {
 	}
 }
 `,
+			"engine/zz_changelist_probe_test.go": `package engine
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+)
+
+// api/openapi.json describes a package rule: the name and its field, in
+// the rule the API answers and in the body it takes.
+func TestChangelistProbe(t *testing.T) {
+	raw, err := os.ReadFile("../api/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Enum []string ` + "`json:\"enum\"`" + `
+				} ` + "`json:\"properties\"`" + `
+			} ` + "`json:\"schemas\"`" + `
+		} ` + "`json:\"components\"`" + `
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"MeteringRule", "RuleInput"} {
+		props := doc.Components.Schemas[name].Properties
+		if _, ok := props["package_size"]; !ok || !slices.Contains(props["cost_type"].Enum, string(CostPackage)) {
+			t.Errorf("api/openapi.json %s does not describe cost type %s and package_size", name, CostPackage)
+		}
+	}
+}
+`,
 			"persist/zz_changelist_probe_test.go": `package persist
 
 import (
@@ -323,11 +359,13 @@ func RefundSlot(i int) EventSlot { return EventSlot{eventsRefund, i} }
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 )
 
 // A refund grant owes credit.refunded, with an id of its own that a replay
-// derives again, and its data in the envelope.
+// derives again, and its data in the envelope; api/openapi.json documents
+// its delivery.
 func TestChangelistProbe(t *testing.T) {
 	m := mut(MutationGrant, 0, 500, 100, "", nil, mainEntry(500, EntryAdjustment))
 	r := "refund"
@@ -341,6 +379,16 @@ func TestChangelistProbe(t *testing.T) {
 	}
 	if err := json.Unmarshal(evs[1].Payload, &env); err != nil || env.Data.Credits != 500 {
 		t.Fatalf("payload %s: %v", evs[1].Payload, err)
+	}
+	raw, err := os.ReadFile("../api/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Webhooks map[string]json.RawMessage ` + "`json:\"webhooks\"`" + `
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.Webhooks[string(EventCreditRefunded)] == nil {
+		t.Fatalf("api/openapi.json has no webhook %s (%v)", EventCreditRefunded, err)
 	}
 }
 `,
