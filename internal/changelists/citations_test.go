@@ -120,6 +120,46 @@ func TestCitationsResolve(t *testing.T) {
 	for _, b := range bad {
 		t.Errorf("cites a file not in this repository: %s", b)
 	}
+	for _, b := range badSections(t, root, files) {
+		t.Errorf("cites a part of the contract that is not there: %s", b)
+	}
+}
+
+// specRef is a citation of a part of the contract in docs/spec: a numbered
+// section of the addendum (§7; the interface has no numbers) or a named
+// part of either ("Metering rule").
+var specRef = regexp.MustCompile(`(interface|addendum)\.md (?:§(\d+)|"([^"\n]+)")`)
+
+// badSections lists the citations of docs/spec parts that do not exist, so
+// a section number past the last or a renamed heading cannot send a reader
+// nowhere.
+func badSections(t *testing.T, root string, files []string) []string {
+	spec := map[string]string{}
+	for _, name := range []string{"interface", "addendum"} {
+		b, err := os.ReadFile(filepath.Join(root, "docs", "spec", name+".md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec[name] = string(b)
+	}
+	var bad []string
+	for _, rel := range files {
+		text, err := prose(filepath.Join(root, rel))
+		if err != nil {
+			continue
+		}
+		for _, m := range specRef.FindAllStringSubmatch(text, -1) {
+			doc := spec[m[1]]
+			switch {
+			case m[2] != "" && (m[1] != "addendum" || !strings.Contains(doc, "\n## "+m[2]+". ")):
+				bad = append(bad, rel+": "+m[0])
+			case m[3] != "" && !strings.Contains(doc, m[3]):
+				bad = append(bad, rel+": "+m[0])
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
 }
 
 // placeholder says whether p, at i in text, is a pattern or an
