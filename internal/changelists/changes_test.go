@@ -18,8 +18,10 @@ func changes() []change {
 	return []change{costTypeChange(), eventTypeChange(), endpointChange()}
 }
 
-// regenerate are the steps after an edit of api/openapi.json, as the
-// lists name them; checks are the tests that fail while one was skipped.
+// regenerate is the regeneration after an edit of api/openapi.json, one
+// step per command as the lists name them; driftTests and drift fail when
+// the list left one out. A client whose tools are missing here (no npm ci,
+// no python3) is neither regenerated nor checked: logged, not failed.
 func regenerate() []step {
 	return []step{
 		runStep("go", "run", "./internal/apidoc"),
@@ -41,9 +43,8 @@ func regenerate() []step {
 	}
 }
 
-// drift is the generated files' checks: docs/api.md (internal/apidoc) and
-// client/*_gen.go (client/internal/gen) run as go tests; these the two
-// other clients' generators.
+// drift is the --check of the TypeScript and Python clients' generators;
+// docs/api.md and client/*_gen.go are checked by go tests (driftTests).
 func drift() []command {
 	var out []command
 	if _, err := exec.LookPath("python3"); err == nil {
