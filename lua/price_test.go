@@ -35,7 +35,7 @@ if not c then return 'OVERFLOW' end
 return m_fmt(c)
 `)
 
-// luaPrice is what price.lua answers for terms and units.
+// luaPrice is what prelude.lua's price answers for terms and units.
 func luaPrice(t testing.TB, rdb redis.UniversalClient, terms engine.RuleTerms, units int64) string {
 	t.Helper()
 	arg, err := termsArg(terms)
