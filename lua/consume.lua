@@ -56,7 +56,10 @@ if not now or not units or not terms or metric == '' or
   return redis.error_reply('BADARG now, metric, units, terms or policy')
 end
 
-local a = acct_read(account_key, now, {'o'}, false, true)
+-- The budgets' counters come with the account read (prelude
+-- budget_fields) and go with its write (budget_count before acct_commit).
+local buds = budgets_of(ctx, now)
+local a = acct_read(account_key, now, budget_fields({'o'}, buds), false, true)
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
@@ -71,7 +74,7 @@ local m = {op = op_id, kind = 'consume', tenant = tenant, customer = customer, e
 
 -- A budget refuses a cost that would take it past its limit, whatever the
 -- balance and the policy (prelude budget_take).
-local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx, now), metric, cost, nil)
+local bud_hits, bud_over = budget_take(account_key, buds, metric, cost, nil, a)
 if bud_over then
   return budget_refuse(account_key, outbox_key, m, a,
     usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
@@ -148,11 +151,12 @@ entries[#entries + 1] = entry_obj(e)
 m.open_meta = entry_meta
 
 if m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, metric, metric_j, pooled, pool_op, pool_ctx) end
+local bud_json = budget_count(account_key, bud_hits, a)
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
 local usage = usage_json_s(metric_j, su, sc, sch, so, false, nil)
 if m_pos(pooled) then usage = string.sub(usage, 1, -2) .. ',"pool":' .. m_fmt(pooled) .. '}' end
-m.extra = ',"usage":' .. usage .. budget_count(account_key, bud_hits)
+m.extra = ',"usage":' .. usage .. bud_json
 local json = mutation_json(m, a, entries, changed)
 local record = nil
 -- A compact record rebuilds the entry's delta from the charge, which a

@@ -880,6 +880,7 @@ end
 -- Kinds are told by byte, not by substring: every script reads every
 -- field, and each new Lua string costs an allocation and an intern.
 local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 103, 109, 110, 97
+local BYTE_U, BYTE_P = 117, 112
 
 -- ACCT_NAME sorts the account's own fields by name (a table look-up, no
 -- string.byte call): 1 a number, 2 money, 3 text, 4 a layout v2 field. A
@@ -1247,6 +1248,9 @@ local function acct_read(key, now, extras, full, scoped_fast)
       a.x[name] = a.res[string.sub(name, 3)]
     elseif k2 == BYTE_COLON and k1 == BYTE_G then
       a.x[name] = a.gauges[string.sub(name, 3)]
+    elseif k2 == BYTE_COLON and (k1 == BYTE_U or k1 == BYTE_P) then
+      -- A budget's or the draw limit's counter: acct_read_all kept it.
+      a.x[name] = a[name]
     elseif name ~= 'o' then -- the slow path rebuilds the index
       a.x[name] = redis.call('HGET', key, name) or nil
     end
@@ -2076,6 +2080,11 @@ local function acct_commit(akey, a, changed, now)
   elseif sc_moved and (a.sc or a.sc_n) then
     del[#del + 1] = 'sc'
   end
+  -- Fields a script asked to write with the account (budget counters:
+  -- budget_count), in the same HSET.
+  if a.also then
+    for i = 1, #a.also do set[#set + 1] = a.also[i] end
+  end
   redis.call('HSET', akey, unpack(set))
   if #del > 0 then redis.call('HDEL', akey, unpack(del)) end
 end
@@ -2258,6 +2267,14 @@ local function budgets_of(ctx, now)
   return out
 end
 
+-- budget_fields is extras (acct_read) with the counter fields of buds
+-- (budgets_of), so the account read brings them (budget_take with a).
+local function budget_fields(extras, buds)
+  if not buds then return extras end
+  for _, b in ipairs(buds) do extras[#extras + 1] = b.f end
+  return extras
+end
+
 -- budget_take reads the counters of budgets buds (budgets_of) of account
 -- key akey that a charge of cost touches: a budget of every metric (metric
 -- key "") counts all of it, one of a metric the cost when the charge is of
@@ -2266,11 +2283,18 @@ end
 -- the touched counters with their spend after the charge, and the first
 -- budget the charge would take past its limit (nil when none), so a
 -- caller may refuse before anything is written.
-local function budget_take(akey, buds, metric, cost, items)
+local function budget_take(akey, buds, metric, cost, items, a)
   if not buds then return nil, nil end
-  local names = {}
-  for i, b in ipairs(buds) do names[i] = b.f end
-  local vals = redis.call('HMGET', akey, unpack(names))
+  local vals
+  if a then
+    -- The account was read with the counters (budget_fields).
+    vals = {}
+    for i, b in ipairs(buds) do vals[i] = a.x[b.f] end
+  else
+    local names = {}
+    for i, b in ipairs(buds) do names[i] = b.f end
+    vals = redis.call('HMGET', akey, unpack(names))
+  end
   local hits, over = {}, nil
   for i, b in ipairs(buds) do
     local amt = nil
@@ -2309,7 +2333,7 @@ end
 -- place and answers the Mutation's budget member (engine.MutationBudget,
 -- "" when no budget was reached): a counter that gets to its limit for the
 -- first time in its window owes credit.budget_reached.
-local function budget_count(akey, hits)
+local function budget_count(akey, hits, a)
   if not hits or #hits == 0 then return '' end
   local set, reached = {}, {}
   for _, h in ipairs(hits) do
@@ -2317,7 +2341,12 @@ local function budget_count(akey, hits)
     if at and not h.flag then reached[#reached + 1] = budget_reach_json(h, h.after) end
     set[#set + 1], set[#set + 2] = h.b.f, budget_counter_enc(h.from, h.after, at or h.flag)
   end
-  redis.call('HSET', akey, unpack(set))
+  if a then
+    -- Written by acct_commit's HSET, which runs after.
+    a.also = set
+  else
+    redis.call('HSET', akey, unpack(set))
+  end
   if #reached == 0 then return '' end
   return ',"budget":{"reached":[' .. table.concat(reached, ',') .. ']}'
 end
