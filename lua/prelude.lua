@@ -1403,6 +1403,16 @@ end
 -- it ends). Never negative.
 local function scope_free(a, now, metric, freed, skip, need)
   local hm, at = scope_holds(a, skip)
+  if #hm == 0 then
+    -- No hold to keep backed: every block that applies may pay, so their
+    -- sum answers (at least need when they hold it) with no spend-order
+    -- walk, and no sort.
+    local sum = MONEY_ZERO
+    for _, b in ipairs(a.blocks) do
+      if live(b, now) and started(b, now) and applies(b, metric) then sum = m_add(sum, b.rem) end
+    end
+    return sum
+  end
   local slack = scope_elig(a, now, hm, at)
   local owed = m_sub(a.rs, freed)
   local elig, taken = {}, {}
