@@ -138,6 +138,10 @@ func TestSharedPool(t *testing.T) {
 			t.Errorf("patched: %s, want no parent", r.Raw)
 		}
 		checkProblem(t, a.consumeUnits(kid, m, 1), 409, "insufficient-credits", "", "no parent any more")
+		// A deleted parent lends nothing either.
+		org, member := a.poolFamily(100, 0, nil)
+		wantStatus(t, a.do("DELETE", "/v1/customers/"+org, "", nil), 204, "delete the parent")
+		checkProblem(t, a.consumeUnits(member, m, 1), 409, "insufficient-credits", "", "the parent deleted")
 	})
 	wantReconciled(t, s, "at the end")
 }
