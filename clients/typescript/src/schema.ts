@@ -4682,6 +4682,8 @@ export interface operations {
                      *               "since": "2026-11-24T06:00:00Z"
                      *             }
                      *           ],
+                     *           "parent_id": null,
+                     *           "parent_draw_limit": null,
                      *           "metadata": {
                      *             "plan": "pro"
                      *           },
@@ -4762,6 +4764,8 @@ export interface operations {
                      *           "since": "2026-11-24T06:00:00Z"
                      *         }
                      *       ],
+                     *       "parent_id": null,
+                     *       "parent_draw_limit": null,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4823,6 +4827,8 @@ export interface operations {
                      *           "since": "2026-11-24T06:00:00Z"
                      *         }
                      *       ],
+                     *       "parent_id": null,
+                     *       "parent_draw_limit": null,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -4926,6 +4932,8 @@ export interface operations {
                      *           "since": "2026-11-24T06:00:00Z"
                      *         }
                      *       ],
+                     *       "parent_id": null,
+                     *       "parent_draw_limit": null,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -5390,6 +5398,8 @@ export interface operations {
                      *           "since": "2026-11-24T06:00:00Z"
                      *         }
                      *       ],
+                     *       "parent_id": null,
+                     *       "parent_draw_limit": null,
                      *       "metadata": {
                      *         "plan": "pro"
                      *       },
@@ -5495,6 +5505,8 @@ export interface operations {
                      *           "since": "2026-11-24T06:00:00Z"
                      *         }
                      *       ],
+                     *       "parent_id": null,
+                     *       "parent_draw_limit": null,
                      *       "metadata": {
                      *         "plan": "enterprise"
                      *       },
