@@ -207,8 +207,8 @@ func (in *PlanGrantPayload) ToCommand() (engine.CreatePlanGrant, error) {
 	if in.Credits == nil {
 		return engine.CreatePlanGrant{}, engine.Invalid("credits", "credits is required")
 	}
-	if *in.Credits < 1 {
-		return engine.CreatePlanGrant{}, engine.Invalid("credits", "credits must be >= 1")
+	if err := engine.GrantAmount.Check("", *in.Credits); err != nil {
+		return engine.CreatePlanGrant{}, err
 	}
 	if in.GrantInterval == nil || *in.GrantInterval == "" {
 		return engine.CreatePlanGrant{}, engine.Invalid("grant_interval", "grant_interval is required")

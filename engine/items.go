@@ -30,6 +30,8 @@ var (
 	// something and leaves the rest of the hold open.
 	PartialCommitUnits = ItemUnits{name: "actual_units", min: 1, below: Invalid,
 		detail: "a partial commit (final: false) needs actual_units >= 1"}
+	// GrantAmount is the credits of a grant, a top-up and a plan's grant.
+	GrantAmount = ItemUnits{name: "credits", min: 1, below: Invalid}
 	// GaugeAmount is a gauge increment's or decrement's amount.
 	GaugeAmount = ItemUnits{name: "amount", min: 1, below: BadRequest, detail: "amount must be an integer >= 1"}
 )
@@ -44,6 +46,16 @@ func (u ItemUnits) Check(prefix string, units int64) error {
 			return u.below(prefix+u.name, u.detail)
 		}
 		return u.below(prefix+u.name, fmt.Sprintf("%s%s must be >= %d", prefix, u.name, u.min))
+	}
+	return nil
+}
+
+// CheckAdjustDelta refuses an adjust's delta of 0: a positive delta grants
+// (grant.lua), a negative one debits its opposite (debit.lua), and each
+// script refuses an amount below 1.
+func CheckAdjustDelta(delta int64) error {
+	if delta == 0 {
+		return Invalid("delta", "delta is required and must not be 0")
 	}
 	return nil
 }

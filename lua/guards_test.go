@@ -173,6 +173,20 @@ func guardCases() []guardCase {
 				_, err := b.store.Extend(ctx, extendCmd(c, id, v, perUnitTerms(1), time.Time{}, t0.Add(time.Minute)))
 				return err
 			}},
+		{"grant credits", "grant.lua", units(engine.GrantAmount, ""), "credits", engine.KindValidation, 1, 0,
+			func(t *testing.T, b bundle, v int64) error {
+				c := newCustomer()
+				b.known(t, c)
+				_, err := b.store.Grant(ctx, grantCmd(c, v, t0))
+				return err
+			}},
+		// An adjust's negative delta debits its opposite.
+		{"adjust debit", "debit.lua", func(v int64) error { return engine.CheckAdjustDelta(-v) }, "delta", engine.KindValidation, 1, 0,
+			func(t *testing.T, b bundle, v int64) error {
+				c, _ := b.funded(t)
+				_, err := b.store.Debit(ctx, debitCmd(c, v, t0))
+				return err
+			}},
 		{"gauge amount", "gauge.lua", units(engine.GaugeAmount, ""), "amount", engine.KindBadRequest, 1, 0,
 			func(t *testing.T, b bundle, v int64) error { return gauge(t, b, v, 0) }},
 		{"gauge lease_seconds", "gauge.lua", engine.CheckLeaseSeconds, "lease_seconds", engine.KindValidation, 1, 0,
