@@ -32,6 +32,9 @@ var (
 		detail: "a partial commit (final: false) needs actual_units >= 1"}
 	// GrantAmount is the credits of a grant, a top-up and a plan's grant.
 	GrantAmount = ItemUnits{name: "credits", min: 1, below: Invalid}
+	// AccumulationCap is a plan grant's accumulation_cap, when given: the
+	// grant script's cap.
+	AccumulationCap = ItemUnits{name: "accumulation_cap", min: 1, below: Invalid, detail: "accumulation_cap must be >= 1, or null"}
 	// GaugeAmount is a gauge increment's or decrement's amount.
 	GaugeAmount = ItemUnits{name: "amount", min: 1, below: BadRequest, detail: "amount must be an integer >= 1"}
 )
@@ -56,6 +59,15 @@ func (u ItemUnits) Check(prefix string, units int64) error {
 func CheckAdjustDelta(delta int64) error {
 	if delta == 0 {
 		return Invalid("delta", "delta is required and must not be 0")
+	}
+	return nil
+}
+
+// CheckRolloverPercentage refuses a plan grant's rollover_percentage
+// outside 0..100, the share of unused credit rollover.lua carries over.
+func CheckRolloverPercentage(p int64) error {
+	if p < 0 || p > 100 {
+		return Invalid("rollover_percentage", "rollover_percentage must be between 0 and 100")
 	}
 	return nil
 }

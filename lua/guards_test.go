@@ -105,6 +105,16 @@ func guardCases() []guardCase {
 		_, err := b.store.Gauge(ctx, cmd)
 		return err
 	}
+	// rollover carries v percent of the funded customer's first block into
+	// a new one.
+	rollover := func(t *testing.T, b bundle, v int64) error {
+		c, blocks := b.funded(t)
+		exp := t0.Add(48 * time.Hour)
+		_, err := b.store.Rollover(ctx, engine.RolloverCommand{OpID: uuid.New(), Customer: c, Now: t0,
+			Blocks: blocks[:1], Percentage: int(v), Block: engine.Block{ID: uuid.New(), Source: engine.SourcePlanGrant, ExpiresAt: &exp},
+			EntryType: engine.EntryPlanGrant})
+		return err
+	}
 	count := func(v int64) error { return engine.CheckItemCount(int(v)) }
 	units := func(u engine.ItemUnits, prefix string) func(int64) error {
 		return func(v int64) error { return u.Check(prefix, v) }
@@ -180,6 +190,17 @@ func guardCases() []guardCase {
 				_, err := b.store.Grant(ctx, grantCmd(c, v, t0))
 				return err
 			}},
+		{"grant accumulation_cap", "grant.lua", units(engine.AccumulationCap, ""), "accumulation_cap", engine.KindValidation, 1, 0,
+			func(t *testing.T, b bundle, v int64) error {
+				c := newCustomer()
+				b.known(t, c)
+				g := grantCmd(c, 5, t0)
+				g.AccumulationCap = &v
+				_, err := b.store.Grant(ctx, g)
+				return err
+			}},
+		{"rollover percentage, least", "rollover.lua", engine.CheckRolloverPercentage, "rollover_percentage", engine.KindValidation, 0, -1, rollover},
+		{"rollover percentage, most", "rollover.lua", engine.CheckRolloverPercentage, "rollover_percentage", engine.KindValidation, 100, 101, rollover},
 		// An adjust's negative delta debits its opposite.
 		{"adjust debit", "debit.lua", func(v int64) error { return engine.CheckAdjustDelta(-v) }, "delta", engine.KindValidation, 1, 0,
 			func(t *testing.T, b bundle, v int64) error {
