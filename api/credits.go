@@ -148,8 +148,11 @@ type adjustPayload struct {
 
 // toCommand checks the body, naming the first wrong member.
 func (in *adjustPayload) toCommand() (engine.AdjustCredits, error) {
-	if in.Delta == nil || *in.Delta == 0 {
+	if in.Delta == nil {
 		return engine.AdjustCredits{}, engine.Invalid("delta", "delta is required and must not be 0")
+	}
+	if err := engine.CheckAdjustDelta(*in.Delta); err != nil {
+		return engine.AdjustCredits{}, err
 	}
 	if err := engine.ValidateSourceReason(in.Source, in.Reason); err != nil {
 		return engine.AdjustCredits{}, err
@@ -223,8 +226,8 @@ func (in *GrantPayload) ToCommand() (engine.GrantCredits, error) {
 	if in.Credits == nil {
 		return cmd, engine.Invalid("credits", "credits is required")
 	}
-	if *in.Credits < 1 {
-		return cmd, engine.Invalid("credits", "credits must be >= 1")
+	if err := engine.GrantAmount.Check("", *in.Credits); err != nil {
+		return cmd, err
 	}
 	if err := engine.ValidateSourceReason(in.Source, in.Reason); err != nil {
 		return cmd, err

@@ -166,8 +166,11 @@ type gaugePayload struct {
 // toCommand checks the body of an increment (up) or a decrement: amount,
 // then policy (an increment's only), then lease_seconds.
 func (in *gaugePayload) toCommand(up bool) (engine.GaugeMove, error) {
-	if in.Amount == nil || *in.Amount < 1 {
+	if in.Amount == nil {
 		return engine.GaugeMove{}, engine.BadRequest("amount", "amount must be an integer >= 1")
+	}
+	if err := engine.GaugeAmount.Check("", *in.Amount); err != nil {
+		return engine.GaugeMove{}, err
 	}
 	out := engine.GaugeMove{Amount: *in.Amount}
 	if up && in.Policy != nil {

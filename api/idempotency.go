@@ -44,8 +44,8 @@ var (
 
 // idempotent runs a POST or PATCH at most once per tenant and key
 // (docs/spec/interface.md Common rules 1): the first request claims the key and runs;
-// its completed response (2xx or 4xx, see storable) is remembered for 24 h
-// and replayed to every retry with the same fingerprint; a 5xx drops the
+// its completed response (2xx or 4xx, see storable) is remembered for
+// engine.ReplayWindow and replayed to every retry with the same fingerprint; a 5xx drops the
 // claim so a retry runs afresh. A money route's 2xx is remembered without
 // its body: the retry re-runs the endpoint, which replays the operation
 // from Postgres or from its op key (replaysByRerun). A duplicate arriving while the first still runs

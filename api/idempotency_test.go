@@ -329,9 +329,11 @@ func TestIdempotencyRecordUnavailable(t *testing.T) {
 	}
 }
 
-// TestReplaysByRerunRoutes: every path replaysByRerun names is a registered
-// POST route (a renamed route would silently store bodies again), and the
-// routes with effects outside one money script are not among them.
+// TestReplaysByRerunRoutes: the routes internal/e2e TestReplayByRerunIdentical
+// checks byte for byte are registered with optRerun (a renamed route or a
+// lost flag would silently store bodies again), and the routes with effects
+// outside one money script are not (TestMoneyRoutesDeclareIdempotency
+// checks that every money route says one way or the other).
 func TestReplaysByRerunRoutes(t *testing.T) {
 	t.Parallel()
 	h := setup(t)

@@ -21,8 +21,8 @@ func (s *Server) registerLeases() {
 	}{{"/v1/customers/{id}", false}, {"/v1/customer-by-external-id/{external_id}", true}} {
 		ref := refParam(form.strict)
 		base := form.prefix + "/entitlements/{billable_metric_key}/leases/{lease_id}"
-		s.handle("POST", base+"/renew", optTenant|optIdem, s.leaseOp(ref, true))
-		s.handle("POST", base+"/release", optTenant|optIdem, s.leaseOp(ref, false))
+		s.handle("POST", base+"/renew", optTenant|optIdem|optStored, s.leaseOp(ref, true))
+		s.handle("POST", base+"/release", optTenant|optIdem|optStored, s.leaseOp(ref, false))
 	}
 }
 

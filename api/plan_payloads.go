@@ -207,8 +207,8 @@ func (in *PlanGrantPayload) ToCommand() (engine.CreatePlanGrant, error) {
 	if in.Credits == nil {
 		return engine.CreatePlanGrant{}, engine.Invalid("credits", "credits is required")
 	}
-	if *in.Credits < 1 {
-		return engine.CreatePlanGrant{}, engine.Invalid("credits", "credits must be >= 1")
+	if err := engine.GrantAmount.Check("", *in.Credits); err != nil {
+		return engine.CreatePlanGrant{}, err
 	}
 	if in.GrantInterval == nil || *in.GrantInterval == "" {
 		return engine.CreatePlanGrant{}, engine.Invalid("grant_interval", "grant_interval is required")
@@ -238,11 +238,15 @@ func (in *PlanGrantPayload) ToCommand() (engine.CreatePlanGrant, error) {
 	if v := in.ExpiresAfterSeconds; v != nil && (*v < 1 || *v > engine.MaxGrantSeconds) {
 		return engine.CreatePlanGrant{}, engine.Invalid("expires_after_seconds", "expires_after_seconds must be between 1 and 315360000, or null")
 	}
-	if v := in.AccumulationCap; v != nil && *v < 1 {
-		return engine.CreatePlanGrant{}, engine.Invalid("accumulation_cap", "accumulation_cap must be >= 1, or null")
+	if v := in.AccumulationCap; v != nil {
+		if err := engine.AccumulationCap.Check("", *v); err != nil {
+			return engine.CreatePlanGrant{}, err
+		}
 	}
-	if v := in.RolloverPercentage; v != nil && (*v < 0 || *v > 100) {
-		return engine.CreatePlanGrant{}, engine.Invalid("rollover_percentage", "rollover_percentage must be between 0 and 100")
+	if v := in.RolloverPercentage; v != nil {
+		if err := engine.CheckRolloverPercentage(int64(*v)); err != nil {
+			return engine.CreatePlanGrant{}, err
+		}
 	}
 	if v := in.MaxRolloverCycles; v != nil && (*v < 0 || *v > 1_000_000) {
 		return engine.CreatePlanGrant{}, engine.Invalid("max_rollover_cycles", "max_rollover_cycles must be between 0 and 1000000, or null")

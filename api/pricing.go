@@ -128,15 +128,15 @@ func (s *Server) registerPricing() {
 
 	s.handle("GET", "/v1/entitlements/check", optTenant, s.checkQuery)
 	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem|optDryRun|optRerun|optFused, s.consume)
-	s.handle("POST", "/v1/usage", optTenant|optIdem, s.usage)
+	s.handle("POST", "/v1/usage", optTenant|optIdem|optStored, s.usage)
 	for _, form := range []struct {
 		prefix string
 		strict bool
 	}{{"/v1/customers/{id}", false}, {"/v1/customer-by-external-id/{external_id}", true}} {
 		ref := refParam(form.strict)
 		s.handle("GET", form.prefix+"/entitlements/{metric}", optTenant, s.checkPath(ref))
-		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem, s.moveGauge(ref, true))
-		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem, s.moveGauge(ref, false))
+		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem|optStored, s.moveGauge(ref, true))
+		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem|optStored, s.moveGauge(ref, false))
 	}
 	s.registerLeases()
 
@@ -144,7 +144,7 @@ func (s *Server) registerPricing() {
 	s.handle("GET", "/v1/reservations/{id}", optTenant, s.getReservation)
 	s.handle("POST", "/v1/reservations/{id}/commit", optTenant|optIdem|optRerun|optFused, s.commitReservation)
 	s.handle("POST", "/v1/reservations/{id}/release", optTenant|optIdem|optRerun|optFused, s.releaseReservation)
-	s.handle("POST", "/v1/reservations/{id}/extend", optTenant|optIdem, s.extendReservation)
+	s.handle("POST", "/v1/reservations/{id}/extend", optTenant|optIdem|optStored, s.extendReservation)
 	s.handle("GET", "/v1/customers/{customer_id}/reservations", optTenant, s.listReservations(customerIDParam))
 	s.handle("GET", "/v1/customer-by-external-id/{external_id}/reservations", optTenant, s.listReservations(refParam(true)))
 }

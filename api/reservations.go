@@ -1,8 +1,6 @@
 package api
 
 import (
-	"fmt"
-
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
@@ -108,15 +106,15 @@ func (in *reservePayload) toCommand() (engine.CreateReservation, error) {
 		if in.EstimatedUnits == nil {
 			return engine.CreateReservation{}, engine.Invalid("estimated_units", "estimated_units is required")
 		}
-		if *in.EstimatedUnits < 1 {
-			return engine.CreateReservation{}, engine.Invalid("estimated_units", "estimated_units must be >= 1")
+		if err := engine.ReserveItemUnits.Check("", *in.EstimatedUnits); err != nil {
+			return engine.CreateReservation{}, err
 		}
 		out.Metric, out.EstimatedUnits = *in.BillableMetricKey, *in.EstimatedUnits
 	}
 	out.TTLSeconds = engine.DefaultReservationTTLSeconds
 	if in.TTLSeconds != nil {
-		if ttl := *in.TTLSeconds; ttl < 1 || ttl > engine.MaxReservationTTLSeconds {
-			return engine.CreateReservation{}, engine.Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		if err := engine.CheckReservationTTL(*in.TTLSeconds); err != nil {
+			return engine.CreateReservation{}, err
 		}
 		out.TTLSeconds = *in.TTLSeconds
 	}
@@ -141,8 +139,8 @@ func (in *reservePayload) checkItems(out *engine.CreateReservation) error {
 	if in.BillableMetricKey != nil || in.EstimatedUnits != nil {
 		return engine.BadRequest("items", "give either items or billable_metric_key and estimated_units, not both")
 	}
-	if len(in.Items) < 1 || len(in.Items) > engine.MaxReservationItems {
-		return engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxReservationItems))
+	if err := engine.CheckItemCount(len(in.Items)); err != nil {
+		return err
 	}
 	out.Items = make([]engine.ReserveItem, len(in.Items))
 	seen := make(map[string]bool, len(in.Items))
@@ -224,8 +222,8 @@ func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 		if in.ActualUnits != nil {
 			return engine.CommitReservation{}, engine.BadRequest("items", "give either items or actual_units, not both")
 		}
-		if len(in.Items) < 1 || len(in.Items) > engine.MaxReservationItems {
-			return engine.CommitReservation{}, engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxReservationItems))
+		if err := engine.CheckItemCount(len(in.Items)); err != nil {
+			return engine.CommitReservation{}, err
 		}
 		out.Items = make([]engine.CommitItem, len(in.Items))
 		seen := make(map[string]bool, len(in.Items))
@@ -240,11 +238,13 @@ func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 		if in.ActualUnits == nil {
 			return engine.CommitReservation{UnitsMissing: true, Partial: out.Partial}, nil
 		}
-		if *in.ActualUnits < 0 {
-			return engine.CommitReservation{}, engine.Invalid("actual_units", "actual_units must be >= 0")
+		if err := engine.CommitItemUnits.Check("", *in.ActualUnits); err != nil {
+			return engine.CommitReservation{}, err
 		}
-		if out.Partial && *in.ActualUnits < 1 {
-			return engine.CommitReservation{}, engine.Invalid("actual_units", "a partial commit (final: false) needs actual_units >= 1")
+		if out.Partial {
+			if err := engine.PartialCommitUnits.Check("", *in.ActualUnits); err != nil {
+				return engine.CommitReservation{}, err
+			}
 		}
 		out.ActualUnits = *in.ActualUnits
 	}
@@ -293,14 +293,14 @@ func (in *extendPayload) toCommand() (engine.ExtendReservation, error) {
 		return out, engine.Invalid("additional_units", "give additional_units, ttl_seconds or both")
 	}
 	if in.AdditionalUnits != nil {
-		if *in.AdditionalUnits < 1 {
-			return out, engine.Invalid("additional_units", "additional_units must be >= 1")
+		if err := engine.ExtendUnits.Check("", *in.AdditionalUnits); err != nil {
+			return out, err
 		}
 		out.AdditionalUnits = *in.AdditionalUnits
 	}
 	if in.TTLSeconds != nil {
-		if ttl := *in.TTLSeconds; ttl < 1 || ttl > engine.MaxReservationTTLSeconds {
-			return out, engine.Invalid("ttl_seconds", "ttl_seconds must be between 1 and 86400")
+		if err := engine.CheckReservationTTL(*in.TTLSeconds); err != nil {
+			return out, err
 		}
 		out.TTLSeconds = *in.TTLSeconds
 	}

@@ -336,6 +336,13 @@ const (
 	// optFused (with optRerun): on a store that can (engine.DoorFuser), the
 	// request's door runs inside its one money script (fuse).
 	optFused
+	// optStored (with optIdem, never with optRerun): a route that runs a
+	// money script and still stores its answer, because a re-run would not
+	// answer from the operation's record alone (a usage batch answers a
+	// replayed event "duplicate"; see replaysByRerun). Every money route
+	// says optRerun or optStored, other routes neither
+	// (TestMoneyRoutesDeclareIdempotency).
+	optStored
 )
 
 // endpoint is one operation; it writes its success response through the
@@ -353,6 +360,9 @@ type route struct {
 func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
 	if opts&optRerun != 0 && (opts&optIdem == 0 || method != "POST") {
 		panic("api: " + method + " " + path + ": optRerun needs optIdem on a POST")
+	}
+	if opts&optStored != 0 && (opts&optIdem == 0 || opts&optRerun != 0) {
+		panic("api: " + method + " " + path + ": optStored needs optIdem and excludes optRerun")
 	}
 	if opts&optFused != 0 && opts&(optRerun|optTenant) != optRerun|optTenant {
 		panic("api: " + method + " " + path + ": optFused needs optRerun and optTenant")

@@ -70,8 +70,8 @@ func (in *topupPayload) toCommand() (engine.CreateTopup, error) {
 	if in.Credits == nil {
 		return engine.CreateTopup{}, engine.Invalid("credits", "credits is required")
 	}
-	if *in.Credits < 1 {
-		return engine.CreateTopup{}, engine.Invalid("credits", "credits must be >= 1")
+	if err := engine.GrantAmount.Check("", *in.Credits); err != nil {
+		return engine.CreateTopup{}, err
 	}
 	if in.PaymentReference != nil && utf8.RuneCountInString(*in.PaymentReference) > engine.MaxPaymentReferenceChars {
 		return engine.CreateTopup{}, engine.Invalid("payment_reference", "payment_reference is longer than 255 characters")

@@ -6,7 +6,15 @@ import (
 	"github.com/google/uuid"
 )
 
-// Op keys (issue 10: Redis memory bounded by customers and the 24 h window,
+// ReplayWindow is the HTTP idempotency replay window
+// (docs/spec/interface.md Common rules 1): the same key and request replay
+// the first answer for this long; a retry the customer's memory catches
+// after it is a duplicate_replay. The one declaration, beside the op keys'
+// and the seen filter's horizons: the API's records, its rerun marks, the
+// fused door's claims and the console's forms live this long too.
+const ReplayWindow = 24 * time.Hour
+
+// Op keys (issue 10: Redis memory bounded by customers and ReplayWindow,
 // not by history). A money script remembers what an idempotency key did
 // under the customer's op key; once the persister has committed the
 // operation to Postgres it shortens that key's life to OpKeyGrace, and

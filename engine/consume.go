@@ -211,8 +211,8 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	if in.Units == nil {
 		return ConsumeCommand{}, Invalid("units", "units is required")
 	}
-	if *in.Units < 1 {
-		return ConsumeCommand{}, BadRequest("units", "units must be >= 1")
+	if err := ConsumeItemUnits.Check("", *in.Units); err != nil {
+		return ConsumeCommand{}, err
 	}
 	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
 		return ConsumeCommand{}, err
@@ -261,8 +261,8 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 	if in.BillableMetricKey != nil || in.Units != nil {
 		return ConsumeCommand{}, BadRequest("items", "give either items or billable_metric_key and units, not both")
 	}
-	if len(in.Items) < 1 || len(in.Items) > MaxConsumeItems {
-		return ConsumeCommand{}, BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxConsumeItems))
+	if err := CheckItemCount(len(in.Items)); err != nil {
+		return ConsumeCommand{}, err
 	}
 	if _, ok := in.Metadata[ItemsMetadataKey]; ok {
 		return ConsumeCommand{}, BadRequest("metadata."+ItemsMetadataKey, "metadata."+ItemsMetadataKey+" is reserved for the item breakdown of a multi-metric consume")

@@ -9,13 +9,6 @@ import (
 	"github.com/google/uuid"
 )
 
-// ReplayWindow is the HTTP idempotency replay window
-// (docs/spec/interface.md Common rules 1): the same key and request replay
-// the first answer for this long; a retry the customer's memory catches
-// after it is a duplicate_replay. The one declaration: the API's records
-// and the console's forms live this long too.
-const ReplayWindow = 24 * time.Hour
-
 // Entitlements answers checks and charges usage: the hot path. A metered
 // check is one Redis round trip: customer, tenant, metric and rule come from
 // in-process caches.

@@ -13,14 +13,74 @@ type ItemUnits struct {
 	name  string
 	min   int64
 	below func(field, detail string) *Error
+	// detail, when set, is the refusal's text in place of "<field> must
+	// be >= <min>" (the API's documented wording for that member).
+	detail string
 }
 
-// The units members of the multi-metric items.
+// The units members of the money requests, of their single-metric form and
+// of each multi-metric item alike.
 var (
 	ConsumeItemUnits = ItemUnits{name: "units", min: 1, below: BadRequest}
 	ReserveItemUnits = ItemUnits{name: "estimated_units", min: 1, below: Invalid}
 	CommitItemUnits  = ItemUnits{name: "actual_units", min: 0, below: Invalid}
+	// ExtendUnits is an extend's additional_units (single-metric holds only).
+	ExtendUnits = ItemUnits{name: "additional_units", min: 1, below: Invalid}
+	// PartialCommitUnits is a partial commit's actual_units: it charges
+	// something and leaves the rest of the hold open.
+	PartialCommitUnits = ItemUnits{name: "actual_units", min: 1, below: Invalid,
+		detail: "a partial commit (final: false) needs actual_units >= 1"}
+	// GrantAmount is the credits of a grant, a top-up and a plan's grant.
+	GrantAmount = ItemUnits{name: "credits", min: 1, below: Invalid}
+	// AccumulationCap is a plan grant's accumulation_cap, when given: the
+	// grant script's cap.
+	AccumulationCap = ItemUnits{name: "accumulation_cap", min: 1, below: Invalid, detail: "accumulation_cap must be >= 1, or null"}
+	// GaugeAmount is a gauge increment's or decrement's amount.
+	GaugeAmount = ItemUnits{name: "amount", min: 1, below: BadRequest, detail: "amount must be an integer >= 1"}
 )
+
+// Check refuses units below u.min with u's error naming prefix+u.name, the
+// one place the rule lives: the single-metric form (prefix "") and each
+// item (prefix "items[i].") of a consume and a hold use it, and the
+// scripts' BADARG guards are held to it (lua/guards_test.go).
+func (u ItemUnits) Check(prefix string, units int64) error {
+	if units < u.min {
+		if u.detail != "" {
+			return u.below(prefix+u.name, u.detail)
+		}
+		return u.below(prefix+u.name, fmt.Sprintf("%s%s must be >= %d", prefix, u.name, u.min))
+	}
+	return nil
+}
+
+// CheckAdjustDelta refuses an adjust's delta of 0: a positive delta grants
+// (grant.lua), a negative one debits its opposite (debit.lua), and each
+// script refuses an amount below 1.
+func CheckAdjustDelta(delta int64) error {
+	if delta == 0 {
+		return Invalid("delta", "delta is required and must not be 0")
+	}
+	return nil
+}
+
+// CheckRolloverPercentage refuses a plan grant's rollover_percentage
+// outside 0..100, the share of unused credit rollover.lua carries over.
+func CheckRolloverPercentage(p int64) error {
+	if p < 0 || p > 100 {
+		return Invalid("rollover_percentage", "rollover_percentage must be between 0 and 100")
+	}
+	return nil
+}
+
+// CheckItemCount refuses a multi-metric consume, hold or commit of n items
+// outside 1..MaxConsumeItems: the scripts price every item in one call,
+// and the multi scripts refuse any other count (lua/guards_test.go).
+func CheckItemCount(n int) error {
+	if n < 1 || n > MaxConsumeItems {
+		return BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", MaxConsumeItems))
+	}
+	return nil
+}
 
 // CheckItem validates items[i] of a multi-metric request: a metric given
 // and one line, units given and at least u.min, and a metric no earlier
@@ -33,8 +93,8 @@ func CheckItem(i int, metric *string, units *int64, u ItemUnits, seen map[string
 	if units == nil {
 		return "", 0, Invalid(field+u.name, field+u.name+" is required")
 	}
-	if *units < u.min {
-		return "", 0, u.below(field+u.name, fmt.Sprintf("%s%s must be >= %d", field, u.name, u.min))
+	if err := u.Check(field, *units); err != nil {
+		return "", 0, err
 	}
 	if err := CheckLine(field+"billable_metric_key", *metric); err != nil {
 		return "", 0, err

@@ -219,7 +219,7 @@ type IdempotencyRecords interface {
 	// (so a crashed claimer's retry can run again) and returns claimed=true.
 	// Otherwise it returns the existing record and claimed=false.
 	Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (rec IdemRecord, claimed bool, err error)
-	// Finish stores rec as requestHash's final answer for ttl (24 h). It
+	// Finish stores rec as requestHash's final answer for ttl (ReplayWindow). It
 	// never replaces a record of another request hash nor a finished one;
 	// held tells it the caller's claim certainly still stands (taken well
 	// within its lock TTL), so no other record can be there to protect.

@@ -16,6 +16,15 @@ const (
 	MaxReservationTTLSeconds     = 86400
 )
 
+// CheckReservationTTL refuses a hold's ttl_seconds (a create's or an
+// extend's) outside 1..MaxReservationTTLSeconds.
+func CheckReservationTTL(ttl int64) error {
+	if ttl < 1 || ttl > MaxReservationTTLSeconds {
+		return Invalid("ttl_seconds", fmt.Sprintf("ttl_seconds must be between 1 and %d", MaxReservationTTLSeconds))
+	}
+	return nil
+}
+
 // MaxActiveHolds bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude.lua
 // MAX_ACTIVE_HOLDS enforces it atomically.

@@ -221,9 +221,6 @@ func (s *Store) ackBatch(ctx context.Context, keys [][]string, errs []error) {
 
 // grantArgs are the keys and arguments of grant.lua for cmd.
 func (s *Store) grantArgs(cmd engine.GrantCommand) ([]string, *grantArgv, error) {
-	if cmd.Block.OriginalAmount <= 0 {
-		return nil, nil, fmt.Errorf("lua: grant: amount %d is not positive", cmd.Block.OriginalAmount)
-	}
 	if err := checkSource(cmd.Block.Source); err != nil {
 		return nil, nil, fmt.Errorf("lua: grant: %w", err)
 	}
@@ -306,9 +303,6 @@ func (s *Store) Debit(ctx context.Context, cmd engine.DebitCommand) (engine.Muta
 
 // debit is Debit once Postgres does not hold the key (appliedFirst).
 func (s *Store) debit(ctx context.Context, cmd engine.DebitCommand) (engine.MutationResult, error) {
-	if cmd.Amount <= 0 {
-		return engine.MutationResult{}, fmt.Errorf("lua: debit: amount %d is not positive", cmd.Amount)
-	}
 	head, err := newHead(cmd.Now, cmd.OpID, cmd.Customer, cmd.IdempotencyKey, cmd.RequestHash)
 	if err != nil {
 		return engine.MutationResult{}, err

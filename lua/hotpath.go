@@ -38,20 +38,11 @@ func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
 	return "", fmt.Errorf("lua: %s: %w", name, err)
 }
 
-// checkItems refuses a multi-metric command of n items outside
-// 1..engine.MaxConsumeItems.
-func checkItems(n int) error {
-	if n < 1 || n > engine.MaxConsumeItems {
-		return engine.BadRequest("items", fmt.Sprintf("items must hold 1 to %d items", engine.MaxConsumeItems))
-	}
-	return nil
-}
-
-// checkHold refuses a reserve whose hold would expire at once or has no id.
+// checkHold refuses a reserve without a reservation id (the nil id would
+// reach the script as a valid-looking one). A hold that would expire at
+// once is the script's BADARG: engine owns ttl_seconds
+// (engine.CheckReservationTTL, lua/guards_test.go).
 func checkHold(cmd engine.ReserveCommand) error {
-	if !cmd.ExpiresAt.After(cmd.Now) {
-		return errors.New("lua: reserve: expires_at is not after now")
-	}
 	if cmd.ReservationID == uuid.Nil {
 		return errors.New("lua: reserve: no reservation id")
 	}
@@ -141,7 +132,9 @@ func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
 // script still appends a refusal record, usage.refused, to the outbox);
 // under allow and notify the charge takes what the effective balance has
 // and the rest is overage. Errors: ErrInsufficientCredits, ErrOverflow,
-// ErrIdempotencyMismatch, ErrStateMissing, a bad-request error for units < 1.
+// ErrIdempotencyMismatch, ErrStateMissing. A command engine would refuse
+// (units < 1, items outside 1..engine.MaxConsumeItems) is the script's
+// BADARG: engine owns those checks and names the field (lua/guards_test.go).
 func (s *Store) Consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
 	return s.appliedFirst(ctx, cmd.CommandHeader, cmd.AppliedCheckedAt,
 		func(ctx context.Context) (engine.MutationResult, error) { return s.consume(ctx, cmd) })
@@ -165,9 +158,6 @@ func (s *Store) consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 
 // consumeArgs are the keys and arguments of consume.lua for cmd.
 func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
-	if cmd.Units < 1 {
-		return nil, nil, engine.BadRequest("units", "units must be >= 1")
-	}
 	if err := checkMetric(cmd.Metric); err != nil {
 		return nil, nil, fmt.Errorf("lua: consume: %w", err)
 	}
@@ -213,9 +203,6 @@ func (s *Store) consumeMulti(ctx context.Context, cmd engine.ConsumeCommand) (en
 
 // consumeMultiArgs are the keys and arguments of consume_multi.lua for cmd.
 func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, error) {
-	if err := checkItems(len(cmd.Items)); err != nil {
-		return nil, nil, err
-	}
 	if !cmd.Policy.Valid() {
 		return nil, nil, fmt.Errorf("lua: consume: overage policy %q", cmd.Policy)
 	}
@@ -233,9 +220,6 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 	a := consumeMultiArgv{hotHead: head, Policy: string(cmd.Policy), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
 		Items: make([]itemArgv, len(cmd.Items))}
 	for i, it := range cmd.Items {
-		if it.Units < 1 {
-			return nil, nil, engine.BadRequest(fmt.Sprintf("items[%d].units", i), "units must be >= 1")
-		}
 		if err := checkMetric(it.Metric); err != nil {
 			return nil, nil, fmt.Errorf("lua: consume: %w", err)
 		}
@@ -342,7 +326,8 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 // reservation id -> customer and metric for ReservationHold (best effort: a lost
 // record only sends the look-up to Postgres). Errors:
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
-// ErrStateMissing, a bad-request error for units < 1.
+// ErrStateMissing; a command engine would refuse is the script's BADARG,
+// as for Consume.
 func (s *Store) Reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.MutationResult, error) {
 	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
 		func(ctx context.Context) (engine.MutationResult, error) { return s.reserve(ctx, cmd) })
@@ -379,9 +364,6 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 		args, err := s.reserveMultiArgs(cmd)
 		return reserveMultiScript, "reserve_multi", args, err
 	}
-	if cmd.EstimatedUnits < 1 {
-		return nil, "", nil, engine.Invalid("estimated_units", "estimated_units must be >= 1")
-	}
 	if err := checkMetric(cmd.Metric); err != nil {
 		return nil, "", nil, fmt.Errorf("lua: reserve: %w", err)
 	}
@@ -404,9 +386,6 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 
 // reserveMultiArgs are reserve_multi.lua's arguments for cmd.
 func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
-	if err := checkItems(len(cmd.Items)); err != nil {
-		return nil, err
-	}
 	if err := checkHold(cmd); err != nil {
 		return nil, err
 	}
@@ -418,10 +397,6 @@ func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
 		Expires: strconv.FormatInt(cmd.ExpiresAt.UnixMilli(), 10), Meta: meta, N: strconv.Itoa(len(cmd.Items)),
 		Items: make([]itemArgv, len(cmd.Items))}
 	for i, it := range cmd.Items {
-		if it.EstimatedUnits < 1 {
-			field := fmt.Sprintf("items[%d].estimated_units", i)
-			return nil, engine.Invalid(field, field+" must be >= 1")
-		}
 		if err := checkMetric(it.Metric); err != nil {
 			return nil, fmt.Errorf("lua: reserve: %w", err)
 		}
@@ -528,9 +503,6 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	if cmd.Items != nil {
 		return s.commitMulti(ctx, cmd)
 	}
-	if cmd.ActualUnits < 0 {
-		return engine.MutationResult{}, engine.Invalid("actual_units", "actual_units must be >= 0")
-	}
 	terms := ""
 	if cmd.ActualUnits > 0 {
 		var err error
@@ -542,9 +514,6 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
-	}
-	if cmd.Partial && cmd.ActualUnits < 1 {
-		return engine.MutationResult{}, engine.Invalid("actual_units", "a partial commit needs actual_units >= 1")
 	}
 	a := &commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: strconv.FormatInt(cmd.ActualUnits, 10),
 		Terms: terms, Meta: meta, Partial: flagText(cmd.Partial)}
@@ -587,9 +556,6 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 // commitMulti is commit for a multi-metric hold (commit_multi.lua): every
 // item priced at its own terms and charged in one script, or none.
 func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
-	if err := checkItems(len(cmd.Items)); err != nil {
-		return engine.MutationResult{}, err
-	}
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
 	if err != nil {
 		return engine.MutationResult{}, err
@@ -598,10 +564,6 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 		Items: make([]commitItemArgv, len(cmd.Items))}
 	var charges bool
 	for i, it := range cmd.Items {
-		if it.ActualUnits < 0 {
-			field := fmt.Sprintf("items[%d].actual_units", i)
-			return engine.MutationResult{}, engine.Invalid(field, field+" must be >= 0")
-		}
 		if err := checkMetric(it.Metric); err != nil {
 			return engine.MutationResult{}, fmt.Errorf("lua: commit: %w", err)
 		}
@@ -651,12 +613,6 @@ func (s *Store) Extend(ctx context.Context, cmd engine.ExtendCommand) (engine.Mu
 
 // extend is Extend once Postgres does not hold the key (appliedFirst).
 func (s *Store) extend(ctx context.Context, cmd engine.ExtendCommand) (engine.MutationResult, error) {
-	if cmd.AdditionalUnits < 0 {
-		return engine.MutationResult{}, engine.Invalid("additional_units", "additional_units must be >= 1")
-	}
-	if cmd.AdditionalUnits == 0 && cmd.ExpiresAt.IsZero() {
-		return engine.MutationResult{}, engine.Invalid("additional_units", "give additional_units, ttl_seconds or both")
-	}
 	terms, expires := "", "0"
 	if cmd.AdditionalUnits > 0 {
 		var err error
@@ -694,9 +650,6 @@ func (s *Store) Gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.Muta
 
 // gauge is Gauge once Postgres does not hold the key (appliedFirst).
 func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.MutationResult, error) {
-	if cmd.Delta == 0 {
-		return engine.MutationResult{}, engine.BadRequest("amount", "amount must be >= 1")
-	}
 	if cmd.Metric == "" {
 		return engine.MutationResult{}, errors.New("lua: gauge: no metric")
 	}
@@ -707,9 +660,6 @@ func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.Muta
 	a := gaugeArgv{hotHead: head, Metric: cmd.Metric, Delta: strconv.FormatInt(cmd.Delta, 10),
 		Cap: strconv.FormatInt(cmd.Cap, 10), Allow: flagText(cmd.Allow)}
 	if cmd.LeaseID != uuid.Nil {
-		if cmd.Delta < 1 || cmd.LeaseSeconds < 1 {
-			return engine.MutationResult{}, errors.New("lua: gauge: a lease needs an increment and a length")
-		}
 		a.LeaseID, a.LeaseSeconds = cmd.LeaseID.String(), strconv.FormatInt(cmd.LeaseSeconds, 10)
 	}
 	res, err := s.runMoney(ctx, gaugeScript, "gauge", s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())

@@ -30,9 +30,6 @@ func (s *Store) Rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 
 // rollover is Rollover once Postgres does not hold the key (appliedFirst).
 func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engine.MutationResult, error) {
-	if cmd.Percentage < 0 || cmd.Percentage > 100 {
-		return engine.MutationResult{}, fmt.Errorf("lua: rollover: percentage %d outside 0..100", cmd.Percentage)
-	}
 	if err := checkSource(cmd.Block.Source); err != nil {
 		return engine.MutationResult{}, fmt.Errorf("lua: rollover: %w", err)
 	}
