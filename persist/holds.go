@@ -49,7 +49,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigi
 	$14::timestamptz[], $15::timestamptz[], $16::timestamptz[], $17::bigint[], $18::text[])
 	AS t(id, tenant_id, customer_id, env, metric, est_units, est_cost, act_units, act_cost, released,
 	     status, expires, meta, created, committed, released_at, version, items)
-ON CONFLICT (id) DO UPDATE SET
+ON CONFLICT (id, tenant_id) DO UPDATE SET
 	tenant_id = EXCLUDED.tenant_id, customer_id = EXCLUDED.customer_id,
 	environment = EXCLUDED.environment, billable_metric_key = EXCLUDED.billable_metric_key,
 	estimated_units = EXCLUDED.estimated_units, estimated_cost = EXCLUDED.estimated_cost,
@@ -66,7 +66,7 @@ const upsertGaugesSQL = `INSERT INTO gauges AS g
 SELECT customer_id, metric, tenant_id, env, current, version, at
 FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::timestamptz[])
 	AS t(customer_id, metric, tenant_id, env, current, version, at)
-ON CONFLICT (customer_id, metric_key) DO UPDATE SET
+ON CONFLICT (customer_id, metric_key, tenant_id) DO UPDATE SET
 	tenant_id = EXCLUDED.tenant_id, environment = EXCLUDED.environment,
 	current = EXCLUDED.current, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
 WHERE g.version < EXCLUDED.version`
@@ -330,9 +330,9 @@ func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Accou
 	rows, err := tx.Query(ctx, `SELECT customer_id, id, billable_metric_key, estimated_units, estimated_cost,
 			actual_units, actual_cost, released, status, expires_at, metadata, created_at, committed_at, released_at
 		FROM reservations
-		WHERE customer_id = ANY($1)
+		WHERE customer_id = ANY($1) AND tenant_id = ANY($3)
 			AND COALESCE(committed_at, released_at, 'infinity'::timestamptz) >= $2
-		ORDER BY customer_id, created_at, id`, ids, finalizedSince)
+		ORDER BY customer_id, created_at, id`, ids, finalizedSince, stateTenants(index))
 	if err != nil {
 		return err
 	}
@@ -372,7 +372,8 @@ func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Accou
 		return err
 	}
 
-	rows, err = tx.Query(ctx, `SELECT customer_id, metric_key, current FROM gauges WHERE customer_id = ANY($1)`, ids)
+	rows, err = tx.Query(ctx, `SELECT customer_id, metric_key, current FROM gauges
+		WHERE customer_id = ANY($1) AND tenant_id = ANY($2)`, ids, stateTenants(index))
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,17 @@ func TestMigrateIdempotent(t *testing.T) {
 	if n != len(ms) || distinct != len(ms) {
 		t.Fatalf("schema_migrations has %d rows (%d distinct), want %d", n, distinct, len(ms))
 	}
+	// A fresh database ends contracted: every contract step recorded once.
+	cs, err := contractions()
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("contractions: %d, %v", len(cs), err)
+	}
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*), count(DISTINCT version) FROM schema_contracts").Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(cs) || distinct != len(cs) {
+		t.Fatalf("schema_contracts has %d rows (%d distinct), want %d", n, distinct, len(cs))
+	}
 	// The session limits of Open survive Migrate's temporary lift.
 	var timeout string
 	if err := b.pool.QueryRow(b.ctx, "SHOW statement_timeout").Scan(&timeout); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,8 +203,8 @@ func scanAccount(row pgx.Row) (engine.AccountState, error) {
 // finalizedSince), and every gauge counter. ok is false when the customer
 // has no account row.
 func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedSince time.Time) (engine.AccountState, bool, error) {
-	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1`,
-		[]any{c.CustomerID}, appliedSince)
+	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1 AND tenant_id = $2`,
+		[]any{c.CustomerID, c.TenantID}, appliedSince)
 	if err != nil {
 		return engine.AccountState{}, false, fmt.Errorf("persist: account state: %w", err)
 	}
@@ -283,8 +284,8 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 	}
 	rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
 			starts_at, expires_at, created_at, `+metaColumn+`, applies_to
-		FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
-		ORDER BY customer_id, created_at, id`, ids)
+		FROM credit_blocks WHERE customer_id = ANY($1) AND tenant_id = ANY($2) AND remaining_amount > 0
+		ORDER BY customer_id, created_at, id`, ids, stateTenants(index))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -331,7 +332,7 @@ const budgetSpentSQL = `SELECT COALESCE(SUM(CASE
 		ELSE (SELECT COALESCE(SUM((i->>'cost')::bigint), 0) FROM jsonb_array_elements(e.metadata->'items') i
 			WHERE i->>'billable_metric_key' = $2) END), 0)::bigint
 	FROM ledger_entries e
-	WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
+	WHERE e.customer_id = $1 AND e.tenant_id = $5 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
 		AND ($2 = '' OR e.billable_metric_key = $2
 			OR (e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array'))`
 
@@ -343,23 +344,24 @@ func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Acc
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT id, budgets FROM customers WHERE id = ANY($1) AND budgets <> '[]'::jsonb`, ids)
+	rows, err := tx.Query(ctx, `SELECT id, tenant_id, budgets FROM customers
+		WHERE id = ANY($1) AND tenant_id = ANY($2) AND budgets <> '[]'::jsonb`, ids, stateTenants(index))
 	if err != nil {
 		return err
 	}
 	type owner struct {
-		id      uuid.UUID
-		budgets []engine.Budget
+		id, tenant uuid.UUID
+		budgets    []engine.Budget
 	}
 	var owners []owner
-	var id uuid.UUID
+	var id, tenant uuid.UUID
 	var doc []byte
-	if _, err := pgx.ForEachRow(rows, []any{&id, &doc}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tenant, &doc}, func() error {
 		var bs []engine.Budget
 		if err := json.Unmarshal(doc, &bs); err != nil {
 			return fmt.Errorf("budgets of customer %s: %w", id, err)
 		}
-		owners = append(owners, owner{id, bs})
+		owners = append(owners, owner{id, tenant, bs})
 		return nil
 	}); err != nil {
 		return err
@@ -372,13 +374,27 @@ func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Acc
 			// The scripts count from the millisecond (engine.BudgetArg).
 			fromMS := from.UnixMilli()
 			var spent int64
-			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end).Scan(&spent); err != nil {
+			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end, o.tenant).Scan(&spent); err != nil {
 				return fmt.Errorf("budget %s of customer %s: %w", b.Field(), o.id, err)
 			}
 			st.Budgets[b.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: spent, Reached: spent >= b.LimitMC && spent > 0}
 		}
 	}
 	return nil
+}
+
+// stateTenants lists the tenants of the states in index, once each: the
+// follow-up reads of a page of accounts filter on them as well as on the
+// customers, so each reads only its tenants' rows (one tenant for a
+// customer's rebuild: one shard of a tenant-sharded Postgres).
+func stateTenants(index map[uuid.UUID]*engine.AccountState) []uuid.UUID {
+	var out []uuid.UUID
+	for _, st := range index {
+		if !slices.Contains(out, st.TenantID) {
+			out = append(out, st.TenantID)
+		}
+	}
+	return out
 }
 
 // accountStates runs accountSQL and fills each account's blocks, applied
@@ -408,8 +424,8 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 			}
 		}
 		rows, err := tx.Query(ctx, `SELECT customer_id, mutation FROM operations
-			WHERE customer_id BETWEEN $1 AND $2 AND created_at >= $3
-			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince)
+			WHERE customer_id BETWEEN $1 AND $2 AND tenant_id = ANY($4) AND created_at >= $3
+			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince, stateTenants(index))
 		if err != nil {
 			return err
 		}
