@@ -49,7 +49,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigi
 	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[], $23::text[], $24::bigint[])
 	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
 	     overage, idem, ref, reason, meta, at, dfrom, dto, head, back)
-ON CONFLICT (id, tenant_id) DO NOTHING`
+ON CONFLICT (id, tenant_id, created_at) DO NOTHING`
 
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
 // none: only the Mutation that creates a block carries its metadata (a

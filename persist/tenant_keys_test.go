@@ -18,7 +18,8 @@ var upsertShapes = []struct {
 	table, insert, old, new string
 }{
 	{"ledger_entries", `INSERT INTO ledger_entries (id, op_id, tenant_id, customer_id, environment, delta, type, created_at)
-		VALUES ($1, $1, $2, $3, 'live', 5, 'grant', now())`, "(id)", "(id, tenant_id)"},
+		VALUES ($1, $1, $2, $3, 'live', 5, 'grant', '2026-01-02T03:04:05Z')`, // a replay carries its instant
+		"(id)", "(id, tenant_id, created_at)"}, // 033 adds created_at
 	{"credit_accounts", `INSERT INTO credit_accounts (customer_id, tenant_id, environment, version, updated_at)
 		VALUES ($3, $2, 'live', 1, now())`, "(customer_id)", "(customer_id, tenant_id)"},
 	{"credit_blocks", `INSERT INTO credit_blocks (id, tenant_id, customer_id, original_amount, remaining_amount, priority,
@@ -80,8 +81,8 @@ func TestTenantKeysExpandContract(t *testing.T) {
 		t.Fatalf("Migrate (expand): %v", err)
 	}
 	st, err := Schema(db.ctx, db.pool)
-	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract, []string{"031_tenant_keys"}) {
-		t.Fatalf("after expand: %+v %v (check %v), want 031_tenant_keys's contract pending", st, err, st.Check())
+	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract, []string{"031_tenant_keys", "033_ledger_partitions"}) {
+		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031 and 033 pending", st, err, st.Check())
 	}
 	for i, s := range upsertShapes {
 		for _, target := range []string{s.old, s.new} {
