@@ -86,6 +86,7 @@ func (s *Server) patchCustomer(ref refFunc) endpoint {
 			return err
 		}
 		in.noteNullBudgets(c.ctx.Request.Body())
+		in.noteNulls(c.ctx.Request.Body())
 		cmd, err := in.toCommand()
 		if err != nil {
 			return err
@@ -121,7 +122,40 @@ type createCustomerPayload struct {
 	LowBalanceThresholdMC *int64           `json:"low_balance_threshold_mc"`
 	CreditLimitMC         *int64           `json:"credit_limit_mc"`
 	Budgets               *[]budgetPayload `json:"budgets"`
-	Metadata              engine.Metadata  `json:"metadata"`
+	// ParentID names the parent (own or external id) whose credit the
+	// customer spends once its own is gone (docs/rules.md "Shared pools").
+	ParentID        *string           `json:"parent_id"`
+	ParentDrawLimit *drawLimitPayload `json:"parent_draw_limit"`
+	Metadata        engine.Metadata   `json:"metadata"`
+}
+
+// drawLimitPayload is a customer's cap on what it draws from its parent
+// per period.
+type drawLimitPayload struct {
+	Period   *string `json:"period"`
+	TimeZone *string `json:"time_zone"`
+	LimitMC  *int64  `json:"limit_mc"`
+}
+
+// checkDrawLimit is the checked draw limit of in (nil: absent).
+func checkDrawLimit(in *drawLimitPayload) (*engine.DrawLimit, error) {
+	if in == nil {
+		return nil, nil
+	}
+	if in.Period == nil {
+		return nil, engine.Invalid("parent_draw_limit.period", `period is required: "day" or "month"`)
+	}
+	if in.LimitMC == nil {
+		return nil, engine.Invalid("parent_draw_limit.limit_mc", "limit_mc is required")
+	}
+	d := engine.DrawLimit{Period: engine.BudgetPeriod(*in.Period), LimitMC: *in.LimitMC}
+	if in.TimeZone != nil {
+		d.TimeZone = *in.TimeZone
+	}
+	if err := engine.CheckDrawLimit("parent_draw_limit", &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }
 
 // budgetPayload is one member of a customer's budgets (docs/rules.md
@@ -183,7 +217,20 @@ func (in *createCustomerPayload) toCommand() (engine.CreateCustomer, error) {
 	if err != nil {
 		return engine.CreateCustomer{}, err
 	}
-	cmd := engine.CreateCustomer{ExternalID: *in.ExternalID, LowBalanceThresholdMC: f.threshold, Metadata: meta}
+	limit, err := checkDrawLimit(in.ParentDrawLimit)
+	if err != nil {
+		return engine.CreateCustomer{}, err
+	}
+	if limit != nil && in.ParentID == nil {
+		return engine.CreateCustomer{}, engine.Invalid("parent_draw_limit", "parent_draw_limit needs a parent_id")
+	}
+	if in.ParentID != nil {
+		if err := engine.CheckLine("parent_id", *in.ParentID); err != nil {
+			return engine.CreateCustomer{}, err
+		}
+	}
+	cmd := engine.CreateCustomer{ExternalID: *in.ExternalID, LowBalanceThresholdMC: f.threshold, Metadata: meta,
+		Parent: in.ParentID, ParentDrawLimit: limit}
 	if budgets != nil {
 		cmd.Budgets = *budgets
 	}
@@ -207,8 +254,14 @@ type updateCustomerPayload struct {
 	LowBalanceThresholdMC *int64  `json:"low_balance_threshold_mc"`
 	CreditLimitMC         *int64  `json:"credit_limit_mc"`
 	// Budgets replaces the whole list ([] removes every budget).
-	Budgets  *[]budgetPayload `json:"budgets"`
-	Metadata engine.Metadata  `json:"metadata"`
+	Budgets *[]budgetPayload `json:"budgets"`
+	// ParentID sets the parent; null removes it (and the draw limit).
+	ParentID *string `json:"parent_id"`
+	// ParentDrawLimit sets the draw limit; null removes it.
+	ParentDrawLimit *drawLimitPayload `json:"parent_draw_limit"`
+	Metadata        engine.Metadata   `json:"metadata"`
+	// parentNull and limitNull note a member sent as null (noteNulls).
+	parentNull, limitNull bool
 }
 
 // noteNullBudgets makes "budgets": null remove every budget, as [] does
@@ -226,6 +279,20 @@ func (in *updateCustomerPayload) noteNullBudgets(body []byte) {
 	}
 }
 
+// noteNulls tells a parent_id or parent_draw_limit sent as null (remove
+// it) from one left out (keep it): encoding/json leaves nil for both.
+func (in *updateCustomerPayload) noteNulls(body []byte) {
+	var probe struct {
+		ParentID        json.RawMessage `json:"parent_id"`
+		ParentDrawLimit json.RawMessage `json:"parent_draw_limit"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return
+	}
+	in.parentNull = string(probe.ParentID) == "null"
+	in.limitNull = string(probe.ParentDrawLimit) == "null"
+}
+
 // toCommand checks the body, naming the first wrong field, and returns the
 // change.
 func (in *updateCustomerPayload) toCommand() (engine.UpdateCustomer, error) {
@@ -241,8 +308,19 @@ func (in *updateCustomerPayload) toCommand() (engine.UpdateCustomer, error) {
 	if err != nil {
 		return engine.UpdateCustomer{}, err
 	}
+	limit, err := checkDrawLimit(in.ParentDrawLimit)
+	if err != nil {
+		return engine.UpdateCustomer{}, err
+	}
+	if in.ParentID != nil {
+		if err := engine.CheckLine("parent_id", *in.ParentID); err != nil {
+			return engine.UpdateCustomer{}, err
+		}
+	}
 	return engine.UpdateCustomer{DisplayName: f.displayName, OveragePolicy: f.policy, LowBalanceThresholdMC: f.threshold,
-		CreditLimitMC: f.limit, Budgets: budgets, Metadata: meta}, nil
+		CreditLimitMC: f.limit, Budgets: budgets, Metadata: meta,
+		ParentSet: in.ParentID != nil || in.parentNull, Parent: in.ParentID,
+		DrawLimitSet: limit != nil || in.limitNull, ParentDrawLimit: limit}, nil
 }
 
 // customerFields are the checked members create and update share.

@@ -55,6 +55,7 @@ func appendCheck(b []byte, r *engine.CheckResult) []byte {
 	b = appendOptInt(b, `,"credit_limit_mc":`, r.CreditLimitMC)
 	b = appendOptInt(b, `,"available_mc":`, r.AvailableMC)
 	b = appendOptInt(b, `,"budget_remaining_mc":`, r.BudgetRemainingMC)
+	b = appendOptInt(b, `,"pool_available_mc":`, r.PoolAvailableMC)
 	b = appendOptInt(b, `,"estimated_cost":`, r.EstimatedCost)
 	b = appendOptInt(b, `,"balance_after":`, r.BalanceAfter)
 	if r.Enabled != nil {
@@ -92,6 +93,9 @@ func appendConsume(b []byte, r *engine.ConsumeResult) []byte {
 	b = engine.AppendJSONInt(b, `,"cost":`, r.Cost)
 	b = engine.AppendJSONInt(b, `,"charged":`, r.Charged)
 	b = engine.AppendJSONInt(b, `,"overage_mc":`, r.OverageMC)
+	if r.PoolMC != 0 {
+		b = engine.AppendJSONInt(b, `,"pool_mc":`, r.PoolMC)
+	}
 	b = engine.AppendJSONInt(b, `,"balance_after":`, r.BalanceAfter)
 	b = engine.AppendJSONInt(b, `,"effective_balance":`, r.EffectiveBalance)
 	b = append(b, `,"reason":`...)

@@ -189,6 +189,18 @@ func (d *fakeDirectory) CustomerByID(_ context.Context, id uuid.UUID) (engine.Cu
 	return c, nil
 }
 
+// HasChildren reports whether a live customer of s names id as its parent.
+func (d *fakeDirectory) HasChildren(_ context.Context, s engine.Scope, id uuid.UUID) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.customers {
+		if c.DeletedAt == nil && c.TenantID == s.TenantID && c.Environment == s.Environment && c.ParentID != nil && *c.ParentID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // ListCustomers pages newest first; the cursor is the index to start at.
 func (d *fakeDirectory) ListCustomers(_ context.Context, s engine.Scope, search, cursor string, limit int) (engine.Page[engine.Customer], error) {
 	d.mu.Lock()

@@ -224,7 +224,7 @@ func (c *Client) AdjustCredits(ctx context.Context, id string, body AdjustInput,
 // CreditHistoryParams are the query and header parameters of CreditHistory.
 type CreditHistoryParams struct {
 	// Query parameter type. One of: plan_grant, topup, consumption, reservation, release, expiry,
-	// adjustment, debt_repayment.
+	// adjustment, debt_repayment, pool_draw.
 	Type *string
 	// Query parameter source.
 	Source *string

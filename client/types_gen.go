@@ -33,6 +33,11 @@ type Customer struct {
 	Metadata  map[string]any `json:"metadata"`
 	CreatedAt time.Time      `json:"created_at"`
 	UpdatedAt time.Time      `json:"updated_at"`
+	// The parent customer whose credit this one spends once its own is gone (one level: a parent has
+	// no parent) (docs/rules.md "Shared pools"); null: none.
+	ParentID *string `json:"parent_id"`
+	// The cap on what it draws from its parent per period; null: none.
+	ParentDrawLimit *DrawLimit `json:"parent_draw_limit"`
 }
 
 // CustomerPage is the CustomerPage schema of the creditd API.
@@ -56,6 +61,11 @@ type CreateCustomerInput struct {
 	Budgets []BudgetInput `json:"budgets,omitempty"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// The parent (its id or external id) whose credit this customer spends once its own is gone. The
+	// parent must have no parent. The new customer's id is minted in the parent's slot, so a charge
+	// draws on both atomically.
+	ParentID        *string         `json:"parent_id,omitempty"`
+	ParentDrawLimit *DrawLimitInput `json:"parent_draw_limit,omitempty"`
 }
 
 // UpdateCustomerInput is the UpdateCustomerInput schema of the creditd API. Omitted members keep
@@ -77,6 +87,12 @@ type UpdateCustomerInput struct {
 	Budgets Nullable[[]BudgetInput] `json:"budgets,omitzero"`
 	// Merged key by key; a key cannot be removed.
 	Metadata map[string]any `json:"metadata,omitempty"`
+	// Sets the parent (its id or external id); null removes it and the draw limit. A customer with
+	// children cannot get a parent; an existing customer whose credit lives in another slot than the
+	// parent's gets 409 (create the child with parent_id instead).
+	ParentID Nullable[string] `json:"parent_id,omitzero"`
+	// Sets the draw limit; null removes it. Needs a parent.
+	ParentDrawLimit Nullable[DrawLimitInput] `json:"parent_draw_limit,omitzero"`
 }
 
 // Block is the Block schema of the creditd API.
@@ -126,6 +142,9 @@ type Account struct {
 	// With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always
 	// present), then each scope by its keys.
 	ByScope []ScopeBalance `json:"by_scope,omitempty"`
+	// The customer's parent (docs/rules.md "Shared pools"); absent without one.
+	ParentID        *string          `json:"parent_id,omitempty"`
+	ParentDrawLimit *DrawLimitStatus `json:"parent_draw_limit,omitempty"`
 }
 
 // LedgerEntry is the LedgerEntry schema of the creditd API.
@@ -137,7 +156,7 @@ type LedgerEntry struct {
 	Environment string `json:"environment"`
 	Delta       int64  `json:"delta"`
 	// One of: plan_grant, topup, consumption, reservation, release, expiry, adjustment,
-	// debt_repayment.
+	// debt_repayment, pool_draw.
 	Type string `json:"type"`
 	// One of: plan_grant, topup, promotional, compensation, referral, manual, migration, null.
 	Source *string `json:"source"`
@@ -414,6 +433,9 @@ type CheckResult struct {
 	SubscriptionStatus *string        `json:"subscription_status"`
 	// One of: block, allow, notify.
 	OveragePolicy *string `json:"overage_policy,omitempty"`
+	// What a child customer may still draw from its parent for the metric (the parent's effective
+	// balance, within the draw limit), counted in available_mc; absent without a parent.
+	PoolAvailableMC *int64 `json:"pool_available_mc,omitempty"`
 }
 
 // ConsumeInput is the ConsumeInput schema of the creditd API. Exactly one of two forms:
@@ -474,6 +496,8 @@ type ConsumeResult struct {
 	// credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from
 	// alert settings, are not listed.
 	Events []string `json:"events,omitempty"`
+	// The part of charged the customer's parent paid (shared pools); absent when none.
+	PoolMC *int64 `json:"pool_mc,omitempty"`
 }
 
 // ConsumeResultDraw is the draw member of ConsumeResult.
@@ -1533,4 +1557,49 @@ type ScopeBalance struct {
 	AppliesTo *AppliesTo `json:"applies_to"`
 	Balance   int64      `json:"balance"`
 	Pending   int64      `json:"pending"`
+}
+
+// DrawLimit is the DrawLimit schema of the creditd API. A cap on what a child customer draws from
+// its parent's credit per calendar day or month of time_zone (docs/rules.md "Shared pools").
+type DrawLimit struct {
+	// A calendar day or a calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone string `json:"time_zone"`
+	// The most the child may draw from its parent in a period, millicredits.
+	LimitMC int64 `json:"limit_mc"`
+	// When the limit (its period and time zone) was set: draws count from the later of this and the
+	// period's start. Changing only limit_mc keeps it.
+	Since time.Time `json:"since"`
+}
+
+// DrawLimitInput is the DrawLimitInput schema of the creditd API. A cap on what the customer draws
+// from its parent per period.
+type DrawLimitInput struct {
+	// A calendar day or a calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone *string `json:"time_zone,omitempty"`
+	// The most the child may draw from its parent in a period, millicredits.
+	LimitMC int64 `json:"limit_mc"`
+}
+
+// DrawLimitStatus is the DrawLimitStatus schema of the creditd API. The draw limit with what the
+// child drew in the current period.
+type DrawLimitStatus struct {
+	// A calendar day or a calendar month of time_zone. One of: day, month.
+	Period string `json:"period"`
+	// UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+	TimeZone string `json:"time_zone"`
+	// The most the child may draw from its parent in a period, millicredits.
+	LimitMC int64 `json:"limit_mc"`
+	// When the limit (its period and time zone) was set: draws count from the later of this and the
+	// period's start. Changing only limit_mc keeps it.
+	Since time.Time `json:"since"`
+	// What the child drew from its parent in the current period.
+	DrawnMC int64 `json:"drawn_mc"`
+	// Start of the current period.
+	PeriodStart time.Time `json:"period_start"`
+	// When the current period ends and the count starts again.
+	ResetsAt time.Time `json:"resets_at"`
 }

@@ -59,9 +59,12 @@ type ConsumeResult struct {
 	Cost              int64   `json:"cost"`
 	Charged           int64   `json:"charged"`
 	OverageMC         int64   `json:"overage_mc"`
-	BalanceAfter      int64   `json:"balance_after"`
-	EffectiveBalance  int64   `json:"effective_balance"`
-	Reason            *string `json:"reason"`
+	// PoolMC is the part of Charged the customer's parent paid (shared
+	// pools); omitted when none.
+	PoolMC           int64   `json:"pool_mc,omitempty"`
+	BalanceAfter     int64   `json:"balance_after"`
+	EffectiveBalance int64   `json:"effective_balance"`
+	Reason           *string `json:"reason"`
 	// Items lists each item's cost when the request used items; nil for
 	// the single form.
 	Items []ItemCost `json:"items,omitempty"`
@@ -107,7 +110,7 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 	if err != nil {
 		return ConsumeResult{}, err
 	}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+	res, err := s.charge(ctx, cmd)
 	return consumeOutcome(cmd, res, err)
 }
 
@@ -123,7 +126,9 @@ func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenan
 	if err != nil {
 		return ConsumeResult{}, err
 	}
-	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.ConsumeDry(ctx, cmd) })
+	res, err := withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) {
+		return withPool(ctx, s.credits, cmd.Pool, func() (MutationResult, error) { return s.hot.ConsumeDry(ctx, cmd) })
+	})
 	if errors.Is(err, ErrInsufficientCredits) {
 		return ConsumeResult{}, dryRefusal(res.Mutation)
 	}
@@ -230,7 +235,19 @@ func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant T
 	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
 		return ConsumeCommand{}, err
 	}
-	return s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta)), nil
+	cmd := s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta))
+	if cmd.Pool, err = poolDraw(ctx, s.customers, c, tenant, cmd.OpID); err != nil {
+		return ConsumeCommand{}, err
+	}
+	return cmd, nil
+}
+
+// charge runs the consume cmd, loading the customer's credit state, and
+// its parent's for a pool draw, when the store has none.
+func (s *Entitlements) charge(ctx context.Context, cmd ConsumeCommand) (MutationResult, error) {
+	return withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) {
+		return withPool(ctx, s.credits, cmd.Pool, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+	})
 }
 
 // ItemsMetadataKey is the member of a multi-metric consume's ledger entry
@@ -364,7 +381,7 @@ func priceError(err error, field string) error {
 func consumeResult(m Mutation) ConsumeResult {
 	out := ConsumeResult{CustomerID: m.CustomerID}
 	if u := m.Usage; u != nil {
-		out.Cost, out.Charged, out.OverageMC = u.Cost, u.Charged, u.Overage
+		out.Cost, out.Charged, out.OverageMC, out.PoolMC = u.Cost, u.Charged, u.Overage, u.Pool
 		if u.Items == nil {
 			// Pointing into the usage (already on the heap) costs the hot
 			// path no allocation.

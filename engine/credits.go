@@ -121,6 +121,16 @@ func (s *Credits) Account(ctx context.Context, scope Scope, ref CustomerRef, inc
 			return Account{}, err
 		}
 	}
+	acct.ParentID = c.ParentID
+	if r, ok := s.blocks.(BudgetCounterReader); ok && c.ParentID != nil && c.ParentDrawLimit != nil {
+		vals, err := r.BudgetCounters(ctx, key, []string{c.ParentDrawLimit.Field()})
+		if err != nil {
+			return Account{}, err
+		}
+		cnt, ok := ParseBudgetCounter(vals[0])
+		st := DrawLimitStatusOf(*c.ParentDrawLimit, cnt, ok, s.clock.Now())
+		acct.ParentDraw = &st
+	}
 	if !includeBlocks || acct.Blocks == nil {
 		acct.Blocks = []Block{}
 	}

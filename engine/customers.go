@@ -21,6 +21,17 @@ const MaxExternalIDChars = 255
 type Customers struct {
 	dir   Directory
 	clock Clock
+	// slotOf is the Redis slot (outbox partition) of a customer's credit
+	// state; nil: one slot for all (a store without slots).
+	slotOf func(uuid.UUID) int
+}
+
+// WithSlots makes the service mint a child customer's id in its parent's
+// slot (slotOf, lua.Partition): a charge drawing on a parent runs as one
+// script on both hashes (docs/decisions.md "Shared pools").
+func (s *Customers) WithSlots(slotOf func(uuid.UUID) int) *Customers {
+	s.slotOf = slotOf
+	return s
 }
 
 var _ CustomerLookup = (*Customers)(nil)
@@ -66,6 +77,8 @@ type CreateCustomer struct {
 	LowBalanceThresholdMC *int64         // nil: none
 	CreditLimitMC         int64          // >= 0, at most MaxCreditLimitMC; 0: no credit line
 	Budgets               []Budget       // checked (CheckBudgets); nil: none
+	Parent                *string        // the parent's own or external id; nil: none
+	ParentDrawLimit       *DrawLimit     // checked (CheckDrawLimit); nil: no cap
 	Metadata              Metadata       // canonical; nil: none
 }
 
@@ -78,15 +91,30 @@ type UpdateCustomer struct {
 	LowBalanceThresholdMC *int64
 	CreditLimitMC         *int64    // nil: unchanged; 0 removes the line
 	Budgets               *[]Budget // checked; nil: unchanged; empty removes every budget
-	Metadata              Metadata  // canonical
+	// ParentSet changes the parent to Parent (an own or external id; nil
+	// removes it); DrawLimitSet the draw limit to ParentDrawLimit (nil
+	// removes it).
+	ParentSet       bool
+	Parent          *string
+	DrawLimitSet    bool
+	ParentDrawLimit *DrawLimit
+	Metadata        Metadata // canonical
 }
 
 // Create adds a customer. Errors: 409 when the external id is taken in this
 // tenant and environment.
 func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) (Customer, error) {
 	now := s.clock.Now()
+	var parent *Customer
+	if in.Parent != nil {
+		p, err := s.parentOf(ctx, scope, *in.Parent, nil)
+		if err != nil {
+			return Customer{}, err
+		}
+		parent = &p
+	}
 	c := Customer{
-		ID:          uuid.Must(uuid.NewV7()),
+		ID:          s.newID(parent),
 		TenantID:    scope.TenantID,
 		Environment: scope.Environment,
 		ExternalID:  in.ExternalID,
@@ -104,6 +132,10 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) 
 	c.LowBalanceThresholdMC = in.LowBalanceThresholdMC
 	c.CreditLimitMC = in.CreditLimitMC
 	c.Budgets = mergeBudgets(nil, in.Budgets, now)
+	if parent != nil {
+		c.ParentID = &parent.ID
+		c.ParentDrawLimit = mergeDrawLimit(nil, in.ParentDrawLimit, now)
+	}
 	if err := s.dir.CreateCustomer(ctx, c); err != nil {
 		if errors.Is(err, ErrExternalIDTaken) {
 			return Customer{}, &Error{Kind: KindConflict, Field: "external_id", Detail: "a customer with this external_id already exists"}
@@ -111,6 +143,73 @@ func (s *Customers) Create(ctx context.Context, scope Scope, in CreateCustomer) 
 		return Customer{}, err
 	}
 	return c, nil
+}
+
+// newID is a fresh customer id; under parent, one in the parent's slot.
+// Ids are UUIDv7 and a slot is one of lua.Partitions (32) by a hash of
+// the id, so about 32 draws find one.
+func (s *Customers) newID(parent *Customer) uuid.UUID {
+	for {
+		id := uuid.Must(uuid.NewV7())
+		if parent == nil || s.slotOf == nil || s.slotOf(id) == s.slotOf(parent.ID) {
+			return id
+		}
+	}
+}
+
+// parentOf resolves ref, the parent named for child (nil: a customer being
+// created), and checks the pool rules: one level (the parent has no
+// parent, the child no children), not the child itself. Errors: 422 on
+// parent_id naming no live customer of scope, or breaking a rule.
+func (s *Customers) parentOf(ctx context.Context, scope Scope, ref string, child *Customer) (Customer, error) {
+	p, err := s.Resolve(ctx, scope, CustomerRef{Value: ref}, false)
+	if e, ok := AsError(err); errors.Is(err, ErrNotFound) || (ok && e.Kind == KindNotFound) {
+		return Customer{}, Invalid("parent_id", "parent_id names no customer of this tenant and environment")
+	}
+	if err != nil {
+		return Customer{}, refield(err, "customer_id", "parent_id")
+	}
+	if p.ParentID != nil {
+		return Customer{}, Invalid("parent_id", "the parent has a parent itself: pools are one level deep")
+	}
+	if child == nil {
+		return p, nil
+	}
+	if p.ID == child.ID {
+		return Customer{}, Invalid("parent_id", "a customer cannot be its own parent")
+	}
+	kids, err := s.dir.HasChildren(ctx, scope, child.ID)
+	if err != nil {
+		return Customer{}, err
+	}
+	if kids {
+		return Customer{}, Invalid("parent_id", "the customer is a parent itself: pools are one level deep")
+	}
+	return p, nil
+}
+
+// reparent sets (ref non-nil) or removes c's parent. An existing customer
+// can only join a parent in its own slot (its id, which names its state
+// everywhere, cannot change): otherwise 409, and the way out is a new
+// customer created with parent_id (docs/decisions.md "Shared pools").
+func (s *Customers) reparent(ctx context.Context, scope Scope, c *Customer, ref *string) error {
+	if ref == nil {
+		c.ParentID, c.ParentDrawLimit = nil, nil
+		return nil
+	}
+	p, err := s.parentOf(ctx, scope, *ref, c)
+	if err != nil {
+		return err
+	}
+	if c.ParentID != nil && *c.ParentID == p.ID {
+		return nil
+	}
+	if s.slotOf != nil && s.slotOf(c.ID) != s.slotOf(p.ID) {
+		return &Error{Kind: KindConflict, Field: "parent_id",
+			Detail: "this customer's credit lives in another slot than the parent's: create the child with parent_id set instead (its id is then minted in the parent's slot)"}
+	}
+	c.ParentID = &p.ID
+	return nil
 }
 
 // ByID reads a live customer by id in any tenant, uncached, so a caller
@@ -166,6 +265,17 @@ func (s *Customers) Update(ctx context.Context, scope Scope, ref CustomerRef, in
 	}
 	if c.Budgets == nil {
 		c.Budgets = []Budget{} // the answer's budgets is an array
+	}
+	if in.ParentSet {
+		if err := s.reparent(ctx, scope, &c, in.Parent); err != nil {
+			return Customer{}, err
+		}
+	}
+	if in.DrawLimitSet {
+		c.ParentDrawLimit = mergeDrawLimit(c.ParentDrawLimit, in.ParentDrawLimit, now)
+	}
+	if c.ParentID == nil && c.ParentDrawLimit != nil {
+		return Customer{}, Invalid("parent_draw_limit", "a customer without a parent_id has no draw limit")
 	}
 	if c.Metadata == nil {
 		c.Metadata = Metadata{}

@@ -153,7 +153,11 @@ type CheckResult struct {
 	// BudgetRemainingMC is what the customer's budgets that count the
 	// metric still allow in their current periods (the least of them);
 	// absent when none counts it. Metered only.
-	BudgetRemainingMC  *int64          `json:"budget_remaining_mc,omitempty"`
+	BudgetRemainingMC *int64 `json:"budget_remaining_mc,omitempty"`
+	// PoolAvailableMC is what a child customer may still draw from its
+	// parent for the metric (the parent's effective balance, within the
+	// draw limit), counted in AvailableMC; absent without a parent.
+	PoolAvailableMC    *int64          `json:"pool_available_mc,omitempty"`
 	EstimatedCost      *int64          `json:"estimated_cost,omitempty"`
 	BalanceAfter       *int64          `json:"balance_after,omitempty"`
 	Enabled            *bool           `json:"enabled,omitempty"`
@@ -282,6 +286,19 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 		}
 		fig.available = MetricAvailable(acct, c.CreditLimitMC, fig.policy, rule.BillableMetricKey, s.clock.Now().UnixMilli())
 	}
+	if c.ParentID != nil {
+		// A child may spend its parent's credit past its own (docs/rules.md
+		// "Shared pools"): the check reads the parent's balances too.
+		pool, ok, err := s.poolAvailable(ctx, c, tenant, rule.BillableMetricKey)
+		if err != nil {
+			return CheckResult{}, err
+		}
+		if ok {
+			fig.pool = pool
+			fig.available += pool
+			res.PoolAvailableMC = &fig.pool
+		}
+	}
 	res.Units, res.EstimatedCost, res.BalanceAfter = &fig.units, &fig.cost, &fig.after
 	res.Balance, res.ReservedBalance = &fig.bal.Balance, &fig.bal.Reserved
 	res.PendingBalance, res.EffectiveBalance = &fig.bal.Pending, &fig.bal.Effective
@@ -310,6 +327,46 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 		}
 	}
 	return res, nil
+}
+
+// poolAvailable is what child c may draw from its parent for metric now:
+// the parent's effective balance for the metric (never its credit line),
+// at least 0, within what c's draw limit leaves; ok false when the parent
+// is gone.
+func (s *Entitlements) poolAvailable(ctx context.Context, c Customer, tenant Tenant, metric string) (int64, bool, error) {
+	p, err := poolDraw(ctx, s.customers, c, tenant, uuid.Nil)
+	if err != nil || p == nil {
+		return 0, false, err
+	}
+	now := s.clock.Now()
+	bal, err := s.balances(ctx, p.Parent)
+	if err != nil {
+		return 0, false, err
+	}
+	avail := bal.Effective
+	if bal.Scoped {
+		acct, err := s.credits.snapshotAt(ctx, p.Parent, now)
+		if err != nil {
+			return 0, false, err
+		}
+		avail = MetricAvailable(acct, 0, OveragePolicyBlock, metric, now.UnixMilli())
+	}
+	avail = max(avail, 0)
+	if r, ok := s.hot.(BudgetCounterReader); ok && p.Limit != nil {
+		var vals []string
+		_, err := withLoad(ctx, s.credits, CustomerKeyOf(c), func() (MutationResult, error) {
+			var e error
+			vals, e = r.BudgetCounters(ctx, CustomerKeyOf(c), []string{p.Limit.Field()})
+			return MutationResult{}, e
+		})
+		if err != nil {
+			return 0, false, err
+		}
+		cnt, ok := ParseBudgetCounter(vals[0])
+		st := DrawLimitStatusOf(*p.Limit, cnt, ok, now)
+		avail = min(avail, max(p.Limit.LimitMC-st.DrawnMC, 0))
+	}
+	return avail, true, nil
 }
 
 // budgetRemaining is the least that the budgets of bs counting metric
@@ -341,7 +398,7 @@ func budgetRemaining(ctx context.Context, r BudgetCounterReader, c CustomerKey, 
 // checkFigures backs a metered CheckResult's pointers.
 type checkFigures struct {
 	units, cost, after, limit, available int64
-	budgetLeft                           int64
+	budgetLeft, pool                     int64
 	bal                                  Balances
 	policy                               OveragePolicy
 }

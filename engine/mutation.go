@@ -281,7 +281,10 @@ type AccountState struct {
 	// Budgets are the counters of the customer's budgets by field
 	// (Budget.Field), one per budget, for the period holding the instant
 	// they were read: the consumption since its counting start, summed
-	// from the ledger (persist fillBudgets; docs/rules.md "Budgets").
+	// from the ledger (persist fillBudgets; docs/rules.md "Budgets"); and
+	// a child's draw counter (DrawLimit.Field), what it drew from its
+	// parent since the limit's counting start (docs/rules.md "Shared
+	// pools").
 	Budgets map[string]BudgetCounter
 	// Leases are the customer's active gauge leases (their slots are in
 	// Gauges), those past their expires included: a load restores them
@@ -341,6 +344,10 @@ type MutationUsage struct {
 	// Items is what each metric of a multi-metric consume priced; Metric
 	// is then "" and Units the items' total.
 	Items []UsageItem `json:"items,omitempty"`
+	// Pool is the part of Charged the customer's parent paid (a pool
+	// draw: the parent's own Mutation debits it); the consumption entry
+	// debits Charged - Pool.
+	Pool int64 `json:"pool,omitempty"`
 }
 
 // UsageItem is one metric's part of a multi-metric consume. Its names are

@@ -223,6 +223,9 @@ func appendUsageJSON(b []byte, u *MutationUsage) []byte {
 	b = AppendJSONInt(b, `,"cost":`, u.Cost)
 	b = AppendJSONInt(b, `,"charged":`, u.Charged)
 	b = AppendJSONInt(b, `,"overage":`, u.Overage)
+	if u.Pool != 0 {
+		b = AppendJSONInt(b, `,"pool":`, u.Pool)
+	}
 	if u.Refused {
 		b = append(b, `,"refused":true`...)
 	}

@@ -341,6 +341,8 @@ func (d *mutationDecoder) usage(u *MutationUsage) error {
 			u.Charged, err = d.int()
 		case "overage":
 			u.Overage, err = d.int()
+		case "pool":
+			u.Pool, err = d.int()
 		case "refused":
 			switch {
 			case d.literal("true") == nil:

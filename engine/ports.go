@@ -137,6 +137,9 @@ type Directory interface {
 	// CustomerByID finds a live customer by id in any tenant, so callers can
 	// tell "other tenant" from "unknown".
 	CustomerByID(ctx context.Context, id uuid.UUID) (Customer, error)
+	// HasChildren reports whether a live customer of scope names id as
+	// its parent (shared pools are one level deep).
+	HasChildren(ctx context.Context, s Scope, id uuid.UUID) (bool, error)
 	// ListCustomers pages live customers newest first, matching search in
 	// external_id or display_name when non-empty.
 	ListCustomers(ctx context.Context, s Scope, search, cursor string, limit int) (Page[Customer], error)

@@ -76,13 +76,16 @@ const (
 	// EntryDebtRepayment is a fresh block paying the debt of the credit
 	// line: a zero delta whose one draw is what the block paid.
 	EntryDebtRepayment EntryType = "debt_repayment"
+	// EntryPoolDraw is a parent's credit paying a child's charge (shared
+	// pools): a debit of the parent whose reference is the child.
+	EntryPoolDraw EntryType = "pool_draw"
 )
 
 // Valid reports whether t is a known entry type.
 func (t EntryType) Valid() bool {
 	switch t {
 	case EntryPlanGrant, EntryTopup, EntryConsumption, EntryReservation, EntryRelease, EntryExpiry, EntryAdjustment,
-		EntryDebtRepayment:
+		EntryDebtRepayment, EntryPoolDraw:
 		return true
 	}
 	return false
@@ -140,11 +143,16 @@ type Customer struct {
 	CreditLimitMC int64 `json:"credit_limit_mc"`
 	// Budgets are the customer's spend caps per period (docs/rules.md
 	// "Budgets"); never nil once read.
-	Budgets   []Budget   `json:"budgets"`
-	Metadata  Metadata   `json:"metadata"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
-	DeletedAt *time.Time `json:"-"`
+	Budgets []Budget `json:"budgets"`
+	// ParentID is the customer whose credit this one spends once its own
+	// is gone (docs/rules.md "Shared pools"); nil: none. ParentDrawLimit
+	// caps what it draws from the parent per period; nil: no cap.
+	ParentID        *uuid.UUID `json:"parent_id"`
+	ParentDrawLimit *DrawLimit `json:"parent_draw_limit"`
+	Metadata        Metadata   `json:"metadata"`
+	CreatedAt       time.Time  `json:"created_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	DeletedAt       *time.Time `json:"-"`
 }
 
 // Block is one credit block: an amount granted at once, spent down over time.
@@ -187,6 +195,11 @@ type Account struct {
 	// period (docs/rules.md "Budgets"); absent when it has none, and from
 	// an answer as_of a past instant.
 	Budgets []BudgetStatus `json:"budgets,omitempty"`
+	// ParentID is the parent whose credit the customer spends once its own
+	// is gone, and ParentDraw its draw limit with what it drew in the
+	// current period (docs/rules.md "Shared pools"); absent without one.
+	ParentID   *uuid.UUID       `json:"parent_id,omitempty"`
+	ParentDraw *DrawLimitStatus `json:"parent_draw_limit,omitempty"`
 	// AsOf is the past instant the figures are of (GET .../credits?as_of=,
 	// Credits.AccountAsOf); nil for the current account.
 	AsOf      *time.Time `json:"as_of,omitempty"`

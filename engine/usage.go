@@ -115,12 +115,11 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 		results, errs := s.hot.ConsumeBatch(ctx, cmds[lo:hi])
 		for j := lo; j < hi; j++ {
 			res, err := results[j-lo], errs[j-lo]
-			if errors.Is(err, ErrStateMissing) {
-				// Not in Redis: load it and run the event alone (its
-				// customer's later events of the chunk come here too, in
-				// order).
-				cmd := cmds[j]
-				res, err = withLoad(ctx, s.credits, cmd.Customer, func() (MutationResult, error) { return s.hot.Consume(ctx, cmd) })
+			if errors.Is(err, ErrStateMissing) || errors.Is(err, ErrPoolStateMissing) {
+				// Not in Redis (the customer's state or its parent's): load
+				// it and run the event alone (its customer's later events of
+				// the chunk come here too, in order).
+				res, err = s.charge(ctx, cmds[j])
 			}
 			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
 		}

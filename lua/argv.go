@@ -110,10 +110,18 @@ type consumeArgv struct {
 	Terms  string `lua:"terms"`
 	Policy string `lua:"policy"`
 	Meta   string `lua:"entry_meta"`
+	// The pool of a child customer (engine.PoolDraw), sent only for one.
+	Pool    string `lua:"pool_arg,opt"`
+	PoolOp  string `lua:"pool_op,opt"`
+	PoolCtx string `lua:"pool_ctx,opt"`
 }
 
 func (a *consumeArgv) list() []any {
-	return append(a.start(14), a.Metric, a.Units, a.Terms, a.Policy, a.Meta)
+	out := append(a.start(17), a.Metric, a.Units, a.Terms, a.Policy, a.Meta)
+	if a.Pool != "" {
+		out = append(out, a.Pool, a.PoolOp, a.PoolCtx)
+	}
+	return out
 }
 
 // itemArgv is one item of consume_multi.lua and reserve_multi.lua.

@@ -26,6 +26,15 @@
 -- ARGV[12] pricing terms (prelude terms_parse)
 -- ARGV[13] policy: block, allow or notify
 -- ARGV[14] entry metadata JSON text or ""
+-- ARGV[15] the pool of a child customer (engine.PoolArg), "" or absent
+--          without a parent; ARGV[16] the op id of the parent's Mutation
+--          and ARGV[17] its context JSON text (engine.PoolDraw)
+--
+-- A child spends its own blocks, then its parent's within its draw limit,
+-- then its credit line (prelude pool_split; docs/rules.md "Shared
+-- pools"): the parent's part is the parent's own Mutation (prelude
+-- pool_take), appended before the child's; the child's usage names it
+-- (usage.pool) and its consumption entry debits the child's part only.
 --
 -- A customer's budgets (ctx "bud") count the cost; one the cost would take
 -- past its limit refuses it under every policy (BUDGET, prelude
@@ -40,16 +49,22 @@ local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local metric, units, terms, policy, entry_meta = ARGV[10], m_parse(ARGV[11]), terms_cached(ARGV[12]), ARGV[13], ARGV[14]
+local pool_arg, pool_op, pool_ctx = ARGV[15] or '', ARGV[16] or '', ARGV[17] or ''
 
 if not now or not units or not terms or metric == '' or
     (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
   return redis.error_reply('BADARG now, metric, units, terms or policy')
 end
 
-local a = acct_read(account_key, now, {'o'}, false, true)
+local a = acct_read(account_key, now, {'o'}, false, pool_arg == '')
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
+local pool = pool_of(account_key, pool_arg, now)
+if pool then
+  pool.a = acct_read(pool.key, now, {}, false, false)
+  if not pool.a then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
+end
 
 local cost, err = price(terms, units)
 if not cost then return redis.error_reply(err) end
@@ -68,8 +83,14 @@ end
 
 -- charge is what the blocks pay, debt what goes on the credit line.
 local charge, debt = cost, MONEY_ZERO
-local entries, changed, draws = {}, {}, nil
-if a.sc_fast then
+local entries, changed, draws, pooled = {}, {}, nil, MONEY_ZERO
+if pool then
+  charge, debt, pooled = pool_split(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block')
+  if not charge then
+    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif a.sc_fast then
   -- A scoped hash without holds on the fast path: decided as it drains
   -- (prelude scope_fast).
   charge, debt, draws = scope_fast(a, now, metric, effective, cost, policy == 'block', line_of(ctx), entries, changed)
@@ -88,8 +109,8 @@ elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
-if policy ~= 'block' and not draws then charge = scope_avail(a, now, metric, charge, MONEY_ZERO, nil) end
-local overage = m_sub(m_sub(cost, charge), debt)
+if policy ~= 'block' and not draws and not pool then charge = scope_avail(a, now, metric, charge, MONEY_ZERO, nil) end
+local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
@@ -105,7 +126,11 @@ local metric_j, su = j_str(metric), ARGV[11]
 if string.byte(su, 1) == 48 then su = m_fmt(units) end
 local sc = m_fmt(cost)
 local sch, so = sc, '0'
-if m_cmp(charge, cost) ~= 0 and not m_pos(debt) then sch = m_fmt(charge) end
+if m_pos(pooled) then
+  sch = m_fmt(m_add(m_add(charge, debt), pooled))
+elseif m_cmp(charge, cost) ~= 0 and not m_pos(debt) then
+  sch = m_fmt(charge)
+end
 if m_cmp(overage, MONEY_ZERO) ~= 0 then so = m_fmt(overage) end
 -- Members debit_entry and this script set later are named (nil): the
 -- table is made at its final size.
@@ -119,11 +144,16 @@ if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the 
 entries[#entries + 1] = entry_obj(e)
 m.open_meta = entry_meta
 
+if m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, metric, metric_j, pooled, pool_op, pool_ctx) end
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-m.extra = ',"usage":' .. usage_json_s(metric_j, su, sc, sch, so, false, nil) .. budget_count(account_key, bud_hits)
+local usage = usage_json_s(metric_j, su, sc, sch, so, false, nil)
+if m_pos(pooled) then usage = string.sub(usage, 1, -2) .. ',"pool":' .. m_fmt(pooled) .. '}' end
+m.extra = ',"usage":' .. usage .. budget_count(account_key, bud_hits)
 local json = mutation_json(m, a, entries, changed)
 local record = nil
-if op_key then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
+-- A compact record rebuilds the entry's delta from the charge, which a
+-- pool draw splits: such a charge keeps its whole Mutation.
+if op_key and not m_pos(pooled) then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
 publish(outbox_key, op_key, op_ttl_ms, json, record)
 return {'new', json}

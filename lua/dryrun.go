@@ -43,27 +43,42 @@ func (s *Store) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engi
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	return s.dryRun(ctx, cmd.Customer.CustomerID, name, sc, keys, args)
+	parent := uuid.Nil
+	if cmd.Pool != nil && cmd.Items == nil {
+		parent = cmd.Pool.Parent.CustomerID
+	}
+	return s.dryRun(ctx, cmd.Customer.CustomerID, parent, name, sc, keys, args)
 }
 
 // dryRun runs sc with keys[0] (the account) replaced by a scratch copy and
 // every other key (the outbox, a hold-expiry zset) by an empty scratch key,
-// reads what the script appended to the outbox and deletes them all.
-func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc *script, keys []string, args []any) (engine.MutationResult, error) {
+// reads what the script appended to the outbox and deletes them all. With
+// a parent (not uuid.Nil) the parent's account is copied too, beside the
+// scratch account under the name the script derives from it (prelude
+// pool_of: the account key's tail is the customer id).
+func (s *Store) dryRun(ctx context.Context, customer, parent uuid.UUID, name string, sc *script, keys []string, args []any) (engine.MutationResult, error) {
 	scratch := s.tag(Partition(customer)) + ":dry:" + uuid.NewString()
 	dry := make([]string, len(keys))
 	for i := range keys {
 		dry[i] = scratch + ":" + strconv.Itoa(i)
+	}
+	dry[0] = scratch + ":" + customer.String()
+	if parent != uuid.Nil {
+		dry = append(dry, scratch+":"+parent.String())
 	}
 	account, outbox := dry[0], dry[1]
 	defer func() {
 		// A scratch key left behind expires by itself (dryRunTTL).
 		_ = s.rdb.Del(context.WithoutCancel(ctx), dry...).Err()
 	}()
-	var copied *redis.IntCmd
+	var copied, parentCopied *redis.IntCmd
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		copied = p.Copy(ctx, keys[0], account, 0, false)
 		p.PExpire(ctx, account, dryRunTTL)
+		if parent != uuid.Nil {
+			parentCopied = p.Copy(ctx, s.accountKey(parent), dry[len(dry)-1], 0, false)
+			p.PExpire(ctx, dry[len(dry)-1], dryRunTTL)
+		}
 		return nil
 	}); err != nil {
 		return engine.MutationResult{}, scriptError(name, s.unavail.classify(err))
@@ -71,11 +86,14 @@ func (s *Store) dryRun(ctx context.Context, customer uuid.UUID, name string, sc 
 	if copied.Val() == 0 {
 		return engine.MutationResult{}, engine.ErrStateMissing
 	}
-	v, runErr := s.call(ctx, sc, dry, args...).Result()
+	if parentCopied != nil && parentCopied.Val() == 0 {
+		return engine.MutationResult{}, engine.ErrPoolStateMissing
+	}
+	v, runErr := s.call(ctx, sc, dry[:len(keys)], args...).Result()
 	// The other keys exist only if the script wrote them; they get the
 	// same bound before they are read.
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range dry[1:] {
+		for _, k := range dry[1:len(keys)] {
 			p.PExpire(ctx, k, dryRunTTL)
 		}
 		return nil

@@ -184,6 +184,16 @@ func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) 
 	}
 	a := consumeArgv{hotHead: head, Metric: cmd.Metric, Units: strconv.FormatInt(cmd.Units, 10), Terms: terms,
 		Policy: string(cmd.Policy), Meta: meta}
+	if p := cmd.Pool; p != nil {
+		if Partition(p.Parent.CustomerID) != Partition(cmd.Customer.CustomerID) {
+			return nil, nil, fmt.Errorf("lua: consume: parent %s is not in the slot of customer %s", p.Parent.CustomerID, cmd.Customer.CustomerID)
+		}
+		pctx, err := json.Marshal(p.ParentContext)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.Pool, a.PoolOp, a.PoolCtx = engine.PoolArg(p, cmd.Now), p.OpID.String(), string(pctx)
+	}
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list(), nil
 }
 
@@ -358,7 +368,7 @@ func (s *Store) ReserveDry(ctx context.Context, cmd engine.ReserveCommand) (engi
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	return s.dryRun(ctx, cmd.Customer.CustomerID, name, sc, s.holdKeys(cmd.Customer.CustomerID, ""), args)
+	return s.dryRun(ctx, cmd.Customer.CustomerID, uuid.Nil, name, sc, s.holdKeys(cmd.Customer.CustomerID, ""), args)
 }
 
 // reserveArgs is the script (reserve.lua, or reserve_multi.lua for a

@@ -127,7 +127,8 @@ func (s *Store) gaugeFields(ctx context.Context, key string) (map[string]string,
 func budgetFields(fields map[string]string) map[string]string {
 	var out map[string]string
 	for f, v := range fields {
-		if strings.HasPrefix(f, "u:") {
+		// "u:" a budget's counter, "p:" the draw limit's (shared pools).
+		if strings.HasPrefix(f, "u:") || strings.HasPrefix(f, "p:") {
 			if out == nil {
 				out = map[string]string{}
 			}

@@ -79,6 +79,7 @@ const (
 // error) to the engine's sentinel errors.
 var scriptErrors = map[string]error{
 	"NOSTATE":      engine.ErrStateMissing,
+	"NOPOOLSTATE":  engine.ErrPoolStateMissing,
 	"INSUFFICIENT": engine.ErrInsufficientCredits,
 	"NOACCOUNT":    engine.ErrNoAccount,
 	"OVERFLOW":     engine.ErrOverflow,

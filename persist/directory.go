@@ -222,7 +222,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, key uuid.UUID, at time
 // ---- customers ----
 
 const customerColumns = `id, tenant_id, environment, external_id, display_name, overage_policy,
-	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at, credit_limit_mc, budgets`
+	low_balance_threshold_mc, metadata, created_at, updated_at, deleted_at, credit_limit_mc, budgets,
+	parent_id, parent_draw_limit`
 
 // customerExternalIDKey is the partial unique index of live external ids.
 const customerExternalIDKey = "customers_external_id_key"
@@ -231,10 +232,17 @@ func scanCustomer(row pgx.Row) (engine.Customer, error) {
 	var c engine.Customer
 	var env string
 	var policy *string
-	var meta, budgets []byte
+	var meta, budgets, drawLimit []byte
 	if err := row.Scan(&c.ID, &c.TenantID, &env, &c.ExternalID, &c.DisplayName, &policy,
-		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.CreditLimitMC, &budgets); err != nil {
+		&c.LowBalanceThresholdMC, &meta, &c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.CreditLimitMC, &budgets,
+		&c.ParentID, &drawLimit); err != nil {
 		return engine.Customer{}, err
+	}
+	if drawLimit != nil {
+		c.ParentDrawLimit = &engine.DrawLimit{}
+		if err := json.Unmarshal(drawLimit, c.ParentDrawLimit); err != nil {
+			return engine.Customer{}, fmt.Errorf("persist: customer %s parent_draw_limit: %w", c.ID, err)
+		}
 	}
 	c.Budgets = []engine.Budget{}
 	if err := json.Unmarshal(budgets, &c.Budgets); err != nil {
@@ -266,6 +274,34 @@ func budgetsJSON(bs []engine.Budget) string {
 	return string(b)
 }
 
+// drawLimitJSON is column parent_draw_limit of d (migration 032): NULL
+// for none.
+func drawLimitJSON(d *engine.DrawLimit) *string {
+	if d == nil {
+		return nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		// DrawLimit holds strings, a number and a time: Marshal cannot fail.
+		panic(err)
+	}
+	s := string(b)
+	return &s
+}
+
+// HasChildren reports whether a live customer of scope sc names id as its
+// parent (customers_parent_idx).
+func (s *Store) HasChildren(ctx context.Context, sc engine.Scope, id uuid.UUID) (bool, error) {
+	var any bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM customers
+		WHERE tenant_id = $1 AND parent_id = $2 AND environment = $3 AND deleted_at IS NULL)`,
+		sc.TenantID, id, string(sc.Environment)).Scan(&any)
+	if err != nil {
+		return false, fmt.Errorf("persist: customer children: %w", err)
+	}
+	return any, nil
+}
+
 func policyParam(p *engine.OveragePolicy) *string {
 	if p == nil {
 		return nil
@@ -282,9 +318,10 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: create customer: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets))
+		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
+		c.ParentID, drawLimitJSON(c.ParentDrawLimit))
 	if isUniqueViolation(err, customerExternalIDKey) {
 		return engine.ErrExternalIDTaken
 	}
@@ -295,7 +332,8 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 }
 
 // UpdateCustomer writes display_name, overage_policy,
-// low_balance_threshold_mc, credit_limit_mc, metadata and updated_at of the live customer
+// low_balance_threshold_mc, credit_limit_mc, budgets, parent_id,
+// parent_draw_limit, metadata and updated_at of the live customer
 // c.ID in c's tenant and environment; engine.ErrNotFound when there is none.
 // The external id never changes.
 func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
@@ -305,10 +343,11 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
 			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9,
-			budgets = $10
+			budgets = $10, parent_id = $11, parent_draw_limit = $12
 		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
 		c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC, budgetsJSON(c.Budgets))
+		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
+		c.ParentID, drawLimitJSON(c.ParentDrawLimit))
 	if err != nil {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}

@@ -113,7 +113,7 @@ func TestHistoryPrunesPartitions(t *testing.T) {
 	tests[2].sql = `SELECT billable_metric_key, sum(overage_mc) FROM ledger_entries
 		WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3 GROUP BY 1`
 	tests[2].args = []any{customer, m1, m2}
-	tests[3].sql, tests[3].args = budgetSpentSQL, []any{customer, "", m0, m1, live.TenantID}
+	tests[3].sql, tests[3].args = budgetSpentSQL, []any{customer, "", m0, m1, uuid.New(), live.TenantID}
 	for _, tc := range tests {
 		for _, generic := range []bool{false, true} {
 			plan := explain(t, b, tc.sql, tc.args, generic)

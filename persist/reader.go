@@ -330,58 +330,91 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 // [$3, $4) cost ($2 "": every metric; else that metric, whose part of a
 // multi-metric entry is its items' costs): each entry's cost is minus its
 // delta (what the blocks and the credit line paid) plus its overage, the
-// cost prelude.lua budget_take counted.
-const budgetSpentSQL = `SELECT COALESCE(SUM(CASE
+// cost prelude.lua budget_take counted, plus what its parent $5 (NULL:
+// none) paid of its charges in the window, the parent's pool_draw entries
+// that name it (docs/rules.md "Shared pools"); $6 is their tenant (a
+// parent is of its child's tenant).
+const budgetSpentSQL = `SELECT (SELECT COALESCE(SUM(CASE
 		WHEN $2 = '' OR e.billable_metric_key = $2 THEN -e.delta + e.overage_mc
 		ELSE (SELECT COALESCE(SUM((i->>'cost')::bigint), 0) FROM jsonb_array_elements(e.metadata->'items') i
 			WHERE i->>'billable_metric_key' = $2) END), 0)::bigint
 	FROM ledger_entries e
-	WHERE e.customer_id = $1 AND e.tenant_id = $5 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
+	WHERE e.customer_id = $1 AND e.tenant_id = $6 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
 		AND ($2 = '' OR e.billable_metric_key = $2
-			OR (e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array'))`
+			OR (e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array')))
+	+ (SELECT COALESCE(SUM(-p.delta), 0)::bigint FROM ledger_entries p
+	WHERE $5::uuid IS NOT NULL AND p.customer_id = $5 AND p.tenant_id = $6 AND p.type = 'pool_draw' AND p.reference_id = $1
+		AND p.created_at >= $3 AND p.created_at < $4 AND ($2 = '' OR p.billable_metric_key = $2))`
+
+// poolDrawnSQL sums what child $2 drew from parent $1 (of tenant $5) in [$3, $4): the
+// parent's pool_draw entries that name it, the draw limit's count
+// (prelude.lua pool_take).
+const poolDrawnSQL = `SELECT COALESCE(SUM(-delta), 0)::bigint FROM ledger_entries
+	WHERE customer_id = $1 AND tenant_id = $5 AND type = 'pool_draw' AND reference_id = $2
+		AND created_at >= $3 AND created_at < $4`
 
 // fillBudgets sets the budget counters of the customers of index that have
-// budgets, for the periods holding now: one query for the budgets, then
-// one sum per budget through the history index's (customer_id,
-// created_at) prefix, bounded by a period of entries.
+// budgets, and the draw counter of those with a parent and a draw limit,
+// for the periods holding now: one query for the customers, then one sum
+// per counter through the history index's (customer_id, created_at)
+// prefix, bounded by a period of entries.
 func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, now time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT id, tenant_id, budgets FROM customers
-		WHERE id = ANY($1) AND tenant_id = ANY($2) AND budgets <> '[]'::jsonb`, ids, stateTenants(index))
+	rows, err := tx.Query(ctx, `SELECT id, tenant_id, budgets, parent_id, parent_draw_limit FROM customers
+		WHERE id = ANY($1) AND tenant_id = ANY($2) AND (budgets <> '[]'::jsonb OR parent_draw_limit IS NOT NULL)`,
+		ids, stateTenants(index))
 	if err != nil {
 		return err
 	}
 	type owner struct {
 		id, tenant uuid.UUID
 		budgets    []engine.Budget
+		parent     *uuid.UUID
+		limit      *engine.DrawLimit
 	}
 	var owners []owner
 	var id, tenant uuid.UUID
-	var doc []byte
-	if _, err := pgx.ForEachRow(rows, []any{&id, &tenant, &doc}, func() error {
-		var bs []engine.Budget
-		if err := json.Unmarshal(doc, &bs); err != nil {
+	var parent *uuid.UUID
+	var doc, limitDoc []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tenant, &doc, &parent, &limitDoc}, func() error {
+		o := owner{id: id, tenant: tenant, parent: parent}
+		if err := json.Unmarshal(doc, &o.budgets); err != nil {
 			return fmt.Errorf("budgets of customer %s: %w", id, err)
 		}
-		owners = append(owners, owner{id, tenant, bs})
+		if limitDoc != nil {
+			o.limit = &engine.DrawLimit{}
+			if err := json.Unmarshal(limitDoc, o.limit); err != nil {
+				return fmt.Errorf("parent_draw_limit of customer %s: %w", id, err)
+			}
+		}
+		owners = append(owners, o)
 		return nil
 	}); err != nil {
 		return err
 	}
 	for _, o := range owners {
 		st := index[o.id]
-		st.Budgets = make(map[string]engine.BudgetCounter, len(o.budgets))
+		st.Budgets = make(map[string]engine.BudgetCounter, len(o.budgets)+1)
 		for _, b := range o.budgets {
 			from, end := b.CountingFrom(now)
 			// The scripts count from the millisecond (engine.BudgetArg).
 			fromMS := from.UnixMilli()
 			var spent int64
-			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end, o.tenant).Scan(&spent); err != nil {
+			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end, o.parent, o.tenant).Scan(&spent); err != nil {
 				return fmt.Errorf("budget %s of customer %s: %w", b.Field(), o.id, err)
 			}
 			st.Budgets[b.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: spent, Reached: spent >= b.LimitMC && spent > 0}
+		}
+		if o.limit != nil && o.parent != nil {
+			from, end := o.limit.CountingFrom(now)
+			fromMS := from.UnixMilli()
+			var drawn int64
+			if err := tx.QueryRow(ctx, poolDrawnSQL, *o.parent, o.id, time.UnixMilli(fromMS), end, o.tenant).Scan(&drawn); err != nil {
+				return fmt.Errorf("draw limit of customer %s: %w", o.id, err)
+			}
+			st.Budgets[o.limit.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: drawn}
 		}
 	}
 	return nil

@@ -234,7 +234,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	// which forgets nothing); the API's service writes through the cache's
 	// forgetting directory, so this process sees a change at once.
 	customers := engine.NewCachedCustomers(engine.NewCustomers(a.DB, cfg.Clock)).WithStamps(stamps).WithSourceDown(persist.Unavailable)
-	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock)
+	a.Customers = engine.NewCustomers(customers.ForgettingDirectory(a.DB), cfg.Clock).WithSlots(lua.Partition)
 	a.outboxRedis = dedicatedClient(rdb, lua.Partitions+8)
 	outbox := lua.NewStore(a.outboxRedis, cfg.RedisPrefix).WithClock(cfg.Clock)
 	a.Persister = persist.NewPersister(outbox, a.DB, persist.PersisterConfig{Consumer: cfg.Consumer, Clock: cfg.Clock, ClaimIdle: cfg.OutboxClaimIdle,

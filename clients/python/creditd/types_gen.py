@@ -59,6 +59,9 @@ __all__ = [
     "CreditTopupRequestedEvent",
     "Customer",
     "CustomerPage",
+    "DrawLimit",
+    "DrawLimitInput",
+    "DrawLimitStatus",
     "EventLogPage",
     "ExtendInput",
     "ExtendResult",
@@ -215,6 +218,11 @@ class Customer(TypedDict):
     metadata: dict[str, Any]
     created_at: str
     updated_at: str
+    # The parent customer whose credit this one spends once its own is gone (one level: a parent
+    # has no parent) (docs/rules.md "Shared pools"); null: none.
+    parent_id: Optional[str]
+    # The cap on what it draws from its parent per period; null: none.
+    parent_draw_limit: Optional["DrawLimit"]
 
 
 class CustomerPage(TypedDict):
@@ -237,6 +245,11 @@ class CreateCustomerInput(TypedDict):
     budgets: NotRequired[list["BudgetInput"]]
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
+    # The parent (its id or external id) whose credit this customer spends once its own is gone.
+    # The parent must have no parent. The new customer's id is minted in the parent's slot, so a
+    # charge draws on both atomically.
+    parent_id: NotRequired[str]
+    parent_draw_limit: NotRequired["DrawLimitInput"]
 
 
 class UpdateCustomerInput(TypedDict):
@@ -259,6 +272,12 @@ class UpdateCustomerInput(TypedDict):
     budgets: NotRequired[Optional[list["BudgetInput"]]]
     # Merged key by key; a key cannot be removed.
     metadata: NotRequired[dict[str, Any]]
+    # Sets the parent (its id or external id); null removes it and the draw limit. A customer with
+    # children cannot get a parent; an existing customer whose credit lives in another slot than
+    # the parent's gets 409 (create the child with parent_id instead).
+    parent_id: NotRequired[Optional[str]]
+    # Sets the draw limit; null removes it. Needs a parent.
+    parent_draw_limit: NotRequired[Optional["DrawLimitInput"]]
 
 
 class Block(TypedDict):
@@ -307,6 +326,9 @@ class Account(TypedDict):
     # With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always
     # present), then each scope by its keys.
     by_scope: NotRequired[list["ScopeBalance"]]
+    # The customer's parent (docs/rules.md "Shared pools"); absent without one.
+    parent_id: NotRequired[str]
+    parent_draw_limit: NotRequired["DrawLimitStatus"]
 
 
 class LedgerEntry(TypedDict):
@@ -316,7 +338,7 @@ class LedgerEntry(TypedDict):
     customer_id: str
     environment: Literal["live", "sandbox"]
     delta: int
-    type: Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment", "debt_repayment"]
+    type: Literal["plan_grant", "topup", "consumption", "reservation", "release", "expiry", "adjustment", "debt_repayment", "pool_draw"]
     source: Optional[Literal["plan_grant", "topup", "promotional", "compensation", "referral", "manual", "migration"]]
     # The credit block the entry moved, when it moved one; absent when several paid (see draws).
     credit_block_id: NotRequired[str]
@@ -662,6 +684,9 @@ class CheckResult(TypedDict):
     headroom: NotRequired[int]
     subscription_status: Optional[str]
     overage_policy: NotRequired[Literal["block", "allow", "notify"]]
+    # What a child customer may still draw from its parent for the metric (the parent's effective
+    # balance, within the draw limit), counted in available_mc; absent without a parent.
+    pool_available_mc: NotRequired[int]
 
 
 class ConsumeInput(TypedDict):
@@ -726,6 +751,8 @@ class ConsumeResult(TypedDict):
     # credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from
     # alert settings, are not listed.
     events: NotRequired[list[str]]
+    # The part of charged the customer's parent paid (shared pools); absent when none.
+    pool_mc: NotRequired[int]
 
 
 class ConsumeResultDraw(TypedDict):
@@ -2430,3 +2457,52 @@ class ScopeBalance(TypedDict):
     applies_to: Optional["AppliesTo"]
     balance: int
     pending: int
+
+
+class DrawLimit(TypedDict):
+    """DrawLimit is the DrawLimit schema of the creditd API. A cap on what a child customer
+    draws from its parent's credit per calendar day or month of time_zone (docs/rules.md
+    "Shared pools").
+    """
+    # A calendar day or a calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: str
+    # The most the child may draw from its parent in a period, millicredits.
+    limit_mc: int
+    # When the limit (its period and time zone) was set: draws count from the later of this and
+    # the period's start. Changing only limit_mc keeps it.
+    since: str
+
+
+class DrawLimitInput(TypedDict):
+    """DrawLimitInput is the DrawLimitInput schema of the creditd API. A cap on what the
+    customer draws from its parent per period.
+    """
+    # A calendar day or a calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: NotRequired[str]
+    # The most the child may draw from its parent in a period, millicredits.
+    limit_mc: int
+
+
+class DrawLimitStatus(TypedDict):
+    """DrawLimitStatus is the DrawLimitStatus schema of the creditd API. The draw limit with
+    what the child drew in the current period.
+    """
+    # A calendar day or a calendar month of time_zone.
+    period: Literal["day", "month"]
+    # UTC or an IANA time zone name, e.g. Europe/Paris. Default UTC.
+    time_zone: str
+    # The most the child may draw from its parent in a period, millicredits.
+    limit_mc: int
+    # When the limit (its period and time zone) was set: draws count from the later of this and
+    # the period's start. Changing only limit_mc keeps it.
+    since: str
+    # What the child drew from its parent in the current period.
+    drawn_mc: int
+    # Start of the current period.
+    period_start: str
+    # When the current period ends and the count starts again.
+    resets_at: str

@@ -1890,6 +1890,13 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /**
+             * Format: uuid
+             * @description The parent customer whose credit this one spends once its own is gone (one level: a parent has no parent) (docs/rules.md "Shared pools"); null: none.
+             */
+            parent_id: string | null;
+            /** @description The cap on what it draws from its parent per period; null: none. */
+            parent_draw_limit: components["schemas"]["DrawLimit"] | null;
         };
         CustomerPage: {
             data: components["schemas"]["Customer"][];
@@ -1914,6 +1921,9 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description The parent (its id or external id) whose credit this customer spends once its own is gone. The parent must have no parent. The new customer's id is minted in the parent's slot, so a charge draws on both atomically. */
+            parent_id?: string;
+            parent_draw_limit?: components["schemas"]["DrawLimitInput"];
         };
         /** @description Omitted members keep their value. */
         UpdateCustomerInput: {
@@ -1937,6 +1947,10 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description Sets the parent (its id or external id); null removes it and the draw limit. A customer with children cannot get a parent; an existing customer whose credit lives in another slot than the parent's gets 409 (create the child with parent_id instead). */
+            parent_id?: string | null;
+            /** @description Sets the draw limit; null removes it. Needs a parent. */
+            parent_draw_limit?: components["schemas"]["DrawLimitInput"] | null;
         };
         Block: {
             /** Format: uuid */
@@ -2006,6 +2020,12 @@ export interface components {
             blocks: components["schemas"]["Block"][];
             /** @description With by_scope=true: the live blocks' credit by scope, the unscoped credit first (always present), then each scope by its keys. */
             by_scope?: components["schemas"]["ScopeBalance"][];
+            /**
+             * Format: uuid
+             * @description The customer's parent (docs/rules.md "Shared pools"); absent without one.
+             */
+            parent_id?: string;
+            parent_draw_limit?: components["schemas"]["DrawLimitStatus"];
         };
         LedgerEntry: {
             /** Format: uuid */
@@ -2019,7 +2039,7 @@ export interface components {
             /** Format: int64 */
             delta: number;
             /** @enum {string} */
-            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
+            type: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment" | "pool_draw";
             /** @enum {string|null} */
             source: "plan_grant" | "topup" | "promotional" | "compensation" | "referral" | "manual" | "migration" | null;
             /**
@@ -2401,6 +2421,11 @@ export interface components {
             subscription_status: string | null;
             /** @enum {string} */
             overage_policy?: "block" | "allow" | "notify";
+            /**
+             * Format: int64
+             * @description What a child customer may still draw from its parent for the metric (the parent's effective balance, within the draw limit), counted in available_mc; absent without a parent.
+             */
+            pool_available_mc?: number;
         };
         /** @description Exactly one of two forms: billable_metric_key and units, or items (1 to 20 metrics); both or neither is refused naming the field. */
         ConsumeInput: {
@@ -2475,6 +2500,11 @@ export interface components {
             }[];
             /** @description Dry runs only: the event types the charge would fire, in order (credit.consumed, credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from alert settings, are not listed. */
             events?: string[];
+            /**
+             * Format: int64
+             * @description The part of charged the customer's parent paid (shared pools); absent when none.
+             */
+            pool_mc?: number;
         };
         /** @description What one item of a multi-metric consume cost, priced at its metric's rule. */
         ItemCost: {
@@ -4023,6 +4053,85 @@ export interface components {
             /** Format: int64 */
             pending: number;
         };
+        /** @description A cap on what a child customer draws from its parent's credit per calendar day or month of time_zone (docs/rules.md "Shared pools"). */
+        DrawLimit: {
+            /**
+             * @description A calendar day or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone: string;
+            /**
+             * Format: int64
+             * @description The most the child may draw from its parent in a period, millicredits.
+             */
+            limit_mc: number;
+            /**
+             * Format: date-time
+             * @description When the limit (its period and time zone) was set: draws count from the later of this and the period's start. Changing only limit_mc keeps it.
+             */
+            since: string;
+        };
+        /** @description A cap on what the customer draws from its parent per period. */
+        DrawLimitInput: {
+            /**
+             * @description A calendar day or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone?: string;
+            /**
+             * Format: int64
+             * @description The most the child may draw from its parent in a period, millicredits.
+             */
+            limit_mc: number;
+        };
+        /** @description The draw limit with what the child drew in the current period. */
+        DrawLimitStatus: {
+            /**
+             * @description A calendar day or a calendar month of time_zone.
+             * @enum {string}
+             */
+            period: "day" | "month";
+            /**
+             * @description UTC or an IANA time zone name, e.g. Europe/Paris.
+             * @default UTC
+             */
+            time_zone: string;
+            /**
+             * Format: int64
+             * @description The most the child may draw from its parent in a period, millicredits.
+             */
+            limit_mc: number;
+            /**
+             * Format: date-time
+             * @description When the limit (its period and time zone) was set: draws count from the later of this and the period's start. Changing only limit_mc keeps it.
+             */
+            since: string;
+            /**
+             * Format: int64
+             * @description What the child drew from its parent in the current period.
+             */
+            drawn_mc: number;
+            /**
+             * Format: date-time
+             * @description Start of the current period.
+             */
+            period_start: string;
+            /**
+             * Format: date-time
+             * @description When the current period ends and the count starts again.
+             */
+            resets_at: string;
+        };
     };
     responses: {
         /** @description Bad request: unparseable JSON, a body that is not an object, a bad query parameter or cursor. */
@@ -5113,7 +5222,7 @@ export interface operations {
     creditHistory: {
         parameters: {
             query?: {
-                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment";
+                type?: "plan_grant" | "topup" | "consumption" | "reservation" | "release" | "expiry" | "adjustment" | "debt_repayment" | "pool_draw";
                 source?: string;
                 billable_metric_key?: string;
                 /** @description Inclusive. */

@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/lua"
+)
+
+// poolFamily creates a parent granted parentCredits and a child of it
+// granted childCredits, with a draw limit (nil: none); it returns both ids.
+func (a api) poolFamily(parentCredits, childCredits int64, limit map[string]any) (parent, child string) {
+	a.t.Helper()
+	parent = a.createCustomer(map[string]any{"external_id": uniq("org")})["id"].(string)
+	if parentCredits > 0 {
+		a.grant(parent, map[string]any{"credits": parentCredits})
+	}
+	body := map[string]any{"external_id": uniq("member"), "parent_id": parent}
+	if limit != nil {
+		body["parent_draw_limit"] = limit
+	}
+	c := a.createCustomer(body)
+	if c["parent_id"] != parent {
+		a.t.Fatalf("created child: %v, want parent_id %s", c, parent)
+	}
+	child = c["id"].(string)
+	if childCredits > 0 {
+		a.grant(child, map[string]any{"credits": childCredits})
+	}
+	return parent, child
+}
+
+// balanceOf is the customer's balance in the credits answer.
+func (a api) balanceOf(id string) int64 {
+	a.t.Helper()
+	return Int(a.t, a.credits(id)["balance"])
+}
+
+// TestSharedPool (issue 28 item 4): a child spends its own credit, then its
+// parent's within its draw limit per period; the parent's part is a
+// pool_draw entry in the parent's ledger naming the child; a check counts
+// the pool; the one-level rules and the slot rule refuse with the field
+// named; removing the parent stops the draws.
+func TestSharedPool(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("pool"))
+	a := s.as(t, tn.Live)
+	m := a.perUnit(1)
+
+	parent, child := a.poolFamily(1000, 100, map[string]any{"period": "day", "limit_mc": 300})
+
+	t.Run("bad parents", func(t *testing.T) {
+		cases := []struct {
+			body  map[string]any
+			field string
+		}{
+			{map[string]any{"parent_id": uuid.NewString()}, "parent_id"},
+			{map[string]any{"parent_id": child}, "parent_id"}, // a child cannot be a parent
+			{map[string]any{"parent_draw_limit": map[string]any{"period": "day", "limit_mc": 1}}, "parent_draw_limit"},
+			{map[string]any{"parent_id": parent, "parent_draw_limit": map[string]any{"period": "week", "limit_mc": 1}}, "parent_draw_limit.period"},
+			{map[string]any{"parent_id": parent, "parent_draw_limit": map[string]any{"period": "day", "limit_mc": -1}}, "parent_draw_limit.limit_mc"},
+		}
+		for _, c := range cases {
+			c.body["external_id"] = uniq("bad")
+			checkProblem(t, a.post("/v1/customers", c.body), 422, "validation-error", c.field, fmt.Sprintf("create with %v", c.body))
+		}
+		// A parent cannot become a child.
+		other := a.createCustomer(map[string]any{"external_id": uniq("other")})["id"].(string)
+		checkProblem(t, a.patch("/v1/customers/"+parent, map[string]any{"parent_id": other}), 422, "validation-error",
+			"parent_id", "a parent given a parent")
+		// An existing customer of another slot cannot join (its id names
+		// its state): 409, and nothing changes.
+		for lua.Partition(uuid.MustParse(other)) == lua.Partition(uuid.MustParse(parent)) {
+			other = a.createCustomer(map[string]any{"external_id": uniq("other")})["id"].(string)
+		}
+		checkProblem(t, a.patch("/v1/customers/"+other, map[string]any{"parent_id": parent}), 409, "conflict",
+			"parent_id", "joining a parent of another slot")
+		if c := a.get("/v1/customers/" + other); c.Body["parent_id"] != nil {
+			t.Errorf("a refused patch set the parent: %s", c.Raw)
+		}
+	})
+
+	t.Run("own credit first, then the parent's within the limit", func(t *testing.T) {
+		r := a.consumeUnits(child, m, 250)
+		if checkStatus(t, r, 200, "250 of 100 own") && (Int(t, r.Body["charged"]) != 250 || Int(t, r.Body["pool_mc"]) != 150) {
+			t.Errorf("consume: %s, want charged 250 and pool_mc 150", r.Raw)
+		}
+		if c, p := a.balanceOf(child), a.balanceOf(parent); c != 0 || p != 850 {
+			t.Errorf("balances child %d parent %d, want 0 and 850", c, p)
+		}
+		// A check counts what the limit leaves of the pool: 150.
+		chk := a.get(fmt.Sprintf("/v1/customers/%s/entitlements/%s?units=151", child, url.PathEscape(m)))
+		if checkStatus(t, chk, 200, "check") && (chk.Body["allowed"] != false || Int(t, chk.Body["pool_available_mc"]) != 150) {
+			t.Errorf("check of 151: %s, want not allowed and pool_available_mc 150", chk.Raw)
+		}
+		checkProblem(t, a.consumeUnits(child, m, 151), 409, "insufficient-credits", "", "past the draw limit")
+		wantStatus(t, a.consumeUnits(child, m, 150), 200, "to the draw limit")
+		cr := a.credits(child)
+		if d, ok := cr["parent_draw_limit"].(map[string]any); !ok || Int(t, d["drawn_mc"]) != 300 || cr["parent_id"] != parent {
+			t.Errorf("child credits: %v, want parent_id and parent_draw_limit.drawn_mc 300", cr)
+		}
+		if p := a.balanceOf(parent); p != 700 {
+			t.Errorf("parent balance %d, want 700", p)
+		}
+		// The parent's ledger names the child on each draw.
+		s.Drain()
+		var drawn int64
+		for _, e := range a.history(parent, "?limit=100") {
+			eo := obj(t, e, "entry")
+			if eo["type"] != "pool_draw" {
+				continue
+			}
+			if eo["reference_id"] != child || eo["billable_metric_key"] != m {
+				t.Errorf("pool_draw entry %v, want reference_id %s and the metric", eo, child)
+			}
+			drawn -= Int(t, eo["delta"])
+		}
+		if drawn != 300 {
+			t.Errorf("pool_draw entries sum to %d, want 300", drawn)
+		}
+	})
+
+	t.Run("removing the parent stops the draws", func(t *testing.T) {
+		_, kid := a.poolFamily(0, 0, nil)
+		r := a.patch("/v1/customers/"+kid, map[string]any{"parent_id": nil})
+		if checkStatus(t, r, 200, "remove the parent") && (r.Body["parent_id"] != nil || r.Body["parent_draw_limit"] != nil) {
+			t.Errorf("patched: %s, want no parent", r.Raw)
+		}
+		checkProblem(t, a.consumeUnits(kid, m, 1), 409, "insufficient-credits", "", "no parent any more")
+	})
+	wantReconciled(t, s, "at the end")
+}
+
+// TestSharedPoolRace: 50 racing consumes of 100 by children of one parent
+// never pass the pool (1,500) nor a child's draw limit.
+func TestSharedPoolRace(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("poolrace"))
+	a := s.as(t, tn.Live)
+	m := a.perUnit(100)
+	parent, first := a.poolFamily(1500, 0, nil)
+	// A second child may draw 500 a day at most.
+	second := a.createCustomer(map[string]any{"external_id": uniq("member"), "parent_id": parent,
+		"parent_draw_limit": map[string]any{"period": "day", "limit_mc": 500}})["id"].(string)
+
+	const racers = 50
+	var ok, refused, okSecond atomic.Int64
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := first
+			if i%2 == 1 {
+				id = second
+			}
+			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("poolrace-%s-%d", id, i),
+				map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1})
+			switch r.Status {
+			case 200:
+				ok.Add(1)
+				if id == second {
+					okSecond.Add(1)
+				}
+			case 409:
+				refused.Add(1)
+			default:
+				t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 15 || refused.Load() != racers-15 || okSecond.Load() > 5 {
+		t.Fatalf("%d succeeded (%d by the limited child), %d refused; want exactly 15, at most 5 and %d",
+			ok.Load(), okSecond.Load(), refused.Load(), racers-15)
+	}
+	if p := a.balanceOf(parent); p != 0 {
+		t.Errorf("parent balance after the race %d, want 0", p)
+	}
+	wantReconciled(t, s, "after the race")
+}
+
+// TestSharedPoolSurvivesRebuild: after FLUSHALL and `creditd rebuild` the
+// parent's balance and the child's draw counter (summed from the parent's
+// pool_draw entries) are what they were, so the limit still refuses at the
+// same draw; a parent whose hash is gone is loaded by the charge.
+func TestSharedPoolSurvivesRebuild(t *testing.T) {
+	t.Parallel()
+	srv, rdb, prefix := ownRedis(t, "po")
+	s := NewStack(t, WithRedis(rdb, prefix))
+	tn := s.NewTenant(uniq("poolrebuild"))
+	a := s.as(t, tn.Live)
+	m := a.perUnit(1)
+	parent, child := a.poolFamily(1000, 50, map[string]any{"period": "month", "time_zone": "Europe/Berlin", "limit_mc": 200})
+	wantStatus(t, a.consumeUnits(child, m, 170), 200, "50 own, 120 pooled")
+	s.Drain()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	if d, ok := a.credits(child)["parent_draw_limit"].(map[string]any); !ok || Int(t, d["drawn_mc"]) != 120 {
+		t.Errorf("rebuilt draw counter: %v, want drawn_mc 120", d)
+	}
+	if p := a.balanceOf(parent); p != 880 {
+		t.Errorf("rebuilt parent balance %d, want 880", p)
+	}
+	if rep := reconcileOf(t, s, false); rep.Found != 0 {
+		t.Errorf("reconcile after the rebuild: %+v", rep.First)
+	}
+	// A parent Redis has lost is loaded by the child's charge that needs it.
+	if err := rdb.Del(context.Background(), accountKeyOf(s, parent)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, a.consumeUnits(child, m, 81), 409, "insufficient-credits", "", "past the limit after the rebuild")
+	wantStatus(t, a.consumeUnits(child, m, 80), 200, "to the limit after the rebuild")
+}
