@@ -20,7 +20,7 @@ func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, q H
 	if err != nil {
 		return Page[LedgerEntry]{}, err
 	}
-	q.CustomerID = c.ID
+	q.TenantID, q.CustomerID = c.TenantID, c.ID
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
 	return s.ledger.History(ctx, q)
 }
@@ -155,8 +155,11 @@ func ParseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 	return &t, nil
 }
 
-// HistoryQuery filters a customer's ledger.
+// HistoryQuery filters a customer's ledger. TenantID is the customer's
+// tenant: the reader filters on it too, the shard key of a tenant-sharded
+// Postgres (issue 30 item 2).
 type HistoryQuery struct {
+	TenantID          uuid.UUID
 	CustomerID        uuid.UUID
 	Type              *EntryType
 	Source            *Source

@@ -126,7 +126,7 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 	for _, typ := range []string{"consumption", "topup", "expiry"} {
 		for _, hasAfter := range []bool{false, true} {
 			for _, generic := range []bool{false, true} {
-				q := engine.HistoryQuery{CustomerID: target, Type: typed(typ), Limit: 25}
+				q := engine.HistoryQuery{TenantID: live.TenantID, CustomerID: target, Type: typed(typ), Limit: 25}
 				sql, args := historySQL(q, cursor, hasAfter)
 				plan := explain(t, b, sql, args, generic)
 				const maxRead = 2 * 26
@@ -175,7 +175,7 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 	}
 
 	// The filtered page answers the newest entries of the type.
-	page, err := b.store.History(b.ctx, engine.HistoryQuery{CustomerID: target, Type: typed("topup"), Limit: 25})
+	page, err := b.store.History(b.ctx, engine.HistoryQuery{TenantID: live.TenantID, CustomerID: target, Type: typed("topup"), Limit: 25})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 		t.Fatalf("topup page: %d entries, first %+v", len(page.Data), page.Data[0])
 	}
 
-	sql, args := historySQL(engine.HistoryQuery{CustomerID: target, Limit: 25}, pageKey{}, false)
+	sql, args := historySQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: target, Limit: 25}, pageKey{}, false)
 	var unfiltered bool
 	explain(t, b, sql, args, false).walk(func(n planNode) {
 		unfiltered = unfiltered || parts.index(n.IndexName) == "ledger_entries_history_idx"

@@ -107,8 +107,8 @@ func TestHistoryPrunesPartitions(t *testing.T) {
 		{name: "budget period in the first month", read: []string{partitionOf(m0)},
 			notRead: []string{partitionOf(m1), partitionOf(m2), "ledger_entries_default"}},
 	}
-	tests[0].sql, tests[0].args = historySQL(engine.HistoryQuery{CustomerID: customer, Limit: 25}, pageKey{}, false)
-	tests[1].sql, tests[1].args = historySQL(engine.HistoryQuery{CustomerID: customer, Limit: 25},
+	tests[0].sql, tests[0].args = historySQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: customer, Limit: 25}, pageKey{}, false)
+	tests[1].sql, tests[1].args = historySQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: customer, Limit: 25},
 		pageKey{at: inMonth(m1), id: uuid.Max}, true)
 	tests[2].sql = `SELECT billable_metric_key, sum(overage_mc) FROM ledger_entries
 		WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3 GROUP BY 1`
@@ -137,7 +137,7 @@ func TestHistoryPrunesPartitions(t *testing.T) {
 		}
 	}
 	// And the pages are right across the months.
-	page, err := b.store.History(b.ctx, engine.HistoryQuery{CustomerID: customer, Limit: 25,
+	page, err := b.store.History(b.ctx, engine.HistoryQuery{TenantID: live.TenantID, CustomerID: customer, Limit: 25,
 		Cursor: encodeCursor(pageKey{at: inMonth(m1), id: uuid.Max})})
 	if err != nil || len(page.Data) != 25 || !page.Data[0].CreatedAt.Before(inMonth(m1)) ||
 		page.Data[0].CreatedAt.Before(m1) {

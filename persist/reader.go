@@ -85,8 +85,8 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 // same whatever the ledger's size (TestHistoryTypeFilterPlan).
 func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []any) {
 	var sql strings.Builder
-	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1`)
-	args := []any{q.CustomerID}
+	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`)
+	args := []any{q.CustomerID, q.TenantID}
 	where := func(cond string, v any) {
 		args = append(args, v)
 		fmt.Fprintf(&sql, cond, len(args))

@@ -221,7 +221,6 @@ var crossTenantSQL = map[string]string{
 // when its port takes an engine.Scope or a CustomerKey (issue 30 item 2,
 // left to do: docs/scaling.md). The list may only shrink.
 var tenantlessPorts = map[string]string{
-	"historySQL":                "engine.LedgerReader.History: HistoryQuery has no tenant",
 	"Store.Overage":             "engine.LedgerReader.Overage(customer)",
 	"itemSharesSQL":             "engine.LedgerReader.Overage(customer)",
 	"Store.AccountAt":           "engine.LedgerReader.AccountAt(customer)",
