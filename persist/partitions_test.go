@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -249,16 +250,29 @@ func TestLedgerSwitchOnline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	live, _ := b.tenant(t)
+	// unbounded runs fn in a transaction without Open's statement_timeout:
+	// generating and counting millions of rows takes longer.
+	unbounded := func(fn func(tx pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+	}
 	genStart := time.Now()
 	const chunk = 500_000
 	for done := 0; done < rows; done += chunk {
 		n := min(chunk, rows-done)
-		if _, err := b.pool.Exec(ctx, `INSERT INTO ledger_entries
+		if err := unbounded(func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO ledger_entries
 			(id, op_id, tenant_id, customer_id, environment, delta, type, billable_metric_key, created_at)
 			SELECT gen_random_uuid(), gen_random_uuid(), $1,
 				uuid_in(md5('customer' || (g % 500))::cstring), 'live', -1, 'consumption', 'api',
 				now() - interval '90 days' + (g + $2) * (interval '90 days' / $3)
-			FROM generate_series(1, $4::int) AS g`, live.TenantID, done, rows, n); err != nil {
+			FROM generate_series(1, $4::int) AS g`, live.TenantID, done, rows, n)
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -313,10 +327,12 @@ func TestLedgerSwitchOnline(t *testing.T) {
 
 	var total, legacy int64
 	var partitioned bool
-	if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger_entries),
-		(SELECT count(*) FROM ledger_entries_legacy),
-		EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'ledger_entries'::regclass)`).
-		Scan(&total, &legacy, &partitioned); err != nil {
+	if err := unbounded(func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger_entries),
+			(SELECT count(*) FROM ledger_entries_legacy),
+			EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = 'ledger_entries'::regclass)`).
+			Scan(&total, &legacy, &partitioned)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if !partitioned || total != int64(rows+len(written)) || legacy < int64(rows) {
