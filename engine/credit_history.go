@@ -62,7 +62,7 @@ func (s *Credits) AccountAsOf(ctx context.Context, scope Scope, ref CustomerRef,
 		return Account{}, err
 	}
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
-	p, err := s.ledger.AccountAt(ctx, c.ID, at, MaxAsOfEntries)
+	p, err := s.ledger.AccountAt(ctx, CustomerKeyOf(c), at, MaxAsOfEntries)
 	if errors.Is(err, ErrAsOfTooFar) {
 		return Account{}, Invalid("as_of", fmt.Sprintf(
 			"as_of is more than %d ledger entries from both the customer's first and newest entry", MaxAsOfEntries))
@@ -125,7 +125,7 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 		return rep, err
 	}
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
-	lines, err := s.ledger.Overage(ctx, c.ID, *f, *t)
+	lines, err := s.ledger.Overage(ctx, CustomerKeyOf(c), *f, *t)
 	if err != nil {
 		return rep, err
 	}

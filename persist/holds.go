@@ -267,8 +267,9 @@ func scanReservation(row pgx.Row) (engine.Reservation, error) {
 // GetReservation reads hold id in any tenant and environment (the API
 // checks the tenant; holds are not environment scoped); engine.ErrNotFound
 // when Postgres does not hold it.
-func (s *Store) GetReservation(ctx context.Context, id uuid.UUID) (engine.Reservation, error) {
-	r, err := scanReservation(s.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE id = $1`, id))
+func (s *Store) GetReservation(ctx context.Context, tenant, id uuid.UUID) (engine.Reservation, error) {
+	r, err := scanReservation(s.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE id = $1 AND tenant_id = $2`, id, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return engine.Reservation{}, notFound("reservation")
 	}
@@ -281,14 +282,14 @@ func (s *Store) GetReservation(ctx context.Context, id uuid.UUID) (engine.Reserv
 // ListReservations pages customer's holds newest first (created_at DESC,
 // id DESC), only those with status when it is non-empty. limit is 1..100
 // (validated by the caller); a bad cursor is engine.BadRequest("cursor").
-func (s *Store) ListReservations(ctx context.Context, customer uuid.UUID, status string, cursor string, limit int) (engine.Page[engine.Reservation], error) {
+func (s *Store) ListReservations(ctx context.Context, c engine.CustomerKey, status string, cursor string, limit int) (engine.Page[engine.Reservation], error) {
 	after, hasAfter, err := decodeCursor(cursor)
 	if err != nil {
 		return engine.Page[engine.Reservation]{}, err
 	}
 	var q strings.Builder
-	q.WriteString(`SELECT ` + reservationColumns + ` FROM reservations WHERE customer_id = $1`)
-	args := []any{customer}
+	q.WriteString(`SELECT ` + reservationColumns + ` FROM reservations WHERE customer_id = $1 AND tenant_id = $2`)
+	args := []any{c.CustomerID, c.TenantID}
 	if status != "" {
 		args = append(args, status)
 		fmt.Fprintf(&q, ` AND status = $%d`, len(args))
@@ -308,10 +309,11 @@ func (s *Store) ListReservations(ctx context.Context, customer uuid.UUID, status
 
 // ReservationCustomer is the customer that holds reservation id (any
 // tenant); engine.ErrNotFound when Postgres does not hold it.
-func (s *Store) ReservationCustomer(ctx context.Context, id uuid.UUID) (engine.CustomerKey, error) {
+func (s *Store) ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (engine.CustomerKey, error) {
 	var c engine.CustomerKey
 	var env string
-	err := s.pool.QueryRow(ctx, `SELECT tenant_id, environment, customer_id FROM reservations WHERE id = $1`, id).
+	err := s.pool.QueryRow(ctx, `SELECT tenant_id, environment, customer_id FROM reservations
+		WHERE id = $1 AND tenant_id = $2`, id, tenant).
 		Scan(&c.TenantID, &env, &c.CustomerID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return engine.CustomerKey{}, notFound("reservation")

@@ -35,10 +35,10 @@ func scanOverride(row pgx.Row) (engine.Override, error) {
 
 // LiveOverrides implements engine.OverrideReader: the subscription's
 // overrides neither deleted nor expired at now, oldest first.
-func (s *Store) LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]engine.Override, error) {
+func (s *Store) LiveOverrides(ctx context.Context, tenant, subscription uuid.UUID, now time.Time) ([]engine.Override, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+overrideColumns+` FROM subscription_overrides
-		WHERE subscription_id = $1 AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
-		ORDER BY created_at, id`, subscription, now)
+		WHERE subscription_id = $1 AND tenant_id = $3 AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
+		ORDER BY created_at, id`, subscription, now, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("persist: live overrides: %w", err)
 	}

@@ -130,19 +130,19 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 // multi-metric consume's one entry counts per item (itemShares): its
 // overage falls on its last items. A sum beyond int64 is an error rather
 // than a wrapped number (invariant 7).
-func (s *Store) Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.OverageLine, error) {
+func (s *Store) Overage(ctx context.Context, c engine.CustomerKey, from, to time.Time) ([]engine.OverageLine, error) {
 	rows, err := s.pool.Query(ctx, `SELECT key, SUM(overage)::bigint
 		FROM (SELECT billable_metric_key AS key, overage_mc::numeric AS overage
 				FROM ledger_entries
-				WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
+				WHERE customer_id = $1 AND tenant_id = $4 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
 					AND billable_metric_key IS NOT NULL
 			UNION ALL
 			SELECT key, overage FROM (`+itemSharesSQL+`
-				WHERE e.customer_id = $1 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
+				WHERE e.customer_id = $1 AND e.tenant_id = $4 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
 					AND e.type = 'consumption'`+itemSharesTail+`) items
 			WHERE overage > 0) lines
 		GROUP BY key
-		ORDER BY key COLLATE "C"`, customer, from, to)
+		ORDER BY key COLLATE "C"`, c.CustomerID, from, to, c.TenantID)
 	if err != nil {
 		return nil, fmt.Errorf("persist: overage: %w", err)
 	}

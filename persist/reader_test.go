@@ -142,7 +142,7 @@ func TestOverageSumsHalfOpenWindow(t *testing.T) {
 		{"empty", at(6).Add(time.Millisecond), at(100), []engine.OverageLine{}},
 	}
 	for _, tc := range tests {
-		got, err := b.store.Overage(b.ctx, a.key.CustomerID, tc.from, tc.to)
+		got, err := b.store.Overage(b.ctx, a.key, tc.from, tc.to)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -213,6 +213,13 @@ var crossTenantSQL = map[string]string{
 	"Store.SampleStates":         "creditd reconcile: samples accounts of every tenant",
 }
 
+// sqlFragments lists the SQL constants that are the head of a statement
+// their users finish with a WHERE of their own (checked there: each user
+// is a statement of its own function or constant).
+var sqlFragments = map[string]string{
+	"itemSharesSQL": "finished by Store.Overage and Store.PeriodUsage, whose WHERE names the tenant",
+}
+
 // tenantlessPorts lists request-path statements that cannot filter on
 // tenant_id yet because the engine port they implement is given a
 // customer, reservation or subscription id and no tenant (engine/ports.go).
@@ -221,18 +228,10 @@ var crossTenantSQL = map[string]string{
 // when its port takes an engine.Scope or a CustomerKey (issue 30 item 2,
 // left to do: docs/scaling.md). The list may only shrink.
 var tenantlessPorts = map[string]string{
-	"Store.Overage":             "engine.LedgerReader.Overage(customer)",
-	"itemSharesSQL":             "engine.LedgerReader.Overage(customer)",
-	"Store.AccountAt":           "engine.LedgerReader.AccountAt(customer)",
-	"asOfSums":                  "engine.LedgerReader.AccountAt(customer)",
-	"Store.CustomerByID":        "engine.Directory.CustomerByID(id)",
-	"Store.GetReservation":      "engine.HoldReader.GetReservation(id)",
-	"Store.ListReservations":    "engine.HoldReader.ListReservations(customer)",
-	"Store.ReservationCustomer": "engine.HoldReader.ReservationCustomer(id)",
-	"Store.LiveOverrides":       "engine.OverrideReader.LiveOverrides(subscription)",
-	"Store.LiveSubscription":    "engine.SubscriptionReader.LiveSubscription(customer)",
-	"Store.PeriodUsage":         "engine.SubscriptionReader.PeriodUsage(customer)",
-	"Store.Topups":              "engine.TopupReader.Topups(customer)",
+	// On purpose in any tenant: Resolve tells another tenant's customer id
+	// (400) from an unknown one (404), engine/customers.go; its use by
+	// CustomerByKey, which knows the tenant, could filter.
+	"Store.CustomerByID": "engine.Directory.CustomerByID(id)",
 }
 
 // TestTenantFilteredSQL reads every SQL statement in persist's Go source
@@ -284,11 +283,12 @@ func TestTenantFilteredSQL(t *testing.T) {
 		unfiltered[st.owner] = true
 		_, background := crossTenantSQL[st.owner]
 		_, gap := tenantlessPorts[st.owner]
-		if !background && !gap {
+		_, fragment := sqlFragments[st.owner]
+		if !background && !gap && !fragment {
 			t.Errorf("%s:%d (%s) touches %v without filtering on tenant_id", st.file, st.line, st.owner, touched)
 		}
 	}
-	for _, list := range []map[string]string{crossTenantSQL, tenantlessPorts} {
+	for _, list := range []map[string]string{crossTenantSQL, tenantlessPorts, sqlFragments} {
 		for owner := range list {
 			if !unfiltered[owner] {
 				t.Errorf("%s is listed but every statement of it filters on tenant_id now: drop it from the list", owner)
