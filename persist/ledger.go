@@ -25,7 +25,7 @@ const insertOperationsSQL = `INSERT INTO operations
 SELECT op_id, tenant_id, customer_id, idem, rh, version, m, at
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
 	AS t(op_id, tenant_id, customer_id, idem, rh, version, m, at)
-ON CONFLICT (tenant_id, idempotency_key, op_id) DO NOTHING`
+ON CONFLICT (tenant_id, idempotency_key, op_id, created_at) DO NOTHING`
 
 // insertEntriesSQL takes the entries' draws as two flat arrays ($19 block
 // ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The tables partitioned by month of created_at (migration 033; issue 30
-// item 1, docs/decisions.md "The ledger by month"). Each has a DEFAULT
-// partition, <table>_default, for a row no month holds.
-var monthPartitioned = []string{"ledger_entries"}
+// The tables partitioned by month of created_at (migrations 033 and 034;
+// issue 30 item 1, docs/decisions.md "The ledger by month"). Each has a
+// DEFAULT partition, <table>_default, for a row no month holds.
+var monthPartitioned = []string{"ledger_entries", "operations"}
 
 // PartitionMonthsAhead is how many months after the current one
 // EnsurePartitions keeps created: the scheduler calls it hourly on every

@@ -20,6 +20,9 @@ var upsertShapes = []struct {
 	{"ledger_entries", `INSERT INTO ledger_entries (id, op_id, tenant_id, customer_id, environment, delta, type, created_at)
 		VALUES ($1, $1, $2, $3, 'live', 5, 'grant', '2026-01-02T03:04:05Z')`, // a replay carries its instant
 		"(id)", "(id, tenant_id, created_at)"}, // 033 adds created_at
+	{"operations", `INSERT INTO operations (op_id, tenant_id, customer_id, idempotency_key, account_version, mutation,
+		created_at) VALUES ($1, $2, $3, 'k1', 1, '{}', '2026-01-02T03:04:05Z')`, // a replay carries its instant
+		"(tenant_id, idempotency_key, op_id)", "(tenant_id, idempotency_key, op_id, created_at)"}, // 034 adds created_at
 	{"credit_accounts", `INSERT INTO credit_accounts (customer_id, tenant_id, environment, version, updated_at)
 		VALUES ($3, $2, 'live', 1, now())`, "(customer_id)", "(customer_id, tenant_id)"},
 	{"credit_blocks", `INSERT INTO credit_blocks (id, tenant_id, customer_id, original_amount, remaining_amount, priority,
@@ -44,7 +47,7 @@ var upsertShapes = []struct {
 		"(customer_id) WHERE customer_id IS NOT NULL", "(customer_id, tenant_id) WHERE customer_id IS NOT NULL"},
 }
 
-// TestTenantKeysExpandContract rehearses migration 031 under a rolling
+// TestTenantKeysExpandContract rehearses migrations 031, 033 and 034 under a rolling
 // upgrade (docs/decisions.md "Tenant keys: expand now, contract later"): a
 // database at 030 with rows in it, migrated by Migrate (not fresh: expand
 // only), still takes every upsert of the previous release and already
@@ -81,8 +84,9 @@ func TestTenantKeysExpandContract(t *testing.T) {
 		t.Fatalf("Migrate (expand): %v", err)
 	}
 	st, err := Schema(db.ctx, db.pool)
-	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract, []string{"031_tenant_keys", "033_ledger_partitions"}) {
-		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031 and 033 pending", st, err, st.Check())
+	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract,
+		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions"}) {
+		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031, 033 and 034 pending", st, err, st.Check())
 	}
 	for i, s := range upsertShapes {
 		for _, target := range []string{s.old, s.new} {
