@@ -10,8 +10,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -178,17 +180,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, plan migratePlan) error {
 	}
 	fresh := len(applied) == 0
 	run := func(m migration, table string) error {
-		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (version, name) VALUES ($1, $2)", m.version, m.name)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("persist: migrate: apply %s (%s): %w", m.name, table, err)
-		}
-		return nil
+		_, err := applyStep(ctx, conn.Conn(), m, table)
+		return err
 	}
 	for _, m := range ms {
 		if applied[m.version] || (plan.upTo > 0 && m.version > plan.upTo) {
@@ -218,6 +211,55 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, plan migratePlan) error {
 		}
 	}
 	return nil
+}
+
+// applyStep runs migration m in one transaction and records it in table
+// (schema_migrations or schema_contracts). A step that takes a table lock
+// and then a stronger one (024's CREATE INDEX then DROP INDEX, a
+// contract's read then ALTER) can deadlock with the persisters of nodes
+// still running; Postgres then rolls one transaction back. The step is
+// one transaction, so it runs again, up to migrateDeadlockAttempts times;
+// attempts says how many it took.
+func applyStep(ctx context.Context, conn *pgx.Conn, m migration, table string) (attempts int, err error) {
+	for attempts = 1; ; attempts++ {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if !isDeadlock(err) || attempts == migrateDeadlockAttempts || !sleepCtx(ctx, time.Duration(attempts)*100*time.Millisecond) {
+			break
+		}
+	}
+	if err != nil {
+		return attempts, fmt.Errorf("persist: migrate: apply %s (%s): %w", m.name, table, err)
+	}
+	return attempts, nil
+}
+
+// migrateDeadlockAttempts bounds how often migrate runs a step that
+// Postgres rolled back as a deadlock's victim (make upgrade-test met one
+// applying 024 beside the previous release's persisters).
+const migrateDeadlockAttempts = 5
+
+// isDeadlock reports whether err is SQLSTATE 40P01.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+// sleepCtx waits d, or less when ctx ends first (false then).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // recordedVersions reads the versions a bookkeeping table records.
