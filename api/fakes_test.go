@@ -413,13 +413,13 @@ func (l *fakeLedger) History(_ context.Context, q engine.HistoryQuery) (engine.P
 	return p, nil
 }
 
-func (l *fakeLedger) Overage(context.Context, uuid.UUID, time.Time, time.Time) ([]engine.OverageLine, error) {
+func (l *fakeLedger) Overage(context.Context, engine.CustomerKey, time.Time, time.Time) ([]engine.OverageLine, error) {
 	return []engine.OverageLine{{BillableMetricKey: "api_calls", OverageMC: 1500}}, nil
 }
 
 // AccountAt answers a fixed past balance (the API's as_of tests need only
 // its shape).
-func (l *fakeLedger) AccountAt(context.Context, uuid.UUID, time.Time, int) (engine.PastAccount, error) {
+func (l *fakeLedger) AccountAt(context.Context, engine.CustomerKey, time.Time, int) (engine.PastAccount, error) {
 	return engine.PastAccount{Balance: 700, Reserved: 100, Pending: 50}, nil
 }
 

@@ -188,15 +188,15 @@ func (fakeHot) HoldMetadata(context.Context, engine.CustomerKey, uuid.UUID) (eng
 // fakeHolds is an engine.HoldReader that holds nothing.
 type fakeHolds struct{}
 
-func (fakeHolds) GetReservation(context.Context, uuid.UUID) (engine.Reservation, error) {
+func (fakeHolds) GetReservation(context.Context, uuid.UUID, uuid.UUID) (engine.Reservation, error) {
 	return engine.Reservation{}, engine.ErrNotFound
 }
 
-func (fakeHolds) ListReservations(context.Context, uuid.UUID, string, string, int) (engine.Page[engine.Reservation], error) {
+func (fakeHolds) ListReservations(context.Context, engine.CustomerKey, string, string, int) (engine.Page[engine.Reservation], error) {
 	return engine.Page[engine.Reservation]{}, nil
 }
 
-func (fakeHolds) ReservationCustomer(context.Context, uuid.UUID) (engine.CustomerKey, error) {
+func (fakeHolds) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (engine.CustomerKey, error) {
 	return engine.CustomerKey{}, engine.ErrNotFound
 }
 

@@ -20,7 +20,7 @@ func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, q H
 	if err != nil {
 		return Page[LedgerEntry]{}, err
 	}
-	q.CustomerID = c.ID
+	q.TenantID, q.CustomerID = c.TenantID, c.ID
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
 	return s.ledger.History(ctx, q)
 }
@@ -62,7 +62,7 @@ func (s *Credits) AccountAsOf(ctx context.Context, scope Scope, ref CustomerRef,
 		return Account{}, err
 	}
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
-	p, err := s.ledger.AccountAt(ctx, c.ID, at, MaxAsOfEntries)
+	p, err := s.ledger.AccountAt(ctx, CustomerKeyOf(c), at, MaxAsOfEntries)
 	if errors.Is(err, ErrAsOfTooFar) {
 		return Account{}, Invalid("as_of", fmt.Sprintf(
 			"as_of is more than %d ledger entries from both the customer's first and newest entry", MaxAsOfEntries))
@@ -125,7 +125,7 @@ func (s *Credits) Overage(ctx context.Context, scope Scope, ref CustomerRef, fro
 		return rep, err
 	}
 	s.awaitPersisted(ctx, CustomerKeyOf(c))
-	lines, err := s.ledger.Overage(ctx, c.ID, *f, *t)
+	lines, err := s.ledger.Overage(ctx, CustomerKeyOf(c), *f, *t)
 	if err != nil {
 		return rep, err
 	}
@@ -155,8 +155,11 @@ func ParseOptionalTime(field, v string, kind Kind) (*time.Time, error) {
 	return &t, nil
 }
 
-// HistoryQuery filters a customer's ledger.
+// HistoryQuery filters a customer's ledger. TenantID is the customer's
+// tenant: the reader filters on it too, the shard key of a tenant-sharded
+// Postgres (issue 30 item 2).
 type HistoryQuery struct {
+	TenantID          uuid.UUID
 	CustomerID        uuid.UUID
 	Type              *EntryType
 	Source            *Source

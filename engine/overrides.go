@@ -105,7 +105,7 @@ func (s *Overrides) List(ctx context.Context, scope Scope, subscription uuid.UUI
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.store.LiveOverrides(ctx, sub.ID, s.clock.Now())
+	list, err := s.store.LiveOverrides(ctx, sub.TenantID, sub.ID, s.clock.Now())
 	if err != nil {
 		return nil, err
 	}

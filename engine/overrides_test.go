@@ -22,7 +22,7 @@ func overrideLive(o Override, now time.Time) bool {
 	return o.ExpiresAt == nil || o.ExpiresAt.After(now)
 }
 
-func (m *memOverrides) LiveOverrides(_ context.Context, sub uuid.UUID, now time.Time) ([]Override, error) {
+func (m *memOverrides) LiveOverrides(_ context.Context, _, sub uuid.UUID, now time.Time) ([]Override, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Override
@@ -96,7 +96,7 @@ func (m overrideSubs) GetSubscription(_ context.Context, s Scope, id uuid.UUID) 
 	return Subscription{}, ErrNotFound
 }
 
-func (m overrideSubs) LiveSubscription(context.Context, uuid.UUID) (Subscription, error) {
+func (m overrideSubs) LiveSubscription(context.Context, CustomerKey) (Subscription, error) {
 	return Subscription{}, ErrNotFound
 }
 

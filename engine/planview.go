@@ -29,7 +29,7 @@ func NewPlanFacts(subs SubscriptionReader, plans PlanLookup, overrides OverrideR
 // ForCustomer returns the facts of c's live subscription, nil when it has
 // none; their expiresAt is the soonest expiry of an override in them.
 func (p *PlanFacts) ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error) {
-	sub, err := p.subs.LiveSubscription(ctx, c.ID)
+	sub, err := p.subs.LiveSubscription(ctx, CustomerKeyOf(c))
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
@@ -48,7 +48,7 @@ func (p *PlanFacts) ForCustomer(ctx context.Context, c Customer) (*SubscriptionF
 		f.Values[e.BillableMetricKey] = e.Value
 	}
 	if p.overrides != nil {
-		os, err := p.overrides.LiveOverrides(ctx, sub.ID, p.clock.Now())
+		os, err := p.overrides.LiveOverrides(ctx, sub.TenantID, sub.ID, p.clock.Now())
 		if err != nil {
 			return nil, err
 		}

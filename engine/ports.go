@@ -77,12 +77,12 @@ type ForkRepairStore interface {
 type LedgerReader interface {
 	// History pages a customer's ledger newest first.
 	History(ctx context.Context, q HistoryQuery) (Page[LedgerEntry], error)
-	// Overage sums overage per metric in [from, to).
-	Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]OverageLine, error)
+	// Overage sums customer c's overage per metric in [from, to).
+	Overage(ctx context.Context, c CustomerKey, from, to time.Time) ([]OverageLine, error)
 	// AccountAt reads the customer's figures at instant at from the ledger,
 	// reading at most maxEntries ledger entries on either side of it;
 	// ErrAsOfTooFar when both sides hold more.
-	AccountAt(ctx context.Context, customer uuid.UUID, at time.Time, maxEntries int) (PastAccount, error)
+	AccountAt(ctx context.Context, c CustomerKey, at time.Time, maxEntries int) (PastAccount, error)
 	AccountReader
 }
 
@@ -622,12 +622,13 @@ type ReconcileSampleSource interface {
 
 // HoldReader reads reservations from the system of record.
 type HoldReader interface {
-	// GetReservation finds a hold by id in any tenant (ErrNotFound).
-	GetReservation(ctx context.Context, id uuid.UUID) (Reservation, error)
+	// GetReservation finds a hold of tenant by id (ErrNotFound).
+	GetReservation(ctx context.Context, tenant, id uuid.UUID) (Reservation, error)
 	// ListReservations pages a customer's holds newest first; status "" is all.
-	ListReservations(ctx context.Context, customer uuid.UUID, status string, cursor string, limit int) (Page[Reservation], error)
-	// ReservationCustomer finds the customer of a hold (ErrNotFound).
-	ReservationCustomer(ctx context.Context, id uuid.UUID) (CustomerKey, error)
+	ListReservations(ctx context.Context, c CustomerKey, status string, cursor string, limit int) (Page[Reservation], error)
+	// ReservationCustomer finds the customer of a hold of tenant
+	// (ErrNotFound, for another tenant's hold too).
+	ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (CustomerKey, error)
 }
 
 // SubscriptionStore keeps subscriptions and their scheduler state (Postgres).
@@ -653,7 +654,7 @@ type SubscriptionStore interface {
 	// returns how many it ran.
 	RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *SubscriptionRecord) error) (int, error)
 	// PeriodUsage sums the customer's consumption per metric in [from, to).
-	PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]MetricUsage, error)
+	PeriodUsage(ctx context.Context, c CustomerKey, from, to time.Time) ([]MetricUsage, error)
 }
 
 // RolloverStore runs rollovers on the hot credit state (Redis).
@@ -669,14 +670,14 @@ type SubscriptionReader interface {
 	GetSubscription(ctx context.Context, s Scope, id uuid.UUID) (Subscription, error)
 	// LiveSubscription is the customer's non-terminal subscription
 	// (ErrNotFound when none).
-	LiveSubscription(ctx context.Context, customer uuid.UUID) (Subscription, error)
+	LiveSubscription(ctx context.Context, c CustomerKey) (Subscription, error)
 }
 
 // OverrideReader reads a subscription's live overrides (Postgres).
 type OverrideReader interface {
-	// LiveOverrides are the overrides of the subscription that are neither
-	// deleted nor expired at now.
-	LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]Override, error)
+	// LiveOverrides are the overrides of the subscription (of tenant) that
+	// are neither deleted nor expired at now.
+	LiveOverrides(ctx context.Context, tenant, subscription uuid.UUID, now time.Time) ([]Override, error)
 }
 
 // BatchLoader loads many states in one round trip, each fenced like Load.
@@ -688,7 +689,7 @@ type BatchLoader interface {
 type TopupReader interface {
 	// Topups pages the customer's topup entries newest first (a bad cursor
 	// is a 400).
-	Topups(ctx context.Context, customer uuid.UUID, cursor string, limit int) (Page[Topup], error)
+	Topups(ctx context.Context, c CustomerKey, cursor string, limit int) (Page[Topup], error)
 }
 
 // EventStore is the durable event record (Postgres).

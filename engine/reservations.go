@@ -271,7 +271,7 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 		return Page[Reservation]{}, err
 	}
 	s.credits.awaitPersisted(ctx, CustomerKeyOf(c))
-	return s.reader.ListReservations(ctx, c.ID, status, cursor, limit)
+	return s.reader.ListReservations(ctx, CustomerKeyOf(c), status, cursor, limit)
 }
 
 // find is the hold id with its customer for a commit or release: from
@@ -338,12 +338,12 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	}
 	key := ref.Customer
 	if !ok {
-		key, err = s.reader.ReservationCustomer(ctx, id)
+		key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
 		if errors.Is(err, ErrNotFound) {
 			// A hold made a moment ago, on any node, may still be on its
 			// way to Postgres: wait for the outbox, then look again.
 			s.credits.behind.All(ctx)
-			key, err = s.reader.ReservationCustomer(ctx, id)
+			key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
 		}
 		if errors.Is(err, ErrNotFound) {
 			return Customer{}, Reservation{}, NotFound("reservation not found")
@@ -356,7 +356,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
 	s.credits.awaitPersisted(ctx, key)
-	hold, err := s.reader.GetReservation(ctx, id)
+	hold, err := s.reader.GetReservation(ctx, scope.TenantID, id)
 	if errors.Is(err, ErrNotFound) {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}

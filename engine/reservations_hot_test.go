@@ -58,17 +58,17 @@ type postgresHolds struct {
 	reads atomic.Int32
 }
 
-func (p *postgresHolds) GetReservation(context.Context, uuid.UUID) (Reservation, error) {
+func (p *postgresHolds) GetReservation(context.Context, uuid.UUID, uuid.UUID) (Reservation, error) {
 	p.reads.Add(1)
 	return p.hold, nil
 }
 
-func (p *postgresHolds) ListReservations(context.Context, uuid.UUID, string, string, int) (Page[Reservation], error) {
+func (p *postgresHolds) ListReservations(context.Context, CustomerKey, string, string, int) (Page[Reservation], error) {
 	p.reads.Add(1)
 	return Page[Reservation]{}, nil
 }
 
-func (p *postgresHolds) ReservationCustomer(context.Context, uuid.UUID) (CustomerKey, error) {
+func (p *postgresHolds) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (CustomerKey, error) {
 	p.reads.Add(1)
 	return p.key, nil
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,8 +23,49 @@ type Scheduler struct {
 	Clock         Clock
 	Interval      time.Duration // default 1s
 	Batch         int           // subscriptions per claim round, default 200
-	Log           zerolog.Logger
+	// Partitions, when set, creates the months of the time-partitioned
+	// tables ahead, at the first pass and then hourly (issue 30 item 1).
+	Partitions PartitionKeeper
+	Log        zerolog.Logger
 	Loop
+
+	partitionsAt atomic.Int64 // Unix ns of Partitions' last success (RunOnce may run beside Run)
+}
+
+// PartitionKeeper creates the partitions of the coming months of the
+// tables partitioned by time (persist.Store.EnsurePartitions): created is
+// how many it made, strays the rows left in a DEFAULT partition (an alarm).
+// Every node calls it; it must be safe to run concurrently.
+type PartitionKeeper interface {
+	EnsurePartitions(ctx context.Context, now time.Time) (created int, strays int64, err error)
+}
+
+// partitionInterval is how often a node's scheduler makes sure the coming
+// months' partitions exist: months are made two ahead, so hourly leaves a
+// margin of weeks.
+const partitionInterval = time.Hour
+
+// keepPartitions runs Partitions when partitionInterval has passed since
+// its last success. A failure is logged and retried at the next pass; it
+// does not fail the pass (the subscriptions' work is unaffected).
+func (s *Scheduler) keepPartitions(ctx context.Context, now time.Time) {
+	if last := s.partitionsAt.Load(); s.Partitions == nil || (last != 0 && now.Sub(time.Unix(0, last)) < partitionInterval) {
+		return
+	}
+	created, strays, err := s.Partitions.EnsurePartitions(ctx, now)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.Log.Warn().Err(err).Msg("scheduler: create coming partitions")
+		}
+		return
+	case strays > 0:
+		s.Log.Error().Int64("rows", strays).
+			Msg("scheduler: rows in a DEFAULT partition: dated in a month without a partition (docs/operations.md \"Partitions\")")
+	case created > 0:
+		s.Log.Info().Int("created", created).Msg("scheduler: created coming partitions")
+	}
+	s.partitionsAt.Store(now.UnixNano())
 }
 
 // Name is the scheduler's key in /readyz.
@@ -57,6 +99,7 @@ func (s *Scheduler) pass(ctx context.Context) (int, error) {
 		batch = 200
 	}
 	now := s.Clock.Now()
+	s.keepPartitions(ctx, now)
 	total := 0
 	// Rounds are bounded: subscriptions that keep failing are retried on
 	// the next pass, not in a loop here.

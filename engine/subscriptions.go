@@ -175,10 +175,11 @@ func (s *Subscriptions) Usage(ctx context.Context, scope Scope, rawID, periodSta
 	if end != nil && end.Before(to) {
 		to = *end
 	}
-	s.credits.awaitPersisted(ctx, CustomerKey{TenantID: sub.TenantID, Environment: sub.Environment, CustomerID: sub.CustomerID})
+	key := CustomerKey{TenantID: sub.TenantID, Environment: sub.Environment, CustomerID: sub.CustomerID}
+	s.credits.awaitPersisted(ctx, key)
 	lines := []MetricUsage{}
 	if to.After(start) {
-		if lines, err = s.store.PeriodUsage(ctx, sub.CustomerID, start, to); err != nil {
+		if lines, err = s.store.PeriodUsage(ctx, key, start, to); err != nil {
 			return UsageReport{}, err
 		}
 	}

@@ -103,5 +103,5 @@ func (s *Topups) List(ctx context.Context, scope Scope, ref CustomerRef, cursor 
 		return Page[Topup]{}, err
 	}
 	s.credits.awaitPersisted(ctx, CustomerKeyOf(c))
-	return s.reader.Topups(ctx, c.ID, cursor, limit)
+	return s.reader.Topups(ctx, CustomerKeyOf(c), cursor, limit)
 }

@@ -138,7 +138,7 @@ func (s *Store) AlertSettingsPut(ctx context.Context, sc engine.Scope, customer 
 	}
 	conflict := `(tenant_id, environment) WHERE customer_id IS NULL`
 	if customer != nil {
-		conflict = `(customer_id) WHERE customer_id IS NOT NULL`
+		conflict = `(customer_id, tenant_id) WHERE customer_id IS NOT NULL`
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO credit_alert_settings AS a
 			(tenant_id, environment, customer_id, settings, created_at, updated_at)
@@ -197,7 +197,7 @@ const upsertAlertStatesSQL = `INSERT INTO credit_alert_states AS s
 	(customer_id, tenant_id, account_version, balance_mc, last_grant_mc, topup_requested_at, updated_at)
 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[],
 	$7::timestamptz[])
-ON CONFLICT (customer_id) DO UPDATE SET account_version = EXCLUDED.account_version,
+ON CONFLICT (customer_id, tenant_id) DO UPDATE SET account_version = EXCLUDED.account_version,
 	balance_mc = EXCLUDED.balance_mc, last_grant_mc = EXCLUDED.last_grant_mc,
 	topup_requested_at = EXCLUDED.topup_requested_at, updated_at = EXCLUDED.updated_at
 WHERE s.account_version < EXCLUDED.account_version`

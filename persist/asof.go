@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
@@ -29,7 +28,7 @@ const asOfSums = `SELECT count(*), COALESCE(sum(delta), 0)::bigint,
 	COALESCE(sum(-(delta + COALESCE((SELECT sum(x) FROM unnest(draw_amounts) x),
 		CASE WHEN credit_block_id IS NOT NULL THEN -delta ELSE 0 END))), 0)::bigint
 FROM (SELECT delta, draw_amounts, credit_block_id FROM ledger_entries
-	WHERE customer_id = $1 AND %s ORDER BY created_at %s, id %s LIMIT $3) e`
+	WHERE customer_id = $1 AND tenant_id = $4 AND %s ORDER BY created_at %s, id %s LIMIT $3) e`
 
 // AccountAt reads customer's figures at instant at (engine.LedgerReader),
 // in one read-only snapshot of Postgres:
@@ -49,13 +48,14 @@ FROM (SELECT delta, draw_amounts, credit_block_id FROM ledger_entries
 //
 // lifetime earned counts every entry that added credit (rollover carries
 // included).
-func (s *Store) AccountAt(ctx context.Context, customer uuid.UUID, at time.Time, maxEntries int) (engine.PastAccount, error) {
+func (s *Store) AccountAt(ctx context.Context, c engine.CustomerKey, at time.Time, maxEntries int) (engine.PastAccount, error) {
+	customer, tenant := c.CustomerID, c.TenantID
 	var p engine.PastAccount
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var updated *time.Time
 		var debtNow, earnedNow int64
 		err := tx.QueryRow(ctx, `SELECT COALESCE(id::text, ''), version, updated_at, debt, lifetime_earned
-			FROM credit_accounts WHERE customer_id = $1`, customer).Scan(&p.AccountID, &p.Version, &updated, &debtNow, &earnedNow)
+			FROM credit_accounts WHERE customer_id = $1 AND tenant_id = $2`, customer, tenant).Scan(&p.AccountID, &p.Version, &updated, &debtNow, &earnedNow)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // no money ever moved: zero figures
 		}
@@ -67,14 +67,14 @@ func (s *Store) AccountAt(ctx context.Context, customer uuid.UUID, at time.Time,
 		}
 		var n int64
 		var sum, earned, debt int64
-		if err := tx.QueryRow(ctx, fmt.Sprintf(asOfSums, "created_at <= $2", "DESC", "DESC"), customer, at, maxEntries+1).
+		if err := tx.QueryRow(ctx, fmt.Sprintf(asOfSums, "created_at <= $2", "DESC", "DESC"), customer, at, maxEntries+1, tenant).
 			Scan(&n, &sum, &earned, &debt); err != nil {
 			return err
 		}
 		if n <= int64(maxEntries) {
 			p.Balance, p.LifetimeEarned, p.Debt = sum, earned, debt
 		} else {
-			if err := tx.QueryRow(ctx, fmt.Sprintf(asOfSums, "created_at > $2", "ASC", "ASC"), customer, at, maxEntries+1).
+			if err := tx.QueryRow(ctx, fmt.Sprintf(asOfSums, "created_at > $2", "ASC", "ASC"), customer, at, maxEntries+1, tenant).
 				Scan(&n, &sum, &earned, &debt); err != nil {
 				return err
 			}
@@ -83,20 +83,20 @@ func (s *Store) AccountAt(ctx context.Context, customer uuid.UUID, at time.Time,
 			}
 			var blocks int64
 			if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(remaining_amount), 0)::bigint FROM credit_blocks
-				WHERE customer_id = $1`, customer).Scan(&blocks); err != nil {
+				WHERE customer_id = $1 AND tenant_id = $2`, customer, tenant).Scan(&blocks); err != nil {
 				return err
 			}
 			p.Balance, p.LifetimeEarned, p.Debt = blocks-debtNow-sum, earnedNow-earned, debtNow-debt
 		}
 		if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(original_amount), 0)::bigint FROM credit_blocks
-			WHERE customer_id = $1 AND created_at <= $2 AND starts_at > $2`, customer, at).Scan(&p.Pending); err != nil {
+			WHERE customer_id = $1 AND tenant_id = $3 AND created_at <= $2 AND starts_at > $2`, customer, at, tenant).Scan(&p.Pending); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT COALESCE(sum(estimated_cost), 0)::bigint FROM (
 				SELECT estimated_cost, committed_at, released_at, expires_at FROM reservations
-				WHERE customer_id = $1 AND created_at <= $2 ORDER BY created_at DESC, id DESC LIMIT $3) r
+				WHERE customer_id = $1 AND tenant_id = $4 AND created_at <= $2 ORDER BY created_at DESC, id DESC LIMIT $3) r
 			WHERE COALESCE(committed_at, released_at, 'infinity') > $2 AND expires_at > $2`,
-			customer, at, maxEntries).Scan(&p.Reserved)
+			customer, at, maxEntries, tenant).Scan(&p.Reserved)
 	})
 	if err != nil && !errors.Is(err, engine.ErrAsOfTooFar) {
 		return engine.PastAccount{}, fmt.Errorf("persist: account at %s: %w", at.Format(time.RFC3339Nano), err)

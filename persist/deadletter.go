@@ -119,7 +119,7 @@ func (s *Store) HeldBehind(ctx context.Context, customers []uuid.UUID) (map[uuid
 	// from Postgres and the ops on it since persist as usual (forks.go).
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (d.customer_id) d.customer_id, d.id
 		FROM outbox_dead_letters d
-		LEFT JOIN credit_accounts a ON a.customer_id = d.customer_id
+		LEFT JOIN credit_accounts a ON a.customer_id = d.customer_id AND a.tenant_id = d.tenant_id
 		WHERE d.resolved_at IS NULL AND d.customer_id = ANY($1)
 		  AND NOT COALESCE(d.account_version <= a.fenced_version AND (d.sqlstate = $2 OR EXISTS (
 			SELECT 1 FROM outbox_dead_letters h WHERE h.id = d.held_by AND h.sqlstate = $2)), false)

@@ -76,10 +76,14 @@ func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, copyMin: co
 // uniqueViolation is SQLSTATE 23505.
 const uniqueViolation = "23505"
 
+// isUniqueViolation reports whether err is a unique violation of
+// constraint ("": any). Between migration 031's expand and contract steps a
+// unique key exists twice, the old one and its twin with tenant_id (named
+// with the suffix _t), and either may be the one Postgres reports.
 func isUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == uniqueViolation &&
-		(constraint == "" || pgErr.ConstraintName == constraint)
+		(constraint == "" || pgErr.ConstraintName == constraint || pgErr.ConstraintName == constraint+"_t")
 }
 
 // notFound wraps engine.ErrNotFound with what was missing, for logs.

@@ -70,7 +70,7 @@ SELECT f.id, f.tenant, f.env, f.customer, f.type, '{"sequence":' || (b.next - f.
 	'pending', 0, f.at, f.at, b.next - f.n + f.rn, f.version
 FROM fresh f JOIN bumped b ON b.tenant_id = f.tenant
 ORDER BY f.id
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT (id, tenant_id) DO NOTHING`
 
 // Apply's two event statements: insertMutationEventsSQL skips rows already
 // stored (a replay), freshEventsSQL (the lean write) fails on one instead.
@@ -425,7 +425,7 @@ INSERT INTO webhook_events
 	sequence, account_version)
 SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2), 'pending', 0, $7, $8, b.next, $9
 FROM bumped b
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT (id, tenant_id) DO NOTHING`
 
 // InsertEvent writes one event that reports no stored state change
 // (test.ping) unless its id exists, numbered in one transaction.
@@ -558,16 +558,17 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration
 const recordAttemptSQL = `WITH upd AS (
 	UPDATE webhook_events SET status = $3, attempts = $4, next_retry_at = $5, last_error = $6,
 		delivered_at = COALESCE($7, delivered_at), locked_until = NULL, lease = NULL
-	WHERE id = $1 AND lease = $2
-	RETURNING id
+	WHERE id = $1 AND tenant_id = $14 AND lease = $2
+	RETURNING id, tenant_id
 )
-INSERT INTO webhook_deliveries (id, event_id, status_code, response_body, error, duration_ms, created_at)
-SELECT $8, id, $9, $10, $11, $12, $13 FROM upd`
+INSERT INTO webhook_deliveries (id, tenant_id, event_id, status_code, response_body, error, duration_ms, created_at)
+SELECT $8, tenant_id, id, $9, $10, $11, $12, $13 FROM upd`
 
 // RecordAttempt implements engine.EventStore.
 func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Attempt) (bool, error) {
 	tag, err := s.pool.Exec(ctx, recordAttemptSQL, c.Event.ID, c.Lease, string(a.Status), a.Attempts, a.NextRetryAt,
-		a.LastError, a.DeliveredAt, uuid.Must(uuid.NewV7()), a.StatusCode, a.ResponseBody, a.Error, a.DurationMS, a.At)
+		a.LastError, a.DeliveredAt, uuid.Must(uuid.NewV7()), a.StatusCode, a.ResponseBody, a.Error, a.DurationMS, a.At,
+		c.Event.TenantID)
 	if err != nil {
 		return false, fmt.Errorf("persist: record attempt: %w", err)
 	}
@@ -662,11 +663,15 @@ func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error 
 	}
 	ids := make([]uuid.UUID, len(evs))
 	index := make(map[uuid.UUID]int, len(evs))
+	var tenants []uuid.UUID // the events' tenants (one on every read path), for the shard key
 	for i, e := range evs {
 		ids[i], index[e.ID] = e.ID, i
+		if !slices.Contains(tenants, e.TenantID) {
+			tenants = append(tenants, e.TenantID)
+		}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT id, event_id, status_code, response_body, error, duration_ms, created_at
-		FROM webhook_deliveries WHERE event_id = ANY($1) ORDER BY created_at, id`, ids)
+		FROM webhook_deliveries WHERE event_id = ANY($1) AND tenant_id = ANY($2) ORDER BY created_at, id`, ids, tenants)
 	if err != nil {
 		return fmt.Errorf("persist: read deliveries: %w", err)
 	}

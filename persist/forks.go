@@ -49,8 +49,8 @@ type ForkedMutation struct {
 func (s *Store) FenceFork(ctx context.Context, c engine.CustomerKey, storeVersion int64) (fenced int64, ok bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var stored int64
-		if err := tx.QueryRow(ctx, `SELECT version FROM credit_accounts WHERE customer_id = $1 FOR UPDATE`,
-			c.CustomerID).Scan(&stored); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT version FROM credit_accounts WHERE customer_id = $1 AND tenant_id = $2 FOR UPDATE`,
+			c.CustomerID, c.TenantID).Scan(&stored); err != nil {
 			if err == pgx.ErrNoRows {
 				return nil
 			}
@@ -60,7 +60,7 @@ func (s *Store) FenceFork(ctx context.Context, c engine.CustomerKey, storeVersio
 		fenced = max(stored, storeVersion) + forkFenceMargin
 		_, err := tx.Exec(ctx, `UPDATE credit_accounts SET version = GREATEST(version, $2 + 1), op_id = NULL,
 				fenced_version = GREATEST(fenced_version, $2), fenced_at = now()
-			WHERE customer_id = $1`, c.CustomerID, fenced)
+			WHERE customer_id = $1 AND tenant_id = $3`, c.CustomerID, fenced, c.TenantID)
 		return err
 	})
 	if err != nil {
@@ -167,7 +167,7 @@ func (s *Store) unrepairedForks(ctx context.Context) ([]forkLetter, error) {
 	rows, err := s.pool.Query(ctx, `SELECT d.id, d.customer_id, d.tenant_id, a.environment, d.account_version,
 			a.fenced_version, d.raw
 		FROM outbox_dead_letters d
-		JOIN credit_accounts a ON a.customer_id = d.customer_id
+		JOIN credit_accounts a ON a.customer_id = d.customer_id AND a.tenant_id = d.tenant_id
 		WHERE d.resolved_at IS NULL AND d.account_version <= a.fenced_version
 		  AND (d.sqlstate = $1 OR EXISTS (
 			SELECT 1 FROM outbox_dead_letters h WHERE h.id = d.held_by AND h.sqlstate = $1))

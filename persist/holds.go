@@ -49,7 +49,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigi
 	$14::timestamptz[], $15::timestamptz[], $16::timestamptz[], $17::bigint[], $18::text[])
 	AS t(id, tenant_id, customer_id, env, metric, est_units, est_cost, act_units, act_cost, released,
 	     status, expires, meta, created, committed, released_at, version, items)
-ON CONFLICT (id) DO UPDATE SET
+ON CONFLICT (id, tenant_id) DO UPDATE SET
 	tenant_id = EXCLUDED.tenant_id, customer_id = EXCLUDED.customer_id,
 	environment = EXCLUDED.environment, billable_metric_key = EXCLUDED.billable_metric_key,
 	estimated_units = EXCLUDED.estimated_units, estimated_cost = EXCLUDED.estimated_cost,
@@ -66,7 +66,7 @@ const upsertGaugesSQL = `INSERT INTO gauges AS g
 SELECT customer_id, metric, tenant_id, env, current, version, at
 FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::timestamptz[])
 	AS t(customer_id, metric, tenant_id, env, current, version, at)
-ON CONFLICT (customer_id, metric_key) DO UPDATE SET
+ON CONFLICT (customer_id, metric_key, tenant_id) DO UPDATE SET
 	tenant_id = EXCLUDED.tenant_id, environment = EXCLUDED.environment,
 	current = EXCLUDED.current, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
 WHERE g.version < EXCLUDED.version`
@@ -267,8 +267,9 @@ func scanReservation(row pgx.Row) (engine.Reservation, error) {
 // GetReservation reads hold id in any tenant and environment (the API
 // checks the tenant; holds are not environment scoped); engine.ErrNotFound
 // when Postgres does not hold it.
-func (s *Store) GetReservation(ctx context.Context, id uuid.UUID) (engine.Reservation, error) {
-	r, err := scanReservation(s.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations WHERE id = $1`, id))
+func (s *Store) GetReservation(ctx context.Context, tenant, id uuid.UUID) (engine.Reservation, error) {
+	r, err := scanReservation(s.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE id = $1 AND tenant_id = $2`, id, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return engine.Reservation{}, notFound("reservation")
 	}
@@ -281,14 +282,14 @@ func (s *Store) GetReservation(ctx context.Context, id uuid.UUID) (engine.Reserv
 // ListReservations pages customer's holds newest first (created_at DESC,
 // id DESC), only those with status when it is non-empty. limit is 1..100
 // (validated by the caller); a bad cursor is engine.BadRequest("cursor").
-func (s *Store) ListReservations(ctx context.Context, customer uuid.UUID, status string, cursor string, limit int) (engine.Page[engine.Reservation], error) {
+func (s *Store) ListReservations(ctx context.Context, c engine.CustomerKey, status string, cursor string, limit int) (engine.Page[engine.Reservation], error) {
 	after, hasAfter, err := decodeCursor(cursor)
 	if err != nil {
 		return engine.Page[engine.Reservation]{}, err
 	}
 	var q strings.Builder
-	q.WriteString(`SELECT ` + reservationColumns + ` FROM reservations WHERE customer_id = $1`)
-	args := []any{customer}
+	q.WriteString(`SELECT ` + reservationColumns + ` FROM reservations WHERE customer_id = $1 AND tenant_id = $2`)
+	args := []any{c.CustomerID, c.TenantID}
 	if status != "" {
 		args = append(args, status)
 		fmt.Fprintf(&q, ` AND status = $%d`, len(args))
@@ -308,10 +309,11 @@ func (s *Store) ListReservations(ctx context.Context, customer uuid.UUID, status
 
 // ReservationCustomer is the customer that holds reservation id (any
 // tenant); engine.ErrNotFound when Postgres does not hold it.
-func (s *Store) ReservationCustomer(ctx context.Context, id uuid.UUID) (engine.CustomerKey, error) {
+func (s *Store) ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (engine.CustomerKey, error) {
 	var c engine.CustomerKey
 	var env string
-	err := s.pool.QueryRow(ctx, `SELECT tenant_id, environment, customer_id FROM reservations WHERE id = $1`, id).
+	err := s.pool.QueryRow(ctx, `SELECT tenant_id, environment, customer_id FROM reservations
+		WHERE id = $1 AND tenant_id = $2`, id, tenant).
 		Scan(&c.TenantID, &env, &c.CustomerID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return engine.CustomerKey{}, notFound("reservation")
@@ -330,9 +332,9 @@ func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Accou
 	rows, err := tx.Query(ctx, `SELECT customer_id, id, billable_metric_key, estimated_units, estimated_cost,
 			actual_units, actual_cost, released, status, expires_at, metadata, created_at, committed_at, released_at
 		FROM reservations
-		WHERE customer_id = ANY($1)
+		WHERE customer_id = ANY($1) AND tenant_id = ANY($3)
 			AND COALESCE(committed_at, released_at, 'infinity'::timestamptz) >= $2
-		ORDER BY customer_id, created_at, id`, ids, finalizedSince)
+		ORDER BY customer_id, created_at, id`, ids, finalizedSince, stateTenants(index))
 	if err != nil {
 		return err
 	}
@@ -372,7 +374,8 @@ func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Accou
 		return err
 	}
 
-	rows, err = tx.Query(ctx, `SELECT customer_id, metric_key, current FROM gauges WHERE customer_id = ANY($1)`, ids)
+	rows, err = tx.Query(ctx, `SELECT customer_id, metric_key, current FROM gauges
+		WHERE customer_id = ANY($1) AND tenant_id = ANY($2)`, ids, stateTenants(index))
 	if err != nil {
 		return err
 	}

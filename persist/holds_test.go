@@ -73,7 +73,7 @@ func TestReservationsSection(t *testing.T) {
 	b.apply(t, commit)
 	b.apply(t, res)
 	b.apply(t, res, commit, res)
-	got, err := b.store.GetReservation(b.ctx, h.ID)
+	got, err := b.store.GetReservation(b.ctx, a.key.TenantID, h.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,20 +99,26 @@ func TestReservationsSection(t *testing.T) {
 	res2, h2 := a2.reserve("r2", "gpu", 100, time.Minute)
 	rel2 := a2.finish(h2, engine.ReservationExpired, 0)
 	b.apply(t, rel2, res2)
-	got2, err := b.store.GetReservation(b.ctx, h2.ID)
+	got2, err := b.store.GetReservation(b.ctx, a2.key.TenantID, h2.ID)
 	if err != nil || got2.Status != engine.ReservationExpired || got2.ReleasedAt == nil || got2.CommittedAt != nil ||
 		got2.ActualUnits != nil || len(got2.Metadata) != 1 {
 		t.Fatalf("expired reservation = %+v, %v", got2, err)
 	}
-	if _, err := b.store.GetReservation(b.ctx, uuid.New()); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := b.store.GetReservation(b.ctx, a2.key.TenantID, uuid.New()); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("unknown reservation: %v", err)
 	}
-	key, err := b.store.ReservationCustomer(b.ctx, h2.ID)
+	key, err := b.store.ReservationCustomer(b.ctx, a2.key.TenantID, h2.ID)
 	if err != nil || key != a2.key {
 		t.Fatalf("ReservationCustomer = %+v, %v (want %+v)", key, err, a2.key)
 	}
-	if _, err := b.store.ReservationCustomer(b.ctx, uuid.New()); !errors.Is(err, engine.ErrNotFound) {
-		t.Fatalf("unknown reservation customer: %v", err)
+	// Unknown, and another tenant's hold: not found alike.
+	for _, tc := range []struct{ tenant, id uuid.UUID }{{a2.key.TenantID, uuid.New()}, {uuid.New(), h2.ID}} {
+		if _, err := b.store.ReservationCustomer(b.ctx, tc.tenant, tc.id); !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("reservation customer of %+v: %v, want ErrNotFound", tc, err)
+		}
+		if _, err := b.store.GetReservation(b.ctx, tc.tenant, tc.id); !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("reservation %+v: %v, want ErrNotFound", tc, err)
+		}
 	}
 }
 
@@ -182,7 +188,7 @@ func TestApplyRefusedConsumeAndOverage(t *testing.T) {
 	allowed := a.consume("c", block, 100, "api", 400)
 	allowed.Kind = engine.MutationConsume
 	b.apply(t, allowed)
-	lines, err := b.store.Overage(b.ctx, a.key.CustomerID, now.Add(-time.Hour), now.Add(time.Hour))
+	lines, err := b.store.Overage(b.ctx, a.key, now.Add(-time.Hour), now.Add(time.Hour))
 	if err != nil || len(lines) != 1 || lines[0].BillableMetricKey != "api" || lines[0].OverageMC != 400 {
 		t.Fatalf("overage = %+v, %v", lines, err)
 	}
@@ -225,7 +231,7 @@ func TestListReservations(t *testing.T) {
 		var got []uuid.UUID
 		cursor := ""
 		for {
-			page, err := b.store.ListReservations(b.ctx, a.key.CustomerID, filter, cursor, 2)
+			page, err := b.store.ListReservations(b.ctx, a.key, filter, cursor, 2)
 			if err != nil {
 				t.Fatalf("%q: %v", filter, err)
 			}
@@ -249,7 +255,7 @@ func TestListReservations(t *testing.T) {
 			}
 		}
 	}
-	if _, err := b.store.ListReservations(b.ctx, a.key.CustomerID, "", "nope", 2); !errors.Is(err, errInvalidCursor) {
+	if _, err := b.store.ListReservations(b.ctx, a.key, "", "nope", 2); !errors.Is(err, errInvalidCursor) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 }

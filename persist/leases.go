@@ -31,7 +31,7 @@ SELECT id, tenant_id, customer_id, env, metric, amount, status, expires, seconds
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[],
 	$8::timestamptz[], $9::bigint[], $10::timestamptz[], $11::timestamptz[], $12::bigint[])
 	AS t(id, tenant_id, customer_id, env, metric, amount, status, expires, seconds, created, ended, version)
-ON CONFLICT (id) DO UPDATE SET
+ON CONFLICT (id, tenant_id) DO UPDATE SET
 	status = EXCLUDED.status, expires_at = EXCLUDED.expires_at, seconds = EXCLUDED.seconds,
 	ended_at = EXCLUDED.ended_at, version = EXCLUDED.version
 WHERE l.version < EXCLUDED.version`
@@ -146,7 +146,8 @@ func (s *Store) LeaseOf(ctx context.Context, c engine.CustomerKey, id uuid.UUID)
 // rebuild's snapshot tx (their slots are in the gauge counters it reads).
 func fillLeases(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID) error {
 	rows, err := tx.Query(ctx, `SELECT customer_id, id, billable_metric_key, amount, expires_at, seconds, created_at
-		FROM gauge_leases WHERE customer_id = ANY($1) AND status = 'active' ORDER BY customer_id, created_at, id`, ids)
+		FROM gauge_leases WHERE customer_id = ANY($1) AND tenant_id = ANY($2) AND status = 'active'
+		ORDER BY customer_id, created_at, id`, ids, stateTenants(index))
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ const insertOperationsSQL = `INSERT INTO operations
 SELECT op_id, tenant_id, customer_id, idem, rh, version, m, at
 FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::timestamptz[])
 	AS t(op_id, tenant_id, customer_id, idem, rh, version, m, at)
-ON CONFLICT (tenant_id, idempotency_key, op_id) DO NOTHING`
+ON CONFLICT (tenant_id, idempotency_key, op_id, created_at) DO NOTHING`
 
 // insertEntriesSQL takes the entries' draws as two flat arrays ($19 block
 // ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so
@@ -49,7 +49,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::bigi
 	$15::uuid[], $16::text[], $17::text[], $18::timestamptz[], $21::int[], $22::int[], $23::text[], $24::bigint[])
 	AS t(id, op_id, tenant_id, customer_id, env, delta, type, source, block, metric, units, rate,
 	     overage, idem, ref, reason, meta, at, dfrom, dto, head, back)
-ON CONFLICT (id) DO NOTHING`
+ON CONFLICT (id, tenant_id, created_at) DO NOTHING`
 
 // upsertBlocksSQL keeps a block's stored metadata when the incoming row has
 // none: only the Mutation that creates a block carries its metadata (a
@@ -65,7 +65,7 @@ FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::bigint[], $6::
 	$8::timestamptz[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::bigint[], $13::text[])
 	AS t(id, tenant_id, customer_id, original, remaining, priority, source, starts, expires,
 	     created, meta, version, scope)
-ON CONFLICT (id) DO UPDATE SET
+ON CONFLICT (id, tenant_id) DO UPDATE SET
 	original_amount = EXCLUDED.original_amount, remaining_amount = EXCLUDED.remaining_amount,
 	priority = EXCLUDED.priority, source = EXCLUDED.source, starts_at = EXCLUDED.starts_at,
 	expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at,
@@ -85,7 +85,7 @@ SELECT customer_id, NULLIF(id, '')::uuid, tenant_id, env, balance, reserved, pen
 FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[],
 	$7::bigint[], $8::bigint[], $9::bigint[], $10::timestamptz[], $11::uuid[], $12::bigint[], $13::bigint[])
 	AS t(customer_id, id, tenant_id, env, balance, reserved, pending, earned, version, at, op, outbox, debt)
-ON CONFLICT (customer_id) DO UPDATE SET
+ON CONFLICT (customer_id, tenant_id) DO UPDATE SET
 	id = COALESCE(EXCLUDED.id, a.id), tenant_id = EXCLUDED.tenant_id,
 	environment = EXCLUDED.environment, balance = EXCLUDED.balance,
 	reserved_balance = EXCLUDED.reserved_balance, pending_balance = EXCLUDED.pending_balance,

@@ -300,7 +300,7 @@ func TestApplyDraws(t *testing.T) {
 	if r1, r2 := b.blockRemaining(t, b1), b.blockRemaining(t, b2); r1 != 0 || r2 != 200 {
 		t.Fatalf("remaining = %d, %d; want 0, 200", r1, r2)
 	}
-	p, err := b.store.History(b.ctx, engine.HistoryQuery{CustomerID: a.key.CustomerID, Limit: 10})
+	p, err := b.store.History(b.ctx, engine.HistoryQuery{TenantID: a.key.TenantID, CustomerID: a.key.CustomerID, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

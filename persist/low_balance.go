@@ -21,7 +21,7 @@ import (
 // its tenant's default, else 0 (off).
 const lowBalanceThresholdsSQL = `SELECT m.id, COALESCE(c.low_balance_threshold_mc, t.default_low_balance_threshold_mc, 0)
 FROM unnest($1::uuid[], $2::uuid[]) AS m(id, tenant)
-LEFT JOIN customers c ON c.id = m.id
+LEFT JOIN customers c ON c.id = m.id AND c.tenant_id = m.tenant
 LEFT JOIN tenants t ON t.id = m.tenant`
 
 // lowBalanceCandidate reports whether m, lacking a Context, crosses some

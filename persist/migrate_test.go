@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/creditd/creditd/internal/testenv"
 )
@@ -44,6 +45,17 @@ func TestMigrateIdempotent(t *testing.T) {
 	}
 	if n != len(ms) || distinct != len(ms) {
 		t.Fatalf("schema_migrations has %d rows (%d distinct), want %d", n, distinct, len(ms))
+	}
+	// A fresh database ends contracted: every contract step recorded once.
+	cs, err := contractions()
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("contractions: %d, %v", len(cs), err)
+	}
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*), count(DISTINCT version) FROM schema_contracts").Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(cs) || distinct != len(cs) {
+		t.Fatalf("schema_contracts has %d rows (%d distinct), want %d", n, distinct, len(cs))
 	}
 	// The session limits of Open survive Migrate's temporary lift.
 	var timeout string
@@ -118,5 +130,62 @@ func TestSchemaStatus(t *testing.T) {
 	}
 	if err := Migrate(ctx, pool); !errors.Is(err, ErrSchemaNewer) {
 		t.Fatalf("Migrate on a newer schema = %v, want ErrSchemaNewer", err)
+	}
+}
+
+// TestMigrateStepRetriesDeadlock: a step that Postgres rolls back as a
+// deadlock's victim runs again. The step takes a SHARE lock, then an
+// ACCESS EXCLUSIVE one (as 024 does); a writer that read the table first
+// then inserts into it closes the cycle, with a long deadlock_timeout so
+// the step's session is the one Postgres picks. The step is recorded once,
+// on its second attempt, after the writer's commit.
+func TestMigrateStepRetriesDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `CREATE TABLE lock_cycle (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(b.ctx) }()
+	for _, q := range []string{"SET LOCAL deadlock_timeout = '20s'", "SELECT count(*) FROM lock_cycle"} {
+		if _, err := writer.Exec(b.ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	step := migration{version: 9001, name: "9001_lock_cycle", sql: `LOCK TABLE lock_cycle IN SHARE MODE;
+		SELECT pg_sleep(0.3); LOCK TABLE lock_cycle IN ACCESS EXCLUSIVE MODE`}
+	type result struct {
+		attempts int
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := applyStep(b.ctx, conn.Conn(), step, "schema_migrations")
+		done <- result{n, err}
+	}()
+	// The step holds SHARE and sleeps; the writer's insert waits for it,
+	// the step's ACCESS EXCLUSIVE then waits for the writer: a cycle.
+	time.Sleep(100 * time.Millisecond)
+	if _, err := writer.Exec(b.ctx, "INSERT INTO lock_cycle VALUES (1)"); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	if err := writer.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.attempts != 2 {
+		t.Fatalf("applyStep = %d attempts, %v; want 2, nil", r.attempts, r.err)
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM schema_migrations WHERE version = 9001").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("step recorded %d times (%v)", n, err)
 	}
 }

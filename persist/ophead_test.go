@@ -1,8 +1,8 @@
 package persist
 
 import (
+	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -266,7 +266,22 @@ func TestSeedingReadsRecentOnly(t *testing.T) {
 	if err := conn.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+appliedKeysSinceSQL, since).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(raw, `"Seq Scan"`) || !strings.Contains(raw, "ledger_entries_created_brin") || !strings.Contains(raw, "operations_created_brin") {
+	// The ledger is partitioned by month (migration 033): its BRIN is each
+	// partition's, and the empty months are scanned (reading nothing).
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	parts := readPartitions(t, b.ctx, conn)
+	var seq, ledgerBRIN, opsBRIN bool
+	plans[0].Plan.walk(func(n planNode) {
+		seq = seq || (n.NodeType == "Seq Scan" && !parts.emptyScan(n))
+		ledgerBRIN = ledgerBRIN || parts.index(n.IndexName) == "ledger_entries_created_brin"
+		opsBRIN = opsBRIN || parts.index(n.IndexName) == "operations_created_brin"
+	})
+	if seq || !ledgerBRIN || !opsBRIN {
 		t.Errorf("the seeding's read of the last hour:\n%s\nwant the created_at BRIN indexes, no scan of a whole table", raw)
 	}
 }

@@ -35,10 +35,10 @@ func scanOverride(row pgx.Row) (engine.Override, error) {
 
 // LiveOverrides implements engine.OverrideReader: the subscription's
 // overrides neither deleted nor expired at now, oldest first.
-func (s *Store) LiveOverrides(ctx context.Context, subscription uuid.UUID, now time.Time) ([]engine.Override, error) {
+func (s *Store) LiveOverrides(ctx context.Context, tenant, subscription uuid.UUID, now time.Time) ([]engine.Override, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+overrideColumns+` FROM subscription_overrides
-		WHERE subscription_id = $1 AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
-		ORDER BY created_at, id`, subscription, now)
+		WHERE subscription_id = $1 AND tenant_id = $3 AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > $2)
+		ORDER BY created_at, id`, subscription, now, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("persist: live overrides: %w", err)
 	}
@@ -60,8 +60,8 @@ func (s *Store) CreateOverride(ctx context.Context, env engine.Environment, o en
 		var id uuid.UUID
 		var expires *time.Time
 		err := tx.QueryRow(ctx, `SELECT id, expires_at FROM subscription_overrides
-			WHERE subscription_id = $1 AND billable_metric_key = $2 AND deleted_at IS NULL FOR UPDATE`,
-			o.SubscriptionID, o.BillableMetricKey).Scan(&id, &expires)
+			WHERE subscription_id = $1 AND billable_metric_key = $2 AND tenant_id = $3 AND deleted_at IS NULL FOR UPDATE`,
+			o.SubscriptionID, o.BillableMetricKey, o.TenantID).Scan(&id, &expires)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
@@ -69,7 +69,8 @@ func (s *Store) CreateOverride(ctx context.Context, env engine.Environment, o en
 		case expires == nil || expires.After(now):
 			return engine.ErrOverrideExists
 		default:
-			if _, err := tx.Exec(ctx, `UPDATE subscription_overrides SET deleted_at = $2 WHERE id = $1`, id, now); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE subscription_overrides SET deleted_at = $2 WHERE id = $1 AND tenant_id = $3`,
+				id, now, o.TenantID); err != nil {
 				return err
 			}
 		}
@@ -114,8 +115,8 @@ func (s *Store) UpdateOverride(ctx context.Context, sc engine.Scope, subscriptio
 			return changeErr
 		}
 		if _, err := tx.Exec(ctx, `UPDATE subscription_overrides
-			SET value = $2::jsonb, expires_at = $3, reason = $4, updated_at = $5 WHERE id = $1`,
-			o.ID, string(o.Value), o.ExpiresAt, o.Reason, o.UpdatedAt); err != nil {
+			SET value = $2::jsonb, expires_at = $3, reason = $4, updated_at = $5 WHERE id = $1 AND tenant_id = $6`,
+			o.ID, string(o.Value), o.ExpiresAt, o.Reason, o.UpdatedAt, o.TenantID); err != nil {
 			return err
 		}
 		out = o

@@ -44,7 +44,7 @@ func TestOverrideStore(t *testing.T) {
 	if err := b.store.CreateOverride(b.ctx, live.Environment, expiring, now); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.store.LiveOverrides(b.ctx, sub, now)
+	got, err := b.store.LiveOverrides(b.ctx, live.TenantID, sub, now)
 	if err != nil || len(got) != 2 || got[0].ID != first.ID || got[1].ID != expiring.ID {
 		t.Fatalf("LiveOverrides = %+v, %v", got, err)
 	}
@@ -55,7 +55,7 @@ func TestOverrideStore(t *testing.T) {
 
 	// After expires_at the flag override stops applying and can be replaced.
 	later := soon.Add(time.Second)
-	if got, _ := b.store.LiveOverrides(b.ctx, sub, later); len(got) != 1 || got[0].ID != first.ID {
+	if got, _ := b.store.LiveOverrides(b.ctx, live.TenantID, sub, later); len(got) != 1 || got[0].ID != first.ID {
 		t.Fatalf("LiveOverrides after expiry = %+v", got)
 	}
 	if _, err := b.store.UpdateOverride(b.ctx, live, sub, flag.Key, later, func(*engine.Override) error { return nil }); !errors.Is(err, engine.ErrNotFound) {
@@ -93,10 +93,10 @@ func TestOverrideStore(t *testing.T) {
 		t.Fatalf("UpdateOverride = %+v, %v", upd, err)
 	}
 	// It now expires at soon, which is before later: no longer live.
-	if got, _ := b.store.LiveOverrides(b.ctx, sub, later); len(got) != 1 || got[0].ID != replacement.ID {
+	if got, _ := b.store.LiveOverrides(b.ctx, live.TenantID, sub, later); len(got) != 1 || got[0].ID != replacement.ID {
 		t.Fatalf("LiveOverrides after update = %+v", got)
 	}
-	if got, _ := b.store.LiveOverrides(b.ctx, sub, now); len(got) != 2 || got[0].Reason != "" || string(got[0].Value) != `{"cap": 9}` {
+	if got, _ := b.store.LiveOverrides(b.ctx, live.TenantID, sub, now); len(got) != 2 || got[0].Reason != "" || string(got[0].Value) != `{"cap": 9}` {
 		t.Fatalf("LiveOverrides at now after update = %+v", got)
 	}
 
@@ -110,7 +110,7 @@ func TestOverrideStore(t *testing.T) {
 	if err := b.store.DeleteOverride(b.ctx, live, sub, flag.Key, later); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("second delete: %v", err)
 	}
-	if got, _ := b.store.LiveOverrides(b.ctx, sub, later); len(got) != 0 {
+	if got, _ := b.store.LiveOverrides(b.ctx, live.TenantID, sub, later); len(got) != 0 {
 		t.Errorf("LiveOverrides after delete = %+v", got)
 	}
 	if err := b.pool.QueryRow(b.ctx, `SELECT count(*), count(deleted_at) FROM subscription_overrides

@@ -158,7 +158,7 @@ func (s *Store) UpdatePlan(ctx context.Context, sc engine.Scope, id uuid.UUID, c
 			}
 		}
 		if _, err := tx.Exec(ctx, `UPDATE plans SET name = $2, is_default = $3, status = $4, metadata = $5, updated_at = $6
-			WHERE id = $1`, p.ID, p.Name, p.IsDefault, string(p.Status), meta, p.UpdatedAt); err != nil {
+			WHERE id = $1 AND tenant_id = $7`, p.ID, p.Name, p.IsDefault, string(p.Status), meta, p.UpdatedAt, p.TenantID); err != nil {
 			return err
 		}
 		out = p
@@ -287,7 +287,7 @@ func (s *Store) UpdateVariant(ctx context.Context, sc engine.Scope, planID, id u
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE plan_variants SET status = $2, trial_days = $3, metadata = $4, updated_at = $5
-			WHERE id = $1`, v.ID, string(v.Status), v.TrialDays, meta, v.UpdatedAt); err != nil {
+			WHERE id = $1 AND tenant_id = $6`, v.ID, string(v.Status), v.TrialDays, meta, v.UpdatedAt, v.TenantID); err != nil {
 			return err
 		}
 		out = v
@@ -408,8 +408,8 @@ func (s *Store) PutEntitlement(ctx context.Context, planID uuid.UUID, e engine.V
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM variant_entitlements WHERE plan_variant_id = $1 AND billable_metric_key = $2`,
-			e.PlanVariantID, e.BillableMetricKey); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM variant_entitlements WHERE plan_variant_id = $1 AND billable_metric_key = $2 AND tenant_id = $3`,
+			e.PlanVariantID, e.BillableMetricKey, e.TenantID); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO variant_entitlements (`+entitlementColumns+`)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,8 +85,8 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 // same whatever the ledger's size (TestHistoryTypeFilterPlan).
 func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []any) {
 	var sql strings.Builder
-	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1`)
-	args := []any{q.CustomerID}
+	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`)
+	args := []any{q.CustomerID, q.TenantID}
 	where := func(cond string, v any) {
 		args = append(args, v)
 		fmt.Fprintf(&sql, cond, len(args))
@@ -112,7 +113,11 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 	}
 	if hasAfter {
 		args = append(args, after.at, after.id)
-		fmt.Fprintf(&sql, ` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
+		// The row comparison alone prunes no partition of the ledger
+		// (docs/scaling.md "Ledger partitioned by month"); the bound on
+		// created_at it implies does, so a later page skips the newer
+		// months (TestHistoryPrunesPartitions).
+		fmt.Fprintf(&sql, ` AND (created_at, id) < ($%d, $%d) AND created_at <= $%d`, len(args)-1, len(args), len(args)-1)
 	}
 	args = append(args, q.Limit+1)
 	fmt.Fprintf(&sql, ` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
@@ -125,19 +130,19 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 // multi-metric consume's one entry counts per item (itemShares): its
 // overage falls on its last items. A sum beyond int64 is an error rather
 // than a wrapped number (invariant 7).
-func (s *Store) Overage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.OverageLine, error) {
+func (s *Store) Overage(ctx context.Context, c engine.CustomerKey, from, to time.Time) ([]engine.OverageLine, error) {
 	rows, err := s.pool.Query(ctx, `SELECT key, SUM(overage)::bigint
 		FROM (SELECT billable_metric_key AS key, overage_mc::numeric AS overage
 				FROM ledger_entries
-				WHERE customer_id = $1 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
+				WHERE customer_id = $1 AND tenant_id = $4 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
 					AND billable_metric_key IS NOT NULL
 			UNION ALL
 			SELECT key, overage FROM (`+itemSharesSQL+`
-				WHERE e.customer_id = $1 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
+				WHERE e.customer_id = $1 AND e.tenant_id = $4 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
 					AND e.type = 'consumption'`+itemSharesTail+`) items
 			WHERE overage > 0) lines
 		GROUP BY key
-		ORDER BY key COLLATE "C"`, customer, from, to)
+		ORDER BY key COLLATE "C"`, c.CustomerID, from, to, c.TenantID)
 	if err != nil {
 		return nil, fmt.Errorf("persist: overage: %w", err)
 	}
@@ -202,8 +207,8 @@ func scanAccount(row pgx.Row) (engine.AccountState, error) {
 // finalizedSince), and every gauge counter. ok is false when the customer
 // has no account row.
 func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedSince time.Time) (engine.AccountState, bool, error) {
-	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1`,
-		[]any{c.CustomerID}, appliedSince)
+	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts WHERE customer_id = $1 AND tenant_id = $2`,
+		[]any{c.CustomerID, c.TenantID}, appliedSince)
 	if err != nil {
 		return engine.AccountState{}, false, fmt.Errorf("persist: account state: %w", err)
 	}
@@ -283,8 +288,8 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 	}
 	rows, err = tx.Query(ctx, `SELECT customer_id, id, original_amount, remaining_amount, priority, source,
 			starts_at, expires_at, created_at, `+metaColumn+`, applies_to
-		FROM credit_blocks WHERE customer_id = ANY($1) AND remaining_amount > 0
-		ORDER BY customer_id, created_at, id`, ids)
+		FROM credit_blocks WHERE customer_id = ANY($1) AND tenant_id = ANY($2) AND remaining_amount > 0
+		ORDER BY customer_id, created_at, id`, ids, stateTenants(index))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -327,24 +332,26 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 // delta (what the blocks and the credit line paid) plus its overage, the
 // cost prelude.lua budget_take counted, plus what its parent $5 (NULL:
 // none) paid of its charges in the window, the parent's pool_draw entries
-// that name it (docs/rules.md "Shared pools").
+// that name it (docs/rules.md "Shared pools"); $6 is their tenant (a
+// parent is of its child's tenant).
 const budgetSpentSQL = `SELECT (SELECT COALESCE(SUM(CASE
 		WHEN $2 = '' OR e.billable_metric_key = $2 THEN -e.delta + e.overage_mc
 		ELSE (SELECT COALESCE(SUM((i->>'cost')::bigint), 0) FROM jsonb_array_elements(e.metadata->'items') i
 			WHERE i->>'billable_metric_key' = $2) END), 0)::bigint
 	FROM ledger_entries e
-	WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
+	WHERE e.customer_id = $1 AND e.tenant_id = $6 AND e.type = 'consumption' AND e.created_at >= $3 AND e.created_at < $4
 		AND ($2 = '' OR e.billable_metric_key = $2
 			OR (e.billable_metric_key IS NULL AND jsonb_typeof(e.metadata->'items') = 'array')))
 	+ (SELECT COALESCE(SUM(-p.delta), 0)::bigint FROM ledger_entries p
-	WHERE $5::uuid IS NOT NULL AND p.customer_id = $5 AND p.type = 'pool_draw' AND p.reference_id = $1
+	WHERE $5::uuid IS NOT NULL AND p.customer_id = $5 AND p.tenant_id = $6 AND p.type = 'pool_draw' AND p.reference_id = $1
 		AND p.created_at >= $3 AND p.created_at < $4 AND ($2 = '' OR p.billable_metric_key = $2))`
 
-// poolDrawnSQL sums what child $2 drew from parent $1 in [$3, $4): the
+// poolDrawnSQL sums what child $2 drew from parent $1 (of tenant $5) in [$3, $4): the
 // parent's pool_draw entries that name it, the draw limit's count
 // (prelude.lua pool_take).
 const poolDrawnSQL = `SELECT COALESCE(SUM(-delta), 0)::bigint FROM ledger_entries
-	WHERE customer_id = $1 AND type = 'pool_draw' AND reference_id = $2 AND created_at >= $3 AND created_at < $4`
+	WHERE customer_id = $1 AND tenant_id = $5 AND type = 'pool_draw' AND reference_id = $2
+		AND created_at >= $3 AND created_at < $4`
 
 // fillBudgets sets the budget counters of the customers of index that have
 // budgets, and the draw counter of those with a parent and a draw limit,
@@ -355,23 +362,24 @@ func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Acc
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT id, budgets, parent_id, parent_draw_limit FROM customers
-		WHERE id = ANY($1) AND (budgets <> '[]'::jsonb OR parent_draw_limit IS NOT NULL)`, ids)
+	rows, err := tx.Query(ctx, `SELECT id, tenant_id, budgets, parent_id, parent_draw_limit FROM customers
+		WHERE id = ANY($1) AND tenant_id = ANY($2) AND (budgets <> '[]'::jsonb OR parent_draw_limit IS NOT NULL)`,
+		ids, stateTenants(index))
 	if err != nil {
 		return err
 	}
 	type owner struct {
-		id      uuid.UUID
-		budgets []engine.Budget
-		parent  *uuid.UUID
-		limit   *engine.DrawLimit
+		id, tenant uuid.UUID
+		budgets    []engine.Budget
+		parent     *uuid.UUID
+		limit      *engine.DrawLimit
 	}
 	var owners []owner
-	var id uuid.UUID
+	var id, tenant uuid.UUID
 	var parent *uuid.UUID
 	var doc, limitDoc []byte
-	if _, err := pgx.ForEachRow(rows, []any{&id, &doc, &parent, &limitDoc}, func() error {
-		o := owner{id: id, parent: parent}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tenant, &doc, &parent, &limitDoc}, func() error {
+		o := owner{id: id, tenant: tenant, parent: parent}
 		if err := json.Unmarshal(doc, &o.budgets); err != nil {
 			return fmt.Errorf("budgets of customer %s: %w", id, err)
 		}
@@ -394,7 +402,7 @@ func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Acc
 			// The scripts count from the millisecond (engine.BudgetArg).
 			fromMS := from.UnixMilli()
 			var spent int64
-			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end, o.parent).Scan(&spent); err != nil {
+			if err := tx.QueryRow(ctx, budgetSpentSQL, o.id, b.Metric(), time.UnixMilli(fromMS), end, o.parent, o.tenant).Scan(&spent); err != nil {
 				return fmt.Errorf("budget %s of customer %s: %w", b.Field(), o.id, err)
 			}
 			st.Budgets[b.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: spent, Reached: spent >= b.LimitMC && spent > 0}
@@ -403,13 +411,27 @@ func fillBudgets(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.Acc
 			from, end := o.limit.CountingFrom(now)
 			fromMS := from.UnixMilli()
 			var drawn int64
-			if err := tx.QueryRow(ctx, poolDrawnSQL, *o.parent, o.id, time.UnixMilli(fromMS), end).Scan(&drawn); err != nil {
+			if err := tx.QueryRow(ctx, poolDrawnSQL, *o.parent, o.id, time.UnixMilli(fromMS), end, o.tenant).Scan(&drawn); err != nil {
 				return fmt.Errorf("draw limit of customer %s: %w", o.id, err)
 			}
 			st.Budgets[o.limit.Field()] = engine.BudgetCounter{FromMS: fromMS, SpentMC: drawn}
 		}
 	}
 	return nil
+}
+
+// stateTenants lists the tenants of the states in index, once each: the
+// follow-up reads of a page of accounts filter on them as well as on the
+// customers, so each reads only its tenants' rows (one tenant for a
+// customer's rebuild: one shard of a tenant-sharded Postgres).
+func stateTenants(index map[uuid.UUID]*engine.AccountState) []uuid.UUID {
+	var out []uuid.UUID
+	for _, st := range index {
+		if !slices.Contains(out, st.TenantID) {
+			out = append(out, st.TenantID)
+		}
+	}
+	return out
 }
 
 // accountStates runs accountSQL and fills each account's blocks, applied
@@ -439,8 +461,8 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 			}
 		}
 		rows, err := tx.Query(ctx, `SELECT customer_id, mutation FROM operations
-			WHERE customer_id BETWEEN $1 AND $2 AND created_at >= $3
-			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince)
+			WHERE customer_id BETWEEN $1 AND $2 AND tenant_id = ANY($4) AND created_at >= $3
+			ORDER BY customer_id, account_version, created_at, op_id`, lo, hi, appliedSince, stateTenants(index))
 		if err != nil {
 			return err
 		}

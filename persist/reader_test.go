@@ -60,7 +60,7 @@ func TestHistoryFiltersAndPaging(t *testing.T) {
 	for _, tc := range tests {
 		for _, limit := range []int{2, 100} {
 			q := tc.q
-			q.CustomerID, q.Limit = a.key.CustomerID, limit
+			q.TenantID, q.CustomerID, q.Limit = a.key.TenantID, a.key.CustomerID, limit
 			seen := map[uuid.UUID]bool{}
 			var prev *engine.LedgerEntry
 			for pages := 0; ; pages++ {
@@ -94,7 +94,7 @@ func TestHistoryFiltersAndPaging(t *testing.T) {
 	}
 
 	// The stored entry reads back as the engine derives it from the Mutation.
-	p, err := b.store.History(b.ctx, engine.HistoryQuery{CustomerID: a.key.CustomerID, Source: ptr(engine.SourcePromotional), Limit: 1})
+	p, err := b.store.History(b.ctx, engine.HistoryQuery{TenantID: a.key.TenantID, CustomerID: a.key.CustomerID, Source: ptr(engine.SourcePromotional), Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestHistoryFiltersAndPaging(t *testing.T) {
 		t.Fatalf("entry round trip:\n got %s\nwant %s", gj, wj)
 	}
 
-	_, err = b.store.History(b.ctx, engine.HistoryQuery{CustomerID: a.key.CustomerID, Limit: 5, Cursor: "bad"})
+	_, err = b.store.History(b.ctx, engine.HistoryQuery{TenantID: a.key.TenantID, CustomerID: a.key.CustomerID, Limit: 5, Cursor: "bad"})
 	if e, ok := engine.AsError(err); !ok || e.Kind != engine.KindBadRequest {
 		t.Fatalf("bad cursor: %v", err)
 	}
@@ -142,7 +142,7 @@ func TestOverageSumsHalfOpenWindow(t *testing.T) {
 		{"empty", at(6).Add(time.Millisecond), at(100), []engine.OverageLine{}},
 	}
 	for _, tc := range tests {
-		got, err := b.store.Overage(b.ctx, a.key.CustomerID, tc.from, tc.to)
+		got, err := b.store.Overage(b.ctx, a.key, tc.from, tc.to)
 		if err != nil {
 			t.Fatal(err)
 		}

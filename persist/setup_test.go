@@ -19,7 +19,12 @@ type bundle struct {
 	store *Store
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { return setupAt(t, 0) }
+
+// setupAt is setup with the schema of an older release: the expand
+// migrations up to version (0: all, and the contract steps, as Migrate
+// does on a fresh database).
+func setupAt(t *testing.T, version int) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -28,7 +33,11 @@ func setup(t *testing.T) *bundle {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	if err := Migrate(ctx, pool); err != nil {
+	plan := migratePlan{upTo: version, contract: contractNever}
+	if version == 0 {
+		plan.contract = contractIfFresh
+	}
+	if err := migrate(ctx, pool, plan); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return &bundle{ctx: ctx, pool: pool, store: NewStore(pool)}

@@ -135,9 +135,10 @@ func (s *Store) GetSubscription(ctx context.Context, sc engine.Scope, id uuid.UU
 
 // LiveSubscription is the customer's non-terminal subscription;
 // engine.ErrNotFound when it has none.
-func (s *Store) LiveSubscription(ctx context.Context, customer uuid.UUID) (engine.Subscription, error) {
+func (s *Store) LiveSubscription(ctx context.Context, c engine.CustomerKey) (engine.Subscription, error) {
 	r, err := scanRecord(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions
-		WHERE customer_id = $1 AND status IN ('trialing', 'active', 'past_due', 'paused')`, customer))
+		WHERE customer_id = $1 AND tenant_id = $2 AND status IN ('trialing', 'active', 'past_due', 'paused')`,
+		c.CustomerID, c.TenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return engine.Subscription{}, notFound("subscription")
 	}
@@ -272,7 +273,7 @@ func (s *Store) RunDue(ctx context.Context, now time.Time, limit int, change fun
 
 // PeriodUsage sums the customer's consumption entries per metric in
 // [from, to): units, credit charged (positive) and overage.
-func (s *Store) PeriodUsage(ctx context.Context, customer uuid.UUID, from, to time.Time) ([]engine.MetricUsage, error) {
+func (s *Store) PeriodUsage(ctx context.Context, c engine.CustomerKey, from, to time.Time) ([]engine.MetricUsage, error) {
 	// One consume writes an entry per block it drained, each with the
 	// call's units: units are counted once per operation.
 	// A multi-metric consume's one entry counts per item (itemShares).
@@ -280,15 +281,16 @@ func (s *Store) PeriodUsage(ctx context.Context, customer uuid.UUID, from, to ti
 		FROM (SELECT billable_metric_key AS key, COALESCE(MAX(cost_units), 0)::numeric AS units,
 				-SUM(delta)::numeric AS credits, SUM(overage_mc)::numeric AS overage
 			FROM ledger_entries
-			WHERE customer_id = $1 AND type = 'consumption' AND created_at >= $2 AND created_at < $3
+			WHERE customer_id = $1 AND tenant_id = $4 AND type = 'consumption' AND created_at >= $2 AND created_at < $3
 				AND billable_metric_key IS NOT NULL
 			GROUP BY billable_metric_key, op_id
 			UNION ALL
 			`+itemSharesSQL+`
-				WHERE e.customer_id = $1 AND e.type = 'consumption' AND e.created_at >= $2 AND e.created_at < $3`+itemSharesTail+`
+				WHERE e.customer_id = $1 AND e.tenant_id = $4 AND e.type = 'consumption' AND e.created_at >= $2
+					AND e.created_at < $3`+itemSharesTail+`
 		) per_op
 		GROUP BY key
-		ORDER BY key COLLATE "C"`, customer, from, to)
+		ORDER BY key COLLATE "C"`, c.CustomerID, from, to, c.TenantID)
 	if err != nil {
 		return nil, fmt.Errorf("persist: period usage: %w", err)
 	}

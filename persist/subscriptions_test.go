@@ -63,7 +63,7 @@ func TestSubscriptionStore(t *testing.T) {
 	if _, err := b.store.GetSubscription(b.ctx, sandbox, first.ID); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("other environment: %v, want ErrNotFound", err)
 	}
-	if sub, err := b.store.LiveSubscription(b.ctx, c.ID); err != nil || sub.ID != first.ID {
+	if sub, err := b.store.LiveSubscription(b.ctx, engine.CustomerKey{TenantID: live.TenantID, Environment: live.Environment, CustomerID: c.ID}); err != nil || sub.ID != first.ID {
 		t.Fatalf("LiveSubscription = %v, %v", sub.ID, err)
 	}
 
@@ -82,7 +82,7 @@ func TestSubscriptionStore(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.LiveSubscription(b.ctx, c.ID); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := b.store.LiveSubscription(b.ctx, engine.CustomerKey{TenantID: live.TenantID, Environment: live.Environment, CustomerID: c.ID}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("LiveSubscription after cancel: %v", err)
 	}
 	if err := b.store.CreateSubscription(b.ctx, second); err != nil {

@@ -47,7 +47,7 @@ func TestTopupsFromLedger(t *testing.T) {
 	if err := b.store.Apply(b.ctx, ms); err != nil {
 		t.Fatal(err)
 	}
-	p, err := b.store.Topups(b.ctx, a.key.CustomerID, "", 2)
+	p, err := b.store.Topups(b.ctx, a.key, "", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +63,14 @@ func TestTopupsFromLedger(t *testing.T) {
 		t2.CreditBlockID == nil || *t2.CreditBlockID != ms[2].Blocks[0].ID {
 		t.Errorf("t2 = %+v", t2)
 	}
-	p, err = b.store.Topups(b.ctx, a.key.CustomerID, p.NextCursor, 2)
+	p, err = b.store.Topups(b.ctx, a.key, p.NextCursor, 2)
 	if err != nil || len(p.Data) != 1 || p.HasMore || p.Data[0].Credits != 1000 {
 		t.Fatalf("second page %+v, %v", p, err)
 	}
-	if _, err := b.store.Topups(b.ctx, a.key.CustomerID, "bogus", 2); err == nil {
+	if _, err := b.store.Topups(b.ctx, a.key, "bogus", 2); err == nil {
 		t.Error("a bad cursor was accepted")
 	}
-	if p, err := b.store.Topups(b.ctx, uuid.New(), "", 20); err != nil || len(p.Data) != 0 || p.Data == nil {
+	if p, err := b.store.Topups(b.ctx, engine.CustomerKey{TenantID: a.key.TenantID, CustomerID: uuid.New()}, "", 20); err != nil || len(p.Data) != 0 || p.Data == nil {
 		t.Errorf("no topups: %+v, %v", p, err)
 	}
 }

@@ -31,7 +31,7 @@ import (
 // usageSetSQL adds the incoming sums to a stored row, saturating at the
 // int64 maximum (a sum that leaves int64 must not fail the batch,
 // invariant 12).
-const usageSetSQL = ` ON CONFLICT (customer_id, hour_start, billable_metric_key) DO UPDATE SET
+const usageSetSQL = ` ON CONFLICT (customer_id, hour_start, billable_metric_key, tenant_id) DO UPDATE SET
 	units = LEAST(u.units::numeric + EXCLUDED.units, 9223372036854775807)::bigint,
 	cost = LEAST(u.cost::numeric + EXCLUDED.cost, 9223372036854775807)::bigint,
 	count = LEAST(u.count::numeric + EXCLUDED.count, 9223372036854775807)::bigint`
@@ -223,14 +223,14 @@ func (s *Store) UsageRows(ctx context.Context, q engine.UsageQuery) ([]engine.Us
 	sql.WriteString(`SELECT billable_metric_key, date_trunc($1, hour_start, 'UTC'),
 		LEAST(SUM(units), 9223372036854775807)::bigint, LEAST(SUM(cost), 9223372036854775807)::bigint,
 		LEAST(SUM(count), 9223372036854775807)::bigint
-		FROM usage_hourly WHERE hour_start >= $2 AND hour_start < $3`)
-	args := []any{string(q.Granularity), q.From, q.To}
+		FROM usage_hourly WHERE tenant_id = $4 AND hour_start >= $2 AND hour_start < $3`)
+	args := []any{string(q.Granularity), q.From, q.To, q.TenantID}
 	if q.CustomerID != nil {
 		args = append(args, *q.CustomerID)
-		sql.WriteString(` AND customer_id = $4`)
+		sql.WriteString(` AND customer_id = $5`)
 	} else {
-		args = append(args, q.TenantID, string(q.Environment))
-		sql.WriteString(` AND tenant_id = $4 AND environment = $5`)
+		args = append(args, string(q.Environment))
+		sql.WriteString(` AND environment = $5`)
 	}
 	if q.BillableMetricKey != nil {
 		args = append(args, *q.BillableMetricKey)

@@ -251,6 +251,12 @@ type UpgradeResult struct {
 	// AckByKind counts the acknowledged operations by kind (grant,
 	// adjust, consume, reserve, commit).
 	AckByKind map[string]int64 `json:"acknowledged_by_kind"`
+	// Contract is the new release's `creditd migrate contract`, run under
+	// load once every node is new (docs/operations.md "Contract steps"):
+	// its output, or why it did not run.
+	Contract   string  `json:"contract"`
+	ContractS  float64 `json:"contract_seconds"`
+	ContractOK bool    `json:"contract_ok"`
 }
 
 // runUpgrade is one rolling upgrade from o.From to o.To on a fresh fleet.
@@ -394,7 +400,34 @@ func upgrade(ctx context.Context, o Options, f *Fleet, u *UpgradeResult, tl *Tim
 			return fmt.Errorf("node %d: %w", n, err)
 		}
 	}
+	contract(ctx, f, u, tl)
+	sleepCtx(ctx, o.Settle)
 	return nil
+}
+
+// contract runs the new release's `creditd migrate contract` once every
+// node runs it, under the load (issue 30: the contract steps drop what only
+// the old release needed, and 033's switches the ledger to its partitioned
+// table while the persisters write). A binary without the command skips it.
+func contract(ctx context.Context, f *Fleet, u *UpgradeResult, tl *Timeline) {
+	help, _ := exec.CommandContext(ctx, u.To.Bin, "migrate", "--help").CombinedOutput()
+	if !strings.Contains(string(help), "contract") {
+		u.Contract, u.ContractOK = "not run: "+u.To.Name+" has no `creditd migrate contract`", true
+		return
+	}
+	cmd := exec.CommandContext(ctx, u.To.Bin, "migrate", "contract")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+f.DBURL)
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	u.ContractS = time.Since(began).Seconds()
+	u.Contract, u.ContractOK = strings.TrimSpace(string(out)), err == nil
+	tl.add("creditd migrate contract under load: %.1f s, exit %v: %s", u.ContractS, exitCode(err), lastOf(u.Contract))
+}
+
+// lastOf is the last line of s.
+func lastOf(s string) string {
+	lines := strings.Split(s, "\n")
+	return lines[len(lines)-1]
 }
 
 // lastLine is the last non-empty line of a file, cut to 300 bytes.
@@ -531,6 +564,8 @@ func verifyUpgrade(ctx context.Context, u *UpgradeResult, f *Fleet, lr *loadRun)
 			"%d of %d (customer, metric) pairs whose usage_hourly units, cost or count differ from the consumption entries of the ledger: what a persister of one version writes without the other's derived rows shows here%s",
 			len(diffs), pairs, listed(diffs))
 	}
+	r.check("contract steps under load", u.ContractOK, true, "`creditd migrate contract` once every node was new, under the load: %.1f s; %s",
+		u.ContractS, lastOf(u.Contract))
 	r.check("schema", u.SchemaBefore >= 0, false, "reported: schema version %d on %s, %d after the first new node started (it migrates; the old nodes ran on beside it)",
 		u.SchemaBefore, u.From.Name, firstSchema(u.Steps))
 }

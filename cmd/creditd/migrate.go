@@ -21,10 +21,12 @@ func migrateCmd() *cobra.Command {
 		Short: "Apply the database migrations (up) or show where the schema stands (status)",
 		Long: `Migrations are embedded in the binary and recorded in schema_migrations.
 Only "creditd serve" and "creditd migrate up" apply them; every other command
-refuses a database whose schema is behind or ahead of this binary.`,
+refuses a database whose schema is behind or ahead of this binary. Contract
+steps (what only an older release needed) wait for "creditd migrate
+contract", except on a fresh database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fmt.Errorf("say which: creditd migrate up (apply) or creditd migrate status (show)")
+			return fmt.Errorf("say which: creditd migrate up (apply), creditd migrate contract (finish an upgrade) or creditd migrate status (show)")
 		},
 	}
 	c.AddCommand(&cobra.Command{
@@ -48,6 +50,36 @@ refuses a database whose schema is behind or ahead of this binary.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "migrations applied: schema at version %d\n", st.Latest)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "contract",
+		Short: "Apply pending migrations and the contract steps an older release needed kept; run once no older node runs",
+		Long: `A contract step drops what only the previous release's statements needed
+(for 031, the keys without tenant_id that its ON CONFLICT (id) statements name).
+Run it once every node runs this release: an older node still running would
+stall its persister on the first write after it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			pool, err := persist.Open(ctx, cfg.DatabaseURL)
+			if err != nil {
+				return fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
+			}
+			defer pool.Close()
+			if err := persist.MigrateContract(ctx, pool); err != nil {
+				return err
+			}
+			st, err := persist.Schema(ctx, pool)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "migrations and contract steps applied: schema at version %d\n", st.Latest)
 			return nil
 		},
 	}, &cobra.Command{
@@ -92,6 +124,9 @@ func printSchema(w io.Writer, st persist.SchemaStatus) {
 	}
 	for _, u := range st.Unknown {
 		fmt.Fprintf(w, "unknown to this binary (newer): %d\n", u)
+	}
+	for _, c := range st.PendingContract {
+		fmt.Fprintf(w, "contract pending (run `creditd migrate contract` once no older node runs): %s\n", c)
 	}
 	if st.Check() == nil {
 		fmt.Fprintln(w, "up to date")

@@ -46,7 +46,7 @@ func TestReconcileCommand(t *testing.T) {
 	if err := src.Apply(ctx, []engine.Mutation{grant(2, 60)}); err != nil {
 		t.Fatal(err)
 	}
-	st, ok, err := src.AccountState(ctx, engine.CustomerKey{CustomerID: customer}, time.Now())
+	st, ok, err := src.AccountState(ctx, engine.CustomerKey{TenantID: tenant, CustomerID: customer}, time.Now())
 	if err != nil || !ok {
 		t.Fatalf("account state: %v %v", ok, err)
 	}

@@ -63,6 +63,12 @@ func serve() error {
 		return err
 	}
 	defer pool.Close()
+	// A contract step waits for the operator once every node runs this
+	// release (docs/operations.md "Contract steps"); say so at every start.
+	if st, err := persist.Schema(ctx, pool); err == nil && len(st.PendingContract) > 0 {
+		log.Warn().Strs("pending", st.PendingContract).
+			Msg("schema contract steps pending: run `creditd migrate contract` once no node of an older release runs")
+	}
 
 	a := app.New(rdb, pool, app.Config{
 		Registry: registry, MetricsElsewhere: cfg.MetricsAddr != "", Tracing: tracing,

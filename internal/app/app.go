@@ -283,7 +283,8 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Alerts = engine.NewAlerts(stamps.ForgettingAlerts(a.DB), a.Customers, cfg.Clock)
 	a.Imports = engine.NewImports(a.Customers, a.Credits)
 	a.Subscriptions = engine.NewSubscriptions(a.PlanFacts.ForgettingSubscriptions(a.DB), a.Plans, a.Customers, a.Credits, a.Store, a.Store, cfg.Clock, log)
-	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval, Log: log}
+	a.Scheduler = &engine.Scheduler{Subscriptions: a.Subscriptions, Clock: cfg.Clock, Interval: cfg.SchedulerInterval,
+		Partitions: a.DB, Log: log}
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
 		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}
 	a.HoldSweeper = &engine.ReservationSweeper{Hot: holdsNoted, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
@@ -309,6 +310,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		{Name: "postgres", Check: pool.Ping, Advisory: true},
 		{Name: "persister", Check: a.checkLag, Advisory: true},
 		{Name: "dead_letters", Check: a.checkDeadLetters, Advisory: true},
+		{Name: "partitions", Check: a.checkPartitions, Advisory: true},
 	}
 	a.readyChecks = append(a.readyChecks, runnerChecks(a.runners)...)
 	var tracer api.Config
@@ -479,6 +481,21 @@ func (a *App) checkDeadLetters(ctx context.Context) error {
 	}
 	if n > 0 {
 		return api.NotReady(fmt.Sprintf("%d unresolved dead letters: acknowledged mutations missing from Postgres (see `creditd deadletters list`)", n))
+	}
+	return nil
+}
+
+// checkPartitions reports rows in a DEFAULT partition of the tables
+// partitioned by month (persist.Store.PartitionAlarm): rows dated in a
+// month without a partition. Advisory, like a dead letter: every node sees
+// the same Postgres.
+func (a *App) checkPartitions(ctx context.Context) error {
+	n, err := a.DB.PartitionAlarm(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return api.NotReady(fmt.Sprintf("%d rows in a DEFAULT partition: dated in a month without a partition (docs/operations.md \"Partitions\")", n))
 	}
 	return nil
 }

@@ -33,12 +33,12 @@ func TestReadyzShowsEachRunner(t *testing.T) {
 	if err := json.Unmarshal(r.Raw, &body); err != nil || r.Status != 200 || body.Status != "ready" {
 		t.Fatalf("/readyz = %d %s", r.Status, r.Raw)
 	}
-	want := []string{"redis", "postgres", "persister", "dead_letters"}
+	want := []string{"redis", "postgres", "persister", "dead_letters", "partitions"}
 	for _, run := range n.App.Runners() {
 		want = append(want, run.Name())
 	}
-	if len(want) != 4+8 {
-		t.Errorf("%d runners, want 8: %v", len(want)-4, want[4:])
+	if len(want) != 5+8 {
+		t.Errorf("%d runners, want 8: %v", len(want)-5, want[5:])
 	}
 	for _, name := range want {
 		if got := body.Checks[name]; got != "ok" {

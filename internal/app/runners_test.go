@@ -72,7 +72,7 @@ func TestRunnersListEveryLoop(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		advisory bool
-	}{{"redis", false}, {"postgres", true}, {"persister", true}, {"dead_letters", true}} {
+	}{{"redis", false}, {"postgres", true}, {"persister", true}, {"dead_letters", true}, {"partitions", true}} {
 		if got := checks[c.name]; len(got) != 1 || got[0] != c.advisory {
 			t.Errorf("check %q: entries %v, want one with advisory %v", c.name, got, c.advisory)
 		}

@@ -106,7 +106,7 @@ func TestCreditsAsOf(t *testing.T) {
 		s.Drain()
 		st := persist.NewStore(s.Pool)
 		ctx := context.Background()
-		cust := uuid.MustParse(id)
+		cust := engine.CustomerKey{TenantID: uuid.MustParse(tn.ID), Environment: engine.EnvironmentLive, CustomerID: uuid.MustParse(id)}
 		for _, tt := range tests {
 			asOf, _ := time.Parse(time.RFC3339Nano, tt.asOf)
 			for _, limit := range []int{engine.MaxAsOfEntries, 2} {
