@@ -270,10 +270,8 @@ func TestBudgetRace(t *testing.T) {
 // rebuild` the cap still refuses at the same spend.
 func TestBudgetSurvivesRebuild(t *testing.T) {
 	t.Parallel()
-	srv, rdb, prefix := ownRedis(t, "bu")
-	s := NewStack(t, WithRedis(rdb, prefix))
-	tn := s.NewTenant(uniq("budrebuild"))
-	a := s.as(t, tn.Live)
+	rb := newRebuildable(t, "bu", "budrebuild")
+	s, a, rdb := rb.s, rb.a, rb.rdb
 	m := a.perUnit(100)
 	other := a.perUnit(10)
 	id := a.budgetCustomer("allow", 600, []map[string]any{
@@ -288,12 +286,7 @@ func TestBudgetSurvivesRebuild(t *testing.T) {
 	if checkStatus(t, r, 200, "300 of other") && Int(t, r.Body["overage_mc"]) != 300 {
 		t.Errorf("consume of other: %s, want overage 300", r.Raw)
 	}
-	s.Drain()
-
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	rb.flushAndRebuild(t)
 	spent := map[string]int64{}
 	for _, b := range arr(t, a.credits(id)["budgets"], "budgets") {
 		bo := obj(t, b, "budget")

@@ -223,20 +223,13 @@ func TestCreditLineRace(t *testing.T) {
 // first.
 func TestCreditLineSurvivesRebuild(t *testing.T) {
 	t.Parallel()
-	srv, rdb, prefix := ownRedis(t, "cl")
-	s := NewStack(t, WithRedis(rdb, prefix))
-	tn := s.NewTenant(uniq("linerebuild"))
-	a := s.as(t, tn.Live)
+	rb := newRebuildable(t, "cl", "linerebuild")
+	s, a := rb.s, rb.a
 	m := a.perUnit(100)
 	id := a.lineCustomer(500, 1000)
 	wantStatus(t, a.consumeUnits(id, m, 13), 200, "consume 1300")
 	before := a.checkLine(id, -300, 300, "before the flush")
-	s.Drain()
-
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	rb.flushAndRebuild(t)
 	after := a.checkLine(id, -300, 300, "after the rebuild")
 	if Int(t, after["version"]) != Int(t, before["version"]) {
 		t.Errorf("version %v after the rebuild, want %v", after["version"], before["version"])

@@ -201,18 +201,12 @@ func TestSharedPoolRace(t *testing.T) {
 // same draw; a parent whose hash is gone is loaded by the charge.
 func TestSharedPoolSurvivesRebuild(t *testing.T) {
 	t.Parallel()
-	srv, rdb, prefix := ownRedis(t, "po")
-	s := NewStack(t, WithRedis(rdb, prefix))
-	tn := s.NewTenant(uniq("poolrebuild"))
-	a := s.as(t, tn.Live)
+	rb := newRebuildable(t, "po", "poolrebuild")
+	s, a, rdb := rb.s, rb.a, rb.rdb
 	m := a.perUnit(1)
 	parent, child := a.poolFamily(1000, 50, map[string]any{"period": "month", "time_zone": "Europe/Berlin", "limit_mc": 200})
 	wantStatus(t, a.consumeUnits(child, m, 170), 200, "50 own, 120 pooled")
-	s.Drain()
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	rb.flushAndRebuild(t)
 	if d, ok := a.credits(child)["parent_draw_limit"].(map[string]any); !ok || Int(t, d["drawn_mc"]) != 120 {
 		t.Errorf("rebuilt draw counter: %v, want drawn_mc 120", d)
 	}

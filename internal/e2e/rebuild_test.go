@@ -356,6 +356,37 @@ func waitRows(t *testing.T, s *Stack, query string, want int64) {
 // it and runs `creditd rebuild` against it, runRebuild, without touching
 // other tests' keys) and returns it, a client of it sized as a stack's,
 // and a fresh key prefix starting with tag.
+// rebuildable is a stack on a Redis of its own (ownRedis) that a test may
+// flush and rebuild (flushAndRebuild), with a fresh tenant's live api.
+type rebuildable struct {
+	s      *Stack
+	a      api
+	srv    *testenv.RedisServer
+	rdb    *redis.Client
+	prefix string
+}
+
+// newRebuildable starts a rebuildable stack: tag prefixes its keys, tenant
+// names its tenant.
+func newRebuildable(t *testing.T, tag, tenant string) rebuildable {
+	t.Helper()
+	srv, rdb, prefix := ownRedis(t, tag)
+	s := NewStack(t, WithRedis(rdb, prefix))
+	tn := s.NewTenant(uniq(tenant))
+	return rebuildable{s: s, a: s.as(t, tn.Live), srv: srv, rdb: rdb, prefix: prefix}
+}
+
+// flushAndRebuild waits for the persister, empties Redis and runs
+// `creditd rebuild`: what Redis holds after it came from Postgres alone.
+func (r rebuildable) flushAndRebuild(t *testing.T) {
+	t.Helper()
+	r.s.Drain()
+	if err := r.rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runRebuild(t, r.srv.URL(), r.s.DatabaseURL, r.prefix)
+}
+
 func ownRedis(t *testing.T, tag string) (*testenv.RedisServer, *redis.Client, string) {
 	t.Helper()
 	srv := testenv.StartRedisServer(t)

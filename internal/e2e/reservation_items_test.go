@@ -194,10 +194,8 @@ func TestConformanceReservationItems(t *testing.T) {
 // release returns it all.
 func TestReservationItemsSurviveRebuild(t *testing.T) {
 	t.Parallel()
-	srv, rdb, prefix := ownRedis(t, "ri")
-	s := NewStack(t, WithRedis(rdb, prefix))
-	tn := s.NewTenant(uniq("holdrebuild"))
-	a := s.as(t, tn.Live)
+	rb := newRebuildable(t, "ri", "holdrebuild")
+	s, a, rdb := rb.s, rb.a, rb.rdb
 	m1, m2 := a.perUnit(100), a.perUnit(7)
 	id, _ := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 1_000})
@@ -207,13 +205,8 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 	wantStatus(t, first, 201, "multi reserve")
 	h1 := first.Body
 	h2 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 1, m2, 1), "ttl_seconds": 3600})
-	s.Drain()
-
+	rb.flushAndRebuild(t)
 	ctx := context.Background()
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
 	// The retry of the create, its op key gone with Redis, is answered from
 	// Postgres with the same bytes.
 	if rp := a.do("POST", "/v1/reservations", key, body); rp.Status != 201 || string(rp.Raw) != string(first.Raw) {

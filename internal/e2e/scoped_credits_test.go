@@ -368,10 +368,8 @@ func TestScopedCreditsRace(t *testing.T) {
 // consumes drain exactly what they did before.
 func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	t.Parallel()
-	srv, rdb, prefix := ownRedis(t, "sc")
-	s := NewStack(t, WithRedis(rdb, prefix))
-	tn := s.NewTenant(uniq("scoperebuild"))
-	a := s.as(t, tn.Live)
+	rb := newRebuildable(t, "sc", "scoperebuild")
+	s, a := rb.s, rb.a
 	ma, mb := a.perUnit(100), a.perUnit(100)
 	id, _ := a.newCustomer()
 	// Enough blocks for the account layout's summary fields (prelude.lua
@@ -382,11 +380,7 @@ func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	a.scopeGrant(id, 1000, 0, ma)
 	wantStatus(t, a.consumeUnits(id, ma, 3), 200, "300 of a")
 	before := a.scopeLeft(id)
-	s.Drain()
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	runRebuild(t, srv.URL(), s.DatabaseURL, prefix)
+	rb.flushAndRebuild(t)
 	a.wantLeft(id, before, "after the rebuild")
 	if rep := reconcileOf(t, s, false); rep.Found != 0 {
 		t.Errorf("reconcile after the rebuild: %+v", rep.First)
