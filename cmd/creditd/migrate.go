@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/creditd/creditd/persist"
@@ -61,26 +62,17 @@ Run it once every node runs this release: an older node still running would
 stall its persister on the first write after it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			pool, err := persist.Open(ctx, cfg.DatabaseURL)
-			if err != nil {
-				return fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
-			}
-			defer pool.Close()
-			if err := persist.MigrateContract(ctx, pool); err != nil {
-				return err
-			}
-			st, err := persist.Schema(ctx, pool)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "migrations and contract steps applied: schema at version %d\n", st.Latest)
-			return nil
+			return withPool(func(ctx context.Context, pool *pgxpool.Pool) error {
+				if err := persist.MigrateContract(ctx, pool); err != nil {
+					return err
+				}
+				st, err := persist.Schema(ctx, pool)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "migrations and contract steps applied: schema at version %d\n", st.Latest)
+				return nil
+			})
 		},
 	}, &cobra.Command{
 		Use:   "status",
@@ -89,26 +81,35 @@ stall its persister on the first write after it.`,
 Exit status 1 when the schema does not match this binary (pending or newer).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			pool, err := persist.Open(ctx, cfg.DatabaseURL)
-			if err != nil {
-				return fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
-			}
-			defer pool.Close()
-			st, err := persist.Schema(ctx, pool)
-			if err != nil {
-				return err
-			}
-			printSchema(cmd.OutOrStdout(), st)
-			return st.Check()
+			return withPool(func(ctx context.Context, pool *pgxpool.Pool) error {
+				st, err := persist.Schema(ctx, pool)
+				if err != nil {
+					return err
+				}
+				printSchema(cmd.OutOrStdout(), st)
+				return st.Check()
+			})
 		},
 	})
 	return c
+}
+
+// withPool runs a migrate subcommand on the configuration's Postgres,
+// neither schema-checked nor migrated (these commands are what look at and
+// finish the schema), until it ends or SIGINT/SIGTERM.
+func withPool(run func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pool, err := persist.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres unreachable at %s: %w", redactURLs(cfg.DatabaseURL), err)
+	}
+	defer pool.Close()
+	return run(ctx, pool)
 }
 
 // printSchema writes a SchemaStatus for a terminal.
