@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,28 +226,21 @@ func TestBudgetRace(t *testing.T) {
 	m := a.perUnit(100)
 	id := a.budgetCustomer("block", 100_000, []map[string]any{{"period": "day", "limit_mc": 1500}})
 	const racers = 50
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("budrace-%s-%d", id, i),
-				map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1})
-			switch {
-			case r.Status == 200:
-				ok.Add(1)
-			case r.Status == 409 && r.Body["type"] != nil && fmt.Sprint(r.Body["type"]) != "" &&
-				r.Body["budget"] != nil:
-				refused.Add(1)
-			default:
-				t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-			}
-		}()
+	var ok, refused int
+	for i, r := range raceConsumes(s, tn.Live, racers, func(int) map[string]any {
+		return map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1}
+	}) {
+		switch {
+		case r.Status == 200:
+			ok++
+		case r.Status == 409 && r.Body["type"] != nil && fmt.Sprint(r.Body["type"]) != "" && r.Body["budget"] != nil:
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
 	}
-	wg.Wait()
-	if ok.Load() != 15 || refused.Load() != racers-15 {
-		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok.Load(), refused.Load(), racers-15)
+	if ok != 15 || refused != racers-15 {
+		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok, refused, racers-15)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 100_000-1500 {

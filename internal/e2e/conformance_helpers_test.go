@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,4 +251,22 @@ func page(t testing.TB, r Response) (data []any, hasMore bool, next any) {
 		t.Fatalf("pagination.next_cursor is missing: %s", r.Raw)
 	}
 	return data, hm, nc
+}
+
+// raceConsumes sends n consumes at once as key's tenant, the i-th with
+// body(i) and an Idempotency-Key of its own, and returns the answers in
+// order: the race tests count what passed and what was refused.
+func raceConsumes(s *Stack, key string, n int, body func(i int) map[string]any) []Response {
+	out := make([]Response, n)
+	run := randomID()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.Do("POST", "/v1/entitlements/consume", key, fmt.Sprintf("race-%s-%d", run, i), body(i))
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -190,27 +188,21 @@ func TestCreditLineRace(t *testing.T) {
 	m := a.perUnit(100)
 	id := a.lineCustomer(500, 1000)
 	const racers = 50
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("race-%s-%d", id, i),
-				map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1})
-			switch r.Status {
-			case 200:
-				ok.Add(1)
-			case 409:
-				refused.Add(1)
-			default:
-				t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-			}
-		}()
+	var ok, refused int
+	for i, r := range raceConsumes(s, tn.Live, racers, func(int) map[string]any {
+		return map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1}
+	}) {
+		switch r.Status {
+		case 200:
+			ok++
+		case 409:
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
 	}
-	wg.Wait()
-	if ok.Load() != 15 || refused.Load() != racers-15 {
-		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok.Load(), refused.Load(), racers-15)
+	if ok != 15 || refused != racers-15 {
+		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok, refused, racers-15)
 	}
 	a.checkLine(id, -500, 500, "after the race")
 	wantReconciled(t, s, "after the race")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -159,35 +157,25 @@ func TestSharedPoolRace(t *testing.T) {
 		"parent_draw_limit": map[string]any{"period": "day", "limit_mc": 500}})["id"].(string)
 
 	const racers = 50
-	var ok, refused, okSecond atomic.Int64
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := first
+	var ok, refused, okSecond int
+	for i, r := range raceConsumes(s, tn.Live, racers, func(i int) map[string]any {
+		return map[string]any{"customer_id": []string{first, second}[i%2], "billable_metric_key": m, "units": 1}
+	}) {
+		switch r.Status {
+		case 200:
+			ok++
 			if i%2 == 1 {
-				id = second
+				okSecond++
 			}
-			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("poolrace-%s-%d", id, i),
-				map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1})
-			switch r.Status {
-			case 200:
-				ok.Add(1)
-				if id == second {
-					okSecond.Add(1)
-				}
-			case 409:
-				refused.Add(1)
-			default:
-				t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-			}
-		}()
+		case 409:
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
 	}
-	wg.Wait()
-	if ok.Load() != 15 || refused.Load() != racers-15 || okSecond.Load() > 5 {
+	if ok != 15 || refused != racers-15 || okSecond > 5 {
 		t.Fatalf("%d succeeded (%d by the limited child), %d refused; want exactly 15, at most 5 and %d",
-			ok.Load(), okSecond.Load(), refused.Load(), racers-15)
+			ok, okSecond, refused, racers-15)
 	}
 	if p := a.balanceOf(parent); p != 0 {
 		t.Errorf("parent balance after the race %d, want 0", p)

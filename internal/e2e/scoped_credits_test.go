@@ -305,31 +305,21 @@ func TestScopedCreditsRace(t *testing.T) {
 	blockA, blockB := a.scopeGrant(id, 1000, 0, ma), a.scopeGrant(id, 1000, 0, mb)
 	shared := a.scopeGrant(id, 500, 1)
 	const racers = 50
-	var ok, refused atomic.Int64
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := ma
-			if i%2 == 1 {
-				m = mb
-			}
-			r := s.Do("POST", "/v1/entitlements/consume", tn.Live, fmt.Sprintf("srace-%s-%d", id, i),
-				map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1})
-			switch r.Status {
-			case 200:
-				ok.Add(1)
-			case 409:
-				refused.Add(1)
-			default:
-				t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-			}
-		}()
+	var ok, refused int
+	for i, r := range raceConsumes(s, tn.Live, racers, func(i int) map[string]any {
+		return map[string]any{"customer_id": id, "billable_metric_key": []string{ma, mb}[i%2], "units": 1}
+	}) {
+		switch r.Status {
+		case 200:
+			ok++
+		case 409:
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
 	}
-	wg.Wait()
-	if ok.Load() != 25 || refused.Load() != racers-25 {
-		t.Fatalf("%d succeeded, %d refused; want exactly 25 and %d", ok.Load(), refused.Load(), racers-25)
+	if ok != 25 || refused != racers-25 {
+		t.Fatalf("%d succeeded, %d refused; want exactly 25 and %d", ok, refused, racers-25)
 	}
 	if b := a.balance(id); b != 0 {
 		t.Errorf("balance %d after the race, want 0", b)
