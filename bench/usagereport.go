@@ -137,7 +137,7 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 			LEAST(SUM(overage_mc::numeric - delta), 9223372036854775807)::bigint, COUNT(*)
 		FROM ledger_entries WHERE customer_id = $1 AND type = 'consumption' AND billable_metric_key IS NOT NULL
 		GROUP BY 1, 2, 3, 4, 5
-		ON CONFLICT (customer_id, hour_start, billable_metric_key) DO UPDATE SET
+		ON CONFLICT (customer_id, hour_start, billable_metric_key, tenant_id) DO UPDATE SET
 			units = EXCLUDED.units, cost = EXCLUDED.cost, count = EXCLUDED.count`, c.ID)
 	if err != nil {
 		fail(fmt.Errorf("build rollup: %w", err))
