@@ -108,7 +108,7 @@ func TestCitationsResolve(t *testing.T) {
 				continue
 			}
 			p := text[loc[0]:loc[1]]
-			if placeholder(text, loc[0], p) {
+			if patternPath(text, loc[0], p) {
 				continue
 			}
 			if !resolves(rel, p) {
@@ -162,10 +162,10 @@ func badSections(t *testing.T, root string, files []string) []string {
 	return bad
 }
 
-// placeholder says whether p, at i in text, is a pattern or an
+// patternPath says whether p, at i in text, is a pattern or an
 // expression rather than a file: "api/<family>_test.go" (p is its tail),
 // "NNN_slug.up.sql", "o.Out/latest.md", "github.com/x/y.go".
-func placeholder(text string, i int, p string) bool {
+func patternPath(text string, i int, p string) bool {
 	if i > 0 && strings.ContainsRune("<>*{}", rune(text[i-1])) || strings.HasPrefix(p, "NNN") {
 		return true
 	}

@@ -226,19 +226,11 @@ func TestBudgetRace(t *testing.T) {
 	m := a.perUnit(100)
 	id := a.budgetCustomer("block", 100_000, []map[string]any{{"period": "day", "limit_mc": 1500}})
 	const racers = 50
-	var ok, refused int
-	for i, r := range raceConsumes(s, tn.Live, racers, func(int) map[string]any {
+	ok, refused := raceTally(t, raceConsumes(s, tn.Live, racers, func(int) map[string]any {
 		return map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1}
-	}) {
-		switch {
-		case r.Status == 200:
-			ok++
-		case r.Status == 409 && r.Body["type"] != nil && fmt.Sprint(r.Body["type"]) != "" && r.Body["budget"] != nil:
-			refused++
-		default:
-			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-		}
-	}
+	}), func(r Response) bool {
+		return r.Body["type"] != nil && fmt.Sprint(r.Body["type"]) != "" && r.Body["budget"] != nil
+	})
 	if ok != 15 || refused != racers-15 {
 		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok, refused, racers-15)
 	}

@@ -270,3 +270,20 @@ func raceConsumes(s *Stack, key string, n int, body func(i int) map[string]any) 
 	wg.Wait()
 	return out
 }
+
+// raceTally counts the race's answers: 200 passed, 409 refused (and, with
+// refusal set, only the 409s it accepts); any other is an error.
+func raceTally(t *testing.T, rs []Response, refusal func(Response) bool) (ok, refused int) {
+	t.Helper()
+	for i, r := range rs {
+		switch {
+		case r.Status == 200:
+			ok++
+		case r.Status == 409 && (refusal == nil || refusal(r)):
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	return ok, refused
+}

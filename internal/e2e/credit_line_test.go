@@ -188,19 +188,9 @@ func TestCreditLineRace(t *testing.T) {
 	m := a.perUnit(100)
 	id := a.lineCustomer(500, 1000)
 	const racers = 50
-	var ok, refused int
-	for i, r := range raceConsumes(s, tn.Live, racers, func(int) map[string]any {
+	ok, refused := raceTally(t, raceConsumes(s, tn.Live, racers, func(int) map[string]any {
 		return map[string]any{"customer_id": id, "billable_metric_key": m, "units": 1}
-	}) {
-		switch r.Status {
-		case 200:
-			ok++
-		case 409:
-			refused++
-		default:
-			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-		}
-	}
+	}), nil)
 	if ok != 15 || refused != racers-15 {
 		t.Fatalf("%d succeeded, %d refused; want exactly 15 and %d", ok, refused, racers-15)
 	}

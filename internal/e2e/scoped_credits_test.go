@@ -305,19 +305,9 @@ func TestScopedCreditsRace(t *testing.T) {
 	blockA, blockB := a.scopeGrant(id, 1000, 0, ma), a.scopeGrant(id, 1000, 0, mb)
 	shared := a.scopeGrant(id, 500, 1)
 	const racers = 50
-	var ok, refused int
-	for i, r := range raceConsumes(s, tn.Live, racers, func(i int) map[string]any {
+	ok, refused := raceTally(t, raceConsumes(s, tn.Live, racers, func(i int) map[string]any {
 		return map[string]any{"customer_id": id, "billable_metric_key": []string{ma, mb}[i%2], "units": 1}
-	}) {
-		switch r.Status {
-		case 200:
-			ok++
-		case 409:
-			refused++
-		default:
-			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
-		}
-	}
+	}), nil)
 	if ok != 25 || refused != racers-25 {
 		t.Fatalf("%d succeeded, %d refused; want exactly 25 and %d", ok, refused, racers-25)
 	}
