@@ -299,8 +299,8 @@ func (b *Bench) scenarios(ctx context.Context) {
 	var plan []planned
 	for _, name := range b.o.Scenarios {
 		if name == "worst" || name == "replica-ack" || name == "fleet-scale" || name == "pg-statements" || name == "pg-outage" || name == "floors" || name == "memory" ||
-			name == "usage-report" || name == "rebuild" {
-			continue // run on their own (worst.go, replicaack.go, fleetscale.go, pgstatements.go, hotpath.go, workfloors.go, memory.go, usagereport.go, rebuild.go)
+			name == "usage-report" || name == "ledger-scale" || name == "rebuild" {
+			continue // run on their own (worst.go, replicaack.go, fleetscale.go, pgstatements.go, hotpath.go, workfloors.go, memory.go, usagereport.go, ledgerscale.go, rebuild.go)
 		}
 		if _, ok := all[name]; !ok {
 			b.res.Errors = append(b.res.Errors, "unknown scenario "+name)

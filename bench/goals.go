@@ -156,6 +156,16 @@ func (r *Results) computeTargets() {
 	} else {
 		none(usageName, "p99 <= 50 ms")
 	}
+	const scaleReads = "history, overage and usage reads, ledger of 50M rows in 6 monthly partitions against one month (issue 30)"
+	const scaleDrop = "retention drop of a month's partition (issue 30)"
+	if l := r.LedgerScale; l != nil {
+		reads, readsMet, drop, dropMet := ledgerScaleGoalRows(l)
+		add(scaleReads, fmt.Sprintf("p50 within %.0f %%", ledgerScaleSlack*100), reads, readsMet)
+		add(scaleDrop, fmt.Sprintf("<= %d ms", ledgerScaleDropGoal.Milliseconds()), drop, dropMet)
+	} else {
+		none(scaleReads, fmt.Sprintf("p50 within %.0f %% (run alone: -scenario ledger-scale)", ledgerScaleSlack*100))
+		none(scaleDrop, fmt.Sprintf("<= %d ms (run alone: -scenario ledger-scale)", ledgerScaleDropGoal.Milliseconds()))
+	}
 	const historyName = "history page filtered by type, 1k to 100k entries (issue 31 item 6)"
 	if u := r.UsageReport; u != nil && (len(u.History) > 0 || u.HistoryError != "") {
 		if u.HistoryError != "" {

@@ -19,6 +19,7 @@
 //	go run ./bench -scenario rebuild # creditd rebuild of -rebuild-customers alone
 //	go run ./bench -scenario edge    # in-process checks and change propagation of client/edge (issue 27)
 //	go run ./bench -scenario usage-report # usage report latency over -usage-report-rows ledger rows alone
+//	go run ./bench -scenario ledger-scale # reads as the ledger grows from 1 to 6 monthly partitions (50M rows), a month's retention drop
 package main
 
 import (
@@ -72,6 +73,11 @@ type Options struct {
 	// customer; UsageReportQueries the timed reports per granularity.
 	UsageReportRows    int64
 	UsageReportQueries int
+	// LedgerScaleRows are the ledger rows of the ledger-scale scenario
+	// (ledgerscale.go), over its months; LedgerScaleQueries the timed
+	// rounds of its reads per phase.
+	LedgerScaleRows    int64
+	LedgerScaleQueries int
 }
 
 // loadScenarios are the scenarios that ramp creditd and need the ceilings.
@@ -117,7 +123,7 @@ func main() {
 	flag.IntVar(&o.Customers, "customers", 0, "customers seeded through the API, 3 blocks each (default 1000; -quick 200)")
 	flag.Float64Var(&o.Rate, "rate", 0, "offered rate (ops/s) of every latency run, instead of 70% of the ramp's max (skips the ramp)")
 	const all = "check,consume,consume-multi,consume-controlled,gauge,gauge-lease,reserve,usage,mixed,edge,worst,replica-ack,fleet-scale,pg-statements,pg-outage,memory,usage-report,rebuild"
-	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, consume-controlled a consume under scoped credit, a credit line and budgets, gauge-lease a leased gauge increment+renew; floors, the logic-free replicas of today's round trips, runs only when named); edge, worst, replica-ack, fleet-scale, pg-statements, pg-outage, floors, memory, usage-report or rebuild alone skip the load scenarios, ceilings and ledger check")
+	flag.StringVar(&scenarios, "scenarios", all, "scenarios to run ("+all+"; consume-multi is a 5-item consume, consume-controlled a consume under scoped credit, a credit line and budgets, gauge-lease a leased gauge increment+renew; floors, the logic-free replicas of today's round trips, and ledger-scale, 50M ledger rows over 6 monthly partitions, run only when named); edge, worst, replica-ack, fleet-scale, pg-statements, pg-outage, floors, memory, usage-report, ledger-scale or rebuild alone skip the load scenarios, ceilings and ledger check")
 	flag.StringVar(&scenarios, "scenario", all, "alias of -scenarios (e.g. -scenario worst)")
 	flag.Float64Var(&o.PGStatementsRate, "pg-statements-rate", 0, "ops/s of every operation of the pg-statements scenario (default: consume and check 1000, reserve+commit 200, usage 100 calls of 10 events; 70% of the run's max when lower)")
 	flag.Float64Var(&o.MemoryRate, "memory-rate", 500, "consumes per second of the memory scenario")
@@ -138,6 +144,8 @@ func main() {
 	flag.DurationVar(&o.MaxP99, "ramp-max-p99", 50*time.Millisecond, "a ramp stops at the first step whose p99 exceeds this")
 	flag.Int64Var(&o.UsageReportRows, "usage-report-rows", 0, "ledger rows of the usage-report scenario's customer (default 10000000; -quick 1000000)")
 	flag.IntVar(&o.UsageReportQueries, "usage-report-queries", 200, "timed usage reports per granularity in the usage-report scenario")
+	flag.Int64Var(&o.LedgerScaleRows, "ledger-scale-rows", 0, "ledger rows of the ledger-scale scenario over its 6 months (default 50000000; -quick 3000000)")
+	flag.IntVar(&o.LedgerScaleQueries, "ledger-scale-queries", 300, "timed rounds of the ledger-scale scenario's reads per phase")
 	flag.DurationVar(&o.RebuildTimeout, "rebuild-timeout", 150*time.Second, "stop creditd rebuild after this long and report the rate it reached")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the database and Redis keys afterwards")
 	flag.StringVar(&ceilingSrv, "ceiling-server", "", "internal: serve the HTTP+EVALSHA ceiling on this address")
@@ -210,6 +218,9 @@ func (o *Options) defaults() {
 	}
 	if o.UsageReportRows <= 0 {
 		o.UsageReportRows = map[bool]int64{false: 10_000_000, true: 1_000_000}[o.Quick]
+	}
+	if o.LedgerScaleRows <= 0 {
+		o.LedgerScaleRows = map[bool]int64{false: 50_000_000, true: 3_000_000}[o.Quick]
 	}
 	if o.RedisBenchN == 0 {
 		o.RedisBenchN = map[bool]int{false: 500_000, true: 100_000}[o.Quick]
@@ -375,6 +386,9 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	// After the ledger check: its rows are not the load's.
 	if o.has("usage-report") && ctx.Err() == nil {
 		b.usageReport(ctx, o.UsageReportRows, o.UsageReportQueries)
+	}
+	if o.has("ledger-scale") && ctx.Err() == nil {
+		b.ledgerScale(ctx, o.LedgerScaleRows, o.LedgerScaleQueries)
 	}
 	cd.Stop()
 	probe.Creditd = 0

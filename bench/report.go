@@ -29,6 +29,7 @@ type Results struct {
 	Ledger         *LedgerCheck        `json:"ledger,omitempty"`
 	Rebuild        *RebuildResult      `json:"rebuild,omitempty"`
 	UsageReport    *UsageReportResult  `json:"usage_report,omitempty"`
+	LedgerScale    *LedgerScaleResult  `json:"ledger_scale,omitempty"`
 	Worst          *WorstResult        `json:"worst_allowed_input,omitempty"`
 	Memory         *MemoryResult       `json:"memory,omitempty"`
 	ReplicaAck     *ReplicaAckResult   `json:"replica_ack,omitempty"`
@@ -451,6 +452,9 @@ func markdown(r *Results, rel string) string {
 	}
 	if u := r.UsageReport; u != nil {
 		usageReportMarkdown(w, u)
+	}
+	if l := r.LedgerScale; l != nil {
+		ledgerScaleMarkdown(w, l)
 	}
 	if rb := r.Rebuild; rb != nil {
 		w("\n## Rebuild\n\n")

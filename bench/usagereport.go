@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/creditd/creditd/persist"
 )
 
 // usageReportGoal is issue 15 item 5's bound on a usage report of a
@@ -88,11 +86,7 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 		fail(err)
 		return
 	}
-	sep := "?"
-	if strings.Contains(b.dbURL, "?") {
-		sep = "&"
-	}
-	pool, err := persist.Open(ctx, b.dbURL+sep+"statement_timeout=0")
+	pool, err := b.unboundedPool(ctx)
 	if err != nil {
 		fail(err)
 		return
@@ -130,20 +124,12 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 	out.SeedSeconds = time.Since(t0).Seconds()
 	// The rollup as migration 020's backfill builds it, for this customer.
 	t0 = time.Now()
-	tag, err := pool.Exec(ctx, `INSERT INTO usage_hourly
-		(customer_id, hour_start, billable_metric_key, tenant_id, environment, units, cost, count)
-		SELECT customer_id, date_trunc('hour', created_at, 'UTC'), billable_metric_key, tenant_id, environment,
-			LEAST(SUM(cost_units), 9223372036854775807)::bigint,
-			LEAST(SUM(overage_mc::numeric - delta), 9223372036854775807)::bigint, COUNT(*)
-		FROM ledger_entries WHERE customer_id = $1 AND type = 'consumption' AND billable_metric_key IS NOT NULL
-		GROUP BY 1, 2, 3, 4, 5
-		ON CONFLICT (customer_id, hour_start, billable_metric_key, tenant_id) DO UPDATE SET
-			units = EXCLUDED.units, cost = EXCLUDED.cost, count = EXCLUDED.count`, c.ID)
+	rollupRows, err := rollUpCustomer(ctx, pool, c.ID)
 	if err != nil {
-		fail(fmt.Errorf("build rollup: %w", err))
+		fail(err)
 		return
 	}
-	out.RollupSeconds, out.RollupRows = time.Since(t0).Seconds(), tag.RowsAffected()
+	out.RollupSeconds, out.RollupRows = time.Since(t0).Seconds(), rollupRows
 	if _, err := pool.Exec(ctx, "ANALYZE ledger_entries, usage_hourly"); err != nil {
 		fail(err)
 		return
