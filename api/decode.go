@@ -164,7 +164,7 @@ func pageOf[T any](p engine.Page[T]) pageBody[T] {
 // is scanned the same way, and the common shape (string ids, an integer
 // units, no or null metadata, no other member) is read directly; anything
 // else goes through decodeBody, so errors and edge cases are its.
-func decodeConsume(body []byte, in *engine.ConsumeInput) error {
+func decodeConsume(body []byte, in *consumePayload) error {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return decodeBody(body, in)
@@ -175,16 +175,16 @@ func decodeConsume(body []byte, in *engine.ConsumeInput) error {
 	if flatConsume(trimmed, in) {
 		return nil
 	}
-	*in = engine.ConsumeInput{}
+	*in = consumePayload{}
 	return decodeBody(body, in)
 }
 
-var consumeShape = engine.ShapeOf(reflect.TypeOf(&engine.ConsumeInput{}))
+var consumeShape = engine.ShapeOf(reflect.TypeOf(&consumePayload{}))
 
 // flatConsume reads {"customer_id":"..","billable_metric_key":"..",
 // "units":n,"metadata":null} in any order and spacing; false when the body
 // has any other shape (an escape, a fraction, another member...).
-func flatConsume(b []byte, in *engine.ConsumeInput) bool {
+func flatConsume(b []byte, in *consumePayload) bool {
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == '}' {
 		return allSpace(b[i+1:])

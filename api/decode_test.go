@@ -254,13 +254,13 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 		`{"customer_id":"c1","items":{"billable_metric_key":"a"}}`,
 	}
 	for i, body := range bodies[:3] {
-		var in engine.ConsumeInput
+		var in consumePayload
 		if !flatConsume(bytes.TrimSpace([]byte(body)), &in) {
 			t.Errorf("body %d takes the slow path: %s", i, body)
 		}
 	}
 	for _, body := range bodies {
-		var want, got engine.ConsumeInput
+		var want, got consumePayload
 		werr := decodeBody([]byte(body), &want)
 		gerr := decodeConsume([]byte(body), &got)
 		if fmt.Sprint(werr) != fmt.Sprint(gerr) {
@@ -272,7 +272,7 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 		}
 	}
 	// Items decode whole, and a wrong-typed item member is a 422 naming it.
-	var in engine.ConsumeInput
+	var in consumePayload
 	if err := decodeConsume([]byte(bodies[len(bodies)-5]), &in); err != nil || len(in.Items) != 2 ||
 		*in.Items[1].BillableMetricKey != "b" || *in.Items[1].Units != 3 || in.BillableMetricKey != nil {
 		t.Errorf("items: %v %+v", err, in)

@@ -68,16 +68,20 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 
 // consume answers POST /v1/entitlements/consume with 200 (docs/spec/addendum.md §7).
 func (s *Server) consume(c *call) error {
-	var in engine.ConsumeInput
-	if err := decodeConsume(c.ctx.Request.Body(), &in); err != nil {
+	var body consumePayload
+	if err := decodeConsume(c.ctx.Request.Body(), &body); err != nil {
 		return err
 	}
-	if in.Dry() != c.dry {
+	if body.dry() != c.dry {
 		// The middleware read dry_run otherwise (a member spelled twice):
 		// a charge must never run without its idempotency.
 		return engine.Invalid("dry_run", "dry_run must appear once, as true or false")
 	}
-	if in.Dry() {
+	in, err := body.toCommand()
+	if err != nil {
+		return err
+	}
+	if in.Dry {
 		res, err := s.entitlements.ConsumeDry(c.reqContext(), c.scope, c.tenant, in)
 		if err != nil {
 			return err
@@ -99,8 +103,12 @@ type usageBody struct {
 // usage answers POST /v1/usage: each event is charged as its own consume,
 // so one bad event never fails the others.
 func (s *Server) usage(c *call) error {
-	var in engine.UsageInput
-	if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+	var body usagePayload
+	if err := decodeBody(c.ctx.Request.Body(), &body); err != nil {
+		return err
+	}
+	in, err := body.toCommand()
+	if err != nil {
 		return err
 	}
 	res, err := s.entitlements.Usage(c.reqContext(), c.scope, c.tenant, in)

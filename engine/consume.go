@@ -12,27 +12,32 @@ import (
 	"github.com/google/uuid"
 )
 
-// ConsumeInput is the body of POST /v1/entitlements/consume.
-type ConsumeInput struct {
-	CustomerID        *string `json:"customer_id"`
-	BillableMetricKey *string `json:"billable_metric_key"`
-	Units             *int64  `json:"units"`
-	// Items is the multi-metric form: given instead of billable_metric_key
-	// and units, every item is charged or none is.
-	Items    []ConsumeItem `json:"items"`
-	Metadata Metadata      `json:"metadata"`
-	// DryRun asks what the charge would do without doing it: nothing
-	// changes and no Idempotency-Key is claimed (issue 28 item 5).
-	DryRun *bool `json:"dry_run"`
+// ConsumeCredits is a consume (POST /v1/entitlements/consume) whose shape
+// api/ checked (required members, units and items bounds, metadata): what
+// is left to the engine is the rules, pricing and the customer.
+type ConsumeCredits struct {
+	// Customer is customer_id as sent: a service id or an external id
+	// (created when unknown, unless Dry).
+	Customer string
+	// Metric and Units are the single form's; Items (non-nil) the
+	// multi-metric form's, every item charged or none.
+	Metric string
+	Units  int64
+	Items  []ConsumeItem
+	// ItemProblem is the shape problem of item len(Items), which api/
+	// found: the answer once the rules of the items before it are checked
+	// (the order the API names its problems in, item by item).
+	ItemProblem error
+	Metadata    Metadata // canonical; nil: none
+	// Dry asks what the charge would do without doing it: nothing changes
+	// and no Idempotency-Key is claimed (issue 28 item 5).
+	Dry bool
 }
 
-// Dry reports whether in asks for a dry run.
-func (in *ConsumeInput) Dry() bool { return in.DryRun != nil && *in.DryRun }
-
-// ConsumeItem is one metric of a multi-metric consume.
+// ConsumeItem is one checked metric of a multi-metric consume.
 type ConsumeItem struct {
-	BillableMetricKey *string `json:"billable_metric_key"`
-	Units             *int64  `json:"units"`
+	Metric string
+	Units  int64
 }
 
 // MaxConsumeItems bounds a multi-metric consume: its items are priced and
@@ -105,7 +110,7 @@ func (s *Entitlements) meteredRule(ctx context.Context, scope Scope, key string)
 // Consume prices and charges units atomically. Errors: 422/400 for the body,
 // 400 non-metered metric or cross-tenant id, 404 no active rule, 409
 // insufficient-credits under block (nothing charged).
-func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeResult, error) {
+func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeCredits) (ConsumeResult, error) {
 	cmd, err := s.consumeCommand(ctx, scope, tenant, idem, in)
 	if err != nil {
 		return ConsumeResult{}, err
@@ -121,7 +126,7 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 // events the refusal would fire. No Idempotency-Key is claimed or
 // consulted: a dry run never replays an earlier answer. Nor does it create
 // a customer it does not find (404, where a consume would create one).
-func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenant, in ConsumeInput) (ConsumeResult, error) {
+func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenant, in ConsumeCredits) (ConsumeResult, error) {
 	cmd, err := s.consumeCommand(ctx, scope, tenant, Idempotency{}, in)
 	if err != nil {
 		return ConsumeResult{}, err
@@ -197,45 +202,26 @@ func eventTypes(evs []Event) []EventType {
 	return out
 }
 
-// consumeCommand checks in and prices it: the command a consume runs.
-func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
-	if in.CustomerID == nil || *in.CustomerID == "" {
-		return ConsumeCommand{}, Invalid("customer_id", "customer_id is required")
-	}
+// consumeCommand prices in: the command a consume runs.
+func (s *Entitlements) consumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeCredits) (ConsumeCommand, error) {
 	if in.Items != nil {
 		return s.multiConsumeCommand(ctx, scope, tenant, idem, in)
 	}
-	if in.BillableMetricKey == nil || *in.BillableMetricKey == "" {
-		return ConsumeCommand{}, Invalid("billable_metric_key", "billable_metric_key is required")
-	}
-	if in.Units == nil {
-		return ConsumeCommand{}, Invalid("units", "units is required")
-	}
-	if err := ConsumeItemUnits.Check("", *in.Units); err != nil {
-		return ConsumeCommand{}, err
-	}
-	if err := CheckLine("billable_metric_key", *in.BillableMetricKey); err != nil {
-		return ConsumeCommand{}, err
-	}
-	meta, err := in.Metadata.Canonical("metadata")
+	rule, err := s.meteredRule(ctx, scope, in.Metric)
 	if err != nil {
 		return ConsumeCommand{}, err
 	}
-	rule, err := s.meteredRule(ctx, scope, *in.BillableMetricKey)
-	if err != nil {
-		return ConsumeCommand{}, err
-	}
-	if _, err := Price(rule, *in.Units); err != nil {
+	if _, err := Price(rule, in.Units); err != nil {
 		return ConsumeCommand{}, priceError(err, "units")
 	}
-	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, !in.Dry())
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: in.Customer}, !in.Dry)
 	if err != nil {
 		return ConsumeCommand{}, err
 	}
 	if err := s.usageAllowed(ctx, c, rule.BillableMetricKey); err != nil {
 		return ConsumeCommand{}, err
 	}
-	cmd := s.newConsume(c, tenant, idem, rule, *in.Units, orEmpty(meta))
+	cmd := s.newConsume(c, tenant, idem, rule, in.Units, orEmpty(in.Metadata))
 	if cmd.Pool, err = poolDraw(ctx, s.customers, c, tenant, cmd.OpID); err != nil {
 		return ConsumeCommand{}, err
 	}
@@ -255,50 +241,36 @@ func (s *Entitlements) charge(ctx context.Context, cmd ConsumeCommand) (Mutation
 // single metric, and the breakdown travels in the one row (issue 10).
 const ItemsMetadataKey = "items"
 
-// multiConsumeCommand checks a multi-metric consume (in.Items set) and
-// prices every item: the command charging all of them or none.
-func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeInput) (ConsumeCommand, error) {
-	if in.BillableMetricKey != nil || in.Units != nil {
-		return ConsumeCommand{}, BadRequest("items", "give either items or billable_metric_key and units, not both")
-	}
-	if err := CheckItemCount(len(in.Items)); err != nil {
-		return ConsumeCommand{}, err
-	}
-	if _, ok := in.Metadata[ItemsMetadataKey]; ok {
-		return ConsumeCommand{}, BadRequest("metadata."+ItemsMetadataKey, "metadata."+ItemsMetadataKey+" is reserved for the item breakdown of a multi-metric consume")
-	}
-	meta, err := in.Metadata.Canonical("metadata")
-	if err != nil {
-		return ConsumeCommand{}, err
-	}
+// multiConsumeCommand prices every item of a multi-metric consume (in.Items
+// set): the command charging all of them or none.
+func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, tenant Tenant, idem Idempotency, in ConsumeCredits) (ConsumeCommand, error) {
 	lines := make([]ConsumeLine, len(in.Items))
-	seen := make(map[string]bool, len(in.Items))
 	var units, cost int64
 	for i, it := range in.Items {
-		if _, _, err := CheckItem(i, it.BillableMetricKey, it.Units, ConsumeItemUnits, seen); err != nil {
-			return ConsumeCommand{}, err
-		}
 		field := fmt.Sprintf("items[%d].", i)
-		rule, err := s.meteredRule(ctx, scope, *it.BillableMetricKey)
+		rule, err := s.meteredRule(ctx, scope, it.Metric)
 		if err != nil {
 			return ConsumeCommand{}, refield(err, "billable_metric_key", field+"billable_metric_key")
 		}
-		c, err := Price(rule, *it.Units)
+		c, err := Price(rule, it.Units)
 		if err != nil {
 			return ConsumeCommand{}, priceError(err, field+"units")
 		}
 		// The totals must fit int64 too (invariant 7): the script checks
 		// the cost again, Go names the field first.
 		var ok bool
-		if units, ok = addInt64(units, *it.Units); !ok {
+		if units, ok = addInt64(units, it.Units); !ok {
 			return ConsumeCommand{}, Invalid("items", "the items' total units would overflow a 64-bit amount")
 		}
 		if cost, ok = addInt64(cost, c); !ok {
 			return ConsumeCommand{}, Invalid("items", "the items' total cost would overflow a 64-bit amount")
 		}
-		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: *it.Units, Terms: TermsOf(rule)}
+		lines[i] = ConsumeLine{Metric: rule.BillableMetricKey, Units: it.Units, Terms: TermsOf(rule)}
 	}
-	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: *in.CustomerID}, !in.Dry())
+	if in.ItemProblem != nil {
+		return ConsumeCommand{}, in.ItemProblem
+	}
+	c, err := s.customers.Resolve(ctx, scope, CustomerRef{Value: in.Customer}, !in.Dry)
 	if err != nil {
 		return ConsumeCommand{}, err
 	}
@@ -307,7 +279,7 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 			return ConsumeCommand{}, err
 		}
 	}
-	cmd := s.newConsume(c, tenant, idem, MeteringRule{}, 0, orEmpty(meta))
+	cmd := s.newConsume(c, tenant, idem, MeteringRule{}, 0, orEmpty(in.Metadata))
 	cmd.Metric, cmd.Units, cmd.Items = "", units, lines
 	return cmd, nil
 }

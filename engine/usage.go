@@ -7,25 +7,31 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// UsageInput is the body of POST /v1/usage (docs/spec/addendum.md §7).
-type UsageInput struct {
-	Events []UsageEvent `json:"events"`
+// RecordUsage is a usage batch (POST /v1/usage, docs/spec/addendum.md §7)
+// whose list api/ checked (given, at most MaxUsageEvents events).
+type RecordUsage struct {
+	Events []UsageEvent
 }
 
-// UsageEvent is one metered use in a batch.
+// UsageEvent is one metered use in a batch, charged as a consume whose
+// idempotency key is its event id.
 type UsageEvent struct {
-	EventID           *string  `json:"event_id"`
-	CustomerID        *string  `json:"customer_id"`
-	BillableMetricKey *string  `json:"billable_metric_key"`
-	Units             *int64   `json:"units"`
-	Metadata          Metadata `json:"metadata"`
+	EventID string // "" when missing (then Invalid says so)
+	Consume ConsumeCredits
+	// RequestHash fingerprints the event's content as sent (api/ owns
+	// request fingerprints): the same event_id with another content is a
+	// conflict, with the same content a duplicate.
+	RequestHash string
+	// Invalid is the first problem api/ found in the event's members: the
+	// event fails alone with it (one bad event never fails the others),
+	// unless its event_id was applied already.
+	Invalid error
 }
 
 // UsageEventResult is one event's outcome.
@@ -59,14 +65,8 @@ const MaxUsageEvents = 1000
 
 // Usage charges a batch of events, each as a consume whose idempotency key
 // is its event_id, so a re-sent event is charged once; one bad event never
-// fails the others. Errors (whole batch): 422 for a missing or oversized list.
-func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in UsageInput) ([]UsageEventResult, error) {
-	if in.Events == nil {
-		return nil, Invalid("events", "events is required")
-	}
-	if len(in.Events) > MaxUsageEvents {
-		return nil, Invalid("events", "at most 1000 events per call")
-	}
+// fails the others.
+func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in RecordUsage) ([]UsageEventResult, error) {
 	checkedAt := time.Now()
 	applied, err := s.appliedUsage(ctx, scope, in.Events)
 	switch {
@@ -89,10 +89,10 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 	cmds := make([]ConsumeCommand, 0, len(in.Events))
 	for i, ev := range in.Events {
 		checked := checkedAt
-		if ev.EventID != nil {
-			m, ok := applied[usageKey(*ev.EventID)]
+		if ev.EventID != "" {
+			m, ok := applied[usageKey(ev.EventID)]
 			if ok && m.Environment == scope.Environment {
-				out[i] = duplicateOf(*ev.EventID, m, usageHash(ev))
+				out[i] = duplicateOf(ev.EventID, m, ev.RequestHash)
 				continue
 			}
 			if ok {
@@ -143,8 +143,8 @@ func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []U
 	keys := make([]string, 0, len(events))
 	for _, ev := range events {
 		// An id Postgres cannot hold is refused per event, never looked up.
-		if ev.EventID != nil && *ev.EventID != "" && cleanText(*ev.EventID, false) {
-			keys = append(keys, usageKey(*ev.EventID))
+		if ev.EventID != "" && cleanText(ev.EventID, false) {
+			keys = append(keys, usageKey(ev.EventID))
 		}
 	}
 	return s.applied.AppliedMutations(ctx, scope.TenantID, keys)
@@ -161,22 +161,14 @@ func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
-// usageCommand checks one event and builds its consume; checkedAt is when
-// the batch's Postgres look-up found no operation under its id (zero: not
-// looked up).
+// usageCommand builds event ev's consume; checkedAt is when the batch's
+// Postgres look-up found no operation under its id (zero: not looked up).
 func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) (ConsumeCommand, error) {
-	if ev.EventID == nil || *ev.EventID == "" {
-		return ConsumeCommand{}, Invalid("event_id", "event_id is required")
+	if ev.Invalid != nil {
+		return ConsumeCommand{}, ev.Invalid
 	}
-	id := *ev.EventID
-	if len(id) > 256 {
-		return ConsumeCommand{}, Invalid("event_id", "event_id is longer than 256 characters")
-	}
-	if err := CheckLine("event_id", id); err != nil {
-		return ConsumeCommand{}, err
-	}
-	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(id), RequestHash: usageHash(ev), CheckedAt: checkedAt},
-		ConsumeInput{CustomerID: ev.CustomerID, BillableMetricKey: ev.BillableMetricKey, Units: ev.Units, Metadata: ev.Metadata})
+	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(ev.EventID), RequestHash: ev.RequestHash, CheckedAt: checkedAt},
+		ev.Consume)
 }
 
 // usageOutcome is event ev's result from its consume's.
@@ -192,17 +184,14 @@ func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err err
 	if r.replayed {
 		status = UsageDuplicate
 	}
-	return UsageEventResult{EventID: *ev.EventID, Status: status, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
+	return UsageEventResult{EventID: ev.EventID, Status: status, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
 // usageFailure is event ev's result when err stopped it: refused when
 // credit was short or a budget refused it, else failed, with err's public text (or, for an
 // unexpected error, UsageInternalError and err kept for the log).
 func usageFailure(ev UsageEvent, err error) UsageEventResult {
-	id := ""
-	if ev.EventID != nil {
-		id = *ev.EventID
-	}
+	id := ev.EventID
 	msg, public := ItemErrorText(err)
 	if !public {
 		msg = UsageInternalError
@@ -216,12 +205,10 @@ func usageFailure(ev UsageEvent, err error) UsageEventResult {
 	return UsageEventResult{EventID: id, Status: status, Error: &msg}
 }
 
-// usageHash fingerprints an event's content, so a re-sent event_id with the
-// same content is a duplicate and with other content a conflict.
-func usageHash(ev UsageEvent) string {
-	b, _ := json.Marshal(ev)
-	return "usage-" + hashHex(b)
-}
+// UsageRequestHash is the fingerprint of a usage event whose members, as
+// sent, JSON-encode to event (api/ encodes them in one frozen member
+// order: a change would make every re-sent event a conflict).
+func UsageRequestHash(event []byte) string { return "usage-" + hashHex(event) }
 
 func hashHex(b []byte) string {
 	sum := sha256.Sum256(b)

@@ -112,6 +112,10 @@ func TestConformanceConsumeItems(t *testing.T) {
 			map[string]any{"units": 2}}}, 422, "validation-error", "items[1].billable_metric_key"},
 		{"non-metered item", map[string]any{"customer_id": id, "items": items(m1, 1, m2, 1, flag, 1)}, 400, "bad-request", "items[2].billable_metric_key"},
 		{"metric twice", map[string]any{"customer_id": id, "items": items(m1, 1, m1, 2)}, 400, "bad-request", "items[1].billable_metric_key"},
+		// Items are checked in turn, each one's shape then its rule: an
+		// earlier item's rule refusal comes before a later one's shape.
+		{"non-metered before units 0", map[string]any{"customer_id": id, "items": items(flag, 1, m2, 0)}, 400, "bad-request", "items[0].billable_metric_key"},
+		{"units 0 before non-metered", map[string]any{"customer_id": id, "items": items(m1, 0, flag, 1)}, 400, "bad-request", "items[0].units"},
 		{"reserved metadata", map[string]any{"customer_id": id, "items": items(m1, 1), "metadata": map[string]any{"items": 1}}, 400, "bad-request", "metadata.items"},
 	} {
 		checkProblem(t, a.post("/v1/entitlements/consume", tc.body), tc.status, tc.typ, tc.field, tc.name)
