@@ -100,3 +100,26 @@ func TestUsageEventsFailAlone(t *testing.T) {
 		t.Error("a batch without events was accepted")
 	}
 }
+
+// TestParseUnits: a check's units query is an integer >= 1, 1 when
+// missing; anything else is a 400 naming units.
+func TestParseUnits(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want int64
+		ok   bool
+	}{
+		{"", 1, true}, {"1", 1, true}, {"42", 42, true}, {"999999999999999999", 999999999999999999, true},
+		{"0", 0, false}, {"-1", 0, false}, {"1.5", 0, false}, {"1e3", 0, false}, {"x", 0, false},
+		{"9999999999999999999", 0, false}, {" 1", 0, false},
+	} {
+		got, err := parseUnits(tc.raw)
+		e, isErr := engine.AsError(err)
+		switch {
+		case tc.ok && (err != nil || got != tc.want):
+			t.Errorf("%q: %d, %v; want %d", tc.raw, got, err, tc.want)
+		case !tc.ok && (!isErr || e.Field != "units"):
+			t.Errorf("%q: %d, %v; want a 400 naming units", tc.raw, got, err)
+		}
+	}
+}

@@ -25,7 +25,7 @@ func (s *Server) checkQuery(c *call) error {
 	if len(metric) == 0 {
 		return errCheckMetricMissing
 	}
-	units, err := engine.ParseUnits(string(args.Peek("units")))
+	units, err := parseUnits(string(args.Peek("units")))
 	if err != nil {
 		return err
 	}
@@ -42,6 +42,27 @@ var (
 	errCheckMetricMissing   = engine.BadRequest("billable_metric_key", "the billable_metric_key query parameter is required")
 )
 
+// parseUnits reads a check's optional units query value: default 1;
+// anything but an integer >= 1 is a 400 naming units.
+func parseUnits(raw string) (int64, error) {
+	if raw == "" {
+		return 1, nil
+	}
+	var n int64
+	for i, ch := range raw {
+		if ch < '0' || ch > '9' || i > 18 {
+			return 0, errCheckUnits
+		}
+		n = n*10 + int64(ch-'0')
+	}
+	if n < 1 {
+		return 0, errCheckUnits
+	}
+	return n, nil
+}
+
+var errCheckUnits = engine.BadRequest("units", "units must be an integer >= 1")
+
 // checkPath answers GET .../entitlements/{metric}: the check with the
 // customer and metric in the path.
 func (s *Server) checkPath(ref refFunc) endpoint {
@@ -54,7 +75,7 @@ func (s *Server) checkPath(ref refFunc) endpoint {
 		if !ok || metric == "" {
 			return engine.NotFound("billable metric not found")
 		}
-		units, err := engine.ParseUnits(string(c.ctx.QueryArgs().Peek("units")))
+		units, err := parseUnits(string(c.ctx.QueryArgs().Peek("units")))
 		if err != nil {
 			return err
 		}

@@ -162,36 +162,13 @@ type CheckResult struct {
 	OveragePolicy      *OveragePolicy  `json:"overage_policy,omitempty"`
 }
 
-// ParseUnits reads the optional units query value: default 1; anything but
-// an integer >= 1 is a 400.
-func ParseUnits(raw string) (int64, error) {
-	if raw == "" {
-		return 1, nil
-	}
-	var n int64
-	for i, ch := range raw {
-		if ch < '0' || ch > '9' || i > 18 {
-			return 0, BadRequest("units", "units must be an integer >= 1")
-		}
-		n = n*10 + int64(ch-'0')
-	}
-	if n < 1 {
-		return 0, BadRequest("units", "units must be an integer >= 1")
-	}
-	return n, nil
-}
-
 // Check answers whether the customer may use the metric now; it never
 // changes a balance. A lenient ref auto-creates the customer (Common rules 4)
 // once the metric is known to be checkable. Errors: 400 (units, cross-tenant
 // id), 404 (metered without an active rule, strict unknown external id).
+// metricKey and units >= 1 are api/'s to check (the query's shape,
+// api/entitlements.go parseUnits).
 func (s *Entitlements) Check(ctx context.Context, scope Scope, tenant Tenant, ref CustomerRef, metricKey string, units int64) (CheckResult, error) {
-	if metricKey == "" {
-		return CheckResult{}, BadRequest("billable_metric_key", "billable_metric_key is required")
-	}
-	if units < 1 {
-		return CheckResult{}, BadRequest("units", "units must be an integer >= 1")
-	}
 	m, ok, err := s.metering.Metric(ctx, scope, metricKey)
 	if err != nil {
 		return CheckResult{}, err
