@@ -42,7 +42,7 @@ func TestLedgerScaleGoalRows(t *testing.T) {
 	}{
 		{"within slack, fast drop", base(1.09, 2, 5), true, true},
 		{"a read past the slack", base(1.2, 2, 5), false, true},
-		{"a slow drop", base(1.0, 60, 60), true, false},
+		{"a slow drop", base(1.0, 40, 3424), true, false},
 		{"failed run", &LedgerScaleResult{Error: "boom"}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
