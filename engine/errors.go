@@ -78,6 +78,12 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrExternalIDTaken: a live customer already has that external id.
 	ErrExternalIDTaken = errors.New("external_id taken")
+	// ErrPoolTooDeep: joining the parent would make a pool two levels deep
+	// (the parent has a parent, or the customer has children): what the
+	// engine checked before the write was changed meanwhile by another
+	// request, which the directory's write sees.
+	ErrPoolTooDeep = &Error{Kind: KindValidation, Field: "parent_id",
+		Detail: "pools are one level deep: the parent has a parent itself, or the customer is a parent"}
 	// ErrStateMissing: the block store holds nothing for the customer; load it.
 	ErrStateMissing = errors.New("credit state missing from the block store")
 	// ErrInsufficientCredits: the effective balance cannot cover the debit.

@@ -311,17 +311,24 @@ func policyParam(p *engine.OveragePolicy) *string {
 }
 
 // CreateCustomer inserts c; engine.ErrExternalIDTaken when a live customer
-// of the same tenant and environment already has its external id.
+// of the same tenant and environment already has its external id, and
+// engine.ErrPoolTooDeep when c's parent got a parent meanwhile (poolLock).
 func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 	meta, err := metadataJSON(c.Metadata)
 	if err != nil {
 		return fmt.Errorf("persist: create customer: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
+	err = s.withPoolLock(ctx, c, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-		c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
-		c.ParentID, drawLimitJSON(c.ParentDrawLimit))
+			c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
+			c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
+			c.ParentID, drawLimitJSON(c.ParentDrawLimit))
+		return err
+	})
+	if errors.Is(err, engine.ErrPoolTooDeep) {
+		return err
+	}
 	if isUniqueViolation(err, customerExternalIDKey) {
 		return engine.ErrExternalIDTaken
 	}
@@ -334,27 +341,68 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 // UpdateCustomer writes display_name, overage_policy,
 // low_balance_threshold_mc, credit_limit_mc, budgets, parent_id,
 // parent_draw_limit, metadata and updated_at of the live customer
-// c.ID in c's tenant and environment; engine.ErrNotFound when there is none.
-// The external id never changes.
+// c.ID in c's tenant and environment; engine.ErrNotFound when there is none,
+// engine.ErrPoolTooDeep when, with a parent, the parent got a parent or c
+// got a child meanwhile (poolLock). The external id never changes.
 func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 	meta, err := metadataJSON(c.Metadata)
 	if err != nil {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
+	var rows int64
+	err = s.withPoolLock(ctx, c, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
 			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9,
 			budgets = $10, parent_id = $11, parent_draw_limit = $12
 		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
-		c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
-		c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
-		c.ParentID, drawLimitJSON(c.ParentDrawLimit))
+			c.ID, c.TenantID, string(c.Environment), c.DisplayName, policyParam(c.OveragePolicy),
+			c.LowBalanceThresholdMC, meta, c.UpdatedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
+			c.ParentID, drawLimitJSON(c.ParentDrawLimit))
+		rows = tag.RowsAffected()
+		return err
+	})
+	if errors.Is(err, engine.ErrPoolTooDeep) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if rows == 0 {
 		return notFound("customer")
 	}
 	return nil
+}
+
+// withPoolLock runs write (c's insert or update) in a transaction that,
+// when c has a parent, first locks the parent's row and c's (in id order,
+// so two writers never wait on each other in a cycle) and then checks what
+// the engine checked before it: the parent has no parent and c no child.
+// Two requests each joining one level (A under B, B under C) both pass the
+// engine's checks, which read before either writes; under the locks the
+// second sees the first's committed row and is refused, so no pool is ever
+// two levels deep (TestPoolChainRace).
+func (s *Store) withPoolLock(ctx context.Context, c engine.Customer, write func(pgx.Tx) error) error {
+	if c.ParentID == nil {
+		return pgx.BeginFunc(ctx, s.pool, write)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM customers WHERE tenant_id = $1 AND id = ANY($2)
+			ORDER BY id FOR UPDATE`, c.TenantID, []uuid.UUID{c.ID, *c.ParentID}); err != nil {
+			return err
+		}
+		var deep bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM customers
+				WHERE tenant_id = $1 AND id = $2 AND parent_id IS NOT NULL)
+			OR EXISTS (SELECT 1 FROM customers
+				WHERE tenant_id = $1 AND parent_id = $3 AND environment = $4 AND deleted_at IS NULL)`,
+			c.TenantID, *c.ParentID, c.ID, string(c.Environment)).Scan(&deep); err != nil {
+			return err
+		}
+		if deep {
+			return engine.ErrPoolTooDeep
+		}
+		return write(tx)
+	})
 }
 
 // DeleteCustomer soft-deletes customer id of scope s (sets deleted_at

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -210,4 +211,45 @@ func TestSharedPoolSurvivesRebuild(t *testing.T) {
 	}
 	checkProblem(t, a.consumeUnits(child, m, 81), 409, "insufficient-credits", "", "past the limit after the rebuild")
 	wantStatus(t, a.consumeUnits(child, m, 80), 200, "to the limit after the rebuild")
+}
+
+// TestPoolChainRace: two PATCHes that each join one level, A under B and
+// B under C, race (each passes the engine's checks, read before either
+// writes); the directory's row locks let at most one through, so no pool
+// is ever two levels deep (persist/directory.go withPoolLock).
+func TestPoolChainRace(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("poolchain"))
+	a := s.as(t, tn.Live)
+	root := a.createCustomer(map[string]any{"external_id": uniq("org")})["id"].(string)
+	// A member is minted in its parent's slot: created under the root and
+	// set free, B and A share the root's slot, as a PATCH joining needs.
+	free := func() string {
+		id := a.createCustomer(map[string]any{"external_id": uniq("member"), "parent_id": root})["id"].(string)
+		checkStatus(t, a.patch("/v1/customers/"+id, map[string]any{"parent_id": nil}), 200, "set free")
+		return id
+	}
+	b, x := free(), free()
+	for round := 0; round < 12; round++ {
+		var under, over Response
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); under = a.patch("/v1/customers/"+x, map[string]any{"parent_id": b}) }()
+		go func() { defer wg.Done(); over = a.patch("/v1/customers/"+b, map[string]any{"parent_id": root}) }()
+		wg.Wait()
+		for _, r := range []Response{under, over} {
+			if r.Status != 200 {
+				checkProblem(t, r, 422, "validation-error", "parent_id", fmt.Sprintf("round %d: the refused join", round))
+			}
+		}
+		if under.Status == 200 && over.Status == 200 {
+			t.Fatalf("round %d: both joins succeeded: %s under %s under %s, two levels deep", round, x, b, root)
+		}
+		if under.Status != 200 && over.Status != 200 {
+			t.Errorf("round %d: both joins refused (%s; %s)", round, under.Raw, over.Raw)
+		}
+		for _, id := range []string{x, b} {
+			checkStatus(t, a.patch("/v1/customers/"+id, map[string]any{"parent_id": nil}), 200, "reset")
+		}
+	}
 }
