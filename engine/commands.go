@@ -244,4 +244,8 @@ type MutationResult struct {
 	// Replayed is true when the idempotency key had already been applied to
 	// this customer and Mutation is the original one.
 	Replayed bool
+	// Pool is, for a dry run of a charge its parent would share, the
+	// parent's Mutation the charge would write (its pool_draw entry says
+	// which of the parent's blocks pay); nil otherwise.
+	Pool *Mutation
 }

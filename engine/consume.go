@@ -145,21 +145,37 @@ func (s *Entitlements) ConsumeDry(ctx context.Context, scope Scope, tenant Tenan
 		return ConsumeResult{}, err
 	}
 	out.TransactionID, out.Reason, out.Dry = nil, nil, true
-	out.Draws, out.Events = []BlockDraw{}, eventTypes(EventsOf(res.Mutation))
-	for _, e := range res.Mutation.Entries {
+	out.Draws, out.Events = blockDraws(nil, res.Mutation), eventTypes(EventsOf(res.Mutation))
+	if res.Pool != nil {
+		// The child spends its own blocks first, then its parent's: the
+		// parent's blocks follow, and the parent's events (its low
+		// balance, say) come first, as its Mutation does.
+		out.Draws = blockDraws(out.Draws, *res.Pool)
+		out.Events = append(eventTypes(EventsOf(*res.Pool)), out.Events...)
+	}
+	return out, nil
+}
+
+// blockDraws appends to dst what each block pays in m's main entries, in
+// spend order (never nil: a JSON list).
+func blockDraws(dst []BlockDraw, m Mutation) []BlockDraw {
+	if dst == nil {
+		dst = []BlockDraw{}
+	}
+	for _, e := range m.Entries {
 		if e.Role != RoleMain {
 			continue
 		}
 		switch id, draws := e.PaidBy(); {
 		case draws != nil:
 			for _, d := range draws {
-				out.Draws = append(out.Draws, BlockDraw{BlockID: d.BlockID, Amount: d.Amount})
+				dst = append(dst, BlockDraw{BlockID: d.BlockID, Amount: d.Amount})
 			}
 		case id != nil && e.Delta != 0:
-			out.Draws = append(out.Draws, BlockDraw{BlockID: *id, Amount: -e.Delta})
+			dst = append(dst, BlockDraw{BlockID: *id, Amount: -e.Delta})
 		}
 	}
-	return out, nil
+	return dst
 }
 
 // dryRefusal is the 409 a dry run answers for the refusal m records: the

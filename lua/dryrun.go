@@ -104,6 +104,13 @@ func (s *Store) dryRun(ctx context.Context, customer, parent uuid.UUID, name str
 		if res, _, err = mutationReply(name, v); err != nil {
 			return engine.MutationResult{}, err
 		}
+		if parent != uuid.Nil && res.Mutation.Usage != nil && res.Mutation.Usage.Pool > 0 {
+			// The parent's share is its own Mutation, appended to the
+			// scratch outbox before the child's (prelude pool_take).
+			if res.Pool, err = s.dryParent(ctx, name, outbox, parent); err != nil {
+				return engine.MutationResult{}, err
+			}
+		}
 		return res, nil
 	}
 	runErr = scriptError(name, s.unavail.classify(runErr))
@@ -127,3 +134,27 @@ func (s *Store) dryRun(ctx context.Context, customer, parent uuid.UUID, name str
 	}
 	return res, runErr
 }
+
+// dryParent reads the parent's Mutation a pooled dry run appended to its
+// scratch outbox.
+func (s *Store) dryParent(ctx context.Context, name, outbox string, parent uuid.UUID) (*engine.Mutation, error) {
+	msgs, err := s.rdb.XRange(ctx, outbox, "-", "+").Result()
+	if err != nil {
+		return nil, scriptError(name, s.unavail.classify(err))
+	}
+	for _, m := range msgs {
+		body, ok := m.Values["m"].(string)
+		if !ok {
+			continue
+		}
+		var mu engine.Mutation
+		if err := engine.DecodeMutationString(body, &mu); err != nil {
+			return nil, fmt.Errorf("lua: %s dry run: decode the parent's share: %w", name, err)
+		}
+		if mu.CustomerID == parent {
+			return &mu, nil
+		}
+	}
+	return nil, fmt.Errorf("lua: %s dry run: the parent's share is missing from the outbox", name)
+}
+

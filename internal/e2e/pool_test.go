@@ -253,3 +253,41 @@ func TestPoolChainRace(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedPoolDryRun: a dry run of a child's charge that its parent
+// shares lists the child's blocks and then the parent's, each with what it
+// would pay, and pool_mc the parent's part; nothing changes.
+func TestSharedPoolDryRun(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("pooldry"))
+	a := s.as(t, tn.Live)
+	m := a.perUnit(1)
+	parent := a.createCustomer(map[string]any{"external_id": uniq("org")})["id"].(string)
+	parentBlock := obj(t, a.grant(parent, map[string]any{"credits": 1000})["block"], "parent's block")["id"]
+	child := a.createCustomer(map[string]any{"external_id": uniq("member"), "parent_id": parent})["id"].(string)
+	childBlock := obj(t, a.grant(child, map[string]any{"credits": 100})["block"], "child's block")["id"]
+
+	r := a.do("POST", "/v1/entitlements/consume", "", map[string]any{"customer_id": child, "billable_metric_key": m, "units": 300, "dry_run": true})
+	if !checkStatus(t, r, 200, "pooled dry run") {
+		return
+	}
+	if r.Body["dry_run"] != true || Int(t, r.Body["charged"]) != 300 || Int(t, r.Body["pool_mc"]) != 200 {
+		t.Errorf("pooled dry run answer: %s", r.Raw)
+	}
+	draws := arr(t, r.Body["draws"], "draws")
+	if len(draws) != 2 {
+		t.Fatalf("draws %v, want the child's block then the parent's", draws)
+	}
+	for i, want := range []struct {
+		block  any
+		amount int64
+	}{{childBlock, 100}, {parentBlock, 200}} {
+		d := obj(t, draws[i], "draw")
+		if d["credit_block_id"] != want.block || Int(t, d["amount"]) != want.amount {
+			t.Errorf("draw %d: %v, want %d from block %v", i, d, want.amount, want.block)
+		}
+	}
+	if b, p := a.balanceOf(child), a.balanceOf(parent); b != 100 || p != 1000 {
+		t.Errorf("after a dry run: child %d, parent %d; want 100 and 1000", b, p)
+	}
+}

@@ -745,7 +745,8 @@ class ConsumeResult(TypedDict):
     # Present, true, only on a dry run's answer; transaction_id is then null.
     dry_run: NotRequired[Literal[True]]
     # Dry runs only: what each credit block would pay, in spend order (blocks that expire by the
-    # charge's instant are left out, as the charge would expire them first).
+    # charge's instant are left out, as the charge would expire them first); for a child customer
+    # whose parent shares the charge, the child's blocks and then the parent's.
     draws: NotRequired[list["ConsumeResultDraw"]]
     # Dry runs only: the event types the charge would fire, in order (credit.consumed,
     # credit.low_balance, credit.exhausted). Credit alert events, which the persister derives from

@@ -2488,7 +2488,7 @@ export interface components {
              * @constant
              */
             dry_run?: true;
-            /** @description Dry runs only: what each credit block would pay, in spend order (blocks that expire by the charge's instant are left out, as the charge would expire them first). */
+            /** @description Dry runs only: what each credit block would pay, in spend order (blocks that expire by the charge's instant are left out, as the charge would expire them first); for a child customer whose parent shares the charge, the child's blocks and then the parent's. */
             draws?: {
                 /** Format: uuid */
                 credit_block_id: string;
