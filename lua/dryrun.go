@@ -157,4 +157,3 @@ func (s *Store) dryParent(ctx context.Context, name, outbox string, parent uuid.
 	}
 	return nil, fmt.Errorf("lua: %s dry run: the parent's share is missing from the outbox", name)
 }
-
