@@ -13,12 +13,11 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// The money and state scripts. Each is prelude.lua (money arithmetic, the
-// block encoding, the Mutation JSON) followed by its own file, wrapped once
-// so Script.Run sends EVALSHA and falls back to EVAL after a server restart.
+// The money and state scripts. Each is the prelude (lua/prelude/, joined
+// in prelude.go: money arithmetic, the block encoding, the Mutation JSON)
+// followed by its own file, wrapped once so Script.Run sends EVALSHA and
+// falls back to EVAL after a server restart.
 var (
-	//go:embed prelude.lua
-	preludeLua string
 	//go:embed grant.lua
 	grantLua string
 	//go:embed debit.lua

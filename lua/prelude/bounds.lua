@@ -1,0 +1,16 @@
+-- bounds.lua owns the per-customer caps of invariant 13 (docs/limits.md):
+-- one place to read what a customer may hold, since every module that
+-- adds a block or a hold refuses past them.
+--
+--
+-- Bounds (invariant 13, docs/limits.md): a customer holds at most
+-- MAX_LIVE_BLOCKS live blocks and MAX_ACTIVE_HOLDS active holds; a script
+-- that would create one more refuses with TOOMANYBLOCKS or TOOMANYHOLDS and
+-- changes nothing. engine.MaxLiveBlocks and engine.MaxActiveHolds mirror
+-- them (a test keeps the pairs equal).
+local MAX_LIVE_BLOCKS = 100
+local MAX_ACTIVE_HOLDS = 100
+-- At most MAX_KEPT_HOLDS finalized holds stay in the hash for their
+-- RES_KEEP_MS; past that the oldest leave early (engine then reads their
+-- final status from Postgres, as after RES_KEEP_MS).
+local MAX_KEPT_HOLDS = 8
