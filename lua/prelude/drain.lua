@@ -45,30 +45,44 @@ end
 -- (engine.SpendOrder), appending each block touched to changed; it returns
 -- the draws {b = block, take = money}. The caller has checked that the
 -- blocks hold amount (with metric: the blocks that apply to it, scope_free).
-local function drain(a, now, amount, changed, metric)
-  if a.fast then
-    -- Walk the spend-order index, reading only the blocks taken from (in
-    -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
-    -- each entry parsed costs about as much as an HMGET), skipping those
-    -- not started yet.
+-- Its helpers are locals of the do block below, not of the chunk: a money
+-- script linked with the prelude (link.go) sits near Lua's 200 locals.
+local drain
+do
+  -- drain_batch reads the next entries of the spend-order index a.idx from
+  -- byte pos on, up to want blocks that are started and not due at now,
+  -- and their values in one HMGET. It returns the ids, their values, each
+  -- one's instants as the index wrote them (for block_json) and where the
+  -- next batch starts; no ids when the index is walked.
+  local function drain_batch(a, now, pos, want)
+    local ids, names, texts = {}, {}, {}
+    while #ids < want do
+      local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
+      if not s then break end
+      pos = fin + 2
+      local x, y = tonumber(exp), tonumber(st)
+      -- Not started, or due (a refresh's expire_due zeroed it already).
+      if y <= now and (x == nil or x > now) then
+        ids[#ids + 1] = id
+        names[#names + 1] = 'b:' .. id
+        texts[#ids] = {exp, x, st, y}
+      end
+    end
+    if #ids == 0 then return ids, nil, texts, pos end
+    return ids, redis.call('HMGET', a.key, unpack(names)), texts, pos
+  end
+
+  -- drain_fast is drain on the fast path: it walks the spend-order index,
+  -- reading only the blocks taken from (in HMGETs of 1, 4, 16 ... entries:
+  -- one block pays most charges, and each entry parsed costs about as much
+  -- as an HMGET), skipping those not started yet.
+  local function drain_fast(a, now, amount, changed, metric)
     if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
     local draws, left, pos, want = {}, amount, 1, 1
     while m_pos(left) do
-      local ids, names, texts = {}, {}, {}
-      while #ids < want do
-        local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
-        if not s then break end
-        pos = fin + 2
-        local x, y = tonumber(exp), tonumber(st)
-        -- Not started, or due (a refresh's expire_due zeroed it already).
-        if y <= now and (x == nil or x > now) then
-          ids[#ids + 1] = id
-          names[#names + 1] = 'b:' .. id
-          texts[#ids] = {exp, x, st, y}
-        end
-      end
+      local ids, vals, texts
+      ids, vals, texts, pos = drain_batch(a, now, pos, want)
       if #ids == 0 then break end
-      local vals = redis.call('HMGET', a.key, unpack(names))
       for i, id in ipairs(ids) do
         if not m_pos(left) then break end
         if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
@@ -91,35 +105,44 @@ local function drain(a, now, amount, changed, metric)
     end
     return draws
   end
-  local spendable = {}
-  for _, b in ipairs(a.blocks) do
-    -- With metric, only the blocks that apply to it (the fast path above
-    -- tells them by their value on a scoped hash, a.sc_fast).
-    if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
-  end
-  -- The next block in spend order, picked by a scan rather than a sort of
-  -- them all: a charge usually draws from one or two blocks, so this costs
-  -- one pass per block drawn instead of n log n comparisons (invariant 13).
-  -- After four picks the rest is sorted once (a drain of many blocks).
-  local draws, left, sorted, at = {}, amount, false, 0
-  while m_pos(left) do
-    local b
-    if sorted then
-      at = at + 1
-      b = spendable[at]
-    elseif #draws == 4 then
-      table.sort(spendable, spends_before)
-      sorted, at = true, 1
-      b = spendable[1]
-    elseif #spendable > 0 then
-      local i0 = 1
-      for i = 2, #spendable do
-        if spends_before(spendable[i], spendable[i0]) then i0 = i end
-      end
-      b = table.remove(spendable, i0)
+
+  -- drain_slow is drain on the slow path, every block of a decoded.
+  local function drain_slow(a, now, amount, changed, metric)
+    local spendable = {}
+    for _, b in ipairs(a.blocks) do
+      -- With metric, only the blocks that apply to it (the fast path tells
+      -- them by their value on a scoped hash, a.sc_fast).
+      if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
     end
-    if not b then break end
-    left = draw(b, left, draws, changed)
+    -- The next block in spend order, picked by a scan rather than a sort of
+    -- them all: a charge usually draws from one or two blocks, so this costs
+    -- one pass per block drawn instead of n log n comparisons (invariant 13).
+    -- After four picks the rest is sorted once (a drain of many blocks).
+    local draws, left, sorted, at = {}, amount, false, 0
+    while m_pos(left) do
+      local b
+      if sorted then
+        at = at + 1
+        b = spendable[at]
+      elseif #draws == 4 then
+        table.sort(spendable, spends_before)
+        sorted, at = true, 1
+        b = spendable[1]
+      elseif #spendable > 0 then
+        local i0 = 1
+        for i = 2, #spendable do
+          if spends_before(spendable[i], spendable[i0]) then i0 = i end
+        end
+        b = table.remove(spendable, i0)
+      end
+      if not b then break end
+      left = draw(b, left, draws, changed)
+    end
+    return draws
   end
-  return draws
+
+  function drain(a, now, amount, changed, metric)
+    if a.fast then return drain_fast(a, now, amount, changed, metric) end
+    return drain_slow(a, now, amount, changed, metric)
+  end
 end
