@@ -19,66 +19,6 @@ end
 -- script linked with the prelude (link.go) sits near Lua's 200 locals.
 local acct_commit
 do
-  -- commit_fields starts acct_commit's HSET (set) and HDEL (del) lists with
-  -- the account's own fields.
-  local function commit_fields(a, now)
-    -- The version's text is kept for mutation_json (a.v_s while a.v_n is a.v).
-    a.v_s, a.v_n = i_fmt(a.v), a.v
-    local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now)}
-    local del = {}
-    -- The reserved total is kept only while it is not zero (a missing "rs"
-    -- reads as zero): most accounts hold no reservation (issue 10).
-    if m_cmp(a.rs, MONEY_ZERO) ~= 0 then
-      set[#set + 1], set[#set + 2] = 'rs', m_fmt(a.rs)
-    elseif a.rs_stored then
-      del[#del + 1] = 'rs'
-    end
-    -- The debt of the credit line, likewise only while there is one.
-    if m_pos(a.d) then
-      set[#set + 1], set[#set + 2] = 'd', m_fmt(a.d)
-    elseif a.d_stored then
-      del[#del + 1] = 'd'
-    end
-    return set, del
-  end
-
-  -- layout_move keeps a's summary figures and index (read on the fast path)
-  -- exact after changed block b: every block of the index is live and
-  -- started or pending as the summary says (now is before E and S), so only
-  -- the change moves them. A block leaving the index joins gone. It returns
-  -- whether the index moved, whether E, S or F must be recomputed from it,
-  -- and how the count of scoped blocks moved (-1, 0 or 1).
-  local function layout_move(a, b, now, gone)
-    if b.fresh and not m_pos(b.rem) then
-      -- A grant that went whole to the debt of the credit line: a block
-      -- Postgres keeps, never in the hash.
-      return false, false, 0
-    elseif b.fresh then
-      a.idx, a.nblocks = idx_insert(a.idx, b), a.nblocks + 1
-      if live(b, now) then
-        a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
-        if not started(b, now) then a.pend = m_add(a.pend, b.rem) end
-      end
-      -- E, S and F with one more block: no index scan.
-      if b.expires and (a.exp_min == nil or b.expires < a.exp_min) then a.exp_min = b.expires end
-      if b.starts > now then
-        if a.start_min == nil or b.starts < a.start_min then a.start_min = b.starts end
-      elseif a.start_max == nil or b.starts > a.start_max then
-        a.start_max = b.starts
-      end
-      return true, false, b.scope and 1 or 0
-    elseif b.gone then
-      -- Due: already out of the figures (acct_read's refresh).
-      gone[b.id], a.nblocks = true, a.nblocks - 1
-      return true, true, b.scope and -1 or 0
-    end
-    a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
-    if m_pos(b.rem) then return false, false, 0 end
-    gone[b.id], a.nlive, a.nblocks = true, a.nlive - 1, a.nblocks - 1
-    -- E, S and F move only when the emptied block held one of them.
-    return true, b.expires == a.exp_min or b.starts == a.start_min or b.starts == a.start_max, b.scope and -1 or 0
-  end
-
   -- commit_blocks adds the changed blocks to set and del (emptied ones are
   -- deleted with their metadata: Postgres keeps their history) and, on the
   -- fast path, moves the summary and the index with them. It returns
@@ -102,10 +42,39 @@ do
       end
       if a.fast and not a.idx then a.idx = redis.call('HGET', akey, 'o') or '' end
       if a.fast then
-        local im, bm, dsc = layout_move(a, b, now, gone)
-        if im then idx_moved = true end
-        if bm then bounds_moved = true end
-        if dsc ~= 0 then nsc, sc_moved = nsc + dsc, true end
+        -- Every block of the index is live and started or pending as the
+        -- summary says (now is before E and S): only the change moves it.
+        if b.fresh and not m_pos(b.rem) then
+          -- A grant that went whole to the debt of the credit line: a block
+          -- Postgres keeps, never in the hash.
+        elseif b.fresh then
+          if b.scope then nsc, sc_moved = nsc + 1, true end
+          a.idx, idx_moved, a.nblocks = idx_insert(a.idx, b), true, a.nblocks + 1
+          if live(b, now) then
+            a.nlive, a.bal = a.nlive + 1, m_add(a.bal, b.rem)
+            if not started(b, now) then a.pend = m_add(a.pend, b.rem) end
+          end
+          -- E, S and F with one more block: no index scan.
+          if b.expires and (a.exp_min == nil or b.expires < a.exp_min) then a.exp_min = b.expires end
+          if b.starts > now then
+            if a.start_min == nil or b.starts < a.start_min then a.start_min = b.starts end
+          elseif a.start_max == nil or b.starts > a.start_max then
+            a.start_max = b.starts
+          end
+        elseif b.gone then
+          -- Due: already out of the figures (acct_read's refresh).
+          gone[b.id], a.nblocks, idx_moved = true, a.nblocks - 1, true
+          bounds_moved = true
+          if b.scope then nsc, sc_moved = nsc - 1, true end
+        else
+          a.bal = m_add(a.bal, m_sub(b.rem, b.rem0))
+          if not m_pos(b.rem) then
+            gone[b.id], a.nlive, a.nblocks, idx_moved = true, a.nlive - 1, a.nblocks - 1, true
+            if b.scope then nsc, sc_moved = nsc - 1, true end
+            -- E, S and F move only when the emptied block held one of them.
+            if b.expires == a.exp_min or b.starts == a.start_min or b.starts == a.start_max then bounds_moved = true end
+          end
+        end
       end
     end
     if next(gone) then a.idx = idx_remove(a.idx, gone) end
@@ -211,7 +180,23 @@ do
   end
 
   function acct_commit(akey, a, changed, now)
-    local set, del = commit_fields(a, now)
+    -- The version's text is kept for mutation_json (a.v_s while a.v_n is a.v).
+    a.v_s, a.v_n = i_fmt(a.v), a.v
+    local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now)}
+    local del = {}
+    -- The reserved total is kept only while it is not zero (a missing "rs"
+    -- reads as zero): most accounts hold no reservation (issue 10).
+    if m_cmp(a.rs, MONEY_ZERO) ~= 0 then
+      set[#set + 1], set[#set + 2] = 'rs', m_fmt(a.rs)
+    elseif a.rs_stored then
+      del[#del + 1] = 'rs'
+    end
+    -- The debt of the credit line, likewise only while there is one.
+    if m_pos(a.d) then
+      set[#set + 1], set[#set + 2] = 'd', m_fmt(a.d)
+    elseif a.d_stored then
+      del[#del + 1] = 'd'
+    end
     local idx_moved, bounds_moved, nsc, sc_moved = commit_blocks(akey, a, changed, now, set, del)
     local keep = nil
     if not a.fast then

@@ -146,35 +146,6 @@ do
     a.bounds_stale = true
   end
 
-  -- acct_fast is the account table of the fast path from its HMGET answer
-  -- v (account fields, then extras) and the summary's parts: u the instant
-  -- of the last write, bal and tail the summary as read (tail past the
-  -- balance), and the figures tail stands for.
-  local function acct_fast(key, v, extras, u, bal, tail, pend, nlive, nact, e, st, f)
-    -- Members set later are named (nil): the table is made at its final
-    -- size (acct_read_all).
-    local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
-      d = MONEY_ZERO, d_stored = nil,
-      ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
-      bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
-      exp_min = e, start_min = st, start_max = f, nblocks = nil, rs_stored = nil, le_s = nil, le_k = nil,
-      s_tail = nil, idx = nil, v_s = nil, v_n = nil, bal_s = nil, bal_k = nil}
-    -- The summary past the balance as read, with the values it stands
-    -- for: acct_commit writes it back as is when none moved.
-    a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
-    -- A scoped hash without holds read by a scoped_fast script.
-    a.sc_fast, a.sc_n = v[9] and true or nil, v[9] and tonumber(v[9]) or nil
-    -- Every block of the index is live at u (E is past u).
-    a.nblocks = a.nlive
-    if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
-    if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
-    if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
-    for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
-    for i, name in ipairs(extras) do a.x[name] = v[9 + i] or nil end
-    a.idx = a.x.o
-    return a
-  end
-
   -- acct_read_summary is acct_read's fast path: one HMGET of the account
   -- fields, the summary, the kept list and extras; nil when the hash has no
   -- summary that covers now (or no index for a script that asked for it),
@@ -202,28 +173,29 @@ do
     -- the blocks that expired or started.
     local refresh = not fast and bal and u <= now and (e == nil or u < e)
     if not (fast or refresh) then return nil end
-    local a = acct_fast(key, v, extras, u, bal, tail, pend, nlive, nact, e, st, f)
+    -- Members set later are named (nil): the table is made at its final
+    -- size (acct_read_all).
+    local a = {fast = true, key = key, id = v[1] or '', v = tonumber(v[2]), rs = MONEY_ZERO, le = MONEY_ZERO,
+      d = MONEY_ZERO, d_stored = nil,
+      ua = u, blocks = {}, res = {}, res_dirty = {}, res_meta = {}, kept = {}, x = {},
+      bal = m_stored(bal), pend = m_stored(pend), nlive = tonumber(nlive), active = tonumber(nact),
+      exp_min = e, start_min = st, start_max = f, nblocks = nil, rs_stored = nil, le_s = nil, le_k = nil,
+      s_tail = nil, idx = nil, v_s = nil, v_n = nil, bal_s = nil, bal_k = nil}
+    -- The summary past the balance as read, with the values it stands
+    -- for: acct_commit writes it back as is when none moved.
+    a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
+    -- A scoped hash without holds read by a scoped_fast script.
+    a.sc_fast, a.sc_n = v[9] and true or nil, v[9] and tonumber(v[9]) or nil
+    -- Every block of the index is live at u (E is past u).
+    a.nblocks = a.nlive
+    if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
+    if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
+    if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
+    for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
+    for i, name in ipairs(extras) do a.x[name] = v[9 + i] or nil end
+    a.idx = a.x.o
     if refresh then acct_refresh(a, key, now, u) end
     return a
-  end
-
-  -- acct_read_extras sets a.x of an account read whole (acct_read_all):
-  -- what it read already, the other fields read one by one (the slow path
-  -- rebuilds the index, so "o" is never read).
-  local function acct_read_extras(a, key, extras)
-    for _, name in ipairs(extras) do
-      local k1, k2 = string.byte(name, 1, 2)
-      if k2 == BYTE_COLON and k1 == BYTE_R then
-        a.x[name] = a.res[string.sub(name, 3)]
-      elseif k2 == BYTE_COLON and k1 == BYTE_G then
-        a.x[name] = a.gauges[string.sub(name, 3)]
-      elseif k2 == BYTE_COLON and (k1 == BYTE_U or k1 == BYTE_P) then
-        -- A budget's or the draw limit's counter: acct_read_all kept it.
-        a.x[name] = a[name]
-      elseif name ~= 'o' then
-        a.x[name] = redis.call('HGET', key, name) or nil
-      end
-    end
   end
 
   function acct_read(key, now, extras, full, scoped_fast)
@@ -236,7 +208,19 @@ do
     end
     local a = acct_read_all(key)
     if not a then return nil end
-    acct_read_extras(a, key, extras)
+    for _, name in ipairs(extras) do
+      local k1, k2 = string.byte(name, 1, 2)
+      if k2 == BYTE_COLON and k1 == BYTE_R then
+        a.x[name] = a.res[string.sub(name, 3)]
+      elseif k2 == BYTE_COLON and k1 == BYTE_G then
+        a.x[name] = a.gauges[string.sub(name, 3)]
+      elseif k2 == BYTE_COLON and (k1 == BYTE_U or k1 == BYTE_P) then
+        -- A budget's or the draw limit's counter: acct_read_all kept it.
+        a.x[name] = a[name]
+      elseif name ~= 'o' then -- the slow path rebuilds the index
+        a.x[name] = redis.call('HGET', key, name) or nil
+      end
+    end
     return a
   end
 end

@@ -45,67 +45,10 @@ end
 -- (engine.SpendOrder), appending each block touched to changed; it returns
 -- the draws {b = block, take = money}. The caller has checked that the
 -- blocks hold amount (with metric: the blocks that apply to it, scope_free).
--- Its helpers are locals of the do block below, not of the chunk: a money
+-- Its helper is a local of the do block below, not of the chunk: a money
 -- script linked with the prelude (link.go) sits near Lua's 200 locals.
 local drain
 do
-  -- drain_batch reads the next entries of the spend-order index a.idx from
-  -- byte pos on, up to want blocks that are started and not due at now,
-  -- and their values in one HMGET. It returns the ids, their values, each
-  -- one's instants as the index wrote them (for block_json) and where the
-  -- next batch starts; no ids when the index is walked.
-  local function drain_batch(a, now, pos, want)
-    local ids, names, texts = {}, {}, {}
-    while #ids < want do
-      local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
-      if not s then break end
-      pos = fin + 2
-      local x, y = tonumber(exp), tonumber(st)
-      -- Not started, or due (a refresh's expire_due zeroed it already).
-      if y <= now and (x == nil or x > now) then
-        ids[#ids + 1] = id
-        names[#names + 1] = 'b:' .. id
-        texts[#ids] = {exp, x, st, y}
-      end
-    end
-    if #ids == 0 then return ids, nil, texts, pos end
-    return ids, redis.call('HMGET', a.key, unpack(names)), texts, pos
-  end
-
-  -- drain_fast is drain on the fast path: it walks the spend-order index,
-  -- reading only the blocks taken from (in HMGETs of 1, 4, 16 ... entries:
-  -- one block pays most charges, and each entry parsed costs about as much
-  -- as an HMGET), skipping those not started yet.
-  local function drain_fast(a, now, amount, changed, metric)
-    if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
-    local draws, left, pos, want = {}, amount, 1, 1
-    while m_pos(left) do
-      local ids, vals, texts
-      ids, vals, texts, pos = drain_batch(a, now, pos, want)
-      if #ids == 0 then break end
-      for i, id in ipairs(ids) do
-        if not m_pos(left) then break end
-        if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
-        -- A scoped hash's fast path (scope_fast): only blocks that apply,
-        -- told from the value's scope field before decoding it.
-        local raw, ok = vals[i], true
-        if metric and a.sc_fast then
-          local at = string.find(raw, '|@', 1, true)
-          ok = not at or string.find(',' .. string.sub(raw, at + 2) .. ',', ',' .. metric .. ',', 1, true) ~= nil
-        end
-        if ok then
-          local b = block_dec(id, raw)
-          b.rem0 = b.rem
-          -- The index's decimal instants, for block_json (no sprintf).
-          b.ix = texts[i]
-          left = draw(b, left, draws, changed)
-        end
-      end
-      want = want * 4
-    end
-    return draws
-  end
-
   -- drain_slow is drain on the slow path, every block of a decoded.
   local function drain_slow(a, now, amount, changed, metric)
     local spendable = {}
@@ -142,7 +85,49 @@ do
   end
 
   function drain(a, now, amount, changed, metric)
-    if a.fast then return drain_fast(a, now, amount, changed, metric) end
-    return drain_slow(a, now, amount, changed, metric)
+    if not a.fast then return drain_slow(a, now, amount, changed, metric) end
+    -- Walk the spend-order index, reading only the blocks taken from (in
+    -- HMGETs of 1, 4, 16 ... entries: one block pays most charges, and
+    -- each entry parsed costs about as much as an HMGET), skipping those
+    -- not started yet.
+    if not a.idx then a.idx = redis.call('HGET', a.key, 'o') or '' end
+    local draws, left, pos, want = {}, amount, 1, 1
+    while m_pos(left) do
+      local ids, names, texts = {}, {}, {}
+      while #ids < want do
+        local s, fin, id, _, exp, _, st = string.find(a.idx, IDX_PAT, pos)
+        if not s then break end
+        pos = fin + 2
+        local x, y = tonumber(exp), tonumber(st)
+        -- Not started, or due (a refresh's expire_due zeroed it already).
+        if y <= now and (x == nil or x > now) then
+          ids[#ids + 1] = id
+          names[#names + 1] = 'b:' .. id
+          texts[#ids] = {exp, x, st, y}
+        end
+      end
+      if #ids == 0 then break end
+      local vals = redis.call('HMGET', a.key, unpack(names))
+      for i, id in ipairs(ids) do
+        if not m_pos(left) then break end
+        if not vals[i] then error('the spend-order index names block ' .. id .. ', which the hash lacks') end
+        -- A scoped hash's fast path (scope_fast): only blocks that apply,
+        -- told from the value's scope field before decoding it.
+        local raw, ok = vals[i], true
+        if metric and a.sc_fast then
+          local at = string.find(raw, '|@', 1, true)
+          ok = not at or string.find(',' .. string.sub(raw, at + 2) .. ',', ',' .. metric .. ',', 1, true) ~= nil
+        end
+        if ok then
+          local b = block_dec(id, raw)
+          b.rem0 = b.rem
+          -- The index's decimal instants, for block_json (no sprintf).
+          b.ix = texts[i]
+          left = draw(b, left, draws, changed)
+        end
+      end
+      want = want * 4
+    end
+    return draws
   end
 end
