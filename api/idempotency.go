@@ -274,7 +274,7 @@ func (s *Server) rerun(rt *route, c *call) {
 // replaysByRerun reports whether rt's 2xx answers are left unstored because
 // a retry re-runs the endpoint and gets the same status and body: the route's
 // whole effect is one money script that remembers the operation under its
-// op key (prelude.lua replay) until Postgres holds it, where every money
+// op key (lua/prelude/idempotency.lua replay) until Postgres holds it, where every money
 // call looks its key up first (lua appliedFirst, forever), and its answer
 // is built from that record alone. TestReplayByRerunIdentical
 // (internal/e2e) checks each of these byte for byte. Not here: usage

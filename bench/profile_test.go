@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
 )
 
@@ -173,23 +174,21 @@ func (p *inproc) checkAndConsume(b *testing.B, idem string, measure func(b *test
 }
 
 // BenchmarkLuaPrelude measures what a script costs Redis by itself: a bare
-// one-HGET script, the same HGET behind lua/prelude.lua (which every money
-// and state script carries), and the snapshot script a check runs, on a
+// one-HGET script, the same HGET behind the prelude (lua/prelude/, which
+// every money and state script carries), and the snapshot script a check
+// runs, on a
 // private redis-server so INFO commandstats holds only these calls:
 //
 //	go test ./bench -run '^$' -bench LuaPrelude
 func BenchmarkLuaPrelude(b *testing.B) {
-	prelude, err := os.ReadFile("../lua/prelude.lua")
-	if err != nil {
-		b.Skip(err)
-	}
+	prelude := lua.Prelude()
 	snapshot, err := os.ReadFile("../lua/snapshot.lua")
 	if err != nil {
 		b.Skip(err)
 	}
 	rdb := privateRedis(b)
 	ctx := context.Background()
-	// One account hash as lua/prelude.lua encodes it: account fields and
+	// One account hash as the prelude encodes it: account fields and
 	// three blocks (remaining|original|priority|created|starts|expires|source|meta).
 	key := "{p:p00}:a:00000000-0000-4000-8000-000000000001"
 	rdb.HSet(ctx, key, "id", "00000000-0000-4000-8000-000000000002", "t", "00000000-0000-4000-8000-000000000003", "e", "live",
@@ -199,8 +198,8 @@ func BenchmarkLuaPrelude(b *testing.B) {
 		"b:00000000-0000-4000-8000-00000000000c", "1000000000|1000000000|2|mi6kq0xc|||p|")
 	for _, tc := range []struct{ name, src string }{
 		{"bare-hget", hgetScript},
-		{"prelude+hget", string(prelude) + "\n" + hgetScript},
-		{"snapshot", string(prelude) + "\n" + string(snapshot)},
+		{"prelude+hget", prelude + "\n" + hgetScript},
+		{"snapshot", prelude + "\n" + string(snapshot)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := redis.NewScript(tc.src)

@@ -10,7 +10,7 @@ import (
 )
 
 // Budgets (issue 28 item 3): spend caps per period on a customer, for every
-// metric or one. The money scripts enforce them atomically (prelude.lua
+// metric or one. The money scripts enforce them atomically (lua/prelude/budgets.lua
 // budget_take): each budget's counter lives in the customer's account hash
 // (field "u:<period letter>:<metric key>"), the rules are docs/rules.md
 // "Budgets" and the choices docs/decisions.md "Budgets".
@@ -119,7 +119,7 @@ func (b Budget) CountingFrom(now time.Time) (from, end time.Time) {
 }
 
 // BudgetArg is the "bud" member of the money scripts' context for budgets
-// at now (prelude.lua budgets_of): per budget "field|from|end|limit"
+// at now (lua/prelude/budgets.lua budgets_of): per budget "field|from|end|limit"
 // (instants in Unix ms), joined by ";". Metric keys never hold "|", ";" or
 // a quote (metricKeyPattern), so the text needs no escaping.
 func BudgetArg(bs []Budget, now time.Time) string {

@@ -277,7 +277,7 @@ func (s *Entitlements) checkMetered(ctx context.Context, c Customer, tenant Tena
 	// What the charge would do (prelude line_split): under block it fits
 	// when the effective balance after it stays at or above minus the line.
 	res.Allowed = cost <= fig.available || fig.policy != OveragePolicyBlock
-	// A budget refuses whatever the balance and the policy (prelude.lua
+	// A budget refuses whatever the balance and the policy (lua/prelude/budgets.lua
 	// budget_take): only customers with budgets pay the extra read.
 	if r, ok := s.hot.(BudgetCounterReader); ok && len(c.Budgets) > 0 {
 		var left int64

@@ -212,7 +212,7 @@ func findBlock(m Mutation, id *uuid.UUID) *Block {
 // MaxLiveBlocks bounds the live (unexpired, nonzero) credit blocks of one
 // customer (invariant 13): every money script reads and orders them, so
 // the cap keeps its Redis time under 1 ms (bench scenario "worst",
-// docs/limits.md). lua/prelude.lua MAX_LIVE_BLOCKS enforces it atomically.
+// docs/limits.md). lua/prelude/bounds.lua MAX_LIVE_BLOCKS enforces it atomically.
 const MaxLiveBlocks = 100
 
 // ErrTooManyBlocks refuses a grant, topup, rollover or plan grant that would

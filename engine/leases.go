@@ -21,7 +21,7 @@ import (
 const MaxLeaseSeconds = 86400
 
 // MaxGaugeLeases is how many active leases one gauge of one customer holds
-// at most (prelude.lua MAX_GAUGE_LEASES; an increment past it is refused).
+// at most (lua/prelude/gauges.lua MAX_GAUGE_LEASES; an increment past it is refused).
 const MaxGaugeLeases = 200
 
 // LeaseStatus is where a lease stands.

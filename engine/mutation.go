@@ -65,7 +65,7 @@ type Mutation struct {
 	Reservation     *MutationReservation `json:"res,omitempty"`
 	Gauge           *MutationGauge       `json:"gauge,omitempty"`
 	// Budget is what the charge did to the customer's budgets: the ones it
-	// brought to their limit, or the one that refused it (prelude.lua
+	// brought to their limit, or the one that refused it (lua/prelude/budgets.lua
 	// budget_take); nil when it reached none.
 	Budget *MutationBudget `json:"budget,omitempty"`
 	// OutboxMS is the millisecond part of the outbox entry's stream id
@@ -306,7 +306,7 @@ type MutationContext struct {
 	// writes them for the scripts as BudgetArg at the command's instant.
 	Budgets []Budget `json:"-"`
 	// BudgetArg is BudgetArg(Budgets, now), which the money scripts read
-	// (prelude.lua budgets_of).
+	// (lua/prelude/budgets.lua budgets_of).
 	BudgetArg string `json:"bud,omitempty"`
 	// Event names the credit.granted emitter when it is not a plain grant.
 	Emitter string `json:"emitter,omitempty"`

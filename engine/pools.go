@@ -36,7 +36,7 @@ func (d DrawLimit) budget() Budget {
 }
 
 // Field is the child's account hash field that counts its draws in the
-// current period (prelude.lua pool_take): "p:d" or "p:m".
+// current period (lua/prelude/pools.lua pool_take): "p:d" or "p:m".
 func (d DrawLimit) Field() string { return "p:" + string(d.Period[:1]) }
 
 // CheckDrawLimit validates a draw limit (the API's field path is prefix);
@@ -112,7 +112,7 @@ func PoolOpID(op uuid.UUID) uuid.UUID {
 	return uuid.NewHash(sha1.New(), op, []byte("pool"), 5)
 }
 
-// PoolArg is the pool member of a money script's arguments (prelude.lua
+// PoolArg is the pool member of a money script's arguments (lua/prelude/pools.lua
 // pool_of): "<parent id>|<field>|<from ms>|<end ms>|<limit>" with the
 // window of the draw limit holding now, or "<parent id>" alone without a
 // limit.

@@ -1,6 +1,6 @@
 // Pricing: the billable metric and metering rule types, Price (what units cost
 // under a rule) and rule validation. Pure functions; the Lua price() in
-// lua/prelude.lua is their twin, checked by lua/price_test.go.
+// lua/prelude/pricing.lua is their twin, checked by lua/price_test.go.
 
 package engine
 

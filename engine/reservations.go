@@ -26,7 +26,7 @@ func CheckReservationTTL(ttl int64) error {
 }
 
 // MaxActiveHolds bounds one customer's active reservations (invariant 13):
-// every money script on the customer reads them. lua/prelude.lua
+// every money script on the customer reads them. lua/prelude/bounds.lua
 // MAX_ACTIVE_HOLDS enforces it atomically.
 const MaxActiveHolds = 100
 

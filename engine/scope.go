@@ -10,7 +10,7 @@ import (
 // scoped to metrics", docs/decisions.md). A block may carry a scope: the
 // billable metric keys it pays for. A block without one pays for every
 // metric. Charges for metric M take, in spend order, only blocks that
-// apply to M; prelude.lua scope_free and scope_room decide how much, and
+// apply to M; lua/prelude/scopes.lua scope_free and scope_room decide how much, and
 // ScopeFree and ScopeRoom below are their Go twins (lua
 // TestScopeFreeAgrees runs both on the same cases).
 

@@ -19,7 +19,7 @@ import (
 // ledger, the API and the persisted operations only ever see UUID text.
 
 // storedIDAlphabet is base64url's alphabet in ASCII order, so the compact
-// forms of two ids compare bytewise as their UUID texts do: prelude.lua
+// forms of two ids compare bytewise as their UUID texts do: lua/prelude/spend_order.lua
 // breaks spend-order ties on the id string, as engine.SpendOrder does on
 // ID.String().
 const storedIDAlphabet = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"

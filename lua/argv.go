@@ -76,7 +76,7 @@ func newHotHead(h engine.CommandHeader, mc engine.MutationContext) (hotHead, err
 		return hotHead{}, err
 	}
 	// The budgets' periods are those holding the command's instant, the
-	// now the script runs at (prelude.lua budgets_of).
+	// now the script runs at (prelude/budgets.lua budgets_of).
 	if len(mc.Budgets) > 0 {
 		mc.BudgetArg = engine.BudgetArg(mc.Budgets, h.Now)
 	}

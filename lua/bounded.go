@@ -66,7 +66,7 @@ func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metada
 }
 
 // metaMatches: have holds every key of want with an equal JSON value (as
-// prelude.lua meta_matches compared cjson-decoded values: numbers as
+// prelude/metadata.lua meta_matches compared cjson-decoded values: numbers as
 // float64, and an empty object equal to an empty array).
 func metaMatches(have, want map[string]any) bool {
 	for k, v := range want {
@@ -117,7 +117,7 @@ func (s *Store) holdMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string
 }
 
 // mergeMeta is stored with incoming's keys added or replaced (both JSON
-// object text, "" when empty), as prelude.lua meta_merge: values keep their
+// object text, "" when empty), as prelude/metadata.lua meta_merge: values keep their
 // exact text.
 func mergeMeta(stored, incoming string) (string, error) {
 	if incoming == "" {

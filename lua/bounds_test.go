@@ -14,11 +14,11 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// maxKeptHolds is prelude.lua MAX_KEPT_HOLDS: finalized holds kept in the
+// maxKeptHolds is prelude/bounds.lua MAX_KEPT_HOLDS: finalized holds kept in the
 // account hash (docs/limits.md).
 const maxKeptHolds = 8
 
-// TestCapErrorsNameTheCap: the errors of the caps prelude.lua enforces
+// TestCapErrorsNameTheCap: the errors of the caps prelude/bounds.lua names
 // (their values: TestLuaConstantsMatchGo) are 409s naming the cap
 // (invariant 13).
 func TestCapErrorsNameTheCap(t *testing.T) {

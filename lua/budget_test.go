@@ -23,7 +23,7 @@ type budgetStep struct {
 	reached int
 }
 
-// TestBudgetConsume holds prelude.lua's budget counters (docs/rules.md
+// TestBudgetConsume holds prelude/budgets.lua's budget counters (docs/rules.md
 // "Budgets"): a consume past a cap is refused whatever the policy and the
 // balance, exactly to it is allowed; a new period starts at zero; a budget
 // set again counts from then; a stale context never rolls a counter back;

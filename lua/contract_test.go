@@ -53,7 +53,7 @@ func luaTable(t *testing.T, text string) map[string]string {
 	return out
 }
 
-// TestLuaConstantsMatchGo: each constant prelude.lua keeps is the Go value
+// TestLuaConstantsMatchGo: each constant the prelude (prelude/) keeps is the Go value
 // it mirrors.
 func TestLuaConstantsMatchGo(t *testing.T) {
 	for _, tc := range []struct {
@@ -69,7 +69,7 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		{"OP_RECORD_CONSUME", opRecordConsume},
 	} {
 		if got := luaConst(t, preludeLua, tc.lua); got != strconv.FormatInt(tc.want, 10) {
-			t.Errorf("prelude.lua %s = %s, Go says %d", tc.lua, got, tc.want)
+			t.Errorf("prelude %s = %s, Go says %d", tc.lua, got, tc.want)
 		}
 	}
 
@@ -96,7 +96,7 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		{"RES_NAME", holdNames},
 	} {
 		if got := luaTable(t, luaConst(t, preludeLua, tc.lua)); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("prelude.lua %s = %v, Go says %v", tc.lua, got, tc.want)
+			t.Errorf("prelude %s = %v, Go says %v", tc.lua, got, tc.want)
 		}
 	}
 	for _, src := range []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional,

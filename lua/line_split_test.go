@@ -10,7 +10,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// lineSplitProbe runs prelude.lua's line_split on an account owing ARGV[2]
+// lineSplitProbe runs prelude/credit_line.lua's line_split on an account owing ARGV[2]
 // with effective balance ARGV[1], a hold part ARGV[3], a cost ARGV[4] and
 // a line ARGV[5]: {"no"} when refused, else {"ok", from blocks, to debt}.
 var lineSplitProbe = withPrelude(`

@@ -24,9 +24,11 @@ type preludeChunk struct {
 }
 
 var (
-	luaIdent     = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
-	luaDefFunc   = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)`)
-	luaDefLocals = regexp.MustCompile(`^local ([A-Za-z_][A-Za-z0-9_, ]*?)\s*=`)
+	luaIdent   = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	luaDefFunc = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)`)
+	// A bare "local name" declares a function its do block defines (its
+	// helpers local to the block).
+	luaDefLocals = regexp.MustCompile(`^local ([A-Za-z_][A-Za-z0-9_, ]*?)\s*(?:=|$)`)
 )
 
 // splitPrelude cuts src at every line that opens a top-level local (column

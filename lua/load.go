@@ -14,11 +14,12 @@ import (
 )
 
 // Go side of load.lua: a rebuild writes each account hash in the encoding
-// prelude.lua reads (its header comment; blockValue and holdValue mirror
-// block_enc and res_enc, and TestLoadEncodingMatchesPrelude keeps them
-// equal), so Redis only fences and writes.
+// the prelude reads (the header comments of prelude/blocks.lua and
+// prelude/holds.lua; blockValue and holdValue mirror block_enc and
+// res_enc, and TestLoadEncodingMatchesPrelude keeps them equal), so Redis
+// only fences and writes.
 
-// sourceCodes are prelude.lua's one-letter source codes (SOURCE_CODE).
+// sourceCodes are prelude/text.lua's one-letter source codes (SOURCE_CODE).
 var sourceCodes = func() map[engine.Source]string {
 	m := make(map[engine.Source]string, len(sourceNames))
 	for code, name := range sourceNames {
@@ -27,7 +28,7 @@ var sourceCodes = func() map[engine.Source]string {
 	return m
 }()
 
-// holdCodes are prelude.lua's one-letter reservation statuses (RES_CODE).
+// holdCodes are prelude/holds.lua's one-letter reservation statuses (RES_CODE).
 var holdCodes = map[engine.ReservationStatus]string{
 	engine.ReservationActive: "a", engine.ReservationCommitted: "c",
 	engine.ReservationReleased: "r", engine.ReservationExpired: "e",
@@ -37,7 +38,7 @@ func b36(n int64) string { return strconv.FormatInt(n, 36) }
 
 func dec(n int64) string { return strconv.FormatInt(n, 10) }
 
-// blockValue is field "b:<id>" of block b (prelude.lua block_enc): its
+// blockValue is field "b:<id>" of block b (prelude/blocks.lua block_enc): its
 // metadata lives in field "m:<id>"; the original amount is left out while
 // it equals the remaining one; a scope is an eighth field "@k1,k2".
 func blockValue(b engine.MutationBlock) string {
@@ -63,7 +64,7 @@ func blockValue(b engine.MutationBlock) string {
 		"|" + st + "|" + exp + "|" + src + scope
 }
 
-// holdValue is field "r:<id>" of hold r (prelude.lua res_enc); final is
+// holdValue is field "r:<id>" of hold r (prelude/holds.lua res_enc); final is
 // when it was finalized, nil while active. Its metadata lives in field
 // "n:<id>".
 func holdValue(r engine.MutationReservation, final *int64) string {
@@ -130,7 +131,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		fields = append(fields, "d", dec(st.Debt))
 	}
 	// The budget counters that counted something (a missing one reads as
-	// zero spent; prelude.lua budget_take).
+	// zero spent; prelude/budgets.lua budget_take).
 	budgets := make([]string, 0, len(st.Budgets))
 	for f, c := range st.Budgets {
 		if c.SpentMC != 0 {
@@ -250,7 +251,7 @@ func storedAccountID(id string) string {
 	return engine.CompactID(u)
 }
 
-// layoutMinItems is prelude.lua's LAYOUT_MIN_ITEMS: an account of fewer
+// layoutMinItems is prelude/layout.lua's LAYOUT_MIN_ITEMS: an account of fewer
 // blocks and active holds goes without the layout v2 fields.
 const layoutMinItems = 8
 
@@ -261,7 +262,7 @@ type keptHold struct {
 	final int64
 }
 
-// layoutFields are the layout v2 fields "s", "o" and "k" (prelude.lua,
+// layoutFields are the layout v2 fields "s", "o" and "k" (prelude/layout.lua,
 // "Account layout v2") of an account hash holding blocks (all with credit),
 // active holds and the kept finalized holds, last written at u (field
 // "ua"): byte for byte what acct_commit writes, so a rebuilt hash takes the

@@ -99,8 +99,8 @@ func (s *Store) StoredAccounts(ctx context.Context, customers []uuid.UUID) ([]en
 }
 
 // gaugeFields reads the gauge fields ("g:<metric>" counters and
-// "L:<metric>" leases, prelude.lua) and the budget counters ("u:...",
-// prelude.lua budget_take) of a hash too big for one HGETALL, by
+// "L:<metric>" leases, prelude/gauges.lua) and the budget counters ("u:...",
+// prelude/budgets.lua budget_take) of a hash too big for one HGETALL, by
 // HSCAN: bounded steps, as the sliced read of its blocks is.
 func (s *Store) gaugeFields(ctx context.Context, key string) (map[string]string, error) {
 	out := map[string]string{}

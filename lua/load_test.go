@@ -17,9 +17,10 @@ import (
 )
 
 // TestLoadEncodingMatchesPrelude: the hash values Go prepares for load.lua
-// are byte for byte what prelude.lua's block_enc and res_enc write, so a
+// are byte for byte what prelude/blocks.lua's block_enc and
+// prelude/holds.lua's res_enc write, so a
 // rebuilt account reads exactly like one the scripts wrote. A change of the
-// encoding in prelude.lua fails here until load.go follows.
+// encoding in the prelude fails here until load.go follows.
 func TestLoadEncodingMatchesPrelude(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -180,7 +181,7 @@ func TestLoadSameCustomerTwiceInOneCall(t *testing.T) {
 
 // TestBlockDecodesEveryEncoding: block values in the current encoding and
 // in the older ones (original always written, an eighth field for
-// metadata, empty or inline) decode alike in prelude.lua and in Go, and a
+// metadata, empty or inline) decode alike in prelude/blocks.lua and in Go, and a
 // drain writes an older value back readable, its inline metadata moved out.
 func TestBlockDecodesEveryEncoding(t *testing.T) {
 	mr := miniredis.RunT(t)

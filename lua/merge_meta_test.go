@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// metaMergeLua runs prelude.lua's meta_merge, the merge commit.lua still
+// metaMergeLua runs prelude/metadata.lua's meta_merge, the merge commit.lua still
 // does when Go did not (ARGV[15] absent).
 var metaMergeLua = redis.NewScript(preludeLua + "\nreturn meta_merge(ARGV[1], ARGV[2]) or false")
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// moneyProbe runs prelude.lua's money arithmetic on two decimal strings and
+// moneyProbe runs prelude/money.lua's money arithmetic on two decimal strings and
 // replies {a+b, a-b, cmp(a,b)} with "OVERFLOW" for results outside int64, or
 // "BAD" when an operand does not parse.
 var moneyProbe = withPrelude(`

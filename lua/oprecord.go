@@ -11,7 +11,7 @@ import (
 )
 
 // opRecordConsume opens the compact op record a consume leaves under its
-// idempotency key (prelude.lua op_record_consume); a record opening with
+// idempotency key (prelude/idempotency.lua op_record_consume); a record opening with
 // '{' is a whole Mutation (the other scripts, and every op key a rebuild
 // writes from Postgres).
 const opRecordConsume = 'c'

@@ -15,7 +15,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// priceProbe runs prelude.lua's terms_parse and price on ARGV[1] (terms)
+// priceProbe runs prelude/pricing.lua's terms_parse and price on ARGV[1] (terms)
 // and ARGV[2] (units), replying the cost in decimal or the first word of
 // the error ("OVERFLOW", "BADTERMS", "BADARG").
 var priceProbe = withPrelude(`
@@ -28,14 +28,14 @@ if not c then return (string.match(err, '^(%S+)')) end
 return m_fmt(c)
 `)
 
-// mulProbe runs prelude.lua's m_mul on two decimal strings.
+// mulProbe runs prelude/money.lua's m_mul on two decimal strings.
 var mulProbe = withPrelude(`
 local c = m_mul(m_parse(ARGV[1]), m_parse(ARGV[2]))
 if not c then return 'OVERFLOW' end
 return m_fmt(c)
 `)
 
-// luaPrice is what prelude.lua's price answers for terms and units.
+// luaPrice is what prelude/pricing.lua's price answers for terms and units.
 func luaPrice(t testing.TB, rdb redis.UniversalClient, terms engine.RuleTerms, units int64) string {
 	t.Helper()
 	arg, err := termsArg(terms)

@@ -18,7 +18,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// sourceNames undoes prelude.lua's one-letter source codes.
+// sourceNames undoes prelude/text.lua's one-letter source codes.
 var sourceNames = map[string]engine.Source{
 	"p": engine.SourcePlanGrant, "t": engine.SourceTopup, "o": engine.SourcePromotional,
 	"c": engine.SourceCompensation, "r": engine.SourceReferral, "m": engine.SourceManual,
@@ -147,7 +147,7 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 	return accountFields{}, errAccountMoving
 }
 
-// decodeAccount reads the fields prelude.lua's acct_commit writes.
+// decodeAccount reads the fields prelude/account_commit.lua's acct_commit writes.
 func decodeAccount(raw map[string]string) (accountFields, error) {
 	var a accountFields
 	var err error
@@ -157,7 +157,7 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 	for f, v := range raw {
 		switch {
 		case strings.HasPrefix(f, "m:"):
-			// Block metadata (prelude.lua): joined to its block below.
+			// Block metadata (prelude/blocks.lua): joined to its block below.
 		case strings.HasPrefix(f, "b:"):
 			b, berr := decodeBlock(f[2:], v)
 			if berr != nil {
@@ -195,7 +195,7 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 }
 
 // activeHoldMetrics are the distinct metrics of the active holds of hash
-// raw (prelude.lua res_enc: status "a", metric the tenth field), sorted.
+// raw (prelude/holds.lua res_enc: status "a", metric the tenth field), sorted.
 func activeHoldMetrics(raw map[string]string) []string {
 	seen := map[string]bool{}
 	out := []string{}
@@ -266,7 +266,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 		b.Source = engine.Source(p[6])
 	}
 	if len(p) == 8 && strings.HasPrefix(p[7], "@") {
-		// The block's scope (prelude.lua block_dec), never metadata.
+		// The block's scope (prelude/blocks.lua block_dec), never metadata.
 		b.Scope = strings.Split(p[7][1:], ",")
 	} else if len(p) == 8 && p[7] != "" {
 		b.Metadata = json.RawMessage(p[7])
@@ -280,7 +280,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 // parsed (no block ids, sources, metadata or reservations decoded, nothing
 // sorted). Figures match Snapshot's. Errors: engine.ErrStateMissing.
 //
-// An account known to keep the layout v2 summary (field "s", prelude.lua)
+// An account known to keep the layout v2 summary (field "s", prelude/layout.lua)
 // is read by one HMGET of the summary instead: a big account's HGETALL
 // copies every block's and hold's metadata (megabytes at the caps). The
 // summary answers only inside its window; outside it the HGETALL does.
@@ -331,7 +331,7 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 }
 
 // summaryBalances are the figures of the layout v2 summary sum
-// ("balance|pending|live|active|E|S|F", prelude.lua) with the reserved
+// ("balance|pending|live|active|E|S|F", prelude/layout.lua) with the reserved
 // total rs, when the summary written at ua holds at nowMS: F <= nowMS <
 // min(E, S) and ua < E (no block expired or started since). ok is false
 // outside that window or for a summary it cannot read.
@@ -486,7 +486,7 @@ func hexUUID(dst []byte, u uuid.UUID) {
 }
 
 // BudgetCounters reads budget counter fields of c's account hash
-// (prelude.lua budget_take): "" for a missing one; ErrStateMissing when
+// (prelude/budgets.lua budget_take): "" for a missing one; ErrStateMissing when
 // the hash is missing. One HMGET, with the version to tell a missing hash.
 func (s *Store) BudgetCounters(ctx context.Context, c engine.CustomerKey, fields []string) ([]string, error) {
 	vals, err := s.rdb.HMGet(ctx, s.accountKey(c.CustomerID), append([]string{"v"}, fields...)...).Result()

@@ -250,7 +250,7 @@ func TestScopedRebuildAndBigAccount(t *testing.T) {
 	})
 }
 
-// scopeFreeProbe runs prelude.lua's scope_free and scope_room on blocks
+// scopeFreeProbe runs prelude/scopes.lua's scope_free and scope_room on blocks
 // given as ARGV triples (remaining, priority, scope "" or "k1,k2"), the
 // holds as "metric,held" pairs (ARGV[1], space separated), freed and skip
 // (ARGV[2], ARGV[3]) for the charge's metric ARGV[4]; the blocks from

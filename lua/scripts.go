@@ -13,12 +13,11 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// The money and state scripts. Each is prelude.lua (money arithmetic, the
-// block encoding, the Mutation JSON) followed by its own file, wrapped once
-// so Script.Run sends EVALSHA and falls back to EVAL after a server restart.
+// The money and state scripts. Each is the prelude (lua/prelude/, joined
+// in prelude.go: money arithmetic, the block encoding, the Mutation JSON)
+// followed by its own file, wrapped once so Script.Run sends EVALSHA and
+// falls back to EVAL after a server restart.
 var (
-	//go:embed prelude.lua
-	preludeLua string
 	//go:embed grant.lua
 	grantLua string
 	//go:embed debit.lua
@@ -91,7 +90,7 @@ var scriptErrors = map[string]error{
 	"SHORTER":      engine.ErrReservationShorter,
 	"NOTDUE":       ErrReservationNotDue,
 	"BELOWZERO":    engine.ErrGaugeBelowZero,
-	// Per-customer bounds of invariant 13 (prelude.lua MAX_LIVE_BLOCKS,
+	// Per-customer bounds of invariant 13 (prelude/bounds.lua MAX_LIVE_BLOCKS,
 	// MAX_ACTIVE_HOLDS).
 	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
 	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
@@ -133,7 +132,7 @@ func scriptError(script string, err error) error {
 	return fmt.Errorf("lua: %s: %w", script, err)
 }
 
-// budgetError reads prelude.lua budget_refuse's "<field> <limit> <spent>
+// budgetError reads prelude/budgets.lua budget_refuse's "<field> <limit> <spent>
 // <end ms>".
 func budgetError(rest string) (*engine.Error, bool) {
 	f := strings.Fields(rest)

@@ -15,7 +15,7 @@ import (
 
 // The seen filter tells a money call whose op key Redis no longer holds
 // whether its idempotency key was certainly never applied, so it runs
-// without asking Postgres (issue 26; prelude.lua seen_put says how it is
+// without asking Postgres (issue 26; prelude/seen.lua seen_put says how it is
 // kept). Each partition has one hash per week, filled by the persister as
 // it commits (ForgetOps) and by the seeding from Postgres (SeedSeen);
 // a money call consults the hashes of the current week and the

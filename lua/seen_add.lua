@@ -1,5 +1,5 @@
 -- seen_add.lua records operations the persister has committed to Postgres
--- in the seen filter (prelude.lua seen_put) and then shortens their op
+-- in the seen filter (prelude/seen.lua seen_put) and then shortens their op
 -- keys to the grace (engine.OpKeyGrace), in one script, so an applied
 -- idempotency key is always under its op key, in the filter, or both.
 --

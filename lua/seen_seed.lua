@@ -1,7 +1,7 @@
 -- seen_seed.lua adds to the seen filter the op keys of operations Postgres
 -- holds (lua/seen.go reads them), and, on the last page, marks the
 -- partition seeded: until then every money call of the partition whose op
--- key is absent asks Postgres (prelude.lua seen_maybe).
+-- key is absent asks Postgres (prelude/seen.lua seen_maybe).
 --
 -- KEYS[1]   the partition's seeded mark {prefix:pNN}:seen
 -- KEYS[2]   the partition's filter hash of this week {prefix:pNN}:seen:<week>

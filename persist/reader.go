@@ -330,7 +330,7 @@ func readStatesWithBlocks(ctx context.Context, tx pgx.Tx, accountSQL string, arg
 // [$3, $4) cost ($2 "": every metric; else that metric, whose part of a
 // multi-metric entry is its items' costs): each entry's cost is minus its
 // delta (what the blocks and the credit line paid) plus its overage, the
-// cost prelude.lua budget_take counted, plus what its parent $5 (NULL:
+// cost lua/prelude/budgets.lua budget_take counted, plus what its parent $5 (NULL:
 // none) paid of its charges in the window, the parent's pool_draw entries
 // that name it (docs/rules.md "Shared pools"); $6 is their tenant (a
 // parent is of its child's tenant).
@@ -348,7 +348,7 @@ const budgetSpentSQL = `SELECT (SELECT COALESCE(SUM(CASE
 
 // poolDrawnSQL sums what child $2 drew from parent $1 (of tenant $5) in [$3, $4): the
 // parent's pool_draw entries that name it, the draw limit's count
-// (prelude.lua pool_take).
+// (lua/prelude/pools.lua pool_take).
 const poolDrawnSQL = `SELECT COALESCE(SUM(-delta), 0)::bigint FROM ledger_entries
 	WHERE customer_id = $1 AND tenant_id = $5 AND type = 'pool_draw' AND reference_id = $2
 		AND created_at >= $3 AND created_at < $4`

@@ -70,7 +70,7 @@ func firstBlockField(t *testing.T, s *Stack, key string) (string, string) {
 	return names[0], fields[names[0]]
 }
 
-// withRemaining is block value v (prelude.lua's block encoding) with
+// withRemaining is block value v (lua/prelude/blocks.lua's block encoding) with
 // remaining rem and its original kept: an untouched block leaves its
 // original out ("rem||..."), which then reads as the remaining amount.
 func withRemaining(t *testing.T, v string, rem int64) string {

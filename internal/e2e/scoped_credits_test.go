@@ -352,7 +352,7 @@ func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	s, a := rb.s, rb.a
 	ma, mb := a.perUnit(100), a.perUnit(100)
 	id, _ := a.newCustomer()
-	// Enough blocks for the account layout's summary fields (prelude.lua
+	// Enough blocks for the account layout's summary fields (lua/prelude/layout.lua
 	// LAYOUT_MIN_ITEMS), a scoped one among them.
 	for range 8 {
 		a.scopeGrant(id, 100, 1)

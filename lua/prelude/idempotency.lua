@@ -1,0 +1,52 @@
+-- idempotency.lua owns what an op key remembers and how a retry is
+-- answered from it (replay), so every money script replays alike.
+
+-- OP_RECORD_CONSUME ('c') opens the compact op record of a consume; a
+-- stored Mutation JSON (other scripts, and every op key a rebuild writes)
+-- opens with '{'. OP_RH_LEN is how much of the request hash it keeps: 128
+-- bits tell a retry from another request as well as the whole hash.
+local OP_RECORD_CONSUME = 99
+local OP_RH_LEN = 32
+
+-- op_record_consume is what a consume's op key remembers (lua/oprecord.go
+-- decodes it): "c" request hash prefix "\n" then, joined by "|", op id, at
+-- (ms), index of the consumption entry, units, cost, charged, overage,
+-- balance, reserved, pending and the metric (never holds "|"). That is every
+-- number the consume answer is built from, in about a fifth of the bytes
+-- of the Mutation JSON.
+-- Its arguments come formatted (mutation_json left the account figures in
+-- m), so nothing is formatted twice.
+local function op_record_consume(m, idx, metric, units, cost, charged, overage)
+  return 'c' .. string.sub(m.rh, 1, OP_RH_LEN) .. '\n' .. m.op .. '|' .. m.at_s .. '|' .. idx .. '|' ..
+    units .. '|' .. cost .. '|' .. charged .. '|' .. overage .. '|' .. m.bal_s .. '|' .. m.rs_s .. '|' ..
+    m.pend_s .. '|' .. metric
+end
+
+-- replay answers a retried idempotency key: nil when op_key is absent or
+-- unused, else the reply to return (the stored Mutation, or MISMATCH when it
+-- was produced by another request). With seen (seen_keys), an absent op key
+-- that the seen filter may know answers MAYBESEEN.
+local function replay(op_key, rh, seen)
+  if not op_key then return nil end
+  local prev = redis.call('GET', op_key)
+  if not prev then
+    if seen and seen_maybe(seen, op_key) then
+      return redis.error_reply('MAYBESEEN the idempotency key may have been applied before')
+    end
+    return nil
+  end
+  if string.byte(prev, 1) == OP_RECORD_CONSUME then
+    -- A compact consume record (op_record_consume): the request hash
+    -- prefix runs up to the first newline.
+    local nl = string.find(prev, '\n', 1, true)
+    if not nl or string.sub(prev, 2, nl - 1) ~= string.sub(rh, 1, OP_RH_LEN) then
+      return redis.error_reply('MISMATCH idempotency key used with another request')
+    end
+    return {'replay', prev}
+  end
+  local ok, m = pcall(cjson.decode, prev)
+  if ok and type(m) == 'table' and m.rh ~= rh then
+    return redis.error_reply('MISMATCH idempotency key used with another request')
+  end
+  return {'replay', prev}
+end

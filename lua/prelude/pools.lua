@@ -1,0 +1,129 @@
+-- pools.lua owns a child customer's draws on its parent's blocks
+-- (docs/rules.md "Shared pools").
+--
+-- Shared pools (docs/rules.md "Shared pools"): a child customer spends its
+-- own blocks, then its parent's (one level), up to an optional draw limit
+-- per period counted in the child's hash like a budget (field "p:d" or
+-- "p:m", "<from> <drawn>"). The parent's hash shares the child's slot (the
+-- child's id is minted there: docs/decisions.md "Shared pools"), so the
+-- script names it from the child's key.
+
+-- pool_of reads the pool argument (engine.PoolArg) of the child whose
+-- account key is akey: nil without a parent, else {key, id} and, with a
+-- draw limit whose window holds now, {f, from, to, lim}. Nothing is read
+-- yet: pool_split reads the parent and the draw counter only for a charge
+-- the child's own credit does not cover.
+local function pool_of(akey, arg, now)
+  if not arg or arg == '' then return nil end
+  local id, rest = string.match(arg, '^([0-9a-f-]+)(.*)$')
+  if not id or #id ~= 36 then return nil end
+  local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil, a = nil, akey = akey}
+  local f, from, to, lim = string.match(rest, '^|([^|]+)|(%d+)|(%d+)|(%d+)$')
+  if f and tonumber(from) <= now and now < tonumber(to) then
+    p.f, p.from, p.to, p.lim = f, tonumber(from), tonumber(to), m_parse(lim)
+  end
+  return p
+end
+
+-- pool_read reads the parent's account into p.a and the child's draw
+-- counter into p.drawn; false when Redis holds no state for the parent.
+local function pool_read(p, now)
+  p.a = acct_read(p.key, now, {}, false, false)
+  if not p.a then return false end
+  if p.lim then
+    p.drawn = MONEY_ZERO
+    local sf, ss = string.match(redis.call('HGET', p.akey, p.f) or '', '^(%d+) (%d+)')
+    if sf and tonumber(sf) >= p.from then p.from, p.drawn = tonumber(sf), m_parse(ss) end
+  end
+  return true
+end
+
+-- pool_free is what account a's blocks may pay for metric beyond its
+-- holds, up to need, never negative: own tells the child (its effective
+-- balance before its debt, which its line backs) from the parent (its
+-- effective balance net of its debt: a child never draws a parent's line).
+local function pool_free(a, now, metric, need, own)
+  local _, _, eff = acct_bal(a, now)
+  local free = eff
+  if own then free = m_add(eff, a.d) end
+  if a.scoped then free = m_min(free, scope_free(a, now, metric, MONEY_ZERO, nil, need)) end
+  if not m_pos(free) then return MONEY_ZERO end
+  return m_min(free, need)
+end
+
+-- pool_cap is pooled within what p's draw limit leaves (p read).
+local function pool_cap(p, pooled)
+  if not p.lim then return pooled end
+  local left = m_sub(p.lim, p.drawn)
+  if not m_pos(left) then return MONEY_ZERO end
+  return m_min(pooled, left)
+end
+
+-- pool_split decides a charge of cost for metric by child a with pool p
+-- (pool_of): what the child's blocks pay, what goes on its credit line
+-- (lim, under block only) and what the parent's blocks pay, in that order
+-- of asking: own blocks, the parent, the line. nil when refusing (policy
+-- block) and the three fall short of cost; under allow and notify the
+-- rest is overage. nil, 'NOPOOLSTATE' when the parent must be read and
+-- Redis holds no state for it.
+local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
+  local own = pool_free(a, now, metric, cost, refusing)
+  local need = m_sub(cost, own)
+  local pooled = MONEY_ZERO
+  if m_pos(need) then
+    if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
+    pooled = pool_cap(p, pool_free(p.a, now, metric, need, false))
+  end
+  if not refusing then return own, MONEY_ZERO, pooled end
+  local debt = m_sub(need, pooled)
+  -- The line backs what the blocks and the pool leave, within what the
+  -- child's holds leave of it (eff counts them), as scope_split asks.
+  if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  return own, debt, pooled
+end
+
+-- pool_fast is pool_split for a scoped child read on the fast path
+-- (a.sc_fast, no active hold), deciding as it drains as scope_fast does:
+-- the child's blocks that apply to metric pay what they hold, then the
+-- parent, then the line. Returns what the child's blocks paid, the debt,
+-- the draws and what the parent pays; nil when refused, nil,
+-- 'NOPOOLSTATE' as pool_split.
+local function pool_fast(a, p, now, metric, eff, cost, lim, refusing, entries, changed)
+  expire_due(a, now, entries, changed)
+  local most = eff
+  if refusing then most = m_add(eff, a.d) end
+  if not m_pos(most) then most = MONEY_ZERO end
+  local draws = drain(a, now, m_min(cost, most), changed, metric)
+  local paid = MONEY_ZERO
+  for _, d in ipairs(draws) do paid = m_add(paid, d.take) end
+  local need, pooled, debt = m_sub(cost, paid), MONEY_ZERO, MONEY_ZERO
+  if m_pos(need) then
+    if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
+    pooled = pool_cap(p, pool_free(p.a, now, metric, need, false))
+  end
+  if refusing then
+    debt = m_sub(need, pooled)
+    if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
+  end
+  return paid, debt, draws, pooled
+end
+
+-- pool_take drains pooled from the parent's blocks (p.a) for the child's
+-- charge for metric, and appends the parent's Mutation (kind debit, one
+-- pool_draw entry naming the child as its reference; its op id and
+-- context are Go's, engine.PoolDraw) to the outbox; with a draw limit it
+-- counts the draw in the child's hash (akey).
+local function pool_take(akey, outbox, p, m, metric, metric_j, pooled, op, ctx)
+  local pa, entries, changed = p.a, {}, {}
+  local _, _, before = acct_bal(pa, m.now)
+  expire_due(pa, m.now, entries, changed)
+  local draws = drain(pa, m.now, pooled, changed, metric)
+  entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'pool_draw', metric_j = metric_j,
+    ref = m.customer, open = false, delta = nil, src = nil, block = nil, draws = nil}, draws))
+  pa.v = pa.v + 1
+  acct_commit(p.key, pa, changed, m.now)
+  local pm = {op = op, kind = 'debit', tenant = m.tenant, customer = p.id, env = m.env, idem = '""', rh = '',
+    now = m.now, ctx = ctx, eb = before}
+  redis.call('XADD', outbox, '*', 'm', mutation_json(pm, pa, entries, changed))
+  if p.lim then redis.call('HSET', akey, p.f, budget_counter_enc(p.from, m_add(p.drawn, pooled), false)) end
+end

@@ -1,0 +1,124 @@
+-- seen.lua owns the seen filter's look-up and insert, shared by the money
+-- scripts (replay) and seen_add.lua.
+--
+-- The seen filter (issue 26: no Postgres before a money call). An op key
+-- lives until the persister has committed its operation, then a minute
+-- more (engine.OpKeyGrace); before shortening it the persister adds it to
+-- the filter of its partition for the current week (seen_add.lua), in the
+-- same script. A week's filter is a hash {prefix:pNN}:seen:<week> of
+-- buckets whose values are 4-byte fingerprints of the keys in them,
+-- concatenated. A money call whose op key is absent consults the last
+-- SEEN_WEEKS weeks: a fingerprint found means "maybe applied" (MAYBESEEN:
+-- the caller asks Postgres, lua/applied.go), none means "certainly new"
+-- once the partition's filter is seeded ({prefix:pNN}:seen exists:
+-- lua/seen.go seeds it from Postgres). A false "maybe" costs one Postgres
+-- look-up; a false "new" cannot happen within the horizon
+-- (engine.SeenHorizon).
+--
+-- The buckets come in five tiers, so that a partition pays for the buckets
+-- its volume fills: a field costs Redis ~50 B besides its value, so in
+-- 4,096 buckets a few hundred keys a week cost ~30 B each (the 24 h
+-- window's whole budget per key is 100 B), while one bucket for a busy
+-- partition would make every look-up read megabytes. Tier t has 2^b
+-- buckets (b = 4, 6, 8, 10, 12 bits of sha1(op key name)) and takes
+-- SEEN_TIER_CAP keys (64 per bucket) before the next takes over; the last
+-- tier has no cap. Its fields are a tier letter and the bucket number; the
+-- last tier's are the first 3 hex digits, as the single-tier filter before
+-- it wrote them (its hashes read as that tier: nothing to migrate). A
+-- key's fingerprint is the same 32 bits in every tier, the 8 hex digits
+-- after the first 3, so disjoint from every tier's bucket bits. The tier
+-- counts are the fields #1 to #4. A look-up reads a key's five buckets and
+-- the counts with one HMGET per week.
+local SEEN_TIERS = {
+  {field = 'w', shift = 256}, -- 16 buckets: the top 4 of the first 12 bits
+  {field = 'x', shift = 64},  -- 64
+  {field = 'y', shift = 16},  -- 256
+  {field = 'z', shift = 4},   -- 1,024
+}
+local SEEN_TIER_CAP = {1024, 4096, 16384, 65536}
+
+-- seen_fp is the fingerprint of the key whose sha1 hex digest is h: the 4
+-- bytes after its first 3 digits.
+local function seen_fp(h)
+  return string.char(tonumber(string.sub(h, 4, 5), 16), tonumber(string.sub(h, 6, 7), 16),
+    tonumber(string.sub(h, 8, 9), 16), tonumber(string.sub(h, 10, 11), 16))
+end
+
+-- seen_in reports whether bucket value v holds fingerprint fp at a
+-- 4-byte boundary.
+local function seen_in(v, fp)
+  if not v then return false end
+  local i = 1
+  while true do
+    local at = string.find(v, fp, i, true)
+    if not at then return false end
+    if at % 4 == 1 then return true end
+    i = at + 1
+  end
+end
+
+-- seen_fields is the field of the key of digest h in each tier, the last
+-- tier's at index 5.
+local function seen_fields(h)
+  local top = tonumber(string.sub(h, 1, 3), 16)
+  local f = {}
+  for t = 1, 4 do
+    local tier = SEEN_TIERS[t]
+    f[t] = tier.field .. math.floor(top / tier.shift)
+  end
+  f[5] = string.sub(h, 1, 3)
+  return f
+end
+
+-- seen_read reads op key k's buckets in week hash wk: the digest, the
+-- fields, and HMGET's answer (the five buckets, then the counts #1-#4).
+local function seen_read(wk, k)
+  local h = redis.sha1hex(k)
+  local f = seen_fields(h)
+  return h, f, redis.call('HMGET', wk, f[1], f[2], f[3], f[4], f[5], '#1', '#2', '#3', '#4')
+end
+
+-- seen_has reports whether the buckets v (seen_read) hold fingerprint fp.
+local function seen_has(fp, v)
+  for t = 1, 5 do
+    if seen_in(v[t], fp) then return true end
+  end
+  return false
+end
+
+-- seen_keys is the filter keys a money script was given from KEYS[from]
+-- on (the seeded mark, then the week hashes), nil when none.
+local function seen_keys(keys, from)
+  if not keys[from] then return nil end
+  local t = {}
+  for i = from, #keys do t[#t + 1] = keys[i] end
+  return t
+end
+
+-- seen_maybe reports whether op key k may name an operation applied
+-- before (see above): always when the partition is not seeded.
+local function seen_maybe(seen, k)
+  if redis.call('EXISTS', seen[1]) == 0 then return true end
+  for i = 2, #seen do
+    local h, _, v = seen_read(seen[i], k)
+    if seen_has(seen_fp(h), v) then return true end
+  end
+  return false
+end
+
+-- seen_put adds op key k to week hash wk unless it is there already, in
+-- the first tier not full.
+local function seen_put(wk, k)
+  local h, f, v = seen_read(wk, k)
+  local fp = seen_fp(h)
+  if seen_has(fp, v) then return end
+  local t = 5
+  for i = 1, 4 do
+    if (tonumber(v[5 + i]) or 0) < SEEN_TIER_CAP[i] then
+      t = i
+      break
+    end
+  end
+  redis.call('HSET', wk, f[t], (v[t] or '') .. fp)
+  if t < 5 then redis.call('HINCRBY', wk, '#' .. t, 1) end
+end

@@ -1,0 +1,64 @@
+-- text.lua owns the small text codes every encoding shares (integral
+-- ARGVs, base 36, the one-letter sources, JSON strings), so the hash
+-- encodings and the Mutation JSON spell them alike.
+
+-- int_parse reads an integral ARGV (ms, versions, priorities); nil if not one.
+local function int_parse(s)
+  if type(s) ~= 'string' or not string.find(s, '^%-?%d+$') then return nil end
+  return tonumber(s)
+end
+
+local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function b36_enc(n)
+  if n == 0 then return '0' end
+  local sign = ''
+  if n < 0 then sign, n = '-', -n end
+  local out = ''
+  while n > 0 do
+    local d = n % 36
+    out = string.sub(B36, d + 1, d + 1) .. out
+    n = (n - d) / 36
+  end
+  return sign .. out
+end
+
+local function b36_dec(s)
+  if string.byte(s, 1) == 45 then return -tonumber(string.sub(s, 2), 36) end -- '-'
+  return tonumber(s, 36)
+end
+
+-- Known sources are stored as one letter; anything else as its text (always
+-- longer than one letter, so the two never collide).
+local SOURCE_CODE = {plan_grant = 'p', topup = 't', promotional = 'o', compensation = 'c',
+  referral = 'r', manual = 'm', migration = 'g'}
+-- SOURCE_NAME inverts SOURCE_CODE, written out: a loop at the top level
+-- would run on every call.
+local SOURCE_NAME = {p = 'plan_grant', t = 'topup', o = 'promotional', c = 'compensation',
+  r = 'referral', m = 'manual', g = 'migration'}
+
+local function src_enc(s) return SOURCE_CODE[s] or s end
+local function src_dec(s) return SOURCE_NAME[s] or s end
+
+-- q quotes text that needs no JSON escaping: UUIDs, enums and hex hashes
+-- that Go formatted (j_str's pattern costs ~10,000 instructions a call).
+local function q(s) return '"' .. s .. '"' end
+
+-- j_str encodes a short trusted string (ids, enums, hashes) as JSON text;
+-- client text arrives pre-encoded by Go instead.
+local function j_str(s)
+  -- Keys and ids rarely hold a character to escape: a find is a third of
+  -- the gsub's cost.
+  if not string.find(s, '[%c"\\]') then return '"' .. s .. '"' end
+  return '"' .. (string.gsub(s, '[%c"\\]', function(c)
+    if c == '"' then return '\\"' end
+    if c == '\\' then return '\\\\' end
+    return string.format('\\u%04x', string.byte(c))
+  end)) .. '"'
+end
+
+-- src_json is source s as JSON text (known sources need no escaping).
+local function src_json(s)
+  if SOURCE_CODE[s] then return '"' .. s .. '"' end
+  return j_str(s)
+end
