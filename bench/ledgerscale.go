@@ -95,26 +95,7 @@ func (b *Bench) ledgerScale(ctx context.Context, rows int64, queries int) {
 	out := &LedgerScaleResult{Rows: rows, Months: ledgerScaleMonths}
 	b.res.LedgerScale = out
 	fail := func(err error) { out.Error = err.Error(); logf("ledger-scale: %v", err) }
-	api, err := newTenant(b.addr, b.runID+"-ledger-scale")
-	if err != nil {
-		fail(err)
-		return
-	}
-	a, err := api.Expect(201, "POST", "/v1/customers", map[string]any{"external_id": "ledger-probe", "overage_policy": "allow"},
-		"Idempotency-Key", b.runID+"-ledger-probe")
-	if err != nil {
-		fail(err)
-		return
-	}
-	var probe struct {
-		ID       string `json:"id"`
-		TenantID string `json:"tenant_id"`
-	}
-	if err := a.Decode(&probe); err != nil {
-		fail(err)
-		return
-	}
-	pool, err := b.unboundedPool(ctx)
+	api, probe, pool, err := b.seedTarget(ctx, "ledger-scale", "ledger-probe")
 	if err != nil {
 		fail(err)
 		return
@@ -209,6 +190,35 @@ func (b *Bench) ledgerScale(ctx context.Context, rows int64, queries int) {
 	if _, err := api.Expect(200, "GET", reads[0].path, nil); err != nil {
 		fail(fmt.Errorf("history after the drop: %w", err))
 	}
+}
+
+// seededCustomer is the one customer a seeding scenario reads through the
+// API.
+type seededCustomer struct {
+	ID       string `json:"id"`
+	TenantID string `json:"tenant_id"`
+}
+
+// seedTarget readies a scenario whose ledger is seeded straight into
+// Postgres: a tenant of its own (name), an allow customer ext in it
+// created through the API, and a pool on the run's database without a
+// statement timeout (the caller closes it).
+func (b *Bench) seedTarget(ctx context.Context, name, ext string) (*API, seededCustomer, *pgxpool.Pool, error) {
+	var c seededCustomer
+	api, err := newTenant(b.addr, b.runID+"-"+name)
+	if err != nil {
+		return nil, c, nil, err
+	}
+	a, err := api.Expect(201, "POST", "/v1/customers", map[string]any{"external_id": ext, "overage_policy": "allow"},
+		"Idempotency-Key", b.runID+"-"+ext)
+	if err != nil {
+		return nil, c, nil, err
+	}
+	if err := a.Decode(&c); err != nil {
+		return nil, c, nil, err
+	}
+	pool, err := b.unboundedPool(ctx)
+	return api, c, pool, err
 }
 
 // unboundedPool is a pool on the run's database without a statement

@@ -383,12 +383,14 @@ func run(ctx context.Context, o Options) (*Results, error) {
 	if o.has("pg-outage") && ctx.Err() == nil {
 		b.hotPath(ctx)
 	}
-	// After the ledger check: its rows are not the load's.
-	if o.has("usage-report") && ctx.Err() == nil {
-		b.usageReport(ctx, o.UsageReportRows, o.UsageReportQueries)
-	}
+	// After the ledger check: its rows are not the load's. Ledger-scale
+	// first: it gives the past months partitions of their own, which needs
+	// a ledger with no row before this month (usage-report seeds 30 days).
 	if o.has("ledger-scale") && ctx.Err() == nil {
 		b.ledgerScale(ctx, o.LedgerScaleRows, o.LedgerScaleQueries)
+	}
+	if o.has("usage-report") && ctx.Err() == nil {
+		b.usageReport(ctx, o.UsageReportRows, o.UsageReportQueries)
 	}
 	cd.Stop()
 	probe.Creditd = 0

@@ -67,26 +67,7 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 	out := &UsageReportResult{LedgerRows: rows, Metrics: usageReportMetrics, Days: usageReportDays}
 	b.res.UsageReport = out
 	fail := func(err error) { out.Error = err.Error(); logf("usage-report: %v", err) }
-	api, err := newTenant(b.addr, b.runID+"-usage")
-	if err != nil {
-		fail(err)
-		return
-	}
-	a, err := api.Expect(201, "POST", "/v1/customers", map[string]any{"external_id": "usage-report", "overage_policy": "allow"},
-		"Idempotency-Key", b.runID+"-usage-report-customer")
-	if err != nil {
-		fail(err)
-		return
-	}
-	var c struct {
-		ID       string `json:"id"`
-		TenantID string `json:"tenant_id"`
-	}
-	if err := a.Decode(&c); err != nil {
-		fail(err)
-		return
-	}
-	pool, err := b.unboundedPool(ctx)
+	api, c, pool, err := b.seedTarget(ctx, "usage", "usage-report")
 	if err != nil {
 		fail(err)
 		return
