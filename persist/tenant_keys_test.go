@@ -36,7 +36,8 @@ var upsertShapes = []struct {
 		status, expires_at, seconds, created_at, version)
 		VALUES ($1, $2, $3, 'live', 'seats', 1, 'active', now(), 60, now(), 1)`, "(id)", "(id, tenant_id)"},
 	{"webhook_events", `INSERT INTO webhook_events (id, tenant_id, environment, event_type, payload, created_at)
-		VALUES ($1, $2, 'live', 'credit.granted', '{}', now())`, "(id)", "(id, tenant_id)"},
+		VALUES ($1, $2, 'live', 'credit.granted', '{}', '2026-01-02T03:04:05Z')`, // a replay carries its instant
+		"(id)", "(id, tenant_id, created_at)"}, // 035 adds created_at
 	{"usage_hourly", `INSERT INTO usage_hourly (customer_id, hour_start, billable_metric_key, tenant_id, environment,
 		units, cost, count) VALUES ($3, date_trunc('hour', now()), 'm', $2, 'live', 1, 1, 1)`,
 		"(customer_id, hour_start, billable_metric_key)", "(customer_id, hour_start, billable_metric_key, tenant_id)"},
@@ -47,7 +48,7 @@ var upsertShapes = []struct {
 		"(customer_id) WHERE customer_id IS NOT NULL", "(customer_id, tenant_id) WHERE customer_id IS NOT NULL"},
 }
 
-// TestTenantKeysExpandContract rehearses migrations 031, 033 and 034 under a rolling
+// TestTenantKeysExpandContract rehearses migrations 031, 033, 034 and 035 under a rolling
 // upgrade (docs/decisions.md "Tenant keys: expand now, contract later"): a
 // database at 030 with rows in it, migrated by Migrate (not fresh: expand
 // only), still takes every upsert of the previous release and already
@@ -85,8 +86,8 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	}
 	st, err := Schema(db.ctx, db.pool)
 	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract,
-		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions"}) {
-		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031, 033 and 034 pending", st, err, st.Check())
+		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions", "035_event_partitions"}) {
+		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031, 033, 034 and 035 pending", st, err, st.Check())
 	}
 	for i, s := range upsertShapes {
 		for _, target := range []string{s.old, s.new} {
