@@ -597,6 +597,18 @@ func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Atte
 	return tag.RowsAffected() == 1, nil
 }
 
+// listEventsSQL is a page of tenant $1's event rows below sequence $5
+// (when $4), newest first. The request knows no instant (a sequence is
+// handed out at insert, a row dated by what made it, so the two orders
+// differ by the persister's lag), so every month is read, through its
+// (tenant_id, sequence) index merged newest first: a page from the newest
+// month holding the page and one index probe into each other month
+// (TestEventPlansPrune).
+const listEventsSQL = `SELECT ` + eventColumns + ` FROM webhook_events
+	WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
+		AND (NOT $4 OR sequence < $5)
+	ORDER BY sequence DESC LIMIT $6`
+
 // ListEvents implements engine.EventStore: newest first by sequence (the
 // order the tenant's events were stored in), both environments; an
 // unknown status or type simply matches nothing. The rows and the carried
@@ -611,10 +623,7 @@ func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.Event
 	if limit <= 0 {
 		limit = 20
 	}
-	stored := &pgx.QueuedQuery{SQL: `SELECT ` + eventColumns + ` FROM webhook_events
-		WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
-			AND (NOT $4 OR sequence < $5)
-		ORDER BY sequence DESC LIMIT $6`, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
+	stored := &pgx.QueuedQuery{SQL: listEventsSQL, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
 	var evs []engine.Event
 	if (q.Status != "" && q.Status != string(engine.EventPending)) ||
 		(q.EventType != "" && q.EventType != string(engine.EventCreditConsumed)) {
