@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
 )
 
 // eventPartitionOf names the webhook_events partition of t's month
@@ -14,7 +16,9 @@ import (
 func eventPartitionOf(t time.Time) string { return "webhook_events_p" + t.UTC().Format("200601") }
 
 // deliveryPartitionOf names the webhook_deliveries partition of t's month.
-func deliveryPartitionOf(t time.Time) string { return "webhook_deliveries_p" + t.UTC().Format("200601") }
+func deliveryPartitionOf(t time.Time) string {
+	return "webhook_deliveries_p" + t.UTC().Format("200601")
+}
 
 // TestEventPlansPrune (issue 30 item 1): the reads and writes the API and
 // the delivery runner make of the month-partitioned events (migration 035)
@@ -161,5 +165,50 @@ func TestEventPlansPrune(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAttemptDatedAfterEvent: an attempt recorded by a node whose clock is
+// behind the one that dated its event is dated at the event (so an
+// event's attempts lie in its month or later, which deliveriesSQL's bound
+// relies on), and the event, read back with its attempts, has it.
+func TestAttemptDatedAfterEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/hook', webhook_secret = 's'
+		WHERE id = $1`, live.TenantID); err != nil {
+		t.Fatal(err)
+	}
+	// An event dated early next month, an attempt dated late this month.
+	at := monthStart(time.Now(), 1).Add(time.Minute)
+	e := engine.NewEvent(uuid.New(), engine.EventTestPing, live.TenantID, live.Environment, nil, nil, at, "", struct{}{})
+	if err := b.store.InsertEvent(b.ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.store.ClaimDue(b.ctx, at.Add(time.Hour), time.Minute, 10, 10, nil)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("ClaimDue = %d claims, %v", len(claims), err)
+	}
+	delivered := at.Add(time.Hour)
+	code := 200
+	ok, err := b.store.RecordAttempt(b.ctx, claims[0], engine.Attempt{At: at.Add(-2 * time.Hour), StatusCode: &code,
+		DurationMS: 5, Status: engine.EventDelivered, Attempts: 1, DeliveredAt: &delivered})
+	if err != nil || !ok {
+		t.Fatalf("RecordAttempt = %v, %v", ok, err)
+	}
+	var where string
+	var dated time.Time
+	if err := b.pool.QueryRow(b.ctx, `SELECT tableoid::regclass::text, created_at FROM webhook_deliveries
+		WHERE event_id = $1`, e.ID).Scan(&where, &dated); err != nil {
+		t.Fatal(err)
+	}
+	if !dated.Equal(at) || where != deliveryPartitionOf(at) {
+		t.Fatalf("attempt dated %v in %s, want %v in %s", dated, where, at, deliveryPartitionOf(at))
+	}
+	page, err := b.store.ListEvents(b.ctx, live.TenantID, engine.EventQuery{Limit: 5})
+	if err != nil || len(page.Data) != 1 || len(page.Data[0].Deliveries) != 1 ||
+		page.Data[0].Status != engine.EventDelivered {
+		t.Fatalf("ListEvents = %+v, %v; want the event delivered with its attempt", page, err)
 	}
 }

@@ -513,7 +513,7 @@ func eventTimeUTC(t *time.Time) *time.Time {
 // pending for good), so the candidates are read in every month, by its
 // partial due index, which holds the pending and failed rows only (empty
 // in a settled month); the lock and the update then name each row's
-// instant, one month each (partition_plan_test.go, TestEventPlansPrune).
+// instant, one month each (event_partitions_test.go, TestEventPlansPrune).
 const claimDueSQL = `WITH cand AS (
 	SELECT w.id, w.tenant_id, w.created_at FROM (
 		SELECT DISTINCT tenant_id FROM webhook_events

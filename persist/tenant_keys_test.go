@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,7 +56,9 @@ var upsertShapes = []struct {
 // takes this release's; a delivery written the old way (no tenant_id)
 // gets its event's tenant; Schema reports the contract pending. After
 // MigrateContract the old upserts are refused (42P10: no such unique key),
-// the new ones still work, and the schema has no tenant-sharding break.
+// the new ones still work, the schema has no tenant-sharding break, and
+// the events and attempts stored before stay in their legacy partitions
+// (035), an attempt dated before its event moved up to it.
 func TestTenantKeysExpandContract(t *testing.T) {
 	t.Parallel()
 	db := setupAt(t, 30)
@@ -107,6 +110,13 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	if err := db.pool.QueryRow(db.ctx, `SELECT tenant_id FROM webhook_deliveries WHERE id = $1`, delivery).Scan(&got); err != nil || got != tenant {
 		t.Fatalf("old-style delivery's tenant = %v (%v), want %v", got, err, tenant)
 	}
+	// The previous release dates an attempt by its own clock, which may be
+	// behind the one that dated the event (035's contract moves it up).
+	early := uuid.New()
+	if _, err := db.pool.Exec(db.ctx, `INSERT INTO webhook_deliveries (id, tenant_id, event_id, duration_ms, created_at)
+		VALUES ($1, $2, $3, 3, '2026-01-02T03:04:04Z')`, early, tenant, event); err != nil {
+		t.Fatal(err)
+	}
 	if v, err := tenantViolations(db.ctx, db.pool); err != nil || len(v) == 0 {
 		t.Fatalf("expanded schema: violations %v (%v), want the old keys still there", v, err)
 	}
@@ -129,6 +139,26 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	}
 	if v, err := tenantViolations(db.ctx, db.pool); err != nil || len(v) > 0 {
 		t.Fatalf("contracted schema: violations:\n%s\n%v", strings.Join(v, "\n"), err)
+	}
+	// 035's switch kept the rows where they were (the legacy partitions)
+	// and dated the early attempt at its event.
+	for _, q := range []struct{ sql, want string }{
+		{`SELECT tableoid::regclass::text FROM webhook_events WHERE id = $1 LIMIT 1`, "webhook_events_legacy"},
+		{`SELECT tableoid::regclass::text FROM webhook_deliveries WHERE id = $1`, "webhook_deliveries_legacy"},
+	} {
+		id := event
+		if strings.Contains(q.sql, "deliveries") {
+			id = early
+		}
+		var where string
+		if err := db.pool.QueryRow(db.ctx, q.sql, id).Scan(&where); err != nil || where != q.want {
+			t.Errorf("%s: %q (%v), want %s", q.sql, where, err, q.want)
+		}
+	}
+	var dated time.Time
+	if err := db.pool.QueryRow(db.ctx, `SELECT created_at FROM webhook_deliveries WHERE id = $1`, early).Scan(&dated); err != nil ||
+		!dated.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("early attempt dated %v (%v) after the switch, want its event's instant", dated, err)
 	}
 	var nullable bool
 	if err := db.pool.QueryRow(db.ctx, `SELECT NOT attnotnull FROM pg_attribute
