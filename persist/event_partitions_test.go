@@ -1,12 +1,14 @@
 package persist
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -210,5 +212,117 @@ func TestAttemptDatedAfterEvent(t *testing.T) {
 	if err != nil || len(page.Data) != 1 || len(page.Data[0].Deliveries) != 1 ||
 		page.Data[0].Status != engine.EventDelivered {
 		t.Fatalf("ListEvents = %+v, %v; want the event delivered with its attempt", page, err)
+	}
+}
+
+// TestEventSwitchOnline (issue 30 item 1): existing events and attempts
+// move to the partitioned tables online, as the ledger does
+// (TestLedgerSwitchOnline). A database at 035's expand with 100,000 events
+// over the last 90 days, each with an attempt, takes `creditd migrate
+// contract` while a writer keeps storing events the persister's way
+// (ON CONFLICT (id, tenant_id, created_at)) and an attempt for each: no
+// write fails, every row is there after the switch, and a replayed event
+// inserts nothing.
+func TestEventSwitchOnline(t *testing.T) {
+	t.Parallel()
+	const rows = 100_000
+	b := setupAt(t, 35)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	live, _ := b.tenant(t)
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO webhook_events (id, tenant_id, environment, event_type, payload, status,
+			attempts, created_at, delivered_at, sequence)
+			SELECT gen_random_uuid(), $1, 'live', 'credit.granted', '{"sequence":' || g || '}', 'delivered', 1,
+				now() - interval '90 days' + g * (interval '90 days' / $2), now(), g
+			FROM generate_series(1, $2::int) AS g`, live.TenantID, rows); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (id, tenant_id, event_id, status_code, duration_ms, created_at)
+			SELECT gen_random_uuid(), tenant_id, id, 200, 5, created_at + interval '1 second' FROM webhook_events`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	insert := func(id uuid.UUID, seq int64, at time.Time) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO webhook_events (id, tenant_id, environment, event_type, payload,
+				created_at, sequence) VALUES ($1, $2, 'live', 'credit.granted', '{}', $3, $4)
+				ON CONFLICT (id, tenant_id, created_at) DO NOTHING`, id, live.TenantID, at, seq); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (id, tenant_id, event_id, status_code, duration_ms,
+				created_at) VALUES (gen_random_uuid(), $1, $2, 200, 5, $3)`, live.TenantID, id, at)
+			return err
+		})
+	}
+	stop := make(chan struct{})
+	type write struct {
+		id uuid.UUID
+		at time.Time
+	}
+	var written []write
+	var writeErr error
+	var longest time.Duration
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for seq := int64(rows + 1); ; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := write{uuid.New(), time.Now().UTC().Truncate(time.Microsecond)}
+			began := time.Now()
+			if err := insert(w.id, seq, w.at); err != nil {
+				writeErr = err
+				return
+			}
+			longest = max(longest, time.Since(began))
+			written = append(written, w)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	switchStart := time.Now()
+	if err := MigrateContract(ctx, b.pool); err != nil {
+		t.Fatalf("MigrateContract: %v", err)
+	}
+	took := time.Since(switchStart)
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	<-writerDone
+	if writeErr != nil {
+		t.Fatalf("a write during the switch failed: %v", writeErr)
+	}
+	t.Logf("switch (031 to 035 contracts) of %d events and attempts: %v; the writer's longest write %v (%d writes)",
+		rows, took.Round(time.Millisecond), longest.Round(time.Millisecond), len(written))
+
+	for _, table := range []string{"webhook_events", "webhook_deliveries"} {
+		var total, legacy int64
+		var partitioned bool
+		if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+table+`), (SELECT count(*) FROM `+table+`_legacy),
+			EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = $1::regclass)`, table).
+			Scan(&total, &legacy, &partitioned); err != nil {
+			t.Fatal(err)
+		}
+		if !partitioned || total != int64(rows+len(written)) || legacy < rows {
+			t.Fatalf("%s after the switch: partitioned %v, %d rows (want %d), %d in the legacy partition (want >= %d)",
+				table, partitioned, total, rows+len(written), legacy, rows)
+		}
+	}
+	// A replay of the first event inserts nothing (its attempt, a new
+	// row, goes in).
+	if err := insert(written[0].id, 1, written[0].at); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_events WHERE id = $1`, written[0].id).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("replayed event stored %d times (%v)", n, err)
 	}
 }
