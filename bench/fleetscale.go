@@ -469,7 +469,11 @@ func tableSizes(ctx context.Context, pg *pgx.Conn) []TableSize {
 	var out []TableSize
 	for _, t := range []string{"ledger_entries", "operations", "webhook_events", "credit_accounts", "credit_blocks"} {
 		ts := TableSize{Table: t}
-		err := pg.QueryRow(ctx, "SELECT count(*), pg_total_relation_size('"+t+"') FROM "+t).Scan(&ts.Rows, &ts.Bytes)
+		// A partitioned table's own size is 0: its partitions hold the rows
+		// (migrations 033 to 035); pg_partition_tree of a plain table is the
+		// table itself.
+		err := pg.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+t+"), "+
+			"(SELECT COALESCE(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree('"+t+"'))").Scan(&ts.Rows, &ts.Bytes)
 		if err != nil {
 			continue
 		}

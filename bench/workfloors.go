@@ -764,7 +764,7 @@ func uniqueField(typ string, field []byte, seq uint64) ([]byte, error) {
 	case "text", "character varying":
 		return append(append(append([]byte{}, field...), '~'), strconv.FormatUint(seq, 36)...), nil
 	case "timestamp with time zone":
-		// The partition key (migrations 033, 034) is in every key of its
+		// The partition key (migrations 033 to 035) is in every key of its
 		// table beside an id, which is varied: the instant stays, and with
 		// it the month partition the row goes to.
 		return field, nil

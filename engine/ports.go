@@ -703,7 +703,9 @@ type EventStore interface {
 	ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]Claim, error)
 	// RecordAttempt stores one attempt and the event's new state, provided
 	// the claim's lease is still the event's; ok is false when it was not
-	// (the attempt is dropped: another worker owns the event now).
+	// (the attempt is dropped: another worker owns the event now). c is
+	// as ClaimDue returned it: persist finds the event by its id, tenant
+	// and created_at (its month partition, migration 035).
 	RecordAttempt(ctx context.Context, c Claim, a Attempt) (ok bool, err error)
 	// ListEvents pages a tenant's events (both environments) newest first.
 	ListEvents(ctx context.Context, tenant uuid.UUID, q EventQuery) (Page[Event], error)

@@ -293,7 +293,7 @@ func copyCarriedRows(ctx context.Context, tx pgx.Tx, evs []engine.Event) error {
 		SELECT id, tenant, env, customer, type, body, 'pending', 0, at, at, seq, version
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::text[], $7::timestamptz[],
 			$8::bigint[], $9::bigint[]) AS p(id, tenant, env, customer, type, body, at, seq, version)
-		ON CONFLICT (id, tenant_id) DO NOTHING`, ids, tenants, envs, customers, types, bodies, ats, seqs, versions)
+		ON CONFLICT (id, tenant_id, created_at) DO NOTHING`, ids, tenants, envs, customers, types, bodies, ats, seqs, versions)
 	if err != nil {
 		return fmt.Errorf("persist: materialize events: %w", err)
 	}

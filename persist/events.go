@@ -70,16 +70,18 @@ SELECT f.id, f.tenant, f.env, f.customer, f.type, '{"sequence":' || (b.next - f.
 	'pending', 0, f.at, f.at, b.next - f.n + f.rn, f.version
 FROM fresh f JOIN bumped b ON b.tenant_id = f.tenant
 ORDER BY f.id
-ON CONFLICT (id, tenant_id) DO NOTHING`
+ON CONFLICT (id, tenant_id, created_at) DO NOTHING`
 
 // Apply's two event statements: insertMutationEventsSQL skips rows already
 // stored (a replay), freshEventsSQL (the lean write) fails on one instead.
+// A replay carries its events' instant (the Mutation's), so the look-up for
+// a stored row names it and reads one month (migration 035).
 // A replayed lean consume's credit.consumed (entry: the main entry that
 // could carry it, carried.go) may be stored on that entry instead of as a
 // row: the replay skips it then too.
 var (
 	insertMutationEventsSQL = strings.Replace(eventsSQLTemplate, "{{fresh}}",
-		`WHERE NOT EXISTS (SELECT 1 FROM webhook_events w WHERE w.id = e.id)
+		`WHERE NOT EXISTS (SELECT 1 FROM webhook_events w WHERE w.id = e.id AND w.tenant_id = e.tenant AND w.created_at = e.at)
 			AND (e.entry IS NULL OR NOT EXISTS (
 				SELECT 1 FROM ledger_entries l WHERE l.id = e.entry AND l.event_sequence IS NOT NULL))`, 1)
 	freshEventsSQL = withoutConflictClause(strings.Replace(eventsSQLTemplate, "{{fresh}}", "", 1))
@@ -413,9 +415,13 @@ const lockSequenceSQL = `INSERT INTO event_sequences AS s (tenant_id, next) VALU
 	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next`
 
 // insertEventSQL writes one event unless its id exists, with the tenant's
-// next sequence prepended to its payload.
+// next sequence prepended to its payload. The look-up names no instant: it
+// is the guard that keeps an id once whatever a caller dates it (the
+// primary key also holds created_at, migration 035), at one index probe a
+// month kept, on a path that writes a few events (test.ping, subscription
+// changes).
 const insertEventSQL = `WITH fresh AS (
-	SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1)
+	SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2)
 ), bumped AS (
 	UPDATE event_sequences SET next = next + 1 WHERE tenant_id = $2 AND EXISTS (SELECT 1 FROM fresh)
 	RETURNING next
@@ -425,7 +431,7 @@ INSERT INTO webhook_events
 	sequence, account_version)
 SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2), 'pending', 0, $7, $8, b.next, $9
 FROM bumped b
-ON CONFLICT (id, tenant_id) DO NOTHING`
+ON CONFLICT (id, tenant_id, created_at) DO NOTHING`
 
 // InsertEvent writes one event that reports no stored state change
 // (test.ping) unless its id exists, numbered in one transaction.
@@ -469,6 +475,11 @@ func queueInsertEvent(b *pgx.Batch, e engine.Event) {
 const eventColumns = `id, tenant_id, environment, customer_id, event_type, payload::text, status, attempts,
 	next_retry_at, last_error, created_at, delivered_at, sequence, account_version`
 
+// eventColumnsE is eventColumns of the relation named e, for a statement
+// that joins another with the same column names.
+const eventColumnsE = `e.id, e.tenant_id, e.environment, e.customer_id, e.event_type, e.payload::text, e.status,
+	e.attempts, e.next_retry_at, e.last_error, e.created_at, e.delivered_at, e.sequence, e.account_version`
+
 func scanEvent(row pgx.Row) (engine.Event, error) {
 	var e engine.Event
 	var env, typ, status, payload string
@@ -497,15 +508,20 @@ func eventTimeUTC(t *time.Time) *time.Time {
 // skipped, and tenants without a webhook URL and secret: their events wait,
 // attempts untouched, until one is configured), each tenant's first before any tenant's second, at most $3 in
 // all; rows another process holds are skipped, and the due conditions are
-// checked again under the row lock so no event is claimed twice.
+// checked again under the row lock so no event is claimed twice. An event
+// may be due in any month (a tenant without a webhook URL holds its events
+// pending for good), so the candidates are read in every month, by its
+// partial due index, which holds the pending and failed rows only (empty
+// in a settled month); the lock and the update then name each row's
+// instant, one month each (event_partitions_test.go, TestEventPlansPrune).
 const claimDueSQL = `WITH cand AS (
-	SELECT w.id FROM (
+	SELECT w.id, w.tenant_id, w.created_at FROM (
 		SELECT DISTINCT tenant_id FROM webhook_events
 		WHERE status IN ('pending', 'failed') AND next_retry_at <= $1 AND NOT (tenant_id = ANY($5::uuid[]))
 			AND tenant_id IN (SELECT id FROM tenants WHERE webhook_url IS NOT NULL AND webhook_secret IS NOT NULL)
 	) t
 	CROSS JOIN LATERAL (
-		SELECT e.id, row_number() OVER (ORDER BY e.next_retry_at, e.id) AS rn
+		SELECT e.id, e.tenant_id, e.created_at, row_number() OVER (ORDER BY e.next_retry_at, e.id) AS rn
 		FROM webhook_events e
 		WHERE e.tenant_id = t.tenant_id AND e.status IN ('pending', 'failed') AND e.next_retry_at <= $1
 			AND (e.locked_until IS NULL OR e.locked_until <= $1)
@@ -515,14 +531,16 @@ const claimDueSQL = `WITH cand AS (
 	ORDER BY w.rn, random()
 	LIMIT $3
 ), locked AS (
-	SELECT id FROM webhook_events
-	WHERE id IN (SELECT id FROM cand) AND status IN ('pending', 'failed') AND next_retry_at <= $1
-		AND (locked_until IS NULL OR locked_until <= $1)
-	FOR UPDATE SKIP LOCKED
+	SELECT e.id, e.tenant_id, e.created_at FROM cand c
+	JOIN webhook_events e ON e.id = c.id AND e.tenant_id = c.tenant_id AND e.created_at = c.created_at
+	WHERE e.status IN ('pending', 'failed') AND e.next_retry_at <= $1
+		AND (e.locked_until IS NULL OR e.locked_until <= $1)
+	FOR UPDATE OF e SKIP LOCKED
 )
-UPDATE webhook_events SET locked_until = $2, lease = $6
-WHERE id IN (SELECT id FROM locked)
-RETURNING ` + eventColumns
+UPDATE webhook_events e SET locked_until = $2, lease = $6
+FROM locked l
+WHERE e.id = l.id AND e.tenant_id = l.tenant_id AND e.created_at = l.created_at
+RETURNING ` + eventColumnsE
 
 // ClaimDue implements engine.EventStore.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration, limit, perTenant int, skip []uuid.UUID) ([]engine.Claim, error) {
@@ -554,26 +572,42 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration
 }
 
 // recordAttemptSQL moves the event to its new state and stores the attempt,
-// only while the claim's lease is still the event's.
+// only while the claim's lease is still the event's. The event is found by
+// its whole key, the claim's instant included, so the update reads one
+// month. The attempt is dated no earlier than its event (the delivering
+// node's clock may be behind the one that dated the event), so the
+// attempts of an event lie in its month or after (attachDeliveries).
 const recordAttemptSQL = `WITH upd AS (
 	UPDATE webhook_events SET status = $3, attempts = $4, next_retry_at = $5, last_error = $6,
 		delivered_at = COALESCE($7, delivered_at), locked_until = NULL, lease = NULL
-	WHERE id = $1 AND tenant_id = $14 AND lease = $2
-	RETURNING id, tenant_id
+	WHERE id = $1 AND tenant_id = $14 AND created_at = $15 AND lease = $2
+	RETURNING id, tenant_id, created_at
 )
 INSERT INTO webhook_deliveries (id, tenant_id, event_id, status_code, response_body, error, duration_ms, created_at)
-SELECT $8, tenant_id, id, $9, $10, $11, $12, $13 FROM upd`
+SELECT $8, tenant_id, id, $9, $10, $11, $12, GREATEST($13::timestamptz, created_at) FROM upd`
 
 // RecordAttempt implements engine.EventStore.
 func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Attempt) (bool, error) {
 	tag, err := s.pool.Exec(ctx, recordAttemptSQL, c.Event.ID, c.Lease, string(a.Status), a.Attempts, a.NextRetryAt,
 		a.LastError, a.DeliveredAt, uuid.Must(uuid.NewV7()), a.StatusCode, a.ResponseBody, a.Error, a.DurationMS, a.At,
-		c.Event.TenantID)
+		c.Event.TenantID, c.Event.CreatedAt)
 	if err != nil {
 		return false, fmt.Errorf("persist: record attempt: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// listEventsSQL is a page of tenant $1's event rows below sequence $5
+// (when $4), newest first. The request knows no instant (a sequence is
+// handed out at insert, a row dated by what made it, so the two orders
+// differ by the persister's lag), so every month is read, through its
+// (tenant_id, sequence) index merged newest first: a page from the newest
+// month holding the page and one index probe into each other month
+// (TestEventPlansPrune).
+const listEventsSQL = `SELECT ` + eventColumns + ` FROM webhook_events
+	WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
+		AND (NOT $4 OR sequence < $5)
+	ORDER BY sequence DESC LIMIT $6`
 
 // ListEvents implements engine.EventStore: newest first by sequence (the
 // order the tenant's events were stored in), both environments; an
@@ -589,10 +623,7 @@ func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.Event
 	if limit <= 0 {
 		limit = 20
 	}
-	stored := &pgx.QueuedQuery{SQL: `SELECT ` + eventColumns + ` FROM webhook_events
-		WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
-			AND (NOT $4 OR sequence < $5)
-		ORDER BY sequence DESC LIMIT $6`, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
+	stored := &pgx.QueuedQuery{SQL: listEventsSQL, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
 	var evs []engine.Event
 	if (q.Status != "" && q.Status != string(engine.EventPending)) ||
 		(q.EventType != "" && q.EventType != string(engine.EventCreditConsumed)) {
@@ -656,6 +687,12 @@ func decodeSequenceCursor(s string) (int64, error) {
 	return seq, nil
 }
 
+// deliveriesSQL reads the attempts of events $1 (of tenants $2), none
+// older than $3, the oldest event's instant.
+const deliveriesSQL = `SELECT id, event_id, status_code, response_body, error, duration_ms, created_at
+	FROM webhook_deliveries WHERE event_id = ANY($1) AND tenant_id = ANY($2) AND created_at >= $3
+	ORDER BY created_at, id`
+
 // attachDeliveries fills each event's attempts, oldest first.
 func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error {
 	if len(evs) == 0 {
@@ -664,14 +701,20 @@ func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error 
 	ids := make([]uuid.UUID, len(evs))
 	index := make(map[uuid.UUID]int, len(evs))
 	var tenants []uuid.UUID // the events' tenants (one on every read path), for the shard key
+	// An attempt is dated no earlier than its event (recordAttemptSQL;
+	// migration 035's contract moved up the older ones), so the months
+	// before the oldest event hold none of them.
+	oldest := evs[0].CreatedAt
 	for i, e := range evs {
 		ids[i], index[e.ID] = e.ID, i
 		if !slices.Contains(tenants, e.TenantID) {
 			tenants = append(tenants, e.TenantID)
 		}
+		if e.CreatedAt.Before(oldest) {
+			oldest = e.CreatedAt
+		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, event_id, status_code, response_body, error, duration_ms, created_at
-		FROM webhook_deliveries WHERE event_id = ANY($1) AND tenant_id = ANY($2) ORDER BY created_at, id`, ids, tenants)
+	rows, err := s.pool.Query(ctx, deliveriesSQL, ids, tenants, oldest)
 	if err != nil {
 		return fmt.Errorf("persist: read deliveries: %w", err)
 	}

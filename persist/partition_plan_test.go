@@ -8,7 +8,7 @@ import (
 )
 
 // partitionView is what a plan test needs to read a plan of the
-// month-partitioned ledger and operations (migrations 033 and 034) as it
+// month-partitioned tables (migrations 033, 034 and 035) as it
 // read the plan of one table: which partition index stands for which index of the parent, and
 // which partitions are empty (a Seq Scan of one reads nothing, whatever
 // the ledger's size).
@@ -39,7 +39,8 @@ func readPartitions(t *testing.T, ctx context.Context, q querier) partitionView 
 		t.Fatal(err)
 	}
 	rows, err = q.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent IN ('ledger_entries'::regclass, 'operations'::regclass)`)
+		WHERE i.inhparent IN ('ledger_entries'::regclass, 'operations'::regclass, 'webhook_events'::regclass,
+			'webhook_deliveries'::regclass)`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The tables partitioned by month of created_at (migrations 033 and 034;
-// issue 30 item 1, docs/decisions.md "The ledger by month"). Each has a
-// DEFAULT partition, <table>_default, for a row no month holds.
-var monthPartitioned = []string{"ledger_entries", "operations"}
+// The tables partitioned by month of created_at (migrations 033, 034 and
+// 035; issue 30 item 1, docs/decisions.md "The ledger by month"). Each has
+// a DEFAULT partition, <table>_default, for a row no month holds.
+var monthPartitioned = []string{"ledger_entries", "operations", "webhook_events", "webhook_deliveries"}
 
 // PartitionMonthsAhead is how many months after the current one
 // EnsurePartitions keeps created: the scheduler calls it hourly on every
@@ -31,7 +31,7 @@ const partitionLockTimeout = 2 * time.Second
 // the DEFAULT partition), and returns how many it created and how many
 // rows the DEFAULT partitions still hold (0 unless a row is dated beyond
 // the months made: an alarm, PartitionAlarm). A table not partitioned yet
-// (migration 033's contract pending) is skipped. Safe to call from every
+// (its migration's contract pending) is skipped. Safe to call from every
 // node at once: creators of one partition are serialized in Postgres.
 func (s *Store) EnsurePartitions(ctx context.Context, now time.Time) (created int, strays int64, err error) {
 	for _, table := range monthPartitioned {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,7 +37,8 @@ var upsertShapes = []struct {
 		status, expires_at, seconds, created_at, version)
 		VALUES ($1, $2, $3, 'live', 'seats', 1, 'active', now(), 60, now(), 1)`, "(id)", "(id, tenant_id)"},
 	{"webhook_events", `INSERT INTO webhook_events (id, tenant_id, environment, event_type, payload, created_at)
-		VALUES ($1, $2, 'live', 'credit.granted', '{}', now())`, "(id)", "(id, tenant_id)"},
+		VALUES ($1, $2, 'live', 'credit.granted', '{}', '2026-01-02T03:04:05Z')`, // a replay carries its instant
+		"(id)", "(id, tenant_id, created_at)"}, // 035 adds created_at
 	{"usage_hourly", `INSERT INTO usage_hourly (customer_id, hour_start, billable_metric_key, tenant_id, environment,
 		units, cost, count) VALUES ($3, date_trunc('hour', now()), 'm', $2, 'live', 1, 1, 1)`,
 		"(customer_id, hour_start, billable_metric_key)", "(customer_id, hour_start, billable_metric_key, tenant_id)"},
@@ -47,14 +49,16 @@ var upsertShapes = []struct {
 		"(customer_id) WHERE customer_id IS NOT NULL", "(customer_id, tenant_id) WHERE customer_id IS NOT NULL"},
 }
 
-// TestTenantKeysExpandContract rehearses migrations 031, 033 and 034 under a rolling
+// TestTenantKeysExpandContract rehearses migrations 031, 033, 034 and 035 under a rolling
 // upgrade (docs/decisions.md "Tenant keys: expand now, contract later"): a
 // database at 030 with rows in it, migrated by Migrate (not fresh: expand
 // only), still takes every upsert of the previous release and already
 // takes this release's; a delivery written the old way (no tenant_id)
 // gets its event's tenant; Schema reports the contract pending. After
 // MigrateContract the old upserts are refused (42P10: no such unique key),
-// the new ones still work, and the schema has no tenant-sharding break.
+// the new ones still work, the schema has no tenant-sharding break, and
+// the events and attempts stored before stay in their legacy partitions
+// (035), an attempt dated before its event moved up to it.
 func TestTenantKeysExpandContract(t *testing.T) {
 	t.Parallel()
 	db := setupAt(t, 30)
@@ -85,8 +89,8 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	}
 	st, err := Schema(db.ctx, db.pool)
 	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract,
-		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions"}) {
-		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031, 033 and 034 pending", st, err, st.Check())
+		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions", "035_event_partitions"}) {
+		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031, 033, 034 and 035 pending", st, err, st.Check())
 	}
 	for i, s := range upsertShapes {
 		for _, target := range []string{s.old, s.new} {
@@ -105,6 +109,13 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	var got uuid.UUID
 	if err := db.pool.QueryRow(db.ctx, `SELECT tenant_id FROM webhook_deliveries WHERE id = $1`, delivery).Scan(&got); err != nil || got != tenant {
 		t.Fatalf("old-style delivery's tenant = %v (%v), want %v", got, err, tenant)
+	}
+	// The previous release dates an attempt by its own clock, which may be
+	// behind the one that dated the event (035's contract moves it up).
+	early := uuid.New()
+	if _, err := db.pool.Exec(db.ctx, `INSERT INTO webhook_deliveries (id, tenant_id, event_id, duration_ms, created_at)
+		VALUES ($1, $2, $3, 3, '2026-01-02T03:04:04Z')`, early, tenant, event); err != nil {
+		t.Fatal(err)
 	}
 	if v, err := tenantViolations(db.ctx, db.pool); err != nil || len(v) == 0 {
 		t.Fatalf("expanded schema: violations %v (%v), want the old keys still there", v, err)
@@ -128,6 +139,26 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	}
 	if v, err := tenantViolations(db.ctx, db.pool); err != nil || len(v) > 0 {
 		t.Fatalf("contracted schema: violations:\n%s\n%v", strings.Join(v, "\n"), err)
+	}
+	// 035's switch kept the rows where they were (the legacy partitions)
+	// and dated the early attempt at its event.
+	for _, q := range []struct{ sql, want string }{
+		{`SELECT tableoid::regclass::text FROM webhook_events WHERE id = $1 LIMIT 1`, "webhook_events_legacy"},
+		{`SELECT tableoid::regclass::text FROM webhook_deliveries WHERE id = $1`, "webhook_deliveries_legacy"},
+	} {
+		id := event
+		if strings.Contains(q.sql, "deliveries") {
+			id = early
+		}
+		var where string
+		if err := db.pool.QueryRow(db.ctx, q.sql, id).Scan(&where); err != nil || where != q.want {
+			t.Errorf("%s: %q (%v), want %s", q.sql, where, err, q.want)
+		}
+	}
+	var dated time.Time
+	if err := db.pool.QueryRow(db.ctx, `SELECT created_at FROM webhook_deliveries WHERE id = $1`, early).Scan(&dated); err != nil ||
+		!dated.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("early attempt dated %v (%v) after the switch, want its event's instant", dated, err)
 	}
 	var nullable bool
 	if err := db.pool.QueryRow(db.ctx, `SELECT NOT attnotnull FROM pg_attribute
