@@ -59,8 +59,8 @@ const (
 	// after its last extend, and the bench's creditd sweeps expired holds
 	// once a minute (CREDITD_RESERVATION_SWEEP_INTERVAL's default), so a
 	// 15 s wait met the sweep only when it happened to fall in it.
-	escrowBooksHoldsMax   = 75 * time.Second
-	escrowBooksWatchEvery = 20 * time.Millisecond
+	escrowBooksReservationsMax = 75 * time.Second
+	escrowBooksWatchEvery      = 20 * time.Millisecond
 )
 
 // Issue 27's escrow goals.
@@ -113,7 +113,7 @@ type EscrowBooks struct {
 	ViaReservations          int64 `json:"consumption_by_holds"`
 	ViaHTTP                  int64 `json:"consumption_by_http"`
 	StillHeld                int64 `json:"still_held"`
-	Holds                    int
+	Reservations             int   `json:"Holds"` // stored key in bench results: kept
 	MinBalance, MinEffective int64
 	Samples                  int
 	Refused                  int64
@@ -480,16 +480,16 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 		}
 	}
 	// The killed process's hold returns by itself at expires_at.
-	for end := time.Now().Add(escrowBooksHoldsMax); ; time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(escrowBooksReservationsMax); ; time.Sleep(100 * time.Millisecond) {
 		pg, err := s.c.ListCustomerReservations(ctx, cust.ID, &client.ListCustomerReservationsParams{Status: client.Ptr("active"), Limit: client.Ptr(100)})
 		if err == nil && len(pg.Data) == 0 {
 			break
 		}
 		if time.Now().After(end) && err != nil {
-			return fail(fmt.Errorf("holds not listed %s after the run: %w", escrowBooksHoldsMax, err))
+			return fail(fmt.Errorf("holds not listed %s after the run: %w", escrowBooksReservationsMax, err))
 		}
 		if time.Now().After(end) {
-			return fail(fmt.Errorf("holds still active %s after the run", escrowBooksHoldsMax))
+			return fail(fmt.Errorf("holds still active %s after the run", escrowBooksReservationsMax))
 		}
 	}
 	close(stopWatch)
@@ -507,7 +507,7 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 		proc, _ := h.Metadata["process"].(string)
 		settled[proc] += h.SettledUnits
 		k.SettledCost += h.SettledCost
-		k.Holds++
+		k.Reservations++
 	}
 	if err := b.pg.QueryRow(ctx, `SELECT
 			(SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1),
@@ -634,7 +634,7 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 		add(booksName, booksGoal, "failed: "+k.Error, boolp(false))
 	default:
 		now := fmt.Sprintf("ledger %d = balance %d = grant %d - settled %d - HTTP %d (%d holds, %d still held); balance min %d, effective min %d over %d samples; killed process lost %d units (one settle interval: %d; %d counted at risk on its last line, max %d), %d units refused",
-			k.Ledger, k.Balance, k.Grant, k.SettledCost, -k.ViaHTTP, k.Holds, k.StillHeld, k.MinBalance, k.MinEffective, k.Samples, k.Lost, k.PerInterval, k.AtRisk, k.MaxAtRisk, k.Refused)
+			k.Ledger, k.Balance, k.Grant, k.SettledCost, -k.ViaHTTP, k.Reservations, k.StillHeld, k.MinBalance, k.MinEffective, k.Samples, k.Lost, k.PerInterval, k.AtRisk, k.MaxAtRisk, k.Refused)
 		for _, p := range k.Problems {
 			now += "; " + p
 		}

@@ -28,7 +28,7 @@ const (
 	// ChangeEventHolds says a reservation of the customer its data names
 	// (customer_id) was created, committed or released: its effective
 	// balance moved, which no event of the log reports.
-	ChangeEventHolds = "change.holds"
+	ChangeEventReservations = "change.holds"
 )
 
 // ChangeEvent is one message of the tenant's change stream.

@@ -410,7 +410,7 @@ func TestRevokedKeySignsOut(t *testing.T) {
 
 // TestHoldSettlements: the customer page's holds show what an active
 // reservation still holds and what its partial commits settled (issue 27).
-func TestHoldSettlements(t *testing.T) {
+func TestReservationSettlements(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	if r := f.s.Do("POST", "/v1/metering-rules", f.a.Live, "rule", map[string]any{"billable_metric_key": "gpu", "cost_type": "per_unit", "unit_cost": 10}); r.Status != 201 {

@@ -282,7 +282,7 @@ func (s *Events) deliverChanges(f *tenantFeed, cs []ConfigChange) {
 
 // holdNoteTimeout bounds a hold notice after the hold's own script
 // answered; it runs even when the request's context ended.
-const holdNoteTimeout = 2 * time.Second
+const reservationNoteTimeout = 2 * time.Second
 
 // NotingHolds decorates hot so that every reservation create, extend,
 // commit and release (the sweep's expiry too) that changed something
@@ -296,38 +296,38 @@ const holdNoteTimeout = 2 * time.Second
 // money script appends the notice itself, in its own round trip. A failed notice is logged, not returned:
 // the hold stands. Replays and dry runs (ReserveDry passes through) note
 // nothing: nothing changed.
-func NotingHolds(hot UsageStore, notes HoldNotes, log zerolog.Logger) UsageStore {
-	return &notingHolds{UsageStore: hot, notes: notes, log: log}
+func NotingReservations(hot UsageStore, notes ReservationNotes, log zerolog.Logger) UsageStore {
+	return &notingReservations{UsageStore: hot, notes: notes, log: log}
 }
 
-type notingHolds struct {
+type notingReservations struct {
 	UsageStore
-	notes HoldNotes
+	notes ReservationNotes
 	log   zerolog.Logger
 }
 
-func (h *notingHolds) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
+func (h *notingReservations) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Reserve(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
+func (h *notingReservations) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Commit(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
+func (h *notingReservations) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Extend(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
+func (h *notingReservations) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Release(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
@@ -342,20 +342,20 @@ func fuseNote(ctx context.Context, c CustomerKey) *FusedDoor {
 	if !d.Open() {
 		return nil
 	}
-	d.HoldNote = &c
+	d.ReservationNote = &c
 	return d
 }
 
-func (h *notingHolds) note(ctx context.Context, d *FusedDoor, c CustomerKey, res MutationResult, err error) {
+func (h *notingReservations) note(ctx context.Context, d *FusedDoor, c CustomerKey, res MutationResult, err error) {
 	if d != nil {
-		d.HoldNote = nil // asked for this call only
+		d.ReservationNote = nil // asked for this call only
 	}
 	if err != nil || res.Replayed || (d != nil && d.Noted) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdNoteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reservationNoteTimeout)
 	defer cancel()
-	if err := h.notes.HoldNote(ctx, c); err != nil {
+	if err := h.notes.ReservationNote(ctx, c); err != nil {
 		h.log.Warn().Err(err).Str("customer", c.CustomerID.String()).Msg("hold notice not written: change streams miss this hold")
 	}
 }

@@ -213,9 +213,9 @@ func TestRepairForkRoutes(t *testing.T) {
 		t.Fatalf("repair %+v note %q", rep, rep.Note())
 	}
 
-	hold := uuid.New()
+	reservation := uuid.New()
 	commit := Mutation{OpID: op, Kind: MutationCommit, Entries: []MutationEntry{{Role: RoleMain, Delta: -30, Type: EntryConsumption}},
-		Usage: &MutationUsage{Metric: "gpu", Units: 3, Cost: 30, Charged: 30, ReservationID: &hold}}
+		Usage: &MutationUsage{Metric: "gpu", Units: 3, Cost: 30, Charged: 30, ReservationID: &reservation}}
 	f = &fakeRepairStore{commitErr: ErrReservationNotFound}
 	if _, err := RepairFork(ctx, f, fakeApplied{}, nil, commit, now); err != nil {
 		t.Fatal(err)

@@ -72,9 +72,9 @@ type FusedDoor struct {
 	// HoldNote, when set, asks the script to append the hold notice of
 	// this customer (NotingHolds) after an answer that is not a replay;
 	// Noted says it did, so NotingHolds sends none of its own.
-	HoldNote *CustomerKey
-	Noted    bool
-	outcome  FusedOutcome
+	ReservationNote *CustomerKey
+	Noted           bool
+	outcome         FusedOutcome
 }
 
 // Took records the rate budget's answer to the door's take.

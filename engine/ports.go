@@ -273,9 +273,9 @@ type ChangeFeed interface {
 
 // HoldNotes appends hold notices to the tenants' change feeds (issue 27,
 // lua.Store; NotingHolds writes them).
-type HoldNotes interface {
+type ReservationNotes interface {
 	// HoldNote appends a notice that a hold of customer c changed.
-	HoldNote(ctx context.Context, c CustomerKey) error
+	ReservationNote(ctx context.Context, c CustomerKey) error
 }
 
 // DeliverySlots caps one tenant's webhook attempts in flight across every
@@ -471,10 +471,10 @@ type UsageStore interface {
 	// ReservationHold finds what the store's reservation index records of
 	// a hold (any tenant): its customer and, when recorded, its metric or
 	// items; ok is false when the store does not know it.
-	ReservationHold(ctx context.Context, id uuid.UUID) (ref HoldRef, ok bool, err error)
+	ReservationRef(ctx context.Context, id uuid.UUID) (ref ReservationRef, ok bool, err error)
 	// HoldMetadata reads the stored metadata of hold id of customer c (nil
 	// when none); found is false when the store does not hold the hold.
-	HoldMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
+	ReservationMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
 }
 
 // BatchGranter is a BlockStore that runs many grants in one round trip,
@@ -621,7 +621,7 @@ type ReconcileSampleSource interface {
 }
 
 // HoldReader reads reservations from the system of record.
-type HoldReader interface {
+type ReservationReader interface {
 	// GetReservation finds a hold of tenant by id (ErrNotFound).
 	GetReservation(ctx context.Context, tenant, id uuid.UUID) (Reservation, error)
 	// ListReservations pages a customer's holds newest first; status "" is all.

@@ -28,11 +28,11 @@ func CheckReservationTTL(ttl int64) error {
 // MaxActiveHolds bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude/bounds.lua
 // MAX_ACTIVE_HOLDS enforces it atomically.
-const MaxActiveHolds = 100
+const MaxActiveReservations = 100
 
 // ErrTooManyHolds refuses a reservation past MaxActiveHolds: a 409 (a state
 // limit), nothing written.
-var ErrTooManyHolds = &Error{Kind: KindConflict, Field: "customer_id",
+var ErrTooManyReservations = &Error{Kind: KindConflict, Field: "customer_id",
 	Detail: "the customer already has 100 active reservations, the most allowed; commit or release some first"}
 
 // Reservations holds credit for jobs of unknown cost.
@@ -43,7 +43,7 @@ type Reservations struct {
 	lookup    CustomerLookup
 	metering  *Metering
 	hot       UsageStore
-	reader    HoldReader
+	reader    ReservationReader
 	clock     Clock
 }
 
@@ -57,10 +57,10 @@ type ReservationsDeps struct {
 	// CachedCustomers in a running creditd; nil: Customers).
 	Lookup CustomerLookup
 	// Metering prices a commit by the rule active then (nil: none).
-	Metering *Metering
-	Hot      UsageStore
-	Holds    HoldReader
-	Clock    Clock
+	Metering     *Metering
+	Hot          UsageStore
+	Reservations ReservationReader
+	Clock        Clock
 }
 
 // NewReservations returns the reservation service.
@@ -69,7 +69,7 @@ func NewReservations(d ReservationsDeps) *Reservations {
 		d.Lookup = d.Customers
 	}
 	return &Reservations{lookup: d.Lookup, ent: d.Entitlements, credits: d.Credits, customers: d.Customers, metering: d.Metering,
-		hot: d.Hot, reader: d.Holds, clock: d.Clock}
+		hot: d.Hot, reader: d.Reservations, clock: d.Clock}
 }
 
 // CreateReservation is a checked reservation request: Metric and
@@ -100,7 +100,7 @@ type ReserveItem struct {
 const MaxReservationItems = MaxConsumeItems
 
 // HoldAccount is the account member of reservation responses.
-type HoldAccount struct {
+type ReservationAccount struct {
 	Balance          int64 `json:"balance"`
 	ReservedBalance  int64 `json:"reserved_balance"`
 	EffectiveBalance int64 `json:"effective_balance"`
@@ -108,17 +108,17 @@ type HoldAccount struct {
 
 // ReserveResult is the 201 body of POST /v1/reservations.
 type ReserveResult struct {
-	ID                uuid.UUID         `json:"id"`
-	CustomerID        uuid.UUID         `json:"customer_id"`
-	BillableMetricKey string            `json:"billable_metric_key"`
-	EstimatedUnits    int64             `json:"estimated_units"`
-	EstimatedCost     int64             `json:"estimated_cost"`
-	Environment       Environment       `json:"environment"`
-	Status            ReservationStatus `json:"status"`
-	ExpiresAt         time.Time         `json:"expires_at"`
-	Account           HoldAccount       `json:"account"`
-	Metadata          Metadata          `json:"metadata"`
-	CreatedAt         time.Time         `json:"created_at"`
+	ID                uuid.UUID          `json:"id"`
+	CustomerID        uuid.UUID          `json:"customer_id"`
+	BillableMetricKey string             `json:"billable_metric_key"`
+	EstimatedUnits    int64              `json:"estimated_units"`
+	EstimatedCost     int64              `json:"estimated_cost"`
+	Environment       Environment        `json:"environment"`
+	Status            ReservationStatus  `json:"status"`
+	ExpiresAt         time.Time          `json:"expires_at"`
+	Account           ReservationAccount `json:"account"`
+	Metadata          Metadata           `json:"metadata"`
+	CreatedAt         time.Time          `json:"created_at"`
 	// Items lists each metric's estimate of a multi-metric hold
 	// (BillableMetricKey is then "", the units and cost the totals).
 	Items []ReservationItem `json:"items,omitempty"`
@@ -190,7 +190,7 @@ func reserveResult(c Customer, m Mutation) ReserveResult {
 	r := reservationOf(m)
 	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
 		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
-		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
+		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: reservationAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
 		Items: r.Items}
 }
 
@@ -256,8 +256,8 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 
 // Get reads a hold of the tenant, in either environment. Errors: 404.
 func (s *Reservations) Get(ctx context.Context, scope Scope, id uuid.UUID) (Reservation, error) {
-	_, hold, err := s.locate(ctx, scope, id)
-	return hold, err
+	_, reservation, err := s.locate(ctx, scope, id)
+	return reservation, err
 }
 
 // List pages a customer's holds newest first; the customer is never created.
@@ -281,7 +281,7 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 // Status (hotMiss tells them apart): the script answers for its state, and
 // nothing waits for Postgres to catch up (issue 10).
 func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, withMeta bool) (Customer, Reservation, error) {
-	ref, ok, err := s.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationRef(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -291,39 +291,39 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 	if ref.Customer.TenantID != scope.TenantID {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
-	hold := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
+	reservation := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
 		Environment: ref.Customer.Environment, BillableMetricKey: ref.Metric, Items: ref.Items}
 	if withMeta {
-		meta, found, err := s.hot.HoldMetadata(ctx, ref.Customer, id)
+		meta, found, err := s.hot.ReservationMetadata(ctx, ref.Customer, id)
 		if err != nil {
 			return Customer{}, Reservation{}, err
 		}
 		if !found {
 			return s.locate(ctx, scope, id)
 		}
-		hold.Metadata = meta
+		reservation.Metadata = meta
 	}
 	c, err := s.lookup.CustomerByKey(ctx, ref.Customer)
 	if err != nil {
 		// A deleted customer's holds can still be settled.
 		c = Customer{ID: ref.Customer.CustomerID, TenantID: ref.Customer.TenantID, Environment: ref.Customer.Environment}
 	}
-	return c, hold, nil
+	return c, reservation, nil
 }
 
 // hotMiss reports whether a commit or release of a hold find took from
 // Redis alone failed because Redis no longer holds it (finalized and
 // dropped) or the customer's state: Postgres answers then, through locate,
 // as it did before the index described holds. Nothing was written.
-func (s *Reservations) hotMiss(hold Reservation, err error) bool {
-	return hold.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
+func (s *Reservations) hotMiss(reservation Reservation, err error) bool {
+	return reservation.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
 }
 
 // run runs a commit or release script: for a hold locate found, loading
 // the customer's state first when Redis lacks it (withLoad); for one find
 // took from Redis, once (hotMiss sends a miss to locate's path).
-func (s *Reservations) run(ctx context.Context, hold Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
-	if hold.Status == "" {
+func (s *Reservations) run(ctx context.Context, reservation Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
+	if reservation.Status == "" {
 		return op()
 	}
 	return withLoad(ctx, s.credits, c, op)
@@ -332,7 +332,7 @@ func (s *Reservations) run(ctx context.Context, hold Reservation, c CustomerKey,
 // locate finds a hold's customer (Redis index, else Postgres) and its
 // persisted row, refusing other tenants' holds with a 404.
 func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
-	ref, ok, err := s.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationRef(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -356,7 +356,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
 	s.credits.awaitPersisted(ctx, key)
-	hold, err := s.reader.GetReservation(ctx, scope.TenantID, id)
+	reservation, err := s.reader.GetReservation(ctx, scope.TenantID, id)
 	if errors.Is(err, ErrNotFound) {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
@@ -368,7 +368,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 		// A deleted customer's holds can still be settled.
 		c = Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}
 	}
-	return c, hold, nil
+	return c, reservation, nil
 }
 
 func reservationOf(m Mutation) Reservation {
@@ -396,7 +396,7 @@ func reservationOf(m Mutation) Reservation {
 	return out
 }
 
-func holdAccount(m Mutation) HoldAccount {
+func reservationAccount(m Mutation) ReservationAccount {
 	a := m.Account
-	return HoldAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
+	return ReservationAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
 }

@@ -92,11 +92,11 @@ func eligible(blocks []MutationBlock, metric string, nowMS int64) int64 {
 // the active holds that stay) keeps E(m) >= reserved - freed. Walking the
 // blocks that apply to metric in spend order, it stops where one more unit
 // would break that. Never negative.
-func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int64, metric string, nowMS int64) int64 {
+func ScopeFree(blocks []MutationBlock, reservationMetrics []string, reserved, freed int64, metric string, nowMS int64) int64 {
 	owed := reserved - freed
-	slack := make([]int64, len(holdMetrics))
-	taken := make([]int64, len(holdMetrics))
-	for i, m := range holdMetrics {
+	slack := make([]int64, len(reservationMetrics))
+	taken := make([]int64, len(reservationMetrics))
+	for i, m := range reservationMetrics {
 		slack[i] = eligible(blocks, m, nowMS) - owed
 	}
 	var elig []MutationBlock
@@ -109,7 +109,7 @@ func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int
 	var cum int64
 	for _, b := range elig {
 		capped, limit := false, int64(0)
-		for i, m := range holdMetrics {
+		for i, m := range reservationMetrics {
 			if !b.Applies(m) {
 				continue
 			}
@@ -132,9 +132,9 @@ func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int
 // ScopeRoom is prelude scope_room: what a hold for metric may take or grow
 // by, min over metric and holdMetrics of E(m) - reserved (negative when
 // holds lean on the credit line).
-func ScopeRoom(blocks []MutationBlock, holdMetrics []string, reserved int64, metric string, nowMS int64) int64 {
+func ScopeRoom(blocks []MutationBlock, reservationMetrics []string, reserved int64, metric string, nowMS int64) int64 {
 	room := eligible(blocks, metric, nowMS) - reserved
-	for _, m := range holdMetrics {
+	for _, m := range reservationMetrics {
 		room = min(room, eligible(blocks, m, nowMS)-reserved)
 	}
 	return room
@@ -154,7 +154,7 @@ func MetricAvailable(acct Account, limitMC int64, policy OveragePolicy, metric s
 	if !ScopedAny(blocks) {
 		return avail
 	}
-	free := ScopeFree(blocks, acct.HoldMetrics, acct.ReservedBalance, 0, metric, nowMS)
+	free := ScopeFree(blocks, acct.ReservationMetrics, acct.ReservedBalance, 0, metric, nowMS)
 	if policy == OveragePolicyBlock {
 		if s, ok := AddChecked(free, limitMC-acct.DebtMC); ok {
 			free = s

@@ -68,7 +68,7 @@ func TestMetricAvailable(t *testing.T) {
 	blocks := []Block{scopedBlock(1000, 0, 1, "a"), scopedBlock(500, 0, 2, "b"), scopedBlock(300, 1, 3)}
 	acct := Account{Balance: 1800, EffectiveBalance: 1800, Blocks: blocks}
 	held := acct
-	held.ReservedBalance, held.EffectiveBalance, held.HoldMetrics = 700, 1100, []string{"b"}
+	held.ReservedBalance, held.EffectiveBalance, held.ReservationMetrics = 700, 1100, []string{"b"}
 	debt := acct
 	debt.Blocks = []Block{scopedBlock(1000, 0, 1, "a")}
 	debt.Balance, debt.EffectiveBalance, debt.DebtMC = 900, 900, 100

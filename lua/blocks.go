@@ -403,19 +403,19 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 	engine.SpendOrder(live)
 	bal := engine.ComputeBalances(live, r.reserved, nowMS).WithDebt(r.debt)
 	acct := engine.Account{
-		ID:               r.id,
-		TenantID:         c.TenantID,
-		CustomerID:       c.CustomerID,
-		Environment:      c.Environment,
-		Balance:          bal.Balance,
-		ReservedBalance:  bal.Reserved,
-		PendingBalance:   bal.Pending,
-		EffectiveBalance: bal.Effective,
-		LifetimeEarned:   r.lifetimeEarned,
-		DebtMC:           r.debt,
-		HoldMetrics:      r.holdMetrics,
-		Version:          r.version,
-		Blocks:           make([]engine.Block, 0, len(live)),
+		ID:                 r.id,
+		TenantID:           c.TenantID,
+		CustomerID:         c.CustomerID,
+		Environment:        c.Environment,
+		Balance:            bal.Balance,
+		ReservedBalance:    bal.Reserved,
+		PendingBalance:     bal.Pending,
+		EffectiveBalance:   bal.Effective,
+		LifetimeEarned:     r.lifetimeEarned,
+		DebtMC:             r.debt,
+		ReservationMetrics: r.reservationMetrics,
+		Version:            r.version,
+		Blocks:             make([]engine.Block, 0, len(live)),
 	}
 	if r.id != "" {
 		acct.UpdatedAt = time.UnixMilli(r.updatedMS).UTC()
@@ -604,20 +604,20 @@ func contextText(mc *engine.MutationContext) string {
 // HoldBacklog counts, in every partition, the holds due to lapse at now:
 // the work the hold sweep has not done yet (one pipelined round of
 // ZCOUNTs). The expiry sweep's backlog is Postgres' (persist.DueExpiryCount).
-func (s *Store) HoldBacklog(ctx context.Context, now time.Time) (holds [Partitions]int64, err error) {
+func (s *Store) ReservationBacklog(ctx context.Context, now time.Time) (reservations [Partitions]int64, err error) {
 	upTo := strconv.FormatInt(now.UnixMilli(), 10)
-	var hold [Partitions]*redis.IntCmd
+	var reservation [Partitions]*redis.IntCmd
 	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for p := range Partitions {
-			hold[p] = pipe.ZCount(ctx, s.holdExpiryKey(p), "-inf", upTo)
+			reservation[p] = pipe.ZCount(ctx, s.reservationExpiryKey(p), "-inf", upTo)
 		}
 		return nil
 	})
 	if err != nil {
-		return holds, fmt.Errorf("lua: hold backlog: %w", err)
+		return reservations, fmt.Errorf("lua: hold backlog: %w", err)
 	}
 	for p := range Partitions {
-		holds[p] = hold[p].Val()
+		reservations[p] = reservation[p].Val()
 	}
-	return holds, nil
+	return reservations, nil
 }

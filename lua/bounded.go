@@ -96,7 +96,7 @@ func isEmptyContainer(v any) bool {
 
 // holdMeta is the stored metadata of hold id ("" when none) and whether the
 // hold is in the hash at all.
-func (s *Store) holdMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
+func (s *Store) reservationMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
 	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
 	if err != nil {
 		return "", false, fmt.Errorf("lua: read hold: %w", err)

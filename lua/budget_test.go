@@ -156,7 +156,7 @@ func TestBudgetConsume(t *testing.T) {
 
 // TestBudgetHolds: a hold is checked against the budgets with its estimate
 // but not counted; its commit counts the actual cost and is never refused.
-func TestBudgetHolds(t *testing.T) {
+func TestBudgetReservations(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()

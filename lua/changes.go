@@ -14,23 +14,23 @@ import (
 
 // Compile-time checks that Store keeps the tenants' change feeds.
 var (
-	_ engine.ChangeFeed = (*Store)(nil)
-	_ engine.HoldNotes  = (*Store)(nil)
+	_ engine.ChangeFeed       = (*Store)(nil)
+	_ engine.ReservationNotes = (*Store)(nil)
 )
 
 var (
 	//go:embed hold_note.lua
-	holdNoteLua    string
-	holdNoteScript = redis.NewScript(holdNoteLua)
+	reservationNoteLua    string
+	reservationNoteScript = redis.NewScript(reservationNoteLua)
 	// The same notice is a body of the library too, for a fused door's
 	// money script to append (door_fused.lua).
-	_ = newScript("hold_note", holdNoteLua)
+	_ = newScript("hold_note", reservationNoteLua)
 )
 
 // HoldNote appends a hold notice of customer c to its tenant's change
 // feed, with one EVALSHA of hold_note.lua.
-func (s *Store) HoldNote(ctx context.Context, c engine.CustomerKey) error {
-	err := holdNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
+func (s *Store) ReservationNote(ctx context.Context, c engine.CustomerKey) error {
+	err := reservationNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
 		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
 		s.wakeChannel(), wakeChangesMessage(c.TenantID)).Err()
 	if err != nil {

@@ -64,12 +64,12 @@ func TestChangeFeed(t *testing.T) {
 		if last, _ := b.store.ChangesLast(ctx, tenant); last != cs[1].ID {
 			t.Errorf("last %v, want %v", last, cs[1].ID)
 		}
-		hold := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
-		if err := b.store.HoldNote(ctx, hold); err != nil {
+		reservation := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
+		if err := b.store.ReservationNote(ctx, reservation); err != nil {
 			t.Fatal(err)
 		}
 		notes, _ := after(cs[1].ID)
-		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != hold.CustomerID ||
+		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != reservation.CustomerID ||
 			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
 			t.Fatalf("after a hold notice: %+v, want it with its customer and environment", notes)
 		}

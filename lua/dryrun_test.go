@@ -68,7 +68,7 @@ func TestReserveDry(t *testing.T) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
 		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 7}
-		rexp := b.store.holdExpiryKey(Partition(c.CustomerID))
+		rexp := b.store.reservationExpiryKey(Partition(c.CustomerID))
 		before, zBefore := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val()
 		res, err := b.store.ReserveDry(ctx, reserveCmd(c, 10, terms, time.Minute, t0))
 		if err != nil {

@@ -42,7 +42,7 @@ func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
 // reach the script as a valid-looking one). A hold that would expire at
 // once is the script's BADARG: engine owns ttl_seconds
 // (engine.CheckReservationTTL, lua/guards_test.go).
-func checkHold(cmd engine.ReserveCommand) error {
+func checkReservation(cmd engine.ReserveCommand) error {
 	if cmd.ReservationID == uuid.Nil {
 		return errors.New("lua: reserve: no reservation id")
 	}
@@ -117,9 +117,9 @@ func checkMetric(metric string) error {
 // holdKeys are the keys of reserve.lua, commit.lua and release.lua for c:
 // account, outbox, expiry zset, hold-expiry zset and, with an idempotency
 // key, the op key.
-func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
+func (s *Store) reservationKeys(c uuid.UUID, idempotencyKey string) []string {
 	p := Partition(c)
-	keys := []string{s.accountKey(c), s.outboxKey(p), s.holdExpiryKey(p)}
+	keys := []string{s.accountKey(c), s.outboxKey(p), s.reservationExpiryKey(p)}
 	if idempotencyKey != "" {
 		keys = append(keys, s.opKeyOf(c, idempotencyKey))
 	}
@@ -339,8 +339,8 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	res, err := s.runMoney(ctx, sc, name, s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
-	return s.indexHold(ctx, cmd, res, err)
+	res, err := s.runMoney(ctx, sc, name, s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.indexReservation(ctx, cmd, res, err)
 }
 
 // ReserveDry answers the Mutation Reserve of cmd would write, changing
@@ -353,7 +353,7 @@ func (s *Store) ReserveDry(ctx context.Context, cmd engine.ReserveCommand) (engi
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	return s.dryRun(ctx, cmd.Customer.CustomerID, uuid.Nil, name, sc, s.holdKeys(cmd.Customer.CustomerID, ""), args)
+	return s.dryRun(ctx, cmd.Customer.CustomerID, uuid.Nil, name, sc, s.reservationKeys(cmd.Customer.CustomerID, ""), args)
 }
 
 // reserveArgs is the script (reserve.lua, or reserve_multi.lua for a
@@ -367,7 +367,7 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 	if err := checkMetric(cmd.Metric); err != nil {
 		return nil, "", nil, fmt.Errorf("lua: reserve: %w", err)
 	}
-	if err := checkHold(cmd); err != nil {
+	if err := checkReservation(cmd); err != nil {
 		return nil, "", nil, err
 	}
 	terms, err := pricedTerms("reserve", cmd.Terms, cmd.EstimatedUnits)
@@ -386,7 +386,7 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 
 // reserveMultiArgs are reserve_multi.lua's arguments for cmd.
 func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
-	if err := checkHold(cmd); err != nil {
+	if err := checkReservation(cmd); err != nil {
 		return nil, err
 	}
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
@@ -412,19 +412,19 @@ func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
 // indexHold records reservation id -> customer, metric or items after a
 // reserve (holdRecord; best effort: a lost record only sends the look-up
 // to Postgres).
-func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
+func (s *Store) indexReservation(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
 	if err != nil {
 		return res, err
 	}
 	if r := res.Mutation.Reservation; r != nil {
 		// A replay long after the hold ended has nothing left to index.
 		if ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack; ttl > 0 {
-			if rec, err := holdRecord(cmd.Customer, r); err == nil {
+			if rec, err := reservationRecord(cmd.Customer, r); err == nil {
 				// Through the coalescer: under load the record shares a round
 				// trip with concurrent requests' commands instead of paying
 				// one of its own (its error is ignored as before: a hold
 				// without a record settles through Postgres).
-				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationHoldKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
+				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationRecordKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
 			}
 		}
 	}
@@ -432,7 +432,7 @@ func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res en
 }
 
 // holdItem is one item of a multi-metric hold in its index record.
-type holdItem struct {
+type reservationItem struct {
 	Metric         string `json:"k"`
 	EstimatedUnits int64  `json:"u"`
 	EstimatedCost  int64  `json:"c"`
@@ -442,13 +442,13 @@ type holdItem struct {
 // "tenant|env|customer|" then "s" and the metric of a single-metric hold,
 // or "m" and the JSON list of a multi-metric hold's items with their
 // estimates (what a commit needs of the hold before its script runs).
-func holdRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, error) {
+func reservationRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, error) {
 	if r.Items == nil {
 		return customerMember(c) + "|s" + r.Metric, nil
 	}
-	items := make([]holdItem, len(r.Items))
+	items := make([]reservationItem, len(r.Items))
 	for i, it := range r.Items {
-		items[i] = holdItem{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
+		items[i] = reservationItem{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
 	}
 	b, err := json.Marshal(items)
 	if err != nil {
@@ -458,30 +458,30 @@ func holdRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, er
 }
 
 // parseHoldRecord reads a holdRecord.
-func parseHoldRecord(v string) (engine.HoldRef, error) {
+func parseReservationRecord(v string) (engine.ReservationRef, error) {
 	p := strings.SplitN(v, "|", 4)
 	if len(p) != 4 || p[3] == "" {
-		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+		return engine.ReservationRef{}, fmt.Errorf("bad hold record %q", v)
 	}
 	c, err := parseExpiryMember(p[0] + "|" + p[1] + "|" + p[2])
 	if err != nil {
-		return engine.HoldRef{}, err
+		return engine.ReservationRef{}, err
 	}
-	ref := engine.HoldRef{Customer: c, Described: true}
+	ref := engine.ReservationRef{Customer: c, Described: true}
 	switch rest := p[3]; rest[0] {
 	case 's':
 		ref.Metric = rest[1:]
 	case 'm':
-		var items []holdItem
+		var items []reservationItem
 		if err := json.Unmarshal([]byte(rest[1:]), &items); err != nil || len(items) == 0 {
-			return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+			return engine.ReservationRef{}, fmt.Errorf("bad hold record %q", v)
 		}
 		ref.Items = make([]engine.ReservationItem, len(items))
 		for i, it := range items {
 			ref.Items[i] = engine.ReservationItem{BillableMetricKey: it.Metric, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
 		}
 	default:
-		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+		return engine.ReservationRef{}, fmt.Errorf("bad hold record %q", v)
 	}
 	return ref, nil
 }
@@ -525,12 +525,12 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 // (bounded.go) and the script checks that the hold's stored metadata is
 // still what Go merged into (STALE if not), given in merge.
 func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, list func() []any, merge *mergeArgv, meta string, charges bool) (engine.MutationResult, error) {
-	keys := s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
+	keys := s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
 	if meta == "" || !charges {
 		return s.runMoney(ctx, script, name, keys, list())
 	}
 	for range staleRetries {
-		stored, found, err := s.holdMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
+		stored, found, err := s.reservationMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
@@ -599,7 +599,7 @@ func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 		return engine.MutationResult{}, err
 	}
 	a := releaseArgv{hotHead: head, ResID: cmd.ReservationID.String(), Expire: flagText(cmd.Expire)}
-	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+	return s.runMoney(ctx, releaseScript, "release", s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 }
 
 // Extend tops the active single-metric hold cmd.ReservationID up by
@@ -632,11 +632,11 @@ func (s *Store) extend(ctx context.Context, cmd engine.ExtendCommand) (engine.Mu
 	}
 	a := extendArgv{hotHead: head, ResID: cmd.ReservationID.String(), Units: strconv.FormatInt(cmd.AdditionalUnits, 10),
 		Terms: terms, Expires: expires}
-	res, err := s.runMoney(ctx, extendScript, "extend", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+	res, err := s.runMoney(ctx, extendScript, "extend", s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 	// The index record lives until the hold's expiry: a prolonged hold's
 	// record is written again so a commit near the new expiry still
 	// settles from Redis alone.
-	return s.indexHold(ctx, engine.ReserveCommand{CommandHeader: cmd.CommandHeader}, res, err)
+	return s.indexReservation(ctx, engine.ReserveCommand{CommandHeader: cmd.CommandHeader}, res, err)
 }
 
 // Gauge moves the gauge cmd.Metric by cmd.Delta (gauge.lua). An increment
@@ -686,7 +686,7 @@ func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric str
 // partition p whose expires_at is at or before now, soonest first, from the
 // partition's hold-expiry zset.
 func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]engine.DueReservation, error) {
-	members, err := s.due(ctx, "due reservations", p, s.holdExpiryKey(p), now, min(limit, maxDueReservations))
+	members, err := s.due(ctx, "due reservations", p, s.reservationExpiryKey(p), now, min(limit, maxDueReservations))
 	if err != nil {
 		return nil, err
 	}
@@ -713,34 +713,34 @@ func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit
 // or the customer alone in the record an older version wrote; ok is false
 // when the index does not know it (never written, lost, or past its TTL),
 // and the caller asks Postgres.
-func (s *Store) ReservationHold(ctx context.Context, id uuid.UUID) (engine.HoldRef, bool, error) {
-	v, err := s.rdb.MGet(ctx, s.reservationHoldKey(id), s.reservationIndexKey(id)).Result()
+func (s *Store) ReservationRef(ctx context.Context, id uuid.UUID) (engine.ReservationRef, bool, error) {
+	v, err := s.rdb.MGet(ctx, s.reservationRecordKey(id), s.reservationIndexKey(id)).Result()
 	if err != nil {
-		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold: %w", err)
+		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation hold: %w", err)
 	}
 	if rec, ok := v[0].(string); ok {
-		ref, err := parseHoldRecord(rec)
+		ref, err := parseReservationRecord(rec)
 		if err != nil {
-			return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold %s: %w", id, err)
+			return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation hold %s: %w", id, err)
 		}
 		return ref, true, nil
 	}
 	old, ok := v[1].(string)
 	if !ok {
-		return engine.HoldRef{}, false, nil
+		return engine.ReservationRef{}, false, nil
 	}
 	c, err := parseExpiryMember(old)
 	if err != nil {
-		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
+		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
 	}
-	return engine.HoldRef{Customer: c}, true, nil
+	return engine.ReservationRef{Customer: c}, true, nil
 }
 
 // HoldMetadata reads the stored metadata of hold id of customer c from the
 // customer's hash (nil when none); found is false when the hash does not
 // hold the hold.
-func (s *Store) HoldMetadata(ctx context.Context, c engine.CustomerKey, id uuid.UUID) (engine.Metadata, bool, error) {
-	text, found, err := s.holdMeta(ctx, c.CustomerID, id)
+func (s *Store) ReservationMetadata(ctx context.Context, c engine.CustomerKey, id uuid.UUID) (engine.Metadata, bool, error) {
+	text, found, err := s.reservationMeta(ctx, c.CustomerID, id)
 	if err != nil || !found || text == "" {
 		return nil, found, err
 	}

@@ -71,9 +71,9 @@ func withoutOutbox(dump string) string {
 }
 
 // holdDump is dump plus the hold-expiry zset, for refusals of hold scripts.
-func (b bundle) holdDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
+func (b bundle) reservationDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
 	t.Helper()
-	z := b.rdb.ZRangeWithScores(context.Background(), b.store.holdExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
+	z := b.rdb.ZRangeWithScores(context.Background(), b.store.reservationExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
 	return b.dump(t, c, idemKeys...) + fmt.Sprintf("rexp %v\n", z)
 }
 
@@ -335,11 +335,11 @@ func TestReservationLifecycle(t *testing.T) {
 		if rr, err := b.store.Reserve(ctx, rc); err != nil || !rr.Replayed || rr.Mutation.OpID != rc.OpID {
 			t.Errorf("reserve replay: %v %+v", err, rr)
 		}
-		if h, ok, err := b.store.ReservationHold(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
+		if h, ok, err := b.store.ReservationRef(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
 			!h.Described || h.Metric != "gpu.seconds" || h.Items != nil {
 			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
 		}
-		if _, ok, err := b.store.ReservationHold(ctx, uuid.New()); ok || err != nil {
+		if _, ok, err := b.store.ReservationRef(ctx, uuid.New()); ok || err != nil {
 			t.Errorf("unknown reservation hold: %v %v", ok, err)
 		}
 		// A record an older version wrote names the customer alone: the
@@ -348,14 +348,14 @@ func TestReservationLifecycle(t *testing.T) {
 		if err := b.store.rdb.Set(ctx, b.store.reservationIndexKey(older), customerMember(c), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if h, ok, err := b.store.ReservationHold(ctx, older); err != nil || !ok || h.Customer != c || h.Described {
+		if h, ok, err := b.store.ReservationRef(ctx, older); err != nil || !ok || h.Customer != c || h.Described {
 			t.Errorf("older reservation record: %+v %v %v", h, ok, err)
 		}
-		if meta, found, err := b.store.HoldMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
+		if meta, found, err := b.store.ReservationMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
 			len(meta) != 2 || string(meta["a"]) != "1" || string(meta["b"]) != `"x"` {
 			t.Errorf("hold metadata: %v %v %v", meta, found, err)
 		}
-		if _, found, err := b.store.HoldMetadata(ctx, c, uuid.New()); found || err != nil {
+		if _, found, err := b.store.ReservationMetadata(ctx, c, uuid.New()); found || err != nil {
 			t.Errorf("unknown hold metadata: %v %v", found, err)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(-time.Millisecond), 10); len(due) != 0 {
@@ -368,7 +368,7 @@ func TestReservationLifecycle(t *testing.T) {
 
 		// More than the effective balance cannot be held; nothing changes but
 		// the outbox, which gets a refusal record for credit.exhausted.
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		obBefore := len(b.outbox(t, c))
 		if _, err := b.store.Reserve(ctx, reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("reserve past effective: %v", err)
@@ -378,7 +378,7 @@ func TestReservationLifecycle(t *testing.T) {
 		if _, err := b.store.Commit(ctx, cc); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("commit past hold and free balance: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 		ob := b.outbox(t, c)
@@ -463,11 +463,11 @@ func TestReservationLifecycle(t *testing.T) {
 		// a manual release still works.
 		r1 := b.reserve(t, reserveCmd(c, 4, perUnitTerms(5), time.Minute, cc.Now)).Reservation
 		late := time.UnixMilli(r1.ExpiresMS)
-		before = b.holdDump(t, c)
+		before = b.reservationDump(t, c)
 		if _, err := b.store.Commit(ctx, commitCmd(c, r1.ID, 1, perUnitTerms(1), late)); !errors.Is(err, engine.ErrReservationExpired) {
 			t.Errorf("commit at expires_at: %v", err)
 		}
-		if after := b.holdDump(t, c); after != before {
+		if after := b.reservationDump(t, c); after != before {
 			t.Errorf("expired commit changed state")
 		}
 		res, err = b.store.Release(ctx, releaseCmd(c, r1.ID, false, late.Add(time.Second)))
@@ -513,8 +513,8 @@ func TestReservationSweep(t *testing.T) {
 			t.Errorf("commit after the sweep: %v", err)
 		}
 		// A stale due entry (its hold gone) is dropped by the sweep's call.
-		member := holdMember(c, uuid.New())
-		b.rdb.ZAdd(ctx, b.store.holdExpiryKey(p), redisZ(float64(exp.UnixMilli()), member))
+		member := reservationMember(c, uuid.New())
+		b.rdb.ZAdd(ctx, b.store.reservationExpiryKey(p), redisZ(float64(exp.UnixMilli()), member))
 		due, _ = b.store.DueReservations(ctx, p, exp, 10)
 		if len(due) != 1 {
 			t.Fatalf("stale due %v", due)
@@ -644,7 +644,7 @@ func TestGauges(t *testing.T) {
 // TestLoadRestoresHoldsAndGauges: a rebuilt customer gets its active holds
 // (committable, due to the sweep at their expiry), its recently finalized
 // holds (409), not those finalized a day ago, and its gauges (invariant 5).
-func TestLoadRestoresHoldsAndGauges(t *testing.T) {
+func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -766,7 +766,7 @@ func TestConcurrentReservesNoOverhold(t *testing.T) {
 }
 
 // holdMember is release.lua's hold-expiry zset member for id of c.
-func holdMember(c engine.CustomerKey, id uuid.UUID) string {
+func reservationMember(c engine.CustomerKey, id uuid.UUID) string {
 	return customerMember(c) + "|" + id.String()
 }
 

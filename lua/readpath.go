@@ -40,8 +40,8 @@ type accountFields struct {
 	// holdMetrics are the distinct metrics of the active holds ("" for a
 	// multi-metric one), read only from a hash holding a scoped block
 	// (field "sc"): what engine.ScopeFree needs.
-	holdMetrics []string
-	scoped      bool
+	reservationMetrics []string
+	scoped             bool
 }
 
 // readAccount reads a customer's hash; engine.ErrStateMissing when absent.
@@ -189,14 +189,14 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 		}
 	}
 	if _, ok := raw["sc"]; ok {
-		a.scoped, a.holdMetrics = true, activeHoldMetrics(raw)
+		a.scoped, a.reservationMetrics = true, activeReservationMetrics(raw)
 	}
 	return a, nil
 }
 
 // activeHoldMetrics are the distinct metrics of the active holds of hash
 // raw (prelude/holds.lua res_enc: status "a", metric the tenth field), sorted.
-func activeHoldMetrics(raw map[string]string) []string {
+func activeReservationMetrics(raw map[string]string) []string {
 	seen := map[string]bool{}
 	out := []string{}
 	for f, v := range raw {

@@ -22,9 +22,9 @@ func multiReserveCmd(c engine.CustomerKey, items ...engine.ReserveLine) engine.R
 
 // multiCommitCmd settles hold with the actual units of each of its items
 // (in order), at terms.
-func multiCommitCmd(c engine.CustomerKey, hold engine.MutationReservation, actual []int64, terms []engine.RuleTerms) engine.CommitCommand {
-	cmd := commitCmd(c, hold.ID, 0, engine.RuleTerms{}, t0.Add(time.Minute))
-	for i, it := range hold.Items {
+func multiCommitCmd(c engine.CustomerKey, reservation engine.MutationReservation, actual []int64, terms []engine.RuleTerms) engine.CommitCommand {
+	cmd := commitCmd(c, reservation.ID, 0, engine.RuleTerms{}, t0.Add(time.Minute))
+	for i, it := range reservation.Items {
 		cmd.Items = append(cmd.Items, engine.CommitLine{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits,
 			EstimatedCost: it.EstimatedCost, ActualUnits: actual[i], Terms: terms[i]})
 	}
@@ -59,7 +59,7 @@ func TestReserveMulti(t *testing.T) {
 		}
 		// The index describes the hold's items, so a commit prices them
 		// without Postgres.
-		if h, ok, err := b.store.ReservationHold(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
+		if h, ok, err := b.store.ReservationRef(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
 			h.Metric != "" || fmt.Sprint(h.Items) != want {
 			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
 		}
@@ -70,13 +70,13 @@ func TestReserveMulti(t *testing.T) {
 			t.Errorf("replay: %v %+v", err, r2)
 		}
 		// 50 free: a second hold of 30 + 21 is refused whole.
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		big := multiReserveCmd(c, engine.ReserveLine{Metric: "api.calls", EstimatedUnits: 3, Terms: perUnitTerms(10)},
 			engine.ReserveLine{Metric: "gpu.seconds", EstimatedUnits: 1, Terms: flatTerms(21)})
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("over the balance: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refused hold changed state:\n%s\n->\n%s", before, after)
 		}
 		rel, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(time.Minute)))
@@ -124,18 +124,18 @@ func TestCommitMulti(t *testing.T) {
 				ctx := context.Background()
 				c, ids := b.funded(t)
 				names := map[uuid.UUID]string{ids[0]: "b1", ids[1]: "b2"}
-				hold := b.reserve(t, multiReserveCmd(c, items...)).Reservation
-				cmd := multiCommitCmd(c, *hold, tc.actual, terms)
+				reservation := b.reserve(t, multiReserveCmd(c, items...)).Reservation
+				cmd := multiCommitCmd(c, *reservation, tc.actual, terms)
 				cmd.Context.Policy = tc.policy
 				cmd.IdempotencyKey, cmd.RequestHash = "commit-1", "h1"
 				cmd.Metadata = engine.Metadata{"job": json.RawMessage(`"j1"`)}
-				before := b.holdDump(t, c)
+				before := b.reservationDump(t, c)
 				res, err := b.store.Commit(ctx, cmd)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) {
 						t.Fatalf("err %v, want %v", err, tc.wantErr)
 					}
-					if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+					if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 						t.Errorf("refused commit changed state:\n%s\n->\n%s", before, after)
 					}
 					return
@@ -190,22 +190,22 @@ func TestCommitMulti(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
-		hold := b.reserve(t, multiReserveCmd(c, items...)).Reservation
-		off := multiCommitCmd(c, *hold, []int64{1, 1}, terms)
+		reservation := b.reserve(t, multiReserveCmd(c, items...)).Reservation
+		off := multiCommitCmd(c, *reservation, []int64{1, 1}, terms)
 		off.Items[1].EstimatedCost = 21
 		single := b.reserve(t, reserveCmd(c, 1, flatTerms(5), time.Hour, t0)).Reservation
-		onSingle := multiCommitCmd(c, *hold, []int64{1, 1}, terms)
+		onSingle := multiCommitCmd(c, *reservation, []int64{1, 1}, terms)
 		onSingle.ReservationID = single.ID
 		for name, cmd := range map[string]engine.CommitCommand{
 			"estimates off the hold":      off,
 			"items on a single hold":      onSingle,
-			"single form on a multi hold": commitCmd(c, hold.ID, 1, flatTerms(1), t0.Add(time.Minute)),
+			"single form on a multi hold": commitCmd(c, reservation.ID, 1, flatTerms(1), t0.Add(time.Minute)),
 		} {
-			before := b.holdDump(t, c)
+			before := b.reservationDump(t, c)
 			if _, err := b.store.Commit(ctx, cmd); err == nil {
 				t.Errorf("%s: committed", name)
 			}
-			if after := b.holdDump(t, c); after != before {
+			if after := b.reservationDump(t, c); after != before {
 				t.Errorf("%s changed state", name)
 			}
 		}

@@ -107,7 +107,7 @@ func TestScopedConsume(t *testing.T) {
 // and the unscoped one keeps them: a consume of a may not take the
 // unscoped credit the hold needs, the commit then settles from them, and
 // a multi-metric hold needs unscoped credit.
-func TestScopedHoldsStayBacked(t *testing.T) {
+func TestScopedReservationsStayBacked(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -122,9 +122,9 @@ func TestScopedHoldsStayBacked(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("reserve 71 of b: %v", err)
 		}
-		hold := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
-		hold.Metric = "b"
-		b.reserve(t, hold)
+		reservation := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
+		reservation.Metric = "b"
+		b.reserve(t, reservation)
 		// E(b) = 70 >= 60 must stay: a may take its 50 and 10 unscoped.
 		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 61)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("consume 61 of a: %v", err)
@@ -146,7 +146,7 @@ func TestScopedHoldsStayBacked(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, multi); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("multi-metric reserve: %v", err)
 		}
-		res, err := b.store.Commit(ctx, commitCmd(c, hold.ReservationID, 60, perUnitTerms(1), t0))
+		res, err := b.store.Commit(ctx, commitCmd(c, reservation.ReservationID, 60, perUnitTerms(1), t0))
 		if err != nil {
 			t.Fatalf("commit: %v", err)
 		}
@@ -300,13 +300,13 @@ func TestScopeFreeAgrees(t *testing.T) {
 				blocks = append(blocks, mb)
 				args = append(args, strconv.FormatInt(rem, 10), strconv.Itoa(prio), sc)
 			}
-			var holds []string
+			var reservations []string
 			var hm []string
 			seen := map[string]bool{}
 			var reserved int64
 			for range r.IntN(3) {
 				m, held := metrics[r.IntN(len(metrics))], r.Int64N(80)
-				holds = append(holds, m+","+strconv.FormatInt(held, 10))
+				reservations = append(reservations, m+","+strconv.FormatInt(held, 10))
 				reserved += held
 				if !seen[m] {
 					seen[m] = true
@@ -318,7 +318,7 @@ func TestScopeFreeAgrees(t *testing.T) {
 				freed = r.Int64N(reserved + 1)
 			}
 			metric := metrics[r.IntN(len(metrics)-1)]
-			argv := append([]any{strings.Join(holds, " "), strconv.FormatInt(freed, 10), "", metric}, args...)
+			argv := append([]any{strings.Join(reservations, " "), strconv.FormatInt(freed, 10), "", metric}, args...)
 			got, err := scopeFreeProbe.Run(ctx, bd.rdb, []string{"{x}"}, argv...).StringSlice()
 			if err != nil {
 				t.Fatalf("case %d: %v", i, err)
@@ -326,7 +326,7 @@ func TestScopeFreeAgrees(t *testing.T) {
 			want := []string{strconv.FormatInt(engine.ScopeFree(blocks, hm, reserved, freed, metric, 1), 10),
 				strconv.FormatInt(engine.ScopeRoom(blocks, hm, reserved, metric, 1), 10)}
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("case %d (holds %v freed %d metric %q blocks %v): script %v, Go %v", i, holds, freed, metric, args, got, want)
+				t.Fatalf("case %d (holds %v freed %d metric %q blocks %v): script %v, Go %v", i, reservations, freed, metric, args, got, want)
 			}
 		}
 	})
@@ -398,9 +398,9 @@ func TestScopedDebit(t *testing.T) {
 			t.Fatalf("after a debit of 150: %v, want the unscoped 100 taken first", got)
 		}
 		b.grant(t, scopedGrant(c, 100, 1))
-		hold := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
-		hold.Metric = "a"
-		b.reserve(t, hold)
+		reservation := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
+		reservation.Metric = "a"
+		b.reserve(t, reservation)
 		// Unscoped credit goes first: 60 leaves a its 50 and 40 unscoped,
 		// still the 60 its hold needs.
 		if _, err := b.store.Debit(ctx, debitCmd(c, 60, t0)); err != nil {
@@ -622,7 +622,7 @@ func TestScopedLayoutFastEqualsSlow(t *testing.T) {
 // metrics of its active holds (what engine.MetricAvailable needs), read
 // whole or in slices, and Balances says the hash is scoped; an unscoped
 // hash names none.
-func TestScopedSnapshotHoldMetrics(t *testing.T) {
+func TestScopedSnapshotReservationMetrics(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -632,8 +632,8 @@ func TestScopedSnapshotHoldMetrics(t *testing.T) {
 			b.grant(t, scopedGrant(c, 100, 1))
 		}
 		plain := b.snapshot(t, c, t0)
-		if plain.HoldMetrics != nil {
-			t.Fatalf("unscoped hash: hold metrics %v", plain.HoldMetrics)
+		if plain.ReservationMetrics != nil {
+			t.Fatalf("unscoped hash: hold metrics %v", plain.ReservationMetrics)
 		}
 		b.grant(t, scopedGrant(c, 100, 0, "a"))
 		for _, m := range []string{"z", "a", "z"} {
@@ -643,8 +643,8 @@ func TestScopedSnapshotHoldMetrics(t *testing.T) {
 		}
 		for range 2 { // whole, then in slices (the store learnt the layout)
 			acct := b.snapshot(t, c, t0)
-			if !reflect.DeepEqual(acct.HoldMetrics, []string{"a", "z"}) {
-				t.Fatalf("hold metrics %v, want [a z]", acct.HoldMetrics)
+			if !reflect.DeepEqual(acct.ReservationMetrics, []string{"a", "z"}) {
+				t.Fatalf("hold metrics %v, want [a z]", acct.ReservationMetrics)
 			}
 			if got := engine.MetricAvailable(acct, 0, engine.OveragePolicyBlock, "q", t0.UnixMilli()); got != 870 {
 				t.Fatalf("available for q %d, want 870 (900 unscoped less the 30 held)", got)

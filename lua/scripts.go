@@ -93,7 +93,7 @@ var scriptErrors = map[string]error{
 	// Per-customer bounds of invariant 13 (prelude/bounds.lua MAX_LIVE_BLOCKS,
 	// MAX_ACTIVE_HOLDS).
 	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
-	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
+	"TOOMANYHOLDS":  engine.ErrTooManyReservations,
 	"STALE":         errStale,
 	"MAYBESEEN":     errMaybeSeen,
 }

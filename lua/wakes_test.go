@@ -64,7 +64,7 @@ func TestFeedWakes(t *testing.T) {
 		}
 		want(engine.WakeChanges, a) // the alerts bump, published first, would come first
 		cust := engine.CustomerKey{TenantID: c, CustomerID: uuid.New(), Environment: engine.EnvironmentLive}
-		if err := b.store.HoldNote(ctx, cust); err != nil {
+		if err := b.store.ReservationNote(ctx, cust); err != nil {
 			t.Fatal(err)
 		}
 		want(engine.WakeChanges, c)

@@ -63,7 +63,7 @@ func TestDrainKeepsBlockMetadata(t *testing.T) {
 // TestReleaseKeepsHoldMetadata: a release Mutation carries no hold
 // metadata, and Postgres keeps what the reserve stored, in a later batch or
 // in the reserve's own batch.
-func TestReleaseKeepsHoldMetadata(t *testing.T) {
+func TestReleaseKeepsReservationMetadata(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)

@@ -483,7 +483,7 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 		if err != nil {
 			return err
 		}
-		if err := fillHolds(ctx, tx, index, ids, finalizedSince(appliedSince)); err != nil {
+		if err := fillReservations(ctx, tx, index, ids, finalizedSince(appliedSince)); err != nil {
 			return err
 		}
 		return fillLeases(ctx, tx, index, ids)

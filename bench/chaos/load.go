@@ -135,7 +135,7 @@ type Op struct {
 	CustomerID string `json:"customer_id,omitempty"`
 	Body       string `json:"body,omitempty"` // a refusal's body
 	// Hold is the reservation id a reserve's acknowledgement names.
-	Hold string `json:"hold,omitempty"`
+	Reservation string `json:"hold,omitempty"`
 }
 
 // Counts are the load's request figures.
@@ -280,7 +280,7 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 				ID string `json:"id"`
 			}
 			_ = json.Unmarshal(last.Body, &h)
-			op.Hold = h.ID
+			op.Reservation = h.ID
 		}
 	} else {
 		op.Body = trunc(last.Body)
@@ -496,10 +496,10 @@ func (l *Load) reserveCommit(ctx context.Context, customer, key string, rng *ran
 	est := 1 + rng.IntN(5)
 	res := l.do(ctx, "reserve", customer, key+"-r", "/v1/reservations",
 		map[string]any{"customer_id": customer, "billable_metric_key": metric, "estimated_units": est}, 3*time.Minute)
-	if res.Status != 201 || res.Hold == "" {
+	if res.Status != 201 || res.Reservation == "" {
 		return
 	}
-	l.do(ctx, "commit", customer, key+"-c", "/v1/reservations/"+res.Hold+"/commit",
+	l.do(ctx, "commit", customer, key+"-c", "/v1/reservations/"+res.Reservation+"/commit",
 		map[string]any{"actual_units": 1 + rng.IntN(est)}, 3*time.Minute)
 }
 

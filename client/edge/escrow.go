@@ -42,7 +42,7 @@ const (
 	// DefaultHoldTTL is the hold's ttl_seconds, renewed by extends: how
 	// long the rest of a dead process's hold stays taken (plus the
 	// server's sweep, once a minute).
-	DefaultHoldTTL = 30 * time.Second
+	DefaultReservationTTL = 30 * time.Second
 	// DefaultMaxWait bounds how long a consume beyond the allowance waits
 	// for a top-up under OverflowWait.
 	DefaultMaxWait = time.Second
@@ -84,7 +84,7 @@ type EscrowConfig struct {
 	MaxUnits int64
 	// HoldTTL is the hold's lifetime, renewed while in use; whole seconds,
 	// 1 s to 24 h; <= 0 means DefaultHoldTTL.
-	HoldTTL time.Duration
+	ReservationTTL time.Duration
 	// Overflow is what a consume beyond the allowance does.
 	Overflow Overflow
 	// MaxWait bounds an OverflowWait; <= 0 means DefaultMaxWait.
@@ -114,10 +114,10 @@ func (c *EscrowConfig) defaults() {
 		c.MaxUnits = DefaultMaxUnits
 	}
 	c.MinUnits = min(c.MinUnits, c.MaxUnits)
-	if c.HoldTTL <= 0 {
-		c.HoldTTL = DefaultHoldTTL
+	if c.ReservationTTL <= 0 {
+		c.ReservationTTL = DefaultReservationTTL
 	}
-	c.HoldTTL = min(max(c.HoldTTL.Truncate(time.Second), time.Second), 24*time.Hour)
+	c.ReservationTTL = min(max(c.ReservationTTL.Truncate(time.Second), time.Second), 24*time.Hour)
 	if c.MaxWait <= 0 {
 		c.MaxWait = DefaultMaxWait
 	}
@@ -442,7 +442,7 @@ func priced(snap *client.Snapshot, policy, metric string, maxUnits int64) (perUn
 // holdUnits is the hold an allowance asks for: the smoothed demand per
 // settle interval scaled to horizon, at least the largest waiting consume,
 // within [minUnits, maxUnits].
-func holdUnits(ratePerInterval int64, horizon, interval time.Duration, need, minUnits, maxUnits int64) int64 {
+func reservationUnits(ratePerInterval int64, horizon, interval time.Duration, need, minUnits, maxUnits int64) int64 {
 	n := ratePerInterval
 	if interval > 0 && n > 0 {
 		hi, lo := bits.Mul64(uint64(n), uint64(horizon))
@@ -522,7 +522,7 @@ func (x *escrow) run(a *allowance) {
 // allowance give its hold back: half its lifetime, when it would otherwise
 // be prolonged, so an idle process keeps no credit from the others.
 func (x *escrow) idleTicks() int {
-	return max(int(x.cfg.HoldTTL/2/x.cfg.SettleInterval), 1)
+	return max(int(x.cfg.ReservationTTL/2/x.cfg.SettleInterval), 1)
 }
 
 // returned ends a return of the hold that the final commit finished (the
@@ -674,7 +674,7 @@ func (x *escrow) topUp(a *allowance) {
 		a.mu.Unlock()
 		return
 	}
-	target := holdUnits(a.rate, x.cfg.Horizon, x.cfg.SettleInterval, a.need, x.cfg.MinUnits, x.cfg.MaxUnits)
+	target := reservationUnits(a.rate, x.cfg.Horizon, x.cfg.SettleInterval, a.need, x.cfg.MinUnits, x.cfg.MaxUnits)
 	if a.exact > 0 {
 		target = a.exact
 	}
@@ -701,7 +701,7 @@ func (x *escrow) topUp(a *allowance) {
 		// A hold never covers more than MaxUnits beyond what was charged.
 		add = min(add, x.cfg.MaxUnits-left)
 	}
-	prolong := a.expires.Sub(now) < x.cfg.HoldTTL/2
+	prolong := a.expires.Sub(now) < x.cfg.ReservationTTL/2
 	if a.extend == nil && (add > 0 || prolong) {
 		a.extend = &call{key: newKey(), addUnits: max(add, 0), ttl: prolong}
 		a.exact = 0
@@ -718,7 +718,7 @@ func (x *escrow) topUp(a *allowance) {
 		in.AdditionalUnits = client.Ptr(c.addUnits)
 	}
 	if c.ttl {
-		in.TTLSeconds = client.Ptr(int(x.cfg.HoldTTL / time.Second))
+		in.TTLSeconds = client.Ptr(int(x.cfg.ReservationTTL / time.Second))
 	}
 	res, err := x.e.c.ExtendReservation(ctx, id, in, client.WithIdempotencyKey(c.key))
 	a.mu.Lock()
@@ -779,7 +779,7 @@ func (x *escrow) refusedLocked(a *allowance, now time.Time, asked, need, left in
 
 // take creates the hold.
 func (x *escrow) take(ctx context.Context, a *allowance, c *call, need int64) {
-	ttl := int(x.cfg.HoldTTL / time.Second)
+	ttl := int(x.cfg.ReservationTTL / time.Second)
 	in := client.ReserveInput{CustomerID: &a.customer, BillableMetricKey: a.metric, EstimatedUnits: c.units,
 		TTLSeconds: &ttl, Metadata: x.cfg.Metadata}
 	res, err := x.e.c.CreateReservation(ctx, in, client.WithIdempotencyKey(c.key))

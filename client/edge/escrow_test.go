@@ -17,7 +17,7 @@ import (
 
 // TestHoldUnits: a hold is sized to the horizon's worth of the smoothed
 // rate, never below a waiting consume or MinUnits, never above MaxUnits.
-func TestHoldUnits(t *testing.T) {
+func TestReservationUnits(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
 	cases := []struct {
@@ -39,7 +39,7 @@ func TestHoldUnits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := holdUnits(tc.rate, tc.horizon, tc.interval, tc.need, tc.minUnits, tc.maxUnt); got != tc.want {
+			if got := reservationUnits(tc.rate, tc.horizon, tc.interval, tc.need, tc.minUnits, tc.maxUnt); got != tc.want {
 				t.Errorf("holdUnits = %d, want %d", got, tc.want)
 			}
 		})
@@ -125,7 +125,7 @@ type books struct {
 	// balance and reserved are millicredits.
 	balance, reserved int64
 	policy            string
-	holds             map[string]*fakeHold
+	reservations      map[string]*fakeReservation
 	replays           map[string][]byte
 	// charged is every millicredit taken by commits and consumes.
 	charged, consumeUnits int64
@@ -140,7 +140,7 @@ type books struct {
 	srv   *httptest.Server
 }
 
-type fakeHold struct {
+type fakeReservation struct {
 	units, cost, settled int64
 	remaining            int64
 	active               bool
@@ -150,7 +150,7 @@ type fakeHold struct {
 const perUnitMC = 10
 
 func newBooks(t testing.TB, balance int64, policy string) *books {
-	b := &books{t: t, balance: balance, policy: policy, holds: map[string]*fakeHold{}, replays: map[string][]byte{}, price: perUnitMC}
+	b := &books{t: t, balance: balance, policy: policy, reservations: map[string]*fakeReservation{}, replays: map[string][]byte{}, price: perUnitMC}
 	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
 	t.Cleanup(b.srv.Close)
 	return b
@@ -224,15 +224,15 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 			problem(w, 409, client.ProblemInsufficientCredits)
 			return
 		}
-		id := fmt.Sprintf("res-%d", len(b.holds)+1)
-		h := &fakeHold{units: in.EstimatedUnits, cost: cost, remaining: cost, active: true,
+		id := fmt.Sprintf("res-%d", len(b.reservations)+1)
+		h := &fakeReservation{units: in.EstimatedUnits, cost: cost, remaining: cost, active: true,
 			expires: time.Now().Add(time.Duration(*in.TTLSeconds) * time.Second)}
-		b.holds[id] = h
+		b.reservations[id] = h
 		b.reserved += cost
 		b.replays[key] = write(client.ReserveResult{ID: id, CustomerID: "uuid-1", EstimatedUnits: h.units, EstimatedCost: cost,
 			Status: "active", ExpiresAt: h.expires})
 	case strings.HasSuffix(path, "/extend"):
-		h := b.holds[strings.Split(path, "/")[3]]
+		h := b.reservations[strings.Split(path, "/")[3]]
 		if h == nil || !h.active {
 			problem(w, 409, client.ProblemConflict)
 			return
@@ -257,7 +257,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		b.replays[key] = write(client.ExtendResult{EstimatedUnits: h.units, EstimatedCost: h.cost, Status: "active",
 			ExpiresAt: h.expires, SettledUnits: h.settled, RemainingCost: h.remaining})
 	case strings.HasSuffix(path, "/commit"):
-		h := b.holds[strings.Split(path, "/")[3]]
+		h := b.reservations[strings.Split(path, "/")[3]]
 		if h == nil || !h.active {
 			problem(w, 409, client.ProblemConflict)
 			return
@@ -266,15 +266,15 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		units := *in.ActualUnits
 		cost := units * b.price
-		fromHold := min(cost, h.remaining)
-		if cost-fromHold > eff {
+		fromReservation := min(cost, h.remaining)
+		if cost-fromReservation > eff {
 			problem(w, 409, client.ProblemInsufficientCredits)
 			return
 		}
 		b.commits++
 		b.commitKeys = append(b.commitKeys, key)
-		h.remaining -= fromHold
-		b.reserved -= fromHold
+		h.remaining -= fromReservation
+		b.reserved -= fromReservation
 		b.balance -= cost
 		b.charged += cost
 		h.settled += units
@@ -348,7 +348,7 @@ func TestEscrowAccounting(t *testing.T) {
 		t.Errorf("no partial commit before Close: %+v", mid)
 	}
 	b.read(func(b *books) {
-		for _, h := range b.holds {
+		for _, h := range b.reservations {
 			if h.units-h.settled > 500+500 {
 				t.Errorf("hold of %d units with %d settled: more than MaxUnits beyond the charged", h.units, h.settled)
 			}
@@ -363,7 +363,7 @@ func TestEscrowAccounting(t *testing.T) {
 		if b.charged != units*perUnitMC || b.balance != 1_000_000-units*perUnitMC || b.reserved != 0 {
 			t.Errorf("server charged %d, balance %d, reserved %d; want %d charged, nothing reserved", b.charged, b.balance, b.reserved, units*perUnitMC)
 		}
-		for id, h := range b.holds {
+		for id, h := range b.reservations {
 			if h.active {
 				t.Errorf("hold %s still active after Close", id)
 			}
@@ -485,7 +485,7 @@ func TestEscrowRefusedTopUp(t *testing.T) {
 
 // TestEscrowAdaptiveHold: a steady rate grows the hold past its first size,
 // and MaxUnits bounds it.
-func TestEscrowAdaptiveHold(t *testing.T) {
+func TestEscrowAdaptiveReservation(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 100_000_000, "block", EscrowConfig{MaxUnits: 400, MinUnits: 1})
 	ctx := context.Background()
@@ -497,12 +497,12 @@ func TestEscrowAdaptiveHold(t *testing.T) {
 			}
 		}
 		if i == 0 {
-			b.read(func(b *books) { first = b.holds["res-1"].units })
+			b.read(func(b *books) { first = b.reservations["res-1"].units })
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	var units, settled int64
-	b.read(func(b *books) { units, settled = b.holds["res-1"].units, b.holds["res-1"].settled })
+	b.read(func(b *books) { units, settled = b.reservations["res-1"].units, b.reservations["res-1"].settled })
 	e.Close()
 	if units <= first {
 		t.Errorf("the hold stayed at %d units (first %d) under steady use", units, first)
@@ -516,9 +516,9 @@ func TestEscrowAdaptiveHold(t *testing.T) {
 // hold's lifetime gives the hold back (a final commit) instead of
 // prolonging it, and the next consume takes a new one; the books stay
 // exact across both holds.
-func TestEscrowIdleHoldReturned(t *testing.T) {
+func TestEscrowIdleReservationReturned(t *testing.T) {
 	t.Parallel()
-	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, HoldTTL: 2 * time.Second})
+	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, ReservationTTL: 2 * time.Second})
 	ctx := context.Background()
 	for range 30 {
 		if _, err := e.Consume(ctx, "alice", "api", 1); err != nil {
@@ -528,7 +528,7 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 	waitFor(t, "the idle hold returned", func() bool {
 		var active bool
 		var reserved int64
-		b.read(func(b *books) { active, reserved = b.holds["res-1"].active, b.reserved })
+		b.read(func(b *books) { active, reserved = b.reservations["res-1"].active, b.reserved })
 		return !active && reserved == 0
 	})
 	c, err := e.Consume(ctx, "alice", "api", 1)
@@ -537,8 +537,8 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 	}
 	e.Close()
 	b.read(func(b *books) {
-		if len(b.holds) != 2 || b.holds["res-1"].settled+b.holds["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
-			t.Errorf("%d holds, charged %d, reserved %d; want 2 holds settling 31 units", len(b.holds), b.charged, b.reserved)
+		if len(b.reservations) != 2 || b.reservations["res-1"].settled+b.reservations["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
+			t.Errorf("%d holds, charged %d, reserved %d; want 2 holds settling 31 units", len(b.reservations), b.charged, b.reserved)
 		}
 	})
 	if st := e.Stats(); st.SettledUnits != 31 || st.AtRiskUnits != 0 {

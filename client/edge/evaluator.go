@@ -569,7 +569,7 @@ func (e *Evaluator) apply(ev client.ChangeEvent, fresh bool) {
 		e.up = true
 		e.epoch++
 		e.tenantPolicy = ""
-	case ev.Type == client.ChangeEventHolds:
+	case ev.Type == client.ChangeEventReservations:
 		// A hold of one customer moved its effective balance: as an event.
 		ids = e.customerChangedLocked(ev.Data)
 	case strings.HasPrefix(ev.Type, client.ChangeEventPrefix):

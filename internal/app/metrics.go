@@ -126,8 +126,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	})
 	wg.Go(func() {
-		if holds, err := a.Store.HoldBacklog(ctx, now); c.ok("hold sweep backlog", err) {
-			gauge(c.sweepBacklog, float64(sum(holds)), "reservation")
+		if reservations, err := a.Store.ReservationBacklog(ctx, now); c.ok("hold sweep backlog", err) {
+			gauge(c.sweepBacklog, float64(sum(reservations)), "reservation")
 		}
 	})
 	wg.Wait()

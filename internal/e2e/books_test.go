@@ -174,7 +174,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		acct := a.credits(cust)
 		balance, reserved := Int(t, acct["balance"]), Int(t, acct["reserved_balance"])
 		effective := Int(t, acct["effective_balance"])
-		var ledger, row, blocks, holds, debt int64
+		var ledger, row, blocks, reservations, debt int64
 		q := func(sql string, dst *int64) {
 			if err := s.Pool.QueryRow(ctx, sql, cust).Scan(dst); err != nil {
 				t.Fatalf("%s: %v", sql, err)
@@ -183,7 +183,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		q(`SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1`, &ledger)
 		q(`SELECT balance FROM credit_accounts WHERE customer_id = $1`, &row)
 		q(`SELECT COALESCE(SUM(remaining_amount), 0) FROM credit_blocks WHERE customer_id = $1`, &blocks)
-		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &holds)
+		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &reservations)
 		q(`SELECT debt FROM credit_accounts WHERE customer_id = $1`, &debt)
 		what := fmt.Sprintf("customer %d (%s)", i, cust)
 		if balance != ledger || balance != row || balance != blocks-debt || Int(t, acct["debt_mc"]) != debt {
@@ -210,8 +210,8 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			JOIN credit_blocks b ON b.id = ANY(COALESCE(e.draw_block_ids, ARRAY[e.credit_block_id]))
 			WHERE e.customer_id = $1 AND e.type = 'consumption' AND b.applies_to IS NOT NULL`, &drewScoped)
 		scopedDraws += drewScoped
-		if reserved != holds {
-			t.Errorf("%s: reserved %d, active holds %d", what, reserved, holds)
+		if reserved != reservations {
+			t.Errorf("%s: reserved %d, active holds %d", what, reserved, reservations)
 		}
 		switch {
 		case lined(i) && effective < -lineMC:

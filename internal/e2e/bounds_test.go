@@ -24,7 +24,7 @@ func TestBoundsAtTheDoor(t *testing.T) {
 	metric := "bounds.calls"
 	wantStatus(t, a.post("/v1/metering-rules", map[string]any{"billable_metric_key": metric, "cost_type": "per_unit",
 		"unit_cost": 1}), 201, "rule")
-	for i := 0; i < engine.MaxActiveHolds; i++ {
+	for i := 0; i < engine.MaxActiveReservations; i++ {
 		wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metric,
 			"estimated_units": 1}), 201, fmt.Sprint("reservation ", i))
 	}

@@ -114,7 +114,7 @@ func (a api) exhaustedEvents(customer string, want int) []map[string]any {
 // `block` customer is refused for credit (docs/spec/addendum.md §8), and reservation create
 // and commit are among its emitters (docs/spec/interface.md Events: "the same
 // operations as credit.low_balance"), as a refused consume already does.
-func TestConformanceHoldRefusalExhausted(t *testing.T) {
+func TestConformanceReservationRefusalExhausted(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("holdrefusal"))
 	a := s.as(t, tn.Live)

@@ -18,7 +18,7 @@ func (a api) reserve(body map[string]any) map[string]any {
 }
 
 // checkHoldAccount compares an account member with want balance, reserved.
-func checkHoldAccount(t testing.TB, v any, what string, balance, reserved int64) {
+func checkReservationAccount(t testing.TB, v any, what string, balance, reserved int64) {
 	t.Helper()
 	acct := obj(t, v, what)
 	checkKeys(t, acct, what, "balance", "reserved_balance", "effective_balance")
@@ -46,7 +46,7 @@ func TestConformanceReservationCreate(t *testing.T) {
 		h["environment"] != "live" || h["status"] != "active" || mustJSON(h["metadata"]) != `{}` {
 		t.Errorf("hold: %v", h)
 	}
-	checkHoldAccount(t, h["account"], "account", 1_000, 300)
+	checkReservationAccount(t, h["account"], "account", 1_000, 300)
 	created := checkTime(t, h["created_at"], "created_at")
 	if d := checkTime(t, h["expires_at"], "expires_at").Sub(created); d != 1800*time.Second {
 		t.Errorf("default ttl: expires %v after creation, want 30m", d)
@@ -74,7 +74,7 @@ func TestConformanceReservationCreate(t *testing.T) {
 	if h3["customer_id"] != id {
 		t.Errorf("hold by customer_id = external id: %v", h3)
 	}
-	checkHoldAccount(t, h3["account"], "third hold account", 1_000, 320)
+	checkReservationAccount(t, h3["account"], "third hold account", 1_000, 320)
 	// A lenient unknown id creates the customer (and then has no credit).
 	fresh := uniq("fresh")
 	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": fresh, "billable_metric_key": metric, "estimated_units": 1}),
@@ -163,7 +163,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 		t.Errorf("commit transaction: %v", tx)
 	}
 	checkTime(t, tx["created_at"], "transaction.created_at")
-	checkHoldAccount(t, cm.Body["account"], "commit account", 800, 0)
+	checkReservationAccount(t, cm.Body["account"], "commit account", 800, 0)
 	g = a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "committed" || Int(t, g.Body["actual_units"]) != 20 || Int(t, g.Body["actual_cost"]) != 200 || g.Body["released_at"] != nil ||
 		mustJSON(g.Body["metadata"]) != `{"a":1,"b":2}` {
@@ -186,7 +186,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	if Int(t, tx0["delta"]) != 0 || tx0["type"] != "release" {
 		t.Errorf("commit 0 transaction: %v", tx0)
 	}
-	checkHoldAccount(t, c0.Body["account"], "commit 0 account", 800, 0)
+	checkReservationAccount(t, c0.Body["account"], "commit 0 account", 800, 0)
 	if g := a.get("/v1/reservations/" + h0["id"].(string)); mustJSON(g.Body["metadata"]) != `{"a":1}` || g.Body["committed_at"] == nil {
 		t.Errorf("commit 0 hold: %s", g.Raw)
 	}
@@ -204,7 +204,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	if Int(t, txr["delta"]) != 0 || txr["type"] != "release" {
 		t.Errorf("release transaction: %v", txr)
 	}
-	checkHoldAccount(t, rl.Body["account"], "release account", 800, 0)
+	checkReservationAccount(t, rl.Body["account"], "release account", 800, 0)
 	checkProblem(t, a.post("/v1/reservations/"+hr["id"].(string)+"/release", nil), 409, "conflict", "", "release twice")
 	if g := a.get("/v1/reservations/" + hr["id"].(string)); g.Body["status"] != "released" || g.Body["committed_at"] != nil || g.Body["released_at"] == nil {
 		t.Errorf("released hold: %s", g.Raw)
@@ -218,7 +218,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	}
 	// Hold plus free balance covers exactly 80 units.
 	if cm := a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 80}); checkStatus(t, cm, 200, "commit past the hold") {
-		checkHoldAccount(t, cm.Body["account"], "commit past the hold", 0, 0)
+		checkReservationAccount(t, cm.Body["account"], "commit past the hold", 0, 0)
 	}
 
 	// Listing: newest first, status filter, the documented 500, 404 unknown.
@@ -268,7 +268,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 // the sweep is 409 reservation-expired and leaves the hold active; release
 // still works then; the sweep marks the rest expired and returns the hold.
 func TestConformanceReservationExpiry(t *testing.T) {
-	s := NewStack(t, WithHoldSweep(time.Hour))
+	s := NewStack(t, WithReservationSweep(time.Hour))
 	tn := s.NewTenant(uniq("expiry"))
 	a := s.as(t, tn.Live)
 	metric := a.perUnit(10)
@@ -286,7 +286,7 @@ func TestConformanceReservationExpiry(t *testing.T) {
 	if checkStatus(t, rl, 200, "release after expires_at") && rl.Body["status"] != "released" {
 		t.Errorf("late release: %s", rl.Raw)
 	}
-	if n := s.App.HoldSweeper.SweepOnce(context.Background()); n != 1 {
+	if n := s.App.ReservationSweeper.SweepOnce(context.Background()); n != 1 {
 		t.Errorf("sweep expired %d holds, want 1", n)
 	}
 	g := a.get("/v1/reservations/" + h1["id"].(string))

@@ -193,7 +193,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 	s.Drain()
 
 	settledUnits, settledCost := map[string]int64{}, int64(0)
-	holds := 0
+	reservations := 0
 	for cursor := ""; ; {
 		q := "?limit=100"
 		if cursor != "" {
@@ -206,7 +206,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 			proc, _ := hm["metadata"].(map[string]any)["process"].(string)
 			settledUnits[proc] += Int(t, hm["settled_units"])
 			settledCost += Int(t, hm["settled_cost"])
-			holds++
+			reservations++
 		}
 		if !more {
 			break
@@ -271,7 +271,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 	reportLag := int64(unitsPerMs) * 10 * 2 // units after its last line (10 ms reports, doubled for scheduling)
 	lost := atKill.ConsumedLocalUnits - settledUnits[killed.name]
 	t.Logf("killed %s: %d units consumed by its last line, %d settled by creditd, %d lost (one settle interval: %d units); at risk on its last line %d, max %d; %d holds in all",
-		killed.name, atKill.ConsumedLocalUnits, settledUnits[killed.name], lost, perInterval, atKill.AtRiskUnits, atKill.MaxAtRiskUnits, holds)
+		killed.name, atKill.ConsumedLocalUnits, settledUnits[killed.name], lost, perInterval, atKill.AtRiskUnits, atKill.MaxAtRiskUnits, reservations)
 	if atKill.ConsumedLocalUnits == 0 || settledUnits[killed.name] == 0 {
 		t.Fatalf("the killed process consumed %d and settled %d before the kill: nothing to check", atKill.ConsumedLocalUnits, settledUnits[killed.name])
 	}

@@ -82,8 +82,8 @@ func TestFleetPersistsInStreamOrder(t *testing.T) {
 						}
 						continue
 					}
-					hold := str(t, r.Body["id"], "hold id")
-					c := nodes[(w+i+1)%len(nodes)].post("/v1/reservations/"+hold+"/commit", map[string]any{"actual_units": 1})
+					reservation := str(t, r.Body["id"], "hold id")
+					c := nodes[(w+i+1)%len(nodes)].post("/v1/reservations/"+reservation+"/commit", map[string]any{"actual_units": 1})
 					if c.Status != 200 {
 						t.Errorf("mixed commit: %d %s", c.Status, c.Raw)
 						continue

@@ -103,7 +103,7 @@ func (fx *hostileFixture) newSubscription() string {
 	return r.Body["id"].(string)
 }
 
-func (fx *hostileFixture) newHold(c string) string {
+func (fx *hostileFixture) newReservation(c string) string {
 	r := fx.a.post("/v1/reservations", map[string]any{"customer_id": c, "billable_metric_key": fx.metric.metered, "estimated_units": 5})
 	wantStatus(fx.t, r, 201, "hold")
 	return r.Body["id"].(string)
@@ -241,14 +241,14 @@ func hostileEndpoints() []hostileEndpoint {
 		},
 		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // commit
 			c := fx.pool[rng.IntN(len(fx.pool))]
-			h := fx.newHold(c.id)
+			h := fx.newReservation(c.id)
 			return hostileReq{endpoint: "POST /v1/reservations/{id}/commit", method: "POST", path: "/v1/reservations/" + h + "/commit", seg: h,
 				customer: c.id, delta: -4 * hostileUnitCost, check: true,
 				body: jobj("actual_units", 4, "metadata", meta(fx.next()))}
 		},
 		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // release
 			c := fx.pool[rng.IntN(len(fx.pool))]
-			h := fx.newHold(c.id)
+			h := fx.newReservation(c.id)
 			return hostileReq{endpoint: "POST /v1/reservations/{id}/release", method: "POST", path: "/v1/reservations/" + h + "/release", seg: h,
 				customer: c.id, check: true, body: jobj(), noBody: true}
 		},
@@ -970,7 +970,7 @@ func TestHostileWorkloadRebuildsExactly(t *testing.T) {
 			wantStatus(t, r, 200, "valid usage")
 			hr.remember(hostileReq{endpoint: "POST /v1/usage"}, ub, "", r)
 			if round == 0 {
-				fx.newHold(c.id) // an active hold survives the rebuild
+				fx.newReservation(c.id) // an active hold survives the rebuild
 			}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // agree, and the reserved balance is what the active holds still hold
 // (estimated_cost less what partial commits took, the released column
 // while active).
-func holdBooks(t *testing.T, s *Stack, a api, cust string, balance, reserved int64) {
+func reservationBooks(t *testing.T, s *Stack, a api, cust string, balance, reserved int64) {
 	t.Helper()
 	s.Drain()
 	c := a.credits(cust)
@@ -70,7 +70,7 @@ func TestReservationExtend(t *testing.T) {
 		t.Errorf("extend body: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "extend", 0, 0, 800)
-	checkHoldAccount(t, r.Body["account"], "extend account", 1_000, 800)
+	checkReservationAccount(t, r.Body["account"], "extend account", 1_000, 800)
 	again := a.do("POST", path, key, map[string]any{"additional_units": 50})
 	wantStatus(t, again, 200, "extend replay")
 	if mustJSON(again.Body) != mustJSON(r.Body) {
@@ -122,13 +122,13 @@ func TestReservationExtend(t *testing.T) {
 
 	// A multi-metric hold is not extended.
 	m2 := a.perUnit(1)
-	multi := a.reserve(map[string]any{"customer_id": id, "items": holdItems(metric, 1, m2, 1)})
+	multi := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(metric, 1, m2, 1)})
 	checkProblem(t, a.post("/v1/reservations/"+multi["id"].(string)+"/extend", map[string]any{"ttl_seconds": 3600}), 409, "conflict", "", "multi-metric hold")
 
 	// Once committed, an extend is a 409.
 	wantStatus(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": 80}), 200, "commit")
 	checkProblem(t, a.post(path, map[string]any{"ttl_seconds": 7200}), 409, "conflict", "", "extend of a committed hold")
-	holdBooks(t, s, a, id, 200, 11)
+	reservationBooks(t, s, a, id, 200, 11)
 }
 
 // TestReservationPartialCommitThenCommit: a partial commit (final: false)
@@ -160,7 +160,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Errorf("partial commit transaction: %v", tx)
 	}
 	checkSettled(t, r.Body, "partial commit", 10, 100, 200)
-	checkHoldAccount(t, r.Body["account"], "partial commit account", 900, 200)
+	checkReservationAccount(t, r.Body["account"], "partial commit account", 900, 200)
 	again := a.do("POST", path, key, map[string]any{"actual_units": 10, "final": false})
 	wantStatus(t, again, 200, "partial commit replay")
 	if mustJSON(again.Body) != mustJSON(r.Body) {
@@ -194,7 +194,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 	r = a.post(path, map[string]any{"actual_units": 25, "final": false})
 	wantStatus(t, r, 200, "second partial commit")
 	checkSettled(t, r.Body, "second partial commit", 35, 350, 0)
-	checkHoldAccount(t, r.Body["account"], "second partial commit account", 650, 0)
+	checkReservationAccount(t, r.Body["account"], "second partial commit account", 650, 0)
 
 	r = a.post(path, map[string]any{"actual_units": 5})
 	wantStatus(t, r, 200, "final commit")
@@ -202,7 +202,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Errorf("final commit body: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "final commit", 40, 400, 0)
-	checkHoldAccount(t, r.Body["account"], "final commit account", 600, 0)
+	checkReservationAccount(t, r.Body["account"], "final commit account", 600, 0)
 	g = a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "committed" || Int(t, g.Body["actual_units"]) != 40 || Int(t, g.Body["actual_cost"]) != 400 {
 		t.Errorf("get after the final commit: %s", g.Raw)
@@ -219,7 +219,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 	if parts != 3 || units != 40 {
 		t.Errorf("consumption entries of the hold: %d for %d units, want 3 for 40", parts, units)
 	}
-	holdBooks(t, s, a, id, 600, 0)
+	reservationBooks(t, s, a, id, 600, 0)
 
 	// Each part fires credit.consumed as a commit does, naming the
 	// reservation, with its own units and credits.
@@ -255,13 +255,13 @@ func TestReservationPartialCommitThenRelease(t *testing.T) {
 	if r.Body["status"] != "released" || Int(t, r.Body["released"]) != 200 {
 		t.Errorf("release body: %s", r.Raw)
 	}
-	checkHoldAccount(t, r.Body["account"], "release account", 900, 0)
+	checkReservationAccount(t, r.Body["account"], "release account", 900, 0)
 	g := a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "released" || g.Body["actual_units"] != nil {
 		t.Errorf("get after release: %s", g.Raw)
 	}
 	checkSettled(t, g.Body, "get after release", 10, 100, 0)
-	holdBooks(t, s, a, id, 900, 0)
+	reservationBooks(t, s, a, id, 900, 0)
 }
 
 // TestReservationPartialCommitSurvivesRebuild: a partially committed hold
@@ -292,5 +292,5 @@ func TestReservationPartialCommitSurvivesRebuild(t *testing.T) {
 		t.Errorf("final commit after the load: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "final commit after the load", 15, 150, 0)
-	holdBooks(t, s, a, id, 850, 0)
+	reservationBooks(t, s, a, id, 850, 0)
 }

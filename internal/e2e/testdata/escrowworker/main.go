@@ -43,7 +43,7 @@ func main() {
 	flag.Parse()
 
 	ev := edge.New(client.New(*url, *key), edge.Config{Escrow: edge.EscrowConfig{
-		SettleInterval: *settle, HoldTTL: *ttl, MaxUnits: 5_000, MaxWait: 3 * time.Second,
+		SettleInterval: *settle, ReservationTTL: *ttl, MaxUnits: 5_000, MaxWait: 3 * time.Second,
 		Metadata: map[string]any{"process": *name},
 	}})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

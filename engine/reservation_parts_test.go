@@ -74,7 +74,7 @@ func TestCommitResultParts(t *testing.T) {
 
 // extendHot is holdHot with an extend script that records its command.
 type extendHot struct {
-	*holdHot
+	*reservationHot
 	got []ExtendCommand
 }
 
@@ -115,16 +115,16 @@ func TestExtendAndPartialRouting(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := uuid.New()
-			pg := &postgresHolds{key: key, hold: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
+			pg := &postgresReservations{key: key, reservation: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
 				Environment: key.Environment, BillableMetricKey: "m", Status: tc.pgStatus}}
 			credits := NewCredits(customers, versionBlocks{}, pg, clock, nil)
-			ref := HoldRef{Customer: key, Metric: "m"}
+			ref := ReservationRef{Customer: key, Metric: "m"}
 			if tc.items {
-				ref = HoldRef{Customer: key, Items: []ReservationItem{{BillableMetricKey: "m", EstimatedUnits: 1}, {BillableMetricKey: "n", EstimatedUnits: 1}}}
+				ref = ReservationRef{Customer: key, Items: []ReservationItem{{BillableMetricKey: "m", EstimatedUnits: 1}, {BillableMetricKey: "n", EstimatedUnits: 1}}}
 			}
-			hot := &extendHot{holdHot: &holdHot{ref: ref, described: tc.described}}
+			hot := &extendHot{reservationHot: &reservationHot{ref: ref, described: tc.described}}
 			svc := NewReservations(ReservationsDeps{Entitlements: NewEntitlements(EntitlementsDeps{Customers: customers, Credits: credits, Hot: hot, Clock: clock}),
-				Credits: credits, Customers: customers, Hot: hot, Holds: pg, Clock: clock})
+				Credits: credits, Customers: customers, Hot: hot, Reservations: pg, Clock: clock})
 			scope, tenant := Scope{TenantID: key.TenantID, Environment: key.Environment}, Tenant{ID: key.TenantID}
 			var err error
 			if tc.partial {

@@ -12,7 +12,7 @@ import (
 // (a wait for Postgres to catch up would take its 2 s bound and then find
 // nothing), a second commit or release is the 409 of the kept hold, and
 // once the persister runs Postgres holds what they answered.
-func TestHoldsSettleWithoutPostgres(t *testing.T) {
+func TestReservationsSettleWithoutPostgres(t *testing.T) {
 	s := NewStack(t, WithoutStart())
 	a := s.as(t, s.NewTenant(uniq("hothold")).Live)
 	m1, m2 := a.perUnit(10), a.perUnit(7)
@@ -21,7 +21,7 @@ func TestHoldsSettleWithoutPostgres(t *testing.T) {
 	single := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 30,
 		"metadata": map[string]any{"a": 1}})["id"].(string)
 	zero := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 5})["id"].(string)
-	multi := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 3, m2, 10)})["id"].(string)
+	multi := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 3, m2, 10)})["id"].(string)
 	released := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m2, "estimated_units": 2})["id"].(string)
 
 	ctx := context.Background()

@@ -20,7 +20,7 @@ import (
 // persister writes in Apply's transaction, and the reads of them (the
 // reservation API and the rebuild).
 
-var _ engine.HoldReader = (*Store)(nil)
+var _ engine.ReservationReader = (*Store)(nil)
 
 func init() {
 	sectionWriters = append(sectionWriters,
@@ -32,7 +32,7 @@ func init() {
 // FinalizedHoldWindow is how long after its commit, release or expiry a
 // hold is still loaded into Redis by a rebuild, so a second commit or
 // release of it still answers 409 rather than 404.
-const FinalizedHoldWindow = 24 * time.Hour
+const FinalizedReservationWindow = 24 * time.Hour
 
 // upsertReservationsSQL keeps a hold's stored metadata when the incoming
 // row has none: a release or expiry Mutation does not carry the hold's
@@ -328,7 +328,7 @@ func (s *Store) ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (
 // fillHolds adds to each state in index its reservations and gauges, in
 // the rebuild's snapshot tx: holds still active and those finalized at or
 // after finalizedSince (oldest first), and every gauge counter.
-func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, finalizedSince time.Time) error {
+func fillReservations(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, finalizedSince time.Time) error {
 	rows, err := tx.Query(ctx, `SELECT customer_id, id, billable_metric_key, estimated_units, estimated_cost,
 			actual_units, actual_cost, released, status, expires_at, metadata, created_at, committed_at, released_at
 		FROM reservations
@@ -401,5 +401,5 @@ func msOf(t *time.Time) *int64 {
 // pass appliedSince = now - engine.AppliedRetention (the engine's rule), so
 // the cutoff is now - FinalizedHoldWindow, derived without a clock of our own.
 func finalizedSince(appliedSince time.Time) time.Time {
-	return appliedSince.Add(engine.AppliedRetention - FinalizedHoldWindow)
+	return appliedSince.Add(engine.AppliedRetention - FinalizedReservationWindow)
 }

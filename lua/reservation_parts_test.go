@@ -154,7 +154,7 @@ func TestPartialCommitRefusals(t *testing.T) {
 		c, _ := b.funded(t)
 		rc := reserveCmd(c, 3, perUnitTerms(10), 30*time.Minute, t0)
 		b.reserve(t, rc)
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		pc := partialCmd(c, rc.ReservationID, 11, perUnitTerms(10), t0)
 		pc.Context.Policy = engine.OveragePolicyBlock
 		if _, err := b.store.Commit(ctx, pc); !errors.Is(err, engine.ErrInsufficientCredits) {
@@ -163,7 +163,7 @@ func TestPartialCommitRefusals(t *testing.T) {
 		if _, err := b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 0, perUnitTerms(10), t0)); !isBadArg(err) {
 			t.Errorf("partial commit of 0 units: %v, want BADARG", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 	})
@@ -201,7 +201,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 			t.Errorf("extend replay: %v %+v", err, rr)
 		}
 
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		short := extendCmd(c, rc.ReservationID, 1, perUnitTerms(10), time.Time{}, t0.Add(time.Minute))
 		short.Context.Policy = engine.OveragePolicyBlock
 		if _, err := b.store.Extend(ctx, short); !errors.Is(err, engine.ErrInsufficientCredits) {
@@ -210,7 +210,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 		if _, err := b.store.Extend(ctx, extendCmd(c, rc.ReservationID, 0, perUnitTerms(10), rc.ExpiresAt.Add(-time.Second), t0.Add(time.Minute))); !errors.Is(err, engine.ErrReservationShorter) {
 			t.Errorf("extend to an earlier expiry: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 
@@ -261,7 +261,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 // partial commit left it (act units and cost settled, released the part
 // taken) holds only the rest: its final commit returns that rest and
 // totals every part (invariant 5).
-func TestLoadRestoresPartiallyCommittedHold(t *testing.T) {
+func TestLoadRestoresPartiallyCommittedReservation(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		c := newCustomer()

@@ -262,7 +262,7 @@ func TestListReservations(t *testing.T) {
 
 // TestAccountStateHoldsAndGauges: a rebuild gets the active holds, those
 // finalized within FinalizedHoldWindow, and every gauge counter.
-func TestAccountStateHoldsAndGauges(t *testing.T) {
+func TestAccountStateReservationsAndGauges(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, sandbox := b.tenant(t)

@@ -85,7 +85,7 @@ func (r *Reservation) Settle(released int64) {
 
 // HoldRef is what the hot store's reservation index records of a hold at
 // its reserve: enough to price its commit without Postgres.
-type HoldRef struct {
+type ReservationRef struct {
 	Customer CustomerKey
 	// Described is false for a record that names the customer alone (one
 	// written before the index carried the hold's metric or items).

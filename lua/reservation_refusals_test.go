@@ -13,7 +13,7 @@ import (
 // TestHoldOpenAndSettleRefusals: reserve_open refuses a reservation id
 // already taken, and commit_meta refuses with STALE a merge Go made from
 // metadata the hold no longer has, leaving the hold active.
-func TestHoldOpenAndSettleRefusals(t *testing.T) {
+func TestReservationOpenAndSettleRefusals(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
@@ -34,7 +34,7 @@ func TestHoldOpenAndSettleRefusals(t *testing.T) {
 		}
 		a := commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: "3", Terms: "per_unit|0|1||",
 			Meta: `{"b":2}`, Merge: mergeArgv{Stored: `{"a":1}`, Merged: `{"a":1,"b":2}`}}
-		_, err = b.store.runMoney(ctx, commitScript, "commit", b.store.holdKeys(c.CustomerID, ""), a.list())
+		_, err = b.store.runMoney(ctx, commitScript, "commit", b.store.reservationKeys(c.CustomerID, ""), a.list())
 		if !errors.Is(err, errStale) {
 			t.Fatalf("commit merged from metadata the hold does not have: %v, want STALE", err)
 		}
