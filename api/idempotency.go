@@ -148,7 +148,7 @@ func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
 	s.settleClaim(rt, c, claimedAt, false)
 }
 
-// settleClaim settles the claim taken at claimedAt by the answer c holds:
+// settleClaim settles the claim taken at claimedAt by the answer c reservations:
 // Finish stores a completed answer (for a money route's 2xx only the rerun
 // mark, markRerun, unless marked says the claim is that mark already: a
 // fused door's script wrote it), Abort forgets anything else (a mark stays:

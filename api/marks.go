@@ -29,7 +29,7 @@ type pendingMark struct {
 	reqID     []byte
 }
 
-// rerunMarks is the server's batch writer of rerun marks. Its queue holds
+// rerunMarks is the server's batch writer of rerun marks. Its queue reservations
 // at most maxMarksInFlight marks; when it is full the caller writes its
 // mark itself before answering, so a slow Redis slows requests instead of
 // piling marks up.

@@ -120,7 +120,7 @@ func (f *fakeCatalog) ActiveRule(_ context.Context, s engine.Scope, key string) 
 }
 
 // fakeHot is an engine.UsageStore that charges consumes in full and knows no
-// holds or gauges.
+// reservations or gauges.
 type fakeHot struct{}
 
 func (h fakeHot) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
@@ -185,7 +185,7 @@ func (fakeHot) ReservationMetadata(context.Context, engine.CustomerKey, uuid.UUI
 	return nil, false, nil
 }
 
-// fakeHolds is an engine.HoldReader that holds nothing.
+// fakeReservations is an engine.ReservationReader that holds nothing.
 type fakeReservations struct{}
 
 func (fakeReservations) GetReservation(context.Context, uuid.UUID, uuid.UUID) (engine.Reservation, error) {

@@ -587,7 +587,7 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 
 // credentialed reports whether h carries the admin token or an API key that
 // is not known to be invalid (a directory failure counts as valid: the
-// handler then answers it, and the body limit still holds).
+// handler then answers it, and the body limit still reservations).
 func (s *Server) credentialed(h *fasthttp.RequestHeader) bool {
 	if s.adminHeaderAuthorized(h) {
 		return true

@@ -37,7 +37,7 @@ const (
 	// consumes a second the default (10,000) lasts a few ms, and the
 	// consumes would wait on the top-up round trip instead of measuring
 	// the evaluator; a few hundred ms of that rate is what issue 27 sizes a
-	// hold for.
+	// reservation for.
 	escrowLocalMaxUnits = 5_000_000
 	// escrowDrainMax bounds the wait for creditd's persister after a run,
 	// whose Postgres writes are part of the run's server CPU.
@@ -55,8 +55,8 @@ const (
 	escrowBooksTTL        = 2 * time.Second
 	escrowBooksKillAt     = 1200 * time.Millisecond
 	escrowBooksRunMax     = 30 * time.Second
-	// escrowBooksHoldsMax covers the killed process's hold: it expires 2 s
-	// after its last extend, and the bench's creditd sweeps expired holds
+	// escrowBooksReservationsMax covers the killed process's hold: it expires 2 s
+	// after its last extend, and the bench's creditd sweeps expired reservations
 	// once a minute (CREDITD_RESERVATION_SWEEP_INTERVAL's default), so a
 	// 15 s wait met the sweep only when it happened to fall in it.
 	escrowBooksReservationsMax = 75 * time.Second
@@ -90,7 +90,7 @@ type EscrowBench struct {
 	MaxUnits int64   `json:"local_max_units"`
 	SettleMS float64 `json:"local_settle_ms"`
 	// WarmPerSecond is the first escrowLocalDuration, from a cold
-	// allowance: its hold starts at MinUnits and grows with the observed
+	// allowance: its reservation starts at MinUnits and grows with the observed
 	// rate one settle interval at a time, so until then most consumes
 	// wait on a top-up's round trip. The timed runs follow it.
 	WarmPerSecond     float64          `json:"local_warm_up_per_second"`
@@ -479,17 +479,17 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 			return fail(fmt.Errorf("%s did not exit after SIGTERM", p.name))
 		}
 	}
-	// The killed process's hold returns by itself at expires_at.
+	// The killed process's reservation returns by itself at expires_at.
 	for end := time.Now().Add(escrowBooksReservationsMax); ; time.Sleep(100 * time.Millisecond) {
 		pg, err := s.c.ListCustomerReservations(ctx, cust.ID, &client.ListCustomerReservationsParams{Status: client.Ptr("active"), Limit: client.Ptr(100)})
 		if err == nil && len(pg.Data) == 0 {
 			break
 		}
 		if time.Now().After(end) && err != nil {
-			return fail(fmt.Errorf("holds not listed %s after the run: %w", escrowBooksReservationsMax, err))
+			return fail(fmt.Errorf("reservations not listed %s after the run: %w", escrowBooksReservationsMax, err))
 		}
 		if time.Now().After(end) {
-			return fail(fmt.Errorf("holds still active %s after the run", escrowBooksReservationsMax))
+			return fail(fmt.Errorf("reservations still active %s after the run", escrowBooksReservationsMax))
 		}
 	}
 	close(stopWatch)
@@ -650,7 +650,7 @@ func escrowMarkdown(w func(string, ...any)) {
 		"Server CPU is creditd + redis-server + Postgres (/proc, Postgres backends included) from before the run to the persister drained after it (the local window from before the first hold to after the final commit), divided by the consumes answered 200, or by the units consumed locally. "+
 		"Redis and Postgres serve the whole box (tests and other helpers run beside the bench on 2 cores), so their CPU in a window is not all the bench's: the server's CPU over %s with the bench idle is taken out of both windows pro rata as a second figure, and the row is met only if both shares are. "+
 		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s holds; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
-		"after the killed process's hold expires and the persister drains, the ledger (Postgres), the balance and the holds' settled units are compared, the balance is polled every %s throughout, "+
+		"after the killed process's reservation expires and the persister drains, the ledger (Postgres), the balance and the reservations' settled units are compared, the balance is polled every %s throughout, "+
 		"and the killed process's loss (its last line's local units less what creditd settled for it) is held to one settle interval at its pace and to what it counted at risk (its last line, printed every 10 ms).\n\n",
 		escrowHTTPWorkers, escrowHTTPDuration, escrowLocalDuration, edge.DefaultSettleInterval, escrowLocalMaxUnits, escrowIdleWindow,
 		escrowBooksWorkers, escrowBooksUnitsPerMs, escrowBooksGrant, escrowBooksSettle, escrowBooksTTL, escrowBooksKillAt, escrowBooksWatchEvery)

@@ -51,7 +51,7 @@ const (
 	// storageLimit bounds the chunks that reach storageConsumes.
 	storageLimit = 3 * time.Minute
 	// rtGap separates the one-at-a-time requests of the round-trip count,
-	// and rtHold delays the persister's wake-up (rtproxy.go): together they
+	// and rtReservation delays the persister's wake-up (rtproxy.go): together they
 	// keep its trips out of the next request's window.
 	rtGap         = 120 * time.Millisecond
 	rtReservation = 40 * time.Millisecond

@@ -266,7 +266,7 @@ func ledgerScaleReads(current, today time.Time) []ledgerScaleRead {
 	}
 }
 
-// loadMonth makes the ledger's partition of the month from..to hold n
+// loadMonth makes the ledger's partition of the month from..to reservation n
 // rows (seedLedgerMonth), loaded into a table of its own and then
 // attached: Postgres builds the month's indexes once, sorted, at the
 // ATTACH, instead of row by row, so 50M rows load in minutes rather than

@@ -32,7 +32,7 @@ type rtProxy struct {
 	// stmts maps a prepared statement's name to its text, from the Parse
 	// messages seen (pgx prepares once per connection, then only Binds).
 	stmts map[string]string
-	// holdBlocking, when > 0, delays the answer to every blocking stream
+	// reservationBlocking, when > 0, delays the answer to every blocking stream
 	// read (the persister's XREADGROUP BLOCK, lua/outbox.go) by that many
 	// nanoseconds: the persister then wakes after the request that woke
 	// it has been answered, so its round trips fall outside that

@@ -66,7 +66,7 @@ func services(root string) (redisURL, dbURL string, err error) {
 }
 
 // moduleRoot is the nearest directory up from the working directory that
-// holds go.mod.
+// reservations go.mod.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 // The "worst allowed input" scenario (issue 9, invariant 13): one customer
 // at every per-customer cap (engine.MaxLiveBlocks live blocks and
-// engine.MaxActiveHolds active holds, each with metadata of the largest
+// engine.MaxActiveReservations active holds, each with metadata of the largest
 // size the API takes) charged under a rule of engine.MaxTiers graduated
 // tiers. Every money script the API runs on it is timed by Redis itself
 // (SLOWLOG with slowlog-log-slower-than 0, only this run's keys), and the
@@ -256,11 +256,11 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 		{"reserve", "POST", "/v1/reservations", func() any {
 			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
 		}, 201, true},
-		{"commit", "POST", "/v1/reservations/{hold}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
+		{"commit", "POST", "/v1/reservations/{reservation}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
 		{"reserve", "POST", "/v1/reservations", func() any {
 			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
 		}, 201, true},
-		{"release", "POST", "/v1/reservations/{hold}/release", func() any { return map[string]any{} }, 200, false},
+		{"release", "POST", "/v1/reservations/{reservation}/release", func() any { return map[string]any{} }, 200, false},
 		{"adjust", "POST", "/v1/customers/" + ext + "/credits/adjust", func() any {
 			return map[string]any{"delta": -1, "source": "manual", "reason": "warm"}
 		}, 200, false},
@@ -274,7 +274,7 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 		if st.body != nil {
 			body = st.body()
 		}
-		a, err := b.api.Call(st.method, strings.Replace(st.path, "{hold}", reservationID, 1), body, idem()...)
+		a, err := b.api.Call(st.method, strings.Replace(st.path, "{reservation}", reservationID, 1), body, idem()...)
 		if err != nil {
 			return nil, err
 		}
@@ -428,7 +428,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	if r.MetaBytes == 0 {
 		return fmt.Errorf("no metadata size was accepted")
 	}
-	logf("worst: %d blocks and %d holds with %d bytes of metadata each, a rule of %d tiers",
+	logf("worst: %d blocks and %d reservations with %d bytes of metadata each, a rule of %d tiers",
 		engine.MaxLiveBlocks, engine.MaxActiveReservations, r.MetaBytes, engine.MaxTiers)
 	// All but one block, so a stack_after grant can still fill the last slot.
 	for i := 1; i < engine.MaxLiveBlocks-1; i++ {
@@ -442,7 +442,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		return call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
-	// hold reserves one more hold (a 201 is required) and keeps its id.
+	// reservation reserves one more hold (a 201 is required) and keeps its id.
 	reservation := func(tag string) error {
 		a, err := reserve(tag)
 		if err != nil || a.Status != 201 {
@@ -574,7 +574,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			a, err := paced("POST", "/v1/usage", map[string]any{"events": events}, idem()...)
 			return expect(200, a, err)
 		}},
-		{"reserve to the hold cap, then past it (409)", func() error {
+		{"reserve to the reservation cap, then past it (409)", func() error {
 			if err := reservation("last"); err != nil {
 				return err
 			}
@@ -585,7 +585,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			r.Refusals = append(r.Refusals, fmt.Sprintf("reservation %d: 409", engine.MaxActiveReservations+1))
 			return nil
 		}},
-		{"commit holds with metadata", func() error {
+		{"commit reservations with metadata", func() error {
 			for i := 0; i < 10; i++ {
 				id := reservations[len(reservations)-1]
 				reservations = reservations[:len(reservations)-1]
@@ -597,7 +597,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			return nil
 		}},
-		{"release holds", func() error {
+		{"release reservations", func() error {
 			for i := 0; i < 10; i++ {
 				id := reservations[len(reservations)-1]
 				reservations = reservations[:len(reservations)-1]
@@ -625,7 +625,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			return nil
 		}},
-		{"consume with every hold kept", func() error {
+		{"consume with every reservation kept", func() error {
 			for i := 0; i < 20; i++ {
 				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
 					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50}, idem()...)

@@ -25,7 +25,7 @@ const (
 	// change.subscriptions (of some customers: drop every cached answer),
 	// and change.holds.
 	ChangeEventPrefix = "change."
-	// ChangeEventHolds says a reservation of the customer its data names
+	// ChangeEventReservations says a reservation of the customer its data names
 	// (customer_id) was created, committed or released: its effective
 	// balance moved, which no event of the log reports.
 	ChangeEventReservations = "change.holds"

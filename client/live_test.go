@@ -455,7 +455,7 @@ func TestAgainstCreditd(t *testing.T) {
 			// A second commit with a new key is a state clash.
 			wantProblem(t, err, 409, client.ProblemConflict, "second commit")
 		} else {
-			t.Fatal("a second commit of a committed hold succeeded")
+			t.Fatal("a second commit of a committed reservation succeeded")
 		}
 		reservation2, err := c.CreateReservation(ctx, client.ReserveInput{ExternalCustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
 		must(t, err, "CreateReservation by external id")

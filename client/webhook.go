@@ -30,7 +30,7 @@ var (
 )
 
 // WebhookVerifier checks the signatures creditd puts on its webhook
-// deliveries (Standard Webhooks): webhook-signature holds
+// deliveries (Standard Webhooks): webhook-signature reservations
 // "v1,<base64 HMAC-SHA256>" of "{webhook-id}.{webhook-timestamp}.{body}",
 // keyed by the base64-decoded part of the tenant's whsec_ secret. It is
 // safe for concurrent use.

@@ -408,7 +408,7 @@ func TestRevokedKeySignsOut(t *testing.T) {
 	}
 }
 
-// TestHoldSettlements: the customer page's holds show what an active
+// TestReservationSettlements: the customer page's reservations show what an active
 // reservation still holds and what its partial commits settled (issue 27).
 func TestReservationSettlements(t *testing.T) {
 	t.Parallel()

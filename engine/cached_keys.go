@@ -92,7 +92,7 @@ type CachedKeys struct {
 	// answer (nil: SourceDown's default).
 	down SourceDown
 	mu   sync.Mutex
-	// unknown holds hashes of keys next did not know.
+	// unknown reservations hashes of keys next did not know.
 	unknown map[[32]byte]unknownKey
 }
 

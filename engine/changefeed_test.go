@@ -205,7 +205,7 @@ func TestChangeStreamCurrentAt(t *testing.T) {
 	}
 }
 
-// holdsStore answers holds with a set result; other methods are not used.
+// reservationsStore answers reservations with a set result; other methods are not used.
 type reservationsStore struct {
 	UsageStore
 	res MutationResult
@@ -228,7 +228,7 @@ func (h *reservationsStore) ReserveDry(context.Context, ReserveCommand) (Mutatio
 	return h.res, h.err
 }
 
-// notesTaken records hold notices.
+// notesTaken records reservation notices.
 type notesTaken struct {
 	mu    sync.Mutex
 	notes []CustomerKey
@@ -241,9 +241,9 @@ func (n *notesTaken) ReservationNote(_ context.Context, c CustomerKey) error {
 	return nil
 }
 
-// TestNotingHolds: a reservation create, extend, commit or release that
+// TestNotingReservations: a reservation create, extend, commit or release that
 // changed something writes a notice of its customer; a refused one, a
-// replay or a dry run writes none, and the hold's answer passes through
+// replay or a dry run writes none, and the reservation's answer passes through
 // unchanged.
 func TestNotingReservations(t *testing.T) {
 	t.Parallel()

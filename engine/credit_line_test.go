@@ -113,7 +113,7 @@ func TestLineSplit(t *testing.T) {
 		{"past the line", 100, 0, 0, 151, 50, 0, 0, false},
 		{"in debt: all on the line", -30, 30, 0, 20, 50, 0, 20, true},
 		{"debt beside blocks a release freed", 50, 30, 0, 60, 100, 60, 0, true},
-		{"a commit's hold first", 20, 0, 80, 150, 50, 100, 50, true},
+		{"a commit's reservation first", 20, 0, 80, 150, 50, 100, 50, true},
 		{"expired blocks under a hold, no line", -20, 0, 80, 60, 0, 60, 0, true},
 	}
 	for _, tt := range tests {

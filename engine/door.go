@@ -126,7 +126,7 @@ type RateDecision struct {
 	// Granted is the requests the take spent (0 when refused): the ones
 	// asked for, or fewer when only those fitted.
 	Granted int
-	// Limit is the burst: the most requests the budget holds.
+	// Limit is the burst: the most requests the budget reservations.
 	Limit int
 	// Remaining is the whole requests left in the budget after this take.
 	Remaining int

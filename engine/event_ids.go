@@ -27,7 +27,7 @@ import (
 // stored before derives the ids that were stored; those two ranges do not
 // meet. Every other namespace's names are "event/<namespace>/<index>",
 // which no "event"+decimal name equals. The names are distinct, so the ids
-// are (up to SHA-1 collisions), and TestEventSlotNamesAreDistinct holds
+// are (up to SHA-1 collisions), and TestEventSlotNamesAreDistinct reservations
 // every namespace to it. A new emitter adds its namespace here.
 type EventSlot struct {
 	ns    eventNamespaceKind

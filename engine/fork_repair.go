@@ -56,7 +56,7 @@ const (
 	// metric, units and cost under allow, so what the true state cannot
 	// pay is overage.
 	ForkRepairConsume ForkRepairAction = "consume"
-	// ForkRepairCommit settles a forked commit's hold when the true state
+	// ForkRepairCommit settles a forked commit's reservation when the true state
 	// still has it active (the reserve was persisted before the fork): the
 	// same units at the same cost under allow; a hold it no longer has
 	// makes it ForkRepairConsume's charge (the same idempotency key).
@@ -66,7 +66,7 @@ const (
 	// ForkShortfallMetric (the same idempotency key, so one or the other).
 	ForkRepairDebit ForkRepairAction = "debit"
 	// ForkRepairNone applies nothing: the op moved no money that the true
-	// state can take (a hold made or returned on a hold it does not have,
+	// state can take (a reservation made or returned on a hold it does not have,
 	// an expiry the sweep redoes, a gauge move, a refusal record).
 	ForkRepairNone ForkRepairAction = "none"
 )
@@ -156,7 +156,7 @@ func PlanForkRepair(m Mutation) ForkRepairPlan {
 		if m.Kind == MutationCommit && u.ReservationID != nil && len(u.Items) == 0 && u.Units > 0 {
 			plan.Action = ForkRepairCommit
 			// A partial commit's part is settled as a partial commit again:
-			// the true state keeps the rest of the hold open.
+			// the true state keeps the rest of the reservation open.
 			plan.Commit = CommitCommand{ReservationID: *u.ReservationID, ActualUnits: u.Units,
 				Terms: RuleTerms{CostType: CostFlat, BaseCost: u.Cost}, Context: ctx, Metadata: cmd.EntryMetadata,
 				Partial: m.Reservation != nil && m.Reservation.Status == ReservationActive}
@@ -256,7 +256,7 @@ func (r ForkRepair) Note() string {
 	return note
 }
 
-// RepairFork applies forked op m again on the state store holds, which
+// RepairFork applies forked op m again on the state store reservations, which
 // must be the true one (the fork fenced and reloaded), under
 // ForkRepairKey(m.OpID) at now. Applying it twice applies it once. An op
 // whose own idempotency key Postgres holds (applied, when not nil, tells)
@@ -277,7 +277,7 @@ func RepairFork(ctx context.Context, store ForkRepairStore, accounts AccountRead
 			return out, fmt.Errorf("engine: repair forked op %s: applied look-up: %w", m.OpID, err)
 		}
 		if found[0] {
-			why := fmt.Sprintf("its idempotency key was applied as op %s, which the true history holds", ms[0].OpID)
+			why := fmt.Sprintf("its idempotency key was applied as op %s, which the true history reservations", ms[0].OpID)
 			if ms[0].OpID == m.OpID {
 				why = "Postgres holds the op itself"
 			}

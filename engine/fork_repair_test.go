@@ -76,7 +76,7 @@ func TestPlanForkRepair(t *testing.T) {
 				if c.ReservationID != block || c.ActualUnits != 4 || c.Terms.BaseCost != 40 || c.Context.Policy != OveragePolicyAllow {
 					t.Fatalf("commit plan %+v", c)
 				}
-				// The fallback when the hold is gone.
+				// The fallback when the reservation is gone.
 				if p.Consume.Metric != "gpu" || p.Consume.Units != 4 || p.Consume.Terms.BaseCost != 40 {
 					t.Fatalf("commit's consume %+v", p.Consume)
 				}
@@ -221,7 +221,7 @@ func TestRepairForkRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(f.calls) != "[commit consume]" || f.headers[0] != f.headers[1] || f.consumed.Metric != "gpu" {
-		t.Fatalf("commit of a missing hold: calls %v, consume %+v", f.calls, f.consumed)
+		t.Fatalf("commit of a missing reservation: calls %v, consume %+v", f.calls, f.consumed)
 	}
 
 	f = &fakeRepairStore{}

@@ -195,7 +195,7 @@ func (s *Entitlements) leaseOp(ctx context.Context, scope Scope, tenant Tenant, 
 	return out, nil
 }
 
-// endedLease answers for a lease Redis no longer holds: Postgres says
+// endedLease answers for a lease Redis no longer reservations: Postgres says
 // whether it ever was. A release of it is 200 with its final status; a
 // renew is 409. Postgres trails Redis: the look-up waits (bounded) until
 // it holds the account version Redis shows, so a release retried at once

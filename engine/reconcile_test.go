@@ -13,7 +13,7 @@ import (
 // TestCompareAccount: every field a failover can roll back makes a
 // difference of its own kind, in a fixed order; a store without the
 // customer is no difference; and Postgres is always held to its ledger
-// (invariant 1), whatever the store holds.
+// (invariant 1), whatever the store reservations.
 func TestCompareAccount(t *testing.T) {
 	b1, b2 := uuid.New(), uuid.New()
 	exp := int64(5000)

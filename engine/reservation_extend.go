@@ -15,7 +15,7 @@ import (
 // TTLSeconds (0: the expiry stays), at least one of them.
 type ExtendReservation struct {
 	// AdditionalUnits are priced as a reservation of that many units would
-	// be, at the rule active now, and added to the hold's estimate.
+	// be, at the rule active now, and added to the reservation's estimate.
 	AdditionalUnits int64
 	// TTLSeconds sets expires_at to now + TTLSeconds, 1 to
 	// MaxReservationTTLSeconds, never before the current expires_at.
@@ -31,7 +31,7 @@ type ExtendResult struct {
 
 // Extend tops an active single-metric hold up and/or prolongs it. Not
 // environment scoped, but tenant scoped, as commit. Errors: 404; 409
-// (conflict: not active or a multi-metric hold; reservation-expired;
+// (conflict: not active or a multi-metric reservation; reservation-expired;
 // insufficient-credits for a top-up the effective balance cannot cover,
 // whatever the customer's overage policy, as a create); 422 (ttl_seconds
 // that would shorten the hold, a cost overflow, a metric without an active
@@ -51,7 +51,7 @@ func (s *Reservations) Extend(ctx context.Context, scope Scope, tenant Tenant, i
 	return s.extend(ctx, tenant, id, idem, in, c, reservation)
 }
 
-// extend is Extend of the hold found (find or locate).
+// extend is Extend of the reservation found (find or locate).
 func (s *Reservations) extend(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in ExtendReservation, c Customer, reservation Reservation) (ExtendResult, error) {
 	if len(reservation.Items) > 0 {
 		return ExtendResult{}, ErrPartialMulti

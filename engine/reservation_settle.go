@@ -1,6 +1,6 @@
-// Settling a hold: commit (single metric or items, with the merged metadata)
-// and release, each one account script run from the hold index when Redis
-// holds the hold.
+// Settling a reservation: commit (single metric or items, with the merged metadata)
+// and release, each one account script run from the reservation index when Redis
+// holds the reservation.
 
 package engine
 
@@ -14,28 +14,28 @@ import (
 )
 
 // CommitReservation is a checked commit: ActualUnits for a single-metric
-// hold, or Items (non-nil) for a multi-metric one.
+// reservation, or Items (non-nil) for a multi-metric one.
 type CommitReservation struct {
-	// UnitsMissing: neither actual_units nor items was given; the hold
+	// UnitsMissing: neither actual_units nor items was given; the reservation
 	// tells which of them the 422 names, so nothing else was checked.
 	UnitsMissing bool
 	ActualUnits  int64
 	// Metadata is canonical (nil when none was given).
 	Metadata Metadata
 	Items    []CommitItem
-	// Partial settles ActualUnits (>= 1) and keeps the hold open
+	// Partial settles ActualUnits (>= 1) and keeps the reservation open
 	// (the body's "final": false; single-metric holds only).
 	Partial bool
 }
 
 // CommitItem is one checked metric's actual units in the commit of a
-// multi-metric hold.
+// multi-metric reservation.
 type CommitItem struct {
 	Metric      string
 	ActualUnits int64
 }
 
-// HoldTransaction is the transaction member of commit and release bodies.
+// ReservationTransaction is the transaction member of commit and release bodies.
 type ReservationTransaction struct {
 	ID                uuid.UUID  `json:"id"`
 	CustomerID        *uuid.UUID `json:"customer_id,omitempty"`
@@ -58,7 +58,7 @@ type CommitResult struct {
 	Released       int64                  `json:"released"`
 	Transaction    ReservationTransaction `json:"transaction"`
 	Account        ReservationAccount     `json:"account"`
-	// Items lists each metric of a multi-metric hold with its estimate and
+	// Items lists each metric of a multi-metric reservation with its estimate and
 	// its actual units and cost; the top-level figures are their totals.
 	Items []ReservationItem `json:"items,omitempty"`
 	// SettledUnits, SettledCost and RemainingCost are the reservation's
@@ -71,7 +71,7 @@ type CommitResult struct {
 
 // ErrPartialMulti refuses a partial commit or an extend of a multi-metric
 // hold: its items' estimates live in Postgres, not in the hold the script
-// settles (issue 27 covers single-metric holds first).
+// settles (issue 27 covers single-metric reservations first).
 var ErrPartialMulti = &Error{Kind: KindConflict, Field: "items",
 	Detail: "the reservation holds several metrics: partial commits and extends settle single-metric reservations only; commit or release it whole"}
 
@@ -89,7 +89,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 		return CommitResult{}, Invalid("actual_units", "actual_units is required")
 	}
 	if in.UnitsMissing {
-		// A multi-metric hold needs items, as a single one actual_units;
+		// A multi-metric reservation needs items, as a single one actual_units;
 		// whatever the look-up finds, the request is a 422.
 		if _, reservation, err := s.find(ctx, scope, id, false); err == nil && len(reservation.Items) > 0 {
 			return CommitResult{}, Invalid("items", "the reservation holds several metrics: items (each metric's actual_units) is required")
@@ -111,7 +111,7 @@ func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, i
 	return s.commitSingle(ctx, tenant, id, idem, in, extra, c, reservation)
 }
 
-// commitSingle is Commit of the single-metric hold found (find or locate).
+// commitSingle is Commit of the single-metric reservation found (find or locate).
 func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation, extra Metadata, c Customer, reservation Reservation) (CommitResult, error) {
 	if len(reservation.Items) > 0 {
 		if in.Partial {
@@ -148,10 +148,10 @@ func (s *Reservations) commitSingle(ctx context.Context, tenant Tenant, id uuid.
 	return commitResult(id, res.Mutation), nil
 }
 
-// commitResult is the 200 body of the commit of hold id that m settled
-// (Items is empty, so absent, for a single-metric hold). A single-metric
+// commitResult is the 200 body of the commit of reservation id that m settled
+// (Items is empty, so absent, for a single-metric reservation). A single-metric
 // commit's actual units and cost are its own part (the usage it charged):
-// after partial commits the hold's totals are the settled figures.
+// after partial commits the reservation's totals are the settled figures.
 func commitResult(id uuid.UUID, m Mutation) CommitResult {
 	r := reservationOf(m)
 	out := CommitResult{ReservationID: id, Status: r.Status, EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost,
@@ -164,14 +164,14 @@ func commitResult(id uuid.UUID, m Mutation) CommitResult {
 		out.ActualUnits, out.ActualCost = m.Usage.Units, m.Usage.Cost
 	}
 	if r.Status == ReservationActive {
-		// A partial commit returns nothing: the hold's released amount is
+		// A partial commit returns nothing: the reservation's released amount is
 		// what partial commits took from it.
 		out.Released = 0
 	}
 	return out
 }
 
-// mergedHoldMetadata is extra merged key by key into a hold's stored
+// mergedReservationMetadata is extra merged key by key into a reservation's stored
 // metadata, checked again: the merge may pass a limit neither half did.
 func mergedReservationMetadata(stored, extra Metadata) (Metadata, error) {
 	meta := make(Metadata, len(stored)+len(extra))
@@ -185,7 +185,7 @@ func mergedReservationMetadata(stored, extra Metadata) (Metadata, error) {
 }
 
 // commitMulti settles a multi-metric hold at each of its metrics' actual
-// units (in.Items, every metric of the hold once), each priced at its rule
+// units (in.Items, every metric of the reservation once), each priced at its rule
 // current now, in one script: all or none. Errors as Commit; an item's
 // error names it.
 func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
@@ -209,7 +209,7 @@ func (s *Reservations) commitMulti(ctx context.Context, scope Scope, tenant Tena
 	return s.commitItems(ctx, tenant, id, idem, in, extra, actual, at, c, reservation)
 }
 
-// commitItems is commitMulti of the hold found (find or locate), with
+// commitItems is commitMulti of the reservation found (find or locate), with
 // in.Items checked: actual and at are each metric's actual units and its
 // index in in.Items.
 func (s *Reservations) commitItems(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation, extra Metadata,
@@ -281,7 +281,7 @@ type ReleaseResult struct {
 	Account       ReservationAccount     `json:"account"`
 }
 
-// Release returns a hold, even past its expires_at. Errors: 404, 409.
+// Release returns a reservation, even past its expires_at. Errors: 404, 409.
 func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency) (ReleaseResult, error) {
 	c, reservation, err := s.find(ctx, scope, id, false)
 	if err != nil {
@@ -297,7 +297,7 @@ func (s *Reservations) Release(ctx context.Context, scope Scope, tenant Tenant, 
 	return s.release(ctx, tenant, id, idem, c, reservation)
 }
 
-// release is Release of the hold found (find or locate).
+// release is Release of the reservation found (find or locate).
 func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID, idem Idempotency, c Customer, reservation Reservation) (ReleaseResult, error) {
 	cmd := ReleaseCommand{
 		CommandHeader: headerOf(CustomerKeyOf(c), idem, s.clock.Now()), ReservationID: id, Context: contextOf(c, tenant)}
@@ -311,7 +311,7 @@ func (s *Reservations) release(ctx context.Context, tenant Tenant, id uuid.UUID,
 		Released: m.Reservation.Released, Transaction: reservationTransaction(m), Account: reservationAccount(m)}, nil
 }
 
-// holdTransaction summarizes a commit's or release's entries: the first
+// reservationTransaction summarizes a commit's or release's entries: the first
 // main entry's id, the total delta.
 func reservationTransaction(m Mutation) ReservationTransaction {
 	var out ReservationTransaction
@@ -333,7 +333,7 @@ func reservationTransaction(m Mutation) ReservationTransaction {
 	return out
 }
 
-// settled turns the store's "no such hold" into the 409 a finalized hold
+// settled turns the store's "no such reservation" into the 409 a finalized reservation
 // gets: Redis keeps finalized holds only briefly, Postgres keeps them (and
 // locate waited for it to catch up).
 func settled(err error, reservation Reservation) error {

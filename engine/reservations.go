@@ -16,7 +16,7 @@ const (
 	MaxReservationTTLSeconds     = 86400
 )
 
-// CheckReservationTTL refuses a hold's ttl_seconds (a create's or an
+// CheckReservationTTL refuses a reservation's ttl_seconds (a create's or an
 // extend's) outside 1..MaxReservationTTLSeconds.
 func CheckReservationTTL(ttl int64) error {
 	if ttl < 1 || ttl > MaxReservationTTLSeconds {
@@ -25,12 +25,12 @@ func CheckReservationTTL(ttl int64) error {
 	return nil
 }
 
-// MaxActiveHolds bounds one customer's active reservations (invariant 13):
+// MaxActiveReservations bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude/bounds.lua
 // MAX_ACTIVE_HOLDS enforces it atomically.
 const MaxActiveReservations = 100
 
-// ErrTooManyHolds refuses a reservation past MaxActiveHolds: a 409 (a state
+// ErrTooManyReservations refuses a reservation past MaxActiveReservations: a 409 (a state
 // limit), nothing written.
 var ErrTooManyReservations = &Error{Kind: KindConflict, Field: "customer_id",
 	Detail: "the customer already has 100 active reservations, the most allowed; commit or release some first"}
@@ -49,7 +49,7 @@ type Reservations struct {
 
 // ReservationsDeps is what the reservation service is built from.
 type ReservationsDeps struct {
-	// Entitlements prices and admits a hold as a consume would.
+	// Entitlements prices and admits a reservation as a consume would.
 	Entitlements *Entitlements
 	Credits      *Credits
 	Customers    *Customers
@@ -79,12 +79,12 @@ type CreateReservation struct {
 	Customer       CustomerRef
 	Metric         string
 	EstimatedUnits int64
-	// TTLSeconds is how long the hold stands, 1 to MaxReservationTTLSeconds.
+	// TTLSeconds is how long the reservation stands, 1 to MaxReservationTTLSeconds.
 	TTLSeconds int64
 	// Metadata is canonical (nil when none was given).
 	Metadata Metadata
 	Items    []ReserveItem
-	// Dry asks what the hold would do without taking it (issue 28 item 5):
+	// Dry asks what the reservation would do without taking it (issue 28 item 5):
 	// no customer is created and no Idempotency-Key is claimed.
 	Dry bool
 }
@@ -99,7 +99,7 @@ type ReserveItem struct {
 // MaxConsumeItems bounds a consume: its items are priced in one script.
 const MaxReservationItems = MaxConsumeItems
 
-// HoldAccount is the account member of reservation responses.
+// ReservationAccount is the account member of reservation responses.
 type ReservationAccount struct {
 	Balance          int64 `json:"balance"`
 	ReservedBalance  int64 `json:"reserved_balance"`
@@ -119,10 +119,10 @@ type ReserveResult struct {
 	Account           ReservationAccount `json:"account"`
 	Metadata          Metadata           `json:"metadata"`
 	CreatedAt         time.Time          `json:"created_at"`
-	// Items lists each metric's estimate of a multi-metric hold
+	// Items lists each metric's estimate of a multi-metric reservation
 	// (BillableMetricKey is then "", the units and cost the totals).
 	Items []ReservationItem `json:"items,omitempty"`
-	// Dry marks a dry run's answer: the hold as it would be taken, which
+	// Dry marks a dry run's answer: the reservation as it would be taken, which
 	// does not exist (no id), and the events taking it would fire.
 	Dry    bool        `json:"-"`
 	Events []EventType `json:"-"`
@@ -185,7 +185,7 @@ func (s *Reservations) reserve(ctx context.Context, c Customer, cmd ReserveComma
 	return out, nil
 }
 
-// reserveResult is the 201 body of the hold m took for c.
+// reserveResult is the 201 body of the reservation m took for c.
 func reserveResult(c Customer, m Mutation) ReserveResult {
 	r := reservationOf(m)
 	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
@@ -194,7 +194,7 @@ func reserveResult(c Customer, m Mutation) ReserveResult {
 		Items: r.Items}
 }
 
-// holder is the customer a hold is for: by id, created when unknown, or
+// holder is the customer a reservation is for: by id, created when unknown, or
 // strictly by external id (an unknown one is a 400).
 func (s *Reservations) holder(ctx context.Context, scope Scope, ref CustomerRef, dry bool) (Customer, error) {
 	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict && !dry)
@@ -254,13 +254,13 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 	return s.reserve(ctx, c, cmd, in.Dry, "items")
 }
 
-// Get reads a hold of the tenant, in either environment. Errors: 404.
+// Get reads a reservation of the tenant, in either environment. Errors: 404.
 func (s *Reservations) Get(ctx context.Context, scope Scope, id uuid.UUID) (Reservation, error) {
 	_, reservation, err := s.locate(ctx, scope, id)
 	return reservation, err
 }
 
-// List pages a customer's holds newest first; the customer is never created.
+// List pages a customer's reservations newest first; the customer is never created.
 // An unrecognized status is the 500 the spec documents.
 func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, status, cursor string, limit int) (Page[Reservation], error) {
 	if status != "" && !ReservationStatus(status).Valid() {
@@ -274,10 +274,10 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 	return s.reader.ListReservations(ctx, CustomerKeyOf(c), status, cursor, limit)
 }
 
-// find is the hold id with its customer for a commit or release: from
+// find is the reservation id with its customer for a commit or release: from
 // Redis alone when its reservation index describes the hold (the customer
 // from the customer look-up; the stored metadata, when withMeta, from the
-// customer's hash), else as locate finds it. A hold found in Redis has no
+// customer's hash), else as locate finds it. A reservation found in Redis has no
 // Status (hotMiss tells them apart): the script answers for its state, and
 // nothing waits for Postgres to catch up (issue 10).
 func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, withMeta bool) (Customer, Reservation, error) {
@@ -305,13 +305,13 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 	}
 	c, err := s.lookup.CustomerByKey(ctx, ref.Customer)
 	if err != nil {
-		// A deleted customer's holds can still be settled.
+		// A deleted customer's reservations can still be settled.
 		c = Customer{ID: ref.Customer.CustomerID, TenantID: ref.Customer.TenantID, Environment: ref.Customer.Environment}
 	}
 	return c, reservation, nil
 }
 
-// hotMiss reports whether a commit or release of a hold find took from
+// hotMiss reports whether a commit or release of a reservation find took from
 // Redis alone failed because Redis no longer holds it (finalized and
 // dropped) or the customer's state: Postgres answers then, through locate,
 // as it did before the index described holds. Nothing was written.
@@ -319,7 +319,7 @@ func (s *Reservations) hotMiss(reservation Reservation, err error) bool {
 	return reservation.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
 }
 
-// run runs a commit or release script: for a hold locate found, loading
+// run runs a commit or release script: for a reservation locate found, loading
 // the customer's state first when Redis lacks it (withLoad); for one find
 // took from Redis, once (hotMiss sends a miss to locate's path).
 func (s *Reservations) run(ctx context.Context, reservation Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
@@ -329,8 +329,8 @@ func (s *Reservations) run(ctx context.Context, reservation Reservation, c Custo
 	return withLoad(ctx, s.credits, c, op)
 }
 
-// locate finds a hold's customer (Redis index, else Postgres) and its
-// persisted row, refusing other tenants' holds with a 404.
+// locate finds a reservation's customer (Redis index, else Postgres) and its
+// persisted row, refusing other tenants' reservations with a 404.
 func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
 	ref, ok, err := s.hot.ReservationRef(ctx, id)
 	if err != nil {
@@ -340,7 +340,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	if !ok {
 		key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
 		if errors.Is(err, ErrNotFound) {
-			// A hold made a moment ago, on any node, may still be on its
+			// A reservation made a moment ago, on any node, may still be on its
 			// way to Postgres: wait for the outbox, then look again.
 			s.credits.behind.All(ctx)
 			key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
@@ -365,7 +365,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	}
 	c, err := s.customers.ByID(ctx, key.CustomerID)
 	if err != nil {
-		// A deleted customer's holds can still be settled.
+		// A deleted customer's reservations can still be settled.
 		c = Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}
 	}
 	return c, reservation, nil

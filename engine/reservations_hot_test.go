@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// holdHot is a UsageStore whose reservation index describes one hold (or,
+// reservationHot is a UsageStore whose reservation index describes one reservation (or,
 // when !described, names its customer alone) and whose commit and release
 // scripts answer with err (the first errRuns times), or a Mutation of the
 // command.
@@ -49,7 +49,7 @@ func (h *reservationHot) Release(_ context.Context, cmd ReleaseCommand) (Mutatio
 	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationReleased)
 }
 
-// postgresHolds stands for Postgres: it counts every read of a hold and of
+// postgresReservations stands for Postgres: it counts every read of a reservation and of
 // the persisted account version (the read-your-writes wait).
 type postgresReservations struct {
 	LedgerReader
@@ -81,10 +81,10 @@ func (versionBlocks) Snapshot(context.Context, CustomerKey, time.Time) (Account,
 	return Account{Version: 1}, nil
 }
 
-// TestHoldsSettleFromRedis: a commit or release of a hold the Redis index
+// TestReservationsSettleFromRedis: a commit or release of a hold the Redis index
 // describes reads nothing from Postgres and waits for nothing; one the
 // index names only by customer, or one Redis no longer holds (NOTFOUND,
-// NOSTATE), goes to Postgres as before, and a hold Postgres shows
+// NOSTATE), goes to Postgres as before, and a reservation Postgres shows
 // finalized is then the 409.
 func TestReservationsSettleFromRedis(t *testing.T) {
 	zero := int64(0)
@@ -101,7 +101,7 @@ func TestReservationsSettleFromRedis(t *testing.T) {
 		{name: "commit from Redis", described: true},
 		{name: "release from Redis", described: true, release: true},
 		{name: "older index record", pgStatus: ReservationActive, wantPG: true},
-		{name: "Redis dropped the settled hold", described: true, hotErr: ErrReservationNotFound, errRuns: 2,
+		{name: "Redis dropped the settled reservation", described: true, hotErr: ErrReservationNotFound, errRuns: 2,
 			pgStatus: ReservationCommitted, wantErr: ErrReservationNotActive, wantPG: true},
 		{name: "state not loaded", described: true, hotErr: ErrStateMissing, errRuns: 1, release: true,
 			pgStatus: ReservationActive, wantPG: true},

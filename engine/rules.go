@@ -128,7 +128,7 @@ func AddChecked(a, b int64) (int64, bool) {
 // account of effective balance effective owing debt on a credit line of
 // lineMC. ok is false when the effective balance would end below minus the
 // line (effective + held - cost < -lineMC). Else the started blocks pay
-// fromBlocks, all they hold beyond the other holds (effective + debt +
+// fromBlocks, all they hold beyond the other reservations (effective + debt +
 // held) up to the cost, and toDebt goes on the line (docs/rules.md "Credit
 // line"). With no line and no debt it is the plain cost <= effective +
 // held. Sums that would pass int64 are taken at their true value

@@ -15,7 +15,7 @@ import (
 // TestScopeFreeAgrees runs both on the same cases).
 
 // MaxScopeKeys bounds the metric keys of one scope (docs/limits.md): a
-// charge tests each block's scope once per hold metric.
+// charge tests each block's scope once per reservation metric.
 const MaxScopeKeys = 20
 
 // AppliesTo is the applies_to member of grants, plan grants, topups,
@@ -88,7 +88,7 @@ func eligible(blocks []MutationBlock, metric string, nowMS int64) int64 {
 }
 
 // ScopeFree is prelude scope_free: the most a charge for metric may take
-// from blocks at nowMS while every metric in holdMetrics (the metrics of
+// from blocks at nowMS while every metric in reservationMetrics (the metrics of
 // the active holds that stay) keeps E(m) >= reserved - freed. Walking the
 // blocks that apply to metric in spend order, it stops where one more unit
 // would break that. Never negative.
@@ -129,9 +129,9 @@ func ScopeFree(blocks []MutationBlock, reservationMetrics []string, reserved, fr
 	return cum
 }
 
-// ScopeRoom is prelude scope_room: what a hold for metric may take or grow
-// by, min over metric and holdMetrics of E(m) - reserved (negative when
-// holds lean on the credit line).
+// ScopeRoom is prelude scope_room: what a reservation for metric may take or grow
+// by, min over metric and reservationMetrics of E(m) - reserved (negative when
+// reservations lean on the credit line).
 func ScopeRoom(blocks []MutationBlock, reservationMetrics []string, reserved int64, metric string, nowMS int64) int64 {
 	room := eligible(blocks, metric, nowMS) - reserved
 	for _, m := range reservationMetrics {
@@ -180,7 +180,7 @@ func (b Block) mutationBlock() MutationBlock {
 }
 
 // ScopeBalance is one scope's share of an account's live blocks: what they
-// hold (balance, as the account's, before debt) and what of it has not
+// reservation (balance, as the account's, before debt) and what of it has not
 // started (pending). AppliesTo nil is the unscoped credit.
 type ScopeBalance struct {
 	AppliesTo *AppliesTo `json:"applies_to"`

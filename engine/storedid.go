@@ -35,7 +35,7 @@ const CompactIDLen = 22
 // CompactID is id in the compact form account hashes keep.
 func CompactID(id uuid.UUID) string { return storedIDEncoding.EncodeToString(id[:]) }
 
-// ParseStoredID reads an id as an account hash or a script's Mutation holds
+// ParseStoredID reads an id as an account hash or a script's Mutation reservations
 // it: the compact form (CompactID) or UUID text.
 func ParseStoredID(s string) (uuid.UUID, error) {
 	if len(s) != CompactIDLen {

@@ -114,7 +114,7 @@ func (w *Webhooks) Run(ctx context.Context) {
 // worker that waits is one the per-process cap already counts for the
 // tenant, so a slow endpoint still holds at most TenantInFlight workers of
 // a node. When Slots fail (Redis unreachable), it delivers at once: the
-// per-process cap still holds, and webhooks must not stop with Redis.
+// per-process cap still reservations, and webhooks must not stop with Redis.
 func (w *Webhooks) deliverInSlot(ctx context.Context, c Claim, perTenant int, poll time.Duration) {
 	if w.Slots == nil {
 		w.Deliver(ctx, c)

@@ -176,7 +176,7 @@ func TestAppliedFirst(t *testing.T) {
 }
 
 // TestAppliedFirstGrantBatch: a batch of grants answers the ones Postgres
-// holds from it and applies only the others (an import retried after its
+// reservations from it and applies only the others (an import retried after its
 // op keys were let go grants nothing twice).
 func TestAppliedFirstGrantBatch(t *testing.T) {
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// maxKeptHolds is prelude/bounds.lua MAX_KEPT_HOLDS: finalized holds kept in the
+// maxKeptReservations is prelude/bounds.lua MAX_KEPT_HOLDS: finalized reservations kept in the
 // account hash (docs/limits.md).
 const maxKeptReservations = 8
 
@@ -37,8 +37,8 @@ func withMeta(c engine.CustomerKey, amount int64, now time.Time, meta string) en
 }
 
 // TestCapsRefuseAndChangeNothing: at MaxLiveBlocks live blocks a grant is
-// ErrTooManyBlocks and at MaxActiveHolds active holds a reservation is
-// ErrTooManyHolds, each leaving every key as it was; an expired or emptied
+// ErrTooManyBlocks and at MaxActiveReservations active holds a reservation is
+// ErrTooManyReservations, each leaving every key as it was; an expired or emptied
 // block frees its slot (invariant 13, invariant 9).
 func TestCapsRefuseAndChangeNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -64,7 +64,7 @@ func TestCapsRefuseAndChangeNothing(t *testing.T) {
 				_, err := b.store.Grant(ctx, withMeta(c, 1, t0, "over"))
 				return err
 			}, engine.ErrTooManyBlocks},
-			{"reserve past the hold cap", func() error {
+			{"reserve past the reservation cap", func() error {
 				_, err := b.store.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
 				return err
 			}, engine.ErrTooManyReservations},
@@ -169,7 +169,7 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 	})
 }
 
-// TestKeptHoldsBounded: finalized holds stay in the hash for a while, but
+// TestKeptReservationsBounded: finalized reservations stay in the hash for a while, but
 // never more than MAX_KEPT_HOLDS of them; hold metadata is kept out of what
 // every script reads (field "n:<id>") and out of release Mutations.
 func TestKeptReservationsBounded(t *testing.T) {
@@ -186,7 +186,7 @@ func TestKeptReservationsBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(res.Mutation.Reservation.Metadata) != 0 {
-				t.Fatalf("a release Mutation carries the hold metadata %s", res.Mutation.Reservation.Metadata)
+				t.Fatalf("a release Mutation carries the reservation metadata %s", res.Mutation.Reservation.Metadata)
 			}
 		}
 		var reservations, metas int
@@ -199,13 +199,13 @@ func TestKeptReservationsBounded(t *testing.T) {
 			}
 		}
 		if reservations > maxKeptReservations || reservations == 0 || metas != reservations {
-			t.Errorf("hash keeps %d finalized holds and %d hold metadata fields, want 1..%d of each", reservations, metas, maxKeptReservations)
+			t.Errorf("hash keeps %d finalized reservations and %d reservation metadata fields, want 1..%d of each", reservations, metas, maxKeptReservations)
 		}
 	})
 }
 
 // TestCommitMergesMetadataInGo: the commit's metadata is merged into the
-// hold's by Go and the script only checks the hold is unchanged; the result
+// reservation's by Go and the script only checks the reservation is unchanged; the result
 // is the key-by-key merge either way.
 func TestCommitMergesMetadataInGo(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -237,9 +237,9 @@ func TestCommitMergesMetadataInGo(t *testing.T) {
 	})
 }
 
-// TestCommitHoldMetadataField: after a commit, field "n:<id>" (which the
+// TestCommitReservationMetadataField: after a commit, field "n:<id>" (which the
 // commit no longer rewrites when its metadata is unchanged) and the
-// commit's Mutation hold the hold's metadata, merged with the commit's when
+// commit's Mutation hold the reservation's metadata, merged with the commit's when
 // it brings some.
 func TestCommitReservationMetadataField(t *testing.T) {
 	for _, tc := range []struct {
@@ -275,7 +275,7 @@ func TestCommitReservationMetadataField(t *testing.T) {
 					}
 				}
 				if len(fields) != 1 || fields[0] != tc.want {
-					t.Errorf("hold metadata fields %q, want [%s]", fields, tc.want)
+					t.Errorf("reservation metadata fields %q, want [%s]", fields, tc.want)
 				}
 			})
 		})

@@ -11,7 +11,7 @@ import (
 
 // TestChangeFeed: every bump of a kind that alters a check is appended to
 // its tenant's change feed, in order, and no other (alert settings, the
-// fleet's key stamp), and so is a hold notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
+// fleet's key stamp), and so is a reservation notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
 // a reader resuming before them is told it lost changes instead of reading
 // on as if current (issue 27).
 func TestChangeFeed(t *testing.T) {
@@ -71,7 +71,7 @@ func TestChangeFeed(t *testing.T) {
 		notes, _ := after(cs[1].ID)
 		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != reservation.CustomerID ||
 			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
-			t.Fatalf("after a hold notice: %+v, want it with its customer and environment", notes)
+			t.Fatalf("after a reservation notice: %+v, want it with its customer and environment", notes)
 		}
 		for range engine.ChangeFeedCap {
 			bump(tenant, engine.StampCatalog)

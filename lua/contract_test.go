@@ -18,7 +18,7 @@ import (
 // one Go description (argv.go) checked against the .lua that reads them.
 // The encodings' field orders are held by running both sides:
 // TestLoadEncodingMatchesPrelude (block_enc and res_enc against
-// blockValue and holdValue) and the decode test beside it (decodeBlock).
+// blockValue and reservationValue) and the decode test beside it (decodeBlock).
 
 // luaConst is the value of `local NAME = value` in src: a number (products
 // of integers evaluated), a quoted string, or a table literal's text.

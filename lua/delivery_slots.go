@@ -51,7 +51,7 @@ func (s *Store) acquireDeliverySlotAt(ctx context.Context, tenant, holder uuid.U
 }
 
 // ReleaseDeliverySlot gives holder's slot of tenant back (nothing when it
-// holds none).
+// reservations none).
 func (s *Store) ReleaseDeliverySlot(ctx context.Context, tenant, holder uuid.UUID) error {
 	if err := s.rdb.ZRem(ctx, s.deliverySlotsKey(tenant), holder.String()).Err(); err != nil {
 		return fmt.Errorf("lua: delivery slot release: %w", err)

@@ -149,8 +149,8 @@ func (b bundle) balance(t *testing.T, c engine.CustomerKey) int64 {
 	return a.Balance
 }
 
-// TestFusedDoorNotesHolds: a reservation under a fused door that asks for
-// the hold notice appends it to the tenant's change feed in its own script
+// TestFusedDoorNotesReservations: a reservation under a fused door that asks for
+// the reservation notice appends it to the tenant's change feed in its own script
 // (one entry, the customer's), and a replay of it appends none.
 func TestFusedDoorNotesReservations(t *testing.T) {
 	t.Parallel()
@@ -180,6 +180,6 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 	}
 	e := rdb.XRange(ctx, feed, "-", "+").Val()
 	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
-		t.Errorf("feed %v, want one hold notice of %s", e, c.CustomerID)
+		t.Errorf("feed %v, want one reservation notice of %s", e, c.CustomerID)
 	}
 }

@@ -62,8 +62,8 @@ func guardCases() []guardCase {
 		_, err := b.store.Reserve(ctx, multiReserveCmd(c, items...))
 		return err
 	}
-	// commitItems commits n items of a hold of min(n, MaxConsumeItems)
-	// items (at least one), each at its estimate; an item past the hold's
+	// commitItems commits n items of a reservation of min(n, MaxConsumeItems)
+	// items (at least one), each at its estimate; an item past the reservation's
 	// names a metric it does not hold.
 	commitItems := func(t *testing.T, b bundle, n int64) error {
 		c, _ := b.funded(t)

@@ -70,7 +70,7 @@ func withoutOutbox(dump string) string {
 	return strings.Join(keep, "\n")
 }
 
-// holdDump is dump plus the hold-expiry zset, for refusals of hold scripts.
+// reservationDump is dump plus the hold-expiry zset, for refusals of reservation scripts.
 func (b bundle) reservationDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
 	t.Helper()
 	z := b.rdb.ZRangeWithScores(context.Background(), b.store.reservationExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
@@ -302,10 +302,10 @@ func TestContextAndEffectiveBefore(t *testing.T) {
 	})
 }
 
-// TestReservationLifecycle walks the Reservation state table: a hold raises
-// reserved_balance only; commit above the hold takes the difference from the
-// free balance; a finalized hold answers 409 to commit and release; commit
-// with 0 units returns the hold; release works past expires_at.
+// TestReservationLifecycle walks the Reservation state table: a reservation raises
+// reserved_balance only; commit above the reservation takes the difference from the
+// free balance; a finalized reservation answers 409 to commit and release; commit
+// with 0 units returns the reservation; release works past expires_at.
 func TestReservationLifecycle(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -353,10 +353,10 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		if meta, found, err := b.store.ReservationMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
 			len(meta) != 2 || string(meta["a"]) != "1" || string(meta["b"]) != `"x"` {
-			t.Errorf("hold metadata: %v %v %v", meta, found, err)
+			t.Errorf("reservation metadata: %v %v %v", meta, found, err)
 		}
 		if _, found, err := b.store.ReservationMetadata(ctx, c, uuid.New()); found || err != nil {
-			t.Errorf("unknown hold metadata: %v %v", found, err)
+			t.Errorf("unknown reservation metadata: %v %v", found, err)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(-time.Millisecond), 10); len(due) != 0 {
 			t.Errorf("due before expiry: %v", due)
@@ -373,10 +373,10 @@ func TestReservationLifecycle(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("reserve past effective: %v", err)
 		}
-		// Commit beyond hold + free balance (30 + 70) is refused; the hold stays.
+		// Commit beyond reservation + free balance (30 + 70) is refused; the reservation stays.
 		cc := commitCmd(c, rc.ReservationID, 11, perUnitTerms(10), t0.Add(time.Minute))
 		if _, err := b.store.Commit(ctx, cc); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Errorf("commit past hold and free balance: %v", err)
+			t.Errorf("commit past reservation and free balance: %v", err)
 		}
 		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
@@ -427,7 +427,7 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("after commit %+v", a)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(time.Hour), 10); len(due) != 0 {
-			t.Errorf("committed hold still due: %v", due)
+			t.Errorf("committed reservation still due: %v", due)
 		}
 		if rr, err := b.store.Commit(ctx, cc); err != nil || !rr.Replayed {
 			t.Errorf("commit replay: %v", err)
@@ -446,7 +446,7 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("release of an unknown hold: %v", err)
 		}
 
-		// Commit with 0 units returns the whole hold; status committed.
+		// Commit with 0 units returns the whole reservation; status committed.
 		r0 := b.reserve(t, reserveCmd(c, 2, perUnitTerms(5), time.Hour, cc.Now)).Reservation
 		res, err = b.store.Commit(ctx, commitCmd(c, r0.ID, 0, engine.RuleTerms{}, cc.Now))
 		if err != nil {
@@ -483,7 +483,7 @@ func TestReservationLifecycle(t *testing.T) {
 }
 
 // TestReservationSweep: the sweep's expiry (Release with Expire) waits for
-// expires_at, marks the hold expired and takes it off the due list; stale
+// expires_at, marks the reservation expired and takes it off the due list; stale
 // due entries are cleaned up.
 func TestReservationSweep(t *testing.T) {
 	t.Parallel()
@@ -512,7 +512,7 @@ func TestReservationSweep(t *testing.T) {
 		if _, err := b.store.Commit(ctx, commitCmd(c, r.ID, 1, perUnitTerms(1), exp)); !errors.Is(err, engine.ErrReservationNotActive) {
 			t.Errorf("commit after the sweep: %v", err)
 		}
-		// A stale due entry (its hold gone) is dropped by the sweep's call.
+		// A stale due entry (its reservation gone) is dropped by the sweep's call.
 		member := reservationMember(c, uuid.New())
 		b.rdb.ZAdd(ctx, b.store.reservationExpiryKey(p), redisZ(float64(exp.UnixMilli()), member))
 		due, _ = b.store.DueReservations(ctx, p, exp, 10)
@@ -528,7 +528,7 @@ func TestReservationSweep(t *testing.T) {
 	})
 }
 
-// TestFinalizedReservationsKeptAWhile: a finalized hold answers 409 for
+// TestFinalizedReservationsKeptAWhile: a finalized reservation answers 409 for
 // reservationKeep, then the next script on the account drops it (the store
 // says 404 after that; the engine answers 409 from Postgres).
 func TestFinalizedReservationsKeptAWhile(t *testing.T) {
@@ -547,7 +547,7 @@ func TestFinalizedReservationsKeptAWhile(t *testing.T) {
 		}
 		b.grant(t, grantCmd(c, 1, t0.Add(reservationKeep)))
 		if b.rdb.HExists(ctx, b.store.accountKey(c.CustomerID), field).Val() {
-			t.Errorf("finalized hold kept past the keep window")
+			t.Errorf("finalized reservation kept past the keep window")
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(reservationKeep+time.Hour))); !errors.Is(err, engine.ErrReservationNotFound) {
 			t.Errorf("release after the keep window: %v", err)
@@ -641,7 +641,7 @@ func TestGauges(t *testing.T) {
 	})
 }
 
-// TestLoadRestoresHoldsAndGauges: a rebuilt customer gets its active holds
+// TestLoadRestoresReservationsAndGauges: a rebuilt customer gets its active reservations
 // (committable, due to the sweep at their expiry), its recently finalized
 // holds (409), not those finalized a day ago, and its gauges (invariant 5).
 func TestLoadRestoresReservationsAndGauges(t *testing.T) {
@@ -683,7 +683,7 @@ func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 			t.Errorf("commit of a loaded committed hold: %v", err)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, old, false, t0)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("hold finalized a day ago: %v", err)
+			t.Errorf("reservation finalized a day ago: %v", err)
 		}
 		cc := commitCmd(c, active, 4, perUnitTerms(10), t0)
 		cc.Metadata = engine.Metadata{"z": json.RawMessage(`true`)}
@@ -739,7 +739,7 @@ func TestConcurrentConsumesNoDoubleSpend(t *testing.T) {
 }
 
 // TestConcurrentReservesNoOverhold: 100 goroutines reserve a cost of 1
-// against credit for exactly K on real Redis: exactly K holds are active,
+// against credit for exactly K on real Redis: exactly K reservations are active,
 // the effective balance ends at exactly 0, never below (invariant 2).
 func TestConcurrentReservesNoOverhold(t *testing.T) {
 	t.Parallel()
@@ -765,7 +765,7 @@ func TestConcurrentReservesNoOverhold(t *testing.T) {
 	}
 }
 
-// holdMember is release.lua's hold-expiry zset member for id of c.
+// reservationMember is release.lua's hold-expiry zset member for id of c.
 func reservationMember(c engine.CustomerKey, id uuid.UUID) string {
 	return customerMember(c) + "|" + id.String()
 }
@@ -773,7 +773,7 @@ func reservationMember(c engine.CustomerKey, id uuid.UUID) string {
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
 
 // TestCommitPastFundsUnderAllow: under allow a commit whose cost passes the
-// hold plus the free balance takes what is there and records the rest as
+// reservation plus the free balance takes what is there and records the rest as
 // overage (actual_cost reads higher than what was collected); under block
 // the same commit is refused with nothing changed.
 func TestCommitPastFundsUnderAllow(t *testing.T) {

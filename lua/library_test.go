@@ -82,7 +82,7 @@ func TestLibraryFallsBackWithoutFunctions(t *testing.T) {
 
 // TestScriptMutationsTakeTheFastPath: every kind of Mutation the scripts
 // write to the outbox (grants with metadata and expiry, consumes with
-// context and entry metadata, a drain over several blocks, holds with
+// context and entry metadata, a drain over several blocks, reservations with
 // metadata, commit, release, gauge, negative adjust, expiry) is read by
 // engine.DecodeMutation's own decoder, not handed to encoding/json.
 func TestScriptMutationsTakeTheFastPath(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 // Go side of load.lua: a rebuild writes each account hash in the encoding
 // the prelude reads (the header comments of prelude/blocks.lua and
-// prelude/holds.lua; blockValue and holdValue mirror block_enc and
+// prelude/holds.lua; blockValue and reservationValue mirror block_enc and
 // res_enc, and TestLoadEncodingMatchesPrelude keeps them equal), so Redis
 // only fences and writes.
 
@@ -28,7 +28,7 @@ var sourceCodes = func() map[engine.Source]string {
 	return m
 }()
 
-// holdCodes are prelude/holds.lua's one-letter reservation statuses (RES_CODE).
+// reservationCodes are prelude/holds.lua's one-letter reservation statuses (RES_CODE).
 var reservationCodes = map[engine.ReservationStatus]string{
 	engine.ReservationActive: "a", engine.ReservationCommitted: "c",
 	engine.ReservationReleased: "r", engine.ReservationExpired: "e",
@@ -64,7 +64,7 @@ func blockValue(b engine.MutationBlock) string {
 		"|" + st + "|" + exp + "|" + src + scope
 }
 
-// holdValue is field "r:<id>" of hold r (prelude/holds.lua res_enc); final is
+// reservationValue is field "r:<id>" of reservation r (prelude/holds.lua res_enc); final is
 // when it was finalized, nil while active. Its metadata lives in field
 // "n:<id>".
 func reservationValue(r engine.MutationReservation, final *int64) string {
@@ -96,7 +96,7 @@ func (c *loadCall) argv() []any {
 
 // loadArgs appends st's KEYS and ARGV to c in load.lua's layout; the first
 // account also brings the partition's two zsets. st.Applied writes no op
-// key (Postgres answers their retries); holds finalized reservationKeep or
+// key (Postgres answers their retries); reservations finalized reservationKeep or
 // more before now are left out (the scripts would drop them at once).
 func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
 	return s.loadArgsExpecting(c, st, now, "")
@@ -168,7 +168,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 		if _, ok := reservationCodes[r.Status]; !ok {
 			return fmt.Errorf("lua: load: reservation %s: status %q", r.ID, r.Status)
 		}
-		// A multi-metric hold has no metric (reserve_multi.lua): its items
+		// A multi-metric reservation has no metric (reserve_multi.lua): its items
 		// stay in Postgres, which a commit reads.
 		if err := checkMetric(r.Metric); err != nil && r.Metric != "" {
 			return fmt.Errorf("lua: load: reservation %s: %w", r.ID, err)
@@ -252,10 +252,10 @@ func storedAccountID(id string) string {
 }
 
 // layoutMinItems is prelude/layout.lua's LAYOUT_MIN_ITEMS: an account of fewer
-// blocks and active holds goes without the layout v2 fields.
+// blocks and active reservations goes without the layout v2 fields.
 const layoutMinItems = 8
 
-// keptHold is a finalized hold kept in the hash: its id and when it was
+// keptReservation is a finalized reservation kept in the hash: its id and when it was
 // finalized (ms).
 type keptReservation struct {
 	id    string
@@ -264,7 +264,7 @@ type keptReservation struct {
 
 // layoutFields are the layout v2 fields "s", "o" and "k" (prelude/layout.lua,
 // "Account layout v2") of an account hash holding blocks (all with credit),
-// active holds and the kept finalized holds, last written at u (field
+// active reservations and the kept finalized reservations, last written at u (field
 // "ua"): byte for byte what acct_commit writes, so a rebuilt hash takes the
 // scripts' fast path at once and equals the hash it replaces.
 func layoutFields(blocks []engine.MutationBlock, active int, kept []keptReservation, u int64) []any {

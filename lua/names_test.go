@@ -46,8 +46,8 @@ func TestScriptName(t *testing.T) {
 	}
 }
 
-// TestHoldBacklog: the hold sweep's backlog counts, per partition, the
-// holds scored at or before now, not the later ones.
+// TestReservationBacklog: the reservation sweep's backlog counts, per partition, the
+// reservations scored at or before now, not the later ones.
 func TestReservationBacklog(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	s := NewStore(rdb, prefix)
@@ -66,7 +66,7 @@ func TestReservationBacklog(t *testing.T) {
 			want = 2
 		}
 		if reservations[p] != want {
-			t.Errorf("partition %d: %d holds, want %d", p, reservations[p], want)
+			t.Errorf("partition %d: %d reservations, want %d", p, reservations[p], want)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // TestProfileWorst times each script call of the bench's worst allowed
-// input (issue 9: 100 live blocks and 100 active holds with 8 KiB of
+// input (issue 9: 100 live blocks and 100 active reservations with 8 KiB of
 // metadata each) from SLOWLOG of a private Redis named by PROFILE_REDIS
 // (host:port; it is flushed). The minimum over the trials is what the
 // script costs; the maximum is what a loaded box added to it. It asserts

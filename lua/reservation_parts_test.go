@@ -22,7 +22,7 @@ func partialCmd(c engine.CustomerKey, id uuid.UUID, units int64, terms engine.Ru
 	return cc
 }
 
-// ledgerSum is the sum of the deltas of every entry c's outbox holds: with
+// ledgerSum is the sum of the deltas of every entry c's outbox reservations: with
 // the grants funded wrote, the balance the ledger says c has (invariant 1).
 func (b bundle) ledgerSum(t *testing.T, c engine.CustomerKey) int64 {
 	t.Helper()
@@ -40,9 +40,9 @@ func (b bundle) ledgerSum(t *testing.T, c engine.CustomerKey) int64 {
 
 // TestPartialCommitThenCommit: a partial commit charges its units like a
 // commit (one consumption entry, usage with the reservation, kind commit)
-// and keeps the hold active with what it still holds less their cost; a
-// part costing more than the hold takes the rest from the free balance;
-// the final commit's units are its own part, the hold's actual units the
+// and keeps the reservation active with what it still holds less their cost; a
+// part costing more than the reservation takes the rest from the free balance;
+// the final commit's units are its own part, the reservation's actual units the
 // total, and the books balance after each step (invariant 1). A replay
 // answers the first result (invariant 4).
 func TestPartialCommitThenCommit(t *testing.T) {
@@ -84,7 +84,7 @@ func TestPartialCommitThenCommit(t *testing.T) {
 			t.Errorf("due after partial commit: %v", due)
 		}
 
-		// 4 units cost 40, more than the 30 held: the hold is used up and 10
+		// 4 units cost 40, more than the 30 held: the reservation is used up and 10
 		// comes from the free balance; it stays active.
 		res, err = b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 4, perUnitTerms(10), t0.Add(2*time.Minute)))
 		if err != nil {
@@ -115,7 +115,7 @@ func TestPartialCommitThenCommit(t *testing.T) {
 }
 
 // TestPartialCommitThenRelease: a release after a partial commit returns
-// only what the hold still holds; the settled part stays charged.
+// only what the reservation still holds; the settled part stays charged.
 func TestPartialCommitThenRelease(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -143,7 +143,7 @@ func TestPartialCommitThenRelease(t *testing.T) {
 	})
 }
 
-// TestPartialCommitRefusals: under block a part past the hold plus the
+// TestPartialCommitRefusals: under block a part past the reservation plus the
 // free balance is refused and changes nothing but the outbox; a partial
 // commit of 0 units is the script's BADARG (the API's 422 is engine's,
 // guards_test.go) and changes nothing.
@@ -158,7 +158,7 @@ func TestPartialCommitRefusals(t *testing.T) {
 		pc := partialCmd(c, rc.ReservationID, 11, perUnitTerms(10), t0)
 		pc.Context.Policy = engine.OveragePolicyBlock
 		if _, err := b.store.Commit(ctx, pc); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Errorf("partial commit past hold and free balance: %v", err)
+			t.Errorf("partial commit past reservation and free balance: %v", err)
 		}
 		if _, err := b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 0, perUnitTerms(10), t0)); !isBadArg(err) {
 			t.Errorf("partial commit of 0 units: %v, want BADARG", err)
@@ -169,7 +169,7 @@ func TestPartialCommitRefusals(t *testing.T) {
 	})
 }
 
-// TestExtendTopsUpAndProlongs: an extend raises the hold and the reserved
+// TestExtendTopsUpAndProlongs: an extend raises the reservation and the reserved
 // balance by the additional units' cost, refuses (changing nothing but the
 // outbox) when the effective balance cannot cover it, moves the expiry and
 // the sweep's schedule later, never earlier, and answers a replay with its
@@ -228,7 +228,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 		if due, _ := b.store.DueReservations(ctx, p, later, 10); len(due) != 1 {
 			t.Errorf("due at the new expiry: %v", due)
 		}
-		// A commit at the old expiry still settles: the hold is not expired.
+		// A commit at the old expiry still settles: the reservation is not expired.
 		res, err = b.store.Commit(ctx, commitCmd(c, rc.ReservationID, 9, perUnitTerms(10), rc.ExpiresAt.Add(time.Minute)))
 		if err != nil {
 			t.Fatalf("commit after the old expiry: %v", err)
@@ -242,7 +242,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 	})
 }
 
-// TestExtendAfterExpiry: a hold past its expires_at (not yet swept)
+// TestExtendAfterExpiry: a reservation past its expires_at (not yet swept)
 // cannot be extended, as it cannot be committed.
 func TestExtendAfterExpiry(t *testing.T) {
 	t.Parallel()
@@ -257,7 +257,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 	})
 }
 
-// TestLoadRestoresPartiallyCommittedHold: a hold loaded from Postgres as a
+// TestLoadRestoresPartiallyCommittedReservation: a reservation loaded from Postgres as a
 // partial commit left it (act units and cost settled, released the part
 // taken) holds only the rest: its final commit returns that rest and
 // totals every part (invariant 5).

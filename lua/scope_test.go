@@ -103,10 +103,10 @@ func TestScopedConsume(t *testing.T) {
 	}
 }
 
-// TestScopedHoldsStayBacked: a hold for metric b backed by b's scoped block
+// TestScopedReservationsStayBacked: a reservation for metric b backed by b's scoped block
 // and the unscoped one keeps them: a consume of a may not take the
-// unscoped credit the hold needs, the commit then settles from them, and
-// a multi-metric hold needs unscoped credit.
+// unscoped credit the reservation needs, the commit then settles from them, and
+// a multi-metric reservation needs unscoped credit.
 func TestScopedReservationsStayBacked(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -116,7 +116,7 @@ func TestScopedReservationsStayBacked(t *testing.T) {
 		b.grant(t, scopedGrant(c, 50, 0, "a"))
 		b.grant(t, scopedGrant(c, 30, 0, "b"))
 		b.grant(t, scopedGrant(c, 40, 1))
-		// b may use 70: a hold of 60 fits, one of 71 does not.
+		// b may use 70: a reservation of 60 fits, one of 71 does not.
 		big := reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)
 		big.Metric = "b"
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
@@ -132,13 +132,13 @@ func TestScopedReservationsStayBacked(t *testing.T) {
 		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 60)); err != nil {
 			t.Fatalf("consume 60 of a: %v", err)
 		}
-		// Another hold of b has nothing left.
+		// Another reservation of b has nothing left.
 		more := reserveCmd(c, 1, perUnitTerms(1), time.Hour, t0)
 		more.Metric = "b"
 		if _, err := b.store.Reserve(ctx, more); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("reserve 1 more of b: %v", err)
 		}
-		// A multi-metric hold is backed by unscoped credit only (30 left,
+		// A multi-metric reservation is backed by unscoped credit only (30 left,
 		// all held): refused.
 		multi := engine.ReserveCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0},
 			ReservationID: uuid.New(), ExpiresAt: t0.Add(time.Hour),
@@ -252,7 +252,7 @@ func TestScopedRebuildAndBigAccount(t *testing.T) {
 
 // scopeFreeProbe runs prelude/scopes.lua's scope_free and scope_room on blocks
 // given as ARGV triples (remaining, priority, scope "" or "k1,k2"), the
-// holds as "metric,held" pairs (ARGV[1], space separated), freed and skip
+// reservations as "metric,held" pairs (ARGV[1], space separated), freed and skip
 // (ARGV[2], ARGV[3]) for the charge's metric ARGV[4]; the blocks from
 // ARGV[5]. It answers {free, room}.
 var scopeFreeProbe = withPrelude(`
@@ -382,7 +382,7 @@ func (b bundle) hasSC(t *testing.T, c engine.CustomerKey) bool {
 
 // TestScopedDebit: a negative adjustment takes the credit every metric may
 // use before scoped credit, and is refused when it would leave an active
-// hold without credit that applies to it.
+// reservation without credit that applies to it.
 func TestScopedDebit(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -402,7 +402,7 @@ func TestScopedDebit(t *testing.T) {
 		reservation.Metric = "a"
 		b.reserve(t, reservation)
 		// Unscoped credit goes first: 60 leaves a its 50 and 40 unscoped,
-		// still the 60 its hold needs.
+		// still the 60 its reservation needs.
 		if _, err := b.store.Debit(ctx, debitCmd(c, 60, t0)); err != nil {
 			t.Fatalf("debit of 60 beside the hold: %v", err)
 		}
@@ -477,7 +477,7 @@ func TestScopedRolloverStackExpiry(t *testing.T) {
 	})
 }
 
-// TestScopedFastPath: a big scoped hash without holds runs consume.lua on
+// TestScopedFastPath: a big scoped hash without reservations runs consume.lua on
 // the summary's fast path, skipping blocks of other scopes; field "sc"
 // counts the scoped blocks exactly through drains that empty one and a
 // grant that adds one, as a rebuild of the same blocks writes it.
@@ -618,8 +618,8 @@ func TestScopedLayoutFastEqualsSlow(t *testing.T) {
 	})
 }
 
-// TestScopedSnapshotHoldMetrics: a snapshot of a scoped hash names the
-// metrics of its active holds (what engine.MetricAvailable needs), read
+// TestScopedSnapshotReservationMetrics: a snapshot of a scoped hash names the
+// metrics of its active reservations (what engine.MetricAvailable needs), read
 // whole or in slices, and Balances says the hash is scoped; an unscoped
 // hash names none.
 func TestScopedSnapshotReservationMetrics(t *testing.T) {
@@ -633,7 +633,7 @@ func TestScopedSnapshotReservationMetrics(t *testing.T) {
 		}
 		plain := b.snapshot(t, c, t0)
 		if plain.ReservationMetrics != nil {
-			t.Fatalf("unscoped hash: hold metrics %v", plain.ReservationMetrics)
+			t.Fatalf("unscoped hash: reservation metrics %v", plain.ReservationMetrics)
 		}
 		b.grant(t, scopedGrant(c, 100, 0, "a"))
 		for _, m := range []string{"z", "a", "z"} {
@@ -644,7 +644,7 @@ func TestScopedSnapshotReservationMetrics(t *testing.T) {
 		for range 2 { // whole, then in slices (the store learnt the layout)
 			acct := b.snapshot(t, c, t0)
 			if !reflect.DeepEqual(acct.ReservationMetrics, []string{"a", "z"}) {
-				t.Fatalf("hold metrics %v, want [a z]", acct.ReservationMetrics)
+				t.Fatalf("reservation metrics %v, want [a z]", acct.ReservationMetrics)
 			}
 			if got := engine.MetricAvailable(acct, 0, engine.OveragePolicyBlock, "q", t0.UnixMilli()); got != 870 {
 				t.Fatalf("available for q %d, want 870 (900 unscoped less the 30 held)", got)

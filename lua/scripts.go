@@ -99,7 +99,7 @@ var scriptErrors = map[string]error{
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)
-// of a hold whose expires_at has not passed: nothing changed. It matches
+// of a reservation whose expires_at has not passed: nothing changed. It matches
 // engine.ErrReservationNotActive under errors.Is, so a sweep that skips
 // holds no longer active skips it too.
 var ErrReservationNotDue error = notDueError{}

@@ -13,7 +13,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// The seen filter tells a money call whose op key Redis no longer holds
+// The seen filter tells a money call whose op key Redis no longer reservations
 // whether its idempotency key was certainly never applied, so it runs
 // without asking Postgres (issue 26; prelude/seen.lua seen_put says how it is
 // kept). Each partition has one hash per week, filled by the persister as

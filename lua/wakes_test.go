@@ -19,7 +19,7 @@ type wakeSeen struct {
 
 // TestFeedWakes: a follower of the wake channel hears, once subscribed,
 // the persister's wakes (several tenants in one message) and every bump
-// and hold notice that joins a change feed, from the feed scripts
+// and reservation notice that joins a change feed, from the feed scripts
 // themselves; a bump the feed does not take (alert settings) wakes no one.
 func TestFeedWakes(t *testing.T) {
 	t.Parallel()

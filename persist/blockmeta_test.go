@@ -60,7 +60,7 @@ func TestDrainKeepsBlockMetadata(t *testing.T) {
 	}
 }
 
-// TestReleaseKeepsHoldMetadata: a release Mutation carries no hold
+// TestReleaseKeepsReservationMetadata: a release Mutation carries no reservation
 // metadata, and Postgres keeps what the reserve stored, in a later batch or
 // in the reserve's own batch.
 func TestReleaseKeepsReservationMetadata(t *testing.T) {
@@ -85,7 +85,7 @@ func TestReleaseKeepsReservationMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 		if meta != `{"job": "j1"}` || status != "released" {
-			t.Errorf("same batch %v: hold metadata %s status %s, want the reserve's and released", sameBatch, meta, status)
+			t.Errorf("same batch %v: reservation metadata %s status %s, want the reserve's and released", sameBatch, meta, status)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // The tables partitioned by month of created_at (migrations 033 and 034;
 // issue 30 item 1, docs/decisions.md "The ledger by month"). Each has a
-// DEFAULT partition, <table>_default, for a row no month holds.
+// DEFAULT partition, <table>_default, for a row no month reservations.
 var monthPartitioned = []string{"ledger_entries", "operations"}
 
 // PartitionMonthsAhead is how many months after the current one

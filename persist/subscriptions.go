@@ -234,7 +234,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, sc engine.Scope, id uuid
 
 // RunDue claims due subscriptions one at a time, each in its own
 // transaction with FOR UPDATE SKIP LOCKED: a row another process (or an API
-// call) holds is skipped, so several schedulers split the work and never
+// call) reservations is skipped, so several schedulers split the work and never
 // run one subscription twice at once. Subscriptions whose change failed in
 // this call are not claimed again by it.
 func (s *Store) RunDue(ctx context.Context, now time.Time, limit int, change func(ctx context.Context, r *engine.SubscriptionRecord) error) (int, error) {

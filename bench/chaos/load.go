@@ -134,7 +134,7 @@ type Op struct {
 	// CustomerID is the UUID the acknowledgement names.
 	CustomerID string `json:"customer_id,omitempty"`
 	Body       string `json:"body,omitempty"` // a refusal's body
-	// Hold is the reservation id a reserve's acknowledgement names.
+	// Reservation is the reservation id a reserve's acknowledgement names.
 	Reservation string `json:"hold,omitempty"`
 }
 
@@ -175,7 +175,7 @@ type Load struct {
 	// rec keeps every attempt's answer for the fault windows.
 	rec *Samples
 	// reservePct is the share of ticks (percent) that reserve and then
-	// commit a hold, two operations with keys of their own; the rest
+	// commit a reservation, two operations with keys of their own; the rest
 	// split 25 % grants, 25 % adjusts, 50 % consumes.
 	reservePct int
 }
@@ -373,7 +373,7 @@ func ackDelta(kind string, body []byte) (int64, string, error) {
 		}
 		return r.Transaction.Delta, r.Transaction.CustomerID, nil
 	case "reserve":
-		// A hold changes the balance by nothing (it lowers the effective
+		// A reservation changes the balance by nothing (it lowers the effective
 		// balance only), so its operation's ledger entries sum to 0.
 		var r struct {
 			CustomerID string `json:"customer_id"`
@@ -487,10 +487,10 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 	l.counts.Answers = l.samples
 }
 
-// reserveCommit reserves a hold for customer and commits it with at most
+// reserveCommit reserves a reservation for customer and commits it with at most
 // its estimated units: two operations, keys key-r and key-c. In a rolling
 // upgrade the two often land on nodes of different versions, so one
-// version's hold is committed by the other's. An unresolved or refused
+// version's reservation is committed by the other's. An unresolved or refused
 // reserve has no commit.
 func (l *Load) reserveCommit(ctx context.Context, customer, key string, rng *rand.Rand) {
 	est := 1 + rng.IntN(5)

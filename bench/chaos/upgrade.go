@@ -592,7 +592,7 @@ FROM ls FULL JOIN us ON ls.customer_id = us.customer_id AND ls.metric = us.metri
 WHERE ls.u IS DISTINCT FROM us.u OR ls.c IS DISTINCT FROM us.c OR ls.n IS DISTINCT FROM us.n`
 
 // rollupDiffs lists the (customer, metric) pairs where usage_hourly and
-// the ledger disagree, and how many pairs the rollup holds; nil without
+// the ledger disagree, and how many pairs the rollup reservations; nil without
 // the table (a schema before 020).
 func rollupDiffs(ctx context.Context, dbURL, tenant string) ([]string, int, error) {
 	conn, err := pgx.Connect(ctx, dbURL)

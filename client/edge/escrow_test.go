@@ -15,7 +15,7 @@ import (
 	"github.com/creditd/creditd/client"
 )
 
-// TestHoldUnits: a hold is sized to the horizon's worth of the smoothed
+// TestReservationUnits: a reservation is sized to the horizon's worth of the smoothed
 // rate, never below a waiting consume or MinUnits, never above MaxUnits.
 func TestReservationUnits(t *testing.T) {
 	t.Parallel()
@@ -40,7 +40,7 @@ func TestReservationUnits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			if got := reservationUnits(tc.rate, tc.horizon, tc.interval, tc.need, tc.minUnits, tc.maxUnt); got != tc.want {
-				t.Errorf("holdUnits = %d, want %d", got, tc.want)
+				t.Errorf("reservationUnits = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -116,7 +116,7 @@ func TestPriced(t *testing.T) {
 	}
 }
 
-// books is a fake creditd keeping a block customer's credit, holds and
+// books is a fake creditd keeping a block customer's credit, reservations and
 // idempotency records, priced per unit at 10 millicredits (flat for
 // metric "export").
 type books struct {
@@ -316,7 +316,7 @@ func escrowSetup(t *testing.T, balance int64, policy string, cfg EscrowConfig) (
 
 // TestEscrowAccounting: every unit charged locally is settled exactly once
 // by partial commits and the final commit of Close, which returns the rest
-// of the hold; Stats agree with the server's books.
+// of the reservation; Stats agree with the server's books.
 func TestEscrowAccounting(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 500})
@@ -350,7 +350,7 @@ func TestEscrowAccounting(t *testing.T) {
 	b.read(func(b *books) {
 		for _, h := range b.reservations {
 			if h.units-h.settled > 500+500 {
-				t.Errorf("hold of %d units with %d settled: more than MaxUnits beyond the charged", h.units, h.settled)
+				t.Errorf("reservation of %d units with %d settled: more than MaxUnits beyond the charged", h.units, h.settled)
 			}
 		}
 	})
@@ -483,7 +483,7 @@ func TestEscrowRefusedTopUp(t *testing.T) {
 	})
 }
 
-// TestEscrowAdaptiveHold: a steady rate grows the hold past its first size,
+// TestEscrowAdaptiveReservation: a steady rate grows the reservation past its first size,
 // and MaxUnits bounds it.
 func TestEscrowAdaptiveReservation(t *testing.T) {
 	t.Parallel()
@@ -505,17 +505,17 @@ func TestEscrowAdaptiveReservation(t *testing.T) {
 	b.read(func(b *books) { units, settled = b.reservations["res-1"].units, b.reservations["res-1"].settled })
 	e.Close()
 	if units <= first {
-		t.Errorf("the hold stayed at %d units (first %d) under steady use", units, first)
+		t.Errorf("the reservation stayed at %d units (first %d) under steady use", units, first)
 	}
 	if st := e.Stats(); units-st.ConsumedLocalUnits > 400 && units-settled > 2*400 {
-		t.Errorf("hold of %d units, %d consumed: more than MaxUnits ahead", units, st.ConsumedLocalUnits)
+		t.Errorf("reservation of %d units, %d consumed: more than MaxUnits ahead", units, st.ConsumedLocalUnits)
 	}
 }
 
-// TestEscrowIdleHoldReturned: an allowance without consumes for half its
-// hold's lifetime gives the hold back (a final commit) instead of
+// TestEscrowIdleReservationReturned: an allowance without consumes for half its
+// reservation's lifetime gives the hold back (a final commit) instead of
 // prolonging it, and the next consume takes a new one; the books stay
-// exact across both holds.
+// exact across both reservations.
 func TestEscrowIdleReservationReturned(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, ReservationTTL: 2 * time.Second})
@@ -525,7 +525,7 @@ func TestEscrowIdleReservationReturned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the idle hold returned", func() bool {
+	waitFor(t, "the idle reservation returned", func() bool {
 		var active bool
 		var reserved int64
 		b.read(func(b *books) { active, reserved = b.reservations["res-1"].active, b.reserved })
@@ -538,7 +538,7 @@ func TestEscrowIdleReservationReturned(t *testing.T) {
 	e.Close()
 	b.read(func(b *books) {
 		if len(b.reservations) != 2 || b.reservations["res-1"].settled+b.reservations["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
-			t.Errorf("%d holds, charged %d, reserved %d; want 2 holds settling 31 units", len(b.reservations), b.charged, b.reserved)
+			t.Errorf("%d reservations, charged %d, reserved %d; want 2 reservations settling 31 units", len(b.reservations), b.charged, b.reserved)
 		}
 	})
 	if st := e.Stats(); st.SettledUnits != 31 || st.AtRiskUnits != 0 {
@@ -547,8 +547,8 @@ func TestEscrowIdleReservationReturned(t *testing.T) {
 }
 
 // TestEscrowPriceRise: when the rule's price doubles during a hold, the
-// first settle after it (priced at the new rule) shows the hold covers
-// fewer units, and the allowance stops charging what it no longer holds:
+// first settle after it (priced at the new rule) shows the reservation covers
+// fewer units, and the allowance stops charging what it no longer reservations:
 // under block the credit is never overspent, and every unit consumed
 // locally is settled.
 func TestEscrowPriceRise(t *testing.T) {
@@ -614,7 +614,7 @@ func TestEscrowGoesToServer(t *testing.T) {
 		}
 	}
 	viaHTTP := int64(13)
-	waitFor(t, "the hold taken in the background", func() bool {
+	waitFor(t, "the reservation taken in the background", func() bool {
 		c, err := e.Consume(ctx, "alice", "api", 1)
 		if err == nil && !c.Local {
 			viaHTTP++
@@ -630,7 +630,7 @@ func TestEscrowGoesToServer(t *testing.T) {
 }
 
 // BenchmarkConsumeLocal measures a Consume answered from the allowance
-// (the hold sized to MaxUnits so nothing waits; settles run meanwhile
+// (the reservation sized to MaxUnits so nothing waits; settles run meanwhile
 // against an in-process fake creditd).
 func BenchmarkConsumeLocal(b *testing.B) {
 	bk := newBooks(b, math.MaxInt64/4, "block")

@@ -39,7 +39,7 @@ type Config struct {
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
 	Clock          engine.Clock
-	// ReservationSweepInterval is the hold expiry sweep period (default one
+	// ReservationSweepInterval is the reservation expiry sweep period (default one
 	// minute, as docs/spec/interface.md says; tests shorten it).
 	ReservationSweepInterval time.Duration
 	// WebhookWorkers and WebhookPoll size the webhook delivery pool
@@ -146,8 +146,8 @@ type App struct {
 	// Console is the web dashboard the server serves under /console.
 	Console *console.Console
 
-	// Metering, Entitlements and Reservations price usage and hold credit;
-	// HoldSweeper expires holds past their expires_at.
+	// Metering, Entitlements and Reservations price usage and reservation credit;
+	// ReservationSweeper expires reservations past their expires_at.
 	Metering           *engine.Metering
 	Entitlements       *engine.Entitlements
 	Reservations       *engine.Reservations
@@ -273,7 +273,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
-	// Holds write a notice to the change feed (issue 27): they move
+	// Reservations write a notice to the change feed (issue 27): they move
 	// effective balances without an event.
 	reservationsNoted := engine.NotingReservations(a.Store, a.Store, log)
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,

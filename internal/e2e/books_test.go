@@ -9,10 +9,10 @@ import (
 )
 
 // TestMixedWorkloadBooksBalance states invariants 1 and 2 under the hot path:
-// after concurrent consumes (block and allow customers), holds, commits and
+// after concurrent consumes (block and allow customers), reservations, commits and
 // releases, and a drained persister, every account's balance equals the sum
 // of its ledger deltas in Postgres, its account row and its live blocks; its
-// reserved balance equals the estimated cost of its active holds; and no
+// reserved balance equals the estimated cost of its active reservations; and no
 // block customer's effective balance ever went below zero, or below minus
 // its credit line for the customers that have one (issue 28 item 2: their
 // balance is the blocks less the debt, which grants in the mix repay);
@@ -155,7 +155,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 					case 1:
 						r = call("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": rng.IntN(12)})
 					default:
-						continue // left active: its hold must still be counted
+						continue // left active: its reservation must still be counted
 					}
 					if r.Status != 200 && r.Status != 409 {
 						t.Errorf("settle %s: %d %s", id, r.Status, r.Raw)
@@ -242,7 +242,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		t.Errorf("consumes answered an effective balance below the floor for %v", negative)
 	}
 	// What consumes (not commits, which a budget never refuses) spent never
-	// passes a budget: the cost of consumption entries without a hold, of
+	// passes a budget: the cost of consumption entries without a reservation, of
 	// the budget's metric (a multi-metric entry's items of it) or of all.
 	for i, cust := range ids {
 		b := budgetOf(i)

@@ -110,7 +110,7 @@ func (a api) exhaustedEvents(customer string, want int) []map[string]any {
 	}
 }
 
-// TestConformanceHoldRefusalExhausted: credit.exhausted fires when a
+// TestConformanceReservationRefusalExhausted: credit.exhausted fires when a
 // `block` customer is refused for credit (docs/spec/addendum.md §8), and reservation create
 // and commit are among its emitters (docs/spec/interface.md Events: "the same
 // operations as credit.low_balance"), as a refused consume already does.
@@ -155,7 +155,7 @@ func TestConformanceReservationRefusalExhausted(t *testing.T) {
 		t.Errorf("refused multi reserve: credit.exhausted events %v, want one with a null metric", got)
 	}
 
-	// An allow customer's refused hold is no `block` refusal: nothing fires.
+	// An allow customer's refused reservation is no `block` refusal: nothing fires.
 	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
 	id3 := c["id"].(string)
 	a.grant(id3, map[string]any{"credits": 300})

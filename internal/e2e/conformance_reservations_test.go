@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// reserve creates a hold and requires 201.
+// reserve creates a reservation and requires 201.
 func (a api) reserve(body map[string]any) map[string]any {
 	a.t.Helper()
 	r := a.post("/v1/reservations", body)
@@ -17,7 +17,7 @@ func (a api) reserve(body map[string]any) map[string]any {
 	return r.Body
 }
 
-// checkHoldAccount compares an account member with want balance, reserved.
+// checkReservationAccount compares an account member with want balance, reserved.
 func checkReservationAccount(t testing.TB, v any, what string, balance, reserved int64) {
 	t.Helper()
 	acct := obj(t, v, what)
@@ -55,7 +55,7 @@ func TestConformanceReservationCreate(t *testing.T) {
 	if Int(t, c["balance"]) != 1_000 || Int(t, c["reserved_balance"]) != 300 || Int(t, c["effective_balance"]) != 700 {
 		t.Errorf("credits with a hold: %v", c)
 	}
-	// A metered check sees the hold.
+	// A metered check sees the reservation.
 	chk := a.get("/v1/customers/" + id + "/entitlements/" + metric + "?units=70")
 	if Int(t, chk.Body["reserved_balance"]) != 300 || Int(t, chk.Body["balance_after"]) != 0 || chk.Body["allowed"] != true {
 		t.Errorf("check with a hold: %s", chk.Raw)
@@ -65,16 +65,16 @@ func TestConformanceReservationCreate(t *testing.T) {
 	h2 := a.reserve(map[string]any{"external_customer_id": ext, "billable_metric_key": metric, "estimated_units": 1, "ttl_seconds": 86400,
 		"metadata": map[string]any{"job": "render"}})
 	if h2["customer_id"] != id || mustJSON(h2["metadata"]) != `{"job":"render"}` {
-		t.Errorf("hold by external_customer_id: %v", h2)
+		t.Errorf("reservation by external_customer_id: %v", h2)
 	}
 	if d := checkTime(t, h2["expires_at"], "").Sub(checkTime(t, h2["created_at"], "")); d != 86400*time.Second {
 		t.Errorf("ttl 86400: %v", d)
 	}
 	h3 := a.reserve(map[string]any{"customer_id": ext, "billable_metric_key": metric, "estimated_units": 1, "ttl_seconds": 1})
 	if h3["customer_id"] != id {
-		t.Errorf("hold by customer_id = external id: %v", h3)
+		t.Errorf("reservation by customer_id = external id: %v", h3)
 	}
-	checkReservationAccount(t, h3["account"], "third hold account", 1_000, 320)
+	checkReservationAccount(t, h3["account"], "third reservation account", 1_000, 320)
 	// A lenient unknown id creates the customer (and then has no credit).
 	fresh := uniq("fresh")
 	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": fresh, "billable_metric_key": metric, "estimated_units": 1}),
@@ -101,12 +101,12 @@ func TestConformanceReservationCreate(t *testing.T) {
 		checkProblem(t, a.post("/v1/reservations", tc.body), tc.status, tc.typ, tc.field, tc.name)
 	}
 	if c := a.credits(id); Int(t, c["reserved_balance"]) != 320 {
-		t.Errorf("refused holds changed reserved_balance: %v", c["reserved_balance"])
+		t.Errorf("refused reservations changed reserved_balance: %v", c["reserved_balance"])
 	}
 }
 
 // TestConformanceReservationLifecycle: GET (404 for a non-UUID, another
-// tenant's hold; any environment of the tenant), commit > 0 and = 0,
+// tenant's reservation; any environment of the tenant), commit > 0 and = 0,
 // release, the 409 types, listing with status filter and its 500.
 func TestConformanceReservationLifecycle(t *testing.T) {
 	s := NewStack(t)
@@ -120,11 +120,11 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	hid := h["id"].(string)
 
 	g := a.get("/v1/reservations/" + hid)
-	wantStatus(t, g, 200, "get hold")
+	wantStatus(t, g, 200, "get reservation")
 	checkKeys(t, g.Body, "reservation", "id", "tenant_id", "customer_id", "environment", "billable_metric_key", "estimated_units",
 		"estimated_cost", "actual_units", "actual_cost", "status", "reference_id", "expires_at", "metadata", "created_at", "committed_at", "released_at",
 		"settled_units", "settled_cost", "remaining_cost") // the last three: issue 27, additive
-	checkSettled(t, g.Body, "fresh hold", 0, 0, 300)
+	checkSettled(t, g.Body, "fresh reservation", 0, 0, 300)
 	if g.Body["tenant_id"] != tn.ID || g.Body["customer_id"] != id || g.Body["status"] != "active" || g.Body["actual_units"] != nil ||
 		g.Body["actual_cost"] != nil || g.Body["committed_at"] != nil || g.Body["released_at"] != nil || Int(t, g.Body["estimated_cost"]) != 300 {
 		t.Errorf("hold: %s", g.Raw)
@@ -132,18 +132,18 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	checkUUID(t, g.Body["reference_id"], "reference_id")
 	// Not scoped by environment: the sandbox key of the tenant reads it.
 	sb := s.as(t, tn.Sandbox)
-	if r := sb.get("/v1/reservations/" + hid); checkStatus(t, r, 200, "sandbox key reads a live hold") && r.Body["environment"] != "live" {
+	if r := sb.get("/v1/reservations/" + hid); checkStatus(t, r, 200, "sandbox key reads a live reservation") && r.Body["environment"] != "live" {
 		t.Errorf("sandbox read: %s", r.Raw)
 	}
 	other := s.as(t, s.NewTenant(uniq("other")).Live)
-	checkProblem(t, other.get("/v1/reservations/"+hid), 404, "not-found", "", "another tenant's hold")
+	checkProblem(t, other.get("/v1/reservations/"+hid), 404, "not-found", "", "another tenant's reservation")
 	checkProblem(t, other.post("/v1/reservations/"+hid+"/release", nil), 404, "not-found", "", "another tenant releases")
 	checkProblem(t, a.get("/v1/reservations/not-a-uuid"), 404, "not-found", "", "non-UUID id")
 	checkProblem(t, a.get("/v1/reservations/"+uuid.NewString()), 404, "not-found", "", "unknown id")
 	checkProblem(t, a.post("/v1/reservations/"+uuid.NewString()+"/commit", map[string]any{"actual_units": 1}), 404, "not-found", "", "commit unknown")
 	checkProblem(t, a.post("/v1/reservations/not-a-uuid/release", nil), 404, "not-found", "", "release non-UUID")
 
-	// Commit validation leaves the hold active.
+	// Commit validation leaves the reservation active.
 	checkProblem(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": -1}), 422, "validation-error", "actual_units", "negative")
 	checkProblem(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{}), 422, "validation-error", "actual_units", "missing")
 
@@ -210,15 +210,15 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 		t.Errorf("released hold: %s", g.Raw)
 	}
 
-	// Commit beyond hold plus free balance: 409 insufficient-credits, still active.
+	// Commit beyond reservation plus free balance: 409 insufficient-credits, still active.
 	hs := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 10})
 	checkProblem(t, a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 81}), 409, "insufficient-credits", "", "commit short")
 	if g := a.get("/v1/reservations/" + hs["id"].(string)); g.Body["status"] != "active" {
-		t.Errorf("hold after a short commit: %s", g.Raw)
+		t.Errorf("reservation after a short commit: %s", g.Raw)
 	}
-	// Hold plus free balance covers exactly 80 units.
-	if cm := a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 80}); checkStatus(t, cm, 200, "commit past the hold") {
-		checkReservationAccount(t, cm.Body["account"], "commit past the hold", 0, 0)
+	// Reservation plus free balance covers exactly 80 units.
+	if cm := a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 80}); checkStatus(t, cm, 200, "commit past the reservation") {
+		checkReservationAccount(t, cm.Body["account"], "commit past the reservation", 0, 0)
 	}
 
 	// Listing: newest first, status filter, the documented 500, 404 unknown.
@@ -228,7 +228,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 		data, _, _ := page(t, r)
 		want := []any{hs["id"], hr["id"], h0["id"], hid}
 		if len(data) != len(want) {
-			t.Errorf("%s: %d holds, want %d", p, len(data), len(want))
+			t.Errorf("%s: %d reservations, want %d", p, len(data), len(want))
 			continue
 		}
 		for i := range want {
@@ -260,13 +260,13 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	checkProblem(t, a.get("/v1/customers/"+ghost+"/reservations"), 404, "not-found", "", "unknown customer")
 	checkProblem(t, a.get("/v1/customer-by-external-id/"+ghost+"/reservations"), 404, "not-found", "", "strict unknown customer")
 	checkProblem(t, a.get("/v1/customers/"+ghost), 404, "not-found", "", "listing did not create")
-	// Holds are listed in the customer's environment only.
+	// Reservations are listed in the customer's environment only.
 	checkProblem(t, sb.get("/v1/customers/"+id+"/reservations"), 404, "not-found", "", "sandbox lists a live customer")
 }
 
 // TestConformanceReservationExpiry: committing after expires_at but before
-// the sweep is 409 reservation-expired and leaves the hold active; release
-// still works then; the sweep marks the rest expired and returns the hold.
+// the sweep is 409 reservation-expired and leaves the reservation active; release
+// still works then; the sweep marks the rest expired and returns the reservation.
 func TestConformanceReservationExpiry(t *testing.T) {
 	s := NewStack(t, WithReservationSweep(time.Hour))
 	tn := s.NewTenant(uniq("expiry"))
@@ -280,14 +280,14 @@ func TestConformanceReservationExpiry(t *testing.T) {
 
 	checkProblem(t, a.post("/v1/reservations/"+h1["id"].(string)+"/commit", map[string]any{"actual_units": 1}), 409, "reservation-expired", "", "commit after expires_at")
 	if g := a.get("/v1/reservations/" + h1["id"].(string)); g.Body["status"] != "active" {
-		t.Errorf("hold after a late commit: %s", g.Raw)
+		t.Errorf("reservation after a late commit: %s", g.Raw)
 	}
 	rl := a.post("/v1/reservations/"+h2["id"].(string)+"/release", nil)
 	if checkStatus(t, rl, 200, "release after expires_at") && rl.Body["status"] != "released" {
 		t.Errorf("late release: %s", rl.Raw)
 	}
 	if n := s.App.ReservationSweeper.SweepOnce(context.Background()); n != 1 {
-		t.Errorf("sweep expired %d holds, want 1", n)
+		t.Errorf("sweep expired %d reservations, want 1", n)
 	}
 	g := a.get("/v1/reservations/" + h1["id"].(string))
 	if g.Body["status"] != "expired" || g.Body["released_at"] == nil || g.Body["committed_at"] != nil {
@@ -305,7 +305,7 @@ func TestConformanceReservationExpiry(t *testing.T) {
 }
 
 // TestConformanceReservationSweep: the background sweep (100 ms in tests,
-// once a minute by default) expires a hold on its own.
+// once a minute by default) expires a reservation on its own.
 func TestConformanceReservationSweep(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("sweep"))
@@ -321,7 +321,7 @@ func TestConformanceReservationSweep(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hold not expired by the sweep: %s", g.Raw)
+			t.Fatalf("reservation not expired by the sweep: %s", g.Raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -331,7 +331,7 @@ func TestConformanceReservationSweep(t *testing.T) {
 }
 
 // TestConformanceReservationDoubleSpend: credit for exactly K holds, 100
-// concurrent reserves: exactly K succeed and holds never exceed the
+// concurrent reserves: exactly K succeed and reservations never exceed the
 // balance; committing them all concurrently spends the balance to 0.
 func TestConformanceReservationDoubleSpend(t *testing.T) {
 	s := NewStack(t)
@@ -374,7 +374,7 @@ func TestConformanceReservationDoubleSpend(t *testing.T) {
 	}
 	wg.Wait()
 	if len(ids) != k || refused != n-k {
-		t.Fatalf("%d holds and %d refusals, want %d and %d", len(ids), refused, k, n-k)
+		t.Fatalf("%d reservations and %d refusals, want %d and %d", len(ids), refused, k, n-k)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != k*100 || Int(t, c["reserved_balance"]) != k*100 || Int(t, c["effective_balance"]) != 0 {

@@ -142,8 +142,8 @@ func TestCreditLine(t *testing.T) {
 		}
 	})
 
-	t.Run("a hold leans on the line", func(t *testing.T) {
-		// Effective 200 + line 500: a hold of 700 fits, 800 does not.
+	t.Run("a reservation leans on the line", func(t *testing.T) {
+		// Effective 200 + line 500: a reservation of 700 fits, 800 does not.
 		over := a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 8})
 		checkProblem(t, over, 409, "insufficient-credits", "", "reserve past the line")
 		h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 7})

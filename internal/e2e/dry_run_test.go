@@ -107,7 +107,7 @@ func TestConsumeDryRun(t *testing.T) {
 }
 
 // TestReservationDryRun (issue 28 item 5): a reservation with dry_run true
-// answers 200 with the hold as it would be taken (no id: it does not
+// answers 200 with the reservation as it would be taken (no id: it does not
 // exist), or the refusal it would get, and takes nothing.
 func TestReservationDryRun(t *testing.T) {
 	s := NewStack(t)

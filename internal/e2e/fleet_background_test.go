@@ -124,7 +124,7 @@ func TestFleetBackgroundOnce(t *testing.T) {
 		on(1).grant(ids[i], map[string]any{"credits": 100, "expires_at": t0.Add(time.Hour).Format(time.RFC3339Nano)})
 		on(2).grant(ids[i], map[string]any{"credits": 1000})
 		reservations[i] = str(t, on(0).reserve(map[string]any{"customer_id": ids[i], "billable_metric_key": metric,
-			"estimated_units": 2, "ttl_seconds": 60})["id"], "hold id")
+			"estimated_units": 2, "ttl_seconds": 60})["id"], "reservation id")
 		for j := range consumes {
 			r := on(j).post("/v1/entitlements/consume", map[string]any{"customer_id": ids[i], "billable_metric_key": metric, "units": 1})
 			wantStatus(t, r, 200, "consume")
@@ -140,12 +140,12 @@ func TestFleetBackgroundOnce(t *testing.T) {
 		return s.sqlInt(t, `SELECT count(*) FROM `+storedEventsSQL+` WHERE tenant_id = $1 AND status <> 'delivered'`, tn.ID) == 0
 	})
 
-	// Two hours on: every node's expiry and hold sweeps find the same due
-	// blocks and holds.
+	// Two hours on: every node's expiry and reservation sweeps find the same due
+	// blocks and reservations.
 	clock.Set(t0.Add(2 * time.Hour))
 	a := nodes[0]
 	for i, id := range ids {
-		eventually(t, "hold expired and block expired", func() bool {
+		eventually(t, "reservation expired and block expired", func() bool {
 			h := a.get("/v1/reservations/" + reservations[i])
 			return h.Status == 200 && h.Body["status"] == "expired" && a.balance(id) == 1000
 		})

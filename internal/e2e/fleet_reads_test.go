@@ -40,7 +40,7 @@ func TestReadsSeeWritesOfAnotherNode(t *testing.T) {
 		reservations := next().get("/v1/customers/" + id + "/reservations?limit=100")
 		wantStatus(t, reservations, 200, "reservations")
 		if got := len(arr(t, reservations.Body["data"], "reservations")); got != i {
-			t.Fatalf("round %d: %d holds listed", i, got)
+			t.Fatalf("round %d: %d reservations listed", i, got)
 		}
 		consumed := 0
 		for _, e := range next().alertEvents() {

@@ -46,7 +46,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 	metric := a.perUnit(100)
 	for _, tc := range []struct {
 		name        string
-		reservation bool  // a hold of 5 units persisted before L, for a forked "commit"
+		reservation bool  // a reservation of 5 units persisted before L, for a forked "commit"
 		lost        int64 // the adjust persisted, then lost from Redis
 		forked      []forkedOp
 		// want is the balance once the forked ops are repaired; overage
@@ -58,9 +58,9 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			want: 600, overage: map[string]int64{}},
 		{name: "a consume and a grant", lost: -300, forked: []forkedOp{{"consume", 2}, {"grant", 500}},
 			want: 1000, overage: map[string]int64{}},
-		// The hold was persisted before L, so the true state has it: the
+		// The reservation was persisted before L, so the true state has it: the
 		// forked commit settles it again.
-		{name: "a commit of a hold both histories have", reservation: true, lost: -300, forked: []forkedOp{{"commit", 3}},
+		{name: "a commit of a reservation both histories have", reservation: true, lost: -300, forked: []forkedOp{{"commit", 3}},
 			want: 400, overage: map[string]int64{}},
 		// The first forked op runs on the forked state whatever the
 		// persister does; the later ones may run on the reloaded state if
@@ -73,7 +73,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			a.grant(c, map[string]any{"credits": 1000})
 			var reservation string
 			if tc.reservation {
-				reservation = str(t, a.reserve(map[string]any{"customer_id": c, "billable_metric_key": metric, "estimated_units": 5})["id"], "hold id")
+				reservation = str(t, a.reserve(map[string]any{"customer_id": c, "billable_metric_key": metric, "estimated_units": 5})["id"], "reservation id")
 			}
 			s.Drain()
 			key := accountKeyOf(s, c)
@@ -113,7 +113,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 					WHERE customer_id = $1 AND (reason = $2 OR metadata->>'tag' = $2 OR metadata->>'fork_repair_reason' = $2)`
 				args := []any{c, tag}
 				if op.kind == "commit" {
-					// A commit's metadata goes to its hold; its entry names the hold.
+					// A commit's metadata goes to its hold; its entry names the reservation.
 					q = `SELECT count(DISTINCT op_id) FROM ledger_entries
 						WHERE customer_id = $1 AND type = 'consumption' AND reference_id = $2`
 					args = []any{c, reservation}
@@ -194,7 +194,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 
 // settleForks waits (bounded) until customer c has no unresolved dead
 // letter and the outbox is drained: repairs run in the persister, at the
-// refusal and at each hold refresh (1 s).
+// refusal and at each reservation refresh (1 s).
 func settleForks(t *testing.T, s *Stack, c string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

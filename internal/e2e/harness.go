@@ -104,7 +104,7 @@ type stackOptions struct {
 	redis  redis.UniversalClient
 	prefix string
 	clock  engine.Clock
-	// holdSweep is the reservation expiry sweep period (default 100 ms).
+	// reservationSweep is the reservation expiry sweep period (default 100 ms).
 	reservationSweep time.Duration
 	// scheduler is the subscription scheduler period (default 50 ms).
 	scheduler time.Duration
@@ -167,8 +167,8 @@ func WithDatabase(url string) StackOption { return func(o *stackOptions) { o.dat
 // WithClock runs the stack on a test clock.
 func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.clock = c } }
 
-// WithHoldSweep sets the reservation expiry sweep period, so a test can
-// see a hold past its expires_at before the sweep reaches it.
+// WithReservationSweep sets the reservation expiry sweep period, so a test can
+// see a reservation past its expires_at before the sweep reaches it.
 func WithReservationSweep(d time.Duration) StackOption {
 	return func(o *stackOptions) { o.reservationSweep = d }
 }

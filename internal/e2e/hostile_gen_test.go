@@ -12,7 +12,7 @@ import (
 
 // The hostile-input generator: valid request bodies as JSON trees whose
 // leaves are raw JSON text, so a mutation can put anything on the wire
-// (raw invalid UTF-8, raw NUL, numbers no float64 holds, duplicate keys)
+// (raw invalid UTF-8, raw NUL, numbers no float64 reservations, duplicate keys)
 // that encoding/json would refuse to produce.
 
 // jnode is one JSON value: an object (keys are raw JSON text, quotes

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// holdItems is a reservation body's items member from metric, estimated
+// reservationItems is a reservation body's items member from metric, estimated
 // units pairs.
 func reservationItems(pairs ...any) []any {
 	out := make([]any, 0, len(pairs)/2)
@@ -60,19 +60,19 @@ func TestConformanceReservationItems(t *testing.T) {
 		t.Errorf("reserve replay: %s, first %s", rp.Raw, r.Raw)
 	}
 
-	// block: a hold past the effective balance (630) is refused whole.
+	// block: a reservation past the effective balance (630) is refused whole.
 	v := Int(t, a.credits(id)["version"])
 	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "items": reservationItems(m1, 6, m2, 10)}),
 		409, "insufficient-credits", "", "block: the sum past the effective balance")
 	if c := a.credits(id); Int(t, c["reserved_balance"]) != 370 || Int(t, c["version"]) != v {
 		t.Errorf("after a refused multi reserve: reserved %v version %v (was 370, %d)", c["reserved_balance"], c["version"], v)
 	}
-	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get multi hold") &&
+	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get multi reservation") &&
 		(mustJSON(g.Body["items"]) != wantHeld || g.Body["billable_metric_key"] != "" || Int(t, g.Body["estimated_cost"]) != 370) {
 		t.Errorf("get multi hold: %s", g.Raw)
 	}
 
-	// Commit: 5 x 100 + 20 x 7 = 640, past the hold, within hold plus free.
+	// Commit: 5 x 100 + 20 x 7 = 640, past the reservation, within reservation plus free.
 	ckey := idemKey()
 	cbody := map[string]any{"items": actualItems(m2, 20, m1, 5), "metadata": map[string]any{"done": true}}
 	c := a.do("POST", "/v1/reservations/"+hid+"/commit", ckey, cbody)
@@ -124,19 +124,19 @@ func TestConformanceReservationItems(t *testing.T) {
 		t.Errorf("get committed multi hold: %s", g.Raw)
 	}
 
-	// Release returns everything; under block a commit past hold plus free
+	// Release returns everything; under block a commit past reservation plus free
 	// balance changes nothing first.
 	h2 := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 1, m2, 1)})
 	h2id := h2["id"].(string)
 	checkProblem(t, a.post("/v1/reservations/"+h2id+"/commit", map[string]any{"items": actualItems(m1, 100, m2, 1)}),
-		409, "insufficient-credits", "", "commit past hold plus free")
+		409, "insufficient-credits", "", "commit past reservation plus free")
 	rel := a.post("/v1/reservations/"+h2id+"/release", nil)
 	if checkStatus(t, rel, 200, "multi release") && (Int(t, rel.Body["released"]) != 107 || rel.Body["status"] != "released") {
 		t.Errorf("multi release: %s", rel.Raw)
 	}
 	checkReservationAccount(t, rel.Body["account"], "multi release account", 360, 0)
 	if g := a.get("/v1/reservations/" + h2id); checkStatus(t, g, 200, "get released") && g.Body["items"] == nil {
-		t.Errorf("a released multi hold lost its items: %s", g.Raw)
+		t.Errorf("a released multi reservation lost its items: %s", g.Raw)
 	}
 
 	// Bad bodies name the field and move nothing.
@@ -171,8 +171,8 @@ func TestConformanceReservationItems(t *testing.T) {
 		typ    string
 		field  string
 	}{
-		{"items on a single hold", "/v1/reservations/" + single["id"].(string) + "/commit", map[string]any{"items": actualItems(m1, 1)}, 400, "bad-request", "items"},
-		{"actual_units on a multi hold", h3path, map[string]any{"actual_units": 1}, 400, "bad-request", "actual_units"},
+		{"items on a single reservation", "/v1/reservations/" + single["id"].(string) + "/commit", map[string]any{"items": actualItems(m1, 1)}, 400, "bad-request", "items"},
+		{"actual_units on a multi reservation", h3path, map[string]any{"actual_units": 1}, 400, "bad-request", "actual_units"},
 		{"neither", h3path, map[string]any{}, 422, "validation-error", "items"},
 		{"a metric missing", h3path, map[string]any{"items": actualItems(m1, 1)}, 422, "validation-error", "items"},
 		{"a metric not held", h3path, map[string]any{"items": actualItems(m1, 1, uniq("nope"), 1)}, 422, "validation-error", "items[1].billable_metric_key"},
@@ -187,7 +187,7 @@ func TestConformanceReservationItems(t *testing.T) {
 	}
 }
 
-// TestReservationItemsSurviveRebuild: a multi-metric hold outlives the
+// TestReservationItemsSurviveRebuild: a multi-metric reservation outlives the
 // loss of Redis: after FLUSHALL and `creditd rebuild` it still holds its
 // sum, a retry of its create replays the first answer, and a commit with each metric's units charges each at its rule;
 // after another FLUSHALL the lazy load brings a second hold back and its

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// TestHoldsSettleWithoutPostgres: with the persister off, so Postgres holds
-// none of the holds, commit (single, zero units, multi-metric, with and
-// without metadata) and release of active holds answer from Redis at once
+// TestReservationsSettleWithoutPostgres: with the persister off, so Postgres holds
+// none of the reservations, commit (single, zero units, multi-metric, with and
+// without metadata) and release of active reservations answer from Redis at once
 // (a wait for Postgres to catch up would take its 2 s bound and then find
-// nothing), a second commit or release is the 409 of the kept hold, and
+// nothing), a second commit or release is the 409 of the kept reservation, and
 // once the persister runs Postgres holds what they answered.
 func TestReservationsSettleWithoutPostgres(t *testing.T) {
 	s := NewStack(t, WithoutStart())

@@ -318,7 +318,7 @@ type Schema struct {
 
 // Column is one column of a table: its name, its type in the files
 // (Parquet's logical type; CSV writes the same values as text) and what it
-// holds.
+// reservations.
 type Column struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`

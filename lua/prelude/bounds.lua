@@ -5,7 +5,7 @@
 -- A customer holds at most MAX_LIVE_BLOCKS live blocks and
 -- MAX_ACTIVE_HOLDS active holds; a script that would create one more
 -- refuses with TOOMANYBLOCKS or TOOMANYHOLDS and changes nothing.
--- engine.MaxLiveBlocks and engine.MaxActiveHolds mirror them (a test keeps
+-- engine.MaxLiveBlocks and engine.MaxActiveReservations mirror them (a test keeps
 -- the pairs equal).
 local MAX_LIVE_BLOCKS = 100
 local MAX_ACTIVE_HOLDS = 100

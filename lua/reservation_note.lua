@@ -1,4 +1,4 @@
--- hold_note.lua appends a hold notice to a tenant's change feed (issue 27):
+-- reservation_note.lua appends a hold notice to a tenant's change feed (issue 27):
 -- a reservation create, commit or release moved a customer's reserved and
 -- effective balance, which no event reports, so a client answering checks
 -- from memory hears of it here. Not a money script: it runs after the
