@@ -55,7 +55,7 @@ const (
 	escrowBooksTTL        = 2 * time.Second
 	escrowBooksKillAt     = 1200 * time.Millisecond
 	escrowBooksRunMax     = 30 * time.Second
-	// escrowBooksReservationsMax covers the killed process's hold: it expires 2 s
+	// escrowBooksReservationsMax covers the killed process's reservation: it expires 2 s
 	// after its last extend, and the bench's creditd sweeps expired reservations
 	// once a minute (CREDITD_RESERVATION_SWEEP_INTERVAL's default), so a
 	// 15 s wait met the sweep only when it happened to fall in it.
@@ -633,7 +633,7 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 	case k.Error != "":
 		add(booksName, booksGoal, "failed: "+k.Error, boolp(false))
 	default:
-		now := fmt.Sprintf("ledger %d = balance %d = grant %d - settled %d - HTTP %d (%d holds, %d still held); balance min %d, effective min %d over %d samples; killed process lost %d units (one settle interval: %d; %d counted at risk on its last line, max %d), %d units refused",
+		now := fmt.Sprintf("ledger %d = balance %d = grant %d - settled %d - HTTP %d (%d reservations, %d still held); balance min %d, effective min %d over %d samples; killed process lost %d units (one settle interval: %d; %d counted at risk on its last line, max %d), %d units refused",
 			k.Ledger, k.Balance, k.Grant, k.SettledCost, -k.ViaHTTP, k.Reservations, k.StillHeld, k.MinBalance, k.MinEffective, k.Samples, k.Lost, k.PerInterval, k.AtRisk, k.MaxAtRisk, k.Refused)
 		for _, p := range k.Problems {
 			now += "; " + p
@@ -649,7 +649,7 @@ func escrowMarkdown(w func(string, ...any)) {
 		"its allowance settling against that creditd (partial commits every %s, MaxUnits %d: at millions of consumes a second the default 10,000 lasts a few ms and the consumes would wait on the top-up round trip); only units charged in memory count. "+
 		"Server CPU is creditd + redis-server + Postgres (/proc, Postgres backends included) from before the run to the persister drained after it (the local window from before the first hold to after the final commit), divided by the consumes answered 200, or by the units consumed locally. "+
 		"Redis and Postgres serve the whole box (tests and other helpers run beside the bench on 2 cores), so their CPU in a window is not all the bench's: the server's CPU over %s with the bench idle is taken out of both windows pro rata as a second figure, and the row is met only if both shares are. "+
-		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s holds; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
+		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s reservations; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
 		"after the killed process's reservation expires and the persister drains, the ledger (Postgres), the balance and the reservations' settled units are compared, the balance is polled every %s throughout, "+
 		"and the killed process's loss (its last line's local units less what creditd settled for it) is held to one settle interval at its pace and to what it counted at risk (its last line, printed every 10 ms).\n\n",
 		escrowHTTPWorkers, escrowHTTPDuration, escrowLocalDuration, edge.DefaultSettleInterval, escrowLocalMaxUnits, escrowIdleWindow,

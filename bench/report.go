@@ -291,7 +291,7 @@ func markdown(r *Results, rel string) string {
 	}
 	if wr := r.Worst; wr != nil {
 		w("\n## Worst allowed input (issue 9, invariant 13)\n\n")
-		w("One customer at every cap: %d live blocks and %d active holds, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
+		w("One customer at every cap: %d live blocks and %d active reservations, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
 			wr.Blocks, wr.Reservations, wr.MetaBytes, wr.Tiers)
 		w("Measured on %s. ", wr.Setting)
 		w("Redis time per script call from SLOWLOG (slowlog-log-slower-than 0, this scenario's keys only); max is one call and can be the machine taking the core mid-command, p99 and p50 are the cost. ")

@@ -22,7 +22,7 @@ import (
 
 // The "worst allowed input" scenario (issue 9, invariant 13): one customer
 // at every per-customer cap (engine.MaxLiveBlocks live blocks and
-// engine.MaxActiveReservations active holds, each with metadata of the largest
+// engine.MaxActiveReservations active reservations, each with metadata of the largest
 // size the API takes) charged under a rule of engine.MaxTiers graduated
 // tiers. Every money script the API runs on it is timed by Redis itself
 // (SLOWLOG with slowlog-log-slower-than 0, only this run's keys), and the
@@ -442,7 +442,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		return call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
-	// reservation reserves one more hold (a 201 is required) and keeps its id.
+	// reservation reserves one more reservation (a 201 is required) and keeps its id.
 	reservation := func(tag string) error {
 		a, err := reserve(tag)
 		if err != nil || a.Status != 201 {
@@ -608,7 +608,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			return nil
 		}},
-		{"reserve and release to the kept-hold cap", func() error {
+		{"reserve and release to the kept-reservation cap", func() error {
 			// Active holds back at the cap and finalized ones past theirs,
 			// so the next calls read the most holds a hash may keep.
 			for i := 0; i < 2*engine.MaxActiveReservations; i++ {

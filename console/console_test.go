@@ -427,9 +427,9 @@ func TestReservationSettlements(t *testing.T) {
 	b := signIn(t, f.s.URL, f.a.Live)
 	_, body := b.get(fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, f.customer))
 	for _, want := range []string{
-		`data-testid="hold-held">0.180<`,
-		`data-testid="hold-settled-units">12<`,
-		`data-testid="hold-settled">0.120<`,
+		`data-testid="reservation-held">0.180<`,
+		`data-testid="reservation-settled-units">12<`,
+		`data-testid="reservation-settled">0.120<`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("customer page lacks %s", want)

@@ -127,7 +127,7 @@ var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, en
 var sources = []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional,
 	engine.SourceCompensation, engine.SourceReferral, engine.SourceManual, engine.SourceMigration}
 
-// customerPage shows a customer's balance, blocks, holds, the balance
+// customerPage shows a customer's balance, blocks, reservations, the balance
 // chart and one page of the ledger. Every read is one indexed page: the
 // ledger's length never changes its cost.
 func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {

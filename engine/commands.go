@@ -93,7 +93,7 @@ type ReserveCommand struct {
 }
 
 // CommitCommand settles a hold at the actual units, priced with the rule
-// current at commit. From expires_at until the sweep expires the hold, a
+// current at commit. From expires_at until the sweep expires the reservation, a
 // commit is a 409 reservation-expired.
 type CommitCommand struct {
 	CommandHeader
@@ -101,7 +101,7 @@ type CommitCommand struct {
 	ActualUnits   int64
 	Terms         RuleTerms
 	// Items, when set, replace ActualUnits and Terms: the commit of a
-	// multi-metric hold, one line per metric of the reservation in its order.
+	// multi-metric reservation, one line per metric of the reservation in its order.
 	Items    []CommitLine
 	Metadata Metadata
 	Context  MutationContext
@@ -122,7 +122,7 @@ type ExtendCommand struct {
 	Context         MutationContext
 }
 
-// ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
+// ReleaseCommand returns a reservation (a manual release, or the sweep's expiry).
 type ReleaseCommand struct {
 	CommandHeader
 	ReservationID uuid.UUID
@@ -132,7 +132,7 @@ type ReleaseCommand struct {
 	Context MutationContext
 }
 
-// ReserveLine is one metric of a multi-metric hold: its estimated units and
+// ReserveLine is one metric of a multi-metric reservation: its estimated units and
 // the terms of its active rule.
 type ReserveLine struct {
 	Metric         string
@@ -142,7 +142,7 @@ type ReserveLine struct {
 
 // CommitLine is one metric of a multi-metric commit: the reservation's estimate
 // of it (as Postgres stored it at the reserve; the script checks the
-// totals against the hold), the actual units and the terms current at
+// totals against the reservation), the actual units and the terms current at
 // commit (zero when ActualUnits is 0).
 type CommitLine struct {
 	Metric         string

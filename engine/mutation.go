@@ -381,7 +381,7 @@ type MutationReservation struct {
 	Items []ReservationItem `json:"items,omitempty"`
 }
 
-// ReservationItem is one metric of a multi-metric hold: its estimate and,
+// ReservationItem is one metric of a multi-metric reservation: its estimate and,
 // once committed, its actual units and their cost (null until then).
 type ReservationItem struct {
 	BillableMetricKey string `json:"billable_metric_key"`

@@ -435,7 +435,7 @@ type EventLog interface {
 	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
 }
 
-// UsageStore is the Redis side of pricing, entitlements and holds; every
+// UsageStore is the Redis side of pricing, entitlements and reservations; every
 // method is one atomic script on one customer and returns ErrStateMissing
 // when the customer must be loaded first.
 type UsageStore interface {

@@ -1,4 +1,4 @@
-// Holds: the reservation resource (its states, the stored reservation and the index
+// Reservations: the reservation resource (its states, the stored reservation and the index
 // record that lets a commit settle from Redis alone).
 
 package engine

@@ -1,4 +1,4 @@
-// Extending a hold: a top-up (more units held, refused like a create when
+// Extending a reservation: a top-up (more units held, refused like a create when
 // the effective balance cannot cover them) and/or a later expiry, one
 // account script run (issue 27).
 
@@ -34,7 +34,7 @@ type ExtendResult struct {
 // (conflict: not active or a multi-metric reservation; reservation-expired;
 // insufficient-credits for a top-up the effective balance cannot cover,
 // whatever the customer's overage policy, as a create); 422 (ttl_seconds
-// that would shorten the hold, a cost overflow, a metric without an active
+// that would shorten the reservation, a cost overflow, a metric without an active
 // rule).
 func (s *Reservations) Extend(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in ExtendReservation) (ExtendResult, error) {
 	c, reservation, err := s.find(ctx, scope, id, false)

@@ -70,7 +70,7 @@ type CommitResult struct {
 }
 
 // ErrPartialMulti refuses a partial commit or an extend of a multi-metric
-// hold: its items' estimates live in Postgres, not in the hold the script
+// reservation: its items' estimates live in Postgres, not in the hold the script
 // settles (issue 27 covers single-metric reservations first).
 var ErrPartialMulti = &Error{Kind: KindConflict, Field: "items",
 	Detail: "the reservation holds several metrics: partial commits and extends settle single-metric reservations only; commit or release it whole"}

@@ -49,7 +49,7 @@ func (s *ReservationSweeper) Run(ctx context.Context) {
 	}
 }
 
-// SweepOnce expires every due hold; it returns how many it expired.
+// SweepOnce expires every due reservation; it returns how many it expired.
 func (s *ReservationSweeper) SweepOnce(ctx context.Context) int {
 	n, _ := s.sweep(ctx)
 	return n

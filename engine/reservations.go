@@ -275,7 +275,7 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 }
 
 // find is the reservation id with its customer for a commit or release: from
-// Redis alone when its reservation index describes the hold (the customer
+// Redis alone when its reservation index describes the reservation (the customer
 // from the customer look-up; the stored metadata, when withMeta, from the
 // customer's hash), else as locate finds it. A reservation found in Redis has no
 // Status (hotMiss tells them apart): the script answers for its state, and
@@ -314,7 +314,7 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 // hotMiss reports whether a commit or release of a reservation find took from
 // Redis alone failed because Redis no longer holds it (finalized and
 // dropped) or the customer's state: Postgres answers then, through locate,
-// as it did before the index described holds. Nothing was written.
+// as it did before the index described reservations. Nothing was written.
 func (s *Reservations) hotMiss(reservation Reservation, err error) bool {
 	return reservation.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
 }

@@ -124,7 +124,7 @@ func AddChecked(a, b int64) (int64, bool) {
 
 // LineSplit is the rule of a charge under policy block (the Go twin of
 // lua/prelude/credit_line.lua's line_split, held to it by lua's TestLineSplitAgrees): a
-// charge of cost that settles held of a hold (0 outside a commit), for an
+// charge of cost that settles held of a reservation (0 outside a commit), for an
 // account of effective balance effective owing debt on a credit line of
 // lineMC. ok is false when the effective balance would end below minus the
 // line (effective + held - cost < -lineMC). Else the started blocks pay

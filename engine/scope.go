@@ -61,7 +61,7 @@ func AppliesToOf(keys []string) *AppliesTo {
 func ScopeText(keys []string) string { return strings.Join(keys, ",") }
 
 // Applies reports whether block b pays for metric: b has no scope or names
-// it. The metric "" (a multi-metric hold) only unscoped blocks back.
+// it. The metric "" (a multi-metric reservation) only unscoped blocks back.
 func (b MutationBlock) Applies(metric string) bool {
 	return len(b.Scope) == 0 || (metric != "" && slices.Contains(b.Scope, metric))
 }

@@ -445,7 +445,7 @@ func (s *Store) due(ctx context.Context, what string, p int, key string, now tim
 }
 
 // parseExpiryMember reads a "tenant|env|customer" member (the prefix of a
-// hold-expiry zset member).
+// reservation-expiry zset member).
 func parseExpiryMember(m string) (engine.CustomerKey, error) {
 	parts := strings.Split(m, "|")
 	if len(parts) != 3 {
@@ -461,7 +461,7 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 
 // Load installs st unless the store holds this or a newer version of the
 // account (load.lua, invariant 5), reporting whether it wrote: blocks,
-// gauges, active reservations (also in the partition's hold-expiry zset) and reservations
+// gauges, active reservations (also in the partition's reservation-expiry zset) and reservations
 // finalized less than a day ago (so a second commit or release is a 409);
 // older finalized reservations are left out. It writes no op key: Postgres
 // answers a retry of st.Applied (appliedFirst). The instant is the store

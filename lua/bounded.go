@@ -99,7 +99,7 @@ func isEmptyContainer(v any) bool {
 func (s *Store) reservationMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
 	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
 	if err != nil {
-		return "", false, fmt.Errorf("lua: read hold: %w", err)
+		return "", false, fmt.Errorf("lua: read reservation: %w", err)
 	}
 	raw, found := v[0].(string)
 	if !found {

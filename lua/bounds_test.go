@@ -170,7 +170,7 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 }
 
 // TestKeptReservationsBounded: finalized reservations stay in the hash for a while, but
-// never more than MAX_KEPT_HOLDS of them; hold metadata is kept out of what
+// never more than MAX_KEPT_HOLDS of them; reservation metadata is kept out of what
 // every script reads (field "n:<id>") and out of release Mutations.
 func TestKeptReservationsBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {

@@ -60,7 +60,7 @@ func TestConsumeDry(t *testing.T) {
 }
 
 // TestReserveDry: a reservation's dry run answers the reservation reserve.lua would take
-// and leaves the account, the outbox and the partition's hold-expiry zset
+// and leaves the account, the outbox and the partition's reservation-expiry zset
 // as they were.
 func TestReserveDry(t *testing.T) {
 	t.Parallel()
@@ -75,7 +75,7 @@ func TestReserveDry(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r := res.Mutation.Reservation; r == nil || res.Mutation.Account.Reserved != 70 {
-			t.Errorf("dry hold: %+v reserved %d, want a reservation of 70", r, res.Mutation.Account.Reserved)
+			t.Errorf("dry reservation: %+v reserved %d, want a reservation of 70", r, res.Mutation.Account.Reserved)
 		}
 		if after, z := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val(); after != before || z != zBefore {
 			t.Errorf("a reservation's dry run changed the keys (zset %d -> %d)", zBefore, z)

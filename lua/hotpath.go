@@ -115,7 +115,7 @@ func checkMetric(metric string) error {
 }
 
 // reservationKeys are the keys of reserve.lua, commit.lua and release.lua for c:
-// account, outbox, expiry zset, hold-expiry zset and, with an idempotency
+// account, outbox, expiry zset, reservation-expiry zset and, with an idempotency
 // key, the op key.
 func (s *Store) reservationKeys(c uuid.UUID, idempotencyKey string) []string {
 	p := Partition(c)
@@ -322,7 +322,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 
 // Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms
 // (reserve.lua): reserved_balance rises by it, the reservation is stored in the
-// customer's hash and the partition's hold-expiry zset. It then records
+// customer's hash and the partition's reservation-expiry zset. It then records
 // reservation id -> customer and metric for ReservationRef (best effort: a lost
 // record only sends the look-up to Postgres). Errors:
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
@@ -684,7 +684,7 @@ func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric str
 
 // DueReservations lists up to limit (at most 10000) active reservations of
 // partition p whose expires_at is at or before now, soonest first, from the
-// partition's hold-expiry zset.
+// partition's reservation-expiry zset.
 func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]engine.DueReservation, error) {
 	members, err := s.due(ctx, "due reservations", p, s.reservationExpiryKey(p), now, min(limit, maxDueReservations))
 	if err != nil {
@@ -716,7 +716,7 @@ func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit
 func (s *Store) ReservationRef(ctx context.Context, id uuid.UUID) (engine.ReservationRef, bool, error) {
 	v, err := s.rdb.MGet(ctx, s.reservationRecordKey(id), s.reservationIndexKey(id)).Result()
 	if err != nil {
-		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation hold: %w", err)
+		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation reservation: %w", err)
 	}
 	if rec, ok := v[0].(string); ok {
 		ref, err := parseReservationRecord(rec)

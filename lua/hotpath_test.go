@@ -70,7 +70,7 @@ func withoutOutbox(dump string) string {
 	return strings.Join(keep, "\n")
 }
 
-// reservationDump is dump plus the hold-expiry zset, for refusals of reservation scripts.
+// reservationDump is dump plus the reservation-expiry zset, for refusals of reservation scripts.
 func (b bundle) reservationDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
 	t.Helper()
 	z := b.rdb.ZRangeWithScores(context.Background(), b.store.reservationExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
@@ -337,10 +337,10 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		if h, ok, err := b.store.ReservationRef(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
 			!h.Described || h.Metric != "gpu.seconds" || h.Items != nil {
-			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
+			t.Errorf("reservation reservation: %+v %v %v", h, ok, err)
 		}
 		if _, ok, err := b.store.ReservationRef(ctx, uuid.New()); ok || err != nil {
-			t.Errorf("unknown reservation hold: %v %v", ok, err)
+			t.Errorf("unknown reservation reservation: %v %v", ok, err)
 		}
 		// A record an older version wrote names the customer alone: the
 		// engine then takes Postgres's path.
@@ -440,10 +440,10 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("release after commit: %v", err)
 		}
 		if _, err := b.store.Commit(ctx, commitCmd(c, uuid.New(), 1, perUnitTerms(1), cc.Now)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("commit of an unknown hold: %v", err)
+			t.Errorf("commit of an unknown reservation: %v", err)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, uuid.New(), false, cc.Now)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("release of an unknown hold: %v", err)
+			t.Errorf("release of an unknown reservation: %v", err)
 		}
 
 		// Commit with 0 units returns the whole reservation; status committed.
@@ -643,7 +643,7 @@ func TestGauges(t *testing.T) {
 
 // TestLoadRestoresReservationsAndGauges: a rebuilt customer gets its active reservations
 // (committable, due to the sweep at their expiry), its recently finalized
-// holds (409), not those finalized a day ago, and its gauges (invariant 5).
+// reservations (409), not those finalized a day ago, and its gauges (invariant 5).
 func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -680,7 +680,7 @@ func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 			t.Errorf("due after load: %v", due)
 		}
 		if _, err := b.store.Commit(ctx, commitCmd(c, done, 1, perUnitTerms(1), t0)); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("commit of a loaded committed hold: %v", err)
+			t.Errorf("commit of a loaded committed reservation: %v", err)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, old, false, t0)); !errors.Is(err, engine.ErrReservationNotFound) {
 			t.Errorf("reservation finalized a day ago: %v", err)
@@ -689,7 +689,7 @@ func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 		cc.Metadata = engine.Metadata{"z": json.RawMessage(`true`)}
 		res, err := b.store.Commit(ctx, cc)
 		if err != nil {
-			t.Fatalf("commit of a loaded hold: %v", err)
+			t.Fatalf("commit of a loaded reservation: %v", err)
 		}
 		m := res.Mutation
 		if m.Account.Version != 10 || m.Account.Balance != 60 || m.Account.Reserved != 0 || m.Reservation.Released != 30 ||
@@ -761,11 +761,11 @@ func TestConcurrentReservesNoOverhold(t *testing.T) {
 	}
 	due, err := b.store.DueReservations(context.Background(), Partition(c.CustomerID), t0.Add(time.Hour), 1000)
 	if err != nil || len(due) != k {
-		t.Errorf("%d active holds (%v), want %d", len(due), err, k)
+		t.Errorf("%d active reservations (%v), want %d", len(due), err, k)
 	}
 }
 
-// reservationMember is release.lua's hold-expiry zset member for id of c.
+// reservationMember is release.lua's reservation-expiry zset member for id of c.
 func reservationMember(c engine.CustomerKey, id uuid.UUID) string {
 	return customerMember(c) + "|" + id.String()
 }

@@ -22,7 +22,7 @@ import (
 // metadata each) from SLOWLOG of a private Redis named by PROFILE_REDIS
 // (host:port; it is flushed). The minimum over the trials is what the
 // script costs; the maximum is what a loaded box added to it. It asserts
-// nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-hold
+// nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-reservation
 // loop's calls in order ("SEQ reserve 166"), to tell a periodic slow path
 // (one call in N) from noise.
 func TestProfileWorst(t *testing.T) {

@@ -37,7 +37,7 @@ type accountFields struct {
 	// debt is what the account owes on its credit line (field "d").
 	debt   int64
 	blocks []engine.MutationBlock
-	// reservationMetrics are the distinct metrics of the active holds ("" for a
+	// reservationMetrics are the distinct metrics of the active reservations ("" for a
 	// multi-metric one), read only from a hash holding a scoped block
 	// (field "sc"): what engine.ScopeFree needs.
 	reservationMetrics []string

@@ -109,7 +109,7 @@ func TestPartialCommitThenCommit(t *testing.T) {
 			t.Errorf("ledger sum %d, balance %d", sum, m.Account.Balance)
 		}
 		if _, err := b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 1, perUnitTerms(10), t0.Add(4*time.Minute))); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("partial commit of a committed hold: %v", err)
+			t.Errorf("partial commit of a committed reservation: %v", err)
 		}
 	})
 }
@@ -237,7 +237,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 			t.Errorf("commit after extend account %+v", a)
 		}
 		if _, err := b.store.Extend(ctx, extendCmd(c, rc.ReservationID, 1, perUnitTerms(1), time.Time{}, t0.Add(3*time.Minute))); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("extend of a committed hold: %v", err)
+			t.Errorf("extend of a committed reservation: %v", err)
 		}
 	})
 }

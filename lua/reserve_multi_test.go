@@ -61,7 +61,7 @@ func TestReserveMulti(t *testing.T) {
 		// without Postgres.
 		if h, ok, err := b.store.ReservationRef(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
 			h.Metric != "" || fmt.Sprint(h.Items) != want {
-			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
+			t.Errorf("reservation reservation: %+v %v %v", h, ok, err)
 		}
 		again := cmd
 		again.OpID = uuid.New()

@@ -404,16 +404,16 @@ func TestScopedDebit(t *testing.T) {
 		// Unscoped credit goes first: 60 leaves a its 50 and 40 unscoped,
 		// still the 60 its reservation needs.
 		if _, err := b.store.Debit(ctx, debitCmd(c, 60, t0)); err != nil {
-			t.Fatalf("debit of 60 beside the hold: %v", err)
+			t.Fatalf("debit of 60 beside the reservation: %v", err)
 		}
 		// Credit for b only raises the effective balance to 130; 31 more
 		// would still leave a 59 < 60.
 		b.grant(t, scopedGrant(c, 100, 0, "b"))
 		if _, err := b.store.Debit(ctx, debitCmd(c, 31, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Fatalf("debit of 31 beside the hold: %v", err)
+			t.Fatalf("debit of 31 beside the reservation: %v", err)
 		}
 		if _, err := b.store.Debit(ctx, debitCmd(c, 30, t0)); err != nil {
-			t.Fatalf("debit of 30 beside the hold: %v", err)
+			t.Fatalf("debit of 30 beside the reservation: %v", err)
 		}
 		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 50 || got[""] != 10 || got["b"] != 100 {
 			t.Fatalf("after the debits: %v, want a 50, unscoped 10, b 100", got)

@@ -294,7 +294,7 @@ func TestAccountStateReservationsAndGauges(t *testing.T) {
 	if rc.Status != engine.ReservationCommitted || rc.ActualCost == nil || *rc.ActualCost != 150 ||
 		rc.CommittedMS == nil || *rc.CommittedMS != *recentCommit.Reservation.CommittedMS || rc.ReleasedMS != nil ||
 		rc.Released != 200 || rc.Metric != "gpu" || rc.CreatedMS != recentH.CreatedMS || rc.ExpiresMS != recentH.ExpiresMS {
-		t.Fatalf("committed hold = %+v", rc)
+		t.Fatalf("committed reservation = %+v", rc)
 	}
 	ra := st.Reservations[1]
 	wj, _ := json.Marshal(activeH)
@@ -321,7 +321,7 @@ func TestAccountStateReservationsAndGauges(t *testing.T) {
 			continue
 		}
 		if len(st.Reservations) != 2 || len(st.Gauges) != 2 {
-			t.Fatalf("account %s: %d holds, %d gauges", st.CustomerID, len(st.Reservations), len(st.Gauges))
+			t.Fatalf("account %s: %d reservations, %d gauges", st.CustomerID, len(st.Reservations), len(st.Gauges))
 		}
 	}
 }

@@ -551,7 +551,7 @@ func (x *escrow) callCtx() (context.Context, context.CancelFunc) {
 
 // settle sends the units charged since the last settle as a partial
 // commit, or (final) the final commit of what is left to charge, which
-// returns the rest of the hold. A settle that failed in a way that may be
+// returns the rest of the reservation. A settle that failed in a way that may be
 // retried is sent again first, with its key and units (a retried partial
 // commit applies once, invariant 4).
 func (x *escrow) settle(a *allowance, final bool) {
@@ -816,7 +816,7 @@ func (x *escrow) finish(a *allowance) {
 	c := a.create
 	a.mu.Unlock()
 	if c != nil {
-		// A create whose answer was lost may have taken a hold: the same
+		// A create whose answer was lost may have taken a reservation: the same
 		// key answers it, and the final commit returns it.
 		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.CloseTimeout)
 		defer cancel()

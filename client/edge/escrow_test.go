@@ -546,7 +546,7 @@ func TestEscrowIdleReservationReturned(t *testing.T) {
 	}
 }
 
-// TestEscrowPriceRise: when the rule's price doubles during a hold, the
+// TestEscrowPriceRise: when the rule's price doubles during a reservation, the
 // first settle after it (priced at the new rule) shows the reservation covers
 // fewer units, and the allowance stops charging what it no longer reservations:
 // under block the credit is never overspent, and every unit consumed

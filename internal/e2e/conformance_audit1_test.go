@@ -133,7 +133,7 @@ func TestConformanceReservationRefusalExhausted(t *testing.T) {
 		t.Errorf("refused reserve: exhausted data %v", d)
 	}
 
-	// Commit: 10 units (1000) past the hold (100) plus the free balance (200).
+	// Commit: 10 units (1000) past the reservation (100) plus the free balance (200).
 	id2, _ := a.newCustomer()
 	a.grant(id2, map[string]any{"credits": 300})
 	h := a.reserve(map[string]any{"customer_id": id2, "billable_metric_key": metered, "estimated_units": 1})

@@ -44,7 +44,7 @@ func TestConformanceReservationCreate(t *testing.T) {
 	checkUUID(t, h["id"], "id")
 	if h["customer_id"] != id || h["billable_metric_key"] != metric || Int(t, h["estimated_units"]) != 30 || Int(t, h["estimated_cost"]) != 300 ||
 		h["environment"] != "live" || h["status"] != "active" || mustJSON(h["metadata"]) != `{}` {
-		t.Errorf("hold: %v", h)
+		t.Errorf("reservation: %v", h)
 	}
 	checkReservationAccount(t, h["account"], "account", 1_000, 300)
 	created := checkTime(t, h["created_at"], "created_at")
@@ -53,12 +53,12 @@ func TestConformanceReservationCreate(t *testing.T) {
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 1_000 || Int(t, c["reserved_balance"]) != 300 || Int(t, c["effective_balance"]) != 700 {
-		t.Errorf("credits with a hold: %v", c)
+		t.Errorf("credits with a reservation: %v", c)
 	}
 	// A metered check sees the reservation.
 	chk := a.get("/v1/customers/" + id + "/entitlements/" + metric + "?units=70")
 	if Int(t, chk.Body["reserved_balance"]) != 300 || Int(t, chk.Body["balance_after"]) != 0 || chk.Body["allowed"] != true {
-		t.Errorf("check with a hold: %s", chk.Raw)
+		t.Errorf("check with a reservation: %s", chk.Raw)
 	}
 
 	// External forms, TTL bounds and metadata.
@@ -127,7 +127,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	checkSettled(t, g.Body, "fresh reservation", 0, 0, 300)
 	if g.Body["tenant_id"] != tn.ID || g.Body["customer_id"] != id || g.Body["status"] != "active" || g.Body["actual_units"] != nil ||
 		g.Body["actual_cost"] != nil || g.Body["committed_at"] != nil || g.Body["released_at"] != nil || Int(t, g.Body["estimated_cost"]) != 300 {
-		t.Errorf("hold: %s", g.Raw)
+		t.Errorf("reservation: %s", g.Raw)
 	}
 	checkUUID(t, g.Body["reference_id"], "reference_id")
 	// Not scoped by environment: the sandbox key of the tenant reads it.
@@ -167,7 +167,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	g = a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "committed" || Int(t, g.Body["actual_units"]) != 20 || Int(t, g.Body["actual_cost"]) != 200 || g.Body["released_at"] != nil ||
 		mustJSON(g.Body["metadata"]) != `{"a":1,"b":2}` {
-		t.Errorf("committed hold: %s", g.Raw)
+		t.Errorf("committed reservation: %s", g.Raw)
 	}
 	checkTime(t, g.Body["committed_at"], "committed_at")
 	// Not active any more: 409 conflict.
@@ -188,7 +188,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	}
 	checkReservationAccount(t, c0.Body["account"], "commit 0 account", 800, 0)
 	if g := a.get("/v1/reservations/" + h0["id"].(string)); mustJSON(g.Body["metadata"]) != `{"a":1}` || g.Body["committed_at"] == nil {
-		t.Errorf("commit 0 hold: %s", g.Raw)
+		t.Errorf("commit 0 reservation: %s", g.Raw)
 	}
 
 	// Release.
@@ -207,7 +207,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	checkReservationAccount(t, rl.Body["account"], "release account", 800, 0)
 	checkProblem(t, a.post("/v1/reservations/"+hr["id"].(string)+"/release", nil), 409, "conflict", "", "release twice")
 	if g := a.get("/v1/reservations/" + hr["id"].(string)); g.Body["status"] != "released" || g.Body["committed_at"] != nil || g.Body["released_at"] == nil {
-		t.Errorf("released hold: %s", g.Raw)
+		t.Errorf("released reservation: %s", g.Raw)
 	}
 
 	// Commit beyond reservation plus free balance: 409 insufficient-credits, still active.
@@ -291,7 +291,7 @@ func TestConformanceReservationExpiry(t *testing.T) {
 	}
 	g := a.get("/v1/reservations/" + h1["id"].(string))
 	if g.Body["status"] != "expired" || g.Body["released_at"] == nil || g.Body["committed_at"] != nil {
-		t.Errorf("swept hold: %s", g.Raw)
+		t.Errorf("swept reservation: %s", g.Raw)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 1_000 || Int(t, c["reserved_balance"]) != 0 {
@@ -330,7 +330,7 @@ func TestConformanceReservationSweep(t *testing.T) {
 	}
 }
 
-// TestConformanceReservationDoubleSpend: credit for exactly K holds, 100
+// TestConformanceReservationDoubleSpend: credit for exactly K reservations, 100
 // concurrent reserves: exactly K succeed and reservations never exceed the
 // balance; committing them all concurrently spends the balance to 0.
 func TestConformanceReservationDoubleSpend(t *testing.T) {
@@ -378,7 +378,7 @@ func TestConformanceReservationDoubleSpend(t *testing.T) {
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != k*100 || Int(t, c["reserved_balance"]) != k*100 || Int(t, c["effective_balance"]) != 0 {
-		t.Errorf("credits with every hold: %v", c)
+		t.Errorf("credits with every reservation: %v", c)
 	}
 	for _, hid := range ids {
 		wg.Add(1)

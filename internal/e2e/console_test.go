@@ -215,7 +215,7 @@ func TestConsoleCreateFormsRunOnce(t *testing.T) {
 			t.Errorf("the resubmit to %s was refused: %s", action, page)
 		}
 	}
-	// count is how many of the list at path's member name reservation want in
+	// count is how many of the list at path's member name hold want in
 	// member field.
 	count := func(path, list, field, want string) int {
 		t.Helper()

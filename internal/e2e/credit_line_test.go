@@ -148,7 +148,7 @@ func TestCreditLine(t *testing.T) {
 		checkProblem(t, over, 409, "insufficient-credits", "", "reserve past the line")
 		h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 7})
 		if c := a.credits(id); Int(t, c["effective_balance"]) != -500 || Int(t, c["balance"]) != 200 {
-			t.Errorf("after the hold: %v", c)
+			t.Errorf("after the reservation: %v", c)
 		}
 		past := a.post("/v1/reservations/"+h["id"].(string)+"/commit", map[string]any{"actual_units": 8})
 		checkProblem(t, past, 409, "insufficient-credits", "", "commit past the line")

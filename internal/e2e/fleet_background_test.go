@@ -97,7 +97,7 @@ func (s *Stack) sqlInt(t testing.TB, q string, args ...any) int64 {
 // TestFleetBackgroundOnce (issue 11.4): three nodes on one Redis and one
 // Postgres run every background job at once, racing for the same work.
 // Each effect happens exactly once: one expiry ledger entry per expired
-// block, one release entry per expired hold, one ledger write per
+// block, one release entry per expired reservation, one ledger write per
 // operation whichever node's persister read it, and one webhook delivery
 // per event. (The scheduler's once-per-period grants across processes are
 // TestSchedulerTwoProcessesCatchUp.)

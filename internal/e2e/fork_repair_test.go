@@ -113,7 +113,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 					WHERE customer_id = $1 AND (reason = $2 OR metadata->>'tag' = $2 OR metadata->>'fork_repair_reason' = $2)`
 				args := []any{c, tag}
 				if op.kind == "commit" {
-					// A commit's metadata goes to its hold; its entry names the reservation.
+					// A commit's metadata goes to its reservation; its entry names the reservation.
 					q = `SELECT count(DISTINCT op_id) FROM ledger_entries
 						WHERE customer_id = $1 AND type = 'consumption' AND reference_id = $2`
 					args = []any{c, reservation}

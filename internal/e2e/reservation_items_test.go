@@ -69,7 +69,7 @@ func TestConformanceReservationItems(t *testing.T) {
 	}
 	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get multi reservation") &&
 		(mustJSON(g.Body["items"]) != wantHeld || g.Body["billable_metric_key"] != "" || Int(t, g.Body["estimated_cost"]) != 370) {
-		t.Errorf("get multi hold: %s", g.Raw)
+		t.Errorf("get multi reservation: %s", g.Raw)
 	}
 
 	// Commit: 5 x 100 + 20 x 7 = 640, past the reservation, within reservation plus free.
@@ -121,7 +121,7 @@ func TestConformanceReservationItems(t *testing.T) {
 	}
 	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get committed") &&
 		(mustJSON(g.Body["items"]) != wantSettled || Int(t, g.Body["actual_cost"]) != 640 || mustJSON(g.Body["metadata"]) != `{"done":true,"job":"j1"}`) {
-		t.Errorf("get committed multi hold: %s", g.Raw)
+		t.Errorf("get committed multi reservation: %s", g.Raw)
 	}
 
 	// Release returns everything; under block a commit past reservation plus free

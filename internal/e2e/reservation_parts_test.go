@@ -187,7 +187,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		checkProblem(t, a.post(path, tc.body), 422, "validation-error", tc.field, tc.name)
 	}
 	checkProblem(t, a.do("POST", path, "", map[string]any{"actual_units": 1, "final": false}), 422, "validation-error", "Idempotency-Key", "no key")
-	// Past the hold (200) plus the free balance (700) under block.
+	// Past the reservation (200) plus the free balance (700) under block.
 	checkProblem(t, a.post(path, map[string]any{"actual_units": 91, "final": false}), 409, "insufficient-credits", "", "partial past reservation and balance")
 
 	// 25 units cost 250: the 200 still held and 50 of the free balance.
@@ -217,7 +217,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if parts != 3 || units != 40 {
-		t.Errorf("consumption entries of the hold: %d for %d units, want 3 for 40", parts, units)
+		t.Errorf("consumption entries of the reservation: %d for %d units, want 3 for 40", parts, units)
 	}
 	reservationBooks(t, s, a, id, 600, 0)
 

@@ -85,6 +85,6 @@ func TestReservationsSettleWithoutPostgres(t *testing.T) {
 		}
 	}
 	if c := a.credits(id); Int(t, c["balance"]) != 750 || Int(t, c["reserved_balance"]) != 0 {
-		t.Errorf("account after the holds: %v", c)
+		t.Errorf("account after the reservations: %v", c)
 	}
 }

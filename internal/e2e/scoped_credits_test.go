@@ -199,7 +199,7 @@ func TestScopedCredits(t *testing.T) {
 		checkProblem(t, a.consumeUnits(h, ma, 12), 409, "insufficient-credits", "", "a past the reservation's backing")
 		chk := a.get("/v1/customers/" + h + "/entitlements/" + url.PathEscape(ma) + "?units=11")
 		if checkStatus(t, chk, 200, "check a") && (chk.Body["allowed"] != true || Int(t, chk.Body["available_mc"]) != 1100) {
-			t.Errorf("check of a beside the hold: %s", chk.Raw)
+			t.Errorf("check of a beside the reservation: %s", chk.Raw)
 		}
 		wantStatus(t, a.consumeUnits(h, ma, 11), 200, "1100 of a")
 		r := a.post("/v1/reservations/"+reservation["id"].(string)+"/commit", map[string]any{"actual_units": 7})
@@ -431,7 +431,7 @@ func TestScopedReservationsRace(t *testing.T) {
 	}
 	wg.Wait()
 	if consumed.Load() == 0 {
-		t.Fatalf("%d holds, %d consumed: the race exercised nothing", len(reservations), consumed.Load())
+		t.Fatalf("%d reservations, %d consumed: the race exercised nothing", len(reservations), consumed.Load())
 	}
 	if got := consumed.Load() + int64(len(reservations))*100; got > 1500 {
 		t.Fatalf("consumed %d and held %d: more than the 1500 there was", consumed.Load(), len(reservations)*100)
