@@ -65,7 +65,7 @@ type Reservation struct {
 // Settle fills the view's settlement figures from the stored reservation, whose
 // actual units and cost, while it is active, are what partial commits
 // settled so far and whose released amount is then the part of its
-// estimated cost they took (lua/prelude/holds.lua "Reservation encoding"): the
+// estimated cost they took (lua/prelude/reservations.lua "Reservation encoding"): the
 // view shows actual units and cost only once the reservation is committed.
 func (r *Reservation) Settle(released int64) {
 	r.SettledUnits, r.SettledCost, r.RemainingCost = 0, 0, 0

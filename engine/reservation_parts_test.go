@@ -10,7 +10,7 @@ import (
 )
 
 // TestReservationSettle: the view's settlement figures from a stored reservation
-// (lua/prelude/holds.lua "Reservation encoding"): while active, actual units and
+// (lua/prelude/reservations.lua "Reservation encoding"): while active, actual units and
 // cost are the settled part and hidden, released is what partial commits
 // took; once committed they are the totals and shown; a release after
 // partial commits keeps the settled part and hides actual units.

@@ -27,7 +27,7 @@ func CheckReservationTTL(ttl int64) error {
 
 // MaxActiveReservations bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude/bounds.lua
-// MAX_ACTIVE_HOLDS enforces it atomically.
+// MAX_ACTIVE_RESERVATIONS enforces it atomically.
 const MaxActiveReservations = 100
 
 // ErrTooManyReservations refuses a reservation past MaxActiveReservations: a 409 (a state

@@ -21,7 +21,7 @@ import (
 var _ engine.BlockStore = (*Store)(nil)
 
 // reservationKeep is how long a finalized reservation stays in the account hash
-// (prelude/holds.lua RES_KEEP_MS), so a quick second commit or release answers
+// (prelude/reservations.lua RES_KEEP_MS), so a quick second commit or release answers
 // 409 without asking Postgres.
 const reservationKeep = 10 * time.Minute
 

@@ -14,7 +14,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// maxKeptReservations is prelude/bounds.lua MAX_KEPT_HOLDS: finalized reservations kept in the
+// maxKeptReservations is prelude/bounds.lua MAX_KEPT_RESERVATIONS: finalized reservations kept in the
 // account hash (docs/limits.md).
 const maxKeptReservations = 8
 
@@ -170,7 +170,7 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 }
 
 // TestKeptReservationsBounded: finalized reservations stay in the hash for a while, but
-// never more than MAX_KEPT_HOLDS of them; reservation metadata is kept out of what
+// never more than MAX_KEPT_RESERVATIONS of them; reservation metadata is kept out of what
 // every script reads (field "n:<id>") and out of release Mutations.
 func TestKeptReservationsBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {

@@ -61,8 +61,8 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		want int64
 	}{
 		{"MAX_LIVE_BLOCKS", engine.MaxLiveBlocks},
-		{"MAX_ACTIVE_HOLDS", engine.MaxActiveReservations},
-		{"MAX_KEPT_HOLDS", maxKeptReservations},
+		{"MAX_ACTIVE_RESERVATIONS", engine.MaxActiveReservations},
+		{"MAX_KEPT_RESERVATIONS", maxKeptReservations},
 		{"MAX_GAUGE_LEASES", engine.MaxGaugeLeases},
 		{"RES_KEEP_MS", reservationKeep.Milliseconds()},
 		{"LAYOUT_MIN_ITEMS", layoutMinItems},

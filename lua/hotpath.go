@@ -24,7 +24,7 @@ const (
 	// reservationIndexSlack is how long the reservation -> customer index
 	// outlives a reservation's expires_at: the sweep's window plus the time a
 	// finalized reservation stays in the account hash (RES_KEEP_MS in
-	// prelude/holds.lua, 10 minutes), with room to spare.
+	// prelude/reservations.lua, 10 minutes), with room to spare.
 	reservationIndexSlack = 48 * time.Hour
 )
 

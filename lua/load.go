@@ -15,7 +15,7 @@ import (
 
 // Go side of load.lua: a rebuild writes each account hash in the encoding
 // the prelude reads (the header comments of prelude/blocks.lua and
-// prelude/holds.lua; blockValue and reservationValue mirror block_enc and
+// prelude/reservations.lua; blockValue and reservationValue mirror block_enc and
 // res_enc, and TestLoadEncodingMatchesPrelude keeps them equal), so Redis
 // only fences and writes.
 
@@ -28,7 +28,7 @@ var sourceCodes = func() map[engine.Source]string {
 	return m
 }()
 
-// reservationCodes are prelude/holds.lua's one-letter reservation statuses (RES_CODE).
+// reservationCodes are prelude/reservations.lua's one-letter reservation statuses (RES_CODE).
 var reservationCodes = map[engine.ReservationStatus]string{
 	engine.ReservationActive: "a", engine.ReservationCommitted: "c",
 	engine.ReservationReleased: "r", engine.ReservationExpired: "e",
@@ -64,7 +64,7 @@ func blockValue(b engine.MutationBlock) string {
 		"|" + st + "|" + exp + "|" + src + scope
 }
 
-// reservationValue is field "r:<id>" of reservation r (prelude/holds.lua res_enc); final is
+// reservationValue is field "r:<id>" of reservation r (prelude/reservations.lua res_enc); final is
 // when it was finalized, nil while active. Its metadata lives in field
 // "n:<id>".
 func reservationValue(r engine.MutationReservation, final *int64) string {

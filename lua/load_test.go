@@ -18,7 +18,7 @@ import (
 
 // TestLoadEncodingMatchesPrelude: the hash values Go prepares for load.lua
 // are byte for byte what prelude/blocks.lua's block_enc and
-// prelude/holds.lua's res_enc write, so a
+// prelude/reservations.lua's res_enc write, so a
 // rebuilt account reads exactly like one the scripts wrote. A change of the
 // encoding in the prelude fails here until load.go follows.
 func TestLoadEncodingMatchesPrelude(t *testing.T) {

@@ -195,7 +195,7 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 }
 
 // activeReservationMetrics are the distinct metrics of the active reservations of hash
-// raw (prelude/holds.lua res_enc: status "a", metric the tenth field), sorted.
+// raw (prelude/reservations.lua res_enc: status "a", metric the tenth field), sorted.
 func activeReservationMetrics(raw map[string]string) []string {
 	seen := map[string]bool{}
 	out := []string{}

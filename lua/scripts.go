@@ -91,11 +91,11 @@ var scriptErrors = map[string]error{
 	"NOTDUE":       ErrReservationNotDue,
 	"BELOWZERO":    engine.ErrGaugeBelowZero,
 	// Per-customer bounds of invariant 13 (prelude/bounds.lua MAX_LIVE_BLOCKS,
-	// MAX_ACTIVE_HOLDS).
-	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
-	"TOOMANYHOLDS":  engine.ErrTooManyReservations,
-	"STALE":         errStale,
-	"MAYBESEEN":     errMaybeSeen,
+	// MAX_ACTIVE_RESERVATIONS).
+	"TOOMANYBLOCKS":       engine.ErrTooManyBlocks,
+	"TOOMANYRESERVATIONS": engine.ErrTooManyReservations,
+	"STALE":               errStale,
+	"MAYBESEEN":           errMaybeSeen,
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)
