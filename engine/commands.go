@@ -110,7 +110,7 @@ type CommitCommand struct {
 	Partial bool
 }
 
-// ExtendCommand tops an active single-metric hold up by AdditionalUnits
+// ExtendCommand tops an active single-metric reservation up by AdditionalUnits
 // priced at Terms (as a reservation of that many units would be) and/or
 // moves its expiry to ExpiresAt (zero: unchanged; never earlier).
 type ExtendCommand struct {

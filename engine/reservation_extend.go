@@ -29,7 +29,7 @@ type ExtendResult struct {
 	Account ReservationAccount `json:"account"`
 }
 
-// Extend tops an active single-metric hold up and/or prolongs it. Not
+// Extend tops an active single-metric reservation up and/or prolongs it. Not
 // environment scoped, but tenant scoped, as commit. Errors: 404; 409
 // (conflict: not active or a multi-metric reservation; reservation-expired;
 // insufficient-credits for a top-up the effective balance cannot cover,

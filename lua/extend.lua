@@ -1,4 +1,4 @@
--- extend.lua tops an active single-metric hold up and/or prolongs it
+-- extend.lua tops an active single-metric reservation up and/or prolongs it
 -- (engine.ExtendCommand). A top-up prices the additional units as a
 -- reservation of that many units would be, refuses like reserve.lua when
 -- the effective balance is below that cost (a block customer's refusal

@@ -393,7 +393,7 @@ func TestReservationLifecycle(t *testing.T) {
 			}
 		}
 
-		// Commit of 8 units at the current rate 10 (80 > hold 30): exact.
+		// Commit of 8 units at the current rate 10 (80 > reservation 30): exact.
 		cc = commitCmd(c, rc.ReservationID, 8, perUnitTerms(10), t0.Add(time.Minute))
 		cc.Metadata = engine.Metadata{"b": json.RawMessage(`"y"`), "c": json.RawMessage(`[1,{"d":2}]`)}
 		cc.IdempotencyKey, cc.RequestHash = "commit-1", "rh"

@@ -119,7 +119,7 @@ return block_enc(b)`
 			t.Fatal(err)
 		}
 		if got := reservationValue(r, final); got != want {
-			t.Fatalf("hold %+v: Go %q, prelude %q", r, got, want)
+			t.Fatalf("reservation %+v: Go %q, prelude %q", r, got, want)
 		}
 	}
 }

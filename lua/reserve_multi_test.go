@@ -52,7 +52,7 @@ func TestReserveMulti(t *testing.T) {
 		want := `[{api.calls 3 30 <nil> <nil>} {gpu.seconds 1 20 <nil> <nil>}]`
 		if r == nil || r.Metric != "" || r.EstimatedUnits != 4 || r.EstimatedCost != 50 || fmt.Sprint(r.Items) != want ||
 			m.Account.Reserved != 50 || m.Account.Balance != 100 {
-			t.Fatalf("hold %+v account %+v", r, m.Account)
+			t.Fatalf("reservation %+v account %+v", r, m.Account)
 		}
 		if e := m.Entries[len(m.Entries)-1]; e.Type != engine.EntryReservation || e.Metric != nil || e.Delta != 0 {
 			t.Errorf("entry %+v", e)
@@ -148,7 +148,7 @@ func TestCommitMulti(t *testing.T) {
 				if r.Status != engine.ReservationCommitted || m.Account.Reserved != 0 || m.Account.Balance != 100-tc.charged ||
 					*r.ActualCost != tc.cost || len(r.Items) != 2 || *r.Items[0].ActualUnits != tc.actual[0] ||
 					r.Items[1].EstimatedCost != 20 {
-					t.Fatalf("hold %+v account %+v", r, m.Account)
+					t.Fatalf("reservation %+v account %+v", r, m.Account)
 				}
 				e := m.Entries[len(m.Entries)-1]
 				if tc.wantEntry == "" {

@@ -1,5 +1,5 @@
 -- reservations.lua owns a reservation's encoding in the account hash and
--- in the Mutation JSON, and how a script stores a hold back into the
+-- in the Mutation JSON, and how a script stores a reservation back into the
 -- account it read, so the reservation scripts share one format.
 
 -- Reservation encoding (the value of field "r:<reservation id>"), eleven

@@ -64,7 +64,7 @@ end
 local function scope_free(a, now, metric, freed, skip, need)
   local hm, at = scope_reservations(a, skip)
   if #hm == 0 then
-    -- No hold to keep backed: every block that applies may pay, so their
+    -- No reservation to keep backed: every block that applies may pay, so their
     -- sum answers (at least need when they hold it) with no spend-order
     -- walk, and no sort.
     local sum = MONEY_ZERO
@@ -154,7 +154,7 @@ end
 
 -- scope_fast decides and drains a charge of cost for metric on a scoped
 -- hash without active reservations read on the fast path (a.sc_fast): with no
--- hold to keep backed, what the blocks may pay is what applies to the
+-- reservation to keep backed, what the blocks may pay is what applies to the
 -- metric (scope_free with no reservation metric), which the drain finds walking
 -- the spend-order index, reading only blocks up to the charge, so this is
 -- decided after draining (nothing is written before acct_commit). refusing:
