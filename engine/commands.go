@@ -92,7 +92,7 @@ type ReserveCommand struct {
 	Context   MutationContext
 }
 
-// CommitCommand settles a hold at the actual units, priced with the rule
+// CommitCommand settles a reservation at the actual units, priced with the rule
 // current at commit. From expires_at until the sweep expires the reservation, a
 // commit is a 409 reservation-expired.
 type CommitCommand struct {

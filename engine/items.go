@@ -24,7 +24,7 @@ var (
 	ConsumeItemUnits = ItemUnits{name: "units", min: 1, below: BadRequest}
 	ReserveItemUnits = ItemUnits{name: "estimated_units", min: 1, below: Invalid}
 	CommitItemUnits  = ItemUnits{name: "actual_units", min: 0, below: Invalid}
-	// ExtendUnits is an extend's additional_units (single-metric holds only).
+	// ExtendUnits is an extend's additional_units (single-metric reservations only).
 	ExtendUnits = ItemUnits{name: "additional_units", min: 1, below: Invalid}
 	// PartialCommitUnits is a partial commit's actual_units: it charges
 	// something and leaves the rest of the reservation open.

@@ -83,7 +83,7 @@ func (r *Reservation) Settle(released int64) {
 	}
 }
 
-// ReservationRef is what the hot store's reservation index records of a hold at
+// ReservationRef is what the hot store's reservation index records of a reservation at
 // its reserve: enough to price its commit without Postgres.
 type ReservationRef struct {
 	Customer CustomerKey
@@ -97,7 +97,7 @@ type ReservationRef struct {
 	Items []ReservationItem
 }
 
-// DueReservation is a hold the sweep must expire.
+// DueReservation is a reservation the sweep must expire.
 type DueReservation struct {
 	Customer      CustomerKey
 	ReservationID uuid.UUID

@@ -83,7 +83,7 @@ func (h *extendHot) Extend(_ context.Context, cmd ExtendCommand) (MutationResult
 	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationActive)
 }
 
-// TestExtendAndPartialRouting: a prolongation of a hold the Redis index
+// TestExtendAndPartialRouting: a prolongation of a reservation the Redis index
 // describes runs one extend script with the new expiry and no units, and
 // reads nothing from Postgres; an extend or a partial commit of a
 // multi-metric reservation, and an extend of a reservation Postgres shows finalized,

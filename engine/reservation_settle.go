@@ -24,7 +24,7 @@ type CommitReservation struct {
 	Metadata Metadata
 	Items    []CommitItem
 	// Partial settles ActualUnits (>= 1) and keeps the reservation open
-	// (the body's "final": false; single-metric holds only).
+	// (the body's "final": false; single-metric reservations only).
 	Partial bool
 }
 
@@ -70,12 +70,12 @@ type CommitResult struct {
 }
 
 // ErrPartialMulti refuses a partial commit or an extend of a multi-metric
-// reservation: its items' estimates live in Postgres, not in the hold the script
+// reservation: its items' estimates live in Postgres, not in the reservation the script
 // settles (issue 27 covers single-metric reservations first).
 var ErrPartialMulti = &Error{Kind: KindConflict, Field: "items",
 	Detail: "the reservation holds several metrics: partial commits and extends settle single-metric reservations only; commit or release it whole"}
 
-// Commit settles a hold at the actual units, priced at the rule current now.
+// Commit settles a reservation at the actual units, priced at the rule current now.
 // Not environment scoped, but tenant scoped. Errors: 404, 409 (conflict,
 // reservation-expired, insufficient-credits), 422.
 func (s *Reservations) Commit(ctx context.Context, scope Scope, tenant Tenant, id uuid.UUID, idem Idempotency, in CommitReservation) (CommitResult, error) {
@@ -184,7 +184,7 @@ func mergedReservationMetadata(stored, extra Metadata) (Metadata, error) {
 	return meta.Canonical("metadata")
 }
 
-// commitMulti settles a multi-metric hold at each of its metrics' actual
+// commitMulti settles a multi-metric reservation at each of its metrics' actual
 // units (in.Items, every metric of the reservation once), each priced at its rule
 // current now, in one script: all or none. Errors as Commit; an item's
 // error names it.
@@ -334,7 +334,7 @@ func reservationTransaction(m Mutation) ReservationTransaction {
 }
 
 // settled turns the store's "no such reservation" into the 409 a finalized reservation
-// gets: Redis keeps finalized holds only briefly, Postgres keeps them (and
+// gets: Redis keeps finalized reservations only briefly, Postgres keeps them (and
 // locate waited for it to catch up).
 func settled(err error, reservation Reservation) error {
 	if errors.Is(err, ErrReservationNotFound) && reservation.Status != "" && reservation.Status != ReservationActive {

@@ -81,7 +81,7 @@ func (versionBlocks) Snapshot(context.Context, CustomerKey, time.Time) (Account,
 	return Account{Version: 1}, nil
 }
 
-// TestReservationsSettleFromRedis: a commit or release of a hold the Redis index
+// TestReservationsSettleFromRedis: a commit or release of a reservation the Redis index
 // describes reads nothing from Postgres and waits for nothing; one the
 // index names only by customer, or one Redis no longer holds (NOTFOUND,
 // NOSTATE), goes to Postgres as before, and a reservation Postgres shows

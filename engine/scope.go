@@ -89,7 +89,7 @@ func eligible(blocks []MutationBlock, metric string, nowMS int64) int64 {
 
 // ScopeFree is prelude scope_free: the most a charge for metric may take
 // from blocks at nowMS while every metric in reservationMetrics (the metrics of
-// the active holds that stay) keeps E(m) >= reserved - freed. Walking the
+// the active reservations that stay) keeps E(m) >= reserved - freed. Walking the
 // blocks that apply to metric in spend order, it stops where one more unit
 // would break that. Never negative.
 func ScopeFree(blocks []MutationBlock, reservationMetrics []string, reserved, freed int64, metric string, nowMS int64) int64 {

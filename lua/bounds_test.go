@@ -37,7 +37,7 @@ func withMeta(c engine.CustomerKey, amount int64, now time.Time, meta string) en
 }
 
 // TestCapsRefuseAndChangeNothing: at MaxLiveBlocks live blocks a grant is
-// ErrTooManyBlocks and at MaxActiveReservations active holds a reservation is
+// ErrTooManyBlocks and at MaxActiveReservations active reservations a reservation is
 // ErrTooManyReservations, each leaving every key as it was; an expired or emptied
 // block frees its slot (invariant 13, invariant 9).
 func TestCapsRefuseAndChangeNothing(t *testing.T) {

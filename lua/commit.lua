@@ -1,4 +1,4 @@
--- commit.lua settles an active hold at its actual units
+-- commit.lua settles an active reservation at its actual units
 -- (engine.CommitCommand), priced at the terms current at commit.
 --
 -- Actual units 0: the whole reservation returns, one zero-delta "release" entry,

@@ -39,7 +39,7 @@ func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
 }
 
 // checkReservation refuses a reserve without a reservation id (the nil id would
-// reach the script as a valid-looking one). A hold that would expire at
+// reach the script as a valid-looking one). A reservation that would expire at
 // once is the script's BADARG: engine owns ttl_seconds
 // (engine.CheckReservationTTL, lua/guards_test.go).
 func checkReservation(cmd engine.ReserveCommand) error {

@@ -56,7 +56,7 @@ func TestProfileScripts(t *testing.T) {
 	if cgPid != "" {
 		n = 100
 	}
-	// untimed runs setup calls inside a measured case (the hold a commit
+	// untimed runs setup calls inside a measured case (the reservation a commit
 	// settles): their calls and microseconds leave the case's figure. Not
 	// under callgrind, which counts them: the pairs' figures serve there.
 	var skipUs float64

@@ -92,7 +92,7 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 			return accountFields{}, engine.ErrStateMissing
 		}
 		head := []string{"v", "id", "rs", "le", "ua", "s", "d", "sc"}
-		// The holds only of a hash holding scoped blocks (their metrics:
+		// The reservations only of a hash holding scoped blocks (their metrics:
 		// accountFields.reservationMetrics).
 		scoped := slices.Contains(names, "sc")
 		var meta []string

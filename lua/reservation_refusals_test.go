@@ -12,7 +12,7 @@ import (
 
 // TestReservationOpenAndSettleRefusals: reserve_open refuses a reservation id
 // already taken, and commit_meta refuses with STALE a merge Go made from
-// metadata the hold no longer has, leaving the reservation active.
+// metadata the reservation no longer has, leaving the reservation active.
 func TestReservationOpenAndSettleRefusals(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()

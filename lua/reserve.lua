@@ -37,7 +37,7 @@ if not a then return stop end
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
--- A hold its estimated cost would take past a budget is refused, whatever
+-- A reservation its estimated cost would take past a budget is refused, whatever
 -- the balance; the budget counts the commit, not the reservation (docs/decisions.md
 -- "Budgets").
 local _, bud_over = budget_take(account_key, budgets_of(ctx, now), metric, cost, nil)

@@ -397,7 +397,7 @@ func msOf(t *time.Time) *int64 {
 	return &ms
 }
 
-// finalizedSince is the cutoff of finalized holds a rebuild loads. Callers
+// finalizedSince is the cutoff of finalized reservations a rebuild loads. Callers
 // pass appliedSince = now - engine.AppliedRetention (the engine's rule), so
 // the cutoff is now - FinalizedReservationWindow, derived without a clock of our own.
 func finalizedSince(appliedSince time.Time) time.Time {

@@ -216,7 +216,7 @@ type allowance struct {
 	// reservation are refused (block) or sent to the server, without asking again.
 	refusedUntil time.Time
 	// idle counts settle intervals without a consume; returning is set
-	// while an idle allowance's final commit gives its hold back, and no
+	// while an idle allowance's final commit gives its reservation back, and no
 	// consume may be charged against it.
 	idle      int
 	returning bool
@@ -439,7 +439,7 @@ func priced(snap *client.Snapshot, policy, metric string, maxUnits int64) (perUn
 	return per, policy, true
 }
 
-// reservationUnits is the hold an allowance asks for: the smoothed demand per
+// reservationUnits is the reservation an allowance asks for: the smoothed demand per
 // settle interval scaled to horizon, at least the largest waiting consume,
 // within [minUnits, maxUnits].
 func reservationUnits(ratePerInterval int64, horizon, interval time.Duration, need, minUnits, maxUnits int64) int64 {
@@ -519,13 +519,13 @@ func (x *escrow) run(a *allowance) {
 }
 
 // idleTicks is how many settle intervals without a consume make an
-// allowance give its hold back: half its lifetime, when it would otherwise
+// allowance give its reservation back: half its lifetime, when it would otherwise
 // be prolonged, so an idle process keeps no credit from the others.
 func (x *escrow) idleTicks() int {
 	return max(int(x.cfg.ReservationTTL/2/x.cfg.SettleInterval), 1)
 }
 
-// returned ends a return of the hold that the final commit finished (the
+// returned ends a return of the reservation that the final commit finished (the
 // next consume takes a new reservation), and reports whether one is still under
 // way (its final commit to be sent again).
 func (x *escrow) returned(a *allowance) bool {
@@ -656,7 +656,7 @@ func (a *allowance) fitRemainingLocked(remainingCost int64) {
 	}
 }
 
-// gone reports whether err says the hold no longer takes commits.
+// gone reports whether err says the reservation no longer takes commits.
 func gone(err error) bool {
 	p, ok := client.AsProblem(err)
 	return ok && (p.Status == http.StatusNotFound || p.Type == client.ProblemReservationExpired || p.Type == client.ProblemConflict)

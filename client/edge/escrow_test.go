@@ -513,7 +513,7 @@ func TestEscrowAdaptiveReservation(t *testing.T) {
 }
 
 // TestEscrowIdleReservationReturned: an allowance without consumes for half its
-// reservation's lifetime gives the hold back (a final commit) instead of
+// reservation's lifetime gives the reservation back (a final commit) instead of
 // prolonging it, and the next consume takes a new one; the books stay
 // exact across both reservations.
 func TestEscrowIdleReservationReturned(t *testing.T) {

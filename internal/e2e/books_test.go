@@ -211,7 +211,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			WHERE e.customer_id = $1 AND e.type = 'consumption' AND b.applies_to IS NOT NULL`, &drewScoped)
 		scopedDraws += drewScoped
 		if reserved != reservations {
-			t.Errorf("%s: reserved %d, active holds %d", what, reserved, reservations)
+			t.Errorf("%s: reserved %d, active reservations %d", what, reserved, reservations)
 		}
 		switch {
 		case lined(i) && effective < -lineMC:

@@ -32,7 +32,7 @@ type forkedOp struct {
 // letter is left unresolved (each is resolved as repaired), each forked
 // op's effect is in the ledger exactly once, balance = sum of ledger
 // deltas = sum of blocks' remaining (Postgres and the API), a forked
-// commit settles the hold the true state still has, what the true state
+// commit settles the reservation the true state still has, what the true state
 // could not pay is overage (a consume's under its metric, a debit's
 // under engine.ForkShortfallMetric), and running the repair again (the
 // letters unresolved as after a crash before their resolution) changes
@@ -145,7 +145,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 				t.Fatal(err)
 			}
 			if reserved != 0 {
-				t.Errorf("reserved %d after the repair, want 0 (a forked commit settles the hold the true state has)", reserved)
+				t.Errorf("reserved %d after the repair, want 0 (a forked commit settles the reservation the true state has)", reserved)
 			}
 
 			list, _, err := persist.NewStore(s.Pool).ListRepairedForks(ctx, persist.MaxDeadLetterList)

@@ -29,7 +29,7 @@ func reservationBooks(t *testing.T, s *Stack, a api, cust string, balance, reser
 		t.Fatal(err)
 	}
 	if ledger != balance || row != balance || held != reserved {
-		t.Errorf("Postgres: ledger sum %d, account row %d, held by active holds %d; want %d, %d, %d", ledger, row, held, balance, balance, reserved)
+		t.Errorf("Postgres: ledger sum %d, account row %d, held by active reservations %d; want %d, %d, %d", ledger, row, held, balance, balance, reserved)
 	}
 }
 

@@ -374,7 +374,7 @@ func TestScopedCreditsSurviveRebuild(t *testing.T) {
 // TestScopedReservationsRace: reservations of metric b, which only the unscoped credit
 // backs (three made first, ten more racing), race 40 consumes of metric a,
 // which may also use it and spends it first: whatever the interleaving,
-// every hold that was granted commits in full afterwards
+// every reservation that was granted commits in full afterwards
 // (the consumes of a never took the unscoped credit a reservation counted on), and
 // the books balance.
 func TestScopedReservationsRace(t *testing.T) {

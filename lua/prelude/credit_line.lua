@@ -10,7 +10,7 @@ local function line_of(ctx)
 end
 
 -- line_split decides a charge of cost under policy block that frees held
--- (the part of a hold it settles; zero outside a commit) for account a of
+-- (the part of a reservation it settles; zero outside a commit) for account a of
 -- effective balance eff and credit line lim: nil when the effective balance
 -- would end below minus the line (eff + held - cost < -lim), else what the
 -- started blocks pay and what goes on the line as debt. The blocks pay all
