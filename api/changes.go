@@ -31,7 +31,7 @@ const (
 // streamChanges answers GET /v1/changes/stream (issue 27): a
 // text/event-stream of everything that can change a check of any of the
 // tenant's customers in the key's environment: the event log's events of
-// customers (balances, subscriptions), hold notices, and the config
+// customers (balances, subscriptions), reservation notices, and the config
 // changes that fire no event (plans, variant entitlements, overrides,
 // metering rules, customers, tenant settings). Each message's id is a
 // cursor over both sources;
@@ -207,7 +207,7 @@ func (s *Server) writeChanges(w *bufio.Writer, conn net.Conn, scope engine.Scope
 }
 
 // changeBody is a change's data line: what kind of facts changed and when
-// (the stamp, microseconds since the epoch); a hold notice adds whose.
+// (the stamp, microseconds since the epoch); a reservation notice adds whose.
 func changeBody(scope engine.Scope, c engine.ConfigChange) []byte {
 	body := struct {
 		Change      string     `json:"change"`

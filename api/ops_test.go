@@ -95,7 +95,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		{"internal text hidden", []HealthCheck{{Name: "postgres", Check: func(context.Context) error { return errors.New("dial tcp 10.0.0.7:5432: connect: connection refused") }}}, 503, map[string]string{"postgres": "unavailable"}},
 		{"advisory failing stays ready", []HealthCheck{{Name: "redis", Check: okCheck}, {Name: "scheduler", Advisory: true, Check: func(context.Context) error { return NotReady("stalled") }}}, 200, map[string]string{"redis": "ok", "scheduler": "stalled"}},
 		{"advisory and required failing", []HealthCheck{{Name: "redis", Check: func(context.Context) error { return NotReady("down") }}, {Name: "scheduler", Advisory: true, Check: func(context.Context) error { return NotReady("stalled") }}}, 503, map[string]string{"redis": "down", "scheduler": "stalled"}},
-		{"advisory internal text hidden", []HealthCheck{{Name: "hold_sweep", Advisory: true, Check: func(context.Context) error { return errors.New("dial tcp 10.0.0.7:6379") }}}, 200, map[string]string{"hold_sweep": "unavailable"}},
+		{"advisory internal text hidden", []HealthCheck{{Name: "reservation_sweep", Advisory: true, Check: func(context.Context) error { return errors.New("dial tcp 10.0.0.7:6379") }}}, 200, map[string]string{"reservation_sweep": "unavailable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -120,7 +120,7 @@ func (f *fakeCatalog) ActiveRule(_ context.Context, s engine.Scope, key string) 
 }
 
 // fakeHot is an engine.UsageStore that charges consumes in full and knows no
-// holds or gauges.
+// reservations or gauges.
 type fakeHot struct{}
 
 func (h fakeHot) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engine.MutationResult, error) {
@@ -177,26 +177,26 @@ func (fakeHot) DueReservations(context.Context, int, time.Time, int) ([]engine.D
 	return nil, nil
 }
 
-func (fakeHot) ReservationHold(context.Context, uuid.UUID) (engine.HoldRef, bool, error) {
-	return engine.HoldRef{}, false, nil
+func (fakeHot) ReservationRef(context.Context, uuid.UUID) (engine.ReservationRef, bool, error) {
+	return engine.ReservationRef{}, false, nil
 }
 
-func (fakeHot) HoldMetadata(context.Context, engine.CustomerKey, uuid.UUID) (engine.Metadata, bool, error) {
+func (fakeHot) ReservationMetadata(context.Context, engine.CustomerKey, uuid.UUID) (engine.Metadata, bool, error) {
 	return nil, false, nil
 }
 
-// fakeHolds is an engine.HoldReader that holds nothing.
-type fakeHolds struct{}
+// fakeReservations is an engine.ReservationReader that holds nothing.
+type fakeReservations struct{}
 
-func (fakeHolds) GetReservation(context.Context, uuid.UUID, uuid.UUID) (engine.Reservation, error) {
+func (fakeReservations) GetReservation(context.Context, uuid.UUID, uuid.UUID) (engine.Reservation, error) {
 	return engine.Reservation{}, engine.ErrNotFound
 }
 
-func (fakeHolds) ListReservations(context.Context, engine.CustomerKey, string, string, int) (engine.Page[engine.Reservation], error) {
+func (fakeReservations) ListReservations(context.Context, engine.CustomerKey, string, string, int) (engine.Page[engine.Reservation], error) {
 	return engine.Page[engine.Reservation]{}, nil
 }
 
-func (fakeHolds) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (engine.CustomerKey, error) {
+func (fakeReservations) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (engine.CustomerKey, error) {
 	return engine.CustomerKey{}, engine.ErrNotFound
 }
 
@@ -211,7 +211,7 @@ func setupPricing(t *testing.T) *harness {
 		lookup := engine.NewCachedCustomers(cfg.Customers)
 		cfg.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: lookup, Metering: cfg.Metering, Credits: cfg.Credits, Hot: fakeHot{}, Clock: clock})
 		cfg.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: cfg.Entitlements, Credits: cfg.Credits,
-			Customers: cfg.Customers, Lookup: lookup, Metering: cfg.Metering, Hot: fakeHot{}, Holds: fakeHolds{}, Clock: clock})
+			Customers: cfg.Customers, Lookup: lookup, Metering: cfg.Metering, Hot: fakeHot{}, Reservations: fakeReservations{}, Clock: clock})
 	})
 }
 

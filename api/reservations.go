@@ -35,7 +35,7 @@ func (s *Server) createReservation(c *call) error {
 	}
 	if cmd.Dry != c.dry {
 		// The middleware read dry_run otherwise (a member spelled twice):
-		// a hold must never be taken without its idempotency.
+		// a reservation must never be taken without its idempotency.
 		return engine.Invalid("dry_run", "dry_run must appear once, as true or false")
 	}
 	res, err := s.reservations.Create(c.reqContext(), c.scope, c.tenant, c.idem, cmd)
@@ -48,7 +48,7 @@ func (s *Server) createReservation(c *call) error {
 	return c.json(fasthttp.StatusCreated, &res)
 }
 
-// reserveDryBody is a dry run's answer: the hold as it would be taken,
+// reserveDryBody is a dry run's answer: the reservation as it would be taken,
 // with no id (it does not exist) and the events taking it would fire.
 type reserveDryBody struct {
 	*engine.ReserveResult
@@ -69,7 +69,7 @@ type reservePayload struct {
 	// and estimated_units, the items' summed estimated cost is held, all or
 	// none.
 	Items []reserveItemPayload `json:"items"`
-	// DryRun asks what the hold would do without taking it.
+	// DryRun asks what the reservation would do without taking it.
 	DryRun *bool `json:"dry_run"`
 }
 
@@ -154,7 +154,7 @@ func (in *reservePayload) checkItems(out *engine.CreateReservation) error {
 	return nil
 }
 
-// getReservation answers GET /v1/reservations/{id}: any hold of the tenant,
+// getReservation answers GET /v1/reservations/{id}: any reservation of the tenant,
 // whichever environment the key selects.
 func (s *Server) getReservation(c *call) error {
 	id, err := c.reservationID()
@@ -194,15 +194,15 @@ type commitPayload struct {
 	ActualUnits *int64          `json:"actual_units"`
 	Metadata    engine.Metadata `json:"metadata"`
 	// Final false makes a partial commit: actual_units (>= 1) are charged
-	// and the rest of the hold stays open (Stripe's final_capture).
+	// and the rest of the reservation stays open (Stripe's final_capture).
 	Final *bool `json:"final"`
-	// Items is the commit of a multi-metric hold: each of its metrics'
+	// Items is the commit of a multi-metric reservation: each of its metrics'
 	// actual units, given instead of actual_units.
 	Items []commitItemPayload `json:"items"`
 }
 
 // commitItemPayload is one metric's actual units in the commit of a
-// multi-metric hold.
+// multi-metric reservation.
 type commitItemPayload struct {
 	BillableMetricKey *string `json:"billable_metric_key"`
 	ActualUnits       *int64  `json:"actual_units"`
@@ -210,7 +210,7 @@ type commitItemPayload struct {
 
 // toCommand checks the body: the items (not beside actual_units, 1 to
 // MaxReservationItems, each as engine.CheckItem says) or actual_units,
-// then the metadata. Without either, the hold decides which member the
+// then the metadata. Without either, the reservation decides which member the
 // problem names, so the command carries UnitsMissing and nothing else.
 func (in *commitPayload) toCommand() (engine.CommitReservation, error) {
 	var out engine.CommitReservation

@@ -57,7 +57,7 @@ func TestReservePayload(t *testing.T) {
 }
 
 // TestCommitPayload: without actual_units or items the command carries
-// UnitsMissing for the engine to name the member the hold needs; other bad
+// UnitsMissing for the engine to name the member the reservation needs; other bad
 // bodies name the first wrong member; a good body becomes the command.
 func TestCommitPayload(t *testing.T) {
 	m, n := "m", "n"

@@ -27,7 +27,7 @@ func TestHostileInput(t *testing.T) {
 	for i := range manyKeys {
 		manyKeys[i] = `"k` + strconv.Itoa(i) + `":1`
 	}
-	hold := "/v1/reservations/" + uuid.NewString() + "/commit"
+	reservation := "/v1/reservations/" + uuid.NewString() + "/commit"
 	for i, tc := range []struct {
 		name, method, uri, body string
 		headers                 []string
@@ -72,7 +72,7 @@ func TestHostileInput(t *testing.T) {
 		{"consume case-folded units", "POST", "/v1/entitlements/consume", `{"customer_id":"c1","billable_metric_key":"tok","units":1,"UNITS":-100}`, nil, 400, "UNITS"},
 		{"usage event_id NUL", "POST", "/v1/usage", `{"events":[{"event_id":"e\u0000","customer_id":"c1","billable_metric_key":"tok","units":1}]}`, nil, 400, "events[0].event_id"},
 		{"usage customer NUL", "POST", "/v1/usage", `{"events":[{"event_id":"e1","customer_id":"c1","billable_metric_key":"tok","units":1},{"event_id":"e2","customer_id":"x\u0000","billable_metric_key":"tok","units":1}]}`, nil, 400, "events[1].customer_id"},
-		{"commit metadata NUL", "POST", hold, `{"actual_units":1,"metadata":{"a":"\u0000"}}`, nil, 400, "metadata.a"},
+		{"commit metadata NUL", "POST", reservation, `{"actual_units":1,"metadata":{"a":"\u0000"}}`, nil, 400, "metadata.a"},
 		{"reserve metadata duplicate", "POST", "/v1/reservations", `{"customer_id":"c1","billable_metric_key":"tok","estimated_units":1,"metadata":{"a":1,"a":2}}`, nil, 400, "metadata.a"},
 		{"tenant body NUL", "PATCH", "/v1/tenant", `{"default_overage_policy":"block\u0000"}`, nil, 400, "default_overage_policy"},
 	} {

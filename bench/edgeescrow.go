@@ -37,7 +37,7 @@ const (
 	// consumes a second the default (10,000) lasts a few ms, and the
 	// consumes would wait on the top-up round trip instead of measuring
 	// the evaluator; a few hundred ms of that rate is what issue 27 sizes a
-	// hold for.
+	// reservation for.
 	escrowLocalMaxUnits = 5_000_000
 	// escrowDrainMax bounds the wait for creditd's persister after a run,
 	// whose Postgres writes are part of the run's server CPU.
@@ -55,12 +55,12 @@ const (
 	escrowBooksTTL        = 2 * time.Second
 	escrowBooksKillAt     = 1200 * time.Millisecond
 	escrowBooksRunMax     = 30 * time.Second
-	// escrowBooksHoldsMax covers the killed process's hold: it expires 2 s
-	// after its last extend, and the bench's creditd sweeps expired holds
+	// escrowBooksReservationsMax covers the killed process's reservation: it expires 2 s
+	// after its last extend, and the bench's creditd sweeps expired reservations
 	// once a minute (CREDITD_RESERVATION_SWEEP_INTERVAL's default), so a
 	// 15 s wait met the sweep only when it happened to fall in it.
-	escrowBooksHoldsMax   = 75 * time.Second
-	escrowBooksWatchEvery = 20 * time.Millisecond
+	escrowBooksReservationsMax = 75 * time.Second
+	escrowBooksWatchEvery      = 20 * time.Millisecond
 )
 
 // Issue 27's escrow goals.
@@ -90,7 +90,7 @@ type EscrowBench struct {
 	MaxUnits int64   `json:"local_max_units"`
 	SettleMS float64 `json:"local_settle_ms"`
 	// WarmPerSecond is the first escrowLocalDuration, from a cold
-	// allowance: its hold starts at MinUnits and grows with the observed
+	// allowance: its reservation starts at MinUnits and grows with the observed
 	// rate one settle interval at a time, so until then most consumes
 	// wait on a top-up's round trip. The timed runs follow it.
 	WarmPerSecond     float64          `json:"local_warm_up_per_second"`
@@ -113,7 +113,7 @@ type EscrowBooks struct {
 	ViaReservations          int64 `json:"consumption_by_holds"`
 	ViaHTTP                  int64 `json:"consumption_by_http"`
 	StillHeld                int64 `json:"still_held"`
-	Holds                    int
+	Reservations             int   `json:"Holds"` // stored key in bench results: kept
 	MinBalance, MinEffective int64
 	Samples                  int
 	Refused                  int64
@@ -479,17 +479,17 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 			return fail(fmt.Errorf("%s did not exit after SIGTERM", p.name))
 		}
 	}
-	// The killed process's hold returns by itself at expires_at.
-	for end := time.Now().Add(escrowBooksHoldsMax); ; time.Sleep(100 * time.Millisecond) {
+	// The killed process's reservation returns by itself at expires_at.
+	for end := time.Now().Add(escrowBooksReservationsMax); ; time.Sleep(100 * time.Millisecond) {
 		pg, err := s.c.ListCustomerReservations(ctx, cust.ID, &client.ListCustomerReservationsParams{Status: client.Ptr("active"), Limit: client.Ptr(100)})
 		if err == nil && len(pg.Data) == 0 {
 			break
 		}
 		if time.Now().After(end) && err != nil {
-			return fail(fmt.Errorf("holds not listed %s after the run: %w", escrowBooksHoldsMax, err))
+			return fail(fmt.Errorf("reservations not listed %s after the run: %w", escrowBooksReservationsMax, err))
 		}
 		if time.Now().After(end) {
-			return fail(fmt.Errorf("holds still active %s after the run", escrowBooksHoldsMax))
+			return fail(fmt.Errorf("reservations still active %s after the run", escrowBooksReservationsMax))
 		}
 	}
 	close(stopWatch)
@@ -507,7 +507,7 @@ func (b *Bench) escrowBooks(ctx context.Context, s *edgeSetup, api *API) *Escrow
 		proc, _ := h.Metadata["process"].(string)
 		settled[proc] += h.SettledUnits
 		k.SettledCost += h.SettledCost
-		k.Holds++
+		k.Reservations++
 	}
 	if err := b.pg.QueryRow(ctx, `SELECT
 			(SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1),
@@ -633,8 +633,8 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 	case k.Error != "":
 		add(booksName, booksGoal, "failed: "+k.Error, boolp(false))
 	default:
-		now := fmt.Sprintf("ledger %d = balance %d = grant %d - settled %d - HTTP %d (%d holds, %d still held); balance min %d, effective min %d over %d samples; killed process lost %d units (one settle interval: %d; %d counted at risk on its last line, max %d), %d units refused",
-			k.Ledger, k.Balance, k.Grant, k.SettledCost, -k.ViaHTTP, k.Holds, k.StillHeld, k.MinBalance, k.MinEffective, k.Samples, k.Lost, k.PerInterval, k.AtRisk, k.MaxAtRisk, k.Refused)
+		now := fmt.Sprintf("ledger %d = balance %d = grant %d - settled %d - HTTP %d (%d reservations, %d still held); balance min %d, effective min %d over %d samples; killed process lost %d units (one settle interval: %d; %d counted at risk on its last line, max %d), %d units refused",
+			k.Ledger, k.Balance, k.Grant, k.SettledCost, -k.ViaHTTP, k.Reservations, k.StillHeld, k.MinBalance, k.MinEffective, k.Samples, k.Lost, k.PerInterval, k.AtRisk, k.MaxAtRisk, k.Refused)
 		for _, p := range k.Problems {
 			now += "; " + p
 		}
@@ -645,12 +645,12 @@ func escrowGoals27(e *EdgeResult, add func(name, goal, now string, met *bool)) {
 // escrowMarkdown says how the local consume rows were measured.
 func escrowMarkdown(w func(string, ...any)) {
 	w("Local consumes (issue 27 item 2), on the same creditd and customer: the HTTP consume's max is %d clients in a closed loop, each `POST /v1/entitlements/consume` of 1 unit with its own Idempotency-Key, for %s after a short warm-up "+
-		"(on this box the consume scenario's open-loop ramp tops out in the same range). The local consumes are an `edge.Evaluator` in the bench process, `Consume(customer, edge_api, 1)` from one goroutine for %[3]s to warm the allowance (a cold one starts its hold at 1 unit and grows it with the observed rate one settle interval at a time), then timed from one goroutine and from GOMAXPROCS goroutines, %[3]s each (the warm-up is in the CPU window), "+
+		"(on this box the consume scenario's open-loop ramp tops out in the same range). The local consumes are an `edge.Evaluator` in the bench process, `Consume(customer, edge_api, 1)` from one goroutine for %[3]s to warm the allowance (a cold one starts its reservation at 1 unit and grows it with the observed rate one settle interval at a time), then timed from one goroutine and from GOMAXPROCS goroutines, %[3]s each (the warm-up is in the CPU window), "+
 		"its allowance settling against that creditd (partial commits every %s, MaxUnits %d: at millions of consumes a second the default 10,000 lasts a few ms and the consumes would wait on the top-up round trip); only units charged in memory count. "+
 		"Server CPU is creditd + redis-server + Postgres (/proc, Postgres backends included) from before the run to the persister drained after it (the local window from before the first hold to after the final commit), divided by the consumes answered 200, or by the units consumed locally. "+
 		"Redis and Postgres serve the whole box (tests and other helpers run beside the bench on 2 cores), so their CPU in a window is not all the bench's: the server's CPU over %s with the bench idle is taken out of both windows pro rata as a second figure, and the row is met only if both shares are. "+
-		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s holds; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
-		"after the killed process's hold expires and the persister drains, the ledger (Postgres), the balance and the holds' settled units are compared, the balance is polled every %s throughout, "+
+		"Books: the e2e test's run (internal/e2e TestEscrowProcessesKilled) in the bench: %d processes of internal/e2e/testdata/escrowworker consume %d units/ms each for one `block` customer granted %d (1 millicredit a unit), settling every %s with %s reservations; the first is killed with -9 at %s, the others run the credit out, get refused, and stop on SIGTERM; "+
+		"after the killed process's reservation expires and the persister drains, the ledger (Postgres), the balance and the reservations' settled units are compared, the balance is polled every %s throughout, "+
 		"and the killed process's loss (its last line's local units less what creditd settled for it) is held to one settle interval at its pace and to what it counted at risk (its last line, printed every 10 ms).\n\n",
 		escrowHTTPWorkers, escrowHTTPDuration, escrowLocalDuration, edge.DefaultSettleInterval, escrowLocalMaxUnits, escrowIdleWindow,
 		escrowBooksWorkers, escrowBooksUnitsPerMs, escrowBooksGrant, escrowBooksSettle, escrowBooksTTL, escrowBooksKillAt, escrowBooksWatchEvery)

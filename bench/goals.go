@@ -202,8 +202,8 @@ func (r *Results) computeTargets() {
 	if w := r.Worst; w != nil && w.Error == "" && w.ScriptRuns > 0 {
 		add(worstName, "<= 1 ms",
 			fmt.Sprintf("max %d µs (%s), highest phase p99 %d µs, over %d paced calls (SLOWLOG of a redis-server serving only this scenario): "+
-				"%d live blocks and %d holds with %d B metadata each, %d tiers",
-				w.MaxUS, w.MaxPhase, w.P99US, w.ScriptRuns, w.Blocks, w.Holds, w.MetaBytes, w.Tiers),
+				"%d live blocks and %d reservations with %d B metadata each, %d tiers",
+				w.MaxUS, w.MaxPhase, w.P99US, w.ScriptRuns, w.Blocks, w.Reservations, w.MetaBytes, w.Tiers),
 			boolp(time.Duration(w.MaxUS)*time.Microsecond <= worstBudget))
 	} else if w != nil {
 		add(worstName, "<= 1 ms", "failed: "+w.Error, boolp(false))

@@ -51,10 +51,10 @@ const (
 	// storageLimit bounds the chunks that reach storageConsumes.
 	storageLimit = 3 * time.Minute
 	// rtGap separates the one-at-a-time requests of the round-trip count,
-	// and rtHold delays the persister's wake-up (rtproxy.go): together they
+	// and rtReservation delays the persister's wake-up (rtproxy.go): together they
 	// keep its trips out of the next request's window.
-	rtGap  = 120 * time.Millisecond
-	rtHold = 40 * time.Millisecond
+	rtGap         = 120 * time.Millisecond
+	rtReservation = 40 * time.Millisecond
 	// outageMoneyRate and outageCheckRate are the outage's offered load.
 	outageMoneyRate = 200
 	outageCheckRate = 200
@@ -428,8 +428,8 @@ func (b *Bench) roundTrips(ctx context.Context, name string, op opFunc, rp, pp *
 	wk := &worker{hc: g.hc, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
 	defer fasthttp.ReleaseRequest(wk.req)
 	defer fasthttp.ReleaseResponse(wk.resp)
-	rp.holdBlocking.Store(int64(rtHold))
-	defer rp.holdBlocking.Store(0)
+	rp.reservationBlocking.Store(int64(rtReservation))
+	defer rp.reservationBlocking.Store(0)
 	rp.record.Store(true)
 	pp.record.Store(true)
 	defer rp.record.Store(false)

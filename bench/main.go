@@ -132,7 +132,7 @@ func main() {
 	flag.DurationVar(&o.WorstPace, "worst-pace", 25*time.Millisecond, "pause before each measured call of the worst scenario (lets creditd and the persister go idle)")
 	flag.BoolVar(&o.WorstRedisRT, "worst-redis-rt", os.Geteuid() == 0, "run the worst scenario's private redis-server main thread at real-time priority (chrt -f 1; default when run as root), so the calls it times wait for no other task")
 	flag.IntVar(&o.WorstRedisNice, "worst-redis-nice", defaultWorstNice(), "nice value of the worst scenario's private redis-server main thread (default -10 when run as root, else 0: it waits less for a core on a busy machine, as on a core of its own)")
-	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", engine.MaxMetadataBytes, "metadata bytes per block and hold in the worst scenario (the API's cap by default; smaller when the API refuses it)")
+	flag.IntVar(&o.WorstMetaBytes, "worst-meta-bytes", engine.MaxMetadataBytes, "metadata bytes per block and reservation in the worst scenario (the API's cap by default; smaller when the API refuses it)")
 	flag.BoolVar(&o.Hot, "hot", false, "also run every scenario on one hot customer (consume-hot always runs: a target needs it)")
 	flag.BoolVar(&o.Quick, "quick", false, "a smoke run of about a minute")
 	flag.StringVar(&o.Out, "out", "bench/results", "results directory")

@@ -99,7 +99,7 @@ func memoryKind(k string) (kind string, perOp bool) {
 	case strings.HasSuffix(k, ":outbox"):
 		return "outbox stream", false
 	case strings.HasSuffix(k, ":rexp"):
-		return "hold-expiry zset", false
+		return "reservation-expiry zset", false
 	case strings.HasSuffix(k, ":exp"):
 		return "expiry zset of an earlier version", false
 	}
@@ -235,7 +235,7 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 		case c.Kind == "account hash":
 			g.AccountHashBytes = c.BytesPerKey
 			g.BytesPerCustomer += c.Bytes / float64(customers)
-		case c.Kind == "expiry zset" || c.Kind == "hold-expiry zset":
+		case c.Kind == "expiry zset" || c.Kind == "reservation-expiry zset":
 			g.BytesPerCustomer += c.Bytes / float64(customers)
 		case c.Kind != "outbox stream" && c.GrowthPerOp > 1 && !strings.HasSuffix(c.Kind, seedingSuffix):
 			// Growth in a kind without one key per op: history piling up in
@@ -277,7 +277,7 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 			total += p.Rate * min(d, lives[c.Kind]) * keyBytes[c.Kind]
 		}
 		for _, c := range last {
-			if !c.PerOp && c.Kind != "outbox stream" && c.GrowthPerOp > 0 && c.Kind != "expiry zset" && c.Kind != "hold-expiry zset" {
+			if !c.PerOp && c.Kind != "outbox stream" && c.GrowthPerOp > 0 && c.Kind != "expiry zset" && c.Kind != "reservation-expiry zset" {
 				total += p.Rate * d * c.GrowthPerOp
 			}
 		}

@@ -291,8 +291,8 @@ func markdown(r *Results, rel string) string {
 	}
 	if wr := r.Worst; wr != nil {
 		w("\n## Worst allowed input (issue 9, invariant 13)\n\n")
-		w("One customer at every cap: %d live blocks and %d active holds, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
-			wr.Blocks, wr.Holds, wr.MetaBytes, wr.Tiers)
+		w("One customer at every cap: %d live blocks and %d active reservations, each with %d bytes of metadata, charged under a rule of %d graduated tiers. ",
+			wr.Blocks, wr.Reservations, wr.MetaBytes, wr.Tiers)
 		w("Measured on %s. ", wr.Setting)
 		w("Redis time per script call from SLOWLOG (slowlog-log-slower-than 0, this scenario's keys only); max is one call and can be the machine taking the core mid-command, p99 and p50 are the cost. ")
 		w("Redis CPU per call is the redis-server main thread's CPU time over the phase (schedstat; every command, scripts or not) divided by the phase's script calls; in-command is INFO commandstats usec per script call; run-queue wait is how long Redis was ready but had no core; the request columns are the most CPU and wait Redis had within one request of the phase (all its commands), and the slowest call's request columns are Redis's CPU and wait within the request that made the phase's slowest script call: when that CPU is below the call's max, the call spent the rest without a core. ")

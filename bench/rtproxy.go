@@ -32,15 +32,15 @@ type rtProxy struct {
 	// stmts maps a prepared statement's name to its text, from the Parse
 	// messages seen (pgx prepares once per connection, then only Binds).
 	stmts map[string]string
-	// holdBlocking, when > 0, delays the answer to every blocking stream
+	// reservationBlocking, when > 0, delays the answer to every blocking stream
 	// read (the persister's XREADGROUP BLOCK, lua/outbox.go) by that many
 	// nanoseconds: the persister then wakes after the request that woke
 	// it has been answered, so its round trips fall outside that
 	// request's window instead of racing into it.
-	holdBlocking atomic.Int64
-	wg           sync.WaitGroup
-	mu           sync.Mutex
-	conns        map[net.Conn]bool
+	reservationBlocking atomic.Int64
+	wg                  sync.WaitGroup
+	mu                  sync.Mutex
+	conns               map[net.Conn]bool
 }
 
 // startRTProxy listens on a free loopback port and forwards every
@@ -147,21 +147,21 @@ func (p *rtProxy) serve(c net.Conn) {
 	p.track(up, true)
 	defer p.track(c, false)
 	defer p.track(up, false)
-	var answered, hold atomic.Bool
+	var answered, reservation atomic.Bool
 	answered.Store(true)
 	done := make(chan struct{}, 2)
 	go func() {
 		pipe(up, c, func(b []byte) {
 			p.sent(b, answered.Swap(false))
-			if p.holdBlocking.Load() > 0 && isBlockingRead(b) {
-				hold.Store(true)
+			if p.reservationBlocking.Load() > 0 && isBlockingRead(b) {
+				reservation.Store(true)
 			}
 		})
 		done <- struct{}{}
 	}()
 	go func() {
 		pipe(c, up, func([]byte) {
-			if d := p.holdBlocking.Load(); hold.Swap(false) && d > 0 {
+			if d := p.reservationBlocking.Load(); reservation.Swap(false) && d > 0 {
 				time.Sleep(time.Duration(d))
 			}
 			answered.Store(true)

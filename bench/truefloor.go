@@ -322,7 +322,7 @@ func (r *Results) goals26Markdown(w func(string, ...any)) {
 		w("\n**Round trips** (bench/rtproxy.go): that creditd reached Redis and Postgres through TCP proxies in the bench that count a round trip each time a client sends after an answer (a pipeline or a Parse/Bind/Execute/Sync is one; a command a script runs inside Redis is none). "+
 			"Requests went one at a time, %s apart, each counted over its own window after a warm-up that reached every customer; the proxy held the answer to the persister's blocking outbox read by %s, so the write-behind work a request causes falls after its window. "+
 			"Trips only creditd's background loops make (hotpath.go's backgroundTrip: the persister's stream reads, claims, acks and group transaction, INFO, pings, webhook delivery, outbox leases) run on their own clocks and are counted apart; every trip is named in the last two columns, background ones included.\n\n",
-			rtGap, rtHold)
+			rtGap, rtReservation)
 		w("| request | answered | Redis median | Postgres median | Redis mean / max | Postgres mean / max | requests with a Postgres trip | background trips per window, Redis / Postgres | all Redis trips per request, by first command sent | all Postgres trips per request, by statement |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, t := range hp.RoundTrips {
 			w("| %s | %d (failed %d) | %g | %g | %.2f / %d | %.2f / %d | %d | %.2f / %.2f | %s | %s |\n", t.Scenario, t.Requests, t.Failed, t.RedisMedian, t.PostgresMedian,

@@ -22,7 +22,7 @@ import (
 
 // The "worst allowed input" scenario (issue 9, invariant 13): one customer
 // at every per-customer cap (engine.MaxLiveBlocks live blocks and
-// engine.MaxActiveHolds active holds, each with metadata of the largest
+// engine.MaxActiveReservations active reservations, each with metadata of the largest
 // size the API takes) charged under a rule of engine.MaxTiers graduated
 // tiers. Every money script the API runs on it is timed by Redis itself
 // (SLOWLOG with slowlog-log-slower-than 0, only this run's keys), and the
@@ -35,17 +35,17 @@ const metricWorst = "worst_tiers"
 
 // WorstResult is the scenario's outcome.
 type WorstResult struct {
-	Blocks     int          `json:"live_blocks"`
-	Holds      int          `json:"active_holds"`
-	Tiers      int          `json:"tiers"`
-	MetaBytes  int          `json:"metadata_bytes_per_block"`
-	Phases     []WorstPhase `json:"phases"`
-	MaxUS      int64        `json:"max_script_us"`
-	MaxPhase   string       `json:"max_script_phase"`
-	Refusals   []string     `json:"cap_refusals"`
-	P99US      int64        `json:"max_phase_p99_us"`
-	ReadMaxUS  int64        `json:"max_read_us"`
-	ReadMaxCmd string       `json:"max_read_command"`
+	Blocks       int          `json:"live_blocks"`
+	Reservations int          `json:"active_holds"`
+	Tiers        int          `json:"tiers"`
+	MetaBytes    int          `json:"metadata_bytes_per_block"`
+	Phases       []WorstPhase `json:"phases"`
+	MaxUS        int64        `json:"max_script_us"`
+	MaxPhase     string       `json:"max_script_phase"`
+	Refusals     []string     `json:"cap_refusals"`
+	P99US        int64        `json:"max_phase_p99_us"`
+	ReadMaxUS    int64        `json:"max_read_us"`
+	ReadMaxCmd   string       `json:"max_read_command"`
 	// Setting says where the figures were taken: the private redis-server,
 	// the pace, and what else ran on the machine.
 	Setting    string        `json:"setting"`
@@ -234,7 +234,7 @@ func (b *Bench) worstStack(ctx context.Context, r *WorstResult) (wb *Bench, stop
 func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string]string, error) {
 	ext := "warm-" + b.runID
 	scripts := map[string]string{}
-	var holdID string
+	var reservationID string
 	steps := []struct {
 		name            string
 		method, path    string
@@ -256,11 +256,11 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 		{"reserve", "POST", "/v1/reservations", func() any {
 			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
 		}, 201, true},
-		{"commit", "POST", "/v1/reservations/{hold}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
+		{"commit", "POST", "/v1/reservations/{reservation}/commit", func() any { return map[string]any{"actual_units": 1} }, 200, false},
 		{"reserve", "POST", "/v1/reservations", func() any {
 			return map[string]any{"customer_id": ext, "billable_metric_key": metricWorst, "estimated_units": 1, "ttl_seconds": 3600}
 		}, 201, true},
-		{"release", "POST", "/v1/reservations/{hold}/release", func() any { return map[string]any{} }, 200, false},
+		{"release", "POST", "/v1/reservations/{reservation}/release", func() any { return map[string]any{} }, 200, false},
 		{"adjust", "POST", "/v1/customers/" + ext + "/credits/adjust", func() any {
 			return map[string]any{"delta": -1, "source": "manual", "reason": "warm"}
 		}, 200, false},
@@ -274,7 +274,7 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 		if st.body != nil {
 			body = st.body()
 		}
-		a, err := b.api.Call(st.method, strings.Replace(st.path, "{hold}", holdID, 1), body, idem()...)
+		a, err := b.api.Call(st.method, strings.Replace(st.path, "{reservation}", reservationID, 1), body, idem()...)
 		if err != nil {
 			return nil, err
 		}
@@ -286,7 +286,7 @@ func (b *Bench) worstWarm(ctx context.Context, idem func() []string) (map[string
 			if err := a.Decode(&h); err != nil {
 				return nil, err
 			}
-			holdID = h.ID
+			reservationID = h.ID
 		}
 		logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
 		if err != nil {
@@ -428,22 +428,22 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 	if r.MetaBytes == 0 {
 		return fmt.Errorf("no metadata size was accepted")
 	}
-	logf("worst: %d blocks and %d holds with %d bytes of metadata each, a rule of %d tiers",
-		engine.MaxLiveBlocks, engine.MaxActiveHolds, r.MetaBytes, engine.MaxTiers)
+	logf("worst: %d blocks and %d reservations with %d bytes of metadata each, a rule of %d tiers",
+		engine.MaxLiveBlocks, engine.MaxActiveReservations, r.MetaBytes, engine.MaxTiers)
 	// All but one block, so a stack_after grant can still fill the last slot.
 	for i := 1; i < engine.MaxLiveBlocks-1; i++ {
 		if a, err := grant(i, worstMeta(r.MetaBytes, "b"+strconv.Itoa(i)), nil); err != nil || a.Status != 201 {
 			return fmt.Errorf("grant %d: %v %s", i, err, a)
 		}
 	}
-	holds := make([]string, 0, engine.MaxActiveHolds)
+	reservations := make([]string, 0, engine.MaxActiveReservations)
 	reserve := func(tag string) (Answer, error) {
 		time.Sleep(pace)
 		return call("POST", "/v1/reservations", map[string]any{"customer_id": ext, "billable_metric_key": metricWorst,
 			"estimated_units": 10, "ttl_seconds": 3600, "metadata": worstMeta(r.MetaBytes, tag)}, idem()...)
 	}
-	// hold reserves one more hold (a 201 is required) and keeps its id.
-	hold := func(tag string) error {
+	// reservation reserves one more reservation (a 201 is required) and keeps its id.
+	reservation := func(tag string) error {
 		a, err := reserve(tag)
 		if err != nil || a.Status != 201 {
 			return fmt.Errorf("reserve %s: %v %s", tag, err, a)
@@ -452,11 +452,11 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 		if err := a.Decode(&h); err != nil {
 			return err
 		}
-		holds = append(holds, h.ID)
+		reservations = append(reservations, h.ID)
 		return nil
 	}
-	for i := 0; i < engine.MaxActiveHolds-1; i++ {
-		if err := hold("h" + strconv.Itoa(i)); err != nil {
+	for i := 0; i < engine.MaxActiveReservations-1; i++ {
+		if err := reservation("h" + strconv.Itoa(i)); err != nil {
 			return err
 		}
 	}
@@ -574,21 +574,21 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			a, err := paced("POST", "/v1/usage", map[string]any{"events": events}, idem()...)
 			return expect(200, a, err)
 		}},
-		{"reserve to the hold cap, then past it (409)", func() error {
-			if err := hold("last"); err != nil {
+		{"reserve to the reservation cap, then past it (409)", func() error {
+			if err := reservation("last"); err != nil {
 				return err
 			}
 			a, err := reserve("over")
 			if err := expect(409, a, err); err != nil {
 				return err
 			}
-			r.Refusals = append(r.Refusals, fmt.Sprintf("reservation %d: 409", engine.MaxActiveHolds+1))
+			r.Refusals = append(r.Refusals, fmt.Sprintf("reservation %d: 409", engine.MaxActiveReservations+1))
 			return nil
 		}},
-		{"commit holds with metadata", func() error {
+		{"commit reservations with metadata", func() error {
 			for i := 0; i < 10; i++ {
-				id := holds[len(holds)-1]
-				holds = holds[:len(holds)-1]
+				id := reservations[len(reservations)-1]
+				reservations = reservations[:len(reservations)-1]
 				a, err := paced("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": engine.MaxTiers + 5,
 					"metadata": worstMeta(r.MetaBytes, "commit")}, idem()...)
 				if err := expect(200, a, err); err != nil {
@@ -597,10 +597,10 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			return nil
 		}},
-		{"release holds", func() error {
+		{"release reservations", func() error {
 			for i := 0; i < 10; i++ {
-				id := holds[len(holds)-1]
-				holds = holds[:len(holds)-1]
+				id := reservations[len(reservations)-1]
+				reservations = reservations[:len(reservations)-1]
 				a, err := paced("POST", "/v1/reservations/"+id+"/release", map[string]any{}, idem()...)
 				if err := expect(200, a, err); err != nil {
 					return err
@@ -608,24 +608,24 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 			return nil
 		}},
-		{"reserve and release to the kept-hold cap", func() error {
+		{"reserve and release to the kept-reservation cap", func() error {
 			// Active holds back at the cap and finalized ones past theirs,
 			// so the next calls read the most holds a hash may keep.
-			for i := 0; i < 2*engine.MaxActiveHolds; i++ {
-				if len(holds) == engine.MaxActiveHolds {
-					a, err := paced("POST", "/v1/reservations/"+holds[0]+"/release", map[string]any{}, idem()...)
+			for i := 0; i < 2*engine.MaxActiveReservations; i++ {
+				if len(reservations) == engine.MaxActiveReservations {
+					a, err := paced("POST", "/v1/reservations/"+reservations[0]+"/release", map[string]any{}, idem()...)
 					if err := expect(200, a, err); err != nil {
 						return err
 					}
-					holds = holds[1:]
+					reservations = reservations[1:]
 				}
-				if err := hold("cycle"); err != nil {
+				if err := reservation("cycle"); err != nil {
 					return err
 				}
 			}
 			return nil
 		}},
-		{"consume with every hold kept", func() error {
+		{"consume with every reservation kept", func() error {
 			for i := 0; i < 20; i++ {
 				a, err := paced("POST", "/v1/entitlements/consume", map[string]any{"customer_id": ext,
 					"billable_metric_key": metricWorst, "units": engine.MaxTiers + 50}, idem()...)
@@ -671,7 +671,7 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 			}
 		}
 	}
-	r.Blocks, r.Holds = engine.MaxLiveBlocks, engine.MaxActiveHolds
+	r.Blocks, r.Reservations = engine.MaxLiveBlocks, engine.MaxActiveReservations
 
 	// Import at its limits: it must finish well inside its 30 s claim.
 	for _, shape := range [][2]int{{engine.MaxImportTotalBlocks / engine.MaxImportBlocks, engine.MaxImportBlocks},

@@ -25,10 +25,14 @@ const (
 	// change.subscriptions (of some customers: drop every cached answer),
 	// and change.holds.
 	ChangeEventPrefix = "change."
-	// ChangeEventHolds says a reservation of the customer its data names
+	// ChangeEventReservations says a reservation of the customer its data names
 	// (customer_id) was created, committed or released: its effective
 	// balance moved, which no event of the log reports.
-	ChangeEventHolds = "change.holds"
+	ChangeEventReservations = "change.holds"
+	// ChangeEventHolds is ChangeEventReservations' name before v0.4.
+	//
+	// Deprecated: use ChangeEventReservations (the wire value is the same).
+	ChangeEventHolds = ChangeEventReservations
 )
 
 // ChangeEvent is one message of the tenant's change stream.

@@ -435,31 +435,31 @@ func TestAgainstCreditd(t *testing.T) {
 	})
 
 	t.Run("reservations", func(t *testing.T) {
-		hold, err := c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 10, TTLSeconds: client.Ptr(600)})
+		reservation, err := c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 10, TTLSeconds: client.Ptr(600)})
 		must(t, err, "CreateReservation")
-		if hold.Status != "active" || hold.EstimatedCost != 1_000 || hold.Account.ReservedBalance != 1_000 {
-			t.Fatalf("CreateReservation = %+v", hold)
+		if reservation.Status != "active" || reservation.EstimatedCost != 1_000 || reservation.Account.ReservedBalance != 1_000 {
+			t.Fatalf("CreateReservation = %+v", reservation)
 		}
-		got, err := c.GetReservation(ctx, hold.ID)
+		got, err := c.GetReservation(ctx, reservation.ID)
 		must(t, err, "GetReservation")
 		if got.Status != "active" || got.ActualUnits != nil {
 			t.Fatalf("GetReservation = %+v", got)
 		}
-		com, err := c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
+		com, err := c.CommitReservation(ctx, reservation.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
 		must(t, err, "CommitReservation")
 		if com.Status != "committed" || com.ActualCost != 400 || com.Released != 1_000 || com.Account.ReservedBalance != 0 {
 			t.Fatalf("CommitReservation = %+v", com)
 		}
-		_, err = c.CommitReservation(ctx, hold.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
+		_, err = c.CommitReservation(ctx, reservation.ID, client.CommitInput{ActualUnits: client.Ptr[int64](4)})
 		if err != nil {
 			// A second commit with a new key is a state clash.
 			wantProblem(t, err, 409, client.ProblemConflict, "second commit")
 		} else {
-			t.Fatal("a second commit of a committed hold succeeded")
+			t.Fatal("a second commit of a committed reservation succeeded")
 		}
-		hold2, err := c.CreateReservation(ctx, client.ReserveInput{ExternalCustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
+		reservation2, err := c.CreateReservation(ctx, client.ReserveInput{ExternalCustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
 		must(t, err, "CreateReservation by external id")
-		rel, err := c.ReleaseReservation(ctx, hold2.ID)
+		rel, err := c.ReleaseReservation(ctx, reservation2.ID)
 		must(t, err, "ReleaseReservation")
 		if rel.Status != "released" || rel.Released != 100 {
 			t.Fatalf("ReleaseReservation = %+v", rel)
@@ -468,24 +468,24 @@ func TestAgainstCreditd(t *testing.T) {
 		must(t, err, "ListCustomerReservations")
 		all, err := c.ListCustomerReservationsByExternalID(ctx, "ada", nil)
 		must(t, err, "ListCustomerReservationsByExternalID")
-		if len(list.Data) != 1 || list.Data[0].ID != hold.ID || len(all.Data) != 2 || all.Data[0].ID != hold2.ID {
+		if len(list.Data) != 1 || list.Data[0].ID != reservation.ID || len(all.Data) != 2 || all.Data[0].ID != reservation2.ID {
 			t.Fatalf("committed holds %+v, all %+v", list.Data, all.Data)
 		}
 		// Issue 27: a top-up and a longer expiry, a partial commit, then a
 		// release of what is still held.
-		hold3, err := c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
+		reservation3, err := c.CreateReservation(ctx, client.ReserveInput{CustomerID: client.Ptr("ada"), BillableMetricKey: "api_calls", EstimatedUnits: 1})
 		must(t, err, "CreateReservation to extend")
-		ext, err := c.ExtendReservation(ctx, hold3.ID, client.ExtendInput{AdditionalUnits: client.Ptr[int64](1), TTLSeconds: client.Ptr(3600)})
+		ext, err := c.ExtendReservation(ctx, reservation3.ID, client.ExtendInput{AdditionalUnits: client.Ptr[int64](1), TTLSeconds: client.Ptr(3600)})
 		must(t, err, "ExtendReservation")
-		if ext.Status != "active" || ext.EstimatedUnits != 2 || ext.EstimatedCost != 200 || ext.RemainingCost != 200 || !ext.ExpiresAt.After(hold3.ExpiresAt) {
+		if ext.Status != "active" || ext.EstimatedUnits != 2 || ext.EstimatedCost != 200 || ext.RemainingCost != 200 || !ext.ExpiresAt.After(reservation3.ExpiresAt) {
 			t.Fatalf("ExtendReservation = %+v", ext)
 		}
-		part, err := c.CommitReservation(ctx, hold3.ID, client.CommitInput{ActualUnits: client.Ptr[int64](1), Final: client.Ptr(false)})
+		part, err := c.CommitReservation(ctx, reservation3.ID, client.CommitInput{ActualUnits: client.Ptr[int64](1), Final: client.Ptr(false)})
 		must(t, err, "partial CommitReservation")
 		if part.Status != "active" || part.ActualCost != 100 || part.Released != 0 || part.SettledUnits != 1 || part.RemainingCost != 100 {
 			t.Fatalf("partial CommitReservation = %+v", part)
 		}
-		rel3, err := c.ReleaseReservation(ctx, hold3.ID)
+		rel3, err := c.ReleaseReservation(ctx, reservation3.ID)
 		must(t, err, "ReleaseReservation after a partial commit")
 		if rel3.Status != "released" || rel3.Released != 100 {
 			t.Fatalf("ReleaseReservation after a partial commit = %+v", rel3)

@@ -903,15 +903,15 @@ func (c *Client) DecrementGaugeByExternalID(ctx context.Context, externalID stri
 	return out, nil
 }
 
-// CreateReservation is POST /v1/reservations (operation createReservation). Hold credit for a job.
-// Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits;
-// 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key
-// is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its
-// problem carries dry_run true and the events the refusal would fire); an unknown customer_id is
-// then a 404, as a dry run creates no customer. 409 budget-exceeded when the estimated cost would
-// take one of the customer's budgets past its limit this period (a hold is checked, not counted;
-// its commit counts). It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same
-// on every retry of the call.
+// CreateReservation is POST /v1/reservations (operation createReservation). Reserve credit for a
+// job. Exactly one of customer_id and external_customer_id (400 otherwise). 409
+// insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held
+// and no Idempotency-Key is needed: 200 with the reservation as it would be taken (id null), or
+// the 409 it would get (its problem carries dry_run true and the events the refusal would fire);
+// an unknown customer_id is then a 404, as a dry run creates no customer. 409 budget-exceeded when
+// the estimated cost would take one of the customer's budgets past its limit this period (a
+// reservation is checked, not counted; its commit counts). It sends an Idempotency-Key:
+// WithIdempotencyKey's, else a new UUID, the same on every retry of the call.
 func (c *Client) CreateReservation(ctx context.Context, body ReserveInput, opts ...CallOption) (*ReserveResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations", idempotent: true}
 	r.body = body
@@ -923,8 +923,8 @@ func (c *Client) CreateReservation(ctx context.Context, body ReserveInput, opts 
 	return out, nil
 }
 
-// GetReservation is GET /v1/reservations/{id} (operation getReservation). Get a hold. Not scoped
-// by environment: either key of the tenant reads it.
+// GetReservation is GET /v1/reservations/{id} (operation getReservation). Get a reservation. Not
+// scoped by environment: either key of the tenant reads it.
 func (c *Client) GetReservation(ctx context.Context, id string, opts ...CallOption) (*Reservation, error) {
 	r := &request{method: "GET", path: "/v1/reservations/" + url.PathEscape(id), idempotent: false}
 	out := new(Reservation)
@@ -936,12 +936,12 @@ func (c *Client) GetReservation(ctx context.Context, id string, opts ...CallOpti
 }
 
 // CommitReservation is POST /v1/reservations/{id}/commit (operation commitReservation). Settle a
-// hold at the actual units. 409 reservation-expired after expires_at before the sweep, conflict
-// when not active, insufficient-credits when hold plus free balance is short. With final: false it
-// is a partial commit: it charges actual_units and keeps the reservation active with the rest of
-// the hold (200, status active, released 0); the final commit's actual_units are its own part's.
-// It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of
-// the call.
+// reservation at the actual units. 409 reservation-expired after expires_at before the sweep,
+// conflict when not active, insufficient-credits when reservation plus free balance is short. With
+// final: false it is a partial commit: it charges actual_units and keeps the reservation active
+// with the rest of the reservation (200, status active, released 0); the final commit's
+// actual_units are its own part's. It sends an Idempotency-Key: WithIdempotencyKey's, else a new
+// UUID, the same on every retry of the call.
 func (c *Client) CommitReservation(ctx context.Context, id string, body CommitInput, opts ...CallOption) (*CommitResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/commit", idempotent: true}
 	r.body = body
@@ -954,10 +954,10 @@ func (c *Client) CommitReservation(ctx context.Context, id string, body CommitIn
 }
 
 // ReleaseReservation is POST /v1/reservations/{id}/release (operation releaseReservation). Return
-// a hold. No body. Works past expires_at until the sweep; 409 when not active. After partial
-// commits it returns what the reservation still holds (released); the settled part stays charged.
-// It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every retry of
-// the call.
+// a reservation. No body. Works past expires_at until the sweep; 409 when not active. After
+// partial commits it returns what the reservation still holds (released); the settled part stays
+// charged. It sends an Idempotency-Key: WithIdempotencyKey's, else a new UUID, the same on every
+// retry of the call.
 func (c *Client) ReleaseReservation(ctx context.Context, id string, opts ...CallOption) (*ReleaseResult, error) {
 	r := &request{method: "POST", path: "/v1/reservations/" + url.PathEscape(id) + "/release", idempotent: true}
 	out := new(ReleaseResult)
@@ -968,9 +968,9 @@ func (c *Client) ReleaseReservation(ctx context.Context, id string, opts ...Call
 	return out, nil
 }
 
-// ExtendReservation is POST /v1/reservations/{id}/extend (operation extendReservation). Top a hold
-// up or prolong it. Tops an active single-metric reservation up (additional_units, priced at the
-// rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409
+// ExtendReservation is POST /v1/reservations/{id}/extend (operation extendReservation). Top a
+// reservation up or prolong it. Tops an active single-metric reservation up (additional_units,
+// priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409
 // insufficient-credits when the effective balance cannot cover the additional cost (nothing
 // changes), reservation-expired after expires_at before the sweep, conflict when not active or
 // when the reservation holds several metrics; 422 naming the field for an empty object
@@ -1018,7 +1018,7 @@ func (p *ListCustomerReservationsParams) encode(r *request) {
 }
 
 // ListCustomerReservations is GET /v1/customers/{customer_id}/reservations (operation
-// listCustomerReservations). List a customer's holds, newest first.
+// listCustomerReservations). List a customer's reservations, newest first.
 func (c *Client) ListCustomerReservations(ctx context.Context, customerID string, params *ListCustomerReservationsParams, opts ...CallOption) (*ReservationPage, error) {
 	r := &request{method: "GET", path: "/v1/customers/" + url.PathEscape(customerID) + "/reservations", idempotent: false}
 	params.encode(r)
@@ -1088,7 +1088,8 @@ func (p *ListCustomerReservationsByExternalIDParams) encode(r *request) {
 
 // ListCustomerReservationsByExternalID is GET
 // /v1/customer-by-external-id/{external_id}/reservations (operation
-// listCustomerReservationsByExternalId). List a customer's holds by external id, newest first.
+// listCustomerReservationsByExternalId). List a customer's reservations by external id, newest
+// first.
 func (c *Client) ListCustomerReservationsByExternalID(ctx context.Context, externalID string, params *ListCustomerReservationsByExternalIDParams, opts ...CallOption) (*ReservationPage, error) {
 	r := &request{method: "GET", path: "/v1/customer-by-external-id/" + url.PathEscape(externalID) + "/reservations", idempotent: false}
 	params.encode(r)

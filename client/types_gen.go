@@ -600,9 +600,10 @@ type ReserveInput struct {
 	TTLSeconds *int `json:"ttl_seconds,omitempty"`
 	// Free-form key-value object.
 	Metadata map[string]any `json:"metadata,omitempty"`
-	// true answers 200 with the hold as it would be taken (id null: it does not exist), or the refusal
-	// it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed
-	// nor checked. It never creates a customer: an unknown customer_id is a 404. Default false.
+	// true answers 200 with the reservation as it would be taken (id null: it does not exist), or the
+	// refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither
+	// claimed nor checked. It never creates a customer: an unknown customer_id is a 404. Default
+	// false.
 	DryRun *bool `json:"dry_run,omitempty"`
 }
 
@@ -665,7 +666,7 @@ type Reservation struct {
 	// commit); can read higher than what was collected, as actual_cost.
 	SettledCost int64 `json:"settled_cost"`
 	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
-	// took from the hold; 0 once committed, released or expired.
+	// took from the reservation; 0 once committed, released or expired.
 	RemainingCost int64 `json:"remaining_cost"`
 }
 
@@ -698,9 +699,10 @@ type CommitInput struct {
 	ActualUnits *int64 `json:"actual_units,omitempty"`
 	// The commit of a multi-metric reservation, instead of actual_units: each of its metrics once,
 	// every one of them (a missing one is a 422 naming items), each priced at its own rule current at
-	// commit and charged in one step, all or none. All zero returns the hold as actual_units 0 does.
+	// commit and charged in one step, all or none. All zero returns the reservation as actual_units 0
+	// does.
 	Items []CommitItem `json:"items,omitempty"`
-	// Merged into the hold's tags; discarded when actual_units is 0.
+	// Merged into the reservation's tags; discarded when actual_units is 0.
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// false makes a partial commit (Stripe's final_capture): actual_units (>= 1) are charged exactly
 	// as a commit would charge them (one consumption entry, credit.consumed) and the reservation stays
@@ -724,8 +726,8 @@ type CommitResult struct {
 	EstimatedCost int64 `json:"estimated_cost"`
 	// The cost of the units this commit settled.
 	ActualCost int64 `json:"actual_cost"`
-	// Millicredits this commit returned from the hold to the free balance: 0 for a partial commit,
-	// what the hold still held for the final one.
+	// Millicredits this commit returned from the reservation to the free balance: 0 for a partial
+	// commit, what the reservation still held for the final one.
 	Released    int64           `json:"released"`
 	Transaction HoldTransaction `json:"transaction"`
 	Account     HoldAccount     `json:"account"`
@@ -739,7 +741,7 @@ type CommitResult struct {
 	// commit); can read higher than what was collected, as actual_cost.
 	SettledCost int64 `json:"settled_cost"`
 	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
-	// took from the hold; 0 once committed, released or expired.
+	// took from the reservation; 0 once committed, released or expired.
 	RemainingCost int64 `json:"remaining_cost"`
 }
 
@@ -749,7 +751,7 @@ type ReleaseResult struct {
 	// One of: active, committed, released, expired.
 	Status        string `json:"status"`
 	EstimatedCost int64  `json:"estimated_cost"`
-	// Millicredits returned from the hold: what it still held (estimated_cost less what partial
+	// Millicredits returned from the reservation: what it still held (estimated_cost less what partial
 	// commits took).
 	Released    int64           `json:"released"`
 	Transaction HoldTransaction `json:"transaction"`
@@ -1471,7 +1473,7 @@ type ExtendResult struct {
 	// commit); can read higher than what was collected, as actual_cost.
 	SettledCost int64 `json:"settled_cost"`
 	// Millicredits the reservation still holds: while active, estimated_cost less what partial commits
-	// took from the hold; 0 once committed, released or expired.
+	// took from the reservation; 0 once committed, released or expired.
 	RemainingCost int64       `json:"remaining_cost"`
 	Account       HoldAccount `json:"account"`
 }

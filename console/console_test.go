@@ -408,9 +408,9 @@ func TestRevokedKeySignsOut(t *testing.T) {
 	}
 }
 
-// TestHoldSettlements: the customer page's holds show what an active
+// TestReservationSettlements: the customer page's reservations show what an active
 // reservation still holds and what its partial commits settled (issue 27).
-func TestHoldSettlements(t *testing.T) {
+func TestReservationSettlements(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	if r := f.s.Do("POST", "/v1/metering-rules", f.a.Live, "rule", map[string]any{"billable_metric_key": "gpu", "cost_type": "per_unit", "unit_cost": 10}); r.Status != 201 {
@@ -427,9 +427,9 @@ func TestHoldSettlements(t *testing.T) {
 	b := signIn(t, f.s.URL, f.a.Live)
 	_, body := b.get(fmt.Sprintf("/console/t/%s/live/customers/%s", f.a.ID, f.customer))
 	for _, want := range []string{
-		`data-testid="hold-held">0.180<`,
-		`data-testid="hold-settled-units">12<`,
-		`data-testid="hold-settled">0.120<`,
+		`data-testid="reservation-held">0.180<`,
+		`data-testid="reservation-settled-units">12<`,
+		`data-testid="reservation-settled">0.120<`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("customer page lacks %s", want)

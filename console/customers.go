@@ -92,11 +92,11 @@ type customerView struct {
 	Ledger   []engine.LedgerEntry
 	// NextHref is the next page's link: the filters plus the cursor, each
 	// query-encoded here (template.URL: built only from url.Values).
-	NextHref template.URL
-	Filter   ledgerFilter
-	Holds    []engine.Reservation
-	Chart    chart
-	Usage    usageChart
+	NextHref     template.URL
+	Filter       ledgerFilter
+	Reservations []engine.Reservation
+	Chart        chart
+	Usage        usageChart
 	// Entitlements are the snapshot's metrics sorted by key (nil when the
 	// console has no entitlement service).
 	Entitlements  []engine.SnapshotEntry
@@ -127,7 +127,7 @@ var entryTypes = []engine.EntryType{engine.EntryPlanGrant, engine.EntryTopup, en
 var sources = []engine.Source{engine.SourcePlanGrant, engine.SourceTopup, engine.SourcePromotional,
 	engine.SourceCompensation, engine.SourceReferral, engine.SourceManual, engine.SourceMigration}
 
-// customerPage shows a customer's balance, blocks, holds, the balance
+// customerPage shows a customer's balance, blocks, reservations, the balance
 // chart and one page of the ledger. Every read is one indexed page: the
 // ledger's length never changes its cost.
 func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
@@ -170,18 +170,18 @@ func (c *Console) customerPage(w http.ResponseWriter, r *http.Request) {
 		c.engineError(w, r, err)
 		return
 	}
-	var holds []engine.Reservation
+	var reservations []engine.Reservation
 	if c.cfg.Reservations != nil {
 		page, err := c.cfg.Reservations.List(ctx, p.scope, ref, string(engine.ReservationActive), "", pageSize)
 		if err != nil {
 			c.engineError(w, r, err)
 			return
 		}
-		holds = page.Data
+		reservations = page.Data
 	}
 	now := c.cfg.Clock.Now()
 	v := customerView{
-		Customer: cu, Account: acct, Ledger: ledger.Data, Filter: f, Holds: holds,
+		Customer: cu, Account: acct, Ledger: ledger.Data, Filter: f, Reservations: reservations,
 		Chart:    balanceChart(recent.Data, acct.Balance, now),
 		Usage:    consumptionChart(recent.Data, now),
 		GrantKey: randomToken(), EntryTypes: entryTypes, Sources: sources,

@@ -109,7 +109,7 @@ func (b Budget) Window(now time.Time) (start, end time.Time) {
 }
 
 // CountingFrom is the instant b's counter counts from in the period that
-// holds now: the later of the period's start and Since.
+// reservations now: the later of the period's start and Since.
 func (b Budget) CountingFrom(now time.Time) (from, end time.Time) {
 	start, end := b.Window(now)
 	if b.Since.After(start) {

@@ -69,13 +69,13 @@ func ParseChangeID(s string) (ChangeID, error) {
 // ConfigChange is one entry of a tenant's change feed: a bump of its
 // change stamp of a Fed kind (the facts of that kind changed for some of
 // the tenant's customers; which, the stamps do not say), or, with
-// Customer set, a hold notice: a reservation of that customer was
-// created, committed or released (NotingHolds).
+// Customer set, a reservation notice: a reservation of that customer was
+// created, committed or released (NotingReservations).
 type ConfigChange struct {
 	ID    ChangeID
 	Kind  StampKind // of a stamp bump
 	Stamp uint64    // the stamp's new value (or the notice's time), microseconds since the epoch
-	// Customer and Environment are a hold notice's.
+	// Customer and Environment are a reservation notice's.
 	Customer    *uuid.UUID
 	Environment Environment
 }
@@ -280,82 +280,82 @@ func (s *Events) deliverChanges(f *tenantFeed, cs []ConfigChange) {
 	}
 }
 
-// holdNoteTimeout bounds a hold notice after the hold's own script
+// reservationNoteTimeout bounds a reservation notice after the reservation's own script
 // answered; it runs even when the request's context ended.
-const holdNoteTimeout = 2 * time.Second
+const reservationNoteTimeout = 2 * time.Second
 
-// NotingHolds decorates hot so that every reservation create, extend,
+// NotingReservations decorates hot so that every reservation create, extend,
 // commit and release (the sweep's expiry too) that changed something
-// appends a hold
+// appends a reservation
 // notice of its customer to the tenant's change feed before it answers:
-// a hold moves reserved_balance and effective_balance, and only some of
+// a reservation moves reserved_balance and effective_balance, and only some of
 // its outcomes fire an event (credit.consumed on a commit with units),
 // so a client answering checks from memory would not hear of the rest.
 // It adds one Redis round trip to those calls, none to a consume, and
 // nothing to their Lua scripts; under a fused door (a single Redis) the
 // money script appends the notice itself, in its own round trip. A failed notice is logged, not returned:
-// the hold stands. Replays and dry runs (ReserveDry passes through) note
+// the reservation stands. Replays and dry runs (ReserveDry passes through) note
 // nothing: nothing changed.
-func NotingHolds(hot UsageStore, notes HoldNotes, log zerolog.Logger) UsageStore {
-	return &notingHolds{UsageStore: hot, notes: notes, log: log}
+func NotingReservations(hot UsageStore, notes ReservationNotes, log zerolog.Logger) UsageStore {
+	return &notingReservations{UsageStore: hot, notes: notes, log: log}
 }
 
-type notingHolds struct {
+type notingReservations struct {
 	UsageStore
-	notes HoldNotes
+	notes ReservationNotes
 	log   zerolog.Logger
 }
 
-func (h *notingHolds) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
+func (h *notingReservations) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Reserve(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
+func (h *notingReservations) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Commit(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
+func (h *notingReservations) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Extend(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-func (h *notingHolds) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
+func (h *notingReservations) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
 	res, err := h.UsageStore.Release(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
-// fuseNote asks ctx's open fused door, if any, to append c's hold notice
-// in its money script (the hold's one round trip); the door it returns is
+// fuseNote asks ctx's open fused door, if any, to append c's reservation notice
+// in its money script (the reservation's one round trip); the door it returns is
 // the one asked.
 func fuseNote(ctx context.Context, c CustomerKey) *FusedDoor {
 	d := FusedDoorOf(ctx)
 	if !d.Open() {
 		return nil
 	}
-	d.HoldNote = &c
+	d.ReservationNote = &c
 	return d
 }
 
-func (h *notingHolds) note(ctx context.Context, d *FusedDoor, c CustomerKey, res MutationResult, err error) {
+func (h *notingReservations) note(ctx context.Context, d *FusedDoor, c CustomerKey, res MutationResult, err error) {
 	if d != nil {
-		d.HoldNote = nil // asked for this call only
+		d.ReservationNote = nil // asked for this call only
 	}
 	if err != nil || res.Replayed || (d != nil && d.Noted) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdNoteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reservationNoteTimeout)
 	defer cancel()
-	if err := h.notes.HoldNote(ctx, c); err != nil {
-		h.log.Warn().Err(err).Str("customer", c.CustomerID.String()).Msg("hold notice not written: change streams miss this hold")
+	if err := h.notes.ReservationNote(ctx, c); err != nil {
+		h.log.Warn().Err(err).Str("customer", c.CustomerID.String()).Msg("reservation notice not written: change streams miss this reservation")
 	}
 }

@@ -205,47 +205,47 @@ func TestChangeStreamCurrentAt(t *testing.T) {
 	}
 }
 
-// holdsStore answers holds with a set result; other methods are not used.
-type holdsStore struct {
+// reservationsStore answers reservations with a set result; other methods are not used.
+type reservationsStore struct {
 	UsageStore
 	res MutationResult
 	err error
 }
 
-func (h *holdsStore) Reserve(context.Context, ReserveCommand) (MutationResult, error) {
+func (h *reservationsStore) Reserve(context.Context, ReserveCommand) (MutationResult, error) {
 	return h.res, h.err
 }
-func (h *holdsStore) Commit(context.Context, CommitCommand) (MutationResult, error) {
+func (h *reservationsStore) Commit(context.Context, CommitCommand) (MutationResult, error) {
 	return h.res, h.err
 }
-func (h *holdsStore) Release(context.Context, ReleaseCommand) (MutationResult, error) {
+func (h *reservationsStore) Release(context.Context, ReleaseCommand) (MutationResult, error) {
 	return h.res, h.err
 }
-func (h *holdsStore) Extend(context.Context, ExtendCommand) (MutationResult, error) {
+func (h *reservationsStore) Extend(context.Context, ExtendCommand) (MutationResult, error) {
 	return h.res, h.err
 }
-func (h *holdsStore) ReserveDry(context.Context, ReserveCommand) (MutationResult, error) {
+func (h *reservationsStore) ReserveDry(context.Context, ReserveCommand) (MutationResult, error) {
 	return h.res, h.err
 }
 
-// notesTaken records hold notices.
+// notesTaken records reservation notices.
 type notesTaken struct {
 	mu    sync.Mutex
 	notes []CustomerKey
 }
 
-func (n *notesTaken) HoldNote(_ context.Context, c CustomerKey) error {
+func (n *notesTaken) ReservationNote(_ context.Context, c CustomerKey) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.notes = append(n.notes, c)
 	return nil
 }
 
-// TestNotingHolds: a reservation create, extend, commit or release that
+// TestNotingReservations: a reservation create, extend, commit or release that
 // changed something writes a notice of its customer; a refused one, a
-// replay or a dry run writes none, and the hold's answer passes through
+// replay or a dry run writes none, and the reservation's answer passes through
 // unchanged.
-func TestNotingHolds(t *testing.T) {
+func TestNotingReservations(t *testing.T) {
 	t.Parallel()
 	c := CustomerKey{TenantID: uuid.New(), Environment: EnvironmentLive, CustomerID: uuid.New()}
 	hdr := CommandHeader{Customer: c}
@@ -264,7 +264,7 @@ func TestNotingHolds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			taken := &notesTaken{}
-			hot := NotingHolds(&holdsStore{res: tc.res, err: tc.err}, taken, zerolog.Nop())
+			hot := NotingReservations(&reservationsStore{res: tc.res, err: tc.err}, taken, zerolog.Nop())
 			calls := []func() (MutationResult, error){
 				func() (MutationResult, error) { return hot.Reserve(ctx, ReserveCommand{CommandHeader: hdr}) },
 				func() (MutationResult, error) { return hot.Commit(ctx, CommitCommand{CommandHeader: hdr}) },

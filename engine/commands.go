@@ -84,7 +84,7 @@ type ReserveCommand struct {
 	Metric         string
 	EstimatedUnits int64
 	Terms          RuleTerms
-	// Items, when set, replace Metric, EstimatedUnits and Terms: a hold of
+	// Items, when set, replace Metric, EstimatedUnits and Terms: a reservation of
 	// the summed estimated cost of several metrics, all or none.
 	Items     []ReserveLine
 	ExpiresAt time.Time
@@ -92,8 +92,8 @@ type ReserveCommand struct {
 	Context   MutationContext
 }
 
-// CommitCommand settles a hold at the actual units, priced with the rule
-// current at commit. From expires_at until the sweep expires the hold, a
+// CommitCommand settles a reservation at the actual units, priced with the rule
+// current at commit. From expires_at until the sweep expires the reservation, a
 // commit is a 409 reservation-expired.
 type CommitCommand struct {
 	CommandHeader
@@ -101,16 +101,16 @@ type CommitCommand struct {
 	ActualUnits   int64
 	Terms         RuleTerms
 	// Items, when set, replace ActualUnits and Terms: the commit of a
-	// multi-metric hold, one line per metric of the hold in its order.
+	// multi-metric reservation, one line per metric of the reservation in its order.
 	Items    []CommitLine
 	Metadata Metadata
 	Context  MutationContext
-	// Partial charges ActualUnits (>= 1) and keeps the hold active with
+	// Partial charges ActualUnits (>= 1) and keeps the reservation active with
 	// what it still holds less their cost (issue 27); single metric only.
 	Partial bool
 }
 
-// ExtendCommand tops an active single-metric hold up by AdditionalUnits
+// ExtendCommand tops an active single-metric reservation up by AdditionalUnits
 // priced at Terms (as a reservation of that many units would be) and/or
 // moves its expiry to ExpiresAt (zero: unchanged; never earlier).
 type ExtendCommand struct {
@@ -122,17 +122,17 @@ type ExtendCommand struct {
 	Context         MutationContext
 }
 
-// ReleaseCommand returns a hold (a manual release, or the sweep's expiry).
+// ReleaseCommand returns a reservation (a manual release, or the sweep's expiry).
 type ReleaseCommand struct {
 	CommandHeader
 	ReservationID uuid.UUID
-	// Expire marks the hold expired (the sweep) instead of released, and
+	// Expire marks the reservation expired (the sweep) instead of released, and
 	// only when its expires_at has passed.
 	Expire  bool
 	Context MutationContext
 }
 
-// ReserveLine is one metric of a multi-metric hold: its estimated units and
+// ReserveLine is one metric of a multi-metric reservation: its estimated units and
 // the terms of its active rule.
 type ReserveLine struct {
 	Metric         string
@@ -140,9 +140,9 @@ type ReserveLine struct {
 	Terms          RuleTerms
 }
 
-// CommitLine is one metric of a multi-metric commit: the hold's estimate
+// CommitLine is one metric of a multi-metric commit: the reservation's estimate
 // of it (as Postgres stored it at the reserve; the script checks the
-// totals against the hold), the actual units and the terms current at
+// totals against the reservation), the actual units and the terms current at
 // commit (zero when ActualUnits is 0).
 type CommitLine struct {
 	Metric         string
@@ -169,14 +169,14 @@ type GaugeCommand struct {
 
 // Errors of the hot-path scripts.
 var (
-	// ErrReservationNotFound: no such hold for the customer.
+	// ErrReservationNotFound: no such reservation for the customer.
 	ErrReservationNotFound = &Error{Kind: KindNotFound, Detail: "reservation not found"}
-	// ErrReservationNotActive: the hold was committed, released or expired.
+	// ErrReservationNotActive: the reservation was committed, released or expired.
 	ErrReservationNotActive = &Error{Kind: KindConflict, Detail: "the reservation is not active"}
 	// ErrReservationExpired: commit after expires_at, before the sweep.
 	ErrReservationExpired = &Error{Kind: KindReservationExpired, Detail: "the reservation expired"}
 	// ErrReservationShorter: an extend whose new expiry comes before the
-	// hold's current one (an extend never shortens a hold).
+	// reservation's current one (an extend never shortens a reservation).
 	ErrReservationShorter = &Error{Kind: KindValidation, Field: "ttl_seconds",
 		Detail: "ttl_seconds from now would end the reservation before its current expires_at; an extend never shortens it"}
 	// ErrGaugeBelowZero: a decrement larger than the count.

@@ -88,7 +88,7 @@ type ConsumeResult struct {
 const ReasonDuplicateReplay = "duplicate_replay"
 
 // meteredRule finds the active rule of a metered metric, or the 400/404 a
-// consume or hold gets without one.
+// consume or reservation gets without one.
 func (s *Entitlements) meteredRule(ctx context.Context, scope Scope, key string) (MeteringRule, error) {
 	m, ok, err := s.metering.Metric(ctx, scope, key)
 	if err != nil {

@@ -30,13 +30,13 @@ func (s *Credits) History(ctx context.Context, scope Scope, ref CustomerRef, q H
 // entry forwards or from the newest backwards, whichever ends within it.
 const MaxAsOfEntries = 100_000
 
-// ErrAsOfTooFar: both sides of the instant hold more than MaxAsOfEntries
+// ErrAsOfTooFar: both sides of the instant reservation more than MaxAsOfEntries
 // entries of the customer's ledger.
 var ErrAsOfTooFar = errors.New("engine: as_of is further than MaxAsOfEntries ledger entries from both ends")
 
 // PastAccount is what LedgerReader.AccountAt reads: the figures of an
 // account at a past instant (Balance, Reserved, Pending, LifetimeEarned and
-// Debt, derived from the ledger, the holds and the blocks) and the
+// Debt, derived from the ledger, the reservations and the blocks) and the
 // account's present identity (AccountID, Version, UpdatedAt: "" and zero
 // when it has no account row).
 type PastAccount struct {

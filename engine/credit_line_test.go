@@ -98,7 +98,7 @@ func TestEventsOfCreditLine(t *testing.T) {
 
 // TestLineSplit fixes the rule of a charge under block with a credit line:
 // refused past minus the line; the blocks pay all they hold beyond the
-// other holds, the rest is debt.
+// other reservations, the rest is debt.
 func TestLineSplit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -113,8 +113,8 @@ func TestLineSplit(t *testing.T) {
 		{"past the line", 100, 0, 0, 151, 50, 0, 0, false},
 		{"in debt: all on the line", -30, 30, 0, 20, 50, 0, 20, true},
 		{"debt beside blocks a release freed", 50, 30, 0, 60, 100, 60, 0, true},
-		{"a commit's hold first", 20, 0, 80, 150, 50, 100, 50, true},
-		{"expired blocks under a hold, no line", -20, 0, 80, 60, 0, 60, 0, true},
+		{"a commit's reservation first", 20, 0, 80, 150, 50, 100, 50, true},
+		{"expired blocks under a reservation, no line", -20, 0, 80, 60, 0, 60, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

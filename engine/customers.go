@@ -64,7 +64,7 @@ type CustomerRef struct {
 
 // MaxCreditLimitMC bounds a customer's credit line: 10^15 millicredits (a
 // trillion credits) keeps the debt, and the effective balance less every
-// hold, far inside int64 (invariant 7) whatever the blocks hold.
+// reservation, far inside int64 (invariant 7) whatever the blocks hold.
 const MaxCreditLimitMC int64 = 1_000_000_000_000_000
 
 // CreateCustomer is a checked request to add a customer: api builds it from

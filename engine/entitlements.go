@@ -102,7 +102,7 @@ type EntitlementsDeps struct {
 	Credits   *Credits
 	Hot       UsageStore
 	Clock     Clock
-	// Plans plugs subscriptions into checks, consumes and holds (nil: every
+	// Plans plugs subscriptions into checks, consumes and reservations (nil: every
 	// value is the metric default).
 	Plans PlanView
 	// Applied lets usage batches find events charged so long ago that Redis

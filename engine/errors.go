@@ -31,7 +31,7 @@ type Error struct {
 	// Extra carries kind-specific members of the problem body (the gauge
 	// 409's current, cap, shortfall).
 	Extra map[string]any
-	// Documented marks an internal error the spec documents as a 500 (a hold
+	// Documented marks an internal error the spec documents as a 500 (a reservation
 	// without a rule, an unknown status filter): its detail is ours and safe
 	// to show, unlike an unexpected failure's.
 	Documented bool

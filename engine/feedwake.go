@@ -16,7 +16,7 @@ type FeedWake uint8
 const (
 	// WakeEvents: events of the tenant were committed to the event log.
 	WakeEvents FeedWake = 1 << iota
-	// WakeChanges: a config change or hold notice joined the tenant's
+	// WakeChanges: a config change or reservation notice joined the tenant's
 	// change feed.
 	WakeChanges
 	// wakeAll is both sources.
@@ -24,7 +24,7 @@ const (
 )
 
 // DefaultWakeGap is the least time between two reads of a tenant's feed
-// that wakes start: a storm of wakes (a hold notice per reservation, a
+// that wakes start: a storm of wakes (a reservation notice per reservation, a
 // persister batch per node every linger) then costs a feed at most one
 // read per source per gap, and a lone wake waits for none.
 const DefaultWakeGap = 5 * time.Millisecond

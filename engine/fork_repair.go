@@ -56,9 +56,9 @@ const (
 	// metric, units and cost under allow, so what the true state cannot
 	// pay is overage.
 	ForkRepairConsume ForkRepairAction = "consume"
-	// ForkRepairCommit settles a forked commit's hold when the true state
+	// ForkRepairCommit settles a forked commit's reservation when the true state
 	// still has it active (the reserve was persisted before the fork): the
-	// same units at the same cost under allow; a hold it no longer has
+	// same units at the same cost under allow; a reservation it no longer has
 	// makes it ForkRepairConsume's charge (the same idempotency key).
 	ForkRepairCommit ForkRepairAction = "commit"
 	// ForkRepairDebit drains a forked debit's amount again in spend order;
@@ -66,7 +66,7 @@ const (
 	// ForkShortfallMetric (the same idempotency key, so one or the other).
 	ForkRepairDebit ForkRepairAction = "debit"
 	// ForkRepairNone applies nothing: the op moved no money that the true
-	// state can take (a hold made or returned on a hold it does not have,
+	// state can take (a reservation made or returned on a reservation it does not have,
 	// an expiry the sweep redoes, a gauge move, a refusal record).
 	ForkRepairNone ForkRepairAction = "none"
 )
@@ -156,7 +156,7 @@ func PlanForkRepair(m Mutation) ForkRepairPlan {
 		if m.Kind == MutationCommit && u.ReservationID != nil && len(u.Items) == 0 && u.Units > 0 {
 			plan.Action = ForkRepairCommit
 			// A partial commit's part is settled as a partial commit again:
-			// the true state keeps the rest of the hold open.
+			// the true state keeps the rest of the reservation open.
 			plan.Commit = CommitCommand{ReservationID: *u.ReservationID, ActualUnits: u.Units,
 				Terms: RuleTerms{CostType: CostFlat, BaseCost: u.Cost}, Context: ctx, Metadata: cmd.EntryMetadata,
 				Partial: m.Reservation != nil && m.Reservation.Status == ReservationActive}
@@ -168,9 +168,9 @@ func PlanForkRepair(m Mutation) ForkRepairPlan {
 		}
 		return ForkRepairPlan{Action: ForkRepairNone, Why: "the debit drew nothing"}
 	case MutationReserve:
-		return ForkRepairPlan{Action: ForkRepairNone, Why: "the hold it made is not in the true state; a commit of it answers 404"}
+		return ForkRepairPlan{Action: ForkRepairNone, Why: "the reservation it made is not in the true state; a commit of it answers 404"}
 	case MutationRelease:
-		return ForkRepairPlan{Action: ForkRepairNone, Why: "the hold it returned is not in the true state"}
+		return ForkRepairPlan{Action: ForkRepairNone, Why: "the reservation it returned is not in the true state"}
 	case MutationExpire:
 		return ForkRepairPlan{Action: ForkRepairNone, Why: "the expiry sweep expires the true state's blocks itself"}
 	}
@@ -247,7 +247,7 @@ func (r ForkRepair) Note() string {
 	case r.Plan.Action == ForkRepairDebit && m.Kind == MutationConsume:
 		how = "debit short of credit, charged as an allow consume of " + ForkShortfallMetric
 	case r.Plan.Action == ForkRepairCommit && m.Kind == MutationConsume:
-		how = "commit of a hold the true state does not have, charged as an allow consume"
+		how = "commit of a reservation the true state does not have, charged as an allow consume"
 	}
 	note := fmt.Sprintf("re-applied as %s op %s at version %d", how, m.OpID, m.Account.Version)
 	if r.ShortfallMC > 0 {

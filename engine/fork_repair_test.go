@@ -76,7 +76,7 @@ func TestPlanForkRepair(t *testing.T) {
 				if c.ReservationID != block || c.ActualUnits != 4 || c.Terms.BaseCost != 40 || c.Context.Policy != OveragePolicyAllow {
 					t.Fatalf("commit plan %+v", c)
 				}
-				// The fallback when the hold is gone.
+				// The fallback when the reservation is gone.
 				if p.Consume.Metric != "gpu" || p.Consume.Units != 4 || p.Consume.Terms.BaseCost != 40 {
 					t.Fatalf("commit's consume %+v", p.Consume)
 				}
@@ -213,15 +213,15 @@ func TestRepairForkRoutes(t *testing.T) {
 		t.Fatalf("repair %+v note %q", rep, rep.Note())
 	}
 
-	hold := uuid.New()
+	reservation := uuid.New()
 	commit := Mutation{OpID: op, Kind: MutationCommit, Entries: []MutationEntry{{Role: RoleMain, Delta: -30, Type: EntryConsumption}},
-		Usage: &MutationUsage{Metric: "gpu", Units: 3, Cost: 30, Charged: 30, ReservationID: &hold}}
+		Usage: &MutationUsage{Metric: "gpu", Units: 3, Cost: 30, Charged: 30, ReservationID: &reservation}}
 	f = &fakeRepairStore{commitErr: ErrReservationNotFound}
 	if _, err := RepairFork(ctx, f, fakeApplied{}, nil, commit, now); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(f.calls) != "[commit consume]" || f.headers[0] != f.headers[1] || f.consumed.Metric != "gpu" {
-		t.Fatalf("commit of a missing hold: calls %v, consume %+v", f.calls, f.consumed)
+		t.Fatalf("commit of a missing reservation: calls %v, consume %+v", f.calls, f.consumed)
 	}
 
 	f = &fakeRepairStore{}

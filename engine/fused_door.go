@@ -69,12 +69,12 @@ type FusedDoor struct {
 	Rate       *RateAsk
 	RateTaken  bool
 	RateAnswer RateDecision
-	// HoldNote, when set, asks the script to append the hold notice of
-	// this customer (NotingHolds) after an answer that is not a replay;
-	// Noted says it did, so NotingHolds sends none of its own.
-	HoldNote *CustomerKey
-	Noted    bool
-	outcome  FusedOutcome
+	// ReservationNote, when set, asks the script to append the reservation notice of
+	// this customer (NotingReservations) after an answer that is not a replay;
+	// Noted says it did, so NotingReservations sends none of its own.
+	ReservationNote *CustomerKey
+	Noted           bool
+	outcome         FusedOutcome
 }
 
 // Took records the rate budget's answer to the door's take.

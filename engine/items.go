@@ -7,7 +7,7 @@ import (
 
 // ItemUnits is the units member of one kind of multi-metric item: its name,
 // the least value it takes and the error below it (a consume's units <= 0
-// is a 400, docs/spec/interface.md Errors; a hold's estimated_units and a commit's
+// is a 400, docs/spec/interface.md Errors; a reservation's estimated_units and a commit's
 // actual_units are 422 constraint violations).
 type ItemUnits struct {
 	name  string
@@ -24,10 +24,10 @@ var (
 	ConsumeItemUnits = ItemUnits{name: "units", min: 1, below: BadRequest}
 	ReserveItemUnits = ItemUnits{name: "estimated_units", min: 1, below: Invalid}
 	CommitItemUnits  = ItemUnits{name: "actual_units", min: 0, below: Invalid}
-	// ExtendUnits is an extend's additional_units (single-metric holds only).
+	// ExtendUnits is an extend's additional_units (single-metric reservations only).
 	ExtendUnits = ItemUnits{name: "additional_units", min: 1, below: Invalid}
 	// PartialCommitUnits is a partial commit's actual_units: it charges
-	// something and leaves the rest of the hold open.
+	// something and leaves the rest of the reservation open.
 	PartialCommitUnits = ItemUnits{name: "actual_units", min: 1, below: Invalid,
 		detail: "a partial commit (final: false) needs actual_units >= 1"}
 	// GrantAmount is the credits of a grant, a top-up and a plan's grant.
@@ -41,7 +41,7 @@ var (
 
 // Check refuses units below u.min with u's error naming prefix+u.name, the
 // one place the rule lives: the single-metric form (prefix "") and each
-// item (prefix "items[i].") of a consume and a hold use it, and the
+// item (prefix "items[i].") of a consume and a reservation use it, and the
 // scripts' BADARG guards are held to it (lua/guards_test.go).
 func (u ItemUnits) Check(prefix string, units int64) error {
 	if units < u.min {
@@ -72,7 +72,7 @@ func CheckRolloverPercentage(p int64) error {
 	return nil
 }
 
-// CheckItemCount refuses a multi-metric consume, hold or commit of n items
+// CheckItemCount refuses a multi-metric consume, reservation or commit of n items
 // outside 1..MaxConsumeItems: the scripts price every item in one call,
 // and the multi scripts refuse any other count (lua/guards_test.go).
 func CheckItemCount(n int) error {

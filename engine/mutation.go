@@ -269,11 +269,11 @@ type AccountState struct {
 	// Blocks are the blocks with credit left that have not been expired.
 	Blocks []MutationBlock
 	// Applied are recent mutations with an idempotency key that Postgres
-	// holds as operations rows (a consume's record is its ledger entry:
+	// reservations as operations rows (a consume's record is its ledger entry:
 	// persist/ophead.go), newest last. No load writes op keys from them:
 	// Postgres answers their retries (AppliedOps).
 	Applied []Mutation
-	// Reservations are the holds still active, and those finalized within
+	// Reservations are the reservations still active, and those finalized within
 	// the last day (so a second commit or release still answers 409).
 	Reservations []MutationReservation
 	// Gauges are the customer's gauge counters by metric key.
@@ -374,14 +374,14 @@ type MutationReservation struct {
 	CommittedMS    *int64            `json:"committed,omitempty"`
 	ReleasedMS     *int64            `json:"released_at,omitempty"`
 	Metadata       json.RawMessage   `json:"meta,omitempty"`
-	// Items lists each metric of a multi-metric hold (Metric is then "",
+	// Items lists each metric of a multi-metric reservation (Metric is then "",
 	// EstimatedUnits and EstimatedCost the items' totals, and at commit
-	// ActualUnits and ActualCost too); nil for a single-metric hold and in
+	// ActualUnits and ActualCost too); nil for a single-metric reservation and in
 	// a release, which does not carry them (Postgres keeps the stored list).
 	Items []ReservationItem `json:"items,omitempty"`
 }
 
-// ReservationItem is one metric of a multi-metric hold: its estimate and,
+// ReservationItem is one metric of a multi-metric reservation: its estimate and,
 // once committed, its actual units and their cost (null until then).
 type ReservationItem struct {
 	BillableMetricKey string `json:"billable_metric_key"`

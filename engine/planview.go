@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// PlanFacts is the PlanView of checks, consumes and holds: the customer's
+// PlanFacts is the PlanView of checks, consumes and reservations: the customer's
 // live subscription, its variant's entitlements overlaid by live overrides
 // (docs/spec/addendum.md §5 order), read afresh on every call. The hot path reads it
 // through a CachedPlanView.

@@ -271,11 +271,11 @@ type ChangeFeed interface {
 	ChangesLast(ctx context.Context, tenant uuid.UUID) (ChangeID, error)
 }
 
-// HoldNotes appends hold notices to the tenants' change feeds (issue 27,
-// lua.Store; NotingHolds writes them).
-type HoldNotes interface {
-	// HoldNote appends a notice that a hold of customer c changed.
-	HoldNote(ctx context.Context, c CustomerKey) error
+// ReservationNotes appends reservation notices to the tenants' change feeds (issue 27,
+// lua.Store; NotingReservations writes them).
+type ReservationNotes interface {
+	// ReservationNote appends a notice that a reservation of customer c changed.
+	ReservationNote(ctx context.Context, c CustomerKey) error
 }
 
 // DeliverySlots caps one tenant's webhook attempts in flight across every
@@ -317,7 +317,7 @@ type KeyLookup interface {
 }
 
 // CustomerLookup is how the hot path finds customers (checks, consumes,
-// holds); CachedCustomers caches it, *Customers reads the directory.
+// reservations); CachedCustomers caches it, *Customers reads the directory.
 type CustomerLookup interface {
 	CustomerResolver
 	// CustomerByKey is the customer of key; ErrNotFound when the directory
@@ -389,7 +389,7 @@ type Catalog interface {
 }
 
 // CatalogLookup is the hot path's read of the catalogue (every check,
-// consume and hold); CachedCatalog caches it, NewCatalogLookup reads a
+// consume and reservation); CachedCatalog caches it, NewCatalogLookup reads a
 // Catalog.
 type CatalogLookup interface {
 	// Metric finds the metric of key in scope; ok is false when none exists.
@@ -435,7 +435,7 @@ type EventLog interface {
 	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
 }
 
-// UsageStore is the Redis side of pricing, entitlements and holds; every
+// UsageStore is the Redis side of pricing, entitlements and reservations; every
 // method is one atomic script on one customer and returns ErrStateMissing
 // when the customer must be loaded first.
 type UsageStore interface {
@@ -465,16 +465,16 @@ type UsageStore interface {
 	Gauge(ctx context.Context, cmd GaugeCommand) (MutationResult, error)
 	// GaugeValue reads a counter (0 when never used). Errors: ErrStateMissing.
 	GaugeValue(ctx context.Context, c CustomerKey, metric string) (int64, error)
-	// DueReservations lists up to limit active holds of partition p whose
+	// DueReservations lists up to limit active reservations of partition p whose
 	// expires_at is at or before now.
 	DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]DueReservation, error)
-	// ReservationHold finds what the store's reservation index records of
-	// a hold (any tenant): its customer and, when recorded, its metric or
+	// ReservationRef finds what the store's reservation index records of
+	// a reservation (any tenant): its customer and, when recorded, its metric or
 	// items; ok is false when the store does not know it.
-	ReservationHold(ctx context.Context, id uuid.UUID) (ref HoldRef, ok bool, err error)
-	// HoldMetadata reads the stored metadata of hold id of customer c (nil
-	// when none); found is false when the store does not hold the hold.
-	HoldMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
+	ReservationRef(ctx context.Context, id uuid.UUID) (ref ReservationRef, ok bool, err error)
+	// ReservationMetadata reads the stored metadata of reservation id of customer c (nil
+	// when none); found is false when the store does not hold the reservation.
+	ReservationMetadata(ctx context.Context, c CustomerKey, id uuid.UUID) (meta Metadata, found bool, err error)
 }
 
 // BatchGranter is a BlockStore that runs many grants in one round trip,
@@ -620,14 +620,14 @@ type ReconcileSampleSource interface {
 	ScopedReconcileSource
 }
 
-// HoldReader reads reservations from the system of record.
-type HoldReader interface {
-	// GetReservation finds a hold of tenant by id (ErrNotFound).
+// ReservationReader reads reservations from the system of record.
+type ReservationReader interface {
+	// GetReservation finds a reservation of tenant by id (ErrNotFound).
 	GetReservation(ctx context.Context, tenant, id uuid.UUID) (Reservation, error)
-	// ListReservations pages a customer's holds newest first; status "" is all.
+	// ListReservations pages a customer's reservations newest first; status "" is all.
 	ListReservations(ctx context.Context, c CustomerKey, status string, cursor string, limit int) (Page[Reservation], error)
-	// ReservationCustomer finds the customer of a hold of tenant
-	// (ErrNotFound, for another tenant's hold too).
+	// ReservationCustomer finds the customer of a reservation of tenant
+	// (ErrNotFound, for another tenant's reservation too).
 	ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (CustomerKey, error)
 }
 

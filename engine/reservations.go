@@ -16,7 +16,7 @@ const (
 	MaxReservationTTLSeconds     = 86400
 )
 
-// CheckReservationTTL refuses a hold's ttl_seconds (a create's or an
+// CheckReservationTTL refuses a reservation's ttl_seconds (a create's or an
 // extend's) outside 1..MaxReservationTTLSeconds.
 func CheckReservationTTL(ttl int64) error {
 	if ttl < 1 || ttl > MaxReservationTTLSeconds {
@@ -25,14 +25,14 @@ func CheckReservationTTL(ttl int64) error {
 	return nil
 }
 
-// MaxActiveHolds bounds one customer's active reservations (invariant 13):
+// MaxActiveReservations bounds one customer's active reservations (invariant 13):
 // every money script on the customer reads them. lua/prelude/bounds.lua
-// MAX_ACTIVE_HOLDS enforces it atomically.
-const MaxActiveHolds = 100
+// MAX_ACTIVE_RESERVATIONS enforces it atomically.
+const MaxActiveReservations = 100
 
-// ErrTooManyHolds refuses a reservation past MaxActiveHolds: a 409 (a state
+// ErrTooManyReservations refuses a reservation past MaxActiveReservations: a 409 (a state
 // limit), nothing written.
-var ErrTooManyHolds = &Error{Kind: KindConflict, Field: "customer_id",
+var ErrTooManyReservations = &Error{Kind: KindConflict, Field: "customer_id",
 	Detail: "the customer already has 100 active reservations, the most allowed; commit or release some first"}
 
 // Reservations holds credit for jobs of unknown cost.
@@ -43,13 +43,13 @@ type Reservations struct {
 	lookup    CustomerLookup
 	metering  *Metering
 	hot       UsageStore
-	reader    HoldReader
+	reader    ReservationReader
 	clock     Clock
 }
 
 // ReservationsDeps is what the reservation service is built from.
 type ReservationsDeps struct {
-	// Entitlements prices and admits a hold as a consume would.
+	// Entitlements prices and admits a reservation as a consume would.
 	Entitlements *Entitlements
 	Credits      *Credits
 	Customers    *Customers
@@ -57,10 +57,10 @@ type ReservationsDeps struct {
 	// CachedCustomers in a running creditd; nil: Customers).
 	Lookup CustomerLookup
 	// Metering prices a commit by the rule active then (nil: none).
-	Metering *Metering
-	Hot      UsageStore
-	Holds    HoldReader
-	Clock    Clock
+	Metering     *Metering
+	Hot          UsageStore
+	Reservations ReservationReader
+	Clock        Clock
 }
 
 // NewReservations returns the reservation service.
@@ -69,7 +69,7 @@ func NewReservations(d ReservationsDeps) *Reservations {
 		d.Lookup = d.Customers
 	}
 	return &Reservations{lookup: d.Lookup, ent: d.Entitlements, credits: d.Credits, customers: d.Customers, metering: d.Metering,
-		hot: d.Hot, reader: d.Holds, clock: d.Clock}
+		hot: d.Hot, reader: d.Reservations, clock: d.Clock}
 }
 
 // CreateReservation is a checked reservation request: Metric and
@@ -79,12 +79,12 @@ type CreateReservation struct {
 	Customer       CustomerRef
 	Metric         string
 	EstimatedUnits int64
-	// TTLSeconds is how long the hold stands, 1 to MaxReservationTTLSeconds.
+	// TTLSeconds is how long the reservation stands, 1 to MaxReservationTTLSeconds.
 	TTLSeconds int64
 	// Metadata is canonical (nil when none was given).
 	Metadata Metadata
 	Items    []ReserveItem
-	// Dry asks what the hold would do without taking it (issue 28 item 5):
+	// Dry asks what the reservation would do without taking it (issue 28 item 5):
 	// no customer is created and no Idempotency-Key is claimed.
 	Dry bool
 }
@@ -99,8 +99,8 @@ type ReserveItem struct {
 // MaxConsumeItems bounds a consume: its items are priced in one script.
 const MaxReservationItems = MaxConsumeItems
 
-// HoldAccount is the account member of reservation responses.
-type HoldAccount struct {
+// ReservationAccount is the account member of reservation responses.
+type ReservationAccount struct {
 	Balance          int64 `json:"balance"`
 	ReservedBalance  int64 `json:"reserved_balance"`
 	EffectiveBalance int64 `json:"effective_balance"`
@@ -108,21 +108,21 @@ type HoldAccount struct {
 
 // ReserveResult is the 201 body of POST /v1/reservations.
 type ReserveResult struct {
-	ID                uuid.UUID         `json:"id"`
-	CustomerID        uuid.UUID         `json:"customer_id"`
-	BillableMetricKey string            `json:"billable_metric_key"`
-	EstimatedUnits    int64             `json:"estimated_units"`
-	EstimatedCost     int64             `json:"estimated_cost"`
-	Environment       Environment       `json:"environment"`
-	Status            ReservationStatus `json:"status"`
-	ExpiresAt         time.Time         `json:"expires_at"`
-	Account           HoldAccount       `json:"account"`
-	Metadata          Metadata          `json:"metadata"`
-	CreatedAt         time.Time         `json:"created_at"`
-	// Items lists each metric's estimate of a multi-metric hold
+	ID                uuid.UUID          `json:"id"`
+	CustomerID        uuid.UUID          `json:"customer_id"`
+	BillableMetricKey string             `json:"billable_metric_key"`
+	EstimatedUnits    int64              `json:"estimated_units"`
+	EstimatedCost     int64              `json:"estimated_cost"`
+	Environment       Environment        `json:"environment"`
+	Status            ReservationStatus  `json:"status"`
+	ExpiresAt         time.Time          `json:"expires_at"`
+	Account           ReservationAccount `json:"account"`
+	Metadata          Metadata           `json:"metadata"`
+	CreatedAt         time.Time          `json:"created_at"`
+	// Items lists each metric's estimate of a multi-metric reservation
 	// (BillableMetricKey is then "", the units and cost the totals).
 	Items []ReservationItem `json:"items,omitempty"`
-	// Dry marks a dry run's answer: the hold as it would be taken, which
+	// Dry marks a dry run's answer: the reservation as it would be taken, which
 	// does not exist (no id), and the events taking it would fire.
 	Dry    bool        `json:"-"`
 	Events []EventType `json:"-"`
@@ -185,16 +185,16 @@ func (s *Reservations) reserve(ctx context.Context, c Customer, cmd ReserveComma
 	return out, nil
 }
 
-// reserveResult is the 201 body of the hold m took for c.
+// reserveResult is the 201 body of the reservation m took for c.
 func reserveResult(c Customer, m Mutation) ReserveResult {
 	r := reservationOf(m)
 	return ReserveResult{ID: r.ID, CustomerID: c.ID, BillableMetricKey: r.BillableMetricKey,
 		EstimatedUnits: r.EstimatedUnits, EstimatedCost: r.EstimatedCost, Environment: c.Environment,
-		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: holdAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
+		Status: r.Status, ExpiresAt: r.ExpiresAt, Account: reservationAccount(m), Metadata: r.Metadata, CreatedAt: r.CreatedAt,
 		Items: r.Items}
 }
 
-// holder is the customer a hold is for: by id, created when unknown, or
+// holder is the customer a reservation is for: by id, created when unknown, or
 // strictly by external id (an unknown one is a 400).
 func (s *Reservations) holder(ctx context.Context, scope Scope, ref CustomerRef, dry bool) (Customer, error) {
 	c, err := s.lookup.Resolve(ctx, scope, ref, !ref.Strict && !dry)
@@ -254,13 +254,13 @@ func (s *Reservations) createMulti(ctx context.Context, scope Scope, tenant Tena
 	return s.reserve(ctx, c, cmd, in.Dry, "items")
 }
 
-// Get reads a hold of the tenant, in either environment. Errors: 404.
+// Get reads a reservation of the tenant, in either environment. Errors: 404.
 func (s *Reservations) Get(ctx context.Context, scope Scope, id uuid.UUID) (Reservation, error) {
-	_, hold, err := s.locate(ctx, scope, id)
-	return hold, err
+	_, reservation, err := s.locate(ctx, scope, id)
+	return reservation, err
 }
 
-// List pages a customer's holds newest first; the customer is never created.
+// List pages a customer's reservations newest first; the customer is never created.
 // An unrecognized status is the 500 the spec documents.
 func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, status, cursor string, limit int) (Page[Reservation], error) {
 	if status != "" && !ReservationStatus(status).Valid() {
@@ -274,14 +274,14 @@ func (s *Reservations) List(ctx context.Context, scope Scope, ref CustomerRef, s
 	return s.reader.ListReservations(ctx, CustomerKeyOf(c), status, cursor, limit)
 }
 
-// find is the hold id with its customer for a commit or release: from
-// Redis alone when its reservation index describes the hold (the customer
+// find is the reservation id with its customer for a commit or release: from
+// Redis alone when its reservation index describes the reservation (the customer
 // from the customer look-up; the stored metadata, when withMeta, from the
-// customer's hash), else as locate finds it. A hold found in Redis has no
+// customer's hash), else as locate finds it. A reservation found in Redis has no
 // Status (hotMiss tells them apart): the script answers for its state, and
 // nothing waits for Postgres to catch up (issue 10).
 func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, withMeta bool) (Customer, Reservation, error) {
-	ref, ok, err := s.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationRef(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -291,48 +291,48 @@ func (s *Reservations) find(ctx context.Context, scope Scope, id uuid.UUID, with
 	if ref.Customer.TenantID != scope.TenantID {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
-	hold := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
+	reservation := Reservation{ID: id, TenantID: ref.Customer.TenantID, CustomerID: ref.Customer.CustomerID,
 		Environment: ref.Customer.Environment, BillableMetricKey: ref.Metric, Items: ref.Items}
 	if withMeta {
-		meta, found, err := s.hot.HoldMetadata(ctx, ref.Customer, id)
+		meta, found, err := s.hot.ReservationMetadata(ctx, ref.Customer, id)
 		if err != nil {
 			return Customer{}, Reservation{}, err
 		}
 		if !found {
 			return s.locate(ctx, scope, id)
 		}
-		hold.Metadata = meta
+		reservation.Metadata = meta
 	}
 	c, err := s.lookup.CustomerByKey(ctx, ref.Customer)
 	if err != nil {
-		// A deleted customer's holds can still be settled.
+		// A deleted customer's reservations can still be settled.
 		c = Customer{ID: ref.Customer.CustomerID, TenantID: ref.Customer.TenantID, Environment: ref.Customer.Environment}
 	}
-	return c, hold, nil
+	return c, reservation, nil
 }
 
-// hotMiss reports whether a commit or release of a hold find took from
+// hotMiss reports whether a commit or release of a reservation find took from
 // Redis alone failed because Redis no longer holds it (finalized and
 // dropped) or the customer's state: Postgres answers then, through locate,
 // as it did before the index described holds. Nothing was written.
-func (s *Reservations) hotMiss(hold Reservation, err error) bool {
-	return hold.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
+func (s *Reservations) hotMiss(reservation Reservation, err error) bool {
+	return reservation.Status == "" && (errors.Is(err, ErrReservationNotFound) || errors.Is(err, ErrStateMissing))
 }
 
-// run runs a commit or release script: for a hold locate found, loading
+// run runs a commit or release script: for a reservation locate found, loading
 // the customer's state first when Redis lacks it (withLoad); for one find
 // took from Redis, once (hotMiss sends a miss to locate's path).
-func (s *Reservations) run(ctx context.Context, hold Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
-	if hold.Status == "" {
+func (s *Reservations) run(ctx context.Context, reservation Reservation, c CustomerKey, op func() (MutationResult, error)) (MutationResult, error) {
+	if reservation.Status == "" {
 		return op()
 	}
 	return withLoad(ctx, s.credits, c, op)
 }
 
-// locate finds a hold's customer (Redis index, else Postgres) and its
-// persisted row, refusing other tenants' holds with a 404.
+// locate finds a reservation's customer (Redis index, else Postgres) and its
+// persisted row, refusing other tenants' reservations with a 404.
 func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (Customer, Reservation, error) {
-	ref, ok, err := s.hot.ReservationHold(ctx, id)
+	ref, ok, err := s.hot.ReservationRef(ctx, id)
 	if err != nil {
 		return Customer{}, Reservation{}, err
 	}
@@ -340,7 +340,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	if !ok {
 		key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
 		if errors.Is(err, ErrNotFound) {
-			// A hold made a moment ago, on any node, may still be on its
+			// A reservation made a moment ago, on any node, may still be on its
 			// way to Postgres: wait for the outbox, then look again.
 			s.credits.behind.All(ctx)
 			key, err = s.reader.ReservationCustomer(ctx, scope.TenantID, id)
@@ -356,7 +356,7 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
 	s.credits.awaitPersisted(ctx, key)
-	hold, err := s.reader.GetReservation(ctx, scope.TenantID, id)
+	reservation, err := s.reader.GetReservation(ctx, scope.TenantID, id)
 	if errors.Is(err, ErrNotFound) {
 		return Customer{}, Reservation{}, NotFound("reservation not found")
 	}
@@ -365,10 +365,10 @@ func (s *Reservations) locate(ctx context.Context, scope Scope, id uuid.UUID) (C
 	}
 	c, err := s.customers.ByID(ctx, key.CustomerID)
 	if err != nil {
-		// A deleted customer's holds can still be settled.
+		// A deleted customer's reservations can still be settled.
 		c = Customer{ID: key.CustomerID, TenantID: key.TenantID, Environment: key.Environment}
 	}
-	return c, hold, nil
+	return c, reservation, nil
 }
 
 func reservationOf(m Mutation) Reservation {
@@ -396,7 +396,7 @@ func reservationOf(m Mutation) Reservation {
 	return out
 }
 
-func holdAccount(m Mutation) HoldAccount {
+func reservationAccount(m Mutation) ReservationAccount {
 	a := m.Account
-	return HoldAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
+	return ReservationAccount{Balance: a.Balance, ReservedBalance: a.Reserved, EffectiveBalance: a.Balance - a.Reserved - a.Pending}
 }

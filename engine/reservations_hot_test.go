@@ -10,30 +10,30 @@ import (
 	"github.com/google/uuid"
 )
 
-// holdHot is a UsageStore whose reservation index describes one hold (or,
+// reservationHot is a UsageStore whose reservation index describes one reservation (or,
 // when !described, names its customer alone) and whose commit and release
 // scripts answer with err (the first errRuns times), or a Mutation of the
 // command.
-type holdHot struct {
+type reservationHot struct {
 	UsageStore
-	ref       HoldRef
+	ref       ReservationRef
 	described bool
 	err       error
 	errRuns   int32
 	runs      atomic.Int32
 }
 
-func (h *holdHot) ReservationHold(context.Context, uuid.UUID) (HoldRef, bool, error) {
+func (h *reservationHot) ReservationRef(context.Context, uuid.UUID) (ReservationRef, bool, error) {
 	ref := h.ref
 	ref.Described = h.described
 	return ref, true, nil
 }
 
-func (h *holdHot) HoldMetadata(context.Context, CustomerKey, uuid.UUID) (Metadata, bool, error) {
+func (h *reservationHot) ReservationMetadata(context.Context, CustomerKey, uuid.UUID) (Metadata, bool, error) {
 	return Metadata{"a": []byte(`1`)}, true, nil
 }
 
-func (h *holdHot) settle(c CustomerKey, id uuid.UUID, op uuid.UUID, status ReservationStatus) (MutationResult, error) {
+func (h *reservationHot) settle(c CustomerKey, id uuid.UUID, op uuid.UUID, status ReservationStatus) (MutationResult, error) {
 	if h.runs.Add(1) <= h.errRuns {
 		return MutationResult{}, h.err
 	}
@@ -41,34 +41,34 @@ func (h *holdHot) settle(c CustomerKey, id uuid.UUID, op uuid.UUID, status Reser
 		Reservation: &MutationReservation{ID: id, Status: status, EstimatedUnits: 3, EstimatedCost: 30, Released: 30}}}, nil
 }
 
-func (h *holdHot) Commit(_ context.Context, cmd CommitCommand) (MutationResult, error) {
+func (h *reservationHot) Commit(_ context.Context, cmd CommitCommand) (MutationResult, error) {
 	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationCommitted)
 }
 
-func (h *holdHot) Release(_ context.Context, cmd ReleaseCommand) (MutationResult, error) {
+func (h *reservationHot) Release(_ context.Context, cmd ReleaseCommand) (MutationResult, error) {
 	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationReleased)
 }
 
-// postgresHolds stands for Postgres: it counts every read of a hold and of
+// postgresReservations stands for Postgres: it counts every read of a reservation and of
 // the persisted account version (the read-your-writes wait).
-type postgresHolds struct {
+type postgresReservations struct {
 	LedgerReader
-	key   CustomerKey
-	hold  Reservation
-	reads atomic.Int32
+	key         CustomerKey
+	reservation Reservation
+	reads       atomic.Int32
 }
 
-func (p *postgresHolds) GetReservation(context.Context, uuid.UUID, uuid.UUID) (Reservation, error) {
+func (p *postgresReservations) GetReservation(context.Context, uuid.UUID, uuid.UUID) (Reservation, error) {
 	p.reads.Add(1)
-	return p.hold, nil
+	return p.reservation, nil
 }
 
-func (p *postgresHolds) ListReservations(context.Context, CustomerKey, string, string, int) (Page[Reservation], error) {
+func (p *postgresReservations) ListReservations(context.Context, CustomerKey, string, string, int) (Page[Reservation], error) {
 	p.reads.Add(1)
 	return Page[Reservation]{}, nil
 }
 
-func (p *postgresHolds) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (CustomerKey, error) {
+func (p *postgresReservations) ReservationCustomer(context.Context, uuid.UUID, uuid.UUID) (CustomerKey, error) {
 	p.reads.Add(1)
 	return p.key, nil
 }
@@ -81,12 +81,12 @@ func (versionBlocks) Snapshot(context.Context, CustomerKey, time.Time) (Account,
 	return Account{Version: 1}, nil
 }
 
-// TestHoldsSettleFromRedis: a commit or release of a hold the Redis index
+// TestReservationsSettleFromRedis: a commit or release of a reservation the Redis index
 // describes reads nothing from Postgres and waits for nothing; one the
 // index names only by customer, or one Redis no longer holds (NOTFOUND,
-// NOSTATE), goes to Postgres as before, and a hold Postgres shows
+// NOSTATE), goes to Postgres as before, and a reservation Postgres shows
 // finalized is then the 409.
-func TestHoldsSettleFromRedis(t *testing.T) {
+func TestReservationsSettleFromRedis(t *testing.T) {
 	zero := int64(0)
 	cases := []struct {
 		name      string
@@ -101,7 +101,7 @@ func TestHoldsSettleFromRedis(t *testing.T) {
 		{name: "commit from Redis", described: true},
 		{name: "release from Redis", described: true, release: true},
 		{name: "older index record", pgStatus: ReservationActive, wantPG: true},
-		{name: "Redis dropped the settled hold", described: true, hotErr: ErrReservationNotFound, errRuns: 2,
+		{name: "Redis dropped the settled reservation", described: true, hotErr: ErrReservationNotFound, errRuns: 2,
 			pgStatus: ReservationCommitted, wantErr: ErrReservationNotActive, wantPG: true},
 		{name: "state not loaded", described: true, hotErr: ErrStateMissing, errRuns: 1, release: true,
 			pgStatus: ReservationActive, wantPG: true},
@@ -117,12 +117,12 @@ func TestHoldsSettleFromRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := uuid.New()
-			pg := &postgresHolds{key: key, hold: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
+			pg := &postgresReservations{key: key, reservation: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
 				Environment: key.Environment, BillableMetricKey: "m", Status: tc.pgStatus}}
 			credits := NewCredits(customers, versionBlocks{}, pg, clock, nil)
-			hot := &holdHot{ref: HoldRef{Customer: key, Metric: "m"}, described: tc.described, err: tc.hotErr, errRuns: tc.errRuns}
+			hot := &reservationHot{ref: ReservationRef{Customer: key, Metric: "m"}, described: tc.described, err: tc.hotErr, errRuns: tc.errRuns}
 			svc := NewReservations(ReservationsDeps{Entitlements: NewEntitlements(EntitlementsDeps{Customers: customers, Credits: credits, Hot: hot, Clock: clock}),
-				Credits: credits, Customers: customers, Hot: hot, Holds: pg, Clock: clock})
+				Credits: credits, Customers: customers, Hot: hot, Reservations: pg, Clock: clock})
 			scope := Scope{TenantID: key.TenantID, Environment: key.Environment}
 			var status ReservationStatus
 			var err error

@@ -124,11 +124,11 @@ func AddChecked(a, b int64) (int64, bool) {
 
 // LineSplit is the rule of a charge under policy block (the Go twin of
 // lua/prelude/credit_line.lua's line_split, held to it by lua's TestLineSplitAgrees): a
-// charge of cost that settles held of a hold (0 outside a commit), for an
+// charge of cost that settles held of a reservation (0 outside a commit), for an
 // account of effective balance effective owing debt on a credit line of
 // lineMC. ok is false when the effective balance would end below minus the
 // line (effective + held - cost < -lineMC). Else the started blocks pay
-// fromBlocks, all they hold beyond the other holds (effective + debt +
+// fromBlocks, all they hold beyond the other reservations (effective + debt +
 // held) up to the cost, and toDebt goes on the line (docs/rules.md "Credit
 // line"). With no line and no debt it is the plain cost <= effective +
 // held. Sums that would pass int64 are taken at their true value

@@ -15,7 +15,7 @@ import (
 // TestScopeFreeAgrees runs both on the same cases).
 
 // MaxScopeKeys bounds the metric keys of one scope (docs/limits.md): a
-// charge tests each block's scope once per hold metric.
+// charge tests each block's scope once per reservation metric.
 const MaxScopeKeys = 20
 
 // AppliesTo is the applies_to member of grants, plan grants, topups,
@@ -61,7 +61,7 @@ func AppliesToOf(keys []string) *AppliesTo {
 func ScopeText(keys []string) string { return strings.Join(keys, ",") }
 
 // Applies reports whether block b pays for metric: b has no scope or names
-// it. The metric "" (a multi-metric hold) only unscoped blocks back.
+// it. The metric "" (a multi-metric reservation) only unscoped blocks back.
 func (b MutationBlock) Applies(metric string) bool {
 	return len(b.Scope) == 0 || (metric != "" && slices.Contains(b.Scope, metric))
 }
@@ -88,15 +88,15 @@ func eligible(blocks []MutationBlock, metric string, nowMS int64) int64 {
 }
 
 // ScopeFree is prelude scope_free: the most a charge for metric may take
-// from blocks at nowMS while every metric in holdMetrics (the metrics of
-// the active holds that stay) keeps E(m) >= reserved - freed. Walking the
+// from blocks at nowMS while every metric in reservationMetrics (the metrics of
+// the active reservations that stay) keeps E(m) >= reserved - freed. Walking the
 // blocks that apply to metric in spend order, it stops where one more unit
 // would break that. Never negative.
-func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int64, metric string, nowMS int64) int64 {
+func ScopeFree(blocks []MutationBlock, reservationMetrics []string, reserved, freed int64, metric string, nowMS int64) int64 {
 	owed := reserved - freed
-	slack := make([]int64, len(holdMetrics))
-	taken := make([]int64, len(holdMetrics))
-	for i, m := range holdMetrics {
+	slack := make([]int64, len(reservationMetrics))
+	taken := make([]int64, len(reservationMetrics))
+	for i, m := range reservationMetrics {
 		slack[i] = eligible(blocks, m, nowMS) - owed
 	}
 	var elig []MutationBlock
@@ -109,7 +109,7 @@ func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int
 	var cum int64
 	for _, b := range elig {
 		capped, limit := false, int64(0)
-		for i, m := range holdMetrics {
+		for i, m := range reservationMetrics {
 			if !b.Applies(m) {
 				continue
 			}
@@ -129,12 +129,12 @@ func ScopeFree(blocks []MutationBlock, holdMetrics []string, reserved, freed int
 	return cum
 }
 
-// ScopeRoom is prelude scope_room: what a hold for metric may take or grow
-// by, min over metric and holdMetrics of E(m) - reserved (negative when
-// holds lean on the credit line).
-func ScopeRoom(blocks []MutationBlock, holdMetrics []string, reserved int64, metric string, nowMS int64) int64 {
+// ScopeRoom is prelude scope_room: what a reservation for metric may take or grow
+// by, min over metric and reservationMetrics of E(m) - reserved (negative when
+// reservations lean on the credit line).
+func ScopeRoom(blocks []MutationBlock, reservationMetrics []string, reserved int64, metric string, nowMS int64) int64 {
 	room := eligible(blocks, metric, nowMS) - reserved
-	for _, m := range holdMetrics {
+	for _, m := range reservationMetrics {
 		room = min(room, eligible(blocks, m, nowMS)-reserved)
 	}
 	return room
@@ -154,7 +154,7 @@ func MetricAvailable(acct Account, limitMC int64, policy OveragePolicy, metric s
 	if !ScopedAny(blocks) {
 		return avail
 	}
-	free := ScopeFree(blocks, acct.HoldMetrics, acct.ReservedBalance, 0, metric, nowMS)
+	free := ScopeFree(blocks, acct.ReservationMetrics, acct.ReservedBalance, 0, metric, nowMS)
 	if policy == OveragePolicyBlock {
 		if s, ok := AddChecked(free, limitMC-acct.DebtMC); ok {
 			free = s
@@ -180,7 +180,7 @@ func (b Block) mutationBlock() MutationBlock {
 }
 
 // ScopeBalance is one scope's share of an account's live blocks: what they
-// hold (balance, as the account's, before debt) and what of it has not
+// reservation (balance, as the account's, before debt) and what of it has not
 // started (pending). AppliesTo nil is the unscoped credit.
 type ScopeBalance struct {
 	AppliesTo *AppliesTo `json:"applies_to"`

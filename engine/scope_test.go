@@ -62,13 +62,13 @@ func scopedBlock(rem int64, prio int, created int64, keys ...string) Block {
 
 // TestMetricAvailable: what checks and snapshots answer per metric, as the
 // money scripts decide (prelude scope_split): the blocks that apply to the
-// metric, less what the holds of other metrics need of them, plus what is
+// metric, less what the reservations of other metrics need of them, plus what is
 // left of the line under block.
 func TestMetricAvailable(t *testing.T) {
 	blocks := []Block{scopedBlock(1000, 0, 1, "a"), scopedBlock(500, 0, 2, "b"), scopedBlock(300, 1, 3)}
 	acct := Account{Balance: 1800, EffectiveBalance: 1800, Blocks: blocks}
 	held := acct
-	held.ReservedBalance, held.EffectiveBalance, held.HoldMetrics = 700, 1100, []string{"b"}
+	held.ReservedBalance, held.EffectiveBalance, held.ReservationMetrics = 700, 1100, []string{"b"}
 	debt := acct
 	debt.Blocks = []Block{scopedBlock(1000, 0, 1, "a")}
 	debt.Balance, debt.EffectiveBalance, debt.DebtMC = 900, 900, 100
@@ -84,8 +84,8 @@ func TestMetricAvailable(t *testing.T) {
 		{"other metric: unscoped only", acct, 0, OveragePolicyBlock, "c", 300},
 		{"a line on top", acct, 200, OveragePolicyBlock, "c", 500},
 		{"allow ignores the line", acct, 200, OveragePolicyAllow, "c", 300},
-		{"a hold of b keeps 200 unscoped", held, 0, OveragePolicyBlock, "a", 1100},
-		{"the hold's own metric", held, 0, OveragePolicyBlock, "b", 100},
+		{"a reservation of b keeps 200 unscoped", held, 0, OveragePolicyBlock, "a", 1100},
+		{"the reservation's own metric", held, 0, OveragePolicyBlock, "b", 100},
 		{"debt uses the line", debt, 150, OveragePolicyBlock, "c", 50},
 		{"debt: the effective balance bounds", debt, 150, OveragePolicyBlock, "a", 1050},
 		{"no scope at all: the account's figure", Account{EffectiveBalance: 40, Blocks: []Block{scopedBlock(40, 0, 1)}},

@@ -186,9 +186,9 @@ type Account struct {
 	// DebtMC is what the account owes on its credit line, counted in
 	// Balance (docs/rules.md "Credit line").
 	DebtMC int64 `json:"debt_mc"`
-	// HoldMetrics are the distinct metrics of the active holds when some
+	// ReservationMetrics are the distinct metrics of the active reservations when some
 	// block has a scope (ScopeFree), else nil; never in an answer.
-	HoldMetrics []string `json:"-"`
+	ReservationMetrics []string `json:"-"`
 	// CreditLimitMC is the customer's credit line (Customer.CreditLimitMC).
 	CreditLimitMC int64 `json:"credit_limit_mc"`
 	// Budgets are the customer's budgets with their spend in the current

@@ -182,7 +182,7 @@ func (a *reserveMultiArgv) list() []any {
 }
 
 // mergeArgv are the two arguments a commit gets when Go merged its
-// metadata (runCommit): the hold's stored metadata it merged into and the
+// metadata (runCommit): the reservation's stored metadata it merged into and the
 // result.
 type mergeArgv struct {
 	Stored string `lua:"stored_meta"`
@@ -196,7 +196,7 @@ type commitArgv struct {
 	Actual string `lua:"actual"`
 	Terms  string `lua:"terms_arg"`
 	Meta   string `lua:"meta"`
-	// Partial is "1" for a partial commit (the hold stays active).
+	// Partial is "1" for a partial commit (the reservation stays active).
 	Partial string `lua:"partial"`
 	Merge   mergeArgv
 }

@@ -20,8 +20,8 @@ import (
 // Compile-time check that Store keeps the hot credit state.
 var _ engine.BlockStore = (*Store)(nil)
 
-// reservationKeep is how long a finalized hold stays in the account hash
-// (prelude/holds.lua RES_KEEP_MS), so a quick second commit or release answers
+// reservationKeep is how long a finalized reservation stays in the account hash
+// (prelude/reservations.lua RES_KEEP_MS), so a quick second commit or release answers
 // 409 without asking Postgres.
 const reservationKeep = 10 * time.Minute
 
@@ -403,19 +403,19 @@ func (s *Store) Snapshot(ctx context.Context, c engine.CustomerKey, now time.Tim
 	engine.SpendOrder(live)
 	bal := engine.ComputeBalances(live, r.reserved, nowMS).WithDebt(r.debt)
 	acct := engine.Account{
-		ID:               r.id,
-		TenantID:         c.TenantID,
-		CustomerID:       c.CustomerID,
-		Environment:      c.Environment,
-		Balance:          bal.Balance,
-		ReservedBalance:  bal.Reserved,
-		PendingBalance:   bal.Pending,
-		EffectiveBalance: bal.Effective,
-		LifetimeEarned:   r.lifetimeEarned,
-		DebtMC:           r.debt,
-		HoldMetrics:      r.holdMetrics,
-		Version:          r.version,
-		Blocks:           make([]engine.Block, 0, len(live)),
+		ID:                 r.id,
+		TenantID:           c.TenantID,
+		CustomerID:         c.CustomerID,
+		Environment:        c.Environment,
+		Balance:            bal.Balance,
+		ReservedBalance:    bal.Reserved,
+		PendingBalance:     bal.Pending,
+		EffectiveBalance:   bal.Effective,
+		LifetimeEarned:     r.lifetimeEarned,
+		DebtMC:             r.debt,
+		ReservationMetrics: r.reservationMetrics,
+		Version:            r.version,
+		Blocks:             make([]engine.Block, 0, len(live)),
 	}
 	if r.id != "" {
 		acct.UpdatedAt = time.UnixMilli(r.updatedMS).UTC()
@@ -445,7 +445,7 @@ func (s *Store) due(ctx context.Context, what string, p int, key string, now tim
 }
 
 // parseExpiryMember reads a "tenant|env|customer" member (the prefix of a
-// hold-expiry zset member).
+// reservation-expiry zset member).
 func parseExpiryMember(m string) (engine.CustomerKey, error) {
 	parts := strings.Split(m, "|")
 	if len(parts) != 3 {
@@ -461,16 +461,16 @@ func parseExpiryMember(m string) (engine.CustomerKey, error) {
 
 // Load installs st unless the store holds this or a newer version of the
 // account (load.lua, invariant 5), reporting whether it wrote: blocks,
-// gauges, active holds (also in the partition's hold-expiry zset) and holds
+// gauges, active reservations (also in the partition's reservation-expiry zset) and reservations
 // finalized less than a day ago (so a second commit or release is a 409);
-// older finalized holds are left out. It writes no op key: Postgres
+// older finalized reservations are left out. It writes no op key: Postgres
 // answers a retry of st.Applied (appliedFirst). The instant is the store
 // clock's; LoadAt takes it explicitly.
 func (s *Store) Load(ctx context.Context, st engine.AccountState) (bool, error) {
 	return s.LoadAt(ctx, st, s.clock.Now())
 }
 
-// LoadAt is Load with the instant finalized holds are judged at.
+// LoadAt is Load with the instant finalized reservations are judged at.
 func (s *Store) LoadAt(ctx context.Context, st engine.AccountState, now time.Time) (bool, error) {
 	var b loadCall
 	if err := s.loadArgs(&b, st, now); err != nil {
@@ -601,23 +601,23 @@ func contextText(mc *engine.MutationContext) string {
 	return string(b)
 }
 
-// HoldBacklog counts, in every partition, the holds due to lapse at now:
-// the work the hold sweep has not done yet (one pipelined round of
+// ReservationBacklog counts, in every partition, the reservations due to lapse at now:
+// the work the reservation sweep has not done yet (one pipelined round of
 // ZCOUNTs). The expiry sweep's backlog is Postgres' (persist.DueExpiryCount).
-func (s *Store) HoldBacklog(ctx context.Context, now time.Time) (holds [Partitions]int64, err error) {
+func (s *Store) ReservationBacklog(ctx context.Context, now time.Time) (reservations [Partitions]int64, err error) {
 	upTo := strconv.FormatInt(now.UnixMilli(), 10)
-	var hold [Partitions]*redis.IntCmd
+	var reservation [Partitions]*redis.IntCmd
 	_, err = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for p := range Partitions {
-			hold[p] = pipe.ZCount(ctx, s.holdExpiryKey(p), "-inf", upTo)
+			reservation[p] = pipe.ZCount(ctx, s.reservationExpiryKey(p), "-inf", upTo)
 		}
 		return nil
 	})
 	if err != nil {
-		return holds, fmt.Errorf("lua: hold backlog: %w", err)
+		return reservations, fmt.Errorf("lua: reservation backlog: %w", err)
 	}
 	for p := range Partitions {
-		holds[p] = hold[p].Val()
+		reservations[p] = reservation[p].Val()
 	}
-	return holds, nil
+	return reservations, nil
 }

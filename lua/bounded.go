@@ -16,7 +16,7 @@ import (
 )
 
 // Work the scripts leave to Go (invariant 13): matching stack_after against
-// every block's metadata and merging a commit's metadata into its hold's
+// every block's metadata and merging a commit's metadata into its reservation's
 // cost a script milliseconds in Lua at the largest metadata the API takes,
 // so Go does both from a plain read and the script only checks that what
 // Go read is still current (STALE otherwise, and Go reads again).
@@ -94,12 +94,12 @@ func isEmptyContainer(v any) bool {
 	return false
 }
 
-// holdMeta is the stored metadata of hold id ("" when none) and whether the
-// hold is in the hash at all.
-func (s *Store) holdMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
+// reservationMeta is the stored metadata of reservation id ("" when none) and whether the
+// reservation is in the hash at all.
+func (s *Store) reservationMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
 	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
 	if err != nil {
-		return "", false, fmt.Errorf("lua: read hold: %w", err)
+		return "", false, fmt.Errorf("lua: read reservation: %w", err)
 	}
 	raw, found := v[0].(string)
 	if !found {
@@ -128,7 +128,7 @@ func mergeMeta(stored, incoming string) (string, error) {
 	}
 	var a, b map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(stored), &a); err != nil {
-		return "", fmt.Errorf("lua: stored hold metadata: %w", err)
+		return "", fmt.Errorf("lua: stored reservation metadata: %w", err)
 	}
 	if err := json.Unmarshal([]byte(incoming), &b); err != nil {
 		return "", fmt.Errorf("lua: commit metadata: %w", err)

@@ -14,15 +14,15 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// maxKeptHolds is prelude/bounds.lua MAX_KEPT_HOLDS: finalized holds kept in the
+// maxKeptReservations is prelude/bounds.lua MAX_KEPT_RESERVATIONS: finalized reservations kept in the
 // account hash (docs/limits.md).
-const maxKeptHolds = 8
+const maxKeptReservations = 8
 
 // TestCapErrorsNameTheCap: the errors of the caps prelude/bounds.lua names
 // (their values: TestLuaConstantsMatchGo) are 409s naming the cap
 // (invariant 13).
 func TestCapErrorsNameTheCap(t *testing.T) {
-	for _, e := range []*engine.Error{engine.ErrTooManyBlocks, engine.ErrTooManyHolds} {
+	for _, e := range []*engine.Error{engine.ErrTooManyBlocks, engine.ErrTooManyReservations} {
 		if !strings.Contains(e.Detail, fmt.Sprint(engine.MaxLiveBlocks)) || e.Kind != engine.KindConflict || e.Field == "" {
 			t.Errorf("cap error %+v: want a 409 naming its field and the cap", e)
 		}
@@ -37,8 +37,8 @@ func withMeta(c engine.CustomerKey, amount int64, now time.Time, meta string) en
 }
 
 // TestCapsRefuseAndChangeNothing: at MaxLiveBlocks live blocks a grant is
-// ErrTooManyBlocks and at MaxActiveHolds active holds a reservation is
-// ErrTooManyHolds, each leaving every key as it was; an expired or emptied
+// ErrTooManyBlocks and at MaxActiveReservations active reservations a reservation is
+// ErrTooManyReservations, each leaving every key as it was; an expired or emptied
 // block frees its slot (invariant 13, invariant 9).
 func TestCapsRefuseAndChangeNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -52,7 +52,7 @@ func TestCapsRefuseAndChangeNothing(t *testing.T) {
 			b.grant(t, withMeta(c, 1000, t0, fmt.Sprint("b", i)))
 		}
 		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 1}
-		for i := 0; i < engine.MaxActiveHolds; i++ {
+		for i := 0; i < engine.MaxActiveReservations; i++ {
 			b.reserve(t, reserveCmd(c, 1, terms, time.Hour, t0))
 		}
 		cases := []struct {
@@ -64,10 +64,10 @@ func TestCapsRefuseAndChangeNothing(t *testing.T) {
 				_, err := b.store.Grant(ctx, withMeta(c, 1, t0, "over"))
 				return err
 			}, engine.ErrTooManyBlocks},
-			{"reserve past the hold cap", func() error {
+			{"reserve past the reservation cap", func() error {
 				_, err := b.store.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
 				return err
-			}, engine.ErrTooManyHolds},
+			}, engine.ErrTooManyReservations},
 			{"stack_after grant past the cap", func() error {
 				g := withMeta(c, 1, t0, "stack")
 				g.DurationSeconds = 60
@@ -77,11 +77,11 @@ func TestCapsRefuseAndChangeNothing(t *testing.T) {
 			}, engine.ErrTooManyBlocks},
 		}
 		for _, tc := range cases {
-			before := b.holdDump(t, c)
+			before := b.reservationDump(t, c)
 			if err := tc.run(); !errors.Is(err, tc.want) {
 				t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
 			}
-			if after := b.holdDump(t, c); after != before {
+			if after := b.reservationDump(t, c); after != before {
 				t.Errorf("%s changed state:\nbefore %s\nafter  %s", tc.name, before, after)
 			}
 		}
@@ -116,8 +116,8 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 		if _, err := b.store.Debit(ctx, debitCmd(c, 10, t0)); err != nil {
 			t.Fatal(err)
 		}
-		hold := b.reserve(t, reserveCmd(c, 10, terms, time.Minute, t0))
-		if _, err := b.store.Commit(ctx, commitCmd(c, hold.Reservation.ID, 5, terms, t0)); err != nil {
+		reservation := b.reserve(t, reserveCmd(c, 10, terms, time.Minute, t0))
+		if _, err := b.store.Commit(ctx, commitCmd(c, reservation.Reservation.ID, 5, terms, t0)); err != nil {
 			t.Fatal(err)
 		}
 		if a := b.snapshot(t, c, t0); len(a.Blocks) != 1 || a.Blocks[0].Metadata["tag"] == nil {
@@ -169,15 +169,15 @@ func TestDrainCarriesNoBlockMetadata(t *testing.T) {
 	})
 }
 
-// TestKeptHoldsBounded: finalized holds stay in the hash for a while, but
-// never more than MAX_KEPT_HOLDS of them; hold metadata is kept out of what
+// TestKeptReservationsBounded: finalized reservations stay in the hash for a while, but
+// never more than MAX_KEPT_RESERVATIONS of them; reservation metadata is kept out of what
 // every script reads (field "n:<id>") and out of release Mutations.
-func TestKeptHoldsBounded(t *testing.T) {
+func TestKeptReservationsBounded(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
 		terms := engine.RuleTerms{CostType: engine.CostFlat, BaseCost: 1}
-		for i := 0; i < 2*engine.MaxActiveHolds+5; i++ {
+		for i := 0; i < 2*engine.MaxActiveReservations+5; i++ {
 			r := reserveCmd(c, 1, terms, time.Hour, t0)
 			r.Metadata = engine.Metadata{"i": json.RawMessage(fmt.Sprint(i))}
 			b.reserve(t, r)
@@ -186,26 +186,26 @@ func TestKeptHoldsBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(res.Mutation.Reservation.Metadata) != 0 {
-				t.Fatalf("a release Mutation carries the hold metadata %s", res.Mutation.Reservation.Metadata)
+				t.Fatalf("a release Mutation carries the reservation metadata %s", res.Mutation.Reservation.Metadata)
 			}
 		}
-		var holds, metas int
+		var reservations, metas int
 		for _, k := range b.rdb.HKeys(ctx, b.store.accountKey(c.CustomerID)).Val() {
 			switch {
 			case strings.HasPrefix(k, "r:"):
-				holds++
+				reservations++
 			case strings.HasPrefix(k, "n:"):
 				metas++
 			}
 		}
-		if holds > maxKeptHolds || holds == 0 || metas != holds {
-			t.Errorf("hash keeps %d finalized holds and %d hold metadata fields, want 1..%d of each", holds, metas, maxKeptHolds)
+		if reservations > maxKeptReservations || reservations == 0 || metas != reservations {
+			t.Errorf("hash keeps %d finalized reservations and %d reservation metadata fields, want 1..%d of each", reservations, metas, maxKeptReservations)
 		}
 	})
 }
 
 // TestCommitMergesMetadataInGo: the commit's metadata is merged into the
-// hold's by Go and the script only checks the hold is unchanged; the result
+// reservation's by Go and the script only checks the reservation is unchanged; the result
 // is the key-by-key merge either way.
 func TestCommitMergesMetadataInGo(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -237,11 +237,11 @@ func TestCommitMergesMetadataInGo(t *testing.T) {
 	})
 }
 
-// TestCommitHoldMetadataField: after a commit, field "n:<id>" (which the
+// TestCommitReservationMetadataField: after a commit, field "n:<id>" (which the
 // commit no longer rewrites when its metadata is unchanged) and the
-// commit's Mutation hold the hold's metadata, merged with the commit's when
+// commit's Mutation hold the reservation's metadata, merged with the commit's when
 // it brings some.
-func TestCommitHoldMetadataField(t *testing.T) {
+func TestCommitReservationMetadataField(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		commit engine.Metadata
@@ -275,7 +275,7 @@ func TestCommitHoldMetadataField(t *testing.T) {
 					}
 				}
 				if len(fields) != 1 || fields[0] != tc.want {
-					t.Errorf("hold metadata fields %q, want [%s]", fields, tc.want)
+					t.Errorf("reservation metadata fields %q, want [%s]", fields, tc.want)
 				}
 			})
 		})

@@ -154,9 +154,9 @@ func TestBudgetConsume(t *testing.T) {
 	}
 }
 
-// TestBudgetHolds: a hold is checked against the budgets with its estimate
+// TestBudgetReservations: a reservation is checked against the budgets with its estimate
 // but not counted; its commit counts the actual cost and is never refused.
-func TestBudgetHolds(t *testing.T) {
+func TestBudgetReservations(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -173,11 +173,11 @@ func TestBudgetHolds(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		// The hold is not counted: 9 more still fit.
+		// The reservation is not counted: 9 more still fit.
 		cons := consumeCmd(c, 9, perUnitTerms(1), engine.OveragePolicyBlock, at)
 		cons.Context.Budgets = budgets
 		if _, err := b.store.Consume(ctx, cons); err != nil {
-			t.Fatalf("consume 9 beside a hold of 8: %v", err)
+			t.Fatalf("consume 9 beside a reservation of 8: %v", err)
 		}
 		// The commit counts 8, past the cap, and is not refused.
 		cm := commitCmd(c, h.ReservationID, 8, perUnitTerms(1), at)
@@ -186,7 +186,7 @@ func TestBudgetHolds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("commit past the cap: %v", err)
 		}
-		// The refused hold already fired credit.budget_reached for the day.
+		// The refused reservation already fired credit.budget_reached for the day.
 		if res.Mutation.Budget != nil {
 			t.Errorf("commit budget section %+v, want none: the period's event fired", res.Mutation.Budget)
 		}

@@ -14,27 +14,27 @@ import (
 
 // Compile-time checks that Store keeps the tenants' change feeds.
 var (
-	_ engine.ChangeFeed = (*Store)(nil)
-	_ engine.HoldNotes  = (*Store)(nil)
+	_ engine.ChangeFeed       = (*Store)(nil)
+	_ engine.ReservationNotes = (*Store)(nil)
 )
 
 var (
-	//go:embed hold_note.lua
-	holdNoteLua    string
-	holdNoteScript = redis.NewScript(holdNoteLua)
+	//go:embed reservation_note.lua
+	reservationNoteLua    string
+	reservationNoteScript = redis.NewScript(reservationNoteLua)
 	// The same notice is a body of the library too, for a fused door's
 	// money script to append (door_fused.lua).
-	_ = newScript("hold_note", holdNoteLua)
+	_ = newScript("reservation_note", reservationNoteLua)
 )
 
-// HoldNote appends a hold notice of customer c to its tenant's change
-// feed, with one EVALSHA of hold_note.lua.
-func (s *Store) HoldNote(ctx context.Context, c engine.CustomerKey) error {
-	err := holdNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
+// ReservationNote appends a reservation notice of customer c to its tenant's change
+// feed, with one EVALSHA of reservation_note.lua.
+func (s *Store) ReservationNote(ctx context.Context, c engine.CustomerKey) error {
+	err := reservationNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
 		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
 		s.wakeChannel(), wakeChangesMessage(c.TenantID)).Err()
 	if err != nil {
-		return fmt.Errorf("lua: hold notice: %w", err)
+		return fmt.Errorf("lua: reservation notice: %w", err)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func changeOf(m redis.XMessage) (engine.ConfigChange, error) {
 		return engine.ConfigChange{}, fmt.Errorf("lua: change feed entry %s: stamp %q: %w", m.ID, raw, err)
 	}
 	field, _ := m.Values["kind"].(string)
-	if field == "h" { // hold_note.lua
+	if field == "h" { // reservation_note.lua
 		cs, _ := m.Values["customer"].(string)
 		cust, err := uuid.Parse(cs)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 // TestChangeFeed: every bump of a kind that alters a check is appended to
 // its tenant's change feed, in order, and no other (alert settings, the
-// fleet's key stamp), and so is a hold notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
+// fleet's key stamp), and so is a reservation notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
 // a reader resuming before them is told it lost changes instead of reading
 // on as if current (issue 27).
 func TestChangeFeed(t *testing.T) {
@@ -64,14 +64,14 @@ func TestChangeFeed(t *testing.T) {
 		if last, _ := b.store.ChangesLast(ctx, tenant); last != cs[1].ID {
 			t.Errorf("last %v, want %v", last, cs[1].ID)
 		}
-		hold := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
-		if err := b.store.HoldNote(ctx, hold); err != nil {
+		reservation := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
+		if err := b.store.ReservationNote(ctx, reservation); err != nil {
 			t.Fatal(err)
 		}
 		notes, _ := after(cs[1].ID)
-		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != hold.CustomerID ||
+		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != reservation.CustomerID ||
 			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
-			t.Fatalf("after a hold notice: %+v, want it with its customer and environment", notes)
+			t.Fatalf("after a reservation notice: %+v, want it with its customer and environment", notes)
 		}
 		for range engine.ChangeFeedCap {
 			bump(tenant, engine.StampCatalog)

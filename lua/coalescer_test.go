@@ -119,32 +119,32 @@ func TestCoalescerNeverSendsAfterContext(t *testing.T) {
 	mustUnset("before")
 
 	// Every round trip slot held by a BLPOP of 1 s: what comes next queues.
-	const hold = time.Second
+	const reservation = time.Second
 	var wg sync.WaitGroup
 	for range maxTripsInFlight {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = co.do(ctx, redis.NewStringSliceCmd(ctx, "blpop", "nothing", hold.Seconds()))
+			_ = co.do(ctx, redis.NewStringSliceCmd(ctx, "blpop", "nothing", reservation.Seconds()))
 		}()
 	}
 	waitFor(t, func() bool { co.mu.Lock(); defer co.mu.Unlock(); return co.inFlight == maxTripsInFlight })
-	queuedCtx, stop := context.WithTimeout(ctx, hold/5)
+	queuedCtx, stop := context.WithTimeout(ctx, reservation/5)
 	defer stop()
 	if err := co.do(queuedCtx, redis.NewStatusCmd(queuedCtx, "set", "queued", "1")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a context ending in the queue: %v, want context.DeadlineExceeded", err)
 	}
 	// A deadline that passes while the command queues, its timer not read
 	// (deadlineOnly never reports it): the round trip drops it too.
-	passed := deadlineOnly{Context: ctx, at: time.Now().Add(hold / 5)}
+	passed := deadlineOnly{Context: ctx, at: time.Now().Add(reservation / 5)}
 	lateDone := make(chan error, 1)
 	go func() { lateDone <- co.do(passed, redis.NewStatusCmd(passed, "set", "late", "1")) }()
 	// One queued behind the BLPOPs whose own round trip (another BLPOP)
 	// outlives its context: taken at ~1 s, answered at ~2 s, context ends
 	// at 1.5 s.
-	inFlightCtx, stopInFlight := context.WithTimeout(ctx, hold*3/2)
+	inFlightCtx, stopInFlight := context.WithTimeout(ctx, reservation*3/2)
 	defer stopInFlight()
-	err := co.do(inFlightCtx, redis.NewStringSliceCmd(inFlightCtx, "blpop", "nothing", hold.Seconds()))
+	err := co.do(inFlightCtx, redis.NewStringSliceCmd(inFlightCtx, "blpop", "nothing", reservation.Seconds()))
 	if !errors.Is(err, errLeftInFlight) || !errors.Is(err, engine.ErrUnavailable) {
 		t.Errorf("a context ending in flight: %v, want errLeftInFlight as engine.ErrUnavailable", err)
 	}

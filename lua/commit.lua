@@ -1,35 +1,35 @@
--- commit.lua settles an active hold at its actual units
+-- commit.lua settles an active reservation at its actual units
 -- (engine.CommitCommand), priced at the terms current at commit.
 --
--- Actual units 0: the whole hold returns, one zero-delta "release" entry,
+-- Actual units 0: the whole reservation returns, one zero-delta "release" entry,
 -- no usage; the status is still committed. Actual units > 0: the cost may
--- use the hold plus the free effective balance (the effective balance with
--- the hold released, and under block the credit line: prelude line_split);
+-- use the reservation plus the free effective balance (the effective balance with
+-- the reservation released, and under block the credit line: prelude line_split);
 -- when it does not fit, under block (ctx.policy) it is
--- INSUFFICIENT and nothing changes (the hold stays active; the outbox gets
+-- INSUFFICIENT and nothing changes (the reservation stays active; the outbox gets
 -- a refusal record for credit.exhausted, as consume.lua's), under allow and
--- notify the charge is what fits and the rest is overage. Then the hold
+-- notify the charge is what fits and the rest is overage. Then the reservation
 -- returns and the charge is drained from the started blocks in spend order:
 -- ONE consumption entry (metric, actual units, ref = reservation id, the
 -- overage; the block when one paid, else draws per block; a zero delta
 -- when nothing is drained),
 -- usage {cost, charged, overage, reservation}. Metadata
 -- given with units > 0 is merged into the stored metadata (key by key).
--- The reservation leaves the hold-expiry zset; the Mutation is kind "commit".
+-- The reservation leaves the reservation-expiry zset; the Mutation is kind "commit".
 --
 -- A partial commit (ARGV[14] "1", units >= 1) charges the same way and
--- writes the same entry, usage and Mutation kind, but keeps the hold open:
--- the hold shrinks by the cost (at most what it still holds: r.released
+-- writes the same entry, usage and Mutation kind, but keeps the reservation open:
+-- the reservation shrinks by the cost (at most what it still holds: r.released
 -- counts what partial commits took), the units and cost add to the
 -- settled totals (act_units, act_cost while active), the expiry stays.
 -- The final commit's units are those of its own part: act_units becomes
--- the total of every part, and only what the hold still held returns.
+-- the total of every part, and only what the reservation still held returns.
 --
 -- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
 -- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
 -- ARGV[12] pricing terms ("" allowed with 0 units)
 -- ARGV[13] metadata JSON text or ""     ARGV[14] "1" partial, else "0"
--- ARGV[15] the hold's stored metadata as Go read it, and ARGV[16] ARGV[13]
+-- ARGV[15] the reservation's stored metadata as Go read it, and ARGV[16] ARGV[13]
 --          merged into it by Go (both absent: the script merges, which
 --          costs milliseconds at the largest metadata); STALE when the
 --          stored metadata is no longer ARGV[15]
@@ -51,7 +51,7 @@ end
 
 local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5))
 if reply then return reply end
--- A multi-metric hold (metric "") is settled by commit_multi.lua.
+-- A multi-metric reservation (metric "") is settled by commit_multi.lua.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
 
 local _, _, effective = acct_bal(a, now)
@@ -59,7 +59,7 @@ local held = res_held(r)
 local entries, changed = {}, {}
 local take = held
 local cost, usage = MONEY_ZERO, ''
--- Texts formatted once for the entry, the usage and the hold (res_txt).
+-- Texts formatted once for the entry, the usage and the reservation (res_txt).
 local units_s, cost_s = arg_txt(ARGV[11]) or m_fmt(actual), '0'
 if m_pos(actual) then
   local terms = terms_parse(terms_arg)
@@ -67,24 +67,24 @@ if m_pos(actual) then
   local err
   cost, err = price(terms, actual)
   if not cost then return redis.error_reply(err) end
-  -- Under block a cost past the hold plus the free balance is refused;
+  -- Under block a cost past the reservation plus the free balance is refused;
   -- under allow and notify (ctx.policy) the commit takes what is there and
   -- the rest is overage, so actual_cost can read higher than what was
   -- collected (docs/spec/interface.md Reservation).
-  -- Under block the credit line covers what the hold and the free
+  -- Under block the credit line covers what the reservation and the free
   -- balance do not (line_split; debt is what goes on it).
   local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
   if refuses(ctx) then
     -- Only blocks that apply to the metric pay (prelude scope_split); the
-    -- hold ends, or a partial commit frees the part it settles.
+    -- reservation ends, or a partial commit frees the part it settles.
     local freed, skip = held, res_id
     if partial then freed, skip = m_min(cost, held), nil end
     charge, debt = scope_split(a, now, r.metric, effective, held, cost, line_of(ctx), freed, skip)
     if not charge then
-      -- The hold stays as it was.
+      -- The reservation stays as it was.
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
     end
   else
     local available = m_add(effective, held)
@@ -119,7 +119,7 @@ else
   entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = r.metric, ref = res_id})
 end
 
--- After partial commits the hold's actual units and cost are the totals of
+-- After partial commits the reservation's actual units and cost are the totals of
 -- every part (the resource's actual_units; this part is the entry's).
 local total_units, total_cost = actual, cost
 if r.act_units then

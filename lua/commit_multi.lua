@@ -1,17 +1,17 @@
--- commit_multi.lua settles an active multi-metric hold (reserve_multi.lua)
+-- commit_multi.lua settles an active multi-metric reservation (reserve_multi.lua)
 -- at each item's actual units (engine.CommitCommand with Items), each
 -- priced at the terms current at commit for its metric: all items or none.
 -- It is commit.lua for a list of items, kept apart so the single commit
 -- runs no item loop.
 --
--- Go sends every item of the hold, in the hold's order, with the estimate
+-- Go sends every item of the reservation, in the reservation's order, with the estimate
 -- Postgres stored at the reserve; the script checks the estimates' totals
--- against the hold (BADARG when they differ, or when the hold is a
+-- against the reservation (BADARG when they differ, or when the reservation is a
 -- single-metric one). Total actual units 0: as commit.lua with 0 units
 -- (one zero-delta "release" entry, no usage, metadata discarded). Else the
--- total cost may use the hold plus the free effective balance; under block
+-- total cost may use the reservation plus the free effective balance; under block
 -- a cost past it is INSUFFICIENT and nothing changes; under allow and
--- notify the charge is what fits and the rest is overage. The hold returns
+-- notify the charge is what fits and the rest is overage. The reservation returns
 -- and the charge is drained once: ONE consumption entry (no metric, no
 -- units, ref = reservation id, the overage) whose metadata is
 -- {"items":[{billable_metric_key, units, cost}]}, as consume_multi.lua
@@ -24,7 +24,7 @@
 -- ARGV[11] metadata JSON text or ""   ARGV[12] n, the number of items (1..20)
 -- ARGV[13 + 5(i-1) ..] item i: metric key, estimated units, estimated
 --          cost, actual units (>= 0), pricing terms ("" with 0 units)
--- ARGV[13 + 5n], ARGV[14 + 5n] optional: the hold's stored metadata as Go
+-- ARGV[13 + 5n], ARGV[14 + 5n] optional: the reservation's stored metadata as Go
 --          read it and ARGV[11] merged into it by Go, as commit.lua's
 --          ARGV[14] and ARGV[15] (STALE when the stored metadata moved)
 --
@@ -59,7 +59,7 @@ if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds on
 local est_units, est_cost = MONEY_ZERO, MONEY_ZERO
 for _, it in ipairs(items) do est_units, est_cost = m_add(est_units, it.est_units), m_add(est_cost, it.est_cost) end
 if m_cmp(est_units, r.est_units) ~= 0 or m_cmp(est_cost, r.est_cost) ~= 0 then
-  return redis.error_reply('BADARG the items do not add up to the hold')
+  return redis.error_reply('BADARG the items do not add up to the reservation')
 end
 
 local cost = MONEY_ZERO
@@ -91,14 +91,14 @@ local entries, changed = {}, {}
 local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r}
 if m_pos(actual) then
-  -- As commit.lua: under block a cost past the hold plus the free balance
+  -- As commit.lua: under block a cost past the reservation plus the free balance
   -- is refused; under allow and notify the rest is overage.
   -- Under block the credit line covers the rest (line_split).
   local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
   local draws = nil
   if a.scoped then
     -- Each item from the blocks that apply to its metric (prelude
-    -- scope_items); the hold ends, so all it held is free.
+    -- scope_items); the reservation ends, so all it held is free.
     for i, it in ipairs(items) do it.cost = costs[i] end
     expire_due(a, now, entries, changed)
     local avail = m_add(effective, r.est_cost)
@@ -108,7 +108,7 @@ if m_pos(actual) then
     if not charge then
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
     end
     overage = m_sub(m_sub(cost, charge), debt)
   elseif refuses(ctx) then
@@ -116,7 +116,7 @@ if m_pos(actual) then
     if not charge then
       refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
         now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the hold and the free balance are smaller than the cost')
+      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
     end
   else
     local available = m_add(effective, r.est_cost)

@@ -97,7 +97,7 @@ if pool then
     return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
   end
 elseif a.sc_fast then
-  -- A scoped hash without holds on the fast path: decided as it drains
+  -- A scoped hash without reservations on the fast path: decided as it drains
   -- (prelude scope_fast).
   charge, debt, draws = scope_fast(a, now, metric, effective, cost, policy == 'block', line_of(ctx), entries, changed)
   if not charge then

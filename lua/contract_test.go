@@ -18,7 +18,7 @@ import (
 // one Go description (argv.go) checked against the .lua that reads them.
 // The encodings' field orders are held by running both sides:
 // TestLoadEncodingMatchesPrelude (block_enc and res_enc against
-// blockValue and holdValue) and the decode test beside it (decodeBlock).
+// blockValue and reservationValue) and the decode test beside it (decodeBlock).
 
 // luaConst is the value of `local NAME = value` in src: a number (products
 // of integers evaluated), a quoted string, or a table literal's text.
@@ -61,8 +61,8 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 		want int64
 	}{
 		{"MAX_LIVE_BLOCKS", engine.MaxLiveBlocks},
-		{"MAX_ACTIVE_HOLDS", engine.MaxActiveHolds},
-		{"MAX_KEPT_HOLDS", maxKeptHolds},
+		{"MAX_ACTIVE_RESERVATIONS", engine.MaxActiveReservations},
+		{"MAX_KEPT_RESERVATIONS", maxKeptReservations},
 		{"MAX_GAUGE_LEASES", engine.MaxGaugeLeases},
 		{"RES_KEEP_MS", reservationKeep.Milliseconds()},
 		{"LAYOUT_MIN_ITEMS", layoutMinItems},
@@ -81,10 +81,10 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 	for code, src := range sourceNames {
 		names[code] = string(src)
 	}
-	holds := map[string]string{}
-	holdNames := map[string]string{}
-	for st, code := range holdCodes {
-		holds[string(st)], holdNames[code] = code, string(st)
+	reservations := map[string]string{}
+	reservationNames := map[string]string{}
+	for st, code := range reservationCodes {
+		reservations[string(st)], reservationNames[code] = code, string(st)
 	}
 	for _, tc := range []struct {
 		lua  string
@@ -92,8 +92,8 @@ func TestLuaConstantsMatchGo(t *testing.T) {
 	}{
 		{"SOURCE_CODE", codes},
 		{"SOURCE_NAME", names},
-		{"RES_CODE", holds},
-		{"RES_NAME", holdNames},
+		{"RES_CODE", reservations},
+		{"RES_NAME", reservationNames},
 	} {
 		if got := luaTable(t, luaConst(t, preludeLua, tc.lua)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("prelude %s = %v, Go says %v", tc.lua, got, tc.want)
@@ -118,7 +118,7 @@ func TestLuaNamesAreGoNames(t *testing.T) {
 		kinds[string(k)] = true
 	}
 	statuses := map[string]bool{}
-	for st := range holdCodes {
+	for st := range reservationCodes {
 		statuses[string(st)] = true
 	}
 	policies := map[string]bool{string(engine.OveragePolicyBlock): true, string(engine.OveragePolicyAllow): true,

@@ -160,10 +160,10 @@ func TestCreditLineRepaidByGrant(t *testing.T) {
 	})
 }
 
-// TestCreditLineHolds: under block a reservation (and its extension) may
-// lean on the line; the commit takes the hold, then the free balance, then
-// the line, and is refused past it with the hold left as it was.
-func TestCreditLineHolds(t *testing.T) {
+// TestCreditLineReservations: under block a reservation (and its extension) may
+// lean on the line; the commit takes the reservation, then the free balance, then
+// the line, and is refused past it with the reservation left as it was.
+func TestCreditLineReservations(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()

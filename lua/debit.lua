@@ -46,25 +46,25 @@ expire_due(a, now, entries, changed)
 -- One entry per block drawn, in spend order.
 -- With scoped blocks (docs/decisions.md "Credits scoped to metrics") the
 -- credit every metric may use goes first, so scoped credit stays for its
--- metrics; and a debit that would leave an active hold without blocks that
+-- metrics; and a debit that would leave an active reservation without blocks that
 -- apply to it (prelude scope_free's rule) is refused, nothing written yet.
 local draws
 if a.scoped then
-  local function hold_slack()
+  local function reservation_slack()
     local low = nil
-    local hm, at = scope_holds(a, nil)
+    local hm, at = scope_reservations(a, nil)
     for _, e in ipairs(scope_elig(a, now, hm, at)) do
       local s = m_sub(e, a.rs)
       if not low or m_cmp(s, low) < 0 then low = s end
     end
     return low
   end
-  local before = hold_slack()
+  local before = reservation_slack()
   draws = drain(a, now, amount, changed, '')
   local left = amount
   for _, d in ipairs(draws) do left = m_sub(left, d.take) end
   for _, d in ipairs(drain(a, now, left, changed)) do draws[#draws + 1] = d end
-  local after = hold_slack()
+  local after = reservation_slack()
   if after and m_cmp(after, MONEY_ZERO) < 0 and m_cmp(after, before) < 0 then
     return redis.error_reply('INSUFFICIENT the amount would leave a reservation without credit that applies to it')
   end

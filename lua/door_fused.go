@@ -62,7 +62,7 @@ func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]str
 		rateKey, rateArgs = s.rateKey(d.Tenant, r.Key), []any{r.PerSecond, r.Burst, nowMicros, r.Requests}
 	}
 	feedKey, noteArgs := "", []any{"", "", 0, "", ""}
-	if c := d.HoldNote; c != nil {
+	if c := d.ReservationNote; c != nil {
 		feedKey, noteArgs = s.changesKey(c.TenantID), []any{c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
 			s.wakeChannel(), wakeChangesMessage(c.TenantID)}
 	}
@@ -152,7 +152,7 @@ func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, 
 		return nil, fusedError(text)
 	case what == "ok" && len(parts) == 8:
 		d.Settle(engine.FusedMarked)
-		if d.HoldNote != nil && parts[6] != replyReplay {
+		if d.ReservationNote != nil && parts[6] != replyReplay {
 			d.Noted = true
 		}
 		return parts[6:8], nil

@@ -8,7 +8,7 @@
 --
 -- K[1]     the tenant's stamps hash        K[2] the key's record
 -- K[3]     the rate budget's key ("" when the rate is not asked)
--- K[4]     the tenant's change feed ("" when no hold notice is asked)
+-- K[4]     the tenant's change feed ("" when no reservation notice is asked)
 -- K[5..]   the body's KEYS
 -- A[1]     n, the stamps checked (0: a node alone)
 -- A[2..1+n]    their fields     A[2+n..1+2n] their values as decimal text
@@ -17,9 +17,9 @@
 -- A[b+1]   the rerun record (a money call's "done, replay by re-running")
 -- A[b+2]   the in-progress record's TTL ms     A[b+3] the rerun's TTL ms
 -- A[b+4..b+7] gcra.lua's ARGV[1..4] (ignored when K[3] is "")
--- A[b+8..b+12] hold_note.lua's ARGV[1..5] (ignored when K[4] is ""; an
+-- A[b+8..b+12] reservation_note.lua's ARGV[1..5] (ignored when K[4] is ""; an
 --          empty wake channel is none): after an answer that is not a
---          replay, the hold notice engine.NotingHolds would append after
+--          replay, the reservation notice engine.NotingReservations would append after
 --          the script, in the same round trip
 -- A[b+13..] the body's ARGV
 --
@@ -68,7 +68,7 @@ local function door_run(K, A, body)
   if K[4] ~= '' and r[1] ~= 'replay' then
     local wake = A[b + 11]
     if wake == '' then wake = nil end
-    BODY['hold_note']({K[1], K[4]}, {A[b + 8], A[b + 9], A[b + 10], wake, A[b + 12]})
+    BODY['reservation_note']({K[1], K[4]}, {A[b + 8], A[b + 9], A[b + 10], wake, A[b + 12]})
   end
   return {'door', 'ok', rate[1], rate[2], rate[3], rate[4], r[1], r[2]}
 end

@@ -149,10 +149,10 @@ func (b bundle) balance(t *testing.T, c engine.CustomerKey) int64 {
 	return a.Balance
 }
 
-// TestFusedDoorNotesHolds: a reservation under a fused door that asks for
-// the hold notice appends it to the tenant's change feed in its own script
+// TestFusedDoorNotesReservations: a reservation under a fused door that asks for
+// the reservation notice appends it to the tenant's change feed in its own script
 // (one entry, the customer's), and a replay of it appends none.
-func TestFusedDoorNotesHolds(t *testing.T) {
+func TestFusedDoorNotesReservations(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	if _, single := rdb.(*redis.Client); !single {
@@ -166,7 +166,7 @@ func TestFusedDoorNotesHolds(t *testing.T) {
 	feed := b.store.changesKey(c.TenantID)
 	for i, want := range []int64{1, 1} {
 		d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
-			LockTTL: time.Minute, Window: time.Hour, HoldNote: &c}
+			LockTTL: time.Minute, Window: time.Hour, ReservationNote: &c}
 		res, err := b.store.Reserve(engine.WithFusedDoor(ctx, d), cmd)
 		if err != nil {
 			t.Fatalf("reserve %d: %v", i, err)
@@ -180,6 +180,6 @@ func TestFusedDoorNotesHolds(t *testing.T) {
 	}
 	e := rdb.XRange(ctx, feed, "-", "+").Val()
 	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
-		t.Errorf("feed %v, want one hold notice of %s", e, c.CustomerID)
+		t.Errorf("feed %v, want one reservation notice of %s", e, c.CustomerID)
 	}
 }

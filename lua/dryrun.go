@@ -51,7 +51,7 @@ func (s *Store) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engi
 }
 
 // dryRun runs sc with keys[0] (the account) replaced by a scratch copy and
-// every other key (the outbox, a hold-expiry zset) by an empty scratch key,
+// every other key (the outbox, a reservation-expiry zset) by an empty scratch key,
 // reads what the script appended to the outbox and deletes them all. With
 // a parent (not uuid.Nil) the parent's account is copied too, beside the
 // scratch account under the name the script derives from it (prelude

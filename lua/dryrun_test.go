@@ -59,8 +59,8 @@ func TestConsumeDry(t *testing.T) {
 	})
 }
 
-// TestReserveDry: a hold's dry run answers the hold reserve.lua would take
-// and leaves the account, the outbox and the partition's hold-expiry zset
+// TestReserveDry: a reservation's dry run answers the reservation reserve.lua would take
+// and leaves the account, the outbox and the partition's reservation-expiry zset
 // as they were.
 func TestReserveDry(t *testing.T) {
 	t.Parallel()
@@ -68,20 +68,20 @@ func TestReserveDry(t *testing.T) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
 		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 7}
-		rexp := b.store.holdExpiryKey(Partition(c.CustomerID))
+		rexp := b.store.reservationExpiryKey(Partition(c.CustomerID))
 		before, zBefore := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val()
 		res, err := b.store.ReserveDry(ctx, reserveCmd(c, 10, terms, time.Minute, t0))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r := res.Mutation.Reservation; r == nil || res.Mutation.Account.Reserved != 70 {
-			t.Errorf("dry hold: %+v reserved %d, want a hold of 70", r, res.Mutation.Account.Reserved)
+			t.Errorf("dry reservation: %+v reserved %d, want a reservation of 70", r, res.Mutation.Account.Reserved)
 		}
 		if after, z := b.dump(t, c), b.rdb.ZCard(ctx, rexp).Val(); after != before || z != zBefore {
-			t.Errorf("a hold's dry run changed the keys (zset %d -> %d)", zBefore, z)
+			t.Errorf("a reservation's dry run changed the keys (zset %d -> %d)", zBefore, z)
 		}
 		if _, err := b.store.ReserveDry(ctx, reserveCmd(c, 100, terms, time.Minute, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Errorf("dry hold past the balance: %v", err)
+			t.Errorf("dry reservation past the balance: %v", err)
 		}
 		// Only this store's scratch keys of the customer's slot: the Redis
 		// is shared with other tests' dry runs, whose keys live for a

@@ -1,13 +1,13 @@
--- extend.lua tops an active single-metric hold up and/or prolongs it
+-- extend.lua tops an active single-metric reservation up and/or prolongs it
 -- (engine.ExtendCommand). A top-up prices the additional units as a
 -- reservation of that many units would be, refuses like reserve.lua when
 -- the effective balance is below that cost (a block customer's refusal
 -- record for credit.exhausted included), else raises the account's
--- reserved total and the hold's estimated units and cost. A new expiry
--- never comes before the current one; the hold-expiry zset follows it.
+-- reserved total and the reservation's estimated units and cost. A new expiry
+-- never comes before the current one; the reservation-expiry zset follows it.
 -- One zero-delta "reservation" entry (ref = reservation id), as the
 -- reserve wrote; the Mutation is kind "reserve", so the persister upserts
--- the hold and events fire as for a reserve (credit.low_balance,
+-- the reservation and events fire as for a reserve (credit.low_balance,
 -- credit.exhausted).
 --
 -- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
@@ -18,7 +18,7 @@
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- NOTFOUND, NOTACTIVE, EXPIRED (expires_at reached, not yet swept),
 -- INSUFFICIENT, OVERFLOW, BADTERMS, SHORTER (the new expiry is before the
--- current one), BADARG (also for a multi-metric hold). Nothing is written
+-- current one), BADARG (also for a multi-metric reservation). Nothing is written
 -- before every check has passed, except the refusal record.
 local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = int_parse(ARGV[1])
@@ -33,7 +33,7 @@ end
 
 local a, r, reply = commit_open(account_key, now, res_id, false, op_key, request_hash, seen_keys(KEYS, 5))
 if reply then return reply end
--- A multi-metric hold's estimate is its items' (reserve_multi.lua), which
+-- A multi-metric reservation's estimate is its items' (reserve_multi.lua), which
 -- Redis does not store.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
 if expires ~= 0 and expires < r.expires then
@@ -48,7 +48,7 @@ if m_pos(add_units) then
   local err
   cost, err = price(terms, add_units)
   if not cost then return redis.error_reply(err) end
-  -- As reserve.lua: the hold's new estimate may not take a budget past
+  -- As reserve.lua: the reservation's new estimate may not take a budget past
   -- its limit.
   local _, bud_over = budget_take(account_key, budgets_of(ctx, now), r.metric, m_add(r.est_cost, cost), nil)
   if bud_over then

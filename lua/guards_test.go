@@ -62,8 +62,8 @@ func guardCases() []guardCase {
 		_, err := b.store.Reserve(ctx, multiReserveCmd(c, items...))
 		return err
 	}
-	// commitItems commits n items of a hold of min(n, MaxConsumeItems)
-	// items (at least one), each at its estimate; an item past the hold's
+	// commitItems commits n items of a reservation of min(n, MaxConsumeItems)
+	// items (at least one), each at its estimate; an item past the reservation's
 	// names a metric it does not hold.
 	commitItems := func(t *testing.T, b bundle, n int64) error {
 		c, _ := b.funded(t)
@@ -71,12 +71,12 @@ func guardCases() []guardCase {
 		for i := range max(1, min(n, engine.MaxConsumeItems)) {
 			lines = append(lines, engine.ReserveLine{Metric: fmt.Sprintf("m%d", i), EstimatedUnits: 1, Terms: flatTerms(1)})
 		}
-		hold := b.reserve(t, multiReserveCmd(c, lines...)).Reservation
-		actual, terms := make([]int64, len(hold.Items)), make([]engine.RuleTerms, len(hold.Items))
+		reservation := b.reserve(t, multiReserveCmd(c, lines...)).Reservation
+		actual, terms := make([]int64, len(reservation.Items)), make([]engine.RuleTerms, len(reservation.Items))
 		for i := range terms {
 			actual[i], terms[i] = 1, flatTerms(1)
 		}
-		cmd := multiCommitCmd(c, *hold, actual, terms)
+		cmd := multiCommitCmd(c, *reservation, actual, terms)
 		cmd.Items = cmd.Items[:min(n, int64(len(cmd.Items)))]
 		for i := int64(len(cmd.Items)); i < n; i++ {
 			cmd.Items = append(cmd.Items, engine.CommitLine{Metric: fmt.Sprintf("m%d", i), EstimatedUnits: 1,
@@ -171,8 +171,8 @@ func guardCases() []guardCase {
 		{"commit item actual_units", "commit_multi.lua", units(engine.CommitItemUnits, "items[0]."), "items[0].actual_units", engine.KindValidation, 0, -1,
 			func(t *testing.T, b bundle, v int64) error {
 				c, _ := b.funded(t)
-				hold := b.reserve(t, multiReserveCmd(c, engine.ReserveLine{Metric: "a", EstimatedUnits: 2, Terms: flatTerms(1)})).Reservation
-				_, err := b.store.Commit(ctx, multiCommitCmd(c, *hold, []int64{v}, []engine.RuleTerms{flatTerms(1)}))
+				reservation := b.reserve(t, multiReserveCmd(c, engine.ReserveLine{Metric: "a", EstimatedUnits: 2, Terms: flatTerms(1)})).Reservation
+				_, err := b.store.Commit(ctx, multiCommitCmd(c, *reservation, []int64{v}, []engine.RuleTerms{flatTerms(1)}))
 				return err
 			}},
 		// An extend that gives no new expiry must add units: the API's

@@ -22,9 +22,9 @@ const (
 	// maxDueReservations bounds one DueReservations page whatever the caller asks.
 	maxDueReservations = 10000
 	// reservationIndexSlack is how long the reservation -> customer index
-	// outlives a hold's expires_at: the sweep's window plus the time a
-	// finalized hold stays in the account hash (RES_KEEP_MS in
-	// prelude/holds.lua, 10 minutes), with room to spare.
+	// outlives a reservation's expires_at: the sweep's window plus the time a
+	// finalized reservation stays in the account hash (RES_KEEP_MS in
+	// prelude/reservations.lua, 10 minutes), with room to spare.
 	reservationIndexSlack = 48 * time.Hour
 )
 
@@ -38,11 +38,11 @@ func pricedTerms(name string, t engine.RuleTerms, units int64) (string, error) {
 	return "", fmt.Errorf("lua: %s: %w", name, err)
 }
 
-// checkHold refuses a reserve without a reservation id (the nil id would
-// reach the script as a valid-looking one). A hold that would expire at
+// checkReservation refuses a reserve without a reservation id (the nil id would
+// reach the script as a valid-looking one). A reservation that would expire at
 // once is the script's BADARG: engine owns ttl_seconds
 // (engine.CheckReservationTTL, lua/guards_test.go).
-func checkHold(cmd engine.ReserveCommand) error {
+func checkReservation(cmd engine.ReserveCommand) error {
 	if cmd.ReservationID == uuid.Nil {
 		return errors.New("lua: reserve: no reservation id")
 	}
@@ -114,12 +114,12 @@ func checkMetric(metric string) error {
 	return nil
 }
 
-// holdKeys are the keys of reserve.lua, commit.lua and release.lua for c:
-// account, outbox, expiry zset, hold-expiry zset and, with an idempotency
+// reservationKeys are the keys of reserve.lua, commit.lua and release.lua for c:
+// account, outbox, expiry zset, reservation-expiry zset and, with an idempotency
 // key, the op key.
-func (s *Store) holdKeys(c uuid.UUID, idempotencyKey string) []string {
+func (s *Store) reservationKeys(c uuid.UUID, idempotencyKey string) []string {
 	p := Partition(c)
-	keys := []string{s.accountKey(c), s.outboxKey(p), s.holdExpiryKey(p)}
+	keys := []string{s.accountKey(c), s.outboxKey(p), s.reservationExpiryKey(p)}
 	if idempotencyKey != "" {
 		keys = append(keys, s.opKeyOf(c, idempotencyKey))
 	}
@@ -321,9 +321,9 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 }
 
 // Reserve holds the estimated cost of cmd.EstimatedUnits at cmd.Terms
-// (reserve.lua): reserved_balance rises by it, the hold is stored in the
-// customer's hash and the partition's hold-expiry zset. It then records
-// reservation id -> customer and metric for ReservationHold (best effort: a lost
+// (reserve.lua): reserved_balance rises by it, the reservation is stored in the
+// customer's hash and the partition's reservation-expiry zset. It then records
+// reservation id -> customer and metric for ReservationRef (best effort: a lost
 // record only sends the look-up to Postgres). Errors:
 // ErrInsufficientCredits, ErrOverflow, ErrIdempotencyMismatch,
 // ErrStateMissing; a command engine would refuse is the script's BADARG,
@@ -339,8 +339,8 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	res, err := s.runMoney(ctx, sc, name, s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
-	return s.indexHold(ctx, cmd, res, err)
+	res, err := s.runMoney(ctx, sc, name, s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	return s.indexReservation(ctx, cmd, res, err)
 }
 
 // ReserveDry answers the Mutation Reserve of cmd would write, changing
@@ -353,7 +353,7 @@ func (s *Store) ReserveDry(ctx context.Context, cmd engine.ReserveCommand) (engi
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	return s.dryRun(ctx, cmd.Customer.CustomerID, uuid.Nil, name, sc, s.holdKeys(cmd.Customer.CustomerID, ""), args)
+	return s.dryRun(ctx, cmd.Customer.CustomerID, uuid.Nil, name, sc, s.reservationKeys(cmd.Customer.CustomerID, ""), args)
 }
 
 // reserveArgs is the script (reserve.lua, or reserve_multi.lua for a
@@ -367,7 +367,7 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 	if err := checkMetric(cmd.Metric); err != nil {
 		return nil, "", nil, fmt.Errorf("lua: reserve: %w", err)
 	}
-	if err := checkHold(cmd); err != nil {
+	if err := checkReservation(cmd); err != nil {
 		return nil, "", nil, err
 	}
 	terms, err := pricedTerms("reserve", cmd.Terms, cmd.EstimatedUnits)
@@ -386,7 +386,7 @@ func (s *Store) reserveArgs(cmd engine.ReserveCommand) (*script, string, []any, 
 
 // reserveMultiArgs are reserve_multi.lua's arguments for cmd.
 func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
-	if err := checkHold(cmd); err != nil {
+	if err := checkReservation(cmd); err != nil {
 		return nil, err
 	}
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
@@ -409,46 +409,46 @@ func (s *Store) reserveMultiArgs(cmd engine.ReserveCommand) ([]any, error) {
 	return a.list(), nil
 }
 
-// indexHold records reservation id -> customer, metric or items after a
-// reserve (holdRecord; best effort: a lost record only sends the look-up
+// indexReservation records reservation id -> customer, metric or items after a
+// reserve (reservationRecord; best effort: a lost record only sends the look-up
 // to Postgres).
-func (s *Store) indexHold(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
+func (s *Store) indexReservation(ctx context.Context, cmd engine.ReserveCommand, res engine.MutationResult, err error) (engine.MutationResult, error) {
 	if err != nil {
 		return res, err
 	}
 	if r := res.Mutation.Reservation; r != nil {
-		// A replay long after the hold ended has nothing left to index.
+		// A replay long after the reservation ended has nothing left to index.
 		if ttl := time.Duration(r.ExpiresMS-cmd.Now.UnixMilli())*time.Millisecond + reservationIndexSlack; ttl > 0 {
-			if rec, err := holdRecord(cmd.Customer, r); err == nil {
+			if rec, err := reservationRecord(cmd.Customer, r); err == nil {
 				// Through the coalescer: under load the record shares a round
 				// trip with concurrent requests' commands instead of paying
-				// one of its own (its error is ignored as before: a hold
+				// one of its own (its error is ignored as before: a reservation
 				// without a record settles through Postgres).
-				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationHoldKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
+				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationRecordKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
 			}
 		}
 	}
 	return res, nil
 }
 
-// holdItem is one item of a multi-metric hold in its index record.
-type holdItem struct {
+// reservationItem is one item of a multi-metric reservation in its index record.
+type reservationItem struct {
 	Metric         string `json:"k"`
 	EstimatedUnits int64  `json:"u"`
 	EstimatedCost  int64  `json:"c"`
 }
 
-// holdRecord is the index record of hold r of customer c:
-// "tenant|env|customer|" then "s" and the metric of a single-metric hold,
-// or "m" and the JSON list of a multi-metric hold's items with their
-// estimates (what a commit needs of the hold before its script runs).
-func holdRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, error) {
+// reservationRecord is the index record of reservation r of customer c:
+// "tenant|env|customer|" then "s" and the metric of a single-metric reservation,
+// or "m" and the JSON list of a multi-metric reservation's items with their
+// estimates (what a commit needs of the reservation before its script runs).
+func reservationRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, error) {
 	if r.Items == nil {
 		return customerMember(c) + "|s" + r.Metric, nil
 	}
-	items := make([]holdItem, len(r.Items))
+	items := make([]reservationItem, len(r.Items))
 	for i, it := range r.Items {
-		items[i] = holdItem{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
+		items[i] = reservationItem{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
 	}
 	b, err := json.Marshal(items)
 	if err != nil {
@@ -457,41 +457,41 @@ func holdRecord(c engine.CustomerKey, r *engine.MutationReservation) (string, er
 	return customerMember(c) + "|m" + string(b), nil
 }
 
-// parseHoldRecord reads a holdRecord.
-func parseHoldRecord(v string) (engine.HoldRef, error) {
+// parseReservationRecord reads a reservationRecord.
+func parseReservationRecord(v string) (engine.ReservationRef, error) {
 	p := strings.SplitN(v, "|", 4)
 	if len(p) != 4 || p[3] == "" {
-		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+		return engine.ReservationRef{}, fmt.Errorf("bad reservation record %q", v)
 	}
 	c, err := parseExpiryMember(p[0] + "|" + p[1] + "|" + p[2])
 	if err != nil {
-		return engine.HoldRef{}, err
+		return engine.ReservationRef{}, err
 	}
-	ref := engine.HoldRef{Customer: c, Described: true}
+	ref := engine.ReservationRef{Customer: c, Described: true}
 	switch rest := p[3]; rest[0] {
 	case 's':
 		ref.Metric = rest[1:]
 	case 'm':
-		var items []holdItem
+		var items []reservationItem
 		if err := json.Unmarshal([]byte(rest[1:]), &items); err != nil || len(items) == 0 {
-			return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+			return engine.ReservationRef{}, fmt.Errorf("bad reservation record %q", v)
 		}
 		ref.Items = make([]engine.ReservationItem, len(items))
 		for i, it := range items {
 			ref.Items[i] = engine.ReservationItem{BillableMetricKey: it.Metric, EstimatedUnits: it.EstimatedUnits, EstimatedCost: it.EstimatedCost}
 		}
 	default:
-		return engine.HoldRef{}, fmt.Errorf("bad hold record %q", v)
+		return engine.ReservationRef{}, fmt.Errorf("bad reservation record %q", v)
 	}
 	return ref, nil
 }
 
-// Commit settles the active hold cmd.ReservationID at cmd.ActualUnits
-// priced at cmd.Terms (commit.lua): 0 units returns the whole hold; more
-// may use the hold plus the free effective balance, and cmd.Metadata is
+// Commit settles the active reservation cmd.ReservationID at cmd.ActualUnits
+// priced at cmd.Terms (commit.lua): 0 units returns the whole reservation; more
+// may use the reservation plus the free effective balance, and cmd.Metadata is
 // merged key by key into the stored metadata. Errors:
 // ErrReservationNotFound, ErrReservationNotActive, ErrReservationExpired
-// (expires_at reached, not swept yet), ErrInsufficientCredits (the hold
+// (expires_at reached, not swept yet), ErrInsufficientCredits (the reservation
 // stays active), ErrOverflow, ErrIdempotencyMismatch, ErrStateMissing.
 func (s *Store) Commit(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
 	return s.appliedFirst(ctx, cmd.CommandHeader, time.Time{},
@@ -522,15 +522,15 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 
 // runCommit runs a commit script with the arguments list gives. When it
 // charges (charges) and brings metadata, Go merges the metadata
-// (bounded.go) and the script checks that the hold's stored metadata is
+// (bounded.go) and the script checks that the reservation's stored metadata is
 // still what Go merged into (STALE if not), given in merge.
 func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, list func() []any, merge *mergeArgv, meta string, charges bool) (engine.MutationResult, error) {
-	keys := s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
+	keys := s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
 	if meta == "" || !charges {
 		return s.runMoney(ctx, script, name, keys, list())
 	}
 	for range staleRetries {
-		stored, found, err := s.holdMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
+		stored, found, err := s.reservationMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
@@ -553,7 +553,7 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 	return engine.MutationResult{}, errStaleGaveUp
 }
 
-// commitMulti is commit for a multi-metric hold (commit_multi.lua): every
+// commitMulti is commit for a multi-metric reservation (commit_multi.lua): every
 // item priced at its own terms and charged in one script, or none.
 func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engine.MutationResult, error) {
 	head, meta, err := newHotHeadMeta(cmd.CommandHeader, cmd.Context, cmd.Metadata)
@@ -581,7 +581,7 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", a.list, &a.Merge, meta, charges)
 }
 
-// Release returns the active hold cmd.ReservationID whole (release.lua):
+// Release returns the active reservation cmd.ReservationID whole (release.lua):
 // status released, or expired when cmd.Expire (the sweep; only once
 // expires_at has passed). Errors: ErrReservationNotFound,
 // ErrReservationNotActive, ErrReservationNotDue (Expire before expires_at;
@@ -599,10 +599,10 @@ func (s *Store) release(ctx context.Context, cmd engine.ReleaseCommand) (engine.
 		return engine.MutationResult{}, err
 	}
 	a := releaseArgv{hotHead: head, ResID: cmd.ReservationID.String(), Expire: flagText(cmd.Expire)}
-	return s.runMoney(ctx, releaseScript, "release", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+	return s.runMoney(ctx, releaseScript, "release", s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
 }
 
-// Extend tops the active single-metric hold cmd.ReservationID up by
+// Extend tops the active single-metric reservation cmd.ReservationID up by
 // cmd.AdditionalUnits priced at cmd.Terms and/or moves its expiry to
 // cmd.ExpiresAt (extend.lua), then re-records the reservation index for
 // the new expiry. Errors: those of Commit, engine.ErrReservationShorter.
@@ -632,11 +632,11 @@ func (s *Store) extend(ctx context.Context, cmd engine.ExtendCommand) (engine.Mu
 	}
 	a := extendArgv{hotHead: head, ResID: cmd.ReservationID.String(), Units: strconv.FormatInt(cmd.AdditionalUnits, 10),
 		Terms: terms, Expires: expires}
-	res, err := s.runMoney(ctx, extendScript, "extend", s.holdKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
-	// The index record lives until the hold's expiry: a prolonged hold's
+	res, err := s.runMoney(ctx, extendScript, "extend", s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list())
+	// The index record lives until the reservation's expiry: a prolonged reservation's
 	// record is written again so a commit near the new expiry still
 	// settles from Redis alone.
-	return s.indexHold(ctx, engine.ReserveCommand{CommandHeader: cmd.CommandHeader}, res, err)
+	return s.indexReservation(ctx, engine.ReserveCommand{CommandHeader: cmd.CommandHeader}, res, err)
 }
 
 // Gauge moves the gauge cmd.Metric by cmd.Delta (gauge.lua). An increment
@@ -682,11 +682,11 @@ func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric str
 	return n, nil
 }
 
-// DueReservations lists up to limit (at most 10000) active holds of
+// DueReservations lists up to limit (at most 10000) active reservations of
 // partition p whose expires_at is at or before now, soonest first, from the
-// partition's hold-expiry zset.
+// partition's reservation-expiry zset.
 func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit int) ([]engine.DueReservation, error) {
-	members, err := s.due(ctx, "due reservations", p, s.holdExpiryKey(p), now, min(limit, maxDueReservations))
+	members, err := s.due(ctx, "due reservations", p, s.reservationExpiryKey(p), now, min(limit, maxDueReservations))
 	if err != nil {
 		return nil, err
 	}
@@ -709,38 +709,38 @@ func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit
 	return out, nil
 }
 
-// ReservationHold finds hold id in the index Reserve writes (holdRecord),
+// ReservationRef finds reservation id in the index Reserve writes (reservationRecord),
 // or the customer alone in the record an older version wrote; ok is false
 // when the index does not know it (never written, lost, or past its TTL),
 // and the caller asks Postgres.
-func (s *Store) ReservationHold(ctx context.Context, id uuid.UUID) (engine.HoldRef, bool, error) {
-	v, err := s.rdb.MGet(ctx, s.reservationHoldKey(id), s.reservationIndexKey(id)).Result()
+func (s *Store) ReservationRef(ctx context.Context, id uuid.UUID) (engine.ReservationRef, bool, error) {
+	v, err := s.rdb.MGet(ctx, s.reservationRecordKey(id), s.reservationIndexKey(id)).Result()
 	if err != nil {
-		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold: %w", err)
+		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation reservation: %w", err)
 	}
 	if rec, ok := v[0].(string); ok {
-		ref, err := parseHoldRecord(rec)
+		ref, err := parseReservationRecord(rec)
 		if err != nil {
-			return engine.HoldRef{}, false, fmt.Errorf("lua: reservation hold %s: %w", id, err)
+			return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation hold %s: %w", id, err)
 		}
 		return ref, true, nil
 	}
 	old, ok := v[1].(string)
 	if !ok {
-		return engine.HoldRef{}, false, nil
+		return engine.ReservationRef{}, false, nil
 	}
 	c, err := parseExpiryMember(old)
 	if err != nil {
-		return engine.HoldRef{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
+		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation customer %s: %w", id, err)
 	}
-	return engine.HoldRef{Customer: c}, true, nil
+	return engine.ReservationRef{Customer: c}, true, nil
 }
 
-// HoldMetadata reads the stored metadata of hold id of customer c from the
+// ReservationMetadata reads the stored metadata of reservation id of customer c from the
 // customer's hash (nil when none); found is false when the hash does not
-// hold the hold.
-func (s *Store) HoldMetadata(ctx context.Context, c engine.CustomerKey, id uuid.UUID) (engine.Metadata, bool, error) {
-	text, found, err := s.holdMeta(ctx, c.CustomerID, id)
+// hold the reservation.
+func (s *Store) ReservationMetadata(ctx context.Context, c engine.CustomerKey, id uuid.UUID) (engine.Metadata, bool, error) {
+	text, found, err := s.reservationMeta(ctx, c.CustomerID, id)
 	if err != nil || !found || text == "" {
 		return nil, found, err
 	}

@@ -70,10 +70,10 @@ func withoutOutbox(dump string) string {
 	return strings.Join(keep, "\n")
 }
 
-// holdDump is dump plus the hold-expiry zset, for refusals of hold scripts.
-func (b bundle) holdDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
+// reservationDump is dump plus the reservation-expiry zset, for refusals of reservation scripts.
+func (b bundle) reservationDump(t *testing.T, c engine.CustomerKey, idemKeys ...string) string {
 	t.Helper()
-	z := b.rdb.ZRangeWithScores(context.Background(), b.store.holdExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
+	z := b.rdb.ZRangeWithScores(context.Background(), b.store.reservationExpiryKey(Partition(c.CustomerID)), 0, -1).Val()
 	return b.dump(t, c, idemKeys...) + fmt.Sprintf("rexp %v\n", z)
 }
 
@@ -302,10 +302,10 @@ func TestContextAndEffectiveBefore(t *testing.T) {
 	})
 }
 
-// TestReservationLifecycle walks the Reservation state table: a hold raises
-// reserved_balance only; commit above the hold takes the difference from the
-// free balance; a finalized hold answers 409 to commit and release; commit
-// with 0 units returns the hold; release works past expires_at.
+// TestReservationLifecycle walks the Reservation state table: a reservation raises
+// reserved_balance only; commit above the reservation takes the difference from the
+// free balance; a finalized reservation answers 409 to commit and release; commit
+// with 0 units returns the reservation; release works past expires_at.
 func TestReservationLifecycle(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -335,12 +335,12 @@ func TestReservationLifecycle(t *testing.T) {
 		if rr, err := b.store.Reserve(ctx, rc); err != nil || !rr.Replayed || rr.Mutation.OpID != rc.OpID {
 			t.Errorf("reserve replay: %v %+v", err, rr)
 		}
-		if h, ok, err := b.store.ReservationHold(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
+		if h, ok, err := b.store.ReservationRef(ctx, rc.ReservationID); err != nil || !ok || h.Customer != c ||
 			!h.Described || h.Metric != "gpu.seconds" || h.Items != nil {
-			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
+			t.Errorf("reservation reservation: %+v %v %v", h, ok, err)
 		}
-		if _, ok, err := b.store.ReservationHold(ctx, uuid.New()); ok || err != nil {
-			t.Errorf("unknown reservation hold: %v %v", ok, err)
+		if _, ok, err := b.store.ReservationRef(ctx, uuid.New()); ok || err != nil {
+			t.Errorf("unknown reservation reservation: %v %v", ok, err)
 		}
 		// A record an older version wrote names the customer alone: the
 		// engine then takes Postgres's path.
@@ -348,15 +348,15 @@ func TestReservationLifecycle(t *testing.T) {
 		if err := b.store.rdb.Set(ctx, b.store.reservationIndexKey(older), customerMember(c), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if h, ok, err := b.store.ReservationHold(ctx, older); err != nil || !ok || h.Customer != c || h.Described {
+		if h, ok, err := b.store.ReservationRef(ctx, older); err != nil || !ok || h.Customer != c || h.Described {
 			t.Errorf("older reservation record: %+v %v %v", h, ok, err)
 		}
-		if meta, found, err := b.store.HoldMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
+		if meta, found, err := b.store.ReservationMetadata(ctx, c, rc.ReservationID); err != nil || !found ||
 			len(meta) != 2 || string(meta["a"]) != "1" || string(meta["b"]) != `"x"` {
-			t.Errorf("hold metadata: %v %v %v", meta, found, err)
+			t.Errorf("reservation metadata: %v %v %v", meta, found, err)
 		}
-		if _, found, err := b.store.HoldMetadata(ctx, c, uuid.New()); found || err != nil {
-			t.Errorf("unknown hold metadata: %v %v", found, err)
+		if _, found, err := b.store.ReservationMetadata(ctx, c, uuid.New()); found || err != nil {
+			t.Errorf("unknown reservation metadata: %v %v", found, err)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(-time.Millisecond), 10); len(due) != 0 {
 			t.Errorf("due before expiry: %v", due)
@@ -368,17 +368,17 @@ func TestReservationLifecycle(t *testing.T) {
 
 		// More than the effective balance cannot be held; nothing changes but
 		// the outbox, which gets a refusal record for credit.exhausted.
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		obBefore := len(b.outbox(t, c))
 		if _, err := b.store.Reserve(ctx, reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Errorf("reserve past effective: %v", err)
 		}
-		// Commit beyond hold + free balance (30 + 70) is refused; the hold stays.
+		// Commit beyond reservation + free balance (30 + 70) is refused; the reservation stays.
 		cc := commitCmd(c, rc.ReservationID, 11, perUnitTerms(10), t0.Add(time.Minute))
 		if _, err := b.store.Commit(ctx, cc); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Errorf("commit past hold and free balance: %v", err)
+			t.Errorf("commit past reservation and free balance: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 		ob := b.outbox(t, c)
@@ -393,7 +393,7 @@ func TestReservationLifecycle(t *testing.T) {
 			}
 		}
 
-		// Commit of 8 units at the current rate 10 (80 > hold 30): exact.
+		// Commit of 8 units at the current rate 10 (80 > reservation 30): exact.
 		cc = commitCmd(c, rc.ReservationID, 8, perUnitTerms(10), t0.Add(time.Minute))
 		cc.Metadata = engine.Metadata{"b": json.RawMessage(`"y"`), "c": json.RawMessage(`[1,{"d":2}]`)}
 		cc.IdempotencyKey, cc.RequestHash = "commit-1", "rh"
@@ -427,7 +427,7 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("after commit %+v", a)
 		}
 		if due, _ := b.store.DueReservations(ctx, p, rc.ExpiresAt.Add(time.Hour), 10); len(due) != 0 {
-			t.Errorf("committed hold still due: %v", due)
+			t.Errorf("committed reservation still due: %v", due)
 		}
 		if rr, err := b.store.Commit(ctx, cc); err != nil || !rr.Replayed {
 			t.Errorf("commit replay: %v", err)
@@ -440,13 +440,13 @@ func TestReservationLifecycle(t *testing.T) {
 			t.Errorf("release after commit: %v", err)
 		}
 		if _, err := b.store.Commit(ctx, commitCmd(c, uuid.New(), 1, perUnitTerms(1), cc.Now)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("commit of an unknown hold: %v", err)
+			t.Errorf("commit of an unknown reservation: %v", err)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, uuid.New(), false, cc.Now)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("release of an unknown hold: %v", err)
+			t.Errorf("release of an unknown reservation: %v", err)
 		}
 
-		// Commit with 0 units returns the whole hold; status committed.
+		// Commit with 0 units returns the whole reservation; status committed.
 		r0 := b.reserve(t, reserveCmd(c, 2, perUnitTerms(5), time.Hour, cc.Now)).Reservation
 		res, err = b.store.Commit(ctx, commitCmd(c, r0.ID, 0, engine.RuleTerms{}, cc.Now))
 		if err != nil {
@@ -463,11 +463,11 @@ func TestReservationLifecycle(t *testing.T) {
 		// a manual release still works.
 		r1 := b.reserve(t, reserveCmd(c, 4, perUnitTerms(5), time.Minute, cc.Now)).Reservation
 		late := time.UnixMilli(r1.ExpiresMS)
-		before = b.holdDump(t, c)
+		before = b.reservationDump(t, c)
 		if _, err := b.store.Commit(ctx, commitCmd(c, r1.ID, 1, perUnitTerms(1), late)); !errors.Is(err, engine.ErrReservationExpired) {
 			t.Errorf("commit at expires_at: %v", err)
 		}
-		if after := b.holdDump(t, c); after != before {
+		if after := b.reservationDump(t, c); after != before {
 			t.Errorf("expired commit changed state")
 		}
 		res, err = b.store.Release(ctx, releaseCmd(c, r1.ID, false, late.Add(time.Second)))
@@ -483,7 +483,7 @@ func TestReservationLifecycle(t *testing.T) {
 }
 
 // TestReservationSweep: the sweep's expiry (Release with Expire) waits for
-// expires_at, marks the hold expired and takes it off the due list; stale
+// expires_at, marks the reservation expired and takes it off the due list; stale
 // due entries are cleaned up.
 func TestReservationSweep(t *testing.T) {
 	t.Parallel()
@@ -512,9 +512,9 @@ func TestReservationSweep(t *testing.T) {
 		if _, err := b.store.Commit(ctx, commitCmd(c, r.ID, 1, perUnitTerms(1), exp)); !errors.Is(err, engine.ErrReservationNotActive) {
 			t.Errorf("commit after the sweep: %v", err)
 		}
-		// A stale due entry (its hold gone) is dropped by the sweep's call.
-		member := holdMember(c, uuid.New())
-		b.rdb.ZAdd(ctx, b.store.holdExpiryKey(p), redisZ(float64(exp.UnixMilli()), member))
+		// A stale due entry (its reservation gone) is dropped by the sweep's call.
+		member := reservationMember(c, uuid.New())
+		b.rdb.ZAdd(ctx, b.store.reservationExpiryKey(p), redisZ(float64(exp.UnixMilli()), member))
 		due, _ = b.store.DueReservations(ctx, p, exp, 10)
 		if len(due) != 1 {
 			t.Fatalf("stale due %v", due)
@@ -528,7 +528,7 @@ func TestReservationSweep(t *testing.T) {
 	})
 }
 
-// TestFinalizedReservationsKeptAWhile: a finalized hold answers 409 for
+// TestFinalizedReservationsKeptAWhile: a finalized reservation answers 409 for
 // reservationKeep, then the next script on the account drops it (the store
 // says 404 after that; the engine answers 409 from Postgres).
 func TestFinalizedReservationsKeptAWhile(t *testing.T) {
@@ -547,7 +547,7 @@ func TestFinalizedReservationsKeptAWhile(t *testing.T) {
 		}
 		b.grant(t, grantCmd(c, 1, t0.Add(reservationKeep)))
 		if b.rdb.HExists(ctx, b.store.accountKey(c.CustomerID), field).Val() {
-			t.Errorf("finalized hold kept past the keep window")
+			t.Errorf("finalized reservation kept past the keep window")
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(reservationKeep+time.Hour))); !errors.Is(err, engine.ErrReservationNotFound) {
 			t.Errorf("release after the keep window: %v", err)
@@ -641,10 +641,10 @@ func TestGauges(t *testing.T) {
 	})
 }
 
-// TestLoadRestoresHoldsAndGauges: a rebuilt customer gets its active holds
+// TestLoadRestoresReservationsAndGauges: a rebuilt customer gets its active reservations
 // (committable, due to the sweep at their expiry), its recently finalized
-// holds (409), not those finalized a day ago, and its gauges (invariant 5).
-func TestLoadRestoresHoldsAndGauges(t *testing.T) {
+// reservations (409), not those finalized a day ago, and its gauges (invariant 5).
+func TestLoadRestoresReservationsAndGauges(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -680,16 +680,16 @@ func TestLoadRestoresHoldsAndGauges(t *testing.T) {
 			t.Errorf("due after load: %v", due)
 		}
 		if _, err := b.store.Commit(ctx, commitCmd(c, done, 1, perUnitTerms(1), t0)); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("commit of a loaded committed hold: %v", err)
+			t.Errorf("commit of a loaded committed reservation: %v", err)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, old, false, t0)); !errors.Is(err, engine.ErrReservationNotFound) {
-			t.Errorf("hold finalized a day ago: %v", err)
+			t.Errorf("reservation finalized a day ago: %v", err)
 		}
 		cc := commitCmd(c, active, 4, perUnitTerms(10), t0)
 		cc.Metadata = engine.Metadata{"z": json.RawMessage(`true`)}
 		res, err := b.store.Commit(ctx, cc)
 		if err != nil {
-			t.Fatalf("commit of a loaded hold: %v", err)
+			t.Fatalf("commit of a loaded reservation: %v", err)
 		}
 		m := res.Mutation
 		if m.Account.Version != 10 || m.Account.Balance != 60 || m.Account.Reserved != 0 || m.Reservation.Released != 30 ||
@@ -739,7 +739,7 @@ func TestConcurrentConsumesNoDoubleSpend(t *testing.T) {
 }
 
 // TestConcurrentReservesNoOverhold: 100 goroutines reserve a cost of 1
-// against credit for exactly K on real Redis: exactly K holds are active,
+// against credit for exactly K on real Redis: exactly K reservations are active,
 // the effective balance ends at exactly 0, never below (invariant 2).
 func TestConcurrentReservesNoOverhold(t *testing.T) {
 	t.Parallel()
@@ -761,19 +761,19 @@ func TestConcurrentReservesNoOverhold(t *testing.T) {
 	}
 	due, err := b.store.DueReservations(context.Background(), Partition(c.CustomerID), t0.Add(time.Hour), 1000)
 	if err != nil || len(due) != k {
-		t.Errorf("%d active holds (%v), want %d", len(due), err, k)
+		t.Errorf("%d active reservations (%v), want %d", len(due), err, k)
 	}
 }
 
-// holdMember is release.lua's hold-expiry zset member for id of c.
-func holdMember(c engine.CustomerKey, id uuid.UUID) string {
+// reservationMember is release.lua's reservation-expiry zset member for id of c.
+func reservationMember(c engine.CustomerKey, id uuid.UUID) string {
 	return customerMember(c) + "|" + id.String()
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
 
 // TestCommitPastFundsUnderAllow: under allow a commit whose cost passes the
-// hold plus the free balance takes what is there and records the rest as
+// reservation plus the free balance takes what is there and records the rest as
 // overage (actual_cost reads higher than what was collected); under block
 // the same commit is refused with nothing changed.
 func TestCommitPastFundsUnderAllow(t *testing.T) {

@@ -29,7 +29,7 @@ var (
 )
 
 // leaseErrors are the codes of gauge.lua and lease.lua for leases, kept
-// apart from scriptErrors (whose NOTFOUND names a hold).
+// apart from scriptErrors (whose NOTFOUND names a reservation).
 var leaseErrors = map[string]error{
 	"LEASENOTFOUND": engine.ErrLeaseNotFound,
 	"LEASEENDED":    engine.ErrLeaseEnded,

@@ -98,7 +98,7 @@ func TestLegacyHashStillServes(t *testing.T) {
 		}
 		storedMatches(t, b, st, "legacy hash")
 
-		// A hold moves "rs" (written as "0" here) and its release takes the
+		// A reservation moves "rs" (written as "0" here) and its release takes the
 		// field away again: a missing one reads as zero.
 		terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 1}
 		rv := reserveCmd(c, 10, terms, time.Minute, t0)
@@ -106,7 +106,7 @@ func TestLegacyHashStillServes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := b.rdb.HGet(ctx, b.store.accountKey(c.CustomerID), "rs").Val(); got != "10" {
-			t.Fatalf("rs after a hold of 10: %q", got)
+			t.Fatalf("rs after a reservation of 10: %q", got)
 		}
 		if _, err := b.store.Release(ctx, releaseCmd(c, rv.ReservationID, false, t0)); err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestLegacyHashStillServes(t *testing.T) {
 			t.Fatal("rs kept at zero after the release")
 		}
 		st.Version = 5
-		storedMatches(t, b, st, "after a hold and its release")
+		storedMatches(t, b, st, "after a reservation and its release")
 
 		// A debit drains the old blocks in spend order; its Mutation names
 		// them and the account by UUID text.

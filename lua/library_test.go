@@ -82,7 +82,7 @@ func TestLibraryFallsBackWithoutFunctions(t *testing.T) {
 
 // TestScriptMutationsTakeTheFastPath: every kind of Mutation the scripts
 // write to the outbox (grants with metadata and expiry, consumes with
-// context and entry metadata, a drain over several blocks, holds with
+// context and entry metadata, a drain over several blocks, reservations with
 // metadata, commit, release, gauge, negative adjust, expiry) is read by
 // engine.DecodeMutation's own decoder, not handed to encoding/json.
 func TestScriptMutationsTakeTheFastPath(t *testing.T) {
@@ -119,12 +119,12 @@ func TestScriptMutationsTakeTheFastPath(t *testing.T) {
 	must(s.Consume(ctx, mc))
 	rc := reserveCmd(c, 2, terms, time.Hour, t0)
 	rc.Metadata = meta
-	hold, err := s.Reserve(ctx, rc)
-	must(hold, err)
-	must(s.Commit(ctx, commitCmd(c, hold.Mutation.Reservation.ID, 1, terms, t0)))
-	hold2, err := s.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
-	must(hold2, err)
-	must(s.Release(ctx, releaseCmd(c, hold2.Mutation.Reservation.ID, false, t0)))
+	reservation, err := s.Reserve(ctx, rc)
+	must(reservation, err)
+	must(s.Commit(ctx, commitCmd(c, reservation.Mutation.Reservation.ID, 1, terms, t0)))
+	reservation2, err := s.Reserve(ctx, reserveCmd(c, 1, terms, time.Hour, t0))
+	must(reservation2, err)
+	must(s.Release(ctx, releaseCmd(c, reservation2.Mutation.Reservation.ID, false, t0)))
 	must(s.Gauge(ctx, engine.GaugeCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0}, Metric: "seats", Delta: 1, Cap: 10}))
 	must(s.Debit(ctx, debitCmd(c, 20, t0)))
 	if _, _, err := s.Expire(ctx, uuid.New(), c, t0.Add(90*time.Minute)); err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // lineSplitProbe runs prelude/credit_line.lua's line_split on an account owing ARGV[2]
-// with effective balance ARGV[1], a hold part ARGV[3], a cost ARGV[4] and
+// with effective balance ARGV[1], a reservation part ARGV[3], a cost ARGV[4] and
 // a line ARGV[5]: {"no"} when refused, else {"ok", from blocks, to debt}.
 var lineSplitProbe = withPrelude(`
 local a = {d = m_parse(ARGV[2])}

@@ -15,7 +15,7 @@ import (
 
 // Go side of load.lua: a rebuild writes each account hash in the encoding
 // the prelude reads (the header comments of prelude/blocks.lua and
-// prelude/holds.lua; blockValue and holdValue mirror block_enc and
+// prelude/reservations.lua; blockValue and reservationValue mirror block_enc and
 // res_enc, and TestLoadEncodingMatchesPrelude keeps them equal), so Redis
 // only fences and writes.
 
@@ -28,8 +28,8 @@ var sourceCodes = func() map[engine.Source]string {
 	return m
 }()
 
-// holdCodes are prelude/holds.lua's one-letter reservation statuses (RES_CODE).
-var holdCodes = map[engine.ReservationStatus]string{
+// reservationCodes are prelude/reservations.lua's one-letter reservation statuses (RES_CODE).
+var reservationCodes = map[engine.ReservationStatus]string{
 	engine.ReservationActive: "a", engine.ReservationCommitted: "c",
 	engine.ReservationReleased: "r", engine.ReservationExpired: "e",
 }
@@ -64,17 +64,17 @@ func blockValue(b engine.MutationBlock) string {
 		"|" + st + "|" + exp + "|" + src + scope
 }
 
-// holdValue is field "r:<id>" of hold r (prelude/holds.lua res_enc); final is
+// reservationValue is field "r:<id>" of reservation r (prelude/reservations.lua res_enc); final is
 // when it was finalized, nil while active. Its metadata lives in field
 // "n:<id>".
-func holdValue(r engine.MutationReservation, final *int64) string {
+func reservationValue(r engine.MutationReservation, final *int64) string {
 	opt := func(v *int64, enc func(int64) string) string {
 		if v == nil {
 			return ""
 		}
 		return enc(*v)
 	}
-	return holdCodes[r.Status] + "|" + dec(r.EstimatedUnits) + "|" + dec(r.EstimatedCost) + "|" + b36(r.ExpiresMS) +
+	return reservationCodes[r.Status] + "|" + dec(r.EstimatedUnits) + "|" + dec(r.EstimatedCost) + "|" + b36(r.ExpiresMS) +
 		"|" + b36(r.CreatedMS) + "|" + opt(final, b36) + "|" + opt(r.ActualUnits, dec) + "|" + opt(r.ActualCost, dec) +
 		"|" + dec(r.Released) + "|" + r.Metric + "|"
 }
@@ -96,7 +96,7 @@ func (c *loadCall) argv() []any {
 
 // loadArgs appends st's KEYS and ARGV to c in load.lua's layout; the first
 // account also brings the partition's two zsets. st.Applied writes no op
-// key (Postgres answers their retries); holds finalized reservationKeep or
+// key (Postgres answers their retries); reservations finalized reservationKeep or
 // more before now are left out (the scripts would drop them at once).
 func (s *Store) loadArgs(c *loadCall, st engine.AccountState, now time.Time) error {
 	return s.loadArgsExpecting(c, st, now, "")
@@ -110,7 +110,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	if c.n == 0 {
 		p := Partition(cust)
 		c.tag = s.tag(p)
-		c.keys = append(c.keys, s.holdExpiryKey(p))
+		c.keys = append(c.keys, s.reservationExpiryKey(p))
 	}
 	nowMS := now.UnixMilli()
 	// Every account of a call is of its partition (LoadBatch groups them).
@@ -142,7 +142,7 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	for _, f := range budgets {
 		fields = append(fields, f, st.Budgets[f].String())
 	}
-	var kept []keptHold
+	var kept []keptReservation
 	var stored []engine.MutationBlock
 	active := 0
 	for _, b := range st.Blocks {
@@ -163,12 +163,12 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 			fields = append(fields, "m:"+id, meta)
 		}
 	}
-	var holdZ []any
+	var reservationZ []any
 	for _, r := range st.Reservations {
-		if _, ok := holdCodes[r.Status]; !ok {
+		if _, ok := reservationCodes[r.Status]; !ok {
 			return fmt.Errorf("lua: load: reservation %s: status %q", r.ID, r.Status)
 		}
-		// A multi-metric hold has no metric (reserve_multi.lua): its items
+		// A multi-metric reservation has no metric (reserve_multi.lua): its items
 		// stay in Postgres, which a commit reads.
 		if err := checkMetric(r.Metric); err != nil && r.Metric != "" {
 			return fmt.Errorf("lua: load: reservation %s: %w", r.ID, err)
@@ -191,15 +191,15 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 			return fmt.Errorf("lua: load: reservation %s: %w", r.ID, err)
 		}
 		id := r.ID.String()
-		fields = append(fields, "r:"+id, holdValue(r, final))
+		fields = append(fields, "r:"+id, reservationValue(r, final))
 		if meta != "" {
 			fields = append(fields, "n:"+id, meta)
 		}
 		if r.Status == engine.ReservationActive {
-			holdZ = append(holdZ, dec(r.ExpiresMS), member+"|"+id)
+			reservationZ = append(reservationZ, dec(r.ExpiresMS), member+"|"+id)
 			active++
 		} else {
-			kept = append(kept, keptHold{id, *final})
+			kept = append(kept, keptReservation{id, *final})
 		}
 	}
 	for metric, n := range st.Gauges {
@@ -233,8 +233,8 @@ func (s *Store) loadArgsExpecting(c *loadCall, st engine.AccountState, now time.
 	var ops []any
 
 	c.args = append(c.args, dec(st.Version), strconv.Itoa(len(ops)/2), strconv.Itoa(len(fields)/2),
-		strconv.Itoa(len(holdZ)/2), expect)
-	c.args = append(c.args, holdZ...)
+		strconv.Itoa(len(reservationZ)/2), expect)
+	c.args = append(c.args, reservationZ...)
 	c.args = append(c.args, fields...)
 	c.args = append(c.args, ops...)
 	c.n++
@@ -252,22 +252,22 @@ func storedAccountID(id string) string {
 }
 
 // layoutMinItems is prelude/layout.lua's LAYOUT_MIN_ITEMS: an account of fewer
-// blocks and active holds goes without the layout v2 fields.
+// blocks and active reservations goes without the layout v2 fields.
 const layoutMinItems = 8
 
-// keptHold is a finalized hold kept in the hash: its id and when it was
+// keptReservation is a finalized reservation kept in the hash: its id and when it was
 // finalized (ms).
-type keptHold struct {
+type keptReservation struct {
 	id    string
 	final int64
 }
 
 // layoutFields are the layout v2 fields "s", "o" and "k" (prelude/layout.lua,
 // "Account layout v2") of an account hash holding blocks (all with credit),
-// active holds and the kept finalized holds, last written at u (field
+// active reservations and the kept finalized reservations, last written at u (field
 // "ua"): byte for byte what acct_commit writes, so a rebuilt hash takes the
 // scripts' fast path at once and equals the hash it replaces.
-func layoutFields(blocks []engine.MutationBlock, active int, kept []keptHold, u int64) []any {
+func layoutFields(blocks []engine.MutationBlock, active int, kept []keptReservation, u int64) []any {
 	if len(blocks)+active < layoutMinItems {
 		return nil
 	}

@@ -1,6 +1,6 @@
 -- load.lua installs the states of several customers of one partition,
 -- rebuilt from Postgres, in one call. Go prepares every hash field in the
--- encoding the prelude reads (lua/load.go: blocks, holds, gauges, metadata
+-- encoding the prelude reads (lua/load.go: blocks, reservations, gauges, metadata
 -- and the account fields), so the script only fences and writes: a rebuild
 -- of a million accounts is bound by Redis running it. Each account is
 -- fenced by version on its own (invariant 5): a hash already at this or a
@@ -8,15 +8,15 @@
 -- state. A state of version 0 without an account id ("customer known, no
 -- account") therefore only creates a missing hash.
 --
--- KEYS[1]   partition hold-expiry zset {prefix:pNN}:rexp
+-- KEYS[1]   partition reservation-expiry zset {prefix:pNN}:rexp
 -- then per account: its hash {prefix:pNN}:a:<customer>, then the op keys
 --   of its recently applied mutations, one per op
 -- ARGV[1]   account count
 -- then per account:
 --   version, op key count k, field count f (name and value pairs), active
---   hold count h, expected version x ("" for the version fence; else see
+--   reservation count h, expected version x ("" for the version fence; else see
 --   below),
---   then h pairs: hold-expiry zset score and member,
+--   then h pairs: reservation-expiry zset score and member,
 --   then f pairs: hash field name and value (the first is "v"),
 --   then k pairs: op key TTL ms and mutation JSON
 --
@@ -35,14 +35,14 @@ if not count then return redis.error_reply('BADARG account count') end
 local accounts = {}
 local o, k = 1, 1
 for i = 1, count do
-  local version, ops, fields, holds = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+  local version, ops, fields, reservations = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
   local expect = ARGV[o + 5]
-  if not version or not ops or not fields or fields < 1 or not holds or not KEYS[k + 1 + ops] or
+  if not version or not ops or not fields or fields < 1 or not reservations or not KEYS[k + 1 + ops] or
       not expect or (expect ~= '' and not tonumber(expect)) then
     return redis.error_reply('BADARG account ' .. i)
   end
   local a = {key = KEYS[k + 1], version = version, expect = tonumber(expect),
-    holds = o + 5, fields = o + 5 + 2 * holds, nfields = fields, ops = k + 1, nops = ops}
+    reservations = o + 5, fields = o + 5 + 2 * reservations, nfields = fields, ops = k + 1, nops = ops}
   a.opargs = a.fields + 2 * fields
   o = a.opargs + 2 * ops
   k = k + 1 + ops
@@ -71,7 +71,7 @@ for i, a in ipairs(accounts) do
       redis.call('HSET', a.key, unpack(ARGV, from, to))
       from = to + 1
     end
-    for j = a.holds + 1, a.fields, 2 do redis.call('ZADD', KEYS[1], ARGV[j], ARGV[j + 1]) end
+    for j = a.reservations + 1, a.fields, 2 do redis.call('ZADD', KEYS[1], ARGV[j], ARGV[j + 1]) end
     for j = 0, a.nops - 1 do
       redis.call('SET', KEYS[a.ops + 1 + j], ARGV[a.opargs + 2 * j + 2], 'PX', ARGV[a.opargs + 2 * j + 1])
     end

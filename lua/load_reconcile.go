@@ -23,7 +23,7 @@ var _ engine.ReconcileStore = (*Store)(nil)
 
 // reconcileWholeFields is the most fields an account hash may have for a
 // reconcile pass to read it with one HGETALL pipelined with the rest of its
-// page; a bigger one (thousands of blocks and holds, megabytes of metadata
+// page; a bigger one (thousands of blocks and reservations, megabytes of metadata
 // at the caps) is read in bounded slices on its own, as the read path does.
 const reconcileWholeFields = 1000
 

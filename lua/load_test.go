@@ -18,7 +18,7 @@ import (
 
 // TestLoadEncodingMatchesPrelude: the hash values Go prepares for load.lua
 // are byte for byte what prelude/blocks.lua's block_enc and
-// prelude/holds.lua's res_enc write, so a
+// prelude/reservations.lua's res_enc write, so a
 // rebuilt account reads exactly like one the scripts wrote. A change of the
 // encoding in the prelude fails here until load.go follows.
 func TestLoadEncodingMatchesPrelude(t *testing.T) {
@@ -30,7 +30,7 @@ local b = {rem = m_parse(ARGV[1]), orig = m_parse(ARGV[2]), prio = int_parse(ARG
   starts = int_parse(ARGV[5]), expires = int_parse(ARGV[6]), src = ARGV[7]}
 if ARGV[8] ~= '' then b.scope = ',' .. ARGV[8] .. ',' end
 return block_enc(b)`
-	holdLua := preludeLua + `
+	reservationLua := preludeLua + `
 local function opt(s) if s == '' then return nil end return m_parse(s) end
 local r = {status = ARGV[1], est_units = m_parse(ARGV[2]), est_cost = m_parse(ARGV[3]), expires = int_parse(ARGV[4]),
   created = int_parse(ARGV[5]), final = int_parse(ARGV[6]), act_units = opt(ARGV[7]), act_cost = opt(ARGV[8]),
@@ -113,13 +113,13 @@ return block_enc(b)`
 				r.ActualUnits, r.ActualCost = &au, &ac
 			}
 		}
-		want, err = rdb.Eval(ctx, holdLua, nil, string(status), dec(r.EstimatedUnits), dec(r.EstimatedCost), dec(r.ExpiresMS),
+		want, err = rdb.Eval(ctx, reservationLua, nil, string(status), dec(r.EstimatedUnits), dec(r.EstimatedCost), dec(r.ExpiresMS),
 			dec(r.CreatedMS), str(final), str(r.ActualUnits), str(r.ActualCost), dec(r.Released), r.Metric).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := holdValue(r, final); got != want {
-			t.Fatalf("hold %+v: Go %q, prelude %q", r, got, want)
+		if got := reservationValue(r, final); got != want {
+			t.Fatalf("reservation %+v: Go %q, prelude %q", r, got, want)
 		}
 	}
 }

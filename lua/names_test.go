@@ -46,17 +46,17 @@ func TestScriptName(t *testing.T) {
 	}
 }
 
-// TestHoldBacklog: the hold sweep's backlog counts, per partition, the
-// holds scored at or before now, not the later ones.
-func TestHoldBacklog(t *testing.T) {
+// TestReservationBacklog: the reservation sweep's backlog counts, per partition, the
+// reservations scored at or before now, not the later ones.
+func TestReservationBacklog(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	s := NewStore(rdb, prefix)
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(d time.Duration) float64 { return float64(now.Add(d).UnixMilli()) }
-	rdb.ZAdd(ctx, s.holdExpiryKey(5), redis.Z{Score: ms(-time.Second), Member: "h"}, redis.Z{Score: ms(0), Member: "i"},
+	rdb.ZAdd(ctx, s.reservationExpiryKey(5), redis.Z{Score: ms(-time.Second), Member: "h"}, redis.Z{Score: ms(0), Member: "i"},
 		redis.Z{Score: ms(time.Minute), Member: "j"})
-	holds, err := s.HoldBacklog(ctx, now)
+	reservations, err := s.ReservationBacklog(ctx, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +65,8 @@ func TestHoldBacklog(t *testing.T) {
 		if p == 5 {
 			want = 2
 		}
-		if holds[p] != want {
-			t.Errorf("partition %d: %d holds, want %d", p, holds[p], want)
+		if reservations[p] != want {
+			t.Errorf("partition %d: %d reservations, want %d", p, reservations[p], want)
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // The prelude is the code the money and state scripts share: the money
-// arithmetic, the block and hold encodings, the account read and write,
+// arithmetic, the block and reservation encodings, the account read and write,
 // the Mutation JSON. It lives in lua/prelude/, one file per job, each
 // opening with what it owns; preludeOrder joins them into one chunk (one
 // text, as the library and link.go have always read it). It only defines
@@ -20,28 +20,28 @@ var preludeFS embed.FS
 // files it uses. TestPreludeOrder fails when a file is missing from it or
 // listed twice, or when a definition uses one that comes after it.
 var preludeOrder = []string{
-	"bounds.lua",         // per-customer caps (invariant 13)
-	"money.lua",          // money arithmetic, integer formatting
-	"text.lua",           // base 36, source letters, JSON strings
-	"pricing.lua",        // terms and prices
-	"blocks.lua",         // a block's hash encoding and JSON
-	"entries.lua",        // ledger entries and usage JSON
-	"holds.lua",          // a hold's hash encoding and JSON
-	"metadata.lua",       // metadata JSON merge and match
-	"spend_order.lua",    // live, started, applies, spend order, balances
-	"layout.lua",         // layout v2: spend-order index, kept holds
-	"account_read.lua",   // the account hash read into a
-	"credit_line.lua",    // overage policy and the credit line
-	"drain.lua",          // expiries and drains
-	"scopes.lua",         // credits scoped to metrics
-	"seen.lua",           // the seen filter
-	"idempotency.lua",    // op records and replays
-	"hold_open.lua",      // a hold script's opening checks
-	"account_commit.lua", // the account hash written back
-	"mutation.lua",       // the Mutation JSON and the outbox
-	"gauges.lua",         // gauge counts and leases
-	"budgets.lua",        // budget counters
-	"pools.lua",          // shared pools
+	"bounds.lua",           // per-customer caps (invariant 13)
+	"money.lua",            // money arithmetic, integer formatting
+	"text.lua",             // base 36, source letters, JSON strings
+	"pricing.lua",          // terms and prices
+	"blocks.lua",           // a block's hash encoding and JSON
+	"entries.lua",          // ledger entries and usage JSON
+	"reservations.lua",     // a reservation's hash encoding and JSON
+	"metadata.lua",         // metadata JSON merge and match
+	"spend_order.lua",      // live, started, applies, spend order, balances
+	"layout.lua",           // layout v2: spend-order index, kept reservations
+	"account_read.lua",     // the account hash read into a
+	"credit_line.lua",      // overage policy and the credit line
+	"drain.lua",            // expiries and drains
+	"scopes.lua",           // credits scoped to metrics
+	"seen.lua",             // the seen filter
+	"idempotency.lua",      // op records and replays
+	"reservation_open.lua", // a reservation script's opening checks
+	"account_commit.lua",   // the account hash written back
+	"mutation.lua",         // the Mutation JSON and the outbox
+	"gauges.lua",           // gauge counts and leases
+	"budgets.lua",          // budget counters
+	"pools.lua",            // shared pools
 }
 
 // preludeLua is the prelude's one chunk: preludeOrder's files joined by a

@@ -56,7 +56,7 @@ func TestProfileScripts(t *testing.T) {
 	if cgPid != "" {
 		n = 100
 	}
-	// untimed runs setup calls inside a measured case (the hold a commit
+	// untimed runs setup calls inside a measured case (the reservation a commit
 	// settles): their calls and microseconds leave the case's figure. Not
 	// under callgrind, which counts them: the pairs' figures serve there.
 	var skipUs float64
@@ -173,7 +173,7 @@ func TestProfileScripts(t *testing.T) {
 				must(err)
 			}
 		}
-		var pending uuid.UUID // the last measured reserve's hold, released before the next call
+		var pending uuid.UUID // the last measured reserve's reservation, released before the next call
 		releasePending := func() {
 			if pending != uuid.Nil {
 				_, err := s.Release(ctx, releaseCmd(hc, pending, false, now))
@@ -189,7 +189,7 @@ func TestProfileScripts(t *testing.T) {
 			must(err)
 			pending = cmd.ReservationID
 		})
-		// Each script of a hold alone: the other calls of the case untimed.
+		// Each script of a reservation alone: the other calls of the case untimed.
 		only := measure
 		if cgPid != "" {
 			only = func(string, func(int)) {}
@@ -233,7 +233,7 @@ func TestProfileScripts(t *testing.T) {
 			_, err = s.Commit(ctx, cc)
 			must(err)
 		})
-		// A multi-metric hold of 5 items and its commit (reserve_multi.lua,
+		// A multi-metric reservation of 5 items and its commit (reserve_multi.lua,
 		// commit_multi.lua): over 5, the Redis CPU per item of the pair.
 		measure("reserve-multi5+commit/"+shape.name, func(i int) {
 			releasePending()

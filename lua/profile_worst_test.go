@@ -18,11 +18,11 @@ import (
 )
 
 // TestProfileWorst times each script call of the bench's worst allowed
-// input (issue 9: 100 live blocks and 100 active holds with 8 KiB of
+// input (issue 9: 100 live blocks and 100 active reservations with 8 KiB of
 // metadata each) from SLOWLOG of a private Redis named by PROFILE_REDIS
 // (host:port; it is flushed). The minimum over the trials is what the
 // script costs; the maximum is what a loaded box added to it. It asserts
-// nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-hold
+// nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-reservation
 // loop's calls in order ("SEQ reserve 166"), to tell a periodic slow path
 // (one call in N) from noise.
 func TestProfileWorst(t *testing.T) {
@@ -120,13 +120,13 @@ func TestProfileWorst(t *testing.T) {
 			_, err := s.Grant(ctx, g)
 			must(err)
 		}
-		var holds []uuid.UUID
-		for i := 0; i < engine.MaxActiveHolds-1; i++ {
+		var reservations []uuid.UUID
+		for i := 0; i < engine.MaxActiveReservations-1; i++ {
 			cmd := reserveCmd(c, 10, terms, time.Hour, now)
 			cmd.Metadata = meta(fmt.Sprintf("h%d", i))
 			_, err := s.Reserve(ctx, cmd)
 			must(err)
-			holds = append(holds, cmd.ReservationID)
+			reservations = append(reservations, cmd.ReservationID)
 		}
 		now = now.Add(time.Millisecond)
 		timed("grant stack_after", func() {
@@ -141,28 +141,28 @@ func TestProfileWorst(t *testing.T) {
 		timed("commit with metadata", func() {
 			for i := 0; i < 5; i++ {
 				now = now.Add(time.Millisecond)
-				cc := commitCmd(c, holds[0], 7, terms, now)
+				cc := commitCmd(c, reservations[0], 7, terms, now)
 				cc.Metadata = meta("commit")
 				cc.IdempotencyKey = "c-" + uuid.NewString()
 				_, err := s.Commit(ctx, cc)
 				must(err)
-				holds = holds[1:]
+				reservations = reservations[1:]
 			}
 		})
 		timed("reserve/release kept cap", func() {
 			for i := 0; i < 40; i++ {
 				now = now.Add(time.Millisecond)
-				if len(holds) >= engine.MaxActiveHolds {
-					_, err := s.Release(ctx, releaseCmd(c, holds[0], false, now))
+				if len(reservations) >= engine.MaxActiveReservations {
+					_, err := s.Release(ctx, releaseCmd(c, reservations[0], false, now))
 					must(err)
-					holds = holds[1:]
+					reservations = reservations[1:]
 				}
 				cmd := reserveCmd(c, 10, terms, time.Hour, now)
 				cmd.Metadata = meta("cycle")
 				cmd.IdempotencyKey = "r-" + uuid.NewString()
 				_, err := s.Reserve(ctx, cmd)
 				must(err)
-				holds = append(holds, cmd.ReservationID)
+				reservations = append(reservations, cmd.ReservationID)
 			}
 		})
 		if os.Getenv("PROFILE_PROBE") != "" {
@@ -172,7 +172,7 @@ func TestProfileWorst(t *testing.T) {
 			timed("probe taken id", func() {
 				for i := 0; i < 20; i++ {
 					cmd := reserveCmd(c, 10, terms, time.Hour, now)
-					cmd.ReservationID = holds[0]
+					cmd.ReservationID = reservations[0]
 					_, _ = s.Reserve(ctx, cmd)
 				}
 			})

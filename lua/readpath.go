@@ -37,16 +37,16 @@ type accountFields struct {
 	// debt is what the account owes on its credit line (field "d").
 	debt   int64
 	blocks []engine.MutationBlock
-	// holdMetrics are the distinct metrics of the active holds ("" for a
+	// reservationMetrics are the distinct metrics of the active reservations ("" for a
 	// multi-metric one), read only from a hash holding a scoped block
 	// (field "sc"): what engine.ScopeFree needs.
-	holdMetrics []string
-	scoped      bool
+	reservationMetrics []string
+	scoped             bool
 }
 
 // readAccount reads a customer's hash; engine.ErrStateMissing when absent.
 // A small account is one HGETALL. An account known to keep the layout v2
-// summary (a big one, up to megabytes of block and hold metadata at the
+// summary (a big one, up to megabytes of block and reservation metadata at the
 // caps) is read in slices instead (readAccountSliced), so no single command
 // holds Redis for every tenant while it copies the whole hash.
 func (s *Store) readAccount(ctx context.Context, key string) (accountFields, error) {
@@ -77,7 +77,7 @@ const sliceMetaFields = 16
 // was tried; the caller reads it whole.
 var errAccountMoving = errors.New("lua: account changed during a sliced read")
 
-// readAccountSliced reads the fields decodeAccount uses (never the holds'
+// readAccountSliced reads the fields decodeAccount uses (never the reservations'
 // metadata, and the blocks' only withMeta) with HKEYS and HMGETs of bounded size. Every HMGET also reads
 // the version, and every script that changes a block or the reserved total
 // moves it, so equal versions across the slices make one consistent
@@ -92,8 +92,8 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 			return accountFields{}, engine.ErrStateMissing
 		}
 		head := []string{"v", "id", "rs", "le", "ua", "s", "d", "sc"}
-		// The holds only of a hash holding scoped blocks (their metrics:
-		// accountFields.holdMetrics).
+		// The reservations only of a hash holding scoped blocks (their metrics:
+		// accountFields.reservationMetrics).
 		scoped := slices.Contains(names, "sc")
 		var meta []string
 		for _, n := range names {
@@ -189,14 +189,14 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 		}
 	}
 	if _, ok := raw["sc"]; ok {
-		a.scoped, a.holdMetrics = true, activeHoldMetrics(raw)
+		a.scoped, a.reservationMetrics = true, activeReservationMetrics(raw)
 	}
 	return a, nil
 }
 
-// activeHoldMetrics are the distinct metrics of the active holds of hash
-// raw (prelude/holds.lua res_enc: status "a", metric the tenth field), sorted.
-func activeHoldMetrics(raw map[string]string) []string {
+// activeReservationMetrics are the distinct metrics of the active reservations of hash
+// raw (prelude/reservations.lua res_enc: status "a", metric the tenth field), sorted.
+func activeReservationMetrics(raw map[string]string) []string {
 	seen := map[string]bool{}
 	out := []string{}
 	for f, v := range raw {
@@ -282,7 +282,7 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 //
 // An account known to keep the layout v2 summary (field "s", prelude/layout.lua)
 // is read by one HMGET of the summary instead: a big account's HGETALL
-// copies every block's and hold's metadata (megabytes at the caps). The
+// copies every block's and reservation's metadata (megabytes at the caps). The
 // summary answers only inside its window; outside it the HGETALL does.
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
 	key, nowMS := s.accountKey(c.CustomerID), now.UnixMilli()

@@ -1,15 +1,15 @@
--- release.lua returns what an active hold still holds (engine.ReleaseCommand): a
+-- release.lua returns what an active reservation still holds (engine.ReleaseCommand): a
 -- manual release (status released, allowed past expires_at) or the sweep's
 -- expiry (status expired, only once expires_at has passed). One zero-delta
 -- "release" entry (ref = reservation id); the reservation leaves the
--- hold-expiry zset; the Mutation is kind "release".
+-- reservation-expiry zset; the Mutation is kind "release".
 --
 -- KEYS[1..4] as reserve.lua           ARGV[1..9] as reserve.lua
 -- ARGV[10] reservation id             ARGV[11] "1" to expire (the sweep), else "0"
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- NOTFOUND, NOTACTIVE, NOTDUE (expire before expires_at). Only the sweep's
--- refusals write, and only to the hold-expiry zset: a member whose hold is
+-- refusals write, and only to the reservation-expiry zset: a member whose reservation is
 -- gone or finalized is removed, one not due yet gets its true score, so the
 -- sweep does not pick it again.
 local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -46,13 +46,13 @@ end
 local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 expire_due(a, now, entries, changed)
--- After partial commits only what the hold still holds returns.
+-- After partial commits only what the reservation still holds returns.
 local held = res_held(r)
 a.rs = m_sub(a.rs, held)
 r.status, r.final, r.released = 'released', now, held
 if expire then r.status = 'expired' end
 res_put(a, r)
--- A multi-metric hold (metric "") names no metric, as its reserve entry.
+-- A multi-metric reservation (metric "") names no metric, as its reserve entry.
 local metric = r.metric
 if metric == '' then metric = nil end
 entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = metric, ref = res_id})

@@ -2,13 +2,13 @@
 -- it prices the estimated units, refuses when the effective balance
 -- (balance - reserved - pending) is below that cost, else raises the
 -- account's reserved total, stores the reservation in the account hash
--- (field "r:<id>", prelude encoding), adds it to the partition hold-expiry
+-- (field "r:<id>", prelude encoding), adds it to the partition reservation-expiry
 -- zset, writes one zero-delta "reservation" entry (ref = reservation id)
 -- and appends the Mutation (kind "reserve", with the res section).
 --
 -- KEYS[1]  account hash               {prefix:pNN}:a:<customer>
 -- KEYS[2]  partition outbox           {prefix:pNN}:outbox
--- KEYS[3]  partition hold-expiry zset {prefix:pNN}:rexp
+-- KEYS[3]  partition reservation-expiry zset {prefix:pNN}:rexp
 -- KEYS[4]  op key, only with an idempotency key
 -- ARGV[1..8] as grant.lua             ARGV[9]  context JSON text or ""
 -- ARGV[10] reservation id             ARGV[11] metric key
@@ -16,7 +16,7 @@
 -- ARGV[14] expires_at ms (> now)      ARGV[15] metadata JSON text or ""
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
--- INSUFFICIENT, OVERFLOW, BADTERMS, TOOMANYHOLDS (MAX_ACTIVE_HOLDS active
+-- INSUFFICIENT, OVERFLOW, BADTERMS, TOOMANYRESERVATIONS (MAX_ACTIVE_RESERVATIONS active
 -- already), BADARG (also for a reservation id the
 -- customer already has). Nothing is written before every check has passed,
 -- except the refusal record of a block customer's INSUFFICIENT.
@@ -37,8 +37,8 @@ if not a then return stop end
 local cost, err = price(terms, est_units)
 if not cost then return redis.error_reply(err) end
 local _, _, effective = acct_bal(a, now)
--- A hold its estimated cost would take past a budget is refused, whatever
--- the balance; the budget counts the commit, not the hold (docs/decisions.md
+-- A reservation its estimated cost would take past a budget is refused, whatever
+-- the balance; the budget counts the commit, not the reservation (docs/decisions.md
 -- "Budgets").
 local _, bud_over = budget_take(account_key, budgets_of(ctx, now), metric, cost, nil)
 if bud_over then
@@ -46,9 +46,9 @@ if bud_over then
     env = env, now = now, ctx = ctx, eb = effective}, a,
     usage_json(metric, est_units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
 end
--- Under block the hold may lean on the credit line: the effective balance
+-- Under block the reservation may lean on the credit line: the effective balance
 -- may end at minus the line (block_line).
--- With scoped blocks the hold must also fit what applies to its metric
+-- With scoped blocks the reservation must also fit what applies to its metric
 -- (prelude scope_reserve_ok).
 if not scope_reserve_ok(a, now, metric, effective, cost, block_line(ctx)) then
   -- A block customer refused for credit owes credit.exhausted (docs/spec/addendum.md §8):

@@ -1,14 +1,14 @@
 -- reserve_multi.lua holds the summed estimated cost of several metrics
 -- (engine.ReserveCommand with Items): every item or none. It is
 -- reserve.lua for a list of items, kept apart so the single reserve runs
--- no item loop and stores its hold exactly as before.
+-- no item loop and stores its reservation exactly as before.
 --
--- The hold is one reservation: its metric is "" (the encoding's metric
+-- The reservation is one reservation: its metric is "" (the encoding's metric
 -- field empty), its estimated units and cost the items' totals. The item
 -- list travels in the Mutation (res.items: [{billable_metric_key,
 -- estimated_units, estimated_cost}]) to Postgres (reservations.items) and
 -- is not stored in Redis: a commit gets it from Postgres (engine
--- Reservations.Commit) and checks its totals against the hold, so a hold
+-- Reservations.Commit) and checks its totals against the reservation, so a reservation
 -- rebuilt from Postgres commits the same. The "reservation" entry names no
 -- metric.
 --
@@ -46,14 +46,14 @@ if not a then return stop end
 local cost, units, items_j, bad = items_price(items, 'estimated_units', 'estimated_cost')
 if bad then return bad end
 local _, _, effective = acct_bal(a, now)
--- As reserve.lua: a hold past a budget is refused.
+-- As reserve.lua: a reservation past a budget is refused.
 local _, bud_over = budget_take(account_key, budgets_of(ctx, now), '', cost, items)
 if bud_over then
   return budget_refuse(account_key, outbox_key, {op = op_id, kind = 'reserve', tenant = tenant, customer = customer,
     env = env, now = now, ctx = ctx, eb = effective}, a,
     usage_json('', units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
 end
--- With scoped blocks a multi-metric hold is backed by unscoped ones (metric
+-- With scoped blocks a multi-metric reservation is backed by unscoped ones (metric
 -- "": prelude scope_reserve_ok).
 if not scope_reserve_ok(a, now, '', effective, cost, block_line(ctx)) then
   -- As reserve.lua: a block customer's refusal record, for credit.exhausted

@@ -13,18 +13,18 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// multiReserveCmd is a multi-metric hold of items for c, an hour long.
+// multiReserveCmd is a multi-metric reservation of items for c, an hour long.
 func multiReserveCmd(c engine.CustomerKey, items ...engine.ReserveLine) engine.ReserveCommand {
 	cmd := reserveCmd(c, 0, engine.RuleTerms{}, time.Hour, t0)
 	cmd.Metric, cmd.Items = "", items
 	return cmd
 }
 
-// multiCommitCmd settles hold with the actual units of each of its items
+// multiCommitCmd settles reservation with the actual units of each of its items
 // (in order), at terms.
-func multiCommitCmd(c engine.CustomerKey, hold engine.MutationReservation, actual []int64, terms []engine.RuleTerms) engine.CommitCommand {
-	cmd := commitCmd(c, hold.ID, 0, engine.RuleTerms{}, t0.Add(time.Minute))
-	for i, it := range hold.Items {
+func multiCommitCmd(c engine.CustomerKey, reservation engine.MutationReservation, actual []int64, terms []engine.RuleTerms) engine.CommitCommand {
+	cmd := commitCmd(c, reservation.ID, 0, engine.RuleTerms{}, t0.Add(time.Minute))
+	for i, it := range reservation.Items {
 		cmd.Items = append(cmd.Items, engine.CommitLine{Metric: it.BillableMetricKey, EstimatedUnits: it.EstimatedUnits,
 			EstimatedCost: it.EstimatedCost, ActualUnits: actual[i], Terms: terms[i]})
 	}
@@ -33,7 +33,7 @@ func multiCommitCmd(c engine.CustomerKey, hold engine.MutationReservation, actua
 
 // TestReserveMulti: reserve_multi.lua holds the items' summed estimated
 // cost (metric "", the items in res.items, a reservation entry naming no
-// metric), refuses the whole hold when the effective balance cannot cover
+// metric), refuses the whole reservation when the effective balance cannot cover
 // the sum, and replays; release.lua returns it all.
 func TestReserveMulti(t *testing.T) {
 	t.Parallel()
@@ -52,16 +52,16 @@ func TestReserveMulti(t *testing.T) {
 		want := `[{api.calls 3 30 <nil> <nil>} {gpu.seconds 1 20 <nil> <nil>}]`
 		if r == nil || r.Metric != "" || r.EstimatedUnits != 4 || r.EstimatedCost != 50 || fmt.Sprint(r.Items) != want ||
 			m.Account.Reserved != 50 || m.Account.Balance != 100 {
-			t.Fatalf("hold %+v account %+v", r, m.Account)
+			t.Fatalf("reservation %+v account %+v", r, m.Account)
 		}
 		if e := m.Entries[len(m.Entries)-1]; e.Type != engine.EntryReservation || e.Metric != nil || e.Delta != 0 {
 			t.Errorf("entry %+v", e)
 		}
-		// The index describes the hold's items, so a commit prices them
+		// The index describes the reservation's items, so a commit prices them
 		// without Postgres.
-		if h, ok, err := b.store.ReservationHold(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
+		if h, ok, err := b.store.ReservationRef(ctx, r.ID); err != nil || !ok || h.Customer != c || !h.Described ||
 			h.Metric != "" || fmt.Sprint(h.Items) != want {
-			t.Errorf("reservation hold: %+v %v %v", h, ok, err)
+			t.Errorf("reservation reservation: %+v %v %v", h, ok, err)
 		}
 		again := cmd
 		again.OpID = uuid.New()
@@ -69,15 +69,15 @@ func TestReserveMulti(t *testing.T) {
 		if err != nil || !r2.Replayed || fmt.Sprint(r2.Mutation.Reservation.Items) != want {
 			t.Errorf("replay: %v %+v", err, r2)
 		}
-		// 50 free: a second hold of 30 + 21 is refused whole.
-		before := b.holdDump(t, c)
+		// 50 free: a second reservation of 30 + 21 is refused whole.
+		before := b.reservationDump(t, c)
 		big := multiReserveCmd(c, engine.ReserveLine{Metric: "api.calls", EstimatedUnits: 3, Terms: perUnitTerms(10)},
 			engine.ReserveLine{Metric: "gpu.seconds", EstimatedUnits: 1, Terms: flatTerms(21)})
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("over the balance: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
-			t.Errorf("refused hold changed state:\n%s\n->\n%s", before, after)
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+			t.Errorf("refused reservation changed state:\n%s\n->\n%s", before, after)
 		}
 		rel, err := b.store.Release(ctx, releaseCmd(c, r.ID, false, t0.Add(time.Minute)))
 		if err != nil {
@@ -93,10 +93,10 @@ func TestReserveMulti(t *testing.T) {
 
 // TestCommitMulti: commit_multi.lua prices each item at its own terms and
 // charges the total once (one consumption entry, no metric, its metadata
-// listing the items), within hold plus free balance under block (else
+// listing the items), within reservation plus free balance under block (else
 // nothing changes), the rest as overage under allow; all-zero units return
-// the hold with a release entry; estimates that do not add up to the hold
-// or a single-metric hold are refused; a retry replays.
+// the reservation with a release entry; estimates that do not add up to the reservation
+// or a single-metric reservation are refused; a retry replays.
 func TestCommitMulti(t *testing.T) {
 	t.Parallel()
 	items := []engine.ReserveLine{{Metric: "api.calls", EstimatedUnits: 3, Terms: perUnitTerms(10)},
@@ -111,10 +111,10 @@ func TestCommitMulti(t *testing.T) {
 		wantEntry     string
 		charged, cost int64
 	}{
-		{"within hold plus free", engine.OveragePolicyBlock, []int64{5, 1}, nil, "-:-70[b1:60 b2:10]", 70, 70},
+		{"within reservation plus free", engine.OveragePolicyBlock, []int64{5, 1}, nil, "-:-70[b1:60 b2:10]", 70, 70},
 		{"one item unused", engine.OveragePolicyBlock, []int64{0, 1}, nil, "b1:-20", 20, 20},
-		{"past hold plus free under block", engine.OveragePolicyBlock, []int64{9, 1}, engine.ErrInsufficientCredits, "", 0, 0},
-		{"past hold plus free under allow", engine.OveragePolicyAllow, []int64{9, 1}, nil, "-:-100/o10[b1:60 b2:40]", 100, 110},
+		{"past reservation plus free under block", engine.OveragePolicyBlock, []int64{9, 1}, engine.ErrInsufficientCredits, "", 0, 0},
+		{"past reservation plus free under allow", engine.OveragePolicyAllow, []int64{9, 1}, nil, "-:-100/o10[b1:60 b2:40]", 100, 110},
 		{"all zero", engine.OveragePolicyBlock, []int64{0, 0}, nil, "", 0, 0},
 	}
 	for _, tc := range cases {
@@ -124,18 +124,18 @@ func TestCommitMulti(t *testing.T) {
 				ctx := context.Background()
 				c, ids := b.funded(t)
 				names := map[uuid.UUID]string{ids[0]: "b1", ids[1]: "b2"}
-				hold := b.reserve(t, multiReserveCmd(c, items...)).Reservation
-				cmd := multiCommitCmd(c, *hold, tc.actual, terms)
+				reservation := b.reserve(t, multiReserveCmd(c, items...)).Reservation
+				cmd := multiCommitCmd(c, *reservation, tc.actual, terms)
 				cmd.Context.Policy = tc.policy
 				cmd.IdempotencyKey, cmd.RequestHash = "commit-1", "h1"
 				cmd.Metadata = engine.Metadata{"job": json.RawMessage(`"j1"`)}
-				before := b.holdDump(t, c)
+				before := b.reservationDump(t, c)
 				res, err := b.store.Commit(ctx, cmd)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) {
 						t.Fatalf("err %v, want %v", err, tc.wantErr)
 					}
-					if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+					if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 						t.Errorf("refused commit changed state:\n%s\n->\n%s", before, after)
 					}
 					return
@@ -148,7 +148,7 @@ func TestCommitMulti(t *testing.T) {
 				if r.Status != engine.ReservationCommitted || m.Account.Reserved != 0 || m.Account.Balance != 100-tc.charged ||
 					*r.ActualCost != tc.cost || len(r.Items) != 2 || *r.Items[0].ActualUnits != tc.actual[0] ||
 					r.Items[1].EstimatedCost != 20 {
-					t.Fatalf("hold %+v account %+v", r, m.Account)
+					t.Fatalf("reservation %+v account %+v", r, m.Account)
 				}
 				e := m.Entries[len(m.Entries)-1]
 				if tc.wantEntry == "" {
@@ -175,7 +175,7 @@ func TestCommitMulti(t *testing.T) {
 					t.Errorf("usage %+v", u)
 				}
 				if string(r.Metadata) != `{"job":"j1"}` {
-					t.Errorf("hold metadata %s", r.Metadata)
+					t.Errorf("reservation metadata %s", r.Metadata)
 				}
 				again := cmd
 				again.OpID = uuid.New()
@@ -190,22 +190,22 @@ func TestCommitMulti(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
-		hold := b.reserve(t, multiReserveCmd(c, items...)).Reservation
-		off := multiCommitCmd(c, *hold, []int64{1, 1}, terms)
+		reservation := b.reserve(t, multiReserveCmd(c, items...)).Reservation
+		off := multiCommitCmd(c, *reservation, []int64{1, 1}, terms)
 		off.Items[1].EstimatedCost = 21
 		single := b.reserve(t, reserveCmd(c, 1, flatTerms(5), time.Hour, t0)).Reservation
-		onSingle := multiCommitCmd(c, *hold, []int64{1, 1}, terms)
+		onSingle := multiCommitCmd(c, *reservation, []int64{1, 1}, terms)
 		onSingle.ReservationID = single.ID
 		for name, cmd := range map[string]engine.CommitCommand{
-			"estimates off the hold":      off,
-			"items on a single hold":      onSingle,
-			"single form on a multi hold": commitCmd(c, hold.ID, 1, flatTerms(1), t0.Add(time.Minute)),
+			"estimates off the reservation":      off,
+			"items on a single reservation":      onSingle,
+			"single form on a multi reservation": commitCmd(c, reservation.ID, 1, flatTerms(1), t0.Add(time.Minute)),
 		} {
-			before := b.holdDump(t, c)
+			before := b.reservationDump(t, c)
 			if _, err := b.store.Commit(ctx, cmd); err == nil {
 				t.Errorf("%s: committed", name)
 			}
-			if after := b.holdDump(t, c); after != before {
+			if after := b.reservationDump(t, c); after != before {
 				t.Errorf("%s changed state", name)
 			}
 		}

@@ -103,11 +103,11 @@ func TestScopedConsume(t *testing.T) {
 	}
 }
 
-// TestScopedHoldsStayBacked: a hold for metric b backed by b's scoped block
+// TestScopedReservationsStayBacked: a reservation for metric b backed by b's scoped block
 // and the unscoped one keeps them: a consume of a may not take the
-// unscoped credit the hold needs, the commit then settles from them, and
-// a multi-metric hold needs unscoped credit.
-func TestScopedHoldsStayBacked(t *testing.T) {
+// unscoped credit the reservation needs, the commit then settles from them, and
+// a multi-metric reservation needs unscoped credit.
+func TestScopedReservationsStayBacked(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -116,15 +116,15 @@ func TestScopedHoldsStayBacked(t *testing.T) {
 		b.grant(t, scopedGrant(c, 50, 0, "a"))
 		b.grant(t, scopedGrant(c, 30, 0, "b"))
 		b.grant(t, scopedGrant(c, 40, 1))
-		// b may use 70: a hold of 60 fits, one of 71 does not.
+		// b may use 70: a reservation of 60 fits, one of 71 does not.
 		big := reserveCmd(c, 71, perUnitTerms(1), time.Hour, t0)
 		big.Metric = "b"
 		if _, err := b.store.Reserve(ctx, big); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("reserve 71 of b: %v", err)
 		}
-		hold := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
-		hold.Metric = "b"
-		b.reserve(t, hold)
+		reservation := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
+		reservation.Metric = "b"
+		b.reserve(t, reservation)
 		// E(b) = 70 >= 60 must stay: a may take its 50 and 10 unscoped.
 		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 61)); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("consume 61 of a: %v", err)
@@ -132,13 +132,13 @@ func TestScopedHoldsStayBacked(t *testing.T) {
 		if _, err := b.store.Consume(ctx, metricConsume(c, "a", 60)); err != nil {
 			t.Fatalf("consume 60 of a: %v", err)
 		}
-		// Another hold of b has nothing left.
+		// Another reservation of b has nothing left.
 		more := reserveCmd(c, 1, perUnitTerms(1), time.Hour, t0)
 		more.Metric = "b"
 		if _, err := b.store.Reserve(ctx, more); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("reserve 1 more of b: %v", err)
 		}
-		// A multi-metric hold is backed by unscoped credit only (30 left,
+		// A multi-metric reservation is backed by unscoped credit only (30 left,
 		// all held): refused.
 		multi := engine.ReserveCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0},
 			ReservationID: uuid.New(), ExpiresAt: t0.Add(time.Hour),
@@ -146,7 +146,7 @@ func TestScopedHoldsStayBacked(t *testing.T) {
 		if _, err := b.store.Reserve(ctx, multi); !errors.Is(err, engine.ErrInsufficientCredits) {
 			t.Fatalf("multi-metric reserve: %v", err)
 		}
-		res, err := b.store.Commit(ctx, commitCmd(c, hold.ReservationID, 60, perUnitTerms(1), t0))
+		res, err := b.store.Commit(ctx, commitCmd(c, reservation.ReservationID, 60, perUnitTerms(1), t0))
 		if err != nil {
 			t.Fatalf("commit: %v", err)
 		}
@@ -252,7 +252,7 @@ func TestScopedRebuildAndBigAccount(t *testing.T) {
 
 // scopeFreeProbe runs prelude/scopes.lua's scope_free and scope_room on blocks
 // given as ARGV triples (remaining, priority, scope "" or "k1,k2"), the
-// holds as "metric,held" pairs (ARGV[1], space separated), freed and skip
+// reservations as "metric,held" pairs (ARGV[1], space separated), freed and skip
 // (ARGV[2], ARGV[3]) for the charge's metric ARGV[4]; the blocks from
 // ARGV[5]. It answers {free, room}.
 var scopeFreeProbe = withPrelude(`
@@ -300,13 +300,13 @@ func TestScopeFreeAgrees(t *testing.T) {
 				blocks = append(blocks, mb)
 				args = append(args, strconv.FormatInt(rem, 10), strconv.Itoa(prio), sc)
 			}
-			var holds []string
+			var reservations []string
 			var hm []string
 			seen := map[string]bool{}
 			var reserved int64
 			for range r.IntN(3) {
 				m, held := metrics[r.IntN(len(metrics))], r.Int64N(80)
-				holds = append(holds, m+","+strconv.FormatInt(held, 10))
+				reservations = append(reservations, m+","+strconv.FormatInt(held, 10))
 				reserved += held
 				if !seen[m] {
 					seen[m] = true
@@ -318,7 +318,7 @@ func TestScopeFreeAgrees(t *testing.T) {
 				freed = r.Int64N(reserved + 1)
 			}
 			metric := metrics[r.IntN(len(metrics)-1)]
-			argv := append([]any{strings.Join(holds, " "), strconv.FormatInt(freed, 10), "", metric}, args...)
+			argv := append([]any{strings.Join(reservations, " "), strconv.FormatInt(freed, 10), "", metric}, args...)
 			got, err := scopeFreeProbe.Run(ctx, bd.rdb, []string{"{x}"}, argv...).StringSlice()
 			if err != nil {
 				t.Fatalf("case %d: %v", i, err)
@@ -326,7 +326,7 @@ func TestScopeFreeAgrees(t *testing.T) {
 			want := []string{strconv.FormatInt(engine.ScopeFree(blocks, hm, reserved, freed, metric, 1), 10),
 				strconv.FormatInt(engine.ScopeRoom(blocks, hm, reserved, metric, 1), 10)}
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("case %d (holds %v freed %d metric %q blocks %v): script %v, Go %v", i, holds, freed, metric, args, got, want)
+				t.Fatalf("case %d (holds %v freed %d metric %q blocks %v): script %v, Go %v", i, reservations, freed, metric, args, got, want)
 			}
 		}
 	})
@@ -382,7 +382,7 @@ func (b bundle) hasSC(t *testing.T, c engine.CustomerKey) bool {
 
 // TestScopedDebit: a negative adjustment takes the credit every metric may
 // use before scoped credit, and is refused when it would leave an active
-// hold without credit that applies to it.
+// reservation without credit that applies to it.
 func TestScopedDebit(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -398,22 +398,22 @@ func TestScopedDebit(t *testing.T) {
 			t.Fatalf("after a debit of 150: %v, want the unscoped 100 taken first", got)
 		}
 		b.grant(t, scopedGrant(c, 100, 1))
-		hold := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
-		hold.Metric = "a"
-		b.reserve(t, hold)
+		reservation := reserveCmd(c, 60, perUnitTerms(1), time.Hour, t0)
+		reservation.Metric = "a"
+		b.reserve(t, reservation)
 		// Unscoped credit goes first: 60 leaves a its 50 and 40 unscoped,
-		// still the 60 its hold needs.
+		// still the 60 its reservation needs.
 		if _, err := b.store.Debit(ctx, debitCmd(c, 60, t0)); err != nil {
-			t.Fatalf("debit of 60 beside the hold: %v", err)
+			t.Fatalf("debit of 60 beside the reservation: %v", err)
 		}
 		// Credit for b only raises the effective balance to 130; 31 more
 		// would still leave a 59 < 60.
 		b.grant(t, scopedGrant(c, 100, 0, "b"))
 		if _, err := b.store.Debit(ctx, debitCmd(c, 31, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Fatalf("debit of 31 beside the hold: %v", err)
+			t.Fatalf("debit of 31 beside the reservation: %v", err)
 		}
 		if _, err := b.store.Debit(ctx, debitCmd(c, 30, t0)); err != nil {
-			t.Fatalf("debit of 30 beside the hold: %v", err)
+			t.Fatalf("debit of 30 beside the reservation: %v", err)
 		}
 		if got := remainingByScope(b.snapshot(t, c, t0)); got["a"] != 50 || got[""] != 10 || got["b"] != 100 {
 			t.Fatalf("after the debits: %v, want a 50, unscoped 10, b 100", got)
@@ -477,7 +477,7 @@ func TestScopedRolloverStackExpiry(t *testing.T) {
 	})
 }
 
-// TestScopedFastPath: a big scoped hash without holds runs consume.lua on
+// TestScopedFastPath: a big scoped hash without reservations runs consume.lua on
 // the summary's fast path, skipping blocks of other scopes; field "sc"
 // counts the scoped blocks exactly through drains that empty one and a
 // grant that adds one, as a rebuild of the same blocks writes it.
@@ -618,11 +618,11 @@ func TestScopedLayoutFastEqualsSlow(t *testing.T) {
 	})
 }
 
-// TestScopedSnapshotHoldMetrics: a snapshot of a scoped hash names the
-// metrics of its active holds (what engine.MetricAvailable needs), read
+// TestScopedSnapshotReservationMetrics: a snapshot of a scoped hash names the
+// metrics of its active reservations (what engine.MetricAvailable needs), read
 // whole or in slices, and Balances says the hash is scoped; an unscoped
 // hash names none.
-func TestScopedSnapshotHoldMetrics(t *testing.T) {
+func TestScopedSnapshotReservationMetrics(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -632,8 +632,8 @@ func TestScopedSnapshotHoldMetrics(t *testing.T) {
 			b.grant(t, scopedGrant(c, 100, 1))
 		}
 		plain := b.snapshot(t, c, t0)
-		if plain.HoldMetrics != nil {
-			t.Fatalf("unscoped hash: hold metrics %v", plain.HoldMetrics)
+		if plain.ReservationMetrics != nil {
+			t.Fatalf("unscoped hash: reservation metrics %v", plain.ReservationMetrics)
 		}
 		b.grant(t, scopedGrant(c, 100, 0, "a"))
 		for _, m := range []string{"z", "a", "z"} {
@@ -643,8 +643,8 @@ func TestScopedSnapshotHoldMetrics(t *testing.T) {
 		}
 		for range 2 { // whole, then in slices (the store learnt the layout)
 			acct := b.snapshot(t, c, t0)
-			if !reflect.DeepEqual(acct.HoldMetrics, []string{"a", "z"}) {
-				t.Fatalf("hold metrics %v, want [a z]", acct.HoldMetrics)
+			if !reflect.DeepEqual(acct.ReservationMetrics, []string{"a", "z"}) {
+				t.Fatalf("reservation metrics %v, want [a z]", acct.ReservationMetrics)
 			}
 			if got := engine.MetricAvailable(acct, 0, engine.OveragePolicyBlock, "q", t0.UnixMilli()); got != 870 {
 				t.Fatalf("available for q %d, want 870 (900 unscoped less the 30 held)", got)

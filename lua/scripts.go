@@ -91,15 +91,15 @@ var scriptErrors = map[string]error{
 	"NOTDUE":       ErrReservationNotDue,
 	"BELOWZERO":    engine.ErrGaugeBelowZero,
 	// Per-customer bounds of invariant 13 (prelude/bounds.lua MAX_LIVE_BLOCKS,
-	// MAX_ACTIVE_HOLDS).
-	"TOOMANYBLOCKS": engine.ErrTooManyBlocks,
-	"TOOMANYHOLDS":  engine.ErrTooManyHolds,
-	"STALE":         errStale,
-	"MAYBESEEN":     errMaybeSeen,
+	// MAX_ACTIVE_RESERVATIONS).
+	"TOOMANYBLOCKS":       engine.ErrTooManyBlocks,
+	"TOOMANYRESERVATIONS": engine.ErrTooManyReservations,
+	"STALE":               errStale,
+	"MAYBESEEN":           errMaybeSeen,
 }
 
 // ErrReservationNotDue is Release's answer to an expiry (ReleaseCommand.Expire)
-// of a hold whose expires_at has not passed: nothing changed. It matches
+// of a reservation whose expires_at has not passed: nothing changed. It matches
 // engine.ErrReservationNotActive under errors.Is, so a sweep that skips
 // holds no longer active skips it too.
 var ErrReservationNotDue error = notDueError{}

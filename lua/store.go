@@ -135,9 +135,9 @@ func (s *Store) DropLegacyExpiryIndex(ctx context.Context) error {
 	return nil
 }
 
-// holdExpiryKey is partition p's zset of active holds by expires_at (ms);
+// reservationExpiryKey is partition p's zset of active reservations by expires_at (ms);
 // members are "tenant|env|customer|reservation id".
-func (s *Store) holdExpiryKey(p int) string { return s.tag(p) + ":rexp" }
+func (s *Store) reservationExpiryKey(p int) string { return s.tag(p) + ":rexp" }
 
 // reservationIndexKey maps a reservation id to its customer. It lives
 // outside the customer's slot (the id alone must find it), spread over 256
@@ -146,10 +146,10 @@ func (s *Store) reservationIndexKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:" + id.String()
 }
 
-// reservationHoldKey maps a reservation id to its customer and its metric
-// or items (holdRecord), in reservationIndexKey's slot so one MGET reads
+// reservationRecordKey maps a reservation id to its customer and its metric
+// or items (reservationRecord), in reservationIndexKey's slot so one MGET reads
 // both: a record of reservationIndexKey alone is an older version's.
-func (s *Store) reservationHoldKey(id uuid.UUID) string {
+func (s *Store) reservationRecordKey(id uuid.UUID) string {
 	return "{" + s.prefix + ":rx:" + hex.EncodeToString(id[:1]) + "}:h:" + id.String()
 }
 

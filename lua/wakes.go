@@ -25,8 +25,8 @@ func (s *Store) wakeChannel() string {
 
 // Wake messages are a letter for the source, a colon, and tenant ids
 // separated by commas: "e:<id>,<id>" (events committed, the persister)
-// or "c:<id>" (a config change or hold notice, stamp.lua and
-// hold_note.lua).
+// or "c:<id>" (a config change or reservation notice, stamp.lua and
+// reservation_note.lua).
 const (
 	wakeEventsTag  = "e"
 	wakeChangesTag = "c"
@@ -35,7 +35,7 @@ const (
 )
 
 // wakeChangesMessage is the wake of tenant's change feed (stamp.lua and
-// hold_note.lua publish it).
+// reservation_note.lua publish it).
 func wakeChangesMessage(tenant uuid.UUID) string {
 	return wakeChangesTag + ":" + tenant.String()
 }

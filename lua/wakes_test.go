@@ -19,7 +19,7 @@ type wakeSeen struct {
 
 // TestFeedWakes: a follower of the wake channel hears, once subscribed,
 // the persister's wakes (several tenants in one message) and every bump
-// and hold notice that joins a change feed, from the feed scripts
+// and reservation notice that joins a change feed, from the feed scripts
 // themselves; a bump the feed does not take (alert settings) wakes no one.
 func TestFeedWakes(t *testing.T) {
 	t.Parallel()
@@ -64,7 +64,7 @@ func TestFeedWakes(t *testing.T) {
 		}
 		want(engine.WakeChanges, a) // the alerts bump, published first, would come first
 		cust := engine.CustomerKey{TenantID: c, CustomerID: uuid.New(), Environment: engine.EnvironmentLive}
-		if err := b.store.HoldNote(ctx, cust); err != nil {
+		if err := b.store.ReservationNote(ctx, cust); err != nil {
 			t.Fatal(err)
 		}
 		want(engine.WakeChanges, c)

@@ -42,7 +42,7 @@ FROM (SELECT delta, draw_amounts, credit_block_id FROM ledger_entries
 //     at most maxEntries index entries whatever the ledger's size;
 //   - pending: the credit of the blocks made at or before at that started
 //     after it (a block is not spent before its start, so all of it);
-//   - reserved: the estimated cost of the holds open at at (created at or
+//   - reserved: the estimated cost of the reservations open at at (created at or
 //     before it, not yet committed, released or expired), among the
 //     customer's newest maxEntries holds created at or before at.
 //

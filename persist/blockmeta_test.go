@@ -60,10 +60,10 @@ func TestDrainKeepsBlockMetadata(t *testing.T) {
 	}
 }
 
-// TestReleaseKeepsHoldMetadata: a release Mutation carries no hold
+// TestReleaseKeepsReservationMetadata: a release Mutation carries no reservation
 // metadata, and Postgres keeps what the reserve stored, in a later batch or
 // in the reserve's own batch.
-func TestReleaseKeepsHoldMetadata(t *testing.T) {
+func TestReleaseKeepsReservationMetadata(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)
@@ -85,7 +85,7 @@ func TestReleaseKeepsHoldMetadata(t *testing.T) {
 			t.Fatal(err)
 		}
 		if meta != `{"job": "j1"}` || status != "released" {
-			t.Errorf("same batch %v: hold metadata %s status %s, want the reserve's and released", sameBatch, meta, status)
+			t.Errorf("same batch %v: reservation metadata %s status %s, want the reserve's and released", sameBatch, meta, status)
 		}
 	}
 }

@@ -135,7 +135,7 @@ func checkSequences(t *testing.T, b *bundle, tenant uuid.UUID) {
 // by COPY and by INSERT, stores row for row what the ON CONFLICT statements
 // store, over Mutations of every section: grants and top-ups with metadata,
 // expiry and reason, debits with overage, consumes with draws and with a
-// Context (events stored as sent), drains without block metadata, holds,
+// Context (events stored as sent), drains without block metadata, reservations,
 // gauges and keyless Mutations, in batches of several sizes.
 func TestLeanWriteStoresWhatConflictWriteStores(t *testing.T) {
 	t.Parallel()

@@ -352,7 +352,7 @@ func (c *countingDeadLetters) HeldBehind(ctx context.Context, customers []uuid.U
 // hold costs the hot path nothing); a refusal turns the look-up on at once,
 // so the account's next Mutation is held; once a retry resolves it, the
 // re-count turns the look-up off again.
-func TestPersisterHoldLookupOnlyWhileUnresolved(t *testing.T) {
+func TestPersisterReservationLookupOnlyWhileUnresolved(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, _ := b.tenant(t)

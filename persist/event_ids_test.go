@@ -11,7 +11,7 @@ import (
 )
 
 // TestEveryOwedEventIsWritten is the property behind issue 24: for random
-// batches of Mutations (grants, debits, consumes, holds, commits, releases,
+// batches of Mutations (grants, debits, consumes, reservations, commits, releases,
 // expiries, each possibly expiring blocks first) under random alert
 // settings, the rows the persister writes (eventRowsOf) hold every event
 // every emitter owes (EventsOf, EvaluateAlerts, LowBalanceEvent), each

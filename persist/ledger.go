@@ -174,7 +174,7 @@ func queueForkCheck(b *pgx.Batch, ms []engine.Mutation) {
 	}
 }
 
-// refused tells whether m is a refusal record (a consume, hold or commit
+// refused tells whether m is a refusal record (a consume, reservation or commit
 // refused for credit under block): no entries, the version it found.
 func refused(m *engine.Mutation) bool { return m.Usage != nil && m.Usage.Refused }
 

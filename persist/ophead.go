@@ -29,7 +29,7 @@ import (
 //
 // Only a consume whose entry and head give back exactly the figures its
 // answer shows takes this form (leanHead); any other Mutation with a key
-// (grants, holds, commits, gauges, refusals, multi-metric consumes) keeps
+// (grants, reservations, commits, gauges, refusals, multi-metric consumes) keeps
 // its operations row.
 
 // leanHead is the op_head of m's main entry and that entry's index, when

@@ -467,7 +467,7 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 	backoff := newBackoff()
 	began := time.Now()
 	for {
-		rest, err := p.hold(ctx, log, part, msgs)
+		rest, err := p.reservation(ctx, log, part, msgs)
 		if err == nil {
 			msgs = rest
 			if len(msgs) == 0 {
@@ -544,7 +544,7 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 // unresolved dead letter, and returns the others. An account refused within
 // msgs itself is held from the next call on (apply halves the batch, and
 // each half asks again).
-func (p *Persister) hold(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) ([]engine.OutboxMessage, error) {
+func (p *Persister) reservation(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) ([]engine.OutboxMessage, error) {
 	if p.dead == nil || !p.mayHold.Load() {
 		return msgs, nil
 	}

@@ -203,7 +203,7 @@ func scanAccount(row pgx.Row) (engine.AccountState, error) {
 // every block with credit left (whether or not past expires_at: the Load
 // script and the expiry sweep judge time), the operations with an
 // idempotency key applied at or after appliedSince, oldest first, the
-// reservations still active or finalized within FinalizedHoldWindow (see
+// reservations still active or finalized within FinalizedReservationWindow (see
 // finalizedSince), and every gauge counter. ok is false when the customer
 // has no account row.
 func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedSince time.Time) (engine.AccountState, bool, error) {
@@ -221,7 +221,7 @@ func (s *Store) AccountState(ctx context.Context, c engine.CustomerKey, appliedS
 // AccountStates returns up to limit account states with customer id
 // greater than after, in customer id order, for creditd rebuild: five
 // queries per page whatever its size (accounts, their live blocks, their
-// recent operations, their holds, their gauges), so walking a million
+// recent operations, their reservations, their gauges), so walking a million
 // accounts stays cheap.
 func (s *Store) AccountStates(ctx context.Context, after uuid.UUID, limit int, appliedSince time.Time) ([]engine.AccountState, error) {
 	states, err := s.accountStates(ctx, `SELECT `+accountColumns+` FROM credit_accounts
@@ -435,7 +435,7 @@ func stateTenants(index map[uuid.UUID]*engine.AccountState) []uuid.UUID {
 }
 
 // accountStates runs accountSQL and fills each account's blocks, applied
-// operations, holds and gauges, all in one repeatable-read snapshot so the
+// operations, reservations and gauges, all in one repeatable-read snapshot so the
 // reads agree with each other.
 func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any, appliedSince time.Time) ([]engine.AccountState, error) {
 	var states []engine.AccountState
@@ -483,7 +483,7 @@ func (s *Store) accountStates(ctx context.Context, accountSQL string, args []any
 		if err != nil {
 			return err
 		}
-		if err := fillHolds(ctx, tx, index, ids, finalizedSince(appliedSince)); err != nil {
+		if err := fillReservations(ctx, tx, index, ids, finalizedSince(appliedSince)); err != nil {
 			return err
 		}
 		return fillLeases(ctx, tx, index, ids)

@@ -21,7 +21,7 @@ var _ engine.ReconcileSampleSource = (*Store)(nil)
 // ReconcileStates pages the accounts of scope after customer id after, in
 // customer id order, with what a comparison needs: the account row and its
 // live blocks, in one snapshot (two queries a page; the applied operations,
-// holds and gauges a rebuild also reads are left out).
+// reservations and gauges a rebuild also reads are left out).
 func (s *Store) ReconcileStates(ctx context.Context, scope engine.ReconcileScope, after uuid.UUID, limit int) ([]engine.AccountState, error) {
 	var tenant *uuid.UUID
 	if scope.TenantID != uuid.Nil {
@@ -42,7 +42,7 @@ func (s *Store) ReconcileStates(ctx context.Context, scope engine.ReconcileScope
 }
 
 // sampleOversample is how many times n rows a sample's pages are meant to
-// hold: TABLESAMPLE SYSTEM picks whole pages, each with probability p, so
+// reservation: TABLESAMPLE SYSTEM picks whole pages, each with probability p, so
 // the rows it yields vary; the extra is cut by the LIMIT.
 const sampleOversample = 3
 

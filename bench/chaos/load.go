@@ -134,8 +134,8 @@ type Op struct {
 	// CustomerID is the UUID the acknowledgement names.
 	CustomerID string `json:"customer_id,omitempty"`
 	Body       string `json:"body,omitempty"` // a refusal's body
-	// Hold is the reservation id a reserve's acknowledgement names.
-	Hold string `json:"hold,omitempty"`
+	// Reservation is the reservation id a reserve's acknowledgement names.
+	Reservation string `json:"hold,omitempty"`
 }
 
 // Counts are the load's request figures.
@@ -175,7 +175,7 @@ type Load struct {
 	// rec keeps every attempt's answer for the fault windows.
 	rec *Samples
 	// reservePct is the share of ticks (percent) that reserve and then
-	// commit a hold, two operations with keys of their own; the rest
+	// commit a reservation, two operations with keys of their own; the rest
 	// split 25 % grants, 25 % adjusts, 50 % consumes.
 	reservePct int
 }
@@ -280,7 +280,7 @@ func (l *Load) do(ctx context.Context, kind, customer, key string, path string, 
 				ID string `json:"id"`
 			}
 			_ = json.Unmarshal(last.Body, &h)
-			op.Hold = h.ID
+			op.Reservation = h.ID
 		}
 	} else {
 		op.Body = trunc(last.Body)
@@ -373,7 +373,7 @@ func ackDelta(kind string, body []byte) (int64, string, error) {
 		}
 		return r.Transaction.Delta, r.Transaction.CustomerID, nil
 	case "reserve":
-		// A hold changes the balance by nothing (it lowers the effective
+		// A reservation changes the balance by nothing (it lowers the effective
 		// balance only), so its operation's ledger entries sum to 0.
 		var r struct {
 			CustomerID string `json:"customer_id"`
@@ -487,19 +487,19 @@ func (l *Load) run(ctx context.Context, stop <-chan struct{}, workers int, rate 
 	l.counts.Answers = l.samples
 }
 
-// reserveCommit reserves a hold for customer and commits it with at most
+// reserveCommit reserves a reservation for customer and commits it with at most
 // its estimated units: two operations, keys key-r and key-c. In a rolling
 // upgrade the two often land on nodes of different versions, so one
-// version's hold is committed by the other's. An unresolved or refused
+// version's reservation is committed by the other's. An unresolved or refused
 // reserve has no commit.
 func (l *Load) reserveCommit(ctx context.Context, customer, key string, rng *rand.Rand) {
 	est := 1 + rng.IntN(5)
 	res := l.do(ctx, "reserve", customer, key+"-r", "/v1/reservations",
 		map[string]any{"customer_id": customer, "billable_metric_key": metric, "estimated_units": est}, 3*time.Minute)
-	if res.Status != 201 || res.Hold == "" {
+	if res.Status != 201 || res.Reservation == "" {
 		return
 	}
-	l.do(ctx, "commit", customer, key+"-c", "/v1/reservations/"+res.Hold+"/commit",
+	l.do(ctx, "commit", customer, key+"-c", "/v1/reservations/"+res.Reservation+"/commit",
 		map[string]any{"actual_units": 1 + rng.IntN(est)}, 3*time.Minute)
 }
 

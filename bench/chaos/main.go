@@ -87,7 +87,7 @@ func main() {
 	flag.BoolVar(&o.Upgrade, "upgrade", false, "make upgrade-test: a rolling upgrade under load from -from to -to instead of the chaos (the fault flags are ignored)")
 	flag.StringVar(&o.From, "from", "", "with -upgrade: the commit the fleet starts on (default: deploy/previous-release)")
 	flag.StringVar(&o.To, "to", "", "with -upgrade: the commit the nodes are replaced with (default: the working tree)")
-	flag.IntVar(&o.Reserve, "reserve", 0, "percent of the load's operations that reserve a hold and commit it (default 20 with -upgrade, else 0)")
+	flag.IntVar(&o.Reserve, "reserve", 0, "percent of the load's operations that reserve a reservation and commit it (default 20 with -upgrade, else 0)")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory of the reports")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the fleet's data directory and database even when the run passes (a failing run keeps them always)")
 	flag.Parse()

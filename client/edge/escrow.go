@@ -2,15 +2,15 @@ package edge
 
 // Local consumes against an allowance (issue 27 item 2). For a customer
 // and metric the Evaluator takes an ordinary reservation (the allowance's
-// hold), charges Consume calls against it in memory, and settles in the
+// reservation), charges Consume calls against it in memory, and settles in the
 // background: every SettleInterval a partial commit (commit with final:
 // false) of the units used since the last one, and an extend that tops the
 // hold up to the size the observed rate asks for, or prolongs it before it
 // expires. Close settles what was used and returns the rest (a final
-// commit). The server's books always include the whole hold, so a process
+// commit). The server's books always include the whole reservation, so a process
 // that dies loses at most the units it charged and had not settled (one
 // settle interval's worth, counted in EscrowStats.AtRiskUnits); the rest of
-// its hold returns by itself at expires_at.
+// its reservation returns by itself at expires_at.
 
 import (
 	"context"
@@ -36,13 +36,17 @@ const (
 	// holds ("a few hundred ms", issue 27): enough that a top-up, asked
 	// when half of it is left, lands before the rest is used.
 	DefaultHorizon = 500 * time.Millisecond
-	// DefaultMaxUnits bounds one allowance's hold, in metric units: the
+	// DefaultMaxUnits bounds one allowance's reservation, in metric units: the
 	// credit one process can keep from the others.
 	DefaultMaxUnits = 10_000
-	// DefaultHoldTTL is the hold's ttl_seconds, renewed by extends: how
-	// long the rest of a dead process's hold stays taken (plus the
+	// DefaultReservationTTL is the reservation's ttl_seconds, renewed by extends: how
+	// long the rest of a dead process's reservation stays taken (plus the
 	// server's sweep, once a minute).
-	DefaultHoldTTL = 30 * time.Second
+	DefaultReservationTTL = 30 * time.Second
+	// DefaultHoldTTL is DefaultReservationTTL's name before v0.4.
+	//
+	// Deprecated: use DefaultReservationTTL.
+	DefaultHoldTTL = DefaultReservationTTL
 	// DefaultMaxWait bounds how long a consume beyond the allowance waits
 	// for a top-up under OverflowWait.
 	DefaultMaxWait = time.Second
@@ -74,16 +78,21 @@ type EscrowConfig struct {
 	// SettleInterval is the period of partial commits; <= 0 means
 	// DefaultSettleInterval.
 	SettleInterval time.Duration
-	// Horizon is the usage, at the observed rate, a hold is sized for;
+	// Horizon is the usage, at the observed rate, a reservation is sized for;
 	// <= 0 means DefaultHorizon.
 	Horizon time.Duration
-	// MinUnits is the smallest hold taken (metric units); <= 0 means 1.
+	// MinUnits is the smallest reservation taken (metric units); <= 0 means 1.
 	MinUnits int64
-	// MaxUnits bounds a hold (metric units); <= 0 means DefaultMaxUnits.
+	// MaxUnits bounds a reservation (metric units); <= 0 means DefaultMaxUnits.
 	// A consume of more units goes to the server.
 	MaxUnits int64
-	// HoldTTL is the hold's lifetime, renewed while in use; whole seconds,
-	// 1 s to 24 h; <= 0 means DefaultHoldTTL.
+	// ReservationTTL is the reservation's lifetime, renewed while in use; whole seconds,
+	// 1 s to 24 h; <= 0 means DefaultReservationTTL.
+	ReservationTTL time.Duration
+	// HoldTTL is ReservationTTL's name before v0.4, read when
+	// ReservationTTL is not set.
+	//
+	// Deprecated: use ReservationTTL.
 	HoldTTL time.Duration
 	// Overflow is what a consume beyond the allowance does.
 	Overflow Overflow
@@ -95,7 +104,7 @@ type EscrowConfig struct {
 	// CloseTimeout bounds Close's final settles; <= 0 means
 	// DefaultCloseTimeout.
 	CloseTimeout time.Duration
-	// Metadata is written on every hold and HTTP consume (to tell the
+	// Metadata is written on every reservation and HTTP consume (to tell the
 	// processes of a fleet apart in the ledger).
 	Metadata map[string]any
 }
@@ -114,10 +123,13 @@ func (c *EscrowConfig) defaults() {
 		c.MaxUnits = DefaultMaxUnits
 	}
 	c.MinUnits = min(c.MinUnits, c.MaxUnits)
-	if c.HoldTTL <= 0 {
-		c.HoldTTL = DefaultHoldTTL
+	if c.ReservationTTL <= 0 {
+		c.ReservationTTL = c.HoldTTL
 	}
-	c.HoldTTL = min(max(c.HoldTTL.Truncate(time.Second), time.Second), 24*time.Hour)
+	if c.ReservationTTL <= 0 {
+		c.ReservationTTL = DefaultReservationTTL
+	}
+	c.ReservationTTL = min(max(c.ReservationTTL.Truncate(time.Second), time.Second), 24*time.Hour)
 	if c.MaxWait <= 0 {
 		c.MaxWait = DefaultMaxWait
 	}
@@ -133,7 +145,7 @@ func (c *EscrowConfig) defaults() {
 type Charge struct {
 	// Units charged, of the metric.
 	Units int64
-	// Cost in millicredits: units at the hold's unit price when Local,
+	// Cost in millicredits: units at the reservation's unit price when Local,
 	// else the HTTP consume's cost.
 	Cost int64
 	// Local is true when the units were charged against the allowance in
@@ -159,8 +171,8 @@ type EscrowStats struct {
 	// MaxAtRiskUnits is AtRiskUnits' high-water mark.
 	MaxAtRiskUnits int64
 	// UncollectedUnits were charged locally but creditd refused to settle
-	// them (the hold was gone, or a price rise made them cost more than
-	// the hold and the free balance under block).
+	// them (the reservation was gone, or a price rise made them cost more than
+	// the reservation and the free balance under block).
 	UncollectedUnits int64
 	// HTTPUnits were charged by creditd through HTTP consumes.
 	HTTPUnits int64
@@ -169,7 +181,7 @@ type EscrowStats struct {
 	// Allowances is the number of customer and metric allowances kept
 	// (each with its goroutine; at most MaxAllowances).
 	Allowances int
-	// Settles, TopUps and TopUpsRefused count the calls that moved holds.
+	// Settles, TopUps and TopUpsRefused count the calls that moved reservations.
 	Settles, TopUps, TopUpsRefused int64
 }
 
@@ -192,8 +204,8 @@ type escrow struct {
 	stats   EscrowStats
 }
 
-// allowance is one customer's and metric's hold and what was charged
-// against it. Units are metric units; the hold's estimated_units total
+// allowance is one customer's and metric's reservation and what was charged
+// against it. Units are metric units; the reservation's estimated_units total
 // every unit it ever held, so held - charged is what is left.
 type allowance struct {
 	customer, metric string
@@ -202,7 +214,7 @@ type allowance struct {
 
 	mu       sync.Mutex
 	id       string // the reservation's id; "" until taken
-	held     int64  // the hold's estimated_units
+	held     int64  // the reservation's estimated_units
 	charged  int64  // units charged locally, settled or not
 	pending  int64  // charged, not yet in a settle
 	inflight int64  // in the settle being sent
@@ -213,10 +225,10 @@ type allowance struct {
 	// per settle interval.
 	need, demand, rate int64
 	// refusedUntil: a top-up was refused; until then consumes beyond the
-	// hold are refused (block) or sent to the server, without asking again.
+	// reservation are refused (block) or sent to the server, without asking again.
 	refusedUntil time.Time
 	// idle counts settle intervals without a consume; returning is set
-	// while an idle allowance's final commit gives its hold back, and no
+	// while an idle allowance's final commit gives its reservation back, and no
 	// consume may be charged against it.
 	idle      int
 	returning bool
@@ -434,15 +446,15 @@ func priced(snap *client.Snapshot, policy, metric string, maxUnits int64) (perUn
 		return 0, "", false // the plan or an overdue subscription denies it
 	}
 	if hi, lo := bits.Mul64(uint64(per), uint64(maxUnits)*2); hi != 0 || lo > math.MaxInt64 {
-		return 0, "", false // a hold's cost could pass int64 (invariant 7)
+		return 0, "", false // a reservation's cost could pass int64 (invariant 7)
 	}
 	return per, policy, true
 }
 
-// holdUnits is the hold an allowance asks for: the smoothed demand per
+// reservationUnits is the reservation an allowance asks for: the smoothed demand per
 // settle interval scaled to horizon, at least the largest waiting consume,
 // within [minUnits, maxUnits].
-func holdUnits(ratePerInterval int64, horizon, interval time.Duration, need, minUnits, maxUnits int64) int64 {
+func reservationUnits(ratePerInterval int64, horizon, interval time.Duration, need, minUnits, maxUnits int64) int64 {
 	n := ratePerInterval
 	if interval > 0 && n > 0 {
 		hi, lo := bits.Mul64(uint64(n), uint64(horizon))
@@ -458,7 +470,7 @@ func holdUnits(ratePerInterval int64, horizon, interval time.Duration, need, min
 	return min(max(n, need, minUnits), maxUnits)
 }
 
-// topUpUnits is what to add to a hold with left units unused to reach
+// topUpUnits is what to add to a reservation with left units unused to reach
 // target: nothing while at least half of target is left (a top-up per
 // consume would cost what local consumes save).
 func topUpUnits(left, target, need int64) int64 {
@@ -469,7 +481,7 @@ func topUpUnits(left, target, need int64) int64 {
 }
 
 // smooth folds one interval's demand into the rate (an exponential
-// average with weight 1/2: a burst doubles the hold within two intervals,
+// average with weight 1/2: a burst doubles the reservation within two intervals,
 // a pause halves it).
 func smooth(rate, demand int64) int64 {
 	return rate/2 + demand/2 + (rate%2+demand%2)/2
@@ -519,14 +531,14 @@ func (x *escrow) run(a *allowance) {
 }
 
 // idleTicks is how many settle intervals without a consume make an
-// allowance give its hold back: half its lifetime, when it would otherwise
+// allowance give its reservation back: half its lifetime, when it would otherwise
 // be prolonged, so an idle process keeps no credit from the others.
 func (x *escrow) idleTicks() int {
-	return max(int(x.cfg.HoldTTL/2/x.cfg.SettleInterval), 1)
+	return max(int(x.cfg.ReservationTTL/2/x.cfg.SettleInterval), 1)
 }
 
-// returned ends a return of the hold that the final commit finished (the
-// next consume takes a new hold), and reports whether one is still under
+// returned ends a return of the reservation that the final commit finished (the
+// next consume takes a new reservation), and reports whether one is still under
 // way (its final commit to be sent again).
 func (x *escrow) returned(a *allowance) bool {
 	a.mu.Lock()
@@ -551,7 +563,7 @@ func (x *escrow) callCtx() (context.Context, context.CancelFunc) {
 
 // settle sends the units charged since the last settle as a partial
 // commit, or (final) the final commit of what is left to charge, which
-// returns the rest of the hold. A settle that failed in a way that may be
+// returns the rest of the reservation. A settle that failed in a way that may be
 // retried is sent again first, with its key and units (a retried partial
 // commit applies once, invariant 4).
 func (x *escrow) settle(a *allowance, final bool) {
@@ -611,7 +623,7 @@ func (x *escrow) settle(a *allowance, final bool) {
 				return
 			}
 		default:
-			// Refused: the hold is gone (expired, 404) or the units cost
+			// Refused: the reservation is gone (expired, 404) or the units cost
 			// more than it and the free balance (a price rise under
 			// block). They were given and cannot be charged now.
 			a.inflight -= s.units
@@ -633,9 +645,9 @@ func (x *escrow) settle(a *allowance, final bool) {
 	}
 }
 
-// fitLocked makes what is left match what the hold still holds after a
+// fitLocked makes what is left match what the reservation still holds after a
 // partial commit of units: priced at the rule current at the commit, the
-// hold's remaining_cost covers remaining_cost / price units, less those
+// reservation's remaining_cost covers remaining_cost / price units, less those
 // charged since. With the price unchanged this changes nothing; after a
 // price change the allowance follows it within one settle (a rise would
 // otherwise have every unit held at the old price settled at the new one,
@@ -647,7 +659,7 @@ func (a *allowance) fitLocked(units int64, res *client.CommitResult) {
 	a.fitRemainingLocked(res.RemainingCost)
 }
 
-// fitRemainingLocked sets what is left from the hold's remaining_cost
+// fitRemainingLocked sets what is left from the reservation's remaining_cost
 // (millicredits) at the last price seen: the units pending and in flight
 // will draw on it too.
 func (a *allowance) fitRemainingLocked(remainingCost int64) {
@@ -656,25 +668,25 @@ func (a *allowance) fitRemainingLocked(remainingCost int64) {
 	}
 }
 
-// gone reports whether err says the hold no longer takes commits.
+// gone reports whether err says the reservation no longer takes commits.
 func gone(err error) bool {
 	p, ok := client.AsProblem(err)
 	return ok && (p.Status == http.StatusNotFound || p.Type == client.ProblemReservationExpired || p.Type == client.ProblemConflict)
 }
 
-// topUp takes the hold if there is none, else extends it by what the rate
+// topUp takes the reservation if there is none, else extends it by what the rate
 // asks for and prolongs it when half its lifetime is gone (also while
-// top-ups are refused: the hold must outlive the settle of what it covered).
+// top-ups are refused: the reservation must outlive the settle of what it covered).
 func (x *escrow) topUp(a *allowance) {
 	now := x.e.cfg.Now()
 	a.mu.Lock()
 	refused := now.Before(a.refusedUntil)
-	// No hold is taken until a consume asks for one.
+	// No reservation is taken until a consume asks for one.
 	if a.closed || a.returning || (a.id == "" && (refused || a.need == 0)) {
 		a.mu.Unlock()
 		return
 	}
-	target := holdUnits(a.rate, x.cfg.Horizon, x.cfg.SettleInterval, a.need, x.cfg.MinUnits, x.cfg.MaxUnits)
+	target := reservationUnits(a.rate, x.cfg.Horizon, x.cfg.SettleInterval, a.need, x.cfg.MinUnits, x.cfg.MaxUnits)
 	if a.exact > 0 {
 		target = a.exact
 	}
@@ -698,10 +710,10 @@ func (x *escrow) topUp(a *allowance) {
 		if a.exact > 0 {
 			add = max(a.exact-left, 0)
 		}
-		// A hold never covers more than MaxUnits beyond what was charged.
+		// A reservation never covers more than MaxUnits beyond what was charged.
 		add = min(add, x.cfg.MaxUnits-left)
 	}
-	prolong := a.expires.Sub(now) < x.cfg.HoldTTL/2
+	prolong := a.expires.Sub(now) < x.cfg.ReservationTTL/2
 	if a.extend == nil && (add > 0 || prolong) {
 		a.extend = &call{key: newKey(), addUnits: max(add, 0), ttl: prolong}
 		a.exact = 0
@@ -718,7 +730,7 @@ func (x *escrow) topUp(a *allowance) {
 		in.AdditionalUnits = client.Ptr(c.addUnits)
 	}
 	if c.ttl {
-		in.TTLSeconds = client.Ptr(int(x.cfg.HoldTTL / time.Second))
+		in.TTLSeconds = client.Ptr(int(x.cfg.ReservationTTL / time.Second))
 	}
 	res, err := x.e.c.ExtendReservation(ctx, id, in, client.WithIdempotencyKey(c.key))
 	a.mu.Lock()
@@ -727,7 +739,7 @@ func (x *escrow) topUp(a *allowance) {
 	case err == nil:
 		a.extend = nil
 		if a.id == id {
-			// An extend's units are priced now, the hold's older ones were
+			// An extend's units are priced now, the reservation's older ones were
 			// priced then: what it covers is its remaining cost at the price
 			// the last settle showed.
 			a.expires = res.ExpiresAt
@@ -758,7 +770,7 @@ func (x *escrow) topUp(a *allowance) {
 // refusedLocked notes a refused top-up of asked units, with left units
 // unused and need the largest waiting consume. A refusal of more than the
 // waiting consume needs (at least one unit) is asked again at a quarter of
-// the size at once: the free balance may cover a smaller hold, and the
+// the size at once: the free balance may cover a smaller reservation, and the
 // server would let those consumes through. Once even that is refused,
 // consumes beyond what is left are refused (or sent to the server) for one
 // settle interval.
@@ -777,9 +789,9 @@ func (x *escrow) refusedLocked(a *allowance, now time.Time, asked, need, left in
 	a.wakeLocked()
 }
 
-// take creates the hold.
+// take creates the reservation.
 func (x *escrow) take(ctx context.Context, a *allowance, c *call, need int64) {
-	ttl := int(x.cfg.HoldTTL / time.Second)
+	ttl := int(x.cfg.ReservationTTL / time.Second)
 	in := client.ReserveInput{CustomerID: &a.customer, BillableMetricKey: a.metric, EstimatedUnits: c.units,
 		TTLSeconds: &ttl, Metadata: x.cfg.Metadata}
 	res, err := x.e.c.CreateReservation(ctx, in, client.WithIdempotencyKey(c.key))
@@ -808,7 +820,7 @@ func (x *escrow) take(ctx context.Context, a *allowance, c *call, need int64) {
 }
 
 // finish stops local consumes on a, then settles what was used and
-// returns the rest of the hold.
+// returns the rest of the reservation.
 func (x *escrow) finish(a *allowance) {
 	a.mu.Lock()
 	a.closed = true
@@ -816,7 +828,7 @@ func (x *escrow) finish(a *allowance) {
 	c := a.create
 	a.mu.Unlock()
 	if c != nil {
-		// A create whose answer was lost may have taken a hold: the same
+		// A create whose answer was lost may have taken a reservation: the same
 		// key answers it, and the final commit returns it.
 		ctx, cancel := context.WithTimeout(context.Background(), x.cfg.CloseTimeout)
 		defer cancel()

@@ -15,9 +15,9 @@ import (
 	"github.com/creditd/creditd/client"
 )
 
-// TestHoldUnits: a hold is sized to the horizon's worth of the smoothed
+// TestReservationUnits: a reservation is sized to the horizon's worth of the smoothed
 // rate, never below a waiting consume or MinUnits, never above MaxUnits.
-func TestHoldUnits(t *testing.T) {
+func TestReservationUnits(t *testing.T) {
 	t.Parallel()
 	ms := time.Millisecond
 	cases := []struct {
@@ -39,8 +39,8 @@ func TestHoldUnits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := holdUnits(tc.rate, tc.horizon, tc.interval, tc.need, tc.minUnits, tc.maxUnt); got != tc.want {
-				t.Errorf("holdUnits = %d, want %d", got, tc.want)
+			if got := reservationUnits(tc.rate, tc.horizon, tc.interval, tc.need, tc.minUnits, tc.maxUnt); got != tc.want {
+				t.Errorf("reservationUnits = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -116,7 +116,7 @@ func TestPriced(t *testing.T) {
 	}
 }
 
-// books is a fake creditd keeping a block customer's credit, holds and
+// books is a fake creditd keeping a block customer's credit, reservations and
 // idempotency records, priced per unit at 10 millicredits (flat for
 // metric "export").
 type books struct {
@@ -125,7 +125,7 @@ type books struct {
 	// balance and reserved are millicredits.
 	balance, reserved int64
 	policy            string
-	holds             map[string]*fakeHold
+	reservations      map[string]*fakeReservation
 	replays           map[string][]byte
 	// charged is every millicredit taken by commits and consumes.
 	charged, consumeUnits int64
@@ -140,7 +140,7 @@ type books struct {
 	srv   *httptest.Server
 }
 
-type fakeHold struct {
+type fakeReservation struct {
 	units, cost, settled int64
 	remaining            int64
 	active               bool
@@ -150,7 +150,7 @@ type fakeHold struct {
 const perUnitMC = 10
 
 func newBooks(t testing.TB, balance int64, policy string) *books {
-	b := &books{t: t, balance: balance, policy: policy, holds: map[string]*fakeHold{}, replays: map[string][]byte{}, price: perUnitMC}
+	b := &books{t: t, balance: balance, policy: policy, reservations: map[string]*fakeReservation{}, replays: map[string][]byte{}, price: perUnitMC}
 	b.srv = httptest.NewServer(http.HandlerFunc(b.serve))
 	t.Cleanup(b.srv.Close)
 	return b
@@ -224,15 +224,15 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 			problem(w, 409, client.ProblemInsufficientCredits)
 			return
 		}
-		id := fmt.Sprintf("res-%d", len(b.holds)+1)
-		h := &fakeHold{units: in.EstimatedUnits, cost: cost, remaining: cost, active: true,
+		id := fmt.Sprintf("res-%d", len(b.reservations)+1)
+		h := &fakeReservation{units: in.EstimatedUnits, cost: cost, remaining: cost, active: true,
 			expires: time.Now().Add(time.Duration(*in.TTLSeconds) * time.Second)}
-		b.holds[id] = h
+		b.reservations[id] = h
 		b.reserved += cost
 		b.replays[key] = write(client.ReserveResult{ID: id, CustomerID: "uuid-1", EstimatedUnits: h.units, EstimatedCost: cost,
 			Status: "active", ExpiresAt: h.expires})
 	case strings.HasSuffix(path, "/extend"):
-		h := b.holds[strings.Split(path, "/")[3]]
+		h := b.reservations[strings.Split(path, "/")[3]]
 		if h == nil || !h.active {
 			problem(w, 409, client.ProblemConflict)
 			return
@@ -257,7 +257,7 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		b.replays[key] = write(client.ExtendResult{EstimatedUnits: h.units, EstimatedCost: h.cost, Status: "active",
 			ExpiresAt: h.expires, SettledUnits: h.settled, RemainingCost: h.remaining})
 	case strings.HasSuffix(path, "/commit"):
-		h := b.holds[strings.Split(path, "/")[3]]
+		h := b.reservations[strings.Split(path, "/")[3]]
 		if h == nil || !h.active {
 			problem(w, 409, client.ProblemConflict)
 			return
@@ -266,15 +266,15 @@ func (b *books) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		units := *in.ActualUnits
 		cost := units * b.price
-		fromHold := min(cost, h.remaining)
-		if cost-fromHold > eff {
+		fromReservation := min(cost, h.remaining)
+		if cost-fromReservation > eff {
 			problem(w, 409, client.ProblemInsufficientCredits)
 			return
 		}
 		b.commits++
 		b.commitKeys = append(b.commitKeys, key)
-		h.remaining -= fromHold
-		b.reserved -= fromHold
+		h.remaining -= fromReservation
+		b.reserved -= fromReservation
 		b.balance -= cost
 		b.charged += cost
 		h.settled += units
@@ -316,7 +316,7 @@ func escrowSetup(t *testing.T, balance int64, policy string, cfg EscrowConfig) (
 
 // TestEscrowAccounting: every unit charged locally is settled exactly once
 // by partial commits and the final commit of Close, which returns the rest
-// of the hold; Stats agree with the server's books.
+// of the reservation; Stats agree with the server's books.
 func TestEscrowAccounting(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 500})
@@ -348,9 +348,9 @@ func TestEscrowAccounting(t *testing.T) {
 		t.Errorf("no partial commit before Close: %+v", mid)
 	}
 	b.read(func(b *books) {
-		for _, h := range b.holds {
+		for _, h := range b.reservations {
 			if h.units-h.settled > 500+500 {
-				t.Errorf("hold of %d units with %d settled: more than MaxUnits beyond the charged", h.units, h.settled)
+				t.Errorf("reservation of %d units with %d settled: more than MaxUnits beyond the charged", h.units, h.settled)
 			}
 		}
 	})
@@ -363,7 +363,7 @@ func TestEscrowAccounting(t *testing.T) {
 		if b.charged != units*perUnitMC || b.balance != 1_000_000-units*perUnitMC || b.reserved != 0 {
 			t.Errorf("server charged %d, balance %d, reserved %d; want %d charged, nothing reserved", b.charged, b.balance, b.reserved, units*perUnitMC)
 		}
-		for id, h := range b.holds {
+		for id, h := range b.reservations {
 			if h.active {
 				t.Errorf("hold %s still active after Close", id)
 			}
@@ -483,9 +483,9 @@ func TestEscrowRefusedTopUp(t *testing.T) {
 	})
 }
 
-// TestEscrowAdaptiveHold: a steady rate grows the hold past its first size,
+// TestEscrowAdaptiveReservation: a steady rate grows the reservation past its first size,
 // and MaxUnits bounds it.
-func TestEscrowAdaptiveHold(t *testing.T) {
+func TestEscrowAdaptiveReservation(t *testing.T) {
 	t.Parallel()
 	b, e := escrowSetup(t, 100_000_000, "block", EscrowConfig{MaxUnits: 400, MinUnits: 1})
 	ctx := context.Background()
@@ -497,38 +497,38 @@ func TestEscrowAdaptiveHold(t *testing.T) {
 			}
 		}
 		if i == 0 {
-			b.read(func(b *books) { first = b.holds["res-1"].units })
+			b.read(func(b *books) { first = b.reservations["res-1"].units })
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	var units, settled int64
-	b.read(func(b *books) { units, settled = b.holds["res-1"].units, b.holds["res-1"].settled })
+	b.read(func(b *books) { units, settled = b.reservations["res-1"].units, b.reservations["res-1"].settled })
 	e.Close()
 	if units <= first {
-		t.Errorf("the hold stayed at %d units (first %d) under steady use", units, first)
+		t.Errorf("the reservation stayed at %d units (first %d) under steady use", units, first)
 	}
 	if st := e.Stats(); units-st.ConsumedLocalUnits > 400 && units-settled > 2*400 {
-		t.Errorf("hold of %d units, %d consumed: more than MaxUnits ahead", units, st.ConsumedLocalUnits)
+		t.Errorf("reservation of %d units, %d consumed: more than MaxUnits ahead", units, st.ConsumedLocalUnits)
 	}
 }
 
-// TestEscrowIdleHoldReturned: an allowance without consumes for half its
-// hold's lifetime gives the hold back (a final commit) instead of
+// TestEscrowIdleReservationReturned: an allowance without consumes for half its
+// reservation's lifetime gives the reservation back (a final commit) instead of
 // prolonging it, and the next consume takes a new one; the books stay
-// exact across both holds.
-func TestEscrowIdleHoldReturned(t *testing.T) {
+// exact across both reservations.
+func TestEscrowIdleReservationReturned(t *testing.T) {
 	t.Parallel()
-	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, HoldTTL: 2 * time.Second})
+	b, e := escrowSetup(t, 1_000_000, "block", EscrowConfig{MaxUnits: 100, ReservationTTL: 2 * time.Second})
 	ctx := context.Background()
 	for range 30 {
 		if _, err := e.Consume(ctx, "alice", "api", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the idle hold returned", func() bool {
+	waitFor(t, "the idle reservation returned", func() bool {
 		var active bool
 		var reserved int64
-		b.read(func(b *books) { active, reserved = b.holds["res-1"].active, b.reserved })
+		b.read(func(b *books) { active, reserved = b.reservations["res-1"].active, b.reserved })
 		return !active && reserved == 0
 	})
 	c, err := e.Consume(ctx, "alice", "api", 1)
@@ -537,8 +537,8 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 	}
 	e.Close()
 	b.read(func(b *books) {
-		if len(b.holds) != 2 || b.holds["res-1"].settled+b.holds["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
-			t.Errorf("%d holds, charged %d, reserved %d; want 2 holds settling 31 units", len(b.holds), b.charged, b.reserved)
+		if len(b.reservations) != 2 || b.reservations["res-1"].settled+b.reservations["res-2"].settled != 31 || b.charged != 31*perUnitMC || b.reserved != 0 {
+			t.Errorf("%d reservations, charged %d, reserved %d; want 2 reservations settling 31 units", len(b.reservations), b.charged, b.reserved)
 		}
 	})
 	if st := e.Stats(); st.SettledUnits != 31 || st.AtRiskUnits != 0 {
@@ -546,8 +546,8 @@ func TestEscrowIdleHoldReturned(t *testing.T) {
 	}
 }
 
-// TestEscrowPriceRise: when the rule's price doubles during a hold, the
-// first settle after it (priced at the new rule) shows the hold covers
+// TestEscrowPriceRise: when the rule's price doubles during a reservation, the
+// first settle after it (priced at the new rule) shows the reservation covers
 // fewer units, and the allowance stops charging what it no longer holds:
 // under block the credit is never overspent, and every unit consumed
 // locally is settled.
@@ -614,7 +614,7 @@ func TestEscrowGoesToServer(t *testing.T) {
 		}
 	}
 	viaHTTP := int64(13)
-	waitFor(t, "the hold taken in the background", func() bool {
+	waitFor(t, "the reservation taken in the background", func() bool {
 		c, err := e.Consume(ctx, "alice", "api", 1)
 		if err == nil && !c.Local {
 			viaHTTP++
@@ -630,7 +630,7 @@ func TestEscrowGoesToServer(t *testing.T) {
 }
 
 // BenchmarkConsumeLocal measures a Consume answered from the allowance
-// (the hold sized to MaxUnits so nothing waits; settles run meanwhile
+// (the reservation sized to MaxUnits so nothing waits; settles run meanwhile
 // against an in-process fake creditd).
 func BenchmarkConsumeLocal(b *testing.B) {
 	bk := newBooks(b, math.MaxInt64/4, "block")
@@ -652,5 +652,24 @@ func BenchmarkConsumeLocal(b *testing.B) {
 	b.StopTimer()
 	if st := e.Stats(); st.ConsumedLocalUnits < int64(b.N) {
 		b.Errorf("%d of %d consumes local", st.ConsumedLocalUnits, b.N+1)
+	}
+}
+
+// TestEscrowHoldTTLAlias: a config written before v0.4 (HoldTTL) keeps
+// its reservation lifetime; ReservationTTL wins when both are set.
+func TestEscrowHoldTTLAlias(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  EscrowConfig
+		want time.Duration
+	}{
+		{EscrowConfig{HoldTTL: 5 * time.Second}, 5 * time.Second},
+		{EscrowConfig{HoldTTL: 5 * time.Second, ReservationTTL: 7 * time.Second}, 7 * time.Second},
+		{EscrowConfig{}, DefaultReservationTTL},
+	} {
+		c := tc.cfg
+		c.defaults()
+		if c.ReservationTTL != tc.want {
+			t.Errorf("%+v: ReservationTTL %v, want %v", tc.cfg, c.ReservationTTL, tc.want)
+		}
 	}
 }

@@ -76,7 +76,7 @@ type Config struct {
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
 	// OnError, when set, hears of stream and background fetch failures,
-	// and of settles, top-ups and holds creditd did not take.
+	// and of settles, top-ups and reservations creditd did not take.
 	OnError func(error)
 	// Escrow configures local consumes (Consume).
 	Escrow EscrowConfig
@@ -168,7 +168,7 @@ func (e *Evaluator) Start(ctx context.Context) {
 }
 
 // Close settles what Consume charged locally and returns the rest of
-// every hold (bounded by EscrowConfig.CloseTimeout), then stops the stream
+// every reservation (bounded by EscrowConfig.CloseTimeout), then stops the stream
 // and the background fetches and waits for them.
 func (e *Evaluator) Close() {
 	e.closeEscrow()
@@ -569,8 +569,8 @@ func (e *Evaluator) apply(ev client.ChangeEvent, fresh bool) {
 		e.up = true
 		e.epoch++
 		e.tenantPolicy = ""
-	case ev.Type == client.ChangeEventHolds:
-		// A hold of one customer moved its effective balance: as an event.
+	case ev.Type == client.ChangeEventReservations:
+		// A reservation of one customer moved its effective balance: as an event.
 		ids = e.customerChangedLocked(ev.Data)
 	case strings.HasPrefix(ev.Type, client.ChangeEventPrefix):
 		// The stamps say which kind of facts changed, not whose: every

@@ -275,7 +275,7 @@ func TestEvaluator(t *testing.T) {
 			t.Errorf("an event of a customer not kept fetched it: %d snapshots", f.n("snapshot"))
 		}
 	})
-	t.Run("a hold notice refetches its customer only", func(t *testing.T) {
+	t.Run("a reservation notice refetches its customer only", func(t *testing.T) {
 		t.Parallel()
 		f, e, _ := setup(t, Config{})
 		check(t, e, "alice", "api", 1)
@@ -285,7 +285,7 @@ func TestEvaluator(t *testing.T) {
 		waitFor(t, "refetch", func() bool { return f.n("snapshot") == 3 })
 		waitFor(t, "held balance", func() bool { return *check(t, e, "alice", "api", 1).EffectiveBalance == 300 })
 		if a := check(t, e, "bob", "api", 1); *a.EffectiveBalance != 1000 || f.n("snapshot") != 3 {
-			t.Errorf("bob after alice's hold: balance %d, %d snapshots; want 1000 kept, 3", *a.EffectiveBalance, f.n("snapshot"))
+			t.Errorf("bob after alice's reservation: balance %d, %d snapshots; want 1000 kept, 3", *a.EffectiveBalance, f.n("snapshot"))
 		}
 	})
 	t.Run("a config change makes every customer fetch again", func(t *testing.T) {

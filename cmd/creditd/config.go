@@ -39,17 +39,17 @@ type config struct {
 	SweepInterval  time.Duration `env:"CREDITD_SWEEP_INTERVAL" envDefault:"1s"`
 	BodyLimitBytes int           `env:"CREDITD_BODY_LIMIT_BYTES" envDefault:"1048576"`
 	// Consumer is the persister's consumer name; unset is the hostname.
-	Consumer       string        `env:"CREDITD_INSTANCE"`
-	RedisPoolSize  int           `env:"CREDITD_REDIS_POOL_SIZE" envDefault:"64"`
-	AllowPrivate   bool          `env:"CREDITD_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
-	Dev            bool          `env:"CREDITD_DEV" envDefault:"false"`
-	DevFile        string        `env:"CREDITD_DEV_FILE" envDefault:".data/dev-tenant.json"`
-	HoldSweep      time.Duration `env:"CREDITD_RESERVATION_SWEEP_INTERVAL" envDefault:"1m"`
-	Scheduler      time.Duration `env:"CREDITD_SCHEDULER_INTERVAL" envDefault:"1s"`
-	WebhookWorkers int           `env:"CREDITD_WEBHOOK_WORKERS" envDefault:"8"`
-	WebhookPoll    time.Duration `env:"CREDITD_WEBHOOK_POLL" envDefault:"200ms"`
-	MaxConnsPerIP  int           `env:"CREDITD_MAX_CONNS_PER_IP" envDefault:"1024"`
-	PprofAddr      string        `env:"CREDITD_PPROF_ADDR"`
+	Consumer         string        `env:"CREDITD_INSTANCE"`
+	RedisPoolSize    int           `env:"CREDITD_REDIS_POOL_SIZE" envDefault:"64"`
+	AllowPrivate     bool          `env:"CREDITD_WEBHOOK_ALLOW_PRIVATE" envDefault:"false"`
+	Dev              bool          `env:"CREDITD_DEV" envDefault:"false"`
+	DevFile          string        `env:"CREDITD_DEV_FILE" envDefault:".data/dev-tenant.json"`
+	ReservationSweep time.Duration `env:"CREDITD_RESERVATION_SWEEP_INTERVAL" envDefault:"1m"`
+	Scheduler        time.Duration `env:"CREDITD_SCHEDULER_INTERVAL" envDefault:"1s"`
+	WebhookWorkers   int           `env:"CREDITD_WEBHOOK_WORKERS" envDefault:"8"`
+	WebhookPoll      time.Duration `env:"CREDITD_WEBHOOK_POLL" envDefault:"200ms"`
+	MaxConnsPerIP    int           `env:"CREDITD_MAX_CONNS_PER_IP" envDefault:"1024"`
+	PprofAddr        string        `env:"CREDITD_PPROF_ADDR"`
 	// MetricsAddr, when set, serves /metrics on its own listener instead
 	// of the API port (docs/spec/addendum.md §12).
 	MetricsAddr string `env:"CREDITD_METRICS_ADDR"`

@@ -31,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 	host, _ := os.Hostname()
 	want := config{RedisURL: "redis://127.0.0.1:6379/0", DatabaseURL: "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
 		Addr: ":8080", LogLevel: "info", RedisPrefix: "cd", MaxLag: 5 * time.Second, SweepInterval: time.Second,
-		BodyLimitBytes: 1 << 20, Consumer: host, RedisPoolSize: 64, DevFile: ".data/dev-tenant.json", HoldSweep: time.Minute,
+		BodyLimitBytes: 1 << 20, Consumer: host, RedisPoolSize: 64, DevFile: ".data/dev-tenant.json", ReservationSweep: time.Minute,
 		Scheduler: time.Second, WebhookWorkers: 8, WebhookPoll: 200 * time.Millisecond, MaxConnsPerIP: 1024,
 		ReplicaAcks: lua.ReplicaAcksAuto, ReplicaAckTimeout: lua.DefaultReplicaAckTimeout,
 		ReconcileSample: 20, ReconcileSampleInterval: time.Minute}

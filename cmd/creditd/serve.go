@@ -74,7 +74,7 @@ func serve() error {
 		Registry: registry, MetricsElsewhere: cfg.MetricsAddr != "", Tracing: tracing,
 		RedisPrefix: cfg.RedisPrefix, AdminToken: cfg.AdminToken, AllowPrivate: cfg.AllowPrivate,
 		MaxLag: cfg.MaxLag, SweepInterval: cfg.SweepInterval, BodyLimitBytes: cfg.BodyLimitBytes,
-		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.HoldSweep, SchedulerInterval: cfg.Scheduler,
+		Consumer: cfg.Consumer, ReservationSweepInterval: cfg.ReservationSweep, SchedulerInterval: cfg.Scheduler,
 		WebhookWorkers: cfg.WebhookWorkers, WebhookPoll: cfg.WebhookPoll, MaxConnsPerIP: cfg.MaxConnsPerIP,
 		ReplicaAcks: cfg.appReplicaAcks(), ReplicaAckTimeout: cfg.ReplicaAckTimeout,
 		ReconcileSample: int(cfg.ReconcileSample), ReconcileSampleInterval: cfg.ReconcileSampleInterval,

@@ -39,7 +39,7 @@ type Config struct {
 	BodyLimitBytes int
 	Consumer       string // persister consumer name; default "creditd"
 	Clock          engine.Clock
-	// ReservationSweepInterval is the hold expiry sweep period (default one
+	// ReservationSweepInterval is the reservation expiry sweep period (default one
 	// minute, as docs/spec/interface.md says; tests shorten it).
 	ReservationSweepInterval time.Duration
 	// WebhookWorkers and WebhookPoll size the webhook delivery pool
@@ -147,11 +147,11 @@ type App struct {
 	Console *console.Console
 
 	// Metering, Entitlements and Reservations price usage and hold credit;
-	// HoldSweeper expires holds past their expires_at.
-	Metering     *engine.Metering
-	Entitlements *engine.Entitlements
-	Reservations *engine.Reservations
-	HoldSweeper  *engine.ReservationSweeper
+	// ReservationSweeper expires reservations past their expires_at.
+	Metering           *engine.Metering
+	Entitlements       *engine.Entitlements
+	Reservations       *engine.Reservations
+	ReservationSweeper *engine.ReservationSweeper
 	// LeaseSweeper writes down the lapse of gauge leases past their expiry.
 	LeaseSweeper *engine.LeaseSweeper
 	// SeenSeeder fills the seen filter from Postgres, so money calls need
@@ -273,11 +273,11 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
 		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
-	// Holds write a notice to the change feed (issue 27): they move
+	// Reservations write a notice to the change feed (issue 27): they move
 	// effective balances without an event.
-	holdsNoted := engine.NotingHolds(a.Store, a.Store, log)
+	reservationsNoted := engine.NotingReservations(a.Store, a.Store, log)
 	a.Reservations = engine.NewReservations(engine.ReservationsDeps{Entitlements: a.Entitlements, Credits: a.Credits,
-		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: holdsNoted, Holds: a.DB, Clock: cfg.Clock})
+		Customers: a.Customers, Lookup: customers, Metering: a.Metering, Hot: reservationsNoted, Reservations: a.DB, Clock: cfg.Clock})
 	a.Overrides = engine.NewOverrides(a.PlanFacts.ForgettingOverrides(a.DB), a.DB, a.Metering, a.Entitlements, cfg.Clock)
 	a.Topups = engine.NewTopups(a.Credits, a.DB)
 	a.Alerts = engine.NewAlerts(stamps.ForgettingAlerts(a.DB), a.Customers, cfg.Clock)
@@ -287,7 +287,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Partitions: a.DB, Log: log}
 	a.ReconcileSampler = &engine.ReconcileSampler{Source: a.DB, Store: a.Store, Drained: a.outboxDrained,
 		Size: cfg.ReconcileSample, Interval: cfg.ReconcileSampleInterval, Clock: cfg.Clock, Log: log}
-	a.HoldSweeper = &engine.ReservationSweeper{Hot: holdsNoted, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
+	a.ReservationSweeper = &engine.ReservationSweeper{Hot: reservationsNoted, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.ReservationSweepInterval, Log: log}
 	// Leases lapse at read time; the sweep runs as often as the expiry sweep.
 	a.LeaseSweeper = &engine.LeaseSweeper{Hot: a.Store, Index: a.DB, Credits: a.Credits, Clock: cfg.Clock, Interval: cfg.SweepInterval, Log: log}
 	a.Console = console.New(console.Config{
@@ -297,7 +297,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 		Metrics: func(w io.Writer) { a.Server.WriteMetrics(w) }, Clock: cfg.Clock, Log: log,
 	})
 	a.SeenSeeder = &engine.SeenSeeder{Filter: a.Store, Keys: a.DB, Clock: cfg.Clock, Log: log}
-	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.HoldSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler, a.SeenSeeder}
+	a.runners = []engine.Runner{a.Persister, a.Sweeper, a.ReservationSweeper, a.LeaseSweeper, a.Webhooks, a.Scheduler, a.ReconcileSampler, a.SeenSeeder}
 	// Readiness is "this node can serve" (issue 25, docs/decisions.md
 	// "Readiness is this node's"): what every node sees alike (Postgres, a
 	// dead letter, the outbox's lag) is an alarm shown in the body, never a

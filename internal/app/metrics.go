@@ -43,7 +43,7 @@ func newBacklogCollector(a *App) *backlogCollector {
 		schedulerBacklog:  prometheus.NewDesc("creditd_scheduler_backlog", "Subscriptions whose next scheduled action is due now.", nil, nil),
 		runnerHealthy:     prometheus.NewDesc("creditd_runner_healthy", "1 when the background loop is healthy, 0 when not (not running, its last pass failed, or stalled); /readyz shows why under its name.", []string{"runner"}, nil),
 		runnerLastSuccess: prometheus.NewDesc("creditd_runner_last_success_timestamp_seconds", "Unix time of the background loop's last successful pass (absent before the first).", []string{"runner"}, nil),
-		sweepBacklog:      prometheus.NewDesc("creditd_sweep_backlog", "Work due now and not yet done by a sweep: customers with blocks to expire (sweep=expiry), holds to release (sweep=reservation).", []string{"sweep"}, nil),
+		sweepBacklog:      prometheus.NewDesc("creditd_sweep_backlog", "Work due now and not yet done by a sweep: customers with blocks to expire (sweep=expiry), reservations to release (sweep=reservation).", []string{"sweep"}, nil),
 	}
 }
 
@@ -126,8 +126,8 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	})
 	wg.Go(func() {
-		if holds, err := a.Store.HoldBacklog(ctx, now); c.ok("hold sweep backlog", err) {
-			gauge(c.sweepBacklog, float64(sum(holds)), "reservation")
+		if reservations, err := a.Store.ReservationBacklog(ctx, now); c.ok("reservation sweep backlog", err) {
+			gauge(c.sweepBacklog, float64(sum(reservations)), "reservation")
 		}
 	})
 	wg.Wait()

@@ -9,10 +9,10 @@ import (
 )
 
 // TestMixedWorkloadBooksBalance states invariants 1 and 2 under the hot path:
-// after concurrent consumes (block and allow customers), holds, commits and
+// after concurrent consumes (block and allow customers), reservations, commits and
 // releases, and a drained persister, every account's balance equals the sum
 // of its ledger deltas in Postgres, its account row and its live blocks; its
-// reserved balance equals the estimated cost of its active holds; and no
+// reserved balance equals the estimated cost of its active reservations; and no
 // block customer's effective balance ever went below zero, or below minus
 // its credit line for the customers that have one (issue 28 item 2: their
 // balance is the blocks less the debt, which grants in the mix repay);
@@ -155,7 +155,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 					case 1:
 						r = call("POST", "/v1/reservations/"+id+"/commit", map[string]any{"actual_units": rng.IntN(12)})
 					default:
-						continue // left active: its hold must still be counted
+						continue // left active: its reservation must still be counted
 					}
 					if r.Status != 200 && r.Status != 409 {
 						t.Errorf("settle %s: %d %s", id, r.Status, r.Raw)
@@ -174,7 +174,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		acct := a.credits(cust)
 		balance, reserved := Int(t, acct["balance"]), Int(t, acct["reserved_balance"])
 		effective := Int(t, acct["effective_balance"])
-		var ledger, row, blocks, holds, debt int64
+		var ledger, row, blocks, reservations, debt int64
 		q := func(sql string, dst *int64) {
 			if err := s.Pool.QueryRow(ctx, sql, cust).Scan(dst); err != nil {
 				t.Fatalf("%s: %v", sql, err)
@@ -183,7 +183,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		q(`SELECT COALESCE(SUM(delta), 0) FROM ledger_entries WHERE customer_id = $1`, &ledger)
 		q(`SELECT balance FROM credit_accounts WHERE customer_id = $1`, &row)
 		q(`SELECT COALESCE(SUM(remaining_amount), 0) FROM credit_blocks WHERE customer_id = $1`, &blocks)
-		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &holds)
+		q(`SELECT COALESCE(SUM(estimated_cost), 0) FROM reservations WHERE customer_id = $1 AND status = 'active'`, &reservations)
 		q(`SELECT debt FROM credit_accounts WHERE customer_id = $1`, &debt)
 		what := fmt.Sprintf("customer %d (%s)", i, cust)
 		if balance != ledger || balance != row || balance != blocks-debt || Int(t, acct["debt_mc"]) != debt {
@@ -210,8 +210,8 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 			JOIN credit_blocks b ON b.id = ANY(COALESCE(e.draw_block_ids, ARRAY[e.credit_block_id]))
 			WHERE e.customer_id = $1 AND e.type = 'consumption' AND b.applies_to IS NOT NULL`, &drewScoped)
 		scopedDraws += drewScoped
-		if reserved != holds {
-			t.Errorf("%s: reserved %d, active holds %d", what, reserved, holds)
+		if reserved != reservations {
+			t.Errorf("%s: reserved %d, active reservations %d", what, reserved, reservations)
 		}
 		switch {
 		case lined(i) && effective < -lineMC:
@@ -242,7 +242,7 @@ func TestMixedWorkloadBooksBalance(t *testing.T) {
 		t.Errorf("consumes answered an effective balance below the floor for %v", negative)
 	}
 	// What consumes (not commits, which a budget never refuses) spent never
-	// passes a budget: the cost of consumption entries without a hold, of
+	// passes a budget: the cost of consumption entries without a reservation, of
 	// the budget's metric (a multi-metric entry's items of it) or of all.
 	for i, cust := range ids {
 		b := budgetOf(i)

@@ -10,7 +10,7 @@ import (
 
 // TestBoundsAtTheDoor states invariant 13 through the API: a grant or topup
 // past engine.MaxLiveBlocks live blocks and a reservation past
-// engine.MaxActiveHolds active holds are 409 problems naming their field,
+// engine.MaxActiveReservations active reservations are 409 problems naming their field,
 // a rule of more than engine.MaxTiers tiers is a 422 naming
 // tier_config.tiers, and none of them changes the balance.
 func TestBoundsAtTheDoor(t *testing.T) {
@@ -24,7 +24,7 @@ func TestBoundsAtTheDoor(t *testing.T) {
 	metric := "bounds.calls"
 	wantStatus(t, a.post("/v1/metering-rules", map[string]any{"billable_metric_key": metric, "cost_type": "per_unit",
 		"unit_cost": 1}), 201, "rule")
-	for i := 0; i < engine.MaxActiveHolds; i++ {
+	for i := 0; i < engine.MaxActiveReservations; i++ {
 		wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metric,
 			"estimated_units": 1}), 201, fmt.Sprint("reservation ", i))
 	}
@@ -46,7 +46,7 @@ func TestBoundsAtTheDoor(t *testing.T) {
 			map[string]any{"credits": 1, "source": "promotional", "reason": "one more"}, 409, "conflict", "credits"},
 		{"topup past the live-block cap", "/v1/customers/" + cust + "/topups",
 			map[string]any{"credits": 1, "payment_reference": "pay-1"}, 409, "conflict", "credits"},
-		{"reservation past the hold cap", "/v1/reservations",
+		{"reservation past the reservation cap", "/v1/reservations",
 			map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 1}, 409, "conflict", "customer_id"},
 		{"rule past the tier cap", "/v1/metering-rules",
 			map[string]any{"billable_metric_key": "bounds.tiers", "cost_type": "tiered",

@@ -64,7 +64,7 @@ func budgetProblem(t *testing.T, r Response, period string, metric any, limit, s
 }
 
 // TestBudget (issue 28 item 3): a customer's budgets cap what consumes,
-// holds and commits spend per period whatever the balance and the policy;
+// reservations and commits spend per period whatever the balance and the policy;
 // the refusal is a 409 budget-exceeded naming the cap and when it resets;
 // credit.budget_reached fires once per period; a per-metric budget counts
 // only its metric; bad budgets are 422s naming the member that change
@@ -148,10 +148,10 @@ func TestBudget(t *testing.T) {
 		}
 	})
 
-	t.Run("holds are checked, commits counted", func(t *testing.T) {
+	t.Run("reservations are checked, commits counted", func(t *testing.T) {
 		id := a.budgetCustomer("block", 10_000, []map[string]any{{"period": "month", "limit_mc": 1000, "billable_metric_key": m}})
 		over := a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 11})
-		budgetProblem(t, over, "month", m, 1000, 0, "a hold past the cap")
+		budgetProblem(t, over, "month", m, 1000, 0, "a reservation past the cap")
 		h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 6})
 		r := a.post("/v1/reservations/"+h["id"].(string)+"/commit", map[string]any{"actual_units": 5})
 		wantStatus(t, r, 200, "commit 500")
@@ -261,7 +261,7 @@ func TestBudgetSurvivesRebuild(t *testing.T) {
 		{"period": "day", "limit_mc": 1000},
 		{"period": "month", "time_zone": "Asia/Kolkata", "limit_mc": 300, "billable_metric_key": other},
 	})
-	// A hold of 100 (not counted), then 800 spent today, 300 of it past the
+	// A reservation of 100 (not counted), then 800 spent today, 300 of it past the
 	// balance (overage counts too).
 	h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 1})
 	wantStatus(t, a.consumeUnits(id, m, 5), 200, "500")

@@ -97,7 +97,7 @@ func TestEvaluatorFollowsChanges(t *testing.T) {
 	same(api, 10)
 	same(api, 200) // 1400 against 1000 under block: refused
 
-	// A hold moves the effective balance without an event: its notice
+	// A reservation moves the effective balance without an event: its notice
 	// reaches the evaluator all the same.
 	wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": cust, "billable_metric_key": api,
 		"estimated_units": 100}), 201, "reservation")

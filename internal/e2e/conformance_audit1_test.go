@@ -110,11 +110,11 @@ func (a api) exhaustedEvents(customer string, want int) []map[string]any {
 	}
 }
 
-// TestConformanceHoldRefusalExhausted: credit.exhausted fires when a
+// TestConformanceReservationRefusalExhausted: credit.exhausted fires when a
 // `block` customer is refused for credit (docs/spec/addendum.md §8), and reservation create
 // and commit are among its emitters (docs/spec/interface.md Events: "the same
 // operations as credit.low_balance"), as a refused consume already does.
-func TestConformanceHoldRefusalExhausted(t *testing.T) {
+func TestConformanceReservationRefusalExhausted(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("holdrefusal"))
 	a := s.as(t, tn.Live)
@@ -133,7 +133,7 @@ func TestConformanceHoldRefusalExhausted(t *testing.T) {
 		t.Errorf("refused reserve: exhausted data %v", d)
 	}
 
-	// Commit: 10 units (1000) past the hold (100) plus the free balance (200).
+	// Commit: 10 units (1000) past the reservation (100) plus the free balance (200).
 	id2, _ := a.newCustomer()
 	a.grant(id2, map[string]any{"credits": 300})
 	h := a.reserve(map[string]any{"customer_id": id2, "billable_metric_key": metered, "estimated_units": 1})
@@ -155,7 +155,7 @@ func TestConformanceHoldRefusalExhausted(t *testing.T) {
 		t.Errorf("refused multi reserve: credit.exhausted events %v, want one with a null metric", got)
 	}
 
-	// An allow customer's refused hold is no `block` refusal: nothing fires.
+	// An allow customer's refused reservation is no `block` refusal: nothing fires.
 	c := a.createCustomer(map[string]any{"external_id": uniq("allow"), "overage_policy": "allow"})
 	id3 := c["id"].(string)
 	a.grant(id3, map[string]any{"credits": 300})

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// reserve creates a hold and requires 201.
+// reserve creates a reservation and requires 201.
 func (a api) reserve(body map[string]any) map[string]any {
 	a.t.Helper()
 	r := a.post("/v1/reservations", body)
@@ -17,8 +17,8 @@ func (a api) reserve(body map[string]any) map[string]any {
 	return r.Body
 }
 
-// checkHoldAccount compares an account member with want balance, reserved.
-func checkHoldAccount(t testing.TB, v any, what string, balance, reserved int64) {
+// checkReservationAccount compares an account member with want balance, reserved.
+func checkReservationAccount(t testing.TB, v any, what string, balance, reserved int64) {
 	t.Helper()
 	acct := obj(t, v, what)
 	checkKeys(t, acct, what, "balance", "reserved_balance", "effective_balance")
@@ -44,37 +44,37 @@ func TestConformanceReservationCreate(t *testing.T) {
 	checkUUID(t, h["id"], "id")
 	if h["customer_id"] != id || h["billable_metric_key"] != metric || Int(t, h["estimated_units"]) != 30 || Int(t, h["estimated_cost"]) != 300 ||
 		h["environment"] != "live" || h["status"] != "active" || mustJSON(h["metadata"]) != `{}` {
-		t.Errorf("hold: %v", h)
+		t.Errorf("reservation: %v", h)
 	}
-	checkHoldAccount(t, h["account"], "account", 1_000, 300)
+	checkReservationAccount(t, h["account"], "account", 1_000, 300)
 	created := checkTime(t, h["created_at"], "created_at")
 	if d := checkTime(t, h["expires_at"], "expires_at").Sub(created); d != 1800*time.Second {
 		t.Errorf("default ttl: expires %v after creation, want 30m", d)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 1_000 || Int(t, c["reserved_balance"]) != 300 || Int(t, c["effective_balance"]) != 700 {
-		t.Errorf("credits with a hold: %v", c)
+		t.Errorf("credits with a reservation: %v", c)
 	}
-	// A metered check sees the hold.
+	// A metered check sees the reservation.
 	chk := a.get("/v1/customers/" + id + "/entitlements/" + metric + "?units=70")
 	if Int(t, chk.Body["reserved_balance"]) != 300 || Int(t, chk.Body["balance_after"]) != 0 || chk.Body["allowed"] != true {
-		t.Errorf("check with a hold: %s", chk.Raw)
+		t.Errorf("check with a reservation: %s", chk.Raw)
 	}
 
 	// External forms, TTL bounds and metadata.
 	h2 := a.reserve(map[string]any{"external_customer_id": ext, "billable_metric_key": metric, "estimated_units": 1, "ttl_seconds": 86400,
 		"metadata": map[string]any{"job": "render"}})
 	if h2["customer_id"] != id || mustJSON(h2["metadata"]) != `{"job":"render"}` {
-		t.Errorf("hold by external_customer_id: %v", h2)
+		t.Errorf("reservation by external_customer_id: %v", h2)
 	}
 	if d := checkTime(t, h2["expires_at"], "").Sub(checkTime(t, h2["created_at"], "")); d != 86400*time.Second {
 		t.Errorf("ttl 86400: %v", d)
 	}
 	h3 := a.reserve(map[string]any{"customer_id": ext, "billable_metric_key": metric, "estimated_units": 1, "ttl_seconds": 1})
 	if h3["customer_id"] != id {
-		t.Errorf("hold by customer_id = external id: %v", h3)
+		t.Errorf("reservation by customer_id = external id: %v", h3)
 	}
-	checkHoldAccount(t, h3["account"], "third hold account", 1_000, 320)
+	checkReservationAccount(t, h3["account"], "third reservation account", 1_000, 320)
 	// A lenient unknown id creates the customer (and then has no credit).
 	fresh := uniq("fresh")
 	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": fresh, "billable_metric_key": metric, "estimated_units": 1}),
@@ -101,12 +101,12 @@ func TestConformanceReservationCreate(t *testing.T) {
 		checkProblem(t, a.post("/v1/reservations", tc.body), tc.status, tc.typ, tc.field, tc.name)
 	}
 	if c := a.credits(id); Int(t, c["reserved_balance"]) != 320 {
-		t.Errorf("refused holds changed reserved_balance: %v", c["reserved_balance"])
+		t.Errorf("refused reservations changed reserved_balance: %v", c["reserved_balance"])
 	}
 }
 
 // TestConformanceReservationLifecycle: GET (404 for a non-UUID, another
-// tenant's hold; any environment of the tenant), commit > 0 and = 0,
+// tenant's reservation; any environment of the tenant), commit > 0 and = 0,
 // release, the 409 types, listing with status filter and its 500.
 func TestConformanceReservationLifecycle(t *testing.T) {
 	s := NewStack(t)
@@ -120,30 +120,30 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	hid := h["id"].(string)
 
 	g := a.get("/v1/reservations/" + hid)
-	wantStatus(t, g, 200, "get hold")
+	wantStatus(t, g, 200, "get reservation")
 	checkKeys(t, g.Body, "reservation", "id", "tenant_id", "customer_id", "environment", "billable_metric_key", "estimated_units",
 		"estimated_cost", "actual_units", "actual_cost", "status", "reference_id", "expires_at", "metadata", "created_at", "committed_at", "released_at",
 		"settled_units", "settled_cost", "remaining_cost") // the last three: issue 27, additive
-	checkSettled(t, g.Body, "fresh hold", 0, 0, 300)
+	checkSettled(t, g.Body, "fresh reservation", 0, 0, 300)
 	if g.Body["tenant_id"] != tn.ID || g.Body["customer_id"] != id || g.Body["status"] != "active" || g.Body["actual_units"] != nil ||
 		g.Body["actual_cost"] != nil || g.Body["committed_at"] != nil || g.Body["released_at"] != nil || Int(t, g.Body["estimated_cost"]) != 300 {
-		t.Errorf("hold: %s", g.Raw)
+		t.Errorf("reservation: %s", g.Raw)
 	}
 	checkUUID(t, g.Body["reference_id"], "reference_id")
 	// Not scoped by environment: the sandbox key of the tenant reads it.
 	sb := s.as(t, tn.Sandbox)
-	if r := sb.get("/v1/reservations/" + hid); checkStatus(t, r, 200, "sandbox key reads a live hold") && r.Body["environment"] != "live" {
+	if r := sb.get("/v1/reservations/" + hid); checkStatus(t, r, 200, "sandbox key reads a live reservation") && r.Body["environment"] != "live" {
 		t.Errorf("sandbox read: %s", r.Raw)
 	}
 	other := s.as(t, s.NewTenant(uniq("other")).Live)
-	checkProblem(t, other.get("/v1/reservations/"+hid), 404, "not-found", "", "another tenant's hold")
+	checkProblem(t, other.get("/v1/reservations/"+hid), 404, "not-found", "", "another tenant's reservation")
 	checkProblem(t, other.post("/v1/reservations/"+hid+"/release", nil), 404, "not-found", "", "another tenant releases")
 	checkProblem(t, a.get("/v1/reservations/not-a-uuid"), 404, "not-found", "", "non-UUID id")
 	checkProblem(t, a.get("/v1/reservations/"+uuid.NewString()), 404, "not-found", "", "unknown id")
 	checkProblem(t, a.post("/v1/reservations/"+uuid.NewString()+"/commit", map[string]any{"actual_units": 1}), 404, "not-found", "", "commit unknown")
 	checkProblem(t, a.post("/v1/reservations/not-a-uuid/release", nil), 404, "not-found", "", "release non-UUID")
 
-	// Commit validation leaves the hold active.
+	// Commit validation leaves the reservation active.
 	checkProblem(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": -1}), 422, "validation-error", "actual_units", "negative")
 	checkProblem(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{}), 422, "validation-error", "actual_units", "missing")
 
@@ -163,11 +163,11 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 		t.Errorf("commit transaction: %v", tx)
 	}
 	checkTime(t, tx["created_at"], "transaction.created_at")
-	checkHoldAccount(t, cm.Body["account"], "commit account", 800, 0)
+	checkReservationAccount(t, cm.Body["account"], "commit account", 800, 0)
 	g = a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "committed" || Int(t, g.Body["actual_units"]) != 20 || Int(t, g.Body["actual_cost"]) != 200 || g.Body["released_at"] != nil ||
 		mustJSON(g.Body["metadata"]) != `{"a":1,"b":2}` {
-		t.Errorf("committed hold: %s", g.Raw)
+		t.Errorf("committed reservation: %s", g.Raw)
 	}
 	checkTime(t, g.Body["committed_at"], "committed_at")
 	// Not active any more: 409 conflict.
@@ -186,9 +186,9 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	if Int(t, tx0["delta"]) != 0 || tx0["type"] != "release" {
 		t.Errorf("commit 0 transaction: %v", tx0)
 	}
-	checkHoldAccount(t, c0.Body["account"], "commit 0 account", 800, 0)
+	checkReservationAccount(t, c0.Body["account"], "commit 0 account", 800, 0)
 	if g := a.get("/v1/reservations/" + h0["id"].(string)); mustJSON(g.Body["metadata"]) != `{"a":1}` || g.Body["committed_at"] == nil {
-		t.Errorf("commit 0 hold: %s", g.Raw)
+		t.Errorf("commit 0 reservation: %s", g.Raw)
 	}
 
 	// Release.
@@ -204,21 +204,21 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	if Int(t, txr["delta"]) != 0 || txr["type"] != "release" {
 		t.Errorf("release transaction: %v", txr)
 	}
-	checkHoldAccount(t, rl.Body["account"], "release account", 800, 0)
+	checkReservationAccount(t, rl.Body["account"], "release account", 800, 0)
 	checkProblem(t, a.post("/v1/reservations/"+hr["id"].(string)+"/release", nil), 409, "conflict", "", "release twice")
 	if g := a.get("/v1/reservations/" + hr["id"].(string)); g.Body["status"] != "released" || g.Body["committed_at"] != nil || g.Body["released_at"] == nil {
-		t.Errorf("released hold: %s", g.Raw)
+		t.Errorf("released reservation: %s", g.Raw)
 	}
 
-	// Commit beyond hold plus free balance: 409 insufficient-credits, still active.
+	// Commit beyond reservation plus free balance: 409 insufficient-credits, still active.
 	hs := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 10})
 	checkProblem(t, a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 81}), 409, "insufficient-credits", "", "commit short")
 	if g := a.get("/v1/reservations/" + hs["id"].(string)); g.Body["status"] != "active" {
-		t.Errorf("hold after a short commit: %s", g.Raw)
+		t.Errorf("reservation after a short commit: %s", g.Raw)
 	}
-	// Hold plus free balance covers exactly 80 units.
-	if cm := a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 80}); checkStatus(t, cm, 200, "commit past the hold") {
-		checkHoldAccount(t, cm.Body["account"], "commit past the hold", 0, 0)
+	// Reservation plus free balance covers exactly 80 units.
+	if cm := a.post("/v1/reservations/"+hs["id"].(string)+"/commit", map[string]any{"actual_units": 80}); checkStatus(t, cm, 200, "commit past the reservation") {
+		checkReservationAccount(t, cm.Body["account"], "commit past the reservation", 0, 0)
 	}
 
 	// Listing: newest first, status filter, the documented 500, 404 unknown.
@@ -228,7 +228,7 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 		data, _, _ := page(t, r)
 		want := []any{hs["id"], hr["id"], h0["id"], hid}
 		if len(data) != len(want) {
-			t.Errorf("%s: %d holds, want %d", p, len(data), len(want))
+			t.Errorf("%s: %d reservations, want %d", p, len(data), len(want))
 			continue
 		}
 		for i := range want {
@@ -260,15 +260,15 @@ func TestConformanceReservationLifecycle(t *testing.T) {
 	checkProblem(t, a.get("/v1/customers/"+ghost+"/reservations"), 404, "not-found", "", "unknown customer")
 	checkProblem(t, a.get("/v1/customer-by-external-id/"+ghost+"/reservations"), 404, "not-found", "", "strict unknown customer")
 	checkProblem(t, a.get("/v1/customers/"+ghost), 404, "not-found", "", "listing did not create")
-	// Holds are listed in the customer's environment only.
+	// Reservations are listed in the customer's environment only.
 	checkProblem(t, sb.get("/v1/customers/"+id+"/reservations"), 404, "not-found", "", "sandbox lists a live customer")
 }
 
 // TestConformanceReservationExpiry: committing after expires_at but before
-// the sweep is 409 reservation-expired and leaves the hold active; release
-// still works then; the sweep marks the rest expired and returns the hold.
+// the sweep is 409 reservation-expired and leaves the reservation active; release
+// still works then; the sweep marks the rest expired and returns the reservation.
 func TestConformanceReservationExpiry(t *testing.T) {
-	s := NewStack(t, WithHoldSweep(time.Hour))
+	s := NewStack(t, WithReservationSweep(time.Hour))
 	tn := s.NewTenant(uniq("expiry"))
 	a := s.as(t, tn.Live)
 	metric := a.perUnit(10)
@@ -280,18 +280,18 @@ func TestConformanceReservationExpiry(t *testing.T) {
 
 	checkProblem(t, a.post("/v1/reservations/"+h1["id"].(string)+"/commit", map[string]any{"actual_units": 1}), 409, "reservation-expired", "", "commit after expires_at")
 	if g := a.get("/v1/reservations/" + h1["id"].(string)); g.Body["status"] != "active" {
-		t.Errorf("hold after a late commit: %s", g.Raw)
+		t.Errorf("reservation after a late commit: %s", g.Raw)
 	}
 	rl := a.post("/v1/reservations/"+h2["id"].(string)+"/release", nil)
 	if checkStatus(t, rl, 200, "release after expires_at") && rl.Body["status"] != "released" {
 		t.Errorf("late release: %s", rl.Raw)
 	}
-	if n := s.App.HoldSweeper.SweepOnce(context.Background()); n != 1 {
-		t.Errorf("sweep expired %d holds, want 1", n)
+	if n := s.App.ReservationSweeper.SweepOnce(context.Background()); n != 1 {
+		t.Errorf("sweep expired %d reservations, want 1", n)
 	}
 	g := a.get("/v1/reservations/" + h1["id"].(string))
 	if g.Body["status"] != "expired" || g.Body["released_at"] == nil || g.Body["committed_at"] != nil {
-		t.Errorf("swept hold: %s", g.Raw)
+		t.Errorf("swept reservation: %s", g.Raw)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != 1_000 || Int(t, c["reserved_balance"]) != 0 {
@@ -305,7 +305,7 @@ func TestConformanceReservationExpiry(t *testing.T) {
 }
 
 // TestConformanceReservationSweep: the background sweep (100 ms in tests,
-// once a minute by default) expires a hold on its own.
+// once a minute by default) expires a reservation on its own.
 func TestConformanceReservationSweep(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("sweep"))
@@ -321,7 +321,7 @@ func TestConformanceReservationSweep(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hold not expired by the sweep: %s", g.Raw)
+			t.Fatalf("reservation not expired by the sweep: %s", g.Raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -330,8 +330,8 @@ func TestConformanceReservationSweep(t *testing.T) {
 	}
 }
 
-// TestConformanceReservationDoubleSpend: credit for exactly K holds, 100
-// concurrent reserves: exactly K succeed and holds never exceed the
+// TestConformanceReservationDoubleSpend: credit for exactly K reservations, 100
+// concurrent reserves: exactly K succeed and reservations never exceed the
 // balance; committing them all concurrently spends the balance to 0.
 func TestConformanceReservationDoubleSpend(t *testing.T) {
 	s := NewStack(t)
@@ -374,11 +374,11 @@ func TestConformanceReservationDoubleSpend(t *testing.T) {
 	}
 	wg.Wait()
 	if len(ids) != k || refused != n-k {
-		t.Fatalf("%d holds and %d refusals, want %d and %d", len(ids), refused, k, n-k)
+		t.Fatalf("%d reservations and %d refusals, want %d and %d", len(ids), refused, k, n-k)
 	}
 	c := a.credits(id)
 	if Int(t, c["balance"]) != k*100 || Int(t, c["reserved_balance"]) != k*100 || Int(t, c["effective_balance"]) != 0 {
-		t.Errorf("credits with every hold: %v", c)
+		t.Errorf("credits with every reservation: %v", c)
 	}
 	for _, hid := range ids {
 		wg.Add(1)

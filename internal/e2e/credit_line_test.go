@@ -142,13 +142,13 @@ func TestCreditLine(t *testing.T) {
 		}
 	})
 
-	t.Run("a hold leans on the line", func(t *testing.T) {
-		// Effective 200 + line 500: a hold of 700 fits, 800 does not.
+	t.Run("a reservation leans on the line", func(t *testing.T) {
+		// Effective 200 + line 500: a reservation of 700 fits, 800 does not.
 		over := a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 8})
 		checkProblem(t, over, 409, "insufficient-credits", "", "reserve past the line")
 		h := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 7})
 		if c := a.credits(id); Int(t, c["effective_balance"]) != -500 || Int(t, c["balance"]) != 200 {
-			t.Errorf("after the hold: %v", c)
+			t.Errorf("after the reservation: %v", c)
 		}
 		past := a.post("/v1/reservations/"+h["id"].(string)+"/commit", map[string]any{"actual_units": 8})
 		checkProblem(t, past, 409, "insufficient-credits", "", "commit past the line")

@@ -56,8 +56,8 @@ func TestCreditsAsOf(t *testing.T) {
 		{"after the grant", at(30 * time.Second), 1000, 0, 0, 0, 1000},
 		{"a stacked grant pending", at(90 * time.Second), 1700, 0, 700, 0, 1000},
 		{"in debt", at(150 * time.Second), 500, 0, 700, 200, -200},
-		{"with a hold on the line", at(210 * time.Second), 500, 300, 700, 200, -500},
-		{"the hold released", at(270 * time.Second), 500, 0, 700, 200, -200},
+		{"with a reservation on the line", at(210 * time.Second), 500, 300, 700, 200, -500},
+		{"the reservation released", at(270 * time.Second), 500, 0, 700, 200, -200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -127,7 +127,7 @@ func TestDeadLetterAlarmAndReplay(t *testing.T) {
 	}
 	wantBooksMatchRedis(t, s, a, cust)
 
-	// The hold is lifted: the next grant goes straight to Postgres.
+	// The reservation is lifted: the next grant goes straight to Postgres.
 	a.grant(cust, map[string]any{"credits": 1})
 	s.Drain()
 	wantBooksMatchRedis(t, s, a, cust)

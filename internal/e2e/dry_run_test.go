@@ -107,7 +107,7 @@ func TestConsumeDryRun(t *testing.T) {
 }
 
 // TestReservationDryRun (issue 28 item 5): a reservation with dry_run true
-// answers 200 with the hold as it would be taken (no id: it does not
+// answers 200 with the reservation as it would be taken (no id: it does not
 // exist), or the refusal it would get, and takes nothing.
 func TestReservationDryRun(t *testing.T) {
 	s := NewStack(t)
@@ -117,7 +117,7 @@ func TestReservationDryRun(t *testing.T) {
 	id, _ := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 100})
 	before := a.credits(id)
-	holds := func() int {
+	reservations := func() int {
 		r := a.get("/v1/customers/" + id + "/reservations")
 		wantStatus(t, r, 200, "list reservations")
 		return len(arr(t, r.Body["data"], "reservations"))
@@ -144,13 +144,13 @@ func TestReservationDryRun(t *testing.T) {
 	if Int(t, c["reserved_balance"]) != 0 || Int(t, c["version"]) != Int(t, before["version"]) {
 		t.Errorf("after dry runs: reserved %v version %v, want 0 and %v", c["reserved_balance"], c["version"], before["version"])
 	}
-	if n := holds(); n != 0 {
+	if n := reservations(); n != 0 {
 		t.Errorf("%d reservations after dry runs, want none", n)
 	}
 	// A real reservation still goes through, and is listed.
 	wantStatus(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": m, "estimated_units": 3, "ttl_seconds": 60}),
 		201, "real reservation")
-	if n := holds(); n != 1 {
+	if n := reservations(); n != 1 {
 		t.Errorf("%d reservations after a real one, want 1", n)
 	}
 }

@@ -65,7 +65,7 @@ func buildEscrowWorker(t *testing.T) string {
 // is killed with -9 mid-run, the others run the credit out and close. Then
 // the ledger equals the sum of what the reservations settled (and the
 // balance the grant less it), the balance and effective balance were never
-// seen below zero, no hold is left, each surviving process's local usage
+// seen below zero, no reservation is left, each surviving process's local usage
 // was settled exactly, and the killed process lost no more than one settle
 // interval's usage plus one settle in flight, which its own at-risk counter
 // had counted.
@@ -175,7 +175,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 		}
 	}
 
-	// The killed process's hold returns by itself at expires_at (2 s after
+	// The killed process's reservation returns by itself at expires_at (2 s after
 	// its last extend) and the sweep.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -184,7 +184,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("holds still active 15 s after the run: %s", r.Raw)
+			t.Fatalf("reservations still active 15 s after the run: %s", r.Raw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -193,7 +193,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 	s.Drain()
 
 	settledUnits, settledCost := map[string]int64{}, int64(0)
-	holds := 0
+	reservations := 0
 	for cursor := ""; ; {
 		q := "?limit=100"
 		if cursor != "" {
@@ -206,7 +206,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 			proc, _ := hm["metadata"].(map[string]any)["process"].(string)
 			settledUnits[proc] += Int(t, hm["settled_units"])
 			settledCost += Int(t, hm["settled_cost"])
-			holds++
+			reservations++
 		}
 		if !more {
 			break
@@ -246,7 +246,7 @@ func TestEscrowProcessesKilled(t *testing.T) {
 		}
 	}
 
-	// Books (invariant 1): the ledger is the grant less what the holds
+	// Books (invariant 1): the ledger is the grant less what the reservations
 	// settled and the HTTP consumes charged; nothing is held any more.
 	if viaReservations != -settledCost || ledger != balance || balance != grant+viaReservations+other || held != 0 || Int(t, c["reserved_balance"]) != 0 {
 		t.Errorf("books: ledger %d, balance %d, consumption by holds %d vs settled %d, by HTTP %d, still held %d/%v",
@@ -270,8 +270,8 @@ func TestEscrowProcessesKilled(t *testing.T) {
 	perInterval := int64(unitsPerMs) * settle.Milliseconds()
 	reportLag := int64(unitsPerMs) * 10 * 2 // units after its last line (10 ms reports, doubled for scheduling)
 	lost := atKill.ConsumedLocalUnits - settledUnits[killed.name]
-	t.Logf("killed %s: %d units consumed by its last line, %d settled by creditd, %d lost (one settle interval: %d units); at risk on its last line %d, max %d; %d holds in all",
-		killed.name, atKill.ConsumedLocalUnits, settledUnits[killed.name], lost, perInterval, atKill.AtRiskUnits, atKill.MaxAtRiskUnits, holds)
+	t.Logf("killed %s: %d units consumed by its last line, %d settled by creditd, %d lost (one settle interval: %d units); at risk on its last line %d, max %d; %d reservations in all",
+		killed.name, atKill.ConsumedLocalUnits, settledUnits[killed.name], lost, perInterval, atKill.AtRiskUnits, atKill.MaxAtRiskUnits, reservations)
 	if atKill.ConsumedLocalUnits == 0 || settledUnits[killed.name] == 0 {
 		t.Fatalf("the killed process consumed %d and settled %d before the kill: nothing to check", atKill.ConsumedLocalUnits, settledUnits[killed.name])
 	}

@@ -97,14 +97,14 @@ func (s *Stack) sqlInt(t testing.TB, q string, args ...any) int64 {
 // TestFleetBackgroundOnce (issue 11.4): three nodes on one Redis and one
 // Postgres run every background job at once, racing for the same work.
 // Each effect happens exactly once: one expiry ledger entry per expired
-// block, one release entry per expired hold, one ledger write per
+// block, one release entry per expired reservation, one ledger write per
 // operation whichever node's persister read it, and one webhook delivery
 // per event. (The scheduler's once-per-period grants across processes are
 // TestSchedulerTwoProcessesCatchUp.)
 func TestFleetBackgroundOnce(t *testing.T) {
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	clock := newSettableClock(t0)
-	s := NewStack(t, WithClock(clock), WithHoldSweep(20*time.Millisecond), WithConfig(func(c *app.Config) {
+	s := NewStack(t, WithClock(clock), WithReservationSweep(20*time.Millisecond), WithConfig(func(c *app.Config) {
 		c.SweepInterval, c.WebhookPoll = 20*time.Millisecond, 20*time.Millisecond
 	}))
 	_, n2 := s.addNode(t, "e2e-2")
@@ -117,14 +117,14 @@ func TestFleetBackgroundOnce(t *testing.T) {
 
 	const customers, consumes = 6, 6
 	ids := make([]string, customers)
-	holds := make([]string, customers)
+	reservations := make([]string, customers)
 	for i := range ids {
 		on := func(j int) api { return nodes[(i+j)%len(nodes)] }
 		ids[i], _ = on(0).newCustomer()
 		on(1).grant(ids[i], map[string]any{"credits": 100, "expires_at": t0.Add(time.Hour).Format(time.RFC3339Nano)})
 		on(2).grant(ids[i], map[string]any{"credits": 1000})
-		holds[i] = str(t, on(0).reserve(map[string]any{"customer_id": ids[i], "billable_metric_key": metric,
-			"estimated_units": 2, "ttl_seconds": 60})["id"], "hold id")
+		reservations[i] = str(t, on(0).reserve(map[string]any{"customer_id": ids[i], "billable_metric_key": metric,
+			"estimated_units": 2, "ttl_seconds": 60})["id"], "reservation id")
 		for j := range consumes {
 			r := on(j).post("/v1/entitlements/consume", map[string]any{"customer_id": ids[i], "billable_metric_key": metric, "units": 1})
 			wantStatus(t, r, 200, "consume")
@@ -140,13 +140,13 @@ func TestFleetBackgroundOnce(t *testing.T) {
 		return s.sqlInt(t, `SELECT count(*) FROM `+storedEventsSQL+` WHERE tenant_id = $1 AND status <> 'delivered'`, tn.ID) == 0
 	})
 
-	// Two hours on: every node's expiry and hold sweeps find the same due
-	// blocks and holds.
+	// Two hours on: every node's expiry and reservation sweeps find the same due
+	// blocks and reservations.
 	clock.Set(t0.Add(2 * time.Hour))
 	a := nodes[0]
 	for i, id := range ids {
-		eventually(t, "hold expired and block expired", func() bool {
-			h := a.get("/v1/reservations/" + holds[i])
+		eventually(t, "reservation expired and block expired", func() bool {
+			h := a.get("/v1/reservations/" + reservations[i])
 			return h.Status == 200 && h.Body["status"] == "expired" && a.balance(id) == 1000
 		})
 	}
@@ -160,8 +160,8 @@ func TestFleetBackgroundOnce(t *testing.T) {
 		if d := s.sqlInt(t, `SELECT COALESCE(sum(delta), 0) FROM ledger_entries WHERE customer_id = $1 AND type = 'expiry'`, id); d != -70 {
 			t.Errorf("customer %s: expired %d, want -70 (100 granted, 30 consumed)", id, d)
 		}
-		if n := s.sqlInt(t, `SELECT count(*) FROM ledger_entries WHERE type = 'release' AND reference_id = $1`, holds[i]); n != 1 {
-			t.Errorf("hold %s: %d release entries, want 1", holds[i], n)
+		if n := s.sqlInt(t, `SELECT count(*) FROM ledger_entries WHERE type = 'release' AND reference_id = $1`, reservations[i]); n != 1 {
+			t.Errorf("hold %s: %d release entries, want 1", reservations[i], n)
 		}
 		if n := s.sqlInt(t, `SELECT count(DISTINCT op_id) FROM ledger_entries WHERE customer_id = $1 AND type = 'consumption'`, id); n != consumes {
 			t.Errorf("customer %s: %d consumptions, want %d", id, n, consumes)

@@ -48,7 +48,7 @@ func TestFleetPersistsInStreamOrder(t *testing.T) {
 	metric := nodes[0].perUnit(10)
 
 	// Mixed traffic on customers of its own while the recipe runs: grants,
-	// consumes (some refused), holds and their commits, on every node.
+	// consumes (some refused), reservations and their commits, on every node.
 	const workers, steps = 3, 25
 	var wg sync.WaitGroup
 	mixed := make([]string, workers)
@@ -82,8 +82,8 @@ func TestFleetPersistsInStreamOrder(t *testing.T) {
 						}
 						continue
 					}
-					hold := str(t, r.Body["id"], "hold id")
-					c := nodes[(w+i+1)%len(nodes)].post("/v1/reservations/"+hold+"/commit", map[string]any{"actual_units": 1})
+					reservation := str(t, r.Body["id"], "reservation id")
+					c := nodes[(w+i+1)%len(nodes)].post("/v1/reservations/"+reservation+"/commit", map[string]any{"actual_units": 1})
 					if c.Status != 200 {
 						t.Errorf("mixed commit: %d %s", c.Status, c.Raw)
 						continue

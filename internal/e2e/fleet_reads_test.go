@@ -37,10 +37,10 @@ func TestReadsSeeWritesOfAnotherNode(t *testing.T) {
 		if got := len(next().history(id, "?type=consumption&limit=100")); got != i {
 			t.Fatalf("round %d: history shows %d consumptions", i, got)
 		}
-		holds := next().get("/v1/customers/" + id + "/reservations?limit=100")
-		wantStatus(t, holds, 200, "reservations")
-		if got := len(arr(t, holds.Body["data"], "reservations")); got != i {
-			t.Fatalf("round %d: %d holds listed", i, got)
+		reservations := next().get("/v1/customers/" + id + "/reservations?limit=100")
+		wantStatus(t, reservations, 200, "reservations")
+		if got := len(arr(t, reservations.Body["data"], "reservations")); got != i {
+			t.Fatalf("round %d: %d reservations listed", i, got)
 		}
 		consumed := 0
 		for _, e := range next().alertEvents() {

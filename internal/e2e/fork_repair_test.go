@@ -32,7 +32,7 @@ type forkedOp struct {
 // letter is left unresolved (each is resolved as repaired), each forked
 // op's effect is in the ledger exactly once, balance = sum of ledger
 // deltas = sum of blocks' remaining (Postgres and the API), a forked
-// commit settles the hold the true state still has, what the true state
+// commit settles the reservation the true state still has, what the true state
 // could not pay is overage (a consume's under its metric, a debit's
 // under engine.ForkShortfallMetric), and running the repair again (the
 // letters unresolved as after a crash before their resolution) changes
@@ -45,10 +45,10 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 	ctx := context.Background()
 	metric := a.perUnit(100)
 	for _, tc := range []struct {
-		name   string
-		hold   bool  // a hold of 5 units persisted before L, for a forked "commit"
-		lost   int64 // the adjust persisted, then lost from Redis
-		forked []forkedOp
+		name        string
+		reservation bool  // a reservation of 5 units persisted before L, for a forked "commit"
+		lost        int64 // the adjust persisted, then lost from Redis
+		forked      []forkedOp
 		// want is the balance once the forked ops are repaired; overage
 		// the overage by metric ("" for the consume's metric).
 		want    int64
@@ -58,9 +58,9 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 			want: 600, overage: map[string]int64{}},
 		{name: "a consume and a grant", lost: -300, forked: []forkedOp{{"consume", 2}, {"grant", 500}},
 			want: 1000, overage: map[string]int64{}},
-		// The hold was persisted before L, so the true state has it: the
+		// The reservation was persisted before L, so the true state has it: the
 		// forked commit settles it again.
-		{name: "a commit of a hold both histories have", hold: true, lost: -300, forked: []forkedOp{{"commit", 3}},
+		{name: "a commit of a reservation both histories have", reservation: true, lost: -300, forked: []forkedOp{{"commit", 3}},
 			want: 400, overage: map[string]int64{}},
 		// The first forked op runs on the forked state whatever the
 		// persister does; the later ones may run on the reloaded state if
@@ -71,9 +71,9 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := str(t, a.createCustomer(map[string]any{"external_id": uniq("fork"), "overage_policy": "allow"})["id"], "id")
 			a.grant(c, map[string]any{"credits": 1000})
-			var hold string
-			if tc.hold {
-				hold = str(t, a.reserve(map[string]any{"customer_id": c, "billable_metric_key": metric, "estimated_units": 5})["id"], "hold id")
+			var reservation string
+			if tc.reservation {
+				reservation = str(t, a.reserve(map[string]any{"customer_id": c, "billable_metric_key": metric, "estimated_units": 5})["id"], "reservation id")
 			}
 			s.Drain()
 			key := accountKeyOf(s, c)
@@ -96,7 +96,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 				case "grant":
 					a.grant(c, map[string]any{"credits": op.delta, "reason": tag})
 				case "commit":
-					wantStatus(t, a.post("/v1/reservations/"+hold+"/commit", map[string]any{"actual_units": op.delta,
+					wantStatus(t, a.post("/v1/reservations/"+reservation+"/commit", map[string]any{"actual_units": op.delta,
 						"metadata": map[string]any{"tag": tag}}), 200, tag)
 				case "consume":
 					wantStatus(t, a.post("/v1/entitlements/consume", map[string]any{"customer_id": c, "billable_metric_key": metric,
@@ -113,10 +113,10 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 					WHERE customer_id = $1 AND (reason = $2 OR metadata->>'tag' = $2 OR metadata->>'fork_repair_reason' = $2)`
 				args := []any{c, tag}
 				if op.kind == "commit" {
-					// A commit's metadata goes to its hold; its entry names the hold.
+					// A commit's metadata goes to its reservation; its entry names the reservation.
 					q = `SELECT count(DISTINCT op_id) FROM ledger_entries
 						WHERE customer_id = $1 AND type = 'consumption' AND reference_id = $2`
-					args = []any{c, hold}
+					args = []any{c, reservation}
 				}
 				if err := s.Pool.QueryRow(ctx, q, args...).Scan(&ops); err != nil {
 					t.Fatal(err)
@@ -145,7 +145,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 				t.Fatal(err)
 			}
 			if reserved != 0 {
-				t.Errorf("reserved %d after the repair, want 0 (a forked commit settles the hold the true state has)", reserved)
+				t.Errorf("reserved %d after the repair, want 0 (a forked commit settles the reservation the true state has)", reserved)
 			}
 
 			list, _, err := persist.NewStore(s.Pool).ListRepairedForks(ctx, persist.MaxDeadLetterList)
@@ -194,7 +194,7 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 
 // settleForks waits (bounded) until customer c has no unresolved dead
 // letter and the outbox is drained: repairs run in the persister, at the
-// refusal and at each hold refresh (1 s).
+// refusal and at each reservation refresh (1 s).
 func settleForks(t *testing.T, s *Stack, c string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

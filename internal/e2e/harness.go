@@ -104,8 +104,8 @@ type stackOptions struct {
 	redis  redis.UniversalClient
 	prefix string
 	clock  engine.Clock
-	// holdSweep is the reservation expiry sweep period (default 100 ms).
-	holdSweep time.Duration
+	// reservationSweep is the reservation expiry sweep period (default 100 ms).
+	reservationSweep time.Duration
 	// scheduler is the subscription scheduler period (default 50 ms).
 	scheduler time.Duration
 	// log receives the stack's logs (default: discarded).
@@ -167,9 +167,11 @@ func WithDatabase(url string) StackOption { return func(o *stackOptions) { o.dat
 // WithClock runs the stack on a test clock.
 func WithClock(c engine.Clock) StackOption { return func(o *stackOptions) { o.clock = c } }
 
-// WithHoldSweep sets the reservation expiry sweep period, so a test can
-// see a hold past its expires_at before the sweep reaches it.
-func WithHoldSweep(d time.Duration) StackOption { return func(o *stackOptions) { o.holdSweep = d } }
+// WithReservationSweep sets the reservation expiry sweep period, so a test can
+// see a reservation past its expires_at before the sweep reaches it.
+func WithReservationSweep(d time.Duration) StackOption {
+	return func(o *stackOptions) { o.reservationSweep = d }
+}
 
 // WithSchedulerInterval sets the subscription scheduler period.
 func WithSchedulerInterval(d time.Duration) StackOption {
@@ -191,8 +193,8 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 		// reads would otherwise starve the API of connections.
 		o.redis, o.prefix = testenv.RedisPool(t, StackRedisPoolSize)
 	}
-	if o.holdSweep <= 0 {
-		o.holdSweep = 100 * time.Millisecond
+	if o.reservationSweep <= 0 {
+		o.reservationSweep = 100 * time.Millisecond
 	}
 	if o.scheduler <= 0 {
 		o.scheduler = 50 * time.Millisecond
@@ -219,7 +221,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	cfg := app.Config{
 		RedisPrefix: o.prefix, AdminToken: AdminToken, AllowPrivate: true,
 		SweepInterval: 50 * time.Millisecond, Consumer: "e2e", Clock: o.clock,
-		ReservationSweepInterval: o.holdSweep, SchedulerInterval: o.scheduler,
+		ReservationSweepInterval: o.reservationSweep, SchedulerInterval: o.scheduler,
 		ReplicaAckTimeout: testenv.ReplicaAckTimeout,
 	}
 	a := o.newApp(pool, cfg, log)

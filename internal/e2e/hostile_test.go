@@ -103,7 +103,7 @@ func (fx *hostileFixture) newSubscription() string {
 	return r.Body["id"].(string)
 }
 
-func (fx *hostileFixture) newHold(c string) string {
+func (fx *hostileFixture) newReservation(c string) string {
 	r := fx.a.post("/v1/reservations", map[string]any{"customer_id": c, "billable_metric_key": fx.metric.metered, "estimated_units": 5})
 	wantStatus(fx.t, r, 201, "hold")
 	return r.Body["id"].(string)
@@ -229,7 +229,7 @@ func hostileEndpoints() []hostileEndpoint {
 				path: "/v1/customer-by-external-id/" + c.ext + "/entitlements/" + fx.metric.gauge + "/increment", seg: c.ext, customer: c.id,
 				body: jobj("amount", 1, "policy", "block")}
 		},
-		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // hold
+		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // reservation
 			c := fx.pool[rng.IntN(len(fx.pool))]
 			return hostileReq{endpoint: "POST /v1/reservations", method: "POST", path: "/v1/reservations", customer: c.id,
 				body: jobj("customer_id", c.id, "billable_metric_key", fx.metric.metered, "estimated_units", 3, "ttl_seconds", 1800, "metadata", meta(fx.next()))}
@@ -241,14 +241,14 @@ func hostileEndpoints() []hostileEndpoint {
 		},
 		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // commit
 			c := fx.pool[rng.IntN(len(fx.pool))]
-			h := fx.newHold(c.id)
+			h := fx.newReservation(c.id)
 			return hostileReq{endpoint: "POST /v1/reservations/{id}/commit", method: "POST", path: "/v1/reservations/" + h + "/commit", seg: h,
 				customer: c.id, delta: -4 * hostileUnitCost, check: true,
 				body: jobj("actual_units", 4, "metadata", meta(fx.next()))}
 		},
 		func(fx *hostileFixture, rng *rand.Rand) hostileReq { // release
 			c := fx.pool[rng.IntN(len(fx.pool))]
-			h := fx.newHold(c.id)
+			h := fx.newReservation(c.id)
 			return hostileReq{endpoint: "POST /v1/reservations/{id}/release", method: "POST", path: "/v1/reservations/" + h + "/release", seg: h,
 				customer: c.id, check: true, body: jobj(), noBody: true}
 		},
@@ -885,7 +885,7 @@ func TestHostileInputLeavesNoTrace(t *testing.T) {
 }
 
 // accountSnapshot is what a rebuild must restore: the API's account with
-// its blocks and the Redis account hash (blocks with metadata, holds,
+// its blocks and the Redis account hash (blocks with metadata, reservations,
 // gauges, version).
 type accountSnapshot struct {
 	api   map[string]any
@@ -894,7 +894,7 @@ type accountSnapshot struct {
 
 // TestHostileWorkloadRebuildsExactly protects invariants 1, 4 and 5 under
 // hostile input: a workload of valid grants, consumes, usage events,
-// adjusts, holds and topups mixed with hostile requests (the property
+// adjusts, reservations and topups mixed with hostile requests (the property
 // test's generator on the money routes, plus the issue's own poison
 // cases) runs on a private Redis; after a drain each pool customer's
 // account is recorded from the API and from Redis. Redis is flushed and
@@ -970,7 +970,7 @@ func TestHostileWorkloadRebuildsExactly(t *testing.T) {
 			wantStatus(t, r, 200, "valid usage")
 			hr.remember(hostileReq{endpoint: "POST /v1/usage"}, ub, "", r)
 			if round == 0 {
-				fx.newHold(c.id) // an active hold survives the rebuild
+				fx.newReservation(c.id) // an active reservation survives the rebuild
 			}
 		}
 	}

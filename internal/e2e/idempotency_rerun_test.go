@@ -71,8 +71,8 @@ func TestReplayByRerunIdentical(t *testing.T) {
 	metric := a.perUnit(10)
 	id, ext := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 1_000_000})
-	holdA := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 30})
-	holdB := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 20})
+	reservationA := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 30})
+	reservationB := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 20})
 
 	type call struct {
 		name, path string
@@ -88,8 +88,8 @@ func TestReplayByRerunIdentical(t *testing.T) {
 		{"consume", "/v1/entitlements/consume", map[string]any{"customer_id": id, "billable_metric_key": metric, "units": 3}, 200},
 		{"consume with metadata", "/v1/entitlements/consume", map[string]any{"customer_id": ext, "billable_metric_key": metric, "units": 1, "metadata": map[string]any{"run": "x"}}, 200},
 		{"reserve", "/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 5, "metadata": map[string]any{"job": "j"}}, 201},
-		{"commit", "/v1/reservations/" + holdA["id"].(string) + "/commit", map[string]any{"actual_units": 12, "metadata": map[string]any{"done": "yes"}}, 200},
-		{"release", "/v1/reservations/" + holdB["id"].(string) + "/release", map[string]any{}, 200},
+		{"commit", "/v1/reservations/" + reservationA["id"].(string) + "/commit", map[string]any{"actual_units": 12, "metadata": map[string]any{"done": "yes"}}, 200},
+		{"release", "/v1/reservations/" + reservationB["id"].(string) + "/release", map[string]any{}, 200},
 	}
 	keys := make([]string, len(calls))
 	firsts := make([]Response, len(calls))

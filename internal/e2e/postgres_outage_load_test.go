@@ -299,7 +299,7 @@ func TestPostgresOutageUnderMoneyLoad(t *testing.T) {
 	appliedUnacked := 0
 	for key, op := range sent {
 		if op == opReserve {
-			continue // a hold writes no ledger entry; its commit does
+			continue // a reservation writes no ledger entry; its commit does
 		}
 		n := ops[key]
 		switch ok := acked[key]; {

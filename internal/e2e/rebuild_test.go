@@ -194,13 +194,13 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	// (c) a stale rebuild never rolls back newer state.
 	c := customers[0]
 	oldBalance, oldVersion := Int(t, recorded[c]["balance"]), Int(t, recorded[c]["version"])
-	hold, err := s.Pool.Begin(ctx)
+	reservation, err := s.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = hold.Rollback(ctx) }()
+	defer func() { _ = reservation.Rollback(ctx) }()
 	// Readers go on; the persister's upsert of the account waits.
-	if _, err := hold.Exec(ctx, "LOCK TABLE credit_accounts IN EXCLUSIVE MODE"); err != nil {
+	if _, err := reservation.Exec(ctx, "LOCK TABLE credit_accounts IN EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
 	g := s.Do("POST", "/v1/customers/"+c+"/credits/grant", tn.Live, "after-rebuild-"+c,
@@ -228,7 +228,7 @@ func TestRebuildFromPostgresIsExactAndFenced(t *testing.T) {
 	if v, b := Int(t, r.Body["version"]), Int(t, r.Body["balance"]); v != newVersion || b != oldBalance+777 {
 		t.Errorf("after a stale rebuild: version %d balance %d, want %d and %d (rolled back)", v, b, newVersion, oldBalance+777)
 	}
-	if err := hold.Rollback(ctx); err != nil {
+	if err := reservation.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -82,8 +82,8 @@ func TestReplayFromPostgres(t *testing.T) {
 	metric := a.perUnit(10)
 	id, ext := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 1_000_000})
-	holdA := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 30, "ttl_seconds": 86400})
-	holdB := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 20, "ttl_seconds": 86400})
+	reservationA := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 30, "ttl_seconds": 86400})
+	reservationB := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 20, "ttl_seconds": 86400})
 
 	type call struct {
 		name, path string
@@ -97,8 +97,8 @@ func TestReplayFromPostgres(t *testing.T) {
 		{"adjust down by external id", "/v1/customer-by-external-id/" + ext + "/credits/adjust", map[string]any{"delta": -4321, "source": "manual", "reason": "r"}, 200},
 		{"consume", "/v1/entitlements/consume", map[string]any{"customer_id": id, "billable_metric_key": metric, "units": 3}, 200},
 		{"reserve", "/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 5, "ttl_seconds": 86400}, 201},
-		{"commit", "/v1/reservations/" + holdA["id"].(string) + "/commit", map[string]any{"actual_units": 12}, 200},
-		{"release", "/v1/reservations/" + holdB["id"].(string) + "/release", map[string]any{}, 200},
+		{"commit", "/v1/reservations/" + reservationA["id"].(string) + "/commit", map[string]any{"actual_units": 12}, 200},
+		{"release", "/v1/reservations/" + reservationB["id"].(string) + "/release", map[string]any{}, 200},
 	}
 	const consumeCall = 3
 	keys := make([]string, len(calls))

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// holdItems is a reservation body's items member from metric, estimated
+// reservationItems is a reservation body's items member from metric, estimated
 // units pairs.
-func holdItems(pairs ...any) []any {
+func reservationItems(pairs ...any) []any {
 	out := make([]any, 0, len(pairs)/2)
 	for i := 0; i+1 < len(pairs); i += 2 {
 		out = append(out, map[string]any{"billable_metric_key": pairs[i], "estimated_units": pairs[i+1]})
@@ -43,7 +43,7 @@ func TestConformanceReservationItems(t *testing.T) {
 	a.grant(id, map[string]any{"credits": 1_000})
 
 	key := idemKey()
-	body := map[string]any{"customer_id": ext, "items": holdItems(m1, 3, m2, 10), "metadata": map[string]any{"job": "j1"}}
+	body := map[string]any{"customer_id": ext, "items": reservationItems(m1, 3, m2, 10), "metadata": map[string]any{"job": "j1"}}
 	r := a.do("POST", "/v1/reservations", key, body)
 	wantStatus(t, r, 201, "multi reserve")
 	wantHeld := fmt.Sprintf(`[{"actual_cost":null,"actual_units":null,"billable_metric_key":%q,"estimated_cost":300,"estimated_units":3},`+
@@ -52,7 +52,7 @@ func TestConformanceReservationItems(t *testing.T) {
 		Int(t, r.Body["estimated_cost"]) != 370 || r.Body["status"] != "active" || mustJSON(r.Body["items"]) != wantHeld {
 		t.Errorf("multi reserve body: %s", r.Raw)
 	}
-	checkHoldAccount(t, r.Body["account"], "multi reserve account", 1000, 370)
+	checkReservationAccount(t, r.Body["account"], "multi reserve account", 1000, 370)
 	hid := r.Body["id"].(string)
 	rp := a.do("POST", "/v1/reservations", key, body)
 	wantStatus(t, rp, 201, "reserve replay")
@@ -60,19 +60,19 @@ func TestConformanceReservationItems(t *testing.T) {
 		t.Errorf("reserve replay: %s, first %s", rp.Raw, r.Raw)
 	}
 
-	// block: a hold past the effective balance (630) is refused whole.
+	// block: a reservation past the effective balance (630) is refused whole.
 	v := Int(t, a.credits(id)["version"])
-	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "items": holdItems(m1, 6, m2, 10)}),
+	checkProblem(t, a.post("/v1/reservations", map[string]any{"customer_id": id, "items": reservationItems(m1, 6, m2, 10)}),
 		409, "insufficient-credits", "", "block: the sum past the effective balance")
 	if c := a.credits(id); Int(t, c["reserved_balance"]) != 370 || Int(t, c["version"]) != v {
 		t.Errorf("after a refused multi reserve: reserved %v version %v (was 370, %d)", c["reserved_balance"], c["version"], v)
 	}
-	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get multi hold") &&
+	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get multi reservation") &&
 		(mustJSON(g.Body["items"]) != wantHeld || g.Body["billable_metric_key"] != "" || Int(t, g.Body["estimated_cost"]) != 370) {
-		t.Errorf("get multi hold: %s", g.Raw)
+		t.Errorf("get multi reservation: %s", g.Raw)
 	}
 
-	// Commit: 5 x 100 + 20 x 7 = 640, past the hold, within hold plus free.
+	// Commit: 5 x 100 + 20 x 7 = 640, past the reservation, within reservation plus free.
 	ckey := idemKey()
 	cbody := map[string]any{"items": actualItems(m2, 20, m1, 5), "metadata": map[string]any{"done": true}}
 	c := a.do("POST", "/v1/reservations/"+hid+"/commit", ckey, cbody)
@@ -83,7 +83,7 @@ func TestConformanceReservationItems(t *testing.T) {
 		Int(t, c.Body["estimated_cost"]) != 370 || Int(t, c.Body["released"]) != 370 || mustJSON(c.Body["items"]) != wantSettled {
 		t.Errorf("multi commit body: %s", c.Raw)
 	}
-	checkHoldAccount(t, c.Body["account"], "multi commit account", 360, 0)
+	checkReservationAccount(t, c.Body["account"], "multi commit account", 360, 0)
 	tx := obj(t, c.Body["transaction"], "transaction")
 	if Int(t, tx["delta"]) != -640 || tx["type"] != "consumption" || tx["billable_metric_key"] != nil {
 		t.Errorf("multi commit transaction: %v", tx)
@@ -121,22 +121,22 @@ func TestConformanceReservationItems(t *testing.T) {
 	}
 	if g := a.get("/v1/reservations/" + hid); checkStatus(t, g, 200, "get committed") &&
 		(mustJSON(g.Body["items"]) != wantSettled || Int(t, g.Body["actual_cost"]) != 640 || mustJSON(g.Body["metadata"]) != `{"done":true,"job":"j1"}`) {
-		t.Errorf("get committed multi hold: %s", g.Raw)
+		t.Errorf("get committed multi reservation: %s", g.Raw)
 	}
 
-	// Release returns everything; under block a commit past hold plus free
+	// Release returns everything; under block a commit past reservation plus free
 	// balance changes nothing first.
-	h2 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 1, m2, 1)})
+	h2 := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 1, m2, 1)})
 	h2id := h2["id"].(string)
 	checkProblem(t, a.post("/v1/reservations/"+h2id+"/commit", map[string]any{"items": actualItems(m1, 100, m2, 1)}),
-		409, "insufficient-credits", "", "commit past hold plus free")
+		409, "insufficient-credits", "", "commit past reservation plus free")
 	rel := a.post("/v1/reservations/"+h2id+"/release", nil)
 	if checkStatus(t, rel, 200, "multi release") && (Int(t, rel.Body["released"]) != 107 || rel.Body["status"] != "released") {
 		t.Errorf("multi release: %s", rel.Raw)
 	}
-	checkHoldAccount(t, rel.Body["account"], "multi release account", 360, 0)
+	checkReservationAccount(t, rel.Body["account"], "multi release account", 360, 0)
 	if g := a.get("/v1/reservations/" + h2id); checkStatus(t, g, 200, "get released") && g.Body["items"] == nil {
-		t.Errorf("a released multi hold lost its items: %s", g.Raw)
+		t.Errorf("a released multi reservation lost its items: %s", g.Raw)
 	}
 
 	// Bad bodies name the field and move nothing.
@@ -151,16 +151,16 @@ func TestConformanceReservationItems(t *testing.T) {
 		typ    string
 		field  string
 	}{
-		{"both forms", map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 1, "items": holdItems(m1, 1)}, 400, "bad-request", "items"},
-		{"21 items", map[string]any{"customer_id": id, "items": holdItems(twentyOne...)}, 400, "bad-request", "items"},
-		{"metric twice", map[string]any{"customer_id": id, "items": holdItems(m1, 1, m1, 2)}, 400, "bad-request", "items[1].billable_metric_key"},
-		{"unknown metric", map[string]any{"customer_id": id, "items": holdItems(m1, 1, uniq("nope"), 1)}, 422, "validation-error", "items[1].billable_metric_key"},
-		{"units 0", map[string]any{"customer_id": id, "items": holdItems(m1, 0)}, 422, "validation-error", "items[0].estimated_units"},
+		{"both forms", map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 1, "items": reservationItems(m1, 1)}, 400, "bad-request", "items"},
+		{"21 items", map[string]any{"customer_id": id, "items": reservationItems(twentyOne...)}, 400, "bad-request", "items"},
+		{"metric twice", map[string]any{"customer_id": id, "items": reservationItems(m1, 1, m1, 2)}, 400, "bad-request", "items[1].billable_metric_key"},
+		{"unknown metric", map[string]any{"customer_id": id, "items": reservationItems(m1, 1, uniq("nope"), 1)}, 422, "validation-error", "items[1].billable_metric_key"},
+		{"units 0", map[string]any{"customer_id": id, "items": reservationItems(m1, 0)}, 422, "validation-error", "items[0].estimated_units"},
 	} {
 		checkProblem(t, a.post("/v1/reservations", tc.body), tc.status, tc.typ, tc.field, tc.name)
 	}
 	single := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 1})
-	h3 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 1, m2, 1)})
+	h3 := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 1, m2, 1)})
 	h3path := "/v1/reservations/" + h3["id"].(string) + "/commit"
 	v = Int(t, a.credits(id)["version"])
 	for _, tc := range []struct {
@@ -171,8 +171,8 @@ func TestConformanceReservationItems(t *testing.T) {
 		typ    string
 		field  string
 	}{
-		{"items on a single hold", "/v1/reservations/" + single["id"].(string) + "/commit", map[string]any{"items": actualItems(m1, 1)}, 400, "bad-request", "items"},
-		{"actual_units on a multi hold", h3path, map[string]any{"actual_units": 1}, 400, "bad-request", "actual_units"},
+		{"items on a single reservation", "/v1/reservations/" + single["id"].(string) + "/commit", map[string]any{"items": actualItems(m1, 1)}, 400, "bad-request", "items"},
+		{"actual_units on a multi reservation", h3path, map[string]any{"actual_units": 1}, 400, "bad-request", "actual_units"},
 		{"neither", h3path, map[string]any{}, 422, "validation-error", "items"},
 		{"a metric missing", h3path, map[string]any{"items": actualItems(m1, 1)}, 422, "validation-error", "items"},
 		{"a metric not held", h3path, map[string]any{"items": actualItems(m1, 1, uniq("nope"), 1)}, 422, "validation-error", "items[1].billable_metric_key"},
@@ -187,7 +187,7 @@ func TestConformanceReservationItems(t *testing.T) {
 	}
 }
 
-// TestReservationItemsSurviveRebuild: a multi-metric hold outlives the
+// TestReservationItemsSurviveRebuild: a multi-metric reservation outlives the
 // loss of Redis: after FLUSHALL and `creditd rebuild` it still holds its
 // sum, a retry of its create replays the first answer, and a commit with each metric's units charges each at its rule;
 // after another FLUSHALL the lazy load brings a second hold back and its
@@ -200,11 +200,11 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 	id, _ := a.newCustomer()
 	a.grant(id, map[string]any{"credits": 1_000})
 	key := idemKey()
-	body := map[string]any{"customer_id": id, "items": holdItems(m1, 3, m2, 10), "ttl_seconds": 3600}
+	body := map[string]any{"customer_id": id, "items": reservationItems(m1, 3, m2, 10), "ttl_seconds": 3600}
 	first := a.do("POST", "/v1/reservations", key, body)
 	wantStatus(t, first, 201, "multi reserve")
 	h1 := first.Body
-	h2 := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 1, m2, 1), "ttl_seconds": 3600})
+	h2 := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 1, m2, 1), "ttl_seconds": 3600})
 	rb.flushAndRebuild(t)
 	ctx := context.Background()
 	// The retry of the create, its op key gone with Redis, is answered from
@@ -219,7 +219,7 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 	if checkStatus(t, c, 200, "commit after the rebuild") && (Int(t, c.Body["actual_cost"]) != 270 || len(arr(t, c.Body["items"], "items")) != 2) {
 		t.Errorf("commit after the rebuild: %s", c.Raw)
 	}
-	checkHoldAccount(t, c.Body["account"], "commit after the rebuild", 730, 107)
+	checkReservationAccount(t, c.Body["account"], "commit after the rebuild", 730, 107)
 	s.Drain()
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -232,7 +232,7 @@ func TestReservationItemsSurviveRebuild(t *testing.T) {
 			if Int(t, rel.Body["released"]) != 107 {
 				t.Errorf("release after the lazy load: %s", rel.Raw)
 			}
-			checkHoldAccount(t, rel.Body["account"], "release after the lazy load", 730, 0)
+			checkReservationAccount(t, rel.Body["account"], "release after the lazy load", 730, 0)
 			break
 		}
 		if time.Now().After(deadline) {

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// holdBooks checks invariant 1 for customer cust once the persister has
+// reservationBooks checks invariant 1 for customer cust once the persister has
 // drained: the API balance, the ledger sum and the account row in Postgres
-// agree, and the reserved balance is what the active holds still hold
+// agree, and the reserved balance is what the active reservations still hold
 // (estimated_cost less what partial commits took, the released column
 // while active).
-func holdBooks(t *testing.T, s *Stack, a api, cust string, balance, reserved int64) {
+func reservationBooks(t *testing.T, s *Stack, a api, cust string, balance, reserved int64) {
 	t.Helper()
 	s.Drain()
 	c := a.credits(cust)
@@ -29,7 +29,7 @@ func holdBooks(t *testing.T, s *Stack, a api, cust string, balance, reserved int
 		t.Fatal(err)
 	}
 	if ledger != balance || row != balance || held != reserved {
-		t.Errorf("Postgres: ledger sum %d, account row %d, held by active holds %d; want %d, %d, %d", ledger, row, held, balance, balance, reserved)
+		t.Errorf("Postgres: ledger sum %d, account row %d, held by active reservations %d; want %d, %d, %d", ledger, row, held, balance, balance, reserved)
 	}
 }
 
@@ -48,7 +48,7 @@ func checkSettled(t *testing.T, body map[string]any, what string, units, cost, r
 // cannot cover is 409 insufficient-credits and changes nothing; ttl_seconds
 // moves expires_at later and a shorter one is a 422 naming ttl_seconds; a
 // replay answers the first body; bad input is a 422 naming the field;
-// another body under the same key is a 409; a multi-metric hold is a 409.
+// another body under the same key is a 409; a multi-metric reservation is a 409.
 func TestReservationExtend(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("extend"))
@@ -70,7 +70,7 @@ func TestReservationExtend(t *testing.T) {
 		t.Errorf("extend body: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "extend", 0, 0, 800)
-	checkHoldAccount(t, r.Body["account"], "extend account", 1_000, 800)
+	checkReservationAccount(t, r.Body["account"], "extend account", 1_000, 800)
 	again := a.do("POST", path, key, map[string]any{"additional_units": 50})
 	wantStatus(t, again, 200, "extend replay")
 	if mustJSON(again.Body) != mustJSON(r.Body) {
@@ -106,11 +106,11 @@ func TestReservationExtend(t *testing.T) {
 		checkProblem(t, a.post(path, tc.body), 422, "validation-error", tc.field, tc.name)
 	}
 	checkProblem(t, a.do("POST", path, "", map[string]any{"additional_units": 1}), 422, "validation-error", "Idempotency-Key", "no key")
-	checkProblem(t, a.post("/v1/reservations/"+idemKey()+"/extend", map[string]any{"additional_units": 1}), 404, "not-found", "", "unknown hold")
+	checkProblem(t, a.post("/v1/reservations/"+idemKey()+"/extend", map[string]any{"additional_units": 1}), 404, "not-found", "", "unknown reservation")
 	checkProblem(t, a.post(path, nil), 400, "bad-request", "", "no body")
-	// Another tenant's key learns nothing of the hold (invariant 8).
+	// Another tenant's key learns nothing of the reservation (invariant 8).
 	other := s.as(t, s.NewTenant(uniq("other")).Live)
-	checkProblem(t, other.post(path, map[string]any{"ttl_seconds": 7200}), 404, "not-found", "", "another tenant's hold")
+	checkProblem(t, other.post(path, map[string]any{"ttl_seconds": 7200}), 404, "not-found", "", "another tenant's reservation")
 	checkProblem(t, other.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": 1, "final": false}), 404, "not-found", "", "another tenant's partial commit")
 
 	g := a.get("/v1/reservations/" + hid)
@@ -120,15 +120,15 @@ func TestReservationExtend(t *testing.T) {
 	}
 	checkSettled(t, g.Body, "get", 0, 0, 800)
 
-	// A multi-metric hold is not extended.
+	// A multi-metric reservation is not extended.
 	m2 := a.perUnit(1)
-	multi := a.reserve(map[string]any{"customer_id": id, "items": holdItems(metric, 1, m2, 1)})
-	checkProblem(t, a.post("/v1/reservations/"+multi["id"].(string)+"/extend", map[string]any{"ttl_seconds": 3600}), 409, "conflict", "", "multi-metric hold")
+	multi := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(metric, 1, m2, 1)})
+	checkProblem(t, a.post("/v1/reservations/"+multi["id"].(string)+"/extend", map[string]any{"ttl_seconds": 3600}), 409, "conflict", "", "multi-metric reservation")
 
 	// Once committed, an extend is a 409.
 	wantStatus(t, a.post("/v1/reservations/"+hid+"/commit", map[string]any{"actual_units": 80}), 200, "commit")
-	checkProblem(t, a.post(path, map[string]any{"ttl_seconds": 7200}), 409, "conflict", "", "extend of a committed hold")
-	holdBooks(t, s, a, id, 200, 11)
+	checkProblem(t, a.post(path, map[string]any{"ttl_seconds": 7200}), 409, "conflict", "", "extend of a committed reservation")
+	reservationBooks(t, s, a, id, 200, 11)
 }
 
 // TestReservationPartialCommitThenCommit: a partial commit (final: false)
@@ -160,7 +160,7 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Errorf("partial commit transaction: %v", tx)
 	}
 	checkSettled(t, r.Body, "partial commit", 10, 100, 200)
-	checkHoldAccount(t, r.Body["account"], "partial commit account", 900, 200)
+	checkReservationAccount(t, r.Body["account"], "partial commit account", 900, 200)
 	again := a.do("POST", path, key, map[string]any{"actual_units": 10, "final": false})
 	wantStatus(t, again, 200, "partial commit replay")
 	if mustJSON(again.Body) != mustJSON(r.Body) {
@@ -187,14 +187,14 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		checkProblem(t, a.post(path, tc.body), 422, "validation-error", tc.field, tc.name)
 	}
 	checkProblem(t, a.do("POST", path, "", map[string]any{"actual_units": 1, "final": false}), 422, "validation-error", "Idempotency-Key", "no key")
-	// Past the hold (200) plus the free balance (700) under block.
-	checkProblem(t, a.post(path, map[string]any{"actual_units": 91, "final": false}), 409, "insufficient-credits", "", "partial past hold and balance")
+	// Past the reservation (200) plus the free balance (700) under block.
+	checkProblem(t, a.post(path, map[string]any{"actual_units": 91, "final": false}), 409, "insufficient-credits", "", "partial past reservation and balance")
 
 	// 25 units cost 250: the 200 still held and 50 of the free balance.
 	r = a.post(path, map[string]any{"actual_units": 25, "final": false})
 	wantStatus(t, r, 200, "second partial commit")
 	checkSettled(t, r.Body, "second partial commit", 35, 350, 0)
-	checkHoldAccount(t, r.Body["account"], "second partial commit account", 650, 0)
+	checkReservationAccount(t, r.Body["account"], "second partial commit account", 650, 0)
 
 	r = a.post(path, map[string]any{"actual_units": 5})
 	wantStatus(t, r, 200, "final commit")
@@ -202,13 +202,13 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Errorf("final commit body: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "final commit", 40, 400, 0)
-	checkHoldAccount(t, r.Body["account"], "final commit account", 600, 0)
+	checkReservationAccount(t, r.Body["account"], "final commit account", 600, 0)
 	g = a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "committed" || Int(t, g.Body["actual_units"]) != 40 || Int(t, g.Body["actual_cost"]) != 400 {
 		t.Errorf("get after the final commit: %s", g.Raw)
 	}
 	checkSettled(t, g.Body, "get after the final commit", 40, 400, 0)
-	checkProblem(t, a.post(path, map[string]any{"actual_units": 1, "final": false}), 409, "conflict", "", "partial commit of a committed hold")
+	checkProblem(t, a.post(path, map[string]any{"actual_units": 1, "final": false}), 409, "conflict", "", "partial commit of a committed reservation")
 
 	s.Drain()
 	var parts, units int64
@@ -217,9 +217,9 @@ func TestReservationPartialCommitThenCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if parts != 3 || units != 40 {
-		t.Errorf("consumption entries of the hold: %d for %d units, want 3 for 40", parts, units)
+		t.Errorf("consumption entries of the reservation: %d for %d units, want 3 for 40", parts, units)
 	}
-	holdBooks(t, s, a, id, 600, 0)
+	reservationBooks(t, s, a, id, 600, 0)
 
 	// Each part fires credit.consumed as a commit does, naming the
 	// reservation, with its own units and credits.
@@ -255,16 +255,16 @@ func TestReservationPartialCommitThenRelease(t *testing.T) {
 	if r.Body["status"] != "released" || Int(t, r.Body["released"]) != 200 {
 		t.Errorf("release body: %s", r.Raw)
 	}
-	checkHoldAccount(t, r.Body["account"], "release account", 900, 0)
+	checkReservationAccount(t, r.Body["account"], "release account", 900, 0)
 	g := a.get("/v1/reservations/" + hid)
 	if g.Body["status"] != "released" || g.Body["actual_units"] != nil {
 		t.Errorf("get after release: %s", g.Raw)
 	}
 	checkSettled(t, g.Body, "get after release", 10, 100, 0)
-	holdBooks(t, s, a, id, 900, 0)
+	reservationBooks(t, s, a, id, 900, 0)
 }
 
-// TestReservationPartialCommitSurvivesRebuild: a partially committed hold
+// TestReservationPartialCommitSurvivesRebuild: a partially committed reservation
 // whose customer's Redis state is lost is loaded from Postgres holding only
 // what the partial commit left (invariant 5), and its final commit settles
 // from there.
@@ -292,5 +292,5 @@ func TestReservationPartialCommitSurvivesRebuild(t *testing.T) {
 		t.Errorf("final commit after the load: %s", r.Raw)
 	}
 	checkSettled(t, r.Body, "final commit after the load", 15, 150, 0)
-	holdBooks(t, s, a, id, 850, 0)
+	reservationBooks(t, s, a, id, 850, 0)
 }

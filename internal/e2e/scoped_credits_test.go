@@ -89,7 +89,7 @@ func (a api) wantLeft(id string, want map[string]int64, what string) {
 // for them. A consume of metric M drains, in spend order, the blocks
 // scoped to M and the unscoped ones and nothing else; checks, snapshots and
 // dry runs answer what M may spend; the credits endpoint breaks the credit
-// down by scope; a hold keeps what backs it against other metrics'
+// down by scope; a reservation keeps what backs it against other metrics'
 // charges; topups, import rows and plan grants carry applies_to; bad
 // scopes are 422s naming the field that grant nothing; reconcile agrees.
 func TestScopedCredits(t *testing.T) {
@@ -187,22 +187,22 @@ func TestScopedCredits(t *testing.T) {
 		}
 	})
 
-	t.Run("a hold keeps its backing", func(t *testing.T) {
+	t.Run("a reservation keeps its backing", func(t *testing.T) {
 		h, _ := a.newCustomer()
 		a.scopeGrant(h, 1000, 0, ma)
 		a.scopeGrant(h, 500, 0, mb)
 		a.scopeGrant(h, 300, 1)
 		over := a.post("/v1/reservations", map[string]any{"customer_id": h, "billable_metric_key": mb, "estimated_units": 9})
-		checkProblem(t, over, 409, "insufficient-credits", "", "hold of 900 of b with 800 for b")
-		hold := a.reserve(map[string]any{"customer_id": h, "billable_metric_key": mb, "estimated_units": 7})
+		checkProblem(t, over, 409, "insufficient-credits", "", "reservation of 900 of b with 800 for b")
+		reservation := a.reserve(map[string]any{"customer_id": h, "billable_metric_key": mb, "estimated_units": 7})
 		// b needs 200 of the unscoped 300: a may take 1000 + 100.
-		checkProblem(t, a.consumeUnits(h, ma, 12), 409, "insufficient-credits", "", "a past the hold's backing")
+		checkProblem(t, a.consumeUnits(h, ma, 12), 409, "insufficient-credits", "", "a past the reservation's backing")
 		chk := a.get("/v1/customers/" + h + "/entitlements/" + url.PathEscape(ma) + "?units=11")
 		if checkStatus(t, chk, 200, "check a") && (chk.Body["allowed"] != true || Int(t, chk.Body["available_mc"]) != 1100) {
-			t.Errorf("check of a beside the hold: %s", chk.Raw)
+			t.Errorf("check of a beside the reservation: %s", chk.Raw)
 		}
 		wantStatus(t, a.consumeUnits(h, ma, 11), 200, "1100 of a")
-		r := a.post("/v1/reservations/"+hold["id"].(string)+"/commit", map[string]any{"actual_units": 7})
+		r := a.post("/v1/reservations/"+reservation["id"].(string)+"/commit", map[string]any{"actual_units": 7})
 		if checkStatus(t, r, 200, "commit 700 of b") && Int(t, obj(t, r.Body["account"], "account")["balance"]) != 0 {
 			t.Errorf("commit: %s", r.Raw)
 		}
@@ -371,13 +371,13 @@ func TestScopedCreditsSurviveRebuild(t *testing.T) {
 	a.wantLeft(id, map[string]int64{ma: 0, "": 0}, "all spent")
 }
 
-// TestScopedHoldsRace: holds of metric b, which only the unscoped credit
+// TestScopedReservationsRace: reservations of metric b, which only the unscoped credit
 // backs (three made first, ten more racing), race 40 consumes of metric a,
 // which may also use it and spends it first: whatever the interleaving,
-// every hold that was granted commits in full afterwards
-// (the consumes of a never took the unscoped credit a hold counted on), and
+// every reservation that was granted commits in full afterwards
+// (the consumes of a never took the unscoped credit a reservation counted on), and
 // the books balance.
-func TestScopedHoldsRace(t *testing.T) {
+func TestScopedReservationsRace(t *testing.T) {
 	s := NewStack(t)
 	tn := s.NewTenant(uniq("scopeholds"))
 	a := s.as(t, tn.Live)
@@ -386,17 +386,17 @@ func TestScopedHoldsRace(t *testing.T) {
 	// a's own credit spends first, then the unscoped, which a plain drain of
 	// a would take. The order matters to the guard below: a charge takes
 	// blocks in spend order and stops where one more unit would unback a
-	// hold, so with the unscoped credit first and every unit of it pinned
-	// by holds of b (five holds won the race before any consume) no consume
+	// reservation, so with the unscoped credit first and every unit of it pinned
+	// by reservations of b (five reservations won the race before any consume) no consume
 	// of a passed at all and the race tested nothing.
 	a.scopeGrant(id, 1000, 0, ma)
 	a.scopeGrant(id, 500, 1)
 	var mu sync.Mutex
-	var holds []string
-	// Three holds before the race: with a plain drain the consumes of a
+	var reservations []string
+	// Three reservations before the race: with a plain drain the consumes of a
 	// would spend the unscoped credit they count on.
 	for range 3 {
-		holds = append(holds, a.reserve(map[string]any{"customer_id": id, "billable_metric_key": mb, "estimated_units": 1})["id"].(string))
+		reservations = append(reservations, a.reserve(map[string]any{"customer_id": id, "billable_metric_key": mb, "estimated_units": 1})["id"].(string))
 	}
 	var consumed atomic.Int64
 	var wg sync.WaitGroup
@@ -410,7 +410,7 @@ func TestScopedHoldsRace(t *testing.T) {
 				switch r.Status {
 				case 201:
 					mu.Lock()
-					holds = append(holds, r.Body["id"].(string))
+					reservations = append(reservations, r.Body["id"].(string))
 					mu.Unlock()
 				case 409:
 				default:
@@ -431,17 +431,17 @@ func TestScopedHoldsRace(t *testing.T) {
 	}
 	wg.Wait()
 	if consumed.Load() == 0 {
-		t.Fatalf("%d holds, %d consumed: the race exercised nothing", len(holds), consumed.Load())
+		t.Fatalf("%d reservations, %d consumed: the race exercised nothing", len(reservations), consumed.Load())
 	}
-	if got := consumed.Load() + int64(len(holds))*100; got > 1500 {
-		t.Fatalf("consumed %d and held %d: more than the 1500 there was", consumed.Load(), len(holds)*100)
+	if got := consumed.Load() + int64(len(reservations))*100; got > 1500 {
+		t.Fatalf("consumed %d and held %d: more than the 1500 there was", consumed.Load(), len(reservations)*100)
 	}
-	for _, h := range holds {
+	for _, h := range reservations {
 		r := a.post("/v1/reservations/"+h+"/commit", map[string]any{"actual_units": 1})
-		checkStatus(t, r, 200, "commit of a hold of b after the race")
+		checkStatus(t, r, 200, "commit of a reservation of b after the race")
 	}
 	c := a.credits(id)
-	if Int(t, c["balance"]) != 1500-consumed.Load()-int64(len(holds))*100 || Int(t, c["reserved_balance"]) != 0 {
+	if Int(t, c["balance"]) != 1500-consumed.Load()-int64(len(reservations))*100 || Int(t, c["reserved_balance"]) != 0 {
 		t.Errorf("after the commits: %v", c)
 	}
 	wantReconciled(t, s, "after the race")

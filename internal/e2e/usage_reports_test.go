@@ -168,8 +168,8 @@ func TestUsageReports(t *testing.T) {
 
 	clock.Advance(time.Hour)
 	consume(map[string]any{"customer_id": one, "billable_metric_key": m1, "units": 1}, "consume next hour")
-	hold := a.reserve(map[string]any{"customer_id": one, "billable_metric_key": m1, "estimated_units": 4})
-	wantStatus(t, a.post("/v1/reservations/"+hold["id"].(string)+"/commit", map[string]any{"actual_units": 2}), 200, "commit")
+	reservation := a.reserve(map[string]any{"customer_id": one, "billable_metric_key": m1, "estimated_units": 4})
+	wantStatus(t, a.post("/v1/reservations/"+reservation["id"].(string)+"/commit", map[string]any{"actual_units": 2}), 200, "commit")
 	empty := a.reserve(map[string]any{"customer_id": one, "billable_metric_key": m1, "estimated_units": 1})
 	wantStatus(t, a.post("/v1/reservations/"+empty["id"].(string)+"/commit", map[string]any{"actual_units": 0}), 200, "zero commit")
 	consume(map[string]any{"customer_id": two, "billable_metric_key": m1, "units": 4}, "other customer")

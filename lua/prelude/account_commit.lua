@@ -1,5 +1,5 @@
 -- account_commit.lua owns writing the account back: the changed blocks
--- and holds and the layout v2 fields kept exact, in one HSET and at most
+-- and reservations and the layout v2 fields kept exact, in one HSET and at most
 -- one HDEL.
 
 -- le_fmt is a's lifetime earned as text: as read while unchanged (no
@@ -11,7 +11,7 @@ end
 
 -- acct_commit writes the account fields, the changed blocks and the
 -- changed reservations with their metadata, drops reservations finalized
--- long enough ago (commit_holds) and keeps the summary, index and kept list
+-- long enough ago (commit_reservations) and keeps the summary, index and kept list
 -- (layout.lua) exact at now. Each redis.call costs ~15,000 instructions,
 -- so the writes go as one HSET and at most one HDEL. No expiry index is
 -- kept in Redis: the sweep asks Postgres (engine.ExpiryIndex).
@@ -107,12 +107,12 @@ do
     return keep, nsc
   end
 
-  -- commit_holds adds the changed reservations with their metadata to set,
+  -- commit_reservations adds the changed reservations with their metadata to set,
   -- and to del the reservations finalized more than RES_KEEP_MS ago (and
-  -- the oldest past MAX_KEPT_HOLDS), leaving a.kept the holds kept. big:
+  -- the oldest past MAX_KEPT_RESERVATIONS), leaving a.kept the reservations kept. big:
   -- the account keeps the layout v2 fields. It returns whether the kept
   -- list moved.
-  local function commit_holds(a, now, set, del, big)
+  local function commit_reservations(a, now, set, del, big)
     for id in pairs(a.res_dirty) do
       set[#set + 1], set[#set + 2] = 'r:' .. id, a.res[id]
       if a.res_meta[id] and a.res_meta[id] ~= '' then set[#set + 1], set[#set + 2] = 'n:' .. id, a.res_meta[id] end
@@ -126,15 +126,15 @@ do
         kept[#kept + 1] = k
       end
     end
-    -- Sorted for field "k", or to prune; a small account's kept holds need
+    -- Sorted for field "k", or to prune; a small account's kept reservations need
     -- no order (kept_before ties cost a byte loop).
-    if (kept_moved and big) or #kept > MAX_KEPT_HOLDS then
+    if (kept_moved and big) or #kept > MAX_KEPT_RESERVATIONS then
       table.sort(kept, kept_before)
-      if #kept > MAX_KEPT_HOLDS then
+      if #kept > MAX_KEPT_RESERVATIONS then
         kept_moved = true
-        -- The oldest finalized holds leave early, down to half the cap, so
-        -- this runs once per MAX_KEPT_HOLDS / 2 finalizations at most.
-        local drop = #kept - MAX_KEPT_HOLDS / 2
+        -- The oldest finalized reservations leave early, down to half the cap, so
+        -- this runs once per MAX_KEPT_RESERVATIONS / 2 finalizations at most.
+        local drop = #kept - MAX_KEPT_RESERVATIONS / 2
         for i = 1, drop do del[#del + 1], del[#del + 2] = 'r:' .. kept[i][1], 'n:' .. kept[i][1] end
         kept = {unpack(kept, drop + 1)}
       end
@@ -206,7 +206,7 @@ do
       a.exp_min, a.start_min, a.start_max = idx_bounds(a.idx, now)
     end
     local big = a.nblocks + a.active >= LAYOUT_MIN_ITEMS
-    local kept_moved = commit_holds(a, now, set, del, big)
+    local kept_moved = commit_reservations(a, now, set, del, big)
     commit_layout(a, set, del, big, keep, idx_moved, kept_moved)
     if sc_moved and nsc > 0 then
       set[#set + 1], set[#set + 2] = 'sc', i_fmt(nsc)

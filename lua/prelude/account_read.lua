@@ -51,7 +51,7 @@ end
 -- acct_read_all loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script.
--- The slow path of acct_read: every block decoded, every hold counted.
+-- The slow path of acct_read: every block decoded, every reservation counted.
 local function acct_read_all(key)
   local names = redis.call('HKEYS', key)
   if #names == 0 then return nil end
@@ -154,7 +154,7 @@ do
     -- Field "sc" counts the scoped blocks of a hash: its money scripts
     -- read every block (scope_free), so it takes the slow path; but for a
     -- script that handles it (scoped_fast: consume.lua, scope_fast) while
-    -- no hold is active, when the spend order alone decides.
+    -- no reservation is active, when the spend order alone decides.
     local v = redis.call('HMGET', key, 'id', 'v', 'rs', 'le', 'ua', 's', 'k', 'd', 'sc', unpack(extras))
     local whole = v[2] and v[6] and v[7] and (not v[9] or scoped_fast)
     for i, name in ipairs(extras) do
@@ -184,7 +184,7 @@ do
     -- The summary past the balance as read, with the values it stands
     -- for: acct_commit writes it back as is when none moved.
     a.s_tail = {tail, a.pend, a.nlive, a.active, e, st, f}
-    -- A scoped hash without holds read by a scoped_fast script.
+    -- A scoped hash without reservations read by a scoped_fast script.
     a.sc_fast, a.sc_n = v[9] and true or nil, v[9] and tonumber(v[9]) or nil
     -- Every block of the index is live at u (E is past u).
     a.nblocks = a.nlive
@@ -200,7 +200,7 @@ do
 
   function acct_read(key, now, extras, full, scoped_fast)
     -- HLEN first (O(1)): a hash of fewer fields than the account fields and
-    -- LAYOUT_MIN_ITEMS blocks or holds has no layout v2 fields, so it goes
+    -- LAYOUT_MIN_ITEMS blocks or reservations has no layout v2 fields, so it goes
     -- straight to the slow path, which is short for it.
     if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
       local a = acct_read_summary(key, now, extras, scoped_fast)

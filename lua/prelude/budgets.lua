@@ -5,7 +5,7 @@
 -- (engine.BudgetArg) lists the customer's budgets, each
 -- "field|from|end|limit": the counter's hash field "u:<period letter>:
 -- <metric key>" (no metric key: every metric), the counting window that
--- holds now in Unix ms (Go computes it, time zones and DST included) and
+-- reservations now in Unix ms (Go computes it, time zones and DST included) and
 -- the limit. The counter's value is "<from> <spent>", then " r" once
 -- credit.budget_reached fired in the window: a counter of an earlier
 -- window (a smaller from) reads as zero, so a period resets itself; a

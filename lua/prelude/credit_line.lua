@@ -10,11 +10,11 @@ local function line_of(ctx)
 end
 
 -- line_split decides a charge of cost under policy block that frees held
--- (the part of a hold it settles; zero outside a commit) for account a of
+-- (the part of a reservation it settles; zero outside a commit) for account a of
 -- effective balance eff and credit line lim: nil when the effective balance
 -- would end below minus the line (eff + held - cost < -lim), else what the
 -- started blocks pay and what goes on the line as debt. The blocks pay all
--- they have beyond the other holds (eff + debt + held) before the line is
+-- they have beyond the other reservations (eff + debt + held) before the line is
 -- drawn: with no line and no debt it is the plain "cost <= eff + held".
 local function line_split(a, eff, held, cost, lim)
   if m_cmp(m_add(m_add(eff, held), lim), cost) < 0 then return nil end
@@ -61,7 +61,7 @@ local function refuses(ctx)
   return policy ~= 'allow' and policy ~= 'notify'
 end
 
--- block_line is the credit line a hold may lean on: the customer's line
+-- block_line is the credit line a reservation may lean on: the customer's line
 -- (line_of) under policy block, none under allow and notify (they never go
 -- below zero: docs/rules.md "Credit line").
 local function block_line(ctx)

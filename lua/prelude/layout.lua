@@ -1,12 +1,12 @@
--- layout.lua owns account layout v2's spend-order index and kept-hold
+-- layout.lua owns account layout v2's spend-order index and kept-reservation
 -- order (fields "o" and "k"), which let a money script read only the
 -- blocks it drains; the summary ("s") is read by account_read.lua and
 -- written by account_commit.lua.
 
 -- Account layout v2 (docs/decisions.md, "Account layout v2"): three fields
 -- let a money script touch only what it drains instead of decoding every
--- block and hold of the hash.
---   "s"  summary: balance|pending|live blocks|active holds|E|S|F, money and
+-- block and reservation of the hash.
+--   "s"  summary: balance|pending|live blocks|active reservations|E|S|F, money and
 --        counts in decimal, instants in decimal Unix ms ("" for none): the
 --        figures of the live blocks at the instant u of the last write
 --        (field "ua"); E the soonest expires_at of a block with credit, S
@@ -16,15 +16,15 @@
 --   "o"  spend-order index: every block with credit as
 --        "id,priority,expires,created,starts" (instants decimal, expires ""
 --        for none), joined by " " in engine.SpendOrder order (spends_before).
---   "k"  kept finalized holds as "id,finalized" joined by " ", by
+--   "k"  kept finalized reservations as "id,finalized" joined by " ", by
 --        (finalized, id): pruning reads one field.
--- All three are a function of the hash's blocks and holds and of u (load.go
+-- All three are a function of the hash's blocks and reservations and of u (load.go
 -- writes the same from Postgres, so a rebuilt hash is byte for byte the
 -- live one). A hash without them (written before layout v2), or with now
 -- outside [F, min(E, S)), takes the slow path: acct_read_all, expire what
 -- is due, and acct_commit rewrites all three.
--- LAYOUT_MIN_ITEMS: an account of fewer blocks and active holds than this
--- (kept holds, at most MAX_KEPT_HOLDS, do not count) goes
+-- LAYOUT_MIN_ITEMS: an account of fewer blocks and active reservations than this
+-- (kept reservations, at most MAX_KEPT_RESERVATIONS, do not count) goes
 -- without the three fields (its slow path reads a handful of fields, and
 -- the index, longer than 64 bytes, would turn a compact listpack hash into
 -- a hashtable: three times the memory).
@@ -130,7 +130,7 @@ local function opt_fmt(n)
   return ''
 end
 
--- kept_before orders kept holds {id, finalized}: oldest first, then id.
+-- kept_before orders kept reservations {id, finalized}: oldest first, then id.
 local function kept_before(x, y)
   if x[2] ~= y[2] then return x[2] < y[2] end
   return str_less(x[1], y[1])

@@ -39,7 +39,7 @@ local function pool_read(p, now)
 end
 
 -- pool_free is what account a's blocks may pay for metric beyond its
--- holds, up to need, never negative: own tells the child (its effective
+-- reservations, up to need, never negative: own tells the child (its effective
 -- balance before its debt, which its line backs) from the parent (its
 -- effective balance net of its debt: a child never draws a parent's line).
 local function pool_free(a, now, metric, need, own)
@@ -77,13 +77,13 @@ local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
   if not refusing then return own, MONEY_ZERO, pooled end
   local debt = m_sub(need, pooled)
   -- The line backs what the blocks and the pool leave, within what the
-  -- child's holds leave of it (eff counts them), as scope_split asks.
+  -- child's reservations leave of it (eff counts them), as scope_split asks.
   if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then return nil end
   return own, debt, pooled
 end
 
 -- pool_fast is pool_split for a scoped child read on the fast path
--- (a.sc_fast, no active hold), deciding as it drains as scope_fast does:
+-- (a.sc_fast, no active reservation), deciding as it drains as scope_fast does:
 -- the child's blocks that apply to metric pay what they hold, then the
 -- parent, then the line. Returns what the child's blocks paid, the debt,
 -- the draws and what the parent pays; nil when refused, nil,

@@ -1,16 +1,16 @@
--- scopes.lua owns credits scoped to metrics: what a charge or a hold for
--- a metric may take while every active hold stays backed.
+-- scopes.lua owns credits scoped to metrics: what a charge or a reservation for
+-- a metric may take while every active reservation stays backed.
 --
 -- Credits scoped to metrics (docs/rules.md "Credits scoped to metrics",
 -- docs/decisions.md): a block with a scope (b.scope, ",k1,k2,") pays only
--- for the metrics it names, one without pays for every metric. Holds stay
+-- for the metrics it names, one without pays for every metric. Reservations stay
 -- one reserved total ("rs"), so while any is active every metric m that
 -- one holds for must keep E(m) >= rs, E(m) being what the started live
--- blocks that apply to m hold: then each hold can always be settled from
+-- blocks that apply to m hold: then each reservation can always be settled from
 -- blocks that apply to it, whatever is charged in between. A charge for
 -- metric M therefore takes, in spend order, only blocks that apply to M,
--- and no more than keeps that true (scope_free); a hold may take what
--- keeps it true with itself added (scope_room). A multi-metric hold
+-- and no more than keeps that true (scope_free); a reservation may take what
+-- keeps it true with itself added (scope_room). A multi-metric reservation
 -- (metric "") is backed by unscoped blocks only. Only a hash holding a
 -- scoped block (a.scoped) runs these; for any other every block applies to
 -- every metric and the figures are the plain ones (line_split). Each is
@@ -18,9 +18,9 @@
 
 local RES_METRIC_PAT = '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|'
 
--- scope_holds is the distinct metrics of a's active holds but hold skip,
+-- scope_reservations is the distinct metrics of a's active reservations but reservation skip,
 -- and each one's index in that list.
-local function scope_holds(a, skip)
+local function scope_reservations(a, skip)
   local at, out = {}, {}
   for id, raw in pairs(a.res) do
     if id ~= skip and string.byte(raw, 1) == BYTE_A then
@@ -34,7 +34,7 @@ end
 -- scope_elig is E(m) for each metric of ms (index by index) at now; at
 -- maps each metric to its index. The unscoped credit is summed once and a
 -- scoped block visits only its own keys (MAX_LIVE_BLOCKS blocks of 20 keys
--- against as many hold metrics stay a few thousand look-ups).
+-- against as many reservation metrics stay a few thousand look-ups).
 local function scope_elig(a, now, ms, at)
   local e, all = {}, MONEY_ZERO
   for i = 1, #ms do e[i] = MONEY_ZERO end
@@ -50,7 +50,7 @@ local function scope_elig(a, now, ms, at)
       end
     end
   end
-  -- "" (a multi-metric hold) has the unscoped credit only, like any metric.
+  -- "" (a multi-metric reservation) has the unscoped credit only, like any metric.
   for i = 1, #ms do e[i] = m_add(e[i], all) end
   return e
 end
@@ -58,13 +58,13 @@ end
 -- scope_free is the most a charge for metric may take from the blocks, up
 -- to need (the charge; nil: no bound): the started live blocks that apply
 -- to it, walked in spend order as drain takes them, up to where one more
--- unit would leave some hold metric's E below the reserved total less
--- freed (what the charge settles of its own hold; skip: that hold's id when
+-- unit would leave some reservation metric's E below the reserved total less
+-- freed (what the charge settles of its own reservation; skip: that reservation's id when
 -- it ends). Never negative.
 local function scope_free(a, now, metric, freed, skip, need)
-  local hm, at = scope_holds(a, skip)
+  local hm, at = scope_reservations(a, skip)
   if #hm == 0 then
-    -- No hold to keep backed: every block that applies may pay, so their
+    -- No reservation to keep backed: every block that applies may pay, so their
     -- sum answers (at least need when they hold it) with no spend-order
     -- walk, and no sort.
     local sum = MONEY_ZERO
@@ -82,7 +82,7 @@ local function scope_free(a, now, metric, freed, skip, need)
   end
   table.sort(elig, spends_before)
   local cum, cap = MONEY_ZERO, nil
-  -- take: block b's whole remainder counted against hold metric i.
+  -- take: block b's whole remainder counted against reservation metric i.
   local function take(i, b)
     local room = m_sub(slack[i], taken[i])
     if m_cmp(room, b.rem) < 0 then
@@ -109,11 +109,11 @@ local function scope_free(a, now, metric, freed, skip, need)
   return cum
 end
 
--- scope_room is what a new hold for metric (or a hold for it growing) may
--- take: min over metric and the metrics of the active holds of E(m) less
--- the reserved total. May be negative (holds leaning on the credit line).
+-- scope_room is what a new reservation for metric (or a reservation for it growing) may
+-- take: min over metric and the metrics of the active reservations of E(m) less
+-- the reserved total. May be negative (reservations leaning on the credit line).
 local function scope_room(a, now, metric)
-  local hm, at = scope_holds(a, nil)
+  local hm, at = scope_reservations(a, nil)
   if not at[metric] then hm[#hm + 1] = metric at[metric] = #hm end
   local room = nil
   for _, e in ipairs(scope_elig(a, now, hm, at)) do
@@ -144,7 +144,7 @@ local function scope_avail(a, now, metric, avail, freed, skip)
   return m_min(avail, scope_free(a, now, metric, freed, skip, avail))
 end
 
--- scope_reserve_ok: a hold for metric may grow by cost with line (what the
+-- scope_reserve_ok: a reservation for metric may grow by cost with line (what the
 -- line lends under block) on top of the effective balance eff.
 local function scope_reserve_ok(a, now, metric, eff, cost, line)
   if m_cmp(m_add(eff, line), cost) < 0 then return false end
@@ -153,9 +153,9 @@ local function scope_reserve_ok(a, now, metric, eff, cost, line)
 end
 
 -- scope_fast decides and drains a charge of cost for metric on a scoped
--- hash without active holds read on the fast path (a.sc_fast): with no
--- hold to keep backed, what the blocks may pay is what applies to the
--- metric (scope_free with no hold metric), which the drain finds walking
+-- hash without active reservations read on the fast path (a.sc_fast): with no
+-- reservation to keep backed, what the blocks may pay is what applies to the
+-- metric (scope_free with no reservation metric), which the drain finds walking
 -- the spend-order index, reading only blocks up to the charge, so this is
 -- decided after draining (nothing is written before acct_commit). refusing:
 -- policy block, lim the line. Returns what the blocks paid, what goes on
@@ -186,7 +186,7 @@ end
 -- blocks that apply to its metric (scope_split under block, refusing;
 -- else scope_avail, avail being what the account has), the figures moving
 -- as each drains; base is the effective balance plus what the call
--- settles of its hold. It returns what the blocks paid, what goes on the
+-- settles of its reservation. It returns what the blocks paid, what goes on the
 -- line and the draws (one per block), appending each block touched once
 -- to changed; or nil when an item is refused, every block as it was.
 local function scope_items(a, now, items, base, lim, refusing, avail, freed, skip, changed)

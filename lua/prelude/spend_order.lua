@@ -44,7 +44,7 @@ local function balances(blocks, reserved, now)
 end
 
 -- scope_keys is the set of metric keys of scoped block b, parsed once per
--- script (kept on b): a charge asks each block about every hold metric.
+-- script (kept on b): a charge asks each block about every reservation metric.
 local function scope_keys(b)
   local set = b.keyset
   if not set then
@@ -55,7 +55,7 @@ local function scope_keys(b)
   return set
 end
 
--- applies: block b pays for metric (never for "", a multi-metric hold).
+-- applies: block b pays for metric (never for "", a multi-metric reservation).
 local function applies(b, metric)
   return b.scope == nil or scope_keys(b)[metric] == true
 end

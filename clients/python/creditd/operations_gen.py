@@ -874,16 +874,16 @@ class Operations:
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.ReserveResult:
-        """POST /v1/reservations (operation createReservation). Hold credit for a job. Exactly
-        one of customer_id and external_customer_id (400 otherwise). 409 insufficient-
-        credits; 500 when the metric has no active rule. With dry_run true nothing is held
-        and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null),
-        or the 409 it would get (its problem carries dry_run true and the events the refusal
-        would fire); an unknown customer_id is then a 404, as a dry run creates no customer.
-        409 budget-exceeded when the estimated cost would take one of the customer's budgets
-        past its limit this period (a hold is checked, not counted; its commit counts). It
-        sends an Idempotency-Key: idempotency_key, else a new UUID, the same on every retry
-        of the call.
+        """POST /v1/reservations (operation createReservation). Reserve credit for a job.
+        Exactly one of customer_id and external_customer_id (400 otherwise). 409
+        insufficient-credits; 500 when the metric has no active rule. With dry_run true
+        nothing is held and no Idempotency-Key is needed: 200 with the reservation as it
+        would be taken (id null), or the 409 it would get (its problem carries dry_run true
+        and the events the refusal would fire); an unknown customer_id is then a 404, as a
+        dry run creates no customer. 409 budget-exceeded when the estimated cost would take
+        one of the customer's budgets past its limit this period (a reservation is checked,
+        not counted; its commit counts). It sends an Idempotency-Key: idempotency_key, else a
+        new UUID, the same on every retry of the call.
         """
         return self._request(
             "POST",
@@ -902,8 +902,8 @@ class Operations:
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.Reservation:
-        """GET /v1/reservations/{id} (operation getReservation). Get a hold. Not scoped by
-        environment: either key of the tenant reads it.
+        """GET /v1/reservations/{id} (operation getReservation). Get a reservation. Not scoped
+        by environment: either key of the tenant reads it.
         """
         return self._request(
             "GET",
@@ -922,12 +922,12 @@ class Operations:
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.CommitResult:
-        """POST /v1/reservations/{id}/commit (operation commitReservation). Settle a hold at the
-        actual units. 409 reservation-expired after expires_at before the sweep, conflict
-        when not active, insufficient-credits when hold plus free balance is short. With
-        final: false it is a partial commit: it charges actual_units and keeps the
-        reservation active with the rest of the hold (200, status active, released 0); the
-        final commit's actual_units are its own part's. It sends an Idempotency-Key:
+        """POST /v1/reservations/{id}/commit (operation commitReservation). Settle a reservation
+        at the actual units. 409 reservation-expired after expires_at before the sweep,
+        conflict when not active, insufficient-credits when reservation plus free balance is
+        short. With final: false it is a partial commit: it charges actual_units and keeps
+        the reservation active with the rest of the reservation (200, status active, released
+        0); the final commit's actual_units are its own part's. It sends an Idempotency-Key:
         idempotency_key, else a new UUID, the same on every retry of the call.
         """
         return self._request(
@@ -948,11 +948,11 @@ class Operations:
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.ReleaseResult:
-        """POST /v1/reservations/{id}/release (operation releaseReservation). Return a hold. No
-        body. Works past expires_at until the sweep; 409 when not active. After partial
-        commits it returns what the reservation still holds (released); the settled part
-        stays charged. It sends an Idempotency-Key: idempotency_key, else a new UUID, the
-        same on every retry of the call.
+        """POST /v1/reservations/{id}/release (operation releaseReservation). Return a
+        reservation. No body. Works past expires_at until the sweep; 409 when not active.
+        After partial commits it returns what the reservation still holds (released); the
+        settled part stays charged. It sends an Idempotency-Key: idempotency_key, else a new
+        UUID, the same on every retry of the call.
         """
         return self._request(
             "POST",
@@ -972,10 +972,10 @@ class Operations:
         headers: Optional[Mapping[str, str]] = None,
         response: Optional[Response] = None,
     ) -> t.ExtendResult:
-        """POST /v1/reservations/{id}/extend (operation extendReservation). Top a hold up or
-        prolong it. Tops an active single-metric reservation up (additional_units, priced at
-        the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409
-        insufficient-credits when the effective balance cannot cover the additional cost
+        """POST /v1/reservations/{id}/extend (operation extendReservation). Top a reservation up
+        or prolong it. Tops an active single-metric reservation up (additional_units, priced
+        at the rule current now and held on top) and/or prolongs it (ttl_seconds from now).
+        409 insufficient-credits when the effective balance cannot cover the additional cost
         (nothing changes), reservation-expired after expires_at before the sweep, conflict
         when not active or when the reservation holds several metrics; 422 naming the field
         for an empty object (additional_units), additional_units < 1, ttl_seconds outside
@@ -1006,7 +1006,7 @@ class Operations:
         response: Optional[Response] = None,
     ) -> t.ReservationPage:
         """GET /v1/customers/{customer_id}/reservations (operation listCustomerReservations).
-        List a customer's holds, newest first.
+        List a customer's reservations, newest first.
         """
         return self._request(
             "GET",
@@ -1047,8 +1047,8 @@ class Operations:
         response: Optional[Response] = None,
     ) -> t.ReservationPage:
         """GET /v1/customer-by-external-id/{external_id}/reservations (operation
-        listCustomerReservationsByExternalId). List a customer's holds by external id, newest
-        first.
+        listCustomerReservationsByExternalId). List a customer's reservations by external id,
+        newest first.
         """
         return self._request(
             "GET",

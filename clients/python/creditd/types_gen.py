@@ -883,8 +883,8 @@ class ReserveInput(TypedDict):
     ttl_seconds: NotRequired[int]
     # Free-form key-value object.
     metadata: NotRequired[dict[str, Any]]
-    # true answers 200 with the hold as it would be taken (id null: it does not exist), or the
-    # refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is
+    # true answers 200 with the reservation as it would be taken (id null: it does not exist), or
+    # the refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is
     # neither claimed nor checked. It never creates a customer: an unknown customer_id is a 404.
     # Default false.
     dry_run: NotRequired[bool]
@@ -945,7 +945,7 @@ class Reservation(TypedDict):
     # its commit); can read higher than what was collected, as actual_cost.
     settled_cost: int
     # Millicredits the reservation still holds: while active, estimated_cost less what partial
-    # commits took from the hold; 0 once committed, released or expired.
+    # commits took from the reservation; 0 once committed, released or expired.
     remaining_cost: int
 
 
@@ -978,10 +978,10 @@ class CommitInput(TypedDict):
     actual_units: NotRequired[int]
     # The commit of a multi-metric reservation, instead of actual_units: each of its metrics once,
     # every one of them (a missing one is a 422 naming items), each priced at its own rule current
-    # at commit and charged in one step, all or none. All zero returns the hold as actual_units 0
-    # does.
+    # at commit and charged in one step, all or none. All zero returns the reservation as
+    # actual_units 0 does.
     items: NotRequired[list["CommitItem"]]
-    # Merged into the hold's tags; discarded when actual_units is 0.
+    # Merged into the reservation's tags; discarded when actual_units is 0.
     metadata: NotRequired[dict[str, Any]]
     # false makes a partial commit (Stripe's final_capture): actual_units (>= 1) are charged
     # exactly as a commit would charge them (one consumption entry, credit.consumed) and the
@@ -1005,8 +1005,8 @@ class CommitResult(TypedDict):
     estimated_cost: int
     # The cost of the units this commit settled.
     actual_cost: int
-    # Millicredits this commit returned from the hold to the free balance: 0 for a partial commit,
-    # what the hold still held for the final one.
+    # Millicredits this commit returned from the reservation to the free balance: 0 for a partial
+    # commit, what the reservation still held for the final one.
     released: int
     transaction: "HoldTransaction"
     account: "HoldAccount"
@@ -1020,7 +1020,7 @@ class CommitResult(TypedDict):
     # its commit); can read higher than what was collected, as actual_cost.
     settled_cost: int
     # Millicredits the reservation still holds: while active, estimated_cost less what partial
-    # commits took from the hold; 0 once committed, released or expired.
+    # commits took from the reservation; 0 once committed, released or expired.
     remaining_cost: int
 
 
@@ -1029,8 +1029,8 @@ class ReleaseResult(TypedDict):
     reservation_id: str
     status: Literal["active", "committed", "released", "expired"]
     estimated_cost: int
-    # Millicredits returned from the hold: what it still held (estimated_cost less what partial
-    # commits took).
+    # Millicredits returned from the reservation: what it still held (estimated_cost less what
+    # partial commits took).
     released: int
     transaction: "HoldTransaction"
     account: "HoldAccount"
@@ -2283,15 +2283,15 @@ class ExtendResult(TypedDict):
     # its commit); can read higher than what was collected, as actual_cost.
     settled_cost: int
     # Millicredits the reservation still holds: while active, estimated_cost less what partial
-    # commits took from the hold; 0 once committed, released or expired.
+    # commits took from the reservation; 0 once committed, released or expired.
     remaining_cost: int
     account: "HoldAccount"
 
 
 class ReserveDryRun(TypedDict):
     """ReserveDryRun is the ReserveDryRun schema of the creditd API. A reservation dry run's
-    answer: ReserveResult's members with id null (the hold does not exist), dry_run true and
-    the events taking the hold would fire.
+    answer: ReserveResult's members with id null (the reservation does not exist), dry_run
+    true and the events taking the reservation would fire.
     """
     id: Optional[Any]
     customer_id: str
@@ -2309,7 +2309,7 @@ class ReserveDryRun(TypedDict):
     # costs are the items' totals); absent for a single-metric one.
     items: NotRequired[list["ReservationItem"]]
     dry_run: Literal[True]
-    # The event types taking the hold would fire (credit.low_balance, credit.exhausted).
+    # The event types taking the reservation would fire (credit.low_balance, credit.exhausted).
     events: list[str]
 
 

@@ -681,8 +681,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Hold credit for a job
-         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key is needed: 200 with the hold as it would be taken (id null), or the 409 it would get (its problem carries dry_run true and the events the refusal would fire); an unknown customer_id is then a 404, as a dry run creates no customer. 409 budget-exceeded when the estimated cost would take one of the customer's budgets past its limit this period (a hold is checked, not counted; its commit counts).
+         * Reserve credit for a job
+         * @description Exactly one of customer_id and external_customer_id (400 otherwise). 409 insufficient-credits; 500 when the metric has no active rule. With dry_run true nothing is held and no Idempotency-Key is needed: 200 with the reservation as it would be taken (id null), or the 409 it would get (its problem carries dry_run true and the events the refusal would fire); an unknown customer_id is then a 404, as a dry run creates no customer. 409 budget-exceeded when the estimated cost would take one of the customer's budgets past its limit this period (a reservation is checked, not counted; its commit counts).
          */
         post: operations["createReservation"];
         delete?: never;
@@ -699,7 +699,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Get a hold
+         * Get a reservation
          * @description Not scoped by environment: either key of the tenant reads it.
          */
         get: operations["getReservation"];
@@ -721,8 +721,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Settle a hold at the actual units
-         * @description 409 reservation-expired after expires_at before the sweep, conflict when not active, insufficient-credits when hold plus free balance is short. With final: false it is a partial commit: it charges actual_units and keeps the reservation active with the rest of the hold (200, status active, released 0); the final commit's actual_units are its own part's.
+         * Settle a reservation at the actual units
+         * @description 409 reservation-expired after expires_at before the sweep, conflict when not active, insufficient-credits when reservation plus free balance is short. With final: false it is a partial commit: it charges actual_units and keeps the reservation active with the rest of the reservation (200, status active, released 0); the final commit's actual_units are its own part's.
          */
         post: operations["commitReservation"];
         delete?: never;
@@ -741,7 +741,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Return a hold
+         * Return a reservation
          * @description No body. Works past expires_at until the sweep; 409 when not active. After partial commits it returns what the reservation still holds (released); the settled part stays charged.
          */
         post: operations["releaseReservation"];
@@ -761,7 +761,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Top a hold up or prolong it
+         * Top a reservation up or prolong it
          * @description Tops an active single-metric reservation up (additional_units, priced at the rule current now and held on top) and/or prolongs it (ttl_seconds from now). 409 insufficient-credits when the effective balance cannot cover the additional cost (nothing changes), reservation-expired after expires_at before the sweep, conflict when not active or when the reservation holds several metrics; 422 naming the field for an empty object (additional_units), additional_units < 1, ttl_seconds outside 1-86400 or before the current expires_at. Idempotency-Key required; a replay answers the first result. Fires credit.low_balance and credit.exhausted as a create does. 409 budget-exceeded when the new total estimate would take one of the customer's budgets past its limit.
          */
         post: operations["extendReservation"];
@@ -778,7 +778,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a customer's holds, newest first */
+        /** List a customer's reservations, newest first */
         get: operations["listCustomerReservations"];
         put?: never;
         post?: never;
@@ -795,7 +795,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List a customer's holds by external id, newest first */
+        /** List a customer's reservations by external id, newest first */
         get: operations["listCustomerReservationsByExternalId"];
         put?: never;
         post?: never;
@@ -2613,7 +2613,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /**
-             * @description true answers 200 with the hold as it would be taken (id null: it does not exist), or the refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed nor checked. It never creates a customer: an unknown customer_id is a 404.
+             * @description true answers 200 with the reservation as it would be taken (id null: it does not exist), or the refusal it would get, and takes nothing. A dry run needs no Idempotency-Key; one sent is neither claimed nor checked. It never creates a customer: an unknown customer_id is a 404.
              * @default false
              */
             dry_run?: boolean;
@@ -2704,7 +2704,7 @@ export interface components {
             settled_cost: number;
             /**
              * Format: int64
-             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the reservation; 0 once committed, released or expired.
              */
             remaining_cost: number;
         };
@@ -2736,9 +2736,9 @@ export interface components {
              * @description The actual units of a single-metric reservation; omit it when giving items. After partial commits, the units of this last part only (the reservation's actual_units then totals every part). A partial commit (final: false) needs at least 1.
              */
             actual_units?: number;
-            /** @description The commit of a multi-metric reservation, instead of actual_units: each of its metrics once, every one of them (a missing one is a 422 naming items), each priced at its own rule current at commit and charged in one step, all or none. All zero returns the hold as actual_units 0 does. */
+            /** @description The commit of a multi-metric reservation, instead of actual_units: each of its metrics once, every one of them (a missing one is a 422 naming items), each priced at its own rule current at commit and charged in one step, all or none. All zero returns the reservation as actual_units 0 does. */
             items?: components["schemas"]["CommitItem"][];
-            /** @description Merged into the hold's tags; discarded when actual_units is 0. */
+            /** @description Merged into the reservation's tags; discarded when actual_units is 0. */
             metadata?: {
                 [key: string]: unknown;
             };
@@ -2772,7 +2772,7 @@ export interface components {
             actual_cost: number;
             /**
              * Format: int64
-             * @description Millicredits this commit returned from the hold to the free balance: 0 for a partial commit, what the hold still held for the final one.
+             * @description Millicredits this commit returned from the reservation to the free balance: 0 for a partial commit, what the reservation still held for the final one.
              */
             released: number;
             transaction: components["schemas"]["HoldTransaction"];
@@ -2791,7 +2791,7 @@ export interface components {
             settled_cost: number;
             /**
              * Format: int64
-             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the reservation; 0 once committed, released or expired.
              */
             remaining_cost: number;
         };
@@ -2804,7 +2804,7 @@ export interface components {
             estimated_cost: number;
             /**
              * Format: int64
-             * @description Millicredits returned from the hold: what it still held (estimated_cost less what partial commits took).
+             * @description Millicredits returned from the reservation: what it still held (estimated_cost less what partial commits took).
              */
             released: number;
             transaction: components["schemas"]["HoldTransaction"];
@@ -3878,12 +3878,12 @@ export interface components {
             settled_cost: number;
             /**
              * Format: int64
-             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the hold; 0 once committed, released or expired.
+             * @description Millicredits the reservation still holds: while active, estimated_cost less what partial commits took from the reservation; 0 once committed, released or expired.
              */
             remaining_cost: number;
             account: components["schemas"]["HoldAccount"];
         };
-        /** @description A reservation dry run's answer: ReserveResult's members with id null (the hold does not exist), dry_run true and the events taking the hold would fire. */
+        /** @description A reservation dry run's answer: ReserveResult's members with id null (the reservation does not exist), dry_run true and the events taking the reservation would fire. */
         ReserveDryRun: {
             id: null;
             /** Format: uuid */
@@ -3910,7 +3910,7 @@ export interface components {
             items?: components["schemas"]["ReservationItem"][];
             /** @constant */
             dry_run: true;
-            /** @description The event types taking the hold would fire (credit.low_balance, credit.exhausted). */
+            /** @description The event types taking the reservation would fire (credit.low_balance, credit.exhausted). */
             events: string[];
         };
         /** @description A spend cap: at most limit_mc millicredits of consumption (what consumes and commits cost, whoever pays: blocks, the credit line or overage) per calendar day or month of time_zone, for one billable metric or (null) every metric. A consume, reservation or extend whose cost would take the period's spend past the limit is refused with 409 budget-exceeded whatever the balance and the overage policy; a commit is never refused by a budget and counts its actual cost. credit.budget_reached fires once per period (docs/rules.md "Budgets"). */
@@ -7217,7 +7217,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description A dry run (dry_run true): the hold as it would be taken; nothing was held. */
+            /** @description A dry run (dry_run true): the reservation as it would be taken; nothing was held. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -7226,7 +7226,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReserveDryRun"];
                 };
             };
-            /** @description The hold. */
+            /** @description The reservation. */
             201: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -7263,7 +7263,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The hold. */
+            /** @description The reservation. */
             200: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -7502,7 +7502,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of holds. */
+            /** @description A page of reservations. */
             200: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -7573,7 +7573,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of holds. */
+            /** @description A page of reservations. */
             200: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];

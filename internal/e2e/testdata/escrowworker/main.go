@@ -38,12 +38,12 @@ func main() {
 	name := flag.String("name", "", "process name, written as metadata.process")
 	perTick := flag.Int("units-per-ms", 10, "units consumed each millisecond (one unit a call)")
 	settle := flag.Duration("settle", 100*time.Millisecond, "settle interval")
-	ttl := flag.Duration("ttl", 2*time.Second, "hold lifetime")
+	ttl := flag.Duration("ttl", 2*time.Second, "reservation lifetime")
 	report := flag.Duration("report", 10*time.Millisecond, "stats line interval")
 	flag.Parse()
 
 	ev := edge.New(client.New(*url, *key), edge.Config{Escrow: edge.EscrowConfig{
-		SettleInterval: *settle, HoldTTL: *ttl, MaxUnits: 5_000, MaxWait: 3 * time.Second,
+		SettleInterval: *settle, ReservationTTL: *ttl, MaxUnits: 5_000, MaxWait: 3 * time.Second,
 		Metadata: map[string]any{"process": *name},
 	}})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

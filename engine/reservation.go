@@ -1,4 +1,4 @@
-// Holds: the reservation resource (its states, the stored hold and the index
+// Reservations: the reservation resource (its states, the stored reservation and the index
 // record that lets a commit settle from Redis alone).
 
 package engine
@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// ReservationStatus is a hold's state.
+// ReservationStatus is a reservation's state.
 type ReservationStatus string
 
 // Reservation states of docs/spec/interface.md "Reservation".
@@ -29,7 +29,7 @@ func (s ReservationStatus) Valid() bool {
 	return false
 }
 
-// Reservation is the API view of a hold.
+// Reservation is the API view of a reservation.
 type Reservation struct {
 	ID                uuid.UUID         `json:"id"`
 	TenantID          uuid.UUID         `json:"tenant_id"`
@@ -47,26 +47,26 @@ type Reservation struct {
 	CreatedAt         time.Time         `json:"created_at"`
 	CommittedAt       *time.Time        `json:"committed_at"`
 	ReleasedAt        *time.Time        `json:"released_at"`
-	// Items lists each metric of a multi-metric hold (BillableMetricKey is
-	// then ""); absent for a single-metric hold.
+	// Items lists each metric of a multi-metric reservation (BillableMetricKey is
+	// then ""); absent for a single-metric reservation.
 	Items []ReservationItem `json:"items,omitempty"`
 	// SettledUnits and SettledCost (millicredits, priced as each part was
-	// charged) total what the hold's commits settled: its partial commits
+	// charged) total what the reservation's commits settled: its partial commits
 	// and, once committed, the final one (they then equal ActualUnits and
 	// ActualCost). Zero before any.
 	SettledUnits int64 `json:"settled_units"`
 	SettledCost  int64 `json:"settled_cost"`
-	// RemainingCost is what the hold still holds (millicredits): while
+	// RemainingCost is what the reservation still holds (millicredits): while
 	// active, EstimatedCost less what partial commits took from it; 0
 	// once finalized.
 	RemainingCost int64 `json:"remaining_cost"`
 }
 
-// Settle fills the view's settlement figures from the stored hold, whose
+// Settle fills the view's settlement figures from the stored reservation, whose
 // actual units and cost, while it is active, are what partial commits
 // settled so far and whose released amount is then the part of its
-// estimated cost they took (lua/prelude/holds.lua "Reservation encoding"): the
-// view shows actual units and cost only once the hold is committed.
+// estimated cost they took (lua/prelude/reservations.lua "Reservation encoding"): the
+// view shows actual units and cost only once the reservation is committed.
 func (r *Reservation) Settle(released int64) {
 	r.SettledUnits, r.SettledCost, r.RemainingCost = 0, 0, 0
 	if r.ActualUnits != nil {
@@ -83,21 +83,21 @@ func (r *Reservation) Settle(released int64) {
 	}
 }
 
-// HoldRef is what the hot store's reservation index records of a hold at
+// ReservationRef is what the hot store's reservation index records of a reservation at
 // its reserve: enough to price its commit without Postgres.
-type HoldRef struct {
+type ReservationRef struct {
 	Customer CustomerKey
 	// Described is false for a record that names the customer alone (one
-	// written before the index carried the hold's metric or items).
+	// written before the index carried the reservation's metric or items).
 	Described bool
-	// Metric is a single-metric hold's metric ("" for a multi-metric one).
+	// Metric is a single-metric reservation's metric ("" for a multi-metric one).
 	Metric string
-	// Items are a multi-metric hold's metrics with their estimates, in the
-	// hold's order (actual units and cost nil).
+	// Items are a multi-metric reservation's metrics with their estimates, in the
+	// reservation's order (actual units and cost nil).
 	Items []ReservationItem
 }
 
-// DueReservation is a hold the sweep must expire.
+// DueReservation is a reservation the sweep must expire.
 type DueReservation struct {
 	Customer      CustomerKey
 	ReservationID uuid.UUID

@@ -10,10 +10,10 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// TestHoldOpenAndSettleRefusals: reserve_open refuses a reservation id
+// TestReservationOpenAndSettleRefusals: reserve_open refuses a reservation id
 // already taken, and commit_meta refuses with STALE a merge Go made from
-// metadata the hold no longer has, leaving the hold active.
-func TestHoldOpenAndSettleRefusals(t *testing.T) {
+// metadata the reservation no longer has, leaving the reservation active.
+func TestReservationOpenAndSettleRefusals(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
 		c, _ := b.funded(t)
@@ -34,12 +34,12 @@ func TestHoldOpenAndSettleRefusals(t *testing.T) {
 		}
 		a := commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: "3", Terms: "per_unit|0|1||",
 			Meta: `{"b":2}`, Merge: mergeArgv{Stored: `{"a":1}`, Merged: `{"a":1,"b":2}`}}
-		_, err = b.store.runMoney(ctx, commitScript, "commit", b.store.holdKeys(c.CustomerID, ""), a.list())
+		_, err = b.store.runMoney(ctx, commitScript, "commit", b.store.reservationKeys(c.CustomerID, ""), a.list())
 		if !errors.Is(err, errStale) {
-			t.Fatalf("commit merged from metadata the hold does not have: %v, want STALE", err)
+			t.Fatalf("commit merged from metadata the reservation does not have: %v, want STALE", err)
 		}
 		if _, err := b.store.Commit(ctx, commitCmd(c, first.ReservationID, 3, terms, t0)); err != nil {
-			t.Fatalf("the hold should still be active after STALE: %v", err)
+			t.Fatalf("the reservation should still be active after STALE: %v", err)
 		}
 	})
 }

@@ -1,14 +1,14 @@
--- hold_open.lua owns the checks a hold script runs before it changes
--- anything (the account, the hold, a replay), so reserve, commit and
+-- reservation_open.lua owns the checks a reservation script runs before it changes
+-- anything (the account, the reservation, a replay), so reserve, commit and
 -- their multi-metric forms refuse alike.
 
--- commit_open reads what a commit of hold res_id needs: the account (and
--- the spend-order index when the commit drains) and the hold, active and
--- not past expires_at (the hold ends at that instant exactly, when the
+-- commit_open reads what a commit of reservation res_id needs: the account (and
+-- the spend-order index when the commit drains) and the reservation, active and
+-- not past expires_at (the reservation ends at that instant exactly, when the
 -- sweep may take it). Instead of them it returns (third value) the reply:
 -- a replay of op_key, or NOSTATE, NOTFOUND, NOTACTIVE or EXPIRED.
 local function commit_open(key, now, res_id, drains, op_key, rh, seen)
-  -- The hold's metadata field with the account: on the summary's path it
+  -- The reservation's metadata field with the account: on the summary's path it
   -- rides in the same HMGET (one redis.call less than an HGET after).
   local wants = {'r:' .. res_id, 'n:' .. res_id}
   if drains then wants[3] = 'o' end
@@ -24,29 +24,29 @@ local function commit_open(key, now, res_id, drains, op_key, rh, seen)
   return a, r
 end
 
--- reserve_open reads what a reserve of hold res_id needs: the account,
--- with the id not taken and room for one more active hold. Instead of it
+-- reserve_open reads what a reserve of reservation res_id needs: the account,
+-- with the id not taken and room for one more active reservation. Instead of it
 -- it returns (second value) the reply: a replay of op_key, or NOSTATE,
--- BADARG (the id is taken) or TOOMANYHOLDS.
+-- BADARG (the id is taken) or TOOMANYRESERVATIONS.
 local function reserve_open(key, now, res_id, op_key, rh, seen)
   local a = acct_read(key, now, {'r:' .. res_id})
   if not a then return nil, redis.error_reply('NOSTATE no credit state for the customer') end
   local rp = replay(op_key, rh, seen)
   if rp then return nil, rp end
   if a.x['r:' .. res_id] then return nil, redis.error_reply('BADARG the reservation id is taken') end
-  if a.active >= MAX_ACTIVE_HOLDS then
-    return nil, redis.error_reply('TOOMANYHOLDS the customer has the most active reservations it may hold')
+  if a.active >= MAX_ACTIVE_RESERVATIONS then
+    return nil, redis.error_reply('TOOMANYRESERVATIONS the customer has the most active reservations it may hold')
   end
   return a
 end
 
--- commit_meta is the metadata a commit leaves on hold r: merged_meta when
+-- commit_meta is the metadata a commit leaves on reservation r: merged_meta when
 -- Go merged (lua/bounded.go; it only checks that Go merged into r's
 -- metadata, stored_meta), else meta merged here. Instead of it it returns
 -- (second value) the reply: STALE, or BADARG for metadata not an object.
 local function commit_meta(r, meta, stored_meta, merged_meta)
   if merged_meta then
-    if r.meta ~= stored_meta then return nil, redis.error_reply('STALE the hold changed since it was read') end
+    if r.meta ~= stored_meta then return nil, redis.error_reply('STALE the reservation changed since it was read') end
     return merged_meta
   end
   local merged = meta_merge(r.meta, meta)

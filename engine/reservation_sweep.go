@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// ReservationSweeper expires holds past their expires_at (docs/spec/interface.md:
+// ReservationSweeper expires reservations past their expires_at (docs/spec/interface.md:
 // once per minute; the interval is configurable for tests).
 type ReservationSweeper struct {
 	Hot      UsageStore
@@ -22,7 +22,7 @@ type ReservationSweeper struct {
 }
 
 // Name is the sweep's key in /readyz.
-func (s *ReservationSweeper) Name() string { return "hold_sweep" }
+func (s *ReservationSweeper) Name() string { return "reservation_sweep" }
 
 // Start runs the sweep in the background until Stop.
 func (s *ReservationSweeper) Start(ctx context.Context) error {
@@ -49,7 +49,7 @@ func (s *ReservationSweeper) Run(ctx context.Context) {
 	}
 }
 
-// SweepOnce expires every due hold; it returns how many it expired.
+// SweepOnce expires every due reservation; it returns how many it expired.
 func (s *ReservationSweeper) SweepOnce(ctx context.Context) int {
 	n, _ := s.sweep(ctx)
 	return n
@@ -84,7 +84,7 @@ func (s *ReservationSweeper) sweep(ctx context.Context) (int, error) {
 	return n, failed
 }
 
-// sweepOrder yields the partitions 0..n-1 from a random one on: the hold
+// sweepOrder yields the partitions 0..n-1 from a random one on: the reservation
 // sweep's order. Every node of a fleet sweeps every partition (release.lua
 // is atomic and refuses what is no longer due); starting each pass at a
 // random partition sets the nodes to work on different partitions

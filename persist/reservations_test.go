@@ -11,7 +11,7 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// reserve is a hold of est millicredits on metric, as the reserve script
+// reserve is a reservation of est millicredits on metric, as the reserve script
 // would write it.
 func (a *account) reserve(idem string, metric string, est int64, ttl time.Duration) (engine.Mutation, engine.MutationReservation) {
 	ref := uuid.New()
@@ -111,7 +111,7 @@ func TestReservationsSection(t *testing.T) {
 	if err != nil || key != a2.key {
 		t.Fatalf("ReservationCustomer = %+v, %v (want %+v)", key, err, a2.key)
 	}
-	// Unknown, and another tenant's hold: not found alike.
+	// Unknown, and another tenant's reservation: not found alike.
 	for _, tc := range []struct{ tenant, id uuid.UUID }{{a2.key.TenantID, uuid.New()}, {uuid.New(), h2.ID}} {
 		if _, err := b.store.ReservationCustomer(b.ctx, tc.tenant, tc.id); !errors.Is(err, engine.ErrNotFound) {
 			t.Fatalf("reservation customer of %+v: %v, want ErrNotFound", tc, err)
@@ -260,9 +260,9 @@ func TestListReservations(t *testing.T) {
 	}
 }
 
-// TestAccountStateHoldsAndGauges: a rebuild gets the active holds, those
-// finalized within FinalizedHoldWindow, and every gauge counter.
-func TestAccountStateHoldsAndGauges(t *testing.T) {
+// TestAccountStateReservationsAndGauges: a rebuild gets the active reservations, those
+// finalized within FinalizedReservationWindow, and every gauge counter.
+func TestAccountStateReservationsAndGauges(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	live, sandbox := b.tenant(t)
@@ -294,7 +294,7 @@ func TestAccountStateHoldsAndGauges(t *testing.T) {
 	if rc.Status != engine.ReservationCommitted || rc.ActualCost == nil || *rc.ActualCost != 150 ||
 		rc.CommittedMS == nil || *rc.CommittedMS != *recentCommit.Reservation.CommittedMS || rc.ReleasedMS != nil ||
 		rc.Released != 200 || rc.Metric != "gpu" || rc.CreatedMS != recentH.CreatedMS || rc.ExpiresMS != recentH.ExpiresMS {
-		t.Fatalf("committed hold = %+v", rc)
+		t.Fatalf("committed reservation = %+v", rc)
 	}
 	ra := st.Reservations[1]
 	wj, _ := json.Marshal(activeH)
@@ -303,7 +303,7 @@ func TestAccountStateHoldsAndGauges(t *testing.T) {
 	_ = json.Unmarshal(wj, &wv)
 	_ = json.Unmarshal(gj, &gv)
 	if mustJSON(wv) != mustJSON(gv) {
-		t.Fatalf("active hold round trip:\n got %s\nwant %s", gj, wj)
+		t.Fatalf("active reservation round trip:\n got %s\nwant %s", gj, wj)
 	}
 	if len(st.Gauges) != 2 || st.Gauges["seats"] != 3 || st.Gauges["projects"] != 0 {
 		t.Fatalf("gauges = %v", st.Gauges)
@@ -321,7 +321,7 @@ func TestAccountStateHoldsAndGauges(t *testing.T) {
 			continue
 		}
 		if len(st.Reservations) != 2 || len(st.Gauges) != 2 {
-			t.Fatalf("account %s: %d holds, %d gauges", st.CustomerID, len(st.Reservations), len(st.Gauges))
+			t.Fatalf("account %s: %d reservations, %d gauges", st.CustomerID, len(st.Reservations), len(st.Gauges))
 		}
 	}
 }

@@ -1,8 +1,8 @@
--- hold_note.lua appends a hold notice to a tenant's change feed (issue 27):
+-- reservation_note.lua appends a reservation notice to a tenant's change feed (issue 27):
 -- a reservation create, commit or release moved a customer's reserved and
 -- effective balance, which no event reports, so a client answering checks
 -- from memory hears of it here. Not a money script: it runs after the
--- hold's own script answered, and touches only the feed.
+-- reservation's own script answered, and touches only the feed.
 -- Trimming as in stamp.lua: entries trimmed off the front leave their last
 -- id as the horizon (field "x" of the stamps hash).
 --

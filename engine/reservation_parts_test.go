@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// TestReservationSettle: the view's settlement figures from a stored hold
-// (lua/prelude/holds.lua "Reservation encoding"): while active, actual units and
+// TestReservationSettle: the view's settlement figures from a stored reservation
+// (lua/prelude/reservations.lua "Reservation encoding"): while active, actual units and
 // cost are the settled part and hidden, released is what partial commits
 // took; once committed they are the totals and shown; a release after
 // partial commits keeps the settled part and hides actual units.
@@ -27,7 +27,7 @@ func TestReservationSettle(t *testing.T) {
 	}{
 		{"fresh", ReservationActive, nil, nil, 0, 0, 0, 500, false},
 		{"partially committed", ReservationActive, p(4), p(40), 40, 4, 40, 460, false},
-		{"part past the hold", ReservationActive, p(60), p(600), 500, 60, 600, 0, false},
+		{"part past the reservation", ReservationActive, p(60), p(600), 500, 60, 600, 0, false},
 		{"committed", ReservationCommitted, p(7), p(70), 460, 7, 70, 0, true},
 		{"committed with 0 units", ReservationCommitted, p(0), p(0), 500, 0, 0, 0, true},
 		{"released after a part", ReservationReleased, p(4), p(40), 460, 4, 40, 0, false},
@@ -46,8 +46,8 @@ func TestReservationSettle(t *testing.T) {
 }
 
 // TestCommitResultParts: a commit's actual units and cost are its own part
-// (its usage), the settled figures the hold's totals, and a partial commit
-// returns nothing (released 0) though the stored hold counts what it took.
+// (its usage), the settled figures the reservation's totals, and a partial commit
+// returns nothing (released 0) though the stored reservation counts what it took.
 func TestCommitResultParts(t *testing.T) {
 	t.Parallel()
 	p := func(v int64) *int64 { return &v }
@@ -72,9 +72,9 @@ func TestCommitResultParts(t *testing.T) {
 	}
 }
 
-// extendHot is holdHot with an extend script that records its command.
+// extendHot is reservationHot with an extend script that records its command.
 type extendHot struct {
-	*holdHot
+	*reservationHot
 	got []ExtendCommand
 }
 
@@ -83,10 +83,10 @@ func (h *extendHot) Extend(_ context.Context, cmd ExtendCommand) (MutationResult
 	return h.settle(cmd.Customer, cmd.ReservationID, cmd.OpID, ReservationActive)
 }
 
-// TestExtendAndPartialRouting: a prolongation of a hold the Redis index
+// TestExtendAndPartialRouting: a prolongation of a reservation the Redis index
 // describes runs one extend script with the new expiry and no units, and
 // reads nothing from Postgres; an extend or a partial commit of a
-// multi-metric hold, and an extend of a hold Postgres shows finalized,
+// multi-metric reservation, and an extend of a reservation Postgres shows finalized,
 // are refused before any script runs.
 func TestExtendAndPartialRouting(t *testing.T) {
 	cases := []struct {
@@ -99,9 +99,9 @@ func TestExtendAndPartialRouting(t *testing.T) {
 		wantRuns  int
 	}{
 		{name: "prolong from Redis", described: true, wantRuns: 1},
-		{name: "extend a multi-metric hold", described: true, items: true, wantErr: ErrPartialMulti},
-		{name: "partial commit of a multi-metric hold", described: true, items: true, partial: true, wantErr: ErrPartialMulti},
-		{name: "extend a hold Postgres shows committed", pgStatus: ReservationCommitted, wantErr: ErrReservationNotActive},
+		{name: "extend a multi-metric reservation", described: true, items: true, wantErr: ErrPartialMulti},
+		{name: "partial commit of a multi-metric reservation", described: true, items: true, partial: true, wantErr: ErrPartialMulti},
+		{name: "extend a reservation Postgres shows committed", pgStatus: ReservationCommitted, wantErr: ErrReservationNotActive},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,16 +115,16 @@ func TestExtendAndPartialRouting(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := uuid.New()
-			pg := &postgresHolds{key: key, hold: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
+			pg := &postgresReservations{key: key, reservation: Reservation{ID: id, TenantID: key.TenantID, CustomerID: key.CustomerID,
 				Environment: key.Environment, BillableMetricKey: "m", Status: tc.pgStatus}}
 			credits := NewCredits(customers, versionBlocks{}, pg, clock, nil)
-			ref := HoldRef{Customer: key, Metric: "m"}
+			ref := ReservationRef{Customer: key, Metric: "m"}
 			if tc.items {
-				ref = HoldRef{Customer: key, Items: []ReservationItem{{BillableMetricKey: "m", EstimatedUnits: 1}, {BillableMetricKey: "n", EstimatedUnits: 1}}}
+				ref = ReservationRef{Customer: key, Items: []ReservationItem{{BillableMetricKey: "m", EstimatedUnits: 1}, {BillableMetricKey: "n", EstimatedUnits: 1}}}
 			}
-			hot := &extendHot{holdHot: &holdHot{ref: ref, described: tc.described}}
+			hot := &extendHot{reservationHot: &reservationHot{ref: ref, described: tc.described}}
 			svc := NewReservations(ReservationsDeps{Entitlements: NewEntitlements(EntitlementsDeps{Customers: customers, Credits: credits, Hot: hot, Clock: clock}),
-				Credits: credits, Customers: customers, Hot: hot, Holds: pg, Clock: clock})
+				Credits: credits, Customers: customers, Hot: hot, Reservations: pg, Clock: clock})
 			scope, tenant := Scope{TenantID: key.TenantID, Environment: key.Environment}, Tenant{ID: key.TenantID}
 			var err error
 			if tc.partial {

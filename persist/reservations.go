@@ -16,11 +16,11 @@ import (
 	"github.com/creditd/creditd/engine"
 )
 
-// Reservations (holds) and gauge counters: two Mutation sections the
+// Reservations (reservations) and gauge counters: two Mutation sections the
 // persister writes in Apply's transaction, and the reads of them (the
 // reservation API and the rebuild).
 
-var _ engine.HoldReader = (*Store)(nil)
+var _ engine.ReservationReader = (*Store)(nil)
 
 func init() {
 	sectionWriters = append(sectionWriters,
@@ -29,15 +29,15 @@ func init() {
 	)
 }
 
-// FinalizedHoldWindow is how long after its commit, release or expiry a
-// hold is still loaded into Redis by a rebuild, so a second commit or
+// FinalizedReservationWindow is how long after its commit, release or expiry a
+// reservation is still loaded into Redis by a rebuild, so a second commit or
 // release of it still answers 409 rather than 404.
-const FinalizedHoldWindow = 24 * time.Hour
+const FinalizedReservationWindow = 24 * time.Hour
 
-// upsertReservationsSQL keeps a hold's stored metadata when the incoming
-// row has none: a release or expiry Mutation does not carry the hold's
+// upsertReservationsSQL keeps a reservation's stored metadata when the incoming
+// row has none: a release or expiry Mutation does not carry the reservation's
 // metadata (invariant 13), only the reserve and a commit that merges into it.
-// A multi-metric hold's items likewise: a release does not carry them.
+// A multi-metric reservation's items likewise: a release does not carry them.
 const upsertReservationsSQL = `INSERT INTO reservations AS r
 	(id, tenant_id, customer_id, environment, billable_metric_key, estimated_units, estimated_cost,
 	 actual_units, actual_cost, released, status, reference_id, expires_at, metadata, created_at,
@@ -115,7 +115,7 @@ func queueReservations(b *pgx.Batch, ms []engine.Mutation) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	// The newest metadata of each hold in the batch, for a newest state
+	// The newest metadata of each reservation in the batch, for a newest state
 	// whose Mutation (a release) does not carry it.
 	metaOf := map[uuid.UUID]json.RawMessage{}
 	metaVersion := map[uuid.UUID]int64{}
@@ -264,8 +264,8 @@ func scanReservation(row pgx.Row) (engine.Reservation, error) {
 	return r, nil
 }
 
-// GetReservation reads hold id in any tenant and environment (the API
-// checks the tenant; holds are not environment scoped); engine.ErrNotFound
+// GetReservation reads reservation id in any tenant and environment (the API
+// checks the tenant; reservations are not environment scoped); engine.ErrNotFound
 // when Postgres does not hold it.
 func (s *Store) GetReservation(ctx context.Context, tenant, id uuid.UUID) (engine.Reservation, error) {
 	r, err := scanReservation(s.pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM reservations
@@ -279,7 +279,7 @@ func (s *Store) GetReservation(ctx context.Context, tenant, id uuid.UUID) (engin
 	return r, nil
 }
 
-// ListReservations pages customer's holds newest first (created_at DESC,
+// ListReservations pages customer's reservations newest first (created_at DESC,
 // id DESC), only those with status when it is non-empty. limit is 1..100
 // (validated by the caller); a bad cursor is engine.BadRequest("cursor").
 func (s *Store) ListReservations(ctx context.Context, c engine.CustomerKey, status string, cursor string, limit int) (engine.Page[engine.Reservation], error) {
@@ -325,10 +325,10 @@ func (s *Store) ReservationCustomer(ctx context.Context, tenant, id uuid.UUID) (
 	return c, nil
 }
 
-// fillHolds adds to each state in index its reservations and gauges, in
-// the rebuild's snapshot tx: holds still active and those finalized at or
+// fillReservations adds to each state in index its reservations and gauges, in
+// the rebuild's snapshot tx: reservations still active and those finalized at or
 // after finalizedSince (oldest first), and every gauge counter.
-func fillHolds(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, finalizedSince time.Time) error {
+func fillReservations(ctx context.Context, tx pgx.Tx, index map[uuid.UUID]*engine.AccountState, ids []uuid.UUID, finalizedSince time.Time) error {
 	rows, err := tx.Query(ctx, `SELECT customer_id, id, billable_metric_key, estimated_units, estimated_cost,
 			actual_units, actual_cost, released, status, expires_at, metadata, created_at, committed_at, released_at
 		FROM reservations
@@ -397,9 +397,9 @@ func msOf(t *time.Time) *int64 {
 	return &ms
 }
 
-// finalizedSince is the cutoff of finalized holds a rebuild loads. Callers
+// finalizedSince is the cutoff of finalized reservations a rebuild loads. Callers
 // pass appliedSince = now - engine.AppliedRetention (the engine's rule), so
-// the cutoff is now - FinalizedHoldWindow, derived without a clock of our own.
+// the cutoff is now - FinalizedReservationWindow, derived without a clock of our own.
 func finalizedSince(appliedSince time.Time) time.Time {
-	return appliedSince.Add(engine.AppliedRetention - FinalizedHoldWindow)
+	return appliedSince.Add(engine.AppliedRetention - FinalizedReservationWindow)
 }

@@ -40,9 +40,9 @@ func (b bundle) ledgerSum(t *testing.T, c engine.CustomerKey) int64 {
 
 // TestPartialCommitThenCommit: a partial commit charges its units like a
 // commit (one consumption entry, usage with the reservation, kind commit)
-// and keeps the hold active with what it still holds less their cost; a
-// part costing more than the hold takes the rest from the free balance;
-// the final commit's units are its own part, the hold's actual units the
+// and keeps the reservation active with what it still holds less their cost; a
+// part costing more than the reservation takes the rest from the free balance;
+// the final commit's units are its own part, the reservation's actual units the
 // total, and the books balance after each step (invariant 1). A replay
 // answers the first result (invariant 4).
 func TestPartialCommitThenCommit(t *testing.T) {
@@ -84,7 +84,7 @@ func TestPartialCommitThenCommit(t *testing.T) {
 			t.Errorf("due after partial commit: %v", due)
 		}
 
-		// 4 units cost 40, more than the 30 held: the hold is used up and 10
+		// 4 units cost 40, more than the 30 held: the reservation is used up and 10
 		// comes from the free balance; it stays active.
 		res, err = b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 4, perUnitTerms(10), t0.Add(2*time.Minute)))
 		if err != nil {
@@ -109,13 +109,13 @@ func TestPartialCommitThenCommit(t *testing.T) {
 			t.Errorf("ledger sum %d, balance %d", sum, m.Account.Balance)
 		}
 		if _, err := b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 1, perUnitTerms(10), t0.Add(4*time.Minute))); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("partial commit of a committed hold: %v", err)
+			t.Errorf("partial commit of a committed reservation: %v", err)
 		}
 	})
 }
 
 // TestPartialCommitThenRelease: a release after a partial commit returns
-// only what the hold still holds; the settled part stays charged.
+// only what the reservation still holds; the settled part stays charged.
 func TestPartialCommitThenRelease(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -143,7 +143,7 @@ func TestPartialCommitThenRelease(t *testing.T) {
 	})
 }
 
-// TestPartialCommitRefusals: under block a part past the hold plus the
+// TestPartialCommitRefusals: under block a part past the reservation plus the
 // free balance is refused and changes nothing but the outbox; a partial
 // commit of 0 units is the script's BADARG (the API's 422 is engine's,
 // guards_test.go) and changes nothing.
@@ -154,22 +154,22 @@ func TestPartialCommitRefusals(t *testing.T) {
 		c, _ := b.funded(t)
 		rc := reserveCmd(c, 3, perUnitTerms(10), 30*time.Minute, t0)
 		b.reserve(t, rc)
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		pc := partialCmd(c, rc.ReservationID, 11, perUnitTerms(10), t0)
 		pc.Context.Policy = engine.OveragePolicyBlock
 		if _, err := b.store.Commit(ctx, pc); !errors.Is(err, engine.ErrInsufficientCredits) {
-			t.Errorf("partial commit past hold and free balance: %v", err)
+			t.Errorf("partial commit past reservation and free balance: %v", err)
 		}
 		if _, err := b.store.Commit(ctx, partialCmd(c, rc.ReservationID, 0, perUnitTerms(10), t0)); !isBadArg(err) {
 			t.Errorf("partial commit of 0 units: %v, want BADARG", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 	})
 }
 
-// TestExtendTopsUpAndProlongs: an extend raises the hold and the reserved
+// TestExtendTopsUpAndProlongs: an extend raises the reservation and the reserved
 // balance by the additional units' cost, refuses (changing nothing but the
 // outbox) when the effective balance cannot cover it, moves the expiry and
 // the sweep's schedule later, never earlier, and answers a replay with its
@@ -201,7 +201,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 			t.Errorf("extend replay: %v %+v", err, rr)
 		}
 
-		before := b.holdDump(t, c)
+		before := b.reservationDump(t, c)
 		short := extendCmd(c, rc.ReservationID, 1, perUnitTerms(10), time.Time{}, t0.Add(time.Minute))
 		short.Context.Policy = engine.OveragePolicyBlock
 		if _, err := b.store.Extend(ctx, short); !errors.Is(err, engine.ErrInsufficientCredits) {
@@ -210,7 +210,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 		if _, err := b.store.Extend(ctx, extendCmd(c, rc.ReservationID, 0, perUnitTerms(10), rc.ExpiresAt.Add(-time.Second), t0.Add(time.Minute))); !errors.Is(err, engine.ErrReservationShorter) {
 			t.Errorf("extend to an earlier expiry: %v", err)
 		}
-		if after := b.holdDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
+		if after := b.reservationDump(t, c); withoutOutbox(after) != withoutOutbox(before) {
 			t.Errorf("refusals changed state:\n%s\n->\n%s", before, after)
 		}
 
@@ -228,7 +228,7 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 		if due, _ := b.store.DueReservations(ctx, p, later, 10); len(due) != 1 {
 			t.Errorf("due at the new expiry: %v", due)
 		}
-		// A commit at the old expiry still settles: the hold is not expired.
+		// A commit at the old expiry still settles: the reservation is not expired.
 		res, err = b.store.Commit(ctx, commitCmd(c, rc.ReservationID, 9, perUnitTerms(10), rc.ExpiresAt.Add(time.Minute)))
 		if err != nil {
 			t.Fatalf("commit after the old expiry: %v", err)
@@ -237,12 +237,12 @@ func TestExtendTopsUpAndProlongs(t *testing.T) {
 			t.Errorf("commit after extend account %+v", a)
 		}
 		if _, err := b.store.Extend(ctx, extendCmd(c, rc.ReservationID, 1, perUnitTerms(1), time.Time{}, t0.Add(3*time.Minute))); !errors.Is(err, engine.ErrReservationNotActive) {
-			t.Errorf("extend of a committed hold: %v", err)
+			t.Errorf("extend of a committed reservation: %v", err)
 		}
 	})
 }
 
-// TestExtendAfterExpiry: a hold past its expires_at (not yet swept)
+// TestExtendAfterExpiry: a reservation past its expires_at (not yet swept)
 // cannot be extended, as it cannot be committed.
 func TestExtendAfterExpiry(t *testing.T) {
 	t.Parallel()
@@ -257,11 +257,11 @@ func TestExtendAfterExpiry(t *testing.T) {
 	})
 }
 
-// TestLoadRestoresPartiallyCommittedHold: a hold loaded from Postgres as a
+// TestLoadRestoresPartiallyCommittedReservation: a reservation loaded from Postgres as a
 // partial commit left it (act units and cost settled, released the part
 // taken) holds only the rest: its final commit returns that rest and
 // totals every part (invariant 5).
-func TestLoadRestoresPartiallyCommittedHold(t *testing.T) {
+func TestLoadRestoresPartiallyCommittedReservation(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
 		c := newCustomer()

@@ -1,6 +1,6 @@
--- holds.lua owns a reservation's (hold's) encoding in the account hash and
--- in the Mutation JSON, and how a script stores a hold back into the
--- account it read, so the hold scripts share one format.
+-- reservations.lua owns a reservation's encoding in the account hash and
+-- in the Mutation JSON, and how a script stores a reservation back into the
+-- account it read, so the reservation scripts share one format.
 
 -- Reservation encoding (the value of field "r:<reservation id>"), eleven
 -- fields joined by "|", the last one free text:
@@ -10,9 +10,9 @@
 -- active); actual units and cost "" until committed or partially
 -- committed (while active: the units and cost settled so far; once
 -- committed: the totals of every part); released, while active, the part
--- of est cost partial commits took from the hold (0 without one), once
+-- of est cost partial commits took from the reservation (0 without one), once
 -- finalized the money the final commit, release or expiry returned; metric a metric key (never holds "|"); meta "" (older
--- hashes kept the metadata JSON here; it is still read): a hold's metadata
+-- hashes kept the metadata JSON here; it is still read): a reservation's metadata
 -- lives in field "n:<reservation id>", which acct_read skips like block
 -- metadata. A finalized reservation stays RES_KEEP_MS,
 -- so a quick second commit or release answers 409 without Postgres; after
@@ -22,7 +22,7 @@ local RES_KEEP_MS = 10 * 60 * 1000
 local RES_CODE = {active = 'a', committed = 'c', released = 'r', expired = 'e'}
 local RES_NAME = {a = 'active', c = 'committed', r = 'released', e = 'expired'}
 
--- A hold table r carries, beside its values, text already at hand for
+-- A reservation table r carries, beside its values, text already at hand for
 -- them (res_txt): t.<name> is the text of r.<name> while k.<name> is that
 -- same value (a script that replaces the value leaves a stale text
 -- unused). res_dec keeps the stored texts, the scripts add the texts Go
@@ -30,7 +30,7 @@ local RES_NAME = {a = 'active', c = 'committed', r = 'released', e = 'expired'}
 -- sprintf cost ~2,500 instructions, b36_enc a Lua loop.
 local function res_txt(r, name, fmt)
   local v, k = r[name], r.k
-  -- A hold table without texts (k nil) is formatted every time.
+  -- A reservation table without texts (k nil) is formatted every time.
   if not k then return fmt(v) end
   if k[name] == v then return r.t[name] end
   local s = fmt(v)
@@ -52,7 +52,7 @@ local function arg_txt(s)
   return nil
 end
 
--- B36_N, B36_S: the last instant b36_enc wrote for res_enc (a hold's
+-- B36_N, B36_S: the last instant b36_enc wrote for res_enc (a reservation's
 -- created and finalized instants are its script's now).
 local B36_N, B36_S = nil, nil
 local function now_b36(n)
@@ -102,7 +102,7 @@ local function res_enc(r)
     rel .. '|' .. r.metric .. '|'
 end
 
--- res_get decodes the hold id stored as raw with its metadata (field
+-- res_get decodes the reservation id stored as raw with its metadata (field
 -- "n:<id>", which acct_read read as an extra, or inline in an older hash).
 local function res_get(a, id, raw)
   local r = res_dec(id, raw)
@@ -114,7 +114,7 @@ local function res_get(a, id, raw)
   return r
 end
 
--- res_put stores hold r in a, to be written by acct_commit with its
+-- res_put stores reservation r in a, to be written by acct_commit with its
 -- metadata.
 local function res_put(a, r)
   -- Metadata as field "n:<id>" already holds it (res_get) is not written
@@ -122,7 +122,7 @@ local function res_put(a, r)
   local meta = r.meta
   if meta == r.meta_n then meta = '' end
   a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, meta
-  -- Every res_put either opens a hold (reserve) or finalizes an active
+  -- Every res_put either opens a reservation (reserve) or finalizes an active
   -- one (commit, release): the active count and the kept list follow.
   if r.status == 'active' then
     a.active = a.active + 1
@@ -133,7 +133,7 @@ local function res_put(a, r)
   end
 end
 
--- res_update stores active hold r in a again after an extend or a partial
+-- res_update stores active reservation r in a again after an extend or a partial
 -- commit: it stays active, so the active count and the kept list stay.
 local function res_update(a, r)
   local meta = r.meta
@@ -141,7 +141,7 @@ local function res_update(a, r)
   a.res[r.id], a.res_dirty[r.id], a.res_meta[r.id] = res_enc(r), true, meta
 end
 
--- res_held is what active hold r still holds: its estimated cost less what
+-- res_held is what active reservation r still holds: its estimated cost less what
 -- partial commits took from it (r.released while active, see res_enc).
 local function res_held(r)
   if m_pos(r.released) then return m_sub(r.est_cost, r.released) end
@@ -162,7 +162,7 @@ local function res_json_head(r)
   end
   local rel
   if r.released == r.est_cost then rel = res_txt(r, 'est_cost', m_fmt) else rel = res_txt(r, 'released', m_fmt) end
-  -- A multi-metric hold's item list (JSON text), set by reserve_multi.lua
+  -- A multi-metric reservation's item list (JSON text), set by reserve_multi.lua
   -- and commit_multi.lua only: Redis does not store it.
   if r.items then items = ',"items":' .. r.items end
   return '{"id":"' .. r.id .. '","metric":' .. j_str(r.metric) .. ',"est_units":' .. res_txt(r, 'est_units', m_fmt) ..
@@ -173,7 +173,7 @@ end
 
 -- res_final is when the encoded reservation was finalized (ms), nil while
 -- it is active: one pattern match, not a whole res_dec, because every
--- script checks every kept hold.
+-- script checks every kept reservation.
 local function res_final(raw)
   if string.byte(raw, 1) == 97 then return nil end -- 'a': active
   local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
@@ -181,7 +181,7 @@ local function res_final(raw)
   return b36_dec(f)
 end
 
--- res_member is the partition hold-expiry zset member of a reservation.
+-- res_member is the partition reservation-expiry zset member of a reservation.
 local function res_member(tenant, env, customer, id)
   return tenant .. '|' .. env .. '|' .. customer .. '|' .. id
 end

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// TestHoldsSettleWithoutPostgres: with the persister off, so Postgres holds
-// none of the holds, commit (single, zero units, multi-metric, with and
-// without metadata) and release of active holds answer from Redis at once
+// TestReservationsSettleWithoutPostgres: with the persister off, so Postgres holds
+// none of the reservations, commit (single, zero units, multi-metric, with and
+// without metadata) and release of active reservations answer from Redis at once
 // (a wait for Postgres to catch up would take its 2 s bound and then find
-// nothing), a second commit or release is the 409 of the kept hold, and
+// nothing), a second commit or release is the 409 of the kept reservation, and
 // once the persister runs Postgres holds what they answered.
-func TestHoldsSettleWithoutPostgres(t *testing.T) {
+func TestReservationsSettleWithoutPostgres(t *testing.T) {
 	s := NewStack(t, WithoutStart())
 	a := s.as(t, s.NewTenant(uniq("hothold")).Live)
 	m1, m2 := a.perUnit(10), a.perUnit(7)
@@ -21,7 +21,7 @@ func TestHoldsSettleWithoutPostgres(t *testing.T) {
 	single := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 30,
 		"metadata": map[string]any{"a": 1}})["id"].(string)
 	zero := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m1, "estimated_units": 5})["id"].(string)
-	multi := a.reserve(map[string]any{"customer_id": id, "items": holdItems(m1, 3, m2, 10)})["id"].(string)
+	multi := a.reserve(map[string]any{"customer_id": id, "items": reservationItems(m1, 3, m2, 10)})["id"].(string)
 	released := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": m2, "estimated_units": 2})["id"].(string)
 
 	ctx := context.Background()
@@ -85,6 +85,6 @@ func TestHoldsSettleWithoutPostgres(t *testing.T) {
 		}
 	}
 	if c := a.credits(id); Int(t, c["balance"]) != 750 || Int(t, c["reserved_balance"]) != 0 {
-		t.Errorf("account after the holds: %v", c)
+		t.Errorf("account after the reservations: %v", c)
 	}
 }
