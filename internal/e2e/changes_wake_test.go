@@ -51,8 +51,11 @@ func TestChangeStreamsWoken(t *testing.T) {
 		p50, p95 := lat[len(lat)/2], lat[(len(lat)*95+99)/100-1]
 		t.Logf("%s: %d grants, p50 %v, p95 %v, max %v", where, len(lat), p50.Round(time.Millisecond),
 			p95.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
-		if p50 > 150*time.Millisecond {
-			t.Errorf("%s: grant to stream p50 %v, want well under the old poll (<= 150 ms; the persister's linger is 100 ms of it)", where, p50)
+		// The poll is an hour, so every grant that arrived came by a wake;
+		// how fast is bench/'s to measure (a loaded box stretches it), and
+		// this bound only tells a wake from a lost one retried by luck.
+		if p50 > time.Second {
+			t.Errorf("%s: grant to stream p50 %v, want a wake's (under 1 s; the persister's linger is 100 ms of it)", where, p50)
 		}
 	}
 
