@@ -318,8 +318,8 @@ func (s *Store) CreateCustomer(ctx context.Context, c engine.Customer) error {
 	if err != nil {
 		return fmt.Errorf("persist: create customer: %w", err)
 	}
-	err = s.withPoolLock(ctx, c, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
+	err = s.withPoolLock(ctx, c, func(db execer) error {
+		_, err := db.Exec(ctx, `INSERT INTO customers (`+customerColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 			c.ID, c.TenantID, string(c.Environment), c.ExternalID, c.DisplayName, policyParam(c.OveragePolicy),
 			c.LowBalanceThresholdMC, meta, c.CreatedAt, c.UpdatedAt, c.DeletedAt, c.CreditLimitMC, budgetsJSON(c.Budgets),
@@ -350,8 +350,8 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 		return fmt.Errorf("persist: update customer: %w", err)
 	}
 	var rows int64
-	err = s.withPoolLock(ctx, c, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
+	err = s.withPoolLock(ctx, c, func(db execer) error {
+		tag, err := db.Exec(ctx, `UPDATE customers SET display_name = $4, overage_policy = $5,
 			low_balance_threshold_mc = $6, metadata = $7, updated_at = $8, credit_limit_mc = $9,
 			budgets = $10, parent_id = $11, parent_draw_limit = $12
 		WHERE id = $1 AND tenant_id = $2 AND environment = $3 AND deleted_at IS NULL`,
@@ -373,17 +373,22 @@ func (s *Store) UpdateCustomer(ctx context.Context, c engine.Customer) error {
 	return nil
 }
 
-// withPoolLock runs write (c's insert or update) in a transaction that,
-// when c has a parent, first locks the parent's row and c's (in id order,
+// execer is what a customer write needs of a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// withPoolLock runs write (c's insert or update): as one statement when c
+// has no parent, else in a transaction that first locks the parent's row and c's (in id order,
 // so two writers never wait on each other in a cycle) and then checks what
 // the engine checked before it: the parent has no parent and c no child.
 // Two requests each joining one level (A under B, B under C) both pass the
 // engine's checks, which read before either writes; under the locks the
 // second sees the first's committed row and is refused, so no pool is ever
 // two levels deep (TestPoolChainRace).
-func (s *Store) withPoolLock(ctx context.Context, c engine.Customer, write func(pgx.Tx) error) error {
+func (s *Store) withPoolLock(ctx context.Context, c engine.Customer, write func(execer) error) error {
 	if c.ParentID == nil {
-		return pgx.BeginFunc(ctx, s.pool, write)
+		return write(s.pool)
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM customers WHERE tenant_id = $1 AND id = ANY($2)
