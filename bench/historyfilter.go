@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -92,10 +91,8 @@ func (b *Bench) historyFilter(ctx context.Context, api *API, pool *pgxpool.Pool,
 			if len(took) == 0 {
 				return nil, ctx.Err()
 			}
-			sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 			lat.Queries = len(took)
-			lat.P50Ms, lat.P99Ms, lat.MaxMs = ms(took[len(took)/2]), ms(took[(len(took)*99-1)/100]), ms(took[len(took)-1])
+			lat.P50Ms, lat.P99Ms, lat.MaxMs = percentileMs(took, 50), percentileMs(took, 99), percentileMs(took, 100)
 			out = append(out, lat)
 			logf("usage-report: history of %d entries, type=%s (%d match): p50 %.2f ms, p99 %.2f ms",
 				n, typ, lat.Matching, lat.P50Ms, lat.P99Ms)

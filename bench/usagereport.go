@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -152,10 +151,8 @@ func (b *Bench) usageReport(ctx context.Context, rows int64, queries int) {
 			fail(ctx.Err())
 			return
 		}
-		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		lat.Queries = len(took)
-		lat.P50Ms, lat.P99Ms, lat.MaxMs = ms(took[len(took)/2]), ms(took[(len(took)*99-1)/100]), ms(took[len(took)-1])
+		lat.P50Ms, lat.P99Ms, lat.MaxMs = percentileMs(took, 50), percentileMs(took, 99), percentileMs(took, 100)
 		out.Reports = append(out.Reports, lat)
 		logf("usage-report: %s: %d queries, %d buckets (%d B) per answer, p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 			g, lat.Queries, lat.Buckets, lat.Bytes, lat.P50Ms, lat.P99Ms, lat.MaxMs)
