@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -256,5 +257,9 @@ func (s *Store) loadLibraryOn(ctx context.Context, c redis.Cmdable) error {
 	if err != nil {
 		return errors.Join(errors.New("lua: load the creditd library"), err)
 	}
+	// A fresh load is when a node may hold older builds' libraries
+	// (library_prune.go).
+	s.noteLibraryLoad(ctx, time.Now())
+	s.pruneLibraries(ctx, c)
 	return nil
 }

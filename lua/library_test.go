@@ -3,6 +3,9 @@ package lua
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +151,69 @@ func TestScriptMutationsTakeTheFastPath(t *testing.T) {
 	}
 	if len(kinds) < 7 {
 		t.Fatalf("only %d kinds of mutation seen: %v", len(kinds), kinds)
+	}
+}
+
+// TestLibraryLoadPrunesOldBuilds: a fresh load keeps this build's library
+// and the libraryKeep-1 most recently loaded others and deletes older
+// ones (an unrecorded build counts as the oldest); a deleted build that
+// still runs loads its library again on its next call.
+func TestLibraryLoadPrunesOldBuilds(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	// Five older builds: a one-function library each, three recorded with
+	// their load times (b2 the newest) and two never recorded.
+	olds := []string{"0000000000b0", "0000000000b1", "0000000000b2", "0000000000u0", "0000000000u1"}
+	for _, v := range olds {
+		src := "#!lua name=" + libraryPrefix + v + "\nredis.register_function('creditd_ping_" + v + "', function() return 'pong' end)"
+		if err := rdb.FunctionLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.HSet(ctx, libraryRegistry, "0000000000b0", 1000, "0000000000b1", 2000, "0000000000b2", 3000)
+
+	s := NewStore(rdb, "prune")
+	c := newCustomer()
+	if ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0); err != nil || !ok {
+		t.Fatalf("load: %v %v", ok, err)
+	}
+	if _, err := s.Grant(ctx, grantCmd(c, 1000, t0)); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: libraryPrefix + "*"}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range libs {
+			out = append(out, strings.TrimPrefix(l.Name, libraryPrefix))
+		}
+		sort.Strings(out)
+		return out
+	}
+	want := []string{"0000000000b1", "0000000000b2", library().version}
+	sort.Strings(want)
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("libraries after a fresh load: %v, want %v", got, want)
+	}
+	if n, _ := rdb.HExists(ctx, libraryRegistry, "0000000000b0").Result(); n {
+		t.Errorf("the registry still names the deleted build b0")
+	}
+	if at, _ := rdb.HGet(ctx, libraryRegistry, library().version).Int64(); at == 0 {
+		t.Errorf("the registry lacks this build's load time")
+	}
+	// This build's library deleted under it (a newer build pruned it): the
+	// next call loads it again.
+	if err := rdb.FunctionDelete(ctx, libraryPrefix+library().version).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Grant(ctx, grantCmd(c, 1000, t0)); err != nil {
+		t.Fatalf("grant after this build's library was deleted: %v", err)
+	}
+	if got := names(); !slices.Contains(got, library().version) {
+		t.Fatalf("libraries after the reload: %v, want this build's", got)
 	}
 }
