@@ -48,13 +48,40 @@ local function acct_field(a, f, v)
   end
 end
 
+-- acct_wanted reports whether field f of an account hash is decoded by
+-- acct_read_all (not a layout v2 field, which marks a as having them, nor
+-- a block's or reservation's metadata).
+local function acct_wanted(a, f)
+  local kind = ACCT_NAME[f]
+  if kind == 4 then
+    -- Layout v2 fields: rebuilt by acct_commit, never read here.
+    a.layout = true
+    return false
+  elseif kind then
+    return true
+  end
+  local k1, k2 = string.byte(f, 1, 2)
+  return k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N)
+end
+
 -- acct_read_all loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
--- limit) instead of HGETALL, so metadata is never copied into the script.
+-- limit) instead of HGETALL, so metadata is never copied into the script;
+-- but a hash of fewer than n fields (acct_read's HLEN: a small account,
+-- whose metadata is a few fields at most) in one HGETALL, a redis.call
+-- fewer on the most common account.
 -- The slow path of acct_read: every block decoded, every reservation counted.
-local function acct_read_all(key)
-  local names = redis.call('HKEYS', key)
-  if #names == 0 then return nil end
+local function acct_read_all(key, n)
+  local names, vals = nil, nil
+  if n and n < LAYOUT_MIN_ITEMS + 5 then
+    local kv = redis.call('HGETALL', key)
+    if #kv == 0 then return nil end
+    names, vals = {}, {}
+    for i = 1, #kv, 2 do names[#names + 1], vals[#vals + 1] = kv[i], kv[i + 1] end
+  else
+    names = redis.call('HKEYS', key)
+    if #names == 0 then return nil end
+  end
   -- The members set later are named too (nil), so the table is made at
   -- its final size: each growth past a power of two rehashes every member.
   local a = {key = key, id = '', t = '', e = '', v = 0, rs = MONEY_ZERO, le = MONEY_ZERO, d = MONEY_ZERO,
@@ -62,23 +89,20 @@ local function acct_read_all(key)
     res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
     le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
     exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
-  local want = {}
-  for _, f in ipairs(names) do
-    local kind = ACCT_NAME[f]
-    if kind == 4 then
-      -- Layout v2 fields: rebuilt by acct_commit, never read here.
-      a.layout = true
-    elseif kind then
-      want[#want + 1] = f
-    else
-      local k1, k2 = string.byte(f, 1, 2)
-      if k2 ~= BYTE_COLON or (k1 ~= BYTE_M and k1 ~= BYTE_N) then want[#want + 1] = f end
+  if vals then
+    for i, f in ipairs(names) do
+      if acct_wanted(a, f) then acct_field(a, f, vals[i]) end
     end
-  end
-  for first = 1, #want, 1000 do
-    local last = math.min(first + 999, #want)
-    local vals = redis.call('HMGET', key, unpack(want, first, last))
-    for i = first, last do acct_field(a, want[i], vals[i - first + 1]) end
+  else
+    local want = {}
+    for _, f in ipairs(names) do
+      if acct_wanted(a, f) then want[#want + 1] = f end
+    end
+    for first = 1, #want, 1000 do
+      local last = math.min(first + 999, #want)
+      local got = redis.call('HMGET', key, unpack(want, first, last))
+      for i = first, last do acct_field(a, want[i], got[i - first + 1]) end
+    end
   end
   for id, raw in pairs(a.res) do
     local final = res_final(raw)
@@ -202,11 +226,15 @@ do
     -- HLEN first (O(1)): a hash of fewer fields than the account fields and
     -- LAYOUT_MIN_ITEMS blocks or reservations has no layout v2 fields, so it goes
     -- straight to the slow path, which is short for it.
-    if not full and redis.call('HLEN', key) >= LAYOUT_MIN_ITEMS + 5 then
-      local a = acct_read_summary(key, now, extras, scoped_fast)
-      if a then return a end
+    local n = nil
+    if not full then
+      n = redis.call('HLEN', key)
+      if n >= LAYOUT_MIN_ITEMS + 5 then
+        local a = acct_read_summary(key, now, extras, scoped_fast)
+        if a then return a end
+      end
     end
-    local a = acct_read_all(key)
+    local a = acct_read_all(key, n)
     if not a then return nil end
     for _, name in ipairs(extras) do
       local k1, k2 = string.byte(name, 1, 2)
