@@ -184,6 +184,37 @@ func TestProfileWorst(t *testing.T) {
 				}
 			})
 		}
+		// The bench's "consume through every tier" (bench/worst.go): a
+		// graduated rule of engine.MaxTiers tiers, units past the last,
+		// with the largest metadata; then each apart.
+		tiers := make([]engine.Tier, engine.MaxTiers)
+		for i := range tiers {
+			tiers[i] = engine.Tier{UnitCost: int64(1 + i%7), FlatCost: int64(i % 3)}
+			if i < len(tiers)-1 {
+				up := int64(i + 1)
+				tiers[i].UpTo = &up
+			}
+		}
+		tiered := engine.RuleTerms{CostType: engine.CostTiered, TierConfig: &engine.TierConfig{Mode: engine.TierGraduated, Tiers: tiers}}
+		for _, v := range []struct {
+			name  string
+			terms engine.RuleTerms
+			meta  bool
+		}{{"consume tiered with metadata", tiered, true}, {"consume tiered", tiered, false}, {"consume with metadata", terms, true}} {
+			timed(v.name, func() {
+				for i := 0; i < 5; i++ {
+					now = now.Add(time.Millisecond)
+					cmd := consumeCmd(c, engine.MaxTiers+50, v.terms, engine.OveragePolicyBlock, now)
+					cmd.IdempotencyKey = "k-" + uuid.NewString()
+					cmd.RequestHash = "rh"
+					if v.meta {
+						cmd.EntryMetadata = meta("c")
+					}
+					_, err := s.Consume(ctx, cmd)
+					must(err)
+				}
+			})
+		}
 		timed("consume", func() {
 			for i := 0; i < 5; i++ {
 				now = now.Add(time.Millisecond)
