@@ -174,18 +174,13 @@ func (p *inproc) checkAndConsume(b *testing.B, idem string, measure func(b *test
 }
 
 // BenchmarkLuaPrelude measures what a script costs Redis by itself: a bare
-// one-HGET script, the same HGET behind the prelude (lua/prelude/, which
-// every money and state script carries), and the snapshot script a check
-// runs, on a
+// one-HGET script and the same HGET behind the prelude (lua/prelude/, which
+// a script run by EVALSHA carries where the server has no Functions), on a
 // private redis-server so INFO commandstats holds only these calls:
 //
 //	go test ./bench -run '^$' -bench LuaPrelude
 func BenchmarkLuaPrelude(b *testing.B) {
 	prelude := lua.Prelude()
-	snapshot, err := os.ReadFile("../lua/snapshot.lua")
-	if err != nil {
-		b.Skip(err)
-	}
 	rdb := privateRedis(b)
 	ctx := context.Background()
 	// One account hash as the prelude encodes it: account fields and
@@ -199,7 +194,6 @@ func BenchmarkLuaPrelude(b *testing.B) {
 	for _, tc := range []struct{ name, src string }{
 		{"bare-hget", hgetScript},
 		{"prelude+hget", prelude + "\n" + hgetScript},
-		{"snapshot", prelude + "\n" + string(snapshot)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := redis.NewScript(tc.src)
