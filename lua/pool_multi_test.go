@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/creditd/creditd/engine"
 )
 
@@ -18,6 +20,15 @@ func poolMulti(child, parent engine.CustomerKey, policy engine.OveragePolicy, li
 	cmd.Pool = &engine.PoolDraw{Parent: parent, OpID: engine.PoolOpID(cmd.OpID), Limit: limit,
 		ParentContext: engine.MutationContext{ExternalID: "parent", Policy: engine.OveragePolicyBlock}}
 	return cmd
+}
+
+// grants is n grants of amount each, at priorities 0..n-1.
+func grants(n int, amount int64) []engine.GrantCommand {
+	out := make([]engine.GrantCommand, n)
+	for i := range out {
+		out[i] = scopedGrant(engine.CustomerKey{}, amount, i)
+	}
+	return out
 }
 
 // TestPoolConsumeMulti holds a child's multi-metric charge to docs/rules.md
@@ -78,6 +89,14 @@ func TestPoolConsumeMulti(t *testing.T) {
 		{"own, pool and line short refuses whole", []engine.GrantCommand{scopedGrant(engine.CustomerKey{}, 100, 0)},
 			[]engine.GrantCommand{scopedGrant(engine.CustomerKey{}, 500, 0)}, engine.OveragePolicyBlock, day, 20,
 			[][]engine.ConsumeLine{{a, line("b.calls", 71, perUnitTerms(1))}}, []bool{true}, 100, 500, 0, 0, 0},
+		// The parent's one block pays both items: one draw of it.
+		{"a parent's block paying two items", nil,
+			[]engine.GrantCommand{scopedGrant(engine.CustomerKey{}, 500, 0, "a.calls", "b.calls"), scopedGrant(engine.CustomerKey{}, 500, 1, "c.calls")},
+			engine.OveragePolicyBlock, nil, 0, [][]engine.ConsumeLine{{a, b}}, []bool{false}, 0, 870, 0, 130, 0},
+		// Ten blocks a side: both hashes read on the fast path, whose
+		// drain reads the blocks afresh from the hash.
+		{"fast path on both sides", grants(10, 10), grants(10, 50), engine.OveragePolicyBlock, day, 0,
+			[][]engine.ConsumeLine{{a, b}}, []bool{false}, 0, 470, 0, 30, 0},
 		{"allow: overage past the pool", []engine.GrantCommand{scopedGrant(engine.CustomerKey{}, 100, 0)},
 			[]engine.GrantCommand{scopedGrant(engine.CustomerKey{}, 10, 0)}, engine.OveragePolicyAllow, nil, 0,
 			[][]engine.ConsumeLine{{a, b}}, []bool{false}, 0, 0, 0, 10, 20},
@@ -102,6 +121,7 @@ func TestPoolConsumeMulti(t *testing.T) {
 				var last engine.Mutation
 				for i, items := range tt.charges {
 					before := bk.dump(t, parent) + bk.dump(t, child)
+					balBefore := bk.snapshot(t, child, t0).Balance
 					ob := len(bk.outbox(t, child))
 					res, err := bk.store.Consume(ctx, poolMulti(child, parent, tt.policy, tt.limit, tt.line, items...))
 					if refused := errors.Is(err, engine.ErrInsufficientCredits); refused != tt.wantRefused[i] {
@@ -115,6 +135,10 @@ func TestPoolConsumeMulti(t *testing.T) {
 						got := bk.outbox(t, child)
 						if len(got) != ob+1 || got[len(got)-1].Usage == nil || !got[len(got)-1].Usage.Refused {
 							t.Fatalf("refusal appended %d records, want one refusal record", len(got)-ob)
+						}
+						// The record shows the account as it stays.
+						if r := got[len(got)-1]; r.Account.Balance != balBefore || len(r.Entries) != 0 {
+							t.Errorf("refusal record balance %d, %d entries; want %d and none", r.Account.Balance, len(r.Entries), balBefore)
 						}
 						bk.rdb.XDel(ctx, bk.store.outboxKey(Partition(child.CustomerID)), lastOutboxID(t, bk, child))
 						if after := bk.dump(t, parent) + bk.dump(t, child); after != before {
@@ -153,6 +177,16 @@ func TestPoolConsumeMulti(t *testing.T) {
 							}
 							if e.Ref == nil || *e.Ref != child.CustomerID || e.Metric != nil {
 								t.Errorf("pool_draw entry ref %v metric %v, want the child and no metric", e.Ref, e.Metric)
+							}
+							seen := map[uuid.UUID]bool{}
+							for _, d := range e.Draws {
+								if seen[d.BlockID] {
+									t.Errorf("pool_draw entry draws block %s twice: %+v", d.BlockID, e.Draws)
+								}
+								seen[d.BlockID] = true
+							}
+							if e.BlockID == nil && len(e.Draws) == 0 && e.Delta != 0 {
+								t.Errorf("pool_draw entry %+v names no block", e)
 							}
 							if i+1 >= len(ms) || ms[i+1].CustomerID != child.CustomerID || ms[i+1].Usage == nil ||
 								ms[i+1].Usage.Pool != -e.Delta {
