@@ -60,8 +60,9 @@ type ConsumeCommand struct {
 	Policy        OveragePolicy
 	EntryMetadata Metadata
 	Context       MutationContext
-	// Pool, when set, lets a single-metric charge draw on the customer's
-	// parent once its own credit is short (docs/rules.md "Shared pools").
+	// Pool, when set, lets a charge (single- or multi-metric) draw on the
+	// customer's parent once its own credit is short (docs/rules.md
+	// "Shared pools").
 	Pool *PoolDraw
 	// AppliedCheckedAt is when (wall clock) the caller looked
 	// IdempotencyKey up in Postgres and found nothing; zero when it did not,

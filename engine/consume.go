@@ -297,6 +297,9 @@ func (s *Entitlements) multiConsumeCommand(ctx context.Context, scope Scope, ten
 	}
 	cmd := s.newConsume(c, tenant, idem, MeteringRule{}, 0, orEmpty(in.Metadata))
 	cmd.Metric, cmd.Units, cmd.Items = "", units, lines
+	if cmd.Pool, err = poolDraw(ctx, s.customers, c, tenant, cmd.OpID); err != nil {
+		return ConsumeCommand{}, err
+	}
 	return cmd, nil
 }
 

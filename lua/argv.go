@@ -138,12 +138,25 @@ type consumeMultiArgv struct {
 	Meta   string `lua:"entry_meta"`
 	N      string `lua:"n"`
 	Items  []itemArgv
+	// The pool of a child customer, as consumeArgv's, sent only for one.
+	Pool poolArgv `lua:",tail"`
+}
+
+// poolArgv is the pool of a child customer after a multi-metric
+// consume's items (engine.PoolDraw).
+type poolArgv struct {
+	Pool    string `lua:"pool_arg"`
+	PoolOp  string `lua:"pool_op"`
+	PoolCtx string `lua:"pool_ctx"`
 }
 
 func (a *consumeMultiArgv) list() []any {
-	out := append(a.start(12+3*len(a.Items)), a.Policy, a.Meta, a.N)
+	out := append(a.start(15+3*len(a.Items)), a.Policy, a.Meta, a.N)
 	for _, it := range a.Items {
 		out = append(out, it.Metric, it.Units, it.Terms)
+	}
+	if a.Pool.Pool != "" {
+		out = append(out, a.Pool.Pool, a.Pool.PoolOp, a.Pool.PoolCtx)
 	}
 	return out
 }

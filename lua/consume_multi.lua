@@ -23,9 +23,19 @@
 -- ARGV[12] n, the number of items (1..20)
 -- ARGV[13 + 3(i-1) ..] item i: metric key, units (decimal, >= 1), pricing
 --          terms (prelude terms_parse)
+-- ARGV[13 + 3n], ARGV[14 + 3n], ARGV[15 + 3n] optional: the pool of a
+--          child customer, the op id of the parent's Mutation and its
+--          context, as consume.lua's ARGV[15..17]
+--
+-- A child spends, item by item, its own blocks that apply to the item's
+-- metric, then its parent's that apply to it within its draw limit, then
+-- its credit line (prelude pool_items; docs/rules.md "Shared pools"): the
+-- parent's part is the parent's own Mutation (prelude pool_take, its
+-- pool_draw entry without a metric), appended before the child's, and
+-- usage.pool names it, as consume.lua's.
 --
 -- Reply: {"new", mutation JSON} or {"replay", stored Mutation JSON};
--- errors NOSTATE, MISMATCH, INSUFFICIENT (block), BUDGET, OVERFLOW (an item's
+-- errors NOSTATE, NOPOOLSTATE, MISMATCH, INSUFFICIENT (block), BUDGET, OVERFLOW (an item's
 -- cost, the total cost or the total units leave int64), BADTERMS, BADARG.
 local account_key, outbox_key, op_key = KEYS[1], KEYS[2], KEYS[3]
 local now = int_parse(ARGV[1])
@@ -33,7 +43,7 @@ local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local policy, entry_meta, n = ARGV[10], ARGV[11], tonumber(ARGV[12])
 
-if not now or not n or n < 1 or n > 20 or #ARGV ~= 12 + 3 * n or
+if not now or not n or n < 1 or n > 20 or (#ARGV ~= 12 + 3 * n and #ARGV ~= 15 + 3 * n) or
     (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
   return redis.error_reply('BADARG now, policy or items')
 end
@@ -46,11 +56,13 @@ for i = 1, n do
   end
   items[i] = {metric = metric, units = units, terms = terms}
 end
+local pool_arg, pool_op, pool_ctx = ARGV[13 + 3 * n] or '', ARGV[14 + 3 * n] or '', ARGV[15 + 3 * n] or ''
 
 local a = acct_read(account_key, now, {'o'})
 if not a then return redis.error_reply('NOSTATE no credit state for the customer') end
 local r = replay(op_key, request_hash, seen_keys(KEYS, 4))
 if r then return r end
+local pool = pool_of(account_key, pool_arg, now)
 
 local cost, units, items_j, bad = items_price(items, 'units', 'cost')
 if bad then return bad end
@@ -74,8 +86,17 @@ local charge, debt = cost, MONEY_ZERO
 -- An account holding scoped blocks charges each item from the blocks that
 -- apply to its metric (prelude scope_items), deciding as it drains.
 local entries, changed = {}, {}
-local draws = nil
-if a.scoped then
+local draws, pooled = nil, MONEY_ZERO
+if pool then
+  expire_due(a, now, entries, changed)
+  charge, debt, draws, pooled = pool_items(a, pool, now, items, effective, cost, line_of(ctx), policy == 'block', changed)
+  if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
+  if not charge then
+    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
+      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
+    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
+  end
+elseif a.scoped then
   expire_due(a, now, entries, changed)
   local avail = effective
   if not m_pos(avail) then avail = MONEY_ZERO end
@@ -97,7 +118,7 @@ elseif m_cmp(effective, cost) < 0 then
   charge = MONEY_ZERO
   if m_pos(effective) then charge = effective end
 end
-local overage = m_sub(m_sub(cost, charge), debt)
+local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
 local overage_field = nil
 if m_pos(overage) then overage_field = overage end
 
@@ -116,10 +137,15 @@ else
   m.open_meta = '{"items":' .. items_j .. ',' .. string.sub(entry_meta, 2)
 end
 
+-- The parent's Mutation goes first, as consume.lua's.
+if m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, nil, nil, pooled, pool_op, pool_ctx) end
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
-m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' .. m_fmt(m_add(charge, debt)) ..
-  ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. '}' .. budget_count(account_key, bud_hits)
+local pool_j = ''
+if m_pos(pooled) then pool_j = ',"pool":' .. m_fmt(pooled) end
+m.extra = ',"usage":{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":' ..
+  m_fmt(m_add(m_add(charge, debt), pooled)) .. ',"overage":' .. m_fmt(overage) .. ',"items":' .. items_j .. pool_j .. '}' ..
+  budget_count(account_key, bud_hits)
 local json = mutation_json(m, a, entries, changed)
 -- The op record is the Mutation itself: the compact consume record has
 -- room for one metric.

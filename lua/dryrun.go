@@ -44,7 +44,7 @@ func (s *Store) ConsumeDry(ctx context.Context, cmd engine.ConsumeCommand) (engi
 		return engine.MutationResult{}, err
 	}
 	parent := uuid.Nil
-	if cmd.Pool != nil && cmd.Items == nil {
+	if cmd.Pool != nil {
 		parent = cmd.Pool.Parent.CustomerID
 	}
 	return s.dryRun(ctx, cmd.Customer.CustomerID, parent, name, sc, keys, args)

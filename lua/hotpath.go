@@ -174,17 +174,29 @@ func (s *Store) consumeArgs(cmd engine.ConsumeCommand) ([]string, []any, error) 
 	}
 	a := consumeArgv{hotHead: head, Metric: cmd.Metric, Units: strconv.FormatInt(cmd.Units, 10), Terms: terms,
 		Policy: string(cmd.Policy), Meta: meta}
-	if p := cmd.Pool; p != nil {
-		if Partition(p.Parent.CustomerID) != Partition(cmd.Customer.CustomerID) {
-			return nil, nil, fmt.Errorf("lua: consume: parent %s is not in the slot of customer %s", p.Parent.CustomerID, cmd.Customer.CustomerID)
-		}
-		pctx, err := json.Marshal(p.ParentContext)
+	if cmd.Pool != nil {
+		pa, err := poolArgs(cmd)
 		if err != nil {
 			return nil, nil, err
 		}
-		a.Pool, a.PoolOp, a.PoolCtx = engine.PoolArg(p, cmd.Now), p.OpID.String(), string(pctx)
+		a.Pool, a.PoolOp, a.PoolCtx = pa.Pool, pa.PoolOp, pa.PoolCtx
 	}
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list(), nil
+}
+
+// poolArgs are the pool arguments of cmd's charge (cmd.Pool set), the
+// same for consume.lua and consume_multi.lua: the parent's hash is named
+// from the child's key, so it must share the child's slot.
+func poolArgs(cmd engine.ConsumeCommand) (poolArgv, error) {
+	p := cmd.Pool
+	if Partition(p.Parent.CustomerID) != Partition(cmd.Customer.CustomerID) {
+		return poolArgv{}, fmt.Errorf("lua: consume: parent %s is not in the slot of customer %s", p.Parent.CustomerID, cmd.Customer.CustomerID)
+	}
+	pctx, err := json.Marshal(p.ParentContext)
+	if err != nil {
+		return poolArgv{}, err
+	}
+	return poolArgv{Pool: engine.PoolArg(p, cmd.Now), PoolOp: p.OpID.String(), PoolCtx: string(pctx)}, nil
 }
 
 // consumeMulti is consume for a multi-metric command (consume_multi.lua):
@@ -228,6 +240,11 @@ func (s *Store) consumeMultiArgs(cmd engine.ConsumeCommand) ([]string, []any, er
 			return nil, nil, err
 		}
 		a.Items[i] = itemArgv{Metric: it.Metric, Units: strconv.FormatInt(it.Units, 10), Terms: terms}
+	}
+	if cmd.Pool != nil {
+		if a.Pool, err = poolArgs(cmd); err != nil {
+			return nil, nil, err
+		}
 	}
 	return s.moneyKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), a.list(), nil
 }

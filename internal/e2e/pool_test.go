@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -290,4 +291,143 @@ func TestSharedPoolDryRun(t *testing.T) {
 	if b, p := a.balanceOf(child), a.balanceOf(parent); b != 100 || p != 1000 {
 		t.Errorf("after a dry run: child %d, parent %d; want 100 and 1000", b, p)
 	}
+}
+
+// TestSharedPoolMulti: a multi-metric consume of a child draws on its
+// parent as a single one does (docs/rules.md "Shared pools"): its own
+// credit first, then the parent's within the draw limit, pool_mc in the
+// answer, the parent's pool_draw entry naming the child (and no metric,
+// as the child's entry names none); a charge the limit leaves short is
+// refused whole; a dry run answers pool_mc and the parent's blocks after
+// the child's; Postgres agrees with Redis at the end.
+func TestSharedPoolMulti(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("poolmulti"))
+	a := s.as(t, tn.Live)
+	m1, m2 := a.perUnit(1), a.perUnit(2)
+
+	parent, child := a.poolFamily(1000, 100, map[string]any{"period": "day", "limit_mc": 300})
+	consume := func(items []any, dry bool) Response {
+		body := map[string]any{"customer_id": child, "items": items}
+		if dry {
+			body["dry_run"] = true
+		}
+		return a.post("/v1/entitlements/consume", body)
+	}
+
+	// 50 + 2*100 = 250: 100 the child's, 150 the parent's.
+	dry := consume(items(m1, 50, m2, 100), true)
+	if checkStatus(t, dry, 200, "pooled multi dry run") {
+		if dry.Body["dry_run"] != true || Int(t, dry.Body["charged"]) != 250 || Int(t, dry.Body["pool_mc"]) != 150 {
+			t.Errorf("dry run: %s, want charged 250 and pool_mc 150", dry.Raw)
+		}
+		if d := arr(t, dry.Body["draws"], "draws"); len(d) != 2 || Int(t, obj(t, d[0], "draw")["amount"]) != 100 ||
+			Int(t, obj(t, d[1], "draw")["amount"]) != 150 {
+			t.Errorf("dry run draws %v, want the child's 100, then the parent's 150", d)
+		}
+	}
+	if c, p := a.balanceOf(child), a.balanceOf(parent); c != 100 || p != 1000 {
+		t.Errorf("after the dry run: child %d parent %d, want 100 and 1000", c, p)
+	}
+
+	key, body := idemKey(), map[string]any{"customer_id": child, "items": items(m1, 50, m2, 100)}
+	r := a.do("POST", "/v1/entitlements/consume", key, body)
+	if checkStatus(t, r, 200, "250 of 100 own") && (Int(t, r.Body["charged"]) != 250 || Int(t, r.Body["pool_mc"]) != 150) {
+		t.Errorf("consume: %s, want charged 250 and pool_mc 150", r.Raw)
+	}
+	// A retry replays the answer, pool_mc included, and draws nothing more.
+	if again := a.do("POST", "/v1/entitlements/consume", key, body); again.Status != 200 || !bytes.Equal(again.Raw, r.Raw) {
+		t.Errorf("retry: %d %s, want %s", again.Status, again.Raw, r.Raw)
+	}
+	if c, p := a.balanceOf(child), a.balanceOf(parent); c != 0 || p != 850 {
+		t.Errorf("balances child %d parent %d, want 0 and 850", c, p)
+	}
+	// The limit leaves 150: 151 is refused whole, 150 passes.
+	checkProblem(t, consume(items(m1, 1, m2, 75), false), 409, "insufficient-credits", "", "past the draw limit")
+	if p := a.balanceOf(parent); p != 850 {
+		t.Errorf("a refused charge moved the parent: %d, want 850", p)
+	}
+	wantStatus(t, consume(items(m1, 50, m2, 50), false), 200, "to the draw limit")
+	cr := a.credits(child)
+	if d, ok := cr["parent_draw_limit"].(map[string]any); !ok || Int(t, d["drawn_mc"]) != 300 {
+		t.Errorf("child credits: %v, want parent_draw_limit.drawn_mc 300", cr)
+	}
+	if p := a.balanceOf(parent); p != 700 {
+		t.Errorf("parent balance %d, want 700", p)
+	}
+
+	s.Drain()
+	var drawn int64
+	for _, e := range a.history(parent, "?limit=100") {
+		eo := obj(t, e, "entry")
+		if eo["type"] != "pool_draw" {
+			continue
+		}
+		if eo["reference_id"] != child || eo["billable_metric_key"] != nil {
+			t.Errorf("pool_draw entry %v, want reference_id %s and no metric", eo, child)
+		}
+		drawn -= Int(t, eo["delta"])
+	}
+	if drawn != 300 {
+		t.Errorf("pool_draw entries sum to %d, want 300", drawn)
+	}
+	wantReconciled(t, s, "at the end")
+}
+
+// TestSharedPoolMultiRace: 50 racing multi-metric consumes of 100 by
+// children of one parent never pass the pool (1,500) nor a child's draw
+// limit (500), and the ledger agrees once the persister drained.
+func TestSharedPoolMultiRace(t *testing.T) {
+	s := NewStack(t)
+	tn := s.NewTenant(uniq("poolmultirace"))
+	a := s.as(t, tn.Live)
+	m1, m2 := a.perUnit(30), a.perUnit(70)
+	parent, first := a.poolFamily(1500, 0, nil)
+	second := a.createCustomer(map[string]any{"external_id": uniq("member"), "parent_id": parent,
+		"parent_draw_limit": map[string]any{"period": "day", "limit_mc": 500}})["id"].(string)
+
+	const racers = 50
+	var ok, refused, okSecond int
+	for i, r := range raceConsumes(s, tn.Live, racers, func(i int) map[string]any {
+		return map[string]any{"customer_id": []string{first, second}[i%2], "items": items(m1, 1, m2, 1)}
+	}) {
+		switch r.Status {
+		case 200:
+			ok++
+			if i%2 == 1 {
+				okSecond++
+			}
+			if Int(t, r.Body["pool_mc"]) != 100 {
+				t.Errorf("racer %d: %s, want pool_mc 100", i, r.Raw)
+			}
+		case 409:
+			refused++
+		default:
+			t.Errorf("racer %d: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	if ok != 15 || refused != racers-15 || okSecond > 5 {
+		t.Fatalf("%d succeeded (%d by the limited child), %d refused; want exactly 15, at most 5 and %d",
+			ok, okSecond, refused, racers-15)
+	}
+	if p := a.balanceOf(parent); p != 0 {
+		t.Errorf("parent balance after the race %d, want 0", p)
+	}
+	d, isMap := a.credits(second)["parent_draw_limit"].(map[string]any)
+	if !isMap || Int(t, d["drawn_mc"]) != int64(okSecond)*100 {
+		t.Errorf("limited child's draw limit %v, want drawn_mc %d", d, okSecond*100)
+	}
+	// Postgres agrees: the parent's pool_draw entries sum to the pool, and
+	// reconcile finds no customer whose ledger differs from Redis.
+	s.Drain()
+	var drawn int64
+	for _, e := range a.history(parent, "?limit=100") {
+		if eo := obj(t, e, "entry"); eo["type"] == "pool_draw" {
+			drawn -= Int(t, eo["delta"])
+		}
+	}
+	if drawn != 1500 {
+		t.Errorf("the parent's pool_draw entries sum to %d, want 1500", drawn)
+	}
+	wantReconciled(t, s, "after the race")
 }

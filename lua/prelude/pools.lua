@@ -112,12 +112,17 @@ end
 -- charge for metric, and appends the parent's Mutation (kind debit, one
 -- pool_draw entry naming the child as its reference; its op id and
 -- context are Go's, engine.PoolDraw) to the outbox; with a draw limit it
--- counts the draw in the child's hash (akey).
+-- counts the draw in the child's hash (akey). A multi-metric charge
+-- (pool_items) has drained the parent already (p.draws): its entry has no
+-- metric (metric_j nil), as the child's has none.
 local function pool_take(akey, outbox, p, m, metric, metric_j, pooled, op, ctx)
-  local pa, entries, changed = p.a, {}, {}
-  local _, _, before = acct_bal(pa, m.now)
-  expire_due(pa, m.now, entries, changed)
-  local draws = drain(pa, m.now, pooled, changed, metric)
+  local pa, entries, changed, draws, before = p.a, p.entries, p.changed, p.draws, p.eb
+  if not draws then
+    local _, _, eb = acct_bal(pa, m.now)
+    entries, changed, before = {}, {}, eb
+    expire_due(pa, m.now, entries, changed)
+    draws = drain(pa, m.now, pooled, changed, metric)
+  end
   entries[#entries + 1] = entry_obj(debit_entry({role = 'main', type = 'pool_draw', metric_j = metric_j,
     ref = m.customer, open = false, delta = nil, src = nil, block = nil, draws = nil}, draws))
   pa.v = pa.v + 1
@@ -126,4 +131,85 @@ local function pool_take(akey, outbox, p, m, metric, metric_j, pooled, op, ctx)
     now = m.now, ctx = ctx, eb = before}
   redis.call('XADD', outbox, '*', 'm', mutation_json(pm, pa, entries, changed))
   if p.lim then redis.call('HSET', akey, p.f, budget_counter_enc(p.from, m_add(p.drawn, pooled), false)) end
+end
+
+-- pool_items decides and drains a multi-metric charge (consume_multi.lua)
+-- of the items {metric, cost} by child a with pool p, as pool_split decides
+-- one metric's: each item takes from the child's blocks that apply to its
+-- metric (scope_items' rule), what they leave from the parent's blocks that
+-- apply to it, within the parent's effective balance and the draw limit,
+-- and what both leave goes on the line (under block, refusing) or is
+-- overage. Returns what the child's blocks paid, the debt, the child's
+-- draws (one per block, each block appended to changed once) and what the
+-- parent pays (its draws, expiries and figure before in p.draws,
+-- p.entries, p.changed and p.eb for pool_take); nil when refused, every
+-- block of the child as it was; nil, 'NOPOOLSTATE' as pool_split.
+-- Its helpers are locals of the do block, not of the chunk (drain's).
+local pool_items
+do
+  -- merge is draws with one draw per block, each block appended to changed
+  -- once (scope_items: a block several items drew from is one draw).
+  local function merge(all, changed)
+    local draws, at = {}, {}
+    for _, d in ipairs(all) do
+      local i = at[d.b]
+      if i then
+        draws[i].take = m_add(draws[i].take, d.take)
+      else
+        draws[#draws + 1] = {b = d.b, take = d.take}
+        at[d.b] = #draws
+        changed[#changed + 1] = d.b
+      end
+    end
+    return draws
+  end
+
+  -- take_each pays each item's it.need from account x, at most room in
+  -- all, what x's blocks that apply to its metric hold (scope_free; x
+  -- unscoped: every block applies, drained once for the total, as the
+  -- fast path needs: its drain reads the blocks afresh), lowering it.need;
+  -- it returns what x paid and its draws, merged.
+  local function take_each(x, now, items, room, changed)
+    local paid, all = MONEY_ZERO, {}
+    for _, it in ipairs(items) do
+      local left = m_sub(room, paid)
+      if not m_pos(left) then left = MONEY_ZERO end
+      local pay = m_min(left, it.need)
+      if x.scoped and m_pos(pay) then
+        pay = m_min(pay, scope_free(x, now, it.metric, MONEY_ZERO, nil, pay))
+        for _, d in ipairs(drain(x, now, pay, {}, it.metric)) do all[#all + 1] = d end
+      end
+      it.need, paid = m_sub(it.need, pay), m_add(paid, pay)
+    end
+    if not x.scoped then all = drain(x, now, paid, {}) end
+    return paid, merge(all, changed)
+  end
+
+  function pool_items(a, p, now, items, eff, cost, lim, refusing, changed)
+    local saved = {}
+    for i, b in ipairs(a.blocks) do saved[i] = b.rem end
+    local most = eff
+    if refusing then most = m_add(eff, a.d) end
+    for _, it in ipairs(items) do it.need = it.cost end
+    local paid, draws = take_each(a, now, items, most, changed)
+    local pooled = MONEY_ZERO
+    p.draws, p.entries, p.changed = {}, {}, {}
+    if m_cmp(paid, cost) < 0 then
+      if not pool_read(p, now) then return nil, 'NOPOOLSTATE' end
+      local _, _, pe = acct_bal(p.a, now)
+      p.eb = pe
+      expire_due(p.a, now, p.entries, p.changed)
+      if not m_pos(pe) then pe = MONEY_ZERO end
+      pooled, p.draws = take_each(p.a, now, items, pool_cap(p, pe), p.changed)
+    end
+    local debt = MONEY_ZERO
+    if refusing then
+      debt = m_sub(m_sub(cost, paid), pooled)
+      if m_cmp(m_add(m_add(eff, lim), pooled), cost) < 0 or m_cmp(m_add(a.d, debt), lim) > 0 then
+        for i, b in ipairs(a.blocks) do b.rem = saved[i] end
+        return nil
+      end
+    end
+    return paid, debt, draws, pooled
+  end
 end
