@@ -34,7 +34,8 @@ import (
 //
 //	go test ./bench -run '^$' -bench ConsumeProc -benchtime 30000x
 //
-// Knobs (environment): CONSUMEPROC_RATE consumes/s (default 3000, near the
+// Knobs (environment): CONSUMEPROC_BIN a creditd binary to run instead
+// (to compare two builds turn by turn); CONSUMEPROC_RATE consumes/s (default 3000, near the
 // bench's 70 % run); CONSUMEPROC_LOG_LEVEL creditd's LOG_LEVEL (default warn,
 // as the bench; info writes the access log, to a file);
 // CONSUMEPROC_PROFILE a file for creditd's CPU profile of the run;
@@ -59,9 +60,11 @@ func BenchmarkConsumeProc(b *testing.B) {
 	}
 	root, _ := filepath.Abs("..")
 	dir := b.TempDir()
-	bin, err := buildCreditd(root, dir)
-	if err != nil {
-		b.Fatal(err)
+	bin := os.Getenv("CONSUMEPROC_BIN")
+	if bin == "" {
+		if bin, err = buildCreditd(root, dir); err != nil {
+			b.Fatal(err)
+		}
 	}
 	name := "benchproc" + fmt.Sprintf("%08x", uuid.New().ID())
 	dbURL, err := createDatabase(ctx, baseDB, name)
