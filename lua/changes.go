@@ -42,7 +42,7 @@ func (s *Store) ReservationNote(ctx context.Context, c engine.CustomerKey) error
 // changesKey is tenant's change feed (issue 27): a stream stamp.lua appends
 // to, capped at engine.ChangeFeedCap entries, under the stamps' hash tag.
 func (s *Store) changesKey(tenant uuid.UUID) string {
-	return s.tenantTag(tenant) + ":changes"
+	return s.tenantKey(tenant, ":changes")
 }
 
 // ChangesAfter lists up to limit of tenant's changes after cursor, oldest

@@ -28,7 +28,7 @@ var (
 // rateKey is the budget of one API key. It shares the tenant's hash tag (as
 // the delivery slots do), so a tenant's keys live on one Cluster slot.
 func (s *Store) rateKey(tenant, key uuid.UUID) string {
-	return s.tenantTag(tenant) + ":rl:" + key.String()
+	return s.tenantKey(tenant, ":rl:"+key.String())
 }
 
 // TakeRate spends up to requests of key's budget (a lease: all when they

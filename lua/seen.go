@@ -61,20 +61,32 @@ func (s *Store) seenHash(p int, w int64) string {
 }
 
 // seenKeys are the filter keys a money call of partition p at now
-// consults: the seeded mark, then the week hashes newest first.
+// consults: the seeded mark, then the week hashes newest first. They change
+// once a week, and every money call with an idempotency key needs them:
+// built once per partition and week (seenSet), so callers must not modify
+// the slice (they append it to their own keys).
 func (s *Store) seenKeys(p int, now time.Time) []string {
 	if now.IsZero() {
 		now = s.clock.Now()
 	}
-	// The partition's tag once (s.tag formats it): these keys are built
-	// for every money call with an idempotency key.
-	w, mark := seenWeek(now), s.seenMark(p)
+	w := seenWeek(now)
+	if set := s.seen[p].Load(); set != nil && set.week == w {
+		return set.keys
+	}
+	mark := s.seenMark(p)
 	keys := make([]string, 0, 1+engine.SeenWeeks)
 	keys = append(keys, mark)
 	for i := int64(0); i < engine.SeenWeeks; i++ {
 		keys = append(keys, mark+":"+strconv.FormatInt(w-i, 10))
 	}
+	s.seen[p].Store(&seenSet{week: w, keys: keys})
 	return keys
+}
+
+// seenSet is one partition's seenKeys for one week.
+type seenSet struct {
+	week int64
+	keys []string
 }
 
 // seenCtxKey carries a money call's filter keys from appliedFirst to

@@ -25,7 +25,7 @@ var (
 // engine.StampKind under the tenant's hash tag (uuid.Nil: the fleet's key
 // creations). One per tenant, never expired: a few dozen bytes each.
 func (s *Store) stampsKey(tenant uuid.UUID) string {
-	return s.tenantTag(tenant) + ":stamps"
+	return s.tenantKey(tenant, ":stamps")
 }
 
 // StampsRead is tenant's stamps with one HMGET, sent with concurrent

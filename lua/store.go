@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -44,6 +45,11 @@ type Store struct {
 	// applied finds operations Postgres holds (applied.go); nil: op keys
 	// are the only memory.
 	applied engine.AppliedOps
+	// tags is each partition's hash tag (tag).
+	tags [Partitions]string
+	// seen is each partition's filter keys of the latest week asked
+	// (seenKeys).
+	seen [Partitions]atomic.Pointer[seenSet]
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
@@ -52,7 +58,11 @@ type Store struct {
 // failures match engine.ErrUnavailable and refreshes a cluster's slot map
 // after them (unavailable.go).
 func NewStore(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb), trips: &coalescer{rdb: rdb}}
+	s := &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb), trips: &coalescer{rdb: rdb}}
+	for p := range s.tags {
+		s.tags[p] = fmt.Sprintf("{%s:p%02d}", prefix, p)
+	}
+	return s
 }
 
 // WithClock makes Load read c (invariant 6: one injectable clock).
@@ -82,8 +92,9 @@ func partitionOf(id *[36]byte) int {
 // Partitions reports the fixed partition count.
 func (s *Store) Partitions() int { return Partitions }
 
-// tag is the hash tag shared by every key of partition p.
-func (s *Store) tag(p int) string { return fmt.Sprintf("{%s:p%02d}", s.prefix, p) }
+// tag is the hash tag shared by every key of partition p: formatted once
+// per Store (NewStore), since a money call builds several keys from it.
+func (s *Store) tag(p int) string { return s.tags[p] }
 
 // PartitionTag is the hash tag of partition p's keys: on a Redis Cluster
 // it names the slot, so the master, that serves the partition (the
@@ -112,7 +123,16 @@ func (s *Store) accountKey(c uuid.UUID) string {
 
 // opKey remembers what an idempotency key did for one customer.
 func (s *Store) opKey(c uuid.UUID, idemHash string) string {
-	return s.tag(Partition(c)) + ":op:" + c.String() + ":" + idemHash
+	var id [36]byte
+	hexUUID(id[:], c)
+	// One allocation: the money path builds this key per request.
+	var buf [192]byte
+	b := append(buf[:0], s.tag(partitionOf(&id))...)
+	b = append(b, ":op:"...)
+	b = append(b, id[:]...)
+	b = append(b, ':')
+	b = append(b, idemHash...)
+	return string(b)
 }
 
 // outboxKey is partition p's stream.
@@ -156,5 +176,25 @@ func (s *Store) reservationRecordKey(id uuid.UUID) string {
 // tenantTag is the hash tag of tenant's own keys (rate budgets, delivery
 // slots): one Cluster slot per tenant.
 func (s *Store) tenantTag(tenant uuid.UUID) string {
-	return "{" + s.prefix + ":t:" + tenant.String() + "}"
+	return s.tenantKey(tenant, "")
+}
+
+// tenantKey is tenant's tag followed by suffix, built with one
+// allocation (the money path builds several per request).
+func (s *Store) tenantKey(tenant uuid.UUID, suffix string) string {
+	var buf [192]byte
+	b := append(buf[:0], '{')
+	b = append(b, s.prefix...)
+	b = append(b, ":t:"...)
+	b = appendUUID(b, tenant)
+	b = append(b, '}')
+	b = append(b, suffix...)
+	return string(b)
+}
+
+// appendUUID appends u's canonical text to b.
+func appendUUID(b []byte, u uuid.UUID) []byte {
+	var id [36]byte
+	hexUUID(id[:], u)
+	return append(b, id[:]...)
 }

@@ -210,7 +210,9 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 	}
 	o := &cols.ops
 	copyIn("operations", operationCopyColumns, len(o.opID), func(i int) []any {
-		return []any{o.opID[i], o.tenant[i], o.customer[i], o.idem[i], o.rh[i], o.version[i], o.mutation[i], o.at[i]}
+		// Ids by pointer into their columns: boxing a pointer does not
+		// allocate, and registerUUID encodes it as the id (issue 26).
+		return []any{&o.opID[i], &o.tenant[i], &o.customer[i], o.idem[i], o.rh[i], o.version[i], o.mutation[i], o.at[i]}
 	})
 	e := &cols.entries
 	var carried []*int64
@@ -227,7 +229,7 @@ func copySteps(ms []engine.Mutation, alerts *alertOutcome, shape recordShape) ([
 		if from, to := e.drawFrom[i], e.drawTo[i]; to >= from {
 			blocks, amounts = e.drawBlock[from-1:to], e.drawAmount[from-1:to]
 		}
-		return []any{e.id[i], e.opID[i], e.tenant[i], e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
+		return []any{&e.id[i], &e.opID[i], &e.tenant[i], &e.customer[i], e.env[i], e.delta[i], e.typ[i], e.source[i],
 			e.block[i], e.metric[i], e.units[i], e.rate[i], e.overage[i], e.idem[i], e.ref[i], e.reason[i],
 			e.meta[i], e.at[i], blocks, amounts, e.head[i], carried[i]}
 	})

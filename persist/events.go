@@ -296,7 +296,8 @@ func (c *eventCopy) copyIn(ctx context.Context, tx pgx.Tx) error {
 	}
 	_, err := tx.CopyFrom(ctx, pgx.Identifier{"webhook_events"}, eventCopyColumns,
 		pgx.CopyFromSlice(len(r.id), func(i int) ([]any, error) {
-			return []any{r.id[i], r.tenant[i], r.env[i], r.customer[i], r.typ[i], sequencedPayload(c.seq[i], r.body[i]),
+			// Ids by pointer: see copySteps.
+			return []any{&r.id[i], &r.tenant[i], r.env[i], r.customer[i], r.typ[i], sequencedPayload(c.seq[i], r.body[i]),
 				"pending", int32(0), r.at[i], r.at[i], c.seq[i], r.version[i]}, nil
 		}))
 	return err

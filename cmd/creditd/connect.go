@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -16,12 +17,13 @@ import (
 	"github.com/creditd/creditd/persist"
 )
 
-func newLogger(level logLevel) zerolog.Logger {
+// newLogger is a JSON logger at level writing to out.
+func newLogger(level logLevel, out io.Writer) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(string(level))
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "creditd").Logger()
+	return zerolog.New(out).Level(lvl).With().Timestamp().Str("service", "creditd").Logger()
 }
 
 // connectRedis opens REDIS_URL: a redis:// URL, a comma list of cluster

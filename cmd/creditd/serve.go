@@ -14,6 +14,7 @@ import (
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
+	"github.com/creditd/creditd/internal/logbuf"
 	"github.com/creditd/creditd/internal/telemetry"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
@@ -29,7 +30,11 @@ func serve() error {
 	if err := cfg.check(); err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel)
+	// The access log is a line per request: batched (internal/logbuf),
+	// written out last of all, after every deferred step below has logged.
+	logw := logbuf.New(os.Stderr)
+	defer logw.Close()
+	log := newLogger(cfg.LogLevel, logw)
 	b := buildInfo()
 	log.Info().Str("version", b.Version).Str("commit", b.Commit).Str("built", b.Date).
 		Dict("config", cfg.logDict()).Msg("creditd starting")
@@ -144,7 +149,7 @@ func withStores(run func(ctx context.Context, ledger *persist.Store, store *lua.
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel)
+	log := newLogger(cfg.LogLevel, os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	pool, err := openDatabase(ctx, cfg)
