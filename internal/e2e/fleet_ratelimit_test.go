@@ -26,9 +26,13 @@ import (
 // loaded 2-core machine offered less than twice the limit, or left the
 // budget unused for a while, in 4 runs of 10 on the Redis Cluster.
 func TestFleetRateLimit(t *testing.T) {
+	// 40/s, not more: the flood must offer twice the limit, and a 2-core
+	// machine running other suites beside this one answered this read at
+	// ~145/s over 16 clients (a run at 100/s failed so, proving nothing).
+	// Three per-node budgets would still allow three times the count.
 	const (
-		perSecond = 100
-		burst     = 10
+		perSecond = 40
+		burst     = 5
 		flood     = 2 * time.Second
 		clients   = 16
 	)
