@@ -115,7 +115,6 @@ func BenchmarkConsumeProc(b *testing.B) {
 	drive := func(n int) {
 		const workers = 64
 		tokens := make(chan struct{}, workers)
-		done := make(chan struct{})
 		go func() {
 			// A token per consume, released at the rate on a 1 ms clock.
 			t := time.NewTicker(time.Millisecond)
@@ -132,7 +131,6 @@ func BenchmarkConsumeProc(b *testing.B) {
 			close(tokens)
 		}()
 		var wg sync.WaitGroup
-		_ = done
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
@@ -159,7 +157,6 @@ func BenchmarkConsumeProc(b *testing.B) {
 			}()
 		}
 		wg.Wait()
-		close(done)
 	}
 	drive(min(2000, b.N)) // warm up: connections, caches, the persister's COPY
 	time.Sleep(time.Second)
