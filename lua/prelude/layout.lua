@@ -73,6 +73,10 @@ local function idx_insert(idx, b)
     end
   end
   if hi > n then return idx .. ' ' .. e end
+  -- In front (a grant that spends first: stack_after's fallback, a
+  -- short top-priority grant) without string.sub(idx, 1): Redis's Lua hashes
+  -- every byte of a new string even when it equals one it holds.
+  if hi == 1 then return e .. ' ' .. idx end
   return string.sub(idx, 1, hi - 1) .. e .. ' ' .. string.sub(idx, hi)
 end
 
