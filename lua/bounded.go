@@ -105,23 +105,32 @@ func isEmptyContainer(v any) bool {
 // reservationMeta is the stored metadata of reservation id ("" when none) and whether the
 // reservation is in the hash at all.
 func (s *Store) reservationMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
+	meta, _, found, err := s.reservationRead(ctx, c, id)
+	return meta, found, err
+}
+
+// reservationRead is reservationMeta with the reservation's field "r:<id>"
+// (raw) read in the same HMGET: a commit script checks that field to know
+// the metadata is still what Go merged into (prelude/reservation_open.lua
+// commit_meta) without reading the metadata again.
+func (s *Store) reservationRead(ctx context.Context, c uuid.UUID, id uuid.UUID) (meta, raw string, found bool, err error) {
 	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
 	if err != nil {
-		return "", false, fmt.Errorf("lua: read reservation: %w", err)
+		return "", "", false, fmt.Errorf("lua: read reservation: %w", err)
 	}
-	raw, found := v[0].(string)
+	raw, found = v[0].(string)
 	if !found {
-		return "", false, nil
+		return "", "", false, nil
 	}
-	if meta, ok := v[1].(string); ok && meta != "" {
-		return meta, true, nil
+	if text, ok := v[1].(string); ok && text != "" {
+		return text, raw, true, nil
 	}
 	// An older hash keeps the metadata inline, after the tenth "|".
 	p := strings.SplitN(raw, "|", 11)
 	if len(p) == 11 {
-		return p[10], true, nil
+		return p[10], raw, true, nil
 	}
-	return "", true, nil
+	return "", raw, true, nil
 }
 
 // mergeMeta is stored with incoming's keys added or replaced (both JSON

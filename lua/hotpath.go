@@ -551,7 +551,7 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 		return s.runMoney(ctx, script, name, keys, list())
 	}
 	for range staleRetries {
-		stored, found, err := s.reservationMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
+		stored, raw, found, err := s.reservationRead(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
@@ -565,7 +565,7 @@ func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script 
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		*merge, *metaArg = mergeArgv{Stored: stored, Merged: merged}, ""
+		*merge, *metaArg = mergeArgv{Stored: raw, Merged: merged}, ""
 		res, err := s.runMoney(ctx, script, name, keys, list())
 		if !errors.Is(err, errStale) {
 			return res, err
