@@ -214,10 +214,10 @@ func (a *reserveMultiArgv) list() []any {
 }
 
 // mergeArgv are the two arguments a commit gets when Go merged its
-// metadata (runCommit): the reservation's stored metadata it merged into and the
-// result.
+// metadata (runCommit): the reservation's field "r:<id>" read with the stored
+// metadata it merged into, and the result.
 type mergeArgv struct {
-	Stored string `lua:"stored_meta"`
+	Stored string `lua:"stored_res"`
 	Merged string `lua:"merged_meta"`
 }
 

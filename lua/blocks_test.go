@@ -299,58 +299,68 @@ func TestGrantStackAfter(t *testing.T) {
 		{"no match reject", []seedBlock{{`{"plan":"basic"}`, ptr(hour)}}, `{"plan":"pro"}`, "reject", 0, engine.ErrStackNoMatch},
 		{"expired block does not match", []seedBlock{{`{"plan":"pro"}`, ptr(time.Duration(0))}}, `{"plan":"pro"}`, "reject", 0, engine.ErrStackNoMatch},
 	}
+	// Each case also on an account big enough to keep the spend-order index
+	// (prelude/layout.lua LAYOUT_MIN_ITEMS), which Go reads the expiring blocks
+	// from (bounded.go stackStartIndexed): fillers without expiry never match.
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			eachBackend(t, func(t *testing.T, b bundle) {
-				c := newCustomer()
-				b.known(t, c)
-				for _, s := range tc.seed {
-					cmd := grantCmd(c, 100, t0.Add(-time.Minute))
-					if s.expires != nil {
-						cmd.Block.ExpiresAt = ptr(t0.Add(*s.expires))
+		for _, fillers := range []int{0, 8} {
+			t.Run(fmt.Sprintf("%s/%d fillers", tc.name, fillers), func(t *testing.T) {
+				t.Parallel()
+				eachBackend(t, func(t *testing.T, b bundle) {
+					c := newCustomer()
+					b.known(t, c)
+					for i := 0; i < fillers; i++ {
+						cmd := grantCmd(c, 100, t0.Add(-time.Minute))
+						cmd.Block.Metadata = engine.Metadata{"filler": json.RawMessage("1")}
+						b.grant(t, cmd)
 					}
-					if s.meta != "" {
-						_ = json.Unmarshal([]byte(s.meta), &cmd.Block.Metadata)
+					for _, s := range tc.seed {
+						cmd := grantCmd(c, 100, t0.Add(-time.Minute))
+						if s.expires != nil {
+							cmd.Block.ExpiresAt = ptr(t0.Add(*s.expires))
+						}
+						if s.meta != "" {
+							_ = json.Unmarshal([]byte(s.meta), &cmd.Block.Metadata)
+						}
+						b.grant(t, cmd)
 					}
-					b.grant(t, cmd)
-				}
-				var match engine.Metadata
-				_ = json.Unmarshal([]byte(tc.match), &match)
-				cmd := grantCmd(c, 700, t0)
-				cmd.DurationSeconds = 600
-				cmd.StackAfter = &engine.StackAfter{MetadataMatch: match, Fallback: tc.fallback}
-				before := b.dump(t, c)
-				res, err := b.store.Grant(context.Background(), cmd)
-				if tc.wantErr != nil {
-					if !errors.Is(err, tc.wantErr) {
-						t.Fatalf("err %v, want %v", err, tc.wantErr)
+					var match engine.Metadata
+					_ = json.Unmarshal([]byte(tc.match), &match)
+					cmd := grantCmd(c, 700, t0)
+					cmd.DurationSeconds = 600
+					cmd.StackAfter = &engine.StackAfter{MetadataMatch: match, Fallback: tc.fallback}
+					before := b.dump(t, c)
+					res, err := b.store.Grant(context.Background(), cmd)
+					if tc.wantErr != nil {
+						if !errors.Is(err, tc.wantErr) {
+							t.Fatalf("err %v, want %v", err, tc.wantErr)
+						}
+						if after := b.dump(t, c); after != before {
+							t.Errorf("refused grant changed state:\n%s\n->\n%s", before, after)
+						}
+						return
 					}
-					if after := b.dump(t, c); after != before {
-						t.Errorf("refused grant changed state:\n%s\n->\n%s", before, after)
+					if err != nil {
+						t.Fatalf("grant: %v", err)
 					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("grant: %v", err)
-				}
-				m := res.Mutation
-				nb := m.Blocks[len(m.Blocks)-1]
-				wantStart := t0.Add(tc.wantStart).UnixMilli()
-				if nb.StartsMS != wantStart || nb.ExpiresMS == nil || *nb.ExpiresMS != wantStart+600_000 {
-					t.Errorf("block starts %d expires %v, want %d +600s", nb.StartsMS, nb.ExpiresMS, wantStart)
-				}
-				a := b.snapshot(t, c, t0)
-				wantPending := int64(0)
-				if tc.wantStart > 0 {
-					wantPending = 700
-				}
-				if a.PendingBalance != wantPending || m.Account.Pending != wantPending ||
-					a.EffectiveBalance != a.Balance-wantPending {
-					t.Errorf("pending %d (mutation %d), want %d; account %+v", a.PendingBalance, m.Account.Pending, wantPending, a)
-				}
+					m := res.Mutation
+					nb := m.Blocks[len(m.Blocks)-1]
+					wantStart := t0.Add(tc.wantStart).UnixMilli()
+					if nb.StartsMS != wantStart || nb.ExpiresMS == nil || *nb.ExpiresMS != wantStart+600_000 {
+						t.Errorf("block starts %d expires %v, want %d +600s", nb.StartsMS, nb.ExpiresMS, wantStart)
+					}
+					a := b.snapshot(t, c, t0)
+					wantPending := int64(0)
+					if tc.wantStart > 0 {
+						wantPending = 700
+					}
+					if a.PendingBalance != wantPending || m.Account.Pending != wantPending ||
+						a.EffectiveBalance != a.Balance-wantPending {
+						t.Errorf("pending %d (mutation %d), want %d; account %+v", a.PendingBalance, m.Account.Pending, wantPending, a)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -35,10 +36,6 @@ var errStaleGaveUp = engine.Conflict("the customer's credit changed during the c
 // (ms) among the live blocks at now whose metadata matches, or ok false when
 // none does; version is the account version it was read at.
 func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metadata, now time.Time) (start int64, ok bool, version int64, err error) {
-	a, err := s.readAccount(ctx, s.accountKey(c))
-	if err != nil {
-		return 0, false, 0, err
-	}
 	want := map[string]any{}
 	for k, v := range match {
 		var x any
@@ -47,22 +44,112 @@ func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metada
 		}
 		want[k] = x
 	}
-	nowMS := now.UnixMilli()
+	key, nowMS := s.accountKey(c), now.UnixMilli()
+	if start, ok, version, done, err := s.stackStartIndexed(ctx, key, want, nowMS); done || err != nil {
+		return start, ok, version, err
+	}
+	// Sliced even when the layout cache does not know the key: a whole
+	// HGETALL would also copy every reservation's metadata, which matching
+	// never reads (a third of a stack_after grant's Redis work at the
+	// worst allowed input, lua/profile_worst_test.go).
+	a, err := s.readAccountSliced(ctx, key, true)
+	if errors.Is(err, errAccountMoving) {
+		a, err = s.readAccount(ctx, key)
+	}
+	if err != nil {
+		return 0, false, 0, err
+	}
 	for _, b := range a.blocks {
 		if b.ExpiresMS == nil || !b.Live(nowMS) || (ok && *b.ExpiresMS <= start) {
 			continue
 		}
-		have := map[string]any{}
-		if len(b.Metadata) > 0 {
-			if err := json.Unmarshal(b.Metadata, &have); err != nil {
-				continue // not an object: matches nothing, as in Lua
-			}
-		}
-		if metaMatches(have, want) {
+		if blockMatches(b, want) {
 			start, ok = *b.ExpiresMS, true
 		}
 	}
 	return start, ok, a.version, nil
+}
+
+// blockMatches: block b's metadata holds want (a block whose metadata is
+// not an object matches nothing, as in Lua).
+func blockMatches(b engine.MutationBlock, want map[string]any) bool {
+	have := map[string]any{}
+	if len(b.Metadata) > 0 {
+		if err := json.Unmarshal(b.Metadata, &have); err != nil {
+			return false
+		}
+	}
+	return metaMatches(have, want)
+}
+
+// stackStartIndexed is stackStart from the spend-order index (field "o",
+// prelude/layout.lua) of an account that keeps one: the blocks with credit
+// and their expiries without HKEYS (at the worst allowed input ~245k of a
+// stack_after grant's ~1,400k instructions in Redis, lua/profile_worst_test.go),
+// then the blocks that expire after now, latest first, in slices until the
+// first match. done is false when the account has no index or moved
+// between the reads: stackStart then reads it whole.
+func (s *Store) stackStartIndexed(ctx context.Context, key string, want map[string]any, nowMS int64) (start int64, ok bool, version int64, done bool, err error) {
+	head, err := s.rdb.HMGet(ctx, key, "v", "o").Result()
+	if err != nil {
+		return 0, false, 0, false, fmt.Errorf("lua: read account: %w", err)
+	}
+	v, _ := head[0].(string)
+	idx, _ := head[1].(string)
+	if v == "" || idx == "" {
+		return 0, false, 0, false, nil
+	}
+	if version, err = strconv.ParseInt(v, 10, 64); err != nil {
+		return 0, false, 0, false, nil
+	}
+	type cand struct {
+		id        string
+		expiresMS int64
+	}
+	var cands []cand
+	for _, e := range strings.Split(idx, " ") {
+		// id,priority,expires,created,starts; expires "" for none.
+		f := strings.SplitN(e, ",", 4)
+		if len(f) < 4 {
+			return 0, false, 0, false, nil
+		}
+		if exp, err := strconv.ParseInt(f[2], 10, 64); err == nil && exp > nowMS {
+			cands = append(cands, cand{f[0], exp})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].expiresMS > cands[j].expiresMS })
+	for first := 0; first < len(cands); first += sliceMetaFields {
+		part := cands[first:min(first+sliceMetaFields, len(cands))]
+		fields := make([]string, 0, 1+2*len(part))
+		fields = append(fields, "v")
+		for _, c := range part {
+			fields = append(fields, "b:"+c.id, "m:"+c.id)
+		}
+		vals, err := s.rdb.HMGet(ctx, key, fields...).Result()
+		if err != nil {
+			return 0, false, 0, false, fmt.Errorf("lua: read account: %w", err)
+		}
+		if now, _ := vals[0].(string); now != v {
+			return 0, false, 0, false, nil
+		}
+		for i, c := range part {
+			raw, found := vals[1+2*i].(string)
+			if !found {
+				return 0, false, 0, false, nil
+			}
+			b, err := decodeBlock(c.id, raw)
+			if err != nil || b.ExpiresMS == nil || *b.ExpiresMS != c.expiresMS {
+				return 0, false, 0, false, nil
+			}
+			if meta, _ := vals[2+2*i].(string); meta != "" {
+				b.Metadata = json.RawMessage(meta)
+			}
+			if b.Live(nowMS) && blockMatches(b, want) {
+				return c.expiresMS, true, version, true, nil
+			}
+		}
+	}
+	return 0, false, version, true, nil
 }
 
 // metaMatches: have holds every key of want with an equal JSON value (as
@@ -97,23 +184,32 @@ func isEmptyContainer(v any) bool {
 // reservationMeta is the stored metadata of reservation id ("" when none) and whether the
 // reservation is in the hash at all.
 func (s *Store) reservationMeta(ctx context.Context, c uuid.UUID, id uuid.UUID) (string, bool, error) {
+	meta, _, found, err := s.reservationRead(ctx, c, id)
+	return meta, found, err
+}
+
+// reservationRead is reservationMeta with the reservation's field "r:<id>"
+// (raw) read in the same HMGET: a commit script checks that field to know
+// the metadata is still what Go merged into (prelude/reservation_open.lua
+// commit_meta) without reading the metadata again.
+func (s *Store) reservationRead(ctx context.Context, c uuid.UUID, id uuid.UUID) (meta, raw string, found bool, err error) {
 	v, err := s.rdb.HMGet(ctx, s.accountKey(c), "r:"+id.String(), "n:"+id.String()).Result()
 	if err != nil {
-		return "", false, fmt.Errorf("lua: read reservation: %w", err)
+		return "", "", false, fmt.Errorf("lua: read reservation: %w", err)
 	}
-	raw, found := v[0].(string)
+	raw, found = v[0].(string)
 	if !found {
-		return "", false, nil
+		return "", "", false, nil
 	}
-	if meta, ok := v[1].(string); ok && meta != "" {
-		return meta, true, nil
+	if text, ok := v[1].(string); ok && text != "" {
+		return text, raw, true, nil
 	}
 	// An older hash keeps the metadata inline, after the tenth "|".
 	p := strings.SplitN(raw, "|", 11)
 	if len(p) == 11 {
-		return p[10], true, nil
+		return p[10], raw, true, nil
 	}
-	return "", true, nil
+	return "", raw, true, nil
 }
 
 // mergeMeta is stored with incoming's keys added or replaced (both JSON

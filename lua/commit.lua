@@ -29,10 +29,11 @@
 -- ARGV[10] reservation id             ARGV[11] actual units (>= 0)
 -- ARGV[12] pricing terms ("" allowed with 0 units)
 -- ARGV[13] metadata JSON text or ""     ARGV[14] "1" partial, else "0"
--- ARGV[15] the reservation's stored metadata as Go read it, and ARGV[16] ARGV[13]
---          merged into it by Go (both absent: the script merges, which
---          costs milliseconds at the largest metadata); STALE when the
---          stored metadata is no longer ARGV[15]
+-- ARGV[15] the reservation's field "r:<id>" as Go read it with its stored
+--          metadata, and ARGV[16] ARGV[13] merged into that metadata by Go
+--          (both absent: the script merges, which costs milliseconds at
+--          the largest metadata; ARGV[13] then "" is fine); STALE when the
+--          field is no longer ARGV[15]
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors NOSTATE, MISMATCH,
 -- NOTFOUND (no such reservation for the customer), NOTACTIVE (already
@@ -49,7 +50,9 @@ if not now or not actual or m_cmp(actual, MONEY_ZERO) < 0 or res_id == '' or (pa
   return redis.error_reply('BADARG now, reservation id or actual units')
 end
 
-local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5))
+local stored_res, merged_meta = ARGV[15], ARGV[16]
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5),
+  merged_meta ~= nil)
 if reply then return reply end
 -- A multi-metric reservation (metric "") is settled by commit_multi.lua.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
@@ -96,8 +99,7 @@ if m_pos(actual) then
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  local stored_meta, merged_meta = ARGV[15], ARGV[16]
-  local merged, stop = commit_meta(r, meta, stored_meta, merged_meta)
+  local merged, stop = commit_meta(r, meta, stored_res, merged_meta, a.x['r:' .. res_id])
   if not merged then return stop end
   expire_due(a, now, entries, changed)
   if partial and m_cmp(cost, held) < 0 then take = cost end

@@ -24,9 +24,10 @@
 -- ARGV[11] metadata JSON text or ""   ARGV[12] n, the number of items (1..20)
 -- ARGV[13 + 5(i-1) ..] item i: metric key, estimated units, estimated
 --          cost, actual units (>= 0), pricing terms ("" with 0 units)
--- ARGV[13 + 5n], ARGV[14 + 5n] optional: the reservation's stored metadata as Go
---          read it and ARGV[11] merged into it by Go, as commit.lua's
---          ARGV[14] and ARGV[15] (STALE when the stored metadata moved)
+-- ARGV[13 + 5n], ARGV[14 + 5n] optional: the reservation's field "r:<id>" as
+--          Go read it with its stored metadata and ARGV[11] merged into that
+--          metadata by Go, as commit.lua's ARGV[15] and ARGV[16] (STALE
+--          when the field moved)
 --
 -- Reply: {"new"|"replay", mutation JSON}; errors as commit.lua.
 local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -38,7 +39,7 @@ local res_id, meta, n = ARGV[10], ARGV[11], tonumber(ARGV[12])
 if not now or res_id == '' or not n or n < 1 or n > 20 or (#ARGV ~= 12 + 5 * n and #ARGV ~= 14 + 5 * n) then
   return redis.error_reply('BADARG now, reservation id or items')
 end
-local stored_meta, merged_meta = ARGV[13 + 5 * n], ARGV[14 + 5 * n]
+local stored_res, merged_meta = ARGV[13 + 5 * n], ARGV[14 + 5 * n]
 local items = {}
 local actual = MONEY_ZERO
 for i = 1, n do
@@ -53,7 +54,8 @@ for i = 1, n do
   items[i] = it
 end
 
-local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5))
+local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5),
+  merged_meta ~= nil)
 if reply then return reply end
 if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds one metric') end
 local est_units, est_cost = MONEY_ZERO, MONEY_ZERO
@@ -125,7 +127,7 @@ if m_pos(actual) then
   end
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  local merged, stop = commit_meta(r, meta, stored_meta, merged_meta)
+  local merged, stop = commit_meta(r, meta, stored_res, merged_meta, a.x['r:' .. res_id])
   if not merged then return stop end
   if not draws then
     expire_due(a, now, entries, changed)

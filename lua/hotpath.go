@@ -534,34 +534,38 @@ func (s *Store) commit(ctx context.Context, cmd engine.CommitCommand) (engine.Mu
 	}
 	a := &commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: strconv.FormatInt(cmd.ActualUnits, 10),
 		Terms: terms, Meta: meta, Partial: flagText(cmd.Partial)}
-	return s.runCommit(ctx, cmd, commitScript, "commit", a.list, &a.Merge, meta, cmd.ActualUnits > 0)
+	return s.runCommit(ctx, cmd, commitScript, "commit", a.list, &a.Merge, &a.Meta, cmd.ActualUnits > 0)
 }
 
 // runCommit runs a commit script with the arguments list gives. When it
 // charges (charges) and brings metadata, Go merges the metadata
 // (bounded.go) and the script checks that the reservation's stored metadata is
-// still what Go merged into (STALE if not), given in merge.
-func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, list func() []any, merge *mergeArgv, meta string, charges bool) (engine.MutationResult, error) {
+// still what Go merged into (STALE if not), given in merge. meta is the
+// argument list's metadata: sent empty once merged, as the script then
+// reads only the merge (each argument is a Lua string Redis hashes byte by
+// byte: up to engine.MaxMetadataBytes for nothing).
+func (s *Store) runCommit(ctx context.Context, cmd engine.CommitCommand, script *script, name string, list func() []any, merge *mergeArgv, metaArg *string, charges bool) (engine.MutationResult, error) {
 	keys := s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey)
+	meta := *metaArg
 	if meta == "" || !charges {
 		return s.runMoney(ctx, script, name, keys, list())
 	}
 	for range staleRetries {
-		stored, found, err := s.reservationMeta(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
+		stored, raw, found, err := s.reservationRead(ctx, cmd.Customer.CustomerID, cmd.ReservationID)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
 		if !found {
 			// Not in Redis (state missing, or finalized and gone): the
 			// script answers NOSTATE or NOTFOUND without merging.
-			*merge = mergeArgv{}
+			*merge, *metaArg = mergeArgv{}, meta
 			return s.runMoney(ctx, script, name, keys, list())
 		}
 		merged, err := mergeMeta(stored, meta)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}
-		*merge = mergeArgv{Stored: stored, Merged: merged}
+		*merge, *metaArg = mergeArgv{Stored: raw, Merged: merged}, ""
 		res, err := s.runMoney(ctx, script, name, keys, list())
 		if !errors.Is(err, errStale) {
 			return res, err
@@ -595,7 +599,7 @@ func (s *Store) commitMulti(ctx context.Context, cmd engine.CommitCommand) (engi
 		a.Items[i] = commitItemArgv{Metric: it.Metric, EstUnits: strconv.FormatInt(it.EstimatedUnits, 10),
 			EstCost: strconv.FormatInt(it.EstimatedCost, 10), Units: strconv.FormatInt(it.ActualUnits, 10), Terms: terms}
 	}
-	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", a.list, &a.Merge, meta, charges)
+	return s.runCommit(ctx, cmd, commitMultiScript, "commit_multi", a.list, &a.Merge, &a.Meta, charges)
 }
 
 // Release returns the active reservation cmd.ReservationID whole (release.lua):

@@ -12,7 +12,8 @@ import (
 
 // TestReservationOpenAndSettleRefusals: reserve_open refuses a reservation id
 // already taken, and commit_meta refuses with STALE a merge Go made from
-// metadata the reservation no longer has, leaving the reservation active.
+// a reservation field "r:<id>" the hash no longer holds (so possibly from
+// metadata the reservation no longer has), leaving the reservation active.
 func TestReservationOpenAndSettleRefusals(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
@@ -33,7 +34,7 @@ func TestReservationOpenAndSettleRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := commitArgv{hotHead: head, ResID: cmd.ReservationID.String(), Actual: "3", Terms: "per_unit|0|1||",
-			Meta: `{"b":2}`, Merge: mergeArgv{Stored: `{"a":1}`, Merged: `{"a":1,"b":2}`}}
+			Meta: `{"b":2}`, Merge: mergeArgv{Stored: "a|5|5|stale", Merged: `{"a":1,"b":2}`}}
 		_, err = b.store.runMoney(ctx, commitScript, "commit", b.store.reservationKeys(c.CustomerID, ""), a.list())
 		if !errors.Is(err, errStale) {
 			t.Fatalf("commit merged from metadata the reservation does not have: %v, want STALE", err)

@@ -55,6 +55,20 @@ local function idx_insert(idx, b)
   local e = idx_entry(b)
   if idx == '' then return e end
   local n = #idx
+  -- A block that spends before the first entry (a stack_after fallback, a
+  -- short top-priority grant) goes in front after one entry parsed instead
+  -- of ~13 (~140k instructions at 100 blocks, lua/profile_worst_test.go).
+  -- Only its priority is read first: a block of a later priority (most
+  -- grants) pays a short match. The bisection then starts as before (a
+  -- first probe inside it made the common append ~60k dearer).
+  local first = tonumber(string.match(idx, '^[^,]*,(%d+)'))
+  if b.prio < first then return e .. ' ' .. idx end
+  if b.prio == first then
+    local id, _, exp, created = string.match(idx, '^([^ ,]+),([^,]*),([^,]*),([^,]*)')
+    if spends_before(b, {id = id, prio = first, expires = tonumber(exp), created = tonumber(created)}) then
+      return e .. ' ' .. idx
+    end
+  end
   -- lo: 0 or the start of an entry b does not spend before; hi: n + 2 (the
   -- end) or the start of an entry b spends before. Each probe is an entry
   -- start strictly between them, so the range shrinks every time.
@@ -73,6 +87,9 @@ local function idx_insert(idx, b)
     end
   end
   if hi > n then return idx .. ' ' .. e end
+  -- In front without string.sub(idx, 1): Redis's Lua hashes every byte of a
+  -- new string even when it equals one it holds.
+  if hi == 1 then return e .. ' ' .. idx end
   return string.sub(idx, 1, hi - 1) .. e .. ' ' .. string.sub(idx, hi)
 end
 

@@ -25,8 +25,22 @@ local function mutation_json(m, a, entries, changed)
     m.bal_s, debt_s = m_fmt(m_sub(bal, a.d)), ',"debt":' .. m_fmt(a.d)
   end
   m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
-  local bj = {}
-  for i, b in ipairs(changed) do bj[i] = block_json(b) end
+  -- One changed block (a grant's, a small drain's) is spliced with its
+  -- metadata into the Mutation; several are joined first.
+  local bs, bmeta, btail = '', nil, ''
+  if #changed == 1 then
+    bs, bmeta, btail = block_json(changed[1])
+  elseif #changed > 1 then
+    local bj = {}
+    for i, b in ipairs(changed) do
+      local head, meta, tail = block_json(b)
+      bj[i] = meta and (head .. ',"meta":' .. meta .. tail) or (head .. tail)
+    end
+    bs = table.concat(bj, ',')
+  end
+  -- A single entry is used as is: table.concat would hash it again.
+  local es = entries[1] or ''
+  if #entries > 1 then es = table.concat(entries, ',') end
   -- Quotes are written inline (q would make a string per member).
   return '{"op":"' .. m.op .. '","kind":"' .. m.kind .. '","tenant":"' .. m.tenant ..
     '","customer":"' .. m.customer .. '","env":"' .. m.env .. '","idem":' .. m.idem ..
@@ -34,8 +48,9 @@ local function mutation_json(m, a, entries, changed)
     ',"account":{"id":"' .. a.id .. '","version":' .. ((a.v_n == a.v and a.v_s) or i_fmt(a.v)) ..
     ',"balance":' .. m.bal_s ..
     ',"reserved":' .. m.rs_s .. ',"pending":' .. m.pend_s .. ',"lifetime_earned":' .. le_fmt(a) .. debt_s ..
-    '},"entries":[' .. table.concat(entries, ',') .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
-    (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. table.concat(bj, ',') .. ']' ..
+    '},"entries":[' .. es .. ((m.open_meta and m.open_meta ~= '') and ',"meta":' or '') ..
+    (m.open_meta or '') .. (m.open_meta and '}' or '') .. '],"blocks":[' .. bs .. (bmeta and ',"meta":' or '') ..
+    (bmeta or '') .. btail .. ']' ..
     ((m.ctx and m.ctx ~= '') and (',"ctx":' .. m.ctx) or '') ..
     (m.eb and (',"eb":' .. m_fmt(m.eb)) or '') .. (m.extra or '') ..
     (r and (',"res":' .. res_json_head(r)) or '') .. ((r and r.meta ~= '') and ',"meta":' or '') ..

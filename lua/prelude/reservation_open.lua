@@ -6,12 +6,16 @@
 -- the spend-order index when the commit drains) and the reservation, active and
 -- not past expires_at (the reservation ends at that instant exactly, when the
 -- sweep may take it). Instead of them it returns (third value) the reply:
--- a replay of op_key, or NOSTATE, NOTFOUND, NOTACTIVE or EXPIRED.
-local function commit_open(key, now, res_id, drains, op_key, rh, seen)
+-- a replay of op_key, or NOSTATE, NOTFOUND, NOTACTIVE or EXPIRED. merged:
+-- Go merged the commit's metadata (commit_meta), which replaces the stored
+-- metadata, so that field is not read (up to engine.MaxMetadataBytes,
+-- which Redis's Lua hashes byte by byte).
+local function commit_open(key, now, res_id, drains, op_key, rh, seen, merged)
   -- The reservation's metadata field with the account: on the summary's path it
   -- rides in the same HMGET (one redis.call less than an HGET after).
-  local wants = {'r:' .. res_id, 'n:' .. res_id}
-  if drains then wants[3] = 'o' end
+  local wants = {'r:' .. res_id}
+  if not merged then wants[2] = 'n:' .. res_id end
+  if drains then wants[#wants + 1] = 'o' end
   local a = acct_read(key, now, wants)
   if not a then return nil, nil, redis.error_reply('NOSTATE no credit state for the customer') end
   local rp = replay(op_key, rh, seen)
@@ -42,11 +46,14 @@ end
 
 -- commit_meta is the metadata a commit leaves on reservation r: merged_meta when
 -- Go merged (lua/bounded.go; it only checks that Go merged into r's
--- metadata, stored_meta), else meta merged here. Instead of it it returns
--- (second value) the reply: STALE, or BADARG for metadata not an object.
-local function commit_meta(r, meta, stored_meta, merged_meta)
+-- metadata: that r's field "r:<id>", raw, is still stored_res, as Go read
+-- it with the metadata in one HMGET, for every script that rewrites a
+-- reservation's metadata rewrites that field too), else meta merged here.
+-- Instead of it it returns (second value) the reply: STALE, or BADARG for
+-- metadata not an object.
+local function commit_meta(r, meta, stored_res, merged_meta, raw)
   if merged_meta then
-    if r.meta ~= stored_meta then return nil, redis.error_reply('STALE the reservation changed since it was read') end
+    if raw ~= stored_res then return nil, redis.error_reply('STALE the reservation changed since it was read') end
     return merged_meta
   end
   local merged = meta_merge(r.meta, meta)
