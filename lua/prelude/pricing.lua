@@ -30,14 +30,18 @@ end
 
 -- terms_cached is terms_parse(s), remembered per text in the library
 -- (a consume's terms are usually the ones of the call before): the
--- result is only read. At most TERMS_CACHE_MAX texts are kept.
-local TERMS_CACHE, TERMS_CACHED, TERMS_CACHE_MAX = {}, 0, 64
+-- result is only read. Two generations of at most TERMS_CACHE_MAX texts
+-- each: a full generation becomes the old one, and a text found there
+-- moves back into the new one, so the terms in use survive a turn (one
+-- cache emptied whole made every 65th text cost a tenant with many rules
+-- a parse of up to 100 tiers, ~1M Redis instructions, on its next call).
+local TERMS_CACHE, TERMS_OLD, TERMS_CACHED, TERMS_CACHE_MAX = {}, {}, 0, 64
 local function terms_cached(s)
   local t = TERMS_CACHE[s]
   if t then return t end
-  t = terms_parse(s)
+  t = TERMS_OLD[s] or terms_parse(s)
   if t and type(s) == 'string' then
-    if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_CACHED = {}, 0 end
+    if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_OLD, TERMS_CACHED = {}, TERMS_CACHE, 0 end
     TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
   end
   return t
