@@ -147,23 +147,6 @@ end
 -- Its helpers are locals of the do block, not of the chunk (drain's).
 local pool_items
 do
-  -- merge is draws with one draw per block, each block appended to changed
-  -- once (scope_items: a block several items drew from is one draw).
-  local function merge(all, changed)
-    local draws, at = {}, {}
-    for _, d in ipairs(all) do
-      local i = at[d.b]
-      if i then
-        draws[i].take = m_add(draws[i].take, d.take)
-      else
-        draws[#draws + 1] = {b = d.b, take = d.take}
-        at[d.b] = #draws
-        changed[#changed + 1] = d.b
-      end
-    end
-    return draws
-  end
-
   -- take_each pays each item's it.need from account x, at most room in
   -- all, what x's blocks that apply to its metric hold (scope_free; x
   -- unscoped: every block applies, drained once for the total, as the
@@ -182,7 +165,7 @@ do
       it.need, paid = m_sub(it.need, pay), m_add(paid, pay)
     end
     if not x.scoped then all = drain(x, now, paid, {}) end
-    return paid, merge(all, changed)
+    return paid, draws_merge(all, changed)
   end
 
   function pool_items(a, p, now, items, eff, cost, lim, refusing, changed)

@@ -181,6 +181,24 @@ local function scope_fast(a, now, metric, eff, cost, refusing, lim, entries, cha
   return paid, debt, draws
 end
 
+-- draws_merge is the draws all with one draw per block, each block
+-- appended to changed once: a block several items drew from is one draw
+-- (scope_items, and pool_items for a child and its parent).
+local function draws_merge(all, changed)
+  local draws, at = {}, {}
+  for _, d in ipairs(all) do
+    local i = at[d.b]
+    if i then
+      draws[i].take = m_add(draws[i].take, d.take)
+    else
+      draws[#draws + 1] = {b = d.b, take = d.take}
+      at[d.b] = #draws
+      changed[#changed + 1] = d.b
+    end
+  end
+  return draws
+end
+
 -- scope_items charges the items {metric, cost} of a multi-metric call on
 -- an account holding scoped blocks one after another, each from the
 -- blocks that apply to its metric (scope_split under block, refusing;
@@ -213,16 +231,5 @@ local function scope_items(a, now, items, base, lim, refusing, avail, freed, ski
     paid, debt = m_add(paid, pay), m_add(debt, owe)
   end
   a.d = d0
-  local draws, at = {}, {}
-  for _, d in ipairs(all) do
-    local i = at[d.b]
-    if i then
-      draws[i].take = m_add(draws[i].take, d.take)
-    else
-      draws[#draws + 1] = {b = d.b, take = d.take}
-      at[d.b] = #draws
-      changed[#changed + 1] = d.b
-    end
-  end
-  return paid, debt, draws
+  return paid, debt, draws_merge(all, changed)
 end
