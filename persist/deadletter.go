@@ -91,11 +91,15 @@ func (s *Store) DeadLetter(ctx context.Context, l Letter) (int64, error) {
 		heldBy = &l.HeldBy
 	}
 	// An entry delivered again (a crash before its ack, a retried batch)
-	// finds its Mutation already set aside and keeps that row.
+	// finds its Mutation already set aside and keeps that row; so does one
+	// whose op a fork repair already applied again (its letter resolved as
+	// repaired), which a second letter would only count twice.
 	var id int64
 	err := s.pool.QueryRow(ctx, `WITH existing AS (
 			SELECT id FROM outbox_dead_letters
-			WHERE customer_id = $7 AND op_id = $5 AND resolved_at IS NULL LIMIT 1
+			WHERE customer_id = $7 AND op_id = $5
+			  AND (resolved_at IS NULL OR starts_with(resolution, $12))
+			ORDER BY resolved_at IS NULL DESC, id LIMIT 1
 		), inserted AS (
 			INSERT INTO outbox_dead_letters
 				(partition, entry_id, raw, error, op_id, tenant_id, customer_id, kind, account_version, sqlstate, held_by)
@@ -104,7 +108,8 @@ func (s *Store) DeadLetter(ctx context.Context, l Letter) (int64, error) {
 			RETURNING id
 		)
 		SELECT id FROM inserted UNION ALL SELECT id FROM existing`,
-		l.Partition, l.EntryID, raw, humanText(l.Reason), opID, tenant, customer, kind, version, sqlstate, heldBy).Scan(&id)
+		l.Partition, l.EntryID, raw, humanText(l.Reason), opID, tenant, customer, kind, version, sqlstate, heldBy,
+		ForkResolutionPrefix).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("persist: dead letter %d/%s: %w", l.Partition, l.EntryID, err)
 	}

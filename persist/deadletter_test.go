@@ -171,6 +171,20 @@ func TestDeadLetterHoldAlarmAndRetry(t *testing.T) {
 	if id, err := b.store.DeadLetter(b.ctx, Letter{EntryID: "again", Raw: []byte("{}"), Mutation: &c3}); err != nil || id != ids[1] {
 		t.Fatalf("DeadLetter of c3 again = %d, %v; want %d", id, err, ids[1])
 	}
+	// An op a fork repair applied again: delivered again, its resolved
+	// letter stands for it (no second letter, no second alarm).
+	if ok, err := b.store.resolveForkLetter(b.ctx, ids[2], "re-applied in a test"); err != nil || !ok {
+		t.Fatalf("resolveForkLetter = %v, %v", ok, err)
+	}
+	if id, err := b.store.DeadLetter(b.ctx, Letter{EntryID: "again", Raw: []byte("{}"), Mutation: &g4}); err != nil || id != ids[2] {
+		t.Fatalf("DeadLetter of repaired g4 again = %d, %v; want %d", id, err, ids[2])
+	}
+	if n, err := b.store.UnresolvedDeadLetters(b.ctx); err != nil || n != 2 {
+		t.Fatalf("unresolved after g4's redelivery = %d, %v; want 2", n, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE outbox_dead_letters SET resolved_at = NULL, resolution = NULL WHERE id = $1`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
 
 	// Postgres still refuses: nothing changes, the refusal is reported and
 	// kept, and the account's later dead letters are not tried.

@@ -145,7 +145,8 @@ func TestPersisterRepairsForkedHistory(t *testing.T) {
 				own, byRepair = forkOpsInLedger(t, s, c)
 			}
 			if own != 0 || byRepair != letters-noopLetters(t, s, c) {
-				t.Errorf("ledger ops: %d of the forked ops themselves (want 0), %d repairs (want one per letter that moved money)", own, byRepair)
+				t.Errorf("ledger ops: %d of the forked ops themselves (want 0), %d repairs (want one per letter that moved money); letters:\n%s",
+					own, byRepair, lettersOf(t, s, c))
 			}
 
 			var reserved int64
@@ -283,6 +284,18 @@ func forkOpsInLedger(t *testing.T, s *Stack, c string) (own, repairs int64) {
 		t.Fatal(err)
 	}
 	return own, repairs
+}
+
+// lettersOf lists c's dead letters, one per line, for a failure message.
+func lettersOf(t *testing.T, s *Stack, c string) string {
+	t.Helper()
+	var out string
+	if err := s.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s op %s %s v%s sqlstate %s held_by %s entry %s: %s',
+			id, op_id, kind, account_version, sqlstate, held_by, entry_id, resolution), E'\n' ORDER BY id), '')
+		FROM outbox_dead_letters WHERE customer_id = $1`, c).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // noopLetters counts c's dead letters whose repair moved no money.
