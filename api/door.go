@@ -19,6 +19,11 @@ type doorState struct {
 	rateDone bool
 	rate     decision
 	rateErr  error
+	// rateLimits are the limits (per second, burst) the decision was made
+	// under, the cached tenant's: rateLimit decides again when
+	// authentication read others (a tenant changed on another node), so
+	// the change governs this request (invariant 15).
+	rateLimits [2]int
 	// claimAsked: the door claimed claimKey for claimHash of tenant at
 	// claimedAt; claim is its answer, claimUsed set once idempotent took it.
 	claimAsked bool
@@ -55,21 +60,20 @@ func (s *Server) openDoor(rt *route, c *call) {
 	d := &c.door
 	var plan ratePlan
 	var local time.Time
-	var perSecond int
+	var perSecond, burst int
 	var keyID uuid.UUID
 	ctx, ans, ok := s.tenants.Open(c.reqContext(), key, func(scope engine.Scope, t engine.Tenant) engine.DoorAsk {
 		var ask engine.DoorAsk
 		if s.budgets != nil && !d.rateDone {
 			var now time.Time
 			now, local = s.rateClocks()
-			var burst int
 			perSecond, burst = keyLimits(t.RateLimitPerSecond, t.RateLimitBurst)
 			keyID = scope.KeyID
 			p, err := planShared(c.reqContext(), s.refusals, s.leases, scope.KeyID, perSecond, burst, local, false)
 			switch {
 			case err != nil:
 			case p.decided:
-				d.rateDone, d.rate = true, p.d
+				d.rateDone, d.rate, d.rateLimits = true, p.d, [2]int{perSecond, burst}
 			default:
 				plan = p
 				ask.Rate = &engine.RateAsk{Key: scope.KeyID, PerSecond: perSecond, Burst: burst, Requests: p.want, Now: now}
@@ -100,7 +104,7 @@ func (s *Server) openDoor(rt *route, c *call) {
 	default:
 		// Settled whatever comes next (an owner's lease must be).
 		d.rate, d.rateErr = finishShared(s.refusals, s.leases, keyID, perSecond, local, plan, ans.Rate, ans.RateErr)
-		d.rateDone = true
+		d.rateDone, d.rateLimits = true, [2]int{perSecond, burst}
 	}
 	if d.claimAsked {
 		d.claim, d.claimed, d.claimErr = ans.Claim, ans.Claimed, ans.ClaimErr
@@ -194,7 +198,7 @@ func (s *Server) fuse(rt *route, c *call) bool {
 		}
 		d, derr := finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, door.RateAnswer, rerr)
 		if derr == nil {
-			c.door.rateDone, c.door.rate = true, d
+			c.door.rateDone, c.door.rate, c.door.rateLimits = true, d, [2]int{rate.perSecond, rate.burst}
 		}
 	}
 	switch door.Outcome() {
@@ -227,8 +231,8 @@ func (s *Server) fuse(rt *route, c *call) bool {
 // (want > 0) under these figures.
 type fusedPlan struct {
 	ratePlan
-	perSecond int
-	local     time.Time
+	perSecond, burst int
+	local            time.Time
 }
 
 // fusedRate plans the rate of a fused request: decided on this node (a
@@ -244,7 +248,7 @@ func (s *Server) fusedRate(c *call, door *engine.FusedDoor) (fusedPlan, bool) {
 	case err != nil:
 		return fusedPlan{}, false
 	case p.decided:
-		c.door.rateDone, c.door.rate = true, p.d
+		c.door.rateDone, c.door.rate, c.door.rateLimits = true, p.d, [2]int{perSecond, burst}
 		if !p.d.allowed {
 			return fusedPlan{}, false
 		}
@@ -252,5 +256,5 @@ func (s *Server) fusedRate(c *call, door *engine.FusedDoor) (fusedPlan, bool) {
 		return fusedPlan{}, true
 	}
 	door.Rate = &engine.RateAsk{Key: c.scope.KeyID, PerSecond: perSecond, Burst: burst, Requests: p.want, Now: now}
-	return fusedPlan{ratePlan: p, perSecond: perSecond, local: local}, true
+	return fusedPlan{ratePlan: p, perSecond: perSecond, burst: burst, local: local}, true
 }

@@ -156,16 +156,16 @@ const rateBudgetWarnEvery = 10 * time.Second
 // request is limited by this process's own bucket instead (fail open to a
 // per-node limit: docs/decisions.md "Rate limits across the fleet").
 func (s *Server) rateLimit(c *call) bool {
-	if d := &c.door; d.rateDone {
-		// The door took it (door.go), with the limits of the cached tenant.
+	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
+	if d := &c.door; d.rateDone && d.rateLimits == [2]int{perSecond, burst} {
+		// The door decided it (door.go) under the limits authentication
+		// read too; under others it is decided again below.
 		if d.rateErr == nil {
 			return c.applyLimit(d.rate, errRateLimited)
 		}
 		s.warnBudgets(d.rateErr)
-		perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 		return c.applyLimit(s.limiter.take(c.scope.KeyID, perSecond, burst), errRateLimited)
 	}
-	perSecond, burst := keyLimits(c.tenant.RateLimitPerSecond, c.tenant.RateLimitBurst)
 	if s.budgets != nil {
 		now, local := s.rateClocks()
 		d, err := takeShared(c.reqContext(), s.budgets, s.refusals, s.leases, c.tenant.ID, c.scope.KeyID, perSecond, burst, now, local)
@@ -224,7 +224,7 @@ func planShared(ctx context.Context, r *refusals, l *leases, key uuid.UUID, perS
 		if d, ok := l.spend(key, local, perSecond, burst); ok {
 			return ratePlan{decided: true, d: d}, nil
 		}
-		if d, ok := r.check(key, local, burst); ok {
+		if d, ok := r.check(key, local, perSecond, burst); ok {
 			return ratePlan{decided: true, d: d}, nil
 		}
 		want, owner, taking := l.claim(key, local, perSecond, burst, wait && waits < leaseWaits)
@@ -258,12 +258,12 @@ func finishShared(r *refusals, l *leases, key uuid.UUID, perSecond int, local ti
 		if want > 1 {
 			rd.RetryAfter += min(time.Duration(want-1)*interval(perSecond), leaseLife(want, perSecond))
 		}
-		r.remember(key, local, rd)
+		r.remember(key, local, perSecond, rd)
 	case want > 1 && rd.Granted < want:
 		// The budget is spent but for these: once they are served, wait
 		// until a whole lease is back rather than asking for crumbs (the
 		// budget fills meanwhile, so nothing is lost).
-		r.remember(key, local, engine.RateDecision{Limit: rd.Limit, Reset: rd.Reset,
+		r.remember(key, local, perSecond, engine.RateDecision{Limit: rd.Limit, Reset: rd.Reset,
 			RetryAfter: min(time.Duration(want)*interval(perSecond), leaseLife(want, perSecond))})
 	}
 	return leaseDecision(rd, rd.Granted-1, 0, perSecond), nil
@@ -350,6 +350,11 @@ type lease struct {
 	// The budget's answer to the last take and when it came (headers).
 	answer engine.RateDecision
 	at     int64
+	// perSecond and burst are the limits the last take was made under: a
+	// lease is spent only under the same ones, so limits changed anywhere
+	// in the fleet govern this node's next request (invariant 15), not the
+	// rest of a lease taken before.
+	perSecond, burst int
 }
 
 func newLeases() *leases {
@@ -370,7 +375,7 @@ func (l *leases) spend(key uuid.UUID, now time.Time, perSecond, burst int) (deci
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls, found := sh.byKey[key]
-	if !found || ls.left <= 0 || t >= ls.expires {
+	if !found || ls.left <= 0 || t >= ls.expires || ls.perSecond != perSecond || ls.burst != burst {
 		return decision{}, false
 	}
 	ls.left--
@@ -433,7 +438,7 @@ func (l *leases) settle(key uuid.UUID, now time.Time, perSecond, want int, rd en
 		ls = lease{
 			left: rd.Granted - 1, granted: rd.Granted, served: 1, size: want,
 			expires: t + int64(leaseLife(rd.Granted, perSecond)),
-			answer:  rd, at: t,
+			answer:  rd, at: t, perSecond: perSecond, burst: rd.Limit,
 		}
 	}
 	// Refused or failed: nothing held, and the next take asks for as many
@@ -494,6 +499,9 @@ type refusalShard struct {
 // full (unix nanoseconds of the node's clock).
 type refusal struct {
 	until, full int64
+	// perSecond and burst are the limits the refusal was given under: a
+	// window of other limits is not this request's (see lease).
+	perSecond, burst int
 }
 
 func newRefusals() *refusals {
@@ -506,12 +514,12 @@ func newRefusals() *refusals {
 
 // check answers key's request at now from a remembered refusal window;
 // ok is false when there is none (ask the shared budget).
-func (r *refusals) check(key uuid.UUID, now time.Time, burst int) (decision, bool) {
+func (r *refusals) check(key uuid.UUID, now time.Time, perSecond, burst int) (decision, bool) {
 	sh := &r.shards[key[15]%limiterShards]
 	t := now.UnixNano()
 	sh.mu.Lock()
 	w, ok := sh.byKey[key]
-	if ok && t >= w.until {
+	if ok && (t >= w.until || w.perSecond != perSecond || w.burst != burst) {
 		delete(sh.byKey, key)
 		ok = false
 	}
@@ -527,7 +535,7 @@ func (r *refusals) check(key uuid.UUID, now time.Time, burst int) (decision, boo
 }
 
 // remember keeps the window of a refusal the shared budget gave at now.
-func (r *refusals) remember(key uuid.UUID, now time.Time, rd engine.RateDecision) {
+func (r *refusals) remember(key uuid.UUID, now time.Time, perSecond int, rd engine.RateDecision) {
 	if rd.RetryAfter <= 0 {
 		return
 	}
@@ -539,8 +547,8 @@ func (r *refusals) remember(key uuid.UUID, now time.Time, rd engine.RateDecision
 		// Forgetting a window only costs a round trip to Redis: any may go.
 		trimShard(sh.byKey, func(w refusal) bool { return t >= w.until }, func(refusal) bool { return true })
 	}
-	w := refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset)}
-	if old, ok := sh.byKey[key]; ok && old.until > w.until {
+	w := refusal{until: t + int64(rd.RetryAfter), full: t + int64(rd.Reset), perSecond: perSecond, burst: rd.Limit}
+	if old, ok := sh.byKey[key]; ok && old.until > w.until && old.perSecond == perSecond && old.burst == rd.Limit {
 		return // a longer window of a lease's take stands
 	}
 	sh.byKey[key] = w

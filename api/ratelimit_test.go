@@ -186,7 +186,7 @@ func TestRefusalsBounded(t *testing.T) {
 	now := time.Unix(1_900_000_000, 0)
 	refused := engine.RateDecision{Limit: 1, RetryAfter: time.Second, Reset: time.Second}
 	for range limiterShards * limiterKeysInShard * 2 {
-		r.remember(uuid.New(), now, refused)
+		r.remember(uuid.New(), now, 1, refused)
 	}
 	for i := range r.shards {
 		if n := len(r.shards[i].byKey); n > limiterKeysInShard {
@@ -195,11 +195,19 @@ func TestRefusalsBounded(t *testing.T) {
 	}
 	later := now.Add(2 * time.Second) // every window is over
 	key := uuid.New()
-	r.remember(key, later, refused)
-	if d, ok := r.check(key, later, 1); !ok || d.retryAfterSec != 1 {
+	r.remember(key, later, 1, refused)
+	if d, ok := r.check(key, later, 1, 1); !ok || d.retryAfterSec != 1 {
 		t.Fatalf("a full shard did not make room: %+v %v", d, ok)
 	}
-	if _, ok := r.check(key, later.Add(time.Second), 1); ok {
+	if _, ok := r.check(key, later, 2, 1); ok {
+		t.Fatal("a window given under 1/s refuses under 2/s (limits changed since)")
+	}
+	r.remember(key, later, 1, refused)
+	if _, ok := r.check(key, later, 1, 3); ok {
+		t.Fatal("a window given under burst 1 refuses under burst 3 (limits changed since)")
+	}
+	r.remember(key, later, 1, refused)
+	if _, ok := r.check(key, later.Add(time.Second), 1, 1); ok {
 		t.Fatal("a window past its Retry-After still refuses")
 	}
 }
@@ -416,5 +424,38 @@ func wantLimitStep(t *testing.T, i int, r response, status int, want [4]string) 
 	got := [4]string{r.get("RateLimit-Limit"), r.get("RateLimit-Remaining"), r.get("RateLimit-Reset"), r.get("Retry-After")}
 	if got != want {
 		t.Fatalf("step %d: headers %v, want %v", i, got, want)
+	}
+}
+
+// TestLeaseSpentOnlyUnderItsLimits: a lease taken under one key's limits is
+// not spent once the tenant's limits changed (another node's PATCH), so the
+// change governs this node's next request (invariant 15); under the same
+// limits it is.
+func TestLeaseSpentOnlyUnderItsLimits(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_900_000_000, 0)
+	for _, tc := range []struct {
+		name             string
+		perSecond, burst int
+		spent            bool
+	}{
+		{"same limits", 2000, 2000, true},
+		{"rate lowered", 1000, 2000, false},
+		{"burst lowered", 2000, 1000, false},
+		{"rate raised", 4000, 2000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLeases()
+			key := uuid.New()
+			want, owner, _ := l.claim(key, now, 2000, 2000, false)
+			if !owner {
+				t.Fatalf("claim = %d, not the owner", want)
+			}
+			// The budget granted 4: 3 left to serve from memory.
+			l.settle(key, now, 2000, want, engine.RateDecision{Allowed: true, Granted: 4, Limit: 2000, Remaining: 1000}, nil)
+			if _, ok := l.spend(key, now, tc.perSecond, tc.burst); ok != tc.spent {
+				t.Fatalf("spend under %d/s burst %d = %v, want %v", tc.perSecond, tc.burst, ok, tc.spent)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -115,13 +116,27 @@ func TestFleetCachesFresh(t *testing.T) {
 					map[string]any{"rate_limit_per_second": 1, "rate_limit_burst": 2}), 200, "admin PATCH rate limit on A")
 			},
 			then: func(t *testing.T, f *fixture) {
+				// The first request after the change is the one the fence
+				// guards: its RateLimit-Limit says which limits it passed
+				// under. The budget refills one request a second, so three
+				// requests spread over more than that on a loaded machine may
+				// all pass under burst 2: such a round is tried again after
+				// the budget is full (at most three rounds).
 				var got []int
-				for range 3 {
-					r := b.as(t, f.tn.Live).get("/v1/customers/" + f.cust)
-					got = append(got, r.Status)
-					if r.Status == 200 && r.Header.Get("RateLimit-Limit") != "2" {
-						t.Errorf("B answered RateLimit-Limit %q, want 2 (the new burst)", r.Header.Get("RateLimit-Limit"))
+				for round := 0; round < 3; round++ {
+					got = got[:0]
+					began := time.Now()
+					for range 3 {
+						r := b.as(t, f.tn.Live).get("/v1/customers/" + f.cust)
+						got = append(got, r.Status)
+						if r.Status == 200 && r.Header.Get("RateLimit-Limit") != "2" {
+							t.Errorf("B answered RateLimit-Limit %q, want 2 (the new burst)", r.Header.Get("RateLimit-Limit"))
+						}
 					}
+					if got[0] == 200 && got[1] == 200 && got[2] == 429 || time.Since(began) < 900*time.Millisecond {
+						break
+					}
+					time.Sleep(2100 * time.Millisecond)
 				}
 				if got[0] != 200 || got[1] != 200 || got[2] != 429 {
 					t.Errorf("B's next three requests answered %v, want [200 200 429] under burst 2", got)
