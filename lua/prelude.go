@@ -42,6 +42,7 @@ var preludeOrder = []string{
 	"gauges.lua",           // gauge counts and leases
 	"budgets.lua",          // budget counters
 	"pools.lua",            // shared pools
+	"charge.lua",           // a consume's split and consumption entry
 }
 
 // preludeLua is the prelude's one chunk: preludeOrder's files joined by a
