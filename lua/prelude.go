@@ -42,6 +42,7 @@ var preludeOrder = []string{
 	"gauges.lua",           // gauge counts and leases
 	"budgets.lua",          // budget counters
 	"pools.lua",            // shared pools
+	"items.lua",            // a multi-metric call's items from ARGV
 	"charge.lua",           // a consume's split and consumption entry
 }
 

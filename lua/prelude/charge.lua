@@ -81,3 +81,55 @@ local function consume_entry(a, now, entries, changed, metric, units, units_arg,
   entries[#entries + 1] = entry_obj(e)
   return metric_j, su, sc, sch, so
 end
+
+-- items_split is consume_split for the items of a multi-metric consume
+-- (each with its cost, of total cost): a scoped account or a child charges
+-- each item from the blocks that apply to its metric (scope_items,
+-- pool_items), deciding as it drains after the due expiries; else the
+-- blocks pay the total.
+local function items_split(a, pool, now, items, eff, cost, ctx, policy, entries, changed)
+  local refusing = policy == 'block'
+  if pool then
+    expire_due(a, now, entries, changed)
+    return pool_items(a, pool, now, items, eff, cost, line_of(ctx), refusing, changed)
+  end
+  local charge, debt, draws = cost, MONEY_ZERO, nil
+  if a.scoped then
+    expire_due(a, now, entries, changed)
+    local avail = eff
+    if not m_pos(avail) then avail = MONEY_ZERO end
+    charge, debt, draws = scope_items(a, now, items, eff, line_of(ctx), refusing, avail, MONEY_ZERO, nil, changed)
+  elseif refusing then
+    charge, debt = line_split(a, eff, MONEY_ZERO, cost, line_of(ctx))
+  elseif m_cmp(eff, cost) < 0 then
+    charge = MONEY_ZERO
+    if m_pos(eff) then charge = eff end
+  end
+  return charge, debt, draws, MONEY_ZERO
+end
+
+-- items_entry drains items_split's charge (unless it drained: draws) and
+-- appends the one consumption entry of a multi-metric consume, with no
+-- metric and no units; it returns the overage, or nil when the debt would
+-- leave int64.
+local function items_entry(a, now, entries, changed, cost, charge, debt, pooled, draws)
+  local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
+  local overage_field = nil
+  if m_pos(overage) then overage_field = overage end
+  if not draws then
+    expire_due(a, now, entries, changed)
+    draws = drain(a, now, charge, changed)
+  end
+  local e = debit_entry({role = 'main', type = 'consumption', overage = overage_field, open = true}, draws)
+  if not line_draw(a, e, debt, draws) then return nil end
+  entries[#entries + 1] = entry_obj(e)
+  return overage
+end
+
+-- items_usage is the usage section of a multi-metric consume refused for
+-- credit or by a budget: units su and cost sc (the totals), nothing
+-- charged, and the items (items_j).
+local function items_usage(su, sc, items_j)
+  return '{"metric":"","units":' .. su .. ',"cost":' .. sc .. ',"charged":0,"overage":0,"refused":true,"items":' ..
+    items_j .. '}'
+end
