@@ -44,6 +44,7 @@ var preludeOrder = []string{
 	"pools.lua",            // shared pools
 	"items.lua",            // a multi-metric call's items from ARGV
 	"charge.lua",           // a consume's split and consumption entry
+	"settle.lua",           // a commit's split, entry and settled figures
 }
 
 // preludeLua is the prelude's one chunk: preludeOrder's files joined by a

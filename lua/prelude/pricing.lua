@@ -102,6 +102,18 @@ local function price(t, units)
   return total
 end
 
+-- price_terms prices units at terms sent as text, for a script that parses
+-- its terms only when it has units to price (a commit, a top-up): the
+-- cost, or nil and the error reply (BADARG for terms that do not parse,
+-- else price's).
+local function price_terms(s, units)
+  local terms = terms_parse(s)
+  if not terms then return nil, redis.error_reply('BADARG terms') end
+  local cost, err = price(terms, units)
+  if not cost then return nil, redis.error_reply(err) end
+  return cost
+end
+
 -- items_price prices every item ({metric, units, terms}) of a
 -- multi-metric call (setting each one's cost) and sums their units and costs; items_j lists them as
 -- JSON objects, each with its metric, its units under units_name and its
