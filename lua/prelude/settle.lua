@@ -75,3 +75,50 @@ local function commit_settle(a, r, now, actual, cost, take, held, partial, units
   end
   if partial then res_update(a, r) else res_put(a, r) end
 end
+
+-- commit_items_split is commit_split for a multi-metric reservation r,
+-- which ends, freeing all it held (its estimated cost): a scoped account
+-- charges each item (its cost in costs) from the blocks that apply to its
+-- metric (scope_items), deciding as it drains after the due expiries, and
+-- the draws come fourth; else line_split under block. nil when refused.
+local function commit_items_split(a, now, r, res_id, items, costs, eff, cost, ctx, entries, changed)
+  if a.scoped then
+    for i, it in ipairs(items) do it.cost = costs[i] end
+    expire_due(a, now, entries, changed)
+    local avail = m_add(eff, r.est_cost)
+    if not m_pos(avail) then avail = MONEY_ZERO end
+    local charge, debt, draws = scope_items(a, now, items, m_add(eff, r.est_cost), line_of(ctx), refuses(ctx), avail,
+      r.est_cost, res_id, changed)
+    if not charge then return nil end
+    return charge, m_sub(m_sub(cost, charge), debt), debt, draws
+  end
+  if refuses(ctx) then
+    local charge, debt = line_split(a, eff, r.est_cost, cost, line_of(ctx))
+    return charge, MONEY_ZERO, debt, nil
+  end
+  local available = m_add(eff, r.est_cost)
+  if not m_pos(available) then available = MONEY_ZERO end
+  if m_cmp(cost, available) > 0 then return available, m_sub(cost, available), MONEY_ZERO, nil end
+  return cost, MONEY_ZERO, MONEY_ZERO, nil
+end
+
+-- commit_items_entry drains commit_items_split's charge (unless it
+-- drained: draws), takes reservation r's estimated cost off the reserved
+-- total and appends the one consumption entry of a multi-metric commit,
+-- ref res_id, with no metric and no units. It returns the items' JSON list (use_parts joined) for the
+-- entry's metadata and the usage, or nil when the debt would leave int64.
+local function commit_items_entry(a, now, r, res_id, entries, changed, charge, overage, debt, draws, use_parts)
+  local overage_field = nil
+  if m_pos(overage) then overage_field = overage end
+  if not draws then
+    expire_due(a, now, entries, changed)
+    draws = drain(a, now, charge, changed)
+  end
+  a.rs = m_sub(a.rs, r.est_cost)
+  local use_j = '[' .. table.concat(use_parts, ',') .. ']'
+  local e = debit_entry({role = 'main', type = 'consumption', ref = res_id, overage = overage_field, open = true},
+    draws)
+  if not line_draw(a, e, debt, draws) then return nil end
+  entries[#entries + 1] = entry_obj(e)
+  return use_j
+end
