@@ -65,81 +65,35 @@ local cost, usage = MONEY_ZERO, ''
 -- Texts formatted once for the entry, the usage and the reservation (res_txt).
 local units_s, cost_s = arg_txt(ARGV[11]) or m_fmt(actual), '0'
 if m_pos(actual) then
-  local terms = terms_parse(terms_arg)
-  if not terms then return redis.error_reply('BADARG terms') end
-  local err
-  cost, err = price(terms, actual)
-  if not cost then return redis.error_reply(err) end
-  -- Under block a cost past the reservation plus the free balance is refused;
-  -- under allow and notify (ctx.policy) the commit takes what is there and
-  -- the rest is overage, so actual_cost can read higher than what was
-  -- collected (docs/spec/interface.md Reservation).
-  -- Under block the credit line covers what the reservation and the free
-  -- balance do not (line_split; debt is what goes on it).
-  local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
-  if refuses(ctx) then
-    -- Only blocks that apply to the metric pay (prelude scope_split); the
-    -- reservation ends, or a partial commit frees the part it settles.
-    local freed, skip = held, res_id
-    if partial then freed, skip = m_min(cost, held), nil end
-    charge, debt = scope_split(a, now, r.metric, effective, held, cost, line_of(ctx), freed, skip)
-    if not charge then
-      -- The reservation stays as it was.
-      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-        now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
-    end
-  else
-    local available = m_add(effective, held)
-    if not m_pos(available) then available = MONEY_ZERO end
-    local freed, skip = held, res_id
-    if partial then freed, skip = m_min(cost, held), nil end
-    available = scope_avail(a, now, r.metric, available, freed, skip)
-    if m_cmp(cost, available) > 0 then charge, overage = available, m_sub(cost, available) end
+  local bad
+  cost, bad = price_terms(terms_arg, actual)
+  if not cost then return bad end
+  -- charge is what the blocks pay, debt what goes on the credit line
+  -- (prelude commit_split).
+  local charge, overage, debt = commit_split(a, now, r, res_id, effective, held, cost, ctx, partial)
+  if not charge then
+    -- The reservation stays as it was.
+    refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+      now = now, ctx = ctx, eb = effective}, a, usage_json(r.metric, actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+    return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
   end
-  local overage_field = nil
-  if m_pos(overage) then overage_field = overage end
   local merged, stop = commit_meta(r, meta, stored_res, merged_meta, a.x['r:' .. res_id])
   if not merged then return stop end
   expire_due(a, now, entries, changed)
   if partial and m_cmp(cost, held) < 0 then take = cost end
   a.rs = m_sub(a.rs, take)
-  local draws = drain(a, now, charge, changed, r.metric)
-  local metric_j = j_str(r.metric)
-  local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-    units_s = units_s, ref = res_id, overage = overage_field}, draws)
-  if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
-  entries[#entries + 1] = entry_obj(e)
-  charge = m_add(charge, debt)
+  cost_s, usage = commit_entry(a, now, r, res_id, entries, changed, units_s, cost, charge, overage, debt)
+  if not cost_s then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
   r.meta = merged
-  cost_s = m_fmt(cost)
-  usage = ',"usage":' .. usage_json_s(metric_j, units_s, cost_s, (charge == cost and cost_s) or m_fmt(charge),
-    m_fmt(overage), false, res_id)
 else
   expire_due(a, now, entries, changed)
   a.rs = m_sub(a.rs, held)
   entries[#entries + 1] = entry_obj({role = 'main', delta_s = '0', type = 'release', metric = r.metric, ref = res_id})
 end
 
--- After partial commits the reservation's actual units and cost are the totals of
--- every part (the resource's actual_units; this part is the entry's).
-local total_units, total_cost = actual, cost
-if r.act_units then
-  total_units, total_cost = m_add(r.act_units, actual), m_add(r.act_cost or MONEY_ZERO, cost)
-  if not m_fits(total_units) or not m_fits(total_cost) then
-    return redis.error_reply('OVERFLOW the settled units or cost would not fit in int64')
-  end
-end
-if partial then
-  r.act_units, r.act_cost, r.released = total_units, total_cost, m_add(r.released, take)
-else
-  r.status, r.final, r.act_units, r.act_cost, r.released = 'committed', now, total_units, total_cost, held
-end
-if total_units == actual then
-  res_set(r, 'act_units', units_s)
-  res_set(r, 'act_cost', cost_s)
-end
-if partial then res_update(a, r) else res_put(a, r) end
+-- The reservation's settled figures (prelude commit_settle).
+local overflow = commit_settle(a, r, now, actual, cost, take, held, partial, units_s, cost_s)
+if overflow then return overflow end
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
 -- The budgets count what the commit cost; a commit is never refused by

@@ -40,105 +40,38 @@ if not now or res_id == '' or not n or n < 1 or n > 20 or (#ARGV ~= 12 + 5 * n a
   return redis.error_reply('BADARG now, reservation id or items')
 end
 local stored_res, merged_meta = ARGV[13 + 5 * n], ARGV[14 + 5 * n]
-local items = {}
-local actual = MONEY_ZERO
-for i = 1, n do
-  local at = 12 + 5 * (i - 1)
-  local it = {metric = ARGV[at + 1], est_units = m_parse(ARGV[at + 2]), est_cost = m_parse(ARGV[at + 3]),
-    units = m_parse(ARGV[at + 4]), terms_arg = ARGV[at + 5]}
-  if it.metric == '' or not it.est_units or not it.est_cost or not it.units or m_cmp(it.units, MONEY_ZERO) < 0 then
-    return redis.error_reply('BADARG item metric, estimate or actual units')
-  end
-  actual = m_add(actual, it.units)
-  if not m_fits(actual) then return redis.error_reply(PRICE_OVERFLOW) end
-  items[i] = it
-end
+local items, actual, est_units, est_cost = commit_items(ARGV, n)
+if not items then return actual end
 
 local a, r, reply = commit_open(account_key, now, res_id, m_pos(actual), op_key, request_hash, seen_keys(KEYS, 5),
   merged_meta ~= nil)
 if reply then return reply end
 if r.metric ~= '' then return redis.error_reply('BADARG the reservation holds one metric') end
-local est_units, est_cost = MONEY_ZERO, MONEY_ZERO
-for _, it in ipairs(items) do est_units, est_cost = m_add(est_units, it.est_units), m_add(est_cost, it.est_cost) end
 if m_cmp(est_units, r.est_units) ~= 0 or m_cmp(est_cost, r.est_cost) ~= 0 then
   return redis.error_reply('BADARG the items do not add up to the reservation')
 end
 
-local cost = MONEY_ZERO
-local res_parts, use_parts, costs = {}, {}, {}
-for i, it in ipairs(items) do
-  local c = MONEY_ZERO
-  if m_pos(it.units) then
-    local terms = terms_parse(it.terms_arg)
-    if not terms then return redis.error_reply('BADARG terms') end
-    local err
-    c, err = price(terms, it.units)
-    if not c then return redis.error_reply(err) end
-    cost = m_add(cost, c)
-    it.cost = c
-    if not m_fits(cost) then return redis.error_reply(PRICE_OVERFLOW) end
-  end
-  -- The item's figures as Go sent them where they are m_fmt's text.
-  local at = 12 + 5 * (i - 1)
-  local k, au, ac = j_str(it.metric), arg_txt(ARGV[at + 4]) or m_fmt(it.units), m_fmt(c)
-  res_parts[i] = '{"billable_metric_key":' .. k .. ',"estimated_units":' .. (arg_txt(ARGV[at + 2]) or m_fmt(it.est_units)) ..
-    ',"estimated_cost":' .. (arg_txt(ARGV[at + 3]) or m_fmt(it.est_cost)) .. ',"actual_units":' .. au ..
-    ',"actual_cost":' .. ac .. '}'
-  costs[i] = c
-  use_parts[i] = '{"billable_metric_key":' .. k .. ',"units":' .. au .. ',"cost":' .. ac .. '}'
-end
+local cost, res_parts, use_parts, costs = commit_items_price(items, ARGV)
+if not cost then return res_parts end
 
 local _, _, effective = acct_bal(a, now)
 local entries, changed = {}, {}
 local m = {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective, res = r}
 if m_pos(actual) then
-  -- As commit.lua: under block a cost past the reservation plus the free balance
-  -- is refused; under allow and notify the rest is overage.
-  -- Under block the credit line covers the rest (line_split).
-  local charge, overage, debt = cost, MONEY_ZERO, MONEY_ZERO
-  local draws = nil
-  if a.scoped then
-    -- Each item from the blocks that apply to its metric (prelude
-    -- scope_items); the reservation ends, so all it held is free.
-    for i, it in ipairs(items) do it.cost = costs[i] end
-    expire_due(a, now, entries, changed)
-    local avail = m_add(effective, r.est_cost)
-    if not m_pos(avail) then avail = MONEY_ZERO end
-    charge, debt, draws = scope_items(a, now, items, m_add(effective, r.est_cost), line_of(ctx), refuses(ctx), avail,
-      r.est_cost, res_id, changed)
-    if not charge then
-      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-        now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
-    end
-    overage = m_sub(m_sub(cost, charge), debt)
-  elseif refuses(ctx) then
-    charge, debt = line_split(a, effective, r.est_cost, cost, line_of(ctx))
-    if not charge then
-      refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
-        now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-      return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
-    end
-  else
-    local available = m_add(effective, r.est_cost)
-    if not m_pos(available) then available = MONEY_ZERO end
-    if m_cmp(cost, available) > 0 then charge, overage = available, m_sub(cost, available) end
+  -- As commit.lua: charge is what the blocks pay, debt what goes on the
+  -- credit line (prelude commit_items_split).
+  local charge, overage, debt, draws = commit_items_split(a, now, r, res_id, items, costs, effective, cost, ctx,
+    entries, changed)
+  if not charge then
+    refuse(outbox_key, {op = op_id, kind = 'commit', tenant = tenant, customer = customer, env = env,
+      now = now, ctx = ctx, eb = effective}, a, usage_json('', actual, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+    return redis.error_reply('INSUFFICIENT the reservation and the free balance are smaller than the cost')
   end
-  local overage_field = nil
-  if m_pos(overage) then overage_field = overage end
   local merged, stop = commit_meta(r, meta, stored_res, merged_meta, a.x['r:' .. res_id])
   if not merged then return stop end
-  if not draws then
-    expire_due(a, now, entries, changed)
-    draws = drain(a, now, charge, changed)
-  end
-  a.rs = m_sub(a.rs, r.est_cost)
-  local use_j = '[' .. table.concat(use_parts, ',') .. ']'
-  local e = debit_entry({role = 'main', type = 'consumption', ref = res_id, overage = overage_field, open = true},
-    draws)
-  if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
-  entries[#entries + 1] = entry_obj(e)
+  local use_j = commit_items_entry(a, now, r, res_id, entries, changed, charge, overage, debt, draws, use_parts)
+  if not use_j then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
   charge = m_add(charge, debt)
   m.open_meta = '{"items":' .. use_j .. '}'
   r.meta = merged

@@ -80,74 +80,18 @@ if bud_over then
     usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil), bud_over)
 end
 
--- charge is what the blocks pay, debt what goes on the credit line.
-local charge, debt = cost, MONEY_ZERO
-local entries, changed, draws, pooled = {}, {}, nil, MONEY_ZERO
-if pool then
-  -- A child: its own blocks, then its parent's, then its line (prelude
-  -- pool_fast on a scoped hash read on the fast path, else pool_split).
-  if a.sc_fast then
-    charge, debt, draws, pooled = pool_fast(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block', entries, changed)
-  else
-    charge, debt, pooled = pool_split(a, pool, now, metric, effective, cost, line_of(ctx), policy == 'block')
-  end
-  if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
-  if not charge then
-    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif a.sc_fast then
-  -- A scoped hash without reservations on the fast path: decided as it drains
-  -- (prelude scope_fast).
-  charge, debt, draws = scope_fast(a, now, metric, effective, cost, policy == 'block', line_of(ctx), entries, changed)
-  if not charge then
-    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif policy == 'block' then
-  -- Only blocks that apply to the metric pay (prelude scope_split).
-  charge, debt = scope_split(a, now, metric, effective, MONEY_ZERO, cost, line_of(ctx), MONEY_ZERO, nil)
-  if not charge then
-    refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif m_cmp(effective, cost) < 0 then
-  charge = MONEY_ZERO
-  if m_pos(effective) then charge = effective end
+-- charge is what the blocks pay, debt what goes on the credit line, pooled
+-- what the parent's blocks pay (prelude consume_split).
+local entries, changed = {}, {}
+local charge, debt, draws, pooled = consume_split(a, pool, now, metric, effective, cost, ctx, policy, entries, changed)
+if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
+if not charge then
+  refuse(outbox_key, m, a, usage_json(metric, units, cost, MONEY_ZERO, MONEY_ZERO, true, nil))
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
 end
-if policy ~= 'block' and not draws and not pool then charge = scope_avail(a, now, metric, charge, MONEY_ZERO, nil) end
-local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
-local overage_field = nil
-if m_pos(overage) then overage_field = overage end
-
-if not draws then
-  expire_due(a, now, entries, changed)
-  draws = drain(a, now, charge, changed, metric)
-end
--- Each member is formatted once for the entry, the usage and the op record
--- (sprintf costs ~2,500 instructions): units as Go wrote them when that is
--- the decimal m_fmt would write (units >= 1, so only a leading zero
--- differs), the charge as the cost when it is the cost, a zero as '0'.
-local metric_j, su = j_str(metric), ARGV[11]
-if string.byte(su, 1) == 48 then su = m_fmt(units) end
-local sc = m_fmt(cost)
-local sch, so = sc, '0'
-if m_pos(pooled) then
-  sch = m_fmt(m_add(m_add(charge, debt), pooled))
-elseif m_cmp(charge, cost) ~= 0 and not m_pos(debt) then
-  sch = m_fmt(charge)
-end
-if m_cmp(overage, MONEY_ZERO) ~= 0 then so = m_fmt(overage) end
--- Members debit_entry and this script set later are named (nil): the
--- table is made at its final size.
-local e = debit_entry({role = 'main', type = 'consumption', metric_j = metric_j,
-  units_s = su, overage = overage_field, open = true, delta = nil, src = nil, block = nil, draws = nil,
-  delta_s = nil}, draws)
--- The entry's delta is minus what the draws took, the charge when they
--- took all of it.
-if m_cmp(e.delta, m_neg(charge)) == 0 then e.delta_s = m_pos(charge) and ('-' .. ((charge == cost and sc) or m_fmt(charge))) or '0' end
-if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
-entries[#entries + 1] = entry_obj(e)
+local metric_j, su, sc, sch, so = consume_entry(a, now, entries, changed, metric, units, ARGV[11], cost, charge, debt,
+  pooled, draws)
+if not metric_j then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
 m.open_meta = entry_meta
 
 if m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, metric, metric_j, pooled, pool_op, pool_ctx) end

@@ -47,15 +47,8 @@ if not now or not n or n < 1 or n > 20 or (#ARGV ~= 12 + 3 * n and #ARGV ~= 15 +
     (policy ~= 'block' and policy ~= 'allow' and policy ~= 'notify') then
   return redis.error_reply('BADARG now, policy or items')
 end
-local items = {}
-for i = 1, n do
-  local at = 12 + 3 * (i - 1)
-  local metric, units, terms = ARGV[at + 1], m_parse(ARGV[at + 2]), terms_cached(ARGV[at + 3])
-  if metric == '' or not units or not terms then
-    return redis.error_reply('BADARG item metric, units or terms')
-  end
-  items[i] = {metric = metric, units = units, terms = terms}
-end
+local items, bad = consume_items(ARGV, n)
+if not items then return bad end
 local pool_arg, pool_op, pool_ctx = ARGV[13 + 3 * n] or '', ARGV[14 + 3 * n] or '', ARGV[15 + 3 * n] or ''
 
 local a = acct_read(account_key, now, {'o'})
@@ -75,60 +68,20 @@ local su, sc = m_fmt(units), m_fmt(cost)
 -- Budgets as consume.lua's: one of every metric counts the total, one of
 -- a metric its items' costs.
 local bud_hits, bud_over = budget_take(account_key, budgets_of(ctx, now), '', cost, items)
-if bud_over then
-  return budget_refuse(account_key, outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-    ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}', bud_over)
-end
+if bud_over then return budget_refuse(account_key, outbox_key, m, a, items_usage(su, sc, items_j), bud_over) end
 
--- charge is what the blocks pay, debt what goes on the credit line
--- (consume.lua).
-local charge, debt = cost, MONEY_ZERO
--- An account holding scoped blocks charges each item from the blocks that
--- apply to its metric (prelude scope_items), deciding as it drains.
+-- charge is what the blocks pay, debt what goes on the credit line, pooled
+-- what the parent's blocks pay (prelude items_split).
 local entries, changed = {}, {}
-local draws, pooled = nil, MONEY_ZERO
-if pool then
-  expire_due(a, now, entries, changed)
-  charge, debt, draws, pooled = pool_items(a, pool, now, items, effective, cost, line_of(ctx), policy == 'block', changed)
-  if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
-  if not charge then
-    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif a.scoped then
-  expire_due(a, now, entries, changed)
-  local avail = effective
-  if not m_pos(avail) then avail = MONEY_ZERO end
-  charge, debt, draws = scope_items(a, now, items, effective, line_of(ctx), policy == 'block', avail, MONEY_ZERO, nil,
-    changed)
-  if not charge then
-    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif policy == 'block' then
-  charge, debt = line_split(a, effective, MONEY_ZERO, cost, line_of(ctx))
-  if not charge then
-    refuse(outbox_key, m, a, '{"metric":"","units":' .. su .. ',"cost":' .. sc ..
-      ',"charged":0,"overage":0,"refused":true,"items":' .. items_j .. '}')
-    return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
-  end
-elseif m_cmp(effective, cost) < 0 then
-  charge = MONEY_ZERO
-  if m_pos(effective) then charge = effective end
+local charge, debt, draws, pooled = items_split(a, pool, now, items, effective, cost, ctx, policy, entries, changed)
+if debt == 'NOPOOLSTATE' then return redis.error_reply('NOPOOLSTATE no credit state for the parent customer') end
+if not charge then
+  refuse(outbox_key, m, a, items_usage(su, sc, items_j))
+  return redis.error_reply('INSUFFICIENT the effective balance is smaller than the cost')
 end
-local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
-local overage_field = nil
-if m_pos(overage) then overage_field = overage end
+local overage = items_entry(a, now, entries, changed, cost, charge, debt, pooled, draws)
+if not overage then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
 
-if not draws then
-  expire_due(a, now, entries, changed)
-  draws = drain(a, now, charge, changed)
-end
-local e = debit_entry({role = 'main', type = 'consumption', overage = overage_field, open = true}, draws)
-if not line_draw(a, e, debt, draws) then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
-entries[#entries + 1] = entry_obj(e)
 -- The breakdown opens the entry's metadata (Go refuses a caller's own
 -- member "items" in this form, so the object has no duplicate name).
 if entry_meta == '' or entry_meta == '{}' then

@@ -275,6 +275,27 @@ func luaArgv(src string) (fixed map[int]string, items map[int]string, tail map[s
 	return fixed, items, tail
 }
 
+// withArgvReaders is script src followed by the prelude functions it
+// hands ARGV to (items.lua's item readers), read as part of the script:
+// a function of the library sees ARGV only as its parameter argv.
+func withArgvReaders(src string) string {
+	var b strings.Builder
+	b.WriteString(src)
+	done := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(\w+)\(ARGV\b`).FindAllStringSubmatch(src, -1) {
+		if done[m[1]] {
+			continue
+		}
+		done[m[1]] = true
+		for _, c := range splitPrelude(preludeLua) {
+			if len(c.defines) == 1 && c.defines[0] == m[1] {
+				b.WriteString("\n" + strings.ReplaceAll(c.text, "argv[", "ARGV["))
+			}
+		}
+	}
+	return b.String()
+}
+
 // splitTop splits a Lua expression list at its top-level commas.
 func splitTop(s string) []string {
 	var out []string
@@ -325,7 +346,7 @@ func TestArgvMatchesScripts(t *testing.T) {
 		t.Run(tc.script, func(t *testing.T) {
 			var sh argvShape
 			shapeOf(reflect.TypeOf(tc.argv).Elem(), &sh, &sh.fixed)
-			fixed, items, tail := luaArgv(readLua(t, tc.script))
+			fixed, items, tail := luaArgv(withArgvReaders(readLua(t, tc.script)))
 			if got := ordered(fixed); !reflect.DeepEqual(got, sh.fixed) {
 				t.Errorf("ARGV[1..]: %s reads %v, Go sends %v", tc.script, got, sh.fixed)
 			}

@@ -36,18 +36,14 @@ if reply then return reply end
 -- A multi-metric reservation's estimate is its items' (reserve_multi.lua), which
 -- Redis does not store.
 if r.metric == '' then return redis.error_reply('BADARG the reservation holds several metrics') end
-if expires ~= 0 and expires < r.expires then
-  return redis.error_reply('SHORTER the new expires_at is before the current one')
-end
+if expires ~= 0 and expires < r.expires then return redis.error_reply('SHORTER the new expires_at is before the current one') end
 
 local _, _, effective = acct_bal(a, now)
 local cost = MONEY_ZERO
 if m_pos(add_units) then
-  local terms = terms_parse(terms_arg)
-  if not terms then return redis.error_reply('BADARG terms') end
-  local err
-  cost, err = price(terms, add_units)
-  if not cost then return redis.error_reply(err) end
+  local bad
+  cost, bad = price_terms(terms_arg, add_units)
+  if not cost then return bad end
   -- As reserve.lua: the reservation's new estimate may not take a budget past
   -- its limit.
   local _, bud_over = budget_take(account_key, budgets_of(ctx, now), r.metric, m_add(r.est_cost, cost), nil)

@@ -48,21 +48,12 @@ local account_id, entry_type, reason, entry_meta = ARGV[9], ARGV[10], ARGV[11], 
 local block_id, amount, priority, source = ARGV[13], m_parse(ARGV[14]), int_parse(ARGV[15]), ARGV[16]
 local new_meta, expires_arg = ARGV[17], ARGV[18]
 local stack_ms, stack_fallback, stack_match = int_parse(ARGV[19]), ARGV[20], ARGV[21]
-local ctx = ARGV[22] or ''
-local cap_arg = ARGV[23] or ''
+local ctx, cap_arg = ARGV[22] or '', ARGV[23] or ''
 local stack_start, stack_version = ARGV[24], ARGV[25]
 if stack_version == '' then stack_start, stack_version = nil, nil end
 local scope_arg = ARGV[26] or ''
-local scope = nil
-if scope_arg ~= '' then
-  if string.find(scope_arg, '[|@ ]') then return redis.error_reply('BADARG scope') end
-  scope = ',' .. scope_arg .. ','
-end
-local cap = nil
-if cap_arg ~= '' then
-  cap = m_parse(cap_arg)
-  if not cap or not m_pos(cap) then return redis.error_reply('BADARG cap') end
-end
+local scope, cap, bad = grant_limits(scope_arg, cap_arg)
+if bad then return bad end
 
 if not now or not amount or not m_pos(amount) or not priority then
   return redis.error_reply('BADARG now, amount or priority')
@@ -80,59 +71,18 @@ expire_due(a, now, entries, changed)
 
 local starts, expires = now, int_parse(expires_arg)
 if stack_fallback ~= '' then
-  if not stack_ms then return redis.error_reply('BADARG stack_after needs a duration') end
-  local latest = nil
-  if stack_version then
-    -- Go matched the metadata (lua/bounded.go) at version stack_version.
-    if int_parse(stack_version) ~= a.v then return redis.error_reply('STALE the account changed since it was read') end
-    latest = int_parse(stack_start)
-  else
-    -- The latest-expiring match: candidates newest expiry first, so only
-    -- the metadata up to the first match is read and decoded.
-    local match = cjson.decode(stack_match)
-    local cands = {}
-    for _, b in ipairs(a.blocks) do
-      if b.expires and live(b, now) then cands[#cands + 1] = b end
-    end
-    table.sort(cands, function(x, y) return x.expires > y.expires end)
-    for _, b in ipairs(cands) do
-      local text, meta = block_meta(account_key, b), {}
-      if text ~= '' then meta = cjson.decode(text) end
-      if meta_matches(meta, match) then
-        latest = b.expires
-        break
-      end
-    end
-  end
-  if latest then
-    starts = latest
-  elseif stack_fallback == 'reject' then
-    return redis.error_reply('NOMATCH no block matches stack_after.metadata_match')
-  end
-  expires = starts + stack_ms
+  starts, expires = stack_after_start(account_key, a, now, stack_ms, stack_fallback, stack_match, stack_start,
+    stack_version)
+  if not starts then return expires end
 end
 
+local m = {op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
+  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}
 local balance = acct_bal(a, now)
 if cap then
+  -- The cap leaves cap - balance to grant; nothing left: prelude grant_capped.
   local room = m_sub(cap, balance)
-  if not m_pos(room) then
-    if #entries == 0 then
-      -- Nothing expired and nothing to grant: remember the no-op only.
-      if op_key then
-        local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
-          idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
-        redis.call('SET', op_key, json, 'PX', op_ttl_ms)
-      end
-      return {'noop', ''}
-    end
-    -- Only the due expiries to record.
-    a.v = a.v + 1
-    acct_commit(account_key, a, changed, now)
-    local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
-      idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
-    publish(outbox_key, op_key, op_ttl_ms, json)
-    return {'new', json}
-  end
+  if not m_pos(room) then return grant_capped(account_key, outbox_key, op_key, op_ttl_ms, m, a, entries, changed, now) end
   amount = m_min(amount, room)
 end
 if live_count(a, now) >= MAX_LIVE_BLOCKS then
@@ -155,7 +105,6 @@ entries[#entries + 1] = entry_json('main', amount, entry_type, source, block_id,
 line_repay(a, block, entries, now)
 
 acct_commit(account_key, a, changed, now)
-local json = mutation_json({op = op_id, kind = 'grant', tenant = tenant, customer = customer, env = env,
-  idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective_before}, a, entries, changed)
+local json = mutation_json(m, a, entries, changed)
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

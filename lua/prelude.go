@@ -42,6 +42,10 @@ var preludeOrder = []string{
 	"gauges.lua",           // gauge counts and leases
 	"budgets.lua",          // budget counters
 	"pools.lua",            // shared pools
+	"items.lua",            // a multi-metric call's items from ARGV
+	"charge.lua",           // a consume's split and consumption entry
+	"settle.lua",           // a commit's split, entry and settled figures
+	"grants.lua",           // a grant's limits, stack_after start and cap
 }
 
 // preludeLua is the prelude's one chunk: preludeOrder's files joined by a

@@ -2,6 +2,8 @@ package lua
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,6 +113,72 @@ func TestPreludeFunctionsShort(t *testing.T) {
 		for fn, n := range luaFunctionLengths(string(src)) {
 			if n > maxFunctionLines {
 				t.Errorf("lua/prelude/%s: %s runs %d lines, past %d: split it into helpers of one job each", name, fn, n, maxFunctionLines)
+			}
+		}
+	}
+}
+
+// scriptBodyLines is how many lines the body of script src runs, from its
+// first line of code to its last non-blank line: the header comment above
+// it (what the script does, its KEYS and ARGV, its replies) is the
+// script's documentation, not its code.
+func scriptBodyLines(src string) int {
+	lines := strings.Split(src, "\n")
+	first := 0
+	for first < len(lines) {
+		l := strings.TrimSpace(lines[first])
+		if l != "" && !strings.HasPrefix(l, "--") {
+			break
+		}
+		first++
+	}
+	last := len(lines) - 1
+	for last >= first && strings.TrimSpace(lines[last]) == "" {
+		last--
+	}
+	return last - first + 1
+}
+
+func TestScriptBodyLines(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		want int
+	}{
+		{"-- a.lua does a\n--\n-- KEYS[1] a\n\nlocal x = 1\n-- why\nreturn x\n\n", 3},
+		{"local x = 1\nreturn x", 2},
+		{"-- only a comment\n", 0},
+	} {
+		if got := scriptBodyLines(c.src); got != c.want {
+			t.Errorf("scriptBodyLines(%q) = %d, want %d", c.src, got, c.want)
+		}
+	}
+}
+
+// TestScriptBodiesShort: no script of lua/ runs a body past
+// maxFunctionLines (issue 29), nor defines a function that does. Each body
+// is a function of the library (library.go), so it is held to the
+// prelude's limit; a job it outgrows becomes a prelude function (made once
+// per library load), not a local function of the script (a new closure on
+// every call).
+func TestScriptBodiesShort(t *testing.T) {
+	files, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no script in lua/")
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := scriptBodyLines(string(src)); n > maxFunctionLines {
+			t.Errorf("lua/%s: its body runs %d lines, past %d: move its jobs into prelude functions of one job each (lua/prelude/)", f, n, maxFunctionLines)
+		}
+		for fn, n := range luaFunctionLengths(string(src)) {
+			if n > maxFunctionLines {
+				t.Errorf("lua/%s: %s runs %d lines, past %d", f, fn, n, maxFunctionLines)
 			}
 		}
 	}

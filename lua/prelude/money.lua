@@ -9,9 +9,6 @@
 
 local MONEY_BASE = 1000000000
 local MONEY_ZERO = {0, 0}
--- int64 bounds as limbs: 9223372036854775807 and -9223372036854775808.
-local MONEY_MAX = {9223372036, 854775807}
-local MONEY_MIN = {-9223372037, 145224192}
 
 local function m_norm(hi, lo)
   -- Most sums leave lo in range: no carry, and no math.floor call (a C
@@ -53,7 +50,17 @@ end
 local function m_pos(a) return a[1] > 0 or (a[1] == 0 and a[2] > 0) end
 
 -- m_fits reports whether a is inside int64 (results outside are OVERFLOW).
-local function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX) <= 0 end
+-- The constants only it reads, and those of now_fmt and m_mul below, are
+-- locals of a do block, not of the chunk: the library's chunk stays clear
+-- of Lua's 200 locals (prelude.go), and miniredis' Lua counts a chunk's
+-- temporaries against the same 200 registers.
+local m_fits
+do
+  -- int64 bounds as limbs: 9223372036854775807 and -9223372036854775808.
+  local MONEY_MAX = {9223372036, 854775807}
+  local MONEY_MIN = {-9223372037, 145224192}
+  function m_fits(a) return m_cmp(a, MONEY_MIN) >= 0 and m_cmp(a, MONEY_MAX) <= 0 end
+end
 
 -- i_fmt formats an integral double below 2^53 exactly (tostring would use
 -- %.14g); '%d' goes through a C long, cheaper than '%.0f'.
@@ -63,10 +70,13 @@ local function i_fmt(n) return string.format('%d', n) end
 -- account's "ua", the Mutation's "at", an op record): sprintf costs ~2,500
 -- instructions, so the last text is remembered (in the library, across
 -- calls: consecutive calls often share the millisecond).
-local NOW_N, NOW_S = nil, nil
-local function now_fmt(n)
-  if n ~= NOW_N then NOW_N, NOW_S = n, string.format('%d', n) end
-  return NOW_S
+local now_fmt
+do
+  local NOW_N, NOW_S = nil, nil
+  function now_fmt(n)
+    if n ~= NOW_N then NOW_N, NOW_S = n, string.format('%d', n) end
+    return NOW_S
+  end
 end
 
 -- m_parse reads a decimal int64; nil when s is not one. Up to 15 digits
@@ -110,8 +120,6 @@ end
 -- MONEY_FAST_HI bounds the high limb of a value whose hi * 1e9 + lo stays
 -- below 2^53 in magnitude: such a value is formatted as one double.
 local MONEY_FAST_HI = 9000000
--- MONEY_EXACT is 2^53, the first integer past which doubles skip integers.
-local MONEY_EXACT = 9007199254740992
 
 -- m_stored reads a decimal this code wrote itself (a hash field): no
 -- pattern check, which costs more than the rest of the parse.
@@ -144,51 +152,56 @@ end
 -- Multiplication. A product of two int64 values reaches 2^126, so the
 -- factors are cut into base-1e6 digits: a digit product stays below 1e12
 -- and a column sums at most four of them (< 2^53), so every step is exact.
-local MUL_BASE = 1000000
+local m_mul
+do
+  -- MONEY_EXACT is 2^53, the first integer past which doubles skip integers.
+  local MONEY_EXACT = 9007199254740992
+  local MUL_BASE = 1000000
 
--- m_digits6 is non-negative a in base-1e6 digits, least significant first.
-local function m_digits6(a)
-  local s, d = m_fmt(a), {}
-  local i = #s
-  while i >= 1 do
-    local j = math.max(1, i - 5)
-    d[#d + 1] = tonumber(string.sub(s, j, i))
-    i = j - 1
-  end
-  return d
-end
-
--- m_mul is a * b as engine's mulChecked: zero when either factor is zero,
--- else nil (overflow) when either is negative or the product leaves int64.
-local function m_mul(a, b)
-  if m_cmp(a, MONEY_ZERO) == 0 or m_cmp(b, MONEY_ZERO) == 0 then return MONEY_ZERO end
-  if m_cmp(a, MONEY_ZERO) < 0 or m_cmp(b, MONEY_ZERO) < 0 then return nil end
-  -- Both factors below 2^53 and a product below 2^53: the double product
-  -- is exact (the true product is representable, and rounding is
-  -- monotonic, so a true product at or past 2^53 never reads below it).
-  if a[1] < MONEY_FAST_HI and b[1] < MONEY_FAST_HI then
-    local x = (a[1] * MONEY_BASE + a[2]) * (b[1] * MONEY_BASE + b[2])
-    if x < MONEY_EXACT then
-      local hi = math.floor(x / MONEY_BASE)
-      return {hi, x - hi * MONEY_BASE}
+  -- m_digits6 is non-negative a in base-1e6 digits, least significant first.
+  local function m_digits6(a)
+    local s, d = m_fmt(a), {}
+    local i = #s
+    while i >= 1 do
+      local j = math.max(1, i - 5)
+      d[#d + 1] = tonumber(string.sub(s, j, i))
+      i = j - 1
     end
+    return d
   end
-  local x, y, p = m_digits6(a), m_digits6(b), {}
-  for k = 1, #x + #y do p[k] = 0 end
-  for i = 1, #x do
-    for j = 1, #y do p[i + j - 1] = p[i + j - 1] + x[i] * y[j] end
+
+  -- m_mul is a * b as engine's mulChecked: zero when either factor is zero,
+  -- else nil (overflow) when either is negative or the product leaves int64.
+  function m_mul(a, b)
+    if m_cmp(a, MONEY_ZERO) == 0 or m_cmp(b, MONEY_ZERO) == 0 then return MONEY_ZERO end
+    if m_cmp(a, MONEY_ZERO) < 0 or m_cmp(b, MONEY_ZERO) < 0 then return nil end
+    -- Both factors below 2^53 and a product below 2^53: the double product
+    -- is exact (the true product is representable, and rounding is
+    -- monotonic, so a true product at or past 2^53 never reads below it).
+    if a[1] < MONEY_FAST_HI and b[1] < MONEY_FAST_HI then
+      local x = (a[1] * MONEY_BASE + a[2]) * (b[1] * MONEY_BASE + b[2])
+      if x < MONEY_EXACT then
+        local hi = math.floor(x / MONEY_BASE)
+        return {hi, x - hi * MONEY_BASE}
+      end
+    end
+    local x, y, p = m_digits6(a), m_digits6(b), {}
+    for k = 1, #x + #y do p[k] = 0 end
+    for i = 1, #x do
+      for j = 1, #y do p[i + j - 1] = p[i + j - 1] + x[i] * y[j] end
+    end
+    local carry = 0
+    for k = 1, #p do
+      local v = p[k] + carry
+      carry = math.floor(v / MUL_BASE)
+      p[k] = v - carry * MUL_BASE
+    end
+    -- Back to decimal text: m_parse refuses anything past int64.
+    local parts = {}
+    for k = #p, 1, -1 do
+      local d = i_fmt(p[k])
+      parts[#parts + 1] = string.rep('0', 6 - #d) .. d
+    end
+    return m_parse(table.concat(parts))
   end
-  local carry = 0
-  for k = 1, #p do
-    local v = p[k] + carry
-    carry = math.floor(v / MUL_BASE)
-    p[k] = v - carry * MUL_BASE
-  end
-  -- Back to decimal text: m_parse refuses anything past int64.
-  local parts = {}
-  for k = #p, 1, -1 do
-    local d = i_fmt(p[k])
-    parts[#parts + 1] = string.rep('0', 6 - #d) .. d
-  end
-  return m_parse(table.concat(parts))
 end

@@ -35,16 +35,20 @@ end
 -- moves back into the new one, so the terms in use survive a turn (one
 -- cache emptied whole made every 65th text cost a tenant with many rules
 -- a parse of up to 100 tiers, ~1M Redis instructions, on its next call).
-local TERMS_CACHE, TERMS_OLD, TERMS_CACHED, TERMS_CACHE_MAX = {}, {}, 0, 64
-local function terms_cached(s)
-  local t = TERMS_CACHE[s]
-  if t then return t end
-  t = TERMS_OLD[s] or terms_parse(s)
-  if t and type(s) == 'string' then
-    if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_OLD, TERMS_CACHED = {}, TERMS_CACHE, 0 end
-    TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
+-- The generations are locals of a do block, not of the chunk (m_fits').
+local terms_cached
+do
+  local TERMS_CACHE, TERMS_OLD, TERMS_CACHED, TERMS_CACHE_MAX = {}, {}, 0, 64
+  function terms_cached(s)
+    local t = TERMS_CACHE[s]
+    if t then return t end
+    t = TERMS_OLD[s] or terms_parse(s)
+    if t and type(s) == 'string' then
+      if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_OLD, TERMS_CACHED = {}, TERMS_CACHE, 0 end
+      TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
+    end
+    return t
   end
-  return t
 end
 
 local MONEY_ONE = {0, 1}
@@ -96,6 +100,18 @@ local function price(t, units)
     end
   end
   return total
+end
+
+-- price_terms prices units at terms sent as text, for a script that parses
+-- its terms only when it has units to price (a commit, a top-up): the
+-- cost, or nil and the error reply (BADARG for terms that do not parse,
+-- else price's).
+local function price_terms(s, units)
+  local terms = terms_parse(s)
+  if not terms then return nil, redis.error_reply('BADARG terms') end
+  local cost, err = price(terms, units)
+  if not cost then return nil, redis.error_reply(err) end
+  return cost
 end
 
 -- items_price prices every item ({metric, units, terms}) of a

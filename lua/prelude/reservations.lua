@@ -52,12 +52,16 @@ local function arg_txt(s)
   return nil
 end
 
--- B36_N, B36_S: the last instant b36_enc wrote for res_enc (a reservation's
--- created and finalized instants are its script's now).
-local B36_N, B36_S = nil, nil
-local function now_b36(n)
-  if n ~= B36_N then B36_N, B36_S = n, b36_enc(n) end
-  return B36_S
+-- now_b36 is b36_enc(n), remembering the last instant it wrote for
+-- res_enc (a reservation's created and finalized instants are its
+-- script's now) in B36_N, B36_S, locals of a do block (money.lua's m_fits).
+local now_b36
+do
+  local B36_N, B36_S = nil, nil
+  function now_b36(n)
+    if n ~= B36_N then B36_N, B36_S = n, b36_enc(n) end
+    return B36_S
+  end
 end
 
 local function res_dec(id, raw)
