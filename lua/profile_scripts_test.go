@@ -290,7 +290,12 @@ func callgrindKInstr(pid string, calls int64) string {
 		prefix = "/tmp/cg."
 	}
 	files, _ := filepath.Glob(prefix + pid + ".*")
-	sort.Strings(files)
+	// By the dump's number, not its text: out.10 comes after out.9.
+	dumpNumber := func(f string) int {
+		n, _ := strconv.Atoi(f[strings.LastIndexByte(f, '.')+1:])
+		return n
+	}
+	sort.Slice(files, func(i, j int) bool { return dumpNumber(files[i]) < dumpNumber(files[j]) })
 	if len(files) == 0 || calls == 0 {
 		return ""
 	}
