@@ -92,6 +92,13 @@ type seqPage struct {
 	// clause goes, its own parameters args first.
 	sql  string
 	args []any
+	// edge, when edged, is the sequence of the page's limit-th carried
+	// event: the page merged with the carried events ends there, so the
+	// rows past it are not needed, and the months that hold only such
+	// rows are not read (the rows of a tenant whose consume events are
+	// carried lie sparse among its sequences).
+	edge  int64
+	edged bool
 }
 
 // statement is the page's statement over ranges (nil: every month).
@@ -105,13 +112,30 @@ func (p seqPage) statement(ranges []monthRange) (string, []any) {
 
 // bounds are the sequences the page can hold, [lo, hi].
 func (p seqPage) bounds() (lo, hi int64) {
+	lo, hi = math.MinInt64, math.MaxInt64
 	if p.ascending {
-		return p.from + 1, math.MaxInt64
+		lo = p.from + 1
+		if p.edged {
+			hi = p.edge
+		}
+		return lo, hi
 	}
 	if p.from > 0 {
-		return math.MinInt64, p.from - 1
+		hi = p.from - 1
 	}
-	return math.MinInt64, math.MaxInt64
+	if p.edged {
+		lo = p.edge
+	}
+	return lo, hi
+}
+
+// edgedBy is p bounded by carried, the carried events of the page's
+// snapshot in its order, when they fill it.
+func (p seqPage) edgedBy(carried []engine.Event) seqPage {
+	if p.limit > 0 && len(carried) >= p.limit {
+		p.edge, p.edged = *carried[p.limit-1].Sequence, true
+	}
+	return p
 }
 
 // pageRows reads page p from the months (known: the spans are kept; else
@@ -119,10 +143,10 @@ func (p seqPage) bounds() (lo, hi int64) {
 // first limit sequences, then checks its answer: a full page is exact
 // when every month that can hold a sequence between the page's start and
 // its last row has been read; a short one when every month that can hold
-// a sequence of the page has. Else it reads again with those months too.
-// A page the rows fill densely (the usual case) takes one read of the
-// months its sequences lie in; a sparse one (filters, carried events
-// between the rows) a second, of every month that meets its bounds.
+// a sequence of the page has (up to its edge, when edged). Else it reads
+// again with those months too. A page the rows fill densely, or up to its
+// carried edge, takes one read of the months its sequences lie in; a
+// sparse one (a filter) a second, of every month that meets its bounds.
 // run runs a statement (the store's transaction; tests record it).
 func pageRows(months []eventMonth, known bool, p seqPage,
 	run func(sql string, args []any) ([]engine.Event, error)) ([]engine.Event, error) {
@@ -282,7 +306,7 @@ func (s *Store) readEventPage(ctx context.Context, tenant uuid.UUID, p seqPage, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rows, err = pageRows(months, known, p, func(sql string, args []any) ([]engine.Event, error) {
+	rows, err = pageRows(months, known, p.edgedBy(carriedEvs), func(sql string, args []any) ([]engine.Event, error) {
 		r, err := conn.Query(ctx, sql, args...)
 		if err != nil {
 			return nil, err

@@ -212,7 +212,8 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 		ascending bool
 		from      int64
 		limit     int
-		reads     int // statements pageRows runs
+		edge      int64 // the limit-th carried event's sequence, 0 for none
+		reads     int   // statements pageRows runs
 	}{
 		{name: "dense newest page", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, limit: 3, reads: 1},
 		{name: "dense page over two months", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, from: 6, limit: 3, reads: 1},
@@ -224,6 +225,14 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 		{name: "ascending sparse", rows: []int{0, -1, -1, -1, -1, 1, -1, 2, 2}, ascending: true, limit: 3, reads: 2},
 		{name: "ascending past the end", rows: []int{0, 0, 1}, ascending: true, from: 3, limit: 3, reads: 0},
 		{name: "filtered to nothing", rows: []int{-1, -1, -1}, limit: 2, reads: 0},
+		// Carried events fill the sequences the rows leave: the rows past
+		// the carried edge are not needed, nor the months holding only them.
+		{name: "sparse rows up to a carried edge", rows: []int{0, 0, 0, 1, -1, 1, -1, -1, 2}, from: 9, limit: 3, edge: 6,
+			reads: 1},
+		{name: "no row up to a carried edge", rows: []int{0, 0, 0, 1, -1, -1, -1, -1, 2}, from: 9, limit: 3, edge: 6},
+		{name: "ascending sparse up to a carried edge", rows: []int{0, -1, -1, -1, -1, 1, 1, 2, 2}, ascending: true,
+			limit: 3, edge: 4, reads: 1},
+		{name: "a carried edge past a late row", rows: []int{0, 0, 1, 1, -1, -1, 0, -1, 2}, limit: 4, edge: 5, reads: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spans := map[int]*eventMonth{}
@@ -267,7 +276,8 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 				}
 				return out[:min(len(out), tc.limit)]
 			}
-			p := seqPage{ascending: tc.ascending, from: tc.from, limit: tc.limit, sql: "{{months}}"}
+			p := seqPage{ascending: tc.ascending, from: tc.from, limit: tc.limit, sql: "{{months}}", edge: tc.edge,
+				edged: tc.edge != 0}
 			got, err := pageRows(ms, true, p, func(_ string, args []any) ([]engine.Event, error) {
 				reads++
 				var ranges []monthRange
@@ -282,10 +292,14 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Past the edge the page ends in carried events: rows there
+			// are not compared.
 			seqs := func(evs []engine.Event) []int64 {
 				out := []int64{}
 				for _, e := range evs {
-					out = append(out, *e.Sequence)
+					if s := *e.Sequence; tc.edge == 0 || (tc.ascending && s <= tc.edge) || (!tc.ascending && s >= tc.edge) {
+						out = append(out, s)
+					}
 				}
 				return out
 			}
