@@ -419,7 +419,7 @@ func TestEventSwitchOnline(t *testing.T) {
 	if writeErr != nil {
 		t.Fatalf("a write during the switch failed: %v", writeErr)
 	}
-	t.Logf("switch (031 to 035 contracts) of %d events and attempts: %v; the writer's longest write %v (%d writes)",
+	t.Logf("switch (036's expand, the contracts of 031 to 036) of %d events and attempts: %v; the writer's longest write %v (%d writes)",
 		rows, took.Round(time.Millisecond), longest.Round(time.Millisecond), len(written))
 
 	for _, table := range []string{"webhook_events", "webhook_deliveries"} {
