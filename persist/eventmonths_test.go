@@ -253,8 +253,7 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 					ms = append(ms, *s)
 				}
 			}
-			// run answers a statement from rows in the ranges of its
-			// arguments (after the page's own, in pairs).
+			// run answers a read of ranges from the rows in them.
 			var reads int
 			run := func(ranges []monthRange) []engine.Event {
 				var out []engine.Event
@@ -278,12 +277,8 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 			}
 			p := seqPage{ascending: tc.ascending, from: tc.from, limit: tc.limit, sql: "{{months}}", edge: tc.edge,
 				edged: tc.edge != 0}
-			got, err := pageRows(ms, true, p, func(_ string, args []any) ([]engine.Event, error) {
+			got, err := pageRows(ms, true, p, func(ranges []monthRange) ([]engine.Event, error) {
 				reads++
-				var ranges []monthRange
-				for i := 0; i+1 < len(args); i += 2 {
-					ranges = append(ranges, monthRange{from: args[i].(time.Time), to: args[i+1].(time.Time)})
-				}
 				if len(ranges) == 0 {
 					return nil, errors.New("a statement bounded to no month")
 				}

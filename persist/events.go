@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -605,19 +606,25 @@ func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Atte
 	return tag.RowsAffected() == 1, nil
 }
 
-// listEventsSQL is a page of tenant $1's event rows below sequence $5
-// (when $4), newest first, through the months' (tenant_id, sequence)
-// indexes merged newest first. {{months}} is where pageRows bounds it to
-// the months that can hold the page (eventmonths.go, TestEventPlansPrune).
+// listEventsSQL is a page of tenant $1's event rows below sequence $4,
+// newest first, through the months' (tenant_id, sequence) indexes merged
+// newest first. {{months}} is where pageRows bounds it to the months that
+// can hold the page (eventmonths.go, TestEventPlansPrune). The first page
+// passes the largest sequence as $4 rather than leaving the bound out, so
+// the bound is an index condition in the generic plan too, not a filter
+// over the rows above the cursor.
 const listEventsSQL = `SELECT ` + eventColumns + ` FROM webhook_events
 	WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
-		AND (NOT $4 OR sequence < $5){{months}}
-	ORDER BY sequence DESC LIMIT $6`
+		AND sequence < $4{{months}}
+	ORDER BY sequence DESC LIMIT $5`
 
 // listEventsPage is the events list's page of rows (listEventsSQL).
 func listEventsPage(tenant uuid.UUID, status, typ string, before int64, limit int) seqPage {
-	return seqPage{from: before, limit: limit, sql: listEventsSQL,
-		args: []any{tenant, status, typ, before > 0, before, limit}}
+	below := before
+	if below <= 0 {
+		below = math.MaxInt64
+	}
+	return seqPage{from: before, limit: limit, sql: listEventsSQL, args: []any{tenant, status, typ, below, limit}}
 }
 
 // ListEvents implements engine.EventStore: newest first by sequence (the
