@@ -101,43 +101,6 @@ func (s *Store) readEvents(ctx context.Context, read func(tx pgx.Tx) error) erro
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, read)
 }
 
-// readBoth runs two reads of events in one round trip and one snapshot: a
-// pipelined BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY, the two
-// queries, COMMIT (readEvents' reasons, for the reads on the request
-// path: the events list, the stream's catch-up, GET /v1/events).
-func (s *Store) readBoth(ctx context.Context, first, second *pgx.QueuedQuery,
-	readFirst func(pgx.Rows) ([]engine.Event, error), readSecond func(pgx.Rows) ([]engine.Event, error)) (a, b []engine.Event, err error) {
-	batch := &pgx.Batch{}
-	batch.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-	batch.Queue(first.SQL, first.Arguments...)
-	batch.Queue(second.SQL, second.Arguments...)
-	batch.Queue("COMMIT")
-	res := s.pool.SendBatch(ctx, batch)
-	defer func() {
-		if cerr := res.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err = res.Exec(); err != nil {
-		return nil, nil, err
-	}
-	rows, err := res.Query()
-	if err != nil {
-		return nil, nil, err
-	}
-	if a, err = readFirst(rows); err != nil {
-		return nil, nil, err
-	}
-	if rows, err = res.Query(); err != nil {
-		return nil, nil, err
-	}
-	if b, err = readSecond(rows); err != nil {
-		return nil, nil, err
-	}
-	_, err = res.Exec()
-	return a, b, err
-}
-
 // collectStored and collectCarried read a query's rows and carried events.
 func collectStored(rows pgx.Rows) ([]engine.Event, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Event, error) { return scanEvent(r) })

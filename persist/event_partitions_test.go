@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,16 +27,25 @@ func deliveryPartitionOf(t time.Time) string {
 // the delivery runner make of the month-partitioned events (migration 035)
 // touch the months they need. A tenant with 2,000 events in each of three
 // months, every one delivered once, 10 of the middle month's still due:
-//   - the events list (listEventsSQL) merges the months by their
-//     (tenant_id, sequence) indexes, so a page reads one month and one
-//     row at most of each other, first page and cursor page alike (it
-//     knows no instant to prune by);
+//   - the events list and the stream's catch-up (listEventsSQL,
+//     eventsAfterSQL, as pageRows bounds them by the months' spans of
+//     sequences, migration 036) name only the months whose span meets the
+//     page: the newest for the first page, the middle one for a cursor in
+//     it, the two a catch-up straddles; each page takes one statement,
+//     and reads no row its bounds then throw away;
 //   - the runner's claim (claimDueSQL) reads each month through its
 //     partial due index, so the settled months give no row, and locks and
 //     leases its events in their month;
 //   - an attempt (recordAttemptSQL) updates its event in its month only;
 //   - the attempts of a page of events (deliveriesSQL) leave out the
-//     months before the page's oldest event.
+//     months before the page's oldest event;
+//   - redeliver (redeliverAtSQL) updates its event in its month, found by
+//     id in webhook_event_dead.
+//
+// "Only" is checked on the plan's relations, not just on what ran: the
+// other months are pruned at plan time (redeliver's, a parameter, at
+// executor start in the generic plan), not merely never executed. A
+// page's plan, custom or generic, reads no row its bounds throw away.
 func TestEventPlansPrune(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -101,24 +111,38 @@ func TestEventPlansPrune(t *testing.T) {
 	// argument as text.
 	idArray, tenantArray := "{"+strings.Join(pageIDs, ",")+"}", "{"+tenant.String()+"}"
 
+	// A dead-lettered event of m0, its instant kept as recordAttemptSQL
+	// keeps it, for redeliver.
+	var deadID uuid.UUID
+	var deadAt time.Time
+	if err := b.pool.QueryRow(b.ctx, `WITH d AS (
+		UPDATE webhook_events SET status = 'dead_letter' WHERE tenant_id = $1 AND sequence = 5 RETURNING id, tenant_id, created_at
+	) INSERT INTO webhook_event_dead SELECT id, tenant_id, created_at FROM d RETURNING id, created_at`, tenant).
+		Scan(&deadID, &deadAt); err != nil {
+		t.Fatal(err)
+	}
+
+	// The statements a page runs, as the store runs them.
+	pageSQL := func(p seqPage) []recorded { return pageStatements(t, b, tenant, p) }
+	allEvents := []string{eventPartitionOf(m0), eventPartitionOf(m1), eventPartitionOf(m2), "webhook_events_legacy",
+		"webhook_events_default"}
 	claimAt := m2.Add(200 * time.Hour)
-	tests := []struct {
-		name          string
-		sql           string
-		args          []any
-		read, notRead []string // partitions executed / absent or never executed
-		probed        []string // partitions read for at most one row
-		settled       []string // partitions the plan reads no row of
-		// bySeqScan allows a Seq Scan of a month it reads (deliveries:
-		// the page's month is small here, the plan's choice is fair).
-		bySeqScan bool
-	}{
-		{name: "events first page", sql: listEventsSQL, args: []any{tenant, "", "", false, 0, 21},
-			read:   []string{eventPartitionOf(m2)},
-			probed: []string{eventPartitionOf(m1), eventPartitionOf(m0), "webhook_events_legacy"}},
-		{name: "events cursor page in the middle month", sql: listEventsSQL, args: []any{tenant, "", "", true, perMonth + perMonth/2, 21},
-			read:   []string{eventPartitionOf(m1)},
-			probed: []string{eventPartitionOf(m2), eventPartitionOf(m0), "webhook_events_legacy"}},
+	tests := []eventPlanCase{
+		{name: "events first page", pages: pageSQL(listEventsPage(tenant, "", "", 0, 21)),
+			read: []string{eventPartitionOf(m2)}, only: []string{eventPartitionOf(m2)}},
+		{name: "events cursor page in the middle month",
+			pages: pageSQL(listEventsPage(tenant, "", "", perMonth+perMonth/2, 21)),
+			read:  []string{eventPartitionOf(m1)}, only: []string{eventPartitionOf(m1)}},
+		{name: "events cursor page across two months", pages: pageSQL(listEventsPage(tenant, "", "", perMonth+5, 21)),
+			read: []string{eventPartitionOf(m0), eventPartitionOf(m1)},
+			only: []string{eventPartitionOf(m0), eventPartitionOf(m1)}},
+		{name: "stream catch-up in the middle month", pages: pageSQL(eventsAfterPage(tenant, nil, perMonth+perMonth/2, 100)),
+			read: []string{eventPartitionOf(m1)}, only: []string{eventPartitionOf(m1)}},
+		{name: "stream catch-up across two months", pages: pageSQL(eventsAfterPage(tenant, nil, 2*perMonth-10, 100)),
+			read: []string{eventPartitionOf(m1), eventPartitionOf(m2)},
+			only: []string{eventPartitionOf(m1), eventPartitionOf(m2)}},
+		{name: "stream catch-up at the head", pages: pageSQL(eventsAfterPage(tenant, nil, 3*perMonth, 100)),
+			only: []string{}},
 		{name: "claim", sql: claimDueSQL,
 			args:    []any{claimAt, claimAt.Add(time.Minute), 100, 100, "{}", uuid.New()},
 			read:    []string{eventPartitionOf(m1)},
@@ -131,43 +155,151 @@ func TestEventPlansPrune(t *testing.T) {
 		{name: "deliveries of a page", sql: deliveriesSQL, args: []any{idArray, tenantArray, oldest},
 			read:    []string{deliveryPartitionOf(m2)},
 			notRead: []string{deliveryPartitionOf(m0), deliveryPartitionOf(m1), "webhook_deliveries_legacy"}, bySeqScan: true},
+		// Last: it moves the event back to pending (due long after the claim).
+		{name: "redeliver", sql: redeliverAtSQL, args: []any{deadID, tenant, m2.Add(2000 * time.Hour), deadAt},
+			read: []string{eventPartitionOf(m0)}, only: []string{eventPartitionOf(m0)}},
 	}
 	for _, tc := range tests {
+		stmts := tc.pages
+		if tc.sql != "" {
+			stmts = []recorded{{tc.sql, tc.args}}
+		} else if len(stmts) > 1 {
+			t.Errorf("%s: %d statements, want one (the months of the first guess hold the page)", tc.name, len(stmts))
+		}
+		if tc.only != nil && len(stmts) == 0 && len(tc.only) > 0 {
+			t.Errorf("%s: no statement ran, want one reading %v", tc.name, tc.only)
+		}
 		for _, generic := range []bool{false, true} {
-			plan := explain(t, b, tc.sql, tc.args, generic)
-			got, ran := relations(plan), executed(plan)
-			if testing.Verbose() {
-				fmt.Printf("%s (generic %v): %+v\n", tc.name, generic, plan)
+			for _, st := range stmts {
+				checkEventPlan(t, b, view, tc, st, generic, allEvents)
 			}
-			for _, p := range tc.read {
-				if !ran[p] {
-					t.Errorf("%s (generic %v): %s not read; plan reads %v", tc.name, generic, p, ran)
-				}
-			}
-			for _, p := range tc.probed {
-				if n := rowsFrom(plan, p); n > 1 {
-					t.Errorf("%s (generic %v): %d rows read from %s, want at most one: %+v", tc.name, generic, n, p, plan)
-				}
-			}
-			for _, p := range tc.settled {
-				if n := rowsFrom(plan, p); n > 0 {
-					t.Errorf("%s (generic %v): %d rows read from settled %s, want none: %+v", tc.name, generic, n, p, plan)
-				}
-			}
-			for _, p := range tc.notRead {
-				if ran[p] {
-					t.Errorf("%s (generic %v): %s read (in plan: %v); want it pruned or never executed: %+v",
-						tc.name, generic, p, got[p], plan)
-				}
-			}
-			plan.walk(func(n planNode) {
-				if n.NodeType == "Seq Scan" && !view.emptyScan(n) && !tc.bySeqScan &&
-					(strings.HasPrefix(n.RelationName, "webhook_events") || strings.HasPrefix(n.RelationName, "webhook_deliveries")) {
-					t.Errorf("%s (generic %v): Seq Scan of %s", tc.name, generic, n.RelationName)
-				}
-			})
 		}
 	}
+	// Before migration 036 a page named every month: the statement
+	// unbounded, shown for the record.
+	if testing.Verbose() {
+		for _, p := range []seqPage{listEventsPage(tenant, "", "", 0, 21), eventsAfterPage(tenant, nil, perMonth+perMonth/2, 100)} {
+			sql, args := p.statement(nil), p.args
+			fmt.Printf("unbounded %s: reads %v\n", strings.Fields(sql)[len(strings.Fields(sql))-4:], relations(explain(t, b, sql, args, false)))
+		}
+	}
+}
+
+// eventPlanCase is a case of TestEventPlansPrune.
+type eventPlanCase struct {
+	name          string
+	sql           string
+	args          []any
+	pages         []recorded // a page's statements (pageStatements), in place of sql and args
+	only          []string   // the events' partitions the plan may name, when set
+	read, notRead []string   // partitions executed / absent or never executed
+	probed        []string   // partitions read for at most one row
+	settled       []string   // partitions the plan reads no row of
+	// bySeqScan allows a Seq Scan of a month it reads (deliveries: the
+	// page's month is small here, the plan's choice is fair).
+	bySeqScan bool
+}
+
+// checkEventPlan explains st (of case tc) and checks its plan; all are
+// the events' partitions.
+func checkEventPlan(t *testing.T, b *bundle, view partitionView, tc eventPlanCase, st recorded, generic bool, all []string) {
+	t.Helper()
+	plan := explain(t, b, st.sql, st.args, generic)
+	got, ran := relations(plan), executed(plan)
+	if testing.Verbose() {
+		fmt.Printf("%s (generic %v): names %v, reads %v\n", tc.name, generic, keys(got), keys(ran))
+	}
+	if tc.only != nil {
+		for _, p := range all {
+			if got[p] && !slices.Contains(tc.only, p) {
+				t.Errorf("%s (generic %v): plan names %s, want only %v: %+v", tc.name, generic, p, tc.only, plan)
+			}
+		}
+	}
+	if tc.pages != nil {
+		// A page's bounds are index conditions: no row of the months it
+		// reads is read and thrown away.
+		plan.walk(func(n planNode) {
+			if strings.HasPrefix(n.RelationName, "webhook_events") && n.FilterRemoved > 0 {
+				t.Errorf("%s (generic %v): %d rows of %s read and filtered out (%s %s)", tc.name, generic, n.FilterRemoved,
+					n.RelationName, n.NodeType, n.IndexName)
+			}
+		})
+	}
+	for _, p := range tc.read {
+		if !ran[p] {
+			t.Errorf("%s (generic %v): %s not read; plan reads %v", tc.name, generic, p, ran)
+		}
+	}
+	for _, p := range tc.probed {
+		if n := rowsFrom(plan, p); n > 1 {
+			t.Errorf("%s (generic %v): %d rows read from %s, want at most one: %+v", tc.name, generic, n, p, plan)
+		}
+	}
+	for _, p := range tc.settled {
+		if n := rowsFrom(plan, p); n > 0 {
+			t.Errorf("%s (generic %v): %d rows read from settled %s, want none: %+v", tc.name, generic, n, p, plan)
+		}
+	}
+	for _, p := range tc.notRead {
+		if ran[p] {
+			t.Errorf("%s (generic %v): %s read (in plan: %v); want it pruned or never executed: %+v",
+				tc.name, generic, p, got[p], plan)
+		}
+	}
+	plan.walk(func(n planNode) {
+		if n.NodeType == "Seq Scan" && !view.emptyScan(n) && !tc.bySeqScan &&
+			(strings.HasPrefix(n.RelationName, "webhook_events") || strings.HasPrefix(n.RelationName, "webhook_deliveries")) {
+			t.Errorf("%s (generic %v): Seq Scan of %s", tc.name, generic, n.RelationName)
+		}
+	})
+}
+
+// recorded is a statement a page ran.
+type recorded struct {
+	sql  string
+	args []any
+}
+
+// pageStatements runs page p of tenant's event rows as readEventPage
+// does (the spans, then pageRows) and returns the statements it ran.
+func pageStatements(t *testing.T, b *bundle, tenant uuid.UUID, p seqPage) []recorded {
+	t.Helper()
+	var known bool
+	if err := b.pool.QueryRow(b.ctx, eventMonthsReadySQL).Scan(&known); err != nil || !known {
+		t.Fatalf("spans kept: %v, %v", known, err)
+	}
+	rows, err := b.pool.Query(b.ctx, eventMonthsSQL, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	months, err := scanEventMonths(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []recorded
+	if _, err := pageRows(months, known, p, func(ranges []monthRange) ([]engine.Event, error) {
+		sql := p.statement(ranges)
+		out = append(out, recorded{sql, p.args})
+		rows, err := b.pool.Query(b.ctx, sql, p.args...)
+		if err != nil {
+			return nil, err
+		}
+		return collectStored(rows)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// keys lists m's keys, sorted.
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestAttemptDatedAfterEvent: an attempt recorded by a node whose clock is
@@ -300,7 +432,7 @@ func TestEventSwitchOnline(t *testing.T) {
 	if writeErr != nil {
 		t.Fatalf("a write during the switch failed: %v", writeErr)
 	}
-	t.Logf("switch (031 to 035 contracts) of %d events and attempts: %v; the writer's longest write %v (%d writes)",
+	t.Logf("switch (036's expand, the contracts of 031 to 036) of %d events and attempts: %v; the writer's longest write %v (%d writes)",
 		rows, took.Round(time.Millisecond), longest.Round(time.Millisecond), len(written))
 
 	for _, table := range []string{"webhook_events", "webhook_deliveries"} {

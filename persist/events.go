@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -577,12 +578,19 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, lease time.Duration
 // its whole key, the claim's instant included, so the update reads one
 // month. The attempt is dated no earlier than its event (the delivering
 // node's clock may be behind the one that dated the event), so the
-// attempts of an event lie in its month or after (attachDeliveries).
+// attempts of an event lie in its month or after (attachDeliveries). An
+// event dead-lettered has its instant kept by id in webhook_event_dead, so
+// redeliver, which knows only the id, reads its month alone (migration
+// 036).
 const recordAttemptSQL = `WITH upd AS (
 	UPDATE webhook_events SET status = $3, attempts = $4, next_retry_at = $5, last_error = $6,
 		delivered_at = COALESCE($7, delivered_at), locked_until = NULL, lease = NULL
 	WHERE id = $1 AND tenant_id = $14 AND created_at = $15 AND lease = $2
 	RETURNING id, tenant_id, created_at
+), dead AS (
+	INSERT INTO webhook_event_dead (id, tenant_id, created_at)
+	SELECT id, tenant_id, created_at FROM upd WHERE $3 = 'dead_letter'
+	ON CONFLICT DO NOTHING
 )
 INSERT INTO webhook_deliveries (id, tenant_id, event_id, status_code, response_body, error, duration_ms, created_at)
 SELECT $8, tenant_id, id, $9, $10, $11, $12, GREATEST($13::timestamptz, created_at) FROM upd`
@@ -598,17 +606,26 @@ func (s *Store) RecordAttempt(ctx context.Context, c engine.Claim, a engine.Atte
 	return tag.RowsAffected() == 1, nil
 }
 
-// listEventsSQL is a page of tenant $1's event rows below sequence $5
-// (when $4), newest first. The request knows no instant (a sequence is
-// handed out at insert, a row dated by what made it, so the two orders
-// differ by the persister's lag), so every month is read, through its
-// (tenant_id, sequence) index merged newest first: a page from the newest
-// month holding the page and one index probe into each other month
-// (TestEventPlansPrune).
+// listEventsSQL is a page of tenant $1's event rows below sequence $4,
+// newest first, through the months' (tenant_id, sequence) indexes merged
+// newest first. {{months}} is where pageRows bounds it to the months that
+// can hold the page (eventmonths.go, TestEventPlansPrune). The first page
+// passes the largest sequence as $4 rather than leaving the bound out, so
+// the bound is an index condition in the generic plan too, not a filter
+// over the rows above the cursor.
 const listEventsSQL = `SELECT ` + eventColumns + ` FROM webhook_events
 	WHERE tenant_id = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR event_type = $3)
-		AND (NOT $4 OR sequence < $5)
-	ORDER BY sequence DESC LIMIT $6`
+		AND sequence < $4{{months}}
+	ORDER BY sequence DESC LIMIT $5`
+
+// listEventsPage is the events list's page of rows (listEventsSQL).
+func listEventsPage(tenant uuid.UUID, status, typ string, before int64, limit int) seqPage {
+	below := before
+	if below <= 0 {
+		below = math.MaxInt64
+	}
+	return seqPage{from: before, limit: limit, sql: listEventsSQL, args: []any{tenant, status, typ, below, limit}}
+}
 
 // ListEvents implements engine.EventStore: newest first by sequence (the
 // order the tenant's events were stored in), both environments; an
@@ -624,26 +641,18 @@ func (s *Store) ListEvents(ctx context.Context, tenant uuid.UUID, q engine.Event
 	if limit <= 0 {
 		limit = 20
 	}
-	stored := &pgx.QueuedQuery{SQL: listEventsSQL, Arguments: []any{tenant, q.Status, q.EventType, before > 0, before, limit + 1}}
-	var evs []engine.Event
+	stored := listEventsPage(tenant, q.Status, q.EventType, before, limit+1)
+	// When only rows can match, the carried read asks for none.
+	carriedLimit := limit + 1
 	if (q.Status != "" && q.Status != string(engine.EventPending)) ||
 		(q.EventType != "" && q.EventType != string(engine.EventCreditConsumed)) {
-		// Only rows can match: no carried event is read.
-		rows, err := s.pool.Query(ctx, stored.SQL, stored.Arguments...)
-		if err == nil {
-			evs, err = collectStored(rows)
-		}
-		if err != nil {
-			return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
-		}
-	} else {
-		rows, carried, err := s.readBoth(ctx, stored, carriedQuery(tenant, nil, 0, false, before, limit+1),
-			collectStored, collectCarried)
-		if err != nil {
-			return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
-		}
-		evs = mergeBySequence(rows, carried, false, limit+1)
+		carriedLimit = 0
 	}
+	rows, carried, err := s.readEventPage(ctx, tenant, stored, carriedQuery(tenant, nil, 0, false, before, carriedLimit))
+	if err != nil {
+		return engine.Page[engine.Event]{}, fmt.Errorf("persist: list events: %w", err)
+	}
+	evs := mergeBySequence(rows, carried, false, limit+1)
 	page := engine.Page[engine.Event]{Data: evs}
 	if len(evs) > limit {
 		page.Data, page.HasMore = evs[:limit], true
@@ -740,12 +749,56 @@ func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error 
 	return nil
 }
 
-// Redeliver implements engine.EventStore.
+// deadInstantSQL reads the instant of an event that was dead-lettered
+// (recordAttemptSQL keeps it; migration 036 took in the older ones).
+const deadInstantSQL = `SELECT created_at FROM webhook_event_dead WHERE id = $1 AND tenant_id = $2`
+
+// redeliverSQL moves dead-lettered event $1 of tenant $2 back to pending,
+// due at $3; {{at}} is where the event's instant, when known, bounds it
+// to its month.
+const redeliverSQL = `UPDATE webhook_events
+	SET status = 'pending', attempts = 0, next_retry_at = $3, locked_until = NULL, lease = NULL
+	WHERE id = $1 AND tenant_id = $2 AND status = 'dead_letter'{{at}}
+	RETURNING ` + eventColumns
+
+var (
+	redeliverAtSQL  = strings.Replace(redeliverSQL, "{{at}}", " AND created_at = $4", 1)
+	redeliverAnySQL = strings.Replace(redeliverSQL, "{{at}}", "", 1)
+)
+
+// Redeliver implements engine.EventStore. An event id carries no time
+// (engine.EventID), but only a dead-lettered event can be redelivered and
+// each keeps its instant in webhook_event_dead, so the update names its
+// month. An id not found there (never dead-lettered, or dead-lettered by
+// a release before 036 and not yet taken in by 036's contract) is looked
+// up as before, in every month, which also tells a missing event (404)
+// from one that is not dead (409).
 func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (engine.Event, error) {
-	e, err := scanEvent(s.pool.QueryRow(ctx, `UPDATE webhook_events
-		SET status = 'pending', attempts = 0, next_retry_at = $3, locked_until = NULL, lease = NULL
-		WHERE id = $1 AND tenant_id = $2 AND status = 'dead_letter'
-		RETURNING `+eventColumns, id, tenant, now))
+	var at time.Time
+	err := s.pool.QueryRow(ctx, deadInstantSQL, id, tenant).Scan(&at)
+	switch {
+	case err == nil:
+		e, err := scanEvent(s.pool.QueryRow(ctx, redeliverAtSQL, id, tenant, now, at))
+		if err == nil {
+			return s.withDeliveries(ctx, e)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+		}
+		// Redelivered already (a second click): not dead, found in its month.
+		var one int
+		err = s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2 AND created_at = $3`,
+			id, tenant, at).Scan(&one)
+		if err == nil {
+			return engine.Event{}, engine.ErrNotDeadLetter
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+	}
+	e, err := scanEvent(s.pool.QueryRow(ctx, redeliverAnySQL, id, tenant, now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var one int
 		err := s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&one)
@@ -768,6 +821,11 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 	if err != nil {
 		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
 	}
+	return s.withDeliveries(ctx, e)
+}
+
+// withDeliveries is e with its attempts.
+func (s *Store) withDeliveries(ctx context.Context, e engine.Event) (engine.Event, error) {
 	evs := []engine.Event{e}
 	if err := s.attachDeliveries(ctx, evs); err != nil {
 		return engine.Event{}, err
@@ -777,15 +835,25 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 
 var _ engine.EventLog = (*Store)(nil)
 
-// EventsAfter implements engine.EventLog by the (tenant_id, sequence)
-// index; a customer's events are that walk filtered (a tenant's streams
-// read through one feed, so this filter serves only a stream's catch-up).
+// eventsAfterSQL is the stream's page of tenant $1's event rows after
+// sequence $2 (of customer $3 when not NULL), oldest first, bounded by
+// pageRows to the months that can hold it ({{months}}). A customer's
+// events are the tenant's walk filtered (a tenant's streams read through
+// one feed, so this filter serves only a stream's catch-up).
+const eventsAfterSQL = `SELECT ` + eventColumns + ` FROM webhook_events
+	WHERE tenant_id = $1 AND sequence > $2 AND ($3::uuid IS NULL OR customer_id = $3){{months}}
+	ORDER BY sequence LIMIT $4`
+
+// eventsAfterPage is the stream's page of rows (eventsAfterSQL).
+func eventsAfterPage(tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) seqPage {
+	return seqPage{ascending: true, from: after, limit: limit, sql: eventsAfterSQL,
+		args: []any{tenant, after, customer, limit}}
+}
+
+// EventsAfter implements engine.EventLog.
 func (s *Store) EventsAfter(ctx context.Context, tenant uuid.UUID, customer *uuid.UUID, after int64, limit int) ([]engine.Event, error) {
-	stored := &pgx.QueuedQuery{SQL: `SELECT ` + eventColumns + ` FROM webhook_events
-		WHERE tenant_id = $1 AND sequence > $2 AND ($3::uuid IS NULL OR customer_id = $3)
-		ORDER BY sequence LIMIT $4`, Arguments: []any{tenant, after, customer, limit}}
-	rows, carried, err := s.readBoth(ctx, stored, carriedQuery(tenant, customer, after, true, 0, limit),
-		collectStored, collectCarried)
+	rows, carried, err := s.readEventPage(ctx, tenant, eventsAfterPage(tenant, customer, after, limit),
+		carriedQuery(tenant, customer, after, true, 0, limit))
 	if err != nil {
 		return nil, fmt.Errorf("persist: events after: %w", err)
 	}

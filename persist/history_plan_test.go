@@ -3,6 +3,7 @@ package persist
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,9 @@ func explain(t *testing.T, b *bundle, sql string, args []any, generic bool) plan
 			lits[i] = fmt.Sprintf("'%v'", a)
 			if ts, ok := a.(time.Time); ok {
 				lits[i] = "'" + ts.Format(time.RFC3339Nano) + "'"
+			}
+			if v := reflect.ValueOf(a); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+				lits[i] = "NULL"
 			}
 		}
 		for _, s := range []string{"SET plan_cache_mode = force_generic_plan", "PREPARE history_page AS " + sql} {

@@ -1,0 +1,509 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/creditd/creditd/engine"
+)
+
+// TestEventPagesAcrossMonths (issue 30 item 1): with a tenant's events in
+// five months (the legacy partition's, three monthly partitions and the
+// DEFAULT one) and their sequences interleaved across the months (a
+// lagging persister stores old-dated events with new sequences, some of
+// them by COPY, as copyCarriedRows does), paging through the whole events
+// list and the whole stream catch-up, filtered or not, at page sizes from
+// 1 up, gives every event exactly once, in sequence order, as reading
+// every month does; and the spans (migration 036's trigger) are each
+// month's lowest and highest sequence.
+func TestEventPagesAcrossMonths(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	// legacy (before the partitions made at setup), three made months,
+	// and one after them (DEFAULT).
+	months := []time.Time{monthStart(now, -1), monthStart(now, 0), monthStart(now, 1), monthStart(now, 2),
+		monthStart(now, 5)}
+	customers := []uuid.UUID{uuid.New(), uuid.New()}
+	insert := func(i int, month time.Time) {
+		t.Helper()
+		c := customers[i%2]
+		e := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, &c, nil,
+			month.Add(time.Hour+time.Duration(i)*time.Minute), "", struct{}{})
+		if err := b.store.InsertEvent(b.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 160 events, the writer's month moving forward over the first four;
+	// every 7th dated a month back (a persister catching up), every 13th
+	// in the month after the made ones.
+	for i := range 160 {
+		m := i / 40
+		switch {
+		case i%13 == 5:
+			m = 4
+		case i%7 == 3 && m > 0:
+			m--
+		}
+		insert(i, months[m])
+	}
+	// A late batch by COPY, dated in the legacy month, with the next
+	// sequences, then more events in the newest made month.
+	var next int64
+	if err := b.pool.QueryRow(b.ctx, `UPDATE event_sequences SET next = next + 10 WHERE tenant_id = $1
+		RETURNING next`, tenant).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	copied := make([][]any, 10)
+	for i := range copied {
+		seq := next - 9 + int64(i)
+		copied[i] = []any{uuid.New(), tenant, string(live.Environment), customers[i%2], string(engine.EventTestPing),
+			sequencedPayload(seq, `{"data":{}}`), "pending", int32(0), months[0].Add(time.Hour), months[0].Add(time.Hour),
+			seq, int64(0)}
+	}
+	if _, err := b.pool.CopyFrom(b.ctx, pgx.Identifier{"webhook_events"}, eventCopyColumns, pgx.CopyFromRows(copied)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 160; i < 165; i++ {
+		insert(i, months[3])
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE webhook_events SET status = 'delivered' WHERE tenant_id = $1 AND sequence % 3 = 0`,
+		tenant); err != nil {
+		t.Fatal(err)
+	}
+
+	// What reading every month gives.
+	type stored struct {
+		seq      int64
+		customer uuid.UUID
+		status   string
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT sequence, customer_id, status FROM webhook_events WHERE tenant_id = $1
+		ORDER BY sequence`, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
+		var s stored
+		return s, r.Scan(&s.seq, &s.customer, &s.status)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 175 {
+		t.Fatalf("%d events stored, want 175", len(all))
+	}
+	var where []string
+	if err := b.pool.QueryRow(b.ctx, `SELECT array_agg(DISTINCT tableoid::regclass::text) FROM webhook_events
+		WHERE tenant_id = $1`, tenant).Scan(&where); err != nil || len(where) != 5 {
+		t.Fatalf("events in %v (%v), want five partitions", where, err)
+	}
+
+	// The spans are the months' lowest and highest sequences.
+	var wrong int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM (
+		SELECT date_trunc('month', created_at, 'UTC') AS month, min(sequence) AS low, max(sequence) AS high
+		FROM webhook_events WHERE tenant_id = $1 GROUP BY 1) r
+		FULL JOIN (SELECT * FROM webhook_event_months WHERE tenant_id = $1) m USING (month)
+		WHERE m.low IS DISTINCT FROM r.low OR m.high IS DISTINCT FROM r.high`, tenant).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%d months' spans differ from their rows (%v)", wrong, err)
+	}
+
+	want := func(keep func(stored) bool, descending bool) []int64 {
+		var out []int64
+		for _, s := range all {
+			if keep(s) {
+				out = append(out, s.seq)
+			}
+		}
+		if descending {
+			slices.Reverse(out)
+		}
+		return out
+	}
+	everything := func(stored) bool { return true }
+
+	t.Run("list", func(t *testing.T) {
+		for _, tc := range []struct {
+			status string
+			limit  int
+		}{{"", 1}, {"", 7}, {"", 50}, {"", 500}, {"delivered", 1}, {"delivered", 9}, {"pending", 40}, {"failed", 5}} {
+			t.Run(fmt.Sprintf("%s/%d", tc.status, tc.limit), func(t *testing.T) {
+				var got []int64
+				q := engine.EventQuery{Status: tc.status, Limit: tc.limit}
+				for pages := 0; ; pages++ {
+					if pages > len(all)+1 {
+						t.Fatal("the list does not end")
+					}
+					page, err := b.store.ListEvents(b.ctx, tenant, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range page.Data {
+						got = append(got, *e.Sequence)
+					}
+					if !page.HasMore {
+						break
+					}
+					q.Cursor = page.NextCursor
+				}
+				keep := func(s stored) bool { return tc.status == "" || s.status == tc.status }
+				if w := want(keep, true); !slices.Equal(got, w) {
+					t.Fatalf("paged %v\nwant   %v", got, w)
+				}
+			})
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		for _, tc := range []struct {
+			customer *uuid.UUID
+			limit    int
+		}{{nil, 1}, {nil, 7}, {nil, 64}, {nil, 1000}, {&customers[0], 3}, {&customers[1], 25}} {
+			t.Run(fmt.Sprintf("%v/%d", tc.customer != nil, tc.limit), func(t *testing.T) {
+				var got []int64
+				after := int64(0)
+				for pages := 0; ; pages++ {
+					if pages > len(all)+1 {
+						t.Fatal("the catch-up does not end")
+					}
+					evs, err := b.store.EventsAfter(b.ctx, tenant, tc.customer, after, tc.limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(evs) == 0 {
+						break
+					}
+					for _, e := range evs {
+						got = append(got, *e.Sequence)
+					}
+					after = *evs[len(evs)-1].Sequence
+				}
+				keep := everything
+				if tc.customer != nil {
+					keep = func(s stored) bool { return s.customer == *tc.customer }
+				}
+				if w := want(keep, false); !slices.Equal(got, w) {
+					t.Fatalf("caught up %v\nwant       %v", got, w)
+				}
+			})
+		}
+	})
+}
+
+// TestPageRowsChecksItsGuess: pageRows' answer over the months it picks
+// is the answer over every month, whatever the spans' overlap: cases of
+// spans and rows built in Go, each page's result compared with a read of
+// every month, and the months it read counted.
+func TestPageRowsChecksItsGuess(t *testing.T) {
+	month := func(i int) time.Time { return time.Date(2026, time.Month(1+i), 1, 0, 0, 0, 0, time.UTC) }
+	// rows: month index of each sequence 1..n.
+	for _, tc := range []struct {
+		name      string
+		rows      []int // rows[i]: the month of sequence i+1, -1 for none (a carried event)
+		ascending bool
+		from      int64
+		limit     int
+		edge      int64 // the limit-th carried event's sequence, 0 for none
+		reads     int   // statements pageRows runs
+	}{
+		{name: "dense newest page", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, limit: 3, reads: 1},
+		{name: "dense page over two months", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, from: 6, limit: 3, reads: 1},
+		{name: "a late old row in the page", rows: []int{0, 0, 1, 1, 0, 1, 2, 2, 0}, limit: 4, reads: 1},
+		{name: "a late old row below the guess", rows: []int{0, 0, 1, 1, 1, 1, 0, 2, 2}, from: 9, limit: 3, reads: 1},
+		{name: "sparse rows", rows: []int{0, -1, -1, 1, -1, -1, -1, -1, 2}, from: 9, limit: 3, reads: 2},
+		{name: "ascending dense", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, ascending: true, from: 2, limit: 3, reads: 1},
+		{name: "ascending with a late row", rows: []int{0, 0, 1, 1, 1, 0, 2, 2, 2}, ascending: true, limit: 4, reads: 1},
+		{name: "ascending sparse", rows: []int{0, -1, -1, -1, -1, 1, -1, 2, 2}, ascending: true, limit: 3, reads: 2},
+		{name: "ascending past the end", rows: []int{0, 0, 1}, ascending: true, from: 3, limit: 3, reads: 0},
+		{name: "filtered to nothing", rows: []int{-1, -1, -1}, limit: 2, reads: 0},
+		// Carried events fill the sequences the rows leave: the rows past
+		// the carried edge are not needed, nor the months holding only them.
+		{name: "sparse rows up to a carried edge", rows: []int{0, 0, 0, 1, -1, 1, -1, -1, 2}, from: 9, limit: 3, edge: 6,
+			reads: 1},
+		{name: "no row up to a carried edge", rows: []int{0, 0, 0, 1, -1, -1, -1, -1, 2}, from: 9, limit: 3, edge: 6},
+		{name: "ascending sparse up to a carried edge", rows: []int{0, -1, -1, -1, -1, 1, 1, 2, 2}, ascending: true,
+			limit: 3, edge: 4, reads: 1},
+		{name: "a carried edge past a late row", rows: []int{0, 0, 1, 1, -1, -1, 0, -1, 2}, limit: 4, edge: 5, reads: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spans := map[int]*eventMonth{}
+			for i, m := range tc.rows {
+				if m < 0 {
+					continue
+				}
+				seq := int64(i + 1)
+				if s, ok := spans[m]; ok {
+					s.low, s.high = min(s.low, seq), max(s.high, seq)
+				} else {
+					spans[m] = &eventMonth{start: month(m), low: seq, high: seq}
+				}
+			}
+			var ms []eventMonth
+			for i := range 12 {
+				if s, ok := spans[i]; ok {
+					ms = append(ms, *s)
+				}
+			}
+			// run answers a read of ranges from the rows in them.
+			var reads int
+			run := func(ranges []monthRange) []engine.Event {
+				var out []engine.Event
+				for i, m := range tc.rows {
+					seq := int64(i + 1)
+					if m < 0 || (tc.ascending && seq <= tc.from) || (!tc.ascending && tc.from > 0 && seq >= tc.from) {
+						continue
+					}
+					in := ranges == nil
+					for _, r := range ranges {
+						in = in || (!month(m).Before(r.from) && month(m).Before(r.to))
+					}
+					if in {
+						out = append(out, engine.Event{Sequence: &seq})
+					}
+				}
+				if !tc.ascending {
+					slices.Reverse(out)
+				}
+				return out[:min(len(out), tc.limit)]
+			}
+			p := seqPage{ascending: tc.ascending, from: tc.from, limit: tc.limit, sql: "{{months}}", edge: tc.edge,
+				edged: tc.edge != 0}
+			got, err := pageRows(ms, true, p, func(ranges []monthRange) ([]engine.Event, error) {
+				reads++
+				if len(ranges) == 0 {
+					return nil, errors.New("a statement bounded to no month")
+				}
+				return run(ranges), nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Past the edge the page ends in carried events: rows there
+			// are not compared.
+			seqs := func(evs []engine.Event) []int64 {
+				out := []int64{}
+				for _, e := range evs {
+					if s := *e.Sequence; tc.edge == 0 || (tc.ascending && s <= tc.edge) || (!tc.ascending && s >= tc.edge) {
+						out = append(out, s)
+					}
+				}
+				return out
+			}
+			if w := seqs(run(nil)); !slices.Equal(seqs(got), w) {
+				t.Fatalf("page %v, want %v (every month read)", seqs(got), w)
+			}
+			if reads != tc.reads {
+				t.Errorf("%d reads, want %d", reads, tc.reads)
+			}
+		})
+	}
+}
+
+// TestRedeliverByInstant (issue 30 item 1): redeliver finds an event
+// dead-lettered by RecordAttempt by its kept instant, answers a second
+// redeliver and an unknown id as before, and still finds an event
+// dead-lettered without a kept instant (by the previous release) in
+// every month.
+func TestRedeliverByInstant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/hook', webhook_secret = 's'
+		WHERE id = $1`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	at := monthStart(time.Now(), 1).Add(time.Minute)
+	dead := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil, at, "", struct{}{})
+	old := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil, at.Add(-40*24*time.Hour),
+		"", struct{}{})
+	for _, e := range []engine.Event{dead, old} {
+		if err := b.store.InsertEvent(b.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims, err := b.store.ClaimDue(b.ctx, at.Add(time.Hour), time.Minute, 10, 10, nil)
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("ClaimDue = %d claims, %v", len(claims), err)
+	}
+	gone := "gone"
+	for _, c := range claims {
+		if c.Event.ID != dead.ID {
+			continue
+		}
+		if ok, err := b.store.RecordAttempt(b.ctx, c, engine.Attempt{At: at.Add(time.Hour), DurationMS: 5,
+			Status: engine.EventDeadLetter, Attempts: 1, Error: &gone}); err != nil || !ok {
+			t.Fatalf("RecordAttempt = %v, %v", ok, err)
+		}
+	}
+	var kept time.Time
+	if err := b.pool.QueryRow(b.ctx, deadInstantSQL, dead.ID, tenant).Scan(&kept); err != nil || !kept.Equal(at) {
+		t.Fatalf("kept instant %v (%v), want %v", kept, err, at)
+	}
+	// The previous release dead-letters without keeping the instant.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE webhook_events SET status = 'dead_letter', locked_until = NULL, lease = NULL
+		WHERE id = $1`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		id   uuid.UUID
+		want error
+	}{
+		{"dead-lettered", dead.ID, nil},
+		{"again", dead.ID, engine.ErrNotDeadLetter},
+		{"dead-lettered by the previous release", old.ID, nil},
+		{"again, without a kept instant", old.ID, engine.ErrNotDeadLetter},
+		{"unknown", uuid.New(), engine.ErrNotFound},
+	} {
+		e, err := b.store.Redeliver(b.ctx, tenant, tc.id, at.Add(2*time.Hour))
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: Redeliver = %v, want %v", tc.name, err, tc.want)
+		}
+		if err == nil && (e.ID != tc.id || e.Status != engine.EventPending || e.Attempts != 0) {
+			t.Fatalf("%s: redelivered %+v, want it pending, unattempted", tc.name, e)
+		}
+	}
+}
+
+// spansMatchRows fails t unless every month's span in
+// webhook_event_months is its rows' lowest and highest sequence, for
+// every tenant.
+func spansMatchRows(t *testing.T, b *bundle, ctx context.Context, when string) {
+	t.Helper()
+	var wrong int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT tenant_id, date_trunc('month', created_at, 'UTC') AS month, min(sequence) AS low, max(sequence) AS high
+		FROM webhook_events GROUP BY 1, 2) r
+		FULL JOIN webhook_event_months m USING (tenant_id, month)
+		WHERE m.low IS DISTINCT FROM r.low OR m.high IS DISTINCT FROM r.high`).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%s: %d months' spans differ from their rows (%v)", when, wrong, err)
+	}
+}
+
+// TestEventMonthsMigrateOnline (issue 30 item 1): a database at 035's
+// expand (events not yet partitioned) takes 036's expand and then the
+// contracts (035's switch, 036's trigger on the new table) while a writer
+// keeps storing events dated over three months: no write fails, after
+// each step the spans are every month's sequences and readers trust them
+// (the trigger is on webhook_events, not left on webhook_events_legacy),
+// the events dead-lettered before 036 or by the previous release after
+// its expand are indexed by the contract, and the list pages through
+// every event.
+func TestEventMonthsMigrateOnline(t *testing.T) {
+	t.Parallel()
+	b := setupAt(t, 35)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	if _, err := b.pool.Exec(ctx, `INSERT INTO webhook_events (id, tenant_id, environment, event_type, payload, status,
+			attempts, created_at, sequence)
+		SELECT gen_random_uuid(), $1, 'live', 'test.ping', '{"sequence":' || g || '}',
+			CASE WHEN g % 50 = 0 THEN 'dead_letter' ELSE 'delivered' END, 1,
+			now() - make_interval(days => (g * 7) % 90), g
+		FROM generate_series(1, 2000) AS g`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `INSERT INTO event_sequences (tenant_id, next) VALUES ($1, 2000)`, tenant); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	var writeErr error
+	var written int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			at := now.Add(-time.Duration(i%3) * 31 * 24 * time.Hour)
+			e := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil, at, "", struct{}{})
+			if err := b.store.InsertEvent(ctx, e); err != nil {
+				writeErr = err
+				return
+			}
+			written++
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	ready := func(when string) {
+		t.Helper()
+		var known bool
+		var onLegacy int
+		if err := b.pool.QueryRow(ctx, eventMonthsReadySQL).Scan(&known); err != nil || !known {
+			t.Fatalf("%s: spans trusted %v (%v)", when, known, err)
+		}
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'webhook_events_months'`).
+			Scan(&onLegacy); err != nil || onLegacy != 1 {
+			t.Fatalf("%s: the spans' trigger is on %d tables (%v), want one", when, onLegacy, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := Migrate(ctx, b.pool); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	ready("after 036's expand")
+	// The previous release, still running, dead-letters an event.
+	if _, err := b.pool.Exec(ctx, `UPDATE webhook_events SET status = 'dead_letter' WHERE tenant_id = $1 AND sequence = 7`,
+		tenant); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := MigrateContract(ctx, b.pool); err != nil {
+		t.Fatalf("MigrateContract: %v", err)
+	}
+	ready("after the contracts")
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	<-done
+	if writeErr != nil {
+		t.Fatalf("a write during the migrations failed: %v", writeErr)
+	}
+	if written == 0 {
+		t.Fatal("the writer stored nothing")
+	}
+	spansMatchRows(t, b, ctx, "after the contracts")
+
+	var unindexed int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_events e WHERE status = 'dead_letter'
+		AND NOT EXISTS (SELECT 1 FROM webhook_event_dead d WHERE d.id = e.id AND d.tenant_id = e.tenant_id
+			AND d.created_at = e.created_at)`).Scan(&unindexed); err != nil || unindexed != 0 {
+		t.Fatalf("%d dead-lettered events without their instant (%v)", unindexed, err)
+	}
+
+	var got []int64
+	q := engine.EventQuery{Limit: 100}
+	for {
+		page, err := b.store.ListEvents(ctx, tenant, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Data {
+			got = append(got, *e.Sequence)
+		}
+		if !page.HasMore {
+			break
+		}
+		q.Cursor = page.NextCursor
+	}
+	if len(got) != 2000+written || got[0] != int64(2000+written) || got[len(got)-1] != 1 ||
+		!slices.IsSortedFunc(got, func(a, b int64) int { return int(b - a) }) {
+		t.Fatalf("listed %d events (%d..%d), want %d from the newest down to 1", len(got), got[0], got[len(got)-1],
+			2000+written)
+	}
+}
