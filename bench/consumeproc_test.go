@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 )
 
@@ -47,21 +46,13 @@ func BenchmarkConsumeProc(b *testing.B) {
 		b.Skip("starts creditd")
 	}
 	ctx := context.Background()
-	redisURL := envOr([]string{"TEST_REDIS_URL", "REDIS_URL"}, "redis://127.0.0.1:6379/0")
-	baseDB := envOr([]string{"TEST_DATABASE_URL", "DATABASE_URL"}, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
+	rdb, redisURL, baseDB := benchServices(b, 0)
 	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		b.Skipf("no Redis: %v", err)
-	}
 	root, _ := filepath.Abs("..")
 	dir := b.TempDir()
 	bin := os.Getenv("CONSUMEPROC_BIN")
 	if bin == "" {
+		var err error
 		if bin, err = buildCreditd(root, dir); err != nil {
 			b.Fatal(err)
 		}

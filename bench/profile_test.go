@@ -70,17 +70,7 @@ func (p *inproc) call(method, path string, body []byte, headers ...string) (int,
 func newInproc(b *testing.B, customers int) *inproc {
 	b.Helper()
 	ctx := context.Background()
-	redisURL := envOr([]string{"TEST_REDIS_URL", "REDIS_URL"}, "redis://127.0.0.1:6379/0")
-	baseDB := envOr([]string{"TEST_DATABASE_URL", "DATABASE_URL"}, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opt.PoolSize = 64
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		b.Skipf("no Redis: %v", err)
-	}
+	rdb, _, baseDB := benchServices(b, 64)
 	name := "benchprof" + fmt.Sprintf("%08x", uuid.New().ID())
 	dbURL, err := createDatabase(ctx, baseDB, name)
 	if err != nil {
@@ -239,4 +229,27 @@ func privateRedis(b *testing.B) *redis.Client {
 	}
 	b.Fatal("private redis-server did not start")
 	return nil
+}
+
+// benchServices is the test Redis (TEST_REDIS_URL, else the local one) as
+// a client of poolSize connections (0: go-redis' default), its URL, and the
+// base Postgres URL databases are made from (TEST_DATABASE_URL); the
+// benchmark is skipped without a Redis.
+func benchServices(b *testing.B, poolSize int) (rdb *redis.Client, redisURL, baseDB string) {
+	b.Helper()
+	redisURL = envOr([]string{"TEST_REDIS_URL", "REDIS_URL"}, "redis://127.0.0.1:6379/0")
+	baseDB = envOr([]string{"TEST_DATABASE_URL", "DATABASE_URL"}, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if poolSize > 0 {
+		opt.PoolSize = poolSize
+	}
+	rdb = redis.NewClient(opt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		_ = rdb.Close()
+		b.Skipf("no Redis: %v", err)
+	}
+	return rdb, redisURL, baseDB
 }
