@@ -42,6 +42,15 @@ local function consume_split(a, pool, now, metric, eff, cost, ctx, policy, entri
   return charge, debt, nil, MONEY_ZERO
 end
 
+-- drained is draws when a split drained already (the pool and scoped fast
+-- paths), else what draining charge now takes, after the due blocks
+-- expire (only metric's blocks when named): consumes and commits alike.
+local function drained(a, now, entries, changed, charge, draws, metric)
+  if draws then return draws end
+  expire_due(a, now, entries, changed)
+  return drain(a, now, charge, changed, metric)
+end
+
 -- consume_entry drains consume_split's charge (unless it drained: draws)
 -- and appends the consumption entry of units (units_arg as Go sent them)
 -- of metric at cost, its overage what the blocks, the line and the parent
@@ -52,10 +61,7 @@ local function consume_entry(a, now, entries, changed, metric, units, units_arg,
   local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  if not draws then
-    expire_due(a, now, entries, changed)
-    draws = drain(a, now, charge, changed, metric)
-  end
+  draws = drained(a, now, entries, changed, charge, draws, metric)
   -- sprintf costs ~2,500 instructions: units as Go wrote them when that is
   -- the decimal m_fmt would write (units >= 1, so only a leading zero
   -- differs), the charge as the cost when it is the cost, a zero as '0'.
@@ -116,10 +122,7 @@ local function items_entry(a, now, entries, changed, cost, charge, debt, pooled,
   local overage = m_sub(m_sub(m_sub(cost, charge), debt), pooled)
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  if not draws then
-    expire_due(a, now, entries, changed)
-    draws = drain(a, now, charge, changed)
-  end
+  draws = drained(a, now, entries, changed, charge, draws)
   local e = debit_entry({role = 'main', type = 'consumption', overage = overage_field, open = true}, draws)
   if not line_draw(a, e, debt, draws) then return nil end
   entries[#entries + 1] = entry_obj(e)

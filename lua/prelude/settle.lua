@@ -110,10 +110,7 @@ end
 local function commit_items_entry(a, now, r, res_id, entries, changed, charge, overage, debt, draws, use_parts)
   local overage_field = nil
   if m_pos(overage) then overage_field = overage end
-  if not draws then
-    expire_due(a, now, entries, changed)
-    draws = drain(a, now, charge, changed)
-  end
+  draws = drained(a, now, entries, changed, charge, draws)
   a.rs = m_sub(a.rs, r.est_cost)
   local use_j = '[' .. table.concat(use_parts, ',') .. ']'
   local e = debit_entry({role = 'main', type = 'consumption', ref = res_id, overage = overage_field, open = true},
