@@ -707,7 +707,8 @@ func (b *Bench) worstRun(ctx context.Context, r *WorstResult) error {
 // (EVALSHA, EVAL) make the phase; the slowest other command is kept as
 // TopCmd.
 // Script calls over 1 ms are logged with the request that first ran the
-// script (scripts) when BENCH_WORST_DEBUG is set.
+// script (scripts) when BENCH_WORST_DEBUG is set; over that many µs when
+// it is a number (0 logs every call).
 func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[string]string) (WorstPhase, error) {
 	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
 	if err != nil {
@@ -716,12 +717,19 @@ func (b *Bench) slowlogPhase(ctx context.Context, name string, scripts map[strin
 	p := WorstPhase{Name: name}
 	var us, money []int64
 	var slowest int64
+	debugUS := int64(-1)
+	if v := os.Getenv("BENCH_WORST_DEBUG"); v != "" {
+		debugUS = 1000
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && v != "1" {
+			debugUS = n
+		}
+	}
 	for _, l := range logs {
 		if !ownCommand(l.Args, b.prefix) {
 			continue
 		}
 		d := l.Duration.Microseconds()
-		if os.Getenv("BENCH_WORST_DEBUG") != "" && d > 1000 {
+		if debugUS >= 0 && d > debugUS {
 			what := ""
 			if len(l.Args) > 1 {
 				what = scripts[l.Args[1]]

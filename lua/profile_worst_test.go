@@ -24,7 +24,7 @@ import (
 // script costs; the maximum is what a loaded box added to it. It asserts
 // nothing: the bound lives in bench/. PROFILE_SEQ prints the kept-reservation
 // loop's calls in order ("SEQ reserve 166"), to tell a periodic slow path
-// (one call in N) from noise.
+// (one call in N) from noise; PROFILE_PACE pauses before each timed call.
 func TestProfileWorst(t *testing.T) {
 	ctx := context.Background()
 	rdb := profileRedis(t)
@@ -101,6 +101,15 @@ func TestProfileWorst(t *testing.T) {
 			fmt.Printf("PROFILE worst %-34s %s (every command, per script call; %d calls)\n", name, callgrindKInstr(cgPid, calls), calls)
 		}
 	}
+	// PROFILE_PACE (a duration) sleeps before each timed call, as the
+	// bench's worst scenario does (-worst-pace): a call after an idle
+	// pause finds its caches cold and costs more than one in a tight loop.
+	paceFor, _ := time.ParseDuration(os.Getenv("PROFILE_PACE"))
+	pace := func() {
+		if paceFor > 0 {
+			time.Sleep(paceFor)
+		}
+	}
 	trials := 5
 	if n, err := strconv.Atoi(os.Getenv("PROFILE_TRIALS")); err == nil && n > 0 {
 		trials = n
@@ -141,6 +150,7 @@ func TestProfileWorst(t *testing.T) {
 		timed("commit with metadata", func() {
 			for i := 0; i < 5; i++ {
 				now = now.Add(time.Millisecond)
+				pace()
 				cc := commitCmd(c, reservations[0], 7, terms, now)
 				cc.Metadata = meta("commit")
 				cc.IdempotencyKey = "c-" + uuid.NewString()
@@ -152,6 +162,7 @@ func TestProfileWorst(t *testing.T) {
 		timed("reserve/release kept cap", func() {
 			for i := 0; i < 40; i++ {
 				now = now.Add(time.Millisecond)
+				pace()
 				if len(reservations) >= engine.MaxActiveReservations {
 					_, err := s.Release(ctx, releaseCmd(c, reservations[0], false, now))
 					must(err)
@@ -204,6 +215,7 @@ func TestProfileWorst(t *testing.T) {
 			timed(v.name, func() {
 				for i := 0; i < 5; i++ {
 					now = now.Add(time.Millisecond)
+					pace()
 					cmd := consumeCmd(c, engine.MaxTiers+50, v.terms, engine.OveragePolicyBlock, now)
 					cmd.IdempotencyKey = "k-" + uuid.NewString()
 					cmd.RequestHash = "rh"
@@ -218,6 +230,7 @@ func TestProfileWorst(t *testing.T) {
 		timed("consume", func() {
 			for i := 0; i < 5; i++ {
 				now = now.Add(time.Millisecond)
+				pace()
 				cmd := consumeCmd(c, 150, terms, engine.OveragePolicyBlock, now)
 				cmd.IdempotencyKey = "k-" + uuid.NewString()
 				cmd.RequestHash = "rh"

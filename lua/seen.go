@@ -37,8 +37,13 @@ var (
 var errMaybeSeen = errors.New("lua: the idempotency key may have been applied before")
 
 // maxSeenPerCall bounds the op keys of one seen_add or seen_seed call, so
-// one call's work stays bounded (invariant 13): a few hundred µs of Redis.
-const maxSeenPerCall = 256
+// one call's work stays bounded (invariant 13): each key costs a call
+// ~8 µs of Redis with warm caches and ~12 µs after an idle pause, so 256 a
+// call took 2-2.4 ms (the persister's catch-up after a burst, bench/worst.go
+// "consume through every tier"); 16 take ~270 µs. The calls are sent one
+// after another, not pipelined: a pipeline would hold Redis for all of them
+// at once.
+const maxSeenPerCall = 16
 
 // Compile-time check that Store keeps the seen filter.
 var _ engine.SeenFilter = (*Store)(nil)
