@@ -83,7 +83,7 @@ func (s *Store) grant(ctx context.Context, cmd engine.GrantCommand) (engine.Muta
 	// stack_after: Go finds the latest matching block (bounded.go); the
 	// script refuses with STALE when the account moved since.
 	for range staleRetries {
-		start, ok, version, err := s.stackStart(ctx, cmd.Customer.CustomerID, cmd.StackAfter.MetadataMatch, cmd.Now)
+		start, ok, version, err := s.stackStart(ctx, cmd.Customer.CustomerID, cmd.StackAfter.MetadataMatch, cmd.StackAfter.Fallback, cmd.Now)
 		if err != nil {
 			return engine.MutationResult{}, err
 		}

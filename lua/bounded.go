@@ -35,7 +35,11 @@ var errStaleGaveUp = engine.Conflict("the customer's credit changed during the c
 // stackStart is where a stack_after block starts: the latest expires_at
 // (ms) among the live blocks at now whose metadata matches, or ok false when
 // none does; version is the account version it was read at.
-func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metadata, now time.Time) (start int64, ok bool, version int64, err error) {
+// Under fallback "now" a customer already at engine.MaxLiveBlocks live
+// blocks gets no match read at all (atCap): the script refuses such a
+// grant (TOOMANYBLOCKS, or the accumulation cap's no-op) whatever the
+// start, and the metadata of every block is the largest read of a grant.
+func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metadata, fallback string, now time.Time) (start int64, ok bool, version int64, err error) {
 	want := map[string]any{}
 	for k, v := range match {
 		var x any
@@ -45,7 +49,7 @@ func (s *Store) stackStart(ctx context.Context, c uuid.UUID, match engine.Metada
 		want[k] = x
 	}
 	key, nowMS := s.accountKey(c), now.UnixMilli()
-	if start, ok, version, done, err := s.stackStartIndexed(ctx, key, want, nowMS); done || err != nil {
+	if start, ok, version, done, err := s.stackStartIndexed(ctx, key, want, fallback == engine.FallbackNow, nowMS); done || err != nil {
 		return start, ok, version, err
 	}
 	// Sliced even when the layout cache does not know the key: a whole
@@ -88,8 +92,14 @@ func blockMatches(b engine.MutationBlock, want map[string]any) bool {
 // stack_after grant's ~1,400k instructions in Redis, lua/profile_worst_test.go),
 // then the blocks that expire after now, latest first, in slices until the
 // first match. done is false when the account has no index or moved
-// between the reads: stackStart then reads it whole.
-func (s *Store) stackStartIndexed(ctx context.Context, key string, want map[string]any, nowMS int64) (start int64, ok bool, version int64, done bool, err error) {
+// between the reads: stackStart then reads it whole. With atCap (fallback
+// "now") an index of engine.MaxLiveBlocks or more blocks live at now
+// answers "no match" at once: grant.lua then refuses the grant at that
+// version, whose live blocks are the index's (TOOMANYBLOCKS; the reply of
+// the accumulation cap, checked first, does not depend on the start
+// either), so reading 100 blocks' metadata for it was wasted (a
+// refused grant at the worst allowed input: ~1 ms of Redis CPU).
+func (s *Store) stackStartIndexed(ctx context.Context, key string, want map[string]any, atCap bool, nowMS int64) (start int64, ok bool, version int64, done bool, err error) {
 	head, err := s.rdb.HMGet(ctx, key, "v", "o").Result()
 	if err != nil {
 		return 0, false, 0, false, fmt.Errorf("lua: read account: %w", err)
@@ -107,15 +117,24 @@ func (s *Store) stackStartIndexed(ctx context.Context, key string, want map[stri
 		expiresMS int64
 	}
 	var cands []cand
+	live := 0
 	for _, e := range strings.Split(idx, " ") {
 		// id,priority,expires,created,starts; expires "" for none.
 		f := strings.SplitN(e, ",", 4)
 		if len(f) < 4 {
 			return 0, false, 0, false, nil
 		}
-		if exp, err := strconv.ParseInt(f[2], 10, 64); err == nil && exp > nowMS {
+		if f[2] == "" {
+			live++
+		} else if exp, err := strconv.ParseInt(f[2], 10, 64); err == nil && exp > nowMS {
 			cands = append(cands, cand{f[0], exp})
+			live++
 		}
+	}
+	// The index holds every block with credit (prelude/layout.lua), so
+	// these are the live blocks at now (engine.MutationBlock.Live).
+	if atCap && live >= engine.MaxLiveBlocks {
+		return 0, false, version, true, nil
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return cands[i].expiresMS > cands[j].expiresMS })
 	for first := 0; first < len(cands); first += sliceMetaFields {

@@ -75,6 +75,23 @@ func TestCapsRefuseAndChangeNothing(t *testing.T) {
 				_, err := b.store.Grant(ctx, g)
 				return err
 			}, engine.ErrTooManyBlocks},
+			{"stack_after grant under reject past the cap", func() error {
+				g := withMeta(c, 1, t0, "stack")
+				g.DurationSeconds = 60
+				g.StackAfter = &engine.StackAfter{MetadataMatch: engine.Metadata{"tag": json.RawMessage(`"short"`)}, Fallback: engine.FallbackReject}
+				_, err := b.store.Grant(ctx, g)
+				return err
+			}, engine.ErrTooManyBlocks},
+		}
+		// At the cap under fallback "now" Go reads no metadata (the
+		// grant is refused whatever the start); under "reject" it still
+		// finds the match, whose absence would answer NOMATCH instead.
+		match := engine.Metadata{"tag": json.RawMessage(`"short"`)} // the one block with an expiry
+		if _, ok, _, err := b.store.stackStart(ctx, c.CustomerID, match, engine.FallbackNow, t0); err != nil || ok {
+			t.Errorf("stackStart at the cap under now: ok %v err %v, want no match read", ok, err)
+		}
+		if _, ok, _, err := b.store.stackStart(ctx, c.CustomerID, match, engine.FallbackReject, t0); err != nil || !ok {
+			t.Errorf("stackStart at the cap under reject: ok %v err %v, want the match", ok, err)
 		}
 		for _, tc := range cases {
 			before := b.reservationDump(t, c)
