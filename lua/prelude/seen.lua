@@ -96,12 +96,18 @@ local function seen_keys(keys, from)
 end
 
 -- seen_maybe reports whether op key k may name an operation applied
--- before (see above): always when the partition is not seeded.
+-- before (see above): always when the partition is not seeded. The
+-- digest, fields and fingerprint are the same in every week, so they are
+-- made once, and each week's HMGET asks only the five buckets (not the
+-- counts, which only seen_put needs): every money call with an
+-- idempotency key runs this on SEEN_WEEKS hashes, ~60 µs of a ~330 µs
+-- reserve or release after an idle pause (bench/worst.go).
 local function seen_maybe(seen, k)
   if redis.call('EXISTS', seen[1]) == 0 then return true end
+  local h = redis.sha1hex(k)
+  local f, fp = seen_fields(h), seen_fp(h)
   for i = 2, #seen do
-    local h, _, v = seen_read(seen[i], k)
-    if seen_has(seen_fp(h), v) then return true end
+    if seen_has(fp, redis.call('HMGET', seen[i], f[1], f[2], f[3], f[4], f[5])) then return true end
   end
   return false
 end
