@@ -24,7 +24,7 @@ local account_key, outbox_key, rexp_key, op_key = KEYS[1], KEYS[2], KEYS[3], KEY
 local now = int_parse(ARGV[1])
 local op_id, tenant, env, customer = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local idem, request_hash, op_ttl_ms, ctx = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local res_id, metric, est_units, terms = ARGV[10], ARGV[11], m_parse(ARGV[12]), terms_parse(ARGV[13])
+local res_id, metric, est_units, terms = ARGV[10], ARGV[11], m_parse(ARGV[12]), terms_cached(ARGV[13])
 local expires, meta = int_parse(ARGV[14]), ARGV[15]
 
 if not now or not est_units or not terms or not expires or expires <= now or res_id == '' or metric == '' then

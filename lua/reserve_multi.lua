@@ -33,7 +33,7 @@ end
 local items = {}
 for i = 1, n do
   local at = 13 + 3 * (i - 1)
-  local metric, units, terms = ARGV[at + 1], m_parse(ARGV[at + 2]), terms_parse(ARGV[at + 3])
+  local metric, units, terms = ARGV[at + 1], m_parse(ARGV[at + 2]), terms_cached(ARGV[at + 3])
   if metric == '' or not units or not m_pos(units) or not terms then
     return redis.error_reply('BADARG item metric, units or terms')
   end

@@ -56,7 +56,7 @@ local function commit_items_price(items, argv)
   for i, it in ipairs(items) do
     local c = MONEY_ZERO
     if m_pos(it.units) then
-      local terms = terms_parse(it.terms_arg)
+      local terms = terms_cached(it.terms_arg)
       if not terms then return nil, redis.error_reply('BADARG terms') end
       local err
       c, err = price(terms, it.units)

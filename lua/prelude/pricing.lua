@@ -105,9 +105,10 @@ end
 -- price_terms prices units at terms sent as text, for a script that parses
 -- its terms only when it has units to price (a commit, a top-up): the
 -- cost, or nil and the error reply (BADARG for terms that do not parse,
--- else price's).
+-- else price's). The terms come from terms_cached, as a consume's: a
+-- commit under a rule of engine.MaxTiers tiers parsed them on every call.
 local function price_terms(s, units)
-  local terms = terms_parse(s)
+  local terms = terms_cached(s)
   if not terms then return nil, redis.error_reply('BADARG terms') end
   local cost, err = price(terms, units)
   if not cost then return nil, redis.error_reply(err) end
