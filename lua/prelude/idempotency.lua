@@ -28,9 +28,18 @@ end
 -- that the seen filter may know answers MAYBESEEN.
 local function replay(op_key, rh, seen)
   if not op_key then return nil end
-  local prev = redis.call('GET', op_key)
+  local prev, seeded = nil, nil
+  if seen then
+    -- The op key and the partition's seeded mark (seen[1], a string under
+    -- the same hash tag) in one MGET: a redis.call less on every call
+    -- whose key is new.
+    local v = redis.call('MGET', op_key, seen[1])
+    prev, seeded = v[1], v[2]
+  else
+    prev = redis.call('GET', op_key)
+  end
   if not prev then
-    if seen and seen_maybe(seen, op_key) then
+    if seen and seen_maybe(seen, op_key, seeded) then
       return redis.error_reply('MAYBESEEN the idempotency key may have been applied before')
     end
     return nil

@@ -96,14 +96,15 @@ local function seen_keys(keys, from)
 end
 
 -- seen_maybe reports whether op key k may name an operation applied
--- before (see above): always when the partition is not seeded. The
+-- before (see above): always when the partition is not seeded (seeded:
+-- the value of its mark seen[1], false or nil when absent). The
 -- digest, fields and fingerprint are the same in every week, so they are
 -- made once, and each week's HMGET asks only the five buckets (not the
 -- counts, which only seen_put needs): every money call with an
 -- idempotency key runs this on SEEN_WEEKS hashes, ~60 µs of a ~330 µs
 -- reserve or release after an idle pause (bench/worst.go).
-local function seen_maybe(seen, k)
-  if redis.call('EXISTS', seen[1]) == 0 then return true end
+local function seen_maybe(seen, k, seeded)
+  if not seeded then return true end
   local h = redis.sha1hex(k)
   local f, fp = seen_fields(h), seen_fp(h)
   for i = 2, #seen do
