@@ -258,3 +258,59 @@ func (s *Server) fusedRate(c *call, door *engine.FusedDoor) (fusedPlan, bool) {
 	door.Rate = &engine.RateAsk{Key: c.scope.KeyID, PerSecond: perSecond, Burst: burst, Requests: p.want, Now: now}
 	return fusedPlan{ratePlan: p, perSecond: perSecond, burst: burst, local: local}, true
 }
+
+// fuseRead runs a read route with its door checked by its first Redis
+// read (engine.FusedDoor.Read): the key cached and authenticated without a
+// read, the rate decided by this node's lease or refusal window, and the
+// tenant's stamps read in the round trip of the endpoint's first read
+// (lua.Store.doRead), or after it when the endpoint answered from caches
+// alone (Tenants.CheckRead). A check then costs one Redis round trip
+// instead of two. It reports whether it answered the request; false
+// leaves the request as it found it but for a rate decision it made
+// (c.door.rateDone, which the usual path applies instead of taking again):
+// a stamp moved since the caches were read, or the rate needs a take from
+// Redis, and the usual path serves it.
+func (s *Server) fuseRead(rt *route, c *call) bool {
+	ctx := c.ctx
+	key := ctx.Request.Header.Peek("X-API-Key")
+	if len(key) == 0 || s.budgets == nil {
+		return false
+	}
+	before := c.tctx
+	fctx, door, ok := s.tenants.FuseRead(c.reqContext(), key)
+	if !ok {
+		return false
+	}
+	c.tctx = fctx
+	back := func() bool {
+		c.tctx, c.scope, c.tenant = before, engine.Scope{}, engine.Tenant{}
+		ctx.Response.Reset()
+		ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
+		return false
+	}
+	scope, tenant, err := s.tenants.AuthenticateBytes(fctx, key)
+	if err != nil {
+		return back()
+	}
+	c.scope, c.tenant = scope, tenant
+	rate, ok := s.fusedRate(c, door)
+	if !ok {
+		return back()
+	}
+	if door.Rate != nil {
+		// The budget needs a take from Redis: the usual path's door makes
+		// it. The plan is settled untaken (an owner's lease must be).
+		_, _ = finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, engine.RateDecision{}, errRateFenceMoved)
+		return back()
+	}
+	err = c.invoke(rt.ep)
+	if errors.Is(err, engine.ErrFusedStale) || door.Outcome() == engine.FusedStale ||
+		(door.Outcome() == engine.FusedUnused && !s.tenants.CheckRead(c.reqContext(), door)) {
+		return back()
+	}
+	c.tctx = before
+	if err != nil {
+		c.fail(err)
+	}
+	return true
+}

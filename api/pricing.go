@@ -126,7 +126,7 @@ func (s *Server) registerPricing() {
 	s.handle("GET", "/v1/metering-rules", optTenant, s.listRules)
 	s.handle("POST", "/v1/metering-rules", optTenant|optIdem, s.createRule)
 
-	s.handle("GET", "/v1/entitlements/check", optTenant, s.checkQuery)
+	s.handle("GET", "/v1/entitlements/check", optTenant|optFusedRead, s.checkQuery)
 	s.handle("POST", "/v1/entitlements/consume", optTenant|optIdem|optDryRun|optRerun|optFused, s.consume)
 	s.handle("POST", "/v1/usage", optTenant|optIdem|optStored, s.usage)
 	for _, form := range []struct {
@@ -134,7 +134,7 @@ func (s *Server) registerPricing() {
 		strict bool
 	}{{"/v1/customers/{id}", false}, {"/v1/customer-by-external-id/{external_id}", true}} {
 		ref := refParam(form.strict)
-		s.handle("GET", form.prefix+"/entitlements/{metric}", optTenant, s.checkPath(ref))
+		s.handle("GET", form.prefix+"/entitlements/{metric}", optTenant|optFusedRead, s.checkPath(ref))
 		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem|optStored, s.moveGauge(ref, true))
 		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem|optStored, s.moveGauge(ref, false))
 	}

@@ -343,6 +343,9 @@ const (
 	// says optRerun or optStored, other routes neither
 	// (TestMoneyRoutesDeclareIdempotency).
 	optStored
+	// optFusedRead (a GET with optTenant): the request's door is checked by
+	// its first Redis read, in that read's round trip (fuseRead).
+	optFusedRead
 )
 
 // endpoint is one operation; it writes its success response through the
@@ -366,6 +369,9 @@ func (s *Server) handle(method, path string, opts routeOpts, ep endpoint) {
 	}
 	if opts&optFused != 0 && opts&(optRerun|optTenant) != optRerun|optTenant {
 		panic("api: " + method + " " + path + ": optFused needs optRerun and optTenant")
+	}
+	if opts&optFusedRead != 0 && (method != "GET" || opts&optTenant == 0 || opts&optIdem != 0) {
+		panic("api: " + method + " " + path + ": optFusedRead needs a GET with optTenant and no optIdem")
 	}
 	rt := &route{method: method, path: path, opts: opts, ep: ep, metrics: s.metrics.route(path, method)}
 	s.routes = append(s.routes, rt)
@@ -486,6 +492,9 @@ func (s *Server) serveRoute(rt *route, c *call) {
 	}
 	c.dry = rt.opts&optDryRun != 0 && dryRunAsked(ctx.Request.Body())
 	if rt.opts&optFused != 0 && !c.dry && s.fuse(rt, c) {
+		return
+	}
+	if rt.opts&optFusedRead != 0 && s.fuseRead(rt, c) {
 		return
 	}
 	if rt.opts&optTenant != 0 {

@@ -364,9 +364,11 @@ func (s *Customers) Resolve(ctx context.Context, scope Scope, ref CustomerRef, c
 	if utf8.RuneCountInString(ref.Value) > MaxExternalIDChars {
 		return Customer{}, Invalid("customer_id", "customer_id is longer than 255 characters")
 	}
-	if FusedDoorOf(ctx).Open() {
+	if d := FusedDoorOf(ctx); d.Open() || d.ReadOpen() {
 		// A fused door claims the key only in the money script, after this:
 		// the usual path claims first, so a key already used never creates.
+		// A read door has not checked the stamps yet: a key revoked
+		// elsewhere must not create.
 		return Customer{}, ErrFusedStale
 	}
 	// The checks above are all CreateCustomer's shape checks ask of a bare

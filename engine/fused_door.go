@@ -43,6 +43,9 @@ const (
 	// FusedRateRefused: the key's rate budget refused the request
 	// (RateAnswer): nothing else ran.
 	FusedRateRefused
+	// FusedChecked: a read door's first Redis read found the tenant's
+	// stamps where the request's caches were read under (FusedDoor.Read).
+	FusedChecked
 )
 
 // ErrFusedStale is a money script's answer when its fused door found the
@@ -74,7 +77,12 @@ type FusedDoor struct {
 	// Noted says it did, so NotingReservations sends none of its own.
 	ReservationNote *CustomerKey
 	Noted           bool
-	outcome         FusedOutcome
+	// Read marks a read route's door (Tenants.FuseRead): no claim, no rate
+	// take and no money script; the first Redis read the request makes
+	// under it carries the stamps check in its round trip (ReadOpen), so a
+	// check costs one round trip, not two.
+	Read    bool
+	outcome FusedOutcome
 }
 
 // Took records the rate budget's answer to the door's take.
@@ -83,8 +91,12 @@ func (d *FusedDoor) Took(rd RateDecision) {
 }
 
 // Open reports whether the next money script may run under the door:
-// none has settled it yet.
-func (d *FusedDoor) Open() bool { return d != nil && d.outcome == FusedUnused }
+// none has settled it yet (never a read door's).
+func (d *FusedDoor) Open() bool { return d != nil && !d.Read && d.outcome == FusedUnused }
+
+// ReadOpen reports whether the next Redis read is a read door's first:
+// it checks the stamps in its round trip and settles the door.
+func (d *FusedDoor) ReadOpen() bool { return d != nil && d.Read && d.outcome == FusedUnused }
 
 // Settle records what the script under the door did.
 func (d *FusedDoor) Settle(o FusedOutcome) { d.outcome = o }
@@ -119,13 +131,7 @@ func (s *Tenants) Fuse(ctx context.Context, plain []byte) (context.Context, *Fus
 	if !ok || !f.FusesDoors() {
 		return ctx, nil, false
 	}
-	peek, ok := s.keys.(interface {
-		Peek(sum [32]byte) (Scope, Tenant, uint64, bool)
-	})
-	if !ok {
-		return ctx, nil, false
-	}
-	scope, _, _, ok := peek.Peek(sha256.Sum256(plain))
+	scope, ok := s.peekScope(plain)
 	if !ok {
 		return ctx, nil, false
 	}
@@ -137,6 +143,68 @@ func (s *Tenants) Fuse(ctx context.Context, plain []byte) (context.Context, *Fus
 		d.Checked = true
 	}
 	return WithFusedDoor(ctx, d), d, true
+}
+
+// ReadFuser is a store whose reads can carry a read door's stamps check
+// in their own round trip (lua.Store: a pipeline of two commands, on one
+// Redis or on a Cluster's two nodes at once).
+type ReadFuser interface {
+	FusesReads() bool
+}
+
+// FuseRead starts a read door for a request whose API key this node holds
+// in its cache: as Fuse, but the door (Read) is checked by the request's
+// first Redis read instead of a money script. ok is false when the request
+// must open its door the usual way.
+func (s *Tenants) FuseRead(ctx context.Context, plain []byte) (context.Context, *FusedDoor, bool) {
+	f, ok := s.door.(ReadFuser)
+	if !ok || !f.FusesReads() {
+		return ctx, nil, false
+	}
+	scope, ok := s.peekScope(plain)
+	if !ok {
+		return ctx, nil, false
+	}
+	d := &FusedDoor{Tenant: scope.TenantID, Read: true}
+	if st := s.doorStamps; st != nil && st.store != nil {
+		if d.Stamps, ok = st.snapshot(scope.TenantID); !ok {
+			return ctx, nil, false
+		}
+		d.Checked = true
+	}
+	return WithFusedDoor(ctx, d), d, true
+}
+
+// CheckRead settles read door d when no read checked it (the endpoint
+// answered from caches alone): one read of the stamps. false when a stamp
+// moved since the caches were read, or the stamps could not be read: the
+// request then goes the usual way, which reads them again.
+func (s *Tenants) CheckRead(ctx context.Context, d *FusedDoor) bool {
+	st := s.doorStamps
+	if !d.Checked || st == nil || st.store == nil {
+		d.Settle(FusedChecked)
+		return true
+	}
+	v, err := st.store.StampsRead(ctx, d.Tenant)
+	if err != nil || v != d.Stamps {
+		d.Settle(FusedStale)
+		return false
+	}
+	d.Settle(FusedChecked)
+	return true
+}
+
+// peekScope is the scope of the cached API key plain; false when this
+// node does not hold it.
+func (s *Tenants) peekScope(plain []byte) (Scope, bool) {
+	peek, ok := s.keys.(interface {
+		Peek(sum [32]byte) (Scope, Tenant, uint64, bool)
+	})
+	if !ok {
+		return Scope{}, false
+	}
+	scope, _, _, ok := peek.Peek(sha256.Sum256(plain))
+	return scope, ok
 }
 
 // snapshot is tenant's stamps as this node has seen them; false before it

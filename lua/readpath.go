@@ -287,10 +287,11 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Time) (engine.Balances, error) {
 	key, nowMS := s.accountKey(c.CustomerID), now.UnixMilli()
 	if s.layouts.has(key) {
-		v, err := s.rdb.HMGet(ctx, key, "s", "rs", "ua", "d", "sc").Result()
-		if err != nil {
+		cmd := redis.NewSliceCmd(ctx, "hmget", key, "s", "rs", "ua", "d", "sc")
+		if err := s.doRead(ctx, cmd); err != nil {
 			return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 		}
+		v := cmd.Val()
 		sum, _ := v[0].(string)
 		rs, _ := v[1].(string)
 		ua, _ := v[2].(string)
@@ -316,7 +317,7 @@ func (s *Store) Balances(ctx context.Context, c engine.CustomerKey, now time.Tim
 		}
 	}
 	read := redis.NewMapStringStringCmd(ctx, "hgetall", key)
-	err := s.trips.do(ctx, read)
+	err := s.doRead(ctx, read)
 	if err != nil {
 		return engine.Balances{}, fmt.Errorf("lua: read account: %w", err)
 	}
