@@ -261,15 +261,15 @@ func (s *Server) fusedRate(c *call, door *engine.FusedDoor) (fusedPlan, bool) {
 
 // fuseRead runs a read route with its door checked by its first Redis
 // read (engine.FusedDoor.Read): the key cached and authenticated without a
-// read, the rate decided by this node's lease or refusal window, and the
-// tenant's stamps read in the round trip of the endpoint's first read
-// (lua.Store.doRead), or after it when the endpoint answered from caches
-// alone (Tenants.CheckRead). A check then costs one Redis round trip
-// instead of two. It reports whether it answered the request; false
-// leaves the request as it found it but for a rate decision it made
-// (c.door.rateDone, which the usual path applies instead of taking again):
-// a stamp moved since the caches were read, or the rate needs a take from
-// Redis, and the usual path serves it.
+// read, and the tenant's stamps, with the rate take when this node's lease
+// or refusal window does not decide it (fenced on the tenant's stamp), sent
+// in the round trip of the endpoint's first read (lua.Store.doRead), or
+// after it when the endpoint answered from caches alone
+// (Tenants.CheckRead). A check then costs one Redis round trip instead of
+// two. It reports whether it answered the request; false leaves the
+// request as it found it but for a rate decision it made (c.door.rateDone,
+// which the usual path applies instead of taking again): a stamp moved
+// since the caches were read, and the usual path serves it.
 func (s *Server) fuseRead(rt *route, c *call) bool {
 	ctx := c.ctx
 	key := ctx.Request.Header.Peek("X-API-Key")
@@ -298,19 +298,43 @@ func (s *Server) fuseRead(rt *route, c *call) bool {
 		return back()
 	}
 	if door.Rate != nil {
-		// The budget needs a take from Redis: the usual path's door makes
-		// it. The plan is settled untaken (an owner's lease must be).
-		_, _ = finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, engine.RateDecision{}, errRateFenceMoved)
-		return back()
+		// The take is made beside the read, not atomically with a stamps
+		// check as in a money script: it holds only while the tenant's
+		// stamp is the one its limits were read under.
+		door.Rate.Fenced, door.Rate.Stamp = door.Checked, door.Stamps[engine.StampTenant]
 	}
 	err = c.invoke(rt.ep)
-	if errors.Is(err, engine.ErrFusedStale) || door.Outcome() == engine.FusedStale ||
-		(door.Outcome() == engine.FusedUnused && !s.tenants.CheckRead(c.reqContext(), door)) {
-		return back()
+	if door.Outcome() == engine.FusedUnused && !errors.Is(err, engine.ErrFusedStale) {
+		s.tenants.CheckRead(c.reqContext(), door)
 	}
-	c.tctx = before
-	if err != nil {
-		c.fail(err)
+	if rate.want > 0 {
+		// The door took the budget, or never did (then the lease is given
+		// back untaken and the usual path's door takes it).
+		rerr := errRateFenceMoved
+		if door.RateTaken {
+			rerr = nil
+		}
+		d, derr := finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, door.RateAnswer, rerr)
+		if derr == nil {
+			c.door.rateDone, c.door.rate, c.door.rateLimits = true, d, [2]int{rate.perSecond, rate.burst}
+		}
 	}
-	return true
+	switch door.Outcome() {
+	case engine.FusedRateRefused:
+		ctx.Response.Reset()
+		ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
+		c.applyLimit(c.door.rate, errRateLimited)
+		c.tctx = before
+		return true
+	case engine.FusedChecked:
+		c.tctx = before
+		if c.door.rateDone {
+			c.applyLimit(c.door.rate, errRateLimited)
+		}
+		if err != nil {
+			c.fail(err)
+		}
+		return true
+	}
+	return back()
 }

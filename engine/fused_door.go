@@ -176,17 +176,31 @@ func (s *Tenants) FuseRead(ctx context.Context, plain []byte) (context.Context, 
 }
 
 // CheckRead settles read door d when no read checked it (the endpoint
-// answered from caches alone): one read of the stamps. false when a stamp
-// moved since the caches were read, or the stamps could not be read: the
-// request then goes the usual way, which reads them again.
+// answered from caches alone): the door's trip (DoorTrip: the stamps, and
+// the rate take the door asks). false when a stamp moved since the caches
+// were read, the stamps could not be read, the take was not made, or the
+// budget refused it (FusedRateRefused): the request then goes the usual
+// way, which reads them again, or answers 429.
 func (s *Tenants) CheckRead(ctx context.Context, d *FusedDoor) bool {
 	st := s.doorStamps
-	if !d.Checked || st == nil || st.store == nil {
+	checked := d.Checked && st != nil && st.store != nil
+	if !checked && d.Rate == nil {
 		d.Settle(FusedChecked)
 		return true
 	}
-	v, err := st.store.StampsRead(ctx, d.Tenant)
-	if err != nil || v != d.Stamps {
+	ans := s.door.DoorTrip(ctx, DoorAsk{Tenant: d.Tenant, Rate: d.Rate})
+	if d.Rate != nil {
+		if ans.RateStale || ans.RateErr != nil {
+			d.Settle(FusedStale)
+			return false
+		}
+		d.Took(ans.Rate)
+		if !ans.Rate.Allowed {
+			d.Settle(FusedRateRefused)
+			return false
+		}
+	}
+	if checked && (ans.StampsErr != nil || ans.Stamps != d.Stamps) {
 		d.Settle(FusedStale)
 		return false
 	}

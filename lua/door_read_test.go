@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/testenv"
@@ -25,15 +28,24 @@ func TestReadDoor(t *testing.T) {
 	cases := []struct {
 		name        string
 		checked     bool
-		bump        bool // a stamp moves after the door is opened
-		read        bool // false: a money route's door
+		bump        []engine.StampKind // stamps that move after the door is opened
+		read        bool               // false: a money route's door
+		rate        int                // a take of the rate budget the door asks (0: none), this burst
+		spent       bool               // the budget is spent before
 		wantErr     error
 		wantOutcome engine.FusedOutcome
+		wantTaken   bool
 	}{
 		{name: "stamps as seen", checked: true, read: true, wantOutcome: engine.FusedChecked},
-		{name: "a stamp moved", checked: true, read: true, bump: true, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale},
-		{name: "a node alone", read: true, bump: true, wantOutcome: engine.FusedChecked},
-		{name: "a money route's door", checked: true, bump: true, wantOutcome: engine.FusedUnused},
+		{name: "a stamp moved", checked: true, read: true, bump: []engine.StampKind{engine.StampCatalog}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale},
+		{name: "a node alone", read: true, bump: []engine.StampKind{engine.StampCatalog}, wantOutcome: engine.FusedChecked},
+		{name: "a money route's door", checked: true, bump: []engine.StampKind{engine.StampCatalog}, wantOutcome: engine.FusedUnused},
+		{name: "with a rate take", checked: true, read: true, rate: 5, wantOutcome: engine.FusedChecked, wantTaken: true},
+		{name: "the rate refused", checked: true, read: true, rate: 1, spent: true, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedRateRefused, wantTaken: true},
+		// The take is fenced on the tenant's stamp: moved, it takes nothing.
+		{name: "the tenant's stamp moved under a take", checked: true, read: true, rate: 5, bump: []engine.StampKind{engine.StampTenant}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale},
+		// Another stamp moved: the take stands (the usual path then uses it), the read does not.
+		{name: "a stamp moved beside a take", checked: true, read: true, rate: 5, bump: []engine.StampKind{engine.StampCatalog}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale, wantTaken: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,8 +56,16 @@ func TestReadDoor(t *testing.T) {
 			}
 			d := &engine.FusedDoor{Tenant: c.TenantID, Checked: tc.checked, Read: tc.read}
 			d.Stamps[engine.StampTenant] = stamp
-			if tc.bump {
-				if _, err := b.store.StampBump(ctx, c.TenantID, engine.StampCatalog); err != nil {
+			if tc.rate > 0 {
+				d.Rate = &engine.RateAsk{Key: uuid.New(), PerSecond: 1, Burst: tc.rate, Requests: 1, Fenced: true, Stamp: stamp}
+				if tc.spent {
+					if rd, err := b.store.TakeRate(ctx, c.TenantID, d.Rate.Key, 1, tc.rate, tc.rate, time.Time{}); err != nil || !rd.Allowed {
+						t.Fatalf("spend the budget: %+v %v", rd, err)
+					}
+				}
+			}
+			for _, k := range tc.bump {
+				if _, err := b.store.StampBump(ctx, c.TenantID, k); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -55,6 +75,9 @@ func TestReadDoor(t *testing.T) {
 			}
 			if d.Outcome() != tc.wantOutcome {
 				t.Errorf("outcome %d, want %d", d.Outcome(), tc.wantOutcome)
+			}
+			if d.RateTaken != tc.wantTaken {
+				t.Errorf("rate taken %v, want %v", d.RateTaken, tc.wantTaken)
 			}
 			if tc.wantErr == nil && bal.Balance != 100 {
 				t.Errorf("balance %d, want 100", bal.Balance)
