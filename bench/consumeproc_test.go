@@ -38,6 +38,8 @@ import (
 // bench's 70 % run); CONSUMEPROC_LOG_LEVEL creditd's LOG_LEVEL (default warn,
 // as the bench; info writes the access log, to a file);
 // CONSUMEPROC_PROFILE a file for creditd's CPU profile of the run;
+// CONSUMEPROC_CHECK=1 sends metered checks (GET /v1/entitlements/check of
+// 1 unit) instead of consumes, to measure a check the same way;
 // CONSUMEPROC_ALLOCS a file prefix for creditd's allocs profiles before
 // (.0) and after (.1) the run (go tool pprof -base); CONSUMEPROC_STRACE a file for strace -c's count of creditd's syscalls
 // (strace slows creditd: read the CPU figures from a run without it).
@@ -101,6 +103,7 @@ func BenchmarkConsumeProc(b *testing.B) {
 	}
 
 	rate, _ := strconv.Atoi(envOr([]string{"CONSUMEPROC_RATE"}, "3000"))
+	checks := os.Getenv("CONSUMEPROC_CHECK") != ""
 	hc := &fasthttp.HostClient{Addr: addr, MaxConns: 64}
 	var seq, failed atomic.Uint64
 	drive := func(n int) {
@@ -133,15 +136,20 @@ func BenchmarkConsumeProc(b *testing.B) {
 					s := seq.Add(1)
 					c := customers[s%uint64(len(customers))]
 					req.Reset()
-					req.Header.SetMethod("POST")
-					req.SetRequestURI("http://" + addr + "/v1/entitlements/consume")
 					req.Header.Set("X-API-Key", api.Key)
-					req.Header.SetContentType("application/json")
-					req.Header.Set("Idempotency-Key", name+"-c-"+strconv.FormatUint(s, 10))
-					req.SetBodyString(`{"customer_id":"` + c + `","billable_metric_key":"` + metricConsume + `","units":1}`)
+					if checks {
+						req.Header.SetMethod("GET")
+						req.SetRequestURI("http://" + addr + "/v1/entitlements/check?customer_id=" + c + "&billable_metric_key=" + metricConsume + "&units=1")
+					} else {
+						req.Header.SetMethod("POST")
+						req.SetRequestURI("http://" + addr + "/v1/entitlements/consume")
+						req.Header.SetContentType("application/json")
+						req.Header.Set("Idempotency-Key", name+"-c-"+strconv.FormatUint(s, 10))
+						req.SetBodyString(`{"customer_id":"` + c + `","billable_metric_key":"` + metricConsume + `","units":1}`)
+					}
 					if err := hc.DoTimeout(req, resp, requestTimeout); err != nil || resp.StatusCode() != 200 {
 						if failed.Add(1) == 1 {
-							b.Errorf("consume: %v %d %s", err, resp.StatusCode(), resp.Body())
+							b.Errorf("%s: %v %d %s", req.URI().Path(), err, resp.StatusCode(), resp.Body())
 						}
 					}
 				}
