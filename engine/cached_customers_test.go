@@ -174,8 +174,8 @@ func TestCachedCustomersPostgresDown(t *testing.T) {
 				if _, err := s.Resolve(ctx, scope, ref, false); err != nil {
 					t.Fatal(err)
 				}
-				s.cache.m.Range(func(_, x any) bool {
-					x.(*swrEntry[Customer]).expires = time.Now().Add(-tc.age).UnixNano()
+				s.cache.each(func(_ resolveKey, e *swrEntry[Customer]) bool {
+					e.expires = time.Now().Add(-tc.age).UnixNano()
 					return true
 				})
 			}

@@ -156,8 +156,8 @@ func TestCachedKeysPostgresDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.age > 0 {
-				x, _ := keys.cache.m.Load(sum)
-				x.(*swrEntry[authEntry]).expires = time.Now().Add(-tc.age).UnixNano()
+				e, _ := keys.cache.load(sum)
+				e.expires = time.Now().Add(-tc.age).UnixNano()
 			}
 			if tc.stampMoved {
 				_, _ = store.StampBump(ctx, tenant.ID, StampTenant)

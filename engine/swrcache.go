@@ -3,13 +3,17 @@ package engine
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// swrCache is the request path's lock-free cache (stale while revalidate):
-// reads are a sync.Map load, never a mutex; an entry past its expiry is
+// swrCache is the request path's cache (stale while revalidate): a read
+// is a map look-up under one shard's read lock, which only a put or a
+// delete of that shard holds, for a map assignment, never across a read of
+// the source (a sync.Map hashed its struct keys through their interface,
+// a tenth of a check's CPU in creditd); an entry past its expiry is
 // still served, for at most staleLimit, to the callers that come while one
 // of them refreshes it in the background, so a hot key never waits on
 // Postgres. Changes made in this process bump the generation, so a refresh
@@ -24,10 +28,87 @@ import (
 // of failing, and tries the source again at most once per lastGoodRetry. A
 // failed read never evicts.
 type swrCache[K comparable, V any] struct {
-	m   sync.Map // K -> *swrEntry[V]
-	n   atomic.Int64
-	gen atomic.Uint64
-	max int64
+	seed   maphash.Seed
+	shards [swrShards]swrShard[K, V]
+	n      atomic.Int64
+	gen    atomic.Uint64
+	max    int64
+}
+
+// swrShards spreads a cache's keys over this many maps, so readers on
+// many cores do not all count into one lock word.
+const swrShards = 32
+
+type swrShard[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]*swrEntry[V]
+}
+
+// shard is k's shard (maphash.Comparable hashes k as a map of K would).
+func (c *swrCache[K, V]) shard(k K) *swrShard[K, V] {
+	return &c.shards[maphash.Comparable(c.seed, k)%swrShards]
+}
+
+// load is k's entry.
+func (c *swrCache[K, V]) load(k K) (*swrEntry[V], bool) {
+	sh := c.shard(k)
+	sh.mu.RLock()
+	e, ok := sh.m[k]
+	sh.mu.RUnlock()
+	return e, ok
+}
+
+// swap stores e as k's entry; loaded tells whether k had one.
+func (c *swrCache[K, V]) swap(k K, e *swrEntry[V]) (loaded bool) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = make(map[K]*swrEntry[V])
+	}
+	_, loaded = sh.m[k]
+	sh.m[k] = e
+	sh.mu.Unlock()
+	return loaded
+}
+
+// remove drops k's entry; loaded tells whether it had one.
+func (c *swrCache[K, V]) remove(k K) (loaded bool) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	_, loaded = sh.m[k]
+	delete(sh.m, k)
+	sh.mu.Unlock()
+	return loaded
+}
+
+// each calls f for every entry until f returns false, one shard's entries
+// at a time from a copy (f may remove).
+func (c *swrCache[K, V]) each(f func(K, *swrEntry[V]) bool) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.RLock()
+		keys := make([]K, 0, len(sh.m))
+		entries := make([]*swrEntry[V], 0, len(sh.m))
+		for k, e := range sh.m {
+			keys, entries = append(keys, k), append(entries, e)
+		}
+		sh.mu.RUnlock()
+		for j, k := range keys {
+			if !f(k, entries[j]) {
+				return
+			}
+		}
+	}
+}
+
+// drop empties every shard.
+func (c *swrCache[K, V]) drop() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
 }
 
 type swrEntry[V any] struct {
@@ -77,18 +158,17 @@ const (
 const LastGoodLimit = lastGoodLimit
 
 func newSWRCache[K comparable, V any](max int64) *swrCache[K, V] {
-	return &swrCache[K, V]{max: max}
+	return &swrCache[K, V]{seed: maphash.MakeSeed(), max: max}
 }
 
 // get looks k up at now under change stamp stamp: an entry read under
 // another stamp is cacheChanged (read through).
 func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp uint64) (V, cacheState) {
 	var zero V
-	x, ok := c.m.Load(k)
+	e, ok := c.load(k)
 	if !ok {
 		return zero, cacheMiss
 	}
-	e := x.(*swrEntry[V])
 	n := now.UnixNano()
 	retryAt := e.retryAt.Load()
 	switch {
@@ -113,11 +193,10 @@ func (c *swrCache[K, V]) get(k K, now time.Time, staleLimit time.Duration, stamp
 // effects (no refresh is claimed): a look ahead that get then confirms.
 func (c *swrCache[K, V]) peek(k K, now time.Time, staleLimit time.Duration) (V, bool) {
 	var zero V
-	x, ok := c.m.Load(k)
+	e, ok := c.load(k)
 	if !ok {
 		return zero, false
 	}
-	e := x.(*swrEntry[V])
 	if now.UnixNano() >= e.expires+int64(staleLimit) {
 		return zero, false
 	}
@@ -135,10 +214,10 @@ func (c *swrCache[K, V]) put(k K, v V, expires time.Time, gen, stamp uint64) {
 		return
 	}
 	if c.n.Load() >= c.max {
-		c.m.Clear()
+		c.drop()
 		c.n.Store(0)
 	}
-	if _, loaded := c.m.Swap(k, &swrEntry[V]{v: v, expires: expires.UnixNano(), stamp: stamp}); !loaded {
+	if loaded := c.swap(k, &swrEntry[V]{v: v, expires: expires.UnixNano(), stamp: stamp}); !loaded {
 		c.n.Add(1)
 	}
 }
@@ -151,8 +230,8 @@ func (c *swrCache[K, V]) refreshFailed(k K, down bool) {
 		c.markDown(k, time.Now())
 		return
 	}
-	if x, ok := c.m.Load(k); ok {
-		x.(*swrEntry[V]).refreshing.Store(false)
+	if e, ok := c.load(k); ok {
+		e.refreshing.Store(false)
 	}
 }
 
@@ -160,8 +239,7 @@ func (c *swrCache[K, V]) refreshFailed(k K, down bool) {
 // is served as the last good copy (within lastGoodLimit), the source asked
 // again in the background at most once per lastGoodRetry.
 func (c *swrCache[K, V]) markDown(k K, now time.Time) {
-	if x, ok := c.m.Load(k); ok {
-		e := x.(*swrEntry[V])
+	if e, ok := c.load(k); ok {
 		e.retryAt.Store(now.Add(lastGoodRetry).UnixNano())
 		e.refreshing.Store(false)
 	}
@@ -187,7 +265,7 @@ func (c *swrCache[K, V]) refreshInBackground(k K, down SourceDown, load func(con
 // delete drops k and invalidates refreshes in flight.
 func (c *swrCache[K, V]) delete(k K) {
 	c.gen.Add(1)
-	if _, loaded := c.m.LoadAndDelete(k); loaded {
+	if c.remove(k) {
 		c.n.Add(-1)
 	}
 }
@@ -196,11 +274,9 @@ func (c *swrCache[K, V]) delete(k K) {
 // flight.
 func (c *swrCache[K, V]) deleteWhere(drop func(K, V) bool) {
 	c.gen.Add(1)
-	c.m.Range(func(k, x any) bool {
-		if drop(k.(K), x.(*swrEntry[V]).v) {
-			if _, loaded := c.m.LoadAndDelete(k); loaded {
-				c.n.Add(-1)
-			}
+	c.each(func(k K, e *swrEntry[V]) bool {
+		if drop(k, e.v) && c.remove(k) {
+			c.n.Add(-1)
 		}
 		return true
 	})
@@ -209,7 +285,7 @@ func (c *swrCache[K, V]) deleteWhere(drop func(K, V) bool) {
 // clear drops everything.
 func (c *swrCache[K, V]) clear() {
 	c.gen.Add(1)
-	c.m.Clear()
+	c.drop()
 	c.n.Store(0)
 }
 
