@@ -405,7 +405,7 @@ func (s *Server) register() {
 		s.handle("GET", form.prefix, optTenant, s.getCustomer(ref))
 		s.handle("PATCH", form.prefix, optTenant|optIdem, s.patchCustomer(ref))
 		s.handle("DELETE", form.prefix, optTenant, s.deleteCustomer(ref))
-		s.handle("GET", form.prefix+"/credits", optTenant, s.getCredits(ref))
+		s.handle("GET", form.prefix+"/credits", optTenant|optFusedRead, s.getCredits(ref))
 		s.handle("POST", form.prefix+"/credits/grant", optTenant|optIdem|optRerun|optFused, s.grant(ref))
 		s.handle("POST", form.prefix+"/credits/adjust", optTenant|optIdem|optRerun|optFused, s.adjust(ref))
 	}

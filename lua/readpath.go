@@ -56,10 +56,11 @@ func (s *Store) readAccount(ctx context.Context, key string) (accountFields, err
 			return a, err
 		}
 	}
-	raw, err := s.rdb.HGetAll(ctx, key).Result()
-	if err != nil {
+	read := redis.NewMapStringStringCmd(ctx, "hgetall", key)
+	if err := s.doRead(ctx, read); err != nil {
 		return accountFields{}, fmt.Errorf("lua: read account: %w", err)
 	}
+	raw := read.Val()
 	if len(raw) == 0 {
 		return accountFields{}, engine.ErrStateMissing
 	}

@@ -17,6 +17,14 @@ const cursorVersion byte = 1
 // cursorLen is version + created_at (Unix µs, Postgres' precision) + id.
 const cursorLen = 1 + 8 + 16
 
+// cursorOpVersion leads a cursor that also holds the row's op_id (the
+// ledger's history orders entries of one instant by their operation),
+// cursorOpLen long.
+const (
+	cursorOpVersion byte = 2
+	cursorOpLen          = cursorLen + 16
+)
+
 // errInvalidCursor is the 400 of docs/spec/interface.md Common rules 2.
 var errInvalidCursor = engine.BadRequest("cursor", "invalid cursor")
 
@@ -24,14 +32,22 @@ var errInvalidCursor = engine.BadRequest("cursor", "invalid cursor")
 type pageKey struct {
 	at time.Time
 	id uuid.UUID
+	// op, when withOp, sorts between at and id (History).
+	op     uuid.UUID
+	withOp bool
 }
 
 // encodeCursor makes the opaque cursor that resumes after k.
 func encodeCursor(k pageKey) string {
-	var b [cursorLen]byte
+	var b [cursorOpLen]byte
 	b[0] = cursorVersion
 	binary.BigEndian.PutUint64(b[1:9], uint64(k.at.UnixMicro()))
-	copy(b[9:], k.id[:])
+	copy(b[9:cursorLen], k.id[:])
+	if !k.withOp {
+		return base64.RawURLEncoding.EncodeToString(b[:cursorLen])
+	}
+	b[0] = cursorOpVersion
+	copy(b[cursorLen:], k.op[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
@@ -42,11 +58,18 @@ func decodeCursor(s string) (k pageKey, ok bool, err error) {
 		return pageKey{}, false, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) != cursorLen || b[0] != cursorVersion {
+	switch {
+	case err != nil:
+		return pageKey{}, false, errInvalidCursor
+	case len(b) == cursorLen && b[0] == cursorVersion:
+	case len(b) == cursorOpLen && b[0] == cursorOpVersion:
+		copy(k.op[:], b[cursorLen:])
+		k.withOp = true
+	default:
 		return pageKey{}, false, errInvalidCursor
 	}
 	k.at = time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC()
-	copy(k.id[:], b[9:])
+	copy(k.id[:], b[9:cursorLen])
 	return k, true, nil
 }
 

@@ -19,16 +19,20 @@ const entryColumns = `id, tenant_id, customer_id, environment, delta, type, sour
 	billable_metric_key, cost_units, exchange_rate, idempotency_key, reference_id, reason,
 	metadata, created_at, draw_block_ids, draw_amounts`
 
-func scanEntry(row pgx.Row) (engine.LedgerEntry, error) {
+func scanEntry(row pgx.Row, op ...*uuid.UUID) (engine.LedgerEntry, error) {
 	var e engine.LedgerEntry
 	var env, typ string
 	var source *string
 	var meta []byte
 	var drawBlocks []uuid.UUID
 	var drawAmounts []int64
-	if err := row.Scan(&e.ID, &e.TenantID, &e.CustomerID, &env, &e.Delta, &typ, &source, &e.CreditBlockID,
+	dest := []any{&e.ID, &e.TenantID, &e.CustomerID, &env, &e.Delta, &typ, &source, &e.CreditBlockID,
 		&e.BillableMetricKey, &e.CostUnits, &e.ExchangeRate, &e.IdempotencyKey, &e.ReferenceID, &e.Reason,
-		&meta, &e.CreatedAt, &drawBlocks, &drawAmounts); err != nil {
+		&meta, &e.CreatedAt, &drawBlocks, &drawAmounts}
+	for _, o := range op {
+		dest = append(dest, o) // the statement's op_id after entryColumns (History)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return engine.LedgerEntry{}, err
 	}
 	if len(drawBlocks) != len(drawAmounts) {
@@ -70,11 +74,25 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 	if err != nil {
 		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.LedgerEntry, error) { return scanEntry(r) })
+	type entryOf struct {
+		e  engine.LedgerEntry
+		op uuid.UUID
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (entryOf, error) {
+		var x entryOf
+		var err error
+		x.e, err = scanEntry(r, &x.op)
+		return x, err
+	})
 	if err != nil {
 		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
 	}
-	return pageOf(list, q.Limit, func(e engine.LedgerEntry) pageKey { return pageKey{at: e.CreatedAt, id: e.ID} }), nil
+	page := pageOf(list, q.Limit, func(x entryOf) pageKey { return pageKey{at: x.e.CreatedAt, id: x.e.ID, op: x.op, withOp: true} })
+	out := engine.Page[engine.LedgerEntry]{Data: make([]engine.LedgerEntry, len(page.Data)), HasMore: page.HasMore, NextCursor: page.NextCursor}
+	for i, x := range page.Data {
+		out.Data[i] = x.e
+	}
+	return out, nil
 }
 
 // historySQL is History's statement and arguments: a page of limit+1
@@ -85,7 +103,7 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 // same whatever the ledger's size (TestHistoryTypeFilterPlan).
 func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []any) {
 	var sql strings.Builder
-	sql.WriteString(`SELECT ` + entryColumns + ` FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`)
+	sql.WriteString(`SELECT ` + entryColumns + `, op_id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`)
 	args := []any{q.CustomerID, q.TenantID}
 	where := func(cond string, v any) {
 		args = append(args, v)
@@ -111,16 +129,27 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 	if q.To != nil {
 		where(` AND created_at < $%d`, *q.To)
 	}
-	if hasAfter {
-		args = append(args, after.at, after.id)
+	switch {
+	case hasAfter && after.withOp:
+		args = append(args, after.at, after.op, after.id)
 		// The row comparison alone prunes no partition of the ledger
 		// (docs/scaling.md "Ledger partitioned by month"); the bound on
 		// created_at it implies does, so a later page skips the newer
 		// months (TestHistoryPrunesPartitions).
+		fmt.Fprintf(&sql, ` AND (created_at, op_id, id) < ($%d, $%d, $%d) AND created_at <= $%d`, len(args)-2, len(args)-1, len(args), len(args)-2)
+	case hasAfter:
+		// A cursor of a page ordered without op_id (before this order).
+		args = append(args, after.at, after.id)
 		fmt.Fprintf(&sql, ` AND (created_at, id) < ($%d, $%d) AND created_at <= $%d`, len(args)-1, len(args), len(args)-1)
 	}
 	args = append(args, q.Limit+1)
-	fmt.Fprintf(&sql, ` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+	// Entries of one instant (a millisecond: the scripts' clock) follow
+	// their operations: op ids are UUIDv7, ordered within a millisecond on
+	// the node that made them (engine.NewCommandHeader), so a burst of
+	// grants reads newest first; an index scan of
+	// ledger_entries_history_idx gives created_at's order and an
+	// incremental sort the rest, only within ties.
+	fmt.Fprintf(&sql, ` ORDER BY created_at DESC, op_id DESC, id DESC LIMIT $%d`, len(args))
 	return sql.String(), args
 }
 
