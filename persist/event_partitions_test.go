@@ -289,6 +289,11 @@ func pageStatements(t *testing.T, b *bundle, tenant uuid.UUID, p seqPage) []reco
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The one-trip page (readEventPageTrips, these spans seen) reads by
+	// the same statement as pageRows' first read: its plan is checked too.
+	if g := guessMonths(spansSeen{months, known}, p); len(out) > 0 && (g.all || p.statement(g.ranges) != out[0].sql) {
+		t.Errorf("the guessed page reads %v, pageRows first %q", g, out[0].sql)
+	}
 	return out
 }
 
