@@ -3,7 +3,6 @@ package persist
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -84,6 +83,12 @@ func scanCarried(r pgx.CollectableRow) (engine.Event, error) {
 // carriedEventsSQL lists tenant $1's carried events (of customer $2 when
 // not NULL) with a sequence above both $3 and the tenant's through, by
 // sequence ascending ($5: else descending, below $6 when $7), at most $4.
+// It names no created_at range, so it descends the partial sequence index
+// of every month of the ledger: a carried event is dated by its consume
+// and numbered when the persister writes it, so a lagging persister
+// stores old-dated entries with new sequences, and migration 036's spans
+// cover event rows only (docs/decisions.md "Event pages in one round
+// trip" has what a bound would take).
 const carriedEventsSQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
 	WHERE tenant_id = $1 AND event_sequence IS NOT NULL
 		AND event_sequence > GREATEST($3::bigint,
@@ -129,21 +134,6 @@ func mergeBySequence(a, b []engine.Event, ascending bool, limit int) []engine.Ev
 		}
 	}
 	return out
-}
-
-// carriedEventExists tells whether event id is carried by an entry of
-// tenant.
-func (s *Store) carriedEventExists(ctx context.Context, tenant, id uuid.UUID) (bool, error) {
-	var one int
-	err := s.pool.QueryRow(ctx, `SELECT 1 FROM ledger_entries
-		WHERE id = $1 AND tenant_id = $2 AND event_sequence IS NOT NULL`, engine.EntryOfCarriedEvent(id), tenant).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("persist: carried event: %w", err)
-	}
-	return true, nil
 }
 
 // materializeBatch bounds the carried events one tenant copies into rows

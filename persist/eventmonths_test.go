@@ -330,9 +330,10 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 
 // TestRedeliverByInstant (issue 30 item 1): redeliver finds an event
 // dead-lettered by RecordAttempt by its kept instant, answers a second
-// redeliver and an unknown id as before, and still finds an event
-// dead-lettered without a kept instant (by the previous release) in
-// every month.
+// redeliver, an unknown id and an event never dead-lettered (in an older
+// month) as before, and, while 036's contract is not recorded, still
+// finds an event dead-lettered without a kept instant (by the previous
+// release) in every month.
 func TestRedeliverByInstant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -365,9 +366,27 @@ func TestRedeliverByInstant(t *testing.T) {
 			t.Fatalf("RecordAttempt = %v, %v", ok, err)
 		}
 	}
-	var kept time.Time
-	if err := b.pool.QueryRow(b.ctx, deadInstantSQL, dead.ID, tenant).Scan(&kept); err != nil || !kept.Equal(at) {
-		t.Fatalf("kept instant %v (%v), want %v", kept, err, at)
+	var kept *time.Time
+	var indexed bool
+	if err := b.pool.QueryRow(b.ctx, deadInstantSQL, dead.ID, tenant).Scan(&kept, &indexed); err != nil || kept == nil ||
+		!kept.Equal(at) || !indexed {
+		t.Fatalf("kept instant %v, every one kept %v (%v), want %v and true", kept, indexed, err, at)
+	}
+	// A pending event two months back, never dead-lettered.
+	pending := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil,
+		monthStart(at, -2).Add(time.Minute), "", struct{}{})
+	if err := b.store.InsertEvent(b.ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	contracted := func(yes bool) {
+		t.Helper()
+		sql := `DELETE FROM schema_contracts WHERE version = 36`
+		if yes {
+			sql = `INSERT INTO schema_contracts (version, name) VALUES (36, '036_event_months') ON CONFLICT DO NOTHING`
+		}
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The previous release dead-letters without keeping the instant.
 	if _, err := b.pool.Exec(b.ctx, `UPDATE webhook_events SET status = 'dead_letter', locked_until = NULL, lease = NULL
@@ -375,16 +394,21 @@ func TestRedeliverByInstant(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		id   uuid.UUID
-		want error
+		name       string
+		id         uuid.UUID
+		contracted bool // 036's contract recorded
+		want       error
 	}{
-		{"dead-lettered", dead.ID, nil},
-		{"again", dead.ID, engine.ErrNotDeadLetter},
-		{"dead-lettered by the previous release", old.ID, nil},
-		{"again, without a kept instant", old.ID, engine.ErrNotDeadLetter},
-		{"unknown", uuid.New(), engine.ErrNotFound},
+		{"dead-lettered", dead.ID, true, nil},
+		{"again", dead.ID, true, engine.ErrNotDeadLetter},
+		{"never dead-lettered, in an older month", pending.ID, true, engine.ErrNotDeadLetter},
+		{"unknown", uuid.New(), true, engine.ErrNotFound},
+		{"dead-lettered by the previous release", old.ID, false, nil},
+		{"again, without a kept instant", old.ID, false, engine.ErrNotDeadLetter},
+		{"never dead-lettered, before the contract", pending.ID, false, engine.ErrNotDeadLetter},
+		{"unknown, before the contract", uuid.New(), false, engine.ErrNotFound},
 	} {
+		contracted(tc.contracted)
 		e, err := b.store.Redeliver(b.ctx, tenant, tc.id, at.Add(2*time.Hour))
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("%s: Redeliver = %v, want %v", tc.name, err, tc.want)
@@ -647,4 +671,171 @@ func sequencesOf(evs []engine.Event) []int64 {
 		out = append(out, *e.Sequence)
 	}
 	return out
+}
+
+// TestInsertEventFindsStoredID (issue 30 item 1): a subscription event
+// written again under its id, dated in another month (a tag does not fix
+// the instant), is found in its older month and stored once, taking no
+// second sequence; a test.ping written again (a retry: the same instant)
+// is found in its month and stored once.
+func TestInsertEventFindsStoredID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	old, later := monthStart(now, -1).Add(time.Hour), monthStart(now, 2).Add(time.Hour)
+	customer := uuid.New()
+	sub := func(at time.Time) engine.Event {
+		return engine.NewEvent(uuid.NewSHA1(uuid.NameSpaceURL, []byte("subscription-event:"+tenant.String())),
+			engine.EventSubscriptionRenewed, tenant, live.Environment, &customer, nil, at, "", struct{}{})
+	}
+	ping := engine.NewEvent(uuid.Must(uuid.NewV7()), engine.EventTestPing, tenant, live.Environment, nil, nil, old, "",
+		struct{}{})
+	writeSub := func(e engine.Event) {
+		t.Helper()
+		if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return insertEvents(b.ctx, tx, []engine.Event{e}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		write func()
+		id    uuid.UUID
+		at    time.Time // the stored row's instant
+		next  int64     // the tenant's counter after
+	}{
+		{"subscription event", func() { writeSub(sub(old)) }, sub(old).ID, old, 1},
+		{"subscription event again, dated months later", func() { writeSub(sub(later)) }, sub(old).ID, old, 1},
+		{"ping", func() {
+			if err := b.store.InsertEvent(b.ctx, ping); err != nil {
+				t.Fatal(err)
+			}
+		}, ping.ID, old, 2},
+		{"ping retried", func() {
+			if err := b.store.InsertEvent(b.ctx, ping); err != nil {
+				t.Fatal(err)
+			}
+		}, ping.ID, old, 2},
+	} {
+		tc.write()
+		var n int
+		var at time.Time
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*), min(created_at) FROM webhook_events WHERE id = $1 AND tenant_id = $2`,
+			tc.id, tenant).Scan(&n, &at); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || !at.Equal(tc.at) {
+			t.Fatalf("%s: %d rows, dated %v; want one, dated %v", tc.name, n, at, tc.at)
+		}
+		if next, err := b.store.LastSequence(b.ctx, tenant); err != nil || next != tc.next {
+			t.Fatalf("%s: counter %d (%v), want %d", tc.name, next, err, tc.next)
+		}
+	}
+}
+
+// TestLateCarriedEventsFound (issue 30 item 1): consume events carried
+// by the ledger, dated in an older month than rows stored before them
+// (a lagging persister), are found by every page, carried and then as
+// rows (copied at the next claim, with their old instants and the
+// sequences they had): through pages whose guessed months (the spans a
+// page saw before) do not hold them, by the stream's catch-up, and by
+// redeliver (409: pending).
+func TestLateCarriedEventsFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	m0, m1 := monthStart(now, 0), monthStart(now, 1)
+	for i := range 6 {
+		e := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil,
+			m1.Add(time.Hour+time.Duration(i)*time.Minute), "", struct{}{})
+		if err := b.store.InsertEvent(b.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listAll := func(when string, limit int) []int64 {
+		t.Helper()
+		var got []int64
+		q := engine.EventQuery{Limit: limit}
+		for range 20 {
+			page, err := b.store.ListEvents(b.ctx, tenant, q)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			got = append(got, sequencesOf(page.Data)...)
+			if !page.HasMore {
+				return got
+			}
+			q.Cursor = page.NextCursor
+		}
+		t.Fatalf("%s: the list does not end", when)
+		return nil
+	}
+	if got := listAll("before the consumes", 3); !slices.Equal(got, []int64{6, 5, 4, 3, 2, 1}) {
+		t.Fatalf("listed %v", got)
+	}
+
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000}
+	grant := c.grant(tenant)
+	grant.AtMS = m0.Add(time.Hour).UnixMilli()
+	ms := []engine.Mutation{grant}
+	for i := range 3 {
+		m := c.consume(tenant, true)
+		m.AtMS = m0.Add(2*time.Hour + time.Duration(i)*time.Minute).UnixMilli()
+		ms = append(ms, m)
+	}
+	customerRows(t, b, ms)
+	if err := b.store.Apply(b.ctx, ms[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.insertApply(b.ctx, ms[1:], nil); err != nil {
+		t.Fatal(err)
+	}
+	var carried int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1 AND event_sequence IS NOT NULL
+		AND created_at < $2`, tenant, m1).Scan(&carried); err != nil || carried != 3 {
+		t.Fatalf("%d consume events carried in the older month (%v), want 3", carried, err)
+	}
+	want := []int64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}
+	check := func(when string) {
+		t.Helper()
+		for _, limit := range []int{1, 3, 20} {
+			if got := listAll(when, limit); !slices.Equal(got, want) {
+				t.Fatalf("%s, pages of %d: listed %v, want %v", when, limit, got, want)
+			}
+		}
+		evs, err := b.store.EventsAfter(b.ctx, tenant, nil, 6, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sequencesOf(evs); !slices.Equal(got, []int64{7, 8, 9, 10}) {
+			t.Fatalf("%s: caught up %v after 6, want 7..10", when, got)
+		}
+		for _, e := range evs {
+			if e.EventType != engine.EventCreditConsumed {
+				continue
+			}
+			if _, err := b.store.Redeliver(b.ctx, tenant, e.ID, now); !errors.Is(err, engine.ErrNotDeadLetter) {
+				t.Fatalf("%s: redeliver of consume event %d: %v, want ErrNotDeadLetter", when, *e.Sequence, err)
+			}
+		}
+	}
+	check("carried")
+	// A webhook URL: the next claim copies the carried events into rows,
+	// dated in the older month, under the sequences they had.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/hook', webhook_secret = 's'
+		WHERE id = $1`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ClaimDue(b.ctx, now.Add(-365*24*time.Hour), time.Minute, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM webhook_events WHERE tenant_id = $1 AND created_at < $2
+		AND event_type = 'credit.consumed'`, tenant, m1).Scan(&rows); err != nil || rows != 3 {
+		t.Fatalf("%d consume events copied into rows of the older month (%v), want 3", rows, err)
+	}
+	check("copied into rows")
 }
