@@ -83,20 +83,40 @@ func scanCarried(r pgx.CollectableRow) (engine.Event, error) {
 // carriedEventsSQL lists tenant $1's carried events (of customer $2 when
 // not NULL) with a sequence above both $3 and the tenant's through, by
 // sequence ascending ($5: else descending, below $6 when $7), at most $4.
-// It names no created_at range, so it descends the partial sequence index
-// of every month of the ledger: a carried event is dated by its consume
-// and numbered when the persister writes it, so a lagging persister
-// stores old-dated entries with new sequences, and migration 036's spans
-// cover event rows only (docs/decisions.md "Event pages in one round
-// trip" has what a bound would take).
+// A carried event is dated by its consume and numbered when the persister
+// writes it, so a lagging persister stores old-dated entries with new
+// sequences: no created_at bound follows from a sequence. The months of
+// the ledger whose span of carried sequences (migration 037) meets the
+// read's bound it: from the first such month to the end of the last.
+// The bound is computed in the statement (it runs in the same round trip
+// as the page's other reads, so it cannot be a literal), as scalar
+// subqueries, whose values Postgres prunes the ledger's months on at
+// execution time (TestCarriedPlansPrune). Before 037's contract is
+// recorded (the previous release's nodes kept no spans) every month is
+// read, as before.
 const carriedEventsSQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
 	WHERE tenant_id = $1 AND event_sequence IS NOT NULL
 		AND event_sequence > GREATEST($3::bigint,
 			COALESCE((SELECT through FROM event_carried_through WHERE tenant_id = $1), 0))
 		AND ($2::uuid IS NULL OR customer_id = $2)
 		AND ($5 OR NOT $7 OR event_sequence < $6)
+		AND created_at >= (SELECT CASE WHEN ` + carriedMonthsKept + ` THEN COALESCE(min(m.month), 'infinity')
+			ELSE '-infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsMeet + `)
+		AND created_at < (SELECT CASE WHEN ` + carriedMonthsKept + `
+			THEN COALESCE((max(m.month) AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC', '-infinity')
+			ELSE 'infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsMeet + `)
 	ORDER BY CASE WHEN $5 THEN event_sequence END, CASE WHEN NOT $5 THEN event_sequence END DESC
 	LIMIT $4`
+
+// carriedMonthsKept tells whether the spans of carried sequences cover
+// every carried entry: 037's contract is recorded.
+const carriedMonthsKept = `EXISTS (SELECT 1 FROM schema_contracts WHERE version = 37)`
+
+// carriedMonthsMeet picks the spans (m) that meet carriedEventsSQL's
+// sequences.
+const carriedMonthsMeet = `m.tenant_id = $1
+	AND m.high > GREATEST($3::bigint, COALESCE((SELECT through FROM event_carried_through WHERE tenant_id = $1), 0))
+	AND ($5 OR NOT $7 OR m.low < $6)`
 
 // readEvents runs read in one read-only snapshot: the rows and the
 // carried events of a read must be of one instant, else an event copied

@@ -839,3 +839,181 @@ func TestLateCarriedEventsFound(t *testing.T) {
 	}
 	check("copied into rows")
 }
+
+// TestCarriedPlansPrune (issue 30 item 1, migration 037): the lean write
+// keeps each month's span of carried sequences (the spans equal the
+// entries'), and the carried events' read (carriedEventsSQL) executes
+// only the ledger months from the first to the last whose span meets its
+// sequences: a stream's catch-up past the older months reads the newest,
+// a list page below a cursor leaves the newer months out, a tenant whose
+// carried events were copied into rows up to the newest month reads that
+// one. The other months are pruned at execution time (the bounds are
+// scalar subqueries), custom and generic plans alike. Before 037's
+// contract is recorded every month is read.
+func TestCarriedPlansPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	months := []time.Time{monthStart(now, 0), monthStart(now, 1), monthStart(now, 2)}
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000_000}
+	grant := c.grant(tenant)
+	grant.AtMS = months[0].UnixMilli()
+	customerRows(t, b, []engine.Mutation{grant, c.consume(tenant, true)})
+	if err := b.store.Apply(b.ctx, []engine.Mutation{grant}); err != nil {
+		t.Fatal(err)
+	}
+	const perMonth = 200
+	for _, m := range months {
+		var ms []engine.Mutation
+		for i := range perMonth {
+			cm := c.consume(tenant, true)
+			cm.AtMS = m.Add(time.Hour + time.Duration(i)*time.Second).UnixMilli()
+			ms = append(ms, cm)
+		}
+		for i := 0; i < len(ms); i += 50 {
+			if err := b.store.insertApply(b.ctx, ms[i:i+50], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, "ANALYZE ledger_entries"); err != nil {
+		t.Fatal(err)
+	}
+	var wrong int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM (
+		SELECT date_trunc('month', created_at, 'UTC') AS month, min(event_sequence) AS low, max(event_sequence) AS high
+		FROM ledger_entries WHERE tenant_id = $1 AND event_sequence IS NOT NULL GROUP BY 1) r
+		FULL JOIN (SELECT * FROM ledger_event_months WHERE tenant_id = $1) m USING (month)
+		WHERE m.low IS DISTINCT FROM r.low OR m.high IS DISTINCT FROM r.high`, tenant).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%d months' carried spans differ from their entries (%v)", wrong, err)
+	}
+	// The grant's event is a row (sequence 1); the consumes' are carried,
+	// 2..601, 200 a month.
+	all := []string{partitionOf(months[0]), partitionOf(months[1]), partitionOf(months[2]), "ledger_entries_legacy",
+		"ledger_entries_default"}
+	args := func(q *pgx.QueuedQuery) []any { return q.Arguments }
+	for _, tc := range []struct {
+		name       string
+		query      *pgx.QueuedQuery
+		through    int64
+		contracted bool
+		read       []string
+	}{
+		{"stream past the older months", carriedQuery(tenant, nil, 2*perMonth+10, true, 0, 100), 0, true,
+			[]string{partitionOf(months[2])}},
+		{"list page below a cursor", carriedQuery(tenant, nil, 0, false, perMonth+10, 21), 0, true,
+			[]string{partitionOf(months[0]), partitionOf(months[1])}},
+		{"list first page, copied up to the newest month", carriedQuery(tenant, nil, 0, false, 0, 21), 2*perMonth + 5, true,
+			[]string{partitionOf(months[2])}},
+		{"stream before 037's contract", carriedQuery(tenant, nil, 2*perMonth+10, true, 0, 100), 0, false, all},
+	} {
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO event_carried_through (tenant_id, through) VALUES ($1, $2)
+			ON CONFLICT (tenant_id) DO UPDATE SET through = EXCLUDED.through`, tenant, tc.through); err != nil {
+			t.Fatal(err)
+		}
+		sql := `INSERT INTO schema_contracts (version, name) VALUES (37, '037_carried_months') ON CONFLICT DO NOTHING`
+		if !tc.contracted {
+			sql = `DELETE FROM schema_contracts WHERE version = 37`
+		}
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		for _, generic := range []bool{false, true} {
+			plan := explain(t, b, tc.query.SQL, args(tc.query), generic)
+			ran := executed(plan)
+			if testing.Verbose() {
+				fmt.Printf("%s (generic %v): reads %v\n", tc.name, generic, keys(ran))
+			}
+			for _, p := range all {
+				if want := slices.Contains(tc.read, p); ran[p] != want && (want || tc.contracted) {
+					t.Errorf("%s (generic %v): %s read %v, want %v; reads %v", tc.name, generic, p, ran[p], want, keys(ran))
+				}
+			}
+		}
+		// The read gives what a read of every month gives.
+		rows, err := b.pool.Query(b.ctx, tc.query.SQL, args(tc.query)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collectCarried(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.pool.Exec(b.ctx, `DELETE FROM schema_contracts WHERE version = 37`); err != nil {
+			t.Fatal(err)
+		}
+		rows, err = b.pool.Query(b.ctx, tc.query.SQL, args(tc.query)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := collectCarried(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(sequencesOf(got), sequencesOf(want)) || len(got) == 0 {
+			t.Fatalf("%s: read %v, want %v (every month read)", tc.name, sequencesOf(got), sequencesOf(want))
+		}
+	}
+}
+
+// TestCarriedMonthsContract (migration 037): carried entries the previous
+// release stored (no spans kept: here the spans are dropped and the
+// contract unrecorded) are read from every month, and 037's contract
+// fills their spans and records itself, after which the carried read
+// trusts them and gives the same events.
+func TestCarriedMonthsContract(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000}
+	grant := c.grant(tenant)
+	var ms []engine.Mutation
+	for i := range 6 {
+		m := c.consume(tenant, true)
+		m.AtMS = monthStart(now, i%3).Add(time.Hour + time.Duration(i)*time.Minute).UnixMilli()
+		ms = append(ms, m)
+	}
+	customerRows(t, b, append([]engine.Mutation{grant}, ms...))
+	if err := b.store.Apply(b.ctx, []engine.Mutation{grant}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.insertApply(b.ctx, ms, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM ledger_event_months; DELETE FROM schema_contracts WHERE version = 37`); err != nil {
+		t.Fatal(err)
+	}
+	read := func(when string) []int64 {
+		t.Helper()
+		q := carriedQuery(tenant, nil, 0, true, 0, 100)
+		rows, err := b.pool.Query(b.ctx, q.SQL, q.Arguments...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := collectCarried(rows)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return sequencesOf(evs)
+	}
+	want := []int64{2, 3, 4, 5, 6, 7}
+	if got := read("before the contract"); !slices.Equal(got, want) {
+		t.Fatalf("before the contract: read %v, want %v", got, want)
+	}
+	if err := MigrateContract(b.ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	var spans, kept int
+	if err := b.pool.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM ledger_event_months WHERE tenant_id = $1),
+		(SELECT count(*) FROM schema_contracts WHERE version = 37)`, tenant).Scan(&spans, &kept); err != nil ||
+		spans != 3 || kept != 1 {
+		t.Fatalf("after the contract: %d months' spans, contract recorded %d times (%v); want 3 and 1", spans, kept, err)
+	}
+	if got := read("after the contract"); !slices.Equal(got, want) {
+		t.Fatalf("after the contract: read %v, want %v", got, want)
+	}
+}

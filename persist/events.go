@@ -208,10 +208,31 @@ func newEventCopy(rows, carried *eventBatch) *eventCopy {
 // empty tells whether the group has no event to number.
 func (c *eventCopy) empty() bool { return len(c.tenants) == 0 }
 
-// queueBump queues bumpSequencesSQL for the events' tenants.
+// queueBump queues bumpSequencesSQL for the events' tenants, then
+// carriedMonthsSQL for the carried events, if any.
 func (c *eventCopy) queueBump(b *pgx.Batch) {
 	b.Queue(bumpSequencesSQL, c.tenants, c.counts)
+	if len(c.carried.id) > 0 {
+		b.Queue(carriedMonthsSQL, c.carried.tenant, c.carried.at, c.carriedBack)
+	}
 }
+
+// carriedMonthsSQL widens the spans of carried sequences (migration 037)
+// by the carried events of tenants $1, dated $2, each its tenant's counter
+// (just bumped by bumpSequencesSQL, whose row lock this transaction holds)
+// minus back $3. Every lean write that carries events runs it, in the
+// transaction that writes their entries, so once 037's contract is
+// recorded the spans cover every carried entry (carriedEventsSQL). Rows in
+// (tenant, month) order, as 037's contract takes them; a row that would
+// not widen is left alone.
+const carriedMonthsSQL = `INSERT INTO ledger_event_months AS m (tenant_id, month, low, high)
+SELECT p.tenant, date_trunc('month', p.at, 'UTC'), max(s.next) - max(p.back), max(s.next) - min(p.back)
+FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS p(tenant, at, back)
+JOIN event_sequences s ON s.tenant_id = p.tenant
+GROUP BY 1, 2 ORDER BY 1, 2
+ON CONFLICT (tenant_id, month) DO UPDATE
+	SET low = LEAST(m.low, EXCLUDED.low), high = GREATEST(m.high, EXCLUDED.high)
+	WHERE EXCLUDED.low < m.low OR EXCLUDED.high > m.high`
 
 // readSequences numbers the events from the counters bumpSequencesSQL
 // returned: a tenant's events take its new sequences in batch order, as
