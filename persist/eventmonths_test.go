@@ -840,9 +840,9 @@ func TestLateCarriedEventsFound(t *testing.T) {
 	check("copied into rows")
 }
 
-// TestCarriedPlansPrune (issue 30 item 1, migration 037): the lean write
-// keeps each month's span of carried sequences (the spans equal the
-// entries'), and the carried events' read (carriedEventsSQL) executes
+// TestCarriedPlansPrune (issue 30 item 1, migration 037): the lean write,
+// by COPY or by INSERT, keeps each month's span of carried sequences (the
+// spans equal the entries'), and the carried events' read (carriedEventsSQL) executes
 // only the ledger months from the first to the last whose span meets its
 // sequences: a stream's catch-up past the older months reads the newest,
 // a list page below a cursor leaves the newer months out, a tenant whose
@@ -864,13 +864,21 @@ func TestCarriedPlansPrune(t *testing.T) {
 	if err := b.store.Apply(b.ctx, []engine.Mutation{grant}); err != nil {
 		t.Fatal(err)
 	}
+	// The middle month's consumes by COPY (Apply's large batches), the
+	// others by the small batches' INSERTs: both keep the spans.
 	const perMonth = 200
-	for _, m := range months {
+	for k, m := range months {
 		var ms []engine.Mutation
 		for i := range perMonth {
 			cm := c.consume(tenant, true)
 			cm.AtMS = m.Add(time.Hour + time.Duration(i)*time.Second).UnixMilli()
 			ms = append(ms, cm)
+		}
+		if k == 1 {
+			if err := b.store.Apply(b.ctx, ms); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		for i := 0; i < len(ms); i += 50 {
 			if err := b.store.insertApply(b.ctx, ms[i:i+50], nil); err != nil {
@@ -880,6 +888,11 @@ func TestCarriedPlansPrune(t *testing.T) {
 	}
 	if _, err := b.pool.Exec(b.ctx, "ANALYZE ledger_entries"); err != nil {
 		t.Fatal(err)
+	}
+	var carriedMonths int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(DISTINCT date_trunc('month', created_at, 'UTC')) FROM ledger_entries
+		WHERE tenant_id = $1 AND event_sequence IS NOT NULL`, tenant).Scan(&carriedMonths); err != nil || carriedMonths != 3 {
+		t.Fatalf("carried events in %d months (%v), want 3", carriedMonths, err)
 	}
 	var wrong int
 	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM (
