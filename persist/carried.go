@@ -108,6 +108,23 @@ const carriedEventsSQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
 	ORDER BY CASE WHEN $5 THEN event_sequence END, CASE WHEN NOT $5 THEN event_sequence END DESC
 	LIMIT $4`
 
+// carriedToCopySQL lists tenant $1's carried events with a sequence in
+// ($2, $3], by sequence, at most $4: the ones materializeTenant copies
+// into rows. Bounded like carriedEventsSQL, by the ledger months whose
+// span meets those sequences, pruned at execution time.
+const carriedToCopySQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
+	WHERE tenant_id = $1 AND event_sequence > $2 AND event_sequence <= $3
+		AND created_at >= (SELECT CASE WHEN ` + carriedMonthsKept + ` THEN COALESCE(min(m.month), 'infinity')
+			ELSE '-infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsBetween + `)
+		AND created_at < (SELECT CASE WHEN ` + carriedMonthsKept + `
+			THEN COALESCE((max(m.month) AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC', '-infinity')
+			ELSE 'infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsBetween + `)
+	ORDER BY event_sequence LIMIT $4`
+
+// carriedMonthsBetween picks the spans (m) that meet carriedToCopySQL's
+// sequences.
+const carriedMonthsBetween = `m.tenant_id = $1 AND m.high > $2 AND m.low <= $3`
+
 // carriedMonthsKept tells whether the spans of carried sequences cover
 // every carried entry: 037's contract is recorded.
 const carriedMonthsKept = `EXISTS (SELECT 1 FROM schema_contracts WHERE version = 37)`
@@ -213,9 +230,7 @@ func (s *Store) materializeTenant(ctx context.Context, tenant uuid.UUID) error {
 	if next <= through {
 		return tx.Commit(ctx)
 	}
-	rows, err := tx.Query(ctx, `SELECT `+carriedColumns+` FROM ledger_entries
-		WHERE tenant_id = $1 AND event_sequence > $2 AND event_sequence <= $3
-		ORDER BY event_sequence LIMIT $4`, tenant, through, next, materializeBatch)
+	rows, err := tx.Query(ctx, carriedToCopySQL, tenant, through, next, materializeBatch)
 	if err != nil {
 		return fmt.Errorf("persist: materialize events: %w", err)
 	}

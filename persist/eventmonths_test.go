@@ -847,7 +847,8 @@ func TestLateCarriedEventsFound(t *testing.T) {
 // sequences: a stream's catch-up past the older months reads the newest,
 // a list page below a cursor leaves the newer months out, a tenant whose
 // carried events were copied into rows up to the newest month reads that
-// one. The other months are pruned at execution time (the bounds are
+// one, and so does the claim's copy of the events after that point
+// (carriedToCopySQL). The other months are pruned at execution time (the bounds are
 // scalar subqueries), custom and generic plans alike. Before 037's
 // contract is recorded every month is read.
 func TestCarriedPlansPrune(t *testing.T) {
@@ -921,6 +922,9 @@ func TestCarriedPlansPrune(t *testing.T) {
 		{"list first page, copied up to the newest month", carriedQuery(tenant, nil, 0, false, 0, 21), 2*perMonth + 5, true,
 			[]string{partitionOf(months[2])}},
 		{"stream before 037's contract", carriedQuery(tenant, nil, 2*perMonth+10, true, 0, 100), 0, false, all},
+		{"the claim's copy after through", &pgx.QueuedQuery{SQL: carriedToCopySQL,
+			Arguments: []any{tenant, int64(2*perMonth + 5), int64(3*perMonth + 1), materializeBatch}}, 0, true,
+			[]string{partitionOf(months[2])}},
 	} {
 		if _, err := b.pool.Exec(b.ctx, `INSERT INTO event_carried_through (tenant_id, through) VALUES ($1, $2)
 			ON CONFLICT (tenant_id) DO UPDATE SET through = EXCLUDED.through`, tenant, tc.through); err != nil {
