@@ -694,7 +694,9 @@ type TopupReader interface {
 
 // EventStore is the durable event record (Postgres).
 type EventStore interface {
-	// InsertEvent writes a pending event unless its id exists.
+	// InsertEvent writes a pending event unless one with its id and
+	// instant exists: its id is fresh (test.ping), so only a retry of the
+	// same event can meet a stored one.
 	InsertEvent(ctx context.Context, e Event) error
 	// ClaimDue leases up to limit events due at now (pending or failed,
 	// next_retry_at <= now, no live lease) until now+lease, at most perTenant

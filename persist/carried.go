@@ -3,7 +3,6 @@ package persist
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -84,14 +83,57 @@ func scanCarried(r pgx.CollectableRow) (engine.Event, error) {
 // carriedEventsSQL lists tenant $1's carried events (of customer $2 when
 // not NULL) with a sequence above both $3 and the tenant's through, by
 // sequence ascending ($5: else descending, below $6 when $7), at most $4.
+// A carried event is dated by its consume and numbered when the persister
+// writes it, so a lagging persister stores old-dated entries with new
+// sequences: no created_at bound follows from a sequence. The months of
+// the ledger whose span of carried sequences (migration 037) meets the
+// read's bound it: from the first such month to the end of the last.
+// The bound is computed in the statement (it runs in the same round trip
+// as the page's other reads, so it cannot be a literal), as scalar
+// subqueries, whose values Postgres prunes the ledger's months on at
+// execution time (TestCarriedPlansPrune). Before 037's contract is
+// recorded (the previous release's nodes kept no spans) every month is
+// read, as before.
 const carriedEventsSQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
 	WHERE tenant_id = $1 AND event_sequence IS NOT NULL
 		AND event_sequence > GREATEST($3::bigint,
 			COALESCE((SELECT through FROM event_carried_through WHERE tenant_id = $1), 0))
 		AND ($2::uuid IS NULL OR customer_id = $2)
 		AND ($5 OR NOT $7 OR event_sequence < $6)
+		AND created_at >= (SELECT CASE WHEN ` + carriedMonthsKept + ` THEN COALESCE(min(m.month), 'infinity')
+			ELSE '-infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsMeet + `)
+		AND created_at < (SELECT CASE WHEN ` + carriedMonthsKept + `
+			THEN COALESCE((max(m.month) AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC', '-infinity')
+			ELSE 'infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsMeet + `)
 	ORDER BY CASE WHEN $5 THEN event_sequence END, CASE WHEN NOT $5 THEN event_sequence END DESC
 	LIMIT $4`
+
+// carriedToCopySQL lists tenant $1's carried events with a sequence in
+// ($2, $3], by sequence, at most $4: the ones materializeTenant copies
+// into rows. Bounded like carriedEventsSQL, by the ledger months whose
+// span meets those sequences, pruned at execution time.
+const carriedToCopySQL = `SELECT ` + carriedColumns + ` FROM ledger_entries
+	WHERE tenant_id = $1 AND event_sequence > $2 AND event_sequence <= $3
+		AND created_at >= (SELECT CASE WHEN ` + carriedMonthsKept + ` THEN COALESCE(min(m.month), 'infinity')
+			ELSE '-infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsBetween + `)
+		AND created_at < (SELECT CASE WHEN ` + carriedMonthsKept + `
+			THEN COALESCE((max(m.month) AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC', '-infinity')
+			ELSE 'infinity'::timestamptz END FROM ledger_event_months m WHERE ` + carriedMonthsBetween + `)
+	ORDER BY event_sequence LIMIT $4`
+
+// carriedMonthsBetween picks the spans (m) that meet carriedToCopySQL's
+// sequences.
+const carriedMonthsBetween = `m.tenant_id = $1 AND m.high > $2 AND m.low <= $3`
+
+// carriedMonthsKept tells whether the spans of carried sequences cover
+// every carried entry: 037's contract is recorded.
+const carriedMonthsKept = `EXISTS (SELECT 1 FROM schema_contracts WHERE version = 37)`
+
+// carriedMonthsMeet picks the spans (m) that meet carriedEventsSQL's
+// sequences.
+const carriedMonthsMeet = `m.tenant_id = $1
+	AND m.high > GREATEST($3::bigint, COALESCE((SELECT through FROM event_carried_through WHERE tenant_id = $1), 0))
+	AND ($5 OR NOT $7 OR m.low < $6)`
 
 // readEvents runs read in one read-only snapshot: the rows and the
 // carried events of a read must be of one instant, else an event copied
@@ -129,21 +171,6 @@ func mergeBySequence(a, b []engine.Event, ascending bool, limit int) []engine.Ev
 		}
 	}
 	return out
-}
-
-// carriedEventExists tells whether event id is carried by an entry of
-// tenant.
-func (s *Store) carriedEventExists(ctx context.Context, tenant, id uuid.UUID) (bool, error) {
-	var one int
-	err := s.pool.QueryRow(ctx, `SELECT 1 FROM ledger_entries
-		WHERE id = $1 AND tenant_id = $2 AND event_sequence IS NOT NULL`, engine.EntryOfCarriedEvent(id), tenant).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("persist: carried event: %w", err)
-	}
-	return true, nil
 }
 
 // materializeBatch bounds the carried events one tenant copies into rows
@@ -203,9 +230,7 @@ func (s *Store) materializeTenant(ctx context.Context, tenant uuid.UUID) error {
 	if next <= through {
 		return tx.Commit(ctx)
 	}
-	rows, err := tx.Query(ctx, `SELECT `+carriedColumns+` FROM ledger_entries
-		WHERE tenant_id = $1 AND event_sequence > $2 AND event_sequence <= $3
-		ORDER BY event_sequence LIMIT $4`, tenant, through, next, materializeBatch)
+	rows, err := tx.Query(ctx, carriedToCopySQL, tenant, through, next, materializeBatch)
 	if err != nil {
 		return fmt.Errorf("persist: materialize events: %w", err)
 	}

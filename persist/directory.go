@@ -32,6 +32,9 @@ type Store struct {
 	// fullRecords writes what the release before migration 023 wrote
 	// (WithFullRecords).
 	fullRecords bool
+	// monthGuesses keeps each tenant's spans of event sequences as its
+	// last events page read them (eventmonths.go).
+	monthGuesses monthGuesses
 }
 
 // recordShape is how Apply records a batch (ophead.go, eventbody.go).

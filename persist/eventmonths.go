@@ -1,10 +1,13 @@
 package persist
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,15 +145,20 @@ func (p seqPage) edgedBy(carried []engine.Event) seqPage {
 
 // pageRows reads page p from the months (known: the spans are kept; else
 // every month is read). It reads the months whose span meets the page's
-// first limit sequences, then checks its answer: a full page is exact
-// when every month that can hold a sequence between the page's start and
-// its last row has been read; a short one when every month that can hold
-// a sequence of the page has (up to its edge, when edged). Else it reads
-// again with those months too. A page the rows fill densely, or up to its
-// carried edge, takes one read of the months its sequences lie in; a
-// sparse one (a filter) a second, of every month that meets its bounds.
-// run reads the page from ranges (nil: every month) with p.statement (the
-// store's transaction; tests record it).
+// first limit sequences, then checks its answer (exact): a full page is
+// exact when every month that can hold a sequence between the page's
+// start and its last row has been read; a short one when every month that
+// can hold a sequence of the page has (up to its edge, when edged). Else
+// it reads the months still needed, merging their rows with the rows it
+// has (the months are disjoint, so the page is the first limit rows of
+// the merge). A short page (a filter, or rows sparse among carried
+// events) does not read every remaining month at once: it adds them
+// nearest its start first, as many as it has read so far (at least the
+// ones its last rows need), so a filtered page that fills within a few
+// months reads those months only, and one that fills nowhere reads every
+// month in a number of statements logarithmic in them. run reads the page
+// from ranges (nil: every month) with p.statement (the store's
+// transaction; tests record it).
 func pageRows(months []eventMonth, known bool, p seqPage,
 	run func(ranges []monthRange) ([]engine.Event, error)) ([]engine.Event, error) {
 	if p.limit <= 0 {
@@ -159,6 +167,37 @@ func pageRows(months []eventMonth, known bool, p seqPage,
 	if !known {
 		return run(nil)
 	}
+	cand := candidates(months, p)
+	if len(cand) == 0 {
+		return nil, nil
+	}
+	picked := firstPick(cand, p)
+	read := make([]bool, len(cand))
+	var evs []engine.Event
+	for {
+		var sel []eventMonth
+		for i, m := range cand {
+			if picked[i] && !read[i] {
+				sel, read[i] = append(sel, m), true
+			}
+		}
+		if len(sel) > 0 {
+			more, err := run(rangesOf(sel))
+			if err != nil {
+				return nil, err
+			}
+			evs = mergeBySequence(evs, more, p.ascending, p.limit)
+		}
+		need := needed(cand, p, evs, read)
+		if len(need) == 0 {
+			return evs, nil
+		}
+		picked = grow(cand, p, read, need, len(evs) >= p.limit)
+	}
+}
+
+// candidates are the months whose span meets p's bounds.
+func candidates(months []eventMonth, p seqPage) []eventMonth {
 	lo, hi := p.bounds()
 	var cand []eventMonth
 	for _, m := range months {
@@ -166,61 +205,76 @@ func pageRows(months []eventMonth, known bool, p seqPage,
 			cand = append(cand, m)
 		}
 	}
-	if len(cand) == 0 {
-		return nil, nil
-	}
-	// The first guess: the limit sequences next to the page's start, or
-	// next to the nearest month's span when that starts further off.
-	wlo, whi := lo, hi
+	return cand
+}
+
+// firstPick marks the candidates that meet the limit sequences next to
+// the page's start, or next to the nearest candidate's span when that
+// starts further off: a page the rows fill densely lies in them.
+func firstPick(cand []eventMonth, p seqPage) []bool {
+	lo, hi := p.bounds()
+	var wlo, whi int64
 	if p.ascending {
-		start := lo
-		if m := minLow(cand); m > start {
-			start = m
-		}
+		start := max(lo, minLow(cand))
 		wlo, whi = start, addClamped(start, int64(p.limit)-1)
 	} else {
-		end := hi
-		if m := maxHigh(cand); m < end {
-			end = m
-		}
+		end := min(hi, maxHigh(cand))
 		wlo, whi = addClamped(end, 1-int64(p.limit)), end
 	}
 	picked := make([]bool, len(cand))
 	for i, m := range cand {
 		picked[i] = m.meets(wlo, whi)
 	}
-	for {
-		var sel []eventMonth
-		for i, m := range cand {
-			if picked[i] {
-				sel = append(sel, m)
-			}
-		}
-		var evs []engine.Event
-		if len(sel) > 0 {
-			var err error
-			if evs, err = run(rangesOf(sel)); err != nil {
-				return nil, err
-			}
-		}
-		wlo, whi = lo, hi
-		if len(evs) >= p.limit {
-			if edge := *evs[len(evs)-1].Sequence; p.ascending {
-				whi = edge
-			} else {
-				wlo = edge
-			}
-		}
-		grew := false
-		for i, m := range cand {
-			if !picked[i] && m.meets(wlo, whi) {
-				picked[i], grew = true, true
-			}
-		}
-		if !grew {
-			return evs, nil
+	return picked
+}
+
+// needed lists the candidates not read that can hold a row of the page
+// evs (the rows read from the others) would be: every one meeting the
+// page's bounds when evs is short, only those between its start and its
+// last row when full. None: evs is the page.
+func needed(cand []eventMonth, p seqPage, evs []engine.Event, read []bool) []int {
+	wlo, whi := p.bounds()
+	if len(evs) >= p.limit {
+		if edge := *evs[len(evs)-1].Sequence; p.ascending {
+			whi = edge
+		} else {
+			wlo = edge
 		}
 	}
+	var out []int
+	for i, m := range cand {
+		if !read[i] && m.meets(wlo, whi) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// grow picks the candidates the next read takes: the needed ones of a
+// full page (its last row bounds them); for a short page, the needed ones
+// nearest the page's start (the highest spans first descending, the
+// lowest ascending), as many as were read so far, at least one.
+func grow(cand []eventMonth, p seqPage, read []bool, need []int, full bool) []bool {
+	picked := slices.Clone(read)
+	if !full {
+		n := 0
+		for _, r := range read {
+			if r {
+				n++
+			}
+		}
+		slices.SortStableFunc(need, func(a, b int) int {
+			if p.ascending {
+				return cmp.Compare(cand[a].low, cand[b].low)
+			}
+			return cmp.Compare(cand[b].high, cand[a].high)
+		})
+		need = need[:min(len(need), max(n, 1))]
+	}
+	for _, i := range need {
+		picked[i] = true
+	}
+	return picked
 }
 
 func minLow(ms []eventMonth) int64 {
@@ -260,54 +314,238 @@ func scanEventMonths(rows pgx.Rows) ([]eventMonth, error) {
 	})
 }
 
+// eventMonthsGuessTenants bounds the tenants whose spans a Store keeps as
+// the guess of their next page's months (docs/limits.md): past it the
+// guesses are dropped and learnt again, one page each.
+const eventMonthsGuessTenants = 4096
+
+// monthGuesses keeps, per tenant, the spans its last page read: the next
+// page reads the months they point to in its first round trip, and its
+// own snapshot's spans then tell whether that was the page (issue 30 item
+// 1). A stale guess costs a page its second try, never a wrong answer.
+type monthGuesses struct {
+	mu sync.Mutex
+	by map[uuid.UUID]spansSeen
+}
+
+// spansSeen is a tenant's spans as a page read them, and whether they
+// were kept (eventMonthsReadySQL).
+type spansSeen struct {
+	months []eventMonth
+	known  bool
+}
+
+func (g *monthGuesses) get(tenant uuid.UUID) (spansSeen, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.by[tenant]
+	return s, ok
+}
+
+func (g *monthGuesses) put(tenant uuid.UUID, s spansSeen) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.by[tenant]; !ok && len(g.by) >= eventMonthsGuessTenants {
+		g.by = nil
+	}
+	if g.by == nil {
+		g.by = make(map[uuid.UUID]spansSeen)
+	}
+	g.by[tenant] = s
+}
+
+// monthsGuess is the months a page reads before it has its snapshot's
+// spans: every month (all) or ranges (none: no statement).
+type monthsGuess struct {
+	all    bool
+	ranges []monthRange
+}
+
+// guessMonths is what page p reads first by the spans seen: the months
+// pageRows would first read by them, or, when none of them meets the
+// page (a stream at the head, past the spans seen), the month holding
+// the highest sequence seen, where the head most likely still is.
+func guessMonths(seen spansSeen, p seqPage) monthsGuess {
+	if !seen.known {
+		return monthsGuess{all: true}
+	}
+	cand := candidates(seen.months, p)
+	if len(cand) == 0 {
+		if len(seen.months) == 0 {
+			return monthsGuess{}
+		}
+		head := seen.months[0]
+		for _, m := range seen.months {
+			if m.high > head.high {
+				head = m
+			}
+		}
+		return monthsGuess{ranges: rangesOf([]eventMonth{head})}
+	}
+	var sel []eventMonth
+	for i, ok := range firstPick(cand, p) {
+		if ok {
+			sel = append(sel, cand[i])
+		}
+	}
+	return monthsGuess{ranges: rangesOf(sel)}
+}
+
+// answers tells whether evs, read from the months of guess, is page p
+// (edged) by the spans of the same snapshot: pageRows' check.
+func (g monthsGuess) answers(months []eventMonth, known bool, p seqPage, evs []engine.Event) bool {
+	if g.all || p.limit <= 0 {
+		return true
+	}
+	if !known {
+		return false
+	}
+	cand := candidates(months, p)
+	read := make([]bool, len(cand))
+	for i, m := range cand {
+		for _, r := range g.ranges {
+			read[i] = read[i] || (!m.start.Before(r.from) && m.start.Before(r.to))
+		}
+	}
+	return len(needed(cand, p, evs, read)) == 0
+}
+
 // readEventPage reads page p of tenant's event rows and the carried
 // events of carried in one read-only snapshot (readEvents' reasons; the
 // spans must be of the rows' snapshot too, else a row stored between
-// them could be in a month left out). The snapshot's first statements,
-// the spans and the carried events go in one round trip.
+// them could be in a month left out).
 func (s *Store) readEventPage(ctx context.Context, tenant uuid.UUID, p seqPage, carried *pgx.QueuedQuery) (rows, carriedEvs []engine.Event, err error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
+	rows, carriedEvs, _, err = s.readEventPageTrips(ctx, tenant, p, carried)
+	return rows, carriedEvs, err
+}
+
+// readEventPageTrips is readEventPage, with the round trips it took. With
+// the tenant's spans seen by an earlier page, the whole snapshot is one
+// round trip: BEGIN, the spans, the carried events, the rows of the
+// months the spans seen point to, and COMMIT, pipelined; the snapshot's
+// own spans then check the rows (as pageRows checks its first read), and
+// a page they do not answer (the spans moved: a new month, a late row in
+// another, a sparse page) is read again the long way in a new snapshot.
+// The long way, for a tenant not seen yet, is BEGIN with the spans and
+// carried events, the rows (pageRows: one statement or more), COMMIT.
+func (s *Store) readEventPageTrips(ctx context.Context, tenant uuid.UUID, p seqPage, carried *pgx.QueuedQuery) (rows, carriedEvs []engine.Event, trips int, err error) {
+	seen, ok := s.monthGuesses.get(tenant)
+	if ok {
+		guess := guessMonths(seen, p)
+		var now spansSeen
+		rows, carriedEvs, now, err = s.readGuessedPage(ctx, tenant, p, carried, guess)
+		if err != nil {
+			return nil, nil, 1, err
+		}
+		s.monthGuesses.put(tenant, now)
+		if guess.answers(now.months, now.known, p.edgedBy(carriedEvs), rows) {
+			return rows, carriedEvs, 1, nil
+		}
+		trips = 1
 	}
-	// The pool closes a connection handed back inside a transaction, so an
-	// error before COMMIT leaves no open snapshot behind.
-	defer conn.Release()
-	batch := &pgx.Batch{}
+	rows, carriedEvs, more, err := s.readPageLong(ctx, tenant, p, carried)
+	return rows, carriedEvs, trips + more, err
+}
+
+// beginEventPage queues a page's snapshot and its first statements: the
+// spans, whether they are kept, and the carried events.
+func beginEventPage(batch *pgx.Batch, tenant uuid.UUID, carried *pgx.QueuedQuery) {
 	batch.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 	batch.Queue(eventMonthsReadySQL)
 	batch.Queue(eventMonthsSQL, tenant)
 	batch.Queue(carried.SQL, carried.Arguments...)
-	res := conn.SendBatch(ctx, batch)
-	var known bool
-	var months []eventMonth
+}
+
+// readBegun reads beginEventPage's answers.
+func readBegun(res pgx.BatchResults) (seen spansSeen, carriedEvs []engine.Event, err error) {
+	if _, err := res.Exec(); err != nil {
+		return spansSeen{}, nil, err
+	}
+	if err := res.QueryRow().Scan(&seen.known); err != nil {
+		return spansSeen{}, nil, err
+	}
+	r, err := res.Query()
+	if err != nil {
+		return spansSeen{}, nil, err
+	}
+	if seen.months, err = scanEventMonths(r); err != nil {
+		return spansSeen{}, nil, err
+	}
+	if r, err = res.Query(); err != nil {
+		return spansSeen{}, nil, err
+	}
+	carriedEvs, err = collectCarried(r)
+	return seen, carriedEvs, err
+}
+
+// readGuessedPage is the one round trip of readEventPageTrips: the
+// snapshot, begun and committed in one batch, with the rows of guess.
+func (s *Store) readGuessedPage(ctx context.Context, tenant uuid.UUID, p seqPage, carried *pgx.QueuedQuery,
+	guess monthsGuess) (rows, carriedEvs []engine.Event, seen spansSeen, err error) {
+	batch := &pgx.Batch{}
+	beginEventPage(batch, tenant, carried)
+	read := p.limit > 0 && (guess.all || len(guess.ranges) > 0)
+	if read {
+		var ranges []monthRange
+		if !guess.all {
+			ranges = guess.ranges
+		}
+		batch.Queue(p.statement(ranges), p.args...)
+	}
+	batch.Queue("COMMIT")
+	// A batch that fails leaves its connection inside the transaction, and
+	// the pool closes such a connection (readPageLong).
+	res := s.pool.SendBatch(ctx, batch)
 	err = func() error {
-		if _, err := res.Exec(); err != nil {
+		var err error
+		if seen, carriedEvs, err = readBegun(res); err != nil {
 			return err
 		}
-		if err := res.QueryRow().Scan(&known); err != nil {
-			return err
+		if read {
+			r, err := res.Query()
+			if err != nil {
+				return err
+			}
+			if rows, err = collectStored(r); err != nil {
+				return err
+			}
 		}
-		r, err := res.Query()
-		if err != nil {
-			return err
-		}
-		if months, err = scanEventMonths(r); err != nil {
-			return err
-		}
-		if r, err = res.Query(); err != nil {
-			return err
-		}
-		carriedEvs, err = collectCarried(r)
+		_, err = res.Exec()
 		return err
 	}()
 	if cerr := res.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, spansSeen{}, err
 	}
-	rows, err = pageRows(months, known, p.edgedBy(carriedEvs), func(ranges []monthRange) ([]engine.Event, error) {
+	return rows, carriedEvs, seen, nil
+}
+
+// readPageLong reads the page in a snapshot held over pageRows' reads:
+// BEGIN with the spans and carried events, the rows, COMMIT.
+func (s *Store) readPageLong(ctx context.Context, tenant uuid.UUID, p seqPage, carried *pgx.QueuedQuery) (rows, carriedEvs []engine.Event, trips int, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	// The pool closes a connection handed back inside a transaction, so an
+	// error before COMMIT leaves no open snapshot behind.
+	defer conn.Release()
+	batch := &pgx.Batch{}
+	beginEventPage(batch, tenant, carried)
+	res := conn.SendBatch(ctx, batch)
+	trips = 1
+	seen, carriedEvs, err := readBegun(res)
+	if cerr := res.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, nil, trips, err
+	}
+	s.monthGuesses.put(tenant, seen)
+	rows, err = pageRows(seen.months, seen.known, p.edgedBy(carriedEvs), func(ranges []monthRange) ([]engine.Event, error) {
+		trips++
 		r, err := conn.Query(ctx, p.statement(ranges), p.args...)
 		if err != nil {
 			return nil, err
@@ -315,10 +553,11 @@ func (s *Store) readEventPage(ctx context.Context, tenant uuid.UUID, p seqPage, 
 		return collectStored(r)
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, trips, err
 	}
+	trips++
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return nil, nil, fmt.Errorf("commit: %w", err)
+		return nil, nil, trips, fmt.Errorf("commit: %w", err)
 	}
-	return rows, carriedEvs, nil
+	return rows, carriedEvs, trips, nil
 }

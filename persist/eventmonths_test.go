@@ -214,6 +214,9 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 		limit     int
 		edge      int64 // the limit-th carried event's sequence, 0 for none
 		reads     int   // statements pageRows runs
+		// monthsRead, when set, is how many months those statements read
+		// in all (none twice).
+		monthsRead int
 	}{
 		{name: "dense newest page", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, limit: 3, reads: 1},
 		{name: "dense page over two months", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, from: 6, limit: 3, reads: 1},
@@ -222,7 +225,16 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 		{name: "sparse rows", rows: []int{0, -1, -1, 1, -1, -1, -1, -1, 2}, from: 9, limit: 3, reads: 2},
 		{name: "ascending dense", rows: []int{0, 0, 0, 1, 1, 1, 2, 2, 2}, ascending: true, from: 2, limit: 3, reads: 1},
 		{name: "ascending with a late row", rows: []int{0, 0, 1, 1, 1, 0, 2, 2, 2}, ascending: true, limit: 4, reads: 1},
-		{name: "ascending sparse", rows: []int{0, -1, -1, -1, -1, 1, -1, 2, 2}, ascending: true, limit: 3, reads: 2},
+		// A short page adds the months nearest its start, as many as it
+		// has read: here one, then one more.
+		{name: "ascending sparse", rows: []int{0, -1, -1, -1, -1, 1, -1, 2, 2}, ascending: true, limit: 3, reads: 3},
+		// A filtered page that fills in its nearest months reads no other
+		// (months 0 to 3 hold no sequence it can take: read 5, 4 then 3
+		// and 2, where reading every month at the second read took all six).
+		{name: "sparse page filling in its nearest months",
+			rows: []int{0, 0, 1, 1, 2, -1, 3, -1, -1, 4, -1, -1, -1, -1, 5}, limit: 4, reads: 3, monthsRead: 4},
+		{name: "sparse page reading every month",
+			rows: []int{0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5}, limit: 9, reads: 2, monthsRead: 6},
 		{name: "ascending past the end", rows: []int{0, 0, 1}, ascending: true, from: 3, limit: 3, reads: 0},
 		{name: "filtered to nothing", rows: []int{-1, -1, -1}, limit: 2, reads: 0},
 		// Carried events fill the sequences the rows leave: the rows past
@@ -254,7 +266,7 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 				}
 			}
 			// run answers a read of ranges from the rows in them.
-			var reads int
+			var reads, monthsRead int
 			run := func(ranges []monthRange) []engine.Event {
 				var out []engine.Event
 				for i, m := range tc.rows {
@@ -282,6 +294,11 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 				if len(ranges) == 0 {
 					return nil, errors.New("a statement bounded to no month")
 				}
+				for _, r := range ranges {
+					for m := r.from; m.Before(r.to); m = nextMonth(m) {
+						monthsRead++
+					}
+				}
 				return run(ranges), nil
 			})
 			if err != nil {
@@ -304,15 +321,19 @@ func TestPageRowsChecksItsGuess(t *testing.T) {
 			if reads != tc.reads {
 				t.Errorf("%d reads, want %d", reads, tc.reads)
 			}
+			if tc.monthsRead != 0 && monthsRead != tc.monthsRead {
+				t.Errorf("%d months read, want %d", monthsRead, tc.monthsRead)
+			}
 		})
 	}
 }
 
 // TestRedeliverByInstant (issue 30 item 1): redeliver finds an event
 // dead-lettered by RecordAttempt by its kept instant, answers a second
-// redeliver and an unknown id as before, and still finds an event
-// dead-lettered without a kept instant (by the previous release) in
-// every month.
+// redeliver, an unknown id and an event never dead-lettered (in an older
+// month) as before, and, while 036's contract is not recorded, still
+// finds an event dead-lettered without a kept instant (by the previous
+// release) in every month.
 func TestRedeliverByInstant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -345,9 +366,27 @@ func TestRedeliverByInstant(t *testing.T) {
 			t.Fatalf("RecordAttempt = %v, %v", ok, err)
 		}
 	}
-	var kept time.Time
-	if err := b.pool.QueryRow(b.ctx, deadInstantSQL, dead.ID, tenant).Scan(&kept); err != nil || !kept.Equal(at) {
-		t.Fatalf("kept instant %v (%v), want %v", kept, err, at)
+	var kept *time.Time
+	var indexed bool
+	if err := b.pool.QueryRow(b.ctx, deadInstantSQL, dead.ID, tenant).Scan(&kept, &indexed); err != nil || kept == nil ||
+		!kept.Equal(at) || !indexed {
+		t.Fatalf("kept instant %v, every one kept %v (%v), want %v and true", kept, indexed, err, at)
+	}
+	// A pending event two months back, never dead-lettered.
+	pending := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil,
+		monthStart(at, -2).Add(time.Minute), "", struct{}{})
+	if err := b.store.InsertEvent(b.ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	contracted := func(yes bool) {
+		t.Helper()
+		sql := `DELETE FROM schema_contracts WHERE version = 36`
+		if yes {
+			sql = `INSERT INTO schema_contracts (version, name) VALUES (36, '036_event_months') ON CONFLICT DO NOTHING`
+		}
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The previous release dead-letters without keeping the instant.
 	if _, err := b.pool.Exec(b.ctx, `UPDATE webhook_events SET status = 'dead_letter', locked_until = NULL, lease = NULL
@@ -355,16 +394,21 @@ func TestRedeliverByInstant(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		id   uuid.UUID
-		want error
+		name       string
+		id         uuid.UUID
+		contracted bool // 036's contract recorded
+		want       error
 	}{
-		{"dead-lettered", dead.ID, nil},
-		{"again", dead.ID, engine.ErrNotDeadLetter},
-		{"dead-lettered by the previous release", old.ID, nil},
-		{"again, without a kept instant", old.ID, engine.ErrNotDeadLetter},
-		{"unknown", uuid.New(), engine.ErrNotFound},
+		{"dead-lettered", dead.ID, true, nil},
+		{"again", dead.ID, true, engine.ErrNotDeadLetter},
+		{"never dead-lettered, in an older month", pending.ID, true, engine.ErrNotDeadLetter},
+		{"unknown", uuid.New(), true, engine.ErrNotFound},
+		{"dead-lettered by the previous release", old.ID, false, nil},
+		{"again, without a kept instant", old.ID, false, engine.ErrNotDeadLetter},
+		{"never dead-lettered, before the contract", pending.ID, false, engine.ErrNotDeadLetter},
+		{"unknown, before the contract", uuid.New(), false, engine.ErrNotFound},
 	} {
+		contracted(tc.contracted)
 		e, err := b.store.Redeliver(b.ctx, tenant, tc.id, at.Add(2*time.Hour))
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("%s: Redeliver = %v, want %v", tc.name, err, tc.want)
@@ -505,5 +549,488 @@ func TestEventMonthsMigrateOnline(t *testing.T) {
 		!slices.IsSortedFunc(got, func(a, b int64) int { return int(b - a) }) {
 		t.Fatalf("listed %d events (%d..%d), want %d from the newest down to 1", len(got), got[0], got[len(got)-1],
 			2000+written)
+	}
+}
+
+// TestEventPageRoundTrips (issue 30 item 1): a page of a tenant whose
+// spans the store has seen takes one round trip (the snapshot begun,
+// read and committed in one batch), and its snapshot's spans catch a
+// guess they do not answer (a late row in a month the guess left out,
+// the trigger gone), which is read again the long way: every page equals
+// a read of every month, whatever the trips.
+func TestEventPageRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	m0, m1 := monthStart(now, 0), monthStart(now, 1)
+	insert := func(at time.Time, n int) {
+		t.Helper()
+		for i := range n {
+			e := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil,
+				at.Add(time.Duration(i)*time.Minute), "", struct{}{})
+			if err := b.store.InsertEvent(b.ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert(m0.Add(time.Hour), 30)
+	insert(m1.Add(time.Hour), 30)
+	// want is the page read from every month, as before migration 036.
+	want := func(p seqPage) []int64 {
+		t.Helper()
+		rows, err := b.pool.Query(b.ctx, p.statement(nil), p.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := collectStored(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sequencesOf(evs)
+	}
+	list := func(before int64, limit int) (seqPage, *pgx.QueuedQuery) {
+		return listEventsPage(tenant, "", "", before, limit), carriedQuery(tenant, nil, 0, false, before, limit)
+	}
+	stream := func(after int64, limit int) (seqPage, *pgx.QueuedQuery) {
+		return eventsAfterPage(tenant, nil, after, limit), carriedQuery(tenant, nil, after, true, 0, limit)
+	}
+	for _, tc := range []struct {
+		name  string
+		page  func() (seqPage, *pgx.QueuedQuery)
+		trips int
+		first []int64 // the page's first sequences, when set
+		then  func()
+	}{
+		{name: "first page, spans not seen", page: func() (seqPage, *pgx.QueuedQuery) { return list(0, 11) }, trips: 3,
+			first: []int64{60}},
+		{name: "first page again", page: func() (seqPage, *pgx.QueuedQuery) { return list(0, 11) }, trips: 1},
+		{name: "cursor page across the months", page: func() (seqPage, *pgx.QueuedQuery) { return list(35, 11) },
+			trips: 1, first: []int64{34}},
+		{name: "stream at the head, new rows in the head month",
+			page: func() (seqPage, *pgx.QueuedQuery) { return stream(60, 10) }, trips: 1, first: []int64{61},
+			then: func() { insert(m1.Add(2*time.Hour), 3) }},
+		// Rows sparse under a filter: the guess (the head month) is short,
+		// the long way reads the head month, then the older one.
+		{name: "a filtered page spanning the months",
+			page: func() (seqPage, *pgx.QueuedQuery) {
+				return listEventsPage(tenant, "delivered", "", 0, 4), carriedQuery(tenant, nil, 0, false, 0, 0)
+			}, trips: 5, first: []int64{62},
+			then: func() {
+				if _, err := b.pool.Exec(b.ctx, `UPDATE webhook_events SET status = 'delivered'
+					WHERE tenant_id = $1 AND sequence IN (3, 7, 31, 62)`, tenant); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "the filtered page again", page: func() (seqPage, *pgx.QueuedQuery) {
+			return listEventsPage(tenant, "delivered", "", 0, 4), carriedQuery(tenant, nil, 0, false, 0, 0)
+		}, trips: 5},
+		// A late row dated in the older month takes sequence 64: the guess
+		// (the head month) misses it, the snapshot's spans say so.
+		{name: "stream with a late row in an older month",
+			page: func() (seqPage, *pgx.QueuedQuery) { return stream(63, 10) }, trips: 4, first: []int64{64},
+			then: func() { insert(m0.Add(3*time.Hour), 1) }},
+		// An old database without the trigger: the spans seen are not
+		// trusted, every month is read, then in one trip.
+		{name: "the trigger gone", page: func() (seqPage, *pgx.QueuedQuery) { return list(0, 11) }, trips: 4,
+			first: []int64{64},
+			then: func() {
+				if _, err := b.pool.Exec(b.ctx, `ALTER TABLE webhook_events DISABLE TRIGGER webhook_events_months`); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "the trigger gone, seen", page: func() (seqPage, *pgx.QueuedQuery) { return list(20, 11) }, trips: 1,
+			first: []int64{19}},
+	} {
+		if tc.then != nil {
+			tc.then()
+		}
+		p, carried := tc.page()
+		rows, _, trips, err := b.store.readEventPageTrips(b.ctx, tenant, p, carried)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, w := sequencesOf(rows), want(p)
+		if !slices.Equal(got, w) {
+			t.Fatalf("%s: page %v, want %v (every month read)", tc.name, got, w)
+		}
+		if tc.first != nil && (len(got) == 0 || got[0] != tc.first[0]) {
+			t.Fatalf("%s: page %v, want it to start at %d", tc.name, got, tc.first[0])
+		}
+		if trips != tc.trips {
+			t.Errorf("%s: %d round trips, want %d", tc.name, trips, tc.trips)
+		}
+	}
+}
+
+// sequencesOf lists evs' sequences.
+func sequencesOf(evs []engine.Event) []int64 {
+	out := []int64{}
+	for _, e := range evs {
+		out = append(out, *e.Sequence)
+	}
+	return out
+}
+
+// TestInsertEventFindsStoredID (issue 30 item 1): a subscription event
+// written again under its id, dated in another month (a tag does not fix
+// the instant), is found in its older month and stored once, taking no
+// second sequence; a test.ping written again (a retry: the same instant)
+// is found in its month and stored once.
+func TestInsertEventFindsStoredID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	old, later := monthStart(now, -1).Add(time.Hour), monthStart(now, 2).Add(time.Hour)
+	customer := uuid.New()
+	sub := func(at time.Time) engine.Event {
+		return engine.NewEvent(uuid.NewSHA1(uuid.NameSpaceURL, []byte("subscription-event:"+tenant.String())),
+			engine.EventSubscriptionRenewed, tenant, live.Environment, &customer, nil, at, "", struct{}{})
+	}
+	ping := engine.NewEvent(uuid.Must(uuid.NewV7()), engine.EventTestPing, tenant, live.Environment, nil, nil, old, "",
+		struct{}{})
+	writeSub := func(e engine.Event) {
+		t.Helper()
+		if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { return insertEvents(b.ctx, tx, []engine.Event{e}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		write func()
+		id    uuid.UUID
+		at    time.Time // the stored row's instant
+		next  int64     // the tenant's counter after
+	}{
+		{"subscription event", func() { writeSub(sub(old)) }, sub(old).ID, old, 1},
+		{"subscription event again, dated months later", func() { writeSub(sub(later)) }, sub(old).ID, old, 1},
+		{"ping", func() {
+			if err := b.store.InsertEvent(b.ctx, ping); err != nil {
+				t.Fatal(err)
+			}
+		}, ping.ID, old, 2},
+		{"ping retried", func() {
+			if err := b.store.InsertEvent(b.ctx, ping); err != nil {
+				t.Fatal(err)
+			}
+		}, ping.ID, old, 2},
+	} {
+		tc.write()
+		var n int
+		var at time.Time
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*), min(created_at) FROM webhook_events WHERE id = $1 AND tenant_id = $2`,
+			tc.id, tenant).Scan(&n, &at); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || !at.Equal(tc.at) {
+			t.Fatalf("%s: %d rows, dated %v; want one, dated %v", tc.name, n, at, tc.at)
+		}
+		if next, err := b.store.LastSequence(b.ctx, tenant); err != nil || next != tc.next {
+			t.Fatalf("%s: counter %d (%v), want %d", tc.name, next, err, tc.next)
+		}
+	}
+}
+
+// TestLateCarriedEventsFound (issue 30 item 1): consume events carried
+// by the ledger, dated in an older month than rows stored before them
+// (a lagging persister), are found by every page, carried and then as
+// rows (copied at the next claim, with their old instants and the
+// sequences they had): through pages whose guessed months (the spans a
+// page saw before) do not hold them, by the stream's catch-up, and by
+// redeliver (409: pending).
+func TestLateCarriedEventsFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	m0, m1 := monthStart(now, 0), monthStart(now, 1)
+	for i := range 6 {
+		e := engine.NewEvent(uuid.New(), engine.EventTestPing, tenant, live.Environment, nil, nil,
+			m1.Add(time.Hour+time.Duration(i)*time.Minute), "", struct{}{})
+		if err := b.store.InsertEvent(b.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listAll := func(when string, limit int) []int64 {
+		t.Helper()
+		var got []int64
+		q := engine.EventQuery{Limit: limit}
+		for range 20 {
+			page, err := b.store.ListEvents(b.ctx, tenant, q)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			got = append(got, sequencesOf(page.Data)...)
+			if !page.HasMore {
+				return got
+			}
+			q.Cursor = page.NextCursor
+		}
+		t.Fatalf("%s: the list does not end", when)
+		return nil
+	}
+	if got := listAll("before the consumes", 3); !slices.Equal(got, []int64{6, 5, 4, 3, 2, 1}) {
+		t.Fatalf("listed %v", got)
+	}
+
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000}
+	grant := c.grant(tenant)
+	grant.AtMS = m0.Add(time.Hour).UnixMilli()
+	ms := []engine.Mutation{grant}
+	for i := range 3 {
+		m := c.consume(tenant, true)
+		m.AtMS = m0.Add(2*time.Hour + time.Duration(i)*time.Minute).UnixMilli()
+		ms = append(ms, m)
+	}
+	customerRows(t, b, ms)
+	if err := b.store.Apply(b.ctx, ms[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.insertApply(b.ctx, ms[1:], nil); err != nil {
+		t.Fatal(err)
+	}
+	var carried int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1 AND event_sequence IS NOT NULL
+		AND created_at < $2`, tenant, m1).Scan(&carried); err != nil || carried != 3 {
+		t.Fatalf("%d consume events carried in the older month (%v), want 3", carried, err)
+	}
+	want := []int64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}
+	check := func(when string) {
+		t.Helper()
+		for _, limit := range []int{1, 3, 20} {
+			if got := listAll(when, limit); !slices.Equal(got, want) {
+				t.Fatalf("%s, pages of %d: listed %v, want %v", when, limit, got, want)
+			}
+		}
+		evs, err := b.store.EventsAfter(b.ctx, tenant, nil, 6, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sequencesOf(evs); !slices.Equal(got, []int64{7, 8, 9, 10}) {
+			t.Fatalf("%s: caught up %v after 6, want 7..10", when, got)
+		}
+		for _, e := range evs {
+			if e.EventType != engine.EventCreditConsumed {
+				continue
+			}
+			if _, err := b.store.Redeliver(b.ctx, tenant, e.ID, now); !errors.Is(err, engine.ErrNotDeadLetter) {
+				t.Fatalf("%s: redeliver of consume event %d: %v, want ErrNotDeadLetter", when, *e.Sequence, err)
+			}
+		}
+	}
+	check("carried")
+	// A webhook URL: the next claim copies the carried events into rows,
+	// dated in the older month, under the sequences they had.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET webhook_url = 'http://127.0.0.1:1/hook', webhook_secret = 's'
+		WHERE id = $1`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ClaimDue(b.ctx, now.Add(-365*24*time.Hour), time.Minute, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM webhook_events WHERE tenant_id = $1 AND created_at < $2
+		AND event_type = 'credit.consumed'`, tenant, m1).Scan(&rows); err != nil || rows != 3 {
+		t.Fatalf("%d consume events copied into rows of the older month (%v), want 3", rows, err)
+	}
+	check("copied into rows")
+}
+
+// TestCarriedPlansPrune (issue 30 item 1, migration 037): the lean write,
+// by COPY or by INSERT, keeps each month's span of carried sequences (the
+// spans equal the entries'), and the carried events' read (carriedEventsSQL) executes
+// only the ledger months from the first to the last whose span meets its
+// sequences: a stream's catch-up past the older months reads the newest,
+// a list page below a cursor leaves the newer months out, a tenant whose
+// carried events were copied into rows up to the newest month reads that
+// one, and so does the claim's copy of the events after that point
+// (carriedToCopySQL). The other months are pruned at execution time (the bounds are
+// scalar subqueries), custom and generic plans alike. Before 037's
+// contract is recorded every month is read.
+func TestCarriedPlansPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	months := []time.Time{monthStart(now, 0), monthStart(now, 1), monthStart(now, 2)}
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000_000}
+	grant := c.grant(tenant)
+	grant.AtMS = months[0].UnixMilli()
+	customerRows(t, b, []engine.Mutation{grant, c.consume(tenant, true)})
+	if err := b.store.Apply(b.ctx, []engine.Mutation{grant}); err != nil {
+		t.Fatal(err)
+	}
+	// The middle month's consumes by COPY (Apply's large batches), the
+	// others by the small batches' INSERTs: both keep the spans.
+	const perMonth = 200
+	for k, m := range months {
+		var ms []engine.Mutation
+		for i := range perMonth {
+			cm := c.consume(tenant, true)
+			cm.AtMS = m.Add(time.Hour + time.Duration(i)*time.Second).UnixMilli()
+			ms = append(ms, cm)
+		}
+		if k == 1 {
+			if err := b.store.Apply(b.ctx, ms); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for i := 0; i < len(ms); i += 50 {
+			if err := b.store.insertApply(b.ctx, ms[i:i+50], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, "ANALYZE ledger_entries"); err != nil {
+		t.Fatal(err)
+	}
+	var carriedMonths int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(DISTINCT date_trunc('month', created_at, 'UTC')) FROM ledger_entries
+		WHERE tenant_id = $1 AND event_sequence IS NOT NULL`, tenant).Scan(&carriedMonths); err != nil || carriedMonths != 3 {
+		t.Fatalf("carried events in %d months (%v), want 3", carriedMonths, err)
+	}
+	var wrong int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM (
+		SELECT date_trunc('month', created_at, 'UTC') AS month, min(event_sequence) AS low, max(event_sequence) AS high
+		FROM ledger_entries WHERE tenant_id = $1 AND event_sequence IS NOT NULL GROUP BY 1) r
+		FULL JOIN (SELECT * FROM ledger_event_months WHERE tenant_id = $1) m USING (month)
+		WHERE m.low IS DISTINCT FROM r.low OR m.high IS DISTINCT FROM r.high`, tenant).Scan(&wrong); err != nil || wrong != 0 {
+		t.Fatalf("%d months' carried spans differ from their entries (%v)", wrong, err)
+	}
+	// The grant's event is a row (sequence 1); the consumes' are carried,
+	// 2..601, 200 a month.
+	all := []string{partitionOf(months[0]), partitionOf(months[1]), partitionOf(months[2]), "ledger_entries_legacy",
+		"ledger_entries_default"}
+	args := func(q *pgx.QueuedQuery) []any { return q.Arguments }
+	for _, tc := range []struct {
+		name       string
+		query      *pgx.QueuedQuery
+		through    int64
+		contracted bool
+		read       []string
+	}{
+		{"stream past the older months", carriedQuery(tenant, nil, 2*perMonth+10, true, 0, 100), 0, true,
+			[]string{partitionOf(months[2])}},
+		{"list page below a cursor", carriedQuery(tenant, nil, 0, false, perMonth+10, 21), 0, true,
+			[]string{partitionOf(months[0]), partitionOf(months[1])}},
+		{"list first page, copied up to the newest month", carriedQuery(tenant, nil, 0, false, 0, 21), 2*perMonth + 5, true,
+			[]string{partitionOf(months[2])}},
+		{"stream before 037's contract", carriedQuery(tenant, nil, 2*perMonth+10, true, 0, 100), 0, false, all},
+		{"the claim's copy after through", &pgx.QueuedQuery{SQL: carriedToCopySQL,
+			Arguments: []any{tenant, int64(2*perMonth + 5), int64(3*perMonth + 1), materializeBatch}}, 0, true,
+			[]string{partitionOf(months[2])}},
+	} {
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO event_carried_through (tenant_id, through) VALUES ($1, $2)
+			ON CONFLICT (tenant_id) DO UPDATE SET through = EXCLUDED.through`, tenant, tc.through); err != nil {
+			t.Fatal(err)
+		}
+		sql := `INSERT INTO schema_contracts (version, name) VALUES (37, '037_carried_months') ON CONFLICT DO NOTHING`
+		if !tc.contracted {
+			sql = `DELETE FROM schema_contracts WHERE version = 37`
+		}
+		if _, err := b.pool.Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		for _, generic := range []bool{false, true} {
+			plan := explain(t, b, tc.query.SQL, args(tc.query), generic)
+			ran := executed(plan)
+			if testing.Verbose() {
+				fmt.Printf("%s (generic %v): reads %v\n", tc.name, generic, keys(ran))
+			}
+			for _, p := range all {
+				if want := slices.Contains(tc.read, p); ran[p] != want && (want || tc.contracted) {
+					t.Errorf("%s (generic %v): %s read %v, want %v; reads %v", tc.name, generic, p, ran[p], want, keys(ran))
+				}
+			}
+		}
+		// The read gives what a read of every month gives.
+		rows, err := b.pool.Query(b.ctx, tc.query.SQL, args(tc.query)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collectCarried(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.pool.Exec(b.ctx, `DELETE FROM schema_contracts WHERE version = 37`); err != nil {
+			t.Fatal(err)
+		}
+		rows, err = b.pool.Query(b.ctx, tc.query.SQL, args(tc.query)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := collectCarried(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(sequencesOf(got), sequencesOf(want)) || len(got) == 0 {
+			t.Fatalf("%s: read %v, want %v (every month read)", tc.name, sequencesOf(got), sequencesOf(want))
+		}
+	}
+}
+
+// TestCarriedMonthsContract (migration 037): carried entries the previous
+// release stored (no spans kept: here the spans are dropped and the
+// contract unrecorded) are read from every month, and 037's contract
+// fills their spans and records itself, after which the carried read
+// trusts them and gives the same events.
+func TestCarriedMonthsContract(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	tenant := live.TenantID
+	now := time.Now().UTC()
+	c := &profileCustomer{id: uuid.New(), blocks: []uuid.UUID{uuid.New(), uuid.New()}, version: 1, balance: 2_000_000}
+	grant := c.grant(tenant)
+	var ms []engine.Mutation
+	for i := range 6 {
+		m := c.consume(tenant, true)
+		m.AtMS = monthStart(now, i%3).Add(time.Hour + time.Duration(i)*time.Minute).UnixMilli()
+		ms = append(ms, m)
+	}
+	customerRows(t, b, append([]engine.Mutation{grant}, ms...))
+	if err := b.store.Apply(b.ctx, []engine.Mutation{grant}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.insertApply(b.ctx, ms, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM ledger_event_months; DELETE FROM schema_contracts WHERE version = 37`); err != nil {
+		t.Fatal(err)
+	}
+	read := func(when string) []int64 {
+		t.Helper()
+		q := carriedQuery(tenant, nil, 0, true, 0, 100)
+		rows, err := b.pool.Query(b.ctx, q.SQL, q.Arguments...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := collectCarried(rows)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return sequencesOf(evs)
+	}
+	want := []int64{2, 3, 4, 5, 6, 7}
+	if got := read("before the contract"); !slices.Equal(got, want) {
+		t.Fatalf("before the contract: read %v, want %v", got, want)
+	}
+	if err := MigrateContract(b.ctx, b.pool); err != nil {
+		t.Fatal(err)
+	}
+	var spans, kept int
+	if err := b.pool.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM ledger_event_months WHERE tenant_id = $1),
+		(SELECT count(*) FROM schema_contracts WHERE version = 37)`, tenant).Scan(&spans, &kept); err != nil ||
+		spans != 3 || kept != 1 {
+		t.Fatalf("after the contract: %d months' spans, contract recorded %d times (%v); want 3 and 1", spans, kept, err)
+	}
+	if got := read("after the contract"); !slices.Equal(got, want) {
+		t.Fatalf("after the contract: read %v, want %v", got, want)
 	}
 }

@@ -208,10 +208,31 @@ func newEventCopy(rows, carried *eventBatch) *eventCopy {
 // empty tells whether the group has no event to number.
 func (c *eventCopy) empty() bool { return len(c.tenants) == 0 }
 
-// queueBump queues bumpSequencesSQL for the events' tenants.
+// queueBump queues bumpSequencesSQL for the events' tenants, then
+// carriedMonthsSQL for the carried events, if any.
 func (c *eventCopy) queueBump(b *pgx.Batch) {
 	b.Queue(bumpSequencesSQL, c.tenants, c.counts)
+	if len(c.carried.id) > 0 {
+		b.Queue(carriedMonthsSQL, c.carried.tenant, c.carried.at, c.carriedBack)
+	}
 }
+
+// carriedMonthsSQL widens the spans of carried sequences (migration 037)
+// by the carried events of tenants $1, dated $2, each its tenant's counter
+// (just bumped by bumpSequencesSQL, whose row lock this transaction holds)
+// minus back $3. Every lean write that carries events runs it, in the
+// transaction that writes their entries, so once 037's contract is
+// recorded the spans cover every carried entry (carriedEventsSQL). Rows in
+// (tenant, month) order, as 037's contract takes them; a row that would
+// not widen is left alone.
+const carriedMonthsSQL = `INSERT INTO ledger_event_months AS m (tenant_id, month, low, high)
+SELECT p.tenant, date_trunc('month', p.at, 'UTC'), max(s.next) - max(p.back), max(s.next) - min(p.back)
+FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS p(tenant, at, back)
+JOIN event_sequences s ON s.tenant_id = p.tenant
+GROUP BY 1, 2 ORDER BY 1, 2
+ON CONFLICT (tenant_id, month) DO UPDATE
+	SET low = LEAST(m.low, EXCLUDED.low), high = GREATEST(m.high, EXCLUDED.high)
+	WHERE EXCLUDED.low < m.low OR EXCLUDED.high > m.high`
 
 // readSequences numbers the events from the counters bumpSequencesSQL
 // returned: a tenant's events take its new sequences in batch order, as
@@ -416,14 +437,10 @@ func (c *eventBatch) add(r eventRow) {
 const lockSequenceSQL = `INSERT INTO event_sequences AS s (tenant_id, next) VALUES ($1, 0)
 	ON CONFLICT (tenant_id) DO UPDATE SET next = s.next`
 
-// insertEventSQL writes one event unless its id exists, with the tenant's
-// next sequence prepended to its payload. The look-up names no instant: it
-// is the guard that keeps an id once whatever a caller dates it (the
-// primary key also holds created_at, migration 035), at one index probe a
-// month kept, on a path that writes a few events (test.ping, subscription
-// changes).
+// insertEventSQL writes one event unless its id exists ({{stored}}: the
+// look-up), with the tenant's next sequence prepended to its payload.
 const insertEventSQL = `WITH fresh AS (
-	SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2)
+	SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2{{stored}})
 ), bumped AS (
 	UPDATE event_sequences SET next = next + 1 WHERE tenant_id = $2 AND EXISTS (SELECT 1 FROM fresh)
 	RETURNING next
@@ -435,11 +452,28 @@ SELECT $1, $2, $3, $4, $5, '{"sequence":' || b.next || ',' || substr($6::text, 2
 FROM bumped b
 ON CONFLICT (id, tenant_id, created_at) DO NOTHING`
 
+// The two look-ups of insertEventSQL. A subscription event's (insertEvents)
+// names no instant, one index probe per month kept: its id is a version 5
+// UUID of the subscription and a tag (engine/subscription_events.go), and
+// a tag does not fix the instant ("renewed:<period start>" is dated when
+// a renewal is asked for), so only a look-up by id alone keeps an id once
+// whatever a caller dates it; the path writes a few events per
+// subscription change. A test.ping's (InsertEvent) names its instant, one
+// month: its id is a fresh UUIDv7 (engine/webhooks.go Test), so only a
+// retry of the same event can meet a stored one, and that carries the
+// same instant. The instant is a parameter: Postgres prunes the other
+// months at executor start in the generic plan (TestEventPlansPrune).
+var (
+	insertEventAnyMonthSQL = strings.Replace(insertEventSQL, "{{stored}}", "", 1)
+	insertEventAtSQL       = strings.Replace(insertEventSQL, "{{stored}}", " AND created_at = $8", 1)
+)
+
 // InsertEvent writes one event that reports no stored state change
-// (test.ping) unless its id exists, numbered in one transaction.
+// (test.ping) unless an event with its id and instant exists, numbered in
+// one transaction (insertEventAtSQL: its id is fresh).
 func (s *Store) InsertEvent(ctx context.Context, e engine.Event) error {
 	b := &pgx.Batch{}
-	queueInsertEvent(b, e)
+	queueInsertEvent(b, e, insertEventAtSQL)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("persist: insert event: %w", err)
 	}
@@ -455,7 +489,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, evs []engine.Event) error {
 	}
 	b := &pgx.Batch{}
 	for _, e := range evs {
-		queueInsertEvent(b, e)
+		queueInsertEvent(b, e, insertEventAnyMonthSQL)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("persist: insert events: %w", err)
@@ -463,14 +497,15 @@ func insertEvents(ctx context.Context, tx pgx.Tx, evs []engine.Event) error {
 	return nil
 }
 
-// queueInsertEvent queues lockSequenceSQL and insertEventSQL for e.
-func queueInsertEvent(b *pgx.Batch, e engine.Event) {
+// queueInsertEvent queues lockSequenceSQL and sql (a form of
+// insertEventSQL) for e.
+func queueInsertEvent(b *pgx.Batch, e engine.Event, sql string) {
 	next := e.CreatedAt
 	if e.NextRetryAt != nil {
 		next = *e.NextRetryAt
 	}
 	b.Queue(lockSequenceSQL, e.TenantID)
-	b.Queue(insertEventSQL, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
+	b.Queue(sql, e.ID, e.TenantID, string(e.Environment), e.CustomerID, string(e.EventType),
 		string(e.Payload), next, e.CreatedAt, e.Version)
 }
 
@@ -750,8 +785,13 @@ func (s *Store) attachDeliveries(ctx context.Context, evs []engine.Event) error 
 }
 
 // deadInstantSQL reads the instant of an event that was dead-lettered
-// (recordAttemptSQL keeps it; migration 036 took in the older ones).
-const deadInstantSQL = `SELECT created_at FROM webhook_event_dead WHERE id = $1 AND tenant_id = $2`
+// (recordAttemptSQL keeps it; migration 036 took in the older ones), or
+// NULL, and whether every dead-lettered event's instant is kept: once
+// 036's contract is recorded no node of the release that dead-lettered
+// without keeping it runs (a contract runs only then), and the contract
+// took in the events it had dead-lettered.
+const deadInstantSQL = `SELECT (SELECT created_at FROM webhook_event_dead WHERE id = $1 AND tenant_id = $2),
+	EXISTS (SELECT 1 FROM schema_contracts WHERE version = 36)`
 
 // redeliverSQL moves dead-lettered event $1 of tenant $2 back to pending,
 // due at $3; {{at}} is where the event's instant, when known, bounds it
@@ -766,19 +806,32 @@ var (
 	redeliverAnySQL = strings.Replace(redeliverSQL, "{{at}}", "", 1)
 )
 
+// eventExistsSQL tells whether event $1 of tenant $2 is stored, as a row
+// or carried by ledger entry $3 (carried.go), in any month of either: an
+// event id names no instant (engine.EventID, engine.CarriedEventID: a
+// version 5 UUID of the operation and slot, or of the entry, which stays
+// so, being the replay fence), so no month can be left out. One statement
+// where three ran (an update, then a look-up of the rows, then of the
+// ledger); it serves only a redeliver refused (404 or 409).
+const eventExistsSQL = `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2)
+	OR EXISTS (SELECT 1 FROM ledger_entries WHERE id = $3 AND tenant_id = $2 AND event_sequence IS NOT NULL)`
+
 // Redeliver implements engine.EventStore. An event id carries no time
 // (engine.EventID), but only a dead-lettered event can be redelivered and
 // each keeps its instant in webhook_event_dead, so the update names its
-// month. An id not found there (never dead-lettered, or dead-lettered by
-// a release before 036 and not yet taken in by 036's contract) is looked
-// up as before, in every month, which also tells a missing event (404)
-// from one that is not dead (409).
+// month. An id not found there was never dead-lettered once 036's
+// contract is recorded: nothing to update, and whether the event exists
+// (409) or not (404) is one look-up of every month (eventExistsSQL). Before
+// the contract (an event dead-lettered by the previous release is not
+// kept there yet) it is looked up as before, in every month.
 func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Time) (engine.Event, error) {
-	var at time.Time
-	err := s.pool.QueryRow(ctx, deadInstantSQL, id, tenant).Scan(&at)
-	switch {
-	case err == nil:
-		e, err := scanEvent(s.pool.QueryRow(ctx, redeliverAtSQL, id, tenant, now, at))
+	var at *time.Time
+	var indexed bool
+	if err := s.pool.QueryRow(ctx, deadInstantSQL, id, tenant).Scan(&at, &indexed); err != nil {
+		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+	}
+	if at != nil {
+		e, err := scanEvent(s.pool.QueryRow(ctx, redeliverAtSQL, id, tenant, now, *at))
 		if err == nil {
 			return s.withDeliveries(ctx, e)
 		}
@@ -788,40 +841,38 @@ func (s *Store) Redeliver(ctx context.Context, tenant, id uuid.UUID, now time.Ti
 		// Redelivered already (a second click): not dead, found in its month.
 		var one int
 		err = s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2 AND created_at = $3`,
-			id, tenant, at).Scan(&one)
+			id, tenant, *at).Scan(&one)
 		if err == nil {
 			return engine.Event{}, engine.ErrNotDeadLetter
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
 		}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
+	} else if indexed {
+		return engine.Event{}, s.notRedelivered(ctx, tenant, id)
 	}
 	e, err := scanEvent(s.pool.QueryRow(ctx, redeliverAnySQL, id, tenant, now))
 	if errors.Is(err, pgx.ErrNoRows) {
-		var one int
-		err := s.pool.QueryRow(ctx, `SELECT 1 FROM webhook_events WHERE id = $1 AND tenant_id = $2`, id, tenant).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// A carried event is pending, never dead_letter.
-			carried, err := s.carriedEventExists(ctx, tenant, id)
-			if err != nil {
-				return engine.Event{}, err
-			}
-			if carried {
-				return engine.Event{}, engine.ErrNotDeadLetter
-			}
-			return engine.Event{}, engine.ErrNotFound
-		}
-		if err != nil {
-			return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
-		}
-		return engine.Event{}, engine.ErrNotDeadLetter
+		return engine.Event{}, s.notRedelivered(ctx, tenant, id)
 	}
 	if err != nil {
 		return engine.Event{}, fmt.Errorf("persist: redeliver: %w", err)
 	}
 	return s.withDeliveries(ctx, e)
+}
+
+// notRedelivered is why event id of tenant, not dead-lettered, was not
+// redelivered: engine.ErrNotDeadLetter when it exists (a carried event is
+// pending, never dead_letter), engine.ErrNotFound when it does not.
+func (s *Store) notRedelivered(ctx context.Context, tenant, id uuid.UUID) error {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, eventExistsSQL, id, tenant, engine.EntryOfCarriedEvent(id)).Scan(&exists); err != nil {
+		return fmt.Errorf("persist: redeliver: %w", err)
+	}
+	if exists {
+		return engine.ErrNotDeadLetter
+	}
+	return engine.ErrNotFound
 }
 
 // withDeliveries is e with its attempts.

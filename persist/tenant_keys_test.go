@@ -90,8 +90,8 @@ func TestTenantKeysExpandContract(t *testing.T) {
 	st, err := Schema(db.ctx, db.pool)
 	if err != nil || st.Check() != nil || !slices.Equal(st.PendingContract,
 		[]string{"031_tenant_keys", "033_ledger_partitions", "034_operations_partitions", "035_event_partitions",
-			"036_event_months"}) {
-		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031 and 033 to 036 pending", st, err, st.Check())
+			"036_event_months", "037_carried_months"}) {
+		t.Fatalf("after expand: %+v %v (check %v), want the contracts of 031 and 033 to 037 pending", st, err, st.Check())
 	}
 	for i, s := range upsertShapes {
 		for _, target := range []string{s.old, s.new} {
