@@ -189,23 +189,10 @@ func (s *Server) fuse(rt *route, c *call) bool {
 	claimedAt := time.Now()
 	err = c.invoke(rt.ep)
 	c.tctx = before
-	if rate.want > 0 {
-		// The script took the budget, or never ran to (then the lease is
-		// given back untaken and the usual path's door takes it).
-		rerr := errRateFenceMoved
-		if door.RateTaken {
-			rerr = nil
-		}
-		d, derr := finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, door.RateAnswer, rerr)
-		if derr == nil {
-			c.door.rateDone, c.door.rate, c.door.rateLimits = true, d, [2]int{rate.perSecond, rate.burst}
-		}
-	}
+	s.settleFusedRate(c, scope.KeyID, rate, door)
 	switch door.Outcome() {
 	case engine.FusedRateRefused:
-		ctx.Response.Reset()
-		ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
-		c.applyLimit(c.door.rate, errRateLimited)
+		c.answerRateRefused()
 		return true
 	case engine.FusedMarked, engine.FusedClaimed:
 		// The script claimed the key (and marked it on an answer): the
@@ -225,6 +212,32 @@ func (s *Server) fuse(rt *route, c *call) bool {
 	ctx.Response.Reset()
 	ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
 	return false
+}
+
+// settleFusedRate settles the take a fused door planned (rate.want > 0):
+// the door took the budget, or never did (then the lease is given back
+// untaken and the usual path's door takes it). The decision is kept in
+// c.door for what answers the request next.
+func (s *Server) settleFusedRate(c *call, key uuid.UUID, rate fusedPlan, door *engine.FusedDoor) {
+	if rate.want == 0 {
+		return
+	}
+	rerr := errRateFenceMoved
+	if door.RateTaken {
+		rerr = nil
+	}
+	d, derr := finishShared(s.refusals, s.leases, key, rate.perSecond, rate.local, rate.ratePlan, door.RateAnswer, rerr)
+	if derr == nil {
+		c.door.rateDone, c.door.rate, c.door.rateLimits = true, d, [2]int{rate.perSecond, rate.burst}
+	}
+}
+
+// answerRateRefused answers 429 in place of what a fused endpoint wrote:
+// its door's budget refused it.
+func (c *call) answerRateRefused() {
+	c.ctx.Response.Reset()
+	c.ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
+	c.applyLimit(c.door.rate, errRateLimited)
 }
 
 // fusedPlan is a fused request's rate plan: the take the script makes
@@ -307,23 +320,10 @@ func (s *Server) fuseRead(rt *route, c *call) bool {
 	if door.Outcome() == engine.FusedUnused && !errors.Is(err, engine.ErrFusedStale) {
 		s.tenants.CheckRead(c.reqContext(), door)
 	}
-	if rate.want > 0 {
-		// The door took the budget, or never did (then the lease is given
-		// back untaken and the usual path's door takes it).
-		rerr := errRateFenceMoved
-		if door.RateTaken {
-			rerr = nil
-		}
-		d, derr := finishShared(s.refusals, s.leases, scope.KeyID, rate.perSecond, rate.local, rate.ratePlan, door.RateAnswer, rerr)
-		if derr == nil {
-			c.door.rateDone, c.door.rate, c.door.rateLimits = true, d, [2]int{rate.perSecond, rate.burst}
-		}
-	}
+	s.settleFusedRate(c, scope.KeyID, rate, door)
 	switch door.Outcome() {
 	case engine.FusedRateRefused:
-		ctx.Response.Reset()
-		ctx.Response.Header.SetBytesKV(headerRequestID, c.reqID)
-		c.applyLimit(c.door.rate, errRateLimited)
+		c.answerRateRefused()
 		c.tctx = before
 		return true
 	case engine.FusedChecked:
