@@ -92,3 +92,37 @@ func TestReadDoor(t *testing.T) {
 		})
 	}
 }
+
+// TestReadDoorGauge: a gauge check's read (GaugeValue) carries the read
+// door's stamps in its round trip as the balances read does.
+func TestReadDoorGauge(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	b := bundle{store: NewStore(rdb, prefix), rdb: rdb, real: true}
+	ctx := context.Background()
+	for _, moved := range []bool{false, true} {
+		c, _ := b.funded(t)
+		if _, err := b.store.Gauge(ctx, engine.GaugeCommand{CommandHeader: engine.CommandHeader{OpID: uuid.New(), Customer: c, Now: t0},
+			Metric: "seats", Delta: 3, Cap: 10}); err != nil {
+			t.Fatal(err)
+		}
+		stamp, err := b.store.StampBump(ctx, c.TenantID, engine.StampTenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &engine.FusedDoor{Tenant: c.TenantID, Checked: true, Read: true}
+		d.Stamps[engine.StampTenant] = stamp
+		if moved {
+			if _, err := b.store.StampBump(ctx, c.TenantID, engine.StampCatalog); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, err := b.store.GaugeValue(engine.WithFusedDoor(ctx, d), c, "seats")
+		switch {
+		case moved && (!errors.Is(err, engine.ErrFusedStale) || d.Outcome() != engine.FusedStale):
+			t.Errorf("a stamp moved: %d %v, outcome %d; want ErrFusedStale and stale", v, err, d.Outcome())
+		case !moved && (err != nil || v != 3 || d.Outcome() != engine.FusedChecked):
+			t.Errorf("stamps as seen: %d %v, outcome %d; want 3 and checked", v, err, d.Outcome())
+		}
+	}
+}

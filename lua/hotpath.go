@@ -692,7 +692,23 @@ func (s *Store) gauge(ctx context.Context, cmd engine.GaugeCommand) (engine.Muta
 // read-only). Errors: engine.ErrStateMissing.
 func (s *Store) GaugeValue(ctx context.Context, c engine.CustomerKey, metric string) (int64, error) {
 	now := strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
-	v, err := gaugeValueScript.Run(ctx, s.rdb, []string{s.accountKey(c.CustomerID)}, metric, now).Text()
+	key := s.accountKey(c.CustomerID)
+	// Under a read door the stamps ride with the script (doRead): a gauge
+	// check is one round trip too.
+	cmd := redis.NewCmd(ctx, "evalsha", gaugeValueScript.Hash(), 1, key, metric, now)
+	err := s.doRead(ctx, cmd)
+	if isNoScript(err) {
+		// Redis lost its scripts (a restart, a failover): this run loads it.
+		cmd = gaugeValueScript.Run(ctx, s.rdb, []string{key}, metric, now)
+		err = cmd.Err()
+	}
+	if errors.Is(err, engine.ErrFusedStale) {
+		return 0, err
+	}
+	if err != nil {
+		return 0, scriptError("gauge value", err)
+	}
+	v, err := cmd.Text()
 	if err != nil {
 		return 0, scriptError("gauge value", err)
 	}
