@@ -131,18 +131,7 @@ func (s *Tenants) Fuse(ctx context.Context, plain []byte) (context.Context, *Fus
 	if !ok || !f.FusesDoors() {
 		return ctx, nil, false
 	}
-	scope, ok := s.peekScope(plain)
-	if !ok {
-		return ctx, nil, false
-	}
-	d := &FusedDoor{Tenant: scope.TenantID}
-	if st := s.doorStamps; st != nil && st.store != nil {
-		if d.Stamps, ok = st.snapshot(scope.TenantID); !ok {
-			return ctx, nil, false
-		}
-		d.Checked = true
-	}
-	return WithFusedDoor(ctx, d), d, true
+	return s.startDoor(ctx, plain, false)
 }
 
 // ReadFuser is a store whose reads can carry a read door's stamps check
@@ -161,11 +150,19 @@ func (s *Tenants) FuseRead(ctx context.Context, plain []byte) (context.Context, 
 	if !ok || !f.FusesReads() {
 		return ctx, nil, false
 	}
+	return s.startDoor(ctx, plain, true)
+}
+
+// startDoor is Fuse's and FuseRead's door (read: a read door) for the
+// cached API key plain, carrying the tenant's stamps as this node has
+// seen them; ok is false when the key is not cached or the stamps were
+// never read here.
+func (s *Tenants) startDoor(ctx context.Context, plain []byte, read bool) (context.Context, *FusedDoor, bool) {
 	scope, ok := s.peekScope(plain)
 	if !ok {
 		return ctx, nil, false
 	}
-	d := &FusedDoor{Tenant: scope.TenantID, Read: true}
+	d := &FusedDoor{Tenant: scope.TenantID, Read: read}
 	if st := s.doorStamps; st != nil && st.store != nil {
 		if d.Stamps, ok = st.snapshot(scope.TenantID); !ok {
 			return ctx, nil, false

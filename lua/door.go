@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
@@ -59,21 +60,28 @@ func (s *Store) DoorTrip(ctx context.Context, ask engine.DoorAsk) engine.DoorAns
 	}
 	out.Stamps, out.StampsErr = stampsReply(stamps)
 	if rate != nil {
-		if isNoScript(rate.Err()) {
-			// Redis lost its scripts (a restart, a failover): this take
-			// alone loads it again.
-			rate = s.rateFencedRun(ctx, ask.Tenant, ask.Rate)
-		}
-		if v, err := rate.Int64Slice(); err == nil && len(v) > 0 && v[0] == rateFenceMoved {
-			out.RateStale = true
-		} else {
-			out.Rate, out.RateErr = rateReply(rate, ask.Rate.Burst)
-		}
+		out.Rate, out.RateStale, out.RateErr = s.rateAnswer(ctx, ask.Tenant, ask.Rate, rate)
 	}
 	if claim != nil {
 		out.Claim, out.Claimed, out.ClaimErr = claimReply(claim, head)
 	}
 	return out
+}
+
+// rateAnswer reads an answered take of ask (rateCmd) sent in a group:
+// stale when its fence found the tenant's stamp moved (nothing taken). A
+// take Redis lacked the script for is run again on its own.
+func (s *Store) rateAnswer(ctx context.Context, tenant uuid.UUID, ask *engine.RateAsk, rate *redis.Cmd) (rd engine.RateDecision, stale bool, err error) {
+	if isNoScript(rate.Err()) {
+		// Redis lost its scripts (a restart, a failover): this take
+		// alone loads it again.
+		rate = s.rateFencedRun(ctx, tenant, ask)
+	}
+	if v, err := rate.Int64Slice(); err == nil && len(v) > 0 && v[0] == rateFenceMoved {
+		return engine.RateDecision{}, true, nil
+	}
+	rd, err = rateReply(rate, ask.Burst)
+	return rd, false, err
 }
 
 // isNoScript tells Redis's answer to an EVALSHA of a script it does not hold.

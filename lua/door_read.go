@@ -49,17 +49,10 @@ func (s *Store) doRead(ctx context.Context, cmd redis.Cmder) error {
 		return err // the group was never answered
 	}
 	if rate != nil {
-		if isNoScript(rate.Err()) {
-			rate = s.rateFencedRun(ctx, d.Tenant, d.Rate) // Redis lost its scripts
-		}
 		// A take the fence refused took nothing; one that failed is the
 		// usual path's to make again. Either way the door is stale.
-		if v, err := rate.Int64Slice(); err != nil || len(v) == 0 || v[0] == rateFenceMoved {
-			d.Settle(engine.FusedStale)
-			return engine.ErrFusedStale
-		}
-		rd, err := rateReply(rate, d.Rate.Burst)
-		if err != nil {
+		rd, stale, err := s.rateAnswer(ctx, d.Tenant, d.Rate, rate)
+		if stale || err != nil {
 			d.Settle(engine.FusedStale)
 			return engine.ErrFusedStale
 		}
