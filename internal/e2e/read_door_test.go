@@ -35,17 +35,25 @@ func TestReadDoorRateLimitAndCreate(t *testing.T) {
 
 	wantStatus(t, adminCall(t, s, AdminToken, "PATCH", "/admin/v1/tenants/"+tn.ID,
 		map[string]any{"rate_limit_per_second": 1, "rate_limit_burst": 2}), 200, "admin PATCH rate limit")
-	var got []Response
-	for range 3 {
-		got = append(got, check(id))
+	// The first check after the change is served; one of the next ones
+	// meets the spent budget (exact counts are TestConformanceRateLimit's:
+	// three checks may span a refill on a loaded box).
+	first := check(id)
+	checkStatus(t, first, 200, "check 1 of burst 2")
+	if first.Body["allowed"] != true || Int(t, first.Body["estimated_cost"]) != 7 {
+		t.Errorf("check 1: allowed %v estimated_cost %v, want true and 7", first.Body["allowed"], first.Body["estimated_cost"])
 	}
-	checkStatus(t, got[0], 200, "check 1 of burst 2")
-	checkStatus(t, got[1], 200, "check 2 of burst 2")
-	if got[0].Body["allowed"] != true || Int(t, got[0].Body["estimated_cost"]) != 7 {
-		t.Errorf("check 1: allowed %v estimated_cost %v, want true and 7", got[0].Body["allowed"], got[0].Body["estimated_cost"])
+	got := []Response{first}
+	var lim Response
+	for range 6 {
+		r := check(id)
+		if r.Status == 429 {
+			lim = r
+			break
+		}
+		got = append(got, r)
 	}
-	lim := got[2]
-	checkProblem(t, lim, 429, "rate-limited", "", "check 3")
+	checkProblem(t, lim, 429, "rate-limited", "", "a check past the burst")
 	if ra, err := strconv.Atoi(lim.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Errorf("Retry-After %q, want a positive number of seconds", lim.Header.Get("Retry-After"))
 	}
@@ -55,7 +63,7 @@ func TestReadDoorRateLimitAndCreate(t *testing.T) {
 	if _, ok := lim.Body["allowed"]; ok {
 		t.Errorf("the 429 carries a check's members: %v", lim.Body)
 	}
-	for _, r := range got[:2] {
+	for _, r := range got {
 		for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
 			if r.Header.Get(h) == "" {
 				t.Errorf("a check's 200 lacks %s", h)
