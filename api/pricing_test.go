@@ -119,7 +119,7 @@ func (f *fakeCatalog) ActiveRule(_ context.Context, s engine.Scope, key string) 
 	return engine.MeteringRule{}, engine.ErrNotFound
 }
 
-// fakeHot is an engine.UsageStore that charges consumes in full and knows no
+// fakeHot is an engine.MeteringStore that charges consumes in full and knows no
 // reservations or gauges.
 type fakeHot struct{}
 

@@ -296,40 +296,40 @@ const reservationNoteTimeout = 2 * time.Second
 // money script appends the notice itself, in its own round trip. A failed notice is logged, not returned:
 // the reservation stands. Replays and dry runs (ReserveDry passes through) note
 // nothing: nothing changed.
-func NotingReservations(hot UsageStore, notes ReservationNotes, log zerolog.Logger) UsageStore {
-	return &notingReservations{UsageStore: hot, notes: notes, log: log}
+func NotingReservations(hot MeteringStore, notes ReservationNotes, log zerolog.Logger) MeteringStore {
+	return &notingReservations{MeteringStore: hot, notes: notes, log: log}
 }
 
 type notingReservations struct {
-	UsageStore
+	MeteringStore
 	notes ReservationNotes
 	log   zerolog.Logger
 }
 
 func (h *notingReservations) Reserve(ctx context.Context, cmd ReserveCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
-	res, err := h.UsageStore.Reserve(ctx, cmd)
+	res, err := h.MeteringStore.Reserve(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingReservations) Commit(ctx context.Context, cmd CommitCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
-	res, err := h.UsageStore.Commit(ctx, cmd)
+	res, err := h.MeteringStore.Commit(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingReservations) Extend(ctx context.Context, cmd ExtendCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
-	res, err := h.UsageStore.Extend(ctx, cmd)
+	res, err := h.MeteringStore.Extend(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }
 
 func (h *notingReservations) Release(ctx context.Context, cmd ReleaseCommand) (MutationResult, error) {
 	d := fuseNote(ctx, cmd.Customer)
-	res, err := h.UsageStore.Release(ctx, cmd)
+	res, err := h.MeteringStore.Release(ctx, cmd)
 	h.note(ctx, d, cmd.Customer, res, err)
 	return res, err
 }

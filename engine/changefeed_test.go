@@ -207,7 +207,7 @@ func TestChangeStreamCurrentAt(t *testing.T) {
 
 // reservationsStore answers reservations with a set result; other methods are not used.
 type reservationsStore struct {
-	UsageStore
+	MeteringStore
 	res MutationResult
 	err error
 }

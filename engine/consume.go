@@ -121,7 +121,7 @@ func (s *Entitlements) Consume(ctx context.Context, scope Scope, tenant Tenant, 
 
 // ConsumeDry answers what Consume of in would do, changing nothing: the
 // same checks and pricing, then the very script of a charge run on a
-// scratch copy of the account (UsageStore.ConsumeDry). A charge that would
+// scratch copy of the account (MeteringStore.ConsumeDry). A charge that would
 // be refused gets the refusal it would get, marked dry_run, with the
 // events the refusal would fire. No Idempotency-Key is claimed or
 // consulted: a dry run never replays an earlier answer. Nor does it create

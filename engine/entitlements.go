@@ -16,7 +16,7 @@ type Entitlements struct {
 	customers CustomerLookup
 	metering  *Metering
 	credits   *Credits
-	hot       UsageStore
+	hot       MeteringStore
 	clock     Clock
 	plans     PlanView
 	snapshots snapshotCache
@@ -100,7 +100,7 @@ type EntitlementsDeps struct {
 	Customers CustomerLookup
 	Metering  *Metering
 	Credits   *Credits
-	Hot       UsageStore
+	Hot       MeteringStore
 	Clock     Clock
 	// Plans plugs subscriptions into checks, consumes and reservations (nil: every
 	// value is the metric default).

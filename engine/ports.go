@@ -435,10 +435,11 @@ type EventLog interface {
 	LastSequence(ctx context.Context, tenant uuid.UUID) (int64, error)
 }
 
-// UsageStore is the Redis side of pricing, entitlements and reservations; every
+// MeteringStore is the Redis side of pricing, entitlements and reservations (the
+// metering of a use, not the usage its events report); every
 // method is one atomic script on one customer and returns ErrStateMissing
 // when the customer must be loaded first.
-type UsageStore interface {
+type MeteringStore interface {
 	// Consume errors: ErrInsufficientCredits (block), ErrOverflow,
 	// ErrIdempotencyMismatch, ErrStateMissing.
 	Consume(ctx context.Context, cmd ConsumeCommand) (MutationResult, error)

@@ -13,7 +13,7 @@ import (
 // ReservationSweeper expires reservations past their expires_at (docs/spec/interface.md:
 // once per minute; the interval is configurable for tests).
 type ReservationSweeper struct {
-	Hot      UsageStore
+	Hot      MeteringStore
 	Credits  *Credits
 	Clock    Clock
 	Interval time.Duration

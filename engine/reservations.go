@@ -42,7 +42,7 @@ type Reservations struct {
 	customers *Customers
 	lookup    CustomerLookup
 	metering  *Metering
-	hot       UsageStore
+	hot       MeteringStore
 	reader    ReservationReader
 	clock     Clock
 }
@@ -58,7 +58,7 @@ type ReservationsDeps struct {
 	Lookup CustomerLookup
 	// Metering prices a commit by the rule active then (nil: none).
 	Metering     *Metering
-	Hot          UsageStore
+	Hot          MeteringStore
 	Reservations ReservationReader
 	Clock        Clock
 }
@@ -161,7 +161,7 @@ func (s *Reservations) Create(ctx context.Context, scope Scope, tenant Tenant, i
 	return s.reserve(ctx, c, cmd, in.Dry, "estimated_units")
 }
 
-// reserve runs cmd for c (dry: on a scratch copy, UsageStore.ReserveDry);
+// reserve runs cmd for c (dry: on a scratch copy, MeteringStore.ReserveDry);
 // field names an overflow.
 func (s *Reservations) reserve(ctx context.Context, c Customer, cmd ReserveCommand, dry bool, field string) (ReserveResult, error) {
 	run := s.hot.Reserve

@@ -10,12 +10,12 @@ import (
 	"github.com/google/uuid"
 )
 
-// reservationHot is a UsageStore whose reservation index describes one reservation (or,
+// reservationHot is a MeteringStore whose reservation index describes one reservation (or,
 // when !described, names its customer alone) and whose commit and release
 // scripts answer with err (the first errRuns times), or a Mutation of the
 // command.
 type reservationHot struct {
-	UsageStore
+	MeteringStore
 	ref       ReservationRef
 	described bool
 	err       error

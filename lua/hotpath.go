@@ -16,7 +16,7 @@ import (
 )
 
 // Compile-time check that Store prices, entitles and holds on the hot path.
-var _ engine.UsageStore = (*Store)(nil)
+var _ engine.MeteringStore = (*Store)(nil)
 
 const (
 	// maxDueReservations bounds one DueReservations page whatever the caller asks.
