@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -23,48 +24,69 @@ func (s *Store) AppliedMutations(ctx context.Context, tenant uuid.UUID, keys []s
 	if len(keys) > maxAppliedKeys {
 		return nil, fmt.Errorf("persist: %d keys exceed the look-up bound %d", len(keys), maxAppliedKeys)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT idempotency_key, mutation FROM operations
+	// Both look-ups go in one round trip: a usage batch asks before it
+	// charges, so each trip is on the request path.
+	var q pgx.Batch
+	q.Queue(`SELECT idempotency_key, mutation FROM operations
 		WHERE tenant_id = $1 AND idempotency_key = ANY($2)`, tenant, keys)
-	if err != nil {
+	q.Queue(appliedHeadsSQL, tenant, keys)
+	res := s.pool.SendBatch(ctx, &q)
+	defer res.Close()
+	if err := appliedOperations(res, out); err != nil {
 		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+	}
+	// The keys of lean consumes are on their ledger entries (ophead.go).
+	if err := appliedHeads(res, out); err != nil {
+		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+	}
+	return out, nil
+}
+
+// appliedOperations reads the batch's next result, operations rows, into out.
+func appliedOperations(res pgx.BatchResults, out map[string]engine.Mutation) error {
+	rows, err := res.Query()
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var key string
 		var doc []byte
 		if err := rows.Scan(&key, &doc); err != nil {
-			return nil, err
+			return err
 		}
 		var m engine.Mutation
 		if err := engine.DecodeMutation(doc, &m); err != nil {
-			return nil, fmt.Errorf("persist: applied mutation %s: %w", key, err)
+			return fmt.Errorf("mutation %s: %w", key, err)
 		}
 		out[key] = m
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("persist: applied mutations: %w", err)
-	}
-	// The keys of lean consumes are on their ledger entries (ophead.go).
-	rows, err = s.pool.Query(ctx, appliedHeadsSQL, tenant, keys)
+	return rows.Err()
+}
+
+// appliedHeads reads the batch's next result, lean consumes' ledger heads,
+// into out, where an operations row did not already answer the key.
+func appliedHeads(res pgx.BatchResults, out map[string]engine.Mutation) error {
+	rows, err := res.Query()
 	if err != nil {
-		return nil, fmt.Errorf("persist: applied mutations: %w", err)
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var h headRow
 		if err := rows.Scan(h.scan()...); err != nil {
-			return nil, err
+			return err
 		}
 		if _, ok := out[h.idem]; ok {
 			continue
 		}
 		m, err := h.mutation()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out[h.idem] = m
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // appliedHeadsSQL finds the lean consumes of tenant $1 under the keys $2:
