@@ -169,13 +169,16 @@ func decodeConsume(body []byte, in *consumePayload) error {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return decodeBody(body, in)
 	}
-	if err := engine.ScanJSON(trimmed, "", consumeShape, engine.MaxJSONDepth); err != nil {
-		return err
-	}
+	// A body flatConsume reads is one ScanJSON passes (printable ASCII
+	// strings without escapes, an integer, each member once, nothing
+	// else), so it skips the scan: a few µs of a consume (issue 26).
 	if flatConsume(trimmed, in) {
 		return nil
 	}
 	*in = consumePayload{}
+	if err := engine.ScanJSON(trimmed, "", consumeShape, engine.MaxJSONDepth); err != nil {
+		return err
+	}
 	return decodeBody(body, in)
 }
 
@@ -183,17 +186,25 @@ var consumeShape = engine.ShapeOf(reflect.TypeOf(&consumePayload{}))
 
 // flatConsume reads {"customer_id":"..","billable_metric_key":"..",
 // "units":n,"metadata":null} in any order and spacing; false when the body
-// has any other shape (an escape, a fraction, another member...).
+// has any other shape (an escape, a byte outside printable ASCII, a
+// fraction, another member, a member twice...): what it reads,
+// engine.ScanJSON passes (TestFlatConsumeScans).
 func flatConsume(b []byte, in *consumePayload) bool {
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == '}' {
 		return allSpace(b[i+1:])
 	}
+	var seen [4]bool // customer_id, billable_metric_key, units, metadata
 	for {
 		name, j, ok := plainString(b, i)
 		if !ok {
 			return false
 		}
+		k := flatMember(name)
+		if k < 0 || seen[k] {
+			return false
+		}
+		seen[k] = true
 		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
 			return false
 		}
@@ -248,8 +259,23 @@ func skipSpace(b []byte, i int) int {
 
 func allSpace(b []byte) bool { return skipSpace(b, 0) == len(b) }
 
-// plainString reads a string at b[i] without escapes or control bytes; j is
-// just past its closing quote.
+// flatMember is the index of a member flatConsume reads, -1 for another.
+func flatMember(name []byte) int {
+	switch string(name) {
+	case "customer_id":
+		return 0
+	case "billable_metric_key":
+		return 1
+	case "units":
+		return 2
+	case "metadata":
+		return 3
+	}
+	return -1
+}
+
+// plainString reads a string at b[i] of printable ASCII without escapes
+// (so valid UTF-8 without control bytes); j is just past its closing quote.
 func plainString(b []byte, i int) (s []byte, j int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
@@ -258,7 +284,7 @@ func plainString(b []byte, i int) (s []byte, j int, ok bool) {
 		switch ch := b[j]; {
 		case ch == '"':
 			return b[i+1 : j], j + 1, true
-		case ch == '\\' || ch < ' ':
+		case ch == '\\' || ch < ' ' || ch > '~':
 			return nil, 0, false
 		}
 	}

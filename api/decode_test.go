@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"fmt"
+	"math/rand"
 	"net"
 	"reflect"
 	"strings"
@@ -235,6 +236,10 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 		`{"customer_id":7,"billable_metric_key":"k","units":1}`,
 		`{"customer_id":"c1","billable_metric_key":"k","units":1,"extra":[1,2]}`,
 		`{"customer_id":"c1","customer_id":"c2","billable_metric_key":"k","units":1}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,"units":2}`,
+		`{"customer_id":"c1","billable_metric_key":"k","units":1,"metadata":null,"metadata":null}`,
+		"{\"customer_id\":\"c\xff\",\"billable_metric_key\":\"k\",\"units\":1}",
+		"{\"customer_id\":\"c\x7f\",\"billable_metric_key\":\"k\",\"units\":1}",
 		`{"Customer_ID":"c1","billable_metric_key":"k","units":1}`,
 		`{"customer_id":"c1","billable_metric_key":"k","units":1} x`,
 		`{"customer_id":"c1","billable_metric_key":"k","units":1,}`,
@@ -280,6 +285,50 @@ func TestDecodeConsumeMatchesDecodeBody(t *testing.T) {
 	err := decodeConsume([]byte(bodies[len(bodies)-2]), &in)
 	if e, ok := engine.AsError(err); !ok || e.Kind != engine.KindValidation || !strings.HasPrefix(e.Field, "items") {
 		t.Errorf("string units in an item: %v", err)
+	}
+}
+
+// TestFlatConsumeScans: every body the consume fast path reads is one
+// engine.ScanJSON passes, since decodeConsume skips the scan for it: on
+// bodies cut and altered at random from plain ones.
+func TestFlatConsumeScans(t *testing.T) {
+	t.Parallel()
+	seeds := []string{
+		`{"customer_id":"c1","billable_metric_key":"api_calls","units":1}`,
+		`{"units": 25 ,"billable_metric_key" : "a.b:c-d",	"customer_id":"x","metadata":null}`,
+	}
+	alphabet := []byte("{}[]\",:0123456789-.eE \t\nunitsmetadnl\\\x00\x7f\xc3\xa9\xff")
+	rng := rand.New(rand.NewSource(26))
+	accepted := 0
+	for n := 0; n < 200000; n++ {
+		b := []byte(seeds[rng.Intn(len(seeds))])
+		for k := rng.Intn(4); k >= 0; k-- {
+			p := rng.Intn(len(b))
+			switch rng.Intn(3) {
+			case 0: // replace a byte
+				b[p] = alphabet[rng.Intn(len(alphabet))]
+			case 1: // insert a byte
+				b = append(b[:p], append([]byte{alphabet[rng.Intn(len(alphabet))]}, b[p:]...)...)
+			default: // repeat a slice
+				q := p + rng.Intn(len(b)-p)
+				b = append(b[:q], append(append([]byte{}, b[p:q]...), b[q:]...)...)
+			}
+		}
+		trimmed := bytes.TrimLeft(b, " \t\r\n")
+		if len(trimmed) == 0 || trimmed[0] != '{' {
+			continue
+		}
+		var in consumePayload
+		if !flatConsume(trimmed, &in) {
+			continue
+		}
+		accepted++
+		if err := engine.ScanJSON(trimmed, "", consumeShape, engine.MaxJSONDepth); err != nil {
+			t.Fatalf("flatConsume reads %q, ScanJSON refuses it: %v", b, err)
+		}
+	}
+	if accepted < 1000 {
+		t.Fatalf("only %d altered bodies took the fast path", accepted)
 	}
 }
 

@@ -80,25 +80,7 @@ func AppendMutationJSON(dst []byte, m *Mutation) ([]byte, error) {
 		b = append(b, ']')
 	}
 	if c := m.Context; c != nil {
-		b = append(b, `,"ctx":{"ext":`...)
-		b = AppendJSONString(b, c.ExternalID)
-		b = AppendJSONInt(b, `,"th":`, c.ThresholdMC)
-		if c.Policy != "" {
-			b = append(b, `,"policy":`...)
-			b = AppendJSONString(b, string(c.Policy))
-		}
-		if c.LimitMC != 0 {
-			b = AppendJSONInt(b, `,"lim":`, c.LimitMC)
-		}
-		if c.BudgetArg != "" {
-			b = append(b, `,"bud":`...)
-			b = AppendJSONString(b, c.BudgetArg)
-		}
-		if c.Emitter != "" {
-			b = append(b, `,"emitter":`...)
-			b = AppendJSONString(b, c.Emitter)
-		}
-		b = append(b, '}')
+		b = AppendMutationContextJSON(append(b, `,"ctx":`...), c)
 	}
 	if m.EffectiveBefore != nil {
 		b = AppendJSONInt(b, `,"eb":`, *m.EffectiveBefore)
@@ -245,6 +227,31 @@ func appendUsageJSON(b []byte, u *MutationUsage) []byte {
 			b = append(AppendJSONInt(b, `,"cost":`, it.Cost), '}')
 		}
 		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// AppendMutationContextJSON appends json.Marshal(c)'s bytes to b (a
+// MutationContext always marshals): a Mutation's "ctx" member, and the
+// ctx argument of every money script (lua/argv.go newHotHead).
+func AppendMutationContextJSON(b []byte, c *MutationContext) []byte {
+	b = append(b, `{"ext":`...)
+	b = AppendJSONString(b, c.ExternalID)
+	b = AppendJSONInt(b, `,"th":`, c.ThresholdMC)
+	if c.Policy != "" {
+		b = append(b, `,"policy":`...)
+		b = AppendJSONString(b, string(c.Policy))
+	}
+	if c.LimitMC != 0 {
+		b = AppendJSONInt(b, `,"lim":`, c.LimitMC)
+	}
+	if c.BudgetArg != "" {
+		b = append(b, `,"bud":`...)
+		b = AppendJSONString(b, c.BudgetArg)
+	}
+	if c.Emitter != "" {
+		b = append(b, `,"emitter":`...)
+		b = AppendJSONString(b, c.Emitter)
 	}
 	return append(b, '}')
 }

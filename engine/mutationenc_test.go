@@ -161,3 +161,30 @@ func BenchmarkEncodeMutation(b *testing.B) {
 		}
 	})
 }
+
+// TestAppendMutationContextJSONMatchesMarshal: the money scripts' ctx
+// argument, written by hand, is exactly json.Marshal's bytes for contexts
+// with every optional member set or not, and strings that need escaping.
+func TestAppendMutationContextJSONMatchesMarshal(t *testing.T) {
+	t.Parallel()
+	texts := []string{"", "alice", "k-1", `q"uote`, `back\slash`, "tab\there", "nul\x00", "<b>&amp;", "é", "\u2028", "bad\xffutf8"}
+	rng := rand.New(rand.NewSource(2))
+	for i := range 2000 {
+		str := func() string { return texts[rng.Intn(len(texts))] }
+		c := MutationContext{ExternalID: str(), ThresholdMC: rng.Int63n(2000) - 1000, Policy: OveragePolicy(str()),
+			BudgetArg: str(), Emitter: str()}
+		if rng.Intn(2) == 0 {
+			c.LimitMC = rng.Int63() - rng.Int63()
+		}
+		if rng.Intn(2) == 0 {
+			c.Budgets = []Budget{{}}
+		}
+		want, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendMutationContextJSON([]byte("prefix"), &c); !bytes.Equal(got, append([]byte("prefix"), want...)) {
+			t.Fatalf("context %d:\nAppendMutationContextJSON %s\njson.Marshal              %s", i, got, want)
+		}
+	}
+}

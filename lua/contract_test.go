@@ -367,6 +367,9 @@ func TestArgvMatchesScripts(t *testing.T) {
 			wantList := append(append(f, it...), tl...)
 			var gotList []string
 			for _, v := range tc.argv.list() {
+				if p, ok := v.(*string); ok { // the hot lists send pointers (argv.go put)
+					v = *p
+				}
 				gotList = append(gotList, v.(string))
 			}
 			if !reflect.DeepEqual(gotList, wantList) {

@@ -50,8 +50,10 @@ var stampFieldArgs = func() []any {
 	return out
 }()
 
-// fusedArgs are door_fused.lua's keys and arguments around a script's own.
-func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]string, []any, error) {
+// fusedArgs are door_fused.lua's keys around a script's own, and the whole
+// FCALL of fn (fcallArgv): its keys, its arguments and the script's, built
+// in place.
+func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []any) ([]string, []any, error) {
 	lockMS, err := idemTTLMillis("lock TTL", d.LockTTL)
 	if err != nil {
 		return nil, nil, err
@@ -83,8 +85,7 @@ func (s *Store) fusedArgs(d *engine.FusedDoor, keys []string, args []any) ([]str
 	if d.Checked {
 		n = len(d.Stamps)
 	}
-	a := make([]any, 0, 14+2*n+len(args))
-	a = append(a, n)
+	a := append(fcallHead(fn, k, 14+2*n+len(args)), n)
 	if n > 0 {
 		a = append(a, stampFieldArgs...)
 		for _, v := range d.Stamps {
@@ -113,14 +114,14 @@ func (fusedError) RedisError()     {}
 // whose caller runs the script again, as door_fused.lua says, or no
 // answer at all). What it returns is the body's reply or error.
 func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, keys []string, args []any) (any, error) {
-	k, a, err := s.fusedArgs(d, keys, args)
+	k, argv, err := s.fusedArgs(sc.doorFn(), d, keys, args)
 	if err != nil {
 		return nil, err
 	}
-	cmd := s.fcallNamed(ctx, sc.doorFn(), k, a)
+	cmd := s.fcallArgv(ctx, argv, len(k))
 	if isMissingCode(cmd.Err()) {
 		if lerr := s.loadLibraryFor(ctx, k); lerr == nil {
-			cmd = s.fcallNamed(ctx, sc.doorFn(), k, a)
+			cmd = s.fcallArgv(ctx, argv, len(k))
 		}
 	}
 	v, err := cmd.Result()

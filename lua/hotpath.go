@@ -192,10 +192,7 @@ func poolArgs(cmd engine.ConsumeCommand) (poolArgv, error) {
 	if Partition(p.Parent.CustomerID) != Partition(cmd.Customer.CustomerID) {
 		return poolArgv{}, fmt.Errorf("lua: consume: parent %s is not in the slot of customer %s", p.Parent.CustomerID, cmd.Customer.CustomerID)
 	}
-	pctx, err := json.Marshal(p.ParentContext)
-	if err != nil {
-		return poolArgv{}, err
-	}
+	pctx := engine.AppendMutationContextJSON(nil, &p.ParentContext)
 	return poolArgv{Pool: engine.PoolArg(p, cmd.Now), PoolOp: p.OpID.String(), PoolCtx: string(pctx)}, nil
 }
 

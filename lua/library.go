@@ -168,13 +168,27 @@ func (s *Store) fcall(ctx context.Context, sc *script, keys []string, args []any
 
 // fcallNamed is fcall of the library's function fn.
 func (s *Store) fcallNamed(ctx context.Context, fn string, keys []string, args []any) *redis.Cmd {
-	argv := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	argv := fcallHead(fn, keys, len(args))
+	return s.fcallArgv(ctx, append(argv, args...), len(keys))
+}
+
+// fcallHead is the start of an FCALL of fn on keys, with room for n
+// arguments after them.
+func fcallHead(fn string, keys []string, n int) []any {
+	argv := make([]any, 3+len(keys), 3+len(keys)+n)
 	argv[0], argv[1], argv[2] = "fcall", fn, len(keys)
 	for i, k := range keys {
 		argv[3+i] = k
 	}
-	cmd := redis.NewCmd(ctx, append(argv, args...)...)
-	if len(keys) > 0 {
+	return argv
+}
+
+// fcallArgv is fcallNamed of a whole FCALL command (fcallHead and the
+// arguments), sent as it is: a caller that builds the arguments in place
+// saves their copy.
+func (s *Store) fcallArgv(ctx context.Context, argv []any, nKeys int) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, argv...)
+	if nKeys > 0 {
 		cmd.SetFirstKeyPos(3) // a Cluster routes by the first key
 	}
 	if err := s.trips.do(ctx, cmd); err != nil {
