@@ -105,6 +105,11 @@ func serve() error {
 		defer telemetry.ServeMetrics(mln, registry, log)()
 		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
 	}
+	// No reader of this release takes an account hash of an older layout:
+	// rewrite them (once per Redis) before serving anything.
+	if err := a.FenceLayouts(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
