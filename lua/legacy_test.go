@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/internal/testenv"
 )
 
 // legacyHash writes c's account hash as a binary before issue 10's compact
@@ -445,4 +447,42 @@ func TestLayoutRewriteChecksWhatItRead(t *testing.T) {
 			t.Fatalf("block 0 after the rewrite: %q", got)
 		}
 	})
+}
+
+// TestLayoutRewriteCluster: on a Redis Cluster of 3 masters the rewrite
+// scans every master, so old hashes of customers spread over every
+// partition (and so every master) are all rewritten, and every marker set.
+func TestLayoutRewriteCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	masters := testenv.StartRedisCluster(t, 3)
+	seeds := make([]string, len(masters))
+	for i, m := range masters {
+		seeds[i] = m.Addr
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := bundle{store: NewStore(rdb, "t"+testenv.RandomSuffix()), rdb: rdb, real: true}
+	ctx := context.Background()
+	parts := map[int]bool{}
+	var customers []engine.CustomerKey
+	for len(parts) < Partitions {
+		c := newCustomer()
+		legacyHash(t, b, c, uuid.New())
+		parts[Partition(c.CustomerID)] = true
+		customers = append(customers, c)
+	}
+	r, err := b.store.RewriteLayouts(ctx)
+	if err != nil || r.Scanned != len(customers) || r.Rewritten != len(customers) {
+		t.Fatalf("rewrite of %d hashes: %+v %v", len(customers), r, err)
+	}
+	if pending, err := b.store.LayoutsPending(ctx); err != nil || len(pending) != 0 {
+		t.Fatalf("pending: %v %v", pending, err)
+	}
+	for _, c := range customers {
+		if a := b.snapshot(t, c, t0); a.Balance != 3500 || len(a.Blocks) != 3 {
+			t.Fatalf("snapshot after the rewrite: %+v", a)
+		}
+	}
 }
