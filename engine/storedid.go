@@ -75,7 +75,8 @@ func StoredIDText(s string) string {
 	return id.String()
 }
 
-// storedID is a uuid.UUID decoded from either stored form.
+// storedID is a uuid.UUID decoded from either form a Mutation document
+// holds (ParseStoredID): compact from a script, UUID text from Go.
 type storedID uuid.UUID
 
 // UnmarshalText reads either stored form.
@@ -89,7 +90,8 @@ func (s *storedID) UnmarshalText(b []byte) error {
 }
 
 // UnmarshalJSON is encoding/json's decoding of b with its id in either
-// stored form: a script writes a block's id as the account hash keeps it.
+// stored form: a script writes a block's id as the account hash keeps it,
+// Go (AppendMutationJSON) as UUID text.
 func (b *MutationBlock) UnmarshalJSON(data []byte) error {
 	type plain MutationBlock
 	x := struct {

@@ -167,7 +167,14 @@ func withStores(run func(ctx context.Context, ledger *persist.Store, store *lua.
 		return err
 	}
 	defer closeRedis()
-	return run(ctx, persist.NewStore(pool), lua.NewStore(rdb, cfg.RedisPrefix))
+	store := lua.NewStore(rdb, cfg.RedisPrefix)
+	// These commands read account hashes in the current layout only, as
+	// serve does: they cross the same fence first (one round trip once the
+	// markers are set).
+	if _, err := store.RewriteLayouts(ctx); err != nil {
+		return fmt.Errorf("account layout rewrite: %w", err)
+	}
+	return run(ctx, persist.NewStore(pool), store)
 }
 
 func rebuildOn(ctx context.Context, ledger *persist.Store, store *lua.Store) error {
