@@ -15,7 +15,7 @@ import (
 // wrappers that hand a new id to a script) and undone by Go wherever an id
 // comes back out of Redis: the account hash read path (ParseCompactID, the
 // only form a hash keeps: hashes of the layouts before are rewritten once
-// before a node of this release serves, lua/layout_rewrite.lua, issue 29)
+// before a node of this release serves, lua/layout_fence.go, issue 29)
 // and the Mutation JSON the scripts write (DecodeMutation, ParseStoredID).
 // Postgres, the ledger, the API and the persisted operations only ever see
 // UUID text.

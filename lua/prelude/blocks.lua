@@ -21,7 +21,7 @@
 -- 224-byte listpack (issue 10). Hashes of the layouts before (UUID text
 -- ids, originals always written, metadata inline in an eighth field) are
 -- rewritten once before a node of this release serves
--- (lua/layout_rewrite.lua), so no script reads them (issue 29).
+-- (lua/layout_fence.go), so no script reads them (issue 29).
 --
 -- Block metadata lives in its own field "m:<block id>" of the account hash,
 -- written once when the block is created and deleted with the block. Every

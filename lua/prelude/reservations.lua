@@ -13,7 +13,7 @@
 -- of est cost partial commits took from the reservation (0 without one), once
 -- finalized the money the final commit, release or expiry returned; metric a metric key (never holds "|"); meta "" (hashes
 -- of the layouts before issue 10 kept the metadata JSON here; they are
--- rewritten once before a node of this release serves: lua/layout_rewrite.lua):
+-- rewritten once before a node of this release serves: lua/layout_fence.go):
 -- a reservation's metadata lives in field "n:<reservation id>", which
 -- acct_read skips like block metadata. A finalized reservation stays RES_KEEP_MS,
 -- so a quick second commit or release answers 409 without Postgres; after
