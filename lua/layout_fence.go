@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,9 +80,8 @@ type LayoutRewrite struct {
 
 // RewriteLayouts rewrites every account hash of an older layout into the
 // current one (layoutPlan, written by layout_rewrite.lua: atomic per hash
-// and idempotent) and
-// then sets every partition's layout marker. With every marker already set
-// it does nothing. It scans each master once (every partition's account
+// and idempotent) and then sets every partition's layout marker. With
+// every marker already set it does nothing. It scans each master once (every partition's account
 // keys), so on a Cluster it covers every slot; safe to run from several
 // nodes at once and beside running traffic. Errors: Redis's; the markers
 // are then left unset, and the next run scans again.
@@ -95,21 +95,18 @@ func (s *Store) RewriteLayouts(ctx context.Context) (LayoutRewrite, error) {
 	if err := layoutRewriteScript.Load(ctx, s.rdb).Err(); err != nil {
 		return out, fmt.Errorf("lua: load layout_rewrite.lua: %w", err)
 	}
-	pass := func(ctx context.Context, node redis.Cmdable) (LayoutRewrite, error) { return s.rewriteNode(ctx, node) }
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		// ForEachMaster runs the masters at once: each adds its figures.
-		done := make(chan LayoutRewrite, 64)
+		var mu sync.Mutex
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			r, err := pass(ctx, c)
-			done <- r
+			r, err := s.rewriteNode(ctx, c)
+			mu.Lock()
+			out.Scanned, out.Rewritten = out.Scanned+r.Scanned, out.Rewritten+r.Rewritten
+			mu.Unlock()
 			return err
 		})
-		close(done)
-		for r := range done {
-			out.Scanned, out.Rewritten = out.Scanned+r.Scanned, out.Rewritten+r.Rewritten
-		}
 	} else {
-		out, err = pass(ctx, s.rdb)
+		out, err = s.rewriteNode(ctx, s.rdb)
 	}
 	if err != nil {
 		return out, err
