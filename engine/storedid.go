@@ -13,10 +13,12 @@ import (
 // customer with 3 blocks holds four ids; 14 bytes each). The scripts treat
 // ids as opaque strings, so the form is chosen by Go (lua/load.go and the
 // wrappers that hand a new id to a script) and undone by Go wherever an id
-// comes back out of Redis: the account hash read path and the Mutation JSON
-// the scripts write (DecodeMutation). Hashes written before keep the text
-// form, which every reader still accepts (ParseStoredID). Postgres, the
-// ledger, the API and the persisted operations only ever see UUID text.
+// comes back out of Redis: the account hash read path (ParseCompactID, the
+// only form a hash keeps: hashes of the layouts before are rewritten once
+// before a node of this release serves, lua/layout_fence.go, issue 29)
+// and the Mutation JSON the scripts write (DecodeMutation, ParseStoredID).
+// Postgres, the ledger, the API and the persisted operations only ever see
+// UUID text.
 
 // storedIDAlphabet is base64url's alphabet in ASCII order, so the compact
 // forms of two ids compare bytewise as their UUID texts do: lua/prelude/spend_order.lua
@@ -35,21 +37,33 @@ const CompactIDLen = 22
 // CompactID is id in the compact form account hashes keep.
 func CompactID(id uuid.UUID) string { return storedIDEncoding.EncodeToString(id[:]) }
 
-// ParseStoredID reads an id as an account hash or a script's Mutation holds
-// it: the compact form (CompactID) or UUID text.
-func ParseStoredID(s string) (uuid.UUID, error) {
-	if len(s) != CompactIDLen {
-		return uuid.Parse(s)
-	}
+// ParseCompactID reads an id as an account hash keeps it (CompactID's
+// form, nothing else).
+func ParseCompactID(s string) (uuid.UUID, error) {
 	var id uuid.UUID
+	if len(s) != CompactIDLen {
+		return uuid.Nil, fmt.Errorf("invalid compact id %q", s)
+	}
 	if n, err := storedIDEncoding.Decode(id[:], []byte(s)); err != nil || n != len(id) {
 		return uuid.Nil, fmt.Errorf("invalid compact id %q", s)
 	}
 	return id, nil
 }
 
-// StoredIDText is a stored id as UUID text: s itself unless it is in the
-// compact form ("" stays "": an account not created yet).
+// ParseStoredID reads an id as a Mutation document holds it: the compact
+// form (CompactID) where a script wrote it from the account hash, UUID
+// text where Go wrote it (AppendMutationJSON: the operations table, dead
+// letters, and a script's Mutation of a lease or reservation id).
+func ParseStoredID(s string) (uuid.UUID, error) {
+	if len(s) != CompactIDLen {
+		return uuid.Parse(s)
+	}
+	return ParseCompactID(s)
+}
+
+// StoredIDText is a Mutation's account id as UUID text: s itself unless it
+// is in the compact form ("" stays "": an account not created yet; UUID
+// text: a Mutation Go wrote).
 func StoredIDText(s string) string {
 	if len(s) != CompactIDLen {
 		return s
@@ -61,7 +75,8 @@ func StoredIDText(s string) string {
 	return id.String()
 }
 
-// storedID is a uuid.UUID decoded from either stored form.
+// storedID is a uuid.UUID decoded from either form a Mutation document
+// holds (ParseStoredID): compact from a script, UUID text from Go.
 type storedID uuid.UUID
 
 // UnmarshalText reads either stored form.
@@ -75,7 +90,8 @@ func (s *storedID) UnmarshalText(b []byte) error {
 }
 
 // UnmarshalJSON is encoding/json's decoding of b with its id in either
-// stored form: a script writes a block's id as the account hash keeps it.
+// stored form: a script writes a block's id as the account hash keeps it,
+// Go (AppendMutationJSON) as UUID text.
 func (b *MutationBlock) UnmarshalJSON(data []byte) error {
 	type plain MutationBlock
 	x := struct {

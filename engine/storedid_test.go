@@ -37,6 +37,13 @@ func TestStoredIDForms(t *testing.T) {
 			t.Errorf("ParseStoredID(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
+	// An account hash keeps the compact form only.
+	if got, err := ParseCompactID(compact); err != nil || got != id {
+		t.Errorf("ParseCompactID(compact) = %v, %v", got, err)
+	}
+	if _, err := ParseCompactID(id.String()); err == nil {
+		t.Error("ParseCompactID took UUID text")
+	}
 	if got := StoredIDText(compact); got != id.String() {
 		t.Errorf("StoredIDText(compact) = %q", got)
 	}

@@ -220,15 +220,8 @@ func (s *Store) reservationRead(ctx context.Context, c uuid.UUID, id uuid.UUID) 
 	if !found {
 		return "", "", false, nil
 	}
-	if text, ok := v[1].(string); ok && text != "" {
-		return text, raw, true, nil
-	}
-	// An older hash keeps the metadata inline, after the tenth "|".
-	p := strings.SplitN(raw, "|", 11)
-	if len(p) == 11 {
-		return p[10], raw, true, nil
-	}
-	return "", raw, true, nil
+	meta, _ = v[1].(string)
+	return meta, raw, true, nil
 }
 
 // mergeMeta is stored with incoming's keys added or replaced (both JSON

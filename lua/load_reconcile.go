@@ -159,7 +159,7 @@ func decodeGauges(fields map[string]string) (map[string]int64, []engine.StoredLe
 				if len(p) != 5 {
 					return nil, nil, fmt.Errorf("lease field %s: %q", f, l)
 				}
-				id, err := engine.ParseStoredID(p[0])
+				id, err := uuid.Parse(p[0])
 				if err != nil {
 					return nil, nil, fmt.Errorf("lease field %s: %w", f, err)
 				}

@@ -152,8 +152,8 @@ func (s *Store) readAccountSliced(ctx context.Context, key string, withMeta bool
 func decodeAccount(raw map[string]string) (accountFields, error) {
 	var a accountFields
 	var err error
-	// stored: each block's id as its field names hold it (compact or
-	// text), to find its metadata field.
+	// stored: each block's id as its field names hold it (compact), to
+	// find its metadata field.
 	var stored []string
 	for f, v := range raw {
 		switch {
@@ -167,6 +167,8 @@ func decodeAccount(raw map[string]string) (accountFields, error) {
 			a.blocks = append(a.blocks, b)
 			stored = append(stored, f[2:])
 		case f == "id":
+			// Opaque text to the scripts: "" before the account exists, the
+			// compact form of a UUID (load.go compactText).
 			a.id = engine.StoredIDText(v)
 		case f == "v":
 			a.version, err = strconv.ParseInt(v, 10, 64)
@@ -214,18 +216,18 @@ func activeReservationMetrics(raw map[string]string) []string {
 }
 
 // decodeBlock reads block_enc's "rem|orig|prio|created36|starts-created36|
-// expires-starts36|source" (orig "" while it equals rem); older hashes
-// add "|meta" ("" since metadata moved to field "m:<id>", or the metadata
-// inline) and always write orig. id is the field name's, in either stored
-// form (engine.ParseStoredID).
+// expires-starts36|source" (orig "" while it equals rem), then "|@keys"
+// for a scoped block (prelude/blocks.lua). id is the field name's, in the
+// compact form (engine.ParseCompactID): no hash of an older layout is left
+// once a node of this release serves (layout_fence.go).
 func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	p := strings.SplitN(raw, "|", 8)
-	if len(p) != 7 && len(p) != 8 {
+	if len(p) != 7 && (len(p) != 8 || !strings.HasPrefix(p[7], "@")) {
 		return engine.MutationBlock{}, fmt.Errorf("lua: block %s: malformed", id)
 	}
 	var b engine.MutationBlock
 	var err error
-	if b.ID, err = engine.ParseStoredID(id); err != nil {
+	if b.ID, err = engine.ParseCompactID(id); err != nil {
 		return b, fmt.Errorf("lua: block id %q: %w", id, err)
 	}
 	if b.Remaining, err = strconv.ParseInt(p[0], 10, 64); err != nil {
@@ -266,11 +268,9 @@ func decodeBlock(id, raw string) (engine.MutationBlock, error) {
 	} else {
 		b.Source = engine.Source(p[6])
 	}
-	if len(p) == 8 && strings.HasPrefix(p[7], "@") {
-		// The block's scope (prelude/blocks.lua block_dec), never metadata.
+	if len(p) == 8 {
+		// The block's scope (prelude/blocks.lua block_dec).
 		b.Scope = strings.Split(p[7][1:], ",")
-	} else if len(p) == 8 && p[7] != "" {
-		b.Metadata = json.RawMessage(p[7])
 	}
 	return b, nil
 }

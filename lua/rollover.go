@@ -37,11 +37,11 @@ func (s *Store) rollover(ctx context.Context, cmd engine.RolloverCommand) (engin
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	// Each listed block in both forms an account hash may keep its id in
-	// (engine.ParseStoredID): the script finds a block by its field name.
-	ids := make([]string, 0, 2*len(cmd.Blocks))
+	// Each listed block as the account hash names it (engine.CompactID):
+	// the script finds a block by its field name.
+	ids := make([]string, 0, len(cmd.Blocks))
 	for _, id := range cmd.Blocks {
-		ids = append(ids, engine.CompactID(id), id.String())
+		ids = append(ids, engine.CompactID(id))
 	}
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {

@@ -2,7 +2,6 @@ package persist
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -511,7 +510,9 @@ func (p *Persister) apply(ctx context.Context, log zerolog.Logger, part int, msg
 				half := len(msgs) / 2
 				return p.apply(ctx, log, part, msgs[:half]) && p.apply(ctx, log, part, msgs[half:])
 			}
-			raw, jerr := json.Marshal(msgs[0].Mutation)
+			// The bytes the operations table would have held (one Mutation
+			// encoder on the way to Postgres: engine.AppendMutationJSON).
+			raw, jerr := engine.AppendMutationJSON(nil, &msgs[0].Mutation)
 			if jerr == nil && p.deadLetter(ctx, log, Letter{Partition: part, EntryID: msgs[0].ID, Raw: raw,
 				Reason: err.Error(), Mutation: &msgs[0].Mutation, SQLState: sqlState(err)}) {
 				if sqlState(err) == forkRefused {
@@ -563,7 +564,7 @@ func (p *Persister) reservation(ctx context.Context, log zerolog.Logger, part in
 			rest = append(rest, m)
 			continue
 		}
-		raw, err := json.Marshal(m.Mutation)
+		raw, err := engine.AppendMutationJSON(nil, &msgs[i].Mutation)
 		if err != nil {
 			return nil, err
 		}

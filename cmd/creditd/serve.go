@@ -105,6 +105,11 @@ func serve() error {
 		defer telemetry.ServeMetrics(mln, registry, log)()
 		log.Info().Str("addr", mln.Addr().String()).Msg("metrics listening")
 	}
+	// No reader of this release takes an account hash of an older layout:
+	// rewrite them (once per Redis) before serving anything.
+	if err := a.FenceLayouts(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
@@ -162,7 +167,14 @@ func withStores(run func(ctx context.Context, ledger *persist.Store, store *lua.
 		return err
 	}
 	defer closeRedis()
-	return run(ctx, persist.NewStore(pool), lua.NewStore(rdb, cfg.RedisPrefix))
+	store := lua.NewStore(rdb, cfg.RedisPrefix)
+	// These commands read account hashes in the current layout only, as
+	// serve does: they cross the same fence first (one round trip once the
+	// markers are set).
+	if _, err := store.RewriteLayouts(ctx); err != nil {
+		return fmt.Errorf("account layout rewrite: %w", err)
+	}
+	return run(ctx, persist.NewStore(pool), store)
 }
 
 func rebuildOn(ctx context.Context, ledger *persist.Store, store *lua.Store) error {

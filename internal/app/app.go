@@ -346,6 +346,27 @@ func (a *App) Start() {
 	a.logDeadLetters()
 }
 
+// FenceLayouts returns once every account hash in Redis is in the layout
+// this release reads, rewriting those of an older layout first
+// (lua.Store.RewriteLayouts): this release has no reader for them
+// (docs/decisions.md "Legacy account layouts rewritten once (issue 29)").
+// serve calls it before it listens; with the markers set it costs one
+// round trip. Errors: Redis's; the node must then not serve.
+func (a *App) FenceLayouts(ctx context.Context) error {
+	pending, err := a.Store.LayoutsPending(ctx)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	a.log.Info().Int("partitions", len(pending)).Msg("rewriting account hashes of an older layout before serving")
+	r, err := a.Store.RewriteLayouts(ctx)
+	if err != nil {
+		return fmt.Errorf("account layout rewrite: %w", err)
+	}
+	a.log.Info().Int("scanned", r.Scanned).Int("rewritten", r.Rewritten).Dur("took", r.Took).
+		Msg("account hashes in the current layout")
+	return nil
+}
+
 // startCountTimeout bounds Start's count of unresolved dead letters.
 const startCountTimeout = 2 * time.Second
 

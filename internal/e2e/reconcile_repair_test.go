@@ -86,11 +86,10 @@ func withRemaining(t *testing.T, v string, rem int64) string {
 	return strconv.FormatInt(rem, 10) + "|" + orig + "|" + tail
 }
 
-// blockOfField is the block id of field "b:<id>" as UUID text, whichever
-// form the hash keeps it in.
+// blockOfField is the block id of field "b:<id>" (compact) as UUID text.
 func blockOfField(t *testing.T, f string) string {
 	t.Helper()
-	id, err := engine.ParseStoredID(strings.TrimPrefix(f, "b:"))
+	id, err := engine.ParseCompactID(strings.TrimPrefix(f, "b:"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,8 @@ do
     for _, b in ipairs(changed) do
       if m_pos(b.rem) then
         set[#set + 1], set[#set + 2] = 'b:' .. b.id, block_enc(b)
-        -- A new block's metadata, or an older hash's inline metadata moving
-        -- to its own field.
+        -- A new block's metadata (a block read from the hash has none in
+        -- b.meta: it stays in its field).
         if b.meta ~= '' then set[#set + 1], set[#set + 2] = 'm:' .. b.id, b.meta end
       else
         del[#del + 1], del[#del + 2] = 'b:' .. b.id, 'm:' .. b.id

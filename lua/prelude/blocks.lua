@@ -9,19 +9,19 @@
 -- block); instants in Unix ms written in base 36 to save memory (created
 -- absolute, starts as an offset from created, "" for 0; expires as an offset
 -- from starts, "" for no expiry); source as a one-letter code for the known
--- sources (else the text). Older hashes wrote original always and an eighth
--- field, meta (once the block's metadata JSON, later ""), after one more
--- "|": both are still read, and a block read with its metadata inline gets
--- the current encoding when written back. A block scoped to metrics
--- (docs/rules.md "Credits scoped to metrics") has an eighth field "@"
--- followed by its metric keys joined by "," (keys never hold "|", ",", "@":
--- engine.ValidMetricKey), which the old meta field never starts with.
+-- sources (else the text). A block scoped to metrics (docs/rules.md
+-- "Credits scoped to metrics") has an eighth field "@" followed by its
+-- metric keys joined by "," (keys never hold "|", ",", "@":
+-- engine.ValidMetricKey).
 --
 -- Ids in field names, in the spend-order index and in field "id" are
 -- whatever Go handed the script: the 22-character compact form of
--- engine.CompactID (older hashes: UUID text). Scripts never look inside an
--- id; Go reads both forms back (engine.ParseStoredID). Three blocks and the
--- account fields fit in one 224-byte listpack (issue 10).
+-- engine.CompactID. Scripts never look inside an id; Go reads it back
+-- (engine.ParseCompactID). Three blocks and the account fields fit in one
+-- 224-byte listpack (issue 10). Hashes of the layouts before (UUID text
+-- ids, originals always written, metadata inline in an eighth field) are
+-- rewritten once before a node of this release serves
+-- (lua/layout_fence.go), so no script reads them (issue 29).
 --
 -- Block metadata lives in its own field "m:<block id>" of the account hash,
 -- written once when the block is created and deleted with the block. Every
@@ -67,22 +67,18 @@ end
 -- block_dec reads the block id stored as raw.
 local function block_dec(id, raw)
   -- One match for all fields: every script decodes every block. rest is ""
-  -- (the current encoding), "|" or "|" and inline metadata (older hashes).
+  -- or "|@keys", the block's scope, kept as ",k1,k2," (applies finds
+  -- ",key," in it).
   local rem, orig, prio, c36, s36, e36, src, rest =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
-  local meta, scope = '', nil
-  if rest ~= '' then
-    -- "|@keys": the block's scope, kept as ",k1,k2," (applies finds
-    -- ",key," in it); else an older hash's inline metadata.
-    if string.byte(rest, 2) == 64 then scope = ',' .. string.sub(rest, 3) .. ',' else meta = string.sub(rest, 2) end
-  end
+  local scope = nil
+  if rest ~= '' then scope = ',' .. string.sub(rest, 3) .. ',' end
   local created = b36_dec(c36)
   local starts = created
   if s36 ~= '' then starts = created + b36_dec(s36) end
   local expires = nil
   if e36 ~= '' then expires = starts + b36_dec(e36) end
-  -- raw: block_enc writes the encoding after the amounts back as read
-  -- (meta "" only: an older hash's inline metadata moves to its own field).
+  -- raw: block_enc writes the encoding after the amounts back as read.
   -- The original amount stays text (orig_s, remaining's text when it is
   -- not written out): no script does arithmetic on it.
   local orig_s = orig
@@ -93,12 +89,11 @@ local function block_dec(id, raw)
   local p, prio_s = string.byte(prio), nil
   if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
   -- Members set later (drain, block_enc) are named (nil): the table is
-  -- made at its final size.
-  local b = {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = meta, scope = scope,
-    raw = nil, rem_len = nil, orig_len = nil, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
-  if meta == '' then b.raw, b.rem_len, b.orig_len = raw, #rem, #orig end
-  return b
+  -- made at its final size. meta is a block's metadata only when the
+  -- script creates it (a read block's stays in field "m:<id>").
+  return {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
+    created = created, starts = starts, expires = expires, src = src_dec(src), meta = '', scope = scope,
+    raw = raw, rem_len = #rem, orig_len = #orig, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
 end
 
 -- block_json is b as an engine.MutationBlock in three parts: the text before

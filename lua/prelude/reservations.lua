@@ -11,10 +11,11 @@
 -- committed (while active: the units and cost settled so far; once
 -- committed: the totals of every part); released, while active, the part
 -- of est cost partial commits took from the reservation (0 without one), once
--- finalized the money the final commit, release or expiry returned; metric a metric key (never holds "|"); meta "" (older
--- hashes kept the metadata JSON here; it is still read): a reservation's metadata
--- lives in field "n:<reservation id>", which acct_read skips like block
--- metadata. A finalized reservation stays RES_KEEP_MS,
+-- finalized the money the final commit, release or expiry returned; metric a metric key (never holds "|"); meta "" (hashes
+-- of the layouts before issue 10 kept the metadata JSON here; they are
+-- rewritten once before a node of this release serves: lua/layout_fence.go):
+-- a reservation's metadata lives in field "n:<reservation id>", which
+-- acct_read skips like block metadata. A finalized reservation stays RES_KEEP_MS,
 -- so a quick second commit or release answers 409 without Postgres; after
 -- that the engine reads the final status from Postgres. Kept short: every
 -- script on the account reads every field of its hash.
@@ -66,6 +67,7 @@ end
 
 local function res_dec(id, raw)
   local p, pos = {}, 1
+  -- The eleventh field, meta, is always "": res_get reads field "n:<id>".
   for i = 1, 10 do
     local j = string.find(raw, '|', pos, true)
     p[i] = string.sub(raw, pos, j - 1)
@@ -74,7 +76,7 @@ local function res_dec(id, raw)
   local eu, ec, ex, cr, rel = m_parse(p[2]), m_parse(p[3]), b36_dec(p[4]), b36_dec(p[5]), m_parse(p[9])
   local r = {id = id, status = RES_NAME[p[1]], est_units = eu, est_cost = ec,
     expires = ex, created = cr, released = rel, metric = p[10],
-    meta = string.sub(raw, pos), final = nil, act_units = nil, act_cost = nil, items = nil, meta_n = nil,
+    meta = '', final = nil, act_units = nil, act_cost = nil, items = nil, meta_n = nil,
     -- The stored texts (res_txt): decimal for money, base 36 (x36, c36)
     -- for instants.
     t = {est_units = p[2], est_cost = p[3], x36 = p[4], c36 = p[5], released = p[9]},
@@ -107,14 +109,12 @@ local function res_enc(r)
 end
 
 -- res_get decodes the reservation id stored as raw with its metadata (field
--- "n:<id>", which acct_read read as an extra, or inline in an older hash).
+-- "n:<id>", which acct_read read as an extra).
 local function res_get(a, id, raw)
   local r = res_dec(id, raw)
-  if r.meta == '' then
-    r.meta = a.x['n:' .. id] or ''
-    -- As field "n:<id>" holds it: res_put does not write it back unchanged.
-    r.meta_n = r.meta
-  end
+  r.meta = a.x['n:' .. id] or ''
+  -- As field "n:<id>" holds it: res_put does not write it back unchanged.
+  r.meta_n = r.meta
   return r
 end
 
