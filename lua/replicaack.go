@@ -41,10 +41,6 @@ type replicaCount struct {
 	n       atomic.Int64
 	checked atomic.Int64 // unix ns of the last INFO
 	busy    atomic.Bool  // an INFO is under way
-	// due: the count is older than replicaCountTTL (a timer refresh sets),
-	// so the next look asks again. A money call looks up to three times
-	// (FusesDoors, ackNode): a flag, not a clock read each (issue 26).
-	due atomic.Bool
 	// had: this master was once seen with a replica. From then on it
 	// counts at least one, whatever INFO says at that second: a replica
 	// whose link is down counts none, and acknowledging without it would
@@ -112,6 +108,7 @@ func (s *Store) replicasOf(ctx context.Context, node *redis.Client) int {
 		v, _ = s.acks.counts.LoadOrStore(node, &replicaCount{})
 	}
 	rc := v.(*replicaCount)
+	now := time.Now().UnixNano()
 	if rc.checked.Load() == 0 {
 		// First look at this master: ask before answering, so a fresh
 		// process never acknowledges its first operations unreplicated.
@@ -120,7 +117,7 @@ func (s *Store) replicasOf(ctx context.Context, node *redis.Client) int {
 		}
 		return int(rc.n.Load())
 	}
-	if rc.due.Load() && rc.busy.CompareAndSwap(false, true) {
+	if now-rc.checked.Load() > int64(replicaCountTTL) && rc.busy.CompareAndSwap(false, true) {
 		go rc.refresh(context.WithoutCancel(ctx), node)
 	}
 	return int(rc.n.Load())
@@ -147,8 +144,6 @@ func (rc *replicaCount) refresh(ctx context.Context, node *redis.Client) {
 	}
 	rc.n.Store(n)
 	rc.checked.Store(time.Now().UnixNano())
-	rc.due.Store(false)
-	time.AfterFunc(replicaCountTTL, func() { rc.due.Store(true) })
 }
 
 // replicationID is the master_replid field of an INFO replication text,
