@@ -174,7 +174,8 @@ func (s *Store) rewriteBatch(ctx context.Context, keys []string) (int, error) {
 		}); err != nil {
 			return n, fmt.Errorf("lua: read account hashes: %w", err)
 		}
-		var todo []string
+		// stale: the keys still in an old layout, with their rewrite arguments.
+		var stale []string
 		var args [][]any
 		for i, k := range keys {
 			check, del, set, err := layoutPlan(reads[i].Val())
@@ -196,14 +197,14 @@ func (s *Store) rewriteBatch(ctx context.Context, keys []string) (int, error) {
 			for _, x := range set {
 				a = append(a, x)
 			}
-			todo, args = append(todo, k), append(args, a)
+			stale, args = append(stale, k), append(args, a)
 		}
-		if len(todo) == 0 {
+		if len(stale) == 0 {
 			return n, nil
 		}
-		cmds := make([]*redis.Cmd, len(todo))
+		cmds := make([]*redis.Cmd, len(stale))
 		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range todo {
+			for i, k := range stale {
 				cmds[i] = layoutRewriteScript.EvalSha(ctx, p, []string{k}, args[i]...)
 			}
 			return nil
@@ -222,7 +223,7 @@ func (s *Store) rewriteBatch(ctx context.Context, keys []string) (int, error) {
 			if v, _ := c.Int(); v == 1 {
 				n++
 			} else {
-				again = append(again, todo[i])
+				again = append(again, stale[i])
 			}
 		}
 		keys = again
