@@ -124,14 +124,33 @@ func (s *Store) replicasOf(ctx context.Context, node *redis.Client) int {
 }
 
 // refresh reads connected_slaves from node's INFO replication; a server
-// that does not answer it (an embedded miniredis) counts none.
+// that refuses it (an embedded miniredis answers an error) counts none.
+// A look that got no answer at all (a timeout on a loaded box, a dropped
+// connection) tells nothing about the replicas: the count stays as it was
+// and is asked again after replicaCountTTL. Taking it for "no replicas"
+// once made a master seen with one acknowledge and persist unreplicated
+// operations for a second (had reset with the replid it could not read),
+// which a failover then forks (TestRefreshKeepsCountWithoutAnswer).
 func (rc *replicaCount) refresh(ctx context.Context, node *redis.Client) {
 	defer rc.busy.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	n, id := int64(0), ""
-	if info, err := node.Info(ctx, "replication").Result(); err == nil {
+	info, err := node.Info(ctx, "replication").Result()
+	var refused redis.Error
+	switch {
+	case err == nil:
 		n, id = connectedReplicas(info), replicationID(info)
+	case !errors.As(err, &refused):
+		if rc.checked.Load() == 0 {
+			// A first look without an answer: wait for one replica (a
+			// master without any answers ErrNotReplicated, and the next
+			// call asks again), never acknowledge unreplicated.
+			rc.n.Store(1)
+			return
+		}
+		rc.checked.Store(time.Now().UnixNano())
+		return
 	}
 	if prev, _ := rc.replid.Load().(string); id != prev {
 		rc.had.Store(false)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
@@ -213,5 +214,51 @@ func TestReplicaGoneStillWaited(t *testing.T) {
 	cmd2.IdempotencyKey, cmd2.RequestHash = "gone-1", "h"
 	if _, err := auto.store.Consume(ctx, cmd2); !errors.Is(err, engine.ErrNotReplicated) {
 		t.Fatalf("consume with the replica gone (count %d): %v, want ErrNotReplicated", auto.store.replicasOf(ctx, rdb), err)
+	}
+}
+
+// TestRefreshKeepsCountWithoutAnswer: a look at the replica count that gets
+// no answer (a timeout, a dropped connection) changes nothing: a master
+// seen with a replica keeps counting one, so money operations keep waiting
+// for it and the persister keeps holding back what it lacks; a first look
+// without an answer counts one and asks again on the next call. A server
+// that answers INFO with an error (miniredis) counts none.
+func TestRefreshKeepsCountWithoutAnswer(t *testing.T) {
+	t.Parallel()
+	rdb, _ := replicated(t)
+	ctx := context.Background()
+	auto := NewStore(rdb, "rk"+testenv.RandomSuffix()).WithReplicaAcks(ReplicaAcksAuto, 0)
+	for deadline := time.Now().Add(10 * time.Second); auto.replicasOf(ctx, rdb) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("auto mode never saw the replica")
+		}
+		time.Sleep(replicaCountTTL)
+	}
+	v, _ := auto.acks.counts.Load(rdb)
+	rc := v.(*replicaCount)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	rc.busy.Store(true)
+	rc.refresh(gone, rdb)
+	if n, had := rc.n.Load(), rc.had.Load(); n != 1 || !had {
+		t.Fatalf("after a look without an answer: count %d, had %v; want 1, true", n, had)
+	}
+
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = dead.Close() })
+	first := NewStore(dead, "rk"+testenv.RandomSuffix()).WithReplicaAcks(ReplicaAcksAuto, 0)
+	if n := first.replicasOf(ctx, dead); n != 1 {
+		t.Fatalf("first look without an answer counted %d, want 1", n)
+	}
+	v, _ = first.acks.counts.Load(dead)
+	if checked := v.(*replicaCount).checked.Load(); checked != 0 {
+		t.Fatalf("first look without an answer marked the count checked (%d): the next call would not ask again", checked)
+	}
+
+	mini := miniredis.RunT(t)
+	mrdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	t.Cleanup(func() { _ = mrdb.Close() })
+	if n := NewStore(mrdb, "rk").WithReplicaAcks(ReplicaAcksAuto, 0).replicasOf(ctx, mrdb); n != 0 {
+		t.Fatalf("a server refusing INFO replication counted %d, want 0", n)
 	}
 }
