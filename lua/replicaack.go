@@ -41,6 +41,8 @@ type replicaCount struct {
 	n       atomic.Int64
 	checked atomic.Int64 // unix ns of the last INFO
 	busy    atomic.Bool  // an INFO is under way
+	// first serializes the looks before the first answer (checked 0).
+	first sync.Mutex
 	// had: this master was once seen with a replica. From then on it
 	// counts at least one, whatever INFO says at that second: a replica
 	// whose link is down counts none, and acknowledging without it would
@@ -112,7 +114,12 @@ func (s *Store) replicasOf(ctx context.Context, node *redis.Client) int {
 	if rc.checked.Load() == 0 {
 		// First look at this master: ask before answering, so a fresh
 		// process never acknowledges its first operations unreplicated.
-		if rc.busy.CompareAndSwap(false, true) {
+		// Concurrent first calls wait for the one asking (they used to
+		// answer the count's zero value at once, acknowledging alone).
+		rc.first.Lock()
+		defer rc.first.Unlock()
+		if rc.checked.Load() == 0 {
+			rc.busy.Store(true)
 			rc.refresh(ctx, node)
 		}
 		return int(rc.n.Load())

@@ -262,3 +262,36 @@ func TestRefreshKeepsCountWithoutAnswer(t *testing.T) {
 		t.Fatalf("a server refusing INFO replication counted %d, want 0", n)
 	}
 }
+
+// TestFirstLooksWaitForTheCount: the first money calls a process makes to
+// a master with a replica, all at once, each count the replica: none is
+// answered from a count not yet read (which acknowledged alone).
+func TestFirstLooksWaitForTheCount(t *testing.T) {
+	t.Parallel()
+	rdb, _ := replicated(t)
+	ctx := context.Background()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(rdb.Info(ctx, "replication").Val(), "connected_slaves:1"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never connected")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for round := 0; round < 5; round++ {
+		fresh := NewStore(rdb, "fl"+testenv.RandomSuffix()).WithReplicaAcks(ReplicaAcksAuto, 0)
+		var wg sync.WaitGroup
+		counts := make([]int, 32)
+		for i := range counts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				counts[i] = fresh.replicasOf(ctx, rdb)
+			}()
+		}
+		wg.Wait()
+		for i, n := range counts {
+			if n != 1 {
+				t.Fatalf("round %d: first call %d counted %d replicas, want 1", round, i, n)
+			}
+		}
+	}
+}
