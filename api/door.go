@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // doorState is what a request's door (openDoor) did: the rate decision it
@@ -32,7 +33,7 @@ type doorState struct {
 	claimKey   string
 	claimHash  string
 	claimedAt  time.Time
-	claim      engine.IdemRecord
+	claim      idempotency.Record
 	claimed    bool
 	claimErr   error
 }
@@ -83,7 +84,7 @@ func (s *Server) openDoor(rt *route, c *call) {
 			if k := c.ctx.Request.Header.PeekBytes(headerIdempotencyKey); claimable(k) {
 				d.claimAsked, d.tenant, d.claimKey, d.claimedAt = true, scope.TenantID, string(k), time.Now()
 				d.claimHash = fingerprint(scope.Environment, c.ctx.Method(), c.ctx.URI().PathOriginal(), c.ctx.Request.Body())
-				ask.Claim = &engine.ClaimAsk{Key: d.claimKey, RequestHash: d.claimHash, LockTTL: idemLockTTL}
+				ask.Claim = &engine.ClaimAsk{Key: d.claimKey, RequestHash: d.claimHash, LockTTL: idempotency.LockTTL}
 			}
 		}
 		return ask
@@ -115,7 +116,7 @@ func (s *Server) openDoor(rt *route, c *call) {
 // checks idempotent makes before its claim, so the door claims only what
 // idempotent would.
 func claimable(k []byte) bool {
-	if len(k) == 0 || (len(k) > maxIdempotencyKeyChars && utf8.RuneCount(k) > maxIdempotencyKeyChars) || !printableASCII(k) {
+	if len(k) == 0 || (len(k) > idempotency.MaxKeyChars && utf8.RuneCount(k) > idempotency.MaxKeyChars) || !printableASCII(k) {
 		return false
 	}
 	return true
@@ -185,7 +186,7 @@ func (s *Server) fuse(rt *route, c *call) bool {
 		return false
 	}
 	c.idem = engine.Idempotency{Key: string(idem), RequestHash: fingerprint(scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
-	door.Key, door.RequestHash, door.LockTTL, door.Window = c.idem.Key, c.idem.RequestHash, idemLockTTL, engine.ReplayWindow
+	door.Key, door.RequestHash, door.LockTTL, door.Window = c.idem.Key, c.idem.RequestHash, idempotency.LockTTL, idempotency.ReplayWindow
 	claimedAt := time.Now()
 	err = c.invoke(rt.ep)
 	c.tctx = before

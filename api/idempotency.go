@@ -13,21 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
-)
-
-// Idempotency limits (docs/spec/interface.md Common rules 1 and Limits).
-const (
-	maxIdempotencyKeyChars = 256
-	// idemLockTTL is how long a claim lives without Finish or Abort: a
-	// crashed claimer's retry runs afresh after it.
-	idemLockTTL = 30 * time.Second
-	// idemWait bounds how long a duplicate waits for the request that holds
-	// the key; idemPoll is how often it looks.
-	idemWait = 10 * time.Second
-	idemPoll = 10 * time.Millisecond
-	// idemAbortRetry is how often a failed Abort is tried again
-	// (abortLater): a Redis failover takes a few seconds.
-	idemAbortRetry = 250 * time.Millisecond
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 var (
@@ -45,7 +31,7 @@ var (
 // idempotent runs a POST or PATCH at most once per tenant and key
 // (docs/spec/interface.md Common rules 1): the first request claims the key and runs;
 // its completed response (2xx or 4xx, see storable) is remembered for
-// engine.ReplayWindow and replayed to every retry with the same fingerprint; a 5xx drops the
+// idempotency.ReplayWindow and replayed to every retry with the same fingerprint; a 5xx drops the
 // claim so a retry runs afresh. A money route's 2xx is remembered without
 // its body: the retry re-runs the endpoint, which replays the operation
 // from Postgres or from its op key (replaysByRerun). A duplicate arriving while the first still runs
@@ -60,7 +46,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 	case len(key) == 0:
 		c.fail(errIdemKeyMissing)
 		return
-	case len(key) > maxIdempotencyKeyChars && utf8.RuneCount(key) > maxIdempotencyKeyChars:
+	case len(key) > idempotency.MaxKeyChars && utf8.RuneCount(key) > idempotency.MaxKeyChars:
 		c.fail(errIdemKeyLong)
 		return
 	case !printableASCII(key):
@@ -73,16 +59,16 @@ func (s *Server) idempotent(rt *route, c *call) {
 	}
 	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(c.scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
 	tenant := c.scope.TenantID
-	deadline := time.Now().Add(idemWait)
+	deadline := time.Now().Add(idempotency.Wait)
 	for {
 		claimedAt := time.Now()
-		var rec engine.IdemRecord
+		var rec idempotency.Record
 		var claimed bool
 		var err error
 		if d := c.doorClaim(); d != nil {
 			claimedAt, rec, claimed, err = d.claimedAt, d.claim, d.claimed, d.claimErr
 		} else {
-			rec, claimed, err = s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
+			rec, claimed, err = s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idempotency.LockTTL)
 		}
 		switch {
 		case err != nil && replaysByRerun(rt) && errors.Is(err, engine.ErrUnavailable):
@@ -114,7 +100,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 		case <-ctx.Done(): // server shutting down
 			c.fail(errIdemBusy)
 			return
-		case <-time.After(idemPoll):
+		case <-time.After(idempotency.Poll):
 		}
 	}
 }
@@ -169,12 +155,12 @@ func (s *Server) settleClaim(rt *route, c *call, claimedAt time.Time, marked boo
 		}
 		return
 	}
-	rec := engine.IdemRecord{
+	rec := idempotency.Record{
 		Status:      status,
 		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
 		Body:        ctx.Response.Body(), // Finish copies it into its record
 	}
-	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, engine.ReplayWindow, held(claimedAt)); err != nil {
+	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, idempotency.ReplayWindow, held(claimedAt)); err != nil {
 		// The effect happened and the client gets its answer; a retry finds
 		// the customer-level key memory of the Lua scripts instead.
 		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
@@ -186,17 +172,7 @@ func (s *Server) settleClaim(rt *route, c *call, claimedAt time.Time, marked boo
 // one taken less than half its lock TTL ago (a margin for the clocks and the
 // round trip) is still ours: Finish may overwrite it with a plain SET
 // instead of checking it first.
-func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
-
-// maxMarksInFlight bounds the rerun marks of one server waiting to be
-// written after their answer went out (rerunMarks); when all are taken the
-// mark is written before the answer, as a stored body is, so a slow Redis
-// slows requests instead of piling up marks.
-const maxMarksInFlight = 1024
-
-// maxAbortsInFlight bounds the claims abortLater releases at once: a
-// failover fails every write of its slot for a few seconds.
-const maxAbortsInFlight = 1024
+func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idempotency.LockTTL/2 }
 
 // markRerun finishes c's claim with the rerun mark (replaysByRerun) after
 // the answer has gone out, in a batch with other requests' marks
@@ -207,7 +183,7 @@ const maxAbortsInFlight = 1024
 // lands finds the claim and waits for it, as for any running request.
 func (s *Server) markRerun(c *call, claimedAt time.Time) {
 	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
-	m := pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: hash}, claimedAt: claimedAt,
+	m := pendingMark{mark: idempotency.RerunMark{Tenant: tenant, Key: key, RequestHash: hash}, claimedAt: claimedAt,
 		reqID: append([]byte(nil), c.reqID...)} // c is reused once the answer is out
 	if !s.marks.add(m) {
 		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
@@ -216,9 +192,9 @@ func (s *Server) markRerun(c *call, claimedAt time.Time) {
 
 // abortLater keeps trying to drop a claim whose Abort failed, typically a
 // 503 while the key's Redis slot had no master: the release then fails for
-// the same reason, and a retry with the key would wait out idemWait and get
-// 409 "still in progress" while the claim lives (idemLockTTL). Tried again
-// every idemAbortRetry until it works or the claim has lapsed anyway, the
+// the same reason, and a retry with the key would wait out idempotency.Wait and get
+// 409 "still in progress" while the claim lives (idempotency.LockTTL). Tried again
+// every idempotency.AbortRetry until it works or the claim has lapsed anyway, the
 // retry of the operation can run once the slot has a master again.
 func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, first error) {
 	select {
@@ -231,9 +207,9 @@ func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, fi
 	reqID = append([]byte(nil), reqID...) // the call is reused once the answer is out
 	go func() {
 		defer func() { <-s.abortSlots }()
-		deadline := time.Now().Add(idemLockTTL)
+		deadline := time.Now().Add(idempotency.LockTTL)
 		for time.Now().Before(deadline) {
-			time.Sleep(idemAbortRetry)
+			time.Sleep(idempotency.AbortRetry)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err := s.idem.Abort(ctx, tenant, key, hash)
 			cancel()
@@ -247,7 +223,7 @@ func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, fi
 
 // finishRerun writes the rerun mark of key for hash.
 func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash string, claimedAt time.Time, reqID []byte) {
-	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, engine.ReplayWindow, held(claimedAt)); err != nil {
+	if err := s.idem.Finish(ctx, tenant, key, hash, idempotency.Record{Rerun: true}, idempotency.ReplayWindow, held(claimedAt)); err != nil {
 		s.log.Error().Bytes("request_id", reqID).Err(err).Msg("idempotency finish failed; the claim lapses and a retry re-runs into the op key")
 	}
 }

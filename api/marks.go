@@ -5,32 +5,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
-// Rerun marks are written in batches: one Redis round trip finishes every
-// money request answered within markLinger of the first, instead of one
-// round trip (and one goroutine) per request. A consume's own cost is its
-// claim and its script; the mark comes after the answer and costs the
-// client nothing, so it may wait a little to travel with others.
-const (
-	// markLinger is how long the writer waits for more marks once it has
-	// one. A retry arriving meanwhile finds the claim and waits for it
-	// (idemPoll), as for any running request.
-	markLinger = 2 * time.Millisecond
-	// maxMarkBatch ends the linger early and bounds one pipeline.
-	maxMarkBatch = 256
-)
+// Rerun marks are written in batches (idempotency.MarkLinger,
+// idempotency.MaxMarkBatch).
 
 // pendingMark is a claim waiting for its rerun mark.
 type pendingMark struct {
-	mark      engine.RerunMark
+	mark      idempotency.RerunMark
 	claimedAt time.Time
 	reqID     []byte
 }
 
 // rerunMarks is the server's batch writer of rerun marks. Its queue holds
-// at most maxMarksInFlight marks; when it is full the caller writes its
+// at most idempotency.MaxMarksInFlight marks; when it is full the caller writes its
 // mark itself before answering, so a slow Redis slows requests instead of
 // piling marks up.
 type rerunMarks struct {
@@ -44,7 +33,7 @@ type rerunMarks struct {
 }
 
 func newRerunMarks(s *Server) *rerunMarks {
-	return &rerunMarks{s: s, queue: make(chan pendingMark, maxMarksInFlight),
+	return &rerunMarks{s: s, queue: make(chan pendingMark, idempotency.MaxMarksInFlight),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -63,7 +52,7 @@ func (w *rerunMarks) add(m pendingMark) bool {
 // run writes the queued marks in batches until close.
 func (w *rerunMarks) run() {
 	defer close(w.done)
-	batch := make([]pendingMark, 0, maxMarkBatch)
+	batch := make([]pendingMark, 0, idempotency.MaxMarkBatch)
 	for {
 		select {
 		case m := <-w.queue:
@@ -72,9 +61,9 @@ func (w *rerunMarks) run() {
 			w.drain(batch[:0])
 			return
 		}
-		timer := time.NewTimer(markLinger)
+		timer := time.NewTimer(idempotency.MarkLinger)
 	gather:
-		for len(batch) < maxMarkBatch {
+		for len(batch) < idempotency.MaxMarkBatch {
 			select {
 			case m := <-w.queue:
 				batch = append(batch, m)
@@ -95,7 +84,7 @@ func (w *rerunMarks) drain(batch []pendingMark) {
 		select {
 		case m := <-w.queue:
 			batch = append(batch, m)
-			if len(batch) < maxMarkBatch {
+			if len(batch) < idempotency.MaxMarkBatch {
 				continue
 			}
 		default:
@@ -121,9 +110,9 @@ func (w *rerunMarks) write(batch []pendingMark) {
 
 // mark writes the rerun marks of batch's claims that have not lapsed.
 func (w *rerunMarks) mark(batch []pendingMark) error {
-	marks := make([]engine.RerunMark, 0, len(batch))
+	marks := make([]idempotency.RerunMark, 0, len(batch))
 	for _, p := range batch {
-		if time.Since(p.claimedAt) >= idemLockTTL {
+		if time.Since(p.claimedAt) >= idempotency.LockTTL {
 			continue // lapsed: a retry runs afresh into the op key
 		}
 		m := p.mark
@@ -133,12 +122,12 @@ func (w *rerunMarks) mark(batch []pendingMark) error {
 	if len(marks) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
+	ctx, cancel := context.WithTimeout(context.Background(), idempotency.LockTTL/2)
 	defer cancel()
-	return w.s.idem.MarkRerun(ctx, marks, engine.ReplayWindow)
+	return w.s.idem.MarkRerun(ctx, marks, idempotency.ReplayWindow)
 }
 
-// retryMarks tries batch again every idemAbortRetry, in the background,
+// retryMarks tries batch again every idempotency.AbortRetry, in the background,
 // until it is written or every claim in it has lapsed. The retries share
 // the server's abort slots: when all are taken the marks are left to lapse.
 func (w *rerunMarks) retryMarks(batch []pendingMark, first error) {
@@ -154,7 +143,7 @@ func (w *rerunMarks) retryMarks(batch []pendingMark, first error) {
 	go func() {
 		defer func() { <-w.s.abortSlots }()
 		for {
-			time.Sleep(idemAbortRetry)
+			time.Sleep(idempotency.AbortRetry)
 			// mark skips lapsed claims, so this ends once all have lapsed.
 			if w.mark(batch) == nil {
 				return

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // TestRerunMarksBatch: marks queued together travel in a few MarkRerun
@@ -25,7 +25,7 @@ func TestRerunMarksBatch(t *testing.T) {
 	}{
 		{"one", 1, 1},
 		{"a burst", 300, 300 / 10},
-		{"a full queue", maxMarksInFlight + 50, maxMarksInFlight},
+		{"a full queue", idempotency.MaxMarksInFlight + 50, idempotency.MaxMarksInFlight},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -39,7 +39,7 @@ func TestRerunMarksBatch(t *testing.T) {
 				if _, claimed, _ := idem.Begin(context.Background(), tenant, key, "rh", time.Minute); !claimed {
 					t.Fatalf("%s not claimed", key)
 				}
-				if !w.add(pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
+				if !w.add(pendingMark{mark: idempotency.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
 					refused++
 				}
 			}
@@ -51,7 +51,7 @@ func TestRerunMarksBatch(t *testing.T) {
 			}
 			// The writer drains the queue as it fills, so a burst over its
 			// size may or may not be refused in part.
-			if want := max(tc.marks-maxMarksInFlight, 0); refused > want {
+			if want := max(tc.marks-idempotency.MaxMarksInFlight, 0); refused > want {
 				t.Errorf("refused %d marks, want at most %d", refused, want)
 			}
 			marked := 0
@@ -88,7 +88,7 @@ func TestRerunMarksRetried(t *testing.T) {
 	}{
 		{"written at once", 0, 0, true},
 		{"written after two failed tries", 2, 0, true},
-		{"lapsed claim left alone", 1, idemLockTTL + time.Second, false},
+		{"lapsed claim left alone", 1, idempotency.LockTTL + time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -100,10 +100,10 @@ func TestRerunMarksRetried(t *testing.T) {
 			if _, claimed, _ := idem.Begin(context.Background(), tenant, "k", "rh", time.Minute); !claimed {
 				t.Fatal("not claimed")
 			}
-			w.write([]pendingMark{{mark: engine.RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
+			w.write([]pendingMark{{mark: idempotency.RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
 				claimedAt: time.Now().Add(-tc.claimedAt)}})
-			deadline := time.Now().Add(time.Duration(tc.fails+2) * idemAbortRetry * 2)
-			var rec engine.IdemRecord
+			deadline := time.Now().Add(time.Duration(tc.fails+2) * idempotency.AbortRetry * 2)
+			var rec idempotency.Record
 			for time.Now().Before(deadline) {
 				if rec = idem.record(tenant.String() + "|k"); rec.Rerun {
 					break

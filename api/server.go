@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Server limits (invariant 11: a limit on everything).
@@ -69,7 +70,7 @@ type Config struct {
 	Tenants     *engine.Tenants
 	Customers   *engine.Customers
 	Credits     *engine.Credits
-	Idempotency engine.IdempotencyRecords
+	Idempotency idempotency.Records
 
 	// Metering, Entitlements and Reservations serve pricing and the hot path.
 	Metering     *engine.Metering
@@ -133,7 +134,7 @@ type Server struct {
 	tenants   *engine.Tenants
 	customers *engine.Customers
 	credits   *engine.Credits
-	idem      engine.IdempotencyRecords
+	idem      idempotency.Records
 	ready     []HealthCheck
 	admin     []byte
 	bodyLimit int
@@ -216,7 +217,7 @@ func New(cfg Config) *Server {
 		leases:       newLeases(),
 
 		adminLimiter: newRateLimiter(),
-		abortSlots:   make(chan struct{}, maxAbortsInFlight),
+		abortSlots:   make(chan struct{}, idempotency.MaxAbortsInFlight),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
