@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -435,9 +434,6 @@ type fakeIdem struct {
 	// abortFails is how many Aborts still fail (a Redis slot without a
 	// master), each counted in aborts.
 	abortFails, aborts int
-	// markCalls counts MarkRerun calls (batches of rerun marks);
-	// markFails is how many of them still fail (Redis restarting).
-	markCalls, markFails int
 	// beginFails, when set, is what every Begin answers (the record's
 	// Redis slot without a master).
 	beginFails error
@@ -484,14 +480,6 @@ func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string,
 }
 
 func (f *fakeIdem) MarkRerun(ctx context.Context, marks []idempotency.RerunMark, ttl time.Duration) error {
-	f.mu.Lock()
-	f.markCalls++
-	if f.markFails > 0 {
-		f.markFails--
-		f.mu.Unlock()
-		return errors.New("fake: redis restarting")
-	}
-	f.mu.Unlock()
 	for _, m := range marks {
 		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, idempotency.Record{Rerun: true}, ttl, m.Held); err != nil {
 			return err
