@@ -11,7 +11,7 @@ import (
 
 // SeenSeeder fills the seen filter (engine/idempotency/windows.go) from
 // Postgres, so money calls stop asking Postgres: at start for every partition (from where the
-// last seeding read, less SeenSeedOverlap, or the whole SeenHorizon for a
+// last seeding read, less SeenSeedOverlap, or the whole idempotency.SeenHorizon for a
 // partition never seeded), then every Interval for a partition whose mark
 // is gone (a Redis that lost its data). Starting from the last seeding,
 // not from the horizon, keeps a restart cheap; the overlap covers the
