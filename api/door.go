@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // doorState is what a request's door (openDoor) did: the rate decision it
@@ -32,7 +33,7 @@ type doorState struct {
 	claimKey   string
 	claimHash  string
 	claimedAt  time.Time
-	claim      engine.IdemRecord
+	claim      idempotency.Record
 	claimed    bool
 	claimErr   error
 }
@@ -82,8 +83,8 @@ func (s *Server) openDoor(rt *route, c *call) {
 		if rt.opts&optIdem != 0 && !c.dry {
 			if k := c.ctx.Request.Header.PeekBytes(headerIdempotencyKey); claimable(k) {
 				d.claimAsked, d.tenant, d.claimKey, d.claimedAt = true, scope.TenantID, string(k), time.Now()
-				d.claimHash = fingerprint(scope.Environment, c.ctx.Method(), c.ctx.URI().PathOriginal(), c.ctx.Request.Body())
-				ask.Claim = &engine.ClaimAsk{Key: d.claimKey, RequestHash: d.claimHash, LockTTL: idemLockTTL}
+				d.claimHash = requestHash(scope.Environment, c.ctx)
+				ask.Claim = &engine.ClaimAsk{Key: d.claimKey, RequestHash: d.claimHash, LockTTL: idempotency.LockTTL}
 			}
 		}
 		return ask
@@ -115,7 +116,7 @@ func (s *Server) openDoor(rt *route, c *call) {
 // checks idempotent makes before its claim, so the door claims only what
 // idempotent would.
 func claimable(k []byte) bool {
-	if len(k) == 0 || (len(k) > maxIdempotencyKeyChars && utf8.RuneCount(k) > maxIdempotencyKeyChars) || !printableASCII(k) {
+	if len(k) == 0 || (len(k) > idempotency.MaxKeyChars && utf8.RuneCount(k) > idempotency.MaxKeyChars) || !printableASCII(k) {
 		return false
 	}
 	return true
@@ -142,9 +143,7 @@ func (s *Server) closeDoor(c *call) {
 		return
 	}
 	d.claimUsed = true
-	if err := s.idem.Abort(c.reqContext(), d.tenant, d.claimKey, d.claimHash); err != nil {
-		s.abortLater(d.tenant, d.claimKey, d.claimHash, c.reqID, err)
-	}
+	s.claims.Release(c.reqContext(), idempotency.Request{Tenant: d.tenant, Key: d.claimKey, RequestHash: d.claimHash, ID: c.reqID})
 }
 
 // fuse runs a money route with its door fused into its money script
@@ -184,8 +183,8 @@ func (s *Server) fuse(rt *route, c *call) bool {
 		c.tctx, c.scope, c.tenant = before, engine.Scope{}, engine.Tenant{}
 		return false
 	}
-	c.idem = engine.Idempotency{Key: string(idem), RequestHash: fingerprint(scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
-	door.Key, door.RequestHash, door.LockTTL, door.Window = c.idem.Key, c.idem.RequestHash, idemLockTTL, engine.ReplayWindow
+	c.idem = engine.Idempotency{Key: string(idem), RequestHash: requestHash(scope.Environment, ctx)}
+	door.Key, door.RequestHash, door.LockTTL, door.Window = c.idem.Key, c.idem.RequestHash, idempotency.LockTTL, idempotency.ReplayWindow
 	claimedAt := time.Now()
 	err = c.invoke(rt.ep)
 	c.tctx = before
@@ -203,7 +202,7 @@ func (s *Server) fuse(rt *route, c *call) bool {
 		if err != nil {
 			c.fail(err)
 		}
-		s.settleClaim(rt, c, claimedAt, door.Outcome() == engine.FusedMarked)
+		s.claims.Settle(c.reqContext(), c.claimRequest(rt), claimedAt, (*answer)(&ctx.Response), door.Outcome() == engine.FusedMarked)
 		return true
 	}
 	// Nothing was claimed: forget what the endpoint wrote and serve the

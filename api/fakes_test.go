@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // The fakes below stand in for Postgres and Redis so the handler can be
@@ -427,16 +427,13 @@ func (l *fakeLedger) AccountState(context.Context, engine.CustomerKey, time.Time
 	return engine.AccountState{}, false, nil
 }
 
-// fakeIdem is engine.IdempotencyRecords over a map (no TTLs: tests are short).
+// fakeIdem is idempotency.Records over a map (no TTLs: tests are short).
 type fakeIdem struct {
 	mu      sync.Mutex
 	records map[string]fakeIdemRecord
 	// abortFails is how many Aborts still fail (a Redis slot without a
 	// master), each counted in aborts.
 	abortFails, aborts int
-	// markCalls counts MarkRerun calls (batches of rerun marks);
-	// markFails is how many of them still fail (Redis restarting).
-	markCalls, markFails int
 	// beginFails, when set, is what every Begin answers (the record's
 	// Redis slot without a master).
 	beginFails error
@@ -445,16 +442,16 @@ type fakeIdem struct {
 // fakeIdemRecord is a stored record with the request hash it belongs to.
 type fakeIdemRecord struct {
 	hash string
-	rec  engine.IdemRecord
+	rec  idempotency.Record
 }
 
 func newFakeIdem() *fakeIdem { return &fakeIdem{records: map[string]fakeIdemRecord{}} }
 
-func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, _ time.Duration) (engine.IdemRecord, bool, error) {
+func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, _ time.Duration) (idempotency.Record, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.beginFails != nil {
-		return engine.IdemRecord{}, false, f.beginFails
+		return idempotency.Record{}, false, f.beginFails
 	}
 	k := tenant.String() + "|" + key
 	if cur, ok := f.records[k]; ok {
@@ -463,10 +460,10 @@ func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, 
 		return rec, false, nil
 	}
 	f.records[k] = fakeIdemRecord{hash: hash}
-	return engine.IdemRecord{}, true, nil
+	return idempotency.Record{}, true, nil
 }
 
-func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string, rec engine.IdemRecord, _ time.Duration, held bool) error {
+func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string, rec idempotency.Record, _ time.Duration, held bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := tenant.String() + "|" + key
@@ -482,17 +479,9 @@ func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string,
 	return nil
 }
 
-func (f *fakeIdem) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl time.Duration) error {
-	f.mu.Lock()
-	f.markCalls++
-	if f.markFails > 0 {
-		f.markFails--
-		f.mu.Unlock()
-		return errors.New("fake: redis restarting")
-	}
-	f.mu.Unlock()
+func (f *fakeIdem) MarkRerun(ctx context.Context, marks []idempotency.RerunMark, ttl time.Duration) error {
 	for _, m := range marks {
-		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, engine.IdemRecord{Rerun: true}, ttl, m.Held); err != nil {
+		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, idempotency.Record{Rerun: true}, ttl, m.Held); err != nil {
 			return err
 		}
 	}
@@ -536,7 +525,7 @@ func mustJSON(b []byte) map[string]any {
 }
 
 // record is the stored record under a keys() entry.
-func (f *fakeIdem) record(k string) engine.IdemRecord {
+func (f *fakeIdem) record(k string) idempotency.Record {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.records[k].rec

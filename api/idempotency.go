@@ -1,34 +1,18 @@
 package api
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
-// Idempotency limits (docs/spec/interface.md Common rules 1 and Limits).
-const (
-	maxIdempotencyKeyChars = 256
-	// idemLockTTL is how long a claim lives without Finish or Abort: a
-	// crashed claimer's retry runs afresh after it.
-	idemLockTTL = 30 * time.Second
-	// idemWait bounds how long a duplicate waits for the request that holds
-	// the key; idemPoll is how often it looks.
-	idemWait = 10 * time.Second
-	idemPoll = 10 * time.Millisecond
-	// idemAbortRetry is how often a failed Abort is tried again
-	// (abortLater): a Redis failover takes a few seconds.
-	idemAbortRetry = 250 * time.Millisecond
-)
+// The HTTP glue of the idempotency room (engine/idempotency/README.md):
+// the header, the refusals of a bad key, the answers and their headers.
+// What a claim does is idempotency.Claims'.
 
 var (
 	headerIdempotencyKey = []byte("Idempotency-Key")
@@ -43,16 +27,13 @@ var (
 )
 
 // idempotent runs a POST or PATCH at most once per tenant and key
-// (docs/spec/interface.md Common rules 1): the first request claims the key and runs;
-// its completed response (2xx or 4xx, see storable) is remembered for
-// engine.ReplayWindow and replayed to every retry with the same fingerprint; a 5xx drops the
-// claim so a retry runs afresh. A money route's 2xx is remembered without
-// its body: the retry re-runs the endpoint, which replays the operation
-// from Postgres or from its op key (replaysByRerun). A duplicate arriving while the first still runs
-// waits for its answer, so racing twins produce one effect and one answer. A
-// key reused with another fingerprint (another path, body or environment)
-// is a 409. Requests refused before this point (auth, rate limit, a missing
-// key) leave no record.
+// (docs/spec/interface.md Common rules 1) under idempotency.Claims: it
+// reads and checks the Idempotency-Key header, claims the key (starting
+// from the door's claim when the door made the one this request needs),
+// and runs the route, answers the stored response with
+// X-Idempotent-Replayed, or refuses, by the claim's outcome. Requests
+// refused before this point (auth, rate limit, a missing key) leave no
+// record.
 func (s *Server) idempotent(rt *route, c *call) {
 	ctx := c.ctx
 	key := ctx.Request.Header.PeekBytes(headerIdempotencyKey)
@@ -60,7 +41,7 @@ func (s *Server) idempotent(rt *route, c *call) {
 	case len(key) == 0:
 		c.fail(errIdemKeyMissing)
 		return
-	case len(key) > maxIdempotencyKeyChars && utf8.RuneCount(key) > maxIdempotencyKeyChars:
+	case len(key) > idempotency.MaxKeyChars && utf8.RuneCount(key) > idempotency.MaxKeyChars:
 		c.fail(errIdemKeyLong)
 		return
 	case !printableASCII(key):
@@ -71,185 +52,43 @@ func (s *Server) idempotent(rt *route, c *call) {
 			return
 		}
 	}
-	c.idem = engine.Idempotency{Key: string(key), RequestHash: fingerprint(c.scope.Environment, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())}
-	tenant := c.scope.TenantID
-	deadline := time.Now().Add(idemWait)
-	for {
-		claimedAt := time.Now()
-		var rec engine.IdemRecord
-		var claimed bool
-		var err error
-		if d := c.doorClaim(); d != nil {
-			claimedAt, rec, claimed, err = d.claimedAt, d.claim, d.claimed, d.claimErr
-		} else {
-			rec, claimed, err = s.idem.Begin(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, idemLockTTL)
-		}
-		switch {
-		case err != nil && replaysByRerun(rt) && errors.Is(err, engine.ErrUnavailable):
-			s.runUnclaimed(rt, c)
-			return
-		case err != nil:
+	c.idem = engine.Idempotency{Key: string(key), RequestHash: requestHash(c.scope.Environment, ctx)}
+	r := c.claimRequest(rt)
+	var door idempotency.Taken
+	if d := c.doorClaim(); d != nil {
+		door = idempotency.Taken{Asked: true, At: d.claimedAt, Record: d.claim, Claimed: d.claimed, Err: d.claimErr}
+	}
+	claim := s.claims.Claim(c.reqContext(), ctx, r, door) // ctx is done when the server stops
+	switch claim.Outcome {
+	case idempotency.OutcomeUnclaimed:
+		if err := c.invoke(rt.ep); err != nil {
 			c.fail(err)
-			return
-		case claimed:
-			s.runClaimed(rt, c, claimedAt)
-			return
-		case rec.Mismatch:
-			c.fail(engine.ErrIdempotencyMismatch)
-			return
-		case rec.Rerun:
-			s.rerun(rt, c)
-			return
-		case rec.Done:
-			ctx.SetStatusCode(rec.Status)
-			ctx.Response.Header.SetContentType(rec.ContentType)
-			ctx.SetBody(rec.Body)
-			ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
-			return
-		case time.Now().After(deadline):
-			c.fail(errIdemBusy)
-			return
 		}
-		select {
-		case <-ctx.Done(): // server shutting down
-			c.fail(errIdemBusy)
-			return
-		case <-time.After(idemPoll):
-		}
+	case idempotency.OutcomeFailed:
+		c.fail(claim.Err)
+	case idempotency.OutcomeClaimed:
+		s.runClaimed(rt, c, r, claim.At)
+	case idempotency.OutcomeMismatch:
+		c.fail(engine.ErrIdempotencyMismatch)
+	case idempotency.OutcomeRerun:
+		s.rerun(rt, c, r)
+	case idempotency.OutcomeReplay:
+		ctx.SetStatusCode(claim.Record.Status)
+		ctx.Response.Header.SetContentType(claim.Record.ContentType)
+		ctx.SetBody(claim.Record.Body)
+		ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
+	case idempotency.OutcomeBusy:
+		c.fail(errIdemBusy)
 	}
 }
 
-// runUnclaimed runs a money route whose claim could not be taken because
-// the record's Redis slot has no master for a moment (a failover of
-// another shard than the customer's; the record is keyed by tenant and
-// key, not by customer, so it lives on any shard). The route's script
-// keeps the key per customer (op key, seen filter), so retries and racing
-// twins for the same customer still have one effect and the first answer
-// (invariant 4); what is lost meanwhile is only the refusal of the key
-// reused for another customer or body, which the record alone detects
-// (docs/decisions.md "Money calls outlive another shard's failover").
-// Nothing is stored: a retry after the failover claims the key and
-// re-runs into the op key, as after a lost rerun mark.
-func (s *Server) runUnclaimed(rt *route, c *call) {
-	s.log.Debug().Bytes("request_id", c.reqID).Msg("idempotency record unavailable; running on the customer's op key alone")
+// runClaimed runs the endpoint under r's claim, taken at claimedAt, and
+// settles it by the answer (idempotency.Claims.Settle).
+func (s *Server) runClaimed(rt *route, c *call, r idempotency.Request, claimedAt time.Time) {
 	if err := c.invoke(rt.ep); err != nil {
 		c.fail(err)
 	}
-}
-
-// runClaimed runs the endpoint under a claim taken at claimedAt and settles
-// it: Finish stores a completed answer (for a money route's 2xx only the
-// mark "done, replay by re-running", written after the answer, see
-// markRerun), Abort forgets anything else.
-func (s *Server) runClaimed(rt *route, c *call, claimedAt time.Time) {
-	if err := c.invoke(rt.ep); err != nil {
-		c.fail(err)
-	}
-	s.settleClaim(rt, c, claimedAt, false)
-}
-
-// settleClaim settles the claim taken at claimedAt by the answer c holds:
-// Finish stores a completed answer (for a money route's 2xx only the rerun
-// mark, markRerun, unless marked says the claim is that mark already: a
-// fused door's script wrote it), Abort forgets anything else (a mark stays:
-// the retry re-runs into the script's op key).
-func (s *Server) settleClaim(rt *route, c *call, claimedAt time.Time, marked bool) {
-	ctx := c.ctx
-	tenant := c.scope.TenantID
-	status := ctx.Response.StatusCode()
-	if !storable(status) {
-		if err := s.idem.Abort(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash); err != nil {
-			s.abortLater(tenant, c.idem.Key, c.idem.RequestHash, c.reqID, err)
-		}
-		return
-	}
-	if status < 300 && replaysByRerun(rt) {
-		if !marked {
-			s.markRerun(c, claimedAt)
-		}
-		return
-	}
-	rec := engine.IdemRecord{
-		Status:      status,
-		ContentType: contentTypeOf(ctx.Response.Header.ContentType()),
-		Body:        ctx.Response.Body(), // Finish copies it into its record
-	}
-	if err := s.idem.Finish(c.reqContext(), tenant, c.idem.Key, c.idem.RequestHash, rec, engine.ReplayWindow, held(claimedAt)); err != nil {
-		// The effect happened and the client gets its answer; a retry finds
-		// the customer-level key memory of the Lua scripts instead.
-		s.log.Error().Bytes("request_id", c.reqID).Err(err).Msg("idempotency finish failed")
-	}
-}
-
-// held reports whether a claim taken at claimedAt certainly still stands.
-// Only expiry ends a claim that its holder neither finished nor aborted, so
-// one taken less than half its lock TTL ago (a margin for the clocks and the
-// round trip) is still ours: Finish may overwrite it with a plain SET
-// instead of checking it first.
-func held(claimedAt time.Time) bool { return time.Since(claimedAt) < idemLockTTL/2 }
-
-// maxMarksInFlight bounds the rerun marks of one server waiting to be
-// written after their answer went out (rerunMarks); when all are taken the
-// mark is written before the answer, as a stored body is, so a slow Redis
-// slows requests instead of piling up marks.
-const maxMarksInFlight = 1024
-
-// maxAbortsInFlight bounds the claims abortLater releases at once: a
-// failover fails every write of its slot for a few seconds.
-const maxAbortsInFlight = 1024
-
-// markRerun finishes c's claim with the rerun mark (replaysByRerun) after
-// the answer has gone out, in a batch with other requests' marks
-// (rerunMarks), so a money request costs the client two Redis round trips
-// (claim and script), not three, and the server a share of the third. Losing the mark (a crash, a
-// failed write) is safe: the claim lapses and the retry runs the endpoint,
-// whose script replays from its op key. A retry arriving before the mark
-// lands finds the claim and waits for it, as for any running request.
-func (s *Server) markRerun(c *call, claimedAt time.Time) {
-	tenant, key, hash := c.scope.TenantID, c.idem.Key, c.idem.RequestHash
-	m := pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: hash}, claimedAt: claimedAt,
-		reqID: append([]byte(nil), c.reqID...)} // c is reused once the answer is out
-	if !s.marks.add(m) {
-		s.finishRerun(c.reqContext(), tenant, key, hash, claimedAt, c.reqID)
-	}
-}
-
-// abortLater keeps trying to drop a claim whose Abort failed, typically a
-// 503 while the key's Redis slot had no master: the release then fails for
-// the same reason, and a retry with the key would wait out idemWait and get
-// 409 "still in progress" while the claim lives (idemLockTTL). Tried again
-// every idemAbortRetry until it works or the claim has lapsed anyway, the
-// retry of the operation can run once the slot has a master again.
-func (s *Server) abortLater(tenant uuid.UUID, key, hash string, reqID []byte, first error) {
-	select {
-	case s.abortSlots <- struct{}{}:
-	default:
-		s.log.Error().Bytes("request_id", reqID).Err(first).Msg("idempotency abort failed; the key stays locked until its claim lapses")
-		return
-	}
-	s.log.Warn().Bytes("request_id", reqID).Err(first).Msg("idempotency abort failed; trying again until the claim lapses")
-	reqID = append([]byte(nil), reqID...) // the call is reused once the answer is out
-	go func() {
-		defer func() { <-s.abortSlots }()
-		deadline := time.Now().Add(idemLockTTL)
-		for time.Now().Before(deadline) {
-			time.Sleep(idemAbortRetry)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := s.idem.Abort(ctx, tenant, key, hash)
-			cancel()
-			if err == nil {
-				return
-			}
-		}
-		s.log.Error().Bytes("request_id", reqID).Msg("idempotency abort kept failing; the claim lapsed on its own")
-	}()
-}
-
-// finishRerun writes the rerun mark of key for hash.
-func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash string, claimedAt time.Time, reqID []byte) {
-	if err := s.idem.Finish(ctx, tenant, key, hash, engine.IdemRecord{Rerun: true}, engine.ReplayWindow, held(claimedAt)); err != nil {
-		s.log.Error().Bytes("request_id", reqID).Err(err).Msg("idempotency finish failed; the claim lapses and a retry re-runs into the op key")
-	}
+	s.claims.Settle(c.reqContext(), r, claimedAt, (*answer)(&c.ctx.Response), false)
 }
 
 // rerun answers a retry of a money request whose record says "done, replay
@@ -257,18 +96,19 @@ func (s *Server) finishRerun(ctx context.Context, tenant uuid.UUID, key, hash st
 // operation in Postgres (lua appliedFirst) or, before the persister
 // committed it, under its op key, changes nothing and answers from the
 // record of the first run, so status and body are the first ones.
-func (s *Server) rerun(rt *route, c *call) {
+func (s *Server) rerun(rt *route, c *call, r idempotency.Request) {
 	if err := c.invoke(rt.ep); err != nil {
 		c.fail(err)
 	}
-	if status := c.ctx.Response.StatusCode(); status >= 300 {
-		// Not the first answer (that was a 2xx): what the endpoint checks
-		// before its script changed since (the customer was deleted, the
-		// metric lost its rule), or a 5xx. The client gets it as it is.
-		s.log.Warn().Bytes("request_id", c.reqID).Int("status", status).Msg("an idempotent replay by re-running did not answer 2xx")
-		return
+	if s.claims.Reran(r, c.ctx.Response.StatusCode()) {
+		c.ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
 	}
-	c.ctx.Response.Header.SetBytesKV(headerReplayed, valueTrue)
+}
+
+// claimRequest is c's claim for idempotency.Claims (c.idem set).
+func (c *call) claimRequest(rt *route) idempotency.Request {
+	return idempotency.Request{Tenant: c.scope.TenantID, Key: c.idem.Key, RequestHash: c.idem.RequestHash,
+		Rerun: replaysByRerun(rt), ID: c.reqID}
 }
 
 // replaysByRerun reports whether rt's 2xx answers are left unstored because
@@ -283,54 +123,16 @@ func (s *Server) rerun(rt *route, c *call) {
 // registered (optRerun).
 func replaysByRerun(rt *route) bool { return rt.opts&optRerun != 0 }
 
-// storable reports whether a response under a claimed key is the request's
-// final answer: 2xx and 4xx are (a 409 insufficient-credits stays the answer
-// to that key even after a top-up: a new attempt takes a new key); 429 and
-// 5xx are not (the request did not run to its end, so a retry must run). A
-// 409 "still in progress" never gets here: it is answered before a claim.
-func storable(status int) bool {
-	return status >= 200 && status < 500 && status != fasthttp.StatusTooManyRequests && (status < 300 || status >= 400)
+// requestHash is the request's fingerprint (idempotency.Fingerprint) under
+// env.
+func requestHash(env engine.Environment, ctx *fasthttp.RequestCtx) string {
+	return idempotency.Fingerprint(env == engine.EnvironmentSandbox, ctx.Method(), ctx.URI().PathOriginal(), ctx.Request.Body())
 }
 
-// fingerprint is the request hash: sha256 hex of environment, method, raw
-// path and body, so a reused key on another path, with another body, or with
-// the other environment's API key is told apart (the record itself is keyed
-// by tenant and key alone, docs/spec/addendum.md §12).
-func fingerprint(env engine.Environment, method, path, body []byte) string {
-	h := sha256.New()
-	h.Write(envTag(env))
-	h.Write(method)
-	h.Write([]byte{' '})
-	h.Write(path)
-	h.Write([]byte{'\n'})
-	h.Write(body)
-	var sum [sha256.Size]byte
-	var out [2 * sha256.Size]byte
-	hex.Encode(out[:], h.Sum(sum[:0]))
-	return string(out[:])
-}
+// answer is a response as idempotency.Answer: its content type and body
+// are read only when the room stores them.
+type answer fasthttp.Response
 
-var (
-	tagLive    = []byte("live ")
-	tagSandbox = []byte("sandbox ")
-)
-
-// envTag is env as the fingerprint's first words, without an allocation.
-func envTag(env engine.Environment) []byte {
-	if env == engine.EnvironmentSandbox {
-		return tagSandbox
-	}
-	return tagLive
-}
-
-// contentTypeOf is ct as a string, without an allocation for the two types
-// the API answers with.
-func contentTypeOf(ct []byte) string {
-	switch {
-	case bytes.Equal(ct, contentJSON):
-		return "application/json"
-	case bytes.Equal(ct, contentProblem):
-		return "application/problem+json"
-	}
-	return string(ct)
-}
+func (a *answer) StatusCode() int     { return (*fasthttp.Response)(a).StatusCode() }
+func (a *answer) ContentType() []byte { return (*fasthttp.Response)(a).Header.ContentType() }
+func (a *answer) Body() []byte        { return (*fasthttp.Response)(a).Body() }

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Server limits (invariant 11: a limit on everything).
@@ -69,7 +70,7 @@ type Config struct {
 	Tenants     *engine.Tenants
 	Customers   *engine.Customers
 	Credits     *engine.Credits
-	Idempotency engine.IdempotencyRecords
+	Idempotency idempotency.Records
 
 	// Metering, Entitlements and Reservations serve pricing and the hot path.
 	Metering     *engine.Metering
@@ -133,7 +134,6 @@ type Server struct {
 	tenants   *engine.Tenants
 	customers *engine.Customers
 	credits   *engine.Credits
-	idem      engine.IdempotencyRecords
 	ready     []HealthCheck
 	admin     []byte
 	bodyLimit int
@@ -184,14 +184,12 @@ type Server struct {
 	budgetWarned atomic.Int64
 	// adminLimiter is the admin API's token bucket per client address.
 	adminLimiter *rateLimiter
-	// marks writes the rerun marks of answered money requests in batches
-	// (markRerun).
-	marks *rerunMarks
-	// abortSlots bounds the claims being released in the background
-	// (abortLater): past it, a claim lapses on its own.
-	abortSlots chan struct{}
-	calls      sync.Pool
-	srv        *fasthttp.Server
+	// claims runs the idempotency claims of optIdem routes over
+	// Config.Idempotency (engine/idempotency/claims.go), with its batch
+	// writer of rerun marks.
+	claims *idempotency.Claims
+	calls  sync.Pool
+	srv    *fasthttp.Server
 	// consoleRoot serves GET /console/ (nil without a console).
 	consoleRoot fasthttp.RequestHandler
 }
@@ -203,7 +201,6 @@ func New(cfg Config) *Server {
 		customers:    cfg.Customers,
 		credits:      cfg.Credits,
 		usageReports: cfg.Usage,
-		idem:         cfg.Idempotency,
 		ready:        cfg.Ready,
 		admin:        []byte(cfg.AdminToken),
 		bodyLimit:    cfg.BodyLimitBytes,
@@ -216,7 +213,6 @@ func New(cfg Config) *Server {
 		leases:       newLeases(),
 
 		adminLimiter: newRateLimiter(),
-		abortSlots:   make(chan struct{}, maxAbortsInFlight),
 	}
 	s.metering, s.entitlements, s.reservations = cfg.Metering, cfg.Entitlements, cfg.Reservations
 	s.webhooks = cfg.Webhooks
@@ -239,7 +235,7 @@ func New(cfg Config) *Server {
 	if s.maxConns <= 0 {
 		s.maxConns = DefaultMaxConnsPerIP
 	}
-	s.marks = newRerunMarks(s)
+	s.claims = idempotency.NewClaims(cfg.Idempotency, cfg.Log, engine.ErrUnavailable)
 	s.calls.New = func() any { return new(call) }
 	r := router.New()
 	// An API answers a wrong path with 404, never a redirect to a guess.
@@ -301,7 +297,7 @@ func (s *Server) Shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
 	err := s.srv.ShutdownWithContext(ctx)
-	s.marks.close(ctx)
+	s.claims.Close(ctx)
 	return err
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Console limits (invariant 11: a limit on everything).
@@ -64,7 +65,7 @@ type Config struct {
 	// Idempotency, when set, makes the create forms (plans, variants,
 	// plan grants) run once per form key (onceOnly), in the records the
 	// API's Idempotency-Key uses.
-	Idempotency engine.IdempotencyRecords
+	Idempotency idempotency.Records
 	// SignOuts, when set, remembers the sessions signed out, so a copy of
 	// the cookie stops working on every node at once; without it a
 	// sign-out only drops the browser's cookie.

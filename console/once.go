@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Form keys (issue 31 item 4): a create form carries a fresh random key
@@ -84,8 +84,8 @@ func (c *Console) onceOnly(w http.ResponseWriter, r *http.Request, to, what stri
 		c.backErr(w, r, to, err)
 		return
 	}
-	done := engine.IdemRecord{Status: http.StatusSeeOther, ContentType: "text/plain", Body: []byte(msg)}
-	if err := c.cfg.Idempotency.Finish(r.Context(), tenant, key, hash, done, engine.ReplayWindow, false); err != nil {
+	done := idempotency.Record{Status: http.StatusSeeOther, ContentType: "text/plain", Body: []byte(msg)}
+	if err := c.cfg.Idempotency.Finish(r.Context(), tenant, key, hash, done, idempotency.ReplayWindow, false); err != nil {
 		c.cfg.Log.Warn().Err(err).Msg("console: remembering a form failed; a resubmit within the claim's life still creates nothing")
 	}
 	c.back(w, r, to, flash{Message: msg})

@@ -10,6 +10,8 @@ import (
 	"math"
 
 	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // ConsumeCredits is a consume (POST /v1/entitlements/consume) whose shape
@@ -354,7 +356,7 @@ func consumeOutcome(cmd ConsumeCommand, res MutationResult, err error) (ConsumeR
 	}
 	out := consumeResult(res.Mutation)
 	out.replayed = res.Replayed
-	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > ReplayWindow {
+	if res.Replayed && cmd.Now.Sub(res.Mutation.At()) > idempotency.ReplayWindow {
 		r := ReasonDuplicateReplay
 		out.Reason = &r
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // DoorTrips sends a request's door in one round trip (lua.Store).
@@ -26,7 +28,7 @@ type DoorAsk struct {
 	// (RateBudgets.TakeRate).
 	Rate *RateAsk
 	// Claim, when set, is an idempotency claim
-	// (IdempotencyRecords.Begin).
+	// (idempotency.Records.Begin).
 	Claim *ClaimAsk
 }
 
@@ -43,7 +45,7 @@ type RateAsk struct {
 	Stamp  uint64
 }
 
-// ClaimAsk is IdempotencyRecords.Begin's arguments.
+// ClaimAsk is idempotency.Records.Begin's arguments.
 type ClaimAsk struct {
 	Key, RequestHash string
 	LockTTL          time.Duration
@@ -58,7 +60,7 @@ type DoorAnswer struct {
 	// RateStale: the fenced take found the tenant's stamp moved and took
 	// nothing; the request takes again once it has the current limits.
 	RateStale bool
-	Claim     IdemRecord
+	Claim     idempotency.Record
 	Claimed   bool
 	ClaimErr  error
 }

@@ -34,7 +34,8 @@ const (
 	// the usual way.
 	FusedStale
 	// FusedMarked: the script ran, and the key's record now says "done,
-	// replay by re-running" (what a claim and markRerun leave).
+	// replay by re-running" (what a claim and its rerun mark leave,
+	// idempotency.Claims.Settle).
 	FusedMarked
 	// FusedClaimed: the script refused, and the key's record is this
 	// request's in-progress claim (what Begin leaves): the caller settles it
@@ -62,7 +63,7 @@ type FusedDoor struct {
 	Checked bool
 	// Key and RequestHash are the claim's (the Idempotency-Key and the
 	// request's fingerprint); LockTTL is an in-progress claim's life and
-	// Window the rerun mark's (ReplayWindow).
+	// Window the rerun mark's (idempotency.ReplayWindow).
 	Key, RequestHash string
 	LockTTL, Window  time.Duration
 	// Rate, when set, is a take from the key's rate budget the script makes

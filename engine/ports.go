@@ -1,11 +1,13 @@
 // The ports: every interface engine declares for what it needs from
 // outside (Redis in lua/, Postgres in persist/, the clock, the webhook
 // sender), in one file and nothing else in it, so a newcomer finds each one
-// and its contract in one place. The values they carry live with their
-// concept (commands.go: GrantCommand, DebitCommand, MutationResult;
-// appliedops.go: IdemRecord, RerunMark; door.go: RateDecision; clock.go;
-// and so on). It is long because there are many ports, not because any
-// holds logic.
+// and its contract in one place. The one exception is the HTTP idempotency
+// record's port, idempotency.Records (engine/idempotency/records.go): it
+// lives in the idempotency room with the rest of that concern. The values
+// the ports carry live with their concept (commands.go: GrantCommand,
+// DebitCommand, MutationResult; door.go: RateDecision; clock.go; and so
+// on). It is long because there are many ports, not because any holds
+// logic.
 
 package engine
 
@@ -211,28 +213,6 @@ type RebuildSource interface {
 	AccountIDCuts(ctx context.Context, parts int) ([]uuid.UUID, error)
 }
 
-// IdempotencyRecords stores HTTP idempotency records, scoped by tenant and
-// key value alone (docs/spec/interface.md Common rules 1).
-type IdempotencyRecords interface {
-	// Begin claims key for a request whose fingerprint is requestHash. When
-	// no record exists it writes an in-progress one that lapses after lockTTL
-	// (so a crashed claimer's retry can run again) and returns claimed=true.
-	// Otherwise it returns the existing record and claimed=false.
-	Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (rec IdemRecord, claimed bool, err error)
-	// Finish stores rec as requestHash's final answer for ttl (ReplayWindow). It
-	// never replaces a record of another request hash nor a finished one;
-	// held tells it the caller's claim certainly still stands (taken well
-	// within its lock TTL), so no other record can be there to protect.
-	Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec IdemRecord, ttl time.Duration, held bool) error
-	// MarkRerun finishes many claims with the rerun mark (IdemRecord.Rerun)
-	// for ttl in one round trip where it can; each mark as Finish would. It
-	// returns the first error; the other marks are still written.
-	MarkRerun(ctx context.Context, marks []RerunMark, ttl time.Duration) error
-	// Abort drops an in-progress record of requestHash (the request changed
-	// nothing, so a retry must run afresh).
-	Abort(ctx context.Context, tenant uuid.UUID, key, requestHash string) error
-}
-
 // RateBudgets keeps the per-API-key rate budgets that every creditd node
 // shares, so N nodes together allow a key its rate once, not N times.
 type RateBudgets interface {
@@ -337,7 +317,7 @@ type AppliedOps interface {
 
 // OpRecords lets the persister record the idempotency keys of operations
 // it has committed in the seen filter and shorten their op keys to
-// OpKeyGrace.
+// idempotency.OpKeyGrace.
 type OpRecords interface {
 	// ForgetOps records and shortens the op keys of ms (outbox partition
 	// p) that carry an idempotency key. Call it only after ms are

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
-// SeenSeeder fills the seen filter (appliedops.go) from Postgres, so money
-// calls stop asking Postgres: at start for every partition (from where the
-// last seeding read, less SeenSeedOverlap, or the whole SeenHorizon for a
+// SeenSeeder fills the seen filter (engine/idempotency/windows.go) from
+// Postgres, so money calls stop asking Postgres: at start for every partition (from where the
+// last seeding read, less SeenSeedOverlap, or the whole idempotency.SeenHorizon for a
 // partition never seeded), then every Interval for a partition whose mark
 // is gone (a Redis that lost its data). Starting from the last seeding,
 // not from the horizon, keeps a restart cheap; the overlap covers the
@@ -70,8 +72,8 @@ func (s *SeenSeeder) SeedOnce(ctx context.Context) error {
 		}
 		parts = append(parts, p)
 		from := m.Add(-SeenSeedOverlap)
-		if m.IsZero() || from.Before(now.Add(-SeenHorizon)) {
-			from = now.Add(-SeenHorizon)
+		if m.IsZero() || from.Before(now.Add(-idempotency.SeenHorizon)) {
+			from = now.Add(-idempotency.SeenHorizon)
 		}
 		if from.Before(since) {
 			since = from

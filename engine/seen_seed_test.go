@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // fakeSeen is the seen filter's marks and the keys recorded in it.
@@ -68,7 +70,7 @@ func (f *fakeAppliedKeys) AppliedKeysSince(_ context.Context, since time.Time, p
 func TestSeenSeeder(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	old, recent := now.Add(-20*24*time.Hour), now.Add(-10*time.Minute)
-	tooOld := now.Add(-SeenHorizon - time.Hour)
+	tooOld := now.Add(-idempotency.SeenHorizon - time.Hour)
 	ref := func() OpRef { return OpRef{Customer: CustomerKey{CustomerID: uuid.New()}, Key: uuid.NewString()} }
 	pg := &fakeAppliedKeys{ops: map[time.Time]OpRef{old: ref(), recent: ref(), tooOld: ref()}}
 	seen := &fakeSeen{marks: make([]time.Time, 4)}
@@ -88,8 +90,8 @@ func TestSeenSeeder(t *testing.T) {
 	if err := s.SeedOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := pg.asked[len(pg.asked)-1]; !got.Equal(now.Add(-SeenHorizon)) {
-		t.Errorf("first seeding read from %s, want the horizon %s", got, now.Add(-SeenHorizon))
+	if got := pg.asked[len(pg.asked)-1]; !got.Equal(now.Add(-idempotency.SeenHorizon)) {
+		t.Errorf("first seeding read from %s, want the horizon %s", got, now.Add(-idempotency.SeenHorizon))
 	}
 	if len(seen.keys) != 2 {
 		t.Errorf("first seeding recorded %d keys, want 2 (the one past the horizon left out)", len(seen.keys))
@@ -114,7 +116,7 @@ func TestSeenSeeder(t *testing.T) {
 	if err := s.SeedOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(pg.asked) != reads+1 || !pg.asked[reads].Equal(now.Add(-SeenHorizon)) || !seen.marks[2].Equal(now) {
+	if len(pg.asked) != reads+1 || !pg.asked[reads].Equal(now.Add(-idempotency.SeenHorizon)) || !seen.marks[2].Equal(now) {
 		t.Errorf("vanished mark: reads %v, mark %s", pg.asked[reads:], seen.marks[2])
 	}
 

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Compile-time check that Store lets the persister shorten op keys.
 var _ engine.OpRecords = (*Store)(nil)
 
 // OpRetention is the life a money script gives an op key
-// (engine.OpKeyRetention): a safety net, since the persister shortens the
-// key to engine.OpKeyGrace once the operation is in Postgres.
-const OpRetention = engine.OpKeyRetention
+// (idempotency.OpKeyRetention): a safety net, since the persister shortens the
+// key to idempotency.OpKeyGrace once the operation is in Postgres.
+const OpRetention = idempotency.OpKeyRetention
 
 // WithAppliedOps makes every money call with an idempotency key ask a first
 // (Postgres, engine.AppliedOps) whether the key was applied to the customer
@@ -35,9 +36,9 @@ func (s *Store) WithAppliedOps(a engine.AppliedOps) *Store {
 // engine.ErrAppliedUnknown, a 503, and runs nothing). When Postgres holds
 // the key's operation for c the call is answered from it (Replayed, or
 // ErrIdempotencyMismatch for another request hash); otherwise run runs
-// again, without the filter, under a deadline of engine.AppliedLookupFresh
+// again, without the filter, under a deadline of idempotency.AppliedLookupFresh
 // after the look-up, so an operation committed after the look-up missed it
-// still has its op key when the script runs (engine.OpKeyGrace).
+// still has its op key when the script runs (idempotency.OpKeyGrace).
 // checkedAt, when recent, is a look-up the caller made already (a usage
 // batch looks all its events up at once).
 func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checkedAt time.Time,
@@ -46,7 +47,7 @@ func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checke
 	if key == "" || s.applied == nil {
 		return run(ctx)
 	}
-	if !engine.AppliedChecked(checkedAt, time.Now()) {
+	if !idempotency.LookupStands(checkedAt, time.Now()) {
 		res, err := run(withSeen(ctx, s.seenKeys(Partition(c.CustomerID), h.Now)))
 		if !errors.Is(err, errMaybeSeen) {
 			return res, err
@@ -60,7 +61,7 @@ func (s *Store) appliedFirst(ctx context.Context, h engine.CommandHeader, checke
 			return appliedReplay(ms[0], requestHash)
 		}
 	}
-	ctx, cancel := context.WithDeadline(ctx, checkedAt.Add(engine.AppliedLookupFresh))
+	ctx, cancel := context.WithDeadline(ctx, checkedAt.Add(idempotency.AppliedLookupFresh))
 	defer cancel()
 	return run(ctx)
 }
@@ -119,7 +120,7 @@ func (s *Store) appliedBatch(ctx context.Context, refs []appliedRef) (done []boo
 }
 
 // ForgetOps adds the op keys of ms, committed mutations of outbox
-// partition p, to the seen filter and shortens them to engine.OpKeyGrace
+// partition p, to the seen filter and shortens them to idempotency.OpKeyGrace
 // (engine.OpRecords; seen.go forgetOps).
 func (s *Store) ForgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	if err := s.checkOutboxPartition(p); err != nil {

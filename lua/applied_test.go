@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // fakeApplied is Postgres's operations table for the store's look-ups:
@@ -126,7 +127,7 @@ func TestAppliedFirst(t *testing.T) {
 			}, consumed, nil},
 			{"consume retried under a stale caller look-up", func() (engine.MutationResult, error) {
 				c2 := cons
-				c2.AppliedCheckedAt = time.Now().Add(-engine.AppliedLookupFresh)
+				c2.AppliedCheckedAt = time.Now().Add(-idempotency.AppliedLookupFresh)
 				return b.store.Consume(ctx, c2)
 			}, consumed, nil},
 			{"debit under the consume's key", func() (engine.MutationResult, error) {
@@ -203,7 +204,7 @@ func TestAppliedFirstGrantBatch(t *testing.T) {
 }
 
 // TestForgetOps: after a commit the persister shortens the batch's op keys
-// to the grace (engine.OpKeyGrace), leaves other keys alone, and a money
+// to the grace (idempotency.OpKeyGrace), leaves other keys alone, and a money
 // script writes its op key with the 24 h safety net, never longer.
 func TestForgetOps(t *testing.T) {
 	t.Parallel()
@@ -230,8 +231,8 @@ func TestForgetOps(t *testing.T) {
 			key      string
 			min, max time.Duration
 		}{
-			{"k1", 0, engine.OpKeyGrace},
-			{"k2", 0, engine.OpKeyGrace},
+			{"k1", 0, idempotency.OpKeyGrace},
+			{"k2", 0, idempotency.OpKeyGrace},
 			{"kept", OpRetention - time.Minute, OpRetention},
 		} {
 			ttl := b.rdb.PTTL(ctx, b.store.opKeyOf(c.CustomerID, tc.key)).Val()

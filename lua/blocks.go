@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Compile-time check that Store keeps the hot credit state.
@@ -114,7 +115,7 @@ func (s *Store) GrantBatch(ctx context.Context, cmds []engine.GrantCommand) []er
 		}
 		return errs
 	}
-	ctx, cancel := context.WithDeadline(ctx, looked.Add(engine.AppliedLookupFresh))
+	ctx, cancel := context.WithDeadline(ctx, looked.Add(idempotency.AppliedLookupFresh))
 	defer cancel()
 	keys := make([][]string, len(cmds))
 	args := make([][]any, len(cmds))

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Compile-time check that Store prices, entitles and holds on the hot path.
@@ -268,7 +269,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 		}
 		switch {
 		case cmd.IdempotencyKey == "" || s.applied == nil:
-		case engine.AppliedChecked(cmd.AppliedCheckedAt, now):
+		case idempotency.LookupStands(cmd.AppliedCheckedAt, now):
 			// Looked up lately: the script's op key is enough.
 			if cmd.AppliedCheckedAt.Before(oldest) {
 				oldest = cmd.AppliedCheckedAt
@@ -277,7 +278,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 			keys[i] = append(keys[i], s.seenKeys(Partition(cmd.Customer.CustomerID), cmd.Now)...)
 		}
 	}
-	runCtx, cancel := context.WithDeadline(ctx, oldest.Add(engine.AppliedLookupFresh))
+	runCtx, cancel := context.WithDeadline(ctx, oldest.Add(idempotency.AppliedLookupFresh))
 	replies := s.pipelined(runCtx, consumeScript, "consume", keys, args, errs)
 	cancel()
 	// The calls the filter could not clear: Postgres answers those it
@@ -311,10 +312,10 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 				out[i] = engine.MutationResult{Mutation: refs[i].found, Replayed: true}
 			default:
 				errs[i], again[i] = nil, args[i]
-				keys[i] = keys[i][:len(keys[i])-1-engine.SeenWeeks]
+				keys[i] = keys[i][:len(keys[i])-1-idempotency.SeenWeeks]
 			}
 		}
-		runCtx, cancel := context.WithDeadline(ctx, looked.Add(engine.AppliedLookupFresh))
+		runCtx, cancel := context.WithDeadline(ctx, looked.Add(idempotency.AppliedLookupFresh))
 		for i, v := range s.pipelined(runCtx, consumeScript, "consume", keys, again, errs) {
 			if again[i] != nil {
 				replies[i] = v

@@ -12,11 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // Compile-time check that Store keeps the HTTP idempotency records.
-var _ engine.IdempotencyRecords = (*Store)(nil)
+var _ idempotency.Records = (*Store)(nil)
 
 var (
 	//go:embed idem_finish.lua
@@ -92,13 +92,13 @@ func idemHead(state byte, tenant uuid.UUID, requestHash string) []byte {
 // in-progress one that lapses after lockTTL and returns claimed=true;
 // otherwise it returns the stored record and claimed=false. lockTTL must be
 // at least 1 ms.
-func (s *Store) Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (engine.IdemRecord, bool, error) {
+func (s *Store) Begin(ctx context.Context, tenant uuid.UUID, key, requestHash string, lockTTL time.Duration) (idempotency.Record, bool, error) {
 	claim, head, err := s.claimCmd(ctx, tenant, key, requestHash, lockTTL)
 	if err != nil {
-		return engine.IdemRecord{}, false, err
+		return idempotency.Record{}, false, err
 	}
 	if err := s.trips.do(ctx, claim); err != nil && !errors.Is(err, redis.Nil) {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
 	}
 	return claimReply(claim, head)
 }
@@ -115,24 +115,24 @@ func (s *Store) claimCmd(ctx context.Context, tenant uuid.UUID, key, requestHash
 }
 
 // claimReply reads an answered claimCmd: claimed when no record was there.
-func claimReply(claim *redis.StringCmd, head []byte) (engine.IdemRecord, bool, error) {
+func claimReply(claim *redis.StringCmd, head []byte) (idempotency.Record, bool, error) {
 	err := claim.Err()
 	if errors.Is(err, redis.Nil) {
-		return engine.IdemRecord{}, true, nil
+		return idempotency.Record{}, true, nil
 	}
 	if err != nil {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: %w", err)
 	}
 	return decodeIdemRecord(claim.Val(), head)
 }
 
 // decodeIdemRecord reads a stored record; head is the caller's in-progress
 // record, whose fingerprint tells a mismatch.
-func decodeIdemRecord(v string, head []byte) (engine.IdemRecord, bool, error) {
+func decodeIdemRecord(v string, head []byte) (idempotency.Record, bool, error) {
 	if len(v) < idemHeadLen {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: record of %d bytes", len(v))
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: record of %d bytes", len(v))
 	}
-	rec := engine.IdemRecord{Mismatch: v[1:idemHeadLen] != string(head[1:])}
+	rec := idempotency.Record{Mismatch: v[1:idemHeadLen] != string(head[1:])}
 	switch v[0] {
 	case idemRunning:
 		return rec, false, nil
@@ -141,11 +141,11 @@ func decodeIdemRecord(v string, head []byte) (engine.IdemRecord, bool, error) {
 		return rec, false, nil
 	case idemDone:
 	default:
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: record state %q", v[0])
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: record state %q", v[0])
 	}
 	rest := v[idemHeadLen:]
 	if len(rest) < 3 {
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: finished record of %d bytes", len(v))
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: finished record of %d bytes", len(v))
 	}
 	rec.Done, rec.Status = true, int(rest[0])<<8|int(rest[1])
 	ct := rest[2]
@@ -158,12 +158,12 @@ func decodeIdemRecord(v string, head []byte) (engine.IdemRecord, bool, error) {
 	case 'n':
 	case 'x':
 		if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
-			return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: cut content type")
+			return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: cut content type")
 		}
 		n := int(rest[0])
 		rec.ContentType, rest = rest[1:1+n], rest[1+n:]
 	default:
-		return engine.IdemRecord{}, false, fmt.Errorf("lua: idempotency begin: content type code %q", ct)
+		return idempotency.Record{}, false, fmt.Errorf("lua: idempotency begin: content type code %q", ct)
 	}
 	if rest != "" {
 		rec.Body = []byte(rest)
@@ -172,7 +172,7 @@ func decodeIdemRecord(v string, head []byte) (engine.IdemRecord, bool, error) {
 }
 
 // encodeIdemRecord is rec finished for requestHash of tenant.
-func encodeIdemRecord(tenant uuid.UUID, requestHash string, rec engine.IdemRecord) ([]byte, error) {
+func encodeIdemRecord(tenant uuid.UUID, requestHash string, rec idempotency.Record) ([]byte, error) {
 	if rec.Rerun {
 		return idemHead(idemRerun, tenant, requestHash), nil
 	}
@@ -203,7 +203,7 @@ func encodeIdemRecord(tenant uuid.UUID, requestHash string, rec engine.IdemRecor
 // is requestHash's and in progress, or has lapsed: a record of another
 // request, or one already finished (its answer was the first), is left
 // alone without error. ttl must be at least 1 ms.
-func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec engine.IdemRecord, ttl time.Duration, held bool) error {
+func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key, requestHash string, rec idempotency.Record, ttl time.Duration, held bool) error {
 	ttlMS, err := idemTTLMillis("TTL", ttl)
 	if err != nil {
 		return err
@@ -225,10 +225,10 @@ func (s *Store) Finish(ctx context.Context, tenant uuid.UUID, key, requestHash s
 }
 
 // MarkRerun finishes marks with the rerun mark for ttl
-// (engine.IdempotencyRecords): the held ones as plain SETs in one pipeline
+// (idempotency.Records): the held ones as plain SETs in one pipeline
 // (one round trip per node however many marks), the others one by one
 // through Finish's checked write.
-func (s *Store) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl time.Duration) error {
+func (s *Store) MarkRerun(ctx context.Context, marks []idempotency.RerunMark, ttl time.Duration) error {
 	ttlMS, err := idemTTLMillis("TTL", ttl)
 	if err != nil {
 		return err
@@ -237,7 +237,7 @@ func (s *Store) MarkRerun(ctx context.Context, marks []engine.RerunMark, ttl tim
 	pipe := s.rdb.Pipeline()
 	for _, m := range marks {
 		if !m.Held {
-			if err := s.Finish(ctx, m.Tenant, m.Key, m.RequestHash, engine.IdemRecord{Rerun: true}, ttl, false); err != nil && first == nil {
+			if err := s.Finish(ctx, m.Tenant, m.Key, m.RequestHash, idempotency.Record{Rerun: true}, ttl, false); err != nil && first == nil {
 				first = err
 			}
 			continue

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 	"github.com/creditd/creditd/internal/testenv"
 )
 
@@ -19,7 +19,7 @@ const (
 	idemTTL     = 24 * time.Hour
 )
 
-func idemBegin(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string) (engine.IdemRecord, bool) {
+func idemBegin(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string) (idempotency.Record, bool) {
 	t.Helper()
 	rec, claimed, err := b.store.Begin(context.Background(), tenant, key, rh, idemLockTTL)
 	if err != nil {
@@ -28,7 +28,7 @@ func idemBegin(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string) (en
 	return rec, claimed
 }
 
-func idemFinish(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string, rec engine.IdemRecord, held bool) {
+func idemFinish(t *testing.T, b portBundle, tenant uuid.UUID, key, rh string, rec idempotency.Record, held bool) {
 	t.Helper()
 	if err := b.store.Finish(context.Background(), tenant, key, rh, rec, idemTTL, held); err != nil {
 		t.Fatalf("Finish: %v", err)
@@ -83,15 +83,15 @@ func TestIdempotencyFinishReplay(t *testing.T) {
 		body := []byte("{\"id\":\"x\"}\x00\xff\n")
 		for _, tc := range []struct {
 			name string
-			rec  engine.IdemRecord
+			rec  idempotency.Record
 			held bool
 		}{
-			{"json body, held", engine.IdemRecord{Status: 201, ContentType: "application/json", Body: body}, true},
-			{"problem, checked", engine.IdemRecord{Status: 409, ContentType: "application/problem+json", Body: body}, false},
-			{"empty body", engine.IdemRecord{Status: 204}, true},
-			{"other content type", engine.IdemRecord{Status: 200, ContentType: "text/plain; charset=utf-8", Body: []byte("ok")}, false},
-			{"rerun, held", engine.IdemRecord{Rerun: true}, true},
-			{"rerun, checked", engine.IdemRecord{Rerun: true}, false},
+			{"json body, held", idempotency.Record{Status: 201, ContentType: "application/json", Body: body}, true},
+			{"problem, checked", idempotency.Record{Status: 409, ContentType: "application/problem+json", Body: body}, false},
+			{"empty body", idempotency.Record{Status: 204}, true},
+			{"other content type", idempotency.Record{Status: 200, ContentType: "text/plain; charset=utf-8", Body: []byte("ok")}, false},
+			{"rerun, held", idempotency.Record{Rerun: true}, true},
+			{"rerun, checked", idempotency.Record{Rerun: true}, false},
 		} {
 			key := "k-" + tc.name
 			if rec, claimed := idemBegin(t, b, tenant, key, "rh1"); !claimed {
@@ -129,7 +129,7 @@ func TestIdempotencyFinishKeepsOthers(t *testing.T) {
 		tenant := uuid.New()
 		finish := func(key, rh string, status int) {
 			t.Helper()
-			idemFinish(t, b, tenant, key, rh, engine.IdemRecord{Status: status, Body: []byte("b")}, false)
+			idemFinish(t, b, tenant, key, rh, idempotency.Record{Status: status, Body: []byte("b")}, false)
 		}
 
 		idemBegin(t, b, tenant, "other", "rh1")
@@ -141,7 +141,7 @@ func TestIdempotencyFinishKeepsOthers(t *testing.T) {
 		idemBegin(t, b, tenant, "first", "rh1")
 		finish("first", "rh1", 201)
 		finish("first", "rh1", 500)
-		idemFinish(t, b, tenant, "first", "rh1", engine.IdemRecord{Rerun: true}, false)
+		idemFinish(t, b, tenant, "first", "rh1", idempotency.Record{Rerun: true}, false)
 		if got, _ := idemBegin(t, b, tenant, "first", "rh1"); got.Status != 201 || got.Rerun {
 			t.Fatalf("second Finish replaced the first answer: %+v", got)
 		}
@@ -160,16 +160,16 @@ func TestIdempotencyMarkRerun(t *testing.T) {
 	t.Parallel()
 	portBackends(t, func(t *testing.T, b portBundle) {
 		tenant := uuid.New()
-		var marks []engine.RerunMark
+		var marks []idempotency.RerunMark
 		for _, key := range []string{"m1", "m2", "m3"} {
 			if _, claimed := idemBegin(t, b, tenant, key, "rh"); !claimed {
 				t.Fatalf("%s not claimed", key)
 			}
-			marks = append(marks, engine.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh", Held: true})
+			marks = append(marks, idempotency.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh", Held: true})
 		}
 		idemBegin(t, b, tenant, "taken", "rh-other")
-		marks = append(marks, engine.RerunMark{Tenant: tenant, Key: "taken", RequestHash: "rh", Held: false},
-			engine.RerunMark{Tenant: tenant, Key: "lapsed", RequestHash: "rh", Held: false})
+		marks = append(marks, idempotency.RerunMark{Tenant: tenant, Key: "taken", RequestHash: "rh", Held: false},
+			idempotency.RerunMark{Tenant: tenant, Key: "lapsed", RequestHash: "rh", Held: false})
 		if err := b.store.MarkRerun(context.Background(), marks, idemTTL); err != nil {
 			t.Fatalf("MarkRerun: %v", err)
 		}
@@ -217,7 +217,7 @@ func TestIdempotencyAbort(t *testing.T) {
 				idemBegin(t, b, tenant, "k", "rh1")
 			}
 			if tc.finished {
-				idemFinish(t, b, tenant, "k", "rh1", engine.IdemRecord{Rerun: true}, true)
+				idemFinish(t, b, tenant, "k", "rh1", idempotency.Record{Rerun: true}, true)
 			}
 			if err := b.store.Abort(ctx, tenant, "k", tc.abortHash); err != nil {
 				t.Fatalf("%s: Abort: %v", tc.name, err)
@@ -288,7 +288,7 @@ func TestIdempotencyBadTTL(t *testing.T) {
 		if _, _, err := b.store.Begin(ctx, tenant, "k", "rh", 0); err == nil {
 			t.Fatal("Begin with a zero lock TTL accepted")
 		}
-		if err := b.store.Finish(ctx, tenant, "k", "rh", engine.IdemRecord{Rerun: true}, time.Microsecond, true); err == nil {
+		if err := b.store.Finish(ctx, tenant, "k", "rh", idempotency.Record{Rerun: true}, time.Microsecond, true); err == nil {
 			t.Fatal("Finish with a sub-ms TTL accepted")
 		}
 		if n := b.rdb.Exists(ctx, b.store.idemRecordKey(tenant, "k")).Val(); n != 0 {
@@ -321,13 +321,13 @@ func TestIdempotencyRecordBytes(t *testing.T) {
 	for i, tc := range []struct {
 		name  string
 		store *Store
-		rec   *engine.IdemRecord // nil: in progress
+		rec   *idempotency.Record // nil: in progress
 		max   int64
 	}{
 		{"claim", store, nil, 88},
-		{"rerun", store, &engine.IdemRecord{Rerun: true}, 88},
-		{"rerun, 10-character prefix", long, &engine.IdemRecord{Rerun: true}, 88},
-		{"problem body", store, &engine.IdemRecord{Status: 409, ContentType: "application/problem+json", Body: bytes.Repeat([]byte("x"), 300)}, 300 + 160},
+		{"rerun", store, &idempotency.Record{Rerun: true}, 88},
+		{"rerun, 10-character prefix", long, &idempotency.Record{Rerun: true}, 88},
+		{"problem body", store, &idempotency.Record{Status: 409, ContentType: "application/problem+json", Body: bytes.Repeat([]byte("x"), 300)}, 300 + 160},
 	} {
 		store := tc.store
 		key := "bytes-" + uuid.NewString() + string(rune('a'+i))

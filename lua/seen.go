@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // The seen filter tells a money call whose op key Redis no longer holds
@@ -19,7 +20,7 @@ import (
 // kept). Each partition has one hash per week, filled by the persister as
 // it commits (ForgetOps) and by the seeding from Postgres (SeedSeen);
 // a money call consults the hashes of the current week and the
-// engine.SeenWeeks-1 before it.
+// idempotency.SeenWeeks-1 before it.
 
 var (
 	//go:embed seen_add.lua
@@ -49,14 +50,14 @@ const maxSeenPerCall = 16
 var _ engine.SeenFilter = (*Store)(nil)
 
 // seenWeek is the filter week of instant t.
-func seenWeek(t time.Time) int64 { return t.UnixMilli() / engine.SeenWeek.Milliseconds() }
+func seenWeek(t time.Time) int64 { return t.UnixMilli() / idempotency.SeenWeek.Milliseconds() }
 
 // seenTTL is how long after now week w's hash is still consulted by some
-// call (engine.SeenWeeks weeks after the week began), plus a day of slack
+// call (idempotency.SeenWeeks weeks after the week began), plus a day of slack
 // for clocks: a TTL, not an instant, because now is the service's clock
 // (invariant 6) and Redis expires by its own.
 func seenTTL(w int64, now time.Time) int64 {
-	return (w+engine.SeenWeeks)*engine.SeenWeek.Milliseconds() + (24 * time.Hour).Milliseconds() - now.UnixMilli()
+	return (w+idempotency.SeenWeeks)*idempotency.SeenWeek.Milliseconds() + (24 * time.Hour).Milliseconds() - now.UnixMilli()
 }
 
 // seenMark is partition p's seeded mark; seenHash its filter of week w.
@@ -79,9 +80,9 @@ func (s *Store) seenKeys(p int, now time.Time) []string {
 		return set.keys
 	}
 	mark := s.seenMark(p)
-	keys := make([]string, 0, 1+engine.SeenWeeks)
+	keys := make([]string, 0, 1+idempotency.SeenWeeks)
 	keys = append(keys, mark)
-	for i := int64(0); i < engine.SeenWeeks; i++ {
+	for i := int64(0); i < idempotency.SeenWeeks; i++ {
 		keys = append(keys, mark+":"+strconv.FormatInt(w-i, 10))
 	}
 	s.seen[p].Store(&seenSet{week: w, keys: keys})
@@ -108,7 +109,7 @@ func seenOf(ctx context.Context) []string {
 }
 
 // forgetOps adds the op keys of ms, committed operations of partition p,
-// to this week's filter and shortens them to engine.OpKeyGrace
+// to this week's filter and shortens them to idempotency.OpKeyGrace
 // (seen_add.lua), maxSeenPerCall at a time.
 func (s *Store) forgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	now := s.clock.Now()
@@ -119,7 +120,7 @@ func (s *Store) forgetOps(ctx context.Context, p int, ms []engine.Mutation) erro
 		if len(keys) < 2 {
 			return nil
 		}
-		err := s.call(ctx, seenAddScript, keys, engine.OpKeyGrace.Milliseconds(), seenTTL(w, now)).Err()
+		err := s.call(ctx, seenAddScript, keys, idempotency.OpKeyGrace.Milliseconds(), seenTTL(w, now)).Err()
 		keys = keys[:0]
 		if err != nil {
 			return fmt.Errorf("lua: forget op keys of partition %d: %w", p, s.unavail.classify(err))

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // recordingApplied answers from the Mutations it holds, as Postgres's
@@ -88,13 +89,13 @@ func TestSeenFilterSparesPostgres(t *testing.T) {
 		if err := b.store.ForgetOps(ctx, Partition(c.CustomerID), []engine.Mutation{first.Mutation}); err != nil {
 			t.Fatal(err)
 		}
-		if ttl := b.rdb.PTTL(ctx, b.store.opKeyOf(c.CustomerID, "fresh")).Val(); ttl <= 0 || ttl > engine.OpKeyGrace {
+		if ttl := b.rdb.PTTL(ctx, b.store.opKeyOf(c.CustomerID, "fresh")).Val(); ttl <= 0 || ttl > idempotency.OpKeyGrace {
 			t.Errorf("op key TTL after ForgetOps %s, want within the grace", ttl)
 		}
 		b.rdb.Del(ctx, b.store.opKeyOf(c.CustomerID, "fresh"))
 		pg.fakeApplied = fakeApplied{first.Mutation}
 		version := b.snapshot(t, c, t0).Version
-		for _, later := range []time.Duration{25 * time.Hour, engine.SeenHorizon} {
+		for _, later := range []time.Duration{25 * time.Hour, idempotency.SeenHorizon} {
 			res, err := consume("fresh", t0.Add(later))
 			if err != nil || !res.Replayed || res.Mutation.OpID != first.Mutation.OpID {
 				t.Errorf("retry %s later: %v replayed=%v op %s, want a replay of %s", later, err, res.Replayed, res.Mutation.OpID, first.Mutation.OpID)
@@ -141,7 +142,7 @@ func TestSeenFilterNoFalseNew(t *testing.T) {
 		clock := &testClock{now: t0}
 		b.store.WithClock(clock)
 		// Half recorded three weeks before the call, half in its week.
-		clock.now = t0.Add(-3 * engine.SeenWeek)
+		clock.now = t0.Add(-3 * idempotency.SeenWeek)
 		if err := b.store.SeedSeen(ctx, refs[:n/2], []int{p}, clock.now, true); err != nil {
 			t.Fatal(err)
 		}
@@ -171,9 +172,9 @@ func TestSeenFilterNoFalseNew(t *testing.T) {
 			t.Errorf("%d of %d keys never recorded read maybe, want at most 0.1%%", maybe, n)
 		}
 		// Past the horizon the oldest week is no longer consulted.
-		late := b.store.seenKeys(p, t0.Add(3*engine.SeenWeek))
+		late := b.store.seenKeys(p, t0.Add(3*idempotency.SeenWeek))
 		if v, _ := seenMaybeScript.Run(ctx, b.rdb, late, b.store.opKeyOf(c, refs[0].Key)).Int(); v != 0 {
-			t.Errorf("a key recorded %s before the call still reads maybe", 6*engine.SeenWeek)
+			t.Errorf("a key recorded %s before the call still reads maybe", 6*idempotency.SeenWeek)
 		}
 	})
 }

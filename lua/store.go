@@ -2,7 +2,7 @@
 // customer, changed only by the atomic Lua scripts embedded here, each of
 // which appends its Mutation to the customer's outbox partition in the same
 // script. It implements engine.BlockStore, engine.Outbox and
-// engine.IdempotencyRecords on a redis.UniversalClient, so the same code runs
+// idempotency.Records on a redis.UniversalClient, so the same code runs
 // on a single Redis and on Redis Cluster.
 package lua
 

@@ -13,7 +13,7 @@ import (
 const forgetTimeout = 5 * time.Second
 
 // forgetOps records the op keys of ms, just committed from partition part,
-// in the seen filter and shortens them to engine.OpKeyGrace (issue 10:
+// in the seen filter and shortens them to idempotency.OpKeyGrace (issue 10:
 // Redis keeps no op key past its commit by more than the grace; issue 26:
 // the filter tells a retry it may have been applied). Only committed
 // mutations get here, never a dead-lettered one. It is tried again until

@@ -203,7 +203,7 @@ func bodyInt(v any) (int64, bool) {
 // One more answer is tolerated, and counted: a 409 "still in progress" to
 // the retry of a 503 whose Idempotency-Key claim could not be released
 // (its record's slot had no master either). The claim lapses after its TTL
-// (api/idempotency.go idemLockTTL, 30 s); the test gives such a key up and
+// (engine/idempotency/windows.go LockTTL, 30 s); the test gives such a key up and
 // counts its consume as of unknown outcome.
 func TestFailoverReads(t *testing.T) {
 	t.Parallel()

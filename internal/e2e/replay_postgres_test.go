@@ -62,7 +62,7 @@ func withoutReason(t *testing.T, raw []byte) map[string]any {
 
 // TestReplayFromPostgres (issue 10): once the persister has committed a
 // money operation, Redis keeps its op key only for the grace
-// (engine.OpKeyGrace), and Postgres answers every retry from then on,
+// (idempotency.OpKeyGrace), and Postgres answers every retry from then on,
 // forever (invariant 4). Per money route:
 //   - op key gone, HTTP record there: the retry answers the first status,
 //     headers and body byte for byte, X-Idempotent-Replayed, no new effect;

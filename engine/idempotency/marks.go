@@ -1,50 +1,34 @@
-package api
+package idempotency
 
 import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/creditd/creditd/engine"
-)
-
-// Rerun marks are written in batches: one Redis round trip finishes every
-// money request answered within markLinger of the first, instead of one
-// round trip (and one goroutine) per request. A consume's own cost is its
-// claim and its script; the mark comes after the answer and costs the
-// client nothing, so it may wait a little to travel with others.
-const (
-	// markLinger is how long the writer waits for more marks once it has
-	// one. A retry arriving meanwhile finds the claim and waits for it
-	// (idemPoll), as for any running request.
-	markLinger = 2 * time.Millisecond
-	// maxMarkBatch ends the linger early and bounds one pipeline.
-	maxMarkBatch = 256
 )
 
 // pendingMark is a claim waiting for its rerun mark.
 type pendingMark struct {
-	mark      engine.RerunMark
+	mark      RerunMark
 	claimedAt time.Time
 	reqID     []byte
 }
 
-// rerunMarks is the server's batch writer of rerun marks. Its queue holds
-// at most maxMarksInFlight marks; when it is full the caller writes its
-// mark itself before answering, so a slow Redis slows requests instead of
-// piling marks up.
+// rerunMarks is the batch writer of rerun marks (MarkLinger,
+// MaxMarkBatch). Its queue holds at most MaxMarksInFlight marks; when it
+// is full the caller writes its mark itself before answering, so a slow
+// Redis slows requests instead of piling marks up.
 type rerunMarks struct {
-	s     *Server
+	c     *Claims
 	queue chan pendingMark
 	start sync.Once
 	stop  chan struct{}
 	done  chan struct{}
-	// stopOnce guards stop: Shutdown may be called more than once.
+	// stopOnce guards stop: Close may be called more than once.
 	stopOnce sync.Once
 }
 
-func newRerunMarks(s *Server) *rerunMarks {
-	return &rerunMarks{s: s, queue: make(chan pendingMark, maxMarksInFlight),
+func newRerunMarks(c *Claims) *rerunMarks {
+	return &rerunMarks{c: c, queue: make(chan pendingMark, MaxMarksInFlight),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -63,7 +47,7 @@ func (w *rerunMarks) add(m pendingMark) bool {
 // run writes the queued marks in batches until close.
 func (w *rerunMarks) run() {
 	defer close(w.done)
-	batch := make([]pendingMark, 0, maxMarkBatch)
+	batch := make([]pendingMark, 0, MaxMarkBatch)
 	for {
 		select {
 		case m := <-w.queue:
@@ -72,9 +56,9 @@ func (w *rerunMarks) run() {
 			w.drain(batch[:0])
 			return
 		}
-		timer := time.NewTimer(markLinger)
+		timer := time.NewTimer(MarkLinger)
 	gather:
-		for len(batch) < maxMarkBatch {
+		for len(batch) < MaxMarkBatch {
 			select {
 			case m := <-w.queue:
 				batch = append(batch, m)
@@ -95,7 +79,7 @@ func (w *rerunMarks) drain(batch []pendingMark) {
 		select {
 		case m := <-w.queue:
 			batch = append(batch, m)
-			if len(batch) < maxMarkBatch {
+			if len(batch) < MaxMarkBatch {
 				continue
 			}
 		default:
@@ -121,9 +105,9 @@ func (w *rerunMarks) write(batch []pendingMark) {
 
 // mark writes the rerun marks of batch's claims that have not lapsed.
 func (w *rerunMarks) mark(batch []pendingMark) error {
-	marks := make([]engine.RerunMark, 0, len(batch))
+	marks := make([]RerunMark, 0, len(batch))
 	for _, p := range batch {
-		if time.Since(p.claimedAt) >= idemLockTTL {
+		if time.Since(p.claimedAt) >= LockTTL {
 			continue // lapsed: a retry runs afresh into the op key
 		}
 		m := p.mark
@@ -133,28 +117,29 @@ func (w *rerunMarks) mark(batch []pendingMark) error {
 	if len(marks) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), idemLockTTL/2)
+	ctx, cancel := context.WithTimeout(context.Background(), LockTTL/2)
 	defer cancel()
-	return w.s.idem.MarkRerun(ctx, marks, engine.ReplayWindow)
+	return w.c.records.MarkRerun(ctx, marks, ReplayWindow)
 }
 
-// retryMarks tries batch again every idemAbortRetry, in the background,
-// until it is written or every claim in it has lapsed. The retries share
-// the server's abort slots: when all are taken the marks are left to lapse.
+// retryMarks tries batch again every AbortRetry, in the background, until
+// it is written or every claim in it has lapsed. The retries share the
+// abort slots (Claims.abortLater): when all are taken the marks are left
+// to lapse.
 func (w *rerunMarks) retryMarks(batch []pendingMark, first error) {
 	select {
-	case w.s.abortSlots <- struct{}{}:
+	case w.c.abortSlots <- struct{}{}:
 	default:
-		w.s.log.Error().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
+		w.c.log.Error().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
 			Msg("idempotency rerun marks failed; their claims lapse and a retry re-runs into the op key")
 		return
 	}
-	w.s.log.Warn().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
+	w.c.log.Warn().Bytes("request_id", batch[0].reqID).Int("marks", len(batch)).Err(first).
 		Msg("idempotency rerun marks failed; trying again until they land or their claims lapse")
 	go func() {
-		defer func() { <-w.s.abortSlots }()
+		defer func() { <-w.c.abortSlots }()
 		for {
-			time.Sleep(idemAbortRetry)
+			time.Sleep(AbortRetry)
 			// mark skips lapsed claims, so this ends once all have lapsed.
 			if w.mark(batch) == nil {
 				return

@@ -1,4 +1,4 @@
-package api
+package idempotency
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
-
-	"github.com/creditd/creditd/engine"
 )
 
 // TestRerunMarksBatch: marks queued together travel in a few MarkRerun
@@ -25,47 +23,47 @@ func TestRerunMarksBatch(t *testing.T) {
 	}{
 		{"one", 1, 1},
 		{"a burst", 300, 300 / 10},
-		{"a full queue", maxMarksInFlight + 50, maxMarksInFlight},
+		{"a full queue", MaxMarksInFlight + 50, MaxMarksInFlight},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			idem := newFakeIdem()
-			s := &Server{idem: idem, log: zerolog.Nop()}
-			w := newRerunMarks(s)
+			recs := newFakeRecords()
+			c := NewClaims(recs, zerolog.Nop(), errUnavailable)
+			w := c.marks
 			tenant := uuid.New()
 			refused := 0
 			for i := range tc.marks {
 				key := fmt.Sprintf("k%d", i)
-				if _, claimed, _ := idem.Begin(context.Background(), tenant, key, "rh", time.Minute); !claimed {
+				if _, claimed, _ := recs.Begin(context.Background(), tenant, key, "rh", time.Minute); !claimed {
 					t.Fatalf("%s not claimed", key)
 				}
-				if !w.add(pendingMark{mark: engine.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
+				if !w.add(pendingMark{mark: RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
 					refused++
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			w.close(ctx)
+			c.Close(ctx)
 			if ctx.Err() != nil {
 				t.Fatal("close did not return")
 			}
 			// The writer drains the queue as it fills, so a burst over its
 			// size may or may not be refused in part.
-			if want := max(tc.marks-maxMarksInFlight, 0); refused > want {
+			if want := max(tc.marks-MaxMarksInFlight, 0); refused > want {
 				t.Errorf("refused %d marks, want at most %d", refused, want)
 			}
 			marked := 0
 			for i := range tc.marks {
-				if rec := idem.record(tenant.String() + fmt.Sprintf("|k%d", i)); rec.Done && rec.Rerun {
+				if rec, _ := recs.record(tenant, fmt.Sprintf("k%d", i)); rec.Done && rec.Rerun {
 					marked++
 				}
 			}
 			if marked != tc.marks-refused {
 				t.Errorf("%d of %d taken marks written", marked, tc.marks-refused)
 			}
-			idem.mu.Lock()
-			calls := idem.markCalls
-			idem.mu.Unlock()
+			recs.mu.Lock()
+			calls := recs.markCalls
+			recs.mu.Unlock()
 			if calls < 1 || calls > tc.maxCalls {
 				t.Errorf("%d MarkRerun calls for %d marks, want 1 to %d", calls, tc.marks, tc.maxCalls)
 			}
@@ -88,24 +86,24 @@ func TestRerunMarksRetried(t *testing.T) {
 	}{
 		{"written at once", 0, 0, true},
 		{"written after two failed tries", 2, 0, true},
-		{"lapsed claim left alone", 1, idemLockTTL + time.Second, false},
+		{"lapsed claim left alone", 1, LockTTL + time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			idem := newFakeIdem()
-			idem.markFails = tc.fails
-			s := &Server{idem: idem, log: zerolog.Nop(), abortSlots: make(chan struct{}, 1)}
-			w := newRerunMarks(s)
+			recs := newFakeRecords()
+			recs.markFails = tc.fails
+			c := NewClaims(recs, zerolog.Nop(), errUnavailable)
+			c.abortSlots = make(chan struct{}, 1)
 			tenant := uuid.New()
-			if _, claimed, _ := idem.Begin(context.Background(), tenant, "k", "rh", time.Minute); !claimed {
+			if _, claimed, _ := recs.Begin(context.Background(), tenant, "k", "rh", time.Minute); !claimed {
 				t.Fatal("not claimed")
 			}
-			w.write([]pendingMark{{mark: engine.RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
+			c.marks.write([]pendingMark{{mark: RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
 				claimedAt: time.Now().Add(-tc.claimedAt)}})
-			deadline := time.Now().Add(time.Duration(tc.fails+2) * idemAbortRetry * 2)
-			var rec engine.IdemRecord
+			deadline := time.Now().Add(time.Duration(tc.fails+2) * AbortRetry * 2)
+			var rec Record
 			for time.Now().Before(deadline) {
-				if rec = idem.record(tenant.String() + "|k"); rec.Rerun {
+				if rec, _ = recs.record(tenant, "k"); rec.Rerun {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
