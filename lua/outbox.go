@@ -117,15 +117,23 @@ func (s *Store) checkOutboxPartition(p int) error {
 // up to block for some (block <= 0 does not wait). It returns an empty slice
 // when nothing came, and a *MalformedEntryError for an undecodable entry.
 func (s *Store) Read(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
-	if err := s.checkOutboxPartition(p); err != nil {
+	if err := s.checkRead(p, count); err != nil {
 		return nil, err
-	}
-	if count <= 0 {
-		return nil, fmt.Errorf("lua: outbox read count %d must be positive", count)
 	}
 	msgs, err := s.readGroup(ctx, p, consumer, count, "0", -1)
 	if err != nil || len(msgs) > 0 {
 		return msgs, err
+	}
+	return s.ReadNew(ctx, p, consumer, count, block)
+}
+
+// ReadNew is Read without the look at consumer's pending entries: for a
+// reader that knows it acknowledged everything it was given (the
+// persister after a fully acknowledged batch), that look is a round trip
+// that finds nothing. Errors as Read.
+func (s *Store) ReadNew(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
+	if err := s.checkRead(p, count); err != nil {
+		return nil, err
 	}
 	if block <= 0 {
 		// go-redis sends BLOCK 0 for a zero duration, which waits forever.
@@ -134,6 +142,18 @@ func (s *Store) Read(ctx context.Context, p int, consumer string, count int, blo
 		block = time.Millisecond
 	}
 	return s.readGroup(ctx, p, consumer, count, ">", block)
+}
+
+// checkRead refuses a read of a partition that does not exist or of no
+// messages.
+func (s *Store) checkRead(p, count int) error {
+	if err := s.checkOutboxPartition(p); err != nil {
+		return err
+	}
+	if count <= 0 {
+		return fmt.Errorf("lua: outbox read count %d must be positive", count)
+	}
+	return nil
 }
 
 // readGroup runs one XREADGROUP from id ("0": the consumer's pending

@@ -268,6 +268,44 @@ func TestOutboxResumeAfterCrash(t *testing.T) {
 	})
 }
 
+// TestOutboxReadNew: ReadNew skips the consumer's pending entries (the
+// persister calls it only when it acknowledged everything it was given),
+// which Read still returns first.
+func TestOutboxReadNew(t *testing.T) {
+	t.Parallel()
+	portBackends(t, func(t *testing.T, b portBundle) {
+		ctx := context.Background()
+		const p = 9
+		ms := []engine.Mutation{outboxMutation(t), outboxMutation(t), outboxMutation(t)}
+		for _, m := range ms {
+			xadd(t, b, p, "", m)
+		}
+		first, err := b.store.Read(ctx, p, "c1", 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, first, ms[0])
+		fresh, err := b.store.ReadNew(ctx, p, "c1", 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, fresh, ms[1:]...)
+		none, err := b.store.ReadNew(ctx, p, "c1", 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, none)
+		pending, err := b.store.Read(ctx, p, "c1", 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOps(t, pending, ms...)
+		if _, err := b.store.ReadNew(ctx, p, "c1", 0, 0); err == nil {
+			t.Fatal("ReadNew of 0 messages: no error")
+		}
+	})
+}
+
 // TestOutboxClaim checks that messages a dead consumer read are taken over by
 // another only once they have been idle for minIdle.
 func TestOutboxClaim(t *testing.T) {

@@ -297,6 +297,12 @@ func (p *Persister) runPartition(ctx context.Context, part int, l *partitionLeas
 	backoff := newBackoff()
 	var lastClaim time.Time
 	claimEvery := p.cfg.ClaimIdle / claimLooks
+	// acked is true while every message this loop was given is
+	// acknowledged: the consumer's pending list is then empty, and the
+	// next read can skip looking at it (a round trip that finds nothing).
+	// It starts false so a restarted node resumes what it left pending.
+	acked := false
+	newOnly, canSkip := p.outbox.(newReader)
 	for ctx.Err() == nil {
 		if l != nil && !l.readable(p.cfg.Block) {
 			if !l.shed.Load() {
@@ -315,11 +321,20 @@ func (p *Persister) runPartition(ctx context.Context, part int, l *partitionLeas
 				lastClaim = time.Now()
 				if len(msgs) > 0 {
 					log.Info().Int("count", len(msgs)).Msg("claimed messages of an idle consumer")
-					p.persistRenewed(ctx, log, part, msgs)
+					acked = p.persistRenewed(ctx, log, part, msgs) && acked
 				}
 			}
 		}
-		msgs, err := p.outbox.Read(ctx, part, p.cfg.Consumer, p.cfg.BatchSize, p.cfg.Block)
+		var msgs []engine.OutboxMessage
+		var err error
+		if acked && canSkip {
+			msgs, err = newOnly.ReadNew(ctx, part, p.cfg.Consumer, p.cfg.BatchSize, p.cfg.Block)
+		} else {
+			msgs, err = p.outbox.Read(ctx, part, p.cfg.Consumer, p.cfg.BatchSize, p.cfg.Block)
+		}
+		// An empty answer means the pending list was empty too (Read looked
+		// at it first, or acked already said so).
+		acked = err == nil && len(msgs) == 0
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -335,9 +350,15 @@ func (p *Persister) runPartition(ctx context.Context, part int, l *partitionLeas
 		p.Pass(nil)
 		backoff.reset()
 		if len(msgs) > 0 {
-			p.persistRenewed(ctx, log, part, msgs)
+			acked = p.persistRenewed(ctx, log, part, msgs)
 		}
 	}
+}
+
+// newReader is an Outbox that can read new messages without first looking
+// at the consumer's pending ones (lua.Store.ReadNew).
+type newReader interface {
+	ReadNew(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error)
 }
 
 // replicatedOutbox is an outbox that tells whether what a partition's
@@ -356,7 +377,7 @@ const notReplicatedWait = 50 * time.Millisecond
 // reached a replica when the outbox can tell (issue 11: Postgres must not
 // hold an op a failover can take from Redis); such a batch stays pending
 // and is read again.
-func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) (acked bool) {
 	if r, ok := p.outbox.(replicatedOutbox); ok {
 		replicated, err := r.Replicated(ctx, part)
 		if err != nil || !replicated {
@@ -370,26 +391,26 @@ func (p *Persister) persist(ctx context.Context, log zerolog.Logger, part int, m
 			case <-ctx.Done():
 			case <-t.C:
 			}
-			return
+			return false
 		}
 	}
 	if !p.apply(ctx, log, part, msgs) {
-		return
+		return false
 	}
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	p.ack(ctx, log, part, ids)
+	return p.ack(ctx, log, part, ids)
 }
 
 // persistRenewed is persist while renewWhile keeps msgs this consumer's,
 // so a batch waiting on a busy Postgres is not claimed and written a
 // second time by another node.
-func (p *Persister) persistRenewed(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) {
+func (p *Persister) persistRenewed(ctx context.Context, log zerolog.Logger, part int, msgs []engine.OutboxMessage) (acked bool) {
 	stop := p.renewWhile(ctx, part, msgs)
 	defer stop()
-	p.persist(ctx, log, part, msgs)
+	return p.persist(ctx, log, part, msgs)
 }
 
 // outboxRenewer is an Outbox that can keep a consumer's messages from
@@ -444,14 +465,16 @@ func (p *Persister) renewWhile(ctx context.Context, part int, msgs []engine.Outb
 
 // ack acknowledges committed messages even if ctx just ended, so a clean
 // shutdown does not leave committed messages to replay.
-func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids []string) {
+func (p *Persister) ack(ctx context.Context, log zerolog.Logger, part int, ids []string) bool {
 	ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
 	if err := p.outbox.Ack(ackCtx, part, ids); err != nil {
 		// Harmless: the messages stay pending, come back on the next Read
 		// and replay into no-ops.
 		log.Warn().Err(err).Int("count", len(ids)).Msg("ack failed after commit; messages will replay")
+		return false
 	}
+	return true
 }
 
 // apply writes msgs in one transaction, retrying with backoff until it

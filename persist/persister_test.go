@@ -76,13 +76,19 @@ func (e *malformedErr) RawEntry() []byte      { return e.raw }
 func (o *fakeOutbox) Partitions() int { return o.parts }
 
 func (o *fakeOutbox) Read(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
+	return o.read(ctx, p, consumer, count, block, true)
+}
+
+// read is Read, or with pending false lua.Store's ReadNew: new messages
+// only.
+func (o *fakeOutbox) read(ctx context.Context, p int, consumer string, count int, block time.Duration, pending bool) ([]engine.OutboxMessage, error) {
 	deadline := time.Now().Add(block)
 	for {
 		o.mu.Lock()
 		var out []engine.OutboxMessage
 		var bad error
 		for _, m := range o.sortedPending(p) {
-			if m.consumer == consumer && len(out) < count {
+			if pending && m.consumer == consumer && len(out) < count {
 				m.delivered = o.now()
 				out = append(out, m.msg)
 				if m.bad != nil && bad == nil {
@@ -468,5 +474,74 @@ func TestHurryEndsTheLinger(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// newOnlyOutbox is a fakeOutbox that can also read new messages only
+// (lua.Store.ReadNew) and fails the acks it is told to.
+type newOnlyOutbox struct {
+	*fakeOutbox
+	newReads  atomic.Int64
+	fullReads atomic.Int64
+	failAcks  atomic.Int64 // acks still to fail
+}
+
+func (o *newOnlyOutbox) Read(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
+	o.fullReads.Add(1)
+	return o.read(ctx, p, consumer, count, block, true)
+}
+
+func (o *newOnlyOutbox) ReadNew(ctx context.Context, p int, consumer string, count int, block time.Duration) ([]engine.OutboxMessage, error) {
+	o.newReads.Add(1)
+	return o.read(ctx, p, consumer, count, block, false)
+}
+
+func (o *newOnlyOutbox) Ack(ctx context.Context, p int, ids []string) error {
+	if o.failAcks.Add(-1) >= 0 {
+		return errors.New("connection reset")
+	}
+	return o.fakeOutbox.Ack(ctx, p, ids)
+}
+
+// TestPersisterSkipsPendingOnlyWhenAcked: once every message it was given
+// is acknowledged, the persister reads new messages without looking at its
+// pending list; a batch whose ack failed stays pending, and the next read
+// looks there again, so each message is still acknowledged exactly once.
+func TestPersisterSkipsPendingOnlyWhenAcked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	ob := &newOnlyOutbox{fakeOutbox: newFakeOutbox(1)}
+	ob.failAcks.Store(2)
+	a := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	want := 40
+	for i := range want {
+		ob.add(0, a.grant(fmt.Sprintf("k%d", i), 1, nil))
+	}
+	per := NewPersister(ob, b.store, PersisterConfig{Consumer: "c1", BatchSize: 5, Block: 5 * time.Millisecond}, quietLog())
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- per.Run(ctx) }()
+	if err := per.Drain(b.ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A few idle reads, which follow fully acknowledged batches.
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+	if got := ob.acked.Load(); got != int64(want) {
+		t.Fatalf("acked %d, want %d", got, want)
+	}
+	if n := b.count(t, "ledger_entries"); n != want {
+		t.Fatalf("%d ledger entries, want %d", n, want)
+	}
+	if ob.newReads.Load() == 0 {
+		t.Fatal("never read new messages alone after a fully acknowledged batch")
+	}
+	// The first read, and one after each failed ack, look at the pending list.
+	if got := ob.fullReads.Load(); got < 3 {
+		t.Fatalf("%d reads looked at the pending list, want at least 3 (the first and one per failed ack)", got)
 	}
 }
