@@ -324,8 +324,28 @@ func (b *Bench) scenarios(ctx context.Context) {
 		if p.name == "consume" && !p.hot && sr.Skipped == "" && sr.Max > 0 && ctx.Err() == nil {
 			sr.Lag = b.lagRun(ctx, sc, sr.Max)
 		}
+		if p.name == scenarioControlled && !p.hot && sr.Run != nil && sr.Run.OK > 0 && ctx.Err() == nil {
+			sr.PlainTwin = b.twinRun(ctx, all["consume"](false), sr.Run.Offered)
+		}
 		b.res.Scenarios = append(b.res.Scenarios, sr)
 	}
+}
+
+// twinRun runs sc at rate for the run duration and samples the servers'
+// CPU meanwhile (the consume-controlled scenario's plain twin).
+func (b *Bench) twinRun(ctx context.Context, sc Scenario, rate float64) *TwinRun {
+	if rate <= 0 {
+		return nil
+	}
+	logf("  plain twin: %s at %.0f/s", sc.Name, rate)
+	g := NewGenerator(strings.TrimPrefix(b.target.Base, "http://"), b.o.Workers)
+	_ = g.Run(ctx, rate/2, time.Second, sc.op) // the connections opened, as in load's probe and ramp
+	time.Sleep(time.Second)
+	cpu0 := b.probe.Sample()
+	r := g.Run(ctx, rate, b.o.Duration, sc.op)
+	t := &TwinRun{Scenario: sc.Name, Run: r, CPU: b.probe.Sample().Sub(cpu0)}
+	logf("  plain twin: achieved %.0f/s p50 %.3fms p99 %.3fms errors %s", r.Achieved, r.Latency.P50, r.Latency.P99, r.ErrorSummary())
+	return t
 }
 
 // load probes a scenario once, ramps it to its limit, then runs it at 70 %

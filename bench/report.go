@@ -96,6 +96,18 @@ type ScenarioResult struct {
 	Redis   []RedisCalls   `json:"redis_commands,omitempty"`
 	PG      *PGStats       `json:"postgres,omitempty"`
 	Profile *CPUProfile    `json:"creditd_profile,omitempty"`
+	// PlainTwin is the plain consume run at this scenario's rate right
+	// after it (consume-controlled only): CPU per op depends on the rate
+	// (the idle loops' CPU spreads over fewer ops at a lower one), so
+	// issue 28's ratio compares the two at the same rate.
+	PlainTwin *TwinRun `json:"plain_twin,omitempty"`
+}
+
+// TwinRun is a run of another scenario at a given rate, with its CPU.
+type TwinRun struct {
+	Scenario string    `json:"scenario"`
+	Run      RunResult `json:"run"`
+	CPU      CPUSample `json:"cpu_seconds"`
 }
 
 // ServerLatency is creditd's own duration histogram for the route.

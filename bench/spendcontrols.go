@@ -113,15 +113,37 @@ func (t *Target) pickControlled(seq uint64, hot bool) *Customer {
 func (r *Results) computeGoals28() {
 	const name = "consume CPU per op with spend controls / plain consume, same run"
 	const goal = "<= 1.15x with scoped credits, budgets and a parent pool"
-	plain, _, okPlain := r.runCPU("consume", false)
+	plain, plainRate, okPlain := r.runCPU("consume", false)
 	ctl, rate, okCtl := r.runCPU(scenarioControlled, false)
-	if !okPlain || !okCtl || plain.total() <= 0 {
+	if !okCtl {
+		r.Goals28 = []Goal{{Name: name, Goal: goal, Now: "not measured"}}
+		return
+	}
+	// The plain consume at the controlled run's own rate when the bench ran
+	// it (CPU per op falls as the rate rises: the persister's and the
+	// runners' idle work spreads over more ops), else the consume
+	// scenario's 70 % run.
+	if tw := r.scenario(scenarioControlled).PlainTwin; tw != nil && tw.Run.OK > 0 && tw.Run.ErrorRate <= 0.01 {
+		twin := perOp(tw.CPU, float64(tw.Run.OK))
+		if twin.total() > 0 {
+			ratio := ctl.total() / twin.total()
+			now := fmt.Sprintf("%.2fx: %s per consume at %.0f/s against %s per plain consume at %.0f/s, the same offered rate, "+
+				"run right after it", ratio, ctl, rate, twin, float64(tw.Run.OK)/tw.Run.Seconds)
+			if okPlain && plain.total() > 0 {
+				now += fmt.Sprintf(" (against the consume scenario's 70 %% run, %s at %.0f/s: %.2fx)", plain, plainRate, ctl.total()/plain.total())
+			}
+			now += "; scoped credits, a credit line, two budgets and a parent pool with a draw limit, not drawn"
+			r.Goals28 = []Goal{{Name: name, Goal: goal, Now: now, Met: boolp(ratio <= 1.15)}}
+			return
+		}
+	}
+	if !okPlain || plain.total() <= 0 {
 		r.Goals28 = []Goal{{Name: name, Goal: goal, Now: "not measured"}}
 		return
 	}
 	ratio := ctl.total() / plain.total()
-	now := fmt.Sprintf("%.2fx: %s per consume at %.0f/s against %s (scoped credits, a credit line, two budgets and a parent "+
-		"pool with a draw limit, not drawn)", ratio, ctl, rate, plain)
+	now := fmt.Sprintf("%.2fx: %s per consume at %.0f/s against %s at %.0f/s (scoped credits, a credit line, two budgets and a parent "+
+		"pool with a draw limit, not drawn)", ratio, ctl, rate, plain, plainRate)
 	r.Goals28 = []Goal{{Name: name, Goal: goal, Now: now, Met: boolp(ratio <= 1.15)}}
 }
 
@@ -134,7 +156,9 @@ func (r *Results) goals28Markdown(w func(string, ...any)) {
 	w("The `%s` scenario is the consume scenario's request against customers with credits scoped to the metric and to another one, "+
 		"unscoped credit, a credit line, two budgets (a daily cap of every metric, a monthly Europe/Berlin cap of the metric) "+
 		"and a parent (one per %d customers) with a daily draw limit, each cap far above what the run spends and the pool not drawn; "+
-		"CPU per op as in the consume row (creditd, Redis and Postgres during the 70 %% run).\n\n", scenarioControlled, controlledFamily)
+		"CPU per op as in the consume row (creditd, Redis and Postgres during the 70 %% run), against the plain consume scenario "+
+		"run right after it at the same offered rate for as long (CPU per op depends on the rate: the idle loops' work spreads "+
+		"over fewer ops at a lower one).\n\n", scenarioControlled, controlledFamily)
 	w("| figure | goal | measured | met |\n|---|---|---|---|\n")
 	for _, g := range r.Goals28 {
 		met := "not measured"

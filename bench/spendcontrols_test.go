@@ -22,6 +22,10 @@ func TestGoals28(t *testing.T) {
 		{"past 15 %", []ScenarioResult{plain, dear}, "1.20x", boolp(false)},
 		{"controlled missing", []ScenarioResult{plain}, "not measured", nil},
 		{"plain missing", []ScenarioResult{ctl}, "not measured", nil},
+		// The twin at the same rate decides, whatever the 70 % run says.
+		{"twin within 15 %", []ScenarioResult{plain, withTwin(dear, 0.13, 0.06, 0.05)}, "1.00x", boolp(true)},
+		{"twin past 15 %", []ScenarioResult{plain, withTwin(ctl, 0.08, 0.04, 0.04)}, "1.38x", boolp(false)},
+		{"twin alone", []ScenarioResult{withTwin(ctl, 0.1, 0.05, 0.05)}, "1.10x", boolp(true)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &Results{Scenarios: tc.scenarios}
@@ -35,4 +39,12 @@ func TestGoals28(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withTwin is s with a plain twin run of 1000 ops that used these CPU
+// seconds.
+func withTwin(s ScenarioResult, creditd, redis, postgres float64) ScenarioResult {
+	s.PlainTwin = &TwinRun{Scenario: "consume", Run: RunResult{OK: 1000, Seconds: 1},
+		CPU: CPUSample{"creditd": creditd, "redis-server": redis, "postgres": postgres}}
+	return s
 }
