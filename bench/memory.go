@@ -68,6 +68,8 @@ type MemoryGrowth struct {
 	AccountHashBytes    float64 `json:"account_hash_bytes"`             // mean MEMORY USAGE of an account hash
 	WindowSeconds       float64 `json:"longest_per_op_ttl_seconds"`     // how long a per-op key lives
 	UnboundedPerOpBytes float64 `json:"growth_per_op_in_untimed_kinds"` // bytes per op landing in keys without a TTL
+	SeenPerOpBytes      float64 `json:"seen_filter_bytes_per_op"`       // the seen filter's growth per op, kept its horizon
+	SeenLifeSeconds     float64 `json:"seen_filter_life_seconds"`       // the seen filter's longest TTL
 	Flat                bool    `json:"flat_once_window_full"`
 	FlatWhy             string  `json:"flat_reason"`
 }
@@ -102,9 +104,15 @@ func memoryKind(k string) (kind string, perOp bool) {
 		return "reservation-expiry zset", false
 	case strings.HasSuffix(k, ":exp"):
 		return "expiry zset of an earlier version", false
+	case strings.Contains(k, ":seen:"):
+		return seenKind, false
 	}
 	return "other", false
 }
+
+// seenKind is the seen filter's week hashes (lua/seen.go): a few bytes per
+// committed key, kept for the filter's horizon (its TTL), not one key per op.
+const seenKind = "seen filter (:seen:)"
 
 // seedingSuffix marks the kind of per-op keys written before the run.
 const seedingSuffix = " of the seeding"
@@ -232,6 +240,11 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 			}
 			lives[c.Kind] = life
 			remembered += keyBytes[c.Kind] * min(life, day) / day
+		case c.Kind == seenKind && c.NoTTL == 0 && c.MaxTTLSec > 0:
+			// Bounded by its TTL, not by the 24 h window: flat only once
+			// its horizon is full.
+			g.SeenPerOpBytes, g.SeenLifeSeconds = c.GrowthPerOp, c.MaxTTLSec
+			lives[c.Kind] = c.MaxTTLSec
 		case c.Kind == "account hash":
 			g.AccountHashBytes = c.BytesPerKey
 			g.BytesPerCustomer += c.Bytes / float64(customers)
@@ -257,6 +270,8 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 	switch {
 	case g.UnboundedPerOpBytes > 0:
 		g.FlatWhy = fmt.Sprintf("no: %.0f bytes per op land in keys without a TTL (grows with history)", g.UnboundedPerOpBytes)
+	case g.SeenPerOpBytes > 1 && g.SeenLifeSeconds > day*1.01:
+		g.FlatWhy = fmt.Sprintf("no: the seen filter keeps %.1f B per op for %.1f days, its horizon (flat from then on)", g.SeenPerOpBytes, g.SeenLifeSeconds/day)
 	case g.WindowSeconds > day*1.01:
 		g.FlatWhy = fmt.Sprintf("no: per-op keys live %.1f days, past the 24 h window (grows until day %.0f)", g.WindowSeconds/day, g.WindowSeconds/day)
 	default:
@@ -278,7 +293,11 @@ func memoryFigures(first, last []MemoryClass, ops int64, customers int, samples 
 		}
 		for _, c := range last {
 			if !c.PerOp && c.Kind != "outbox stream" && c.GrowthPerOp > 0 && c.Kind != "expiry zset" && c.Kind != "reservation-expiry zset" {
-				total += p.Rate * d * c.GrowthPerOp
+				life, ok := lives[c.Kind]
+				if !ok {
+					life = d // no TTL: it keeps growing
+				}
+				total += p.Rate * min(d, life) * c.GrowthPerOp
 			}
 		}
 		return total

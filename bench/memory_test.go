@@ -88,6 +88,18 @@ func TestMemoryFigures(t *testing.T) {
 			total7d:  1e6*400 + 1000*7*day*90,
 		},
 		{
+			// The seen filter gains ~5 B per committed key and keeps it for
+			// its horizon (TTL ~38.6 days): growth bounded by that, not by
+			// the 24 h window, and not "without a TTL".
+			name:  "seen filter kept for its horizon",
+			first: []MemoryClass{acct(400_000), perOp("rec", 0, 88, day, 0), {Kind: seenKind, Keys: 32, BytesPerKey: 1000, Bytes: 32000, MaxTTLSec: 38.6 * day}},
+			last: []MemoryClass{acct(400_000), perOp("rec", 10000, 88, day, 0),
+				{Kind: seenKind, Keys: 32, BytesPerKey: 2500, Bytes: 32000 + 50000, MaxTTLSec: 38.6 * day, Sampled: 32}},
+			ops: 10000, perKey: 88 + 5, flat: false, why: "seen filter keeps 5.0 B per op for 38.6 days",
+			total24h: 1e6*400 + 1000*day*88 + 1000*day*5,
+			total7d:  1e6*400 + 1000*day*88 + 1000*7*day*5,
+		},
+		{
 			name:  "history piling up in the account hash",
 			first: []MemoryClass{acct(400_000)},
 			last:  []MemoryClass{acct(1_400_000)},
