@@ -283,7 +283,9 @@ func TestReservationHeadRefuses(t *testing.T) {
 		{"commit of 0 units with usage", func() engine.Mutation { return o.commit(*o.reserve(3, "").Reservation, 0, 0, false) },
 			func(m *engine.Mutation) { m.Usage = &engine.MutationUsage{Metric: "tokens"} }},
 		{"release still active", func() engine.Mutation { return o.release(*o.reserve(3, "").Reservation, false) },
-			func(m *engine.Mutation) { m.Reservation.Status, m.Reservation.ReleasedMS = engine.ReservationActive, nil }},
+			func(m *engine.Mutation) {
+				m.Reservation.Status, m.Reservation.ReleasedMS = engine.ReservationActive, nil
+			}},
 		{"release with a delta", func() engine.Mutation { return o.release(*o.reserve(3, "").Reservation, false) },
 			func(m *engine.Mutation) { m.Entries[0].Delta = 5 }},
 		{"release of an unknown status", func() engine.Mutation { return o.release(*o.reserve(3, "").Reservation, false) },
