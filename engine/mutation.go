@@ -269,8 +269,8 @@ type AccountState struct {
 	// Blocks are the blocks with credit left that have not been expired.
 	Blocks []MutationBlock
 	// Applied are recent mutations with an idempotency key that Postgres
-	// reservations as operations rows (a consume's record is its ledger entry:
-	// persist/ophead.go), newest last. No load writes op keys from them:
+	// holds as operations rows (a consume's, a reserve's, a commit's and a
+	// release's record is its ledger entry: persist/ophead.go), newest last. No load writes op keys from them:
 	// Postgres answers their retries (AppliedOps).
 	Applied []Mutation
 	// Reservations are the reservations still active, and those finalized within

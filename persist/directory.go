@@ -42,8 +42,9 @@ type recordShape bool
 
 // Record shapes.
 const (
-	// shapeLean records a consume on its ledger entry (op_head), any other
-	// keyed operation as an operations row, and events without the body
+	// shapeLean records a consume and a reservation's reserve, commit and
+	// release on their ledger entry (op_head, ophead.go and
+	// ophead_reservation.go), any other keyed operation as an operations row, and events without the body
 	// members their columns hold.
 	shapeLean recordShape = false
 	// shapeFull records every keyed operation as an operations row and

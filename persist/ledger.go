@@ -31,7 +31,8 @@ ON CONFLICT (tenant_id, idempotency_key, op_id, created_at) DO NOTHING`
 // ids, $20 amounts) and each entry's 1-based range in them ($21..$22), so
 // an entry that several blocks paid gets its draws as slices of typed
 // arrays: no JSON, no side-table rows (migration 012). $23 is each entry's
-// op_head, NULL but on a lean consume's main entry (ophead.go). $24 is
+// op_head, NULL but on the main entry of a lean consume, reserve, commit
+// or release (ophead.go). $24 is
 // each entry's back when it carries its consume's event (carried.go), NULL
 // for most: the entry's event_sequence is its tenant's counter, bumped
 // earlier in the transaction (eventCopy.queueBump), minus back.

@@ -28,13 +28,21 @@ import (
 // the context fed are stored.
 //
 // Only a consume whose entry and head give back exactly the figures its
-// answer shows takes this form (leanHead); any other Mutation with a key
-// (grants, reservations, commits, gauges, refusals, multi-metric consumes) keeps
-// its operations row.
+// answer shows takes this form (leanHead). A reservation's reserve, commit
+// and release take a form of their own on their ledger entry, their head
+// opening with a letter (ophead_reservation.go, docs/decisions.md
+// "Reservations keep no operations row (issue 26)"). Any other Mutation
+// with a key (grants, debits, extends, gauges, refusals, multi-metric
+// consumes, reserves and commits) keeps its operations row.
 
 // leanHead is the op_head of m's main entry and that entry's index, when
-// m is a consume whose replay its ledger entry can carry (ok).
+// m is a consume, or a reservation's reserve, commit or release
+// (reservationHead), whose replay its ledger entry can carry (ok).
 func leanHead(m *engine.Mutation) (head string, main int, ok bool) {
+	switch m.Kind {
+	case engine.MutationReserve, engine.MutationCommit, engine.MutationRelease:
+		return reservationHead(m)
+	}
 	if main, ok = leanMain(m); !ok {
 		return "", 0, false
 	}
@@ -78,21 +86,23 @@ func leanMain(m *engine.Mutation) (main int, ok bool) {
 // headRow is a ledger entry carrying an op_head, as AppliedOps reads it.
 type headRow struct {
 	op, tenant, customer uuid.UUID
-	env, idem, head      string
+	env, idem, head, typ string
 	delta, overage       int64
 	metric               *string
 	units                *int64
+	ref                  *uuid.UUID
 	at                   time.Time
 }
 
 // headColumns are the columns of ledger_entries scanned into a headRow
 // (scan), in its order.
 const headColumns = `op_id, tenant_id, customer_id, environment, idempotency_key, op_head, delta, overage_mc,
-	billable_metric_key, cost_units, created_at`
+	billable_metric_key, cost_units, created_at, type, reference_id`
 
 // scan is the destination list of headColumns.
 func (r *headRow) scan() []any {
-	return []any{&r.op, &r.tenant, &r.customer, &r.env, &r.idem, &r.head, &r.delta, &r.overage, &r.metric, &r.units, &r.at}
+	return []any{&r.op, &r.tenant, &r.customer, &r.env, &r.idem, &r.head, &r.delta, &r.overage, &r.metric, &r.units, &r.at,
+		&r.typ, &r.ref}
 }
 
 // mutation rebuilds the Mutation a replay answers from: leanHead's
@@ -100,6 +110,9 @@ func (r *headRow) scan() []any {
 // in as bare expiry entries (so engine.EntryID of the main entry is the
 // original one), no blocks and no request context.
 func (r *headRow) mutation() (engine.Mutation, error) {
+	if r.head != "" && (r.head[0] < '0' || r.head[0] > '9') {
+		return r.reservationMutation()
+	}
 	f := strings.SplitN(r.head, "|", 7)
 	if len(f) != 7 {
 		return engine.Mutation{}, fmt.Errorf("persist: op head of %s: %d fields, want 7", r.op, len(f))

@@ -312,7 +312,10 @@ func exitCode(err error) int {
 // keyedOps is the tenant's ($1) keyed operations as Postgres records them:
 // an operations row, or, for a plain consume since migration 023, its
 // ledger entry's op_head ("<entry index>|<cost>|<balance>|<reserved>|
-// <pending>|<version>|<request hash>", persist/ophead.go).
+// <pending>|<version>|<request hash>", persist/ophead.go), and for a
+// single-metric reserve or commit and a release since issue 26 item 4's
+// second part, its entry's head opening with the kind's letter, the
+// version in field 6 all the same (persist/ophead_reservation.go).
 const keyedOps = `SELECT customer_id, idempotency_key, op_id, account_version, created_at
 		FROM operations WHERE tenant_id = $1
 	UNION ALL
