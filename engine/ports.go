@@ -399,6 +399,42 @@ type PlanView interface {
 	ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error)
 }
 
+// UsageIDs is the tenant index of usage event ids in Redis (issue 26): a
+// claim per (tenant, environment, event id) naming the customer the event
+// is charged to, so an event_id re-sent for another customer is told
+// apart before Postgres holds the first charge
+// (idempotency.UsageClaimRetention says how long a claim lives).
+type UsageIDs interface {
+	// UsageIDsClaim claims each claim's event id of tenant and env for its
+	// customer, in one pipelined round trip; holds[i] says what claims[i]
+	// found (errs[i] non-nil: nothing is known, nothing was claimed).
+	// Safe for concurrent use.
+	UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env Environment, claims []UsageClaim) (holds []UsageHold, errs []error)
+	// UsageIDsRelease gives back claims taken by UsageIDsClaim whose
+	// events did not apply, in one pipelined round trip: a claim goes
+	// when no other send of its customer still holds it. Best effort: a
+	// claim it fails to release lapses after UsageClaimRetention.
+	UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env Environment, claims []UsageClaim) error
+}
+
+// UsageClaim is one event id claimed for a customer (UsageIDs).
+type UsageClaim struct {
+	EventID  string
+	Customer uuid.UUID
+}
+
+// UsageHold is what a claim of an event id found (UsageIDs).
+type UsageHold struct {
+	// Other is true when another customer holds the id: the event is a
+	// reuse of an id charged (or being charged) to Holder.
+	Other  bool
+	Holder uuid.UUID
+	// Fresh is true when the claim was taken afresh (no send of the id
+	// was known): the event is certainly not being charged to anyone
+	// else. False with Other false: this customer held it already.
+	Fresh bool
+}
+
 // AppliedReader finds persisted operations by idempotency key.
 type AppliedReader interface {
 	// AppliedMutations returns the tenant's persisted Mutations by key.

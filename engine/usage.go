@@ -108,6 +108,10 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 		}
 		at, cmds = append(at, i), append(cmds, cmd)
 	}
+	// Claim the ids for their customers first (usage_ids.go): an id another
+	// customer holds is a reuse, before Postgres holds its first charge.
+	at, cmds, claims := s.claimUsageIDs(ctx, scope, in.Events, out, at, cmds, checkedAt)
+	keep := make([]bool, len(cmds))
 	// One pipelined round trip per chunk instead of one per event; the
 	// store runs a customer's events in the batch's order.
 	for lo := 0; lo < len(cmds); lo += usagePipeline {
@@ -122,8 +126,10 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 				res, err = s.charge(ctx, cmds[j])
 			}
 			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
+			keep[j] = usageMayHaveCharged(res, err)
 		}
 	}
+	s.releaseUsageIDs(ctx, scope, claims, keep)
 	return out, nil
 }
 
@@ -133,7 +139,11 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 // connection's replies for long.
 const usagePipeline = 64
 
-func usageKey(eventID string) string { return "usage:" + eventID }
+// UsageKeyPrefix starts the idempotency key of every usage event's
+// consume: "usage:<event id>".
+const UsageKeyPrefix = "usage:"
+
+func usageKey(eventID string) string { return UsageKeyPrefix + eventID }
 
 // appliedUsage looks the batch's event ids up in Postgres in one query.
 func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []UsageEvent) (map[string]Mutation, error) {
@@ -154,7 +164,7 @@ func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []U
 // content under the same event_id is a conflict.
 func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 	if m.RequestHash != requestHash {
-		msg := "event_id was already used for a different event"
+		msg := usageReuse
 		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg}
 	}
 	r := consumeResult(m)
@@ -175,7 +185,7 @@ func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Ten
 func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err error) UsageEventResult {
 	r, err := consumeOutcome(cmd, res, err)
 	if errors.Is(err, ErrIdempotencyMismatch) {
-		err = Conflict("event_id was already used for a different event")
+		err = Conflict(usageReuse)
 	}
 	if err != nil {
 		return usageFailure(ev, err)
