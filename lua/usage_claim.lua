@@ -11,28 +11,42 @@
 -- id stays at least 1 until forget.
 --
 -- KEYS[1]    the claim {prefix:u:NN}:c:<hash of tenant, environment, id>
--- KEYS[2..]  claim: the usage filter of its slot, when consulted (the
---            seeded mark {prefix:u:NN}:seen, then the week hashes newest
---            first); forget: the week hash to record the id in
--- ARGV[1]    'c' claim, 'r' release, 'f' forget
--- ARGV[2]    the customer's 16 bytes
+-- KEYS[2..]  claim and look: the usage filter of its slot, when consulted
+--            (the seeded mark {prefix:u:NN}:seen, then the week hashes
+--            newest first); forget: the week hash to record the id in
+-- ARGV[1]    'c' claim, 'l' look (changes nothing), 'r' release,
+--            'f' forget
+-- ARGV[2]    the customer's 16 bytes (look: unused)
 -- ARGV[3]    claim: a fresh claim's TTL in ms; forget: the grace in ms
 -- ARGV[4]    forget: the week hash's TTL in ms
 --
 -- Reply: claim: 0 taken afresh and the filter certainly never saw the id,
 -- 2 taken afresh and the filter may have seen it (or was not consulted or
 -- not seeded), 1 held for this customer already, else the 16 bytes of the
--- customer holding it; release and forget: 1 changed the claim, 0 not.
+-- customer holding it; look: 0 or 2 as a claim when none holds the id,
+-- else the holder's 16 bytes (this customer's too); release and forget: 1
+-- changed the claim, 0 not.
 local k, op, cust = KEYS[1], ARGV[1], ARGV[2]
 local v = redis.call('GET', k)
 local holder, state
 if v then holder, state = string.sub(v, 1, 16), string.sub(v, 17) end
 
+-- unseen reports whether the usage filter given certainly never saw k.
+local function unseen()
+  local seen = seen_keys(KEYS, 2)
+  return seen ~= nil and not seen_maybe(seen, k, redis.call('GET', seen[1]))
+end
+
+if op == 'l' then
+  if v then return holder end
+  if unseen() then return 0 end
+  return 2
+end
+
 if op == 'c' then
   if not v then
     redis.call('SET', k, cust .. '1', 'PX', ARGV[3])
-    local seen = seen_keys(KEYS, 2)
-    if seen and not seen_maybe(seen, k, redis.call('GET', seen[1])) then return 0 end
+    if unseen() then return 0 end
     return 2
   end
   if holder ~= cust then return holder end

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -44,7 +45,27 @@ const UsageSlots = 32
 const usageClaimHashLen = 12
 
 // usageTag is the hash tag of usage slot n: "{prefix:u:NN}".
-func (s *Store) usageTag(n int) string { return fmt.Sprintf("{%s:u:%02d}", s.prefix, n) }
+func (s *Store) usageTag(n int) string { return s.usageTags[n] }
+
+// usageMark is usage slot n's seeded mark (as a partition's, seenMark).
+func (s *Store) usageMark(n int) string { return s.usageTag(n) + ":seen" }
+
+// usageSeenKeys are the usage filter keys a claim in slot n consults at
+// now: the seeded mark, then the week hashes newest first; built once per
+// slot and week, so callers must not modify the slice.
+func (s *Store) usageSeenKeys(n int, now time.Time) []string {
+	w := seenWeek(now)
+	if set := s.usageSeen[n].Load(); set != nil && set.week == w {
+		return set.keys
+	}
+	keys := make([]string, 0, 1+idempotency.SeenWeeks)
+	keys = append(keys, s.usageMark(n))
+	for i := int64(0); i < idempotency.SeenWeeks; i++ {
+		keys = append(keys, s.usageSeenHash(n, w-i))
+	}
+	s.usageSeen[n].Store(&seenSet{week: w, keys: keys})
+	return keys
+}
 
 // usageClaimKey is the claim of event id of tenant and env:
 // "{prefix:u:NN}:c:" and 16 base64url characters of the hash, NN its first
@@ -68,12 +89,20 @@ func (s *Store) UsageClaimKey(tenant uuid.UUID, env engine.Environment, eventID 
 	return s.usageClaimKey(tenant, env, eventID)
 }
 
-// UsageIDsClaim claims each claim's event id for its customer
-// (usage_claim.lua), one script per claim in one pipelined round trip (on
-// a Cluster, one per master the claims' slots live on); the first TTL of a
-// fresh claim is idempotency.UsageClaimRetention.
+// UsageIDsClaim claims each claim's event id for its customer, or looks
+// (usage_claim.lua 'c', 'l'), consulting the usage filter of the id's
+// slot when no claim holds it; one script per claim in one pipelined
+// round trip (on a Cluster, one per master the claims' slots live on).
+// The first TTL of a fresh claim is idempotency.UsageClaimRetention.
 func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim) ([]engine.UsageHold, []error) {
 	keys, args, errs := s.usageCalls(tenant, env, claims, "c", idempotency.UsageClaimRetention.Milliseconds())
+	now := s.clock.Now()
+	for i, c := range claims {
+		keys[i] = append(keys[i], s.usageSeenKeys(usageSlotOf(keys[i][0]), now)...)
+		if c.LookOnly {
+			args[i][0] = "l"
+		}
+	}
 	replies := s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
 	holds := make([]engine.UsageHold, len(claims))
 	for i, v := range replies {
@@ -82,7 +111,11 @@ func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.
 		}
 		switch r := v.(type) {
 		case int64:
-			holds[i] = engine.UsageHold{Fresh: r != 1}
+			if claims[i].LookOnly {
+				holds[i] = engine.UsageHold{Seen: r == 2}
+				continue
+			}
+			holds[i] = engine.UsageHold{Fresh: r != 1, Seen: r == 2}
 		case string:
 			holder, err := uuid.FromBytes([]byte(r))
 			if err != nil {

@@ -87,3 +87,71 @@ func TestUsageClaims(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageFilter (issue 26): once the usage filters are seeded, an id
+// neither claimed nor committed is certainly new (no Postgres); an id
+// committed (ForgetOps) or seeded from Postgres (SeedSeen) whose claim has
+// lapsed may have been seen, so Postgres is asked; a look changes nothing
+// and names any holder.
+func TestUsageFilter(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, a, c := uuid.New(), uuid.New(), uuid.New()
+		live := engine.EnvironmentLive
+		claim := func(cust uuid.UUID, id string, look bool) engine.UsageHold {
+			t.Helper()
+			holds, errs := b.store.UsageIDsClaim(ctx, tenant, live, []engine.UsageClaim{{EventID: id, Customer: cust, LookOnly: look}})
+			if errs[0] != nil {
+				t.Fatalf("claim %s: %v", id, errs[0])
+			}
+			return holds[0]
+		}
+		if h := claim(a, "before-seed", false); !h.Fresh || !h.Seen {
+			t.Fatalf("a filter not seeded: %+v, want fresh and maybe seen", h)
+		}
+		marks, err := b.store.SeenSeeded(ctx)
+		if err != nil || len(marks) != Partitions+UsageSlots {
+			t.Fatalf("marks: %d, %v; want %d", len(marks), err, Partitions+UsageSlots)
+		}
+		all := make([]int, Partitions+UsageSlots)
+		for p := range all {
+			all[p] = p
+		}
+		// Seeding: one usage event Postgres holds, then every filter marked.
+		seeded := engine.OpRef{Customer: engine.CustomerKey{TenantID: tenant, Environment: live, CustomerID: c}, Key: "usage:old"}
+		if err := b.store.SeedSeen(ctx, []engine.OpRef{seeded}, nil, t0, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.SeedSeen(ctx, nil, all, t0, true); err != nil {
+			t.Fatal(err)
+		}
+		if marks, _ := b.store.SeenSeeded(ctx); marks[Partitions+UsageSlots-1].IsZero() {
+			t.Fatalf("usage slots not marked seeded: %v", marks)
+		}
+		if h := claim(a, "new", true); h.Other || h.Seen {
+			t.Errorf("a look at a new id: %+v, want neither held nor seen", h)
+		}
+		if h := claim(a, "new", false); !h.Fresh || h.Seen {
+			t.Errorf("a new id: %+v, want fresh and certainly unseen", h)
+		}
+		if h := claim(c, "new", true); !h.Other || h.Holder != a {
+			t.Errorf("a look at a held id: %+v, want held by %s", h, a)
+		}
+		if h := claim(a, "old", false); !h.Fresh || !h.Seen {
+			t.Errorf("an id seeded from Postgres: %+v, want fresh and maybe seen", h)
+		}
+		// Committed, then its claim lapsed: maybe seen.
+		m := engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "usage:new"}
+		if err := b.store.ForgetOps(ctx, Partition(a), []engine.Mutation{m}); err != nil {
+			t.Fatal(err)
+		}
+		b.rdb.Del(ctx, b.store.UsageClaimKey(tenant, live, "new"))
+		if h := claim(c, "new", false); !h.Fresh || !h.Seen {
+			t.Errorf("a committed id whose claim lapsed: %+v, want fresh and maybe seen", h)
+		}
+		if h := claim(a, "other-env", false); !h.Fresh || h.Seen {
+			t.Errorf("another new id: %+v", h)
+		}
+	})
+}

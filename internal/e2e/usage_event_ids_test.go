@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/engine/idempotency"
+	"github.com/creditd/creditd/internal/testenv"
 	"github.com/creditd/creditd/lua"
 )
 
@@ -75,20 +77,7 @@ func TestUsageEventIDOtherCustomerBeforeCommit(t *testing.T) {
 		t.Fatalf("drain: %v", err)
 	}
 	claim := lua.NewStore(s.Redis, s.Prefix).UsageClaimKey(uuid.MustParse(tn.ID), engine.EnvironmentLive, ev)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ttl, err := s.Redis.PTTL(ctx, claim).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ttl > 0 && ttl <= idempotency.UsageClaimGrace {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the committed event's claim lives %v, want at most %v", ttl, idempotency.UsageClaimGrace)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitClaimShortened(t, s, claim)
 	if err := s.Redis.Del(ctx, claim).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +168,107 @@ func TestUsageEventIDConcurrentCustomers(t *testing.T) {
 	}
 	if spent != 3*10 {
 		t.Errorf("spent %d over the customers, want %d (one event of 10 per round)", spent, 3*10)
+	}
+}
+
+// TestUsageEventIDPostgresDown (issue 26): with Postgres stopped, a usage
+// batch asks nothing of it for ids the tenant index clears: a new id is
+// charged; an id committed for customer A whose claim has lapsed, re-sent
+// for customer B, may have been used, so it fails alone with the
+// retryable unavailable text and B is not charged (never a reuse charged,
+// never a 500).
+func TestUsageEventIDPostgresDown(t *testing.T) {
+	t.Parallel()
+	pg := testenv.StartPostgres(t)
+	s := NewStack(t, SingleNode(), WithDatabase(pg.URL()))
+	tn := s.NewTenant(uniq("usage-pg-down"))
+	a := s.as(t, tn.Live)
+	metric := a.perUnit(10)
+	custA, _ := a.newCustomer()
+	custB, _ := a.newCustomer()
+	a.grant(custA, map[string]any{"credits": 1_000})
+	a.grant(custB, map[string]any{"credits": 1_000})
+	ev := uniq("ev")
+	if r := a.sendUsage(usageEvent(ev, custA, metric, 3)); r["status"] != "charged" {
+		t.Fatalf("first send for A: %v", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.App.Persister.Drain(ctx, 30*time.Second); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	claim := lua.NewStore(s.Redis, s.Prefix).UsageClaimKey(uuid.MustParse(tn.ID), engine.EnvironmentLive, ev)
+	waitClaimShortened(t, s, claim)
+	if err := s.Redis.Del(ctx, claim).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The seeder marks the usage filters at start; wait for it. B's
+	// caches (customer, subscription facts) are warmed by a first event:
+	// a customer no cache holds cannot be resolved without Postgres.
+	waitUsageSeeded(t, s)
+	if r := a.sendUsage(usageEvent(uniq("ev"), custB, metric, 1)); r["status"] != "charged" {
+		t.Fatalf("warming B: %v", r)
+	}
+
+	pg.Stop()
+	r := s.Do("POST", "/v1/usage", tn.Live, idemKey(), map[string]any{"events": []any{
+		usageEvent(ev, custB, metric, 3), usageEvent(uniq("ev"), custB, metric, 2)}})
+	wantStatus(t, r, 200, "usage with Postgres down")
+	res := arr(t, r.Body["results"], "results")
+	reused, fresh := obj(t, res[0], "result"), obj(t, res[1], "result")
+	if msg, _ := reused["error"].(string); reused["status"] != "failed" || !strings.Contains(msg, "retry") {
+		t.Errorf("a committed id re-sent for B with Postgres down: %v, want failed, retryable", reused)
+	}
+	if fresh["status"] != "charged" || Int(t, fresh["charged"]) != 20 {
+		t.Errorf("a new id with Postgres down: %v, want charged 20", fresh)
+	}
+	pg.Start()
+	if r := a.sendUsage(usageEvent(ev, custB, metric, 3)); r["status"] != "failed" || r["error"] != usedForAnother {
+		t.Errorf("the committed id for B once Postgres is back: %v, want failed %q", r, usedForAnother)
+	}
+	if b := a.balance(custB); b != 970 {
+		t.Errorf("B's balance %d, want 970 (its two new events only)", b)
+	}
+}
+
+// waitClaimShortened waits until the persister has shortened claim to its
+// grace (idempotency.UsageClaimGrace).
+func waitClaimShortened(t *testing.T, s *Stack, claim string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ttl, err := s.Redis.PTTL(context.Background(), claim).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl > 0 && ttl <= idempotency.UsageClaimGrace {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the committed event's claim lives %v, want at most %v", ttl, idempotency.UsageClaimGrace)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitUsageSeeded waits until the seeder has marked every seen filter,
+// the usage index's included.
+func waitUsageSeeded(t *testing.T, s *Stack) {
+	t.Helper()
+	store := lua.NewStore(s.Redis, s.Prefix)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		marks, err := store.SeenSeeded(context.Background())
+		ok := err == nil
+		for _, m := range marks {
+			ok = ok && !m.IsZero()
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the seen filters are not seeded after 20 s: %v %v", marks, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
