@@ -24,6 +24,8 @@ type Entitlements struct {
 	applied   AppliedReader
 	// appliedDown tells an unreachable Postgres in applied's errors.
 	appliedDown SourceDown
+	// usageIDs is the tenant index of usage event ids (nil: none).
+	usageIDs UsageIDs
 	// leases and leaseIndex serve lease renew and release.
 	leases     LeaseStore
 	leaseIndex LeaseIndex
@@ -112,6 +114,10 @@ type EntitlementsDeps struct {
 	// could not answer (internal/app: persist.Unavailable): the batch then
 	// runs on the seen filter alone (Usage). nil: SourceDown's default.
 	AppliedDown SourceDown
+	// UsageIDs claims usage event ids per tenant before their consumes
+	// run, so an id re-sent for another customer is a reuse even before
+	// Postgres holds the first charge (issue 26). nil: only Applied tells.
+	UsageIDs UsageIDs
 	// Leases and LeaseIndex serve lease renew and release.
 	Leases     LeaseStore
 	LeaseIndex LeaseIndex
@@ -123,7 +129,7 @@ type EntitlementsDeps struct {
 // NewEntitlements returns the entitlement service.
 func NewEntitlements(d EntitlementsDeps) *Entitlements {
 	return &Entitlements{customers: d.Customers, metering: d.Metering, credits: d.Credits, hot: d.Hot, clock: d.Clock,
-		plans: d.Plans, applied: d.Applied, appliedDown: d.AppliedDown, leases: d.Leases, leaseIndex: d.LeaseIndex, stamps: d.Stamps}
+		plans: d.Plans, applied: d.Applied, appliedDown: d.AppliedDown, usageIDs: d.UsageIDs, leases: d.Leases, leaseIndex: d.LeaseIndex, stamps: d.Stamps}
 }
 
 // CheckResult is the body of an entitlement check; which members appear

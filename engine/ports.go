@@ -330,11 +330,14 @@ type OpRecords interface {
 // that lost its data) sends every money call with an absent op key to
 // Postgres.
 type SeenFilter interface {
-	// SeenSeeded returns, per outbox partition, the instant its filter was
-	// last seeded from; zero for one never seeded.
+	// SeenSeeded returns, per filter, the instant it was last seeded
+	// from; zero for one never seeded. The filters are the outbox
+	// partitions', then the usage index's (UsageIDs): a usage filter
+	// knows the event ids of every customer of its slot.
 	SeenSeeded(ctx context.Context) ([]time.Time, error)
-	// SeedSeen records refs in their partitions' filters; with done it
-	// then marks parts seeded from the instant from.
+	// SeedSeen records refs in their filters (a usage event's key in its
+	// partition's and its usage slot's); with done it then marks parts
+	// (SeenSeeded's numbering) seeded from the instant from.
 	SeedSeen(ctx context.Context, refs []OpRef, parts []int, from time.Time, done bool) error
 }
 
@@ -397,6 +400,50 @@ type PlanView interface {
 	// ForCustomer returns the facts of the customer's live subscription, or
 	// nil when it has none. Implementations cache (the hot path calls it).
 	ForCustomer(ctx context.Context, c Customer) (*SubscriptionFacts, error)
+}
+
+// UsageIDs is the tenant index of usage event ids in Redis (issue 26): a
+// claim per (tenant, environment, event id) naming the customer the event
+// is charged to, so an event_id re-sent for another customer is told
+// apart before Postgres holds the first charge
+// (idempotency.UsageClaimRetention says how long a claim lives).
+type UsageIDs interface {
+	// UsageIDsClaim claims each claim's event id of tenant and env for its
+	// customer (or only looks, LookOnly), in one pipelined round trip;
+	// holds[i] says what claims[i] found (errs[i] non-nil: nothing is
+	// known, nothing was claimed). Safe for concurrent use.
+	UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env Environment, claims []UsageClaim) (holds []UsageHold, errs []error)
+	// UsageIDsRelease gives back claims taken by UsageIDsClaim whose
+	// events did not apply, in one pipelined round trip: a claim goes
+	// when no other send of its customer still holds it. Best effort: a
+	// claim it fails to release lapses after UsageClaimRetention.
+	UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env Environment, claims []UsageClaim) error
+}
+
+// UsageClaim is one event id claimed for a customer (UsageIDs).
+type UsageClaim struct {
+	EventID  string
+	Customer uuid.UUID
+	// LookOnly asks what holds the id without claiming it (an event that
+	// runs no consume): Other and Holder name any holder, this customer
+	// or another; Fresh is never set.
+	LookOnly bool
+}
+
+// UsageHold is what a claim of an event id found (UsageIDs).
+type UsageHold struct {
+	// Other is true when another customer holds the id: the event is a
+	// reuse of an id charged (or being charged) to Holder.
+	Other  bool
+	Holder uuid.UUID
+	// Fresh is true when the claim was taken afresh (no send of the id
+	// was known): the event is certainly not being charged to anyone
+	// else. False with Other false: this customer held it already.
+	Fresh bool
+	// Seen is true, when no claim held the id, unless the tenant's usage
+	// filter certainly never saw it committed (within
+	// idempotency.SeenHorizon): only then must Postgres be asked.
+	Seen bool
 }
 
 // AppliedReader finds persisted operations by idempotency key.

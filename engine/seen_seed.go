@@ -9,8 +9,9 @@ import (
 	"github.com/creditd/creditd/engine/idempotency"
 )
 
-// SeenSeeder fills the seen filter (engine/idempotency/windows.go) from
-// Postgres, so money calls stop asking Postgres: at start for every partition (from where the
+// SeenSeeder fills the seen filters (engine/idempotency/windows.go: the
+// partitions' and the usage index's, SeenFilter) from Postgres, so money
+// calls and usage batches stop asking Postgres: at start for every filter (from where the
 // last seeding read, less SeenSeedOverlap, or the whole idempotency.SeenHorizon for a
 // partition never seeded), then every Interval for a partition whose mark
 // is gone (a Redis that lost its data). Starting from the last seeding,

@@ -65,48 +65,73 @@ const MaxUsageEvents = 1000
 
 // Usage charges a batch of events, each as a consume whose idempotency key
 // is its event_id, so a re-sent event is charged once; one bad event never
-// fails the others.
+// fails the others. An event_id is unique per tenant and environment,
+// across customers (docs/spec/addendum.md §7): the tenant index of event
+// ids (UsageIDs, usage_ids.go) claims each id for its event's customer
+// before the consumes run, and Postgres is asked only about the ids the
+// index cannot clear (docs/decisions.md "A tenant index of usage event
+// ids").
 func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in RecordUsage) ([]UsageEventResult, error) {
+	out := make([]UsageEventResult, len(in.Events))
+	steps := make([]usageStep, len(in.Events))
+	for i, ev := range in.Events {
+		steps[i].cmd, steps[i].err = s.usageCommand(ctx, scope, tenant, ev)
+	}
+	s.claimUsageIDs(ctx, scope, in.Events, steps)
 	checkedAt := time.Now()
-	applied, err := s.appliedUsage(ctx, scope, in.Events)
+	applied, err := s.appliedUsage(ctx, scope, in.Events, steps)
 	switch {
 	case err == nil:
-	case s.appliedDown.says(err):
-		// Postgres is down: each event's script consults its customer's
-		// seen filter instead (lua ConsumeBatch), so the batch is charged
-		// without Postgres; what the filter cannot tell meanwhile is an
-		// event_id re-sent for another customer (docs/decisions.md "Usage
-		// batches outlive a Postgres outage").
+	case s.appliedDown.says(err) && s.usageIDs == nil:
+		// Postgres is down and there is no index: each event's script
+		// consults its customer's seen filter instead (lua ConsumeBatch),
+		// so the batch is charged without Postgres; what the filter cannot
+		// tell meanwhile is an event_id re-sent for another customer.
 		applied, checkedAt = nil, time.Time{}
+	case s.appliedDown.says(err):
+		// Only the events the index could not clear need Postgres: they
+		// fail alone, retryable, and the others are charged.
+		for i := range steps {
+			if steps[i].ask && steps[i].err == nil {
+				steps[i].err = ErrAppliedUnknown
+			}
+		}
+		applied = nil
 	default:
+		s.releaseUsageIDs(ctx, scope, in.Events, steps)
 		return nil, err
 	}
 	if s.applied == nil {
 		checkedAt = time.Time{}
 	}
-	out := make([]UsageEventResult, len(in.Events))
 	at := make([]int, 0, len(in.Events))
 	cmds := make([]ConsumeCommand, 0, len(in.Events))
 	for i, ev := range in.Events {
-		checked := checkedAt
-		if ev.EventID != "" {
+		st := &steps[i]
+		checked := time.Time{}
+		switch {
+		case st.ask:
 			m, ok := applied[usageKey(ev.EventID)]
 			if ok && m.Environment == scope.Environment {
 				out[i] = duplicateOf(ev.EventID, m, ev.RequestHash)
 				continue
 			}
-			if ok {
-				// Found for the other environment only (one row per key is
-				// returned): the store looks this customer's key up itself.
-				checked = time.Time{}
+			// Not found: the look-up stands for the script. Found for the
+			// other environment only (one row per key is returned): the
+			// store looks this customer's key up itself.
+			if !ok {
+				checked = checkedAt
 			}
+		case st.unseen:
+			// The index never saw the id: neither has the customer's filter.
+			checked = st.claimedAt
 		}
-		cmd, err := s.usageCommand(ctx, scope, tenant, ev, checked)
-		if err != nil {
-			out[i] = usageFailure(ev, err)
+		if st.err != nil {
+			out[i] = usageFailure(ev, st.err)
 			continue
 		}
-		at, cmds = append(at, i), append(cmds, cmd)
+		st.cmd.AppliedCheckedAt = checked
+		at, cmds = append(at, i), append(cmds, st.cmd)
 	}
 	// One pipelined round trip per chunk instead of one per event; the
 	// store runs a customer's events in the batch's order.
@@ -122,8 +147,10 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 				res, err = s.charge(ctx, cmds[j])
 			}
 			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
+			steps[at[j]].charged = usageMayHaveCharged(res, err)
 		}
 	}
+	s.releaseUsageIDs(ctx, scope, in.Events, steps)
 	return out, nil
 }
 
@@ -133,19 +160,26 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 // connection's replies for long.
 const usagePipeline = 64
 
-func usageKey(eventID string) string { return "usage:" + eventID }
+// UsageKeyPrefix starts the idempotency key of every usage event's
+// consume: "usage:<event id>".
+const UsageKeyPrefix = "usage:"
 
-// appliedUsage looks the batch's event ids up in Postgres in one query.
-func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []UsageEvent) (map[string]Mutation, error) {
+func usageKey(eventID string) string { return UsageKeyPrefix + eventID }
+
+// appliedUsage looks the ids of the events that ask (usageStep.ask) up in
+// Postgres in one query; none asking, it asks nothing.
+func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []UsageEvent, steps []usageStep) (map[string]Mutation, error) {
 	if s.applied == nil {
 		return nil, nil
 	}
 	keys := make([]string, 0, len(events))
-	for _, ev := range events {
-		// An id Postgres cannot hold is refused per event, never looked up.
-		if ev.EventID != "" && cleanText(ev.EventID, false) {
+	for i, ev := range events {
+		if steps[i].ask {
 			keys = append(keys, usageKey(ev.EventID))
 		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
 	}
 	return s.applied.AppliedMutations(ctx, scope.TenantID, keys)
 }
@@ -154,28 +188,27 @@ func (s *Entitlements) appliedUsage(ctx context.Context, scope Scope, events []U
 // content under the same event_id is a conflict.
 func duplicateOf(id string, m Mutation, requestHash string) UsageEventResult {
 	if m.RequestHash != requestHash {
-		msg := "event_id was already used for a different event"
+		msg := usageReuse
 		return UsageEventResult{EventID: id, Status: UsageFailed, Error: &msg}
 	}
 	r := consumeResult(m)
 	return UsageEventResult{EventID: id, Status: UsageDuplicate, TransactionID: r.TransactionID, Charged: r.Charged, OverageMC: r.OverageMC}
 }
 
-// usageCommand builds event ev's consume; checkedAt is when the batch's
-// Postgres look-up found no operation under its id (zero: not looked up).
-func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent, checkedAt time.Time) (ConsumeCommand, error) {
+// usageCommand builds event ev's consume (Usage sets when its id was last
+// found unapplied, AppliedCheckedAt).
+func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Tenant, ev UsageEvent) (ConsumeCommand, error) {
 	if ev.Invalid != nil {
 		return ConsumeCommand{}, ev.Invalid
 	}
-	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(ev.EventID), RequestHash: ev.RequestHash, CheckedAt: checkedAt},
-		ev.Consume)
+	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(ev.EventID), RequestHash: ev.RequestHash}, ev.Consume)
 }
 
 // usageOutcome is event ev's result from its consume's.
 func usageOutcome(ev UsageEvent, cmd ConsumeCommand, res MutationResult, err error) UsageEventResult {
 	r, err := consumeOutcome(cmd, res, err)
 	if errors.Is(err, ErrIdempotencyMismatch) {
-		err = Conflict("event_id was already used for a different event")
+		err = Conflict(usageReuse)
 	}
 	if err != nil {
 		return usageFailure(ev, err)

@@ -121,10 +121,14 @@ func (s *Store) appliedBatch(ctx context.Context, refs []appliedRef) (done []boo
 
 // ForgetOps adds the op keys of ms, committed mutations of outbox
 // partition p, to the seen filter and shortens them to idempotency.OpKeyGrace
-// (engine.OpRecords; seen.go forgetOps).
+// (engine.OpRecords; seen.go forgetOps), then does the same for the claims
+// of the usage events among them (usage_ids.go forgetUsage).
 func (s *Store) ForgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	if err := s.checkOutboxPartition(p); err != nil {
 		return err
 	}
-	return s.forgetOps(ctx, p, ms)
+	if err := s.forgetOps(ctx, p, ms); err != nil {
+		return err
+	}
+	return s.forgetUsage(ctx, ms)
 }

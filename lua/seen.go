@@ -145,13 +145,15 @@ func (s *Store) forgetOps(ctx context.Context, p int, ms []engine.Mutation) erro
 	return flush()
 }
 
-// SeenSeeded reports, per partition, the instant its filter was last
-// seeded from (engine.SeenFilter); zero for a partition never seeded
-// (its money calls ask Postgres whenever an op key is absent).
+// SeenSeeded reports, per filter, the instant it was last seeded from
+// (engine.SeenFilter): the Partitions partitions' filters, then the
+// UsageSlots usage filters (usage_ids.go); zero for a filter never seeded
+// (its money calls ask Postgres whenever an op key is absent, its usage
+// batches whenever an event id has no claim).
 func (s *Store) SeenSeeded(ctx context.Context) ([]time.Time, error) {
-	out := make([]time.Time, Partitions)
-	for p := range Partitions {
-		v, err := s.rdb.Get(ctx, s.seenMark(p)).Result()
+	out := make([]time.Time, Partitions+UsageSlots)
+	for p := range out {
+		v, err := s.rdb.Get(ctx, s.filterMark(p)).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue
@@ -167,25 +169,48 @@ func (s *Store) SeenSeeded(ctx context.Context) ([]time.Time, error) {
 	return out, nil
 }
 
+// filterMark is filter p's seeded mark: partition p's (seenMark) below
+// Partitions, else usage slot p-Partitions's (usageMark).
+func (s *Store) filterMark(p int) string {
+	if p < Partitions {
+		return s.seenMark(p)
+	}
+	return s.usageMark(p - Partitions)
+}
+
+// filterHash is filter p's hash of week w (filterMark's numbering).
+func (s *Store) filterHash(p int, w int64) string {
+	if p < Partitions {
+		return s.seenHash(p, w)
+	}
+	return s.usageSeenHash(p-Partitions, w)
+}
+
 // SeedSeen adds refs, operations Postgres holds, to their partitions'
-// filters of this week (engine.SeenFilter); with done it then marks every
-// partition in parts seeded from the instant from.
+// filters of this week, and the usage events among them to their usage
+// slots' filters too (engine.SeenFilter); with done it then marks every
+// filter in parts (SeenSeeded's numbering) seeded from the instant from.
 func (s *Store) SeedSeen(ctx context.Context, refs []engine.OpRef, parts []int, from time.Time, done bool) error {
 	now := s.clock.Now()
 	w := seenWeek(now)
-	var byPart [Partitions][]any
+	var byPart [Partitions + UsageSlots][]any
 	for _, r := range refs {
 		p := Partition(r.Customer.CustomerID)
 		byPart[p] = append(byPart[p], s.opKeyOf(r.Customer.CustomerID, r.Key))
+		if id, ok := usageEventID(r.Key); ok {
+			k := s.usageClaimKey(r.Customer.TenantID, r.Customer.Environment, id)
+			n := Partitions + usageSlotOf(k)
+			byPart[n] = append(byPart[n], k)
+		}
 	}
-	var marked [Partitions]bool
+	var marked [Partitions + UsageSlots]bool
 	for _, p := range parts {
-		if p < 0 || p >= Partitions {
-			return fmt.Errorf("lua: seed the seen filter: partition %d", p)
+		if p < 0 || p >= len(marked) {
+			return fmt.Errorf("lua: seed the seen filter: filter %d", p)
 		}
 		marked[p] = done
 	}
-	for p := range Partitions {
+	for p := range len(marked) {
 		names := byPart[p]
 		wantMark := marked[p]
 		for len(names) > 0 || wantMark {
@@ -196,7 +221,7 @@ func (s *Store) SeedSeen(ctx context.Context, refs []engine.OpRef, parts []int, 
 				m = strconv.FormatInt(from.UnixMilli(), 10)
 			}
 			args := append([]any{seenTTL(w, now), m}, names[:n]...)
-			if err := s.call(ctx, seenSeedScript, []string{s.seenMark(p), s.seenHash(p, w)}, args...).Err(); err != nil {
+			if err := s.call(ctx, seenSeedScript, []string{s.filterMark(p), s.filterHash(p, w)}, args...).Err(); err != nil {
 				return fmt.Errorf("lua: seed the seen filter of partition %d: %w", p, s.unavail.classify(err))
 			}
 			names = names[n:]

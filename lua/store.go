@@ -50,6 +50,10 @@ type Store struct {
 	// seen is each partition's filter keys of the latest week asked
 	// (seenKeys).
 	seen [Partitions]atomic.Pointer[seenSet]
+	// usageTags is each usage slot's hash tag (usageTag); usageSeen its
+	// usage filter keys of the latest week asked (usageSeenKeys).
+	usageTags [UsageSlots]string
+	usageSeen [UsageSlots]atomic.Pointer[seenSet]
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
@@ -61,6 +65,9 @@ func NewStore(rdb redis.UniversalClient, prefix string) *Store {
 	s := &Store{rdb: rdb, prefix: prefix, clock: engine.SystemClock{}, unavail: withUnavailable(rdb), trips: &coalescer{rdb: rdb}}
 	for p := range s.tags {
 		s.tags[p] = fmt.Sprintf("{%s:p%02d}", prefix, p)
+	}
+	for n := range s.usageTags {
+		s.usageTags[n] = fmt.Sprintf("{%s:u:%02d}", prefix, n)
 	}
 	return s
 }

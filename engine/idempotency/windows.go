@@ -47,6 +47,32 @@ func LookupStands(checkedAt, now time.Time) bool {
 	return !checkedAt.IsZero() && now.Sub(checkedAt) < AppliedLookupFresh
 }
 
+// The tenant index of usage event ids (issue 26; docs/decisions.md "A
+// tenant index of usage event ids"). An event_id is a usage event's
+// idempotency key per tenant and environment, forever, across customers,
+// while the op key and the seen filter know keys per customer. So before a
+// usage batch runs its events' consumes it claims each event id for the
+// event's customer in Redis (lua/usage_ids.go): another customer's claim
+// makes the event a reuse, charged to nobody. A claim lives as an op key
+// does: UsageClaimRetention while its charge is not committed, shortened
+// to UsageClaimGrace once the persister has committed it; a claim whose
+// consume did not apply is released at once.
+const (
+	// UsageClaimRetention is the life of a claim taken afresh: the op
+	// key's (OpKeyRetention), as it is written in the same instant by the
+	// consume it guards and must not lapse before it. Taking it long
+	// rather than short and lengthening it on success saves a round trip
+	// per batch (a release is needed only for events that did not apply);
+	// what a crash between the claim and its release leaves is a claim that
+	// refuses the id to other customers until it lapses.
+	UsageClaimRetention = OpKeyRetention
+	// UsageClaimGrace is how long a claim outlives the commit of its
+	// charge: the op key's grace, so a batch whose Postgres look-up missed
+	// a commit (its claims are taken within AppliedLookupFresh of the
+	// look-up) still finds the claim.
+	UsageClaimGrace = OpKeyGrace
+)
+
 // The seen filter (issue 26: no Postgres before a money call). When the
 // persister commits an operation it records the operation's idempotency key
 // in a compact per-partition, per-week filter in Redis (lua/seen.go) before

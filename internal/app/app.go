@@ -272,7 +272,7 @@ func New(rdb redis.UniversalClient, pool *pgxpool.Pool, cfg Config, log zerolog.
 	a.Plans = engine.NewPlans(plans, plans, a.Metering, cfg.Clock)
 	a.PlanFacts = engine.NewCachedPlanView(engine.NewPlanFacts(a.DB, plans, a.DB, cfg.Clock), cfg.Clock).WithStamps(stamps).WithSourceDown(persist.Unavailable)
 	a.Entitlements = engine.NewEntitlements(engine.EntitlementsDeps{Customers: customers, Metering: a.Metering,
-		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
+		Credits: a.Credits, Hot: a.Store, Clock: cfg.Clock, Plans: a.PlanFacts, Applied: a.DB, AppliedDown: persist.Unavailable, UsageIDs: a.Store, Leases: a.Store, LeaseIndex: a.DB, Stamps: stamps})
 	// Reservations write a notice to the change feed (issue 27): they move
 	// effective balances without an event.
 	reservationsNoted := engine.NotingReservations(a.Store, a.Store, log)

@@ -1,0 +1,211 @@
+package lua
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
+)
+
+// The tenant index of usage event ids (issue 26, engine.UsageIDs): a claim
+// per (tenant, environment, event id) naming the customer charged for it
+// (usage_claim.lua says how a claim is kept). A usage batch claims its ids
+// in one pipelined round trip before its consumes and releases those whose
+// consume did not apply in one more; the persister records a committed
+// event's id in the usage filter of its slot and shortens its claim to
+// idempotency.UsageClaimGrace (forgetUsage), as it does an op key.
+
+var (
+	//go:embed usage_claim.lua
+	usageClaimLua    string
+	usageClaimScript = newScript("usage_claim", usageClaimLua)
+)
+
+// Compile-time check that Store keeps the usage index.
+var _ engine.UsageIDs = (*Store)(nil)
+
+// UsageSlots is how many hash tags the usage index spreads over, by a hash
+// of the tenant, environment and event id: 32, as the customers'
+// partitions, so one tenant's ids load every master of a Cluster, not the
+// one its own tag would name. It is part of every claim's name: keep it.
+const UsageSlots = 32
+
+// usageClaimHashLen bytes of sha256(tenant, environment, event id) name a
+// claim: 96 bits, so two live ids share a name with odds ~1e-11 at a
+// billion ids (the HTTP record's choice, idemKeyHashLen).
+const usageClaimHashLen = 12
+
+// usageTag is the hash tag of usage slot n: "{prefix:u:NN}".
+func (s *Store) usageTag(n int) string { return s.usageTags[n] }
+
+// usageMark is usage slot n's seeded mark (as a partition's, seenMark).
+func (s *Store) usageMark(n int) string { return s.usageTag(n) + ":seen" }
+
+// usageSeenKeys are the usage filter keys a claim in slot n consults at
+// now: the seeded mark, then the week hashes newest first; built once per
+// slot and week, so callers must not modify the slice.
+func (s *Store) usageSeenKeys(n int, now time.Time) []string {
+	w := seenWeek(now)
+	if set := s.usageSeen[n].Load(); set != nil && set.week == w {
+		return set.keys
+	}
+	keys := make([]string, 0, 1+idempotency.SeenWeeks)
+	keys = append(keys, s.usageMark(n))
+	for i := int64(0); i < idempotency.SeenWeeks; i++ {
+		keys = append(keys, s.usageSeenHash(n, w-i))
+	}
+	s.usageSeen[n].Store(&seenSet{week: w, keys: keys})
+	return keys
+}
+
+// usageClaimKey is the claim of event id of tenant and env:
+// "{prefix:u:NN}:c:" and 16 base64url characters of the hash, NN its first
+// byte modulo UsageSlots.
+func (s *Store) usageClaimKey(tenant uuid.UUID, env engine.Environment, eventID string) string {
+	h := sha256.New()
+	h.Write(tenant[:])
+	h.Write([]byte(env))
+	h.Write([]byte{0})
+	h.Write([]byte(eventID))
+	var sum [sha256.Size]byte
+	b := h.Sum(sum[:0])
+	var name [16]byte
+	base64.RawURLEncoding.Encode(name[:], b[:usageClaimHashLen])
+	return s.usageTag(int(b[0])%UsageSlots) + ":c:" + string(name[:])
+}
+
+// UsageClaimKey is the Redis key of the claim of event id of tenant and
+// env, for tests that watch a claim's life.
+func (s *Store) UsageClaimKey(tenant uuid.UUID, env engine.Environment, eventID string) string {
+	return s.usageClaimKey(tenant, env, eventID)
+}
+
+// UsageIDsClaim claims each claim's event id for its customer, or looks
+// (usage_claim.lua 'c', 'l'), consulting the usage filter of the id's
+// slot when no claim holds it; one script per claim in one pipelined
+// round trip (on a Cluster, one per master the claims' slots live on).
+// The first TTL of a fresh claim is idempotency.UsageClaimRetention.
+func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim) ([]engine.UsageHold, []error) {
+	keys, args, errs := s.usageCalls(tenant, env, claims, "c", idempotency.UsageClaimRetention.Milliseconds())
+	now := s.clock.Now()
+	for i, c := range claims {
+		keys[i] = append(keys[i], s.usageSeenKeys(usageSlotOf(keys[i][0]), now)...)
+		if c.LookOnly {
+			args[i][0] = "l"
+		}
+	}
+	replies := s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
+	holds := make([]engine.UsageHold, len(claims))
+	for i, v := range replies {
+		if errs[i] != nil {
+			continue
+		}
+		switch r := v.(type) {
+		case int64:
+			if claims[i].LookOnly {
+				holds[i] = engine.UsageHold{Seen: r == 2}
+				continue
+			}
+			holds[i] = engine.UsageHold{Fresh: r != 1, Seen: r == 2}
+		case string:
+			holder, err := uuid.FromBytes([]byte(r))
+			if err != nil {
+				errs[i] = fmt.Errorf("lua: usage claim: holder %q: %w", r, err)
+				continue
+			}
+			holds[i] = engine.UsageHold{Other: true, Holder: holder}
+		default:
+			errs[i] = fmt.Errorf("lua: usage claim: unexpected reply %T", v)
+		}
+	}
+	return holds, errs
+}
+
+// UsageIDsRelease releases claims (usage_claim.lua 'r'), one script each in
+// one pipelined round trip; the error is the first call's that failed.
+func (s *Store) UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	keys, args, errs := s.usageCalls(tenant, env, claims, "r", 0)
+	s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("lua: release usage claims: %w", err)
+		}
+	}
+	return nil
+}
+
+// usageCalls are the keys and arguments of op on claims.
+func (s *Store) usageCalls(tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim, op string, ms int64) ([][]string, [][]any, []error) {
+	keys, args := make([][]string, len(claims)), make([][]any, len(claims))
+	for i, c := range claims {
+		keys[i] = []string{s.usageClaimKey(tenant, env, c.EventID)}
+		args[i] = []any{op, string(c.Customer[:]), ms}
+	}
+	return keys, args, make([]error, len(claims))
+}
+
+// usageEventID is the event id of a usage event's idempotency key
+// ("usage:<event id>", engine.UsageEventKey); ok is false for another key.
+func usageEventID(key string) (string, bool) {
+	return strings.CutPrefix(key, engine.UsageKeyPrefix)
+}
+
+// usageSeenHash is usage slot n's filter of week w.
+func (s *Store) usageSeenHash(n int, w int64) string {
+	return s.usageTag(n) + ":seen:" + strconv.FormatInt(w, 10)
+}
+
+// usageSlotOf is the usage slot of a claim key.
+func usageSlotOf(claimKey string) int {
+	// "{prefix:u:NN}:c:...": the two digits before the tag's brace.
+	end := strings.IndexByte(claimKey, '}')
+	n, _ := strconv.Atoi(claimKey[end-2 : end])
+	return n
+}
+
+// forgetUsage records the event ids of the committed usage charges among
+// ms in the usage filter of this week and shortens their claims to
+// idempotency.UsageClaimGrace (usage_claim.lua 'f'), maxSeenPerCall
+// scripts per pipelined round trip: like an op key, a committed id is then under its claim, in
+// the filter, or both.
+func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
+	now := s.clock.Now()
+	w := seenWeek(now)
+	var keys [][]string
+	var args [][]any
+	for i := range ms {
+		m := &ms[i]
+		id, ok := usageEventID(m.IdempotencyKey)
+		if !ok {
+			continue
+		}
+		k := s.usageClaimKey(m.TenantID, m.Environment, id)
+		keys = append(keys, []string{k, s.usageSeenHash(usageSlotOf(k), w)})
+		args = append(args, []any{"f", string(m.CustomerID[:]), idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)})
+	}
+	// maxSeenPerCall calls a round trip: a pipeline's calls run one after
+	// another, without other clients' commands between them.
+	for lo := 0; lo < len(keys); lo += maxSeenPerCall {
+		hi := min(lo+maxSeenPerCall, len(keys))
+		errs := make([]error, hi-lo)
+		s.pipelined(ctx, usageClaimScript, "usage_claim", keys[lo:hi], args[lo:hi], errs)
+		for _, err := range errs {
+			if err != nil {
+				return fmt.Errorf("lua: forget usage claims: %w", err)
+			}
+		}
+	}
+	return nil
+}

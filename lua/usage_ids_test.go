@@ -1,0 +1,157 @@
+package lua
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency"
+)
+
+// TestUsageClaims (issue 26): an event id of a tenant and environment is
+// claimed for one customer at a time; the same customer's sends share the
+// claim and it goes only when every one that took it has released it; a
+// committed id (ForgetOps) keeps its claim for the grace only, and no
+// release takes it back; other tenants and environments never see it.
+func TestUsageClaims(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, a, c := uuid.New(), uuid.New(), uuid.New()
+		live := engine.EnvironmentLive
+		claim := func(tn uuid.UUID, env engine.Environment, cust uuid.UUID, id string) engine.UsageHold {
+			t.Helper()
+			holds, errs := b.store.UsageIDsClaim(ctx, tn, env, []engine.UsageClaim{{EventID: id, Customer: cust}})
+			if errs[0] != nil {
+				t.Fatalf("claim %s for %s: %v", id, cust, errs[0])
+			}
+			return holds[0]
+		}
+		release := func(cust uuid.UUID, id string) {
+			t.Helper()
+			if err := b.store.UsageIDsRelease(ctx, tenant, live, []engine.UsageClaim{{EventID: id, Customer: cust}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if h := claim(tenant, live, a, "e1"); !h.Fresh || h.Other {
+			t.Fatalf("first claim: %+v, want fresh", h)
+		}
+		if h := claim(tenant, live, c, "e1"); !h.Other || h.Holder != a {
+			t.Fatalf("another customer's claim: %+v, want held by %s", h, a)
+		}
+		if h := claim(tenant, live, a, "e1"); h.Fresh || h.Other {
+			t.Fatalf("the same customer again: %+v, want held by itself", h)
+		}
+		if h := claim(tenant, live, c, "e2"); !h.Fresh {
+			t.Fatalf("another id: %+v, want fresh", h)
+		}
+		if h := claim(uuid.New(), live, c, "e1"); !h.Fresh {
+			t.Errorf("another tenant: %+v, want fresh", h)
+		}
+		if h := claim(tenant, engine.EnvironmentSandbox, c, "e1"); !h.Fresh {
+			t.Errorf("another environment: %+v, want fresh", h)
+		}
+		// Two sends of a hold it: the first release leaves it held.
+		release(a, "e1")
+		if h := claim(tenant, live, c, "e1"); !h.Other {
+			t.Fatalf("after one of two releases: %+v, want still held by %s", h, a)
+		}
+		release(c, "e1") // not the holder: changes nothing
+		release(a, "e1")
+		if h := claim(tenant, live, c, "e1"); !h.Fresh {
+			t.Fatalf("after both releases: %+v, want fresh for another customer", h)
+		}
+		key := b.store.UsageClaimKey(tenant, live, "e1")
+		if ttl := b.rdb.PTTL(ctx, key).Val(); ttl < idempotency.UsageClaimRetention-time.Minute {
+			t.Errorf("a fresh claim lives %v, want %v", ttl, idempotency.UsageClaimRetention)
+		}
+
+		// c's charge is committed: the claim is kept for the grace and no
+		// release of c takes it back; a is still refused.
+		m := engine.Mutation{TenantID: tenant, Environment: live, CustomerID: c, IdempotencyKey: "usage:e1"}
+		if err := b.store.ForgetOps(ctx, Partition(c), []engine.Mutation{m}); err != nil {
+			t.Fatal(err)
+		}
+		if ttl := b.rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > idempotency.UsageClaimGrace {
+			t.Errorf("a committed claim lives %v, want at most %v", ttl, idempotency.UsageClaimGrace)
+		}
+		if h := claim(tenant, live, c, "e1"); h.Fresh || h.Other {
+			t.Fatalf("the committed id for its customer: %+v", h)
+		}
+		release(c, "e1")
+		if h := claim(tenant, live, a, "e1"); !h.Other || h.Holder != c {
+			t.Fatalf("the committed id for another customer: %+v, want held by %s", h, c)
+		}
+	})
+}
+
+// TestUsageFilter (issue 26): once the usage filters are seeded, an id
+// neither claimed nor committed is certainly new (no Postgres); an id
+// committed (ForgetOps) or seeded from Postgres (SeedSeen) whose claim has
+// lapsed may have been seen, so Postgres is asked; a look changes nothing
+// and names any holder.
+func TestUsageFilter(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, a, c := uuid.New(), uuid.New(), uuid.New()
+		live := engine.EnvironmentLive
+		claim := func(cust uuid.UUID, id string, look bool) engine.UsageHold {
+			t.Helper()
+			holds, errs := b.store.UsageIDsClaim(ctx, tenant, live, []engine.UsageClaim{{EventID: id, Customer: cust, LookOnly: look}})
+			if errs[0] != nil {
+				t.Fatalf("claim %s: %v", id, errs[0])
+			}
+			return holds[0]
+		}
+		if h := claim(a, "before-seed", false); !h.Fresh || !h.Seen {
+			t.Fatalf("a filter not seeded: %+v, want fresh and maybe seen", h)
+		}
+		marks, err := b.store.SeenSeeded(ctx)
+		if err != nil || len(marks) != Partitions+UsageSlots {
+			t.Fatalf("marks: %d, %v; want %d", len(marks), err, Partitions+UsageSlots)
+		}
+		all := make([]int, Partitions+UsageSlots)
+		for p := range all {
+			all[p] = p
+		}
+		// Seeding: one usage event Postgres holds, then every filter marked.
+		seeded := engine.OpRef{Customer: engine.CustomerKey{TenantID: tenant, Environment: live, CustomerID: c}, Key: "usage:old"}
+		if err := b.store.SeedSeen(ctx, []engine.OpRef{seeded}, nil, t0, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.SeedSeen(ctx, nil, all, t0, true); err != nil {
+			t.Fatal(err)
+		}
+		if marks, _ := b.store.SeenSeeded(ctx); marks[Partitions+UsageSlots-1].IsZero() {
+			t.Fatalf("usage slots not marked seeded: %v", marks)
+		}
+		if h := claim(a, "new", true); h.Other || h.Seen {
+			t.Errorf("a look at a new id: %+v, want neither held nor seen", h)
+		}
+		if h := claim(a, "new", false); !h.Fresh || h.Seen {
+			t.Errorf("a new id: %+v, want fresh and certainly unseen", h)
+		}
+		if h := claim(c, "new", true); !h.Other || h.Holder != a {
+			t.Errorf("a look at a held id: %+v, want held by %s", h, a)
+		}
+		if h := claim(a, "old", false); !h.Fresh || !h.Seen {
+			t.Errorf("an id seeded from Postgres: %+v, want fresh and maybe seen", h)
+		}
+		// Committed, then its claim lapsed: maybe seen.
+		m := engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "usage:new"}
+		if err := b.store.ForgetOps(ctx, Partition(a), []engine.Mutation{m}); err != nil {
+			t.Fatal(err)
+		}
+		b.rdb.Del(ctx, b.store.UsageClaimKey(tenant, live, "new"))
+		if h := claim(c, "new", false); !h.Fresh || !h.Seen {
+			t.Errorf("a committed id whose claim lapsed: %+v, want fresh and maybe seen", h)
+		}
+		if h := claim(a, "other-env", false); !h.Fresh || h.Seen {
+			t.Errorf("another new id: %+v", h)
+		}
+	})
+}
