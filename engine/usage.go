@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,7 +128,7 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 			checked = st.claimedAt
 		}
 		if st.err != nil {
-			out[i] = usageFailure(ev, st.err)
+			out[i] = usageFailure(ev, s.recordDown(st.err))
 			continue
 		}
 		st.cmd.AppliedCheckedAt = checked
@@ -146,7 +147,7 @@ func (s *Entitlements) Usage(ctx context.Context, scope Scope, tenant Tenant, in
 				// the chunk come here too, in order).
 				res, err = s.charge(ctx, cmds[j])
 			}
-			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, err)
+			out[at[j]] = usageOutcome(in.Events[at[j]], cmds[j], res, s.recordDown(err))
 			steps[at[j]].charged = usageMayHaveCharged(res, err)
 		}
 	}
@@ -202,6 +203,17 @@ func (s *Entitlements) usageCommand(ctx context.Context, scope Scope, tenant Ten
 		return ConsumeCommand{}, ev.Invalid
 	}
 	return s.consumeCommand(ctx, scope, tenant, Idempotency{Key: usageKey(ev.EventID), RequestHash: ev.RequestHash}, ev.Consume)
+}
+
+// recordDown is err, or ErrRecordUnavailable wrapping it when it only
+// says that Postgres could not answer (a customer's facts or state not in
+// the caches or Redis during an outage): the event then fails with the
+// retryable text, as a single consume answers 503, not as internal.
+func (s *Entitlements) recordDown(err error) error {
+	if _, domain := AsError(err); err == nil || domain || s.appliedDown == nil || !s.appliedDown.says(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrRecordUnavailable, err)
 }
 
 // usageOutcome is event ev's result from its consume's.

@@ -35,3 +35,34 @@ func TestUsageMayHaveCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageRecordDown: an event stopped only because Postgres could not
+// answer (its customer's facts not cached during an outage) fails with the
+// retryable text, not as internal; any other unexpected error stays
+// internal, and without a way to tell (no AppliedDown) nothing changes.
+func TestUsageRecordDown(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	down := SourceDown(func(err error) bool { return errors.Is(err, refused) })
+	ev := UsageEvent{EventID: "e1"}
+	for _, tc := range []struct {
+		name     string
+		down     SourceDown
+		err      error
+		wantText string
+		wantLog  bool
+	}{
+		{"Postgres down", down, fmt.Errorf("persist: live subscription: %w", refused), ErrRecordUnavailable.Detail, false},
+		{"another failure", down, errors.New("persist: scan: bad column"), UsageInternalError, true},
+		{"no way to tell", nil, fmt.Errorf("persist: live subscription: %w", refused), UsageInternalError, true},
+		{"a domain error stays", down, ErrInsufficientCredits, ErrInsufficientCredits.Detail, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Entitlements{appliedDown: tc.down}
+			r := usageFailure(ev, s.recordDown(tc.err))
+			if r.Error == nil || *r.Error != tc.wantText || (r.Cause != nil) != tc.wantLog {
+				t.Errorf("result %+v (error %v), want error %q, cause logged %v", r, r.Error, tc.wantText, tc.wantLog)
+			}
+		})
+	}
+}
