@@ -198,8 +198,8 @@ func (s *Store) SeedSeen(ctx context.Context, refs []engine.OpRef, parts []int, 
 		p := Partition(r.Customer.CustomerID)
 		byPart[p] = append(byPart[p], s.opKeyOf(r.Customer.CustomerID, r.Key))
 		if id, ok := usageEventID(r.Key); ok {
-			k := s.usageClaimKey(r.Customer.TenantID, r.Customer.Environment, id)
-			n := Partitions + usageSlotOf(k)
+			k, slot := s.usageClaimKey(r.Customer.TenantID, r.Customer.Environment, id)
+			n := Partitions + slot
 			byPart[n] = append(byPart[n], k)
 		}
 	}

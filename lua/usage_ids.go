@@ -67,10 +67,10 @@ func (s *Store) usageSeenKeys(n int, now time.Time) []string {
 	return keys
 }
 
-// usageClaimKey is the claim of event id of tenant and env:
-// "{prefix:u:NN}:c:" and 16 base64url characters of the hash, NN its first
-// byte modulo UsageSlots.
-func (s *Store) usageClaimKey(tenant uuid.UUID, env engine.Environment, eventID string) string {
+// usageClaimKey is the claim of event id of tenant and env and its usage
+// slot: "{prefix:u:NN}:c:" and 16 base64url characters of the hash, NN
+// (the slot) its first byte modulo UsageSlots.
+func (s *Store) usageClaimKey(tenant uuid.UUID, env engine.Environment, eventID string) (key string, slot int) {
 	h := sha256.New()
 	h.Write(tenant[:])
 	h.Write([]byte(env))
@@ -80,13 +80,15 @@ func (s *Store) usageClaimKey(tenant uuid.UUID, env engine.Environment, eventID 
 	b := h.Sum(sum[:0])
 	var name [16]byte
 	base64.RawURLEncoding.Encode(name[:], b[:usageClaimHashLen])
-	return s.usageTag(int(b[0])%UsageSlots) + ":c:" + string(name[:])
+	slot = int(b[0]) % UsageSlots
+	return s.usageTag(slot) + ":c:" + string(name[:]), slot
 }
 
 // UsageClaimKey is the Redis key of the claim of event id of tenant and
 // env, for tests that watch a claim's life.
 func (s *Store) UsageClaimKey(tenant uuid.UUID, env engine.Environment, eventID string) string {
-	return s.usageClaimKey(tenant, env, eventID)
+	k, _ := s.usageClaimKey(tenant, env, eventID)
+	return k
 }
 
 // UsageIDsClaim claims each claim's event id for its customer, or looks
@@ -95,10 +97,10 @@ func (s *Store) UsageClaimKey(tenant uuid.UUID, env engine.Environment, eventID 
 // round trip (on a Cluster, one per master the claims' slots live on).
 // The first TTL of a fresh claim is idempotency.UsageClaimRetention.
 func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim) ([]engine.UsageHold, []error) {
-	keys, args, errs := s.usageCalls(tenant, env, claims, "c", idempotency.UsageClaimRetention.Milliseconds())
+	keys, slots, args, errs := s.usageCalls(tenant, env, claims, "c", idempotency.UsageClaimRetention.Milliseconds())
 	now := s.clock.Now()
 	for i, c := range claims {
-		keys[i] = append(keys[i], s.usageSeenKeys(usageSlotOf(keys[i][0]), now)...)
+		keys[i] = append(keys[i], s.usageSeenKeys(slots[i], now)...)
 		if c.LookOnly {
 			args[i][0] = "l"
 		}
@@ -136,7 +138,7 @@ func (s *Store) UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env engin
 	if len(claims) == 0 {
 		return nil
 	}
-	keys, args, errs := s.usageCalls(tenant, env, claims, "r", 0)
+	keys, _, args, errs := s.usageCalls(tenant, env, claims, "r", 0)
 	s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
 	for _, err := range errs {
 		if err != nil {
@@ -146,14 +148,17 @@ func (s *Store) UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env engin
 	return nil
 }
 
-// usageCalls are the keys and arguments of op on claims.
-func (s *Store) usageCalls(tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim, op string, ms int64) ([][]string, [][]any, []error) {
-	keys, args := make([][]string, len(claims)), make([][]any, len(claims))
+// usageCalls are the keys (the claim first), the claims' usage slots and
+// the arguments of op on claims.
+func (s *Store) usageCalls(tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim, op string, ms int64) ([][]string, []int, [][]any, []error) {
+	keys, slots, args := make([][]string, len(claims)), make([]int, len(claims)), make([][]any, len(claims))
 	for i, c := range claims {
-		keys[i] = []string{s.usageClaimKey(tenant, env, c.EventID)}
+		var k string
+		k, slots[i] = s.usageClaimKey(tenant, env, c.EventID)
+		keys[i] = []string{k}
 		args[i] = []any{op, string(c.Customer[:]), ms}
 	}
-	return keys, args, make([]error, len(claims))
+	return keys, slots, args, make([]error, len(claims))
 }
 
 // usageEventID is the event id of a usage event's idempotency key
@@ -165,14 +170,6 @@ func usageEventID(key string) (string, bool) {
 // usageSeenHash is usage slot n's filter of week w.
 func (s *Store) usageSeenHash(n int, w int64) string {
 	return s.usageTag(n) + ":seen:" + strconv.FormatInt(w, 10)
-}
-
-// usageSlotOf is the usage slot of a claim key.
-func usageSlotOf(claimKey string) int {
-	// "{prefix:u:NN}:c:...": the two digits before the tag's brace.
-	end := strings.IndexByte(claimKey, '}')
-	n, _ := strconv.Atoi(claimKey[end-2 : end])
-	return n
 }
 
 // forgetUsage records the event ids of the committed usage charges among
@@ -191,8 +188,8 @@ func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 		if !ok {
 			continue
 		}
-		k := s.usageClaimKey(m.TenantID, m.Environment, id)
-		keys = append(keys, []string{k, s.usageSeenHash(usageSlotOf(k), w)})
+		k, slot := s.usageClaimKey(m.TenantID, m.Environment, id)
+		keys = append(keys, []string{k, s.usageSeenHash(slot, w)})
 		args = append(args, []any{"f", string(m.CustomerID[:]), idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)})
 	}
 	// maxSeenPerCall calls a round trip: a pipeline's calls run one after
