@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -196,6 +197,60 @@ func TestBudgetReservations(t *testing.T) {
 		var e *engine.Error
 		if !errors.As(err, &e) || e.Kind != engine.KindBudgetExceeded || e.Extra["budget"].(map[string]any)["spent_mc"].(int64) != 17 {
 			t.Errorf("consume after the commit: %v, want budget-exceeded at 17 spent", err)
+		}
+	})
+}
+
+// TestBudgetTextsRemembered holds what the library remembers across calls
+// (prelude/budgets.lua: budgets parsed per "bud" text, counters per value
+// text) to what a fresh parse answers: one budget text shared by two
+// customers counts each on its own counter, a counter rewritten from
+// outside (as a rebuild's fill writes it) is read as written, and a
+// remembered budget whose window does not hold the command's instant is
+// neither counted nor refusing.
+func TestBudgetTextsRemembered(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		from := t0.Truncate(24 * time.Hour)
+		text := "u:d:|" + strconv.FormatInt(from.UnixMilli(), 10) + "|" + strconv.FormatInt(from.Add(24*time.Hour).UnixMilli(), 10) + "|50"
+		a, _ := b.funded(t)
+		other, _ := b.funded(t)
+		steps := []struct {
+			name    string
+			c       engine.CustomerKey
+			at      time.Time
+			units   int64
+			refused bool
+			set     string // the counter's value written before the step
+		}{
+			{"counts 30 of 50", a, from.Add(time.Hour), 30, false, ""},
+			{"another customer, same text, its own counter", other, from.Add(time.Hour), 30, false, ""},
+			{"the remembered counter refuses past the limit", a, from.Add(2 * time.Hour), 30, true, ""},
+			{"a counter written from outside is read as written", a, from.Add(3 * time.Hour), 30, false,
+				strconv.FormatInt(from.UnixMilli(), 10) + " 10"},
+			{"a window that does not hold now neither counts nor refuses", a, from.Add(25 * time.Hour), 30, false, ""},
+		}
+		for i, st := range steps {
+			if st.set != "" {
+				if err := b.rdb.HSet(ctx, b.store.accountKey(st.c.CustomerID), "u:d:", st.set).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := consumeCmd(st.c, st.units, perUnitTerms(1), engine.OveragePolicyAllow, st.at)
+			cmd.Context.BudgetArg = text
+			_, err := b.store.Consume(ctx, cmd)
+			var e *engine.Error
+			refused := errors.As(err, &e) && e.Kind == engine.KindBudgetExceeded
+			if refused != st.refused || (err != nil && !refused) {
+				t.Fatalf("step %d (%s): err %v, want refused %v", i, st.name, err, st.refused)
+			}
+		}
+		want := map[engine.CustomerKey]string{a: strconv.FormatInt(from.UnixMilli(), 10) + " 40", other: strconv.FormatInt(from.UnixMilli(), 10) + " 30"}
+		for c, w := range want {
+			if got := b.rdb.HGet(ctx, b.store.accountKey(c.CustomerID), "u:d:").Val(); got != w {
+				t.Errorf("counter of %s: %q, want %q", c.CustomerID, got, w)
+			}
 		}
 	})
 }

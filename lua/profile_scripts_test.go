@@ -113,6 +113,72 @@ func TestProfileScripts(t *testing.T) {
 		return c
 	}
 	terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+	// PROFILE_CONTROLLED: consumes under each spend control alone, then
+	// under all of them (the bench's consume-controlled customer: credit
+	// scoped to the metric and to another besides unscoped credit, a credit
+	// line, a day budget of every metric and a Berlin month budget of the
+	// metric, a parent pool with a day draw limit, not drawn), against a
+	// plain customer's with 3 blocks (PROFILE_CASES: names to run, e.g.
+	// plain3,controlled). Issue 28's row in bench/ compares these two.
+	if os.Getenv("PROFILE_CONTROLLED") != "" {
+		parent := newFunded(1, nil)
+		metric := "api.calls"
+		since := t0.Add(-48 * time.Hour)
+		const limit = 1_000_000_000_000 // the bench's: far above what a run spends
+		budgets := []engine.Budget{{Period: engine.BudgetDay, TimeZone: "UTC", LimitMC: limit, Since: since},
+			{BillableMetricKey: &metric, Period: engine.BudgetMonth, TimeZone: "Europe/Berlin", LimitMC: limit, Since: since}}
+		// Each control alone on a customer of its own (scoped credit, the
+		// line, the budgets, the pool), then all together.
+		type controls struct{ scoped, line, budgets, pool bool }
+		customerOf := func(k controls) engine.CustomerKey {
+			c := sameSlotCustomer(parent)
+			ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0)
+			if err != nil || !ok {
+				t.Fatal(err)
+			}
+			for j, scope := range [][]string{{"api.calls"}, {"events"}, nil} {
+				if !k.scoped {
+					scope = nil
+				}
+				_, err := s.Grant(ctx, scopedGrant(c, 1_000_000_000_000, j, scope...))
+				must(err)
+			}
+			return c
+		}
+		cases := []struct {
+			name string
+			k    controls
+		}{{"plain3", controls{}}, {"scoped", controls{scoped: true}}, {"line", controls{line: true}},
+			{"budgets", controls{budgets: true}}, {"pool", controls{pool: true}}, {"controlled", controls{true, true, true, true}}}
+		for round := 0; round < 2; round++ {
+			for _, cs := range cases {
+				if only := os.Getenv("PROFILE_CASES"); only != "" && !strings.Contains(","+only+",", ","+cs.name+",") {
+					continue
+				}
+				c := customerOf(cs.k)
+				measure("consume-"+cs.name, func(i int) {
+					cmd := consumeCmd(c, 5, terms, engine.OveragePolicyBlock, now)
+					cmd.Context = engine.MutationContext{ExternalID: "child", Policy: engine.OveragePolicyBlock}
+					if cs.k.line {
+						cmd.Context.LimitMC = 1_000_000
+					}
+					if cs.k.budgets {
+						cmd.Context.Budgets = budgets
+					}
+					if cs.k.pool {
+						cmd.Pool = &engine.PoolDraw{Parent: parent, OpID: engine.PoolOpID(cmd.OpID),
+							Limit:         &engine.DrawLimit{Period: engine.BudgetDay, TimeZone: "UTC", LimitMC: limit, Since: since},
+							ParentContext: engine.MutationContext{ExternalID: "parent", Policy: engine.OveragePolicyBlock}}
+					}
+					cmd.IdempotencyKey = "k-" + uuid.NewString()
+					cmd.RequestHash = "rh"
+					_, err := s.Consume(ctx, cmd)
+					must(err)
+				})
+			}
+		}
+		return
+	}
 	for _, shape := range []struct {
 		name   string
 		blocks int

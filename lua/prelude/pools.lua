@@ -13,16 +13,39 @@
 -- draw limit whose window holds now, {f, from, to, lim}. Nothing is read
 -- yet: pool_split reads the parent and the draw counter only for a charge
 -- the child's own credit does not cover.
-local function pool_of(akey, arg, now)
-  if not arg or arg == '' then return nil end
-  local id, rest = string.match(arg, '^([0-9a-f-]+)(.*)$')
-  if not id or #id ~= 36 then return nil end
-  local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil, a = nil, akey = akey}
-  local f, from, to, lim = string.match(rest, '^|([^|]+)|(%d+)|(%d+)|(%d+)$')
-  if f and tonumber(from) <= now and now < tonumber(to) then
-    p.f, p.from, p.to, p.lim = f, tonumber(from), tonumber(to), m_parse(lim)
+-- The argument is parsed once per text and remembered in the library, as
+-- budgets_of remembers budgets (it is one text per parent and period;
+-- parsing it cost ~40,000 Redis instructions a charge). The parsed
+-- argument is only read; each call gets a table of its own.
+local pool_of
+do
+  local POOL_CACHE, POOL_OLD, POOL_CACHED, POOL_CACHE_MAX = {}, {}, 0, 512
+  -- parse is {id, f, from, to, lim} of arg (no f without a draw limit),
+  -- false when arg names no parent.
+  local function parse(arg)
+    local id, rest = string.match(arg, '^([0-9a-f-]+)(.*)$')
+    if not id or #id ~= 36 then return false end
+    local f, from, to, lim = string.match(rest, '^|([^|]+)|(%d+)|(%d+)|(%d+)$')
+    if not f then return {id} end
+    return {id, f, tonumber(from), tonumber(to), m_parse(lim)}
   end
-  return p
+  function pool_of(akey, arg, now)
+    if not arg or arg == '' then return nil end
+    local c = POOL_CACHE[arg]
+    if c == nil then
+      c = POOL_OLD[arg]
+      if c == nil then c = parse(arg) end
+      if POOL_CACHED >= POOL_CACHE_MAX then POOL_CACHE, POOL_OLD, POOL_CACHED = {}, POOL_CACHE, 0 end
+      POOL_CACHE[arg], POOL_CACHED = c, POOL_CACHED + 1
+    end
+    if not c then return nil end
+    local id = c[1]
+    local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil, a = nil, akey = akey}
+    if c[2] and c[3] <= now and now < c[4] then
+      p.f, p.from, p.to, p.lim = c[2], c[3], c[4], c[5]
+    end
+    return p
+  end
 end
 
 -- pool_read reads the parent's account into p.a and the child's draw
@@ -32,8 +55,8 @@ local function pool_read(p, now)
   if not p.a then return false end
   if p.lim then
     p.drawn = MONEY_ZERO
-    local sf, ss = string.match(redis.call('HGET', p.akey, p.f) or '', '^(%d+) (%d+)')
-    if sf and tonumber(sf) >= p.from then p.from, p.drawn = tonumber(sf), m_parse(ss) end
+    local cf, cs = budget_counter_dec(redis.call('HGET', p.akey, p.f) or nil)
+    if cf and cf >= p.from then p.from, p.drawn = cf, cs end
   end
   return true
 end
