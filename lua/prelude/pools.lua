@@ -65,8 +65,13 @@ end
 -- reservations, up to need, never negative: own tells the child (its effective
 -- balance before its debt, which its line backs) from the parent (its
 -- effective balance net of its debt: a child never draws a parent's line).
-local function pool_free(a, now, metric, need, own)
-  local _, _, eff = acct_bal(a, now)
+-- eff is a's effective balance at now when the caller has it (acct_bal's
+-- third figure, which sums every block of an account read whole).
+local function pool_free(a, now, metric, need, own, eff)
+  if not eff then
+    local _, _, e = acct_bal(a, now)
+    eff = e
+  end
   local free = eff
   if own then free = m_add(eff, a.d) end
   if a.scoped then free = m_min(free, scope_free(a, now, metric, MONEY_ZERO, nil, need)) end
@@ -90,7 +95,7 @@ end
 -- rest is overage. nil, 'NOPOOLSTATE' when the parent must be read and
 -- Redis holds no state for it.
 local function pool_split(a, p, now, metric, eff, cost, lim, refusing)
-  local own = pool_free(a, now, metric, cost, refusing)
+  local own = pool_free(a, now, metric, cost, refusing, eff)
   local need = m_sub(cost, own)
   local pooled = MONEY_ZERO
   if m_pos(need) then
