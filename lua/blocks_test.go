@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -821,6 +822,69 @@ func TestLoadBatchManyPerPartition(t *testing.T) {
 			}
 			if !got[i] || a.Version != 3 || a.Balance != int64(100+i) || opKey != 0 {
 				t.Errorf("account %d: loaded %v, %+v, op key %d; want version 3, balance %d and no op key", i, got[i], a, opKey, 100+i)
+			}
+		}
+	})
+}
+
+// TestBlockTextsRemembered holds the library's remembered block texts
+// (prelude/blocks.lua block_dec, block_seen) to what the hash holds: two
+// customers whose blocks are the same texts but for their ids charge
+// one after the other, a drained block's new text is read back by the
+// next charge, and after each charge every block the Mutation names is
+// the customer's own and agrees with the hash as Go reads it.
+func TestBlockTextsRemembered(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		a, aIDs := b.funded(t) // 60 at priority 0, 40 at priority 1
+		o, oIDs := b.funded(t)
+		own := map[engine.CustomerKey][2]uuid.UUID{a: aIDs, o: oIDs}
+		steps := []struct {
+			c     engine.CustomerKey
+			units int64
+			want  [2]int64 // remaining of the two blocks after the charge
+		}{
+			{a, 10, [2]int64{50, 40}},
+			{o, 10, [2]int64{50, 40}},
+			{a, 10, [2]int64{40, 40}},
+			{a, 10, [2]int64{30, 40}}, // a text the last charge wrote, read back
+			{o, 10, [2]int64{40, 40}},
+			{a, 35, [2]int64{0, 35}}, // drains the first block, then the second
+			{o, 40, [2]int64{0, 40}}, // to exactly zero
+			{a, 5, [2]int64{0, 30}},
+			{o, 1, [2]int64{0, 39}},
+		}
+		for i, st := range steps {
+			res, err := b.store.Consume(ctx, consumeCmd(st.c, st.units, perUnitTerms(1), engine.OveragePolicyBlock, t0))
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			ids := own[st.c]
+			for _, mb := range res.Mutation.Blocks {
+				k := slices.Index(ids[:], mb.ID)
+				if k < 0 {
+					t.Fatalf("step %d: the Mutation names block %s, not one of the customer's", i, mb.ID)
+				}
+				if mb.Remaining != st.want[k] || mb.Original != [2]int64{60, 40}[k] {
+					t.Errorf("step %d: block %d in the Mutation: remaining %d of %d, want %d of %d", i, k, mb.Remaining, mb.Original, st.want[k], [2]int64{60, 40}[k])
+				}
+			}
+			got := map[uuid.UUID]engine.Block{}
+			for _, blk := range b.snapshot(t, st.c, t0).Blocks {
+				got[blk.ID] = blk
+			}
+			for k, id := range ids {
+				blk, ok := got[id]
+				if st.want[k] == 0 {
+					if ok && blk.RemainingAmount != 0 {
+						t.Errorf("step %d: block %d holds %d in the hash, want it drained", i, k, blk.RemainingAmount)
+					}
+					continue
+				}
+				if !ok || blk.RemainingAmount != st.want[k] || blk.OriginalAmount != [2]int64{60, 40}[k] || blk.Priority != k {
+					t.Errorf("step %d: block %d in the hash: %+v, want remaining %d of %d at priority %d", i, k, blk, st.want[k], [2]int64{60, 40}[k], k)
+				}
 			}
 		}
 	})

@@ -37,22 +37,89 @@ local function scope_field(s)
   return '|@' .. string.sub(s, 2, -2)
 end
 
+-- block_dec reads the block id stored as raw.
+-- A block's encoding is the same text from one charge to the next but for
+-- the block a charge drains, and every script decodes every block of an
+-- account read whole (a small account: most of them), so the library
+-- remembers each text's decoded fields (two generations, as terms_cached):
+-- one match of eight captures and the base-36 decodes cost ~20,000 Redis
+-- instructions a block, a copy of the fields about a third of that. The
+-- fields depend on the text alone; each call gets a table of its own (the
+-- scripts write to it), and the amounts in it are never written in place.
+-- The memos are locals of the do block, not of the chunk (m_fits').
+local block_dec, block_seen
+do
+  local BLK, BLK_OLD, BLK_N, BLK_MAX = {}, {}, 0, 4096
+  local function fields(raw)
+    -- One match for all fields. rest is "" or "|@keys", the block's scope,
+    -- kept as ",k1,k2," (applies finds ",key," in it).
+    local rem, orig, prio, c36, s36, e36, src, rest =
+      string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
+    local scope = nil
+    if rest ~= '' then scope = ',' .. string.sub(rest, 3) .. ',' end
+    local created = b36_dec(c36)
+    local starts = created
+    if s36 ~= '' then starts = created + b36_dec(s36) end
+    local expires = nil
+    if e36 ~= '' then expires = starts + b36_dec(e36) end
+    -- raw: block_enc writes the encoding after the amounts back as read.
+    -- The original amount stays text (orig_s, remaining's text when it is
+    -- not written out): no script does arithmetic on it.
+    local orig_s = orig
+    if orig == '' then orig_s = rem end
+    -- A one-digit priority (the usual) is read from its byte: tonumber
+    -- goes through strtod (~2,400 instructions). prio_s keeps that text
+    -- (one digit: as i_fmt writes it) for block_json.
+    local p, prio_s = string.byte(prio), nil
+    if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
+    return {m_stored(rem), orig_s, p, prio_s, created, starts, expires, src_dec(src), scope, #rem, #orig}
+  end
+  local function remember(raw, f)
+    if BLK_N >= BLK_MAX then BLK, BLK_OLD, BLK_N = {}, BLK, 0 end
+    BLK[raw], BLK_N = f, BLK_N + 1
+  end
+  function block_dec(id, raw)
+    local f = BLK[raw]
+    if not f then
+      f = BLK_OLD[raw] or fields(raw)
+      remember(raw, f)
+    end
+    -- Members set later (drain, block_enc) are named (nil): the table is
+    -- made at its final size. meta is a block's metadata only when the
+    -- script creates it (a read block's stays in field "m:<id>").
+    return {id = id, rem = f[1], orig_s = f[2], prio = f[3], prio_s = f[4],
+      created = f[5], starts = f[6], expires = f[7], src = f[8], meta = '', scope = f[9],
+      raw = raw, rem_len = f[10], orig_len = f[11], rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
+  end
+  -- block_seen remembers raw, the new text block_enc wrote for block b read
+  -- from the hash (only its amounts move: rem is its remaining amount's
+  -- text, orig_len the length of its original amount's field), as
+  -- block_dec would decode it; it answers raw.
+  function block_seen(raw, b, rem, orig_len)
+    if not BLK[raw] then
+      remember(raw, {b.rem, b.orig_s, b.prio, b.prio_s, b.created, b.starts, b.expires, b.src, b.scope, #rem, orig_len})
+    end
+    return raw
+  end
+end
+
 -- block_enc is the hash value of block b (format above).
 local function block_enc(b)
   -- A drain changes only the remaining amount: the rest of a block read
   -- from the hash is written back as it was read (b36_enc is a Lua loop).
   -- Original is written out exactly when it differs from remaining (strings
-  -- are interned: == is one comparison).
+  -- are interned: == is one comparison). The new text of a block read
+  -- from the hash is remembered decoded (block_seen) for the next charge.
   local rem = m_fmt(b.rem)
   -- Kept for block_json (b_rem_s), which writes the same amount next.
   b.rem_s, b.rem_k = rem, b.rem
   if b.raw then
     if b.orig_len == 0 then
       if rem == b.orig_s then return b.raw end
-      return rem .. '|' .. b.orig_s .. string.sub(b.raw, b.rem_len + 2)
+      return block_seen(rem .. '|' .. b.orig_s .. string.sub(b.raw, b.rem_len + 2), b, rem, #b.orig_s)
     end
-    if rem == b.orig_s then return rem .. '|' .. string.sub(b.raw, b.rem_len + 2 + b.orig_len) end
-    return rem .. string.sub(b.raw, b.rem_len + 1)
+    if rem == b.orig_s then return block_seen(rem .. '|' .. string.sub(b.raw, b.rem_len + 2 + b.orig_len), b, rem, 0) end
+    return block_seen(rem .. string.sub(b.raw, b.rem_len + 1), b, rem, b.orig_len)
   end
   local exp = ''
   if b.expires then exp = b36_enc(b.expires - b.starts) end
@@ -62,38 +129,6 @@ local function block_enc(b)
   if orig == rem then orig = '' end
   return rem .. '|' .. orig .. '|' .. i_fmt(b.prio) .. '|' .. b36_enc(b.created) ..
     '|' .. st .. '|' .. exp .. '|' .. src_enc(b.src) .. scope_field(b.scope)
-end
-
--- block_dec reads the block id stored as raw.
-local function block_dec(id, raw)
-  -- One match for all fields: every script decodes every block. rest is ""
-  -- or "|@keys", the block's scope, kept as ",k1,k2," (applies finds
-  -- ",key," in it).
-  local rem, orig, prio, c36, s36, e36, src, rest =
-    string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)(.*)$')
-  local scope = nil
-  if rest ~= '' then scope = ',' .. string.sub(rest, 3) .. ',' end
-  local created = b36_dec(c36)
-  local starts = created
-  if s36 ~= '' then starts = created + b36_dec(s36) end
-  local expires = nil
-  if e36 ~= '' then expires = starts + b36_dec(e36) end
-  -- raw: block_enc writes the encoding after the amounts back as read.
-  -- The original amount stays text (orig_s, remaining's text when it is
-  -- not written out): no script does arithmetic on it.
-  local orig_s = orig
-  if orig == '' then orig_s = rem end
-  -- A one-digit priority (the usual) is read from its byte: tonumber
-  -- goes through strtod (~2,400 instructions). prio_s keeps that text
-  -- (one digit: as i_fmt writes it) for block_json.
-  local p, prio_s = string.byte(prio), nil
-  if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
-  -- Members set later (drain, block_enc) are named (nil): the table is
-  -- made at its final size. meta is a block's metadata only when the
-  -- script creates it (a read block's stays in field "m:<id>").
-  return {id = id, rem = m_stored(rem), orig_s = orig_s, prio = p, prio_s = prio_s,
-    created = created, starts = starts, expires = expires, src = src_dec(src), meta = '', scope = scope,
-    raw = raw, rem_len = #rem, orig_len = #orig, rem0 = nil, ix = nil, rem_s = nil, rem_k = nil}
 end
 
 -- block_json is b as an engine.MutationBlock in three parts: the text before
