@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
@@ -292,6 +293,58 @@ func TestFirstLooksWaitForTheCount(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("round %d: first call %d counted %d replicas, want 1", round, i, n)
 			}
+		}
+	}
+}
+
+// TestUsageClaimsWaitForReplicas: with replica acks on, a usage event id
+// claim is held only once it reached the replicas (ackClaims), as a money
+// script's answer is: short of replicas the claim fails with
+// ErrNotReplicated (the event's retryable answer) and the retry, which
+// finds the claim its own, goes on once they have it. A look, and a claim
+// another customer holds, wrote nothing and wait for nothing.
+func TestUsageClaimsWaitForReplicas(t *testing.T) {
+	t.Parallel()
+	rdb, replica := replicated(t)
+	ctx := context.Background()
+	prefix := "ru" + testenv.RandomSuffix()
+	one := NewStore(rdb, prefix).WithReplicaAcks(1, 2*time.Second)
+	short := NewStore(rdb, prefix).WithReplicaAcks(2, 5*time.Millisecond)
+	tenant, a, b := uuid.New(), uuid.New(), uuid.New()
+	live := engine.EnvironmentLive
+	type want struct {
+		err          error
+		fresh, other bool
+	}
+	steps := []struct {
+		name  string
+		store *Store
+		claim engine.UsageClaim
+		pause bool // the replica stalled meanwhile
+		want  want
+	}{
+		{"short of replicas", short, engine.UsageClaim{EventID: "e1", Customer: a}, false, want{err: engine.ErrNotReplicated}},
+		{"the retry finds its own claim", one, engine.UsageClaim{EventID: "e1", Customer: a}, false, want{}},
+		{"a fresh claim on the replica", one, engine.UsageClaim{EventID: "e2", Customer: a}, false, want{fresh: true}},
+		{"another customer's claim waits for nothing", short, engine.UsageClaim{EventID: "e2", Customer: b}, false, want{other: true}},
+		{"a look waits for nothing", short, engine.UsageClaim{EventID: "e3", LookOnly: true}, false, want{}},
+		{"the replica stalled", one, engine.UsageClaim{EventID: "e4", Customer: b}, true, want{err: engine.ErrNotReplicated}},
+	}
+	for _, st := range steps {
+		s := st.store
+		if st.pause {
+			replica.Pause()
+			s = NewStore(rdb, prefix).WithReplicaAcks(1, 20*time.Millisecond)
+		}
+		holds, errs := s.UsageIDsClaim(ctx, tenant, live, []engine.UsageClaim{st.claim})
+		if st.pause {
+			replica.Resume()
+		}
+		if !errors.Is(errs[0], st.want.err) || (st.want.err == nil && errs[0] != nil) {
+			t.Fatalf("%s: error %v, want %v", st.name, errs[0], st.want.err)
+		}
+		if st.want.err == nil && (holds[0].Fresh != st.want.fresh || holds[0].Other != st.want.other) {
+			t.Errorf("%s: hold %+v, want fresh %v, other %v", st.name, holds[0], st.want.fresh, st.want.other)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/engine/idempotency"
@@ -129,7 +130,60 @@ func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.
 			errs[i] = fmt.Errorf("lua: usage claim: unexpected reply %T", v)
 		}
 	}
+	s.ackClaims(ctx, keys, claims, holds, errs)
 	return holds, errs
+}
+
+// ackClaims holds, with replica acks on (WithReplicaAcks), each claim this
+// batch holds to the replicas of its master, as a money script's answer
+// is held: a failover that lost a claim the charge after it outlived (the
+// charge waits for its own replicas) would let another customer claim
+// and charge the id until the persister records it. One fresh mark and a
+// WAIT per master the held claims live on (ackMark: the replicas' offset
+// past the mark is past every write before it, on any connection); a
+// master short of replicas fails its claims with engine.ErrNotReplicated,
+// which the event answers as retryable. A claim the retry finds is the
+// customer's own, so the retry goes on. Looks and claims another customer
+// holds wrote nothing and wait for nothing.
+func (s *Store) ackClaims(ctx context.Context, keys [][]string, claims []engine.UsageClaim, holds []engine.UsageHold, errs []error) {
+	if s.acks == nil {
+		return
+	}
+	type master struct {
+		key  string
+		want int
+		held []int
+	}
+	var masters []*master
+	byNode := map[*redis.Client]*master{}
+	for i := range claims {
+		if errs[i] != nil || claims[i].LookOnly || holds[i].Other {
+			continue
+		}
+		node, want, err := s.ackNode(ctx, keys[i][0])
+		if err != nil {
+			errs[i] = scriptError("usage_claim", s.unavail.classify(err))
+			continue
+		}
+		if node == nil || want == 0 {
+			continue
+		}
+		m := byNode[node]
+		if m == nil {
+			m = &master{key: keys[i][0], want: want}
+			byNode[node] = m
+			masters = append(masters, m)
+		}
+		m.held = append(m.held, i)
+	}
+	for _, m := range masters {
+		if s.ackMark(ctx, m.key, m.want) >= m.want {
+			continue
+		}
+		for _, i := range m.held {
+			errs[i] = engine.ErrNotReplicated
+		}
+	}
 }
 
 // UsageIDsRelease releases claims (usage_claim.lua 'r'), one script each in
