@@ -63,6 +63,10 @@ func TestPostgresOutageAnswersNo500(t *testing.T) {
 	}
 	wantStatus(t, usage(), 200, "usage before the outage")
 
+	// The seen filters answer "never seen" without Postgres only once the
+	// seeder has marked them (it reads Postgres at start); until then a
+	// new key or event id asks Postgres, which the outage refuses.
+	waitUsageSeeded(t, s)
 	pg.Stop()
 	counts := map[string]map[int]int{}
 	tally := func(what string, r Response) {
