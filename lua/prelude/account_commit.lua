@@ -158,7 +158,7 @@ do
       if idx_moved then set[#set + 1], set[#set + 2] = 'o', a.idx end
       if kept_moved then
         local ks = {}
-        for i, k in ipairs(a.kept) do ks[i] = k[1] .. ',' .. i_fmt(k[2]) end
+        for i, k in ipairs(a.kept) do ks[i] = k[3] or (k[1] .. ',' .. i_fmt(k[2])) end
         set[#set + 1], set[#set + 2] = 'k', table.concat(ks, ' ')
       end
       -- The balance's text is kept for mutation_json (a.bal_s while a.bal_k

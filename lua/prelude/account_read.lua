@@ -215,7 +215,7 @@ do
     if v[3] then a.rs, a.rs_stored = m_parse(v[3]), true end
     if v[8] then a.d, a.d_stored = m_parse(v[8]), true end
     if v[4] then a.le = m_parse(v[4]) a.le_s, a.le_k = v[4], a.le end
-    for id, fin in string.gmatch(v[7], '([^ ,]+),([^ ]+)') do a.kept[#a.kept + 1] = {id, tonumber(fin)} end
+    a.kept = kept_of(v[7])
     for i, name in ipairs(extras) do a.x[name] = v[9 + i] or nil end
     a.idx = a.x.o
     if refresh then acct_refresh(a, key, now, u) end

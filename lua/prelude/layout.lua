@@ -147,6 +147,35 @@ local function opt_fmt(n)
   return ''
 end
 
+-- kept_of is field "k" text s as a kept list: a fresh array (the caller
+-- appends to it and prunes it) of entries {id, finalized, text of the
+-- entry}, which are only read. Each text is parsed once and remembered in
+-- the library, as terms_cached remembers terms (two generations of at most
+-- 512 texts; a text holds at most MAX_KEPT_RESERVATIONS entries): a
+-- pattern match per entry cost ~5,000 cycles, and every money call of a
+-- large account with finalized reservations read them all
+-- (lua/profile_worst_test.go, "reserve/release kept cap"). The memo is a
+-- local of the do block, not of the chunk (m_fits').
+local kept_of
+do
+  local KEPT, KEPT_OLD, KEPT_N, KEPT_MAX = {}, {}, 0, 512
+  function kept_of(s)
+    local m = KEPT[s]
+    if not m then
+      m = KEPT_OLD[s]
+      if not m then
+        m = {}
+        for id, fin in string.gmatch(s, '([^ ,]+),([^ ]+)') do m[#m + 1] = {id, tonumber(fin), id .. ',' .. fin} end
+      end
+      if KEPT_N >= KEPT_MAX then KEPT, KEPT_OLD, KEPT_N = {}, KEPT, 0 end
+      KEPT[s], KEPT_N = m, KEPT_N + 1
+    end
+    local out = {}
+    for i = 1, #m do out[i] = m[i] end
+    return out
+  end
+end
+
 -- kept_before orders kept reservations {id, finalized}: oldest first, then id.
 local function kept_before(x, y)
   if x[2] ~= y[2] then return x[2] < y[2] end
