@@ -371,3 +371,114 @@ func TestLedgerSwitchOnline(t *testing.T) {
 		t.Fatalf("a new entry went to %s", where)
 	}
 }
+
+// TestHistoryNewestMonthFirst: History reads the newest month first and the
+// months before it only for what that month lacks, so a page an active
+// customer fills this month reads no older partition, and the pages are
+// the same as one read over every month: newest first, each entry once,
+// across the month's edge and through cursors, filtered or not.
+func TestHistoryNewestMonthFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	now := time.Now().UTC()
+	m0, before := monthStart(now, 0), monthStart(now, -1)
+	busy, sparse := uuid.New(), uuid.New()
+	insert := func(customer uuid.UUID, from time.Time, n int) {
+		t.Helper()
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO ledger_entries
+			(id, op_id, tenant_id, customer_id, environment, delta, type, billable_metric_key, created_at)
+			SELECT gen_random_uuid(), gen_random_uuid(), $1, $2, 'live', -1,
+				CASE WHEN g % 7 = 0 THEN 'adjustment' ELSE 'consumption' END, 'api',
+				$3::timestamptz + make_interval(mins => g)
+			FROM generate_series(1, $4::int) AS g`, live.TenantID, customer, from, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(busy, before, 300)
+	insert(busy, m0, 40)
+	insert(sparse, before, 300)
+	insert(sparse, m0, 10)
+	if _, err := b.pool.Exec(b.ctx, "ANALYZE ledger_entries"); err != nil {
+		t.Fatal(err)
+	}
+
+	adjustment := engine.EntryAdjustment
+	for _, tc := range []struct {
+		name     string
+		customer uuid.UUID
+		typ      *engine.EntryType
+		limit    int
+	}{
+		{"a page this month fills", busy, nil, 25},
+		{"pages across the month's edge", sparse, nil, 25},
+		{"a type filter across the edge", sparse, &adjustment, 4},
+		{"pages of one entry", sparse, nil, 1},
+	} {
+		var want []uuid.UUID
+		q := `SELECT id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`
+		args := []any{tc.customer, live.TenantID}
+		if tc.typ != nil {
+			q += ` AND type = $3`
+			args = append(args, string(*tc.typ))
+		}
+		rows, err := b.pool.Query(b.ctx, q+` ORDER BY created_at DESC, op_id DESC, id DESC`, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
+			t.Fatal(err)
+		}
+		var got []uuid.UUID
+		cursor := ""
+		for pages := 0; ; pages++ {
+			if pages > len(want)+1 {
+				t.Fatalf("%s: more pages than entries", tc.name)
+			}
+			page, err := b.store.History(b.ctx, engine.HistoryQuery{TenantID: live.TenantID, CustomerID: tc.customer,
+				Type: tc.typ, Limit: tc.limit, Cursor: cursor})
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if len(page.Data) > tc.limit || (page.HasMore && len(page.Data) != tc.limit) {
+				t.Fatalf("%s: page of %d entries, has_more %v, limit %d", tc.name, len(page.Data), page.HasMore, tc.limit)
+			}
+			for _, e := range page.Data {
+				got = append(got, e.ID)
+			}
+			if !page.HasMore {
+				break
+			}
+			cursor = page.NextCursor
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d entries paged, want %d", tc.name, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s: entry %d is %s, want %s", tc.name, i, got[i], want[i])
+			}
+		}
+	}
+
+	// The busy customer's first page reads this month alone: the months
+	// before it are pruned or never executed, custom and generic plans alike.
+	since := historyMonth(engine.HistoryQuery{}, pageKey{}, false, now)
+	if !since.Equal(m0) {
+		t.Fatalf("historyMonth = %v, want %v", since, m0)
+	}
+	sql, args := historyWindowSQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: busy, Limit: 25},
+		pageKey{}, false, &since, nil, 26)
+	for _, generic := range []bool{false, true} {
+		plan := explain(t, b, sql, args, generic)
+		ran := executed(plan)
+		if !ran[partitionOf(m0)] {
+			t.Errorf("generic %v: %s not read; plan reads %v", generic, partitionOf(m0), ran)
+		}
+		for p := range ran {
+			if p == "ledger_entries_legacy" || p == partitionOf(before) {
+				t.Errorf("generic %v: %s read for a page this month fills: %+v", generic, p, plan)
+			}
+		}
+	}
+}

@@ -69,25 +69,26 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 	if err != nil {
 		return engine.Page[engine.LedgerEntry]{}, err
 	}
-	sql, args := historySQL(q, after, hasAfter)
-	rows, err := s.pool.Query(ctx, sql, args...)
+	// The newest month first: a page found there reads that month's
+	// partition (and the ones ahead of it) alone, whatever number of months
+	// the ledger keeps; a page it does not fill is completed from the
+	// months before it (docs/decisions.md "History pages the newest month
+	// first").
+	since := historyMonth(q, after, hasAfter, time.Now())
+	list, err := s.historyRows(ctx, q, after, hasAfter, &since, nil, q.Limit+1)
 	if err != nil {
-		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
+		return engine.Page[engine.LedgerEntry]{}, err
 	}
-	type entryOf struct {
-		e  engine.LedgerEntry
-		op uuid.UUID
+	if len(list) < q.Limit+1 && (q.From == nil || q.From.Before(since)) {
+		older, err := s.historyRows(ctx, q, after, hasAfter, nil, &since, q.Limit+1-len(list))
+		if err != nil {
+			return engine.Page[engine.LedgerEntry]{}, err
+		}
+		list = append(list, older...)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (entryOf, error) {
-		var x entryOf
-		var err error
-		x.e, err = scanEntry(r, &x.op)
-		return x, err
+	page := pageOf(list, q.Limit, func(x historyRow) pageKey {
+		return pageKey{at: x.e.CreatedAt, id: x.e.ID, op: x.op, withOp: true}
 	})
-	if err != nil {
-		return engine.Page[engine.LedgerEntry]{}, fmt.Errorf("persist: history: %w", err)
-	}
-	page := pageOf(list, q.Limit, func(x entryOf) pageKey { return pageKey{at: x.e.CreatedAt, id: x.e.ID, op: x.op, withOp: true} })
 	out := engine.Page[engine.LedgerEntry]{Data: make([]engine.LedgerEntry, len(page.Data)), HasMore: page.HasMore, NextCursor: page.NextCursor}
 	for i, x := range page.Data {
 		out.Data[i] = x.e
@@ -95,13 +96,64 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 	return out, nil
 }
 
-// historySQL is History's statement and arguments: a page of limit+1
+// historyRow is an entry of a history page with its operation, the page
+// key's tie-breaker.
+type historyRow struct {
+	e  engine.LedgerEntry
+	op uuid.UUID
+}
+
+// historyRows reads up to n entries of History's page, newest first, dated
+// at or after since and before before when given.
+func (s *Store) historyRows(ctx context.Context, q engine.HistoryQuery, after pageKey, hasAfter bool,
+	since, before *time.Time, n int) ([]historyRow, error) {
+	sql, args := historyWindowSQL(q, after, hasAfter, since, before, n)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("persist: history: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (historyRow, error) {
+		var x historyRow
+		var err error
+		x.e, err = scanEntry(r, &x.op)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: history: %w", err)
+	}
+	return list, nil
+}
+
+// historyMonth is the start of the UTC month History reads first: the
+// month of the page's newest possible entry (the cursor's instant, or
+// just before To), else of now. Entries dated after it (a clock ahead,
+// the months made ahead) are read with it.
+func historyMonth(q engine.HistoryQuery, after pageKey, hasAfter bool, now time.Time) time.Time {
+	top := now
+	if q.To != nil {
+		top = q.To.Add(-time.Microsecond)
+	}
+	if hasAfter && after.at.Before(top) {
+		top = after.at
+	}
+	top = top.UTC()
+	return time.Date(top.Year(), top.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// historySQL is History's statement and arguments over every month: a page of limit+1
 // entries resuming after the cursor's key. Unfiltered, and filtered by
 // consumption (most of any ledger, so a page is found at once), it reads
 // ledger_entries_history_idx; with another type,
 // ledger_entries_history_type_idx (migration 024), so the page costs the
 // same whatever the ledger's size (TestHistoryTypeFilterPlan).
 func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []any) {
+	return historyWindowSQL(q, after, hasAfter, nil, nil, q.Limit+1)
+}
+
+// historyWindowSQL is historySQL for n entries dated at or after since and
+// before before, when given (History's newest month and the months
+// before it).
+func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since, before *time.Time, n int) (string, []any) {
 	var sql strings.Builder
 	sql.WriteString(`SELECT ` + entryColumns + `, op_id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2`)
 	args := []any{q.CustomerID, q.TenantID}
@@ -129,6 +181,12 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 	if q.To != nil {
 		where(` AND created_at < $%d`, *q.To)
 	}
+	if since != nil {
+		where(` AND created_at >= $%d`, *since)
+	}
+	if before != nil {
+		where(` AND created_at < $%d`, *before)
+	}
 	switch {
 	case hasAfter && after.withOp:
 		args = append(args, after.at, after.op, after.id)
@@ -142,7 +200,7 @@ func historySQL(q engine.HistoryQuery, after pageKey, hasAfter bool) (string, []
 		args = append(args, after.at, after.id)
 		fmt.Fprintf(&sql, ` AND (created_at, id) < ($%d, $%d) AND created_at <= $%d`, len(args)-1, len(args), len(args)-1)
 	}
-	args = append(args, q.Limit+1)
+	args = append(args, n)
 	// Entries of one instant (a millisecond: the scripts' clock) follow
 	// their operations: op ids are UUIDv7, ordered within a millisecond on
 	// the node that made them (engine.NewCommandHeader), so a burst of
