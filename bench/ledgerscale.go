@@ -424,12 +424,16 @@ func ledgerScalePlan(ctx context.Context, pool *pgxpool.Pool, read, customerID, 
 	var sql string
 	args := []any{customerID, tenantID}
 	switch read {
+	// A first history page reads the newest month first (persist/reader.go
+	// History): its first statement, which finds the page here.
 	case "history":
-		sql = `SELECT id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2
+		sql = `SELECT id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2 AND created_at >= $3
 			ORDER BY created_at DESC, id DESC LIMIT 26`
+		args = append(args, from)
 	case "history type=adjustment":
 		sql = `SELECT id FROM ledger_entries WHERE customer_id = $1 AND tenant_id = $2 AND type = 'adjustment'
-			AND type <> 'consumption' ORDER BY created_at DESC, id DESC LIMIT 26`
+			AND type <> 'consumption' AND created_at >= $3 ORDER BY created_at DESC, id DESC LIMIT 26`
+		args = append(args, from)
 	case "overage this month":
 		sql = `SELECT billable_metric_key, SUM(overage_mc) FROM ledger_entries
 			WHERE customer_id = $1 AND tenant_id = $2 AND overage_mc > 0 AND created_at >= $3 AND created_at < $4

@@ -129,54 +129,64 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 	typed := func(s string) *engine.EntryType { e := engine.EntryType(s); return &e }
 	for _, typ := range []string{"consumption", "topup", "expiry"} {
 		for _, hasAfter := range []bool{false, true} {
-			for _, generic := range []bool{false, true} {
-				q := engine.HistoryQuery{TenantID: live.TenantID, CustomerID: target, Type: typed(typ), Limit: 25}
-				sql, args := historySQL(q, cursor, hasAfter)
-				plan := explain(t, b, sql, args, generic)
-				const maxRead = 2 * 26
-				var read int64
-				var typeIdx, typeBitmap bool
-				var sorted []string
-				plan.walk(func(n planNode) {
-					switch n.NodeType {
-					case "Index Scan", "Index Only Scan":
-						read += (n.ActualRows + n.FilterRemoved) * max(n.ActualLoops, 1)
-						typeIdx = typeIdx || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
-						// The type index holds the type's entries only:
-						// a sort after it sorts no more than those.
-						typeBitmap = typeBitmap || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
-					case "Bitmap Index Scan":
-						// Only the type's own entries, sorted after: what
-						// the planner takes when it knows them to be few.
-						read += n.ActualRows * max(n.ActualLoops, 1)
-						typeBitmap = typeBitmap || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
-						typeIdx = typeIdx || typeBitmap
-					case "Seq Scan":
-						if parts.emptyScan(n) {
-							return
+			for _, shape := range []string{"every month", "newest month first"} {
+				for _, generic := range []bool{false, true} {
+					q := engine.HistoryQuery{TenantID: live.TenantID, CustomerID: target, Type: typed(typ), Limit: 25}
+					sql, args := historySQL(q, cursor, hasAfter)
+					if shape == "newest month first" {
+						if hasAfter {
+							continue // a cursor page is one statement over every month
 						}
-						t.Errorf("type=%s cursor=%v generic=%v: a %s node: %+v", typ, hasAfter, generic, n.NodeType, plan)
-					case "Bitmap Heap Scan", "Sort":
-						sorted = append(sorted, n.NodeType)
-					case "Incremental Sort":
-						// Over the index's created_at order, it sorts only
-						// the entries of one instant by op_id (History's
-						// order): the rows read bound it below.
+						// The statement History runs first (reader.go).
+						since := historyMonth(q, time.Now())
+						sql, args = historyWindowSQL(q, cursor, hasAfter, &since, nil, q.Limit+1)
 					}
-				})
-				if len(sorted) > 0 && !typeBitmap {
-					t.Errorf("type=%s cursor=%v generic=%v: %v nodes over other than the type's entries: %+v", typ, hasAfter, generic, sorted, plan)
-				}
-				if read > maxRead {
-					t.Errorf("type=%s cursor=%v generic=%v: %d rows read for a page of 25, want at most %d: %+v",
-						typ, hasAfter, generic, read, maxRead, plan)
-				}
-				// Where no other index reads one page (a type
-				// without entries; any type but consumption as a
-				// parameter), the new one must be the plan's.
-				if (generic || typ == "expiry") && typ != "consumption" && !typeIdx {
-					t.Errorf("type=%s cursor=%v generic=%v: no Index Scan of ledger_entries_history_type_idx: %+v",
-						typ, hasAfter, generic, plan)
+					plan := explain(t, b, sql, args, generic)
+					const maxRead = 2 * 26
+					var read int64
+					var typeIdx, typeBitmap bool
+					var sorted []string
+					plan.walk(func(n planNode) {
+						switch n.NodeType {
+						case "Index Scan", "Index Only Scan":
+							read += (n.ActualRows + n.FilterRemoved) * max(n.ActualLoops, 1)
+							typeIdx = typeIdx || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
+							// The type index holds the type's entries only:
+							// a sort after it sorts no more than those.
+							typeBitmap = typeBitmap || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
+						case "Bitmap Index Scan":
+							// Only the type's own entries, sorted after: what
+							// the planner takes when it knows them to be few.
+							read += n.ActualRows * max(n.ActualLoops, 1)
+							typeBitmap = typeBitmap || parts.index(n.IndexName) == "ledger_entries_history_type_idx"
+							typeIdx = typeIdx || typeBitmap
+						case "Seq Scan":
+							if parts.emptyScan(n) {
+								return
+							}
+							t.Errorf("%s: type=%s cursor=%v generic=%v: a %s node: %+v", shape, typ, hasAfter, generic, n.NodeType, plan)
+						case "Bitmap Heap Scan", "Sort":
+							sorted = append(sorted, n.NodeType)
+						case "Incremental Sort":
+							// Over the index's created_at order, it sorts only
+							// the entries of one instant by op_id (History's
+							// order): the rows read bound it below.
+						}
+					})
+					if len(sorted) > 0 && !typeBitmap {
+						t.Errorf("%s: type=%s cursor=%v generic=%v: %v nodes over other than the type's entries: %+v", shape, typ, hasAfter, generic, sorted, plan)
+					}
+					if read > maxRead {
+						t.Errorf("%s: type=%s cursor=%v generic=%v: %d rows read for a page of 25, want at most %d: %+v",
+							shape, typ, hasAfter, generic, read, maxRead, plan)
+					}
+					// Where no other index reads one page (a type
+					// without entries; any type but consumption as a
+					// parameter), the new one must be the plan's.
+					if (generic || typ == "expiry") && typ != "consumption" && !typeIdx {
+						t.Errorf("%s: type=%s cursor=%v generic=%v: no Index Scan of ledger_entries_history_type_idx: %+v",
+							shape, typ, hasAfter, generic, plan)
+					}
 				}
 			}
 		}

@@ -463,7 +463,7 @@ func TestHistoryNewestMonthFirst(t *testing.T) {
 
 	// The busy customer's first page reads this month alone: the months
 	// before it are pruned or never executed, custom and generic plans alike.
-	since := historyMonth(engine.HistoryQuery{}, pageKey{}, false, now)
+	since := historyMonth(engine.HistoryQuery{}, now)
 	if !since.Equal(m0) {
 		t.Fatalf("historyMonth = %v, want %v", since, m0)
 	}
@@ -480,5 +480,49 @@ func TestHistoryNewestMonthFirst(t *testing.T) {
 				t.Errorf("generic %v: %s read for a page this month fills: %+v", generic, p, plan)
 			}
 		}
+	}
+}
+
+// TestHistoryTakesTheGenericPlan: a history page's statement is planned
+// once per connection, not for every page. With its limit sent as a
+// parameter, Postgres' plan cache priced the generic plan for an unknown
+// limit and planned every page again (~0.4 ms, growing with the months
+// kept); pg_prepared_statements counts which plans a statement ran.
+func TestHistoryTakesTheGenericPlan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	customer := uuid.New()
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO ledger_entries
+		(id, op_id, tenant_id, customer_id, environment, delta, type, created_at)
+		SELECT gen_random_uuid(), gen_random_uuid(), $1, $2, 'live', -1, 'consumption', now() - make_interval(mins => g)
+		FROM generate_series(1, 100) AS g`, live.TenantID, customer); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	since := historyMonth(engine.HistoryQuery{}, time.Now())
+	sql, args := historyWindowSQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: customer, Limit: 25},
+		pageKey{}, false, &since, nil, 26)
+	for i := 0; i < 10; i++ {
+		rows, err := conn.Query(b.ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+	}
+	var generic, custom int64
+	if err := conn.QueryRow(b.ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		sql).Scan(&generic, &custom); err != nil {
+		t.Fatalf("the statement is not prepared on its connection: %v", err)
+	}
+	if generic < 4 || custom > 6 {
+		t.Fatalf("10 pages ran %d generic and %d custom plans; want the generic plan after the first few", generic, custom)
 	}
 }
