@@ -172,8 +172,18 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 		args = append(args, v)
 		fmt.Fprintf(&sql, cond, len(args))
 	}
+	// A first page states its type and month in the text (known entry
+	// types and a month's start only): its statement then gets a generic
+	// plan fit for its values, which the plan cache keeps (see the limit
+	// below). A cursor page sends them as parameters and is planned for
+	// them each time.
+	inline := !hasAfter
 	if q.Type != nil {
-		where(` AND type = $%d`, string(*q.Type))
+		if inline && q.Type.Valid() {
+			fmt.Fprintf(&sql, ` AND type = '%s'`, string(*q.Type))
+		} else {
+			where(` AND type = $%d`, string(*q.Type))
+		}
 		if *q.Type != engine.EntryConsumption {
 			// Stated in the text so that a generic plan may use the
 			// partial ledger_entries_history_type_idx (migration 024).
@@ -193,10 +203,18 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 		where(` AND created_at < $%d`, *q.To)
 	}
 	if since != nil {
-		where(` AND created_at >= $%d`, *since)
+		if inline {
+			fmt.Fprintf(&sql, ` AND created_at >= '%s'`, since.UTC().Format(time.RFC3339Nano))
+		} else {
+			where(` AND created_at >= $%d`, *since)
+		}
 	}
 	if before != nil {
-		where(` AND created_at < $%d`, *before)
+		if inline {
+			fmt.Fprintf(&sql, ` AND created_at < '%s'`, before.UTC().Format(time.RFC3339Nano))
+		} else {
+			where(` AND created_at < $%d`, *before)
+		}
 	}
 	switch {
 	case hasAfter && after.withOp:
