@@ -526,3 +526,30 @@ func TestHistoryTakesTheGenericPlan(t *testing.T) {
 		t.Fatalf("10 pages ran %d generic and %d custom plans; want the generic plan after the first few", generic, custom)
 	}
 }
+
+// TestMonthsCovering: the months an overage window names hold the whole
+// window, and windows past RFC 3339's years name none.
+func TestMonthsCovering(t *testing.T) {
+	t.Parallel()
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{"2026-11-01T00:00:00Z", "2026-11-30T00:00:00Z",
+			` AND created_at >= '2026-11-01T00:00:00Z' AND created_at < '2026-12-01T00:00:00Z'`},
+		{"2026-11-15T10:00:00+02:00", "2026-12-01T00:00:00Z",
+			` AND created_at >= '2026-11-01T00:00:00Z' AND created_at < '2026-12-01T00:00:00Z'`},
+		{"2026-12-31T23:00:00-05:00", "2027-01-01T04:00:00.000001Z",
+			` AND created_at >= '2027-01-01T00:00:00Z' AND created_at < '2027-02-01T00:00:00Z'`},
+		{"2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", ""},
+		{"0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z", ""},
+	} {
+		if got := monthsCovering(at(tc.from), at(tc.to), ""); got != tc.want {
+			t.Errorf("monthsCovering(%s, %s) = %q, want %q", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
