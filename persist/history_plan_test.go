@@ -138,7 +138,7 @@ func TestHistoryTypeFilterPlan(t *testing.T) {
 							continue // a cursor page is one statement over every month
 						}
 						// The statement History runs first (reader.go).
-						since := historyMonth(q, time.Now())
+						since, _ := historyMonth(q, time.Now())
 						sql, args = historyWindowSQL(q, cursor, hasAfter, &since, nil, q.Limit+1)
 					}
 					plan := explain(t, b, sql, args, generic)

@@ -463,7 +463,7 @@ func TestHistoryNewestMonthFirst(t *testing.T) {
 
 	// The busy customer's first page reads this month alone: the months
 	// before it are pruned or never executed, custom and generic plans alike.
-	since := historyMonth(engine.HistoryQuery{}, now)
+	since, _ := historyMonth(engine.HistoryQuery{}, now)
 	if !since.Equal(m0) {
 		t.Fatalf("historyMonth = %v, want %v", since, m0)
 	}
@@ -504,7 +504,7 @@ func TestHistoryTakesTheGenericPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	since := historyMonth(engine.HistoryQuery{}, time.Now())
+	since, _ := historyMonth(engine.HistoryQuery{}, time.Now())
 	sql, args := historyWindowSQL(engine.HistoryQuery{TenantID: live.TenantID, CustomerID: customer, Limit: 25},
 		pageKey{}, false, &since, nil, 26)
 	for i := 0; i < 10; i++ {
@@ -551,5 +551,15 @@ func TestMonthsCovering(t *testing.T) {
 		if got := monthsCovering(at(tc.from), at(tc.to), ""); got != tc.want {
 			t.Errorf("monthsCovering(%s, %s) = %q, want %q", tc.from, tc.to, got, tc.want)
 		}
+	}
+	// A history page whose To opens year 1 is one statement: its month
+	// (December of year 0) has no RFC 3339 text.
+	to := at("0001-01-01T00:00:00Z")
+	if since, split := historyMonth(engine.HistoryQuery{To: &to}, time.Now()); split {
+		t.Errorf("historyMonth(to %v) = %v, split; want one statement", to, since)
+	}
+	to = at("2026-12-01T00:00:00Z")
+	if since, split := historyMonth(engine.HistoryQuery{To: &to}, time.Now()); !split || !since.Equal(at("2026-11-01T00:00:00Z")) {
+		t.Errorf("historyMonth(to %v) = %v, %v; want 2026-11-01, split", to, since, split)
 	}
 }

@@ -75,14 +75,14 @@ func (s *Store) History(ctx context.Context, q engine.HistoryQuery) (engine.Page
 	// completed from the months before it (docs/decisions.md "History pages
 	// the newest month first"). A cursor page is one statement: its cursor
 	// bound already leaves the newer months out.
-	if hasAfter {
+	since, split := historyMonth(q, time.Now())
+	if hasAfter || !split {
 		list, err := s.historyRows(ctx, q, after, hasAfter, nil, nil, q.Limit+1)
 		if err != nil {
 			return engine.Page[engine.LedgerEntry]{}, err
 		}
 		return historyPage(list, q.Limit), nil
 	}
-	since := historyMonth(q, time.Now())
 	list, err := s.historyRows(ctx, q, after, hasAfter, &since, nil, q.Limit+1)
 	if err != nil {
 		return engine.Page[engine.LedgerEntry]{}, err
@@ -141,14 +141,17 @@ func (s *Store) historyRows(ctx context.Context, q engine.HistoryQuery, after pa
 // historyMonth is the start of the UTC month History reads first for a
 // first page: the month of its newest possible entry (just before To),
 // else of now. Entries dated after it (a clock ahead, the months made
-// ahead) are read with it.
-func historyMonth(q engine.HistoryQuery, now time.Time) time.Time {
+// ahead) are read with it. split is false for a month outside RFC 3339's
+// years 1 to 9999 (a To at the very start of year 1), which the
+// statement's text cannot name: such a page is one statement.
+func historyMonth(q engine.HistoryQuery, now time.Time) (since time.Time, split bool) {
 	top := now
 	if q.To != nil {
 		top = q.To.Add(-time.Microsecond)
 	}
 	top = top.UTC()
-	return time.Date(top.Year(), top.Month(), 1, 0, 0, 0, 0, time.UTC)
+	since = time.Date(top.Year(), top.Month(), 1, 0, 0, 0, 0, time.UTC)
+	return since, since.Year() >= 1 && since.Year() <= 9999
 }
 
 // historySQL is History's statement and arguments over every month: a page of limit+1
