@@ -149,13 +149,11 @@ func historyMonth(q engine.HistoryQuery, now time.Time) (since time.Time, split 
 	if q.To != nil {
 		top = q.To.Add(-time.Microsecond)
 	}
-	top = top.UTC()
-	since = time.Date(top.Year(), top.Month(), 1, 0, 0, 0, 0, time.UTC)
-	return since, since.Year() >= 1 && since.Year() <= 9999
+	return utcMonth(top, 0)
 }
 
-// historySQL is History's statement and arguments over every month: a page of limit+1
-// entries resuming after the cursor's key. Unfiltered, and filtered by
+// historySQL is History's statement and arguments over every month: a
+// page of limit+1 entries resuming after the cursor's key. Unfiltered, and filtered by
 // consumption (most of any ledger, so a page is found at once), it reads
 // ledger_entries_history_idx; with another type,
 // ledger_entries_history_type_idx (migration 024), so the page costs the
@@ -178,11 +176,10 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 	// A first page states its type and month in the text (known entry
 	// types and a month's start only): its statement then gets a generic
 	// plan fit for its values, which the plan cache keeps (see the limit
-	// below). A cursor page sends them as parameters and is planned for
-	// them each time.
-	inline := !hasAfter
+	// below). A cursor page sends its type as a parameter and is planned
+	// for it each time.
 	if q.Type != nil {
-		if inline && q.Type.Valid() {
+		if !hasAfter && q.Type.Valid() {
 			fmt.Fprintf(&sql, ` AND type = '%s'`, string(*q.Type))
 		} else {
 			where(` AND type = $%d`, string(*q.Type))
@@ -205,19 +202,12 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 	if q.To != nil {
 		where(` AND created_at < $%d`, *q.To)
 	}
+	// since and before are a first page's (History) month starts.
 	if since != nil {
-		if inline {
-			fmt.Fprintf(&sql, ` AND created_at >= '%s'`, since.UTC().Format(time.RFC3339Nano))
-		} else {
-			where(` AND created_at >= $%d`, *since)
-		}
+		fmt.Fprintf(&sql, ` AND created_at >= '%s'`, since.UTC().Format(time.RFC3339))
 	}
 	if before != nil {
-		if inline {
-			fmt.Fprintf(&sql, ` AND created_at < '%s'`, before.UTC().Format(time.RFC3339Nano))
-		} else {
-			where(` AND created_at < $%d`, *before)
-		}
+		fmt.Fprintf(&sql, ` AND created_at < '%s'`, before.UTC().Format(time.RFC3339))
 	}
 	switch {
 	case hasAfter && after.withOp:
@@ -238,7 +228,6 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 	// grants reads newest first; an index scan of
 	// ledger_entries_history_idx gives created_at's order and an
 	// incremental sort the rest, only within ties.
-	//
 	//
 	// A first page's limit is written into the text, not sent as a
 	// parameter: with LIMIT $n Postgres' plan cache never takes the generic
@@ -264,12 +253,11 @@ func historyWindowSQL(q engine.HistoryQuery, after pageKey, hasAfter bool, since
 // overage falls on its last items. A sum beyond int64 is an error rather
 // than a wrapped number (invariant 7).
 func (s *Store) Overage(ctx context.Context, c engine.CustomerKey, from, to time.Time) ([]engine.OverageLine, error) {
-	months := monthsCovering(from, to, "")
 	rows, err := s.pool.Query(ctx, `SELECT key, SUM(overage)::bigint
 		FROM (SELECT billable_metric_key AS key, overage_mc::numeric AS overage
 				FROM ledger_entries
 				WHERE customer_id = $1 AND tenant_id = $4 AND overage_mc > 0 AND created_at >= $2 AND created_at < $3
-					AND billable_metric_key IS NOT NULL`+months+`
+					AND billable_metric_key IS NOT NULL`+monthsCovering(from, to, "")+`
 			UNION ALL
 			SELECT key, overage FROM (`+itemSharesSQL+`
 				WHERE e.customer_id = $1 AND e.tenant_id = $4 AND e.overage_mc > 0 AND e.created_at >= $2 AND e.created_at < $3
@@ -294,14 +282,15 @@ func (s *Store) Overage(ctx context.Context, c engine.CustomerKey, from, to time
 	return lines, nil
 }
 
-// itemSharesSQL, closed by a WHERE on e and itemSharesTail, lists the
-// items of multi-metric consumption entries (one entry per call, its items
-// in metadata.items, its metric null: lua/consume_multi.lua), one row per
-// item: key, units, credits (what the balance paid for it) and overage.
-// The charge pays the items in the order the call listed them, so the
-// overage falls on the last ones: item i's overage is its cost, less what
-// the charge has left after items 1..i-1, at least 0 (docs/decisions.md
-// "Multi-metric usage in reports").
+// utcMonth is the start of t's UTC month plus months, and whether its
+// year is one RFC 3339 can write (1 to 9999), so a statement's text can
+// name it.
+func utcMonth(t time.Time, months int) (time.Time, bool) {
+	t = t.UTC()
+	m := time.Date(t.Year(), t.Month()+time.Month(months), 1, 0, 0, 0, 0, time.UTC)
+	return m, m.Year() >= 1 && m.Year() <= 9999
+}
+
 // monthsCovering is a condition on column prefix+created_at, stated in the
 // text, that holds for every instant of [from, to): from the start of
 // from's UTC month to the start of the month after to's. It changes no
@@ -311,21 +300,28 @@ func (s *Store) Overage(ctx context.Context, c engine.CustomerKey, from, to time
 // 15), and with six months kept an overage read cost up to 1.15x its
 // one-month cost (docs/decisions.md "History pages the newest month
 // first"). The text changes with the months named, not with the window.
+// A window whose months cannot be written names none.
 func monthsCovering(from, to time.Time, prefix string) string {
 	if !from.Before(to) {
 		return ""
 	}
-	lo := from.UTC()
-	hi := to.UTC().Add(-time.Microsecond)
-	lo = time.Date(lo.Year(), lo.Month(), 1, 0, 0, 0, 0, time.UTC)
-	hi = time.Date(hi.Year(), hi.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-	if lo.Year() < 1 || hi.Year() > 9999 {
-		return "" // RFC 3339 has four-digit years; such a window prunes nothing anyway
+	lo, loOK := utcMonth(from, 0)
+	hi, hiOK := utcMonth(to.Add(-time.Microsecond), 1)
+	if !loOK || !hiOK {
+		return ""
 	}
 	return fmt.Sprintf(` AND %[1]screated_at >= '%[2]s' AND %[1]screated_at < '%[3]s'`, prefix,
 		lo.Format(time.RFC3339), hi.Format(time.RFC3339))
 }
 
+// itemSharesSQL, closed by a WHERE on e and itemSharesTail, lists the
+// items of multi-metric consumption entries (one entry per call, its items
+// in metadata.items, its metric null: lua/consume_multi.lua), one row per
+// item: key, units, credits (what the balance paid for it) and overage.
+// The charge pays the items in the order the call listed them, so the
+// overage falls on the last ones: item i's overage is its cost, less what
+// the charge has left after items 1..i-1, at least 0 (docs/decisions.md
+// "Multi-metric usage in reports").
 const itemSharesSQL = `SELECT key, units, cost - over AS credits, over AS overage
 	FROM (SELECT i.item->>'billable_metric_key' AS key, (i.item->>'units')::numeric AS units,
 			(i.item->>'cost')::numeric AS cost,
