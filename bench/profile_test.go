@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/creditd/creditd/engine"
 	"github.com/creditd/creditd/internal/app"
 	"github.com/creditd/creditd/lua"
 	"github.com/creditd/creditd/persist"
@@ -252,4 +254,75 @@ func benchServices(b *testing.B, poolSize int) (rdb *redis.Client, redisURL, bas
 		b.Skipf("no Redis: %v", err)
 	}
 	return rdb, redisURL, baseDB
+}
+
+// BenchmarkRedisFlows sends money requests one at a time through an
+// in-process creditd, so the Redis it runs on sees exactly one request's
+// scripts and their persisting at a time: run against a private
+// redis-server under callgrind, it counts Redis's instructions per request
+// (the shared box's microseconds are noise):
+//
+//	valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p redis-server --port 6398 &
+//	PROFILE_CALLGRIND=<its pid> TEST_REDIS_URL=redis://127.0.0.1:6398/0 \
+//	  go test ./bench -run '^$' -bench 'RedisFlows/reserve' -benchtime 1000x
+//	callgrind_annotate --inclusive=yes /tmp/cg.<pid>.<last dump>
+//
+// Each flow warms up first (the change feed and the outbox reach their
+// steady size); the counters are zeroed before the timed requests and
+// dumped two seconds after them, the persister's work included.
+func BenchmarkRedisFlows(b *testing.B) {
+	p := newInproc(b, 200)
+	cg := os.Getenv("PROFILE_CALLGRIND")
+	var n int
+	ok := func(st int, raw []byte, want int) {
+		if st != want {
+			b.Fatalf("status %d, want %d: %s", st, want, raw)
+		}
+	}
+	flows := []struct {
+		name string
+		op   func(c, idem string)
+	}{
+		{"consume", func(c, idem string) {
+			st, raw := p.call("POST", "/v1/entitlements/consume", []byte(`{"customer_id":"`+c+`","billable_metric_key":"api_calls","units":1}`),
+				"X-API-Key", p.key, "Idempotency-Key", idem)
+			ok(st, raw, 200)
+		}},
+		{"reserve+commit", func(c, idem string) {
+			st, raw := p.call("POST", "/v1/reservations", []byte(`{"customer_id":"`+c+`","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600}`),
+				"X-API-Key", p.key, "Idempotency-Key", idem)
+			ok(st, raw, 201)
+			i := bytes.Index(raw, []byte(`"id":"`))
+			if i < 0 || len(raw) < i+6+36 {
+				b.Fatalf("no reservation id: %s", raw)
+			}
+			st, raw = p.call("POST", "/v1/reservations/"+string(raw[i+6:i+6+36])+"/commit", []byte(`{"actual_units":8}`),
+				"X-API-Key", p.key, "Idempotency-Key", idem+"c")
+			ok(st, raw, 200)
+		}},
+	}
+	for _, f := range flows {
+		b.Run(f.name, func(b *testing.B) {
+			run := func() {
+				n++
+				f.op(p.customers[n%len(p.customers)], "flow-"+strconv.Itoa(n)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+			}
+			for range 2 * engine.ChangeFeedCap {
+				run()
+			}
+			time.Sleep(2 * time.Second)
+			if cg != "" {
+				_ = exec.Command("callgrind_control", "-z", cg).Run()
+			}
+			b.ResetTimer()
+			for range b.N {
+				run()
+			}
+			b.StopTimer()
+			if cg != "" {
+				time.Sleep(2 * time.Second)
+				_ = exec.Command("callgrind_control", "-d", cg).Run()
+			}
+		})
+	}
 }

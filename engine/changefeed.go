@@ -21,8 +21,10 @@ import (
 // Change feed limits (invariant 11).
 const (
 	// ChangeFeedCap is how many config changes a tenant's feed keeps in
-	// Redis; a client resuming from before the oldest kept is told to
-	// start over (FeedReset), so the cap bounds memory, not correctness.
+	// Redis at least: it is trimmed back to the cap once it holds a tenth
+	// more (lua/stamp.lua), so at most 1.1x. A client resuming from before
+	// the oldest kept is told to start over (FeedReset), so the cap bounds
+	// memory, not correctness.
 	ChangeFeedCap = 1000
 	// DefaultChangeStreamsPerTenant caps a tenant's open change streams in
 	// one process, apart from its balance streams, so a page of dashboards

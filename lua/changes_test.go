@@ -11,9 +11,10 @@ import (
 
 // TestChangeFeed: every bump of a kind that alters a check is appended to
 // its tenant's change feed, in order, and no other (alert settings, the
-// fleet's key stamp), and so is a reservation notice, with its customer; past engine.ChangeFeedCap the oldest are trimmed and
-// a reader resuming before them is told it lost changes instead of reading
-// on as if current (issue 27).
+// fleet's key stamp), and so is a reservation notice, with its customer;
+// past engine.ChangeFeedCap and a tenth of it the oldest are trimmed back to
+// the cap, and a reader resuming before them is told it lost changes
+// instead of reading on as if current (issue 27).
 func TestChangeFeed(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, func(t *testing.T, b bundle) {
@@ -73,20 +74,37 @@ func TestChangeFeed(t *testing.T) {
 			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
 			t.Fatalf("after a reservation notice: %+v, want it with its customer and environment", notes)
 		}
-		for range engine.ChangeFeedCap {
+		// The feed keeps at least its cap and trims a tenth of it at a
+		// time: at cap + cap/10 entries nothing is lost yet.
+		slack := engine.ChangeFeedCap / 10
+		for range engine.ChangeFeedCap + slack - 3 {
 			bump(tenant, engine.StampCatalog)
 		}
+		full, lost := after(engine.ChangeID{})
+		if lost || len(full) != engine.ChangeFeedCap+slack {
+			t.Fatalf("at the cap and its slack: %d changes lost=%v, want all %d", len(full), lost, engine.ChangeFeedCap+slack)
+		}
+		bump(tenant, engine.StampCatalog)
 		if _, lost := after(cs[0].ID); !lost {
 			t.Error("a cursor before the trimmed entries was not reported lost")
 		}
 		if _, lost := after(engine.ChangeID{}); !lost {
 			t.Error("a zero cursor (a stream opened before any change) was not reported lost once changes were trimmed")
 		}
-		// The two first changes and the notice are trimmed; a reader that
-		// saw the notice missed nothing and reads every change kept.
-		all, lost := after(notes[0].ID)
+		if _, lost := after(notes[0].ID); !lost {
+			t.Error("a cursor at the notice, trimmed with newer changes after it, was not reported lost")
+		}
+		// One append past the slack trims back to the cap: the two first
+		// changes, the notice and the oldest bumps. A reader that saw the
+		// newest trimmed missed nothing and reads every change kept; one
+		// that saw only the change before it is told it lost one.
+		newest := full[slack].ID
+		all, lost := after(newest)
 		if lost || len(all) != engine.ChangeFeedCap {
 			t.Errorf("from the newest trimmed: %d changes lost=%v, want all %d kept", len(all), lost, engine.ChangeFeedCap)
+		}
+		if _, lost := after(full[slack-1].ID); !lost {
+			t.Error("a cursor one change before the newest trimmed was not reported lost")
 		}
 	})
 }

@@ -3,14 +3,15 @@
 -- effective balance, which no event reports, so a client answering checks
 -- from memory hears of it here. Not a money script: it runs after the
 -- reservation's own script answered, and touches only the feed.
--- Trimming as in stamp.lua: entries trimmed off the front leave their last
--- id as the horizon (field "x" of the stamps hash).
+-- Trimming as in stamp.lua: entries trimmed off the front, a batch at a
+-- time, leave their last id as the horizon (field "x" of the stamps hash).
 --
 -- KEYS[1]  the tenant's stamps hash (for the horizon)
 -- KEYS[2]  the tenant's change feed, a stream (same hash tag)
 -- ARGV[1]  the customer's id
 -- ARGV[2]  the customer's environment
--- ARGV[3]  the most entries the feed keeps (an integer >= 1)
+-- ARGV[3]  the feed's cap (an integer >= 1): it keeps at least that many
+--          entries and at most a tenth more (stamp.lua)
 -- ARGV[4]  optional: the fleet's change feed wake channel (as in stamp.lua)
 -- ARGV[5]  with ARGV[4]: the wake message
 --
@@ -24,13 +25,12 @@ local feedCap = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local id = redis.call('XADD', feed, '*', 'kind', 'h', 'stamp', now, 'customer', customer, 'env', env)
+-- Trimmed in batches, as in stamp.lua.
 local n = redis.call('XLEN', feed)
-if n > feedCap then
-  local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap)
-  for _, e in ipairs(gone) do
-    redis.call('XDEL', feed, e[1])
-  end
-  redis.call('HSET', stamps, 'x', gone[#gone][1])
+if n > feedCap + math.floor(feedCap / 10) then
+  local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap + 1)
+  redis.call('XTRIM', feed, 'MINID', gone[#gone][1])
+  redis.call('HSET', stamps, 'x', gone[#gone - 1][1])
 end
 if ARGV[4] then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
