@@ -117,9 +117,11 @@ func (c *call) claimRequest(rt *route) idempotency.Request {
 // op key (lua/prelude/idempotency.lua replay) until Postgres holds it, where every money
 // call looks its key up first (lua appliedFirst, forever), and its answer
 // is built from that record alone. TestReplayByRerunIdentical
-// (internal/e2e) checks each of these byte for byte. Not here: usage
-// batches (a replayed event answers "duplicate"), gauges, top-ups and every
-// route whose effect is in Postgres. A route says so where it is
+// (internal/e2e) checks each of these byte for byte. Gauge moves are here:
+// their Mutation keeps the cap they were made under (engine.MutationGauge).
+// Not here: usage batches (a replayed event answers "duplicate"), lease
+// renewals and releases, top-ups and every route whose effect is in
+// Postgres. A route says so where it is
 // registered (optRerun).
 func replaysByRerun(rt *route) bool { return rt.opts&optRerun != 0 }
 

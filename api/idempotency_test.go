@@ -331,7 +331,9 @@ func TestReplaysByRerunRoutes(t *testing.T) {
 	for _, p := range []string{"/v1/entitlements/consume",
 		"/v1/customers/{id}/credits/grant", "/v1/customer-by-external-id/{external_id}/credits/grant",
 		"/v1/customers/{id}/credits/adjust", "/v1/customer-by-external-id/{external_id}/credits/adjust",
-		"/v1/reservations", "/v1/reservations/{id}/commit", "/v1/reservations/{id}/release"} {
+		"/v1/reservations", "/v1/reservations/{id}/commit", "/v1/reservations/{id}/release",
+		"/v1/customers/{id}/entitlements/{billable_metric_key}/increment",
+		"/v1/customer-by-external-id/{external_id}/entitlements/{billable_metric_key}/decrement"} {
 		rt, ok := registered["POST "+p]
 		if !ok {
 			t.Errorf("POST %s is not a route", p)
@@ -342,7 +344,7 @@ func TestReplaysByRerunRoutes(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/v1/usage", "/v1/customers", "/v1/customers/{id}/topups", "/v1/subscriptions", "/v1/import",
-		"/v1/customers/{id}/entitlements/{billable_metric_key}/increment"} {
+		"/v1/customers/{id}/entitlements/{billable_metric_key}/leases/{lease_id}/renew"} {
 		if rt, ok := registered["POST "+p]; ok && replaysByRerun(rt) {
 			t.Errorf("POST %s replays by re-running", p)
 		}

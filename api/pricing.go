@@ -135,8 +135,8 @@ func (s *Server) registerPricing() {
 	}{{"/v1/customers/{id}", false}, {"/v1/customer-by-external-id/{external_id}", true}} {
 		ref := refParam(form.strict)
 		s.handle("GET", form.prefix+"/entitlements/{metric}", optTenant|optFusedRead, s.checkPath(ref))
-		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem|optStored, s.moveGauge(ref, true))
-		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem|optStored, s.moveGauge(ref, false))
+		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/increment", optTenant|optIdem|optRerun|optFused, s.moveGauge(ref, true))
+		s.handle("POST", form.prefix+"/entitlements/{billable_metric_key}/decrement", optTenant|optIdem|optRerun|optFused, s.moveGauge(ref, false))
 	}
 	s.registerLeases()
 

@@ -300,7 +300,29 @@ func BenchmarkRedisFlows(b *testing.B) {
 				"X-API-Key", p.key, "Idempotency-Key", idem+"c")
 			ok(st, raw, 200)
 		}},
+		{"gauge", func(c, idem string) {
+			st, raw := p.call("POST", "/v1/customers/"+c+"/entitlements/seats/increment", []byte(`{"amount":1,"policy":"allow"}`),
+				"X-API-Key", p.key, "Idempotency-Key", idem)
+			ok(st, raw, 200)
+		}},
+		{"usage10", func(c, idem string) {
+			var body bytes.Buffer
+			body.WriteString(`{"events":[`)
+			for k := range 10 {
+				if k > 0 {
+					body.WriteByte(',')
+				}
+				fmt.Fprintf(&body, `{"event_id":"%s-%d","customer_id":"%s","billable_metric_key":"api_calls","units":1}`,
+					idem, k, p.customers[(n*10+k)%len(p.customers)])
+			}
+			body.WriteString(`]}`)
+			st, raw := p.call("POST", "/v1/usage", body.Bytes(), "X-API-Key", p.key, "Idempotency-Key", idem)
+			ok(st, raw, 200)
+		}},
 	}
+	st, raw := p.call("POST", "/v1/billable-metrics", []byte(`{"key":"seats","name":"Seats","type":"gauge","default_value":{"cap":1000000000}}`),
+		"X-API-Key", p.key, "Idempotency-Key", "flows-seats")
+	ok(st, raw, 201)
 	for _, f := range flows {
 		b.Run(f.name, func(b *testing.B) {
 			run := func() {

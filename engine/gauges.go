@@ -68,6 +68,11 @@ func (s *Entitlements) MoveGauge(ctx context.Context, scope Scope, tenant Tenant
 	if err != nil {
 		return GaugeResult{}, err
 	}
+	// A retry re-runs into the op key and answers the first move's
+	// figures: its cap too, whatever the plan or override says now.
+	if g := res.Mutation.Gauge; g != nil && g.Cap != nil {
+		capMC = *g.Cap
+	}
 	out := gaugeResult(metricKey, res.Mutation, capMC)
 	if g := res.Mutation.Gauge; g != nil && in.LeaseSeconds != 0 {
 		// The lease this increment opened (a replay's is the original's):

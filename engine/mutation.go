@@ -395,6 +395,10 @@ type ReservationItem struct {
 type MutationGauge struct {
 	Metric  string `json:"metric"`
 	Current int64  `json:"current"`
+	// Cap is the cap a move was made under (absent in a lease's renewal
+	// or release, and in moves written by earlier releases): a replay
+	// answers with it, not with the cap of the moment (gauges.go).
+	Cap *int64 `json:"cap,omitempty"`
 	// Leases are the leases of the gauge this mutation opened, renewed or
 	// ended (leases.go); empty for a plain move.
 	Leases []MutationLease `json:"leases,omitempty"`

@@ -6,8 +6,8 @@
 -- lease on its slots (prelude "Gauge leases"): they return by themselves
 -- at its expires unless renewed (lease.lua). Leases past their expires
 -- are lapsed first, so the cap sees the count at now. The Mutation (kind
--- "gauge", with the gauge section and the leases it opened or lapsed, no
--- entries) bumps the account version.
+-- "gauge", with the gauge section, its cap and the leases it opened or
+-- lapsed, no entries) bumps the account version.
 --
 -- KEYS[1]  account hash          KEYS[2] partition outbox
 -- KEYS[3]  op key, only with an idempotency key
@@ -81,6 +81,6 @@ acct_commit(account_key, a, {}, now)
 gauge_write(account_key, metric, new, active, a.x[l_field] ~= nil)
 local json = mutation_json({op = op_id, kind = 'gauge', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective,
-  extra = gauge_json(metric, new, lease_parts)}, a, {}, {})
+  extra = gauge_json(metric, new, lease_parts, m_fmt(cap))}, a, {}, {})
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}

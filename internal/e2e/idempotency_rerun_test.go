@@ -73,6 +73,9 @@ func TestReplayByRerunIdentical(t *testing.T) {
 	a.grant(id, map[string]any{"credits": 1_000_000})
 	reservationA := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 30})
 	reservationB := a.reserve(map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 20})
+	seats := uniq("seats")
+	a.newMetric(seats, "gauge", map[string]any{"cap": 100})
+	gauge := "/entitlements/" + seats
 
 	type call struct {
 		name, path string
@@ -90,6 +93,9 @@ func TestReplayByRerunIdentical(t *testing.T) {
 		{"reserve", "/v1/reservations", map[string]any{"customer_id": id, "billable_metric_key": metric, "estimated_units": 5, "metadata": map[string]any{"job": "j"}}, 201},
 		{"commit", "/v1/reservations/" + reservationA["id"].(string) + "/commit", map[string]any{"actual_units": 12, "metadata": map[string]any{"done": "yes"}}, 200},
 		{"release", "/v1/reservations/" + reservationB["id"].(string) + "/release", map[string]any{}, 200},
+		{"gauge increment", "/v1/customers/" + id + gauge + "/increment", map[string]any{"amount": 5}, 200},
+		{"leased gauge increment", "/v1/customers/" + id + gauge + "/increment", map[string]any{"amount": 2, "lease_seconds": 600}, 200},
+		{"gauge decrement by external id", "/v1/customer-by-external-id/" + ext + gauge + "/decrement", map[string]any{"amount": 1}, 200},
 	}
 	keys := make([]string, len(calls))
 	firsts := make([]Response, len(calls))
@@ -123,6 +129,9 @@ func TestReplayByRerunIdentical(t *testing.T) {
 	}
 	balance := a.balance(id)
 	history := len(a.history(id, ""))
+	// A gauge's replay answers the cap it moved under, not today's.
+	wantStatus(t, a.do("PATCH", "/v1/billable-metrics/"+seats, idemKey(), map[string]any{"default_value": map[string]any{"cap": 50}}),
+		200, "lower the gauge's cap")
 	// The account moved since most of the first runs: a replay still
 	// answers the first figures, and changes nothing.
 	for i := range calls {

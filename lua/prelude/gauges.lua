@@ -57,10 +57,14 @@ local function lease_json(l, status, ended)
   return s .. '}'
 end
 
--- gauge_json is the Mutation's gauge section: the count after the change
--- and the leases it opened, renewed or ended (JSON texts).
-local function gauge_json(metric, cur, lease_parts)
+-- gauge_json is the Mutation's gauge section: the count after the change,
+-- the cap it was moved under (cap_txt, a decimal text; nil for a lease's
+-- renewal or release) and the leases it opened, renewed or ended (JSON
+-- texts). The cap rides along so that a retry answers the first call's
+-- figures by re-running into the op key, whatever the cap is by then.
+local function gauge_json(metric, cur, lease_parts, cap_txt)
   local s = ',"gauge":{"metric":' .. j_str(metric) .. ',"current":' .. m_fmt(cur)
+  if cap_txt then s = s .. ',"cap":' .. cap_txt end
   if #lease_parts > 0 then s = s .. ',"leases":[' .. table.concat(lease_parts, ',') .. ']' end
   return s .. '}'
 end
