@@ -81,6 +81,6 @@ acct_commit(account_key, a, {}, now)
 gauge_write(account_key, metric, new, active, a.x[l_field] ~= nil)
 local json = mutation_json({op = op_id, kind = 'gauge', tenant = tenant, customer = customer, env = env,
   idem = idem, rh = request_hash, now = now, ctx = ctx, eb = effective,
-  extra = gauge_json(metric, new, lease_parts, m_fmt(cap))}, a, {}, {})
+  extra = gauge_json(metric, new, lease_parts, arg_txt(ARGV[12]) or m_fmt(cap))}, a, {}, {})
 publish(outbox_key, op_key, op_ttl_ms, json)
 return {'new', json}
