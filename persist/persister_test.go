@@ -477,6 +477,62 @@ func TestHurryEndsTheLinger(t *testing.T) {
 	}
 }
 
+// TestMeteringLinger: a group of consumes and gauge moves gathers for
+// meteringLinger; a batch of any other kind joining it ends the group at
+// the ordinary linger, counted from the group's first batch.
+func TestMeteringLinger(t *testing.T) {
+	batch := func(kinds ...engine.MutationKind) []engine.Mutation {
+		ms := make([]engine.Mutation, len(kinds))
+		for i, k := range kinds {
+			ms[i].Kind = k
+		}
+		return ms
+	}
+	metering := batch(engine.MutationConsume, engine.MutationGaugeKind)
+	tests := []struct {
+		name    string
+		batches [][]engine.Mutation
+		// commits: whether the group commits within a second (the
+		// ordinary linger is 50 ms, meteringLinger an hour).
+		commits bool
+	}{
+		{"consumes and gauge moves wait", [][]engine.Mutation{metering, batch(engine.MutationConsume)}, false},
+		{"a grant joining ends the wait", [][]engine.Mutation{metering, batch(engine.MutationGrant)}, true},
+		{"a commit in the first batch", [][]engine.Mutation{batch(engine.MutationConsume, engine.MutationCommit)}, true},
+		{"a reserve first", [][]engine.Mutation{batch(engine.MutationReserve), metering}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &recordingWriter{applied: make(chan int, 4)}
+			p := NewPersister(nil, w, PersisterConfig{}, zerolog.Nop())
+			p.linger, p.meteringLinger = 50*time.Millisecond, time.Hour
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			commits := make(chan commitRequest)
+			go p.commitGroups(ctx, commits)
+			done := make(chan error, len(tc.batches))
+			want := 0
+			for _, ms := range tc.batches {
+				commits <- commitRequest{ms: ms, done: done}
+				want += len(ms)
+			}
+			select {
+			case n := <-w.applied:
+				if !tc.commits {
+					t.Fatalf("applied %d mutations of a metering group before meteringLinger", n)
+				}
+				if n != want {
+					t.Fatalf("the group carried %d mutations, want %d", n, want)
+				}
+			case <-time.After(time.Second):
+				if tc.commits {
+					t.Fatal("the group did not commit at the ordinary linger")
+				}
+			}
+		})
+	}
+}
+
 // newOnlyOutbox is a fakeOutbox that can also read new messages only
 // (lua.Store.ReadNew) and fails the acks it is told to.
 type newOnlyOutbox struct {
