@@ -228,14 +228,20 @@ func (s *Store) usageSeenHash(n int, w int64) string {
 
 // forgetUsage records the event ids of the committed usage charges among
 // ms in the usage filter of this week and shortens their claims to
-// idempotency.UsageClaimGrace (usage_claim.lua 'f'), maxSeenPerCall
-// scripts per pipelined round trip: like an op key, a committed id is then under its claim, in
-// the filter, or both.
+// idempotency.UsageClaimGrace (usage_claim.lua 'f'): like an op key, a
+// committed id is then under its claim, in the filter, or both. One call
+// forgets up to maxSeenPerCall ids: of any slots on a single Redis, of
+// one slot on a Cluster (a script's keys share a slot there).
 func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 	now := s.clock.Now()
 	w := seenWeek(now)
-	var keys [][]string
-	var args [][]any
+	_, single := s.rdb.(*redis.Client)
+	type call struct {
+		keys []string
+		args []any
+	}
+	var calls []*call
+	open := map[int]*call{} // by slot, or all under -1 on a single Redis
 	for i := range ms {
 		m := &ms[i]
 		id, ok := usageEventID(m.IdempotencyKey)
@@ -243,20 +249,40 @@ func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 			continue
 		}
 		k, slot := s.usageClaimKey(m.TenantID, m.Environment, id)
-		keys = append(keys, []string{k, s.usageSeenHash(slot, w)})
-		args = append(args, []any{"f", string(m.CustomerID[:]), idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)})
+		group := slot
+		if single {
+			group = -1
+		}
+		c := open[group]
+		if c == nil || len(c.keys) >= 2*maxSeenPerCall {
+			c = &call{args: []any{"f", idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)}}
+			open[group] = c
+			calls = append(calls, c)
+		}
+		c.keys = append(c.keys, k, s.usageSeenHash(slot, w))
+		c.args = append(c.args, string(m.CustomerID[:]))
 	}
-	// maxSeenPerCall calls a round trip: a pipeline's calls run one after
-	// another, without other clients' commands between them.
-	for lo := 0; lo < len(keys); lo += maxSeenPerCall {
-		hi := min(lo+maxSeenPerCall, len(keys))
+	// A round trip carries maxSeenPerCall ids at most: one call on a single
+	// Redis, a pipeline of one-slot calls on a Cluster (a pipeline's calls
+	// run one after another, without other clients' commands between).
+	for lo := 0; lo < len(calls); {
+		hi, ids := lo, 0
+		for hi < len(calls) && (hi == lo || ids+len(calls[hi].keys)/2 <= maxSeenPerCall) {
+			ids += len(calls[hi].keys) / 2
+			hi++
+		}
+		keys, args := make([][]string, hi-lo), make([][]any, hi-lo)
+		for i, c := range calls[lo:hi] {
+			keys[i], args[i] = c.keys, c.args
+		}
 		errs := make([]error, hi-lo)
-		s.pipelined(ctx, usageClaimScript, "usage_claim", keys[lo:hi], args[lo:hi], errs)
+		s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
 		for _, err := range errs {
 			if err != nil {
 				return fmt.Errorf("lua: forget usage claims: %w", err)
 			}
 		}
+		lo = hi
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -152,6 +153,73 @@ func TestUsageFilter(t *testing.T) {
 		}
 		if h := claim(a, "other-env", false); !h.Fresh || h.Seen {
 			t.Errorf("another new id: %+v", h)
+		}
+	})
+}
+
+// TestForgetUsageBatch: one ForgetOps of many committed usage events
+// (more than a call takes, over many slots) records every id in the usage
+// filter and shortens to the grace each claim its customer holds, and
+// only those: a claim another customer holds keeps its retention.
+func TestForgetUsageBatch(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, a, c := uuid.New(), uuid.New(), uuid.New()
+		live := engine.EnvironmentLive
+		all := make([]int, Partitions+UsageSlots)
+		for p := range all {
+			all[p] = p
+		}
+		if err := b.store.SeedSeen(ctx, nil, all, t0, true); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(cust uuid.UUID, id string) engine.UsageHold {
+			t.Helper()
+			holds, errs := b.store.UsageIDsClaim(ctx, tenant, live, []engine.UsageClaim{{EventID: id, Customer: cust}})
+			if errs[0] != nil {
+				t.Fatalf("claim %s: %v", id, errs[0])
+			}
+			return holds[0]
+		}
+		const n = 3*maxSeenPerCall + 5
+		var ms []engine.Mutation
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("ev-%d", i)
+			if h := claim(a, id); !h.Fresh || h.Seen {
+				t.Fatalf("claim of new id %s: %+v, want fresh and unseen", id, h)
+			}
+			ms = append(ms, engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "usage:" + id})
+		}
+		claim(c, "held-by-c")
+		ms = append(ms,
+			engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "usage:held-by-c"},
+			engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "usage:never-claimed"},
+			engine.Mutation{TenantID: tenant, Environment: live, CustomerID: a, IdempotencyKey: "not-usage"})
+		if err := b.store.ForgetOps(ctx, Partition(a), ms); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			key := b.store.UsageClaimKey(tenant, live, fmt.Sprintf("ev-%d", i))
+			if ttl := b.rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > idempotency.UsageClaimGrace {
+				t.Fatalf("committed id %d: claim lives %v, want at most %v", i, ttl, idempotency.UsageClaimGrace)
+			}
+			b.rdb.Del(ctx, key) // lapsed: the filter alone knows it now
+			if h := claim(c, fmt.Sprintf("ev-%d", i)); !h.Fresh || !h.Seen {
+				t.Fatalf("committed id %d after its claim lapsed: %+v, want maybe seen", i, h)
+			}
+		}
+		if ttl := b.rdb.PTTL(ctx, b.store.UsageClaimKey(tenant, live, "held-by-c")).Val(); ttl <= idempotency.UsageClaimGrace {
+			t.Errorf("another customer's claim lives %v after the forget, want its retention", ttl)
+		}
+		if n := b.rdb.Exists(ctx, b.store.UsageClaimKey(tenant, live, "never-claimed")).Val(); n != 0 {
+			t.Errorf("forget made a claim for an id never claimed")
+		}
+		if h := claim(c, "never-claimed"); !h.Fresh || !h.Seen {
+			t.Errorf("a committed id never claimed: %+v, want maybe seen", h)
+		}
+		if h := claim(c, "not-forgotten"); !h.Fresh || h.Seen {
+			t.Errorf("control, an id never committed: %+v, want certainly unseen", h)
 		}
 	})
 }
