@@ -10,29 +10,38 @@
 -- A send whose consume applied never releases, so the count of an applied
 -- id stays at least 1 until forget.
 --
--- Claim, look and release:
--- KEYS[1]    the claim {prefix:u:NN}:c:<hash of tenant, environment, id>
--- KEYS[2..]  claim and look: the usage filter of its slot, when consulted
---            (the seeded mark {prefix:u:NN}:seen, then the week hashes
---            newest first)
--- ARGV[1]    'c' claim, 'l' look (changes nothing), 'r' release
--- ARGV[2]    the customer's 16 bytes (look: unused)
--- ARGV[3]    claim: a fresh claim's TTL in ms
+-- Claim and look, of many ids in one call (one FCALL per id cost more than
+-- the claims; lua/usage_ids.go UsageIDsClaim):
+-- KEYS       per id, ARGV[3] keys: its claim
+--            {prefix:u:NN}:c:<hash of tenant, environment, id>, then the
+--            usage filter of its slot (the seeded mark {prefix:u:NN}:seen,
+--            then the week hashes newest first)
+-- ARGV[1]    'm'
+-- ARGV[2]    a fresh claim's TTL in ms
+-- ARGV[3]    keys per id (1: the filter is not consulted)
+-- ARGV[2+2j] id j's 'c' claim or 'l' look (changes nothing)
+-- ARGV[3+2j] id j's customer's 16 bytes (look: unused)
 --
--- Forget, of many committed ids in one call (a call's fixed cost was most
--- of a lone forget's; lua/usage_ids.go forgetUsage):
+-- Release:
+-- KEYS[1]    the claim
+-- ARGV[1]    'r'
+-- ARGV[2]    the customer's 16 bytes
+--
+-- Forget, of many committed ids in one call (lua/usage_ids.go
+-- forgetUsage):
 -- KEYS       pairs: a claim, then the week hash of its slot to record the
 --            id in
 -- ARGV[1]    'f'
 -- ARGV[2]    the grace in ms           ARGV[3] the week hashes' TTL in ms
 -- ARGV[3+i]  the customer's 16 bytes of pair i
 --
--- Reply: claim: 0 taken afresh and the filter certainly never saw the id,
--- 2 taken afresh and the filter may have seen it (or was not consulted or
--- not seeded), 1 held for this customer already, else the 16 bytes of the
--- customer holding it; look: 0 or 2 as a claim when none holds the id,
--- else the holder's 16 bytes (this customer's too); release: 1 changed the
--- claim, 0 not; forget: how many claims it shortened.
+-- Reply: claim and look: an array, per id: claim: 0 taken afresh and the
+-- filter certainly never saw the id, 2 taken afresh and the filter may
+-- have seen it (or was not consulted or not seeded), 1 held for this
+-- customer already, else the 16 bytes of the customer holding it; look: 0
+-- or 2 as a claim when none holds the id, else the holder's 16 bytes (this
+-- customer's too). Release: 1 changed the claim, 0 not. Forget: how many
+-- claims it shortened.
 local k, op, cust = KEYS[1], ARGV[1], ARGV[2]
 
 if op == 'f' then
@@ -51,32 +60,48 @@ if op == 'f' then
   return n
 end
 
+-- unseen reports whether the usage filter KEYS[from..to] (none when from >
+-- to) certainly never saw claim k.
+local function unseen(k, from, to)
+  if from > to then return false end
+  local seen = {}
+  for i = from, to do seen[#seen + 1] = KEYS[i] end
+  return not seen_maybe(seen, k, redis.call('GET', seen[1]))
+end
+
+-- claim_or_look is one id's claim ('c') or look ('l') of claim k for
+-- customer c, its filter KEYS[from..to].
+local function claim_or_look(k, o, c, from, to, ttl)
+  local v = redis.call('GET', k)
+  if o == 'l' then
+    if v then return string.sub(v, 1, 16) end
+    if unseen(k, from, to) then return 0 end
+    return 2
+  end
+  if not v then
+    redis.call('SET', k, c .. '1', 'PX', ttl)
+    if unseen(k, from, to) then return 0 end
+    return 2
+  end
+  local holder, state = string.sub(v, 1, 16), string.sub(v, 17)
+  if holder ~= c then return holder end
+  if state ~= 'f' then redis.call('SET', k, c .. (tonumber(state) + 1), 'KEEPTTL') end
+  return 1
+end
+
+if op == 'm' then
+  local ttl, w = ARGV[2], tonumber(ARGV[3])
+  local out, j = {}, 0
+  for i = 1, #KEYS, w do
+    j = j + 1
+    out[j] = claim_or_look(KEYS[i], ARGV[2 + 2 * j], ARGV[3 + 2 * j], i + 1, i + w - 1, ttl)
+  end
+  return out
+end
+
 local v = redis.call('GET', k)
 local holder, state
 if v then holder, state = string.sub(v, 1, 16), string.sub(v, 17) end
-
--- unseen reports whether the usage filter given certainly never saw k.
-local function unseen()
-  local seen = seen_keys(KEYS, 2)
-  return seen ~= nil and not seen_maybe(seen, k, redis.call('GET', seen[1]))
-end
-
-if op == 'l' then
-  if v then return holder end
-  if unseen() then return 0 end
-  return 2
-end
-
-if op == 'c' then
-  if not v then
-    redis.call('SET', k, cust .. '1', 'PX', ARGV[3])
-    if unseen() then return 0 end
-    return 2
-  end
-  if holder ~= cust then return holder end
-  if state ~= 'f' then redis.call('SET', k, cust .. (tonumber(state) + 1), 'KEEPTTL') end
-  return 1
-end
 
 -- 'r'
 if not v or holder ~= cust or state == 'f' then return 0 end

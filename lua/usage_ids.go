@@ -93,45 +93,87 @@ func (s *Store) UsageClaimKey(tenant uuid.UUID, env engine.Environment, eventID 
 }
 
 // UsageIDsClaim claims each claim's event id for its customer, or looks
-// (usage_claim.lua 'c', 'l'), consulting the usage filter of the id's
-// slot when no claim holds it; one script per claim in one pipelined
-// round trip (on a Cluster, one per master the claims' slots live on).
-// The first TTL of a fresh claim is idempotency.UsageClaimRetention.
+// (usage_claim.lua 'm': 'c', 'l'), consulting the usage filter of the id's
+// slot when no claim holds it. One call takes up to maxSeenPerCall ids, of
+// any slots on a single Redis, of one slot on a Cluster (a script's keys
+// share a slot there); the calls go in one pipelined round trip (on a
+// Cluster, one per master the slots live on). The first TTL of a fresh
+// claim is idempotency.UsageClaimRetention.
 func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim) ([]engine.UsageHold, []error) {
-	keys, slots, args, errs := s.usageCalls(tenant, env, claims, "c", idempotency.UsageClaimRetention.Milliseconds())
+	keys := make([][]string, len(claims))
+	errs := make([]error, len(claims))
 	now := s.clock.Now()
-	for i, c := range claims {
-		keys[i] = append(keys[i], s.usageSeenKeys(slots[i], now)...)
-		if c.LookOnly {
-			args[i][0] = "l"
-		}
+	_, single := s.rdb.(*redis.Client)
+	type call struct {
+		keys []string
+		args []any
+		at   []int // the claims it carries
 	}
-	replies := s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
-	holds := make([]engine.UsageHold, len(claims))
-	for i, v := range replies {
-		if errs[i] != nil {
-			continue
+	var calls []*call
+	open := map[int]*call{} // by slot, or all under -1 on a single Redis
+	ttl := idempotency.UsageClaimRetention.Milliseconds()
+	for i, c := range claims {
+		k, slot := s.usageClaimKey(tenant, env, c.EventID)
+		seen := s.usageSeenKeys(slot, now)
+		keys[i] = append(append(make([]string, 0, 1+len(seen)), k), seen...)
+		group := slot
+		if single {
+			group = -1
 		}
-		switch r := v.(type) {
-		case int64:
-			if claims[i].LookOnly {
-				holds[i] = engine.UsageHold{Seen: r == 2}
+		cl := open[group]
+		if cl == nil || len(cl.at) >= maxSeenPerCall {
+			cl = &call{args: []any{"m", ttl, len(keys[i])}}
+			open[group] = cl
+			calls = append(calls, cl)
+		}
+		op := "c"
+		if c.LookOnly {
+			op = "l"
+		}
+		cl.keys = append(cl.keys, keys[i]...)
+		cl.args = append(cl.args, op, string(c.Customer[:]))
+		cl.at = append(cl.at, i)
+	}
+	callKeys, callArgs := make([][]string, len(calls)), make([][]any, len(calls))
+	for n, cl := range calls {
+		callKeys[n], callArgs[n] = cl.keys, cl.args
+	}
+	callErrs := make([]error, len(calls))
+	replies := s.pipelined(ctx, usageClaimScript, "usage_claim", callKeys, callArgs, callErrs)
+	holds := make([]engine.UsageHold, len(claims))
+	for n, cl := range calls {
+		vs, ok := replies[n].([]any)
+		if callErrs[n] == nil && (!ok || len(vs) != len(cl.at)) {
+			callErrs[n] = fmt.Errorf("lua: usage claim: unexpected reply %T", replies[n])
+		}
+		for j, i := range cl.at {
+			if callErrs[n] != nil {
+				errs[i] = callErrs[n]
 				continue
 			}
-			holds[i] = engine.UsageHold{Fresh: r != 1, Seen: r == 2}
-		case string:
-			holder, err := uuid.FromBytes([]byte(r))
-			if err != nil {
-				errs[i] = fmt.Errorf("lua: usage claim: holder %q: %w", r, err)
-				continue
-			}
-			holds[i] = engine.UsageHold{Other: true, Holder: holder}
-		default:
-			errs[i] = fmt.Errorf("lua: usage claim: unexpected reply %T", v)
+			holds[i], errs[i] = usageHold(claims[i], vs[j])
 		}
 	}
 	s.ackClaims(ctx, keys, claims, holds, errs)
 	return holds, errs
+}
+
+// usageHold reads claim c's reply v (usage_claim.lua's per id).
+func usageHold(c engine.UsageClaim, v any) (engine.UsageHold, error) {
+	switch r := v.(type) {
+	case int64:
+		if c.LookOnly {
+			return engine.UsageHold{Seen: r == 2}, nil
+		}
+		return engine.UsageHold{Fresh: r != 1, Seen: r == 2}, nil
+	case string:
+		holder, err := uuid.FromBytes([]byte(r))
+		if err != nil {
+			return engine.UsageHold{}, fmt.Errorf("lua: usage claim: holder %q: %w", r, err)
+		}
+		return engine.UsageHold{Other: true, Holder: holder}, nil
+	}
+	return engine.UsageHold{}, fmt.Errorf("lua: usage claim: unexpected reply %T", v)
 }
 
 // ackClaims holds, with replica acks on (WithReplicaAcks), each claim this
@@ -192,7 +234,11 @@ func (s *Store) UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env engin
 	if len(claims) == 0 {
 		return nil
 	}
-	keys, _, args, errs := s.usageCalls(tenant, env, claims, "r", 0)
+	keys, args, errs := make([][]string, len(claims)), make([][]any, len(claims)), make([]error, len(claims))
+	for i, c := range claims {
+		k, _ := s.usageClaimKey(tenant, env, c.EventID)
+		keys[i], args[i] = []string{k}, []any{"r", string(c.Customer[:])}
+	}
 	s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
 	for _, err := range errs {
 		if err != nil {
@@ -200,19 +246,6 @@ func (s *Store) UsageIDsRelease(ctx context.Context, tenant uuid.UUID, env engin
 		}
 	}
 	return nil
-}
-
-// usageCalls are the keys (the claim first), the claims' usage slots and
-// the arguments of op on claims.
-func (s *Store) usageCalls(tenant uuid.UUID, env engine.Environment, claims []engine.UsageClaim, op string, ms int64) ([][]string, []int, [][]any, []error) {
-	keys, slots, args := make([][]string, len(claims)), make([]int, len(claims)), make([][]any, len(claims))
-	for i, c := range claims {
-		var k string
-		k, slots[i] = s.usageClaimKey(tenant, env, c.EventID)
-		keys[i] = []string{k}
-		args[i] = []any{op, string(c.Customer[:]), ms}
-	}
-	return keys, slots, args, make([]error, len(claims))
 }
 
 // usageEventID is the event id of a usage event's idempotency key

@@ -223,3 +223,47 @@ func TestForgetUsageBatch(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageClaimsInOneCall: claims and looks sent together (more than one
+// call takes, over many slots) answer as they would one at a time, in
+// order: a repeated id sees the claim taken before it in the same batch.
+func TestUsageClaimsInOneCall(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		tenant, a, c := uuid.New(), uuid.New(), uuid.New()
+		live := engine.EnvironmentLive
+		var claims []engine.UsageClaim
+		var want []engine.UsageHold
+		add := func(cl engine.UsageClaim, h engine.UsageHold) {
+			claims, want = append(claims, cl), append(want, h)
+		}
+		for i := 0; i < 2*maxSeenPerCall+3; i++ {
+			add(engine.UsageClaim{EventID: fmt.Sprintf("ev-%d", i), Customer: a}, engine.UsageHold{Fresh: true, Seen: true})
+		}
+		add(engine.UsageClaim{EventID: "ev-1", Customer: a}, engine.UsageHold{})                       // a again: held by a
+		add(engine.UsageClaim{EventID: "ev-2", Customer: c}, engine.UsageHold{Other: true, Holder: a}) // c: a reuse
+		add(engine.UsageClaim{EventID: "ev-3", LookOnly: true}, engine.UsageHold{Other: true, Holder: a})
+		add(engine.UsageClaim{EventID: "unclaimed", LookOnly: true}, engine.UsageHold{Seen: true})
+		holds, errs := b.store.UsageIDsClaim(ctx, tenant, live, claims)
+		for i := range claims {
+			if errs[i] != nil {
+				t.Fatalf("claim %d (%s): %v", i, claims[i].EventID, errs[i])
+			}
+			if holds[i] != want[i] {
+				t.Errorf("claim %d (%s, look %v): %+v, want %+v", i, claims[i].EventID, claims[i].LookOnly, holds[i], want[i])
+			}
+		}
+		if n := b.rdb.Exists(ctx, b.store.UsageClaimKey(tenant, live, "unclaimed")).Val(); n != 0 {
+			t.Errorf("a look took a claim")
+		}
+		// ev-1 is held twice by a: one release leaves it held.
+		if err := b.store.UsageIDsRelease(ctx, tenant, live, []engine.UsageClaim{{EventID: "ev-1", Customer: a}}); err != nil {
+			t.Fatal(err)
+		}
+		h, errs := b.store.UsageIDsClaim(ctx, tenant, live, []engine.UsageClaim{{EventID: "ev-1", Customer: c}})
+		if errs[0] != nil || !h[0].Other {
+			t.Errorf("ev-1 after one of a's two releases: %+v, %v; want still held by a", h[0], errs[0])
+		}
+	})
+}
