@@ -10,8 +10,8 @@
 -- A send whose consume applied never releases, so the count of an applied
 -- id stays at least 1 until forget.
 --
--- Claim and look, of many ids in one call (one FCALL per id cost more than
--- the claims; lua/usage_ids.go UsageIDsClaim):
+-- Claim and look, of many ids in one call (lua/usage_ids.go UsageIDsClaim;
+-- docs/decisions.md "One call for many ids"):
 -- KEYS       per id, ARGV[3] keys: its claim
 --            {prefix:u:NN}:c:<hash of tenant, environment, id>, then the
 --            usage filter of its slot (the seeded mark {prefix:u:NN}:seen,
