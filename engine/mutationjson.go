@@ -122,30 +122,37 @@ func (d *mutationDecoder) mutation(m *Mutation) error {
 				m.Usage = &MutationUsage{}
 			}
 			err = d.usage(m.Usage)
-		case "res", "gauge", "budget":
-			// Rarer members: encoding/json for them alone.
+		case "res":
+			// Every reservation call decodes one (reply and outbox):
+			// encoding/json for it was 7.5 % of creditd's CPU in the
+			// reserve + commit bench.
+			if d.null() {
+				m.Reservation = nil
+				return nil
+			}
+			if m.Reservation == nil {
+				m.Reservation = &MutationReservation{}
+			}
+			err = d.reservation(m.Reservation)
+		case "gauge":
+			if d.null() {
+				m.Gauge = nil
+				return nil
+			}
+			if m.Gauge == nil {
+				m.Gauge = &MutationGauge{}
+			}
+			err = d.gauge(m.Gauge)
+		case "budget":
+			// Rarer: encoding/json for it alone.
 			var r json.RawMessage
 			if r, err = d.raw(); err != nil {
 				return err
 			}
-			switch string(name) {
-			case "res":
-				if m.Reservation == nil {
-					m.Reservation = &MutationReservation{}
-				}
-				err = json.Unmarshal(r, m.Reservation)
-			case "budget":
-				if m.Budget == nil {
-					m.Budget = &MutationBudget{}
-				}
-				err = json.Unmarshal(r, m.Budget)
-			default:
-				if m.Gauge == nil {
-					m.Gauge = &MutationGauge{}
-				}
-				err = json.Unmarshal(r, m.Gauge)
+			if m.Budget == nil {
+				m.Budget = &MutationBudget{}
 			}
-			if err != nil {
+			if json.Unmarshal(r, m.Budget) != nil {
 				return errSlowPath
 			}
 		default:
@@ -363,6 +370,111 @@ func (d *mutationDecoder) usage(u *MutationUsage) error {
 				u.Items = append(u.Items, it)
 				return nil
 			})
+		default:
+			return errSlowPath
+		}
+		return err
+	})
+}
+
+func (d *mutationDecoder) reservation(r *MutationReservation) error {
+	return d.object(func(name []byte) (err error) {
+		switch string(name) {
+		case "id":
+			r.ID, err = d.uuid()
+		case "metric":
+			r.Metric, err = d.str()
+		case "est_units":
+			r.EstimatedUnits, err = d.int()
+		case "est_cost":
+			r.EstimatedCost, err = d.int()
+		case "act_units":
+			r.ActualUnits, err = d.intPtr()
+		case "act_cost":
+			r.ActualCost, err = d.intPtr()
+		case "released":
+			r.Released, err = d.int()
+		case "status":
+			var s string
+			s, err = d.word()
+			r.Status = ReservationStatus(s)
+		case "expires":
+			r.ExpiresMS, err = d.int()
+		case "created":
+			r.CreatedMS, err = d.int()
+		case "committed":
+			r.CommittedMS, err = d.intPtr()
+		case "released_at":
+			r.ReleasedMS, err = d.intPtr()
+		case "meta":
+			r.Metadata, err = d.raw()
+		case "items":
+			// encoding/json decodes a repeated array into the elements
+			// already there; that is the slow path's.
+			if r.Items != nil {
+				return errSlowPath
+			}
+			if d.null() {
+				return nil
+			}
+			r.Items = []ReservationItem{}
+			err = d.array(func() error {
+				var it ReservationItem
+				if err := d.reservationItem(&it); err != nil {
+					return err
+				}
+				r.Items = append(r.Items, it)
+				return nil
+			})
+		default:
+			return errSlowPath
+		}
+		return err
+	})
+}
+
+func (d *mutationDecoder) reservationItem(it *ReservationItem) error {
+	return d.object(func(name []byte) (err error) {
+		switch string(name) {
+		case "billable_metric_key":
+			it.BillableMetricKey, err = d.metricName()
+		case "estimated_units":
+			it.EstimatedUnits, err = d.int()
+		case "estimated_cost":
+			it.EstimatedCost, err = d.int()
+		case "actual_units":
+			it.ActualUnits, err = d.intPtr()
+		case "actual_cost":
+			it.ActualCost, err = d.intPtr()
+		default:
+			return errSlowPath
+		}
+		return err
+	})
+}
+
+func (d *mutationDecoder) gauge(g *MutationGauge) error {
+	return d.object(func(name []byte) (err error) {
+		switch string(name) {
+		case "metric":
+			g.Metric, err = d.metricName()
+		case "current":
+			g.Current, err = d.int()
+		case "cap":
+			g.Cap, err = d.intPtr()
+		case "leases":
+			// Rarer (leased gauges only): encoding/json for them alone,
+			// into a slice it has not filled before.
+			if g.Leases != nil {
+				return errSlowPath
+			}
+			var r json.RawMessage
+			if r, err = d.raw(); err != nil {
+				return err
+			}
+			if json.Unmarshal(r, &g.Leases) != nil {
+				return errSlowPath
+			}
 		default:
 			return errSlowPath
 		}

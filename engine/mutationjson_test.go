@@ -30,10 +30,15 @@ func mutationSamples() []string {
 	for _, id := range []string{"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f63", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f64", "0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f65"} {
 		compact = strings.ReplaceAll(compact, `"`+id+`"`, `"`+CompactID(uuid.MustParse(id))+`"`)
 	}
+	// A committed multi-metric reservation, and a leased gauge move under a
+	// cap.
+	commit := strings.Replace(op, `"eb":100000,`, `"eb":100000,"res":{"id":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f66","metric":"","est_units":3,"est_cost":9,"act_units":2,"act_cost":6,"released":3,"status":"committed","expires":1,"created":0,"committed":5,"released_at":null,`+
+		`"items":[{"billable_metric_key":"a","estimated_units":1,"estimated_cost":3,"actual_units":1,"actual_cost":3},{"billable_metric_key":"b","estimated_units":2,"estimated_cost":6,"actual_units":null,"actual_cost":null}]},`+
+		`"gauge":{"metric":"seats","current":3,"cap":10,"leases":[{"id":"0193a0c2-7d4e-7a31-9a55-1b2c3d4e5f67","amount":2,"status":"active","expires":9,"created":1,"seconds":60}]},`, 1)
 	// A grant of a block scoped to metrics names its scope.
 	scoped := strings.Replace(op, `"created":1767225540000}]`, `"created":1767225540000,"scope":["api_calls","gpu.seconds"]}]`, 1)
 	return []string{op, draws, res, compact, string(viaGo), scoped, `{}`, `{"entries":[],"blocks":[]}`,
-		`{"blocks":[{"scope":[]},{"scope":null}]}`}
+		`{"blocks":[{"scope":[]},{"scope":null}]}`, commit}
 }
 
 // TestDecodeMutationMatchesEncodingJSON: on the documents the scripts write
@@ -80,6 +85,15 @@ func TestDecodeMutationMatchesEncodingJSON(t *testing.T) {
 		},
 		func(s string) string { return strings.Replace(s, `"units":5,"cost"`, `"units":"5","cost"`, 1) },
 		func(s string) string { return strings.Replace(s, `"current":3`, `"current":3.5`, 1) },
+		func(s string) string { return strings.Replace(s, `"res":{`, `"res":null,"res":{`, 1) },
+		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":null,`, 1) },
+		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":[{"billable_metric_key":"z"}],`, 1) },
+		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":[],`, 1) },
+		func(s string) string { return strings.Replace(s, `"status":"active"`, `"status":"Active"`, 1) },
+		func(s string) string { return strings.Replace(s, `"act_units":2`, `"act_units":null`, 1) },
+		func(s string) string { return strings.Replace(s, `"gauge":{`, `"gauge":null,"gauge":{"cap":1,`, 1) },
+		func(s string) string { return strings.Replace(s, `"leases":[`, `"leases":null,"leases":[`, 1) },
+		func(s string) string { return strings.Replace(s, `"cap":10`, `"cap":null`, 1) },
 		func(s string) string { return strings.Replace(s, `"charged":15`, `"charged":15,"refused":true`, 1) },
 		func(s string) string { return s + " " },
 		func(s string) string { return s + " x" },
