@@ -34,7 +34,7 @@ if v then holder, state = string.sub(v, 1, 16), string.sub(v, 17) end
 -- unseen reports whether the usage filter given certainly never saw k.
 local function unseen()
   local seen = seen_keys(KEYS, 2)
-  return seen ~= nil and not seen_maybe(seen, k, redis.call('GET', seen[1]))
+  return seen ~= nil and not seen_maybe(seen, k, redis.call('GET', seen_mark(seen)))
 end
 
 if op == 'l' then
