@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,11 +78,7 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []
 	a = append(a, idemHead(idemRunning, d.Tenant, d.RequestHash), idemHead(idemRerun, d.Tenant, d.RequestHash), lockMS, windowMS)
 	if d.Checked {
 		shape |= 1
-		for _, v := range d.Stamps {
-			// As a number: go-redis writes its decimal text, the bytes
-			// FormatUint made, with one allocation less.
-			a = append(a, v)
-		}
+		a = append(a, stampsText(&d.Stamps))
 	}
 	if r != nil {
 		var nowMicros int64
@@ -94,6 +91,21 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []
 		a = append(a, c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap, s.wakeChannel(), wakeChangesMessage(c.TenantID))
 	}
 	return k, append(a, doorShapeArgs[shape]), nil
+}
+
+// stampsText is stamps as door_fused.lua compares them: their decimal
+// values joined by spaces, in kind order. One argument instead of six
+// costs Redis a few thousand instructions less a call.
+func stampsText(stamps *engine.TenantStamps) string {
+	var buf [len(engine.TenantStamps{}) * 21]byte
+	b := buf[:0]
+	for i, v := range stamps {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendUint(b, v, 10)
+	}
+	return string(b)
 }
 
 // fusedError is a body's refusal carried in door_fused.lua's reply, the

@@ -20,8 +20,9 @@
 -- A[d+1]   the rerun record (a money call's "done, replay by re-running")
 -- A[d+2]   the in-progress record's TTL ms     A[d+3] the rerun's TTL ms
 -- then, each only when the shape has it:
---          the six stamps' values as decimal text, in the fields' order
---          (engine.StampFields: t c m p s a; a node alone checks none)
+--          the six stamps' values as decimal text joined by spaces, in
+--          the fields' order (engine.StampFields: t c m p s a; an absent
+--          field is 0): one argument, not six (a node alone checks none)
 --          gcra.lua's ARGV[1..4]
 --          reservation_note.lua's ARGV[1..5] (an empty wake channel is
 --          none): after an answer that is not a replay, the reservation
@@ -44,10 +45,10 @@ local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 -- DOOR_SHAPE[shape] is {stamps checked, rate asked, notice asked, the
 -- door's ARGV, the door's KEYS}.
 local DOOR_SHAPE = {
-  ['0'] = {false, false, false, 5, 2}, ['1'] = {true, false, false, 11, 2},
-  ['2'] = {false, true, false, 9, 3}, ['3'] = {true, true, false, 15, 3},
-  ['4'] = {false, false, true, 10, 3}, ['5'] = {true, false, true, 16, 3},
-  ['6'] = {false, true, true, 14, 4}, ['7'] = {true, true, true, 20, 4},
+  ['0'] = {false, false, false, 5, 2}, ['1'] = {true, false, false, 6, 2},
+  ['2'] = {false, true, false, 9, 3}, ['3'] = {true, true, false, 10, 3},
+  ['4'] = {false, false, true, 10, 3}, ['5'] = {true, false, true, 11, 3},
+  ['6'] = {false, true, true, 14, 4}, ['7'] = {true, true, true, 15, 4},
 }
 local DOOR_STALE = {'door', 'stale', -2, 0, 0, 0}
 local DOOR_NO_RATE = {-2, 0, 0, 0}
@@ -61,10 +62,12 @@ local function door_run(K, A, body)
   local i = d + 4
   if shape[1] then
     local got = redis.call('HMGET', stamps_key, 't', 'c', 'm', 'p', 's', 'a')
-    for j = 1, 6 do
-      if (got[j] or '0') ~= A[i] then return DOOR_STALE end
-      i = i + 1
+    -- Equal joined exactly when equal one by one: the values are digits.
+    if (got[1] or '0') .. ' ' .. (got[2] or '0') .. ' ' .. (got[3] or '0') .. ' ' .. (got[4] or '0') .. ' ' ..
+        (got[5] or '0') .. ' ' .. (got[6] or '0') ~= A[i] then
+      return DOOR_STALE
     end
+    i = i + 1
   end
   if redis.call('EXISTS', record_key) == 1 then return DOOR_STALE end
   local rate = DOOR_NO_RATE

@@ -232,6 +232,13 @@ func TestFusedDoorLayout(t *testing.T) {
 		if na, nk := len(a)-3-len(k)-len(args), len(k)-len(keys); na != want[0] || nk != want[1] {
 			t.Errorf("shape %d: the door sends %d arguments and %d keys, DOOR_SHAPE reads %d and %d", shape, na, nk, want[0], want[1])
 		}
+		if d.Checked {
+			d.Stamps = engine.TenantStamps{1, 0, 18446744073709551615, 4, 1764547200000000, 6}
+			_, a, _ = s.fusedArgs("fn", d, keys, args)
+			if got, want := a[len(a)-shapes[fmt.Sprint(got)][0]+4], "1 0 18446744073709551615 4 1764547200000000 6"; got != want {
+				t.Errorf("shape %d: the stamps sent as %q, want %q", shape, got, want)
+			}
+		}
 		if !slices.Equal(k[:len(keys)], keys) || !reflect.DeepEqual(a[3+len(k):3+len(k)+len(args)], args) {
 			t.Errorf("shape %d: the body's keys and arguments do not come first: %v %v", shape, k, a)
 		}
