@@ -8,8 +8,9 @@
 --
 -- The body's KEYS and ARGV come first, as the body reads them, and the
 -- door's after them: door_run takes its own off the ends of the tables
--- Redis built and hands the body those same tables (a copy of each cost
--- ~15,000 instructions a call, most of a fused call's fixed cost).
+-- Redis built and hands the body those same tables (the copies, with the
+-- arguments a door did not need, cost a consume ~37,000 instructions:
+-- docs/decisions.md "The fused door hands the body Redis's own KEYS").
 --
 -- K[1..]   the body's KEYS, then the door's: the tenant's stamps hash, the
 --          key's record, the rate budget's key (only when a rate is asked),
