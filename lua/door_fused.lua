@@ -6,22 +6,31 @@
 -- budget taken (gcra.lua), and the Idempotency-Key's record claimed, all in
 -- the script's one round trip instead of a door trip before it (issue 26).
 --
--- K[1]     the tenant's stamps hash        K[2] the key's record
--- K[3]     the rate budget's key ("" when the rate is not asked)
--- K[4]     the tenant's change feed ("" when no reservation notice is asked)
--- K[5..]   the body's KEYS
--- A[1]     n, the stamps checked (0: a node alone)
--- A[2..1+n]    their fields     A[2+n..1+2n] their values as decimal text
--- then, from b = 2+2n:
--- A[b]     the in-progress record (a claim's)
--- A[b+1]   the rerun record (a money call's "done, replay by re-running")
--- A[b+2]   the in-progress record's TTL ms     A[b+3] the rerun's TTL ms
--- A[b+4..b+7] gcra.lua's ARGV[1..4] (ignored when K[3] is "")
--- A[b+8..b+12] reservation_note.lua's ARGV[1..5] (ignored when K[4] is ""; an
---          empty wake channel is none): after an answer that is not a
---          replay, the reservation notice engine.NotingReservations would append after
---          the script, in the same round trip
--- A[b+13..] the body's ARGV
+-- The body's KEYS and ARGV come first, as the body reads them, and the
+-- door's after them: door_run takes its own off the ends of the tables
+-- Redis built and hands the body those same tables (the copies, with the
+-- arguments a door did not need, cost a consume ~37,000 instructions:
+-- docs/decisions.md "The fused door hands the body Redis's own KEYS").
+--
+-- K[1..]   the body's KEYS, then the door's: the tenant's stamps hash, the
+--          key's record, the rate budget's key (only when a rate is asked),
+--          the tenant's change feed (only when a reservation notice is asked)
+-- A[1..]   the body's ARGV, then the door's, from d (A[#A], the shape,
+--          says how many there are: DOOR_SHAPE):
+-- A[d]     the in-progress record (a claim's)
+-- A[d+1]   the rerun record (a money call's "done, replay by re-running")
+-- A[d+2]   the in-progress record's TTL ms     A[d+3] the rerun's TTL ms
+-- then, each only when the shape has it:
+--          the six stamps' values as decimal text joined by spaces, in
+--          the fields' order (engine.StampFields: t c m p s a; an absent
+--          field is 0): one argument, not six (a node alone checks none)
+--          gcra.lua's ARGV[1..4]
+--          reservation_note.lua's ARGV[1..5] (an empty wake channel is
+--          none): after an answer that is not a replay, the reservation
+--          notice engine.NotingReservations would append after the script,
+--          in the same round trip
+-- A[#A]    the shape: "0".."7", 1 stamps checked + 2 rate asked + 4 notice
+--          asked (lua/door_fused.go doorShapeArgs)
 --
 -- Reply, always {"door", what, granted, remaining, retry us, reset us, ...}
 -- with gcra.lua's figures (granted -2: no rate asked):
@@ -34,41 +43,62 @@
 --                      MAYBESEEN, STALE): no record written
 local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 
+-- DOOR_SHAPE[shape] is {stamps checked, rate asked, notice asked, the
+-- door's ARGV, the door's KEYS}.
+local DOOR_SHAPE = {
+  ['0'] = {false, false, false, 5, 2}, ['1'] = {true, false, false, 6, 2},
+  ['2'] = {false, true, false, 9, 3}, ['3'] = {true, true, false, 10, 3},
+  ['4'] = {false, false, true, 10, 3}, ['5'] = {true, false, true, 11, 3},
+  ['6'] = {false, true, true, 14, 4}, ['7'] = {true, true, true, 15, 4},
+}
+local DOOR_STALE = {'door', 'stale', -2, 0, 0, 0}
+local DOOR_NO_RATE = {-2, 0, 0, 0}
+
 local function door_run(K, A, body)
-  local n = tonumber(A[1])
-  if n > 0 then
-    local fields = {}
-    for i = 1, n do fields[i] = A[1 + i] end
-    local got = redis.call('HMGET', K[1], unpack(fields))
-    for i = 1, n do
-      if (got[i] or '0') ~= A[1 + n + i] then return {'door', 'stale', -2, 0, 0, 0} end
+  local na, nk = #A, #K
+  local shape = DOOR_SHAPE[A[na]]
+  if not shape then return redis.error_reply('BADARG the fused door\'s shape') end
+  local d, k = na - shape[4] + 1, nk - shape[5] + 1
+  local stamps_key, record_key = K[k], K[k + 1]
+  local i = d + 4
+  if shape[1] then
+    local got = redis.call('HMGET', stamps_key, 't', 'c', 'm', 'p', 's', 'a')
+    -- Equal joined exactly when equal one by one: the values are digits.
+    if (got[1] or '0') .. ' ' .. (got[2] or '0') .. ' ' .. (got[3] or '0') .. ' ' .. (got[4] or '0') .. ' ' ..
+        (got[5] or '0') .. ' ' .. (got[6] or '0') ~= A[i] then
+      return DOOR_STALE
     end
+    i = i + 1
   end
-  if redis.call('EXISTS', K[2]) == 1 then return {'door', 'stale', -2, 0, 0, 0} end
-  local b = 2 + 2 * n
-  local rate = {-2, 0, 0, 0}
-  if K[3] ~= '' then
-    rate = BODY['gcra']({K[3]}, {A[b + 4], A[b + 5], A[b + 6], A[b + 7]})
-    if rate.err then return {'door', 'stale', -2, 0, 0, 0} end -- the usual path's take answers it
+  if redis.call('EXISTS', record_key) == 1 then return DOOR_STALE end
+  local rate = DOOR_NO_RATE
+  if shape[2] then
+    rate = BODY['gcra']({K[k + 2]}, {A[i], A[i + 1], A[i + 2], A[i + 3]})
+    if rate.err then return DOOR_STALE end -- the usual path's take answers it
     if rate[1] < 1 then return {'door', 'rate', rate[1], rate[2], rate[3], rate[4]} end
+    i = i + 4
   end
-  local keys, argv = {}, {}
-  for i = 5, #K do keys[i - 4] = K[i] end
-  for i = b + 13, #A do argv[i - b - 12] = A[i] end
-  local r = body(keys, argv)
+  local running, rerun, running_ms, rerun_ms = A[d], A[d + 1], A[d + 2], A[d + 3]
+  local feed_key, n1, n2, n3, wake, n5
+  if shape[3] then
+    feed_key, n1, n2, n3, wake, n5 = K[nk], A[i], A[i + 1], A[i + 2], A[i + 3], A[i + 4]
+    if wake == '' then wake = nil end
+  end
+  -- The body sees only its own: its scripts read #KEYS and #ARGV.
+  for j = d, na do A[j] = nil end
+  for j = k, nk do K[j] = nil end
+  local r = body(K, A)
   if type(r) == 'table' and r.err then
     local what = 'retry'
     if not door_retried[string.match(r.err, '^%u+') or ''] then
-      redis.call('SET', K[2], A[b], 'PX', A[b + 2])
+      redis.call('SET', record_key, running, 'PX', running_ms)
       what = 'err'
     end
     return {'door', what, rate[1], rate[2], rate[3], rate[4], r.err}
   end
-  redis.call('SET', K[2], A[b + 1], 'PX', A[b + 3])
-  if K[4] ~= '' and r[1] ~= 'replay' then
-    local wake = A[b + 11]
-    if wake == '' then wake = nil end
-    BODY['reservation_note']({K[1], K[4]}, {A[b + 8], A[b + 9], A[b + 10], wake, A[b + 12]})
+  redis.call('SET', record_key, rerun, 'PX', rerun_ms)
+  if feed_key and r[1] ~= 'replay' then
+    BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5})
   end
   return {'door', 'ok', rate[1], rate[2], rate[3], rate[4], r[1], r[2]}
 end

@@ -3,6 +3,12 @@ package lua
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,5 +187,60 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 	e := rdb.XRange(ctx, feed, "-", "+").Val()
 	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
 		t.Errorf("feed %v, want one reservation notice of %s", e, c.CustomerID)
+	}
+}
+
+// TestFusedDoorLayout: door_fused.lua reads what fusedArgs sends in every
+// shape (its DOOR_SHAPE counts the door's keys and arguments at the ends),
+// and its HMGET asks engine.StampFields in their order, the order of the
+// stamps' values fusedArgs sends.
+func TestFusedDoorLayout(t *testing.T) {
+	m := regexp.MustCompile(`redis\.call\('HMGET', stamps_key, ((?:'\w+'(?:, )?)+)\)`).FindStringSubmatch(doorFusedLua)
+	if m == nil {
+		t.Fatal("no HMGET of the stamps in door_fused.lua")
+	}
+	if want := "'" + strings.Join(engine.StampFields(), "', '") + "'"; m[1] != want {
+		t.Errorf("door_fused.lua asks %s, want engine.StampFields %s", m[1], want)
+	}
+	shapes := map[string][2]int{}
+	for _, e := range regexp.MustCompile(`\['(\d)'\] = \{(?:true|false), (?:true|false), (?:true|false), (\d+), (\d+)\}`).FindAllStringSubmatch(doorFusedLua, -1) {
+		na, _ := strconv.Atoi(e[2])
+		nk, _ := strconv.Atoi(e[3])
+		shapes[e[1]] = [2]int{na, nk}
+	}
+	s := NewStore(nil, "layout")
+	keys, args := []string{"k1", "k2", "k3"}, []any{"a1", "a2"}
+	for shape := range 8 {
+		d := &engine.FusedDoor{Tenant: uuid.New(), Checked: shape&1 != 0, Key: "key", RequestHash: "hash",
+			LockTTL: time.Minute, Window: time.Hour}
+		if shape&2 != 0 {
+			d.Rate = &engine.RateAsk{Key: uuid.New(), PerSecond: 1, Burst: 1, Requests: 1}
+		}
+		if shape&4 != 0 {
+			c := newCustomer()
+			d.ReservationNote = &c
+		}
+		k, a, err := s.fusedArgs("fn", d, keys, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := a[len(a)-1]
+		want, ok := shapes[fmt.Sprint(got)]
+		if !ok || got != doorShapeArgs[shape] {
+			t.Fatalf("shape %d sent as %v, which DOOR_SHAPE lacks", shape, got)
+		}
+		if na, nk := len(a)-3-len(k)-len(args), len(k)-len(keys); na != want[0] || nk != want[1] {
+			t.Errorf("shape %d: the door sends %d arguments and %d keys, DOOR_SHAPE reads %d and %d", shape, na, nk, want[0], want[1])
+		}
+		if d.Checked {
+			d.Stamps = engine.TenantStamps{1, 0, 18446744073709551615, 4, 1764547200000000, 6}
+			_, a, _ = s.fusedArgs("fn", d, keys, args)
+			if got, want := a[len(a)-shapes[fmt.Sprint(got)][0]+4], "1 0 18446744073709551615 4 1764547200000000 6"; got != want {
+				t.Errorf("shape %d: the stamps sent as %q, want %q", shape, got, want)
+			}
+		}
+		if !slices.Equal(k[:len(keys)], keys) || !reflect.DeepEqual(a[3+len(k):3+len(k)+len(args)], args) {
+			t.Errorf("shape %d: the body's keys and arguments do not come first: %v %v", shape, k, a)
+		}
 	}
 }

@@ -122,7 +122,7 @@ func TestSeenFilterSparesPostgres(t *testing.T) {
 
 // seenMaybeScript asks the prelude's seen_maybe about op key ARGV[1] with
 // the filter keys KEYS (the seeded mark's value read as replay reads it).
-var seenMaybeScript = withPrelude("if seen_maybe(KEYS, ARGV[1], redis.call('MGET', KEYS[1])[1]) then return 1 end return 0")
+var seenMaybeScript = withPrelude("if seen_maybe(seen_keys(KEYS, 1), ARGV[1], redis.call('MGET', KEYS[1])[1]) then return 1 end return 0")
 
 // TestSeenFilterNoFalseNew: every key recorded (by the persister or the
 // seeding, in any of the weeks a call consults) reads "maybe", never

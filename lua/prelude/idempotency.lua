@@ -30,10 +30,10 @@ local function replay(op_key, rh, seen)
   if not op_key then return nil end
   local prev, seeded = nil, nil
   if seen then
-    -- The op key and the partition's seeded mark (seen[1], a string under
-    -- the same hash tag) in one MGET: a redis.call less on every call
-    -- whose key is new.
-    local v = redis.call('MGET', op_key, seen[1])
+    -- The op key and the partition's seeded mark (seen_mark, a string
+    -- under the same hash tag) in one MGET: a redis.call less on every
+    -- call whose key is new.
+    local v = redis.call('MGET', op_key, seen_mark(seen))
     prev, seeded = v[1], v[2]
   else
     prev = redis.call('GET', op_key)

@@ -107,17 +107,20 @@ local function seen_has(fp, v)
 end
 
 -- seen_keys is the filter keys a money script was given from KEYS[from]
--- on (the seeded mark, then the week hashes), nil when none.
+-- on (the seeded mark, then the week hashes), nil when none: {keys, from},
+-- the script's own KEYS and where the filter's start, not a copy (a table
+-- grown key by key was rehashed four times on every money call).
 local function seen_keys(keys, from)
   if not keys[from] then return nil end
-  local t = {}
-  for i = from, #keys do t[#t + 1] = keys[i] end
-  return t
+  return {keys, from}
 end
+
+-- seen_mark is the partition's seeded mark of seen (seen_keys).
+local function seen_mark(seen) return seen[1][seen[2]] end
 
 -- seen_maybe reports whether op key k may name an operation applied
 -- before (see above): always when the partition is not seeded (seeded:
--- the value of its mark seen[1], false or nil when absent). The
+-- the value of its mark seen_mark(seen), false or nil when absent). The
 -- digest, fields and fingerprint are the same in every week, so they are
 -- made once, and each week's HMGET asks only the five buckets (not the
 -- counts, which only seen_put needs): every money call with an
@@ -127,8 +130,9 @@ local function seen_maybe(seen, k, seeded)
   if not seeded then return true end
   local h = redis.sha1hex(k)
   local f, fp = seen_fields(h), seen_fp(h)
-  for i = 2, #seen do
-    if seen_has(fp, redis.call('HMGET', seen[i], f[1], f[2], f[3], f[4], f[5])) then return true end
+  local keys = seen[1]
+  for i = seen[2] + 1, #keys do
+    if seen_has(fp, redis.call('HMGET', keys[i], f[1], f[2], f[3], f[4], f[5])) then return true end
   end
   return false
 end
