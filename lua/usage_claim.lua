@@ -64,10 +64,7 @@ end
 -- to) certainly never saw claim k.
 local function unseen(k, from, to)
   if from > to then return false end
-  local filter = {}
-  for i = from, to do filter[#filter + 1] = KEYS[i] end
-  local seen = {filter, 1}
-  return not seen_maybe(seen, k, redis.call('GET', seen_mark(seen)))
+  return not seen_maybe({KEYS, from, to}, k, redis.call('GET', KEYS[from]))
 end
 
 -- claim_or_look is one id's claim ('c') or look ('l') of claim k for

@@ -109,7 +109,9 @@ end
 -- seen_keys is the filter keys a money script was given from KEYS[from]
 -- on (the seeded mark, then the week hashes), nil when none: {keys, from},
 -- the script's own KEYS and where the filter's start, not a copy (a table
--- grown key by key was rehashed four times on every money call).
+-- grown key by key was rehashed four times on every money call). A filter
+-- that ends before the last key is {keys, from, to} (usage_claim.lua's,
+-- several in one call).
 local function seen_keys(keys, from)
   if not keys[from] then return nil end
   return {keys, from}
@@ -131,7 +133,7 @@ local function seen_maybe(seen, k, seeded)
   local h = redis.sha1hex(k)
   local f, fp = seen_fields(h), seen_fp(h)
   local keys = seen[1]
-  for i = seen[2] + 1, #keys do
+  for i = seen[2] + 1, seen[3] or #keys do
     if seen_has(fp, redis.call('HMGET', keys[i], f[1], f[2], f[3], f[4], f[5])) then return true end
   end
   return false
