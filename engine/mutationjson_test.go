@@ -87,7 +87,9 @@ func TestDecodeMutationMatchesEncodingJSON(t *testing.T) {
 		func(s string) string { return strings.Replace(s, `"current":3`, `"current":3.5`, 1) },
 		func(s string) string { return strings.Replace(s, `"res":{`, `"res":null,"res":{`, 1) },
 		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":null,`, 1) },
-		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":[{"billable_metric_key":"z"}],`, 1) },
+		func(s string) string {
+			return strings.Replace(s, `"res":{`, `"res":{"items":[{"billable_metric_key":"z"}],`, 1)
+		},
 		func(s string) string { return strings.Replace(s, `"res":{`, `"res":{"items":[],`, 1) },
 		func(s string) string { return strings.Replace(s, `"status":"active"`, `"status":"Active"`, 1) },
 		func(s string) string { return strings.Replace(s, `"act_units":2`, `"act_units":null`, 1) },
