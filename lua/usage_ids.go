@@ -103,42 +103,22 @@ func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.
 	keys := make([][]string, len(claims))
 	errs := make([]error, len(claims))
 	now := s.clock.Now()
-	_, single := s.rdb.(*redis.Client)
-	type call struct {
-		keys []string
-		args []any
-		at   []int // the claims it carries
-	}
-	var calls []*call
-	open := map[int]*call{} // by slot, or all under -1 on a single Redis
-	ttl := idempotency.UsageClaimRetention.Milliseconds()
+	// Each id's keys: its claim, its slot's seeded mark and week hashes
+	// (usageSeenKeys).
+	head := []any{"m", idempotency.UsageClaimRetention.Milliseconds(), 2 + idempotency.SeenWeeks}
+	b := s.newUsageCalls()
 	for i, c := range claims {
 		k, slot := s.usageClaimKey(tenant, env, c.EventID)
 		seen := s.usageSeenKeys(slot, now)
 		keys[i] = append(append(make([]string, 0, 1+len(seen)), k), seen...)
-		group := slot
-		if single {
-			group = -1
-		}
-		cl := open[group]
-		if cl == nil || len(cl.at) >= maxSeenPerCall {
-			cl = &call{args: []any{"m", ttl, len(keys[i])}}
-			open[group] = cl
-			calls = append(calls, cl)
-		}
 		op := "c"
 		if c.LookOnly {
 			op = "l"
 		}
-		cl.keys = append(cl.keys, keys[i]...)
-		cl.args = append(cl.args, op, string(c.Customer[:]))
-		cl.at = append(cl.at, i)
+		b.add(slot, i, keys[i], head, op, string(c.Customer[:]))
 	}
-	callKeys, callArgs := make([][]string, len(calls)), make([][]any, len(calls))
-	for n, cl := range calls {
-		callKeys[n], callArgs[n] = cl.keys, cl.args
-	}
-	callErrs := make([]error, len(calls))
+	calls := b.calls
+	callKeys, callArgs, callErrs := b.lists(calls)
 	replies := s.pipelined(ctx, usageClaimScript, "usage_claim", callKeys, callArgs, callErrs)
 	holds := make([]engine.UsageHold, len(claims))
 	for n, cl := range calls {
@@ -156,6 +136,56 @@ func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.
 	}
 	s.ackClaims(ctx, keys, claims, holds, errs)
 	return holds, errs
+}
+
+// usageCalls groups a batch's usage_claim.lua calls of one id each into
+// calls of up to maxSeenPerCall ids: of any slots on a single Redis, of
+// one slot on a Cluster (a script's keys share a slot there).
+type usageCalls struct {
+	single bool
+	open   map[int]*usageCall // by slot, or all under -1 on a single Redis
+	calls  []*usageCall
+}
+
+// usageCall is one script call of a usageCalls: its keys and arguments,
+// and the indexes of the ids it carries, in order.
+type usageCall struct {
+	keys []string
+	args []any
+	at   []int
+}
+
+func (s *Store) newUsageCalls() *usageCalls {
+	_, single := s.rdb.(*redis.Client)
+	return &usageCalls{single: single, open: map[int]*usageCall{}}
+}
+
+// add puts id i of slot, its keys and its arguments, in the open call of
+// its group, or in a new one that head's arguments start.
+func (b *usageCalls) add(slot, i int, keys []string, head []any, args ...any) {
+	group := slot
+	if b.single {
+		group = -1
+	}
+	c := b.open[group]
+	if c == nil || len(c.at) >= maxSeenPerCall {
+		c = &usageCall{args: append(make([]any, 0, len(head)+2*maxSeenPerCall), head...)}
+		b.open[group] = c
+		b.calls = append(b.calls, c)
+	}
+	c.keys = append(c.keys, keys...)
+	c.args = append(c.args, args...)
+	c.at = append(c.at, i)
+}
+
+// lists are calls' keys and arguments as pipelined takes them, and their
+// errors.
+func (b *usageCalls) lists(calls []*usageCall) ([][]string, [][]any, []error) {
+	keys, args := make([][]string, len(calls)), make([][]any, len(calls))
+	for n, c := range calls {
+		keys[n], args[n] = c.keys, c.args
+	}
+	return keys, args, make([]error, len(calls))
 }
 
 // usageHold reads claim c's reply v (usage_claim.lua's per id).
@@ -268,13 +298,8 @@ func (s *Store) usageSeenHash(n int, w int64) string {
 func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 	now := s.clock.Now()
 	w := seenWeek(now)
-	_, single := s.rdb.(*redis.Client)
-	type call struct {
-		keys []string
-		args []any
-	}
-	var calls []*call
-	open := map[int]*call{} // by slot, or all under -1 on a single Redis
+	head := []any{"f", idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)}
+	b := s.newUsageCalls()
 	for i := range ms {
 		m := &ms[i]
 		id, ok := usageEventID(m.IdempotencyKey)
@@ -282,33 +307,19 @@ func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 			continue
 		}
 		k, slot := s.usageClaimKey(m.TenantID, m.Environment, id)
-		group := slot
-		if single {
-			group = -1
-		}
-		c := open[group]
-		if c == nil || len(c.keys) >= 2*maxSeenPerCall {
-			c = &call{args: []any{"f", idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)}}
-			open[group] = c
-			calls = append(calls, c)
-		}
-		c.keys = append(c.keys, k, s.usageSeenHash(slot, w))
-		c.args = append(c.args, string(m.CustomerID[:]))
+		b.add(slot, i, []string{k, s.usageSeenHash(slot, w)}, head, string(m.CustomerID[:]))
 	}
+	calls := b.calls
 	// A round trip carries maxSeenPerCall ids at most: one call on a single
 	// Redis, a pipeline of one-slot calls on a Cluster (a pipeline's calls
 	// run one after another, without other clients' commands between).
 	for lo := 0; lo < len(calls); {
 		hi, ids := lo, 0
-		for hi < len(calls) && (hi == lo || ids+len(calls[hi].keys)/2 <= maxSeenPerCall) {
-			ids += len(calls[hi].keys) / 2
+		for hi < len(calls) && (hi == lo || ids+len(calls[hi].at) <= maxSeenPerCall) {
+			ids += len(calls[hi].at)
 			hi++
 		}
-		keys, args := make([][]string, hi-lo), make([][]any, hi-lo)
-		for i, c := range calls[lo:hi] {
-			keys[i], args[i] = c.keys, c.args
-		}
-		errs := make([]error, hi-lo)
+		keys, args, errs := b.lists(calls[lo:hi])
 		s.pipelined(ctx, usageClaimScript, "usage_claim", keys, args, errs)
 		for _, err := range errs {
 			if err != nil {
