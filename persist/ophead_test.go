@@ -275,13 +275,23 @@ func TestSeedingReadsRecentOnly(t *testing.T) {
 		t.Fatalf("plan %s: %v", raw, err)
 	}
 	parts := readPartitions(t, b.ctx, conn)
-	var seq, ledgerBRIN, opsBRIN bool
+	// On a month's first day the bound on created_at may prune every
+	// partition that holds rows (the newest seeded row is a day old): the
+	// plan then scans only empty months, which reads nothing, and has no
+	// BRIN index to use.
+	var seq, scansRows, ledgerBRIN, opsBRIN bool
 	plans[0].Plan.walk(func(n planNode) {
-		seq = seq || (n.NodeType == "Seq Scan" && !parts.emptyScan(n))
+		if n.NodeType == "Seq Scan" && !parts.emptyScan(n) {
+			seq = true
+		}
+		if n.IndexName != "" {
+			scansRows = true
+		}
 		ledgerBRIN = ledgerBRIN || parts.index(n.IndexName) == "ledger_entries_created_brin"
 		opsBRIN = opsBRIN || parts.index(n.IndexName) == "operations_created_brin"
 	})
-	if seq || !ledgerBRIN || !opsBRIN {
+	scansRows = scansRows || seq
+	if seq || (scansRows && (!ledgerBRIN || !opsBRIN)) {
 		t.Errorf("the seeding's read of the last hour:\n%s\nwant the created_at BRIN indexes, no scan of a whole table", raw)
 	}
 }
