@@ -97,6 +97,16 @@ func (b *AppliedBatcher) drain() {
 		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), appliedQueryTimeout)
 		b.store.appliedOps(ctx, batch)
+		if err := batch[0].err; err != nil && ctx.Err() == nil && Unavailable(err) {
+			// A connection that broke (Postgres restarted, or ended the
+			// backend) leaves its idle siblings as dead, and the pool
+			// pings only those idle for a second: the money calls behind
+			// them would each answer "retry later" once. The pool drops
+			// them all, and the look-up, a read, runs again on a new
+			// connection (TestAppliedAfterRestart).
+			b.store.pool.Reset()
+			b.store.appliedOps(ctx, batch)
+		}
 		cancel()
 		for _, w := range batch {
 			close(w.done)
@@ -122,7 +132,7 @@ const appliedSQL = `SELECT customer_id, mutation FROM operations WHERE tenant_id
 func (s *Store) appliedOps(ctx context.Context, batch []*appliedWait) {
 	var q pgx.Batch
 	for _, w := range batch {
-		w.ms, w.found = make([]engine.Mutation, len(w.refs)), make([]bool, len(w.refs))
+		w.ms, w.found, w.err = make([]engine.Mutation, len(w.refs)), make([]bool, len(w.refs)), nil
 		for _, r := range w.refs {
 			q.Queue(appliedSQL, r.Customer.TenantID, r.Key)
 			q.Queue(headLookupSQL, r.Customer.TenantID, r.Key)

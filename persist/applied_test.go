@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -158,6 +159,47 @@ func TestPersisterForgetsOpKeysAfterCommit(t *testing.T) {
 	for _, k := range []string{"poison", "o2"} {
 		if _, asked := ob.forgot[k]; asked {
 			t.Errorf("%s (dead-lettered) was forgotten", k)
+		}
+	}
+}
+
+// TestAppliedAfterRestart: when Postgres ends every connection of the pool
+// (as a restart does), the next look-up still answers, on a new
+// connection, instead of failing on the dead one it was handed.
+func TestAppliedAfterRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live, _ := b.tenant(t)
+	acct := newAccount(live, time.Now().UTC().Truncate(time.Millisecond))
+	m := acct.grant("k", 1, nil)
+	if err := b.store.Apply(b.ctx, []engine.Mutation{m}); err != nil {
+		t.Fatal(err)
+	}
+	batcher := NewAppliedBatcher(b.store)
+	ref := []engine.OpRef{{Customer: acct.key, Key: "k"}}
+	for round := range 3 {
+		// The pool's connection was used just now, so the pool hands it
+		// out again without a ping.
+		if _, _, err := batcher.AppliedOps(b.ctx, ref); err != nil {
+			t.Fatalf("round %d, before: %v", round, err)
+		}
+		killer, err := pgx.Connect(b.ctx, b.pool.Config().ConnConfig.ConnString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ended int
+		err = killer.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended)
+		killer.Close(b.ctx)
+		if err != nil || ended == 0 {
+			t.Fatalf("round %d: ended %d backends: %v", round, ended, err)
+		}
+		got, found, err := batcher.AppliedOps(b.ctx, ref)
+		if err != nil {
+			t.Fatalf("round %d: the look-up after the backends ended: %v", round, err)
+		}
+		if !found[0] || got[0].OpID != m.OpID {
+			t.Fatalf("round %d: found %v op %s, want %s", round, found[0], got[0].OpID, m.OpID)
 		}
 	}
 }
