@@ -93,8 +93,8 @@ func TestBodyErrorsOverHTTP(t *testing.T) {
 		t.Fatalf("bad input created %d customers", n)
 	}
 	// A 4xx is a completed answer (Common rules 1): stored for replay.
-	for _, k := range h.idem.keys() {
-		if rec := h.idem.record(k); !rec.Done || rec.Status < 400 || rec.Status > 499 {
+	for _, k := range h.idem.Refs() {
+		if rec, _ := h.idem.Record(k.Tenant, k.Key); !rec.Done || rec.Status < 400 || rec.Status > 499 {
 			t.Fatalf("record %s = %+v, want a finished 4xx", k, rec)
 		}
 	}

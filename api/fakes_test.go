@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/creditd/creditd/engine"
-	"github.com/creditd/creditd/engine/idempotency"
 )
 
 // The fakes below stand in for Postgres and Redis so the handler can be
@@ -427,94 +426,6 @@ func (l *fakeLedger) AccountState(context.Context, engine.CustomerKey, time.Time
 	return engine.AccountState{}, false, nil
 }
 
-// fakeIdem is idempotency.Records over a map (no TTLs: tests are short).
-type fakeIdem struct {
-	mu      sync.Mutex
-	records map[string]fakeIdemRecord
-	// abortFails is how many Aborts still fail (a Redis slot without a
-	// master), each counted in aborts.
-	abortFails, aborts int
-	// beginFails, when set, is what every Begin answers (the record's
-	// Redis slot without a master).
-	beginFails error
-}
-
-// fakeIdemRecord is a stored record with the request hash it belongs to.
-type fakeIdemRecord struct {
-	hash string
-	rec  idempotency.Record
-}
-
-func newFakeIdem() *fakeIdem { return &fakeIdem{records: map[string]fakeIdemRecord{}} }
-
-func (f *fakeIdem) Begin(_ context.Context, tenant uuid.UUID, key, hash string, _ time.Duration) (idempotency.Record, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.beginFails != nil {
-		return idempotency.Record{}, false, f.beginFails
-	}
-	k := tenant.String() + "|" + key
-	if cur, ok := f.records[k]; ok {
-		rec := cur.rec
-		rec.Mismatch = cur.hash != hash
-		return rec, false, nil
-	}
-	f.records[k] = fakeIdemRecord{hash: hash}
-	return idempotency.Record{}, true, nil
-}
-
-func (f *fakeIdem) Finish(_ context.Context, tenant uuid.UUID, key, hash string, rec idempotency.Record, _ time.Duration, held bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := tenant.String() + "|" + key
-	cur, ok := f.records[k]
-	if held && (!ok || cur.hash != hash || cur.rec.Done) {
-		panic("Finish says held but the claim is gone")
-	}
-	if ok && (cur.rec.Done || cur.hash != hash) {
-		return nil
-	}
-	rec.Done, rec.Body = true, append([]byte(nil), rec.Body...)
-	f.records[k] = fakeIdemRecord{hash: hash, rec: rec}
-	return nil
-}
-
-func (f *fakeIdem) MarkRerun(ctx context.Context, marks []idempotency.RerunMark, ttl time.Duration) error {
-	for _, m := range marks {
-		if err := f.Finish(ctx, m.Tenant, m.Key, m.RequestHash, idempotency.Record{Rerun: true}, ttl, m.Held); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *fakeIdem) Abort(_ context.Context, tenant uuid.UUID, key, hash string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.aborts++
-	if f.abortFails > 0 {
-		f.abortFails--
-		return engine.ErrUnavailable
-	}
-	k := tenant.String() + "|" + key
-	if cur, ok := f.records[k]; ok && !cur.rec.Done && cur.hash == hash {
-		delete(f.records, k)
-	}
-	return nil
-}
-
-// keys lists the stored records' keys, sorted.
-func (f *fakeIdem) keys() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for k := range f.records {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // mustJSON decodes a response body into a generic map.
 func mustJSON(b []byte) map[string]any {
 	var m map[string]any
@@ -522,11 +433,4 @@ func mustJSON(b []byte) map[string]any {
 		panic("bad JSON " + string(b) + ": " + err.Error())
 	}
 	return m
-}
-
-// record is the stored record under a keys() entry.
-func (f *fakeIdem) record(k string) idempotency.Record {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.records[k].rec
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/creditd/creditd/engine"
+	"github.com/creditd/creditd/engine/idempotency/idempotencytest"
 )
 
 const testAdminToken = "s3cret-admin-token"
@@ -22,7 +23,7 @@ type harness struct {
 	srv     *Server
 	dir     *fakeDirectory
 	blocks  *fakeBlocks
-	idem    *fakeIdem
+	idem    *idempotencytest.Records
 	tenants *engine.Tenants
 	tenant  uuid.UUID
 	live    string
@@ -40,7 +41,7 @@ func setup(t *testing.T, mutate ...func(*Config)) *harness {
 	tenants := engine.NewTenants(keys.ForgettingDirectory(dir), keys, clock, true)
 	customers := engine.NewCustomers(dir, clock)
 	credits := engine.NewCredits(customers, blocks, ledger, clock, nil)
-	idem := newFakeIdem()
+	idem := idempotencytest.New()
 	cfg := Config{
 		Tenants: tenants, Customers: customers, Credits: credits, Idempotency: idem,
 		AdminToken: testAdminToken, Log: zerolog.New(io.Discard),

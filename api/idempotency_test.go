@@ -155,10 +155,10 @@ func TestIdempotencyStoresCompletedResponses(t *testing.T) {
 	}
 
 	// Refused before the claim: no record under these keys.
-	before := len(h.idem.keys())
+	before := len(h.idem.Refs())
 	h.do("POST", "/v1/customers/c-1/credits/grant", grantBody, "Idempotency-Key", "no-auth")
 	h.do("POST", "/v1/customers/c-1/credits/grant", grantBody, "X-API-Key", "ck_live_wrongwrongwrongwrongwrongwrong", "Idempotency-Key", "bad-auth")
-	if after := len(h.idem.keys()); after != before {
+	if after := len(h.idem.Refs()); after != before {
 		t.Fatalf("refusals before the claim stored %d records", after-before)
 	}
 }
@@ -241,10 +241,10 @@ func TestIdempotencyRerun(t *testing.T) {
 		{"re-c", false, true},
 		{"re-a", false, true},
 	} {
-		rec := h.idem.record(h.tenant.String() + "|" + tc.key)
+		rec, _ := h.idem.Record(h.tenant, tc.key)
 		for i := 0; tc.rerun && !rec.Done && i < 200; i++ { // the mark is written after the answer
 			time.Sleep(5 * time.Millisecond)
-			rec = h.idem.record(h.tenant.String() + "|" + tc.key)
+			rec, _ = h.idem.Record(h.tenant, tc.key)
 		}
 		if !rec.Done || rec.Rerun != tc.rerun || (len(rec.Body) > 0) != tc.body {
 			t.Errorf("%s: record %+v, want rerun=%v body=%v", tc.key, rec, tc.rerun, tc.body)
@@ -284,9 +284,7 @@ func TestIdempotencyRerun(t *testing.T) {
 func TestIdempotencyRecordUnavailable(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	h.idem.mu.Lock()
-	h.idem.beginFails = fmt.Errorf("lua: idempotency begin: %w", engine.ErrUnavailable)
-	h.idem.mu.Unlock()
+	h.idem.FailBegins(fmt.Errorf("lua: idempotency begin: %w", engine.ErrUnavailable))
 	for _, tc := range []struct {
 		name, path, body string
 		want             int
@@ -305,12 +303,10 @@ func TestIdempotencyRecordUnavailable(t *testing.T) {
 	if n := h.blocks.grants.Load(); n != 1 {
 		t.Errorf("grants applied = %d, want 1", n)
 	}
-	if n := len(h.idem.records); n != 0 {
+	if n := len(h.idem.Refs()); n != 0 {
 		t.Errorf("%d records stored while the record's slot was down, want 0", n)
 	}
-	h.idem.mu.Lock()
-	h.idem.beginFails = errors.New("lua: idempotency begin: WRONGTYPE")
-	h.idem.mu.Unlock()
+	h.idem.FailBegins(errors.New("lua: idempotency begin: WRONGTYPE"))
 	if r := h.do("POST", "/v1/customers/ru-1/credits/grant", grantBody, h.idemKey("ru-other")...); r.status != 500 {
 		t.Errorf("grant under a failure that is not unavailability: %d %s, want 500", r.status, r.body)
 	}

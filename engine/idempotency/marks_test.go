@@ -1,4 +1,4 @@
-package idempotency
+package idempotency_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+
+	"github.com/creditd/creditd/engine/idempotency"
+	"github.com/creditd/creditd/engine/idempotency/idempotencytest"
 )
 
 // TestRerunMarksBatch: marks queued together travel in a few MarkRerun
@@ -23,13 +26,12 @@ func TestRerunMarksBatch(t *testing.T) {
 	}{
 		{"one", 1, 1},
 		{"a burst", 300, 300 / 10},
-		{"a full queue", MaxMarksInFlight + 50, MaxMarksInFlight},
+		{"a full queue", idempotency.MaxMarksInFlight + 50, idempotency.MaxMarksInFlight},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			recs := newFakeRecords()
-			c := NewClaims(recs, zerolog.Nop(), errUnavailable)
-			w := c.marks
+			recs := idempotencytest.New()
+			c := idempotency.NewClaims(recs, zerolog.Nop(), errUnavailable)
 			tenant := uuid.New()
 			refused := 0
 			for i := range tc.marks {
@@ -37,7 +39,7 @@ func TestRerunMarksBatch(t *testing.T) {
 				if _, claimed, _ := recs.Begin(context.Background(), tenant, key, "rh", time.Minute); !claimed {
 					t.Fatalf("%s not claimed", key)
 				}
-				if !w.add(pendingMark{mark: RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, claimedAt: time.Now()}) {
+				if !c.QueueMark(idempotency.RerunMark{Tenant: tenant, Key: key, RequestHash: "rh"}, time.Now()) {
 					refused++
 				}
 			}
@@ -49,21 +51,19 @@ func TestRerunMarksBatch(t *testing.T) {
 			}
 			// The writer drains the queue as it fills, so a burst over its
 			// size may or may not be refused in part.
-			if want := max(tc.marks-MaxMarksInFlight, 0); refused > want {
+			if want := max(tc.marks-idempotency.MaxMarksInFlight, 0); refused > want {
 				t.Errorf("refused %d marks, want at most %d", refused, want)
 			}
 			marked := 0
 			for i := range tc.marks {
-				if rec, _ := recs.record(tenant, fmt.Sprintf("k%d", i)); rec.Done && rec.Rerun {
+				if rec, _ := recs.Record(tenant, fmt.Sprintf("k%d", i)); rec.Done && rec.Rerun {
 					marked++
 				}
 			}
 			if marked != tc.marks-refused {
 				t.Errorf("%d of %d taken marks written", marked, tc.marks-refused)
 			}
-			recs.mu.Lock()
-			calls := recs.markCalls
-			recs.mu.Unlock()
+			_, _, calls := recs.Calls()
 			if calls < 1 || calls > tc.maxCalls {
 				t.Errorf("%d MarkRerun calls for %d marks, want 1 to %d", calls, tc.marks, tc.maxCalls)
 			}
@@ -86,24 +86,23 @@ func TestRerunMarksRetried(t *testing.T) {
 	}{
 		{"written at once", 0, 0, true},
 		{"written after two failed tries", 2, 0, true},
-		{"lapsed claim left alone", 1, LockTTL + time.Second, false},
+		{"lapsed claim left alone", 1, idempotency.LockTTL + time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			recs := newFakeRecords()
-			recs.markFails = tc.fails
-			c := NewClaims(recs, zerolog.Nop(), errUnavailable)
-			c.abortSlots = make(chan struct{}, 1)
+			recs := idempotencytest.New()
+			recs.FailMarks(tc.fails)
+			c := idempotency.NewClaims(recs, zerolog.Nop(), errUnavailable)
+			c.OneAbortSlot()
 			tenant := uuid.New()
 			if _, claimed, _ := recs.Begin(context.Background(), tenant, "k", "rh", time.Minute); !claimed {
 				t.Fatal("not claimed")
 			}
-			c.marks.write([]pendingMark{{mark: RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"},
-				claimedAt: time.Now().Add(-tc.claimedAt)}})
-			deadline := time.Now().Add(time.Duration(tc.fails+2) * AbortRetry * 2)
-			var rec Record
+			c.WriteMark(idempotency.RerunMark{Tenant: tenant, Key: "k", RequestHash: "rh"}, time.Now().Add(-tc.claimedAt))
+			deadline := time.Now().Add(time.Duration(tc.fails+2) * idempotency.AbortRetry * 2)
+			var rec idempotency.Record
 			for time.Now().Before(deadline) {
-				if rec, _ = recs.record(tenant, "k"); rec.Rerun {
+				if rec, _ = recs.Record(tenant, "k"); rec.Rerun {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
