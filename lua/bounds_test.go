@@ -221,6 +221,55 @@ func TestKeptReservationsBounded(t *testing.T) {
 	})
 }
 
+// TestKeptReservationTextsRemembered: the finalized instant of a kept reservation
+// is remembered by its text across calls (prelude res_final); two customers whose
+// kept reservations are the same texts, read on the slow path, each let them go
+// exactly when RES_KEEP_MS has passed since they were finalized.
+func TestKeptReservationTextsRemembered(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		terms := engine.RuleTerms{CostType: engine.CostFlat, BaseCost: 1}
+		a, _ := b.funded(t)
+		o, _ := b.funded(t)
+		for _, c := range []engine.CustomerKey{a, o} {
+			for i := 0; i < 3; i++ {
+				r := reserveCmd(c, 1, terms, time.Hour, t0)
+				b.reserve(t, r)
+				if _, err := b.store.Release(ctx, releaseCmd(c, r.ReservationID, false, t0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		keep := 10 * time.Minute // prelude/reservations.lua RES_KEEP_MS
+		steps := []struct {
+			c    engine.CustomerKey
+			at   time.Time
+			kept int
+		}{
+			{a, t0.Add(time.Minute), 3},
+			{o, t0.Add(time.Minute), 3},
+			{a, t0.Add(keep - time.Millisecond), 3},
+			{o, t0.Add(keep), 0},
+			{a, t0.Add(keep), 0},
+		}
+		for i, st := range steps {
+			if _, err := b.store.Consume(ctx, consumeCmd(st.c, 1, perUnitTerms(1), engine.OveragePolicyBlock, st.at)); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			kept := 0
+			for _, k := range b.rdb.HKeys(ctx, b.store.accountKey(st.c.CustomerID)).Val() {
+				if strings.HasPrefix(k, "r:") {
+					kept++
+				}
+			}
+			if kept != st.kept {
+				t.Errorf("step %d: the hash keeps %d finalized reservations, want %d", i, kept, st.kept)
+			}
+		}
+	})
+}
+
 // TestCommitMergesMetadataInGo: the commit's metadata is merged into the
 // reservation's by Go and the script only checks the reservation is unchanged; the result
 // is the key-by-key merge either way.
@@ -263,15 +312,28 @@ func TestCommitReservationMetadataField(t *testing.T) {
 		name   string
 		commit engine.Metadata
 		want   string
+		// kept finalized reservations before: 7 make the hash long enough
+		// for acct_read's summary HMGET, which finds no summary, so the
+		// script reads the field with HKEYS and HMGET instead of HGETALL.
+		kept int
 	}{
-		{"no metadata", nil, `{"a":1}`},
-		{"merged", engine.Metadata{"b": json.RawMessage(`2`)}, `{"a":1,"b":2}`},
+		{"no metadata", nil, `{"a":1}`, 0},
+		{"merged", engine.Metadata{"b": json.RawMessage(`2`)}, `{"a":1,"b":2}`, 0},
+		{"no metadata, kept reservations", nil, `{"a":1}`, maxKeptReservations - 1},
+		{"merged, kept reservations", engine.Metadata{"b": json.RawMessage(`2`)}, `{"a":1,"b":2}`, maxKeptReservations - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b bundle) {
 				ctx := context.Background()
 				c, _ := b.funded(t)
 				terms := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3}
+				for i := 0; i < tc.kept; i++ {
+					k := reserveCmd(c, 1, terms, time.Hour, t0)
+					b.reserve(t, k)
+					if _, err := b.store.Release(ctx, releaseCmd(c, k.ReservationID, false, t0)); err != nil {
+						t.Fatal(err)
+					}
+				}
 				r := reserveCmd(c, 2, terms, time.Hour, t0)
 				r.Metadata = engine.Metadata{"a": json.RawMessage(`1`)}
 				b.reserve(t, r)

@@ -71,7 +71,11 @@ end
 -- whose metadata is a few fields at most) in one HGETALL, a redis.call
 -- fewer on the most common account.
 -- The slow path of acct_read: every block decoded, every reservation counted.
-local function acct_read_all(key, n)
+-- plain names the extras acct_read answers with a field's raw value (nil
+-- for none): they ride in this read, HGETALL's answer or the HMGET, as
+-- a.x[name], instead of an HGET each after it (a commit's "n:<id>" on
+-- every slow-path account: docs/decisions.md "A commit's reads").
+local function acct_read_all(key, n, plain)
   local names, vals = nil, nil
   if n and n < LAYOUT_MIN_ITEMS + 5 then
     local kv = redis.call('HGETALL', key)
@@ -93,15 +97,29 @@ local function acct_read_all(key, n)
     for i, f in ipairs(names) do
       if acct_wanted(a, f) then acct_field(a, f, vals[i]) end
     end
+    if plain then
+      for i, f in ipairs(names) do
+        if plain[f] then a.x[f] = vals[i] end
+      end
+    end
   else
-    local want = {}
+    -- dec[i] is false for a field read only as a plain extra.
+    local want, dec = {}, {}
     for _, f in ipairs(names) do
-      if acct_wanted(a, f) then want[#want + 1] = f end
+      if acct_wanted(a, f) then
+        want[#want + 1], dec[#want + 1] = f, true
+      elseif plain and plain[f] then
+        want[#want + 1], dec[#want + 1] = f, false
+      end
     end
     for first = 1, #want, 1000 do
       local last = math.min(first + 999, #want)
       local got = redis.call('HMGET', key, unpack(want, first, last))
-      for i = first, last do acct_field(a, want[i], got[i - first + 1]) end
+      for i = first, last do
+        local f, v = want[i], got[i - first + 1]
+        if dec[i] then acct_field(a, f, v) end
+        if plain and plain[f] then a.x[f] = v or nil end
+      end
     end
   end
   for id, raw in pairs(a.res) do
@@ -234,7 +252,17 @@ do
         if a then return a end
       end
     end
-    local a = acct_read_all(key, n)
+    -- The extras the read's own tables do not answer: the slow path
+    -- rebuilds the index ("o"); the rest ride in acct_read_all's read.
+    local plain = nil
+    for _, name in ipairs(extras) do
+      local k1, k2 = string.byte(name, 1, 2)
+      if name ~= 'o' and not (k2 == BYTE_COLON and (k1 == BYTE_R or k1 == BYTE_G or k1 == BYTE_U or k1 == BYTE_P)) then
+        plain = plain or {}
+        plain[name] = true
+      end
+    end
+    local a = acct_read_all(key, n, plain)
     if not a then return nil end
     for _, name in ipairs(extras) do
       local k1, k2 = string.byte(name, 1, 2)
@@ -245,8 +273,6 @@ do
       elseif k2 == BYTE_COLON and (k1 == BYTE_U or k1 == BYTE_P) then
         -- A budget's or the draw limit's counter: acct_read_all kept it.
         a.x[name] = a[name]
-      elseif name ~= 'o' then -- the slow path rebuilds the index
-        a.x[name] = redis.call('HGET', key, name) or nil
       end
     end
     return a

@@ -177,12 +177,28 @@ end
 
 -- res_final is when the encoded reservation was finalized (ms), nil while
 -- it is active: one pattern match, not a whole res_dec, because every
--- script checks every kept reservation.
-local function res_final(raw)
-  if string.byte(raw, 1) == 97 then return nil end -- 'a': active
-  local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
-  if not f or f == '' then return nil end
-  return b36_dec(f)
+-- slow-path read checks every kept reservation. A function of the text
+-- alone, remembered across calls as block_dec's texts (two generations of
+-- 2,048 texts, ~200 B each): a finalized reservation's text stays as it is
+-- while it is kept, and the match cost ~3,000 instructions a text on every
+-- call (docs/decisions.md "A commit's reads").
+local res_final
+do
+  local FIN, FIN_OLD, FIN_N, FIN_MAX = {}, {}, 0, 2048
+  function res_final(raw)
+    if string.byte(raw, 1) == 97 then return nil end -- 'a': active
+    local fin = FIN[raw]
+    if fin == nil then
+      fin = FIN_OLD[raw]
+      if fin == nil then
+        local f = string.match(raw, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|')
+        fin = f and f ~= '' and b36_dec(f) or false
+      end
+      if FIN_N >= FIN_MAX then FIN, FIN_OLD, FIN_N = {}, FIN, 0 end
+      FIN[raw], FIN_N = fin, FIN_N + 1
+    end
+    return fin or nil
+  end
 end
 
 -- res_member is the partition reservation-expiry zset member of a reservation.

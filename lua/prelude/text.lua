@@ -8,19 +8,26 @@ local function int_parse(s)
   return tonumber(s)
 end
 
-local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
-
+-- b36_enc is integer n in base 36, lower case. The digits go to one
+-- string.char as bytes: a concatenation per digit made a new string
+-- (hashed byte by byte) each time, ~7,000 instructions an instant, and a
+-- reservation's create encodes two (docs/decisions.md "Base 36 in one
+-- string").
 local function b36_enc(n)
   if n == 0 then return '0' end
-  local sign = ''
+  local sign = nil
   if n < 0 then sign, n = '-', -n end
-  local out = ''
+  local c, i = {}, 0
   while n > 0 do
     local d = n % 36
-    out = string.sub(B36, d + 1, d + 1) .. out
+    i = i + 1
+    if d < 10 then c[i] = d + 48 else c[i] = d + 87 end
     n = (n - d) / 36
   end
-  return sign .. out
+  -- Lowest digit first in c: reversed in place.
+  for j = 1, math.floor(i / 2) do c[j], c[i + 1 - j] = c[i + 1 - j], c[j] end
+  if sign then return sign .. string.char(unpack(c, 1, i)) end
+  return string.char(unpack(c, 1, i))
 end
 
 local function b36_dec(s)
