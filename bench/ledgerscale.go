@@ -114,7 +114,7 @@ func (b *Bench) ledgerScale(ctx context.Context, rows int64, queries int) {
 	if !now.After(current) {
 		now = current.Add(time.Second)
 	}
-	tomorrow := now.Truncate(24 * time.Hour).AddDate(0, 0, 1)
+	tomorrow := now.Truncate(24*time.Hour).AddDate(0, 0, 1)
 	var months []time.Time // newest first
 	for i := 0; i < ledgerScaleMonths; i++ {
 		months = append(months, current.AddDate(0, -i, 0))
