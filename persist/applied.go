@@ -3,9 +3,11 @@ package persist
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"sync"
 	"time"
 
@@ -97,7 +99,7 @@ func (b *AppliedBatcher) drain() {
 		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), appliedQueryTimeout)
 		b.store.appliedOps(ctx, batch)
-		if err := batch[0].err; err != nil && ctx.Err() == nil && Unavailable(err) {
+		if err := batch[0].err; err != nil && ctx.Err() == nil && lostConnection(err) {
 			// A connection that broke (Postgres restarted, or ended the
 			// backend) leaves its idle siblings as dead, and the pool
 			// pings only those idle for a second: the money calls behind
@@ -112,6 +114,14 @@ func (b *AppliedBatcher) drain() {
 			close(w.done)
 		}
 	}
+}
+
+// lostConnection reports whether err says a connection in hand broke
+// (Unavailable, but not a failure to connect: then no pooled connection
+// is known dead, and a reset would only close live ones).
+func lostConnection(err error) bool {
+	var ce *pgconn.ConnectError
+	return Unavailable(err) && !errors.As(err, &ce)
 }
 
 // appliedSQL finds the operations of one tenant under one idempotency key.
