@@ -40,7 +40,8 @@
 -- past its limit refuses it under every policy (BUDGET, prelude
 -- budget_refuse) before the balance is looked at.
 --
--- Reply: {"new", mutation JSON} or {"replay", stored op record} (the
+-- Reply: {"new", the compact op record when the script stored one, else
+-- the mutation JSON} or {"replay", stored op record} (the
 -- compact consume record, or a Mutation JSON a rebuild stored); errors
 -- NOSTATE, MISMATCH, INSUFFICIENT (block), BUDGET, OVERFLOW (the cost
 -- leaves int64), BADTERMS, BADARG.
@@ -107,4 +108,7 @@ local record = nil
 -- pool draw splits: such a charge keeps its whole Mutation.
 if op_key and not m_pos(pooled) then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
 publish(outbox_key, op_key, op_ttl_ms, json, record)
+-- The caller builds its answer from the record's figures alone (the
+-- Mutation is the outbox's): a fifth of the bytes to send and to decode.
+if record then return {'new', record} end
 return {'new', json}

@@ -151,8 +151,8 @@ func (s *Store) consume(ctx context.Context, cmd engine.ConsumeCommand) (engine.
 		return engine.MutationResult{}, err
 	}
 	res, err := s.runMoney(ctx, consumeScript, "consume", keys, args)
-	if err == nil && res.Replayed {
-		fillReplayCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
+	if err == nil {
+		fillRecordCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
 	}
 	return res, err
 }
@@ -206,7 +206,7 @@ func (s *Store) consumeMulti(ctx context.Context, cmd engine.ConsumeCommand) (en
 	}
 	res, err := s.runMoney(ctx, consumeMultiScript, "consume_multi", keys, args)
 	if err == nil && res.Replayed {
-		fillReplayCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
+		fillRecordCustomer(&res, cmd.Customer, cmd.IdempotencyKey)
 	}
 	return res, err
 }
@@ -327,8 +327,8 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 		if errs[i] != nil || args[i] == nil || (found != nil && found[i]) {
 			continue
 		}
-		if out[i], _, errs[i] = mutationReply("consume", v); errs[i] == nil && out[i].Replayed {
-			fillReplayCustomer(&out[i], cmds[i].Customer, cmds[i].IdempotencyKey)
+		if out[i], _, errs[i] = mutationReply("consume", v); errs[i] == nil {
+			fillRecordCustomer(&out[i], cmds[i].Customer, cmds[i].IdempotencyKey)
 		}
 	}
 	s.ackBatch(ctx, keys, errs)

@@ -166,7 +166,17 @@ func TestConsumePolicies(t *testing.T) {
 				if err != nil {
 					t.Fatalf("consume: %v", err)
 				}
-				m := res.Mutation
+				// The answer is the compact record's figures; the whole
+				// Mutation, with its draws, is the outbox's.
+				if r := res.Mutation; r.OpID != cmd.OpID || r.Usage == nil || r.Usage.Charged != tc.wantCharged ||
+					r.Usage.Overage != tc.wantOverage || r.Account.Balance != tc.wantBalance || r.CustomerID != c.CustomerID {
+					t.Errorf("answer %+v usage %+v", r, r.Usage)
+				}
+				ob := b.outbox(t, c)
+				m := ob[len(ob)-1]
+				if m.OpID != cmd.OpID {
+					t.Fatalf("outbox's last Mutation is op %s, want %s", m.OpID, cmd.OpID)
+				}
 				if got := draws(m, names); fmt.Sprint(got) != fmt.Sprint(tc.wantDraws) {
 					t.Errorf("entries %v, want %v", got, tc.wantDraws)
 				}

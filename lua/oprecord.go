@@ -17,12 +17,12 @@ import (
 const opRecordConsume = 'c'
 
 // decodeConsumeRecord turns a compact consume op record into the Mutation
-// a replayed consume answers from: op id, instant, the account figures,
+// a consume answers from, new or replayed: op id, instant, the account figures,
 // the usage and the consumption entry at its index (the expiry entries
 // before it stand in as bare expiry entries, so engine.EntryID of the
 // consumption entry is the original one). It carries no blocks and only
 // the request hash prefix; tenant, customer and environment come from the
-// caller (fillReplayCustomer).
+// caller (fillRecordCustomer).
 func decodeConsumeRecord(body string) (engine.Mutation, error) {
 	var m engine.Mutation
 	head, rest, ok := strings.Cut(body, "\n")
@@ -64,9 +64,9 @@ func decodeConsumeRecord(body string) (engine.Mutation, error) {
 	return m, nil
 }
 
-// fillReplayCustomer names the customer of a Mutation decoded from a
+// fillRecordCustomer names the customer of a Mutation decoded from a
 // compact op record (which does not repeat what the key name says).
-func fillReplayCustomer(res *engine.MutationResult, c engine.CustomerKey, idempotencyKey string) {
+func fillRecordCustomer(res *engine.MutationResult, c engine.CustomerKey, idempotencyKey string) {
 	m := &res.Mutation
 	if m.CustomerID == uuid.Nil {
 		m.TenantID, m.CustomerID, m.Environment, m.IdempotencyKey = c.TenantID, c.CustomerID, c.Environment, idempotencyKey

@@ -168,8 +168,9 @@ func gaugeCapError(rest string) (*engine.Error, bool) {
 }
 
 // mutationReply decodes a money script's {status, mutation JSON} reply
-// (a replayed consume may answer with its compact op record instead,
-// oprecord.go); ok is false for the "noop" status.
+// (a consume, new or replayed, may answer with its compact op record
+// instead, oprecord.go: its caller names the customer,
+// fillRecordCustomer); ok is false for the "noop" status.
 func mutationReply(script string, v any) (res engine.MutationResult, ok bool, err error) {
 	parts, isSlice := v.([]any)
 	if !isSlice || len(parts) != 2 {
@@ -184,12 +185,12 @@ func mutationReply(script string, v any) (res engine.MutationResult, ok bool, er
 	default:
 		return res, false, fmt.Errorf("lua: %s: unexpected reply status %q", script, status)
 	}
-	if status == replyReplay && len(body) > 0 && body[0] == opRecordConsume {
+	if len(body) > 0 && body[0] == opRecordConsume {
 		m, err := decodeConsumeRecord(body)
 		if err != nil {
 			return res, false, fmt.Errorf("lua: %s: %w", script, err)
 		}
-		return engine.MutationResult{Mutation: m, Replayed: true}, true, nil
+		return engine.MutationResult{Mutation: m, Replayed: status == replyReplay}, true, nil
 	}
 	if err := engine.DecodeMutationString(body, &res.Mutation); err != nil {
 		return res, false, fmt.Errorf("lua: %s: decode mutation: %w", script, err)
