@@ -256,7 +256,15 @@ func crossingKind(k MutationKind) bool {
 //
 // A Mutation without a Context yields no credit.low_balance (its threshold is
 // unknown here) and a null external_customer_id; the persister fills both in.
-func EventsOf(m Mutation) []Event {
+func EventsOf(m Mutation) []Event { return eventsOf(m, false) }
+
+// EventsOfCarried is EventsOf for a persister whose ledger row carries m's
+// credit.consumed event (the event is rebuilt from the row when read): that
+// event comes without a payload, which nothing would read, and the
+// envelope's JSON is not built for it on every consume.
+func EventsOfCarried(m Mutation) []Event { return eventsOf(m, true) }
+
+func eventsOf(m Mutation, carried bool) []Event {
 	var out []Event
 	ext, threshold := (*string)(nil), int64(0)
 	if m.Context != nil {
@@ -286,6 +294,10 @@ func EventsOf(m Mutation) []Event {
 		if main < 0 {
 			break
 		}
+		if carried {
+			out = append(out, bareMutationEvent(m, SlotMain, EventCreditConsumed))
+			break
+		}
 		add(SlotMain, EventCreditConsumed, ConsumedData{TransactionID: EntryID(m.OpID, main),
 			Credits: m.mainDebited(), BalanceAfter: after})
 	case MutationConsume, MutationCommit:
@@ -297,7 +309,11 @@ func EventsOf(m Mutation) []Event {
 		if m.Context != nil {
 			policy = m.Context.Policy
 		}
-		if u.Charged > 0 || (u.Overage > 0 && policy != OveragePolicyNotify) {
+		switch {
+		case u.Charged <= 0 && (u.Overage <= 0 || policy == OveragePolicyNotify):
+		case carried:
+			out = append(out, bareMutationEvent(m, SlotMain, EventCreditConsumed))
+		default:
 			add(SlotMain, EventCreditConsumed, consumedData(&m, main))
 		}
 	}
@@ -421,6 +437,15 @@ func newMutationEvent(m Mutation, slot EventSlot, t EventType, ext *string, data
 	customer, version := m.CustomerID, m.Account.Version
 	return newEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, ext, m.At(), m.IdempotencyKey,
 		&version, data)
+}
+
+// bareMutationEvent is newMutationEvent without a payload (EventsOfCarried).
+func bareMutationEvent(m Mutation, slot EventSlot, t EventType) Event {
+	customer, version := m.CustomerID, m.Account.Version
+	created := m.At().UTC()
+	next := created
+	return Event{ID: EventID(m.OpID, slot), TenantID: m.TenantID, Environment: m.Environment, CustomerID: &customer,
+		EventType: t, Version: &version, Status: EventPending, NextRetryAt: &next, CreatedAt: created}
 }
 
 // NewEvent builds a pending event and its delivered body; the first attempt

@@ -89,6 +89,24 @@ func TestEventsOf(t *testing.T) {
 					t.Fatalf("event %d id changed on replay", i)
 				}
 			}
+			// For a persister whose ledger row carries credit.consumed: the
+			// same events, that one without its payload, the others whole.
+			carried := EventsOfCarried(tc.m)
+			if len(carried) != len(got) {
+				t.Fatalf("carried events = %v, want %v", types(carried), types(got))
+			}
+			for i, e := range carried {
+				want := got[i]
+				if e.EventType == EventCreditConsumed && e.ID == EventID(tc.m.OpID, SlotMain) {
+					if e.Payload != nil {
+						t.Errorf("carried credit.consumed has a payload: %s", e.Payload)
+					}
+					want.Payload = nil
+				}
+				if !reflect.DeepEqual(e, want) {
+					t.Errorf("carried event %d = %+v, want %+v", i, e, want)
+				}
+			}
 		})
 	}
 }

@@ -364,7 +364,12 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape, 
 			entry = &id
 		}
 		mainID := engine.EventID(m.OpID, engine.SlotMain)
-		for _, e := range engine.EventsOf(*m) {
+		evs := engine.EventsOf
+		if entry != nil && carry {
+			// Its credit.consumed goes to carried, which keeps no body.
+			evs = engine.EventsOfCarried
+		}
+		for _, e := range evs(*m) {
 			r := eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill}
 			if entry != nil && e.ID == mainID && e.EventType == engine.EventCreditConsumed {
 				r.entry = entry
