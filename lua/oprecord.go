@@ -29,27 +29,36 @@ func decodeConsumeRecord(body string) (engine.Mutation, error) {
 	if !ok || len(head) == 0 || head[0] != opRecordConsume {
 		return m, fmt.Errorf("lua: consume op record: no request hash line")
 	}
-	f := strings.Split(rest, "|")
-	if len(f) != 11 {
-		return m, fmt.Errorf("lua: consume op record: %d fields, want 11", len(f))
+	// Cut field by field into an array: every consume's answer is decoded
+	// here, and a Split would allocate the slice.
+	var f [11]string
+	n := 0
+	for more := true; more; n++ {
+		if n == len(f) {
+			return m, fmt.Errorf("lua: consume op record: more than %d fields", len(f))
+		}
+		f[n], rest, more = strings.Cut(rest, "|")
+	}
+	if n != len(f) {
+		return m, fmt.Errorf("lua: consume op record: %d fields, want %d", n, len(f))
 	}
 	op, err := uuid.Parse(f[0])
 	if err != nil {
 		return m, fmt.Errorf("lua: consume op record: op id: %w", err)
 	}
-	var n [9]int64
-	for i := range n {
-		if n[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+	var v [9]int64
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
 			return m, fmt.Errorf("lua: consume op record: field %d: %w", i+2, err)
 		}
 	}
-	at, idx, units, cost, charged, overage := n[0], n[1], n[2], n[3], n[4], n[5]
+	at, idx, units, cost, charged, overage := v[0], v[1], v[2], v[3], v[4], v[5]
 	if idx < 0 || idx > engine.MaxLiveBlocks {
 		return m, fmt.Errorf("lua: consume op record: entry index %d", idx)
 	}
 	metric := f[10]
 	m = engine.Mutation{OpID: op, Kind: engine.MutationConsume, RequestHash: head[1:], AtMS: at,
-		Account: engine.MutationAccount{Balance: n[6], Reserved: n[7], Pending: n[8]},
+		Account: engine.MutationAccount{Balance: v[6], Reserved: v[7], Pending: v[8]},
 		Usage:   &engine.MutationUsage{Metric: metric, Units: units, Cost: cost, Charged: charged, Overage: overage}}
 	m.Entries = make([]engine.MutationEntry, idx+1)
 	for i := range m.Entries[:idx] {
