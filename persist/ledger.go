@@ -320,23 +320,49 @@ type applyColumns struct {
 		version                []int64
 		at                     []time.Time
 	}
-	entries entryCols
-	blocks  struct {
-		id, tenant, customer         []uuid.UUID
-		original, remaining, version []int64
-		priority                     []int32
-		source, meta                 []string
-		scope                        []*string // "{a,b}" text[] literals, nil for none
-		starts, created              []time.Time
-		expires                      []*time.Time
-	}
-	accounts struct {
-		customer, tenant, op                        []uuid.UUID
-		id, env                                     []string
-		balance, reserved, pending, earned, version []int64
-		outbox, debt                                []int64
-		at                                          []time.Time
-	}
+	entries  entryCols
+	blocks   blockCols
+	accounts accountCols
+}
+
+// blockCols are Apply's credit blocks, column by column.
+type blockCols struct {
+	id, tenant, customer         []uuid.UUID
+	original, remaining, version []int64
+	priority                     []int32
+	source, meta                 []string
+	scope                        []*string // "{a,b}" text[] literals, nil for none
+	starts, created              []time.Time
+	expires                      []*time.Time
+}
+
+// presize gives every column room for n blocks (entryCols.presize).
+func (k *blockCols) presize(n int) {
+	k.id, k.tenant, k.customer = make([]uuid.UUID, 0, n), make([]uuid.UUID, 0, n), make([]uuid.UUID, 0, n)
+	k.original, k.remaining, k.version = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	k.priority = make([]int32, 0, n)
+	k.source, k.meta = make([]string, 0, n), make([]string, 0, n)
+	k.scope, k.expires = make([]*string, 0, n), make([]*time.Time, 0, n)
+	k.starts, k.created = make([]time.Time, 0, n), make([]time.Time, 0, n)
+}
+
+// accountCols are Apply's credit accounts, column by column.
+type accountCols struct {
+	customer, tenant, op                        []uuid.UUID
+	id, env                                     []string
+	balance, reserved, pending, earned, version []int64
+	outbox, debt                                []int64
+	at                                          []time.Time
+}
+
+// presize gives every column room for n accounts (entryCols.presize).
+func (a *accountCols) presize(n int) {
+	a.customer, a.tenant, a.op = make([]uuid.UUID, 0, n), make([]uuid.UUID, 0, n), make([]uuid.UUID, 0, n)
+	a.id, a.env = make([]string, 0, n), make([]string, 0, n)
+	a.balance, a.reserved, a.pending = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	a.earned, a.version = make([]int64, 0, n), make([]int64, 0, n)
+	a.outbox, a.debt = make([]int64, 0, n), make([]int64, 0, n)
+	a.at = make([]time.Time, 0, n)
 }
 
 // entryCols are Apply's ledger entries, column by column.
@@ -435,10 +461,12 @@ type blockRow struct {
 func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 	c := &applyColumns{}
 	seenOp := make(map[uuid.UUID]bool, len(ms))
-	var entries []entryRow
-	blocks := map[uuid.UUID]blockRow{}
-	accounts := map[uuid.UUID]*engine.Mutation{}
-	var ops []*engine.Mutation
+	// Sized for a group of consumes (an entry, a block and an account
+	// each at most), so the appends and the maps do not grow step by step.
+	entries := make([]entryRow, 0, len(ms))
+	blocks := make(map[uuid.UUID]blockRow, len(ms))
+	accounts := make(map[uuid.UUID]*engine.Mutation, len(ms))
+	ops := make([]*engine.Mutation, 0, len(ms))
 	for i := range ms {
 		m := &ms[i]
 		if seenOp[m.OpID] {
@@ -594,6 +622,9 @@ func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 	}
 	slices.SortFunc(blockIDs, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	k := &c.blocks
+	if len(blockIDs) > 0 {
+		k.presize(len(blockIDs))
+	}
 	for _, id := range blockIDs {
 		r := blocks[id]
 		var expires *time.Time
@@ -622,6 +653,10 @@ func columnsOf(ms []engine.Mutation, shape recordShape) (*applyColumns, error) {
 	}
 	slices.SortFunc(customers, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	a := &c.accounts
+	if len(customers) > 0 {
+		// None (a group of refusals) leaves the columns nil, as before.
+		a.presize(len(customers))
+	}
 	for _, id := range customers {
 		m := accounts[id]
 		a.customer = append(a.customer, id)
