@@ -96,9 +96,8 @@ var eventNamespace = uuid.MustParse("3d0b7a5e-52c1-4b8e-a7f4-9a61f0c2d8e3")
 // EventID is the id of the event in slot of operation op: name-based, so a
 // replayed Mutation derives the same ids and inserts nothing twice.
 func EventID(op uuid.UUID, slot EventSlot) uuid.UUID {
-	var buf [16 + 32]byte
-	name := slot.name(append(buf[:0], op[:]...))
-	return uuid.NewSHA1(eventNamespace, name)
+	var buf [16 + 16 + 32]byte
+	return nameUUID(slot.name(append(append(buf[:0], eventNamespace[:]...), op[:]...)))
 }
 
 // A credit.consumed whose ledger entry carries it (a lean consume's:

@@ -74,3 +74,14 @@ func TestEventIDsOfStoredEventsUnchanged(t *testing.T) {
 		t.Errorf("main id %s, want %s", got, want)
 	}
 }
+
+// TestEventIDIsNameUUID: EventID, hashed on the stack, is uuid.NewSHA1 of
+// the namespace and the slot's name for every slot, so no stored id moves.
+func TestEventIDIsNameUUID(t *testing.T) {
+	op := uuid.MustParse("0b8e4a1c-6a3f-4f0e-9d2b-7c1a5e3f9b20")
+	for _, slot := range append(allSlots(), BudgetSlot(0), BudgetSlot(7)) {
+		if got, want := EventID(op, slot), uuid.NewSHA1(eventNamespace, slot.name(append([]byte(nil), op[:]...))); got != want {
+			t.Errorf("EventID(%v) = %s, want %s", slot, got, want)
+		}
+	}
+}

@@ -168,7 +168,12 @@ var entryNamespace = uuid.MustParse("6f1c3f52-8a47-4b7e-9d56-0c1e2a9f4b10")
 func EntryID(op uuid.UUID, i int) uuid.UUID {
 	var in [16 + 16 + 20]byte
 	b := append(append(in[:0], entryNamespace[:]...), op[:]...)
-	b = strconv.AppendInt(b, int64(i), 10)
+	return nameUUID(strconv.AppendInt(b, int64(i), 10))
+}
+
+// nameUUID is the version 5 UUID of b, a namespace's 16 bytes and then the
+// name: uuid.NewSHA1's answer without its allocations.
+func nameUUID(b []byte) uuid.UUID {
 	sum := sha1.Sum(b)
 	var u uuid.UUID
 	copy(u[:], sum[:16])
