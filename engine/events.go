@@ -442,10 +442,7 @@ func newMutationEvent(m Mutation, slot EventSlot, t EventType, ext *string, data
 // bareMutationEvent is newMutationEvent without a payload (EventsOfCarried).
 func bareMutationEvent(m Mutation, slot EventSlot, t EventType) Event {
 	customer, version := m.CustomerID, m.Account.Version
-	created := m.At().UTC()
-	next := created
-	return Event{ID: EventID(m.OpID, slot), TenantID: m.TenantID, Environment: m.Environment, CustomerID: &customer,
-		EventType: t, Version: &version, Status: EventPending, NextRetryAt: &next, CreatedAt: created}
+	return pendingEvent(EventID(m.OpID, slot), t, m.TenantID, m.Environment, &customer, m.At(), &version)
 }
 
 // NewEvent builds a pending event and its delivered body; the first attempt
@@ -467,7 +464,17 @@ func newEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, cust
 		// Every data type above marshals; a failure is a programming error.
 		panic("engine: marshal event payload: " + err.Error())
 	}
+	e := pendingEvent(id, t, tenant, env, customer, created, version)
+	e.Payload = payload
+	return e
+}
+
+// pendingEvent is newEvent's event before its payload: pending, its first
+// attempt due at once.
+func pendingEvent(id uuid.UUID, t EventType, tenant uuid.UUID, env Environment, customer *uuid.UUID,
+	created time.Time, version *int64) Event {
+	created = created.UTC()
 	next := created
 	return Event{ID: id, TenantID: tenant, Environment: env, CustomerID: customer, EventType: t, Version: version,
-		Payload: payload, Status: EventPending, NextRetryAt: &next, CreatedAt: created}
+		Status: EventPending, NextRetryAt: &next, CreatedAt: created}
 }

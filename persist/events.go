@@ -363,11 +363,15 @@ func eventRowsOf(ms []engine.Mutation, alerts *alertOutcome, shape recordShape, 
 			id := engine.EntryID(m.OpID, main)
 			entry = &id
 		}
-		mainID := engine.EventID(m.OpID, engine.SlotMain)
+		// Only a Mutation with a carrying entry needs the main event's id.
+		var mainID uuid.UUID
 		evs := engine.EventsOf
-		if entry != nil && carry {
-			// Its credit.consumed goes to carried, which keeps no body.
-			evs = engine.EventsOfCarried
+		if entry != nil {
+			mainID = engine.EventID(m.OpID, engine.SlotMain)
+			if carry {
+				// Its credit.consumed goes to carried, which keeps no body.
+				evs = engine.EventsOfCarried
+			}
 		}
 		for _, e := range evs(*m) {
 			r := eventRow{e: e, ord: len(rows), version: m.Account.Version, fill: fill}
