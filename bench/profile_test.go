@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,7 @@ type inproc struct {
 	key       string
 	customers []string
 	remote    net.Addr
+	rdb       *redis.Client
 }
 
 func (p *inproc) call(method, path string, body []byte, headers ...string) (int, []byte) {
@@ -100,7 +102,7 @@ func newInproc(b *testing.B, customers int) *inproc {
 		_, _ = deletePrefix(context.Background(), rdb, name)
 		rdb.Close()
 	})
-	p := &inproc{handler: a.Server.Handler(), remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}}
+	p := &inproc{handler: a.Server.Handler(), remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, rdb: rdb}
 	bearer := []string{"Authorization", "Bearer " + adminToken}
 	st, raw := p.call("POST", "/admin/v1/tenants", []byte(`{"name":"prof"}`), bearer...)
 	if st != 201 {
@@ -344,6 +346,7 @@ func BenchmarkRedisFlows(b *testing.B) {
 			if cg != "" {
 				_ = exec.Command("callgrind_control", "-z", cg).Run()
 			}
+			before := commandStats(context.Background(), p.rdb)
 			b.ResetTimer()
 			for range b.N {
 				run()
@@ -353,6 +356,37 @@ func BenchmarkRedisFlows(b *testing.B) {
 				time.Sleep(2 * time.Second)
 				_ = exec.Command("callgrind_control", "-d", cg).Run()
 			}
+			if os.Getenv("PROFILE_STATS") != "" {
+				time.Sleep(2 * time.Second)
+				reportCommandStats(b, before, commandStats(context.Background(), p.rdb))
+			}
 		})
 	}
+}
+
+// reportCommandStats logs, per timed request, each command's calls and
+// Redis microseconds between two INFO commandstats readings (a script's
+// own commands count inside its FCALL too), and reports the total of the
+// commands a client sent as redis-µs/op. With PROFILE_STATS set, against a
+// private redis-server, it compares two builds' money scripts in seconds
+// where callgrind takes minutes (noisier: wall time, not instructions).
+func reportCommandStats(b *testing.B, before, after map[string][2]int64) {
+	var total float64
+	var lines []string
+	for name, a := range after {
+		d := [2]int64{a[0] - before[name][0], a[1] - before[name][1]}
+		if d[0] == 0 {
+			continue
+		}
+		per := float64(d[1]) / float64(b.N)
+		lines = append(lines, fmt.Sprintf("%-14s calls/op %6.2f  µs/op %8.2f", name, float64(d[0])/float64(b.N), per))
+	}
+	for _, n := range []string{"fcall", "fcall_ro", "evalsha", "eval"} {
+		total += float64(after[n][1]-before[n][1]) / float64(b.N)
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		b.Log(l)
+	}
+	b.ReportMetric(total, "script-µs/op")
 }

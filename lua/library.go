@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -63,10 +64,16 @@ func (sc *script) doorFn() string {
 
 var libraryScripts []*script
 
+// libraryGCLua sets the Lua collector's pace on the library's first call
+// (library_gc.lua says why).
+//
+//go:embed library_gc.lua
+var libraryGCLua string
+
 // libraryFrame names the shape library() gives each script (a body in
 // BODY, its function and its fused-door function): part of the version,
 // so two creditd builds that frame scripts differently never share names.
-const libraryFrame = "body+door/1"
+const libraryFrame = "body+door/2"
 
 // lib is the library's source and the version its names carry.
 type lib struct {
@@ -87,7 +94,7 @@ func library() lib {
 	libraryOnce.Do(func() {
 		h := sha1.New()
 		h.Write([]byte(preludeLua))
-		h.Write([]byte("\x00" + libraryFrame + "\x00" + doorFusedLua))
+		h.Write([]byte("\x00" + libraryFrame + "\x00" + libraryGCLua + "\x00" + doorFusedLua))
 		for _, sc := range libraryScripts {
 			h.Write([]byte("\x00" + sc.name + "\x00" + sc.body))
 		}
@@ -95,6 +102,8 @@ func library() lib {
 		var b strings.Builder
 		b.WriteString("#!lua name=creditd_" + v + "\n")
 		b.WriteString(preludeLua)
+		b.WriteString("\n")
+		b.WriteString(libraryGCLua)
 		b.WriteString("\nlocal BODY = {}\n")
 		b.WriteString(doorFusedLua)
 		for _, sc := range libraryScripts {
@@ -103,8 +112,10 @@ func library() lib {
 			sc.doorFnName = "creditd_" + sc.name + "_door_" + v
 			b.WriteString("\nBODY['" + sc.name + "'] = function(KEYS, ARGV)\n")
 			b.WriteString(sc.body)
-			b.WriteString("\nend\nredis.register_function('" + sc.fnName + "', BODY['" + sc.name + "'])\n")
-			b.WriteString("redis.register_function('" + sc.doorFnName + "', function(K, A) return door_run(K, A, BODY['" + sc.name + "']) end)\n")
+			b.WriteString("\nend\nredis.register_function('" + sc.fnName + "', function(K, A) if not gc_paced then gc_pace() end return BODY['" +
+				sc.name + "'](K, A) end)\n")
+			b.WriteString("redis.register_function('" + sc.doorFnName + "', function(K, A) if not gc_paced then gc_pace() end return door_run(K, A, BODY['" +
+				sc.name + "']) end)\n")
 		}
 		libraryText = lib{version: v, text: b.String()}
 	})

@@ -217,3 +217,47 @@ func TestLibraryLoadPrunesOldBuilds(t *testing.T) {
 		t.Fatalf("libraries after the reload: %v, want this build's", got)
 	}
 }
+
+// TestLibraryPacesCollector: the library's first call sets the Lua
+// collector's step multiplier of the node's Functions state to GC_STEPMUL
+// (library_gc.lua), the state's default (200) before it; and a library
+// loaded again after FUNCTION FLUSH sets it again on its first call.
+func TestLibraryPacesCollector(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	// The probe sets the multiplier and answers the one before it.
+	const probe = "#!lua name=gcprobe\nredis.register_function('gcprobe', " +
+		"function(keys, args) return collectgarbage('setstepmul', tonumber(args[1])) end)"
+	swap := func(to int) int64 {
+		t.Helper()
+		if err := rdb.Do(ctx, "FUNCTION", "LOAD", "REPLACE", probe).Err(); err != nil {
+			t.Fatalf("load the probe: %v", err)
+		}
+		n, err := rdb.Do(ctx, "FCALL", "gcprobe", 0, to).Int64()
+		if err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		return n
+	}
+	s := NewStore(rdb, "gc")
+	for round := range 2 {
+		c := newCustomer()
+		if round == 1 {
+			if err := rdb.FunctionFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := swap(200); round == 0 && got != 200 {
+			t.Fatalf("a fresh node's step multiplier is %d, want Lua's default 200", got)
+		}
+		ok, err := s.LoadAt(ctx, engine.AccountState{TenantID: c.TenantID, CustomerID: c.CustomerID, Environment: c.Environment}, t0)
+		if err != nil || !ok {
+			t.Fatalf("round %d: load: %v %v", round, ok, err)
+		}
+		if got := swap(200); got != 50 {
+			t.Errorf("round %d: after the library's first call the step multiplier is %d, want 50", round, got)
+		}
+	}
+}
