@@ -279,9 +279,16 @@ func benchServices(b *testing.B, poolSize int) (rdb *redis.Client, redisURL, bas
 // steady size); the counters are zeroed before the timed requests and
 // dumped two seconds after them, the persister's work included (with
 // PROFILE_NO_PERSIST=1 the persister is stopped: the money scripts alone,
-// which is how two builds compare within a percent).
+// which is how two builds compare within a percent). PROFILE_CUSTOMERS=n
+// spreads the requests over n customers instead of 200: a few take each
+// customer to its steady shape (a reserving one keeps its last eight
+// finalized reservations).
 func BenchmarkRedisFlows(b *testing.B) {
-	p := newInproc(b, 200)
+	customers := 200
+	if v, err := strconv.Atoi(os.Getenv("PROFILE_CUSTOMERS")); err == nil && v > 0 {
+		customers = v
+	}
+	p := newInproc(b, customers)
 	cg := os.Getenv("PROFILE_CALLGRIND")
 	var n int
 	ok := func(st int, raw []byte, want int) {

@@ -67,17 +67,17 @@ end
 -- acct_read_all loads the account hash but its metadata fields: nil when
 -- it is missing (NOSTATE). HKEYS then HMGET (in slices, under unpack's
 -- limit) instead of HGETALL, so metadata is never copied into the script;
--- but a hash of fewer than n fields (acct_read's HLEN: a small account,
--- whose metadata is a few fields at most) in one HGETALL, a redis.call
--- fewer on the most common account.
+-- but a small hash (whole: acct_read's HLEN or acct_listpack, an account
+-- whose metadata is a few fields at most, or a few short ones) in one
+-- HGETALL, a redis.call fewer on the most common account.
 -- The slow path of acct_read: every block decoded, every reservation counted.
 -- plain names the extras acct_read answers with a field's raw value (nil
 -- for none): they ride in this read, HGETALL's answer or the HMGET, as
 -- a.x[name], instead of an HGET each after it (a commit's "n:<id>" on
 -- every slow-path account: docs/decisions.md "A commit's reads").
-local function acct_read_all(key, n, plain)
+local function acct_read_all(key, whole, plain)
   local names, vals = nil, nil
-  if n and n < LAYOUT_MIN_ITEMS + 5 then
+  if whole then
     local kv = redis.call('HGETALL', key)
     if #kv == 0 then return nil end
     names, vals = {}, {}
@@ -158,6 +158,16 @@ end
 -- script linked with the prelude (link.go) sits near Lua's 200 locals.
 local acct_read
 do
+  -- acct_listpack reports whether Redis keeps hash key as a listpack (a
+  -- ziplist before Redis 7): while it has at most hash-max-listpack-entries
+  -- fields of at most hash-max-listpack-value bytes each (128 and 64 by
+  -- default, docs/operations.md), so that HGETALL copies a few kilobytes at
+  -- most, metadata included. False where OBJECT is not served (miniredis).
+  local function acct_listpack(key)
+    local enc = redis.pcall('OBJECT', 'ENCODING', key)
+    return enc == 'listpack' or enc == 'ziplist'
+  end
+
   -- acct_refresh brings a, read on the fast path from a summary written at
   -- u, to now once time moved past E or S since that clean write: blocks due
   -- at now leave the figures (expire_due zeroes them: a.due); blocks started
@@ -243,14 +253,17 @@ do
   function acct_read(key, now, extras, full, scoped_fast)
     -- HLEN first (O(1)): a hash of fewer fields than the account fields and
     -- LAYOUT_MIN_ITEMS blocks or reservations has no layout v2 fields, so it goes
-    -- straight to the slow path, which is short for it.
-    local n = nil
-    if not full then
-      n = redis.call('HLEN', key)
-      if n >= LAYOUT_MIN_ITEMS + 5 then
-        local a = acct_read_summary(key, now, extras, scoped_fast)
-        if a then return a end
-      end
+    -- straight to the slow path, which is short for it: one HGETALL.
+    -- So does a longer hash Redis keeps as a listpack (acct_listpack),
+    -- whatever its field count: the kept reservations of a reserving
+    -- customer (which LAYOUT_MIN_ITEMS does not count) took it past the
+    -- count to a summary HMGET that found no summary, then HKEYS and an
+    -- HMGET of every field.
+    local n = redis.call('HLEN', key)
+    local whole = n < LAYOUT_MIN_ITEMS + 5 or acct_listpack(key)
+    if not (full or whole) then
+      local a = acct_read_summary(key, now, extras, scoped_fast)
+      if a then return a end
     end
     -- The extras the read's own tables do not answer: the slow path
     -- rebuilds the index ("o"); the rest ride in acct_read_all's read.
@@ -262,7 +275,7 @@ do
         plain[name] = true
       end
     end
-    local a = acct_read_all(key, n, plain)
+    local a = acct_read_all(key, whole, plain)
     if not a then return nil end
     for _, name in ipairs(extras) do
       local k1, k2 = string.byte(name, 1, 2)
