@@ -76,12 +76,10 @@ end
 -- a.x[name], instead of an HGET each after it (a commit's "n:<id>" on
 -- every slow-path account: docs/decisions.md "A commit's reads").
 local function acct_read_all(key, whole, plain)
-  local names, vals = nil, nil
+  local kv, names = nil, nil
   if whole then
-    local kv = redis.call('HGETALL', key)
+    kv = redis.call('HGETALL', key)
     if #kv == 0 then return nil end
-    names, vals = {}, {}
-    for i = 1, #kv, 2 do names[#names + 1], vals[#vals + 1] = kv[i], kv[i + 1] end
   else
     names = redis.call('HKEYS', key)
     if #names == 0 then return nil end
@@ -93,13 +91,17 @@ local function acct_read_all(key, whole, plain)
     res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
     le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
     exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
-  if vals then
-    for i, f in ipairs(names) do
-      if acct_wanted(a, f) then acct_field(a, f, vals[i]) end
+  if kv then
+    -- HGETALL's answer read in place, names at odd indexes: split into
+    -- two lists, each grown one field at a time, it rehashed both at every
+    -- power of two.
+    for i = 1, #kv, 2 do
+      local f = kv[i]
+      if acct_wanted(a, f) then acct_field(a, f, kv[i + 1]) end
     end
     if plain then
-      for i, f in ipairs(names) do
-        if plain[f] then a.x[f] = vals[i] end
+      for i = 1, #kv, 2 do
+        if plain[kv[i]] then a.x[kv[i]] = kv[i + 1] end
       end
     end
   else
