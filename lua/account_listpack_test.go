@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/creditd/creditd/engine"
-	"github.com/creditd/creditd/internal/testenv"
 )
 
 // TestAccountReadListpack: a reserving customer's hash holds its last
@@ -23,9 +20,7 @@ import (
 // as before. On a private server: the command counts are server-wide.
 func TestAccountReadListpack(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := privateRedis(t)
 	b := bundle{store: NewStore(rdb, "lp"), rdb: rdb, real: true}
 	// calls is INFO commandstats' call count of each command.
 	calls := func() map[string]int {

@@ -100,9 +100,7 @@ func TestCoalescerRoutesReplies(t *testing.T) {
 // 503.
 func TestCoalescerNeverSendsAfterContext(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := privateRedis(t)
 	co := &coalescer{rdb: rdb}
 	mustUnset := func(k string) {
 		t.Helper()
@@ -182,9 +180,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // pipelines are not sent twice (each one claims).
 func TestCoalescedCallsReloadTheLibrary(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := privateRedis(t)
 	sizes := &pipelineSizes{}
 	rdb.AddHook(sizes)
 	s := NewStore(rdb, "co")

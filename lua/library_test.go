@@ -18,6 +18,17 @@ import (
 	"github.com/creditd/creditd/internal/testenv"
 )
 
+// privateRedis is a client of a redis-server of the test's own
+// (testenv.StartRedisServer), for what is server-wide: command counts, the
+// Lua state, the function library.
+func privateRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	srv := testenv.StartRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
 // TestLibraryOnRealRedis: the scripts compile as one Redis Functions
 // library (every body stays within Lua's limits as a function of it), a
 // Store runs them by FCALL, and a restarted node, which lost the library,
@@ -160,9 +171,7 @@ func TestScriptMutationsTakeTheFastPath(t *testing.T) {
 // still runs loads its library again on its next call.
 func TestLibraryLoadPrunesOldBuilds(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := privateRedis(t)
 	// Five older builds: a one-function library each, three recorded with
 	// their load times (b2 the newest) and two never recorded.
 	olds := []string{"0000000000b0", "0000000000b1", "0000000000b2", "0000000000u0", "0000000000u1"}
@@ -224,9 +233,7 @@ func TestLibraryLoadPrunesOldBuilds(t *testing.T) {
 // loaded again after FUNCTION FLUSH sets it again on its first call.
 func TestLibraryPacesCollector(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := privateRedis(t)
 	// The probe sets the multiplier and answers the one before it.
 	const probe = "#!lua name=gcprobe\nredis.register_function('gcprobe', " +
 		"function(keys, args) return collectgarbage('setstepmul', tonumber(args[1])) end)"
