@@ -172,8 +172,24 @@ func TestMigrateStepRetriesDeadlock(t *testing.T) {
 		done <- result{n, err}
 	}()
 	// The step holds SHARE and sleeps; the writer's insert waits for it,
-	// the step's ACCESS EXCLUSIVE then waits for the writer: a cycle.
-	time.Sleep(100 * time.Millisecond)
+	// the step's ACCESS EXCLUSIVE then waits for the writer: a cycle. The
+	// insert waits until Postgres shows the step's SHARE lock granted: a
+	// fixed pause lost the race on a loaded box (the insert ran first, no
+	// cycle, one attempt).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var held bool
+		if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'lock_cycle' AND l.mode = 'ShareLock' AND l.granted
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step never took its SHARE lock")
+		}
+	}
 	if _, err := writer.Exec(b.ctx, "INSERT INTO lock_cycle VALUES (1)"); err != nil {
 		t.Fatalf("writer: %v", err)
 	}
