@@ -3,7 +3,6 @@ package lua
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,24 +21,6 @@ func TestAccountReadListpack(t *testing.T) {
 	ctx := context.Background()
 	rdb := privateRedis(t)
 	b := bundle{store: NewStore(rdb, "lp"), rdb: rdb, real: true}
-	// calls is INFO commandstats' call count of each command.
-	calls := func() map[string]int {
-		t.Helper()
-		info, err := rdb.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]int{}
-		for _, l := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":calls=")
-			if !ok {
-				continue
-			}
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			out[strings.TrimPrefix(name, "cmdstat_")] = n
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name     string
 		meta     string // the value of the grant block's metadata key "k"
@@ -69,13 +50,13 @@ func TestAccountReadListpack(t *testing.T) {
 			if n < layoutMinItems+5 || (enc == "listpack") != tc.listpack {
 				t.Fatalf("the hash has %d fields in a %s: the case is not the one under test", n, enc)
 			}
-			before := calls()
+			before := commandStats(t, rdb)
 			m := b.reserve(t, reserveCmd(c, 10, perUnitTerms(1), time.Hour, now.Add(time.Second)))
 			if m.Reservation == nil || m.Reservation.Status != engine.ReservationActive || m.Reservation.EstimatedUnits != 10 {
 				t.Fatalf("reserve answered %+v", m.Reservation)
 			}
-			after := calls()
-			got := func(cmd string) int { return after[cmd] - before[cmd] }
+			after := commandStats(t, rdb)
+			got := func(cmd string) int64 { return after[cmd][0] - before[cmd][0] }
 			if tc.listpack && (got("hgetall") != 1 || got("hkeys") != 0) {
 				t.Errorf("a listpack hash: HGETALL %d, HKEYS %d; want one HGETALL, no HKEYS", got("hgetall"), got("hkeys"))
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,34 @@ func privateRedis(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// commandStats is rdb's INFO commandstats: per command, lower case as
+// Redis names it ("fcall", "hgetall"), its calls and microseconds.
+func commandStats(t testing.TB, rdb *redis.Client) map[string][2]int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][2]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var st [2]int64
+		for _, kv := range strings.Split(rest, ",") {
+			switch k, v, _ := strings.Cut(kv, "="); k {
+			case "calls":
+				st[0], _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st[1], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
+	}
+	return out
 }
 
 // TestLibraryOnRealRedis: the scripts compile as one Redis Functions

@@ -31,20 +31,10 @@ func TestProfileScripts(t *testing.T) {
 	s := NewStore(rdb, "prof")
 	n := 2000
 	usec := func() (float64, int64) {
-		info := rdb.Info(ctx, "commandstats").Val()
-		for _, line := range strings.Split(info, "\n") {
-			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_fcall:") {
-				var calls, us int64
-				for _, kv := range strings.Split(strings.TrimSpace(strings.SplitN(line, ":", 2)[1]), ",") {
-					k, v, _ := strings.Cut(kv, "=")
-					switch k {
-					case "calls":
-						calls, _ = strconv.ParseInt(v, 10, 64)
-					case "usec":
-						us, _ = strconv.ParseInt(v, 10, 64)
-					}
-				}
-				return float64(us) / float64(calls), calls
+		st := commandStats(t, rdb)
+		for _, c := range []string{"fcall", "evalsha"} {
+			if v, ok := st[c]; ok && v[0] > 0 {
+				return float64(v[1]) / float64(v[0]), v[0]
 			}
 		}
 		return 0, 0

@@ -96,13 +96,9 @@ local function acct_read_all(key, whole, plain)
     -- two lists, each grown one field at a time, it rehashed both at every
     -- power of two.
     for i = 1, #kv, 2 do
-      local f = kv[i]
-      if acct_wanted(a, f) then acct_field(a, f, kv[i + 1]) end
-    end
-    if plain then
-      for i = 1, #kv, 2 do
-        if plain[kv[i]] then a.x[kv[i]] = kv[i + 1] end
-      end
+      local f, v = kv[i], kv[i + 1]
+      if acct_wanted(a, f) then acct_field(a, f, v) end
+      if plain and plain[f] then a.x[f] = v end
     end
   else
     -- dec[i] is false for a field read only as a plain extra.
