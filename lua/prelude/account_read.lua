@@ -2,7 +2,12 @@
 -- money script works on (the fast path from the summary, the slow path
 -- from every field), and the figures read from it.
 
--- acct_field decodes one account hash field into a.
+-- acct_field decodes one account hash field into a, but a layout v2
+-- field (it only marks a as having them) and a block's or reservation's
+-- metadata, which it skips: acct_wanted's test and the decoding in one
+-- call, with one look-up and at most one string.byte a field (two calls a
+-- field were a tenth of the Lua instructions a consume ran: docs/decisions.md
+-- "Where a consume's Redis instructions go").
 -- Kinds are told by byte, not by substring: every script reads every
 -- field, and each new Lua string costs an allocation and an intern.
 local BYTE_COLON, BYTE_B, BYTE_R, BYTE_G, BYTE_M, BYTE_N, BYTE_A = 58, 98, 114, 103, 109, 110, 97
@@ -31,30 +36,35 @@ local function acct_field(a, f, v)
   elseif kind == 3 then
     a[f] = v
     return
+  elseif kind == 4 then
+    -- Layout v2 fields: rebuilt by acct_commit, never read here.
+    a.layout = true
+    return
   end
   local k1, k2 = string.byte(f, 1, 2)
-  if k2 == BYTE_COLON and k1 == BYTE_B then
+  if k2 ~= BYTE_COLON then
+    a[f] = v
+  elseif k1 == BYTE_B then
     local b = block_dec(string.sub(f, 3), v)
     a.blocks[#a.blocks + 1] = b
     if b.scope then a.scoped = true end
-  elseif k2 == BYTE_COLON and k1 == BYTE_R then
+  elseif k1 == BYTE_R then
     -- Reservations stay encoded until a script asks for one (res_get).
     a.res[string.sub(f, 3)] = v
     if string.byte(v, 1) == BYTE_A then a.active = a.active + 1 end
-  elseif k2 == BYTE_COLON and k1 == BYTE_G then
+  elseif k1 == BYTE_G then
     a.gauges[string.sub(f, 3)] = v
-  else
+  elseif k1 ~= BYTE_M and k1 ~= BYTE_N then
     a[f] = v
   end
 end
 
--- acct_wanted reports whether field f of an account hash is decoded by
--- acct_read_all (not a layout v2 field, which marks a as having them, nor
--- a block's or reservation's metadata).
+-- acct_wanted reports whether acct_field decodes field f of an account
+-- hash (the HMGET of acct_read_all asks only for those), marking a as
+-- having layout v2 fields as acct_field does.
 local function acct_wanted(a, f)
   local kind = ACCT_NAME[f]
   if kind == 4 then
-    -- Layout v2 fields: rebuilt by acct_commit, never read here.
     a.layout = true
     return false
   elseif kind then
@@ -97,7 +107,7 @@ local function acct_read_all(key, whole, plain)
     -- power of two.
     for i = 1, #kv, 2 do
       local f, v = kv[i], kv[i + 1]
-      if acct_wanted(a, f) then acct_field(a, f, v) end
+      acct_field(a, f, v)
       if plain and plain[f] then a.x[f] = v end
     end
   else
