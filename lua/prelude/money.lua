@@ -21,7 +21,13 @@ end
 -- m_add and m_sub handle the usual carry of at most one limb themselves
 -- (a Lua call and a table cost ~2,000 instructions; m_sub once made three
 -- of each); anything else goes through m_norm. Both give m_norm's limbs.
+-- A money value is never changed in place, so adding or taking away
+-- MONEY_ZERO answers the other value itself, no new table: every sum over
+-- the blocks starts at MONEY_ZERO, and most accounts hold nothing reserved
+-- and nothing pending (m_parse and m_stored read "0" as MONEY_ZERO).
 local function m_add(a, b)
+  if a == MONEY_ZERO then return b end
+  if b == MONEY_ZERO then return a end
   local hi, lo = a[1] + b[1], a[2] + b[2]
   if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
   if lo >= MONEY_BASE and lo < 2 * MONEY_BASE then return {hi + 1, lo - MONEY_BASE} end
@@ -34,6 +40,7 @@ local function m_neg(a)
 end
 
 local function m_sub(a, b)
+  if b == MONEY_ZERO then return a end
   local hi, lo = a[1] - b[1], a[2] - b[2]
   if lo >= 0 and lo < MONEY_BASE then return {hi, lo} end
   if lo < 0 and lo >= -MONEY_BASE then return {hi - 1, lo + MONEY_BASE} end
@@ -83,7 +90,7 @@ end
 -- (below 2^53, exact as a double) it splits the number directly: every
 -- script parses each block's amounts, so this path is the common one.
 local function m_parse(s)
-  if s == '0' then return {0, 0} end
+  if s == '0' then return MONEY_ZERO end
   if type(s) ~= 'string' then return nil end
   -- Up to 15 characters, a decimal is exact as a double: a find without
   -- captures, tonumber, and a split only past one limb (floor of a
@@ -124,6 +131,7 @@ local MONEY_FAST_HI = 9000000
 -- m_stored reads a decimal this code wrote itself (a hash field): no
 -- pattern check, which costs more than the rest of the parse.
 local function m_stored(s)
+  if s == '0' then return MONEY_ZERO end
   if #s <= 15 then
     local n = tonumber(s)
     if n >= 0 and n < MONEY_BASE then return {0, n} end
