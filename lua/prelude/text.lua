@@ -12,22 +12,30 @@ end
 -- string.char as bytes: a concatenation per digit made a new string
 -- (hashed byte by byte) each time, ~7,000 instructions an instant, and a
 -- reservation's create encodes two (docs/decisions.md "Base 36 in one
--- string").
-local function b36_enc(n)
-  if n == 0 then return '0' end
-  local sign = nil
-  if n < 0 then sign, n = '-', -n end
-  local c, i = {}, 0
-  while n > 0 do
-    local d = n % 36
-    i = i + 1
-    if d < 10 then c[i] = d + 48 else c[i] = d + 87 end
-    n = (n - d) / 36
+-- string"). They are written into one scratch table of the library from
+-- its end, the highest digit last written: a table made per call grew
+-- past a power of two three times, and its digits were reversed in a loop
+-- (5 % of a reservation's Lua instructions). Scripts never run at once,
+-- and string.char reads the digits before any other call can.
+local b36_enc
+do
+  -- 13 digits hold any int64 (36^13 > 2^63).
+  local B36_END = 13
+  local B36_DIGITS = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  function b36_enc(n)
+    if n == 0 then return '0' end
+    local sign = nil
+    if n < 0 then sign, n = '-', -n end
+    local c, i = B36_DIGITS, B36_END
+    while n > 0 do
+      local d = n % 36
+      if d < 10 then c[i] = d + 48 else c[i] = d + 87 end
+      i = i - 1
+      n = (n - d) / 36
+    end
+    if sign then return sign .. string.char(unpack(c, i + 1, B36_END)) end
+    return string.char(unpack(c, i + 1, B36_END))
   end
-  -- Lowest digit first in c: reversed in place.
-  for j = 1, math.floor(i / 2) do c[j], c[i + 1 - j] = c[i + 1 - j], c[j] end
-  if sign then return sign .. string.char(unpack(c, 1, i)) end
-  return string.char(unpack(c, 1, i))
 end
 
 local function b36_dec(s)
