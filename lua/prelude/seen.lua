@@ -129,22 +129,17 @@ local function seen_mark(seen) return seen[1][seen[2]] end
 -- made once, and each week's HMGET asks only the five buckets (not the
 -- counts, which only seen_put needs): every money call with an
 -- idempotency key runs this on SEEN_WEEKS hashes, ~60 µs of a ~330 µs
--- reserve or release after an idle pause (bench/worst.go). seen_has's
--- loop is inline: with the calls to seen_has and seen_in for buckets not
--- written yet, this look-up of 30 buckets was a tenth of the Lua
--- instructions a consume ran (docs/decisions.md "Where a consume's Redis
--- instructions go").
+-- reserve or release after an idle pause (bench/worst.go). When seen_has
+-- still called seen_in for buckets not written yet, this look-up of 30
+-- buckets was a tenth of the Lua instructions a consume ran
+-- (docs/decisions.md "Where a consume's Redis instructions go").
 local function seen_maybe(seen, k, seeded)
   if not seeded then return true end
   local h = redis.sha1hex(k)
   local f, fp = seen_fields(h), seen_fp(h)
   local keys = seen[1]
   for i = seen[2] + 1, seen[3] or #keys do
-    local v = redis.call('HMGET', keys[i], f[1], f[2], f[3], f[4], f[5])
-    for t = 1, 5 do
-      local b = v[t]
-      if b and seen_in(b, fp) then return true end
-    end
+    if seen_has(fp, redis.call('HMGET', keys[i], f[1], f[2], f[3], f[4], f[5])) then return true end
   end
   return false
 end
