@@ -312,7 +312,7 @@ func (s *Store) ConsumeBatch(ctx context.Context, cmds []engine.ConsumeCommand) 
 				out[i] = engine.MutationResult{Mutation: refs[i].found, Replayed: true}
 			default:
 				errs[i], again[i] = nil, args[i]
-				keys[i] = keys[i][:len(keys[i])-1-idempotency.SeenWeeks]
+				keys[i] = keys[i][:len(keys[i])-1-idempotency.SeenPeriods]
 			}
 		}
 		runCtx, cancel := context.WithDeadline(ctx, looked.Add(idempotency.AppliedLookupFresh))

@@ -17,10 +17,10 @@ import (
 // The seen filter tells a money call whose op key Redis no longer holds
 // whether its idempotency key was certainly never applied, so it runs
 // without asking Postgres (issue 26; prelude/seen.lua seen_put says how it is
-// kept). Each partition has one hash per week, filled by the persister as
-// it commits (ForgetOps) and by the seeding from Postgres (SeedSeen);
-// a money call consults the hashes of the current week and the
-// idempotency.SeenWeeks-1 before it.
+// kept). Each partition has one hash per period (idempotency.SeenPeriod),
+// filled by the persister as it commits (ForgetOps) and by the seeding from
+// Postgres (SeedSeen); a money call consults the hashes of the current
+// period and the idempotency.SeenPeriods-1 before it.
 
 var (
 	//go:embed seen_add.lua
@@ -49,50 +49,58 @@ const maxSeenPerCall = 16
 // Compile-time check that Store keeps the seen filter.
 var _ engine.SeenFilter = (*Store)(nil)
 
-// seenWeek is the filter week of instant t.
-func seenWeek(t time.Time) int64 { return t.UnixMilli() / idempotency.SeenWeek.Milliseconds() }
+// seenPeriod is the filter period of instant t.
+func seenPeriod(t time.Time) int64 { return t.UnixMilli() / idempotency.SeenPeriod.Milliseconds() }
 
-// seenTTL is how long after now week w's hash is still consulted by some
-// call (idempotency.SeenWeeks weeks after the week began), plus a day of slack
-// for clocks: a TTL, not an instant, because now is the service's clock
-// (invariant 6) and Redis expires by its own.
+// seenTTL is how long after now period w's hash is still consulted by some
+// call (idempotency.SeenPeriods periods after the period began), plus a day
+// of slack for clocks: a TTL, not an instant, because now is the service's
+// clock (invariant 6) and Redis expires by its own.
 func seenTTL(w int64, now time.Time) int64 {
-	return (w+idempotency.SeenWeeks)*idempotency.SeenWeek.Milliseconds() + (24 * time.Hour).Milliseconds() - now.UnixMilli()
+	return (w+idempotency.SeenPeriods)*idempotency.SeenPeriod.Milliseconds() + (24 * time.Hour).Milliseconds() - now.UnixMilli()
 }
 
-// seenMark is partition p's seeded mark; seenHash its filter of week w.
-func (s *Store) seenMark(p int) string { return s.tag(p) + ":seen" }
+// seenMark is partition p's seeded mark; seenHash its filter of period w.
+// Both names are new with the periods: a Redis that holds the weekly
+// filter before them (":seen" and ":seen:<week>") has no mark under these,
+// so its partitions are seeded again from Postgres into the periods, and
+// the week hashes lapse by their TTLs.
+func (s *Store) seenMark(p int) string { return s.tag(p) + seenMarkSuffix }
 func (s *Store) seenHash(p int, w int64) string {
-	return s.tag(p) + ":seen:" + strconv.FormatInt(w, 10)
+	return s.tag(p) + seenHashInfix + strconv.FormatInt(w, 10)
 }
+
+const (
+	seenMarkSuffix = ":seen:from"
+	seenHashInfix  = ":seen:p"
+)
 
 // seenKeys are the filter keys a money call of partition p at now
-// consults: the seeded mark, then the week hashes newest first. They change
-// once a week, and every money call with an idempotency key needs them:
-// built once per partition and week (seenSet), so callers must not modify
-// the slice (they append it to their own keys).
+// consults: the seeded mark, then the period hashes newest first. They
+// change once a period, and every money call with an idempotency key needs
+// them: built once per partition and period (seenSet), so callers must not
+// modify the slice (they append it to their own keys).
 func (s *Store) seenKeys(p int, now time.Time) []string {
 	if now.IsZero() {
 		now = s.clock.Now()
 	}
-	w := seenWeek(now)
-	if set := s.seen[p].Load(); set != nil && set.week == w {
+	w := seenPeriod(now)
+	if set := s.seen[p].Load(); set != nil && set.period == w {
 		return set.keys
 	}
-	mark := s.seenMark(p)
-	keys := make([]string, 0, 1+idempotency.SeenWeeks)
-	keys = append(keys, mark)
-	for i := int64(0); i < idempotency.SeenWeeks; i++ {
-		keys = append(keys, mark+":"+strconv.FormatInt(w-i, 10))
+	keys := make([]string, 0, 1+idempotency.SeenPeriods)
+	keys = append(keys, s.seenMark(p))
+	for i := int64(0); i < idempotency.SeenPeriods; i++ {
+		keys = append(keys, s.seenHash(p, w-i))
 	}
-	s.seen[p].Store(&seenSet{week: w, keys: keys})
+	s.seen[p].Store(&seenSet{period: w, keys: keys})
 	return keys
 }
 
-// seenSet is one partition's seenKeys for one week.
+// seenSet is one partition's seenKeys for one period.
 type seenSet struct {
-	week int64
-	keys []string
+	period int64
+	keys   []string
 }
 
 // seenCtxKey carries a money call's filter keys from appliedFirst to
@@ -109,11 +117,11 @@ func seenOf(ctx context.Context) []string {
 }
 
 // forgetOps adds the op keys of ms, committed operations of partition p,
-// to this week's filter and shortens them to idempotency.OpKeyGrace
+// to this period's filter and shortens them to idempotency.OpKeyGrace
 // (seen_add.lua), maxSeenPerCall at a time.
 func (s *Store) forgetOps(ctx context.Context, p int, ms []engine.Mutation) error {
 	now := s.clock.Now()
-	w := seenWeek(now)
+	w := seenPeriod(now)
 	hash := s.seenHash(p, w)
 	keys := make([]string, 0, 1+min(len(ms), maxSeenPerCall))
 	flush := func() error {
@@ -178,7 +186,7 @@ func (s *Store) filterMark(p int) string {
 	return s.usageMark(p - Partitions)
 }
 
-// filterHash is filter p's hash of week w (filterMark's numbering).
+// filterHash is filter p's hash of period w (filterMark's numbering).
 func (s *Store) filterHash(p int, w int64) string {
 	if p < Partitions {
 		return s.seenHash(p, w)
@@ -187,12 +195,12 @@ func (s *Store) filterHash(p int, w int64) string {
 }
 
 // SeedSeen adds refs, operations Postgres holds, to their partitions'
-// filters of this week, and the usage events among them to their usage
+// filters of this period, and the usage events among them to their usage
 // slots' filters too (engine.SeenFilter); with done it then marks every
 // filter in parts (SeenSeeded's numbering) seeded from the instant from.
 func (s *Store) SeedSeen(ctx context.Context, refs []engine.OpRef, parts []int, from time.Time, done bool) error {
 	now := s.clock.Now()
-	w := seenWeek(now)
+	w := seenPeriod(now)
 	var byPart [Partitions + UsageSlots][]any
 	for _, r := range refs {
 		p := Partition(r.Customer.CustomerID)

@@ -3,7 +3,8 @@
 -- keys to the grace (engine.OpKeyGrace), in one script, so an applied
 -- idempotency key is always under its op key, in the filter, or both.
 --
--- KEYS[1]    the partition's filter hash of this week {prefix:pNN}:seen:<week>
+-- KEYS[1]    the partition's filter hash of this period
+--            {prefix:pNN}:seen:p<period>
 -- KEYS[2..]  op keys of committed operations of the partition
 -- ARGV[1]    grace in ms                ARGV[2] the hash's TTL in ms
 local wk, grace, expires = KEYS[1], ARGV[1], ARGV[2]

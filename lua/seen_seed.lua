@@ -3,8 +3,9 @@
 -- partition seeded: until then every money call of the partition whose op
 -- key is absent asks Postgres (prelude/seen.lua seen_maybe).
 --
--- KEYS[1]   the partition's seeded mark {prefix:pNN}:seen
--- KEYS[2]   the partition's filter hash of this week {prefix:pNN}:seen:<week>
+-- KEYS[1]   the partition's seeded mark {prefix:pNN}:seen:from
+-- KEYS[2]   the partition's filter hash of this period
+--           {prefix:pNN}:seen:p<period>
 -- ARGV[1]   the hash's TTL in ms
 -- ARGV[2]   "" or, on the last page, the instant the seeding read from
 --           (Unix ms), stored as the mark's value

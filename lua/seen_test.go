@@ -125,7 +125,7 @@ func TestSeenFilterSparesPostgres(t *testing.T) {
 var seenMaybeScript = withPrelude("if seen_maybe(seen_keys(KEYS, 1), ARGV[1], redis.call('MGET', KEYS[1])[1]) then return 1 end return 0")
 
 // TestSeenFilterNoFalseNew: every key recorded (by the persister or the
-// seeding, in any of the weeks a call consults) reads "maybe", never
+// seeding, in any of the periods a call consults) reads "maybe", never
 // "certainly new", so no recorded key can run twice; keys never recorded
 // read "new" all but rarely (the false positives cost a Postgres look-up).
 func TestSeenFilterNoFalseNew(t *testing.T) {
@@ -141,8 +141,8 @@ func TestSeenFilterNoFalseNew(t *testing.T) {
 		}
 		clock := &testClock{now: t0}
 		b.store.WithClock(clock)
-		// Half recorded three weeks before the call, half in its week.
-		clock.now = t0.Add(-3 * idempotency.SeenWeek)
+		// Half recorded a period before the call, half in its period.
+		clock.now = t0.Add(-idempotency.SeenPeriod)
 		if err := b.store.SeedSeen(ctx, refs[:n/2], []int{p}, clock.now, true); err != nil {
 			t.Fatal(err)
 		}
@@ -171,10 +171,10 @@ func TestSeenFilterNoFalseNew(t *testing.T) {
 		if maybe > n/1000 {
 			t.Errorf("%d of %d keys never recorded read maybe, want at most 0.1%%", maybe, n)
 		}
-		// Past the horizon the oldest week is no longer consulted.
-		late := b.store.seenKeys(p, t0.Add(3*idempotency.SeenWeek))
+		// Past the horizon the older period is no longer consulted.
+		late := b.store.seenKeys(p, t0.Add(idempotency.SeenPeriod))
 		if v, _ := seenMaybeScript.Run(ctx, b.rdb, late, b.store.opKeyOf(c, refs[0].Key)).Int(); v != 0 {
-			t.Errorf("a key recorded %s before the call still reads maybe", 6*idempotency.SeenWeek)
+			t.Errorf("a key recorded %s before the call still reads maybe", 2*idempotency.SeenPeriod)
 		}
 	})
 }
@@ -183,7 +183,7 @@ type testClock struct{ now time.Time }
 
 func (c *testClock) Now() time.Time { return c.now }
 
-// TestSeenFilterTiers: a week's first keys go to the 16 buckets of tier
+// TestSeenFilterTiers: a period's first keys go to the 16 buckets of tier
 // 1, the next to the 64 of tier 2, and so on to the 4,096 of tier 5 (the
 // single tier the filter had before, whose 3-hex-digit fields read as tier
 // 5), and a key recorded in any tier reads "maybe" (the tier counts are
@@ -198,7 +198,7 @@ func TestSeenFilterTiers(t *testing.T) {
 				c := uuid.New()
 				p := Partition(c)
 				b.store.WithClock(&testClock{now: t0})
-				wk := b.store.seenHash(p, seenWeek(t0))
+				wk := b.store.seenHash(p, seenPeriod(t0))
 				// Another case's customer may share the partition.
 				if err := b.rdb.Del(ctx, wk).Err(); err != nil {
 					t.Fatal(err)
@@ -236,7 +236,7 @@ func TestSeenFilterTiers(t *testing.T) {
 						inTier = i + 1
 					}
 					if inTier != tier {
-						t.Errorf("bucket %q (tier %d) in a week whose keys belong in tier %d", f, inTier, tier)
+						t.Errorf("bucket %q (tier %d) in a period whose keys belong in tier %d", f, inTier, tier)
 					}
 					held += len(v) / 4
 				}

@@ -14,8 +14,8 @@
 -- docs/decisions.md "One call for many ids"):
 -- KEYS       per id, ARGV[3] keys: its claim
 --            {prefix:u:NN}:c:<hash of tenant, environment, id>, then the
---            usage filter of its slot (the seeded mark {prefix:u:NN}:seen,
---            then the week hashes newest first)
+--            usage filter of its slot (the seeded mark {prefix:u:NN}:seen:from,
+--            then the period hashes newest first)
 -- ARGV[1]    'm'
 -- ARGV[2]    a fresh claim's TTL in ms
 -- ARGV[3]    keys per id (1: the filter is not consulted)
@@ -29,10 +29,10 @@
 --
 -- Forget, of many committed ids in one call (lua/usage_ids.go
 -- forgetUsage):
--- KEYS       pairs: a claim, then the week hash of its slot to record the
+-- KEYS       pairs: a claim, then the period hash of its slot to record the
 --            id in
 -- ARGV[1]    'f'
--- ARGV[2]    the grace in ms           ARGV[3] the week hashes' TTL in ms
+-- ARGV[2]    the grace in ms           ARGV[3] the period hashes' TTL in ms
 -- ARGV[3+i]  the customer's 16 bytes of pair i
 --
 -- Reply: claim and look: an array, per id: claim: 0 taken afresh and the

@@ -49,22 +49,22 @@ const usageClaimHashLen = 12
 func (s *Store) usageTag(n int) string { return s.usageTags[n] }
 
 // usageMark is usage slot n's seeded mark (as a partition's, seenMark).
-func (s *Store) usageMark(n int) string { return s.usageTag(n) + ":seen" }
+func (s *Store) usageMark(n int) string { return s.usageTag(n) + seenMarkSuffix }
 
 // usageSeenKeys are the usage filter keys a claim in slot n consults at
-// now: the seeded mark, then the week hashes newest first; built once per
-// slot and week, so callers must not modify the slice.
+// now: the seeded mark, then the period hashes newest first; built once
+// per slot and period, so callers must not modify the slice.
 func (s *Store) usageSeenKeys(n int, now time.Time) []string {
-	w := seenWeek(now)
-	if set := s.usageSeen[n].Load(); set != nil && set.week == w {
+	w := seenPeriod(now)
+	if set := s.usageSeen[n].Load(); set != nil && set.period == w {
 		return set.keys
 	}
-	keys := make([]string, 0, 1+idempotency.SeenWeeks)
+	keys := make([]string, 0, 1+idempotency.SeenPeriods)
 	keys = append(keys, s.usageMark(n))
-	for i := int64(0); i < idempotency.SeenWeeks; i++ {
+	for i := int64(0); i < idempotency.SeenPeriods; i++ {
 		keys = append(keys, s.usageSeenHash(n, w-i))
 	}
-	s.usageSeen[n].Store(&seenSet{week: w, keys: keys})
+	s.usageSeen[n].Store(&seenSet{period: w, keys: keys})
 	return keys
 }
 
@@ -103,9 +103,9 @@ func (s *Store) UsageIDsClaim(ctx context.Context, tenant uuid.UUID, env engine.
 	keys := make([][]string, len(claims))
 	errs := make([]error, len(claims))
 	now := s.clock.Now()
-	// Each id's keys: its claim, its slot's seeded mark and week hashes
+	// Each id's keys: its claim, its slot's seeded mark and period hashes
 	// (usageSeenKeys).
-	head := []any{"m", idempotency.UsageClaimRetention.Milliseconds(), 2 + idempotency.SeenWeeks}
+	head := []any{"m", idempotency.UsageClaimRetention.Milliseconds(), 2 + idempotency.SeenPeriods}
 	b := s.newUsageCalls()
 	for i, c := range claims {
 		k, slot := s.usageClaimKey(tenant, env, c.EventID)
@@ -284,20 +284,20 @@ func usageEventID(key string) (string, bool) {
 	return strings.CutPrefix(key, engine.UsageKeyPrefix)
 }
 
-// usageSeenHash is usage slot n's filter of week w.
+// usageSeenHash is usage slot n's filter of period w.
 func (s *Store) usageSeenHash(n int, w int64) string {
-	return s.usageTag(n) + ":seen:" + strconv.FormatInt(w, 10)
+	return s.usageTag(n) + seenHashInfix + strconv.FormatInt(w, 10)
 }
 
 // forgetUsage records the event ids of the committed usage charges among
-// ms in the usage filter of this week and shortens their claims to
+// ms in the usage filter of this period and shortens their claims to
 // idempotency.UsageClaimGrace (usage_claim.lua 'f'): like an op key, a
 // committed id is then under its claim, in the filter, or both. One call
 // forgets up to maxSeenPerCall ids: of any slots on a single Redis, of
 // one slot on a Cluster (a script's keys share a slot there).
 func (s *Store) forgetUsage(ctx context.Context, ms []engine.Mutation) error {
 	now := s.clock.Now()
-	w := seenWeek(now)
+	w := seenPeriod(now)
 	head := []any{"f", idempotency.UsageClaimGrace.Milliseconds(), seenTTL(w, now)}
 	b := s.newUsageCalls()
 	for i := range ms {

@@ -75,18 +75,20 @@ const (
 
 // The seen filter (issue 26: no Postgres before a money call). When the
 // persister commits an operation it records the operation's idempotency key
-// in a compact per-partition, per-week filter in Redis (lua/seen.go) before
-// it shortens the op key, so a money call whose op key is absent runs at
-// once when the filter certainly does not know the key, and asks Postgres
-// (engine.AppliedOps) only when it may. A key is consulted for SeenWeeks
-// weeks from the week it was recorded in: at least SeenHorizon.
+// in a compact per-partition, per-period filter in Redis (lua/seen.go)
+// before it shortens the op key, so a money call whose op key is absent runs
+// at once when the filter certainly does not know the key, and asks Postgres
+// (engine.AppliedOps) only when it may. A key is consulted for SeenPeriods
+// periods from the period it was recorded in: at least SeenHorizon. Two
+// periods as long as the horizon make a look-up read two hashes (six weeks
+// once did: docs/decisions.md "The seen filter by period").
 const (
-	SeenWeek  = 7 * 24 * time.Hour
-	SeenWeeks = 6
+	SeenPeriod  = 35 * 24 * time.Hour
+	SeenPeriods = 2
 	// SeenHorizon is how long after its commit a retried idempotency key
 	// is still certainly recognised: a retry later than this may apply
 	// again (docs/decisions.md).
-	SeenHorizon = (SeenWeeks - 1) * SeenWeek
+	SeenHorizon = (SeenPeriods - 1) * SeenPeriod
 )
 
 // The claim's timers and limits (docs/spec/interface.md Common rules 1 and

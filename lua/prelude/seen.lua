@@ -4,20 +4,21 @@
 -- The seen filter (issue 26: no Postgres before a money call). An op key
 -- lives until the persister has committed its operation, then a minute
 -- more (engine.OpKeyGrace); before shortening it the persister adds it to
--- the filter of its partition for the current week (seen_add.lua), in the
--- same script. A week's filter is a hash {prefix:pNN}:seen:<week> of
--- buckets whose values are 4-byte fingerprints of the keys in them,
--- concatenated. A money call whose op key is absent consults the last
--- SEEN_WEEKS weeks: a fingerprint found means "maybe applied" (MAYBESEEN:
--- the caller asks Postgres, lua/applied.go), none means "certainly new"
--- once the partition's filter is seeded ({prefix:pNN}:seen exists:
--- lua/seen.go seeds it from Postgres). A false "maybe" costs one Postgres
--- look-up; a false "new" cannot happen within the horizon
--- (engine.SeenHorizon).
+-- the filter of its partition for the current period (seen_add.lua), in
+-- the same script. A period's filter is a hash {prefix:pNN}:seen:p<period>
+-- of buckets whose values are 4-byte fingerprints of the keys in them,
+-- concatenated. A money call whose op key is absent consults the hashes Go
+-- names (lua/seen.go seenKeys: this period's and the one before, each as
+-- long as the horizon): a fingerprint found means "maybe applied"
+-- (MAYBESEEN: the caller asks Postgres, lua/applied.go), none means
+-- "certainly new" once the partition's filter is seeded
+-- ({prefix:pNN}:seen:from exists: lua/seen.go seeds it from Postgres). A
+-- false "maybe" costs one Postgres look-up; a false "new" cannot happen
+-- within the horizon (idempotency.SeenHorizon).
 --
 -- The buckets come in five tiers, so that a partition pays for the buckets
 -- its volume fills: a field costs Redis ~50 B besides its value, so in
--- 4,096 buckets a few hundred keys a week cost ~30 B each (the 24 h
+-- 4,096 buckets a few hundred keys a period cost ~30 B each (the 24 h
 -- window's whole budget per key is 100 B), while one bucket for a busy
 -- partition would make every look-up read megabytes. Tier t has 2^b
 -- buckets (b = 4, 6, 8, 10, 12 bits of sha1(op key name)) and takes
@@ -28,7 +29,7 @@
 -- key's fingerprint is the same 32 bits in every tier, the 8 hex digits
 -- after the first 3, so disjoint from every tier's bucket bits. The tier
 -- counts are the fields #1 to #4. A look-up reads a key's five buckets and
--- the counts with one HMGET per week.
+-- the counts with one HMGET per period.
 local SEEN_TIERS = {
   {field = 'w', shift = 256, count = '#1'}, -- 16 buckets: the top 4 of the first 12 bits
   {field = 'x', shift = 64, count = '#2'},  -- 64
@@ -89,7 +90,7 @@ do
   end
 end
 
--- seen_read reads op key k's buckets in week hash wk: the digest, the
+-- seen_read reads op key k's buckets in period hash wk: the digest, the
 -- fields, and HMGET's answer (the five buckets, then the counts #1-#4).
 local function seen_read(wk, k)
   local h = redis.sha1hex(k)
@@ -109,7 +110,7 @@ local function seen_has(fp, v)
 end
 
 -- seen_keys is the filter keys a money script was given from KEYS[from]
--- on (the seeded mark, then the week hashes), nil when none: {keys, from},
+-- on (the seeded mark, then the period hashes), nil when none: {keys, from},
 -- the script's own KEYS and where the filter's start, not a copy (a table
 -- grown key by key was rehashed four times on every money call). A filter
 -- that ends before the last key is {keys, from, to} (usage_claim.lua's,
@@ -125,11 +126,12 @@ local function seen_mark(seen) return seen[1][seen[2]] end
 -- seen_maybe reports whether op key k may name an operation applied
 -- before (see above): always when the partition is not seeded (seeded:
 -- the value of its mark seen_mark(seen), false or nil when absent). The
--- digest, fields and fingerprint are the same in every week, so they are
--- made once, and each week's HMGET asks only the five buckets (not the
+-- digest, fields and fingerprint are the same in every period, so they are
+-- made once, and each period's HMGET asks only the five buckets (not the
 -- counts, which only seen_put needs): every money call with an
--- idempotency key runs this on SEEN_WEEKS hashes, ~60 µs of a ~330 µs
--- reserve or release after an idle pause (bench/worst.go). When seen_has
+-- idempotency key runs this. On six week hashes it took ~60 µs of a
+-- ~330 µs reserve or release after an idle pause (bench/worst.go), hence
+-- two periods as long as the horizon instead. When seen_has
 -- still called seen_in for buckets not written yet, this look-up of 30
 -- buckets was a tenth of the Lua instructions a consume ran
 -- (docs/decisions.md "Where a consume's Redis instructions go").
@@ -144,7 +146,7 @@ local function seen_maybe(seen, k, seeded)
   return false
 end
 
--- seen_put adds op key k to week hash wk unless it is there already, in
+-- seen_put adds op key k to period hash wk unless it is there already, in
 -- the first tier not full.
 local function seen_put(wk, k)
   local h, f, v = seen_read(wk, k)
