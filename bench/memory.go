@@ -110,7 +110,7 @@ func memoryKind(k string) (kind string, perOp bool) {
 	return "other", false
 }
 
-// seenKind is the seen filter's week hashes (lua/seen.go): a few bytes per
+// seenKind is the seen filter's period hashes and marks (lua/seen.go): a few bytes per
 // committed key, kept for the filter's horizon (its TTL), not one key per op.
 const seenKind = "seen filter (:seen:)"
 

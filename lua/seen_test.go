@@ -184,16 +184,15 @@ type testClock struct{ now time.Time }
 func (c *testClock) Now() time.Time { return c.now }
 
 // TestSeenFilterTiers: a period's first keys go to the 16 buckets of tier
-// 1, the next to the 64 of tier 2, and so on to the 4,096 of tier 5 (the
-// single tier the filter had before, whose 3-hex-digit fields read as tier
-// 5), and a key recorded in any tier reads "maybe" (the tier counts are
-// set at their caps here so each tier fills in a few keys).
+// 1, the next to the 64 of tier 2, and so on to the 1,048,576 of tier 7,
+// and a key recorded in any tier reads "maybe" (the tier counts are set at
+// their caps here so each tier fills in a few keys).
 func TestSeenFilterTiers(t *testing.T) {
 	t.Parallel()
-	caps := []int{1024, 4096, 16384, 65536}
+	caps := []int{1024, 4096, 16384, 65536, 262144, 4194304}
 	eachBackend(t, func(t *testing.T, b bundle) {
 		ctx := context.Background()
-		for tier := 1; tier <= 5; tier++ {
+		for tier := 1; tier <= 7; tier++ {
 			t.Run(fmt.Sprintf("tier %d", tier), func(t *testing.T) {
 				c := uuid.New()
 				p := Partition(c)
@@ -231,9 +230,14 @@ func TestSeenFilterTiers(t *testing.T) {
 					if f[0] == '#' {
 						continue
 					}
+					// Tier 5's fields are 3 hex digits; the others open
+					// with their letter.
 					inTier := 5
-					if i := strings.IndexByte("wxyz", f[0]); i >= 0 {
+					if i := strings.IndexByte("wxyzXvu", f[0]); i >= 0 && i != 4 {
 						inTier = i + 1
+					}
+					if wantLen := map[int]int{5: 3, 6: 5, 7: 6}[inTier]; wantLen > 0 && len(f) != wantLen {
+						t.Errorf("tier %d bucket %q, want %d characters", inTier, f, wantLen)
 					}
 					if inTier != tier {
 						t.Errorf("bucket %q (tier %d) in a period whose keys belong in tier %d", f, inTier, tier)
@@ -243,7 +247,7 @@ func TestSeenFilterTiers(t *testing.T) {
 				if held != len(refs) {
 					t.Errorf("%d fingerprints held, want %d", held, len(refs))
 				}
-				if tier < 5 {
+				if tier < 7 {
 					counts[fmt.Sprintf("#%d", tier)] += len(refs)
 				}
 				for f, want := range counts {
