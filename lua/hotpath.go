@@ -440,6 +440,7 @@ func (s *Store) indexReservation(ctx context.Context, cmd engine.ReserveCommand,
 				// one of its own (its error is ignored as before: a reservation
 				// without a record settles through Postgres).
 				_ = s.trips.do(ctx, redis.NewStatusCmd(ctx, "set", s.reservationRecordKey(r.ID), rec, "px", max(ttl.Milliseconds(), 1)))
+				s.refs.put(r.ID, rec, cmd.Now.Add(ttl))
 			}
 		}
 	}
@@ -749,6 +750,11 @@ func (s *Store) DueReservations(ctx context.Context, p int, now time.Time, limit
 // when the index does not know it (never written, lost, or past its TTL),
 // and the caller asks Postgres.
 func (s *Store) ReservationRef(ctx context.Context, id uuid.UUID) (engine.ReservationRef, bool, error) {
+	if rec, ok := s.refs.get(id, s.clock.Now()); ok {
+		if ref, err := parseReservationRecord(rec); err == nil {
+			return ref, true, nil
+		}
+	}
 	v, err := s.rdb.MGet(ctx, s.reservationRecordKey(id), s.reservationIndexKey(id)).Result()
 	if err != nil {
 		return engine.ReservationRef{}, false, fmt.Errorf("lua: reservation reservation: %w", err)

@@ -47,13 +47,16 @@ type Store struct {
 	applied engine.AppliedOps
 	// tags is each partition's hash tag (tag).
 	tags [Partitions]string
-	// seen is each partition's filter keys of the latest week asked
+	// seen is each partition's filter keys of the latest period asked
 	// (seenKeys).
 	seen [Partitions]atomic.Pointer[seenSet]
 	// usageTags is each usage slot's hash tag (usageTag); usageSeen its
-	// usage filter keys of the latest week asked (usageSeenKeys).
+	// usage filter keys of the latest period asked (usageSeenKeys).
 	usageTags [UsageSlots]string
 	usageSeen [UsageSlots]atomic.Pointer[seenSet]
+	// refs are the reservation index records this node wrote
+	// (reservation_refs.go).
+	refs reservationRefs
 }
 
 // NewStore returns a Store on rdb whose keys all start with "{prefix:". Its
