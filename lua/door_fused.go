@@ -41,13 +41,14 @@ func (s *Store) FusesDoors() bool {
 }
 
 // doorShapeArgs[shape] is door_fused.lua's last argument, boxed once: 1
-// stamps checked + 2 rate asked + 4 notice asked.
-var doorShapeArgs = [8]any{"0", "1", "2", "3", "4", "5", "6", "7"}
+// stamps checked + 2 rate asked + 4 notice asked + 8 index asked.
+var doorShapeArgs = [16]any{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"}
 
 // fusedArgs are door_fused.lua's keys (the script's own, then the door's)
 // and the whole FCALL of fn (fcallArgv): its keys, the script's arguments
-// and the door's, built in place.
-func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []any) ([]string, []any, error) {
+// and the door's, built in place; ix, when set, is a reserve's index
+// record for the door to write.
+func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, ix *reservationIndex, keys []string, args []any) ([]string, []any, error) {
 	lockMS, err := idemTTLMillis("lock TTL", d.LockTTL)
 	if err != nil {
 		return nil, nil, err
@@ -62,7 +63,7 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []
 	}
 	c := d.ReservationNote
 	shape := 0
-	k := make([]string, 0, len(keys)+4)
+	k := make([]string, 0, len(keys)+5)
 	k = append(k, keys...)
 	k = append(k, s.stampsKey(d.Tenant), s.idemRecordKey(d.Tenant, d.Key))
 	if r != nil {
@@ -73,7 +74,11 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []
 		k = append(k, s.changesKey(c.TenantID))
 		shape |= 4
 	}
-	a := fcallHead(fn, k, len(args)+20)
+	if ix != nil {
+		k = append(k, ix.key)
+		shape |= 8
+	}
+	a := fcallHead(fn, k, len(args)+22)
 	a = append(a, args...)
 	a = append(a, idemHead(idemRunning, d.Tenant, d.RequestHash), idemHead(idemRerun, d.Tenant, d.RequestHash), lockMS, windowMS)
 	if d.Checked {
@@ -89,6 +94,9 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, keys []string, args []
 	}
 	if c != nil {
 		a = append(a, c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap, s.wakeChannel(), wakeChangesMessage(c.TenantID))
+	}
+	if ix != nil {
+		a = append(a, ix.record, ix.ttlMS)
 	}
 	return k, append(a, doorShapeArgs[shape]), nil
 }
@@ -122,7 +130,8 @@ func (fusedError) RedisError()     {}
 // whose caller runs the script again, as door_fused.lua says, or no
 // answer at all). What it returns is the body's reply or error.
 func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, keys []string, args []any) (any, error) {
-	k, argv, err := s.fusedArgs(sc.doorFn(), d, keys, args)
+	ix := reservationIndexOf(ctx)
+	k, argv, err := s.fusedArgs(sc.doorFn(), d, ix, keys, args)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +182,9 @@ func (s *Store) callFused(ctx context.Context, sc *script, d *engine.FusedDoor, 
 		d.Settle(engine.FusedMarked)
 		if d.ReservationNote != nil && parts[6] != replyReplay {
 			d.Noted = true
+		}
+		if ix != nil && parts[6] != replyReplay {
+			ix.written = true
 		}
 		return parts[6:8], nil
 	}

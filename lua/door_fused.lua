@@ -14,7 +14,9 @@
 --
 -- K[1..]   the body's KEYS, then the door's: the tenant's stamps hash, the
 --          key's record, the rate budget's key (only when a rate is asked),
---          the tenant's change feed (only when a reservation notice is asked)
+--          the tenant's change feed (only when a reservation notice is
+--          asked), the reservation's index record (only when it is asked:
+--          lua/hotpath.go reserve)
 -- A[1..]   the body's ARGV, then the door's, from d (A[#A], the shape,
 --          says how many there are: DOOR_SHAPE):
 -- A[d]     the in-progress record (a claim's)
@@ -29,8 +31,11 @@
 --          none): after an answer that is not a replay, the reservation
 --          notice engine.NotingReservations would append after the script,
 --          in the same round trip
--- A[#A]    the shape: "0".."7", 1 stamps checked + 2 rate asked + 4 notice
---          asked (lua/door_fused.go doorShapeArgs)
+--          the index record and its TTL ms: after an answer that is not a
+--          replay, written as lua/hotpath.go indexReservation would write
+--          it after the script, in the same round trip
+-- A[#A]    the shape: "0".."15", 1 stamps checked + 2 rate asked + 4 notice
+--          asked + 8 index asked (lua/door_fused.go doorShapeArgs)
 --
 -- Reply, always {"door", what, granted, remaining, retry us, reset us, ...}
 -- with gcra.lua's figures (granted -2: no rate asked):
@@ -43,13 +48,13 @@
 --                      MAYBESEEN, STALE): no record written
 local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 
--- DOOR_SHAPE[shape] is {stamps checked, rate asked, notice asked, the
--- door's ARGV, the door's KEYS}.
+-- DOOR_SHAPE[shape] is {stamps checked, rate asked, notice asked, index
+-- asked, the door's ARGV, the door's KEYS}.
 local DOOR_SHAPE = {
-  ['0'] = {false, false, false, 5, 2}, ['1'] = {true, false, false, 6, 2},
-  ['2'] = {false, true, false, 9, 3}, ['3'] = {true, true, false, 10, 3},
-  ['4'] = {false, false, true, 10, 3}, ['5'] = {true, false, true, 11, 3},
-  ['6'] = {false, true, true, 14, 4}, ['7'] = {true, true, true, 15, 4},
+  ['0'] = {false, false, false, false, 5, 2}, ['1'] = {true, false, false, false, 6, 2}, ['2'] = {false, true, false, false, 9, 3}, ['3'] = {true, true, false, false, 10, 3},
+  ['4'] = {false, false, true, false, 10, 3}, ['5'] = {true, false, true, false, 11, 3}, ['6'] = {false, true, true, false, 14, 4}, ['7'] = {true, true, true, false, 15, 4},
+  ['8'] = {false, false, false, true, 7, 3}, ['9'] = {true, false, false, true, 8, 3}, ['10'] = {false, true, false, true, 11, 4}, ['11'] = {true, true, false, true, 12, 4},
+  ['12'] = {false, false, true, true, 12, 4}, ['13'] = {true, false, true, true, 13, 4}, ['14'] = {false, true, true, true, 16, 5}, ['15'] = {true, true, true, true, 17, 5},
 }
 local DOOR_STALE = {'door', 'stale', -2, 0, 0, 0}
 local DOOR_NO_RATE = {-2, 0, 0, 0}
@@ -58,8 +63,11 @@ local function door_run(K, A, body)
   local na, nk = #A, #K
   local shape = DOOR_SHAPE[A[na]]
   if not shape then return redis.error_reply('BADARG the fused door\'s shape') end
-  local d, k = na - shape[4] + 1, nk - shape[5] + 1
+  local d, k = na - shape[5] + 1, nk - shape[6] + 1
   local stamps_key, record_key = K[k], K[k + 1]
+  -- The optional keys follow in the shape's order: rate, feed, index.
+  local index_key = shape[4] and K[nk] or nil
+  local feed_key = shape[3] and K[index_key and nk - 1 or nk] or nil
   local i = d + 4
   if shape[1] then
     local got = redis.call('HMGET', stamps_key, 't', 'c', 'm', 'p', 's', 'a')
@@ -79,11 +87,13 @@ local function door_run(K, A, body)
     i = i + 4
   end
   local running, rerun, running_ms, rerun_ms = A[d], A[d + 1], A[d + 2], A[d + 3]
-  local feed_key, n1, n2, n3, wake, n5
+  local n1, n2, n3, wake, n5
   if shape[3] then
-    feed_key, n1, n2, n3, wake, n5 = K[nk], A[i], A[i + 1], A[i + 2], A[i + 3], A[i + 4]
+    n1, n2, n3, wake, n5 = A[i], A[i + 1], A[i + 2], A[i + 3], A[i + 4]
     if wake == '' then wake = nil end
+    i = i + 5
   end
+  local index_rec, index_ms = A[i], A[i + 1] -- read only with index_key
   -- The body sees only its own: its scripts read #KEYS and #ARGV.
   for j = d, na do A[j] = nil end
   for j = k, nk do K[j] = nil end
@@ -97,8 +107,9 @@ local function door_run(K, A, body)
     return {'door', what, rate[1], rate[2], rate[3], rate[4], r.err}
   end
   redis.call('SET', record_key, rerun, 'PX', rerun_ms)
-  if feed_key and r[1] ~= 'replay' then
-    BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5})
+  if r[1] ~= 'replay' then
+    if feed_key then BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5}) end
+    if index_key then redis.call('SET', index_key, index_rec, 'PX', index_ms) end
   end
   return {'door', 'ok', rate[1], rate[2], rate[3], rate[4], r[1], r[2]}
 end

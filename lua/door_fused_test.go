@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,6 +165,10 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 	if _, single := rdb.(*redis.Client); !single {
 		t.Skip("a fused door needs a single Redis")
 	}
+	// sets counts the SETs the client sends itself (a script's own are
+	// not among them).
+	var sets setCounter
+	rdb.AddHook(&sets)
 	b := bundle{store: NewStore(rdb, prefix), rdb: rdb, real: true}
 	ctx := context.Background()
 	c, _ := b.funded(t)
@@ -173,6 +178,7 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 	for i, want := range []int64{1, 1} {
 		d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
 			LockTTL: time.Minute, Window: time.Hour, ReservationNote: &c}
+		before := sets.n.Load()
 		res, err := b.store.Reserve(engine.WithFusedDoor(ctx, d), cmd)
 		if err != nil {
 			t.Fatalf("reserve %d: %v", i, err)
@@ -183,10 +189,46 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 		if n := rdb.XLen(ctx, feed).Val(); n != want {
 			t.Errorf("after reserve %d the feed holds %d entries, want %d", i, n, want)
 		}
+		// The index record: the door writes it with the reservation, in
+		// the script's round trip; a replay's is written again after it,
+		// as without a door.
+		if n, want := sets.n.Load()-before, map[bool]int64{false: 0, true: 1}[res.Replayed]; n != want {
+			t.Errorf("reserve %d (replayed %v) sent %d SETs of its own, want %d", i, res.Replayed, n, want)
+		}
+		key := b.store.reservationRecordKey(cmd.ReservationID)
+		if v := rdb.Get(ctx, key).Val(); v != customerMember(c)+"|s"+cmd.Metric {
+			t.Errorf("after reserve %d the index record is %q", i, v)
+		}
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour+reservationIndexSlack {
+			t.Errorf("after reserve %d the index record's TTL is %v", i, ttl)
+		}
 	}
 	e := rdb.XRange(ctx, feed, "-", "+").Val()
 	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
 		t.Errorf("feed %v, want one reservation notice of %s", e, c.CustomerID)
+	}
+}
+
+// setCounter is a go-redis hook counting the SET commands a client sends.
+type setCounter struct{ n atomic.Int64 }
+
+func (h *setCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *setCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "set" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *setCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "set" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
 
@@ -203,14 +245,14 @@ func TestFusedDoorLayout(t *testing.T) {
 		t.Errorf("door_fused.lua asks %s, want engine.StampFields %s", m[1], want)
 	}
 	shapes := map[string][2]int{}
-	for _, e := range regexp.MustCompile(`\['(\d)'\] = \{(?:true|false), (?:true|false), (?:true|false), (\d+), (\d+)\}`).FindAllStringSubmatch(doorFusedLua, -1) {
+	for _, e := range regexp.MustCompile(`\['(\d+)'\] = \{(?:true|false), (?:true|false), (?:true|false), (?:true|false), (\d+), (\d+)\}`).FindAllStringSubmatch(doorFusedLua, -1) {
 		na, _ := strconv.Atoi(e[2])
 		nk, _ := strconv.Atoi(e[3])
 		shapes[e[1]] = [2]int{na, nk}
 	}
 	s := NewStore(nil, "layout")
 	keys, args := []string{"k1", "k2", "k3"}, []any{"a1", "a2"}
-	for shape := range 8 {
+	for shape := range len(doorShapeArgs) {
 		d := &engine.FusedDoor{Tenant: uuid.New(), Checked: shape&1 != 0, Key: "key", RequestHash: "hash",
 			LockTTL: time.Minute, Window: time.Hour}
 		if shape&2 != 0 {
@@ -220,7 +262,11 @@ func TestFusedDoorLayout(t *testing.T) {
 			c := newCustomer()
 			d.ReservationNote = &c
 		}
-		k, a, err := s.fusedArgs("fn", d, keys, args)
+		var ix *reservationIndex
+		if shape&8 != 0 {
+			ix = &reservationIndex{key: "index", record: "record", ttlMS: 60_000}
+		}
+		k, a, err := s.fusedArgs("fn", d, ix, keys, args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,13 +280,18 @@ func TestFusedDoorLayout(t *testing.T) {
 		}
 		if d.Checked {
 			d.Stamps = engine.TenantStamps{1, 0, 18446744073709551615, 4, 1764547200000000, 6}
-			_, a, _ = s.fusedArgs("fn", d, keys, args)
+			_, a, _ = s.fusedArgs("fn", d, ix, keys, args)
 			if got, want := a[len(a)-shapes[fmt.Sprint(got)][0]+4], "1 0 18446744073709551615 4 1764547200000000 6"; got != want {
 				t.Errorf("shape %d: the stamps sent as %q, want %q", shape, got, want)
 			}
 		}
 		if !slices.Equal(k[:len(keys)], keys) || !reflect.DeepEqual(a[3+len(k):3+len(k)+len(args)], args) {
 			t.Errorf("shape %d: the body's keys and arguments do not come first: %v %v", shape, k, a)
+		}
+		// The index record's key is the door's last, its value and TTL
+		// the arguments before the shape.
+		if ix != nil && (k[len(k)-1] != "index" || a[len(a)-3] != "record" || a[len(a)-2] != int64(60_000)) {
+			t.Errorf("shape %d: the index record sent as %v %v", shape, k[len(k)-1], a[len(a)-3:len(a)-1])
 		}
 	}
 }

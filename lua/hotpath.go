@@ -354,8 +354,44 @@ func (s *Store) reserve(ctx context.Context, cmd engine.ReserveCommand) (engine.
 	if err != nil {
 		return engine.MutationResult{}, err
 	}
-	res, err := s.runMoney(ctx, sc, name, s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	var ix *reservationIndex
+	if cmd.Items == nil && cmd.ExpiresAt.After(cmd.Now) {
+		// A single-metric record is known before the script (a multi-metric
+		// one holds the costs the script prices): a fused door writes it
+		// in the script's round trip.
+		ix = &reservationIndex{key: s.reservationRecordKey(cmd.ReservationID),
+			record: customerMember(cmd.Customer) + "|s" + cmd.Metric,
+			ttlMS:  (cmd.ExpiresAt.Sub(cmd.Now) + reservationIndexSlack).Milliseconds()}
+	}
+	res, err := s.runMoney(withReservationIndex(ctx, ix), sc, name, s.reservationKeys(cmd.Customer.CustomerID, cmd.IdempotencyKey), args)
+	if ix != nil && ix.written && err == nil {
+		s.refs.put(cmd.ReservationID, ix.record, cmd.Now.Add(time.Duration(ix.ttlMS)*time.Millisecond))
+		return res, nil
+	}
 	return s.indexReservation(ctx, cmd, res, err)
+}
+
+// reservationIndex is a reserve's index record (reservationRecord) asked
+// of the fused door, which writes it after an answer that is not a replay,
+// in the script's own round trip (door_fused.lua); written says it did.
+type reservationIndex struct {
+	key, record string
+	ttlMS       int64
+	written     bool
+}
+
+type reservationIndexCtxKey struct{}
+
+func withReservationIndex(ctx context.Context, ix *reservationIndex) context.Context {
+	if ix == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, reservationIndexCtxKey{}, ix)
+}
+
+func reservationIndexOf(ctx context.Context) *reservationIndex {
+	ix, _ := ctx.Value(reservationIndexCtxKey{}).(*reservationIndex)
+	return ix
 }
 
 // ReserveDry answers the Mutation Reserve of cmd would write, changing

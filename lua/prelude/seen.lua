@@ -141,8 +141,8 @@ local function seen_mark(seen) return seen[1][seen[2]] end
 -- digest, fields and fingerprint are the same in every period, so they are
 -- made once, and each period's HMGET asks only tiers 1-5 and tier 5's
 -- count: tiers 6 and 7 hold keys only once tier 5 is full, and a second
--- HMGET asks them then (naming them costs a look-up ~2,000 instructions
--- and the small partitions never need it). Every money call with an
+-- HMGET asks them then (naming and asking them on every look-up cost a
+-- consume ~7,000 Redis instructions, which small partitions never need). Every money call with an
 -- idempotency key runs this. On six week hashes it took ~60 µs of a
 -- ~330 µs reserve or release after an idle pause (bench/worst.go), hence
 -- two periods as long as the horizon instead. When seen_has
