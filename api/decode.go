@@ -184,59 +184,126 @@ func decodeConsume(body []byte, in *consumePayload) error {
 
 var consumeShape = engine.ShapeOf(reflect.TypeOf(&consumePayload{}))
 
+// decodeReserve and decodeCommit are decodeConsume for a reservation's
+// create and commit: the single-metric form is read directly
+// (flatReserve, flatCommit), anything else goes through decodeBody.
+func decodeReserve(body []byte, in *reservePayload) error {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatReserve(trimmed, in) {
+		return nil
+	}
+	*in = reservePayload{}
+	return decodeBody(body, in)
+}
+
+func decodeCommit(body []byte, in *commitPayload) error {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatCommit(trimmed, in) {
+		return nil
+	}
+	*in = commitPayload{}
+	return decodeBody(body, in)
+}
+
 // flatConsume reads {"customer_id":"..","billable_metric_key":"..",
 // "units":n,"metadata":null} in any order and spacing; false when the body
 // has any other shape (an escape, a byte outside printable ASCII, a
 // fraction, another member, a member twice...): what it reads,
 // engine.ScanJSON passes (TestFlatConsumeScans).
 func flatConsume(b []byte, in *consumePayload) bool {
+	return flatObject(b, func(name []byte, i int) (int, bool) {
+		switch string(name) {
+		case "customer_id":
+			return flatStr(b, i, &in.CustomerID)
+		case "billable_metric_key":
+			return flatStr(b, i, &in.BillableMetricKey)
+		case "units":
+			return flatInt(b, i, &in.Units)
+		case "metadata":
+			return flatNull(b, i)
+		}
+		return 0, false
+	})
+}
+
+// flatReserve is flatConsume for POST /v1/reservations: the single-metric
+// form's members (customer_id or external_customer_id, billable_metric_key,
+// estimated_units, ttl_seconds, a null metadata, dry_run); items and
+// anything else take decodeBody's path.
+func flatReserve(b []byte, in *reservePayload) bool {
+	return flatObject(b, func(name []byte, i int) (int, bool) {
+		switch string(name) {
+		case "customer_id":
+			return flatStr(b, i, &in.CustomerID)
+		case "external_customer_id":
+			return flatStr(b, i, &in.ExternalCustomerID)
+		case "billable_metric_key":
+			return flatStr(b, i, &in.BillableMetricKey)
+		case "estimated_units":
+			return flatInt(b, i, &in.EstimatedUnits)
+		case "ttl_seconds":
+			return flatInt(b, i, &in.TTLSeconds)
+		case "metadata":
+			return flatNull(b, i)
+		case "dry_run":
+			return flatBool(b, i, &in.DryRun)
+		}
+		return 0, false
+	})
+}
+
+// flatCommit is flatConsume for POST /v1/reservations/{id}/commit:
+// actual_units, final and a null metadata; items and anything else take
+// decodeBody's path.
+func flatCommit(b []byte, in *commitPayload) bool {
+	return flatObject(b, func(name []byte, i int) (int, bool) {
+		switch string(name) {
+		case "actual_units":
+			return flatInt(b, i, &in.ActualUnits)
+		case "final":
+			return flatBool(b, i, &in.Final)
+		case "metadata":
+			return flatNull(b, i)
+		}
+		return 0, false
+	})
+}
+
+// maxFlatMembers bounds the members a flat body may have; a body with more
+// takes decodeBody's path.
+const maxFlatMembers = 8
+
+// flatObject reads the trimmed object body b ("{" first) member by member:
+// member gets each name and the index of its value, reads the value
+// (flatStr, flatInt, flatBool, flatNull) and answers the index past it, or
+// false to give up (the body is not of the flat shape). A name twice, a
+// member whose value member does not read, anything but spacing around the
+// object, or more than maxFlatMembers members is false. What it reads is
+// what engine.ScanJSON passes for a payload of those members as plain
+// strings, integers, booleans and nulls (TestFlatConsumeScans,
+// TestFlatReservationScans).
+func flatObject(b []byte, member func(name []byte, i int) (int, bool)) bool {
 	i := skipSpace(b, 1)
 	if i < len(b) && b[i] == '}' {
 		return allSpace(b[i+1:])
 	}
-	var seen [4]bool // customer_id, billable_metric_key, units, metadata
-	for {
+	var seen [maxFlatMembers][]byte
+	for n := 0; ; n++ {
 		name, j, ok := plainString(b, i)
-		if !ok {
+		if !ok || n == maxFlatMembers {
 			return false
 		}
-		k := flatMember(name)
-		if k < 0 || seen[k] {
-			return false
+		for _, prev := range seen[:n] {
+			if bytes.Equal(prev, name) {
+				return false
+			}
 		}
-		seen[k] = true
+		seen[n] = name
 		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
 			return false
 		}
-		i = skipSpace(b, i+1)
-		switch string(name) {
-		case "customer_id", "billable_metric_key":
-			v, j, ok := plainString(b, i)
-			if !ok {
-				return false
-			}
-			s := string(v)
-			if name[0] == 'c' {
-				in.CustomerID = &s
-			} else {
-				in.BillableMetricKey = &s
-			}
-			i = j
-		case "units":
-			n, j, ok := plainInt(b, i)
-			if !ok {
-				return false
-			}
-			in.Units, i = &n, j
-		case "metadata":
-			if !bytes.HasPrefix(b[i:], []byte("null")) {
-				return false
-			}
-			i += 4
-		default:
+		if j, ok = member(name, skipSpace(b, i+1)); !ok {
 			return false
 		}
-		if i = skipSpace(b, i); i >= len(b) {
+		if i = skipSpace(b, j); i >= len(b) {
 			return false
 		}
 		switch b[i] {
@@ -250,6 +317,46 @@ func flatConsume(b []byte, in *consumePayload) bool {
 	}
 }
 
+// flatStr, flatInt, flatBool and flatNull read one member's value of a flat
+// body at b[i] into dst (a plain string, an integer, true or false, null)
+// and answer the index past it; false when the value is not of their kind.
+func flatStr(b []byte, i int, dst **string) (int, bool) {
+	v, j, ok := plainString(b, i)
+	if !ok {
+		return 0, false
+	}
+	s := string(v)
+	*dst = &s
+	return j, true
+}
+
+func flatInt(b []byte, i int, dst **int64) (int, bool) {
+	n, j, ok := plainInt(b, i)
+	if !ok {
+		return 0, false
+	}
+	*dst = &n
+	return j, true
+}
+
+func flatBool(b []byte, i int, dst **bool) (int, bool) {
+	for _, lit := range [...]string{"true", "false"} {
+		if bytes.HasPrefix(b[i:], []byte(lit)) {
+			v := lit == "true"
+			*dst = &v
+			return i + len(lit), true
+		}
+	}
+	return 0, false
+}
+
+func flatNull(b []byte, i int) (int, bool) {
+	if !bytes.HasPrefix(b[i:], []byte("null")) {
+		return 0, false
+	}
+	return i + 4, true
+}
+
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
@@ -258,21 +365,6 @@ func skipSpace(b []byte, i int) int {
 }
 
 func allSpace(b []byte) bool { return skipSpace(b, 0) == len(b) }
-
-// flatMember is the index of a member flatConsume reads, -1 for another.
-func flatMember(name []byte) int {
-	switch string(name) {
-	case "customer_id":
-		return 0
-	case "billable_metric_key":
-		return 1
-	case "units":
-		return 2
-	case "metadata":
-		return 3
-	}
-	return -1
-}
 
 // plainString reads a string at b[i] of printable ASCII without escapes
 // (so valid UTF-8 without control bytes); j is just past its closing quote.

@@ -301,21 +301,8 @@ func TestFlatConsumeScans(t *testing.T) {
 	rng := rand.New(rand.NewSource(26))
 	accepted := 0
 	for n := 0; n < 200000; n++ {
-		b := []byte(seeds[rng.Intn(len(seeds))])
-		for k := rng.Intn(4); k >= 0; k-- {
-			p := rng.Intn(len(b))
-			switch rng.Intn(3) {
-			case 0: // replace a byte
-				b[p] = alphabet[rng.Intn(len(alphabet))]
-			case 1: // insert a byte
-				b = append(b[:p], append([]byte{alphabet[rng.Intn(len(alphabet))]}, b[p:]...)...)
-			default: // repeat a slice
-				q := p + rng.Intn(len(b)-p)
-				b = append(b[:q], append(append([]byte{}, b[p:q]...), b[q:]...)...)
-			}
-		}
-		trimmed := bytes.TrimLeft(b, " \t\r\n")
-		if len(trimmed) == 0 || trimmed[0] != '{' {
+		trimmed := mutatedBody(rng, seeds, alphabet)
+		if trimmed == nil {
 			continue
 		}
 		var in consumePayload
@@ -324,7 +311,7 @@ func TestFlatConsumeScans(t *testing.T) {
 		}
 		accepted++
 		if err := engine.ScanJSON(trimmed, "", consumeShape, engine.MaxJSONDepth); err != nil {
-			t.Fatalf("flatConsume reads %q, ScanJSON refuses it: %v", b, err)
+			t.Fatalf("flatConsume reads %q, ScanJSON refuses it: %v", trimmed, err)
 		}
 	}
 	if accepted < 1000 {
@@ -358,4 +345,136 @@ func TestDecodeReservationItems(t *testing.T) {
 			t.Errorf("%s: %v", tc.body, err)
 		}
 	}
+}
+
+// TestDecodeReservationMatchesDecodeBody: the reservation fast paths
+// (create and commit) decode every body to what decodeBody gives, and
+// refuse what it refuses, the same way; the plain bodies take the fast path.
+func TestDecodeReservationMatchesDecodeBody(t *testing.T) {
+	t.Parallel()
+	reserves := []string{
+		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600}`,
+		` {"ttl_seconds" : 60, "estimated_units":1,"billable_metric_key":"k","external_customer_id":"ext-1","metadata":null,"dry_run":true} `,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"dry_run":false}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"dry_run":"true"}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"dry_run":truex}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"dry_run":null}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"metadata":{"a":1}}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"metadata":nullx}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":1.5}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":"3"}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"ttl_seconds":1e3}`,
+		`{"customer_id":null,"billable_metric_key":"k","estimated_units":3}`,
+		`{"customer_id":"c1","customer_id":"c2","billable_metric_key":"k","estimated_units":3}`,
+		`{"Customer_ID":"c1","billable_metric_key":"k","estimated_units":3}`,
+		`{"customer_id":"c\u00e9","billable_metric_key":"k","estimated_units":3}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,"other":1}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3,}`,
+		`{"customer_id":"c1","billable_metric_key":"k","estimated_units":3} x`,
+		`{"customer_id":"c1","items":[{"billable_metric_key":"a","estimated_units":2}]}`,
+		`{}`,
+		`[]`,
+		``,
+	}
+	commits := []string{
+		`{"actual_units":8}`,
+		` { "final" : false , "actual_units" : 0, "metadata" : null } `,
+		`{"actual_units":8,"final":true}`,
+		`{"actual_units":8,"final":1}`,
+		`{"actual_units":-1}`,
+		`{"actual_units":8.0}`,
+		`{"actual_units":8,"actual_units":9}`,
+		`{"actual_units":8,"metadata":{"k":"v"}}`,
+		`{"items":[{"billable_metric_key":"a","actual_units":2}]}`,
+		`{"Actual_Units":8}`,
+		`{}`,
+		`{"actual_units":8`,
+	}
+	checkFastPath(t, "reserve", reserves, decodeReserve, flatReserve, func(i int, body string) bool { return i < 3 || body == `{}` })
+	checkFastPath(t, "commit", commits, decodeCommit, flatCommit, func(i int, body string) bool { return i < 3 || i == 4 || body == `{}` })
+}
+
+// checkFastPath checks a route's fast decode against decodeBody on bodies:
+// the same payload or the same error, and the fast path taken exactly for
+// the bodies fast names.
+func checkFastPath[T any](t *testing.T, route string, bodies []string, decode func([]byte, *T) error,
+	flat func([]byte, *T) bool, fast func(i int, body string) bool) {
+	t.Helper()
+	for i, body := range bodies {
+		var want, got T
+		werr := decodeBody([]byte(body), &want)
+		gerr := decode([]byte(body), &got)
+		if fmt.Sprint(werr) != fmt.Sprint(gerr) {
+			t.Errorf("%s %s: error %v, decodeBody says %v", route, body, gerr, werr)
+		} else if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%s %s: decoded %+v, decodeBody says %+v", route, body, got, want)
+		}
+		var in T
+		if took, want := flat(bytes.TrimSpace([]byte(body)), &in), fast(i, body); took != want {
+			t.Errorf("%s %s: fast path %v, want %v", route, body, took, want)
+		}
+	}
+}
+
+// TestFlatReservationScans: every body the reservation fast paths read is
+// one engine.ScanJSON passes, as TestFlatConsumeScans for the consume.
+func TestFlatReservationScans(t *testing.T) {
+	t.Parallel()
+	reserveShape := engine.ShapeOf(reflect.TypeOf(&reservePayload{}))
+	commitShape := engine.ShapeOf(reflect.TypeOf(&commitPayload{}))
+	seeds := []string{
+		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600,"dry_run":false}`,
+		`{"external_customer_id":"x","metadata":null, "estimated_units": 3 ,"billable_metric_key":"a.b","dry_run":true}`,
+		`{"actual_units":8,"final":false,"metadata":null}`,
+	}
+	alphabet := []byte("{}[]\",:0123456789-.eE \t\ntruefalsnl\\\x00\x7f\xc3\xa9\xff")
+	rng := rand.New(rand.NewSource(28))
+	accepted := 0
+	for n := 0; n < 200000; n++ {
+		trimmed := mutatedBody(rng, seeds, alphabet)
+		if trimmed == nil {
+			continue
+		}
+		var r reservePayload
+		if flatReserve(trimmed, &r) {
+			accepted++
+			if err := engine.ScanJSON(trimmed, "", reserveShape, engine.MaxJSONDepth); err != nil {
+				t.Fatalf("flatReserve reads %q, ScanJSON refuses it: %v", trimmed, err)
+			}
+		}
+		var c commitPayload
+		if flatCommit(trimmed, &c) {
+			accepted++
+			if err := engine.ScanJSON(trimmed, "", commitShape, engine.MaxJSONDepth); err != nil {
+				t.Fatalf("flatCommit reads %q, ScanJSON refuses it: %v", trimmed, err)
+			}
+		}
+	}
+	if accepted < 1000 {
+		t.Fatalf("only %d altered bodies took a fast path", accepted)
+	}
+}
+
+// mutatedBody is one of seeds altered at random (a byte replaced or
+// inserted from alphabet, a slice repeated, up to four times), trimmed on
+// the left; nil when it no longer opens with "{".
+func mutatedBody(rng *rand.Rand, seeds []string, alphabet []byte) []byte {
+	b := []byte(seeds[rng.Intn(len(seeds))])
+	for k := rng.Intn(4); k >= 0; k-- {
+		p := rng.Intn(len(b))
+		switch rng.Intn(3) {
+		case 0: // replace a byte
+			b[p] = alphabet[rng.Intn(len(alphabet))]
+		case 1: // insert a byte
+			b = append(b[:p], append([]byte{alphabet[rng.Intn(len(alphabet))]}, b[p:]...)...)
+		default: // repeat a slice
+			q := p + rng.Intn(len(b)-p)
+			b = append(b[:q], append(append([]byte{}, b[p:q]...), b[q:]...)...)
+		}
+	}
+	trimmed := bytes.TrimLeft(b, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil
+	}
+	return trimmed
 }
