@@ -2,6 +2,7 @@ package api
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/creditd/creditd/engine"
 )
@@ -150,4 +151,97 @@ func appendStringOrNull(b []byte, s *string) []byte {
 		return append(b, "null"...)
 	}
 	return engine.AppendJSONString(b, *s)
+}
+
+// reserved writes a reservation's 201: appended when it carries neither
+// metadata nor items (encoding/json compacts and escapes their raw JSON),
+// else through json.
+func (c *call) reserved(res *engine.ReserveResult) error {
+	if res.Metadata != nil || len(res.Items) > 0 {
+		return c.json(201, res)
+	}
+	c.out = appendReserve(c.out[:0], res)
+	return c.bytesOut(201, c.out)
+}
+
+// committed writes a commit's 200: appended for a single-metric
+// reservation, through json with items.
+func (c *call) committed(res *engine.CommitResult) error {
+	if len(res.Items) > 0 {
+		return c.json(200, res)
+	}
+	c.out = appendCommit(c.out[:0], res)
+	return c.bytesOut(200, c.out)
+}
+
+func appendReserve(b []byte, r *engine.ReserveResult) []byte {
+	b = append(b, `{"id":`...)
+	b = engine.AppendJSONUUID(b, r.ID)
+	b = append(b, `,"customer_id":`...)
+	b = engine.AppendJSONUUID(b, r.CustomerID)
+	b = append(b, `,"billable_metric_key":`...)
+	b = engine.AppendJSONString(b, r.BillableMetricKey)
+	b = engine.AppendJSONInt(b, `,"estimated_units":`, r.EstimatedUnits)
+	b = engine.AppendJSONInt(b, `,"estimated_cost":`, r.EstimatedCost)
+	b = append(b, `,"environment":`...)
+	b = engine.AppendJSONString(b, string(r.Environment))
+	b = append(b, `,"status":`...)
+	b = engine.AppendJSONString(b, string(r.Status))
+	b = appendJSONTime(append(b, `,"expires_at":`...), r.ExpiresAt)
+	b = appendReservationAccount(append(b, `,"account":`...), &r.Account)
+	b = append(b, `,"metadata":null`...)
+	b = appendJSONTime(append(b, `,"created_at":`...), r.CreatedAt)
+	return append(b, "}\n"...)
+}
+
+func appendCommit(b []byte, r *engine.CommitResult) []byte {
+	b = append(b, `{"reservation_id":`...)
+	b = engine.AppendJSONUUID(b, r.ReservationID)
+	b = append(b, `,"status":`...)
+	b = engine.AppendJSONString(b, string(r.Status))
+	b = engine.AppendJSONInt(b, `,"estimated_units":`, r.EstimatedUnits)
+	b = engine.AppendJSONInt(b, `,"actual_units":`, r.ActualUnits)
+	b = engine.AppendJSONInt(b, `,"estimated_cost":`, r.EstimatedCost)
+	b = engine.AppendJSONInt(b, `,"actual_cost":`, r.ActualCost)
+	b = engine.AppendJSONInt(b, `,"released":`, r.Released)
+	tx := &r.Transaction
+	b = append(b, `,"transaction":{"id":`...)
+	b = engine.AppendJSONUUID(b, tx.ID)
+	if tx.CustomerID != nil {
+		b = engine.AppendJSONUUID(append(b, `,"customer_id":`...), *tx.CustomerID)
+	}
+	b = engine.AppendJSONInt(b, `,"delta":`, tx.Delta)
+	b = append(b, `,"type":`...)
+	b = engine.AppendJSONString(b, string(tx.Type))
+	if tx.BillableMetricKey != nil {
+		b = engine.AppendJSONString(append(b, `,"billable_metric_key":`...), *tx.BillableMetricKey)
+	}
+	if tx.CostUnits != nil {
+		b = engine.AppendJSONInt(b, `,"cost_units":`, *tx.CostUnits)
+	}
+	if tx.ReferenceID != nil {
+		b = engine.AppendJSONUUID(append(b, `,"reference_id":`...), *tx.ReferenceID)
+	}
+	b = appendJSONTime(append(b, `,"created_at":`...), tx.CreatedAt)
+	b = appendReservationAccount(append(b, `},"account":`...), &r.Account)
+	b = engine.AppendJSONInt(b, `,"settled_units":`, r.SettledUnits)
+	b = engine.AppendJSONInt(b, `,"settled_cost":`, r.SettledCost)
+	b = engine.AppendJSONInt(b, `,"remaining_cost":`, r.RemainingCost)
+	return append(b, "}\n"...)
+}
+
+func appendReservationAccount(b []byte, a *engine.ReservationAccount) []byte {
+	b = engine.AppendJSONInt(b, `{"balance":`, a.Balance)
+	b = engine.AppendJSONInt(b, `,"reserved_balance":`, a.ReservedBalance)
+	b = engine.AppendJSONInt(b, `,"effective_balance":`, a.EffectiveBalance)
+	return append(b, '}')
+}
+
+// appendJSONTime writes t as time.Time's MarshalJSON does (RFC 3339 with
+// nanoseconds, quoted); the routes' times are the service clock's, inside
+// the years MarshalJSON accepts.
+func appendJSONTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }

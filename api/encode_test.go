@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -63,6 +64,41 @@ func TestAppendMatchesEncoder(t *testing.T) {
 		_ = json.NewEncoder(&want).Encode(&r)
 		if got := appendConsume(nil, &r); !bytes.Equal(got, want.Bytes()) {
 			t.Errorf("consume %s:\n got %s\nwant %s", name, got, want.Bytes())
+		}
+	}
+	at := time.Date(2026, 12, 2, 11, 30, 0, 123456789, time.UTC)
+	berlin := time.FixedZone("CET", 3600)
+	acct := engine.ReservationAccount{Balance: 1000, ReservedBalance: 30, EffectiveBalance: -970}
+	reserves := map[string]engine.ReserveResult{
+		"active": {ID: tx, CustomerID: id, BillableMetricKey: "gpu.seconds", EstimatedUnits: 3, EstimatedCost: 30,
+			Environment: engine.EnvironmentLive, Status: engine.ReservationActive, ExpiresAt: at.Add(time.Hour), Account: acct, CreatedAt: at},
+		"whole seconds, another zone": {ID: tx, CustomerID: id, BillableMetricKey: "k", Environment: engine.EnvironmentSandbox,
+			Status: engine.ReservationActive, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, berlin), CreatedAt: at.Truncate(time.Second)},
+		"escaped key, zero times": {BillableMetricKey: "<a&b>\u2028é", EstimatedUnits: -1, EstimatedCost: -9_223_372_036_854_775_808},
+	}
+	for name, r := range reserves {
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(&r)
+		if got := appendReserve(nil, &r); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("reserve %s:\n got %s\nwant %s", name, got, want.Bytes())
+		}
+	}
+	key, units := "gpu.seconds", int64(80)
+	commits := map[string]engine.CommitResult{
+		"committed": {ReservationID: tx, Status: engine.ReservationCommitted, EstimatedUnits: 10, ActualUnits: 8, EstimatedCost: 100,
+			ActualCost: 80, Released: 20, Transaction: engine.ReservationTransaction{ID: id, CustomerID: &id, Delta: -80,
+				Type: engine.EntryConsumption, BillableMetricKey: &key, CostUnits: &units, ReferenceID: &tx, CreatedAt: at},
+			Account: acct, SettledUnits: 8, SettledCost: 80},
+		"partial, bare transaction": {ReservationID: tx, Status: engine.ReservationActive, ActualUnits: 1, ActualCost: 10,
+			Transaction:  engine.ReservationTransaction{ID: id, Type: engine.EntryConsumption, CreatedAt: at.In(berlin)},
+			SettledUnits: 1, SettledCost: 10, RemainingCost: 90},
+		"escaped key": {Transaction: engine.ReservationTransaction{BillableMetricKey: func() *string { v := "<\u2029>"; return &v }()}},
+	}
+	for name, r := range commits {
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(&r)
+		if got := appendCommit(nil, &r); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("commit %s:\n got %s\nwant %s", name, got, want.Bytes())
 		}
 	}
 }
