@@ -267,6 +267,64 @@ func flatCommit(b []byte, in *commitPayload) bool {
 	})
 }
 
+// flatUsage is flatConsume for POST /v1/usage: {"events":[...]} whose
+// events are flat objects of event_id, customer_id, billable_metric_key,
+// units and a null metadata; anything else takes decodeBody's path.
+func flatUsage(b []byte, in *usagePayload) bool {
+	return flatObject(b, func(name []byte, i int) (int, bool) {
+		if string(name) != "events" || i >= len(b) || b[i] != '[' {
+			return 0, false
+		}
+		in.Events = []usageEventPayload{}
+		if i = skipSpace(b, i+1); i < len(b) && b[i] == ']' {
+			return i + 1, true
+		}
+		for len(in.Events) < engine.MaxUsageEvents {
+			in.Events = append(in.Events, usageEventPayload{})
+			e := &in.Events[len(in.Events)-1]
+			j, ok := flatObjectAt(b, i, func(name []byte, i int) (int, bool) {
+				switch string(name) {
+				case "event_id":
+					return flatStr(b, i, &e.EventID)
+				case "customer_id":
+					return flatStr(b, i, &e.CustomerID)
+				case "billable_metric_key":
+					return flatStr(b, i, &e.BillableMetricKey)
+				case "units":
+					return flatInt(b, i, &e.Units)
+				case "metadata":
+					return flatNull(b, i)
+				}
+				return 0, false
+			})
+			if !ok {
+				return 0, false
+			}
+			if i = skipSpace(b, j); i >= len(b) {
+				return 0, false
+			}
+			switch b[i] {
+			case ',':
+				i = skipSpace(b, i+1)
+			case ']':
+				return i + 1, true
+			default:
+				return 0, false
+			}
+		}
+		return 0, false // more events than a batch takes: decodeBody's path says so
+	})
+}
+
+// decodeUsage is decodeConsume for a usage batch (flatUsage).
+func decodeUsage(body []byte, in *usagePayload) error {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatUsage(trimmed, in) {
+		return nil
+	}
+	*in = usagePayload{}
+	return decodeBody(body, in)
+}
+
 // maxFlatMembers bounds the members a flat body may have; a body with more
 // takes decodeBody's path.
 const maxFlatMembers = 8
@@ -279,40 +337,49 @@ const maxFlatMembers = 8
 // object, or more than maxFlatMembers members is false. What it reads is
 // what engine.ScanJSON passes for a payload of those members as plain
 // strings, integers, booleans and nulls (TestFlatConsumeScans,
-// TestFlatReservationScans).
+// TestFlatBodiesScan).
 func flatObject(b []byte, member func(name []byte, i int) (int, bool)) bool {
-	i := skipSpace(b, 1)
-	if i < len(b) && b[i] == '}' {
-		return allSpace(b[i+1:])
+	j, ok := flatObjectAt(b, 0, member)
+	return ok && allSpace(b[j:])
+}
+
+// flatObjectAt is flatObject for the object at b[i] ("{"), one member's
+// value of a larger body: j is just past its "}".
+func flatObjectAt(b []byte, i int, member func(name []byte, i int) (int, bool)) (j int, ok bool) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
+		return i + 1, true
 	}
 	var seen [maxFlatMembers][]byte
 	for n := 0; ; n++ {
 		name, j, ok := plainString(b, i)
 		if !ok || n == maxFlatMembers {
-			return false
+			return 0, false
 		}
 		for _, prev := range seen[:n] {
 			if bytes.Equal(prev, name) {
-				return false
+				return 0, false
 			}
 		}
 		seen[n] = name
 		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
-			return false
+			return 0, false
 		}
 		if j, ok = member(name, skipSpace(b, i+1)); !ok {
-			return false
+			return 0, false
 		}
 		if i = skipSpace(b, j); i >= len(b) {
-			return false
+			return 0, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case '}':
-			return allSpace(b[i+1:])
+			return i + 1, true
 		default:
-			return false
+			return 0, false
 		}
 	}
 }

@@ -347,10 +347,11 @@ func TestDecodeReservationItems(t *testing.T) {
 	}
 }
 
-// TestDecodeReservationMatchesDecodeBody: the reservation fast paths
-// (create and commit) decode every body to what decodeBody gives, and
-// refuse what it refuses, the same way; the plain bodies take the fast path.
-func TestDecodeReservationMatchesDecodeBody(t *testing.T) {
+// TestDecodeFastPathsMatchDecodeBody: the fast paths of a reservation's
+// create and commit and of a usage batch decode every body to what
+// decodeBody gives, and refuse what it refuses, the same way; the plain
+// bodies take the fast path.
+func TestDecodeFastPathsMatchDecodeBody(t *testing.T) {
 	t.Parallel()
 	reserves := []string{
 		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600}`,
@@ -390,6 +391,35 @@ func TestDecodeReservationMatchesDecodeBody(t *testing.T) {
 		`{}`,
 		`{"actual_units":8`,
 	}
+	usages := []string{
+		`{"events":[{"event_id":"e1","customer_id":"c1","billable_metric_key":"api_calls","units":1}]}`,
+		` { "events" : [ {"units":2,"metadata":null,"billable_metric_key":"k","customer_id":"c","event_id":"e"} , {"event_id":"e2"} ] } `,
+		`{"events":[]}`,
+		`{"events":[{"event_id":"e1","units":1},{"event_id":"e1","units":1}]}`,
+		`{"events":[{"event_id":"e1","units":1},]}`,
+		`{"events":[{"event_id":"e1","units":1}`,
+		`{"events":[{"event_id":"e1","event_id":"e2"}]}`,
+		`{"events":[{"event_id":"e1","metadata":{"a":1}}]}`,
+		`{"events":[{"event_id":"e1","units":"1"}]}`,
+		`{"events":[{"event_id":null}]}`,
+		`{"events":[1]}`,
+		`{"events":null}`,
+		`{"events":{}}`,
+		`{"events":[{"event_id":"e1"}],"events":[]}`,
+		`{"Events":[]}`,
+		`{"events":[{"Event_ID":"e1"}]}`,
+		`{"events":[{"event_id":"e\u00e9"}]}`,
+		`{"events":[{}]}`,
+		`{}`,
+	}
+	checkFastPath(t, "usage", usages, decodeUsage, flatUsage, func(i int, body string) bool {
+		return i < 4 || body == `{"events":[{}]}` || body == `{}`
+	})
+	many := `{"events":[` + strings.Repeat(`{"event_id":"e","units":1},`, engine.MaxUsageEvents) + `{"event_id":"e","units":1}]}`
+	var in usagePayload
+	if flatUsage([]byte(many), &in) {
+		t.Errorf("a batch of %d events takes the fast path", engine.MaxUsageEvents+1)
+	}
 	checkFastPath(t, "reserve", reserves, decodeReserve, flatReserve, func(i int, body string) bool { return i < 3 || body == `{}` })
 	checkFastPath(t, "commit", commits, decodeCommit, flatCommit, func(i int, body string) bool { return i < 3 || i == 4 || body == `{}` })
 }
@@ -416,18 +446,21 @@ func checkFastPath[T any](t *testing.T, route string, bodies []string, decode fu
 	}
 }
 
-// TestFlatReservationScans: every body the reservation fast paths read is
-// one engine.ScanJSON passes, as TestFlatConsumeScans for the consume.
-func TestFlatReservationScans(t *testing.T) {
+// TestFlatBodiesScan: every body the reservation and usage fast
+// paths read is one engine.ScanJSON passes, as TestFlatConsumeScans for
+// the consume.
+func TestFlatBodiesScan(t *testing.T) {
 	t.Parallel()
 	reserveShape := engine.ShapeOf(reflect.TypeOf(&reservePayload{}))
 	commitShape := engine.ShapeOf(reflect.TypeOf(&commitPayload{}))
+	usageShape := engine.ShapeOf(reflect.TypeOf(&usagePayload{}))
 	seeds := []string{
 		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600,"dry_run":false}`,
 		`{"external_customer_id":"x","metadata":null, "estimated_units": 3 ,"billable_metric_key":"a.b","dry_run":true}`,
 		`{"actual_units":8,"final":false,"metadata":null}`,
+		`{"events":[{"event_id":"e1","customer_id":"c1","billable_metric_key":"k","units":1},{"event_id":"e2","metadata":null}]}`,
 	}
-	alphabet := []byte("{}[]\",:0123456789-.eE \t\ntruefalsnl\\\x00\x7f\xc3\xa9\xff")
+	alphabet := []byte("{}[]\",:0123456789-.eE \t\ntruefalsnlvid\\\x00\x7f\xc3\xa9\xff")
 	rng := rand.New(rand.NewSource(28))
 	accepted := 0
 	for n := 0; n < 200000; n++ {
@@ -447,6 +480,13 @@ func TestFlatReservationScans(t *testing.T) {
 			accepted++
 			if err := engine.ScanJSON(trimmed, "", commitShape, engine.MaxJSONDepth); err != nil {
 				t.Fatalf("flatCommit reads %q, ScanJSON refuses it: %v", trimmed, err)
+			}
+		}
+		var u usagePayload
+		if flatUsage(trimmed, &u) {
+			accepted++
+			if err := engine.ScanJSON(trimmed, "", usageShape, engine.MaxJSONDepth); err != nil {
+				t.Fatalf("flatUsage reads %q, ScanJSON refuses it: %v", trimmed, err)
 			}
 		}
 	}
