@@ -184,22 +184,15 @@ func decodeConsume(body []byte, in *consumePayload) error {
 
 var consumeShape = engine.ShapeOf(reflect.TypeOf(&consumePayload{}))
 
-// decodeReserve and decodeCommit are decodeConsume for a reservation's
-// create and commit: the single-metric form is read directly
-// (flatReserve, flatCommit), anything else goes through decodeBody.
-func decodeReserve(body []byte, in *reservePayload) error {
-	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatReserve(trimmed, in) {
+// decodeFlat is decodeConsume for another route whose plain body flat
+// reads (flatReserve, flatCommit, flatUsage): anything else goes through
+// decodeBody.
+func decodeFlat[T any](body []byte, in *T, flat func([]byte, *T) bool) error {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flat(trimmed, in) {
 		return nil
 	}
-	*in = reservePayload{}
-	return decodeBody(body, in)
-}
-
-func decodeCommit(body []byte, in *commitPayload) error {
-	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatCommit(trimmed, in) {
-		return nil
-	}
-	*in = commitPayload{}
+	var zero T
+	*in = zero
 	return decodeBody(body, in)
 }
 
@@ -314,15 +307,6 @@ func flatUsage(b []byte, in *usagePayload) bool {
 		}
 		return 0, false // more events than a batch takes: decodeBody's path says so
 	})
-}
-
-// decodeUsage is decodeConsume for a usage batch (flatUsage).
-func decodeUsage(body []byte, in *usagePayload) error {
-	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && flatUsage(trimmed, in) {
-		return nil
-	}
-	*in = usagePayload{}
-	return decodeBody(body, in)
 }
 
 // maxFlatMembers bounds the members a flat body may have; a body with more

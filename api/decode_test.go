@@ -412,7 +412,7 @@ func TestDecodeFastPathsMatchDecodeBody(t *testing.T) {
 		`{"events":[{}]}`,
 		`{}`,
 	}
-	checkFastPath(t, "usage", usages, decodeUsage, flatUsage, func(i int, body string) bool {
+	checkFastPath(t, "usage", usages, flatUsage, func(i int, body string) bool {
 		return i < 4 || body == `{"events":[{}]}` || body == `{}`
 	})
 	many := `{"events":[` + strings.Repeat(`{"event_id":"e","units":1},`, engine.MaxUsageEvents) + `{"event_id":"e","units":1}]}`
@@ -420,20 +420,20 @@ func TestDecodeFastPathsMatchDecodeBody(t *testing.T) {
 	if flatUsage([]byte(many), &in) {
 		t.Errorf("a batch of %d events takes the fast path", engine.MaxUsageEvents+1)
 	}
-	checkFastPath(t, "reserve", reserves, decodeReserve, flatReserve, func(i int, body string) bool { return i < 3 || body == `{}` })
-	checkFastPath(t, "commit", commits, decodeCommit, flatCommit, func(i int, body string) bool { return i < 3 || i == 4 || body == `{}` })
+	checkFastPath(t, "reserve", reserves, flatReserve, func(i int, body string) bool { return i < 3 || body == `{}` })
+	checkFastPath(t, "commit", commits, flatCommit, func(i int, body string) bool { return i < 3 || i == 4 || body == `{}` })
 }
 
 // checkFastPath checks a route's fast decode against decodeBody on bodies:
 // the same payload or the same error, and the fast path taken exactly for
 // the bodies fast names.
-func checkFastPath[T any](t *testing.T, route string, bodies []string, decode func([]byte, *T) error,
-	flat func([]byte, *T) bool, fast func(i int, body string) bool) {
+func checkFastPath[T any](t *testing.T, route string, bodies []string, flat func([]byte, *T) bool,
+	fast func(i int, body string) bool) {
 	t.Helper()
 	for i, body := range bodies {
 		var want, got T
 		werr := decodeBody([]byte(body), &want)
-		gerr := decode([]byte(body), &got)
+		gerr := decodeFlat([]byte(body), &got, flat)
 		if fmt.Sprint(werr) != fmt.Sprint(gerr) {
 			t.Errorf("%s %s: error %v, decodeBody says %v", route, body, gerr, werr)
 		} else if werr == nil && !reflect.DeepEqual(got, want) {

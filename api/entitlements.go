@@ -125,7 +125,7 @@ type usageBody struct {
 // so one bad event never fails the others.
 func (s *Server) usage(c *call) error {
 	var body usagePayload
-	if err := decodeUsage(c.ctx.Request.Body(), &body); err != nil {
+	if err := decodeFlat(c.ctx.Request.Body(), &body, flatUsage); err != nil {
 		return err
 	}
 	in, err := body.toCommand()

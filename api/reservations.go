@@ -26,7 +26,7 @@ func (c *call) reservationID() (uuid.UUID, error) {
 // createReservation answers POST /v1/reservations with 201.
 func (s *Server) createReservation(c *call) error {
 	var in reservePayload
-	if err := decodeReserve(c.ctx.Request.Body(), &in); err != nil {
+	if err := decodeFlat(c.ctx.Request.Body(), &in, flatReserve); err != nil {
 		return err
 	}
 	cmd, err := in.toCommand()
@@ -175,7 +175,7 @@ func (s *Server) commitReservation(c *call) error {
 		return err
 	}
 	var in commitPayload
-	if err := decodeCommit(c.ctx.Request.Body(), &in); err != nil {
+	if err := decodeFlat(c.ctx.Request.Body(), &in, flatCommit); err != nil {
 		return err
 	}
 	cmd, err := in.toCommand()
