@@ -203,18 +203,24 @@ func decodeFlat[T any](body []byte, in *T, flat func([]byte, *T) bool) error {
 // engine.ScanJSON passes (TestFlatConsumeScans).
 func flatConsume(b []byte, in *consumePayload) bool {
 	return flatObject(b, func(name []byte, i int) (int, bool) {
-		switch string(name) {
-		case "customer_id":
-			return flatStr(b, i, &in.CustomerID)
-		case "billable_metric_key":
-			return flatStr(b, i, &in.BillableMetricKey)
-		case "units":
-			return flatInt(b, i, &in.Units)
-		case "metadata":
-			return flatNull(b, i)
-		}
-		return 0, false
+		return flatCharge(b, name, i, &in.CustomerID, &in.BillableMetricKey, &in.Units)
 	})
+}
+
+// flatCharge reads the members a consume and a usage event share:
+// customer_id, billable_metric_key, units and a null metadata.
+func flatCharge(b, name []byte, i int, customer, metric **string, units **int64) (int, bool) {
+	switch string(name) {
+	case "customer_id":
+		return flatStr(b, i, customer)
+	case "billable_metric_key":
+		return flatStr(b, i, metric)
+	case "units":
+		return flatInt(b, i, units)
+	case "metadata":
+		return flatNull(b, i)
+	}
+	return 0, false
 }
 
 // flatReserve is flatConsume for POST /v1/reservations: the single-metric
@@ -276,19 +282,10 @@ func flatUsage(b []byte, in *usagePayload) bool {
 			in.Events = append(in.Events, usageEventPayload{})
 			e := &in.Events[len(in.Events)-1]
 			j, ok := flatObjectAt(b, i, func(name []byte, i int) (int, bool) {
-				switch string(name) {
-				case "event_id":
+				if string(name) == "event_id" {
 					return flatStr(b, i, &e.EventID)
-				case "customer_id":
-					return flatStr(b, i, &e.CustomerID)
-				case "billable_metric_key":
-					return flatStr(b, i, &e.BillableMetricKey)
-				case "units":
-					return flatInt(b, i, &e.Units)
-				case "metadata":
-					return flatNull(b, i)
 				}
-				return 0, false
+				return flatCharge(b, name, i, &e.CustomerID, &e.BillableMetricKey, &e.Units)
 			})
 			if !ok {
 				return 0, false
