@@ -266,6 +266,29 @@ func flatCommit(b []byte, in *commitPayload) bool {
 	})
 }
 
+// flatGauge is flatConsume for a gauge increment or decrement: amount,
+// policy, lease_seconds and a null metadata; anything else takes
+// decodeBody's path.
+func flatGauge(b []byte, in *gaugePayload) bool {
+	return flatObject(b, func(name []byte, i int) (int, bool) {
+		switch string(name) {
+		case "amount":
+			return flatInt(b, i, &in.Amount)
+		case "policy":
+			return flatStr(b, i, &in.Policy)
+		case "lease_seconds":
+			return flatInt(b, i, &in.LeaseSeconds)
+		case "metadata":
+			j, ok := flatNull(b, i)
+			if ok {
+				in.Meta = json.RawMessage("null")
+			}
+			return j, ok
+		}
+		return 0, false
+	})
+}
+
 // flatUsage is flatConsume for POST /v1/usage: {"events":[...]} whose
 // events are flat objects of event_id, customer_id, billable_metric_key,
 // units and a null metadata; anything else takes decodeBody's path.

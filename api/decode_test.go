@@ -348,7 +348,7 @@ func TestDecodeReservationItems(t *testing.T) {
 }
 
 // TestDecodeFastPathsMatchDecodeBody: the fast paths of a reservation's
-// create and commit and of a usage batch decode every body to what
+// create and commit, a gauge move and a usage batch decode every body to what
 // decodeBody gives, and refuse what it refuses, the same way; the plain
 // bodies take the fast path.
 func TestDecodeFastPathsMatchDecodeBody(t *testing.T) {
@@ -420,6 +420,20 @@ func TestDecodeFastPathsMatchDecodeBody(t *testing.T) {
 	if flatUsage([]byte(many), &in) {
 		t.Errorf("a batch of %d events takes the fast path", engine.MaxUsageEvents+1)
 	}
+	gauges := []string{
+		`{"amount":1,"policy":"allow"}`,
+		` {"policy" : "block", "amount": 3, "lease_seconds": 60, "metadata": null} `,
+		`{"amount":2}`,
+		`{"amount":"2"}`,
+		`{"amount":2,"metadata":{"a":1}}`,
+		`{"amount":2,"metadata":"x"}`,
+		`{"amount":2,"policy":null}`,
+		`{"amount":2,"lease_seconds":1.5}`,
+		`{"amount":2,"amount":3}`,
+		`{"Amount":2}`,
+		`{}`,
+	}
+	checkFastPath(t, "gauge", gauges, flatGauge, func(i int, body string) bool { return i < 3 || body == `{}` })
 	checkFastPath(t, "reserve", reserves, flatReserve, func(i int, body string) bool { return i < 3 || body == `{}` })
 	checkFastPath(t, "commit", commits, flatCommit, func(i int, body string) bool { return i < 3 || i == 4 || body == `{}` })
 }
@@ -446,7 +460,7 @@ func checkFastPath[T any](t *testing.T, route string, bodies []string, flat func
 	}
 }
 
-// TestFlatBodiesScan: every body the reservation and usage fast
+// TestFlatBodiesScan: every body the reservation, gauge and usage fast
 // paths read is one engine.ScanJSON passes, as TestFlatConsumeScans for
 // the consume.
 func TestFlatBodiesScan(t *testing.T) {
@@ -454,11 +468,13 @@ func TestFlatBodiesScan(t *testing.T) {
 	reserveShape := engine.ShapeOf(reflect.TypeOf(&reservePayload{}))
 	commitShape := engine.ShapeOf(reflect.TypeOf(&commitPayload{}))
 	usageShape := engine.ShapeOf(reflect.TypeOf(&usagePayload{}))
+	gaugeShape := engine.ShapeOf(reflect.TypeOf(&gaugePayload{}))
 	seeds := []string{
 		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600,"dry_run":false}`,
 		`{"external_customer_id":"x","metadata":null, "estimated_units": 3 ,"billable_metric_key":"a.b","dry_run":true}`,
 		`{"actual_units":8,"final":false,"metadata":null}`,
 		`{"events":[{"event_id":"e1","customer_id":"c1","billable_metric_key":"k","units":1},{"event_id":"e2","metadata":null}]}`,
+		`{"amount":1,"policy":"allow","lease_seconds":30,"metadata":null}`,
 	}
 	alphabet := []byte("{}[]\",:0123456789-.eE \t\ntruefalsnlvid\\\x00\x7f\xc3\xa9\xff")
 	rng := rand.New(rand.NewSource(28))
@@ -480,6 +496,13 @@ func TestFlatBodiesScan(t *testing.T) {
 			accepted++
 			if err := engine.ScanJSON(trimmed, "", commitShape, engine.MaxJSONDepth); err != nil {
 				t.Fatalf("flatCommit reads %q, ScanJSON refuses it: %v", trimmed, err)
+			}
+		}
+		var g gaugePayload
+		if flatGauge(trimmed, &g) {
+			accepted++
+			if err := engine.ScanJSON(trimmed, "", gaugeShape, engine.MaxJSONDepth); err != nil {
+				t.Fatalf("flatGauge reads %q, ScanJSON refuses it: %v", trimmed, err)
 			}
 		}
 		var u usagePayload

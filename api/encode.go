@@ -245,3 +245,23 @@ func appendJSONTime(b []byte, t time.Time) []byte {
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
 }
+
+// gaugeMoved writes a gauge move's 200: appended without a lease, through
+// json with one.
+func (c *call) gaugeMoved(res *engine.GaugeResult) error {
+	if res.Lease != nil {
+		return c.json(200, res)
+	}
+	c.out = appendGauge(c.out[:0], res)
+	return c.bytesOut(200, c.out)
+}
+
+func appendGauge(b []byte, r *engine.GaugeResult) []byte {
+	b = append(b, `{"billable_metric_key":`...)
+	b = engine.AppendJSONString(b, r.BillableMetricKey)
+	b = engine.AppendJSONInt(b, `,"current":`, r.Current)
+	b = engine.AppendJSONInt(b, `,"cap":`, r.Cap)
+	b = strconv.AppendBool(append(b, `,"allowed":`...), r.Allowed)
+	b = engine.AppendJSONInt(b, `,"headroom":`, r.Headroom)
+	return append(b, "}\n"...)
+}

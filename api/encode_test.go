@@ -94,6 +94,18 @@ func TestAppendMatchesEncoder(t *testing.T) {
 			SettledUnits: 1, SettledCost: 10, RemainingCost: 90},
 		"escaped key": {Transaction: engine.ReservationTransaction{BillableMetricKey: func() *string { v := "<\u2029>"; return &v }()}},
 	}
+	gauges := map[string]engine.GaugeResult{
+		"allowed":  {BillableMetricKey: "seats", Current: 3, Cap: 10, Allowed: true, Headroom: 7},
+		"refused":  {BillableMetricKey: "<seats&>", Current: 10, Cap: 10, Headroom: 0},
+		"negative": {Current: -1, Cap: -9_223_372_036_854_775_808, Headroom: -2},
+	}
+	for name, r := range gauges {
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(&r)
+		if got := appendGauge(nil, &r); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("gauge %s:\n got %s\nwant %s", name, got, want.Bytes())
+		}
+	}
 	for name, r := range commits {
 		var want bytes.Buffer
 		_ = json.NewEncoder(&want).Encode(&r)

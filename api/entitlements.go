@@ -167,7 +167,7 @@ func (s *Server) moveGauge(ref refFunc, up bool) endpoint {
 			return engine.NotFound("billable metric not found")
 		}
 		var in gaugePayload
-		if err := decodeBody(c.ctx.Request.Body(), &in); err != nil {
+		if err := decodeFlat(c.ctx.Request.Body(), &in, flatGauge); err != nil {
 			return err
 		}
 		move, err := in.toCommand(up)
@@ -178,7 +178,7 @@ func (s *Server) moveGauge(ref refFunc, up bool) endpoint {
 		if err != nil {
 			return err
 		}
-		return c.json(fasthttp.StatusOK, &res)
+		return c.gaugeMoved(&res)
 	}
 }
 
