@@ -465,10 +465,16 @@ func checkFastPath[T any](t *testing.T, route string, bodies []string, flat func
 // the consume.
 func TestFlatBodiesScan(t *testing.T) {
 	t.Parallel()
-	reserveShape := engine.ShapeOf(reflect.TypeOf(&reservePayload{}))
-	commitShape := engine.ShapeOf(reflect.TypeOf(&commitPayload{}))
-	usageShape := engine.ShapeOf(reflect.TypeOf(&usagePayload{}))
-	gaugeShape := engine.ShapeOf(reflect.TypeOf(&gaugePayload{}))
+	routes := []struct {
+		name  string
+		shape *engine.Shape
+		flat  func([]byte) bool
+	}{
+		{"flatReserve", engine.ShapeOf(reflect.TypeOf(&reservePayload{})), func(b []byte) bool { return flatReserve(b, &reservePayload{}) }},
+		{"flatCommit", engine.ShapeOf(reflect.TypeOf(&commitPayload{})), func(b []byte) bool { return flatCommit(b, &commitPayload{}) }},
+		{"flatGauge", engine.ShapeOf(reflect.TypeOf(&gaugePayload{})), func(b []byte) bool { return flatGauge(b, &gaugePayload{}) }},
+		{"flatUsage", engine.ShapeOf(reflect.TypeOf(&usagePayload{})), func(b []byte) bool { return flatUsage(b, &usagePayload{}) }},
+	}
 	seeds := []string{
 		`{"customer_id":"c1","billable_metric_key":"api_calls","estimated_units":10,"ttl_seconds":600,"dry_run":false}`,
 		`{"external_customer_id":"x","metadata":null, "estimated_units": 3 ,"billable_metric_key":"a.b","dry_run":true}`,
@@ -484,32 +490,13 @@ func TestFlatBodiesScan(t *testing.T) {
 		if trimmed == nil {
 			continue
 		}
-		var r reservePayload
-		if flatReserve(trimmed, &r) {
-			accepted++
-			if err := engine.ScanJSON(trimmed, "", reserveShape, engine.MaxJSONDepth); err != nil {
-				t.Fatalf("flatReserve reads %q, ScanJSON refuses it: %v", trimmed, err)
+		for _, r := range routes {
+			if !r.flat(trimmed) {
+				continue
 			}
-		}
-		var c commitPayload
-		if flatCommit(trimmed, &c) {
 			accepted++
-			if err := engine.ScanJSON(trimmed, "", commitShape, engine.MaxJSONDepth); err != nil {
-				t.Fatalf("flatCommit reads %q, ScanJSON refuses it: %v", trimmed, err)
-			}
-		}
-		var g gaugePayload
-		if flatGauge(trimmed, &g) {
-			accepted++
-			if err := engine.ScanJSON(trimmed, "", gaugeShape, engine.MaxJSONDepth); err != nil {
-				t.Fatalf("flatGauge reads %q, ScanJSON refuses it: %v", trimmed, err)
-			}
-		}
-		var u usagePayload
-		if flatUsage(trimmed, &u) {
-			accepted++
-			if err := engine.ScanJSON(trimmed, "", usageShape, engine.MaxJSONDepth); err != nil {
-				t.Fatalf("flatUsage reads %q, ScanJSON refuses it: %v", trimmed, err)
+			if err := engine.ScanJSON(trimmed, "", r.shape, engine.MaxJSONDepth); err != nil {
+				t.Fatalf("%s reads %q, ScanJSON refuses it: %v", r.name, trimmed, err)
 			}
 		}
 	}

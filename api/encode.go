@@ -153,25 +153,16 @@ func appendStringOrNull(b []byte, s *string) []byte {
 	return engine.AppendJSONString(b, *s)
 }
 
-// reserved writes a reservation's 201: appended when it carries neither
-// metadata nor items (encoding/json compacts and escapes their raw JSON),
-// else through json.
-func (c *call) reserved(res *engine.ReserveResult) error {
-	if res.Metadata != nil || len(res.Items) > 0 {
-		return c.json(201, res)
+// appended writes res with status: appended by appendTo when plain (the
+// route's common answer), else through json (what the appender does not
+// write: metadata and items, whose raw JSON encoding/json compacts and
+// escapes, or a lease).
+func appended[T any](c *call, status int, res *T, plain bool, appendTo func([]byte, *T) []byte) error {
+	if !plain {
+		return c.json(status, res)
 	}
-	c.out = appendReserve(c.out[:0], res)
-	return c.bytesOut(201, c.out)
-}
-
-// committed writes a commit's 200: appended for a single-metric
-// reservation, through json with items.
-func (c *call) committed(res *engine.CommitResult) error {
-	if len(res.Items) > 0 {
-		return c.json(200, res)
-	}
-	c.out = appendCommit(c.out[:0], res)
-	return c.bytesOut(200, c.out)
+	c.out = appendTo(c.out[:0], res)
+	return c.bytesOut(status, c.out)
 }
 
 func appendReserve(b []byte, r *engine.ReserveResult) []byte {
@@ -244,16 +235,6 @@ func appendJSONTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
-}
-
-// gaugeMoved writes a gauge move's 200: appended without a lease, through
-// json with one.
-func (c *call) gaugeMoved(res *engine.GaugeResult) error {
-	if res.Lease != nil {
-		return c.json(200, res)
-	}
-	c.out = appendGauge(c.out[:0], res)
-	return c.bytesOut(200, c.out)
 }
 
 func appendGauge(b []byte, r *engine.GaugeResult) []byte {

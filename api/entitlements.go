@@ -178,7 +178,7 @@ func (s *Server) moveGauge(ref refFunc, up bool) endpoint {
 		if err != nil {
 			return err
 		}
-		return c.gaugeMoved(&res)
+		return appended(c, fasthttp.StatusOK, &res, res.Lease == nil, appendGauge)
 	}
 }
 

@@ -45,7 +45,7 @@ func (s *Server) createReservation(c *call) error {
 	if res.Dry {
 		return c.json(fasthttp.StatusOK, &reserveDryBody{ReserveResult: &res, DryRun: true, Events: res.Events})
 	}
-	return c.reserved(&res)
+	return appended(c, fasthttp.StatusCreated, &res, res.Metadata == nil && len(res.Items) == 0, appendReserve)
 }
 
 // reserveDryBody is a dry run's answer: the reservation as it would be taken,
@@ -186,7 +186,7 @@ func (s *Server) commitReservation(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.committed(&res)
+	return appended(c, fasthttp.StatusOK, &res, len(res.Items) == 0, appendCommit)
 }
 
 // commitPayload is the body of POST /v1/reservations/{id}/commit.
