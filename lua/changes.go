@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -31,12 +32,29 @@ var (
 // feed, with one EVALSHA of reservation_note.lua.
 func (s *Store) ReservationNote(ctx context.Context, c engine.CustomerKey) error {
 	err := reservationNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
-		c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap,
-		s.wakeChannel(), wakeChangesMessage(c.TenantID)).Err()
+		s.appendNoteArgs(make([]any, 0, 6), &c)...).Err()
 	if err != nil {
 		return fmt.Errorf("lua: reservation notice: %w", err)
 	}
 	return nil
+}
+
+// feedTrimEvery is how many of a node's reservation notices pass between
+// two that check the feed's length (reservation_note.lua): the feed may
+// hold a few entries past its 1.1x cap (at most this many a node) until
+// the next check trims it.
+const feedTrimEvery = 8
+
+// appendNoteArgs appends reservation_note.lua's arguments for a notice of
+// customer c: the cap on one notice in feedTrimEvery, and the stamp from
+// this node's clock.
+func (s *Store) appendNoteArgs(a []any, c *engine.CustomerKey) []any {
+	feedCap := 0
+	if s.notes.Add(1)%feedTrimEvery == 0 {
+		feedCap = engine.ChangeFeedCap
+	}
+	return append(a, c.CustomerID.String(), string(c.Environment), feedCap, s.wakeChannel(), wakeChangesMessage(c.TenantID),
+		time.Now().UnixMicro())
 }
 
 // changesKey is tenant's change feed (issue 27): a stream stamp.lua appends

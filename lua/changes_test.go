@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -66,13 +67,19 @@ func TestChangeFeed(t *testing.T) {
 			t.Errorf("last %v, want %v", last, cs[1].ID)
 		}
 		reservation := engine.CustomerKey{TenantID: tenant, Environment: engine.EnvironmentSandbox, CustomerID: uuid.New()}
+		sent := time.Now().UnixMicro()
 		if err := b.store.ReservationNote(ctx, reservation); err != nil {
 			t.Fatal(err)
 		}
+		answered := time.Now().UnixMicro()
 		notes, _ := after(cs[1].ID)
 		if len(notes) != 1 || notes[0].Customer == nil || *notes[0].Customer != reservation.CustomerID ||
 			notes[0].Environment != engine.EnvironmentSandbox || notes[0].Name() != "holds" {
 			t.Fatalf("after a reservation notice: %+v, want it with its customer and environment", notes)
+		}
+		// The notice is stamped by the caller's clock, in µs.
+		if st := int64(notes[0].Stamp); st < sent || st > answered {
+			t.Errorf("notice stamped %d, want within the call [%d, %d]", st, sent, answered)
 		}
 		// The feed keeps at least its cap and trims a tenth of it at a
 		// time: at cap + cap/10 entries nothing is lost yet.
@@ -105,6 +112,36 @@ func TestChangeFeed(t *testing.T) {
 		}
 		if _, lost := after(full[slack-1].ID); !lost {
 			t.Error("a cursor one change before the newest trimmed was not reported lost")
+		}
+	})
+}
+
+// TestReservationNotesTrimmed: reservation notices check the feed's length
+// only one in feedTrimEvery, yet a feed fed by notices alone never holds
+// more than its cap, its tenth and feedTrimEvery, and never fewer than
+// the cap once past it.
+func TestReservationNotesTrimmed(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		c := engine.CustomerKey{TenantID: uuid.New(), Environment: engine.EnvironmentLive, CustomerID: uuid.New()}
+		most := engine.ChangeFeedCap + engine.ChangeFeedCap/10 + feedTrimEvery
+		trimmed := false
+		for i := range 2 * most {
+			if err := b.store.ReservationNote(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			n, err := b.rdb.XLen(ctx, b.store.changesKey(c.TenantID)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > int64(most) || (i >= engine.ChangeFeedCap && n < engine.ChangeFeedCap) {
+				t.Fatalf("after %d notices the feed holds %d, want between the cap %d and %d", i+1, n, engine.ChangeFeedCap, most)
+			}
+			trimmed = trimmed || n < int64(i+1)
+		}
+		if !trimmed {
+			t.Errorf("%d notices never trimmed the feed", 2*most)
 		}
 	})
 }

@@ -93,7 +93,7 @@ func (s *Store) fusedArgs(fn string, d *engine.FusedDoor, ix *reservationIndex, 
 		a = append(a, r.PerSecond, r.Burst, nowMicros, r.Requests)
 	}
 	if c != nil {
-		a = append(a, c.CustomerID.String(), string(c.Environment), engine.ChangeFeedCap, s.wakeChannel(), wakeChangesMessage(c.TenantID))
+		a = s.appendNoteArgs(a, c)
 	}
 	if ix != nil {
 		a = append(a, ix.record, ix.ttlMS)

@@ -27,7 +27,7 @@
 --          the fields' order (engine.StampFields: t c m p s a; an absent
 --          field is 0): one argument, not six (a node alone checks none)
 --          gcra.lua's ARGV[1..4]
---          reservation_note.lua's ARGV[1..5] (an empty wake channel is
+--          reservation_note.lua's ARGV[1..6] (an empty wake channel is
 --          none): after an answer that is not a replay, the reservation
 --          notice engine.NotingReservations would append after the script,
 --          in the same round trip
@@ -52,9 +52,9 @@ local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 -- asked, the door's ARGV, the door's KEYS}.
 local DOOR_SHAPE = {
   ['0'] = {false, false, false, false, 5, 2}, ['1'] = {true, false, false, false, 6, 2}, ['2'] = {false, true, false, false, 9, 3}, ['3'] = {true, true, false, false, 10, 3},
-  ['4'] = {false, false, true, false, 10, 3}, ['5'] = {true, false, true, false, 11, 3}, ['6'] = {false, true, true, false, 14, 4}, ['7'] = {true, true, true, false, 15, 4},
+  ['4'] = {false, false, true, false, 11, 3}, ['5'] = {true, false, true, false, 12, 3}, ['6'] = {false, true, true, false, 15, 4}, ['7'] = {true, true, true, false, 16, 4},
   ['8'] = {false, false, false, true, 7, 3}, ['9'] = {true, false, false, true, 8, 3}, ['10'] = {false, true, false, true, 11, 4}, ['11'] = {true, true, false, true, 12, 4},
-  ['12'] = {false, false, true, true, 12, 4}, ['13'] = {true, false, true, true, 13, 4}, ['14'] = {false, true, true, true, 16, 5}, ['15'] = {true, true, true, true, 17, 5},
+  ['12'] = {false, false, true, true, 13, 4}, ['13'] = {true, false, true, true, 14, 4}, ['14'] = {false, true, true, true, 17, 5}, ['15'] = {true, true, true, true, 18, 5},
 }
 local DOOR_STALE = {'door', 'stale', -2, 0, 0, 0}
 local DOOR_NO_RATE = {-2, 0, 0, 0}
@@ -87,11 +87,10 @@ local function door_run(K, A, body)
     i = i + 4
   end
   local running, rerun, running_ms, rerun_ms = A[d], A[d + 1], A[d + 2], A[d + 3]
-  local n1, n2, n3, wake, n5
+  local n1, n2, n3, wake, n5, n6
   if shape[3] then
-    n1, n2, n3, wake, n5 = A[i], A[i + 1], A[i + 2], A[i + 3], A[i + 4]
-    if wake == '' then wake = nil end
-    i = i + 5
+    n1, n2, n3, wake, n5, n6 = A[i], A[i + 1], A[i + 2], A[i + 3], A[i + 4], A[i + 5]
+    i = i + 6
   end
   local index_rec, index_ms = A[i], A[i + 1] -- read only with index_key
   -- The body sees only its own: its scripts read #KEYS and #ARGV.
@@ -108,7 +107,7 @@ local function door_run(K, A, body)
   end
   redis.call('SET', record_key, rerun, 'PX', rerun_ms)
   if r[1] ~= 'replay' then
-    if feed_key then BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5}) end
+    if feed_key then BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5, n6}) end
     if index_key then redis.call('SET', index_key, index_rec, 'PX', index_ms) end
   end
   return {'door', 'ok', rate[1], rate[2], rate[3], rate[4], r[1], r[2]}

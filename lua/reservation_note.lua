@@ -11,9 +11,16 @@
 -- ARGV[1]  the customer's id
 -- ARGV[2]  the customer's environment
 -- ARGV[3]  the feed's cap (an integer >= 1): it keeps at least that many
---          entries and at most a tenth more (stamp.lua)
--- ARGV[4]  optional: the fleet's change feed wake channel (as in stamp.lua)
+--          entries and at most a tenth more (stamp.lua), checked after
+--          this entry; or "0": no check this time (a node asks for one
+--          every feedTrimEvery notices, lua/changes.go feedCapArg: an
+--          XLEN on every notice was a tenth of its instructions)
+-- ARGV[4]  optional: the fleet's change feed wake channel (as in stamp.lua);
+--          "" for none when ARGV[6] follows
 -- ARGV[5]  with ARGV[4]: the wake message
+-- ARGV[6]  optional: the entry's stamp, Unix µs as decimal text (the
+--          caller's clock: a TIME and its formatting cost a notice a tenth
+--          of its instructions); absent, the server's clock
 --
 -- Reply: the new entry's id.
 local stamps = KEYS[1]
@@ -22,17 +29,22 @@ local customer = ARGV[1]
 local env = ARGV[2]
 local feedCap = tonumber(ARGV[3])
 
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local now = ARGV[6]
+if not now then
+  local t = redis.call('TIME')
+  now = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
 local id = redis.call('XADD', feed, '*', 'kind', 'h', 'stamp', now, 'customer', customer, 'env', env)
 -- Trimmed in batches, as in stamp.lua.
-local n = redis.call('XLEN', feed)
-if n > feedCap + math.floor(feedCap / 10) then
-  local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap + 1)
-  redis.call('XTRIM', feed, 'MINID', gone[#gone][1])
-  redis.call('HSET', stamps, 'x', gone[#gone - 1][1])
+if feedCap > 0 then
+  local n = redis.call('XLEN', feed)
+  if n > feedCap + math.floor(feedCap / 10) then
+    local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap + 1)
+    redis.call('XTRIM', feed, 'MINID', gone[#gone][1])
+    redis.call('HSET', stamps, 'x', gone[#gone - 1][1])
+  end
 end
-if ARGV[4] then
+if ARGV[4] and ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end
 return id

@@ -54,6 +54,8 @@ type Store struct {
 	// usage filter keys of the latest period asked (usageSeenKeys).
 	usageTags [UsageSlots]string
 	usageSeen [UsageSlots]atomic.Pointer[seenSet]
+	// notes counts this node's reservation notices (appendNoteArgs).
+	notes atomic.Uint64
 	// refs are the reservation index records this node wrote
 	// (reservation_refs.go).
 	refs reservationRefs
