@@ -180,7 +180,13 @@ func appendReserve(b []byte, r *engine.ReserveResult) []byte {
 	b = engine.AppendJSONString(b, string(r.Status))
 	b = appendJSONTime(append(b, `,"expires_at":`...), r.ExpiresAt)
 	b = appendReservationAccount(append(b, `,"account":`...), &r.Account)
-	b = append(b, `,"metadata":null`...)
+	// Only empty metadata comes here (appended's plain): a reservation
+	// made without any has an empty object, not null.
+	if r.Metadata == nil {
+		b = append(b, `,"metadata":null`...)
+	} else {
+		b = append(b, `,"metadata":{}`...)
+	}
 	b = appendJSONTime(append(b, `,"created_at":`...), r.CreatedAt)
 	return append(b, "}\n"...)
 }

@@ -72,6 +72,10 @@ func TestAppendMatchesEncoder(t *testing.T) {
 	reserves := map[string]engine.ReserveResult{
 		"active": {ID: tx, CustomerID: id, BillableMetricKey: "gpu.seconds", EstimatedUnits: 3, EstimatedCost: 30,
 			Environment: engine.EnvironmentLive, Status: engine.ReservationActive, ExpiresAt: at.Add(time.Hour), Account: acct, CreatedAt: at},
+		// What a reservation made without metadata answers (engine.orEmpty).
+		"empty metadata": {ID: tx, CustomerID: id, BillableMetricKey: "api_calls", EstimatedUnits: 10, EstimatedCost: 10,
+			Environment: engine.EnvironmentLive, Status: engine.ReservationActive, ExpiresAt: at, Account: acct,
+			Metadata: engine.Metadata{}, CreatedAt: at},
 		"whole seconds, another zone": {ID: tx, CustomerID: id, BillableMetricKey: "k", Environment: engine.EnvironmentSandbox,
 			Status: engine.ReservationActive, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, berlin), CreatedAt: at.Truncate(time.Second)},
 		"escaped key, zero times": {BillableMetricKey: "<a&b>\u2028é", EstimatedUnits: -1, EstimatedCost: -9_223_372_036_854_775_808},

@@ -45,7 +45,7 @@ func (s *Server) createReservation(c *call) error {
 	if res.Dry {
 		return c.json(fasthttp.StatusOK, &reserveDryBody{ReserveResult: &res, DryRun: true, Events: res.Events})
 	}
-	return appended(c, fasthttp.StatusCreated, &res, res.Metadata == nil && len(res.Items) == 0, appendReserve)
+	return appended(c, fasthttp.StatusCreated, &res, len(res.Metadata) == 0 && len(res.Items) == 0, appendReserve)
 }
 
 // reserveDryBody is a dry run's answer: the reservation as it would be taken,
