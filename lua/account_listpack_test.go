@@ -67,3 +67,61 @@ func TestAccountReadListpack(t *testing.T) {
 		})
 	}
 }
+
+// TestAccountReadRemembersWhole: a node remembers the accounts it last
+// read whole, so the next money call of a small account reads it with one
+// HGETALL and no HLEN; an account that has grown past what acct_read reads
+// whole (a hashtable past the field count) is read right once more and
+// forgotten, and its calls after that take the summary's path again. On a
+// private server: the command counts are server-wide.
+func TestAccountReadRemembersWhole(t *testing.T) {
+	ctx := context.Background()
+	rdb := privateRedis(t)
+	b := bundle{store: NewStore(rdb, "rw"), rdb: rdb, real: true}
+	c, _ := b.funded(t) // 60 and 40
+	key := b.store.accountKey(c.CustomerID)
+	consume := func(units int64) (engine.Mutation, func(string) int64) {
+		t.Helper()
+		before := commandStats(t, rdb)
+		res, err := b.store.Consume(ctx, consumeCmd(c, units, perUnitTerms(1), engine.OveragePolicyBlock, t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := commandStats(t, rdb)
+		return res.Mutation, func(cmd string) int64 { return after[cmd][0] - before[cmd][0] }
+	}
+	m, got := consume(1)
+	if m.Account.Balance != 99 || got("hgetall") != 1 {
+		t.Fatalf("a small account: balance %d, HGETALL %d; want 99, one HGETALL", m.Account.Balance, got("hgetall"))
+	}
+	m, got = consume(1)
+	if m.Account.Balance != 98 || got("hlen") != 0 || got("hgetall") != 1 {
+		t.Errorf("the same account again: balance %d, HLEN %d, HGETALL %d; want 98, no HLEN, one HGETALL",
+			m.Account.Balance, got("hlen"), got("hgetall"))
+	}
+	// Grants with long metadata take the hash to a hashtable past the
+	// field count (each grant reads the account too, remembered or not).
+	total := int64(98)
+	for range layoutMinItems + 5 {
+		g := grantCmd(c, 10, t0.Add(-time.Minute))
+		g.Block.Metadata = engine.Metadata{"k": json.RawMessage(`"` + strings.Repeat("v", 200) + `"`)}
+		b.grant(t, g)
+		total += 10
+	}
+	if n, enc := rdb.HLen(ctx, key).Val(), rdb.ObjectEncoding(ctx, key).Val(); n < layoutMinItems+5 || enc == "listpack" {
+		t.Fatalf("the hash has %d fields in a %s: the case is not the one under test", n, enc)
+	}
+	for i := range 3 {
+		total--
+		m, got = consume(1)
+		if m.Account.Balance != total {
+			t.Fatalf("consume %d on the grown account: balance %d, want %d", i, m.Account.Balance, total)
+		}
+		if i == 2 && (got("hlen") != 1 || got("hgetall") != 0) {
+			t.Errorf("a grown account, once forgotten: HLEN %d, HGETALL %d; want its HLEN back, no HGETALL", got("hlen"), got("hgetall"))
+		}
+	}
+	if snap := b.snapshot(t, c, t0); snap.Balance != total {
+		t.Errorf("the hash's balance %d, want %d", snap.Balance, total)
+	}
+}

@@ -60,48 +60,12 @@ if op == 'f' then
   return n
 end
 
--- unseen reports whether the usage filter KEYS[from..to] (none when from >
--- to) certainly never saw claim k; seeded is the value of its seeded mark
--- KEYS[from].
-local function unseen(k, from, to, seeded)
-  if from > to then return false end
-  return not seen_maybe({KEYS, from, to}, k, seeded)
-end
-
--- claim_or_look is one id's claim ('c') or look ('l') of claim k for
--- customer c, its filter KEYS[from..to]. The claim and the filter's seeded
--- mark share the slot's hash tag, so one MGET reads both: a redis.call
--- less for every new id.
-local function claim_or_look(k, o, c, from, to, ttl)
-  local v, seeded
-  if from <= to then
-    local got = redis.call('MGET', k, KEYS[from])
-    v, seeded = got[1], got[2]
-  else
-    v = redis.call('GET', k)
-  end
-  if o == 'l' then
-    if v then return string.sub(v, 1, 16) end
-    if unseen(k, from, to, seeded) then return 0 end
-    return 2
-  end
-  if not v then
-    redis.call('SET', k, c .. '1', 'PX', ttl)
-    if unseen(k, from, to, seeded) then return 0 end
-    return 2
-  end
-  local holder, state = string.sub(v, 1, 16), string.sub(v, 17)
-  if holder ~= c then return holder end
-  if state ~= 'f' then redis.call('SET', k, c .. (tonumber(state) + 1), 'KEEPTTL') end
-  return 1
-end
-
 if op == 'm' then
   local ttl, w = ARGV[2], tonumber(ARGV[3])
   local out, j = {}, 0
   for i = 1, #KEYS, w do
     j = j + 1
-    out[j] = claim_or_look(KEYS[i], ARGV[2 + 2 * j], ARGV[3 + 2 * j], i + 1, i + w - 1, ttl)
+    out[j] = usage_claim_one(KEYS, KEYS[i], ARGV[2 + 2 * j], ARGV[3 + 2 * j], i + 1, i + w - 1, ttl)
   end
   return out
 end

@@ -100,7 +100,7 @@ local function acct_read_all(key, whole, plain)
     d_stored = nil, ua = 0, blocks = {},
     res = {}, res_dirty = {}, res_meta = {}, gauges = {}, active = 0, kept = {}, x = {}, layout = nil,
     le_s = nil, le_k = nil, v_s = nil, v_n = nil, bal = nil, pend = nil, nlive = nil, nblocks = nil,
-    exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil}
+    exp_min = nil, start_min = nil, start_max = nil, rs_stored = nil, bal_s = nil, bal_k = nil, nf = nil}
   if kv then
     -- HGETALL's answer read in place, names at odd indexes: split into
     -- two lists, each grown one field at a time, it rehashed both at every
@@ -110,6 +110,7 @@ local function acct_read_all(key, whole, plain)
       acct_field(a, f, v)
       if plain and plain[f] then a.x[f] = v end
     end
+    a.nf = #kv / 2
   else
     -- dec[i] is false for a field read only as a plain extra.
     local want, dec = {}, {}
@@ -258,6 +259,16 @@ do
     return a
   end
 
+  -- WHOLE remembers the account keys this node's last read took whole
+  -- (at most WHOLE_MAX, then it starts over): their next read skips the
+  -- HLEN, a redis.call on every money call of a small account. It only
+  -- picks how to read: HGETALL reads any hash right, so a key whose hash
+  -- grew since costs one whole read, after which it is forgotten (its
+  -- metadata would be copied on every call). Not a function of a text,
+  -- unlike the memos of docs/decisions.md "Texts the library remembers
+  -- across calls": a hint, never an answer.
+  local WHOLE, WHOLE_N, WHOLE_MAX = {}, 0, 16384
+
   function acct_read(key, now, extras, full, scoped_fast)
     -- HLEN first (O(1)): a hash of fewer fields than the account fields and
     -- LAYOUT_MIN_ITEMS blocks or reservations has no layout v2 fields, so it goes
@@ -267,8 +278,16 @@ do
     -- customer (which LAYOUT_MIN_ITEMS does not count) took it past the
     -- count to a summary HMGET that found no summary, then HKEYS and an
     -- HMGET of every field.
-    local n = redis.call('HLEN', key)
-    local whole = n < LAYOUT_MIN_ITEMS + 5 or acct_listpack(key)
+    local hinted = WHOLE[key]
+    local whole = hinted
+    if not whole then
+      local n = redis.call('HLEN', key)
+      whole = n < LAYOUT_MIN_ITEMS + 5 or acct_listpack(key)
+      if whole then
+        if WHOLE_N >= WHOLE_MAX then WHOLE, WHOLE_N = {}, 0 end
+        WHOLE[key], WHOLE_N = true, WHOLE_N + 1
+      end
+    end
     if not (full or whole) then
       local a = acct_read_summary(key, now, extras, scoped_fast)
       if a then return a end
@@ -285,6 +304,9 @@ do
     end
     local a = acct_read_all(key, whole, plain)
     if not a then return nil end
+    -- A remembered key whose hash is no longer one acct_read would read
+    -- whole: the next read asks HLEN again.
+    if hinted and a.nf >= LAYOUT_MIN_ITEMS + 5 and not acct_listpack(key) then WHOLE[key] = nil end
     for _, name in ipairs(extras) do
       local k1, k2 = string.byte(name, 1, 2)
       if k2 == BYTE_COLON and k1 == BYTE_R then

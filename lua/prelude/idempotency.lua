@@ -59,3 +59,23 @@ local function replay(op_key, rh, seen)
   end
   return {'replay', prev}
 end
+
+-- usage_claim_one is one usage event id's claim ('c') or look ('l') of
+-- claim key k for customer c (16 bytes), for usage_claim.lua: keys are its
+-- KEYS, the id's usage filter keys[from..to] (the seeded mark, then the
+-- period hashes; none when from > to). The claim and the filter's mark
+-- share the slot's hash tag, so one MGET reads both: a redis.call less for
+-- every new id. Reply as usage_claim.lua's, per id.
+local function usage_claim_one(keys, k, o, c, from, to, ttl)
+  local got = from <= to and redis.call('MGET', k, keys[from]) or {redis.call('GET', k)}
+  local v = got[1]
+  if not v then
+    if o == 'c' then redis.call('SET', k, c .. '1', 'PX', ttl) end
+    if from <= to and not seen_maybe({keys, from, to}, k, got[2]) then return 0 end
+    return 2
+  end
+  local holder, state = string.sub(v, 1, 16), string.sub(v, 17)
+  if o == 'l' or holder ~= c then return holder end
+  if state ~= 'f' then redis.call('SET', k, c .. (tonumber(state) + 1), 'KEEPTTL') end
+  return 1
+end
