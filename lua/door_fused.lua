@@ -46,7 +46,6 @@
 --                      caller stores the refusal as any claimed request's)
 --   "retry", text      the body's error asking to be run again (NOSTATE,
 --                      MAYBESEEN, STALE): no record written
-local door_retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}
 
 -- DOOR_SHAPE[shape] is {stamps checked, rate asked, notice asked, index
 -- asked, the door's ARGV, the door's KEYS}.
@@ -56,10 +55,10 @@ local DOOR_SHAPE = {
   ['8'] = {false, false, false, true, 7, 3}, ['9'] = {true, false, false, true, 8, 3}, ['10'] = {false, true, false, true, 11, 4}, ['11'] = {true, true, false, true, 12, 4},
   ['12'] = {false, false, true, true, 13, 4}, ['13'] = {true, false, true, true, 14, 4}, ['14'] = {false, true, true, true, 17, 5}, ['15'] = {true, true, true, true, 18, 5},
 }
-local DOOR_STALE = {'door', 'stale', -2, 0, 0, 0}
 local DOOR_NO_RATE = {-2, 0, 0, 0}
 
 local function door_run(K, A, body)
+  DOOR.record = nil -- left set by a body that raised an error
   local na, nk = #A, #K
   local shape = DOOR_SHAPE[A[na]]
   if not shape then return redis.error_reply('BADARG the fused door\'s shape') end
@@ -74,15 +73,18 @@ local function door_run(K, A, body)
     -- Equal joined exactly when equal one by one: the values are digits.
     if (got[1] or '0') .. ' ' .. (got[2] or '0') .. ' ' .. (got[3] or '0') .. ' ' .. (got[4] or '0') .. ' ' ..
         (got[5] or '0') .. ' ' .. (got[6] or '0') ~= A[i] then
-      return DOOR_STALE
+      return DOOR.stale
     end
     i = i + 1
   end
-  if redis.call('EXISTS', record_key) == 1 then return DOOR_STALE end
+  -- Without a rate to take, the body's replay reads the key's record with
+  -- its op key (one MGET: an EXISTS less); with one, the record is read
+  -- first, so a stale door never spends the budget.
+  if shape[2] and redis.call('EXISTS', record_key) == 1 then return DOOR.stale end
   local rate = DOOR_NO_RATE
   if shape[2] then
     rate = BODY['gcra']({K[k + 2]}, {A[i], A[i + 1], A[i + 2], A[i + 3]})
-    if rate.err then return DOOR_STALE end -- the usual path's take answers it
+    if rate.err then return DOOR.stale end -- the usual path's take answers it
     if rate[1] < 1 then return {'door', 'rate', rate[1], rate[2], rate[3], rate[4]} end
     i = i + 4
   end
@@ -96,15 +98,16 @@ local function door_run(K, A, body)
   -- The body sees only its own: its scripts read #KEYS and #ARGV.
   for j = d, na do A[j] = nil end
   for j = k, nk do K[j] = nil end
+  if not shape[2] then DOOR.record = record_key end
   local r = body(K, A)
-  if type(r) == 'table' and r.err then
-    local what = 'retry'
-    if not door_retried[string.match(r.err, '^%u+') or ''] then
-      redis.call('SET', record_key, running, 'PX', running_ms)
-      what = 'err'
-    end
-    return {'door', what, rate[1], rate[2], rate[3], rate[4], r.err}
-  end
+  -- Still set: the body answered before its replay read the record.
+  local unchecked = DOOR.record ~= nil
+  DOOR.record = nil
+  if r == DOOR.held then return DOOR.stale end
+  if type(r) == 'table' and r.err then return DOOR.refused(r.err, record_key, running, running_ms, rate, unchecked) end
+  -- Every money body reads its replay before it writes: one that did not
+  -- would have run without the record's check.
+  if unchecked then error('door_run: the body answered without reading the idempotency record') end
   redis.call('SET', record_key, rerun, 'PX', rerun_ms)
   if r[1] ~= 'replay' then
     if feed_key then BODY['reservation_note']({stamps_key, feed_key}, {n1, n2, n3, wake, n5, n6}) end

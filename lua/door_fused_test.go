@@ -73,6 +73,18 @@ func TestFusedDoor(t *testing.T) {
 		}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedRateRefused, wantBalance: 100, wantRate: true},
 		{name: "refused", units: 11, wantErr: engine.ErrInsufficientCredits, wantOutcome: engine.FusedClaimed, wantRecord: idemRunning, wantBalance: 100},
 		{name: "no state", units: 3, noState: true, wantErr: engine.ErrStateMissing, wantOutcome: engine.FusedUnused},
+		// The body refuses before its replay reads the record: the other
+		// request's claim stays as it was.
+		{name: "no state, the key recorded", units: 3, noState: true, before: func(t *testing.T, d *engine.FusedDoor, _ engine.CustomerKey) {
+			if _, claimed, err := b.store.Begin(ctx, d.Tenant, d.Key, "another request", time.Minute); err != nil || !claimed {
+				t.Fatalf("claim: %v %v", claimed, err)
+			}
+		}, wantErr: engine.ErrStateMissing, wantOutcome: engine.FusedUnused, wantRecord: idemRunning},
+		{name: "refused, the key recorded", units: 11, before: func(t *testing.T, d *engine.FusedDoor, _ engine.CustomerKey) {
+			if _, claimed, err := b.store.Begin(ctx, d.Tenant, d.Key, "another request", time.Minute); err != nil || !claimed {
+				t.Fatalf("claim: %v %v", claimed, err)
+			}
+		}, wantErr: engine.ErrFusedStale, wantOutcome: engine.FusedStale, wantRecord: idemRunning, wantBalance: 100},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +218,31 @@ func TestFusedDoorNotesReservations(t *testing.T) {
 	e := rdb.XRange(ctx, feed, "-", "+").Val()
 	if len(e) != 1 || e[0].Values["customer"] != c.CustomerID.String() || e[0].Values["kind"] != "h" {
 		t.Errorf("feed %v, want one reservation notice of %s", e, c.CustomerID)
+	}
+	// Under a key another request holds, the reserve's replay reads the
+	// record with its op key: the door is stale and nothing is written,
+	// no reservation, no notice, no index record.
+	held := reserveCmd(c, 2, perUnitTerms(10), time.Hour, t0)
+	held.IdempotencyKey, held.RequestHash = "held-key", "hash-1"
+	d := &engine.FusedDoor{Tenant: c.TenantID, Key: "key-" + uuid.NewString(), RequestHash: "hash-1",
+		LockTTL: time.Minute, Window: time.Hour, ReservationNote: &c}
+	if _, claimed, err := b.store.Begin(ctx, d.Tenant, d.Key, "another request", time.Minute); err != nil || !claimed {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if _, err := b.store.Reserve(engine.WithFusedDoor(ctx, d), held); !errors.Is(err, engine.ErrFusedStale) || d.Outcome() != engine.FusedStale {
+		t.Fatalf("reserve under a held key: %v (outcome %d), want stale", err, d.Outcome())
+	}
+	if n := rdb.XLen(ctx, feed).Val(); n != 1 {
+		t.Errorf("after a stale reserve the feed holds %d entries, want 1", n)
+	}
+	if n := rdb.Exists(ctx, b.store.reservationRecordKey(held.ReservationID)).Val(); n != 0 {
+		t.Error("a stale reserve wrote its index record")
+	}
+	if rec := rdb.Get(ctx, b.store.idemRecordKey(c.TenantID, d.Key)).Val(); rec == "" || rec[0] != idemRunning {
+		t.Errorf("the other request's record is %q, want its claim", rec)
+	}
+	if got := b.snapshot(t, c, t0); got.ReservedBalance != 20 {
+		t.Errorf("reserved %d after a stale reserve, want the first reservation's 20 alone", got.ReservedBalance)
 	}
 }
 

@@ -8,6 +8,30 @@
 local OP_RECORD_CONSUME = 99
 local OP_RH_LEN = 32
 
+-- DOOR is the fused door's state and answers (door_fused.lua), one local
+-- of the chunk (prelude.go: Lua's 200): DOOR.record is the door's
+-- tenant-scope record key while a body runs under a door that left its
+-- check to replay (door_run), else nil, and replay takes it; DOOR.held is
+-- replay's answer when that record is held, which the door reads as
+-- stale; DOOR.stale is the door's "stale" reply; DOOR.retried names the
+-- refusals of a body that ask to be run again (no record written).
+local DOOR = {record = nil, held = {err = 'DOORHELD the idempotency key has a record'},
+  stale = {'door', 'stale', -2, 0, 0, 0}, retried = {NOSTATE = true, MAYBESEEN = true, STALE = true}}
+
+-- DOOR.refused is door_run's reply to a body's refusal err: "retry" for
+-- one that asks to be run again (no record written), else "err" with the
+-- claim stored as the record; stale when the record, not read yet
+-- (unchecked: the body refused before its replay), is held.
+function DOOR.refused(err, record_key, running, running_ms, rate, unchecked)
+  local what = 'retry'
+  if not DOOR.retried[string.match(err, '^%u+') or ''] then
+    if unchecked and redis.call('EXISTS', record_key) == 1 then return DOOR.stale end
+    redis.call('SET', record_key, running, 'PX', running_ms)
+    what = 'err'
+  end
+  return {'door', what, rate[1], rate[2], rate[3], rate[4], err}
+end
+
 -- op_record_consume is what a consume's op key remembers (lua/oprecord.go
 -- decodes it): "c" request hash prefix "\n" then, joined by "|", op id, at
 -- (ms), index of the consumption entry, units, cost, charged, overage,
@@ -27,17 +51,30 @@ end
 -- was produced by another request). With seen (seen_keys), an absent op key
 -- that the seen filter may know answers MAYBESEEN.
 local function replay(op_key, rh, seen)
-  if not op_key then return nil end
-  local prev, seeded = nil, nil
+  -- Under a fused door (door_fused.lua) the key's tenant-scope record is
+  -- read here too, with the op key: a record held (another request's
+  -- claim, or this request's answer) makes the door stale before the
+  -- body wrote anything, as the door's own EXISTS did a redis.call before.
+  local rec = DOOR.record
+  DOOR.record = nil
+  if not op_key then
+    if rec and redis.call('EXISTS', rec) == 1 then return DOOR.held end
+    return nil
+  end
+  local prev, seeded, held = nil, nil, nil
   if seen then
     -- The op key and the partition's seeded mark (seen_mark, a string
     -- under the same hash tag) in one MGET: a redis.call less on every
     -- call whose key is new.
-    local v = redis.call('MGET', op_key, seen_mark(seen))
-    prev, seeded = v[1], v[2]
+    local v = rec and redis.call('MGET', op_key, seen_mark(seen), rec) or redis.call('MGET', op_key, seen_mark(seen))
+    prev, seeded, held = v[1], v[2], v[3]
+  elseif rec then
+    local v = redis.call('MGET', op_key, rec)
+    prev, held = v[1], v[2]
   else
     prev = redis.call('GET', op_key)
   end
+  if held then return DOOR.held end
   if not prev then
     if seen and seen_maybe(seen, op_key, seeded) then
       return redis.error_reply('MAYBESEEN the idempotency key may have been applied before')
