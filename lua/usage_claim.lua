@@ -45,12 +45,16 @@
 local k, op, cust = KEYS[1], ARGV[1], ARGV[2]
 
 if op == 'f' then
-  local n, grace, ttl = 0, ARGV[2], ARGV[3]
+  local n, grace, ttl, kept = 0, ARGV[2], ARGV[3], {}
   for i = 1, #KEYS, 2 do
     local ck, wk = KEYS[i], KEYS[i + 1]
     local c = ARGV[3 + (i + 1) / 2]
     seen_put(wk, ck)
-    redis.call('PEXPIRE', wk, ttl)
+    -- Each period hash's TTL once a call, not once an id.
+    if not kept[wk] then
+      redis.call('PEXPIRE', wk, ttl)
+      kept[wk] = true
+    end
     local cv = redis.call('GET', ck)
     if cv and string.sub(cv, 1, 16) == c then
       redis.call('SET', ck, c .. 'f', 'PX', grace)
