@@ -21,17 +21,16 @@ var (
 
 var (
 	//go:embed reservation_note.lua
-	reservationNoteLua    string
-	reservationNoteScript = redis.NewScript(reservationNoteLua)
-	// The same notice is a body of the library too, for a fused door's
-	// money script to append (door_fused.lua).
-	_ = newScript("reservation_note", reservationNoteLua)
+	reservationNoteLua string
+	// A body of the library, which a fused door's money script also runs
+	// (door_fused.lua); it trims with the prelude's feed_trim.
+	reservationNoteScript = newScript("reservation_note", reservationNoteLua)
 )
 
 // ReservationNote appends a reservation notice of customer c to its tenant's change
-// feed, with one EVALSHA of reservation_note.lua.
+// feed, with one call of reservation_note.lua.
 func (s *Store) ReservationNote(ctx context.Context, c engine.CustomerKey) error {
-	err := reservationNoteScript.Run(ctx, s.rdb, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
+	err := s.call(ctx, reservationNoteScript, []string{s.stampsKey(c.TenantID), s.changesKey(c.TenantID)},
 		s.appendNoteArgs(make([]any, 0, 6), &c)...).Err()
 	if err != nil {
 		return fmt.Errorf("lua: reservation notice: %w", err)

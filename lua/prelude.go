@@ -23,6 +23,7 @@ var preludeOrder = []string{
 	"bounds.lua",           // per-customer caps (invariant 13)
 	"money.lua",            // money arithmetic, integer formatting
 	"text.lua",             // base 36, source letters, JSON strings
+	"feed.lua",             // a tenant's change feed trimmed
 	"pricing.lua",          // terms and prices
 	"blocks.lua",           // a block's hash encoding and JSON
 	"entries.lua",          // ledger entries and usage JSON

@@ -3,8 +3,7 @@
 -- effective balance, which no event reports, so a client answering checks
 -- from memory hears of it here. Not a money script: it runs after the
 -- reservation's own script answered, and touches only the feed.
--- Trimming as in stamp.lua: entries trimmed off the front, a batch at a
--- time, leave their last id as the horizon (field "x" of the stamps hash).
+-- Trimmed as a config change's feed is (prelude feed_trim).
 --
 -- KEYS[1]  the tenant's stamps hash (for the horizon)
 -- KEYS[2]  the tenant's change feed, a stream (same hash tag)
@@ -13,7 +12,7 @@
 -- ARGV[3]  the feed's cap (an integer >= 1): it keeps at least that many
 --          entries and at most a tenth more (stamp.lua), checked after
 --          this entry; or "0": no check this time (a node asks for one
---          every feedTrimEvery notices, lua/changes.go feedCapArg: an
+--          every feedTrimEvery notices, lua/changes.go appendNoteArgs: an
 --          XLEN on every notice was a tenth of its instructions)
 -- ARGV[4]  optional: the fleet's change feed wake channel (as in stamp.lua);
 --          "" for none when ARGV[6] follows
@@ -35,15 +34,7 @@ if not now then
   now = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 local id = redis.call('XADD', feed, '*', 'kind', 'h', 'stamp', now, 'customer', customer, 'env', env)
--- Trimmed in batches, as in stamp.lua.
-if feedCap > 0 then
-  local n = redis.call('XLEN', feed)
-  if n > feedCap + math.floor(feedCap / 10) then
-    local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap + 1)
-    redis.call('XTRIM', feed, 'MINID', gone[#gone][1])
-    redis.call('HSET', stamps, 'x', gone[#gone - 1][1])
-  end
-end
+if feedCap > 0 then feed_trim(feed, stamps, feedCap) end
 if ARGV[4] and ARGV[4] ~= '' then
   redis.call('PUBLISH', ARGV[4], ARGV[5])
 end

@@ -47,19 +47,7 @@ redis.call('HSET', key, field, s)
 
 if feed and feedCap >= 1 then
   redis.call('XADD', feed, '*', 'kind', field, 'stamp', s)
-  -- Trimmed a batch at a time: once the feed holds a tenth more than its
-  -- cap, back to the cap in one XTRIM. An entry deleted alone stays in its
-  -- stream node, flagged, until the node's last goes, and every read from
-  -- the front steps over the flagged ones: trimming one entry per append
-  -- (XRANGE of the oldest, then XDEL) cost ~65,000 instructions a call at
-  -- the cap, against a few thousand amortized now. The batch's last entry
-  -- is the horizon; XTRIM MINID keeps the first entry past it.
-  local n = redis.call('XLEN', feed)
-  if n > feedCap + math.floor(feedCap / 10) then
-    local gone = redis.call('XRANGE', feed, '-', '+', 'COUNT', n - feedCap + 1)
-    redis.call('XTRIM', feed, 'MINID', gone[#gone][1])
-    redis.call('HSET', key, 'x', gone[#gone - 1][1])
-  end
+  feed_trim(feed, key, feedCap)
   if ARGV[3] then
     redis.call('PUBLISH', ARGV[3], ARGV[4])
   end

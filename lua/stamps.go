@@ -18,7 +18,7 @@ var _ engine.ChangeStamps = (*Store)(nil)
 var (
 	//go:embed stamp.lua
 	stampLua    string
-	stampScript = redis.NewScript(stampLua)
+	stampScript = newScript("stamp", stampLua)
 )
 
 // stampsKey is tenant's change stamps, a hash of one field per
@@ -74,7 +74,7 @@ func stampsReply(cmd *redis.SliceCmd) (engine.TenantStamps, error) {
 }
 
 // StampBump moves tenant's stamp of kind past every value it had, with one
-// EVALSHA of stamp.lua, and returns the new value. A kind that alters
+// call of stamp.lua, and returns the new value. A kind that alters
 // checks (StampKind.Fed) is appended to the tenant's change feed in the
 // same script, so the feed holds every bump the caches saw.
 func (s *Store) StampBump(ctx context.Context, tenant uuid.UUID, kind engine.StampKind) (uint64, error) {
@@ -86,7 +86,7 @@ func (s *Store) StampBump(ctx context.Context, tenant uuid.UUID, kind engine.Sta
 		keys, args = append(keys, s.changesKey(tenant)), append(args, engine.ChangeFeedCap,
 			s.wakeChannel(), wakeChangesMessage(tenant))
 	}
-	v, err := stampScript.Run(ctx, s.rdb, keys, args...).Text()
+	v, err := s.call(ctx, stampScript, keys, args...).Text()
 	if err != nil {
 		return 0, fmt.Errorf("lua: move change stamp %s: %w", kind, err)
 	}
