@@ -114,9 +114,9 @@ func library() lib {
 			b.WriteString(sc.body)
 			// DOOR.record is cleared first: a body that raised an error under a
 			// door (door_fused.lua) leaves it set for the next call.
-			b.WriteString("\nend\nredis.register_function('" + sc.fnName + "', function(K, A) if not gc_paced then gc_pace() end DOOR.record = nil return BODY['" +
+			b.WriteString("\nend\nredis.register_function('" + sc.fnName + "', function(K, A) if not gc_paced then gc_pace() end if MONEY_GENERAL.on then MONEY_GENERAL.numbers() end DOOR.record = nil return BODY['" +
 				sc.name + "'](K, A) end)\n")
-			b.WriteString("redis.register_function('" + sc.doorFnName + "', function(K, A) if not gc_paced then gc_pace() end return door_run(K, A, BODY['" +
+			b.WriteString("redis.register_function('" + sc.doorFnName + "', function(K, A) if not gc_paced then gc_pace() end if MONEY_GENERAL.on then MONEY_GENERAL.numbers() end return door_run(K, A, BODY['" +
 				sc.name + "']) end)\n")
 		}
 		libraryText = lib{version: v, text: b.String()}

@@ -2,11 +2,14 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/creditd/creditd/engine"
 )
 
 // moneyProbe runs prelude/money.lua's money arithmetic on two decimal strings and
@@ -98,6 +101,62 @@ func TestBase36(t *testing.T) {
 			}
 			if want := strconv.FormatInt(n, 36); len(got) != 2 || got[0] != want || got[1] != strconv.FormatInt(n, 10) {
 				t.Errorf("%d: got %v, want [%s %d]", n, got, want, n)
+			}
+		}
+	})
+}
+
+// TestMoneyModesAcrossCalls: a call runs money as numbers until it makes a
+// value past 9e15, then as pairs (prelude/money.lua). The library's memos
+// keep decoded blocks and terms across calls, so a later call that takes a
+// memo holding a pair must switch too (a number version given a pair is a
+// Lua error: a 500). Big and small accounts alternate on one library, and
+// a cost whose product passes 9e15 is made inside another call's
+// arguments (the price's m_mul inside the charge).
+func TestMoneyModesAcrossCalls(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b bundle) {
+		ctx := context.Background()
+		huge, small := newCustomer(), newCustomer()
+		b.known(t, huge)
+		b.known(t, small)
+		b.grant(t, grantCmd(huge, math.MaxInt64-10, t0))
+		b.grant(t, grantCmd(small, 1000, t0))
+		wantHuge, wantSmall := int64(math.MaxInt64-10), int64(1000)
+		unit := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 1}
+		pricey := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 3_000_000_000}
+		for i := range 3 {
+			for _, step := range []struct {
+				c     engine.CustomerKey
+				units int64
+				terms engine.RuleTerms
+				want  *int64
+			}{
+				{huge, 1, unit, &wantHuge},
+				{small, 7, unit, &wantSmall},
+				// 3e9 x 3,000,001 = 9,000,003,000,000,000: past 9e15.
+				{huge, 3_000_001, pricey, &wantHuge},
+				{small, 1, unit, &wantSmall},
+			} {
+				res, err := b.store.Consume(ctx, consumeCmd(step.c, step.units, step.terms, engine.OveragePolicyBlock, t0))
+				if err != nil {
+					t.Fatalf("round %d: consume %d units: %v", i, step.units, err)
+				}
+				cost := step.units * step.terms.UnitCost
+				*step.want -= cost
+				if u := res.Mutation.Usage; u == nil || u.Cost != cost || u.Charged != cost {
+					t.Errorf("round %d: usage %+v, want cost and charge %d", i, u, cost)
+				}
+				if got := res.Mutation.Account.Balance; got != *step.want {
+					t.Errorf("round %d: balance %d, want %d", i, got, *step.want)
+				}
+			}
+			// Terms past 9e15 on the small account: its own figures are all
+			// numbers, so only the memo of the terms (made in round 0) can
+			// switch the later rounds' calls.
+			huger := engine.RuleTerms{CostType: engine.CostPerUnit, UnitCost: 10_000_000_000_000_000}
+			if _, err := b.store.Consume(ctx, consumeCmd(small, 1, huger, engine.OveragePolicyBlock, t0)); !errors.Is(err, engine.ErrInsufficientCredits) {
+				t.Errorf("round %d: a cost past the balance: %v, want insufficient credits", i, err)
 			}
 		}
 	})

@@ -58,9 +58,9 @@ if #entries == 0 then return {'noop', ''} end
 
 -- carry = floor(unused * pct / 100) on limbs: unused = hi*1e9 + lo, so
 -- unused / 100 = {hi / 100, (hi % 100) * 1e7 + lo / 100} with remainder lo % 100.
-local hi, lo = unused[1], unused[2]
-local q = {math.floor(hi / 100), (hi % 100) * 10000000 + math.floor(lo / 100)}
-local carry = m_add(m_mul(q, {0, pct}), {0, math.floor((lo % 100) * pct / 100)})
+local hi, lo = MONEY_GENERAL.limbs(unused)
+local q = m_out(math.floor(hi / 100), (hi % 100) * 10000000 + math.floor(lo / 100))
+local carry = m_add(m_mul(q, pct), math.floor((lo % 100) * pct / 100))
 if m_pos(carry) then
   if live_count(a, now) >= MAX_LIVE_BLOCKS then
     return redis.error_reply('TOOMANYBLOCKS the customer has the most live blocks it may hold')

@@ -72,7 +72,9 @@ do
     -- (one digit: as i_fmt writes it) for block_json.
     local p, prio_s = string.byte(prio), nil
     if #prio == 1 and p >= 48 and p <= 57 then p, prio_s = p - 48, prio else p = tonumber(prio) end
-    return {m_stored(rem), orig_s, p, prio_s, created, starts, expires, src_dec(src), scope, #rem, #orig}
+    local f = {m_stored(rem), orig_s, p, prio_s, created, starts, expires, src_dec(src), scope, #rem, #orig}
+    if MONEY_GENERAL.on then f.big = true end
+    return f
   end
   local function remember(raw, f)
     if BLK_N >= BLK_MAX then BLK, BLK_OLD, BLK_N = {}, BLK, 0 end
@@ -84,6 +86,7 @@ do
       f = BLK_OLD[raw] or fields(raw)
       remember(raw, f)
     end
+    if f.big then MONEY_GENERAL.general() end
     -- Members set later (drain, block_enc) are named (nil): the table is
     -- made at its final size. meta is a block's metadata only when the
     -- script creates it (a read block's stays in field "m:<id>").
@@ -97,7 +100,9 @@ do
   -- block_dec would decode it; it answers raw.
   function block_seen(raw, b, rem, orig_len)
     if not BLK[raw] then
-      remember(raw, {b.rem, b.orig_s, b.prio, b.prio_s, b.created, b.starts, b.expires, b.src, b.scope, #rem, orig_len})
+      local f = {b.rem, b.orig_s, b.prio, b.prio_s, b.created, b.starts, b.expires, b.src, b.scope, #rem, orig_len}
+      if MONEY_GENERAL.on then f.big = true end
+      remember(raw, f)
     end
     return raw
   end

@@ -31,6 +31,7 @@ do
     for f, from, to, lim in string.gmatch(s, '([^|;]+)|(%d+)|(%d+)|(%d+)') do
       all[#all + 1] = {f = f, from = tonumber(from), to = tonumber(to), lim = m_parse(lim), metric = string.sub(f, 5)}
     end
+    if MONEY_GENERAL.on then all.big = true end
     return all
   end
   function budgets_of(ctx, now)
@@ -46,6 +47,7 @@ do
       if BUD_CACHED >= BUD_CACHE_MAX then BUD_CACHE, BUD_OLD, BUD_CACHED = {}, BUD_CACHE, 0 end
       BUD_CACHE[s], BUD_CACHED = all, BUD_CACHED + 1
     end
+    if all.big then MONEY_GENERAL.general() end
     local out = nil
     for _, b in ipairs(all) do
       if b.from <= now and now < b.to then
@@ -94,7 +96,11 @@ do
     end
     local flag = reached and true or false
     local v = fs .. ' ' .. m_fmt(spent) .. ((flag and ' r') or '')
-    if not CNT[v] then remember(v, {from, spent, flag}) end
+    if not CNT[v] then
+      local c = {from, spent, flag}
+      if MONEY_GENERAL.on then c.big = true end
+      remember(v, c)
+    end
     return v
   end
   function budget_counter_dec(v)
@@ -106,9 +112,11 @@ do
         local sf, ss, sr = string.match(v, '^(%d+) (%d+)(.*)$')
         if not sf then return nil end
         c = {tonumber(sf), m_parse(ss), sr == ' r'}
+        if MONEY_GENERAL.on then c.big = true end
       end
       remember(v, c)
     end
+    if c.big then MONEY_GENERAL.general() end
     return c[1], c[2], c[3]
   end
 end

@@ -24,7 +24,7 @@ local function mutation_json(m, a, entries, changed)
   if m_pos(a.d) then
     m.bal_s, debt_s = m_fmt(m_sub(bal, a.d)), ',"debt":' .. m_fmt(a.d)
   end
-  m.rs_s = (rs[1] == 0 and rs[2] == 0) and '0' or m_fmt(rs)
+  m.rs_s = m_fmt(rs)
   -- One changed block (a grant's, a small drain's) is spliced with its
   -- metadata into the Mutation; several are joined first.
   local bs, bmeta, btail = '', nil, ''

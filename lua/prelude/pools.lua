@@ -27,7 +27,9 @@ do
     if not id or #id ~= 36 then return false end
     local f, from, to, lim = string.match(rest, '^|([^|]+)|(%d+)|(%d+)|(%d+)$')
     if not f then return {id} end
-    return {id, f, tonumber(from), tonumber(to), m_parse(lim)}
+    local c = {id, f, tonumber(from), tonumber(to), m_parse(lim)}
+    if MONEY_GENERAL.on then c.big = true end
+    return c
   end
   function pool_of(akey, arg, now)
     if not arg or arg == '' then return nil end
@@ -39,6 +41,7 @@ do
       POOL_CACHE[arg], POOL_CACHED = c, POOL_CACHED + 1
     end
     if not c then return nil end
+    if c.big then MONEY_GENERAL.general() end
     local id = c[1]
     local p = {id = id, key = string.sub(akey, 1, #akey - 36) .. id, lim = nil, a = nil, akey = akey}
     if c[2] and c[3] <= now and now < c[4] then

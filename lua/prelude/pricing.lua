@@ -41,8 +41,12 @@ do
   local TERMS_CACHE, TERMS_OLD, TERMS_CACHED, TERMS_CACHE_MAX = {}, {}, 0, 64
   function terms_cached(s)
     local t = TERMS_CACHE[s]
-    if t then return t end
+    if t then
+      if t.big then MONEY_GENERAL.general() end
+      return t
+    end
     t = TERMS_OLD[s] or terms_parse(s)
+    if t and MONEY_GENERAL.on then t.big = true end
     if t and type(s) == 'string' then
       if TERMS_CACHED >= TERMS_CACHE_MAX then TERMS_CACHE, TERMS_OLD, TERMS_CACHED = {}, TERMS_CACHE, 0 end
       TERMS_CACHE[s], TERMS_CACHED = t, TERMS_CACHED + 1
@@ -51,7 +55,7 @@ do
   end
 end
 
-local MONEY_ONE = {0, 1}
+local MONEY_ONE = 1
 local PRICE_OVERFLOW = 'OVERFLOW the cost would not fit in int64'
 
 -- price is engine.Price of units under terms t: flat charges base_cost per
