@@ -95,18 +95,18 @@ local metric_j, su, sc, sch, so = consume_entry(a, now, entries, changed, metric
 if not metric_j then return redis.error_reply('OVERFLOW the debt would not fit in int64') end
 m.open_meta = entry_meta
 
-if m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, metric, metric_j, pooled, pool_op, pool_ctx) end
+if pooled ~= MONEY_ZERO and m_pos(pooled) then pool_take(account_key, outbox_key, pool, m, metric, metric_j, pooled, pool_op, pool_ctx) end
 local bud_json = budget_count(account_key, bud_hits, a)
 a.v = a.v + 1
 acct_commit(account_key, a, changed, now)
 local usage = usage_json_s(metric_j, su, sc, sch, so, false, nil)
-if m_pos(pooled) then usage = string.sub(usage, 1, -2) .. ',"pool":' .. m_fmt(pooled) .. '}' end
+if pooled ~= MONEY_ZERO and m_pos(pooled) then usage = string.sub(usage, 1, -2) .. ',"pool":' .. m_fmt(pooled) .. '}' end
 m.extra = ',"usage":' .. usage .. bud_json
 local json = mutation_json(m, a, entries, changed)
 local record = nil
 -- A compact record rebuilds the entry's delta from the charge, which a
 -- pool draw splits: such a charge keeps its whole Mutation.
-if op_key and not m_pos(pooled) then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
+if op_key and (pooled == MONEY_ZERO or not m_pos(pooled)) then record = op_record_consume(m, #entries - 1, metric, su, sc, sch, so) end
 publish(outbox_key, op_key, op_ttl_ms, json, record)
 -- The caller builds its answer from the record's figures alone (the
 -- Mutation is the outbox's): a fifth of the bytes to send and to decode.

@@ -184,7 +184,9 @@ do
   function acct_commit(akey, a, changed, now)
     -- The version's text is kept for mutation_json (a.v_s while a.v_n is a.v).
     a.v_s, a.v_n = i_fmt(a.v), a.v
-    local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now)}
+    -- Four more slots named (nil): a changed block and the summary come
+    -- next, and an array grown past a power of two is copied.
+    local set = {'id', a.id, 'v', a.v_s, 'le', le_fmt(a), 'ua', now_fmt(now), nil, nil, nil, nil}
     local del = {}
     -- The reserved total is kept only while it is not zero (a missing "rs"
     -- reads as zero): most accounts hold no reservation (issue 10).

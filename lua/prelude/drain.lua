@@ -55,7 +55,7 @@ do
     for _, b in ipairs(a.blocks) do
       -- With metric, only the blocks that apply to it (the fast path tells
       -- them by their value on a scoped hash, a.sc_fast).
-      if live(b, now) and started(b, now) and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
+      if live(b, now) and b.starts <= now and (not metric or applies(b, metric)) then spendable[#spendable + 1] = b end
     end
     -- The next block in spend order, picked by a scan rather than a sort of
     -- them all: a charge usually draws from one or two blocks, so this costs

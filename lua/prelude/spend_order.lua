@@ -3,8 +3,18 @@
 -- balances, the drains and the spend-order index agree.
 
 -- live: the block has credit and has not reached expires_at (a block stops
--- counting at that very instant), as engine.MutationBlock.Live.
-local function live(b, now) return m_pos(b.rem) and (b.expires == nil or b.expires > now) end
+-- counting at that very instant), as engine.MutationBlock.Live. Every
+-- block of an account is asked a few times a call: in the number mode
+-- (prelude/money.lua) its amount is compared as it is, no m_pos call.
+local function live(b, now)
+  local r = b.rem
+  if MONEY_GENERAL.on then
+    if not m_pos(r) then return false end
+  elseif r <= 0 then
+    return false
+  end
+  return b.expires == nil or b.expires > now
+end
 
 -- started: the block may be spent (stack_after blocks wait for their start).
 local function started(b, now) return b.starts <= now end
@@ -37,7 +47,7 @@ local function balances(blocks, reserved, now)
   for _, b in ipairs(blocks) do
     if live(b, now) then
       bal = m_add(bal, b.rem)
-      if not started(b, now) then pend = m_add(pend, b.rem) end
+      if b.starts > now then pend = m_add(pend, b.rem) end
     end
   end
   return bal, pend, m_sub(m_sub(bal, reserved), pend)
