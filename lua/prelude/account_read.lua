@@ -267,7 +267,15 @@ do
   -- metadata would be copied on every call). Not a function of a text,
   -- unlike the memos of docs/decisions.md "Texts the library remembers
   -- across calls": a hint, never an answer.
-  local WHOLE, WHOLE_N, WHOLE_MAX = {}, 0, 16384
+  -- A key's entry is true, or the field count at which its hash was last
+  -- found a listpack (acct_listpack) when it has LAYOUT_MIN_ITEMS + 5
+  -- fields or more: Redis turns a listpack hash into a table and never
+  -- back, so such a key is asked again only when it has more fields than
+  -- then, or on one read in WHOLE_RECHECK of such keys (a value grown past
+  -- hash-max-listpack-value leaves the count as it was). The OBJECT call
+  -- was a redis.call on every commit of a reserving customer, whose kept
+  -- reservations take it past the count.
+  local WHOLE, WHOLE_N, WHOLE_MAX, WHOLE_RECHECK, WHOLE_READS = {}, 0, 16384, 16, 0
 
   function acct_read(key, now, extras, full, scoped_fast)
     -- HLEN first (O(1)): a hash of fewer fields than the account fields and
@@ -282,10 +290,10 @@ do
     local whole = hinted
     if not whole then
       local n = redis.call('HLEN', key)
-      whole = n < LAYOUT_MIN_ITEMS + 5 or acct_listpack(key)
+      whole = n < LAYOUT_MIN_ITEMS + 5 or (acct_listpack(key) and n)
       if whole then
         if WHOLE_N >= WHOLE_MAX then WHOLE, WHOLE_N = {}, 0 end
-        WHOLE[key], WHOLE_N = true, WHOLE_N + 1
+        WHOLE[key], WHOLE_N = whole, WHOLE_N + 1
       end
     end
     if not (full or whole) then
@@ -306,7 +314,12 @@ do
     if not a then return nil end
     -- A remembered key whose hash is no longer one acct_read would read
     -- whole: the next read asks HLEN again.
-    if hinted and a.nf >= LAYOUT_MIN_ITEMS + 5 and not acct_listpack(key) then WHOLE[key] = nil end
+    if hinted and a.nf >= LAYOUT_MIN_ITEMS + 5 then
+      WHOLE_READS = WHOLE_READS + 1
+      if hinted == true or a.nf > hinted or WHOLE_READS % WHOLE_RECHECK == 0 then
+        if acct_listpack(key) then WHOLE[key] = a.nf else WHOLE[key] = nil end
+      end
+    end
     for _, name in ipairs(extras) do
       local k1, k2 = string.byte(name, 1, 2)
       if k2 == BYTE_COLON and k1 == BYTE_R then
