@@ -107,7 +107,7 @@ func TestBase36(t *testing.T) {
 }
 
 // TestMoneyModesAcrossCalls: a call runs money as numbers until it makes a
-// value past 9e15, then as pairs (prelude/money.lua). The library's memos
+// value past 9e15, then as pairs (lua/prelude/money.lua). The library's memos
 // keep decoded blocks and terms across calls, so a later call that takes a
 // memo holding a pair must switch too (a number version given a pair is a
 // Lua error: a 500). Big and small accounts alternate on one library, and
