@@ -198,16 +198,22 @@ do
   end
 end
 
--- g.digits is the value of a text of decimal digits (no sign); nil past
--- int64's maximum.
+-- g.digits is the value of a text of decimal digits, negated when
+-- negative (before the range check: int64's minimum has no positive
+-- counterpart); nil outside int64.
 do
   local g = MONEY_GENERAL
-  function g.digits(text)
+  function g.digits(text, negative)
     local d = (string.gsub(text, '^0+', ''))
     local n = #d
     if n > 19 then return nil end
-    if n <= 15 then return tonumber(d) or 0 end
-    local m = m_out(tonumber(string.sub(d, 1, n - 9)), tonumber(string.sub(d, n - 8)))
+    local m
+    if n <= 15 then
+      m = tonumber(d) or 0
+    else
+      m = m_out(tonumber(string.sub(d, 1, n - 9)), tonumber(string.sub(d, n - 8)))
+    end
+    if negative then m = g.neg(m) end
     if not g.fits(m) then return nil end
     return m
   end
@@ -302,15 +308,7 @@ local function m_parse(s)
   end
   local sign, digits = string.match(s, '^(%-?)(%d+)$')
   if not digits then return nil end
-  if sign == '-' then
-    digits = (string.gsub(digits, '^0+', ''))
-    -- int64's minimum has no positive counterpart: its digits are read
-    -- one lower, negated, and one taken away.
-    if digits == '9223372036854775808' then return m_sub(m_neg(MONEY_GENERAL.digits('9223372036854775807')), 1) end
-    local m = MONEY_GENERAL.digits(digits)
-    return m and m_neg(m)
-  end
-  return MONEY_GENERAL.digits(digits)
+  return MONEY_GENERAL.digits(digits, sign == '-')
 end
 
 -- m_stored reads a decimal this code wrote itself (a hash field): no
